@@ -1,0 +1,70 @@
+// Batch: one step of work, the contract between the engine and every backend.
+// For each sequence: the tokens to run, where they start, the KV blocks that
+// hold (and will hold) its cache, and whether to sample a token after them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "sluice/backend/sampling_params.h"
+#include "sluice/common/result.h"
+
+namespace sluice {
+
+using SequenceId = std::uint64_t;
+using TokenId = std::int32_t;
+using BlockId = std::int32_t;
+
+struct SequenceStep {
+  SequenceId seq_id = 0;
+  // Every token the sequence has: prompt then generated. Owned by the engine,
+  // valid for the duration of execute().
+  std::span<const TokenId> tokens;
+  std::int32_t num_prompt_tokens = 0;
+  // This step runs tokens[num_computed_tokens, num_computed_tokens + num_new_tokens).
+  // Their KV is written at those positions; attention sees [0, end).
+  std::int32_t num_computed_tokens = 0;
+  std::int32_t num_new_tokens = 0;
+  // Physical blocks covering positions [0, num_computed_tokens + num_new_tokens).
+  std::span<const BlockId> block_table;
+  bool sample = false;  // sample after the last new token
+  SamplingParams sampling;
+  bool return_logits = false;  // copy the sampled row's logits into the output
+
+  std::int32_t end_position() const { return num_computed_tokens + num_new_tokens; }
+  std::int32_t num_generated_tokens() const {
+    return static_cast<std::int32_t>(tokens.size()) - num_prompt_tokens;
+  }
+};
+
+struct Batch {
+  std::vector<SequenceStep> sequences;
+
+  std::int64_t num_tokens() const {
+    std::int64_t n = 0;
+    for (const auto& s : sequences) n += s.num_new_tokens;
+    return n;
+  }
+};
+
+struct TokenLogprob {
+  TokenId token = 0;
+  float logprob = 0.0f;
+};
+
+struct SequenceOutput {
+  SequenceId seq_id = 0;
+  std::optional<TokenId> token;  // present iff the step asked to sample
+  float logprob = 0.0f;          // of `token`, after temperature/penalties
+  std::vector<TokenLogprob> top_logprobs;
+  std::vector<float> logits;     // raw logits, if return_logits
+};
+
+struct StepOutput {
+  std::vector<SequenceOutput> sequences;  // same order as Batch::sequences
+  double step_time_ms = 0.0;              // measured (real backends) or predicted (sim)
+};
+
+}  // namespace sluice

@@ -1,0 +1,23 @@
+#include "sluice/backend/tensor.h"
+
+#include <fmt/format.h>
+
+namespace sluice {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::i32: return "I32";
+  }
+  return "?";
+}
+
+std::string Shape::str() const {
+  std::string out = "[";
+  for (int i = 0; i < rank; ++i) out += fmt::format("{}{}", i ? ", " : "", dims[i]);
+  return out + "]";
+}
+
+}  // namespace sluice

@@ -1,0 +1,83 @@
+// Tensor: a non-owning view of a dense, row-major array in one backend's memory.
+// Weights are views into mmapped safetensors (CPU) or device buffers (CUDA);
+// activations are views into a backend's per-step scratch arena.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+
+enum class DType : std::uint8_t { f32, f16, bf16, i32 };
+
+constexpr std::size_t dtype_size_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype);
+
+constexpr int kMaxTensorRank = 4;
+
+struct Shape {
+  std::array<std::int64_t, kMaxTensorRank> dims{};
+  int rank = 0;
+
+  Shape() = default;
+  Shape(std::initializer_list<std::int64_t> list) {
+    SLUICE_CHECK(list.size() <= kMaxTensorRank);
+    for (std::int64_t d : list) dims[rank++] = d;
+  }
+  std::int64_t operator[](int i) const { return dims[i]; }
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= dims[i];
+    return n;
+  }
+  // The last dimension, and the product of the others: how 2-D ops see a tensor.
+  std::int64_t cols() const { return rank == 0 ? 1 : dims[rank - 1]; }
+  std::int64_t rows() const { return rank == 0 ? 1 : numel() / cols(); }
+  bool operator==(const Shape& other) const {
+    if (rank != other.rank) return false;
+    for (int i = 0; i < rank; ++i)
+      if (dims[i] != other.dims[i]) return false;
+    return true;
+  }
+  std::string str() const;
+};
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape shape;
+
+  std::int64_t numel() const { return shape.numel(); }
+  std::int64_t rows() const { return shape.rows(); }
+  std::int64_t cols() const { return shape.cols(); }
+  std::size_t size_bytes() const { return static_cast<std::size_t>(numel()) * dtype_size_bytes(dtype); }
+  template <class T>
+  T* as() const { return static_cast<T*>(data); }
+  // Same memory seen with another shape of the same element count.
+  Tensor reshaped(Shape new_shape) const {
+    SLUICE_CHECK_EQ(new_shape.numel(), numel());
+    return Tensor{data, dtype, new_shape};
+  }
+  // Rows [begin, begin + count) of the 2-D view.
+  Tensor row_slice(std::int64_t begin, std::int64_t count) const {
+    SLUICE_CHECK_LE(begin + count, rows());
+    auto* base = static_cast<std::byte*>(data) + begin * cols() * static_cast<std::int64_t>(dtype_size_bytes(dtype));
+    return Tensor{base, dtype, Shape{count, cols()}};
+  }
+};
+
+}  // namespace sluice

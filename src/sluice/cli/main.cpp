@@ -1,0 +1,8 @@
+#include "sluice/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluice: an LLM inference server that keeps every stream flowing"};
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}
