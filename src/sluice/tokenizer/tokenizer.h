@@ -1,0 +1,94 @@
+// Tokenizer: Hugging Face tokenizer.json (BPE models) loaded once, then used
+// read-only from any number of threads. Matches the transformers.js
+// implementation (@lenml/tokenizers) id for id; the tests run it as the oracle.
+//
+// Supported: BPE with merges (byte-level, and SentencePiece-style with byte
+// fallback), the normalizers / pre-tokenizers / decoders that Llama 2/3,
+// Qwen2/3, DeepSeek V3, Gemma 3 and GPT-2-style files use, added and special
+// tokens, TemplateProcessing BOS and add_bos_token. Anything else (a Unigram
+// or WordPiece model, an unknown normalizer type...) is a load error naming it.
+//
+// Invalid UTF-8 in encode() input: every byte that is not part of a valid
+// UTF-8 sequence is replaced by U+FFFD before tokenizing, which is what the
+// reference does (JavaScript strings are decoded with replacement, so the
+// oracle sees U+FFFD). decode() of ids whose bytes do not form valid UTF-8
+// (e.g. half of a byte-fallback sequence) likewise yields U+FFFD per bad byte.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/backend/batch.h"  // TokenId
+#include "sluice/common/result.h"
+
+namespace sluice {
+
+namespace tokenizer_detail {
+struct Model;  // the loaded tokenizer; defined in tokenizer_model.h
+}
+
+class Tokenizer {
+ public:
+  // Reads <model_dir>/tokenizer.json and <model_dir>/tokenizer_config.json
+  // (the latter optional: without it there is no chat template and the
+  // post-processor alone decides about BOS).
+  static Result<Tokenizer> load(const std::string& model_dir);
+  // Same from the two files' contents; an empty config string means "none".
+  static Result<Tokenizer> from_json(std::string_view tokenizer_json,
+                                     std::string_view tokenizer_config_json);
+
+  // add_special_tokens: add BOS/EOS the way the post-processor (or
+  // add_bos_token / add_eos_token in tokenizer_config.json) says.
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const;
+  std::string decode(std::span<const TokenId> ids, bool skip_special_tokens) const;
+
+  // One past the largest id (vocab and added tokens together).
+  std::int32_t vocab_size() const;
+  std::optional<TokenId> token_to_id(std::string_view token) const;
+  // The token's string as stored in the vocabulary (not decoded), if the id exists.
+  std::optional<std::string> id_to_token(TokenId id) const;
+  std::optional<TokenId> bos_token_id() const;
+  std::optional<TokenId> eos_token_id() const;
+  // Strings for the chat template ("" when the config names none).
+  std::string bos_token() const;
+  std::string eos_token() const;
+  // chat_template from tokenizer_config.json ("" if none); if it is a list of
+  // named templates, the one named "default".
+  const std::string& chat_template() const;
+  // True for added tokens marked special (these are what skip_special_tokens drops).
+  bool is_special(TokenId id) const;
+
+  // Bytes that one id decodes to on its own, before the decoder's whole-text
+  // steps (used by IncrementalDetokenizer). Internal but harmless.
+  const tokenizer_detail::Model& model() const { return *model_; }
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const tokenizer_detail::Model> model)
+      : model_(std::move(model)) {}
+  std::shared_ptr<const tokenizer_detail::Model> model_;  // shared: copies are cheap
+};
+
+// Streaming decode: feed ids one at a time, get back only text that is
+// complete UTF-8 and that later ids cannot change. Concatenating every push()
+// and the final flush() gives decode(all ids). Holds a reference to the
+// tokenizer, which must outlive it.
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
+  std::string push(TokenId id);
+  // Whatever is still held back (an incomplete UTF-8 tail becomes U+FFFD).
+  std::string flush();
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<TokenId> ids_;       // ids not yet fully emitted
+  std::size_t num_emitted_bytes_ = 0;  // bytes of decode(ids_) already returned
+};
+
+}  // namespace sluice
