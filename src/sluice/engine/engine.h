@@ -1,0 +1,268 @@
+// Engine: the public face of sluice's inference loop. The server (and the CLI,
+// and the scenario tests) include only this header: they build an
+// EngineRequest, submit it, and read RequestOutput events from the returned
+// RequestStream. Everything mutable (sequences, KV blocks, the scheduler's
+// view) belongs to one engine thread; submit/abort/stats only queue work or
+// read a snapshot, so any thread may call them.
+//
+// Two ways to run it:
+//   - start(): a background thread loops admit -> schedule -> execute ->
+//     postprocess -> stream until stop(). Wall clock.
+//   - step(): the caller runs one step at a time on its own thread (do not
+//     call start()). With EngineConfig::clock == kVirtual the engine's clock
+//     advances by each StepOutput::step_time_ms, which makes runs on the sim
+//     backend deterministic and fast (scenario tests, `sluice plan`).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/backend/backend.h"
+#include "sluice/backend/batch.h"
+#include "sluice/backend/sampling_params.h"
+#include "sluice/common/result.h"
+#include "sluice/sched/cost_model.h"
+
+namespace sluice {
+
+// Who gets the prefill part of each step. Decodes always come first except
+// under kPrefillFirst, which exists to reproduce what the common engines do.
+enum class SchedulingPolicy {
+  kSluice,      // decodes, then shortest-remaining-prefill-first with aging, chunks sized by predicted time
+  kFcfs,        // decodes, then prefills in arrival order, chunks sized by predicted time
+  kRoundRobin,  // decodes, then the prefill budget shared among prefilling requests, rotating
+  kPrefillFirst,            // emulation: a pending prefill takes the whole step (token budget only); decodes wait
+  kDecodeFirstTokenBudget,  // emulation: decodes, then FCFS prefill chunks under the token budget; no time cap, no per-request cap
+};
+
+// Which free-but-cached KV block is evicted first.
+enum class EvictionPolicy {
+  kLru,   // least recently freed
+  kSlru,  // segmented: blocks hit at least once sit in a protected segment, evicted after all probation blocks
+};
+
+enum class ClockMode {
+  kWall,     // steady_clock; real backends
+  kVirtual,  // advances by StepOutput::step_time_ms; the sim backend and deterministic tests
+};
+
+std::string_view to_string(SchedulingPolicy policy);
+std::string_view to_string(EvictionPolicy policy);
+// Parse the CLI/config spelling ("sluice", "fcfs", "round-robin", "prefill-first",
+// "decode-first-token-budget"; "lru", "slru"). The error lists the valid names.
+Result<SchedulingPolicy> parse_scheduling_policy(std::string_view name);
+Result<EvictionPolicy> parse_eviction_policy(std::string_view name);
+
+struct EngineConfig {
+  std::int32_t max_num_seqs = 64;                 // running (admitted) requests at once
+  std::int32_t max_num_batched_tokens = 8192;     // new tokens per step, all sequences together
+  std::int32_t long_prefill_token_threshold = 0;  // per-request prefill chunk cap; 0 = none
+  // Predicted-time bound of a step (ms). The scheduler sizes prefill chunks so
+  // that decodes + chunks stay under it; by default the inter-token target.
+  double max_step_ms = 50.0;
+  std::int32_t max_model_len_tokens = 0;  // prompt + output; 0 = the backend's max_model_len_tokens
+  bool enable_prefix_caching = true;
+  EvictionPolicy eviction = EvictionPolicy::kSlru;
+  double slru_protected_fraction = 0.5;  // share of the KV blocks the protected segment may hold
+  SchedulingPolicy scheduling = SchedulingPolicy::kSluice;
+  // Shortest-remaining-first aging: a request that has waited aging_ms competes
+  // as if its remaining prefill were half as long (a third after 2x, ...).
+  double aging_ms = 30000.0;
+  // Share of the KV blocks admission keeps free so running decodes can grow
+  // without preempting anybody.
+  double kv_reserve_fraction = 0.02;
+  std::int32_t max_num_queued_requests = 4096;  // waiting requests; submit fails beyond
+  std::int64_t max_num_queued_tokens = 0;       // prompt tokens waiting; 0 = unlimited
+  ClockMode clock = ClockMode::kWall;
+};
+
+// Checks every field against the backend it will run on; the message names the
+// field and the bound. The Engine constructor asserts it passed, so callers
+// (CLI, server) validate first and report the error to the user.
+Status validate(const EngineConfig& config, const BackendInfo& backend);
+
+struct EngineRequest {
+  std::string request_id;  // unique among live requests; abort() uses it
+  std::vector<TokenId> prompt_token_ids;
+  SamplingParams sampling;  // num_top_logprobs > 0 returns top logprobs per token
+  std::int32_t max_tokens = 16;  // generated tokens; finish reason kLength when reached
+  std::int32_t min_tokens = 0;   // stop/EOS ids are ignored before this many tokens
+  std::vector<TokenId> stop_token_ids;  // finish reason kStop; the stop token is included in the output
+  std::vector<TokenId> eos_token_ids;   // from the model's generation_config
+  bool ignore_eos = false;
+  // Mixed into every prefix-cache block hash: anything besides the token ids
+  // that changes the KV content (a LoRA adapter, a cache salt for isolation).
+  std::uint64_t cache_salt = 0;
+};
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+std::string_view to_string(FinishReason reason);  // "stop", "length", "abort", "error"
+
+struct GeneratedToken {
+  TokenId token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;  // empty unless sampling.num_top_logprobs > 0
+};
+
+// What a consumer reads from a RequestStream: everything that happened since
+// its previous read, coalesced. The last event has finish_reason set.
+struct RequestOutput {
+  std::vector<GeneratedToken> tokens;  // new tokens, in order
+  std::optional<FinishReason> finish_reason;
+  std::string error_message;            // set iff finish_reason == kError (or why an abort happened)
+  std::optional<TokenId> stop_token;    // the stop/EOS id that ended it, if any
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache (usage.cached_tokens)
+  std::int32_t num_generated_tokens = 0;  // total so far, including these
+
+  bool finished() const { return finish_reason.has_value(); }
+};
+
+// One request's output channel. The engine thread pushes; one consumer reads.
+// Thread-safe. For an asynchronous server: set_on_ready() with a callback that
+// posts to the server's executor, and call poll() from there; nothing busy-waits.
+class RequestStream {
+ public:
+  explicit RequestStream(std::string request_id);
+  RequestStream(const RequestStream&) = delete;
+  RequestStream& operator=(const RequestStream&) = delete;
+
+  const std::string& request_id() const { return request_id_; }
+
+  // Takes everything pending, or nullopt if nothing is.
+  std::optional<RequestOutput> poll();
+  // Blocks until something is pending (or timeout); then as poll().
+  std::optional<RequestOutput> wait(std::chrono::milliseconds timeout);
+  // Called (on the engine thread, without the stream's lock held) each time
+  // output becomes pending. It must be cheap and must not call into the Engine
+  // synchronously; posting a handler that calls poll() is the intended use.
+  // If output is already pending when it is set, it is called right away on
+  // the caller's thread.
+  void set_on_ready(std::function<void()> on_ready);
+  // True once the final event has been pushed (it may not have been read yet).
+  bool finished() const;
+
+  // Engine side.
+  void push(RequestOutput output);
+
+ private:
+  struct State;
+  const std::string request_id_;
+  std::shared_ptr<State> state_;
+};
+
+// A snapshot for /metrics and the periodic log line.
+struct EngineStats {
+  double now_ms = 0.0;
+  std::int32_t num_running = 0;
+  std::int32_t num_waiting = 0;
+  std::int64_t num_queued_prompt_tokens = 0;
+  std::int32_t num_kv_blocks = 0;
+  std::int32_t num_free_kv_blocks = 0;    // unused, cached or not
+  std::int32_t num_cached_free_kv_blocks = 0;  // unused but still holding a reusable prefix
+  double kv_usage = 0.0;                  // used / total, in [0, 1]
+  std::int64_t prefix_cache_queried_tokens = 0;
+  std::int64_t prefix_cache_hit_tokens = 0;
+  std::int64_t prefix_cache_evicted_blocks = 0;
+  std::int64_t num_steps = 0;
+  double last_step_ms = 0.0;
+  double max_step_ms_seen = 0.0;
+  double total_step_ms = 0.0;
+  std::int64_t num_prompt_tokens_computed = 0;  // prefill tokens actually run
+  std::int64_t num_generated_tokens = 0;
+  std::int64_t num_preemptions = 0;
+  std::int64_t num_requests_finished = 0;  // stop or length
+  std::int64_t num_requests_aborted = 0;
+  std::int64_t num_requests_failed = 0;
+  // Longest time since its previous token of any request now decoding: the
+  // number that says whether decode is starving.
+  double longest_current_decode_stall_ms = 0.0;
+};
+
+// When each thing happened to one request, on the engine's clock (ms).
+struct RequestTimeline {
+  struct Chunk {
+    double start_ms = 0.0;  // start of the step that ran it
+    double end_ms = 0.0;
+    std::int32_t num_computed_tokens = 0;  // position it started at
+    std::int32_t num_tokens = 0;
+  };
+  std::string request_id;
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_cached_tokens = 0;
+  double arrival_ms = 0.0;
+  std::optional<double> admitted_ms;
+  std::vector<Chunk> prefill_chunks;
+  std::optional<double> first_token_ms;
+  std::vector<double> token_ms;  // end of the step that produced each generated token
+  std::optional<double> finish_ms;
+  std::optional<FinishReason> finish_reason;
+  std::int32_t num_preemptions = 0;
+};
+
+// What one step did, for tests and tracing.
+struct StepReport {
+  double start_ms = 0.0;
+  double step_ms = 0.0;              // measured, or the sim backend's predicted time
+  double predicted_step_ms = 0.0;    // the scheduler's prediction
+  std::int32_t num_decode_seqs = 0;
+  std::int32_t num_prefill_seqs = 0;
+  std::int64_t num_prefill_tokens = 0;
+  std::int32_t num_preempted = 0;
+  bool idle = true;  // nothing was runnable
+};
+
+class Engine {
+ public:
+  // cost_model sizes prefill chunks; nullptr uses a token-count fallback
+  // (fine for the CPU backend, where max_step_ms is loose anyway).
+  // Asserts validate(config, backend->info()) passed.
+  Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
+         EngineConfig config);
+  ~Engine();  // stop(kAbort) if running
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Rejects, with a message for the client: empty or duplicate request id,
+  // empty prompt, prompt + max_tokens over max_model_len, token id outside the
+  // vocabulary, queue full. Thread-safe.
+  Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
+  // Finishes the request with kAbort and frees its blocks at the next step.
+  // Unknown or finished ids are ignored. Thread-safe.
+  void abort(const std::string& request_id);
+
+  void start();
+  enum class StopMode { kDrain, kAbort };
+  // kDrain: refuse new submits, finish what is queued and running, then stop.
+  // kAbort: abort everything now. Blocks until the thread has exited.
+  void stop(StopMode mode = StopMode::kDrain);
+
+  // Synchronous mode (no start()): runs one step on the caller's thread.
+  StepReport step();
+  // True while anything is waiting, running, or queued for submission/abort.
+  bool has_work() const;
+  // Virtual clock only: moves time forward to `time_ms` if it is later (an
+  // idle gap before the next arrival in a simulated workload).
+  void advance_clock_to(double time_ms);
+  double now_ms() const;
+
+  EngineStats stats() const;  // thread-safe snapshot
+  // Timelines of requests that ended since the previous call, in the order
+  // they ended. Thread-safe.
+  std::vector<RequestTimeline> take_finished_timelines();
+
+  const EngineConfig& config() const;
+  const BackendInfo& backend_info() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice
