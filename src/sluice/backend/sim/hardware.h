@@ -1,0 +1,56 @@
+// HardwareSpec: the ceilings of one accelerator and its links, and the
+// efficiency factors that turn ceilings into predicted time. The cost model
+// multiplies every ceiling by its factor; later issues calibrate the factors
+// against measured kernels (docs/cost-model.md lists where each number comes
+// from).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sluice::sim {
+
+// Fraction of each ceiling a good engine reaches. One struct, so a calibration
+// run can replace them together.
+struct Efficiency {
+  // Dense GEMMs (QKV/O projections, dense MLP, head) vs the peak FLOP/s.
+  double gemm_compute = 0.70;
+  // Grouped MoE expert GEMMs: fewer rows per expert, so lower than dense.
+  double moe_compute = 0.60;
+  // Attention math (QK^T, PV, indexer scores) vs the peak FLOP/s
+  // (cuDNN causal prefill measured 593-599 of 790 TFLOP/s: 0.75).
+  double attention_compute = 0.75;
+  // Streaming weights from HBM (llama.cpp decode reaches 0.71; a good engine 0.85).
+  double weight_bandwidth = 0.85;
+  // Reading KV and index keys from HBM (decode attention, cuDNN ~ full speed).
+  double kv_bandwidth = 0.85;
+  // NVLink collectives (all-reduce, all-to-all) vs the per-direction link rate.
+  double nvlink = 0.70;
+  // Pinned host<->device copies vs the measured 55 GB/s.
+  double host_link = 0.90;
+};
+
+// Fixed costs of a step that no roofline sees.
+struct StepOverhead {
+  double per_step_ms = 0.50;          // scheduling, launch (CUDA graphs), input copies
+  double per_sequence_ms = 0.005;     // sampling and bookkeeping per sampled sequence
+  double per_collective_ms = 0.010;   // NCCL latency of one small collective on NVLink
+};
+
+struct HardwareSpec {
+  std::string name;
+  double peak_bf16_flops_per_s = 0;  // dense, no sparsity
+  double peak_fp8_flops_per_s = 0;   // dense; FP4 weights are unpacked to FP8 MMA on SM90
+  double hbm_bytes_per_s = 0;
+  double hbm_capacity_bytes = 0;     // usable per GPU before --gpu-memory-utilization
+  double host_link_bytes_per_s = 0;  // per GPU, each direction
+  double nvlink_bytes_per_s = 0;     // per GPU, each direction
+  Efficiency efficiency;
+  StepOverhead overhead;
+};
+
+// NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,
+// 141 GB, 55 GB/s pinned host copies (measured), NVLink 900 GB/s (450 each way).
+HardwareSpec h200();
+
+}  // namespace sluice::sim

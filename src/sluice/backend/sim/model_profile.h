@@ -1,0 +1,136 @@
+// ModelProfile: the shape numbers of a model that decide its cost and memory,
+// nothing else. Built-in profiles for the models sluice plans for; a profile
+// can also be built from a Hugging Face config.json (dense Llama family).
+//
+// The stack is a list of LayerGroups so that a model whose layers differ
+// (DeepSeek-V4.1-Flash's encoder half runs on every prompt token, its decoder
+// half only on the last 128 of each prefill: "8B active per prompt token, 16B
+// per output token") is described by data, not by special cases in the cost
+// model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/common/result.h"
+
+namespace sluice::sim {
+
+// Which tokens of a step run through a layer group.
+enum class TokenScope {
+  kAllTokens,   // every new token (ordinary decoder layers)
+  kReplayTail,  // only the last `decoder_replay_tokens` of each sequence's chunk
+};
+
+// Attention work per query token, summed over the group's layers. A query at
+// position p sees p + 1 context positions; the "per context token" terms scale
+// with that, the "per query" terms do not (sparse attention's fixed top-k).
+struct AttentionCost {
+  double flops_per_query = 0;                 // window + selected entries (sparse)
+  double flops_per_query_context_token = 0;   // dense QK^T+PV, or the indexer's scan
+  double gather_bytes_per_query = 0;          // KV entries fetched per query, fixed count
+  double scan_bytes_per_context_token = 0;    // KV (dense) or index keys (sparse) read per position
+  bool scan_uses_fp8 = false;                 // the position-dependent math runs on FP8 MMA
+};
+
+// A run of layers with the same cost. Totals are over the group's layers;
+// expert numbers are per routed expert per layer.
+struct LayerGroup {
+  std::string name;
+  std::int32_t num_layers = 0;
+  TokenScope scope = TokenScope::kAllTokens;
+  std::int64_t dense_params = 0;        // attention projections, dense/shared MLP, router
+  double dense_weight_bytes = 0;        // their bytes on the GPU (all TP ranks together)
+  std::int32_t num_routed_experts = 0;  // 0: no routed MoE in this group
+  std::int32_t num_experts_per_token = 0;
+  std::int64_t expert_params = 0;       // one routed expert in one layer
+  double expert_weight_bytes = 0;       // its bytes, scales included
+  AttentionCost attention;
+
+  std::int64_t active_params_per_token() const {
+    return dense_params + static_cast<std::int64_t>(num_layers) * num_experts_per_token * expert_params;
+  }
+  std::int64_t total_params() const {
+    return dense_params + static_cast<std::int64_t>(num_layers) * num_routed_experts * expert_params;
+  }
+};
+
+struct ModelProfile {
+  std::string name;
+  std::string source;  // where the numbers come from (one line)
+
+  // Shape (informational and for validation of parallelism).
+  std::int32_t num_layers = 0;
+  std::int32_t hidden_size = 0;
+  std::int32_t num_attention_heads = 0;
+  std::int32_t num_kv_heads = 0;        // 1 = one shared latent, replicated on every TP rank
+  std::int32_t head_dim = 0;
+  std::int32_t intermediate_size = 0;   // dense MLP width, or one routed expert's width
+  std::int32_t vocab_size = 0;
+  std::int32_t max_position_embeddings = 0;
+  std::int32_t max_tensor_parallel = 0; // largest TP the attention can be split into
+  std::int32_t residual_streams = 1;    // hyper-connection copies of the hidden state
+  double weight_dtype_bytes = 2;        // dense weights (2 = bf16, 1 = fp8)
+  bool gemm_uses_fp8 = false;           // GEMMs run on FP8 MMA (fp8/fp4 checkpoints)
+
+  std::vector<LayerGroup> layer_groups;
+  // CED decoder replay: a kReplayTail group runs on this many last tokens of
+  // each chunk (0 when the model has no such group).
+  std::int32_t decoder_replay_tokens = 0;
+
+  // Outside the layer groups.
+  std::int64_t embedding_params = 0;    // a lookup: its rows are read, not multiplied
+  std::int64_t head_params = 0;         // vocab x hidden: one GEMM row per sampled sequence
+  double embedding_head_bytes = 0;      // both tables on the GPU
+  double other_gpu_weight_bytes = 0;    // held but not run in a plain step (draft head, vision)
+  double replicated_weight_bytes = 0;   // held whole on every TP rank (norms, router, latent KV proj)
+
+  // KV cache, "auto" dtype (what the checkpoint's attention writes).
+  double kv_bytes_per_token = 0;        // global KV of one position, all layers, all kv heads
+  double kv_bytes_per_token_fp8 = 0;    // with --kv-cache-dtype fp8 (0: not offered)
+  std::int32_t kv_window_tokens = 0;    // sliding window kept per sequence (0: none)
+  double kv_state_bytes_per_sequence = 0;  // window rings and compressor tails, per sequence
+
+  // Host-resident tables (DeepSeek Engram): held in host RAM, rows fetched per token.
+  double host_table_bytes = 0;
+  double host_bytes_per_token = 0;
+
+  // Activations and workspaces beyond what scales with tokens (indexer buffers).
+  double extra_activation_bytes = 0;
+
+  // Derived.
+  std::int64_t total_params() const;                    // GPU-resident weights, all experts
+  std::int64_t active_params_per_prompt_token() const;  // kAllTokens groups only
+  std::int64_t active_params_per_output_token() const;  // every group, plus the head
+  double gpu_weight_bytes() const;                      // all ranks together
+  bool is_moe() const;
+  std::int32_t num_routed_experts() const;              // the largest group's, 0 if dense
+};
+
+// Built-in profiles: llama-3-8b, llama-3-70b, deepseek-v4.1-flash.
+std::vector<std::string> list_profiles();
+std::optional<ModelProfile> find_profile(std::string_view name);
+
+// A dense Llama-family profile (llama, mistral, qwen2, qwen3) from shape numbers.
+struct DenseShape {
+  std::string name;
+  std::int32_t num_layers = 0;
+  std::int32_t hidden_size = 0;
+  std::int32_t num_attention_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t intermediate_size = 0;
+  std::int32_t vocab_size = 0;
+  std::int32_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  double dtype_bytes = 2;
+};
+ModelProfile make_dense_profile(const DenseShape& shape);
+
+// Reads DIR/config.json (llama, mistral, qwen2, qwen3) into a dense profile.
+Result<ModelProfile> profile_from_hf_dir(const std::string& dir);
+
+}  // namespace sluice::sim

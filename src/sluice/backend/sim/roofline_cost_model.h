@@ -1,0 +1,57 @@
+// RooflineCostModel: predicted step time from the batch shape, the model's
+// shape and the GPU's ceilings. Per phase (GEMMs, attention) time is
+// max(compute, memory) on one GPU; phases add, then communication, host-table
+// fetches and fixed overhead add. Every assumption is in docs/cost-model.md.
+#pragma once
+
+#include "sluice/backend/sim/hardware.h"
+#include "sluice/backend/sim/model_profile.h"
+#include "sluice/backend/sim/parallelism.h"
+#include "sluice/sched/cost_model.h"
+
+namespace sluice::sim {
+
+// One step's predicted time, by phase, on the slowest GPU (all ranks are
+// assumed balanced).
+struct StepCost {
+  double gemm_flops_per_gpu = 0;
+  double weight_bytes_per_gpu = 0;
+  double attention_flops_per_gpu = 0;
+  double kv_bytes_per_gpu = 0;
+  double comm_bytes_per_gpu = 0;
+  double host_bytes_per_gpu = 0;
+  double expected_experts_touched = 0;  // per MoE layer, whole model (0 if dense)
+
+  double gemm_ms = 0;
+  double attention_ms = 0;
+  double comm_ms = 0;
+  double host_ms = 0;
+  double overhead_ms = 0;
+
+  double total_ms() const { return gemm_ms + attention_ms + comm_ms + host_ms + overhead_ms; }
+};
+
+// Expected number of distinct experts that `num_tokens` tokens touch when each
+// picks `top_k` of `num_experts` uniformly (the router's load balancing):
+// E = N * (1 - (1 - k/N)^T).
+double expected_experts_touched(double num_experts, double top_k, double num_tokens);
+
+class RooflineCostModel final : public CostModel {
+ public:
+  // `parallelism` must be valid for `profile` (validate() first).
+  RooflineCostModel(ModelProfile profile, HardwareSpec hardware, Parallelism parallelism);
+
+  double predict_step_ms(const StepShape& shape) const override;
+  StepCost predict(const StepShape& shape) const;
+
+  const ModelProfile& profile() const { return profile_; }
+  const HardwareSpec& hardware() const { return hardware_; }
+  const Parallelism& parallelism() const { return parallelism_; }
+
+ private:
+  ModelProfile profile_;
+  HardwareSpec hardware_;
+  Parallelism parallelism_;
+};
+
+}  // namespace sluice::sim

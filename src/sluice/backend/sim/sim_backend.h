@@ -1,0 +1,70 @@
+// SimBackend: executes a Batch by advancing a virtual clock by the cost
+// model's predicted step time. Nothing is computed: sampled tokens are a
+// deterministic hash of (seq_id, position), so identical runs give identical
+// tokens and times whatever else shares the batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "sluice/backend/backend.h"
+#include "sluice/backend/sim/hardware.h"
+#include "sluice/backend/sim/memory_plan.h"
+#include "sluice/backend/sim/model_profile.h"
+#include "sluice/backend/sim/parallelism.h"
+#include "sluice/sched/cost_model.h"
+
+namespace sluice::sim {
+
+struct SimTokenOptions {
+  std::int32_t vocab_size = 32000;
+  // Fake tokens avoid this id; the sim never stops a sequence by EOS unless
+  // `emit_eos_every` is set.
+  std::optional<TokenId> eos_token_id;
+  // If set, the token at generated index k with (k + 1) % emit_eos_every == 0 is EOS.
+  std::int32_t emit_eos_every = 0;
+  std::uint64_t seed = 0;
+};
+
+class SimBackend final : public Backend {
+ public:
+  // `info.name` is forced to "sim".
+  SimBackend(std::shared_ptr<const CostModel> cost_model, BackendInfo info, SimTokenOptions tokens);
+
+  const BackendInfo& info() const override { return info_; }
+  // Rejects a malformed batch (positions past max_model_len, missing blocks)
+  // with an error; otherwise advances the clock and samples.
+  Result<StepOutput> execute(const Batch& batch) override;
+
+  double now_ms() const { return now_ms_; }
+  std::int64_t num_steps() const { return num_steps_; }
+  const CostModel& cost_model() const { return *cost_model_; }
+
+  // The token the sim samples after `position` tokens of `seq_id` (exposed for tests).
+  TokenId fake_token(SequenceId seq_id, std::int32_t position, std::int32_t generated_index) const;
+
+ private:
+  std::shared_ptr<const CostModel> cost_model_;
+  BackendInfo info_;
+  SimTokenOptions tokens_;
+  double now_ms_ = 0;
+  std::int64_t num_steps_ = 0;
+};
+
+struct SimBackendOptions {
+  MemoryOptions memory;
+  std::int32_t max_model_len_tokens = 0;    // 0: the profile's max_position_embeddings
+  std::optional<std::int32_t> num_kv_blocks_override;
+  SimTokenOptions tokens;                   // vocab_size is taken from the profile
+};
+
+// A sim backend with the roofline cost model of `profile` on `hardware`, and
+// KV capacity from plan_memory() (or the override). Fails if the parallelism
+// is invalid or the model does not fit.
+Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& profile,
+                                                     const HardwareSpec& hardware,
+                                                     const Parallelism& parallelism,
+                                                     const SimBackendOptions& options);
+
+}  // namespace sluice::sim
