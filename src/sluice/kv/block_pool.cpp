@@ -1,0 +1,115 @@
+#include "sluice/kv/block_pool.h"
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+
+BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks)
+    : ref_count_(static_cast<std::size_t>(num_blocks), 0),
+      hash_(static_cast<std::size_t>(num_blocks)),
+      was_hit_(static_cast<std::size_t>(num_blocks), false),
+      evictor_(eviction, num_blocks, protected_capacity_blocks) {
+  SLUICE_CHECK(num_blocks > 0);
+  free_list_.reserve(static_cast<std::size_t>(num_blocks));
+  // Reverse so that allocation hands out low ids first (readable test timelines).
+  for (BlockId b = num_blocks - 1; b >= 0; --b) free_list_.push_back(b);
+  cached_.reserve(static_cast<std::size_t>(num_blocks));
+}
+
+std::size_t BlockPool::index(BlockId block) const {
+  SLUICE_CHECK(block >= 0 && block < num_blocks());
+  return static_cast<std::size_t>(block);
+}
+
+std::optional<BlockId> BlockPool::lookup(BlockHash hash) const {
+  const auto it = cached_.find(hash);
+  if (it == cached_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BlockPool::evict_one() {
+  const std::optional<BlockId> victim = evictor_.pop_victim();
+  SLUICE_CHECK_MSG(victim.has_value(), "evict_one with an empty evictor");
+  const std::size_t i = index(*victim);
+  cached_.erase(*hash_[i]);
+  hash_[i].reset();
+  was_hit_[i] = false;
+  free_list_.push_back(*victim);
+  ++counters_.num_evicted_blocks;
+}
+
+std::vector<BlockId> BlockPool::allocate(std::int32_t n) {
+  SLUICE_CHECK_LE(n, num_available_blocks());
+  std::vector<BlockId> blocks;
+  blocks.reserve(static_cast<std::size_t>(n));
+  for (std::int32_t k = 0; k < n; ++k) {
+    if (free_list_.empty()) evict_one();
+    const BlockId b = free_list_.back();
+    free_list_.pop_back();
+    SLUICE_CHECK_EQ(ref_count_[index(b)], 0);
+    ref_count_[index(b)] = 1;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+void BlockPool::touch(BlockId block) {
+  const std::size_t i = index(block);
+  SLUICE_CHECK_MSG(hash_[i].has_value(), "touch of a block that is not cached");
+  if (ref_count_[i] == 0) evictor_.remove(block);
+  ++ref_count_[i];
+  was_hit_[i] = true;
+  ++counters_.num_hit_blocks;
+}
+
+void BlockPool::release(BlockId block) {
+  const std::size_t i = index(block);
+  SLUICE_CHECK(ref_count_[i] > 0);
+  if (--ref_count_[i] > 0) return;
+  if (hash_[i].has_value()) {
+    evictor_.insert(block, was_hit_[i]);
+  } else {
+    free_list_.push_back(block);
+  }
+}
+
+bool BlockPool::register_hash(BlockId block, BlockHash hash) {
+  const std::size_t i = index(block);
+  SLUICE_CHECK(ref_count_[i] > 0);
+  SLUICE_CHECK(!hash_[i].has_value());
+  const auto [it, inserted] = cached_.emplace(hash, block);
+  if (!inserted) return false;
+  hash_[i] = hash;
+  was_hit_[i] = false;
+  return true;
+}
+
+void BlockPool::check_invariants() const {
+  evictor_.check_invariants();
+  std::vector<bool> on_free_list(ref_count_.size(), false);
+  for (BlockId b : free_list_) {
+    const std::size_t i = index(b);
+    SLUICE_CHECK_MSG(!on_free_list[i], "block twice on the free list");
+    on_free_list[i] = true;
+    SLUICE_CHECK_EQ(ref_count_[i], 0);
+    SLUICE_CHECK(!hash_[i].has_value());
+    SLUICE_CHECK(!evictor_.contains(b));
+  }
+  std::size_t num_hashed = 0;
+  for (std::size_t i = 0; i < ref_count_.size(); ++i) {
+    const auto b = static_cast<BlockId>(i);
+    SLUICE_CHECK(ref_count_[i] >= 0);
+    if (hash_[i].has_value()) {
+      ++num_hashed;
+      const auto it = cached_.find(*hash_[i]);
+      SLUICE_CHECK(it != cached_.end() && it->second == b);
+    }
+    // Exactly one of: in use, cached free (in the evictor), free (on the list).
+    const int states = (ref_count_[i] > 0 ? 1 : 0) + (evictor_.contains(b) ? 1 : 0) + (on_free_list[i] ? 1 : 0);
+    SLUICE_CHECK_EQ(states, 1);
+    if (evictor_.contains(b)) SLUICE_CHECK(hash_[i].has_value());
+  }
+  SLUICE_CHECK_EQ(num_hashed, cached_.size());
+}
+
+}  // namespace sluice

@@ -1,0 +1,70 @@
+// BlockPool: the fixed set of KV blocks, their reference counts, and the
+// prefix cache's hash -> block index. A block is in exactly one state:
+//   in use       ref_count > 0 (cached or not);
+//   cached free  ref_count == 0, has a hash, waits in the Evictor, reusable by a hit;
+//   free         ref_count == 0, no hash, on the free list.
+// Allocation takes free blocks first and evicts cached free ones only when it
+// must, so cached prefixes live as long as memory allows.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "sluice/backend/batch.h"
+#include "sluice/kv/block_hash.h"
+#include "sluice/kv/evictor.h"
+
+namespace sluice {
+
+struct BlockPoolCounters {
+  std::int64_t num_evicted_blocks = 0;
+  std::int64_t num_hit_blocks = 0;  // blocks taken from the cache by touch()
+};
+
+class BlockPool {
+ public:
+  BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks);
+
+  std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
+  // Blocks an allocation can get: free + cached free.
+  std::int32_t num_available_blocks() const {
+    return static_cast<std::int32_t>(free_list_.size()) + evictor_.size();
+  }
+  std::int32_t num_cached_free_blocks() const { return evictor_.size(); }
+  std::int32_t num_used_blocks() const { return num_blocks() - num_available_blocks(); }
+  std::int32_t ref_count(BlockId block) const { return ref_count_[index(block)]; }
+  // The cached block holding this prefix key, in use or not.
+  std::optional<BlockId> lookup(BlockHash hash) const;
+  const BlockPoolCounters& counters() const { return counters_; }
+
+  // Takes n blocks (ref_count 1 each), evicting cached free blocks if needed.
+  // The caller checked num_available_blocks() >= n.
+  std::vector<BlockId> allocate(std::int32_t n);
+  // A prefix hit: one more reference to a cached block (out of the Evictor if it was free).
+  void touch(BlockId block);
+  // Drops one reference; at zero the block becomes cached free (if it has a
+  // hash) or free.
+  void release(BlockId block);
+  // Registers a full, computed block under its prefix key. If another block
+  // already holds that key the pool keeps the existing one and this block stays
+  // unregistered (it is freed, not cached, at release). Returns whether it was registered.
+  bool register_hash(BlockId block, BlockHash hash);
+
+  void check_invariants() const;
+
+ private:
+  std::size_t index(BlockId block) const;
+  void evict_one();
+
+  std::vector<std::int32_t> ref_count_;         // [num_blocks]
+  std::vector<std::optional<BlockHash>> hash_;  // [num_blocks]
+  std::vector<bool> was_hit_;                   // [num_blocks] since it was registered
+  std::vector<BlockId> free_list_;              // uncached, unreferenced
+  std::unordered_map<BlockHash, BlockId> cached_;
+  Evictor evictor_;
+  BlockPoolCounters counters_;
+};
+
+}  // namespace sluice

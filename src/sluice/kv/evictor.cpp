@@ -1,0 +1,99 @@
+#include "sluice/kv/evictor.h"
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+
+Evictor::Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks)
+    : policy_(policy),
+      protected_capacity_blocks_(protected_capacity_blocks),
+      prev_(static_cast<std::size_t>(num_blocks), -1),
+      next_(static_cast<std::size_t>(num_blocks), -1),
+      segment_(static_cast<std::size_t>(num_blocks), Segment::kNone) {
+  SLUICE_CHECK(num_blocks >= 0);
+  SLUICE_CHECK(protected_capacity_blocks >= 0);
+}
+
+void Evictor::push_back(Segment segment, BlockId block) {
+  List& list = list_of(segment);
+  const auto i = static_cast<std::size_t>(block);
+  segment_[i] = segment;
+  prev_[i] = list.tail;
+  next_[i] = -1;
+  if (list.tail >= 0) {
+    next_[static_cast<std::size_t>(list.tail)] = block;
+  } else {
+    list.head = block;
+  }
+  list.tail = block;
+  ++list.size;
+}
+
+void Evictor::unlink(BlockId block) {
+  const auto i = static_cast<std::size_t>(block);
+  SLUICE_CHECK(segment_[i] != Segment::kNone);
+  List& list = list_of(segment_[i]);
+  if (prev_[i] >= 0) {
+    next_[static_cast<std::size_t>(prev_[i])] = next_[i];
+  } else {
+    list.head = next_[i];
+  }
+  if (next_[i] >= 0) {
+    prev_[static_cast<std::size_t>(next_[i])] = prev_[i];
+  } else {
+    list.tail = prev_[i];
+  }
+  prev_[i] = next_[i] = -1;
+  segment_[i] = Segment::kNone;
+  --list.size;
+}
+
+void Evictor::insert(BlockId block, bool was_hit) {
+  SLUICE_CHECK(!contains(block));
+  if (policy_ == EvictionPolicy::kLru || !was_hit) {
+    push_back(Segment::kProbation, block);
+    return;
+  }
+  push_back(Segment::kProtected, block);
+  // Demote the oldest protected block so the segment stays bounded: a block
+  // must keep earning hits to stay protected.
+  while (protected_.size > protected_capacity_blocks_) {
+    const BlockId oldest = protected_.head;
+    unlink(oldest);
+    push_back(Segment::kProbation, oldest);
+  }
+}
+
+void Evictor::remove(BlockId block) { unlink(block); }
+
+std::optional<BlockId> Evictor::pop_victim() {
+  const BlockId victim = probation_.head >= 0 ? probation_.head : protected_.head;
+  if (victim < 0) return std::nullopt;
+  unlink(victim);
+  return victim;
+}
+
+void Evictor::check_invariants() const {
+  std::int32_t counted = 0;
+  for (const List* list : {&probation_, &protected_}) {
+    std::int32_t n = 0;
+    BlockId previous = -1;
+    for (BlockId b = list->head; b >= 0; b = next_[static_cast<std::size_t>(b)]) {
+      SLUICE_CHECK_EQ(prev_[static_cast<std::size_t>(b)], previous);
+      SLUICE_CHECK(segment_[static_cast<std::size_t>(b)] != Segment::kNone);
+      previous = b;
+      ++n;
+      SLUICE_CHECK_LE(n, static_cast<std::int32_t>(segment_.size()));
+    }
+    SLUICE_CHECK_EQ(list->tail, previous);
+    SLUICE_CHECK_EQ(list->size, n);
+    counted += n;
+  }
+  std::int32_t tagged = 0;
+  for (Segment s : segment_) tagged += s != Segment::kNone ? 1 : 0;
+  SLUICE_CHECK_EQ(tagged, counted);
+  if (policy_ == EvictionPolicy::kLru) SLUICE_CHECK_EQ(protected_.size, 0);
+  SLUICE_CHECK_LE(protected_.size, protected_capacity_blocks_);
+}
+
+}  // namespace sluice
