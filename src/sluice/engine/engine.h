@@ -27,25 +27,11 @@
 #include "sluice/backend/batch.h"
 #include "sluice/backend/sampling_params.h"
 #include "sluice/common/result.h"
+#include "sluice/kv/eviction_policy.h"
 #include "sluice/sched/cost_model.h"
+#include "sluice/sched/scheduling_policy.h"
 
 namespace sluice {
-
-// Who gets the prefill part of each step. Decodes always come first except
-// under kPrefillFirst, which exists to reproduce what the common engines do.
-enum class SchedulingPolicy {
-  kSluice,      // decodes, then shortest-remaining-prefill-first with aging, chunks sized by predicted time
-  kFcfs,        // decodes, then prefills in arrival order, chunks sized by predicted time
-  kRoundRobin,  // decodes, then the prefill budget shared among prefilling requests, rotating
-  kPrefillFirst,            // emulation: a pending prefill takes the whole step (token budget only); decodes wait
-  kDecodeFirstTokenBudget,  // emulation: decodes, then FCFS prefill chunks under the token budget; no time cap, no per-request cap
-};
-
-// Which free-but-cached KV block is evicted first.
-enum class EvictionPolicy {
-  kLru,   // least recently freed
-  kSlru,  // segmented: blocks hit at least once sit in a protected segment, evicted after all probation blocks
-};
 
 enum class ClockMode {
   kWall,     // steady_clock; real backends

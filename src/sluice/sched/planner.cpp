@@ -1,0 +1,260 @@
+#include "sluice/sched/planner.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+namespace {
+
+std::int32_t ceil_div(std::int32_t a, std::int32_t b) { return (a + b - 1) / b; }
+
+bool decodes_first(SchedulingPolicy p) { return p != SchedulingPolicy::kPrefillFirst; }
+bool time_capped(SchedulingPolicy p) {
+  return p == SchedulingPolicy::kSluice || p == SchedulingPolicy::kFcfs || p == SchedulingPolicy::kRoundRobin;
+}
+
+// A prefill candidate: a running prefill (index into running) or a waiting request.
+struct Candidate {
+  const SchedRequest* request = nullptr;
+  bool is_waiting = false;
+  double key = 0.0;  // order within the policy
+};
+
+// Mutable bookkeeping while one plan is built.
+class PlanBuilder {
+ public:
+  PlanBuilder(const SchedState& state, const SchedConfig& config, const CostModel& cost_model)
+      : state_(state),
+        config_(config),
+        cost_model_(cost_model),
+        preempted_(state.running.size(), false),
+        num_available_blocks_(state.num_available_blocks),
+        token_budget_(config.max_num_batched_tokens),
+        num_running_(static_cast<std::int32_t>(state.running.size())) {
+    shape_.sequences.reserve(state.running.size() + state.waiting.size());
+  }
+
+  void schedule_decodes();
+  void schedule_prefills();
+  StepPlan finish() {
+    plan_.predicted_step_ms = plan_.empty() ? 0.0 : cost_model_.predict_step_ms(shape_);
+    return std::move(plan_);
+  }
+
+ private:
+  std::int32_t block_size() const { return state_.block_size_tokens; }
+  void preempt(std::size_t index);
+  std::vector<Candidate> prefill_candidates() const;
+  std::int32_t chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position, bool first_prefill);
+
+  const SchedState& state_;
+  const SchedConfig& config_;
+  const CostModel& cost_model_;
+  StepPlan plan_;
+  StepShape shape_;
+  std::vector<bool> preempted_;  // [running]
+  std::int32_t num_available_blocks_;
+  std::int32_t token_budget_;
+  std::int32_t num_running_;
+  // Blocks the running prefills may still take (up to their whole prompt):
+  // admission must leave them room.
+  std::int32_t outstanding_prefill_blocks_ = 0;
+};
+
+void PlanBuilder::preempt(std::size_t index) {
+  preempted_[index] = true;
+  const SchedRequest& r = state_.running[index];
+  plan_.preempted.push_back(r.seq_id);
+  // Shared (prefix-hit) blocks stay referenced by others; counting them all is
+  // optimistic, and the engine's commit re-checks.
+  num_available_blocks_ += r.num_allocated_blocks;
+  --num_running_;
+}
+
+void PlanBuilder::schedule_decodes() {
+  const std::size_t n = state_.running.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (preempted_[i]) continue;
+    const SchedRequest& r = state_.running[i];
+    if (!r.is_decoding()) continue;
+    if (token_budget_ <= 0) break;
+    const std::int32_t need = std::max(0, ceil_div(r.num_tokens, block_size()) - r.num_allocated_blocks);
+    // Make room by preempting the newest admissions, never an older one.
+    while (need > num_available_blocks_) {
+      std::size_t victim = n;
+      for (std::size_t j = n; j-- > i + 1;) {
+        if (!preempted_[j]) {
+          victim = j;
+          break;
+        }
+      }
+      if (victim == n) break;
+      preempt(victim);
+    }
+    if (need > num_available_blocks_) {
+      preempt(i);
+      continue;
+    }
+    num_available_blocks_ -= need;
+    --token_budget_;
+    plan_.decodes.push_back({.seq_id = r.seq_id, .num_new_tokens = 1});
+    shape_.sequences.push_back({.num_new_tokens = 1, .num_computed_tokens = r.num_computed_tokens});
+  }
+}
+
+std::vector<Candidate> PlanBuilder::prefill_candidates() const {
+  std::vector<Candidate> candidates;
+  candidates.reserve(state_.running.size() + state_.waiting.size());
+  for (std::size_t i = 0; i < state_.running.size(); ++i) {
+    const SchedRequest& r = state_.running[i];
+    if (preempted_[i] || r.is_decoding()) continue;
+    candidates.push_back({.request = &r, .is_waiting = false});
+  }
+  for (const SchedRequest& r : state_.waiting) candidates.push_back({.request = &r, .is_waiting = true});
+
+  switch (config_.policy) {
+    case SchedulingPolicy::kSluice:
+      for (Candidate& c : candidates) {
+        const SchedRequest& r = *c.request;
+        const std::int32_t start = c.is_waiting ? r.num_cached_tokens : r.num_computed_tokens;
+        c.key = aged_remaining_tokens(r.num_tokens - start, state_.now_ms - r.arrival_ms, config_.aging_ms);
+      }
+      break;
+    case SchedulingPolicy::kRoundRobin:
+    case SchedulingPolicy::kFcfs:
+    case SchedulingPolicy::kPrefillFirst:
+    case SchedulingPolicy::kDecodeFirstTokenBudget:
+      for (Candidate& c : candidates) c.key = c.request->arrival_ms;
+      break;
+  }
+  // Stable: equal keys keep running-before-waiting and arrival order.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.key < b.key; });
+  if (config_.policy == SchedulingPolicy::kRoundRobin && !candidates.empty()) {
+    const auto shift = static_cast<std::ptrdiff_t>(state_.step_index % candidates.size());
+    std::rotate(candidates.begin(), candidates.begin() + shift, candidates.end());
+  }
+  return candidates;
+}
+
+// Largest k in [0, max_chunk] whose step (current shape + k tokens at
+// start_position) is predicted to take <= max_step_ms. Predicted time grows
+// with k, so binary search. The first prefill of a step always gets at least
+// one block's worth, so a prompt progresses even when decodes alone fill the
+// time budget (liveness over the bound).
+std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position,
+                                               bool first_prefill) {
+  shape_.sequences.push_back({.num_new_tokens = max_chunk, .num_computed_tokens = start_position});
+  auto fits = [&](std::int32_t k) {
+    shape_.sequences.back().num_new_tokens = k;
+    return cost_model_.predict_step_ms(shape_) <= config_.max_step_ms;
+  };
+  std::int32_t best = 0;
+  if (fits(max_chunk)) {
+    best = max_chunk;
+  } else {
+    std::int32_t lo = 0, hi = max_chunk;  // fits(lo) assumed, !fits(hi) known
+    while (hi - lo > 1) {
+      const std::int32_t mid = lo + (hi - lo) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    best = lo;
+    // Keep chunk ends on block boundaries so every chunk's blocks can be cached.
+    const std::int32_t end = (start_position + best) / block_size() * block_size();
+    if (end > start_position) best = end - start_position;
+  }
+  shape_.sequences.pop_back();
+  if (first_prefill) best = std::max(best, std::min(max_chunk, block_size()));
+  return best;
+}
+
+void PlanBuilder::schedule_prefills() {
+  std::vector<Candidate> candidates = prefill_candidates();
+  // Admitted prompts still to be allocated: admission must leave them room.
+  for (const Candidate& c : candidates) {
+    if (c.is_waiting) continue;
+    const SchedRequest& r = *c.request;
+    outstanding_prefill_blocks_ += std::max(0, ceil_div(r.num_tokens, block_size()) - r.num_allocated_blocks);
+  }
+  const bool cap_by_time = time_capped(config_.policy);
+  const bool cap_per_request = config_.long_prefill_token_threshold > 0 &&
+                               config_.policy != SchedulingPolicy::kDecodeFirstTokenBudget;
+  const std::int32_t round_robin_share =
+      config_.policy == SchedulingPolicy::kRoundRobin && !candidates.empty()
+          ? std::max(block_size(), token_budget_ / static_cast<std::int32_t>(candidates.size()))
+          : token_budget_;
+
+  for (const Candidate& c : candidates) {
+    if (token_budget_ <= 0) break;
+    const SchedRequest& r = *c.request;
+    if (c.is_waiting && num_running_ >= config_.max_num_seqs) continue;
+    const std::int32_t start = c.is_waiting ? r.num_cached_tokens : r.num_computed_tokens;
+    const std::int32_t held_blocks = c.is_waiting ? r.num_cached_tokens / block_size() : r.num_allocated_blocks;
+    const std::int32_t prompt_blocks_left = std::max(0, ceil_div(r.num_tokens, block_size()) - held_blocks);
+    if (c.is_waiting) {
+      // Admission: the whole remaining prompt must fit beside what admitted
+      // prefills still need, leaving the reserve for decode growth.
+      const std::int32_t need = prompt_blocks_left + r.num_hit_free_blocks;
+      if (num_available_blocks_ - outstanding_prefill_blocks_ - need < config_.reserve_blocks) continue;
+    }
+
+    std::int32_t chunk = std::min(r.num_tokens - start, token_budget_);
+    if (cap_per_request) chunk = std::min(chunk, config_.long_prefill_token_threshold);
+    chunk = std::min(chunk, round_robin_share);
+    // Memory for this chunk (running prefills admitted before the blocks ran short).
+    const std::int32_t available_for_request =
+        c.is_waiting ? num_available_blocks_ - r.num_hit_free_blocks : num_available_blocks_;
+    chunk = std::min(chunk, (held_blocks + available_for_request) * block_size() - start);
+    if (cap_by_time && chunk > 0) chunk = chunk_under_time_cap(chunk, start, plan_.prefills.empty());
+    if (chunk <= 0) {
+      if (cap_by_time) break;  // time is spent: later candidates would not fit either
+      continue;
+    }
+
+    const std::int32_t chunk_blocks = std::max(0, ceil_div(start + chunk, block_size()) - held_blocks);
+    num_available_blocks_ -= chunk_blocks + (c.is_waiting ? r.num_hit_free_blocks : 0);
+    if (c.is_waiting) {
+      outstanding_prefill_blocks_ += prompt_blocks_left - chunk_blocks;
+      plan_.admitted.push_back(r.seq_id);
+      ++num_running_;
+    } else {
+      outstanding_prefill_blocks_ -= std::min(chunk_blocks, prompt_blocks_left);
+    }
+    token_budget_ -= chunk;
+    plan_.prefills.push_back({.seq_id = r.seq_id, .num_new_tokens = chunk});
+    shape_.sequences.push_back({.num_new_tokens = chunk, .num_computed_tokens = start});
+  }
+}
+
+}  // namespace
+
+std::int64_t StepPlan::num_tokens() const {
+  std::int64_t n = static_cast<std::int64_t>(decodes.size());
+  for (const ScheduledChunk& c : prefills) n += c.num_new_tokens;
+  return n;
+}
+
+double aged_remaining_tokens(std::int32_t num_remaining_tokens, double waited_ms, double aging_ms) {
+  return static_cast<double>(num_remaining_tokens) / (1.0 + std::max(0.0, waited_ms) / aging_ms);
+}
+
+StepPlan plan_step(const SchedState& state, const SchedConfig& config, const CostModel& cost_model) {
+  SLUICE_CHECK(state.block_size_tokens > 0);
+  PlanBuilder builder(state, config, cost_model);
+  if (decodes_first(config.policy)) {
+    builder.schedule_decodes();
+    builder.schedule_prefills();
+    return builder.finish();
+  }
+  // prefill-first: a step with prefill work is a prefill-only step.
+  builder.schedule_prefills();
+  StepPlan plan = builder.finish();
+  if (!plan.prefills.empty()) return plan;
+  PlanBuilder decode_only(state, config, cost_model);
+  decode_only.schedule_decodes();
+  return decode_only.finish();
+}
+
+}  // namespace sluice

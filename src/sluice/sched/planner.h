@@ -1,0 +1,26 @@
+// The step planner: who runs how many tokens in the next step. Pure: the same
+// state, config and cost model always give the same plan.
+//
+//   1. Decodes: every running decode gets its token, oldest admission first.
+//      When a decode needs a block and none is available, the most recently
+//      admitted running request is preempted (recompute), possibly itself.
+//   2. Prefills: the candidates (running prefills, then admissible waiting
+//      requests) in the policy's order; each gets the longest chunk such that
+//      the step's *predicted time* stays <= max_step_ms (binary search on the
+//      cost model), capped by the token budget and the per-request threshold.
+//   Admission reserves the whole prompt's blocks (and keeps reserve_blocks
+//   free for decode growth), so admitted prefills cannot deadlock each other.
+#pragma once
+
+#include "sluice/sched/cost_model.h"
+#include "sluice/sched/sched_state.h"
+
+namespace sluice {
+
+StepPlan plan_step(const SchedState& state, const SchedConfig& config, const CostModel& cost_model);
+
+// The shortest-remaining-first key with aging: remaining prefill tokens,
+// divided by (1 + waited / aging_ms). Smaller goes first.
+double aged_remaining_tokens(std::int32_t num_remaining_tokens, double waited_ms, double aging_ms);
+
+}  // namespace sluice

@@ -1,0 +1,74 @@
+// What the step planner sees and what it decides. The engine fills SchedState
+// from its own bookkeeping each step; plan_step() is a pure function of it, so
+// scheduler tests are tables of states and expected plans.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sluice/backend/batch.h"
+#include "sluice/sched/scheduling_policy.h"
+
+namespace sluice {
+
+// One request, as far as scheduling is concerned. Lengths on one axis:
+// num_cached_tokens <= num_computed_tokens <= num_tokens. A request has
+// num_tokens - num_computed_tokens tokens to run; with exactly one left it is
+// decoding (the last sampled token), with more it is prefilling (a prompt, or
+// a preempted request's prompt + output being recomputed).
+struct SchedRequest {
+  SequenceId seq_id = 0;
+  std::int32_t num_tokens = 0;
+  std::int32_t num_computed_tokens = 0;   // running: KV present; waiting: 0
+  std::int32_t num_allocated_blocks = 0;  // running only
+  // Waiting only: the prefix-cache hit it would start from, and how many of
+  // the hit blocks are currently free (admission takes them off the free count).
+  std::int32_t num_cached_tokens = 0;
+  std::int32_t num_hit_free_blocks = 0;
+  // Final length the request may reach (prompt + max_tokens): admission
+  // reserves room for the prompt, decodes grow into the reserve.
+  std::int32_t max_num_tokens = 0;
+  double arrival_ms = 0.0;
+
+  std::int32_t num_remaining_tokens() const { return num_tokens - num_computed_tokens; }
+  bool is_decoding() const { return num_remaining_tokens() == 1; }
+};
+
+struct SchedState {
+  std::span<const SchedRequest> running;  // admitted, oldest admission first
+  std::span<const SchedRequest> waiting;  // not admitted (new or preempted), arrival order
+  std::int32_t num_available_blocks = 0;  // free + cached free
+  std::int32_t num_total_blocks = 0;
+  std::int32_t block_size_tokens = 16;
+  double now_ms = 0.0;
+  std::uint64_t step_index = 0;  // rotates round-robin
+};
+
+struct SchedConfig {
+  SchedulingPolicy policy = SchedulingPolicy::kSluice;
+  std::int32_t max_num_seqs = 64;
+  std::int32_t max_num_batched_tokens = 8192;
+  std::int32_t long_prefill_token_threshold = 0;  // 0 = no per-request cap
+  double max_step_ms = 50.0;
+  double aging_ms = 30000.0;
+  std::int32_t reserve_blocks = 0;  // admission keeps this many blocks free for decode growth
+};
+
+struct ScheduledChunk {
+  SequenceId seq_id = 0;
+  std::int32_t num_new_tokens = 0;
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> decodes;   // one token each
+  std::vector<ScheduledChunk> prefills;  // running prefills and newly admitted requests
+  std::vector<SequenceId> admitted;      // waiting requests that start this step (each also in prefills)
+  std::vector<SequenceId> preempted;     // running requests that give their blocks back (recompute later)
+  double predicted_step_ms = 0.0;
+
+  bool empty() const { return decodes.empty() && prefills.empty(); }
+  std::int64_t num_tokens() const;
+};
+
+}  // namespace sluice
