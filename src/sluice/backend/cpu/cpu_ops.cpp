@@ -1,0 +1,323 @@
+#include "sluice/backend/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <list>
+#include <thread>
+#include <vector>
+
+#include "sluice/backend/cpu/sampler.h"
+#include "sluice/backend/cpu/thread_pool.h"
+#include "sluice/backend/float_convert.h"
+#include "sluice/backend/rope.h"
+
+namespace sluice {
+namespace {
+
+// Converts n elements of any float dtype to f32.
+void to_f32(const Tensor& t, std::int64_t offset, std::int64_t n, float* out) {
+  switch (t.dtype) {
+    case DType::f32: std::memcpy(out, t.as<const float>() + offset, static_cast<std::size_t>(n) * 4); return;
+    case DType::bf16: {
+      const auto* in = t.as<const std::uint16_t>() + offset;
+      for (std::int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+      return;
+    }
+    case DType::f16: {
+      const auto* in = t.as<const std::uint16_t>() + offset;
+      for (std::int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);
+      return;
+    }
+    case DType::i32: break;
+  }
+  SLUICE_CHECK_MSG(false, "integer tensor used as floats");
+}
+
+// Eight independent accumulators so the compiler can vectorise without -ffast-math.
+float dot(const float* a, const float* b, std::int64_t n) {
+  float acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (float v : acc) sum += v;
+  return sum;
+}
+
+// Bump allocator for per-step activations; pointers stay valid until reset().
+class ScratchArena {
+ public:
+  void* allocate(std::size_t bytes) {
+    bytes = (bytes + 63) & ~std::size_t{63};
+    if (chunks_.empty() || used_ + bytes > chunk_bytes_) {
+      chunk_bytes_ = std::max(bytes, std::size_t{16} << 20);
+      chunks_.emplace_back(new std::byte[chunk_bytes_]);
+      used_ = 0;
+    }
+    void* out = chunks_.back().get() + used_;
+    used_ += bytes;
+    total_used_ += bytes;
+    return out;
+  }
+  // Keeps one chunk big enough for the last step's peak.
+  void reset() {
+    if (chunks_.size() > 1) {
+      chunks_.clear();
+      chunk_bytes_ = total_used_;
+      chunks_.emplace_back(new std::byte[chunk_bytes_]);
+    }
+    used_ = 0;
+    total_used_ = 0;
+  }
+
+ private:
+  std::list<std::unique_ptr<std::byte[]>> chunks_;
+  std::size_t chunk_bytes_ = 0;
+  std::size_t used_ = 0;
+  std::size_t total_used_ = 0;
+};
+
+class CpuOps final : public Ops {
+ public:
+  explicit CpuOps(const CpuOpsOptions& options)
+      : pool_(options.num_threads > 0 ? options.num_threads
+                                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+
+  DType activation_dtype() const override { return DType::f32; }
+
+  Result<Tensor> upload_weight(const Tensor& host) override { return host; }
+
+  Result<Tensor> upload_concatenated(std::span<const Tensor> parts) override {
+    SLUICE_CHECK(!parts.empty());
+    std::int64_t rows = 0;
+    for (const Tensor& part : parts) {
+      SLUICE_CHECK(part.dtype == parts[0].dtype && part.cols() == parts[0].cols());
+      rows += part.rows();
+    }
+    auto& storage = owned_.emplace_back(new std::byte[static_cast<std::size_t>(rows * parts[0].cols()) *
+                                                      dtype_size_bytes(parts[0].dtype)]);
+    std::byte* cursor = storage.get();
+    for (const Tensor& part : parts) {
+      std::memcpy(cursor, part.data, part.size_bytes());
+      cursor += part.size_bytes();
+    }
+    return Tensor{storage.get(), parts[0].dtype, Shape{rows, parts[0].cols()}};
+  }
+
+  Status allocate_kv_cache(const KvCacheSpec& spec) override {
+    kv_spec_ = spec;
+    const auto layer_elems = static_cast<std::size_t>(spec.num_blocks) * spec.block_size_tokens *
+                             spec.num_kv_heads * spec.head_dim;
+    try {
+      k_cache_.assign(spec.num_layers, std::vector<float>(layer_elems));
+      v_cache_.assign(spec.num_layers, std::vector<float>(layer_elems));
+    } catch (const std::bad_alloc&) {
+      return Error{"not enough host memory for the KV cache"};
+    }
+    return Ok{};
+  }
+
+  Tensor scratch(Shape shape, DType dtype) override {
+    Tensor t{nullptr, dtype, shape};
+    t.data = arena_.allocate(t.size_bytes());
+    return t;
+  }
+
+  void begin_step(const StepLayout& layout) override {
+    arena_.reset();
+    layout_ = &layout;
+  }
+
+  void embedding(const Tensor& table, Tensor out) override {
+    const std::int64_t width = table.cols();
+    SLUICE_CHECK_EQ(out.cols(), width);
+    pool_.parallel_for(layout_->num_rows(), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const TokenId token = layout_->token_ids[r];
+        SLUICE_CHECK(token >= 0 && token < table.rows());
+        to_f32(table, token * width, width, out.as<float>() + r * width);
+      }
+    });
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    const std::int64_t width = x.cols();
+    SLUICE_CHECK_EQ(weight.numel(), width);
+    std::vector<float> w(static_cast<std::size_t>(width));
+    to_f32(weight, 0, width, w.data());
+    pool_.parallel_for(x.rows(), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) normalize_row(x.as<const float>() + r * width, w.data(), width, eps,
+                                                              out.as<float>() + r * width);
+    });
+  }
+
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    const std::int64_t width = x.cols();
+    std::vector<float> w(static_cast<std::size_t>(width));
+    to_f32(weight, 0, width, w.data());
+    pool_.parallel_for(x.rows(), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        float* res = residual.as<float>() + r * width;
+        const float* in = x.as<const float>() + r * width;
+        for (std::int64_t i = 0; i < width; ++i) res[i] += in[i];
+        normalize_row(res, w.data(), width, eps, out.as<float>() + r * width);
+      }
+    });
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor out) override {
+    const std::int64_t num_rows = x.rows(), k = x.cols(), n = w.rows();
+    SLUICE_CHECK_EQ(w.cols(), k);
+    SLUICE_CHECK_EQ(out.cols(), n);
+    SLUICE_CHECK_EQ(out.rows(), num_rows);
+    std::vector<float> bias_f32;
+    if (bias.data) {
+      bias_f32.resize(static_cast<std::size_t>(n));
+      to_f32(bias, 0, n, bias_f32.data());
+    }
+    const float* xs = x.as<const float>();
+    float* outs = out.as<float>();
+    pool_.parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> row(static_cast<std::size_t>(k));
+      for (std::int64_t j = begin; j < end; ++j) {
+        to_f32(w, j * k, k, row.data());
+        const float b = bias.data ? bias_f32[j] : 0.0f;
+        for (std::int64_t i = 0; i < num_rows; ++i) outs[i * n + j] = dot(xs + i * k, row.data(), k) + b;
+      }
+    });
+  }
+
+  void rope(Tensor q, Tensor k, const RopeParams& params) override {
+    const std::vector<float> inv_freq = rope_inverse_frequencies(params);
+    const std::int64_t half = params.head_dim / 2;
+    pool_.parallel_for(layout_->num_rows(), [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> cos_row(static_cast<std::size_t>(half)), sin_row(static_cast<std::size_t>(half));
+      for (std::int64_t r = begin; r < end; ++r) {
+        const float position = static_cast<float>(layout_->positions[r]);
+        for (std::int64_t i = 0; i < half; ++i) {
+          const float angle = position * inv_freq[i];
+          cos_row[i] = std::cos(angle);
+          sin_row[i] = std::sin(angle);
+        }
+        for (Tensor* t : {&q, &k}) {
+          float* row = t->as<float>() + r * t->cols();
+          for (std::int64_t head = 0; head < t->cols() / params.head_dim; ++head) {
+            float* x = row + head * params.head_dim;
+            for (std::int64_t i = 0; i < half; ++i) {
+              const float x1 = x[i], x2 = x[i + half];
+              x[i] = x1 * cos_row[i] - x2 * sin_row[i];
+              x[i + half] = x2 * cos_row[i] + x1 * sin_row[i];
+            }
+          }
+        }
+      }
+    });
+  }
+
+  void attention(std::int32_t layer, const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                 Tensor out) override {
+    const std::int64_t head_dim = kv_spec_.head_dim;
+    const std::int64_t num_kv_heads = kv_spec_.num_kv_heads;
+    const std::int64_t num_q_heads = q.cols() / head_dim;
+    const std::int64_t group = num_q_heads / num_kv_heads;
+    const std::int64_t kv_width = num_kv_heads * head_dim;
+    float* k_layer = k_cache_[layer].data();
+    float* v_layer = v_cache_[layer].data();
+    auto slot_offset = [&](const SequenceLayout& seq, std::int64_t position) {
+      const std::int64_t block = seq.block_table[position / kv_spec_.block_size_tokens];
+      SLUICE_CHECK(block >= 0 && block < kv_spec_.num_blocks);
+      return (block * kv_spec_.block_size_tokens + position % kv_spec_.block_size_tokens) * kv_width;
+    };
+    for (const SequenceLayout& seq : layout_->sequences)
+      for (std::int64_t i = 0; i < seq.num_rows; ++i) {
+        const std::int64_t row = seq.row_begin + i;
+        const std::int64_t slot = slot_offset(seq, seq.num_computed_tokens + i);
+        std::memcpy(k_layer + slot, k.as<const float>() + row * kv_width, static_cast<std::size_t>(kv_width) * 4);
+        std::memcpy(v_layer + slot, v.as<const float>() + row * kv_width, static_cast<std::size_t>(kv_width) * 4);
+      }
+    // One work item per (sequence row, query head).
+    std::vector<std::pair<const SequenceLayout*, std::int64_t>> rows;
+    for (const SequenceLayout& seq : layout_->sequences)
+      for (std::int64_t i = 0; i < seq.num_rows; ++i) rows.emplace_back(&seq, i);
+    pool_.parallel_for(static_cast<std::int64_t>(rows.size()) * num_q_heads, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> scores;
+      for (std::int64_t item = begin; item < end; ++item) {
+        const auto& [seq, i] = rows[item / num_q_heads];
+        const std::int64_t head = item % num_q_heads;
+        const std::int64_t kv_head = head / group;
+        const std::int64_t row = seq->row_begin + i;
+        const std::int64_t context = seq->num_computed_tokens + i + 1;
+        const float* query = q.as<const float>() + row * q.cols() + head * head_dim;
+        scores.resize(static_cast<std::size_t>(context));
+        float max_score = -INFINITY;
+        for (std::int64_t p = 0; p < context; ++p) {
+          scores[p] = dot(query, k_layer + slot_offset(*seq, p) + kv_head * head_dim, head_dim) * scale;
+          max_score = std::max(max_score, scores[p]);
+        }
+        float total = 0.0f;
+        for (float& s : scores) total += (s = std::exp(s - max_score));
+        float* o = out.as<float>() + row * out.cols() + head * head_dim;
+        std::fill(o, o + head_dim, 0.0f);
+        for (std::int64_t p = 0; p < context; ++p) {
+          const float weight = scores[p] / total;
+          const float* value = v_layer + slot_offset(*seq, p) + kv_head * head_dim;
+          for (std::int64_t d = 0; d < head_dim; ++d) o[d] += weight * value[d];
+        }
+      }
+    });
+  }
+
+  void silu_mul(const Tensor& gate_up, Tensor out) override {
+    const std::int64_t width = out.cols();
+    SLUICE_CHECK_EQ(gate_up.cols(), 2 * width);
+    pool_.parallel_for(gate_up.rows(), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const float* gate = gate_up.as<const float>() + r * 2 * width;
+        const float* up = gate + width;
+        float* o = out.as<float>() + r * width;
+        for (std::int64_t i = 0; i < width; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      }
+    });
+  }
+
+  void gather_sample_rows(const Tensor& x, Tensor out) override {
+    const std::int64_t width = x.cols();
+    for (std::size_t i = 0; i < layout_->sample_rows.size(); ++i)
+      std::memcpy(out.as<float>() + static_cast<std::int64_t>(i) * width,
+                  x.as<const float>() + layout_->sample_rows[i] * width, static_cast<std::size_t>(width) * 4);
+  }
+
+  std::vector<SampleResult> sample(const Tensor& logits, std::span<const SampleRequest> requests) override {
+    SLUICE_CHECK_EQ(static_cast<std::int64_t>(requests.size()), logits.rows());
+    std::vector<SampleResult> results(requests.size());
+    const std::int64_t vocab = logits.cols();
+    pool_.parallel_for(static_cast<std::int64_t>(requests.size()), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+        results[i] = sample_logits({logits.as<const float>() + i * vocab, static_cast<std::size_t>(vocab)}, requests[i]);
+    });
+    return results;
+  }
+
+ private:
+  static void normalize_row(const float* x, const float* weight, std::int64_t width, float eps, float* out) {
+    double sum_squares = 0.0;
+    for (std::int64_t i = 0; i < width; ++i) sum_squares += double{x[i]} * x[i];
+    const float inv_rms = 1.0f / std::sqrt(static_cast<float>(sum_squares / static_cast<double>(width)) + eps);
+    for (std::int64_t i = 0; i < width; ++i) out[i] = weight[i] * (x[i] * inv_rms);
+  }
+
+  ThreadPool pool_;
+  ScratchArena arena_;
+  const StepLayout* layout_ = nullptr;
+  KvCacheSpec kv_spec_;
+  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [blocks, block_size, kv_heads, head_dim]
+  std::vector<std::unique_ptr<std::byte[]>> owned_;    // fused weights
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops(const CpuOpsOptions& options) { return std::make_unique<CpuOps>(options); }
+
+}  // namespace sluice

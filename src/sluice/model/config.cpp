@@ -1,0 +1,230 @@
+#include "sluice/model/config.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "sluice/common/io.h"
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+// Keys that describe the checkpoint but do not change the computation.
+const std::set<std::string, std::less<>> kInformationalKeys = {
+    "architectures", "torch_dtype", "dtype", "transformers_version", "initializer_range",
+    "use_cache", "pad_token_id", "_name_or_path", "model_type", "attention_dropout",
+    "max_window_layers", "bos_token_id", "eos_token_id", "output_attentions",
+    "output_hidden_states", "return_dict", "is_encoder_decoder", "tokenizer_class",
+};
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& root, const std::string& origin) : root_(root), origin_(origin) {}
+
+  Error error(std::string_view key, std::string_view why) const {
+    return Error{fmt::format("{}: field '{}' {}", origin_, key, why)};
+  }
+
+  // A required positive integer.
+  Result<std::int32_t> positive_int(const char* key) {
+    used_.insert(key);
+    auto it = root_.find(key);
+    if (it == root_.end()) return error(key, "is missing");
+    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
+        it->get<std::int64_t>() > (1LL << 30))
+      return error(key, "must be a positive integer");
+    return static_cast<std::int32_t>(it->get<std::int64_t>());
+  }
+  Result<std::int32_t> positive_int_or(const char* key, std::int32_t fallback) {
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null()) {
+      used_.insert(key);
+      return fallback;
+    }
+    return positive_int(key);
+  }
+  Result<float> positive_float_or(const char* key, float fallback) {
+    used_.insert(key);
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null()) return fallback;
+    if (!it->is_number() || it->get<double>() <= 0) return error(key, "must be a positive number");
+    return static_cast<float>(it->get<double>());
+  }
+  Result<bool> boolean_or(const char* key, bool fallback) {
+    used_.insert(key);
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) return error(key, "must be true or false");
+    return it->get<bool>();
+  }
+  // A field we accept only at the value that needs no support.
+  Status require_value(const char* key, const json& allowed, std::string_view why) {
+    used_.insert(key);
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null() || *it == allowed) return Ok{};
+    return error(key, fmt::format("= {} is not supported: {}", it->dump(), why));
+  }
+  const json* find(const char* key) {
+    used_.insert(key);
+    auto it = root_.find(key);
+    return it == root_.end() || it->is_null() ? nullptr : &*it;
+  }
+  Status reject_unknown_keys() const {
+    for (const auto& [key, value] : root_.items()) {
+      if (used_.count(key) || kInformationalKeys.count(key)) continue;
+      return error(key, "is not supported by sluice (refusing to ignore it)");
+    }
+    return Ok{};
+  }
+
+ private:
+  const json& root_;
+  const std::string& origin_;
+  std::set<std::string, std::less<>> used_;
+};
+
+Result<std::vector<std::int32_t>> token_ids(const json* value, const std::string& origin,
+                                            const char* key) {
+  std::vector<std::int32_t> ids;
+  if (!value) return ids;
+  auto bad = Error{fmt::format("{}: field '{}' must be a token id or a list of them", origin, key)};
+  if (value->is_number_integer()) return std::vector<std::int32_t>{value->get<std::int32_t>()};
+  if (!value->is_array()) return bad;
+  for (const auto& id : *value) {
+    if (!id.is_number_integer()) return bad;
+    ids.push_back(id.get<std::int32_t>());
+  }
+  return ids;
+}
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5).
+Status parse_rope(ConfigReader& reader, ModelConfig& config, const std::string& origin) {
+  const json* parameters = reader.find("rope_parameters");
+  const json* scaling = reader.find("rope_scaling");
+  const char* key = parameters ? "rope_parameters" : "rope_scaling";
+  const json* rope = parameters ? parameters : scaling;
+  SLUICE_TRY_ASSIGN(theta, reader.positive_float_or("rope_theta", 10000.0f));
+  config.rope_theta = theta;
+  if (!rope) return Ok{};
+  if (!rope->is_object()) return Error{fmt::format("{}: field '{}' must be an object", origin, key)};
+  std::string type = rope->value("rope_type", rope->value("type", "default"));
+  if (rope->contains("rope_theta")) config.rope_theta = (*rope)["rope_theta"].get<float>();
+  if (type == "default") return Ok{};
+  if (type != "llama3")
+    return Error{fmt::format("{}: {}.rope_type '{}' is not supported (supported: default, llama3)",
+                             origin, key, type)};
+  Llama3RopeScaling llama3;
+  llama3.factor = rope->value("factor", llama3.factor);
+  llama3.low_freq_factor = rope->value("low_freq_factor", llama3.low_freq_factor);
+  llama3.high_freq_factor = rope->value("high_freq_factor", llama3.high_freq_factor);
+  llama3.original_max_position_embeddings =
+      rope->value("original_max_position_embeddings", llama3.original_max_position_embeddings);
+  if (llama3.factor <= 0 || llama3.low_freq_factor <= 0 ||
+      llama3.high_freq_factor <= llama3.low_freq_factor || llama3.original_max_position_embeddings <= 0)
+    return Error{fmt::format("{}: {} has inconsistent llama3 scaling values", origin, key)};
+  config.rope_llama3 = llama3;
+  return Ok{};
+}
+
+}  // namespace
+
+const char* architecture_name(Architecture arch) {
+  switch (arch) {
+    case Architecture::llama: return "llama";
+    case Architecture::mistral: return "mistral";
+    case Architecture::qwen2: return "qwen2";
+    case Architecture::qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+std::optional<Architecture> parse_architecture(std::string_view model_type) {
+  for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3})
+    if (model_type == architecture_name(arch)) return arch;
+  return std::nullopt;
+}
+
+Result<ModelConfig> parse_model_config(std::string_view json_text, const std::string& origin) {
+  json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object())
+    return Error{fmt::format("{}: not a JSON object", origin)};
+  if (!root.contains("model_type") || !root["model_type"].is_string())
+    return Error{fmt::format("{}: field 'model_type' is missing", origin)};
+  const std::string model_type = root["model_type"].get<std::string>();
+  auto arch = parse_architecture(model_type);
+  if (!arch)
+    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                             origin, model_type)};
+
+  ModelConfig config;
+  config.architecture = *arch;
+  ConfigReader reader(root, origin);
+  SLUICE_TRY_ASSIGN(vocab, reader.positive_int("vocab_size"));
+  SLUICE_TRY_ASSIGN(hidden, reader.positive_int("hidden_size"));
+  SLUICE_TRY_ASSIGN(intermediate, reader.positive_int("intermediate_size"));
+  SLUICE_TRY_ASSIGN(layers, reader.positive_int("num_hidden_layers"));
+  SLUICE_TRY_ASSIGN(heads, reader.positive_int("num_attention_heads"));
+  SLUICE_TRY_ASSIGN(kv_heads, reader.positive_int_or("num_key_value_heads", heads));
+  config.vocab_size = vocab;
+  config.hidden_size = hidden;
+  config.intermediate_size = intermediate;
+  config.num_layers = layers;
+  config.num_heads = heads;
+  config.num_kv_heads = kv_heads;
+  if (heads % kv_heads != 0)
+    return reader.error("num_key_value_heads",
+                        fmt::format("= {} must divide num_attention_heads = {}", kv_heads, heads));
+  if (hidden % heads != 0 && !root.contains("head_dim"))
+    return reader.error("hidden_size", "must be a multiple of num_attention_heads when head_dim is absent");
+  SLUICE_TRY_ASSIGN(head_dim, reader.positive_int_or("head_dim", hidden / heads));
+  if (head_dim % 2 != 0) return reader.error("head_dim", "must be even for rotary embeddings");
+  config.head_dim = head_dim;
+  SLUICE_TRY_ASSIGN(eps, reader.positive_float_or("rms_norm_eps", 1e-6f));
+  config.rms_norm_eps = eps;
+  SLUICE_TRY_ASSIGN(max_pos, reader.positive_int("max_position_embeddings"));
+  config.max_position_embeddings = max_pos;
+  SLUICE_TRY_ASSIGN(tied, reader.boolean_or("tie_word_embeddings", false));
+  config.tie_word_embeddings = tied;
+  SLUICE_TRY(parse_rope(reader, config, origin));
+
+  const bool is_qwen2 = config.architecture == Architecture::qwen2;
+  SLUICE_TRY_ASSIGN(bias, reader.boolean_or("attention_bias", is_qwen2));
+  config.attention_bias = bias;
+  config.qk_norm = config.architecture == Architecture::qwen3;
+
+  SLUICE_TRY(reader.require_value("hidden_act", "silu", "only SiLU-gated MLPs are implemented"));
+  SLUICE_TRY(reader.require_value("mlp_bias", false, "MLP bias is not implemented"));
+  SLUICE_TRY(reader.require_value("pretraining_tp", 1, "tensor-parallel pretraining slices are not implemented"));
+  // Qwen configs carry sliding_window with use_sliding_window = false: then it is moot.
+  // Elsewhere a window shorter than the context would change attention: reject it.
+  SLUICE_TRY(reader.require_value("use_sliding_window", false, "sliding-window attention is not implemented"));
+  if (const json* window = reader.find("sliding_window"); window && !root.contains("use_sliding_window")) {
+    if (!window->is_number_integer() || window->get<std::int64_t>() < config.max_position_embeddings)
+      return reader.error("sliding_window", fmt::format("= {} is not supported: sliding-window attention is not implemented",
+                                                        window->dump()));
+  }
+  if (const json* types = reader.find("layer_types")) {
+    if (!types->is_array()) return reader.error("layer_types", "must be a list");
+    for (const auto& t : *types)
+      if (t != "full_attention")
+        return reader.error("layer_types", fmt::format("contains {}: only full_attention is implemented", t.dump()));
+  }
+
+  SLUICE_TRY_ASSIGN(bos, token_ids(reader.find("bos_token_id"), origin, "bos_token_id"));
+  if (!bos.empty()) config.bos_token_id = bos.front();
+  SLUICE_TRY_ASSIGN(eos, token_ids(reader.find("eos_token_id"), origin, "eos_token_id"));
+  config.eos_token_ids = eos;
+  SLUICE_TRY(reader.reject_unknown_keys());
+  return config;
+}
+
+Result<ModelConfig> load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  SLUICE_TRY_ASSIGN(text, read_file(path));
+  return parse_model_config(text, path);
+}
+
+}  // namespace sluice

@@ -1,0 +1,52 @@
+// The dense Llama family (llama, mistral, qwen2, qwen3), written once against
+// Ops. Differences between members are flags on ModelConfig: qkv bias (qwen2),
+// per-head q/k RMSNorm (qwen3), Llama 3 rope scaling, tied embeddings.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "sluice/backend/ops.h"
+#include "sluice/model/config.h"
+#include "sluice/model/safetensors.h"
+
+namespace sluice {
+
+// Called after each tensor is made ready on the backend.
+using LoadProgress = std::function<void(std::size_t num_tensors_done, std::size_t num_tensors,
+                                        std::size_t bytes_done, std::size_t bytes_total)>;
+
+class LlamaModel {
+ public:
+  // Checks every tensor's name and shape against the config, rejects tensors the
+  // architecture does not use, and uploads the weights through `ops`.
+  static Result<LlamaModel> load(const ModelConfig& config, const Checkpoint& checkpoint, Ops& ops,
+                                 const LoadProgress& progress);
+
+  const ModelConfig& config() const { return config_; }
+  KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const;
+
+  // Runs the step's rows through the model; returns logits [num sample rows, vocab].
+  Tensor forward(Ops& ops, const StepLayout& layout) const;
+
+ private:
+  struct Layer {
+    Tensor input_norm;       // [hidden]
+    Tensor q_proj, k_proj, v_proj;  // [q_size | kv_size, hidden]
+    Tensor q_bias, k_bias, v_bias;  // [q_size | kv_size] (qwen2), else empty
+    Tensor q_norm, k_norm;   // [head_dim] (qwen3), else empty
+    Tensor o_proj;           // [hidden, q_size]
+    Tensor post_attention_norm;  // [hidden]
+    Tensor gate_up_proj;     // [2 * intermediate, hidden]: gate rows then up rows
+    Tensor down_proj;        // [hidden, intermediate]
+  };
+
+  ModelConfig config_;
+  RopeParams rope_;
+  Tensor embed_tokens_;  // [vocab, hidden]
+  std::vector<Layer> layers_;
+  Tensor final_norm_;    // [hidden]
+  Tensor lm_head_;       // [vocab, hidden]; the embedding when tied
+};
+
+}  // namespace sluice

@@ -1,0 +1,120 @@
+#include "sluice/model/model_runner.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "sluice/model/llama.h"
+
+namespace sluice {
+namespace {
+
+class ModelRunner final : public Backend {
+ public:
+  ModelRunner(std::unique_ptr<Ops> ops, Checkpoint checkpoint, LlamaModel model, BackendInfo info)
+      : ops_(std::move(ops)), checkpoint_(std::move(checkpoint)), model_(std::move(model)), info_(std::move(info)) {}
+
+  const BackendInfo& info() const override { return info_; }
+
+  Result<StepOutput> execute(const Batch& batch) override {
+    const auto start = std::chrono::steady_clock::now();
+    SLUICE_TRY(validate(batch));
+    const StepLayout layout = StepLayout::from_batch(batch);
+    ops_->begin_step(layout);
+    const Tensor logits = model_.forward(*ops_, layout);
+
+    std::vector<SampleRequest> requests;
+    for (const SequenceStep& seq : batch.sequences) {
+      if (!seq.sample) continue;
+      requests.push_back(SampleRequest{.params = seq.sampling,
+                                       .tokens = seq.tokens.first(static_cast<std::size_t>(seq.end_position())),
+                                       .num_prompt_tokens = seq.num_prompt_tokens,
+                                       .generated_index = std::max(0, seq.end_position() - seq.num_prompt_tokens),
+                                       .return_logits = seq.return_logits});
+    }
+    std::vector<SampleResult> samples;
+    if (!requests.empty()) samples = ops_->sample(logits, requests);
+
+    StepOutput output;
+    std::size_t next_sample = 0;
+    for (const SequenceStep& seq : batch.sequences) {
+      SequenceOutput out{.seq_id = seq.seq_id};
+      if (seq.sample) {
+        SampleResult& s = samples[next_sample++];
+        out.token = s.token;
+        out.logprob = s.logprob;
+        out.top_logprobs = std::move(s.top_logprobs);
+        out.logits = std::move(s.logits);
+      }
+      output.sequences.push_back(std::move(out));
+    }
+    output.step_time_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return output;
+  }
+
+ private:
+  // The engine builds batches; a malformed one is a bug there, but it must fail
+  // the step, not corrupt the KV cache of other sequences.
+  Status validate(const Batch& batch) const {
+    for (const SequenceStep& seq : batch.sequences) {
+      const std::int64_t end = seq.end_position();
+      const std::int64_t blocks_needed = (end + info_.block_size_tokens - 1) / info_.block_size_tokens;
+      if (seq.num_new_tokens <= 0 || seq.num_computed_tokens < 0 ||
+          end > static_cast<std::int64_t>(seq.tokens.size()) ||
+          static_cast<std::int64_t>(seq.block_table.size()) < blocks_needed || end > info_.max_model_len_tokens)
+        return Error{fmt::format("sequence {}: inconsistent step (computed {}, new {}, tokens {}, blocks {})",
+                                 seq.seq_id, seq.num_computed_tokens, seq.num_new_tokens, seq.tokens.size(),
+                                 seq.block_table.size())};
+      for (BlockId block : seq.block_table)
+        if (block < 0 || block >= info_.num_kv_blocks)
+          return Error{fmt::format("sequence {}: block {} outside the pool of {}", seq.seq_id, block,
+                                   info_.num_kv_blocks)};
+      for (std::int64_t p = seq.num_computed_tokens; p < end; ++p)
+        if (seq.tokens[p] < 0 || seq.tokens[p] >= info_.vocab_size)
+          return Error{fmt::format("sequence {}: token id {} outside the vocabulary of {}", seq.seq_id,
+                                   seq.tokens[p], info_.vocab_size)};
+    }
+    return Ok{};
+  }
+
+  std::unique_ptr<Ops> ops_;
+  Checkpoint checkpoint_;  // keeps the mmapped weights alive
+  LlamaModel model_;
+  BackendInfo info_;
+};
+
+void print_progress(std::size_t done, std::size_t total, std::size_t bytes_done, std::size_t bytes_total) {
+  std::fprintf(stderr, "\rloading weights: %zu/%zu tensors, %.2f/%.2f GB", done, total, bytes_done / 1e9,
+               bytes_total / 1e9);
+  if (done == total) std::fputc('\n', stderr);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,
+                                                   const ModelRunnerOptions& options) {
+  SLUICE_TRY_ASSIGN(config, load_model_config(model_dir));
+  SLUICE_TRY_ASSIGN(checkpoint, Checkpoint::open(model_dir));
+  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, *ops, options.show_progress ? LoadProgress(print_progress)
+                                                                                             : LoadProgress()));
+  if (options.block_size_tokens <= 0) return Error{"block size must be positive"};
+  BackendInfo info{.name = "model",
+                   .block_size_tokens = options.block_size_tokens,
+                   .vocab_size = config.vocab_size,
+                   .max_model_len_tokens = options.max_model_len_tokens > 0 ? options.max_model_len_tokens
+                                                                            : config.max_position_embeddings};
+  const std::int64_t bytes_per_block =
+      model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops->activation_dtype());
+  info.num_kv_blocks = options.num_kv_blocks > 0
+                           ? options.num_kv_blocks
+                           : static_cast<std::int32_t>(options.kv_cache_bytes / bytes_per_block);
+  if (info.num_kv_blocks < 1)
+    return Error{fmt::format("KV cache of {} bytes holds no block of {} bytes", options.kv_cache_bytes, bytes_per_block)};
+  SLUICE_TRY(ops->allocate_kv_cache(model.kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
+  return std::unique_ptr<Backend>(
+      std::make_unique<ModelRunner>(std::move(ops), std::move(checkpoint), std::move(model), std::move(info)));
+}
+
+}  // namespace sluice

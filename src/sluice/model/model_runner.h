@@ -1,0 +1,25 @@
+// ModelRunner: a Backend that computes batches with a model architecture on an
+// Ops implementation (CPU or CUDA). It owns the checkpoint mapping, the uploaded
+// weights and the KV cache geometry.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sluice/backend/backend.h"
+#include "sluice/backend/ops.h"
+
+namespace sluice {
+
+struct ModelRunnerOptions {
+  std::int32_t block_size_tokens = 16;
+  std::int32_t num_kv_blocks = 0;           // 0 = derive from kv_cache_bytes
+  std::int64_t kv_cache_bytes = 1LL << 30;  // used when num_kv_blocks == 0
+  std::int32_t max_model_len_tokens = 0;    // 0 = the config's max_position_embeddings
+  bool show_progress = false;               // weight-loading progress on stderr
+};
+
+Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,
+                                                   const ModelRunnerOptions& options);
+
+}  // namespace sluice
