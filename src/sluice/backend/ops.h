@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -96,6 +97,9 @@ class Ops {
   virtual Status allocate_kv_cache(const KvCacheSpec& spec) = 0;
   // Scratch memory valid until the next begin_step().
   virtual Tensor scratch(Shape shape, DType dtype) = 0;
+  // (optional) Free device memory now, for sizing the KV pool by
+  // --gpu-memory-utilization; nullopt where the backend has no device memory.
+  virtual std::optional<std::int64_t> device_memory_free_bytes() const { return std::nullopt; }
   Tensor scratch(Shape shape) { return scratch(shape, activation_dtype()); }
 
   // --- step ---
