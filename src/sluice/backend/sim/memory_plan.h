@@ -19,13 +19,14 @@ struct MemoryOptions {
   std::int32_t max_num_seqs = 64;        // per-sequence state (window rings) is reserved for each
   std::int32_t max_num_batched_tokens = 8192;  // activations are sized for this many tokens
   std::int32_t block_size_tokens = 16;
+  std::int32_t max_model_len_tokens = 0;  // 0: the profile's max_position_embeddings
 };
 
 struct MemoryPlan {
   // Per GPU.
   double budget_bytes = 0;              // capacity x utilization
   double weight_bytes = 0;
-  double activation_bytes = 0;
+  double activation_bytes = 0;         // runtime reserve + per-token buffers + logits + workspace
   double sequence_state_bytes = 0;      // max_num_seqs x window rings
   double kv_bytes = 0;                  // what is left for the paged KV cache (may be < 0)
   double kv_bytes_per_token = 0;        // on one GPU (replicated or sharded by TP)

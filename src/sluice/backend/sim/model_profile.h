@@ -84,6 +84,7 @@ struct ModelProfile {
   // Outside the layer groups.
   std::int64_t embedding_params = 0;    // a lookup: its rows are read, not multiplied
   std::int64_t head_params = 0;         // vocab x hidden: one GEMM row per sampled sequence
+  bool head_tied_to_embedding = false;  // the head is the embedding table (counted once)
   double embedding_head_bytes = 0;      // both tables on the GPU
   double other_gpu_weight_bytes = 0;    // held but not run in a plain step (draft head, vision)
   double replicated_weight_bytes = 0;   // held whole on every TP rank (norms, router, latent KV proj)
@@ -98,8 +99,9 @@ struct ModelProfile {
   double host_table_bytes = 0;
   double host_bytes_per_token = 0;
 
-  // Activations and workspaces beyond what scales with tokens (indexer buffers).
-  double extra_activation_bytes = 0;
+  // Workspace that scales with --max-model-len (DeepSeek's indexer prefill
+  // buffer: vLLM measured ~5.2 GiB at 1M context).
+  double workspace_bytes_per_context_token = 0;
 
   // Derived.
   std::int64_t total_params() const;                    // GPU-resident weights, all experts

@@ -1,0 +1,107 @@
+#include "sluice/backend/sim/sim_backend.h"
+
+#include <string>
+#include <utility>
+
+#include "sluice/backend/sim/roofline_cost_model.h"
+#include "sluice/common/rng.h"
+
+namespace sluice::sim {
+
+SimBackend::SimBackend(std::shared_ptr<const CostModel> cost_model, BackendInfo info, SimTokenOptions tokens)
+    : cost_model_(std::move(cost_model)), info_(std::move(info)), tokens_(tokens) {
+  SLUICE_CHECK(cost_model_ != nullptr);
+  SLUICE_CHECK(tokens_.vocab_size >= 2);
+  info_.name = "sim";
+  info_.vocab_size = tokens_.vocab_size;
+}
+
+TokenId SimBackend::fake_token(SequenceId seq_id, std::int32_t position, std::int32_t generated_index) const {
+  if (tokens_.eos_token_id && tokens_.emit_eos_every > 0 && (generated_index + 1) % tokens_.emit_eos_every == 0) {
+    return *tokens_.eos_token_id;
+  }
+  const std::uint64_t key = splitmix64(seq_id) ^ static_cast<std::uint64_t>(position);
+  auto token = static_cast<TokenId>(splitmix64(tokens_.seed ^ key) % static_cast<std::uint64_t>(tokens_.vocab_size));
+  if (tokens_.eos_token_id && token == *tokens_.eos_token_id) token = (token + 1) % tokens_.vocab_size;
+  return token;
+}
+
+Result<StepOutput> SimBackend::execute(const Batch& batch) {
+  StepShape shape;
+  shape.sequences.reserve(batch.sequences.size());
+  for (const SequenceStep& seq : batch.sequences) {
+    const std::string id = "sequence " + std::to_string(seq.seq_id);
+    if (seq.num_new_tokens < 0 || seq.num_computed_tokens < 0) return Error{id + ": negative token count"};
+    if (seq.end_position() > static_cast<std::int32_t>(seq.tokens.size())) {
+      return Error{id + ": runs to position " + std::to_string(seq.end_position()) + " but has " +
+                   std::to_string(seq.tokens.size()) + " tokens"};
+    }
+    if (info_.max_model_len_tokens > 0 && seq.end_position() > info_.max_model_len_tokens) {
+      return Error{id + ": position " + std::to_string(seq.end_position()) + " exceeds max model length " +
+                   std::to_string(info_.max_model_len_tokens)};
+    }
+    const std::int64_t covered = static_cast<std::int64_t>(seq.block_table.size()) * info_.block_size_tokens;
+    if (covered < seq.end_position()) {
+      return Error{id + ": block table covers " + std::to_string(covered) + " positions, needs " +
+                   std::to_string(seq.end_position())};
+    }
+    shape.sequences.push_back({.num_new_tokens = seq.num_new_tokens, .num_computed_tokens = seq.num_computed_tokens});
+  }
+
+  StepOutput out;
+  out.step_time_ms = cost_model_->predict_step_ms(shape);
+  now_ms_ += out.step_time_ms;
+  ++num_steps_;
+  out.sequences.reserve(batch.sequences.size());
+  for (const SequenceStep& seq : batch.sequences) {
+    SequenceOutput so;
+    so.seq_id = seq.seq_id;
+    if (seq.sample) {
+      const TokenId token = fake_token(seq.seq_id, seq.end_position(), seq.end_position() - seq.num_prompt_tokens);
+      so.token = token;
+      so.logprob = 0.0f;  // the sim is certain of its fake token
+      if (seq.return_logits) {
+        so.logits.assign(static_cast<std::size_t>(tokens_.vocab_size), 0.0f);
+        so.logits[static_cast<std::size_t>(token)] = 1.0f;
+      }
+    }
+    out.sequences.push_back(std::move(so));
+  }
+  return out;
+}
+
+Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& profile, const HardwareSpec& hardware,
+                                                     const Parallelism& parallelism,
+                                                     const SimBackendOptions& options) {
+  SLUICE_TRY(validate(parallelism, profile));
+  const std::int32_t max_model_len =
+      options.max_model_len_tokens > 0 ? options.max_model_len_tokens : profile.max_position_embeddings;
+  if (max_model_len > profile.max_position_embeddings) {
+    return Error{"max model length " + std::to_string(max_model_len) + " exceeds " + profile.name + "'s " +
+                 std::to_string(profile.max_position_embeddings) + " positions"};
+  }
+  MemoryOptions memory = options.memory;
+  memory.max_model_len_tokens = max_model_len;
+  std::int32_t num_kv_blocks = 0;
+  if (options.num_kv_blocks_override) {
+    if (*options.num_kv_blocks_override <= 0) return Error{"num_kv_blocks override must be positive"};
+    num_kv_blocks = *options.num_kv_blocks_override;
+  } else {
+    const MemoryPlan plan = plan_memory(profile, hardware, parallelism, memory);
+    if (!plan.fits()) {
+      return Error{profile.name + " does not fit: " + std::to_string(plan.kv_bytes / 1e9) +
+                   " GB left for KV per GPU after weights and activations"};
+    }
+    num_kv_blocks = plan.num_kv_blocks;
+  }
+  BackendInfo info;
+  info.block_size_tokens = memory.block_size_tokens;
+  info.num_kv_blocks = num_kv_blocks;
+  info.max_model_len_tokens = max_model_len;
+  SimTokenOptions tokens = options.tokens;
+  tokens.vocab_size = profile.vocab_size;
+  auto cost = std::make_shared<const RooflineCostModel>(profile, hardware, parallelism);
+  return std::make_unique<SimBackend>(std::move(cost), std::move(info), tokens);
+}
+
+}  // namespace sluice::sim
