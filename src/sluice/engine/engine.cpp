@@ -1,0 +1,268 @@
+// Engine: the thread-safe shell around EngineCore. Submitting threads only
+// validate and drop requests into an inbox; the step thread (or the caller of
+// step()) moves them into the core, runs the step, then publishes a stats
+// snapshot. The core is never touched by two threads at once.
+#include "sluice/engine/engine.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "sluice/common/check.h"
+#include "sluice/engine/engine_core.h"
+
+namespace sluice {
+
+struct Engine::Impl {
+  Impl(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig cfg)
+      : config(cfg),
+        info(backend->info()),
+        max_model_len_tokens(cfg.max_model_len_tokens > 0 ? cfg.max_model_len_tokens : info.max_model_len_tokens),
+        core(std::move(backend), std::move(cost_model), cfg),
+        wall_start(std::chrono::steady_clock::now()) {}
+
+  Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
+  StepReport step();
+  void loop();
+  double now_ms() const;
+  void take_inbox(double now_ms);
+  void publish(double now_ms);
+
+  const EngineConfig config;
+  const BackendInfo info;
+  const std::int32_t max_model_len_tokens;
+
+  std::mutex step_mutex;  // one step at a time; guards core
+  EngineCore core;
+
+  mutable std::mutex mutex;  // everything below
+  std::condition_variable wake;
+  std::vector<std::unique_ptr<RequestState>> inbox;
+  std::vector<std::string> aborts;
+  std::unordered_set<std::string> live_ids;
+  std::int32_t num_queued_requests = 0;
+  std::int64_t num_queued_tokens = 0;
+  SequenceId next_seq_id = 1;
+  bool accepting = true;
+  bool stop_requested = false;
+  StopMode stop_mode = StopMode::kDrain;
+  bool core_has_work = false;
+  EngineStats stats;
+  std::vector<RequestTimeline> finished_timelines;
+
+  std::thread thread;
+  const std::chrono::steady_clock::time_point wall_start;
+  std::atomic<double> virtual_now_ms{0.0};
+};
+
+double Engine::Impl::now_ms() const {
+  if (config.clock == ClockMode::kVirtual) return virtual_now_ms.load();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::Impl::submit(EngineRequest request) {
+  const auto num_prompt_tokens = static_cast<std::int32_t>(request.prompt_token_ids.size());
+  if (request.request_id.empty()) return Error{"request id is empty"};
+  if (num_prompt_tokens == 0) return Error{"prompt is empty"};
+  if (request.max_tokens < 1) return Error{"max_tokens must be >= 1, got " + std::to_string(request.max_tokens)};
+  if (request.min_tokens < 0) return Error{"min_tokens must be >= 0"};
+  if (num_prompt_tokens >= max_model_len_tokens) {
+    return Error{"prompt has " + std::to_string(num_prompt_tokens) + " tokens; max_model_len is " +
+                 std::to_string(max_model_len_tokens) + " (prompt + at least one generated token)"};
+  }
+  for (TokenId t : request.prompt_token_ids) {
+    if (t < 0 || t >= info.vocab_size) {
+      return Error{"prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                   std::to_string(info.vocab_size) + ")"};
+    }
+  }
+  const std::int64_t max_num_tokens =
+      std::min<std::int64_t>(static_cast<std::int64_t>(num_prompt_tokens) + request.max_tokens, max_model_len_tokens);
+  // Admission keeps a reserve; a prompt that cannot fit beside it would wait forever.
+  const std::int64_t usable_blocks = info.num_kv_blocks - core.reserve_blocks();
+  const std::int64_t prompt_blocks = (num_prompt_tokens + 1 + info.block_size_tokens - 1) / info.block_size_tokens;
+  if (prompt_blocks > usable_blocks) {
+    return Error{"prompt has " + std::to_string(num_prompt_tokens) + " tokens; the KV cache can hold " +
+                 std::to_string(usable_blocks * info.block_size_tokens) + " for one request"};
+  }
+
+  auto state = std::make_unique<RequestState>();
+  auto stream = std::make_shared<RequestStream>(request.request_id);
+  state->num_prompt_tokens = num_prompt_tokens;
+  state->max_num_tokens = static_cast<std::int32_t>(max_num_tokens);
+  state->stream = stream;
+  state->timeline.request_id = request.request_id;
+  state->timeline.num_prompt_tokens = num_prompt_tokens;
+  state->tokens = std::move(request.prompt_token_ids);
+  state->request = std::move(request);
+  state->request.prompt_token_ids.clear();
+
+  std::lock_guard lock(mutex);
+  if (!accepting) return Error{"engine is shutting down"};
+  if (live_ids.contains(state->request.request_id)) {
+    return Error{"request id '" + state->request.request_id + "' is already in use"};
+  }
+  if (num_queued_requests >= config.max_num_queued_requests) {
+    return Error{"queue full: " + std::to_string(num_queued_requests) + " requests waiting (max_num_queued_requests)"};
+  }
+  if (config.max_num_queued_tokens > 0 && num_queued_tokens + num_prompt_tokens > config.max_num_queued_tokens) {
+    return Error{"queue full: " + std::to_string(num_queued_tokens) + " prompt tokens waiting (max_num_queued_tokens " +
+                 std::to_string(config.max_num_queued_tokens) + ")"};
+  }
+  state->seq_id = next_seq_id++;
+  state->timeline.arrival_ms = now_ms();
+  live_ids.insert(state->request.request_id);
+  ++num_queued_requests;
+  num_queued_tokens += num_prompt_tokens;
+  inbox.push_back(std::move(state));
+  wake.notify_one();
+  return stream;
+}
+
+void Engine::Impl::take_inbox(double now) {
+  std::vector<std::unique_ptr<RequestState>> new_requests;
+  std::vector<std::string> new_aborts;
+  {
+    std::lock_guard lock(mutex);
+    new_requests.swap(inbox);
+    new_aborts.swap(aborts);
+  }
+  for (auto& r : new_requests) core.add_request(std::move(r));
+  for (const std::string& id : new_aborts) core.abort_request(id, "aborted", now);
+}
+
+void Engine::Impl::publish(double now) {
+  EngineStats snapshot;
+  core.fill_stats(snapshot, now);
+  snapshot.now_ms = now;
+  const EngineCore::Dequeued dequeued = core.take_dequeued();
+  std::vector<std::string> ended = core.take_ended_ids();
+  std::vector<RequestTimeline> timelines = core.take_finished_timelines();
+  std::lock_guard lock(mutex);
+  num_queued_requests -= dequeued.num_requests;
+  num_queued_tokens -= dequeued.num_prompt_tokens;
+  for (const std::string& id : ended) live_ids.erase(id);
+  for (RequestTimeline& t : timelines) finished_timelines.push_back(std::move(t));
+  snapshot.num_queued_prompt_tokens = num_queued_tokens;
+  core_has_work = core.has_work();
+  stats = snapshot;
+}
+
+StepReport Engine::Impl::step() {
+  std::lock_guard step_lock(step_mutex);
+  const double start = now_ms();
+  take_inbox(start);
+  StepReport report = core.step(start);
+  if (config.clock == ClockMode::kVirtual) virtual_now_ms.store(start + report.step_ms);
+  publish(now_ms());
+  return report;
+}
+
+void Engine::Impl::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return stop_requested || !inbox.empty() || !aborts.empty() || core_has_work; });
+      if (stop_requested && stop_mode == StopMode::kAbort) break;
+      if (stop_requested && inbox.empty() && aborts.empty() && !core_has_work) break;
+    }
+    const StepReport report = step();
+    if (report.idle) {
+      // Work exists but nothing can run (waiting on memory held by requests
+      // that are themselves blocked is prevented by admission, so this is
+      // brief): do not spin.
+      std::unique_lock lock(mutex);
+      wake.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_requested || !inbox.empty(); });
+    }
+  }
+  std::lock_guard step_lock(step_mutex);
+  const double now = now_ms();
+  take_inbox(now);
+  core.abort_all("engine stopped", now);
+  publish(now);
+}
+
+Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig config) {
+  SLUICE_CHECK(backend != nullptr);
+  const Status valid = validate(config, backend->info());
+  SLUICE_CHECK_MSG(valid.ok(), valid.error_message());
+  impl_ = std::make_unique<Impl>(std::move(backend), std::move(cost_model), config);
+  impl_->publish(impl_->now_ms());
+}
+
+Engine::~Engine() { stop(StopMode::kAbort); }
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }
+
+void Engine::abort(const std::string& request_id) {
+  std::lock_guard lock(impl_->mutex);
+  if (!impl_->live_ids.contains(request_id)) return;
+  impl_->aborts.push_back(request_id);
+  impl_->wake.notify_one();
+}
+
+void Engine::start() {
+  SLUICE_CHECK_MSG(!impl_->thread.joinable(), "Engine::start called twice");
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+void Engine::stop(StopMode mode) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->accepting = false;
+    impl_->stop_requested = true;
+    impl_->stop_mode = mode;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) {
+    impl_->thread.join();
+    return;
+  }
+  // Synchronous mode: the caller's thread does the draining.
+  if (mode == StopMode::kDrain) {
+    while (has_work()) {
+      if (step().idle) break;  // nothing runnable: abort the rest below
+    }
+  }
+  std::lock_guard step_lock(impl_->step_mutex);
+  const double now = impl_->now_ms();
+  impl_->take_inbox(now);
+  impl_->core.abort_all("engine stopped", now);
+  impl_->publish(now);
+}
+
+StepReport Engine::step() {
+  SLUICE_CHECK_MSG(!impl_->thread.joinable(), "Engine::step is for synchronous mode (no start())");
+  return impl_->step();
+}
+
+bool Engine::has_work() const {
+  std::lock_guard lock(impl_->mutex);
+  return !impl_->inbox.empty() || !impl_->aborts.empty() || impl_->core_has_work;
+}
+
+void Engine::advance_clock_to(double time_ms) {
+  SLUICE_CHECK_MSG(impl_->config.clock == ClockMode::kVirtual, "advance_clock_to needs the virtual clock");
+  double now = impl_->virtual_now_ms.load();
+  while (time_ms > now && !impl_->virtual_now_ms.compare_exchange_weak(now, time_ms)) {
+  }
+}
+
+double Engine::now_ms() const { return impl_->now_ms(); }
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+std::vector<RequestTimeline> Engine::take_finished_timelines() {
+  std::lock_guard lock(impl_->mutex);
+  return std::exchange(impl_->finished_timelines, {});
+}
+
+const EngineConfig& Engine::config() const { return impl_->config; }
+const BackendInfo& Engine::backend_info() const { return impl_->info; }
+
+}  // namespace sluice

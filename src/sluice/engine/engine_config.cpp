@@ -1,0 +1,97 @@
+// Names and validation of the engine's settings. Every bound is checked here,
+// once, with a message naming the flag, so a bad setting fails at start.
+#include <string>
+
+#include "sluice/engine/engine.h"
+
+namespace sluice {
+namespace {
+
+struct PolicyName {
+  SchedulingPolicy policy;
+  std::string_view name;
+};
+constexpr PolicyName kPolicyNames[] = {
+    {SchedulingPolicy::kSluice, "sluice"},
+    {SchedulingPolicy::kFcfs, "fcfs"},
+    {SchedulingPolicy::kRoundRobin, "round-robin"},
+    {SchedulingPolicy::kPrefillFirst, "prefill-first"},
+    {SchedulingPolicy::kDecodeFirstTokenBudget, "decode-first-token-budget"},
+};
+
+Status bad(const std::string& message) { return Error{"invalid engine setting: " + message}; }
+
+}  // namespace
+
+std::string_view to_string(SchedulingPolicy policy) {
+  for (const PolicyName& p : kPolicyNames) {
+    if (p.policy == policy) return p.name;
+  }
+  return "?";
+}
+
+std::string_view to_string(EvictionPolicy policy) { return policy == EvictionPolicy::kLru ? "lru" : "slru"; }
+
+std::string_view to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+Result<SchedulingPolicy> parse_scheduling_policy(std::string_view name) {
+  std::string valid;
+  for (const PolicyName& p : kPolicyNames) {
+    if (p.name == name) return p.policy;
+    valid += (valid.empty() ? "" : ", ") + std::string(p.name);
+  }
+  return Error{"unknown scheduling policy '" + std::string(name) + "' (valid: " + valid + ")"};
+}
+
+Result<EvictionPolicy> parse_eviction_policy(std::string_view name) {
+  if (name == "lru") return EvictionPolicy::kLru;
+  if (name == "slru") return EvictionPolicy::kSlru;
+  return Error{"unknown eviction policy '" + std::string(name) + "' (valid: lru, slru)"};
+}
+
+Status validate(const EngineConfig& c, const BackendInfo& backend) {
+  if (c.max_num_seqs < 1) return bad("--max-num-seqs must be >= 1, got " + std::to_string(c.max_num_seqs));
+  if (c.max_num_batched_tokens < 1) {
+    return bad("--max-num-batched-tokens must be >= 1, got " + std::to_string(c.max_num_batched_tokens));
+  }
+  if (c.max_num_batched_tokens < c.max_num_seqs) {
+    return bad("--max-num-batched-tokens (" + std::to_string(c.max_num_batched_tokens) +
+               ") must be >= --max-num-seqs (" + std::to_string(c.max_num_seqs) + ") so every decode fits a step");
+  }
+  if (c.long_prefill_token_threshold < 0) {
+    return bad("--long-prefill-token-threshold must be >= 0 (0 = off), got " +
+               std::to_string(c.long_prefill_token_threshold));
+  }
+  if (!(c.max_step_ms > 0.0)) return bad("--max-step-ms must be > 0, got " + std::to_string(c.max_step_ms));
+  if (c.max_model_len_tokens < 0) return bad("--max-model-len must be >= 0 (0 = the model's)");
+  if (backend.max_model_len_tokens > 0 && c.max_model_len_tokens > backend.max_model_len_tokens) {
+    return bad("--max-model-len " + std::to_string(c.max_model_len_tokens) + " exceeds the backend's " +
+               std::to_string(backend.max_model_len_tokens));
+  }
+  if (c.max_model_len_tokens == 0 && backend.max_model_len_tokens <= 0) {
+    return bad("--max-model-len is required: the backend does not state one");
+  }
+  if (!(c.slru_protected_fraction >= 0.0 && c.slru_protected_fraction <= 1.0)) {
+    return bad("slru protected fraction must be in [0, 1], got " + std::to_string(c.slru_protected_fraction));
+  }
+  if (!(c.aging_ms > 0.0)) return bad("aging must be > 0 ms, got " + std::to_string(c.aging_ms));
+  if (!(c.kv_reserve_fraction >= 0.0 && c.kv_reserve_fraction < 1.0)) {
+    return bad("KV reserve fraction must be in [0, 1), got " + std::to_string(c.kv_reserve_fraction));
+  }
+  if (c.max_num_queued_requests < 1) return bad("--max-num-queued-requests must be >= 1");
+  if (c.max_num_queued_tokens < 0) return bad("--max-num-queued-tokens must be >= 0 (0 = unlimited)");
+  if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");
+  if (backend.num_kv_blocks < 1) return bad("the backend has no KV blocks (the model does not fit?)");
+  if (backend.vocab_size < 1) return bad("the backend reports no vocabulary");
+  return Ok{};
+}
+
+}  // namespace sluice

@@ -1,0 +1,395 @@
+#include "sluice/engine/engine_core.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "sluice/common/check.h"
+#include "sluice/sched/token_count_cost_model.h"
+
+namespace sluice {
+namespace {
+
+KvCacheConfig kv_config(const EngineConfig& config, const BackendInfo& info) {
+  return KvCacheConfig{.num_blocks = info.num_kv_blocks,
+                       .block_size_tokens = info.block_size_tokens,
+                       .enable_prefix_caching = config.enable_prefix_caching,
+                       .eviction = config.eviction,
+                       .slru_protected_fraction = config.slru_protected_fraction};
+}
+
+SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
+  return SchedConfig{
+      .policy = config.scheduling,
+      .max_num_seqs = config.max_num_seqs,
+      .max_num_batched_tokens = config.max_num_batched_tokens,
+      .long_prefill_token_threshold = config.long_prefill_token_threshold,
+      .max_step_ms = config.max_step_ms,
+      .aging_ms = config.aging_ms,
+      .reserve_blocks = static_cast<std::int32_t>(config.kv_reserve_fraction * info.num_kv_blocks),
+  };
+}
+
+// A decode runs the last sampled token; anything else is (part of) a prefill.
+bool is_decode(const SequenceStep& s) {
+  return s.num_new_tokens == 1 && s.num_generated_tokens() > 0 &&
+         s.end_position() == static_cast<std::int32_t>(s.tokens.size());
+}
+
+}  // namespace
+
+EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
+                       const EngineConfig& config)
+    : backend_(std::move(backend)),
+      cost_model_(cost_model ? std::move(cost_model) : std::make_shared<TokenCountCostModel>()),
+      config_(config),
+      sched_config_(sched_config(config, backend_->info())),
+      kv_(kv_config(config, backend_->info())) {}
+
+RequestState* EngineCore::find(SequenceId seq_id) {
+  const auto it = requests_.find(seq_id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void EngineCore::add_request(std::unique_ptr<RequestState> request) {
+  const SequenceId id = request->seq_id;
+  extend_block_hashes(request->block_hashes, request->tokens, kv_.block_size_tokens(), request->request.cache_salt);
+  ids_[request->request.request_id] = id;
+  waiting_.push_back(id);
+  requests_[id] = std::move(request);
+}
+
+void EngineCore::abort_request(const std::string& request_id, const std::string& why, double now_ms) {
+  const auto it = ids_.find(request_id);
+  if (it == ids_.end()) return;
+  RequestState* r = find(it->second);
+  SLUICE_CHECK(r != nullptr);
+  finish(*r, FinishReason::kAbort, std::nullopt, why, now_ms);
+}
+
+void EngineCore::abort_all(const std::string& why, double now_ms) {
+  std::vector<std::string> names;
+  names.reserve(ids_.size());
+  for (const auto& [name, id] : ids_) names.push_back(name);
+  for (const std::string& name : names) abort_request(name, why, now_ms);
+}
+
+StepReport EngineCore::step(double now_ms) {
+  StepReport report{.start_ms = now_ms};
+  const SchedState state = build_sched_state(now_ms);
+  const StepPlan plan = plan_step(state, sched_config_, *cost_model_);
+  for (SequenceId id : plan.preempted) preempt(id, now_ms);
+  Batch batch = commit_plan(plan, now_ms);
+  if (batch.sequences.empty()) return report;
+
+  for (const SequenceStep& s : batch.sequences) {
+    if (is_decode(s)) {
+      ++report.num_decode_seqs;
+    } else {
+      ++report.num_prefill_seqs;
+      report.num_prefill_tokens += s.num_new_tokens;
+    }
+  }
+  const auto wall_start = std::chrono::steady_clock::now();
+  Result<StepOutput> output = execute_isolating_failures(batch, now_ms);
+  SLUICE_CHECK(output.ok());  // failures were moved onto their requests
+  if (config_.clock == ClockMode::kWall) {
+    output->step_time_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
+  }
+  const double end_ms = now_ms + output->step_time_ms;
+  postprocess(batch, *output, now_ms, end_ms);
+
+  report.idle = false;
+  report.step_ms = output->step_time_ms;
+  report.predicted_step_ms = plan.predicted_step_ms;
+  report.num_preempted = static_cast<std::int32_t>(plan.preempted.size());
+  ++num_steps_;
+  last_step_ms_ = output->step_time_ms;
+  max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
+  total_step_ms_ += last_step_ms_;
+  ++step_index_;
+  return report;
+}
+
+SchedState EngineCore::build_sched_state(double now_ms) {
+  sched_running_.clear();
+  sched_waiting_.clear();
+  for (SequenceId id : running_) {
+    const RequestState& r = *requests_.at(id);
+    sched_running_.push_back(SchedRequest{
+        .seq_id = id,
+        .num_tokens = r.num_tokens(),
+        .num_computed_tokens = r.num_computed_tokens,
+        .num_allocated_blocks = static_cast<std::int32_t>(kv_.block_table(id).size()),
+        .max_num_tokens = r.max_num_tokens,
+        .arrival_ms = r.timeline.arrival_ms,
+    });
+  }
+  for (SequenceId id : waiting_) {
+    const RequestState& r = *requests_.at(id);
+    // At least the last token is computed, so there is a position to sample from.
+    const PrefixProbe probe = kv_.probe_prefix(r.block_hashes, r.num_tokens() - 1);
+    sched_waiting_.push_back(SchedRequest{
+        .seq_id = id,
+        .num_tokens = r.num_tokens(),
+        .num_cached_tokens = probe.num_hit_blocks * kv_.block_size_tokens(),
+        .num_hit_free_blocks = probe.num_hit_free_blocks,
+        .max_num_tokens = r.max_num_tokens,
+        .arrival_ms = r.timeline.arrival_ms,
+    });
+  }
+  return SchedState{.running = sched_running_,
+                    .waiting = sched_waiting_,
+                    .num_available_blocks = kv_.num_available_blocks(),
+                    .num_total_blocks = kv_.num_blocks(),
+                    .block_size_tokens = kv_.block_size_tokens(),
+                    .now_ms = now_ms,
+                    .step_index = step_index_};
+}
+
+void EngineCore::preempt(SequenceId seq_id, double now_ms) {
+  (void)now_ms;
+  RequestState& r = *requests_.at(seq_id);
+  SLUICE_CHECK(r.phase == RequestPhase::kRunning);
+  kv_.free(seq_id);
+  r.num_computed_tokens = 0;  // recompute; its blocks stay cached until evicted, so it may hit them
+  r.phase = RequestPhase::kWaiting;
+  ++r.timeline.num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), seq_id));
+  // Back in arrival order, so it keeps its seniority.
+  const auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](SequenceId other) {
+    return requests_.at(other)->timeline.arrival_ms > r.timeline.arrival_ms;
+  });
+  waiting_.insert(pos, seq_id);
+}
+
+Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms) {
+  Batch batch;
+  batch.sequences.reserve(plan.decodes.size() + plan.prefills.size());
+  std::vector<SequenceId> admitted;
+  auto add_step = [&](RequestState& r, std::int32_t num_new_tokens) {
+    batch.sequences.push_back(SequenceStep{
+        .seq_id = r.seq_id,
+        .tokens = r.tokens,
+        .num_prompt_tokens = r.num_prompt_tokens,
+        .num_computed_tokens = r.num_computed_tokens,
+        .num_new_tokens = num_new_tokens,
+        .block_table = {},  // filled below: later commits may grow any table
+        .sample = r.num_computed_tokens + num_new_tokens == r.num_tokens(),
+        .sampling = r.request.sampling,
+    });
+  };
+  for (const ScheduledChunk& c : plan.decodes) {
+    RequestState& r = *requests_.at(c.seq_id);
+    if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = r.num_tokens()}).ok()) continue;
+    add_step(r, c.num_new_tokens);
+  }
+  for (const ScheduledChunk& c : plan.prefills) {
+    RequestState& r = *requests_.at(c.seq_id);
+    if (r.phase == RequestPhase::kRunning) {
+      const std::int32_t end = std::min(r.num_tokens(), r.num_computed_tokens + c.num_new_tokens);
+      if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = end}).ok()) continue;
+      add_step(r, end - r.num_computed_tokens);
+      continue;
+    }
+    // Admission: start from the prefix cache as it is now (earlier commits this
+    // step may have evicted part of what the planner saw).
+    PrefixMatch match = kv_.match_prefix(r.block_hashes, r.num_tokens() - 1);
+    const std::int32_t start = match.num_cached_tokens;
+    const std::int32_t end = std::min(r.num_tokens(), start + c.num_new_tokens);
+    const Status committed = kv_.commit({.seq_id = c.seq_id,
+                                         .num_tokens = end,
+                                         .prefix = std::move(match),
+                                         .num_queried_tokens = r.num_tokens()});
+    if (!committed.ok()) continue;
+    r.num_computed_tokens = start;
+    r.phase = RequestPhase::kRunning;
+    if (!r.ever_admitted) {
+      r.ever_admitted = true;
+      r.num_cached_tokens = std::min(start, r.num_prompt_tokens);
+      r.timeline.num_cached_tokens = r.num_cached_tokens;
+      r.timeline.admitted_ms = now_ms;
+      ++dequeued_.num_requests;
+      dequeued_.num_prompt_tokens += r.num_prompt_tokens;
+    }
+    admitted.push_back(c.seq_id);
+    add_step(r, end - start);
+  }
+  if (!admitted.empty()) {
+    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                  [&](SequenceId id) {
+                                    return std::find(admitted.begin(), admitted.end(), id) != admitted.end();
+                                  }),
+                   waiting_.end());
+    running_.insert(running_.end(), admitted.begin(), admitted.end());
+  }
+  for (SequenceStep& s : batch.sequences) s.block_table = kv_.block_table(s.seq_id);
+  return batch;
+}
+
+Result<StepOutput> EngineCore::execute_isolating_failures(Batch& batch, double now_ms) {
+  Result<StepOutput> output = backend_->execute(batch);
+  if (output.ok()) {
+    SLUICE_CHECK_EQ(output->sequences.size(), batch.sequences.size());
+    return output;
+  }
+  // The backend failed the step. Find which sequences fail on their own: they
+  // fail; the others' results from running alone stand (KV writes at the same
+  // positions are idempotent, so nothing is corrupted by the failed attempt).
+  const std::string batch_error = output.error_message();
+  StepOutput combined;
+  Batch kept;
+  for (SequenceStep& s : batch.sequences) {
+    Batch single;
+    single.sequences.push_back(s);
+    Result<StepOutput> alone = batch.sequences.size() == 1 ? Result<StepOutput>(Error{batch_error})
+                                                            : backend_->execute(single);
+    if (!alone.ok()) {
+      RequestState& r = *requests_.at(s.seq_id);
+      finish(r, FinishReason::kError, std::nullopt, "backend error: " + alone.error_message(), now_ms);
+      continue;
+    }
+    combined.step_time_ms += alone->step_time_ms;
+    combined.sequences.push_back(std::move(alone->sequences.at(0)));
+    kept.sequences.push_back(s);
+  }
+  batch = std::move(kept);
+  return combined;
+}
+
+void EngineCore::postprocess(const Batch& batch, const StepOutput& output, double start_ms, double end_ms) {
+  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceStep& s = batch.sequences[i];
+    RequestState& r = *requests_.at(s.seq_id);
+    if (r.phase != RequestPhase::kRunning) continue;
+    const bool was_prefill = !is_decode(s);
+    r.num_computed_tokens += s.num_new_tokens;
+    if (was_prefill) {
+      num_prompt_tokens_computed_ += s.num_new_tokens;
+      r.timeline.prefill_chunks.push_back({.start_ms = start_ms,
+                                           .end_ms = end_ms,
+                                           .num_computed_tokens = s.num_computed_tokens,
+                                           .num_tokens = s.num_new_tokens});
+    }
+    kv_.cache_computed_blocks(r.seq_id, r.block_hashes, r.num_computed_tokens);
+    if (!s.sample) continue;
+
+    const SequenceOutput& out = output.sequences[i];
+    if (!out.token.has_value()) {
+      finish(r, FinishReason::kError, std::nullopt, "backend returned no token for a sampled sequence", end_ms);
+      continue;
+    }
+    r.tokens.push_back(*out.token);
+    extend_block_hashes(r.block_hashes, r.tokens, kv_.block_size_tokens(), r.request.cache_salt);
+    ++num_generated_tokens_;
+    if (!r.timeline.first_token_ms) r.timeline.first_token_ms = end_ms;
+    r.timeline.token_ms.push_back(end_ms);
+    r.last_token_ms = end_ms;
+
+    RequestOutput event{.tokens = {GeneratedToken{.token = *out.token,
+                                                  .logprob = out.logprob,
+                                                  .top_logprobs = out.top_logprobs}},
+                        .num_prompt_tokens = r.num_prompt_tokens,
+                        .num_cached_tokens = r.num_cached_tokens,
+                        .num_generated_tokens = r.num_generated_tokens()};
+    const std::optional<RequestState::Stop> stop = r.check_stop();
+    if (!stop) {
+      r.stream->push(std::move(event));
+      continue;
+    }
+    r.stream->push(std::move(event));
+    finish(r, stop->reason, stop->stop_token, {}, end_ms);
+  }
+}
+
+void EngineCore::finish(RequestState& r, FinishReason reason, std::optional<TokenId> stop_token,
+                        std::string message, double now_ms) {
+  if (r.phase == RequestPhase::kDone) return;
+  const SequenceId id = r.seq_id;
+  if (r.phase == RequestPhase::kRunning) {
+    kv_.free(id);
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    if (!r.ever_admitted) {
+      ++dequeued_.num_requests;
+      dequeued_.num_prompt_tokens += r.num_prompt_tokens;
+    }
+  }
+  r.phase = RequestPhase::kDone;
+  switch (reason) {
+    case FinishReason::kStop:
+    case FinishReason::kLength: ++num_finished_; break;
+    case FinishReason::kAbort: ++num_aborted_; break;
+    case FinishReason::kError: ++num_failed_; break;
+  }
+  r.stream->push(RequestOutput{.finish_reason = reason,
+                               .error_message = std::move(message),
+                               .stop_token = stop_token,
+                               .num_prompt_tokens = r.num_prompt_tokens,
+                               .num_cached_tokens = r.num_cached_tokens,
+                               .num_generated_tokens = r.num_generated_tokens()});
+  r.timeline.finish_ms = std::max(now_ms, r.last_token_ms);
+  r.timeline.finish_reason = reason;
+  finished_timelines_.push_back(std::move(r.timeline));
+  ended_ids_.push_back(r.request.request_id);
+  ids_.erase(r.request.request_id);
+  requests_.erase(id);  // r is gone from here on
+}
+
+void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
+  stats.num_running = static_cast<std::int32_t>(running_.size());
+  stats.num_waiting = static_cast<std::int32_t>(waiting_.size());
+  stats.num_kv_blocks = kv_.num_blocks();
+  stats.num_free_kv_blocks = kv_.num_available_blocks();
+  stats.num_cached_free_kv_blocks = kv_.num_cached_free_blocks();
+  stats.kv_usage = 1.0 - static_cast<double>(kv_.num_available_blocks()) / kv_.num_blocks();
+  const KvCacheCounters kv = kv_.counters();
+  stats.prefix_cache_queried_tokens = kv.num_queried_tokens;
+  stats.prefix_cache_hit_tokens = kv.num_hit_tokens;
+  stats.prefix_cache_evicted_blocks = kv.num_evicted_blocks;
+  stats.num_steps = num_steps_;
+  stats.last_step_ms = last_step_ms_;
+  stats.max_step_ms_seen = max_step_ms_seen_;
+  stats.total_step_ms = total_step_ms_;
+  stats.num_prompt_tokens_computed = num_prompt_tokens_computed_;
+  stats.num_generated_tokens = num_generated_tokens_;
+  stats.num_preemptions = num_preemptions_;
+  stats.num_requests_finished = num_finished_;
+  stats.num_requests_aborted = num_aborted_;
+  stats.num_requests_failed = num_failed_;
+  double stall = 0.0;
+  for (SequenceId id : running_) {
+    const RequestState& r = *requests_.at(id);
+    if (r.num_generated_tokens() > 0) stall = std::max(stall, now_ms - r.last_token_ms);
+  }
+  stats.longest_current_decode_stall_ms = stall;
+}
+
+std::vector<RequestTimeline> EngineCore::take_finished_timelines() { return std::exchange(finished_timelines_, {}); }
+EngineCore::Dequeued EngineCore::take_dequeued() { return std::exchange(dequeued_, {}); }
+std::vector<std::string> EngineCore::take_ended_ids() { return std::exchange(ended_ids_, {}); }
+
+void EngineCore::check_invariants() const {
+  kv_.check_invariants();
+  SLUICE_CHECK_EQ(requests_.size(), running_.size() + waiting_.size());
+  SLUICE_CHECK_EQ(ids_.size(), requests_.size());
+  SLUICE_CHECK_LE(static_cast<std::int32_t>(running_.size()), config_.max_num_seqs);
+  for (SequenceId id : running_) {
+    const RequestState& r = *requests_.at(id);
+    SLUICE_CHECK(r.phase == RequestPhase::kRunning);
+    SLUICE_CHECK_LE(r.num_computed_tokens, r.num_tokens());
+    SLUICE_CHECK(r.num_computed_tokens < r.num_tokens());  // something is always left to run
+    SLUICE_CHECK_LE(r.num_tokens(), static_cast<std::int32_t>(kv_.block_table(id).size()) * kv_.block_size_tokens() +
+                                        kv_.block_size_tokens());
+  }
+  for (SequenceId id : waiting_) {
+    const RequestState& r = *requests_.at(id);
+    SLUICE_CHECK(r.phase == RequestPhase::kWaiting);
+    SLUICE_CHECK_EQ(r.num_computed_tokens, 0);
+    SLUICE_CHECK(!kv_.has_sequence(id));
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,95 @@
+// EngineCore: everything one step touches, single-threaded. The Engine wraps
+// it with a thread, an inbox for submits/aborts and a stats snapshot; tests of
+// step-by-step timelines drive it through Engine::step().
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sluice/backend/backend.h"
+#include "sluice/engine/engine.h"
+#include "sluice/engine/request_state.h"
+#include "sluice/kv/kv_cache_manager.h"
+#include "sluice/sched/planner.h"
+
+namespace sluice {
+
+class EngineCore {
+ public:
+  EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
+             const EngineConfig& config);
+
+  // A validated request joins the waiting queue (arrival = its timeline's arrival_ms).
+  void add_request(std::unique_ptr<RequestState> request);
+  // Ends the request with kAbort; unknown ids are ignored.
+  void abort_request(const std::string& request_id, const std::string& why, double now_ms);
+  void abort_all(const std::string& why, double now_ms);
+
+  // admit -> schedule -> execute -> postprocess -> stream. `now_ms` is the
+  // step's start on the engine clock.
+  StepReport step(double now_ms);
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // Fills everything but the clock and the queue counters the Engine keeps.
+  void fill_stats(EngineStats& stats, double now_ms) const;
+  std::vector<RequestTimeline> take_finished_timelines();
+  const BackendInfo& backend_info() const { return backend_->info(); }
+  std::int32_t reserve_blocks() const { return sched_config_.reserve_blocks; }
+  // Requests that left the waiting queue for the first time since the last call
+  // (the Engine's queue limits count them down).
+  struct Dequeued {
+    std::int32_t num_requests = 0;
+    std::int64_t num_prompt_tokens = 0;
+  };
+  Dequeued take_dequeued();
+  // Request ids that ended since the last call (the Engine frees their names).
+  std::vector<std::string> take_ended_ids();
+
+  void check_invariants() const;
+
+ private:
+  SchedState build_sched_state(double now_ms);
+  void preempt(SequenceId seq_id, double now_ms);
+  // Applies the plan to the KV cache and builds the batch; a sequence whose
+  // blocks cannot be had after all sits this step out.
+  Batch commit_plan(const StepPlan& plan, double now_ms);
+  Result<StepOutput> execute_isolating_failures(Batch& batch, double now_ms);
+  void postprocess(const Batch& batch, const StepOutput& output, double start_ms, double end_ms);
+  void finish(RequestState& r, FinishReason reason, std::optional<TokenId> stop_token, std::string message,
+              double now_ms);
+  RequestState* find(SequenceId seq_id);
+
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<const CostModel> cost_model_;
+  EngineConfig config_;
+  SchedConfig sched_config_;
+  KvCacheManager kv_;
+  std::unordered_map<SequenceId, std::unique_ptr<RequestState>> requests_;
+  std::unordered_map<std::string, SequenceId> ids_;
+  std::vector<SequenceId> running_;  // admission order
+  std::deque<SequenceId> waiting_;   // arrival order
+  std::uint64_t step_index_ = 0;
+  // Per-step scratch, kept to reuse allocations.
+  std::vector<SchedRequest> sched_running_;
+  std::vector<SchedRequest> sched_waiting_;
+  std::vector<RequestTimeline> finished_timelines_;
+  std::vector<std::string> ended_ids_;
+  Dequeued dequeued_;
+  // Counters.
+  std::int64_t num_steps_ = 0;
+  double last_step_ms_ = 0.0;
+  double max_step_ms_seen_ = 0.0;
+  double total_step_ms_ = 0.0;
+  std::int64_t num_prompt_tokens_computed_ = 0;
+  std::int64_t num_generated_tokens_ = 0;
+  std::int64_t num_preemptions_ = 0;
+  std::int64_t num_finished_ = 0;
+  std::int64_t num_aborted_ = 0;
+  std::int64_t num_failed_ = 0;
+};
+
+}  // namespace sluice

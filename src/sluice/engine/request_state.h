@@ -1,0 +1,62 @@
+// One request inside the engine, owned by the engine thread.
+//   waiting (new, or preempted) -> running: prefilling in chunks -> decoding
+//   -> finished (stop | length) / aborted / failed.
+// Whether a running request is prefilling or decoding is derived from its
+// lengths, never stored: num_cached_tokens <= num_computed_tokens <= num_tokens.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "sluice/backend/batch.h"
+#include "sluice/engine/engine.h"
+#include "sluice/kv/block_hash.h"
+
+namespace sluice {
+
+enum class RequestPhase { kWaiting, kRunning, kDone };
+
+struct RequestState {
+  SequenceId seq_id = 0;
+  EngineRequest request;          // prompt ids moved into `tokens`
+  std::vector<TokenId> tokens;    // prompt then generated
+  std::vector<BlockHash> block_hashes;  // keys of the full blocks of `tokens`
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_computed_tokens = 0;  // KV present for tokens[0, n)
+  std::int32_t num_cached_tokens = 0;    // prompt tokens the first admission found cached
+  std::int32_t max_num_tokens = 0;       // prompt + max_tokens, capped by max_model_len
+  RequestPhase phase = RequestPhase::kWaiting;
+  bool ever_admitted = false;
+  double last_token_ms = 0.0;            // for the decode-stall gauge
+  std::shared_ptr<RequestStream> stream;
+  RequestTimeline timeline;
+
+  std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
+  std::int32_t num_generated_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool is_decoding() const { return phase == RequestPhase::kRunning && num_tokens() - num_computed_tokens == 1 &&
+                                    num_generated_tokens() > 0; }
+
+  // Whether the token just appended ends the request, and why.
+  struct Stop {
+    FinishReason reason;
+    std::optional<TokenId> stop_token;
+  };
+  std::optional<Stop> check_stop() const {
+    const TokenId last = tokens.back();
+    const bool past_min = num_generated_tokens() >= request.min_tokens;
+    auto contains = [](const std::vector<TokenId>& ids, TokenId t) {
+      return std::find(ids.begin(), ids.end(), t) != ids.end();
+    };
+    if (past_min && contains(request.stop_token_ids, last)) return Stop{FinishReason::kStop, last};
+    if (past_min && !request.ignore_eos && contains(request.eos_token_ids, last)) {
+      return Stop{FinishReason::kStop, last};
+    }
+    if (num_tokens() >= max_num_tokens) return Stop{FinishReason::kLength, std::nullopt};
+    return std::nullopt;
+  }
+};
+
+}  // namespace sluice
