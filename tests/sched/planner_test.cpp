@@ -1,0 +1,230 @@
+// Step planner tests: each builds a SchedState by hand and checks the plan
+// against what the policy's definition says, computed independently here.
+#include "sluice/sched/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace sluice {
+namespace {
+
+constexpr std::int32_t kBlock = 16;
+
+// Time = 1 ms fixed + 0.01 ms per new token + 1e-6 ms per (new token x context):
+// simple enough to solve by hand in the assertions.
+class LinearCost final : public CostModel {
+ public:
+  double predict_step_ms(const StepShape& shape) const override {
+    double ms = 1.0;
+    for (const auto& s : shape.sequences) {
+      ms += 0.01 * s.num_new_tokens + 1e-6 * s.num_new_tokens * (s.num_computed_tokens + s.num_new_tokens);
+    }
+    return ms;
+  }
+};
+
+SchedRequest decoding(SequenceId id, std::int32_t len, double arrival_ms = 0) {
+  return {.seq_id = id, .num_tokens = len + 1, .num_computed_tokens = len,
+          .num_allocated_blocks = (len + kBlock) / kBlock, .max_num_tokens = len + 100, .arrival_ms = arrival_ms};
+}
+SchedRequest waiting(SequenceId id, std::int32_t prompt, double arrival_ms = 0) {
+  return {.seq_id = id, .num_tokens = prompt, .max_num_tokens = prompt + 100, .arrival_ms = arrival_ms};
+}
+
+struct Fixture {
+  std::vector<SchedRequest> running;
+  std::vector<SchedRequest> queue;
+  std::int32_t available_blocks = 100000;
+  double now_ms = 0;
+  std::uint64_t step = 0;
+  SchedState state() const {
+    return {.running = running, .waiting = queue, .num_available_blocks = available_blocks,
+            .num_total_blocks = 100000, .block_size_tokens = kBlock, .now_ms = now_ms, .step_index = step};
+  }
+};
+
+std::vector<SequenceId> ids(const std::vector<ScheduledChunk>& chunks) {
+  std::vector<SequenceId> out;
+  for (const auto& c : chunks) out.push_back(c.seq_id);
+  return out;
+}
+
+TEST(Planner, DecodesFirstThenPrefillUnderTheTimeCap) {
+  Fixture f;
+  f.running = {decoding(1, 100), decoding(2, 200)};
+  f.queue = {waiting(3, 100000)};
+  const SchedConfig config{.max_num_batched_tokens = 100000, .max_step_ms = 20.0};
+  const LinearCost cost;
+  const StepPlan plan = plan_step(f.state(), config, cost);
+  EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1, 2}));
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
+  // Solve 1 + 2*(0.01 + 1e-6*(101|201)) + 0.01 k + 1e-6 k^2 <= 20 for k, then round down to a block.
+  const double decode_ms = 1.0 + 0.01 + 1e-6 * 101 + 0.01 + 1e-6 * 201;
+  const double k = (-0.01 + std::sqrt(0.0001 + 4e-6 * (20.0 - decode_ms))) / 2e-6;
+  const std::int32_t expected = static_cast<std::int32_t>(k) / kBlock * kBlock;
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, expected);
+  EXPECT_LE(plan.predicted_step_ms, 20.0);
+  EXPECT_GT(cost.predict_step_ms({.sequences = {{1, 100}, {1, 200}, {expected + kBlock, 0}}}), 20.0);
+}
+
+TEST(Planner, ChunkDeepInAPromptIsSmallerThanAtItsStart) {
+  const LinearCost cost;
+  const SchedConfig config{.max_num_batched_tokens = 100000, .max_step_ms = 50.0};
+  Fixture early, late;
+  early.running = {{.seq_id = 1, .num_tokens = 300000, .num_computed_tokens = 0, .num_allocated_blocks = 0,
+                    .max_num_tokens = 300100}};
+  late.running = {{.seq_id = 1, .num_tokens = 300000, .num_computed_tokens = 250000,
+                   .num_allocated_blocks = 250000 / kBlock, .max_num_tokens = 300100}};
+  const std::int32_t at_0 = plan_step(early.state(), config, cost).prefills.at(0).num_new_tokens;
+  const std::int32_t at_250k = plan_step(late.state(), config, cost).prefills.at(0).num_new_tokens;
+  EXPECT_GT(at_0, 2 * at_250k) << at_0 << " vs " << at_250k;
+  EXPECT_LE(cost.predict_step_ms({.sequences = {{at_250k, 250000}}}), 50.0);
+}
+
+TEST(Planner, TokenBudgetAndPerRequestThresholdCap) {
+  Fixture f;
+  f.queue = {waiting(1, 5000), waiting(2, 5000)};
+  const LinearCost cost;
+  const StepPlan plan = plan_step(
+      f.state(), {.max_num_batched_tokens = 3000, .long_prefill_token_threshold = 1024, .max_step_ms = 1e9}, cost);
+  ASSERT_EQ(plan.prefills.size(), 2u);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, 1024);
+  EXPECT_EQ(plan.prefills[1].num_new_tokens, 1024);
+  const StepPlan budget_only = plan_step(f.state(), {.max_num_batched_tokens = 3000, .max_step_ms = 1e9}, cost);
+  ASSERT_EQ(budget_only.prefills.size(), 1u);
+  EXPECT_EQ(budget_only.prefills[0].num_new_tokens, 3000);
+}
+
+TEST(Planner, ShortestRemainingPrefillFirst) {
+  Fixture f;
+  f.queue = {waiting(1, 90000, 0), waiting(2, 500, 10), waiting(3, 4000, 20)};
+  const StepPlan plan = plan_step(f.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 1e9}, LinearCost{});
+  EXPECT_EQ(ids(plan.prefills), (std::vector<SequenceId>{2, 3, 1}));
+  // Remaining, not total: a prompt mostly served from cache is short.
+  f.queue[0].num_cached_tokens = 89920;
+  const StepPlan cached = plan_step(f.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 1e9}, LinearCost{});
+  EXPECT_EQ(cached.prefills.at(0).seq_id, 1u);
+}
+
+TEST(Planner, AgingLetsALongWaitBeatAShortArrival) {
+  // 90000 tokens that waited 10 aging periods compete as 90000 / 11 < 9000.
+  Fixture f;
+  f.now_ms = 300000;
+  f.queue = {waiting(1, 90000, 0), waiting(2, 9000, f.now_ms)};
+  const SchedConfig config{.max_num_batched_tokens = 1000, .max_step_ms = 1e9, .aging_ms = 30000};
+  EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).prefills.at(0).seq_id, 1u);
+  EXPECT_DOUBLE_EQ(aged_remaining_tokens(90000, 300000, 30000), 90000.0 / 11.0);
+  f.now_ms = 100000;
+  f.queue[1].arrival_ms = f.now_ms;
+  EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).prefills.at(0).seq_id, 2u);
+}
+
+TEST(Planner, FcfsKeepsArrivalOrder) {
+  Fixture f;
+  f.queue = {waiting(1, 90000, 0), waiting(2, 500, 10)};
+  const StepPlan plan = plan_step(
+      f.state(), {.policy = SchedulingPolicy::kFcfs, .max_num_batched_tokens = 100000, .max_step_ms = 1e9}, LinearCost{});
+  EXPECT_EQ(ids(plan.prefills), (std::vector<SequenceId>{1, 2}));
+}
+
+TEST(Planner, PrefillFirstStarvesDecodesWhilePrefillsPend) {
+  Fixture f;
+  f.running = {decoding(1, 100), decoding(2, 100)};
+  f.queue = {waiting(3, 100000)};
+  const SchedConfig config{.policy = SchedulingPolicy::kPrefillFirst, .max_num_batched_tokens = 8192, .max_step_ms = 1};
+  const StepPlan plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_TRUE(plan.decodes.empty());
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, 8192) << "the token budget, not time, bounds it";
+  f.queue.clear();
+  EXPECT_EQ(ids(plan_step(f.state(), config, LinearCost{}).decodes), (std::vector<SequenceId>{1, 2}));
+}
+
+TEST(Planner, DecodeFirstTokenBudgetIgnoresTimeAndPerRequestCap) {
+  Fixture f;
+  f.running = {decoding(1, 100)};
+  f.queue = {waiting(2, 100000, 0), waiting(3, 50, 1)};
+  const SchedConfig config{.policy = SchedulingPolicy::kDecodeFirstTokenBudget, .max_num_batched_tokens = 8192,
+                           .long_prefill_token_threshold = 512, .max_step_ms = 1};
+  const StepPlan plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1}));
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.prefills[0].seq_id, 2u);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, 8191);
+  EXPECT_GT(plan.predicted_step_ms, 1.0);
+}
+
+TEST(Planner, RoundRobinSharesAndRotates) {
+  Fixture f;
+  f.queue = {waiting(1, 10000, 0), waiting(2, 10000, 1), waiting(3, 10000, 2)};
+  const SchedConfig config{.policy = SchedulingPolicy::kRoundRobin, .max_num_batched_tokens = 3000, .max_step_ms = 1e9};
+  const StepPlan first = plan_step(f.state(), config, LinearCost{});
+  EXPECT_EQ(ids(first.prefills), (std::vector<SequenceId>{1, 2, 3}));
+  for (const auto& c : first.prefills) EXPECT_EQ(c.num_new_tokens, 1000);
+  f.step = 1;
+  EXPECT_EQ(ids(plan_step(f.state(), config, LinearCost{}).prefills), (std::vector<SequenceId>{2, 3, 1}));
+}
+
+TEST(Planner, AdmissionKeepsTheReserveAndRoomForAdmittedPrompts) {
+  Fixture f;
+  // A running prefill still needs 50 blocks for the rest of its prompt.
+  f.running = {{.seq_id = 1, .num_tokens = 100 * kBlock, .num_computed_tokens = 50 * kBlock,
+                .num_allocated_blocks = 50, .max_num_tokens = 100 * kBlock + 10}};
+  f.queue = {waiting(2, 40 * kBlock)};
+  f.available_blocks = 100;
+  const SchedConfig config{.max_num_batched_tokens = 100, .max_step_ms = 1e9, .reserve_blocks = 10};
+  // 100 available - 50 promised - 40 needed = 10 >= reserve: admitted.
+  EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+  f.available_blocks = 99;
+  const StepPlan plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_TRUE(plan.admitted.empty());
+  EXPECT_EQ(ids(plan.prefills), (std::vector<SequenceId>{1}));
+}
+
+TEST(Planner, MaxNumSeqsCapsAdmission) {
+  Fixture f;
+  f.running = {decoding(1, 10), decoding(2, 10)};
+  f.queue = {waiting(3, 10), waiting(4, 10)};
+  const StepPlan plan = plan_step(f.state(), {.max_num_seqs = 3, .max_step_ms = 1e9}, LinearCost{});
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
+}
+
+TEST(Planner, DecodeOutOfBlocksPreemptsTheNewestAdmission) {
+  Fixture f;
+  // Both decodes sit at a block boundary: each needs a new block; only one is free.
+  f.running = {decoding(1, 2 * kBlock), decoding(2, 3 * kBlock), decoding(3, kBlock)};
+  for (auto& r : f.running) r.num_allocated_blocks = r.num_computed_tokens / kBlock;
+  f.available_blocks = 1;
+  const StepPlan plan = plan_step(f.state(), {.max_step_ms = 1e9}, LinearCost{});
+  // 1 takes the free block; 2 needs one: 3 (newest) is preempted, freeing 1 block.
+  EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1, 2}));
+  EXPECT_EQ(plan.preempted, (std::vector<SequenceId>{3}));
+}
+
+TEST(Planner, LivenessAPrefillGetsABlockEvenWhenDecodesFillTheTime) {
+  Fixture f;
+  f.running = {decoding(1, 100)};
+  f.queue = {waiting(2, 1000)};
+  const StepPlan plan = plan_step(f.state(), {.max_step_ms = 0.5}, LinearCost{});
+  EXPECT_EQ(plan.decodes.size(), 1u);
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, kBlock);
+}
+
+TEST(Planner, IsAPureFunction) {
+  Fixture f;
+  for (SequenceId i = 0; i < 50; ++i) f.running.push_back(decoding(i, 1000 + static_cast<std::int32_t>(i) * 37));
+  for (SequenceId i = 50; i < 70; ++i) f.queue.push_back(waiting(i, 100 + static_cast<std::int32_t>(i) * 911, static_cast<double>(i)));
+  const SchedConfig config{.max_step_ms = 30};
+  const StepPlan a = plan_step(f.state(), config, LinearCost{});
+  const StepPlan b = plan_step(f.state(), config, LinearCost{});
+  EXPECT_EQ(ids(a.decodes), ids(b.decodes));
+  EXPECT_EQ(ids(a.prefills), ids(b.prefills));
+  EXPECT_EQ(a.predicted_step_ms, b.predicted_step_ms);
+}
+
+}  // namespace
+}  // namespace sluice
