@@ -41,6 +41,20 @@ std::int32_t ModelProfile::num_routed_experts() const {
   return n;
 }
 
+Result<ModelProfile> with_fp8_kv_cache(const ModelProfile& profile) {
+  if (profile.kv_bytes_per_token_fp8 <= 0 || profile.kv_bytes_per_token <= 0) {
+    return Error{"--kv-cache-dtype fp8: " + profile.name + " has no FP8 KV cache layout"};
+  }
+  ModelProfile p = profile;
+  const double ratio = p.kv_bytes_per_token_fp8 / p.kv_bytes_per_token;
+  p.kv_bytes_per_token = p.kv_bytes_per_token_fp8;
+  for (auto& group : p.layer_groups) {
+    group.attention.scan_bytes_per_context_token *= ratio;
+    group.attention.gather_bytes_per_query *= ratio;
+  }
+  return p;
+}
+
 ModelProfile make_dense_profile(const DenseShape& shape) {
   ModelProfile p;
   p.name = shape.name;

@@ -116,6 +116,11 @@ struct ModelProfile {
 std::vector<std::string> list_profiles();
 std::optional<ModelProfile> find_profile(std::string_view name);
 
+// The profile with its KV cache stored as FP8 (--kv-cache-dtype fp8): KV
+// bytes per token and the attention's KV reads scale by fp8/auto. Fails if the
+// profile offers no FP8 KV layout.
+Result<ModelProfile> with_fp8_kv_cache(const ModelProfile& profile);
+
 // A dense Llama-family profile (llama, mistral, qwen2, qwen3) from shape numbers.
 struct DenseShape {
   std::string name;
@@ -132,7 +137,8 @@ struct DenseShape {
 };
 ModelProfile make_dense_profile(const DenseShape& shape);
 
-// Reads DIR/config.json (llama, mistral, qwen2, qwen3) into a dense profile.
+// Reads DIR/config.json (llama, mistral, qwen2, qwen3; model/config.h) into a
+// dense bf16 profile.
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir);
 
 }  // namespace sluice::sim

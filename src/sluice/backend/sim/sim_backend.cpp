@@ -70,10 +70,15 @@ Result<StepOutput> SimBackend::execute(const Batch& batch) {
   return out;
 }
 
-Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& profile, const HardwareSpec& hardware,
-                                                     const Parallelism& parallelism,
+Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& requested_profile,
+                                                     const HardwareSpec& hardware, const Parallelism& parallelism,
                                                      const SimBackendOptions& options) {
-  SLUICE_TRY(validate(parallelism, profile));
+  SLUICE_TRY(validate(parallelism, requested_profile));
+  ModelProfile profile = requested_profile;
+  if (options.memory.kv_cache_dtype == KvCacheDtype::kFp8) {
+    SLUICE_TRY_ASSIGN(fp8_profile, with_fp8_kv_cache(requested_profile));
+    profile = std::move(fp8_profile);
+  }
   const std::int32_t max_model_len =
       options.max_model_len_tokens > 0 ? options.max_model_len_tokens : profile.max_position_embeddings;
   if (max_model_len > profile.max_position_embeddings) {
