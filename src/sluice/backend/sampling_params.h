@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "sluice/common/result.h"
+
 namespace sluice {
 
 struct SamplingParams {
@@ -20,6 +22,8 @@ struct SamplingParams {
   std::int32_t num_top_logprobs = 0;  // 0 = none; the chosen token's logprob is always returned
 
   bool is_greedy() const { return temperature <= 0.0f; }
+  // Range checks; the message names the field as the OpenAI API spells it.
+  Status validate() const;
   bool has_penalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
   }

@@ -6,4 +6,8 @@
 
 namespace sluice::cli {
 
+void add_make_model_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+
 }  // namespace sluice::cli

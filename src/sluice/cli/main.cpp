@@ -3,6 +3,9 @@
 int main(int argc, char** argv) {
   CLI::App app{"sluice: an LLM inference server that keeps every stream flowing"};
   app.require_subcommand(1);
+  sluice::cli::add_make_model_command(app);
+  sluice::cli::add_generate_command(app);
+  sluice::cli::add_plan_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

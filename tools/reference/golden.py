@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Expected logits and greedy tokens from Hugging Face transformers.
+
+Runs where torch and transformers are installed (the GPU machine). For each
+model directory made by `sluice make-model` (see golden_models.json), loads it
+with AutoModelForCausalLM in float32 on the CPU (exact f32, no TF32) and writes
+tests/fixtures/golden_<name>.json with, per prompt: the next-token logits after
+the prompt, 32 greedy tokens (full recompute each step, no cache), and the
+logits of the last greedy step.
+
+Usage: golden.py --models DIR_WITH_ONE_SUBDIR_PER_MODEL --out DIR
+"""
+import argparse
+import json
+import os
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+
+NUM_GREEDY_TOKENS = 32
+
+
+def prompts(vocab_limit):
+    """Deterministic prompts: one token, a partial block, several blocks."""
+    state = 12345
+    out = []
+    for length in (1, 13, 50):
+        ids = []
+        for _ in range(length):
+            state = (state * 1103515245 + 12345) % (1 << 31)
+            ids.append(state % vocab_limit)
+        out.append(ids)
+    return out
+
+
+@torch.no_grad()
+def run_model(path):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    vocab = model.config.vocab_size
+    cases = []
+    for prompt in prompts(vocab):
+        ids = list(prompt)
+        prompt_logits = None
+        last_logits = None
+        generated = []
+        for step in range(NUM_GREEDY_TOKENS):
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+            if step == 0:
+                prompt_logits = logits.tolist()
+            last_logits = logits.tolist()
+            token = int(torch.argmax(logits))
+            generated.append(token)
+            ids.append(token)
+        cases.append({"prompt": prompt, "prompt_logits": prompt_logits,
+                      "greedy_tokens": generated, "final_logits": last_logits})
+    return cases
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    spec = json.load(open(os.path.join(os.path.dirname(__file__), "golden_models.json")))["models"]
+    failures = 0
+    for name, make_args in spec.items():
+        try:
+            cases = run_model(os.path.join(args.models, name))
+        except Exception as error:  # report every model, then fail
+            print(f"{name}: FAILED: {error!r}")
+            failures += 1
+            continue
+        fixture = {"model": name, "make_model": make_args, "transformers": transformers.__version__,
+                   "torch": torch.__version__, "cases": cases}
+        path = os.path.join(args.out, f"golden_{name}.json")
+        with open(path, "w") as f:
+            json.dump(fixture, f, separators=(",", ":"))
+        print(f"{name}: {len(cases)} prompts -> {path}")
+    raise SystemExit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
