@@ -8,11 +8,21 @@
 // tokens, TemplateProcessing BOS and add_bos_token. Anything else (a Unigram
 // or WordPiece model, an unknown normalizer type...) is a load error naming it.
 //
-// Invalid UTF-8 in encode() input: every byte that is not part of a valid
-// UTF-8 sequence is replaced by U+FFFD before tokenizing, which is what the
-// reference does (JavaScript strings are decoded with replacement, so the
-// oracle sees U+FFFD). decode() of ids whose bytes do not form valid UTF-8
-// (e.g. half of a byte-fallback sequence) likewise yields U+FFFD per bad byte.
+// Invalid UTF-8 in encode() input: every maximal invalid subpart is replaced
+// by one U+FFFD before tokenizing (the WHATWG rule), which is what the
+// reference does: JavaScript receives the bytes as a string decoded with
+// replacement. decode() of ids whose bytes are not valid UTF-8 (half of a
+// byte-fallback sequence, a lone byte-level byte) yields U+FFFD the same way.
+// Ids outside the vocabulary decode as the unk token, or as nothing.
+//
+// decode() never applies clean_up_tokenization_spaces (it would turn " ." into
+// "." inside code): the text is exactly what the tokens spell, as streaming
+// servers return it.
+//
+// BOS/EOS with add_special_tokens: tokenizer_config.json's add_bos_token /
+// add_eos_token decide for the Llama, CodeLlama and Gemma tokenizer classes
+// (as Hugging Face rebuilds their post-processor from them); otherwise
+// tokenizer.json's post_processor does.
 #pragma once
 
 #include <cstdint>
@@ -63,31 +73,36 @@ class Tokenizer {
   // True for added tokens marked special (these are what skip_special_tokens drops).
   bool is_special(TokenId id) const;
 
-  // Bytes that one id decodes to on its own, before the decoder's whole-text
-  // steps (used by IncrementalDetokenizer). Internal but harmless.
-  const tokenizer_detail::Model& model() const { return *model_; }
-
  private:
   explicit Tokenizer(std::shared_ptr<const tokenizer_detail::Model> model)
       : model_(std::move(model)) {}
   std::shared_ptr<const tokenizer_detail::Model> model_;  // shared: copies are cheap
 };
 
-// Streaming decode: feed ids one at a time, get back only text that is
-// complete UTF-8 and that later ids cannot change. Concatenating every push()
-// and the final flush() gives decode(all ids). Holds a reference to the
-// tokenizer, which must outlive it.
+// Streaming decode: feed ids one at a time, get back only text that later ids
+// cannot change. A character whose bytes are still incomplete (the first bytes
+// of a multi-byte character, a byte-fallback sequence cut short) is held back
+// until the ids that complete it arrive, so no chunk ever ends inside a
+// character. Concatenating every push() and the final flush() gives
+// decode(all ids, skip_special_tokens).
+//
+// Works for any decoder chain by decoding a small window of ids: the last
+// fully emitted id stays in the window as context, because decoders treat the
+// first token of a text specially (SentencePiece strips its leading space).
+// Holds a pointer to the tokenizer, which must outlive it. Not thread-safe
+// (one per stream).
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
   std::string push(TokenId id);
-  // Whatever is still held back (an incomplete UTF-8 tail becomes U+FFFD).
+  // Ends the stream: returns whatever was held back (an incomplete character
+  // decodes to U+FFFD, as decode() would give). A later push() starts a new stream.
   std::string flush();
 
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
-  std::vector<TokenId> ids_;       // ids not yet fully emitted
+  std::vector<TokenId> ids_;           // the window: context id(s) + ids not fully emitted
   std::size_t num_emitted_bytes_ = 0;  // bytes of decode(ids_) already returned
 };
 

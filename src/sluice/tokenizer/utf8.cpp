@@ -1,0 +1,176 @@
+#include "sluice/tokenizer/utf8.h"
+
+namespace sluice::tokenizer_detail {
+namespace {
+
+// Length of the valid UTF-8 sequence at text[pos], or 0 if the bytes there are
+// not a complete valid sequence. `*num_valid_prefix` gets the length of the
+// maximal subpart (lead byte plus the continuation bytes that were still
+// acceptable): WHATWG replaces that whole subpart with one U+FFFD.
+std::size_t valid_sequence_length(std::string_view text, std::size_t pos,
+                                  std::size_t* num_valid_prefix) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(pos);
+  *num_valid_prefix = 1;
+  if (lead < 0x80) return 1;
+  std::size_t needed = 0;
+  unsigned char lower = 0x80;
+  unsigned char upper = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    needed = 1;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    needed = 2;
+    if (lead == 0xE0) lower = 0xA0;  // no overlongs
+    if (lead == 0xED) upper = 0x9F;  // no surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    needed = 3;
+    if (lead == 0xF0) lower = 0x90;  // no overlongs
+    if (lead == 0xF4) upper = 0x8F;  // <= U+10FFFF
+  } else {
+    return 0;
+  }
+  for (std::size_t k = 1; k <= needed; ++k) {
+    if (pos + k >= text.size()) return 0;
+    const unsigned char b = byte(pos + k);
+    if (b < lower || b > upper) return 0;
+    lower = 0x80;
+    upper = 0xBF;
+    *num_valid_prefix = k + 1;
+  }
+  return needed + 1;
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    // ASCII fast path: 8 bytes at a time.
+    while (pos + 8 <= text.size()) {
+      std::uint64_t word = 0;
+      for (int k = 0; k < 8; ++k) {
+        word |= static_cast<std::uint64_t>(static_cast<unsigned char>(text[pos + k])) << (8 * k);
+      }
+      if (word & 0x8080808080808080ULL) break;
+      pos += 8;
+    }
+    if (pos >= text.size()) break;
+    std::size_t prefix = 0;
+    const std::size_t len = valid_sequence_length(text, pos, &prefix);
+    if (len == 0) return false;
+    pos += len;
+  }
+  return true;
+}
+
+void append_utf8_replacing_invalid(std::string_view bytes, std::string& out) {
+  std::size_t pos = 0;
+  while (pos < bytes.size()) {
+    std::size_t prefix = 0;
+    const std::size_t len = valid_sequence_length(bytes, pos, &prefix);
+    if (len == 0) {
+      out.append(kReplacementChar);
+      pos += prefix;
+    } else {
+      out.append(bytes.substr(pos, len));
+      pos += len;
+    }
+  }
+}
+
+std::string_view sanitize_utf8(std::string_view text, std::string& storage) {
+  if (is_valid_utf8(text)) return text;
+  storage.clear();
+  append_utf8_replacing_invalid(text, storage);
+  return storage;
+}
+
+char32_t next_code_point(std::string_view text, std::size_t& pos) {
+  const auto byte = [&](std::size_t i) -> char32_t {
+    return i < text.size() ? static_cast<unsigned char>(text[i]) : 0x80;
+  };
+  const char32_t lead = byte(pos);
+  if (lead < 0x80) {
+    pos += 1;
+    return lead;
+  }
+  if (lead < 0xE0) {
+    const char32_t cp = ((lead & 0x1F) << 6) | (byte(pos + 1) & 0x3F);
+    pos += 2;
+    return cp;
+  }
+  if (lead < 0xF0) {
+    const char32_t cp = ((lead & 0x0F) << 12) | ((byte(pos + 1) & 0x3F) << 6) | (byte(pos + 2) & 0x3F);
+    pos += 3;
+    return cp;
+  }
+  const char32_t cp = ((lead & 0x07) << 18) | ((byte(pos + 1) & 0x3F) << 12) |
+                      ((byte(pos + 2) & 0x3F) << 6) | (byte(pos + 3) & 0x3F);
+  pos += 4;
+  return cp;
+}
+
+void append_code_point(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+bool is_js_whitespace(char32_t cp) {
+  switch (cp) {
+    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
+    case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F:
+    case 0x205F: case 0x3000: case 0xFEFF:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
+std::string_view js_trim_start(std::string_view text) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t next = pos;
+    if (!is_js_whitespace(next_code_point(text, next))) break;
+    pos = next;
+  }
+  return text.substr(pos);
+}
+
+std::string_view js_trim_end(std::string_view text) {
+  std::size_t end = text.size();
+  while (end > 0) {
+    std::size_t start = end - 1;
+    while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    std::size_t pos = start;
+    if (!is_js_whitespace(next_code_point(text, pos))) break;
+    end = start;
+  }
+  return text.substr(0, end);
+}
+
+bool ends_with_incomplete_utf8(std::string_view text) {
+  // Look back at most 3 bytes for a lead byte whose sequence is cut short.
+  const std::size_t n = text.size();
+  for (std::size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto b = static_cast<unsigned char>(text[n - back]);
+    if ((b & 0xC0) == 0x80) continue;  // continuation: keep looking for the lead
+    if (b < 0xC0) return false;        // ASCII
+    return utf8_sequence_length(b) > back;
+  }
+  return false;
+}
+
+}  // namespace sluice::tokenizer_detail
