@@ -34,7 +34,7 @@ struct Engine::Impl {
   const BackendInfo info;
   const std::int32_t max_model_len_tokens;
 
-  std::mutex step_mutex;  // one step at a time; guards core
+  mutable std::mutex step_mutex;  // one step at a time; guards core
   EngineCore core;
 
   mutable std::mutex mutex;  // everything below
@@ -260,6 +260,11 @@ EngineStats Engine::stats() const {
 std::vector<RequestTimeline> Engine::take_finished_timelines() {
   std::lock_guard lock(impl_->mutex);
   return std::exchange(impl_->finished_timelines, {});
+}
+
+void Engine::check_invariants() const {
+  std::lock_guard step_lock(impl_->step_mutex);
+  impl_->core.check_invariants();
 }
 
 const EngineConfig& Engine::config() const { return impl_->config; }

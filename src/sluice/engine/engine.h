@@ -246,6 +246,10 @@ class Engine {
   const EngineConfig& config() const;
   const BackendInfo& backend_info() const;
 
+  // Aborts with the location if any internal invariant is broken (block
+  // references vs block tables, queue states, length relations). For tests.
+  void check_invariants() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

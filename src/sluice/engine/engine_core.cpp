@@ -381,8 +381,8 @@ void EngineCore::check_invariants() const {
     SLUICE_CHECK(r.phase == RequestPhase::kRunning);
     SLUICE_CHECK_LE(r.num_computed_tokens, r.num_tokens());
     SLUICE_CHECK(r.num_computed_tokens < r.num_tokens());  // something is always left to run
-    SLUICE_CHECK_LE(r.num_tokens(), static_cast<std::int32_t>(kv_.block_table(id).size()) * kv_.block_size_tokens() +
-                                        kv_.block_size_tokens());
+    SLUICE_CHECK_LE(r.num_computed_tokens,
+                    static_cast<std::int32_t>(kv_.block_table(id).size()) * kv_.block_size_tokens());
   }
   for (SequenceId id : waiting_) {
     const RequestState& r = *requests_.at(id);

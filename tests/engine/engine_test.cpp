@@ -1,0 +1,355 @@
+// Engine behaviour on the KV-checking fake backend, synchronous mode with the
+// virtual clock: each test drives steps and checks outputs against the
+// single-sequence oracle and timelines against the configuration.
+#include "sluice/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "kv_checking_backend.h"
+
+namespace sluice {
+namespace {
+
+using testing::KvCheckingBackend;
+using testing::reference_generate;
+
+constexpr std::int32_t kBlock = 4;
+
+EngineConfig small_config() {
+  EngineConfig c;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 64;
+  c.max_step_ms = 1000.0;
+  c.kv_reserve_fraction = 0.0;
+  c.clock = ClockMode::kVirtual;
+  return c;
+}
+
+std::unique_ptr<Engine> make_engine(EngineConfig config, std::int32_t num_blocks = 256, TokenId poison = -1) {
+  return std::make_unique<Engine>(std::make_unique<KvCheckingBackend>(num_blocks, kBlock, 4096, poison), nullptr,
+                                  config);
+}
+
+std::vector<TokenId> tokens_from(std::int32_t n, TokenId first) {
+  std::vector<TokenId> t(static_cast<std::size_t>(n));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+EngineRequest request(std::string id, std::vector<TokenId> prompt, std::int32_t max_tokens) {
+  EngineRequest r;
+  r.request_id = std::move(id);
+  r.prompt_token_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+struct Collected {
+  std::vector<TokenId> tokens;
+  std::optional<FinishReason> finish;
+  std::string error;
+  std::int32_t num_cached_tokens = 0;
+  std::optional<TokenId> stop_token;
+};
+
+void drain(RequestStream& stream, Collected& c) {
+  while (std::optional<RequestOutput> out = stream.poll()) {
+    for (const GeneratedToken& t : out->tokens) c.tokens.push_back(t.token);
+    if (out->finished()) {
+      c.finish = out->finish_reason;
+      c.error = out->error_message;
+      c.stop_token = out->stop_token;
+    }
+    c.num_cached_tokens = out->num_cached_tokens;
+  }
+}
+
+std::map<std::string, Collected> run(Engine& engine, const std::vector<std::shared_ptr<RequestStream>>& streams,
+                                     int max_steps = 10000) {
+  std::map<std::string, Collected> out;
+  for (int i = 0; i < max_steps && engine.has_work(); ++i) {
+    engine.step();
+    engine.check_invariants();
+    for (const auto& s : streams) drain(*s, out[s->request_id()]);
+  }
+  EXPECT_FALSE(engine.has_work()) << "did not finish within " << max_steps << " steps";
+  return out;
+}
+
+TEST(Engine, GeneratesTheSingleSequenceResult) {
+  auto engine = make_engine(small_config());
+  const auto prompt = tokens_from(10, 5);
+  auto stream = engine->submit(request("a", prompt, 7));
+  ASSERT_TRUE(stream.ok()) << stream.error_message();
+  auto out = run(*engine, {*stream});
+  EXPECT_EQ(out["a"].tokens, reference_generate(prompt, 7));
+  EXPECT_EQ(out["a"].finish, FinishReason::kLength);
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+  EXPECT_EQ(stats.num_requests_finished, 1);
+  EXPECT_EQ(stats.num_generated_tokens, 7);
+
+  const std::vector<RequestTimeline> timelines = engine->take_finished_timelines();
+  ASSERT_EQ(timelines.size(), 1u);
+  const RequestTimeline& t = timelines[0];
+  EXPECT_EQ(t.token_ms.size(), 7u);
+  ASSERT_TRUE(t.first_token_ms && t.finish_ms);
+  EXPECT_EQ(*t.first_token_ms, t.token_ms.front());
+  EXPECT_TRUE(std::is_sorted(t.token_ms.begin(), t.token_ms.end()));
+  EXPECT_GT(*t.first_token_ms, t.arrival_ms);
+}
+
+TEST(Engine, ChunkedPrefillEqualsUnchunkedAndFollowsTheTokenBudget) {
+  EngineConfig config = small_config();
+  config.max_num_batched_tokens = 8;
+  auto engine = make_engine(config);
+  const auto prompt = tokens_from(30, 1);
+  auto stream = engine->submit(request("a", prompt, 5));
+  ASSERT_TRUE(stream.ok());
+  auto out = run(*engine, {*stream});
+  EXPECT_EQ(out["a"].tokens, reference_generate(prompt, 5));
+  const auto timelines = engine->take_finished_timelines();
+  ASSERT_EQ(timelines.size(), 1u);
+  std::vector<std::int32_t> chunk_sizes;
+  std::int32_t position = 0;
+  for (const auto& c : timelines[0].prefill_chunks) {
+    EXPECT_EQ(c.num_computed_tokens, position);
+    position += c.num_tokens;
+    chunk_sizes.push_back(c.num_tokens);
+  }
+  EXPECT_EQ(chunk_sizes, (std::vector<std::int32_t>{8, 8, 8, 6}));
+}
+
+TEST(Engine, PrefixHitServesTheSharedPrefixAndStillMatchesTheOracle) {
+  auto engine = make_engine(small_config());
+  auto shared = tokens_from(21, 100);  // 5 full blocks + 1
+  auto first = engine->submit(request("first", shared, 3));
+  ASSERT_TRUE(first.ok());
+  auto out1 = run(*engine, {*first});
+  std::vector<TokenId> second_prompt = shared;
+  second_prompt.push_back(7);
+  second_prompt.push_back(8);
+  auto second = engine->submit(request("second", second_prompt, 4));
+  ASSERT_TRUE(second.ok());
+  auto out2 = run(*engine, {*second});
+  EXPECT_EQ(out1["first"].num_cached_tokens, 0);
+  EXPECT_EQ(out2["second"].num_cached_tokens, 20);
+  EXPECT_EQ(out2["second"].tokens, reference_generate(second_prompt, 4));
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.prefix_cache_hit_tokens, 20);
+  EXPECT_EQ(stats.prefix_cache_queried_tokens, 21 + 23);
+  EXPECT_EQ(stats.num_prompt_tokens_computed, 21 + 3);
+}
+
+TEST(Engine, GeneratedTokensAreCachedForTheNextTurn) {
+  auto engine = make_engine(small_config());
+  const auto prompt = tokens_from(6, 50);
+  auto turn1 = engine->submit(request("t1", prompt, 10));
+  ASSERT_TRUE(turn1.ok());
+  auto out1 = run(*engine, {*turn1});
+  std::vector<TokenId> turn2_prompt = prompt;
+  turn2_prompt.insert(turn2_prompt.end(), out1["t1"].tokens.begin(), out1["t1"].tokens.end());
+  turn2_prompt.push_back(3);
+  auto turn2 = engine->submit(request("t2", turn2_prompt, 2));
+  ASSERT_TRUE(turn2.ok());
+  auto out2 = run(*engine, {*turn2});
+  // Turn 1 computed KV for prompt + 9 of its 10 outputs (the last was never fed back): 15 tokens, 3 full blocks.
+  EXPECT_EQ(out2["t2"].num_cached_tokens, 12);
+  EXPECT_EQ(out2["t2"].tokens, reference_generate(turn2_prompt, 2));
+}
+
+TEST(Engine, StopTokenEosIgnoreEosAndMinTokens) {
+  const auto prompt = tokens_from(5, 9);
+  const std::vector<TokenId> free_run = reference_generate(prompt, 20);
+  const TokenId third = free_run[2];
+  {
+    auto engine = make_engine(small_config());
+    EngineRequest r = request("stop", prompt, 20);
+    r.stop_token_ids = {third};
+    auto s = engine->submit(r);
+    auto out = run(*engine, {*s});
+    EXPECT_EQ(out["stop"].tokens, std::vector<TokenId>(free_run.begin(), free_run.begin() + 3));
+    EXPECT_EQ(out["stop"].finish, FinishReason::kStop);
+    EXPECT_EQ(out["stop"].stop_token, third);
+  }
+  {
+    auto engine = make_engine(small_config());
+    EngineRequest r = request("eos", prompt, 20);
+    r.eos_token_ids = {third};
+    r.ignore_eos = true;
+    auto s = engine->submit(r);
+    auto out = run(*engine, {*s});
+    EXPECT_EQ(out["eos"].tokens.size(), 20u);
+    EXPECT_EQ(out["eos"].finish, FinishReason::kLength);
+  }
+  {
+    auto engine = make_engine(small_config());
+    EngineRequest r = request("min", prompt, 20);
+    r.eos_token_ids = {free_run[0]};
+    r.min_tokens = 2;  // the first token is EOS but too early to count
+    auto s = engine->submit(r);
+    auto out = run(*engine, {*s});
+    const auto first_repeat = std::find(free_run.begin() + 1, free_run.end(), free_run[0]);
+    const auto expected_len = first_repeat == free_run.end() ? 20 : (first_repeat - free_run.begin()) + 1;
+    EXPECT_EQ(static_cast<std::ptrdiff_t>(out["min"].tokens.size()), expected_len);
+  }
+}
+
+TEST(Engine, RejectsBadRequestsWithAClearMessage) {
+  EngineConfig config = small_config();
+  config.max_num_queued_requests = 2;
+  config.max_model_len_tokens = 100;
+  auto engine = make_engine(config, 64);
+  auto expect_error = [&](EngineRequest r, const std::string& needle) {
+    auto result = engine->submit(std::move(r));
+    ASSERT_FALSE(result.ok()) << needle;
+    EXPECT_NE(result.error_message().find(needle), std::string::npos) << result.error_message();
+  };
+  expect_error(request("", tokens_from(3, 0), 1), "request id");
+  expect_error(request("x", {}, 1), "empty");
+  expect_error(request("x", tokens_from(100, 0), 1), "max_model_len");
+  expect_error(request("x", {1, 2, 5000}, 1), "vocabulary");
+  expect_error(request("x", tokens_from(3, 0), 0), "max_tokens");
+  ASSERT_TRUE(engine->submit(request("a", tokens_from(3, 0), 1)).ok());
+  expect_error(request("a", tokens_from(3, 0), 1), "already in use");
+  ASSERT_TRUE(engine->submit(request("b", tokens_from(3, 0), 1)).ok());
+  expect_error(request("c", tokens_from(3, 0), 1), "queue full");
+}
+
+TEST(Engine, RejectsAPromptTheKvCacheCannotHold) {
+  auto engine = make_engine(small_config(), 8);  // 32 tokens of KV
+  auto result = engine->submit(request("big", tokens_from(40, 0), 1));
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.error_message().find("KV cache"), std::string::npos);
+}
+
+TEST(Engine, AbortWaitingAndRunningRequestsFreesEverything) {
+  EngineConfig config = small_config();
+  config.max_num_seqs = 1;
+  auto engine = make_engine(config);
+  auto a = engine->submit(request("a", tokens_from(8, 0), 100));
+  auto b = engine->submit(request("b", tokens_from(8, 50), 100));
+  engine->step();
+  engine->step();
+  engine->abort("a");  // running
+  engine->abort("b");  // waiting (max_num_seqs = 1)
+  engine->abort("nobody");
+  auto out = run(*engine, {*a, *b});
+  EXPECT_EQ(out["a"].finish, FinishReason::kAbort);
+  EXPECT_EQ(out["b"].finish, FinishReason::kAbort);
+  EXPECT_TRUE(out["b"].tokens.empty());
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.num_requests_aborted, 2);
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+  // The id is free again.
+  EXPECT_TRUE(engine->submit(request("a", tokens_from(8, 0), 1)).ok());
+}
+
+TEST(Engine, ABackendFailureFailsOnlyThatRequest) {
+  constexpr TokenId kPoison = 999;
+  auto engine = make_engine(small_config(), 256, kPoison);
+  std::vector<TokenId> bad_prompt = tokens_from(6, 0);
+  bad_prompt[3] = kPoison;
+  const auto good_prompt = tokens_from(6, 20);
+  auto bad = engine->submit(request("bad", bad_prompt, 5));
+  auto good = engine->submit(request("good", good_prompt, 5));
+  auto out = run(*engine, {*bad, *good});
+  EXPECT_EQ(out["bad"].finish, FinishReason::kError);
+  EXPECT_NE(out["bad"].error.find("poisoned"), std::string::npos);
+  EXPECT_EQ(out["good"].finish, FinishReason::kLength);
+  EXPECT_EQ(out["good"].tokens, reference_generate(good_prompt, 5));
+  EXPECT_EQ(engine->stats().num_requests_failed, 1);
+}
+
+TEST(Engine, PreemptionUnderMemoryPressureKeepsResultsExact) {
+  EngineConfig config = small_config();
+  auto engine = make_engine(config, 12);  // 48 tokens of KV for 4 requests that grow to 30 each
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::vector<TokenId>> prompts;
+  const std::vector<std::string> names = {"r0", "r1", "r2", "r3"};
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(tokens_from(10, 100 * i));
+    auto s = engine->submit(request(names[static_cast<std::size_t>(i)], prompts.back(), 20));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  auto out = run(*engine, streams);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[names[static_cast<std::size_t>(i)]].tokens, reference_generate(prompts[static_cast<std::size_t>(i)], 20));
+  }
+  EXPECT_GT(engine->stats().num_preemptions, 0);
+}
+
+TEST(Engine, ThreadedModeServesConcurrentSubmitters) {
+  EngineConfig config = small_config();
+  config.clock = ClockMode::kWall;
+  Engine engine(std::make_unique<KvCheckingBackend>(512, kBlock, 4096), nullptr, config);
+  engine.start();
+  std::vector<std::thread> clients;
+  std::vector<int> ok(4, 0);
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (int k = 0; k < 5; ++k) {
+        const auto prompt = tokens_from(5 + k, 10 * c + k);
+        auto s = engine.submit(request(std::to_string(c) + "-" + std::to_string(k), prompt, 6));
+        if (!s.ok()) return;
+        Collected got;
+        while (!got.finish) {
+          if (auto out = (*s)->wait(std::chrono::milliseconds(2000))) {
+            for (const auto& t : out->tokens) got.tokens.push_back(t.token);
+            if (out->finished()) got.finish = out->finish_reason;
+          } else {
+            return;  // timed out: counted as a failure below
+          }
+        }
+        if (got.tokens == reference_generate(prompt, 6)) ++ok[static_cast<std::size_t>(c)];
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  engine.stop(Engine::StopMode::kDrain);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(ok[static_cast<std::size_t>(c)], 5) << "client " << c;
+  EXPECT_EQ(engine.stats().num_requests_finished, 20);
+  EXPECT_FALSE(engine.submit(request("late", tokens_from(3, 0), 1)).ok());
+}
+
+TEST(Engine, StopAbortEndsEveryStream) {
+  EngineConfig config = small_config();
+  config.clock = ClockMode::kWall;
+  Engine engine(std::make_unique<KvCheckingBackend>(512, kBlock, 4096), nullptr, config);
+  auto s = engine.submit(request("x", tokens_from(5, 0), 1000));
+  ASSERT_TRUE(s.ok());
+  engine.start();
+  engine.stop(Engine::StopMode::kAbort);
+  Collected got;
+  drain(**s, got);
+  EXPECT_TRUE(got.finish.has_value());
+}
+
+TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
+  for (auto p : {SchedulingPolicy::kSluice, SchedulingPolicy::kFcfs, SchedulingPolicy::kRoundRobin,
+                 SchedulingPolicy::kPrefillFirst, SchedulingPolicy::kDecodeFirstTokenBudget}) {
+    auto parsed = parse_scheduling_policy(to_string(p));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, p);
+  }
+  EXPECT_NE(parse_scheduling_policy("vllm").error_message().find("decode-first-token-budget"), std::string::npos);
+  EXPECT_EQ(parse_eviction_policy("slru").value(), EvictionPolicy::kSlru);
+  EXPECT_FALSE(parse_eviction_policy("lfu").ok());
+  BackendInfo info{.block_size_tokens = 16, .num_kv_blocks = 10, .vocab_size = 10, .max_model_len_tokens = 100};
+  EngineConfig bad;
+  bad.max_num_batched_tokens = 8;
+  bad.max_num_seqs = 64;
+  EXPECT_NE(validate(bad, info).error_message().find("--max-num-batched-tokens"), std::string::npos);
+  EngineConfig too_long;
+  too_long.max_model_len_tokens = 1000;
+  EXPECT_FALSE(validate(too_long, info).ok());
+  EXPECT_TRUE(validate(EngineConfig{}, info).ok());
+}
+
+}  // namespace
+}  // namespace sluice
