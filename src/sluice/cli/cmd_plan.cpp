@@ -1,0 +1,286 @@
+// `sluice plan`: memory per GPU, KV capacity, concurrency and predicted
+// latency for a model on a machine, before anyone buys it. Exit codes: 0 the
+// plan fits, 1 bad input, 2 the model does not fit.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/backend/sim/hardware.h"
+#include "sluice/backend/sim/memory_plan.h"
+#include "sluice/backend/sim/model_profile.h"
+#include "sluice/backend/sim/parallelism.h"
+#include "sluice/backend/sim/roofline_cost_model.h"
+#include "sluice/backend/sim/workload.h"
+#include "sluice/backend/sim/workload_simulation.h"
+#include "sluice/cli/commands.h"
+
+namespace sluice::cli {
+namespace {
+
+constexpr int kExitBadInput = 1;
+constexpr int kExitDoesNotFit = 2;
+
+struct PlanOptions {
+  std::string model_dir;
+  std::string profile_name;
+  bool list_profiles = false;
+  std::int32_t num_gpus = 1;
+  std::optional<std::int32_t> tensor_parallel;  // default: all GPUs
+  bool expert_parallel = false;
+  std::optional<std::int32_t> max_model_len;    // default: the model's
+  std::int32_t max_num_seqs = 64;
+  std::int32_t max_num_batched_tokens = 8192;
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_dtype = "auto";
+  std::int32_t block_size = 16;
+  std::string workload_path;
+  std::int64_t num_requests = 0;
+  double max_step_ms = 50;
+};
+
+[[noreturn]] void fail(int code, const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  throw CLI::RuntimeError(code);
+}
+
+double gb(double bytes) { return bytes / 1e9; }
+
+void print_profiles() {
+  std::printf("built-in profiles (--profile NAME):\n");
+  for (const auto& name : sim::list_profiles()) {
+    const auto p = *sim::find_profile(name);
+    std::printf("  %-22s %6.1fB params, %5.1fB active per output token, %2d layers, KV %.0f B/token, max %d positions\n",
+                name.c_str(), p.total_params() / 1e9, p.active_params_per_output_token() / 1e9, p.num_layers,
+                p.kv_bytes_per_token, p.max_position_embeddings);
+  }
+}
+
+sim::ModelProfile resolve_profile(const PlanOptions& o) {
+  if (!o.model_dir.empty()) {
+    auto profile = sim::profile_from_hf_dir(o.model_dir);
+    if (!profile) fail(kExitBadInput, profile.error_message());
+    return std::move(profile).value();
+  }
+  auto profile = sim::find_profile(o.profile_name);
+  if (!profile) fail(kExitBadInput, "--profile " + o.profile_name + ": unknown (see --list-profiles)");
+  return *profile;
+}
+
+void print_step_times(const sim::RooflineCostModel& model, std::int32_t max_model_len, std::int32_t max_num_seqs) {
+  const auto decode = [&](std::int32_t batch, std::int32_t position) {
+    StepShape shape;
+    shape.sequences.assign(static_cast<std::size_t>(batch), {.num_new_tokens = 1, .num_computed_tokens = position});
+    return model.predict_step_ms(shape);
+  };
+  const auto prefill = [&](std::int32_t tokens, std::int32_t position) {
+    return model.predict_step_ms({.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = position}}});
+  };
+  const std::int32_t mid = std::min(max_model_len / 2, 131072);
+  std::printf("step times (predicted, one step)\n");
+  std::printf("  decode, 1 sequence at position 0           %8.2f ms  (%.0f tok/s)\n", decode(1, 0), 1e3 / decode(1, 0));
+  std::printf("  decode, 1 sequence at position %-8d    %8.2f ms\n", mid, decode(1, mid));
+  std::printf("  decode, %3d sequences at position %-8d %8.2f ms  (%.0f tok/s total)\n", max_num_seqs, mid,
+              decode(max_num_seqs, mid), max_num_seqs * 1e3 / decode(max_num_seqs, mid));
+  const std::int32_t chunk = std::min(4096, max_model_len);
+  std::printf("  prefill %d tokens at position 0           %8.2f ms  (%.0f tok/s)\n", chunk, prefill(chunk, 0),
+              chunk * 1e3 / prefill(chunk, 0));
+  const std::int32_t late = std::max(0, std::min(250000, max_model_len - chunk));
+  std::printf("  prefill %d tokens at position %-8d    %8.2f ms\n", chunk, late, prefill(chunk, late));
+}
+
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(i, values.size() - 1)];
+}
+
+void print_workload(const std::string& title, const std::vector<sim::WorkloadRequest>& workload,
+                    const sim::WorkloadOutcome& outcome, bool per_request) {
+  std::printf("workload: %s\n", title.c_str());
+  std::vector<double> ttft_s, itl_ms, gap_ms;
+  std::int64_t num_rejected = 0;
+  if (per_request) {
+    std::printf("  %4s %9s %8s %7s %9s %12s %11s %9s\n", "req", "arrive_s", "prompt", "output", "ttft_s",
+                "mean_itl_ms", "max_gap_ms", "finish_s");
+  }
+  for (std::size_t i = 0; i < outcome.requests.size(); ++i) {
+    const auto& r = outcome.requests[i];
+    if (r.rejected) {
+      ++num_rejected;
+      if (per_request) {
+        std::printf("  %4zu %9.1f %8d %7d  rejected: longer than max-model-len or the KV cache\n", i,
+                    r.arrival_ms / 1e3, r.num_prompt_tokens, r.num_output_tokens);
+      }
+      continue;
+    }
+    ttft_s.push_back(r.ttft_ms() / 1e3);
+    itl_ms.push_back(r.mean_itl_ms());
+    gap_ms.push_back(r.max_gap_ms);
+    if (per_request) {
+      std::printf("  %4zu %9.1f %8d %7d %9.2f %12.1f %11.1f %9.1f\n", i, r.arrival_ms / 1e3, r.num_prompt_tokens,
+                  r.num_output_tokens, r.ttft_ms() / 1e3, r.mean_itl_ms(), r.max_gap_ms, r.finish_ms / 1e3);
+    }
+  }
+  double mean_ttft = 0, mean_itl = 0;
+  for (double v : ttft_s) mean_ttft += v / static_cast<double>(ttft_s.size());
+  for (double v : itl_ms) mean_itl += v / static_cast<double>(itl_ms.size());
+  std::printf("  %zu requests served, %lld rejected, %lld steps, longest step %.1f ms, makespan %.1f s\n",
+              workload.size() - static_cast<std::size_t>(num_rejected), static_cast<long long>(num_rejected),
+              static_cast<long long>(outcome.num_steps), outcome.max_step_ms, outcome.makespan_ms / 1e3);
+  std::printf("  TTFT        mean %.2f s, p50 %.2f s, p90 %.2f s, max %.2f s\n", mean_ttft,
+              percentile(ttft_s, 0.5), percentile(ttft_s, 0.9), percentile(ttft_s, 1.0));
+  std::printf("  inter-token mean %.1f ms (p90 of per-request means %.1f ms); longest gap %.1f ms\n", mean_itl,
+              percentile(itl_ms, 0.9), percentile(gap_ms, 1.0));
+  std::printf("  output throughput %.0f tok/s over the makespan\n",
+              outcome.makespan_ms > 0 ? outcome.num_output_tokens * 1e3 / outcome.makespan_ms : 0.0);
+}
+
+void run_plan(const PlanOptions& o) {
+  if (o.list_profiles) {
+    print_profiles();
+    return;
+  }
+  if (o.model_dir.empty() == o.profile_name.empty()) fail(kExitBadInput, "give exactly one of --model DIR or --profile NAME");
+  if (o.num_requests > 0 && o.workload_path.empty()) fail(kExitBadInput, "--num-requests needs --workload");
+
+  sim::ModelProfile profile = resolve_profile(o);
+  const sim::HardwareSpec hardware = sim::h200();
+  sim::Parallelism par;
+  par.num_gpus = o.num_gpus;
+  par.tensor_parallel = o.tensor_parallel.value_or(o.num_gpus);
+  par.expert_parallel = o.expert_parallel ? o.num_gpus : 1;
+  if (auto status = sim::validate(par, profile); !status) fail(kExitBadInput, status.error_message());
+  const std::int32_t max_model_len = o.max_model_len.value_or(profile.max_position_embeddings);
+  if (max_model_len > profile.max_position_embeddings) {
+    fail(kExitBadInput, "--max-model-len " + std::to_string(max_model_len) + " exceeds " + profile.name + "'s " +
+                            std::to_string(profile.max_position_embeddings) + " positions");
+  }
+  const auto dtype = o.kv_cache_dtype == "fp8" ? sim::KvCacheDtype::kFp8 : sim::KvCacheDtype::kAuto;
+  if (dtype == sim::KvCacheDtype::kFp8) {
+    auto fp8 = sim::with_fp8_kv_cache(profile);
+    if (!fp8) fail(kExitBadInput, fp8.error_message());
+    profile = std::move(fp8).value();
+  }
+  const sim::MemoryOptions memory_options{.gpu_memory_utilization = o.gpu_memory_utilization,
+                                          .kv_cache_dtype = dtype,
+                                          .max_num_seqs = o.max_num_seqs,
+                                          .max_num_batched_tokens = o.max_num_batched_tokens,
+                                          .block_size_tokens = o.block_size,
+                                          .max_model_len_tokens = max_model_len};
+  const sim::MemoryPlan mem = sim::plan_memory(profile, hardware, par, memory_options);
+
+  std::printf("sluice plan: %s on %d x %s (tensor parallel %d, expert parallel %d, %d attention replica%s)\n",
+              profile.name.c_str(), par.num_gpus, hardware.name.c_str(), par.tensor_parallel, par.expert_parallel,
+              par.data_parallel(), par.data_parallel() == 1 ? "" : "s");
+  std::printf("  profile: %s\n", profile.source.c_str());
+  std::printf("model\n");
+  std::printf("  parameters        %.1fB on GPU; active %.2fB per prompt token, %.2fB per output token\n",
+              profile.total_params() / 1e9, profile.active_params_per_prompt_token() / 1e9,
+              profile.active_params_per_output_token() / 1e9);
+  std::printf("  KV cache          %.0f B per token (%s), whole model", profile.kv_bytes_per_token,
+              o.kv_cache_dtype.c_str());
+  if (profile.kv_window_tokens > 0) {
+    std::printf("; plus %d-token window rings, %.1f MB per sequence", profile.kv_window_tokens,
+                profile.kv_state_bytes_per_sequence / 1e6);
+  }
+  std::printf("\n");
+  std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),
+              gb(hardware.hbm_capacity_bytes), o.gpu_memory_utilization);
+  std::printf("  weights           %8.1f GB\n", gb(mem.weight_bytes));
+  std::printf("  activations       %8.1f GB  (%d batched tokens, %d sequences, max length %d)\n",
+              gb(mem.activation_bytes), o.max_num_batched_tokens, o.max_num_seqs, max_model_len);
+  std::printf("  sequence state    %8.1f GB\n", gb(mem.sequence_state_bytes));
+  std::printf("  KV cache          %8.1f GB  (%.0f B per token on this GPU)\n", gb(mem.kv_bytes),
+              mem.kv_bytes_per_token);
+  if (profile.host_table_bytes > 0) {
+    std::printf("host memory\n");
+    std::printf("  host tables       %8.1f GB  (Engram, in host RAM; %.0f B fetched per token over %.0f GB/s)\n",
+                gb(profile.host_table_bytes), profile.host_bytes_per_token, gb(hardware.host_link_bytes_per_s));
+  }
+
+  if (!mem.fits()) {
+    std::printf("DOES NOT FIT: weights %.1f GB + activations %.1f GB + sequence state %.1f GB = %.1f GB per GPU, "
+                "budget %.1f GB (short by %.1f GB)\n",
+                gb(mem.weight_bytes), gb(mem.activation_bytes), gb(mem.sequence_state_bytes),
+                gb(mem.weight_bytes + mem.activation_bytes + mem.sequence_state_bytes), gb(mem.budget_bytes),
+                gb(-mem.kv_bytes));
+    throw CLI::RuntimeError(kExitDoesNotFit);
+  }
+  std::printf("KV capacity         %lld tokens (%d blocks of %d)\n", static_cast<long long>(mem.kv_capacity_tokens),
+              mem.num_kv_blocks, o.block_size);
+  const std::int64_t per_replica_tokens = mem.kv_capacity_tokens / par.data_parallel();
+  if (per_replica_tokens < max_model_len) {
+    std::printf("DOES NOT FIT: one sequence of --max-model-len %d tokens needs more KV than an attention replica "
+                "holds (%lld tokens)\n",
+                max_model_len, static_cast<long long>(per_replica_tokens));
+    throw CLI::RuntimeError(kExitDoesNotFit);
+  }
+  std::printf("concurrency (sequences whose full context fits; capped by --max-num-seqs %d)\n", o.max_num_seqs);
+  for (std::int32_t context : {8192, 32768, 131072, 262144, 1048576}) {
+    if (context >= max_model_len) break;
+    const std::int64_t n = mem.kv_capacity_tokens / context;
+    std::printf("  at %8d tokens  %6lld  -> %lld\n", context, static_cast<long long>(n),
+                static_cast<long long>(std::min<std::int64_t>(n, o.max_num_seqs)));
+  }
+  const std::int64_t at_max = mem.kv_capacity_tokens / max_model_len;
+  std::printf("  at %8d tokens  %6lld  -> %lld  (max-model-len)\n", max_model_len, static_cast<long long>(at_max),
+              static_cast<long long>(std::min<std::int64_t>(at_max, o.max_num_seqs)));
+
+  const sim::RooflineCostModel model(profile, hardware, par);
+  print_step_times(model, max_model_len, o.max_num_seqs);
+
+  std::vector<sim::WorkloadRequest> workload;
+  std::string title;
+  if (o.workload_path.empty()) {
+    workload = sim::report_workload(max_model_len);
+    title = "built-in report: 8 chats (2k in, 2k out) at 0 s; 8 prompts of 30k-300k tokens (2k-8k out) over 1-10 s";
+  } else {
+    auto loaded = sim::load_workload_jsonl(o.workload_path, o.num_requests);
+    if (!loaded) fail(kExitBadInput, loaded.error_message());
+    workload = std::move(loaded).value();
+    title = o.workload_path + " (" + std::to_string(workload.size()) + " requests)";
+  }
+  title += "; sluice policy, step target " + std::to_string(static_cast<int>(o.max_step_ms)) + " ms";
+  const sim::PlanPolicy policy{.max_step_ms = o.max_step_ms,
+                               .max_num_seqs = o.max_num_seqs,
+                               .max_num_batched_tokens = o.max_num_batched_tokens,
+                               .kv_capacity_tokens = per_replica_tokens,
+                               .max_model_len_tokens = max_model_len};
+  const sim::WorkloadOutcome outcome = sim::simulate_workload(model, workload, policy);
+  print_workload(title, workload, outcome, workload.size() <= 64);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "predict memory, KV capacity and latency for a model on H200s");
+  auto* model = cmd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json)");
+  auto* profile = cmd->add_option("--profile", o->profile_name, "built-in profile (see --list-profiles)");
+  model->excludes(profile);
+  cmd->add_flag("--list-profiles", o->list_profiles, "name the built-in profiles and exit");
+  cmd->add_option("--gpus", o->num_gpus, "GPUs in the instance")->check(CLI::Range(1, 1024));
+  cmd->add_option("--tensor-parallel-size", o->tensor_parallel, "default: --gpus")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--expert-parallel,--enable-expert-parallel", o->expert_parallel,
+                "split routed experts over all GPUs (MoE models only)");
+  cmd->add_option("--max-model-len", o->max_model_len, "default: the model's maximum")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--max-num-seqs", o->max_num_seqs)->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization)->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8")->check(CLI::IsMember({"auto", "fp8"}));
+  cmd->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
+  cmd->add_option("--workload", o->workload_path, "JSONL with input_length, output_length[, timestamp ms]")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--num-requests", o->num_requests, "use the first N requests of --workload")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  cmd->add_option("--max-step-ms", o->max_step_ms, "predicted step-time target (inter-token latency)")
+      ->check(CLI::Range(0.1, 1e6));
+  cmd->callback([o] { run_plan(*o); });
+}
+
+}  // namespace sluice::cli
