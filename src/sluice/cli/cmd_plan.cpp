@@ -88,7 +88,7 @@ void print_step_times(const sim::RooflineCostModel& model, std::int32_t max_mode
   std::printf("  prefill %d tokens at position 0           %8.2f ms  (%.0f tok/s)\n", chunk, prefill(chunk, 0),
               chunk * 1e3 / prefill(chunk, 0));
   const std::int32_t late = std::max(0, std::min(250000, max_model_len - chunk));
-  std::printf("  prefill %d tokens at position %-8d    %8.2f ms\n", chunk, late, prefill(chunk, late));
+  if (late > 0) std::printf("  prefill %d tokens at position %-8d    %8.2f ms\n", chunk, late, prefill(chunk, late));
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -149,6 +149,10 @@ void run_plan(const PlanOptions& o) {
 
   sim::ModelProfile profile = resolve_profile(o);
   const sim::HardwareSpec hardware = sim::h200();
+  if (o.expert_parallel && !profile.is_moe()) {
+    fail(kExitBadInput, "--expert-parallel: " + profile.name + " is a dense model, it has no experts");
+  }
+  if (o.expert_parallel && o.num_gpus == 1) fail(kExitBadInput, "--expert-parallel needs --gpus > 1");
   sim::Parallelism par;
   par.num_gpus = o.num_gpus;
   par.tensor_parallel = o.tensor_parallel.value_or(o.num_gpus);
@@ -237,7 +241,13 @@ void run_plan(const PlanOptions& o) {
   std::string title;
   if (o.workload_path.empty()) {
     workload = sim::report_workload(max_model_len);
-    title = "built-in report: 8 chats (2k in, 2k out) at 0 s; 8 prompts of 30k-300k tokens (2k-8k out) over 1-10 s";
+    const auto& shortest = workload[8];  // after the 8 chats
+    const auto& longest = workload.back();
+    title = "built-in report: 8 chats (" + std::to_string(workload[0].num_prompt_tokens) + " in, " +
+            std::to_string(workload[0].num_output_tokens) + " out) at 0 s; 8 prompts of " +
+            std::to_string(shortest.num_prompt_tokens) + "-" + std::to_string(longest.num_prompt_tokens) + " tokens (" +
+            std::to_string(shortest.num_output_tokens) + "-" + std::to_string(longest.num_output_tokens) +
+            " out) over 1-10 s";
   } else {
     auto loaded = sim::load_workload_jsonl(o.workload_path, o.num_requests);
     if (!loaded) fail(kExitBadInput, loaded.error_message());

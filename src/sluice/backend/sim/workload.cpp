@@ -10,16 +10,25 @@ namespace sluice::sim {
 std::vector<WorkloadRequest> report_workload(std::int32_t max_model_len_tokens) {
   constexpr std::int32_t kNumChats = 8;
   constexpr std::int32_t kNumLong = 8;
+  constexpr double kChatTokens = 2000;  // prompt and output each
+  constexpr double kShortestPrompt = 30000, kLongestPrompt = 300000;
+  constexpr double kShortestOutput = 2000, kLongestOutput = 8000;
+  // A model with a shorter context gets the same shape, scaled down to fit.
+  const double max_len = max_model_len_tokens;
+  const double chat_scale = std::min(1.0, max_len / (2 * kChatTokens));
+  const double long_scale = std::min(1.0, max_len / (kLongestPrompt + kLongestOutput));
+  const auto tokens = [](double n) { return std::max<std::int32_t>(1, static_cast<std::int32_t>(n)); };
   std::vector<WorkloadRequest> requests;
   for (std::int32_t i = 0; i < kNumChats; ++i) {
-    requests.push_back({.arrival_ms = 0, .num_prompt_tokens = 2000, .num_output_tokens = 2000});
+    requests.push_back({.arrival_ms = 0,
+                        .num_prompt_tokens = tokens(kChatTokens * chat_scale),
+                        .num_output_tokens = tokens(kChatTokens * chat_scale)});
   }
   for (std::int32_t i = 0; i < kNumLong; ++i) {
     const double t = static_cast<double>(i) / (kNumLong - 1);
-    const auto output = static_cast<std::int32_t>(2000 + t * 6000);
-    auto prompt = static_cast<std::int32_t>(30000 + t * 270000);
-    prompt = std::min(prompt, max_model_len_tokens - output);
-    requests.push_back({.arrival_ms = 1000.0 + t * 9000.0, .num_prompt_tokens = prompt, .num_output_tokens = output});
+    requests.push_back({.arrival_ms = 1000.0 + t * 9000.0,
+                        .num_prompt_tokens = tokens((kShortestPrompt + t * (kLongestPrompt - kShortestPrompt)) * long_scale),
+                        .num_output_tokens = tokens((kShortestOutput + t * (kLongestOutput - kShortestOutput)) * long_scale)});
   }
   return requests;
 }

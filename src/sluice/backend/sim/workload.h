@@ -19,8 +19,9 @@ struct WorkloadRequest {
 };
 
 // 8 short chats (2k prompt, 2k output) at t = 0, then 8 prompts of 30k..300k
-// tokens (evenly spaced) with outputs of 2k..8k arriving over 10 s. Prompts are
-// capped so prompt + output fits `max_model_len_tokens`.
+// tokens (evenly spaced) with outputs of 2k..8k arriving over 1..10 s. For a
+// model with a shorter context every length is scaled down by the same factor
+// so that prompt + output fits `max_model_len_tokens`.
 std::vector<WorkloadRequest> report_workload(std::int32_t max_model_len_tokens);
 
 // Reads a JSONL trace; `max_requests` > 0 keeps the first that many lines.
