@@ -1,0 +1,317 @@
+// Benchmarks of the CUDA backend on Llama-3-8B shapes with random bf16
+// weights made on the GPU: the kernels alone (GEMM, prefill and decode
+// attention) and whole steps through Ops (decode at batch 1 x 4k and 64 x 8k,
+// prefill of 4k and 32k prompts). Prints one markdown row per number, with its
+// share of the ceilings measured on the H200 (../shared/DEVICE.md).
+//
+// Usage: cuda_bench [--quick]   (--quick: smaller sizes, for a smoke run)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sluice/backend/cuda/cuda_ops.h"
+
+namespace sluice {
+namespace {
+
+constexpr double kHbmBytesPerSecond = 4.31e12;  // device copy, read + write counted
+constexpr double kBf16FlopsPerSecond = 790e12;  // cuBLASLt 8192^3, random data
+
+template <class T>
+T must(Result<T> r) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "error: %s\n", r.error_message().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+void sync() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median seconds of `fn` over `reps` runs after `warmup` runs; each run ends
+// with a device synchronisation.
+double time_median(int warmup, int reps, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  sync();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    sync();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void row(const std::string& what, double value, const char* unit, const std::string& share) {
+  std::printf("| %s | %.4g %s | %s |\n", what.c_str(), value, unit, share.c_str());
+  std::fflush(stdout);
+}
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * x);
+  return buf;
+}
+
+std::unique_ptr<Ops> new_ops() { return must(make_cuda_ops({})); }
+
+void bench_copy() {
+  const std::int64_t bytes = 2LL << 30;
+  void *a = nullptr, *b = nullptr;
+  cudaMalloc(&a, bytes);
+  cudaMalloc(&b, bytes);
+  cudaMemset(a, 1, bytes);
+  const double s = time_median(2, 10, [&] { cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); });
+  row("device copy 2 GiB (read+write)", 2.0 * bytes / s / 1e12, "TB/s", pct(2.0 * bytes / s / kHbmBytesPerSecond) + " of 4.31 TB/s");
+  cudaFree(a);
+  cudaFree(b);
+}
+
+void bench_gemm() {
+  auto ops = new_ops();
+  struct Shape3 {
+    std::int64_t m, n, k;
+  };
+  std::uint64_t seed = 1;
+  for (Shape3 s : {Shape3{8192, 8192, 8192}, Shape3{8192, 28672, 4096}, Shape3{8192, 4096, 14336},
+                   Shape3{64, 28672, 4096}, Shape3{1, 28672, 4096}, Shape3{1, 4096, 14336},
+                   Shape3{1, 128256, 4096}}) {
+    StepLayout layout;
+    ops->begin_step(layout);
+    const Tensor x = must(cuda_random_weight(*ops, {s.m, s.k}, DType::bf16, ++seed, 1.0f));
+    // Rotate over weight copies so that small GEMMs do not run from L2.
+    const int copies = s.m <= 64 ? 4 : 1;
+    std::vector<Tensor> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.05f)));
+    const Tensor out = must(cuda_random_weight(*ops, {s.m, s.n}, DType::bf16, ++seed, 1.0f));
+    int i = 0;
+    const int inner = 20;
+    const double t = time_median(3, 9, [&] {
+                       for (int r = 0; r < inner; ++r) ops->matmul(x, ws[(i++) % copies], Tensor{}, out);
+                     }) / inner;
+    const double flops = 2.0 * s.m * s.n * s.k;
+    const double bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
+    char name[96];
+    std::snprintf(name, sizeof name, "GEMM %lldx%lldx%lld (M x N x K)", static_cast<long long>(s.m),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k));
+    if (s.m >= 1024)
+      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    else
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+  }
+}
+
+// Attention alone: one prefill sequence of `tokens`, or `batch` decodes at `context`.
+void bench_attention(bool quick) {
+  constexpr std::int32_t kBlock = 16, kHeads = 32, kDim = 128;
+  for (std::int32_t kv_heads : {32, 8}) {
+    for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
+      auto ops = new_ops();
+      const std::int32_t blocks = tokens / kBlock;
+      if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
+                                   .num_kv_heads = kv_heads, .head_dim = kDim}).ok())
+        std::exit(1);
+      StepLayout layout;
+      SequenceLayout seq{.row_begin = 0, .num_rows = tokens, .num_computed_tokens = 0, .block_table = {}};
+      for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
+      layout.sequences.push_back(seq);
+      for (std::int32_t t = 0; t < tokens; ++t) {
+        layout.token_ids.push_back(0);
+        layout.positions.push_back(t);
+      }
+      const Tensor q = must(cuda_random_weight(*ops, {tokens, kHeads * kDim}, DType::bf16, 11, 1.0f));
+      const Tensor k = must(cuda_random_weight(*ops, {tokens, kv_heads * kDim}, DType::bf16, 12, 1.0f));
+      const Tensor v = must(cuda_random_weight(*ops, {tokens, kv_heads * kDim}, DType::bf16, 13, 1.0f));
+      const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kDim}, DType::bf16, 14, 1.0f));
+      ops->begin_step(layout);
+      const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+      // Causal: half the score matrix, 2 GEMMs of 2 flops per multiply-add.
+      const double flops = 4.0 * kHeads * kDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
+      char name[96];
+      std::snprintf(name, sizeof name, "attention prefill %dk, %d/%d heads x 128 (incl. KV write)", tokens / 1024, kHeads, kv_heads);
+      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    }
+  }
+  for (std::int32_t kv_heads : {32, 8}) {
+    const std::int32_t batch = 64, context = quick ? 2048 : 8192;
+    auto ops = new_ops();
+    const std::int32_t blocks_per_seq = context / kBlock + 1;
+    if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * blocks_per_seq, .block_size_tokens = kBlock,
+                                 .num_kv_heads = kv_heads, .head_dim = kDim}).ok())
+      std::exit(1);
+    if (!cuda_fill_kv_cache_random(*ops, 5).ok()) std::exit(1);
+    StepLayout layout;
+    for (std::int32_t s = 0; s < batch; ++s) {
+      SequenceLayout seq{.row_begin = s, .num_rows = 1, .num_computed_tokens = context - 1, .block_table = {}};
+      for (std::int32_t b = 0; b < blocks_per_seq; ++b) seq.block_table.push_back(s * blocks_per_seq + b);
+      layout.sequences.push_back(seq);
+      layout.token_ids.push_back(0);
+      layout.positions.push_back(context - 1);
+    }
+    const Tensor q = must(cuda_random_weight(*ops, {batch, kHeads * kDim}, DType::bf16, 21, 1.0f));
+    const Tensor k = must(cuda_random_weight(*ops, {batch, kv_heads * kDim}, DType::bf16, 22, 1.0f));
+    const Tensor v = must(cuda_random_weight(*ops, {batch, kv_heads * kDim}, DType::bf16, 23, 1.0f));
+    const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kDim}, DType::bf16, 24, 1.0f));
+    const double t = time_median(3, 15, [&] {
+      ops->begin_step(layout);
+      ops->attention(0, q, k, v, 0.0884f, out);
+    });
+    const double bytes = 2.0 * 2.0 * batch * static_cast<double>(context) * kv_heads * kDim;
+    char name[96];
+    std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)", batch, context / 1024, kHeads, kv_heads);
+    row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+  }
+}
+
+// Llama-3-8B, the same op sequence as model/llama.cpp's LlamaModel::forward.
+struct Llama8B {
+  static constexpr std::int64_t kLayers = 32, kHidden = 4096, kHeads = 32, kKvHeads = 8, kDim = 128,
+                                kInter = 14336, kVocab = 128256;
+  struct Layer {
+    Tensor in_norm, q, k, v, o, post_norm, gate_up, down;
+  };
+  Tensor embed, final_norm, lm_head;
+  std::vector<Layer> layers;
+  RopeParams rope{.head_dim = kDim, .theta = 500000.0f, .llama3_factor = 8.0f};
+
+  explicit Llama8B(Ops& ops) {
+    std::uint64_t seed = 1000;
+    auto w = [&](Shape s, float scale) { return must(cuda_random_weight(ops, s, DType::bf16, ++seed, scale)); };
+    embed = w({kVocab, kHidden}, 1.0f);
+    for (int l = 0; l < kLayers; ++l)
+      layers.push_back({w({kHidden}, 1.0f), w({kHeads * kDim, kHidden}, 0.02f), w({kKvHeads * kDim, kHidden}, 0.02f),
+                        w({kKvHeads * kDim, kHidden}, 0.02f), w({kHidden, kHeads * kDim}, 0.02f), w({kHidden}, 1.0f),
+                        w({2 * kInter, kHidden}, 0.02f), w({kHidden, kInter}, 0.02f)});
+    final_norm = w({kHidden}, 1.0f);
+    lm_head = w({kVocab, kHidden}, 0.02f);
+  }
+  static double weight_bytes() {
+    const double per_layer = 2.0 * kHidden * (kHeads * kDim + 2 * kKvHeads * kDim) + 2.0 * kHidden * kHeads * kDim +
+                             2.0 * 3 * kHidden * kInter + 4.0 * kHidden;
+    return kLayers * per_layer + 2.0 * kVocab * kHidden;  // lm_head read; embedding rows negligible
+  }
+  static double matmul_flops_per_token() { return (weight_bytes() - 2.0 * kVocab * kHidden) + 0.0; }
+
+  Tensor forward(Ops& ops, const StepLayout& layout) const {
+    const std::int64_t n = layout.num_rows();
+    const float eps = 1e-5f, scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    Tensor residual = ops.scratch({n, kHidden}), normed = ops.scratch({n, kHidden});
+    Tensor q = ops.scratch({n, kHeads * kDim}), k = ops.scratch({n, kKvHeads * kDim}), v = ops.scratch({n, kKvHeads * kDim});
+    Tensor attn = ops.scratch({n, kHeads * kDim}), block_out = ops.scratch({n, kHidden});
+    Tensor gate_up = ops.scratch({n, 2 * kInter}), act = ops.scratch({n, kInter});
+    ops.embedding(embed, residual);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const Layer& layer = layers[l];
+      if (l == 0)
+        ops.rms_norm(residual, layer.in_norm, eps, normed);
+      else
+        ops.add_rms_norm(residual, block_out, layer.in_norm, eps, normed);
+      ops.matmul(normed, layer.q, Tensor{}, q);
+      ops.matmul(normed, layer.k, Tensor{}, k);
+      ops.matmul(normed, layer.v, Tensor{}, v);
+      ops.rope(q, k, rope);
+      ops.attention(static_cast<std::int32_t>(l), q, k, v, scale, attn);
+      ops.matmul(attn, layer.o, Tensor{}, block_out);
+      ops.add_rms_norm(residual, block_out, layer.post_norm, eps, normed);
+      ops.matmul(normed, layer.gate_up, Tensor{}, gate_up);
+      ops.silu_mul(gate_up, act);
+      ops.matmul(act, layer.down, Tensor{}, block_out);
+    }
+    ops.add_rms_norm(residual, block_out, final_norm, eps, normed);
+    const auto num_samples = static_cast<std::int64_t>(layout.sample_rows.size());
+    Tensor selected = ops.scratch({num_samples, kHidden});
+    ops.gather_sample_rows(normed, selected);
+    Tensor logits = ops.scratch({num_samples, kVocab});
+    ops.matmul(selected, lm_head, Tensor{}, logits);
+    return logits;
+  }
+};
+
+StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_tokens, std::int32_t block,
+                     std::int32_t blocks_per_seq) {
+  StepLayout layout;
+  for (std::int32_t s = 0; s < batch; ++s) {
+    SequenceLayout seq{.row_begin = layout.num_rows(), .num_rows = new_tokens,
+                       .num_computed_tokens = context, .block_table = {}};
+    for (std::int32_t b = 0; b < blocks_per_seq; ++b) seq.block_table.push_back(s * blocks_per_seq + b);
+    for (std::int32_t t = 0; t < new_tokens; ++t) {
+      layout.token_ids.push_back((s * 7919 + t * 31) % 128000);
+      layout.positions.push_back(context + t);
+    }
+    layout.sample_rows.push_back(seq.row_begin + new_tokens - 1);
+    layout.sequences.push_back(seq);
+  }
+  (void)block;
+  return layout;
+}
+
+void bench_model(bool quick) {
+  constexpr std::int32_t kBlock = 16;
+  auto ops = new_ops();
+  const Llama8B model(*ops);
+  const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
+  const std::int32_t long_prompt = quick ? 8192 : 32768;
+  const std::int32_t blocks_per_seq = std::max(big_context, long_prompt) / kBlock + 2;
+  const std::int32_t num_blocks = std::max(big_batch, 2) * blocks_per_seq;
+  const Status kv = ops->allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = num_blocks,
+                                            .block_size_tokens = kBlock, .num_kv_heads = Llama8B::kKvHeads,
+                                            .head_dim = Llama8B::kDim});
+  if (!kv.ok()) {
+    std::fprintf(stderr, "%s\n", kv.error_message().c_str());
+    std::exit(1);
+  }
+  if (!cuda_fill_kv_cache_random(*ops, 3).ok()) std::exit(1);
+  auto run_step = [&](const StepLayout& layout) {
+    ops->begin_step(layout);
+    const Tensor logits = model.forward(*ops, layout);
+    std::vector<SampleRequest> requests(layout.sample_rows.size());
+    (void)ops->sample(logits, requests);
+  };
+  const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
+  for (auto [batch, context] : {std::pair{1, 0}, std::pair{1, 4096}, std::pair{8, 8192}, std::pair{big_batch, big_context}}) {
+    const StepLayout layout = make_step(batch, context, 1, kBlock, blocks_per_seq);
+    const double t = time_median(3, 15, [&] { run_step(layout); });
+    const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
+    char name[96];
+    std::snprintf(name, sizeof name, "Llama-3-8B decode step, batch %d at %d context", batch, context);
+    row(std::string(name) + " [tok/s]", batch / t, "tok/s",
+        pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
+  }
+  for (std::int32_t prompt : {4096, long_prompt}) {
+    const StepLayout layout = make_step(1, 0, prompt, kBlock, blocks_per_seq);
+    const double t = time_median(1, 3, [&] { run_step(layout); });
+    const double flops = Llama8B::matmul_flops_per_token() * prompt +
+                         Llama8B::kLayers * 4.0 * Llama8B::kHeads * Llama8B::kDim * (double(prompt) * (prompt + 1) / 2);
+    char name[96];
+    std::snprintf(name, sizeof name, "Llama-3-8B prefill of %d tokens", prompt);
+    row(std::string(name) + " [tok/s]", prompt / t, "tok/s",
+        pct(flops / t / kBf16FlopsPerSecond) + " of 790 TFLOP/s (" + std::to_string(static_cast<int>(t * 1e3)) + " ms)");
+  }
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+  sluice::bench_copy();
+  sluice::bench_gemm();
+  sluice::bench_attention(quick);
+  sluice::bench_model(quick);
+  return 0;
+}

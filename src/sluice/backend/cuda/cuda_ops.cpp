@@ -1,0 +1,612 @@
+#include "sluice/backend/cuda/cuda_ops.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sluice/backend/cpu/sampler.h"
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/lt_gemm.h"
+#include "sluice/backend/float_convert.h"
+#include "sluice/backend/rope.h"
+
+namespace sluice {
+namespace {
+
+using cuda::Dt;
+
+Dt dt_of(DType dtype) {
+  SLUICE_CHECK_MSG(dtype != DType::i32, "float tensor expected");
+  return static_cast<Dt>(static_cast<std::int32_t>(dtype));
+}
+
+constexpr std::int64_t kAlignBytes = 256;
+std::int64_t align_up(std::int64_t n, std::int64_t a) { return (n + a - 1) / a * a; }
+
+// Host memory the device copies from asynchronously; grows, never shrinks.
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() { cudaFreeHost(data_); }
+  void* ensure(std::int64_t bytes) {
+    if (bytes > capacity_) {
+      cudaFreeHost(data_);
+      capacity_ = std::max(bytes, 2 * capacity_);
+      SLUICE_CUDA_CHECK(cudaMallocHost(&data_, static_cast<std::size_t>(capacity_)));
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::int64_t capacity_ = 0;
+};
+
+// A bump allocator over device chunks. A step that overflows the current
+// chunk gets a new one (earlier pointers stay valid); at the next reset the
+// chunks are merged into one of the combined size.
+class ScratchArena {
+ public:
+  explicit ScratchArena(std::int64_t initial_bytes) : initial_bytes_(initial_bytes) {}
+  ~ScratchArena() {
+    for (auto& c : chunks_) cudaFree(c.base);
+  }
+  void reset() {
+    if (chunks_.size() > 1) {
+      std::int64_t total = 0;
+      for (auto& c : chunks_) {
+        total += c.capacity;
+        SLUICE_CUDA_CHECK(cudaFree(c.base));  // synchronises: the previous step may still read it
+      }
+      chunks_.clear();
+      add_chunk(total);
+    }
+    for (auto& c : chunks_) c.used = 0;
+    current_ = 0;
+  }
+  void* allocate(std::int64_t bytes) {
+    bytes = align_up(std::max<std::int64_t>(bytes, 1), kAlignBytes);
+    if (chunks_.empty()) add_chunk(std::max(bytes, initial_bytes_));
+    Chunk* c = &chunks_[current_];
+    if (c->used + bytes > c->capacity) {
+      add_chunk(std::max(bytes, initial_bytes_));
+      current_ = chunks_.size() - 1;
+      c = &chunks_[current_];
+    }
+    void* out = static_cast<std::byte*>(c->base) + c->used;
+    c->used += bytes;
+    return out;
+  }
+
+ private:
+  struct Chunk {
+    void* base = nullptr;
+    std::int64_t capacity = 0;
+    std::int64_t used = 0;
+  };
+  void add_chunk(std::int64_t bytes) {
+    Chunk c;
+    const cudaError_t status = cudaMalloc(&c.base, static_cast<std::size_t>(bytes));
+    SLUICE_CHECK_MSG(status == cudaSuccess,
+                     fmt::format("scratch arena: cudaMalloc of {} bytes failed ({})", bytes,
+                                 cudaGetErrorString(status)));
+    c.capacity = bytes;
+    chunks_.push_back(c);
+  }
+  std::int64_t initial_bytes_;
+  std::vector<Chunk> chunks_;
+  std::size_t current_ = 0;
+};
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(const CudaOpsOptions& options, cudaStream_t stream)
+      : options_(options), stream_(stream), scratch_(options.scratch_bytes),
+        gemm_(stream, options.gemm_workspace_bytes) {
+    SLUICE_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+  }
+  ~CudaOps() override {
+    cudaStreamSynchronize(stream_);
+    for (void* p : weights_) cudaFree(p);
+    for (auto& [key, p] : inv_freq_) cudaFree(p);
+    cudaFree(kv_cache_);
+    cudaFree(step_device_);
+    cudaFree(sample_device_);
+    cudaEventDestroy(upload_done_);
+    cudaStreamDestroy(stream_);
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+  // --- memory ---
+  DType activation_dtype() const override { return DType::bf16; }
+
+  Result<Tensor> upload_weight(const Tensor& host) override {
+    return upload_concatenated(std::span<const Tensor>(&host, 1));
+  }
+
+  Result<Tensor> upload_concatenated(std::span<const Tensor> parts) override {
+    SLUICE_CHECK(!parts.empty());
+    const Tensor& first = parts[0];
+    if (first.dtype == DType::i32) return Error{"CUDA backend: integer weights are not supported"};
+    // Matrices become bf16 (the GEMM and embedding dtype); vectors keep theirs.
+    const DType target = first.shape.rank >= 2 ? DType::bf16 : first.dtype;
+    std::int64_t rows = 0;
+    for (const Tensor& part : parts) {
+      SLUICE_CHECK(part.dtype == first.dtype && part.cols() == first.cols());
+      rows += part.shape.rank >= 2 ? part.rows() : part.numel();
+    }
+    const Shape shape = first.shape.rank >= 2 ? Shape{rows, first.cols()} : Shape{rows};
+    const std::int64_t bytes = shape.numel() * static_cast<std::int64_t>(dtype_size_bytes(target));
+    SLUICE_TRY_ASSIGN(device, device_alloc(bytes, "weight"));
+    std::int64_t offset_bytes = 0;
+    for (const Tensor& part : parts) {
+      copy_converted(part, target, static_cast<std::byte*>(device) + offset_bytes);
+      offset_bytes += part.numel() * static_cast<std::int64_t>(dtype_size_bytes(target));
+    }
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Tensor{device, target, shape};
+  }
+
+  Status allocate_kv_cache(const KvCacheSpec& spec) override {
+    if (!cuda::split_kernel_supports(spec.head_dim))
+      return Error{fmt::format("CUDA backend: head_dim {} is not supported (16, 32, 64, 128, 256)",
+                               spec.head_dim)};
+    if (spec.num_kv_heads <= 0 || spec.num_layers <= 0 || spec.num_blocks <= 0 ||
+        spec.block_size_tokens <= 0)
+      return Error{"CUDA backend: KV cache spec has a zero dimension"};
+    const std::int64_t bytes = spec.bytes_per_block(DType::bf16) * spec.num_blocks;
+    if (kv_cache_ != nullptr) SLUICE_CUDA_CHECK(cudaFree(kv_cache_));
+    kv_cache_ = nullptr;
+    if (cudaMalloc(&kv_cache_, static_cast<std::size_t>(bytes)) != cudaSuccess) {
+      cudaGetLastError();
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      return Error{fmt::format(
+          "CUDA backend: the KV cache needs {:.2f} GiB ({} blocks x {} bytes) but only {:.2f} GiB "
+          "of {:.2f} GiB is free",
+          bytes / 1073741824.0, spec.num_blocks, spec.bytes_per_block(DType::bf16),
+          free_bytes / 1073741824.0, total_bytes / 1073741824.0)};
+    }
+    SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0, static_cast<std::size_t>(bytes), stream_));
+    kv_spec_ = spec;
+    return Ok{};
+  }
+
+  Tensor scratch(Shape shape, DType dtype) override {
+    const std::int64_t bytes = shape.numel() * static_cast<std::int64_t>(dtype_size_bytes(dtype));
+    return Tensor{scratch_.allocate(bytes), dtype, shape};
+  }
+
+  std::optional<std::int64_t> device_memory_free_bytes() const override {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    SLUICE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<std::int64_t>(free_bytes);
+  }
+
+  // --- step ---
+  void begin_step(const StepLayout& layout) override {
+    scratch_.reset();
+    upload_layout(layout);
+  }
+
+  void embedding(const Tensor& table, Tensor out) override {
+    SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_rows));
+    SLUICE_CHECK_EQ(out.cols(), table.cols());
+    cuda::launch_embedding(view_, table.data, dt_of(table.dtype), table.cols(), out.data,
+                           dt_of(out.dtype), stream_);
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    SLUICE_CHECK_EQ(x.numel(), out.numel());
+    SLUICE_CHECK_EQ(weight.numel(), x.cols());
+    cuda::launch_rms_norm(x.data, dt_of(x.dtype), weight.data, dt_of(weight.dtype), eps, x.rows(),
+                          x.cols(), out.data, dt_of(out.dtype), stream_);
+  }
+
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                    Tensor out) override {
+    SLUICE_CHECK_EQ(residual.numel(), x.numel());
+    SLUICE_CHECK_EQ(residual.numel(), out.numel());
+    SLUICE_CHECK_EQ(weight.numel(), x.cols());
+    cuda::launch_add_rms_norm(residual.data, dt_of(residual.dtype), x.data, dt_of(x.dtype),
+                              weight.data, dt_of(weight.dtype), eps, x.rows(), x.cols(), out.data,
+                              dt_of(out.dtype), stream_);
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor out) override {
+    SLUICE_CHECK_MSG(x.dtype == DType::bf16 && w.dtype == DType::bf16,
+                     "CUDA matmul takes bf16 activations and weights");
+    SLUICE_CHECK_EQ(x.cols(), w.cols());
+    SLUICE_CHECK_EQ(out.rows(), x.rows());
+    SLUICE_CHECK_EQ(out.cols(), w.rows());
+    SLUICE_CHECK(out.dtype == DType::bf16 || out.dtype == DType::f32);
+    gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
+    if (bias.data != nullptr) {
+      SLUICE_CHECK_EQ(bias.numel(), w.rows());
+      cuda::launch_add_bias(out.data, dt_of(out.dtype), bias.data, dt_of(bias.dtype), out.rows(),
+                            out.cols(), stream_);
+    }
+  }
+
+  void rope(Tensor q, Tensor k, const RopeParams& params) override {
+    const std::int64_t head_dim = params.head_dim;
+    SLUICE_CHECK(head_dim > 0 && head_dim % 2 == 0);
+    SLUICE_CHECK_EQ(q.rows(), static_cast<std::int64_t>(view_.num_rows));
+    SLUICE_CHECK_EQ(k.rows(), static_cast<std::int64_t>(view_.num_rows));
+    SLUICE_CHECK_EQ(q.cols() % head_dim, std::int64_t{0});
+    SLUICE_CHECK_EQ(k.cols() % head_dim, std::int64_t{0});
+    cuda::launch_rope(view_, q.data, dt_of(q.dtype), static_cast<std::int32_t>(q.cols() / head_dim),
+                      k.data, dt_of(k.dtype), static_cast<std::int32_t>(k.cols() / head_dim),
+                      params.head_dim, inverse_frequencies(params), stream_);
+  }
+
+  void attention(std::int32_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                 float scale, Tensor out) override {
+    SLUICE_CHECK_MSG(kv_cache_ != nullptr, "attention before allocate_kv_cache");
+    SLUICE_CHECK(layer >= 0 && layer < kv_spec_.num_layers);
+    SLUICE_CHECK(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16 &&
+                 out.dtype == DType::bf16);
+    const std::int64_t head_dim = kv_spec_.head_dim;
+    const std::int64_t kv_width = static_cast<std::int64_t>(kv_spec_.num_kv_heads) * head_dim;
+    SLUICE_CHECK_EQ(k.cols(), kv_width);
+    SLUICE_CHECK_EQ(v.cols(), kv_width);
+    SLUICE_CHECK_EQ(q.numel(), out.numel());
+    SLUICE_CHECK_EQ(q.rows(), static_cast<std::int64_t>(view_.num_rows));
+    const auto num_q_heads = static_cast<std::int32_t>(q.cols() / head_dim);
+    SLUICE_CHECK_EQ(num_q_heads % kv_spec_.num_kv_heads, 0);
+
+    const std::int64_t layer_elems =
+        static_cast<std::int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size_tokens * kv_width;
+    auto* k_cache = static_cast<std::uint16_t*>(kv_cache_) + 2 * layer * layer_elems;
+    auto* v_cache = k_cache + layer_elems;
+    cuda::launch_kv_write(view_, k.data, v.data, k_cache, v_cache, kv_spec_.num_kv_heads,
+                          kv_spec_.head_dim, kv_spec_.block_size_tokens, stream_);
+    cuda::AttentionArgs args;
+    args.q = q.data;
+    args.out = out.data;
+    args.k_cache = k_cache;
+    args.v_cache = v_cache;
+    args.num_q_heads = num_q_heads;
+    args.num_kv_heads = kv_spec_.num_kv_heads;
+    args.head_dim = kv_spec_.head_dim;
+    args.block_size_tokens = kv_spec_.block_size_tokens;
+    args.scale = scale;
+    cuda::launch_attention_prefill(view_, args, stream_);
+    if (view_.num_split_rows > 0) {
+      args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));
+      cuda::launch_attention_split(view_, args, stream_);
+    }
+  }
+
+  void silu_mul(const Tensor& gate_up, Tensor out) override {
+    SLUICE_CHECK_EQ(gate_up.cols(), 2 * out.cols());
+    SLUICE_CHECK_EQ(gate_up.rows(), out.rows());
+    cuda::launch_silu_mul(gate_up.data, dt_of(gate_up.dtype), out.rows(), out.cols(), out.data,
+                          dt_of(out.dtype), stream_);
+  }
+
+  void gather_sample_rows(const Tensor& x, Tensor out) override {
+    SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_sample_rows));
+    SLUICE_CHECK_EQ(out.cols(), x.cols());
+    SLUICE_CHECK(out.dtype == x.dtype);
+    cuda::launch_gather_rows(x.data, dt_of(x.dtype), x.cols(), view_.sample_rows,
+                             view_.num_sample_rows, out.data, stream_);
+  }
+
+  std::vector<SampleResult> sample(const Tensor& logits,
+                                   std::span<const SampleRequest> requests) override;
+
+  Status fill_kv_cache_random(std::uint64_t seed) {
+    if (kv_cache_ == nullptr) return Error{"cuda_fill_kv_cache_random: no KV cache yet"};
+    const std::int64_t elems = kv_spec_.bytes_per_block(DType::bf16) * kv_spec_.num_blocks / 2;
+    cuda::launch_random_fill(kv_cache_, dt_of(DType::bf16), elems, seed, 1.0f, stream_);
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Ok{};
+  }
+
+  Result<Tensor> random_weight(Shape shape, DType dtype, std::uint64_t seed, float scale) {
+    const std::int64_t bytes = shape.numel() * static_cast<std::int64_t>(dtype_size_bytes(dtype));
+    SLUICE_TRY_ASSIGN(device, device_alloc(bytes, "random weight"));
+    cuda::launch_random_fill(device, dt_of(dtype), shape.numel(), seed, scale, stream_);
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Tensor{device, dtype, shape};
+  }
+
+ private:
+  Result<void*> device_alloc(std::int64_t bytes, const char* what) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1))) != cudaSuccess) {
+      cudaGetLastError();
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      return Error{fmt::format("CUDA backend: cannot allocate {} of {:.2f} GiB: {:.2f} GiB of "
+                               "{:.2f} GiB free (the model does not fit on this GPU)",
+                               what, bytes / 1073741824.0, free_bytes / 1073741824.0,
+                               total_bytes / 1073741824.0)};
+    }
+    weights_.push_back(p);
+    return p;
+  }
+
+  // Host tensor -> device, converted to `target`, through a pinned staging buffer.
+  void copy_converted(const Tensor& host, DType target, void* device) {
+    constexpr std::int64_t kChunkElems = 16LL << 20;
+    const std::int64_t n = host.numel();
+    const std::size_t out_size = dtype_size_bytes(target);
+    for (std::int64_t begin = 0; begin < n; begin += kChunkElems) {
+      const std::int64_t count = std::min(kChunkElems, n - begin);
+      auto* staging = static_cast<std::byte*>(staging_.ensure(kChunkElems * 4));
+      SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the staging buffer is free again
+      if (host.dtype == target) {
+        std::memcpy(staging, static_cast<const std::byte*>(host.data) + begin * out_size,
+                    static_cast<std::size_t>(count) * out_size);
+      } else {
+        for (std::int64_t i = 0; i < count; ++i) {
+          const float value = host_to_f32(host, begin + i);
+          if (target == DType::bf16) {
+            const std::uint16_t bits = f32_to_bf16(value);
+            std::memcpy(staging + i * 2, &bits, 2);
+          } else {
+            SLUICE_CHECK(target == DType::f32);
+            std::memcpy(staging + i * 4, &value, 4);
+          }
+        }
+      }
+      SLUICE_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(device) + begin * out_size, staging,
+                                        static_cast<std::size_t>(count) * out_size,
+                                        cudaMemcpyHostToDevice, stream_));
+    }
+  }
+
+  static float host_to_f32(const Tensor& t, std::int64_t i) {
+    switch (t.dtype) {
+      case DType::f32: return t.as<const float>()[i];
+      case DType::bf16: return bf16_to_f32(t.as<const std::uint16_t>()[i]);
+      case DType::f16: return f16_to_f32(t.as<const std::uint16_t>()[i]);
+      case DType::i32: break;
+    }
+    SLUICE_CHECK_MSG(false, "float tensor expected");
+    return 0.0f;
+  }
+
+  const float* inverse_frequencies(const RopeParams& params) {
+    const auto key = std::make_tuple(params.head_dim, params.theta, params.llama3_factor,
+                                     params.llama3_low_freq_factor, params.llama3_high_freq_factor,
+                                     params.llama3_original_max_position);
+    if (auto it = inv_freq_.find(key); it != inv_freq_.end()) return it->second;
+    const std::vector<float> host = rope_inverse_frequencies(params);
+    float* device = nullptr;
+    SLUICE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), host.size() * sizeof(float)));
+    SLUICE_CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+    inv_freq_.emplace(key, device);
+    return device;
+  }
+
+  void upload_layout(const StepLayout& layout);
+
+  CudaOpsOptions options_;
+  cudaStream_t stream_;
+  ScratchArena scratch_;
+  cuda::LtGemm gemm_;
+  std::vector<void*> weights_;
+  std::map<std::tuple<std::int32_t, float, float, float, float, std::int32_t>, float*> inv_freq_;
+  void* kv_cache_ = nullptr;  // per layer: K then V, each [num_blocks, block_size, kv_heads, head_dim]
+  KvCacheSpec kv_spec_;
+
+  PinnedBuffer staging_;
+  PinnedBuffer step_host_;
+  void* step_device_ = nullptr;
+  std::int64_t step_device_bytes_ = 0;
+  cudaEvent_t upload_done_ = nullptr;
+  cuda::StepDeviceView view_;
+
+  PinnedBuffer sample_host_;
+  void* sample_device_ = nullptr;
+  std::int64_t sample_device_bytes_ = 0;
+};
+
+// Packs the step's integer metadata into one pinned buffer and sends it with a
+// single copy; the view points into the device copy.
+void CudaOps::upload_layout(const StepLayout& layout) {
+  const auto num_rows = layout.num_rows();
+  const auto num_seqs = static_cast<std::int32_t>(layout.sequences.size());
+  std::int64_t table_len = 0;
+  for (const auto& s : layout.sequences) table_len += static_cast<std::int64_t>(s.block_table.size());
+  const bool tensor_core_prefill =
+      kv_spec_.head_dim > 0 && cuda::prefill_kernel_supports(kv_spec_.head_dim);
+
+  struct Tile {
+    std::int32_t seq, row, kv_end;
+  };
+  std::vector<Tile> tiles;
+  std::vector<std::int32_t> split_rows;
+  std::int32_t max_split_kv = 0;
+  for (std::int32_t s = 0; s < num_seqs; ++s) {
+    const SequenceLayout& seq = layout.sequences[s];
+    if (tensor_core_prefill && seq.num_rows > 1) {
+      for (std::int32_t r = 0; r < seq.num_rows; r += cuda::kPrefillTileRows)
+        tiles.push_back({s, r, seq.num_computed_tokens + std::min(seq.num_rows, r + cuda::kPrefillTileRows)});
+    } else {
+      for (std::int32_t r = 0; r < seq.num_rows; ++r) split_rows.push_back(seq.row_begin + r);
+      if (seq.num_rows > 0)
+        max_split_kv = std::max(max_split_kv, seq.num_computed_tokens + seq.num_rows);
+    }
+  }
+  // Longest key ranges first: the causal tail of a long prompt finishes last otherwise.
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile& a, const Tile& b) { return a.kv_end > b.kv_end; });
+
+  const auto num_tiles = static_cast<std::int64_t>(tiles.size());
+  const auto num_sample = static_cast<std::int64_t>(layout.sample_rows.size());
+  const auto num_split = static_cast<std::int64_t>(split_rows.size());
+  // Section sizes, each rounded to 4 ints (16 bytes).
+  const std::array<std::int64_t, 11> sizes = {num_rows, num_rows, num_rows, num_seqs, num_seqs,
+                                              num_seqs, num_seqs, table_len, num_sample,
+                                              2 * num_tiles, num_split};
+  std::array<std::int64_t, 11> offsets{};
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    offsets[i] = total;
+    total += align_up(sizes[i], 4);
+  }
+  total = std::max<std::int64_t>(total, 4);
+  const std::int64_t bytes = total * 4;
+
+  // The previous step's copy must be done before the pinned buffer is rewritten.
+  SLUICE_CUDA_CHECK(cudaEventSynchronize(upload_done_));
+  auto* host = static_cast<std::int32_t*>(step_host_.ensure(bytes));
+  if (bytes > step_device_bytes_) {
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    SLUICE_CUDA_CHECK(cudaFree(step_device_));
+    step_device_bytes_ = std::max(bytes, 2 * step_device_bytes_);
+    SLUICE_CUDA_CHECK(cudaMalloc(&step_device_, static_cast<std::size_t>(step_device_bytes_)));
+  }
+  std::int32_t* h[11];
+  for (std::size_t i = 0; i < sizes.size(); ++i) h[i] = host + offsets[i];
+  std::copy(layout.token_ids.begin(), layout.token_ids.end(), h[0]);
+  std::copy(layout.positions.begin(), layout.positions.end(), h[1]);
+  std::int64_t table_at = 0;
+  for (std::int32_t s = 0; s < num_seqs; ++s) {
+    const SequenceLayout& seq = layout.sequences[s];
+    for (std::int32_t r = 0; r < seq.num_rows; ++r) h[2][seq.row_begin + r] = s;
+    h[3][s] = seq.row_begin;
+    h[4][s] = seq.num_rows;
+    h[5][s] = seq.num_computed_tokens;
+    h[6][s] = static_cast<std::int32_t>(table_at);
+    std::copy(seq.block_table.begin(), seq.block_table.end(), h[7] + table_at);
+    table_at += static_cast<std::int64_t>(seq.block_table.size());
+  }
+  std::copy(layout.sample_rows.begin(), layout.sample_rows.end(), h[8]);
+  for (std::int64_t t = 0; t < num_tiles; ++t) {
+    h[9][2 * t] = tiles[t].seq;
+    h[9][2 * t + 1] = tiles[t].row;
+  }
+  std::copy(split_rows.begin(), split_rows.end(), h[10]);
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(step_device_, host, static_cast<std::size_t>(bytes),
+                                    cudaMemcpyHostToDevice, stream_));
+  SLUICE_CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+
+  const auto* d = static_cast<const std::int32_t*>(step_device_);
+  view_ = cuda::StepDeviceView{};
+  view_.token_ids = d + offsets[0];
+  view_.positions = d + offsets[1];
+  view_.row_sequence = d + offsets[2];
+  view_.seq_row_begin = d + offsets[3];
+  view_.seq_num_rows = d + offsets[4];
+  view_.seq_num_computed = d + offsets[5];
+  view_.seq_block_offset = d + offsets[6];
+  view_.block_tables = d + offsets[7];
+  view_.sample_rows = d + offsets[8];
+  view_.prefill_tiles = d + offsets[9];
+  view_.split_rows = d + offsets[10];
+  view_.num_rows = num_rows;
+  view_.num_sequences = num_seqs;
+  view_.num_sample_rows = static_cast<std::int32_t>(num_sample);
+  view_.num_prefill_tiles = static_cast<std::int32_t>(num_tiles);
+  view_.num_split_rows = static_cast<std::int32_t>(num_split);
+  view_.max_split_kv_tokens = max_split_kv;
+}
+
+// Greedy rows without penalties or extra outputs are decided on the device
+// (argmax + log-sum-exp, 12 bytes back a row). Every other row's logits come
+// back as f32 and go through the reference sampler, so CPU and CUDA choose the
+// same token from the same logits by construction.
+std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
+                                          std::span<const SampleRequest> requests) {
+  const auto rows = static_cast<std::int32_t>(logits.rows());
+  const std::int64_t vocab = logits.cols();
+  SLUICE_CHECK_EQ(static_cast<std::size_t>(rows), requests.size());
+  std::vector<SampleResult> results(requests.size());
+  if (rows == 0) return results;
+  std::vector<std::int32_t> host_rows;
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const SampleRequest& req = requests[r];
+    const bool device_only = req.params.is_greedy() && !req.params.has_penalties() &&
+                             req.params.num_top_logprobs == 0 && !req.return_logits;
+    if (!device_only) host_rows.push_back(r);
+  }
+  const std::int64_t greedy_bytes = align_up(rows * 3 * 4LL, kAlignBytes);
+  const std::int64_t host_row_bytes = vocab * 4;
+  const std::int64_t bytes =
+      greedy_bytes + static_cast<std::int64_t>(host_rows.size()) * host_row_bytes;
+  if (bytes > sample_device_bytes_) {
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    SLUICE_CUDA_CHECK(cudaFree(sample_device_));
+    sample_device_bytes_ = std::max(bytes, 2 * sample_device_bytes_);
+    SLUICE_CUDA_CHECK(cudaMalloc(&sample_device_, static_cast<std::size_t>(sample_device_bytes_)));
+  }
+  auto* d_token = static_cast<std::int32_t*>(sample_device_);
+  auto* d_stats = reinterpret_cast<float*>(d_token + rows);
+  auto* d_rows = reinterpret_cast<float*>(static_cast<std::byte*>(sample_device_) + greedy_bytes);
+  cuda::launch_argmax_lse(logits.data, dt_of(logits.dtype), rows, vocab, d_token, d_stats, stream_);
+  const std::size_t elem = dtype_size_bytes(logits.dtype);
+  for (std::size_t i = 0; i < host_rows.size(); ++i)
+    cuda::launch_to_f32(static_cast<const std::byte*>(logits.data) + host_rows[i] * vocab * elem,
+                        dt_of(logits.dtype), vocab, d_rows + static_cast<std::int64_t>(i) * vocab,
+                        stream_);
+  auto* host = static_cast<std::byte*>(sample_host_.ensure(bytes));
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(host, sample_device_, static_cast<std::size_t>(bytes),
+                                    cudaMemcpyDeviceToHost, stream_));
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto* h_token = reinterpret_cast<const std::int32_t*>(host);
+  const auto* h_stats = reinterpret_cast<const float*>(h_token + rows);
+  const auto* h_rows = reinterpret_cast<const float*>(host + greedy_bytes);
+  for (std::int32_t r = 0; r < rows; ++r) {
+    results[r].token = h_token[r];
+    results[r].logprob = h_stats[2 * r] - h_stats[2 * r + 1];
+  }
+  for (std::size_t i = 0; i < host_rows.size(); ++i) {
+    const std::int32_t r = host_rows[i];
+    results[r] = sample_logits(
+        std::span<const float>(h_rows + static_cast<std::int64_t>(i) * vocab,
+                               static_cast<std::size_t>(vocab)),
+        requests[r]);
+  }
+  return results;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Ops>> make_cuda_ops(const CudaOpsOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Error{"CUDA backend: no CUDA device is visible"};
+  }
+  if (options.device_index < 0 || options.device_index >= count)
+    return Error{fmt::format("CUDA backend: device {} does not exist ({} visible)",
+                             options.device_index, count)};
+  SLUICE_CUDA_CHECK(cudaSetDevice(options.device_index));
+  cudaDeviceProp prop{};
+  SLUICE_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device_index));
+  if (prop.major < 9)
+    return Error{fmt::format("CUDA backend: {} is compute capability {}.{}; sluice is built for "
+                             "sm_90a (H100/H200)",
+                             prop.name, prop.major, prop.minor)};
+  cudaStream_t stream = nullptr;
+  SLUICE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return std::unique_ptr<Ops>(std::make_unique<CudaOps>(options, stream));
+}
+
+Result<Tensor> cuda_random_weight(Ops& ops, Shape shape, DType dtype, std::uint64_t seed,
+                                  float scale) {
+  auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_random_weight: not a CUDA Ops"};
+  return cuda_ops->random_weight(shape, dtype, seed, scale);
+}
+
+Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {
+  auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_fill_kv_cache_random: not a CUDA Ops"};
+  return cuda_ops->fill_kv_cache_random(seed);
+}
+
+}  // namespace sluice

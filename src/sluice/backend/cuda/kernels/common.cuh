@@ -1,0 +1,55 @@
+// Device helpers shared by the kernels: dtype-tagged loads and stores, warp
+// reductions. Activations are bf16 or f32; the tag travels as a runtime enum
+// (uniform across the grid, so the branch costs nothing measurable in these
+// memory-bound kernels) to keep the template-instance matrix small.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace sluice::cuda {
+
+// Mirrors sluice::DType's values (f32 = 0, f16 = 1, bf16 = 2, i32 = 3).
+enum class Dt : std::int32_t { f32 = 0, f16 = 1, bf16 = 2 };
+
+__device__ __forceinline__ float load_f(const void* p, Dt dt, std::int64_t i) {
+  switch (dt) {
+    case Dt::f32: return static_cast<const float*>(p)[i];
+    case Dt::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return __half2float(static_cast<const __half*>(p)[i]);
+  }
+}
+
+__device__ __forceinline__ void store_f(void* p, Dt dt, std::int64_t i, float v) {
+  switch (dt) {
+    case Dt::f32: static_cast<float*>(p)[i] = v; break;
+    case Dt::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v); break;
+    default: static_cast<__half*>(p)[i] = __float2half(v); break;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the whole block; `scratch` holds 32 floats. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + 31) >> 5;
+  v = lane < num_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+}  // namespace sluice::cuda

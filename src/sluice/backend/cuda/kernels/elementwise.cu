@@ -1,0 +1,237 @@
+// Row-wise and element-wise kernels: embedding, RMSNorm (plain and fused with
+// the residual add), SwiGLU, row gather, bias, RoPE, KV page writes, and the
+// device-side random fill used by benchmarks. All memory-bound; f32 math.
+#include <cuda_bf16.h>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__global__ void embedding_kernel(const std::int32_t* token_ids, const void* table, Dt table_dt,
+                                 std::int64_t hidden, void* out, Dt out_dt) {
+  const std::int64_t row = blockIdx.x;
+  const std::int64_t token = token_ids[row];
+  for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x)
+    store_f(out, out_dt, row * hidden + c, load_f(table, table_dt, token * hidden + c));
+}
+
+// One block per row. The row is read twice (sum of squares, then scale); the
+// second read hits L1/L2 for hidden sizes up to tens of thousands.
+__global__ void rms_norm_kernel(const void* x, Dt x_dt, const void* weight, Dt w_dt, float eps,
+                                std::int64_t cols, void* out, Dt out_dt) {
+  __shared__ float scratch[32];
+  const std::int64_t base = blockIdx.x * cols;
+  float sum_sq = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = load_f(x, x_dt, base + c);
+    sum_sq += v * v;
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    store_f(out, out_dt, base + c, load_f(x, x_dt, base + c) * inv_rms * load_f(weight, w_dt, c));
+}
+
+// residual += x, then out = rms_norm(residual). The norm reads the residual
+// as stored (rounded to its dtype), as an unfused add followed by a norm would.
+__global__ void add_rms_norm_kernel(void* residual, Dt r_dt, const void* x, Dt x_dt,
+                                    const void* weight, Dt w_dt, float eps, std::int64_t cols,
+                                    void* out, Dt out_dt) {
+  __shared__ float scratch[32];
+  const std::int64_t base = blockIdx.x * cols;
+  float sum_sq = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    store_f(residual, r_dt, base + c, load_f(residual, r_dt, base + c) + load_f(x, x_dt, base + c));
+    const float v = load_f(residual, r_dt, base + c);
+    sum_sq += v * v;
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    store_f(out, out_dt, base + c,
+            load_f(residual, r_dt, base + c) * inv_rms * load_f(weight, w_dt, c));
+}
+
+__global__ void silu_mul_kernel(const void* gate_up, Dt in_dt, std::int64_t rows,
+                                std::int64_t inter, void* out, Dt out_dt) {
+  const std::int64_t n = rows * inter;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / inter, c = i - r * inter;
+    const float g = load_f(gate_up, in_dt, r * 2 * inter + c);
+    const float u = load_f(gate_up, in_dt, r * 2 * inter + inter + c);
+    store_f(out, out_dt, i, g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+__global__ void gather_rows_kernel(const void* x, Dt dt, std::int64_t cols,
+                                   const std::int32_t* rows, void* out) {
+  const std::int64_t src = rows[blockIdx.x];
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    store_f(out, dt, blockIdx.x * cols + c, load_f(x, dt, src * cols + c));
+}
+
+__global__ void add_bias_kernel(void* out, Dt out_dt, const void* bias, Dt bias_dt,
+                                std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    store_f(out, out_dt, i, load_f(out, out_dt, i) + load_f(bias, bias_dt, i % cols));
+}
+
+// Rotate-half RoPE: one block per row; thread pairs (d, d + half) per head.
+// The angle is position * inv_freq in f32, as Hugging Face computes it.
+__global__ void rope_kernel(const std::int32_t* positions, void* q, Dt q_dt,
+                            std::int32_t num_q_heads, void* k, Dt k_dt,
+                            std::int32_t num_kv_heads, std::int32_t head_dim,
+                            const float* inv_freq) {
+  const std::int64_t row = blockIdx.x;
+  const float pos = static_cast<float>(positions[row]);
+  const int half = head_dim / 2;
+  const int pairs = (num_q_heads + num_kv_heads) * half;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int head = i / half, d = i - head * half;
+    const bool is_q = head < num_q_heads;
+    void* base = is_q ? q : k;
+    const Dt dt = is_q ? q_dt : k_dt;
+    const int h = is_q ? head : head - num_q_heads;
+    const int num_heads = is_q ? num_q_heads : num_kv_heads;
+    const std::int64_t off = (row * num_heads + h) * head_dim;
+    float s, c;
+    sincosf(pos * inv_freq[d], &s, &c);
+    const float x1 = load_f(base, dt, off + d), x2 = load_f(base, dt, off + d + half);
+    store_f(base, dt, off + d, x1 * c - x2 * s);
+    store_f(base, dt, off + d + half, x2 * c + x1 * s);
+  }
+}
+
+// One block per row: copies the row's K and V (bf16, 16 bytes a thread) into
+// the page that holds its position.
+__global__ void kv_write_kernel(const std::int32_t* positions, const std::int32_t* row_sequence,
+                                const std::int32_t* seq_block_offset,
+                                const std::int32_t* block_tables, const uint4* k, const uint4* v,
+                                uint4* k_cache, uint4* v_cache, std::int32_t row_vecs,
+                                std::int32_t block_size) {
+  const std::int64_t row = blockIdx.x;
+  const int pos = positions[row];
+  const int block = block_tables[seq_block_offset[row_sequence[row]] + pos / block_size];
+  const std::int64_t slot = static_cast<std::int64_t>(block) * block_size + pos % block_size;
+  for (int i = threadIdx.x; i < row_vecs; i += blockDim.x) {
+    k_cache[slot * row_vecs + i] = k[row * row_vecs + i];
+    v_cache[slot * row_vecs + i] = v[row * row_vecs + i];
+  }
+}
+
+__global__ void random_fill_kernel(void* out, Dt dt, std::int64_t n, std::uint64_t seed,
+                                   float scale) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint64_t x = seed ^ (static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    const float u = static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+    store_f(out, dt, i, (2.0f * u - 1.0f) * scale);
+  }
+}
+
+__global__ void to_f32_kernel(const void* x, Dt dt, std::int64_t n, float* out) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = load_f(x, dt, i);
+}
+
+int grid_for(std::int64_t n, int threads) {
+  const std::int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<int>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
+}
+
+}  // namespace
+
+void launch_embedding(const StepDeviceView& step, const void* table, Dt table_dt,
+                      std::int64_t hidden, void* out, Dt out_dt, cudaStream_t stream) {
+  if (step.num_rows == 0) return;
+  embedding_kernel<<<step.num_rows, kRowThreads, 0, stream>>>(step.token_ids, table, table_dt,
+                                                              hidden, out, out_dt);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rms_norm(const void* x, Dt x_dt, const void* weight, Dt w_dt, float eps,
+                     std::int64_t rows, std::int64_t cols, void* out, Dt out_dt,
+                     cudaStream_t stream) {
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, x_dt, weight, w_dt,
+                                                                           eps, cols, out, out_dt);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_rms_norm(void* residual, Dt r_dt, const void* x, Dt x_dt, const void* weight,
+                         Dt w_dt, float eps, std::int64_t rows, std::int64_t cols, void* out,
+                         Dt out_dt, cudaStream_t stream) {
+  if (rows == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+      residual, r_dt, x, x_dt, weight, w_dt, eps, cols, out, out_dt);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul(const void* gate_up, Dt in_dt, std::int64_t rows, std::int64_t inter,
+                     void* out, Dt out_dt, cudaStream_t stream) {
+  if (rows * inter == 0) return;
+  silu_mul_kernel<<<grid_for(rows * inter, 256), 256, 0, stream>>>(gate_up, in_dt, rows, inter,
+                                                                    out, out_dt);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_rows(const void* x, Dt dt, std::int64_t cols, const std::int32_t* rows,
+                        std::int32_t num_rows, void* out, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  gather_rows_kernel<<<num_rows, kRowThreads, 0, stream>>>(x, dt, cols, rows, out);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_bias(void* out, Dt out_dt, const void* bias, Dt bias_dt, std::int64_t rows,
+                     std::int64_t cols, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  add_bias_kernel<<<grid_for(rows * cols, 256), 256, 0, stream>>>(out, out_dt, bias, bias_dt,
+                                                                   rows, cols);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_q_heads,
+                 void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
+                 const float* inv_freq, cudaStream_t stream) {
+  if (step.num_rows == 0) return;
+  rope_kernel<<<step.num_rows, kRowThreads, 0, stream>>>(step.positions, q, q_dt, num_q_heads, k,
+                                                         k_dt, num_kv_heads, head_dim, inv_freq);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, void* k_cache,
+                     void* v_cache, std::int32_t num_kv_heads, std::int32_t head_dim,
+                     std::int32_t block_size_tokens, cudaStream_t stream) {
+  if (step.num_rows == 0) return;
+  const std::int32_t row_vecs = num_kv_heads * head_dim / 8;  // 8 bf16 per uint4
+  kv_write_kernel<<<step.num_rows, 128, 0, stream>>>(
+      step.positions, step.row_sequence, step.seq_block_offset, step.block_tables,
+      static_cast<const uint4*>(k), static_cast<const uint4*>(v), static_cast<uint4*>(k_cache),
+      static_cast<uint4*>(v_cache), row_vecs, block_size_tokens);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_random_fill(void* out, Dt dt, std::int64_t n, std::uint64_t seed, float scale,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  random_fill_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, dt, n, seed, scale);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_to_f32(const void* x, Dt dt, std::int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  to_f32_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, dt, n, out);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda

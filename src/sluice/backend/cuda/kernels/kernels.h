@@ -1,0 +1,101 @@
+// Host-side launchers for the CUDA kernels. Pure C++ types only, so that the
+// Ops implementation (compiled by the host compiler) can call them. Every
+// launcher enqueues on `stream` and checks the launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace sluice::cuda {
+
+enum class Dt : std::int32_t;
+
+// The step's layout in device memory, uploaded once per step by begin_step().
+struct StepDeviceView {
+  const std::int32_t* token_ids = nullptr;         // [num_rows]
+  const std::int32_t* positions = nullptr;         // [num_rows]
+  const std::int32_t* row_sequence = nullptr;      // [num_rows] sequence index of each row
+  const std::int32_t* seq_row_begin = nullptr;     // [num_sequences]
+  const std::int32_t* seq_num_rows = nullptr;      // [num_sequences]
+  const std::int32_t* seq_num_computed = nullptr;  // [num_sequences]
+  const std::int32_t* seq_block_offset = nullptr;  // [num_sequences] into block_tables
+  const std::int32_t* block_tables = nullptr;      // all sequences' tables, concatenated
+  const std::int32_t* sample_rows = nullptr;       // [num_sample_rows]
+  // Query tiles of sequences that run more than one row (prefill chunks), each
+  // (sequence, first row within the sequence), longest key range first.
+  const std::int32_t* prefill_tiles = nullptr;     // [num_prefill_tiles, 2]
+  // Rows attended by the split-KV kernel (decodes, and every row of a prefill
+  // whose head_dim the tensor-core kernel does not cover).
+  const std::int32_t* split_rows = nullptr;        // [num_split_rows]
+  std::int32_t num_rows = 0;
+  std::int32_t num_sequences = 0;
+  std::int32_t num_sample_rows = 0;
+  std::int32_t num_prefill_tiles = 0;
+  std::int32_t num_split_rows = 0;
+  std::int32_t max_split_kv_tokens = 0;  // longest key range among split_rows
+};
+
+// Rows of prefill tiles: the tensor-core attention kernel's BLOCK_M.
+inline constexpr std::int32_t kPrefillTileRows = 64;
+// Whether the tensor-core prefill kernel is built for this head_dim.
+bool prefill_kernel_supports(std::int32_t head_dim);
+// Whether the split-KV kernel is built for this head_dim (every head_dim the
+// backend accepts).
+bool split_kernel_supports(std::int32_t head_dim);
+
+struct AttentionArgs {
+  const void* q = nullptr;     // bf16 [num_rows, num_q_heads * head_dim]
+  void* out = nullptr;         // bf16 [num_rows, num_q_heads * head_dim]
+  const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v_cache = nullptr;
+  std::int32_t num_q_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t block_size_tokens = 0;
+  float scale = 1.0f;
+  // Split-KV partials: workspace of at least split_workspace_bytes().
+  void* workspace = nullptr;
+};
+
+// Workspace bytes the split-KV kernel needs for this step.
+std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
+
+void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, void* k_cache,
+                     void* v_cache, std::int32_t num_kv_heads, std::int32_t head_dim,
+                     std::int32_t block_size_tokens, cudaStream_t stream);
+void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args,
+                              cudaStream_t stream);
+void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args,
+                            cudaStream_t stream);
+
+void launch_embedding(const StepDeviceView& step, const void* table, Dt table_dt,
+                      std::int64_t hidden, void* out, Dt out_dt, cudaStream_t stream);
+void launch_rms_norm(const void* x, Dt x_dt, const void* weight, Dt w_dt, float eps,
+                     std::int64_t rows, std::int64_t cols, void* out, Dt out_dt,
+                     cudaStream_t stream);
+void launch_add_rms_norm(void* residual, Dt r_dt, const void* x, Dt x_dt, const void* weight,
+                         Dt w_dt, float eps, std::int64_t rows, std::int64_t cols, void* out,
+                         Dt out_dt, cudaStream_t stream);
+void launch_silu_mul(const void* gate_up, Dt in_dt, std::int64_t rows, std::int64_t inter,
+                     void* out, Dt out_dt, cudaStream_t stream);
+void launch_gather_rows(const void* x, Dt dt, std::int64_t cols, const std::int32_t* rows,
+                        std::int32_t num_rows, void* out, cudaStream_t stream);
+void launch_add_bias(void* out, Dt out_dt, const void* bias, Dt bias_dt, std::int64_t rows,
+                     std::int64_t cols, cudaStream_t stream);
+// inv_freq: [head_dim / 2] f32.
+void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_q_heads,
+                 void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
+                 const float* inv_freq, cudaStream_t stream);
+
+// Per row of logits [rows, vocab]: the argmax token, its logit and the row's
+// log-sum-exp (so logprob = logit - lse). out_token [rows], out_stats [rows, 2].
+void launch_argmax_lse(const void* logits, Dt dt, std::int32_t rows, std::int64_t vocab,
+                       std::int32_t* out_token, float* out_stats, cudaStream_t stream);
+// Converts rows of logits to f32 (for host-side sampling and return_logits).
+void launch_to_f32(const void* x, Dt dt, std::int64_t n, float* out, cudaStream_t stream);
+
+void launch_random_fill(void* out, Dt dt, std::int64_t n, std::uint64_t seed, float scale,
+                        cudaStream_t stream);
+
+}  // namespace sluice::cuda

@@ -1,0 +1,107 @@
+// Helpers for the CUDA kernel tests: random bf16-representable inputs, device
+// arrays, poisoned outputs and relative errors against float64 references.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/float_convert.h"
+#include "sluice/common/rng.h"
+
+namespace sluice::testing {
+
+inline std::unique_ptr<Ops> make_test_ops() {
+  auto ops = make_cuda_ops({.scratch_bytes = 256LL << 20});
+  SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
+  return std::move(ops).value();
+}
+
+inline float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+// Uniform in [-scale, scale), rounded to bf16 so the device sees the same values.
+inline std::vector<float> random_bf16(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  SplitMix64 rng(seed);
+  std::vector<float> out(n);
+  for (float& v : out) v = round_bf16(static_cast<float>((2.0 * rng.uniform() - 1.0) * scale));
+  return out;
+}
+
+// Device memory owned by a test, in bf16 or f32.
+class DeviceArray {
+ public:
+  DeviceArray(const std::vector<float>& values, DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
+    SLUICE_CHECK_EQ(static_cast<std::int64_t>(values.size()), shape.numel());
+    const std::size_t bytes = values.size() * dtype_size_bytes(dtype);
+    SLUICE_CHECK(cudaMalloc(&data_, std::max<std::size_t>(bytes, 1)) == cudaSuccess);
+    std::vector<std::byte> host(bytes);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (dtype == DType::bf16) {
+        const std::uint16_t b = f32_to_bf16(values[i]);
+        std::memcpy(host.data() + 2 * i, &b, 2);
+      } else {
+        std::memcpy(host.data() + 4 * i, &values[i], 4);
+      }
+    }
+    SLUICE_CHECK(cudaMemcpy(data_, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  Tensor tensor() const { return Tensor{data_, dtype_, shape_}; }
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_;
+  Shape shape_;
+};
+
+// Waits for the backend's stream (non-blocking, so plain cudaMemcpy would not).
+inline void sync() { SLUICE_CHECK(cudaDeviceSynchronize() == cudaSuccess); }
+
+// Fills a device tensor with NaN bit patterns, so unwritten elements show.
+inline void poison(const Tensor& t) {
+  sync();
+  SLUICE_CHECK(cudaMemset(t.data, 0xff, t.size_bytes()) == cudaSuccess);
+}
+
+inline std::vector<float> download(const Tensor& t) {
+  sync();
+  std::vector<std::byte> host(t.size_bytes());
+  SLUICE_CHECK(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == DType::bf16) {
+      std::uint16_t b;
+      std::memcpy(&b, host.data() + 2 * i, 2);
+      out[i] = bf16_to_f32(b);
+    } else {
+      std::memcpy(&out[i], host.data() + 4 * i, 4);
+    }
+  }
+  return out;
+}
+
+inline bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+// ||out - ref|| / ||ref||; infinite if anything is NaN.
+inline double relative_error(const std::vector<float>& out, const std::vector<double>& ref) {
+  SLUICE_CHECK_EQ(out.size(), ref.size());
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) return INFINITY;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,96 @@
+"""Library baselines measured in the same run as sluice's CUDA benchmark:
+torch SDPA attention (cuDNN and FlashAttention-2 backends) at the shapes of
+bench/cuda/cuda_bench.cpp, and cuBLAS GEMMs through torch.matmul. Prints
+markdown rows like cuda_bench does. Runs on the GPU machine's python3.
+"""
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+HBM = 4.31e12
+FLOPS = 790e12
+QUICK = "--quick" in sys.argv
+
+
+def median_seconds(fn, warmup=3, reps=10):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def row(what, value, unit, share):
+    print(f"| {what} | {value:.4g} {unit} | {share} |", flush=True)
+
+
+def prefill(backend, name, tokens, heads=32, dim=128):
+    q, k, v = (torch.randn(1, heads, tokens, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    try:
+        with sdpa_kernel(backend):
+            t = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 2, 7)
+    except RuntimeError as e:
+        print(f"| torch {name} prefill {tokens // 1024}k | n/a | {str(e).splitlines()[0][:60]} |")
+        return
+    flops = 4.0 * heads * dim * tokens * (tokens + 1) / 2
+    row(f"torch SDPA {name} prefill {tokens // 1024}k, 32 heads x 128", flops / t / 1e12, "TFLOP/s",
+        f"{100 * flops / t / FLOPS:.1f}% of 790")
+
+
+def decode(backend, name, batch, context, heads=32, dim=128):
+    q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, heads, context, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    try:
+        with sdpa_kernel(backend):
+            t = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v), 3, 15)
+    except RuntimeError as e:
+        print(f"| torch {name} decode | n/a | {str(e).splitlines()[0][:60]} |")
+        return
+    nbytes = 2.0 * 2 * batch * context * heads * dim
+    row(f"torch SDPA {name} decode {batch} x {context // 1024}k, 32 heads x 128 (K+V bytes)", nbytes / t / 1e12,
+        "TB/s", f"{100 * nbytes / t / HBM:.1f}% of HBM")
+
+
+def gemm(m, n, k):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05 for _ in range(4 if m <= 64 else 1)]
+    i = [0]
+
+    def run():
+        for _ in range(20):
+            torch.matmul(x, ws[i[0] % len(ws)].t())
+            i[0] += 1
+
+    t = median_seconds(run, 3, 9) / 20
+    if m >= 1024:
+        flops = 2.0 * m * n * k
+        row(f"torch.matmul {m}x{n}x{k}", flops / t / 1e12, "TFLOP/s", f"{100 * flops / t / FLOPS:.1f}% of 790")
+    else:
+        nbytes = 2.0 * (m * k + n * k + m * n)
+        row(f"torch.matmul {m}x{n}x{k}", nbytes / t / 1e12, "TB/s", f"{100 * nbytes / t / HBM:.1f}% of HBM")
+
+
+def main():
+    print("| what (library baseline, same run) | value | share of the ceiling |\n| --- | --- | --- |")
+    for m, n, k in [(8192, 8192, 8192), (8192, 28672, 4096), (1, 28672, 4096), (1, 128256, 4096)]:
+        gemm(m, n, k)
+    for tokens in ([4096] if QUICK else [8192, 32768]):
+        prefill(SDPBackend.CUDNN_ATTENTION, "cuDNN", tokens)
+        prefill(SDPBackend.FLASH_ATTENTION, "flash", tokens)
+    context = 2048 if QUICK else 8192
+    decode(SDPBackend.CUDNN_ATTENTION, "cuDNN", 64, context)
+    decode(SDPBackend.FLASH_ATTENTION, "flash", 64, context)
+
+
+if __name__ == "__main__":
+    main()
