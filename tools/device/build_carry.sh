@@ -12,7 +12,7 @@ rm -rf .devcarry/cuda
 mkdir -p .devcarry/cuda
 cp build-cuda/tests/cuda/cuda_kernel_test build-cuda/tests/cuda/cuda_golden_test build-cuda/bench/cuda/cuda_bench .devcarry/cuda/
 for b in .devcarry/cuda/*; do
-  ldd "$b" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart)[.-]' || true
+  ldd "$b" | awk '/=> \// {print $3}' | grep -v '^/usr/local/cuda' | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart)[.-]' || true
 done | sort -u | while read -r lib; do cp -L "$lib" .devcarry/cuda/; done
 ls -la .devcarry/cuda
 du -sh .devcarry/cuda
