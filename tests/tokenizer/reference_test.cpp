@@ -48,7 +48,7 @@ std::vector<std::string> all_inputs() {
 const std::vector<ReferenceResult>* cached_reference(const std::string& name) {
   static std::map<std::string, std::optional<std::vector<ReferenceResult>>> cache;
   auto it = cache.find(name);
-  if (it == cache.end()) it = cache.emplace(name, run_reference(name, all_inputs())).first;
+  if (it == cache.end()) it = cache.emplace(name, run_reference(tokenizer_dir(name), all_inputs())).first;
   return it->second ? &*it->second : nullptr;
 }
 

@@ -70,7 +70,7 @@ const std::vector<std::string>& corpus() {
   return strings;
 }
 
-std::optional<std::vector<ReferenceResult>> run_reference(const std::string& name,
+std::optional<std::vector<ReferenceResult>> run_reference(const std::string& dir,
                                                           const std::vector<std::string>& inputs) {
   nlohmann::json encoded = nlohmann::json::array();
   for (const auto& input : inputs) encoded.push_back(base64(input));
@@ -87,7 +87,7 @@ std::optional<std::vector<ReferenceResult>> run_reference(const std::string& nam
     return std::nullopt;
   }
   const std::string command = "node '" + std::string(SLUICE_SOURCE_DIR) + "/tests/tokenizer/reference_encode.mjs' '" +
-                              tokenizer_dir(name) + "' '" + path + "'";
+                              dir + "' '" + path + "'";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
     ADD_FAILURE() << "cannot run: " << command;

@@ -26,9 +26,10 @@ struct ReferenceResult {
   std::optional<std::string> decoded_skip;
 };
 
-// Runs `node tests/tokenizer/reference_encode.mjs` on `inputs` (raw bytes).
-// Fails the calling test (and returns nullopt) if node is missing or fails.
-std::optional<std::vector<ReferenceResult>> run_reference(const std::string& name,
+// Runs `node tests/tokenizer/reference_encode.mjs` on `inputs` (raw bytes)
+// with the tokenizer files in `dir`. Fails the calling test (and returns
+// nullopt) if node is missing or fails.
+std::optional<std::vector<ReferenceResult>> run_reference(const std::string& dir,
                                                           const std::vector<std::string>& inputs);
 
 // True if `text` is well-formed UTF-8.
