@@ -83,7 +83,7 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
   try {
     auto globals = std::make_shared<jinja::Frame>();
     auto& vars = globals->vars;
-    jinja::add_builtin_globals(vars);
+    for (auto& [name, value] : jinja::builtin_globals()) vars[name] = std::move(value);
     auto strftime_fn = options.strftime_now;
     vars["strftime_now"] = make_callable("strftime_now", [strftime_fn](jinja::Interpreter&, jinja::CallArgs&& args) {
       jinja::BoundArgs a("strftime_now", std::move(args), {"format"});

@@ -272,9 +272,10 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     if (sep.empty()) throw RenderError("empty separator");
     const std::size_t pos = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (pos == std::string::npos) {
-      return name == "partition" ? List{Value(s), Value(""), Value("")} : List{Value(""), Value(""), Value(s)};
+      return Value::tuple(name == "partition" ? List{Value(s), Value(""), Value("")}
+                                              : List{Value(""), Value(""), Value(s)});
     }
-    return List{Value(s.substr(0, pos)), Value(sep), Value(s.substr(pos + sep.size()))};
+    return Value::tuple(List{Value(s.substr(0, pos)), Value(sep), Value(s.substr(pos + sep.size()))});
   }
   if (name == "zfill") {
     BoundArgs a(name, std::move(args), {"width"});
@@ -299,7 +300,7 @@ Value dict_method(const Value& obj, const std::string& name, CallArgs&& args) {
     BoundArgs a(name, std::move(args), {});
     List out;
     for (const auto& [k, v] : d.entries()) {
-      if (name == "items") out.emplace_back(List{Value(k), v});
+      if (name == "items") out.push_back(Value::tuple(List{Value(k), v}));
       else if (name == "keys") out.emplace_back(k);
       else out.push_back(v);
     }
@@ -334,6 +335,30 @@ Value list_method(const Value& obj, const std::string& name, CallArgs&& args) {
   fail_unsafe(obj, name);
 }
 
+Value loop_attribute(const LoopState& loop, const std::string& name) {
+  const std::int64_t i = loop.index0;
+  const auto n = static_cast<std::int64_t>(loop.items->size());
+  if (name == "index") return i + 1;
+  if (name == "index0") return i;
+  if (name == "revindex") return n - i;
+  if (name == "revindex0") return n - i - 1;
+  if (name == "first") return i == 0;
+  if (name == "last") return i == n - 1;
+  if (name == "length") return n;
+  if (name == "depth") return 1;
+  if (name == "depth0") return 0;
+  if (name == "cycle") return Value(loop.cycle);
+  if (name == "previtem") {
+    if (i == 0) return Undefined{"there is no previous item"};
+    return (*loop.items)[static_cast<std::size_t>(i - 1)];
+  }
+  if (name == "nextitem") {
+    if (i + 1 >= n) return Undefined{"there is no next item"};
+    return (*loop.items)[static_cast<std::size_t>(i + 1)];
+  }
+  return Undefined{"'LoopContext object' has no attribute '" + name + "'"};
+}
+
 }  // namespace
 
 bool is_test(std::string_view name) { return contains(kTests, name) || contains(kMoreTests, name); }
@@ -356,6 +381,7 @@ Value get_attribute(const Value& obj, const std::string& name) {
     if (const Value* v = obj.as_dict().find(name)) return *v;
     return Undefined{"'dict object' has no attribute '" + name + "'"};
   }
+  if (obj.is_loop()) return loop_attribute(obj.as_loop(), name);
   if (obj.is_namespace()) {
     if (const Value* v = obj.as_namespace().attributes.find(name)) return *v;
     return Undefined{"'Namespace object' has no attribute '" + name + "'"};
@@ -504,12 +530,13 @@ bool apply_test(Interpreter& in, std::string_view name, const Value& v, CallArgs
   throw RenderError("no test named '" + std::string(name) + "'");
 }
 
-void add_builtin_globals(std::unordered_map<std::string, Value>& globals) {
+std::vector<std::pair<std::string, Value>> builtin_globals() {
+  std::vector<std::pair<std::string, Value>> globals;
   auto add = [&](const std::string& name, std::function<Value(Interpreter&, CallArgs&&)> fn) {
     auto c = std::make_shared<Callable>();
     c->name = name;
     c->call = std::move(fn);
-    globals[name] = Value(std::shared_ptr<const Callable>(std::move(c)));
+    globals.emplace_back(name, Value(std::shared_ptr<const Callable>(std::move(c))));
   };
   add("range", [](Interpreter& in, CallArgs&& args) -> Value {
     if (!args.keyword.empty()) throw RenderError("range() takes no keyword arguments");
@@ -563,6 +590,7 @@ void add_builtin_globals(std::unordered_map<std::string, Value>& globals) {
     BoundArgs a("raise_exception", std::move(args), {"message"});
     throw RenderError("template raised an exception: " + to_str(a.get_or(0, Value(""))));
   });
+  return globals;
 }
 
 }  // namespace sluice::jinja

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sluice/api/jinja_value.h"
@@ -51,7 +51,7 @@ class BoundArgs {
 };
 
 // Globals every render sees: range, namespace, dict, raise_exception.
-void add_builtin_globals(std::unordered_map<std::string, Value>& globals);
+std::vector<std::pair<std::string, Value>> builtin_globals();
 
 // Python int(x) / float(x) on a value, as the int and float filters need.
 Value bound_method(const Value& obj, const std::string& name);

@@ -7,10 +7,24 @@
 
 namespace sluice::jinja {
 
+Value& VarMap::operator[](const std::string& name) {
+  for (auto& [k, v] : entries_) {
+    if (k == name) return v;
+  }
+  entries_.emplace_back(name, Value());
+  return entries_.back().second;
+}
+
+const Value* VarMap::find(const std::string& name) const {
+  for (const auto& [k, v] : entries_) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
 const Value* Frame::lookup(const std::string& name) const {
   for (const Frame* f = this; f != nullptr; f = f->parent.get()) {
-    const auto it = f->vars.find(name);
-    if (it != f->vars.end()) return &it->second;
+    if (const Value* v = f->vars.find(name)) return v;
   }
   return nullptr;
 }
@@ -110,25 +124,27 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Frame>& frame, s
   if (iterable.is_none() || iterable.is_number() || iterable.is_callable() || iterable.is_namespace()) {
     throw RenderError("'" + type_name(iterable) + "' object is not iterable");
   }
-  List items = iterate(iterable);
+  // Lists are iterated in place (they are immutable); other iterables are listed once.
+  std::shared_ptr<const List> items =
+      iterable.is_list() ? iterable.list_ptr() : std::make_shared<const List>(iterate(iterable));
   if (s.condition) {
     // `for x in xs if cond`: filtered before the loop starts, so loop.length and
     // loop.index count only the kept items.
     List kept;
-    for (Value& item : items) {
+    for (const Value& item : *items) {
       charge();
       auto probe = std::make_shared<Frame>();
       probe->parent = frame;
       assign(s.target, item, probe, s.line);
-      if (truthy(eval(*s.condition, probe))) kept.push_back(std::move(item));
+      if (truthy(eval(*s.condition, probe))) kept.push_back(item);
     }
-    items = std::move(kept);
+    items = std::make_shared<const List>(std::move(kept));
   }
-  if (items.empty()) {
+  if (items->empty()) {
     exec_body(s.else_body, frame, out);
     return;
   }
-  const auto n = static_cast<std::int64_t>(items.size());
+  const auto n = static_cast<std::int64_t>(items->size());
   auto position = std::make_shared<std::int64_t>(0);
   auto cycle = std::make_shared<Callable>();
   cycle->name = "loop.cycle";
@@ -136,28 +152,14 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Frame>& frame, s
     if (args.positional.empty()) throw RenderError("no items for cycling given");
     return args.positional[static_cast<std::size_t>(*position) % args.positional.size()];
   };
-  const Value cycle_value(std::shared_ptr<const Callable>(std::move(cycle)));
+  const std::shared_ptr<const Callable> cycle_fn(std::move(cycle));
   for (std::int64_t i = 0; i < n; ++i) {
     charge();
     *position = i;
     auto iteration = std::make_shared<Frame>();
     iteration->parent = frame;
-    const auto idx = static_cast<std::size_t>(i);
-    assign(s.target, items[idx], iteration, s.line);
-    Dict loop;
-    loop.set("index", i + 1);
-    loop.set("index0", i);
-    loop.set("revindex", n - i);
-    loop.set("revindex0", n - i - 1);
-    loop.set("first", i == 0);
-    loop.set("last", i == n - 1);
-    loop.set("length", n);
-    loop.set("depth", 1);
-    loop.set("depth0", 0);
-    if (i > 0) loop.set("previtem", items[idx - 1]);
-    if (i + 1 < n) loop.set("nextitem", items[idx + 1]);
-    loop.set("cycle", cycle_value);
-    iteration->vars["loop"] = Value(std::move(loop));
+    assign(s.target, (*items)[static_cast<std::size_t>(i)], iteration, s.line);
+    iteration->vars["loop"] = Value(std::make_shared<const LoopState>(LoopState{i, items, cycle_fn}));
     const Flow flow = exec_body(s.body, iteration, out);
     if (flow == Flow::kBreak) break;
   }
@@ -286,9 +288,8 @@ bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
                     type_name(b) + "'");
 }
 
-std::int64_t checked(bool overflow, std::int64_t r) {
+void fail_if_overflow(bool overflow) {
   if (overflow) throw RenderError("integer overflow");
-  return r;
 }
 
 Value repeat(Interpreter& in, const Value& seq, std::int64_t times) {
@@ -355,7 +356,8 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Frame>& fram
     case Op::kAdd:
       if (is_integral(a) && is_integral(b)) {
         std::int64_t r = 0;
-        return checked(__builtin_add_overflow(as_integer(a), as_integer(b), &r), r);
+        fail_if_overflow(__builtin_add_overflow(as_integer(a), as_integer(b), &r));
+        return r;
       }
       if (a.is_number() && b.is_number()) return to_double(a) + to_double(b);
       if (a.is_string() && b.is_string()) {
@@ -373,14 +375,16 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Frame>& fram
     case Op::kSub:
       if (is_integral(a) && is_integral(b)) {
         std::int64_t r = 0;
-        return checked(__builtin_sub_overflow(as_integer(a), as_integer(b), &r), r);
+        fail_if_overflow(__builtin_sub_overflow(as_integer(a), as_integer(b), &r));
+        return r;
       }
       if (a.is_number() && b.is_number()) return to_double(a) - to_double(b);
       fail_operands("-", a, b);
     case Op::kMul:
       if (is_integral(a) && is_integral(b)) {
         std::int64_t r = 0;
-        return checked(__builtin_mul_overflow(as_integer(a), as_integer(b), &r), r);
+        fail_if_overflow(__builtin_mul_overflow(as_integer(a), as_integer(b), &r));
+        return r;
       }
       if (a.is_number() && b.is_number()) return to_double(a) * to_double(b);
       if ((a.is_string() || a.is_list()) && is_integral(b)) return repeat(*this, a, as_integer(b));
@@ -455,7 +459,7 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
     case ExprKind::kTuple: {
       List items;
       for (const ExprPtr& item : e.items) items.push_back(eval(*item, frame));
-      return items;
+      return e.kind == ExprKind::kTuple ? Value::tuple(std::move(items)) : Value(std::move(items));
     }
     case ExprKind::kDict: {
       Dict d;
@@ -514,7 +518,10 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
         if (is_integral(v)) return as_integer(v);
         if (v.is_float()) return v;
       } else {
-        if (is_integral(v)) return checked(as_integer(v) == INT64_MIN, -as_integer(v));
+        if (is_integral(v)) {
+          fail_if_overflow(as_integer(v) == INT64_MIN);
+          return -as_integer(v);
+        }
         if (v.is_float()) return -v.as_float();
       }
       throw RenderError("bad operand type for unary " + std::string(e.op == Op::kPos ? "+" : "-") + ": '" +

@@ -7,7 +7,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "sluice/api/jinja_ast.h"
 #include "sluice/api/jinja_value.h"
@@ -20,8 +21,18 @@ struct RenderLimits {
   int max_call_depth = 100;                  // nested macro calls
 };
 
+// A scope's names. Scopes hold a handful of names, so a flat vector beats a hash map.
+class VarMap {
+ public:
+  Value& operator[](const std::string& name);
+  const Value* find(const std::string& name) const;
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+};
+
 struct Frame {
-  std::unordered_map<std::string, Value> vars;
+  VarMap vars;
   std::shared_ptr<Frame> parent;
 
   const Value* lookup(const std::string& name) const;

@@ -405,7 +405,7 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
     if (v.is_undefined()) return List{};
     if (!v.is_dict()) throw RenderError("Can only get item pairs from a mapping.");
     List out;
-    for (const auto& [k, item] : v.as_dict().entries()) out.emplace_back(List{Value(k), item});
+    for (const auto& [k, item] : v.as_dict().entries()) out.push_back(Value::tuple(List{Value(k), item}));
     return out;
   }
   if (name == "dictsort") {
@@ -415,7 +415,7 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
     const std::string by = str_of(a.get_or(1, Value("key")));
     if (by != "key" && by != "value") throw RenderError("You can only sort by either \"key\" or \"value\"");
     List pairs;
-    for (const auto& [k, item] : v.as_dict().entries()) pairs.emplace_back(List{Value(k), item});
+    for (const auto& [k, item] : v.as_dict().entries()) pairs.push_back(Value::tuple(List{Value(k), item}));
     const Value index(static_cast<std::int64_t>(by == "key" ? 0 : 1));
     return sorted_list(in, std::move(pairs), truthy(a.get_or(2, Value(false))), case_sensitive, &index);
   }
@@ -462,7 +462,10 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
     const std::int64_t precision = int_arg(a.get_or(0, Value(0)), "precision");
     const std::string method = str_of(a.get_or(1, Value("common")));
     const double x = to_double(v);
-    if (method == "common") return py_round(x, precision);
+    if (method == "common") {
+      if (v.is_int() || v.is_bool()) return v.is_bool() ? Value(static_cast<std::int64_t>(v.as_bool())) : v;
+      return py_round(x, precision);
+    }
     if (method != "floor" && method != "ceil") throw RenderError("method must be common, ceil or floor");
     const double scale = std::pow(10.0, static_cast<double>(precision));
     return (method == "floor" ? std::floor(x * scale) : std::ceil(x * scale)) / scale;

@@ -36,6 +36,7 @@ std::string type_name(const Value& v) {
   if (v.is_list()) return "list";
   if (v.is_dict()) return "dict";
   if (v.is_namespace()) return "Namespace";
+  if (v.is_loop()) return "LoopContext";
   return "function";
 }
 
@@ -56,6 +57,7 @@ bool truthy(const Value& v) {
     bool operator()(const std::shared_ptr<const Dict>& d) const { return d->size() != 0; }
     bool operator()(const std::shared_ptr<Namespace>&) const { return true; }
     bool operator()(const std::shared_ptr<const Callable>&) const { return true; }
+    bool operator()(const std::shared_ptr<const LoopState>&) const { return true; }
   };
   return std::visit(Visitor{}, v.storage());
 }
@@ -99,6 +101,7 @@ bool equals(const Value& a, const Value& b) {
     return true;
   }
   if (a.is_namespace()) return &a.as_namespace() == &b.as_namespace();
+  if (a.is_loop()) return &a.as_loop() == &b.as_loop();
   return &a.as_callable() == &b.as_callable();
 }
 
@@ -219,14 +222,15 @@ std::string repr(const Value& v) {
   if (v.is_string()) return python_string_repr(v.as_string());
   if (v.is_undefined()) return "Undefined";
   if (v.is_list()) {
-    std::string out = "[";
+    std::string out = v.is_tuple() ? "(" : "[";
     bool first = true;
     for (const Value& item : v.as_list()) {
       if (!first) out += ", ";
       first = false;
       out += repr(item);
     }
-    return out + "]";
+    if (v.is_tuple() && v.as_list().size() == 1) out += ",";
+    return out + (v.is_tuple() ? ")" : "]");
   }
   if (v.is_dict()) {
     std::string out = "{";

@@ -64,12 +64,22 @@ struct Callable {
   std::function<Value(Interpreter&, CallArgs&&)> call;
 };
 
+// The `loop` variable of one for-loop iteration; its attributes (index, first,
+// previtem, ...) are computed on access rather than stored.
+struct LoopState {
+  std::int64_t index0 = 0;
+  std::shared_ptr<const List> items;
+  std::shared_ptr<const Callable> cycle;
+};
+
+
 class Value {
  public:
   using Storage =
       std::variant<Undefined, None, bool, std::int64_t, double, std::string,
                    std::shared_ptr<const List>, std::shared_ptr<const Dict>,
-                   std::shared_ptr<Namespace>, std::shared_ptr<const Callable>>;
+                   std::shared_ptr<Namespace>, std::shared_ptr<const Callable>,
+                   std::shared_ptr<const LoopState>>;
 
   Value() : storage_(Undefined{}) {}
   Value(None) : storage_(None{}) {}                                     // NOLINT
@@ -86,6 +96,15 @@ class Value {
   Value(std::shared_ptr<const Dict> d) : storage_(std::move(d)) {}       // NOLINT
   Value(std::shared_ptr<Namespace> n) : storage_(std::move(n)) {}        // NOLINT
   Value(std::shared_ptr<const Callable> c) : storage_(std::move(c)) {}   // NOLINT
+  Value(std::shared_ptr<const LoopState> l) : storage_(std::move(l)) {}  // NOLINT
+
+  // A Python tuple: a list that prints as (a, b).
+  static Value tuple(List items) {
+    Value v(std::move(items));
+    v.is_tuple_ = true;
+    return v;
+  }
+  bool is_tuple() const { return is_tuple_; }
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(storage_); }
   bool is_none() const { return std::holds_alternative<None>(storage_); }
@@ -101,6 +120,8 @@ class Value {
   bool is_callable() const {
     return std::holds_alternative<std::shared_ptr<const Callable>>(storage_);
   }
+  bool is_loop() const { return std::holds_alternative<std::shared_ptr<const LoopState>>(storage_); }
+  const LoopState& as_loop() const { return *std::get<std::shared_ptr<const LoopState>>(storage_); }
 
   bool as_bool() const { return std::get<bool>(storage_); }
   std::int64_t as_int() const { return std::get<std::int64_t>(storage_); }
@@ -121,6 +142,7 @@ class Value {
 
  private:
   Storage storage_;
+  bool is_tuple_ = false;
 };
 
 // Python type names, as used in error messages ("'str' object", "dict object").
