@@ -9,5 +9,6 @@ namespace sluice::cli {
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);  // tokenize, detokenize
 
 }  // namespace sluice::cli
