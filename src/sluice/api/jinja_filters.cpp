@@ -307,9 +307,11 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
     return v;
   }
   if (name == "tojson") return filter_tojson(in, v, std::move(args));
-  if (name == "map") return filter_map(in, v, std::move(args));
+  // jinja2's map/select family starts with `if value:`, so a falsy input (None,
+  // "", Undefined) yields an empty sequence instead of failing to iterate.
+  if (name == "map") return truthy(v) ? filter_map(in, v, std::move(args)) : Value(List{});
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    return select_like(in, name, v, std::move(args));
+    return truthy(v) ? select_like(in, name, v, std::move(args)) : Value(List{});
   }
   if (name == "safe") {
     BoundArgs a(fn, std::move(args), {});
