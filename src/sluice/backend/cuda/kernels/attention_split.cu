@@ -4,10 +4,12 @@
 // computed from the same loaded K/V vectors (GQA), and long contexts are split
 // across blocks whose partial softmax states a second kernel merges.
 //
-// Thread layout: a "lane group" of D/8 lanes holds one key (16 bytes, 8 bf16 a
-// lane); a warp holds 32/(D/8) keys at a time and kUnroll such sets are in
-// flight before the first use. Softmax runs in base 2 with the scale folded
-// into q.
+// Thread layout: a "lane group" of D/kDims lanes holds one key (kDims = 16
+// bf16, two 16-byte loads, a lane; 8 for groups of 8 heads, to bound
+// registers); a warp holds 32/(D/kDims) keys at a time and kUnroll such sets
+// are in flight before the first use. Fewer lanes per key means fewer
+// shuffles and fewer redundant exponentials per key, which bound this kernel
+// at GQA group sizes >= 4. Softmax runs in base 2 with the scale folded into q.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -20,7 +22,6 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kUnroll = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct SplitParams {
@@ -47,7 +48,10 @@ __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
 template <int D, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(StepDeviceView step, SplitParams p) {
-  constexpr int kLanesPerKey = D / 8;
+  constexpr int kDims = kGroup >= 8 ? 8 : 16;  // dims a lane holds
+  constexpr int kVec = kDims / 8;               // 16-byte loads per lane per row
+  constexpr int kUnroll = 4 / kVec;             // keys in flight per lane group
+  constexpr int kLanesPerKey = D / kDims;
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
   constexpr int kKeysPerIter = kWarps * kKeysPerWarp * kUnroll;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -65,32 +69,37 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int key_end = min(key_begin + p.split_tokens, kv_len);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
 
-  float q[kGroup][8];
+  float q[kGroup][kDims];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
-    if (g < num_heads_here) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(
-          p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + g) * D + sub * 8);
-      unpack8(raw, q[g]);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[g][i] *= p.scale_log2;
-    } else {
+    for (int v = 0; v < kVec; ++v) {
+      float f[8];
+      if (g < num_heads_here) {
+        unpack8(*reinterpret_cast<const uint4*>(
+                    p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + g) * D +
+                    sub * kDims + v * 8),
+                f);
+      } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[g][i] = 0.0f;
+        for (int i = 0; i < 8; ++i) f[i] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[g][v * 8 + i] = f[i] * p.scale_log2;
     }
   }
-  float m[kGroup], l[kGroup], acc[kGroup][8];
+  float m[kGroup], l[kGroup], acc[kGroup][kDims];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+    for (int i = 0; i < kDims; ++i) acc[g][i] = 0.0f;
   }
 
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
   for (int chunk = key_begin; chunk < key_end; chunk += kKeysPerIter) {
-    uint4 kraw[kUnroll], vraw[kUnroll];
+    uint4 kraw[kUnroll][kVec], vraw[kUnroll][kVec];
     int key[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -99,24 +108,36 @@ __global__ void __launch_bounds__(kWarps * 32)
         const std::int64_t slot =
             static_cast<std::int64_t>(table[key[u] / p.block_size]) * p.block_size +
             key[u] % p.block_size;
-        const std::int64_t off = slot * key_stride + kv_head * D + sub * 8;
-        kraw[u] = *reinterpret_cast<const uint4*>(p.k_cache + off);
-        vraw[u] = *reinterpret_cast<const uint4*>(p.v_cache + off);
+        const std::int64_t off = slot * key_stride + kv_head * D + sub * kDims;
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) {
+          kraw[u][v] = *reinterpret_cast<const uint4*>(p.k_cache + off + v * 8);
+          vraw[u][v] = *reinterpret_cast<const uint4*>(p.v_cache + off + v * 8);
+        }
       } else {
-        kraw[u] = make_uint4(0, 0, 0, 0);
-        vraw[u] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) {
+          kraw[u][v] = make_uint4(0, 0, 0, 0);
+          vraw[u][v] = make_uint4(0, 0, 0, 0);
+        }
       }
     }
     float s[kGroup][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      float kf[8];
-      unpack8(kraw[u], kf);
+      float kf[kDims];
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        float f[8];
+        unpack8(kraw[u][v], f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) kf[v * 8 + i] = f[i];
+      }
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
         float dot = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) dot += q[g][i] * kf[i];
+        for (int i = 0; i < kDims; ++i) dot += q[g][i] * kf[i];
 #pragma unroll
         for (int o = kLanesPerKey / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         s[g][u] = key[u] < key_end ? dot : -INFINITY;
@@ -132,15 +153,18 @@ __global__ void __launch_bounds__(kWarps * 32)
       m[g] = m_new;
       l[g] *= correction;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] *= correction;
+      for (int i = 0; i < kDims; ++i) acc[g][i] *= correction;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const float pr = exp2f(s[g][u] - m_new);
         l[g] += pr;
-        float vf[8];
-        unpack8(vraw[u], vf);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] += pr * vf[i];
+        for (int v = 0; v < kVec; ++v) {
+          float vf[8];
+          unpack8(vraw[u][v], vf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][v * 8 + i] += pr * vf[i];
+        }
       }
     }
   }
@@ -157,7 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float c_other = m_new == -INFINITY ? 0.0f : exp2f(m_o - m_new);
       l[g] = l[g] * c_self + l_o * c_other;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kDims; ++i) {
         const float a_o = __shfl_xor_sync(0xffffffffu, acc[g][i], o);
         acc[g][i] = acc[g][i] * c_self + a_o * c_other;
       }
@@ -172,7 +196,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sm_acc[warp][g][sub * 8 + i] = acc[g][i];
+      for (int i = 0; i < kDims; ++i) sm_acc[warp][g][sub * kDims + i] = acc[g][i];
       if (sub == 0) {
         sm_m[warp][g] = m[g];
         sm_l[warp][g] = l[g];
@@ -237,7 +261,7 @@ struct SplitPlan {
 
 SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int group_size = args.num_q_heads / args.num_kv_heads;
-  const int kernel_group = group_size <= 4 ? 4 : 8;
+  const int kernel_group = group_size <= 1 ? 1 : group_size <= 2 ? 2 : group_size <= 4 ? 4 : 8;
   const int head_chunks = (group_size + kernel_group - 1) / kernel_group;
   // Enough blocks to fill the GPU about four times over, but no split shorter
   // than 128 keys (below that the merge costs more than it saves).
@@ -274,10 +298,12 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   p.head_chunks = plan.head_chunks;
   p.scale_log2 = args.scale * kLog2e;
   const dim3 grid(plan.num_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
-  if (plan.group == 4)
-    split_kernel<D, 4><<<grid, kWarps * 32, 0, stream>>>(step, p);
-  else
-    split_kernel<D, 8><<<grid, kWarps * 32, 0, stream>>>(step, p);
+  switch (plan.group) {
+    case 1: split_kernel<D, 1><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
+    case 2: split_kernel<D, 2><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
+    case 4: split_kernel<D, 4><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
+    default: split_kernel<D, 8><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
+  }
   SLUICE_CUDA_CHECK_LAUNCH();
   if (plan.num_splits > 1) {
     combine_kernel<D><<<dim3(step.num_split_rows, args.num_q_heads), D, 0, stream>>>(step, p);

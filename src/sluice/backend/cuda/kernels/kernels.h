@@ -37,7 +37,7 @@ struct StepDeviceView {
 };
 
 // Rows of prefill tiles: the tensor-core attention kernel's BLOCK_M.
-inline constexpr std::int32_t kPrefillTileRows = 64;
+inline constexpr std::int32_t kPrefillTileRows = 128;
 // Whether the tensor-core prefill kernel is built for this head_dim.
 bool prefill_kernel_supports(std::int32_t head_dim);
 // Whether the split-KV kernel is built for this head_dim (every head_dim the
