@@ -141,6 +141,7 @@ SchedState EngineCore::build_sched_state(double now_ms) {
   return SchedState{.running = sched_running_,
                     .waiting = sched_waiting_,
                     .num_available_blocks = kv_.num_available_blocks(),
+                    .num_protected_blocks = kv_.num_protected_free_blocks(),
                     .num_total_blocks = kv_.num_blocks(),
                     .block_size_tokens = kv_.block_size_tokens(),
                     .now_ms = now_ms,

@@ -33,6 +33,8 @@ class BlockPool {
     return static_cast<std::int32_t>(free_list_.size()) + evictor_.size();
   }
   std::int32_t num_cached_free_blocks() const { return evictor_.size(); }
+  // Of those, in the SLRU protected segment (0 under LRU).
+  std::int32_t num_protected_free_blocks() const { return evictor_.num_protected(); }
   std::int32_t num_used_blocks() const { return num_blocks() - num_available_blocks(); }
   std::int32_t ref_count(BlockId block) const { return ref_count_[index(block)]; }
   // The cached block holding this prefix key, in use or not.

@@ -79,6 +79,7 @@ class KvCacheManager {
   std::int32_t num_blocks() const { return pool_.num_blocks(); }
   std::int32_t num_available_blocks() const { return pool_.num_available_blocks(); }
   std::int32_t num_cached_free_blocks() const { return pool_.num_cached_free_blocks(); }
+  std::int32_t num_protected_free_blocks() const { return pool_.num_protected_free_blocks(); }
   std::int32_t block_size_tokens() const { return config_.block_size_tokens; }
   std::int32_t num_sequences() const { return static_cast<std::int32_t>(sequences_.size()); }
   KvCacheCounters counters() const;

@@ -196,8 +196,14 @@ void PlanBuilder::schedule_prefills() {
     if (c.is_waiting) {
       // Admission: the whole remaining prompt must fit beside what admitted
       // prefills still need, leaving the reserve for decode growth.
+      // Protected cached blocks count only when nothing else runs (liveness).
       const std::int32_t need = prompt_blocks_left + r.num_hit_free_blocks;
-      if (num_available_blocks_ - outstanding_prefill_blocks_ - need < config_.reserve_blocks) continue;
+      // (Its own hits are taken, not evicted: they do not count against it.)
+      const std::int32_t protected_blocks =
+          num_running_ > 0 ? std::max(0, state_.num_protected_blocks - r.num_hit_free_blocks) : 0;
+      if (num_available_blocks_ - protected_blocks - outstanding_prefill_blocks_ - need < config_.reserve_blocks) {
+        continue;
+      }
     }
 
     std::int32_t chunk = std::min(r.num_tokens - start, token_budget_);

@@ -39,6 +39,10 @@ struct SchedState {
   std::span<const SchedRequest> running;  // admitted, oldest admission first
   std::span<const SchedRequest> waiting;  // not admitted (new or preempted), arrival order
   std::int32_t num_available_blocks = 0;  // free + cached free
+  // Of the available blocks, cached prefixes that earned protection (SLRU).
+  // Admitting a new request must not evict them: running requests may, so a
+  // burst of cold prompts waits for memory instead of flushing hot prefixes.
+  std::int32_t num_protected_blocks = 0;
   std::int32_t num_total_blocks = 0;
   std::int32_t block_size_tokens = 16;
   double now_ms = 0.0;
