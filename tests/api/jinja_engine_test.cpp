@@ -171,6 +171,12 @@ const std::vector<Snippet>& snippets() {
       {"parse_unclosed_comment", "{# never", "{}"},
       {"parse_unterminated_string", "{{ 'abc }}", "{}"},
       {"parse_break_outside_loop", "{% break %}", "{}"},
+      {"parse_raw_plus_end", "{% raw +%}x{% endraw %}", "{}"},
+      // ---- lexer corner cases
+      {"comment_at_end", "a{#", "{}"},
+      {"raw_forms", "{% raw %}\nX{% endraw %}|{% raw -%}  \n X{% endraw +%}\nY|a\n  {% raw %}Z\n  {% endraw %}\nW", "{}"},
+      {"crlf_text", "a\r\n{% if true %}\r\n  b\r\n{% endif %}\r\nc\r\n", "{}"},
+      {"braces_in_text", "{ {{ '{' }} }{% if true %}{ }{% endif %}{{ {'a': {'b': 1}} }}", "{}"},
   };
   return kSnippets;
 }

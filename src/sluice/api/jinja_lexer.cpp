@@ -46,18 +46,7 @@ class Lexer {
       }
       const char kind = src_[tag + 1];  // '{', '%' or '#'
       const char sign = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
-      if (sign == '-') {
-        text = text.substr(0, rstrip_end(text));
-      } else if (sign != '+' && kind != '{') {
-        // lstrip_blocks: drop the indentation before a block or comment tag that
-        // starts its line.
-        const std::size_t newline = text.rfind('\n');
-        const std::size_t line_pos = newline == std::string_view::npos ? 0 : newline + 1;
-        if ((line_pos > 0 || line_starting) && line_pos < text.size() &&
-            all_space(text.substr(line_pos))) {
-          text = text.substr(0, line_pos);
-        }
-      }
+      text = strip_before_tag(text, sign, kind != '{', line_starting);
       emit_data(text, pos);
       std::size_t body = tag + 2 + ((sign == '-' || (sign == '+' && kind != '{')) ? 1 : 0);
       std::size_t after = 0;
@@ -95,6 +84,21 @@ class Lexer {
   }
   [[noreturn]] void fail(const std::string& message, std::size_t offset) const {
     throw SyntaxError{message, line_of(offset), column_of(offset)};
+  }
+
+  // Whitespace control on the text before a tag: `-` strips all trailing
+  // whitespace; otherwise lstrip_blocks drops the indentation before a block or
+  // comment tag that starts its line (`+` opts out).
+  static std::string_view strip_before_tag(std::string_view text, char sign, bool is_block,
+                                           bool line_starting) {
+    if (sign == '-') return text.substr(0, rstrip_end(text));
+    if (sign == '+' || !is_block) return text;
+    const std::size_t newline = text.rfind('\n');
+    const std::size_t line_pos = newline == std::string_view::npos ? 0 : newline + 1;
+    if ((line_pos > 0 || line_starting) && line_pos < text.size() && all_space(text.substr(line_pos))) {
+      return text.substr(0, line_pos);
+    }
+    return text;
   }
 
   std::size_t find_tag(std::size_t from) const {
@@ -140,6 +144,8 @@ class Lexer {
   }
 
   std::size_t lex_comment(std::size_t tag, std::size_t body) {
+    // jinja2 quirk, kept for byte equality: a `{#` that ends the template is dropped.
+    if (body >= src_.size()) return src_.size();
     const std::size_t end = src_.find("#}", body);
     if (end == std::string::npos) fail("missing end of comment tag", tag);
     char sign = '\0';
@@ -158,15 +164,22 @@ class Lexer {
     return end >= src_.size() || !(std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_');
   }
 
-  bool is_raw_block(std::size_t body) const { return word_at(skip_spaces(body), "raw"); }
+  // `{% raw %}` / `{% raw -%}`: jinja2 only recognises these two forms (a `+%}` end
+  // makes it an ordinary, unknown tag) and never trims the newline after them.
+  std::size_t raw_block_end(std::size_t body) const {
+    const std::size_t name = skip_spaces(body);
+    if (!word_at(name, "raw")) return std::string::npos;
+    std::size_t at = skip_spaces(name + 3);
+    if (src_.compare(at, 3, "-%}") == 0) return consume_after_end(at + 3, '-', true);
+    if (src_.compare(at, 2, "%}") == 0) return at + 2;
+    return std::string::npos;
+  }
+  bool is_raw_block(std::size_t body) const { return raw_block_end(body) != std::string::npos; }
 
-  // {% raw %}...{% endraw %}: the text in between is emitted verbatim.
+  // {% raw %}...{% endraw %}: the text in between is emitted verbatim, with the
+  // usual strip/lstrip_blocks rules before `{% endraw`.
   std::size_t lex_raw(std::size_t tag, std::size_t body) {
-    std::size_t at = skip_spaces(skip_spaces(body) + 3);
-    char sign = '\0';
-    if (at < src_.size() && (src_[at] == '-' || src_[at] == '+')) sign = src_[at++];
-    if (src_.compare(at, 2, "%}") != 0) fail("expected '%}' after 'raw'", at);
-    const std::size_t content = consume_after_end(at + 2, sign, true);
+    const std::size_t content = raw_block_end(body);
     std::size_t search = content;
     while (true) {
       const std::size_t open = src_.find("{%", search);
@@ -183,7 +196,8 @@ class Lexer {
       if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) end_sign = src_[p++];
       if (src_.compare(p, 2, "%}") != 0) fail("expected '%}' after 'endraw'", p);
       std::string_view text(src_.data() + content, open - content);
-      if (open_sign == '-') text = text.substr(0, rstrip_end(text));
+      const bool line_starting = content > 0 && src_[content - 1] == '\n';
+      text = strip_before_tag(text, open_sign, /*is_block=*/true, line_starting);
       emit_data(text, content);
       return consume_after_end(p + 2, end_sign, true);
     }
