@@ -1,0 +1,191 @@
+// The sim backend: a virtual clock advanced by the cost model, deterministic
+// fake tokens, KV capacity from the memory plan, malformed batches rejected.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "sluice/backend/sim/roofline_cost_model.h"
+#include "sluice/backend/sim/sim_backend.h"
+
+namespace sluice::sim {
+namespace {
+
+// A cost model the test can compute by hand: 1 ms + 0.5 ms per token.
+class LinearCost final : public CostModel {
+ public:
+  double predict_step_ms(const StepShape& shape) const override { return 1.0 + 0.5 * shape.num_tokens(); }
+};
+
+// Owns the token and block storage a Batch's spans point to.
+struct SeqFixture {
+  std::vector<TokenId> tokens;
+  std::vector<BlockId> blocks;
+  SequenceStep step(SequenceId id, std::int32_t computed, std::int32_t new_tokens, bool sample) const {
+    SequenceStep s;
+    s.seq_id = id;
+    s.tokens = tokens;
+    s.num_prompt_tokens = static_cast<std::int32_t>(tokens.size());
+    s.num_computed_tokens = computed;
+    s.num_new_tokens = new_tokens;
+    s.block_table = blocks;
+    s.sample = sample;
+    return s;
+  }
+};
+
+SeqFixture fixture(std::int32_t num_tokens, std::int32_t block_size = 16) {
+  SeqFixture f;
+  f.tokens.resize(static_cast<std::size_t>(num_tokens));
+  std::iota(f.tokens.begin(), f.tokens.end(), 0);
+  f.blocks.resize(static_cast<std::size_t>((num_tokens + block_size - 1) / block_size));
+  std::iota(f.blocks.begin(), f.blocks.end(), 0);
+  return f;
+}
+
+BackendInfo info(std::int32_t max_len = 4096) {
+  BackendInfo i;
+  i.block_size_tokens = 16;
+  i.num_kv_blocks = 1000;
+  i.max_model_len_tokens = max_len;
+  return i;
+}
+
+TEST(SimBackend, ClockAdvancesByThePredictedStepTime) {
+  SimBackend sim(std::make_shared<LinearCost>(), info(), {.vocab_size = 1000});
+  const SeqFixture a = fixture(100), b = fixture(40);
+  Batch batch;
+  batch.sequences = {a.step(1, 0, 100, true), b.step(2, 30, 10, true)};
+  auto out = sim.execute(batch);
+  ASSERT_TRUE(out.ok()) << out.error_message();
+  EXPECT_DOUBLE_EQ(out->step_time_ms, 1.0 + 0.5 * 110);
+  EXPECT_DOUBLE_EQ(sim.now_ms(), 56.0);
+  ASSERT_TRUE(sim.execute(batch).ok());
+  EXPECT_DOUBLE_EQ(sim.now_ms(), 112.0);
+  EXPECT_EQ(sim.num_steps(), 2);
+  EXPECT_EQ(sim.info().name, "sim");
+}
+
+TEST(SimBackend, TokensDependOnlyOnSequenceAndPosition) {
+  SimBackend one(std::make_shared<LinearCost>(), info(), {.vocab_size = 50000});
+  SimBackend two(std::make_shared<LinearCost>(), info(), {.vocab_size = 50000});
+  const SeqFixture a = fixture(64), b = fixture(64);
+  Batch alone;
+  alone.sequences = {a.step(7, 0, 64, true)};
+  Batch shared;
+  shared.sequences = {b.step(9, 0, 64, true), a.step(7, 0, 64, true)};
+  auto x = one.execute(alone);
+  auto y = two.execute(shared);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(x->sequences[0].token.has_value());
+  EXPECT_EQ(*x->sequences[0].token, *y->sequences[1].token);
+  EXPECT_EQ(y->sequences[1].seq_id, 7u);
+  // Different sequences and positions give (overwhelmingly) different tokens, all in range.
+  std::vector<TokenId> seen;
+  for (std::int32_t pos = 1; pos <= 64; ++pos) {
+    const TokenId t = one.fake_token(7, pos, 0);
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, 50000);
+    seen.push_back(t);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 60);
+}
+
+TEST(SimBackend, NoSampleNoToken) {
+  SimBackend sim(std::make_shared<LinearCost>(), info(), {.vocab_size = 100});
+  const SeqFixture a = fixture(32);
+  Batch batch;
+  batch.sequences = {a.step(1, 0, 16, false)};
+  auto out = sim.execute(batch);
+  ASSERT_TRUE(out.ok());
+  EXPECT_FALSE(out->sequences[0].token.has_value());
+}
+
+TEST(SimBackend, NeverEosUnlessAsked) {
+  SimBackend never(std::make_shared<LinearCost>(), info(), {.vocab_size = 4, .eos_token_id = 2});
+  for (std::int32_t pos = 0; pos < 2000; ++pos) EXPECT_NE(never.fake_token(3, pos, pos), 2);
+  SimBackend every_third(std::make_shared<LinearCost>(), info(),
+                         {.vocab_size = 4, .eos_token_id = 2, .emit_eos_every = 3});
+  EXPECT_NE(every_third.fake_token(3, 10, 0), 2);
+  EXPECT_NE(every_third.fake_token(3, 11, 1), 2);
+  EXPECT_EQ(every_third.fake_token(3, 12, 2), 2);
+}
+
+TEST(SimBackend, RejectsMalformedBatches) {
+  SimBackend sim(std::make_shared<LinearCost>(), info(/*max_len=*/64), {.vocab_size = 100});
+  const SeqFixture long_seq = fixture(100);
+  Batch past_max;
+  past_max.sequences = {long_seq.step(1, 60, 10, true)};
+  EXPECT_FALSE(sim.execute(past_max).ok());
+  SeqFixture short_table = fixture(48);
+  short_table.blocks.resize(2);  // covers 32 positions
+  Batch missing_blocks;
+  missing_blocks.sequences = {short_table.step(2, 30, 10, true)};
+  auto out = sim.execute(missing_blocks);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error_message().find("block table"), std::string::npos) << out.error_message();
+  Batch past_tokens;
+  past_tokens.sequences = {short_table.step(3, 40, 20, true)};
+  EXPECT_FALSE(sim.execute(past_tokens).ok());
+  EXPECT_EQ(sim.now_ms(), 0);  // a rejected step takes no time
+}
+
+TEST(MakeSimBackend, KvBlocksFromTheMemoryPlan) {
+  const ModelProfile ds = *find_profile("deepseek-v4.1-flash");
+  const Parallelism par{.num_gpus = 8, .tensor_parallel = 8, .expert_parallel = 8};
+  SimBackendOptions options;
+  options.max_model_len_tokens = 1048576;
+  auto backend = make_sim_backend(ds, h200(), par, options);
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  MemoryOptions memory = options.memory;
+  memory.max_model_len_tokens = 1048576;
+  EXPECT_EQ((*backend)->info().num_kv_blocks, plan_memory(ds, h200(), par, memory).num_kv_blocks);
+  EXPECT_EQ((*backend)->info().vocab_size, 129280);
+  EXPECT_EQ((*backend)->info().max_model_len_tokens, 1048576);
+  // Its clock runs on the roofline model.
+  const RooflineCostModel model(ds, h200(), par);
+  const SeqFixture a = fixture(4096);
+  Batch batch;
+  batch.sequences = {a.step(1, 0, 4096, true)};
+  auto out = (*backend)->execute(batch);
+  ASSERT_TRUE(out.ok());
+  EXPECT_DOUBLE_EQ(out->step_time_ms, model.predict_step_ms({.sequences = {{4096, 0}}}));
+
+  options.num_kv_blocks_override = 1234;
+  auto small = make_sim_backend(ds, h200(), par, options);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ((*small)->info().num_kv_blocks, 1234);
+}
+
+TEST(MakeSimBackend, FailsWhenItDoesNotFitOrIsInvalid) {
+  const ModelProfile ds = *find_profile("deepseek-v4.1-flash");
+  EXPECT_FALSE(make_sim_backend(ds, h200(), {}, {}).ok());
+  const ModelProfile llama = *find_profile("llama-3-8b");
+  EXPECT_FALSE(make_sim_backend(llama, h200(), {.num_gpus = 2, .tensor_parallel = 2, .expert_parallel = 2}, {}).ok());
+  EXPECT_FALSE(make_sim_backend(llama, h200(), {}, {.max_model_len_tokens = 1 << 20}).ok());
+}
+
+TEST(MakeSimBackend, IdenticalRunsAreIdentical) {
+  const ModelProfile llama = *find_profile("llama-3-8b");
+  auto a = make_sim_backend(llama, h200(), {}, {});
+  auto b = make_sim_backend(llama, h200(), {}, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  const SeqFixture s1 = fixture(3000), s2 = fixture(200);
+  for (std::int32_t step = 0; step < 20; ++step) {
+    Batch batch;
+    batch.sequences = {s1.step(11, step * 100, 100, true), s2.step(12, step * 10, 1, true)};
+    auto x = (*a)->execute(batch);
+    auto y = (*b)->execute(batch);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->step_time_ms, y->step_time_ms);
+    EXPECT_EQ(*x->sequences[0].token, *y->sequences[0].token);
+    EXPECT_EQ(*x->sequences[1].token, *y->sequences[1].token);
+  }
+  EXPECT_EQ((*a)->now_ms(), (*b)->now_ms());
+}
+
+}  // namespace
+}  // namespace sluice::sim
