@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -57,8 +58,11 @@ class ScratchArena {
   ~ScratchArena() {
     for (auto& c : chunks_) cudaFree(c.base);
   }
+  // Changes whenever chunk addresses change: captured graphs hold them.
+  std::uint64_t generation() const { return generation_; }
   void reset() {
     if (chunks_.size() > 1) {
+      ++generation_;
       std::int64_t total = 0;
       for (auto& c : chunks_) {
         total += c.capacity;
@@ -102,6 +106,7 @@ class ScratchArena {
   std::int64_t initial_bytes_;
   std::vector<Chunk> chunks_;
   std::size_t current_ = 0;
+  std::uint64_t generation_ = 0;
 };
 
 class CudaOps final : public Ops {
@@ -112,7 +117,13 @@ class CudaOps final : public Ops {
     SLUICE_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
   }
   ~CudaOps() override {
+    if (mode_ == Mode::capturing) {
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
     cudaStreamSynchronize(stream_);
+    clear_graphs();
     for (void* p : weights_) cudaFree(p);
     for (auto& [key, p] : inv_freq_) cudaFree(p);
     cudaFree(kv_cache_);
@@ -176,6 +187,7 @@ class CudaOps final : public Ops {
     }
     SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0, static_cast<std::size_t>(bytes), stream_));
     kv_spec_ = spec;
+    clear_graphs();  // they hold the old cache's address
     return Ok{};
   }
 
@@ -192,13 +204,26 @@ class CudaOps final : public Ops {
 
   // --- step ---
   void begin_step(const StepLayout& layout) override {
+    finish_step_graph();
     scratch_.reset();
-    upload_layout(layout);
+    std::optional<GraphKey> key = graph_key(layout);
+    upload_layout(layout, key);
+    if (!key) return;
+    key->metadata_generation = metadata_generation_;  // the upload may have moved the buffer
+    if (auto it = graphs_.find(*key); it != graphs_.end()) {
+      mode_ = Mode::replaying;
+      replay_ = it->second;
+    } else {
+      SLUICE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+      mode_ = Mode::capturing;
+      capture_key_ = *key;
+    }
   }
 
   void embedding(const Tensor& table, Tensor out) override {
     SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_rows));
     SLUICE_CHECK_EQ(out.cols(), table.cols());
+    if (replaying()) return;
     cuda::launch_embedding(view_, table.data, dt_of(table.dtype), table.cols(), out.data,
                            dt_of(out.dtype), stream_);
   }
@@ -206,6 +231,7 @@ class CudaOps final : public Ops {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
     SLUICE_CHECK_EQ(x.numel(), out.numel());
     SLUICE_CHECK_EQ(weight.numel(), x.cols());
+    if (replaying()) return;
     cuda::launch_rms_norm(x.data, dt_of(x.dtype), weight.data, dt_of(weight.dtype), eps, x.rows(),
                           x.cols(), out.data, dt_of(out.dtype), stream_);
   }
@@ -215,6 +241,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(residual.numel(), x.numel());
     SLUICE_CHECK_EQ(residual.numel(), out.numel());
     SLUICE_CHECK_EQ(weight.numel(), x.cols());
+    if (replaying()) return;
     cuda::launch_add_rms_norm(residual.data, dt_of(residual.dtype), x.data, dt_of(x.dtype),
                               weight.data, dt_of(weight.dtype), eps, x.rows(), x.cols(), out.data,
                               dt_of(out.dtype), stream_);
@@ -227,6 +254,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(out.rows(), x.rows());
     SLUICE_CHECK_EQ(out.cols(), w.rows());
     SLUICE_CHECK(out.dtype == DType::bf16 || out.dtype == DType::f32);
+    if (replaying()) return;
     gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
     if (bias.data != nullptr) {
       SLUICE_CHECK_EQ(bias.numel(), w.rows());
@@ -242,6 +270,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(k.rows(), static_cast<std::int64_t>(view_.num_rows));
     SLUICE_CHECK_EQ(q.cols() % head_dim, std::int64_t{0});
     SLUICE_CHECK_EQ(k.cols() % head_dim, std::int64_t{0});
+    if (replaying()) return;
     cuda::launch_rope(view_, q.data, dt_of(q.dtype), static_cast<std::int32_t>(q.cols() / head_dim),
                       k.data, dt_of(k.dtype), static_cast<std::int32_t>(k.cols() / head_dim),
                       params.head_dim, inverse_frequencies(params), stream_);
@@ -262,32 +291,22 @@ class CudaOps final : public Ops {
     const auto num_q_heads = static_cast<std::int32_t>(q.cols() / head_dim);
     SLUICE_CHECK_EQ(num_q_heads % kv_spec_.num_kv_heads, 0);
 
-    const std::int64_t layer_elems =
-        static_cast<std::int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size_tokens * kv_width;
-    auto* k_cache = static_cast<std::uint16_t*>(kv_cache_) + 2 * layer * layer_elems;
-    auto* v_cache = k_cache + layer_elems;
-    cuda::launch_kv_write(view_, k.data, v.data, k_cache, v_cache, kv_spec_.num_kv_heads,
-                          kv_spec_.head_dim, kv_spec_.block_size_tokens, stream_);
-    cuda::AttentionArgs args;
-    args.q = q.data;
-    args.out = out.data;
-    args.k_cache = k_cache;
-    args.v_cache = v_cache;
-    args.num_q_heads = num_q_heads;
-    args.num_kv_heads = kv_spec_.num_kv_heads;
-    args.head_dim = kv_spec_.head_dim;
-    args.block_size_tokens = kv_spec_.block_size_tokens;
-    args.scale = scale;
-    cuda::launch_attention_prefill(view_, args, stream_);
-    if (view_.num_split_rows > 0) {
+    cuda::AttentionArgs args = attention_args(q, out, layer, scale);
+    // Allocated when replaying too: later scratch must land where it was captured.
+    if (view_.num_split_rows > 0)
       args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));
-      cuda::launch_attention_split(view_, args, stream_);
-    }
+    if (replaying()) return;
+    cuda::launch_kv_write(view_, k.data, v.data, const_cast<void*>(args.k_cache),
+                          const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
+                          kv_spec_.block_size_tokens, stream_);
+    cuda::launch_attention_prefill(view_, args, stream_);
+    cuda::launch_attention_split(view_, args, stream_);
   }
 
   void silu_mul(const Tensor& gate_up, Tensor out) override {
     SLUICE_CHECK_EQ(gate_up.cols(), 2 * out.cols());
     SLUICE_CHECK_EQ(gate_up.rows(), out.rows());
+    if (replaying()) return;
     cuda::launch_silu_mul(gate_up.data, dt_of(gate_up.dtype), out.rows(), out.cols(), out.data,
                           dt_of(out.dtype), stream_);
   }
@@ -296,6 +315,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_sample_rows));
     SLUICE_CHECK_EQ(out.cols(), x.cols());
     SLUICE_CHECK(out.dtype == x.dtype);
+    if (replaying()) return;
     cuda::launch_gather_rows(x.data, dt_of(x.dtype), x.cols(), view_.sample_rows,
                              view_.num_sample_rows, out.data, stream_);
   }
@@ -390,7 +410,86 @@ class CudaOps final : public Ops {
     return device;
   }
 
-  void upload_layout(const StepLayout& layout);
+  cuda::AttentionArgs attention_args(const Tensor& q, const Tensor& out, std::int32_t layer,
+                                     float scale) const {
+    const std::int64_t kv_width = static_cast<std::int64_t>(kv_spec_.num_kv_heads) * kv_spec_.head_dim;
+    const std::int64_t layer_elems =
+        static_cast<std::int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size_tokens * kv_width;
+    auto* k_cache = static_cast<std::uint16_t*>(kv_cache_) + 2 * layer * layer_elems;
+    cuda::AttentionArgs args;
+    args.q = q.data;
+    args.out = out.data;
+    args.k_cache = k_cache;
+    args.v_cache = k_cache + layer_elems;
+    args.num_q_heads = static_cast<std::int32_t>(q.cols() / kv_spec_.head_dim);
+    args.num_kv_heads = kv_spec_.num_kv_heads;
+    args.head_dim = kv_spec_.head_dim;
+    args.block_size_tokens = kv_spec_.block_size_tokens;
+    args.scale = scale;
+    return args;
+  }
+
+  // --- CUDA graphs for decode steps ---
+  // A step whose sequences all run one row is captured once per (batch size,
+  // context bucket, sample count) and replayed after: the ops then only check
+  // shapes and hand out the same scratch addresses, and the graph runs at
+  // sample() (or at the next begin_step). Everything a graph reads that
+  // changes per step lives in device buffers at fixed addresses; launch
+  // shapes depend on the bucket only (the split-KV plan takes the bucket as
+  // its longest context).
+  enum class Mode { eager, capturing, replaying };
+  struct GraphKey {
+    std::int32_t num_rows, context_bucket, num_sample_rows;
+    std::uint64_t scratch_generation, metadata_generation;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  bool replaying() const { return mode_ == Mode::replaying; }
+
+  std::optional<GraphKey> graph_key(const StepLayout& layout) const {
+    if (!options_.use_cuda_graphs || kv_cache_ == nullptr || layout.sequences.empty()) return std::nullopt;
+    std::int32_t longest = 0;
+    for (const SequenceLayout& seq : layout.sequences) {
+      if (seq.num_rows != 1) return std::nullopt;
+      longest = std::max(longest, seq.num_computed_tokens + 1);
+    }
+    std::int32_t bucket = 256;
+    while (bucket < longest) bucket *= 2;
+    return GraphKey{layout.num_rows(), bucket, static_cast<std::int32_t>(layout.sample_rows.size()),
+                    scratch_.generation(), metadata_generation_};
+  }
+
+  // Ends a capture (instantiating and keeping the graph) or a replay by
+  // launching the step's graph; a no-op for eager steps.
+  void finish_step_graph() {
+    if (mode_ == Mode::capturing) {
+      cudaGraph_t graph = nullptr;
+      SLUICE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec = nullptr;
+      SLUICE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      SLUICE_CUDA_CHECK(cudaGraphDestroy(graph));
+      // Keys made under older arena or metadata buffers can never match again.
+      for (auto it = graphs_.begin(); it != graphs_.end();) {
+        if (it->first.scratch_generation != capture_key_.scratch_generation ||
+            it->first.metadata_generation != capture_key_.metadata_generation) {
+          SLUICE_CUDA_CHECK(cudaGraphExecDestroy(it->second));
+          it = graphs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      graphs_.emplace(capture_key_, exec);
+      replay_ = exec;
+    }
+    if (mode_ != Mode::eager) SLUICE_CUDA_CHECK(cudaGraphLaunch(replay_, stream_));
+    mode_ = Mode::eager;
+  }
+
+  void clear_graphs() {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  void upload_layout(const StepLayout& layout, const std::optional<GraphKey>& graph);
 
   CudaOpsOptions options_;
   cudaStream_t stream_;
@@ -407,6 +506,12 @@ class CudaOps final : public Ops {
   std::int64_t step_device_bytes_ = 0;
   cudaEvent_t upload_done_ = nullptr;
   cuda::StepDeviceView view_;
+  std::uint64_t metadata_generation_ = 0;  // bumped when step_device_ moves
+
+  Mode mode_ = Mode::eager;
+  GraphKey capture_key_{};
+  cudaGraphExec_t replay_ = nullptr;
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
 
   PinnedBuffer sample_host_;
   void* sample_device_ = nullptr;
@@ -415,7 +520,7 @@ class CudaOps final : public Ops {
 
 // Packs the step's integer metadata into one pinned buffer and sends it with a
 // single copy; the view points into the device copy.
-void CudaOps::upload_layout(const StepLayout& layout) {
+void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphKey>& graph) {
   const auto num_rows = layout.num_rows();
   const auto num_seqs = static_cast<std::int32_t>(layout.sequences.size());
   std::int64_t table_len = 0;
@@ -448,8 +553,15 @@ void CudaOps::upload_layout(const StepLayout& layout) {
   const auto num_sample = static_cast<std::int64_t>(layout.sample_rows.size());
   const auto num_split = static_cast<std::int64_t>(split_rows.size());
   // Section sizes, each rounded to 4 ints (16 bytes).
+  // Section capacities; under a graph they depend on the key only, so every
+  // replay finds its sections at the captured addresses.
+  const std::int64_t table_capacity =
+      graph ? static_cast<std::int64_t>(num_seqs) *
+                  ((graph->context_bucket + kv_spec_.block_size_tokens - 1) / kv_spec_.block_size_tokens)
+            : table_len;
+  SLUICE_CHECK_LE(table_len, table_capacity);
   const std::array<std::int64_t, 11> sizes = {num_rows, num_rows, num_rows, num_seqs, num_seqs,
-                                              num_seqs, num_seqs, table_len, num_sample,
+                                              num_seqs, num_seqs, table_capacity, num_sample,
                                               2 * num_tiles, num_split};
   std::array<std::int64_t, 11> offsets{};
   std::int64_t total = 0;
@@ -468,6 +580,7 @@ void CudaOps::upload_layout(const StepLayout& layout) {
     SLUICE_CUDA_CHECK(cudaFree(step_device_));
     step_device_bytes_ = std::max(bytes, 2 * step_device_bytes_);
     SLUICE_CUDA_CHECK(cudaMalloc(&step_device_, static_cast<std::size_t>(step_device_bytes_)));
+    ++metadata_generation_;
   }
   std::int32_t* h[11];
   for (std::size_t i = 0; i < sizes.size(); ++i) h[i] = host + offsets[i];
@@ -512,7 +625,7 @@ void CudaOps::upload_layout(const StepLayout& layout) {
   view_.num_sample_rows = static_cast<std::int32_t>(num_sample);
   view_.num_prefill_tiles = static_cast<std::int32_t>(num_tiles);
   view_.num_split_rows = static_cast<std::int32_t>(num_split);
-  view_.max_split_kv_tokens = max_split_kv;
+  view_.max_split_kv_tokens = graph ? graph->context_bucket : max_split_kv;
 }
 
 // Greedy rows without penalties or extra outputs are decided on the device
@@ -525,6 +638,7 @@ std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
   const std::int64_t vocab = logits.cols();
   SLUICE_CHECK_EQ(static_cast<std::size_t>(rows), requests.size());
   std::vector<SampleResult> results(requests.size());
+  finish_step_graph();
   if (rows == 0) return results;
   std::vector<std::int32_t> host_rows;
   for (std::int32_t r = 0; r < rows; ++r) {

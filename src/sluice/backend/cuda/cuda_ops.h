@@ -26,6 +26,11 @@ struct CudaOpsOptions {
   // partials). A step that needs more gets it; the arena then keeps the
   // high-water mark.
   std::int64_t scratch_bytes = 1LL << 30;
+  // Capture decode steps (every sequence one row) as CUDA graphs, one per
+  // batch size and context bucket, and replay them: removes per-kernel launch
+  // cost, which dominates small-batch decode. Tests that read tensors between
+  // ops turn it off.
+  bool use_cuda_graphs = true;
   // cuBLASLt workspace.
   std::int64_t gemm_workspace_bytes = 32LL << 20;
 };

@@ -1,15 +1,17 @@
 // Split-KV paged attention on CUDA cores: one block per (query row, kv head,
 // group of up to kGroup query heads, key split). Used for decode rows, where
 // the work is reading K and V once: every query head that shares a kv head is
-// computed from the same loaded K/V vectors (GQA), and long contexts are split
-// across blocks whose partial softmax states a second kernel merges.
+// computed from the same K/V (GQA), and long contexts are split across blocks
+// whose partial softmax states a second kernel merges.
 //
-// Thread layout: a "lane group" of D/kDims lanes holds one key (kDims = 16
-// bf16, two 16-byte loads, a lane; 8 for groups of 8 heads, to bound
-// registers); a warp holds 32/(D/kDims) keys at a time and kUnroll such sets
-// are in flight before the first use. Fewer lanes per key means fewer
-// shuffles and fewer redundant exponentials per key, which bound this kernel
-// at GQA group sizes >= 4. Softmax runs in base 2 with the scale folded into q.
+// K/V tiles of kTileKeys keys are gathered page by page with cp.async into a
+// kStages-deep shared-memory ring, so the bytes in flight do not depend on
+// registers (the register-staged version reached 47% of HBM at GQA group 4,
+// 92% without GQA). Compute: a "lane group" of D/kDims lanes holds one key,
+// kDims = 16 dims a lane (8 for groups of 8 heads, to bound registers), lane
+// `sub` owning dims {v * D/kVec + sub * 8 + i}: each 16-byte shared load of a
+// lane group then covers consecutive bytes, free of bank conflicts. Softmax
+// runs in base 2 with the scale folded into q.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -22,7 +24,21 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kStages = 3;
+constexpr int kTileBytes = 16384;  // K (or V) bytes per tile: kTileKeys * D * 2
 constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const auto dst_addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
+  const int src_bytes = valid ? 16 : 0;  // 0: zero-fill
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
 
 struct SplitParams {
   const __nv_bfloat16* q;
@@ -49,13 +65,18 @@ template <int D, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(StepDeviceView step, SplitParams p) {
   constexpr int kDims = kGroup >= 8 ? 8 : 16;  // dims a lane holds
-  constexpr int kVec = kDims / 8;               // 16-byte loads per lane per row
-  constexpr int kUnroll = 4 / kVec;             // keys in flight per lane group
+  constexpr int kVec = kDims / 8;               // 16-byte pieces a lane holds
   constexpr int kLanesPerKey = D / kDims;
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
-  constexpr int kKeysPerIter = kWarps * kKeysPerWarp * kUnroll;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kTileKeys = kTileBytes / (D * 2);
+  constexpr int kChunksPerRow = D / 8;
+  static_assert(kTileKeys % (2 * kWarps * kKeysPerWarp) == 0, "tile must split evenly over warps");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* s_k = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kTileKeys][D]
+  auto* s_v = s_k + kStages * kTileKeys * D;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int lane_group = lane / kLanesPerKey, sub = lane % kLanesPerKey;
+  auto dim_of = [&](int v, int i) { return v * (D / kVec) + sub * 8 + i; };
 
   const int row_index = blockIdx.z;
   const int row = step.split_rows[row_index];
@@ -68,6 +89,31 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int key_begin = blockIdx.x * p.split_tokens;
   const int key_end = min(key_begin + p.split_tokens, kv_len);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
+  const int num_tiles = key_end > key_begin ? (key_end - key_begin + kTileKeys - 1) / kTileKeys : 0;
+
+  // Producer: every thread copies some 16-byte chunks of the tile's K and V rows.
+  auto load_tile = [&](int tile) {
+    const int stage = tile % kStages;
+    for (int c = tid; c < kTileKeys * kChunksPerRow; c += kWarps * 32) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      const int key = key_begin + tile * kTileKeys + r;
+      const bool valid = key < key_end;
+      std::int64_t off = 0;
+      if (valid) {
+        const std::int64_t slot =
+            static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        off = slot * key_stride + kv_head * D + col;
+      }
+      cp_async_16(s_k + (stage * kTileKeys + r) * D + col, p.k_cache + off, valid);
+      cp_async_16(s_v + (stage * kTileKeys + r) * D + col, p.v_cache + off, valid);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < num_tiles) load_tile(t);
+    cp_async_commit();
+  }
 
   float q[kGroup][kDims];
 #pragma unroll
@@ -78,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (g < num_heads_here) {
         unpack8(*reinterpret_cast<const uint4*>(
                     p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + g) * D +
-                    sub * kDims + v * 8),
+                    dim_of(v, 0)),
                 f);
       } else {
 #pragma unroll
@@ -97,77 +143,65 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < kDims; ++i) acc[g][i] = 0.0f;
   }
 
-  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
-  for (int chunk = key_begin; chunk < key_end; chunk += kKeysPerIter) {
-    uint4 kraw[kUnroll][kVec], vraw[kUnroll][kVec];
-    int key[kUnroll];
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    // Keep kStages - 1 tiles in flight: issue tile + kStages - 1, then wait for `tile`.
+    if (tile + kStages - 1 < num_tiles) load_tile(tile + kStages - 1);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int stage = tile % kStages;
+    const __nv_bfloat16* tk = s_k + stage * kTileKeys * D;
+    const __nv_bfloat16* tv = s_v + stage * kTileKeys * D;
+    const int tile_key0 = key_begin + tile * kTileKeys;
+    // Two keys per lane group per step share one softmax rescale.
+    constexpr int kRowsPerPass = kWarps * kKeysPerWarp;
+    constexpr int kSteps = kTileKeys / (2 * kRowsPerPass);
+#pragma unroll 1
+    for (int st = 0; st < kSteps; ++st) {
+      int r[2];
+      bool valid[2];
+      float s_g[2][kGroup];
+      float vf[2][kDims];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      key[u] = chunk + (u * kWarps + warp) * kKeysPerWarp + lane_group;
-      if (key[u] < key_end) {
-        const std::int64_t slot =
-            static_cast<std::int64_t>(table[key[u] / p.block_size]) * p.block_size +
-            key[u] % p.block_size;
-        const std::int64_t off = slot * key_stride + kv_head * D + sub * kDims;
+      for (int u = 0; u < 2; ++u) {
+        r[u] = ((2 * st + u) * kWarps + warp) * kKeysPerWarp + lane_group;  // row in the tile
+        valid[u] = tile_key0 + r[u] < key_end;
+        float kf[kDims];
 #pragma unroll
         for (int v = 0; v < kVec; ++v) {
-          kraw[u][v] = *reinterpret_cast<const uint4*>(p.k_cache + off + v * 8);
-          vraw[u][v] = *reinterpret_cast<const uint4*>(p.v_cache + off + v * 8);
+          float f[8];
+          unpack8(*reinterpret_cast<const uint4*>(tk + r[u] * D + dim_of(v, 0)), f);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) kf[v * 8 + i] = f[i];
+          unpack8(*reinterpret_cast<const uint4*>(tv + r[u] * D + dim_of(v, 0)), f);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) vf[u][v * 8 + i] = f[i];
         }
-      } else {
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          kraw[u][v] = make_uint4(0, 0, 0, 0);
-          vraw[u][v] = make_uint4(0, 0, 0, 0);
+        for (int g = 0; g < kGroup; ++g) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kDims; ++i) dot += q[g][i] * kf[i];
+#pragma unroll
+          for (int o = kLanesPerKey / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+          s_g[u][g] = valid[u] ? dot : -INFINITY;
         }
-      }
-    }
-    float s[kGroup][kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float kf[kDims];
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        float f[8];
-        unpack8(kraw[u][v], f);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) kf[v * 8 + i] = f[i];
       }
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
-        float dot = 0.0f;
+        const float m_new = fmaxf(m[g], fmaxf(s_g[0][g], s_g[1][g]));
+        if (m_new == -INFINITY) continue;
+        const float correction = exp2f(m[g] - m_new);
+        const float p0 = exp2f(s_g[0][g] - m_new), p1 = exp2f(s_g[1][g] - m_new);
+        m[g] = m_new;
+        l[g] = l[g] * correction + p0 + p1;
 #pragma unroll
-        for (int i = 0; i < kDims; ++i) dot += q[g][i] * kf[i];
-#pragma unroll
-        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        s[g][u] = key[u] < key_end ? dot : -INFINITY;
+        for (int i = 0; i < kDims; ++i) acc[g][i] = acc[g][i] * correction + p0 * vf[0][i] + p1 * vf[1][i];
       }
     }
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      float m_new = m[g];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, s[g][u]);
-      if (m_new == -INFINITY) continue;
-      const float correction = exp2f(m[g] - m_new);
-      m[g] = m_new;
-      l[g] *= correction;
-#pragma unroll
-      for (int i = 0; i < kDims; ++i) acc[g][i] *= correction;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float pr = exp2f(s[g][u] - m_new);
-        l[g] += pr;
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          float vf[8];
-          unpack8(vraw[u][v], vf);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[g][v * 8 + i] += pr * vf[i];
-        }
-      }
-    }
+    __syncthreads();  // the stage is rewritten kStages - 1 tiles later
   }
+  cp_async_wait<0>();
 
   // Merge the lane groups of each warp (lanes with equal `sub` hold equal dims).
 #pragma unroll
@@ -189,33 +223,37 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  // Merge the warps through shared memory.
-  __shared__ float sm_acc[kWarps][kGroup][D];
-  __shared__ float sm_m[kWarps][kGroup], sm_l[kWarps][kGroup];
+  // Merge the warps through shared memory (the K/V ring is free now).
+  __syncthreads();
+  float* sm_acc = reinterpret_cast<float*>(smem_raw);  // [kWarps][kGroup][D]
+  float* sm_m = sm_acc + kWarps * kGroup * D;          // [kWarps][kGroup]
+  float* sm_l = sm_m + kWarps * kGroup;
   if (lane_group == 0) {
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) sm_acc[warp][g][sub * kDims + i] = acc[g][i];
+      for (int v = 0; v < kVec; ++v)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sm_acc[(warp * kGroup + g) * D + dim_of(v, i)] = acc[g][v * 8 + i];
       if (sub == 0) {
-        sm_m[warp][g] = m[g];
-        sm_l[warp][g] = l[g];
+        sm_m[warp * kGroup + g] = m[g];
+        sm_l[warp * kGroup + g] = l[g];
       }
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kGroup * D; e += kWarps * 32) {
+  for (int e = tid; e < kGroup * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
     if (g >= num_heads_here) continue;
     float m_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w][g]);
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * kGroup + g]);
     float l_all = 0.0f, a_all = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float c = m_all == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - m_all);
-      l_all += sm_l[w][g] * c;
-      a_all += sm_acc[w][g][d] * c;
+      const float c = m_all == -INFINITY ? 0.0f : exp2f(sm_m[w * kGroup + g] - m_all);
+      l_all += sm_l[w * kGroup + g] * c;
+      a_all += sm_acc[(w * kGroup + g) * D + d] * c;
     }
     const int head = head_begin + g;
     if (p.num_splits == 1) {
@@ -232,6 +270,19 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+}
+
+template <int D, int kGroup>
+void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+  constexpr int kSmemBytes = 2 * kStages * kTileBytes;
+  static_assert(kWarps * kGroup * D * 4 + 2 * kWarps * kGroup * 4 <= kSmemBytes, "merge must fit the ring");
+  static bool attribute_set = false;  // once per process: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<D, kGroup>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    attribute_set = true;
+  }
+  split_kernel<D, kGroup><<<grid, kWarps * 32, kSmemBytes, stream>>>(step, p);
 }
 
 // One block per (row, query head), one thread per dim: merges the splits.
@@ -299,10 +350,10 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   p.scale_log2 = args.scale * kLog2e;
   const dim3 grid(plan.num_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {
-    case 1: split_kernel<D, 1><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
-    case 2: split_kernel<D, 2><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
-    case 4: split_kernel<D, 4><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
-    default: split_kernel<D, 8><<<grid, kWarps * 32, 0, stream>>>(step, p); break;
+    case 1: launch_split<D, 1>(grid, stream, step, p); break;
+    case 2: launch_split<D, 2>(grid, stream, step, p); break;
+    case 4: launch_split<D, 4>(grid, stream, step, p); break;
+    default: launch_split<D, 8>(grid, stream, step, p); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
   if (plan.num_splits > 1) {
