@@ -1,0 +1,71 @@
+// make-model is bit-for-bit reproducible from its seed, and its tokenizer is a
+// real byte-level BPE within the vocabulary.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/common/io.h"
+#include "sluice/model/config.h"
+#include "sluice/model/make_model.h"
+#include "sluice/model/tokenizer_builder.h"
+#include "test_models.h"
+
+namespace sluice {
+namespace {
+
+MakeModelOptions small(std::uint64_t seed, const std::string& dir) {
+  return MakeModelOptions{.architecture = Architecture::qwen3, .num_layers = 1, .hidden_size = 32, .num_heads = 2,
+                          .num_kv_heads = 1, .intermediate_size = 48, .vocab_size = 400, .head_dim = 24,
+                          .seed = seed, .out_dir = dir};
+}
+
+TEST(MakeModel, SameSeedSameBytes) {
+  const std::string a = testing::scratch_dir("make-model-a"), b = testing::scratch_dir("make-model-b");
+  const std::string c = testing::scratch_dir("make-model-c");
+  ASSERT_TRUE(make_model(small(5, a)).ok());
+  ASSERT_TRUE(make_model(small(5, b)).ok());
+  ASSERT_TRUE(make_model(small(6, c)).ok());
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_EQ(read_file(a + "/" + file).value(), read_file(b + "/" + file).value()) << file;
+  }
+  EXPECT_NE(read_file(a + "/model.safetensors").value(), read_file(c + "/model.safetensors").value());
+}
+
+TEST(MakeModel, WritesAConfigSluiceAccepts) {
+  const std::string dir = testing::scratch_dir("make-model-config");
+  ASSERT_TRUE(make_model(small(1, dir)).ok());
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  EXPECT_EQ(config->head_dim, 24);
+  EXPECT_TRUE(config->qk_norm);
+  EXPECT_EQ(config->vocab_size, 400);
+}
+
+TEST(MakeModel, TokenizerFitsTheVocabulary) {
+  auto built = build_byte_level_tokenizer(400);
+  ASSERT_TRUE(built.ok());
+  EXPECT_LE(built->num_tokens, 400);
+  EXPECT_GT(built->num_tokens, min_builtin_vocab_size());  // some merges were learned
+  const auto tokenizer = nlohmann::json::parse(built->tokenizer_json);
+  EXPECT_EQ(tokenizer["model"]["vocab"].size() + tokenizer["added_tokens"].size(),
+            static_cast<std::size_t>(built->num_tokens));
+  EXPECT_EQ(tokenizer["added_tokens"][0]["content"], "<|begin_of_text|>");
+  EXPECT_EQ(tokenizer["added_tokens"][0]["id"], built->bos_token_id);
+  EXPECT_FALSE(build_byte_level_tokenizer(100).ok());
+}
+
+TEST(MakeModel, RejectsBadShapes) {
+  const std::string dir = testing::scratch_dir("make-model-bad");
+  auto bad_gqa = small(1, dir);
+  bad_gqa.num_kv_heads = 3;
+  EXPECT_FALSE(make_model(bad_gqa).ok());
+  auto tiny_vocab = small(1, dir);
+  tiny_vocab.vocab_size = 10;
+  EXPECT_FALSE(make_model(tiny_vocab).ok());
+  auto odd_head = small(1, dir);
+  odd_head.head_dim = 7;
+  EXPECT_FALSE(make_model(odd_head).ok());
+}
+
+}  // namespace
+}  // namespace sluice
