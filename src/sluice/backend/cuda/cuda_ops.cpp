@@ -439,7 +439,7 @@ class CudaOps final : public Ops {
   // its longest context).
   enum class Mode { eager, capturing, replaying };
   struct GraphKey {
-    std::int32_t num_rows, context_bucket, num_sample_rows;
+    std::int32_t num_rows, context_bucket, table_blocks_bucket, num_sample_rows;
     std::uint64_t scratch_generation, metadata_generation;
     auto operator<=>(const GraphKey&) const = default;
   };
@@ -447,15 +447,20 @@ class CudaOps final : public Ops {
 
   std::optional<GraphKey> graph_key(const StepLayout& layout) const {
     if (!options_.use_cuda_graphs || kv_cache_ == nullptr || layout.sequences.empty()) return std::nullopt;
-    std::int32_t longest = 0;
+    std::int32_t longest = 0, longest_table = 0;
     for (const SequenceLayout& seq : layout.sequences) {
       if (seq.num_rows != 1) return std::nullopt;
       longest = std::max(longest, seq.num_computed_tokens + 1);
+      longest_table = std::max(longest_table, static_cast<std::int32_t>(seq.block_table.size()));
     }
-    std::int32_t bucket = 256;
-    while (bucket < longest) bucket *= 2;
-    return GraphKey{layout.num_rows(), bucket, static_cast<std::int32_t>(layout.sample_rows.size()),
-                    scratch_.generation(), metadata_generation_};
+    auto bucket_of = [](std::int32_t n, std::int32_t least) {
+      std::int32_t bucket = least;
+      while (bucket < n) bucket *= 2;
+      return bucket;
+    };
+    return GraphKey{layout.num_rows(), bucket_of(longest, 256), bucket_of(longest_table, 16),
+                    static_cast<std::int32_t>(layout.sample_rows.size()), scratch_.generation(),
+                    metadata_generation_};
   }
 
   // Ends a capture (instantiating and keeping the graph) or a replay by
@@ -556,9 +561,7 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   // Section capacities; under a graph they depend on the key only, so every
   // replay finds its sections at the captured addresses.
   const std::int64_t table_capacity =
-      graph ? static_cast<std::int64_t>(num_seqs) *
-                  ((graph->context_bucket + kv_spec_.block_size_tokens - 1) / kv_spec_.block_size_tokens)
-            : table_len;
+      graph ? static_cast<std::int64_t>(num_seqs) * graph->table_blocks_bucket : table_len;
   SLUICE_CHECK_LE(table_len, table_capacity);
   const std::array<std::int64_t, 11> sizes = {num_rows, num_rows, num_rows, num_seqs, num_seqs,
                                               num_seqs, num_seqs, table_capacity, num_sample,
