@@ -2,6 +2,7 @@
 // input_length, output_length, hash_ids of 512-token blocks), LRU vs SLRU.
 //
 //   trace_prefix_cache TRACE [--kv-tokens N] [--max-requests N] [--mode replay|engine|both]
+//                            [--slru-protected FRACTION]
 //
 // replay: the KV manager alone, requests one after another in arrival order
 //         (each request's blocks are freed when it is done): what eviction
@@ -73,10 +74,12 @@ std::vector<TokenId> tokens_of(const TraceRequest& r) {
   return tokens;
 }
 
-double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction) {
+double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
+              double protected_fraction) {
   KvCacheManager kv({.num_blocks = static_cast<std::int32_t>(kv_tokens / kBlockTokens),
                      .block_size_tokens = kBlockTokens,
-                     .eviction = eviction});
+                     .eviction = eviction,
+                     .slru_protected_fraction = protected_fraction});
   std::int64_t queried = 0, hit = 0;
   SequenceId id = 0;
   for (const TraceRequest& r : trace) {
@@ -105,7 +108,8 @@ struct EngineResult {
   double sim_seconds = 0.0;
 };
 
-EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction) {
+EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
+                            double protected_fraction) {
   const sim::ModelProfile profile = *sim::find_profile("deepseek-v4.1-flash");
   const sim::Parallelism parallelism{.num_gpus = 8, .tensor_parallel = 8, .expert_parallel = 8};
   sim::SimBackendOptions options;
@@ -118,6 +122,7 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   }
   EngineConfig config;
   config.eviction = eviction;
+  config.slru_protected_fraction = protected_fraction;
   config.max_model_len_tokens = 1 << 20;
   config.max_step_ms = 50.0;
   config.clock = ClockMode::kVirtual;
@@ -178,11 +183,12 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
 int main(int argc, char** argv) {
   using namespace sluice;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s TRACE [--kv-tokens N] [--max-requests N] [--mode replay|engine|both]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TRACE [--kv-tokens N] [--max-requests N] [--mode replay|engine|both] [--slru-protected F]\n", argv[0]);
     return 2;
   }
   const std::string path = argv[1];
   std::int64_t kv_tokens = 700000, max_requests = 0;
+  double protected_fraction = EngineConfig{}.slru_protected_fraction;
   std::string mode = "both";
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -190,6 +196,8 @@ int main(int argc, char** argv) {
       kv_tokens = std::stoll(argv[i + 1]);
     } else if (flag == "--max-requests") {
       max_requests = std::stoll(argv[i + 1]);
+    } else if (flag == "--slru-protected") {
+      protected_fraction = std::stod(argv[i + 1]);
     } else if (flag == "--mode") {
       mode = argv[i + 1];
     } else {
@@ -202,10 +210,10 @@ int main(int argc, char** argv) {
   for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru}) {
     const char* name = to_string(eviction).data();
     if (mode == "replay" || mode == "both") {
-      std::printf("replay  %-4s: %.2f%% of prompt tokens from cache\n", name, 100.0 * replay(trace, kv_tokens, eviction));
+      std::printf("replay  %-4s: %.2f%% of prompt tokens from cache\n", name, 100.0 * replay(trace, kv_tokens, eviction, protected_fraction));
     }
     if (mode == "engine" || mode == "both") {
-      const EngineResult r = through_engine(trace, kv_tokens, eviction);
+      const EngineResult r = through_engine(trace, kv_tokens, eviction, protected_fraction);
       std::printf("engine  %-4s: %.2f%% of prompt tokens from cache; %lld done, %lld rejected, %lld preemptions, "
                   "mean TTFT %.0f ms, %.0f s simulated\n",
                   name, 100.0 * r.hit_rate, static_cast<long long>(r.num_done), static_cast<long long>(r.num_rejected),
