@@ -228,3 +228,29 @@ TEST(Planner, IsAPureFunction) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(Planner, AdmissionDoesNotEvictProtectedPrefixesWhileOthersRun) {
+  Fixture f;
+  f.running = {decoding(1, 10 * kBlock)};
+  f.running[0].num_allocated_blocks = 11;
+  f.queue = {waiting(2, 50 * kBlock)};
+  f.available_blocks = 80;
+  const SchedConfig config{.max_num_batched_tokens = 16, .max_step_ms = 1e9};
+  // 80 available, of which 40 hold protected prefixes: 40 < 50 needed.
+  SchedState state = f.state();
+  state.num_protected_blocks = 40;
+  EXPECT_TRUE(plan_step(state, config, LinearCost{}).admitted.empty());
+  state.num_protected_blocks = 30;
+  EXPECT_EQ(plan_step(state, config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+  // With nothing else running the protected blocks are fair game (liveness).
+  f.running.clear();
+  state = f.state();
+  state.num_protected_blocks = 40;
+  EXPECT_EQ(plan_step(state, config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+}
+
+}  // namespace
+}  // namespace sluice
