@@ -4,7 +4,8 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-// Usage: cuda_bench [--quick]   (--quick: smaller sizes, for a smoke run)
+// Usage: cuda_bench [--quick | --profile]   (--quick: smaller sizes, for a smoke
+// run; --profile: a few eager steps for ncu)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -67,7 +68,8 @@ std::string pct(double x) {
   return buf;
 }
 
-std::unique_ptr<Ops> new_ops() { return must(make_cuda_ops({})); }
+bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
+std::unique_ptr<Ops> new_ops() { return must(make_cuda_ops({.use_cuda_graphs = g_use_graphs})); }
 
 void bench_copy() {
   const std::int64_t bytes = 2LL << 30;
@@ -116,9 +118,10 @@ void bench_gemm() {
 }
 
 // Attention alone: one prefill sequence of `tokens`, or `batch` decodes at `context`.
-void bench_attention(bool quick) {
+void bench_attention(bool quick, bool decode_only = false) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kDim = 128;
   for (std::int32_t kv_heads : {32, 8}) {
+    if (decode_only) break;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       auto ops = new_ops();
       const std::int32_t blocks = tokens / kBlock;
@@ -147,6 +150,7 @@ void bench_attention(bool quick) {
     }
   }
   for (std::int32_t kv_heads : {32, 8}) {
+    if (decode_only && kv_heads != 8) continue;
     const std::int32_t batch = 64, context = quick ? 2048 : 8192;
     auto ops = new_ops();
     const std::int32_t blocks_per_seq = context / kBlock + 1;
@@ -307,7 +311,39 @@ void bench_model(bool quick) {
 }  // namespace
 }  // namespace sluice
 
+namespace sluice {
+namespace {
+
+// A few steps for a kernel profiler (ncu): one Llama-3-8B decode step at
+// batch 1 x 4k context, then decode attention at 64 x 8k with 8 kv heads.
+void profile_run() {
+  g_use_graphs = false;
+  {
+    auto ops = new_ops();
+    const Llama8B model(*ops);
+    if (!ops->allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = 600, .block_size_tokens = 16,
+                                 .num_kv_heads = Llama8B::kKvHeads, .head_dim = Llama8B::kDim}).ok())
+      std::exit(1);
+    const StepLayout layout = make_step(1, 4096, 1, 16);
+    for (int i = 0; i < 2; ++i) {
+      ops->begin_step(layout);
+      const Tensor logits = model.forward(*ops, layout);
+      std::vector<SampleRequest> requests(1);
+      (void)ops->sample(logits, requests);
+    }
+  }
+  sync();
+  bench_attention(false, true);
+}
+
+}  // namespace
+}  // namespace sluice
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--profile") == 0) {
+    sluice::profile_run();
+    return 0;
+  }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
   sluice::bench_copy();
