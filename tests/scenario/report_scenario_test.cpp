@@ -16,12 +16,19 @@ namespace {
 constexpr std::int32_t kMaxModelLen = 1 << 20;
 constexpr double kInterTokenTargetMs = 50.0;
 
-std::vector<TimedRequest> report_requests() {
+// The report workload as it is (arrival_scale 1: the long prompts arrive
+// shortest first over 10 s), or as a burst: arrivals compressed by
+// arrival_scale and in reverse, the longest prompt first (the head-of-line
+// case arrival order handles worst).
+std::vector<TimedRequest> report_requests(double arrival_scale = 1.0) {
   std::vector<TimedRequest> out;
   const std::vector<sim::WorkloadRequest> workload = sim::report_workload(kMaxModelLen);
+  double last_arrival_ms = 0.0;
+  for (const sim::WorkloadRequest& w : workload) last_arrival_ms = std::max(last_arrival_ms, w.arrival_ms);
   for (std::size_t i = 0; i < workload.size(); ++i) {
     const sim::WorkloadRequest& w = workload[i];
-    TimedRequest r{.arrival_ms = w.arrival_ms};
+    const bool reverse = arrival_scale < 1.0 && w.arrival_ms > 0.0;
+    TimedRequest r{.arrival_ms = (reverse ? last_arrival_ms - w.arrival_ms + 1.0 : w.arrival_ms) * arrival_scale};
     r.request.request_id = (w.num_prompt_tokens >= 30000 ? "long-" : "chat-") + std::to_string(i);
     r.request.prompt_token_ids = synthetic_tokens(1000 + i, w.num_prompt_tokens);
     r.request.max_tokens = w.num_output_tokens;
@@ -42,10 +49,11 @@ EngineConfig report_config(SchedulingPolicy policy, std::int32_t max_num_batched
   return c;
 }
 
-RunOutcome run_report(SchedulingPolicy policy, std::int32_t max_num_batched_tokens = 8192) {
+RunOutcome run_report(SchedulingPolicy policy, std::int32_t max_num_batched_tokens = 8192,
+                      double arrival_scale = 1.0) {
   SimSetup sim = deepseek_8xh200(kMaxModelLen);
   Engine engine(std::move(sim.backend), sim.cost_model, report_config(policy, max_num_batched_tokens));
-  return play(engine, report_requests());
+  return play(engine, report_requests(arrival_scale));
 }
 
 // The offline optimum for mean TTFT: one server, preemptive shortest remaining
@@ -160,6 +168,36 @@ TEST(ReportScenario, RaisedTokenBudgetStretchesStepsOnlyWithoutATimeCap) {
   EXPECT_GT(max_gap_ms(budget), 2.0 * kInterTokenTargetMs);
   EXPECT_LE(max_gap_ms(sluice), 2.0 * kInterTokenTargetMs);
   EXPECT_EQ(sluice.timelines.size(), budget.timelines.size());
+}
+
+// The same requests, the long prompts all arriving within 1 s, longest first:
+// ~7.5 s of prefill work queues at once, so order matters (arrival order puts
+// the 300k prompt ahead of everything) and prefill-first stalls every decode
+// for seconds in a row.
+TEST(ReportScenario, BurstOfLongPrompts) {
+  constexpr double kBurst = 0.1;  // 10 s of arrivals compressed to 1 s
+  const std::vector<TimedRequest> workload = report_requests(kBurst);
+  const RunOutcome sluice = run_report(SchedulingPolicy::kSluice, 8192, kBurst);
+  const RunOutcome fcfs = run_report(SchedulingPolicy::kFcfs, 8192, kBurst);
+  const RunOutcome prefill_first = run_report(SchedulingPolicy::kPrefillFirst, 8192, kBurst);
+  const SimSetup sim = deepseek_8xh200(kMaxModelLen);
+  const double optimum = offline_srpt_mean_ttft_ms(*sim.cost_model, workload, 8192);
+  std::int64_t sluice_starved_run = 0, prefill_first_starved_run = 0;
+  const std::int64_t sluice_starved = num_zero_decode_windows(sluice.timelines, &sluice_starved_run);
+  num_zero_decode_windows(prefill_first.timelines, &prefill_first_starved_run);
+  std::printf("[burst] sluice: mean TTFT %.0f ms (optimum %.0f, ratio %.3f), max gap %.1f ms; fcfs: mean TTFT %.0f "
+              "ms, max gap %.1f ms; prefill-first: mean TTFT %.0f ms, max gap %.1f ms, %lld s in a row without a "
+              "decode token\n",
+              mean_ttft_ms(sluice), optimum, mean_ttft_ms(sluice) / optimum, max_gap_ms(sluice), mean_ttft_ms(fcfs),
+              max_gap_ms(fcfs), mean_ttft_ms(prefill_first), max_gap_ms(prefill_first),
+              static_cast<long long>(prefill_first_starved_run));
+  ASSERT_EQ(sluice.timelines.size(), workload.size());
+  EXPECT_LE(max_gap_ms(sluice), 2.0 * kInterTokenTargetMs);
+  EXPECT_EQ(sluice_starved, 0);
+  EXPECT_LE(mean_ttft_ms(sluice), 1.25 * optimum);
+  EXPECT_LT(mean_ttft_ms(sluice), mean_ttft_ms(fcfs)) << "shortest-remaining-first beats arrival order";
+  EXPECT_GE(prefill_first_starved_run, 3) << "seconds in a row without a decode token";
+  EXPECT_GT(max_gap_ms(prefill_first), 40.0 * kInterTokenTargetMs);
 }
 
 }  // namespace

@@ -119,7 +119,8 @@ inline std::int64_t num_zero_decode_windows(const std::map<std::string, RequestT
   std::vector<std::int64_t> tokens(num_windows, 0);
   std::vector<bool> decoding(num_windows, false);
   for (const auto& [id, t] : timelines) {
-    for (double ms : t.token_ms) ++tokens[static_cast<std::size_t>(ms / 1000.0)];
+    // Decode tokens only: a first token ends a prefill, it is not decode throughput.
+    for (std::size_t i = 1; i < t.token_ms.size(); ++i) ++tokens[static_cast<std::size_t>(t.token_ms[i] / 1000.0)];
     if (t.token_ms.size() < 2) continue;
     // Decoding during [first token, last token): whole windows strictly inside count.
     for (auto w = static_cast<std::size_t>(t.token_ms.front() / 1000.0) + 1;

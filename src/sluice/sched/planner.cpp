@@ -213,10 +213,10 @@ void PlanBuilder::schedule_prefills() {
     const std::int32_t available_for_request =
         c.is_waiting ? num_available_blocks_ - r.num_hit_free_blocks : num_available_blocks_;
     chunk = std::min(chunk, (held_blocks + available_for_request) * block_size() - start);
-    if (cap_by_time && chunk > 0) chunk = chunk_under_time_cap(chunk, start, plan_.prefills.empty());
-    if (chunk <= 0) {
-      if (cap_by_time) break;  // time is spent: later candidates would not fit either
-      continue;
+    if (chunk <= 0) continue;  // no memory for this one; a smaller one may fit
+    if (cap_by_time) {
+      chunk = chunk_under_time_cap(chunk, start, plan_.prefills.empty());
+      if (chunk <= 0) break;  // time is spent: later candidates would not fit either
     }
 
     const std::int32_t chunk_blocks = std::max(0, ceil_div(start + chunk, block_size()) - held_blocks);
