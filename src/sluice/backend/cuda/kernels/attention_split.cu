@@ -8,7 +8,8 @@
 // kStages-deep shared-memory ring, so the bytes in flight do not depend on
 // registers (the register-staged version reached 47% of HBM at GQA group 4,
 // 92% without GQA). Compute: a "lane group" of D/kDims lanes holds one key,
-// kDims = 16 dims a lane (8 for groups of 8 heads, to bound registers), lane
+// kDims = 16 dims a lane (8 for groups of 4+ heads: at 16 the kernel needed
+// 231 registers and ran at 12% occupancy, 49% of HBM), lane
 // `sub` owning dims {v * D/kVec + sub * 8 + i}: each 16-byte shared load of a
 // lane group then covers consecutive bytes, free of bank conflicts. Softmax
 // runs in base 2 with the scale folded into q.
@@ -25,7 +26,9 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kStages = 3;
-constexpr int kTileBytes = 16384;  // K (or V) bytes per tile: kTileKeys * D * 2
+// K (or V) bytes per tile, kTileKeys * D * 2: 48 KB of ring per block lets
+// four blocks share a multiprocessor.
+constexpr int kTileBytes = 8192;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
@@ -64,7 +67,7 @@ __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
 template <int D, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(StepDeviceView step, SplitParams p) {
-  constexpr int kDims = kGroup >= 8 ? 8 : 16;  // dims a lane holds
+  constexpr int kDims = kGroup >= 4 ? 8 : 16;  // dims a lane holds (registers bound occupancy)
   constexpr int kVec = kDims / 8;               // 16-byte pieces a lane holds
   constexpr int kLanesPerKey = D / kDims;
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
@@ -286,24 +289,37 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
 }
 
 // One block per (row, query head), one thread per dim: merges the splits.
+// The splits' scale factors go through shared memory first, so the per-dim
+// loop is independent loads only.
 template <int D>
 __global__ void combine_kernel(StepDeviceView step, SplitParams p) {
+  extern __shared__ float s_scale[];  // [num_splits]
+  __shared__ float s_inv_l;
   const int row_index = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
   const int row = step.split_rows[row_index];
   const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) *
                             p.num_splits;
-  float m_all = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m_all = fmaxf(m_all, p.ws_ml[(base + s) * 2]);
-  float l_all = 0.0f, a_all = 0.0f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    const float m_s = p.ws_ml[(base + s) * 2];
-    if (m_s == -INFINITY) continue;
-    const float c = exp2f(m_s - m_all);
-    l_all += p.ws_ml[(base + s) * 2 + 1] * c;
-    a_all += p.ws_acc[(base + s) * D + d] * c;
+  if (threadIdx.x < 32) {
+    float m_all = -INFINITY;
+    for (int s = threadIdx.x; s < p.num_splits; s += 32) m_all = fmaxf(m_all, p.ws_ml[(base + s) * 2]);
+    m_all = warp_max(m_all);
+    float l_all = 0.0f;
+    for (int s = threadIdx.x; s < p.num_splits; s += 32) {
+      const float m_s = p.ws_ml[(base + s) * 2];
+      const float c = m_s == -INFINITY ? 0.0f : exp2f(m_s - m_all);
+      s_scale[s] = c;
+      l_all += p.ws_ml[(base + s) * 2 + 1] * c;
+    }
+    l_all = warp_sum(l_all);
+    if (threadIdx.x == 0) s_inv_l = 1.0f / l_all;
   }
+  __syncthreads();
+  if (d >= D) return;
+  float a_all = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < p.num_splits; ++s) a_all += p.ws_acc[(base + s) * D + d] * s_scale[s];
   p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] =
-      __float2bfloat16(a_all / l_all);
+      __float2bfloat16(a_all * s_inv_l);
 }
 
 struct SplitPlan {
@@ -357,7 +373,8 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   }
   SLUICE_CUDA_CHECK_LAUNCH();
   if (plan.num_splits > 1) {
-    combine_kernel<D><<<dim3(step.num_split_rows, args.num_q_heads), D, 0, stream>>>(step, p);
+    combine_kernel<D><<<dim3(step.num_split_rows, args.num_q_heads), std::max(D, 32),
+                        plan.num_splits * sizeof(float), stream>>>(step, p);
     SLUICE_CUDA_CHECK_LAUNCH();
   }
 }

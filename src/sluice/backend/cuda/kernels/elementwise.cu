@@ -3,6 +3,8 @@
 // device-side random fill used by benchmarks. All memory-bound; f32 math.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
@@ -55,6 +57,79 @@ __global__ void add_rms_norm_kernel(void* residual, Dt r_dt, const void* x, Dt x
             load_f(residual, r_dt, base + c) * inv_rms * load_f(weight, w_dt, c));
 }
 
+// The bf16 fast path of rms_norm / add_rms_norm: a row lives in registers
+// (kVecs 16-byte vectors a thread), so the residual is read once and written
+// once, with independent loads. The generic kernels above re-read through
+// possibly aliasing pointers, a chain of dependent accesses that took 22 us a
+// row at hidden 4096 (profiled on the H200).
+template <int kVecs, bool kAdd>
+__global__ void norm_bf16_kernel(uint4* residual, const uint4* x, const void* weight, Dt w_dt, float eps,
+                                 int vecs_per_row, int cols, uint4* out) {
+  __shared__ float scratch[32];
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * vecs_per_row;
+  float v[kVecs][8];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int idx = threadIdx.x + k * blockDim.x;
+    if (idx >= vecs_per_row) continue;
+    const uint4 xr = x[base + idx];
+    const __nv_bfloat162* xh = reinterpret_cast<const __nv_bfloat162*>(&xr);
+    uint4 rr;
+    if constexpr (kAdd) rr = residual[base + idx];
+    __nv_bfloat162* rh = reinterpret_cast<__nv_bfloat162*>(&rr);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __bfloat1622float2(xh[i]);
+      if constexpr (kAdd) {
+        const float2 r = __bfloat1622float2(rh[i]);
+        rh[i] = __floats2bfloat162_rn(r.x + f.x, r.y + f.y);  // the residual as stored
+        f = __bfloat1622float2(rh[i]);
+      }
+      v[k][2 * i] = f.x;
+      v[k][2 * i + 1] = f.y;
+      sum_sq += f.x * f.x + f.y * f.y;
+    }
+    if constexpr (kAdd) residual[base + idx] = rr;
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int idx = threadIdx.x + k * blockDim.x;
+    if (idx >= vecs_per_row) continue;
+    uint4 o;
+    __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      oh[i] = __floats2bfloat162_rn(v[k][2 * i] * inv_rms * load_f(weight, w_dt, idx * 8 + 2 * i),
+                                    v[k][2 * i + 1] * inv_rms * load_f(weight, w_dt, idx * 8 + 2 * i + 1));
+    out[base + idx] = o;
+  }
+}
+
+// Launches the bf16 fast path if it applies; false if the caller must use the generic kernel.
+template <bool kAdd>
+bool launch_norm_bf16(void* residual, const void* x, const void* weight, Dt w_dt, float eps,
+                      std::int64_t rows, std::int64_t cols, void* out, cudaStream_t stream) {
+  if (cols % 8 != 0) return false;
+  const int vecs = static_cast<int>(cols / 8);
+  const int threads = std::min(256, (vecs + 31) / 32 * 32);
+  const int per_thread = (vecs + threads - 1) / threads;
+  auto* r = static_cast<uint4*>(residual);
+  auto* xv = static_cast<const uint4*>(x);
+  auto* o = static_cast<uint4*>(out);
+  const auto blocks = static_cast<unsigned>(rows);
+  switch (per_thread) {
+    case 1: norm_bf16_kernel<1, kAdd><<<blocks, threads, 0, stream>>>(r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 2: norm_bf16_kernel<2, kAdd><<<blocks, threads, 0, stream>>>(r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 3:
+    case 4: norm_bf16_kernel<4, kAdd><<<blocks, threads, 0, stream>>>(r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    default: return false;
+  }
+  SLUICE_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 __global__ void silu_mul_kernel(const void* gate_up, Dt in_dt, std::int64_t rows,
                                 std::int64_t inter, void* out, Dt out_dt) {
   const std::int64_t n = rows * inter;
@@ -82,8 +157,9 @@ __global__ void add_bias_kernel(void* out, Dt out_dt, const void* bias, Dt bias_
     store_f(out, out_dt, i, load_f(out, out_dt, i) + load_f(bias, bias_dt, i % cols));
 }
 
-// Rotate-half RoPE: one block per row; thread pairs (d, d + half) per head.
-// The angle is position * inv_freq in f32, as Hugging Face computes it.
+// Rotate-half RoPE: one thread per pair (d, d + half) of one head of one
+// row; blockIdx.x is the row. The angle is position * inv_freq in f32, as
+// Hugging Face computes it.
 __global__ void rope_kernel(const std::int32_t* positions, void* q, Dt q_dt,
                             std::int32_t num_q_heads, void* k, Dt k_dt,
                             std::int32_t num_kv_heads, std::int32_t head_dim,
@@ -92,7 +168,8 @@ __global__ void rope_kernel(const std::int32_t* positions, void* q, Dt q_dt,
   const float pos = static_cast<float>(positions[row]);
   const int half = head_dim / 2;
   const int pairs = (num_q_heads + num_kv_heads) * half;
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+  const int i = blockIdx.y * blockDim.x + threadIdx.x;
+  if (i < pairs) {
     const int head = i / half, d = i - head * half;
     const bool is_q = head < num_q_heads;
     void* base = is_q ? q : k;
@@ -163,6 +240,9 @@ void launch_rms_norm(const void* x, Dt x_dt, const void* weight, Dt w_dt, float 
                      std::int64_t rows, std::int64_t cols, void* out, Dt out_dt,
                      cudaStream_t stream) {
   if (rows == 0) return;
+  if (x_dt == Dt::bf16 && out_dt == Dt::bf16 &&
+      launch_norm_bf16<false>(nullptr, x, weight, w_dt, eps, rows, cols, out, stream))
+    return;
   rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, x_dt, weight, w_dt,
                                                                            eps, cols, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -172,6 +252,9 @@ void launch_add_rms_norm(void* residual, Dt r_dt, const void* x, Dt x_dt, const 
                          Dt w_dt, float eps, std::int64_t rows, std::int64_t cols, void* out,
                          Dt out_dt, cudaStream_t stream) {
   if (rows == 0) return;
+  if (r_dt == Dt::bf16 && x_dt == Dt::bf16 && out_dt == Dt::bf16 && residual != out &&
+      launch_norm_bf16<true>(residual, x, weight, w_dt, eps, rows, cols, out, stream))
+    return;
   add_rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       residual, r_dt, x, x_dt, weight, w_dt, eps, cols, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -204,8 +287,11 @@ void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_
                  void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
                  const float* inv_freq, cudaStream_t stream) {
   if (step.num_rows == 0) return;
-  rope_kernel<<<step.num_rows, kRowThreads, 0, stream>>>(step.positions, q, q_dt, num_q_heads, k,
-                                                         k_dt, num_kv_heads, head_dim, inv_freq);
+  constexpr int kThreads = 128;
+  const int pairs = (num_q_heads + num_kv_heads) * (head_dim / 2);
+  const dim3 grid(step.num_rows, (pairs + kThreads - 1) / kThreads);
+  rope_kernel<<<grid, kThreads, 0, stream>>>(step.positions, q, q_dt, num_q_heads, k, k_dt,
+                                              num_kv_heads, head_dim, inv_freq);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
