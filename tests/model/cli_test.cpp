@@ -60,6 +60,27 @@ TEST_F(Cli, SeededSamplingIsReproducible) {
   EXPECT_NE(a.output, c.output);
 }
 
+TEST_F(Cli, TextAndChatPromptsUseTheTokenizerAndTemplate) {
+  auto text = run("generate --model " + *model_dir_ + " --prompt 'The quick brown fox' --max-tokens 6 --ignore-eos");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_FALSE(text.output.empty());
+  const std::string chat_path = *model_dir_ + "/chat.json";
+  {
+    FILE* f = std::fopen(chat_path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]})", f);
+    std::fclose(f);
+  }
+  auto chat = run("generate --model " + *model_dir_ + " --chat " + chat_path + " --max-tokens 6 --ignore-eos");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  auto both = run("generate --model " + *model_dir_ + " --prompt hi --prompt-ids 1");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("exactly one"), std::string::npos) << both.output;
+  auto missing = run("generate --model " + *model_dir_ + " --chat /nonexistent/chat.json");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("/nonexistent/chat.json"), std::string::npos) << missing.output;
+}
+
 TEST_F(Cli, BadInputExitsWithAMessage) {
   struct Case {
     std::string args;

@@ -6,11 +6,14 @@
 
 #include <fmt/format.h>
 
+#include "sluice/api/chat_template.h"
 #include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/common/io.h"
 #include "sluice/cli/commands.h"
 #include "sluice/model/config.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
+#include "sluice/tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 namespace {
@@ -18,6 +21,8 @@ namespace {
 struct GenerateArgs {
   std::string model_dir;
   std::string prompt_ids;
+  std::string prompt_text;
+  std::string chat_file;
   std::int32_t max_tokens = 16;
   SamplingParams sampling;
   std::optional<std::uint64_t> seed;
@@ -45,8 +50,44 @@ Result<std::vector<TokenId>> parse_ids(const std::string& text) {
   return ids;
 }
 
+// --chat FILE: a JSON list of messages, or {"messages": [...], "tools": [...],
+// "chat_template_kwargs": {...}}, rendered with the model's chat template.
+Result<std::string> render_chat(const std::string& path, const Tokenizer& tokenizer) {
+  SLUICE_TRY_ASSIGN(text, read_file(path));
+  auto conversation = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (conversation.is_discarded()) return Error{fmt::format("{}: not valid JSON", path)};
+  api::ChatRenderOptions options{.bos_token = tokenizer.bos_token(), .eos_token = tokenizer.eos_token()};
+  nlohmann::ordered_json messages = conversation;
+  if (conversation.is_object()) {
+    messages = conversation.value("messages", nlohmann::ordered_json());
+    if (conversation.contains("tools")) options.tools = conversation["tools"];
+    if (conversation.contains("chat_template_kwargs")) options.extra_kwargs = conversation["chat_template_kwargs"];
+  }
+  if (!messages.is_array()) return Error{fmt::format("{}: expected a list of messages or {{\"messages\": [...]}}", path)};
+  if (tokenizer.chat_template().empty()) return Error{"the model's tokenizer_config.json has no chat_template"};
+  SLUICE_TRY_ASSIGN(chat_template, api::ChatTemplate::parse(tokenizer.chat_template()));
+  return chat_template.render(messages, options);
+}
+
+// The prompt from whichever of --prompt-ids, --prompt, --chat was given.
+Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::optional<Tokenizer>& tokenizer) {
+  if (!args.prompt_ids.empty()) return parse_ids(args.prompt_ids);
+  if (!args.prompt_text.empty()) return tokenizer->encode(args.prompt_text, /*add_special_tokens=*/true);
+  SLUICE_TRY_ASSIGN(rendered, render_chat(args.chat_file, *tokenizer));
+  // The template writes BOS itself.
+  return tokenizer->encode(rendered, /*add_special_tokens=*/false);
+}
+
 Status run_generate(const GenerateArgs& args) {
-  SLUICE_TRY_ASSIGN(prompt, parse_ids(args.prompt_ids));
+  const int num_prompt_sources = !args.prompt_ids.empty() + !args.prompt_text.empty() + !args.chat_file.empty();
+  if (num_prompt_sources != 1) return Error{"give exactly one of --prompt-ids, --prompt, --chat"};
+  std::optional<Tokenizer> tokenizer;
+  if (args.prompt_ids.empty()) {
+    SLUICE_TRY_ASSIGN(loaded, Tokenizer::load(args.model_dir));
+    tokenizer = std::move(loaded);
+  }
+  SLUICE_TRY_ASSIGN(prompt, prompt_tokens(args, tokenizer));
+  if (prompt.empty()) return Error{"the prompt encodes to no tokens"};
   SamplingParams sampling = args.sampling;
   sampling.seed = args.seed ? *args.seed : std::random_device{}();
   SLUICE_TRY(sampling.validate());
@@ -62,6 +103,10 @@ Status run_generate(const GenerateArgs& args) {
                           .stop_token_ids = args.ignore_eos ? std::vector<TokenId>{} : config.eos_token_ids,
                           .prefill_chunk_tokens = args.prefill_chunk_tokens};
   SLUICE_TRY_ASSIGN(result, generate_sequence(*backend, prompt, options));
+  if (tokenizer) {  // text in, text out
+    std::printf("%s\n", tokenizer->decode(result.tokens, /*skip_special_tokens=*/true).c_str());
+    return Ok{};
+  }
   std::string line;
   for (std::size_t i = 0; i < result.tokens.size(); ++i) line += fmt::format("{}{}", i ? "," : "", result.tokens[i]);
   std::printf("%s\n", line.c_str());
@@ -72,9 +117,12 @@ Status run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "generate tokens from a prompt on the CPU reference backend");
+  CLI::App* cmd = app.add_subcommand("generate", "generate from token ids, text or a conversation on the CPU reference backend");
   cmd->add_option("--model", args->model_dir, "Hugging Face model directory")->required();
-  cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids")->required();
+  cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids (prints ids)");
+  cmd->add_option("--prompt", args->prompt_text, "prompt text, tokenized with the model's tokenizer (prints text)");
+  cmd->add_option("--chat", args->chat_file,
+                  "conversation JSON file rendered with the model's chat template (prints text)");
   cmd->add_option("--max-tokens", args->max_tokens)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy");
   cmd->add_option("--top-k", args->sampling.top_k);
