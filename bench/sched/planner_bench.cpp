@@ -8,6 +8,7 @@
 #include "sluice/backend/sim/model_profile.h"
 #include "sluice/backend/sim/roofline_cost_model.h"
 #include "sluice/common/rng.h"
+#include "sluice/engine/engine.h"
 #include "sluice/sched/planner.h"
 
 namespace sluice {
@@ -59,6 +60,69 @@ BENCHMARK_CAPTURE(BM_PlanStep, fcfs, SchedulingPolicy::kFcfs)->Args({256, 64})->
 BENCHMARK_CAPTURE(BM_PlanStep, decode_first_token_budget, SchedulingPolicy::kDecodeFirstTokenBudget)
     ->Args({256, 64})
     ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace sluice
+
+// The whole engine step around the planner (prefix probes of the waiting
+// requests, block commits, the Batch, postprocessing and streaming) with a
+// backend that takes no time: 256 decoding requests, 64 waiting (max_num_seqs
+// keeps them out).
+namespace sluice {
+namespace {
+
+class InstantBackend final : public Backend {
+ public:
+  InstantBackend() : info_{.name = "instant", .block_size_tokens = 16, .num_kv_blocks = 1 << 20,
+                           .vocab_size = 32000, .max_model_len_tokens = 1 << 20} {}
+  const BackendInfo& info() const override { return info_; }
+  Result<StepOutput> execute(const Batch& batch) override {
+    StepOutput out;
+    out.sequences.reserve(batch.sequences.size());
+    for (const SequenceStep& s : batch.sequences) {
+      SequenceOutput o{.seq_id = s.seq_id};
+      if (s.sample) o.token = static_cast<TokenId>((s.seq_id * 31 + static_cast<std::uint64_t>(s.end_position())) % 32000);
+      out.sequences.push_back(std::move(o));
+    }
+    out.step_time_ms = 10.0;
+    return out;
+  }
+
+ private:
+  BackendInfo info_;
+};
+
+void BM_EngineStep(benchmark::State& state) {
+  EngineConfig config;
+  config.max_num_seqs = 256;
+  config.max_num_batched_tokens = 1 << 16;
+  config.max_step_ms = 1e9;
+  config.max_model_len_tokens = 1 << 20;
+  config.clock = ClockMode::kVirtual;
+  Engine engine(std::make_unique<InstantBackend>(), nullptr, config);
+  SplitMix64 rng(3);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  auto submit = [&](std::int32_t i, std::int32_t prompt) {
+    EngineRequest r;
+    r.request_id = std::to_string(i);
+    for (std::int32_t k = 0; k < prompt; ++k) r.prompt_token_ids.push_back(static_cast<TokenId>(rng.next() % 32000));
+    r.max_tokens = 1 << 19;
+    r.ignore_eos = true;
+    streams.push_back(engine.submit(std::move(r)).value());
+  };
+  for (std::int32_t i = 0; i < 256; ++i) submit(i, 2000);
+  while (engine.stats().num_running < 256 || engine.stats().num_generated_tokens < 256) engine.step();
+  for (std::int32_t i = 256; i < 320; ++i) submit(i, 20000);
+  for (auto _ : state) {
+    const StepReport report = engine.step();
+    benchmark::DoNotOptimize(report);
+    for (std::size_t i = 0; i < 256; ++i) benchmark::DoNotOptimize(streams[i]->poll());
+  }
+  state.counters["running"] = engine.stats().num_running;
+  state.counters["waiting"] = engine.stats().num_waiting;
+}
+
+BENCHMARK(BM_EngineStep)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace sluice
