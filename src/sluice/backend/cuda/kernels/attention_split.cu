@@ -20,6 +20,7 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/mma.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -30,18 +31,6 @@ constexpr int kStages = 3;
 // four blocks share a multiprocessor.
 constexpr int kTileBytes = 8192;
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  const auto dst_addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
-  const int src_bytes = valid ? 16 : 0;  // 0: zero-fill
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
 
 struct SplitParams {
   const __nv_bfloat16* q;
@@ -288,6 +277,229 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
   split_kernel<D, kGroup><<<grid, kWarps * 32, kSmemBytes, stream>>>(step, p);
 }
 
+// The same split-KV decode on tensor cores, for GQA groups of 2..16 heads:
+// the group's query heads are the 16 rows of an mma tile (zero-padded), so a
+// key costs a few mma instead of G * D * 2 FMAs on CUDA cores, which bounded
+// the kernel above at ~2 TB/s for groups of 4. Each warp takes 16 keys of a
+// 64-key tile (staged by cp.async, padded rows for ldmatrix) and keeps its own
+// softmax state; the four warps merge at the end like the kernel above.
+constexpr int kMmaTileKeys = 64;
+constexpr int kMmaStages = 3;
+
+template <int D>
+constexpr int mma_smem_bytes() {
+  const int ring = 2 * kMmaStages * kMmaTileKeys * (D + 8) * 2;
+  const int merge = kWarps * 16 * D * 4 + 2 * kWarps * 16 * 4;
+  return (ring > merge ? ring : merge) + 16 * (D + 8) * 2;  // + the Q tile
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    split_mma_kernel(StepDeviceView step, SplitParams p) {
+  constexpr int kStride = D + 8;
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kKSteps = D / 16;
+  constexpr int kNTilesO = D / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kStride]
+  auto* s_k = s_q + 16 * kStride;                           // [kMmaStages][kMmaTileKeys][kStride]
+  auto* s_v = s_k + kMmaStages * kMmaTileKeys * kStride;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  const int row_index = blockIdx.z;
+  const int row = step.split_rows[row_index];
+  const int seq = step.row_sequence[row];
+  const int kv_len = step.positions[row] + 1;
+  const int kv_head = blockIdx.y / p.head_chunks;
+  const int group_size = p.num_q_heads / p.num_kv_heads;
+  const int head_begin = kv_head * group_size + (blockIdx.y % p.head_chunks) * 16;
+  const int num_heads_here = min(16, kv_head * group_size + group_size - head_begin);
+  const int key_begin = blockIdx.x * p.split_tokens;
+  const int key_end = min(key_begin + p.split_tokens, kv_len);
+  const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
+  const int num_tiles =
+      key_end > key_begin ? (key_end - key_begin + kMmaTileKeys - 1) / kMmaTileKeys : 0;
+
+  // Q: the group's heads as rows, zero rows past the group.
+  for (int c = tid; c < 16 * kChunksPerRow; c += kWarps * 32) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const bool valid = r < num_heads_here;
+    cp_async_16(s_q + r * kStride + col,
+                p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + (valid ? r : 0)) * D + col,
+                valid);
+  }
+  auto load_tile = [&](int tile) {
+    const int stage = tile % kMmaStages;
+    for (int c = tid; c < kMmaTileKeys * kChunksPerRow; c += kWarps * 32) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      const int key = key_begin + tile * kMmaTileKeys + r;
+      const bool valid = key < key_end;
+      std::int64_t off = 0;
+      if (valid) {
+        const std::int64_t slot =
+            static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        off = slot * key_stride + kv_head * D + col;
+      }
+      cp_async_16(s_k + (stage * kMmaTileKeys + r) * kStride + col, p.k_cache + off, valid);
+      cp_async_16(s_v + (stage * kMmaTileKeys + r) * kStride + col, p.v_cache + off, valid);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < kMmaStages - 1; ++t) {
+    if (t < num_tiles) load_tile(t);
+    cp_async_commit();  // the first group also carries Q
+  }
+
+  std::uint32_t q_frag[kKSteps][4];
+  float o_acc[kNTilesO][4];
+#pragma unroll
+  for (int n = 0; n < kNTilesO; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    if (tile + kMmaStages - 1 < num_tiles) load_tile(tile + kMmaStages - 1);
+    cp_async_commit();
+    cp_async_wait<kMmaStages - 1>();
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks)
+        ldmatrix_x4(q_frag[ks], s_q + (lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
+    }
+    const int stage = tile % kMmaStages;
+    const __nv_bfloat16* sk = s_k + (stage * kMmaTileKeys + warp * 16) * kStride;
+    const __nv_bfloat16* sv = s_v + (stage * kMmaTileKeys + warp * 16) * kStride;
+    const int key0 = key_begin + tile * kMmaTileKeys + warp * 16;
+
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      std::uint32_t b[4];
+      ldmatrix_x4(b, sk + ((lane % 8) + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
+      mma_16816(s[0], q_frag[ks], b[0], b[1]);
+      mma_16816(s[1], q_frag[ks], b[2], b[3]);
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = key0 + n * 8 + (lane % 4) * 2 + (i & 1);
+        const float v = key < key_end ? s[n][i] * p.scale_log2 : -INFINITY;
+        s[n][i] = v;
+        row_max[i / 2] = fmaxf(row_max[i / 2], v);
+      }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
+      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
+      const float m_new = fmaxf(m_run[h], row_max[h]);
+      correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
+      m_run[h] = m_new;
+    }
+    float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float m = m_run[i / 2];
+        const float pr = m == -INFINITY ? 0.0f : exp2f(s[n][i] - m);
+        s[n][i] = pr;
+        row_sum[i / 2] += pr;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * correction[h] + row_sum[h];
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) {
+      o_acc[n][0] *= correction[0];
+      o_acc[n][1] *= correction[0];
+      o_acc[n][2] *= correction[1];
+      o_acc[n][3] *= correction[1];
+    }
+    std::uint32_t a[4];
+    a[0] = pack_bf16(s[0][0], s[0][1]);
+    a[1] = pack_bf16(s[0][2], s[0][3]);
+    a[2] = pack_bf16(s[1][0], s[1][1]);
+    a[3] = pack_bf16(s[1][2], s[1][3]);
+#pragma unroll
+    for (int n = 0; n < kNTilesO; n += 2) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, sv + ((lane % 8) + ((lane / 8) % 2) * 8) * kStride + n * 8 + (lane / 16) * 8);
+      mma_16816(o_acc[n], a, b[0], b[1]);
+      mma_16816(o_acc[n + 1], a, b[2], b[3]);
+    }
+    __syncthreads();  // the stage is rewritten kMmaStages - 1 tiles later
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  // Merge the four warps' states through shared memory (the ring is free now).
+  __syncthreads();
+  float* sm_o = reinterpret_cast<float*>(s_k);  // [kWarps][16][D]
+  float* sm_m = sm_o + kWarps * 16 * D;         // [kWarps][16]
+  float* sm_l = sm_m + kWarps * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = lane / 4 + h * 8;
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) {
+      const int col = n * 8 + (lane % 4) * 2;
+      sm_o[(warp * 16 + r) * D + col] = o_acc[n][2 * h];
+      sm_o[(warp * 16 + r) * D + col + 1] = o_acc[n][2 * h + 1];
+    }
+    if (lane % 4 == 0) {
+      sm_m[warp * 16 + r] = m_run[h];
+      sm_l[warp * 16 + r] = l_run[h];
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < num_heads_here * D; e += kWarps * 32) {
+    const int g = e / D, d = e % D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * 16 + g]);
+    float l_all = 0.0f, a_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = m_all == -INFINITY ? 0.0f : exp2f(sm_m[w * 16 + g] - m_all);
+      l_all += sm_l[w * 16 + g] * c;
+      a_all += sm_o[(w * 16 + g) * D + d] * c;
+    }
+    const int head = head_begin + g;
+    if (p.num_splits == 1) {
+      p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] =
+          __float2bfloat16(a_all / l_all);
+    } else {
+      const std::int64_t part =
+          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.num_splits + blockIdx.x;
+      p.ws_acc[part * D + d] = a_all;
+      if (d == 0) {
+        p.ws_ml[part * 2] = m_all;
+        p.ws_ml[part * 2 + 1] = l_all;
+      }
+    }
+  }
+}
+
+template <int D>
+void launch_split_mma(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+  constexpr int kSmemBytes = mma_smem_bytes<D>();
+  static bool attribute_set = false;  // once per process: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    attribute_set = true;
+  }
+  split_mma_kernel<D><<<grid, kWarps * 32, kSmemBytes, stream>>>(step, p);
+}
+
 // One block per (row, query head), one thread per dim: merges the splits.
 // The splits' scale factors go through shared memory first, so the per-dim
 // loop is independent loads only.
@@ -328,7 +540,12 @@ struct SplitPlan {
 
 SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int group_size = args.num_q_heads / args.num_kv_heads;
-  const int kernel_group = group_size <= 1 ? 1 : group_size <= 2 ? 2 : group_size <= 4 ? 4 : 8;
+  const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
+  const int kernel_group = tensor_cores ? 16
+                           : group_size <= 1 ? 1
+                           : group_size <= 2 ? 2
+                           : group_size <= 4 ? 4
+                                             : 8;
   const int head_chunks = (group_size + kernel_group - 1) / kernel_group;
   // Enough blocks to fill the GPU about four times over, but no split shorter
   // than 128 keys (below that the merge costs more than it saves).
@@ -366,6 +583,9 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   p.scale_log2 = args.scale * kLog2e;
   const dim3 grid(plan.num_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {
+    case 16:
+      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, stream, step, p);
+      break;
     case 1: launch_split<D, 1>(grid, stream, step, p); break;
     case 2: launch_split<D, 2>(grid, stream, step, p); break;
     case 4: launch_split<D, 4>(grid, stream, step, p); break;
