@@ -1,0 +1,134 @@
+#include "sluice/server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace sluice::server {
+namespace {
+
+// vLLM's buckets for the same histograms, so bucketed dashboards line up.
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+          2.5,   5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> itl_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> e2e_buckets() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+          120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+constexpr std::array<const char*, 4> kOutcomeNames = {"stop", "length", "abort", "error"};
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  std::size_t bucket = 0;
+  while (bucket < upper_bounds_.size() && value > upper_bounds_[bucket]) ++bucket;
+  std::lock_guard lock(mutex_);
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+std::uint64_t Histogram::count() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  std::lock_guard lock(mutex_);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < upper_bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, upper_bounds_[i], cumulative);
+  }
+  cumulative += counts_.back();
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, cumulative);
+  out += fmt::format("{}_sum{{{}}} {}\n", name, labels, sum_);
+  out += fmt::format("{}_count{{{}}} {}\n", name, labels, count_);
+}
+
+ServerMetrics::ServerMetrics()
+    : ttft_seconds_(ttft_buckets()), itl_seconds_(itl_buckets()), e2e_seconds_(e2e_buckets()) {}
+
+void ServerMetrics::observe_request_finished(RequestOutcome outcome, double e2e_seconds,
+                                             std::int64_t num_prompt_tokens, std::int64_t num_generation_tokens) {
+  finished_[static_cast<std::size_t>(outcome)] += 1;
+  e2e_seconds_.observe(e2e_seconds);
+  prompt_tokens_ += num_prompt_tokens;
+  generation_tokens_ += num_generation_tokens;
+}
+
+void ServerMetrics::count_rejected(int http_status) { (http_status >= 500 ? rejected_5xx_ : rejected_4xx_) += 1; }
+
+std::string ServerMetrics::render(const EngineStats& stats, const std::string& model_name) const {
+  const std::string labels = fmt::format("model_name=\"{}\"", model_name);
+  std::string out;
+  out.reserve(8192);
+  auto gauge = [&](const char* name, const char* help, double value) {
+    header(out, name, "gauge", help);
+    out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  };
+  auto counter = [&](const char* name, const char* help, double value) {
+    header(out, name, "counter", help);
+    out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  };
+  gauge("vllm:num_requests_running", "Requests in the running batch.", stats.num_running);
+  gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", stats.num_waiting);
+  gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1).", stats.kv_usage);
+  counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          static_cast<double>(stats.prefix_cache_queried_tokens));
+  counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          static_cast<double>(stats.prefix_cache_hit_tokens));
+  counter("vllm:num_preemptions_total", "Preemptions.", static_cast<double>(stats.num_preemptions));
+  counter("vllm:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_.load()));
+  counter("vllm:generation_tokens_total", "Generated tokens of finished requests.",
+          static_cast<double>(generation_tokens_.load()));
+  header(out, "vllm:request_success_total", "counter", "Finished requests by finish reason.");
+  for (std::size_t i = 0; i < kOutcomeNames.size(); ++i)
+    out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels, kOutcomeNames[i],
+                       finished_[i].load());
+  header(out, "vllm:time_to_first_token_seconds", "histogram", "Time to first token, from request arrival.");
+  ttft_seconds_.render(out, "vllm:time_to_first_token_seconds", labels);
+  header(out, "vllm:inter_token_latency_seconds", "histogram", "Time between consecutive tokens of a request.");
+  itl_seconds_.render(out, "vllm:inter_token_latency_seconds", labels);
+  header(out, "vllm:e2e_request_latency_seconds", "histogram", "Request latency, arrival to last token.");
+  e2e_seconds_.render(out, "vllm:e2e_request_latency_seconds", labels);
+
+  counter("sluice:engine_steps_total", "Engine steps run.", static_cast<double>(stats.num_steps));
+  counter("sluice:step_time_seconds_total", "Time spent in engine steps.", stats.total_step_ms / 1e3);
+  gauge("sluice:last_step_seconds", "Duration of the latest engine step.", stats.last_step_ms / 1e3);
+  gauge("sluice:max_step_seconds", "Longest engine step so far.", stats.max_step_ms_seen / 1e3);
+  gauge("sluice:longest_current_decode_stall_seconds",
+        "Longest time since its previous token of any request now decoding.",
+        stats.longest_current_decode_stall_ms / 1e3);
+  gauge("sluice:num_queued_prompt_tokens", "Prompt tokens of waiting requests.",
+        static_cast<double>(stats.num_queued_prompt_tokens));
+  gauge("sluice:num_kv_blocks", "KV cache blocks in the pool.", stats.num_kv_blocks);
+  gauge("sluice:num_free_kv_blocks", "Unused KV cache blocks (cached or not).", stats.num_free_kv_blocks);
+  gauge("sluice:num_cached_free_kv_blocks", "Unused KV blocks that still hold a reusable prefix.",
+        stats.num_cached_free_kv_blocks);
+  counter("sluice:prefix_cache_evicted_blocks_total", "KV blocks evicted from the prefix cache.",
+          static_cast<double>(stats.prefix_cache_evicted_blocks));
+  counter("sluice:prefill_tokens_computed_total", "Prompt tokens actually computed (not served from cache).",
+          static_cast<double>(stats.num_prompt_tokens_computed));
+  counter("sluice:requests_aborted_total", "Requests the engine aborted (client gone, stop string, shutdown).",
+          static_cast<double>(stats.num_requests_aborted));
+  counter("sluice:requests_failed_total", "Requests that failed in the engine.",
+          static_cast<double>(stats.num_requests_failed));
+  counter("sluice:http_rejected_4xx_total", "Requests refused with a 4xx status.",
+          static_cast<double>(rejected_4xx_.load()));
+  counter("sluice:http_rejected_5xx_total", "Requests refused with a 5xx status.",
+          static_cast<double>(rejected_5xx_.load()));
+  return out;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,37 @@
+// ModelContext: everything the request handlers need about the served model,
+// built once at start and then only read (from any thread). The engine is the
+// one mutable part, and it is thread-safe by contract.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/api/chat_template.h"
+#include "sluice/engine/engine.h"
+#include "sluice/server/output_parser.h"
+#include "sluice/tokenizer/tokenizer.h"
+
+namespace sluice::server {
+
+struct ModelContext {
+  std::vector<std::string> served_model_names;  // the first is reported in responses
+  std::string model_type;                       // config.json model_type
+  std::int64_t created_s = 0;                   // when it was loaded (for /v1/models)
+  Tokenizer tokenizer;
+  std::optional<api::ChatTemplate> chat_template;  // none: chat completions are refused
+  std::vector<TokenId> eos_token_ids;
+  OutputFormat output_format;
+  std::int32_t max_model_len_tokens = 0;
+  std::unique_ptr<Engine> engine;
+
+  bool serves(const std::string& name) const {
+    for (const std::string& n : served_model_names)
+      if (n == name) return true;
+    return false;
+  }
+};
+
+}  // namespace sluice::server

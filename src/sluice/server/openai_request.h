@@ -1,0 +1,88 @@
+// OpenAI request bodies -> typed, range-checked structs. Everything a client
+// can get wrong is found here, before anything is submitted or any byte of the
+// response is written (gateways only fail over if nothing was written). What
+// needs the model (token counts, vocabulary, context length) is checked by
+// the service right after, still before the response starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/backend/batch.h"
+#include "sluice/backend/sampling_params.h"
+#include "sluice/server/api_error.h"
+
+namespace sluice::server {
+
+// Caps on what one request may ask for (api-conventions §4.3). Each has a flag.
+struct RequestLimits {
+  std::int32_t max_n = 16;
+  std::int32_t max_logprobs = 20;  // top_logprobs (chat) and logprobs (completions)
+  std::int32_t max_stop_sequences = 16;
+  std::size_t max_stop_sequence_bytes = 512;
+  std::int32_t max_tools = 128;
+  std::size_t max_tools_json_bytes = 1 << 20;
+  std::size_t max_template_kwargs_json_bytes = 64 << 10;
+  std::int32_t max_messages = 100'000;
+  std::int32_t max_prompts = 64;  // completions: prompts in one request
+  bool allow_request_chat_template = false;
+};
+
+// Fields chat and completions share.
+struct GenerationOptions {
+  std::string model;
+  std::optional<std::int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt = rest of the context
+  std::int32_t min_tokens = 0;
+  SamplingParams sampling;
+  bool has_seed = false;  // false: the service draws one per choice
+  std::vector<std::string> stop;
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage (tolerated without stream)
+  std::int32_t n = 1;
+  bool logprobs = false;
+  std::int32_t top_logprobs = 0;
+};
+
+struct ToolChoice {
+  enum class Kind { kNone, kAuto, kRequired, kNamed };
+  Kind kind = Kind::kAuto;
+  std::string name;  // kNamed
+};
+
+struct ChatRequest {
+  GenerationOptions options;
+  // Messages as the template receives them: content parts joined into one
+  // string, "developer" renamed "system", tool-call arguments parsed to objects.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;  // null when none
+  ToolChoice tool_choice;
+  // chat_template_kwargs plus reasoning_effort: template variables.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  std::optional<std::string> chat_template;  // only when RequestLimits allows it
+  bool add_generation_prompt = true;
+  bool json_object = false;  // response_format json_object / json_schema
+};
+
+using PromptInput = std::variant<std::string, std::vector<TokenId>>;
+
+struct CompletionRequest {
+  GenerationOptions options;
+  std::vector<PromptInput> prompts;  // one or more; each yields n choices
+};
+
+template <class T>
+using Parsed = std::variant<T, ApiError>;
+
+// `body` must already be valid JSON (the caller maps parse errors to 400).
+Parsed<ChatRequest> parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+Parsed<CompletionRequest> parse_completion_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+
+}  // namespace sluice::server

@@ -1,0 +1,399 @@
+#include "sluice/server/openai_service.h"
+
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "sluice/server/auth.h"
+#include "sluice/server/generation_job.h"
+
+namespace sluice::server {
+
+namespace http = boost::beast::http;
+using nlohmann::json;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+std::string random_hex(std::size_t num_chars) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(num_chars, '0');
+  for (char& c : out) c = kHex[rng() & 15];
+  return out;
+}
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The wording agentic clients parse (vLLM's sentences, both numbers), plus the
+// numbers as fields, as llama.cpp adds them.
+std::optional<ApiError> check_context(std::int64_t num_prompt_tokens, std::optional<std::int32_t> max_tokens,
+                                      std::int32_t max_model_len, const char* prompt_param) {
+  ApiError error{.http_status = 400, .code = "context_length_exceeded"};
+  error.extra = {{"n_prompt_tokens", num_prompt_tokens}, {"n_ctx", max_model_len}};
+  if (num_prompt_tokens >= max_model_len) {
+    error.message = fmt::format(
+        "This model's maximum context length is {} tokens. However, your request has {} input tokens. "
+        "Please reduce the length of the input messages.",
+        max_model_len, num_prompt_tokens);
+    error.param = prompt_param;
+    return error;
+  }
+  if (max_tokens && num_prompt_tokens + *max_tokens > max_model_len) {
+    error.message = fmt::format(
+        "'max_tokens' or 'max_completion_tokens' is too large: {}. This model's maximum context length is {} tokens "
+        "and your request has {} input tokens ({} > {} - {}).",
+        *max_tokens, max_model_len, num_prompt_tokens, *max_tokens, max_model_len, num_prompt_tokens);
+    error.param = "max_tokens";
+    return error;
+  }
+  return std::nullopt;
+}
+
+// An engine refusal: a full queue or a shutdown is "try another replica",
+// anything else is the request's fault.
+ApiError from_submit_error(const std::string& message, int retry_after_s) {
+  if (message.starts_with("queue full") || message.starts_with("engine is shutting down"))
+    return overloaded("server overloaded: " + message, retry_after_s);
+  return bad_request(message);
+}
+
+Json parse_body(const HttpRequest& request, std::optional<ApiError>& error) {
+  Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) error = bad_request("the request body is not valid JSON (or not valid UTF-8)");
+  else if (!body.is_object()) error = bad_request("the request body must be a JSON object");
+  return body;
+}
+
+}  // namespace
+
+OpenAiService::OpenAiService(ServiceOptions options, ServerMetrics& metrics)
+    : options_(std::move(options)), metrics_(metrics) {}
+
+void OpenAiService::set_model(std::shared_ptr<const ModelContext> model) {
+  std::lock_guard lock(model_mutex_);
+  model_ = std::move(model);
+}
+
+std::shared_ptr<const ModelContext> OpenAiService::model() const {
+  std::lock_guard lock(model_mutex_);
+  return model_;
+}
+
+void OpenAiService::set_draining() { draining_ = true; }
+
+void OpenAiService::reply_error(const std::shared_ptr<HttpExchange>& exchange, const ApiError& error) {
+  metrics_.count_rejected(error.http_status);
+  HttpHeaders headers;
+  if (error.retry_after_s) headers.emplace_back("Retry-After", std::to_string(*error.retry_after_s));
+  exchange->respond(error.http_status, error.to_json().dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json", headers);
+}
+
+void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange) {
+  // Route and authorise from one normalised path (CVE-2026-48746): the target
+  // without its query, matched exactly; anything unknown is 404 after auth.
+  const auto raw_target = request.target();
+  const std::string_view target(raw_target.data(), raw_target.size());
+  const std::string path(target.substr(0, target.find('?')));
+  const auto method = request.method();
+  const auto model = this->model();
+
+  if (path == "/health" || path == "/v1/health") {
+    if (!model || draining_) {
+      reply_error(exchange, ApiError{.http_status = 503,
+                                     .message = draining_ ? "draining" : "loading model",
+                                     .type = "unavailable_error",
+                                     .retry_after_s = options_.retry_after_s});
+    } else {
+      exchange->respond(200, R"({"status":"ok"})", "application/json");
+    }
+    return;
+  }
+  if (!options_.api_key.empty()) {
+    const auto authorization = request[http::field::authorization];
+    const auto x_api_key = request["x-api-key"];
+    if (!constant_time_equals(options_.api_key,
+                              supplied_api_key(std::string_view(authorization.data(), authorization.size()),
+                                               std::string_view(x_api_key.data(), x_api_key.size())))) {
+      reply_error(exchange, unauthorized());
+      return;
+    }
+  }
+  auto require = [&](http::verb verb) {
+    if (method == verb) return true;
+    reply_error(exchange, ApiError{.http_status = 405,
+                                   .message = fmt::format("{} is not allowed on {}",
+                                                          std::string(http::to_string(method)), path)});
+    return false;
+  };
+  const bool known = path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/models" ||
+                     path == "/metrics" || path == "/tokenize" || path == "/detokenize" || path == "/version";
+  if (!known) {
+    reply_error(exchange, ApiError{.http_status = 404, .message = "no route " + path, .code = "not_found"});
+    return;
+  }
+  if (path == "/version") {
+    if (require(http::verb::get)) exchange->respond(200, R"({"version":"sluice 0.1"})", "application/json");
+    return;
+  }
+  if (!model) {
+    reply_error(exchange, ApiError{.http_status = 503,
+                                   .message = "the model is still loading",
+                                   .type = "unavailable_error",
+                                   .retry_after_s = options_.retry_after_s});
+    return;
+  }
+  if (path == "/metrics") {
+    if (require(http::verb::get))
+      exchange->respond(200, metrics_.render(model->engine->stats(), model->served_model_names.front()),
+                        "text/plain; version=0.0.4; charset=utf-8");
+    return;
+  }
+  if (path == "/v1/models") {
+    if (!require(http::verb::get)) return;
+    json data = json::array();
+    for (const std::string& name : model->served_model_names)
+      data.push_back({{"id", name},
+                      {"object", "model"},
+                      {"created", model->created_s},
+                      {"owned_by", "sluice"},
+                      {"root", model->served_model_names.front()},
+                      {"parent", nullptr},
+                      {"max_model_len", model->max_model_len_tokens}});
+    exchange->respond(200, json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
+    return;
+  }
+  if (!require(http::verb::post)) return;
+  if (path == "/tokenize") return handle_tokenize(request, exchange, *model);
+  if (path == "/detokenize") return handle_detokenize(request, exchange, *model);
+  if (draining_) {
+    reply_error(exchange, overloaded("the server is shutting down", options_.retry_after_s));
+    return;
+  }
+  // Bounded admission, decided before any tokenization work.
+  const EngineStats stats = model->engine->stats();
+  if (stats.num_waiting >= model->engine->config().max_num_queued_requests) {
+    reply_error(exchange, overloaded(fmt::format("server overloaded: {} requests waiting", stats.num_waiting),
+                                     options_.retry_after_s));
+    return;
+  }
+  if (path == "/v1/chat/completions") return handle_chat(request, exchange, model);
+  handle_completion(request, exchange, model);
+}
+
+namespace {
+
+struct Submission {
+  std::vector<std::vector<TokenId>> prompts;
+  std::string prompt_param;
+};
+
+}  // namespace
+
+// Shared tail of chat and completions: context checks, submit n choices per
+// prompt, start the job. Nothing has been written yet when this returns an error.
+static std::optional<ApiError> submit_job(const GenerationOptions& options, const Submission& submission,
+                                          JobSpec spec, const std::shared_ptr<HttpExchange>& exchange,
+                                          const std::shared_ptr<const ModelContext>& model, ServerMetrics& metrics,
+                                          std::atomic<int>& num_active_jobs, int retry_after_s) {
+  const std::int32_t max_len = model->max_model_len_tokens;
+  for (const auto& prompt : submission.prompts) {
+    if (auto error = check_context(static_cast<std::int64_t>(prompt.size()), options.max_tokens, max_len,
+                                   submission.prompt_param.c_str()))
+      return error;
+    spec.num_prompt_tokens.push_back(static_cast<std::int32_t>(prompt.size()));
+  }
+  auto job = std::make_shared<GenerationJob>(spec, model, exchange, metrics, num_active_jobs);
+  std::vector<std::string> submitted;
+  auto abort_submitted = [&] {
+    for (const std::string& id : submitted) model->engine->abort(id);
+  };
+  std::uint64_t base_seed = options.has_seed ? options.sampling.seed : std::random_device{}() * 0x9E3779B97F4A7C15ull;
+  for (std::size_t p = 0; p < submission.prompts.size(); ++p) {
+    for (std::int32_t i = 0; i < options.n; ++i) {
+      EngineRequest request;
+      const auto choice_index = static_cast<std::int32_t>(submitted.size());
+      request.request_id = fmt::format("{}-{}", spec.header.id, choice_index);
+      request.prompt_token_ids = submission.prompts[p];
+      request.sampling = options.sampling;
+      // Choice i of a seeded request uses seed + i: reproducible, and the n choices differ.
+      request.sampling.seed = base_seed + static_cast<std::uint64_t>(choice_index);
+      request.max_tokens = options.max_tokens.value_or(max_len - static_cast<std::int32_t>(request.prompt_token_ids.size()));
+      request.min_tokens = std::min(options.min_tokens, request.max_tokens);
+      request.stop_token_ids = options.stop_token_ids;
+      request.eos_token_ids = model->eos_token_ids;
+      request.ignore_eos = options.ignore_eos;
+      const std::string engine_id = request.request_id;
+      auto stream = model->engine->submit(std::move(request));
+      if (!stream) {
+        abort_submitted();
+        return from_submit_error(stream.error().message, retry_after_s);
+      }
+      submitted.push_back(engine_id);
+      job->add_choice(static_cast<std::int32_t>(p), engine_id, std::move(stream).value());
+    }
+  }
+  job->start();
+  return std::nullopt;
+}
+
+static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, const ModelContext& model,
+                         std::chrono::milliseconds keepalive_interval) {
+  JobSpec spec;
+  spec.endpoint = endpoint;
+  spec.header = {.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + random_hex(24),
+                 .created_s = unix_seconds(),
+                 .model = options.model};
+  spec.stream = options.stream;
+  spec.include_usage = options.stream && options.include_usage;
+  spec.logprobs = options.logprobs;
+  spec.top_logprobs = options.top_logprobs;
+  spec.stop = options.stop;
+  spec.skip_special_tokens = options.skip_special_tokens;
+  spec.arrival = std::chrono::steady_clock::now();
+  spec.keepalive_interval = keepalive_interval;
+  (void)model;
+  return spec;
+}
+
+void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
+                                const std::shared_ptr<const ModelContext>& model) {
+  const auto arrival = std::chrono::steady_clock::now();
+  std::optional<ApiError> error;
+  const Json body = parse_body(http_request, error);
+  if (error) return reply_error(exchange, *error);
+  auto parsed = parse_chat_request(body, options_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(exchange, *e);
+  ChatRequest& request = std::get<ChatRequest>(parsed);
+  if (!model->serves(request.options.model)) return reply_error(exchange, model_not_found(request.options.model));
+
+  std::optional<api::ChatTemplate> request_template;
+  if (request.chat_template) {
+    auto parsed_template = api::ChatTemplate::parse(*request.chat_template);
+    if (!parsed_template) return reply_error(exchange, bad_request(parsed_template.error().message, "chat_template"));
+    request_template = std::move(parsed_template).value();
+  }
+  const api::ChatTemplate* chat_template = request_template ? &*request_template
+                                           : model->chat_template   ? &*model->chat_template
+                                                                    : nullptr;
+  if (!chat_template)
+    return reply_error(exchange, bad_request("this model has no chat template; use /v1/completions", "messages"));
+  api::ChatRenderOptions render_options;
+  render_options.add_generation_prompt = request.add_generation_prompt;
+  if (request.tool_choice.kind != ToolChoice::Kind::kNone) render_options.tools = request.tools;
+  render_options.extra_kwargs = request.template_kwargs;
+  render_options.bos_token = model->tokenizer.bos_token();
+  render_options.eos_token = model->tokenizer.eos_token();
+  auto rendered = chat_template->render(request.messages, render_options);
+  if (!rendered) return reply_error(exchange, bad_request("chat template: " + rendered.error().message, "messages"));
+  const std::string& prompt_text = rendered.value();
+
+  Submission submission{.prompts = {model->tokenizer.encode(prompt_text, /*add_special_tokens=*/false)},
+                        .prompt_param = "messages"};
+  JobSpec spec = make_spec(Endpoint::kChat, request.options, *model, options_.keepalive_interval);
+  spec.arrival = arrival;
+  spec.tool_choice = request.tool_choice.kind;
+  spec.parser_options.parse_tool_calls = request.tool_choice.kind == ToolChoice::Kind::kAuto ||
+                                         request.tool_choice.kind == ToolChoice::Kind::kRequired ||
+                                         request.tool_choice.kind == ToolChoice::Kind::kNamed;
+  // The template opened the reasoning block itself (DeepSeek-R1, Qwen3 thinking templates).
+  const auto last = prompt_text.find_last_not_of(" \n\t\r");
+  const std::string_view trimmed = std::string_view(prompt_text).substr(0, last == std::string::npos ? 0 : last + 1);
+  spec.parser_options.starts_in_reasoning =
+      !model->output_format.reasoning_begin.empty() && trimmed.ends_with(model->output_format.reasoning_begin);
+  spec.parser_options.tool_call_id_prefix = "call_" + random_hex(16) + "_";
+  if (auto submit_error = submit_job(request.options, submission, std::move(spec), exchange, model, metrics_,
+                                     num_active_jobs_, options_.retry_after_s))
+    return reply_error(exchange, *submit_error);
+}
+
+void OpenAiService::handle_completion(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
+                                      const std::shared_ptr<const ModelContext>& model) {
+  const auto arrival = std::chrono::steady_clock::now();
+  std::optional<ApiError> error;
+  const Json body = parse_body(http_request, error);
+  if (error) return reply_error(exchange, *error);
+  auto parsed = parse_completion_request(body, options_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(exchange, *e);
+  CompletionRequest& request = std::get<CompletionRequest>(parsed);
+  if (!model->serves(request.options.model)) return reply_error(exchange, model_not_found(request.options.model));
+  Submission submission{.prompt_param = "prompt"};
+  const std::int32_t vocab = model->engine->backend_info().vocab_size;
+  for (const PromptInput& prompt : request.prompts) {
+    if (const auto* text = std::get_if<std::string>(&prompt)) {
+      submission.prompts.push_back(model->tokenizer.encode(*text, /*add_special_tokens=*/true));
+    } else {
+      const auto& ids = std::get<std::vector<TokenId>>(prompt);
+      for (TokenId id : ids)
+        if (id >= vocab)
+          return reply_error(exchange,
+                             bad_request(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab),
+                                         "prompt"));
+      submission.prompts.push_back(ids);
+    }
+    if (submission.prompts.back().empty()) return reply_error(exchange, bad_request("'prompt' is empty", "prompt"));
+  }
+  JobSpec spec = make_spec(Endpoint::kCompletion, request.options, *model, options_.keepalive_interval);
+  spec.arrival = arrival;
+  if (auto submit_error = submit_job(request.options, submission, std::move(spec), exchange, model, metrics_,
+                                     num_active_jobs_, options_.retry_after_s))
+    return reply_error(exchange, *submit_error);
+}
+
+void OpenAiService::handle_tokenize(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
+                                    const ModelContext& model) {
+  std::optional<ApiError> error;
+  const Json body = parse_body(http_request, error);
+  if (error) return reply_error(exchange, *error);
+  std::vector<TokenId> ids;
+  if (auto it = body.find("prompt"); it != body.end() && it->is_string()) {
+    bool add_special = true;
+    if (auto a = body.find("add_special_tokens"); a != body.end() && a->is_boolean()) add_special = a->get<bool>();
+    ids = model.tokenizer.encode(it->get<std::string>(), add_special);
+  } else if (body.contains("messages")) {
+    Json chat = body;
+    if (!chat.contains("model")) chat["model"] = model.served_model_names.front();
+    auto parsed = parse_chat_request(chat, options_.limits);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(exchange, *e);
+    if (!model.chat_template) return reply_error(exchange, bad_request("this model has no chat template", "messages"));
+    auto& request = std::get<ChatRequest>(parsed);
+    api::ChatRenderOptions render_options;
+    render_options.add_generation_prompt = request.add_generation_prompt;
+    render_options.tools = request.tools;
+    render_options.extra_kwargs = request.template_kwargs;
+    render_options.bos_token = model.tokenizer.bos_token();
+    render_options.eos_token = model.tokenizer.eos_token();
+    auto rendered = model.chat_template->render(request.messages, render_options);
+    if (!rendered) return reply_error(exchange, bad_request("chat template: " + rendered.error().message, "messages"));
+    ids = model.tokenizer.encode(rendered.value(), false);
+  } else {
+    return reply_error(exchange, bad_request("'prompt' (a string) or 'messages' is required", "prompt"));
+  }
+  json out = {{"count", ids.size()}, {"max_model_len", model.max_model_len_tokens}, {"tokens", ids}};
+  exchange->respond(200, out.dump(), "application/json");
+}
+
+void OpenAiService::handle_detokenize(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
+                                      const ModelContext& model) {
+  std::optional<ApiError> error;
+  const Json body = parse_body(http_request, error);
+  if (error) return reply_error(exchange, *error);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) return reply_error(exchange, bad_request("'tokens' must be an array", "tokens"));
+  std::vector<TokenId> ids;
+  const std::int32_t vocab = model.tokenizer.vocab_size();
+  for (const Json& id : *it) {
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= vocab)
+      return reply_error(exchange, bad_request("'tokens' must hold token ids of this model", "tokens"));
+    ids.push_back(static_cast<TokenId>(id.get<std::int64_t>()));
+  }
+  json out = {{"prompt", model.tokenizer.decode(ids, false)}};
+  exchange->respond(200, out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+}  // namespace sluice::server

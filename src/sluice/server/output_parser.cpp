@@ -1,0 +1,288 @@
+#include "sluice/server/output_parser.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::server {
+namespace {
+
+struct Found {
+  std::size_t pos = std::string::npos;
+  const std::string* marker = nullptr;
+};
+
+// Earliest occurrence of any non-empty marker.
+Found find_first(std::string_view text, std::initializer_list<const std::string*> markers) {
+  Found found;
+  for (const std::string* m : markers) {
+    if (m->empty()) continue;
+    const std::size_t pos = text.find(*m);
+    if (pos < found.pos) found = {pos, m};
+  }
+  return found;
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of a marker:
+// those bytes cannot be released until the next piece decides.
+std::size_t partial_marker_bytes(std::string_view text, std::initializer_list<const std::string*> markers) {
+  std::size_t best = 0;
+  for (const std::string* m : markers) {
+    const std::size_t max_len = std::min(text.size(), m->empty() ? 0 : m->size() - 1);
+    for (std::size_t len = max_len; len > best; --len) {
+      if (text.substr(text.size() - len) == std::string_view(*m).substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+bool all_space(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
+}
+
+std::string trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \n\t\r");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \n\t\r");
+  return std::string(text.substr(first, last - first + 1));
+}
+
+void add_tool_delta(ParsedDelta& out, ToolCallDelta delta) {
+  // Argument fragments of the same call within one feed() travel together.
+  if (!out.tool_calls.empty() && out.tool_calls.back().index == delta.index && delta.id.empty()) {
+    out.tool_calls.back().arguments += delta.arguments;
+    return;
+  }
+  out.tool_calls.push_back(std::move(delta));
+}
+
+}  // namespace
+
+Result<OutputFormat> output_format_by_name(std::string_view name) {
+  OutputFormat f;
+  f.name = std::string(name);
+  // DeepSeek markers use U+FF5C (fullwidth vertical line) and U+2581 (lower one eighth block).
+  const std::string ds_section_begin = "<\uFF5Ctool\u2581calls\u2581begin\uFF5C>";
+  const std::string ds_section_end = "<\uFF5Ctool\u2581calls\u2581end\uFF5C>";
+  const std::string ds_call_begin = "<\uFF5Ctool\u2581call\u2581begin\uFF5C>";
+  const std::string ds_call_end = "<\uFF5Ctool\u2581call\u2581end\uFF5C>";
+  const std::string ds_sep = "<\uFF5Ctool\u2581sep\uFF5C>";
+  if (name == "none") return f;
+  if (name == "qwen3" || name == "hermes") {
+    f.reasoning_begin = "<think>";
+    f.reasoning_end = "</think>";
+    f.tool_syntax = ToolCallSyntax::kTaggedJson;
+    f.call_begin = "<tool_call>";
+    f.call_end = "</tool_call>";
+    return f;
+  }
+  if (name == "deepseek_r1" || name == "deepseek_v3") {
+    // vLLM's deepseek_v3 tool format: function<sep>NAME\n```json\nARGS\n```<call end>
+    f.reasoning_begin = "<think>";
+    f.reasoning_end = "</think>";
+    f.tool_syntax = ToolCallSyntax::kDeepSeek;
+    f.section_begin = ds_section_begin;
+    f.section_end = ds_section_end;
+    f.call_begin = ds_call_begin;
+    f.call_end = "\n```" + ds_call_end;
+    f.header_end = "\n```json\n";
+    f.name_after = ds_sep;
+    return f;
+  }
+  if (name == "deepseek_v31") {
+    // DeepSeek-V3.1: NAME<sep>ARGS<call end>
+    f.reasoning_begin = "<think>";
+    f.reasoning_end = "</think>";
+    f.tool_syntax = ToolCallSyntax::kDeepSeek;
+    f.section_begin = ds_section_begin;
+    f.section_end = ds_section_end;
+    f.call_begin = ds_call_begin;
+    f.call_end = ds_call_end;
+    f.header_end = ds_sep;
+    return f;
+  }
+  return Error{"unknown output format '" + std::string(name) +
+               "'; known: none, qwen3, hermes, deepseek_r1, deepseek_v3, deepseek_v31"};
+}
+
+OutputFormat output_format_for_model_type(std::string_view model_type) {
+  if (model_type == "qwen3" || model_type == "qwen3_moe") return output_format_by_name("qwen3").value();
+  if (model_type == "deepseek_v3") return output_format_by_name("deepseek_v3").value();
+  return output_format_by_name("none").value();
+}
+
+OutputParser::OutputParser(OutputFormat format, Options options)
+    : format_(std::move(format)), options_(std::move(options)) {
+  if (options_.starts_in_reasoning && !format_.reasoning_end.empty()) state_ = State::kReasoning;
+  if (format_.tool_syntax == ToolCallSyntax::kNone) options_.parse_tool_calls = false;
+}
+
+void OutputParser::feed(std::string_view text, ParsedDelta& out) {
+  pending_.append(text);
+  while (step(out, /*at_end=*/false)) {
+  }
+}
+
+void OutputParser::finish(ParsedDelta& out) {
+  while (step(out, /*at_end=*/true)) {
+  }
+  if (!pending_.empty()) {
+    (state_ == State::kReasoning ? out.reasoning : out.content) += pending_;
+    pending_.clear();
+  }
+}
+
+bool OutputParser::step(ParsedDelta& out, bool at_end) {
+  switch (state_) {
+    case State::kContent: return step_content(out, at_end);
+    case State::kReasoning: return step_reasoning(out, at_end);
+    case State::kTaggedCall: return step_tagged_call(out, at_end);
+    case State::kSection: return step_section(out, at_end);
+    case State::kCallHeader: return step_call_header(out, at_end);
+    case State::kCallArguments: return step_call_arguments(out, at_end);
+  }
+  return false;
+}
+
+bool OutputParser::step_content(ParsedDelta& out, bool at_end) {
+  static const std::string kNone;
+  const std::string& tool_begin = !options_.parse_tool_calls ? kNone
+                                  : format_.tool_syntax == ToolCallSyntax::kTaggedJson ? format_.call_begin
+                                                                                       : format_.section_begin;
+  const Found found = find_first(pending_, {&format_.reasoning_begin, &tool_begin});
+  const std::size_t end = found.marker ? found.pos
+                          : at_end     ? pending_.size()
+                                       : pending_.size() - partial_marker_bytes(pending_, {&format_.reasoning_begin, &tool_begin});
+  const std::string_view text = std::string_view(pending_).substr(0, end);
+  // Whitespace between tool calls (and after the last) is layout, not content.
+  // It is held until non-space text shows it belongs to content, so the result
+  // does not depend on how the text was chunked.
+  if (num_tool_calls_ > 0 && all_space(text)) {
+    if (!found.marker && !at_end) return false;
+    pending_.erase(0, end);
+  } else {
+    out.content += text;
+    pending_.erase(0, end);
+  }
+  if (!found.marker) return false;
+  pending_.erase(0, found.marker->size());
+  if (found.marker == &format_.reasoning_begin) {
+    state_ = State::kReasoning;
+  } else {
+    state_ = format_.tool_syntax == ToolCallSyntax::kTaggedJson ? State::kTaggedCall : State::kSection;
+  }
+  return true;
+}
+
+bool OutputParser::step_reasoning(ParsedDelta& out, bool at_end) {
+  const Found found = find_first(pending_, {&format_.reasoning_end});
+  const std::size_t end = found.marker ? found.pos
+                          : at_end     ? pending_.size()
+                                       : pending_.size() - partial_marker_bytes(pending_, {&format_.reasoning_end});
+  out.reasoning.append(pending_, 0, end);
+  pending_.erase(0, end);
+  if (!found.marker) return false;
+  pending_.erase(0, found.marker->size());
+  state_ = State::kContent;
+  return true;
+}
+
+bool OutputParser::step_tagged_call(ParsedDelta& out, bool at_end) {
+  const std::size_t pos = pending_.find(format_.call_end);
+  if (pos == std::string::npos) {
+    if (at_end) {  // never closed: it was text after all
+      out.content += format_.call_begin + pending_;
+      pending_.clear();
+      state_ = State::kContent;
+    }
+    return false;
+  }
+  const std::string body = pending_.substr(0, pos);
+  pending_.erase(0, pos + format_.call_end.size());
+  state_ = State::kContent;
+  const auto call = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (call.is_object() && call.contains("name") && call["name"].is_string()) {
+    std::string arguments = "{}";
+    if (auto it = call.find("arguments"); it != call.end()) {
+      arguments = it->is_string() ? it->get<std::string>() : it->dump();
+    } else if (auto params = call.find("parameters"); params != call.end()) {
+      arguments = params->dump();
+    }
+    const std::int32_t index = num_tool_calls_++;
+    out.tool_calls.push_back({.index = index,
+                              .id = options_.tool_call_id_prefix + std::to_string(index),
+                              .name = call["name"].get<std::string>(),
+                              .arguments = std::move(arguments)});
+  } else {
+    out.content += format_.call_begin + body + format_.call_end;
+  }
+  return true;
+}
+
+bool OutputParser::step_section(ParsedDelta& /*out*/, bool at_end) {
+  const auto first = pending_.find_first_not_of(" \n\t\r");
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(pending_).substr(first);
+  if (rest.starts_with(format_.call_begin)) {
+    pending_.erase(0, first + format_.call_begin.size());
+    state_ = State::kCallHeader;
+    return true;
+  }
+  if (rest.starts_with(format_.section_end)) {
+    pending_.erase(0, first + format_.section_end.size());
+    state_ = State::kContent;
+    return true;
+  }
+  const bool undecided = std::string_view(format_.call_begin).starts_with(rest) ||
+                         std::string_view(format_.section_end).starts_with(rest);
+  if (undecided && !at_end) return false;
+  // Not a call: the rest is ordinary text.
+  state_ = State::kContent;
+  if (at_end && rest.empty()) {
+    pending_.clear();
+    return false;
+  }
+  return true;
+}
+
+bool OutputParser::step_call_header(ParsedDelta& out, bool at_end) {
+  const std::size_t pos = pending_.find(format_.header_end);
+  if (pos == std::string::npos) {
+    if (at_end) {
+      out.content += format_.call_begin + pending_;
+      pending_.clear();
+      state_ = State::kContent;
+    }
+    return false;
+  }
+  std::string_view header = std::string_view(pending_).substr(0, pos);
+  if (!format_.name_after.empty()) {
+    const std::size_t sep = header.find(format_.name_after);
+    if (sep != std::string_view::npos) header = header.substr(sep + format_.name_after.size());
+  }
+  const std::int32_t index = num_tool_calls_;
+  out.tool_calls.push_back(
+      {.index = index, .id = options_.tool_call_id_prefix + std::to_string(index), .name = trim(header), .arguments = ""});
+  pending_.erase(0, pos + format_.header_end.size());
+  state_ = State::kCallArguments;
+  return true;
+}
+
+bool OutputParser::step_call_arguments(ParsedDelta& out, bool at_end) {
+  const Found found = find_first(pending_, {&format_.call_end});
+  const std::size_t end = found.marker ? found.pos
+                          : at_end     ? pending_.size()
+                                       : pending_.size() - partial_marker_bytes(pending_, {&format_.call_end});
+  if (end > 0) add_tool_delta(out, {.index = num_tool_calls_, .arguments = pending_.substr(0, end)});
+  pending_.erase(0, end);
+  if (!found.marker && !at_end) return false;
+  if (found.marker) pending_.erase(0, found.marker->size());
+  ++num_tool_calls_;
+  state_ = State::kSection;
+  return found.marker != nullptr;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,108 @@
+// Output parsers: split a model's generated text into what OpenAI clients
+// expect in separate fields: reasoning ("<think>...</think>") goes to
+// reasoning_content, tool calls to incremental tool_calls, the rest to content.
+// They work on streamed text in any chunking: feeding the text in pieces gives
+// the same result as feeding it whole (markers split across pieces are held
+// back until they are decided).
+//
+// Model families differ only in their markers, so each format is a table
+// (OutputFormat) and one state machine reads them all; a new family (e.g.
+// DeepSeek-V4.1) is a new table entry in output_formats.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/common/result.h"
+
+namespace sluice::server {
+
+// One fragment of one tool call, as it goes on the wire: the first fragment
+// of a call carries id and name, later ones only argument text.
+struct ToolCallDelta {
+  std::int32_t index = 0;  // position of the call within the choice
+  std::string id;          // non-empty only on the first fragment
+  std::string name;        // non-empty only on the first fragment
+  std::string arguments;   // a piece of the JSON text
+};
+
+struct ParsedDelta {
+  std::string content;
+  std::string reasoning;
+  std::vector<ToolCallDelta> tool_calls;
+  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+};
+
+// How tool calls are spelled.
+enum class ToolCallSyntax {
+  kNone,
+  // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen3, Hermes):
+  // the call is complete only at the closing tag, so it goes out in one fragment.
+  kTaggedJson,
+  // DeepSeek: a section of calls, each a header that names the function and
+  // raw argument JSON up to an end marker; the arguments stream as they come.
+  kDeepSeek,
+};
+
+struct OutputFormat {
+  std::string name;  // "qwen3", "deepseek_r1", ...
+  // Reasoning markers; empty = no reasoning parsing.
+  std::string reasoning_begin, reasoning_end;
+  ToolCallSyntax tool_syntax = ToolCallSyntax::kNone;
+  // kTaggedJson: call_begin/call_end around each JSON object.
+  // kDeepSeek: section_begin [call_begin HEADER header_end ARGS call_end]* section_end,
+  // where the function name is HEADER after name_after (or all of it if empty).
+  std::string section_begin, section_end;
+  std::string call_begin, call_end;
+  std::string header_end, name_after;
+};
+
+// Known formats by name: "none", "qwen3", "hermes", "deepseek_r1", "deepseek_v3",
+// "deepseek_v31". The error lists them.
+Result<OutputFormat> output_format_by_name(std::string_view name);
+// The format for a config.json model_type ("qwen3" -> qwen3, "deepseek_v3" ->
+// deepseek_v3, anything else -> none).
+OutputFormat output_format_for_model_type(std::string_view model_type);
+
+class OutputParser {
+ public:
+  struct Options {
+    bool parse_tool_calls = false;   // the request has tools and tool_choice is not "none"
+    bool starts_in_reasoning = false;  // the prompt already opened the reasoning block
+    std::string tool_call_id_prefix = "call_";  // ids are prefix + index
+  };
+  OutputParser(OutputFormat format, Options options);
+
+  // Appends to `out` what `text` decides.
+  void feed(std::string_view text, ParsedDelta& out);
+  // End of output: whatever was held back, as content (an unterminated tool
+  // call is returned as the text it was).
+  void finish(ParsedDelta& out);
+
+  bool in_reasoning() const { return state_ == State::kReasoning; }
+  std::int32_t num_tool_calls() const { return num_tool_calls_; }
+
+ private:
+  enum class State { kContent, kReasoning, kTaggedCall, kSection, kCallHeader, kCallArguments };
+  // Returns false when more text is needed.
+  bool step(ParsedDelta& out, bool at_end);
+  bool step_content(ParsedDelta& out, bool at_end);
+  bool step_reasoning(ParsedDelta& out, bool at_end);
+  bool step_tagged_call(ParsedDelta& out, bool at_end);
+  bool step_section(ParsedDelta& out, bool at_end);  // only moves between states
+  bool step_call_header(ParsedDelta& out, bool at_end);
+  bool step_call_arguments(ParsedDelta& out, bool at_end);
+
+  OutputFormat format_;
+  Options options_;
+  State state_ = State::kContent;
+  std::string pending_;  // text not yet decided
+  std::string raw_call_;  // the text of the call being read, returned verbatim if it is not one
+  std::int32_t num_tool_calls_ = 0;
+};
+
+}  // namespace sluice::server

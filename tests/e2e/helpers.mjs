@@ -1,0 +1,57 @@
+// Shared helpers for the e2e tests: an openai client, raw HTTP, SSE parsing, metrics.
+import OpenAI from 'openai';
+import assert from 'node:assert/strict';
+
+export function client(ctx, apiKey = ctx.apiKey) {
+  return new OpenAI({ baseURL: `${ctx.baseURL}/v1`, apiKey, maxRetries: 0, timeout: 60_000 });
+}
+
+export async function raw(ctx, path, { method = 'POST', body, headers = {}, auth = true } = {}) {
+  const h = { 'content-type': 'application/json', ...headers };
+  if (auth) h.authorization = `Bearer ${ctx.apiKey}`;
+  const response = await fetch(`${ctx.baseURL}${path}`, { method, headers: h, body });
+  const text = await response.text();
+  let json;
+  try { json = JSON.parse(text); } catch { json = undefined; }
+  return { status: response.status, headers: response.headers, text, json };
+}
+
+export function assertErrorEnvelope(result, status, code) {
+  assert.equal(result.status, status, result.text);
+  assert.ok(result.json?.error, `no error envelope: ${result.text}`);
+  for (const key of ['message', 'type', 'param', 'code']) assert.ok(key in result.json.error, `error.${key} missing`);
+  if (code !== undefined) assert.equal(result.json.error.code, code, result.text);
+}
+
+// All `data:` payloads of an SSE body, in order ("[DONE]" kept as a string).
+export function sseData(text) {
+  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6))
+    .map((d) => (d === '[DONE]' ? d : JSON.parse(d)));
+}
+
+export async function metrics(ctx) {
+  const r = await raw(ctx, '/metrics', { method: 'GET' });
+  assert.equal(r.status, 200);
+  const values = {};
+  for (const line of r.text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    values[line.slice(0, at)] = Number(line.slice(at + 1));
+  }
+  return values;
+}
+
+export function metric(values, name, labels = '') {
+  const key = `${name}{model_name="tiny"${labels}}`;
+  assert.ok(key in values, `metric ${key} missing`);
+  return values[key];
+}
+
+// Polls until `predicate()` holds; bounded.
+export async function eventually(predicate, what, attempts = 250) {
+  for (let i = 0; i < attempts; ++i) {
+    if (await predicate()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}

@@ -1,0 +1,153 @@
+// Response shapes as clients decode them, and the metrics page's format.
+#include "sluice/server/openai_response.h"
+
+#include <gtest/gtest.h>
+
+#include "sluice/server/api_error.h"
+#include "sluice/server/auth.h"
+#include "sluice/server/metrics.h"
+#include "sluice/server/server.h"
+
+namespace sluice::server {
+namespace {
+
+using nlohmann::json;
+
+TEST(Response, UsageAlwaysHasBothDetailObjects) {
+  const json u = usage_json({.prompt_tokens = 10, .completion_tokens = 4, .cached_tokens = 8, .reasoning_tokens = 2});
+  EXPECT_EQ(u["total_tokens"], 14);
+  EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(u["completion_tokens_details"]["reasoning_tokens"], 2);
+  const json zero = usage_json({});
+  EXPECT_TRUE(zero["prompt_tokens_details"].contains("cached_tokens"));
+  EXPECT_TRUE(zero["completion_tokens_details"].contains("reasoning_tokens"));
+}
+
+TEST(Response, ChunkHasIntegerCreatedAndUsageKeyOnlyWhenAsked) {
+  const ResponseHeader header{.id = "chatcmpl-1", .created_s = 1730000000, .model = "m"};
+  const json chunk = chat_chunk(header, json::array(), false);
+  EXPECT_TRUE(chunk["created"].is_number_integer());
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_FALSE(chunk.contains("usage"));
+  const json with_usage = chat_chunk(header, json::array(), true);
+  EXPECT_TRUE(with_usage["usage"].is_null());
+  const std::string line = sse_event(chunk);
+  EXPECT_EQ(line.rfind("data: {", 0), 0u);
+  EXPECT_EQ(line.substr(line.size() - 2), "\n\n");
+  EXPECT_NE(line.find("\"created\":1730000000,"), std::string::npos);  // not 1730000000.0
+}
+
+TEST(Response, ToolCallDeltaShape) {
+  ParsedDelta first;
+  first.tool_calls.push_back({.index = 0, .id = "call_0", .name = "f", .arguments = ""});
+  const json d1 = chat_delta(first, true);
+  EXPECT_EQ(d1["role"], "assistant");
+  EXPECT_EQ(d1["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(d1["tool_calls"][0]["id"], "call_0");
+  EXPECT_EQ(d1["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(d1["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(d1["tool_calls"][0]["function"]["arguments"], "");
+  ParsedDelta later;
+  later.tool_calls.push_back({.index = 0, .arguments = "{\"a\""});
+  const json d2 = chat_delta(later, false);
+  EXPECT_FALSE(d2.contains("role"));
+  EXPECT_FALSE(d2["tool_calls"][0].contains("id"));
+  EXPECT_FALSE(d2["tool_calls"][0]["function"].contains("name"));
+  EXPECT_EQ(d2["tool_calls"][0]["function"]["arguments"], "{\"a\"");
+}
+
+TEST(Response, FirstDeltaCarriesRoleAndContent) {
+  ParsedDelta d;
+  d.content = "Hi";
+  EXPECT_EQ(chat_delta(d, true), json({{"role", "assistant"}, {"content", "Hi"}}));
+  ParsedDelta r;
+  r.reasoning = "hmm";
+  EXPECT_EQ(chat_delta(r, false), json({{"reasoning_content", "hmm"}}));
+}
+
+TEST(Response, MessageContentIsNullOnlyForPureToolCalls) {
+  EXPECT_TRUE(chat_message("", "", {{"id", "f", "{}"}})["content"].is_null());
+  EXPECT_EQ(chat_message("", "", {})["content"], "");
+  EXPECT_EQ(chat_message("x", "r", {})["reasoning_content"], "r");
+}
+
+TEST(Response, ErrorEnvelope) {
+  const json e = model_not_found("nope").to_json();
+  EXPECT_EQ(e["error"]["code"], "model_not_found");
+  EXPECT_EQ(e["error"]["param"], "model");
+  EXPECT_TRUE(e["error"].contains("message"));
+  EXPECT_TRUE(e["error"].contains("type"));
+  const json bad = bad_request("x").to_json();
+  EXPECT_TRUE(bad["error"]["param"].is_null());
+  EXPECT_TRUE(bad["error"]["code"].is_null());
+  EXPECT_EQ(unauthorized().http_status, 401);
+  EXPECT_EQ(overloaded("busy", 2).retry_after_s, 2);
+}
+
+TEST(Auth, ConstantTimeEquals) {
+  EXPECT_TRUE(constant_time_equals("secret", "secret"));
+  EXPECT_FALSE(constant_time_equals("secret", "secreT"));
+  EXPECT_FALSE(constant_time_equals("secret", "secret2"));
+  EXPECT_FALSE(constant_time_equals("secret", ""));
+  EXPECT_FALSE(constant_time_equals("secret", "secre"));
+  EXPECT_EQ(supplied_api_key("Bearer abc", ""), "abc");
+  EXPECT_EQ(supplied_api_key("", "xyz"), "xyz");
+  EXPECT_EQ(supplied_api_key("Basic abc", ""), "");
+}
+
+TEST(Metrics, HistogramIsCumulative) {
+  Histogram h({1.0, 2.0});
+  h.observe(0.5);
+  h.observe(1.5);
+  h.observe(5.0);
+  std::string out;
+  h.render(out, "x", "a=\"b\"");
+  EXPECT_NE(out.find("x_bucket{a=\"b\",le=\"1\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_bucket{a=\"b\",le=\"2\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_bucket{a=\"b\",le=\"+Inf\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_sum{a=\"b\"} 7\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_count{a=\"b\"} 3\n"), std::string::npos) << out;
+}
+
+TEST(Metrics, PageHasTheVllmNames) {
+  ServerMetrics metrics;
+  metrics.observe_time_to_first_token(0.02);
+  metrics.observe_request_finished(RequestOutcome::kAbort, 0.5, 10, 3);
+  EngineStats stats;
+  stats.num_running = 2;
+  stats.num_waiting = 1;
+  stats.kv_usage = 0.25;
+  stats.prefix_cache_queried_tokens = 100;
+  stats.prefix_cache_hit_tokens = 40;
+  stats.longest_current_decode_stall_ms = 120;
+  const std::string page = metrics.render(stats, "m");
+  for (const char* line :
+       {"vllm:num_requests_running{model_name=\"m\"} 2\n", "vllm:num_requests_waiting{model_name=\"m\"} 1\n",
+        "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n", "vllm:prefix_cache_queries_total{model_name=\"m\"} 100\n",
+        "vllm:prefix_cache_hits_total{model_name=\"m\"} 40\n", "vllm:prompt_tokens_total{model_name=\"m\"} 10\n",
+        "vllm:generation_tokens_total{model_name=\"m\"} 3\n",
+        "vllm:request_success_total{model_name=\"m\",finished_reason=\"abort\"} 1\n",
+        "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
+        "sluice:longest_current_decode_stall_seconds{model_name=\"m\"} 0.12\n",
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n", "# TYPE vllm:inter_token_latency_seconds histogram\n"})
+    EXPECT_NE(page.find(line), std::string::npos) << line;
+}
+
+TEST(StatsLogLine, ThroughputAndRates) {
+  EngineStats a, b;
+  b.num_prompt_tokens_computed = 1000;
+  b.num_generated_tokens = 50;
+  b.num_running = 3;
+  b.num_waiting = 4;
+  b.kv_usage = 0.5;
+  b.prefix_cache_queried_tokens = 200;
+  b.prefix_cache_hit_tokens = 50;
+  b.longest_current_decode_stall_ms = 12.5;
+  const std::string line = stats_log_line(a, b, 2.0);
+  EXPECT_EQ(line,
+            "Avg prompt throughput: 500.0 tokens/s, Avg generation throughput: 25.0 tokens/s, Running: 3 reqs, "
+            "Waiting: 4 reqs, KV cache usage: 50.0%, Prefix cache hit rate: 25.0%, Longest decode stall: 12.5 ms");
+}
+
+}  // namespace
+}  // namespace sluice::server
