@@ -14,7 +14,8 @@ double expected_experts_touched(double num_experts, double top_k, double num_tok
 
 RooflineCostModel::RooflineCostModel(ModelProfile profile, HardwareSpec hardware, Parallelism parallelism)
     : profile_(std::move(profile)), hardware_(std::move(hardware)), parallelism_(parallelism) {
-  SLUICE_CHECK_MSG(validate(parallelism_, profile_).ok(), validate(parallelism_, profile_).error_message());
+  const Status valid = validate(parallelism_, profile_);
+  SLUICE_CHECK_MSG(valid.ok(), valid.error_message());
 }
 
 namespace {

@@ -1,0 +1,112 @@
+// `sluice plan` end to end: the numbers it prints are the memory plan's, a
+// model that does not fit exits 2 with the numbers, bad flags exit non-zero
+// with a message naming the flag.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "sluice/backend/sim/memory_plan.h"
+
+namespace sluice::sim {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run(const std::string& args) {
+  const std::string command = std::string(SLUICE_BINARY_DIR) + "/sluice plan " + args + " 2>&1";
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::array<char, 4096> buffer;
+  while (std::fgets(buffer.data(), buffer.size(), pipe)) result.output += buffer.data();
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(PlanCli, ListsProfiles) {
+  const RunResult r = run("--list-profiles");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& name : list_profiles()) EXPECT_TRUE(contains(r.output, name)) << r.output;
+}
+
+TEST(PlanCli, DeepSeekOnEightH200) {
+  const RunResult r = run("--profile deepseek-v4.1-flash --gpus 8 --tensor-parallel-size 8 --expert-parallel "
+                          "--max-model-len 1048576 --max-num-seqs 64");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const ModelProfile ds = *find_profile("deepseek-v4.1-flash");
+  const MemoryPlan plan = plan_memory(ds, h200(), {.num_gpus = 8, .tensor_parallel = 8, .expert_parallel = 8},
+                                      {.max_num_seqs = 64, .max_model_len_tokens = 1048576});
+  EXPECT_TRUE(contains(r.output, "KV capacity         " + std::to_string(plan.kv_capacity_tokens) + " tokens"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "host tables")) << r.output;  // Engram in host RAM
+  EXPECT_TRUE(contains(r.output, "16 requests served, 0 rejected")) << r.output;
+  // Concurrency at 1M: capacity / 1M sequences, capped at 64.
+  EXPECT_TRUE(contains(r.output, std::to_string(plan.kv_capacity_tokens / 1048576) + "  -> 64  (max-model-len)"))
+      << r.output;
+}
+
+TEST(PlanCli, ModelsThatDoNotFitExitTwoWithTheNumbers) {
+  const RunResult weights = run("--profile llama-3-70b");
+  EXPECT_EQ(weights.exit_code, 2) << weights.output;
+  EXPECT_TRUE(contains(weights.output, "DOES NOT FIT: weights 141.1 GB")) << weights.output;
+  const RunResult context = run("--profile llama-3-8b --gpu-memory-utilization 0.2");
+  EXPECT_EQ(context.exit_code, 2) << context.output;
+  EXPECT_TRUE(contains(context.output, "--max-model-len 131072")) << context.output;
+  EXPECT_EQ(run("--profile llama-3-8b --gpu-memory-utilization 0.2 --max-model-len 32768").exit_code, 0);
+  EXPECT_EQ(run("--profile deepseek-v4.1-flash --gpus 2 --expert-parallel").exit_code, 2);  // 156 GB of weights per GPU
+  EXPECT_EQ(run("--profile deepseek-v4.1-flash --gpus 4 --expert-parallel").exit_code, 0);  // 80 GB: fits
+}
+
+TEST(PlanCli, FlagsTakeEffect) {
+  const RunResult auto_kv = run("--profile llama-3-8b --max-model-len 32768");
+  const RunResult fp8_kv = run("--profile llama-3-8b --max-model-len 32768 --kv-cache-dtype fp8");
+  ASSERT_EQ(auto_kv.exit_code, 0) << auto_kv.output;
+  ASSERT_EQ(fp8_kv.exit_code, 0) << fp8_kv.output;
+  EXPECT_TRUE(contains(auto_kv.output, "131072 B per token")) << auto_kv.output;
+  EXPECT_TRUE(contains(fp8_kv.output, "65536 B per token")) << fp8_kv.output;
+  const RunResult tp2 = run("--profile llama-3-70b --gpus 4 --tensor-parallel-size 2 --max-model-len 8192");
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  EXPECT_TRUE(contains(tp2.output, "tensor parallel 2, expert parallel 1, 2 attention replicas")) << tp2.output;
+  const RunResult step = run("--profile llama-3-8b --max-model-len 32768 --max-step-ms 20");
+  EXPECT_TRUE(contains(step.output, "step target 20 ms")) << step.output;
+}
+
+TEST(PlanCli, BadFlagsAreRejected) {
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"--profile llama-3-8b --expert-parallel", "dense model"},
+      {"--profile deepseek-v4.1-flash --expert-parallel", "--gpus > 1"},
+      {"--profile llama-3-8b --gpus 8 --tensor-parallel-size 3", "must divide --gpus"},
+      {"--profile deepseek-v4.1-flash --gpus 16", "exceeds 8"},
+      {"--profile nope", "unknown"},
+      {"--profile llama-3-8b --kv-cache-dtype fp9", "fp9"},
+      {"", "exactly one of --model DIR or --profile NAME"},
+      {"--profile llama-3-8b --model /tmp", "excludes"},
+      {"--profile llama-3-8b --num-requests 5", "needs --workload"},
+      {"--profile llama-3-8b --max-model-len 200000", "exceeds"},
+      {"--profile llama-3-8b --workload /nonexistent/trace.jsonl", "nonexistent"},
+      {"--profile llama-3-8b --gpu-memory-utilization 1.5", "gpu-memory-utilization"},
+      {"--model /nonexistent-model-dir", "nonexistent-model-dir"},
+  };
+  for (const auto& c : cases) {
+    const RunResult r = run(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.output;
+    EXPECT_NE(r.exit_code, 2) << c.args << "\n" << r.output;  // 2 means "does not fit"
+    EXPECT_TRUE(contains(r.output, c.message)) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::sim
