@@ -54,6 +54,9 @@ const std::vector<Snippet>& snippets() {
                        "{{ ', '.join(['a','b']) }}|{{ 'abcabc'.count('b') }}|{{ 'abc'.find('c') }}{{ 'abc'.find('z') }}|"
                        "{{ 'a\\nb\\r\\nc'.splitlines() }}|{{ '42'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}|"
                        "{{ 'prefix-x'.removeprefix('prefix-') }}|{{ 'a=b=c'.partition('=') }}", "{}"},
+      {"percent_format", "{{ '%s and %s' % (1, 'x') }}|{{ '%d%%' % 42.9 }}|{{ '%.2f' % 3.14159 }}|{{ '%(a)s-%(b)r' % {'a': 1, 'b': 'q'} }}|"
+                         "{{ 'plain' % [1] }}|{{ '%s' % none }}|{{ '%r' % 'it\\'s' }}", "{}"},
+      {"percent_format_error", "{{ '%s %s' % (1,) }}", "{}"},
       // ---- filters
       {"filters_basic", "{{ '  x '|trim }}|{{ 'xyx'|trim('x') }}|{{ [1,2,3]|length }}|{{ 'héllo'|count }}|{{ {'a':1}|length }}|"
                         "{{ 'Ab'|upper }}{{ 'Ab'|lower }}|{{ 'aXa'|replace('a', 'b') }}|{{ 12|string }}{{ none|string }}|"

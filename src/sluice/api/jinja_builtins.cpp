@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cctype>
+#include <cmath>
 
 #include "sluice/api/jinja_eval.h"
 #include "sluice/api/jinja_strings.h"
@@ -361,6 +364,72 @@ Value loop_attribute(const LoopState& loop, const std::string& name) {
 
 }  // namespace
 
+std::string percent_format(const std::string& format, const Value& args) {
+  // A tuple supplies positional values; a dict (or list, which Python treats as a
+  // mapping here) is a mapping; anything else is the single value.
+  const bool positional = args.is_tuple();
+  const bool mapping = !positional && (args.is_dict() || args.is_list());
+  std::vector<Value> values;
+  if (positional) values = args.as_list();
+  else if (!mapping) values.push_back(args);
+  std::size_t next = 0;
+  bool used_mapping = false;
+  std::string out;
+  for (std::size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out += format[i];
+      continue;
+    }
+    if (++i >= format.size()) throw RenderError("incomplete format");
+    if (format[i] == '%') {
+      out += '%';
+      continue;
+    }
+    const Value* value = nullptr;
+    if (format[i] == '(') {
+      const std::size_t close = format.find(')', i);
+      if (close == std::string::npos || !args.is_dict()) throw RenderError("format requires a mapping");
+      value = args.as_dict().find(format.substr(i + 1, close - i - 1));
+      if (value == nullptr) throw RenderError("KeyError in % format: '" + format.substr(i + 1, close - i - 1) + "'");
+      used_mapping = true;
+      i = close + 1;
+    }
+    int precision = -1;
+    if (i < format.size() && format[i] == '.') {
+      precision = 0;
+      while (++i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
+        precision = precision * 10 + (format[i] - '0');
+      }
+    }
+    if (i >= format.size()) throw RenderError("incomplete format");
+    if (value == nullptr) {
+      if (next >= values.size()) throw RenderError("not enough arguments for format string");
+      value = &values[next++];
+    }
+    const char conversion = format[i];
+    if (conversion == 's' && precision < 0) {
+      out += to_str(*value);
+    } else if (conversion == 'r' && precision < 0) {
+      out += repr(*value);
+    } else if ((conversion == 'd' || conversion == 'i') && precision < 0) {
+      if (!value->is_number()) throw RenderError("%d format: a real number is required, not " + type_name(*value));
+      out += std::to_string(value->is_float() ? static_cast<std::int64_t>(std::trunc(value->as_float()))
+                                              : value->is_bool() ? std::int64_t{value->as_bool()} : value->as_int());
+    } else if (conversion == 'f') {
+      if (!value->is_number()) throw RenderError("%f format: a real number is required, not " + type_name(*value));
+      char buf[512];
+      std::snprintf(buf, sizeof(buf), "%.*f", precision < 0 ? 6 : std::min(precision, 100), to_double(*value));
+      out += buf;
+    } else {
+      throw RenderError(std::string("unsupported format conversion '%") + conversion + "'");
+    }
+  }
+  if (!mapping && !used_mapping && next < values.size()) {
+    throw RenderError("not all arguments converted during string formatting");
+  }
+  return out;
+}
+
 bool is_test(std::string_view name) { return contains(kTests, name) || contains(kMoreTests, name); }
 
 Value bound_method(const Value& obj, const std::string& name) {
@@ -431,6 +500,8 @@ Value get_slice(const Value& obj, const std::optional<std::int64_t>& start,
     cps = utf8_decode(obj.as_string());
     n = static_cast<std::int64_t>(cps.size());
   } else {
+    // jinja2 compiles a slice to a plain Python subscript, so this is a TypeError
+    // (only constant-folded literals become Undefined; templates do not slice those).
     throw RenderError("'" + type_name(obj) + "' object is not subscriptable");
   }
   // Python's slice.indices().
@@ -479,24 +550,30 @@ bool apply_test(Interpreter& in, std::string_view name, const Value& v, CallArgs
   if (name == "number") return v.is_number();
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict();
-  if (name == "callable") return v.is_callable();
+  // Undefined defines __call__ (to raise), so Python's callable() says yes.
+  if (name == "callable") return v.is_callable() || v.is_undefined();
   if (name == "escaped") return false;
   // Undefined iterates as empty and has a length, so it is a sequence and iterable.
-  if (name == "iterable") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+  if (name == "iterable") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_iterator();
   if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
   if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
-    return name == "lower" ? py_lower(v.as_string()) == v.as_string() : py_upper(v.as_string()) == v.as_string();
+    // str(value).islower()/isupper(): needs at least one cased character.
+    const std::string s = to_str(v);
+    const bool has_cased = py_lower(s) != py_upper(s);
+    return has_cased && (name == "lower" ? py_lower(s) == s : py_upper(s) == s);
   }
   if (name == "even" || name == "odd" || name == "divisibleby") {
-    if (!v.is_int() && !v.is_bool()) throw RenderError(fn + " needs an integer");
-    const std::int64_t x = v.is_bool() ? v.as_bool() : v.as_int();
-    if (name == "even") return x % 2 == 0;
-    if (name == "odd") return x % 2 != 0;
-    const Value d = arg();
-    const std::int64_t y = to_index(d, "divisibleby");
-    if (y == 0) throw RenderError("integer division or modulo by zero");
-    return x % y == 0;
+    // value % n == 0 (or == 1 for odd) with Python's floor modulo, on ints or floats.
+    if (v.is_undefined()) fail_undefined(v);
+    if (!v.is_number()) throw RenderError("unsupported operand type(s) for %: '" + type_name(v) + "' and 'int'");
+    const Value divisor = name == "divisibleby" ? arg() : Value(2);
+    if (!divisor.is_number()) throw RenderError("unsupported operand type(s) for %");
+    const double y = to_double(divisor);
+    if (y == 0.0) throw RenderError("integer division or modulo by zero");
+    const double x = to_double(v);
+    double m = std::fmod(x, y);
+    if (m != 0 && ((m < 0) != (y < 0))) m += y;
+    return name == "odd" ? m == 1.0 : m == 0.0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, arg());
   if (name == "ne" || name == "!=") return !equals(v, arg());
@@ -519,7 +596,11 @@ bool apply_test(Interpreter& in, std::string_view name, const Value& v, CallArgs
     if (container.is_string()) {
       return container.as_string().find(expect_string(v, "'in <string>'")) != std::string::npos;
     }
-    if (container.is_dict()) return v.is_string() && container.as_dict().find(v.as_string()) != nullptr;
+    if (container.is_dict()) {
+      if (v.is_list() && !v.is_tuple()) throw RenderError("unhashable type: 'list'");
+      if (v.is_dict()) throw RenderError("unhashable type: 'dict'");
+      return v.is_string() && container.as_dict().find(v.as_string()) != nullptr;
+    }
     for (const Value& item : iterate(container)) {
       if (equals(item, v)) return true;
     }

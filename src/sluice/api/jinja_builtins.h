@@ -53,6 +53,10 @@ class BoundArgs {
 // Globals every render sees: range, namespace, dict, raise_exception.
 std::vector<std::pair<std::string, Value>> builtin_globals();
 
+// Python's `format % args` for the common conversions (%s %r %d %i %f %%, with an
+// optional precision, and %(name)s with a dict); others throw.
+std::string percent_format(const std::string& format, const Value& args);
+
 // Python int(x) / float(x) on a value, as the int and float filters need.
 Value bound_method(const Value& obj, const std::string& name);
 

@@ -293,6 +293,10 @@ void fail_if_overflow(bool overflow) {
 }
 
 Value repeat(Interpreter& in, const Value& seq, std::int64_t times) {
+  if (seq.is_tuple()) {
+    Value as_list = repeat(in, Value(seq.as_list()), times);
+    return Value::tuple(as_list.as_list());
+  }
   if (times <= 0) return seq.is_string() ? Value("") : Value(List{});
   if (seq.is_string()) {
     const std::size_t num_bytes = seq.as_string().size() * static_cast<std::size_t>(times);
@@ -365,11 +369,11 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Frame>& fram
         charge(static_cast<std::int64_t>((a.as_string().size() + b.as_string().size()) / 4096));
         return a.as_string() + b.as_string();
       }
-      if (a.is_list() && b.is_list()) {
+      if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
         List out = a.as_list();
         out.insert(out.end(), b.as_list().begin(), b.as_list().end());
         charge(static_cast<std::int64_t>(out.size()));
-        return out;
+        return a.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
       }
       fail_operands("+", a, b);
     case Op::kSub:
@@ -424,7 +428,10 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Frame>& fram
         return floored;
       }
       if (op == Op::kMod && a.is_string()) {
-        throw RenderError("printf-style string formatting ('%') is not supported");
+        if (b.is_undefined()) fail_undefined(b);
+        std::string formatted = percent_format(a.as_string(), b);
+        check_size(formatted.size());
+        return formatted;
       }
       fail_operands(op == Op::kMod ? "%" : "//", a, b);
     case Op::kPow:

@@ -85,6 +85,7 @@ double py_round(double x, std::int64_t digits) {
 }
 
 Value filter_int(const Value& v, const Value& fallback, std::int64_t base) {
+  if (v.is_undefined()) fail_undefined(v);  // int(Undefined) raises in jinja2
   if (v.is_int()) return v;
   if (v.is_bool()) return static_cast<std::int64_t>(v.as_bool());
   if (v.is_float()) {
@@ -113,6 +114,7 @@ Value filter_int(const Value& v, const Value& fallback, std::int64_t base) {
 }
 
 Value filter_float(const Value& v, const Value& fallback) {
+  if (v.is_undefined()) fail_undefined(v);
   if (v.is_float()) return v;
   if (v.is_int() || v.is_bool()) return to_double(v);
   if (v.is_string()) {
@@ -309,9 +311,11 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
   if (name == "tojson") return filter_tojson(in, v, std::move(args));
   // jinja2's map/select family starts with `if value:`, so a falsy input (None,
   // "", Undefined) yields an empty sequence instead of failing to iterate.
-  if (name == "map") return truthy(v) ? filter_map(in, v, std::move(args)) : Value(List{});
+  if (name == "map") {
+    return Value::iterator(truthy(v) ? filter_map(in, v, std::move(args)).as_list() : List{});
+  }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    return truthy(v) ? select_like(in, name, v, std::move(args)) : Value(List{});
+    return Value::iterator(truthy(v) ? select_like(in, name, v, std::move(args)).as_list() : List{});
   }
   if (name == "safe") {
     BoundArgs a(fn, std::move(args), {});
@@ -338,7 +342,7 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
     if (v.is_list()) return static_cast<std::int64_t>(v.as_list().size());
     if (v.is_dict()) return static_cast<std::int64_t>(v.as_dict().size());
     if (v.is_undefined()) return 0;
-    throw RenderError("object of type '" + type_name(v) + "' has no len()");
+    throw RenderError("object of type '" + type_name(v) + "' has no len()");  // e.g. a generator
   }
   if (name == "upper" || name == "lower" || name == "capitalize") {
     BoundArgs a(fn, std::move(args), {});
@@ -394,6 +398,14 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
       if (v.as_list().empty()) return Undefined{"No " + fn + " item, sequence was empty."};
       return name == "first" ? v.as_list().front() : v.as_list().back();
     }
+    if (v.is_iterator()) {
+      // first() takes one item with next(); last() needs reversed(), which a
+      // generator does not support.
+      if (name == "last") throw RenderError("'generator' object is not reversible");
+      IteratorState& it = v.as_iterator();
+      if (it.position >= it.items.size()) return Undefined{"No first item, sequence was empty."};
+      return it.items[it.position++];
+    }
     const List items = iterate(v);
     if (items.empty()) return Undefined{"No " + fn + " item, sequence was empty."};
     return name == "first" ? items.front() : items.back();
@@ -404,11 +416,11 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
   }
   if (name == "items") {
     BoundArgs a(fn, std::move(args), {});
-    if (v.is_undefined()) return List{};
+    if (v.is_undefined()) return Value::iterator({});
     if (!v.is_dict()) throw RenderError("Can only get item pairs from a mapping.");
     List out;
     for (const auto& [k, item] : v.as_dict().entries()) out.push_back(Value::tuple(List{Value(k), item}));
-    return out;
+    return Value::iterator(std::move(out));
   }
   if (name == "dictsort") {
     BoundArgs a(fn, std::move(args), {"case_sensitive", "by", "reverse"});
@@ -433,11 +445,14 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
     for (const Value& item : iterate(v)) {
       in.charge(1 + static_cast<std::int64_t>(seen.size()));
       const Value key = case_key(attribute_arg(a.get(1), item), case_sensitive);
+      if ((key.is_list() && !key.is_tuple()) || key.is_dict()) {
+        throw RenderError("unhashable type: '" + type_name(key) + "'");
+      }
       if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
       seen.push_back(key);
       out.push_back(item);
     }
-    return out;
+    return Value::iterator(std::move(out));
   }
   if (name == "reverse") {
     BoundArgs a(fn, std::move(args), {});
@@ -446,9 +461,12 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
       std::reverse(cps.begin(), cps.end());
       return utf8_encode(cps, 0, cps.size());
     }
+    // reversed() of a list or dict is an iterator; a generator is not reversible,
+    // so jinja2 falls back to a reversed list.
+    const bool was_iterator = v.is_iterator();
     List items = iterate(v);
     std::reverse(items.begin(), items.end());
-    return items;
+    return was_iterator ? Value(std::move(items)) : Value::iterator(std::move(items));
   }
   if (name == "abs") {
     BoundArgs a(fn, std::move(args), {});
@@ -511,7 +529,10 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
   }
   if (name == "indent") {
     BoundArgs a(fn, std::move(args), {"width", "first", "blank"});
-    std::string out = filter_indent(str_of(v), a.get_or(0, Value(4)), truthy(a.get_or(1, Value(false))),
+    if (v.is_undefined()) fail_undefined(v);
+    // jinja2 appends "\n" to the value, which only works on strings.
+    if (!v.is_string()) throw RenderError("indent expects a string, got '" + type_name(v) + "'");
+    std::string out = filter_indent(v.as_string(), a.get_or(0, Value(4)), truthy(a.get_or(1, Value(false))),
                                     truthy(a.get_or(2, Value(false))));
     in.check_size(out.size());
     return out;
@@ -553,7 +574,7 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
       }
       out.emplace_back(std::move(current));
     }
-    return out;
+    return Value::iterator(std::move(out));
   }
   if (name == "truncate") {
     BoundArgs a(fn, std::move(args), {"length", "killwords", "end", "leeway"});

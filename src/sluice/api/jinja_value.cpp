@@ -37,6 +37,7 @@ std::string type_name(const Value& v) {
   if (v.is_dict()) return "dict";
   if (v.is_namespace()) return "Namespace";
   if (v.is_loop()) return "LoopContext";
+  if (v.is_iterator()) return "generator";
   return "function";
 }
 
@@ -58,6 +59,7 @@ bool truthy(const Value& v) {
     bool operator()(const std::shared_ptr<Namespace>&) const { return true; }
     bool operator()(const std::shared_ptr<const Callable>&) const { return true; }
     bool operator()(const std::shared_ptr<const LoopState>&) const { return true; }
+    bool operator()(const std::shared_ptr<IteratorState>&) const { return true; }
   };
   return std::visit(Visitor{}, v.storage());
 }
@@ -102,6 +104,7 @@ bool equals(const Value& a, const Value& b) {
   }
   if (a.is_namespace()) return &a.as_namespace() == &b.as_namespace();
   if (a.is_loop()) return &a.as_loop() == &b.as_loop();
+  if (a.is_iterator()) return &a.as_iterator() == &b.as_iterator();
   return &a.as_callable() == &b.as_callable();
 }
 
@@ -370,6 +373,12 @@ std::string json_dumps(const Value& v, const JsonDumpOptions& options) {
 
 List iterate(const Value& v) {
   if (v.is_list()) return v.as_list();
+  if (v.is_iterator()) {
+    IteratorState& it = v.as_iterator();
+    List rest(it.items.begin() + static_cast<std::ptrdiff_t>(it.position), it.items.end());
+    it.position = it.items.size();
+    return rest;
+  }
   if (v.is_undefined()) return {};
   if (v.is_dict()) {
     List keys;

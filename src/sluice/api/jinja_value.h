@@ -54,6 +54,15 @@ struct Namespace {
   Dict attributes;
 };
 
+// A Python generator or iterator (what map, select, selectattr, unique, items and
+// reverse return in jinja2): always truthy, no len(), no printable form, and
+// consumed by the first pass over it. Items are computed eagerly (inputs are
+// immutable); only the single-pass behaviour is emulated.
+struct IteratorState {
+  List items;
+  std::size_t position = 0;
+};
+
 struct CallArgs {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
@@ -79,7 +88,7 @@ class Value {
       std::variant<Undefined, None, bool, std::int64_t, double, std::string,
                    std::shared_ptr<const List>, std::shared_ptr<const Dict>,
                    std::shared_ptr<Namespace>, std::shared_ptr<const Callable>,
-                   std::shared_ptr<const LoopState>>;
+                   std::shared_ptr<const LoopState>, std::shared_ptr<IteratorState>>;
 
   Value() : storage_(Undefined{}) {}
   Value(None) : storage_(None{}) {}                                     // NOLINT
@@ -97,6 +106,11 @@ class Value {
   Value(std::shared_ptr<Namespace> n) : storage_(std::move(n)) {}        // NOLINT
   Value(std::shared_ptr<const Callable> c) : storage_(std::move(c)) {}   // NOLINT
   Value(std::shared_ptr<const LoopState> l) : storage_(std::move(l)) {}  // NOLINT
+
+  static Value iterator(List items) {
+    return Value(std::make_shared<IteratorState>(IteratorState{std::move(items), 0}));
+  }
+  Value(std::shared_ptr<IteratorState> it) : storage_(std::move(it)) {}  // NOLINT
 
   // A Python tuple: a list that prints as (a, b).
   static Value tuple(List items) {
@@ -120,6 +134,8 @@ class Value {
   bool is_callable() const {
     return std::holds_alternative<std::shared_ptr<const Callable>>(storage_);
   }
+  bool is_iterator() const { return std::holds_alternative<std::shared_ptr<IteratorState>>(storage_); }
+  IteratorState& as_iterator() const { return *std::get<std::shared_ptr<IteratorState>>(storage_); }
   bool is_loop() const { return std::holds_alternative<std::shared_ptr<const LoopState>>(storage_); }
   const LoopState& as_loop() const { return *std::get<std::shared_ptr<const LoopState>>(storage_); }
 
@@ -178,7 +194,8 @@ struct JsonDumpOptions {
 std::string json_dumps(const Value& v, const JsonDumpOptions& options);
 
 // Iterate like Python `for x in v`: list items, dict keys, string characters
-// (code points), nothing for Undefined. Throws for non-iterables.
+// (code points), the remaining items of an iterator (consuming it), nothing for
+// Undefined. Throws for non-iterables.
 List iterate(const Value& v);
 
 }  // namespace sluice::jinja
