@@ -113,10 +113,11 @@ TEST(SmallGpt2Tokenizer, MatchesReference) {
   std::vector<std::string> inputs = {"Hello world", "the world", "<|begin_of_text|>Hello<|end_of_text|>",
                                      "héllo wörld 😀", "  spaces\n\nnewlines", "it's 12345"};
   const auto reference = run_reference(dir.path(), inputs);
-  ASSERT_TRUE(reference.has_value());
+  ASSERT_TRUE(reference.ok()) << reference.error_message();
+  const std::vector<ReferenceResult>& expected = reference.value();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    EXPECT_EQ(tokenizer->encode(inputs[i], false), (*reference)[i].ids) << inputs[i];
-    EXPECT_EQ(tokenizer->encode(inputs[i], true), (*reference)[i].ids_special) << inputs[i];
+    EXPECT_EQ(tokenizer->encode(inputs[i], false), expected[i].ids) << inputs[i];
+    EXPECT_EQ(tokenizer->encode(inputs[i], true), expected[i].ids_special) << inputs[i];
     EXPECT_EQ(tokenizer->decode(tokenizer->encode(inputs[i], false), false), inputs[i]);
   }
   EXPECT_EQ(tokenizer->bos_token(), "<|begin_of_text|>");

@@ -1,6 +1,5 @@
 #include "test_support.h"
 
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,29 +69,21 @@ const std::vector<std::string>& corpus() {
   return strings;
 }
 
-std::optional<std::vector<ReferenceResult>> run_reference(const std::string& dir,
-                                                          const std::vector<std::string>& inputs) {
+Result<std::vector<ReferenceResult>> run_reference(const std::string& dir,
+                                                   const std::vector<std::string>& inputs) {
   nlohmann::json encoded = nlohmann::json::array();
   for (const auto& input : inputs) encoded.push_back(base64(input));
   char path[] = "/tmp/sluice_tokenizer_inputs_XXXXXX";
   const int fd = mkstemp(path);
-  if (fd < 0) {
-    ADD_FAILURE() << "cannot create a temporary file";
-    return std::nullopt;
-  }
+  if (fd < 0) return Error{"cannot create a temporary file"};
   close(fd);
-  const Status written = write_file(path, encoded.dump());
-  if (!written.ok()) {
-    ADD_FAILURE() << written.error_message();
-    return std::nullopt;
-  }
+  SLUICE_TRY(write_file(path, encoded.dump()));
   const std::string command = "node '" + std::string(SLUICE_SOURCE_DIR) + "/tests/tokenizer/reference_encode.mjs' '" +
                               dir + "' '" + path + "'";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run: " << command;
     unlink(path);
-    return std::nullopt;
+    return Error{"cannot run: " + command};
   }
   std::string output;
   std::array<char, 1 << 16> buffer{};
@@ -102,16 +93,14 @@ std::optional<std::vector<ReferenceResult>> run_reference(const std::string& dir
   unlink(path);
   if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     // The oracle is required: a missing node (exit 127) is a failure, not a skip.
-    ADD_FAILURE() << "reference tokenizer failed (exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
-                  << "; is node installed and on PATH?): " << command;
-    return std::nullopt;
+    return Error{"reference tokenizer failed (exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                 "; is node installed and on PATH?): " + command};
   }
-  std::vector<ReferenceResult> results;
   const auto json = nlohmann::json::parse(output, nullptr, false);
   if (json.is_discarded() || !json.is_array() || json.size() != inputs.size()) {
-    ADD_FAILURE() << "reference output is not a JSON array of " << inputs.size() << " results";
-    return std::nullopt;
+    return Error{"reference output is not a JSON array of " + std::to_string(inputs.size()) + " results"};
   }
+  std::vector<ReferenceResult> results;
   for (const auto& item : json) {
     ReferenceResult r;
     r.text = item.at("text").get<std::string>();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/common/result.h"
 #include "sluice/tokenizer/tokenizer.h"
 
 namespace sluice::test {
@@ -27,10 +28,11 @@ struct ReferenceResult {
 };
 
 // Runs `node tests/tokenizer/reference_encode.mjs` on `inputs` (raw bytes)
-// with the tokenizer files in `dir`. Fails the calling test (and returns
-// nullopt) if node is missing or fails.
-std::optional<std::vector<ReferenceResult>> run_reference(const std::string& dir,
-                                                          const std::vector<std::string>& inputs);
+// with the tokenizer files in `dir`. An error (which the caller must turn
+// into a test failure, never a skip) if node is missing or fails. Safe to
+// call from several threads.
+Result<std::vector<ReferenceResult>> run_reference(const std::string& dir,
+                                                   const std::vector<std::string>& inputs);
 
 // True if `text` is well-formed UTF-8.
 bool valid_utf8(const std::string& text);

@@ -170,8 +170,8 @@ std::size_t JsRegex::advance_one_code_point(std::string_view subject, std::size_
   return pos + utf8_sequence_length(static_cast<unsigned char>(subject[pos]));
 }
 
-bool JsRegex::find(std::string_view subject, std::size_t start, std::size_t* begin,
-                   std::size_t* end) const {
+JsRegex::FindResult JsRegex::find(std::string_view subject, std::size_t start, std::size_t* begin,
+                                  std::size_t* end) const {
   ThreadMatchState& state = thread_match_state();
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
   const int rc = code_->jit
@@ -179,15 +179,12 @@ bool JsRegex::find(std::string_view subject, std::size_t start, std::size_t* beg
                                        state.context)
                      : pcre2_match(code_->code, data, subject.size(), start, PCRE2_NO_UTF_CHECK,
                                    state.data, state.context);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  // Other negative codes are resource limits (match/depth/JIT stack); the
-  // patterns tokenizers use stay far from them, and the safe reading is "no
-  // further match": the rest of the text becomes one piece.
-  if (rc < 0) return false;
+  if (rc == PCRE2_ERROR_NOMATCH) return FindResult::kNoMatch;
+  if (rc < 0) return FindResult::kLimitExceeded;  // match/depth limit or JIT stack
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
   *begin = ovector[0];
   *end = ovector[1];
-  return true;
+  return FindResult::kMatch;
 }
 
 bool JsRegex::find_with_groups(std::string_view subject, std::size_t start,

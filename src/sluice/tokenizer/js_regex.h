@@ -38,19 +38,29 @@ class JsRegex {
   static Result<JsRegex> literal(std::string_view literal);
 
   // Calls on_match(begin, end) for each match in `subject` (valid UTF-8), in order.
+  // If PCRE2 hits a resource limit (none of the tokenizer patterns come close,
+  // even on megabytes of one character), the rest of the subject is reported as
+  // one match, so no text is ever dropped.
   template <class F>
   void for_each_match(std::string_view subject, F&& on_match) const {
     std::size_t start = 0;
     std::size_t begin = 0;
     std::size_t end = 0;
-    while (start <= subject.size() && find(subject, start, &begin, &end)) {
+    while (start <= subject.size()) {
+      const FindResult found = find(subject, start, &begin, &end);
+      if (found == FindResult::kNoMatch) break;
+      if (found == FindResult::kLimitExceeded) {
+        if (start < subject.size()) on_match(start, subject.size());
+        break;
+      }
       on_match(begin, end);
       start = end > begin ? end : advance_one_code_point(subject, end);
     }
   }
 
-  // Finds the first match at or after `start`; false if none.
-  bool find(std::string_view subject, std::size_t start, std::size_t* begin, std::size_t* end) const;
+  enum class FindResult { kMatch, kNoMatch, kLimitExceeded };
+  // Finds the first match at or after `start`.
+  FindResult find(std::string_view subject, std::size_t start, std::size_t* begin, std::size_t* end) const;
   // Like find, also reporting capture groups.
   bool find_with_groups(std::string_view subject, std::size_t start, RegexMatch* match) const;
 

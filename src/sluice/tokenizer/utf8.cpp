@@ -161,16 +161,4 @@ std::string_view js_trim_end(std::string_view text) {
   return text.substr(0, end);
 }
 
-bool ends_with_incomplete_utf8(std::string_view text) {
-  // Look back at most 3 bytes for a lead byte whose sequence is cut short.
-  const std::size_t n = text.size();
-  for (std::size_t back = 1; back <= 3 && back <= n; ++back) {
-    const auto b = static_cast<unsigned char>(text[n - back]);
-    if ((b & 0xC0) == 0x80) continue;  // continuation: keep looking for the lead
-    if (b < 0xC0) return false;        // ASCII
-    return utf8_sequence_length(b) > back;
-  }
-  return false;
-}
-
 }  // namespace sluice::tokenizer_detail

@@ -44,8 +44,4 @@ bool is_js_whitespace(char32_t cp);
 std::string_view js_trim_start(std::string_view text);
 std::string_view js_trim_end(std::string_view text);
 
-// True if `text` ends inside a multi-byte sequence that more bytes could still
-// complete (so a streaming decoder should wait before emitting it).
-bool ends_with_incomplete_utf8(std::string_view text);
-
 }  // namespace sluice::tokenizer_detail
