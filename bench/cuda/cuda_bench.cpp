@@ -152,7 +152,8 @@ void bench_attention(bool quick, bool decode_only = false) {
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only && kv_heads != 8) continue;
     const std::int32_t batch = 64, context = quick ? 2048 : 8192;
-    auto ops = new_ops();
+    // Eager: this times the kernels alone (the model benchmark below replays graphs).
+    auto ops = must(make_cuda_ops({.use_cuda_graphs = false}));
     const std::int32_t blocks_per_seq = context / kBlock + 1;
     if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * blocks_per_seq, .block_size_tokens = kBlock,
                                  .num_kv_heads = kv_heads, .head_dim = kDim}).ok())

@@ -7,10 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON >/dev/null
-cmake --build build-cuda --target cuda_kernel_test cuda_golden_test cuda_bench
+cmake --build build-cuda --target cuda_kernel_test cuda_golden_test cuda_bench sluice
 rm -rf .devcarry/cuda
 mkdir -p .devcarry/cuda
-cp build-cuda/tests/cuda/cuda_kernel_test build-cuda/tests/cuda/cuda_golden_test build-cuda/bench/cuda/cuda_bench .devcarry/cuda/
+cp build-cuda/tests/cuda/cuda_kernel_test build-cuda/tests/cuda/cuda_golden_test build-cuda/bench/cuda/cuda_bench \
+  build-cuda/sluice .devcarry/cuda/
 for b in .devcarry/cuda/*; do
   ldd "$b" | awk '/=> \// {print $3}' | grep -v '^/usr/local/cuda' | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart)[.-]' || true
 done | sort -u | while read -r lib; do cp -L "$lib" .devcarry/cuda/; done

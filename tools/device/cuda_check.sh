@@ -33,6 +33,19 @@ if [ $tests = 1 ]; then
     [ "$rc" = 0 ] || status=1
   done
 fi
+# End to end through the CLI: the same greedy generation on the CPU reference
+# and on CUDA (tiny random llama with head_dim 64, so the tensor-core paths run).
+if [ $tests = 1 ] && [ -x "$bin/sluice" ]; then
+  m=/tmp/sluice-tiny-llama
+  "$bin/sluice" make-model --arch llama --layers 2 --hidden 256 --heads 4 --kv-heads 2 \
+    --intermediate 512 --vocab 1000 --seed 5 --out $m >/dev/null
+  ids=$(seq -s, 1 3 300)
+  cpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cpu 2>&1 | tail -1)
+  gpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cuda 2>&1 | tail -1)
+  echo "generate --device cpu : $cpu" | tee "$out/generate.txt"
+  echo "generate --device cuda: $gpu" | tee -a "$out/generate.txt"
+  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'generate: first {n} of {len(a)} greedy tokens identical (cpu f32 vs cuda bf16)')" "$cpu" "$gpu" | tee -a "$out/generate.txt"
+fi
 if [ $bench = 1 ]; then
   "$bin/cuda_bench" $quick 2>&1 | tee "$out/bench.md"
   PYTHONUNBUFFERED=1 python3 tools/device/torch_baselines.py $quick 2>&1 | tee "$out/torch.md"

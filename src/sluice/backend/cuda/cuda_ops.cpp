@@ -255,7 +255,9 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(out.cols(), w.rows());
     SLUICE_CHECK(out.dtype == DType::bf16 || out.dtype == DType::f32);
     if (replaying()) return;
-    gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
+    if (!cuda::launch_gemv(x.data, w.data, out.data, dt_of(out.dtype), x.rows(), w.rows(), x.cols(),
+                           stream_))
+      gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
     if (bias.data != nullptr) {
       SLUICE_CHECK_EQ(bias.numel(), w.rows());
       cuda::launch_add_bias(out.data, dt_of(out.dtype), bias.data, dt_of(bias.dtype), out.rows(),

@@ -88,6 +88,13 @@ void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_
                  void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
                  const float* inv_freq, cudaStream_t stream);
 
+// out[m, n] = x[m, :] · w[n, :] (bf16 x and w, out bf16 or f32) for decode
+// batches of at most kGemvMaxRows rows; false if the shape is not covered
+// (then the caller uses cuBLASLt).
+inline constexpr std::int64_t kGemvMaxRows = 4;
+bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
+                 std::int64_t k, cudaStream_t stream);
+
 // Per row of logits [rows, vocab]: the argmax token, its logit and the row's
 // log-sum-exp (so logprob = logit - lse). out_token [rows], out_stats [rows, 2].
 void launch_argmax_lse(const void* logits, Dt dt, std::int32_t rows, std::int64_t vocab,
