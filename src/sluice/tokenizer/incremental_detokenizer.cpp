@@ -20,11 +20,11 @@ constexpr std::size_t kIdsKeptWhenCut = 4;
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
-    : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
+    : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 std::string IncrementalDetokenizer::push(TokenId id) {
   ids_.push_back(id);
-  const std::string text = tokenizer_->decode(ids_, skip_special_tokens_);
+  const std::string text = tokenizer_.decode(ids_, skip_special_tokens_);
   if (text.size() < num_emitted_bytes_) return {};  // decoders never shrink; be safe
   const bool hold_back = ends_with_replacement(text) && text.size() - num_emitted_bytes_ >= kReplacementChar.size();
   const std::size_t end = hold_back ? text.size() - kReplacementChar.size() : text.size();
@@ -34,17 +34,17 @@ std::string IncrementalDetokenizer::push(TokenId id) {
   if (!hold_back) {
     // Everything is out: keep only the last id as context for the next one.
     ids_.erase(ids_.begin(), ids_.end() - 1);
-    num_emitted_bytes_ = tokenizer_->decode(ids_, skip_special_tokens_).size();
+    num_emitted_bytes_ = tokenizer_.decode(ids_, skip_special_tokens_).size();
   } else if (ids_.size() > kMaxWindowIds) {
     ids_.erase(ids_.begin(), ids_.end() - static_cast<std::ptrdiff_t>(kIdsKeptWhenCut));
-    const std::string kept = tokenizer_->decode(ids_, skip_special_tokens_);
+    const std::string kept = tokenizer_.decode(ids_, skip_special_tokens_);
     num_emitted_bytes_ = ends_with_replacement(kept) ? kept.size() - kReplacementChar.size() : kept.size();
   }
   return chunk;
 }
 
 std::string IncrementalDetokenizer::flush() {
-  const std::string text = tokenizer_->decode(ids_, skip_special_tokens_);
+  const std::string text = tokenizer_.decode(ids_, skip_special_tokens_);
   std::string chunk = text.size() > num_emitted_bytes_ ? text.substr(num_emitted_bytes_) : std::string();
   ids_.clear();
   num_emitted_bytes_ = 0;

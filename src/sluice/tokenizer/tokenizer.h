@@ -89,8 +89,8 @@ class Tokenizer {
 // Works for any decoder chain by decoding a small window of ids: the last
 // fully emitted id stays in the window as context, because decoders treat the
 // first token of a text specially (SentencePiece strips its leading space).
-// Holds a pointer to the tokenizer, which must outlive it. Not thread-safe
-// (one per stream).
+// Keeps its own handle on the tokenizer (copies share the loaded model), so
+// it stays valid on its own. Not thread-safe: one per stream.
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
@@ -100,7 +100,7 @@ class IncrementalDetokenizer {
   std::string flush();
 
  private:
-  const Tokenizer* tokenizer_;
+  Tokenizer tokenizer_;
   bool skip_special_tokens_;
   std::vector<TokenId> ids_;           // the window: context id(s) + ids not fully emitted
   std::size_t num_emitted_bytes_ = 0;  // bytes of decode(ids_) already returned
