@@ -152,8 +152,12 @@ void Decoder::add(const Json& value, std::string_view path) {
     }
     steps_->emplace_back(StripDecoder{cp, int_or(value, "start", 0, path), int_or(value, "stop", 0, path)});
   } else if (type == "Metaspace") {
-    steps_->emplace_back(MetaspaceDecoder{string_or(value, "replacement", "\xE2\x96\x81", path),
-                                          bool_or(value, "add_prefix_space", false, path)});
+    // Without add_prefix_space (newer files), Hugging Face strips the first
+    // token's space unless prepend_scheme is "never".
+    const bool strip_first = optional_field(value, "add_prefix_space") != nullptr
+                                 ? bool_or(value, "add_prefix_space", false, path)
+                                 : string_or(value, "prepend_scheme", "always", path) != "never";
+    steps_->emplace_back(MetaspaceDecoder{string_or(value, "replacement", "\xE2\x96\x81", path), strip_first});
   } else if (type == "BPEDecoder") {
     steps_->emplace_back(BpeSuffixDecoder{string_or(value, "suffix", "</w>", path)});
   } else {

@@ -73,7 +73,10 @@ void PreTokenizer::add(const Json& value, std::string_view path) {
     step.replacement = string_or(value, "replacement", "\xE2\x96\x81", path);
     step.str_rep = string_or(value, "str_rep", "", path);
     if (step.str_rep.empty()) step.str_rep = step.replacement;
-    step.add_prefix_space = bool_or(value, "add_prefix_space", false, path);
+    // Files written by tokenizers >= 0.19 drop add_prefix_space in favour of
+    // prepend_scheme; Hugging Face then prepends (the reference would not, as
+    // it reads only add_prefix_space). Follow Hugging Face when it is absent.
+    step.add_prefix_space = bool_or(value, "add_prefix_space", true, path);
     const std::string scheme = string_or(value, "prepend_scheme", "always", path);
     if (scheme == "always") {
       step.prepend_scheme = MetaspaceStep::Prepend::kAlways;
