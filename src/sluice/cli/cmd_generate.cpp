@@ -8,6 +8,9 @@
 
 #include "sluice/api/chat_template.h"
 #include "sluice/backend/cpu/cpu_ops.h"
+#if SLUICE_HAVE_CUDA
+#include "sluice/backend/cuda/cuda_ops.h"
+#endif
 #include "sluice/common/io.h"
 #include "sluice/cli/commands.h"
 #include "sluice/model/config.h"
@@ -28,6 +31,7 @@ struct GenerateArgs {
   std::optional<std::uint64_t> seed;
   bool ignore_eos = false;
   int num_threads = 0;
+  std::string device = "cpu";
   std::int32_t block_size_tokens = 16;
   std::int32_t prefill_chunk_tokens = 0;
 };
@@ -78,6 +82,17 @@ Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
 }
 
+Result<std::unique_ptr<Ops>> make_ops(const GenerateArgs& args) {
+  if (args.device == "cuda") {
+#if SLUICE_HAVE_CUDA
+    return make_cuda_ops({});
+#else
+    return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
+#endif
+  }
+  return make_cpu_ops({.num_threads = args.num_threads});
+}
+
 Status run_generate(const GenerateArgs& args) {
   const int num_prompt_sources = !args.prompt_ids.empty() + !args.prompt_text.empty() + !args.chat_file.empty();
   if (num_prompt_sources != 1) return Error{"give exactly one of --prompt-ids, --prompt, --chat"};
@@ -96,7 +111,8 @@ Status run_generate(const GenerateArgs& args) {
   const std::int64_t needed_tokens = static_cast<std::int64_t>(prompt.size()) + args.max_tokens;
   runner_options.num_kv_blocks =
       static_cast<std::int32_t>((needed_tokens + args.block_size_tokens - 1) / args.block_size_tokens);
-  SLUICE_TRY_ASSIGN(backend, make_model_runner(args.model_dir, make_cpu_ops({.num_threads = args.num_threads}),
+  SLUICE_TRY_ASSIGN(ops, make_ops(args));
+  SLUICE_TRY_ASSIGN(backend, make_model_runner(args.model_dir, std::move(ops),
                                                runner_options));
   GenerateOptions options{.max_new_tokens = args.max_tokens,
                           .sampling = sampling,
@@ -117,7 +133,7 @@ Status run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "generate from token ids, text or a conversation on the CPU reference backend");
+  CLI::App* cmd = app.add_subcommand("generate", "generate from token ids, text or a conversation (CPU reference or CUDA backend)");
   cmd->add_option("--model", args->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--prompt-ids", args->prompt_ids, "comma-separated token ids (prints ids)");
   cmd->add_option("--prompt", args->prompt_text, "prompt text, tokenized with the model's tokenizer (prints text)");
@@ -131,6 +147,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "sampling seed (reproducible output)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after an end-of-sequence token");
   cmd->add_option("--threads", args->num_threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", args->device, "cpu (the reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-size", args->block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk_tokens, "prefill at most this many tokens per step")
       ->check(CLI::NonNegativeNumber);
