@@ -50,7 +50,9 @@ BpeModel BpeModel::from_json(const Json& model, std::string_view path, bool byte
   bpe.token_of_symbol_.reserve(vocab.size() + merges.size() + 512);
   bpe.vocab_.reserve(vocab.size());
   for (const auto& [token, id_json] : vocab.items()) {
-    const std::int64_t id = expect_int(id_json, fmt::format("{}[\"{}\"]", vocab_path, token));
+    // Paths are formatted only on error: this loop runs for every vocabulary entry.
+    if (!id_json.is_number_integer()) expect_int(id_json, fmt::format("{}[\"{}\"]", vocab_path, token));
+    const auto id = id_json.get<std::int64_t>();
     if (id < 0 || id > INT32_MAX - 1) {
       throw_load_error(fmt::format("{}[\"{}\"]", vocab_path, token), fmt::format("id {} out of range", id));
     }
@@ -69,13 +71,15 @@ BpeModel BpeModel::from_json(const Json& model, std::string_view path, bool byte
     std::string_view left;
     std::string_view right;
     if (pair_format) {
-      const std::string entry_path = fmt::format("{}[{}]", merges_path, rank);
-      expect_array(entry, entry_path);
-      if (entry.size() != 2) throw_load_error(entry_path, "expected a pair [left, right]");
-      left = expect_string(entry[0], entry_path + "[0]");
-      right = expect_string(entry[1], entry_path + "[1]");
+      if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_string()) {
+        throw_load_error(fmt::format("{}[{}]", merges_path, rank),
+                         fmt::format("expected a pair of strings [left, right], got {}", entry.dump()));
+      }
+      left = entry[0].get_ref<const std::string&>();
+      right = entry[1].get_ref<const std::string&>();
     } else {
-      const std::string& text = expect_string(entry, fmt::format("{}[{}]", merges_path, rank));
+      if (!entry.is_string()) expect_string(entry, fmt::format("{}[{}]", merges_path, rank));
+      const std::string& text = entry.get_ref<const std::string&>();
       // JavaScript text.split(" ", 2).
       const std::size_t space = text.find(' ');
       if (space == std::string::npos) {
@@ -104,11 +108,8 @@ BpeModel BpeModel::from_json(const Json& model, std::string_view path, bool byte
 }
 
 std::int32_t BpeModel::intern(std::string_view text) {
-  const auto it = symbols_.find(text);
-  if (it != symbols_.end()) return it->second;
-  const auto symbol = static_cast<std::int32_t>(token_of_symbol_.size());
-  symbols_.emplace(std::string(text), symbol);
-  token_of_symbol_.push_back(-1);
+  const std::int32_t symbol = symbols_.intern(text);
+  if (static_cast<std::size_t>(symbol) == token_of_symbol_.size()) token_of_symbol_.push_back(-1);
   return symbol;
 }
 
@@ -128,7 +129,8 @@ void BpeModel::finish_loading() {
   if (!byte_level_) {
     // Symbols that are exactly one code point: the starting symbols of char mode.
     bmp_symbol_.assign(0x10000, -1);
-    for (const auto& [text, symbol] : symbols_) {
+    for (std::int32_t symbol = 0; symbol < static_cast<std::int32_t>(symbols_.size()); ++symbol) {
+      const std::string& text = symbols_.text(symbol);
       std::size_t pos = 0;
       if (text.empty()) continue;
       const char32_t cp = next_code_point(text, pos);
@@ -149,9 +151,9 @@ std::int32_t BpeModel::symbol_of_code_point(char32_t cp) const {
 }
 
 std::optional<TokenId> BpeModel::find_token(std::string_view token) const {
-  const auto it = symbols_.find(token);
-  if (it == symbols_.end()) return std::nullopt;
-  const TokenId id = token_of_symbol_[static_cast<std::size_t>(it->second)];
+  const std::int32_t symbol = symbols_.find(token);
+  if (symbol < 0) return std::nullopt;
+  const TokenId id = token_of_symbol_[static_cast<std::size_t>(symbol)];
   if (id < 0) return std::nullopt;
   return id;
 }

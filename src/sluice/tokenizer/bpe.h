@@ -25,6 +25,7 @@
 #include "sluice/backend/batch.h"
 #include "sluice/tokenizer/json_fields.h"
 #include "sluice/tokenizer/pair_rank_map.h"
+#include "sluice/tokenizer/symbol_table.h"
 
 namespace sluice::tokenizer_detail {
 
@@ -33,7 +34,6 @@ struct StringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
-using SymbolTable = std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>>;
 
 class BpeModel {
  public:
@@ -76,7 +76,7 @@ class BpeModel {
   std::optional<TokenId> unk_id_;
 
   std::vector<std::pair<std::string, TokenId>> vocab_;  // model.vocab as loaded
-  SymbolTable symbols_;                    // string -> symbol
+  SymbolTable symbols_;                    // string <-> symbol
   std::vector<TokenId> token_of_symbol_;   // symbol -> id, -1 if not a token
   PairRankMap merges_;
   std::array<std::int32_t, 256> byte_symbol_{};            // byte-level mode
