@@ -70,7 +70,8 @@ class Tokenizer {
   // chat_template from tokenizer_config.json ("" if none); if it is a list of
   // named templates, the one named "default".
   const std::string& chat_template() const;
-  // True for added tokens marked special (these are what skip_special_tokens drops).
+  // True for added tokens marked special and for tokenizer_config.json's
+  // additional_special_tokens (these are what skip_special_tokens drops).
   bool is_special(TokenId id) const;
 
  private:
