@@ -330,6 +330,38 @@ TEST(Engine, StopAbortEndsEveryStream) {
   EXPECT_TRUE(got.finish.has_value());
 }
 
+// Sustained overload: two 64-token prompts arrive every step, one step serves
+// one. Shortest-first keeps picking shorts; only the wait bound gets the long
+// prompt its first token.
+double long_prompt_ttft_under_overload(double max_prefill_wait_ms) {
+  EngineConfig config = small_config();
+  config.aging_ms = 50.0;
+  config.max_prefill_wait_ms = max_prefill_wait_ms;
+  auto engine = make_engine(config, 1024);
+  auto long_stream = engine->submit(request("long", tokens_from(640, 0), 1));
+  EXPECT_TRUE(long_stream.ok());
+  std::vector<std::string> short_ids;
+  for (int step = 0; step < 1500; ++step) {
+    for (int k = 0; k < 2; ++k) {
+      const std::string id = std::to_string(step * 2 + k);
+      auto s = engine->submit(request(id, tokens_from(64, 1 + (step * 2 + k) % 500), 1));
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    engine->step();
+  }
+  for (const RequestTimeline& t : engine->take_finished_timelines()) {
+    if (t.request_id == "long") return *t.first_token_ms - t.arrival_ms;
+  }
+  return -1.0;  // no first token yet
+}
+
+TEST(Engine, TheWaitBoundEndsStarvationUnderOverload) {
+  const double bounded = long_prompt_ttft_under_overload(500.0);
+  EXPECT_GT(bounded, 500.0);
+  EXPECT_LT(bounded, 600.0) << "served right after the bound, in ~10 steps of its own";
+  EXPECT_EQ(long_prompt_ttft_under_overload(1e9), -1.0) << "without the bound, aging alone lets it starve";
+}
+
 TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   for (auto p : {SchedulingPolicy::kSluice, SchedulingPolicy::kFcfs, SchedulingPolicy::kRoundRobin,
                  SchedulingPolicy::kPrefillFirst, SchedulingPolicy::kDecodeFirstTokenBudget}) {

@@ -122,6 +122,20 @@ TEST(Planner, AgingLetsALongWaitBeatAShortArrival) {
   EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).prefills.at(0).seq_id, 2u);
 }
 
+TEST(Planner, PastTheMaxWaitArrivalOrderComesFirst) {
+  Fixture f;
+  f.now_ms = 10000;
+  // Under overload everybody has aged: the long prompt's aged key (90000/1.33)
+  // still loses to the shorts', but it has waited past the bound.
+  f.queue = {waiting(1, 90000, 0), waiting(2, 300, 2000), waiting(3, 100, 9000), waiting(4, 200, 1000)};
+  SchedConfig config{.max_num_batched_tokens = 200000, .max_step_ms = 1e9, .aging_ms = 30000,
+                     .max_prefill_wait_ms = 7000};
+  EXPECT_EQ(ids(plan_step(f.state(), config, LinearCost{}).prefills), (std::vector<SequenceId>{1, 4, 2, 3}))
+      << "1, 4 and 2 waited >= 7 s: first, by arrival; then 3";
+  config.max_prefill_wait_ms = 1e9;
+  EXPECT_EQ(ids(plan_step(f.state(), config, LinearCost{}).prefills), (std::vector<SequenceId>{3, 4, 2, 1}));
+}
+
 TEST(Planner, FcfsKeepsArrivalOrder) {
   Fixture f;
   f.queue = {waiting(1, 90000, 0), waiting(2, 500, 10)};

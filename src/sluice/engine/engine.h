@@ -60,6 +60,9 @@ struct EngineConfig {
   // Shortest-remaining-first aging: a request that has waited aging_ms competes
   // as if its remaining prefill were half as long (a third after 2x, ...).
   double aging_ms = 30000.0;
+  // Under sustained overload everybody ages; a prefill that has waited this
+  // long goes ahead of every request that has not (in arrival order).
+  double max_prefill_wait_ms = 120000.0;
   // Share of the KV blocks admission keeps free so running decodes can grow
   // without preempting anybody.
   double kv_reserve_fraction = 0.02;

@@ -83,6 +83,9 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
     return bad("slru protected fraction must be in [0, 1], got " + std::to_string(c.slru_protected_fraction));
   }
   if (!(c.aging_ms > 0.0)) return bad("aging must be > 0 ms, got " + std::to_string(c.aging_ms));
+  if (!(c.max_prefill_wait_ms > 0.0)) {
+    return bad("max prefill wait must be > 0 ms, got " + std::to_string(c.max_prefill_wait_ms));
+  }
   if (!(c.kv_reserve_fraction >= 0.0 && c.kv_reserve_fraction < 1.0)) {
     return bad("KV reserve fraction must be in [0, 1), got " + std::to_string(c.kv_reserve_fraction));
   }

@@ -119,7 +119,11 @@ std::vector<Candidate> PlanBuilder::prefill_candidates() const {
       for (Candidate& c : candidates) {
         const SchedRequest& r = *c.request;
         const std::int32_t start = c.is_waiting ? r.num_cached_tokens : r.num_computed_tokens;
-        c.key = aged_remaining_tokens(r.num_tokens - start, state_.now_ms - r.arrival_ms, config_.aging_ms);
+        const double waited_ms = state_.now_ms - r.arrival_ms;
+        // Starved requests sort before every key >= 0, among themselves by arrival.
+        c.key = waited_ms >= config_.max_prefill_wait_ms
+                    ? -1e12 + r.arrival_ms
+                    : aged_remaining_tokens(r.num_tokens - start, waited_ms, config_.aging_ms);
       }
       break;
     case SchedulingPolicy::kRoundRobin:

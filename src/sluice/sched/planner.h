@@ -8,6 +8,9 @@
 //      requests) in the policy's order; each gets the longest chunk such that
 //      the step's *predicted time* stays <= max_step_ms (binary search on the
 //      cost model), capped by the token budget and the per-request threshold.
+//   sluice's order is shortest remaining prefill first, aged (see
+//   aged_remaining_tokens), with a hard bound: past max_prefill_wait_ms a
+//   request goes ahead of all that have not waited that long.
 //   Admission reserves the whole prompt's blocks (and keeps reserve_blocks
 //   free for decode growth), so admitted prefills cannot deadlock each other.
 #pragma once

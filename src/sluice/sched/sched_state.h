@@ -56,6 +56,10 @@ struct SchedConfig {
   std::int32_t long_prefill_token_threshold = 0;  // 0 = no per-request cap
   double max_step_ms = 50.0;
   double aging_ms = 30000.0;
+  // A prefill that has waited this long (since arrival) goes ahead of every
+  // request that has not, in arrival order: under sustained overload, aging
+  // alone cannot promise that (everybody ages), this bound does.
+  double max_prefill_wait_ms = 120000.0;
   std::int32_t reserve_blocks = 0;  // admission keeps this many blocks free for decode growth
 };
 
