@@ -56,6 +56,7 @@ const std::vector<Snippet>& snippets() {
                        "{{ 'prefix-x'.removeprefix('prefix-') }}|{{ 'a=b=c'.partition('=') }}", "{}"},
       {"percent_format", "{{ '%s and %s' % (1, 'x') }}|{{ '%d%%' % 42.9 }}|{{ '%.2f' % 3.14159 }}|{{ '%(a)s-%(b)r' % {'a': 1, 'b': 'q'} }}|"
                          "{{ 'plain' % [1] }}|{{ '%s' % none }}|{{ '%r' % 'it\\'s' }}", "{}"},
+      {"format_filter", "{{ '%s-%s'|format(1, 'a') }}|{{ '%(x)s!'|format(x=5) }}|{{ 'plain'|format }}", "{}"},
       {"percent_format_error", "{{ '%s %s' % (1,) }}", "{}"},
       // ---- filters
       {"filters_basic", "{{ '  x '|trim }}|{{ 'xyx'|trim('x') }}|{{ [1,2,3]|length }}|{{ 'héllo'|count }}|{{ {'a':1}|length }}|"

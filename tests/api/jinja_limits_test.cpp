@@ -114,5 +114,18 @@ TEST(ChatTemplateApi, RejectsReservedKwargsAndBadMessages) {
   EXPECT_EQ(*ok, "1");
 }
 
+TEST(ChatTemplateApi, AcceptsPlainJson) {
+  // Callers holding nlohmann::json (sorted keys) convert implicitly.
+  auto parsed = ChatTemplate::parse("{{ messages[0].content }}|{{ tools|tojson }}|{{ effort }}");
+  ASSERT_TRUE(parsed.ok());
+  const nlohmann::json messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
+  ChatRenderOptions options;
+  options.tools = nlohmann::json::parse(R"([{"b": 1, "a": 2}])");
+  options.extra_kwargs = nlohmann::json{{"effort", "low"}};
+  auto out = parsed->render(messages, options);
+  ASSERT_TRUE(out.ok()) << out.error_message();
+  EXPECT_EQ(*out, R"(hi|[{"a": 2, "b": 1}]|low)");
+}
+
 }  // namespace
 }  // namespace sluice::api

@@ -13,12 +13,12 @@
 namespace sluice::jinja {
 namespace {
 
-constexpr std::array<std::string_view, 43> kFilters = {
+constexpr std::array<std::string_view, 44> kFilters = {
     "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
     "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
     "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr",
     "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount", "center",
-    "batch", "forceescape", "truncate"};
+    "batch", "forceescape", "truncate", "format"};
 
 std::string str_of(const Value& v) { return to_str(v); }
 
@@ -575,6 +575,23 @@ Value apply_filter(Interpreter& in, std::string_view name, Value v, CallArgs&& a
       out.emplace_back(std::move(current));
     }
     return Value::iterator(std::move(out));
+  }
+  if (name == "format") {
+    // jinja2: soft_str(value) % (kwargs or args).
+    if (!args.positional.empty() && !args.keyword.empty()) {
+      throw RenderError("can't handle positional and keyword arguments at the same time");
+    }
+    Value operands;
+    if (!args.keyword.empty()) {
+      Dict d;
+      for (auto& [k, item] : args.keyword) d.set(k, std::move(item));
+      operands = Value(std::move(d));
+    } else {
+      operands = Value::tuple(std::move(args.positional));
+    }
+    std::string out = percent_format(str_of(v), operands);
+    in.check_size(out.size());
+    return out;
   }
   if (name == "truncate") {
     BoundArgs a(fn, std::move(args), {"length", "killwords", "end", "leeway"});
