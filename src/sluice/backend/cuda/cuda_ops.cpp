@@ -204,6 +204,9 @@ class CudaOps final : public Ops {
 
   // --- step ---
   void begin_step(const StepLayout& layout) override {
+    // The current device is per host thread; the engine may step on another
+    // thread than the one that made this Ops.
+    SLUICE_CUDA_CHECK(cudaSetDevice(options_.device_index));
     finish_step_graph();
     scratch_.reset();
     std::optional<GraphKey> key = graph_key(layout);
