@@ -46,6 +46,25 @@ TEST(JinjaParseErrors, DeepNestingIsAnErrorNotACrash) {
   std::string nots = "{{ ";
   for (int i = 0; i < 5000; ++i) nots += "not ";
   EXPECT_FALSE(ChatTemplate::parse(nots + "x }}").ok());
+  // Long chains are built by loops but evaluated (and destroyed) recursively.
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 100000; ++i) sum += " + 1";
+  EXPECT_FALSE(ChatTemplate::parse(sum + " }}").ok());
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 100000; ++i) filters += "|trim";
+  EXPECT_FALSE(ChatTemplate::parse(filters + " }}").ok());
+  std::string attributes = "{{ x";
+  for (int i = 0; i < 100000; ++i) attributes += ".a";
+  EXPECT_FALSE(ChatTemplate::parse(attributes + " }}").ok());
+  std::string blocks;
+  for (int i = 0; i < 20000; ++i) blocks += "{% if true %}";
+  EXPECT_FALSE(ChatTemplate::parse(blocks).ok());
+  // Moderate nesting stays fine.
+  std::string moderate = "{{ 1";
+  for (int i = 0; i < 100; ++i) moderate += " + 1";
+  auto ok = ChatTemplate::parse(moderate + " }}");
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(ok->render(nlohmann::ordered_json::array(), {}).value(), "101");
 }
 
 TEST(JinjaLimits, OperationBudgetStopsNestedLoops) {

@@ -45,6 +45,7 @@ enum class Op {
 struct Expr {
   ExprKind kind;
   int line = 0;
+  int depth = 1;              // height of this subtree; bounded by the parser
   Value value;                // kLiteral
   std::string name;           // kName, kGetAttr, kFilter, kTest
   Op op = Op::kAdd;           // kUnary, kBinary

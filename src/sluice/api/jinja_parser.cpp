@@ -128,6 +128,7 @@ class Parser {
 
   StmtPtr parse_statement() {
     const Token& tag = advance();
+    BlockDepthGuard guard(*this, tag);
     const std::string& name = tag.text;
     if (name == "if") return parse_if(tag);
     if (name == "for") return parse_for(tag);
@@ -310,6 +311,15 @@ class Parser {
     return e;
   }
 
+  // Nested blocks recurse in the parser, the evaluator and the destructor.
+  struct BlockDepthGuard {
+    BlockDepthGuard(Parser& p, const Token& tag) : parser(p) {
+      if (++parser.block_depth_ > kMaxNestingDepth) parser.fail_at(tag, "blocks nested too deeply");
+    }
+    ~BlockDepthGuard() { --parser.block_depth_; }
+    Parser& parser;
+  };
+
   struct DepthGuard {
     explicit DepthGuard(Parser& p) : parser(p) {
       if (++parser.depth_ > kMaxNestingDepth) parser.fail_at(parser.current(), "expression nested too deeply");
@@ -330,7 +340,7 @@ class Parser {
       if (!starts_expression()) break;
       tuple->items.push_back(allow_condition ? parse_expression() : parse_or());
     }
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   bool starts_expression() const {
@@ -358,7 +368,7 @@ class Parser {
       } else {
         cond->items.push_back(nullptr);
       }
-      expr = std::move(cond);
+      expr = sealed(std::move(cond));
     }
     return expr;
   }
@@ -368,6 +378,23 @@ class Parser {
     e->op = op;
     e->operand = std::move(left);
     e->items.push_back(std::move(right));
+    return sealed(std::move(e));
+  }
+
+  // Records the subtree height and refuses deep trees: long operator, filter or
+  // attribute chains are built by loops, not recursion, but evaluating and
+  // destroying them recurses, so their height is bounded here.
+  ExprPtr sealed(ExprPtr e) {
+    int depth = 0;
+    auto visit = [&depth](const ExprPtr& child) {
+      if (child) depth = std::max(depth, child->depth);
+    };
+    visit(e->operand);
+    for (const ExprPtr& c : e->items) visit(c);
+    for (const ExprPtr& c : e->keys) visit(c);
+    for (const auto& [name, c] : e->keyword) visit(c);
+    e->depth = depth + 1;
+    if (e->depth > kMaxNestingDepth) fail_at(current(), "expression nested too deeply");
     return e;
   }
 
@@ -396,7 +423,7 @@ class Parser {
       auto e = make_expr(ExprKind::kUnary, line);
       e->op = Op::kNot;
       e->operand = parse_not();
-      return e;
+      return sealed(std::move(e));
     }
     return parse_compare();
   }
@@ -480,6 +507,7 @@ class Parser {
       node = make_expr(ExprKind::kUnary, line);
       node->op = op;
       node->operand = parse_unary(false);
+      node = sealed(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -551,7 +579,7 @@ class Parser {
       tuple->items.push_back(parse_expression());
     }
     expect_op(")");
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   ExprPtr parse_list() {
@@ -562,7 +590,7 @@ class Parser {
       e->items.push_back(parse_expression());
     }
     advance();
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_dict() {
@@ -575,7 +603,7 @@ class Parser {
       e->items.push_back(parse_expression());
     }
     advance();
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -586,13 +614,13 @@ class Parser {
           auto e = make_expr(ExprKind::kGetItem, line);
           e->operand = std::move(node);
           e->items.push_back(literal(Value(static_cast<std::int64_t>(std::strtoll(advance().text.c_str(), nullptr, 10))), line));
-          node = std::move(e);
+          node = sealed(std::move(e));
           continue;
         }
         auto e = make_expr(ExprKind::kGetAttr, line);
         e->operand = std::move(node);
         e->name = expect_name();
-        node = std::move(e);
+        node = sealed(std::move(e));
       } else if (is_op("[")) {
         node = parse_subscript(std::move(node));
       } else if (is_op("(")) {
@@ -623,12 +651,12 @@ class Parser {
       auto e = make_expr(ExprKind::kGetItem, line);
       e->operand = std::move(node);
       e->items.push_back(std::move(parts[0]));
-      return e;
+      return sealed(std::move(e));
     }
     auto e = make_expr(ExprKind::kSlice, line);
     e->operand = std::move(node);
     for (auto& p : parts) e->items.push_back(std::move(p));
-    return e;
+    return sealed(std::move(e));
   }
 
   void parse_call_args(std::vector<ExprPtr>& args, std::vector<std::pair<std::string, ExprPtr>>& keyword) {
@@ -655,7 +683,7 @@ class Parser {
     auto e = make_expr(ExprKind::kCall, current().line);
     e->operand = std::move(node);
     parse_call_args(e->items, e->keyword);
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
@@ -668,7 +696,7 @@ class Parser {
         e->name = std::move(f.name);
         e->items = std::move(f.args);
         e->keyword = std::move(f.keyword);
-        node = std::move(e);
+        node = sealed(std::move(e));
       } else if (is_name("is")) {
         node = parse_test(std::move(node));
       } else if (is_op("(")) {
@@ -709,13 +737,14 @@ class Parser {
         e->items.push_back(parse_postfix(parse_primary()));
       }
     }
-    return e;
+    return sealed(std::move(e));
   }
 
   std::vector<Token> tokens_;
   std::size_t pos_ = 0;
   int loop_depth_ = 0;
   int depth_ = 0;
+  int block_depth_ = 0;
 };
 
 }  // namespace
