@@ -42,7 +42,9 @@ const baseURL = `http://127.0.0.1:${port}`;
 
 // Bounded readiness poll: /health is 503 while the model loads.
 let ready = false;
-for (let attempt = 0; attempt < 600 && !ready; ++attempt) {
+let gone = false;
+exited.then(() => { gone = true; });
+for (let attempt = 0; attempt < 600 && !ready && !gone; ++attempt) {
   try {
     ready = (await fetch(`${baseURL}/health`)).status === 200;
   } catch { /* not accepting yet */ }
@@ -50,7 +52,7 @@ for (let attempt = 0; attempt < 600 && !ready; ++attempt) {
 }
 if (!ready) {
   server.kill('SIGKILL');
-  throw new Error('server never became healthy');
+  throw new Error(gone ? 'server exited before it became healthy' : 'server never became healthy');
 }
 
 const ctx = { baseURL, apiKey: API_KEY, model: 'tiny', sluice, modelDir, server };
