@@ -68,6 +68,26 @@ TEST(KvCacheManager, SecondRequestHitsTheSharedPrefix) {
   EXPECT_EQ(kv.match_prefix(h, 9).num_cached_tokens, 8) << "freed but cached blocks stay reusable";
 }
 
+TEST(KvCacheManager, ExtendProbeContinuesWhereTheLastProbeStopped) {
+  KvCacheManager kv(config(16));
+  const auto prompt = iota_tokens(17, 5);  // 4 full blocks + 1
+  const auto h = hashes_of(prompt);
+  PrefixProbe probe = kv.probe_prefix(h, 16);
+  EXPECT_EQ(probe.num_hit_blocks, 0);
+  // Another sequence computes the first 10 tokens (2 full blocks) of the same prompt.
+  ASSERT_TRUE(kv.commit({.seq_id = 1, .num_tokens = 10}).ok());
+  kv.cache_computed_blocks(1, h, 10);
+  const std::int64_t evictions = kv.num_evicted_blocks();
+  kv.extend_probe(h, 16, probe);
+  EXPECT_EQ(probe.num_hit_blocks, 2);
+  EXPECT_EQ(probe.num_hit_free_blocks, 0) << "in use by sequence 1";
+  EXPECT_EQ(kv.num_evicted_blocks(), evictions);
+  const PrefixProbe fresh = kv.probe_prefix(h, 16);
+  EXPECT_EQ(fresh.num_hit_blocks, probe.num_hit_blocks);
+  kv.free(1);
+  EXPECT_EQ(kv.probe_prefix(h, 16).num_hit_free_blocks, 2);
+}
+
 TEST(KvCacheManager, CommitFailsWithoutChangingAnything) {
   KvCacheManager kv(config(2));
   ASSERT_TRUE(kv.commit({.seq_id = 1, .num_tokens = 5}).ok());

@@ -126,10 +126,10 @@ SchedState EngineCore::build_sched_state(double now_ms) {
         .arrival_ms = r.timeline.arrival_ms,
     });
   }
+  refresh_prefix_probes();
   for (SequenceId id : waiting_) {
     const RequestState& r = *requests_.at(id);
-    // At least the last token is computed, so there is a position to sample from.
-    const PrefixProbe probe = kv_.probe_prefix(r.block_hashes, r.num_tokens() - 1);
+    const PrefixProbe& probe = r.probe;
     sched_waiting_.push_back(SchedRequest{
         .seq_id = id,
         .num_tokens = r.num_tokens(),
@@ -149,6 +149,32 @@ SchedState EngineCore::build_sched_state(double now_ms) {
                     .step_index = step_index_};
 }
 
+// Waiting requests' prefix probes, kept across steps: while nothing has been
+// evicted a probe only needs extending past its last hit (O(1) when nothing
+// changed). After evictions a probe must be redone from the start; those
+// re-probes share a per-step budget of block lookups, rotating through the
+// queue, and a probe not yet redone stays as it was (the planner's estimate
+// may be stale; commit_plan matches exactly).
+void EngineCore::refresh_prefix_probes() {
+  constexpr std::int64_t kReprobeBudgetBlocks = 16384;
+  const std::int64_t evictions = kv_.num_evicted_blocks();
+  std::int64_t budget = kReprobeBudgetBlocks;
+  const std::size_t n = waiting_.size();
+  const std::size_t first = n == 0 ? 0 : static_cast<std::size_t>(step_index_ % n);
+  for (std::size_t k = 0; k < n; ++k) {
+    RequestState& r = *requests_.at(waiting_[(first + k) % n]);
+    // At least the last token is computed, so there is a position to sample from.
+    const std::int32_t max_cached_tokens = r.num_tokens() - 1;
+    if (r.probe_evictions == evictions) {
+      kv_.extend_probe(r.block_hashes, max_cached_tokens, r.probe);
+    } else if (budget > 0 || r.probe_evictions < 0) {
+      r.probe = kv_.probe_prefix(r.block_hashes, max_cached_tokens);
+      r.probe_evictions = evictions;
+      budget -= r.probe.num_hit_blocks + 1;
+    }
+  }
+}
+
 void EngineCore::preempt(SequenceId seq_id, double now_ms) {
   (void)now_ms;
   RequestState& r = *requests_.at(seq_id);
@@ -156,6 +182,7 @@ void EngineCore::preempt(SequenceId seq_id, double now_ms) {
   kv_.free(seq_id);
   r.num_computed_tokens = 0;  // recompute; its blocks stay cached until evicted, so it may hit them
   r.phase = RequestPhase::kWaiting;
+  r.probe_evictions = -1;
   ++r.timeline.num_preemptions;
   ++num_preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), seq_id));

@@ -53,6 +53,7 @@ class EngineCore {
 
  private:
   SchedState build_sched_state(double now_ms);
+  void refresh_prefix_probes();
   void preempt(SequenceId seq_id, double now_ms);
   // Applies the plan to the KV cache and builds the batch; a sequence whose
   // blocks cannot be had after all sits this step out.

@@ -14,6 +14,7 @@
 #include "sluice/backend/batch.h"
 #include "sluice/engine/engine.h"
 #include "sluice/kv/block_hash.h"
+#include "sluice/kv/kv_cache_manager.h"
 
 namespace sluice {
 
@@ -30,6 +31,11 @@ struct RequestState {
   std::int32_t max_num_tokens = 0;       // prompt + max_tokens, capped by max_model_len
   RequestPhase phase = RequestPhase::kWaiting;
   bool ever_admitted = false;
+  // While waiting: the last prefix probe, and the KV eviction count it saw
+  // (-1: none yet). Probing a 100k-token prompt walks 6k blocks; doing that
+  // for every waiting request every step would cost more than the step.
+  PrefixProbe probe;
+  std::int64_t probe_evictions = -1;
   double last_token_ms = 0.0;            // for the decode-stall gauge
   std::shared_ptr<RequestStream> stream;
   RequestTimeline timeline;

@@ -50,6 +50,18 @@ PrefixProbe KvCacheManager::probe_prefix(std::span<const BlockHash> block_hashes
   return probe;
 }
 
+void KvCacheManager::extend_probe(std::span<const BlockHash> block_hashes, std::int32_t max_cached_tokens,
+                                  PrefixProbe& probe) const {
+  if (!config_.enable_prefix_caching) return;
+  const auto max_blocks = static_cast<std::size_t>(std::max(0, max_cached_tokens) / config_.block_size_tokens);
+  for (auto i = static_cast<std::size_t>(probe.num_hit_blocks); i < std::min(max_blocks, block_hashes.size()); ++i) {
+    const std::optional<BlockId> block = pool_.lookup(block_hashes[i]);
+    if (!block) break;
+    ++probe.num_hit_blocks;
+    if (pool_.ref_count(*block) == 0) ++probe.num_hit_free_blocks;
+  }
+}
+
 std::int32_t KvCacheManager::num_blocks_needed(SequenceId seq_id, std::int32_t num_tokens,
                                                std::int32_t num_hit_blocks) const {
   const std::int32_t total = ceil_div(num_tokens, config_.block_size_tokens);

@@ -68,6 +68,14 @@ class KvCacheManager {
   // last token to compute, so there is something to sample from).
   PrefixMatch match_prefix(std::span<const BlockHash> block_hashes, std::int32_t max_cached_tokens) const;
   PrefixProbe probe_prefix(std::span<const BlockHash> block_hashes, std::int32_t max_cached_tokens) const;
+  // Continues an earlier probe past its last hit. Valid while no block has
+  // been evicted since that probe (num_evicted_blocks() unchanged): blocks
+  // leave the cache only by eviction, so the earlier hits still stand. Its
+  // num_hit_free_blocks is then approximate (others may have taken or freed
+  // those blocks since), which admission tolerates: commit() re-checks.
+  void extend_probe(std::span<const BlockHash> block_hashes, std::int32_t max_cached_tokens,
+                    PrefixProbe& probe) const;
+  std::int64_t num_evicted_blocks() const { return pool_.counters().num_evicted_blocks; }
   // Blocks commit() would have to take from the pool for the sequence to hold
   // num_tokens tokens, given num_hit_blocks of them come from the cache (new sequences).
   std::int32_t num_blocks_needed(SequenceId seq_id, std::int32_t num_tokens, std::int32_t num_hit_blocks = 0) const;
