@@ -10,5 +10,6 @@ void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize, detokenize
+void add_serve_command(CLI::App& app);
 
 }  // namespace sluice::cli

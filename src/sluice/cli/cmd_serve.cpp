@@ -1,0 +1,226 @@
+// `sluice serve`: the OpenAI-compatible server on the CPU backend. Flags use
+// vLLM's names where the meaning is the same; a flag that would have no effect
+// here is refused at start, and every flag's value is logged.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/cli/commands.h"
+#include "sluice/common/io.h"
+#include "sluice/engine/engine.h"
+#include "sluice/model/config.h"
+#include "sluice/model/model_runner.h"
+#include "sluice/server/server.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model_dir;  // empty = the built-in default model beside the binary
+  std::vector<std::string> served_model_names;
+  server::ServerConfig server;
+  std::string scheduling_policy = "sluice";
+  std::string eviction_policy = "slru";
+  EngineConfig engine;
+  std::int32_t block_size_tokens = 16;
+  std::int64_t kv_cache_memory_bytes = 1LL << 30;
+  int num_threads = 0;
+  double shutdown_timeout_s = 30.0;
+  double keepalive_interval_s = 10.0;
+  double stats_log_interval_s = 5.0;
+  std::string reasoning_parser = "auto";
+  std::int32_t tensor_parallel_size = 1;
+  std::optional<double> gpu_memory_utilization;
+  std::string log_level = "info";
+};
+
+std::string default_model_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "default-model";
+  return (exe.parent_path() / "default-model").string();
+}
+
+Result<std::string> read_model_type(const std::string& model_dir) {
+  SLUICE_TRY_ASSIGN(text, read_file(model_dir + "/config.json"));
+  const auto config = nlohmann::json::parse(text, nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return Error{model_dir + "/config.json is not a JSON object"};
+  return config.value("model_type", std::string());
+}
+
+Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) {
+  const std::string& dir = args.model_dir;
+  const auto started = std::chrono::steady_clock::now();
+  SLUICE_TRY_ASSIGN(config, load_model_config(dir));
+  SLUICE_TRY_ASSIGN(model_type, read_model_type(dir));
+  SLUICE_TRY_ASSIGN(tokenizer, Tokenizer::load(dir));
+  auto context = std::make_shared<server::ModelContext>(server::ModelContext{.tokenizer = std::move(tokenizer)});
+  context->model_type = model_type;
+  context->served_model_names = args.served_model_names;
+  if (context->served_model_names.empty())
+    context->served_model_names.push_back(args.model_dir.empty() ? "default" : args.model_dir);
+  if (!context->tokenizer.chat_template().empty()) {
+    auto parsed = api::ChatTemplate::parse(context->tokenizer.chat_template());
+    if (!parsed) return Error{dir + ": chat template: " + parsed.error().message};
+    context->chat_template = std::move(parsed).value();
+  } else {
+    spdlog::warn("{} has no chat template: /v1/chat/completions will refuse requests", dir);
+  }
+  if (args.reasoning_parser == "auto") {
+    context->output_format = server::output_format_for_model_type(model_type);
+  } else {
+    SLUICE_TRY_ASSIGN(format, server::output_format_by_name(args.reasoning_parser));
+    context->output_format = format;
+  }
+  for (std::int32_t id : config.eos_token_ids) context->eos_token_ids.push_back(id);
+  if (auto eos = context->tokenizer.eos_token_id(); eos && std::find(context->eos_token_ids.begin(),
+                                                                     context->eos_token_ids.end(),
+                                                                     *eos) == context->eos_token_ids.end())
+    context->eos_token_ids.push_back(*eos);
+
+  ModelRunnerOptions runner_options{.block_size_tokens = args.block_size_tokens,
+                                    .kv_cache_bytes = args.kv_cache_memory_bytes,
+                                    .max_model_len_tokens = args.engine.max_model_len_tokens,
+                                    .show_progress = isatty(2) != 0};
+  SLUICE_TRY_ASSIGN(backend, make_model_runner(dir, make_cpu_ops({.num_threads = args.num_threads}), runner_options));
+  EngineConfig engine_config = args.engine;
+  SLUICE_TRY_ASSIGN(scheduling, parse_scheduling_policy(args.scheduling_policy));
+  SLUICE_TRY_ASSIGN(eviction, parse_eviction_policy(args.eviction_policy));
+  engine_config.scheduling = scheduling;
+  engine_config.eviction = eviction;
+  SLUICE_TRY(validate(engine_config, backend->info()));
+  context->max_model_len_tokens = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
+                                                                           : backend->info().max_model_len_tokens;
+  spdlog::info("model {} ({}): {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
+               dir, model_type, config.num_layers, backend->info().vocab_size, context->max_model_len_tokens,
+               backend->info().num_kv_blocks, backend->info().block_size_tokens,
+               context->output_format.name);
+  context->engine = std::make_unique<Engine>(std::move(backend), nullptr, engine_config);
+  context->created_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::info("model loaded in {:.2f} s", load_s);
+  return context;
+}
+
+// Flags that exist in vLLM but would do nothing here: refused, never ignored.
+Status check_inert_flags(const ServeArgs& args) {
+  if (args.tensor_parallel_size != 1)
+    return Error{fmt::format("--tensor-parallel-size {} has no effect on the CPU backend (only 1 is supported)",
+                             args.tensor_parallel_size)};
+  if (args.gpu_memory_utilization)
+    return Error{"--gpu-memory-utilization has no effect on the CPU backend; size the KV cache with --kv-cache-memory"};
+  if (!args.engine.enable_prefix_caching && args.eviction_policy != "slru")
+    return Error{"--kv-eviction-policy has no effect with --no-enable-prefix-caching"};
+  return Ok{};
+}
+
+void log_flags(CLI::App& cmd) {
+  for (const CLI::Option* option : cmd.get_options()) {
+    if (option->get_name() == "--help") continue;
+    std::string value;
+    if (option->count() > 0) {
+      for (const std::string& r : option->results()) value += (value.empty() ? "" : " ") + r;
+    } else {
+      value = option->get_default_str();
+    }
+    spdlog::info("flag {} = {}", option->get_name(), value.empty() ? "(unset)" : value);
+  }
+}
+
+Status run_serve(ServeArgs args, CLI::App& cmd) {
+  spdlog::set_level(spdlog::level::from_str(args.log_level));
+  log_flags(cmd);
+  SLUICE_TRY(check_inert_flags(args));
+  if (args.model_dir.empty()) {
+    args.model_dir = default_model_dir();
+    if (args.served_model_names.empty()) args.served_model_names.push_back("default");
+    if (!std::filesystem::exists(args.model_dir + "/config.json"))
+      return Error{fmt::format("no --model given and the built-in default model is missing at {} "
+                               "(scripts/make-default-model writes it)",
+                               args.model_dir)};
+  }
+  auto to_ms = [](double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0)); };
+  args.server.shutdown_timeout = to_ms(args.shutdown_timeout_s);
+  args.server.service.keepalive_interval = to_ms(args.keepalive_interval_s);
+  args.server.stats_log_interval = to_ms(args.stats_log_interval_s);
+  return server::run_server(args.server, [&args] { return load_model(args); });
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (CPU backend)");
+  cmd->option_defaults()->always_capture_default();
+  auto& a = *args;
+  cmd->add_option("--model", a.model_dir, "Hugging Face model directory (default: the built-in default model)");
+  cmd->add_option("--host", a.server.host, "address to bind (127.0.0.1 keeps it local)");
+  cmd->add_option("--port", a.server.port, "port (0 = any free port; the bound one is printed)");
+  cmd->add_option("--api-key", a.server.service.api_key, "required as 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--served-model-name", a.served_model_names, "names clients may use; the first is reported");
+  cmd->add_option("--max-model-len", a.engine.max_model_len_tokens, "prompt + output tokens (0 = the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-seqs", a.engine.max_num_seqs, "running requests at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", a.engine.max_num_batched_tokens, "tokens per engine step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--long-prefill-token-threshold", a.engine.long_prefill_token_threshold,
+                  "per-request prefill chunk cap (0 = none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.engine.enable_prefix_caching,
+                "reuse KV blocks of shared prompt prefixes");
+  cmd->add_option("--kv-eviction-policy", a.eviction_policy, "prefix cache eviction: lru or slru");
+  cmd->add_option("--scheduling-policy", a.scheduling_policy,
+                  "sluice, fcfs, round-robin, prefill-first, decode-first-token-budget");
+  cmd->add_option("--max-num-queued-reqs", a.engine.max_num_queued_requests, "waiting requests before 503")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-queued-tokens", a.engine.max_num_queued_tokens,
+                  "waiting prompt tokens before 503 (0 = unlimited)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-step-ms", a.engine.max_step_ms, "predicted-time bound of one engine step");
+  cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--block-size", a.block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-memory", a.kv_cache_memory_bytes, "KV cache size in bytes (CPU backend)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", a.num_threads, "CPU compute threads (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--api-threads", a.server.num_io_threads, "HTTP threads")->check(CLI::PositiveNumber);
+  cmd->add_option("--reasoning-parser", a.reasoning_parser,
+                  "reasoning and tool-call format: auto (by model_type), none, qwen3, hermes, deepseek_r1, "
+                  "deepseek_v3, deepseek_v31");
+  cmd->add_option("--max-request-body-bytes", a.server.http.max_body_bytes, "413 beyond")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-request-header-bytes", a.server.http.max_header_bytes, "431 beyond")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-n", a.server.service.limits.max_n, "cap on n")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-logprobs", a.server.service.limits.max_logprobs, "cap on top_logprobs / logprobs")
+      ->check(CLI::Range(0, 20));
+  cmd->add_option("--max-stop-sequences", a.server.service.limits.max_stop_sequences, "cap on the stop list")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tools", a.server.service.limits.max_tools, "cap on tools")->check(CLI::PositiveNumber);
+  cmd->add_flag("--trust-request-chat-template", a.server.service.limits.allow_request_chat_template,
+                "accept a request-supplied chat_template (off: they are refused)");
+  cmd->add_option("--sse-keepalive-interval", a.keepalive_interval_s,
+                  "seconds between ': keep-alive' lines while a stream has nothing else to send (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stats-log-interval", a.stats_log_interval_s, "seconds between stats log lines (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size, "must be 1 on the CPU backend");
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization, "not valid on the CPU backend");
+  cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
+  cmd->callback([args, cmd] {
+    if (auto status = run_serve(*args, *cmd); !status) {
+      spdlog::error("{}", status.error().message);
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace sluice::cli
