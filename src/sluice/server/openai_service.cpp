@@ -386,7 +386,8 @@ void OpenAiService::handle_detokenize(const HttpRequest& http_request, const std
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) return reply_error(exchange, bad_request("'tokens' must be an array", "tokens"));
   std::vector<TokenId> ids;
-  const std::int32_t vocab = model.tokenizer.vocab_size();
+  // The model's vocabulary may be larger than the tokenizer's; such ids decode to nothing.
+  const std::int32_t vocab = std::max(model.tokenizer.vocab_size(), model.engine->backend_info().vocab_size);
   for (const Json& id : *it) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= vocab)
       return reply_error(exchange, bad_request("'tokens' must hold token ids of this model", "tokens"));
