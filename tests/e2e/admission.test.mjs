@@ -1,0 +1,55 @@
+// Bounded admission: with one running slot and a queue of one, a third
+// request is refused at once with 503 + Retry-After (gateways fail over on it),
+// and the server keeps serving. Runs its own server with those caps.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { raw, assertErrorEnvelope, eventually } from './helpers.mjs';
+
+async function startServer(ctx, extraArgs) {
+  const server = spawn(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', '--api-key', ctx.apiKey,
+    '--served-model-name', 'tiny', '--threads', '1', '--stats-log-interval', '0', '--log-level', 'warn',
+    '--kv-cache-memory', String(64 << 20), '--shutdown-timeout', '0', ...extraArgs],
+  { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise((res) => server.on('exit', (code) => res(code)));
+  const port = await new Promise((res, rej) => {
+    let buffered = '';
+    server.stdout.on('data', (d) => {
+      buffered += d.toString();
+      const m = buffered.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) res(Number(m[1]));
+    });
+    exited.then(() => rej(new Error('server exited')));
+  });
+  const sub = { ...ctx, baseURL: `http://127.0.0.1:${port}` };
+  await eventually(async () => (await fetch(`${sub.baseURL}/health`).catch(() => ({}))).status === 200, 'health');
+  return { sub, server, exited };
+}
+
+export const tests = {
+  async 'queue full is a fast 503 with Retry-After'(ctx) {
+    const { sub, server, exited } = await startServer(ctx, ['--max-num-seqs', '1', '--max-num-queued-reqs', '1']);
+    try {
+      const long = JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 3000, ignore_eos: true, stream: true });
+      const controllers = [new AbortController(), new AbortController()];
+      const inflight = controllers.map((c) => fetch(`${sub.baseURL}/v1/completions`, { method: 'POST', body: long,
+        signal: c.signal, headers: { 'content-type': 'application/json', authorization: `Bearer ${ctx.apiKey}` } })
+        .catch(() => {}));
+      await eventually(async () => {
+        const m = (await raw(sub, '/metrics', { method: 'GET' })).text;
+        return /vllm:num_requests_running\{[^}]*\} 1\n/.test(m) && /vllm:num_requests_waiting\{[^}]*\} 1\n/.test(m);
+      }, 'one running and one waiting');
+      const started = Date.now();
+      const r = await raw(sub, '/v1/completions', { body: JSON.stringify({ model: 'tiny', prompt: 'y', max_tokens: 2,
+        stream: true }) });
+      assertErrorEnvelope(r, 503);
+      assert.ok(Number(r.headers.get('retry-after')) >= 1);
+      assert.ok(!/event-stream/.test(r.headers.get('content-type')));
+      assert.ok(Date.now() - started < 1000);
+      for (const c of controllers) c.abort();
+      await Promise.all(inflight);
+    } finally {
+      server.kill('SIGTERM');
+      assert.equal(await exited, 0);
+    }
+  },
+};
