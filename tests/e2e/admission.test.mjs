@@ -26,6 +26,23 @@ async function startServer(ctx, extraArgs) {
 }
 
 export const tests = {
+  async 'keep-alive comments during a long prefill, before the first data line'(ctx) {
+    const { sub, server, exited } = await startServer(ctx, ['--sse-keepalive-interval', '0.01']);
+    try {
+      const prompt = Array.from({ length: 400 }, (_, i) => (i * 7919) % 2000);
+      const r = await raw(sub, '/v1/completions', { body: JSON.stringify({ model: 'tiny', prompt, max_tokens: 1,
+        stream: true }) });
+      assert.equal(r.status, 200);
+      const firstComment = r.text.indexOf(': keep-alive\n\n');
+      assert.ok(firstComment >= 0, 'no keep-alive comment');
+      assert.ok(firstComment < r.text.indexOf('data: '), 'keep-alive only after the first data line');
+      assert.ok(r.text.endsWith('data: [DONE]\n\n'));
+    } finally {
+      server.kill('SIGTERM');
+      assert.equal(await exited, 0);
+    }
+  },
+
   async 'queue full is a fast 503 with Retry-After'(ctx) {
     const { sub, server, exited } = await startServer(ctx, ['--max-num-seqs', '1', '--max-num-queued-reqs', '1']);
     try {
