@@ -33,6 +33,7 @@ const std::vector<Snippet>& snippets() {
       {"inline_if", "{{ x if x else 'no' }}|{{ 'y' if false }}|{{ 'a' if 0 else 'b' if 1 else 'c' }}", R"({"x": ""})"},
       {"literals", "{{ (1, 2) }} {{ {'a': [1, {'b': none}], 'c': \"it's\"} }} {{ [] }} {{ {} }} {{ 'say \"hi\"' }} "
                    "{{ \"a\\nb\\tc\\\\\" }} {{ '\\u00e9\\x41' }} {{ 'adj' 'acent' }} {{ [true, false, none] }}", "{}"},
+      {"repr_escapes", "{{ l }}", R"({"l": ["zero\u200bwidth", "nb\u00a0sp", "tab\t", "bell\u0007", "\ue000pua", "flag\ud83c\udff4\udb40\udc67\udb40\udc7f", "vs\ufe0f", "ok é 日本 😀", "quote'\"both"]})"},
       {"print_values", "{{ d }} {{ l }} {{ s }} {{ n }} {{ b }}",
        R"({"d": {"z": 1, "a": "x\ny", "q": "it's \"q\""}, "l": [1.5, "é", null], "s": "plain", "n": null, "b": false})"},
       {"slicing", "{{ s[1:3] }} {{ s[::-1] }} {{ l[-2:] }} {{ l[::2] }} {{ s[-1] }} {{ l[10] }}|{{ 'héllo'[1] }} "
@@ -124,6 +125,8 @@ const std::vector<Snippet>& snippets() {
                   "{% if true %}{% set y = 2 %}{% endif %}{{ y }}|{% set ns = namespace(total=0, items=[]) %}"
                   "{% for i in range(4) %}{% set ns.total = ns.total + i %}{% set ns.items = ns.items + [i] %}{% endfor %}"
                   "{{ ns.total }} {{ ns.items }} {{ ns.missing }}|{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set t = (3, 4) %}{{ t[1] }}", "{}"},
+      {"self_reference", "{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns.me.me.n }}"
+                         "{% macro m() %}{{ ns.n }}{% endmacro %}{% set ns.m = m %}{{ ns.m() }}", "{}"},
       {"namespace_forms", "{% set ns = namespace(a=1) %}{% set ns.b = 'x' %}{{ ns.a }}{{ ns.b }}"
                           "{% set n2 = namespace({'k': 'v'}, z=2) %}{{ n2.k }}{{ n2.z }}", "{}"},
       {"block_set", "{% set block %}  Hello {{ who }}  {% endset %}[{{ block }}]{% set t | trim | upper %}  shout  {% endset %}[{{ t }}]"

@@ -71,6 +71,8 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   } catch (const jinja::SyntaxError& e) {
     return Error{"chat template line " + std::to_string(e.line) + ", column " + std::to_string(e.column) +
                  ": " + e.message};
+  } catch (const std::exception& e) {
+    return Error{std::string("chat template: internal error while parsing: ") + e.what()};
   }
 }
 
@@ -110,6 +112,9 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
     return interpreter.render(*template_, std::move(globals));
   } catch (const jinja::RenderError& e) {
     return Error{std::string("chat template ") + e.what()};
+  } catch (const std::exception& e) {
+    // A bug or resource exhaustion (bad_alloc) must fail this request, not the server.
+    return Error{std::string("chat template: internal error: ") + e.what()};
   }
 }
 

@@ -649,8 +649,9 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
     for (std::int64_t i = 0; i < count; ++i) out.emplace_back(start + i * step);
     return out;
   });
-  add("namespace", [](Interpreter&, CallArgs&& args) -> Value {
+  add("namespace", [](Interpreter& in, CallArgs&& args) -> Value {
     auto ns = std::make_shared<Namespace>();
+    in.track(ns);
     for (const Value& v : args.positional) {
       if (!v.is_dict()) throw RenderError("namespace() positional arguments must be dicts");
       for (const auto& [k, item] : v.as_dict().entries()) ns->attributes.set(k, item);

@@ -36,9 +36,21 @@ std::string Interpreter::render(const Template& tmpl, std::shared_ptr<Frame> glo
   try {
     exec_body(tmpl.body, root, out);
   } catch (const RenderError& e) {
+    release_cycles();
     throw RenderError("line " + std::to_string(current_line_) + ": " + e.what());
+  } catch (...) {
+    release_cycles();
+    throw;
   }
+  release_cycles();
   return out;
+}
+
+void Interpreter::release_cycles() {
+  for (const auto& scope : macro_scopes_) scope->vars.clear();
+  for (const auto& ns : namespaces_) ns->attributes = Dict();
+  macro_scopes_.clear();
+  namespaces_.clear();
 }
 
 void Interpreter::fail_budget() const {
@@ -107,6 +119,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Frame>&
       return Flow::kNormal;
     }
     case StmtKind::kMacro:
+      macro_scopes_.push_back(frame);
       frame->vars[s.target.names[0]] = make_macro(s, frame);
       return Flow::kNormal;
     case StmtKind::kBreak:

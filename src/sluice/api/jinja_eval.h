@@ -26,6 +26,7 @@ class VarMap {
  public:
   Value& operator[](const std::string& name);
   const Value* find(const std::string& name) const;
+  void clear() { entries_.clear(); }
 
  private:
   std::vector<std::pair<std::string, Value>> entries_;
@@ -54,6 +55,10 @@ class Interpreter {
     operations_ += n;
     if (operations_ > limits_.max_operations) fail_budget();
   }
+  // Namespaces can reference themselves (`set ns.me = ns`); they are emptied when
+  // the render ends so such shared_ptr cycles are freed.
+  void track(const std::shared_ptr<Namespace>& ns) { namespaces_.push_back(ns); }
+
   // Throws if a string about to be built would exceed the output cap.
   void check_size(std::size_t num_bytes) const;
   const RenderLimits& limits() const { return limits_; }
@@ -75,11 +80,16 @@ class Interpreter {
                      const std::vector<std::pair<std::string, ExprPtr>>& keyword,
                      const std::shared_ptr<Frame>& frame);
   void append(std::string& out, std::string_view text) const;
+  void release_cycles();
 
   RenderLimits limits_;
   std::int64_t operations_ = 0;
   int call_depth_ = 0;
   int current_line_ = 0;
+  // A macro holds the scope it was defined in, and that scope holds the macro: the
+  // cycle is broken by emptying these scopes when the render ends.
+  std::vector<std::shared_ptr<Frame>> macro_scopes_;
+  std::vector<std::shared_ptr<Namespace>> namespaces_;
 };
 
 }  // namespace sluice::jinja

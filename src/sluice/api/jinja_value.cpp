@@ -170,17 +170,23 @@ std::string python_float_repr(double d) {
 
 namespace {
 
+// str.isprintable() for repr(): control, format, separator (other than ' '),
+// surrogate and private-use characters are escaped. Covers the ranges chat text
+// meets; unassigned code points are treated as printable.
 bool is_printable_for_repr(char32_t cp) {
   if (cp < 0x20 || cp == 0x7F) return false;
   if (cp >= 0x80 && cp < 0xA0) return false;
-  if (cp == 0xAD) return false;
-  if (cp >= 0xDC80 && cp <= 0xDCFF) return false;
-  if (cp >= 0x2000 && cp <= 0x200F) return cp < 0x200B;  // spaces print, ZW* marks don't
-  if (cp >= 0x2028 && cp <= 0x202E) return false;
-  if (cp >= 0x2060 && cp <= 0x206F) return false;
-  if (cp == 0xFEFF) return false;
-  if (cp == 0x1680 || cp == 0x205F || cp == 0x3000) return false;  // separators other than ' '
-  if (cp == 0xA0 || cp == 0x202F) return false;
+  if (cp == 0xA0 || cp == 0xAD) return false;
+  if (cp >= 0x600 && cp <= 0x605) return false;
+  if (cp == 0x61C || cp == 0x6DD || cp == 0x70F || cp == 0x180E || cp == 0x1680) return false;
+  if (cp >= 0x2000 && cp <= 0x200F) return false;
+  if (cp >= 0x2028 && cp <= 0x202F) return false;
+  if (cp >= 0x205F && cp <= 0x206F) return false;
+  if (cp == 0x3000 || cp == 0xFEFF) return false;
+  if (cp >= 0xD800 && cp <= 0xF8FF) return false;  // surrogates (incl. escaped bytes), private use
+  if (cp >= 0xFFF9 && cp <= 0xFFFB) return false;
+  if (cp >= 0xE0000 && cp <= 0xE007F) return false;  // tag characters
+  if (cp >= 0xF0000) return false;                    // supplementary private use
   return true;
 }
 
@@ -209,7 +215,7 @@ std::string python_string_repr(std::string_view s) {
       out += "\\t";
     } else if (is_printable_for_repr(cp)) {
       utf8_append(out, cp);
-    } else if (cp < 0x100 || (cp >= 0xDC80 && cp <= 0xDCFF)) {
+    } else if (cp < 0x100 || (cp >= 0xDC80 && cp <= 0xDCFF)) {  // escaped raw byte → \xNN
       append_hex(out, "\\x", cp >= 0xDC80 ? cp - 0xDC00 : cp, 2);
     } else if (cp < 0x10000) {
       append_hex(out, "\\u", cp, 4);
