@@ -114,6 +114,7 @@ TEST(ChatRequest, BadInputs) {
          b["tools"] = Json::parse(R"([{"type":"function","function":{"name":"f"}}])");
          b["tool_choice"] = Json::parse(R"({"type":"function","function":{"name":"g"}})"); }, "tool_choice"},
       {"json_schema without schema", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_schema","json_schema":{"name":"x"}})"); }, "response_format"},
+      {"json_object is not constrained yet", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_object"})"); }, "response_format"},
       {"request template off", [](Json& b) { b["chat_template"] = "{{ messages }}"; }, "chat_template"},
       {"kwargs override messages", [](Json& b) { b["chat_template_kwargs"] = {{"messages", 1}}; }, "chat_template_kwargs"},
       {"logit_bias", [](Json& b) { b["logit_bias"] = {{"5", 10}}; }, "logit_bias"},

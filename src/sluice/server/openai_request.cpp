@@ -338,16 +338,11 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const RequestLimits& li
     if (const Json* format = find(body, "response_format")) {
       if (!format->is_object()) fail("'response_format' must be an object", "response_format");
       const auto type = read_string(*format, "type").value_or("");
-      if (type == "json_schema") {
-        const Json* schema = find(*format, "json_schema");
-        if (!schema || !schema->is_object() || !find(*schema, "schema"))
-          fail("response_format json_schema needs 'json_schema.schema'", "response_format");
-        request.json_object = true;
-      } else if (type == "json_object") {
-        request.json_object = true;
-      } else if (type != "text") {
-        fail(fmt::format("unknown response_format type '{}'", type), "response_format");
-      }
+      // Constrained decoding does not exist yet: refuse rather than return
+      // unconstrained text to a client that asked for JSON.
+      if (type == "json_object" || type == "json_schema")
+        fail(fmt::format("response_format type '{}' is not supported by this server yet", type), "response_format");
+      if (type != "text") fail(fmt::format("unknown response_format type '{}'", type), "response_format");
     }
     return request;
   } catch (const Invalid& invalid) {

@@ -68,7 +68,6 @@ struct ChatRequest {
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   std::optional<std::string> chat_template;  // only when RequestLimits allows it
   bool add_generation_prompt = true;
-  bool json_object = false;  // response_format json_object / json_schema
 };
 
 using PromptInput = std::variant<std::string, std::vector<TokenId>>;
