@@ -2,33 +2,19 @@
 // input that must exit non-zero with a message, never crash.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "../support/run_command.h"
 #include "test_models.h"
 
 namespace sluice {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using testing::RunResult;
 
-RunResult run(const std::string& args) {
-  const std::string command = std::string(SLUICE_BINARY_DIR) + "/sluice " + args + " 2>&1";
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::array<char, 4096> buffer;
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) result.output += buffer.data();
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
+RunResult run(const std::string& args) { return testing::run_sluice(args); }
 
 class Cli : public ::testing::Test {
  protected:

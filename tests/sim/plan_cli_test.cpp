@@ -3,33 +3,18 @@
 // with a message naming the flag.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "../support/run_command.h"
 
 #include "sluice/backend/sim/memory_plan.h"
 
 namespace sluice::sim {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using sluice::testing::RunResult;
 
-RunResult run(const std::string& args) {
-  const std::string command = std::string(SLUICE_BINARY_DIR) + "/sluice plan " + args + " 2>&1";
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::array<char, 4096> buffer;
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) result.output += buffer.data();
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
+RunResult run(const std::string& args) { return sluice::testing::run_sluice("plan " + args); }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
