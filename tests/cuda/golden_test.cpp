@@ -19,30 +19,10 @@ namespace {
 
 constexpr double kMaxRelativeLogitError = 1e-2;
 
-struct GoldenCase {
-  std::vector<TokenId> prompt;
-  std::vector<float> prompt_logits;
-  std::vector<TokenId> greedy_tokens;
-  std::vector<float> final_logits;
-};
+using testing::Golden;
+using testing::GoldenCase;
 
-struct Golden {
-  std::string model_dir;
-  std::vector<GoldenCase> cases;
-};
-
-Golden load_golden(const std::string& arch) {
-  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_" + arch + ".json");
-  EXPECT_TRUE(text.ok()) << text.error_message();
-  const auto fixture = nlohmann::json::parse(text.value());
-  Golden golden;
-  golden.model_dir = testing::scratch_dir("cuda-golden-" + arch);
-  auto status = make_model(testing::make_model_options(fixture.at("make_model"), golden.model_dir));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  for (const auto& c : fixture.at("cases"))
-    golden.cases.push_back({c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"), c.at("final_logits")});
-  return golden;
-}
+Golden load_golden(const std::string& arch) { return testing::load_golden(arch, "cuda-golden-" + arch); }
 
 double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
   EXPECT_EQ(got.size(), ref.size());

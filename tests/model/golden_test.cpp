@@ -18,30 +18,10 @@ namespace {
 
 constexpr float kMaxLogitError = 1e-3f;
 
-struct GoldenCase {
-  std::vector<TokenId> prompt;
-  std::vector<float> prompt_logits;
-  std::vector<TokenId> greedy_tokens;
-  std::vector<float> final_logits;
-};
+using testing::Golden;
+using testing::GoldenCase;
 
-struct Golden {
-  std::string model_dir;
-  std::vector<GoldenCase> cases;
-};
-
-Golden load_golden(const std::string& arch) {
-  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_" + arch + ".json");
-  EXPECT_TRUE(text.ok()) << text.error_message();
-  const auto fixture = nlohmann::json::parse(text.value());
-  Golden golden;
-  golden.model_dir = testing::scratch_dir("golden-" + arch);
-  auto status = make_model(testing::make_model_options(fixture.at("make_model"), golden.model_dir));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  for (const auto& c : fixture.at("cases"))
-    golden.cases.push_back({c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"), c.at("final_logits")});
-  return golden;
-}
+Golden load_golden(const std::string& arch) { return testing::load_golden(arch, "golden-" + arch); }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -3,9 +3,13 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "sluice/backend/batch.h"
+#include "sluice/common/io.h"
 #include "sluice/model/make_model.h"
 
 namespace sluice::testing {
@@ -32,6 +36,33 @@ inline MakeModelOptions make_model_options(const nlohmann::json& args, const std
   o.head_dim = args.at("head_dim");
   o.out_dir = out_dir;
   return o;
+}
+
+// One prompt of a golden fixture (tools/reference/golden.py).
+struct GoldenCase {
+  std::vector<TokenId> prompt;
+  std::vector<float> prompt_logits;   // next-token logits after the prompt
+  std::vector<TokenId> greedy_tokens;  // 32 greedy tokens
+  std::vector<float> final_logits;    // logits of the last greedy step
+};
+
+struct Golden {
+  std::string model_dir;  // the fixture's model, rebuilt by make_model
+  std::vector<GoldenCase> cases;
+};
+
+// Reads tests/fixtures/golden_<arch>.json and rebuilds its model in scratch_dir(scratch_name).
+inline Golden load_golden(const std::string& arch, const std::string& scratch_name) {
+  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_" + arch + ".json");
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  const auto fixture = nlohmann::json::parse(text.value());
+  Golden golden;
+  golden.model_dir = scratch_dir(scratch_name);
+  auto status = make_model(make_model_options(fixture.at("make_model"), golden.model_dir));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  for (const auto& c : fixture.at("cases"))
+    golden.cases.push_back({c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"), c.at("final_logits")});
+  return golden;
 }
 
 }  // namespace sluice::testing
