@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sluice/common/utf8_append.h"
+
 namespace sluice::jinja {
 
 std::vector<char32_t> utf8_decode(std::string_view s) {
@@ -43,23 +45,11 @@ std::vector<char32_t> utf8_decode(std::string_view s) {
 }
 
 void utf8_append(std::string& out, char32_t cp) {
-  if (cp >= 0xDC80 && cp <= 0xDCFF) {
+  if (cp >= 0xDC80 && cp <= 0xDCFF) {  // a surrogate-escaped raw byte goes back out as that byte
     out.push_back(static_cast<char>(cp - 0xDC00));
-  } else if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    return;
   }
+  append_utf8(out, cp);
 }
 
 std::string utf8_encode(const std::vector<char32_t>& cps, std::size_t begin, std::size_t end) {

@@ -1,5 +1,7 @@
 #include "sluice/model/tokenizer_builder.h"
 
+#include "sluice/common/utf8_append.h"
+
 #include <array>
 #include <map>
 #include <vector>
@@ -48,12 +50,7 @@ std::array<std::string, 256> byte_to_char_table() {
   std::array<std::string, 256> table;
   auto utf8 = [](std::uint32_t cp) {
     std::string out;
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    append_utf8(out, cp);
     return out;
   };
   std::uint32_t next = 256;

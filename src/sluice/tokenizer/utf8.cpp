@@ -1,5 +1,7 @@
 #include "sluice/tokenizer/utf8.h"
 
+#include "sluice/common/utf8_append.h"
+
 namespace sluice::tokenizer_detail {
 namespace {
 
@@ -110,23 +112,7 @@ char32_t next_code_point(std::string_view text, std::size_t& pos) {
   return cp;
 }
 
-void append_code_point(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void append_code_point(char32_t cp, std::string& out) { append_utf8(out, cp); }
 
 bool is_js_whitespace(char32_t cp) {
   switch (cp) {
