@@ -11,6 +11,7 @@
 //   - All reductions accumulate in f32.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -124,6 +125,26 @@ class Ops {
                          float scale, Tensor out) = 0;
   // out[r, i] = silu(gate_up[r, i]) * gate_up[r, I + i], gate_up = [rows, 2I].
   virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
+  // Fused projections (optional: the defaults call the ops above, backends may
+  // do one pass over the stacked weight).
+  // q | k | v = x · w_qkv^T (+ biases), w_qkv = q_proj, k_proj, v_proj stacked
+  // by rows (upload_concatenated); a bias may be empty.
+  virtual void qkv_projection(const Tensor& x, const Tensor& w_qkv, std::span<const Tensor, 3> biases,
+                              Tensor q, Tensor k, Tensor v) {
+    std::int64_t first_row = 0;
+    const std::array<Tensor*, 3> outs = {&q, &k, &v};
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      matmul(x, w_qkv.row_slice(first_row, outs[i]->cols()), biases[i], *outs[i]);
+      first_row += outs[i]->cols();
+    }
+  }
+  // out = silu(x · w_gate^T) * (x · w_up^T), w_gate_up = gate_proj, up_proj
+  // stacked by rows; out is [rows, intermediate].
+  virtual void gate_up_silu(const Tensor& x, const Tensor& w_gate_up, Tensor out) {
+    Tensor gate_up = scratch({x.rows(), w_gate_up.rows()}, out.dtype);
+    matmul(x, w_gate_up, Tensor{}, gate_up);
+    silu_mul(gate_up, out);
+  }
   // out[i] = x[rows[i]] for the step's sample rows.
   virtual void gather_sample_rows(const Tensor& x, Tensor out) = 0;
   // Chooses one token per row of logits [num_sample_rows, vocab].

@@ -85,22 +85,18 @@ Result<LlamaModel> LlamaModel::load(const ModelConfig& config, const Checkpoint&
     const std::string p = fmt::format("model.layers.{}.", i);
     Layer layer;
     SLUICE_TRY_ASSIGN(input_norm, bind.weight(p + "input_layernorm.weight", {hidden}));
-    SLUICE_TRY_ASSIGN(q, bind.weight(p + "self_attn.q_proj.weight", {config.q_size(), hidden}));
-    SLUICE_TRY_ASSIGN(k, bind.weight(p + "self_attn.k_proj.weight", {config.kv_size(), hidden}));
-    SLUICE_TRY_ASSIGN(v, bind.weight(p + "self_attn.v_proj.weight", {config.kv_size(), hidden}));
+    SLUICE_TRY_ASSIGN(qkv, bind.concatenated({{p + "self_attn.q_proj.weight", {config.q_size(), hidden}},
+                                              {p + "self_attn.k_proj.weight", {config.kv_size(), hidden}},
+                                              {p + "self_attn.v_proj.weight", {config.kv_size(), hidden}}}));
     SLUICE_TRY_ASSIGN(o, bind.weight(p + "self_attn.o_proj.weight", {hidden, config.q_size()}));
     layer.input_norm = input_norm;
-    layer.q_proj = q;
-    layer.k_proj = k;
-    layer.v_proj = v;
+    layer.qkv_proj = qkv;
     layer.o_proj = o;
     if (config.attention_bias) {
       SLUICE_TRY_ASSIGN(qb, bind.weight(p + "self_attn.q_proj.bias", {config.q_size()}));
       SLUICE_TRY_ASSIGN(kb, bind.weight(p + "self_attn.k_proj.bias", {config.kv_size()}));
       SLUICE_TRY_ASSIGN(vb, bind.weight(p + "self_attn.v_proj.bias", {config.kv_size()}));
-      layer.q_bias = qb;
-      layer.k_bias = kb;
-      layer.v_bias = vb;
+      layer.qkv_bias = {qb, kb, vb};
     }
     if (config.qk_norm) {
       SLUICE_TRY_ASSIGN(qn, bind.weight(p + "self_attn.q_norm.weight", {config.head_dim}));
@@ -150,7 +146,6 @@ Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
   Tensor v = ops.scratch({n, config_.kv_size()});
   Tensor attn = ops.scratch({n, config_.q_size()});
   Tensor block_out = ops.scratch({n, hidden});  // attention or MLP output before the residual add
-  Tensor gate_up = ops.scratch({n, 2LL * config_.intermediate_size});
   Tensor act = ops.scratch({n, std::int64_t{config_.intermediate_size}});
 
   ops.embedding(embed_tokens_, residual);
@@ -160,9 +155,7 @@ Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
       ops.rms_norm(residual, layer.input_norm, eps, normed);
     else
       ops.add_rms_norm(residual, block_out, layer.input_norm, eps, normed);
-    ops.matmul(normed, layer.q_proj, layer.q_bias, q);
-    ops.matmul(normed, layer.k_proj, layer.k_bias, k);
-    ops.matmul(normed, layer.v_proj, layer.v_bias, v);
+    ops.qkv_projection(normed, layer.qkv_proj, layer.qkv_bias, q, k, v);
     if (config_.qk_norm) {
       const Tensor q_heads = q.reshaped({n * config_.num_heads, config_.head_dim});
       const Tensor k_heads = k.reshaped({n * config_.num_kv_heads, config_.head_dim});
@@ -173,8 +166,7 @@ Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
     ops.attention(static_cast<std::int32_t>(l), q, k, v, scale, attn);
     ops.matmul(attn, layer.o_proj, Tensor{}, block_out);
     ops.add_rms_norm(residual, block_out, layer.post_attention_norm, eps, normed);
-    ops.matmul(normed, layer.gate_up_proj, Tensor{}, gate_up);
-    ops.silu_mul(gate_up, act);
+    ops.gate_up_silu(normed, layer.gate_up_proj, act);
     ops.matmul(act, layer.down_proj, Tensor{}, block_out);
   }
   ops.add_rms_norm(residual, block_out, final_norm_, eps, normed);

@@ -3,6 +3,7 @@
 // per-head q/k RMSNorm (qwen3), Llama 3 rope scaling, tied embeddings.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <vector>
 
@@ -32,8 +33,8 @@ class LlamaModel {
  private:
   struct Layer {
     Tensor input_norm;       // [hidden]
-    Tensor q_proj, k_proj, v_proj;  // [q_size | kv_size, hidden]
-    Tensor q_bias, k_bias, v_bias;  // [q_size | kv_size] (qwen2), else empty
+    Tensor qkv_proj;         // [q_size + 2 * kv_size, hidden]: q rows, then k, then v
+    std::array<Tensor, 3> qkv_bias;  // [q_size], [kv_size], [kv_size] (qwen2), else empty
     Tensor q_norm, k_norm;   // [head_dim] (qwen3), else empty
     Tensor o_proj;           // [hidden, q_size]
     Tensor post_attention_norm;  // [hidden]
