@@ -1,4 +1,5 @@
-// `sluice serve`: the OpenAI-compatible server on the CPU backend. Flags use
+// `sluice serve`: the OpenAI-compatible server on the CPU, CUDA or sim backend
+// (serve_backend.h says what each --device runs). Flags use
 // vLLM's names where the meaning is the same; a flag that would have no effect
 // here is refused at start, and every flag's value is logged.
 #include <unistd.h>
@@ -12,12 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/cli/commands.h"
+#include "sluice/cli/serve_backend.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/engine.h"
 #include "sluice/model/config.h"
-#include "sluice/model/model_runner.h"
 #include "sluice/server/server.h"
 
 namespace sluice::cli {
@@ -31,8 +31,12 @@ struct ServeArgs {
   std::string eviction_policy = "slru";
   EngineConfig engine;
   std::int32_t block_size_tokens = 16;
+  std::string device = "cpu";
   std::int64_t kv_cache_memory_bytes = 1LL << 30;
   int num_threads = 0;
+  std::string sim_profile;
+  double sim_speed = 1.0;
+  std::int32_t sim_eos_every = 0;
   double shutdown_timeout_s = 30.0;
   double keepalive_interval_s = 10.0;
   double stats_log_interval_s = 5.0;
@@ -86,11 +90,21 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                                      *eos) == context->eos_token_ids.end())
     context->eos_token_ids.push_back(*eos);
 
-  ModelRunnerOptions runner_options{.block_size_tokens = args.block_size_tokens,
-                                    .kv_cache_bytes = args.kv_cache_memory_bytes,
-                                    .max_model_len_tokens = args.engine.max_model_len_tokens,
-                                    .show_progress = isatty(2) != 0};
-  SLUICE_TRY_ASSIGN(backend, make_model_runner(dir, make_cpu_ops({.num_threads = args.num_threads}), runner_options));
+  SLUICE_TRY_ASSIGN(served, make_serve_backend({.device = args.device,
+                                                 .model_dir = dir,
+                                                 .block_size_tokens = args.block_size_tokens,
+                                                 .max_model_len_tokens = args.engine.max_model_len_tokens,
+                                                 .max_num_seqs = args.engine.max_num_seqs,
+                                                 .max_num_batched_tokens = args.engine.max_num_batched_tokens,
+                                                 .kv_cache_memory_bytes = args.kv_cache_memory_bytes,
+                                                 .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
+                                                 .num_threads = args.num_threads,
+                                                 .sim_profile = args.sim_profile,
+                                                 .sim_speed = args.sim_speed,
+                                                 .sim_eos_every = args.sim_eos_every,
+                                                 .show_progress = isatty(2) != 0},
+                                                context->tokenizer, context->eos_token_ids));
+  std::unique_ptr<Backend> backend = std::move(served.backend);
   EngineConfig engine_config = args.engine;
   SLUICE_TRY_ASSIGN(scheduling, parse_scheduling_policy(args.scheduling_policy));
   SLUICE_TRY_ASSIGN(eviction, parse_eviction_policy(args.eviction_policy));
@@ -99,11 +113,12 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY(validate(engine_config, backend->info()));
   context->max_model_len_tokens = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
                                                                            : backend->info().max_model_len_tokens;
-  spdlog::info("model {} ({}): {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
-               dir, model_type, config.num_layers, backend->info().vocab_size, context->max_model_len_tokens,
-               backend->info().num_kv_blocks, backend->info().block_size_tokens,
+  spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
+               dir, model_type, args.device, config.num_layers, backend->info().vocab_size,
+               context->max_model_len_tokens, backend->info().num_kv_blocks, backend->info().block_size_tokens,
                context->output_format.name);
-  context->engine = std::make_unique<Engine>(std::move(backend), nullptr, engine_config);
+  spdlog::info("cost model: {}", served.cost_model_description);
+  context->engine = std::make_unique<Engine>(std::move(backend), std::move(served.cost_model), engine_config);
   context->created_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -111,13 +126,31 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   return context;
 }
 
-// Flags that exist in vLLM but would do nothing here: refused, never ignored.
-Status check_inert_flags(const ServeArgs& args) {
+// Flags that would do nothing with this --device: refused, never ignored.
+Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
   if (args.tensor_parallel_size != 1)
-    return Error{fmt::format("--tensor-parallel-size {} has no effect on the CPU backend (only 1 is supported)",
+    return Error{fmt::format("--tensor-parallel-size {} has no effect: one device only (1 is supported)",
                              args.tensor_parallel_size)};
-  if (args.gpu_memory_utilization)
-    return Error{"--gpu-memory-utilization has no effect on the CPU backend; size the KV cache with --kv-cache-memory"};
+  if (args.device == "cuda") {
+#if !SLUICE_HAVE_CUDA
+    return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
+#endif
+    if (given("--kv-cache-memory"))
+      return Error{"--kv-cache-memory has no effect with --device cuda: the KV cache is sized by "
+                   "--gpu-memory-utilization"};
+    if (args.gpu_memory_utilization && (*args.gpu_memory_utilization <= 0 || *args.gpu_memory_utilization > 1))
+      return Error{fmt::format("--gpu-memory-utilization {} must be in (0, 1]", *args.gpu_memory_utilization)};
+  } else if (args.gpu_memory_utilization) {
+    return Error{fmt::format("--gpu-memory-utilization has no effect with --device {}; size the KV cache with "
+                             "--kv-cache-memory",
+                             args.device)};
+  }
+  if (args.device != "cpu" && given("--threads"))
+    return Error{fmt::format("--threads has no effect with --device {} (CPU compute threads)", args.device)};
+  if (args.device != "sim")
+    for (const char* flag : {"--sim-profile", "--sim-speed", "--sim-eos-every"})
+      if (given(flag)) return Error{fmt::format("{} has no effect without --device sim", flag)};
   if (!args.engine.enable_prefix_caching && args.eviction_policy != "slru")
     return Error{"--kv-eviction-policy has no effect with --no-enable-prefix-caching"};
   return Ok{};
@@ -139,7 +172,7 @@ void log_flags(CLI::App& cmd) {
 Status run_serve(ServeArgs args, CLI::App& cmd) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   log_flags(cmd);
-  SLUICE_TRY(check_inert_flags(args));
+  SLUICE_TRY(check_inert_flags(args, cmd));
   if (args.model_dir.empty()) {
     args.model_dir = default_model_dir();
     if (args.served_model_names.empty()) args.served_model_names.push_back("default");
@@ -159,7 +192,7 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
 
 void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
-  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (CPU backend)");
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (CPU, CUDA or simulated backend)");
   cmd->option_defaults()->always_capture_default();
   auto& a = *args;
   cmd->add_option("--model", a.model_dir, "Hugging Face model directory (default: the built-in default model)");
@@ -189,9 +222,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--block-size", a.block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-cache-memory", a.kv_cache_memory_bytes, "KV cache size in bytes (CPU backend)")
+  cmd->add_option("--device", a.device, "cpu (the reference), cuda, or sim (steps simulated by the cost model)")
+      ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
+  cmd->add_option("--kv-cache-memory", a.kv_cache_memory_bytes,
+                  "KV cache size in bytes (cpu; sim: the simulated device's KV cache)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                  "cuda: share of device memory for weights, activations and KV (default 0.9)");
   cmd->add_option("--threads", a.num_threads, "CPU compute threads (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--sim-profile", a.sim_profile,
+                  "sim: builtin cost profile (llama-3-8b, llama-3-70b, deepseek-v4.1-flash); default: the model's config");
+  cmd->add_option("--sim-speed", a.sim_speed, "sim: predicted step time / wall time (0 = no pacing)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--sim-eos-every", a.sim_eos_every, "sim: every Nth generated token is EOS (0 = never)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--api-threads", a.server.num_io_threads, "HTTP threads")->check(CLI::PositiveNumber);
   cmd->add_option("--reasoning-parser", a.reasoning_parser,
                   "reasoning and tool-call format: auto (by model_type), none, qwen3, hermes, deepseek_r1, "
@@ -212,8 +256,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--stats-log-interval", a.stats_log_interval_s, "seconds between stats log lines (0 = off)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size, "must be 1 on the CPU backend");
-  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization, "not valid on the CPU backend");
+  cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size, "must be 1 (one device)");
   cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
   cmd->callback([args, cmd] {
     if (auto status = run_serve(*args, *cmd); !status) {

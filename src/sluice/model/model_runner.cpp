@@ -1,7 +1,10 @@
 #include "sluice/model/model_runner.h"
 
 #include <chrono>
+#include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -31,6 +34,7 @@ class ModelRunner final : public Backend {
                                        .tokens = seq.tokens.first(static_cast<std::size_t>(seq.end_position())),
                                        .num_prompt_tokens = seq.num_prompt_tokens,
                                        .generated_index = std::max(0, seq.end_position() - seq.num_prompt_tokens),
+                                       .allowed_tokens = seq.allowed_tokens,
                                        .return_logits = seq.return_logits});
     }
     std::vector<SampleResult> samples;
@@ -107,11 +111,23 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
                                                                             : config.max_position_embeddings};
   const std::int64_t bytes_per_block =
       model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops->activation_dtype());
-  info.num_kv_blocks = options.num_kv_blocks > 0
+  std::int64_t kv_cache_bytes = options.kv_cache_bytes;
+  if (options.device_memory_budget_bytes > 0) {
+    const std::optional<std::int64_t> free_bytes = ops->device_memory_free_bytes();
+    if (!free_bytes) return Error{"sizing the KV cache by device memory needs a backend with device memory"};
+    const std::int64_t used_bytes = options.device_memory_total_bytes - *free_bytes;
+    kv_cache_bytes = options.device_memory_budget_bytes - used_bytes;
+    if (kv_cache_bytes < bytes_per_block)
+      return Error{fmt::format("no device memory left for the KV cache: budget {:.2f} GiB, {:.2f} GiB already in use "
+                               "after loading the weights",
+                               options.device_memory_budget_bytes / 1073741824.0, used_bytes / 1073741824.0)};
+  }
+  const std::int64_t derived_blocks = std::min<std::int64_t>(kv_cache_bytes / bytes_per_block, INT32_MAX);
+  info.num_kv_blocks = options.num_kv_blocks > 0 && options.device_memory_budget_bytes <= 0
                            ? options.num_kv_blocks
-                           : static_cast<std::int32_t>(options.kv_cache_bytes / bytes_per_block);
+                           : static_cast<std::int32_t>(derived_blocks);
   if (info.num_kv_blocks < 1)
-    return Error{fmt::format("KV cache of {} bytes holds no block of {} bytes", options.kv_cache_bytes, bytes_per_block)};
+    return Error{fmt::format("KV cache of {} bytes holds no block of {} bytes", kv_cache_bytes, bytes_per_block)};
   SLUICE_TRY(ops->allocate_kv_cache(model.kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
   return std::unique_ptr<Backend>(
       std::make_unique<ModelRunner>(std::move(ops), std::move(checkpoint), std::move(model), std::move(info)));

@@ -17,6 +17,13 @@ struct ModelRunnerOptions {
   std::int64_t kv_cache_bytes = 1LL << 30;  // used when num_kv_blocks == 0
   std::int32_t max_model_len_tokens = 0;    // 0 = the config's max_position_embeddings
   bool show_progress = false;               // weight-loading progress on stderr
+  // > 0: size the KV pool after the weights are uploaded (--gpu-memory-utilization):
+  // it gets what is left of this budget once the device memory in use at that
+  // point (device_memory_total_bytes - Ops::device_memory_free_bytes(): weights,
+  // scratch, the runtime's context, other processes) is taken away. Replaces
+  // num_kv_blocks / kv_cache_bytes; fails on an Ops without device memory.
+  std::int64_t device_memory_budget_bytes = 0;
+  std::int64_t device_memory_total_bytes = 0;
 };
 
 Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,

@@ -1,0 +1,138 @@
+#include "sluice/cli/serve_backend.h"
+
+#include <climits>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/sim/hardware.h"
+#include "sluice/backend/sim/memory_plan.h"
+#include "sluice/backend/sim/model_profile.h"
+#include "sluice/backend/sim/roofline_cost_model.h"
+#include "sluice/backend/sim/sim_backend.h"
+#include "sluice/cli/serve_sim_backend.h"
+#include "sluice/model/model_runner.h"
+#if SLUICE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "sluice/backend/cuda/cuda_ops.h"
+#endif
+
+namespace sluice::cli {
+namespace {
+
+// The roofline model the scheduler and the sim share: the model directory's
+// shape (or a builtin profile) on one H200.
+Result<std::shared_ptr<const sim::RooflineCostModel>> roofline_cost_model(const sim::ModelProfile& profile,
+                                                                         const sim::HardwareSpec& hardware) {
+  const sim::Parallelism parallelism{};
+  SLUICE_TRY(sim::validate(parallelism, profile));
+  return std::make_shared<const sim::RooflineCostModel>(profile, hardware, parallelism);
+}
+
+std::string describe(const sim::RooflineCostModel& model) {
+  return fmt::format("roofline ({} on {}, 1 GPU)", model.profile().name, model.hardware().name);
+}
+
+Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
+  ModelRunnerOptions runner{.block_size_tokens = options.block_size_tokens,
+                            .kv_cache_bytes = options.kv_cache_memory_bytes,
+                            .max_model_len_tokens = options.max_model_len_tokens,
+                            .show_progress = options.show_progress};
+  SLUICE_TRY_ASSIGN(backend,
+                    make_model_runner(options.model_dir, make_cpu_ops({.num_threads = options.num_threads}), runner));
+  return ServeBackend{.backend = std::move(backend),
+                      .cost_model = nullptr,
+                      .cost_model_description = "token-count fallback (CPU: no cost model)"};
+}
+
+Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& options) {
+#if SLUICE_HAVE_CUDA
+  SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(options.model_dir));
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200()));
+  SLUICE_TRY_ASSIGN(ops, make_cuda_ops({}));
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+    return Error{"--device cuda: cannot read the device's memory size"};
+  // vLLM's meaning: the share of the whole device this instance may use.
+  // Weights (and whatever else is resident) are measured after the upload;
+  // activations are not resident yet, so their planned size is reserved here.
+  const sim::MemoryPlan plan =
+      sim::plan_memory(profile, sim::h200(), sim::Parallelism{},
+                       {.gpu_memory_utilization = options.gpu_memory_utilization,
+                        .max_num_seqs = options.max_num_seqs,
+                        .max_num_batched_tokens = options.max_num_batched_tokens,
+                        .block_size_tokens = options.block_size_tokens,
+                        .max_model_len_tokens = options.max_model_len_tokens});
+  const auto total = static_cast<std::int64_t>(total_bytes);
+  const auto activation_reserve_bytes = static_cast<std::int64_t>(plan.activation_bytes);
+  const auto budget_bytes =
+      static_cast<std::int64_t>(options.gpu_memory_utilization * static_cast<double>(total)) - activation_reserve_bytes;
+  spdlog::info("cuda: {:.2f} GiB device memory, {:.2f} GiB free; budget {:.2f} x total - {:.2f} GiB activation "
+               "reserve = {:.2f} GiB for weights and KV",
+               total / 1073741824.0, free_bytes / 1073741824.0, options.gpu_memory_utilization,
+               activation_reserve_bytes / 1073741824.0, budget_bytes / 1073741824.0);
+  ModelRunnerOptions runner{.block_size_tokens = options.block_size_tokens,
+                            .max_model_len_tokens = options.max_model_len_tokens,
+                            .show_progress = options.show_progress,
+                            .device_memory_budget_bytes = budget_bytes,
+                            .device_memory_total_bytes = total};
+  SLUICE_TRY_ASSIGN(backend, make_model_runner(options.model_dir, std::move(ops), runner));
+  std::string description = describe(*cost_model);
+  return ServeBackend{.backend = std::move(backend),
+                      .cost_model = std::move(cost_model),
+                      .cost_model_description = std::move(description)};
+#else
+  return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
+#endif
+}
+
+Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenizer& tokenizer,
+                              const std::vector<TokenId>& eos_token_ids) {
+  sim::ModelProfile profile;
+  if (options.sim_profile.empty()) {
+    SLUICE_TRY_ASSIGN(from_dir, sim::profile_from_hf_dir(options.model_dir));
+    profile = std::move(from_dir);
+  } else {
+    const auto builtin = sim::find_profile(options.sim_profile);
+    if (!builtin) {
+      std::string names;
+      for (const std::string& name : sim::list_profiles()) names += (names.empty() ? "" : ", ") + name;
+      return Error{fmt::format("--sim-profile {}: unknown (builtin: {})", options.sim_profile, names)};
+    }
+    profile = *builtin;
+  }
+  const double bytes_per_block = profile.kv_bytes_per_token * options.block_size_tokens;
+  if (bytes_per_block <= 0) return Error{fmt::format("sim profile {} has no KV bytes per token", profile.name)};
+  const double num_blocks = static_cast<double>(options.kv_cache_memory_bytes) / bytes_per_block;
+  if (num_blocks < 1 || num_blocks > INT32_MAX)
+    return Error{fmt::format("--kv-cache-memory {} holds {:.0f} blocks of {} ({:.0f} bytes each); need 1 to {}",
+                             options.kv_cache_memory_bytes, num_blocks, profile.name, bytes_per_block, INT32_MAX)};
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200()));
+  SLUICE_TRY_ASSIGN(simulated,
+                    sim::make_sim_backend(profile, sim::h200(), sim::Parallelism{},
+                                          {.memory = {.block_size_tokens = options.block_size_tokens},
+                                           .max_model_len_tokens = options.max_model_len_tokens,
+                                           .num_kv_blocks_override = static_cast<std::int32_t>(num_blocks)}));
+  SLUICE_TRY_ASSIGN(paced, PacedSimBackend::make(std::move(simulated), tokenizer, eos_token_ids,
+                                                 {.speed = options.sim_speed, .eos_every = options.sim_eos_every}));
+  std::string description = describe(*cost_model) +
+                            (options.sim_speed > 0 ? fmt::format(", steps paced at {}x predicted time", options.sim_speed)
+                                                   : std::string(", steps not paced (--sim-speed 0)"));
+  return ServeBackend{.backend = std::move(paced),
+                      .cost_model = std::move(cost_model),
+                      .cost_model_description = std::move(description)};
+}
+
+}  // namespace
+
+Result<ServeBackend> make_serve_backend(const ServeBackendOptions& options, const Tokenizer& tokenizer,
+                                        const std::vector<TokenId>& eos_token_ids) {
+  if (options.device == "cpu") return make_cpu(options);
+  if (options.device == "cuda") return make_cuda(options);
+  if (options.device == "sim") return make_sim(options, tokenizer, eos_token_ids);
+  return Error{fmt::format("--device {}: expected cpu, cuda or sim", options.device)};
+}
+
+}  // namespace sluice::cli

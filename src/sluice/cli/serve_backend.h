@@ -1,0 +1,51 @@
+// The backend and cost model `sluice serve` runs, by --device:
+//   cpu   the reference ModelRunner on CpuOps; no cost model (the engine's
+//         token-count fallback; max_step_ms is loose on a CPU anyway);
+//   cuda  ModelRunner on CudaOps, the KV pool sized by --gpu-memory-utilization
+//         after the weights are uploaded, and the roofline cost model of the
+//         model directory on an H200 so prefill chunks are sized by time;
+//   sim   backend/sim's SimBackend, paced to wall clock (serve_sim_backend.h),
+//         with the same roofline model as its cost model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/backend/backend.h"
+#include "sluice/common/result.h"
+#include "sluice/sched/cost_model.h"
+#include "sluice/tokenizer/tokenizer.h"
+
+namespace sluice::cli {
+
+struct ServeBackendOptions {
+  std::string device = "cpu";  // cpu | cuda | sim
+  std::string model_dir;
+  std::int32_t block_size_tokens = 16;
+  std::int32_t max_model_len_tokens = 0;       // 0 = the model's
+  std::int32_t max_num_seqs = 64;              // cuda: sizes the activation reserve
+  std::int32_t max_num_batched_tokens = 8192;  // cuda: sizes the activation reserve
+  std::int64_t kv_cache_memory_bytes = 1LL << 30;  // cpu, sim
+  double gpu_memory_utilization = 0.9;             // cuda
+  int num_threads = 0;                             // cpu
+  std::string sim_profile;  // sim: a builtin profile name; empty = from the model directory
+  double sim_speed = 1.0;   // sim: predicted / wall time; 0 = no pacing
+  std::int32_t sim_eos_every = 0;
+  bool show_progress = false;
+};
+
+struct ServeBackend {
+  std::unique_ptr<Backend> backend;
+  std::shared_ptr<const CostModel> cost_model;  // nullptr: the engine's token-count fallback
+  std::string cost_model_description;           // for the start-up log
+};
+
+// `tokenizer` and `eos_token_ids` are the model directory's (the sim emits
+// only ids the tokenizer can decode).
+Result<ServeBackend> make_serve_backend(const ServeBackendOptions& options, const Tokenizer& tokenizer,
+                                        const std::vector<TokenId>& eos_token_ids);
+
+}  // namespace sluice::cli

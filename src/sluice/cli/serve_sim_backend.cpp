@@ -1,0 +1,64 @@
+#include "sluice/cli/serve_sim_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace sluice::cli {
+
+Result<std::unique_ptr<PacedSimBackend>> PacedSimBackend::make(std::unique_ptr<sim::SimBackend> sim,
+                                                               const Tokenizer& tokenizer,
+                                                               std::vector<TokenId> eos_token_ids,
+                                                               PacedSimOptions options) {
+  if (options.speed < 0) return Error{"--sim-speed must be >= 0"};
+  if (options.eos_every < 0) return Error{"--sim-eos-every must be >= 0"};
+  if (options.eos_every > 0 && eos_token_ids.empty())
+    return Error{"--sim-eos-every: the model names no EOS token"};
+  std::vector<TokenId> emittable;
+  for (TokenId id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.is_special(id) || !tokenizer.id_to_token(id)) continue;
+    if (std::find(eos_token_ids.begin(), eos_token_ids.end(), id) != eos_token_ids.end()) continue;
+    emittable.push_back(id);
+  }
+  if (emittable.empty()) return Error{"the tokenizer has no ordinary token for the sim to emit"};
+  BackendInfo info = sim->info();
+  info.name = "sim";
+  info.vocab_size = tokenizer.vocab_size();  // prompts are validated against the real vocabulary
+  return std::unique_ptr<PacedSimBackend>(new PacedSimBackend(std::move(sim), std::move(info), std::move(emittable),
+                                                              std::move(eos_token_ids), options));
+}
+
+PacedSimBackend::PacedSimBackend(std::unique_ptr<sim::SimBackend> sim, BackendInfo info,
+                                 std::vector<TokenId> emittable, std::vector<TokenId> eos_token_ids,
+                                 PacedSimOptions options)
+    : sim_(std::move(sim)),
+      info_(std::move(info)),
+      emittable_(std::move(emittable)),
+      eos_token_ids_(std::move(eos_token_ids)),
+      options_(options) {}
+
+Result<StepOutput> PacedSimBackend::execute(const Batch& batch) {
+  const auto started = std::chrono::steady_clock::now();
+  SLUICE_TRY_ASSIGN(output, sim_->execute(batch));
+  for (std::size_t i = 0; i < output.sequences.size() && i < batch.sequences.size(); ++i) {
+    SequenceOutput& out = output.sequences[i];  // same order as the batch
+    if (!out.token) continue;
+    const SequenceStep& seq = batch.sequences[i];
+    const std::int32_t generated_index = seq.end_position() - seq.num_prompt_tokens;
+    if (options_.eos_every > 0 && (generated_index + 1) % options_.eos_every == 0) {
+      out.token = eos_token_ids_.front();
+    } else {
+      // The sim's id is a hash, uniform over its own vocabulary; folding it
+      // onto the ordinary ids keeps it deterministic.
+      out.token = emittable_[static_cast<std::size_t>(*out.token) % emittable_.size()];
+    }
+    out.logits.clear();  // sized to the sim's vocabulary, not the tokenizer's
+  }
+  if (options_.speed > 0) {
+    const auto predicted = std::chrono::duration<double, std::milli>(output.step_time_ms / options_.speed);
+    std::this_thread::sleep_until(started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(predicted));
+  }
+  return output;
+}
+
+}  // namespace sluice::cli
