@@ -31,6 +31,9 @@ struct SequenceStep {
   std::span<const BlockId> block_table;
   bool sample = false;  // sample after the last new token
   SamplingParams sampling;
+  // Structured output: bit t (word t / 64) set = token t may be sampled.
+  // Empty: every token may. Owned by the engine, valid during execute().
+  std::span<const std::uint64_t> allowed_tokens;
   bool return_logits = false;  // copy the sampled row's logits into the output
 
   std::int32_t end_position() const { return num_computed_tokens + num_new_tokens; }
@@ -38,6 +41,17 @@ struct SequenceStep {
     return static_cast<std::int32_t>(tokens.size()) - num_prompt_tokens;
   }
 };
+
+// Words of an allowed-token bitmask over `vocab_size` ids, and whether it
+// allows `token` (an empty mask allows every token).
+inline std::size_t num_token_mask_words(std::int32_t vocab_size) {
+  return (static_cast<std::size_t>(vocab_size) + 63) / 64;
+}
+inline bool token_mask_allows(std::span<const std::uint64_t> bits, TokenId token) {
+  if (bits.empty()) return true;
+  const auto t = static_cast<std::size_t>(token);
+  return token >= 0 && t / 64 < bits.size() && ((bits[t / 64] >> (t % 64)) & 1u) != 0;
+}
 
 struct Batch {
   std::vector<SequenceStep> sequences;

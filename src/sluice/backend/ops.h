@@ -72,6 +72,7 @@ struct SampleRequest {
   std::span<const TokenId> tokens;  // prompt + generated, for penalties
   std::int32_t num_prompt_tokens = 0;
   std::int32_t generated_index = 0;  // index of the token being sampled, seeds the RNG
+  std::span<const std::uint64_t> allowed_tokens;  // as SequenceStep::allowed_tokens; empty = all
   bool return_logits = false;
 };
 

@@ -33,6 +33,8 @@
 
 namespace sluice {
 
+class TokenConstraint;  // engine/token_constraint.h
+
 enum class ClockMode {
   kWall,     // steady_clock; real backends
   kVirtual,  // advances by StepOutput::step_time_ms; the sim backend and deterministic tests
@@ -88,6 +90,9 @@ struct EngineRequest {
   // Mixed into every prefix-cache block hash: anything besides the token ids
   // that changes the KV content (a LoRA adapter, a cache salt for isolation).
   std::uint64_t cache_salt = 0;
+  // Structured output (JSON mode): which tokens may come next. Used only on
+  // the engine thread once submitted; null = unconstrained.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };

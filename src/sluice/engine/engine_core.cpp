@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "sluice/common/check.h"
+#include "sluice/engine/token_constraint.h"
 #include "sluice/sched/token_count_cost_model.h"
 
 namespace sluice {
@@ -198,6 +199,11 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms) {
   batch.sequences.reserve(plan.decodes.size() + plan.prefills.size());
   std::vector<SequenceId> admitted;
   auto add_step = [&](RequestState& r, std::int32_t num_new_tokens) {
+    const bool sample = r.num_computed_tokens + num_new_tokens == r.num_tokens();
+    if (sample && r.request.constraint) {
+      r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
+      r.request.constraint->fill_allowed(r.allowed_tokens);
+    }
     batch.sequences.push_back(SequenceStep{
         .seq_id = r.seq_id,
         .tokens = r.tokens,
@@ -205,8 +211,10 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms) {
         .num_computed_tokens = r.num_computed_tokens,
         .num_new_tokens = num_new_tokens,
         .block_table = {},  // filled below: later commits may grow any table
-        .sample = r.num_computed_tokens + num_new_tokens == r.num_tokens(),
+        .sample = sample,
         .sampling = r.request.sampling,
+        .allowed_tokens = sample && r.request.constraint ? std::span<const std::uint64_t>(r.allowed_tokens)
+                                                         : std::span<const std::uint64_t>(),
     });
   };
   for (const ScheduledChunk& c : plan.decodes) {
@@ -308,6 +316,12 @@ void EngineCore::postprocess(const Batch& batch, const StepOutput& output, doubl
     if (!out.token.has_value()) {
       finish(r, FinishReason::kError, std::nullopt, "backend returned no token for a sampled sequence", end_ms);
       continue;
+    }
+    if (r.request.constraint) {
+      if (Status accepted = r.request.constraint->accept(*out.token); !accepted.ok()) {
+        finish(r, FinishReason::kError, std::nullopt, accepted.error_message(), end_ms);
+        continue;
+      }
     }
     r.tokens.push_back(*out.token);
     extend_block_hashes(r.block_hashes, r.tokens, kv_.block_size_tokens(), r.request.cache_salt);

@@ -37,6 +37,7 @@ struct RequestState {
   PrefixProbe probe;
   std::int64_t probe_evictions = -1;
   double last_token_ms = 0.0;            // for the decode-stall gauge
+  std::vector<std::uint64_t> allowed_tokens;  // the constraint's mask for the next sample, if any
   std::shared_ptr<RequestStream> stream;
   RequestTimeline timeline;
 

@@ -208,4 +208,37 @@ std::string Decoder::decode(std::vector<std::string> tokens, const StringSet& ad
   return text;
 }
 
+std::string Decoder::token_bytes(std::string token, bool is_added) const {
+  if (!steps_) return token;
+  for (const DecoderStep& step : *steps_) {
+    std::visit(
+        [&](const auto& s) {
+          using S = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<S, ByteLevelDecoder>) {
+            if (is_added) return;
+            const ByteLevelMap& map = ByteLevelMap::get();
+            std::string bytes;
+            std::size_t pos = 0;
+            while (pos < token.size()) {
+              const auto byte = map.byte_of(next_code_point(token, pos));
+              bytes.push_back(static_cast<char>(byte ? *byte : 0));
+            }
+            token = std::move(bytes);
+          } else if constexpr (std::is_same_v<S, ReplaceDecoder>) {
+            token = s.pattern.replace_all(token, s.content);
+          } else if constexpr (std::is_same_v<S, ByteFallbackDecoder>) {
+            if (const auto byte = byte_fallback_value(token)) token.assign(1, static_cast<char>(*byte));
+          } else if constexpr (std::is_same_v<S, MetaspaceDecoder>) {
+            token = replace_literal(token, s.replacement, " ");
+          } else if constexpr (std::is_same_v<S, BpeSuffixDecoder>) {
+            token = replace_literal(token, s.suffix, " ");
+          }
+          // Fuse joins tokens and Strip trims the text's ends: neither changes
+          // a token in the middle.
+        },
+        step);
+  }
+  return token;
+}
+
 }  // namespace sluice::tokenizer_detail

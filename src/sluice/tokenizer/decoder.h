@@ -37,6 +37,11 @@ class Decoder {
   static Decoder from_json(const Json& value, std::string_view path);
   // `added_contents`: every added token's text (byte-level decoding leaves them as is).
   std::string decode(std::vector<std::string> tokens, const StringSet& added_contents) const;
+  // The raw bytes one vocabulary token adds in the middle of a text: no
+  // U+FFFD for a partial UTF-8 character (a byte token is its byte) and no
+  // start/end stripping. What constrained decoding matches against.
+  // `is_added`: an added token, which byte-level decoding leaves as is.
+  std::string token_bytes(std::string token, bool is_added) const;
 
  private:
   void add(const Json& value, std::string_view path);

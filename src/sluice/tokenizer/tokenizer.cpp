@@ -92,4 +92,11 @@ bool Tokenizer::is_special(TokenId id) const {
   return token && model_->special_contents.contains(*token);
 }
 
+std::optional<std::string> Tokenizer::token_bytes(TokenId id) const {
+  auto token = id_to_token(id);
+  if (!token) return std::nullopt;
+  const bool is_added = model_->added_contents.contains(*token);
+  return model_->decoder.token_bytes(std::move(*token), is_added);
+}
+
 }  // namespace sluice

@@ -73,6 +73,10 @@ class Tokenizer {
   // True for added tokens marked special and for tokenizer_config.json's
   // additional_special_tokens (these are what skip_special_tokens drops).
   bool is_special(TokenId id) const;
+  // The bytes token `id` adds in the middle of a text, before any UTF-8
+  // repair (see Decoder::token_bytes).
+  // nullopt for ids the vocabulary lacks.
+  std::optional<std::string> token_bytes(TokenId id) const;
 
  private:
   explicit Tokenizer(std::shared_ptr<const tokenizer_detail::Model> model)

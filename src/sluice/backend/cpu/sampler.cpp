@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +33,15 @@ void apply_penalties(std::vector<float>& logits, const SampleRequest& request) {
     if (token < 0 || static_cast<std::size_t>(token) >= logits.size()) continue;
     logits[token] -= params.frequency_penalty * static_cast<float>(count) + params.presence_penalty;
   }
+}
+
+// Structured output: a token outside the allowed set gets probability 0, so
+// greedy, sampling and the reported logprobs all see the constrained
+// distribution.
+void apply_allowed_tokens(std::vector<float>& logits, std::span<const std::uint64_t> allowed) {
+  if (allowed.empty()) return;
+  for (std::size_t t = 0; t < logits.size(); ++t)
+    if (!token_mask_allows(allowed, static_cast<TokenId>(t))) logits[t] = -std::numeric_limits<float>::infinity();
 }
 
 std::vector<float> log_softmax(const std::vector<float>& logits) {
@@ -96,6 +106,7 @@ TokenId draw(const std::vector<float>& logits, const SampleRequest& request) {
 SampleResult sample_logits(std::span<const float> raw_logits, const SampleRequest& request) {
   std::vector<float> logits(raw_logits.begin(), raw_logits.end());
   apply_penalties(logits, request);
+  apply_allowed_tokens(logits, request.allowed_tokens);
   SampleResult result;
   result.token = request.params.is_greedy() ? argmax(logits) : draw(logits, request);
   const std::vector<float> logprobs = log_softmax(logits);
@@ -106,7 +117,8 @@ SampleResult sample_logits(std::span<const float> raw_logits, const SampleReques
     const auto n = std::min<std::size_t>(order.size(), static_cast<std::size_t>(request.params.num_top_logprobs));
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
                       [&](TokenId a, TokenId b) { return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b); });
-    for (std::size_t i = 0; i < n; ++i) result.top_logprobs.push_back({order[i], logprobs[order[i]]});
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::isfinite(logprobs[order[i]])) result.top_logprobs.push_back({order[i], logprobs[order[i]]});
   }
   if (request.return_logits) result.logits.assign(raw_logits.begin(), raw_logits.end());
   return result;

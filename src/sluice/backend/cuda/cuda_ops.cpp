@@ -652,7 +652,8 @@ std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
   for (std::int32_t r = 0; r < rows; ++r) {
     const SampleRequest& req = requests[r];
     const bool device_only = req.params.is_greedy() && !req.params.has_penalties() &&
-                             req.params.num_top_logprobs == 0 && !req.return_logits;
+                             req.params.num_top_logprobs == 0 && !req.return_logits &&
+                             req.allowed_tokens.empty();
     if (!device_only) host_rows.push_back(r);
   }
   const std::int64_t greedy_bytes = align_up(rows * 3 * 4LL, kAlignBytes);

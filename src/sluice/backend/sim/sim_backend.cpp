@@ -16,6 +16,20 @@ SimBackend::SimBackend(std::shared_ptr<const CostModel> cost_model, BackendInfo 
   info_.vocab_size = tokens_.vocab_size;
 }
 
+namespace {
+
+// Structured output on the sim: the fake token if allowed, else the next
+// allowed id after it (wrapping), so constrained runs stay deterministic.
+TokenId first_allowed_from(std::span<const std::uint64_t> allowed, TokenId start, std::int32_t vocab_size) {
+  for (std::int32_t i = 0; i < vocab_size; ++i) {
+    const TokenId t = (start + i) % vocab_size;
+    if (token_mask_allows(allowed, t)) return t;
+  }
+  return start;
+}
+
+}  // namespace
+
 TokenId SimBackend::fake_token(SequenceId seq_id, std::int32_t position, std::int32_t generated_index) const {
   if (tokens_.eos_token_id && tokens_.emit_eos_every > 0 && (generated_index + 1) % tokens_.emit_eos_every == 0) {
     return *tokens_.eos_token_id;
@@ -57,7 +71,8 @@ Result<StepOutput> SimBackend::execute(const Batch& batch) {
     SequenceOutput so;
     so.seq_id = seq.seq_id;
     if (seq.sample) {
-      const TokenId token = fake_token(seq.seq_id, seq.end_position(), seq.end_position() - seq.num_prompt_tokens);
+      TokenId token = fake_token(seq.seq_id, seq.end_position(), seq.end_position() - seq.num_prompt_tokens);
+      if (!seq.allowed_tokens.empty()) token = first_allowed_from(seq.allowed_tokens, token, tokens_.vocab_size);
       so.token = token;
       so.logprob = 0.0f;  // the sim is certain of its fake token
       if (seq.return_logits) {

@@ -1,0 +1,151 @@
+// JSON mode through the engine: the mask reaches the backend, the sampled
+// token is fed back to the constraint, and the request ends with an end token
+// once the object closes. Also the CPU reference sampler under a mask.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../tokenizer/test_support.h"
+#include "sluice/backend/cpu/sampler.h"
+#include "sluice/common/rng.h"
+#include "sluice/engine/engine.h"
+#include "sluice/structured/json_constraint.h"
+
+namespace sluice::structured {
+namespace {
+
+// A backend whose "model" prefers tokens in a fixed order (else the lowest
+// allowed id), or, with `random`, picks a pseudo-random allowed token: enough
+// to drive a constrained request without weights.
+class MaskFollowingBackend final : public Backend {
+ public:
+  MaskFollowingBackend(std::int32_t vocab_size, std::vector<TokenId> preference, bool random)
+      : info_{.name = "mask-following", .block_size_tokens = 16, .num_kv_blocks = 256, .vocab_size = vocab_size,
+              .max_model_len_tokens = 4096},
+        preference_(std::move(preference)), random_(random) {}
+
+  const BackendInfo& info() const override { return info_; }
+
+  Result<StepOutput> execute(const Batch& batch) override {
+    StepOutput out;
+    out.step_time_ms = 1.0;
+    for (const SequenceStep& s : batch.sequences) {
+      SequenceOutput o{.seq_id = s.seq_id};
+      if (s.sample) {
+        ++num_masked_samples_;
+        if (s.allowed_tokens.empty()) return Error{"a constrained request arrived without a mask"};
+        o.token = pick(s.allowed_tokens, static_cast<std::uint64_t>(s.end_position()));
+      }
+      out.sequences.push_back(std::move(o));
+    }
+    return out;
+  }
+  std::int64_t num_masked_samples() const { return num_masked_samples_; }
+
+ private:
+  TokenId pick(std::span<const std::uint64_t> allowed, std::uint64_t position) const {
+    std::vector<TokenId> candidates;
+    for (TokenId t = 0; t < info_.vocab_size; ++t)
+      if (token_mask_allows(allowed, t)) candidates.push_back(t);
+    if (random_) return candidates[splitmix64(position) % candidates.size()];
+    for (TokenId t : preference_)
+      if (token_mask_allows(allowed, t)) return t;
+    return candidates.front();
+  }
+  BackendInfo info_;
+  std::vector<TokenId> preference_;
+  bool random_;
+  std::int64_t num_masked_samples_ = 0;
+};
+
+struct Finished {
+  std::vector<TokenId> tokens;
+  std::optional<FinishReason> reason;
+  std::string error;
+};
+
+Finished run_json_request(Engine& engine, const Tokenizer& tokenizer, std::int32_t max_tokens) {
+  const TokenId eos = *tokenizer.eos_token_id();
+  EngineRequest request;
+  request.request_id = "json";
+  request.prompt_token_ids = tokenizer.encode("Reply in JSON.", false);
+  request.max_tokens = max_tokens;
+  request.eos_token_ids = {eos};
+  request.constraint = std::make_shared<JsonConstraint>(make_token_trie(tokenizer, tokenizer.vocab_size()),
+                                                        std::vector<TokenId>{eos});
+  auto stream = engine.submit(std::move(request));
+  EXPECT_TRUE(stream.ok()) << stream.error_message();
+  Finished out;
+  for (int i = 0; i < 10 * max_tokens && engine.has_work(); ++i) {
+    engine.step();
+    while (auto event = (*stream)->poll()) {
+      for (const GeneratedToken& t : event->tokens) out.tokens.push_back(t.token);
+      if (event->finished()) {
+        out.reason = event->finish_reason;
+        out.error = event->error_message;
+      }
+    }
+  }
+  return out;
+}
+
+EngineConfig virtual_clock() {
+  EngineConfig config;
+  config.clock = ClockMode::kVirtual;
+  return config;
+}
+
+TEST(ConstrainedEngine, ClosesTheObjectThenEnds) {
+  const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
+  std::vector<TokenId> preference;
+  for (const char* piece : {"\"", ":", "}"}) preference.push_back(*tokenizer.token_to_id(piece));
+  auto backend = std::make_unique<MaskFollowingBackend>(tokenizer.vocab_size(), preference, false);
+  const MaskFollowingBackend& seen = *backend;
+  Engine engine(std::move(backend), nullptr, virtual_clock());
+  const Finished out = run_json_request(engine, tokenizer, 64);
+  ASSERT_EQ(out.reason, FinishReason::kStop) << out.error;
+  ASSERT_FALSE(out.tokens.empty());
+  EXPECT_EQ(out.tokens.back(), *tokenizer.eos_token_id());
+  std::vector<TokenId> text_ids(out.tokens.begin(), out.tokens.end() - 1);
+  EXPECT_EQ(tokenizer.decode(text_ids, false), "{\"\":\"\"}");
+  EXPECT_EQ(seen.num_masked_samples(), static_cast<std::int64_t>(out.tokens.size()));
+}
+
+TEST(ConstrainedEngine, EveryRandomWalkStaysAValidJsonPrefix) {
+  const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
+  Engine engine(std::make_unique<MaskFollowingBackend>(tokenizer.vocab_size(), std::vector<TokenId>{}, true),
+                nullptr, virtual_clock());
+  const Finished out = run_json_request(engine, tokenizer, 48);
+  ASSERT_TRUE(out.reason == FinishReason::kLength || out.reason == FinishReason::kStop) << out.error;
+  std::vector<TokenId> text_ids = out.tokens;
+  if (out.reason == FinishReason::kStop) text_ids.pop_back();
+  std::string text;
+  for (TokenId t : text_ids) text += *tokenizer.token_bytes(t);
+  JsonAcceptor check;
+  EXPECT_TRUE(check.feed(text)) << text;
+  if (out.reason == FinishReason::kStop) {
+    EXPECT_TRUE(check.is_complete()) << text;
+  }
+}
+
+TEST(ConstrainedSampler, SamplesOnlyAllowedTokensAndRenormalizes) {
+  std::vector<float> logits = {5.0f, 1.0f, 3.0f, 2.0f, 4.0f};
+  std::vector<std::uint64_t> allowed = {(1u << 1) | (1u << 3)};
+  SampleRequest greedy{.allowed_tokens = allowed};
+  greedy.params.num_top_logprobs = 5;
+  const SampleResult g = sample_logits(logits, greedy);
+  EXPECT_EQ(g.token, 3);
+  // The logprob is over the allowed set: log(e^2 / (e^1 + e^2)).
+  EXPECT_NEAR(g.logprob, std::log(std::exp(2.0) / (std::exp(1.0) + std::exp(2.0))), 1e-5);
+  ASSERT_EQ(g.top_logprobs.size(), 2u);  // disallowed tokens (-inf) are not listed
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    SampleRequest hot{.generated_index = static_cast<std::int32_t>(seed), .allowed_tokens = allowed};
+    hot.params.temperature = 2.0f;
+    hot.params.seed = seed;
+    const TokenId t = sample_logits(logits, hot).token;
+    EXPECT_TRUE(t == 1 || t == 3) << t;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::structured

@@ -1,0 +1,91 @@
+// The token mask found by walking the vocabulary trie equals the brute-force
+// answer (every token's bytes fed to a copy of the acceptor), on real
+// tokenizers at states along real JSON documents.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <string>
+
+#include "../tokenizer/test_support.h"
+#include "sluice/structured/json_constraint.h"
+
+namespace sluice::structured {
+namespace {
+
+std::vector<std::uint64_t> trie_mask(const std::shared_ptr<const TokenTrie>& trie, const JsonAcceptor& state) {
+  std::vector<std::uint64_t> bits(num_token_mask_words(trie->vocab_size()), 0);
+  trie->walk(state, [&](std::uint32_t node, const JsonAcceptor&) {
+    for (TokenId t : trie->tokens_at(trie->nodes()[node])) bits[static_cast<std::size_t>(t) / 64] |= 1ull << (t % 64);
+  });
+  return bits;
+}
+
+std::vector<std::uint64_t> brute_force_mask(const Tokenizer& tokenizer, std::int32_t vocab_size,
+                                            const JsonAcceptor& state) {
+  std::vector<std::uint64_t> bits(num_token_mask_words(vocab_size), 0);
+  for (TokenId t = 0; t < vocab_size; ++t) {
+    if (tokenizer.is_special(t)) continue;
+    const auto bytes = tokenizer.token_bytes(t);
+    if (!bytes || bytes->empty()) continue;
+    JsonAcceptor copy = state;
+    if (copy.feed(*bytes)) bits[static_cast<std::size_t>(t) / 64] |= 1ull << (t % 64);
+  }
+  return bits;
+}
+
+class TokenMask : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenMask, TrieWalkEqualsBruteForce) {
+  const Tokenizer& tokenizer = test::cached_tokenizer(GetParam());
+  const std::int32_t vocab_size = tokenizer.vocab_size();
+  const auto trie = make_token_trie(tokenizer, vocab_size);
+  const std::string doc = "{\n  \"name\": \"Zoë \\u00e9 \\\"x\\\"\",\n  \"n\": -12.5e+3, \"ok\": [true, false, null, {}],"
+                          " \"日本\": \"語\"}";
+  JsonAcceptor state;
+  std::size_t num_checked = 0;
+  for (std::size_t k = 0; k <= doc.size(); k += 3) {
+    JsonAcceptor at = state;
+    ASSERT_EQ(trie_mask(trie, at), brute_force_mask(tokenizer, vocab_size, at)) << "after " << doc.substr(0, k);
+    ++num_checked;
+    for (std::size_t j = k; j < std::min(doc.size(), k + 3); ++j)
+      ASSERT_TRUE(state.feed(static_cast<std::uint8_t>(doc[j])));
+  }
+  EXPECT_GT(num_checked, 30u);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, TokenMask, ::testing::Values("llama3", "llama2"));
+
+TEST(JsonConstraint, AllowsOnlyEndTokensOnceTheObjectCloses) {
+  const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
+  const std::int32_t vocab_size = tokenizer.vocab_size();
+  const TokenId eos = *tokenizer.eos_token_id();
+  JsonConstraint constraint(make_token_trie(tokenizer, vocab_size), {eos});
+  for (TokenId t : tokenizer.encode("{\"a\": [1, 2]", false)) ASSERT_TRUE(constraint.accept(t).ok());
+  std::vector<std::uint64_t> bits(num_token_mask_words(vocab_size), 0);
+  constraint.fill_allowed(bits);
+  EXPECT_FALSE(token_mask_allows(bits, eos));
+  EXPECT_TRUE(token_mask_allows(bits, *tokenizer.token_to_id("}")));
+  EXPECT_FALSE(token_mask_allows(bits, *tokenizer.token_to_id("]")));
+  EXPECT_FALSE(constraint.accept(*tokenizer.token_to_id("]")).ok());
+  ASSERT_TRUE(constraint.accept(*tokenizer.token_to_id("}")).ok());
+  EXPECT_TRUE(constraint.is_complete());
+  std::fill(bits.begin(), bits.end(), 0);
+  constraint.fill_allowed(bits);
+  std::int64_t num_allowed = 0;
+  for (std::uint64_t w : bits) num_allowed += std::popcount(w);
+  EXPECT_EQ(num_allowed, 1);
+  EXPECT_TRUE(token_mask_allows(bits, eos));
+  // Special tokens never appear under a constraint, even inside strings.
+  JsonConstraint in_string(make_token_trie(tokenizer, vocab_size), {eos});
+  for (TokenId t : tokenizer.encode("{\"a\": \"", false)) ASSERT_TRUE(in_string.accept(t).ok());
+  std::fill(bits.begin(), bits.end(), 0);
+  in_string.fill_allowed(bits);
+  for (TokenId t = 0; t < vocab_size; ++t) {
+    if (tokenizer.is_special(t)) {
+      ASSERT_FALSE(token_mask_allows(bits, t)) << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::structured
