@@ -71,7 +71,7 @@ Finished run_json_request(Engine& engine, const Tokenizer& tokenizer, std::int32
   request.prompt_token_ids = tokenizer.encode("Reply in JSON.", false);
   request.max_tokens = max_tokens;
   request.eos_token_ids = {eos};
-  request.constraint = std::make_shared<JsonConstraint>(make_token_trie(tokenizer, tokenizer.vocab_size()),
+  request.constraint = std::make_shared<JsonConstraint>(make_json_vocabulary(tokenizer, tokenizer.vocab_size()),
                                                         std::vector<TokenId>{eos});
   auto stream = engine.submit(std::move(request));
   EXPECT_TRUE(stream.ok()) << stream.error_message();

@@ -32,6 +32,9 @@ class JsonAcceptor {
   bool feed(std::string_view bytes);
   // The document is finished: nothing more may follow but the end of output.
   bool is_complete() const;
+  // Inside a string with no escape or multi-byte character half done: any
+  // whole UTF-8 text without '"', '\\' or control bytes continues it.
+  bool in_plain_string() const { return mode_ == Mode::kString && utf8_left_ == 0; }
 
  private:
   enum class Mode : std::uint8_t {

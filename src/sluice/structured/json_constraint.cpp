@@ -14,45 +14,84 @@ void allow(std::span<std::uint64_t> bits, TokenId token) {
   if (t / 64 < bits.size()) bits[t / 64] |= std::uint64_t{1} << (t % 64);
 }
 
+// Plain string content: fed inside a string it stays inside that string
+// with nothing half done, whatever came before.
+bool is_plain_string_content(const std::string& bytes) {
+  if (bytes.find_first_of("\"\\") != std::string::npos) return false;
+  JsonAcceptor in_string;
+  return in_string.feed(std::string_view("{\"")) && in_string.feed(bytes) && in_string.in_plain_string();
+}
+
+std::vector<std::optional<std::string>> without_plain_string_content(
+    std::span<const std::optional<std::string>> token_bytes) {
+  std::vector<std::optional<std::string>> rest(token_bytes.begin(), token_bytes.end());
+  for (auto& bytes : rest)
+    if (bytes && is_plain_string_content(*bytes)) bytes.reset();
+  return rest;
+}
+
 }  // namespace
 
-std::shared_ptr<const TokenTrie> make_token_trie(const Tokenizer& tokenizer, std::int32_t model_vocab_size) {
+JsonVocabulary::JsonVocabulary(std::span<const std::optional<std::string>> token_bytes)
+    : all_tokens_(token_bytes),
+      not_plain_string_tokens_(without_plain_string_content(token_bytes)),
+      plain_string_bits_(num_token_mask_words(static_cast<std::int32_t>(token_bytes.size())), 0) {
+  for (std::size_t id = 0; id < token_bytes.size(); ++id)
+    if (token_bytes[id] && !token_bytes[id]->empty() && is_plain_string_content(*token_bytes[id]))
+      allow(plain_string_bits_, static_cast<TokenId>(id));
+}
+
+std::shared_ptr<const JsonVocabulary> make_json_vocabulary(const Tokenizer& tokenizer,
+                                                           std::int32_t model_vocab_size) {
   std::vector<std::optional<std::string>> bytes(static_cast<std::size_t>(model_vocab_size));
   for (TokenId id = 0; id < model_vocab_size; ++id) {
     if (tokenizer.is_special(id)) continue;
     bytes[static_cast<std::size_t>(id)] = tokenizer.token_bytes(id);
   }
-  return std::make_shared<const TokenTrie>(bytes);
+  return std::make_shared<const JsonVocabulary>(bytes);
 }
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie, std::vector<TokenId> end_token_ids)
-    : trie_(std::move(trie)), end_token_ids_(std::move(end_token_ids)) {
-  SLUICE_CHECK(trie_ != nullptr);
+JsonConstraint::JsonConstraint(std::shared_ptr<const JsonVocabulary> vocabulary, std::vector<TokenId> end_token_ids)
+    : vocabulary_(std::move(vocabulary)), end_token_ids_(std::move(end_token_ids)) {
+  SLUICE_CHECK(vocabulary_ != nullptr);
+}
+
+bool add_json_mask(const JsonVocabulary& vocabulary, const JsonAcceptor& state,
+                   std::span<std::uint64_t> allowed_bits) {
+  bool any = false;
+  if (state.is_complete()) return false;
+  const bool plain = state.in_plain_string();
+  if (plain) {
+    const std::span<const std::uint64_t> content = vocabulary.plain_string_bits();
+    for (std::size_t w = 0; w < std::min(content.size(), allowed_bits.size()); ++w) {
+      allowed_bits[w] |= content[w];
+      any = any || content[w] != 0;
+    }
+  }
+  const TokenTrie& trie = plain ? vocabulary.not_plain_string_tokens() : vocabulary.all_tokens();
+  trie.walk(state, [&](std::uint32_t node, const JsonAcceptor&) {
+    for (TokenId t : trie.tokens_at(trie.nodes()[node])) {
+      allow(allowed_bits, t);
+      any = true;
+    }
+  });
+  return any;
 }
 
 void JsonConstraint::fill_allowed(std::span<std::uint64_t> allowed_bits) {
-  bool any = false;
-  if (!state_.is_complete()) {
-    const auto& nodes = trie_->nodes();
-    trie_->walk(state_, [&](std::uint32_t node, const JsonAcceptor&) {
-      for (TokenId t : trie_->tokens_at(nodes[node])) {
-        allow(allowed_bits, t);
-        any = true;
-      }
-    });
-  }
   // Complete, or a vocabulary with no way forward (no single-byte tokens):
   // ending is the only valid move left.
-  if (state_.is_complete() || !any)
+  if (!add_json_mask(*vocabulary_, state_, allowed_bits))
     for (TokenId t : end_token_ids_) allow(allowed_bits, t);
 }
 
 Status JsonConstraint::accept(TokenId token) {
   if (std::find(end_token_ids_.begin(), end_token_ids_.end(), token) != end_token_ids_.end()) return Ok{};
-  if (token < 0 || token >= trie_->vocab_size() || !trie_->bytes_of(token))
+  const TokenTrie& trie = vocabulary_->all_tokens();
+  if (token < 0 || token >= trie.vocab_size() || !trie.bytes_of(token))
     return Error{fmt::format("JSON mode: token {} is not allowed here", token)};
   JsonAcceptor next = state_;
-  if (!next.feed(*trie_->bytes_of(token)))
+  if (!next.feed(*trie.bytes_of(token)))
     return Error{fmt::format("JSON mode: token {} does not continue a valid JSON object", token)};
   state_ = next;
   return Ok{};
