@@ -237,6 +237,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--sim-eos-every", a.sim_eos_every, "sim: every Nth generated token is EOS (0 = never)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--api-threads", a.server.num_io_threads, "HTTP threads")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokenizer-threads", a.server.service.num_tokenizer_threads,
+                  "threads that parse, render and tokenize requests (off the HTTP threads)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--reasoning-parser", a.reasoning_parser,
                   "reasoning and tool-call format: auto (by model_type), none, qwen3, hermes, deepseek_r1, "
                   "deepseek_v3, deepseek_v31");

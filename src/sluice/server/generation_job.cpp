@@ -74,7 +74,9 @@ void GenerationJob::start() {
     arm_keepalive();
   }
   for (auto& choice : choices_) {
-    choice->stream->set_on_ready([weak, exchange = exchange_] {
+    choice->stream->set_on_ready([weak, exchange = exchange_, pushed_ns = first_output_pushed_ns_] {
+      std::int64_t expected = 0;
+      pushed_ns->compare_exchange_strong(expected, Clock::now().time_since_epoch().count());
       exchange->post([weak] {
         if (auto self = weak.lock()) self->pump();
       });
@@ -189,8 +191,10 @@ void GenerationJob::process(Choice& choice, RequestOutput output) {
 
   if (spec_.stream) {
     emit_stream_delta(choice, delta, std::move(logprobs));
+    if (!output.tokens.empty()) observe_first_token();
     return;
   }
+  if (!output.tokens.empty()) observe_first_token();
   choice.content += delta.content;
   choice.reasoning += delta.reasoning;
   for (ToolCallDelta& call : delta.tool_calls) {
@@ -315,6 +319,27 @@ void GenerationJob::complete() {
                {"choices", std::move(choices)},
                {"usage", usage_json(totals)}};
   exchange_->respond(200, body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// The server's share of the time to first token: everything but tokenization
+// and the engine's own time (queue + prefill, submit to first output pushed).
+void GenerationJob::observe_first_token() {
+  if (first_token_observed_) return;
+  first_token_observed_ = true;
+  const auto now = Clock::now();
+  const std::int64_t pushed_ns = first_output_pushed_ns_->load();
+  if (pushed_ns == 0) return;  // cannot happen: a token arrived through the callback
+  const Clock::time_point pushed{Clock::duration(pushed_ns)};
+  using Ms = std::chrono::duration<double, std::milli>;
+  const double ttft_ms = Ms(now - spec_.arrival).count();
+  const double tokenize_ms = Ms(spec_.tokenize_time).count();
+  const double engine_ms = Ms(pushed - spec_.submitted).count();
+  const double overhead_ms = std::max(0.0, ttft_ms - tokenize_ms - engine_ms);
+  metrics_.observe_ttft_server_overhead(overhead_ms / 1e3);
+  spdlog::debug("{}: first token after {:.3f} ms = tokenize {:.3f} + engine (submit to first output) {:.3f} + "
+                "server {:.3f} ({} prompt tokens)",
+                spec_.header.id, ttft_ms, tokenize_ms, engine_ms, overhead_ms,
+                spec_.num_prompt_tokens.empty() ? 0 : spec_.num_prompt_tokens.front());
 }
 
 void GenerationJob::on_disconnect() {

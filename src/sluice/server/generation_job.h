@@ -42,8 +42,13 @@ struct JobSpec {
   OutputParser::Options parser_options;
   ToolChoice::Kind tool_choice = ToolChoice::Kind::kNone;
   std::vector<std::int32_t> num_prompt_tokens;  // per prompt
-  std::chrono::steady_clock::time_point arrival;
   std::chrono::milliseconds keepalive_interval{10'000};
+  // Time to first token, split so the server's own share is visible:
+  // arrival (body read) ... tokenization ... submitted to the engine ... the
+  // engine pushes the first output ... its chunk is written.
+  std::chrono::steady_clock::time_point arrival;
+  std::chrono::steady_clock::duration tokenize_time{};
+  std::chrono::steady_clock::time_point submitted;
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -67,6 +72,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void complete();
   void on_disconnect();
   void arm_keepalive();
+  void observe_first_token();
   nlohmann::json logprob_entry(const GeneratedToken& token) const;
   Usage usage() const;
 
@@ -77,6 +83,11 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::atomic<int>& num_active_jobs_;
   std::vector<std::unique_ptr<Choice>> choices_;
   std::optional<boost::asio::steady_timer> keepalive_timer_;
+  // Engine thread: when the first output of any choice was pushed (ns on the
+  // steady clock; 0 = not yet).
+  std::shared_ptr<std::atomic<std::int64_t>> first_output_pushed_ns_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
+  bool first_token_observed_ = false;
   bool wrote_since_keepalive_ = false;
   bool done_ = false;
   bool client_gone_ = false;

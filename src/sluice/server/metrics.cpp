@@ -18,6 +18,17 @@ std::vector<double> e2e_buckets() {
           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
+// The server's share of TTFT is meant to stay under a millisecond.
+std::vector<double> overhead_buckets() {
+  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+}
+// Powers of two up to the largest --max-num-batched-tokens anyone sets.
+std::vector<double> chunk_buckets() {
+  std::vector<double> bounds;
+  for (double b = 1; b <= 65536; b *= 2) bounds.push_back(b);
+  return bounds;
+}
+
 constexpr std::array<const char*, 4> kOutcomeNames = {"stop", "length", "abort", "error"};
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
@@ -57,7 +68,21 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 ServerMetrics::ServerMetrics()
-    : ttft_seconds_(ttft_buckets()), itl_seconds_(itl_buckets()), e2e_seconds_(e2e_buckets()) {}
+    : ttft_seconds_(ttft_buckets()),
+      itl_seconds_(itl_buckets()),
+      e2e_seconds_(e2e_buckets()),
+      ttft_server_overhead_seconds_(overhead_buckets()),
+      prefill_chunk_tokens_(chunk_buckets()),
+      queue_seconds_(e2e_buckets()),
+      prefill_seconds_(e2e_buckets()) {}
+
+void ServerMetrics::observe_timelines(const std::vector<RequestTimeline>& timelines) {
+  for (const RequestTimeline& t : timelines) {
+    for (const RequestTimeline::Chunk& chunk : t.prefill_chunks) prefill_chunk_tokens_.observe(chunk.num_tokens);
+    if (t.admitted_ms) queue_seconds_.observe((*t.admitted_ms - t.arrival_ms) / 1e3);
+    if (t.admitted_ms && t.first_token_ms) prefill_seconds_.observe((*t.first_token_ms - *t.admitted_ms) / 1e3);
+  }
+}
 
 void ServerMetrics::observe_request_finished(RequestOutcome outcome, double e2e_seconds,
                                              std::int64_t num_prompt_tokens, std::int64_t num_generation_tokens) {
@@ -102,6 +127,15 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   itl_seconds_.render(out, "vllm:inter_token_latency_seconds", labels);
   header(out, "vllm:e2e_request_latency_seconds", "histogram", "Request latency, arrival to last token.");
   e2e_seconds_.render(out, "vllm:e2e_request_latency_seconds", labels);
+  header(out, "vllm:request_queue_time_seconds", "histogram", "Time waiting before the engine admitted the request.");
+  queue_seconds_.render(out, "vllm:request_queue_time_seconds", labels);
+  header(out, "vllm:request_prefill_time_seconds", "histogram", "Admission to first token.");
+  prefill_seconds_.render(out, "vllm:request_prefill_time_seconds", labels);
+  header(out, "sluice:prefill_chunk_tokens", "histogram", "Prompt tokens per prefill chunk (one request, one step).");
+  prefill_chunk_tokens_.render(out, "sluice:prefill_chunk_tokens", labels);
+  header(out, "sluice:time_to_first_token_server_overhead_seconds", "histogram",
+         "Time to first token less tokenization and the engine's queue and prefill time: the server's own share.");
+  ttft_server_overhead_seconds_.render(out, "sluice:time_to_first_token_server_overhead_seconds", labels);
 
   counter("sluice:engine_steps_total", "Engine steps run.", static_cast<double>(stats.num_steps));
   counter("sluice:step_time_seconds_total", "Time spent in engine steps.", stats.total_step_ms / 1e3);
@@ -116,6 +150,22 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   gauge("sluice:num_free_kv_blocks", "Unused KV cache blocks (cached or not).", stats.num_free_kv_blocks);
   gauge("sluice:num_cached_free_kv_blocks", "Unused KV blocks that still hold a reusable prefix.",
         stats.num_cached_free_kv_blocks);
+  // One series per cache tier and block state; only the device tier exists
+  // so far, host and disk tiers add their own label values.
+  const std::int32_t used_blocks = stats.num_kv_blocks - stats.num_free_kv_blocks;
+  const std::int32_t uncached_free_blocks = stats.num_free_kv_blocks - stats.num_cached_free_kv_blocks;
+  header(out, "sluice:kv_cache_tier_blocks", "gauge",
+         "KV blocks per cache tier: used (held by requests), cached (free, holding a prefix), free.");
+  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"used\"}} {}\n", labels, used_blocks);
+  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"cached\"}} {}\n", labels,
+                     stats.num_cached_free_kv_blocks);
+  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"free\"}} {}\n", labels,
+                     uncached_free_blocks);
+  header(out, "sluice:kv_cache_tier_capacity_blocks", "gauge", "KV blocks each cache tier can hold.");
+  out += fmt::format("sluice:kv_cache_tier_capacity_blocks{{{},tier=\"device\"}} {}\n", labels, stats.num_kv_blocks);
+  header(out, "sluice:kv_cache_tier_hit_tokens_total", "counter", "Prompt tokens served from each cache tier.");
+  out += fmt::format("sluice:kv_cache_tier_hit_tokens_total{{{},tier=\"device\"}} {}\n", labels,
+                     stats.prefix_cache_hit_tokens);
   counter("sluice:prefix_cache_evicted_blocks_total", "KV blocks evicted from the prefix cache.",
           static_cast<double>(stats.prefix_cache_evicted_blocks));
   counter("sluice:prefill_tokens_computed_total", "Prompt tokens actually computed (not served from cache).",

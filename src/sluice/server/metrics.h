@@ -43,6 +43,11 @@ class ServerMetrics {
   void observe_request_finished(RequestOutcome outcome, double e2e_seconds, std::int64_t num_prompt_tokens,
                                 std::int64_t num_generation_tokens);
   void count_rejected(int http_status);
+  // TTFT less tokenization and the engine's time (generation_job.cpp).
+  void observe_ttft_server_overhead(double seconds) { ttft_server_overhead_seconds_.observe(seconds); }
+  // Per-request engine timelines (Engine::take_finished_timelines): prefill
+  // chunk sizes, queue and prefill times.
+  void observe_timelines(const std::vector<RequestTimeline>& timelines);
 
   // The whole /metrics page.
   std::string render(const EngineStats& stats, const std::string& model_name) const;
@@ -51,6 +56,10 @@ class ServerMetrics {
   Histogram ttft_seconds_;
   Histogram itl_seconds_;
   Histogram e2e_seconds_;
+  Histogram ttft_server_overhead_seconds_;
+  Histogram prefill_chunk_tokens_;
+  Histogram queue_seconds_;
+  Histogram prefill_seconds_;
   std::atomic<std::int64_t> prompt_tokens_{0};
   std::atomic<std::int64_t> generation_tokens_{0};
   std::array<std::atomic<std::int64_t>, 4> finished_{};  // by RequestOutcome

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@ namespace sluice::server {
 namespace http = boost::beast::http;
 using nlohmann::json;
 using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -72,7 +74,11 @@ Json parse_body(const HttpRequest& request, std::optional<ApiError>& error) {
 }  // namespace
 
 OpenAiService::OpenAiService(ServiceOptions options, ServerMetrics& metrics)
-    : options_(std::move(options)), metrics_(metrics) {}
+    : options_(std::move(options)),
+      metrics_(metrics),
+      workers_(static_cast<std::size_t>(std::max(1, options_.num_tokenizer_threads))) {}
+
+OpenAiService::~OpenAiService() { workers_.join(); }
 
 void OpenAiService::set_model(std::shared_ptr<const ModelContext> model) {
   std::lock_guard lock(model_mutex_);
@@ -90,11 +96,21 @@ void OpenAiService::reply_error(const std::shared_ptr<HttpExchange>& exchange, c
   metrics_.count_rejected(error.http_status);
   HttpHeaders headers;
   if (error.retry_after_s) headers.emplace_back("Retry-After", std::to_string(*error.retry_after_s));
-  exchange->respond(error.http_status, error.to_json().dump(-1, ' ', false, json::error_handler_t::replace),
-                    "application/json", headers);
+  exchange->post([exchange, status = error.http_status,
+                  body = error.to_json().dump(-1, ' ', false, json::error_handler_t::replace),
+                  headers = std::move(headers)]() mutable {
+    exchange->respond(status, std::move(body), "application/json", headers);
+  });
+}
+
+void OpenAiService::reply(const std::shared_ptr<HttpExchange>& exchange, std::string body) {
+  exchange->post([exchange, body = std::move(body)]() mutable {
+    exchange->respond(200, std::move(body), "application/json");
+  });
 }
 
 void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange) {
+  const auto arrival = Clock::now();  // the body has been read
   // Route and authorise from one normalised path (CVE-2026-48746): the target
   // without its query, matched exactly; anything unknown is 404 after auth.
   const auto raw_target = request.target();
@@ -149,8 +165,9 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
     return;
   }
   if (path == "/metrics") {
-    if (require(http::verb::get))
-      exchange->respond(200, metrics_.render(model->engine->stats(), model->served_model_names.front()),
+    if (!require(http::verb::get)) return;
+    metrics_.observe_timelines(model->engine->take_finished_timelines());
+    exchange->respond(200, metrics_.render(model->engine->stats(), model->served_model_names.front()),
                         "text/plain; version=0.0.4; charset=utf-8");
     return;
   }
@@ -169,8 +186,13 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
     return;
   }
   if (!require(http::verb::post)) return;
-  if (path == "/tokenize") return handle_tokenize(request, exchange, *model);
-  if (path == "/detokenize") return handle_detokenize(request, exchange, *model);
+  if (path == "/tokenize" || path == "/detokenize") {
+    boost::asio::post(workers_, [this, request = std::move(request), exchange, model, path] {
+      if (path == "/tokenize") handle_tokenize(request, exchange, *model);
+      else handle_detokenize(request, exchange, *model);
+    });
+    return;
+  }
   if (draining_) {
     reply_error(exchange, overloaded("the server is shutting down", options_.retry_after_s));
     return;
@@ -182,25 +204,24 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
                                      options_.retry_after_s));
     return;
   }
-  if (path == "/v1/chat/completions") return handle_chat(request, exchange, model);
-  handle_completion(request, exchange, model);
+  boost::asio::post(workers_, [this, request = std::move(request), exchange, model, path, arrival] {
+    if (path == "/v1/chat/completions") handle_chat(request, exchange, model, arrival);
+    else handle_completion(request, exchange, model, arrival);
+  });
 }
 
-namespace {
-
-struct Submission {
+struct OpenAiService::Submission {
   std::vector<std::vector<TokenId>> prompts;
   std::string prompt_param;
 };
 
-}  // namespace
-
 // Shared tail of chat and completions: context checks, submit n choices per
 // prompt, start the job. Nothing has been written yet when this returns an error.
-static std::optional<ApiError> submit_job(const GenerationOptions& options, const Submission& submission,
+static std::optional<ApiError> submit_job(const GenerationOptions& options, const OpenAiService::Submission& submission,
                                           JobSpec spec, const std::shared_ptr<HttpExchange>& exchange,
                                           const std::shared_ptr<const ModelContext>& model, ServerMetrics& metrics,
                                           std::atomic<int>& num_active_jobs, int retry_after_s) {
+  spec.submitted = Clock::now();
   const std::int32_t max_len = model->max_model_len_tokens;
   for (const auto& prompt : submission.prompts) {
     if (auto error = check_context(static_cast<std::int64_t>(prompt.size()), options.max_tokens, max_len,
@@ -262,8 +283,7 @@ static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, co
 }
 
 void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
-                                const std::shared_ptr<const ModelContext>& model) {
-  const auto arrival = std::chrono::steady_clock::now();
+                                const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival) {
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
   if (error) return reply_error(exchange, *error);
@@ -293,9 +313,11 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   if (!rendered) return reply_error(exchange, bad_request("chat template: " + rendered.error().message, "messages"));
   const std::string& prompt_text = rendered.value();
 
+  const auto tokenize_start = Clock::now();
   Submission submission{.prompts = {model->tokenizer.encode(prompt_text, /*add_special_tokens=*/false)},
                         .prompt_param = "messages"};
   JobSpec spec = make_spec(Endpoint::kChat, request.options, *model, options_.keepalive_interval);
+  spec.tokenize_time = Clock::now() - tokenize_start;
   spec.arrival = arrival;
   spec.tool_choice = request.tool_choice.kind;
   spec.parser_options.parse_tool_calls = request.tool_choice.kind == ToolChoice::Kind::kAuto ||
@@ -307,14 +329,27 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   spec.parser_options.starts_in_reasoning =
       !model->output_format.reasoning_begin.empty() && trimmed.ends_with(model->output_format.reasoning_begin);
   spec.parser_options.tool_call_id_prefix = "call_" + random_hex(16) + "_";
-  if (auto submit_error = submit_job(request.options, submission, std::move(spec), exchange, model, metrics_,
-                                     num_active_jobs_, options_.retry_after_s))
-    return reply_error(exchange, *submit_error);
+  submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model);
+}
+
+// The engine submission and the job's start happen on the exchange's strand,
+// where the job lives from then on.
+void OpenAiService::submit_on_strand(const GenerationOptions& options, Submission submission, JobSpec spec,
+                                     const std::shared_ptr<HttpExchange>& exchange,
+                                     const std::shared_ptr<const ModelContext>& model) {
+  auto work = std::make_shared<std::tuple<GenerationOptions, Submission, JobSpec>>(options, std::move(submission),
+                                                                                   std::move(spec));
+  exchange->post([this, work, exchange, model] {
+    if (exchange->disconnected()) return;  // gone while its prompt was tokenized: nothing to answer
+    auto& [options, submission, spec] = *work;
+    if (auto submit_error = submit_job(options, submission, std::move(spec), exchange, model, metrics_,
+                                       num_active_jobs_, options_.retry_after_s))
+      reply_error(exchange, *submit_error);
+  });
 }
 
 void OpenAiService::handle_completion(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
-                                      const std::shared_ptr<const ModelContext>& model) {
-  const auto arrival = std::chrono::steady_clock::now();
+                                      const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival) {
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
   if (error) return reply_error(exchange, *error);
@@ -324,9 +359,12 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
   if (!model->serves(request.options.model)) return reply_error(exchange, model_not_found(request.options.model));
   Submission submission{.prompt_param = "prompt"};
   const std::int32_t vocab = model->engine->backend_info().vocab_size;
+  Clock::duration tokenize_time{};
   for (const PromptInput& prompt : request.prompts) {
     if (const auto* text = std::get_if<std::string>(&prompt)) {
+      const auto tokenize_start = Clock::now();
       submission.prompts.push_back(model->tokenizer.encode(*text, /*add_special_tokens=*/true));
+      tokenize_time += Clock::now() - tokenize_start;
     } else {
       const auto& ids = std::get<std::vector<TokenId>>(prompt);
       for (TokenId id : ids)
@@ -340,9 +378,8 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
   }
   JobSpec spec = make_spec(Endpoint::kCompletion, request.options, *model, options_.keepalive_interval);
   spec.arrival = arrival;
-  if (auto submit_error = submit_job(request.options, submission, std::move(spec), exchange, model, metrics_,
-                                     num_active_jobs_, options_.retry_after_s))
-    return reply_error(exchange, *submit_error);
+  spec.tokenize_time = tokenize_time;
+  submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model);
 }
 
 void OpenAiService::handle_tokenize(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
@@ -375,7 +412,7 @@ void OpenAiService::handle_tokenize(const HttpRequest& http_request, const std::
     return reply_error(exchange, bad_request("'prompt' (a string) or 'messages' is required", "prompt"));
   }
   json out = {{"count", ids.size()}, {"max_model_len", model.max_model_len_tokens}, {"tokens", ids}};
-  exchange->respond(200, out.dump(), "application/json");
+  reply(exchange, out.dump());
 }
 
 void OpenAiService::handle_detokenize(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
@@ -394,7 +431,7 @@ void OpenAiService::handle_detokenize(const HttpRequest& http_request, const std
     ids.push_back(static_cast<TokenId>(id.get<std::int64_t>()));
   }
   json out = {{"prompt", model.tokenizer.decode(ids, false)}};
-  exchange->respond(200, out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  reply(exchange, out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace sluice::server

@@ -2,6 +2,10 @@
 // validates, renders the chat template, tokenizes, checks the context, submits
 // to the engine and hands the streams to a GenerationJob. Every refusal is
 // decided here, before a byte of the response is written.
+//
+// Threads: routing, auth and admission run on the connection's strand (an I/O
+// thread); the request body's work (JSON, template, tokenizer) on a small
+// worker pool; the response goes back to the strand (HttpExchange::post).
 #pragma once
 
 #include <atomic>
@@ -10,6 +14,8 @@
 #include <mutex>
 #include <string>
 
+#include <boost/asio/thread_pool.hpp>
+
 #include "sluice/server/http_server.h"
 #include "sluice/server/metrics.h"
 #include "sluice/server/model_context.h"
@@ -17,16 +23,23 @@
 
 namespace sluice::server {
 
+struct JobSpec;
+
 struct ServiceOptions {
   RequestLimits limits;
   std::string api_key;  // empty = no authentication
   std::chrono::milliseconds keepalive_interval{10'000};  // SSE comment lines while nothing else is sent
   int retry_after_s = 1;  // Retry-After on 503
+  // Parsing, chat templates and tokenization run here, not on the HTTP
+  // threads: a 300k-token prompt takes long enough to stall every connection
+  // that shares its I/O thread.
+  int num_tokenizer_threads = 2;
 };
 
 class OpenAiService {
  public:
   OpenAiService(ServiceOptions options, ServerMetrics& metrics);
+  ~OpenAiService();  // joins the workers
 
   // The model is loaded and warmed up: /health turns 200, requests are served.
   void set_model(std::shared_ptr<const ModelContext> model);
@@ -37,17 +50,25 @@ class OpenAiService {
 
   void handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
 
+  struct Submission;  // a request's prompts, tokenized (openai_service.cpp)
+
  private:
+  using Clock = std::chrono::steady_clock;
   std::shared_ptr<const ModelContext> model() const;
+  // On a worker: parse, validate, render, tokenize; then submit_on_strand().
   void handle_chat(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
-                   const std::shared_ptr<const ModelContext>& model);
+                   const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival);
   void handle_completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
-                         const std::shared_ptr<const ModelContext>& model);
+                         const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival);
+  void submit_on_strand(const GenerationOptions& options, Submission submission, JobSpec spec,
+                        const std::shared_ptr<HttpExchange>& exchange, const std::shared_ptr<const ModelContext>& model);
   void handle_tokenize(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
                        const ModelContext& model);
   void handle_detokenize(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
                          const ModelContext& model);
+  // Safe from any thread: the response is written on the exchange's strand.
   void reply_error(const std::shared_ptr<HttpExchange>& exchange, const ApiError& error);
+  void reply(const std::shared_ptr<HttpExchange>& exchange, std::string body);
 
   ServiceOptions options_;
   ServerMetrics& metrics_;
@@ -55,6 +76,7 @@ class OpenAiService {
   std::shared_ptr<const ModelContext> model_;
   std::atomic<bool> draining_{false};
   std::atomic<int> num_active_jobs_{0};
+  boost::asio::thread_pool workers_;
 };
 
 }  // namespace sluice::server

@@ -60,14 +60,20 @@ struct SignalLatch {
 
 class StatsLogger {
  public:
-  StatsLogger(net::io_context& io, const Engine& engine, std::chrono::milliseconds interval)
-      : timer_(io), engine_(engine), interval_(interval), previous_(engine.stats()), previous_time_(Clock::now()) {}
+  StatsLogger(net::io_context& io, Engine& engine, ServerMetrics& metrics, std::chrono::milliseconds interval)
+      : timer_(io),
+        engine_(engine),
+        metrics_(metrics),
+        interval_(interval),
+        previous_(engine.stats()),
+        previous_time_(Clock::now()) {}
   void start() {
     if (interval_.count() <= 0) return;
     timer_.expires_after(interval_);
     timer_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       const EngineStats now = engine_.stats();
+      metrics_.observe_timelines(engine_.take_finished_timelines());
       const auto t = Clock::now();
       const std::string line = stats_log_line(previous_, now, std::chrono::duration<double>(t - previous_time_).count());
       const bool idle = now.num_running == 0 && now.num_waiting == 0 &&
@@ -85,7 +91,8 @@ class StatsLogger {
 
  private:
   net::steady_timer timer_;
-  const Engine& engine_;
+  Engine& engine_;  // take_finished_timelines() feeds the metrics
+  ServerMetrics& metrics_;
   std::chrono::milliseconds interval_;
   EngineStats previous_;
   Clock::time_point previous_time_;
@@ -129,7 +136,7 @@ Status run_server(const ServerConfig& config, const ModelLoader& load_model) {
   model->engine->start();
   service.set_model(model);
   spdlog::info("ready: serving {} on http://{}:{}", model->served_model_names.front(), config.host, *port);
-  StatsLogger stats_logger(io, *model->engine, config.stats_log_interval);
+  StatsLogger stats_logger(io, *model->engine, metrics, config.stats_log_interval);
   net::post(io, [&stats_logger] { stats_logger.start(); });
 
   const int signal = latch.wait();
