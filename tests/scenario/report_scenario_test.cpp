@@ -148,8 +148,11 @@ TEST(ReportScenario, PrefillFirstReproducesTheReport) {
   const std::int64_t starved_windows = num_zero_decode_windows(run.timelines, &longest_starved_run);
   std::printf("[prefill-first] mean TTFT %.0f ms, max token gap %.1f ms, zero-decode 1 s windows %lld\n",
               mean_ttft_ms(run), max_gap_ms(run), static_cast<long long>(starved_windows));
-  // Every long prompt's prefill stops all decoding: whole seconds without a token.
-  EXPECT_GE(starved_windows, 1);
+  // Every long prompt's prefill stops all decoding: more than a second
+  // without a token. Measured as the longest gap, not in fixed 1 s windows:
+  // a 1.5 s stall need not cover a whole window of a fixed grid, and the
+  // stall's length moves with the cost model's assumed GEMM efficiency.
+  EXPECT_GT(max_gap_ms(run), 1000.0);
   EXPECT_GT(max_gap_ms(run), 20.0 * kInterTokenTargetMs);
 }
 
