@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
+#include <string>
+#include <string_view>
 #include <thread>
 
 namespace sluice::cli {
+namespace {
+constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
+}  // namespace
 
 Result<std::unique_ptr<PacedSimBackend>> PacedSimBackend::make(std::unique_ptr<sim::SimBackend> sim,
                                                                const Tokenizer& tokenizer,
@@ -18,6 +24,11 @@ Result<std::unique_ptr<PacedSimBackend>> PacedSimBackend::make(std::unique_ptr<s
   for (TokenId id = 0; id < tokenizer.vocab_size(); ++id) {
     if (tokenizer.is_special(id) || !tokenizer.id_to_token(id)) continue;
     if (std::find(eos_token_ids.begin(), eos_token_ids.end(), id) != eos_token_ids.end()) continue;
+    // Only ids that are whole characters on their own (not a lone UTF-8
+    // fragment): every emitted token then streams as text, as a real model's
+    // output mostly does.
+    const std::string text = tokenizer.decode(std::span<const TokenId>(&id, 1), /*skip_special_tokens=*/false);
+    if (text.empty() || text.find(kReplacementCharacter) != std::string::npos) continue;
     emittable.push_back(id);
   }
   if (emittable.empty()) return Error{"the tokenizer has no ordinary token for the sim to emit"};

@@ -7,8 +7,9 @@
 //     divided by `speed` (0 = no pacing: as fast as the host goes, which is
 //     what a server-overhead benchmark wants);
 //   - tokens a real client can read: the sim's fake ids are mapped onto the
-//     tokenizer's ordinary (non-special, non-EOS) ids, so output decodes to
-//     text and never ends early unless EOS is asked for (`eos_every`).
+//     tokenizer's ordinary ids (not special, not EOS, decoding to whole
+//     characters), so output decodes to text and never ends early unless EOS
+//     is asked for (`eos_every`).
 #pragma once
 
 #include <cstdint>

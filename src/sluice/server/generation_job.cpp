@@ -337,9 +337,13 @@ void GenerationJob::observe_first_token() {
   const double overhead_ms = std::max(0.0, ttft_ms - tokenize_ms - engine_ms);
   metrics_.observe_ttft_server_overhead(overhead_ms / 1e3);
   spdlog::debug("{}: first token after {:.3f} ms = tokenize {:.3f} + engine (submit to first output) {:.3f} + "
-                "server {:.3f} ({} prompt tokens)",
+                "server {:.3f} ({} prompt tokens; server: to worker {:.3f}, parse and validate {:.3f}, to strand "
+                "{:.3f}, first output to written {:.3f})",
                 spec_.header.id, ttft_ms, tokenize_ms, engine_ms, overhead_ms,
-                spec_.num_prompt_tokens.empty() ? 0 : spec_.num_prompt_tokens.front());
+                spec_.num_prompt_tokens.empty() ? 0 : spec_.num_prompt_tokens.front(),
+                Ms(spec_.worker_started - spec_.arrival).count(),
+                Ms(spec_.tokenized - spec_.worker_started - spec_.tokenize_time).count(),
+                Ms(spec_.submitted - spec_.tokenized).count(), Ms(now - pushed).count());
 }
 
 void GenerationJob::on_disconnect() {

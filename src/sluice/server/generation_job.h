@@ -47,8 +47,10 @@ struct JobSpec {
   // arrival (body read) ... tokenization ... submitted to the engine ... the
   // engine pushes the first output ... its chunk is written.
   std::chrono::steady_clock::time_point arrival;
+  std::chrono::steady_clock::time_point worker_started;  // a tokenizer thread picked it up
   std::chrono::steady_clock::duration tokenize_time{};
-  std::chrono::steady_clock::time_point submitted;
+  std::chrono::steady_clock::time_point tokenized;  // the worker is done with it
+  std::chrono::steady_clock::time_point submitted;  // on the strand, submitting to the engine
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {

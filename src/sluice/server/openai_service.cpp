@@ -284,6 +284,7 @@ static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, co
 
 void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
                                 const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival) {
+  const auto worker_started = Clock::now();
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
   if (error) return reply_error(exchange, *error);
@@ -329,6 +330,8 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   spec.parser_options.starts_in_reasoning =
       !model->output_format.reasoning_begin.empty() && trimmed.ends_with(model->output_format.reasoning_begin);
   spec.parser_options.tool_call_id_prefix = "call_" + random_hex(16) + "_";
+  spec.worker_started = worker_started;
+  spec.tokenized = Clock::now();
   submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model);
 }
 
@@ -350,6 +353,7 @@ void OpenAiService::submit_on_strand(const GenerationOptions& options, Submissio
 
 void OpenAiService::handle_completion(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
                                       const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival) {
+  const auto worker_started = Clock::now();
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
   if (error) return reply_error(exchange, *error);
@@ -379,6 +383,8 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
   JobSpec spec = make_spec(Endpoint::kCompletion, request.options, *model, options_.keepalive_interval);
   spec.arrival = arrival;
   spec.tokenize_time = tokenize_time;
+  spec.worker_started = worker_started;
+  spec.tokenized = Clock::now();
   submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model);
 }
 

@@ -1,5 +1,7 @@
 #include "sluice/server/server.h"
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <csignal>
 #include <mutex>
@@ -120,7 +122,11 @@ Status run_server(const ServerConfig& config, const ModelLoader& load_model) {
     if (!ec) latch.set(signal);
   });
   std::vector<std::thread> threads;
-  for (int i = 0; i < std::max(1, config.num_io_threads); ++i) threads.emplace_back([&io] { io.run(); });
+  for (int i = 0; i < std::max(1, config.num_io_threads); ++i)
+    threads.emplace_back([&io] {
+      pthread_setname_np(pthread_self(), "sluice-http");  // for top -H and the SSE load benchmark
+      io.run();
+    });
   auto shutdown_io = [&] {
     work.reset();
     io.stop();
