@@ -9,15 +9,18 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 
 namespace sluice {
 namespace {
@@ -90,7 +93,8 @@ void bench_gemm() {
   };
   std::uint64_t seed = 1;
   for (Shape3 s : {Shape3{8192, 8192, 8192}, Shape3{8192, 28672, 4096}, Shape3{8192, 4096, 14336},
-                   Shape3{64, 28672, 4096}, Shape3{1, 28672, 4096}, Shape3{1, 4096, 14336},
+                   Shape3{64, 28672, 4096}, Shape3{1, 28672, 4096}, Shape3{1, 4096, 14336}, Shape3{1, 6144, 4096},
+                   Shape3{1, 4096, 4096},
                    Shape3{1, 128256, 4096}}) {
     StepLayout layout;
     ops->begin_step(layout);
@@ -100,26 +104,36 @@ void bench_gemm() {
     std::vector<Tensor> ws;
     for (int c = 0; c < copies; ++c) ws.push_back(must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.05f)));
     const Tensor out = must(cuda_random_weight(*ops, {s.m, s.n}, DType::bf16, ++seed, 1.0f));
-    int i = 0;
-    const int inner = 20;
-    const double t = time_median(3, 9, [&] {
-                       for (int r = 0; r < inner; ++r) ops->matmul(x, ws[(i++) % copies], Tensor{}, out);
-                     }) / inner;
-    const double flops = 2.0 * s.m * s.n * s.k;
-    const double bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
-    char name[96];
-    std::snprintf(name, sizeof name, "GEMM %lldx%lldx%lld (M x N x K)", static_cast<long long>(s.m),
-                  static_cast<long long>(s.n), static_cast<long long>(s.k));
-    if (s.m >= 1024)
-      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
-    else
-      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    // Rows of at most 4 run the own GEMV: time each variant (SLUICE_GEMV).
+    // "1n": v1 launched without programmatic dependent launch.
+    for (const char* variant : s.m <= 4 ? std::vector<const char*>{"1", "1n", "3"} : std::vector<const char*>{""}) {
+      if (*variant != '\0') setenv("SLUICE_GEMV", variant, 1);
+      if (variant[0] != '\0' && variant[1] == 'n') setenv("SLUICE_GEMV_PDL", "0", 1);
+      int i = 0;
+      const int inner = 20;
+      const double t = time_median(3, 9, [&] {
+                         for (int r = 0; r < inner; ++r) ops->matmul(x, ws[(i++) % copies], Tensor{}, out);
+                       }) / inner;
+      const double flops = 2.0 * s.m * s.n * s.k;
+      const double bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
+      char name[96];
+      std::snprintf(name, sizeof name, "GEMM %lldx%lldx%lld (M x N x K)%s%s", static_cast<long long>(s.m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), *variant ? ", GEMV v" : "", variant);
+      if (s.m >= 1024)
+        row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+      else
+        row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    }
+    unsetenv("SLUICE_GEMV");
+    unsetenv("SLUICE_GEMV_PDL");
   }
 }
 
 // Attention alone: one prefill sequence of `tokens`, or `batch` decodes at `context`.
 void bench_attention(bool quick, bool decode_only = false) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kDim = 128;
+  for (const char* variant : {"1", "2"}) {
+  setenv("SLUICE_PREFILL_KERNEL", variant, 1);  // read at each launch
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only) break;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
@@ -145,10 +159,13 @@ void bench_attention(bool quick, bool decode_only = false) {
       // Causal: half the score matrix, 2 GEMMs of 2 flops per multiply-add.
       const double flops = 4.0 * kHeads * kDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
       char name[96];
-      std::snprintf(name, sizeof name, "attention prefill %dk, %d/%d heads x 128 (incl. KV write)", tokens / 1024, kHeads, kv_heads);
+      std::snprintf(name, sizeof name, "attention prefill v%s %dk, %d/%d heads x 128 (incl. KV write)", variant,
+                    tokens / 1024, kHeads, kv_heads);
       row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
     }
   }
+  }
+  unsetenv("SLUICE_PREFILL_KERNEL");
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only && kv_heads != 8) continue;
     const std::int32_t batch = 64, context = quick ? 2048 : 8192;
@@ -187,7 +204,7 @@ struct Llama8B {
   static constexpr std::int64_t kLayers = 32, kHidden = 4096, kHeads = 32, kKvHeads = 8, kDim = 128,
                                 kInter = 14336, kVocab = 128256;
   struct Layer {
-    Tensor in_norm, q, k, v, o, post_norm, gate_up, down;
+    Tensor in_norm, qkv, o, post_norm, gate_up, down;
   };
   Tensor embed, final_norm, lm_head;
   std::vector<Layer> layers;
@@ -198,9 +215,9 @@ struct Llama8B {
     auto w = [&](Shape s, float scale) { return must(cuda_random_weight(ops, s, DType::bf16, ++seed, scale)); };
     embed = w({kVocab, kHidden}, 1.0f);
     for (int l = 0; l < kLayers; ++l)
-      layers.push_back({w({kHidden}, 1.0f), w({kHeads * kDim, kHidden}, 0.02f), w({kKvHeads * kDim, kHidden}, 0.02f),
-                        w({kKvHeads * kDim, kHidden}, 0.02f), w({kHidden, kHeads * kDim}, 0.02f), w({kHidden}, 1.0f),
-                        w({2 * kInter, kHidden}, 0.02f), w({kHidden, kInter}, 0.02f)});
+      layers.push_back({w({kHidden}, 1.0f), w({(kHeads + 2 * kKvHeads) * kDim, kHidden}, 0.02f),
+                        w({kHidden, kHeads * kDim}, 0.02f), w({kHidden}, 1.0f), w({2 * kInter, kHidden}, 0.02f),
+                        w({kHidden, kInter}, 0.02f)});
     final_norm = w({kHidden}, 1.0f);
     lm_head = w({kVocab, kHidden}, 0.02f);
   }
@@ -218,6 +235,7 @@ struct Llama8B {
     Tensor q = ops.scratch({n, kHeads * kDim}), k = ops.scratch({n, kKvHeads * kDim}), v = ops.scratch({n, kKvHeads * kDim});
     Tensor attn = ops.scratch({n, kHeads * kDim}), block_out = ops.scratch({n, kHidden});
     Tensor gate_up = ops.scratch({n, 2 * kInter}), act = ops.scratch({n, kInter});
+    const std::array<Tensor, 3> no_bias{};
     ops.embedding(embed, residual);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const Layer& layer = layers[l];
@@ -225,15 +243,12 @@ struct Llama8B {
         ops.rms_norm(residual, layer.in_norm, eps, normed);
       else
         ops.add_rms_norm(residual, block_out, layer.in_norm, eps, normed);
-      ops.matmul(normed, layer.q, Tensor{}, q);
-      ops.matmul(normed, layer.k, Tensor{}, k);
-      ops.matmul(normed, layer.v, Tensor{}, v);
+      ops.qkv_projection(normed, layer.qkv, no_bias, q, k, v);
       ops.rope(q, k, rope);
       ops.attention(static_cast<std::int32_t>(l), q, k, v, scale, attn);
       ops.matmul(attn, layer.o, Tensor{}, block_out);
       ops.add_rms_norm(residual, block_out, layer.post_norm, eps, normed);
-      ops.matmul(normed, layer.gate_up, Tensor{}, gate_up);
-      ops.silu_mul(gate_up, act);
+      ops.gate_up_silu(normed, layer.gate_up, gate_up, act);
       ops.matmul(act, layer.down, Tensor{}, block_out);
     }
     ops.add_rms_norm(residual, block_out, final_norm, eps, normed);
@@ -297,15 +312,73 @@ void bench_model(bool quick) {
     row(std::string(name) + " [tok/s]", batch / t, "tok/s",
         pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
   }
-  for (std::int32_t prompt : {4096, long_prompt}) {
+  for (std::int32_t prompt : {4096, long_prompt, -long_prompt}) {
+    // The negative entry: the long prompt again with prefill attention v1.
+    if (prompt < 0) setenv("SLUICE_PREFILL_KERNEL", "1", 1);
+    prompt = std::abs(prompt);
     const StepLayout layout = make_step(1, 0, prompt, kBlock);
     const double t = time_median(1, 3, [&] { run_step(layout); });
     const double flops = Llama8B::matmul_flops_per_token() * prompt +
                          Llama8B::kLayers * 4.0 * Llama8B::kHeads * Llama8B::kDim * (double(prompt) * (prompt + 1) / 2);
     char name[96];
-    std::snprintf(name, sizeof name, "Llama-3-8B prefill of %d tokens", prompt);
+    std::snprintf(name, sizeof name, "Llama-3-8B prefill of %d tokens%s", prompt,
+                  std::getenv("SLUICE_PREFILL_KERNEL") != nullptr ? " (attention v1)" : "");
     row(std::string(name) + " [tok/s]", prompt / t, "tok/s",
         pct(flops / t / kBf16FlopsPerSecond) + " of 790 TFLOP/s (" + std::to_string(static_cast<int>(t * 1e3)) + " ms)");
+  }
+  unsetenv("SLUICE_PREFILL_KERNEL");
+}
+
+// Decode steps under variants, each in a fresh Ops (no graph captured under
+// another setting is replayed): GEMV loops (SLUICE_GEMV), programmatic
+// dependent launch off, power-of-two graph buckets. The default rows above
+// minus these rows is what each choice buys.
+void bench_decode_variants(bool quick) {
+  constexpr std::int32_t kBlock = 16;
+  struct Variant {
+    const char* name;
+    const char* env;
+    const char* value;
+    bool pdl;
+    bool big;  // also batch 64 at 8k
+  };
+  const Variant variants[] = {{"GEMV without PDL", "SLUICE_GEMV_PDL", "0", true, true},
+                              {"GEMV v3 (split rows)", "SLUICE_GEMV", "3", true, false},
+                              {"PDL off", nullptr, nullptr, false, true},
+                              {"eighth-octave graph buckets", "SLUICE_GRAPH_BUCKETS", "eighth", true, true},
+                              {"split-KV ring of 2 stages", "SLUICE_SPLIT_STAGES", "2", true, true}};
+  const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
+  const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
+  for (const Variant& v : variants) {
+    if (v.env != nullptr) setenv(v.env, v.value, 1);
+    cuda::set_pdl_enabled(v.pdl);
+    {
+      auto ops = new_ops();
+      const Llama8B model(*ops);
+      const std::int32_t num_blocks = v.big ? big_batch * ((big_context + kBlock) / kBlock + 1) : 4096 / kBlock + 2;
+      if (!ops->allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = num_blocks, .block_size_tokens = kBlock,
+                                   .num_kv_heads = Llama8B::kKvHeads, .head_dim = Llama8B::kDim}).ok())
+        std::exit(1);
+      if (!cuda_fill_kv_cache_random(*ops, 3).ok()) std::exit(1);
+      std::vector<std::pair<int, int>> shapes = {{1, 0}, {1, 4096}};
+      if (v.big) shapes.push_back({big_batch, big_context});
+      for (auto [batch, context] : shapes) {
+        const StepLayout layout = make_step(batch, context, 1, kBlock);
+        const double t = time_median(3, 15, [&] {
+          ops->begin_step(layout);
+          const Tensor logits = model.forward(*ops, layout);
+          std::vector<SampleRequest> requests(layout.sample_rows.size());
+          (void)ops->sample(logits, requests);
+        });
+        const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
+        row("Llama-3-8B decode step, batch " + std::to_string(batch) + " at " + std::to_string(context) +
+                " context, " + v.name + " [tok/s]",
+            batch / t, "tok/s",
+            pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
+      }
+    }
+    if (v.env != nullptr) unsetenv(v.env);
+    cuda::set_pdl_enabled(true);
   }
 }
 
@@ -351,5 +424,6 @@ int main(int argc, char** argv) {
   sluice::bench_gemm();
   sluice::bench_attention(quick);
   sluice::bench_model(quick);
+  sluice::bench_decode_variants(quick);
   return 0;
 }

@@ -5,7 +5,10 @@
 # tools/device/build_carry.sh on the development machine). Logs go to $OUT;
 # the last thing printed is the table.
 #
-#   tools/device/cuda_check.sh [--quick] [--skip-tests] [--skip-bench]
+#   tools/device/cuda_check.sh [--quick] [--skip-tests] [--skip-bench] [--no-torch] [--profile]
+#
+# --profile also runs tools/device/cuda_profile.sh (ncu per-kernel times of an
+# eager batch-1 decode step) into $OUT/profile.txt.
 set -uo pipefail
 out=${OUT:-/tmp/cuda-check}
 mkdir -p "$out"
@@ -13,12 +16,14 @@ bin=.devcarry/cuda
 # The test binaries look for fixtures and scratch space at the paths of the
 # development checkout; make those paths lead here.
 if [ ! -e /work/main/tests/fixtures ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
-quick=""; tests=1; bench=1
+quick=""; tests=1; bench=1; profile=0; torch=1
 for a in "$@"; do
   case $a in
     --quick) quick=--quick ;;
     --skip-tests) tests=0 ;;
     --skip-bench) bench=0 ;;
+    --profile) profile=1 ;;
+    --no-torch) torch=0 ;;
   esac
 done
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
@@ -32,6 +37,18 @@ if [ $tests = 1 ]; then
     echo "$t exit $rc"
     [ "$rc" = 0 ] || status=1
   done
+  # The attention tests again with the other prefill kernel (v1).
+  SLUICE_PREFILL_KERNEL=1 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaAttention.*' 2>&1 \
+    | tee "$out/cuda_kernel_test_prefill_v1.log" | tail -20
+  rc=${PIPESTATUS[0]}
+  echo "cuda_kernel_test (prefill v1) exit $rc"
+  [ "$rc" = 0 ] || status=1
+  # And with the split-KV ring of 2 stages (under evaluation).
+  SLUICE_SPLIT_STAGES=2 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaAttention.*' 2>&1 \
+    | tail -3 | tee "$out/cuda_kernel_test_split2.log"
+  rc=${PIPESTATUS[0]}
+  echo "cuda_kernel_test (split-KV 2 stages) exit $rc"
+  [ "$rc" = 0 ] || status=1
 fi
 # End to end through the CLI: the same greedy generation on the CPU reference
 # and on CUDA (tiny random llama with head_dim 64, so the tensor-core paths run).
@@ -48,7 +65,18 @@ if [ $tests = 1 ] && [ -x "$bin/sluice" ]; then
 fi
 if [ $bench = 1 ]; then
   "$bin/cuda_bench" $quick 2>&1 | tee "$out/bench.md"
-  PYTHONUNBUFFERED=1 python3 tools/device/torch_baselines.py $quick 2>&1 | tee "$out/torch.md"
+  if [ $torch = 1 ]; then
+    PYTHONUNBUFFERED=1 python3 tools/device/torch_baselines.py $quick 2>&1 | tee "$out/torch.md"
+  else
+    : >"$out/torch.md"
+  fi
+fi
+if [ $profile = 1 ]; then
+  # Only the summary comes back (the device tool returns at most 8 files).
+  OUT=/tmp/cuda-profile tools/device/cuda_profile.sh >"$out/profile.txt" 2>&1
+  head -30 "$out/profile.txt"
+fi
+if [ $bench = 1 ]; then
   echo
   echo "=== table ==="
   cat "$out/bench.md" "$out/torch.md" | grep '^|'

@@ -12,10 +12,12 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 
 namespace sluice::cuda {
@@ -40,8 +42,13 @@ struct PrefillParams {
 // kMTiles m16 tiles per warp: two share every K and V fragment loaded from
 // shared memory, which halves shared-memory traffic per flop (the limit of
 // the one-tile version, measured at ~150 TFLOP/s on the H200).
-template <int D, int kMTiles, int kBlockN>
+// kQInRegs: Q fragments stay in registers for the whole key loop (64
+// registers at D = 128); otherwise they are re-read from shared memory at
+// every k-step, which frees the registers for 64-key tiles (v2).
+template <int D, int kMTiles, int kBlockN, bool kQInRegs>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, PrefillParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   constexpr int kBlockM = 4 * 16 * kMTiles;
   constexpr int kStride = D + 8;        // padded smem row, in elements
   constexpr int kChunksPerRow = D / 8;  // 16-byte chunks per row
@@ -100,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   const int warp_row = warp * 16 * kMTiles;
   const int warp_first_pos = first_pos + warp_row;
 
-  std::uint32_t q_frag[kMTiles][kKSteps][4];
+  std::uint32_t q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
   float o_acc[kMTiles][kNTilesO][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -118,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   for (int tile = 0; tile < num_tiles; ++tile) {
     cp_async_wait_all();
     __syncthreads();
-    if (tile == 0) {
+    if (kQInRegs && tile == 0) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -147,6 +154,15 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
         for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
+      constexpr int kQs = kQInRegs ? kKSteps : 1;
+      const int qs = kQInRegs ? ks : 0;
+      if constexpr (!kQInRegs) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+          ldmatrix_x4(q_frag[mt][0],
+                      s_q + (warp_row + mt * 16 + (lane % 16)) * kStride + ks * 16 + (lane / 16) * 8);
+      }
+      static_assert(kQs >= 1);
 #pragma unroll
       for (int n = 0; n < kNTilesS; n += 2) {
         std::uint32_t b[4];
@@ -154,8 +170,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
                            ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(s[mt][n], q_frag[mt][ks], b[0], b[1]);
-          mma_16816(s[mt][n + 1], q_frag[mt][ks], b[2], b[3]);
+          mma_16816(s[mt][n], q_frag[mt][qs], b[0], b[1]);
+          mma_16816(s[mt][n + 1], q_frag[mt][qs], b[2], b[3]);
         }
       }
     }
@@ -171,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
         for (int i = 0; i < 4; ++i) {
           const int key = key0 + n * 8 + (lane % 4) * 2 + (i & 1);
           const int pos = pos0 + (i / 2) * 8;
-          float v = s[mt][n][i] * p.scale_log2;
+          float v = s[mt][n][i];  // unscaled: the scale is folded into the exponent below
           if (needs_mask && key > pos) v = -INFINITY;
           s[mt][n][i] = v;
           row_max[i / 2] = fmaxf(row_max[i / 2], v);
@@ -182,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
       for (int h = 0; h < 2; ++h) {
         row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
         row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-        const float m_new = fmaxf(m_run[mt][h], row_max[h]);
+        const float m_new = fmaxf(m_run[mt][h], row_max[h] * p.scale_log2);
         correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[mt][h] - m_new);
         m_run[mt][h] = m_new;
       }
@@ -191,8 +207,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
       for (int n = 0; n < kNTilesS; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float m = m_run[mt][i / 2];
-          const float pr = m == -INFINITY ? 0.0f : exp2f(s[mt][n][i] - m);
+          // m is finite: every row sees key 0 in the first tile. Masked
+          // scores are -inf and give 0.
+          const float pr = exp2f(fmaf(s[mt][n][i], p.scale_log2, -m_run[mt][i / 2]));
           s[mt][n][i] = pr;
           row_sum[i / 2] += pr;
         }
@@ -256,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   }
 }
 
-template <int D>
+template <int D, int kBlockN, bool kQInRegs>
 void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaStream_t stream) {
   PrefillParams p{};
   p.q = static_cast<const __nv_bfloat16*>(args.q);
@@ -268,7 +285,7 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   p.block_size = args.block_size_tokens;
   p.scale_log2 = args.scale * kLog2e;
   constexpr int smem_bytes = (kPrefillTileRows + 4 * kBlockN) * (D + 8) * 2;
-  constexpr auto kernel = prefill_kernel<D, kMTiles, kBlockN>;
+  constexpr auto kernel = prefill_kernel<D, kMTiles, kBlockN, kQInRegs>;
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
     SLUICE_CUDA_CHECK(
@@ -276,7 +293,7 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
     attribute_set = true;
   }
   const dim3 grid(args.num_q_heads, step.num_prefill_tiles);
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(step, p);
+  launch_kernel(kernel, grid, dim3(kThreads), smem_bytes, stream, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -287,9 +304,20 @@ bool prefill_kernel_supports(std::int32_t head_dim) { return head_dim == 64 || h
 void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args,
                               cudaStream_t stream) {
   if (step.num_prefill_tiles == 0) return;
+  // v2 (default): 64-key tiles with Q re-read from shared memory, 256 against
+  // v1's 218 TFLOP/s at 32k (H200, run 7). SLUICE_PREFILL_KERNEL=1 selects v1
+  // (32-key tiles, Q in registers) for comparison.
+  const char* variant = std::getenv("SLUICE_PREFILL_KERNEL");
+  const bool v2 = variant == nullptr || variant[0] != '1';
   switch (args.head_dim) {
-    case 64: launch_for_dim<64>(step, args, stream); break;
-    case 128: launch_for_dim<128>(step, args, stream); break;
+    case 64:
+      if (v2) launch_for_dim<64, 64, false>(step, args, stream);
+      else launch_for_dim<64, kBlockN, true>(step, args, stream);
+      break;
+    case 128:
+      if (v2) launch_for_dim<128, 64, false>(step, args, stream);
+      else launch_for_dim<128, kBlockN, true>(step, args, stream);
+      break;
     default: SLUICE_CHECK_MSG(false, "prefill attention: unsupported head_dim");
   }
 }

@@ -16,10 +16,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 
 namespace sluice::cuda {
@@ -53,9 +55,32 @@ __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
   }
 }
 
+// Before pdl_wait(): pulls the first `num_keys` keys of this block's range
+// into L2 while the previous kernels (RoPE, the KV page write) finish. Only
+// keys computed in earlier steps: their pages are immutable during this step
+// (the step's metadata too: it was copied in before the step's first kernel),
+// while this step's new keys are being written right now.
+__device__ __forceinline__ void prefetch_old_keys(const StepDeviceView& step, const SplitParams& p, int seq,
+                                                  int head_offset, int head_dim, int key_begin, int key_end,
+                                                  int num_keys) {
+  const int old_end = min(min(key_end, step.seq_num_computed[seq]), key_begin + num_keys);
+  const int lines_per_key = max(1, head_dim * 2 / 128);
+  const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * head_dim;
+  for (int i = threadIdx.x; i < (old_end - key_begin) * lines_per_key; i += blockDim.x) {
+    const int key = key_begin + i / lines_per_key;
+    const std::int64_t slot =
+        static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+    const std::int64_t off = slot * key_stride + head_offset + (i % lines_per_key) * 64;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.k_cache + off));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.v_cache + off));
+  }
+}
+
 template <int D, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(StepDeviceView step, SplitParams p) {
+  pdl_launch_dependents();
   constexpr int kDims = kGroup >= 4 ? 8 : 16;  // dims a lane holds (registers bound occupancy)
   constexpr int kVec = kDims / 8;               // 16-byte pieces a lane holds
   constexpr int kLanesPerKey = D / kDims;
@@ -83,6 +108,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
   const int num_tiles = key_end > key_begin ? (key_end - key_begin + kTileKeys - 1) / kTileKeys : 0;
+  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kStages - 1) * kTileKeys);
+  pdl_wait();
 
   // Producer: every thread copies some 16-byte chunks of the tile's K and V rows.
   auto load_tile = [&](int tile) {
@@ -274,7 +301,7 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  split_kernel<D, kGroup><<<grid, kWarps * 32, kSmemBytes, stream>>>(step, p);
+  launch_kernel(split_kernel<D, kGroup>, grid, dim3(kWarps * 32), kSmemBytes, stream, step, p);
 }
 
 // The same split-KV decode on tensor cores, for GQA groups of 2..16 heads:
@@ -284,18 +311,22 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
 // 64-key tile (staged by cp.async, padded rows for ldmatrix) and keeps its own
 // softmax state; the four warps merge at the end like the kernel above.
 constexpr int kMmaTileKeys = 64;
-constexpr int kMmaStages = 3;
+// Stages of the K/V ring: 3 by default (two tiles in flight, 108 KB: two
+// blocks a multiprocessor); SLUICE_SPLIT_STAGES=2 (one tile in flight, 74 KB:
+// three blocks) is under evaluation for batch-64 decode.
+constexpr int kMmaStagesDefault = 3;
 
-template <int D>
+template <int D, int kMmaStages>
 constexpr int mma_smem_bytes() {
   const int ring = 2 * kMmaStages * kMmaTileKeys * (D + 8) * 2;
   const int merge = kWarps * 16 * D * 4 + 2 * kWarps * 16 * 4;
   return (ring > merge ? ring : merge) + 16 * (D + 8) * 2;  // + the Q tile
 }
 
-template <int D>
+template <int D, int kMmaStages>
 __global__ void __launch_bounds__(kWarps * 32)
     split_mma_kernel(StepDeviceView step, SplitParams p) {
+  pdl_launch_dependents();
   constexpr int kStride = D + 8;
   constexpr int kChunksPerRow = D / 8;
   constexpr int kKSteps = D / 16;
@@ -320,6 +351,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
   const int num_tiles =
       key_end > key_begin ? (key_end - key_begin + kMmaTileKeys - 1) / kMmaTileKeys : 0;
+  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kMmaStages - 1) * kMmaTileKeys);
+  pdl_wait();
 
   // Q: the group's heads as rows, zero rows past the group.
   for (int c = tid; c < 16 * kChunksPerRow; c += kWarps * 32) {
@@ -488,26 +521,47 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int D>
-void launch_split_mma(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = mma_smem_bytes<D>();
+template <int D, int kMmaStages>
+void launch_split_mma_stages(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+  constexpr int kSmemBytes = mma_smem_bytes<D, kMmaStages>();
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D>,
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaStages>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  split_mma_kernel<D><<<grid, kWarps * 32, kSmemBytes, stream>>>(step, p);
+  launch_kernel(split_mma_kernel<D, kMmaStages>, grid, dim3(kWarps * 32), kSmemBytes, stream, step, p);
 }
 
-// One block per (row, query head), one thread per dim: merges the splits.
-// The splits' scale factors go through shared memory first, so the per-dim
-// loop is independent loads only.
 template <int D>
-__global__ void combine_kernel(StepDeviceView step, SplitParams p) {
+void launch_split_mma(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+  const char* env = std::getenv("SLUICE_SPLIT_STAGES");
+  if (env != nullptr && env[0] == '2')
+    launch_split_mma_stages<D, 2>(grid, stream, step, p);
+  else
+    launch_split_mma_stages<D, kMmaStagesDefault>(grid, stream, step, p);
+}
+
+// One block per (row, query head): merges the splits. kParts groups of D
+// threads each sum every kParts-th split (a long context has up to hundreds
+// of splits; one thread per dim walking all of them was a chain of dependent
+// L2 round trips), then group 0 adds the groups. The splits' scale factors go
+// through shared memory first.
+template <int D>
+constexpr int combine_parts() {
+  return D >= 256 ? 2 : 512 / D;
+}
+
+template <int D>
+__global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDeviceView step, SplitParams p) {
+  constexpr int kParts = combine_parts<D>();
+  pdl_launch_dependents();
+  pdl_wait();
   extern __shared__ float s_scale[];  // [num_splits]
   __shared__ float s_inv_l;
-  const int row_index = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+  __shared__ float s_part[kParts][D];
+  const int row_index = blockIdx.x, head = blockIdx.y;
+  const int d = threadIdx.x % D, part = threadIdx.x / D;
   const int row = step.split_rows[row_index];
   const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) *
                             p.num_splits;
@@ -526,10 +580,14 @@ __global__ void combine_kernel(StepDeviceView step, SplitParams p) {
     if (threadIdx.x == 0) s_inv_l = 1.0f / l_all;
   }
   __syncthreads();
-  if (d >= D) return;
   float a_all = 0.0f;
-#pragma unroll 8
-  for (int s = 0; s < p.num_splits; ++s) a_all += p.ws_acc[(base + s) * D + d] * s_scale[s];
+#pragma unroll 4
+  for (int s = part; s < p.num_splits; s += kParts) a_all += p.ws_acc[(base + s) * D + d] * s_scale[s];
+  s_part[part][d] = a_all;
+  __syncthreads();
+  if (part != 0) return;
+#pragma unroll
+  for (int q = 1; q < kParts; ++q) a_all += s_part[q][d];
   p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] =
       __float2bfloat16(a_all * s_inv_l);
 }
@@ -593,8 +651,8 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   }
   SLUICE_CUDA_CHECK_LAUNCH();
   if (plan.num_splits > 1) {
-    combine_kernel<D><<<dim3(step.num_split_rows, args.num_q_heads), std::max(D, 32),
-                        plan.num_splits * sizeof(float), stream>>>(step, p);
+    launch_kernel(combine_kernel<D>, dim3(step.num_split_rows, args.num_q_heads),
+                  dim3(D * combine_parts<D>()), plan.num_splits * sizeof(float), stream, step, p);
     SLUICE_CUDA_CHECK_LAUNCH();
   }
 }

@@ -40,6 +40,20 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90; kernels launched through
+// launch_kernel() in launch.cuh). A kernel calls pdl_launch_dependents() first,
+// so the next kernel in the stream may be scheduled onto SMs this one frees
+// during its last wave, and pdl_wait() before it touches any memory an
+// earlier kernel of the step writes or reads (every global store and every
+// activation load). Only immutable data (weights) may be read before the
+// wait. Every block reaches pdl_wait(), so a kernel completes only after its
+// predecessor did, and the ordering is transitive along the stream. Both are
+// no-ops in a kernel launched without the attribute.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // Sum over the whole block; `scratch` holds 32 floats. Every thread gets the result.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -4,10 +4,13 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -16,6 +19,8 @@ constexpr int kRowThreads = 256;
 
 __global__ void embedding_kernel(const std::int32_t* token_ids, const void* table, Dt table_dt,
                                  std::int64_t hidden, void* out, Dt out_dt) {
+  pdl_launch_dependents();
+  pdl_wait();
   const std::int64_t row = blockIdx.x;
   const std::int64_t token = token_ids[row];
   for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x)
@@ -26,6 +31,8 @@ __global__ void embedding_kernel(const std::int32_t* token_ids, const void* tabl
 // second read hits L1/L2 for hidden sizes up to tens of thousands.
 __global__ void rms_norm_kernel(const void* x, Dt x_dt, const void* weight, Dt w_dt, float eps,
                                 std::int64_t cols, void* out, Dt out_dt) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float scratch[32];
   const std::int64_t base = blockIdx.x * cols;
   float sum_sq = 0.0f;
@@ -43,6 +50,8 @@ __global__ void rms_norm_kernel(const void* x, Dt x_dt, const void* weight, Dt w
 __global__ void add_rms_norm_kernel(void* residual, Dt r_dt, const void* x, Dt x_dt,
                                     const void* weight, Dt w_dt, float eps, std::int64_t cols,
                                     void* out, Dt out_dt) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float scratch[32];
   const std::int64_t base = blockIdx.x * cols;
   float sum_sq = 0.0f;
@@ -65,6 +74,16 @@ __global__ void add_rms_norm_kernel(void* residual, Dt r_dt, const void* x, Dt x
 template <int kVecs, bool kAdd>
 __global__ void norm_bf16_kernel(uint4* residual, const uint4* x, const void* weight, Dt w_dt, float eps,
                                  int vecs_per_row, int cols, uint4* out) {
+  pdl_launch_dependents();
+  // The norm weight is immutable: read it while the previous kernel drains.
+  float wgt[kVecs][8];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int idx = threadIdx.x + k * blockDim.x;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wgt[k][i] = idx < vecs_per_row ? load_f(weight, w_dt, idx * 8 + i) : 0.0f;
+  }
+  pdl_wait();
   __shared__ float scratch[32];
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * vecs_per_row;
   float v[kVecs][8];
@@ -101,8 +120,8 @@ __global__ void norm_bf16_kernel(uint4* residual, const uint4* x, const void* we
     __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      oh[i] = __floats2bfloat162_rn(v[k][2 * i] * inv_rms * load_f(weight, w_dt, idx * 8 + 2 * i),
-                                    v[k][2 * i + 1] * inv_rms * load_f(weight, w_dt, idx * 8 + 2 * i + 1));
+      oh[i] = __floats2bfloat162_rn(v[k][2 * i] * inv_rms * wgt[k][2 * i],
+                                    v[k][2 * i + 1] * inv_rms * wgt[k][2 * i + 1]);
     out[base + idx] = o;
   }
 }
@@ -120,10 +139,10 @@ bool launch_norm_bf16(void* residual, const void* x, const void* weight, Dt w_dt
   auto* o = static_cast<uint4*>(out);
   const auto blocks = static_cast<unsigned>(rows);
   switch (per_thread) {
-    case 1: norm_bf16_kernel<1, kAdd><<<blocks, threads, 0, stream>>>(r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
-    case 2: norm_bf16_kernel<2, kAdd><<<blocks, threads, 0, stream>>>(r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 1: launch_kernel(norm_bf16_kernel<1, kAdd>, blocks, threads, 0, stream, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 2: launch_kernel(norm_bf16_kernel<2, kAdd>, blocks, threads, 0, stream, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
     case 3:
-    case 4: norm_bf16_kernel<4, kAdd><<<blocks, threads, 0, stream>>>(r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 4: launch_kernel(norm_bf16_kernel<4, kAdd>, blocks, threads, 0, stream, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
     default: return false;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -132,6 +151,8 @@ bool launch_norm_bf16(void* residual, const void* x, const void* weight, Dt w_dt
 
 __global__ void silu_mul_kernel(const void* gate_up, Dt in_dt, std::int64_t rows,
                                 std::int64_t inter, void* out, Dt out_dt) {
+  pdl_launch_dependents();
+  pdl_wait();
   const std::int64_t n = rows * inter;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -144,6 +165,8 @@ __global__ void silu_mul_kernel(const void* gate_up, Dt in_dt, std::int64_t rows
 
 __global__ void gather_rows_kernel(const void* x, Dt dt, std::int64_t cols,
                                    const std::int32_t* rows, void* out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const std::int64_t src = rows[blockIdx.x];
   for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     store_f(out, dt, blockIdx.x * cols + c, load_f(x, dt, src * cols + c));
@@ -151,6 +174,8 @@ __global__ void gather_rows_kernel(const void* x, Dt dt, std::int64_t cols,
 
 __global__ void add_bias_kernel(void* out, Dt out_dt, const void* bias, Dt bias_dt,
                                 std::int64_t rows, std::int64_t cols) {
+  pdl_launch_dependents();
+  pdl_wait();
   const std::int64_t n = rows * cols;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -164,6 +189,8 @@ __global__ void rope_kernel(const std::int32_t* positions, void* q, Dt q_dt,
                             std::int32_t num_q_heads, void* k, Dt k_dt,
                             std::int32_t num_kv_heads, std::int32_t head_dim,
                             const float* inv_freq) {
+  pdl_launch_dependents();
+  pdl_wait();
   const std::int64_t row = blockIdx.x;
   const float pos = static_cast<float>(positions[row]);
   const int half = head_dim / 2;
@@ -192,6 +219,8 @@ __global__ void kv_write_kernel(const std::int32_t* positions, const std::int32_
                                 const std::int32_t* block_tables, const uint4* k, const uint4* v,
                                 uint4* k_cache, uint4* v_cache, std::int32_t row_vecs,
                                 std::int32_t block_size) {
+  pdl_launch_dependents();
+  pdl_wait();
   const std::int64_t row = blockIdx.x;
   const int pos = positions[row];
   const int block = block_tables[seq_block_offset[row_sequence[row]] + pos / block_size];
@@ -228,11 +257,21 @@ int grid_for(std::int64_t n, int threads) {
 
 }  // namespace
 
+namespace {
+bool g_pdl_enabled = [] {
+  const char* env = std::getenv("SLUICE_CUDA_PDL");
+  return env == nullptr || std::string_view(env) != "0";
+}();
+}  // namespace
+
+bool pdl_enabled() { return g_pdl_enabled; }
+void set_pdl_enabled(bool enabled) { g_pdl_enabled = enabled; }
+
 void launch_embedding(const StepDeviceView& step, const void* table, Dt table_dt,
                       std::int64_t hidden, void* out, Dt out_dt, cudaStream_t stream) {
   if (step.num_rows == 0) return;
-  embedding_kernel<<<step.num_rows, kRowThreads, 0, stream>>>(step.token_ids, table, table_dt,
-                                                              hidden, out, out_dt);
+  launch_kernel(embedding_kernel, step.num_rows, kRowThreads, 0, stream, step.token_ids, table,
+                table_dt, hidden, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -243,8 +282,8 @@ void launch_rms_norm(const void* x, Dt x_dt, const void* weight, Dt w_dt, float 
   if (x_dt == Dt::bf16 && out_dt == Dt::bf16 &&
       launch_norm_bf16<false>(nullptr, x, weight, w_dt, eps, rows, cols, out, stream))
     return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, x_dt, weight, w_dt,
-                                                                           eps, cols, out, out_dt);
+  launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream, x, x_dt,
+                weight, w_dt, eps, cols, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -255,31 +294,31 @@ void launch_add_rms_norm(void* residual, Dt r_dt, const void* x, Dt x_dt, const 
   if (r_dt == Dt::bf16 && x_dt == Dt::bf16 && out_dt == Dt::bf16 && residual != out &&
       launch_norm_bf16<true>(residual, x, weight, w_dt, eps, rows, cols, out, stream))
     return;
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-      residual, r_dt, x, x_dt, weight, w_dt, eps, cols, out, out_dt);
+  launch_kernel(add_rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream,
+                residual, r_dt, x, x_dt, weight, w_dt, eps, cols, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_silu_mul(const void* gate_up, Dt in_dt, std::int64_t rows, std::int64_t inter,
                      void* out, Dt out_dt, cudaStream_t stream) {
   if (rows * inter == 0) return;
-  silu_mul_kernel<<<grid_for(rows * inter, 256), 256, 0, stream>>>(gate_up, in_dt, rows, inter,
-                                                                    out, out_dt);
+  launch_kernel(silu_mul_kernel, grid_for(rows * inter, 256), 256, 0, stream, gate_up, in_dt,
+                rows, inter, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gather_rows(const void* x, Dt dt, std::int64_t cols, const std::int32_t* rows,
                         std::int32_t num_rows, void* out, cudaStream_t stream) {
   if (num_rows == 0) return;
-  gather_rows_kernel<<<num_rows, kRowThreads, 0, stream>>>(x, dt, cols, rows, out);
+  launch_kernel(gather_rows_kernel, num_rows, kRowThreads, 0, stream, x, dt, cols, rows, out);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_add_bias(void* out, Dt out_dt, const void* bias, Dt bias_dt, std::int64_t rows,
                      std::int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  add_bias_kernel<<<grid_for(rows * cols, 256), 256, 0, stream>>>(out, out_dt, bias, bias_dt,
-                                                                   rows, cols);
+  launch_kernel(add_bias_kernel, grid_for(rows * cols, 256), 256, 0, stream, out, out_dt, bias,
+                bias_dt, rows, cols);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -290,8 +329,8 @@ void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_
   constexpr int kThreads = 128;
   const int pairs = (num_q_heads + num_kv_heads) * (head_dim / 2);
   const dim3 grid(step.num_rows, (pairs + kThreads - 1) / kThreads);
-  rope_kernel<<<grid, kThreads, 0, stream>>>(step.positions, q, q_dt, num_q_heads, k, k_dt,
-                                              num_kv_heads, head_dim, inv_freq);
+  launch_kernel(rope_kernel, grid, kThreads, 0, stream, step.positions, q, q_dt, num_q_heads, k,
+                k_dt, num_kv_heads, head_dim, inv_freq);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -300,7 +339,7 @@ void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, v
                      std::int32_t block_size_tokens, cudaStream_t stream) {
   if (step.num_rows == 0) return;
   const std::int32_t row_vecs = num_kv_heads * head_dim / 8;  // 8 bf16 per uint4
-  kv_write_kernel<<<step.num_rows, 128, 0, stream>>>(
+  launch_kernel(kv_write_kernel, step.num_rows, 128, 0, stream,
       step.positions, step.row_sequence, step.seq_block_offset, step.block_tables,
       static_cast<const uint4*>(k), static_cast<const uint4*>(v), static_cast<uint4*>(k_cache),
       static_cast<uint4*>(v_cache), row_vecs, block_size_tokens);

@@ -1,19 +1,38 @@
-// Small-batch GEMV for decode: out[m, n] = x[m, :] · w[n, :] for m < kMaxRows,
+// Small-batch GEMV for decode: out[m, n] = x[m, :] · w[n, :] for m <= kGemvMaxRows,
 // bf16 inputs, f32 accumulation. cuBLASLt picks split-K kernels plus a reduce
 // kernel for these shapes and reached 1.4-2.6 TB/s on the q/k/v/o projections
-// (ncu on the H200); one warp per output row streaming W with 16-byte loads,
-// four in flight per lane, needs no second pass.
+// (ncu on the H200).
+//
+// A warp streams one weight row (or a 1/kSlices slice of it: rows are split
+// when there are too few rows to give every SM ~48 warps, e.g. o_proj and
+// down_proj at 4096 rows) with 16-byte loads, kUnroll in flight per lane, all
+// predicated so a ragged tail costs no extra round trip. The first loads are
+// issued before pdl_wait(): weights never change, so they stream while the
+// previous kernel (which produced x) drains.
+//
+// Two fusions: several output tensors (the q|k|v projection writes q, k and v
+// from one pass over the stacked weight), and the SwiGLU epilogue (a warp
+// reads gate row i and up row I + i of the stacked gate|up weight and writes
+// silu(gate) * up, so neither the [m, 2I] intermediate nor the silu kernel
+// exists).
 #include <cuda_bf16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
 
 namespace sluice::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 8;           // 16-byte weight loads in flight per lane
+constexpr int kWarpsWanted = 132 * 48;  // enough warps to keep HBM busy on an H200
+constexpr int kMaxSlices = 4;
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&a);
@@ -27,53 +46,261 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   return s;
 }
 
-template <int kRows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, void* out, Dt out_dt,
-                int n, int k_vecs) {
-  const int lane = threadIdx.x & 31;
-  const int col = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (col >= n) return;
-  const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
-  float acc[kRows] = {};
-  int kv = lane;
-  for (; kv + 32 * (kUnroll - 1) < k_vecs; kv += 32 * kUnroll) {
-    uint4 wv[kUnroll];
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+struct GemvParams {
+  const uint4* x;  // [m, k_vecs]
+  const uint4* w;  // [rows, k_vecs]
+  // Output part j holds items [begin[j], begin[j] + cols[j]) as a row-major
+  // [m, cols[j]] tensor; unused parts have begin INT_MAX.
+  void* out[3];
+  int begin[3];
+  int cols[3];
+  Dt out_dt;
+  int num_items;  // output columns (SwiGLU: the intermediate size)
+  int k_vecs;
+  int slice_vecs;  // 16-byte vectors per slice, a multiple of 32
+};
+
+// kPredicated (v2): every load predicated, 8 (SwiGLU: 4 per row) in flight.
+// Otherwise (v1, the loop of the first version, measured at 91% / 100% of
+// HBM on gate_up / lm_head): unpredicated groups of 4 loads per row, then a
+// one-load remainder loop.
+template <int kRows, int kSlices, bool kSwiGlu, bool kPredicated>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvParams p) {
+  constexpr int kW = kSwiGlu ? 2 : 1;             // weight rows per item
+  constexpr int kU = kPredicated ? (kSwiGlu ? kUnroll / 2 : kUnroll) : 4;  // loads in flight per row
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int item = blockIdx.x * (kWarpsPerBlock / kSlices) + warp / kSlices;
+  const int slice = warp % kSlices;
+  const bool active = item < p.num_items;
+  const int begin = slice * p.slice_vecs;
+  const int end = active ? min(begin + p.slice_vecs, p.k_vecs) : 0;
+  const uint4* wrow[kW];
+  wrow[0] = p.w + static_cast<std::int64_t>(active ? item : 0) * p.k_vecs;
+  if constexpr (kSwiGlu) wrow[kW - 1] = p.w + static_cast<std::int64_t>(p.num_items + (active ? item : 0)) * p.k_vecs;
+
+  uint4 wv[kW][kU];
+  auto load = [&](int kv0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = wrow[kv + 32 * u];
+    for (int u = 0; u < kU; ++u) {
+      const int idx = kv0 + 32 * u;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+      for (int r = 0; r < kW; ++r) wv[r][u] = idx < end ? __ldg(wrow[r] + idx) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto load_full = [&](int kv0) {
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < kW; ++r) wv[r][u] = __ldg(wrow[r] + kv0 + 32 * u);
+  };
+  int kv0 = begin + lane;
+  bool have_first = false;
+  if constexpr (kPredicated) {
+    load(kv0);
+  } else {
+    have_first = kv0 + 32 * (kU - 1) < end;
+    if (have_first) load_full(kv0);
   }
-  for (; kv < k_vecs; kv += 32) {
-    const uint4 wv = wrow[kv];
+  pdl_launch_dependents();
+  pdl_wait();
+
+  float acc[kW][kRows];
 #pragma unroll
-    for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv, x[m * k_vecs + kv]);
+  for (int r = 0; r < kW; ++r)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[r][m] = 0.0f;
+  if constexpr (!kPredicated) {
+    for (; kv0 + 32 * (kU - 1) < end; kv0 += 32 * kU) {
+      if (!have_first) load_full(kv0);
+      have_first = false;
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
+#pragma unroll
+          for (int r = 0; r < kW; ++r) acc[r][m] += dot8(wv[r][u], xv);
+        }
+    }
+    for (; kv0 < end; kv0 += 32) {
+      uint4 w1[kW];
+#pragma unroll
+      for (int r = 0; r < kW; ++r) w1[r] = __ldg(wrow[r] + kv0);
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0];
+#pragma unroll
+        for (int r = 0; r < kW; ++r) acc[r][m] += dot8(w1[r], xv);
+      }
+    }
+  }
+  while (kPredicated && kv0 < end) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int idx = kv0 + 32 * u;
+      if (idx < end) {
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + idx];
+#pragma unroll
+          for (int r = 0; r < kW; ++r) acc[r][m] += dot8(wv[r][u], xv);
+        }
+      }
+    }
+    kv0 += 32 * kU;
+    if (kv0 < end) load(kv0);
   }
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const float total = warp_sum(acc[m]);
-    if (lane == 0) store_f(out, out_dt, static_cast<std::int64_t>(m) * n + col, total);
+  for (int r = 0; r < kW; ++r)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[r][m] = warp_sum(acc[r][m]);
+  if constexpr (kSlices > 1) {
+    __shared__ float partial[kWarpsPerBlock][kW * kRows];
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kW; ++r)
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) partial[warp][r * kRows + m] = acc[r][m];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int r = 0; r < kW; ++r)
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        float total = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) total += partial[warp + s][r * kRows + m];
+        acc[r][m] = total;
+      }
   }
+  if (lane != 0 || !active) return;
+  if constexpr (kSwiGlu) {
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      // Rounded as the unfused path stores gate and up before silu_mul reads them.
+      const float g = round_bf16(acc[0][m]), u = round_bf16(acc[1][m]);
+      store_f(p.out[0], p.out_dt, static_cast<std::int64_t>(m) * p.num_items + item,
+              g / (1.0f + __expf(-g)) * u);
+    }
+  } else {
+    const int part = item >= p.begin[2] ? 2 : item >= p.begin[1] ? 1 : 0;
+#pragma unroll
+    for (int m = 0; m < kRows; ++m)
+      store_f(p.out[part], p.out_dt,
+              static_cast<std::int64_t>(m) * p.cols[part] + (item - p.begin[part]), acc[0][m]);
+  }
+}
+
+// Slices per row: double while the grid has fewer than kWarpsWanted warps and
+// each slice keeps at least 8 loads per lane.
+int pick_slices(std::int64_t items, std::int64_t k_vecs) {
+  int slices = 1;
+  while (slices < kMaxSlices && items * slices < kWarpsWanted && k_vecs / (2 * slices) >= 32 * kUnroll)
+    slices *= 2;
+  return slices;
+}
+
+// Variant under evaluation (SLUICE_GEMV): "1" = v1 loop, no slices; "2" = v2
+// (predicated, slices); "3" = v1 loop with slices. Default: see gemv_variant().
+int gemv_variant() {
+  const char* env = std::getenv("SLUICE_GEMV");
+  return env != nullptr && env[0] >= '1' && env[0] <= '3' ? env[0] - '0' : 1;
+}
+
+template <int kRows, bool kSwiGlu, bool kPredicated>
+void launch_rows(const GemvParams& p, int slices, cudaStream_t stream) {
+  const int items_per_block = kWarpsPerBlock / slices;
+  const dim3 grid(static_cast<unsigned>((p.num_items + items_per_block - 1) / items_per_block));
+  const dim3 block(kWarpsPerBlock * 32);
+  // SLUICE_GEMV_PDL=0: the GEMV itself launches after the previous kernel
+  // completes (it still lets the next kernel overlap its tail).
+  const char* env = std::getenv("SLUICE_GEMV_PDL");
+  const bool pdl = pdl_enabled() && (env == nullptr || env[0] != '0');
+  switch (slices) {
+    case 1: launch_kernel_with(pdl, gemv_kernel<kRows, 1, kSwiGlu, kPredicated>, grid, block, 0, stream, p); break;
+    case 2: launch_kernel_with(pdl, gemv_kernel<kRows, 2, kSwiGlu, kPredicated>, grid, block, 0, stream, p); break;
+    default: launch_kernel_with(pdl, gemv_kernel<kRows, 4, kSwiGlu, kPredicated>, grid, block, 0, stream, p); break;
+  }
+}
+
+template <int kRows, bool kSwiGlu>
+void launch_rows(const GemvParams& p, int slices, bool predicated, cudaStream_t stream) {
+  if (predicated)
+    launch_rows<kRows, kSwiGlu, true>(p, slices, stream);
+  else
+    launch_rows<kRows, kSwiGlu, false>(p, slices, stream);
+}
+
+template <bool kSwiGlu>
+void launch(const GemvParams& p, std::int64_t m, cudaStream_t stream) {
+  const int variant = gemv_variant();
+  const int slices = variant == 1 ? 1 : pick_slices(p.num_items, p.k_vecs);
+  const bool predicated = variant == 2;
+  GemvParams q = p;
+  q.slice_vecs = static_cast<int>((p.k_vecs + slices - 1) / slices + 31) / 32 * 32;
+  switch (m) {
+    case 1: launch_rows<1, kSwiGlu>(q, slices, predicated, stream); break;
+    case 2: launch_rows<2, kSwiGlu>(q, slices, predicated, stream); break;
+    case 3: launch_rows<3, kSwiGlu>(q, slices, predicated, stream); break;
+    default: launch_rows<4, kSwiGlu>(q, slices, predicated, stream); break;
+  }
+}
+
+bool covered(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return m >= 1 && m <= kGemvMaxRows && k % 8 == 0 && n >= 1 && n < (1LL << 30) && k / 8 < (1LL << 30);
 }
 
 }  // namespace
 
+bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std::int64_t m,
+                       std::int64_t k, cudaStream_t stream) {
+  std::int64_t n = 0;
+  for (int j = 0; j < out.num_parts; ++j) n += out.cols[j];
+  if (out.num_parts < 1 || out.num_parts > 3 || !covered(m, n, k)) return false;
+  GemvParams p{};
+  p.x = static_cast<const uint4*>(x);
+  p.w = static_cast<const uint4*>(w);
+  std::int64_t at = 0;
+  for (int j = 0; j < 3; ++j) {
+    const bool used = j < out.num_parts;
+    p.out[j] = used ? out.data[j] : nullptr;
+    p.begin[j] = used ? static_cast<int>(at) : INT_MAX;
+    p.cols[j] = used ? static_cast<int>(out.cols[j]) : 0;
+    if (used) at += out.cols[j];
+  }
+  p.out_dt = out.dt;
+  p.num_items = static_cast<int>(n);
+  p.k_vecs = static_cast<int>(k / 8);
+  launch<false>(p, m, stream);
+  return true;
+}
+
 bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
                  std::int64_t k, cudaStream_t stream) {
-  if (m < 1 || m > kGemvMaxRows || k % 8 != 0 || n > (1LL << 30)) return false;
-  const dim3 grid(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  const auto* xv = static_cast<const uint4*>(x);
-  const auto* wv = static_cast<const uint4*>(w);
-  const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
-  switch (m) {
-    case 1: gemv_kernel<1><<<grid, kWarpsPerBlock * 32, 0, stream>>>(xv, wv, out, out_dt, nn, kv); break;
-    case 2: gemv_kernel<2><<<grid, kWarpsPerBlock * 32, 0, stream>>>(xv, wv, out, out_dt, nn, kv); break;
-    case 3: gemv_kernel<3><<<grid, kWarpsPerBlock * 32, 0, stream>>>(xv, wv, out, out_dt, nn, kv); break;
-    default: gemv_kernel<4><<<grid, kWarpsPerBlock * 32, 0, stream>>>(xv, wv, out, out_dt, nn, kv); break;
-  }
-  SLUICE_CUDA_CHECK_LAUNCH();
+  GemvOutputs parts;
+  parts.data[0] = out;
+  parts.cols[0] = n;
+  parts.num_parts = 1;
+  parts.dt = out_dt;
+  return launch_gemv_parts(x, w, parts, m, k, stream);
+}
+
+bool launch_gemv_swiglu(const void* x, const void* w_gate_up, void* out, Dt out_dt, std::int64_t m,
+                        std::int64_t inter, std::int64_t k, cudaStream_t stream) {
+  if (!covered(m, 2 * inter, k)) return false;
+  GemvParams p{};
+  p.x = static_cast<const uint4*>(x);
+  p.w = static_cast<const uint4*>(w_gate_up);
+  p.out[0] = out;
+  p.begin[0] = 0;
+  p.cols[0] = static_cast<int>(inter);
+  p.begin[1] = p.begin[2] = INT_MAX;
+  p.out_dt = out_dt;
+  p.num_items = static_cast<int>(inter);
+  p.k_vecs = static_cast<int>(k / 8);
+  launch<true>(p, m, stream);
   return true;
 }
 

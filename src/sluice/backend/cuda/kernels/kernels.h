@@ -94,6 +94,27 @@ void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_
 inline constexpr std::int64_t kGemvMaxRows = 4;
 bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
                  std::int64_t k, cudaStream_t stream);
+// The output columns of one GEMV split over up to three row-major tensors, in
+// order (the fused q|k|v projection writes q, k and v in one pass).
+struct GemvOutputs {
+  void* data[3] = {nullptr, nullptr, nullptr};
+  std::int64_t cols[3] = {0, 0, 0};  // part j is [m, cols[j]]
+  int num_parts = 0;
+  Dt dt{};
+};
+bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std::int64_t m,
+                       std::int64_t k, cudaStream_t stream);
+// out[m, i] = silu(x·w[i]) * (x·w[inter + i]) for the stacked gate|up weight
+// [2 * inter, k], with gate and up rounded to bf16 first, as the unfused
+// matmul + silu_mul computes it.
+bool launch_gemv_swiglu(const void* x, const void* w_gate_up, void* out, Dt out_dt, std::int64_t m,
+                        std::int64_t inter, std::int64_t k, cudaStream_t stream);
+
+// Whether kernels are launched with programmatic dependent launch (launch.cuh).
+// Default on; SLUICE_CUDA_PDL=0 in the environment turns it off. Benchmarks
+// flip it to time both (graphs captured under one setting keep it).
+bool pdl_enabled();
+void set_pdl_enabled(bool enabled);
 
 // Per row of logits [rows, vocab]: the argmax token, its logit and the row's
 // log-sum-exp (so logprob = logit - lse). out_token [rows], out_stats [rows, 2].
