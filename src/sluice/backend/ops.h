@@ -140,9 +140,10 @@ class Ops {
     }
   }
   // out = silu(x · w_gate^T) * (x · w_up^T), w_gate_up = gate_proj, up_proj
-  // stacked by rows; out is [rows, intermediate].
-  virtual void gate_up_silu(const Tensor& x, const Tensor& w_gate_up, Tensor out) {
-    Tensor gate_up = scratch({x.rows(), w_gate_up.rows()}, out.dtype);
+  // stacked by rows; out is [rows, intermediate]. gate_up [rows, 2 *
+  // intermediate] is workspace the caller allocates once per forward (scratch
+  // lives until the next step, so per-layer allocation would grow with depth).
+  virtual void gate_up_silu(const Tensor& x, const Tensor& w_gate_up, Tensor gate_up, Tensor out) {
     matmul(x, w_gate_up, Tensor{}, gate_up);
     silu_mul(gate_up, out);
   }

@@ -146,6 +146,7 @@ Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
   Tensor v = ops.scratch({n, config_.kv_size()});
   Tensor attn = ops.scratch({n, config_.q_size()});
   Tensor block_out = ops.scratch({n, hidden});  // attention or MLP output before the residual add
+  Tensor gate_up = ops.scratch({n, 2LL * config_.intermediate_size});  // workspace of gate_up_silu
   Tensor act = ops.scratch({n, std::int64_t{config_.intermediate_size}});
 
   ops.embedding(embed_tokens_, residual);
@@ -166,7 +167,7 @@ Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
     ops.attention(static_cast<std::int32_t>(l), q, k, v, scale, attn);
     ops.matmul(attn, layer.o_proj, Tensor{}, block_out);
     ops.add_rms_norm(residual, block_out, layer.post_attention_norm, eps, normed);
-    ops.gate_up_silu(normed, layer.gate_up_proj, act);
+    ops.gate_up_silu(normed, layer.gate_up_proj, gate_up, act);
     ops.matmul(act, layer.down_proj, Tensor{}, block_out);
   }
   ops.add_rms_norm(residual, block_out, final_norm_, eps, normed);
