@@ -50,8 +50,8 @@ export const tests = {
     assert.equal(aborts, abortsBefore + 1);
   },
 
-  async 'many concurrent streams, half disconnect, the rest finish correctly'(ctx) {
-    const num = 40;
+  async '100 concurrent streams, half disconnect, the rest finish correctly and KV returns to 0'(ctx) {
+    const num = 100;
     const tasks = [];
     for (let i = 0; i < num; ++i) {
       const leave = i % 2 === 0;
@@ -73,5 +73,12 @@ export const tests = {
     const results = await Promise.all(tasks);
     assert.equal(results.filter((r) => r === 'done').length, num / 2);
     await idle(ctx);
+    const m = await metrics(ctx);
+    assert.equal(metric(m, 'sluice:kv_cache_tier_blocks', ',tier="device",state="used"'), 0);
+    // The server still answers correctly afterwards.
+    const after = await client(ctx).completions.create({ model: ctx.model, prompt: 'still here?', max_tokens: 5,
+      ignore_eos: true });
+    assert.equal(after.usage.completion_tokens, 5);
+    assert.equal(after.choices[0].finish_reason, 'length');
   },
 };

@@ -55,3 +55,40 @@ export async function eventually(predicate, what, attempts = 250) {
   }
   assert.fail(`timed out waiting for ${what}`);
 }
+
+// A second server for tests that need other flags than the shared one (one
+// HTTP thread, another chat template). Resolves once /health is 200 (bounded
+// poll); stop() sends SIGTERM and waits for the exit.
+export async function spawnServer(ctx, args) {
+  const { spawn } = await import('node:child_process');
+  const server = spawn(ctx.sluice, ['serve', '--port', '0', '--stats-log-interval', '0', '--log-level', 'warn',
+    '--shutdown-timeout', '1', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise((res) => server.on('exit', (code, signal) => res({ code, signal })));
+  const port = await new Promise((res, rej) => {
+    let buffered = '';
+    server.stdout.on('data', (data) => {
+      buffered += data.toString();
+      const m = buffered.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) res(Number(m[1]));
+    });
+    exited.then((e) => rej(new Error(`server exited before listening: ${JSON.stringify(e)}`)));
+  });
+  const baseURL = `http://127.0.0.1:${port}`;
+  let ready = false;
+  for (let attempt = 0; attempt < 500 && !ready; ++attempt) {
+    ready = await fetch(`${baseURL}/health`).then((r) => r.status === 200, () => false);
+    if (!ready) await new Promise((r) => setTimeout(r, 20));
+  }
+  if (!ready) {
+    server.kill('SIGKILL');
+    throw new Error('second server never became healthy');
+  }
+  return {
+    baseURL,
+    async stop() {
+      server.kill('SIGTERM');
+      const e = await exited;
+      assert.equal(e.code, 0, `second server exit: ${JSON.stringify(e)}`);
+    },
+  };
+}
