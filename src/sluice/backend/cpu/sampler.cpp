@@ -44,61 +44,75 @@ void apply_allowed_tokens(std::vector<float>& logits, std::span<const std::uint6
     if (!token_mask_allows(allowed, static_cast<TokenId>(t))) logits[t] = -std::numeric_limits<float>::infinity();
 }
 
-std::vector<float> log_softmax(const std::vector<float>& logits) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
+// exp((logit - max) / temperature) for every token, in float (the sums are
+// in double): the unnormalised distribution, with the top token at 1.
+std::vector<float> weights(const std::vector<float>& logits, float max_logit, float temperature) {
+  std::vector<float> w(logits.size());
+  const float inverse = 1.0f / temperature;
+  for (std::size_t t = 0; t < logits.size(); ++t) w[t] = std::exp((logits[t] - max_logit) * inverse);
+  return w;
+}
+
+double sum_of(const std::vector<float>& values) {
   double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
-  const float log_sum = static_cast<float>(std::log(sum)) + max_logit;
-  std::vector<float> out(logits.size());
-  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_sum;
-  return out;
+  for (float v : values) sum += v;
+  return sum;
 }
 
 TokenId argmax(const std::vector<float>& values) {
   return static_cast<TokenId>(std::max_element(values.begin(), values.end()) - values.begin());
 }
 
-// Draws from softmax(logits / T) restricted by top-k, top-p and min-p.
-TokenId draw(const std::vector<float>& logits, const SampleRequest& request) {
+// Highest logit first; ties by lower id, so the order is total and portable.
+struct ByLogitDescending {
+  const std::vector<float>& logits;
+  bool operator()(TokenId a, TokenId b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
+};
+
+// Draws from softmax(logits / T) restricted by top-k, min-p and top-p, without
+// sorting the vocabulary: top-k is a selection, min-p a filter (its threshold
+// is relative to the top token, whose weight is 1), and top-p sorts only as
+// many of the best tokens as it needs (256, then 4x more, until the kept mass
+// is reached).
+TokenId draw(const std::vector<float>& logits, const std::vector<float>& weight, const SampleRequest& request) {
   const SamplingParams& params = request.params;
-  std::vector<TokenId> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  // Highest first; ties by lower id, so the order is total and portable.
-  std::stable_sort(order.begin(), order.end(), [&](TokenId a, TokenId b) { return logits[a] > logits[b]; });
-  std::size_t keep = order.size();
-  if (params.top_k > 0) keep = std::min<std::size_t>(keep, static_cast<std::size_t>(params.top_k));
-  const double max_scaled = logits[order[0]] / params.temperature;
-  std::vector<double> probs(keep);
+  const ByLogitDescending before{logits};
+  std::vector<TokenId> kept(logits.size());
+  std::iota(kept.begin(), kept.end(), 0);
+  if (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < kept.size()) {
+    std::nth_element(kept.begin(), kept.begin() + params.top_k, kept.end(), before);
+    kept.resize(static_cast<std::size_t>(params.top_k));
+    std::sort(kept.begin(), kept.end());  // back to id order: the draw walks a canonical order
+  }
+  // top-p's mass is a share of the top-k distribution, before min-p (as in
+  // Hugging Face, where min-p is the last warper).
   double total = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp(logits[order[i]] / params.temperature - max_scaled);
-    total += probs[i];
-  }
-  for (double& p : probs) p /= total;
-  if (params.min_p > 0.0f) {
-    const double threshold = params.min_p * probs[0];
-    std::size_t kept = 1;
-    while (kept < keep && probs[kept] >= threshold) ++kept;
-    keep = kept;
-  }
+  for (TokenId t : kept) total += weight[t];
+  if (params.min_p > 0.0f) std::erase_if(kept, [&](TokenId t) { return weight[t] < params.min_p; });
   if (params.top_p < 1.0f) {
-    double cumulative = 0.0;
-    std::size_t kept = 0;
-    while (kept < keep) {
-      cumulative += probs[kept++];
-      if (cumulative >= params.top_p) break;
+    const double target_mass = static_cast<double>(params.top_p) * total;
+    std::size_t num_sorted = std::min<std::size_t>(256, kept.size());
+    while (true) {
+      std::partial_sort(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(num_sorted), kept.end(), before);
+      double cumulative = 0.0;
+      std::size_t n = 0;
+      while (n < num_sorted && cumulative < target_mass) cumulative += weight[kept[n++]];
+      if (cumulative >= target_mass || num_sorted == kept.size()) {
+        kept.resize(std::max<std::size_t>(n, 1));
+        break;
+      }
+      num_sorted = std::min(kept.size(), num_sorted * 4);
     }
-    keep = kept;
   }
   double mass = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) mass += probs[i];
+  for (TokenId t : kept) mass += weight[t];
   const double target = uniform_from(params.seed, static_cast<std::uint64_t>(request.generated_index)) * mass;
   double cumulative = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
-    if (target < cumulative) return order[i];
+  for (TokenId t : kept) {
+    cumulative += weight[t];
+    if (target < cumulative) return t;
   }
-  return order[keep - 1];
+  return kept.back();
 }
 
 }  // namespace
@@ -108,17 +122,28 @@ SampleResult sample_logits(std::span<const float> raw_logits, const SampleReques
   apply_penalties(logits, request);
   apply_allowed_tokens(logits, request.allowed_tokens);
   SampleResult result;
-  result.token = request.params.is_greedy() ? argmax(logits) : draw(logits, request);
-  const std::vector<float> logprobs = log_softmax(logits);
-  result.logprob = logprobs[result.token];
+  // Logprobs are of the distribution at temperature 1 (after penalties and
+  // the structured-output mask), as OpenAI reports them.
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  const std::vector<float> unit_weights = weights(logits, max_logit, 1.0f);
+  if (request.params.is_greedy()) {
+    result.token = argmax(logits);
+  } else {
+    result.token = draw(logits,
+                        request.params.temperature == 1.0f ? unit_weights
+                                                           : weights(logits, max_logit, request.params.temperature),
+                        request);
+  }
+  const float log_sum = static_cast<float>(std::log(sum_of(unit_weights))) + max_logit;
+  result.logprob = logits[result.token] - log_sum;
   if (request.params.num_top_logprobs > 0) {
     std::vector<TokenId> order(logits.size());
     std::iota(order.begin(), order.end(), 0);
     const auto n = std::min<std::size_t>(order.size(), static_cast<std::size_t>(request.params.num_top_logprobs));
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
-                      [&](TokenId a, TokenId b) { return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b); });
+                      ByLogitDescending{logits});
     for (std::size_t i = 0; i < n; ++i)
-      if (std::isfinite(logprobs[order[i]])) result.top_logprobs.push_back({order[i], logprobs[order[i]]});
+      if (std::isfinite(logits[order[i]])) result.top_logprobs.push_back({order[i], logits[order[i]] - log_sum});
   }
   if (request.return_logits) result.logits.assign(raw_logits.begin(), raw_logits.end());
   return result;
