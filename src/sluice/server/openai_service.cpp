@@ -65,7 +65,10 @@ ApiError from_submit_error(const std::string& message, int retry_after_s) {
 }
 
 Json parse_body(const HttpRequest& request, std::optional<ApiError>& error) {
-  Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  // A pointer range, not the std::string: nlohmann's iterator input adapter
+  // is ~30% slower, which is milliseconds on a 300k-token prompt's body.
+  const std::string& text = request.body();
+  Json body = Json::parse(text.data(), text.data() + text.size(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) error = bad_request("the request body is not valid JSON (or not valid UTF-8)");
   else if (!body.is_object()) error = bad_request("the request body must be a JSON object");
   return body;
