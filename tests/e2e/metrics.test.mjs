@@ -2,7 +2,7 @@
 // tokens the engine computed, and the cache-tier block gauges partition the
 // device tier's capacity.
 import assert from 'node:assert/strict';
-import { client, metrics, metric } from './helpers.mjs';
+import { client, eventually, metrics, metric } from './helpers.mjs';
 
 export const tests = {
   async 'prefill chunks add up to the computed prompt and tier blocks partition the pool'(ctx) {
@@ -11,7 +11,13 @@ export const tests = {
     const prompt = Array.from({ length: 300 }, (_, i) => 7 + ((i * 37 + 11) % 200));
     const r = await client(ctx).completions.create({ model: ctx.model, prompt, max_tokens: 2, ignore_eos: true });
     assert.equal(r.usage.prompt_tokens, 300);
-    const after = await metrics(ctx);
+    // The engine files a request's timeline just after its last output, so
+    // the response can arrive first: poll (bounded) until it is counted.
+    let after;
+    await eventually(async () => {
+      after = await metrics(ctx);
+      return metric(after, 'sluice:prefill_chunk_tokens_sum') > metric(before, 'sluice:prefill_chunk_tokens_sum');
+    }, 'the request\'s prefill chunks in /metrics');
     const chunkTokens = metric(after, 'sluice:prefill_chunk_tokens_sum') - metric(before, 'sluice:prefill_chunk_tokens_sum');
     const computed = metric(after, 'sluice:prefill_tokens_computed_total') -
       metric(before, 'sluice:prefill_tokens_computed_total');
