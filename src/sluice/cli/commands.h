@@ -11,5 +11,6 @@ void add_generate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize, detokenize
 void add_serve_command(CLI::App& app);
+void add_bench_command(CLI::App& app);  // bench serve | compare
 
 }  // namespace sluice::cli

@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   sluice::cli::add_plan_command(app);
   sluice::cli::add_tokenize_commands(app);
   sluice::cli::add_serve_command(app);
+  sluice::cli::add_bench_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
