@@ -71,6 +71,7 @@ std::string pct(double x) {
   return buf;
 }
 
+bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
 std::unique_ptr<Ops> new_ops() { return must(make_cuda_ops({.use_cuda_graphs = g_use_graphs})); }
 
@@ -96,6 +97,7 @@ void bench_gemm() {
                    Shape3{64, 28672, 4096}, Shape3{1, 28672, 4096}, Shape3{1, 4096, 14336}, Shape3{1, 6144, 4096},
                    Shape3{1, 4096, 4096},
                    Shape3{1, 128256, 4096}}) {
+    if (g_decode1 && s.m > 4) continue;
     StepLayout layout;
     ops->begin_step(layout);
     const Tensor x = must(cuda_random_weight(*ops, {s.m, s.k}, DType::bf16, ++seed, 1.0f));
@@ -106,7 +108,9 @@ void bench_gemm() {
     const Tensor out = must(cuda_random_weight(*ops, {s.m, s.n}, DType::bf16, ++seed, 1.0f));
     // Rows of at most 4 run the own GEMV: time each variant (SLUICE_GEMV).
     // "1n": v1 launched without programmatic dependent launch.
-    for (const char* variant : s.m <= 4 ? std::vector<const char*>{"1", "1n", "3"} : std::vector<const char*>{""}) {
+    for (const char* variant : g_decode1 ? std::vector<const char*>{"1"}
+                               : s.m <= 4 ? std::vector<const char*>{"1", "1n", "3"}
+                                          : std::vector<const char*>{""}) {
       if (*variant != '\0') setenv("SLUICE_GEMV", variant, 1);
       if (variant[0] != '\0' && variant[1] == 'n') setenv("SLUICE_GEMV_PDL", "0", 1);
       int i = 0;
@@ -342,7 +346,8 @@ void bench_decode_variants(bool quick) {
     bool pdl;
     bool big;  // also batch 64 at 8k
   };
-  const Variant variants[] = {{"GEMV without PDL", "SLUICE_GEMV_PDL", "0", true, true},
+  const Variant variants[] = {{"default", nullptr, nullptr, true, false},
+                              {"GEMV without PDL", "SLUICE_GEMV_PDL", "0", true, true},
                               {"GEMV v3 (split rows)", "SLUICE_GEMV", "3", true, false},
                               {"PDL off", nullptr, nullptr, false, true},
                               {"eighth-octave graph buckets", "SLUICE_GRAPH_BUCKETS", "eighth", true, true},
@@ -350,6 +355,9 @@ void bench_decode_variants(bool quick) {
   const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
   const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
   for (const Variant& v : variants) {
+    // --decode1: the default and PDL off only; the full run has the default above.
+    const bool is_default = std::strcmp(v.name, "default") == 0;
+    if (g_decode1 ? !(is_default || !v.pdl) : is_default) continue;
     if (v.env != nullptr) setenv(v.env, v.value, 1);
     cuda::set_pdl_enabled(v.pdl);
     {
@@ -416,6 +424,12 @@ void profile_run() {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--profile") == 0) {
     sluice::profile_run();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode1") == 0) {
+    sluice::g_decode1 = true;
+    sluice::bench_gemm();
+    sluice::bench_decode_variants(false);
     return 0;
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;

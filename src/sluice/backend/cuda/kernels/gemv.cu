@@ -67,7 +67,8 @@ struct GemvParams {
 // HBM on gate_up / lm_head): unpredicated groups of 4 loads per row, then a
 // one-load remainder loop.
 template <int kRows, int kSlices, bool kSwiGlu, bool kPredicated>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvParams p) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 || kPredicated ? 1 : kSwiGlu ? 4 : 6)
+    gemv_kernel(GemvParams p) {
   constexpr int kW = kSwiGlu ? 2 : 1;             // weight rows per item
   constexpr int kU = kPredicated ? (kSwiGlu ? kUnroll / 2 : kUnroll) : 4;  // loads in flight per row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -99,9 +100,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvParams p)
   bool have_first = false;
   if constexpr (kPredicated) {
     load(kv0);
-  } else {
-    have_first = kv0 + 32 * (kU - 1) < end;
-    if (have_first) load_full(kv0);
+  } else if (lane < 16 && begin * 16 + lane * 128 < end * 16) {
+    // L2 only: a register prefetch held across the wait costs occupancy.
+#pragma unroll
+    for (int r = 0; r < kW; ++r)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow[r] + begin) + lane * 128));
   }
   pdl_launch_dependents();
   pdl_wait();
@@ -193,6 +196,52 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvParams p)
   }
 }
 
+// The plain single-output GEMV (o_proj, down_proj, lm_head): the first
+// version's loop and arguments, plus PDL. Occupancy is what keeps bytes in
+// flight here: that version took 32 registers (8 blocks = 64 warps a
+// multiprocessor) and read 91-100% of HBM; gemv_kernel above takes 48-66
+// registers for the same loop (5 blocks) and read 70-77% (run 9).
+template <int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
+    gemv_plain_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, void* out, Dt out_dt, int n,
+                      int k_vecs) {
+  constexpr int kU = 4;
+  const int lane = threadIdx.x & 31;
+  const int col = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  pdl_launch_dependents();
+  if (col >= n) {
+    pdl_wait();
+    return;
+  }
+  const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
+  // The first weights go to L2 before the wait (a register prefetch held
+  // across it cost 20 registers and so occupancy).
+  if (lane < 16 && lane * 128 < k_vecs * 16)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow) + lane * 128));
+  pdl_wait();
+  int kv = lane;
+  float acc[kRows] = {};
+  for (; kv + 32 * (kU - 1) < k_vecs; kv += 32 * kU) {
+    uint4 wv[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) wv[u] = wrow[kv + 32 * u];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
+  }
+  for (; kv < k_vecs; kv += 32) {
+    const uint4 w1 = wrow[kv];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const float total = warp_sum(acc[m]);
+    if (lane == 0) store_f(out, out_dt, static_cast<std::int64_t>(m) * n + col, total);
+  }
+}
+
 // Slices per row: double while the grid has fewer than kWarpsWanted warps and
 // each slice keeps at least 8 loads per lane.
 int pick_slices(std::int64_t items, std::int64_t k_vecs) {
@@ -279,6 +328,20 @@ bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std
 
 bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
                  std::int64_t k, cudaStream_t stream) {
+  if (gemv_variant() == 1) {
+    if (!covered(m, n, k)) return false;
+    const dim3 grid(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
+    const auto* xv = static_cast<const uint4*>(x);
+    const auto* wv = static_cast<const uint4*>(w);
+    const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
+    switch (m) {
+      case 1: launch_kernel(gemv_plain_kernel<1>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
+      case 2: launch_kernel(gemv_plain_kernel<2>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
+      case 3: launch_kernel(gemv_plain_kernel<3>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
+      default: launch_kernel(gemv_plain_kernel<4>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
+    }
+    return true;
+  }
   GemvOutputs parts;
   parts.data[0] = out;
   parts.cols[0] = n;
