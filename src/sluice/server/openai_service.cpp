@@ -207,9 +207,11 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
                                      options_.retry_after_s));
     return;
   }
-  boost::asio::post(workers_, [this, request = std::move(request), exchange, model, path, arrival] {
-    if (path == "/v1/chat/completions") handle_chat(request, exchange, model, arrival);
-    else handle_completion(request, exchange, model, arrival);
+  ++num_active_jobs_;
+  std::shared_ptr<const void> in_flight(nullptr, [this](const void*) { --num_active_jobs_; });
+  boost::asio::post(workers_, [this, request = std::move(request), exchange, model, path, arrival, in_flight] {
+    if (path == "/v1/chat/completions") handle_chat(request, exchange, model, arrival, in_flight);
+    else handle_completion(request, exchange, model, arrival, in_flight);
   });
 }
 
@@ -286,7 +288,8 @@ static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, co
 }
 
 void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
-                                const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival) {
+                                const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival,
+                                std::shared_ptr<const void> in_flight) {
   const auto worker_started = Clock::now();
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
@@ -335,17 +338,18 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   spec.parser_options.tool_call_id_prefix = "call_" + random_hex(16) + "_";
   spec.worker_started = worker_started;
   spec.tokenized = Clock::now();
-  submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model);
+  submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model, std::move(in_flight));
 }
 
 // The engine submission and the job's start happen on the exchange's strand,
 // where the job lives from then on.
 void OpenAiService::submit_on_strand(const GenerationOptions& options, Submission submission, JobSpec spec,
                                      const std::shared_ptr<HttpExchange>& exchange,
-                                     const std::shared_ptr<const ModelContext>& model) {
+                                     const std::shared_ptr<const ModelContext>& model,
+                                     std::shared_ptr<const void> in_flight) {
   auto work = std::make_shared<std::tuple<GenerationOptions, Submission, JobSpec>>(options, std::move(submission),
                                                                                    std::move(spec));
-  exchange->post([this, work, exchange, model] {
+  exchange->post([this, work, exchange, model, in_flight = std::move(in_flight)] {
     if (exchange->disconnected()) return;  // gone while its prompt was tokenized: nothing to answer
     auto& [options, submission, spec] = *work;
     if (auto submit_error = submit_job(options, submission, std::move(spec), exchange, model, metrics_,
@@ -355,7 +359,8 @@ void OpenAiService::submit_on_strand(const GenerationOptions& options, Submissio
 }
 
 void OpenAiService::handle_completion(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,
-                                      const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival) {
+                                      const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival,
+                                      std::shared_ptr<const void> in_flight) {
   const auto worker_started = Clock::now();
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
@@ -388,7 +393,7 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
   spec.tokenize_time = tokenize_time;
   spec.worker_started = worker_started;
   spec.tokenized = Clock::now();
-  submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model);
+  submit_on_strand(request.options, std::move(submission), std::move(spec), exchange, model, std::move(in_flight));
 }
 
 void OpenAiService::handle_tokenize(const HttpRequest& http_request, const std::shared_ptr<HttpExchange>& exchange,

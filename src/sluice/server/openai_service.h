@@ -46,6 +46,8 @@ class OpenAiService {
   // SIGTERM: new generation requests get 503, /health turns 503.
   void set_draining();
   bool draining() const { return draining_; }
+  // Generation requests accepted and not finished: being prepared on a
+  // worker, or streaming. A drain waits for these.
   int num_active_jobs() const { return num_active_jobs_; }
 
   void handle(HttpRequest&& request, std::shared_ptr<HttpExchange> exchange);
@@ -56,12 +58,17 @@ class OpenAiService {
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<const ModelContext> model() const;
   // On a worker: parse, validate, render, tokenize; then submit_on_strand().
+  // `in_flight` counts the request in num_active_jobs() until its job exists
+  // (the job counts itself from then on).
   void handle_chat(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
-                   const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival);
+                   const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival,
+                   std::shared_ptr<const void> in_flight);
   void handle_completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
-                         const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival);
+                         const std::shared_ptr<const ModelContext>& model, Clock::time_point arrival,
+                         std::shared_ptr<const void> in_flight);
   void submit_on_strand(const GenerationOptions& options, Submission submission, JobSpec spec,
-                        const std::shared_ptr<HttpExchange>& exchange, const std::shared_ptr<const ModelContext>& model);
+                        const std::shared_ptr<HttpExchange>& exchange, const std::shared_ptr<const ModelContext>& model,
+                        std::shared_ptr<const void> in_flight);
   void handle_tokenize(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
                        const ModelContext& model);
   void handle_detokenize(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
