@@ -67,6 +67,7 @@ TEST(SummarizeRun, LatenciesOverCompletedForeground) {
   EXPECT_DOUBLE_EQ(s.tpot_ms.p50, 250);
   // Output tokens: A's usage 4, B 2 chunks, C 3 chunks.  Prompt: 12 (usage) + 10 + 10 (planned).
   EXPECT_EQ(s.num_output_tokens, 9);
+  EXPECT_EQ(s.num_output_chunks, 9);
   EXPECT_EQ(s.num_prompt_tokens, 32);
   EXPECT_DOUBLE_EQ(s.duration_ms, 1300);
   EXPECT_DOUBLE_EQ(s.request_throughput_per_s, 2 / 1.3);

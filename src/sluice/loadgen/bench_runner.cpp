@@ -104,7 +104,9 @@ class Runner {
     asio::post(io_, [keep = std::move(in_flight_[index])] {});
     in_flight_.erase(index);
     if (!foreground) {
-      if (!stopping_) launch_background();
+      // A chat that failed is not replaced: a server refusing them would
+      // otherwise be hammered in a tight loop.
+      if (!stopping_ && records_[index].status == RequestStatus::kCompleted) launch_background();
       return;
     }
     --num_foreground_in_flight_;

@@ -102,6 +102,7 @@ BenchSummary summarize_run(const std::vector<RequestRecord>& records, const Slo&
     s.num_prompt_tokens += r.num_prompt_tokens ? *r.num_prompt_tokens : r.num_planned_prompt_tokens;
     s.num_cached_tokens += r.num_cached_tokens;
     s.num_output_tokens += r.num_output_tokens();
+    s.num_output_chunks += static_cast<std::int64_t>(r.token_ms.size());
     if (r.role == RequestRole::kForeground) {
       s.foreground_start_ms = any_foreground_sent ? std::min(s.foreground_start_ms, r.send_ms) : r.send_ms;
       s.foreground_end_ms = std::max(s.foreground_end_ms, r.end_ms);

@@ -56,6 +56,11 @@ struct BenchSummary {
   std::int64_t num_prompt_tokens = 0;  // usage where given, else planned; sent requests
   std::int64_t num_cached_tokens = 0;
   std::int64_t num_output_tokens = 0;  // every stream
+  // Chunks that carried output text. Fewer than num_output_tokens when the
+  // server sends several tokens in one chunk or none for a token without text
+  // (a held-back partial character; ids a random model's tokenizer lacks):
+  // gaps are then measured between chunks, not tokens.
+  std::int64_t num_output_chunks = 0;
   double request_throughput_per_s = 0;  // completed foreground requests
   double output_tokens_per_s = 0;
   double total_tokens_per_s = 0;

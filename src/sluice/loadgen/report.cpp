@@ -46,6 +46,7 @@ Json summary_json(const BenchSummary& s, const Slo& slo) {
             {"num_prompt_tokens", s.num_prompt_tokens},
             {"num_cached_tokens", s.num_cached_tokens},
             {"num_output_tokens", s.num_output_tokens},
+            {"num_output_chunks", s.num_output_chunks},
             {"request_throughput_per_s", round3(s.request_throughput_per_s)},
             {"output_tokens_per_s", round3(s.output_tokens_per_s)},
             {"total_tokens_per_s", round3(s.total_tokens_per_s)},
@@ -116,6 +117,10 @@ std::string summary_table(const std::string& title, const BenchSummary& s, const
                      s.output_tokens_per_s, s.total_tokens_per_s);
   out += fmt::format("tokens: {} prompt ({} cached), {} output\n", s.num_prompt_tokens, s.num_cached_tokens,
                      s.num_output_tokens);
+  // 10% slack: a few merged chunks (a multi-byte character) do not matter.
+  if (s.num_output_tokens * 10 > s.num_output_chunks * 11)
+    out += fmt::format("note: {} output tokens came in {} chunks; ITL and stalls are measured between chunks\n",
+                       s.num_output_tokens, s.num_output_chunks);
   out += fmt::format("{:<26}{:>10}{:>10}{:>10}{:>10}{:>10}{:>8}\n", "", "mean", "p50", "p90", "p99", "max", "n");
   out += row("TTFT (ms)", s.ttft_ms);
   out += row("TPOT (ms)", s.tpot_ms);

@@ -31,7 +31,8 @@ struct PlannedRequest {
 };
 
 // Closed-loop chats: `num_streams` requests in flight from the start; when one
-// finishes, the next starts, until every foreground request has finished.
+// completes, the next starts, until every foreground request has finished (a
+// chat that fails is not replaced).
 struct BackgroundChats {
   std::int32_t num_streams = 0;
   std::int32_t input_tokens = 0;

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The user report's long-context burst, reproduced on one H200: a
+# Llama-3-8B-shape random bf16 model served by `sluice serve --device cuda`,
+# once per scheduling policy, with `sluice bench serve --workload burst`
+# (8 prompts of 16k-128k tokens arriving within 5 s while 8 chats decode).
+# Prints one side-by-side table last.
+#
+# On the GPU machine (through the device tool), from the repository root,
+# binaries from .devcarry/cuda (tools/device/build_carry.sh):
+#   tools/device/burst_bench.sh
+# Writes $OUT/burst-<policy>.json and .svg, $OUT/logs.txt and $OUT/table.md
+# (8 files: what the device tool brings back).
+#
+# Simulator calibration, on the development machine, with the JSONs brought
+# back in DIR: the same workload against `sluice serve --device sim` (the
+# roofline cost model of Llama-3-8B on an H200, paced to the wall clock) and
+# `sluice bench compare` per policy:
+#   tools/device/burst_bench.sh --sim DIR [SLUICE_BINARY]
+#
+# Knobs (environment): POLICIES, MIN_LEN, MAX_LEN, NUM_PROMPTS, CHATS,
+# OUTPUT_LEN, CHAT_OUTPUT_LEN, PER_POLICY_S (cancel a policy's run after this
+# long), MODEL_DIR, SIM_SPEED (sim mode), SIM_KV_BYTES (sim mode).
+set -uo pipefail
+
+policies=${POLICIES:-"sluice prefill-first decode-first-token-budget"}
+min_len=${MIN_LEN:-16384}
+# Prompt + output must fit max_model_len 131072: the longest prompt is 128k - 128.
+max_len=${MAX_LEN:-130944}
+max_model_len=${MAX_MODEL_LEN:-131072}
+num_prompts=${NUM_PROMPTS:-8}
+chats=${CHATS:-8}
+output_len=${OUTPUT_LEN:-128}
+chat_output_len=${CHAT_OUTPUT_LEN:-1024}
+per_policy_s=${PER_POLICY_S:-150}
+port=${PORT:-8765}
+mode=cuda
+reference_dir=""
+if [ "${1:-}" = "--sim" ]; then
+  mode=sim
+  reference_dir=${2:?usage: burst_bench.sh --sim DIR_WITH_GPU_JSONS [SLUICE_BINARY]}
+fi
+
+if [ $mode = cuda ]; then
+  out=${OUT:-/tmp/burst-bench}
+  bin=.devcarry/cuda/sluice
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:.devcarry/cuda:${LD_LIBRARY_PATH:-}
+  model=${MODEL_DIR:-$HOME/sluice-llama3-8b-random}
+else
+  out=${OUT:-$reference_dir/sim}
+  bin=${3:-build/sluice}
+  # The sim needs only the config and a tokenizer: a 1-layer model with the 8B's
+  # vocabulary, priced as Llama-3-8B by --sim-profile.
+  model=${MODEL_DIR:-/tmp/sluice-sim-llama3-vocab}
+fi
+mkdir -p "$out"
+log="$out/logs.txt"
+: >"$log"
+t0=$(date +%s)
+say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$log"; }
+
+if [ ! -x "$bin" ]; then echo "no sluice binary at $bin" >&2; exit 1; fi
+if [ ! -f "$model/config.json" ]; then
+  if [ $mode = cuda ]; then
+    say "making the Llama-3-8B-shape random bf16 model in $model"
+    "$bin" make-model --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
+      --vocab 128256 --max-position "$max_model_len" --dtype bf16 --seed 1 --out "$model" >>"$log" 2>&1 || exit 1
+  else
+    "$bin" make-model --arch llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 \
+      --vocab 128256 --max-position "$max_model_len" --seed 1 --out "$model" >>"$log" 2>&1 || exit 1
+  fi
+  say "model ready"
+fi
+[ $mode = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$log"
+
+for policy in $policies; do
+  serve_args=(serve --model "$model" --port "$port" --scheduling-policy "$policy" --max-model-len "$max_model_len"
+              --served-model-name llama3-8b --stats-log-interval 5)
+  bench_speedup=1
+  if [ $mode = cuda ]; then
+    serve_args+=(--device cuda)
+  else
+    sim_speed=${SIM_SPEED:-4}
+    serve_args+=(--device sim --sim-profile llama-3-8b --sim-speed "$sim_speed"
+                 --kv-cache-memory "${SIM_KV_BYTES:-100000000000}")
+    bench_speedup=$sim_speed
+  fi
+  say "policy $policy: sluice ${serve_args[*]}"
+  serve_log=$(mktemp)
+  "$bin" "${serve_args[@]}" >"$serve_log" 2>&1 &
+  pid=$!
+  # Up when it prints its address; give up if it exits or takes over 5 minutes.
+  for _ in $(seq 1 300); do
+    grep -q "listening on" "$serve_log" && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 1
+  done
+  if ! kill -0 $pid 2>/dev/null; then
+    say "policy $policy: the server exited during start-up:"
+    tail -20 "$serve_log" | tee -a "$log"
+    continue
+  fi
+  say "policy $policy: server up"
+  echo "===== bench $policy =====" >>"$log"
+  "$bin" bench serve --base-url "http://127.0.0.1:$port" --wait-for-server-s 60 --workload burst --seed 1 \
+    --token-id-max 128000 --num-prompts "$num_prompts" --min-input-len "$min_len" --max-input-len "$max_len" \
+    --output-len "$output_len" --chats "$chats" --chat-output-len "$chat_output_len" \
+    --server-speedup "$bench_speedup" --max-duration-s "$per_policy_s" \
+    --label "$policy ($mode)" --output-json "$out/burst-$policy.json" --plot "$out/burst-$policy.svg" --no-progress \
+    2>&1 | tee -a "$log"
+  kill -TERM $pid 2>/dev/null
+  for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  kill -KILL $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  { echo "===== serve $policy ====="; cat "$serve_log"; } >>"$log"
+  rm -f "$serve_log"
+  say "policy $policy: done"
+done
+
+if [ $mode = sim ]; then
+  for policy in $policies; do
+    [ -f "$reference_dir/burst-$policy.json" ] && [ -f "$out/burst-$policy.json" ] || continue
+    echo "### $policy: GPU (reference) vs sim (predicted)" | tee -a "$out/calibration.md"
+    "$bin" bench compare "$reference_dir/burst-$policy.json" "$out/burst-$policy.json" \
+      --output-json "$out/calibration-$policy.json" | tee -a "$out/calibration.md"
+  done
+fi
+
+# The side-by-side table.
+python3 - "$out" $policies <<'PY' | tee "$out/table.md"
+import json, os, sys
+out, policies = sys.argv[1], sys.argv[2:]
+print("| policy | TTFT p50 (s) | TTFT p99 (s) | longest decode stall (s) | zero-decode seconds "
+      "| decode tok/s during burst | burst done at (s) | completed |")
+print("|---|---|---|---|---|---|---|---|")
+for p in policies:
+    path = os.path.join(out, f"burst-{p}.json")
+    if not os.path.exists(path):
+        print(f"| {p} | (no report) | | | | | | |")
+        continue
+    s = json.load(open(path))["summary"]
+    print(f"| {p} | {s['ttft_ms']['p50']/1000:.2f} | {s['ttft_ms']['p99']/1000:.2f} "
+          f"| {s['longest_decode_stall_ms']/1000:.2f} | {s['num_zero_decode_seconds']} "
+          f"| {s['decode_tokens_per_s_during_foreground']:.0f} | {s['foreground_end_ms']/1000:.1f} "
+          f"| {s['num_completed']}/{s['num_foreground']} |")
+PY
+say "total"
