@@ -132,17 +132,26 @@ python3 - "$out" $policies <<'PY' | tee "$out/table.md"
 import json, os, sys
 out, policies = sys.argv[1], sys.argv[2:]
 print("| policy | TTFT p50 (s) | TTFT p99 (s) | longest decode stall (s) | zero-decode seconds "
-      "| decode tok/s during burst | burst done at (s) | completed |")
-print("|---|---|---|---|---|---|---|---|")
+      "| decode tok/s during burst | burst done at (s) | completed | text chunks / tokens |")
+print("|---|---|---|---|---|---|---|---|---|")
 for p in policies:
     path = os.path.join(out, f"burst-{p}.json")
     if not os.path.exists(path):
-        print(f"| {p} | (no report) | | | | | | |")
+        print(f"| {p} | (no report) | | | | | | | |")
         continue
     s = json.load(open(path))["summary"]
     print(f"| {p} | {s['ttft_ms']['p50']/1000:.2f} | {s['ttft_ms']['p99']/1000:.2f} "
           f"| {s['longest_decode_stall_ms']/1000:.2f} | {s['num_zero_decode_seconds']} "
           f"| {s['decode_tokens_per_s_during_foreground']:.0f} | {s['foreground_end_ms']/1000:.1f} "
-          f"| {s['num_completed']}/{s['num_foreground']} |")
+          f"| {s['num_completed']}/{s['num_foreground']} | {s['num_output_chunks']}/{s['num_output_tokens']} |")
+# Gaps are measured between text chunks: with far fewer chunks than tokens
+# (tokens without text), TTFT and stalls are not per token.
+for p in policies:
+    path = os.path.join(out, f"burst-{p}.json")
+    if os.path.exists(path):
+        s = json.load(open(path))["summary"]
+        if s["num_output_chunks"] * 11 < s["num_output_tokens"] * 10:
+            print(f"WARNING {p}: {s['num_output_tokens']} tokens arrived in {s['num_output_chunks']} text chunks; "
+                  "timings are per chunk, not per token")
 PY
 say "total"
