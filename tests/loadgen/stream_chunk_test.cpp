@@ -15,6 +15,16 @@ TEST(StreamChunk, CompletionTextCountsAndEmptyFinalChunkDoesNot) {
   EXPECT_FALSE(chunk.usage);
 }
 
+TEST(StreamChunk, EmptyCompletionTextBeforeTheFinishIsAToken) {
+  // vLLM sends a chunk per generated token even when it decodes to no text yet.
+  EXPECT_EQ(interpret_stream_data(R"({"choices":[{"index":0,"text":"","finish_reason":null}]})").num_text_pieces, 1);
+  EXPECT_EQ(interpret_stream_data(R"({"choices":[{"index":0,"text":""}]})").num_text_pieces, 1);
+  // Chat's opening role chunk has empty content and is not a token.
+  EXPECT_EQ(interpret_stream_data(R"({"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]})")
+                .num_text_pieces,
+            0);
+}
+
 TEST(StreamChunk, ChatDeltaContentAndReasoningCount) {
   EXPECT_EQ(interpret_stream_data(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})").num_text_pieces, 0);
   EXPECT_EQ(interpret_stream_data(R"({"choices":[{"delta":{"content":"a"}},{"delta":{"reasoning_content":"b"}}]})")

@@ -39,7 +39,12 @@ StreamChunk interpret_stream_data(std::string_view data) {
   if (const auto choices = json.find("choices"); choices != json.end() && choices->is_array()) {
     for (const Json& choice : *choices) {
       if (!choice.is_object()) continue;
-      bool has_text = non_empty_string(choice, "text");
+      // A completions choice with empty text before the finish is still a
+      // token (vLLM streams one chunk per token, text or not).
+      const auto text = choice.find("text");
+      const auto finish = choice.find("finish_reason");
+      const bool unfinished = finish == choice.end() || finish->is_null();
+      bool has_text = non_empty_string(choice, "text") || (text != choice.end() && text->is_string() && unfinished);
       if (const auto delta = choice.find("delta"); delta != choice.end() && delta->is_object())
         has_text = has_text || non_empty_string(*delta, "content") || non_empty_string(*delta, "reasoning_content") ||
                    non_empty_string(*delta, "reasoning");

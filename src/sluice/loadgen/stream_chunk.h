@@ -1,7 +1,8 @@
 // What one SSE `data:` payload of an OpenAI stream says, for a load generator:
-// how many pieces of output text it carries (completions `text`, chat
-// `delta.content` or `delta.reasoning_content`), the usage block of the last
-// chunk, an in-band error, or the final "[DONE]".
+// how many output pieces it carries (completions `text`, also empty before the
+// finish as vLLM streams tokens without text; chat `delta.content` or
+// `delta.reasoning_content`), the usage block of the last chunk, an in-band
+// error, or the final "[DONE]".
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ struct StreamUsage {
 
 struct StreamChunk {
   bool done = false;                  // "[DONE]"
-  std::int32_t num_text_pieces = 0;   // choices with non-empty output text in this chunk
+  std::int32_t num_text_pieces = 0;   // choices carrying an output token (or text) in this chunk
   std::optional<StreamUsage> usage;
   std::optional<std::string> error;   // an {"error": ...} event, or a payload that is not a chunk
 };
