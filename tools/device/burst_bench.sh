@@ -101,9 +101,10 @@ for policy in $policies; do
     tail -20 "$serve_log" | tee -a "$log"
     continue
   fi
-  say "policy $policy: server up"
+  # "listening on" comes before the weights are loaded; bench waits for /health.
+  say "policy $policy: server listening"
   echo "===== bench $policy =====" >>"$log"
-  "$bin" bench serve --base-url "http://127.0.0.1:$port" --wait-for-server-s 60 --workload burst --seed 1 \
+  "$bin" bench serve --base-url "http://127.0.0.1:$port" --wait-for-server-s 300 --workload burst --seed 1 \
     --token-id-max 400 --num-prompts "$num_prompts" --min-input-len "$min_len" --max-input-len "$max_len" \
     --output-len "$output_len" --chats "$chats" --chat-output-len "$chat_output_len" \
     --server-speedup "$bench_speedup" --max-duration-s "$per_policy_s" \
