@@ -46,7 +46,10 @@ class Runner {
     if (options_.show_progress) tick_progress();
     if (workload_.requests.empty()) stop();
     io_.run();
-    if (progress_) progress_->finish();
+    if (progress_) {
+      progress_->update(num_foreground_done_, 0, clock_.now_ms());
+      progress_->finish();
+    }
     return std::move(records_);
   }
 
