@@ -67,6 +67,15 @@ TEST(ChatRequest, StreamOptionsToleratedWithoutStream) {
   EXPECT_FALSE(chat_ok(body).options.stream);
 }
 
+TEST(ChatRequest, ResponseFormatJsonObjectTurnsOnJsonMode) {
+  Json body = chat_body();
+  EXPECT_FALSE(chat_ok(body).options.json_mode);
+  body["response_format"] = {{"type", "text"}};
+  EXPECT_FALSE(chat_ok(body).options.json_mode);
+  body["response_format"] = {{"type", "json_object"}};
+  EXPECT_TRUE(chat_ok(body).options.json_mode);
+}
+
 TEST(ChatRequest, ContentPartsAreJoinedAndDeveloperIsSystem) {
   Json body = chat_body();
   body["messages"] = Json::parse(
@@ -113,8 +122,10 @@ TEST(ChatRequest, BadInputs) {
       {"named tool not in tools", [](Json& b) {
          b["tools"] = Json::parse(R"([{"type":"function","function":{"name":"f"}}])");
          b["tool_choice"] = Json::parse(R"({"type":"function","function":{"name":"g"}})"); }, "tool_choice"},
-      {"json_schema without schema", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_schema","json_schema":{"name":"x"}})"); }, "response_format"},
-      {"json_object is not constrained yet", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_object"})"); }, "response_format"},
+      {"json_schema (not yet)", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_schema","json_schema":{"name":"x"}})"); }, "response_format.type"},
+      {"unknown response_format", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"yaml"})"); }, "response_format.type"},
+      {"response_format without type", [](Json& b) { b["response_format"] = Json::object(); }, "response_format.type"},
+      {"response_format not an object", [](Json& b) { b["response_format"] = "json"; }, "response_format"},
       {"request template off", [](Json& b) { b["chat_template"] = "{{ messages }}"; }, "chat_template"},
       {"kwargs override messages", [](Json& b) { b["chat_template_kwargs"] = {{"messages", 1}}; }, "chat_template_kwargs"},
       {"logit_bias", [](Json& b) { b["logit_bias"] = {{"5", 10}}; }, "logit_bias"},

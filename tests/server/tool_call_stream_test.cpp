@@ -8,25 +8,14 @@
 // wire format: incremental tool_calls (index, id, type, name, then argument
 // fragments that concatenate to the JSON the model wrote), finish_reason
 // "tool_calls", usage last with choices [], then [DONE].
-#include <thread>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sluice/model/tokenizer_builder.h"
-#include "sluice/server/http_server.h"
-#include "sluice/server/openai_service.h"
+#include "loopback_server.h"
 
 namespace sluice::server {
 namespace {
 
-namespace net = boost::asio;
-namespace http = boost::beast::http;
 using nlohmann::json;
 
 const std::string kToolCallText =
@@ -61,55 +50,16 @@ class ScriptedBackend final : public Backend {
 class ToolCallStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto built = build_byte_level_tokenizer(2048);
-    ASSERT_TRUE(built) << built.error().message;
-    auto tokenizer = Tokenizer::from_json(built->tokenizer_json, built->tokenizer_config_json);
-    ASSERT_TRUE(tokenizer) << tokenizer.error().message;
-    auto model = std::make_shared<ModelContext>(ModelContext{.tokenizer = std::move(tokenizer).value()});
-    model->served_model_names = {"m"};
-    model->model_type = "qwen3";
-    auto chat_template = api::ChatTemplate::parse(model->tokenizer.chat_template());
-    ASSERT_TRUE(chat_template) << chat_template.error().message;
-    model->chat_template = std::move(chat_template).value();
-    model->output_format = output_format_by_name("hermes").value();
-    model->eos_token_ids = {built->eos_token_id, built->end_of_turn_token_id};
-    model->max_model_len_tokens = 4096;
-    std::vector<TokenId> script = model->tokenizer.encode(kToolCallText, /*add_special_tokens=*/false);
-    script.push_back(built->end_of_turn_token_id);
-    model->engine = std::make_unique<Engine>(
-        std::make_unique<ScriptedBackend>(std::move(script), model->tokenizer.vocab_size()), nullptr, EngineConfig{});
-    model->engine->start();
-    service_.set_model(model);
-    model_ = model;
-    auto port = http_server_.listen("127.0.0.1", 0);
-    ASSERT_TRUE(port) << port.error().message;
-    port_ = *port;
-    io_thread_ = std::thread([this] { io_.run(); });
+    loopback::TinyChatModel tiny = loopback::make_tiny_chat_model("qwen3", "hermes");
+    model_ = tiny.context;
+    std::vector<TokenId> script = model_->tokenizer.encode(kToolCallText, /*add_special_tokens=*/false);
+    script.push_back(tiny.end_of_turn_token_id);
+    model_->engine = std::make_unique<Engine>(
+        std::make_unique<ScriptedBackend>(std::move(script), model_->tokenizer.vocab_size()), nullptr, EngineConfig{});
+    server_ = std::make_unique<loopback::LoopbackServer>(model_);
   }
 
-  void TearDown() override {
-    if (model_) model_->engine->stop(Engine::StopMode::kAbort);
-    work_.reset();
-    io_.stop();
-    if (io_thread_.joinable()) io_thread_.join();
-  }
-
-  // One POST over a real socket; returns status and the whole body.
-  std::pair<int, std::string> post(const json& body) {
-    net::io_context client_io;
-    net::ip::tcp::socket socket(client_io);
-    socket.connect({net::ip::make_address("127.0.0.1"), port_});
-    http::request<http::string_body> request{http::verb::post, "/v1/chat/completions", 11};
-    request.set(http::field::host, "127.0.0.1");
-    request.set(http::field::content_type, "application/json");
-    request.body() = body.dump();
-    request.prepare_payload();
-    http::write(socket, request);
-    boost::beast::flat_buffer buffer;
-    http::response<http::string_body> response;
-    http::read(socket, buffer, response);
-    return {static_cast<int>(response.result_int()), response.body()};
-  }
+  std::pair<int, std::string> post(const json& body) { return server_->post("/v1/chat/completions", body); }
 
   static json request(bool stream) {
     const json tool = json::parse(R"({"type": "function", "function": {"name": "get_weather",
@@ -128,29 +78,14 @@ class ToolCallStreamTest : public ::testing::Test {
 
   static json expected_arguments() { return {{"city", "Paris"}, {"unit", "celsius"}}; }
 
-  net::io_context io_;
-  net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(io_);
-  ServerMetrics metrics_;
-  OpenAiService service_{ServiceOptions{}, metrics_};
-  HttpServer http_server_{io_, HttpLimits{}, [this](HttpRequest&& request, std::shared_ptr<HttpExchange> exchange) {
-                            service_.handle(std::move(request), std::move(exchange));
-                          }};
   std::shared_ptr<ModelContext> model_;
-  std::uint16_t port_ = 0;
-  std::thread io_thread_;
+  std::unique_ptr<loopback::LoopbackServer> server_;
 };
 
 TEST_F(ToolCallStreamTest, StreamingCarriesIncrementalToolCallDeltas) {
   const auto [status, body] = post(request(/*stream=*/true));
   ASSERT_EQ(status, 200) << body;
-  std::vector<std::string> events;
-  for (std::size_t at = 0; at < body.size();) {
-    const std::size_t end = body.find("\n\n", at);
-    ASSERT_NE(end, std::string::npos) << "unterminated SSE event";
-    const std::string event = body.substr(at, end - at);
-    if (event.starts_with("data: ")) events.push_back(event.substr(6));
-    at = end + 2;
-  }
+  const std::vector<std::string> events = loopback::sse_data_events(body);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
   const json usage_chunk = json::parse(events[events.size() - 2]);

@@ -19,6 +19,7 @@
 #include "sluice/engine/engine.h"
 #include "sluice/model/config.h"
 #include "sluice/server/server.h"
+#include "sluice/structured/json_constraint.h"
 
 namespace sluice::cli {
 namespace {
@@ -118,6 +119,9 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                context->max_model_len_tokens, backend->info().num_kv_blocks, backend->info().block_size_tokens,
                context->output_format.name);
   spdlog::info("cost model: {}", served.cost_model_description);
+  // JSON mode's vocabulary index: built once here (a few hundred ms for 128k
+  // tokens) so no request pays for it.
+  context->json_vocabulary = structured::make_json_vocabulary(context->tokenizer, backend->info().vocab_size);
   context->engine = std::make_unique<Engine>(std::move(backend), std::move(served.cost_model), engine_config);
   context->created_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -48,6 +48,18 @@ PacedSimBackend::PacedSimBackend(std::unique_ptr<sim::SimBackend> sim, BackendIn
       eos_token_ids_(std::move(eos_token_ids)),
       options_(options) {}
 
+// Structured output: the first allowed ordinary id at or after the sim's pick
+// (wrapping), else any allowed id (an end token once the output is complete).
+TokenId PacedSimBackend::first_allowed(std::span<const std::uint64_t> allowed, std::size_t start) const {
+  for (std::size_t i = 0; i < emittable_.size(); ++i) {
+    const TokenId t = emittable_[(start + i) % emittable_.size()];
+    if (token_mask_allows(allowed, t)) return t;
+  }
+  for (TokenId t = 0; t < info_.vocab_size; ++t)
+    if (token_mask_allows(allowed, t)) return t;
+  return emittable_.front();
+}
+
 Result<StepOutput> PacedSimBackend::execute(const Batch& batch) {
   const auto started = std::chrono::steady_clock::now();
   SLUICE_TRY_ASSIGN(output, sim_->execute(batch));
@@ -56,7 +68,9 @@ Result<StepOutput> PacedSimBackend::execute(const Batch& batch) {
     if (!out.token) continue;
     const SequenceStep& seq = batch.sequences[i];
     const std::int32_t generated_index = seq.end_position() - seq.num_prompt_tokens;
-    if (options_.eos_every > 0 && (generated_index + 1) % options_.eos_every == 0) {
+    if (!seq.allowed_tokens.empty()) {
+      out.token = first_allowed(seq.allowed_tokens, static_cast<std::size_t>(*out.token));
+    } else if (options_.eos_every > 0 && (generated_index + 1) % options_.eos_every == 0) {
       out.token = eos_token_ids_.front();
     } else {
       // The sim's id is a hash, uniform over its own vocabulary; folding it

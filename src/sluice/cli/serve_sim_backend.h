@@ -39,6 +39,7 @@ class PacedSimBackend final : public Backend {
   Result<StepOutput> execute(const Batch& batch) override;
 
  private:
+  TokenId first_allowed(std::span<const std::uint64_t> allowed, std::size_t start) const;
   PacedSimBackend(std::unique_ptr<sim::SimBackend> sim, BackendInfo info, std::vector<TokenId> emittable,
                   std::vector<TokenId> eos_token_ids, PacedSimOptions options);
 

@@ -12,6 +12,7 @@
 #include "sluice/api/chat_template.h"
 #include "sluice/engine/engine.h"
 #include "sluice/server/output_parser.h"
+#include "sluice/structured/json_constraint.h"
 #include "sluice/tokenizer/tokenizer.h"
 
 namespace sluice::server {
@@ -25,6 +26,8 @@ struct ModelContext {
   std::vector<TokenId> eos_token_ids;
   OutputFormat output_format;
   std::int32_t max_model_len_tokens = 0;
+  // The vocabulary indexed for JSON mode (built at load); null: JSON mode is refused.
+  std::shared_ptr<const structured::JsonVocabulary> json_vocabulary;
   std::unique_ptr<Engine> engine;
 
   bool serves(const std::string& name) const {

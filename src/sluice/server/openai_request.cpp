@@ -164,6 +164,20 @@ GenerationOptions parse_common(const Json& body, const RequestLimits& limits) {
     fail("'best_of' different from 'n' is not supported", "best_of");
   if (const Json* bias = find(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
     fail("'logit_bias' is not supported", "logit_bias");
+  if (const Json* format = find(body, "response_format"); format && !format->is_null()) {
+    if (!format->is_object()) fail("'response_format' must be an object", "response_format");
+    const auto type = read_string(*format, "type");
+    if (!type) fail("'response_format' needs a 'type'", "response_format.type");
+    if (*type == "json_object") {
+      options.json_mode = true;
+    } else if (*type == "json_schema") {
+      // Refused rather than decoded as plain JSON: a client that sent a schema
+      // relies on the output matching it.
+      fail("response_format 'json_schema' is not supported yet; 'json_object' is", "response_format.type");
+    } else if (*type != "text") {
+      fail(fmt::format("unknown response_format type '{}' (text, json_object)", *type), "response_format.type");
+    }
+  }
   return options;
 }
 
@@ -335,15 +349,6 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const RequestLimits& li
       request.chat_template = *v;
     }
     if (auto v = read_bool(body, "add_generation_prompt")) request.add_generation_prompt = *v;
-    if (const Json* format = find(body, "response_format")) {
-      if (!format->is_object()) fail("'response_format' must be an object", "response_format");
-      const auto type = read_string(*format, "type").value_or("");
-      // Constrained decoding does not exist yet: refuse rather than return
-      // unconstrained text to a client that asked for JSON.
-      if (type == "json_object" || type == "json_schema")
-        fail(fmt::format("response_format type '{}' is not supported by this server yet", type), "response_format");
-      if (type != "text") fail(fmt::format("unknown response_format type '{}'", type), "response_format");
-    }
     return request;
   } catch (const Invalid& invalid) {
     return invalid.error;

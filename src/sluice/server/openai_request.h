@@ -49,6 +49,7 @@ struct GenerationOptions {
   std::int32_t n = 1;
   bool logprobs = false;
   std::int32_t top_logprobs = 0;
+  bool json_mode = false;  // response_format json_object: the output is one JSON object
 };
 
 struct ToolChoice {
