@@ -8,6 +8,7 @@
 #include "sluice/model/config.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/tokenizer_builder.h"
+#include "sluice/tokenizer/tokenizer.h"
 #include "test_models.h"
 
 namespace sluice {
@@ -52,6 +53,24 @@ TEST(MakeModel, TokenizerFitsTheVocabulary) {
   EXPECT_EQ(tokenizer["added_tokens"][0]["content"], "<|begin_of_text|>");
   EXPECT_EQ(tokenizer["added_tokens"][0]["id"], built->bos_token_id);
   EXPECT_FALSE(build_byte_level_tokenizer(100).ok());
+}
+
+// A random model samples any id; each must decode to text so its output
+// streams like a real model's, while encoding never uses the fillers.
+TEST(MakeModel, EveryIdDecodesAndFillersAreNeverEncoded) {
+  auto built = build_byte_level_tokenizer(3000);
+  ASSERT_TRUE(built.ok());
+  EXPECT_EQ(built->num_tokens, 3000);
+  EXPECT_LT(built->first_filler_token_id, 500);
+  auto tokenizer = Tokenizer::from_json(built->tokenizer_json, built->tokenizer_config_json);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error_message();
+  EXPECT_EQ(tokenizer->vocab_size(), 3000);
+  for (TokenId id = 0; id < tokenizer->vocab_size(); ++id) {
+    if (tokenizer->is_special(id)) continue;
+    ASSERT_FALSE(tokenizer->decode(std::vector<TokenId>{id}, false).empty()) << id;
+  }
+  const std::string text = "The quick brown fox jumps over the lazy dog; qa qb qzz wrote code() {return 1;}";
+  for (TokenId id : tokenizer->encode(text, false)) EXPECT_LT(id, built->first_filler_token_id) << id;
 }
 
 TEST(MakeModel, RejectsBadShapes) {

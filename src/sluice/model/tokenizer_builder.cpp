@@ -147,7 +147,22 @@ Result<BuiltTokenizer> build_byte_level_tokenizer(std::int32_t max_tokens) {
                      {"rstrip", false},
                      {"normalized", false},
                      {"special", true}});
-  built.num_tokens = first_special + static_cast<std::int32_t>(kSpecialTokens.size());
+  built.first_filler_token_id = first_special + static_cast<std::int32_t>(kSpecialTokens.size());
+  // Filler words up to the model's vocabulary: no merge produces them, so
+  // encoding never does, but every id a random model samples decodes to
+  // text (" qa", " qb", ...) and streams the way a real model's output does.
+  std::int32_t next_id = built.first_filler_token_id;
+  for (std::int64_t n = 0; next_id < max_tokens; ++n) {
+    std::string name;
+    for (std::int64_t k = n; ; k = k / 26 - 1) {
+      name.insert(name.begin(), static_cast<char>('a' + k % 26));
+      if (k < 26) break;
+    }
+    const std::string token = table[' '] + "q" + name;
+    if (vocab.contains(token)) continue;
+    vocab[token] = next_id++;
+  }
+  built.num_tokens = next_id;
   built.bos_token_id = first_special;
   built.eos_token_id = first_special + 1;
   built.end_of_turn_token_id = first_special + 4;

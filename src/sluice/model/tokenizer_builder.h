@@ -13,7 +13,10 @@ namespace sluice {
 struct BuiltTokenizer {
   std::string tokenizer_json;
   std::string tokenizer_config_json;
-  std::int32_t num_tokens = 0;  // ids [0, num_tokens) are used; the model's vocab may be larger
+  std::int32_t num_tokens = 0;  // ids [0, num_tokens): the whole vocabulary asked for
+  // Ids from here up are filler words that encoding never produces (the
+  // built-in text teaches only a few hundred merges).
+  std::int32_t first_filler_token_id = 0;
   std::int32_t bos_token_id = 0;
   std::int32_t eos_token_id = 0;          // <|end_of_text|>
   std::int32_t end_of_turn_token_id = 0;  // <|eot_id|>
