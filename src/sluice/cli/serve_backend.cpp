@@ -50,7 +50,7 @@ Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
 Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& options) {
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(options.model_dir));
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200()));
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda()));
   SLUICE_TRY_ASSIGN(ops, make_cuda_ops({}));
   std::size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
@@ -59,7 +59,7 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   // Weights (and whatever else is resident) are measured after the upload;
   // activations are not resident yet, so their planned size is reserved here.
   const sim::MemoryPlan plan =
-      sim::plan_memory(profile, sim::h200(), sim::Parallelism{},
+      sim::plan_memory(profile, sim::h200_sluice_cuda(), sim::Parallelism{},
                        {.gpu_memory_utilization = options.gpu_memory_utilization,
                         .max_num_seqs = options.max_num_seqs,
                         .max_num_batched_tokens = options.max_num_batched_tokens,
@@ -109,9 +109,9 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
   if (num_blocks < 1 || num_blocks > INT32_MAX)
     return Error{fmt::format("--kv-cache-memory {} holds {:.0f} blocks of {} ({:.0f} bytes each); need 1 to {}",
                              options.kv_cache_memory_bytes, num_blocks, profile.name, bytes_per_block, INT32_MAX)};
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200()));
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda()));
   SLUICE_TRY_ASSIGN(simulated,
-                    sim::make_sim_backend(profile, sim::h200(), sim::Parallelism{},
+                    sim::make_sim_backend(profile, sim::h200_sluice_cuda(), sim::Parallelism{},
                                           {.memory = {.block_size_tokens = options.block_size_tokens},
                                            .max_model_len_tokens = options.max_model_len_tokens,
                                            .num_kv_blocks_override = static_cast<std::int32_t>(num_blocks)}));

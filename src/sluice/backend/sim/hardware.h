@@ -56,5 +56,10 @@ struct HardwareSpec {
 // NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,
 // 141 GB, 55 GB/s pinned host copies (measured), NVLink 900 GB/s (450 each way).
 HardwareSpec h200();
+// h200() with the efficiencies sluice's own CUDA backend measured on it
+// (docs/benchmarks.md "CUDA backend", 2026-11-29): what `serve --device cuda`
+// sizes prefill chunks with, and what `serve --device sim` predicts. h200()
+// keeps the efficiencies a good engine reaches (cuDNN, cuBLAS), for plans.
+HardwareSpec h200_sluice_cuda();
 
 }  // namespace sluice::sim
