@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
@@ -210,11 +211,31 @@ class Parser {
     p_ += num_continuation + 1;
   }
 
+  // Eight bytes at a time while none of them ends a plain run: no byte below
+  // 0x20 or from 0x80, no '"' and no '\\' (the classic has-zero-byte tests).
+  void skip_plain_words() {
+    constexpr std::uint64_t kOnes = 0x0101010101010101ull;
+    constexpr std::uint64_t kHighs = 0x8080808080808080ull;
+    while (end_ - p_ >= 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p_, 8);
+      const std::uint64_t quote = w ^ (kOnes * '"');
+      const std::uint64_t backslash = w ^ (kOnes * '\\');
+      const std::uint64_t special = ((w - kOnes * 0x20) | (quote - kOnes) | (backslash - kOnes) | w) & kHighs;
+      // A high bit from the subtractions marks a byte below 0x20, a quote or a
+      // backslash (or a borrow from one: the byte loop sorts that out); one
+      // from w itself marks a byte from 0x80.
+      if (special != 0) return;
+      p_ += 8;
+    }
+  }
+
   std::string parse_string() {
     ++p_;  // the opening quote
     std::string out;
     while (true) {
       const char* run = p_;
+      skip_plain_words();
       while (p_ < end_ && kPlainStringByte[static_cast<unsigned char>(*p_)]) ++p_;
       out.append(run, static_cast<std::size_t>(p_ - run));
       if (p_ >= end_) fail("unterminated string");
