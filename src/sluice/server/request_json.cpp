@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "sluice/common/utf8_append.h"
+
 namespace sluice::server {
 namespace {
 
@@ -138,24 +140,6 @@ class Parser {
     return value;
   }
 
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   void parse_escape(std::string& out) {
     ++p_;  // the backslash
     if (p_ >= end_) fail("truncated escape");
@@ -181,7 +165,7 @@ class Parser {
       if (low < 0xDC00 || low > 0xDFFF) fail("high surrogate without a low one");
       cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
     }
-    append_utf8(out, cp);
+    append_utf8(out, static_cast<char32_t>(cp));
   }
 
   // One UTF-8 character starting at a byte >= 0x80 (RFC 3629 ranges).
