@@ -80,6 +80,23 @@ std::map<std::string, Collected> run(Engine& engine, const std::vector<std::shar
   return out;
 }
 
+// The stall gauge is read between steps in production (the periodic log line,
+// /metrics): it must grow while the engine is busy, not only at step ends.
+TEST(Engine, DecodeStallGaugeGrowsUntilTheNextToken) {
+  auto engine = make_engine(small_config());
+  auto stream = engine->submit(request("a", tokens_from(10, 5), 50));
+  ASSERT_TRUE(stream.ok()) << stream.error_message();
+  EXPECT_EQ(engine->stats().longest_current_decode_stall_ms, 0.0);  // nothing decoding yet
+  for (int i = 0; i < 20 && engine->stats().num_generated_tokens < 2; ++i) engine->step();
+  ASSERT_GE(engine->stats().num_generated_tokens, 2);
+  const double at_step_end = engine->stats().longest_current_decode_stall_ms;
+  EXPECT_LT(at_step_end, 1.0);
+  engine->advance_clock_to(engine->stats().now_ms + 750.0);
+  EXPECT_NEAR(engine->stats().longest_current_decode_stall_ms, at_step_end + 750.0, 1e-6);
+  engine->step();  // the next token ends the stall
+  EXPECT_LT(engine->stats().longest_current_decode_stall_ms, 1.0);
+}
+
 TEST(Engine, GeneratesTheSingleSequenceResult) {
   auto engine = make_engine(small_config());
   const auto prompt = tokens_from(10, 5);

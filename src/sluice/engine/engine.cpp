@@ -253,8 +253,15 @@ void Engine::advance_clock_to(double time_ms) {
 double Engine::now_ms() const { return impl_->now_ms(); }
 
 EngineStats Engine::stats() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->stats;
+  EngineStats snapshot;
+  {
+    std::lock_guard lock(impl_->mutex);
+    snapshot = impl_->stats;
+  }
+  if (snapshot.oldest_decode_token_ms >= 0.0)
+    snapshot.longest_current_decode_stall_ms =
+        std::max(snapshot.longest_current_decode_stall_ms, impl_->now_ms() - snapshot.oldest_decode_token_ms);
+  return snapshot;
 }
 
 std::vector<RequestTimeline> Engine::take_finished_timelines() {

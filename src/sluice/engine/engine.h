@@ -176,7 +176,10 @@ struct EngineStats {
   std::int64_t num_requests_failed = 0;
   // Longest time since its previous token of any request now decoding: the
   // number that says whether decode is starving.
+  // Evaluated when stats() is read, so a step that runs for seconds shows up
+  // while it runs (a snapshot taken as a step ends would always read ~0).
   double longest_current_decode_stall_ms = 0.0;
+  double oldest_decode_token_ms = -1.0;  // engine clock of the stalest decoding request's last token; -1: none
 };
 
 // When each thing happened to one request, on the engine's clock (ms).

@@ -403,11 +403,15 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.num_requests_aborted = num_aborted_;
   stats.num_requests_failed = num_failed_;
   double stall = 0.0;
+  double oldest = -1.0;
   for (SequenceId id : running_) {
     const RequestState& r = *requests_.at(id);
-    if (r.num_generated_tokens() > 0) stall = std::max(stall, now_ms - r.last_token_ms);
+    if (r.num_generated_tokens() == 0) continue;
+    stall = std::max(stall, now_ms - r.last_token_ms);
+    oldest = oldest < 0.0 ? r.last_token_ms : std::min(oldest, r.last_token_ms);
   }
   stats.longest_current_decode_stall_ms = stall;
+  stats.oldest_decode_token_ms = oldest;
 }
 
 std::vector<RequestTimeline> EngineCore::take_finished_timelines() { return std::exchange(finished_timelines_, {}); }
