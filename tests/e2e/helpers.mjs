@@ -56,9 +56,10 @@ export async function eventually(predicate, what, attempts = 250) {
   assert.fail(`timed out waiting for ${what}`);
 }
 
-// A second server for tests that need other flags than the shared one (one
-// HTTP thread, another chat template). Resolves once /health is 200 (bounded
-// poll); stop() sends SIGTERM and waits for the exit.
+// `sluice serve` on a free loopback port: the shared server, and second ones
+// for tests that need other flags (one HTTP thread, another chat template).
+// Resolves once /health is 200 (bounded poll, failing fast if the process
+// exits); stop() sends SIGTERM and expects exit code 0.
 export async function spawnServer(ctx, args) {
   const { spawn } = await import('node:child_process');
   const server = spawn(ctx.sluice, ['serve', '--port', '0', '--stats-log-interval', '0', '--log-level', 'warn',
@@ -74,21 +75,26 @@ export async function spawnServer(ctx, args) {
     exited.then((e) => rej(new Error(`server exited before listening: ${JSON.stringify(e)}`)));
   });
   const baseURL = `http://127.0.0.1:${port}`;
+  // Bounded readiness poll: /health is 503 while the model loads.
   let ready = false;
-  for (let attempt = 0; attempt < 500 && !ready; ++attempt) {
+  let gone = false;
+  exited.then(() => { gone = true; });
+  for (let attempt = 0; attempt < 600 && !ready && !gone; ++attempt) {
     ready = await fetch(`${baseURL}/health`).then((r) => r.status === 200, () => false);
     if (!ready) await new Promise((r) => setTimeout(r, 20));
   }
   if (!ready) {
     server.kill('SIGKILL');
-    throw new Error('second server never became healthy');
+    throw new Error(gone ? 'server exited before it became healthy' : 'server never became healthy');
   }
   return {
     baseURL,
+    server,
+    exited,
     async stop() {
       server.kill('SIGTERM');
       const e = await exited;
-      assert.equal(e.code, 0, `second server exit: ${JSON.stringify(e)}`);
+      assert.equal(e.code, 0, `server exit: ${JSON.stringify(e)}`);
     },
   };
 }

@@ -4,11 +4,13 @@
 // server drains and exits 0.
 //
 //   node tests/e2e/run.mjs build/sluice
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+
+import { spawnServer } from './helpers.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const sluice = resolve(process.argv[2] ?? 'build/sluice');
@@ -23,37 +25,9 @@ execFileSync(sluice, ['make-model', '--arch', 'llama', '--layers', '4', '--hidde
   { stdio: 'inherit' });
 
 export const API_KEY = 'e2e-secret-key';
-const server = spawn(sluice, ['serve', '--model', modelDir, '--port', '0', '--api-key', API_KEY,
+const { baseURL, server, exited } = await spawnServer({ sluice }, ['--model', modelDir, '--api-key', API_KEY,
   '--served-model-name', 'tiny', 'tiny-alias', '--max-model-len', '4096', '--threads', '1',
-  '--shutdown-timeout', '1', '--stats-log-interval', '0', '--log-level', 'warn',
-  '--kv-cache-memory', String(64 << 20)], { stdio: ['ignore', 'pipe', 'inherit'] });
-const exited = new Promise((res) => server.on('exit', (code, signal) => res({ code, signal })));
-
-const port = await new Promise((res, rej) => {
-  let buffered = '';
-  server.stdout.on('data', (data) => {
-    buffered += data.toString();
-    const m = buffered.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) res(Number(m[1]));
-  });
-  exited.then((e) => rej(new Error(`server exited before listening: ${JSON.stringify(e)}`)));
-});
-const baseURL = `http://127.0.0.1:${port}`;
-
-// Bounded readiness poll: /health is 503 while the model loads.
-let ready = false;
-let gone = false;
-exited.then(() => { gone = true; });
-for (let attempt = 0; attempt < 600 && !ready && !gone; ++attempt) {
-  try {
-    ready = (await fetch(`${baseURL}/health`)).status === 200;
-  } catch { /* not accepting yet */ }
-  if (!ready) await new Promise((r) => setTimeout(r, 20));
-}
-if (!ready) {
-  server.kill('SIGKILL');
-  throw new Error(gone ? 'server exited before it became healthy' : 'server never became healthy');
-}
+  '--kv-cache-memory', String(64 << 20)]);
 
 const ctx = { baseURL, apiKey: API_KEY, model: 'tiny', sluice, modelDir, server };
 let failures = 0;
