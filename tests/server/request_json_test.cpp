@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/byte_mutation.h"
+
 #include "sluice/server/request_json.h"
 
 namespace sluice::server {
@@ -81,15 +83,7 @@ TEST(RequestJson, AgreesWithNlohmannOnGeneratedAndMutatedDocuments) {
   for (int i = 0; i < 6000; ++i) {
     std::string doc = random_value(rng, 0).dump(std::uniform_int_distribution<int>(-1, 2)(rng), ' ',
                                                 std::uniform_int_distribution<int>(0, 1)(rng) == 1);
-    for (int m = std::uniform_int_distribution<int>(0, 3)(rng); m > 0 && !doc.empty(); --m) {
-      const std::size_t at = std::uniform_int_distribution<std::size_t>(0, doc.size() - 1)(rng);
-      const char c = alphabet[std::uniform_int_distribution<std::size_t>(0, alphabet.size() - 1)(rng)];
-      switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
-        case 0: doc[at] = c; break;
-        case 1: doc.insert(doc.begin() + static_cast<std::ptrdiff_t>(at), c); break;
-        default: doc.erase(at, 1); break;
-      }
-    }
+    testing::mutate_bytes(doc, std::uniform_int_distribution<int>(0, 3)(rng), alphabet, rng);
     num_valid += Json::accept(doc) ? 1 : 0;
     expect_agrees(doc);
     if (HasFatalFailure()) return;

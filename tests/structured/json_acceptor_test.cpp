@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/byte_mutation.h"
+
 #include "sluice/structured/json_acceptor.h"
 
 namespace sluice::structured {
@@ -115,15 +117,7 @@ TEST(JsonAcceptor, AgreesWithTheParserOnMutatedDocuments) {
   int num_unknowable = 0;
   for (int i = 0; i < 4000; ++i) {
     std::string doc = random_document(rng);
-    for (int m = std::uniform_int_distribution<int>(1, 3)(rng); m > 0 && !doc.empty(); --m) {
-      const std::size_t at = std::uniform_int_distribution<std::size_t>(0, doc.size() - 1)(rng);
-      const char c = alphabet[std::uniform_int_distribution<std::size_t>(0, alphabet.size() - 1)(rng)];
-      switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
-        case 0: doc[at] = c; break;
-        case 1: doc.insert(doc.begin() + static_cast<std::ptrdiff_t>(at), c); break;
-        default: doc.erase(at, 1); break;
-      }
-    }
+    testing::mutate_bytes(doc, std::uniform_int_distribution<int>(1, 3)(rng), alphabet, rng);
     const std::optional<bool> expected = oracle(doc);
     if (!expected) {
       ++num_unknowable;
