@@ -37,9 +37,9 @@ std::string replace_literal(std::string_view text, std::string_view from, std::s
   return out;
 }
 
-// Byte-level strings -> bytes -> text (a code point outside the byte map
-// becomes byte 0, as in the reference's Uint8Array conversion).
-void append_byte_level_decoded(std::string_view text, std::string& out) {
+// Byte-level strings -> raw bytes (a code point outside the byte map becomes
+// byte 0, as in the reference's Uint8Array conversion).
+std::string byte_level_bytes(std::string_view text) {
   const ByteLevelMap& map = ByteLevelMap::get();
   std::string bytes;
   bytes.reserve(text.size());
@@ -48,7 +48,12 @@ void append_byte_level_decoded(std::string_view text, std::string& out) {
     const auto byte = map.byte_of(next_code_point(text, pos));
     bytes.push_back(static_cast<char>(byte ? *byte : 0));
   }
-  append_utf8_replacing_invalid(bytes, out);
+  return bytes;
+}
+
+// Byte-level strings -> bytes -> text.
+void append_byte_level_decoded(std::string_view text, std::string& out) {
+  append_utf8_replacing_invalid(byte_level_bytes(text), out);
 }
 
 std::vector<std::string> byte_level(std::vector<std::string> tokens, const StringSet& added_contents) {
@@ -215,15 +220,7 @@ std::string Decoder::token_bytes(std::string token, bool is_added) const {
         [&](const auto& s) {
           using S = std::decay_t<decltype(s)>;
           if constexpr (std::is_same_v<S, ByteLevelDecoder>) {
-            if (is_added) return;
-            const ByteLevelMap& map = ByteLevelMap::get();
-            std::string bytes;
-            std::size_t pos = 0;
-            while (pos < token.size()) {
-              const auto byte = map.byte_of(next_code_point(token, pos));
-              bytes.push_back(static_cast<char>(byte ? *byte : 0));
-            }
-            token = std::move(bytes);
+            if (!is_added) token = byte_level_bytes(token);
           } else if constexpr (std::is_same_v<S, ReplaceDecoder>) {
             token = s.pattern.replace_all(token, s.content);
           } else if constexpr (std::is_same_v<S, ByteFallbackDecoder>) {
