@@ -7,43 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "loopback_server.h"
-#include "sluice/common/rng.h"
+#include "../support/mask_following_backend.h"
 
 namespace sluice::server {
 namespace {
 
 using nlohmann::json;
-
-class MaskFollowingBackend final : public Backend {
- public:
-  // preference empty: a pseudo-random allowed token at each step.
-  MaskFollowingBackend(std::int32_t vocab_size, std::vector<TokenId> preference)
-      : info_{.name = "mask-following", .block_size_tokens = 16, .num_kv_blocks = 512, .vocab_size = vocab_size,
-              .max_model_len_tokens = 4096},
-        preference_(std::move(preference)) {}
-  const BackendInfo& info() const override { return info_; }
-  Result<StepOutput> execute(const Batch& batch) override {
-    StepOutput out;
-    for (const SequenceStep& seq : batch.sequences) {
-      SequenceOutput so{.seq_id = seq.seq_id};
-      if (seq.sample) so.token = pick(seq.allowed_tokens, seq.seq_id * 1000 + static_cast<std::uint64_t>(seq.end_position()));
-      out.sequences.push_back(std::move(so));
-    }
-    return out;
-  }
-
- private:
-  TokenId pick(std::span<const std::uint64_t> allowed, std::uint64_t key) const {
-    for (TokenId t : preference_)
-      if (token_mask_allows(allowed, t)) return t;
-    std::vector<TokenId> candidates;
-    for (TokenId t = 0; t < info_.vocab_size; ++t)
-      if (token_mask_allows(allowed, t)) candidates.push_back(t);
-    return candidates[splitmix64(key) % candidates.size()];
-  }
-  BackendInfo info_;
-  std::vector<TokenId> preference_;
-};
 
 class JsonModeTest : public ::testing::Test {
  protected:
@@ -56,7 +25,7 @@ class JsonModeTest : public ::testing::Test {
       for (const char* text : {"\"", ":", "}", "{"})
         for (TokenId t : model_->tokenizer.encode(text, false)) preference.push_back(t);
     model_->engine = std::make_unique<Engine>(
-        std::make_unique<MaskFollowingBackend>(model_->tokenizer.vocab_size(), preference), nullptr, EngineConfig{});
+        std::make_unique<testing::MaskFollowingBackend>(model_->tokenizer.vocab_size(), preference), nullptr, EngineConfig{});
     server_ = std::make_unique<loopback::LoopbackServer>(model_);
   }
 

@@ -5,58 +5,14 @@
 
 #include <cmath>
 
+#include "../support/mask_following_backend.h"
 #include "../tokenizer/test_support.h"
 #include "sluice/backend/cpu/sampler.h"
-#include "sluice/common/rng.h"
 #include "sluice/engine/engine.h"
 #include "sluice/structured/json_constraint.h"
 
 namespace sluice::structured {
 namespace {
-
-// A backend whose "model" prefers tokens in a fixed order (else the lowest
-// allowed id), or, with `random`, picks a pseudo-random allowed token: enough
-// to drive a constrained request without weights.
-class MaskFollowingBackend final : public Backend {
- public:
-  MaskFollowingBackend(std::int32_t vocab_size, std::vector<TokenId> preference, bool random)
-      : info_{.name = "mask-following", .block_size_tokens = 16, .num_kv_blocks = 256, .vocab_size = vocab_size,
-              .max_model_len_tokens = 4096},
-        preference_(std::move(preference)), random_(random) {}
-
-  const BackendInfo& info() const override { return info_; }
-
-  Result<StepOutput> execute(const Batch& batch) override {
-    StepOutput out;
-    out.step_time_ms = 1.0;
-    for (const SequenceStep& s : batch.sequences) {
-      SequenceOutput o{.seq_id = s.seq_id};
-      if (s.sample) {
-        ++num_masked_samples_;
-        if (s.allowed_tokens.empty()) return Error{"a constrained request arrived without a mask"};
-        o.token = pick(s.allowed_tokens, static_cast<std::uint64_t>(s.end_position()));
-      }
-      out.sequences.push_back(std::move(o));
-    }
-    return out;
-  }
-  std::int64_t num_masked_samples() const { return num_masked_samples_; }
-
- private:
-  TokenId pick(std::span<const std::uint64_t> allowed, std::uint64_t position) const {
-    std::vector<TokenId> candidates;
-    for (TokenId t = 0; t < info_.vocab_size; ++t)
-      if (token_mask_allows(allowed, t)) candidates.push_back(t);
-    if (random_) return candidates[splitmix64(position) % candidates.size()];
-    for (TokenId t : preference_)
-      if (token_mask_allows(allowed, t)) return t;
-    return candidates.front();
-  }
-  BackendInfo info_;
-  std::vector<TokenId> preference_;
-  bool random_;
-  std::int64_t num_masked_samples_ = 0;
-};
 
 struct Finished {
   std::vector<TokenId> tokens;
@@ -98,9 +54,9 @@ EngineConfig virtual_clock() {
 TEST(ConstrainedEngine, ClosesTheObjectThenEnds) {
   const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
   std::vector<TokenId> preference;
-  for (const char* piece : {"\"", ":", "}"}) preference.push_back(*tokenizer.token_to_id(piece));
-  auto backend = std::make_unique<MaskFollowingBackend>(tokenizer.vocab_size(), preference, false);
-  const MaskFollowingBackend& seen = *backend;
+  for (const char* piece : {"\"", ":", "}", "{"}) preference.push_back(*tokenizer.token_to_id(piece));
+  auto backend = std::make_unique<testing::MaskFollowingBackend>(tokenizer.vocab_size(), preference);
+  const testing::MaskFollowingBackend& seen = *backend;
   Engine engine(std::move(backend), nullptr, virtual_clock());
   const Finished out = run_json_request(engine, tokenizer, 64);
   ASSERT_EQ(out.reason, FinishReason::kStop) << out.error;
@@ -113,7 +69,7 @@ TEST(ConstrainedEngine, ClosesTheObjectThenEnds) {
 
 TEST(ConstrainedEngine, EveryRandomWalkStaysAValidJsonPrefix) {
   const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
-  Engine engine(std::make_unique<MaskFollowingBackend>(tokenizer.vocab_size(), std::vector<TokenId>{}, true),
+  Engine engine(std::make_unique<testing::MaskFollowingBackend>(tokenizer.vocab_size(), std::vector<TokenId>{}),
                 nullptr, virtual_clock());
   const Finished out = run_json_request(engine, tokenizer, 48);
   ASSERT_TRUE(out.reason == FinishReason::kLength || out.reason == FinishReason::kStop) << out.error;
