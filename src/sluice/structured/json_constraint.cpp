@@ -22,24 +22,28 @@ bool is_plain_string_content(const std::string& bytes) {
   return in_string.feed(std::string_view("{\"")) && in_string.feed(bytes) && in_string.in_plain_string();
 }
 
-std::vector<std::optional<std::string>> without_plain_string_content(
-    std::span<const std::optional<std::string>> token_bytes) {
+std::vector<std::uint64_t> plain_string_bits_of(std::span<const std::optional<std::string>> token_bytes) {
+  std::vector<std::uint64_t> bits(num_token_mask_words(static_cast<std::int32_t>(token_bytes.size())), 0);
+  for (std::size_t id = 0; id < token_bytes.size(); ++id)
+    if (token_bytes[id] && !token_bytes[id]->empty() && is_plain_string_content(*token_bytes[id]))
+      allow(bits, static_cast<TokenId>(id));
+  return bits;
+}
+
+std::vector<std::optional<std::string>> without(std::span<const std::optional<std::string>> token_bytes,
+                                                std::span<const std::uint64_t> excluded_bits) {
   std::vector<std::optional<std::string>> rest(token_bytes.begin(), token_bytes.end());
-  for (auto& bytes : rest)
-    if (bytes && is_plain_string_content(*bytes)) bytes.reset();
+  for (std::size_t id = 0; id < rest.size(); ++id)
+    if (token_mask_allows(excluded_bits, static_cast<TokenId>(id))) rest[id].reset();
   return rest;
 }
 
 }  // namespace
 
 JsonVocabulary::JsonVocabulary(std::span<const std::optional<std::string>> token_bytes)
-    : all_tokens_(token_bytes),
-      not_plain_string_tokens_(without_plain_string_content(token_bytes)),
-      plain_string_bits_(num_token_mask_words(static_cast<std::int32_t>(token_bytes.size())), 0) {
-  for (std::size_t id = 0; id < token_bytes.size(); ++id)
-    if (token_bytes[id] && !token_bytes[id]->empty() && is_plain_string_content(*token_bytes[id]))
-      allow(plain_string_bits_, static_cast<TokenId>(id));
-}
+    : plain_string_bits_(plain_string_bits_of(token_bytes)),
+      all_tokens_(token_bytes),
+      not_plain_string_tokens_(without(token_bytes, plain_string_bits_)) {}
 
 std::shared_ptr<const JsonVocabulary> make_json_vocabulary(const Tokenizer& tokenizer,
                                                            std::int32_t model_vocab_size) {

@@ -31,9 +31,9 @@ class JsonVocabulary {
   std::span<const std::uint64_t> plain_string_bits() const { return plain_string_bits_; }
 
  private:
+  std::vector<std::uint64_t> plain_string_bits_;  // first: the other two are built from it
   TokenTrie all_tokens_;
   TokenTrie not_plain_string_tokens_;
-  std::vector<std::uint64_t> plain_string_bits_;
 };
 
 // Every id below `model_vocab_size` with the bytes the tokenizer would emit
