@@ -26,6 +26,13 @@ export const tests = {
       assert.equal(d.prompt, r.choices[0].text);
       const metrics = await fetch(`${server.baseURL}/metrics`).then((x) => x.text());
       assert.match(metrics, /sluice:prefill_chunk_tokens_count\{model_name="sim"\} [1-9]/);
+      // JSON mode on the sim: its tokens follow the engine's mask (a token outside
+      // it would fail the request), so the text is the start of an object.
+      const j = await openai.completions.create({ model: 'sim', prompt: 'json', max_tokens: 48,
+        response_format: { type: 'json_object' } });
+      assert.ok(['length', 'stop'].includes(j.choices[0].finish_reason), j.choices[0].finish_reason);
+      assert.equal(j.choices[0].text.trimStart()[0], '{', j.choices[0].text);
+      if (j.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(j.choices[0].text), 'object');
     } finally {
       await server.stop();
     }
