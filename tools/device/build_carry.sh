@@ -7,19 +7,25 @@
 #
 #   tools/device/build_carry.sh [--no-cli]   (--no-cli: skip the sluice binary,
 #   whose build is most of the time; cuda_check.sh then skips its CLI check)
+#
+# BUILD_DIR (default build-cuda) and CARRY_DIR (default .devcarry/cuda) let
+# several people build and carry their own variants from one checkout; pass
+# the same CARRY_DIR to cuda_check.sh on the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+build=${BUILD_DIR:-build-cuda}
+carry=${CARRY_DIR:-.devcarry/cuda}
 targets="cuda_kernel_test cuda_golden_test cuda_bench"
 [ "${1:-}" = --no-cli ] || targets="$targets sluice"
-cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON >/dev/null
-cmake --build build-cuda --target $targets
-rm -rf .devcarry/cuda
-mkdir -p .devcarry/cuda
-cp build-cuda/tests/cuda/cuda_kernel_test build-cuda/tests/cuda/cuda_golden_test build-cuda/bench/cuda/cuda_bench \
-  .devcarry/cuda/
-[ "${1:-}" = --no-cli ] || cp build-cuda/sluice .devcarry/cuda/
-for b in .devcarry/cuda/*; do
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON >/dev/null
+cmake --build "$build" --target $targets
+rm -rf "$carry"
+mkdir -p "$carry"
+cp "$build"/tests/cuda/cuda_kernel_test "$build"/tests/cuda/cuda_golden_test "$build"/bench/cuda/cuda_bench \
+  "$carry"/
+[ "${1:-}" = --no-cli ] || cp "$build"/sluice "$carry"/
+for b in "$carry"/*; do
   ldd "$b" | awk '/=> \// {print $3}' | grep -v '^/usr/local/cuda' | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart)[.-]' || true
-done | sort -u | while read -r lib; do cp -L "$lib" .devcarry/cuda/; done
-ls -la .devcarry/cuda
-du -sh .devcarry/cuda
+done | sort -u | while read -r lib; do cp -L "$lib" "$carry"/; done
+ls -la "$carry"
+du -sh "$carry"

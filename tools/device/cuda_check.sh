@@ -12,7 +12,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/cuda-check}
 mkdir -p "$out"
-bin=.devcarry/cuda
+bin=${CARRY_DIR:-.devcarry/cuda}  # as given to build_carry.sh
 # The test binaries look for fixtures and scratch space at the paths of the
 # development checkout; make those paths lead here.
 if [ ! -e /work/main/tests/fixtures ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
