@@ -24,8 +24,4 @@ mkdir -p "$carry"
 cp "$build"/tests/cuda/cuda_kernel_test "$build"/tests/cuda/cuda_golden_test "$build"/bench/cuda/cuda_bench \
   "$carry"/
 [ "${1:-}" = --no-cli ] || cp "$build"/sluice "$carry"/
-for b in "$carry"/*; do
-  ldd "$b" | awk '/=> \// {print $3}' | grep -v '^/usr/local/cuda' | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart)[.-]' || true
-done | sort -u | while read -r lib; do cp -L "$lib" "$carry"/; done
-ls -la "$carry"
-du -sh "$carry"
+tools/device/carry_libs.sh "$carry"
