@@ -4,8 +4,9 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-// Usage: cuda_bench [--quick | --profile]   (--quick: smaller sizes, for a smoke
-// run; --profile: a few eager steps for ncu)
+// Usage: cuda_bench [--quick | --profile | --sampling]   (--quick: smaller sizes,
+// for a smoke run; --profile: a few eager steps for ncu; --sampling: the
+// sampling rows only)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -396,6 +397,55 @@ void bench_decode_variants(bool quick) {
 namespace sluice {
 namespace {
 
+// Sampling 64 rows of a Llama-3 vocabulary (128256, bf16 logits uniform in
+// [-8, 8]), non-greedy: one sample() call with the device sampler
+// (kernels/sampling_topk.cu) against the path it replaced (each row copied
+// back as f32 and drawn by the reference sampler on the host), ms per step.
+void bench_sampling() {
+  constexpr std::int64_t kRows = 64, kVocab = 128256;
+  auto ops = new_ops();
+  const Tensor logits = must(cuda_random_weight(*ops, {kRows, kVocab}, DType::bf16, 31, 8.0f));
+  std::vector<TokenId> history;
+  for (std::int32_t i = 0; i < 1024; ++i) history.push_back(static_cast<TokenId>((i * 7919) % kVocab));
+  struct Config {
+    const char* name;
+    SamplingParams params;
+    bool penalties;
+  };
+  for (const Config& c :
+       {Config{"T 0.8, top-k 50, top-p 0.95", {.temperature = 0.8f, .top_k = 50, .top_p = 0.95f}, false},
+        Config{"T 1, top-p 0.9, min-p 0.05, penalties over 1k tokens",
+               {.temperature = 1.0f, .top_p = 0.9f, .min_p = 0.05f, .presence_penalty = 0.5f,
+                .frequency_penalty = 0.5f, .repetition_penalty = 1.2f},
+               true},
+        Config{"T 1, whole vocabulary", {.temperature = 1.0f}, false}}) {
+    std::vector<SampleRequest> requests;
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      SamplingParams params = c.params;
+      params.seed = static_cast<std::uint64_t>(r);
+      requests.push_back({.params = params,
+                          .tokens = c.penalties ? std::span<const TokenId>(history) : std::span<const TokenId>(),
+                          .num_prompt_tokens = 512,
+                          .generated_index = 3});
+    }
+    double t[2] = {0.0, 0.0};
+    for (const bool device : {true, false}) {
+      cuda::set_device_sampling_enabled(device);
+      t[device ? 0 : 1] = time_median(device ? 3 : 1, device ? 20 : 3, [&] { (void)ops->sample(logits, requests); });
+    }
+    cuda::set_device_sampling_enabled(true);
+    char share[128];
+    std::snprintf(share, sizeof share, "host path %.1f ms (%.0fx)", t[1] * 1e3, t[1] / t[0]);
+    row(std::string("sample 64 x 128256, ") + c.name + ", device", t[0] * 1e3, "ms/step", share);
+  }
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
 // A few steps for a kernel profiler (ncu): one Llama-3-8B decode step at
 // batch 1 x 4k context, then decode attention at 64 x 8k with 8 kv heads.
 void profile_run() {
@@ -422,6 +472,10 @@ void profile_run() {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--sampling") == 0) {
+    sluice::bench_sampling();
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--profile") == 0) {
     sluice::profile_run();
     return 0;
@@ -439,5 +493,6 @@ int main(int argc, char** argv) {
   sluice::bench_attention(quick);
   sluice::bench_model(quick);
   sluice::bench_decode_variants(quick);
+  sluice::bench_sampling();
   return 0;
 }

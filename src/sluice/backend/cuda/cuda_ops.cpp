@@ -19,6 +19,7 @@
 #include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/float_convert.h"
 #include "sluice/backend/rope.h"
+#include "sluice/common/rng.h"
 
 namespace sluice {
 namespace {
@@ -49,6 +50,81 @@ class PinnedBuffer {
  private:
   void* data_ = nullptr;
   std::int64_t capacity_ = 0;
+};
+
+// What the device sampler (kernels/sampling_topk.cu) reads for a step's rows:
+// their parameters, each row's distinct history tokens with generated counts
+// (only when it has penalties) and its allowed-token mask words. Rebuilt by
+// every sample() call; the vectors keep their capacity.
+class DeviceSamplePack {
+ public:
+  void clear() {
+    rows.clear();
+    penalties.clear();
+    mask_words.clear();
+  }
+  void add(const SampleRequest& request, std::int32_t logits_row, std::int64_t vocab) {
+    const SamplingParams& params = request.params;
+    cuda::DeviceSampleRow row{
+        .uniform = uniform_from(params.seed, static_cast<std::uint64_t>(request.generated_index)),
+        .logits_row = logits_row,
+        .greedy = params.is_greedy() ? 1 : 0,
+        .inverse_temperature = params.is_greedy() ? 1.0f : 1.0f / params.temperature,
+        .top_k = params.top_k,
+        .top_p = params.top_p,
+        .min_p = params.min_p,
+        .repetition_penalty = params.repetition_penalty,
+        .presence_penalty = params.presence_penalty,
+        .frequency_penalty = params.frequency_penalty,
+        .num_top_logprobs = params.num_top_logprobs,
+        .penalty_begin = static_cast<std::int32_t>(penalties.size()),
+    };
+    if (params.has_penalties()) add_history(request, vocab);
+    row.num_penalties = static_cast<std::int32_t>(penalties.size()) - row.penalty_begin;
+    if (!request.allowed_tokens.empty()) {
+      row.mask_word_begin = static_cast<std::int64_t>(mask_words.size());
+      row.num_mask_words = static_cast<std::int32_t>(request.allowed_tokens.size());
+      mask_words.insert(mask_words.end(), request.allowed_tokens.begin(), request.allowed_tokens.end());
+    }
+    rows.push_back(row);
+  }
+
+  std::vector<cuda::DeviceSampleRow> rows;
+  std::vector<cuda::DevicePenaltyEntry> penalties;
+  std::vector<std::uint64_t> mask_words;
+
+ private:
+  // One entry per distinct token in range: every history token when the
+  // repetition penalty is on, else the generated ones (the only ones the
+  // presence and frequency penalties touch). A stamp per vocabulary id finds
+  // a token's entry without a hash map (O(history) a row).
+  void add_history(const SampleRequest& request, std::int64_t vocab) {
+    if (stamp_.size() != static_cast<std::size_t>(vocab)) {
+      stamp_.assign(static_cast<std::size_t>(vocab), 0);
+      entry_of_.assign(static_cast<std::size_t>(vocab), 0);
+      epoch_ = 0;
+    }
+    if (++epoch_ == 0) {
+      std::fill(stamp_.begin(), stamp_.end(), 0);
+      epoch_ = 1;
+    }
+    const bool whole_history = request.params.repetition_penalty != 1.0f;
+    for (std::size_t i = 0; i < request.tokens.size(); ++i) {
+      const TokenId t = request.tokens[i];
+      const bool generated = i >= static_cast<std::size_t>(request.num_prompt_tokens);
+      if (t < 0 || t >= vocab || !(generated || whole_history)) continue;
+      if (stamp_[t] != epoch_) {
+        stamp_[t] = epoch_;
+        entry_of_[t] = static_cast<std::int32_t>(penalties.size());
+        penalties.push_back({.token = t, .num_generated = 0});
+      }
+      if (generated) ++penalties[entry_of_[t]].num_generated;
+    }
+  }
+
+  std::vector<std::uint32_t> stamp_;     // [vocab] epoch_ when the token has an entry in this row
+  std::vector<std::int32_t> entry_of_;   // [vocab] its index in penalties
+  std::uint32_t epoch_ = 0;
 };
 
 // A bump allocator over device chunks. A step that overflows the current
@@ -590,6 +666,8 @@ class CudaOps final : public Ops {
   std::map<GraphKey, cudaGraphExec_t> graphs_;
 
   PinnedBuffer sample_host_;
+  PinnedBuffer sample_upload_host_;
+  DeviceSamplePack sample_pack_;
   void* sample_device_ = nullptr;
   std::int64_t sample_device_bytes_ = 0;
 };
@@ -702,10 +780,12 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   view_.max_split_kv_tokens = graph ? graph->context_bucket : max_split_kv;
 }
 
-// Greedy rows without penalties or extra outputs are decided on the device
-// (argmax + log-sum-exp, 12 bytes back a row). Every other row's logits come
-// back as f32 and go through the reference sampler, so CPU and CUDA choose the
-// same token from the same logits by construction.
+// Plain greedy rows are decided by the argmax kernel (12 bytes back a row).
+// Every other row but those returning logits goes through the device sampler
+// (kernels/sampling_topk.cu: 172 bytes back a row), which chooses the token
+// the reference sampler does (tests/cuda/sampling_test.cpp). Rows returning
+// logits, or all non-greedy rows with device sampling off, come back as f32
+// and go through the reference sampler on the host.
 std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
                                           std::span<const SampleRequest> requests) {
   const auto rows = static_cast<std::int32_t>(logits.rows());
@@ -714,43 +794,99 @@ std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
   std::vector<SampleResult> results(requests.size());
   finish_step_graph();
   if (rows == 0) return results;
-  std::vector<std::int32_t> host_rows;
+  const bool device_sampling = cuda::device_sampling_enabled();
+  std::vector<std::int32_t> device_rows, host_rows;
+  sample_pack_.clear();
   for (std::int32_t r = 0; r < rows; ++r) {
     const SampleRequest& req = requests[r];
-    const bool device_only = req.params.is_greedy() && !req.params.has_penalties() &&
-                             req.params.num_top_logprobs == 0 && !req.return_logits &&
-                             req.allowed_tokens.empty();
-    if (!device_only) host_rows.push_back(r);
+    const bool plain_greedy = req.params.is_greedy() && !req.params.has_penalties() &&
+                              req.params.num_top_logprobs == 0 && !req.return_logits &&
+                              req.allowed_tokens.empty();
+    if (plain_greedy) continue;
+    if (device_sampling && !req.return_logits &&
+        req.params.num_top_logprobs <= cuda::kMaxDeviceTopLogprobs) {
+      device_rows.push_back(r);
+      sample_pack_.add(req, r, vocab);
+    } else {
+      host_rows.push_back(r);
+    }
   }
+  const auto num_device = static_cast<std::int64_t>(device_rows.size());
+  // One allocation: what comes back (greedy results, device results, f32 rows
+  // for the host), then what the device sampler reads and its workspace.
   const std::int64_t greedy_bytes = align_up(rows * 3 * 4LL, kAlignBytes);
-  const std::int64_t host_row_bytes = vocab * 4;
-  const std::int64_t bytes =
-      greedy_bytes + static_cast<std::int64_t>(host_rows.size()) * host_row_bytes;
+  const std::int64_t results_bytes =
+      align_up(num_device * static_cast<std::int64_t>(sizeof(cuda::DeviceSampleResult)), kAlignBytes);
+  const std::int64_t host_rows_bytes = static_cast<std::int64_t>(host_rows.size()) * vocab * 4;
+  const std::int64_t readback_bytes = greedy_bytes + results_bytes + host_rows_bytes;
+  const std::int64_t params_bytes = align_up(
+      num_device * static_cast<std::int64_t>(sizeof(cuda::DeviceSampleRow)), kAlignBytes);
+  const std::int64_t penalty_bytes = align_up(
+      static_cast<std::int64_t>(sample_pack_.penalties.size() * sizeof(cuda::DevicePenaltyEntry)), kAlignBytes);
+  const std::int64_t mask_bytes = align_up(
+      static_cast<std::int64_t>(sample_pack_.mask_words.size() * sizeof(std::uint64_t)), kAlignBytes);
+  const std::int64_t upload_bytes = params_bytes + penalty_bytes + mask_bytes;
+  const std::int64_t bytes = align_up(readback_bytes, kAlignBytes) + upload_bytes + num_device * vocab * 4;
   if (bytes > sample_device_bytes_) {
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     SLUICE_CUDA_CHECK(cudaFree(sample_device_));
     sample_device_bytes_ = std::max(bytes, 2 * sample_device_bytes_);
     SLUICE_CUDA_CHECK(cudaMalloc(&sample_device_, static_cast<std::size_t>(sample_device_bytes_)));
   }
-  auto* d_token = static_cast<std::int32_t*>(sample_device_);
+  auto* device = static_cast<std::byte*>(sample_device_);
+  auto* d_token = reinterpret_cast<std::int32_t*>(device);
   auto* d_stats = reinterpret_cast<float*>(d_token + rows);
-  auto* d_rows = reinterpret_cast<float*>(static_cast<std::byte*>(sample_device_) + greedy_bytes);
+  auto* d_results = reinterpret_cast<cuda::DeviceSampleResult*>(device + greedy_bytes);
+  auto* d_rows = reinterpret_cast<float*>(device + greedy_bytes + results_bytes);
+  std::byte* d_upload = device + align_up(readback_bytes, kAlignBytes);
   cuda::launch_argmax_lse(logits.data, dt_of(logits.dtype), rows, vocab, d_token, d_stats, stream_);
+  if (num_device > 0) {
+    auto* upload = static_cast<std::byte*>(sample_upload_host_.ensure(upload_bytes));
+    std::memcpy(upload, sample_pack_.rows.data(), sample_pack_.rows.size() * sizeof(cuda::DeviceSampleRow));
+    if (!sample_pack_.penalties.empty())
+      std::memcpy(upload + params_bytes, sample_pack_.penalties.data(),
+                  sample_pack_.penalties.size() * sizeof(cuda::DevicePenaltyEntry));
+    if (!sample_pack_.mask_words.empty())
+      std::memcpy(upload + params_bytes + penalty_bytes, sample_pack_.mask_words.data(),
+                  sample_pack_.mask_words.size() * sizeof(std::uint64_t));
+    SLUICE_CUDA_CHECK(cudaMemcpyAsync(d_upload, upload, static_cast<std::size_t>(upload_bytes),
+                                      cudaMemcpyHostToDevice, stream_));
+    cuda::launch_sample_rows(
+        {.logits = logits.data,
+         .dt = dt_of(logits.dtype),
+         .vocab = vocab,
+         .rows = reinterpret_cast<const cuda::DeviceSampleRow*>(d_upload),
+         .num_rows = static_cast<std::int32_t>(num_device),
+         .penalties = reinterpret_cast<const cuda::DevicePenaltyEntry*>(d_upload + params_bytes),
+         .mask_words = reinterpret_cast<const std::uint64_t*>(d_upload + params_bytes + penalty_bytes),
+         .workspace = reinterpret_cast<float*>(d_upload + upload_bytes),
+         .out = d_results},
+        stream_);
+  }
   const std::size_t elem = dtype_size_bytes(logits.dtype);
   for (std::size_t i = 0; i < host_rows.size(); ++i)
     cuda::launch_to_f32(static_cast<const std::byte*>(logits.data) + host_rows[i] * vocab * elem,
                         dt_of(logits.dtype), vocab, d_rows + static_cast<std::int64_t>(i) * vocab,
                         stream_);
-  auto* host = static_cast<std::byte*>(sample_host_.ensure(bytes));
-  SLUICE_CUDA_CHECK(cudaMemcpyAsync(host, sample_device_, static_cast<std::size_t>(bytes),
+  auto* host = static_cast<std::byte*>(sample_host_.ensure(readback_bytes));
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(host, sample_device_, static_cast<std::size_t>(readback_bytes),
                                     cudaMemcpyDeviceToHost, stream_));
   SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const auto* h_token = reinterpret_cast<const std::int32_t*>(host);
   const auto* h_stats = reinterpret_cast<const float*>(h_token + rows);
-  const auto* h_rows = reinterpret_cast<const float*>(host + greedy_bytes);
+  const auto* h_results = reinterpret_cast<const cuda::DeviceSampleResult*>(host + greedy_bytes);
+  const auto* h_rows = reinterpret_cast<const float*>(host + greedy_bytes + results_bytes);
   for (std::int32_t r = 0; r < rows; ++r) {
     results[r].token = h_token[r];
     results[r].logprob = h_stats[2 * r] - h_stats[2 * r + 1];
+  }
+  for (std::size_t i = 0; i < device_rows.size(); ++i) {
+    const cuda::DeviceSampleResult& d = h_results[i];
+    SampleResult& result = results[device_rows[i]];
+    result.token = d.token;
+    result.logprob = d.logprob;
+    for (std::int32_t j = 0; j < d.num_top_logprobs; ++j)
+      result.top_logprobs.push_back({d.top_tokens[j], d.top_logprobs[j]});
   }
   for (std::size_t i = 0; i < host_rows.size(); ++i) {
     const std::int32_t r = host_rows[i];

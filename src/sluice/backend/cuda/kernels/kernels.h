@@ -120,6 +120,58 @@ void set_pdl_enabled(bool enabled);
 // log-sum-exp (so logprob = logit - lse). out_token [rows], out_stats [rows, 2].
 void launch_argmax_lse(const void* logits, Dt dt, std::int32_t rows, std::int64_t vocab,
                        std::int32_t* out_token, float* out_stats, cudaStream_t stream);
+// Sampling on the device for rows the greedy kernel does not decide
+// (sampling_topk.cu): penalties, the allowed-token mask, temperature, top-k,
+// top-p, min-p, the seeded draw and top logprobs, choosing the token the
+// reference sampler (backend/cpu/sampler.cpp) does. One block a row.
+inline constexpr std::int32_t kMaxDeviceTopLogprobs = 20;
+struct DeviceSampleRow {
+  double uniform = 0.0;              // uniform_from(seed, generated_index), computed on the host
+  std::int32_t logits_row = 0;       // row of the logits tensor
+  std::int32_t greedy = 0;           // 1: argmax (after penalties and mask), no draw
+  float inverse_temperature = 1.0f;  // 1.0f / temperature, as the reference computes it
+  std::int32_t top_k = 0;            // 0 or >= vocab: off
+  float top_p = 1.0f;                // 1: off
+  float min_p = 0.0f;                // 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::int32_t num_top_logprobs = 0;     // <= kMaxDeviceTopLogprobs
+  std::int32_t penalty_begin = 0;        // into the penalty entries
+  std::int32_t num_penalties = 0;
+  std::int64_t mask_word_begin = -1;     // into the mask words; -1: every token allowed
+  std::int32_t num_mask_words = 0;       // a token past them is not allowed
+};
+// A token of the row's history: every distinct prompt or output token (the
+// repetition penalty's set), with how often it was generated.
+struct DevicePenaltyEntry {
+  std::int32_t token = 0;
+  std::int32_t num_generated = 0;
+};
+struct DeviceSampleResult {
+  std::int32_t token;
+  float logprob;
+  std::int32_t num_top_logprobs;  // finite entries only, as the reference
+  std::int32_t top_tokens[kMaxDeviceTopLogprobs];
+  float top_logprobs[kMaxDeviceTopLogprobs];
+};
+struct SampleRowsArgs {
+  const void* logits = nullptr;  // [rows, vocab]
+  Dt dt{};
+  std::int64_t vocab = 0;
+  const DeviceSampleRow* rows = nullptr;  // [num_rows]
+  std::int32_t num_rows = 0;
+  const DevicePenaltyEntry* penalties = nullptr;
+  const std::uint64_t* mask_words = nullptr;
+  float* workspace = nullptr;            // [num_rows, vocab]: the rows after penalties and mask
+  DeviceSampleResult* out = nullptr;     // [num_rows]
+};
+void launch_sample_rows(const SampleRowsArgs& args, cudaStream_t stream);
+// Whether CudaOps::sample decides non-greedy rows on the device. Default on;
+// SLUICE_DEVICE_SAMPLING=0 sends them to the reference sampler on the host
+// (the benchmark times both).
+bool device_sampling_enabled();
+void set_device_sampling_enabled(bool enabled);
 // Converts rows of logits to f32 (for host-side sampling and return_logits).
 void launch_to_f32(const void* x, Dt dt, std::int64_t n, float* out, cudaStream_t stream);
 
