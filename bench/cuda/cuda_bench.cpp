@@ -468,6 +468,50 @@ void profile_run() {
   bench_attention(false, true);
 }
 
+// Attention of a short prefill chunk over a long cached prefix (the mixed steps
+// of a long prompt: a few hundred rows a step at 100k keys), with the prefix
+// split over several blocks (default) and without (SLUICE_PREFILL_SPLIT_OFF).
+void bench_chunk_over_prefix() {
+  constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
+  struct Shape {
+    std::int32_t prefix, chunk;
+  };
+  for (const Shape shape : {Shape{100000, 256}, Shape{100000, 512}, Shape{32768, 256}, Shape{8192, 1024}}) {
+    for (const bool split : {true, false}) {
+      if (split) unsetenv("SLUICE_PREFILL_SPLIT_OFF");
+      else setenv("SLUICE_PREFILL_SPLIT_OFF", "1", 1);
+      auto ops = new_ops();
+      const std::int32_t total = shape.prefix + shape.chunk;
+      const std::int32_t blocks = (total + kBlock - 1) / kBlock;
+      if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
+                                   .num_kv_heads = kKvHeads, .head_dim = kDim}).ok())
+        std::exit(1);
+      if (!cuda_fill_kv_cache_random(*ops, 21).ok()) std::exit(1);
+      StepLayout layout;
+      SequenceLayout seq{.row_begin = 0, .num_rows = shape.chunk, .num_computed_tokens = shape.prefix,
+                         .block_table = {}};
+      for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
+      layout.sequences.push_back(seq);
+      for (std::int32_t t = 0; t < shape.chunk; ++t) {
+        layout.token_ids.push_back(0);
+        layout.positions.push_back(shape.prefix + t);
+      }
+      const Tensor q = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 11, 1.0f));
+      const Tensor k = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 12, 1.0f));
+      const Tensor v = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 13, 1.0f));
+      const Tensor out = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
+      ops->begin_step(layout);
+      const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+      const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
+      char name[128];
+      std::snprintf(name, sizeof name, "attention chunk %d over %dk prefix, 32/8 heads x 128, %s (%.3f ms)",
+                    shape.chunk, shape.prefix / 1000, split ? "prefix split" : "no split", t * 1e3);
+      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    }
+  }
+  unsetenv("SLUICE_PREFILL_SPLIT_OFF");
+}
+
 }  // namespace
 }  // namespace sluice
 
@@ -486,11 +530,17 @@ int main(int argc, char** argv) {
     sluice::bench_decode_variants(false);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_chunk_over_prefix();
+    return 0;
+  }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
   sluice::bench_copy();
   sluice::bench_gemm();
   sluice::bench_attention(quick);
+  if (!quick) sluice::bench_chunk_over_prefix();
   sluice::bench_model(quick);
   sluice::bench_decode_variants(quick);
   sluice::bench_sampling();

@@ -179,5 +179,19 @@ TEST(CudaAttention, LongContextDecodeAndChunk) {
   run({8, 2, 128, 16, {{32767, 1}, {16000, 256}, {5000, 1}}, 12}, 9);
 }
 
+// A short chunk over a long cached prefix: too few tiles to fill the GPU, so
+// each tile's keys are split over several blocks and merged
+// (launch_attention_prefill_split); also a step where a fresh prompt's tiles
+// run whole beside the split ones, a head_dim of 64, and the same shapes with
+// splitting off.
+TEST(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
+  run({32, 8, 128, 16, {{65536, 300}, {9000, 64}, {5000, 1}}, 12}, 40);
+  run({32, 8, 128, 16, {{20000, 129}, {0, 100}}, 16}, 41);
+  run({16, 2, 64, 16, {{40000, 77}}, 12}, 42);
+  setenv("SLUICE_PREFILL_SPLIT_OFF", "1", 1);  // read when each step is laid out
+  run({32, 8, 128, 16, {{65536, 300}}, 12}, 43);
+  unsetenv("SLUICE_PREFILL_SPLIT_OFF");
+}
+
 }  // namespace
 }  // namespace sluice

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -193,6 +194,9 @@ class CudaOps final : public Ops {
       : options_(options), stream_(stream), scratch_(options.scratch_bytes),
         gemm_(stream, options.gemm_workspace_bytes) {
     SLUICE_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    int device = 0;
+    SLUICE_CUDA_CHECK(cudaGetDevice(&device));
+    SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
   }
   ~CudaOps() override {
     if (mode_ == Mode::capturing) {
@@ -428,11 +432,15 @@ class CudaOps final : public Ops {
     // Allocated when replaying too: later scratch must land where it was captured.
     if (view_.num_split_rows > 0)
       args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));
+    if (view_.num_prefill_split_pieces > 0)
+      args.prefill_split_workspace = scratch_.allocate(cuda::prefill_split_workspace_bytes(view_, args));
+    attention_q_heads_ = num_q_heads;
     if (replaying()) return;
     cuda::launch_kv_write(view_, k.data, v.data, const_cast<void*>(args.k_cache),
                           const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
                           kv_spec_.block_size_tokens, stream_);
     cuda::launch_attention_prefill(view_, args, stream_);
+    cuda::launch_attention_prefill_split(view_, args, stream_);
     cuda::launch_attention_split(view_, args, stream_);
   }
 
@@ -658,6 +666,8 @@ class CudaOps final : public Ops {
   std::int64_t step_device_bytes_ = 0;
   cudaEvent_t upload_done_ = nullptr;
   cuda::StepDeviceView view_;
+  int num_sms_ = 0;
+  std::int32_t attention_q_heads_ = 0;  // the model's, known from its first attention call
   std::uint64_t metadata_generation_ = 0;  // bumped when step_device_ moves
 
   Mode mode_ = Mode::eager;
@@ -702,20 +712,52 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   // Longest key ranges first: the causal tail of a long prompt finishes last otherwise.
   std::stable_sort(tiles.begin(), tiles.end(),
                    [](const Tile& a, const Tile& b) { return a.kv_end > b.kv_end; });
+  // Too few tiles to fill the GPU (a short chunk over a long cached prefix):
+  // tiles with a long prefix become pieces over parts of their keys.
+  constexpr std::int32_t kSplitMinPrefix = 4096;
+  std::int32_t shortest_prefix = std::numeric_limits<std::int32_t>::max();
+  for (const Tile& t : tiles)
+    if (t.kv_end - cuda::kPrefillTileRows >= kSplitMinPrefix)
+      shortest_prefix = std::min(shortest_prefix, layout.sequences[t.seq].num_computed_tokens + t.row);
+  const std::int32_t pieces_per_tile =
+      shortest_prefix == std::numeric_limits<std::int32_t>::max() || std::getenv("SLUICE_PREFILL_SPLIT_OFF")
+          ? 1
+          : cuda::prefill_split_pieces_per_tile(static_cast<std::int32_t>(tiles.size()),
+                                                attention_q_heads_ > 0 ? attention_q_heads_ : kv_spec_.num_kv_heads,
+                                                shortest_prefix, num_sms_);
+  std::vector<std::array<std::int32_t, 4>> pieces;
+  if (pieces_per_tile > 1) {
+    std::erase_if(tiles, [&](const Tile& t) {
+      const std::int32_t prefix = layout.sequences[t.seq].num_computed_tokens + t.row;
+      if (t.kv_end - cuda::kPrefillTileRows < kSplitMinPrefix || prefix < shortest_prefix) return false;
+      // Inner bounds on 64-key tiles, all at or below the tile's first position.
+      std::int32_t begin = 0;
+      for (std::int32_t i = 1; i <= pieces_per_tile; ++i) {
+        const std::int32_t end = i == pieces_per_tile
+                                     ? t.kv_end
+                                     : std::min(prefix, static_cast<std::int32_t>(
+                                                            static_cast<std::int64_t>(t.kv_end) * i / pieces_per_tile / 64 * 64));
+        pieces.push_back({t.seq, t.row, begin, end});
+        begin = end;
+      }
+      return true;
+    });
+  }
 
   const auto num_tiles = static_cast<std::int64_t>(tiles.size());
   const auto num_sample = static_cast<std::int64_t>(layout.sample_rows.size());
   const auto num_split = static_cast<std::int64_t>(split_rows.size());
+  const auto num_pieces = static_cast<std::int64_t>(pieces.size());
   // Section sizes, each rounded to 4 ints (16 bytes).
   // Section capacities; under a graph they depend on the key only, so every
   // replay finds its sections at the captured addresses.
   const std::int64_t table_capacity =
       graph ? static_cast<std::int64_t>(num_seqs) * graph->table_blocks_bucket : table_len;
   SLUICE_CHECK_LE(table_len, table_capacity);
-  const std::array<std::int64_t, 11> sizes = {num_rows, num_rows, num_rows, num_seqs, num_seqs,
+  const std::array<std::int64_t, 12> sizes = {num_rows, num_rows, num_rows, num_seqs, num_seqs,
                                               num_seqs, num_seqs, table_capacity, num_sample,
-                                              2 * num_tiles, num_split};
-  std::array<std::int64_t, 11> offsets{};
+                                              2 * num_tiles, num_split, 4 * num_pieces};
+  std::array<std::int64_t, 12> offsets{};
   std::int64_t total = 0;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     offsets[i] = total;
@@ -734,7 +776,7 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
     SLUICE_CUDA_CHECK(cudaMalloc(&step_device_, static_cast<std::size_t>(step_device_bytes_)));
     ++metadata_generation_;
   }
-  std::int32_t* h[11];
+  std::int32_t* h[12];
   for (std::size_t i = 0; i < sizes.size(); ++i) h[i] = host + offsets[i];
   std::copy(layout.token_ids.begin(), layout.token_ids.end(), h[0]);
   std::copy(layout.positions.begin(), layout.positions.end(), h[1]);
@@ -755,6 +797,7 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
     h[9][2 * t + 1] = tiles[t].row;
   }
   std::copy(split_rows.begin(), split_rows.end(), h[10]);
+  for (std::int64_t i = 0; i < num_pieces; ++i) std::copy(pieces[i].begin(), pieces[i].end(), h[11] + 4 * i);
   SLUICE_CUDA_CHECK(cudaMemcpyAsync(step_device_, host, static_cast<std::size_t>(bytes),
                                     cudaMemcpyHostToDevice, stream_));
   SLUICE_CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
@@ -772,6 +815,9 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   view_.sample_rows = d + offsets[8];
   view_.prefill_tiles = d + offsets[9];
   view_.split_rows = d + offsets[10];
+  view_.prefill_split_pieces = d + offsets[11];
+  view_.num_prefill_split_pieces = static_cast<std::int32_t>(num_pieces);
+  view_.prefill_split_pieces_per_tile = pieces_per_tile;
   view_.num_rows = num_rows;
   view_.num_sequences = num_seqs;
   view_.num_sample_rows = static_cast<std::int32_t>(num_sample);

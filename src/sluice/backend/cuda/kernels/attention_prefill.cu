@@ -9,6 +9,12 @@
 // gathered page by page with cp.async into padded shared memory (row stride
 // D + 8 keeps ldmatrix conflict-free), double-buffered. Keys past the last
 // query are zero-filled, never read from unwritten pages (which may hold NaN).
+//
+// Split pieces (kSplit): a short chunk over a long cached prefix has few tiles,
+// each walking the whole prefix on one SM. Such a tile's keys are cut into
+// pieces (all starting at or below the tile's first position, so every row sees
+// a key in each), one block a piece writes its normalised f32 output and
+// log2-sum-exp, and merge_kernel combines them.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -33,6 +39,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct PrefillParams {
   const __nv_bfloat16* q;
   __nv_bfloat16* out;
+  float* partial_out;  // split pieces: [piece, head, kPrefillTileRows, D]
+  float* partial_lse;  // split pieces: [piece, head, kPrefillTileRows], log2 domain
   const __nv_bfloat16* k_cache;
   const __nv_bfloat16* v_cache;
   int num_q_heads, num_kv_heads, block_size;
@@ -45,7 +53,7 @@ struct PrefillParams {
 // kQInRegs: Q fragments stay in registers for the whole key loop (64
 // registers at D = 128); otherwise they are re-read from shared memory at
 // every k-step, which frees the registers for 64-key tiles (v2).
-template <int D, int kMTiles, int kBlockN, bool kQInRegs>
+template <int D, int kMTiles, int kBlockN, bool kQInRegs, bool kSplit>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, PrefillParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -62,13 +70,17 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int head = blockIdx.x;
-  const int seq = step.prefill_tiles[2 * blockIdx.y];
-  const int tile_row = step.prefill_tiles[2 * blockIdx.y + 1];
+  const std::int32_t* item =
+      kSplit ? step.prefill_split_pieces + 4 * blockIdx.y : step.prefill_tiles + 2 * blockIdx.y;
+  const int seq = item[0];
+  const int tile_row = item[1];
   const int seq_rows = step.seq_num_rows[seq];
   const int row_base = step.seq_row_begin[seq] + tile_row;
   const int num_q = min(kBlockM, seq_rows - tile_row);
   const int first_pos = step.seq_num_computed[seq] + tile_row;
-  const int kv_end = first_pos + num_q;
+  // Keys [key_begin, kv_end); a piece's bounds are multiples of kBlockN but its last.
+  const int key_begin = kSplit ? item[2] : 0;
+  const int kv_end = kSplit ? min(item[3], first_pos + num_q) : first_pos + num_q;
   const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
@@ -99,7 +111,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
       cp_async_16(dv + r * kStride + col, p.v_cache + off, valid);
     }
   };
-  load_kv(0, 0);
+  const int first_tile = key_begin / kBlockN;
+  load_kv(first_tile, first_tile & 1);
   cp_async_commit();
 
   const int num_tiles = (kv_end + kBlockN - 1) / kBlockN;
@@ -122,10 +135,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
     l_run[mt][0] = l_run[mt][1] = 0.0f;
   }
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
     cp_async_wait_all();
     __syncthreads();
-    if (kQInRegs && tile == 0) {
+    if (kQInRegs && tile == first_tile) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -207,8 +220,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
       for (int n = 0; n < kNTilesS; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          // m is finite: every row sees key 0 in the first tile. Masked
-          // scores are -inf and give 0.
+          // m is finite: every row sees a key in the first tile (key 0, or
+          // a piece's first key, which precedes the tile's first position).
+          // Masked scores are -inf and give 0.
           const float pr = exp2f(fmaf(s[mt][n][i], p.scale_log2, -m_run[mt][i / 2]));
           s[mt][n][i] = pr;
           row_sum[i / 2] += pr;
@@ -261,6 +275,17 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
       const int r = warp_row + mt * 16 + lane / 4 + h * 8;
       if (r >= num_q) continue;
       const float inv = 1.0f / l_run[mt][h];
+      if constexpr (kSplit) {
+        const std::int64_t slot = (static_cast<std::int64_t>(blockIdx.y) * p.num_q_heads + head) * kBlockM + r;
+        float* dst = p.partial_out + slot * D;
+#pragma unroll
+        for (int n = 0; n < kNTilesO; ++n) {
+          const int col = n * 8 + (lane % 4) * 2;
+          *reinterpret_cast<float2*>(dst + col) = make_float2(o_acc[mt][n][2 * h] * inv, o_acc[mt][n][2 * h + 1] * inv);
+        }
+        if (lane % 4 == 0) p.partial_lse[slot] = m_run[mt][h] + log2f(l_run[mt][h]);
+        continue;
+      }
       __nv_bfloat16* dst =
           p.out + (static_cast<std::int64_t>(row_base + r) * p.num_q_heads + head) * D;
 #pragma unroll
@@ -273,28 +298,82 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   }
 }
 
-template <int D, int kBlockN, bool kQInRegs>
-void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaStream_t stream) {
+// Combines a split tile's pieces: out = sum_i 2^(lse_i - max) o_i / sum_i 2^(lse_i - max).
+// One block a (head, split tile).
+template <int D>
+__global__ void __launch_bounds__(kThreads) merge_kernel(StepDeviceView step, PrefillParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int pieces = step.prefill_split_pieces_per_tile;
+  const int first_piece = blockIdx.y * pieces;
+  const int head = blockIdx.x;
+  const int seq = step.prefill_split_pieces[4 * first_piece];
+  const int tile_row = step.prefill_split_pieces[4 * first_piece + 1];
+  const int num_q = min(kPrefillTileRows, step.seq_num_rows[seq] - tile_row);
+  const int row_base = step.seq_row_begin[seq] + tile_row;
+  auto slot_of = [&](int piece, int r) {
+    return (static_cast<std::int64_t>(first_piece + piece) * p.num_q_heads + head) * kPrefillTileRows + r;
+  };
+  for (int idx = threadIdx.x; idx < num_q * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+    float lse_max = -INFINITY;
+    for (int i = 0; i < pieces; ++i) lse_max = fmaxf(lse_max, p.partial_lse[slot_of(i, r)]);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float weight_sum = 0.0f;
+    for (int i = 0; i < pieces; ++i) {
+      const std::int64_t slot = slot_of(i, r);
+      const float w = exp2f(p.partial_lse[slot] - lse_max);
+      const float4 o = *reinterpret_cast<const float4*>(p.partial_out + slot * D + col);
+      acc.x += w * o.x;
+      acc.y += w * o.y;
+      acc.z += w * o.z;
+      acc.w += w * o.w;
+      weight_sum += w;
+    }
+    const float inv = 1.0f / weight_sum;
+    __nv_bfloat16* dst = p.out + (static_cast<std::int64_t>(row_base + r) * p.num_q_heads + head) * D + col;
+    reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  }
+}
+
+PrefillParams params_of(const StepDeviceView& step, const AttentionArgs& args, int head_dim) {
   PrefillParams p{};
   p.q = static_cast<const __nv_bfloat16*>(args.q);
   p.out = static_cast<__nv_bfloat16*>(args.out);
+  p.partial_out = static_cast<float*>(args.prefill_split_workspace);
+  p.partial_lse = p.partial_out == nullptr
+                      ? nullptr
+                      : p.partial_out + static_cast<std::int64_t>(step.num_prefill_split_pieces) *
+                                            args.num_q_heads * kPrefillTileRows * head_dim;
   p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
   p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
   p.num_q_heads = args.num_q_heads;
   p.num_kv_heads = args.num_kv_heads;
   p.block_size = args.block_size_tokens;
   p.scale_log2 = args.scale * kLog2e;
+  return p;
+}
+
+template <int D, int kBlockN, bool kQInRegs, bool kSplit>
+void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaStream_t stream) {
+  const PrefillParams p = params_of(step, args, D);
   constexpr int smem_bytes = (kPrefillTileRows + 4 * kBlockN) * (D + 8) * 2;
-  constexpr auto kernel = prefill_kernel<D, kMTiles, kBlockN, kQInRegs>;
+  constexpr auto kernel = prefill_kernel<D, kMTiles, kBlockN, kQInRegs, kSplit>;
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
     SLUICE_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     attribute_set = true;
   }
-  const dim3 grid(args.num_q_heads, step.num_prefill_tiles);
-  launch_kernel(kernel, grid, dim3(kThreads), smem_bytes, stream, step, p);
+  const int num_blocks = kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles;
+  launch_kernel(kernel, dim3(args.num_q_heads, num_blocks), dim3(kThreads), smem_bytes, stream, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
+  if constexpr (kSplit) {
+    launch_kernel(merge_kernel<D>, dim3(args.num_q_heads, num_blocks / step.prefill_split_pieces_per_tile),
+                  dim3(kThreads), 0, stream, step, p);
+    SLUICE_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace
@@ -311,15 +390,54 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
   const bool v2 = variant == nullptr || variant[0] != '1';
   switch (args.head_dim) {
     case 64:
-      if (v2) launch_for_dim<64, 64, false>(step, args, stream);
-      else launch_for_dim<64, kBlockN, true>(step, args, stream);
+      if (v2) launch_for_dim<64, 64, false, false>(step, args, stream);
+      else launch_for_dim<64, kBlockN, true, false>(step, args, stream);
       break;
     case 128:
-      if (v2) launch_for_dim<128, 64, false>(step, args, stream);
-      else launch_for_dim<128, kBlockN, true>(step, args, stream);
+      if (v2) launch_for_dim<128, 64, false, false>(step, args, stream);
+      else launch_for_dim<128, kBlockN, true, false>(step, args, stream);
       break;
     default: SLUICE_CHECK_MSG(false, "prefill attention: unsupported head_dim");
   }
+}
+
+// Split pieces always run on v2's code, whichever variant runs the whole tiles.
+void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args,
+                                    cudaStream_t stream) {
+  if (step.num_prefill_split_pieces == 0) return;
+  SLUICE_CHECK_MSG(args.prefill_split_workspace != nullptr, "split prefill: no workspace");
+  switch (args.head_dim) {
+    case 64: launch_for_dim<64, 64, false, true>(step, args, stream); break;
+    case 128: launch_for_dim<128, 64, false, true>(step, args, stream); break;
+    default: SLUICE_CHECK_MSG(false, "split prefill attention: unsupported head_dim");
+  }
+}
+
+std::int64_t prefill_split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args) {
+  return static_cast<std::int64_t>(step.num_prefill_split_pieces) * args.num_q_heads * kPrefillTileRows *
+         (args.head_dim + 1) * static_cast<std::int64_t>(sizeof(float));
+}
+
+std::int32_t prefill_split_pieces_per_tile(std::int32_t num_tiles, std::int32_t num_q_heads,
+                                           std::int32_t shortest_prefix, std::int32_t num_sms) {
+  // Two blocks fit an SM (104 KB of shared memory each at head_dim 128). A
+  // round of blocks takes time in proportion to a piece's keys (1 / pieces),
+  // so the cost of splitting in `pieces` is rounds(pieces) / pieces; take the
+  // fewest pieces within 5% of the best. Pieces keep >= 1024 keys each, where a
+  // block's fixed cost (Q tile, merge) stays small against its key loop.
+  constexpr std::int32_t kMinPieceKeys = 1024, kMaxPieces = 16;
+  const std::int64_t slots = 2LL * num_sms;
+  const std::int64_t blocks = static_cast<std::int64_t>(num_tiles) * num_q_heads;
+  if (blocks == 0 || blocks >= slots) return 1;
+  const std::int32_t most = std::min(kMaxPieces, shortest_prefix / kMinPieceKeys);
+  auto cost = [&](std::int32_t pieces) {
+    return static_cast<double>((blocks * pieces + slots - 1) / slots) / pieces;
+  };
+  double best = cost(1);
+  for (std::int32_t n = 2; n <= most; ++n) best = std::min(best, cost(n));
+  for (std::int32_t n = 1; n <= most; ++n)
+    if (cost(n) <= best * 1.05) return n;
+  return 1;
 }
 
 }  // namespace sluice::cuda

@@ -28,6 +28,13 @@ struct StepDeviceView {
   // Rows attended by the split-KV kernel (decodes, and every row of a prefill
   // whose head_dim the tensor-core kernel does not cover).
   const std::int32_t* split_rows = nullptr;        // [num_split_rows]
+  // Prefill tiles whose key range is split over several blocks (a short chunk
+  // over a long cached prefix would otherwise leave most SMs idle), merged by
+  // a second kernel: per piece (sequence, first row within the sequence, first
+  // key, end key); the pieces of one tile are adjacent, pieces_per_tile each.
+  const std::int32_t* prefill_split_pieces = nullptr;  // [num_prefill_split_pieces, 4]
+  std::int32_t num_prefill_split_pieces = 0;
+  std::int32_t prefill_split_pieces_per_tile = 0;
   std::int32_t num_rows = 0;
   std::int32_t num_sequences = 0;
   std::int32_t num_sample_rows = 0;
@@ -56,7 +63,20 @@ struct AttentionArgs {
   float scale = 1.0f;
   // Split-KV partials: workspace of at least split_workspace_bytes().
   void* workspace = nullptr;
+  // Split prefill partials: at least prefill_split_workspace_bytes().
+  void* prefill_split_workspace = nullptr;
 };
+
+// The step's split prefill pieces and their merge (after launch_attention_prefill).
+void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args,
+                                    cudaStream_t stream);
+// Workspace bytes the split prefill pieces of this step need (0 without any).
+std::int64_t prefill_split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
+// How many pieces to split each of `num_tiles` tiles (prefix: keys every row
+// of the tile sees, at least) into, so that num_tiles * num_q_heads blocks fill
+// `num_sms` SMs evenly; 1 = no split.
+std::int32_t prefill_split_pieces_per_tile(std::int32_t num_tiles, std::int32_t num_q_heads,
+                                           std::int32_t shortest_prefix, std::int32_t num_sms);
 
 // Workspace bytes the split-KV kernel needs for this step.
 std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
