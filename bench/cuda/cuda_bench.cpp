@@ -438,6 +438,28 @@ void bench_sampling() {
     std::snprintf(share, sizeof share, "host path %.1f ms (%.0fx)", t[1] * 1e3, t[1] / t[0]);
     row(std::string("sample 64 x 128256, ") + c.name + ", device", t[0] * 1e3, "ms/step", share);
   }
+  // Each parameter alone, device path only.
+  for (const Config& c :
+       {Config{"T 1, top-p 0.9", {.temperature = 1.0f, .top_p = 0.9f}, false},
+        Config{"T 1, min-p 0.05", {.temperature = 1.0f, .min_p = 0.05f}, false},
+        Config{"T 1, top-k 50", {.temperature = 1.0f, .top_k = 50}, false},
+        Config{"T 1, penalties over 1k tokens",
+               {.temperature = 1.0f, .presence_penalty = 0.5f, .frequency_penalty = 0.5f,
+                .repetition_penalty = 1.2f},
+               true},
+        Config{"greedy, top logprobs 20", {.num_top_logprobs = 20}, false}}) {
+    std::vector<SampleRequest> requests;
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      SamplingParams params = c.params;
+      params.seed = static_cast<std::uint64_t>(r);
+      requests.push_back({.params = params,
+                          .tokens = c.penalties ? std::span<const TokenId>(history) : std::span<const TokenId>(),
+                          .num_prompt_tokens = 512,
+                          .generated_index = 3});
+    }
+    const double t = time_median(3, 20, [&] { (void)ops->sample(logits, requests); });
+    row(std::string("sample 64 x 128256, ") + c.name + ", device", t * 1e3, "ms/step", "");
+  }
 }
 
 }  // namespace

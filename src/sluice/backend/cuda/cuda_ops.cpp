@@ -872,7 +872,8 @@ std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
   const std::int64_t mask_bytes = align_up(
       static_cast<std::int64_t>(sample_pack_.mask_words.size() * sizeof(std::uint64_t)), kAlignBytes);
   const std::int64_t upload_bytes = params_bytes + penalty_bytes + mask_bytes;
-  const std::int64_t bytes = align_up(readback_bytes, kAlignBytes) + upload_bytes + num_device * vocab * 4;
+  const std::int64_t bytes = align_up(readback_bytes, kAlignBytes) + upload_bytes +
+                            num_device * cuda::sample_workspace_row_floats(vocab) * 4;
   if (bytes > sample_device_bytes_) {
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     SLUICE_CUDA_CHECK(cudaFree(sample_device_));

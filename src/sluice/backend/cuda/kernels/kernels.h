@@ -183,9 +183,11 @@ struct SampleRowsArgs {
   std::int32_t num_rows = 0;
   const DevicePenaltyEntry* penalties = nullptr;
   const std::uint64_t* mask_words = nullptr;
-  float* workspace = nullptr;            // [num_rows, vocab]: the rows after penalties and mask
+  float* workspace = nullptr;  // [num_rows, sample_workspace_row_floats(vocab)]: rows after penalties and mask
   DeviceSampleResult* out = nullptr;     // [num_rows]
 };
+// Row stride of the workspace, padded so every row starts 128-byte aligned.
+inline constexpr std::int64_t sample_workspace_row_floats(std::int64_t vocab) { return (vocab + 31) / 32 * 32; }
 void launch_sample_rows(const SampleRowsArgs& args, cudaStream_t stream);
 // Whether CudaOps::sample decides non-greedy rows on the device. Default on;
 // SLUICE_DEVICE_SAMPLING=0 sends them to the reference sampler on the host

@@ -39,6 +39,12 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
+// Lanes add into one of kCopies histograms (lane % kCopies), each padded by a
+// word so a bin's copies sit in different banks: logits crowd into a few
+// sign/exponent bins at the first level, and same-address atomics of one warp
+// serialise (run 1: ~70 us a pass over a 128k row with one copy).
+constexpr int kCopies = 8;
+constexpr int kCopyStride = kBins + 1;
 constexpr int kLevels = 4;  // 8 key bits a pass
 constexpr unsigned kFullMask = 0xffffffffu;
 // Weights are <= 1 (the top token's is 1), so a sum of up to 2^20 of them in
@@ -89,12 +95,14 @@ struct Row {
 };
 
 struct SelectShared {
-  unsigned int count[kBins];
-  Fixed sum[kBins];  // the measure: a count, or weights in 2^-44 units
-  int min_id[kBins];
+  unsigned int count[kCopies * kCopyStride];
+  Fixed sum[kCopies * kCopyStride];  // the measure: a count, or weights in 2^-44 units
+  int min_id[kBins];                 // last level only
   int max_id[kBins];
   int chosen_bin;
   Fixed chosen_before;
+  unsigned int chosen_count;  // over the copies
+  Fixed chosen_sum;
   int reached;
 };
 
@@ -107,6 +115,7 @@ struct Shared {
   double crossing_base;
   double crossing_goal;
   int crossing_result;
+  int crossing_first;
   int num_top;
   int top_ids[kMaxDeviceTopLogprobs];
 };
@@ -155,24 +164,68 @@ __device__ void block_argmax(float& best, int& best_id, Shared& sh) {
   for (int w = 0; w < kWarps; ++w) better(best, best_id, sh.warp_float[w], sh.warp_int[w]);
 }
 
-// Walking ids upward over the tokens `item` marks as members, the first id at
-// which the running sum of their values exceeds the goal (goal = target, or
-// target * the members' total when `of_total`); the last member if the sums
-// never do (the reference's kept.back()). Each warp owns a contiguous id
-// range; one warp walks its range in 32-id tiles.
+// Calls f(t, logit) for t in [begin, end) split over `num_ranks` ranks (this
+// one is `rank`), t increasing within a rank; begin a multiple of 4 and the
+// row 16-byte aligned. 16-byte loads, four in flight: one 4-byte load per L2
+// round trip made a pass over a 128k row take ~30 us (run 1).
+template <class F>
+__device__ __forceinline__ void for_each_in(const float* row, int begin, int end, int rank, int num_ranks,
+                                            F&& f) {
+  const float4* v = reinterpret_cast<const float4*>(row + begin);
+  const int num_vec = (end - begin) >> 2;
+  int i = rank;
+  for (; i + 3 * num_ranks < num_vec; i += 4 * num_ranks) {
+    float4 x[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) x[u] = v[i + u * num_ranks];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int t = begin + 4 * (i + u * num_ranks);
+      f(t, x[u].x);
+      f(t + 1, x[u].y);
+      f(t + 2, x[u].z);
+      f(t + 3, x[u].w);
+    }
+  }
+  for (; i < num_vec; i += num_ranks) {
+    const float4 x = v[i];
+    const int t = begin + 4 * i;
+    f(t, x.x);
+    f(t + 1, x.y);
+    f(t + 2, x.z);
+    f(t + 3, x.w);
+  }
+  for (int t = begin + 4 * num_vec + rank; t < end; t += num_ranks) f(t, row[t]);
+}
+
+// Every token of the row over the block.
+template <class F>
+__device__ __forceinline__ void for_each_token(const float* row, int vocab, F&& f) {
+  for_each_in(row, 0, vocab, threadIdx.x, kThreads, f);
+}
+
+// Walking ids upward over the tokens `item(t, logit, value)` marks as members,
+// the first id at which the running sum of their values exceeds the goal
+// (goal = target, or target * the members' total when `of_total`); the last
+// member if the sums never do (the reference's kept.back()). Each warp sums a
+// contiguous id range; then the whole block scans the range that crosses, 4
+// ids a thread.
 template <class Item>
-__device__ int first_crossing_in_id_order(int vocab, Item item, double target, bool of_total, Shared& sh) {
+__device__ int first_crossing_in_id_order(const Row& row, Item item, double target, bool of_total, Shared& sh) {
+  const int vocab = row.vocab;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunk = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int begin = min(warp * chunk, vocab), end = min(begin + chunk, vocab);
+  const int chunk = ((vocab + kWarps - 1) / kWarps + 127) / 128 * 128;
   double sum = 0.0;
   int last = -1;
-  for (int t = begin + lane; t < end; t += 32) {
-    float v = 0.0f;
-    if (item(t, v)) {
-      sum += v;
-      last = t;
-    }
+  {
+    const int begin = min(warp * chunk, vocab), end = min(begin + chunk, vocab);
+    for_each_in(row.logits, begin, end, lane, 32, [&](int t, float l) {
+      float v = 0.0f;
+      if (item(t, l, v)) {
+        sum += v;
+        last = t;
+      }
+    });
   }
   sum = warp_sum_double(sum);
   last = warp_max_int(last);
@@ -198,42 +251,74 @@ __device__ int first_crossing_in_id_order(int vocab, Item item, double target, b
     }
     sh.crossing_warp = chosen;
     sh.crossing_goal = goal;
-    sh.crossing_result = last_member;
+    // Rounding (the range's sum crossed, its walk does not): the range's last member.
+    sh.crossing_result = chosen >= 0 ? sh.warp_int[chosen] : last_member;
+    sh.crossing_first = INT_MAX;
   }
   __syncthreads();
-  if (warp == sh.crossing_warp) {
-    double carry = sh.crossing_base;
-    const double goal = sh.crossing_goal;
-    int result = -1;
-    for (int tile = begin; tile < end; tile += 32) {
-      const int t = tile + lane;
-      float v = 0.0f;
-      if (t >= end || !item(t, v)) v = 0.0f;
-      double x = v;
+  const int chosen = sh.crossing_warp;
+  if (chosen < 0) return sh.crossing_result;
+  const int begin = min(chosen * chunk, vocab), end = min(begin + chunk, vocab);
+  const double goal = sh.crossing_goal;
+  double carry = sh.crossing_base;
+  for (int tile = begin; tile < end; tile += 4 * kThreads) {
+    const int t0 = tile + 4 * threadIdx.x;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    bool member[4] = {false, false, false, false};
+    if (t0 + 3 < end) {
+      const float4 x = *reinterpret_cast<const float4*>(row.logits + t0);
+      member[0] = item(t0, x.x, v[0]);
+      member[1] = item(t0 + 1, x.y, v[1]);
+      member[2] = item(t0 + 2, x.z, v[2]);
+      member[3] = item(t0 + 3, x.w, v[3]);
+    } else {
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const double y = __shfl_up_sync(kFullMask, x, o);
-        if (lane >= o) x += y;
-      }
-      const unsigned hits = __ballot_sync(kFullMask, carry + x > goal);
-      if (hits != 0) {
-        result = tile + __ffs(hits) - 1;
+      for (int k = 0; k < 4; ++k)
+        if (t0 + k < end) member[k] = item(t0 + k, row.logits[t0 + k], v[k]);
+    }
+    double own = 0.0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (member[k]) own += v[k];
+    double inclusive = own;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(kFullMask, inclusive, o);
+      if (lane >= o) inclusive += y;
+    }
+    double exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
+    if (lane == 0) exclusive = 0.0;
+    __syncthreads();
+    if (lane == 31) sh.warp_double[warp] = inclusive;
+    __syncthreads();
+    double warp_base = 0.0, tile_total = 0.0;
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp) warp_base += sh.warp_double[w];
+      tile_total += sh.warp_double[w];
+    }
+    double c = carry + warp_base + exclusive;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (!member[k]) continue;
+      c += v[k];
+      if (c > goal) {
+        atomicMin(&sh.crossing_first, t0 + k);
         break;
       }
-      carry += __shfl_sync(kFullMask, x, 31);
     }
-    if (result < 0) result = sh.warp_int[warp];  // rounding: the range's last member
-    if (lane == 0) sh.crossing_result = result;
+    __syncthreads();
+    if (sh.crossing_first != INT_MAX) return sh.crossing_first;
+    carry += tile_total;
   }
-  __syncthreads();
   return sh.crossing_result;
 }
 
 __device__ __forceinline__ void flush_run(SelectShared& s, int bin, unsigned count, Fixed sum, int min_id,
                                           int max_id, bool with_ids) {
   if (bin < 0) return;
-  atomicAdd(&s.count[bin], count);
-  atomicAdd(&s.sum[bin], sum);
+  const int slot = (threadIdx.x % kCopies) * kCopyStride + bin;
+  atomicAdd(&s.count[slot], count);
+  atomicAdd(&s.sum[slot], sum);
   if (with_ids) {
     atomicMin(&s.min_id[bin], min_id);
     atomicMax(&s.max_id[bin], max_id);
@@ -249,9 +334,21 @@ __device__ __forceinline__ bool meets(Fixed through, double target, bool strict)
 // target; else (or once a level missed) the last non-empty bin.
 __device__ void choose_bin(SelectShared& s, Fixed before, double target, bool strict, bool reached) {
   const int lane = threadIdx.x;
+  unsigned bin_count[8];
+  Fixed bin_sum[8];
   Fixed lane_total = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) lane_total += s.sum[kBins - 1 - 8 * lane - i];
+  for (int i = 0; i < 8; ++i) {
+    const int b = kBins - 1 - 8 * lane - i;
+    bin_count[i] = 0;
+    bin_sum[i] = 0;
+#pragma unroll
+    for (int c = 0; c < kCopies; ++c) {
+      bin_count[i] += s.count[c * kCopyStride + b];
+      bin_sum[i] += s.sum[c * kCopyStride + b];
+    }
+    lane_total += bin_sum[i];
+  }
   Fixed inclusive = lane_total;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -261,16 +358,23 @@ __device__ void choose_bin(SelectShared& s, Fixed before, double target, bool st
   Fixed acc = before + inclusive - lane_total;
   int found = -1, last = -1;
   Fixed found_before = 0, last_before = 0;
+  unsigned found_count = 0, last_count = 0;
+  Fixed found_sum = 0, last_sum = 0;
+#pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int b = kBins - 1 - 8 * lane - i;
-    if (s.count[b] == 0) continue;
-    const Fixed through = acc + s.sum[b];
+    if (bin_count[i] == 0) continue;
+    const Fixed through = acc + bin_sum[i];
     if (reached && found < 0 && meets(through, target, strict)) {
       found = b;
       found_before = acc;
+      found_count = bin_count[i];
+      found_sum = bin_sum[i];
     }
     last = b;
     last_before = acc;
+    last_count = bin_count[i];
+    last_sum = bin_sum[i];
     acc = through;
   }
   const unsigned found_lanes = __ballot_sync(kFullMask, found >= 0);
@@ -278,6 +382,8 @@ __device__ void choose_bin(SelectShared& s, Fixed before, double target, bool st
     if (lane == __ffs(found_lanes) - 1) {
       s.chosen_bin = found;
       s.chosen_before = found_before;
+      s.chosen_count = found_count;
+      s.chosen_sum = found_sum;
       s.reached = 1;
     }
     return;
@@ -287,6 +393,8 @@ __device__ void choose_bin(SelectShared& s, Fixed before, double target, bool st
     if (lane == 0) {
       s.chosen_bin = 0;
       s.chosen_before = before;
+      s.chosen_count = 0;
+      s.chosen_sum = 0;
       s.reached = 0;
     }
     return;
@@ -294,6 +402,8 @@ __device__ void choose_bin(SelectShared& s, Fixed before, double target, bool st
   if (lane == 31 - __clz(last_lanes)) {
     s.chosen_bin = last;
     s.chosen_before = last_before;
+    s.chosen_count = last_count;
+    s.chosen_sum = last_sum;
     s.reached = 0;
   }
 }
@@ -321,9 +431,11 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
   for (int level = 0; level < kLevels; ++level) {
     const int shift = 24 - 8 * level;
     const bool with_ids = level == kLevels - 1;
+    for (int i = threadIdx.x; i < kCopies * kCopyStride; i += kThreads) {
+      s.count[i] = 0;
+      s.sum[i] = 0;
+    }
     for (int b = threadIdx.x; b < kBins; b += kThreads) {
-      s.count[b] = 0;
-      s.sum[b] = 0;
       s.min_id[b] = INT_MAX;
       s.max_id[b] = -1;
     }
@@ -333,12 +445,11 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
     int run_bin = -1, run_min = 0, run_max = 0;
     unsigned run_count = 0;
     Fixed run_sum = 0;
-    for (int t = threadIdx.x; t < row.vocab; t += kThreads) {
-      const float l = row.logits[t];
+    for_each_token(row.logits, row.vocab, [&](int t, float l) {
       const std::uint32_t k = order_key(l);
-      if ((k & prefix_mask) != prefix) continue;
+      if ((k & prefix_mask) != prefix) return;
       float w = 0.0f;
-      if (!row.kept(set, t, l, k, kWantWeight, w)) continue;
+      if (!row.kept(set, t, l, k, kWantWeight, w)) return;
       const int b = static_cast<int>((k >> shift) & 0xffu);
       if (b != run_bin) {
         flush_run(s, run_bin, run_count, run_sum, run_min, run_max, with_ids);
@@ -350,7 +461,7 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
       ++run_count;
       run_sum += kWantWeight ? to_fixed(w) : Fixed{1};
       run_max = t;
-    }
+    });
     flush_run(s, run_bin, run_count, run_sum, run_min, run_max, with_ids);
     __syncthreads();
     if (threadIdx.x < 32) choose_bin(s, before, target, strict, reached);
@@ -363,8 +474,8 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
     if (level < kLevels - 1) __syncthreads();  // the next level clears the bins
   }
   // Every kept token with the final key has the same logit, so the same weight.
-  const unsigned num_ties = s.count[bin];
-  const Fixed tie_sum = s.sum[bin];
+  const unsigned num_ties = s.chosen_count;
+  const Fixed tie_sum = s.chosen_sum;
   const int min_id = s.min_id[bin], max_id = s.max_id[bin];
   __syncthreads();
   if (num_ties == 0) return {prefix, 0, before, false};
@@ -380,9 +491,8 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
   if (rank != 1 && rank != num_ties) {
     const std::uint32_t key = prefix;
     id = first_crossing_in_id_order(
-        row.vocab,
-        [&](int t, float& v) {
-          const float l = row.logits[t];
+        row,
+        [&](int t, float l, float& v) {
           const std::uint32_t k = order_key(l);
           float w = 0.0f;
           if (k != key || !row.kept(set, t, l, k, false, w)) return false;
@@ -407,10 +517,9 @@ __device__ int draw(const Row& row, const DeviceSampleRow& p, Shared& sh) {
   set.min_p = p.min_p;
   if (p.top_p < 1.0f) {
     double total = 0.0;
-    for (int t = threadIdx.x; t < row.vocab; t += kThreads) {
-      const float l = row.logits[t];
+    for_each_token(row.logits, row.vocab, [&](int t, float l) {
       if (set.top_k.keeps(order_key(l), t)) total += row.weight(l);
-    }
+    });
     total = block_sum_double(total, sh);
     const double target_mass = static_cast<double>(p.top_p) * total;
     const Position prefix = select_position<Measure::weight>(row, set, target_mass * kFixedScaleD, false, sh);
@@ -419,11 +528,7 @@ __device__ int draw(const Row& row, const DeviceSampleRow& p, Shared& sh) {
     return select_position<Measure::weight>(row, set, target, true, sh).id;
   }
   return first_crossing_in_id_order(
-      row.vocab,
-      [&](int t, float& v) {
-        const float l = row.logits[t];
-        return row.kept(set, t, l, order_key(l), true, v);
-      },
+      row, [&](int t, float l, float& v) { return row.kept(set, t, l, order_key(l), true, v); },
       p.uniform, true, sh);
 }
 
@@ -435,13 +540,29 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
   __shared__ Shared sh;
   const DeviceSampleRow p = args.rows[blockIdx.x];
   const int vocab = static_cast<int>(args.vocab);
-  float* work = args.workspace + static_cast<std::int64_t>(blockIdx.x) * vocab;
+  float* work = args.workspace + static_cast<std::int64_t>(blockIdx.x) * sample_workspace_row_floats(vocab);
   const std::int64_t base = static_cast<std::int64_t>(p.logits_row) * vocab;
   const std::uint64_t* mask = p.mask_word_begin >= 0 ? args.mask_words + p.mask_word_begin : nullptr;
-  for (int t = threadIdx.x; t < vocab; t += kThreads) {
-    float l = load_f(args.logits, args.dt, base + t);
-    if (mask != nullptr && !mask_allows(mask, p.num_mask_words, t)) l = -INFINITY;
-    work[t] = l;
+  if (args.dt == Dt::bf16 && vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(args.logits) % 16 == 0) {
+    const uint4* in = static_cast<const uint4*>(args.logits) + base / 8;
+    for (int i = threadIdx.x; i < vocab / 8; i += kThreads) {
+      const uint4 raw = in[i];
+      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+      float l[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        l[k] = __bfloat162float(h[k]);
+        if (mask != nullptr && !mask_allows(mask, p.num_mask_words, 8 * i + k)) l[k] = -INFINITY;
+      }
+      reinterpret_cast<float4*>(work)[2 * i] = make_float4(l[0], l[1], l[2], l[3]);
+      reinterpret_cast<float4*>(work)[2 * i + 1] = make_float4(l[4], l[5], l[6], l[7]);
+    }
+  } else {
+    for (int t = threadIdx.x; t < vocab; t += kThreads) {
+      float l = load_f(args.logits, args.dt, base + t);
+      if (mask != nullptr && !mask_allows(mask, p.num_mask_words, t)) l = -INFINITY;
+      work[t] = l;
+    }
   }
   __syncthreads();
   // Penalties after the mask: a masked token is -inf and stays -inf under
@@ -459,12 +580,12 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
   __syncthreads();
   float best = -INFINITY;
   int best_id = INT_MAX;
-  for (int t = threadIdx.x; t < vocab; t += kThreads) better(best, best_id, work[t], t);
+  for_each_token(work, vocab, [&](int t, float l) { better(best, best_id, l, t); });
   block_argmax(best, best_id, sh);
   const float max_logit = best;
   // Logprobs are of the temperature-1 distribution, as the reference reports them.
   double unit_sum = 0.0;
-  for (int t = threadIdx.x; t < vocab; t += kThreads) unit_sum += expf(__fsub_rn(work[t], max_logit));
+  for_each_token(work, vocab, [&](int t, float l) { unit_sum += expf(__fsub_rn(l, max_logit)); });
   unit_sum = block_sum_double(unit_sum, sh);
   const float log_sum = __fadd_rn(static_cast<float>(log(unit_sum)), max_logit);
   const Row row{work, vocab, max_logit, p.inverse_temperature};
@@ -481,11 +602,11 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
   const Cut cut{last.key, last.id};
   if (threadIdx.x == 0) sh.num_top = 0;
   __syncthreads();
-  for (int t = threadIdx.x; t < vocab; t += kThreads) {
-    if (!cut.keeps(order_key(work[t]), t)) continue;
+  for_each_token(work, vocab, [&](int t, float l) {
+    if (!cut.keeps(order_key(l), t)) return;
     const int i = atomicAdd(&sh.num_top, 1);
     if (i < kMaxDeviceTopLogprobs) sh.top_ids[i] = t;
-  }
+  });
   __syncthreads();
   if (threadIdx.x != 0) return;
   const int n = min(sh.num_top, kMaxDeviceTopLogprobs);
