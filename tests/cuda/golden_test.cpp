@@ -5,6 +5,7 @@
 // one sequence at a time with chunked prefill and all prompts batched together.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -51,8 +52,41 @@ std::unique_ptr<Backend> cuda_runner(const std::string& dir, std::int32_t block_
 // exceeds kDecisiveMargin: a mismatch there means a logit error of that size.
 constexpr float kDecisiveMargin = 0.1f;
 
+// transformers' own bf16 logits at the same two positions (golden_bf16_*.json,
+// tools/reference/golden.py --bf16): the bar for a bf16 backend is the error
+// the reference implementation itself makes in bf16.
+struct Bf16Reference {
+  std::vector<std::vector<float>> prompt_logits, final_logits;  // per golden case
+};
+
+Bf16Reference load_bf16_reference(const std::string& arch) {
+  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_bf16_" + arch + ".json");
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  Bf16Reference ref;
+  if (!text.ok()) return ref;
+  const auto fixture = nlohmann::json::parse(text.value());  // kept alive: the loop walks into it
+  for (const auto& c : fixture.at("cases")) {
+    ref.prompt_logits.push_back(c.at("prompt_logits"));
+    ref.final_logits.push_back(c.at("final_logits"));
+  }
+  return ref;
+}
+
+// Relative errors against the float32 golden, summed over checked positions.
+struct Bf16Tally {
+  double ours = 0.0, transformers_bf16 = 0.0, ours_vs_transformers_bf16_max = 0.0;
+  int positions = 0;
+  void add(const std::vector<float>& got, const std::vector<float>& f32, const std::vector<float>& bf16) {
+    ours += relative_error(got, f32);
+    transformers_bf16 += relative_error(bf16, f32);
+    ours_vs_transformers_bf16_max = std::max(ours_vs_transformers_bf16_max, relative_error(got, bf16));
+    ++positions;
+  }
+};
+
 struct SequenceRun {
   const GoldenCase* golden;
+  std::size_t case_index = 0;
   std::vector<TokenId> tokens;  // prompt, then the golden tokens fed so far
   std::vector<BlockId> table;
   std::int32_t computed = 0;
@@ -73,7 +107,8 @@ float top2_margin(const std::vector<float>& logits) {
 
 // Runs the sequences to the end of their golden tokens, `chunk` prompt tokens
 // per step (0 = whole prompt), all of them in every step.
-void run_teacher_forced(Backend& backend, std::vector<SequenceRun>& runs, std::int32_t chunk) {
+void run_teacher_forced(Backend& backend, std::vector<SequenceRun>& runs, std::int32_t chunk,
+                        const Bf16Reference* bf16 = nullptr, Bf16Tally* tally = nullptr) {
   std::vector<int> step_of(runs.size(), 0);
   int num_decisive = 0;
   for (bool active = true; active;) {
@@ -111,9 +146,11 @@ void run_teacher_forced(Backend& backend, std::vector<SequenceRun>& runs, std::i
       SCOPED_TRACE(::testing::Message() << "sequence " << index[b] << " step " << step);
       if (step == 0) {
         EXPECT_LE(relative_error(out.logits, r.golden->prompt_logits), kMaxRelativeLogitError);
+        if (tally) tally->add(out.logits, r.golden->prompt_logits, bf16->prompt_logits.at(r.case_index));
       }
       if (step == 31) {
         EXPECT_LE(relative_error(out.logits, r.golden->final_logits), kMaxRelativeLogitError);
+        if (tally) tally->add(out.logits, r.golden->final_logits, bf16->final_logits.at(r.case_index));
       }
       if (top2_margin(out.logits) > kDecisiveMargin) {
         ++num_decisive;
@@ -131,7 +168,7 @@ std::vector<SequenceRun> make_runs(const Golden& golden, const std::vector<std::
   std::vector<SequenceRun> runs;
   BlockId next_block = 0;
   for (std::size_t i : which) {
-    SequenceRun r{.golden = &golden.cases[i], .tokens = golden.cases[i].prompt, .table = {}};
+    SequenceRun r{.golden = &golden.cases[i], .case_index = i, .tokens = golden.cases[i].prompt, .table = {}};
     const std::size_t blocks = (r.tokens.size() + 32 + block_size - 1) / block_size;
     for (std::size_t b = 0; b < blocks; ++b) r.table.push_back(next_block++);
     runs.push_back(std::move(r));
@@ -167,6 +204,28 @@ TEST_P(CudaGoldenTest, BatchedSequencesMatchTransformers) {
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   auto runs = make_runs(golden, all, kBlockSize);
   run_teacher_forced(*backend, runs, 0);
+}
+
+// Our bf16 logits are at least as close to float32 as transformers' own bf16
+// forward (sdpa, on the GPU) at the same positions, on average over every
+// prompt; and no position is far from transformers' bf16 logits.
+TEST_P(CudaGoldenTest, Bf16ErrorNoWorseThanTransformersBf16) {
+  const Golden golden = load_golden(GetParam());
+  const Bf16Reference bf16 = load_bf16_reference(GetParam());
+  ASSERT_EQ(bf16.prompt_logits.size(), golden.cases.size());
+  Bf16Tally tally;
+  for (std::size_t i = 0; i < golden.cases.size(); ++i) {
+    auto backend = cuda_runner(golden.model_dir, 16, 32);
+    auto runs = make_runs(golden, {i}, 16);
+    run_teacher_forced(*backend, runs, 0, &bf16, &tally);
+  }
+  ASSERT_EQ(tally.positions, static_cast<int>(2 * golden.cases.size()));
+  const double ours = tally.ours / tally.positions, theirs = tally.transformers_bf16 / tally.positions;
+  std::printf("[ info ] %s: mean relative logit error vs float32: sluice cuda %.5f, transformers bf16 %.5f; "
+              "largest sluice vs transformers bf16 %.5f\n",
+              GetParam().c_str(), ours, theirs, tally.ours_vs_transformers_bf16_max);
+  EXPECT_LE(ours, 1.25 * theirs);
+  EXPECT_LE(tally.ours_vs_transformers_bf16_max, 2.5e-2);
 }
 
 // Free-running greedy generation, as the CPU golden test does it: reported,
