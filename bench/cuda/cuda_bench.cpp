@@ -73,6 +73,7 @@ std::string pct(double x) {
 }
 
 bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
+bool g_decode = false;     // --decode: decode attention, decode steps and the split-KV variants only
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
 std::unique_ptr<Ops> new_ops() { return must(make_cuda_ops({.use_cuda_graphs = g_use_graphs})); }
 
@@ -131,6 +132,80 @@ void bench_gemm() {
     }
     unsetenv("SLUICE_GEMV");
     unsetenv("SLUICE_GEMV_PDL");
+  }
+}
+
+// The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer
+// calls: o_proj and down_proj (matmul) and q|k|v (one pass writing three
+// tensors) with split K and one warp a row (SLUICE_GEMV_SPLITK=0), and
+// gate|up with the SwiGLU epilogue.
+void bench_fused_gemv() {
+  auto ops = new_ops();
+  constexpr std::int64_t kHidden = 4096, kQ = 4096, kKv = 1024, kInter = 14336;
+  constexpr int kCopies = 4;  // rotated, so the weights do not come from L2
+  StepLayout layout;
+  ops->begin_step(layout);
+  const Tensor x = must(cuda_random_weight(*ops, {1, kHidden}, DType::bf16, 71, 1.0f));
+  std::vector<Tensor> w_qkv, w_gate_up;
+  for (int c = 0; c < kCopies; ++c) {
+    w_qkv.push_back(must(cuda_random_weight(*ops, {kQ + 2 * kKv, kHidden}, DType::bf16, 72 + c, 0.05f)));
+    w_gate_up.push_back(must(cuda_random_weight(*ops, {2 * kInter, kHidden}, DType::bf16, 80 + c, 0.05f)));
+  }
+  const Tensor q = must(cuda_random_weight(*ops, {1, kQ}, DType::bf16, 90, 1.0f));
+  const Tensor k = must(cuda_random_weight(*ops, {1, kKv}, DType::bf16, 91, 1.0f));
+  const Tensor v = must(cuda_random_weight(*ops, {1, kKv}, DType::bf16, 92, 1.0f));
+  const Tensor act = must(cuda_random_weight(*ops, {1, kInter}, DType::bf16, 93, 1.0f));
+  const std::array<Tensor, 3> no_bias{};
+  struct Row {
+    const char* name;
+    const char* env;
+    const char* value;
+    bool qkv;
+  };
+  // o_proj and down_proj through matmul: split K (default) and one warp a row.
+  const Tensor x_inter = must(cuda_random_weight(*ops, {1, kInter}, DType::bf16, 94, 1.0f));
+  const Tensor proj_out = must(cuda_random_weight(*ops, {1, kHidden}, DType::bf16, 95, 1.0f));
+  std::vector<Tensor> w_o, w_down;
+  for (int c = 0; c < kCopies; ++c) {
+    w_o.push_back(must(cuda_random_weight(*ops, {kHidden, kQ}, DType::bf16, 100 + c, 0.05f)));
+    w_down.push_back(must(cuda_random_weight(*ops, {kHidden, kInter}, DType::bf16, 110 + c, 0.05f)));
+  }
+  for (const char* splitk : {"1", "0"}) {
+    setenv("SLUICE_GEMV_SPLITK", splitk, 1);
+    for (bool down : {false, true}) {
+      int i = 0;
+      const int inner = 20;
+      const double t = time_median(3, 9, [&] {
+                         for (int n = 0; n < inner; ++n) {
+                           const int c = (i++) % kCopies;
+                           ops->matmul(down ? x_inter : x, down ? w_down[c] : w_o[c], Tensor{}, proj_out);
+                         }
+                       }) / inner;
+      const double bytes = 2.0 * kHidden * (down ? kInter : kQ);
+      row(std::string(down ? "down_proj GEMV 1x4096x14336" : "o_proj GEMV 1x4096x4096") +
+              (splitk[0] == '1' ? ", split K" : ", one warp a row"),
+          bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    }
+  }
+  unsetenv("SLUICE_GEMV_SPLITK");
+  for (Row r : {Row{"q|k|v GEMV 1x6144x4096", nullptr, nullptr, true},
+                Row{"q|k|v GEMV 1x6144x4096, one warp a row", "SLUICE_GEMV_SPLITK", "0", true},
+                Row{"gate|up SwiGLU GEMV 1x28672x4096", nullptr, nullptr, false}}) {
+    if (r.env != nullptr) setenv(r.env, r.value, 1);
+    int i = 0;
+    const int inner = 20;
+    const double t = time_median(3, 9, [&] {
+                       for (int n = 0; n < inner; ++n) {
+                         const int c = (i++) % kCopies;
+                         if (r.qkv)
+                           ops->qkv_projection(x, w_qkv[c], no_bias, q, k, v);
+                         else
+                           ops->gate_up_silu(x, w_gate_up[c], Tensor{}, act);
+                       }
+                     }) / inner;
+    const double bytes = 2.0 * kHidden * (r.qkv ? kQ + 2 * kKv : 2 * kInter);
+    row(r.name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    if (r.env != nullptr) unsetenv(r.env);
   }
 }
 
@@ -199,7 +274,9 @@ void bench_attention(bool quick, bool decode_only = false) {
     });
     const double bytes = 2.0 * 2.0 * batch * static_cast<double>(context) * kv_heads * kDim;
     char name[96];
-    std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)", batch, context / 1024, kHeads, kv_heads);
+    const char* stages = std::getenv("SLUICE_SPLIT_STAGES");
+    std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)%s", batch,
+                  context / 1024, kHeads, kv_heads, stages != nullptr ? ", split-KV ring of 3 stages" : "");
     row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
   }
 }
@@ -318,6 +395,7 @@ void bench_model(bool quick) {
         pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
   }
   for (std::int32_t prompt : {4096, long_prompt, -long_prompt}) {
+    if (g_decode) break;
     // The negative entry: the long prompt again with prefill attention v1.
     if (prompt < 0) setenv("SLUICE_PREFILL_KERNEL", "1", 1);
     prompt = std::abs(prompt);
@@ -352,13 +430,19 @@ void bench_decode_variants(bool quick) {
                               {"GEMV v3 (split rows)", "SLUICE_GEMV", "3", true, false},
                               {"PDL off", nullptr, nullptr, false, true},
                               {"eighth-octave graph buckets", "SLUICE_GRAPH_BUCKETS", "eighth", true, true},
-                              {"split-KV ring of 2 stages", "SLUICE_SPLIT_STAGES", "2", true, true}};
+                              {"split-KV ring of 3 stages", "SLUICE_SPLIT_STAGES", "3", true, true},
+                              {"RoPE and KV write apart", "SLUICE_ROPE_KV_FUSED", "0", true, false},
+                              {"GEMV without split K", "SLUICE_GEMV_SPLITK", "0", true, false}};
   const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
   const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
   for (const Variant& v : variants) {
     // --decode1: the default and PDL off only; the full run has the default above.
     const bool is_default = std::strcmp(v.name, "default") == 0;
     if (g_decode1 ? !(is_default || !v.pdl) : is_default) continue;
+    if (g_decode && (v.env == nullptr || (std::strcmp(v.env, "SLUICE_SPLIT_STAGES") != 0 &&
+                                          std::strcmp(v.env, "SLUICE_ROPE_KV_FUSED") != 0 &&
+                                          std::strcmp(v.env, "SLUICE_GEMV_SPLITK") != 0)))
+      continue;
     if (v.env != nullptr) setenv(v.env, v.value, 1);
     cuda::set_pdl_enabled(v.pdl);
     {
@@ -371,6 +455,7 @@ void bench_decode_variants(bool quick) {
       if (!cuda_fill_kv_cache_random(*ops, 3).ok()) std::exit(1);
       std::vector<std::pair<int, int>> shapes = {{1, 0}, {1, 4096}};
       if (v.big) shapes.push_back({big_batch, big_context});
+      if (v.big && g_decode) shapes.push_back({8, big_context});
       for (auto [batch, context] : shapes) {
         const StepLayout layout = make_step(batch, context, 1, kBlock);
         const double t = time_median(3, 15, [&] {
@@ -549,12 +634,25 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--decode1") == 0) {
     sluice::g_decode1 = true;
     sluice::bench_gemm();
+    sluice::bench_fused_gemv();
     sluice::bench_decode_variants(false);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_chunk_over_prefix();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode attention, decode steps, split-KV variants
+    sluice::g_decode = true;
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_fused_gemv();
+    sluice::bench_attention(false, true);
+    setenv("SLUICE_SPLIT_STAGES", "3", 1);
+    sluice::bench_attention(false, true);
+    unsetenv("SLUICE_SPLIT_STAGES");
+    sluice::bench_model(false);
+    sluice::bench_decode_variants(false);
     return 0;
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;

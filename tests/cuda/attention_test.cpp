@@ -2,12 +2,17 @@
 // steps of decodes and prefill chunks with cached prefixes, GQA group sizes
 // 1..16, odd block sizes, block-boundary positions and long contexts. Each
 // case runs two steps: the first writes every prefix into the pages (and is
-// itself checked), the second runs the rows under test on top of them.
+// itself checked), the second runs the rows under test on top of them. The
+// decode cases under CUDA graphs run the rows under test as one decode step
+// each, so graphs are captured and then replayed at other contexts of their
+// bucket (the split-KV plan is made on the device from each row's context).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
+#include "sluice/backend/rope.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -24,6 +29,43 @@ struct AttentionCase {
   std::int32_t num_q_heads, num_kv_heads, head_dim, block_size;
   std::vector<SeqSpec> seqs;
   std::int32_t max_checked_rows = 48;  // float64 reference on a random subset past this
+  // Rows under test as one decode step each, through CUDA graphs.
+  bool decode_steps_with_graphs = false;
+  // RoPE (Llama 3) on q and k before attention, through Ops::rope: under
+  // graphs the decode steps run it fused with the KV page write.
+  bool rope = false;
+};
+
+const RopeParams kLlama3Rope{.head_dim = 0, .theta = 500000.0f, .llama3_factor = 8.0f};
+
+// Rotate-half RoPE of each head of rows of x at their positions, in float64
+// from the f32 angle Hugging Face computes.
+std::vector<float> rotated(const std::vector<float>& x, std::int64_t width, std::int32_t head_dim,
+                           const std::vector<std::int32_t>& positions, const std::vector<float>& inv_freq) {
+  std::vector<float> out(x.size());
+  const int half = head_dim / 2;
+  for (std::size_t r = 0; r < positions.size(); ++r)
+    for (std::int64_t h = 0; h < width / head_dim; ++h)
+      for (int d = 0; d < half; ++d) {
+        const double angle = static_cast<float>(positions[r]) * inv_freq[d];
+        const std::size_t o = r * width + h * head_dim;
+        const double x1 = x[o + d], x2 = x[o + d + half];
+        out[o + d] = static_cast<float>(x1 * std::cos(angle) - x2 * std::sin(angle));
+        out[o + d + half] = static_cast<float>(x2 * std::cos(angle) + x1 * std::sin(angle));
+      }
+  return out;
+}
+
+// Sets an environment switch for one scope (the split-KV variants read theirs at each launch).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
 };
 
 class AttentionHarness {
@@ -45,8 +87,19 @@ class AttentionHarness {
       tables_.push_back(table);
       keys_.push_back(random_bf16(static_cast<std::size_t>(total) * kv_width_, rng_.next()));
       values_.push_back(random_bf16(static_cast<std::size_t>(total) * kv_width_, rng_.next()));
+      if (c.rope) {
+        std::vector<std::int32_t> positions(static_cast<std::size_t>(total));
+        std::iota(positions.begin(), positions.end(), 0);
+        ref_keys_.push_back(rotated(keys_.back(), kv_width_, c.head_dim, positions, inv_freq()));
+      }
     }
-    ops_ = make_test_ops();
+    if (c.decode_steps_with_graphs) {
+      auto ops = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = true});
+      SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
+      ops_ = std::move(ops).value();
+    } else {
+      ops_ = make_test_ops();
+    }
     const Status status = ops_->allocate_kv_cache({.num_layers = 2, .num_blocks = num_blocks,
                                                    .block_size_tokens = c.block_size,
                                                    .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim});
@@ -80,14 +133,21 @@ class AttentionHarness {
       std::copy_n(ks.begin() + static_cast<std::int64_t>(row_pos[r]) * kv_width_, kv_width_, k.begin() + r * kv_width_);
       std::copy_n(vs.begin() + static_cast<std::int64_t>(row_pos[r]) * kv_width_, kv_width_, v.begin() + r * kv_width_);
     }
-    DeviceArray dq(q, DType::bf16, {rows, q_width}), dk(k, DType::bf16, {rows, kv_width_}),
-        dv(v, DType::bf16, {rows, kv_width_});
-    ops_->begin_step(layout);
-    Tensor out = ops_->scratch({rows, q_width});
-    poison(out);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
-    ops_->attention(layer, dq.tensor(), dk.tensor(), dv.tensor(), scale, out);
-    const std::vector<float> got = download(out);
+    const std::vector<float> q_ref = c_.rope ? rotated(q, q_width, c_.head_dim, row_pos, inv_freq()) : q;
+    std::vector<float> got;
+    if (c_.decode_steps_with_graphs) {
+      got = run_in_scratch(layer, layout, q, k, v, scale);
+    } else {
+      DeviceArray dq(q, DType::bf16, {rows, q_width}), dk(k, DType::bf16, {rows, kv_width_}),
+          dv(v, DType::bf16, {rows, kv_width_});
+      ops_->begin_step(layout);
+      Tensor out = ops_->scratch({rows, q_width});
+      poison(out);
+      if (c_.rope) ops_->rope(dq.tensor(), dk.tensor(), rope_params());
+      ops_->attention(layer, dq.tensor(), dk.tensor(), dv.tensor(), scale, out);
+      got = download(out);
+    }
     *finite = all_finite(got);
 
     std::vector<std::int32_t> checked(static_cast<std::size_t>(rows));
@@ -101,13 +161,13 @@ class AttentionHarness {
     const int group = c_.num_q_heads / c_.num_kv_heads;
     std::vector<double> scores;
     for (std::int32_t r : checked) {
-      const auto& ks = keys_[row_seq[r]];
+      const auto& ks = c_.rope ? ref_keys_[row_seq[r]] : keys_[row_seq[r]];
       const auto& vs = values_[row_seq[r]];
       const std::int32_t num_keys = row_pos[r] + 1;
       scores.resize(static_cast<std::size_t>(num_keys));
       for (int h = 0; h < c_.num_q_heads; ++h) {
         const int kvh = h / group;
-        const float* qh = q.data() + r * q_width + h * c_.head_dim;
+        const float* qh = q_ref.data() + r * q_width + h * c_.head_dim;
         double max_score = -INFINITY;
         for (std::int32_t j = 0; j < num_keys; ++j) {
           const float* kj = ks.data() + static_cast<std::int64_t>(j) * kv_width_ + kvh * c_.head_dim;
@@ -132,27 +192,78 @@ class AttentionHarness {
 
   void run_case() {
     std::vector<std::pair<std::int32_t, std::int32_t>> prefix, under_test;
+    std::int32_t max_rows = 0;
     for (const SeqSpec& s : c_.seqs) {
       prefix.push_back({0, s.prefix_tokens});
       under_test.push_back({s.prefix_tokens, s.prefix_tokens + s.num_rows});
+      max_rows = std::max(max_rows, s.num_rows);
     }
     for (std::int32_t layer : {1, 0}) {  // layer 1 first: layers must not alias
       bool finite = false;
       const double prefix_error = run_step(layer, prefix, &finite);
       EXPECT_TRUE(finite) << "prefix step, layer " << layer;
       EXPECT_LE(prefix_error, 1e-2) << "prefix step, layer " << layer;
-      const double error = run_step(layer, under_test, &finite);
-      EXPECT_TRUE(finite) << "step under test, layer " << layer;
-      EXPECT_LE(error, 1e-2) << "step under test, layer " << layer;
+      if (!c_.decode_steps_with_graphs) {
+        const double error = run_step(layer, under_test, &finite);
+        EXPECT_TRUE(finite) << "step under test, layer " << layer;
+        EXPECT_LE(error, 1e-2) << "step under test, layer " << layer;
+        continue;
+      }
+      // Row i of every sequence that has one, as decode step i.
+      for (std::int32_t i = 0; i < max_rows; ++i) {
+        std::vector<std::pair<std::int32_t, std::int32_t>> step;
+        for (const SeqSpec& s : c_.seqs) {
+          const std::int32_t pos = s.prefix_tokens + std::min(i, s.num_rows);
+          step.push_back({pos, i < s.num_rows ? pos + 1 : pos});
+        }
+        const double error = run_step(layer, step, &finite);
+        EXPECT_TRUE(finite) << "decode step " << i << ", layer " << layer;
+        EXPECT_LE(error, 1e-2) << "decode step " << i << ", layer " << layer;
+      }
     }
   }
 
  private:
+  // One step whose inputs and output live in the Ops' scratch, so a replayed
+  // graph finds them where it was captured: scratch is handed out in the same
+  // order every step. Inputs go in by plain copies (the Ops stream does not
+  // wait for them; nothing of it runs until the graph is launched), and the
+  // zero-row sample() launches the step's graph.
+  std::vector<float> run_in_scratch(std::int32_t layer, const StepLayout& layout, const std::vector<float>& q,
+                                    const std::vector<float>& k, const std::vector<float>& v, float scale) {
+    const std::int32_t rows = layout.num_rows();
+    const std::int64_t q_width = static_cast<std::int64_t>(c_.num_q_heads) * c_.head_dim;
+    ops_->begin_step(layout);
+    Tensor dq = ops_->scratch({rows, q_width}), dk = ops_->scratch({rows, kv_width_}),
+           dv = ops_->scratch({rows, kv_width_}), out = ops_->scratch({rows, q_width});
+    auto put = [](const Tensor& t, const std::vector<float>& values) {
+      std::vector<std::uint16_t> bits(values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+      SLUICE_CHECK(cudaMemcpy(t.data, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+    };
+    put(dq, q);
+    put(dk, k);
+    put(dv, v);
+    SLUICE_CHECK(cudaMemset(out.data, 0xff, out.size_bytes()) == cudaSuccess);
+    if (c_.rope) ops_->rope(dq, dk, rope_params());
+    ops_->attention(layer, dq, dk, dv, scale, out);
+    (void)ops_->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});
+    return download(out);
+  }
+
+  RopeParams rope_params() const {
+    RopeParams params = kLlama3Rope;
+    params.head_dim = c_.head_dim;
+    return params;
+  }
+  std::vector<float> inv_freq() const { return rope_inverse_frequencies(rope_params()); }
+
   AttentionCase c_;
   SplitMix64 rng_;
   std::int64_t kv_width_ = 0;
   std::vector<std::vector<BlockId>> tables_;
   std::vector<std::vector<float>> keys_, values_;  // per sequence [tokens, kv_heads, head_dim]
+  std::vector<std::vector<float>> ref_keys_;        // keys_ rotated at their positions (rope cases)
   std::unique_ptr<Ops> ops_;
 };
 
@@ -177,6 +288,48 @@ TEST(CudaAttention, SmallHeadDimsUseSplitKernel) {
 TEST(CudaAttention, HeadDim256) { run({8, 4, 256, 16, {{0, 33}, {500, 1}, {1000, 64}}}, 8); }
 TEST(CudaAttention, LongContextDecodeAndChunk) {
   run({8, 2, 128, 16, {{32767, 1}, {16000, 256}, {5000, 1}}, 12}, 9);
+}
+
+// Each decode row cuts its own keys into splits: contexts just past a split
+// length (129 keys: a 128-key and a 1-key split; 257: 128 + 128 + 1), at page
+// boundaries, odd, and on both sides of a graph bucket (8192 / 16384), all in
+// one batch.
+const std::vector<SeqSpec> kSplitEdges = {{0, 1},    {127, 1},  {128, 1},  {129, 1}, {255, 1},
+                                          {256, 1},  {4095, 1}, {4096, 1}, {8191, 1}, {8192, 1},
+                                          {1000, 1}, {16, 1},   {33, 1}};
+
+TEST(CudaAttention, RowSplitsAtEdges) { run({32, 8, 128, 16, kSplitEdges}, 20); }
+TEST(CudaAttention, SplitRingOfThreeStages) {
+  const ScopedEnv stages("SLUICE_SPLIT_STAGES", "3");
+  run({32, 8, 128, 16, kSplitEdges}, 21);
+  run({32, 2, 64, 16, {{20000, 1}, {777, 1}, {3000, 100}}, 16}, 23);
+}
+
+// Decode steps through CUDA graphs: captured at one context, replayed at the
+// next ones of the bucket, and recaptured past it (8192 -> 16384).
+TEST(CudaAttention, GraphReplayedDecodeSteps) {
+  AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
+  c.decode_steps_with_graphs = true;
+  run(c, 30);
+}
+// RoPE then attention: eager (rope and the KV write apart) for the prefixes,
+// then decode steps captured and replayed with the two fused.
+TEST(CudaAttention, GraphDecodeStepsWithFusedRope) {
+  AttentionCase c{32, 8, 128, 16, {{4094, 4}, {17, 3}, {0, 2}}};
+  c.decode_steps_with_graphs = true;
+  c.rope = true;
+  run(c, 34);
+  AttentionCase small{8, 2, 64, 7, {{300, 3}, {6, 2}}};
+  small.decode_steps_with_graphs = true;
+  small.rope = true;
+  run(small, 35);
+  const ScopedEnv unfused("SLUICE_ROPE_KV_FUSED", "0");
+  run(c, 36);
+}
+TEST(CudaAttention, GraphReplayedBatchOneDecode) {
+  AttentionCase c{32, 8, 128, 16, {{4094, 4}}};
+  c.decode_steps_with_graphs = true;
+  run(c, 32);
 }
 
 // A short chunk over a long cached prefix: too few tiles to fill the GPU, so

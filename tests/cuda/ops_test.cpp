@@ -96,7 +96,10 @@ TEST(CudaOps, MatmulMatchesFloat64) {
   for (Case c : {Case{1, 4096, 4096, false, DType::bf16}, Case{5, 1000, 520, true, DType::bf16},
                  Case{64, 1024, 4096, false, DType::f32}, Case{300, 384, 2048, true, DType::f32},
                  Case{129, 14336, 512, false, DType::bf16}, Case{3, 1001, 264, true, DType::f32},
-                 Case{2, 777, 4104, false, DType::bf16}, Case{4, 64, 8, false, DType::bf16}}) {
+                 Case{2, 777, 4104, false, DType::bf16}, Case{4, 64, 8, false, DType::bf16},
+                 // Split K (few rows, long K): down_proj's shape, a ragged half, 4 rows.
+                 Case{1, 4096, 14336, false, DType::f32}, Case{3, 5, 2056, true, DType::bf16},
+                 Case{4, 4097, 2048, false, DType::bf16}}) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k);
     const auto x = random_bf16(static_cast<std::size_t>(c.m * c.k), ++seed);
     const auto w = random_bf16(static_cast<std::size_t>(c.n * c.k), ++seed);

@@ -308,7 +308,7 @@ class CudaOps final : public Ops {
   void embedding(const Tensor& table, Tensor out) override {
     SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_rows));
     SLUICE_CHECK_EQ(out.cols(), table.cols());
-    if (replaying()) return;
+    if (!launching()) return;
     cuda::launch_embedding(view_, table.data, dt_of(table.dtype), table.cols(), out.data,
                            dt_of(out.dtype), stream_);
   }
@@ -316,7 +316,7 @@ class CudaOps final : public Ops {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
     SLUICE_CHECK_EQ(x.numel(), out.numel());
     SLUICE_CHECK_EQ(weight.numel(), x.cols());
-    if (replaying()) return;
+    if (!launching()) return;
     cuda::launch_rms_norm(x.data, dt_of(x.dtype), weight.data, dt_of(weight.dtype), eps, x.rows(),
                           x.cols(), out.data, dt_of(out.dtype), stream_);
   }
@@ -326,7 +326,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(residual.numel(), x.numel());
     SLUICE_CHECK_EQ(residual.numel(), out.numel());
     SLUICE_CHECK_EQ(weight.numel(), x.cols());
-    if (replaying()) return;
+    if (!launching()) return;
     cuda::launch_add_rms_norm(residual.data, dt_of(residual.dtype), x.data, dt_of(x.dtype),
                               weight.data, dt_of(weight.dtype), eps, x.rows(), x.cols(), out.data,
                               dt_of(out.dtype), stream_);
@@ -339,7 +339,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(out.rows(), x.rows());
     SLUICE_CHECK_EQ(out.cols(), w.rows());
     SLUICE_CHECK(out.dtype == DType::bf16 || out.dtype == DType::f32);
-    if (replaying()) return;
+    if (!launching()) return;
     if (!cuda::launch_gemv(x.data, w.data, out.data, dt_of(out.dtype), x.rows(), w.rows(), x.cols(),
                            stream_))
       gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
@@ -364,7 +364,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(w_qkv.rows(), q.cols() + k.cols() + v.cols());
     for (const Tensor* t : {&q, &k, &v}) SLUICE_CHECK_EQ(t->rows(), x.rows());
     SLUICE_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f32);
-    if (replaying()) return;
+    if (!launching()) return;
     cuda::GemvOutputs outs;
     outs.num_parts = 3;
     outs.dt = dt_of(q.dtype);
@@ -395,7 +395,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(x.cols(), w_gate_up.cols());
     SLUICE_CHECK_EQ(w_gate_up.rows(), 2 * out.cols());
     SLUICE_CHECK_EQ(out.rows(), x.rows());
-    if (replaying()) return;
+    if (!launching()) return;
     SLUICE_CHECK(cuda::launch_gemv_swiglu(x.data, w_gate_up.data, out.data, dt_of(out.dtype), x.rows(),
                                           out.cols(), x.cols(), stream_));
   }
@@ -407,7 +407,13 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(k.rows(), static_cast<std::int64_t>(view_.num_rows));
     SLUICE_CHECK_EQ(q.cols() % head_dim, std::int64_t{0});
     SLUICE_CHECK_EQ(k.cols() % head_dim, std::int64_t{0});
-    if (replaying()) return;
+    if (!launching()) return;
+    if (mode_ == Mode::capturing && fuse_rope_kv_write_ && k.dtype == DType::bf16) {
+      deferred_rope_ = DeferredRope{q.data, dt_of(q.dtype), k.data, static_cast<std::int32_t>(q.cols() / head_dim),
+                                    static_cast<std::int32_t>(k.cols() / head_dim), params.head_dim,
+                                    inverse_frequencies(params)};
+      return;
+    }
     cuda::launch_rope(view_, q.data, dt_of(q.dtype), static_cast<std::int32_t>(q.cols() / head_dim),
                       k.data, dt_of(k.dtype), static_cast<std::int32_t>(k.cols() / head_dim),
                       params.head_dim, inverse_frequencies(params), stream_);
@@ -436,9 +442,23 @@ class CudaOps final : public Ops {
       args.prefill_split_workspace = scratch_.allocate(cuda::prefill_split_workspace_bytes(view_, args));
     attention_q_heads_ = num_q_heads;
     if (replaying()) return;
-    cuda::launch_kv_write(view_, k.data, v.data, const_cast<void*>(args.k_cache),
-                          const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
-                          kv_spec_.block_size_tokens, stream_);
+    if (deferred_rope_ && deferred_rope_->q == q.data && deferred_rope_->k == k.data &&
+        deferred_rope_->num_kv_heads == kv_spec_.num_kv_heads && deferred_rope_->head_dim == head_dim) {
+      const cuda::RopeKvWriteArgs fused{.q = q.data, .q_dt = deferred_rope_->q_dt, .k = k.data, .v = v.data,
+                                        .k_cache = const_cast<void*>(args.k_cache),
+                                        .v_cache = const_cast<void*>(args.v_cache),
+                                        .inv_freq = deferred_rope_->inv_freq,
+                                        .num_q_heads = deferred_rope_->num_q_heads,
+                                        .num_kv_heads = kv_spec_.num_kv_heads, .head_dim = kv_spec_.head_dim,
+                                        .block_size = kv_spec_.block_size_tokens};
+      deferred_rope_.reset();
+      cuda::launch_rope_kv_write(view_, fused, stream_);
+    } else {
+      flush_deferred_rope();
+      cuda::launch_kv_write(view_, k.data, v.data, const_cast<void*>(args.k_cache),
+                            const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
+                            kv_spec_.block_size_tokens, stream_);
+    }
     cuda::launch_attention_prefill(view_, args, stream_);
     cuda::launch_attention_prefill_split(view_, args, stream_);
     cuda::launch_attention_split(view_, args, stream_);
@@ -447,7 +467,7 @@ class CudaOps final : public Ops {
   void silu_mul(const Tensor& gate_up, Tensor out) override {
     SLUICE_CHECK_EQ(gate_up.cols(), 2 * out.cols());
     SLUICE_CHECK_EQ(gate_up.rows(), out.rows());
-    if (replaying()) return;
+    if (!launching()) return;
     cuda::launch_silu_mul(gate_up.data, dt_of(gate_up.dtype), out.rows(), out.cols(), out.data,
                           dt_of(out.dtype), stream_);
   }
@@ -456,7 +476,7 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_sample_rows));
     SLUICE_CHECK_EQ(out.cols(), x.cols());
     SLUICE_CHECK(out.dtype == x.dtype);
-    if (replaying()) return;
+    if (!launching()) return;
     cuda::launch_gather_rows(x.data, dt_of(x.dtype), x.cols(), view_.sample_rows,
                              view_.num_sample_rows, out.data, stream_);
   }
@@ -585,6 +605,38 @@ class CudaOps final : public Ops {
     auto operator<=>(const GraphKey&) const = default;
   };
   bool replaying() const { return mode_ == Mode::replaying; }
+  // Whether an op launches its kernels (not while replaying: the graph has
+  // them); first launches a deferred RoPE, whose q and k the op may read.
+  bool launching() {
+    if (replaying()) return false;
+    flush_deferred_rope();
+    return true;
+  }
+
+  // A decode step under capture defers its RoPE to the attention op that
+  // follows it, which launches it fused with the KV page write: one kernel
+  // instead of two, ~3-4 us a layer each at batch 1. Any other op launches it
+  // first (as does the end of the capture). Eager steps (prefill, the tests
+  // that compare each op with the CPU) keep the separate kernels.
+  // SLUICE_ROPE_KV_FUSED=0 turns the fusion off.
+  struct DeferredRope {
+    void* q;
+    cuda::Dt q_dt;
+    void* k;
+    std::int32_t num_q_heads, num_kv_heads, head_dim;
+    const float* inv_freq;
+  };
+  void flush_deferred_rope() {
+    if (!deferred_rope_) return;
+    const DeferredRope r = *deferred_rope_;
+    deferred_rope_.reset();
+    cuda::launch_rope(view_, r.q, r.q_dt, r.num_q_heads, r.k, dt_of(DType::bf16), r.num_kv_heads, r.head_dim,
+                      r.inv_freq, stream_);
+  }
+  static bool rope_kv_fusion_setting() {
+    const char* env = std::getenv("SLUICE_ROPE_KV_FUSED");
+    return env == nullptr || env[0] != '0';
+  }
 
   std::optional<GraphKey> graph_key(const StepLayout& layout) const {
     if (!options_.use_cuda_graphs || kv_cache_ == nullptr || layout.sequences.empty()) return std::nullopt;
@@ -622,6 +674,7 @@ class CudaOps final : public Ops {
   // launching the step's graph; a no-op for eager steps.
   void finish_step_graph() {
     if (mode_ == Mode::capturing) {
+      flush_deferred_rope();
       cudaGraph_t graph = nullptr;
       SLUICE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
       cudaGraphExec_t exec = nullptr;
@@ -671,6 +724,8 @@ class CudaOps final : public Ops {
   std::uint64_t metadata_generation_ = 0;  // bumped when step_device_ moves
 
   Mode mode_ = Mode::eager;
+  bool fuse_rope_kv_write_ = rope_kv_fusion_setting();
+  std::optional<DeferredRope> deferred_rope_;
   GraphKey capture_key_{};
   cudaGraphExec_t replay_ = nullptr;
   std::map<GraphKey, cudaGraphExec_t> graphs_;

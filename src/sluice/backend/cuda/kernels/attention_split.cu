@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "sluice/backend/cuda/cuda_check.h"
@@ -39,11 +40,32 @@ struct SplitParams {
   __nv_bfloat16* out;
   const __nv_bfloat16* k_cache;
   const __nv_bfloat16* v_cache;
-  float* ws_acc;  // [num_split_rows, num_q_heads, num_splits, D]
-  float* ws_ml;   // [num_split_rows, num_q_heads, num_splits, 2]
-  int num_q_heads, num_kv_heads, block_size, split_tokens, num_splits, head_chunks;
+  float* ws_acc;  // [num_split_rows, num_q_heads, max_splits, D]
+  float* ws_ml;   // [num_split_rows, num_q_heads, max_splits, 2]
+  int num_q_heads, num_kv_heads, block_size, head_chunks;
+  // The split plan (split_of() below): splits in the grid and the workspace
+  // (from the longest context the launch must cover: the graph bucket under
+  // CUDA graphs), the shortest split a row is cut into, and the multiple of
+  // keys (the kernel's tile) split lengths round up to.
+  int max_splits, min_split_tokens, split_align;
   float scale_log2;
 };
+
+// One row's splits, from the row's own key count, not the longest the grid
+// was sized for: under a graph captured for the 16384 bucket, 8193 keys were
+// one 8192-key split and one 1-key split; here they are two of 4160 and 4033.
+// Blocks past num_splits exit at once. The split and combine kernels both
+// call this, so the plan needs no metadata of its own.
+struct RowSplit {
+  int num_splits, split_tokens;
+};
+__device__ __forceinline__ RowSplit split_of(int kv_len, const SplitParams& p) {
+  int n = (kv_len + p.min_split_tokens - 1) / p.min_split_tokens;
+  n = n < 1 ? 1 : n > p.max_splits ? p.max_splits : n;
+  const int per_split = (kv_len + n - 1) / n;
+  const int tokens = (per_split + p.split_align - 1) / p.split_align * p.split_align;
+  return {(kv_len + tokens - 1) / tokens, tokens};
+}
 
 __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -103,8 +125,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int group_size = p.num_q_heads / p.num_kv_heads;
   const int head_begin = kv_head * group_size + (blockIdx.y % p.head_chunks) * kGroup;
   const int num_heads_here = min(kGroup, kv_head * group_size + group_size - head_begin);
-  const int key_begin = blockIdx.x * p.split_tokens;
-  const int key_end = min(key_begin + p.split_tokens, kv_len);
+  const RowSplit split = split_of(kv_len, p);
+  if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
+    pdl_wait();
+    return;
+  }
+  const int key_begin = blockIdx.x * split.split_tokens;
+  const int key_end = min(key_begin + split.split_tokens, kv_len);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
   const int num_tiles = key_end > key_begin ? (key_end - key_begin + kTileKeys - 1) / kTileKeys : 0;
@@ -275,12 +302,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       a_all += sm_acc[(w * kGroup + g) * D + d] * c;
     }
     const int head = head_begin + g;
-    if (p.num_splits == 1) {
+    if (split.num_splits == 1) {
       p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] =
           __float2bfloat16(a_all / l_all);
     } else {
       const std::int64_t part =
-          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.num_splits +
+          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.max_splits +
           blockIdx.x;
       p.ws_acc[part * D + d] = a_all;
       if (d == 0) {
@@ -307,79 +334,100 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
 // The same split-KV decode on tensor cores, for GQA groups of 2..16 heads:
 // the group's query heads are the 16 rows of an mma tile (zero-padded), so a
 // key costs a few mma instead of G * D * 2 FMAs on CUDA cores, which bounded
-// the kernel above at ~2 TB/s for groups of 4. Each warp takes 16 keys of a
-// 64-key tile (staged by cp.async, padded rows for ldmatrix) and keeps its own
-// softmax state; the four warps merge at the end like the kernel above.
-constexpr int kMmaTileKeys = 64;
-// Stages of the K/V ring: 3 by default (two tiles in flight, 108 KB: two
-// blocks a multiprocessor); SLUICE_SPLIT_STAGES=2 (one tile in flight, 74 KB:
-// three blocks) is under evaluation for batch-64 decode.
-constexpr int kMmaStagesDefault = 3;
+// the kernel above at ~2 TB/s for groups of 4. Each of kW warps takes 16 keys
+// of a 16 * kW-key tile (staged by cp.async, padded rows for ldmatrix) and
+// keeps its own softmax state; the warps merge at the end like the kernel
+// above. kW = 4: 64-key tiles. 8 warps over 128-key tiles (213 KB with 3
+// stages, one block a multiprocessor) read 15% less at batch 64 (run 11).
+constexpr int kMmaWarps = 4;
+// Stages of the K/V ring: 2 by default (one tile in flight while one is
+// computed; 72 KB: three blocks a multiprocessor); 3 (108 KB, two blocks)
+// is SLUICE_SPLIT_STAGES=3. With each row's own split plan, 2 stages read
+// 13% more at batch 64 x 8k (run 11); before it, with one 8192-key split a
+// row, they lost 7% (run 9: 512 blocks in 396 slots, a second wave a third full).
+constexpr int kMmaStagesDefault = 2;
 
-template <int D, int kMmaStages>
+template <int D, int kStages, int kW>
 constexpr int mma_smem_bytes() {
-  const int ring = 2 * kMmaStages * kMmaTileKeys * (D + 8) * 2;
-  const int merge = kWarps * 16 * D * 4 + 2 * kWarps * 16 * 4;
+  const int ring = 2 * kStages * 16 * kW * (D + 8) * 2;
+  const int merge = kW * 16 * D * 4 + 2 * kW * 16 * 4;
   return (ring > merge ? ring : merge) + 16 * (D + 8) * 2;  // + the Q tile
 }
 
-template <int D, int kMmaStages>
-__global__ void __launch_bounds__(kWarps * 32)
+template <int D, int kStages, int kW>
+__global__ void __launch_bounds__(kW * 32)
     split_mma_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
+  constexpr int kThreads = kW * 32;
+  constexpr int kTileKeys = 16 * kW;
   constexpr int kStride = D + 8;
   constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // tile rows one pass of the block copies
+  constexpr int kPasses = kTileKeys / kRowsPerPass;
   constexpr int kKSteps = D / 16;
   constexpr int kNTilesO = D / 8;
+  static_assert(kThreads % kChunksPerRow == 0 && kTileKeys % kRowsPerPass == 0, "tile copy must be even");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kStride]
-  auto* s_k = s_q + 16 * kStride;                           // [kMmaStages][kMmaTileKeys][kStride]
-  auto* s_v = s_k + kMmaStages * kMmaTileKeys * kStride;
+  auto* s_k = s_q + 16 * kStride;                           // [kStages][kTileKeys][kStride]
+  auto* s_v = s_k + kStages * kTileKeys * kStride;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int row_index = blockIdx.z;
   const int row = step.split_rows[row_index];
   const int seq = step.row_sequence[row];
   const int kv_len = step.positions[row] + 1;
+  const RowSplit split = split_of(kv_len, p);
+  if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
+    pdl_wait();
+    return;
+  }
   const int kv_head = blockIdx.y / p.head_chunks;
   const int group_size = p.num_q_heads / p.num_kv_heads;
   const int head_begin = kv_head * group_size + (blockIdx.y % p.head_chunks) * 16;
   const int num_heads_here = min(16, kv_head * group_size + group_size - head_begin);
-  const int key_begin = blockIdx.x * p.split_tokens;
-  const int key_end = min(key_begin + p.split_tokens, kv_len);
+  const int key_begin = blockIdx.x * split.split_tokens;
+  const int key_end = min(key_begin + split.split_tokens, kv_len);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
-  const int num_tiles =
-      key_end > key_begin ? (key_end - key_begin + kMmaTileKeys - 1) / kMmaTileKeys : 0;
-  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kMmaStages - 1) * kMmaTileKeys);
+  const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
+  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kStages - 1) * kTileKeys);
   pdl_wait();
 
   // Q: the group's heads as rows, zero rows past the group.
-  for (int c = tid; c < 16 * kChunksPerRow; c += kWarps * 32) {
+  for (int c = tid; c < 16 * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const bool valid = r < num_heads_here;
     cp_async_16(s_q + r * kStride + col,
                 p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + (valid ? r : 0)) * D + col,
                 valid);
   }
+  // A thread copies the same 16-byte column of kPasses rows. Every page-table
+  // read comes first, then the copies: one dependent round trip a tile, not
+  // one a row.
+  const int copy_row = tid / kChunksPerRow, copy_col = (tid % kChunksPerRow) * 8;
   auto load_tile = [&](int tile) {
-    const int stage = tile % kMmaStages;
-    for (int c = tid; c < kMmaTileKeys * kChunksPerRow; c += kWarps * 32) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      const int key = key_begin + tile * kMmaTileKeys + r;
-      const bool valid = key < key_end;
-      std::int64_t off = 0;
-      if (valid) {
-        const std::int64_t slot =
-            static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * key_stride + kv_head * D + col;
-      }
-      cp_async_16(s_k + (stage * kMmaTileKeys + r) * kStride + col, p.k_cache + off, valid);
-      cp_async_16(s_v + (stage * kMmaTileKeys + r) * kStride + col, p.v_cache + off, valid);
+    const int stage = tile % kStages;
+    const int key0 = key_begin + tile * kTileKeys + copy_row;
+    std::int64_t off[kPasses];
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int key = key0 + i * kRowsPerPass;
+      off[i] = key < key_end ? (static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size +
+                                key % p.block_size) * key_stride + kv_head * D + copy_col
+                             : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = copy_row + i * kRowsPerPass;
+      const bool valid = off[i] >= 0;
+      const std::int64_t src = valid ? off[i] : 0;
+      cp_async_16(s_k + (stage * kTileKeys + r) * kStride + copy_col, p.k_cache + src, valid);
+      cp_async_16(s_v + (stage * kTileKeys + r) * kStride + copy_col, p.v_cache + src, valid);
     }
   };
 #pragma unroll
-  for (int t = 0; t < kMmaStages - 1; ++t) {
+  for (int t = 0; t < kStages - 1; ++t) {
     if (t < num_tiles) load_tile(t);
     cp_async_commit();  // the first group also carries Q
   }
@@ -393,19 +441,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    if (tile + kMmaStages - 1 < num_tiles) load_tile(tile + kMmaStages - 1);
+    if (tile + kStages - 1 < num_tiles) load_tile(tile + kStages - 1);
     cp_async_commit();
-    cp_async_wait<kMmaStages - 1>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
     if (tile == 0) {
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
         ldmatrix_x4(q_frag[ks], s_q + (lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
     }
-    const int stage = tile % kMmaStages;
-    const __nv_bfloat16* sk = s_k + (stage * kMmaTileKeys + warp * 16) * kStride;
-    const __nv_bfloat16* sv = s_v + (stage * kMmaTileKeys + warp * 16) * kStride;
-    const int key0 = key_begin + tile * kMmaTileKeys + warp * 16;
+    const int stage = tile % kStages;
+    const __nv_bfloat16* sk = s_k + (stage * kTileKeys + warp * 16) * kStride;
+    const __nv_bfloat16* sv = s_v + (stage * kTileKeys + warp * 16) * kStride;
+    const int key0 = key_begin + tile * kTileKeys + warp * 16;
 
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -465,7 +513,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       mma_16816(o_acc[n], a, b[0], b[1]);
       mma_16816(o_acc[n + 1], a, b[2], b[3]);
     }
-    __syncthreads();  // the stage is rewritten kMmaStages - 1 tiles later
+    __syncthreads();  // the stage is rewritten kStages - 1 tiles later
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -473,11 +521,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  // Merge the four warps' states through shared memory (the ring is free now).
+  // Merge the warps' states through shared memory (the ring is free now).
   __syncthreads();
-  float* sm_o = reinterpret_cast<float*>(s_k);  // [kWarps][16][D]
-  float* sm_m = sm_o + kWarps * 16 * D;         // [kWarps][16]
-  float* sm_l = sm_m + kWarps * 16;
+  float* sm_o = reinterpret_cast<float*>(s_k);  // [kW][16][D]
+  float* sm_m = sm_o + kW * 16 * D;             // [kW][16]
+  float* sm_l = sm_m + kW * 16;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = lane / 4 + h * 8;
@@ -493,25 +541,25 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   __syncthreads();
-  for (int e = tid; e < num_heads_here * D; e += kWarps * 32) {
+  for (int e = tid; e < num_heads_here * D; e += kThreads) {
     const int g = e / D, d = e % D;
     float m_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * 16 + g]);
+    for (int w = 0; w < kW; ++w) m_all = fmaxf(m_all, sm_m[w * 16 + g]);
     float l_all = 0.0f, a_all = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < kW; ++w) {
       const float c = m_all == -INFINITY ? 0.0f : exp2f(sm_m[w * 16 + g] - m_all);
       l_all += sm_l[w * 16 + g] * c;
       a_all += sm_o[(w * 16 + g) * D + d] * c;
     }
     const int head = head_begin + g;
-    if (p.num_splits == 1) {
+    if (split.num_splits == 1) {
       p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] =
           __float2bfloat16(a_all / l_all);
     } else {
       const std::int64_t part =
-          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.num_splits + blockIdx.x;
+          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.max_splits + blockIdx.x;
       p.ws_acc[part * D + d] = a_all;
       if (d == 0) {
         p.ws_ml[part * 2] = m_all;
@@ -521,25 +569,54 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int D, int kMmaStages>
-void launch_split_mma_stages(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = mma_smem_bytes<D, kMmaStages>();
+template <int D, int kStages, int kW>
+void launch_split_mma_variant(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+  constexpr int kSmemBytes = mma_smem_bytes<D, kStages, kW>();
+  static_assert(kSmemBytes <= 227 * 1024, "one block must fit a multiprocessor");
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaStages>,
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kStages, kW>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel<D, kMmaStages>, grid, dim3(kWarps * 32), kSmemBytes, stream, step, p);
+  launch_kernel(split_mma_kernel<D, kStages, kW>, grid, dim3(kW * 32), kSmemBytes, stream, step, p);
+}
+
+// The ring's stages: kMmaStagesDefault, or SLUICE_SPLIT_STAGES=2 / 3.
+int mma_stages_setting() {
+  const char* env = std::getenv("SLUICE_SPLIT_STAGES");
+  return env != nullptr && (env[0] == '2' || env[0] == '3') ? env[0] - '0' : kMmaStagesDefault;
 }
 
 template <int D>
-void launch_split_mma(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
-  const char* env = std::getenv("SLUICE_SPLIT_STAGES");
-  if (env != nullptr && env[0] == '2')
-    launch_split_mma_stages<D, 2>(grid, stream, step, p);
+void launch_split_mma(dim3 grid, int stages, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+  if (stages == 3)
+    launch_split_mma_variant<D, 3, kMmaWarps>(grid, stream, step, p);
   else
-    launch_split_mma_stages<D, kMmaStagesDefault>(grid, stream, step, p);
+    launch_split_mma_variant<D, 2, kMmaWarps>(grid, stream, step, p);
+}
+
+// Blocks of the tensor-core kernel resident on the whole GPU (its shared
+// memory bounds them: 3 a multiprocessor at head_dim 128 with 2 stages).
+template <int D, int kStages>
+int mma_resident_blocks() {
+  static const int blocks = [] {
+    constexpr int kSmemBytes = mma_smem_bytes<D, kStages, kMmaWarps>();
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kStages, kMmaWarps>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    int per_sm = 0, device = 0, sms = 0;
+    SLUICE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, split_mma_kernel<D, kStages, kMmaWarps>, kMmaWarps * 32, kSmemBytes));
+    SLUICE_CUDA_CHECK(cudaGetDevice(&device));
+    SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return std::max(1, per_sm * sms);
+  }();
+  return blocks;
+}
+
+int mma_resident_blocks(int head_dim, int stages) {
+  if (head_dim == 64) return stages == 3 ? mma_resident_blocks<64, 3>() : mma_resident_blocks<64, 2>();
+  return stages == 3 ? mma_resident_blocks<128, 3>() : mma_resident_blocks<128, 2>();
 }
 
 // One block per (row, query head): merges the splits. kParts groups of D
@@ -557,20 +634,22 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
   constexpr int kParts = combine_parts<D>();
   pdl_launch_dependents();
   pdl_wait();
-  extern __shared__ float s_scale[];  // [num_splits]
+  extern __shared__ float s_scale[];  // [max_splits]
   __shared__ float s_inv_l;
   __shared__ float s_part[kParts][D];
   const int row_index = blockIdx.x, head = blockIdx.y;
   const int d = threadIdx.x % D, part = threadIdx.x / D;
   const int row = step.split_rows[row_index];
+  const int num_splits = split_of(step.positions[row] + 1, p).num_splits;
+  if (num_splits == 1) return;  // the split kernel wrote this row's output
   const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) *
-                            p.num_splits;
+                            p.max_splits;
   if (threadIdx.x < 32) {
     float m_all = -INFINITY;
-    for (int s = threadIdx.x; s < p.num_splits; s += 32) m_all = fmaxf(m_all, p.ws_ml[(base + s) * 2]);
+    for (int s = threadIdx.x; s < num_splits; s += 32) m_all = fmaxf(m_all, p.ws_ml[(base + s) * 2]);
     m_all = warp_max(m_all);
     float l_all = 0.0f;
-    for (int s = threadIdx.x; s < p.num_splits; s += 32) {
+    for (int s = threadIdx.x; s < num_splits; s += 32) {
       const float m_s = p.ws_ml[(base + s) * 2];
       const float c = m_s == -INFINITY ? 0.0f : exp2f(m_s - m_all);
       s_scale[s] = c;
@@ -582,7 +661,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
   __syncthreads();
   float a_all = 0.0f;
 #pragma unroll 4
-  for (int s = part; s < p.num_splits; s += kParts) a_all += p.ws_acc[(base + s) * D + d] * s_scale[s];
+  for (int s = part; s < num_splits; s += kParts) a_all += p.ws_acc[(base + s) * D + d] * s_scale[s];
   s_part[part][d] = a_all;
   __syncthreads();
   if (part != 0) return;
@@ -593,9 +672,31 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
 }
 
 struct SplitPlan {
-  int num_splits, split_tokens, head_chunks, group;
+  int max_splits, min_split_tokens, split_align, head_chunks, group, mma_stages;
 };
 
+// Splits for the tensor-core kernel: the count (up to by_len) whose blocks,
+// all rows cut alike, leave the least of their last wave empty, the fewest
+// among near-equals. Batch 64 x 8 kv heads in 396 slots: one split is 1.29
+// waves (65% of the time busy), two 2.59 (86%), three 3.88 (97%).
+int splits_by_waves(std::int64_t pairs, int by_len, int resident_blocks) {
+  int best = 1;
+  double best_score = 0.0;
+  for (int n = 1; n <= std::min(by_len, 256); ++n) {
+    const double waves = static_cast<double>(pairs) * n / resident_blocks;
+    const double busy = waves / std::ceil(waves);
+    const double score = busy - 0.01 * (n - 1);  // every split adds a partial to merge
+    if (score > best_score + 1e-9) {
+      best = n;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+// The grid's splits come from the longest key range the launch must cover
+// (the bucket under graphs, so the grid is fixed while the graph replays);
+// each row then cuts its own keys (split_of()).
 SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int group_size = args.num_q_heads / args.num_kv_heads;
   const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
@@ -605,19 +706,25 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
                            : group_size <= 4 ? 4
                                              : 8;
   const int head_chunks = (group_size + kernel_group - 1) / kernel_group;
-  // Enough blocks to fill the GPU about four times over, but no split shorter
-  // than 128 keys (below that the merge costs more than it saves).
-  constexpr int kTargetBlocks = 132 * 4;
+  const int mma_stages = tensor_cores ? mma_stages_setting() : 0;
+  const int tile_keys = tensor_cores ? 16 * kMmaWarps : kTileBytes / (args.head_dim * 2);
+  // No split shorter than 128 keys (below that the merge costs more than it saves).
   constexpr int kMinSplitTokens = 128;
-  const std::int64_t base = static_cast<std::int64_t>(step.num_split_rows) * args.num_kv_heads *
-                            head_chunks;
+  const int min_split_tokens = std::max(kMinSplitTokens, tile_keys);
+  const std::int64_t pairs = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(step.num_split_rows) * args.num_kv_heads * head_chunks);
   const int max_kv = std::max(1, step.max_split_kv_tokens);
-  const int by_fill = static_cast<int>((kTargetBlocks + base - 1) / std::max<std::int64_t>(base, 1));
-  const int by_len = (max_kv + kMinSplitTokens - 1) / kMinSplitTokens;
-  int num_splits = std::max(1, std::min(by_fill, by_len));
-  const int split_tokens = (max_kv + num_splits - 1) / num_splits;
-  num_splits = (max_kv + split_tokens - 1) / split_tokens;
-  return {num_splits, split_tokens, head_chunks, kernel_group};
+  const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
+  int max_splits = 1;
+  if (tensor_cores) {
+    max_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, mma_stages));
+  } else {
+    // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
+    constexpr int kTargetBlocks = 132 * 4;
+    const int by_fill = static_cast<int>((kTargetBlocks + pairs - 1) / pairs);
+    max_splits = std::max(1, std::min(by_fill, by_len));
+  }
+  return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, mma_stages};
 }
 
 template <int D>
@@ -629,20 +736,21 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
   p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
   const std::int64_t parts =
-      static_cast<std::int64_t>(step.num_split_rows) * args.num_q_heads * plan.num_splits;
+      static_cast<std::int64_t>(step.num_split_rows) * args.num_q_heads * plan.max_splits;
   p.ws_acc = static_cast<float*>(args.workspace);
   p.ws_ml = p.ws_acc + parts * D;
   p.num_q_heads = args.num_q_heads;
   p.num_kv_heads = args.num_kv_heads;
   p.block_size = args.block_size_tokens;
-  p.split_tokens = plan.split_tokens;
-  p.num_splits = plan.num_splits;
   p.head_chunks = plan.head_chunks;
+  p.max_splits = plan.max_splits;
+  p.min_split_tokens = plan.min_split_tokens;
+  p.split_align = plan.split_align;
   p.scale_log2 = args.scale * kLog2e;
-  const dim3 grid(plan.num_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
+  const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {
     case 16:
-      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, stream, step, p);
+      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, plan.mma_stages, stream, step, p);
       break;
     case 1: launch_split<D, 1>(grid, stream, step, p); break;
     case 2: launch_split<D, 2>(grid, stream, step, p); break;
@@ -650,9 +758,9 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
     default: launch_split<D, 8>(grid, stream, step, p); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
-  if (plan.num_splits > 1) {
+  if (plan.max_splits > 1) {
     launch_kernel(combine_kernel<D>, dim3(step.num_split_rows, args.num_q_heads),
-                  dim3(D * combine_parts<D>()), plan.num_splits * sizeof(float), stream, step, p);
+                  dim3(D * combine_parts<D>()), plan.max_splits * sizeof(float), stream, step, p);
     SLUICE_CUDA_CHECK_LAUNCH();
   }
 }
@@ -666,7 +774,7 @@ bool split_kernel_supports(std::int32_t head_dim) {
 std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args) {
   const SplitPlan plan = plan_split(step, args);
   const std::int64_t parts =
-      static_cast<std::int64_t>(step.num_split_rows) * args.num_q_heads * plan.num_splits;
+      static_cast<std::int64_t>(step.num_split_rows) * args.num_q_heads * plan.max_splits;
   return parts * (args.head_dim + 2) * static_cast<std::int64_t>(sizeof(float));
 }
 

@@ -212,6 +212,54 @@ __global__ void rope_kernel(const std::int32_t* positions, void* q, Dt q_dt,
   }
 }
 
+// RoPE on q and k and the KV page write in one kernel (decode steps under
+// CUDA graphs; ~3-4 us a layer each at batch 1, serial): one thread per pair
+// (d, d + half) of one head of one row, over the q heads, the k heads and
+// the v heads. A k pair is rotated, written back and written to its page; a
+// v pair goes to its page unchanged. Same f32 angle and rounding as
+// rope_kernel and kv_write_kernel, so the page holds the same bits.
+__global__ void rope_kv_write_kernel(RopeKvWriteArgs a, const std::int32_t* positions,
+                                     const std::int32_t* row_sequence, const std::int32_t* seq_block_offset,
+                                     const std::int32_t* block_tables) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const std::int64_t row = blockIdx.x;
+  const int pos = positions[row];
+  const int half = a.head_dim / 2;
+  const int i = blockIdx.y * blockDim.x + threadIdx.x;
+  if (i >= (a.num_q_heads + 2 * a.num_kv_heads) * half) return;
+  const int head = i / half, d = i - head * half;
+  const std::int64_t kv_width = static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;
+  if (head < a.num_q_heads + a.num_kv_heads) {
+    const bool is_q = head < a.num_q_heads;
+    const int h = is_q ? head : head - a.num_q_heads;
+    void* base = is_q ? a.q : a.k;
+    const Dt dt = is_q ? a.q_dt : Dt::bf16;
+    const std::int64_t off = row * (is_q ? static_cast<std::int64_t>(a.num_q_heads) * a.head_dim : kv_width) +
+                             static_cast<std::int64_t>(h) * a.head_dim;
+    float s, c;
+    sincosf(static_cast<float>(pos) * a.inv_freq[d], &s, &c);
+    const float x1 = load_f(base, dt, off + d), x2 = load_f(base, dt, off + d + half);
+    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    store_f(base, dt, off + d, y1);
+    store_f(base, dt, off + d + half, y2);
+    if (is_q) return;
+    const int block = block_tables[seq_block_offset[row_sequence[row]] + pos / a.block_size];
+    const std::int64_t slot = static_cast<std::int64_t>(block) * a.block_size + pos % a.block_size;
+    auto* cache = static_cast<__nv_bfloat16*>(a.k_cache) + slot * kv_width + static_cast<std::int64_t>(h) * a.head_dim;
+    cache[d] = __float2bfloat16(y1);
+    cache[d + half] = __float2bfloat16(y2);
+    return;
+  }
+  const int h = head - a.num_q_heads - a.num_kv_heads;
+  const int block = block_tables[seq_block_offset[row_sequence[row]] + pos / a.block_size];
+  const std::int64_t slot = static_cast<std::int64_t>(block) * a.block_size + pos % a.block_size;
+  const auto* src = static_cast<const __nv_bfloat16*>(a.v) + row * kv_width + static_cast<std::int64_t>(h) * a.head_dim;
+  auto* cache = static_cast<__nv_bfloat16*>(a.v_cache) + slot * kv_width + static_cast<std::int64_t>(h) * a.head_dim;
+  cache[d] = src[d];
+  cache[d + half] = src[d + half];
+}
+
 // One block per row: copies the row's K and V (bf16, 16 bytes a thread) into
 // the page that holds its position.
 __global__ void kv_write_kernel(const std::int32_t* positions, const std::int32_t* row_sequence,
@@ -331,6 +379,16 @@ void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_
   const dim3 grid(step.num_rows, (pairs + kThreads - 1) / kThreads);
   launch_kernel(rope_kernel, grid, kThreads, 0, stream, step.positions, q, q_dt, num_q_heads, k,
                 k_dt, num_kv_heads, head_dim, inv_freq);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope_kv_write(const StepDeviceView& step, const RopeKvWriteArgs& args, cudaStream_t stream) {
+  if (step.num_rows == 0) return;
+  constexpr int kThreads = 128;
+  const int pairs = (args.num_q_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
+  const dim3 grid(step.num_rows, (pairs + kThreads - 1) / kThreads);
+  launch_kernel(rope_kv_write_kernel, grid, kThreads, 0, stream, args, step.positions, step.row_sequence,
+                step.seq_block_offset, step.block_tables);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

@@ -196,14 +196,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 || kPredicated
   }
 }
 
-// The plain single-output GEMV (o_proj, down_proj, lm_head): the first
-// version's loop and arguments, plus PDL. Occupancy is what keeps bytes in
-// flight here: that version took 32 registers (8 blocks = 64 warps a
-// multiprocessor) and read 91-100% of HBM; gemv_kernel above takes 48-66
-// registers for the same loop (5 blocks) and read 70-77% (run 9).
+// Where the plain GEMV's output columns go: up to three row-major tensors
+// (the q|k|v projection writes q, k and v from one pass over the stacked
+// weight); unused parts have begin INT_MAX.
+struct PlainOutputs {
+  void* data[3];
+  int begin[3];
+  int cols[3];
+  Dt dt;
+};
+
+// The plain GEMV (o_proj, down_proj, lm_head, and q|k|v through `out`'s
+// parts): the first version's loop and arguments, plus PDL. Occupancy is what
+// keeps bytes in flight here: that version took 32 registers (8 blocks = 64
+// warps a multiprocessor) and read 91-100% of HBM; gemv_kernel above takes
+// 40-66 registers for the same loop (5-6 blocks) and read 66-77% (runs 9, 10).
+// The parts cost only the store's part choice, made once per column.
 template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
-    gemv_plain_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, void* out, Dt out_dt, int n,
+    gemv_plain_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
                       int k_vecs) {
   constexpr int kU = 4;
   const int lane = threadIdx.x & 31;
@@ -235,10 +246,111 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
 #pragma unroll
     for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
   }
+  // Selects, not a runtime index into the parameter struct (that copies it to the stack).
+  const bool in2 = col >= out.begin[2], in1 = col >= out.begin[1];
+  void* const dst = in2 ? out.data[2] : in1 ? out.data[1] : out.data[0];
+  const int dst_cols = in2 ? out.cols[2] : in1 ? out.cols[1] : out.cols[0];
+  const int dst_col = col - (in2 ? out.begin[2] : in1 ? out.begin[1] : out.begin[0]);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     const float total = warp_sum(acc[m]);
-    if (lane == 0) store_f(out, out_dt, static_cast<std::int64_t>(m) * n + col, total);
+    if (lane == 0) store_f(dst, out.dt, static_cast<std::int64_t>(m) * dst_cols + dst_col, total);
+  }
+}
+
+// Split K on the plain loop: two warps a row (32 registers, eight blocks a
+// multiprocessor), a block's first four warps reading the first halves of
+// rows i..i+3 and the other four the second halves, added through shared
+// memory. For weights of few rows (q|k|v at 6144, o_proj and down_proj at
+// 4096), whose one-warp-a-row grid fills under one wave of warp slots:
+// o_proj read 62% of HBM that way, down_proj 82%, q|k|v 66% (run 11).
+// SLUICE_GEMV_SPLITK=0 turns it off.
+template <int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
+    gemv_split_k_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
+                        int k_vecs) {
+  constexpr int kU = 4;
+  constexpr int kItems = kWarpsPerBlock / 2;
+  __shared__ float s_second[kItems][kRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int item = blockIdx.x * kItems + warp % kItems;
+  const bool second = warp >= kItems, active = item < n;
+  const int half_vecs = min(k_vecs, (k_vecs / 2 + 31) / 32 * 32);
+  const int begin = second ? half_vecs : 0;
+  const int end = second ? k_vecs : half_vecs;
+  const uint4* wrow = w + static_cast<std::int64_t>(active ? item : 0) * k_vecs;
+  pdl_launch_dependents();
+  if (active && lane < 16 && begin * 16 + lane * 128 < end * 16)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow + begin) + lane * 128));
+  pdl_wait();
+  float acc[kRows] = {};
+  if (active) {
+    int kv = begin + lane;
+    for (; kv + 32 * (kU - 1) < end; kv += 32 * kU) {
+      uint4 wv[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) wv[u] = wrow[kv + 32 * u];
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
+    }
+    for (; kv < end; kv += 32) {
+      const uint4 w1 = wrow[kv];
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
+  if (second && lane == 0)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) s_second[warp - kItems][m] = acc[m];
+  __syncthreads();
+  if (second || lane != 0 || !active) return;
+  const bool in2 = item >= out.begin[2], in1 = item >= out.begin[1];
+  void* const dst = in2 ? out.data[2] : in1 ? out.data[1] : out.data[0];
+  const int dst_cols = in2 ? out.cols[2] : in1 ? out.cols[1] : out.cols[0];
+  const int dst_col = item - (in2 ? out.begin[2] : in1 ? out.begin[1] : out.begin[0]);
+#pragma unroll
+  for (int m = 0; m < kRows; ++m)
+    store_f(dst, out.dt, static_cast<std::int64_t>(m) * dst_cols + dst_col, acc[m] + s_second[warp][m]);
+}
+
+void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
+                    std::int64_t k, cudaStream_t stream) {
+  constexpr int kItems = kWarpsPerBlock / 2;
+  const dim3 grid(static_cast<unsigned>((n + kItems - 1) / kItems)), block(kWarpsPerBlock * 32);
+  const auto* xv = static_cast<const uint4*>(x);
+  const auto* wv = static_cast<const uint4*>(w);
+  const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
+  switch (m) {
+    case 1: launch_kernel(gemv_split_k_kernel<1>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 2: launch_kernel(gemv_split_k_kernel<2>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 3: launch_kernel(gemv_split_k_kernel<3>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    default: launch_kernel(gemv_split_k_kernel<4>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+  }
+}
+
+// Split K when one warp a row fills under one wave of warp slots (132 SMs x
+// 64) and each half keeps a full loop.
+bool use_split_k(std::int64_t n, std::int64_t k) {
+  const char* env = std::getenv("SLUICE_GEMV_SPLITK");
+  if (env != nullptr && env[0] == '0') return false;
+  return n <= 132 * 64 && k / 8 >= 2 * 32 * 4;
+}
+
+void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
+                  std::int64_t k, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
+  const auto* xv = static_cast<const uint4*>(x);
+  const auto* wv = static_cast<const uint4*>(w);
+  const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
+  switch (m) {
+    case 1: launch_kernel(gemv_plain_kernel<1>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 2: launch_kernel(gemv_plain_kernel<2>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 3: launch_kernel(gemv_plain_kernel<3>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    default: launch_kernel(gemv_plain_kernel<4>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
   }
 }
 
@@ -308,6 +420,23 @@ bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std
   std::int64_t n = 0;
   for (int j = 0; j < out.num_parts; ++j) n += out.cols[j];
   if (out.num_parts < 1 || out.num_parts > 3 || !covered(m, n, k)) return false;
+  if (gemv_variant() == 1) {
+    PlainOutputs plain{};
+    std::int64_t at = 0;
+    for (int j = 0; j < 3; ++j) {
+      const bool used = j < out.num_parts;
+      plain.data[j] = used ? out.data[j] : nullptr;
+      plain.begin[j] = used ? static_cast<int>(at) : INT_MAX;
+      plain.cols[j] = used ? static_cast<int>(out.cols[j]) : 0;
+      if (used) at += out.cols[j];
+    }
+    plain.dt = out.dt;
+    if (use_split_k(n, k))
+      launch_split_k(x, w, plain, m, n, k, stream);
+    else
+      launch_plain(x, w, plain, m, n, k, stream);
+    return true;
+  }
   GemvParams p{};
   p.x = static_cast<const uint4*>(x);
   p.w = static_cast<const uint4*>(w);
@@ -328,20 +457,6 @@ bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std
 
 bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
                  std::int64_t k, cudaStream_t stream) {
-  if (gemv_variant() == 1) {
-    if (!covered(m, n, k)) return false;
-    const dim3 grid(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
-    const auto* xv = static_cast<const uint4*>(x);
-    const auto* wv = static_cast<const uint4*>(w);
-    const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
-    switch (m) {
-      case 1: launch_kernel(gemv_plain_kernel<1>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
-      case 2: launch_kernel(gemv_plain_kernel<2>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
-      case 3: launch_kernel(gemv_plain_kernel<3>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
-      default: launch_kernel(gemv_plain_kernel<4>, grid, block, 0, stream, xv, wv, out, out_dt, nn, kv); break;
-    }
-    return true;
-  }
   GemvOutputs parts;
   parts.data[0] = out;
   parts.cols[0] = n;

@@ -108,6 +108,20 @@ void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_
                  void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
                  const float* inv_freq, cudaStream_t stream);
 
+// RoPE on q and k (in place) and k, v into their pages, in one kernel: what
+// launch_rope() then launch_kv_write() do. k, v and the cache are bf16.
+struct RopeKvWriteArgs {
+  void* q = nullptr;  // [num_rows, num_q_heads * head_dim], q_dt
+  Dt q_dt{};
+  void* k = nullptr;        // [num_rows, num_kv_heads * head_dim]
+  const void* v = nullptr;  // [num_rows, num_kv_heads * head_dim]
+  void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  void* v_cache = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+};
+void launch_rope_kv_write(const StepDeviceView& step, const RopeKvWriteArgs& args, cudaStream_t stream);
+
 // out[m, n] = x[m, :] · w[n, :] (bf16 x and w, out bf16 or f32) for decode
 // batches of at most kGemvMaxRows rows; false if the shape is not covered
 // (then the caller uses cuBLASLt).
