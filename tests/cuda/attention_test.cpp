@@ -346,5 +346,25 @@ TEST(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
   unsetenv("SLUICE_PREFILL_SPLIT_OFF");
 }
 
+// Prefill shapes aimed at the wgmma kernel (head_dim 128, 128-key tiles, two
+// 64-row warpgroups): chunk lengths on both sides of 64, 128 and 256 rows,
+// prefixes ending on and beside key-tile and page edges, long prefixes, GQA
+// ratios 1 to 8 and an odd page size. cuda_check.sh runs them under each
+// prefill kernel.
+TEST(CudaAttention, PrefillTileEdges) {
+  run({16, 4, 128, 16,
+       {{0, 1}, {0, 63}, {0, 64}, {0, 127}, {0, 128}, {0, 129}, {0, 255}, {0, 257}, {1, 127}, {127, 2},
+        {128, 128}, {129, 191}, {200, 77}, {16, 1000}}},
+      10);
+}
+TEST(CudaAttention, PrefillLongPrefixes) {
+  run({8, 8, 128, 16, {{12345, 300}, {8191, 129}, {4096, 64}}, 24}, 11);
+}
+TEST(CudaAttention, PrefillGqaRatiosAndOddPages) {
+  run({4, 4, 128, 16, {{0, 333}, {77, 200}}}, 12);
+  run({32, 4, 128, 13, {{0, 300}, {500, 129}}}, 13);
+  run({24, 3, 128, 16, {{1000, 385}}}, 14);
+}
+
 }  // namespace
 }  // namespace sluice

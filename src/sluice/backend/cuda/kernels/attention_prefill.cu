@@ -387,6 +387,11 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
   // v1's 218 TFLOP/s at 32k (H200, run 7). SLUICE_PREFILL_KERNEL=1 selects v1
   // (32-key tiles, Q in registers) for comparison.
   const char* variant = std::getenv("SLUICE_PREFILL_KERNEL");
+  // SLUICE_PREFILL_KERNEL=3: warpgroup MMA (attention_prefill_wgmma.cu), head_dim 128 only.
+  if (variant != nullptr && variant[0] == '3' && prefill_wgmma_supports(args.head_dim)) {
+    launch_attention_prefill_wgmma(step, args, stream);
+    return;
+  }
   const bool v2 = variant == nullptr || variant[0] != '1';
   switch (args.head_dim) {
     case 64:

@@ -88,6 +88,11 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
                               cudaStream_t stream);
 void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args,
                             cudaStream_t stream);
+// Prefill attention on warpgroup MMA (sm_90a), head_dim 128 bf16 only
+// (attention_prefill_wgmma.cu); launch_attention_prefill() dispatches to it.
+bool prefill_wgmma_supports(std::int32_t head_dim);
+void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args,
+                                    cudaStream_t stream);
 
 void launch_embedding(const StepDeviceView& step, const void* table, Dt table_dt,
                       std::int64_t hidden, void* out, Dt out_dt, cudaStream_t stream);
