@@ -885,8 +885,9 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
 // Every other row but those returning logits goes through the device sampler
 // (kernels/sampling_topk.cu: 172 bytes back a row), which chooses the token
 // the reference sampler does (tests/cuda/sampling_test.cpp). Rows returning
-// logits, or all non-greedy rows with device sampling off, come back as f32
-// and go through the reference sampler on the host.
+// logits or asking for more than kMaxDeviceTopLogprobs top logprobs, and
+// every non-greedy row with device sampling off, come back as f32 and go
+// through the reference sampler on the host.
 std::vector<SampleResult> CudaOps::sample(const Tensor& logits,
                                           std::span<const SampleRequest> requests) {
   const auto rows = static_cast<std::int32_t>(logits.rows());

@@ -17,12 +17,15 @@
 //     exact and independent of the atomics' order, so a bin chosen at one
 //     level still holds the position at the next. Ties at the final key (one
 //     logit, one weight) are cut by id;
-//   - without top-p the draw walks the kept tokens in id order: warp chunks,
-//     double prefix sums.
-// The sums run in another order than the reference's sequential double sums
-// (and the fixed point drops weights below 2^-45), so a draw within ~1e-8
-// relative of a CDF boundary may pick the neighbour; and a device expf that
-// differs from the host's by an ulp can flip a min-p test at its threshold.
+//   - without top-p the draw walks the kept tokens in id order (as the
+//     reference does; under top-p it walks the prefix in logit-desc order):
+//     warp-chunk sums, then a block-wide scan of the chunk that crosses.
+// A device expf may differ from the host's by an ulp, and the sums run in
+// another order than the reference's sequential double sums (the fixed point
+// also drops weights below 2^-45), so a draw within ~1e-7 relative of a CDF
+// boundary may pick the neighbour, and a weight within an ulp of min-p may
+// fall on the other side of it. tests/cuda/sampling_test.cpp asserts equal
+// tokens wherever the reference's decisions are 1e-5 away from a boundary.
 #include <cuda_bf16.h>
 
 #include <climits>
