@@ -4,9 +4,9 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-// Usage: cuda_bench [--quick | --profile | --sampling]   (--quick: smaller sizes,
-// for a smoke run; --profile: a few eager steps for ncu; --sampling: the
-// sampling rows only)
+// Usage: cuda_bench [--quick | --profile | --sampling | --attention]   (--quick:
+// smaller sizes, for a smoke run; --profile: a few eager steps for ncu;
+// --sampling: the sampling rows only; --attention: the attention and model rows only)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -212,7 +212,7 @@ void bench_fused_gemv() {
 // Attention alone: one prefill sequence of `tokens`, or `batch` decodes at `context`.
 void bench_attention(bool quick, bool decode_only = false) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kDim = 128;
-  for (const char* variant : {"1", "2"}) {
+  for (const char* variant : {"1", "2", "3"}) {
   setenv("SLUICE_PREFILL_KERNEL", variant, 1);  // read at each launch
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only) break;
@@ -394,18 +394,23 @@ void bench_model(bool quick) {
     row(std::string(name) + " [tok/s]", batch / t, "tok/s",
         pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
   }
-  for (std::int32_t prompt : {4096, long_prompt, -long_prompt}) {
+  // The default prefill attention, then the long prompt with v1 and both prompts with v3 (wgmma).
+  struct PrefillRow {
+    std::int32_t prompt;
+    const char* kernel;  // SLUICE_PREFILL_KERNEL, or nullptr for the default
+  };
+  for (auto [prompt, kernel] : {PrefillRow{4096, nullptr}, PrefillRow{long_prompt, nullptr}, PrefillRow{long_prompt, "1"},
+                                PrefillRow{4096, "3"}, PrefillRow{long_prompt, "3"}}) {
     if (g_decode) break;
-    // The negative entry: the long prompt again with prefill attention v1.
-    if (prompt < 0) setenv("SLUICE_PREFILL_KERNEL", "1", 1);
-    prompt = std::abs(prompt);
+    if (kernel != nullptr) setenv("SLUICE_PREFILL_KERNEL", kernel, 1);
+    else unsetenv("SLUICE_PREFILL_KERNEL");
     const StepLayout layout = make_step(1, 0, prompt, kBlock);
     const double t = time_median(1, 3, [&] { run_step(layout); });
     const double flops = Llama8B::matmul_flops_per_token() * prompt +
                          Llama8B::kLayers * 4.0 * Llama8B::kHeads * Llama8B::kDim * (double(prompt) * (prompt + 1) / 2);
     char name[96];
-    std::snprintf(name, sizeof name, "Llama-3-8B prefill of %d tokens%s", prompt,
-                  std::getenv("SLUICE_PREFILL_KERNEL") != nullptr ? " (attention v1)" : "");
+    std::snprintf(name, sizeof name, "Llama-3-8B prefill of %d tokens%s%s%s", prompt,
+                  kernel != nullptr ? " (attention v" : "", kernel != nullptr ? kernel : "", kernel != nullptr ? ")" : "");
     row(std::string(name) + " [tok/s]", prompt / t, "tok/s",
         pct(flops / t / kBf16FlopsPerSecond) + " of 790 TFLOP/s (" + std::to_string(static_cast<int>(t * 1e3)) + " ms)");
   }
@@ -641,6 +646,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_chunk_over_prefix();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) {  // attention and model rows only
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_attention(false);
+    sluice::bench_chunk_over_prefix();
+    sluice::bench_model(false);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode attention, decode steps, split-KV variants

@@ -37,12 +37,15 @@ if [ $tests = 1 ]; then
     echo "$t exit $rc"
     [ "$rc" = 0 ] || status=1
   done
-  # The attention tests again with the other prefill kernel (v1).
-  SLUICE_PREFILL_KERNEL=1 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaAttention.*' 2>&1 \
-    | tee "$out/cuda_kernel_test_prefill_v1.log" | tail -20
-  rc=${PIPESTATUS[0]}
-  echo "cuda_kernel_test (prefill v1) exit $rc"
-  [ "$rc" = 0 ] || status=1
+  # The attention tests again with the other prefill kernels (v1, and v3 on
+  # warpgroup MMA: the default once this passes).
+  for k in 1 3; do
+    SLUICE_PREFILL_KERNEL=$k "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaAttention.*' 2>&1 \
+      | tee "$out/cuda_kernel_test_prefill_v$k.log" | tail -20
+    rc=${PIPESTATUS[0]}
+    echo "cuda_kernel_test (prefill v$k) exit $rc"
+    [ "$rc" = 0 ] || status=1
+  done
   # And with the split-KV ring of 2 stages (under evaluation).
   SLUICE_SPLIT_STAGES=2 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaAttention.*' 2>&1 \
     | tail -3 | tee "$out/cuda_kernel_test_split2.log"

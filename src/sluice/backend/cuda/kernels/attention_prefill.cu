@@ -387,7 +387,10 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
   // v1's 218 TFLOP/s at 32k (H200, run 7). SLUICE_PREFILL_KERNEL=1 selects v1
   // (32-key tiles, Q in registers) for comparison.
   const char* variant = std::getenv("SLUICE_PREFILL_KERNEL");
-  // SLUICE_PREFILL_KERNEL=3: warpgroup MMA (attention_prefill_wgmma.cu), head_dim 128 only.
+  // SLUICE_PREFILL_KERNEL=3: warpgroup MMA (attention_prefill_wgmma.cu), head_dim
+  // 128 only: 323 against v2's 255 TFLOP/s at 32k (H200, session 3). Not the
+  // default until the whole CudaAttention suite has passed under it on the
+  // device (session 3 ran only its new prefill tests there).
   if (variant != nullptr && variant[0] == '3' && prefill_wgmma_supports(args.head_dim)) {
     launch_attention_prefill_wgmma(step, args, stream);
     return;
