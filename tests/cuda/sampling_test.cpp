@@ -266,6 +266,10 @@ TEST(DeviceSampling, MatchesReferenceSampler) {
     for (Shape shape : {Shape::flat, Shape::peaked, Shape::tied})
       for (std::uint64_t seed : {1, 2, 3}) check_call(*ops, vocab, shape, seed, DType::bf16, tally);
   for (Shape shape : {Shape::peaked, Shape::tied}) check_call(*ops, 5003, shape, 9, DType::f32, tally);
+  // Past 131072 ids a warp's range of the id-order walk spans two of the
+  // block's 4096-id tiles (Qwen2's vocabulary, and 2^18).
+  for (std::int64_t vocab : {151936, 262144})
+    for (Shape shape : {Shape::flat, Shape::tied}) check_call(*ops, vocab, shape, 4, DType::bf16, tally);
   std::printf("device sampling: %d rows, %d agree (%.2f%%), %d decisive (margin > %g): all of those must agree\n",
               tally.rows, tally.agree, 100.0 * tally.agree / tally.rows, tally.decisive, kBoundaryMargin);
   // A flat row over a 128k vocabulary has every boundary within 1e-5 (one
