@@ -116,7 +116,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], std::uint64_
 
 // d += A B for one m64n64k16 step, A from registers (the mma.sync m16n8k16
 // A-fragment layout, one 16-row slice per warp), B from shared memory,
-// MN-major (transposed).
+// MN-major (transposed). The scale-d predicate (accumulate) is always set.
 __device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const std::uint32_t (&a)[4],
                                                       std::uint64_t desc_b) {
   asm volatile(
