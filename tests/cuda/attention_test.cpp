@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <numeric>
+#include <thread>
 
 #include "sluice/backend/rope.h"
 #include "test_util.h"
@@ -156,16 +158,22 @@ class AttentionHarness {
       for (std::size_t i = checked.size() - 1; i > 0; --i) std::swap(checked[i], checked[rng_.next() % (i + 1)]);
       checked.resize(static_cast<std::size_t>(c_.max_checked_rows));
     }
-    std::vector<float> got_checked;
-    std::vector<double> ref;
+    // The float64 reference, one (row, head) a task over every core: at long
+    // prefixes it is most of a test's time on the GPU machine.
     const int group = c_.num_q_heads / c_.num_kv_heads;
-    std::vector<double> scores;
-    for (std::int32_t r : checked) {
-      const auto& ks = c_.rope ? ref_keys_[row_seq[r]] : keys_[row_seq[r]];
-      const auto& vs = values_[row_seq[r]];
-      const std::int32_t num_keys = row_pos[r] + 1;
-      scores.resize(static_cast<std::size_t>(num_keys));
-      for (int h = 0; h < c_.num_q_heads; ++h) {
+    const std::size_t num_tasks = checked.size() * static_cast<std::size_t>(c_.num_q_heads);
+    std::vector<float> got_checked(num_tasks * static_cast<std::size_t>(c_.head_dim));
+    std::vector<double> ref(got_checked.size());
+    std::atomic<std::size_t> next_task{0};
+    auto work = [&] {
+      std::vector<double> scores;
+      for (std::size_t task; (task = next_task.fetch_add(1)) < num_tasks;) {
+        const std::int32_t r = checked[task / static_cast<std::size_t>(c_.num_q_heads)];
+        const int h = static_cast<int>(task % static_cast<std::size_t>(c_.num_q_heads));
+        const auto& ks = c_.rope ? ref_keys_[row_seq[r]] : keys_[row_seq[r]];
+        const auto& vs = values_[row_seq[r]];
+        const std::int32_t num_keys = row_pos[r] + 1;
+        scores.resize(static_cast<std::size_t>(num_keys));
         const int kvh = h / group;
         const float* qh = q_ref.data() + r * q_width + h * c_.head_dim;
         double max_score = -INFINITY;
@@ -177,16 +185,21 @@ class AttentionHarness {
           max_score = std::max(max_score, scores[j]);
         }
         double sum = 0.0;
-        for (double& s : scores) sum += (s = std::exp(s - max_score));
+        for (double& sc : scores) sum += (sc = std::exp(sc - max_score));
         for (int d = 0; d < c_.head_dim; ++d) {
           double acc = 0.0;
           for (std::int32_t j = 0; j < num_keys; ++j)
             acc += scores[j] * vs[static_cast<std::int64_t>(j) * kv_width_ + kvh * c_.head_dim + d];
-          ref.push_back(acc / sum);
-          got_checked.push_back(got[r * q_width + h * c_.head_dim + d]);
+          const std::size_t at = task * static_cast<std::size_t>(c_.head_dim) + static_cast<std::size_t>(d);
+          ref[at] = acc / sum;
+          got_checked[at] = got[r * q_width + h * c_.head_dim + d];
         }
       }
-    }
+    };
+    std::vector<std::thread> workers(std::max(1u, std::thread::hardware_concurrency()) - 1);
+    for (auto& w : workers) w = std::thread(work);
+    work();
+    for (auto& w : workers) w.join();
     return relative_error(got_checked, ref);
   }
 
@@ -332,20 +345,6 @@ TEST(CudaAttention, GraphReplayedBatchOneDecode) {
   run(c, 32);
 }
 
-// A short chunk over a long cached prefix: too few tiles to fill the GPU, so
-// each tile's keys are split over several blocks and merged
-// (launch_attention_prefill_split); also a step where a fresh prompt's tiles
-// run whole beside the split ones, a head_dim of 64, and the same shapes with
-// splitting off.
-TEST(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
-  run({32, 8, 128, 16, {{65536, 300}, {9000, 64}, {5000, 1}}, 12}, 40);
-  run({32, 8, 128, 16, {{20000, 129}, {0, 100}}, 16}, 41);
-  run({16, 2, 64, 16, {{40000, 77}}, 12}, 42);
-  setenv("SLUICE_PREFILL_SPLIT_OFF", "1", 1);  // read when each step is laid out
-  run({32, 8, 128, 16, {{65536, 300}}, 12}, 43);
-  unsetenv("SLUICE_PREFILL_SPLIT_OFF");
-}
-
 // Prefill shapes aimed at the wgmma kernel (head_dim 128, 128-key tiles, two
 // 64-row warpgroups): chunk lengths on both sides of 64, 128 and 256 rows,
 // prefixes ending on and beside key-tile and page edges, long prefixes, GQA
@@ -364,6 +363,19 @@ TEST(CudaAttention, PrefillGqaRatiosAndOddPages) {
   run({4, 4, 128, 16, {{0, 333}, {77, 200}}}, 12);
   run({32, 4, 128, 13, {{0, 300}, {500, 129}}}, 13);
   run({24, 3, 128, 16, {{1000, 385}}}, 14);
+}
+
+// A short chunk over a long cached prefix: too few tiles to fill the GPU, so
+// each tile's keys are split over several blocks and merged
+// (launch_attention_prefill_split); also a step where a fresh prompt's tiles
+// run whole beside the split ones, a head_dim of 64, and the same shapes with
+// splitting off.
+TEST(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
+  run({32, 8, 128, 16, {{65536, 300}, {9000, 64}, {5000, 1}}, 12}, 40);
+  run({32, 8, 128, 16, {{20000, 129}, {0, 100}}, 16}, 41);
+  run({16, 2, 64, 16, {{40000, 77}}, 12}, 42);
+  const ScopedEnv off("SLUICE_PREFILL_SPLIT_OFF", "1");
+  run({32, 8, 128, 16, {{65536, 300}}, 12}, 43);
 }
 
 }  // namespace
