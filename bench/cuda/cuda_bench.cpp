@@ -502,13 +502,8 @@ void bench_sampling() {
     SamplingParams params;
     bool penalties;
   };
-  for (const Config& c :
-       {Config{"T 0.8, top-k 50, top-p 0.95", {.temperature = 0.8f, .top_k = 50, .top_p = 0.95f}, false},
-        Config{"T 1, top-p 0.9, min-p 0.05, penalties over 1k tokens",
-               {.temperature = 1.0f, .top_p = 0.9f, .min_p = 0.05f, .presence_penalty = 0.5f,
-                .frequency_penalty = 0.5f, .repetition_penalty = 1.2f},
-               true},
-        Config{"T 1, whole vocabulary", {.temperature = 1.0f}, false}}) {
+  // One request a row, seeded by the row, with the shared history when penalised.
+  auto requests_for = [&](const Config& c) {
     std::vector<SampleRequest> requests;
     for (std::int64_t r = 0; r < kRows; ++r) {
       SamplingParams params = c.params;
@@ -518,6 +513,16 @@ void bench_sampling() {
                           .num_prompt_tokens = 512,
                           .generated_index = 3});
     }
+    return requests;
+  };
+  for (const Config& c :
+       {Config{"T 0.8, top-k 50, top-p 0.95", {.temperature = 0.8f, .top_k = 50, .top_p = 0.95f}, false},
+        Config{"T 1, top-p 0.9, min-p 0.05, penalties over 1k tokens",
+               {.temperature = 1.0f, .top_p = 0.9f, .min_p = 0.05f, .presence_penalty = 0.5f,
+                .frequency_penalty = 0.5f, .repetition_penalty = 1.2f},
+               true},
+        Config{"T 1, whole vocabulary", {.temperature = 1.0f}, false}}) {
+    const std::vector<SampleRequest> requests = requests_for(c);
     double t[2] = {0.0, 0.0};
     for (const bool device : {true, false}) {
       cuda::set_device_sampling_enabled(device);
@@ -538,15 +543,7 @@ void bench_sampling() {
                 .repetition_penalty = 1.2f},
                true},
         Config{"greedy, top logprobs 20", {.num_top_logprobs = 20}, false}}) {
-    std::vector<SampleRequest> requests;
-    for (std::int64_t r = 0; r < kRows; ++r) {
-      SamplingParams params = c.params;
-      params.seed = static_cast<std::uint64_t>(r);
-      requests.push_back({.params = params,
-                          .tokens = c.penalties ? std::span<const TokenId>(history) : std::span<const TokenId>(),
-                          .num_prompt_tokens = 512,
-                          .generated_index = 3});
-    }
+    const std::vector<SampleRequest> requests = requests_for(c);
     const double t = time_median(3, 20, [&] { (void)ops->sample(logits, requests); });
     row(std::string("sample 64 x 128256, ") + c.name + ", device", t * 1e3, "ms/step", "");
   }

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <type_traits>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -206,6 +207,29 @@ struct PlainOutputs {
   Dt dt;
 };
 
+// acc[m] += w_row . x_m over the 8-element vectors [kv, end) of a row, this
+// lane taking every 32nd from kv, four loads in flight (the plain loop of both
+// single-output kernels).
+template <int kRows>
+__device__ __forceinline__ void accumulate_dot8(const uint4* __restrict__ wrow, const uint4* __restrict__ x,
+                                                int k_vecs, int kv, int end, float (&acc)[kRows]) {
+  constexpr int kU = 4;
+  for (; kv + 32 * (kU - 1) < end; kv += 32 * kU) {
+    uint4 wv[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) wv[u] = wrow[kv + 32 * u];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
+  }
+  for (; kv < end; kv += 32) {
+    const uint4 w1 = wrow[kv];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
+  }
+}
+
 // The plain GEMV (o_proj, down_proj, lm_head, and q|k|v through `out`'s
 // parts): the first version's loop and arguments, plus PDL. Occupancy is what
 // keeps bytes in flight here: that version took 32 registers (8 blocks = 64
@@ -216,7 +240,6 @@ template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
     gemv_plain_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
                       int k_vecs) {
-  constexpr int kU = 4;
   const int lane = threadIdx.x & 31;
   const int col = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   pdl_launch_dependents();
@@ -230,22 +253,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   if (lane < 16 && lane * 128 < k_vecs * 16)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow) + lane * 128));
   pdl_wait();
-  int kv = lane;
   float acc[kRows] = {};
-  for (; kv + 32 * (kU - 1) < k_vecs; kv += 32 * kU) {
-    uint4 wv[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) wv[u] = wrow[kv + 32 * u];
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
-  }
-  for (; kv < k_vecs; kv += 32) {
-    const uint4 w1 = wrow[kv];
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
-  }
+  accumulate_dot8<kRows>(wrow, x, k_vecs, lane, k_vecs, acc);
   // Selects, not a runtime index into the parameter struct (that copies it to the stack).
   const bool in2 = col >= out.begin[2], in1 = col >= out.begin[1];
   void* const dst = in2 ? out.data[2] : in1 ? out.data[1] : out.data[0];
@@ -269,7 +278,6 @@ template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
     gemv_split_k_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
                         int k_vecs) {
-  constexpr int kU = 4;
   constexpr int kItems = kWarpsPerBlock / 2;
   __shared__ float s_second[kItems][kRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -284,23 +292,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
     asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow + begin) + lane * 128));
   pdl_wait();
   float acc[kRows] = {};
-  if (active) {
-    int kv = begin + lane;
-    for (; kv + 32 * (kU - 1) < end; kv += 32 * kU) {
-      uint4 wv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) wv[u] = wrow[kv + 32 * u];
-#pragma unroll
-      for (int u = 0; u < kU; ++u)
-#pragma unroll
-        for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
-    }
-    for (; kv < end; kv += 32) {
-      const uint4 w1 = wrow[kv];
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
-    }
-  }
+  if (active) accumulate_dot8<kRows>(wrow, x, k_vecs, begin + lane, end, acc);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
   if (second && lane == 0)
@@ -317,19 +309,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
     store_f(dst, out.dt, static_cast<std::int64_t>(m) * dst_cols + dst_col, acc[m] + s_second[warp][m]);
 }
 
-void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
-                    std::int64_t k, cudaStream_t stream) {
-  constexpr int kItems = kWarpsPerBlock / 2;
-  const dim3 grid(static_cast<unsigned>((n + kItems - 1) / kItems)), block(kWarpsPerBlock * 32);
+// Launches the instance of a row-count-templated single-output kernel for m
+// rows (1-4): kernel_of(std::integral_constant<int, R>{}) names it.
+template <class KernelOf>
+void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const void* x, const void* w,
+                     const PlainOutputs& out, std::int64_t n, std::int64_t k, cudaStream_t stream) {
+  const dim3 block(kWarpsPerBlock * 32);
   const auto* xv = static_cast<const uint4*>(x);
   const auto* wv = static_cast<const uint4*>(w);
   const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
   switch (m) {
-    case 1: launch_kernel(gemv_split_k_kernel<1>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    case 2: launch_kernel(gemv_split_k_kernel<2>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    case 3: launch_kernel(gemv_split_k_kernel<3>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    default: launch_kernel(gemv_split_k_kernel<4>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 1: launch_kernel(kernel_of(std::integral_constant<int, 1>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 2: launch_kernel(kernel_of(std::integral_constant<int, 2>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 3: launch_kernel(kernel_of(std::integral_constant<int, 3>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    default: launch_kernel(kernel_of(std::integral_constant<int, 4>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
   }
+}
+
+void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
+                    std::int64_t k, cudaStream_t stream) {
+  constexpr int kItems = kWarpsPerBlock / 2;
+  launch_for_rows([](auto rows) { return gemv_split_k_kernel<decltype(rows)::value>; }, m,
+                  dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, stream);
 }
 
 // Split K when one warp a row fills under one wave of warp slots (132 SMs x
@@ -342,16 +343,8 @@ bool use_split_k(std::int64_t n, std::int64_t k) {
 
 void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
                   std::int64_t k, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
-  const auto* xv = static_cast<const uint4*>(x);
-  const auto* wv = static_cast<const uint4*>(w);
-  const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
-  switch (m) {
-    case 1: launch_kernel(gemv_plain_kernel<1>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    case 2: launch_kernel(gemv_plain_kernel<2>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    case 3: launch_kernel(gemv_plain_kernel<3>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    default: launch_kernel(gemv_plain_kernel<4>, grid, block, 0, stream, xv, wv, out, nn, kv); break;
-  }
+  launch_for_rows([](auto rows) { return gemv_plain_kernel<decltype(rows)::value>; }, m,
+                  dim3(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), x, w, out, n, k, stream);
 }
 
 // Slices per row: double while the grid has fewer than kWarpsWanted warps and
