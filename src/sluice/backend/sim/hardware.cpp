@@ -24,11 +24,14 @@ HardwareSpec h200_sluice_cuda() {
   // A 4k prefill, nearly all GEMM, ran at 70% of 790 TFLOP/s overall; the
   // cuBLASLt GEMMs themselves at ~75%.
   spec.efficiency.gemm_compute = 0.75;
-  // Our FA2-style prefill attention: 256 TFLOP/s at 32k (cuDNN 592).
+  // The default prefill attention (v2, mma.sync): 255 TFLOP/s at 32k (cuDNN
+  // 592); short chunks over long prefixes, with their keys split over blocks,
+  // 210-230 (session 3).
   spec.efficiency.attention_compute = 0.32;
-  // Decode: batch 1 at 4k read weights at 68% of HBM; batch 64 x 8k at 70%.
-  spec.efficiency.weight_bandwidth = 0.68;
-  spec.efficiency.kv_bandwidth = 0.70;
+  // Decode (session 3): batch 1 at 4k read weights at 75% of HBM; the GQA
+  // decode attention of batch 64 x 8k read its KV at 80%.
+  spec.efficiency.weight_bandwidth = 0.75;
+  spec.efficiency.kv_bandwidth = 0.80;
   return spec;
 }
 
