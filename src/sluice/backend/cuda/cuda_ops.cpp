@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -19,6 +18,7 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/float_convert.h"
+#include "sluice/backend/prefill_split_plan.h"
 #include "sluice/backend/rope.h"
 #include "sluice/common/rng.h"
 
@@ -747,17 +747,15 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   const bool tensor_core_prefill =
       kv_spec_.head_dim > 0 && cuda::prefill_kernel_supports(kv_spec_.head_dim);
 
-  struct Tile {
-    std::int32_t seq, row, kv_end;
-  };
-  std::vector<Tile> tiles;
+  std::vector<PrefillTile> tiles;
   std::vector<std::int32_t> split_rows;
   std::int32_t max_split_kv = 0;
   for (std::int32_t s = 0; s < num_seqs; ++s) {
     const SequenceLayout& seq = layout.sequences[s];
     if (tensor_core_prefill && seq.num_rows > 1) {
       for (std::int32_t r = 0; r < seq.num_rows; r += cuda::kPrefillTileRows)
-        tiles.push_back({s, r, seq.num_computed_tokens + std::min(seq.num_rows, r + cuda::kPrefillTileRows)});
+        tiles.push_back({s, r, seq.num_computed_tokens + r,
+                         seq.num_computed_tokens + std::min(seq.num_rows, r + cuda::kPrefillTileRows)});
     } else {
       for (std::int32_t r = 0; r < seq.num_rows; ++r) split_rows.push_back(seq.row_begin + r);
       if (seq.num_rows > 0)
@@ -766,39 +764,14 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   }
   // Longest key ranges first: the causal tail of a long prompt finishes last otherwise.
   std::stable_sort(tiles.begin(), tiles.end(),
-                   [](const Tile& a, const Tile& b) { return a.kv_end > b.kv_end; });
+                   [](const PrefillTile& a, const PrefillTile& b) { return a.kv_end > b.kv_end; });
   // Too few tiles to fill the GPU (a short chunk over a long cached prefix):
   // tiles with a long prefix become pieces over parts of their keys.
-  constexpr std::int32_t kSplitMinPrefix = 4096;
-  std::int32_t shortest_prefix = std::numeric_limits<std::int32_t>::max();
-  for (const Tile& t : tiles)
-    if (t.kv_end - cuda::kPrefillTileRows >= kSplitMinPrefix)
-      shortest_prefix = std::min(shortest_prefix, layout.sequences[t.seq].num_computed_tokens + t.row);
-  const std::int32_t pieces_per_tile =
-      shortest_prefix == std::numeric_limits<std::int32_t>::max() || std::getenv("SLUICE_PREFILL_SPLIT_OFF")
-          ? 1
-          : cuda::prefill_split_pieces_per_tile(static_cast<std::int32_t>(tiles.size()),
-                                                attention_q_heads_ > 0 ? attention_q_heads_ : kv_spec_.num_kv_heads,
-                                                shortest_prefix, num_sms_);
-  std::vector<std::array<std::int32_t, 4>> pieces;
-  if (pieces_per_tile > 1) {
-    std::erase_if(tiles, [&](const Tile& t) {
-      const std::int32_t prefix = layout.sequences[t.seq].num_computed_tokens + t.row;
-      if (t.kv_end - cuda::kPrefillTileRows < kSplitMinPrefix || prefix < shortest_prefix) return false;
-      // Inner bounds on 64-key tiles, all at or below the tile's first position.
-      std::int32_t begin = 0;
-      for (std::int32_t i = 1; i <= pieces_per_tile; ++i) {
-        const std::int32_t end = i == pieces_per_tile
-                                     ? t.kv_end
-                                     : std::min(prefix, static_cast<std::int32_t>(
-                                                            static_cast<std::int64_t>(t.kv_end) * i / pieces_per_tile / 64 * 64));
-        pieces.push_back({t.seq, t.row, begin, end});
-        begin = end;
-      }
-      return true;
-    });
-  }
-
+  PrefillSplitPlan split_plan;
+  if (!std::getenv("SLUICE_PREFILL_SPLIT_OFF"))
+    split_plan = plan_prefill_split(tiles, attention_q_heads_ > 0 ? attention_q_heads_ : kv_spec_.num_kv_heads,
+                                    num_sms_);
+  const std::vector<std::array<std::int32_t, 4>>& pieces = split_plan.pieces;
   const auto num_tiles = static_cast<std::int64_t>(tiles.size());
   const auto num_sample = static_cast<std::int64_t>(layout.sample_rows.size());
   const auto num_split = static_cast<std::int64_t>(split_rows.size());
@@ -872,7 +845,7 @@ void CudaOps::upload_layout(const StepLayout& layout, const std::optional<GraphK
   view_.split_rows = d + offsets[10];
   view_.prefill_split_pieces = d + offsets[11];
   view_.num_prefill_split_pieces = static_cast<std::int32_t>(num_pieces);
-  view_.prefill_split_pieces_per_tile = pieces_per_tile;
+  view_.prefill_split_pieces_per_tile = split_plan.pieces_per_tile;
   view_.num_rows = num_rows;
   view_.num_sequences = num_seqs;
   view_.num_sample_rows = static_cast<std::int32_t>(num_sample);

@@ -25,6 +25,7 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/prefill_split_plan.h"
 
 namespace sluice::cuda {
 namespace {
@@ -34,6 +35,7 @@ constexpr int kThreads = 128;  // four warps
 constexpr int kMTiles = 2;
 constexpr int kBlockN = 32;
 static_assert(4 * 16 * kMTiles == kPrefillTileRows, "host tiling must match the kernel");
+static_assert(kPrefillSplitKeyAlign % 64 == 0, "split pieces must start on a key tile of v2 and v1");
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct PrefillParams {
@@ -424,28 +426,6 @@ void launch_attention_prefill_split(const StepDeviceView& step, const AttentionA
 std::int64_t prefill_split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args) {
   return static_cast<std::int64_t>(step.num_prefill_split_pieces) * args.num_q_heads * kPrefillTileRows *
          (args.head_dim + 1) * static_cast<std::int64_t>(sizeof(float));
-}
-
-std::int32_t prefill_split_pieces_per_tile(std::int32_t num_tiles, std::int32_t num_q_heads,
-                                           std::int32_t shortest_prefix, std::int32_t num_sms) {
-  // Two blocks fit an SM (104 KB of shared memory each at head_dim 128). A
-  // round of blocks takes time in proportion to a piece's keys (1 / pieces),
-  // so the cost of splitting in `pieces` is rounds(pieces) / pieces; take the
-  // fewest pieces within 5% of the best. Pieces keep >= 1024 keys each, where a
-  // block's fixed cost (Q tile, merge) stays small against its key loop.
-  constexpr std::int32_t kMinPieceKeys = 1024, kMaxPieces = 16;
-  const std::int64_t slots = 2LL * num_sms;
-  const std::int64_t blocks = static_cast<std::int64_t>(num_tiles) * num_q_heads;
-  if (blocks == 0 || blocks >= slots) return 1;
-  const std::int32_t most = std::min(kMaxPieces, shortest_prefix / kMinPieceKeys);
-  auto cost = [&](std::int32_t pieces) {
-    return static_cast<double>((blocks * pieces + slots - 1) / slots) / pieces;
-  };
-  double best = cost(1);
-  for (std::int32_t n = 2; n <= most; ++n) best = std::min(best, cost(n));
-  for (std::int32_t n = 1; n <= most; ++n)
-    if (cost(n) <= best * 1.05) return n;
-  return 1;
 }
 
 }  // namespace sluice::cuda

@@ -72,11 +72,7 @@ void launch_attention_prefill_split(const StepDeviceView& step, const AttentionA
                                     cudaStream_t stream);
 // Workspace bytes the split prefill pieces of this step need (0 without any).
 std::int64_t prefill_split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
-// How many pieces to split each of `num_tiles` tiles (prefix: keys every row
-// of the tile sees, at least) into, so that num_tiles * num_q_heads blocks fill
-// `num_sms` SMs evenly; 1 = no split.
-std::int32_t prefill_split_pieces_per_tile(std::int32_t num_tiles, std::int32_t num_q_heads,
-                                           std::int32_t shortest_prefix, std::int32_t num_sms);
+// (Which tiles are split, and where: backend/prefill_split_plan.h.)
 
 // Workspace bytes the split-KV kernel needs for this step.
 std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
