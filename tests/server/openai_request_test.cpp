@@ -122,7 +122,8 @@ TEST(ChatRequest, BadInputs) {
       {"named tool not in tools", [](Json& b) {
          b["tools"] = Json::parse(R"([{"type":"function","function":{"name":"f"}}])");
          b["tool_choice"] = Json::parse(R"({"type":"function","function":{"name":"g"}})"); }, "tool_choice"},
-      {"json_schema (not yet)", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_schema","json_schema":{"name":"x"}})"); }, "response_format.type"},
+      {"json_schema without schema", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_schema","json_schema":{"name":"x"}})"); }, "response_format.json_schema.schema"},
+      {"json_schema with anyOf", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"json_schema","json_schema":{"name":"x","schema":{"anyOf":[]}}})"); }, "response_format.json_schema.schema"},
       {"unknown response_format", [](Json& b) { b["response_format"] = Json::parse(R"({"type":"yaml"})"); }, "response_format.type"},
       {"response_format without type", [](Json& b) { b["response_format"] = Json::object(); }, "response_format.type"},
       {"response_format not an object", [](Json& b) { b["response_format"] = "json"; }, "response_format"},

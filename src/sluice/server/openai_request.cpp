@@ -102,6 +102,27 @@ void parse_stop(const Json& body, const RequestLimits& limits, GenerationOptions
 
 // Fields common to chat and completions. `logprobs` differs between the two
 // APIs, so the callers read it.
+// response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
+// the schema compiled, or a 400 naming the first keyword outside the supported
+// subset (structured/json_schema.h). `strict` false is enforced all the same:
+// a client that sent a schema relies on the output matching it.
+std::shared_ptr<const structured::JsonSchema> parse_json_schema(const Json& format) {
+  constexpr std::size_t kMaxSchemaBytes = 64 * 1024;
+  const Json* spec = find(format, "json_schema");
+  if (!spec || !spec->is_object()) fail("response_format 'json_schema' needs a 'json_schema' object", "response_format.json_schema");
+  if (const Json* name = find(*spec, "name"); name && !name->is_string())
+    fail("'json_schema.name' must be a string", "response_format.json_schema.name");
+  if (const Json* strict = find(*spec, "strict"); strict && !strict->is_null() && !strict->is_boolean())
+    fail("'json_schema.strict' must be a boolean", "response_format.json_schema.strict");
+  const Json* schema = find(*spec, "schema");
+  if (!schema) fail("'json_schema' needs a 'schema'", "response_format.json_schema.schema");
+  if (schema->dump().size() > kMaxSchemaBytes)
+    fail(fmt::format("the JSON schema is larger than {} bytes", kMaxSchemaBytes), "response_format.json_schema.schema");
+  auto compiled = structured::compile_json_schema(*schema);
+  if (!compiled) fail("unsupported JSON schema: " + compiled.error().message, "response_format.json_schema.schema");
+  return std::move(compiled).value();
+}
+
 GenerationOptions parse_common(const Json& body, const RequestLimits& limits) {
   GenerationOptions options;
   const Json* model = find(body, "model");
@@ -171,11 +192,10 @@ GenerationOptions parse_common(const Json& body, const RequestLimits& limits) {
     if (*type == "json_object") {
       options.json_mode = true;
     } else if (*type == "json_schema") {
-      // Refused rather than decoded as plain JSON: a client that sent a schema
-      // relies on the output matching it.
-      fail("response_format 'json_schema' is not supported yet; 'json_object' is", "response_format.type");
+      options.json_schema = parse_json_schema(*format);
     } else if (*type != "text") {
-      fail(fmt::format("unknown response_format type '{}' (text, json_object)", *type), "response_format.type");
+      fail(fmt::format("unknown response_format type '{}' (text, json_object, json_schema)", *type),
+           "response_format.type");
     }
   }
   return options;

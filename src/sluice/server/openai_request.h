@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -16,6 +17,7 @@
 #include "sluice/backend/batch.h"
 #include "sluice/backend/sampling_params.h"
 #include "sluice/server/api_error.h"
+#include "sluice/structured/json_schema.h"
 
 namespace sluice::server {
 
@@ -50,6 +52,8 @@ struct GenerationOptions {
   bool logprobs = false;
   std::int32_t top_logprobs = 0;
   bool json_mode = false;  // response_format json_object: the output is one JSON object
+  // response_format json_schema: the output is one document valid against it (compiled at parse time).
+  std::shared_ptr<const structured::JsonSchema> json_schema;
 };
 
 struct ToolChoice {

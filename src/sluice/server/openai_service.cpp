@@ -230,8 +230,10 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
                                           const std::shared_ptr<const ModelContext>& model, ServerMetrics& metrics,
                                           std::atomic<int>& num_active_jobs, int retry_after_s) {
   spec.submitted = Clock::now();
-  if (options.json_mode && !model->json_vocabulary)
-    return bad_request("response_format 'json_object' is not available for this model", "response_format");
+  if ((options.json_mode || options.json_schema) && !model->json_vocabulary)
+    return bad_request(fmt::format("response_format '{}' is not available for this model",
+                                   options.json_mode ? "json_object" : "json_schema"),
+                       "response_format");
   const std::int32_t max_len = model->max_model_len_tokens;
   for (const auto& prompt : submission.prompts) {
     if (auto error = check_context(static_cast<std::int64_t>(prompt.size()), options.max_tokens, max_len,
@@ -259,12 +261,16 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
       request.stop_token_ids = options.stop_token_ids;
       request.eos_token_ids = model->eos_token_ids;
       request.ignore_eos = options.ignore_eos;
-      if (options.json_mode) {
-        // Once the object closes, the end-of-turn tokens (and the request's
-        // own stop ids) are the only way on.
+      if (options.json_mode || options.json_schema) {
+        // Once the document is complete, the end-of-turn tokens (and the
+        // request's own stop ids) are the only way on.
         std::vector<TokenId> end_ids = model->eos_token_ids;
         end_ids.insert(end_ids.end(), options.stop_token_ids.begin(), options.stop_token_ids.end());
-        request.constraint = std::make_shared<structured::JsonConstraint>(model->json_vocabulary, std::move(end_ids));
+        request.constraint =
+            options.json_schema
+                ? std::make_shared<structured::JsonConstraint>(model->json_vocabulary, std::move(end_ids),
+                                                               options.json_schema)
+                : std::make_shared<structured::JsonConstraint>(model->json_vocabulary, std::move(end_ids));
       }
       const std::string engine_id = request.request_id;
       auto stream = model->engine->submit(std::move(request));

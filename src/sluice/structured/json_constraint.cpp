@@ -60,32 +60,22 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonVocabulary> vocabulary,
   SLUICE_CHECK(vocabulary_ != nullptr);
 }
 
-bool add_json_mask(const JsonVocabulary& vocabulary, const JsonAcceptor& state,
-                   std::span<std::uint64_t> allowed_bits) {
-  bool any = false;
-  if (state.is_complete()) return false;
-  const bool plain = state.in_plain_string();
-  if (plain) {
-    const std::span<const std::uint64_t> content = vocabulary.plain_string_bits();
-    for (std::size_t w = 0; w < std::min(content.size(), allowed_bits.size()); ++w) {
-      allowed_bits[w] |= content[w];
-      any = any || content[w] != 0;
-    }
-  }
-  const TokenTrie& trie = plain ? vocabulary.not_plain_string_tokens() : vocabulary.all_tokens();
-  trie.walk(state, [&](std::uint32_t node, const JsonAcceptor&) {
-    for (TokenId t : trie.tokens_at(trie.nodes()[node])) {
-      allow(allowed_bits, t);
-      any = true;
-    }
-  });
-  return any;
+JsonConstraint::JsonConstraint(std::shared_ptr<const JsonVocabulary> vocabulary, std::vector<TokenId> end_token_ids,
+                               std::shared_ptr<const JsonSchema> schema)
+    : vocabulary_(std::move(vocabulary)),
+      end_token_ids_(std::move(end_token_ids)),
+      schema_(std::move(schema)),
+      state_(SchemaAcceptor(*schema_)) {
+  SLUICE_CHECK(vocabulary_ != nullptr);
 }
 
 void JsonConstraint::fill_allowed(std::span<std::uint64_t> allowed_bits) {
   // Complete, or a vocabulary with no way forward (no single-byte tokens):
-  // ending is the only valid move left.
-  if (!add_json_mask(*vocabulary_, state_, allowed_bits))
+  // ending is the only valid move left. A top-level number may also end
+  // while it could still go on.
+  const bool any = std::visit([&](const auto& state) { return add_json_mask(*vocabulary_, state, allowed_bits); }, state_);
+  const bool can_end = std::holds_alternative<SchemaAcceptor>(state_) && std::get<SchemaAcceptor>(state_).can_end();
+  if (!any || can_end)
     for (TokenId t : end_token_ids_) allow(allowed_bits, t);
 }
 
@@ -94,9 +84,11 @@ Status JsonConstraint::accept(TokenId token) {
   const TokenTrie& trie = vocabulary_->all_tokens();
   if (token < 0 || token >= trie.vocab_size() || !trie.bytes_of(token))
     return Error{fmt::format("JSON mode: token {} is not allowed here", token)};
-  JsonAcceptor next = state_;
-  if (!next.feed(*trie.bytes_of(token)))
-    return Error{fmt::format("JSON mode: token {} does not continue a valid JSON object", token)};
+  auto next = state_;
+  const bool fits = std::visit([&](auto& state) { return state.feed(*trie.bytes_of(token)); }, next);
+  if (!fits)
+    return Error{fmt::format("JSON mode: token {} does not continue a valid {}", token,
+                             schema_ ? "document for the schema" : "JSON object")};
   state_ = next;
   return Ok{};
 }
