@@ -246,6 +246,8 @@ const std::vector<const char*> kOracleSchemas = {
     R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},
         "kind":{"enum":["x","xy",1,12,-3.5,true,null]}},"required":["id","kind"]},"maxItems":4})",
     R"({"enum":[1,12,123,"a",false]})",
+    R"({"type":"object","properties":{"f":{"enum":[1.0,2.5,-0.25]},"i":{"type":"integer","enum":[1,7,70]},
+        "s":{"enum":["é","日本","a\\b"]}},"additionalProperties":false})",
     R"({"type":["integer","boolean","null"]})",
     R"({"type":"object","properties":{"meta":{},"list":{"type":"array"},"n":{"type":"number"}},"required":["meta"]})",
     R"({})",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -136,9 +137,12 @@ class Compiler {
       const std::uint8_t type = type_of_value(v);
       if (type == 0) return refuse(where, "enum values must be strings, numbers, booleans or null");
       // A float with an integral value (1.0) also matches `integer`.
-      const bool integral_float = v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<std::int64_t>(v.get<double>()));
+      const bool integral_float = v.is_number_float() && std::abs(v.get<double>()) < 0x1p53 &&
+                                  v.get<double>() == std::trunc(v.get<double>());
       if (!(node.types & type) && !(integral_float && (node.types & JsonSchema::kInteger))) continue;
-      std::string text = integral_float ? Json(static_cast<std::int64_t>(v.get<double>())).dump() : v.dump();
+      // Spelled as an integer only where the schema wants one (`integer` has no fraction).
+      const bool as_integer = integral_float && !(node.types & JsonSchema::kNumber);
+      std::string text = as_integer ? Json(static_cast<std::int64_t>(v.get<double>())).dump() : v.dump();
       if (text.size() > JsonSchema::kMaxLiteralBytes)
         return refuse(where, fmt::format("an enum value is longer than {} bytes", JsonSchema::kMaxLiteralBytes));
       const auto begin = schema.literals.begin() + node.first_literal;
