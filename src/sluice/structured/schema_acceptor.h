@@ -14,6 +14,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
 #include <cstdint>
 #include <string_view>
 
@@ -27,6 +30,13 @@ class SchemaAcceptor {
   static constexpr int kMaxWhitespaceRun = 64;
 
   explicit SchemaAcceptor(const JsonSchema& schema) : schema_(&schema), value_node_(schema.root) {}
+  // Copies only the open frames: the trie walk copies the state at every
+  // node, and the whole stack would be most of the cost (~4x in strings).
+  SchemaAcceptor(const SchemaAcceptor& other) { copy_from(other); }
+  SchemaAcceptor& operator=(const SchemaAcceptor& other) {
+    copy_from(other);
+    return *this;
+  }
 
   // Consumes one byte; false (and the state unchanged) if no valid document
   // starts with what was accepted followed by this byte.
@@ -34,6 +44,9 @@ class SchemaAcceptor {
   // All bytes, or false at the first refused one (the state is then partially
   // advanced: feed a copy when probing).
   bool feed(std::string_view bytes);
+  // feed() without the rollback: on false the state is spoiled. For callers
+  // that probe a copy they throw away on failure (the trie walk).
+  bool feed_or_spoil(std::uint8_t byte) { return step(byte); }
   // The document is finished: nothing more may follow.
   bool is_complete() const { return mode_ == Mode::kDone; }
   // The output may end here: complete, or a top-level number (or numeric enum
@@ -64,12 +77,14 @@ class SchemaAcceptor {
   };
   enum class NumberPart : std::uint8_t { kMinus, kZero, kInteger, kDot, kFraction, kExp, kExpSign, kExpDigits };
 
-  // One open container.
+  // One open container. Trivial on purpose: frames past depth_ stay unset.
   struct Frame {
-    std::uint64_t seen_or_count = 0;  // object: bit i = properties[i] seen; array: items so far
-    std::uint16_t node = 0;
-    bool is_object = false;
+    std::uint64_t seen_or_count;  // object: bit i = properties[i] seen; array: items so far
+    std::uint16_t node;
+    bool is_object;
   };
+
+  void copy_from(const SchemaAcceptor& other);
 
   bool step(std::uint8_t byte);
   bool feed_structural(std::uint8_t byte);
@@ -106,7 +121,14 @@ class SchemaAcceptor {
   std::uint16_t literal_first_ = 0;       // kLiteral: candidates are literals[first + i]
   std::uint32_t match_pos_ = 0;           // bytes of the key / literal matched so far
   std::uint64_t candidates_ = 0;          // key: property bits; literal: literal bits still matching
-  std::array<Frame, kMaxDepth> stack_{};
+  std::array<Frame, kMaxDepth> stack_;    // [depth_] open containers, innermost last; must stay the last member
 };
+
+inline void SchemaAcceptor::copy_from(const SchemaAcceptor& other) {
+  static_assert(std::is_standard_layout_v<SchemaAcceptor> && std::is_trivially_copyable_v<Frame>);
+  // Every member before stack_, then the open frames.
+  const std::size_t bytes = offsetof(SchemaAcceptor, stack_) + other.depth_ * sizeof(Frame);
+  std::memcpy(static_cast<void*>(this), static_cast<const void*>(&other), bytes);
+}
 
 }  // namespace sluice::structured

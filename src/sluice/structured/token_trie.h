@@ -37,7 +37,9 @@ class TokenTrie {
   std::int32_t vocab_size() const { return static_cast<std::int32_t>(token_bytes_.size()); }
 
   // Calls visit(node_index, state) for every node whose path the acceptor
-  // accepts, depth first; `State` is a copyable value with bool feed(uint8_t).
+  // accepts, depth first; `State` is a copyable value with bool feed(uint8_t),
+  // and optionally bool feed_or_spoil(uint8_t) (feed without the rollback:
+  // each probe runs on a copy that is dropped when it fails).
   template <class State, class Visit>
   void walk(const State& root, Visit&& visit) const;
 
@@ -63,7 +65,12 @@ void TokenTrie::walk(const State& root, Visit&& visit) const {
     const Node& node = nodes_[frame.node];
     for (std::uint32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
       State next = frame.state;
-      if (!next.feed(nodes_[c].byte)) continue;
+      bool fits = false;
+      if constexpr (requires { next.feed_or_spoil(std::uint8_t{}); })
+        fits = next.feed_or_spoil(nodes_[c].byte);
+      else
+        fits = next.feed(nodes_[c].byte);
+      if (!fits) continue;
       visit(c, next);
       stack.push_back({c, std::move(next)});
     }
