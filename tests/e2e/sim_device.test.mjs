@@ -33,6 +33,36 @@ export const tests = {
       assert.ok(['length', 'stop'].includes(j.choices[0].finish_reason), j.choices[0].finish_reason);
       assert.equal(j.choices[0].text.trimStart()[0], '{', j.choices[0].text);
       if (j.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(j.choices[0].text), 'object');
+      // Structured outputs: a json_schema (enum, const, integer, nested object, array caps)
+      // on chat and completions; the text is a prefix of a valid document, and whole when it stops.
+      const schema = { type: 'object', additionalProperties: false, required: ['kind', 'n', 'v'],
+        properties: { kind: { enum: ['a', 'bb'] }, n: { type: 'integer' }, v: { const: 2 },
+          inner: { type: 'object', properties: { ok: { type: 'boolean' } }, additionalProperties: false },
+          list: { type: 'array', items: { type: ['null', 'boolean'] }, maxItems: 2 } } };
+      const format = { type: 'json_schema', json_schema: { name: 'thing', schema, strict: true } };
+      for (const call of [
+        () => openai.completions.create({ model: 'sim', prompt: 'json', max_tokens: 64, response_format: format }),
+        () => openai.chat.completions.create({ model: 'sim', max_tokens: 64, response_format: format,
+          messages: [{ role: 'user', content: 'json' }] }),
+      ]) {
+        const r = await call();
+        const text = r.choices[0].text ?? r.choices[0].message.content;
+        assert.ok(['length', 'stop'].includes(r.choices[0].finish_reason), r.choices[0].finish_reason);
+        assert.equal(text.trimStart()[0], '{', text);
+        assert.doesNotMatch(text, /"(?!kind|n|v|inner|list|ok|a|bb)[^"]*"\s*:/, text);
+        if (r.choices[0].finish_reason === 'stop') {
+          const value = JSON.parse(text);
+          assert.ok(['a', 'bb'].includes(value.kind) && Number.isInteger(value.n) && value.v === 2, text);
+        }
+      }
+      await assert.rejects(openai.chat.completions.create({ model: 'sim', max_tokens: 8, stream: true,
+        messages: [{ role: 'user', content: 'json' }],
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'date' } } },
+      }), (e) => {
+        assert.equal(e.status, 400);
+        assert.match(e.message, /unsupported keyword 'format' at \$/);
+        return true;
+      });
     } finally {
       await server.stop();
     }
