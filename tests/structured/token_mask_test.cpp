@@ -126,5 +126,36 @@ TEST(JsonConstraint, AllowsOnlyEndTokensOnceTheObjectCloses) {
   }
 }
 
+// A top-level number under a schema may end or go on; once the document is
+// complete only end tokens remain.
+TEST(JsonConstraint, SchemaTopLevelNumberMayEndOrGoOn) {
+  const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
+  const std::int32_t vocab_size = tokenizer.vocab_size();
+  const TokenId eos = *tokenizer.eos_token_id();
+  auto schema = compile_json_schema(nlohmann::json::parse(R"({"enum":[1,12,"a"]})"));
+  ASSERT_TRUE(schema.ok());
+  JsonConstraint constraint(make_json_vocabulary(tokenizer, vocab_size), {eos}, *schema);
+  std::vector<std::uint64_t> bits(num_token_mask_words(vocab_size), 0);
+  constraint.fill_allowed(bits);
+  EXPECT_FALSE(token_mask_allows(bits, eos));
+  EXPECT_TRUE(token_mask_allows(bits, *tokenizer.token_to_id("12")));
+  EXPECT_FALSE(token_mask_allows(bits, *tokenizer.token_to_id("2")));
+  ASSERT_TRUE(constraint.accept(*tokenizer.token_to_id("1")).ok());
+  std::fill(bits.begin(), bits.end(), 0);
+  constraint.fill_allowed(bits);
+  EXPECT_TRUE(token_mask_allows(bits, eos));
+  EXPECT_TRUE(token_mask_allows(bits, *tokenizer.token_to_id("2")));
+  EXPECT_FALSE(token_mask_allows(bits, *tokenizer.token_to_id("3")));
+  EXPECT_FALSE(constraint.accept(*tokenizer.token_to_id("3")).ok());
+  ASSERT_TRUE(constraint.accept(*tokenizer.token_to_id("2")).ok());
+  EXPECT_TRUE(constraint.is_complete());
+  std::fill(bits.begin(), bits.end(), 0);
+  constraint.fill_allowed(bits);
+  std::int64_t num_allowed = 0;
+  for (std::uint64_t w : bits) num_allowed += std::popcount(w);
+  EXPECT_EQ(num_allowed, 1);
+  EXPECT_TRUE(token_mask_allows(bits, eos));
+}
+
 }  // namespace
 }  // namespace sluice::structured
