@@ -3,9 +3,6 @@
 namespace sluice::structured {
 namespace {
 
-bool is_whitespace(std::uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
-bool is_digit(std::uint8_t b) { return b >= '0' && b <= '9'; }
-bool is_hex(std::uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
 constexpr const char* kTrue = "true";
 constexpr const char* kFalse = "false";
@@ -30,7 +27,7 @@ bool JsonAcceptor::is_complete() const {
   if (mode_ == Mode::kDone) return true;
   // A bare number at the top level has no closing byte: it is complete
   // whenever it could end.
-  return mode_ == Mode::kNumber && depth_ == 0 && number_can_end();
+  return mode_ == Mode::kNumber && depth_ == 0 && number_.can_end();
 }
 
 bool JsonAcceptor::step(std::uint8_t byte) {
@@ -50,12 +47,12 @@ bool JsonAcceptor::step(std::uint8_t byte) {
       }
       return false;
     case Mode::kUnicodeEscape:
-      if (!is_hex(byte)) return false;
+      if (!is_json_hex(byte)) return false;
       if (--hex_left_ == 0) mode_ = Mode::kString;
       return true;
     case Mode::kNumber:
-      if (feed_number(byte)) return true;
-      if (!number_can_end()) return false;
+      if (number_.feed(byte)) return true;
+      if (!number_.can_end()) return false;
       end_value();
       return step(byte);
     case Mode::kLiteral:
@@ -76,7 +73,7 @@ bool JsonAcceptor::feed_whitespace() {
 }
 
 bool JsonAcceptor::feed_structural(std::uint8_t byte) {
-  if (is_whitespace(byte)) return feed_whitespace();
+  if (is_json_whitespace(byte)) return feed_whitespace();
   whitespace_run_ = 0;
   switch (mode_) {
     case Mode::kStart:
@@ -145,14 +142,10 @@ bool JsonAcceptor::begin_value(std::uint8_t byte) {
       literal_pos_ = 1;
       mode_ = Mode::kLiteral;
       return true;
-    case '-':
-      mode_ = Mode::kNumber;
-      number_ = NumberPart::kMinus;
-      return true;
     default:
-      if (!is_digit(byte)) return false;
+      if (byte != '-' && !is_json_digit(byte)) return false;
       mode_ = Mode::kNumber;
-      number_ = byte == '0' ? NumberPart::kZero : NumberPart::kInteger;
+      number_.begin(byte);
       return true;
   }
 }
@@ -171,13 +164,7 @@ void JsonAcceptor::end_value() {
 // multi-byte forms checked as RFC 3629 does (no overlongs, no surrogates,
 // nothing past U+10FFFF), so the output always decodes.
 bool JsonAcceptor::feed_string(std::uint8_t byte) {
-  if (utf8_left_ > 0) {
-    if (byte < utf8_low_ || byte > utf8_high_) return false;
-    --utf8_left_;
-    utf8_low_ = 0x80;
-    utf8_high_ = 0xBF;
-    return true;
-  }
+  if (utf8_.mid_character()) return utf8_.feed(byte);
   if (byte == '"') {
     if (in_key_) {
       mode_ = Mode::kColon;
@@ -193,72 +180,7 @@ bool JsonAcceptor::feed_string(std::uint8_t byte) {
   }
   if (byte < 0x20) return false;
   if (byte < 0x80) return true;
-  utf8_low_ = 0x80;
-  utf8_high_ = 0xBF;
-  if (byte >= 0xC2 && byte <= 0xDF) {
-    utf8_left_ = 1;
-  } else if (byte >= 0xE0 && byte <= 0xEF) {
-    utf8_left_ = 2;
-    if (byte == 0xE0) utf8_low_ = 0xA0;
-    if (byte == 0xED) utf8_high_ = 0x9F;
-  } else if (byte >= 0xF0 && byte <= 0xF4) {
-    utf8_left_ = 3;
-    if (byte == 0xF0) utf8_low_ = 0x90;
-    if (byte == 0xF4) utf8_high_ = 0x8F;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-bool JsonAcceptor::feed_number(std::uint8_t byte) {
-  switch (number_) {
-    case NumberPart::kMinus:
-      if (!is_digit(byte)) return false;
-      number_ = byte == '0' ? NumberPart::kZero : NumberPart::kInteger;
-      return true;
-    case NumberPart::kZero:
-    case NumberPart::kInteger:
-      if (number_ == NumberPart::kInteger && is_digit(byte)) return true;
-      if (byte == '.') {
-        number_ = NumberPart::kDot;
-        return true;
-      }
-      if (byte == 'e' || byte == 'E') {
-        number_ = NumberPart::kExp;
-        return true;
-      }
-      return false;
-    case NumberPart::kDot:
-      if (!is_digit(byte)) return false;
-      number_ = NumberPart::kFraction;
-      return true;
-    case NumberPart::kFraction:
-      if (is_digit(byte)) return true;
-      if (byte == 'e' || byte == 'E') {
-        number_ = NumberPart::kExp;
-        return true;
-      }
-      return false;
-    case NumberPart::kExp:
-      if (byte == '+' || byte == '-') {
-        number_ = NumberPart::kExpSign;
-        return true;
-      }
-      [[fallthrough]];
-    case NumberPart::kExpSign:
-      if (!is_digit(byte)) return false;
-      number_ = NumberPart::kExpDigits;
-      return true;
-    case NumberPart::kExpDigits:
-      return is_digit(byte);
-  }
-  return false;
-}
-
-bool JsonAcceptor::number_can_end() const {
-  return number_ == NumberPart::kZero || number_ == NumberPart::kInteger || number_ == NumberPart::kFraction ||
-         number_ == NumberPart::kExpDigits;
+  return utf8_.feed(byte);
 }
 
 }  // namespace sluice::structured

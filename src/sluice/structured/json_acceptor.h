@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "sluice/structured/json_lexemes.h"
+
 namespace sluice::structured {
 
 class JsonAcceptor {
@@ -34,7 +36,7 @@ class JsonAcceptor {
   bool is_complete() const;
   // Inside a string with no escape or multi-byte character half done: any
   // whole UTF-8 text without '"', '\\' or control bytes continues it.
-  bool in_plain_string() const { return mode_ == Mode::kString && utf8_left_ == 0; }
+  bool in_plain_string() const { return mode_ == Mode::kString && !utf8_.mid_character(); }
 
  private:
   enum class Mode : std::uint8_t {
@@ -48,41 +50,27 @@ class JsonAcceptor {
     kString,         // inside a string (key or value)
     kEscape,         // after '\' in a string
     kUnicodeEscape,  // in \uXXXX; hex_left digits to go
-    kNumber,         // inside a number; see NumberPart
+    kNumber,         // inside a number (number_)
     kLiteral,        // inside true / false / null
     kDone,
-  };
-  enum class NumberPart : std::uint8_t {
-    kMinus,      // "-": a digit must follow
-    kZero,       // a leading 0: '.', 'e' or the end
-    kInteger,    // 1-9 then digits
-    kDot,        // "x.": a digit must follow
-    kFraction,   // digits after the dot
-    kExp,        // after e/E: sign or digit
-    kExpSign,    // after the sign: a digit
-    kExpDigits,  // digits of the exponent
   };
 
   bool step(std::uint8_t byte);  // feed() without the rollback
   bool feed_structural(std::uint8_t byte);
   bool begin_value(std::uint8_t byte);
   bool feed_string(std::uint8_t byte);
-  bool feed_number(std::uint8_t byte);
-  bool number_can_end() const;
   void end_value();  // a value just finished: to kAfterValue, or kDone at the top
   bool push(std::uint8_t bracket);
   bool feed_whitespace();
 
   Mode mode_ = Mode::kStart;
-  NumberPart number_ = NumberPart::kMinus;
+  NumberLexer number_;
   bool top_level_object_ = true;
   bool in_key_ = false;            // the current string is an object key
   std::uint8_t depth_ = 0;
   std::uint8_t whitespace_run_ = 0;
   std::uint8_t hex_left_ = 0;
-  std::uint8_t utf8_left_ = 0;     // continuation bytes still owed by a multi-byte character
-  std::uint8_t utf8_low_ = 0x80;   // allowed range of the next continuation byte
-  std::uint8_t utf8_high_ = 0xBF;
+  Utf8Checker utf8_;               // inside strings
   const char* literal_ = nullptr;  // "true" / "false" / "null" and how far in
   std::uint8_t literal_pos_ = 0;
   std::array<std::uint8_t, kMaxDepth> stack_{};  // '{' or '['

@@ -5,9 +5,6 @@
 namespace sluice::structured {
 namespace {
 
-bool is_whitespace(std::uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
-bool is_digit(std::uint8_t b) { return b >= '0' && b <= '9'; }
-bool is_hex(std::uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 std::uint64_t low_bits(std::size_t n) { return n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1; }
 
 }  // namespace
@@ -28,7 +25,7 @@ bool SchemaAcceptor::feed(std::string_view bytes) {
 bool SchemaAcceptor::can_end() const {
   if (mode_ == Mode::kDone) return true;
   if (depth_ != 0) return false;
-  return (mode_ == Mode::kNumber && number_can_end()) || (mode_ == Mode::kLiteral && literal_can_end());
+  return (mode_ == Mode::kNumber && number_.can_end()) || (mode_ == Mode::kLiteral && literal_can_end());
 }
 
 bool SchemaAcceptor::step(std::uint8_t byte) {
@@ -48,12 +45,12 @@ bool SchemaAcceptor::step(std::uint8_t byte) {
       }
       return false;
     case Mode::kUnicodeEscape:
-      if (!is_hex(byte)) return false;
+      if (!is_json_hex(byte)) return false;
       if (--hex_left_ == 0) mode_ = Mode::kString;
       return true;
     case Mode::kNumber:
-      if (feed_number(byte)) return true;
-      if (!number_can_end()) return false;
+      if (number_.feed(byte)) return true;
+      if (!number_.can_end()) return false;
       end_value();
       return step(byte);
     case Mode::kLiteral:
@@ -76,7 +73,7 @@ bool SchemaAcceptor::key_can_come() const {
 }
 
 bool SchemaAcceptor::feed_structural(std::uint8_t byte) {
-  if (is_whitespace(byte)) {
+  if (is_json_whitespace(byte)) {
     if (whitespace_run_ >= kMaxWhitespaceRun) return false;
     ++whitespace_run_;
     return true;
@@ -147,11 +144,10 @@ bool SchemaAcceptor::begin_value(std::uint8_t byte) {
     case 'n':
       return (n.types & JsonSchema::kNull) && begin_literal(JsonSchema::kNullLiteral, 1, byte);
     default:
-      if (byte != '-' && !is_digit(byte)) return false;
+      if (byte != '-' && !is_json_digit(byte)) return false;
       if (!(n.types & (JsonSchema::kNumber | JsonSchema::kInteger))) return false;
-      integer_only_ = !(n.types & JsonSchema::kNumber);
       mode_ = Mode::kNumber;
-      number_ = byte == '-' ? NumberPart::kMinus : byte == '0' ? NumberPart::kZero : NumberPart::kInteger;
+      number_.begin(byte, /*integer_only=*/!(n.types & JsonSchema::kNumber));
       return true;
   }
 }
@@ -197,7 +193,7 @@ bool SchemaAcceptor::begin_key() {
 bool SchemaAcceptor::feed_key(std::uint8_t byte) {
   Frame& frame = stack_[depth_ - 1];
   const JsonSchema::Node& n = node(frame.node);
-  if (byte == '"' && utf8_left_ == 0) {
+  if (byte == '"' && !utf8_.mid_character()) {
     std::uint64_t matched = 0;
     for (std::uint64_t bits = candidates_; bits != 0; bits &= bits - 1) {
       const int i = std::countr_zero(bits);
@@ -216,7 +212,7 @@ bool SchemaAcceptor::feed_key(std::uint8_t byte) {
     return true;
   }
   if (byte == '\\' || byte == '"' || byte < 0x20) return false;  // keys are spelled without escapes
-  if ((utf8_left_ > 0 || byte >= 0x80) && !feed_utf8(byte)) return false;
+  if ((utf8_.mid_character() || byte >= 0x80) && !utf8_.feed(byte)) return false;
   std::uint64_t next = 0;
   for (std::uint64_t bits = candidates_; bits != 0; bits &= bits - 1) {
     const int i = std::countr_zero(bits);
@@ -230,7 +226,7 @@ bool SchemaAcceptor::feed_key(std::uint8_t byte) {
 }
 
 bool SchemaAcceptor::feed_string(std::uint8_t byte) {
-  if (utf8_left_ > 0) return feed_utf8(byte);
+  if (utf8_.mid_character()) return utf8_.feed(byte);
   if (byte == '"') {
     end_value();
     return true;
@@ -241,86 +237,7 @@ bool SchemaAcceptor::feed_string(std::uint8_t byte) {
   }
   if (byte < 0x20) return false;
   if (byte < 0x80) return true;
-  return feed_utf8(byte);
-}
-
-// UTF-8 as RFC 3629 has it (no overlongs, no surrogates, nothing past
-// U+10FFFF), so the output always decodes.
-bool SchemaAcceptor::feed_utf8(std::uint8_t byte) {
-  if (utf8_left_ > 0) {
-    if (byte < utf8_low_ || byte > utf8_high_) return false;
-    --utf8_left_;
-    utf8_low_ = 0x80;
-    utf8_high_ = 0xBF;
-    return true;
-  }
-  utf8_low_ = 0x80;
-  utf8_high_ = 0xBF;
-  if (byte >= 0xC2 && byte <= 0xDF) {
-    utf8_left_ = 1;
-  } else if (byte >= 0xE0 && byte <= 0xEF) {
-    utf8_left_ = 2;
-    if (byte == 0xE0) utf8_low_ = 0xA0;
-    if (byte == 0xED) utf8_high_ = 0x9F;
-  } else if (byte >= 0xF0 && byte <= 0xF4) {
-    utf8_left_ = 3;
-    if (byte == 0xF0) utf8_low_ = 0x90;
-    if (byte == 0xF4) utf8_high_ = 0x8F;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-bool SchemaAcceptor::feed_number(std::uint8_t byte) {
-  switch (number_) {
-    case NumberPart::kMinus:
-      if (!is_digit(byte)) return false;
-      number_ = byte == '0' ? NumberPart::kZero : NumberPart::kInteger;
-      return true;
-    case NumberPart::kZero:
-    case NumberPart::kInteger:
-      if (number_ == NumberPart::kInteger && is_digit(byte)) return true;
-      if (integer_only_) return false;
-      if (byte == '.') {
-        number_ = NumberPart::kDot;
-        return true;
-      }
-      if (byte == 'e' || byte == 'E') {
-        number_ = NumberPart::kExp;
-        return true;
-      }
-      return false;
-    case NumberPart::kDot:
-      if (!is_digit(byte)) return false;
-      number_ = NumberPart::kFraction;
-      return true;
-    case NumberPart::kFraction:
-      if (is_digit(byte)) return true;
-      if (byte == 'e' || byte == 'E') {
-        number_ = NumberPart::kExp;
-        return true;
-      }
-      return false;
-    case NumberPart::kExp:
-      if (byte == '+' || byte == '-') {
-        number_ = NumberPart::kExpSign;
-        return true;
-      }
-      [[fallthrough]];
-    case NumberPart::kExpSign:
-      if (!is_digit(byte)) return false;
-      number_ = NumberPart::kExpDigits;
-      return true;
-    case NumberPart::kExpDigits:
-      return is_digit(byte);
-  }
-  return false;
-}
-
-bool SchemaAcceptor::number_can_end() const {
-  return number_ == NumberPart::kZero || number_ == NumberPart::kInteger || number_ == NumberPart::kFraction ||
-         number_ == NumberPart::kExpDigits;
+  return utf8_.feed(byte);
 }
 
 // Literals (enum values, true/false, null) are matched against their compact

@@ -15,11 +15,12 @@
 
 #include <array>
 #include <cstddef>
-#include <cstring>
-#include <type_traits>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
+#include <type_traits>
 
+#include "sluice/structured/json_lexemes.h"
 #include "sluice/structured/json_schema.h"
 
 namespace sluice::structured {
@@ -56,7 +57,7 @@ class SchemaAcceptor {
   // key that no longer matches a declared name) with nothing half done: any
   // whole UTF-8 text without '"', '\\' or control bytes continues it.
   bool in_plain_string() const {
-    return mode_ == Mode::kString && utf8_left_ == 0 && (!in_key_ || (key_may_be_additional_ && candidates_ == 0));
+    return mode_ == Mode::kString && !utf8_.mid_character() && (!in_key_ || (key_may_be_additional_ && candidates_ == 0));
   }
 
  private:
@@ -71,11 +72,10 @@ class SchemaAcceptor {
     kString,         // inside a string (key when in_key_)
     kEscape,         // after '\' in a string value
     kUnicodeEscape,  // in \uXXXX; hex_left_ digits to go
-    kNumber,         // inside a number; see NumberPart
+    kNumber,         // inside a number (number_)
     kLiteral,        // inside an enum value, true/false or null: literal_candidates_
     kDone,
   };
-  enum class NumberPart : std::uint8_t { kMinus, kZero, kInteger, kDot, kFraction, kExp, kExpSign, kExpDigits };
 
   // One open container. Trivial on purpose: frames past depth_ stay unset.
   struct Frame {
@@ -92,9 +92,6 @@ class SchemaAcceptor {
   bool begin_key();
   bool feed_key(std::uint8_t byte);
   bool feed_string(std::uint8_t byte);
-  bool feed_utf8(std::uint8_t byte);  // a byte >= 0x80 of a string: the UTF-8 rules
-  bool feed_number(std::uint8_t byte);
-  bool number_can_end() const;
   bool begin_literal(std::uint16_t first, std::uint16_t count, std::uint8_t byte);
   bool feed_literal(std::uint8_t byte);
   bool literal_can_end() const;
@@ -107,16 +104,13 @@ class SchemaAcceptor {
 
   const JsonSchema* schema_;
   Mode mode_ = Mode::kStart;
-  NumberPart number_ = NumberPart::kMinus;
-  bool integer_only_ = false;
+  NumberLexer number_;
   bool in_key_ = false;
   bool key_may_be_additional_ = false;
   std::uint8_t depth_ = 0;
   std::uint8_t whitespace_run_ = 0;
   std::uint8_t hex_left_ = 0;
-  std::uint8_t utf8_left_ = 0;
-  std::uint8_t utf8_low_ = 0x80;
-  std::uint8_t utf8_high_ = 0xBF;
+  Utf8Checker utf8_;  // inside strings and keys
   std::uint16_t value_node_ = 0;          // the schema of the value to come (kStart, kValue)
   std::uint16_t literal_first_ = 0;       // kLiteral: candidates are literals[first + i]
   std::uint32_t match_pos_ = 0;           // bytes of the key / literal matched so far

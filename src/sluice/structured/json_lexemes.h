@@ -1,0 +1,134 @@
+// The parts of JSON's lexical grammar that every byte-level acceptor shares
+// (JsonAcceptor for JSON mode, SchemaAcceptor for json_schema): UTF-8 inside
+// strings and the number syntax. Small trivially-copyable values, fed one
+// byte at a time, inline because the token-mask search feeds them per byte of
+// every vocabulary branch.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice::structured {
+
+// Multi-byte UTF-8 characters as RFC 3629 has them (no overlongs, no
+// surrogates, nothing past U+10FFFF), so the output always decodes.
+class Utf8Checker {
+ public:
+  // Inside a character whose continuation bytes are still owed.
+  bool mid_character() const { return left_ > 0; }
+  // A byte >= 0x80, or any byte while mid_character(): false if it cannot come here.
+  bool feed(std::uint8_t byte) {
+    if (left_ > 0) {
+      if (byte < low_ || byte > high_) return false;
+      --left_;
+      low_ = 0x80;
+      high_ = 0xBF;
+      return true;
+    }
+    low_ = 0x80;
+    high_ = 0xBF;
+    if (byte >= 0xC2 && byte <= 0xDF) {
+      left_ = 1;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      left_ = 2;
+      if (byte == 0xE0) low_ = 0xA0;
+      if (byte == 0xED) high_ = 0x9F;
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      left_ = 3;
+      if (byte == 0xF0) low_ = 0x90;
+      if (byte == 0xF4) high_ = 0x8F;
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  std::uint8_t left_ = 0;    // continuation bytes still owed
+  std::uint8_t low_ = 0x80;  // allowed range of the next continuation byte
+  std::uint8_t high_ = 0xBF;
+};
+
+inline bool is_json_digit(std::uint8_t byte) { return byte >= '0' && byte <= '9'; }
+inline bool is_json_hex(std::uint8_t byte) {
+  return is_json_digit(byte) || (byte >= 'a' && byte <= 'f') || (byte >= 'A' && byte <= 'F');
+}
+inline bool is_json_whitespace(std::uint8_t byte) {
+  return byte == ' ' || byte == '\t' || byte == '\n' || byte == '\r';
+}
+
+// A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?),
+// optionally an integer only (no fraction or exponent).
+class NumberLexer {
+ public:
+  // `first` is the number's first byte, '-' or a digit (the caller checked).
+  void begin(std::uint8_t first, bool integer_only = false) {
+    part_ = first == '-' ? Part::kMinus : first == '0' ? Part::kZero : Part::kInteger;
+    integer_only_ = integer_only;
+  }
+  // false if the byte cannot continue the number (it may still end it: can_end()).
+  bool feed(std::uint8_t byte) {
+    switch (part_) {
+      case Part::kMinus:
+        if (!is_json_digit(byte)) return false;
+        part_ = byte == '0' ? Part::kZero : Part::kInteger;
+        return true;
+      case Part::kZero:
+      case Part::kInteger:
+        if (part_ == Part::kInteger && is_json_digit(byte)) return true;
+        if (integer_only_) return false;
+        if (byte == '.') {
+          part_ = Part::kDot;
+          return true;
+        }
+        if (byte == 'e' || byte == 'E') {
+          part_ = Part::kExp;
+          return true;
+        }
+        return false;
+      case Part::kDot:
+        if (!is_json_digit(byte)) return false;
+        part_ = Part::kFraction;
+        return true;
+      case Part::kFraction:
+        if (is_json_digit(byte)) return true;
+        if (byte == 'e' || byte == 'E') {
+          part_ = Part::kExp;
+          return true;
+        }
+        return false;
+      case Part::kExp:
+        if (byte == '+' || byte == '-') {
+          part_ = Part::kExpSign;
+          return true;
+        }
+        [[fallthrough]];
+      case Part::kExpSign:
+        if (!is_json_digit(byte)) return false;
+        part_ = Part::kExpDigits;
+        return true;
+      case Part::kExpDigits:
+        return is_json_digit(byte);
+    }
+    return false;
+  }
+  // What was fed so far is a whole number.
+  bool can_end() const {
+    return part_ == Part::kZero || part_ == Part::kInteger || part_ == Part::kFraction || part_ == Part::kExpDigits;
+  }
+
+ private:
+  enum class Part : std::uint8_t {
+    kMinus,      // "-": a digit must follow
+    kZero,       // a leading 0: '.', 'e' or the end
+    kInteger,    // 1-9 then digits
+    kDot,        // "x.": a digit must follow
+    kFraction,   // digits after the dot
+    kExp,        // after e/E: sign or digit
+    kExpSign,    // after the sign: a digit
+    kExpDigits,  // digits of the exponent
+  };
+  Part part_ = Part::kMinus;
+  bool integer_only_ = false;
+};
+
+}  // namespace sluice::structured
