@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "sluice/common/utf8_append.h"
+#include "sluice/common/utf8_checker.h"
 
 namespace sluice::server {
 namespace {
@@ -170,29 +171,13 @@ class Parser {
 
   // One UTF-8 character starting at a byte >= 0x80 (RFC 3629 ranges).
   void copy_utf8_character(std::string& out) {
-    const auto lead = static_cast<unsigned char>(*p_);
-    int num_continuation = 0;
-    unsigned char low = 0x80, high = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      num_continuation = 1;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      num_continuation = 2;
-      if (lead == 0xE0) low = 0xA0;
-      if (lead == 0xED) high = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      num_continuation = 3;
-      if (lead == 0xF0) low = 0x90;
-      if (lead == 0xF4) high = 0x8F;
-    } else {
-      fail("invalid UTF-8");
-    }
-    if (end_ - p_ <= num_continuation) fail("invalid UTF-8");
-    for (int i = 1; i <= num_continuation; ++i) {
-      const auto byte = static_cast<unsigned char>(p_[i]);
-      if (byte < (i == 1 ? low : 0x80) || byte > (i == 1 ? high : 0xBF)) fail("invalid UTF-8");
-    }
-    out.append(p_, static_cast<std::size_t>(num_continuation + 1));
-    p_ += num_continuation + 1;
+    const char* start = p_;
+    Utf8Checker utf8;
+    do {
+      if (p_ == end_ || !utf8.feed(static_cast<unsigned char>(*p_))) fail("invalid UTF-8");
+      ++p_;
+    } while (utf8.mid_character());
+    out.append(start, static_cast<std::size_t>(p_ - start));
   }
 
   // Eight bytes at a time while none of them ends a plain run: no byte below

@@ -70,7 +70,7 @@ class JsonAcceptor {
   std::uint8_t depth_ = 0;
   std::uint8_t whitespace_run_ = 0;
   std::uint8_t hex_left_ = 0;
-  Utf8Checker utf8_;               // inside strings
+  sluice::Utf8Checker utf8_;               // inside strings
   const char* literal_ = nullptr;  // "true" / "false" / "null" and how far in
   std::uint8_t literal_pos_ = 0;
   std::array<std::uint8_t, kMaxDepth> stack_{};  // '{' or '['

@@ -1,52 +1,15 @@
 // The parts of JSON's lexical grammar that every byte-level acceptor shares
-// (JsonAcceptor for JSON mode, SchemaAcceptor for json_schema): UTF-8 inside
-// strings and the number syntax. Small trivially-copyable values, fed one
-// byte at a time, inline because the token-mask search feeds them per byte of
-// every vocabulary branch.
+// (JsonAcceptor for JSON mode, SchemaAcceptor for json_schema): character
+// classes and the number syntax (UTF-8 inside strings is common/utf8_checker.h).
+// Inline because the token-mask search feeds them per byte of every vocabulary
+// branch.
 #pragma once
 
 #include <cstdint>
 
+#include "sluice/common/utf8_checker.h"
+
 namespace sluice::structured {
-
-// Multi-byte UTF-8 characters as RFC 3629 has them (no overlongs, no
-// surrogates, nothing past U+10FFFF), so the output always decodes.
-class Utf8Checker {
- public:
-  // Inside a character whose continuation bytes are still owed.
-  bool mid_character() const { return left_ > 0; }
-  // A byte >= 0x80, or any byte while mid_character(): false if it cannot come here.
-  bool feed(std::uint8_t byte) {
-    if (left_ > 0) {
-      if (byte < low_ || byte > high_) return false;
-      --left_;
-      low_ = 0x80;
-      high_ = 0xBF;
-      return true;
-    }
-    low_ = 0x80;
-    high_ = 0xBF;
-    if (byte >= 0xC2 && byte <= 0xDF) {
-      left_ = 1;
-    } else if (byte >= 0xE0 && byte <= 0xEF) {
-      left_ = 2;
-      if (byte == 0xE0) low_ = 0xA0;
-      if (byte == 0xED) high_ = 0x9F;
-    } else if (byte >= 0xF0 && byte <= 0xF4) {
-      left_ = 3;
-      if (byte == 0xF0) low_ = 0x90;
-      if (byte == 0xF4) high_ = 0x8F;
-    } else {
-      return false;
-    }
-    return true;
-  }
-
- private:
-  std::uint8_t left_ = 0;    // continuation bytes still owed
-  std::uint8_t low_ = 0x80;  // allowed range of the next continuation byte
-  std::uint8_t high_ = 0xBF;
-};
 
 inline bool is_json_digit(std::uint8_t byte) { return byte >= '0' && byte <= '9'; }
 inline bool is_json_hex(std::uint8_t byte) {

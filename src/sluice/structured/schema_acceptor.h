@@ -110,7 +110,7 @@ class SchemaAcceptor {
   std::uint8_t depth_ = 0;
   std::uint8_t whitespace_run_ = 0;
   std::uint8_t hex_left_ = 0;
-  Utf8Checker utf8_;  // inside strings and keys
+  sluice::Utf8Checker utf8_;  // inside strings and keys
   std::uint16_t value_node_ = 0;          // the schema of the value to come (kStart, kValue)
   std::uint16_t literal_first_ = 0;       // kLiteral: candidates are literals[first + i]
   std::uint32_t match_pos_ = 0;           // bytes of the key / literal matched so far

@@ -1,6 +1,7 @@
 #include "sluice/tokenizer/utf8.h"
 
 #include "sluice/common/utf8_append.h"
+#include "sluice/common/utf8_checker.h"
 
 namespace sluice::tokenizer_detail {
 namespace {
@@ -12,34 +13,16 @@ namespace {
 std::size_t valid_sequence_length(std::string_view text, std::size_t pos,
                                   std::size_t* num_valid_prefix) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(pos);
   *num_valid_prefix = 1;
-  if (lead < 0x80) return 1;
-  std::size_t needed = 0;
-  unsigned char lower = 0x80;
-  unsigned char upper = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    needed = 1;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    needed = 2;
-    if (lead == 0xE0) lower = 0xA0;  // no overlongs
-    if (lead == 0xED) upper = 0x9F;  // no surrogates
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    needed = 3;
-    if (lead == 0xF0) lower = 0x90;  // no overlongs
-    if (lead == 0xF4) upper = 0x8F;  // <= U+10FFFF
-  } else {
-    return 0;
+  if (byte(pos) < 0x80) return 1;
+  Utf8Checker utf8;
+  if (!utf8.feed(byte(pos))) return 0;
+  std::size_t length = 1;
+  while (utf8.mid_character()) {
+    if (pos + length >= text.size() || !utf8.feed(byte(pos + length))) return 0;
+    *num_valid_prefix = ++length;
   }
-  for (std::size_t k = 1; k <= needed; ++k) {
-    if (pos + k >= text.size()) return 0;
-    const unsigned char b = byte(pos + k);
-    if (b < lower || b > upper) return 0;
-    lower = 0x80;
-    upper = 0xBF;
-    *num_valid_prefix = k + 1;
-  }
-  return needed + 1;
+  return length;
 }
 
 }  // namespace
