@@ -35,20 +35,8 @@ bool JsonAcceptor::step(std::uint8_t byte) {
     case Mode::kString:
       return feed_string(byte);
     case Mode::kEscape:
-      if (byte == 'u') {
-        mode_ = Mode::kUnicodeEscape;
-        hex_left_ = 4;
-        return true;
-      }
-      if (byte == '"' || byte == '\\' || byte == '/' || byte == 'b' || byte == 'f' || byte == 'n' ||
-          byte == 'r' || byte == 't') {
-        mode_ = Mode::kString;
-        return true;
-      }
-      return false;
-    case Mode::kUnicodeEscape:
-      if (!is_json_hex(byte)) return false;
-      if (--hex_left_ == 0) mode_ = Mode::kString;
+      if (!escape_.feed(byte)) return false;
+      if (escape_.done()) mode_ = Mode::kString;
       return true;
     case Mode::kNumber:
       if (number_.feed(byte)) return true;
@@ -176,6 +164,7 @@ bool JsonAcceptor::feed_string(std::uint8_t byte) {
   }
   if (byte == '\\') {
     mode_ = Mode::kEscape;
+    escape_.begin();
     return true;
   }
   if (byte < 0x20) return false;

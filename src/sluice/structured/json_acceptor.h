@@ -48,8 +48,7 @@ class JsonAcceptor {
     kColon,          // after a key
     kAfterValue,     // in a container after a value: ',' or the closing bracket
     kString,         // inside a string (key or value)
-    kEscape,         // after '\' in a string
-    kUnicodeEscape,  // in \uXXXX; hex_left digits to go
+    kEscape,         // in an escape (escape_)
     kNumber,         // inside a number (number_)
     kLiteral,        // inside true / false / null
     kDone,
@@ -69,7 +68,7 @@ class JsonAcceptor {
   bool in_key_ = false;            // the current string is an object key
   std::uint8_t depth_ = 0;
   std::uint8_t whitespace_run_ = 0;
-  std::uint8_t hex_left_ = 0;
+  EscapeLexer escape_;
   sluice::Utf8Checker utf8_;               // inside strings
   const char* literal_ = nullptr;  // "true" / "false" / "null" and how far in
   std::uint8_t literal_pos_ = 0;

@@ -19,6 +19,36 @@ inline bool is_json_whitespace(std::uint8_t byte) {
   return byte == ' ' || byte == '\t' || byte == '\n' || byte == '\r';
 }
 
+// A string escape, after its backslash: one of " \\ / b f n r t, or u and four
+// hex digits.
+class EscapeLexer {
+ public:
+  void begin() { hex_left_ = kAwaitingLetter; }
+  // false if the byte cannot come here.
+  bool feed(std::uint8_t byte) {
+    if (hex_left_ == kAwaitingLetter) {
+      if (byte == 'u') {
+        hex_left_ = 4;
+        return true;
+      }
+      if (byte != '"' && byte != '\\' && byte != '/' && byte != 'b' && byte != 'f' && byte != 'n' && byte != 'r' &&
+          byte != 't')
+        return false;
+      hex_left_ = 0;
+      return true;
+    }
+    if (!is_json_hex(byte)) return false;
+    --hex_left_;
+    return true;
+  }
+  // The escape is whole: the string goes on.
+  bool done() const { return hex_left_ == 0; }
+
+ private:
+  static constexpr std::uint8_t kAwaitingLetter = 0xFF;
+  std::uint8_t hex_left_ = 0;  // \uXXXX digits still owed, or kAwaitingLetter
+};
+
 // A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?),
 // optionally an integer only (no fraction or exponent).
 class NumberLexer {

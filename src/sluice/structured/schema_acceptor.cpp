@@ -33,20 +33,8 @@ bool SchemaAcceptor::step(std::uint8_t byte) {
     case Mode::kString:
       return in_key_ ? feed_key(byte) : feed_string(byte);
     case Mode::kEscape:
-      if (byte == 'u') {
-        mode_ = Mode::kUnicodeEscape;
-        hex_left_ = 4;
-        return true;
-      }
-      if (byte == '"' || byte == '\\' || byte == '/' || byte == 'b' || byte == 'f' || byte == 'n' || byte == 'r' ||
-          byte == 't') {
-        mode_ = Mode::kString;
-        return true;
-      }
-      return false;
-    case Mode::kUnicodeEscape:
-      if (!is_json_hex(byte)) return false;
-      if (--hex_left_ == 0) mode_ = Mode::kString;
+      if (!escape_.feed(byte)) return false;
+      if (escape_.done()) mode_ = Mode::kString;
       return true;
     case Mode::kNumber:
       if (number_.feed(byte)) return true;
@@ -233,6 +221,7 @@ bool SchemaAcceptor::feed_string(std::uint8_t byte) {
   }
   if (byte == '\\') {
     mode_ = Mode::kEscape;
+    escape_.begin();
     return true;
   }
   if (byte < 0x20) return false;

@@ -70,8 +70,7 @@ class SchemaAcceptor {
     kColon,          // after a key
     kAfterValue,     // in a container after a value: ',' or the closing bracket
     kString,         // inside a string (key when in_key_)
-    kEscape,         // after '\' in a string value
-    kUnicodeEscape,  // in \uXXXX; hex_left_ digits to go
+    kEscape,         // in an escape (escape_)
     kNumber,         // inside a number (number_)
     kLiteral,        // inside an enum value, true/false or null: literal_candidates_
     kDone,
@@ -109,7 +108,7 @@ class SchemaAcceptor {
   bool key_may_be_additional_ = false;
   std::uint8_t depth_ = 0;
   std::uint8_t whitespace_run_ = 0;
-  std::uint8_t hex_left_ = 0;
+  EscapeLexer escape_;
   sluice::Utf8Checker utf8_;  // inside strings and keys
   std::uint16_t value_node_ = 0;          // the schema of the value to come (kStart, kValue)
   std::uint16_t literal_first_ = 0;       // kLiteral: candidates are literals[first + i]
