@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <utility>
+
 #include "loopback_server.h"
 #include "../support/mask_following_backend.h"
 
@@ -56,6 +59,20 @@ TEST_F(JsonModeTest, TheObjectClosesAndTheAnswerEnds) {
   EXPECT_TRUE(json::parse(content).is_object());
 }
 
+// A streamed completion's text and finish reason, from its SSE body.
+std::pair<std::string, std::string> streamed_completion(const std::string& body) {
+  std::string text, finish_reason;
+  for (const std::string& event : loopback::sse_data_events(body)) {
+    if (event == "[DONE]") continue;
+    const json chunk = json::parse(event);
+    for (const json& choice : chunk["choices"]) {
+      text += choice.value("text", "");
+      if (!choice["finish_reason"].is_null()) finish_reason = choice["finish_reason"];
+    }
+  }
+  return {text, finish_reason};
+}
+
 TEST_F(JsonModeTest, RandomAllowedTokensStreamAValidJsonPrefix) {
   start(/*prefer_closing=*/false);
   for (int round = 0; round < 3; ++round) {
@@ -65,15 +82,7 @@ TEST_F(JsonModeTest, RandomAllowedTokensStreamAValidJsonPrefix) {
                                                                       {"max_tokens", 40},
                                                                       {"stream", true}});
     ASSERT_EQ(status, 200) << body;
-    std::string text, finish_reason;
-    for (const std::string& event : loopback::sse_data_events(body)) {
-      if (event == "[DONE]") continue;
-      const json chunk = json::parse(event);
-      for (const json& choice : chunk["choices"]) {
-        text += choice.value("text", "");
-        if (!choice["finish_reason"].is_null()) finish_reason = choice["finish_reason"];
-      }
-    }
+    const auto [text, finish_reason] = streamed_completion(body);
     // Random walks rarely close the object in 40 tokens; the structure is
     // checked token by token by the engine-level tests. Here: the stream
     // starts the object and ends only as a whole object or at the length cap.
@@ -139,15 +148,7 @@ TEST_F(JsonModeTest, JsonSchemaRandomAllowedTokensStreamAValidPrefix) {
                                                                       {"seed", round},
                                                                       {"stream", true}});
     ASSERT_EQ(status, 200) << body;
-    std::string text, finish_reason;
-    for (const std::string& event : loopback::sse_data_events(body)) {
-      if (event == "[DONE]") continue;
-      const json chunk = json::parse(event);
-      for (const json& choice : chunk["choices"]) {
-        text += choice.value("text", "");
-        if (!choice["finish_reason"].is_null()) finish_reason = choice["finish_reason"];
-      }
-    }
+    const auto [text, finish_reason] = streamed_completion(body);
     ASSERT_FALSE(text.empty()) << body;
     EXPECT_EQ(text.find_first_not_of(" \t\r\n"), text.find('{')) << text;
     if (finish_reason == "stop") {

@@ -94,31 +94,39 @@ TEST(SchemaTokenMask, EqualsBruteForceOnLlama3) {
               fast_us / static_cast<double>(num_checked), num_checked);
 }
 
+// The constraint's mask as it stands, in a fresh vector.
+std::vector<std::uint64_t> allowed_now(TokenConstraint& constraint, std::int32_t vocab_size) {
+  std::vector<std::uint64_t> bits(num_token_mask_words(vocab_size), 0);
+  constraint.fill_allowed(bits);
+  return bits;
+}
+
+std::int64_t count_allowed(const std::vector<std::uint64_t>& bits) {
+  std::int64_t n = 0;
+  for (std::uint64_t w : bits) n += std::popcount(w);
+  return n;
+}
+
 TEST(JsonConstraint, AllowsOnlyEndTokensOnceTheObjectCloses) {
   const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
   const std::int32_t vocab_size = tokenizer.vocab_size();
   const TokenId eos = *tokenizer.eos_token_id();
   JsonConstraint constraint(make_json_vocabulary(tokenizer, vocab_size), {eos});
   for (TokenId t : tokenizer.encode("{\"a\": [1, 2]", false)) ASSERT_TRUE(constraint.accept(t).ok());
-  std::vector<std::uint64_t> bits(num_token_mask_words(vocab_size), 0);
-  constraint.fill_allowed(bits);
+  std::vector<std::uint64_t> bits = allowed_now(constraint, vocab_size);
   EXPECT_FALSE(token_mask_allows(bits, eos));
   EXPECT_TRUE(token_mask_allows(bits, *tokenizer.token_to_id("}")));
   EXPECT_FALSE(token_mask_allows(bits, *tokenizer.token_to_id("]")));
   EXPECT_FALSE(constraint.accept(*tokenizer.token_to_id("]")).ok());
   ASSERT_TRUE(constraint.accept(*tokenizer.token_to_id("}")).ok());
   EXPECT_TRUE(constraint.is_complete());
-  std::fill(bits.begin(), bits.end(), 0);
-  constraint.fill_allowed(bits);
-  std::int64_t num_allowed = 0;
-  for (std::uint64_t w : bits) num_allowed += std::popcount(w);
-  EXPECT_EQ(num_allowed, 1);
+  bits = allowed_now(constraint, vocab_size);
+  EXPECT_EQ(count_allowed(bits), 1);
   EXPECT_TRUE(token_mask_allows(bits, eos));
   // Special tokens never appear under a constraint, even inside strings.
   JsonConstraint in_string(make_json_vocabulary(tokenizer, vocab_size), {eos});
   for (TokenId t : tokenizer.encode("{\"a\": \"", false)) ASSERT_TRUE(in_string.accept(t).ok());
-  std::fill(bits.begin(), bits.end(), 0);
-  in_string.fill_allowed(bits);
+  bits = allowed_now(in_string, vocab_size);
   for (TokenId t = 0; t < vocab_size; ++t) {
     if (tokenizer.is_special(t)) {
       ASSERT_FALSE(token_mask_allows(bits, t)) << t;
@@ -135,25 +143,20 @@ TEST(JsonConstraint, SchemaTopLevelNumberMayEndOrGoOn) {
   auto schema = compile_json_schema(nlohmann::json::parse(R"({"enum":[1,12,"a"]})"));
   ASSERT_TRUE(schema.ok());
   JsonConstraint constraint(make_json_vocabulary(tokenizer, vocab_size), {eos}, *schema);
-  std::vector<std::uint64_t> bits(num_token_mask_words(vocab_size), 0);
-  constraint.fill_allowed(bits);
+  std::vector<std::uint64_t> bits = allowed_now(constraint, vocab_size);
   EXPECT_FALSE(token_mask_allows(bits, eos));
   EXPECT_TRUE(token_mask_allows(bits, *tokenizer.token_to_id("12")));
   EXPECT_FALSE(token_mask_allows(bits, *tokenizer.token_to_id("2")));
   ASSERT_TRUE(constraint.accept(*tokenizer.token_to_id("1")).ok());
-  std::fill(bits.begin(), bits.end(), 0);
-  constraint.fill_allowed(bits);
+  bits = allowed_now(constraint, vocab_size);
   EXPECT_TRUE(token_mask_allows(bits, eos));
   EXPECT_TRUE(token_mask_allows(bits, *tokenizer.token_to_id("2")));
   EXPECT_FALSE(token_mask_allows(bits, *tokenizer.token_to_id("3")));
   EXPECT_FALSE(constraint.accept(*tokenizer.token_to_id("3")).ok());
   ASSERT_TRUE(constraint.accept(*tokenizer.token_to_id("2")).ok());
   EXPECT_TRUE(constraint.is_complete());
-  std::fill(bits.begin(), bits.end(), 0);
-  constraint.fill_allowed(bits);
-  std::int64_t num_allowed = 0;
-  for (std::uint64_t w : bits) num_allowed += std::popcount(w);
-  EXPECT_EQ(num_allowed, 1);
+  bits = allowed_now(constraint, vocab_size);
+  EXPECT_EQ(count_allowed(bits), 1);
   EXPECT_TRUE(token_mask_allows(bits, eos));
 }
 
