@@ -1,7 +1,9 @@
 // The engine on the real CPU backend (a tiny random-weight Llama): generation
 // through the engine, with other requests sharing its batches, with prefix-
 // cache hits and with chunked prefill, equals single-sequence generation
-// (generate_sequence, no engine) token for token.
+// (generate_sequence, no engine) token for token; inline and with async
+// scheduling (the backend on the pipeline's worker thread, each decode's
+// input token filled in from the step before, penalties over that history).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -77,11 +79,18 @@ std::vector<Case> cases() {
   sampled.sampling.top_k = 40;
   sampled.sampling.seed = 1234;
   out.push_back(std::move(sampled));
+  Case penalized{.id = "penalized", .prompt = shared};
+  penalized.prompt.push_back(9);
+  penalized.sampling.repetition_penalty = 1.5f;
+  penalized.sampling.frequency_penalty = 0.5f;
+  out.push_back(std::move(penalized));
   return out;
 }
 
-std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, std::int32_t max_num_batched_tokens) {
+std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, std::int32_t max_num_batched_tokens,
+                                                          bool async_scheduling = false) {
   EngineConfig config;
+  config.async_scheduling = async_scheduling;
   config.max_num_seqs = 8;
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.enable_prefix_caching = prefix_caching;
@@ -135,7 +144,7 @@ std::map<std::string, std::vector<TokenId>> single_sequence() {
 
 TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
   const auto reference = single_sequence();
-  ASSERT_EQ(reference.size(), 5u);
+  ASSERT_EQ(reference.size(), 6u);
   // The oracle is not degenerate: different prompts give different continuations.
   EXPECT_NE(reference.at("greedy0"), reference.at("greedy1"));
   EXPECT_NE(reference.at("greedy0"), reference.at("sampled"));
@@ -145,6 +154,12 @@ TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
       << "batched, with prefix hits";
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10), reference)
       << "batched, prefix hits and chunked prefill";
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/4096, /*async_scheduling=*/true),
+            reference)
+      << "async scheduling, with prefix hits";
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/true),
+            reference)
+      << "async scheduling, prefix hits and chunked prefill";
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // aborts) under every policy. Whatever happens: invariants hold every step,
 // every request finishes or is aborted, every block comes back with reference
 // count zero, non-aborted outputs equal the single-sequence oracle, and the
-// same seed gives the same run.
+// same seed gives the same run; inline and with async scheduling.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -33,12 +33,13 @@ struct RunResult {
   bool operator==(const RunResult&) const = default;
 };
 
-RunResult run_workload(std::uint64_t seed) {
+RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   SplitMix64 rng(seed);
   auto pick = [&](std::uint64_t n) { return static_cast<std::int32_t>(rng.next() % n); };
   const std::int32_t block = 1 + pick(8);
   EngineConfig config;
   config.clock = ClockMode::kVirtual;
+  config.async_scheduling = async_scheduling;
   config.scheduling = static_cast<SchedulingPolicy>(pick(5));
   config.eviction = pick(2) == 0 ? EvictionPolicy::kLru : EvictionPolicy::kSlru;
   config.max_num_seqs = 1 + pick(8);
@@ -122,19 +123,26 @@ RunResult run_workload(std::uint64_t seed) {
 }
 
 TEST(EngineProperty, RandomWorkloadsFinishExactlyWithNoLeaks) {
-  std::int64_t preemptions = 0, hits = 0;
-  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
-    const RunResult r = run_workload(seed);
-    preemptions += r.num_preemptions;
-    hits += r.hit_tokens;
+  for (const bool async_scheduling : {false, true}) {
+    std::int64_t preemptions = 0, hits = 0;
+    for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+      const RunResult r = run_workload(seed, async_scheduling);
+      preemptions += r.num_preemptions;
+      hits += r.hit_tokens;
+    }
+    // The workloads are meant to exercise both; if they stop doing so the test is weaker.
+    EXPECT_GT(preemptions, 0) << "async " << async_scheduling;
+    EXPECT_GT(hits, 0) << "async " << async_scheduling;
   }
-  // The workloads are meant to exercise both; if they stop doing so the test is weaker.
-  EXPECT_GT(preemptions, 0);
-  EXPECT_GT(hits, 0);
 }
 
 TEST(EngineProperty, SameSeedSameRun) {
-  for (std::uint64_t seed : {3u, 17u, 42u}) EXPECT_TRUE(run_workload(seed) == run_workload(seed)) << seed;
+  for (const bool async_scheduling : {false, true}) {
+    for (std::uint64_t seed : {3u, 17u, 42u}) {
+      EXPECT_TRUE(run_workload(seed, async_scheduling) == run_workload(seed, async_scheduling))
+          << seed << " async " << async_scheduling;
+    }
+  }
 }
 
 }  // namespace

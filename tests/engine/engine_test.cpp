@@ -1,6 +1,7 @@
 // Engine behaviour on the KV-checking fake backend, synchronous mode with the
 // virtual clock: each test drives steps and checks outputs against the
-// single-sequence oracle and timelines against the configuration.
+// single-sequence oracle and timelines against the configuration. The tests
+// of EngineInBothModes run inline and with async scheduling.
 #include "sluice/engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -19,8 +20,9 @@ using testing::reference_generate;
 
 constexpr std::int32_t kBlock = 4;
 
-EngineConfig small_config() {
+EngineConfig small_config(bool async_scheduling = false) {
   EngineConfig c;
+  c.async_scheduling = async_scheduling;
   c.max_num_seqs = 8;
   c.max_num_batched_tokens = 64;
   c.max_step_ms = 1000.0;
@@ -97,8 +99,14 @@ TEST(Engine, DecodeStallGaugeGrowsUntilTheNextToken) {
   EXPECT_LT(engine->stats().longest_current_decode_stall_ms, 1.0);
 }
 
-TEST(Engine, GeneratesTheSingleSequenceResult) {
-  auto engine = make_engine(small_config());
+class EngineInBothModes : public ::testing::TestWithParam<bool> {};  // param: async scheduling
+INSTANTIATE_TEST_SUITE_P(Modes, EngineInBothModes, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Async") : std::string("Inline");
+                         });
+
+TEST_P(EngineInBothModes, GeneratesTheSingleSequenceResult) {
+  auto engine = make_engine(small_config(GetParam()));
   const auto prompt = tokens_from(10, 5);
   auto stream = engine->submit(request("a", prompt, 7));
   ASSERT_TRUE(stream.ok()) << stream.error_message();
@@ -120,8 +128,8 @@ TEST(Engine, GeneratesTheSingleSequenceResult) {
   EXPECT_GT(*t.first_token_ms, t.arrival_ms);
 }
 
-TEST(Engine, ChunkedPrefillEqualsUnchunkedAndFollowsTheTokenBudget) {
-  EngineConfig config = small_config();
+TEST_P(EngineInBothModes, ChunkedPrefillEqualsUnchunkedAndFollowsTheTokenBudget) {
+  EngineConfig config = small_config(GetParam());
   config.max_num_batched_tokens = 8;
   auto engine = make_engine(config);
   const auto prompt = tokens_from(30, 1);
@@ -141,8 +149,8 @@ TEST(Engine, ChunkedPrefillEqualsUnchunkedAndFollowsTheTokenBudget) {
   EXPECT_EQ(chunk_sizes, (std::vector<std::int32_t>{8, 8, 8, 6}));
 }
 
-TEST(Engine, PrefixHitServesTheSharedPrefixAndStillMatchesTheOracle) {
-  auto engine = make_engine(small_config());
+TEST_P(EngineInBothModes, PrefixHitServesTheSharedPrefixAndStillMatchesTheOracle) {
+  auto engine = make_engine(small_config(GetParam()));
   auto shared = tokens_from(21, 100);  // 5 full blocks + 1
   auto first = engine->submit(request("first", shared, 3));
   ASSERT_TRUE(first.ok());
@@ -162,8 +170,8 @@ TEST(Engine, PrefixHitServesTheSharedPrefixAndStillMatchesTheOracle) {
   EXPECT_EQ(stats.num_prompt_tokens_computed, 21 + 3);
 }
 
-TEST(Engine, GeneratedTokensAreCachedForTheNextTurn) {
-  auto engine = make_engine(small_config());
+TEST_P(EngineInBothModes, GeneratedTokensAreCachedForTheNextTurn) {
+  auto engine = make_engine(small_config(GetParam()));
   const auto prompt = tokens_from(6, 50);
   auto turn1 = engine->submit(request("t1", prompt, 10));
   ASSERT_TRUE(turn1.ok());
@@ -179,12 +187,12 @@ TEST(Engine, GeneratedTokensAreCachedForTheNextTurn) {
   EXPECT_EQ(out2["t2"].tokens, reference_generate(turn2_prompt, 2));
 }
 
-TEST(Engine, StopTokenEosIgnoreEosAndMinTokens) {
+TEST_P(EngineInBothModes, StopTokenEosIgnoreEosAndMinTokens) {
   const auto prompt = tokens_from(5, 9);
   const std::vector<TokenId> free_run = reference_generate(prompt, 20);
   const TokenId third = free_run[2];
   {
-    auto engine = make_engine(small_config());
+    auto engine = make_engine(small_config(GetParam()));
     EngineRequest r = request("stop", prompt, 20);
     r.stop_token_ids = {third};
     auto s = engine->submit(r);
@@ -194,7 +202,7 @@ TEST(Engine, StopTokenEosIgnoreEosAndMinTokens) {
     EXPECT_EQ(out["stop"].stop_token, third);
   }
   {
-    auto engine = make_engine(small_config());
+    auto engine = make_engine(small_config(GetParam()));
     EngineRequest r = request("eos", prompt, 20);
     r.eos_token_ids = {third};
     r.ignore_eos = true;
@@ -204,7 +212,7 @@ TEST(Engine, StopTokenEosIgnoreEosAndMinTokens) {
     EXPECT_EQ(out["eos"].finish, FinishReason::kLength);
   }
   {
-    auto engine = make_engine(small_config());
+    auto engine = make_engine(small_config(GetParam()));
     EngineRequest r = request("min", prompt, 20);
     r.eos_token_ids = {free_run[0]};
     r.min_tokens = 2;  // the first token is EOS but too early to count
@@ -244,8 +252,8 @@ TEST(Engine, RejectsAPromptTheKvCacheCannotHold) {
   EXPECT_NE(result.error_message().find("KV cache"), std::string::npos);
 }
 
-TEST(Engine, AbortWaitingAndRunningRequestsFreesEverything) {
-  EngineConfig config = small_config();
+TEST_P(EngineInBothModes, AbortWaitingAndRunningRequestsFreesEverything) {
+  EngineConfig config = small_config(GetParam());
   config.max_num_seqs = 1;
   auto engine = make_engine(config);
   auto a = engine->submit(request("a", tokens_from(8, 0), 100));
@@ -266,9 +274,9 @@ TEST(Engine, AbortWaitingAndRunningRequestsFreesEverything) {
   EXPECT_TRUE(engine->submit(request("a", tokens_from(8, 0), 1)).ok());
 }
 
-TEST(Engine, ABackendFailureFailsOnlyThatRequest) {
+TEST_P(EngineInBothModes, ABackendFailureFailsOnlyThatRequest) {
   constexpr TokenId kPoison = 999;
-  auto engine = make_engine(small_config(), 256, kPoison);
+  auto engine = make_engine(small_config(GetParam()), 256, kPoison);
   std::vector<TokenId> bad_prompt = tokens_from(6, 0);
   bad_prompt[3] = kPoison;
   const auto good_prompt = tokens_from(6, 20);
@@ -282,8 +290,8 @@ TEST(Engine, ABackendFailureFailsOnlyThatRequest) {
   EXPECT_EQ(engine->stats().num_requests_failed, 1);
 }
 
-TEST(Engine, PreemptionUnderMemoryPressureKeepsResultsExact) {
-  EngineConfig config = small_config();
+TEST_P(EngineInBothModes, PreemptionUnderMemoryPressureKeepsResultsExact) {
+  EngineConfig config = small_config(GetParam());
   auto engine = make_engine(config, 12);  // 48 tokens of KV for 4 requests that grow to 30 each
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<std::vector<TokenId>> prompts;
@@ -301,8 +309,8 @@ TEST(Engine, PreemptionUnderMemoryPressureKeepsResultsExact) {
   EXPECT_GT(engine->stats().num_preemptions, 0);
 }
 
-TEST(Engine, ThreadedModeServesConcurrentSubmitters) {
-  EngineConfig config = small_config();
+TEST_P(EngineInBothModes, ThreadedModeServesConcurrentSubmitters) {
+  EngineConfig config = small_config(GetParam());
   config.clock = ClockMode::kWall;
   Engine engine(std::make_unique<KvCheckingBackend>(512, kBlock, 4096), nullptr, config);
   engine.start();
@@ -334,8 +342,8 @@ TEST(Engine, ThreadedModeServesConcurrentSubmitters) {
   EXPECT_FALSE(engine.submit(request("late", tokens_from(3, 0), 1)).ok());
 }
 
-TEST(Engine, StopAbortEndsEveryStream) {
-  EngineConfig config = small_config();
+TEST_P(EngineInBothModes, StopAbortEndsEveryStream) {
+  EngineConfig config = small_config(GetParam());
   config.clock = ClockMode::kWall;
   Engine engine(std::make_unique<KvCheckingBackend>(512, kBlock, 4096), nullptr, config);
   auto s = engine.submit(request("x", tokens_from(5, 0), 1000));

@@ -37,10 +37,12 @@ struct Fixture {
   std::vector<SchedRequest> running;
   std::vector<SchedRequest> queue;
   std::int32_t available_blocks = 100000;
+  std::int32_t num_finishing_seqs = 0;
   double now_ms = 0;
   std::uint64_t step = 0;
   SchedState state() const {
-    return {.running = running, .waiting = queue, .num_available_blocks = available_blocks,
+    return {.running = running, .waiting = queue, .num_finishing_seqs = num_finishing_seqs,
+            .num_available_blocks = available_blocks,
             .num_total_blocks = 100000, .block_size_tokens = kBlock, .now_ms = now_ms, .step_index = step};
   }
 };
@@ -203,6 +205,16 @@ TEST(Planner, MaxNumSeqsCapsAdmission) {
   f.running = {decoding(1, 10), decoding(2, 10)};
   f.queue = {waiting(3, 10), waiting(4, 10)};
   const StepPlan plan = plan_step(f.state(), {.max_num_seqs = 3, .max_step_ms = 1e9}, LinearCost{});
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
+}
+
+TEST(Planner, FinishingRequestsKeepTheirSeats) {
+  Fixture f;
+  f.running = {decoding(1, 10)};
+  f.num_finishing_seqs = 1;  // a second admitted request whose last token is in flight
+  f.queue = {waiting(3, 10), waiting(4, 10)};
+  const StepPlan plan = plan_step(f.state(), {.max_num_seqs = 3, .max_step_ms = 1e9}, LinearCost{});
+  EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1}));
   EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
 }
 

@@ -45,9 +45,10 @@ Finished run_json_request(Engine& engine, const Tokenizer& tokenizer, std::int32
   return out;
 }
 
-EngineConfig virtual_clock() {
+EngineConfig virtual_clock(bool async_scheduling = false) {
   EngineConfig config;
   config.clock = ClockMode::kVirtual;
+  config.async_scheduling = async_scheduling;
   return config;
 }
 
@@ -65,6 +66,24 @@ TEST(ConstrainedEngine, ClosesTheObjectThenEnds) {
   std::vector<TokenId> text_ids(out.tokens.begin(), out.tokens.end() - 1);
   EXPECT_EQ(tokenizer.decode(text_ids, false), "{\"\":\"\"}");
   EXPECT_EQ(seen.num_masked_samples(), static_cast<std::int64_t>(out.tokens.size()));
+}
+
+// The next mask needs the token in flight: with async scheduling a
+// constrained request's steps wait for each other, and the walk is the same.
+TEST(ConstrainedEngine, AsyncSchedulingGivesTheSameWalk) {
+  const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
+  std::vector<Finished> runs;
+  for (const bool async_scheduling : {false, true}) {
+    auto backend = std::make_unique<testing::MaskFollowingBackend>(tokenizer.vocab_size(), std::vector<TokenId>{});
+    const testing::MaskFollowingBackend& seen = *backend;
+    Engine engine(std::move(backend), nullptr, virtual_clock(async_scheduling));
+    runs.push_back(run_json_request(engine, tokenizer, 40));
+    ASSERT_TRUE(runs.back().reason == FinishReason::kLength || runs.back().reason == FinishReason::kStop)
+        << runs.back().error;
+    EXPECT_EQ(seen.num_masked_samples(), static_cast<std::int64_t>(runs.back().tokens.size()));
+  }
+  EXPECT_EQ(runs[0].tokens, runs[1].tokens);
+  EXPECT_EQ(runs[0].reason, runs[1].reason);
 }
 
 TEST(ConstrainedEngine, EveryRandomWalkStaysAValidJsonPrefix) {

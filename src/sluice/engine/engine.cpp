@@ -4,6 +4,7 @@
 // snapshot. The core is never touched by two threads at once.
 #include "sluice/engine/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -155,7 +156,7 @@ StepReport Engine::Impl::step() {
   const double start = now_ms();
   take_inbox(start);
   StepReport report = core.step(start);
-  if (config.clock == ClockMode::kVirtual) virtual_now_ms.store(start + report.step_ms);
+  if (config.clock == ClockMode::kVirtual) virtual_now_ms.store(std::max(start, report.end_ms));
   publish(now_ms());
   return report;
 }

@@ -70,6 +70,13 @@ struct EngineConfig {
   double kv_reserve_fraction = 0.02;
   std::int32_t max_num_queued_requests = 4096;  // waiting requests; submit fails beyond
   std::int64_t max_num_queued_tokens = 0;       // prompt tokens waiting; 0 = unlimited
+  // Plan and submit step N+1 while the backend runs step N (vLLM's
+  // --async-scheduling): the engine thread's planning, stop checks and
+  // streaming leave the backend's critical path. Stops are seen a step late
+  // (a finished request's last step in flight is wasted work), and a step
+  // waits for the one in flight when a constrained request samples or the
+  // plan preempts.
+  bool async_scheduling = false;
   ClockMode clock = ClockMode::kWall;
 };
 
@@ -204,8 +211,11 @@ struct RequestTimeline {
 };
 
 // What one step did, for tests and tracing.
+// One step() call, described by the step it collected last (with async
+// scheduling, the step submitted the call before).
 struct StepReport {
-  double start_ms = 0.0;
+  double start_ms = 0.0;             // when the step began running
+  double end_ms = 0.0;               // when it ended (the call's start if nothing was collected)
   double step_ms = 0.0;              // measured, or the sim backend's predicted time
   double predicted_step_ms = 0.0;    // the scheduler's prediction
   std::int32_t num_decode_seqs = 0;

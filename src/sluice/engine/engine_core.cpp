@@ -31,17 +31,12 @@ SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
   };
 }
 
-// A decode runs the last sampled token; anything else is (part of) a prefill.
-bool is_decode(const SequenceStep& s) {
-  return s.num_new_tokens == 1 && s.num_generated_tokens() > 0 &&
-         s.end_position() == static_cast<std::int32_t>(s.tokens.size());
-}
-
 }  // namespace
 
 EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
                        const EngineConfig& config)
     : backend_(std::move(backend)),
+      pipeline_(*backend_, config.async_scheduling),
       cost_model_(cost_model ? std::move(cost_model) : std::make_shared<TokenCountCostModel>()),
       config_(config),
       sched_config_(sched_config(config, backend_->info())),
@@ -75,52 +70,97 @@ void EngineCore::abort_all(const std::string& why, double now_ms) {
   for (const std::string& name : names) abort_request(name, why, now_ms);
 }
 
+// The engine clock inside one step() call: the virtual clock stands still
+// (a collected step ends at its begin + the backend's step time), the wall
+// clock moves.
+class EngineCore::StepClock {
+ public:
+  StepClock(double start_ms, ClockMode mode)
+      : start_ms_(start_ms), mode_(mode), wall_start_(std::chrono::steady_clock::now()) {}
+  double now_ms() const {
+    if (mode_ == ClockMode::kVirtual) return start_ms_;
+    return start_ms_ +
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start_).count();
+  }
+  double end_ms(double begin_ms, double step_time_ms) const {
+    return mode_ == ClockMode::kVirtual ? begin_ms + step_time_ms : now_ms();
+  }
+
+ private:
+  double start_ms_;
+  ClockMode mode_;
+  std::chrono::steady_clock::time_point wall_start_;
+};
+
 StepReport EngineCore::step(double now_ms) {
-  StepReport report{.start_ms = now_ms};
-  const SchedState state = build_sched_state(now_ms);
-  const StepPlan plan = plan_step(state, sched_config_, *cost_model_);
+  const StepClock clock(now_ms, config_.clock);
+  StepReport report{.start_ms = now_ms, .end_ms = now_ms};
+  if (!in_flight_.empty() && plan_needs_in_flight_results()) report = collect(clock);
+  StepPlan plan = make_plan(now_ms);
+  // Preemption frees a request's blocks and restarts it, which must not
+  // happen to one a step in flight is still computing: settle first.
+  if (!plan.preempted.empty() && !in_flight_.empty()) {
+    while (!in_flight_.empty()) report = collect(clock);
+    plan = make_plan(now_ms);
+  }
   for (SequenceId id : plan.preempted) preempt(id, now_ms);
-  Batch batch = commit_plan(plan, now_ms);
-  if (batch.sequences.empty()) return report;
-
-  for (const SequenceStep& s : batch.sequences) {
-    if (is_decode(s)) {
-      ++report.num_decode_seqs;
-    } else {
-      ++report.num_prefill_seqs;
-      report.num_prefill_tokens += s.num_new_tokens;
-    }
+  InFlightStep next{.predicted_step_ms = plan.predicted_step_ms,
+                    .num_preempted = static_cast<std::int32_t>(plan.preempted.size())};
+  Batch batch = commit_plan(plan, now_ms, next);
+  const bool submitted = !batch.sequences.empty();
+  if (submitted) {
+    next.submit_ms = clock.now_ms();
+    submit(std::move(batch), std::move(next));
+    report.idle = false;
   }
-  const auto wall_start = std::chrono::steady_clock::now();
-  Result<StepOutput> output = execute_isolating_failures(batch, now_ms);
-  SLUICE_CHECK(output.ok());  // failures were moved onto their requests
-  if (config_.clock == ClockMode::kWall) {
-    output->step_time_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
-  }
-  const double end_ms = now_ms + output->step_time_ms;
-  postprocess(batch, *output, now_ms, end_ms);
-
-  report.idle = false;
-  report.step_ms = output->step_time_ms;
-  report.predicted_step_ms = plan.predicted_step_ms;
-  report.num_preempted = static_cast<std::int32_t>(plan.preempted.size());
-  ++num_steps_;
-  last_step_ms_ = output->step_time_ms;
-  max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
-  total_step_ms_ += last_step_ms_;
-  ++step_index_;
+  // Async scheduling keeps the step just submitted in flight; a call that
+  // submits nothing collects what is left.
+  const std::size_t keep_in_flight = config_.async_scheduling && submitted ? 1 : 0;
+  while (in_flight_.size() > keep_in_flight) report = collect(clock);
   return report;
+}
+
+bool EngineCore::plan_needs_in_flight_results() const {
+  // A constrained request's next mask depends on the token being sampled.
+  for (const InFlightStep::Entry& e : in_flight_.back().entries) {
+    const auto it = requests_.find(e.seq_id);
+    if (e.sample && it != requests_.end() && it->second->request.constraint) return true;
+  }
+  return false;
+}
+
+StepPlan EngineCore::make_plan(double now_ms) {
+  return plan_step(build_sched_state(now_ms), sched_config_, *cost_model_);
+}
+
+void EngineCore::submit(Batch batch, InFlightStep step) {
+  if (!config_.async_scheduling) {
+    pipeline_.submit(SubmittedBatch::attached(std::move(batch)));
+  } else {
+    std::vector<bool> pending(batch.sequences.size());
+    for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+      const SequenceStep& s = batch.sequences[i];
+      pending[i] = static_cast<std::size_t>(s.end_position()) > s.tokens.size();
+    }
+    pipeline_.submit(SubmittedBatch::detached(batch, pending));
+  }
+  in_flight_.push_back(std::move(step));
+  ++step_index_;
 }
 
 SchedState EngineCore::build_sched_state(double now_ms) {
   sched_running_.clear();
   sched_waiting_.clear();
+  std::int32_t num_finishing = 0;
   for (SequenceId id : running_) {
     const RequestState& r = *requests_.at(id);
+    if (r.is_finishing()) {
+      ++num_finishing;
+      continue;
+    }
     sched_running_.push_back(SchedRequest{
         .seq_id = id,
-        .num_tokens = r.num_tokens(),
+        .num_tokens = r.num_scheduled_tokens(),
         .num_computed_tokens = r.num_computed_tokens,
         .num_allocated_blocks = static_cast<std::int32_t>(kv_.block_table(id).size()),
         .max_num_tokens = r.max_num_tokens,
@@ -142,6 +182,7 @@ SchedState EngineCore::build_sched_state(double now_ms) {
   }
   return SchedState{.running = sched_running_,
                     .waiting = sched_waiting_,
+                    .num_finishing_seqs = num_finishing,
                     .num_available_blocks = kv_.num_available_blocks(),
                     .num_protected_blocks = kv_.num_protected_free_blocks(),
                     .num_total_blocks = kv_.num_blocks(),
@@ -180,6 +221,7 @@ void EngineCore::preempt(SequenceId seq_id, double now_ms) {
   (void)now_ms;
   RequestState& r = *requests_.at(seq_id);
   SLUICE_CHECK(r.phase == RequestPhase::kRunning);
+  SLUICE_CHECK(in_flight_.empty());
   kv_.free(seq_id);
   r.num_computed_tokens = 0;  // recompute; its blocks stay cached until evicted, so it may hit them
   r.phase = RequestPhase::kWaiting;
@@ -194,13 +236,16 @@ void EngineCore::preempt(SequenceId seq_id, double now_ms) {
   waiting_.insert(pos, seq_id);
 }
 
-Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms) {
+Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms, InFlightStep& step) {
   Batch batch;
   batch.sequences.reserve(plan.decodes.size() + plan.prefills.size());
+  step.entries.reserve(batch.sequences.capacity());
   std::vector<SequenceId> admitted;
   auto add_step = [&](RequestState& r, std::int32_t num_new_tokens) {
-    const bool sample = r.num_computed_tokens + num_new_tokens == r.num_tokens();
+    const std::int32_t end = r.num_computed_tokens + num_new_tokens;
+    const bool sample = end == r.num_scheduled_tokens();
     if (sample && r.request.constraint) {
+      SLUICE_CHECK_EQ(r.num_pending_tokens, 0);  // plan_needs_in_flight_results() settled it
       r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
       r.request.constraint->fill_allowed(r.allowed_tokens);
     }
@@ -216,16 +261,26 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms) {
         .allowed_tokens = sample && r.request.constraint ? std::span<const std::uint64_t>(r.allowed_tokens)
                                                          : std::span<const std::uint64_t>(),
     });
+    // A decode runs the last sampled token; anything else is (part of) a prefill.
+    const bool is_decode = num_new_tokens == 1 && sample && r.num_scheduled_tokens() > r.num_prompt_tokens;
+    step.entries.push_back({.seq_id = r.seq_id,
+                            .num_computed_tokens = r.num_computed_tokens,
+                            .num_new_tokens = num_new_tokens,
+                            .sample = sample,
+                            .is_decode = is_decode});
+    r.num_computed_tokens = end;
+    r.num_inflight_tokens += num_new_tokens;
+    if (sample) ++r.num_pending_tokens;
   };
   for (const ScheduledChunk& c : plan.decodes) {
     RequestState& r = *requests_.at(c.seq_id);
-    if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = r.num_tokens()}).ok()) continue;
+    if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = r.num_scheduled_tokens()}).ok()) continue;
     add_step(r, c.num_new_tokens);
   }
   for (const ScheduledChunk& c : plan.prefills) {
     RequestState& r = *requests_.at(c.seq_id);
     if (r.phase == RequestPhase::kRunning) {
-      const std::int32_t end = std::min(r.num_tokens(), r.num_computed_tokens + c.num_new_tokens);
+      const std::int32_t end = std::min(r.num_scheduled_tokens(), r.num_computed_tokens + c.num_new_tokens);
       if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = end}).ok()) continue;
       add_step(r, end - r.num_computed_tokens);
       continue;
@@ -265,54 +320,50 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms) {
   return batch;
 }
 
-Result<StepOutput> EngineCore::execute_isolating_failures(Batch& batch, double now_ms) {
-  Result<StepOutput> output = backend_->execute(batch);
-  if (output.ok()) {
-    SLUICE_CHECK_EQ(output->sequences.size(), batch.sequences.size());
-    return output;
-  }
-  // The backend failed the step. Find which sequences fail on their own: they
-  // fail; the others' results from running alone stand (KV writes at the same
-  // positions are idempotent, so nothing is corrupted by the failed attempt).
-  const std::string batch_error = output.error_message();
-  StepOutput combined;
-  Batch kept;
-  for (SequenceStep& s : batch.sequences) {
-    Batch single;
-    single.sequences.push_back(s);
-    Result<StepOutput> alone = batch.sequences.size() == 1 ? Result<StepOutput>(Error{batch_error})
-                                                            : backend_->execute(single);
-    if (!alone.ok()) {
-      RequestState& r = *requests_.at(s.seq_id);
-      finish(r, FinishReason::kError, std::nullopt, "backend error: " + alone.error_message(), now_ms);
+StepReport EngineCore::collect(const StepClock& clock) {
+  const InFlightStep step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const ExecutedStep executed = pipeline_.collect();
+  SLUICE_CHECK_EQ(executed.outputs.size(), step.entries.size());
+  const double begin_ms = std::max(step.submit_ms, last_step_end_ms_);
+  const double end_ms = clock.end_ms(begin_ms, executed.step_time_ms);
+  last_step_end_ms_ = end_ms;
+
+  StepReport report{.start_ms = begin_ms,
+                    .end_ms = end_ms,
+                    .step_ms = end_ms - begin_ms,
+                    .predicted_step_ms = step.predicted_step_ms,
+                    .num_preempted = step.num_preempted,
+                    .idle = false};
+  for (std::size_t i = 0; i < step.entries.size(); ++i) {
+    const InFlightStep::Entry& e = step.entries[i];
+    if (e.is_decode) {
+      ++report.num_decode_seqs;
+    } else {
+      ++report.num_prefill_seqs;
+      report.num_prefill_tokens += e.num_new_tokens;
+    }
+    RequestState* found = find(e.seq_id);
+    if (found == nullptr) continue;  // ended while the step was in flight: its results are dropped
+    RequestState& r = *found;
+    SLUICE_CHECK(r.phase == RequestPhase::kRunning);
+    r.num_inflight_tokens -= e.num_new_tokens;
+    if (e.sample) --r.num_pending_tokens;
+    if (executed.failures[i]) {
+      finish(r, FinishReason::kError, std::nullopt, "backend error: " + *executed.failures[i], end_ms);
       continue;
     }
-    combined.step_time_ms += alone->step_time_ms;
-    combined.sequences.push_back(std::move(alone->sequences.at(0)));
-    kept.sequences.push_back(s);
-  }
-  batch = std::move(kept);
-  return combined;
-}
-
-void EngineCore::postprocess(const Batch& batch, const StepOutput& output, double start_ms, double end_ms) {
-  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
-    const SequenceStep& s = batch.sequences[i];
-    RequestState& r = *requests_.at(s.seq_id);
-    if (r.phase != RequestPhase::kRunning) continue;
-    const bool was_prefill = !is_decode(s);
-    r.num_computed_tokens += s.num_new_tokens;
-    if (was_prefill) {
-      num_prompt_tokens_computed_ += s.num_new_tokens;
-      r.timeline.prefill_chunks.push_back({.start_ms = start_ms,
+    if (!e.is_decode) {
+      num_prompt_tokens_computed_ += e.num_new_tokens;
+      r.timeline.prefill_chunks.push_back({.start_ms = begin_ms,
                                            .end_ms = end_ms,
-                                           .num_computed_tokens = s.num_computed_tokens,
-                                           .num_tokens = s.num_new_tokens});
+                                           .num_computed_tokens = e.num_computed_tokens,
+                                           .num_tokens = e.num_new_tokens});
     }
-    kv_.cache_computed_blocks(r.seq_id, r.block_hashes, r.num_computed_tokens);
-    if (!s.sample) continue;
+    kv_.cache_computed_blocks(r.seq_id, r.block_hashes, r.num_confirmed_computed_tokens());
+    if (!e.sample) continue;
 
-    const SequenceOutput& out = output.sequences[i];
+    const SequenceOutput& out = executed.outputs[i];
     if (!out.token.has_value()) {
       finish(r, FinishReason::kError, std::nullopt, "backend returned no token for a sampled sequence", end_ms);
       continue;
@@ -337,13 +388,15 @@ void EngineCore::postprocess(const Batch& batch, const StepOutput& output, doubl
                         .num_cached_tokens = r.num_cached_tokens,
                         .num_generated_tokens = r.num_generated_tokens()};
     const std::optional<RequestState::Stop> stop = r.check_stop();
-    if (!stop) {
-      r.stream->push(std::move(event));
-      continue;
-    }
     r.stream->push(std::move(event));
-    finish(r, stop->reason, stop->stop_token, {}, end_ms);
+    if (stop) finish(r, stop->reason, stop->stop_token, {}, end_ms);
   }
+
+  ++num_steps_;
+  last_step_ms_ = report.step_ms;
+  max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
+  total_step_ms_ += last_step_ms_;
+  return report;
 }
 
 void EngineCore::finish(RequestState& r, FinishReason reason, std::optional<TokenId> stop_token,
@@ -426,15 +479,24 @@ void EngineCore::check_invariants() const {
   for (SequenceId id : running_) {
     const RequestState& r = *requests_.at(id);
     SLUICE_CHECK(r.phase == RequestPhase::kRunning);
-    SLUICE_CHECK_LE(r.num_computed_tokens, r.num_tokens());
-    SLUICE_CHECK(r.num_computed_tokens < r.num_tokens());  // something is always left to run
+    SLUICE_CHECK(r.num_computed_tokens < r.num_scheduled_tokens());  // something is always left to run
     SLUICE_CHECK_LE(r.num_computed_tokens,
                     static_cast<std::int32_t>(kv_.block_table(id).size()) * kv_.block_size_tokens());
+    SLUICE_CHECK_LE(0, r.num_inflight_tokens);
+    SLUICE_CHECK_LE(r.num_inflight_tokens, r.num_computed_tokens);
+    SLUICE_CHECK_LE(0, r.num_pending_tokens);
+    if (in_flight_.empty()) {
+      SLUICE_CHECK_EQ(r.num_inflight_tokens, 0);
+      SLUICE_CHECK_EQ(r.num_pending_tokens, 0);
+    }
   }
+  SLUICE_CHECK_EQ(in_flight_.size(), pipeline_.num_in_flight());
+  SLUICE_CHECK_LE(in_flight_.size(), 1u);  // between calls: at most the step async scheduling keeps
   for (SequenceId id : waiting_) {
     const RequestState& r = *requests_.at(id);
     SLUICE_CHECK(r.phase == RequestPhase::kWaiting);
     SLUICE_CHECK_EQ(r.num_computed_tokens, 0);
+    SLUICE_CHECK_EQ(r.num_inflight_tokens + r.num_pending_tokens, 0);
     SLUICE_CHECK(!kv_.has_sequence(id));
   }
 }

@@ -13,6 +13,7 @@
 #include "sluice/backend/backend.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_state.h"
+#include "sluice/engine/step_pipeline.h"
 #include "sluice/kv/kv_cache_manager.h"
 #include "sluice/sched/planner.h"
 
@@ -29,11 +30,14 @@ class EngineCore {
   void abort_request(const std::string& request_id, const std::string& why, double now_ms);
   void abort_all(const std::string& why, double now_ms);
 
-  // admit -> schedule -> execute -> postprocess -> stream. `now_ms` is the
-  // step's start on the engine clock.
+  // schedule -> submit -> collect -> stream. `now_ms` is the call's start on
+  // the engine clock. Inline, the step submitted is collected in the same
+  // call; with async scheduling it is collected by the next call, after the
+  // next step has been planned and submitted behind it. The report describes
+  // the step collected last in this call.
   StepReport step(double now_ms);
 
-  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !in_flight_.empty(); }
   // Fills everything but the clock and the queue counters the Engine keeps.
   void fill_stats(EngineStats& stats, double now_ms) const;
   std::vector<RequestTimeline> take_finished_timelines();
@@ -55,16 +59,40 @@ class EngineCore {
   SchedState build_sched_state(double now_ms);
   void refresh_prefix_probes();
   void preempt(SequenceId seq_id, double now_ms);
-  // Applies the plan to the KV cache and builds the batch; a sequence whose
-  // blocks cannot be had after all sits this step out.
-  Batch commit_plan(const StepPlan& plan, double now_ms);
-  Result<StepOutput> execute_isolating_failures(Batch& batch, double now_ms);
-  void postprocess(const Batch& batch, const StepOutput& output, double start_ms, double end_ms);
+  // What the engine remembers of a submitted step until it is collected.
+  struct InFlightStep {
+    struct Entry {
+      SequenceId seq_id = 0;
+      std::int32_t num_computed_tokens = 0;  // position of its first new token
+      std::int32_t num_new_tokens = 0;
+      bool sample = false;
+      bool is_decode = false;
+    };
+    std::vector<Entry> entries;  // batch order
+    double submit_ms = 0.0;
+    double predicted_step_ms = 0.0;
+    std::int32_t num_preempted = 0;
+  };
+  class StepClock;
+
+  // Whether the next plan needs the host to know what the step in flight samples.
+  bool plan_needs_in_flight_results() const;
+  StepPlan make_plan(double now_ms);
+  // Applies the plan to the KV cache and the requests' lengths and builds the
+  // batch; a sequence whose blocks cannot be had after all sits this step out.
+  Batch commit_plan(const StepPlan& plan, double now_ms, InFlightStep& step);
+  void submit(Batch batch, InFlightStep step);
+  // Waits for the oldest step in flight, then appends its tokens, checks
+  // stops and streams.
+  StepReport collect(const StepClock& clock);
   void finish(RequestState& r, FinishReason reason, std::optional<TokenId> stop_token, std::string message,
               double now_ms);
   RequestState* find(SequenceId seq_id);
 
   std::unique_ptr<Backend> backend_;
+  StepPipeline pipeline_;              // runs batches on backend_; declared after it, so it stops first
+  std::deque<InFlightStep> in_flight_;  // submitted, not collected; oldest first
+  double last_step_end_ms_ = 0.0;      // when the step collected last ended
   std::shared_ptr<const CostModel> cost_model_;
   EngineConfig config_;
   SchedConfig sched_config_;

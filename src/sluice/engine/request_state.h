@@ -2,7 +2,11 @@
 //   waiting (new, or preempted) -> running: prefilling in chunks -> decoding
 //   -> finished (stop | length) / aborted / failed.
 // Whether a running request is prefilling or decoding is derived from its
-// lengths, never stored: num_cached_tokens <= num_computed_tokens <= num_tokens.
+// lengths, never stored: num_cached_tokens <= num_computed_tokens <=
+// num_scheduled_tokens, where num_scheduled_tokens = num_tokens +
+// num_pending_tokens counts the tokens that steps still in flight will sample.
+// Without --async-scheduling nothing is in flight between steps, so
+// num_pending_tokens and num_inflight_tokens are 0 whenever the planner looks.
 #pragma once
 
 #include <algorithm>
@@ -26,7 +30,11 @@ struct RequestState {
   std::vector<TokenId> tokens;    // prompt then generated
   std::vector<BlockHash> block_hashes;  // keys of the full blocks of `tokens`
   std::int32_t num_prompt_tokens = 0;
-  std::int32_t num_computed_tokens = 0;  // KV present for tokens[0, n)
+  // KV present for positions [0, n), or being written by a step in flight
+  // (advanced when a step is submitted, so the next plan starts after it).
+  std::int32_t num_computed_tokens = 0;
+  std::int32_t num_inflight_tokens = 0;  // of num_computed_tokens, those whose step is not collected yet
+  std::int32_t num_pending_tokens = 0;   // tokens steps in flight will sample (not in `tokens` yet)
   std::int32_t num_cached_tokens = 0;    // prompt tokens the first admission found cached
   std::int32_t max_num_tokens = 0;       // prompt + max_tokens, capped by max_model_len
   RequestPhase phase = RequestPhase::kWaiting;
@@ -42,9 +50,13 @@ struct RequestState {
   RequestTimeline timeline;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
+  std::int32_t num_scheduled_tokens() const { return num_tokens() + num_pending_tokens; }
   std::int32_t num_generated_tokens() const { return num_tokens() - num_prompt_tokens; }
-  bool is_decoding() const { return phase == RequestPhase::kRunning && num_tokens() - num_computed_tokens == 1 &&
-                                    num_generated_tokens() > 0; }
+  // KV of positions [0, n) written by steps already collected.
+  std::int32_t num_confirmed_computed_tokens() const { return num_computed_tokens - num_inflight_tokens; }
+  // Its last token is still being sampled and is the last it may have: it runs
+  // nothing more, and ends (length) when that step is collected.
+  bool is_finishing() const { return num_pending_tokens > 0 && num_scheduled_tokens() >= max_num_tokens; }
 
   // Whether the token just appended ends the request, and why.
   struct Stop {

@@ -32,7 +32,7 @@ class PlanBuilder {
         preempted_(state.running.size(), false),
         num_available_blocks_(state.num_available_blocks),
         token_budget_(config.max_num_batched_tokens),
-        num_running_(static_cast<std::int32_t>(state.running.size())) {
+        num_running_(static_cast<std::int32_t>(state.running.size()) + state.num_finishing_seqs) {
     shape_.sequences.reserve(state.running.size() + state.waiting.size());
   }
 

@@ -38,6 +38,10 @@ struct SchedRequest {
 struct SchedState {
   std::span<const SchedRequest> running;  // admitted, oldest admission first
   std::span<const SchedRequest> waiting;  // not admitted (new or preempted), arrival order
+  // Admitted requests left out of `running`: their last token is being sampled
+  // by a step in flight (--async-scheduling), so they run nothing more, but
+  // they still hold their blocks and a seat until that step is collected.
+  std::int32_t num_finishing_seqs = 0;
   std::int32_t num_available_blocks = 0;  // free + cached free
   // Of the available blocks, cached prefixes that earned protection (SLRU).
   // Admitting a new request must not evict them: running requests may, so a
