@@ -4,6 +4,9 @@
 // Target: <= 50 us per step.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <thread>
+
 #include "sluice/backend/sim/hardware.h"
 #include "sluice/backend/sim/model_profile.h"
 #include "sluice/backend/sim/roofline_cost_model.h"
@@ -151,6 +154,77 @@ void BM_EngineStep(benchmark::State& state) {
 }
 
 BENCHMARK(BM_EngineStep)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace sluice
+
+// Async scheduling against inline: a backend that holds each step for a fixed
+// wall time (a GPU step's stand-in; it sleeps, so it takes no core), 256
+// decoding requests. Inline, a step costs the backend time + the engine's host
+// step; with the engine thread planning step N+1 while the backend runs step
+// N, it should cost max(backend, host). range(0): the backend's step in us;
+// range(1): 1 = async scheduling.
+namespace sluice {
+namespace {
+
+class TimedBackend final : public Backend {
+ public:
+  explicit TimedBackend(std::chrono::microseconds step_time)
+      : info_{.name = "timed", .block_size_tokens = 16, .num_kv_blocks = 1 << 20, .vocab_size = 32000,
+              .max_model_len_tokens = 1 << 20},
+        step_time_(step_time) {}
+  const BackendInfo& info() const override { return info_; }
+  Result<StepOutput> execute(const Batch& batch) override {
+    const auto done = std::chrono::steady_clock::now() + step_time_;
+    StepOutput out;
+    out.sequences.reserve(batch.sequences.size());
+    for (const SequenceStep& s : batch.sequences) {
+      SequenceOutput o{.seq_id = s.seq_id};
+      if (s.sample) o.token = static_cast<TokenId>((s.seq_id * 31 + static_cast<std::uint64_t>(s.end_position())) % 32000);
+      out.sequences.push_back(std::move(o));
+    }
+    std::this_thread::sleep_until(done);
+    return out;
+  }
+
+ private:
+  BackendInfo info_;
+  std::chrono::microseconds step_time_;
+};
+
+void BM_EngineStepOverlap(benchmark::State& state) {
+  EngineConfig config;
+  config.max_num_seqs = 256;
+  config.max_num_batched_tokens = 1 << 16;
+  config.max_step_ms = 1e9;
+  config.max_model_len_tokens = 1 << 20;
+  config.async_scheduling = state.range(1) != 0;
+  Engine engine(std::make_unique<TimedBackend>(std::chrono::microseconds(state.range(0))), nullptr, config);
+  SplitMix64 rng(3);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (std::int32_t i = 0; i < 256; ++i) {
+    EngineRequest r;
+    r.request_id = std::to_string(i);
+    for (std::int32_t k = 0; k < 2000; ++k) r.prompt_token_ids.push_back(static_cast<TokenId>(rng.next() % 32000));
+    r.max_tokens = 1 << 19;
+    r.ignore_eos = true;
+    streams.push_back(engine.submit(std::move(r)).value());
+  }
+  while (engine.stats().num_running < 256 || engine.stats().num_generated_tokens < 512) engine.step();
+  const std::int64_t tokens_before = engine.stats().num_generated_tokens;
+  for (auto _ : state) {
+    const StepReport report = engine.step();
+    benchmark::DoNotOptimize(report);
+    for (std::size_t i = 0; i < 256; ++i) benchmark::DoNotOptimize(streams[i]->poll());
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(engine.stats().num_generated_tokens - tokens_before), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_EngineStepOverlap)
+    ->ArgsProduct({{500, 2000}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace sluice

@@ -19,7 +19,8 @@
 #
 # Knobs (environment): POLICIES, MIN_LEN, MAX_LEN, NUM_PROMPTS, CHATS,
 # OUTPUT_LEN, CHAT_OUTPUT_LEN, PER_POLICY_S (cancel a policy's run after this
-# long), MODEL_DIR, SIM_SPEED (sim mode), SIM_KV_BYTES (sim mode).
+# long), MODEL_DIR, SIM_SPEED (sim mode), SIM_KV_BYTES (sim mode),
+# SERVE_FLAGS (more `sluice serve` flags for every run, e.g. --async-scheduling).
 set -uo pipefail
 
 policies=${POLICIES:-"sluice prefill-first decode-first-token-budget"}
@@ -77,6 +78,8 @@ fi
 for policy in $policies; do
   serve_args=(serve --model "$model" --port "$port" --scheduling-policy "$policy" --max-model-len "$max_model_len"
               --served-model-name llama3-8b --stats-log-interval 5)
+  read -r -a extra_flags <<<"${SERVE_FLAGS:-}"
+  serve_args+=("${extra_flags[@]}")
   bench_speedup=1
   if [ $mode = cuda ]; then
     serve_args+=(--device cuda)

@@ -16,10 +16,16 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, const std::vector<bo
   SLUICE_CHECK_EQ(pending_last_token.size(), batch.sequences.size());
   SubmittedBatch submitted;
   std::size_t num_tokens = 0, num_blocks = 0, num_mask_words = 0;
+  // Backends read tokens [0, end) only: later prompt tokens are not copied.
+  auto num_known_tokens = [&](std::size_t i) {
+    const SequenceStep& s = batch.sequences[i];
+    const std::size_t known = static_cast<std::size_t>(s.end_position()) - (pending_last_token[i] ? 1 : 0);
+    SLUICE_CHECK_LE(known, s.tokens.size());
+    if (pending_last_token[i]) SLUICE_CHECK_EQ(s.tokens.size(), known);
+    return known;
+  };
   for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceStep& s = batch.sequences[i];
-    const std::size_t expected = static_cast<std::size_t>(s.end_position()) - (pending_last_token[i] ? 1 : 0);
-    SLUICE_CHECK_EQ(s.tokens.size(), expected);
     num_tokens += static_cast<std::size_t>(s.end_position());
     num_blocks += s.block_table.size();
     num_mask_words += s.allowed_tokens.size();
@@ -37,7 +43,7 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, const std::vector<bo
       return std::span(storage.data() + offset, source.size());
     };
     const std::size_t token_offset = submitted.token_storage_.size();
-    std::span<const TokenId> tokens = copy(submitted.token_storage_, s.tokens);
+    std::span<const TokenId> tokens = copy(submitted.token_storage_, s.tokens.first(num_known_tokens(i)));
     if (pending_last_token[i]) {
       submitted.pending_inputs_.push_back({.sequence_index = i, .token_slot = submitted.token_storage_.size()});
       submitted.token_storage_.push_back(0);  // filled in by the pipeline before the batch runs
