@@ -317,6 +317,8 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms, InFlightStep&
     running_.insert(running_.end(), admitted.begin(), admitted.end());
   }
   for (SequenceStep& s : batch.sequences) s.block_table = kv_.block_table(s.seq_id);
+  // Here, not only between steps: a request finishing in flight still holds its seat.
+  SLUICE_CHECK_LE(static_cast<std::int32_t>(running_.size()), config_.max_num_seqs);
   return batch;
 }
 
