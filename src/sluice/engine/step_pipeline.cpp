@@ -128,16 +128,18 @@ ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
     }
     submitted.token_storage_[p.token_slot] = it->second;
   }
-  Batch batch;
-  std::vector<std::size_t> index;  // batch position -> submitted position
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!runnable[i]) continue;
-    batch.sequences.push_back(submitted.batch_.sequences[i]);
-    index.push_back(i);
-  }
-  ExecutedStep ran = batch.sequences.empty() ? ExecutedStep{} : run_isolating_failures(batch);
+  std::vector<std::size_t> index;  // position in what runs -> position in the submitted batch
+  index.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (runnable[i]) index.push_back(i);
+  const bool all_run = index.size() == n;
+  Batch subset;  // the runnable sequences, when some cannot run
+  if (!all_run)
+    for (std::size_t i : index) subset.sequences.push_back(submitted.batch_.sequences[i]);
+  ExecutedStep ran = index.empty() ? ExecutedStep{} : run_isolating_failures(all_run ? submitted.batch_ : subset);
   step.step_time_ms = ran.step_time_ms;
   last_sampled_.clear();
+  last_sampled_.reserve(n);
   for (std::size_t k = 0; k < index.size(); ++k) {
     const std::size_t i = index[k];
     step.failures[i] = std::move(ran.failures[k]);
