@@ -169,26 +169,17 @@ namespace {
 
 class TimedBackend final : public Backend {
  public:
-  explicit TimedBackend(std::chrono::microseconds step_time)
-      : info_{.name = "timed", .block_size_tokens = 16, .num_kv_blocks = 1 << 20, .vocab_size = 32000,
-              .max_model_len_tokens = 1 << 20},
-        step_time_(step_time) {}
-  const BackendInfo& info() const override { return info_; }
+  explicit TimedBackend(std::chrono::microseconds step_time) : step_time_(step_time) {}
+  const BackendInfo& info() const override { return instant_.info(); }
   Result<StepOutput> execute(const Batch& batch) override {
     const auto done = std::chrono::steady_clock::now() + step_time_;
-    StepOutput out;
-    out.sequences.reserve(batch.sequences.size());
-    for (const SequenceStep& s : batch.sequences) {
-      SequenceOutput o{.seq_id = s.seq_id};
-      if (s.sample) o.token = static_cast<TokenId>((s.seq_id * 31 + static_cast<std::uint64_t>(s.end_position())) % 32000);
-      out.sequences.push_back(std::move(o));
-    }
+    Result<StepOutput> out = instant_.execute(batch);
     std::this_thread::sleep_until(done);
     return out;
   }
 
  private:
-  BackendInfo info_;
+  InstantBackend instant_;
   std::chrono::microseconds step_time_;
 };
 

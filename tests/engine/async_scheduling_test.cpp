@@ -9,8 +9,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <numeric>
 
+#include "engine_test_support.h"
 #include "kv_checking_backend.h"
 #include "sluice/engine/engine.h"
 
@@ -19,34 +19,13 @@ namespace {
 
 using testing::KvCheckingBackend;
 using testing::reference_generate;
+using testing::request;
+using testing::small_config;
+using testing::tokens_from;
 
 constexpr std::int32_t kBlock = 4;
 constexpr auto kPatience = std::chrono::seconds(20);  // a bound on waits that only a broken pipeline reaches
 
-EngineConfig config(bool async_scheduling) {
-  EngineConfig c;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 64;
-  c.max_step_ms = 1000.0;
-  c.kv_reserve_fraction = 0.0;
-  c.clock = ClockMode::kVirtual;
-  c.async_scheduling = async_scheduling;
-  return c;
-}
-
-std::vector<TokenId> tokens_from(std::int32_t n, TokenId first) {
-  std::vector<TokenId> t(static_cast<std::size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-EngineRequest request(std::string id, std::vector<TokenId> prompt, std::int32_t max_tokens) {
-  EngineRequest r;
-  r.request_id = std::move(id);
-  r.prompt_token_ids = std::move(prompt);
-  r.max_tokens = max_tokens;
-  return r;
-}
 
 std::vector<TokenId> poll_tokens(RequestStream& stream, std::optional<FinishReason>* finish = nullptr) {
   std::vector<TokenId> tokens;
@@ -108,7 +87,7 @@ class GatedBackend final : public Backend {
 TEST(AsyncScheduling, TheNextStepIsSubmittedWhileTheCurrentOneRuns) {
   auto gated = std::make_unique<GatedBackend>(std::make_unique<KvCheckingBackend>(64, kBlock, 4096));
   GatedBackend& backend = *gated;
-  Engine engine(std::move(gated), nullptr, config(/*async_scheduling=*/true));
+  Engine engine(std::move(gated), nullptr, small_config(/*async_scheduling=*/true));
   const auto prompt = tokens_from(6, 3);
   auto stream = engine.submit(request("a", prompt, 4));
   ASSERT_TRUE(stream.ok()) << stream.error_message();
@@ -154,7 +133,7 @@ struct StopRun {
 StopRun run_until_stop_token(bool async_scheduling, const std::vector<TokenId>& prompt, TokenId stop) {
   auto kv = std::make_unique<KvCheckingBackend>(64, kBlock, 4096);
   const KvCheckingBackend& backend = *kv;
-  Engine engine(std::move(kv), nullptr, config(async_scheduling));
+  Engine engine(std::move(kv), nullptr, small_config(async_scheduling));
   EngineRequest r = request("stop", prompt, 20);
   r.stop_token_ids = {stop};
   auto stream = engine.submit(r);
@@ -188,7 +167,7 @@ TEST(AsyncScheduling, AStopTokenIsSeenOneStepLateAndTheExtraStepIsDropped) {
 TEST(AsyncScheduling, AFailedStepFailsTheRequestAndItsPendingNextStep) {
   constexpr TokenId kPoison = 999;
   auto kv = std::make_unique<KvCheckingBackend>(128, kBlock, 4096, kPoison);
-  Engine engine(std::move(kv), nullptr, config(/*async_scheduling=*/true));
+  Engine engine(std::move(kv), nullptr, small_config(/*async_scheduling=*/true));
   const auto good_prompt = tokens_from(6, 20);
   auto good = engine.submit(request("good", good_prompt, 6));
   ASSERT_TRUE(good.ok());
@@ -216,7 +195,8 @@ TEST(AsyncScheduling, AFailedStepFailsTheRequestAndItsPendingNextStep) {
 }
 
 TEST(AsyncScheduling, AbortWhileAStepIsInFlightDropsItsResult) {
-  Engine engine(std::make_unique<KvCheckingBackend>(128, kBlock, 4096), nullptr, config(/*async_scheduling=*/true));
+  Engine engine(std::make_unique<KvCheckingBackend>(128, kBlock, 4096), nullptr,
+                small_config(/*async_scheduling=*/true));
   const auto keep_prompt = tokens_from(7, 40);
   auto gone = engine.submit(request("gone", tokens_from(9, 1), 50));
   auto keep = engine.submit(request("keep", keep_prompt, 8));
@@ -240,7 +220,7 @@ TEST(AsyncScheduling, AbortWhileAStepIsInFlightDropsItsResult) {
 TEST(AsyncScheduling, AFinishingRequestKeepsItsSeatUntilCollected) {
   // max_num_seqs 1: the second request may start only once the first has
   // ended, which the engine learns one step after planning past it.
-  EngineConfig c = config(/*async_scheduling=*/true);
+  EngineConfig c = small_config(/*async_scheduling=*/true);
   c.max_num_seqs = 1;
   Engine engine(std::make_unique<KvCheckingBackend>(128, kBlock, 4096), nullptr, c);
   const auto first_prompt = tokens_from(5, 1), second_prompt = tokens_from(5, 60);

@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <numeric>
 #include <thread>
 
+#include "engine_test_support.h"
 #include "kv_checking_backend.h"
 
 namespace sluice {
@@ -17,37 +17,16 @@ namespace {
 
 using testing::KvCheckingBackend;
 using testing::reference_generate;
+using testing::request;
+using testing::small_config;
+using testing::tokens_from;
 
 constexpr std::int32_t kBlock = 4;
 
-EngineConfig small_config(bool async_scheduling = false) {
-  EngineConfig c;
-  c.async_scheduling = async_scheduling;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 64;
-  c.max_step_ms = 1000.0;
-  c.kv_reserve_fraction = 0.0;
-  c.clock = ClockMode::kVirtual;
-  return c;
-}
 
 std::unique_ptr<Engine> make_engine(EngineConfig config, std::int32_t num_blocks = 256, TokenId poison = -1) {
   return std::make_unique<Engine>(std::make_unique<KvCheckingBackend>(num_blocks, kBlock, 4096, poison), nullptr,
                                   config);
-}
-
-std::vector<TokenId> tokens_from(std::int32_t n, TokenId first) {
-  std::vector<TokenId> t(static_cast<std::size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-EngineRequest request(std::string id, std::vector<TokenId> prompt, std::int32_t max_tokens) {
-  EngineRequest r;
-  r.request_id = std::move(id);
-  r.prompt_token_ids = std::move(prompt);
-  r.max_tokens = max_tokens;
-  return r;
 }
 
 struct Collected {
