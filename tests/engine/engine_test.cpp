@@ -203,6 +203,33 @@ TEST_P(EngineInBothModes, StopTokenEosIgnoreEosAndMinTokens) {
   }
 }
 
+// A reader that polls between steps must learn that a token stopped the
+// request in the same event that brings the token (the server leaves a stop
+// token's text out of the answer only then).
+TEST_P(EngineInBothModes, TheStopTokenArrivesWithTheEnd) {
+  const auto prompt = tokens_from(5, 9);
+  const std::vector<TokenId> free_run = reference_generate(prompt, 20);
+  auto engine = make_engine(small_config(GetParam()));
+  EngineRequest r = request("stop", prompt, 20);
+  r.stop_token_ids = {free_run[2]};
+  auto stream = engine->submit(r);
+  ASSERT_TRUE(stream.ok());
+  // Read at every push, as the server's callback does, so no two events coalesce.
+  std::vector<RequestOutput> events;
+  RequestStream& s = **stream;
+  s.set_on_ready([&] {
+    while (std::optional<RequestOutput> out = s.poll()) events.push_back(std::move(*out));
+  });
+  for (int i = 0; i < 50 && engine->has_work(); ++i) engine->step();
+  ASSERT_FALSE(events.empty());
+  const RequestOutput& last = events.back();
+  ASSERT_TRUE(last.finished());
+  ASSERT_EQ(last.tokens.size(), 1u);
+  EXPECT_EQ(last.tokens[0].token, free_run[2]);
+  EXPECT_EQ(last.stop_token, free_run[2]);
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].finished());
+}
+
 TEST(Engine, RejectsBadRequestsWithAClearMessage) {
   EngineConfig config = small_config();
   config.max_num_queued_requests = 2;

@@ -60,7 +60,7 @@ void EngineCore::abort_request(const std::string& request_id, const std::string&
   if (it == ids_.end()) return;
   RequestState* r = find(it->second);
   SLUICE_CHECK(r != nullptr);
-  finish(*r, FinishReason::kAbort, std::nullopt, why, now_ms);
+  finish(*r, {.reason = FinishReason::kAbort, .message = why}, now_ms);
 }
 
 void EngineCore::abort_all(const std::string& why, double now_ms) {
@@ -352,7 +352,7 @@ StepReport EngineCore::collect(const StepClock& clock) {
     r.num_inflight_tokens -= e.num_new_tokens;
     if (e.sample) --r.num_pending_tokens;
     if (executed.failures[i]) {
-      finish(r, FinishReason::kError, std::nullopt, "backend error: " + *executed.failures[i], end_ms);
+      finish(r, {.reason = FinishReason::kError, .message = "backend error: " + *executed.failures[i]}, end_ms);
       continue;
     }
     if (!e.is_decode) {
@@ -367,12 +367,13 @@ StepReport EngineCore::collect(const StepClock& clock) {
 
     const SequenceOutput& out = executed.outputs[i];
     if (!out.token.has_value()) {
-      finish(r, FinishReason::kError, std::nullopt, "backend returned no token for a sampled sequence", end_ms);
+      finish(r, {.reason = FinishReason::kError, .message = "backend returned no token for a sampled sequence"},
+             end_ms);
       continue;
     }
     if (r.request.constraint) {
       if (Status accepted = r.request.constraint->accept(*out.token); !accepted.ok()) {
-        finish(r, FinishReason::kError, std::nullopt, accepted.error_message(), end_ms);
+        finish(r, {.reason = FinishReason::kError, .message = accepted.error_message()}, end_ms);
         continue;
       }
     }
@@ -383,15 +384,15 @@ StepReport EngineCore::collect(const StepClock& clock) {
     r.timeline.token_ms.push_back(end_ms);
     r.last_token_ms = end_ms;
 
-    RequestOutput event{.tokens = {GeneratedToken{.token = *out.token,
-                                                  .logprob = out.logprob,
-                                                  .top_logprobs = out.top_logprobs}},
-                        .num_prompt_tokens = r.num_prompt_tokens,
-                        .num_cached_tokens = r.num_cached_tokens,
-                        .num_generated_tokens = r.num_generated_tokens()};
-    const std::optional<RequestState::Stop> stop = r.check_stop();
-    r.stream->push(std::move(event));
-    if (stop) finish(r, stop->reason, stop->stop_token, {}, end_ms);
+    GeneratedToken token{.token = *out.token, .logprob = out.logprob, .top_logprobs = out.top_logprobs};
+    if (const std::optional<RequestState::Stop> stop = r.check_stop()) {
+      finish(r, {.reason = stop->reason, .stop_token = stop->stop_token, .last_tokens = {std::move(token)}}, end_ms);
+      continue;
+    }
+    r.stream->push(RequestOutput{.tokens = {std::move(token)},
+                                 .num_prompt_tokens = r.num_prompt_tokens,
+                                 .num_cached_tokens = r.num_cached_tokens,
+                                 .num_generated_tokens = r.num_generated_tokens()});
   }
 
   ++num_steps_;
@@ -401,8 +402,7 @@ StepReport EngineCore::collect(const StepClock& clock) {
   return report;
 }
 
-void EngineCore::finish(RequestState& r, FinishReason reason, std::optional<TokenId> stop_token,
-                        std::string message, double now_ms) {
+void EngineCore::finish(RequestState& r, Ending ending, double now_ms) {
   if (r.phase == RequestPhase::kDone) return;
   const SequenceId id = r.seq_id;
   if (r.phase == RequestPhase::kRunning) {
@@ -416,20 +416,21 @@ void EngineCore::finish(RequestState& r, FinishReason reason, std::optional<Toke
     }
   }
   r.phase = RequestPhase::kDone;
-  switch (reason) {
+  switch (ending.reason) {
     case FinishReason::kStop:
     case FinishReason::kLength: ++num_finished_; break;
     case FinishReason::kAbort: ++num_aborted_; break;
     case FinishReason::kError: ++num_failed_; break;
   }
-  r.stream->push(RequestOutput{.finish_reason = reason,
-                               .error_message = std::move(message),
-                               .stop_token = stop_token,
+  r.stream->push(RequestOutput{.tokens = std::move(ending.last_tokens),
+                               .finish_reason = ending.reason,
+                               .error_message = std::move(ending.message),
+                               .stop_token = ending.stop_token,
                                .num_prompt_tokens = r.num_prompt_tokens,
                                .num_cached_tokens = r.num_cached_tokens,
                                .num_generated_tokens = r.num_generated_tokens()});
   r.timeline.finish_ms = std::max(now_ms, r.last_token_ms);
-  r.timeline.finish_reason = reason;
+  r.timeline.finish_reason = ending.reason;
   finished_timelines_.push_back(std::move(r.timeline));
   ended_ids_.push_back(r.request.request_id);
   ids_.erase(r.request.request_id);

@@ -85,8 +85,16 @@ class EngineCore {
   // Waits for the oldest step in flight, then appends its tokens, checks
   // stops and streams.
   StepReport collect(const StepClock& clock);
-  void finish(RequestState& r, FinishReason reason, std::optional<TokenId> stop_token, std::string message,
-              double now_ms);
+  // How a request ends. `last_tokens` travel in the final event: the token
+  // that stops a request reaches its reader together with the stop, so no
+  // reader streams a stop token's text before it knows the token stopped it.
+  struct Ending {
+    FinishReason reason = FinishReason::kStop;
+    std::optional<TokenId> stop_token;
+    std::string message;
+    std::vector<GeneratedToken> last_tokens;
+  };
+  void finish(RequestState& r, Ending ending, double now_ms);
   RequestState* find(SequenceId seq_id);
 
   std::unique_ptr<Backend> backend_;

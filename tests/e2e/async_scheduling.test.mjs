@@ -1,0 +1,67 @@
+// `sluice serve --async-scheduling` on the CPU backend: the engine plans each
+// step while the backend (on the pipeline's worker thread) runs the one
+// before. Concurrent streams must equal `sluice generate` (no engine, no
+// server) token for token, and a stop token must end its answer exactly as on
+// the shared (inline) server, though the engine learns of it a step late.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import OpenAI from 'openai';
+import { client, spawnServer } from './helpers.mjs';
+
+function generate(ctx, ids, maxTokens) {
+  const out = execFileSync(ctx.sluice, ['generate', '--model', ctx.modelDir, '--prompt-ids', ids.join(','),
+    '--max-tokens', String(maxTokens), '--ignore-eos', '--threads', '1']).toString().trim();
+  return out.split(',').map(Number);
+}
+
+async function streamedIds(openai, prompt, extra) {
+  const stream = await openai.completions.create({ model: 'async', prompt, temperature: 0, ignore_eos: true,
+    logprobs: 1, stream: true, ...extra });
+  const tokens = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    for (const t of choice.logprobs?.tokens ?? []) tokens.push(t);
+    if (choice.finish_reason) finish = choice.finish_reason;
+  }
+  return { tokens, finish };
+}
+
+export const tests = {
+  async 'async scheduling serves concurrent streams exactly and stops on time'(ctx) {
+    const server = await spawnServer(ctx, ['--model', ctx.modelDir, '--served-model-name', 'async',
+      '--async-scheduling', '--threads', '1']);
+    try {
+      const openai = new OpenAI({ baseURL: `${server.baseURL}/v1`, apiKey: 'none', maxRetries: 0 });
+      const detokenize = async (ids) => (await fetch(`${server.baseURL}/detokenize`, { method: 'POST',
+        body: JSON.stringify({ tokens: ids }) }).then((r) => r.json())).prompt;
+      const prompts = [[5, 17, 300, 42, 7], [9, 8, 7], [100, 200, 300, 400, 500, 600, 700, 800, 900], [1, 2]];
+      const expected = prompts.map((ids) => generate(ctx, ids, 16));
+      const results = await Promise.all(prompts.map((ids) => openai.completions.create({ model: 'async',
+        prompt: ids, max_tokens: 16, temperature: 0, ignore_eos: true, skip_special_tokens: false })));
+      for (let i = 0; i < prompts.length; ++i) {
+        assert.equal(results[i].choices[0].text, await detokenize(expected[i]), `prompt ${i}`);
+        assert.equal(results[i].choices[0].finish_reason, 'length');
+        assert.equal(results[i].usage.completion_tokens, 16);
+      }
+
+      // Stop on the 4th generated token: the answer ends there, as on the inline server.
+      const ids = prompts[0];
+      const stopId = expected[0][3];
+      const firstAt = expected[0].indexOf(stopId);
+      const params = { prompt: ids, max_tokens: 16, temperature: 0, ignore_eos: true, stop_token_ids: [stopId] };
+      const stopped = await openai.completions.create({ model: 'async', ...params });
+      const inline = await client(ctx).completions.create({ model: ctx.model, ...params });
+      assert.equal(stopped.choices[0].finish_reason, 'stop');
+      assert.equal(stopped.usage.completion_tokens, firstAt + 1);
+      assert.equal(stopped.choices[0].text, inline.choices[0].text);
+      assert.equal(stopped.usage.completion_tokens, inline.usage.completion_tokens);
+      const streamed = await streamedIds(openai, ids, { max_tokens: 16, stop_token_ids: [stopId] });
+      assert.equal(streamed.finish, 'stop');
+      assert.equal(streamed.tokens.length, firstAt + 1);
+    } finally {
+      await server.stop();
+    }
+  },
+};
