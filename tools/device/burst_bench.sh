@@ -60,6 +60,8 @@ log="$out/logs.txt"
 : >"$log"
 t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$log"; }
+# shellcheck source=serve_lib.sh
+source "$(dirname "$0")/serve_lib.sh"
 
 if [ ! -x "$bin" ]; then echo "no sluice binary at $bin" >&2; exit 1; fi
 if [ ! -f "$model/config.json" ]; then
@@ -91,20 +93,11 @@ for policy in $policies; do
   fi
   say "policy $policy: sluice ${serve_args[*]}"
   serve_log=$(mktemp)
-  "$bin" "${serve_args[@]}" >"$serve_log" 2>&1 &
-  pid=$!
-  # Up when it prints its address; give up if it exits or takes over 5 minutes.
-  for _ in $(seq 1 300); do
-    grep -q "listening on" "$serve_log" && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 1
-  done
-  if ! kill -0 $pid 2>/dev/null; then
+  if ! start_server "$serve_log" "${serve_args[@]}"; then
     say "policy $policy: the server exited during start-up:"
     tail -20 "$serve_log" | tee -a "$log"
     continue
   fi
-  # "listening on" comes before the weights are loaded; bench waits for /health.
   say "policy $policy: server listening"
   echo "===== bench $policy =====" >>"$log"
   "$bin" bench serve --base-url "http://127.0.0.1:$port" --wait-for-server-s 300 --workload burst --seed 1 \
@@ -113,10 +106,7 @@ for policy in $policies; do
     --server-speedup "$bench_speedup" --max-duration-s "$per_policy_s" \
     --label "$policy ($mode)" --output-json "$out/burst-$policy.json" --plot "$out/burst-$policy.svg" --no-progress \
     2>&1 | tee -a "$log"
-  kill -TERM $pid 2>/dev/null
-  for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
-  kill -KILL $pid 2>/dev/null
-  wait $pid 2>/dev/null
+  stop_server
   { echo "===== serve $policy ====="; cat "$serve_log"; } >>"$log"
   rm -f "$serve_log"
   say "policy $policy: done"
