@@ -7,7 +7,9 @@
 //
 // Two ways to run it:
 //   - start(): a background thread loops admit -> schedule -> execute ->
-//     postprocess -> stream until stop(). Wall clock.
+//     postprocess -> stream until stop(). Wall clock. With
+//     EngineConfig::async_scheduling the backend runs each step on a worker
+//     thread of its own while this one plans the next (step_pipeline.h).
 //   - step(): the caller runs one step at a time on its own thread (do not
 //     call start()). With EngineConfig::clock == kVirtual the engine's clock
 //     advances by each StepOutput::step_time_ms, which makes runs on the sim
