@@ -137,8 +137,8 @@ void bench_gemm() {
 
 // The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer
 // calls: o_proj and down_proj (matmul) and q|k|v (one pass writing three
-// tensors) with split K and one warp a row (SLUICE_GEMV_SPLITK=0), and
-// gate|up with the SwiGLU epilogue.
+// tensors) with split K (q|k|v: 4 parts by default, 2 with SLUICE_GEMV_SPLITK=2)
+// and one warp a row (SLUICE_GEMV_SPLITK=0), and gate|up with the SwiGLU epilogue.
 void bench_fused_gemv() {
   auto ops = new_ops();
   constexpr std::int64_t kHidden = 4096, kQ = 4096, kKv = 1024, kInter = 14336;
@@ -188,7 +188,8 @@ void bench_fused_gemv() {
     }
   }
   unsetenv("SLUICE_GEMV_SPLITK");
-  for (Row r : {Row{"q|k|v GEMV 1x6144x4096", nullptr, nullptr, true},
+  for (Row r : {Row{"q|k|v GEMV 1x6144x4096 (split K in 4 parts)", nullptr, nullptr, true},
+                Row{"q|k|v GEMV 1x6144x4096, split K in 2 parts", "SLUICE_GEMV_SPLITK", "2", true},
                 Row{"q|k|v GEMV 1x6144x4096, one warp a row", "SLUICE_GEMV_SPLITK", "0", true},
                 Row{"gate|up SwiGLU GEMV 1x28672x4096", nullptr, nullptr, false}}) {
     if (r.env != nullptr) setenv(r.env, r.value, 1);

@@ -99,7 +99,10 @@ TEST(CudaOps, MatmulMatchesFloat64) {
                  Case{2, 777, 4104, false, DType::bf16}, Case{4, 64, 8, false, DType::bf16},
                  // Split K (few rows, long K): down_proj's shape, a ragged half, 4 rows.
                  Case{1, 4096, 14336, false, DType::f32}, Case{3, 5, 2056, true, DType::bf16},
-                 Case{4, 4097, 2048, false, DType::bf16}}) {
+                 Case{4, 4097, 2048, false, DType::bf16},
+                 // Split K in 4 parts (rows that fill 4 parts' waves better): q|k|v's shape at 3
+                 // rows, and a ragged last part at 4 rows.
+                 Case{3, 6144, 4096, false, DType::bf16}, Case{4, 2000, 4104, true, DType::f32}}) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k);
     const auto x = random_bf16(static_cast<std::size_t>(c.m * c.k), ++seed);
     const auto w = random_bf16(static_cast<std::size_t>(c.n * c.k), ++seed);

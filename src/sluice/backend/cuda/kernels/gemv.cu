@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <type_traits>
 
@@ -267,25 +268,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   }
 }
 
-// Split K on the plain loop: two warps a row (32 registers, eight blocks a
-// multiprocessor), a block's first four warps reading the first halves of
-// rows i..i+3 and the other four the second halves, added through shared
-// memory. For weights of few rows (q|k|v at 6144, o_proj and down_proj at
-// 4096), whose one-warp-a-row grid fills under one wave of warp slots:
-// o_proj read 62% of HBM that way, down_proj 82%, q|k|v 66% (run 11).
-// SLUICE_GEMV_SPLITK=0 turns it off.
-template <int kRows>
+// Split K on the plain loop: kParts warps a row (32 registers, eight blocks a
+// multiprocessor). A block's eight warps are kParts groups of 8 / kParts; group
+// g reads part g of the same rows, and the other parts add into part 0 through
+// shared memory. For weights of few rows (q|k|v at 6144, o_proj and down_proj
+// at 4096), whose one-warp-a-row grid fills under one wave of warp slots:
+// o_proj read 62% of HBM that way, down_proj 82%, q|k|v 66% (run 11); two
+// parts gave 71%, 89% and 74% (session 3). SLUICE_GEMV_SPLITK=0 turns it off,
+// =2 keeps two parts everywhere.
+template <int kRows, int kParts>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
     gemv_split_k_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
                         int k_vecs) {
-  constexpr int kItems = kWarpsPerBlock / 2;
-  __shared__ float s_second[kItems][kRows];
+  static_assert(kParts >= 2 && kWarpsPerBlock % kParts == 0);
+  constexpr int kItems = kWarpsPerBlock / kParts;
+  __shared__ float s_part[kParts - 1][kItems][kRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int item = blockIdx.x * kItems + warp % kItems;
-  const bool second = warp >= kItems, active = item < n;
-  const int half_vecs = min(k_vecs, (k_vecs / 2 + 31) / 32 * 32);
-  const int begin = second ? half_vecs : 0;
-  const int end = second ? k_vecs : half_vecs;
+  const int part = warp / kItems, slot = warp % kItems;
+  const int item = blockIdx.x * kItems + slot;
+  const bool active = item < n;
+  // Parts of whole 32-vector strides; the last takes the rest.
+  const int part_vecs = min(k_vecs, (k_vecs / kParts + 31) / 32 * 32);
+  const int begin = min(k_vecs, part * part_vecs);
+  const int end = part == kParts - 1 ? k_vecs : min(k_vecs, begin + part_vecs);
   const uint4* wrow = w + static_cast<std::int64_t>(active ? item : 0) * k_vecs;
   pdl_launch_dependents();
   if (active && lane < 16 && begin * 16 + lane * 128 < end * 16)
@@ -295,18 +300,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   if (active) accumulate_dot8<kRows>(wrow, x, k_vecs, begin + lane, end, acc);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
-  if (second && lane == 0)
+  if (part > 0 && lane == 0)
 #pragma unroll
-    for (int m = 0; m < kRows; ++m) s_second[warp - kItems][m] = acc[m];
+    for (int m = 0; m < kRows; ++m) s_part[part - 1][slot][m] = acc[m];
   __syncthreads();
-  if (second || lane != 0 || !active) return;
+  if (part > 0 || lane != 0 || !active) return;
+#pragma unroll
+  for (int q = 0; q < kParts - 1; ++q)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[m] += s_part[q][slot][m];
   const bool in2 = item >= out.begin[2], in1 = item >= out.begin[1];
   void* const dst = in2 ? out.data[2] : in1 ? out.data[1] : out.data[0];
   const int dst_cols = in2 ? out.cols[2] : in1 ? out.cols[1] : out.cols[0];
   const int dst_col = item - (in2 ? out.begin[2] : in1 ? out.begin[1] : out.begin[0]);
 #pragma unroll
-  for (int m = 0; m < kRows; ++m)
-    store_f(dst, out.dt, static_cast<std::int64_t>(m) * dst_cols + dst_col, acc[m] + s_second[warp][m]);
+  for (int m = 0; m < kRows; ++m) store_f(dst, out.dt, static_cast<std::int64_t>(m) * dst_cols + dst_col, acc[m]);
 }
 
 // Launches the instance of a row-count-templated single-output kernel for m
@@ -326,19 +334,33 @@ void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const
   }
 }
 
+template <int kParts>
 void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
                     std::int64_t k, cudaStream_t stream) {
-  constexpr int kItems = kWarpsPerBlock / 2;
-  launch_for_rows([](auto rows) { return gemv_split_k_kernel<decltype(rows)::value>; }, m,
+  constexpr int kItems = kWarpsPerBlock / kParts;
+  launch_for_rows([](auto rows) { return gemv_split_k_kernel<decltype(rows)::value, kParts>; }, m,
                   dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, stream);
 }
 
-// Split K when one warp a row fills under one wave of warp slots (132 SMs x
-// 64) and each half keeps a full loop.
-bool use_split_k(std::int64_t n, std::int64_t k) {
+// Warps a row for the plain loop (1: no split). Split K when one warp a row
+// fills under one wave of warp slots (132 SMs x 64) and each part keeps a full
+// loop (four loads a lane); of 2 and 4 parts, 4 only when its waves are
+// clearly fuller on average: q|k|v's 6144 rows are 1.45 waves in 2 parts (73%
+// full), 2.9 in 4 (97%); o_proj's and down_proj's 4096 are 0.97 and 1.94 (97%
+// both), so they keep 2.
+int split_k_parts(std::int64_t n, std::int64_t k) {
   const char* env = std::getenv("SLUICE_GEMV_SPLITK");
-  if (env != nullptr && env[0] == '0') return false;
-  return n <= 132 * 64 && k / 8 >= 2 * 32 * 4;
+  if (env != nullptr && env[0] == '0') return 1;
+  constexpr double kWarpSlots = 132.0 * 64.0;
+  if (n > kWarpSlots) return 1;
+  auto fits = [&](int parts) { return k / 8 >= parts * 32 * 4; };
+  auto fill = [&](int parts) {
+    const double waves = static_cast<double>(n) * parts / kWarpSlots;
+    return waves / std::ceil(waves);
+  };
+  if (!fits(2)) return 1;
+  const bool two_only = env != nullptr && env[0] == '2';
+  return !two_only && fits(4) && fill(4) > fill(2) + 0.1 ? 4 : 2;
 }
 
 void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
@@ -424,10 +446,11 @@ bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std
       if (used) at += out.cols[j];
     }
     plain.dt = out.dt;
-    if (use_split_k(n, k))
-      launch_split_k(x, w, plain, m, n, k, stream);
-    else
-      launch_plain(x, w, plain, m, n, k, stream);
+    switch (split_k_parts(n, k)) {
+      case 4: launch_split_k<4>(x, w, plain, m, n, k, stream); break;
+      case 2: launch_split_k<2>(x, w, plain, m, n, k, stream); break;
+      default: launch_plain(x, w, plain, m, n, k, stream); break;
+    }
     return true;
   }
   GemvParams p{};
