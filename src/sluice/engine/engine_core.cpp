@@ -137,12 +137,15 @@ void EngineCore::submit(Batch batch, InFlightStep step) {
   if (!config_.async_scheduling) {
     pipeline_.submit(SubmittedBatch::attached(std::move(batch)));
   } else {
-    std::vector<bool> pending(batch.sequences.size());
-    for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
-      const SequenceStep& s = batch.sequences[i];
-      pending[i] = static_cast<std::size_t>(s.end_position()) > s.tokens.size();
+    std::vector<std::shared_ptr<TokenLog>> logs;
+    logs.reserve(batch.sequences.size());
+    for (const SequenceStep& s : batch.sequences) {
+      RequestState& r = *requests_.at(s.seq_id);
+      // Made before anything was sampled, so `tokens` is the prompt and the log holds what it does.
+      if (!r.token_log) r.token_log = std::make_shared<TokenLog>(r.tokens, r.max_num_tokens);
+      logs.push_back(r.token_log);
     }
-    pipeline_.submit(SubmittedBatch::detached(batch, pending));
+    pipeline_.submit(SubmittedBatch::detached(batch, std::move(logs)));
   }
   in_flight_.push_back(std::move(step));
   ++step_index_;

@@ -17,6 +17,7 @@
 
 #include "sluice/backend/batch.h"
 #include "sluice/engine/engine.h"
+#include "sluice/engine/token_log.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/kv_cache_manager.h"
 
@@ -46,6 +47,9 @@ struct RequestState {
   std::int64_t probe_evictions = -1;
   double last_token_ms = 0.0;            // for the decode-stall gauge
   std::vector<std::uint64_t> allowed_tokens;  // the constraint's mask for the next sample, if any
+  // Async scheduling: `tokens` as the pipeline's worker sees them (made at the
+  // first submit; shared with the batches in flight, which may outlive this).
+  std::shared_ptr<TokenLog> token_log;
   std::shared_ptr<RequestStream> stream;
   RequestTimeline timeline;
 

@@ -12,47 +12,30 @@ SubmittedBatch SubmittedBatch::attached(Batch batch) {
   return submitted;
 }
 
-SubmittedBatch SubmittedBatch::detached(const Batch& batch, const std::vector<bool>& pending_last_token) {
-  SLUICE_CHECK_EQ(pending_last_token.size(), batch.sequences.size());
+SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::shared_ptr<TokenLog>> logs) {
+  SLUICE_CHECK_EQ(logs.size(), batch.sequences.size());
   SubmittedBatch submitted;
-  std::size_t num_tokens = 0, num_blocks = 0, num_mask_words = 0;
-  // Backends read tokens [0, end) only: later prompt tokens are not copied.
-  auto num_known_tokens = [&](std::size_t i) {
-    const SequenceStep& s = batch.sequences[i];
-    const std::size_t known = static_cast<std::size_t>(s.end_position()) - (pending_last_token[i] ? 1 : 0);
-    SLUICE_CHECK_LE(known, s.tokens.size());
-    if (pending_last_token[i]) SLUICE_CHECK_EQ(s.tokens.size(), known);
-    return known;
-  };
-  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
-    const SequenceStep& s = batch.sequences[i];
-    num_tokens += static_cast<std::size_t>(s.end_position());
+  std::size_t num_blocks = 0, num_mask_words = 0;
+  for (const SequenceStep& s : batch.sequences) {
     num_blocks += s.block_table.size();
     num_mask_words += s.allowed_tokens.size();
   }
   // Sized once: the spans below point into these vectors.
-  submitted.token_storage_.reserve(num_tokens);
   submitted.block_storage_.reserve(num_blocks);
   submitted.mask_storage_.reserve(num_mask_words);
   submitted.batch_.sequences = batch.sequences;
-  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
-    SequenceStep& s = submitted.batch_.sequences[i];
+  for (SequenceStep& s : submitted.batch_.sequences) {
     auto copy = [](auto& storage, auto source) {
       const std::size_t offset = storage.size();
       storage.insert(storage.end(), source.begin(), source.end());
       return std::span(storage.data() + offset, source.size());
     };
-    const std::size_t token_offset = submitted.token_storage_.size();
-    std::span<const TokenId> tokens = copy(submitted.token_storage_, s.tokens.first(num_known_tokens(i)));
-    if (pending_last_token[i]) {
-      submitted.pending_inputs_.push_back({.sequence_index = i, .token_slot = submitted.token_storage_.size()});
-      submitted.token_storage_.push_back(0);  // filled in by the pipeline before the batch runs
-      tokens = std::span<const TokenId>(submitted.token_storage_.data() + token_offset, tokens.size() + 1);
-    }
-    s.tokens = tokens;
+    s.tokens = {};  // from the log, when the batch runs
     s.block_table = copy(submitted.block_storage_, s.block_table);
     s.allowed_tokens = copy(submitted.mask_storage_, s.allowed_tokens);
   }
+  for (const auto& log : logs) SLUICE_CHECK(log != nullptr);
+  submitted.logs_ = std::move(logs);
   return submitted;
 }
 
@@ -71,8 +54,6 @@ StepPipeline::~StepPipeline() {
 }
 
 void StepPipeline::submit(SubmittedBatch batch) {
-  SLUICE_CHECK_MSG(worker_.joinable() || batch.pending_inputs_.empty(),
-                   "a pending input needs the batch before it to have run: only a worker pipelines");
   ++num_in_flight_;
   {
     std::lock_guard lock(mutex_);
@@ -113,38 +94,39 @@ void StepPipeline::work() {
 }
 
 ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
-  const std::size_t n = submitted.batch_.sequences.size();
+  Batch& batch = submitted.batch_;
+  const std::size_t n = batch.sequences.size();
   ExecutedStep step{.outputs = std::vector<SequenceOutput>(n), .failures = std::vector<std::optional<std::string>>(n)};
-  // Pending inputs come from the batch run just before this one; a sequence
-  // whose token is not there (that step failed for it) cannot run.
-  std::vector<bool> runnable(n, true);
-  for (const SubmittedBatch::PendingInput& p : submitted.pending_inputs_) {
-    const SequenceId id = submitted.batch_.sequences[p.sequence_index].seq_id;
-    const auto it = last_sampled_.find(id);
-    if (it == last_sampled_.end()) {
-      runnable[p.sequence_index] = false;
-      step.failures[p.sequence_index] = "its previous step sampled no token";
-      continue;
-    }
-    submitted.token_storage_[p.token_slot] = it->second;
-  }
+  // A log one token short: the step before sampled nothing for the sequence
+  // (it failed there, and its request has already ended with that error).
   std::vector<std::size_t> index;  // position in what runs -> position in the submitted batch
   index.reserve(n);
-  for (std::size_t i = 0; i < n; ++i)
-    if (runnable[i]) index.push_back(i);
+  for (std::size_t i = 0; i < n; ++i) {
+    SequenceStep& s = batch.sequences[i];
+    if (!submitted.logs_.empty()) {
+      const TokenLog& log = *submitted.logs_[i];
+      if (log.num_tokens() < s.end_position()) {
+        step.failures[i] = "its previous step sampled no token";
+        continue;
+      }
+      s.tokens = log.first(s.end_position());
+    }
+    index.push_back(i);
+  }
   const bool all_run = index.size() == n;
   Batch subset;  // the runnable sequences, when some cannot run
   if (!all_run)
-    for (std::size_t i : index) subset.sequences.push_back(submitted.batch_.sequences[i]);
-  ExecutedStep ran = index.empty() ? ExecutedStep{} : run_isolating_failures(all_run ? submitted.batch_ : subset);
+    for (std::size_t i : index) subset.sequences.push_back(batch.sequences[i]);
+  ExecutedStep ran = index.empty() ? ExecutedStep{} : run_isolating_failures(all_run ? batch : subset);
   step.step_time_ms = ran.step_time_ms;
-  last_sampled_.clear();
-  last_sampled_.reserve(n);
   for (std::size_t k = 0; k < index.size(); ++k) {
     const std::size_t i = index[k];
     step.failures[i] = std::move(ran.failures[k]);
     step.outputs[i] = std::move(ran.outputs[k]);
-    if (!step.failures[i] && step.outputs[i].token) last_sampled_[step.outputs[i].seq_id] = *step.outputs[i].token;
+    if (submitted.logs_.empty() || step.failures[i] || !step.outputs[i].token) continue;
+    TokenLog& log = *submitted.logs_[i];
+    SLUICE_CHECK_EQ(log.num_tokens(), batch.sequences[i].end_position());
+    log.append(*step.outputs[i].token);
   }
   return step;
 }

@@ -6,49 +6,46 @@
 // and streams step N-1's tokens, while the backend computes step N.
 //
 // A batch planned while the one before it is in flight cannot know the tokens
-// that one is sampling. Such a sequence's last input token is *pending*: the
-// batch keeps a slot for it, and the worker fills the slot with the token the
-// previous batch sampled for that sequence before the backend sees the batch.
-// So backends never learn about pipelining: each gets an ordinary Batch.
+// that one is sampling. Under async scheduling every request's tokens live in
+// a TokenLog that the worker appends each sampled token to, so the token a
+// decode consumes is in its log before the decode runs; a batch names the logs
+// and the worker points each sequence's `tokens` into its log when it runs
+// the batch. So backends never learn about pipelining: each gets an ordinary
+// Batch.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "sluice/backend/backend.h"
+#include "sluice/engine/token_log.h"
 
 namespace sluice {
 
-// A batch handed to the pipeline. Detached batches own what their spans point
-// at: the engine's token lists, block tables and masks change while a batch
-// is in flight. An attached batch points into the engine's state, which must
-// stay unchanged until it is collected (the inline pipeline).
+// A batch handed to the pipeline. An attached batch points into the engine's
+// state, which must stay unchanged until it is collected (the inline
+// pipeline). A detached one owns copies of its block tables and masks (the
+// engine changes those while it is in flight) and reads its tokens from the
+// requests' logs.
 class SubmittedBatch {
  public:
-  // Points into the caller's state; no pending inputs allowed.
   static SubmittedBatch attached(Batch batch);
-  // Copies every span. pending_last_token[i]: sequence i's last new token is
-  // the one the previous batch samples for it (its `tokens` end one short).
-  static SubmittedBatch detached(const Batch& batch, const std::vector<bool>& pending_last_token);
+  // logs[i]: sequence i's tokens; its `tokens` span is not read.
+  static SubmittedBatch detached(const Batch& batch, std::vector<std::shared_ptr<TokenLog>> logs);
 
   const Batch& batch() const { return batch_; }
 
  private:
   friend class StepPipeline;
-  struct PendingInput {
-    std::size_t sequence_index = 0;  // into batch_.sequences
-    std::size_t token_slot = 0;      // into token_storage_
-  };
   Batch batch_;
-  std::vector<PendingInput> pending_inputs_;
-  std::vector<TokenId> token_storage_;
+  std::vector<std::shared_ptr<TokenLog>> logs_;  // [batch_.sequences]; empty when attached
   std::vector<BlockId> block_storage_;
   std::vector<std::uint64_t> mask_storage_;
 };
@@ -74,15 +71,13 @@ class StepPipeline {
   std::size_t num_in_flight() const { return num_in_flight_; }
 
  private:
-  // Fills pending inputs, runs the batch (isolating failing sequences), and
-  // remembers what it sampled for the next batch's pending inputs.
+  // Points the sequences into their logs, runs the batch (isolating failing
+  // sequences), and appends what it sampled to the logs.
   ExecutedStep run(SubmittedBatch& submitted);
   ExecutedStep run_isolating_failures(const Batch& batch);
   void work();
 
   Backend& backend_;
-  // Tokens the last batch run sampled, by sequence (the thread that runs batches only).
-  std::unordered_map<SequenceId, TokenId> last_sampled_;
   std::size_t num_in_flight_ = 0;  // engine thread only
 
   std::mutex mutex_;  // guards the three below
