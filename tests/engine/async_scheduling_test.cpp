@@ -2,8 +2,8 @@
 // collected. A gated backend proves the overlap (step() returns while the
 // backend is still inside the step it was given, and the next batch reaches
 // the backend before the engine has seen the token it consumes); the
-// KV-checking backend underneath proves that the pending token filled in for
-// the next step is the right one, and counts the step wasted on a late stop.
+// KV-checking backend underneath proves that the token the next step runs is
+// the right one, and counts the step wasted on a late stop.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -101,7 +101,7 @@ TEST(AsyncScheduling, TheNextStepIsSubmittedWhileTheCurrentOneRuns) {
 
   // Step 2 (the first decode) is planned and submitted before step 1 is
   // collected: it reaches the backend while the engine has streamed only
-  // step 1's token, and its input is that token, filled in by the pipeline.
+  // step 1's token, and its input is that token, which the worker appended to the request's log.
   backend.allow(1);
   engine.step();
   ASSERT_TRUE(backend.wait_started(2));

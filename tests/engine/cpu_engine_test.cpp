@@ -3,7 +3,7 @@
 // cache hits and with chunked prefill, equals single-sequence generation
 // (generate_sequence, no engine) token for token; inline and with async
 // scheduling (the backend on the pipeline's worker thread, each decode's
-// input token filled in from the step before, penalties over that history).
+// input token from the request's token log, penalties over that history).
 #include <gtest/gtest.h>
 
 #include <filesystem>
