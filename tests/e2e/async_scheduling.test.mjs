@@ -1,8 +1,9 @@
 // `sluice serve --async-scheduling` on the CPU backend: the engine plans each
 // step while the backend (on the pipeline's worker thread) runs the one
 // before. Concurrent streams must equal `sluice generate` (no engine, no
-// server) token for token, and a stop token must end its answer exactly as on
-// the shared (inline) server, though the engine learns of it a step late.
+// server) token for token, and a stop token and JSON mode must give exactly the
+// shared (inline) server's answers, though the engine learns of a stop a step
+// late and the worker, not the engine thread, drives the JSON constraint.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
@@ -60,6 +61,15 @@ export const tests = {
       const streamed = await streamedIds(openai, ids, { max_tokens: 16, stop_token_ids: [stopId] });
       assert.equal(streamed.finish, 'stop');
       assert.equal(streamed.tokens.length, firstAt + 1);
+
+      // JSON mode: the worker fills each mask after feeding the constraint the token before it;
+      // the answer is the inline server's, token for token.
+      const json = { prompt: [3, 4, 5], max_tokens: 24, temperature: 0, response_format: { type: 'json_object' } };
+      const asyncJson = await openai.completions.create({ model: 'async', ...json });
+      const inlineJson = await client(ctx).completions.create({ model: ctx.model, ...json });
+      assert.equal(asyncJson.choices[0].text, inlineJson.choices[0].text);
+      assert.equal(asyncJson.choices[0].finish_reason, inlineJson.choices[0].finish_reason);
+      assert.equal(asyncJson.choices[0].text.trimStart()[0], '{', asyncJson.choices[0].text);
     } finally {
       await server.stop();
     }

@@ -95,7 +95,6 @@ class EngineCore::StepClock {
 StepReport EngineCore::step(double now_ms) {
   const StepClock clock(now_ms, config_.clock);
   StepReport report{.start_ms = now_ms, .end_ms = now_ms};
-  if (!in_flight_.empty() && plan_needs_in_flight_results()) report = collect(clock);
   StepPlan plan = make_plan(now_ms);
   // Preemption frees a request's blocks and restarts it, which must not
   // happen to one a step in flight is still computing: settle first.
@@ -120,15 +119,6 @@ StepReport EngineCore::step(double now_ms) {
   return report;
 }
 
-bool EngineCore::plan_needs_in_flight_results() const {
-  // A constrained request's next mask depends on the token being sampled.
-  for (const InFlightStep::Entry& e : in_flight_.back().entries) {
-    const auto it = requests_.find(e.seq_id);
-    if (e.sample && it != requests_.end() && it->second->request.constraint) return true;
-  }
-  return false;
-}
-
 StepPlan EngineCore::make_plan(double now_ms) {
   return plan_step(build_sched_state(now_ms), sched_config_, *cost_model_);
 }
@@ -137,15 +127,15 @@ void EngineCore::submit(Batch batch, InFlightStep step) {
   if (!config_.async_scheduling) {
     pipeline_.submit(SubmittedBatch::attached(std::move(batch)));
   } else {
-    std::vector<std::shared_ptr<TokenLog>> logs;
-    logs.reserve(batch.sequences.size());
+    std::vector<DetachedSequence> sequences;
+    sequences.reserve(batch.sequences.size());
     for (const SequenceStep& s : batch.sequences) {
       RequestState& r = *requests_.at(s.seq_id);
       // Made before anything was sampled, so `tokens` is the prompt and the log holds what it does.
       if (!r.token_log) r.token_log = std::make_shared<TokenLog>(r.tokens, r.max_num_tokens);
-      logs.push_back(r.token_log);
+      sequences.push_back({.tokens = r.token_log, .constraint = r.request.constraint});
     }
-    pipeline_.submit(SubmittedBatch::detached(batch, std::move(logs)));
+    pipeline_.submit(SubmittedBatch::detached(batch, std::move(sequences)));
   }
   in_flight_.push_back(std::move(step));
   ++step_index_;
@@ -248,9 +238,9 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms, InFlightStep&
     const std::int32_t end = r.num_computed_tokens + num_new_tokens;
     const bool sample = end == r.num_scheduled_tokens();
     if (sample && r.request.constraint) {
-      SLUICE_CHECK_EQ(r.num_pending_tokens, 0);  // plan_needs_in_flight_results() settled it
       r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
-      r.request.constraint->fill_allowed(r.allowed_tokens);
+      // Async scheduling: the worker fills it, once the token in flight is accepted.
+      if (!config_.async_scheduling) r.request.constraint->fill_allowed(r.allowed_tokens);
     }
     batch.sequences.push_back(SequenceStep{
         .seq_id = r.seq_id,
@@ -374,7 +364,7 @@ StepReport EngineCore::collect(const StepClock& clock) {
              end_ms);
       continue;
     }
-    if (r.request.constraint) {
+    if (r.request.constraint && !config_.async_scheduling) {  // async: the worker accepted it
       if (Status accepted = r.request.constraint->accept(*out.token); !accepted.ok()) {
         finish(r, {.reason = FinishReason::kError, .message = accepted.error_message()}, end_ms);
         continue;

@@ -75,8 +75,6 @@ class EngineCore {
   };
   class StepClock;
 
-  // Whether the next plan needs the host to know what the step in flight samples.
-  bool plan_needs_in_flight_results() const;
   StepPlan make_plan(double now_ms);
   // Applies the plan to the KV cache and the requests' lengths and builds the
   // batch; a sequence whose blocks cannot be had after all sits this step out.

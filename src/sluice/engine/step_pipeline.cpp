@@ -12,8 +12,8 @@ SubmittedBatch SubmittedBatch::attached(Batch batch) {
   return submitted;
 }
 
-SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::shared_ptr<TokenLog>> logs) {
-  SLUICE_CHECK_EQ(logs.size(), batch.sequences.size());
+SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<DetachedSequence> sequences) {
+  SLUICE_CHECK_EQ(sequences.size(), batch.sequences.size());
   SubmittedBatch submitted;
   std::size_t num_blocks = 0, num_mask_words = 0;
   for (const SequenceStep& s : batch.sequences) {
@@ -23,8 +23,13 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::sha
   // Sized once: the spans below point into these vectors.
   submitted.block_storage_.reserve(num_blocks);
   submitted.mask_storage_.reserve(num_mask_words);
+  submitted.mask_offsets_.reserve(batch.sequences.size());
   submitted.batch_.sequences = batch.sequences;
-  for (SequenceStep& s : submitted.batch_.sequences) {
+  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+    SequenceStep& s = submitted.batch_.sequences[i];
+    SLUICE_CHECK(sequences[i].tokens != nullptr);
+    // A constrained sampled step comes with a zeroed mask of the vocabulary's size.
+    if (sequences[i].constraint && s.sample) SLUICE_CHECK(!s.allowed_tokens.empty());
     auto copy = [](auto& storage, auto source) {
       const std::size_t offset = storage.size();
       storage.insert(storage.end(), source.begin(), source.end());
@@ -32,10 +37,10 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::sha
     };
     s.tokens = {};  // from the log, when the batch runs
     s.block_table = copy(submitted.block_storage_, s.block_table);
+    submitted.mask_offsets_.push_back(submitted.mask_storage_.size());
     s.allowed_tokens = copy(submitted.mask_storage_, s.allowed_tokens);
   }
-  for (const auto& log : logs) SLUICE_CHECK(log != nullptr);
-  submitted.logs_ = std::move(logs);
+  submitted.sequences_ = std::move(sequences);
   return submitted;
 }
 
@@ -96,20 +101,24 @@ void StepPipeline::work() {
 ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
   Batch& batch = submitted.batch_;
   const std::size_t n = batch.sequences.size();
+  const bool detached = !submitted.sequences_.empty();
   ExecutedStep step{.outputs = std::vector<SequenceOutput>(n), .failures = std::vector<std::optional<std::string>>(n)};
-  // A log one token short: the step before sampled nothing for the sequence
-  // (it failed there, and its request has already ended with that error).
   std::vector<std::size_t> index;  // position in what runs -> position in the submitted batch
   index.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     SequenceStep& s = batch.sequences[i];
-    if (!submitted.logs_.empty()) {
-      const TokenLog& log = *submitted.logs_[i];
-      if (log.num_tokens() < s.end_position()) {
+    if (detached) {
+      const DetachedSequence& d = submitted.sequences_[i];
+      // A log one token short: the step before sampled nothing for the sequence
+      // (it failed there, and its request has already ended with that error).
+      if (d.tokens->num_tokens() < s.end_position()) {
         step.failures[i] = "its previous step sampled no token";
         continue;
       }
-      s.tokens = log.first(s.end_position());
+      s.tokens = d.tokens->first(s.end_position());
+      if (d.constraint && s.sample)
+        d.constraint->fill_allowed(
+            std::span(submitted.mask_storage_.data() + submitted.mask_offsets_[i], s.allowed_tokens.size()));
     }
     index.push_back(i);
   }
@@ -123,10 +132,17 @@ ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
     const std::size_t i = index[k];
     step.failures[i] = std::move(ran.failures[k]);
     step.outputs[i] = std::move(ran.outputs[k]);
-    if (submitted.logs_.empty() || step.failures[i] || !step.outputs[i].token) continue;
-    TokenLog& log = *submitted.logs_[i];
-    SLUICE_CHECK_EQ(log.num_tokens(), batch.sequences[i].end_position());
-    log.append(*step.outputs[i].token);
+    if (!detached || step.failures[i] || !step.outputs[i].token) continue;
+    const DetachedSequence& d = submitted.sequences_[i];
+    const TokenId token = *step.outputs[i].token;
+    if (d.constraint) {
+      if (Status accepted = d.constraint->accept(token); !accepted.ok()) {
+        step.failures[i] = accepted.error_message();
+        continue;
+      }
+    }
+    SLUICE_CHECK_EQ(d.tokens->num_tokens(), batch.sequences[i].end_position());
+    d.tokens->append(token);
   }
   return step;
 }

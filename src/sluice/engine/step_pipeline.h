@@ -10,8 +10,10 @@
 // a TokenLog that the worker appends each sampled token to, so the token a
 // decode consumes is in its log before the decode runs; a batch names the logs
 // and the worker points each sequence's `tokens` into its log when it runs
-// the batch. So backends never learn about pipelining: each gets an ordinary
-// Batch.
+// the batch. Likewise the worker owns structured-output constraints: it fills
+// a constrained sequence's mask just before the batch runs and feeds the
+// sampled token back right after. So backends never learn about pipelining:
+// each gets an ordinary Batch.
 #pragma once
 
 #include <condition_variable>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "sluice/backend/backend.h"
+#include "sluice/engine/token_constraint.h"
 #include "sluice/engine/token_log.h"
 
 namespace sluice {
@@ -34,20 +37,27 @@ namespace sluice {
 // pipeline). A detached one owns copies of its block tables and masks (the
 // engine changes those while it is in flight) and reads its tokens from the
 // requests' logs.
+// What a detached batch holds of one sequence's request besides its step.
+struct DetachedSequence {
+  std::shared_ptr<TokenLog> tokens;             // its `tokens` span is not read
+  std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained; else its mask is filled by the worker
+};
+
 class SubmittedBatch {
  public:
   static SubmittedBatch attached(Batch batch);
-  // logs[i]: sequence i's tokens; its `tokens` span is not read.
-  static SubmittedBatch detached(const Batch& batch, std::vector<std::shared_ptr<TokenLog>> logs);
+  // sequences[i] for batch.sequences[i].
+  static SubmittedBatch detached(const Batch& batch, std::vector<DetachedSequence> sequences);
 
   const Batch& batch() const { return batch_; }
 
  private:
   friend class StepPipeline;
   Batch batch_;
-  std::vector<std::shared_ptr<TokenLog>> logs_;  // [batch_.sequences]; empty when attached
+  std::vector<DetachedSequence> sequences_;  // [batch_.sequences]; empty when attached
   std::vector<BlockId> block_storage_;
   std::vector<std::uint64_t> mask_storage_;
+  std::vector<std::size_t> mask_offsets_;  // [batch_.sequences]: where its mask starts in mask_storage_
 };
 
 // What came of one batch, in its sequence order: each sequence either ran
@@ -71,8 +81,9 @@ class StepPipeline {
   std::size_t num_in_flight() const { return num_in_flight_; }
 
  private:
-  // Points the sequences into their logs, runs the batch (isolating failing
-  // sequences), and appends what it sampled to the logs.
+  // Points the sequences into their logs and fills constrained masks, runs
+  // the batch (isolating failing sequences), then feeds what it sampled to
+  // the constraints and appends it to the logs.
   ExecutedStep run(SubmittedBatch& submitted);
   ExecutedStep run_isolating_failures(const Batch& batch);
   void work();
