@@ -75,9 +75,9 @@ struct EngineConfig {
   // Plan and submit step N+1 while the backend runs step N (vLLM's
   // --async-scheduling): the engine thread's planning, stop checks and
   // streaming leave the backend's critical path. Stops are seen a step late
-  // (a finished request's last step in flight is wasted work), and a step
-  // waits for the one in flight when a constrained request samples or the
-  // plan preempts.
+  // (a finished request's last step in flight is wasted work), a step waits
+  // for the one in flight when its plan preempts, and structured-output
+  // constraints are driven by the pipeline's worker.
   bool async_scheduling = false;
   ClockMode clock = ClockMode::kWall;
 };
