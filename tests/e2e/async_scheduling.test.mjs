@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { client, spawnServer } from './helpers.mjs';
+import { client, eventually, spawnServer } from './helpers.mjs';
 
 function generate(ctx, ids, maxTokens) {
   const out = execFileSync(ctx.sluice, ['generate', '--model', ctx.modelDir, '--prompt-ids', ids.join(','),
@@ -61,6 +61,16 @@ export const tests = {
       const streamed = await streamedIds(openai, ids, { max_tokens: 16, stop_token_ids: [stopId] });
       assert.equal(streamed.finish, 'stop');
       assert.equal(streamed.tokens.length, firstAt + 1);
+      // Each stop cost one decode planned before it was seen, and /metrics says so once the
+      // engine has collected that decode (after the answer ended).
+      const dropped = async () => {
+        const text = await fetch(`${server.baseURL}/metrics`).then((r) => r.text());
+        const m = text.match(/^sluice:async_dropped_sequence_steps_total\{model_name="async"\} (\d+)/m);
+        assert.ok(m, 'sluice:async_dropped_sequence_steps_total missing');
+        return Number(m[1]);
+      };
+      await eventually(async () => (await dropped()) >= 2, 'two dropped sequence-steps');
+      assert.equal(await dropped(), 2);
 
       // JSON mode: the worker fills each mask after feeding the constraint the token before it;
       // the answer is the inline server's, token for token.

@@ -128,6 +128,7 @@ struct StopRun {
   std::vector<TokenId> tokens;
   std::optional<FinishReason> finish;
   std::int64_t num_backend_steps = 0;
+  std::int64_t num_dropped_sequence_steps = 0;
 };
 
 StopRun run_until_stop_token(bool async_scheduling, const std::vector<TokenId>& prompt, TokenId stop) {
@@ -146,6 +147,7 @@ StopRun run_until_stop_token(bool async_scheduling, const std::vector<TokenId>& 
   }
   EXPECT_EQ(engine.stats().num_free_kv_blocks, engine.stats().num_kv_blocks);
   run.num_backend_steps = backend.num_steps();
+  run.num_dropped_sequence_steps = engine.stats().num_dropped_sequence_steps;
   return run;
 }
 
@@ -162,6 +164,8 @@ TEST(AsyncScheduling, AStopTokenIsSeenOneStepLateAndTheExtraStepIsDropped) {
   EXPECT_EQ(async_run.finish, FinishReason::kStop);
   EXPECT_EQ(inline_run.num_backend_steps, 3);  // prefill + 2 decodes
   EXPECT_EQ(async_run.num_backend_steps, 4);   // + the decode planned before the stop was seen
+  EXPECT_EQ(inline_run.num_dropped_sequence_steps, 0);
+  EXPECT_EQ(async_run.num_dropped_sequence_steps, 1);  // counted, for /metrics
 }
 
 TEST(AsyncScheduling, AFailedStepFailsTheRequestAndItsPendingNextStep) {

@@ -313,6 +313,12 @@ TEST_P(EngineInBothModes, PreemptionUnderMemoryPressureKeepsResultsExact) {
     EXPECT_EQ(out[names[static_cast<std::size_t>(i)]].tokens, reference_generate(prompts[static_cast<std::size_t>(i)], 20));
   }
   EXPECT_GT(engine->stats().num_preemptions, 0);
+  // Async scheduling settles the step in flight before a preemption; inline nothing is in flight.
+  if (GetParam()) {
+    EXPECT_GT(engine->stats().num_pipeline_waits, 0);
+  } else {
+    EXPECT_EQ(engine->stats().num_pipeline_waits, 0);
+  }
 }
 
 TEST_P(EngineInBothModes, ThreadedModeServesConcurrentSubmitters) {

@@ -183,6 +183,11 @@ struct EngineStats {
   std::int64_t num_requests_finished = 0;  // stop or length
   std::int64_t num_requests_aborted = 0;
   std::int64_t num_requests_failed = 0;
+  // Async scheduling: sequence-steps whose request ended while they were in
+  // flight (a stop is seen a step late: this is the work it costs), and steps
+  // that had to wait for the one in flight before planning (a preemption).
+  std::int64_t num_dropped_sequence_steps = 0;
+  std::int64_t num_pipeline_waits = 0;
   // Longest time since its previous token of any request now decoding: the
   // number that says whether decode is starving.
   // Evaluated when stats() is read, so a step that runs for seconds shows up

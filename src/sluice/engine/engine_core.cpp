@@ -99,6 +99,7 @@ StepReport EngineCore::step(double now_ms) {
   // Preemption frees a request's blocks and restarts it, which must not
   // happen to one a step in flight is still computing: settle first.
   if (!plan.preempted.empty() && !in_flight_.empty()) {
+    ++num_pipeline_waits_;
     while (!in_flight_.empty()) report = collect(clock);
     plan = make_plan(now_ms);
   }
@@ -339,7 +340,10 @@ StepReport EngineCore::collect(const StepClock& clock) {
       report.num_prefill_tokens += e.num_new_tokens;
     }
     RequestState* found = find(e.seq_id);
-    if (found == nullptr) continue;  // ended while the step was in flight: its results are dropped
+    if (found == nullptr) {  // ended while the step was in flight: its results are dropped
+      ++num_dropped_sequence_steps_;
+      continue;
+    }
     RequestState& r = *found;
     SLUICE_CHECK(r.phase == RequestPhase::kRunning);
     r.num_inflight_tokens -= e.num_new_tokens;
@@ -448,6 +452,8 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.num_prompt_tokens_computed = num_prompt_tokens_computed_;
   stats.num_generated_tokens = num_generated_tokens_;
   stats.num_preemptions = num_preemptions_;
+  stats.num_dropped_sequence_steps = num_dropped_sequence_steps_;
+  stats.num_pipeline_waits = num_pipeline_waits_;
   stats.num_requests_finished = num_finished_;
   stats.num_requests_aborted = num_aborted_;
   stats.num_requests_failed = num_failed_;

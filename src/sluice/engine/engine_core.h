@@ -122,6 +122,8 @@ class EngineCore {
   std::int64_t num_prompt_tokens_computed_ = 0;
   std::int64_t num_generated_tokens_ = 0;
   std::int64_t num_preemptions_ = 0;
+  std::int64_t num_dropped_sequence_steps_ = 0;
+  std::int64_t num_pipeline_waits_ = 0;
   std::int64_t num_finished_ = 0;
   std::int64_t num_aborted_ = 0;
   std::int64_t num_failed_ = 0;

@@ -114,6 +114,12 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(stats.prefix_cache_hit_tokens));
   counter("vllm:num_preemptions_total", "Preemptions.", static_cast<double>(stats.num_preemptions));
+  counter("sluice:async_dropped_sequence_steps_total",
+          "Async scheduling: sequence-steps computed for requests that ended while they were in flight.",
+          static_cast<double>(stats.num_dropped_sequence_steps));
+  counter("sluice:async_pipeline_waits_total",
+          "Async scheduling: steps that waited for the step in flight before planning (preemptions).",
+          static_cast<double>(stats.num_pipeline_waits));
   counter("vllm:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_.load()));
   counter("vllm:generation_tokens_total", "Generated tokens of finished requests.",
           static_cast<double>(generation_tokens_.load()));
