@@ -32,25 +32,10 @@ else
   bin=${2:-build/sluice}
   model=${MODEL_DIR:-/tmp/sluice-sim-llama3-vocab}
 fi
-mkdir -p "$out"
-log="$out/logs.txt"
-: >"$log"
-t0=$(date +%s)
-say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$log"; }
 # shellcheck source=serve_lib.sh
 source "$(dirname "$0")/serve_lib.sh"
-
-if [ ! -x "$bin" ]; then echo "no sluice binary at $bin" >&2; exit 1; fi
-if [ ! -f "$model/config.json" ]; then
-  say "making the model in $model"
-  if [ $mode = cuda ]; then
-    "$bin" make-model --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
-      --vocab 128256 --max-position 131072 --dtype bf16 --seed 1 --out "$model" >>"$log" 2>&1 || exit 1
-  else
-    "$bin" make-model --arch llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 \
-      --vocab 128256 --max-position 131072 --seed 1 --out "$model" >>"$log" 2>&1 || exit 1
-  fi
-fi
+start_log
+ensure_model 131072 || exit 1
 
 # case -> bench flags: batch (concurrency) x context (prompt tokens).
 case_flags() {

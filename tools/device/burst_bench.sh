@@ -51,30 +51,12 @@ if [ $mode = cuda ]; then
 else
   out=${OUT:-$reference_dir/sim}
   bin=${3:-build/sluice}
-  # The sim needs only the config and a tokenizer: a 1-layer model with the 8B's
-  # vocabulary, priced as Llama-3-8B by --sim-profile.
   model=${MODEL_DIR:-/tmp/sluice-sim-llama3-vocab}
 fi
-mkdir -p "$out"
-log="$out/logs.txt"
-: >"$log"
-t0=$(date +%s)
-say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$log"; }
 # shellcheck source=serve_lib.sh
 source "$(dirname "$0")/serve_lib.sh"
-
-if [ ! -x "$bin" ]; then echo "no sluice binary at $bin" >&2; exit 1; fi
-if [ ! -f "$model/config.json" ]; then
-  if [ $mode = cuda ]; then
-    say "making the Llama-3-8B-shape random bf16 model in $model"
-    "$bin" make-model --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
-      --vocab 128256 --max-position "$max_model_len" --dtype bf16 --seed 1 --out "$model" >>"$log" 2>&1 || exit 1
-  else
-    "$bin" make-model --arch llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 \
-      --vocab 128256 --max-position "$max_model_len" --seed 1 --out "$model" >>"$log" 2>&1 || exit 1
-  fi
-  say "model ready"
-fi
+start_log
+ensure_model "$max_model_len" || exit 1
 [ $mode = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$log"
 
 for policy in $policies; do
