@@ -23,6 +23,7 @@ class MaskFollowingBackend final : public Backend {
   const BackendInfo& info() const override { return info_; }
 
   Result<StepOutput> execute(const Batch& batch) override {
+    batch.fill_late_masks();
     StepOutput out;
     out.step_time_ms = 1.0;
     for (const SequenceStep& seq : batch.sequences) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -55,6 +56,16 @@ inline bool token_mask_allows(std::span<const std::uint64_t> bits, TokenId token
 
 struct Batch {
   std::vector<SequenceStep> sequences;
+  // (optional) Structured-output masks filled late, so that computing them
+  // overlaps the step's forward pass. When set, the allowed_tokens of the
+  // constrained sampled sequences are zeroed until it has been called: a
+  // backend calls fill_late_masks() after launching the forward and before it
+  // reads any mask. Calling it again does nothing.
+  std::function<void()> late_masks;
+
+  void fill_late_masks() const {
+    if (late_masks) late_masks();
+  }
 
   std::int64_t num_tokens() const {
     std::int64_t n = 0;

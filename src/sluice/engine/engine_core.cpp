@@ -126,7 +126,13 @@ StepPlan EngineCore::make_plan(double now_ms) {
 
 void EngineCore::submit(Batch batch, InFlightStep step) {
   if (!config_.async_scheduling) {
-    pipeline_.submit(SubmittedBatch::attached(std::move(batch)));
+    std::vector<LateMask> late_masks;
+    for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+      RequestState& r = *requests_.at(batch.sequences[i].seq_id);
+      if (batch.sequences[i].sample && r.request.constraint)
+        late_masks.push_back({.sequence_index = i, .constraint = r.request.constraint.get(), .words = r.allowed_tokens});
+    }
+    pipeline_.submit(SubmittedBatch::attached(std::move(batch), std::move(late_masks)));
   } else {
     std::vector<DetachedSequence> sequences;
     sequences.reserve(batch.sequences.size());
@@ -238,11 +244,8 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms, InFlightStep&
   auto add_step = [&](RequestState& r, std::int32_t num_new_tokens) {
     const std::int32_t end = r.num_computed_tokens + num_new_tokens;
     const bool sample = end == r.num_scheduled_tokens();
-    if (sample && r.request.constraint) {
-      r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
-      // Async scheduling: the worker fills it, once the token in flight is accepted.
-      if (!config_.async_scheduling) r.request.constraint->fill_allowed(r.allowed_tokens);
-    }
+    // Zeroed here, filled late (StepPipeline: once the forward is launched).
+    if (sample && r.request.constraint) r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
     batch.sequences.push_back(SequenceStep{
         .seq_id = r.seq_id,
         .tokens = r.tokens,

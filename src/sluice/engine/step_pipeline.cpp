@@ -6,9 +6,10 @@
 
 namespace sluice {
 
-SubmittedBatch SubmittedBatch::attached(Batch batch) {
+SubmittedBatch SubmittedBatch::attached(Batch batch, std::vector<LateMask> late_masks) {
   SubmittedBatch submitted;
   submitted.batch_ = std::move(batch);
+  submitted.late_masks_ = std::move(late_masks);
   return submitted;
 }
 
@@ -23,7 +24,6 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<Detached
   // Sized once: the spans below point into these vectors.
   submitted.block_storage_.reserve(num_blocks);
   submitted.mask_storage_.reserve(num_mask_words);
-  submitted.mask_offsets_.reserve(batch.sequences.size());
   submitted.batch_.sequences = batch.sequences;
   for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
     SequenceStep& s = submitted.batch_.sequences[i];
@@ -37,8 +37,10 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<Detached
     };
     s.tokens = {};  // from the log, when the batch runs
     s.block_table = copy(submitted.block_storage_, s.block_table);
-    submitted.mask_offsets_.push_back(submitted.mask_storage_.size());
-    s.allowed_tokens = copy(submitted.mask_storage_, s.allowed_tokens);
+    const std::span<std::uint64_t> mask = copy(submitted.mask_storage_, s.allowed_tokens);
+    s.allowed_tokens = mask;
+    if (sequences[i].constraint && s.sample)
+      submitted.late_masks_.push_back({.sequence_index = i, .constraint = sequences[i].constraint.get(), .words = mask});
   }
   submitted.sequences_ = std::move(sequences);
   return submitted;
@@ -116,23 +118,39 @@ ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
         continue;
       }
       s.tokens = d.tokens->first(s.end_position());
-      if (d.constraint && s.sample)
-        d.constraint->fill_allowed(
-            std::span(submitted.mask_storage_.data() + submitted.mask_offsets_[i], s.allowed_tokens.size()));
     }
     index.push_back(i);
+  }
+  // Filled once, when the backend first asks (isolated retries ask again).
+  bool masks_filled = submitted.late_masks_.empty();
+  if (!masks_filled) {
+    batch.late_masks = [&submitted, &masks_filled, &step] {
+      if (masks_filled) return;
+      masks_filled = true;
+      for (const LateMask& m : submitted.late_masks_)
+        if (!step.failures[m.sequence_index]) m.constraint->fill_allowed(m.words);
+    };
   }
   const bool all_run = index.size() == n;
   Batch subset;  // the runnable sequences, when some cannot run
   if (!all_run)
     for (std::size_t i : index) subset.sequences.push_back(batch.sequences[i]);
+  subset.late_masks = batch.late_masks;
   ExecutedStep ran = index.empty() ? ExecutedStep{} : run_isolating_failures(all_run ? batch : subset);
+  batch.late_masks = nullptr;  // it refers to this frame
   step.step_time_ms = ran.step_time_ms;
   for (std::size_t k = 0; k < index.size(); ++k) {
-    const std::size_t i = index[k];
-    step.failures[i] = std::move(ran.failures[k]);
-    step.outputs[i] = std::move(ran.outputs[k]);
-    if (!detached || step.failures[i] || !step.outputs[i].token) continue;
+    step.failures[index[k]] = std::move(ran.failures[k]);
+    step.outputs[index[k]] = std::move(ran.outputs[k]);
+  }
+  // A backend that sampled without asking for the masks sampled from zeroed ones.
+  if (!masks_filled)
+    for (const LateMask& m : submitted.late_masks_)
+      if (!step.failures[m.sequence_index])
+        step.failures[m.sequence_index] = "the backend sampled without filling the late masks";
+  if (!detached) return step;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (step.failures[i] || !step.outputs[i].token) continue;
     const DetachedSequence& d = submitted.sequences_[i];
     const TokenId token = *step.outputs[i].token;
     if (d.constraint) {
@@ -180,6 +198,7 @@ ExecutedStep StepPipeline::run_isolating_failures(const Batch& batch) {
   for (std::size_t i = 0; i < n; ++i) {
     Batch single;
     single.sequences.push_back(batch.sequences[i]);
+    single.late_masks = batch.late_masks;
     Result<StepOutput> alone = execute_guarded(backend_, single);
     if (!alone.ok()) {
       step.failures[i] = alone.error_message();

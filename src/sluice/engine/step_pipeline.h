@@ -10,10 +10,13 @@
 // a TokenLog that the worker appends each sampled token to, so the token a
 // decode consumes is in its log before the decode runs; a batch names the logs
 // and the worker points each sequence's `tokens` into its log when it runs
-// the batch. Likewise the worker owns structured-output constraints: it fills
-// a constrained sequence's mask just before the batch runs and feeds the
-// sampled token back right after. So backends never learn about pipelining:
-// each gets an ordinary Batch.
+// the batch. Likewise the worker owns structured-output constraints: it feeds
+// each sampled token back right after the batch. So backends never learn
+// about pipelining: each gets an ordinary Batch.
+//
+// In both modes constrained masks are filled late, through Batch::late_masks,
+// which the backend calls once the step's forward is launched: the mask's
+// cost hides under the GPU's work instead of preceding it.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,10 +47,19 @@ struct DetachedSequence {
   std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained; else its mask is filled by the worker
 };
 
+// A constrained sequence's mask, filled when the backend asks for it.
+struct LateMask {
+  std::size_t sequence_index = 0;  // into the batch's sequences
+  TokenConstraint* constraint = nullptr;
+  std::span<std::uint64_t> words;  // the sequence's allowed_tokens, zeroed
+};
+
 class SubmittedBatch {
  public:
-  static SubmittedBatch attached(Batch batch);
-  // sequences[i] for batch.sequences[i].
+  // late_masks point into the caller's state, like the batch.
+  static SubmittedBatch attached(Batch batch, std::vector<LateMask> late_masks);
+  // sequences[i] for batch.sequences[i]; a constrained sampled sequence's mask
+  // (zeroed, of the vocabulary's size) is filled late from its constraint.
   static SubmittedBatch detached(const Batch& batch, std::vector<DetachedSequence> sequences);
 
   const Batch& batch() const { return batch_; }
@@ -55,9 +68,9 @@ class SubmittedBatch {
   friend class StepPipeline;
   Batch batch_;
   std::vector<DetachedSequence> sequences_;  // [batch_.sequences]; empty when attached
+  std::vector<LateMask> late_masks_;
   std::vector<BlockId> block_storage_;
   std::vector<std::uint64_t> mask_storage_;
-  std::vector<std::size_t> mask_offsets_;  // [batch_.sequences]: where its mask starts in mask_storage_
 };
 
 // What came of one batch, in its sequence order: each sequence either ran
@@ -81,9 +94,9 @@ class StepPipeline {
   std::size_t num_in_flight() const { return num_in_flight_; }
 
  private:
-  // Points the sequences into their logs and fills constrained masks, runs
-  // the batch (isolating failing sequences), then feeds what it sampled to
-  // the constraints and appends it to the logs.
+  // Points the sequences into their logs, runs the batch (isolating failing
+  // sequences; the backend fills the late masks), then feeds what it sampled
+  // to the constraints and appends it to the logs.
   ExecutedStep run(SubmittedBatch& submitted);
   ExecutedStep run_isolating_failures(const Batch& batch);
   void work();

@@ -26,6 +26,8 @@ class ModelRunner final : public Backend {
     const StepLayout layout = StepLayout::from_batch(batch);
     ops_->begin_step(layout);
     const Tensor logits = model_.forward(*ops_, layout);
+    // On the GPU the forward is in flight here: the masks are computed under it.
+    batch.fill_late_masks();
 
     std::vector<SampleRequest> requests;
     for (const SequenceStep& seq : batch.sequences) {

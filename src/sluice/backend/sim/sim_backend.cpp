@@ -41,6 +41,7 @@ TokenId SimBackend::fake_token(SequenceId seq_id, std::int32_t position, std::in
 }
 
 Result<StepOutput> SimBackend::execute(const Batch& batch) {
+  batch.fill_late_masks();  // nothing to overlap them with
   StepShape shape;
   shape.sequences.reserve(batch.sequences.size());
   for (const SequenceStep& seq : batch.sequences) {
