@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "sluice/common/check.h"
-#include "sluice/engine/token_constraint.h"
 #include "sluice/sched/token_count_cost_model.h"
 
 namespace sluice {
@@ -125,24 +124,24 @@ StepPlan EngineCore::make_plan(double now_ms) {
 }
 
 void EngineCore::submit(Batch batch, InFlightStep step) {
+  std::vector<LateMask> late_masks;
+  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+    RequestState& r = *requests_.at(batch.sequences[i].seq_id);
+    if (batch.sequences[i].sample && r.request.constraint)
+      late_masks.push_back({.sequence_index = i, .constraint = r.request.constraint, .words = r.allowed_tokens});
+  }
   if (!config_.async_scheduling) {
-    std::vector<LateMask> late_masks;
-    for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
-      RequestState& r = *requests_.at(batch.sequences[i].seq_id);
-      if (batch.sequences[i].sample && r.request.constraint)
-        late_masks.push_back({.sequence_index = i, .constraint = r.request.constraint.get(), .words = r.allowed_tokens});
-    }
     pipeline_.submit(SubmittedBatch::attached(std::move(batch), std::move(late_masks)));
   } else {
-    std::vector<DetachedSequence> sequences;
-    sequences.reserve(batch.sequences.size());
+    std::vector<std::shared_ptr<TokenLog>> logs;
+    logs.reserve(batch.sequences.size());
     for (const SequenceStep& s : batch.sequences) {
       RequestState& r = *requests_.at(s.seq_id);
       // Made before anything was sampled, so `tokens` is the prompt and the log holds what it does.
       if (!r.token_log) r.token_log = std::make_shared<TokenLog>(r.tokens, r.max_num_tokens);
-      sequences.push_back({.tokens = r.token_log, .constraint = r.request.constraint});
+      logs.push_back(r.token_log);
     }
-    pipeline_.submit(SubmittedBatch::detached(batch, std::move(sequences)));
+    pipeline_.submit(SubmittedBatch::detached(batch, std::move(logs), std::move(late_masks)));
   }
   in_flight_.push_back(std::move(step));
   ++step_index_;
@@ -352,7 +351,7 @@ StepReport EngineCore::collect(const StepClock& clock) {
     r.num_inflight_tokens -= e.num_new_tokens;
     if (e.sample) --r.num_pending_tokens;
     if (executed.failures[i]) {
-      finish(r, {.reason = FinishReason::kError, .message = "backend error: " + *executed.failures[i]}, end_ms);
+      finish(r, {.reason = FinishReason::kError, .message = *executed.failures[i]}, end_ms);
       continue;
     }
     if (!e.is_decode) {
@@ -370,12 +369,6 @@ StepReport EngineCore::collect(const StepClock& clock) {
       finish(r, {.reason = FinishReason::kError, .message = "backend returned no token for a sampled sequence"},
              end_ms);
       continue;
-    }
-    if (r.request.constraint && !config_.async_scheduling) {  // async: the worker accepted it
-      if (Status accepted = r.request.constraint->accept(*out.token); !accepted.ok()) {
-        finish(r, {.reason = FinishReason::kError, .message = accepted.error_message()}, end_ms);
-        continue;
-      }
     }
     r.tokens.push_back(*out.token);
     extend_block_hashes(r.block_hashes, r.tokens, kv_.block_size_tokens(), r.request.cache_salt);

@@ -13,8 +13,9 @@ SubmittedBatch SubmittedBatch::attached(Batch batch, std::vector<LateMask> late_
   return submitted;
 }
 
-SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<DetachedSequence> sequences) {
-  SLUICE_CHECK_EQ(sequences.size(), batch.sequences.size());
+SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::shared_ptr<TokenLog>> logs,
+                                        std::vector<LateMask> late_masks) {
+  SLUICE_CHECK_EQ(logs.size(), batch.sequences.size());
   SubmittedBatch submitted;
   std::size_t num_blocks = 0, num_mask_words = 0;
   for (const SequenceStep& s : batch.sequences) {
@@ -25,11 +26,7 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<Detached
   submitted.block_storage_.reserve(num_blocks);
   submitted.mask_storage_.reserve(num_mask_words);
   submitted.batch_.sequences = batch.sequences;
-  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
-    SequenceStep& s = submitted.batch_.sequences[i];
-    SLUICE_CHECK(sequences[i].tokens != nullptr);
-    // A constrained sampled step comes with a zeroed mask of the vocabulary's size.
-    if (sequences[i].constraint && s.sample) SLUICE_CHECK(!s.allowed_tokens.empty());
+  for (SequenceStep& s : submitted.batch_.sequences) {
     auto copy = [](auto& storage, auto source) {
       const std::size_t offset = storage.size();
       storage.insert(storage.end(), source.begin(), source.end());
@@ -37,12 +34,16 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<Detached
     };
     s.tokens = {};  // from the log, when the batch runs
     s.block_table = copy(submitted.block_storage_, s.block_table);
-    const std::span<std::uint64_t> mask = copy(submitted.mask_storage_, s.allowed_tokens);
-    s.allowed_tokens = mask;
-    if (sequences[i].constraint && s.sample)
-      submitted.late_masks_.push_back({.sequence_index = i, .constraint = sequences[i].constraint.get(), .words = mask});
+    s.allowed_tokens = copy(submitted.mask_storage_, s.allowed_tokens);
   }
-  submitted.sequences_ = std::move(sequences);
+  for (LateMask& m : late_masks) {
+    const std::span<const std::uint64_t> copied = submitted.batch_.sequences.at(m.sequence_index).allowed_tokens;
+    SLUICE_CHECK_EQ(copied.size(), m.words.size());
+    m.words = {submitted.mask_storage_.data() + (copied.data() - submitted.mask_storage_.data()), copied.size()};
+  }
+  for (const auto& log : logs) SLUICE_CHECK(log != nullptr);
+  submitted.logs_ = std::move(logs);
+  submitted.late_masks_ = std::move(late_masks);
   return submitted;
 }
 
@@ -103,21 +104,21 @@ void StepPipeline::work() {
 ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
   Batch& batch = submitted.batch_;
   const std::size_t n = batch.sequences.size();
-  const bool detached = !submitted.sequences_.empty();
+  const bool detached = !submitted.logs_.empty();
   ExecutedStep step{.outputs = std::vector<SequenceOutput>(n), .failures = std::vector<std::optional<std::string>>(n)};
   std::vector<std::size_t> index;  // position in what runs -> position in the submitted batch
   index.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     SequenceStep& s = batch.sequences[i];
     if (detached) {
-      const DetachedSequence& d = submitted.sequences_[i];
+      const TokenLog& log = *submitted.logs_[i];
       // A log one token short: the step before sampled nothing for the sequence
       // (it failed there, and its request has already ended with that error).
-      if (d.tokens->num_tokens() < s.end_position()) {
-        step.failures[i] = "its previous step sampled no token";
+      if (log.num_tokens() < s.end_position()) {
+        step.failures[i] = "backend error: its previous step sampled no token";
         continue;
       }
-      s.tokens = d.tokens->first(s.end_position());
+      s.tokens = log.first(s.end_position());
     }
     index.push_back(i);
   }
@@ -143,24 +144,24 @@ ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
     step.failures[index[k]] = std::move(ran.failures[k]);
     step.outputs[index[k]] = std::move(ran.outputs[k]);
   }
-  // A backend that sampled without asking for the masks sampled from zeroed ones.
-  if (!masks_filled)
-    for (const LateMask& m : submitted.late_masks_)
-      if (!step.failures[m.sequence_index])
-        step.failures[m.sequence_index] = "the backend sampled without filling the late masks";
+  // The constraints advance past what was sampled; a backend that sampled
+  // without asking for the masks sampled from zeroed ones.
+  for (const LateMask& m : submitted.late_masks_) {
+    std::optional<std::string>& failure = step.failures[m.sequence_index];
+    const std::optional<TokenId>& token = step.outputs[m.sequence_index].token;
+    if (failure || !token) continue;
+    if (!masks_filled) {
+      failure = "backend error: the backend sampled without filling the late masks";
+    } else if (Status accepted = m.constraint->accept(*token); !accepted.ok()) {
+      failure = accepted.error_message();
+    }
+  }
   if (!detached) return step;
   for (std::size_t i = 0; i < n; ++i) {
     if (step.failures[i] || !step.outputs[i].token) continue;
-    const DetachedSequence& d = submitted.sequences_[i];
-    const TokenId token = *step.outputs[i].token;
-    if (d.constraint) {
-      if (Status accepted = d.constraint->accept(token); !accepted.ok()) {
-        step.failures[i] = accepted.error_message();
-        continue;
-      }
-    }
-    SLUICE_CHECK_EQ(d.tokens->num_tokens(), batch.sequences[i].end_position());
-    d.tokens->append(token);
+    TokenLog& log = *submitted.logs_[i];
+    SLUICE_CHECK_EQ(log.num_tokens(), batch.sequences[i].end_position());
+    log.append(*step.outputs[i].token);
   }
   return step;
 }
@@ -192,7 +193,7 @@ ExecutedStep StepPipeline::run_isolating_failures(const Batch& batch) {
     return step;
   }
   if (n == 1) {
-    step.failures[0] = output.error_message();
+    step.failures[0] = "backend error: " + output.error_message();
     return step;
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -201,7 +202,7 @@ ExecutedStep StepPipeline::run_isolating_failures(const Batch& batch) {
     single.late_masks = batch.late_masks;
     Result<StepOutput> alone = execute_guarded(backend_, single);
     if (!alone.ok()) {
-      step.failures[i] = alone.error_message();
+      step.failures[i] = "backend error: " + alone.error_message();
       continue;
     }
     SLUICE_CHECK_EQ(alone->sequences.size(), 1u);

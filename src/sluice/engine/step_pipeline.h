@@ -10,13 +10,14 @@
 // a TokenLog that the worker appends each sampled token to, so the token a
 // decode consumes is in its log before the decode runs; a batch names the logs
 // and the worker points each sequence's `tokens` into its log when it runs
-// the batch. Likewise the worker owns structured-output constraints: it feeds
-// each sampled token back right after the batch. So backends never learn
-// about pipelining: each gets an ordinary Batch.
+// the batch. So backends never learn about pipelining: each gets an ordinary
+// Batch.
 //
-// In both modes constrained masks are filled late, through Batch::late_masks,
-// which the backend calls once the step's forward is launched: the mask's
-// cost hides under the GPU's work instead of preceding it.
+// In both modes the pipeline drives structured-output constraints (the
+// worker's thread, or the engine's inline): it fills constrained masks late,
+// through Batch::late_masks, which the backend calls once the step's forward
+// is launched, so the mask's cost hides under the GPU's work; and it feeds
+// each sampled token back to its constraint right after the step.
 #pragma once
 
 #include <condition_variable>
@@ -41,40 +42,33 @@ namespace sluice {
 // pipeline). A detached one owns copies of its block tables and masks (the
 // engine changes those while it is in flight) and reads its tokens from the
 // requests' logs.
-// What a detached batch holds of one sequence's request besides its step.
-struct DetachedSequence {
-  std::shared_ptr<TokenLog> tokens;             // its `tokens` span is not read
-  std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained; else its mask is filled by the worker
-};
-
-// A constrained sequence's mask, filled when the backend asks for it.
+// A constrained sampled sequence's mask, filled when the backend asks for it.
 struct LateMask {
   std::size_t sequence_index = 0;  // into the batch's sequences
-  TokenConstraint* constraint = nullptr;
-  std::span<std::uint64_t> words;  // the sequence's allowed_tokens, zeroed
+  std::shared_ptr<TokenConstraint> constraint;  // shared: the request may end while the batch is in flight
+  std::span<std::uint64_t> words;               // the sequence's allowed_tokens, zeroed
 };
 
 class SubmittedBatch {
  public:
-  // late_masks point into the caller's state, like the batch.
+  // The batch and its late masks point into the caller's state.
   static SubmittedBatch attached(Batch batch, std::vector<LateMask> late_masks);
-  // sequences[i] for batch.sequences[i]; a constrained sampled sequence's mask
-  // (zeroed, of the vocabulary's size) is filled late from its constraint.
-  static SubmittedBatch detached(const Batch& batch, std::vector<DetachedSequence> sequences);
-
-  const Batch& batch() const { return batch_; }
+  // logs[i]: batch.sequences[i]'s tokens (its `tokens` span is not read). The
+  // late masks are filled into the batch's own copies of the masks.
+  static SubmittedBatch detached(const Batch& batch, std::vector<std::shared_ptr<TokenLog>> logs,
+                                 std::vector<LateMask> late_masks);
 
  private:
   friend class StepPipeline;
   Batch batch_;
-  std::vector<DetachedSequence> sequences_;  // [batch_.sequences]; empty when attached
+  std::vector<std::shared_ptr<TokenLog>> logs_;  // [batch_.sequences]; empty when attached
   std::vector<LateMask> late_masks_;
   std::vector<BlockId> block_storage_;
   std::vector<std::uint64_t> mask_storage_;
 };
 
 // What came of one batch, in its sequence order: each sequence either ran
-// (outputs[i]) or failed on its own (failures[i] says why).
+// (outputs[i]) or failed on its own (failures[i]: the message its request ends with).
 struct ExecutedStep {
   std::vector<SequenceOutput> outputs;
   std::vector<std::optional<std::string>> failures;
@@ -96,7 +90,7 @@ class StepPipeline {
  private:
   // Points the sequences into their logs, runs the batch (isolating failing
   // sequences; the backend fills the late masks), then feeds what it sampled
-  // to the constraints and appends it to the logs.
+  // to the constraints and (detached) appends it to the logs.
   ExecutedStep run(SubmittedBatch& submitted);
   ExecutedStep run_isolating_failures(const Batch& batch);
   void work();

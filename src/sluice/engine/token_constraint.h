@@ -2,9 +2,9 @@
 // (structured output: JSON mode today, schemas and grammars later). The
 // engine asks for the allowed set before each sampled step, passes it to the
 // backend as a vocabulary bitmask, and reports the chosen token back. Owned
-// by one request and used by one thread: the engine thread, or under async
-// scheduling the step pipeline's worker (which fills the mask just before the
-// step runs and reports the token right after).
+// by one request and used by one thread: the step pipeline drives it (the
+// engine thread inline, the pipeline's worker under async scheduling), filling
+// the mask once the step's forward is launched and reporting the token after.
 #pragma once
 
 #include <cstdint>
