@@ -17,15 +17,9 @@
 namespace sluice {
 namespace {
 
-using testing::KvCheckingBackend;
-using testing::reference_generate;
-using testing::request;
-using testing::small_config;
-using testing::tokens_from;
+using namespace testing;  // engine_test_support.h, kv_checking_backend.h
 
-constexpr std::int32_t kBlock = 4;
 constexpr auto kPatience = std::chrono::seconds(20);  // a bound on waits that only a broken pipeline reaches
-
 
 std::vector<TokenId> poll_tokens(RequestStream& stream, std::optional<FinishReason>* finish = nullptr) {
   std::vector<TokenId> tokens;

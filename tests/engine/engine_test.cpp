@@ -15,14 +15,7 @@
 namespace sluice {
 namespace {
 
-using testing::KvCheckingBackend;
-using testing::reference_generate;
-using testing::request;
-using testing::small_config;
-using testing::tokens_from;
-
-constexpr std::int32_t kBlock = 4;
-
+using namespace testing;  // engine_test_support.h, kv_checking_backend.h
 
 std::unique_ptr<Engine> make_engine(EngineConfig config, std::int32_t num_blocks = 256, TokenId poison = -1) {
   return std::make_unique<Engine>(std::make_unique<KvCheckingBackend>(num_blocks, kBlock, 4096, poison), nullptr,

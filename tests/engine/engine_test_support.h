@@ -9,6 +9,8 @@
 
 namespace sluice::testing {
 
+inline constexpr std::int32_t kBlock = 4;  // KV block size, in tokens, of the engine tests
+
 // Small limits, the virtual clock, no KV reserve: steps the tests can count.
 inline EngineConfig small_config(bool async_scheduling = false) {
   EngineConfig c;

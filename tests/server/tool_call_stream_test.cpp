@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../support/scripted_backend.h"
 #include "loopback_server.h"
 
 namespace sluice::server {
@@ -21,32 +22,6 @@ using nlohmann::json;
 const std::string kToolCallText =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
 
-// Samples script[k] as the k-th generated token of every sequence.
-class ScriptedBackend final : public Backend {
- public:
-  ScriptedBackend(std::vector<TokenId> script, std::int32_t vocab_size)
-      : script_(std::move(script)),
-        info_{.name = "scripted", .block_size_tokens = 16, .num_kv_blocks = 512, .vocab_size = vocab_size,
-              .max_model_len_tokens = 4096} {}
-  const BackendInfo& info() const override { return info_; }
-  Result<StepOutput> execute(const Batch& batch) override {
-    StepOutput out;
-    for (const SequenceStep& seq : batch.sequences) {
-      SequenceOutput so{.seq_id = seq.seq_id};
-      if (seq.sample) {
-        const auto k = static_cast<std::size_t>(std::max(0, seq.end_position() - seq.num_prompt_tokens));
-        so.token = script_[std::min(k, script_.size() - 1)];
-      }
-      out.sequences.push_back(std::move(so));
-    }
-    return out;
-  }
-
- private:
-  std::vector<TokenId> script_;
-  BackendInfo info_;
-};
-
 class ToolCallStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -55,7 +30,7 @@ class ToolCallStreamTest : public ::testing::Test {
     std::vector<TokenId> script = model_->tokenizer.encode(kToolCallText, /*add_special_tokens=*/false);
     script.push_back(tiny.end_of_turn_token_id);
     model_->engine = std::make_unique<Engine>(
-        std::make_unique<ScriptedBackend>(std::move(script), model_->tokenizer.vocab_size()), nullptr, EngineConfig{});
+        std::make_unique<testing::ScriptedBackend>(std::move(script), model_->tokenizer.vocab_size()), nullptr, EngineConfig{});
     server_ = std::make_unique<loopback::LoopbackServer>(model_);
   }
 

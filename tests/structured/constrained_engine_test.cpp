@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../support/mask_following_backend.h"
+#include "../support/scripted_backend.h"
 #include "../tokenizer/test_support.h"
 #include "sluice/backend/cpu/sampler.h"
 #include "sluice/engine/engine.h"
@@ -90,33 +91,14 @@ TEST(ConstrainedEngine, AsyncSchedulingGivesTheSameWalk) {
 }
 
 // Masks are filled late, when the backend asks (Batch::fill_late_masks, after
-// it has launched the forward). A backend that samples without asking got
-// zeroed masks: the request fails, in both modes, instead of going unconstrained.
-class MaskIgnoringBackend final : public Backend {
- public:
-  explicit MaskIgnoringBackend(std::int32_t vocab_size)
-      : info_{.name = "mask-ignoring", .block_size_tokens = 16, .num_kv_blocks = 64, .vocab_size = vocab_size,
-              .max_model_len_tokens = 4096} {}
-  const BackendInfo& info() const override { return info_; }
-  Result<StepOutput> execute(const Batch& batch) override {
-    StepOutput out;
-    for (const SequenceStep& seq : batch.sequences) {
-      SequenceOutput so{.seq_id = seq.seq_id};
-      if (seq.sample) so.token = 0;
-      out.sequences.push_back(so);
-    }
-    return out;
-  }
-
- private:
-  BackendInfo info_;
-};
-
+// it has launched the forward). A backend that samples without asking (the
+// scripted one) got zeroed masks: the request fails, in both modes, instead of
+// going unconstrained.
 TEST(ConstrainedEngine, ABackendThatSkipsTheLateMasksFailsTheRequest) {
   const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
   for (const bool async_scheduling : {false, true}) {
-    Engine engine(std::make_unique<MaskIgnoringBackend>(tokenizer.vocab_size()), nullptr,
-                  virtual_clock(async_scheduling));
+    Engine engine(std::make_unique<testing::ScriptedBackend>(std::vector<TokenId>{0}, tokenizer.vocab_size()),
+                  nullptr, virtual_clock(async_scheduling));
     const Finished out = run_json_request(engine, tokenizer, 8);
     EXPECT_EQ(out.reason, FinishReason::kError) << (async_scheduling ? "async" : "inline");
     EXPECT_NE(out.error.find("without filling the late masks"), std::string::npos) << out.error;
