@@ -7,6 +7,8 @@
 #include <chrono>
 #include <thread>
 
+#include "sluice/backend/backend.h"
+#include "sluice/backend/batch.h"
 #include "sluice/backend/sim/hardware.h"
 #include "sluice/backend/sim/model_profile.h"
 #include "sluice/backend/sim/roofline_cost_model.h"

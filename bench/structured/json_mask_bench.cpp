@@ -9,6 +9,7 @@
 
 #include "../../tests/tokenizer/test_support.h"
 #include "sluice/common/check.h"
+#include "sluice/common/token_mask.h"
 #include "sluice/structured/json_constraint.h"
 
 namespace sluice::structured {

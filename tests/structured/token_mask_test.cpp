@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../tokenizer/test_support.h"
+#include "sluice/common/token_mask.h"
 #include "sluice/structured/json_constraint.h"
 #include "sluice/structured/json_schema.h"
 #include "sluice/structured/schema_acceptor.h"

@@ -2,20 +2,10 @@
 // implementation and a model architecture; the sim backend only advances a clock.
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include "sluice/backend/batch.h"
+#include "sluice/common/backend_info.h"
 
 namespace sluice {
-
-struct BackendInfo {
-  std::string name;            // "cpu", "cuda", "sim"
-  std::int32_t block_size_tokens = 16;
-  std::int32_t num_kv_blocks = 0;
-  std::int32_t vocab_size = 0;
-  std::int32_t max_model_len_tokens = 0;
-};
 
 class Backend {
  public:

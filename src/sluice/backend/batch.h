@@ -9,14 +9,12 @@
 #include <span>
 #include <vector>
 
-#include "sluice/backend/sampling_params.h"
+#include "sluice/common/ids.h"
 #include "sluice/common/result.h"
+#include "sluice/common/sampling_params.h"
+#include "sluice/common/token_mask.h"
 
 namespace sluice {
-
-using SequenceId = std::uint64_t;
-using TokenId = std::int32_t;
-using BlockId = std::int32_t;
 
 struct SequenceStep {
   SequenceId seq_id = 0;
@@ -43,17 +41,6 @@ struct SequenceStep {
   }
 };
 
-// Words of an allowed-token bitmask over `vocab_size` ids, and whether it
-// allows `token` (an empty mask allows every token).
-inline std::size_t num_token_mask_words(std::int32_t vocab_size) {
-  return (static_cast<std::size_t>(vocab_size) + 63) / 64;
-}
-inline bool token_mask_allows(std::span<const std::uint64_t> bits, TokenId token) {
-  if (bits.empty()) return true;
-  const auto t = static_cast<std::size_t>(token);
-  return token >= 0 && t / 64 < bits.size() && ((bits[t / 64] >> (t % 64)) & 1u) != 0;
-}
-
 struct Batch {
   std::vector<SequenceStep> sequences;
   // (optional) Structured-output masks filled late, so that computing them
@@ -72,11 +59,6 @@ struct Batch {
     for (const auto& s : sequences) n += s.num_new_tokens;
     return n;
   }
-};
-
-struct TokenLogprob {
-  TokenId token = 0;
-  float logprob = 0.0f;
 };
 
 struct SequenceOutput {

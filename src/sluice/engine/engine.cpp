@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "sluice/backend/backend.h"
 #include "sluice/common/check.h"
 #include "sluice/engine/engine_core.h"
 

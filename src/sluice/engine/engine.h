@@ -25,15 +25,19 @@
 #include <string_view>
 #include <vector>
 
-#include "sluice/backend/backend.h"
-#include "sluice/backend/batch.h"
-#include "sluice/backend/sampling_params.h"
+#include "sluice/common/backend_info.h"
+#include "sluice/common/ids.h"
 #include "sluice/common/result.h"
+#include "sluice/common/sampling_params.h"
 #include "sluice/kv/eviction_policy.h"
 #include "sluice/sched/cost_model.h"
 #include "sluice/sched/scheduling_policy.h"
 
 namespace sluice {
+
+// The engine runs steps on a backend; its public header only names it, so the
+// server and the structured-output layer never see backend types.
+class Backend;
 
 class TokenConstraint;  // engine/token_constraint.h
 

@@ -2,6 +2,7 @@
 // once, with a message naming the flag, so a bad setting fails at start.
 #include <string>
 
+#include "sluice/backend/backend.h"
 #include "sluice/engine/engine.h"
 
 namespace sluice {

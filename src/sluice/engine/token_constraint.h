@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <span>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/common/result.h"
 
 namespace sluice {

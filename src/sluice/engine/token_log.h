@@ -12,7 +12,7 @@
 #include <memory>
 #include <span>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/common/check.h"
 
 namespace sluice {

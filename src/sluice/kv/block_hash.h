@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 
 namespace sluice {
 

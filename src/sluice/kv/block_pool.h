@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/evictor.h"
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/kv/eviction_policy.h"
 
 namespace sluice {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/common/result.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/block_pool.h"

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/sched/scheduling_policy.h"
 
 namespace sluice {

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sluice/backend/batch.h"
-#include "sluice/backend/sampling_params.h"
+#include "sluice/common/ids.h"
+#include "sluice/common/sampling_params.h"
 #include "sluice/server/api_error.h"
 #include "sluice/structured/json_schema.h"
 

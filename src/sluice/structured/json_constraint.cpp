@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "sluice/common/check.h"
+#include "sluice/common/token_mask.h"
 
 namespace sluice::structured {
 namespace {

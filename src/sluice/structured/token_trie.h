@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 
 namespace sluice::structured {
 

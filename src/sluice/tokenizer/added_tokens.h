@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/tokenizer/json_fields.h"
 
 namespace sluice::tokenizer_detail {

@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/tokenizer/json_fields.h"
 #include "sluice/tokenizer/pair_rank_map.h"
 #include "sluice/tokenizer/symbol_table.h"

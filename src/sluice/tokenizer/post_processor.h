@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "sluice/backend/batch.h"
+#include "sluice/common/ids.h"
 #include "sluice/tokenizer/bpe.h"
 #include "sluice/tokenizer/json_fields.h"
 

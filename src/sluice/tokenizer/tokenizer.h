@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sluice/backend/batch.h"  // TokenId
+#include "sluice/common/ids.h"
 #include "sluice/common/result.h"
 
 namespace sluice {

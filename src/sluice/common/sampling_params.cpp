@@ -1,4 +1,4 @@
-#include "sluice/backend/sampling_params.h"
+#include "sluice/common/sampling_params.h"
 
 #include <cmath>
 
