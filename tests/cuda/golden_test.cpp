@@ -187,7 +187,8 @@ TEST_P(CudaGoldenTest, SingleSequenceMatchesTransformers) {
     for (std::size_t i = 0; i < golden.cases.size(); ++i) {
       SCOPED_TRACE(::testing::Message() << "block " << layout.block_size_tokens << " chunk "
                                         << layout.prefill_chunk_tokens << " prompt of " << golden.cases[i].prompt.size());
-      auto backend = cuda_runner(golden.model_dir, layout.block_size_tokens, 128 / layout.block_size_tokens * 4);
+      auto backend = cuda_runner(golden.model_dir, layout.block_size_tokens,
+                                 testing::num_blocks_for(golden, layout.block_size_tokens));
       auto runs = make_runs(golden, {i}, layout.block_size_tokens);
       run_teacher_forced(*backend, runs, layout.prefill_chunk_tokens);
     }
@@ -199,7 +200,7 @@ TEST_P(CudaGoldenTest, SingleSequenceMatchesTransformers) {
 TEST_P(CudaGoldenTest, BatchedSequencesMatchTransformers) {
   const Golden golden = load_golden(GetParam());
   constexpr std::int32_t kBlockSize = 8;
-  auto backend = cuda_runner(golden.model_dir, kBlockSize, 64);
+  auto backend = cuda_runner(golden.model_dir, kBlockSize, testing::num_blocks_for(golden, kBlockSize));
   std::vector<std::size_t> all(golden.cases.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   auto runs = make_runs(golden, all, kBlockSize);
@@ -215,7 +216,7 @@ TEST_P(CudaGoldenTest, Bf16ErrorNoWorseThanTransformersBf16) {
   ASSERT_EQ(bf16.prompt_logits.size(), golden.cases.size());
   Bf16Tally tally;
   for (std::size_t i = 0; i < golden.cases.size(); ++i) {
-    auto backend = cuda_runner(golden.model_dir, 16, 32);
+    auto backend = cuda_runner(golden.model_dir, 16, testing::num_blocks_for(golden, 16));
     auto runs = make_runs(golden, {i}, 16);
     run_teacher_forced(*backend, runs, 0, &bf16, &tally);
   }
@@ -232,7 +233,7 @@ TEST_P(CudaGoldenTest, Bf16ErrorNoWorseThanTransformersBf16) {
 // not asserted, since bf16 cannot resolve the fixtures' near-ties.
 TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   const Golden golden = load_golden(GetParam());
-  auto backend = cuda_runner(golden.model_dir, 16, 32);
+  auto backend = cuda_runner(golden.model_dir, 16, testing::num_blocks_for(golden, 16));
   for (const GoldenCase& c : golden.cases) {
     auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = 32});
     ASSERT_TRUE(result.ok()) << result.error_message();

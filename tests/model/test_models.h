@@ -65,4 +65,11 @@ inline Golden load_golden(const std::string& arch, const std::string& scratch_na
   return golden;
 }
 
+// Blocks to hold every prompt of the fixture and its 32 generated tokens, at once.
+inline std::int32_t num_blocks_for(const Golden& golden, std::int32_t block_size) {
+  std::size_t blocks = 0;
+  for (const GoldenCase& c : golden.cases) blocks += (c.prompt.size() + 32 + block_size - 1) / block_size;
+  return static_cast<std::int32_t>(blocks);
+}
+
 }  // namespace sluice::testing

@@ -27,11 +27,16 @@ from transformers import AutoModelForCausalLM
 NUM_GREEDY_TOKENS = 32
 
 
+# One token, a partial block, several blocks, and positions in the thousands
+# (hundreds of blocks; rope, llama3 scaling included, far from position 0).
+PROMPT_LENGTHS = (1, 13, 50, 2000)
+
+
 def prompts(vocab_limit):
-    """Deterministic prompts: one token, a partial block, several blocks."""
+    """Deterministic prompts of PROMPT_LENGTHS tokens."""
     state = 12345
     out = []
-    for length in (1, 13, 50):
+    for length in PROMPT_LENGTHS:
         ids = []
         for _ in range(length):
             state = (state * 1103515245 + 12345) % (1 << 31)

@@ -87,7 +87,11 @@ std::vector<PendingTensor> llama_tensors(const MakeModelOptions& o, std::int32_t
   const Init norm{1.0f, 0.2f};
   const Init bias{0.0f, 0.2f};
   std::vector<PendingTensor> out;
-  out.push_back({"model.embed_tokens.weight", {v, h}, Init{0.0f, 1.0f}});
+  // A tied head scores each token by its own embedding: a unit-sized embedding
+  // would outweigh what the layers add to the residual, and every greedy step
+  // would repeat the last token. A smaller one lets the layers decide.
+  const Init embedding{0.0f, tied ? 0.05f : 1.0f};
+  out.push_back({"model.embed_tokens.weight", {v, h}, embedding});
   for (std::int32_t i = 0; i < o.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     out.push_back({p + "input_layernorm.weight", {h}, norm});
@@ -137,11 +141,13 @@ ordered_json config_json(const MakeModelOptions& o, std::int32_t head_dim, bool 
   switch (o.architecture) {
     case Architecture::llama:
       c["rope_theta"] = 500000.0;
+      // Scaled to a quarter of the context, as Llama 3.1 scales 8k to 128k, so
+      // long golden prompts run past the original length.
       c["rope_scaling"] = {{"rope_type", "llama3"},
                            {"factor", 8.0},
                            {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}};
+                           {"original_max_position_embeddings", o.max_position_embeddings / 4}};
       c["attention_bias"] = false;
       c["mlp_bias"] = false;
       break;

@@ -3,6 +3,7 @@
 // step); the sim backend advances its clock by it; `sluice plan` reports it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -24,10 +25,35 @@ struct StepShape {
   }
 };
 
+// A prediction split into terms that go wrong independently: each rests on its
+// own efficiency assumption (GEMM FLOP rate, weight-read bandwidth, attention
+// FLOP rate, KV-read bandwidth, fixed costs), so a measurement can correct
+// each by its own factor (OnlineCostModel).
+struct CostTerms {
+  static constexpr std::size_t kNumTerms = 5;
+  double gemm_compute_ms = 0;       // GEMMs bound by FLOPs (prefill chunks)
+  double gemm_memory_ms = 0;        // GEMMs bound by weight reads (decode)
+  double attention_compute_ms = 0;  // attention bound by FLOPs (long prefill rows)
+  double attention_memory_ms = 0;   // attention bound by KV reads (decode over long contexts)
+  double fixed_ms = 0;              // per-step and per-sequence overhead, communication, host fetches
+
+  std::array<double, kNumTerms> values() const {
+    return {gemm_compute_ms, gemm_memory_ms, attention_compute_ms, attention_memory_ms, fixed_ms};
+  }
+  double total_ms() const {
+    double t = 0;
+    for (double v : values()) t += v;
+    return t;
+  }
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
   virtual double predict_step_ms(const StepShape& shape) const = 0;
+  // (optional) The same prediction by term; terms sum to predict_step_ms. The
+  // default puts everything in fixed_ms, which a correction can only scale whole.
+  virtual CostTerms predict_terms(const StepShape& shape) const { return {.fixed_ms = predict_step_ms(shape)}; }
 };
 
 }  // namespace sluice
