@@ -234,7 +234,8 @@ TEST(Planner, LivenessAPrefillGetsABlockEvenWhenDecodesFillTheTime) {
   Fixture f;
   f.running = {decoding(1, 100)};
   f.queue = {waiting(2, 1000)};
-  const StepPlan plan = plan_step(f.state(), {.max_step_ms = 0.5}, LinearCost{});
+  // No prefill share: the liveness rule alone gives the block.
+  const StepPlan plan = plan_step(f.state(), {.max_step_ms = 0.5, .min_prefill_share = 0.0}, LinearCost{});
   EXPECT_EQ(plan.decodes.size(), 1u);
   ASSERT_EQ(plan.prefills.size(), 1u);
   EXPECT_EQ(plan.prefills[0].num_new_tokens, kBlock);
@@ -276,6 +277,57 @@ TEST(Planner, AdmissionDoesNotEvictProtectedPrefixesWhileOthersRun) {
   state = f.state();
   state.num_protected_blocks = 40;
   EXPECT_EQ(plan_step(state, config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+}
+
+// Decodes at 1 ms a row, prefill at 0.01 ms a token, 1 ms fixed: many decoders
+// alone overrun the step target.
+class DecodeHeavyCost final : public CostModel {
+ public:
+  double predict_step_ms(const StepShape& shape) const override {
+    double ms = 1.0;
+    for (const auto& s : shape.sequences) ms += s.num_new_tokens == 1 ? 1.0 : 0.01 * s.num_new_tokens;
+    return ms;
+  }
+};
+
+// Two regimes. Cheap decodes: the step stays under max_step_ms (the
+// inter-token target). Decodes that alone overrun it: the step grows so that
+// prefill keeps min_prefill_share of its time, instead of one block a step.
+TEST(Planner, PrefillKeepsItsShareWhenDecodesFillTheStep) {
+  Fixture f;
+  for (SequenceId id = 1; id <= 60; ++id) f.running.push_back(decoding(id, 1000));
+  f.queue = {waiting(100, 500000)};
+  const DecodeHeavyCost cost;
+  const double decode_ms = 61.0;  // 1 fixed + 60 rows, over the 50 ms target
+
+  const StepPlan starved = plan_step(
+      f.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 50.0, .min_prefill_share = 0.0}, cost);
+  ASSERT_EQ(starved.prefills.size(), 1u);
+  EXPECT_EQ(starved.prefills[0].num_new_tokens, kBlock);  // only the liveness block
+
+  for (double share : {0.25, 0.5}) {
+    const StepPlan plan = plan_step(
+        f.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 50.0, .min_prefill_share = share}, cost);
+    EXPECT_EQ(plan.decodes.size(), 60u);
+    ASSERT_EQ(plan.prefills.size(), 1u);
+    const double cap_ms = decode_ms / (1.0 - share);
+    const double prefill_ms = 0.01 * plan.prefills[0].num_new_tokens;
+    EXPECT_LE(plan.predicted_step_ms, cap_ms + 1e-9) << share;
+    // The largest block-aligned chunk under the cap: its share of the step is
+    // the promised one, less at most one block.
+    EXPECT_GT(prefill_ms + 0.01 * kBlock, share * cap_ms) << share;
+    EXPECT_EQ(plan.prefills[0].num_new_tokens % kBlock, 0) << share;
+  }
+
+  // Cheap decodes: the share changes nothing, the target holds.
+  Fixture light;
+  light.running = {decoding(1, 1000), decoding(2, 1000)};
+  light.queue = {waiting(100, 500000)};
+  const StepPlan plan = plan_step(
+      light.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 50.0, .min_prefill_share = 0.25}, cost);
+  EXPECT_LE(plan.predicted_step_ms, 50.0);
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, 4688);  // (50 - 3) / 0.01, block-aligned
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ struct EngineConfig {
   // Predicted-time bound of a step (ms). The scheduler sizes prefill chunks so
   // that decodes + chunks stay under it; by default the inter-token target.
   double max_step_ms = 50.0;
+  // Share of each step's time that prefill keeps when decodes alone would
+  // nearly fill max_step_ms (sched/sched_state.h, SchedConfig).
+  double min_prefill_share = 0.25;
   std::int32_t max_model_len_tokens = 0;  // prompt + output; 0 = the backend's max_model_len_tokens
   bool enable_prefix_caching = true;
   EvictionPolicy eviction = EvictionPolicy::kSlru;

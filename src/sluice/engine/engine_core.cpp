@@ -24,6 +24,7 @@ SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .long_prefill_token_threshold = config.long_prefill_token_threshold,
       .max_step_ms = config.max_step_ms,
+      .min_prefill_share = config.min_prefill_share,
       .aging_ms = config.aging_ms,
       .max_prefill_wait_ms = config.max_prefill_wait_ms,
       .reserve_blocks = static_cast<std::int32_t>(config.kv_reserve_fraction * info.num_kv_blocks),

@@ -38,6 +38,9 @@ class PlanBuilder {
 
   void schedule_decodes();
   void schedule_prefills();
+  // The step's time cap: the target, or more when decodes alone nearly fill it
+  // (SchedConfig::min_prefill_share). Read once the decodes are in shape_.
+  double step_cap_ms() const;
   StepPlan finish() {
     plan_.predicted_step_ms = plan_.empty() ? 0.0 : cost_model_.predict_step_ms(shape_);
     return std::move(plan_);
@@ -61,6 +64,7 @@ class PlanBuilder {
   // Blocks the running prefills may still take (up to their whole prompt):
   // admission must leave them room.
   std::int32_t outstanding_prefill_blocks_ = 0;
+  double step_cap_ms_ = 0.0;
 };
 
 void PlanBuilder::preempt(std::size_t index) {
@@ -153,7 +157,7 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   shape_.sequences.push_back({.num_new_tokens = max_chunk, .num_computed_tokens = start_position});
   auto fits = [&](std::int32_t k) {
     shape_.sequences.back().num_new_tokens = k;
-    return cost_model_.predict_step_ms(shape_) <= config_.max_step_ms;
+    return cost_model_.predict_step_ms(shape_) <= step_cap_ms_;
   };
   std::int32_t best = 0;
   if (fits(max_chunk)) {
@@ -174,8 +178,15 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   return best;
 }
 
+double PlanBuilder::step_cap_ms() const {
+  if (shape_.sequences.empty()) return config_.max_step_ms;
+  const double decode_ms = cost_model_.predict_step_ms(shape_);
+  return std::max(config_.max_step_ms, decode_ms / (1.0 - config_.min_prefill_share));
+}
+
 void PlanBuilder::schedule_prefills() {
   std::vector<Candidate> candidates = prefill_candidates();
+  step_cap_ms_ = step_cap_ms();
   // Admitted prompts still to be allocated: admission must leave them room.
   for (const Candidate& c : candidates) {
     if (c.is_waiting) continue;

@@ -6,8 +6,11 @@
 //      admitted running request is preempted (recompute), possibly itself.
 //   2. Prefills: the candidates (running prefills, then admissible waiting
 //      requests) in the policy's order; each gets the longest chunk such that
-//      the step's *predicted time* stays <= max_step_ms (binary search on the
+//      the step's *predicted time* stays <= the step cap (binary search on the
 //      cost model), capped by the token budget and the per-request threshold.
+//      The cap is max_step_ms, or decodes / (1 - min_prefill_share) when the
+//      decodes alone nearly fill it: two regimes, an inter-token target while
+//      decodes are cheap and a guaranteed prefill share of GPU time when not.
 //   sluice's order is shortest remaining prefill first, aged (see
 //   aged_remaining_tokens), with a hard bound: past max_prefill_wait_ms a
 //   request goes ahead of all that have not waited that long.

@@ -59,6 +59,12 @@ struct SchedConfig {
   std::int32_t max_num_batched_tokens = 8192;
   std::int32_t long_prefill_token_threshold = 0;  // 0 = no per-request cap
   double max_step_ms = 50.0;
+  // When the step's decodes alone are predicted to take more than
+  // (1 - min_prefill_share) x max_step_ms (many long-context decoders, a huge
+  // model on few GPUs), the step may grow to decodes / (1 - share), so prefill
+  // still gets this share of the GPU's time: decodes slow down by at most that
+  // share, and long prompts are not starved for as long as the decodes run.
+  double min_prefill_share = 0.25;
   double aging_ms = 30000.0;
   // A prefill that has waited this long (since arrival) goes ahead of every
   // request that has not, in arrival order: under sustained overload, aging
