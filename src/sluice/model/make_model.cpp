@@ -113,7 +113,9 @@ std::vector<PendingTensor> llama_tensors(const MakeModelOptions& o, std::int32_t
     out.push_back({p + "mlp.up_proj.weight", {inter, h}, linear(h)});
     out.push_back({p + "mlp.down_proj.weight", {h, inter}, linear(inter)});
   }
-  out.push_back({"model.norm.weight", {h}, norm});
+  // With the small tied embedding, a larger final norm gain gives logits the
+  // spread of an untied head (trained tied models have gains of several units).
+  out.push_back({"model.norm.weight", {h}, tied ? Init{8.0f, 1.0f} : norm});
   if (!tied) out.push_back({"lm_head.weight", {v, h}, linear(h)});
   return out;
 }
