@@ -9,12 +9,12 @@
 
 #include "sluice/backend/backend.h"
 #include "sluice/backend/batch.h"
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/roofline_cost_model.h"
 #include "sluice/common/rng.h"
 #include "sluice/engine/engine.h"
 #include "sluice/sched/planner.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/roofline_cost_model.h"
 
 namespace sluice {
 namespace {

@@ -20,13 +20,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/roofline_cost_model.h"
-#include "sluice/backend/sim/sim_backend.h"
 #include "sluice/common/rng.h"
 #include "sluice/engine/engine.h"
 #include "sluice/kv/kv_cache_manager.h"
+#include "sluice/sim/engine_replay.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/sim_backend.h"
 
 namespace sluice {
 namespace {
@@ -128,52 +129,31 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   config.clock = ClockMode::kVirtual;
   Engine engine(std::move(backend).value(),
                 std::make_shared<sim::RooflineCostModel>(profile, sim::h200(), parallelism), config);
+  std::vector<double> arrival_ms;
+  for (const TraceRequest& r : trace) arrival_ms.push_back(r.arrival_ms);
+  const auto make_request = [&](std::size_t i) {
+    EngineRequest r;
+    r.request_id = std::to_string(i);
+    r.prompt_token_ids = tokens_of(trace[i]);
+    r.max_tokens = std::max(1, trace[i].num_output_tokens);
+    r.ignore_eos = true;
+    return r;
+  };
+  const sim::ReplayOutcome replayed = sim::replay(engine, arrival_ms, make_request, /*max_steps=*/100'000'000);
   EngineResult result;
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  std::size_t next = 0;
   std::int64_t prompt_tokens = 0, cached_tokens = 0;
   double ttft_total = 0.0;
-  auto collect = [&] {
-    for (RequestTimeline& t : engine.take_finished_timelines()) {
-      ++result.num_done;
-      prompt_tokens += t.num_prompt_tokens;
-      cached_tokens += t.num_cached_tokens;
-      if (t.first_token_ms) ttft_total += *t.first_token_ms - t.arrival_ms;
-    }
-  };
-  for (;;) {
-    while (next < trace.size() && trace[next].arrival_ms <= engine.now_ms()) {
-      EngineRequest r;
-      r.request_id = std::to_string(next);
-      r.prompt_token_ids = tokens_of(trace[next]);
-      r.max_tokens = std::max(1, trace[next].num_output_tokens);
-      r.ignore_eos = true;
-      auto s = engine.submit(std::move(r));
-      if (s.ok()) {
-        streams.push_back(*s);
-      } else {
-        ++result.num_rejected;
-      }
-      ++next;
-    }
-    if (!engine.has_work()) {
-      if (next == trace.size()) break;
-      engine.advance_clock_to(trace[next].arrival_ms);
-      continue;
-    }
-    engine.step();
-    for (auto& s : streams) {
-      while (s->poll()) {
-      }
-    }
-    std::erase_if(streams, [](const std::shared_ptr<RequestStream>& s) { return s->finished(); });
-    collect();
+  for (const auto& [id, t] : replayed.timelines) {
+    ++result.num_done;
+    prompt_tokens += t.num_prompt_tokens;
+    cached_tokens += t.num_cached_tokens;
+    if (t.first_token_ms) ttft_total += *t.first_token_ms - t.arrival_ms;
   }
-  collect();
+  result.num_rejected = replayed.num_rejected();
   result.hit_rate = static_cast<double>(cached_tokens) / static_cast<double>(prompt_tokens);
   result.mean_ttft_ms = ttft_total / static_cast<double>(result.num_done);
-  result.num_preemptions = engine.stats().num_preemptions;
-  result.sim_seconds = engine.now_ms() / 1000.0;
+  result.num_preemptions = replayed.stats.num_preemptions;
+  result.sim_seconds = replayed.stats.now_ms / 1000.0;
   return result;
 }
 

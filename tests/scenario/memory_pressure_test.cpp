@@ -2,12 +2,13 @@
 // several times the KV cache arrive within 5 s. Admission (whole prompt, with a
 // reserve) and preemption by recompute must keep every request progressing
 // and lose none: all finish by length, no block stays referenced, and no
-// request is preempted over and over.
+// request is preempted more than once (docs/benchmarks.md).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
 #include "scenario_driver.h"
+#include "sluice/common/rng.h"
 
 namespace sluice::scenario {
 namespace {
@@ -16,17 +17,17 @@ constexpr std::int32_t kMaxModelLen = 1 << 17;
 constexpr std::int32_t kKvCapacityTokens = 160 * 1024;
 constexpr std::int32_t kBlockTokens = 16;
 
-std::vector<TimedRequest> pressure_workload(std::int64_t* demand_tokens) {
+std::vector<sim::TimedRequest> pressure_workload(std::int64_t* demand_tokens) {
   SplitMix64 rng(2026);
-  std::vector<TimedRequest> out;
+  std::vector<sim::TimedRequest> out;
   *demand_tokens = 0;
   for (int i = 0; i < 40; ++i) {
-    TimedRequest r{.arrival_ms = 5000.0 * rng.uniform()};
+    sim::TimedRequest r{.arrival_ms = 5000.0 * rng.uniform()};
     const auto prompt = static_cast<std::int32_t>(2000 + rng.next() % 18000);
     char name[16];  // (not "p" + std::to_string: a g++ 12 -Wrestrict false positive at -O3)
     std::snprintf(name, sizeof(name), "p%d", i);
     r.request.request_id = name;
-    r.request.prompt_token_ids = synthetic_tokens(500 + static_cast<std::uint64_t>(i), prompt);
+    r.request.prompt_token_ids = sim::synthetic_tokens(500 + static_cast<std::uint64_t>(i), prompt, kVocabSize);
     r.request.max_tokens = static_cast<std::int32_t>(1000 + rng.next() % 5000);
     r.request.ignore_eos = true;
     *demand_tokens += prompt + r.request.max_tokens;
@@ -37,18 +38,18 @@ std::vector<TimedRequest> pressure_workload(std::int64_t* demand_tokens) {
 
 TEST(MemoryPressure, EveryRequestProgressesAndFinishes) {
   std::int64_t demand_tokens = 0;
-  std::vector<TimedRequest> workload = pressure_workload(&demand_tokens);
+  std::vector<sim::TimedRequest> workload = pressure_workload(&demand_tokens);
   ASSERT_GT(demand_tokens, 3 * static_cast<std::int64_t>(kKvCapacityTokens)) << "the scenario must oversubscribe KV";
 
-  SimSetup sim = deepseek_8xh200(kMaxModelLen, kKvCapacityTokens / kBlockTokens);
+  SimSetup setup = deepseek_8xh200(kMaxModelLen, kKvCapacityTokens / kBlockTokens);
   EngineConfig config;
   config.max_step_ms = 50.0;
   config.max_model_len_tokens = kMaxModelLen;
   config.clock = ClockMode::kVirtual;
-  Engine engine(std::move(sim.backend), sim.cost_model, config);
-  const RunOutcome run = play(engine, std::move(workload));
+  Engine engine(std::move(setup.backend), setup.cost_model, config);
+  const sim::ReplayOutcome run = play(engine, std::move(workload));
 
-  EXPECT_EQ(run.num_rejected, 0);
+  EXPECT_EQ(run.num_rejected(), 0);
   ASSERT_EQ(run.timelines.size(), 40u);
   std::int32_t most_preemptions = 0;
   double worst_ttft = 0.0;
@@ -65,7 +66,7 @@ TEST(MemoryPressure, EveryRequestProgressesAndFinishes) {
               static_cast<long long>(run.stats.num_preemptions), most_preemptions, worst_ttft, run.stats.now_ms,
               run.max_step_ms);
   EXPECT_GT(run.stats.num_preemptions, 0) << "decode growth should have forced preemption";
-  EXPECT_LE(most_preemptions, 5) << "a request preempted over and over is not progressing";
+  EXPECT_LE(most_preemptions, 1) << "a request preempted again after its recompute is not progressing";
   EXPECT_EQ(longest_stall_windows, 0) << "some decode made progress in every second";
   EXPECT_EQ(run.stats.num_free_kv_blocks, run.stats.num_kv_blocks);
   EXPECT_EQ(run.stats.num_requests_finished, 40);

@@ -54,20 +54,20 @@ struct PrefixOutcome {
 };
 
 PrefixOutcome run_sessions(EvictionPolicy eviction) {
-  SimSetup sim = deepseek_8xh200(kMaxModelLen, kKvCapacityTokens / kBlockTokens);
+  SimSetup setup = deepseek_8xh200(kMaxModelLen, kKvCapacityTokens / kBlockTokens);
   EngineConfig config;
   config.eviction = eviction;
   config.max_step_ms = 50.0;
   config.max_model_len_tokens = kMaxModelLen;
   config.clock = ClockMode::kVirtual;
-  Engine engine(std::move(sim.backend), sim.cost_model, config);
+  Engine engine(std::move(setup.backend), setup.cost_model, config);
 
-  const std::vector<TokenId> shared = synthetic_tokens(1, kSharedPrefixTokens);
+  const std::vector<TokenId> shared = sim::synthetic_tokens(1, kSharedPrefixTokens, kVocabSize);
   std::vector<Session> sessions(kNumSessions);
   for (std::int32_t s = 0; s < kNumSessions; ++s) {
     Session& session = sessions[static_cast<std::size_t>(s)];
     session.history = shared;
-    const auto own = synthetic_tokens(100 + static_cast<std::uint64_t>(s), kSessionContextTokens);
+    const auto own = sim::synthetic_tokens(100 + static_cast<std::uint64_t>(s), kSessionContextTokens, kVocabSize);
     session.history.insert(session.history.end(), own.begin(), own.end());
     session.next_submit_ms = 250.0 * s;  // staggered starts
   }
@@ -84,7 +84,7 @@ PrefixOutcome run_sessions(EvictionPolicy eviction) {
     while (next_cold < cold_arrivals_ms.size() && cold_arrivals_ms[next_cold] <= now) {
       EngineRequest r;
       r.request_id = "cold-" + std::to_string(next_cold);
-      r.prompt_token_ids = synthetic_tokens(9000 + next_cold, kColdPromptTokens);
+      r.prompt_token_ids = sim::synthetic_tokens(9000 + next_cold, kColdPromptTokens, kVocabSize);
       r.max_tokens = 64;
       auto s = engine.submit(std::move(r));
       EXPECT_TRUE(s.ok()) << s.error_message();
@@ -96,9 +96,9 @@ PrefixOutcome run_sessions(EvictionPolicy eviction) {
       if (session.in_flight || session.num_turns_done == kNumTurns || session.next_submit_ms > now) continue;
       EngineRequest r;
       r.request_id = "s" + std::to_string(i) + "-t" + std::to_string(session.num_turns_done);
-      const auto user = synthetic_tokens(100000 + static_cast<std::uint64_t>(i) * 100 +
+      const auto user = sim::synthetic_tokens(100000 + static_cast<std::uint64_t>(i) * 100 +
                                              static_cast<std::uint64_t>(session.num_turns_done),
-                                         kUserTurnTokens);
+                                         kUserTurnTokens, kVocabSize);
       r.prompt_token_ids = session.history;
       r.prompt_token_ids.insert(r.prompt_token_ids.end(), user.begin(), user.end());
       r.max_tokens = kOutputTokens;

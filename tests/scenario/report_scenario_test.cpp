@@ -1,14 +1,16 @@
 // Scenario 1, the user report: DeepSeek-V4.1-Flash on 8xH200, 8 prompts of
 // 30k-300k tokens (outputs 2k-8k) arriving within 10 s while 8 short chats
-// decode. sluice's policy keeps every decode flowing and first tokens near the
-// offline optimum; the `prefill-first` emulation reproduces the report.
+// decode. sluice's policy keeps every decode flowing (a token every step, no
+// step over the inter-token target) and its mean time to first token at or
+// under a serial SRPT estimate; the `prefill-first` emulation reproduces the
+// report.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <numeric>
 
 #include "scenario_driver.h"
-#include "sluice/backend/sim/workload.h"
+#include "sluice/sim/workload.h"
 
 namespace sluice::scenario {
 namespace {
@@ -20,17 +22,17 @@ constexpr double kInterTokenTargetMs = 50.0;
 // shortest first over 10 s), or as a burst: arrivals compressed by
 // arrival_scale and in reverse, the longest prompt first (the head-of-line
 // case arrival order handles worst).
-std::vector<TimedRequest> report_requests(double arrival_scale = 1.0) {
-  std::vector<TimedRequest> out;
+std::vector<sim::TimedRequest> report_requests(double arrival_scale = 1.0) {
+  std::vector<sim::TimedRequest> out;
   const std::vector<sim::WorkloadRequest> workload = sim::report_workload(kMaxModelLen);
   double last_arrival_ms = 0.0;
   for (const sim::WorkloadRequest& w : workload) last_arrival_ms = std::max(last_arrival_ms, w.arrival_ms);
   for (std::size_t i = 0; i < workload.size(); ++i) {
     const sim::WorkloadRequest& w = workload[i];
     const bool reverse = arrival_scale < 1.0 && w.arrival_ms > 0.0;
-    TimedRequest r{.arrival_ms = (reverse ? last_arrival_ms - w.arrival_ms + 1.0 : w.arrival_ms) * arrival_scale};
+    sim::TimedRequest r{.arrival_ms = (reverse ? last_arrival_ms - w.arrival_ms + 1.0 : w.arrival_ms) * arrival_scale};
     r.request.request_id = (w.num_prompt_tokens >= 30000 ? "long-" : "chat-") + std::to_string(i);
-    r.request.prompt_token_ids = synthetic_tokens(1000 + i, w.num_prompt_tokens);
+    r.request.prompt_token_ids = sim::synthetic_tokens(1000 + i, w.num_prompt_tokens, kVocabSize);
     r.request.max_tokens = w.num_output_tokens;
     r.request.ignore_eos = true;
     out.push_back(std::move(r));
@@ -51,19 +53,22 @@ EngineConfig report_config(SchedulingPolicy policy, std::int32_t max_num_batched
   return c;
 }
 
-RunOutcome run_report(SchedulingPolicy policy, std::int32_t max_num_batched_tokens = 8192,
-                      double arrival_scale = 1.0, bool async_scheduling = false) {
-  SimSetup sim = deepseek_8xh200(kMaxModelLen);
-  Engine engine(std::move(sim.backend), sim.cost_model,
+sim::ReplayOutcome run_report(SchedulingPolicy policy, std::int32_t max_num_batched_tokens = 8192,
+                              double arrival_scale = 1.0, bool async_scheduling = false) {
+  SimSetup setup = deepseek_8xh200(kMaxModelLen);
+  Engine engine(std::move(setup.backend), setup.cost_model,
                 report_config(policy, max_num_batched_tokens, async_scheduling));
   return play(engine, report_requests(arrival_scale));
 }
 
-// The offline optimum for mean TTFT: one server, preemptive shortest remaining
-// processing time (optimal for mean flow time), each prompt's work being its
-// prefill alone in token-budget chunks as the cost model prices them; no
-// decodes, no time cap. A lower bound the engine cannot reach exactly.
-double offline_srpt_mean_ttft_ms(const CostModel& cost, const std::vector<TimedRequest>& workload,
+// A serial SRPT estimate of the mean TTFT: one server running one prompt at a
+// time, preemptive shortest remaining processing time (optimal for mean flow
+// time on such a server), each prompt's work being its prefill alone in
+// token-budget chunks as the cost model prices them; no decodes, no time cap.
+// It is an estimate, not a bound: the engine shares a step among several
+// prompts' chunks (the eight 2k chats prefill together), paying the weight
+// reads and the step overhead once, so it can come in under it.
+double serial_srpt_estimate_mean_ttft_ms(const CostModel& cost, const std::vector<sim::TimedRequest>& workload,
                                  std::int32_t chunk_tokens) {
   struct Job {
     double arrival_ms;
@@ -71,7 +76,7 @@ double offline_srpt_mean_ttft_ms(const CostModel& cost, const std::vector<TimedR
     double done_ms = -1;
   };
   std::vector<Job> jobs;
-  for (const TimedRequest& r : workload) {
+  for (const sim::TimedRequest& r : workload) {
     const auto n = static_cast<std::int32_t>(r.request.prompt_token_ids.size());
     double work = 0.0;
     for (std::int32_t pos = 0; pos < n; pos += chunk_tokens) {
@@ -107,21 +112,30 @@ double offline_srpt_mean_ttft_ms(const CostModel& cost, const std::vector<TimedR
   return total / static_cast<double>(jobs.size());
 }
 
-double mean_ttft_ms(const RunOutcome& run) {
+double mean_ttft_ms(const sim::ReplayOutcome& run) {
   double total = 0.0;
   for (const auto& [id, t] : run.timelines) total += ttft_ms(t);
   return total / static_cast<double>(run.timelines.size());
 }
 
-double max_gap_ms(const RunOutcome& run) {
+double max_gap_ms(const sim::ReplayOutcome& run) {
   double gap = 0.0;
-  for (const auto& [id, t] : run.timelines) gap = std::max(gap, max_token_gap_ms(t));
+  for (const auto& [id, t] : run.timelines) gap = std::max(gap, sim::max_token_gap_ms(t));
   return gap;
 }
 
-TEST(ReportScenario, SluicePolicyKeepsDecodesFlowingAndTtftNearOptimal) {
-  const std::vector<TimedRequest> workload = report_requests();
-  const RunOutcome run = run_report(SchedulingPolicy::kSluice);
+// Decode never starves (DESIGN.md, promise 1): no step runs past the
+// inter-token target, and every running decode gets a token every step, so
+// no request waits longer than one step between two tokens.
+void expect_decodes_never_starve(const sim::ReplayOutcome& run) {
+  EXPECT_LE(run.max_step_ms, kInterTokenTargetMs);
+  EXPECT_LE(max_gap_ms(run), run.max_step_ms);
+  EXPECT_EQ(num_zero_decode_windows(run.timelines, nullptr), 0);
+}
+
+TEST(ReportScenario, SluicePolicyKeepsDecodesFlowingAndTtftUnderTheSerialSrptEstimate) {
+  const std::vector<sim::TimedRequest> workload = report_requests();
+  const sim::ReplayOutcome run = run_report(SchedulingPolicy::kSluice);
   ASSERT_EQ(run.timelines.size(), workload.size());
   for (const auto& [id, t] : run.timelines) {
     EXPECT_EQ(t.finish_reason, FinishReason::kLength) << id;
@@ -129,38 +143,39 @@ TEST(ReportScenario, SluicePolicyKeepsDecodesFlowingAndTtftNearOptimal) {
   const double gap = max_gap_ms(run);
   std::int64_t longest_starved_run = 0;
   const std::int64_t starved_windows = num_zero_decode_windows(run.timelines, &longest_starved_run);
-  const SimSetup sim = deepseek_8xh200(kMaxModelLen);
-  const double optimum = offline_srpt_mean_ttft_ms(*sim.cost_model, workload, 8192);
+  const SimSetup setup = deepseek_8xh200(kMaxModelLen);
+  const double srpt_estimate = serial_srpt_estimate_mean_ttft_ms(*setup.cost_model, workload, 8192);
   const double mean_ttft = mean_ttft_ms(run);
-  std::printf("[sluice] mean TTFT %.0f ms (offline SRPT optimum %.0f ms, ratio %.3f), max token gap %.1f ms, "
+  std::printf("[sluice] mean TTFT %.0f ms (serial SRPT estimate %.0f ms, ratio %.3f), max token gap %.1f ms, "
               "max step %.1f ms, zero-decode 1 s windows %lld, steps %lld\n",
-              mean_ttft, optimum, mean_ttft / optimum, gap, run.max_step_ms, static_cast<long long>(starved_windows),
-              static_cast<long long>(run.stats.num_steps));
+              mean_ttft, srpt_estimate, mean_ttft / srpt_estimate, gap, run.max_step_ms,
+              static_cast<long long>(starved_windows), static_cast<long long>(run.stats.num_steps));
   for (const auto& [id, t] : run.timelines) {
     std::printf("  %-8s prompt %6d  TTFT %8.0f ms  max gap %6.1f ms  tokens %zu\n", id.c_str(), t.num_prompt_tokens,
-                ttft_ms(t), max_token_gap_ms(t), t.token_ms.size());
+                ttft_ms(t), sim::max_token_gap_ms(t), t.token_ms.size());
   }
-  EXPECT_LE(gap, 2.0 * kInterTokenTargetMs);
-  EXPECT_EQ(starved_windows, 0);
-  EXPECT_LE(mean_ttft, 1.25 * optimum);
+  expect_decodes_never_starve(run);
+  EXPECT_LE(mean_ttft, srpt_estimate);
 }
 
 // The same promises with async scheduling: planning a step ahead changes no
 // step's time on the simulated clock, only when stops are seen.
 TEST(ReportScenario, AsyncSchedulingKeepsThePromises) {
-  const std::vector<TimedRequest> workload = report_requests();
-  const RunOutcome run = run_report(SchedulingPolicy::kSluice, 8192, 1.0, /*async_scheduling=*/true);
+  const std::vector<sim::TimedRequest> workload = report_requests();
+  const sim::ReplayOutcome run = run_report(SchedulingPolicy::kSluice, 8192, 1.0, /*async_scheduling=*/true);
   ASSERT_EQ(run.timelines.size(), workload.size());
   for (const auto& [id, t] : run.timelines) EXPECT_EQ(t.finish_reason, FinishReason::kLength) << id;
-  const SimSetup sim = deepseek_8xh200(kMaxModelLen);
-  const double optimum = offline_srpt_mean_ttft_ms(*sim.cost_model, workload, 8192);
-  EXPECT_LE(max_gap_ms(run), 2.0 * kInterTokenTargetMs);
-  EXPECT_EQ(num_zero_decode_windows(run.timelines, nullptr), 0);
-  EXPECT_LE(mean_ttft_ms(run), 1.25 * optimum);
+  const SimSetup setup = deepseek_8xh200(kMaxModelLen);
+  const double srpt_estimate = serial_srpt_estimate_mean_ttft_ms(*setup.cost_model, workload, 8192);
+  std::printf("[sluice, async] mean TTFT %.0f ms (serial SRPT estimate %.0f ms), max token gap %.1f ms, max step "
+              "%.1f ms\n",
+              mean_ttft_ms(run), srpt_estimate, max_gap_ms(run), run.max_step_ms);
+  expect_decodes_never_starve(run);
+  EXPECT_LE(mean_ttft_ms(run), srpt_estimate);
 }
 
 TEST(ReportScenario, PrefillFirstReproducesTheReport) {
-  const RunOutcome run = run_report(SchedulingPolicy::kPrefillFirst);
+  const sim::ReplayOutcome run = run_report(SchedulingPolicy::kPrefillFirst);
   std::int64_t longest_starved_run = 0;
   const std::int64_t starved_windows = num_zero_decode_windows(run.timelines, &longest_starved_run);
   std::printf("[prefill-first] mean TTFT %.0f ms, max token gap %.1f ms, zero-decode 1 s windows %lld\n",
@@ -178,15 +193,15 @@ TEST(ReportScenario, PrefillFirstReproducesTheReport) {
 // sluice's time cap they do not.
 TEST(ReportScenario, RaisedTokenBudgetStretchesStepsOnlyWithoutATimeCap) {
   constexpr std::int32_t kRaisedBudget = 65536;
-  const RunOutcome budget = run_report(SchedulingPolicy::kDecodeFirstTokenBudget, kRaisedBudget);
-  const RunOutcome sluice = run_report(SchedulingPolicy::kSluice, kRaisedBudget);
+  const sim::ReplayOutcome budget = run_report(SchedulingPolicy::kDecodeFirstTokenBudget, kRaisedBudget);
+  const sim::ReplayOutcome sluice = run_report(SchedulingPolicy::kSluice, kRaisedBudget);
   std::printf("[budget %d] decode-first-token-budget: mean TTFT %.0f ms, max gap %.1f ms, max step %.1f ms; "
               "sluice: mean TTFT %.0f ms, max gap %.1f ms, max step %.1f ms\n",
               kRaisedBudget, mean_ttft_ms(budget), max_gap_ms(budget), budget.max_step_ms, mean_ttft_ms(sluice),
               max_gap_ms(sluice), sluice.max_step_ms);
   EXPECT_GT(budget.max_step_ms, 2.0 * kInterTokenTargetMs);
   EXPECT_GT(max_gap_ms(budget), 2.0 * kInterTokenTargetMs);
-  EXPECT_LE(max_gap_ms(sluice), 2.0 * kInterTokenTargetMs);
+  expect_decodes_never_starve(sluice);
   EXPECT_EQ(sluice.timelines.size(), budget.timelines.size());
 }
 
@@ -196,25 +211,25 @@ TEST(ReportScenario, RaisedTokenBudgetStretchesStepsOnlyWithoutATimeCap) {
 // for seconds in a row.
 TEST(ReportScenario, BurstOfLongPrompts) {
   constexpr double kBurst = 0.1;  // 10 s of arrivals compressed to 1 s
-  const std::vector<TimedRequest> workload = report_requests(kBurst);
-  const RunOutcome sluice = run_report(SchedulingPolicy::kSluice, 8192, kBurst);
-  const RunOutcome fcfs = run_report(SchedulingPolicy::kFcfs, 8192, kBurst);
-  const RunOutcome prefill_first = run_report(SchedulingPolicy::kPrefillFirst, 8192, kBurst);
-  const SimSetup sim = deepseek_8xh200(kMaxModelLen);
-  const double optimum = offline_srpt_mean_ttft_ms(*sim.cost_model, workload, 8192);
+  const std::vector<sim::TimedRequest> workload = report_requests(kBurst);
+  const sim::ReplayOutcome sluice = run_report(SchedulingPolicy::kSluice, 8192, kBurst);
+  const sim::ReplayOutcome fcfs = run_report(SchedulingPolicy::kFcfs, 8192, kBurst);
+  const sim::ReplayOutcome prefill_first = run_report(SchedulingPolicy::kPrefillFirst, 8192, kBurst);
+  const SimSetup setup = deepseek_8xh200(kMaxModelLen);
+  const double srpt_estimate = serial_srpt_estimate_mean_ttft_ms(*setup.cost_model, workload, 8192);
   std::int64_t sluice_starved_run = 0, prefill_first_starved_run = 0;
   const std::int64_t sluice_starved = num_zero_decode_windows(sluice.timelines, &sluice_starved_run);
   num_zero_decode_windows(prefill_first.timelines, &prefill_first_starved_run);
-  std::printf("[burst] sluice: mean TTFT %.0f ms (optimum %.0f, ratio %.3f), max gap %.1f ms; fcfs: mean TTFT %.0f "
-              "ms, max gap %.1f ms; prefill-first: mean TTFT %.0f ms, max gap %.1f ms, %lld s in a row without a "
-              "decode token\n",
-              mean_ttft_ms(sluice), optimum, mean_ttft_ms(sluice) / optimum, max_gap_ms(sluice), mean_ttft_ms(fcfs),
-              max_gap_ms(fcfs), mean_ttft_ms(prefill_first), max_gap_ms(prefill_first),
+  std::printf("[burst] sluice: mean TTFT %.0f ms (serial SRPT estimate %.0f, ratio %.3f), max gap %.1f ms; fcfs: "
+              "mean TTFT %.0f ms, max gap %.1f ms; prefill-first: mean TTFT %.0f ms, max gap %.1f ms, %lld s in a row "
+              "without a decode token\n",
+              mean_ttft_ms(sluice), srpt_estimate, mean_ttft_ms(sluice) / srpt_estimate, max_gap_ms(sluice),
+              mean_ttft_ms(fcfs), max_gap_ms(fcfs), mean_ttft_ms(prefill_first), max_gap_ms(prefill_first),
               static_cast<long long>(prefill_first_starved_run));
   ASSERT_EQ(sluice.timelines.size(), workload.size());
-  EXPECT_LE(max_gap_ms(sluice), 2.0 * kInterTokenTargetMs);
+  expect_decodes_never_starve(sluice);
   EXPECT_EQ(sluice_starved, 0);
-  EXPECT_LE(mean_ttft_ms(sluice), 1.25 * optimum);
+  EXPECT_LE(mean_ttft_ms(sluice), srpt_estimate);
   EXPECT_LT(mean_ttft_ms(sluice), mean_ttft_ms(fcfs)) << "shortest-remaining-first beats arrival order";
   EXPECT_GE(prefill_first_starved_run, 3) << "seconds in a row without a decode token";
   EXPECT_GT(max_gap_ms(prefill_first), 40.0 * kInterTokenTargetMs);

@@ -1,7 +1,6 @@
-// Plays a timed workload through the Engine on the sim backend's virtual
-// clock: submit each request when the clock reaches its arrival, jump the
-// clock over idle gaps, step until everything ended. Also the measurements
-// the scenarios assert on, computed from the engine's request timelines.
+// The scenarios' setup (DeepSeek-V4.1-Flash on 8xH200 on the sim backend),
+// their replay through the engine (sim/engine_replay.h), and the measurements
+// they assert on, computed from the engine's request timelines.
 #pragma once
 
 #include <algorithm>
@@ -13,20 +12,15 @@
 
 #include <gtest/gtest.h>
 
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/parallelism.h"
-#include "sluice/backend/sim/roofline_cost_model.h"
-#include "sluice/backend/sim/sim_backend.h"
-#include "sluice/common/rng.h"
 #include "sluice/engine/engine.h"
+#include "sluice/sim/engine_replay.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/parallelism.h"
+#include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/sim_backend.h"
 
 namespace sluice::scenario {
-
-struct TimedRequest {
-  double arrival_ms = 0.0;
-  EngineRequest request;
-};
 
 // DeepSeek-V4.1-Flash on 8xH200, TP 8 with expert parallel: the report's setup.
 struct SimSetup {
@@ -49,65 +43,19 @@ inline SimSetup deepseek_8xh200(std::int32_t max_model_len_tokens, std::optional
                   .backend = std::move(backend).value()};
 }
 
-// Deterministic distinct tokens: block `id` of a synthetic corpus.
-inline std::vector<TokenId> synthetic_tokens(std::uint64_t id, std::int32_t n, std::int32_t vocab = 32000) {
-  std::vector<TokenId> t(static_cast<std::size_t>(n));
-  for (std::int32_t i = 0; i < n; ++i) {
-    t[static_cast<std::size_t>(i)] = static_cast<TokenId>(splitmix64(id * 0x100000001ULL + static_cast<std::uint64_t>(i)) %
-                                                          static_cast<std::uint64_t>(vocab));
-  }
-  return t;
-}
+// The scenarios' prompts draw their token ids from this vocabulary.
+constexpr std::int32_t kVocabSize = 32000;
 
-struct RunOutcome {
-  std::map<std::string, RequestTimeline> timelines;
-  EngineStats stats;
-  double max_step_ms = 0.0;
-  std::int64_t num_rejected = 0;
-};
-
-inline RunOutcome play(Engine& engine, std::vector<TimedRequest> workload, std::int64_t max_steps = 2'000'000) {
-  std::stable_sort(workload.begin(), workload.end(),
-                   [](const TimedRequest& a, const TimedRequest& b) { return a.arrival_ms < b.arrival_ms; });
-  RunOutcome outcome;
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  std::size_t next = 0;
-  for (std::int64_t step = 0; step < max_steps; ++step) {
-    while (next < workload.size() && workload[next].arrival_ms <= engine.now_ms()) {
-      auto s = engine.submit(std::move(workload[next].request));
-      if (s.ok()) {
-        streams.push_back(*s);
-      } else {
-        ++outcome.num_rejected;
-      }
-      ++next;
-    }
-    if (!engine.has_work()) {
-      if (next == workload.size()) break;
-      engine.advance_clock_to(workload[next].arrival_ms);
-      continue;
-    }
-    const StepReport report = engine.step();
-    outcome.max_step_ms = std::max(outcome.max_step_ms, report.step_ms);
-    for (const auto& s : streams) {
-      while (s->poll()) {
-      }
-    }
-  }
-  EXPECT_FALSE(engine.has_work()) << "workload did not finish within " << max_steps << " steps";
-  for (RequestTimeline& t : engine.take_finished_timelines()) outcome.timelines[t.request_id] = std::move(t);
-  outcome.stats = engine.stats();
+// The workload through the engine on its virtual clock; fails the test if
+// anything is left when the step bound runs out.
+inline sim::ReplayOutcome play(Engine& engine, std::vector<sim::TimedRequest> workload,
+                               std::int64_t max_steps = 2'000'000) {
+  sim::ReplayOutcome outcome = sim::replay(engine, std::move(workload), max_steps);
+  EXPECT_TRUE(outcome.drained) << "workload did not finish within " << max_steps << " steps";
   return outcome;
 }
 
 inline double ttft_ms(const RequestTimeline& t) { return *t.first_token_ms - t.arrival_ms; }
-
-// Longest wait between two consecutive tokens of one request.
-inline double max_token_gap_ms(const RequestTimeline& t) {
-  double gap = 0.0;
-  for (std::size_t i = 1; i < t.token_ms.size(); ++i) gap = std::max(gap, t.token_ms[i] - t.token_ms[i - 1]);
-  return gap;
-}
 
 // Number of 1 s windows in which some request was decoding (between its first
 // token and its finish) but no request produced a token.

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <set>
 
-#include "sluice/backend/sim/roofline_cost_model.h"
 #include "sluice/common/rng.h"
+#include "sluice/sim/roofline_cost_model.h"
 
 namespace sluice::sim {
 namespace {

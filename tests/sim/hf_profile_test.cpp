@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/roofline_cost_model.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/roofline_cost_model.h"
 
 namespace sluice::sim {
 namespace {

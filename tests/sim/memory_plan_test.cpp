@@ -1,7 +1,7 @@
 // Memory per GPU and KV capacity, checked against arithmetic done here.
 #include <gtest/gtest.h>
 
-#include "sluice/backend/sim/memory_plan.h"
+#include "sluice/sim/memory_plan.h"
 
 namespace sluice::sim {
 namespace {

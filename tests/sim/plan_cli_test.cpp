@@ -1,13 +1,20 @@
-// `sluice plan` end to end: the numbers it prints are the memory plan's, a
-// model that does not fit exits 2 with the numbers, bad flags exit non-zero
-// with a message naming the flag.
+// `sluice plan` end to end: the numbers it prints are the memory plan's and
+// the engine's, a model that does not fit exits 2 with the numbers, bad flags
+// exit non-zero with a message naming the flag.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "../support/run_command.h"
 
-#include "sluice/backend/sim/memory_plan.h"
+#include "sluice/engine/engine.h"
+#include "sluice/sim/engine_replay.h"
+#include "sluice/sim/memory_plan.h"
+#include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/sim_backend.h"
+#include "sluice/sim/workload.h"
 
 namespace sluice::sim {
 namespace {
@@ -38,6 +45,44 @@ TEST(PlanCli, DeepSeekOnEightH200) {
   // Concurrency at 1M: capacity / 1M sequences, capped at 64.
   EXPECT_TRUE(contains(r.output, std::to_string(plan.kv_capacity_tokens / 1048576) + "  -> 64  (max-model-len)"))
       << r.output;
+}
+
+// The latency numbers are the engine's: the report workload replayed here
+// through an Engine built from the same flags takes as many steps and as long
+// as plan prints. A small KV cache (20% of the GPU) makes admission matter,
+// where a scheduler of plan's own would drift from the engine's.
+TEST(PlanCli, TheWorkloadRunIsTheEngines) {
+  constexpr std::int32_t kMaxModelLen = 32768;
+  const RunResult r = run("--profile llama-3-8b --gpu-memory-utilization 0.2 --max-model-len 32768");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const ModelProfile profile = *find_profile("llama-3-8b");
+  const Parallelism one_gpu{};
+  auto backend = make_sim_backend(profile, h200(), one_gpu,
+                                  {.memory = {.gpu_memory_utilization = 0.2, .max_model_len_tokens = kMaxModelLen},
+                                   .max_model_len_tokens = kMaxModelLen});
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  EngineConfig config;
+  config.max_model_len_tokens = kMaxModelLen;
+  config.clock = ClockMode::kVirtual;
+  Engine engine(std::move(backend).value(), std::make_shared<const RooflineCostModel>(profile, h200(), one_gpu),
+                config);
+  std::vector<TimedRequest> workload;
+  const std::vector<WorkloadRequest> report = report_workload(kMaxModelLen);
+  for (std::size_t i = 0; i < report.size(); ++i) {
+    TimedRequest t{.arrival_ms = report[i].arrival_ms};
+    t.request.request_id = std::to_string(i);
+    t.request.prompt_token_ids = synthetic_tokens(i, report[i].num_prompt_tokens, profile.vocab_size);
+    t.request.max_tokens = report[i].num_output_tokens;
+    t.request.ignore_eos = true;
+    workload.push_back(std::move(t));
+  }
+  const ReplayOutcome expected = replay(engine, std::move(workload), /*max_steps=*/1'000'000);
+  ASSERT_TRUE(expected.drained);
+  char line[160];
+  std::snprintf(line, sizeof(line), "16 requests served, 0 rejected, %lld steps, longest step %.1f ms, makespan %.1f s",
+                static_cast<long long>(expected.stats.num_steps), expected.max_step_ms, expected.stats.now_ms / 1e3);
+  EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
 }
 
 TEST(PlanCli, ModelsThatDoNotFitExitTwoWithTheNumbers) {
@@ -83,6 +128,8 @@ TEST(PlanCli, BadFlagsAreRejected) {
       {"--profile llama-3-8b --max-model-len 200000", "exceeds"},
       {"--profile llama-3-8b --workload /nonexistent/trace.jsonl", "nonexistent"},
       {"--profile llama-3-8b --gpu-memory-utilization 1.5", "gpu-memory-utilization"},
+      {"--profile llama-3-8b --max-model-len 32768 --max-num-seqs 64 --max-num-batched-tokens 32",
+       "--max-num-batched-tokens (32) must be >= --max-num-seqs (64)"},
       {"--model /nonexistent-model-dir", "nonexistent-model-dir"},
   };
   for (const auto& c : cases) {

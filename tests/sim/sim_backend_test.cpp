@@ -7,8 +7,8 @@
 #include <numeric>
 #include <vector>
 
-#include "sluice/backend/sim/roofline_cost_model.h"
-#include "sluice/backend/sim/sim_backend.h"
+#include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/sim_backend.h"
 
 namespace sluice::sim {
 namespace {

@@ -1,6 +1,8 @@
 // `sluice plan`: memory per GPU, KV capacity, concurrency and predicted
-// latency for a model on a machine, before anyone buys it. Exit codes: 0 the
-// plan fits, 1 bad input, 2 the model does not fit.
+// latency for a model on a machine, before anyone buys it. The latency comes
+// from the real engine (the scheduler `sluice serve` runs, with the same
+// flags) replaying a workload on the sim backend's virtual clock. Exit codes:
+// 0 the plan fits, 1 bad input, 2 the model does not fit.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -8,14 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/memory_plan.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/parallelism.h"
-#include "sluice/backend/sim/roofline_cost_model.h"
-#include "sluice/backend/sim/workload.h"
-#include "sluice/backend/sim/workload_simulation.h"
 #include "sluice/cli/commands.h"
+#include "sluice/common/check.h"
+#include "sluice/engine/engine.h"
+#include "sluice/sim/engine_replay.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/memory_plan.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/parallelism.h"
+#include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/sim_backend.h"
+#include "sluice/sim/workload.h"
 
 namespace sluice::cli {
 namespace {
@@ -98,45 +103,127 @@ double percentile(std::vector<double> values, double q) {
   return values[std::min(i, values.size() - 1)];
 }
 
-void print_workload(const std::string& title, const std::vector<sim::WorkloadRequest>& workload,
-                    const sim::WorkloadOutcome& outcome, bool per_request) {
-  std::printf("workload: %s\n", title.c_str());
+struct Workload {
+  std::string title;
+  std::vector<sim::WorkloadRequest> requests;  // in arrival order
+};
+
+Workload load_workload(const PlanOptions& o, std::int32_t max_model_len) {
+  Workload w;
+  if (o.workload_path.empty()) {
+    w.requests = sim::report_workload(max_model_len);
+    const auto& chat = w.requests.front();
+    const auto& shortest = w.requests[8];  // after the 8 chats
+    const auto& longest = w.requests.back();
+    w.title = "built-in report: 8 chats (" + std::to_string(chat.num_prompt_tokens) + " in, " +
+              std::to_string(chat.num_output_tokens) + " out) at 0 s; 8 prompts of " +
+              std::to_string(shortest.num_prompt_tokens) + "-" + std::to_string(longest.num_prompt_tokens) +
+              " tokens (" + std::to_string(shortest.num_output_tokens) + "-" +
+              std::to_string(longest.num_output_tokens) + " out) over 1-10 s";
+  } else {
+    auto loaded = sim::load_workload_jsonl(o.workload_path, o.num_requests);
+    if (!loaded) fail(kExitBadInput, loaded.error_message());
+    w.requests = std::move(loaded).value();
+    w.title = o.workload_path + " (" + std::to_string(w.requests.size()) + " requests)";
+  }
+  w.title += "; the engine's sluice policy, step target " + std::to_string(static_cast<int>(o.max_step_ms)) + " ms";
+  return w;
+}
+
+// What `sluice serve` would run with the same flags, on the virtual clock.
+EngineConfig engine_config(const PlanOptions& o, std::int32_t max_model_len) {
+  EngineConfig c;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.max_step_ms = o.max_step_ms;
+  c.max_model_len_tokens = max_model_len;
+  c.clock = ClockMode::kVirtual;
+  return c;
+}
+
+// The workload through the engine on its virtual clock. Request i is id "i",
+// distinct synthetic prompt tokens (no prefix is shared) and exactly its
+// output length.
+sim::ReplayOutcome replay_workload(Engine& engine, const std::vector<sim::WorkloadRequest>& workload) {
+  std::vector<double> arrival_ms;
+  std::int64_t num_tokens = 0;
+  for (const sim::WorkloadRequest& w : workload) {
+    arrival_ms.push_back(w.arrival_ms);
+    num_tokens += std::int64_t{w.num_prompt_tokens} + w.num_output_tokens;
+  }
+  const std::int32_t vocab_size = engine.backend_info().vocab_size;
+  const auto make_request = [&](std::size_t i) {
+    EngineRequest r;
+    r.request_id = std::to_string(i);
+    r.prompt_token_ids = sim::synthetic_tokens(i, workload[i].num_prompt_tokens, vocab_size);
+    r.max_tokens = workload[i].num_output_tokens;
+    r.ignore_eos = true;
+    return r;
+  };
+  // Every step advances some request by a token at least; the factor leaves
+  // room for recomputing preempted requests. Reaching it means an engine bug.
+  const std::int64_t max_steps = 4 * num_tokens + 1000;
+  return sim::replay(engine, arrival_ms, make_request, max_steps);
+}
+
+void print_workload(const Workload& workload, const sim::ReplayOutcome& outcome, bool per_request) {
+  std::printf("workload: %s\n", workload.title.c_str());
+  std::vector<std::string> rejections(workload.requests.size());
+  for (const sim::ReplayRejection& r : outcome.rejections) rejections[r.index] = r.message;
   std::vector<double> ttft_s, itl_ms, gap_ms;
-  std::int64_t num_rejected = 0;
+  std::int64_t num_unfinished = 0;
   if (per_request) {
     std::printf("  %4s %9s %8s %7s %9s %12s %11s %9s\n", "req", "arrive_s", "prompt", "output", "ttft_s",
                 "mean_itl_ms", "max_gap_ms", "finish_s");
   }
-  for (std::size_t i = 0; i < outcome.requests.size(); ++i) {
-    const auto& r = outcome.requests[i];
-    if (r.rejected) {
-      ++num_rejected;
+  for (std::size_t i = 0; i < workload.requests.size(); ++i) {
+    const sim::WorkloadRequest& w = workload.requests[i];
+    const auto it = outcome.timelines.find(std::to_string(i));
+    const bool served = it != outcome.timelines.end() && it->second.finish_reason == FinishReason::kLength;
+    if (!served) {
+      std::string why = "rejected: " + rejections[i];
+      if (rejections[i].empty()) {
+        ++num_unfinished;
+        why = it == outcome.timelines.end() ? std::string("not finished")
+                                            : "ended: " + std::string(to_string(*it->second.finish_reason));
+      }
       if (per_request) {
-        std::printf("  %4zu %9.1f %8d %7d  rejected: longer than max-model-len or the KV cache\n", i,
-                    r.arrival_ms / 1e3, r.num_prompt_tokens, r.num_output_tokens);
+        std::printf("  %4zu %9.1f %8d %7d  %s\n", i, w.arrival_ms / 1e3, w.num_prompt_tokens, w.num_output_tokens,
+                    why.c_str());
       }
       continue;
     }
-    ttft_s.push_back(r.ttft_ms() / 1e3);
-    itl_ms.push_back(r.mean_itl_ms());
-    gap_ms.push_back(r.max_gap_ms);
+    const RequestTimeline& t = it->second;
+    const double ttft_ms = *t.first_token_ms - t.arrival_ms;
+    const auto num_tokens = static_cast<std::int64_t>(t.token_ms.size());
+    const double mean_itl_ms = num_tokens > 1 ? (t.token_ms.back() - t.token_ms.front()) / (num_tokens - 1) : 0.0;
+    const double max_gap_ms = sim::max_token_gap_ms(t);
+    ttft_s.push_back(ttft_ms / 1e3);
+    itl_ms.push_back(mean_itl_ms);
+    gap_ms.push_back(max_gap_ms);
     if (per_request) {
-      std::printf("  %4zu %9.1f %8d %7d %9.2f %12.1f %11.1f %9.1f\n", i, r.arrival_ms / 1e3, r.num_prompt_tokens,
-                  r.num_output_tokens, r.ttft_ms() / 1e3, r.mean_itl_ms(), r.max_gap_ms, r.finish_ms / 1e3);
+      std::printf("  %4zu %9.1f %8d %7lld %9.2f %12.1f %11.1f %9.1f\n", i, t.arrival_ms / 1e3, t.num_prompt_tokens,
+                  static_cast<long long>(num_tokens), ttft_ms / 1e3, mean_itl_ms, max_gap_ms, *t.finish_ms / 1e3);
     }
   }
   double mean_ttft = 0, mean_itl = 0;
   for (double v : ttft_s) mean_ttft += v / static_cast<double>(ttft_s.size());
   for (double v : itl_ms) mean_itl += v / static_cast<double>(itl_ms.size());
-  std::printf("  %zu requests served, %lld rejected, %lld steps, longest step %.1f ms, makespan %.1f s\n",
-              workload.size() - static_cast<std::size_t>(num_rejected), static_cast<long long>(num_rejected),
-              static_cast<long long>(outcome.num_steps), outcome.max_step_ms, outcome.makespan_ms / 1e3);
+  const EngineStats& stats = outcome.stats;
+  std::printf("  %zu requests served, %lld rejected, %lld steps, longest step %.1f ms, makespan %.1f s, "
+              "%lld preemptions\n",
+              ttft_s.size(), static_cast<long long>(outcome.num_rejected()), static_cast<long long>(stats.num_steps),
+              outcome.max_step_ms, stats.now_ms / 1e3, static_cast<long long>(stats.num_preemptions));
+  if (num_unfinished > 0) {
+    std::printf("  NOT FINISHED: %lld requests did not end by length%s\n", static_cast<long long>(num_unfinished),
+                outcome.drained ? "" : " (the step bound ran out)");
+  }
   std::printf("  TTFT        mean %.2f s, p50 %.2f s, p90 %.2f s, max %.2f s\n", mean_ttft,
               percentile(ttft_s, 0.5), percentile(ttft_s, 0.9), percentile(ttft_s, 1.0));
   std::printf("  inter-token mean %.1f ms (p90 of per-request means %.1f ms); longest gap %.1f ms\n", mean_itl,
               percentile(itl_ms, 0.9), percentile(gap_ms, 1.0));
   std::printf("  output throughput %.0f tok/s over the makespan\n",
-              outcome.makespan_ms > 0 ? outcome.num_output_tokens * 1e3 / outcome.makespan_ms : 0.0);
+              stats.now_ms > 0 ? static_cast<double>(stats.num_generated_tokens) * 1e3 / stats.now_ms : 0.0);
 }
 
 void run_plan(const PlanOptions& o) {
@@ -176,6 +263,20 @@ void run_plan(const PlanOptions& o) {
                                           .block_size_tokens = o.block_size,
                                           .max_model_len_tokens = max_model_len};
   const sim::MemoryPlan mem = sim::plan_memory(profile, hardware, par, memory_options);
+  // Everything the workload run needs is checked before anything is printed:
+  // the engine's settings against the backend it will run on (when the model
+  // fits at all), and the workload file.
+  const EngineConfig config = engine_config(o, max_model_len);
+  std::unique_ptr<sim::SimBackend> backend;
+  if (mem.fits()) {
+    auto made = sim::make_sim_backend(profile, hardware, par,
+                                      {.memory = memory_options, .max_model_len_tokens = max_model_len});
+    if (!made) fail(kExitBadInput, made.error_message());
+    backend = std::move(made).value();
+    SLUICE_CHECK_EQ(backend->info().num_kv_blocks, mem.num_kv_blocks);
+    if (auto status = validate(config, backend->info()); !status) fail(kExitBadInput, status.error_message());
+  }
+  const Workload workload = load_workload(o, max_model_len);
 
   std::printf("sluice plan: %s on %d x %s (tensor parallel %d, expert parallel %d, %d attention replica%s)\n",
               profile.name.c_str(), par.num_gpus, hardware.name.c_str(), par.tensor_parallel, par.expert_parallel,
@@ -234,34 +335,12 @@ void run_plan(const PlanOptions& o) {
   std::printf("  at %8d tokens  %6lld  -> %lld  (max-model-len)\n", max_model_len, static_cast<long long>(at_max),
               static_cast<long long>(std::min<std::int64_t>(at_max, o.max_num_seqs)));
 
-  const sim::RooflineCostModel model(profile, hardware, par);
-  print_step_times(model, max_model_len, o.max_num_seqs);
+  const auto cost_model = std::make_shared<const sim::RooflineCostModel>(profile, hardware, par);
+  print_step_times(*cost_model, max_model_len, o.max_num_seqs);
 
-  std::vector<sim::WorkloadRequest> workload;
-  std::string title;
-  if (o.workload_path.empty()) {
-    workload = sim::report_workload(max_model_len);
-    const auto& shortest = workload[8];  // after the 8 chats
-    const auto& longest = workload.back();
-    title = "built-in report: 8 chats (" + std::to_string(workload[0].num_prompt_tokens) + " in, " +
-            std::to_string(workload[0].num_output_tokens) + " out) at 0 s; 8 prompts of " +
-            std::to_string(shortest.num_prompt_tokens) + "-" + std::to_string(longest.num_prompt_tokens) + " tokens (" +
-            std::to_string(shortest.num_output_tokens) + "-" + std::to_string(longest.num_output_tokens) +
-            " out) over 1-10 s";
-  } else {
-    auto loaded = sim::load_workload_jsonl(o.workload_path, o.num_requests);
-    if (!loaded) fail(kExitBadInput, loaded.error_message());
-    workload = std::move(loaded).value();
-    title = o.workload_path + " (" + std::to_string(workload.size()) + " requests)";
-  }
-  title += "; sluice policy, step target " + std::to_string(static_cast<int>(o.max_step_ms)) + " ms";
-  const sim::PlanPolicy policy{.max_step_ms = o.max_step_ms,
-                               .max_num_seqs = o.max_num_seqs,
-                               .max_num_batched_tokens = o.max_num_batched_tokens,
-                               .kv_capacity_tokens = per_replica_tokens,
-                               .max_model_len_tokens = max_model_len};
-  const sim::WorkloadOutcome outcome = sim::simulate_workload(model, workload, policy);
-  print_workload(title, workload, outcome, workload.size() <= 64);
+  Engine engine(std::move(backend), cost_model, config);
+  const sim::ReplayOutcome outcome = replay_workload(engine, workload.requests);
+  print_workload(workload, outcome, workload.requests.size() <= 64);
 }
 
 }  // namespace

@@ -6,13 +6,13 @@
 #include <spdlog/spdlog.h>
 
 #include "sluice/backend/cpu/cpu_ops.h"
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/memory_plan.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/roofline_cost_model.h"
-#include "sluice/backend/sim/sim_backend.h"
 #include "sluice/cli/serve_sim_backend.h"
 #include "sluice/model/model_runner.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/memory_plan.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/sim_backend.h"
 #if SLUICE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 

@@ -4,7 +4,7 @@
 //   cuda  ModelRunner on CudaOps, the KV pool sized by --gpu-memory-utilization
 //         after the weights are uploaded, and the roofline cost model of the
 //         model directory on an H200 so prefill chunks are sized by time;
-//   sim   backend/sim's SimBackend, paced to wall clock (serve_sim_backend.h),
+//   sim   the sim module's SimBackend, paced to wall clock (serve_sim_backend.h),
 //         with the same roofline model as its cost model.
 #pragma once
 

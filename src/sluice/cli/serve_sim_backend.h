@@ -1,6 +1,6 @@
 // PacedSimBackend: `sluice serve --device sim`. The model directory supplies
 // the tokenizer, chat template and config as usual; steps run on
-// backend/sim's SimBackend (nothing is computed, the roofline cost model says
+// the sim module's SimBackend (nothing is computed, the roofline cost model says
 // how long a step would take). Two things a server needs that the sim alone
 // does not give:
 //   - wall-clock pacing: each step returns no earlier than its predicted time
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "sluice/backend/backend.h"
-#include "sluice/backend/sim/sim_backend.h"
+#include "sluice/sim/sim_backend.h"
 #include "sluice/tokenizer/tokenizer.h"
 
 namespace sluice::cli {

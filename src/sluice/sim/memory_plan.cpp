@@ -1,4 +1,4 @@
-#include "sluice/backend/sim/memory_plan.h"
+#include "sluice/sim/memory_plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "sluice/backend/sim/model_profile.h"
 #include "sluice/common/result.h"
+#include "sluice/sim/model_profile.h"
 
 namespace sluice::sim {
 

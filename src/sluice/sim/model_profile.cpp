@@ -1,4 +1,4 @@
-#include "sluice/backend/sim/model_profile.h"
+#include "sluice/sim/model_profile.h"
 
 #include <algorithm>
 

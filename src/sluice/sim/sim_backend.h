@@ -9,11 +9,11 @@
 #include <optional>
 
 #include "sluice/backend/backend.h"
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/memory_plan.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/parallelism.h"
 #include "sluice/sched/cost_model.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/memory_plan.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/parallelism.h"
 
 namespace sluice::sim {
 

@@ -1,4 +1,4 @@
-#include "sluice/backend/sim/workload.h"
+#include "sluice/sim/workload.h"
 
 #include <nlohmann/json.hpp>
 

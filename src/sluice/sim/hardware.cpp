@@ -1,4 +1,4 @@
-#include "sluice/backend/sim/hardware.h"
+#include "sluice/sim/hardware.h"
 
 namespace sluice::sim {
 

@@ -1,4 +1,4 @@
-#include "sluice/backend/sim/parallelism.h"
+#include "sluice/sim/parallelism.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "sluice/backend/sim/roofline_cost_model.h"
+#include "sluice/sim/roofline_cost_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,10 +4,10 @@
 // fetches and fixed overhead add. Every assumption is in docs/cost-model.md.
 #pragma once
 
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/parallelism.h"
 #include "sluice/sched/cost_model.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/parallelism.h"
 
 namespace sluice::sim {
 

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "sluice/backend/sim/hardware.h"
-#include "sluice/backend/sim/model_profile.h"
-#include "sluice/backend/sim/parallelism.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/parallelism.h"
 
 namespace sluice::sim {
 

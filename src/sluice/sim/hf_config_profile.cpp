@@ -2,8 +2,8 @@
 // module's config.json parser (which rejects fields it does not understand).
 #include <string>
 
-#include "sluice/backend/sim/model_profile.h"
 #include "sluice/model/config.h"
+#include "sluice/sim/model_profile.h"
 
 namespace sluice::sim {
 

@@ -1,10 +1,10 @@
-#include "sluice/backend/sim/sim_backend.h"
+#include "sluice/sim/sim_backend.h"
 
 #include <string>
 #include <utility>
 
-#include "sluice/backend/sim/roofline_cost_model.h"
 #include "sluice/common/rng.h"
+#include "sluice/sim/roofline_cost_model.h"
 
 namespace sluice::sim {
 

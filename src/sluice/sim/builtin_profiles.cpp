@@ -3,7 +3,7 @@
 // explains the derivations.
 #include <cstdint>
 
-#include "sluice/backend/sim/model_profile.h"
+#include "sluice/sim/model_profile.h"
 
 namespace sluice::sim {
 namespace {
