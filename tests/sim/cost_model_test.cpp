@@ -10,6 +10,7 @@
 
 #include "sluice/common/rng.h"
 #include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/skewed_cost_model.h"
 
 namespace sluice::sim {
 namespace {
@@ -254,6 +255,42 @@ TEST(Parallelism, RejectsWhatCannotBeHonoured) {
   EXPECT_FALSE(validate({.num_gpus = 0}, llama).ok());
   const Status dense_ep = validate({.num_gpus = 2, .tensor_parallel = 2, .expert_parallel = 2}, llama);
   EXPECT_NE(dense_ep.error_message().find("dense"), std::string::npos) << dense_ep.error_message();
+}
+
+// The terms the online correction fits: they add up to the prediction, and a
+// decode step lands in the memory terms, a long prefill chunk in the compute ones.
+TEST(RooflineTerms, SumToThePredictionAndFollowTheBindingCeiling) {
+  const RooflineCostModel model(profile("llama-3-8b"), h200(), Parallelism{});
+  const StepShape decode = decode_batch(8, 4096), prefill = chunk(4096, 32768);
+  for (const StepShape& shape : {decode, prefill})
+    EXPECT_NEAR(model.predict_terms(shape).total_ms(), model.predict_step_ms(shape), 1e-9);
+  const CostTerms d = model.predict_terms(decode), p = model.predict_terms(prefill);
+  EXPECT_GT(d.gemm_memory_ms, 0.0);
+  EXPECT_EQ(d.gemm_compute_ms, 0.0);
+  EXPECT_GT(d.attention_memory_ms, 0.0);
+  EXPECT_GT(p.gemm_compute_ms, 0.0);
+  EXPECT_EQ(p.gemm_memory_ms, 0.0);
+  EXPECT_GT(p.attention_compute_ms, 0.0);
+  EXPECT_GT(d.fixed_ms, 0.0);
+}
+
+// The sim backend's truth: each term scaled, and long-context attention again.
+TEST(SkewedCostModel, ScalesTermsAndLongPrefixAttention) {
+  auto believed = std::make_shared<RooflineCostModel>(profile("llama-3-8b"), h200(), Parallelism{});
+  const StepShape mixed{.sequences = {{.num_new_tokens = 1, .num_computed_tokens = 1000},
+                                      {.num_new_tokens = 512, .num_computed_tokens = 60000}}};
+  const SkewedCostModel uniform(believed, CostSkew::uniform(3.0));
+  EXPECT_NEAR(uniform.predict_step_ms(mixed), 3.0 * believed->predict_step_ms(mixed), 1e-9);
+
+  const SkewedCostModel long_prefix(believed, {.long_prefix_attention_factor = 2.5, .long_prefix_tokens = 32768});
+  const StepShape long_only{.sequences = {mixed.sequences[1]}};
+  const CostTerms base = believed->predict_terms(mixed), alone = believed->predict_terms(long_only);
+  const CostTerms skewed = long_prefix.predict_terms(mixed);
+  EXPECT_NEAR(skewed.attention_compute_ms, base.attention_compute_ms + 1.5 * alone.attention_compute_ms, 1e-9);
+  EXPECT_EQ(skewed.gemm_compute_ms, base.gemm_compute_ms);
+  // Short contexts are priced as believed.
+  const StepShape short_only{.sequences = {{.num_new_tokens = 512, .num_computed_tokens = 1000}}};
+  EXPECT_NEAR(long_prefix.predict_step_ms(short_only), believed->predict_step_ms(short_only), 1e-9);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 //     backend deterministic and fast (scenario tests, `sluice plan`).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -63,6 +64,9 @@ struct EngineConfig {
   // Share of each step's time that prefill keeps when decodes alone would
   // nearly fill max_step_ms (sched/sched_state.h, SchedConfig).
   double min_prefill_share = 0.25;
+  // Correct the cost model from each step's measured time (sched/online_cost_model.h),
+  // so chunks are sized by what steps really cost, not by the prior's guess.
+  bool online_cost_correction = true;
   std::int32_t max_model_len_tokens = 0;  // prompt + output; 0 = the backend's max_model_len_tokens
   bool enable_prefix_caching = true;
   EvictionPolicy eviction = EvictionPolicy::kSlru;
@@ -195,6 +199,10 @@ struct EngineStats {
   // that had to wait for the one in flight before planning (a preemption).
   std::int64_t num_dropped_sequence_steps = 0;
   std::int64_t num_pipeline_waits = 0;
+  // Measured over predicted, per cost term (CostTerms order: gemm compute,
+  // gemm memory, attention compute, attention memory, fixed); all 1 while the
+  // online correction is off or has seen nothing.
+  std::array<double, CostTerms::kNumTerms> cost_correction_factors = {1, 1, 1, 1, 1};
   // Longest time since its previous token of any request now decoding: the
   // number that says whether decode is starving.
   // Evaluated when stats() is read, so a step that runs for seconds shows up

@@ -40,7 +40,12 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
       cost_model_(cost_model ? std::move(cost_model) : std::make_shared<TokenCountCostModel>()),
       config_(config),
       sched_config_(sched_config(config, backend_->info())),
-      kv_(kv_config(config, backend_->info())) {}
+      kv_(kv_config(config, backend_->info())) {
+  if (config.online_cost_correction) {
+    online_cost_model_ = std::make_shared<OnlineCostModel>(cost_model_);
+    cost_model_ = online_cost_model_;
+  }
+}
 
 RequestState* EngineCore::find(SequenceId seq_id) {
   const auto it = requests_.find(seq_id);
@@ -118,6 +123,15 @@ StepReport EngineCore::step(double now_ms) {
   const std::size_t keep_in_flight = config_.async_scheduling && submitted ? 1 : 0;
   while (in_flight_.size() > keep_in_flight) report = collect(clock);
   return report;
+}
+
+void EngineCore::learn_step_cost(const InFlightStep& step, double measured_ms) {
+  if (!online_cost_model_) return;
+  StepShape shape;
+  shape.sequences.reserve(step.entries.size());
+  for (const InFlightStep::Entry& e : step.entries)
+    shape.sequences.push_back({.num_new_tokens = e.num_new_tokens, .num_computed_tokens = e.num_computed_tokens});
+  online_cost_model_->observe(shape, measured_ms);
 }
 
 StepPlan EngineCore::make_plan(double now_ms) {
@@ -334,6 +348,7 @@ StepReport EngineCore::collect(const StepClock& clock) {
                     .predicted_step_ms = step.predicted_step_ms,
                     .num_preempted = step.num_preempted,
                     .idle = false};
+  learn_step_cost(step, executed.step_time_ms);
   for (std::size_t i = 0; i < step.entries.size(); ++i) {
     const InFlightStep::Entry& e = step.entries[i];
     if (e.is_decode) {
@@ -451,6 +466,7 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.num_preemptions = num_preemptions_;
   stats.num_dropped_sequence_steps = num_dropped_sequence_steps_;
   stats.num_pipeline_waits = num_pipeline_waits_;
+  if (online_cost_model_) stats.cost_correction_factors = online_cost_model_->factors();
   stats.num_requests_finished = num_finished_;
   stats.num_requests_aborted = num_aborted_;
   stats.num_requests_failed = num_failed_;

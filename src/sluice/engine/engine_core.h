@@ -15,6 +15,7 @@
 #include "sluice/engine/request_state.h"
 #include "sluice/engine/step_pipeline.h"
 #include "sluice/kv/kv_cache_manager.h"
+#include "sluice/sched/online_cost_model.h"
 #include "sluice/sched/planner.h"
 
 namespace sluice {
@@ -83,6 +84,8 @@ class EngineCore {
   // Waits for the oldest step in flight, then appends its tokens, checks
   // stops and streams.
   StepReport collect(const StepClock& clock);
+  // Feeds the step's shape and the backend's measured time to the online cost model.
+  void learn_step_cost(const InFlightStep& step, double measured_ms);
   // How a request ends. `last_tokens` travel in the final event: the token
   // that stops a request reaches its reader together with the stop, so no
   // reader streams a stop token's text before it knows the token stopped it.
@@ -99,7 +102,9 @@ class EngineCore {
   StepPipeline pipeline_;              // runs batches on backend_; declared after it, so it stops first
   std::deque<InFlightStep> in_flight_;  // submitted, not collected; oldest first
   double last_step_end_ms_ = 0.0;      // when the step collected last ended
-  std::shared_ptr<const CostModel> cost_model_;
+  std::shared_ptr<const CostModel> cost_model_;  // what the planner prices steps with
+  // The same model when the online correction is on (config.online_cost_correction), else null.
+  std::shared_ptr<OnlineCostModel> online_cost_model_;
   EngineConfig config_;
   SchedConfig sched_config_;
   KvCacheManager kv_;

@@ -14,9 +14,13 @@ OnlineCostModel::OnlineCostModel(std::shared_ptr<const CostModel> prior)
 OnlineCostModel::OnlineCostModel(std::shared_ptr<const CostModel> prior, Options options)
     : prior_(std::move(prior)), options_(options) {
   SLUICE_CHECK(prior_ != nullptr);
-  SLUICE_CHECK(options_.forgetting > 0.0 && options_.forgetting <= 1.0);
+  SLUICE_CHECK(options_.initial_std > 0.0 && options_.measurement_std > 0.0 && options_.drift_std_per_step >= 0.0);
+  SLUICE_CHECK(options_.initial_correlation >= 0.0 && options_.initial_correlation < 1.0);
   SLUICE_CHECK(options_.min_factor > 0.0 && options_.min_factor <= 1.0 && options_.max_factor >= 1.0);
   factors_.fill(1.0);
+  const double var = options_.initial_std * options_.initial_std;
+  for (std::size_t i = 0; i < kNumTerms; ++i)
+    for (std::size_t j = 0; j < kNumTerms; ++j) covariance_[i][j] = i == j ? var : options_.initial_correlation * var;
 }
 
 CostTerms OnlineCostModel::predict_terms(const StepShape& shape) const {
@@ -37,42 +41,34 @@ void OnlineCostModel::observe(const StepShape& shape, double measured_ms) {
   double predicted = 0;
   for (double v : terms) predicted += v;
   if (!(predicted > 0.0)) return;
-  std::array<double, kN> x{};
-  for (std::size_t i = 0; i < kN; ++i) x[i] = terms[i] / measured_ms;
-  const double w = options_.forgetting;
-  for (std::size_t i = 0; i < kN; ++i) {
-    for (std::size_t j = 0; j < kN; ++j) gram_[i][j] = w * gram_[i][j] + x[i] * x[j];
-    rhs_[i] = w * rhs_[i] + x[i];  // y = 1
-  }
-  ++num_observed_steps_;
-  refit();
-}
+  constexpr std::size_t n = kNumTerms;
 
-// Solves (gram + r I) f = rhs + r 1 by Gaussian elimination with partial
-// pivoting: least squares pulled towards f = 1 with strength r.
-void OnlineCostModel::refit() {
-  double best = 0;
-  for (std::size_t i = 0; i < kN; ++i) best = std::max(best, gram_[i][i]);
-  const double r = options_.prior_weight * best + 1e-12;
-  std::array<std::array<double, kN + 1>, kN> m{};
-  for (std::size_t i = 0; i < kN; ++i) {
-    for (std::size_t j = 0; j < kN; ++j) m[i][j] = gram_[i][j] + (i == j ? r : 0.0);
-    m[i][kN] = rhs_[i] + r;
+  // Drift: every factor may have moved a little since the last step, up to the
+  // prior's uncertainty (a term unseen for long is not less known than at start).
+  const double drift = options_.drift_std_per_step * options_.drift_std_per_step;
+  const double cap = options_.initial_std * options_.initial_std;
+  for (std::size_t i = 0; i < n; ++i)
+    if (covariance_[i][i] < cap) covariance_[i][i] += drift;
+
+  // Measurement x . f = 1, with x the prior's terms over the measured time.
+  std::array<double, n> x{};
+  for (std::size_t i = 0; i < n; ++i) x[i] = terms[i] / measured_ms;
+  std::array<double, n> px{};  // P x
+  double xpx = 0, residual = 1.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) px[i] += covariance_[i][j] * x[j];
+    xpx += x[i] * px[i];
+    residual -= x[i] * factors_[i];
   }
-  for (std::size_t col = 0; col < kN; ++col) {
-    std::size_t pivot = col;
-    for (std::size_t row = col + 1; row < kN; ++row)
-      if (std::fabs(m[row][col]) > std::fabs(m[pivot][col])) pivot = row;
-    std::swap(m[col], m[pivot]);
-    SLUICE_CHECK(m[col][col] > 0.0 || m[col][col] < 0.0);  // r > 0 keeps the system regular
-    for (std::size_t row = 0; row < kN; ++row) {
-      if (row == col) continue;
-      const double k = m[row][col] / m[col][col];
-      for (std::size_t j = col; j <= kN; ++j) m[row][j] -= k * m[col][j];
-    }
+  const double s = xpx + options_.measurement_std * options_.measurement_std;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double gain = px[i] / s;
+    factors_[i] = std::clamp(factors_[i] + gain * residual, options_.min_factor, options_.max_factor);
   }
-  for (std::size_t i = 0; i < kN; ++i)
-    factors_[i] = std::clamp(m[i][kN] / m[i][i], options_.min_factor, options_.max_factor);
+  // P <- P - (P x)(P x)^T / s (Joseph-free form; symmetric by construction).
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) covariance_[i][j] -= px[i] * px[j] / s;
+  ++num_observed_steps_;
 }
 
 }  // namespace sluice

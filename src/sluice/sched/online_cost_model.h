@@ -2,14 +2,19 @@
 // step, so a wrong prior (an efficiency guessed, not measured; a GPU slower or
 // faster than its profile) cannot mis-size steps for long.
 //
-// Each term of the prior's CostTerms gets its own factor, fitted by
-// exponentially weighted least squares over recent steps on relative error
-// (measured / predicted), so a long prefill step and a short decode step count
-// alike. A weak pull towards 1 keeps the prior's value for a term no recent
-// step exercised: a decode-only stretch teaches the decode terms and leaves
-// the prefill terms alone. Worked example: if attention over long prefixes
-// truly costs 2.5x the prior, the attention_compute factor reaches about 2.5
-// after a few chunked-prefill steps and the planner's chunks shrink to match.
+// Each term of the prior's CostTerms gets its own factor f_i, and a step
+// measured at m ms says sum_i f_i * term_i / m = 1. A Kalman filter over the
+// five factors (a random walk, so the truth may drift) takes each step in:
+// a step moves only the factors of the terms it exercised, in proportion to
+// how uncertain each is, so a decode-only stretch teaches the decode terms and
+// keeps what the last prefill taught about the prefill terms, and terms that
+// steps cannot tell apart (weight reads and fixed costs are both constant per
+// decode step) share a correction instead of drifting to extremes. The prior
+// correlates the factors (a uniformly slower GPU is the likeliest error), so
+// the first decode steps already move the prefill factors part of the way.
+// Worked example: if attention over long prefixes truly costs 2.5x the prior,
+// the attention factor is near 2.5 after a few chunked-prefill steps, and the
+// planner's chunks shrink to match.
 //
 // Not thread-safe: the engine thread plans with it and observes each step.
 #pragma once
@@ -25,12 +30,15 @@ namespace sluice {
 class OnlineCostModel final : public CostModel {
  public:
   struct Options {
-    double forgetting = 0.9;     // a step k steps old weighs forgetting^k
-    double prior_weight = 1e-4;  // pull towards factor 1, relative to the best-measured term
+    double initial_std = 1.0;        // prior uncertainty of each factor (the prior is 1)
+    double initial_correlation = 0.5;  // between two factors' errors, in the prior
+    double drift_std_per_step = 0.02;  // how far a factor may move per step on its own
+    double measurement_std = 0.03;     // relative noise of one step's measured time
     double min_factor = 0.05;
     double max_factor = 20.0;
   };
-  using Factors = std::array<double, CostTerms::kNumTerms>;
+  static constexpr std::size_t kNumTerms = CostTerms::kNumTerms;
+  using Factors = std::array<double, kNumTerms>;
 
   explicit OnlineCostModel(std::shared_ptr<const CostModel> prior);
   OnlineCostModel(std::shared_ptr<const CostModel> prior, Options options);
@@ -47,16 +55,10 @@ class OnlineCostModel final : public CostModel {
   const CostModel& prior() const { return *prior_; }
 
  private:
-  void refit();
-
   std::shared_ptr<const CostModel> prior_;
   Options options_;
-  static constexpr std::size_t kN = CostTerms::kNumTerms;
-  // Normal equations of the weighted fit: gram_ = sum w x x^T, rhs_ = sum w x y,
-  // with x = terms / measured and y = 1 (relative error).
-  std::array<std::array<double, kN>, kN> gram_{};
-  std::array<double, kN> rhs_{};
   Factors factors_;
+  std::array<std::array<double, kNumTerms>, kNumTerms> covariance_{};  // of the factors' error
   std::int64_t num_observed_steps_ = 0;
 };
 

@@ -147,6 +147,15 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   counter("sluice:step_time_seconds_total", "Time spent in engine steps.", stats.total_step_ms / 1e3);
   gauge("sluice:last_step_seconds", "Duration of the latest engine step.", stats.last_step_ms / 1e3);
   gauge("sluice:max_step_seconds", "Longest engine step so far.", stats.max_step_ms_seen / 1e3);
+  header(out, "sluice:cost_model_correction", "gauge",
+         "Measured over predicted step time, per cost-model term, as the online correction has learned it.");
+  {
+    static constexpr const char* kTerms[] = {"gemm_compute", "gemm_memory", "attention_compute", "attention_memory",
+                                             "fixed"};
+    for (std::size_t i = 0; i < stats.cost_correction_factors.size(); ++i)
+      out += fmt::format("sluice:cost_model_correction{{{},term=\"{}\"}} {}\n", labels, kTerms[i],
+                         stats.cost_correction_factors[i]);
+  }
   gauge("sluice:longest_current_decode_stall_seconds",
         "Longest time since its previous token of any request now decoding.",
         stats.longest_current_decode_stall_ms / 1e3);

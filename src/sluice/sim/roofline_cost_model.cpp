@@ -134,6 +134,7 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
                                 expert_flops / gpus / (peak_gemm * eff.moe_compute);
   const double weight_s = cost.weight_bytes_per_gpu / (hw.hbm_bytes_per_s * eff.weight_bandwidth);
   cost.gemm_ms = 1e3 * std::max(gemm_compute_s, weight_s);
+  cost.gemm_memory_bound = weight_s > gemm_compute_s;
 
   cost.attention_flops_per_gpu = (attn_flops + scan_flops_fp8) / gpus;
   cost.kv_bytes_per_gpu = kv_bytes / (dp * kv_split);
@@ -141,6 +142,7 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
                                 scan_flops_fp8 / gpus / (hw.peak_fp8_flops_per_s * eff.attention_compute);
   const double kv_s = cost.kv_bytes_per_gpu / (hw.hbm_bytes_per_s * eff.kv_bandwidth);
   cost.attention_ms = 1e3 * std::max(attn_compute_s, kv_s);
+  cost.attention_memory_bound = kv_s > attn_compute_s;
 
   cost.comm_ms = comm_ms + 1e3 * cost.comm_bytes_per_gpu / (hw.nvlink_bytes_per_s * eff.nvlink);
 
@@ -153,5 +155,13 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
 }
 
 double RooflineCostModel::predict_step_ms(const StepShape& shape) const { return predict(shape).total_ms(); }
+
+CostTerms RooflineCostModel::predict_terms(const StepShape& shape) const {
+  const StepCost cost = predict(shape);
+  CostTerms terms{.fixed_ms = cost.comm_ms + cost.host_ms + cost.overhead_ms};
+  (cost.gemm_memory_bound ? terms.gemm_memory_ms : terms.gemm_compute_ms) = cost.gemm_ms;
+  (cost.attention_memory_bound ? terms.attention_memory_ms : terms.attention_compute_ms) = cost.attention_ms;
+  return terms;
+}
 
 }  // namespace sluice::sim

@@ -23,7 +23,9 @@ struct StepCost {
   double expected_experts_touched = 0;  // per MoE layer, whole model (0 if dense)
 
   double gemm_ms = 0;
+  bool gemm_memory_bound = false;       // weight reads, not FLOPs, set gemm_ms
   double attention_ms = 0;
+  bool attention_memory_bound = false;  // KV reads, not FLOPs, set attention_ms
   double comm_ms = 0;
   double host_ms = 0;
   double overhead_ms = 0;
@@ -42,6 +44,9 @@ class RooflineCostModel final : public CostModel {
   RooflineCostModel(ModelProfile profile, HardwareSpec hardware, Parallelism parallelism);
 
   double predict_step_ms(const StepShape& shape) const override;
+  // Each phase goes to the term of its binding ceiling (compute or memory);
+  // communication, host fetches and overhead are the fixed term.
+  CostTerms predict_terms(const StepShape& shape) const override;
   StepCost predict(const StepShape& shape) const;
 
   const ModelProfile& profile() const { return profile_; }

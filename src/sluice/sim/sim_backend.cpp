@@ -5,6 +5,7 @@
 
 #include "sluice/common/rng.h"
 #include "sluice/sim/roofline_cost_model.h"
+#include "sluice/sim/skewed_cost_model.h"
 
 namespace sluice::sim {
 
@@ -121,7 +122,8 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
   info.max_model_len_tokens = max_model_len;
   SimTokenOptions tokens = options.tokens;
   tokens.vocab_size = profile.vocab_size;
-  auto cost = std::make_shared<const RooflineCostModel>(profile, hardware, parallelism);
+  std::shared_ptr<const CostModel> cost = std::make_shared<const RooflineCostModel>(profile, hardware, parallelism);
+  if (options.truth_skew) cost = std::make_shared<const SkewedCostModel>(std::move(cost), *options.truth_skew);
   return std::make_unique<SimBackend>(std::move(cost), std::move(info), tokens);
 }
 

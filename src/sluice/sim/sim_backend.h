@@ -14,6 +14,7 @@
 #include "sluice/sim/memory_plan.h"
 #include "sluice/sim/model_profile.h"
 #include "sluice/sim/parallelism.h"
+#include "sluice/sim/skewed_cost_model.h"
 
 namespace sluice::sim {
 
@@ -57,6 +58,10 @@ struct SimBackendOptions {
   std::int32_t max_model_len_tokens = 0;    // 0: the profile's max_position_embeddings
   std::optional<std::int32_t> num_kv_blocks_override;
   SimTokenOptions tokens;                   // vocab_size is taken from the profile
+  // The backend's clock runs by the roofline model skewed this way, while the
+  // planner believes the roofline model itself: a simulated GPU that is not
+  // what the planner thinks (tests/scenario/cost_skew_scenario_test.cpp).
+  std::optional<CostSkew> truth_skew;
 };
 
 // A sim backend with the roofline cost model of `profile` on `hardware`, and
