@@ -34,13 +34,12 @@ PlannerInput make_input(std::int32_t num_running, std::int32_t num_waiting) {
   for (std::int32_t i = 0; i < num_running; ++i) {
     const auto len = static_cast<std::int32_t>(1000 + rng.next() % 100000);
     in.running.push_back({.seq_id = static_cast<SequenceId>(i), .num_tokens = len + 1, .num_computed_tokens = len,
-                          .num_allocated_blocks = (len + 16) / 16, .max_num_tokens = len + 4096,
-                          .arrival_ms = rng.uniform() * 60000.0});
+                          .num_allocated_blocks = (len + 16) / 16, .arrival_ms = rng.uniform() * 60000.0});
   }
   for (std::int32_t i = 0; i < num_waiting; ++i) {
     const auto len = static_cast<std::int32_t>(1000 + rng.next() % 300000);
-    in.waiting.push_back({.seq_id = static_cast<SequenceId>(num_running + i), .num_tokens = len,
-                          .max_num_tokens = len + 4096, .arrival_ms = rng.uniform() * 60000.0});
+    in.waiting.push_back(
+        {.seq_id = static_cast<SequenceId>(num_running + i), .num_tokens = len, .arrival_ms = rng.uniform() * 60000.0});
   }
   return in;
 }

@@ -30,7 +30,9 @@ export const tests = {
     });
     const r = await chat(ctx, { max_tokens: 5000 });
     assertErrorEnvelope(r, 400, 'context_length_exceeded');
-    assert.match(r.json.error.message, /'max_tokens' or 'max_completion_tokens' is too large: 5000/);
+    assert.match(r.json.error.message,
+      /maximum context length is 4096 tokens\. However, you requested \d+ tokens \(\d+ in the messages, 5000 in the completion\)/);
+    assert.equal(r.json.error.param, 'max_tokens');
     assert.equal(r.json.error.n_ctx, 4096);
   },
 

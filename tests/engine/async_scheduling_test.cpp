@@ -228,7 +228,7 @@ TEST(AsyncScheduling, AFinishingRequestKeepsItsSeatUntilCollected) {
   std::vector<TokenId> first_tokens, second_tokens;
   for (int i = 0; i < 100 && engine.has_work(); ++i) {
     engine.step();
-    engine.check_invariants();  // commit_plan asserts running <= max_num_seqs while it plans
+    engine.check_invariants();  // admit() asserts running <= max_num_seqs while it plans
     for (TokenId t : poll_tokens(**first)) first_tokens.push_back(t);
     for (TokenId t : poll_tokens(**second)) second_tokens.push_back(t);
   }

@@ -83,7 +83,7 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
         streams[p.request.request_id] = *s;
         prompts[p.request.request_id] = p.request.prompt_token_ids;
         stop_ids[p.request.request_id] = p.request.stop_token_ids;
-        max_tokens[p.request.request_id] = p.request.max_tokens;
+        max_tokens[p.request.request_id] = *p.request.max_tokens;
       }
       if (p.abort_step == step) {
         engine.abort(p.request.request_id);

@@ -223,32 +223,67 @@ TEST_P(EngineInBothModes, TheStopTokenArrivesWithTheEnd) {
   for (std::size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].finished());
 }
 
-TEST(Engine, RejectsBadRequestsWithAClearMessage) {
+// Each rejection path's code and field: request_validation_test.cpp; here,
+// the refusals only the running engine can give, and that a request is
+// refused whole rather than cut to fit.
+TEST(Engine, RefusesWithACodeTheServerMaps) {
   EngineConfig config = small_config();
   config.max_num_queued_requests = 2;
   config.max_model_len_tokens = 100;
   auto engine = make_engine(config, 64);
-  auto expect_error = [&](EngineRequest r, const std::string& needle) {
+  auto expect_error = [&](EngineRequest r, ErrorCode code, const std::string& needle) {
     auto result = engine->submit(std::move(r));
     ASSERT_FALSE(result.ok()) << needle;
+    EXPECT_EQ(result.error().code, code) << result.error_message();
     EXPECT_NE(result.error_message().find(needle), std::string::npos) << result.error_message();
   };
-  expect_error(request("", tokens_from(3, 0), 1), "request id");
-  expect_error(request("x", {}, 1), "empty");
-  expect_error(request("x", tokens_from(100, 0), 1), "max_model_len");
-  expect_error(request("x", {1, 2, 5000}, 1), "vocabulary");
-  expect_error(request("x", tokens_from(3, 0), 0), "max_tokens");
-  ASSERT_TRUE(engine->submit(request("a", tokens_from(3, 0), 1)).ok());
-  expect_error(request("a", tokens_from(3, 0), 1), "already in use");
+  expect_error(request("", tokens_from(3, 0), 1), ErrorCode::kInvalidArgument, "request id");
+  expect_error(request("x", {}, 1), ErrorCode::kInvalidArgument, "empty");
+  expect_error(request("x", tokens_from(100, 0), 1), ErrorCode::kOutOfRange, "maximum context length is 100 tokens");
+  expect_error(request("x", {1, 2, 5000}, 1), ErrorCode::kInvalidArgument, "vocabulary");
+  expect_error(request("x", tokens_from(3, 0), 0), ErrorCode::kInvalidArgument, "max_tokens");
+  // Rejected, not clamped: 3 + 98 > 100.
+  expect_error(request("x", tokens_from(3, 0), 98), ErrorCode::kOutOfRange, "you requested 101 tokens");
+  ASSERT_TRUE(engine->submit(request("a", tokens_from(3, 0), 97)).ok());
+  expect_error(request("a", tokens_from(3, 0), 1), ErrorCode::kInvalidArgument, "already in use");
   ASSERT_TRUE(engine->submit(request("b", tokens_from(3, 0), 1)).ok());
-  expect_error(request("c", tokens_from(3, 0), 1), "queue full");
+  expect_error(request("c", tokens_from(3, 0), 1), ErrorCode::kResourceExhausted, "queue full");
+  engine->stop(Engine::StopMode::kAbort);
+  expect_error(request("d", tokens_from(3, 0), 1), ErrorCode::kUnavailable, "shutting down");
+}
+
+TEST(Engine, RefusesAQueueOfTooManyPromptTokens) {
+  EngineConfig config = small_config();
+  config.max_num_queued_tokens = 10;
+  auto engine = make_engine(config);
+  ASSERT_TRUE(engine->submit(request("a", tokens_from(6, 0), 1)).ok());
+  auto result = engine->submit(request("b", tokens_from(5, 0), 1));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_TRUE(engine->submit(request("c", tokens_from(4, 0), 1)).ok());
+}
+
+// vLLM's default: without max_tokens a request may generate until the context is full.
+TEST(Engine, AMissingMaxTokensRunsToTheEndOfTheContext) {
+  EngineConfig config = small_config();
+  config.max_model_len_tokens = 20;
+  auto engine = make_engine(config);
+  EngineRequest r = request("a", tokens_from(5, 0), 1);
+  r.max_tokens.reset();
+  auto stream = engine->submit(std::move(r));
+  ASSERT_TRUE(stream.ok()) << stream.error_message();
+  auto out = run(*engine, {*stream});
+  EXPECT_EQ(out["a"].finish, FinishReason::kLength);
+  EXPECT_EQ(out["a"].tokens, reference_generate(tokens_from(5, 0), 15));
 }
 
 TEST(Engine, RejectsAPromptTheKvCacheCannotHold) {
   auto engine = make_engine(small_config(), 8);  // 32 tokens of KV
   auto result = engine->submit(request("big", tokens_from(40, 0), 1));
   ASSERT_FALSE(result.ok());
-  EXPECT_NE(result.error_message().find("KV cache"), std::string::npos);
+  EXPECT_EQ(result.error().code, ErrorCode::kOutOfRange);
+  EXPECT_NE(result.error_message().find("KV cache holds at most 32 tokens"), std::string::npos)
+      << result.error_message();
 }
 
 TEST_P(EngineInBothModes, AbortWaitingAndRunningRequestsFreesEverything) {

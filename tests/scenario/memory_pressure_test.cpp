@@ -28,9 +28,10 @@ std::vector<sim::TimedRequest> pressure_workload(std::int64_t* demand_tokens) {
     std::snprintf(name, sizeof(name), "p%d", i);
     r.request.request_id = name;
     r.request.prompt_token_ids = sim::synthetic_tokens(500 + static_cast<std::uint64_t>(i), prompt, kVocabSize);
-    r.request.max_tokens = static_cast<std::int32_t>(1000 + rng.next() % 5000);
+    const auto max_tokens = static_cast<std::int32_t>(1000 + rng.next() % 5000);
+    r.request.max_tokens = max_tokens;
     r.request.ignore_eos = true;
-    *demand_tokens += prompt + r.request.max_tokens;
+    *demand_tokens += prompt + max_tokens;
     out.push_back(std::move(r));
   }
   return out;

@@ -27,10 +27,10 @@ class LinearCost final : public CostModel {
 
 SchedRequest decoding(SequenceId id, std::int32_t len, double arrival_ms = 0) {
   return {.seq_id = id, .num_tokens = len + 1, .num_computed_tokens = len,
-          .num_allocated_blocks = (len + kBlock) / kBlock, .max_num_tokens = len + 100, .arrival_ms = arrival_ms};
+          .num_allocated_blocks = (len + kBlock) / kBlock, .arrival_ms = arrival_ms};
 }
 SchedRequest waiting(SequenceId id, std::int32_t prompt, double arrival_ms = 0) {
-  return {.seq_id = id, .num_tokens = prompt, .max_num_tokens = prompt + 100, .arrival_ms = arrival_ms};
+  return {.seq_id = id, .num_tokens = prompt, .arrival_ms = arrival_ms};
 }
 
 struct Fixture {
@@ -53,6 +53,14 @@ std::vector<SequenceId> ids(const std::vector<ScheduledChunk>& chunks) {
   return out;
 }
 
+// The waiting requests the plan starts this step.
+std::vector<SequenceId> admitted(const StepPlan& plan) {
+  std::vector<SequenceId> out;
+  for (const auto& c : plan.prefills)
+    if (c.admits) out.push_back(c.seq_id);
+  return out;
+}
+
 TEST(Planner, DecodesFirstThenPrefillUnderTheTimeCap) {
   Fixture f;
   f.running = {decoding(1, 100), decoding(2, 200)};
@@ -62,7 +70,7 @@ TEST(Planner, DecodesFirstThenPrefillUnderTheTimeCap) {
   const StepPlan plan = plan_step(f.state(), config, cost);
   EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1, 2}));
   ASSERT_EQ(plan.prefills.size(), 1u);
-  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
+  EXPECT_EQ(admitted(plan), (std::vector<SequenceId>{3}));
   // Solve 1 + 2*(0.01 + 1e-6*(101|201)) + 0.01 k + 1e-6 k^2 <= 20 for k, then round down to a block.
   const double decode_ms = 1.0 + 0.01 + 1e-6 * 101 + 0.01 + 1e-6 * 201;
   const double k = (-0.01 + std::sqrt(0.0001 + 4e-6 * (20.0 - decode_ms))) / 2e-6;
@@ -76,10 +84,9 @@ TEST(Planner, ChunkDeepInAPromptIsSmallerThanAtItsStart) {
   const LinearCost cost;
   const SchedConfig config{.max_num_batched_tokens = 100000, .max_step_ms = 50.0};
   Fixture early, late;
-  early.running = {{.seq_id = 1, .num_tokens = 300000, .num_computed_tokens = 0, .num_allocated_blocks = 0,
-                    .max_num_tokens = 300100}};
+  early.running = {{.seq_id = 1, .num_tokens = 300000, .num_computed_tokens = 0, .num_allocated_blocks = 0}};
   late.running = {{.seq_id = 1, .num_tokens = 300000, .num_computed_tokens = 250000,
-                   .num_allocated_blocks = 250000 / kBlock, .max_num_tokens = 300100}};
+                   .num_allocated_blocks = 250000 / kBlock}};
   const std::int32_t at_0 = plan_step(early.state(), config, cost).prefills.at(0).num_new_tokens;
   const std::int32_t at_250k = plan_step(late.state(), config, cost).prefills.at(0).num_new_tokens;
   EXPECT_GT(at_0, 2 * at_250k) << at_0 << " vs " << at_250k;
@@ -188,15 +195,15 @@ TEST(Planner, AdmissionKeepsTheReserveAndRoomForAdmittedPrompts) {
   Fixture f;
   // A running prefill still needs 50 blocks for the rest of its prompt.
   f.running = {{.seq_id = 1, .num_tokens = 100 * kBlock, .num_computed_tokens = 50 * kBlock,
-                .num_allocated_blocks = 50, .max_num_tokens = 100 * kBlock + 10}};
+                .num_allocated_blocks = 50}};
   f.queue = {waiting(2, 40 * kBlock)};
   f.available_blocks = 100;
   const SchedConfig config{.max_num_batched_tokens = 100, .max_step_ms = 1e9, .reserve_blocks = 10};
   // 100 available - 50 promised - 40 needed = 10 >= reserve: admitted.
-  EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+  EXPECT_EQ(admitted(plan_step(f.state(), config, LinearCost{})), (std::vector<SequenceId>{2}));
   f.available_blocks = 99;
   const StepPlan plan = plan_step(f.state(), config, LinearCost{});
-  EXPECT_TRUE(plan.admitted.empty());
+  EXPECT_TRUE(admitted(plan).empty());
   EXPECT_EQ(ids(plan.prefills), (std::vector<SequenceId>{1}));
 }
 
@@ -205,7 +212,7 @@ TEST(Planner, MaxNumSeqsCapsAdmission) {
   f.running = {decoding(1, 10), decoding(2, 10)};
   f.queue = {waiting(3, 10), waiting(4, 10)};
   const StepPlan plan = plan_step(f.state(), {.max_num_seqs = 3, .max_step_ms = 1e9}, LinearCost{});
-  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
+  EXPECT_EQ(admitted(plan), (std::vector<SequenceId>{3}));
 }
 
 TEST(Planner, FinishingRequestsKeepTheirSeats) {
@@ -215,7 +222,7 @@ TEST(Planner, FinishingRequestsKeepTheirSeats) {
   f.queue = {waiting(3, 10), waiting(4, 10)};
   const StepPlan plan = plan_step(f.state(), {.max_num_seqs = 3, .max_step_ms = 1e9}, LinearCost{});
   EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1}));
-  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{3}));
+  EXPECT_EQ(admitted(plan), (std::vector<SequenceId>{3}));
 }
 
 TEST(Planner, DecodeOutOfBlocksPreemptsTheNewestAdmission) {
@@ -269,14 +276,14 @@ TEST(Planner, AdmissionDoesNotEvictProtectedPrefixesWhileOthersRun) {
   // 80 available, of which 40 hold protected prefixes: 40 < 50 needed.
   SchedState state = f.state();
   state.num_protected_blocks = 40;
-  EXPECT_TRUE(plan_step(state, config, LinearCost{}).admitted.empty());
+  EXPECT_TRUE(admitted(plan_step(state, config, LinearCost{})).empty());
   state.num_protected_blocks = 30;
-  EXPECT_EQ(plan_step(state, config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+  EXPECT_EQ(admitted(plan_step(state, config, LinearCost{})), (std::vector<SequenceId>{2}));
   // With nothing else running the protected blocks are fair game (liveness).
   f.running.clear();
   state = f.state();
   state.num_protected_blocks = 40;
-  EXPECT_EQ(plan_step(state, config, LinearCost{}).admitted, (std::vector<SequenceId>{2}));
+  EXPECT_EQ(admitted(plan_step(state, config, LinearCost{})), (std::vector<SequenceId>{2}));
 }
 
 // Decodes at 1 ms a row, prefill at 0.01 ms a token, 1 ms fixed: many decoders

@@ -43,7 +43,6 @@ inline TinyChatModel make_tiny_chat_model(const std::string& model_type, const s
   model->chat_template = std::move(chat_template).value();
   model->output_format = output_format_by_name(output_format).value();
   model->eos_token_ids = {built->eos_token_id, built->end_of_turn_token_id};
-  model->max_model_len_tokens = 4096;
   return {std::move(model), built->end_of_turn_token_id};
 }
 

@@ -12,9 +12,9 @@ namespace sluice::testing {
 
 class ScriptedBackend final : public Backend {
  public:
-  ScriptedBackend(std::vector<TokenId> script, std::int32_t vocab_size)
+  ScriptedBackend(std::vector<TokenId> script, std::int32_t vocab_size, std::int32_t num_kv_blocks = 512)
       : script_(std::move(script)),
-        info_{.name = "scripted", .block_size_tokens = 16, .num_kv_blocks = 512, .vocab_size = vocab_size,
+        info_{.name = "scripted", .block_size_tokens = 16, .num_kv_blocks = num_kv_blocks, .vocab_size = vocab_size,
               .max_model_len_tokens = 4096} {}
   const BackendInfo& info() const override { return info_; }
   Result<StepOutput> execute(const Batch& batch) override {

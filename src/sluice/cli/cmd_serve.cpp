@@ -17,6 +17,7 @@
 #include "sluice/cli/serve_backend.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/engine.h"
+#include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
 #include "sluice/server/server.h"
 #include "sluice/structured/json_constraint.h"
@@ -112,17 +113,16 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.scheduling = scheduling;
   engine_config.eviction = eviction;
   SLUICE_TRY(validate(engine_config, backend->info()));
-  context->max_model_len_tokens = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
-                                                                           : backend->info().max_model_len_tokens;
-  spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
-               dir, model_type, args.device, config.num_layers, backend->info().vocab_size,
-               context->max_model_len_tokens, backend->info().num_kv_blocks, backend->info().block_size_tokens,
-               context->output_format.name);
-  spdlog::info("cost model: {}", served.cost_model_description);
   // JSON mode's vocabulary index: built once here (a few hundred ms for 128k
   // tokens) so no request pays for it.
   context->json_vocabulary = structured::make_json_vocabulary(context->tokenizer, backend->info().vocab_size);
   context->engine = std::make_unique<Engine>(std::move(backend), std::move(served.cost_model), engine_config);
+  const BackendInfo& info = context->engine->backend_info();
+  spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
+               dir, model_type, args.device, config.num_layers, info.vocab_size,
+               context->engine->request_limits().max_model_len_tokens, info.num_kv_blocks, info.block_size_tokens,
+               context->output_format.name);
+  spdlog::info("cost model: {}", served.cost_model_description);
   context->created_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

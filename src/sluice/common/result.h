@@ -1,6 +1,7 @@
 // Result<T>: the return type of every fallible operation (load, parse, allocate,
 // disk I/O). The caller cannot ignore it; the error carries a message that names
-// the file, tensor or field at fault.
+// the file, tensor or field at fault, and a code for callers that must react to
+// the kind of failure rather than read its text.
 #pragma once
 
 #include <string>
@@ -11,8 +12,23 @@
 
 namespace sluice {
 
+// The kind of a failure, for callers that react differently to each: the
+// server maps a code to an HTTP status and an OpenAI error type
+// (server/api_error.h), and a client retries only the transient ones. Closed:
+// a new code comes with a caller that tells it apart.
+enum class ErrorCode {
+  kUnknown,            // not classified (the default): a load, parse or I/O failure reported as it stands
+  kInvalidArgument,    // the input is malformed or out of its domain: fixing the request fixes it
+  kOutOfRange,         // a length past a limit of this model or server (context length, KV capacity)
+  kResourceExhausted,  // a capacity limit reached for now (a full queue): retry later, or elsewhere
+  kUnavailable,        // the service is stopping: retry elsewhere
+};
+
+// Error{"message"} is an unclassified failure; Error{"message", ErrorCode::k...}
+// a classified one.
 struct Error {
   std::string message;
+  ErrorCode code = ErrorCode::kUnknown;
 };
 
 template <class T>

@@ -14,6 +14,7 @@
 #include "sluice/backend/backend.h"
 #include "sluice/common/check.h"
 #include "sluice/engine/engine_core.h"
+#include "sluice/engine/request_validation.h"
 
 namespace sluice {
 
@@ -21,8 +22,12 @@ struct Engine::Impl {
   Impl(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig cfg)
       : config(cfg),
         info(backend->info()),
-        max_model_len_tokens(cfg.max_model_len_tokens > 0 ? cfg.max_model_len_tokens : info.max_model_len_tokens),
         core(std::move(backend), std::move(cost_model), cfg),
+        limits{.max_model_len_tokens = cfg.max_model_len_tokens > 0 ? cfg.max_model_len_tokens
+                                                                    : info.max_model_len_tokens,
+               .vocab_size = info.vocab_size,
+               .max_kv_tokens = static_cast<std::int64_t>(info.num_kv_blocks - core.reserve_blocks()) *
+                                info.block_size_tokens},
         wall_start(std::chrono::steady_clock::now()) {}
 
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
@@ -34,10 +39,10 @@ struct Engine::Impl {
 
   const EngineConfig config;
   const BackendInfo info;
-  const std::int32_t max_model_len_tokens;
 
   mutable std::mutex step_mutex;  // one step at a time; guards core
   EngineCore core;
+  const EngineRequestLimits limits;
 
   mutable std::mutex mutex;  // everything below
   std::condition_variable wake;
@@ -65,35 +70,13 @@ double Engine::Impl::now_ms() const {
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::Impl::submit(EngineRequest request) {
+  if (std::optional<RequestRejection> rejection = check_request(request, limits)) return std::move(rejection->error);
   const auto num_prompt_tokens = static_cast<std::int32_t>(request.prompt_token_ids.size());
-  if (request.request_id.empty()) return Error{"request id is empty"};
-  if (num_prompt_tokens == 0) return Error{"prompt is empty"};
-  if (request.max_tokens < 1) return Error{"max_tokens must be >= 1, got " + std::to_string(request.max_tokens)};
-  if (request.min_tokens < 0) return Error{"min_tokens must be >= 0"};
-  if (num_prompt_tokens >= max_model_len_tokens) {
-    return Error{"prompt has " + std::to_string(num_prompt_tokens) + " tokens; max_model_len is " +
-                 std::to_string(max_model_len_tokens) + " (prompt + at least one generated token)"};
-  }
-  for (TokenId t : request.prompt_token_ids) {
-    if (t < 0 || t >= info.vocab_size) {
-      return Error{"prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                   std::to_string(info.vocab_size) + ")"};
-    }
-  }
-  const std::int64_t max_num_tokens =
-      std::min<std::int64_t>(static_cast<std::int64_t>(num_prompt_tokens) + request.max_tokens, max_model_len_tokens);
-  // Admission keeps a reserve; a prompt that cannot fit beside it would wait forever.
-  const std::int64_t usable_blocks = info.num_kv_blocks - core.reserve_blocks();
-  const std::int64_t prompt_blocks = (num_prompt_tokens + 1 + info.block_size_tokens - 1) / info.block_size_tokens;
-  if (prompt_blocks > usable_blocks) {
-    return Error{"prompt has " + std::to_string(num_prompt_tokens) + " tokens; the KV cache can hold " +
-                 std::to_string(usable_blocks * info.block_size_tokens) + " for one request"};
-  }
 
   auto state = std::make_unique<RequestState>();
   auto stream = std::make_shared<RequestStream>(request.request_id);
   state->num_prompt_tokens = num_prompt_tokens;
-  state->max_num_tokens = static_cast<std::int32_t>(max_num_tokens);
+  state->max_num_tokens = num_prompt_tokens + resolved_max_tokens(request, limits);
   state->stream = stream;
   state->timeline.request_id = request.request_id;
   state->timeline.num_prompt_tokens = num_prompt_tokens;
@@ -102,16 +85,18 @@ Result<std::shared_ptr<RequestStream>> Engine::Impl::submit(EngineRequest reques
   state->request.prompt_token_ids.clear();
 
   std::lock_guard lock(mutex);
-  if (!accepting) return Error{"engine is shutting down"};
+  if (!accepting) return Error{"the engine is shutting down", ErrorCode::kUnavailable};
   if (live_ids.contains(state->request.request_id)) {
-    return Error{"request id '" + state->request.request_id + "' is already in use"};
+    return Error{"request id '" + state->request.request_id + "' is already in use", ErrorCode::kInvalidArgument};
   }
   if (num_queued_requests >= config.max_num_queued_requests) {
-    return Error{"queue full: " + std::to_string(num_queued_requests) + " requests waiting (max_num_queued_requests)"};
+    return Error{"queue full: " + std::to_string(num_queued_requests) + " requests waiting (max_num_queued_requests)",
+                 ErrorCode::kResourceExhausted};
   }
   if (config.max_num_queued_tokens > 0 && num_queued_tokens + num_prompt_tokens > config.max_num_queued_tokens) {
     return Error{"queue full: " + std::to_string(num_queued_tokens) + " prompt tokens waiting (max_num_queued_tokens " +
-                 std::to_string(config.max_num_queued_tokens) + ")"};
+                     std::to_string(config.max_num_queued_tokens) + ")",
+                 ErrorCode::kResourceExhausted};
   }
   state->seq_id = next_seq_id++;
   state->timeline.arrival_ms = now_ms();
@@ -278,5 +263,6 @@ void Engine::check_invariants() const {
 
 const EngineConfig& Engine::config() const { return impl_->config; }
 const BackendInfo& Engine::backend_info() const { return impl_->info; }
+const EngineRequestLimits& Engine::request_limits() const { return impl_->limits; }
 
 }  // namespace sluice

@@ -6,8 +6,8 @@
 // read a snapshot, so any thread may call them.
 //
 // Two ways to run it:
-//   - start(): a background thread loops admit -> schedule -> execute ->
-//     postprocess -> stream until stop(). Wall clock. With
+//   - start(): a background thread loops schedule -> admit -> submit ->
+//     collect -> stream (EngineCore::step) until stop(). Wall clock. With
 //     EngineConfig::async_scheduling the backend runs each step on a worker
 //     thread of its own while this one plans the next (step_pipeline.h).
 //   - step(): the caller runs one step at a time on its own thread (do not
@@ -41,6 +41,7 @@ namespace sluice {
 class Backend;
 
 class TokenConstraint;  // engine/token_constraint.h
+struct EngineRequestLimits;  // engine/request_validation.h
 
 enum class ClockMode {
   kWall,     // steady_clock; real backends
@@ -102,7 +103,9 @@ struct EngineRequest {
   std::string request_id;  // unique among live requests; abort() uses it
   std::vector<TokenId> prompt_token_ids;
   SamplingParams sampling;  // num_top_logprobs > 0 returns top logprobs per token
-  std::int32_t max_tokens = 16;  // generated tokens; finish reason kLength when reached
+  // Generated tokens at most; finish reason kLength when reached. nullopt: the
+  // rest of the context (max_model_len - prompt), as vLLM does.
+  std::optional<std::int32_t> max_tokens;
   std::int32_t min_tokens = 0;   // stop/EOS ids are ignored before this many tokens
   std::vector<TokenId> stop_token_ids;  // finish reason kStop; the stop token is included in the output
   std::vector<TokenId> eos_token_ids;   // from the model's generation_config
@@ -258,9 +261,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Rejects, with a message for the client: empty or duplicate request id,
-  // empty prompt, prompt + max_tokens over max_model_len, token id outside the
-  // vocabulary, queue full. Thread-safe.
+  // Rejects, with a message for the client and a code for the server:
+  // whatever check_request (request_validation.h) rejects (kInvalidArgument,
+  // kOutOfRange), a request id already in use (kInvalidArgument), a full queue
+  // (kResourceExhausted), an engine that is stopping (kUnavailable). Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
   // Finishes the request with kAbort and frees its blocks at the next step.
   // Unknown or finished ids are ignored. Thread-safe.
@@ -288,6 +292,8 @@ class Engine {
 
   const EngineConfig& config() const;
   const BackendInfo& backend_info() const;
+  // What submit accepts: check_request against these gives its answer.
+  const EngineRequestLimits& request_limits() const;
 
   // Aborts with the location if any internal invariant is broken (block
   // references vs block tables, queue states, length relations). For tests.

@@ -100,28 +100,29 @@ class EngineCore::StepClock {
 StepReport EngineCore::step(double now_ms) {
   const StepClock clock(now_ms, config_.clock);
   StepReport report{.start_ms = now_ms, .end_ms = now_ms};
-  StepPlan plan = make_plan(now_ms);
+  StepPlan plan = schedule(now_ms);
   // Preemption frees a request's blocks and restarts it, which must not
   // happen to one a step in flight is still computing: settle first.
   if (!plan.preempted.empty() && !in_flight_.empty()) {
     ++num_pipeline_waits_;
-    while (!in_flight_.empty()) report = collect(clock);
-    plan = make_plan(now_ms);
+    while (!in_flight_.empty()) report = stream(collect(clock));
+    plan = schedule(now_ms);
   }
-  for (SequenceId id : plan.preempted) preempt(id, now_ms);
-  InFlightStep next{.predicted_step_ms = plan.predicted_step_ms,
-                    .num_preempted = static_cast<std::int32_t>(plan.preempted.size())};
-  Batch batch = commit_plan(plan, now_ms, next);
-  const bool submitted = !batch.sequences.empty();
+  for (SequenceId id : plan.preempted) preempt(id);
+  NextStep next{.record = {.predicted_step_ms = plan.predicted_step_ms,
+                           .num_preempted = static_cast<std::int32_t>(plan.preempted.size())}};
+  continue_running(plan, next);
+  admit(plan, now_ms, next);
+  const bool submitted = !next.batch.sequences.empty();
   if (submitted) {
-    next.submit_ms = clock.now_ms();
-    submit(std::move(batch), std::move(next));
+    next.record.submit_ms = clock.now_ms();
+    submit(std::move(next));
     report.idle = false;
   }
   // Async scheduling keeps the step just submitted in flight; a call that
   // submits nothing collects what is left.
   const std::size_t keep_in_flight = config_.async_scheduling && submitted ? 1 : 0;
-  while (in_flight_.size() > keep_in_flight) report = collect(clock);
+  while (in_flight_.size() > keep_in_flight) report = stream(collect(clock));
   return report;
 }
 
@@ -134,11 +135,14 @@ void EngineCore::learn_step_cost(const InFlightStep& step, double measured_ms) {
   online_cost_model_->observe(shape, measured_ms);
 }
 
-StepPlan EngineCore::make_plan(double now_ms) {
+StepPlan EngineCore::schedule(double now_ms) {
   return plan_step(build_sched_state(now_ms), sched_config_, *cost_model_);
 }
 
-void EngineCore::submit(Batch batch, InFlightStep step) {
+void EngineCore::submit(NextStep next) {
+  Batch& batch = next.batch;
+  // The block tables as every commit of this step left them.
+  for (SequenceStep& s : batch.sequences) s.block_table = kv_.block_table(s.seq_id);
   std::vector<LateMask> late_masks;
   for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
     RequestState& r = *requests_.at(batch.sequences[i].seq_id);
@@ -158,7 +162,7 @@ void EngineCore::submit(Batch batch, InFlightStep step) {
     }
     pipeline_.submit(SubmittedBatch::detached(batch, std::move(logs), std::move(late_masks)));
   }
-  in_flight_.push_back(std::move(step));
+  in_flight_.push_back(std::move(next.record));
   ++step_index_;
 }
 
@@ -177,7 +181,6 @@ SchedState EngineCore::build_sched_state(double now_ms) {
         .num_tokens = r.num_scheduled_tokens(),
         .num_computed_tokens = r.num_computed_tokens,
         .num_allocated_blocks = static_cast<std::int32_t>(kv_.block_table(id).size()),
-        .max_num_tokens = r.max_num_tokens,
         .arrival_ms = r.timeline.arrival_ms,
     });
   }
@@ -190,7 +193,6 @@ SchedState EngineCore::build_sched_state(double now_ms) {
         .num_tokens = r.num_tokens(),
         .num_cached_tokens = probe.num_hit_blocks * kv_.block_size_tokens(),
         .num_hit_free_blocks = probe.num_hit_free_blocks,
-        .max_num_tokens = r.max_num_tokens,
         .arrival_ms = r.timeline.arrival_ms,
     });
   }
@@ -210,7 +212,7 @@ SchedState EngineCore::build_sched_state(double now_ms) {
 // changed). After evictions a probe must be redone from the start; those
 // re-probes share a per-step budget of block lookups, rotating through the
 // queue, and a probe not yet redone stays as it was (the planner's estimate
-// may be stale; commit_plan matches exactly).
+// may be stale; admit() matches exactly).
 void EngineCore::refresh_prefix_probes() {
   constexpr std::int64_t kReprobeBudgetBlocks = 16384;
   const std::int64_t evictions = kv_.num_evicted_blocks();
@@ -231,8 +233,7 @@ void EngineCore::refresh_prefix_probes() {
   }
 }
 
-void EngineCore::preempt(SequenceId seq_id, double now_ms) {
-  (void)now_ms;
+void EngineCore::preempt(SequenceId seq_id) {
   RequestState& r = *requests_.at(seq_id);
   SLUICE_CHECK(r.phase == RequestPhase::kRunning);
   SLUICE_CHECK(in_flight_.empty());
@@ -250,54 +251,58 @@ void EngineCore::preempt(SequenceId seq_id, double now_ms) {
   waiting_.insert(pos, seq_id);
 }
 
-Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms, InFlightStep& step) {
-  Batch batch;
-  batch.sequences.reserve(plan.decodes.size() + plan.prefills.size());
-  step.entries.reserve(batch.sequences.capacity());
-  std::vector<SequenceId> admitted;
-  auto add_step = [&](RequestState& r, std::int32_t num_new_tokens) {
-    const std::int32_t end = r.num_computed_tokens + num_new_tokens;
-    const bool sample = end == r.num_scheduled_tokens();
-    // Zeroed here, filled late (StepPipeline: once the forward is launched).
-    if (sample && r.request.constraint) r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
-    batch.sequences.push_back(SequenceStep{
-        .seq_id = r.seq_id,
-        .tokens = r.tokens,
-        .num_prompt_tokens = r.num_prompt_tokens,
-        .num_computed_tokens = r.num_computed_tokens,
-        .num_new_tokens = num_new_tokens,
-        .block_table = {},  // filled below: later commits may grow any table
-        .sample = sample,
-        .sampling = r.request.sampling,
-        .allowed_tokens = sample && r.request.constraint ? std::span<const std::uint64_t>(r.allowed_tokens)
-                                                         : std::span<const std::uint64_t>(),
-    });
-    // A decode runs the last sampled token; anything else is (part of) a prefill.
-    const bool is_decode = num_new_tokens == 1 && sample && r.num_scheduled_tokens() > r.num_prompt_tokens;
-    step.entries.push_back({.seq_id = r.seq_id,
-                            .num_computed_tokens = r.num_computed_tokens,
-                            .num_new_tokens = num_new_tokens,
-                            .sample = sample,
-                            .is_decode = is_decode});
-    r.num_computed_tokens = end;
-    r.num_inflight_tokens += num_new_tokens;
-    if (sample) ++r.num_pending_tokens;
-  };
+void EngineCore::add_to_step(RequestState& r, std::int32_t num_new_tokens, NextStep& next) {
+  const std::int32_t end = r.num_computed_tokens + num_new_tokens;
+  const bool sample = end == r.num_scheduled_tokens();
+  // Zeroed here, filled late (StepPipeline: once the forward is launched).
+  if (sample && r.request.constraint) r.allowed_tokens.assign(num_token_mask_words(backend_->info().vocab_size), 0);
+  next.batch.sequences.push_back(SequenceStep{
+      .seq_id = r.seq_id,
+      .tokens = r.tokens,
+      .num_prompt_tokens = r.num_prompt_tokens,
+      .num_computed_tokens = r.num_computed_tokens,
+      .num_new_tokens = num_new_tokens,
+      .block_table = {},  // filled at submit: later commits may grow any table
+      .sample = sample,
+      .sampling = r.request.sampling,
+      .allowed_tokens = sample && r.request.constraint ? std::span<const std::uint64_t>(r.allowed_tokens)
+                                                       : std::span<const std::uint64_t>(),
+  });
+  // A decode runs the last sampled token; anything else is (part of) a prefill.
+  const bool is_decode = num_new_tokens == 1 && sample && r.num_scheduled_tokens() > r.num_prompt_tokens;
+  next.record.entries.push_back({.seq_id = r.seq_id,
+                                 .num_computed_tokens = r.num_computed_tokens,
+                                 .num_new_tokens = num_new_tokens,
+                                 .sample = sample,
+                                 .is_decode = is_decode});
+  r.num_computed_tokens = end;
+  r.num_inflight_tokens += num_new_tokens;
+  if (sample) ++r.num_pending_tokens;
+}
+
+void EngineCore::continue_running(const StepPlan& plan, NextStep& next) {
+  next.batch.sequences.reserve(plan.decodes.size() + plan.prefills.size());
+  next.record.entries.reserve(plan.decodes.size() + plan.prefills.size());
   for (const ScheduledChunk& c : plan.decodes) {
     RequestState& r = *requests_.at(c.seq_id);
     if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = r.num_scheduled_tokens()}).ok()) continue;
-    add_step(r, c.num_new_tokens);
+    add_to_step(r, c.num_new_tokens, next);
   }
   for (const ScheduledChunk& c : plan.prefills) {
+    if (c.admits) continue;
     RequestState& r = *requests_.at(c.seq_id);
-    if (r.phase == RequestPhase::kRunning) {
-      const std::int32_t end = std::min(r.num_scheduled_tokens(), r.num_computed_tokens + c.num_new_tokens);
-      if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = end}).ok()) continue;
-      add_step(r, end - r.num_computed_tokens);
-      continue;
-    }
-    // Admission: start from the prefix cache as it is now (earlier commits this
-    // step may have evicted part of what the planner saw).
+    const std::int32_t end = std::min(r.num_scheduled_tokens(), r.num_computed_tokens + c.num_new_tokens);
+    if (!kv_.commit({.seq_id = c.seq_id, .num_tokens = end}).ok()) continue;
+    add_to_step(r, end - r.num_computed_tokens, next);
+  }
+}
+
+void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
+  std::vector<SequenceId> admitted;
+  for (const ScheduledChunk& c : plan.prefills) {
+    if (!c.admits) continue;
+    RequestState& r = *requests_.at(c.seq_id);
+    SLUICE_CHECK(r.phase == RequestPhase::kWaiting);
     PrefixMatch match = kv_.match_prefix(r.block_hashes, r.num_tokens() - 1);
     const std::int32_t start = match.num_cached_tokens;
     const std::int32_t end = std::min(r.num_tokens(), start + c.num_new_tokens);
@@ -317,37 +322,36 @@ Batch EngineCore::commit_plan(const StepPlan& plan, double now_ms, InFlightStep&
       dequeued_.num_prompt_tokens += r.num_prompt_tokens;
     }
     admitted.push_back(c.seq_id);
-    add_step(r, end - start);
+    add_to_step(r, end - start, next);
   }
-  if (!admitted.empty()) {
-    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                  [&](SequenceId id) {
-                                    return std::find(admitted.begin(), admitted.end(), id) != admitted.end();
-                                  }),
-                   waiting_.end());
-    running_.insert(running_.end(), admitted.begin(), admitted.end());
-  }
-  for (SequenceStep& s : batch.sequences) s.block_table = kv_.block_table(s.seq_id);
+  if (admitted.empty()) return;
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                [&](SequenceId id) {
+                                  return std::find(admitted.begin(), admitted.end(), id) != admitted.end();
+                                }),
+                 waiting_.end());
+  running_.insert(running_.end(), admitted.begin(), admitted.end());
   // Here, not only between steps: a request finishing in flight still holds its seat.
   SLUICE_CHECK_LE(static_cast<std::int32_t>(running_.size()), config_.max_num_seqs);
-  return batch;
 }
 
-StepReport EngineCore::collect(const StepClock& clock) {
-  const InFlightStep step = std::move(in_flight_.front());
+EngineCore::CollectedStep EngineCore::collect(const StepClock& clock) {
+  CollectedStep collected{.record = std::move(in_flight_.front()), .executed = pipeline_.collect()};
   in_flight_.pop_front();
-  const ExecutedStep executed = pipeline_.collect();
+  const InFlightStep& step = collected.record;
+  const ExecutedStep& executed = collected.executed;
   SLUICE_CHECK_EQ(executed.outputs.size(), step.entries.size());
   const double begin_ms = std::max(step.submit_ms, last_step_end_ms_);
   const double end_ms = clock.end_ms(begin_ms, executed.step_time_ms);
   last_step_end_ms_ = end_ms;
 
-  StepReport report{.start_ms = begin_ms,
-                    .end_ms = end_ms,
-                    .step_ms = end_ms - begin_ms,
-                    .predicted_step_ms = step.predicted_step_ms,
-                    .num_preempted = step.num_preempted,
-                    .idle = false};
+  StepReport& report = collected.report;
+  report = {.start_ms = begin_ms,
+            .end_ms = end_ms,
+            .step_ms = end_ms - begin_ms,
+            .predicted_step_ms = step.predicted_step_ms,
+            .num_preempted = step.num_preempted,
+            .idle = false};
   learn_step_cost(step, executed.step_time_ms);
   for (std::size_t i = 0; i < step.entries.size(); ++i) {
     const InFlightStep::Entry& e = step.entries[i];
@@ -378,9 +382,24 @@ StepReport EngineCore::collect(const StepClock& clock) {
                                            .num_tokens = e.num_new_tokens});
     }
     kv_.cache_computed_blocks(r.seq_id, r.block_hashes, r.num_confirmed_computed_tokens());
-    if (!e.sample) continue;
+  }
 
-    const SequenceOutput& out = executed.outputs[i];
+  ++num_steps_;
+  last_step_ms_ = report.step_ms;
+  max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
+  total_step_ms_ += last_step_ms_;
+  return collected;
+}
+
+StepReport EngineCore::stream(const CollectedStep& step) {
+  const double end_ms = step.report.end_ms;
+  for (std::size_t i = 0; i < step.record.entries.size(); ++i) {
+    const InFlightStep::Entry& e = step.record.entries[i];
+    if (!e.sample) continue;
+    RequestState* found = find(e.seq_id);
+    if (found == nullptr) continue;  // ended in flight, or failed in this step
+    RequestState& r = *found;
+    const SequenceOutput& out = step.executed.outputs[i];
     if (!out.token.has_value()) {
       finish(r, {.reason = FinishReason::kError, .message = "backend returned no token for a sampled sequence"},
              end_ms);
@@ -403,12 +422,7 @@ StepReport EngineCore::collect(const StepClock& clock) {
                                  .num_cached_tokens = r.num_cached_tokens,
                                  .num_generated_tokens = r.num_generated_tokens()});
   }
-
-  ++num_steps_;
-  last_step_ms_ = report.step_ms;
-  max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
-  total_step_ms_ += last_step_ms_;
-  return report;
+  return step.report;
 }
 
 void EngineCore::finish(RequestState& r, Ending ending, double now_ms) {

@@ -31,11 +31,12 @@ class EngineCore {
   void abort_request(const std::string& request_id, const std::string& why, double now_ms);
   void abort_all(const std::string& why, double now_ms);
 
-  // schedule -> submit -> collect -> stream. `now_ms` is the call's start on
-  // the engine clock. Inline, the step submitted is collected in the same
-  // call; with async scheduling it is collected by the next call, after the
-  // next step has been planned and submitted behind it. The report describes
-  // the step collected last in this call.
+  // schedule -> preempt -> continue the running -> admit -> submit -> collect
+  // -> stream. `now_ms` is the call's start on the engine clock. Inline, the
+  // step submitted is collected in the same call; with async scheduling it is
+  // collected by the next call, after the next step has been planned and
+  // submitted behind it. The report describes the step collected last in this
+  // call.
   StepReport step(double now_ms);
 
   bool has_work() const { return !running_.empty() || !waiting_.empty() || !in_flight_.empty(); }
@@ -59,7 +60,6 @@ class EngineCore {
  private:
   SchedState build_sched_state(double now_ms);
   void refresh_prefix_probes();
-  void preempt(SequenceId seq_id, double now_ms);
   // What the engine remembers of a submitted step until it is collected.
   struct InFlightStep {
     struct Entry {
@@ -74,18 +74,41 @@ class EngineCore {
     double predicted_step_ms = 0.0;
     std::int32_t num_preempted = 0;
   };
+  // The step being built: the batch for the backend and its in-flight record.
+  struct NextStep {
+    Batch batch;
+    InFlightStep record;
+  };
+  // A step collected from the pipeline, its tokens not yet streamed.
+  struct CollectedStep {
+    InFlightStep record;
+    ExecutedStep executed;
+    StepReport report;
+  };
   class StepClock;
 
-  StepPlan make_plan(double now_ms);
-  // Applies the plan to the KV cache and the requests' lengths and builds the
-  // batch; a sequence whose blocks cannot be had after all sits this step out.
-  Batch commit_plan(const StepPlan& plan, double now_ms, InFlightStep& step);
-  void submit(Batch batch, InFlightStep step);
-  // Waits for the oldest step in flight, then appends its tokens, checks
-  // stops and streams.
-  StepReport collect(const StepClock& clock);
+  // The phases of a step, in order.
+  StepPlan schedule(double now_ms);
+  // A running request gives its blocks back and waits again (recompute).
+  void preempt(SequenceId seq_id);
+  // Running requests take the blocks of their chunk, decodes first, and join
+  // the step; one whose blocks cannot be had after all sits this step out.
+  void continue_running(const StepPlan& plan, NextStep& next);
+  // Waiting requests the plan starts take a seat, their prefix hit (matched
+  // again: the cache may have changed since the plan) and their first chunk's
+  // blocks; one whose blocks cannot be had stays waiting.
+  void admit(const StepPlan& plan, double now_ms, NextStep& next);
+  void submit(NextStep next);
+  // Waits for the oldest step in flight; confirms what it computed (lengths,
+  // prefill timelines, the prefix cache) and fails the sequences that failed.
+  CollectedStep collect(const StepClock& clock);
+  // Appends the step's sampled tokens, checks stops and pushes to the streams.
+  StepReport stream(const CollectedStep& step);
   // Feeds the step's shape and the backend's measured time to the online cost model.
   void learn_step_cost(const InFlightStep& step, double measured_ms);
+
+  // Adds the request's next num_new_tokens to the step and advances its lengths.
+  void add_to_step(RequestState& r, std::int32_t num_new_tokens, NextStep& next);
   // How a request ends. `last_tokens` travel in the final event: the token
   // that stops a request reaches its reader together with the stop, so no
   // reader streams a stop token's text before it knows the token stopped it.

@@ -37,7 +37,7 @@ struct RequestState {
   std::int32_t num_inflight_tokens = 0;  // of num_computed_tokens, those whose step is not collected yet
   std::int32_t num_pending_tokens = 0;   // tokens steps in flight will sample (not in `tokens` yet)
   std::int32_t num_cached_tokens = 0;    // prompt tokens the first admission found cached
-  std::int32_t max_num_tokens = 0;       // prompt + max_tokens, capped by max_model_len
+  std::int32_t max_num_tokens = 0;       // prompt + max_tokens (check_request: <= max_model_len)
   RequestPhase phase = RequestPhase::kWaiting;
   bool ever_admitted = false;
   // While waiting: the last prefix probe, and the KV eviction count it saw

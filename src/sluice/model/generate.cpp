@@ -5,12 +5,15 @@
 
 #include <fmt/format.h>
 
+#include "sluice/common/token_ids.h"
+
 namespace sluice {
 
 Result<GenerateResult> generate_sequence(Backend& backend, const std::vector<TokenId>& prompt,
                                          const GenerateOptions& options) {
   const BackendInfo& info = backend.info();
   if (prompt.empty()) return Error{"the prompt is empty"};
+  SLUICE_TRY(check_token_ids(prompt, info.vocab_size));
   const std::int64_t total = static_cast<std::int64_t>(prompt.size()) + options.max_new_tokens;
   if (total > info.max_model_len_tokens)
     return Error{fmt::format("prompt of {} tokens plus {} new tokens exceeds the maximum model length of {}",

@@ -22,7 +22,7 @@ class ModelRunner final : public Backend {
 
   Result<StepOutput> execute(const Batch& batch) override {
     const auto start = std::chrono::steady_clock::now();
-    SLUICE_TRY(validate(batch));
+    check_batch(batch);
     const StepLayout layout = StepLayout::from_batch(batch);
     ops_->begin_step(layout);
     const Tensor logits = model_.forward(*ops_, layout);
@@ -61,28 +61,27 @@ class ModelRunner final : public Backend {
   }
 
  private:
-  // The engine builds batches; a malformed one is a bug there, but it must fail
-  // the step, not corrupt the KV cache of other sequences.
-  Status validate(const Batch& batch) const {
+  // Batches come from the engine, which validated every request
+  // (engine/request_validation.h), or from generate_sequence, which checks its
+  // prompt: a malformed one is a bug there, and would write other sequences' KV.
+  void check_batch(const Batch& batch) const {
+    const std::int32_t block_size = info_.block_size_tokens;
     for (const SequenceStep& seq : batch.sequences) {
       const std::int64_t end = seq.end_position();
-      const std::int64_t blocks_needed = (end + info_.block_size_tokens - 1) / info_.block_size_tokens;
-      if (seq.num_new_tokens <= 0 || seq.num_computed_tokens < 0 ||
-          end > static_cast<std::int64_t>(seq.tokens.size()) ||
-          static_cast<std::int64_t>(seq.block_table.size()) < blocks_needed || end > info_.max_model_len_tokens)
-        return Error{fmt::format("sequence {}: inconsistent step (computed {}, new {}, tokens {}, blocks {})",
-                                 seq.seq_id, seq.num_computed_tokens, seq.num_new_tokens, seq.tokens.size(),
-                                 seq.block_table.size())};
+      SLUICE_CHECK_LT(0, seq.num_new_tokens);
+      SLUICE_CHECK_LE(0, seq.num_computed_tokens);
+      SLUICE_CHECK_LE(end, static_cast<std::int64_t>(seq.tokens.size()));
+      SLUICE_CHECK_LE(end, static_cast<std::int64_t>(info_.max_model_len_tokens));
+      SLUICE_CHECK_LE((end + block_size - 1) / block_size, static_cast<std::int64_t>(seq.block_table.size()));
       for (BlockId block : seq.block_table)
-        if (block < 0 || block >= info_.num_kv_blocks)
-          return Error{fmt::format("sequence {}: block {} outside the pool of {}", seq.seq_id, block,
-                                   info_.num_kv_blocks)};
+        SLUICE_CHECK_MSG(block >= 0 && block < info_.num_kv_blocks,
+                         fmt::format("sequence {}: block {} outside the pool of {}", seq.seq_id, block,
+                                     info_.num_kv_blocks));
       for (std::int64_t p = seq.num_computed_tokens; p < end; ++p)
-        if (seq.tokens[p] < 0 || seq.tokens[p] >= info_.vocab_size)
-          return Error{fmt::format("sequence {}: token id {} outside the vocabulary of {}", seq.seq_id,
-                                   seq.tokens[p], info_.vocab_size)};
+        SLUICE_CHECK_MSG(seq.tokens[p] >= 0 && seq.tokens[p] < info_.vocab_size,
+                         fmt::format("sequence {}: token id {} outside the vocabulary of {}", seq.seq_id,
+                                     seq.tokens[p], info_.vocab_size));
     }
-    return Ok{};
   }
 
   std::unique_ptr<Ops> ops_;

@@ -238,13 +238,12 @@ void PlanBuilder::schedule_prefills() {
     num_available_blocks_ -= chunk_blocks + (c.is_waiting ? r.num_hit_free_blocks : 0);
     if (c.is_waiting) {
       outstanding_prefill_blocks_ += prompt_blocks_left - chunk_blocks;
-      plan_.admitted.push_back(r.seq_id);
       ++num_running_;
     } else {
       outstanding_prefill_blocks_ -= std::min(chunk_blocks, prompt_blocks_left);
     }
     token_budget_ -= chunk;
-    plan_.prefills.push_back({.seq_id = r.seq_id, .num_new_tokens = chunk});
+    plan_.prefills.push_back({.seq_id = r.seq_id, .num_new_tokens = chunk, .admits = c.is_waiting});
     shape_.sequences.push_back({.num_new_tokens = chunk, .num_computed_tokens = start});
   }
 }

@@ -26,9 +26,6 @@ struct SchedRequest {
   // the hit blocks are currently free (admission takes them off the free count).
   std::int32_t num_cached_tokens = 0;
   std::int32_t num_hit_free_blocks = 0;
-  // Final length the request may reach (prompt + max_tokens): admission
-  // reserves room for the prompt, decodes grow into the reserve.
-  std::int32_t max_num_tokens = 0;
   double arrival_ms = 0.0;
 
   std::int32_t num_remaining_tokens() const { return num_tokens - num_computed_tokens; }
@@ -76,12 +73,14 @@ struct SchedConfig {
 struct ScheduledChunk {
   SequenceId seq_id = 0;
   std::int32_t num_new_tokens = 0;
+  // Prefills only: the chunk admits a waiting request (its first chunk, from
+  // its prefix-cache hit); otherwise it continues a running one.
+  bool admits = false;
 };
 
 struct StepPlan {
   std::vector<ScheduledChunk> decodes;   // one token each
-  std::vector<ScheduledChunk> prefills;  // running prefills and newly admitted requests
-  std::vector<SequenceId> admitted;      // waiting requests that start this step (each also in prefills)
+  std::vector<ScheduledChunk> prefills;  // running prefills and admissions (`admits`), in the policy's order
   std::vector<SequenceId> preempted;     // running requests that give their blocks back (recompute later)
   double predicted_step_ms = 0.0;
 

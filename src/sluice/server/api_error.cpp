@@ -40,8 +40,30 @@ ApiError overloaded(std::string message, int retry_after_s) {
                   .retry_after_s = retry_after_s};
 }
 
+ApiError unavailable(std::string message, int retry_after_s) {
+  return ApiError{.http_status = 503,
+                  .message = std::move(message),
+                  .type = "unavailable_error",
+                  .retry_after_s = retry_after_s};
+}
+
 ApiError internal_error(std::string message) {
   return ApiError{.http_status = 500, .message = std::move(message), .type = "server_error", .code = "internal_error"};
+}
+
+ApiError from_error(const Error& error, int retry_after_s) {
+  switch (error.code) {
+    case ErrorCode::kInvalidArgument: return bad_request(error.message);
+    case ErrorCode::kOutOfRange: {
+      ApiError api_error = bad_request(error.message);
+      api_error.code = "context_length_exceeded";  // the code agentic clients compact their context on
+      return api_error;
+    }
+    case ErrorCode::kResourceExhausted: return overloaded(error.message, retry_after_s);
+    case ErrorCode::kUnavailable: return unavailable(error.message, retry_after_s);
+    case ErrorCode::kUnknown: break;
+  }
+  return internal_error(error.message);
 }
 
 }  // namespace sluice::server

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sluice/common/result.h"
+
 namespace sluice::server {
 
 struct ApiError {
@@ -28,6 +30,14 @@ ApiError bad_request(std::string message, std::string param = {});
 ApiError model_not_found(const std::string& model);
 ApiError unauthorized();
 ApiError overloaded(std::string message, int retry_after_s);
+ApiError unavailable(std::string message, int retry_after_s);  // loading, draining, stopping
 ApiError internal_error(std::string message);
+
+// An error from below the server (the engine's request checks and submit) as
+// the client sees it, by its code: kInvalidArgument 400; kOutOfRange 400
+// context_length_exceeded; kResourceExhausted 503 server_overloaded and
+// kUnavailable 503 unavailable_error, both with Retry-After (a gateway tries
+// another replica); an unclassified error 500.
+ApiError from_error(const Error& error, int retry_after_s);
 
 }  // namespace sluice::server

@@ -25,7 +25,6 @@ struct ModelContext {
   std::optional<api::ChatTemplate> chat_template;  // none: chat completions are refused
   std::vector<TokenId> eos_token_ids;
   OutputFormat output_format;
-  std::int32_t max_model_len_tokens = 0;
   // The vocabulary indexed for JSON mode (built at load); null: JSON mode is refused.
   std::shared_ptr<const structured::JsonVocabulary> json_vocabulary;
   std::unique_ptr<Engine> engine;

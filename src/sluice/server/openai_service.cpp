@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "sluice/engine/request_validation.h"
 #include "sluice/server/auth.h"
 #include "sluice/server/generation_job.h"
 #include "sluice/server/request_json.h"
@@ -32,37 +33,21 @@ std::int64_t unix_seconds() {
       .count();
 }
 
-// The wording agentic clients parse (vLLM's sentences, both numbers), plus the
-// numbers as fields, as llama.cpp adds them.
-std::optional<ApiError> check_context(std::int64_t num_prompt_tokens, std::optional<std::int32_t> max_tokens,
-                                      std::int32_t max_model_len, const char* prompt_param) {
-  ApiError error{.http_status = 400, .code = "context_length_exceeded"};
-  error.extra = {{"n_prompt_tokens", num_prompt_tokens}, {"n_ctx", max_model_len}};
-  if (num_prompt_tokens >= max_model_len) {
-    error.message = fmt::format(
-        "This model's maximum context length is {} tokens. However, your request has {} input tokens. "
-        "Please reduce the length of the input messages.",
-        max_model_len, num_prompt_tokens);
-    error.param = prompt_param;
-    return error;
+// A request the engine would refuse, as the client sees it: the status its
+// code stands for, the field at fault, and for a context overflow both counts
+// as fields of their own (as llama.cpp adds them).
+ApiError rejection_error(const RequestRejection& rejection, const std::string& prompt_param,
+                         std::size_t num_prompt_tokens, const EngineRequestLimits& limits, int retry_after_s) {
+  ApiError error = from_error(rejection.error, retry_after_s);
+  switch (rejection.field) {
+    case RequestField::kRequestId: break;
+    case RequestField::kPrompt: error.param = prompt_param; break;
+    case RequestField::kMaxTokens: error.param = "max_tokens"; break;
+    case RequestField::kMinTokens: error.param = "min_tokens"; break;
   }
-  if (max_tokens && num_prompt_tokens + *max_tokens > max_model_len) {
-    error.message = fmt::format(
-        "'max_tokens' or 'max_completion_tokens' is too large: {}. This model's maximum context length is {} tokens "
-        "and your request has {} input tokens ({} > {} - {}).",
-        *max_tokens, max_model_len, num_prompt_tokens, *max_tokens, max_model_len, num_prompt_tokens);
-    error.param = "max_tokens";
-    return error;
-  }
-  return std::nullopt;
-}
-
-// An engine refusal: a full queue or a shutdown is "try another replica",
-// anything else is the request's fault.
-ApiError from_submit_error(const std::string& message, int retry_after_s) {
-  if (message.starts_with("queue full") || message.starts_with("engine is shutting down"))
-    return overloaded("server overloaded: " + message, retry_after_s);
-  return bad_request(message);
+  if (rejection.error.code == ErrorCode::kOutOfRange)
+    error.extra = {{"n_prompt_tokens", num_prompt_tokens}, {"n_ctx", limits.max_model_len_tokens}};
+  return error;
 }
 
 Json parse_body(const HttpRequest& request, std::optional<ApiError>& error) {
@@ -127,10 +112,7 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
 
   if (path == "/health" || path == "/v1/health") {
     if (!model || draining_) {
-      reply_error(exchange, ApiError{.http_status = 503,
-                                     .message = draining_ ? "draining" : "loading model",
-                                     .type = "unavailable_error",
-                                     .retry_after_s = options_.retry_after_s});
+      reply_error(exchange, unavailable(draining_ ? "draining" : "loading model", options_.retry_after_s));
     } else {
       exchange->respond(200, R"({"status":"ok"})", "application/json");
     }
@@ -164,10 +146,7 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
     return;
   }
   if (!model) {
-    reply_error(exchange, ApiError{.http_status = 503,
-                                   .message = "the model is still loading",
-                                   .type = "unavailable_error",
-                                   .retry_after_s = options_.retry_after_s});
+    reply_error(exchange, unavailable("the model is still loading", options_.retry_after_s));
     return;
   }
   if (path == "/metrics") {
@@ -187,7 +166,7 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
                       {"owned_by", "sluice"},
                       {"root", model->served_model_names.front()},
                       {"parent", nullptr},
-                      {"max_model_len", model->max_model_len_tokens}});
+                      {"max_model_len", model->engine->request_limits().max_model_len_tokens}});
     exchange->respond(200, json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
     return;
   }
@@ -200,7 +179,7 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
     return;
   }
   if (draining_) {
-    reply_error(exchange, overloaded("the server is shutting down", options_.retry_after_s));
+    reply_error(exchange, unavailable("the server is shutting down", options_.retry_after_s));
     return;
   }
   // Bounded admission, decided before any tokenization work.
@@ -223,8 +202,9 @@ struct OpenAiService::Submission {
   std::string prompt_param;
 };
 
-// Shared tail of chat and completions: context checks, submit n choices per
-// prompt, start the job. Nothing has been written yet when this returns an error.
+// Shared tail of chat and completions: check every choice of every prompt the
+// way the engine will (check_request), then submit them and start the job.
+// Nothing has been written or submitted when this returns a request's error.
 static std::optional<ApiError> submit_job(const GenerationOptions& options, const OpenAiService::Submission& submission,
                                           JobSpec spec, const std::shared_ptr<HttpExchange>& exchange,
                                           const std::shared_ptr<const ModelContext>& model, ServerMetrics& metrics,
@@ -234,33 +214,26 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
     return bad_request(fmt::format("response_format '{}' is not available for this model",
                                    options.json_mode ? "json_object" : "json_schema"),
                        "response_format");
-  const std::int32_t max_len = model->max_model_len_tokens;
-  for (const auto& prompt : submission.prompts) {
-    if (auto error = check_context(static_cast<std::int64_t>(prompt.size()), options.max_tokens, max_len,
-                                   submission.prompt_param.c_str()))
-      return error;
-    spec.num_prompt_tokens.push_back(static_cast<std::int32_t>(prompt.size()));
-  }
-  auto job = std::make_shared<GenerationJob>(spec, model, exchange, metrics, num_active_jobs);
-  std::vector<std::string> submitted;
-  auto abort_submitted = [&] {
-    for (const std::string& id : submitted) model->engine->abort(id);
-  };
+  const EngineRequestLimits& limits = model->engine->request_limits();
   std::uint64_t base_seed = options.has_seed ? options.sampling.seed : std::random_device{}() * 0x9E3779B97F4A7C15ull;
-  for (std::size_t p = 0; p < submission.prompts.size(); ++p) {
+  std::vector<EngineRequest> requests;  // options.n choices of each prompt in turn
+  for (const std::vector<TokenId>& prompt : submission.prompts) {
+    spec.num_prompt_tokens.push_back(static_cast<std::int32_t>(prompt.size()));
     for (std::int32_t i = 0; i < options.n; ++i) {
       EngineRequest request;
-      const auto choice_index = static_cast<std::int32_t>(submitted.size());
+      const auto choice_index = static_cast<std::int32_t>(requests.size());
       request.request_id = fmt::format("{}-{}", spec.header.id, choice_index);
-      request.prompt_token_ids = submission.prompts[p];
+      request.prompt_token_ids = prompt;
       request.sampling = options.sampling;
       // Choice i of a seeded request uses seed + i: reproducible, and the n choices differ.
       request.sampling.seed = base_seed + static_cast<std::uint64_t>(choice_index);
-      request.max_tokens = options.max_tokens.value_or(max_len - static_cast<std::int32_t>(request.prompt_token_ids.size()));
-      request.min_tokens = std::min(options.min_tokens, request.max_tokens);
+      request.max_tokens = options.max_tokens;  // none: the rest of the context
+      request.min_tokens = options.min_tokens;
       request.stop_token_ids = options.stop_token_ids;
       request.eos_token_ids = model->eos_token_ids;
       request.ignore_eos = options.ignore_eos;
+      if (std::optional<RequestRejection> rejection = check_request(request, limits))
+        return rejection_error(*rejection, submission.prompt_param, prompt.size(), limits, retry_after_s);
       if (options.json_mode || options.json_schema) {
         // Once the document is complete, the end-of-turn tokens (and the
         // request's own stop ids) are the only way on.
@@ -272,15 +245,22 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
                                                                options.json_schema)
                 : std::make_shared<structured::JsonConstraint>(model->json_vocabulary, std::move(end_ids));
       }
-      const std::string engine_id = request.request_id;
-      auto stream = model->engine->submit(std::move(request));
-      if (!stream) {
-        abort_submitted();
-        return from_submit_error(stream.error().message, retry_after_s);
-      }
-      submitted.push_back(engine_id);
-      job->add_choice(static_cast<std::int32_t>(p), engine_id, std::move(stream).value());
+      requests.push_back(std::move(request));
     }
+  }
+  auto job = std::make_shared<GenerationJob>(spec, model, exchange, metrics, num_active_jobs);
+  std::vector<std::string> submitted;
+  for (EngineRequest& request : requests) {
+    const auto prompt_index = static_cast<std::int32_t>(submitted.size()) / options.n;
+    std::string engine_id = request.request_id;
+    auto stream = model->engine->submit(std::move(request));
+    if (!stream) {
+      // A full queue or a stopping engine (the checks above passed): nothing of the job may run.
+      for (const std::string& id : submitted) model->engine->abort(id);
+      return from_error(stream.error(), retry_after_s);
+    }
+    submitted.push_back(engine_id);
+    job->add_choice(prompt_index, std::move(engine_id), std::move(stream).value());
   }
   job->start();
   return std::nullopt;
@@ -388,7 +368,6 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
   CompletionRequest& request = std::get<CompletionRequest>(parsed);
   if (!model->serves(request.options.model)) return reply_error(exchange, model_not_found(request.options.model));
   Submission submission{.prompt_param = "prompt"};
-  const std::int32_t vocab = model->engine->backend_info().vocab_size;
   Clock::duration tokenize_time{};
   for (const PromptInput& prompt : request.prompts) {
     if (const auto* text = std::get_if<std::string>(&prompt)) {
@@ -396,15 +375,8 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
       submission.prompts.push_back(model->tokenizer.encode(*text, /*add_special_tokens=*/true));
       tokenize_time += Clock::now() - tokenize_start;
     } else {
-      const auto& ids = std::get<std::vector<TokenId>>(prompt);
-      for (TokenId id : ids)
-        if (id >= vocab)
-          return reply_error(exchange,
-                             bad_request(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab),
-                                         "prompt"));
-      submission.prompts.push_back(ids);
+      submission.prompts.push_back(std::get<std::vector<TokenId>>(prompt));
     }
-    if (submission.prompts.back().empty()) return reply_error(exchange, bad_request("'prompt' is empty", "prompt"));
   }
   JobSpec spec = make_spec(Endpoint::kCompletion, request.options, *model, options_.keepalive_interval);
   spec.arrival = arrival;
@@ -443,7 +415,9 @@ void OpenAiService::handle_tokenize(const HttpRequest& http_request, const std::
   } else {
     return reply_error(exchange, bad_request("'prompt' (a string) or 'messages' is required", "prompt"));
   }
-  json out = {{"count", ids.size()}, {"max_model_len", model.max_model_len_tokens}, {"tokens", ids}};
+  json out = {{"count", ids.size()},
+              {"max_model_len", model.engine->request_limits().max_model_len_tokens},
+              {"tokens", ids}};
   reply(exchange, out.dump());
 }
 

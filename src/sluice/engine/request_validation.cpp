@@ -1,0 +1,68 @@
+#include "sluice/engine/request_validation.h"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "sluice/common/token_ids.h"
+
+namespace sluice {
+namespace {
+
+RequestRejection invalid(RequestField field, std::string message) {
+  return {.field = field, .error = Error{std::move(message), ErrorCode::kInvalidArgument}};
+}
+
+RequestRejection too_long(RequestField field, std::string message) {
+  return {.field = field, .error = Error{std::move(message), ErrorCode::kOutOfRange}};
+}
+
+}  // namespace
+
+std::int32_t resolved_max_tokens(const EngineRequest& request, const EngineRequestLimits& limits) {
+  return request.max_tokens.value_or(limits.max_model_len_tokens -
+                                     static_cast<std::int32_t>(request.prompt_token_ids.size()));
+}
+
+std::optional<RequestRejection> check_request(const EngineRequest& request, const EngineRequestLimits& limits) {
+  if (request.request_id.empty()) return invalid(RequestField::kRequestId, "the request id is empty");
+  const std::int64_t num_prompt_tokens = static_cast<std::int64_t>(request.prompt_token_ids.size());
+  if (num_prompt_tokens == 0) return invalid(RequestField::kPrompt, "the prompt is empty");
+  // vLLM's sentences: agentic clients parse them to decide to compact their context.
+  if (num_prompt_tokens >= limits.max_model_len_tokens) {
+    return too_long(RequestField::kPrompt,
+                    fmt::format("This model's maximum context length is {} tokens. However, your request has {} input "
+                                "tokens. Please reduce the length of the input messages.",
+                                limits.max_model_len_tokens, num_prompt_tokens));
+  }
+  if (num_prompt_tokens + 1 > limits.max_kv_tokens) {
+    return too_long(RequestField::kPrompt,
+                    fmt::format("This server's KV cache holds at most {} tokens of one request. However, your request "
+                                "has {} input tokens, and needs room for one generated token more. Please reduce the "
+                                "length of the input messages.",
+                                limits.max_kv_tokens, num_prompt_tokens));
+  }
+  if (Status in_vocabulary = check_token_ids(request.prompt_token_ids, limits.vocab_size); !in_vocabulary)
+    return RequestRejection{.field = RequestField::kPrompt, .error = in_vocabulary.error()};
+  if (request.max_tokens && *request.max_tokens < 1)
+    return invalid(RequestField::kMaxTokens, fmt::format("max_tokens must be at least 1, got {}", *request.max_tokens));
+  if (request.min_tokens < 0)
+    return invalid(RequestField::kMinTokens, fmt::format("min_tokens must be at least 0, got {}", request.min_tokens));
+  const std::int32_t max_tokens = resolved_max_tokens(request, limits);
+  if (num_prompt_tokens + max_tokens > limits.max_model_len_tokens) {
+    return too_long(RequestField::kMaxTokens,
+                    fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                                "({} in the messages, {} in the completion). Please reduce the length of the messages "
+                                "or completion.",
+                                limits.max_model_len_tokens, num_prompt_tokens + max_tokens, num_prompt_tokens,
+                                max_tokens));
+  }
+  if (request.min_tokens > max_tokens) {
+    return invalid(RequestField::kMinTokens,
+                   fmt::format("min_tokens ({}) must not exceed max_tokens ({}{})", request.min_tokens, max_tokens,
+                               request.max_tokens ? "" : ": the rest of the context"));
+  }
+  return std::nullopt;
+}
+
+}  // namespace sluice
