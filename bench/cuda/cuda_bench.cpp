@@ -4,9 +4,15 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-// Usage: cuda_bench [--quick | --profile | --sampling | --attention]   (--quick:
-// smaller sizes, for a smoke run; --profile: a few eager steps for ncu;
-// --sampling: the sampling rows only; --attention: the attention and model rows only)
+// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk]
+// (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
+// ncu; --sampling: the sampling rows only; --attention: the attention and model
+// rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
+// GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix).
+//
+// Every setting is a CudaOptions field set here, per row: the A/B rows name
+// the option they change (cuda_options.h), each in a fresh Ops so no graph
+// captured under another setting is replayed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -21,7 +27,6 @@
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_ops.h"
-#include "sluice/backend/cuda/kernels/kernels.h"
 
 namespace sluice {
 namespace {
@@ -75,7 +80,13 @@ std::string pct(double x) {
 bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
 bool g_decode = false;     // --decode: decode attention, decode steps and the split-KV variants only
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
-std::unique_ptr<Ops> new_ops() { return must(make_cuda_ops({.use_cuda_graphs = g_use_graphs})); }
+// The defaults, but for graphs under --profile.
+CudaOptions bench_options() {
+  CudaOptions options;
+  options.use_cuda_graphs = g_use_graphs;
+  return options;
+}
+std::unique_ptr<Ops> new_ops(const CudaOptions& options = bench_options()) { return must(make_cuda_ops(options)); }
 
 void bench_copy() {
   const std::int64_t bytes = 2LL << 30;
@@ -108,117 +119,94 @@ void bench_gemm() {
     std::vector<Tensor> ws;
     for (int c = 0; c < copies; ++c) ws.push_back(must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.05f)));
     const Tensor out = must(cuda_random_weight(*ops, {s.m, s.n}, DType::bf16, ++seed, 1.0f));
-    // Rows of at most 4 run the own GEMV: time each variant (SLUICE_GEMV).
-    // "1n": v1 launched without programmatic dependent launch.
-    for (const char* variant : g_decode1 ? std::vector<const char*>{"1"}
-                               : s.m <= 4 ? std::vector<const char*>{"1", "1n", "3"}
-                                          : std::vector<const char*>{""}) {
-      if (*variant != '\0') setenv("SLUICE_GEMV", variant, 1);
-      if (variant[0] != '\0' && variant[1] == 'n') setenv("SLUICE_GEMV_PDL", "0", 1);
-      int i = 0;
-      const int inner = 20;
-      const double t = time_median(3, 9, [&] {
-                         for (int r = 0; r < inner; ++r) ops->matmul(x, ws[(i++) % copies], Tensor{}, out);
-                       }) / inner;
-      const double flops = 2.0 * s.m * s.n * s.k;
-      const double bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
-      char name[96];
-      std::snprintf(name, sizeof name, "GEMM %lldx%lldx%lld (M x N x K)%s%s", static_cast<long long>(s.m),
-                    static_cast<long long>(s.n), static_cast<long long>(s.k), *variant ? ", GEMV v" : "", variant);
-      if (s.m >= 1024)
-        row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
-      else
-        row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
-    }
-    unsetenv("SLUICE_GEMV");
-    unsetenv("SLUICE_GEMV_PDL");
+    // Rows of at most 4 run the own GEMV.
+    int i = 0;
+    const int inner = 20;
+    const double t = time_median(3, 9, [&] {
+                       for (int r = 0; r < inner; ++r) ops->matmul(x, ws[(i++) % copies], Tensor{}, out);
+                     }) / inner;
+    const double flops = 2.0 * s.m * s.n * s.k;
+    const double bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
+    char name[96];
+    std::snprintf(name, sizeof name, "GEMM %lldx%lldx%lld (M x N x K)%s", static_cast<long long>(s.m),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), s.m <= 4 ? ", GEMV" : "");
+    if (s.m >= 1024)
+      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    else
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
   }
 }
 
 // The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer
-// calls: o_proj and down_proj (matmul) and q|k|v (one pass writing three
-// tensors) with split K (q|k|v: 4 parts by default, 2 with SLUICE_GEMV_SPLITK=2)
-// and one warp a row (SLUICE_GEMV_SPLITK=0), and gate|up with the SwiGLU epilogue.
+// calls: o_proj and down_proj (matmul, split K in 2 parts) and q|k|v (one pass
+// writing three tensors, split K in 4 parts) with the default split K, q|k|v
+// again under GemvSplitK::two_parts, and gate|up with the SwiGLU epilogue.
 void bench_fused_gemv() {
-  auto ops = new_ops();
   constexpr std::int64_t kHidden = 4096, kQ = 4096, kKv = 1024, kInter = 14336;
   constexpr int kCopies = 4;  // rotated, so the weights do not come from L2
-  StepLayout layout;
-  ops->begin_step(layout);
-  const Tensor x = must(cuda_random_weight(*ops, {1, kHidden}, DType::bf16, 71, 1.0f));
-  std::vector<Tensor> w_qkv, w_gate_up;
-  for (int c = 0; c < kCopies; ++c) {
-    w_qkv.push_back(must(cuda_random_weight(*ops, {kQ + 2 * kKv, kHidden}, DType::bf16, 72 + c, 0.05f)));
-    w_gate_up.push_back(must(cuda_random_weight(*ops, {2 * kInter, kHidden}, DType::bf16, 80 + c, 0.05f)));
-  }
-  const Tensor q = must(cuda_random_weight(*ops, {1, kQ}, DType::bf16, 90, 1.0f));
-  const Tensor k = must(cuda_random_weight(*ops, {1, kKv}, DType::bf16, 91, 1.0f));
-  const Tensor v = must(cuda_random_weight(*ops, {1, kKv}, DType::bf16, 92, 1.0f));
-  const Tensor act = must(cuda_random_weight(*ops, {1, kInter}, DType::bf16, 93, 1.0f));
-  const std::array<Tensor, 3> no_bias{};
-  struct Row {
-    const char* name;
-    const char* env;
-    const char* value;
-    bool qkv;
-  };
-  // o_proj and down_proj through matmul: split K (default) and one warp a row.
-  const Tensor x_inter = must(cuda_random_weight(*ops, {1, kInter}, DType::bf16, 94, 1.0f));
-  const Tensor proj_out = must(cuda_random_weight(*ops, {1, kHidden}, DType::bf16, 95, 1.0f));
-  std::vector<Tensor> w_o, w_down;
-  for (int c = 0; c < kCopies; ++c) {
-    w_o.push_back(must(cuda_random_weight(*ops, {kHidden, kQ}, DType::bf16, 100 + c, 0.05f)));
-    w_down.push_back(must(cuda_random_weight(*ops, {kHidden, kInter}, DType::bf16, 110 + c, 0.05f)));
-  }
-  for (const char* splitk : {"1", "0"}) {
-    setenv("SLUICE_GEMV_SPLITK", splitk, 1);
-    for (bool down : {false, true}) {
+  for (const cuda::GemvSplitK split_k : {cuda::GemvSplitK::by_waves, cuda::GemvSplitK::two_parts}) {
+    CudaOptions options = bench_options();
+    options.gemv_split_k = split_k;
+    auto ops = new_ops(options);
+    const bool by_waves = split_k == cuda::GemvSplitK::by_waves;
+    StepLayout layout;
+    ops->begin_step(layout);
+    const Tensor x = must(cuda_random_weight(*ops, {1, kHidden}, DType::bf16, 71, 1.0f));
+    std::vector<Tensor> w_qkv, w_gate_up, w_o, w_down;
+    for (int c = 0; c < kCopies; ++c) {
+      w_qkv.push_back(must(cuda_random_weight(*ops, {kQ + 2 * kKv, kHidden}, DType::bf16, 72 + c, 0.05f)));
+      if (!by_waves) continue;
+      w_gate_up.push_back(must(cuda_random_weight(*ops, {2 * kInter, kHidden}, DType::bf16, 80 + c, 0.05f)));
+      w_o.push_back(must(cuda_random_weight(*ops, {kHidden, kQ}, DType::bf16, 100 + c, 0.05f)));
+      w_down.push_back(must(cuda_random_weight(*ops, {kHidden, kInter}, DType::bf16, 110 + c, 0.05f)));
+    }
+    const Tensor q = must(cuda_random_weight(*ops, {1, kQ}, DType::bf16, 90, 1.0f));
+    const Tensor k = must(cuda_random_weight(*ops, {1, kKv}, DType::bf16, 91, 1.0f));
+    const Tensor v = must(cuda_random_weight(*ops, {1, kKv}, DType::bf16, 92, 1.0f));
+    const Tensor act = must(cuda_random_weight(*ops, {1, kInter}, DType::bf16, 93, 1.0f));
+    const Tensor x_inter = must(cuda_random_weight(*ops, {1, kInter}, DType::bf16, 94, 1.0f));
+    const Tensor proj_out = must(cuda_random_weight(*ops, {1, kHidden}, DType::bf16, 95, 1.0f));
+    const std::array<Tensor, 3> no_bias{};
+    // Each GEMV `inner` times back to back, rotating over the weight copies.
+    auto time_gemv = [](const std::function<void(int copy)>& gemv) {
       int i = 0;
       const int inner = 20;
-      const double t = time_median(3, 9, [&] {
-                         for (int n = 0; n < inner; ++n) {
-                           const int c = (i++) % kCopies;
-                           ops->matmul(down ? x_inter : x, down ? w_down[c] : w_o[c], Tensor{}, proj_out);
-                         }
-                       }) / inner;
-      const double bytes = 2.0 * kHidden * (down ? kInter : kQ);
-      row(std::string(down ? "down_proj GEMV 1x4096x14336" : "o_proj GEMV 1x4096x4096") +
-              (splitk[0] == '1' ? ", split K" : ", one warp a row"),
-          bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+      return time_median(3, 9, [&] {
+               for (int n = 0; n < inner; ++n) gemv((i++) % kCopies);
+             }) / inner;
+    };
+    auto row_hbm = [](const std::string& name, double bytes, double t) {
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    };
+    if (by_waves) {
+      for (bool down : {false, true}) {
+        const double t = time_gemv([&](int c) {
+          ops->matmul(down ? x_inter : x, down ? w_down[c] : w_o[c], Tensor{}, proj_out);
+        });
+        row_hbm(down ? "down_proj GEMV 1x4096x14336, split K" : "o_proj GEMV 1x4096x4096, split K",
+                2.0 * kHidden * (down ? kInter : kQ), t);
+      }
     }
-  }
-  unsetenv("SLUICE_GEMV_SPLITK");
-  for (Row r : {Row{"q|k|v GEMV 1x6144x4096 (split K in 4 parts)", nullptr, nullptr, true},
-                Row{"q|k|v GEMV 1x6144x4096, split K in 2 parts", "SLUICE_GEMV_SPLITK", "2", true},
-                Row{"q|k|v GEMV 1x6144x4096, one warp a row", "SLUICE_GEMV_SPLITK", "0", true},
-                Row{"gate|up SwiGLU GEMV 1x28672x4096", nullptr, nullptr, false}}) {
-    if (r.env != nullptr) setenv(r.env, r.value, 1);
-    int i = 0;
-    const int inner = 20;
-    const double t = time_median(3, 9, [&] {
-                       for (int n = 0; n < inner; ++n) {
-                         const int c = (i++) % kCopies;
-                         if (r.qkv)
-                           ops->qkv_projection(x, w_qkv[c], no_bias, q, k, v);
-                         else
-                           ops->gate_up_silu(x, w_gate_up[c], Tensor{}, act);
-                       }
-                     }) / inner;
-    const double bytes = 2.0 * kHidden * (r.qkv ? kQ + 2 * kKv : 2 * kInter);
-    row(r.name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
-    if (r.env != nullptr) unsetenv(r.env);
+    const double t_qkv = time_gemv([&](int c) { ops->qkv_projection(x, w_qkv[c], no_bias, q, k, v); });
+    row_hbm(by_waves ? "q|k|v GEMV 1x6144x4096 (split K in 4 parts)" : "q|k|v GEMV 1x6144x4096, split K in 2 parts",
+            2.0 * kHidden * (kQ + 2 * kKv), t_qkv);
+    if (by_waves) {
+      const double t = time_gemv([&](int c) { ops->gate_up_silu(x, w_gate_up[c], Tensor{}, act); });
+      row_hbm("gate|up SwiGLU GEMV 1x28672x4096", 2.0 * kHidden * 2 * kInter, t);
+    }
   }
 }
 
 // Attention alone: one prefill sequence of `tokens`, or `batch` decodes at `context`.
 void bench_attention(bool quick, bool decode_only = false) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kDim = 128;
-  for (const char* variant : {"1", "2", "3"}) {
-  setenv("SLUICE_PREFILL_KERNEL", variant, 1);  // read at each launch
+  for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only) break;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
-      auto ops = new_ops();
+      CudaOptions options = bench_options();
+      options.prefill_attention = kernel;
+      auto ops = new_ops(options);
       const std::int32_t blocks = tokens / kBlock;
       if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
                                    .num_kv_heads = kv_heads, .head_dim = kDim}).ok())
@@ -240,18 +228,19 @@ void bench_attention(bool quick, bool decode_only = false) {
       // Causal: half the score matrix, 2 GEMMs of 2 flops per multiply-add.
       const double flops = 4.0 * kHeads * kDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
       char name[96];
-      std::snprintf(name, sizeof name, "attention prefill v%s %dk, %d/%d heads x 128 (incl. KV write)", variant,
-                    tokens / 1024, kHeads, kv_heads);
+      std::snprintf(name, sizeof name, "attention prefill %s %dk, %d/%d heads x 128 (incl. KV write)",
+                    std::string(kernel_name).c_str(), tokens / 1024, kHeads, kv_heads);
       row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
     }
   }
   }
-  unsetenv("SLUICE_PREFILL_KERNEL");
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only && kv_heads != 8) continue;
     const std::int32_t batch = 64, context = quick ? 2048 : 8192;
     // Eager: this times the kernels alone (the model benchmark below replays graphs).
-    auto ops = must(make_cuda_ops({.use_cuda_graphs = false}));
+    CudaOptions options = bench_options();
+    options.use_cuda_graphs = false;
+    auto ops = new_ops(options);
     const std::int32_t blocks_per_seq = context / kBlock + 1;
     if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * blocks_per_seq, .block_size_tokens = kBlock,
                                  .num_kv_heads = kv_heads, .head_dim = kDim}).ok())
@@ -275,9 +264,8 @@ void bench_attention(bool quick, bool decode_only = false) {
     });
     const double bytes = 2.0 * 2.0 * batch * static_cast<double>(context) * kv_heads * kDim;
     char name[96];
-    const char* stages = std::getenv("SLUICE_SPLIT_STAGES");
-    std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)%s", batch,
-                  context / 1024, kHeads, kv_heads, stages != nullptr ? ", split-KV ring of 3 stages" : "");
+    std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)", batch,
+                  context / 1024, kHeads, kv_heads);
     row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
   }
 }
@@ -363,122 +351,116 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
   return layout;
 }
 
-void bench_model(bool quick) {
-  constexpr std::int32_t kBlock = 16;
-  auto ops = new_ops();
-  const Llama8B model(*ops);
-  const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
-  const std::int32_t long_prompt = quick ? 8192 : 32768;
-  const std::int32_t num_blocks =
-      std::max(big_batch * ((big_context + kBlock) / kBlock + 1), long_prompt / kBlock + 1);
-  const Status kv = ops->allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = num_blocks,
-                                            .block_size_tokens = kBlock, .num_kv_heads = Llama8B::kKvHeads,
-                                            .head_dim = Llama8B::kDim});
+// One step of the model: begin_step, forward, greedy sample (which reads the
+// tokens back).
+void run_model_step(Ops& ops, const Llama8B& model, const StepLayout& layout) {
+  ops.begin_step(layout);
+  const Tensor logits = model.forward(ops, layout);
+  std::vector<SampleRequest> requests(layout.sample_rows.size());
+  (void)ops.sample(logits, requests);
+}
+
+// A KV cache of `num_blocks` 16-token blocks for the model, filled with random values.
+void allocate_model_kv(Ops& ops, std::int32_t num_blocks) {
+  const Status kv = ops.allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = num_blocks,
+                                           .block_size_tokens = 16, .num_kv_heads = Llama8B::kKvHeads,
+                                           .head_dim = Llama8B::kDim});
   if (!kv.ok()) {
     std::fprintf(stderr, "%s\n", kv.error_message().c_str());
     std::exit(1);
   }
-  if (!cuda_fill_kv_cache_random(*ops, 3).ok()) std::exit(1);
-  auto run_step = [&](const StepLayout& layout) {
-    ops->begin_step(layout);
-    const Tensor logits = model.forward(*ops, layout);
-    std::vector<SampleRequest> requests(layout.sample_rows.size());
-    (void)ops->sample(logits, requests);
-  };
-  const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
-  for (auto [batch, context] : {std::pair{1, 0}, std::pair{1, 4096}, std::pair{8, 8192}, std::pair{big_batch, big_context}}) {
-    const StepLayout layout = make_step(batch, context, 1, kBlock);
-    const double t = time_median(3, 15, [&] { run_step(layout); });
-    const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
-    char name[96];
-    std::snprintf(name, sizeof name, "Llama-3-8B decode step, batch %d at %d context", batch, context);
-    row(std::string(name) + " [tok/s]", batch / t, "tok/s",
-        pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
-  }
-  // The default prefill attention, then the long prompt with v1 and both prompts with v3 (wgmma).
-  struct PrefillRow {
-    std::int32_t prompt;
-    const char* kernel;  // SLUICE_PREFILL_KERNEL, or nullptr for the default
-  };
-  for (auto [prompt, kernel] : {PrefillRow{4096, nullptr}, PrefillRow{long_prompt, nullptr}, PrefillRow{long_prompt, "1"},
-                                PrefillRow{4096, "3"}, PrefillRow{long_prompt, "3"}}) {
-    if (g_decode) break;
-    if (kernel != nullptr) setenv("SLUICE_PREFILL_KERNEL", kernel, 1);
-    else unsetenv("SLUICE_PREFILL_KERNEL");
-    const StepLayout layout = make_step(1, 0, prompt, kBlock);
-    const double t = time_median(1, 3, [&] { run_step(layout); });
-    const double flops = Llama8B::matmul_flops_per_token() * prompt +
-                         Llama8B::kLayers * 4.0 * Llama8B::kHeads * Llama8B::kDim * (double(prompt) * (prompt + 1) / 2);
-    char name[96];
-    std::snprintf(name, sizeof name, "Llama-3-8B prefill of %d tokens%s%s%s", prompt,
-                  kernel != nullptr ? " (attention v" : "", kernel != nullptr ? kernel : "", kernel != nullptr ? ")" : "");
-    row(std::string(name) + " [tok/s]", prompt / t, "tok/s",
-        pct(flops / t / kBf16FlopsPerSecond) + " of 790 TFLOP/s (" + std::to_string(static_cast<int>(t * 1e3)) + " ms)");
-  }
-  unsetenv("SLUICE_PREFILL_KERNEL");
+  if (!cuda_fill_kv_cache_random(ops, 3).ok()) std::exit(1);
 }
 
-// Decode steps under variants, each in a fresh Ops (no graph captured under
-// another setting is replayed): GEMV loops (SLUICE_GEMV), programmatic
-// dependent launch off, power-of-two graph buckets. The default rows above
-// minus these rows is what each choice buys.
+// One prefill of each prompt (median of 3 steps); `label` names the rows' setting.
+void bench_prefill_rows(Ops& ops, const Llama8B& model, const std::vector<std::int32_t>& prompts,
+                        const std::string& label) {
+  for (const std::int32_t prompt : prompts) {
+    const StepLayout layout = make_step(1, 0, prompt, 16);
+    const double t = time_median(1, 3, [&] { run_model_step(ops, model, layout); });
+    const double flops = Llama8B::matmul_flops_per_token() * prompt +
+                         Llama8B::kLayers * 4.0 * Llama8B::kHeads * Llama8B::kDim * (double(prompt) * (prompt + 1) / 2);
+    row("Llama-3-8B prefill of " + std::to_string(prompt) + " tokens" + label + " [tok/s]", prompt / t, "tok/s",
+        pct(flops / t / kBf16FlopsPerSecond) + " of 790 TFLOP/s (" + std::to_string(static_cast<int>(t * 1e3)) + " ms)");
+  }
+}
+
+void bench_model(bool quick) {
+  constexpr std::int32_t kBlock = 16;
+  const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
+  const std::int32_t long_prompt = quick ? 8192 : 32768;
+  {
+    auto ops = new_ops();
+    const Llama8B model(*ops);
+    allocate_model_kv(*ops, std::max(big_batch * ((big_context + kBlock) / kBlock + 1), long_prompt / kBlock + 1));
+    const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
+    for (auto [batch, context] :
+         {std::pair{1, 0}, std::pair{1, 4096}, std::pair{8, 8192}, std::pair{big_batch, big_context}}) {
+      const StepLayout layout = make_step(batch, context, 1, kBlock);
+      const double t = time_median(3, 15, [&] { run_model_step(*ops, model, layout); });
+      const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
+      char name[96];
+      std::snprintf(name, sizeof name, "Llama-3-8B decode step, batch %d at %d context", batch, context);
+      row(std::string(name) + " [tok/s]", batch / t, "tok/s",
+          pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
+    }
+    if (g_decode) return;
+    bench_prefill_rows(*ops, model, {4096, long_prompt}, "");  // the default prefill attention (mma)
+  }
+  // Both prompts with the wgmma prefill attention, in an Ops of its own.
+  CudaOptions options = bench_options();
+  options.prefill_attention = cuda::PrefillAttention::wgmma;
+  auto ops = new_ops(options);
+  const Llama8B model(*ops);
+  allocate_model_kv(*ops, long_prompt / kBlock + 1);
+  bench_prefill_rows(*ops, model, {4096, long_prompt}, " (attention wgmma)");
+}
+
+// Decode steps under other settings, each in a fresh Ops (no graph captured
+// under another setting is replayed): programmatic dependent launch off,
+// eighth-octave graph buckets, the GEMV split K in at most two parts. The
+// default rows above minus these rows is what each choice buys.
 void bench_decode_variants(bool quick) {
   constexpr std::int32_t kBlock = 16;
   struct Variant {
     const char* name;
-    const char* env;
-    const char* value;
-    bool pdl;
-    bool big;  // also batch 64 at 8k
+    CudaOptions options;
+    bool big;      // also batch 64 at 8k (--decode: and batch 8)
+    bool decode;   // in the --decode run
+    bool decode1;  // in the --decode1 run
   };
-  const Variant variants[] = {{"default", nullptr, nullptr, true, false},
-                              {"GEMV without PDL", "SLUICE_GEMV_PDL", "0", true, true},
-                              {"GEMV v3 (split rows)", "SLUICE_GEMV", "3", true, false},
-                              {"PDL off", nullptr, nullptr, false, true},
-                              {"eighth-octave graph buckets", "SLUICE_GRAPH_BUCKETS", "eighth", true, true},
-                              {"split-KV ring of 3 stages", "SLUICE_SPLIT_STAGES", "3", true, true},
-                              {"RoPE and KV write apart", "SLUICE_ROPE_KV_FUSED", "0", true, false},
-                              {"GEMV without split K", "SLUICE_GEMV_SPLITK", "0", true, false}};
+  auto with = [](auto change) {
+    CudaOptions options = bench_options();
+    change(options);
+    return options;
+  };
+  const Variant variants[] = {
+      {"default", bench_options(), false, false, true},
+      {"PDL off", with([](CudaOptions& o) { o.programmatic_launch = false; }), true, false, true},
+      {"eighth-octave graph buckets", with([](CudaOptions& o) { o.graph_buckets = cuda::GraphBuckets::eighth_octave; }),
+       true, false, false},
+      {"GEMV split K in at most 2 parts", with([](CudaOptions& o) { o.gemv_split_k = cuda::GemvSplitK::two_parts; }),
+       false, true, true}};
   const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
   const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
   for (const Variant& v : variants) {
-    // --decode1: the default and PDL off only; the full run has the default above.
-    const bool is_default = std::strcmp(v.name, "default") == 0;
-    if (g_decode1 ? !(is_default || !v.pdl) : is_default) continue;
-    if (g_decode && (v.env == nullptr || (std::strcmp(v.env, "SLUICE_SPLIT_STAGES") != 0 &&
-                                          std::strcmp(v.env, "SLUICE_ROPE_KV_FUSED") != 0 &&
-                                          std::strcmp(v.env, "SLUICE_GEMV_SPLITK") != 0)))
-      continue;
-    if (v.env != nullptr) setenv(v.env, v.value, 1);
-    cuda::set_pdl_enabled(v.pdl);
-    {
-      auto ops = new_ops();
-      const Llama8B model(*ops);
-      const std::int32_t num_blocks = v.big ? big_batch * ((big_context + kBlock) / kBlock + 1) : 4096 / kBlock + 2;
-      if (!ops->allocate_kv_cache({.num_layers = Llama8B::kLayers, .num_blocks = num_blocks, .block_size_tokens = kBlock,
-                                   .num_kv_heads = Llama8B::kKvHeads, .head_dim = Llama8B::kDim}).ok())
-        std::exit(1);
-      if (!cuda_fill_kv_cache_random(*ops, 3).ok()) std::exit(1);
-      std::vector<std::pair<int, int>> shapes = {{1, 0}, {1, 4096}};
-      if (v.big) shapes.push_back({big_batch, big_context});
-      if (v.big && g_decode) shapes.push_back({8, big_context});
-      for (auto [batch, context] : shapes) {
-        const StepLayout layout = make_step(batch, context, 1, kBlock);
-        const double t = time_median(3, 15, [&] {
-          ops->begin_step(layout);
-          const Tensor logits = model.forward(*ops, layout);
-          std::vector<SampleRequest> requests(layout.sample_rows.size());
-          (void)ops->sample(logits, requests);
-        });
-        const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
-        row("Llama-3-8B decode step, batch " + std::to_string(batch) + " at " + std::to_string(context) +
-                " context, " + v.name + " [tok/s]",
-            batch / t, "tok/s",
-            pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
-      }
+    // The full run has the default above.
+    if (g_decode1 ? !v.decode1 : g_decode ? !v.decode : std::strcmp(v.name, "default") == 0) continue;
+    auto ops = new_ops(v.options);
+    const Llama8B model(*ops);
+    allocate_model_kv(*ops, v.big ? big_batch * ((big_context + kBlock) / kBlock + 1) : 4096 / kBlock + 2);
+    std::vector<std::pair<int, int>> shapes = {{1, 0}, {1, 4096}};
+    if (v.big) shapes.push_back({big_batch, big_context});
+    if (v.big && g_decode) shapes.push_back({8, big_context});
+    for (auto [batch, context] : shapes) {
+      const StepLayout layout = make_step(batch, context, 1, kBlock);
+      const double t = time_median(3, 15, [&] { run_model_step(*ops, model, layout); });
+      const double bytes = Llama8B::weight_bytes() + kv_bytes_per_token * batch * (context + 1);
+      row("Llama-3-8B decode step, batch " + std::to_string(batch) + " at " + std::to_string(context) + " context, " +
+              v.name + " [tok/s]",
+          batch / t, "tok/s",
+          pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
     }
-    if (v.env != nullptr) unsetenv(v.env);
-    cuda::set_pdl_enabled(true);
   }
 }
 
@@ -489,9 +471,10 @@ namespace sluice {
 namespace {
 
 // Sampling 64 rows of a Llama-3 vocabulary (128256, bf16 logits uniform in
-// [-8, 8]), non-greedy: one sample() call with the device sampler
-// (kernels/sampling_topk.cu) against the path it replaced (each row copied
-// back as f32 and drawn by the reference sampler on the host), ms per step.
+// [-8, 8]), non-greedy: one sample() call through the device sampler
+// (kernels/sampling_topk.cu), ms per step. (The path it replaced, each row
+// copied back as f32 and drawn by the reference sampler on the host, took
+// 104-843 ms here: docs/benchmarks.md.)
 void bench_sampling() {
   constexpr std::int64_t kRows = 64, kVocab = 128256;
   auto ops = new_ops();
@@ -522,21 +505,9 @@ void bench_sampling() {
                {.temperature = 1.0f, .top_p = 0.9f, .min_p = 0.05f, .presence_penalty = 0.5f,
                 .frequency_penalty = 0.5f, .repetition_penalty = 1.2f},
                true},
-        Config{"T 1, whole vocabulary", {.temperature = 1.0f}, false}}) {
-    const std::vector<SampleRequest> requests = requests_for(c);
-    double t[2] = {0.0, 0.0};
-    for (const bool device : {true, false}) {
-      cuda::set_device_sampling_enabled(device);
-      t[device ? 0 : 1] = time_median(device ? 3 : 1, device ? 20 : 3, [&] { (void)ops->sample(logits, requests); });
-    }
-    cuda::set_device_sampling_enabled(true);
-    char share[128];
-    std::snprintf(share, sizeof share, "host path %.1f ms (%.0fx)", t[1] * 1e3, t[1] / t[0]);
-    row(std::string("sample 64 x 128256, ") + c.name + ", device", t[0] * 1e3, "ms/step", share);
-  }
-  // Each parameter alone, device path only.
-  for (const Config& c :
-       {Config{"T 1, top-p 0.9", {.temperature = 1.0f, .top_p = 0.9f}, false},
+        Config{"T 1, whole vocabulary", {.temperature = 1.0f}, false},
+        // Each parameter alone.
+        Config{"T 1, top-p 0.9", {.temperature = 1.0f, .top_p = 0.9f}, false},
         Config{"T 1, min-p 0.05", {.temperature = 1.0f, .min_p = 0.05f}, false},
         Config{"T 1, top-k 50", {.temperature = 1.0f, .top_k = 50}, false},
         Config{"T 1, penalties over 1k tokens",
@@ -580,46 +551,42 @@ void profile_run() {
 
 // Attention of a short prefill chunk over a long cached prefix (the mixed steps
 // of a long prompt: a few hundred rows a step at 100k keys), with the prefix
-// split over several blocks (default) and without (SLUICE_PREFILL_SPLIT_OFF).
+// split over several blocks where too few tiles would fill the GPU (without
+// the split, 256 rows over 100k keys took 2.5x as long: docs/benchmarks.md).
 void bench_chunk_over_prefix() {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
   struct Shape {
     std::int32_t prefix, chunk;
   };
   for (const Shape shape : {Shape{100000, 256}, Shape{100000, 512}, Shape{32768, 256}, Shape{8192, 1024}}) {
-    for (const bool split : {true, false}) {
-      if (split) unsetenv("SLUICE_PREFILL_SPLIT_OFF");
-      else setenv("SLUICE_PREFILL_SPLIT_OFF", "1", 1);
-      auto ops = new_ops();
-      const std::int32_t total = shape.prefix + shape.chunk;
-      const std::int32_t blocks = (total + kBlock - 1) / kBlock;
-      if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
-                                   .num_kv_heads = kKvHeads, .head_dim = kDim}).ok())
-        std::exit(1);
-      if (!cuda_fill_kv_cache_random(*ops, 21).ok()) std::exit(1);
-      StepLayout layout;
-      SequenceLayout seq{.row_begin = 0, .num_rows = shape.chunk, .num_computed_tokens = shape.prefix,
-                         .block_table = {}};
-      for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
-      layout.sequences.push_back(seq);
-      for (std::int32_t t = 0; t < shape.chunk; ++t) {
-        layout.token_ids.push_back(0);
-        layout.positions.push_back(shape.prefix + t);
-      }
-      const Tensor q = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 11, 1.0f));
-      const Tensor k = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 12, 1.0f));
-      const Tensor v = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 13, 1.0f));
-      const Tensor out = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
-      ops->begin_step(layout);
-      const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-      const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
-      char name[128];
-      std::snprintf(name, sizeof name, "attention chunk %d over %dk prefix, 32/8 heads x 128, %s (%.3f ms)",
-                    shape.chunk, shape.prefix / 1000, split ? "prefix split" : "no split", t * 1e3);
-      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    auto ops = new_ops();
+    const std::int32_t total = shape.prefix + shape.chunk;
+    const std::int32_t blocks = (total + kBlock - 1) / kBlock;
+    if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
+                                 .num_kv_heads = kKvHeads, .head_dim = kDim}).ok())
+      std::exit(1);
+    if (!cuda_fill_kv_cache_random(*ops, 21).ok()) std::exit(1);
+    StepLayout layout;
+    SequenceLayout seq{.row_begin = 0, .num_rows = shape.chunk, .num_computed_tokens = shape.prefix,
+                       .block_table = {}};
+    for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
+    layout.sequences.push_back(seq);
+    for (std::int32_t t = 0; t < shape.chunk; ++t) {
+      layout.token_ids.push_back(0);
+      layout.positions.push_back(shape.prefix + t);
     }
+    const Tensor q = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 11, 1.0f));
+    const Tensor k = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 12, 1.0f));
+    const Tensor v = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 13, 1.0f));
+    const Tensor out = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
+    ops->begin_step(layout);
+    const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+    const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
+    char name[128];
+    std::snprintf(name, sizeof name, "attention chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)", shape.chunk,
+                  shape.prefix / 1000, t * 1e3);
+    row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
   }
-  unsetenv("SLUICE_PREFILL_SPLIT_OFF");
 }
 
 }  // namespace
@@ -653,14 +620,11 @@ int main(int argc, char** argv) {
     sluice::bench_model(false);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode attention, decode steps, split-KV variants
+  if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode GEMVs and attention, decode steps
     sluice::g_decode = true;
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_fused_gemv();
     sluice::bench_attention(false, true);
-    setenv("SLUICE_SPLIT_STAGES", "3", 1);
-    sluice::bench_attention(false, true);
-    unsetenv("SLUICE_SPLIT_STAGES");
     sluice::bench_model(false);
     sluice::bench_decode_variants(false);
     return 0;

@@ -6,11 +6,12 @@
 // decode cases under CUDA graphs run the rows under test as one decode step
 // each, so graphs are captured and then replayed at other contexts of their
 // bucket (the split-KV plan is made on the device from each row's context).
+// Every case runs under both prefill kernels (CudaOptions::prefill_attention,
+// the suite's parameter: .../mma and .../wgmma).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <numeric>
 #include <thread>
 
@@ -36,6 +37,7 @@ struct AttentionCase {
   // RoPE (Llama 3) on q and k before attention, through Ops::rope: under
   // graphs the decode steps run it fused with the KV page write.
   bool rope = false;
+  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
 };
 
 const RopeParams kLlama3Rope{.head_dim = 0, .theta = 500000.0f, .llama3_factor = 8.0f};
@@ -57,18 +59,6 @@ std::vector<float> rotated(const std::vector<float>& x, std::int64_t width, std:
       }
   return out;
 }
-
-// Sets an environment switch for one scope (the split-KV variants read theirs at each launch).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 class AttentionHarness {
  public:
@@ -95,13 +85,11 @@ class AttentionHarness {
         ref_keys_.push_back(rotated(keys_.back(), kv_width_, c.head_dim, positions, inv_freq()));
       }
     }
-    if (c.decode_steps_with_graphs) {
-      auto ops = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = true});
-      SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
-      ops_ = std::move(ops).value();
-    } else {
-      ops_ = make_test_ops();
-    }
+    CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = c.decode_steps_with_graphs};
+    options.prefill_attention = c.prefill_attention;
+    auto ops = make_cuda_ops(options);
+    SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
+    ops_ = std::move(ops).value();
     const Status status = ops_->allocate_kv_cache({.num_layers = 2, .num_blocks = num_blocks,
                                                    .block_size_tokens = c.block_size,
                                                    .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim});
@@ -280,26 +268,37 @@ class AttentionHarness {
   std::unique_ptr<Ops> ops_;
 };
 
-void run(const AttentionCase& c, std::uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
-                                    << c.head_dim << " block " << c.block_size);
-  AttentionHarness(c, seed).run_case();
-}
+// The cases of the suite, each under the prefill kernel of the test's parameter.
+class CudaAttention : public ::testing::TestWithParam<cuda::PrefillAttention> {
+ protected:
+  void run(AttentionCase c, std::uint64_t seed) const {
+    c.prefill_attention = GetParam();
+    SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
+                                      << c.head_dim << " block " << c.block_size);
+    AttentionHarness(c, seed).run_case();
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(PrefillKernels, CudaAttention,
+                         ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma),
+                         [](const ::testing::TestParamInfo<cuda::PrefillAttention>& info) {
+                           return std::string(cuda::name_of(info.param, cuda::kPrefillAttentionNames));
+                         });
 
 const std::vector<SeqSpec> kMixed = {{0, 1},    {0, 64},  {0, 65},  {17, 63}, {100, 1},
                                      {4095, 1}, {4096, 200}, {31, 129}, {15, 1}, {16, 2}};
 
-TEST(CudaAttention, MixedStepLlama3Shapes) { run({32, 8, 128, 16, kMixed}, 1); }
-TEST(CudaAttention, MixedStepMultiHeadDim64OddBlocks) { run({8, 8, 64, 7, kMixed}, 2); }
-TEST(CudaAttention, MixedStepBlockSizeOne) { run({4, 2, 128, 1, {{0, 70}, {9, 1}, {130, 3}}}, 3); }
-TEST(CudaAttention, GroupOfSeven) { run({28, 4, 128, 16, kMixed}, 4); }
-TEST(CudaAttention, GroupOfSixteenLongDecode) { run({32, 2, 64, 16, {{20000, 1}, {777, 1}, {3000, 100}}, 16}, 5); }
-TEST(CudaAttention, SmallHeadDimsUseSplitKernel) {
+TEST_P(CudaAttention, MixedStepLlama3Shapes) { run({32, 8, 128, 16, kMixed}, 1); }
+TEST_P(CudaAttention, MixedStepMultiHeadDim64OddBlocks) { run({8, 8, 64, 7, kMixed}, 2); }
+TEST_P(CudaAttention, MixedStepBlockSizeOne) { run({4, 2, 128, 1, {{0, 70}, {9, 1}, {130, 3}}}, 3); }
+TEST_P(CudaAttention, GroupOfSeven) { run({28, 4, 128, 16, kMixed}, 4); }
+TEST_P(CudaAttention, GroupOfSixteenLongDecode) { run({32, 2, 64, 16, {{20000, 1}, {777, 1}, {3000, 100}}, 16}, 5); }
+TEST_P(CudaAttention, SmallHeadDimsUseSplitKernel) {
   run({4, 1, 16, 4, {{0, 50}, {13, 1}, {37, 9}}}, 6);
   run({4, 2, 32, 16, {{0, 50}, {13, 1}, {300, 70}}}, 7);
 }
-TEST(CudaAttention, HeadDim256) { run({8, 4, 256, 16, {{0, 33}, {500, 1}, {1000, 64}}}, 8); }
-TEST(CudaAttention, LongContextDecodeAndChunk) {
+TEST_P(CudaAttention, HeadDim256) { run({8, 4, 256, 16, {{0, 33}, {500, 1}, {1000, 64}}}, 8); }
+TEST_P(CudaAttention, LongContextDecodeAndChunk) {
   run({8, 2, 128, 16, {{32767, 1}, {16000, 256}, {5000, 1}}, 12}, 9);
 }
 
@@ -311,23 +310,18 @@ const std::vector<SeqSpec> kSplitEdges = {{0, 1},    {127, 1},  {128, 1},  {129,
                                           {256, 1},  {4095, 1}, {4096, 1}, {8191, 1}, {8192, 1},
                                           {1000, 1}, {16, 1},   {33, 1}};
 
-TEST(CudaAttention, RowSplitsAtEdges) { run({32, 8, 128, 16, kSplitEdges}, 20); }
-TEST(CudaAttention, SplitRingOfThreeStages) {
-  const ScopedEnv stages("SLUICE_SPLIT_STAGES", "3");
-  run({32, 8, 128, 16, kSplitEdges}, 21);
-  run({32, 2, 64, 16, {{20000, 1}, {777, 1}, {3000, 100}}, 16}, 23);
-}
+TEST_P(CudaAttention, RowSplitsAtEdges) { run({32, 8, 128, 16, kSplitEdges}, 20); }
 
 // Decode steps through CUDA graphs: captured at one context, replayed at the
 // next ones of the bucket, and recaptured past it (8192 -> 16384).
-TEST(CudaAttention, GraphReplayedDecodeSteps) {
+TEST_P(CudaAttention, GraphReplayedDecodeSteps) {
   AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
   c.decode_steps_with_graphs = true;
   run(c, 30);
 }
 // RoPE then attention: eager (rope and the KV write apart) for the prefixes,
 // then decode steps captured and replayed with the two fused.
-TEST(CudaAttention, GraphDecodeStepsWithFusedRope) {
+TEST_P(CudaAttention, GraphDecodeStepsWithFusedRope) {
   AttentionCase c{32, 8, 128, 16, {{4094, 4}, {17, 3}, {0, 2}}};
   c.decode_steps_with_graphs = true;
   c.rope = true;
@@ -336,10 +330,8 @@ TEST(CudaAttention, GraphDecodeStepsWithFusedRope) {
   small.decode_steps_with_graphs = true;
   small.rope = true;
   run(small, 35);
-  const ScopedEnv unfused("SLUICE_ROPE_KV_FUSED", "0");
-  run(c, 36);
 }
-TEST(CudaAttention, GraphReplayedBatchOneDecode) {
+TEST_P(CudaAttention, GraphReplayedBatchOneDecode) {
   AttentionCase c{32, 8, 128, 16, {{4094, 4}}};
   c.decode_steps_with_graphs = true;
   run(c, 32);
@@ -348,18 +340,17 @@ TEST(CudaAttention, GraphReplayedBatchOneDecode) {
 // Prefill shapes aimed at the wgmma kernel (head_dim 128, 128-key tiles, two
 // 64-row warpgroups): chunk lengths on both sides of 64, 128 and 256 rows,
 // prefixes ending on and beside key-tile and page edges, long prefixes, GQA
-// ratios 1 to 8 and an odd page size. cuda_check.sh runs them under each
-// prefill kernel.
-TEST(CudaAttention, PrefillTileEdges) {
+// ratios 1 to 8 and an odd page size.
+TEST_P(CudaAttention, PrefillTileEdges) {
   run({16, 4, 128, 16,
        {{0, 1}, {0, 63}, {0, 64}, {0, 127}, {0, 128}, {0, 129}, {0, 255}, {0, 257}, {1, 127}, {127, 2},
         {128, 128}, {129, 191}, {200, 77}, {16, 1000}}},
       10);
 }
-TEST(CudaAttention, PrefillLongPrefixes) {
+TEST_P(CudaAttention, PrefillLongPrefixes) {
   run({8, 8, 128, 16, {{12345, 300}, {8191, 129}, {4096, 64}}, 24}, 11);
 }
-TEST(CudaAttention, PrefillGqaRatiosAndOddPages) {
+TEST_P(CudaAttention, PrefillGqaRatiosAndOddPages) {
   run({4, 4, 128, 16, {{0, 333}, {77, 200}}}, 12);
   run({32, 4, 128, 13, {{0, 300}, {500, 129}}}, 13);
   run({24, 3, 128, 16, {{1000, 385}}}, 14);
@@ -368,14 +359,11 @@ TEST(CudaAttention, PrefillGqaRatiosAndOddPages) {
 // A short chunk over a long cached prefix: too few tiles to fill the GPU, so
 // each tile's keys are split over several blocks and merged
 // (launch_attention_prefill_split); also a step where a fresh prompt's tiles
-// run whole beside the split ones, a head_dim of 64, and the same shapes with
-// splitting off.
-TEST(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
+// run whole beside the split ones, and a head_dim of 64.
+TEST_P(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
   run({32, 8, 128, 16, {{65536, 300}, {9000, 64}, {5000, 1}}, 12}, 40);
   run({32, 8, 128, 16, {{20000, 129}, {0, 100}}, 16}, 41);
   run({16, 2, 64, 16, {{40000, 77}}, 12}, 42);
-  const ScopedEnv off("SLUICE_PREFILL_SPLIT_OFF", "1");
-  run({32, 8, 128, 16, {{65536, 300}}, 12}, 43);
 }
 
 }  // namespace

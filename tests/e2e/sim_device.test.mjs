@@ -74,6 +74,10 @@ export const tests = {
       [['--device', 'cpu', '--sim-speed', '2'], /--sim-speed has no effect without --device sim/],
       [['--device', 'sim', '--threads', '2'], /--threads has no effect with --device sim/],
       [['--device', 'sim', '--sim-profile', 'no-such-model'], /--sim-profile no-such-model: unknown/],
+      [['--device', 'sim', '--cuda-prefill-attention', 'wgmma'],
+        /--cuda-prefill-attention has no effect with --device sim/],
+      [['--device', 'cpu', '--no-cuda-pdl'], /--cuda-pdl has no effect with --device cpu/],
+      [['--device', 'cpu', '--cuda-prefill-attention', 'v1'], /--cuda-prefill-attention/],
     ]) {
       const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', ...args],
         { encoding: 'utf8', timeout: 30_000 });

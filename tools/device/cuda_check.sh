@@ -38,35 +38,28 @@ if [ $tests = 1 ]; then
     echo "$t exit $rc"
     [ "$rc" = 0 ] || status=1
   done
-  # The attention tests again with the other prefill kernels (v1, and v3 on
-  # warpgroup MMA: the default once this passes).
-  for k in 1 3; do
-    SLUICE_PREFILL_KERNEL=$k stdbuf -oL "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaAttention.*' 2>&1 \
-      | tee "$out/cuda_kernel_test_prefill_v$k.log" | tail -20
-    rc=${PIPESTATUS[0]}
-    echo "cuda_kernel_test (prefill v$k) exit $rc"
-    [ "$rc" = 0 ] || status=1
-  done
-  # And the decode cases with the split-KV ring of 3 stages (2 is the default).
-  SLUICE_SPLIT_STAGES=3 stdbuf -oL "$bin/cuda_kernel_test" --gtest_brief=1 \
-    --gtest_filter='CudaAttention.RowSplits*:CudaAttention.Graph*:CudaAttention.MixedStep*' 2>&1 \
-    | tail -3 | tee "$out/cuda_kernel_test_split3.log"
-  rc=${PIPESTATUS[0]}
-  echo "cuda_kernel_test (split-KV 3 stages) exit $rc"
-  [ "$rc" = 0 ] || status=1
+  # cuda_kernel_test runs every CudaAttention case under both prefill kernels
+  # (PrefillKernels/CudaAttention.*/mma and .../wgmma); wgmma becomes the
+  # default once its half passes.
 fi
 # End to end through the CLI: the same greedy generation on the CPU reference
-# and on CUDA (tiny random llama with head_dim 64, so the tensor-core paths run).
+# and on CUDA (tiny random llamas: head_dim 64, so the tensor-core paths run,
+# and head_dim 128 under --cuda-prefill-attention wgmma).
 if [ $tests = 1 ] && [ -x "$bin/sluice" ]; then
-  m=/tmp/sluice-tiny-llama
-  "$bin/sluice" make-model --arch llama --layers 2 --hidden 256 --heads 4 --kv-heads 2 \
-    --intermediate 512 --vocab 1000 --seed 5 --out $m >/dev/null
   ids=$(seq -s, 1 3 300)
-  cpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cpu 2>&1 | tail -1)
-  gpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cuda 2>&1 | tail -1)
-  echo "generate --device cpu : $cpu" | tee "$out/generate.txt"
-  echo "generate --device cuda: $gpu" | tee -a "$out/generate.txt"
-  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'generate: first {n} of {len(a)} greedy tokens identical (cpu f32 vs cuda bf16)')" "$cpu" "$gpu" | tee -a "$out/generate.txt"
+  : >"$out/generate.txt"
+  for spec in "64 256" "128 512"; do
+    read -r head_dim hidden <<<"$spec"
+    m=/tmp/sluice-tiny-llama-$head_dim
+    "$bin/sluice" make-model --arch llama --layers 2 --hidden $hidden --heads 4 --kv-heads 2 \
+      --intermediate 512 --vocab 1000 --seed 5 --out $m >/dev/null
+    flags=""; [ $head_dim = 128 ] && flags="--cuda-prefill-attention wgmma"
+    cpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cpu 2>&1 | tail -1)
+    gpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cuda $flags 2>&1 | tail -1)
+    echo "head_dim $head_dim generate --device cpu : $cpu" | tee -a "$out/generate.txt"
+    echo "head_dim $head_dim generate --device cuda $flags: $gpu" | tee -a "$out/generate.txt"
+    python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'generate: first {n} of {len(a)} greedy tokens identical (cpu f32 vs cuda bf16)')" "$cpu" "$gpu" | tee -a "$out/generate.txt"
+  done
 fi
 if [ $bench = 1 ]; then
   "$bin/cuda_bench" $quick 2>&1 | tee "$out/bench.md"

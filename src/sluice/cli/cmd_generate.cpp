@@ -13,6 +13,7 @@
 #endif
 #include "sluice/common/io.h"
 #include "sluice/cli/commands.h"
+#include "sluice/cli/cuda_flags.h"
 #include "sluice/model/config.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
@@ -34,6 +35,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::int32_t block_size_tokens = 16;
   std::int32_t prefill_chunk_tokens = 0;
+  CudaFlags cuda;
 };
 
 Result<std::vector<TokenId>> parse_ids(const std::string& text) {
@@ -85,7 +87,9 @@ Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::
 Result<std::unique_ptr<Ops>> make_ops(const GenerateArgs& args) {
   if (args.device == "cuda") {
 #if SLUICE_HAVE_CUDA
-    return make_cuda_ops({});
+    const CudaOptions options = cuda_options(args.cuda);
+    std::fprintf(stderr, "cuda: %s\n", describe(options).c_str());
+    return make_cuda_ops(options);
 #else
     return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
 #endif
@@ -93,7 +97,8 @@ Result<std::unique_ptr<Ops>> make_ops(const GenerateArgs& args) {
   return make_cpu_ops({.num_threads = args.num_threads});
 }
 
-Status run_generate(const GenerateArgs& args) {
+Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
+  SLUICE_TRY(check_cuda_flags(cmd, args.device));
   const int num_prompt_sources = !args.prompt_ids.empty() + !args.prompt_text.empty() + !args.chat_file.empty();
   if (num_prompt_sources != 1) return Error{"give exactly one of --prompt-ids, --prompt, --chat"};
   std::optional<Tokenizer> tokenizer;
@@ -151,8 +156,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--block-size", args->block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk_tokens, "prefill at most this many tokens per step")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([args] {
-    if (auto status = run_generate(*args); !status) {
+  add_cuda_flags(*cmd, args->cuda);
+  cmd->callback([args, cmd] {
+    if (auto status = run_generate(*args, *cmd); !status) {
       std::fprintf(stderr, "error: %s\n", status.error().message.c_str());
       throw CLI::RuntimeError(1);
     }

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "sluice/cli/commands.h"
+#include "sluice/cli/cuda_flags.h"
 #include "sluice/cli/serve_backend.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/engine.h"
@@ -45,6 +46,7 @@ struct ServeArgs {
   std::string reasoning_parser = "auto";
   std::int32_t tensor_parallel_size = 1;
   std::optional<double> gpu_memory_utilization;
+  CudaFlags cuda;
   std::string log_level = "info";
 };
 
@@ -100,6 +102,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                  .max_num_batched_tokens = args.engine.max_num_batched_tokens,
                                                  .kv_cache_memory_bytes = args.kv_cache_memory_bytes,
                                                  .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
+                                                 .cuda = cuda_options(args.cuda),
                                                  .num_threads = args.num_threads,
                                                  .sim_profile = args.sim_profile,
                                                  .sim_speed = args.sim_speed,
@@ -150,6 +153,7 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
                              "--kv-cache-memory",
                              args.device)};
   }
+  SLUICE_TRY(check_cuda_flags(cmd, args.device));
   if (args.device != "cpu" && given("--threads"))
     return Error{fmt::format("--threads has no effect with --device {} (CPU compute threads)", args.device)};
   if (args.device != "sim")
@@ -237,6 +241,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
                   "cuda: share of device memory for weights, activations and KV (default 0.9)");
+  add_cuda_flags(*cmd, a.cuda);
   cmd->add_option("--threads", a.num_threads, "CPU compute threads (0 = all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--sim-profile", a.sim_profile,
                   "sim: builtin cost profile (llama-3-8b, llama-3-70b, deepseek-v4.1-flash); default: the model's config");

@@ -51,7 +51,8 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(options.model_dir));
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda()));
-  SLUICE_TRY_ASSIGN(ops, make_cuda_ops({}));
+  spdlog::info("cuda: {}", describe(options.cuda));
+  SLUICE_TRY_ASSIGN(ops, make_cuda_ops(options.cuda));
   std::size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
     return Error{"--device cuda: cannot read the device's memory size"};

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sluice/backend/backend.h"
+#include "sluice/backend/cuda/cuda_options.h"
 #include "sluice/common/result.h"
 #include "sluice/sched/cost_model.h"
 #include "sluice/tokenizer/tokenizer.h"
@@ -30,6 +31,7 @@ struct ServeBackendOptions {
   std::int32_t max_num_batched_tokens = 8192;  // cuda: sizes the activation reserve
   std::int64_t kv_cache_memory_bytes = 1LL << 30;  // cpu, sim
   double gpu_memory_utilization = 0.9;             // cuda
+  CudaOptions cuda;                                // cuda: from the --cuda-* flags
   int num_threads = 0;                             // cpu
   std::string sim_profile;  // sim: a builtin profile name; empty = from the model directory
   double sim_speed = 1.0;   // sim: predicted / wall time; 0 = no pacing

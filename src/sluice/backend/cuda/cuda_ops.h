@@ -10,32 +10,25 @@
 //
 // Streams: every op is enqueued on one stream and never synchronises the host,
 // except sample(), which must read the chosen tokens back.
+//
+// The parts, each in its own file: device_weights (upload), scratch_arena
+// (per-step activations), step_metadata (the step's layout on the device),
+// decode_graphs (capture and replay of decode steps), step_sampler and
+// sample_pack (sampling), rope_frequencies, lt_gemm (cuBLASLt), kernels/.
+// cuda_ops.cpp ties them into the Ops contract.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
+#include "sluice/backend/cuda/cuda_options.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
 
 namespace sluice {
 
-struct CudaOpsOptions {
-  int device_index = 0;
-  // Initial size of the per-step scratch arena (activations, attention
-  // partials). A step that needs more gets it; the arena then keeps the
-  // high-water mark.
-  std::int64_t scratch_bytes = 1LL << 30;
-  // Capture decode steps (every sequence one row) as CUDA graphs, one per
-  // batch size and context bucket, and replay them: removes per-kernel launch
-  // cost, which dominates small-batch decode. Tests that read tensors between
-  // ops turn it off.
-  bool use_cuda_graphs = true;
-  // cuBLASLt workspace.
-  std::int64_t gemm_workspace_bytes = 32LL << 20;
-};
-
-[[nodiscard]] Result<std::unique_ptr<Ops>> make_cuda_ops(const CudaOpsOptions& options);
+// Every setting, kernel choices included: cuda_options.h.
+[[nodiscard]] Result<std::unique_ptr<Ops>> make_cuda_ops(const CudaOptions& options);
 
 // A weight made on the device from (seed), uniform in [-scale, scale): lets
 // benchmarks build 8B-parameter shapes without a host copy. Owned by `ops`.

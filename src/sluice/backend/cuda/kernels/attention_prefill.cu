@@ -9,6 +9,8 @@
 // gathered page by page with cp.async into padded shared memory (row stride
 // D + 8 keeps ldmatrix conflict-free), double-buffered. Keys past the last
 // query are zero-filled, never read from unwritten pages (which may hold NaN).
+// The warpgroup-MMA kernel for head_dim 128 (attention_prefill_wgmma.cu) runs
+// whole tiles instead when CudaOptions::prefill_attention asks for it.
 //
 // Split pieces (kSplit): a short chunk over a long cached prefix has few tiles,
 // each walking the whole prefix on one SM. Such a tile's keys are cut into
@@ -18,7 +20,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -31,11 +32,11 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // four warps
-// Two m16 tiles per warp, 32 keys per tile: 128 query rows per block.
+// Two m16 tiles per warp, 64 keys per tile: 128 query rows per block.
 constexpr int kMTiles = 2;
-constexpr int kBlockN = 32;
+constexpr int kBlockN = 64;
 static_assert(4 * 16 * kMTiles == kPrefillTileRows, "host tiling must match the kernel");
-static_assert(kPrefillSplitKeyAlign % 64 == 0, "split pieces must start on a key tile of v2 and v1");
+static_assert(kPrefillSplitKeyAlign % kBlockN == 0, "split pieces must start on a key tile");
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct PrefillParams {
@@ -51,11 +52,11 @@ struct PrefillParams {
 
 // kMTiles m16 tiles per warp: two share every K and V fragment loaded from
 // shared memory, which halves shared-memory traffic per flop (the limit of
-// the one-tile version, measured at ~150 TFLOP/s on the H200).
-// kQInRegs: Q fragments stay in registers for the whole key loop (64
-// registers at D = 128); otherwise they are re-read from shared memory at
-// every k-step, which frees the registers for 64-key tiles (v2).
-template <int D, int kMTiles, int kBlockN, bool kQInRegs, bool kSplit>
+// the one-tile version, measured at ~150 TFLOP/s on the H200). Q fragments
+// are re-read from shared memory at every k-step, which frees the registers
+// for 64-key tiles: 256 TFLOP/s at 32k where Q held in registers over 32-key
+// tiles (deleted) read 218 (run 9; 1.17x at 8k and 32k, MHA and GQA, S3-p1).
+template <int D, bool kSplit>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, PrefillParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   const int warp_row = warp * 16 * kMTiles;
   const int warp_first_pos = first_pos + warp_row;
 
-  std::uint32_t q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
+  std::uint32_t q_frag[kMTiles][4];
   float o_acc[kMTiles][kNTilesO][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -140,14 +141,6 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   for (int tile = first_tile; tile < num_tiles; ++tile) {
     cp_async_wait_all();
     __syncthreads();
-    if (kQInRegs && tile == first_tile) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks)
-          ldmatrix_x4(q_frag[mt][ks],
-                      s_q + (warp_row + mt * 16 + (lane % 16)) * kStride + ks * 16 + (lane / 16) * 8);
-    }
     if (tile + 1 < num_tiles) {
       load_kv(tile + 1, (tile + 1) & 1);
       cp_async_commit();
@@ -169,15 +162,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
         for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      constexpr int kQs = kQInRegs ? kKSteps : 1;
-      const int qs = kQInRegs ? ks : 0;
-      if constexpr (!kQInRegs) {
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-          ldmatrix_x4(q_frag[mt][0],
-                      s_q + (warp_row + mt * 16 + (lane % 16)) * kStride + ks * 16 + (lane / 16) * 8);
-      }
-      static_assert(kQs >= 1);
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ldmatrix_x4(q_frag[mt], s_q + (warp_row + mt * 16 + (lane % 16)) * kStride + ks * 16 + (lane / 16) * 8);
 #pragma unroll
       for (int n = 0; n < kNTilesS; n += 2) {
         std::uint32_t b[4];
@@ -185,8 +172,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
                            ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(s[mt][n], q_frag[mt][qs], b[0], b[1]);
-          mma_16816(s[mt][n + 1], q_frag[mt][qs], b[2], b[3]);
+          mma_16816(s[mt][n], q_frag[mt], b[0], b[1]);
+          mma_16816(s[mt][n + 1], q_frag[mt], b[2], b[3]);
         }
       }
     }
@@ -357,11 +344,11 @@ PrefillParams params_of(const StepDeviceView& step, const AttentionArgs& args, i
   return p;
 }
 
-template <int D, int kBlockN, bool kQInRegs, bool kSplit>
-void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaStream_t stream) {
+template <int D, bool kSplit>
+void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   const PrefillParams p = params_of(step, args, D);
   constexpr int smem_bytes = (kPrefillTileRows + 4 * kBlockN) * (D + 8) * 2;
-  constexpr auto kernel = prefill_kernel<D, kMTiles, kBlockN, kQInRegs, kSplit>;
+  constexpr auto kernel = prefill_kernel<D, kSplit>;
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
     SLUICE_CUDA_CHECK(
@@ -369,11 +356,11 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
     attribute_set = true;
   }
   const int num_blocks = kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles;
-  launch_kernel(kernel, dim3(args.num_q_heads, num_blocks), dim3(kThreads), smem_bytes, stream, step, p);
+  launch_kernel(kernel, dim3(args.num_q_heads, num_blocks), dim3(kThreads), smem_bytes, launch, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
   if constexpr (kSplit) {
     launch_kernel(merge_kernel<D>, dim3(args.num_q_heads, num_blocks / step.prefill_split_pieces_per_tile),
-                  dim3(kThreads), 0, stream, step, p);
+                  dim3(kThreads), 0, launch, step, p);
     SLUICE_CUDA_CHECK_LAUNCH();
   }
 }
@@ -382,43 +369,31 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
 
 bool prefill_kernel_supports(std::int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
-void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args,
-                              cudaStream_t stream) {
+PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_dim) {
+  return asked == PrefillAttention::wgmma && prefill_wgmma_supports(head_dim) ? PrefillAttention::wgmma
+                                                                             : PrefillAttention::mma;
+}
+
+void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_prefill_tiles == 0) return;
-  // v2 (default): 64-key tiles with Q re-read from shared memory, 256 against
-  // v1's 218 TFLOP/s at 32k (H200, run 7). SLUICE_PREFILL_KERNEL=1 selects v1
-  // (32-key tiles, Q in registers) for comparison.
-  const char* variant = std::getenv("SLUICE_PREFILL_KERNEL");
-  // SLUICE_PREFILL_KERNEL=3: warpgroup MMA (attention_prefill_wgmma.cu), head_dim
-  // 128 only: 323 against v2's 255 TFLOP/s at 32k (H200, session 3). Not the
-  // default until the whole CudaAttention suite has passed under it on the
-  // device (session 3 ran only its new prefill tests there).
-  if (variant != nullptr && variant[0] == '3' && prefill_wgmma_supports(args.head_dim)) {
-    launch_attention_prefill_wgmma(step, args, stream);
+  if (prefill_kernel_for(args.prefill_attention, args.head_dim) == PrefillAttention::wgmma) {
+    launch_attention_prefill_wgmma(step, args, launch);
     return;
   }
-  const bool v2 = variant == nullptr || variant[0] != '1';
   switch (args.head_dim) {
-    case 64:
-      if (v2) launch_for_dim<64, 64, false, false>(step, args, stream);
-      else launch_for_dim<64, kBlockN, true, false>(step, args, stream);
-      break;
-    case 128:
-      if (v2) launch_for_dim<128, 64, false, false>(step, args, stream);
-      else launch_for_dim<128, kBlockN, true, false>(step, args, stream);
-      break;
+    case 64: launch_for_dim<64, false>(step, args, launch); break;
+    case 128: launch_for_dim<128, false>(step, args, launch); break;
     default: SLUICE_CHECK_MSG(false, "prefill attention: unsupported head_dim");
   }
 }
 
-// Split pieces always run on v2's code, whichever variant runs the whole tiles.
-void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args,
-                                    cudaStream_t stream) {
+// Split pieces always run on the mma kernel, whichever kernel runs the whole tiles.
+void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_prefill_split_pieces == 0) return;
   SLUICE_CHECK_MSG(args.prefill_split_workspace != nullptr, "split prefill: no workspace");
   switch (args.head_dim) {
-    case 64: launch_for_dim<64, 64, false, true>(step, args, stream); break;
-    case 128: launch_for_dim<128, 64, false, true>(step, args, stream); break;
+    case 64: launch_for_dim<64, true>(step, args, launch); break;
+    case 128: launch_for_dim<128, true>(step, args, launch); break;
     default: SLUICE_CHECK_MSG(false, "split prefill attention: unsupported head_dim");
   }
 }

@@ -1,7 +1,7 @@
 // Causal paged attention for prefill chunks on Hopper warpgroup MMA
 // (wgmma.mma_async, sm_90a), head_dim 128, bf16 with f32 accumulation.
-// SLUICE_PREFILL_KERNEL=3 selects it (attention_prefill.cu dispatches); other
-// head_dims stay on the mma.sync kernel.
+// CudaOptions::prefill_attention = wgmma selects it (attention_prefill.cu
+// dispatches); other head_dims stay on the mma.sync kernel.
 //
 // One block per (query head, tile of 128 query rows of one sequence), as the
 // mma.sync kernel: the host's tile list is shared. Two warpgroups own 64 rows
@@ -367,8 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool prefill_wgmma_supports(std::int32_t head_dim) { return head_dim == kD; }
 
-void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args,
-                                    cudaStream_t stream) {
+void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
   if (step.num_prefill_tiles == 0) return;
   WgmmaPrefillParams p{};
@@ -387,7 +386,7 @@ void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionA
     attribute_set = true;
   }
   const dim3 grid(args.num_q_heads, step.num_prefill_tiles);
-  launch_kernel(prefill_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, stream, step, p);
+  launch_kernel(prefill_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

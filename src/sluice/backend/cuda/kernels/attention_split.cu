@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int D, int kGroup>
-void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
+void launch_split(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p) {
   constexpr int kSmemBytes = 2 * kStages * kTileBytes;
   static_assert(kWarps * kGroup * D * 4 + 2 * kWarps * kGroup * 4 <= kSmemBytes, "merge must fit the ring");
   static bool attribute_set = false;  // once per process: the limit is per kernel
@@ -328,7 +327,7 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_kernel<D, kGroup>, grid, dim3(kWarps * 32), kSmemBytes, stream, step, p);
+  launch_kernel(split_kernel<D, kGroup>, grid, dim3(kWarps * 32), kSmemBytes, launch, step, p);
 }
 
 // The same split-KV decode on tensor cores, for GQA groups of 2..16 heads:
@@ -340,21 +339,23 @@ void launch_split(dim3 grid, cudaStream_t stream, const StepDeviceView& step, co
 // above. kW = 4: 64-key tiles. 8 warps over 128-key tiles (213 KB with 3
 // stages, one block a multiprocessor) read 15% less at batch 64 (run 11).
 constexpr int kMmaWarps = 4;
-// Stages of the K/V ring: 2 by default (one tile in flight while one is
-// computed; 72 KB: three blocks a multiprocessor); 3 (108 KB, two blocks)
-// is SLUICE_SPLIT_STAGES=3. With each row's own split plan, 2 stages read
-// 13% more at batch 64 x 8k (run 11); before it, with one 8192-key split a
-// row, they lost 7% (run 9: 512 blocks in 396 slots, a second wave a third full).
-constexpr int kMmaStagesDefault = 2;
+// Stages of the K/V ring: one tile in flight while one is computed (72 KB:
+// three blocks a multiprocessor). With each row's own split plan a 3-stage
+// ring (108 KB, two blocks; deleted) read less at every measured shape: batch
+// 64 @ 8k 2,317 against 2,648 tok/s, batch 8 983 against 1,042, decode
+// attention 64 x 8k alone 2.88 against 3.47 TB/s, batch 1 within noise
+// (S3-d2). Before that plan, with one 8192-key split a row, 2 stages had lost
+// 7% (run 9: 512 blocks in 396 slots, a second wave a third full).
+constexpr int kMmaStages = 2;
 
-template <int D, int kStages, int kW>
+template <int D, int kW>
 constexpr int mma_smem_bytes() {
-  const int ring = 2 * kStages * 16 * kW * (D + 8) * 2;
+  const int ring = 2 * kMmaStages * 16 * kW * (D + 8) * 2;
   const int merge = kW * 16 * D * 4 + 2 * kW * 16 * 4;
   return (ring > merge ? ring : merge) + 16 * (D + 8) * 2;  // + the Q tile
 }
 
-template <int D, int kStages, int kW>
+template <int D, int kW>
 __global__ void __launch_bounds__(kW * 32)
     split_mma_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
@@ -369,8 +370,8 @@ __global__ void __launch_bounds__(kW * 32)
   static_assert(kThreads % kChunksPerRow == 0 && kTileKeys % kRowsPerPass == 0, "tile copy must be even");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kStride]
-  auto* s_k = s_q + 16 * kStride;                           // [kStages][kTileKeys][kStride]
-  auto* s_v = s_k + kStages * kTileKeys * kStride;
+  auto* s_k = s_q + 16 * kStride;                           // [kMmaStages][kTileKeys][kStride]
+  auto* s_v = s_k + kMmaStages * kTileKeys * kStride;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int row_index = blockIdx.z;
@@ -391,7 +392,7 @@ __global__ void __launch_bounds__(kW * 32)
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
   const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
-  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kStages - 1) * kTileKeys);
+  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kMmaStages - 1) * kTileKeys);
   pdl_wait();
 
   // Q: the group's heads as rows, zero rows past the group.
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(kW * 32)
   // one a row.
   const int copy_row = tid / kChunksPerRow, copy_col = (tid % kChunksPerRow) * 8;
   auto load_tile = [&](int tile) {
-    const int stage = tile % kStages;
+    const int stage = tile % kMmaStages;
     const int key0 = key_begin + tile * kTileKeys + copy_row;
     std::int64_t off[kPasses];
 #pragma unroll
@@ -427,7 +428,7 @@ __global__ void __launch_bounds__(kW * 32)
     }
   };
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
+  for (int t = 0; t < kMmaStages - 1; ++t) {
     if (t < num_tiles) load_tile(t);
     cp_async_commit();  // the first group also carries Q
   }
@@ -441,16 +442,16 @@ __global__ void __launch_bounds__(kW * 32)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    if (tile + kStages - 1 < num_tiles) load_tile(tile + kStages - 1);
+    if (tile + kMmaStages - 1 < num_tiles) load_tile(tile + kMmaStages - 1);
     cp_async_commit();
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<kMmaStages - 1>();
     __syncthreads();
     if (tile == 0) {
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
         ldmatrix_x4(q_frag[ks], s_q + (lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
     }
-    const int stage = tile % kStages;
+    const int stage = tile % kMmaStages;
     const __nv_bfloat16* sk = s_k + (stage * kTileKeys + warp * 16) * kStride;
     const __nv_bfloat16* sv = s_v + (stage * kTileKeys + warp * 16) * kStride;
     const int key0 = key_begin + tile * kTileKeys + warp * 16;
@@ -513,7 +514,7 @@ __global__ void __launch_bounds__(kW * 32)
       mma_16816(o_acc[n], a, b[0], b[1]);
       mma_16816(o_acc[n + 1], a, b[2], b[3]);
     }
-    __syncthreads();  // the stage is rewritten kStages - 1 tiles later
+    __syncthreads();  // the stage is rewritten kMmaStages - 1 tiles later
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -569,44 +570,30 @@ __global__ void __launch_bounds__(kW * 32)
   }
 }
 
-template <int D, int kStages, int kW>
-void launch_split_mma_variant(dim3 grid, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = mma_smem_bytes<D, kStages, kW>();
+template <int D>
+void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p) {
+  constexpr int kSmemBytes = mma_smem_bytes<D, kMmaWarps>();
   static_assert(kSmemBytes <= 227 * 1024, "one block must fit a multiprocessor");
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kStages, kW>,
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaWarps>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel<D, kStages, kW>, grid, dim3(kW * 32), kSmemBytes, stream, step, p);
-}
-
-// The ring's stages: kMmaStagesDefault, or SLUICE_SPLIT_STAGES=2 / 3.
-int mma_stages_setting() {
-  const char* env = std::getenv("SLUICE_SPLIT_STAGES");
-  return env != nullptr && (env[0] == '2' || env[0] == '3') ? env[0] - '0' : kMmaStagesDefault;
-}
-
-template <int D>
-void launch_split_mma(dim3 grid, int stages, cudaStream_t stream, const StepDeviceView& step, const SplitParams& p) {
-  if (stages == 3)
-    launch_split_mma_variant<D, 3, kMmaWarps>(grid, stream, step, p);
-  else
-    launch_split_mma_variant<D, 2, kMmaWarps>(grid, stream, step, p);
+  launch_kernel(split_mma_kernel<D, kMmaWarps>, grid, dim3(kMmaWarps * 32), kSmemBytes, launch, step, p);
 }
 
 // Blocks of the tensor-core kernel resident on the whole GPU (its shared
-// memory bounds them: 3 a multiprocessor at head_dim 128 with 2 stages).
-template <int D, int kStages>
+// memory bounds them: 3 a multiprocessor at head_dim 128).
+template <int D>
 int mma_resident_blocks() {
   static const int blocks = [] {
-    constexpr int kSmemBytes = mma_smem_bytes<D, kStages, kMmaWarps>();
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kStages, kMmaWarps>,
+    constexpr int kSmemBytes = mma_smem_bytes<D, kMmaWarps>();
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaWarps>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     int per_sm = 0, device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, split_mma_kernel<D, kStages, kMmaWarps>, kMmaWarps * 32, kSmemBytes));
+        &per_sm, split_mma_kernel<D, kMmaWarps>, kMmaWarps * 32, kSmemBytes));
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return std::max(1, per_sm * sms);
@@ -614,10 +601,7 @@ int mma_resident_blocks() {
   return blocks;
 }
 
-int mma_resident_blocks(int head_dim, int stages) {
-  if (head_dim == 64) return stages == 3 ? mma_resident_blocks<64, 3>() : mma_resident_blocks<64, 2>();
-  return stages == 3 ? mma_resident_blocks<128, 3>() : mma_resident_blocks<128, 2>();
-}
+int mma_resident_blocks(int head_dim) { return head_dim == 64 ? mma_resident_blocks<64>() : mma_resident_blocks<128>(); }
 
 // One block per (row, query head): merges the splits. kParts groups of D
 // threads each sum every kParts-th split (a long context has up to hundreds
@@ -672,7 +656,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
 }
 
 struct SplitPlan {
-  int max_splits, min_split_tokens, split_align, head_chunks, group, mma_stages;
+  int max_splits, min_split_tokens, split_align, head_chunks, group;
 };
 
 // Splits for the tensor-core kernel: the count (up to by_len) whose blocks,
@@ -706,7 +690,6 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
                            : group_size <= 4 ? 4
                                              : 8;
   const int head_chunks = (group_size + kernel_group - 1) / kernel_group;
-  const int mma_stages = tensor_cores ? mma_stages_setting() : 0;
   const int tile_keys = tensor_cores ? 16 * kMmaWarps : kTileBytes / (args.head_dim * 2);
   // No split shorter than 128 keys (below that the merge costs more than it saves).
   constexpr int kMinSplitTokens = 128;
@@ -717,18 +700,18 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
   int max_splits = 1;
   if (tensor_cores) {
-    max_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, mma_stages));
+    max_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim));
   } else {
     // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
     constexpr int kTargetBlocks = 132 * 4;
     const int by_fill = static_cast<int>((kTargetBlocks + pairs - 1) / pairs);
     max_splits = std::max(1, std::min(by_fill, by_len));
   }
-  return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, mma_stages};
+  return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group};
 }
 
 template <int D>
-void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaStream_t stream) {
+void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   const SplitPlan plan = plan_split(step, args);
   SplitParams p{};
   p.q = static_cast<const __nv_bfloat16*>(args.q);
@@ -750,17 +733,17 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, cudaS
   const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {
     case 16:
-      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, plan.mma_stages, stream, step, p);
+      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, launch, step, p);
       break;
-    case 1: launch_split<D, 1>(grid, stream, step, p); break;
-    case 2: launch_split<D, 2>(grid, stream, step, p); break;
-    case 4: launch_split<D, 4>(grid, stream, step, p); break;
-    default: launch_split<D, 8>(grid, stream, step, p); break;
+    case 1: launch_split<D, 1>(grid, launch, step, p); break;
+    case 2: launch_split<D, 2>(grid, launch, step, p); break;
+    case 4: launch_split<D, 4>(grid, launch, step, p); break;
+    default: launch_split<D, 8>(grid, launch, step, p); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
   if (plan.max_splits > 1) {
     launch_kernel(combine_kernel<D>, dim3(step.num_split_rows, args.num_q_heads),
-                  dim3(D * combine_parts<D>()), plan.max_splits * sizeof(float), stream, step, p);
+                  dim3(D * combine_parts<D>()), plan.max_splits * sizeof(float), launch, step, p);
     SLUICE_CUDA_CHECK_LAUNCH();
   }
 }
@@ -778,15 +761,14 @@ std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionAr
   return parts * (args.head_dim + 2) * static_cast<std::int64_t>(sizeof(float));
 }
 
-void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args,
-                            cudaStream_t stream) {
+void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_split_rows == 0) return;
   switch (args.head_dim) {
-    case 16: launch_for_dim<16>(step, args, stream); break;
-    case 32: launch_for_dim<32>(step, args, stream); break;
-    case 64: launch_for_dim<64>(step, args, stream); break;
-    case 128: launch_for_dim<128>(step, args, stream); break;
-    case 256: launch_for_dim<256>(step, args, stream); break;
+    case 16: launch_for_dim<16>(step, args, launch); break;
+    case 32: launch_for_dim<32>(step, args, launch); break;
+    case 64: launch_for_dim<64>(step, args, launch); break;
+    case 128: launch_for_dim<128>(step, args, launch); break;
+    case 256: launch_for_dim<256>(step, args, launch); break;
     default: SLUICE_CHECK_MSG(false, "split attention: unsupported head_dim");
   }
 }

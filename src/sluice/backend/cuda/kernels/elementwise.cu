@@ -4,8 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -129,7 +127,7 @@ __global__ void norm_bf16_kernel(uint4* residual, const uint4* x, const void* we
 // Launches the bf16 fast path if it applies; false if the caller must use the generic kernel.
 template <bool kAdd>
 bool launch_norm_bf16(void* residual, const void* x, const void* weight, Dt w_dt, float eps,
-                      std::int64_t rows, std::int64_t cols, void* out, cudaStream_t stream) {
+                      std::int64_t rows, std::int64_t cols, void* out, const Launch& launch) {
   if (cols % 8 != 0) return false;
   const int vecs = static_cast<int>(cols / 8);
   const int threads = std::min(256, (vecs + 31) / 32 * 32);
@@ -139,10 +137,10 @@ bool launch_norm_bf16(void* residual, const void* x, const void* weight, Dt w_dt
   auto* o = static_cast<uint4*>(out);
   const auto blocks = static_cast<unsigned>(rows);
   switch (per_thread) {
-    case 1: launch_kernel(norm_bf16_kernel<1, kAdd>, blocks, threads, 0, stream, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
-    case 2: launch_kernel(norm_bf16_kernel<2, kAdd>, blocks, threads, 0, stream, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 1: launch_kernel(norm_bf16_kernel<1, kAdd>, blocks, threads, 0, launch, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 2: launch_kernel(norm_bf16_kernel<2, kAdd>, blocks, threads, 0, launch, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
     case 3:
-    case 4: launch_kernel(norm_bf16_kernel<4, kAdd>, blocks, threads, 0, stream, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
+    case 4: launch_kernel(norm_bf16_kernel<4, kAdd>, blocks, threads, 0, launch, r, xv, weight, w_dt, eps, vecs, static_cast<int>(cols), o); break;
     default: return false;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -305,99 +303,89 @@ int grid_for(std::int64_t n, int threads) {
 
 }  // namespace
 
-namespace {
-bool g_pdl_enabled = [] {
-  const char* env = std::getenv("SLUICE_CUDA_PDL");
-  return env == nullptr || std::string_view(env) != "0";
-}();
-}  // namespace
-
-bool pdl_enabled() { return g_pdl_enabled; }
-void set_pdl_enabled(bool enabled) { g_pdl_enabled = enabled; }
-
 void launch_embedding(const StepDeviceView& step, const void* table, Dt table_dt,
-                      std::int64_t hidden, void* out, Dt out_dt, cudaStream_t stream) {
+                      std::int64_t hidden, void* out, Dt out_dt, const Launch& launch) {
   if (step.num_rows == 0) return;
-  launch_kernel(embedding_kernel, step.num_rows, kRowThreads, 0, stream, step.token_ids, table,
+  launch_kernel(embedding_kernel, step.num_rows, kRowThreads, 0, launch, step.token_ids, table,
                 table_dt, hidden, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_rms_norm(const void* x, Dt x_dt, const void* weight, Dt w_dt, float eps,
                      std::int64_t rows, std::int64_t cols, void* out, Dt out_dt,
-                     cudaStream_t stream) {
+                     const Launch& launch) {
   if (rows == 0) return;
   if (x_dt == Dt::bf16 && out_dt == Dt::bf16 &&
-      launch_norm_bf16<false>(nullptr, x, weight, w_dt, eps, rows, cols, out, stream))
+      launch_norm_bf16<false>(nullptr, x, weight, w_dt, eps, rows, cols, out, launch))
     return;
-  launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream, x, x_dt,
+  launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, launch, x, x_dt,
                 weight, w_dt, eps, cols, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_add_rms_norm(void* residual, Dt r_dt, const void* x, Dt x_dt, const void* weight,
                          Dt w_dt, float eps, std::int64_t rows, std::int64_t cols, void* out,
-                         Dt out_dt, cudaStream_t stream) {
+                         Dt out_dt, const Launch& launch) {
   if (rows == 0) return;
   if (r_dt == Dt::bf16 && x_dt == Dt::bf16 && out_dt == Dt::bf16 && residual != out &&
-      launch_norm_bf16<true>(residual, x, weight, w_dt, eps, rows, cols, out, stream))
+      launch_norm_bf16<true>(residual, x, weight, w_dt, eps, rows, cols, out, launch))
     return;
-  launch_kernel(add_rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream,
+  launch_kernel(add_rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, launch,
                 residual, r_dt, x, x_dt, weight, w_dt, eps, cols, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_silu_mul(const void* gate_up, Dt in_dt, std::int64_t rows, std::int64_t inter,
-                     void* out, Dt out_dt, cudaStream_t stream) {
+                     void* out, Dt out_dt, const Launch& launch) {
   if (rows * inter == 0) return;
-  launch_kernel(silu_mul_kernel, grid_for(rows * inter, 256), 256, 0, stream, gate_up, in_dt,
+  launch_kernel(silu_mul_kernel, grid_for(rows * inter, 256), 256, 0, launch, gate_up, in_dt,
                 rows, inter, out, out_dt);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gather_rows(const void* x, Dt dt, std::int64_t cols, const std::int32_t* rows,
-                        std::int32_t num_rows, void* out, cudaStream_t stream) {
+                        std::int32_t num_rows, void* out, const Launch& launch) {
   if (num_rows == 0) return;
-  launch_kernel(gather_rows_kernel, num_rows, kRowThreads, 0, stream, x, dt, cols, rows, out);
+  launch_kernel(gather_rows_kernel, num_rows, kRowThreads, 0, launch, x, dt, cols, rows, out);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_add_bias(void* out, Dt out_dt, const void* bias, Dt bias_dt, std::int64_t rows,
-                     std::int64_t cols, cudaStream_t stream) {
+                     std::int64_t cols, const Launch& launch) {
   if (rows * cols == 0) return;
-  launch_kernel(add_bias_kernel, grid_for(rows * cols, 256), 256, 0, stream, out, out_dt, bias,
+  launch_kernel(add_bias_kernel, grid_for(rows * cols, 256), 256, 0, launch, out, out_dt, bias,
                 bias_dt, rows, cols);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_q_heads,
                  void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
-                 const float* inv_freq, cudaStream_t stream) {
+                 const float* inv_freq, const Launch& launch) {
   if (step.num_rows == 0) return;
   constexpr int kThreads = 128;
   const int pairs = (num_q_heads + num_kv_heads) * (head_dim / 2);
   const dim3 grid(step.num_rows, (pairs + kThreads - 1) / kThreads);
-  launch_kernel(rope_kernel, grid, kThreads, 0, stream, step.positions, q, q_dt, num_q_heads, k,
+  launch_kernel(rope_kernel, grid, kThreads, 0, launch, step.positions, q, q_dt, num_q_heads, k,
                 k_dt, num_kv_heads, head_dim, inv_freq);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_rope_kv_write(const StepDeviceView& step, const RopeKvWriteArgs& args, cudaStream_t stream) {
+void launch_rope_kv_write(const StepDeviceView& step, const RopeKvWriteArgs& args, const Launch& launch) {
   if (step.num_rows == 0) return;
   constexpr int kThreads = 128;
   const int pairs = (args.num_q_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
   const dim3 grid(step.num_rows, (pairs + kThreads - 1) / kThreads);
-  launch_kernel(rope_kv_write_kernel, grid, kThreads, 0, stream, args, step.positions, step.row_sequence,
+  launch_kernel(rope_kv_write_kernel, grid, kThreads, 0, launch, args, step.positions, step.row_sequence,
                 step.seq_block_offset, step.block_tables);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, void* k_cache,
                      void* v_cache, std::int32_t num_kv_heads, std::int32_t head_dim,
-                     std::int32_t block_size_tokens, cudaStream_t stream) {
+                     std::int32_t block_size_tokens, const Launch& launch) {
   if (step.num_rows == 0) return;
   const std::int32_t row_vecs = num_kv_heads * head_dim / 8;  // 8 bf16 per uint4
-  launch_kernel(kv_write_kernel, step.num_rows, 128, 0, stream,
+  launch_kernel(kv_write_kernel, step.num_rows, 128, 0, launch,
       step.positions, step.row_sequence, step.seq_block_offset, step.block_tables,
       static_cast<const uint4*>(k), static_cast<const uint4*>(v), static_cast<uint4*>(k_cache),
       static_cast<uint4*>(v_cache), row_vecs, block_size_tokens);

@@ -3,24 +3,27 @@
 // kernel for these shapes and reached 1.4-2.6 TB/s on the q/k/v/o projections
 // (ncu on the H200).
 //
-// A warp streams one weight row (or a 1/kSlices slice of it: rows are split
-// when there are too few rows to give every SM ~48 warps, e.g. o_proj and
-// down_proj at 4096 rows) with 16-byte loads, kUnroll in flight per lane, all
-// predicated so a ragged tail costs no extra round trip. The first loads are
-// issued before pdl_wait(): weights never change, so they stream while the
-// previous kernel (which produced x) drains.
+// A warp streams one weight row (or, with split K, one of 2-4 parts of it:
+// weights of few rows, e.g. o_proj and down_proj at 4096 rows, fill under one
+// wave of warp slots otherwise) with 16-byte loads, four in flight per lane.
+// The first weights are prefetched to L2 before pdl_wait(): weights never
+// change, so they stream while the previous kernel (which produced x) drains.
 //
 // Two fusions: several output tensors (the q|k|v projection writes q, k and v
 // from one pass over the stacked weight), and the SwiGLU epilogue (a warp
 // reads gate row i and up row I + i of the stacked gate|up weight and writes
 // silu(gate) * up, so neither the [m, 2I] intermediate nor the silu kernel
 // exists).
+//
+// Deleted after losing their benchmarks (docs/benchmarks.md, runs 8-10): a
+// predicated 8-deep loop and rows split over warps on the 40-66-register
+// kernel (66-77% of HBM where the 32-register loop reads 83-102%; split K on
+// that loop replaced the row split).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <type_traits>
 
 #include "sluice/backend/cuda/cuda_check.h"
@@ -32,9 +35,6 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 8;           // 16-byte weight loads in flight per lane
-constexpr int kWarpsWanted = 132 * 48;  // enough warps to keep HBM busy on an H200
-constexpr int kMaxSlices = 4;
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&a);
@@ -50,151 +50,81 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-struct GemvParams {
+struct SwiGluParams {
   const uint4* x;  // [m, k_vecs]
-  const uint4* w;  // [rows, k_vecs]
-  // Output part j holds items [begin[j], begin[j] + cols[j]) as a row-major
-  // [m, cols[j]] tensor; unused parts have begin INT_MAX.
-  void* out[3];
-  int begin[3];
-  int cols[3];
+  const uint4* w;  // [2 * inter, k_vecs]: the gate rows, then the up rows
+  void* out;       // [m, inter]
   Dt out_dt;
-  int num_items;  // output columns (SwiGLU: the intermediate size)
+  int inter;
   int k_vecs;
-  int slice_vecs;  // 16-byte vectors per slice, a multiple of 32
 };
 
-// kPredicated (v2): every load predicated, 8 (SwiGLU: 4 per row) in flight.
-// Otherwise (v1, the loop of the first version, measured at 91% / 100% of
-// HBM on gate_up / lm_head): unpredicated groups of 4 loads per row, then a
-// one-load remainder loop.
-template <int kRows, int kSlices, bool kSwiGlu, bool kPredicated>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 || kPredicated ? 1 : kSwiGlu ? 4 : 6)
-    gemv_kernel(GemvParams p) {
-  constexpr int kW = kSwiGlu ? 2 : 1;             // weight rows per item
-  constexpr int kU = kPredicated ? (kSwiGlu ? kUnroll / 2 : kUnroll) : 4;  // loads in flight per row
+// The gate|up GEMV with the SwiGLU epilogue: one warp per intermediate column
+// reads both its gate and up rows, four 16-byte loads of each in flight per
+// lane, then a one-load remainder loop. At one row (64 registers) it read
+// 92.5% of HBM where pairs of 32-register warps, a row each, read 89% (S3-d1).
+template <int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_swiglu_kernel(SwiGluParams p) {
+  constexpr int kU = 4;  // loads in flight per row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int item = blockIdx.x * (kWarpsPerBlock / kSlices) + warp / kSlices;
-  const int slice = warp % kSlices;
-  const bool active = item < p.num_items;
-  const int begin = slice * p.slice_vecs;
-  const int end = active ? min(begin + p.slice_vecs, p.k_vecs) : 0;
-  const uint4* wrow[kW];
+  const int item = blockIdx.x * kWarpsPerBlock + warp;
+  const bool active = item < p.inter;
+  const int end = active ? p.k_vecs : 0;
+  const uint4* wrow[2];
   wrow[0] = p.w + static_cast<std::int64_t>(active ? item : 0) * p.k_vecs;
-  if constexpr (kSwiGlu) wrow[kW - 1] = p.w + static_cast<std::int64_t>(p.num_items + (active ? item : 0)) * p.k_vecs;
+  wrow[1] = p.w + static_cast<std::int64_t>(p.inter + (active ? item : 0)) * p.k_vecs;
 
-  uint4 wv[kW][kU];
-  auto load = [&](int kv0) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int idx = kv0 + 32 * u;
-#pragma unroll
-      for (int r = 0; r < kW; ++r) wv[r][u] = idx < end ? __ldg(wrow[r] + idx) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  auto load_full = [&](int kv0) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-#pragma unroll
-      for (int r = 0; r < kW; ++r) wv[r][u] = __ldg(wrow[r] + kv0 + 32 * u);
-  };
-  int kv0 = begin + lane;
-  bool have_first = false;
-  if constexpr (kPredicated) {
-    load(kv0);
-  } else if (lane < 16 && begin * 16 + lane * 128 < end * 16) {
+  uint4 wv[2][kU];
+  int kv0 = lane;
+  if (lane < 16 && lane * 128 < end * 16) {
     // L2 only: a register prefetch held across the wait costs occupancy.
 #pragma unroll
-    for (int r = 0; r < kW; ++r)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow[r] + begin) + lane * 128));
+    for (int r = 0; r < 2; ++r)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow[r]) + lane * 128));
   }
   pdl_launch_dependents();
   pdl_wait();
 
-  float acc[kW][kRows];
+  float acc[2][kRows];
 #pragma unroll
-  for (int r = 0; r < kW; ++r)
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int m = 0; m < kRows; ++m) acc[r][m] = 0.0f;
-  if constexpr (!kPredicated) {
-    for (; kv0 + 32 * (kU - 1) < end; kv0 += 32 * kU) {
-      if (!have_first) load_full(kv0);
-      have_first = false;
+  for (; kv0 + 32 * (kU - 1) < end; kv0 += 32 * kU) {
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
+    for (int u = 0; u < kU; ++u)
 #pragma unroll
-        for (int m = 0; m < kRows; ++m) {
-          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
+      for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + kv0 + 32 * u);
 #pragma unroll
-          for (int r = 0; r < kW; ++r) acc[r][m] += dot8(wv[r][u], xv);
-        }
-    }
-    for (; kv0 < end; kv0 += 32) {
-      uint4 w1[kW];
-#pragma unroll
-      for (int r = 0; r < kW; ++r) w1[r] = __ldg(wrow[r] + kv0);
+    for (int u = 0; u < kU; ++u)
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
-        const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0];
+        const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
 #pragma unroll
-        for (int r = 0; r < kW; ++r) acc[r][m] += dot8(w1[r], xv);
-      }
-    }
-  }
-  while (kPredicated && kv0 < end) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int idx = kv0 + 32 * u;
-      if (idx < end) {
-#pragma unroll
-        for (int m = 0; m < kRows; ++m) {
-          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + idx];
-#pragma unroll
-          for (int r = 0; r < kW; ++r) acc[r][m] += dot8(wv[r][u], xv);
-        }
-      }
-    }
-    kv0 += 32 * kU;
-    if (kv0 < end) load(kv0);
-  }
-#pragma unroll
-  for (int r = 0; r < kW; ++r)
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) acc[r][m] = warp_sum(acc[r][m]);
-  if constexpr (kSlices > 1) {
-    __shared__ float partial[kWarpsPerBlock][kW * kRows];
-    if (lane == 0)
-#pragma unroll
-      for (int r = 0; r < kW; ++r)
-#pragma unroll
-        for (int m = 0; m < kRows; ++m) partial[warp][r * kRows + m] = acc[r][m];
-    __syncthreads();
-    if (slice != 0) return;
-#pragma unroll
-    for (int r = 0; r < kW; ++r)
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        float total = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kSlices; ++s) total += partial[warp + s][r * kRows + m];
-        acc[r][m] = total;
+        for (int r = 0; r < 2; ++r) acc[r][m] += dot8(wv[r][u], xv);
       }
   }
-  if (lane != 0 || !active) return;
-  if constexpr (kSwiGlu) {
+  for (; kv0 < end; kv0 += 32) {
+    uint4 w1[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) w1[r] = __ldg(wrow[r] + kv0);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
-      // Rounded as the unfused path stores gate and up before silu_mul reads them.
-      const float g = round_bf16(acc[0][m]), u = round_bf16(acc[1][m]);
-      store_f(p.out[0], p.out_dt, static_cast<std::int64_t>(m) * p.num_items + item,
-              g / (1.0f + __expf(-g)) * u);
-    }
-  } else {
-    const int part = item >= p.begin[2] ? 2 : item >= p.begin[1] ? 1 : 0;
+      const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0];
 #pragma unroll
-    for (int m = 0; m < kRows; ++m)
-      store_f(p.out[part], p.out_dt,
-              static_cast<std::int64_t>(m) * p.cols[part] + (item - p.begin[part]), acc[0][m]);
+      for (int r = 0; r < 2; ++r) acc[r][m] += dot8(w1[r], xv);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[r][m] = warp_sum(acc[r][m]);
+  if (lane != 0 || !active) return;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    // Rounded as the unfused path stores gate and up before silu_mul reads them.
+    const float g = round_bf16(acc[0][m]), u = round_bf16(acc[1][m]);
+    store_f(p.out, p.out_dt, static_cast<std::int64_t>(m) * p.inter + item, g / (1.0f + __expf(-g)) * u);
   }
 }
 
@@ -234,8 +164,8 @@ __device__ __forceinline__ void accumulate_dot8(const uint4* __restrict__ wrow, 
 // The plain GEMV (o_proj, down_proj, lm_head, and q|k|v through `out`'s
 // parts): the first version's loop and arguments, plus PDL. Occupancy is what
 // keeps bytes in flight here: that version took 32 registers (8 blocks = 64
-// warps a multiprocessor) and read 91-100% of HBM; gemv_kernel above takes
-// 40-66 registers for the same loop (5-6 blocks) and read 66-77% (runs 9, 10).
+// warps a multiprocessor) and read 91-100% of HBM; a rewrite that took 40-66
+// registers for the same loop (5-6 blocks) read 66-77% (runs 9, 10).
 // The parts cost only the store's part choice, made once per column.
 template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
@@ -274,8 +204,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
 // shared memory. For weights of few rows (q|k|v at 6144, o_proj and down_proj
 // at 4096), whose one-warp-a-row grid fills under one wave of warp slots:
 // o_proj read 62% of HBM that way, down_proj 82%, q|k|v 66% (run 11); two
-// parts gave 71%, 89% and 74% (session 3). SLUICE_GEMV_SPLITK=0 turns it off,
-// =2 keeps two parts everywhere.
+// parts gave 71%, 89% and 74% (session 3).
 template <int kRows, int kParts>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
     gemv_split_k_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
@@ -321,25 +250,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
 // rows (1-4): kernel_of(std::integral_constant<int, R>{}) names it.
 template <class KernelOf>
 void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const void* x, const void* w,
-                     const PlainOutputs& out, std::int64_t n, std::int64_t k, cudaStream_t stream) {
+                     const PlainOutputs& out, std::int64_t n, std::int64_t k, const Launch& launch) {
   const dim3 block(kWarpsPerBlock * 32);
   const auto* xv = static_cast<const uint4*>(x);
   const auto* wv = static_cast<const uint4*>(w);
   const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
   switch (m) {
-    case 1: launch_kernel(kernel_of(std::integral_constant<int, 1>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    case 2: launch_kernel(kernel_of(std::integral_constant<int, 2>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    case 3: launch_kernel(kernel_of(std::integral_constant<int, 3>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
-    default: launch_kernel(kernel_of(std::integral_constant<int, 4>{}), grid, block, 0, stream, xv, wv, out, nn, kv); break;
+    case 1: launch_kernel(kernel_of(std::integral_constant<int, 1>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    case 2: launch_kernel(kernel_of(std::integral_constant<int, 2>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    case 3: launch_kernel(kernel_of(std::integral_constant<int, 3>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    default: launch_kernel(kernel_of(std::integral_constant<int, 4>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
   }
 }
 
 template <int kParts>
 void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
-                    std::int64_t k, cudaStream_t stream) {
+                    std::int64_t k, const Launch& launch) {
   constexpr int kItems = kWarpsPerBlock / kParts;
   launch_for_rows([](auto rows) { return gemv_split_k_kernel<decltype(rows)::value, kParts>; }, m,
-                  dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, stream);
+                  dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, launch);
+}
+
+void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
+                  std::int64_t k, const Launch& launch) {
+  launch_for_rows([](auto rows) { return gemv_plain_kernel<decltype(rows)::value>; }, m,
+                  dim3(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), x, w, out, n, k, launch);
 }
 
 // Warps a row for the plain loop (1: no split). Split K when one warp a row
@@ -347,10 +282,9 @@ void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::
 // loop (four loads a lane); of 2 and 4 parts, 4 only when its waves are
 // clearly fuller on average: q|k|v's 6144 rows are 1.45 waves in 2 parts (73%
 // full), 2.9 in 4 (97%); o_proj's and down_proj's 4096 are 0.97 and 1.94 (97%
-// both), so they keep 2.
-int split_k_parts(std::int64_t n, std::int64_t k) {
-  const char* env = std::getenv("SLUICE_GEMV_SPLITK");
-  if (env != nullptr && env[0] == '0') return 1;
+// both), so they keep 2. GemvSplitK::two_parts never picks 4. One warp a row
+// for these weights lost everywhere (batch 1 @ 4k -5.6%, S3-d2).
+int gemv_split_k_parts(std::int64_t n, std::int64_t k, GemvSplitK split_k) {
   constexpr double kWarpSlots = 132.0 * 64.0;
   if (n > kWarpSlots) return 1;
   auto fits = [&](int parts) { return k / 8 >= parts * 32 * 4; };
@@ -359,69 +293,7 @@ int split_k_parts(std::int64_t n, std::int64_t k) {
     return waves / std::ceil(waves);
   };
   if (!fits(2)) return 1;
-  const bool two_only = env != nullptr && env[0] == '2';
-  return !two_only && fits(4) && fill(4) > fill(2) + 0.1 ? 4 : 2;
-}
-
-void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
-                  std::int64_t k, cudaStream_t stream) {
-  launch_for_rows([](auto rows) { return gemv_plain_kernel<decltype(rows)::value>; }, m,
-                  dim3(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), x, w, out, n, k, stream);
-}
-
-// Slices per row: double while the grid has fewer than kWarpsWanted warps and
-// each slice keeps at least 8 loads per lane.
-int pick_slices(std::int64_t items, std::int64_t k_vecs) {
-  int slices = 1;
-  while (slices < kMaxSlices && items * slices < kWarpsWanted && k_vecs / (2 * slices) >= 32 * kUnroll)
-    slices *= 2;
-  return slices;
-}
-
-// Variant under evaluation (SLUICE_GEMV): "1" = v1 loop, no slices; "2" = v2
-// (predicated, slices); "3" = v1 loop with slices. Default: see gemv_variant().
-int gemv_variant() {
-  const char* env = std::getenv("SLUICE_GEMV");
-  return env != nullptr && env[0] >= '1' && env[0] <= '3' ? env[0] - '0' : 1;
-}
-
-template <int kRows, bool kSwiGlu, bool kPredicated>
-void launch_rows(const GemvParams& p, int slices, cudaStream_t stream) {
-  const int items_per_block = kWarpsPerBlock / slices;
-  const dim3 grid(static_cast<unsigned>((p.num_items + items_per_block - 1) / items_per_block));
-  const dim3 block(kWarpsPerBlock * 32);
-  // SLUICE_GEMV_PDL=0: the GEMV itself launches after the previous kernel
-  // completes (it still lets the next kernel overlap its tail).
-  const char* env = std::getenv("SLUICE_GEMV_PDL");
-  const bool pdl = pdl_enabled() && (env == nullptr || env[0] != '0');
-  switch (slices) {
-    case 1: launch_kernel_with(pdl, gemv_kernel<kRows, 1, kSwiGlu, kPredicated>, grid, block, 0, stream, p); break;
-    case 2: launch_kernel_with(pdl, gemv_kernel<kRows, 2, kSwiGlu, kPredicated>, grid, block, 0, stream, p); break;
-    default: launch_kernel_with(pdl, gemv_kernel<kRows, 4, kSwiGlu, kPredicated>, grid, block, 0, stream, p); break;
-  }
-}
-
-template <int kRows, bool kSwiGlu>
-void launch_rows(const GemvParams& p, int slices, bool predicated, cudaStream_t stream) {
-  if (predicated)
-    launch_rows<kRows, kSwiGlu, true>(p, slices, stream);
-  else
-    launch_rows<kRows, kSwiGlu, false>(p, slices, stream);
-}
-
-template <bool kSwiGlu>
-void launch(const GemvParams& p, std::int64_t m, cudaStream_t stream) {
-  const int variant = gemv_variant();
-  const int slices = variant == 1 ? 1 : pick_slices(p.num_items, p.k_vecs);
-  const bool predicated = variant == 2;
-  GemvParams q = p;
-  q.slice_vecs = static_cast<int>((p.k_vecs + slices - 1) / slices + 31) / 32 * 32;
-  switch (m) {
-    case 1: launch_rows<1, kSwiGlu>(q, slices, predicated, stream); break;
-    case 2: launch_rows<2, kSwiGlu>(q, slices, predicated, stream); break;
-    case 3: launch_rows<3, kSwiGlu>(q, slices, predicated, stream); break;
-    default: launch_rows<4, kSwiGlu>(q, slices, predicated, stream); break;
-  }
+  return split_k == GemvSplitK::by_waves && fits(4) && fill(4) > fill(2) + 0.1 ? 4 : 2;
 }
 
 bool covered(std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -430,71 +302,46 @@ bool covered(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 }  // namespace
 
-bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std::int64_t m,
-                       std::int64_t k, cudaStream_t stream) {
+bool launch_gemv(const void* x, const void* w, const GemvOutputs& out, std::int64_t m, std::int64_t k,
+                 GemvSplitK split_k, const Launch& launch) {
   std::int64_t n = 0;
   for (int j = 0; j < out.num_parts; ++j) n += out.cols[j];
   if (out.num_parts < 1 || out.num_parts > 3 || !covered(m, n, k)) return false;
-  if (gemv_variant() == 1) {
-    PlainOutputs plain{};
-    std::int64_t at = 0;
-    for (int j = 0; j < 3; ++j) {
-      const bool used = j < out.num_parts;
-      plain.data[j] = used ? out.data[j] : nullptr;
-      plain.begin[j] = used ? static_cast<int>(at) : INT_MAX;
-      plain.cols[j] = used ? static_cast<int>(out.cols[j]) : 0;
-      if (used) at += out.cols[j];
-    }
-    plain.dt = out.dt;
-    switch (split_k_parts(n, k)) {
-      case 4: launch_split_k<4>(x, w, plain, m, n, k, stream); break;
-      case 2: launch_split_k<2>(x, w, plain, m, n, k, stream); break;
-      default: launch_plain(x, w, plain, m, n, k, stream); break;
-    }
-    return true;
-  }
-  GemvParams p{};
-  p.x = static_cast<const uint4*>(x);
-  p.w = static_cast<const uint4*>(w);
+  PlainOutputs plain{};
   std::int64_t at = 0;
   for (int j = 0; j < 3; ++j) {
     const bool used = j < out.num_parts;
-    p.out[j] = used ? out.data[j] : nullptr;
-    p.begin[j] = used ? static_cast<int>(at) : INT_MAX;
-    p.cols[j] = used ? static_cast<int>(out.cols[j]) : 0;
+    plain.data[j] = used ? out.data[j] : nullptr;
+    plain.begin[j] = used ? static_cast<int>(at) : INT_MAX;
+    plain.cols[j] = used ? static_cast<int>(out.cols[j]) : 0;
     if (used) at += out.cols[j];
   }
-  p.out_dt = out.dt;
-  p.num_items = static_cast<int>(n);
-  p.k_vecs = static_cast<int>(k / 8);
-  launch<false>(p, m, stream);
+  plain.dt = out.dt;
+  switch (gemv_split_k_parts(n, k, split_k)) {
+    case 4: launch_split_k<4>(x, w, plain, m, n, k, launch); break;
+    case 2: launch_split_k<2>(x, w, plain, m, n, k, launch); break;
+    default: launch_plain(x, w, plain, m, n, k, launch); break;
+  }
   return true;
 }
 
-bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
-                 std::int64_t k, cudaStream_t stream) {
-  GemvOutputs parts;
-  parts.data[0] = out;
-  parts.cols[0] = n;
-  parts.num_parts = 1;
-  parts.dt = out_dt;
-  return launch_gemv_parts(x, w, parts, m, k, stream);
-}
-
 bool launch_gemv_swiglu(const void* x, const void* w_gate_up, void* out, Dt out_dt, std::int64_t m,
-                        std::int64_t inter, std::int64_t k, cudaStream_t stream) {
+                        std::int64_t inter, std::int64_t k, const Launch& launch) {
   if (!covered(m, 2 * inter, k)) return false;
-  GemvParams p{};
-  p.x = static_cast<const uint4*>(x);
-  p.w = static_cast<const uint4*>(w_gate_up);
-  p.out[0] = out;
-  p.begin[0] = 0;
-  p.cols[0] = static_cast<int>(inter);
-  p.begin[1] = p.begin[2] = INT_MAX;
-  p.out_dt = out_dt;
-  p.num_items = static_cast<int>(inter);
-  p.k_vecs = static_cast<int>(k / 8);
-  launch<true>(p, m, stream);
+  const SwiGluParams p{.x = static_cast<const uint4*>(x),
+                       .w = static_cast<const uint4*>(w_gate_up),
+                       .out = out,
+                       .out_dt = out_dt,
+                       .inter = static_cast<int>(inter),
+                       .k_vecs = static_cast<int>(k / 8)};
+  const dim3 grid(static_cast<unsigned>((p.inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const dim3 block(kWarpsPerBlock * 32);
+  switch (m) {
+    case 1: launch_kernel(gemv_swiglu_kernel<1>, grid, block, 0, launch, p); break;
+    case 2: launch_kernel(gemv_swiglu_kernel<2>, grid, block, 0, launch, p); break;
+    case 3: launch_kernel(gemv_swiglu_kernel<3>, grid, block, 0, launch, p); break;
+    default: launch_kernel(gemv_swiglu_kernel<4>, grid, block, 0, launch, p); break;
+  }
   return true;
 }
 

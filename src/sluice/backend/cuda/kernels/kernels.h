@@ -1,15 +1,27 @@
 // Host-side launchers for the CUDA kernels. Pure C++ types only, so that the
 // Ops implementation (compiled by the host compiler) can call them. Every
-// launcher enqueues on `stream` and checks the launch.
+// launcher enqueues on its stream and checks the launch. A kernel with
+// variants takes the caller's choice as a parameter (an enum from
+// cuda_options.h) and a pure function of the problem picks what runs.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "sluice/backend/cuda/cuda_options.h"
+
 namespace sluice::cuda {
 
 enum class Dt : std::int32_t;
+
+// Where a step kernel is enqueued and whether it may overlap the previous
+// kernel of the stream (programmatic dependent launch, launch.cuh). Launchers
+// that take a bare cudaStream_t launch plainly (they follow a copy or a graph).
+struct Launch {
+  cudaStream_t stream = nullptr;
+  bool programmatic = true;  // CudaOptions::programmatic_launch
+};
 
 // The step's layout in device memory, uploaded once per step by begin_step().
 struct StepDeviceView {
@@ -65,11 +77,12 @@ struct AttentionArgs {
   void* workspace = nullptr;
   // Split prefill partials: at least prefill_split_workspace_bytes().
   void* prefill_split_workspace = nullptr;
+  // The kernel asked for whole prefill tiles; prefill_kernel_for() decides.
+  PrefillAttention prefill_attention = PrefillAttention::mma;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
-void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args,
-                                    cudaStream_t stream);
+void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
 // Workspace bytes the split prefill pieces of this step need (0 without any).
 std::int64_t prefill_split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
 // (Which tiles are split, and where: backend/prefill_split_plan.h.)
@@ -79,35 +92,36 @@ std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionAr
 
 void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, void* k_cache,
                      void* v_cache, std::int32_t num_kv_heads, std::int32_t head_dim,
-                     std::int32_t block_size_tokens, cudaStream_t stream);
-void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args,
-                              cudaStream_t stream);
-void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args,
-                            cudaStream_t stream);
+                     std::int32_t block_size_tokens, const Launch& launch);
+// Whole prefill tiles, on the kernel prefill_kernel_for() picks.
+void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
+void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
 // Prefill attention on warpgroup MMA (sm_90a), head_dim 128 bf16 only
 // (attention_prefill_wgmma.cu); launch_attention_prefill() dispatches to it.
 bool prefill_wgmma_supports(std::int32_t head_dim);
-void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args,
-                                    cudaStream_t stream);
+void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
+// The kernel that runs whole prefill tiles: the one asked for where it is
+// built for head_dim, else mma.
+PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_dim);
 
 void launch_embedding(const StepDeviceView& step, const void* table, Dt table_dt,
-                      std::int64_t hidden, void* out, Dt out_dt, cudaStream_t stream);
+                      std::int64_t hidden, void* out, Dt out_dt, const Launch& launch);
 void launch_rms_norm(const void* x, Dt x_dt, const void* weight, Dt w_dt, float eps,
                      std::int64_t rows, std::int64_t cols, void* out, Dt out_dt,
-                     cudaStream_t stream);
+                     const Launch& launch);
 void launch_add_rms_norm(void* residual, Dt r_dt, const void* x, Dt x_dt, const void* weight,
                          Dt w_dt, float eps, std::int64_t rows, std::int64_t cols, void* out,
-                         Dt out_dt, cudaStream_t stream);
+                         Dt out_dt, const Launch& launch);
 void launch_silu_mul(const void* gate_up, Dt in_dt, std::int64_t rows, std::int64_t inter,
-                     void* out, Dt out_dt, cudaStream_t stream);
+                     void* out, Dt out_dt, const Launch& launch);
 void launch_gather_rows(const void* x, Dt dt, std::int64_t cols, const std::int32_t* rows,
-                        std::int32_t num_rows, void* out, cudaStream_t stream);
+                        std::int32_t num_rows, void* out, const Launch& launch);
 void launch_add_bias(void* out, Dt out_dt, const void* bias, Dt bias_dt, std::int64_t rows,
-                     std::int64_t cols, cudaStream_t stream);
+                     std::int64_t cols, const Launch& launch);
 // inv_freq: [head_dim / 2] f32.
 void launch_rope(const StepDeviceView& step, void* q, Dt q_dt, std::int32_t num_q_heads,
                  void* k, Dt k_dt, std::int32_t num_kv_heads, std::int32_t head_dim,
-                 const float* inv_freq, cudaStream_t stream);
+                 const float* inv_freq, const Launch& launch);
 
 // RoPE on q and k (in place) and k, v into their pages, in one kernel: what
 // launch_rope() then launch_kv_write() do. k, v and the cache are bf16.
@@ -121,35 +135,27 @@ struct RopeKvWriteArgs {
   const float* inv_freq = nullptr;  // [head_dim / 2]
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
 };
-void launch_rope_kv_write(const StepDeviceView& step, const RopeKvWriteArgs& args, cudaStream_t stream);
+void launch_rope_kv_write(const StepDeviceView& step, const RopeKvWriteArgs& args, const Launch& launch);
 
 // out[m, n] = x[m, :] · w[n, :] (bf16 x and w, out bf16 or f32) for decode
-// batches of at most kGemvMaxRows rows; false if the shape is not covered
-// (then the caller uses cuBLASLt).
+// batches of at most kGemvMaxRows rows, the output columns split over up to
+// three row-major tensors in order (the fused q|k|v projection writes q, k
+// and v in one pass); false if the shape is not covered (then the caller uses
+// cuBLASLt). `split_k` bounds the warps a row (split_k_parts() in gemv.cu).
 inline constexpr std::int64_t kGemvMaxRows = 4;
-bool launch_gemv(const void* x, const void* w, void* out, Dt out_dt, std::int64_t m, std::int64_t n,
-                 std::int64_t k, cudaStream_t stream);
-// The output columns of one GEMV split over up to three row-major tensors, in
-// order (the fused q|k|v projection writes q, k and v in one pass).
 struct GemvOutputs {
   void* data[3] = {nullptr, nullptr, nullptr};
   std::int64_t cols[3] = {0, 0, 0};  // part j is [m, cols[j]]
   int num_parts = 0;
   Dt dt{};
 };
-bool launch_gemv_parts(const void* x, const void* w, const GemvOutputs& out, std::int64_t m,
-                       std::int64_t k, cudaStream_t stream);
+bool launch_gemv(const void* x, const void* w, const GemvOutputs& out, std::int64_t m, std::int64_t k,
+                 GemvSplitK split_k, const Launch& launch);
 // out[m, i] = silu(x·w[i]) * (x·w[inter + i]) for the stacked gate|up weight
 // [2 * inter, k], with gate and up rounded to bf16 first, as the unfused
 // matmul + silu_mul computes it.
 bool launch_gemv_swiglu(const void* x, const void* w_gate_up, void* out, Dt out_dt, std::int64_t m,
-                        std::int64_t inter, std::int64_t k, cudaStream_t stream);
-
-// Whether kernels are launched with programmatic dependent launch (launch.cuh).
-// Default on; SLUICE_CUDA_PDL=0 in the environment turns it off. Benchmarks
-// flip it to time both (graphs captured under one setting keep it).
-bool pdl_enabled();
-void set_pdl_enabled(bool enabled);
+                        std::int64_t inter, std::int64_t k, const Launch& launch);
 
 // Per row of logits [rows, vocab]: the argmax token, its logit and the row's
 // log-sum-exp (so logprob = logit - lse). out_token [rows], out_stats [rows, 2].
@@ -204,11 +210,6 @@ struct SampleRowsArgs {
 // Row stride of the workspace, padded so every row starts 128-byte aligned.
 inline constexpr std::int64_t sample_workspace_row_floats(std::int64_t vocab) { return (vocab + 31) / 32 * 32; }
 void launch_sample_rows(const SampleRowsArgs& args, cudaStream_t stream);
-// Whether CudaOps::sample decides non-greedy rows on the device. Default on;
-// SLUICE_DEVICE_SAMPLING=0 sends them to the reference sampler on the host
-// (the benchmark times both).
-bool device_sampling_enabled();
-void set_device_sampling_enabled(bool enabled);
 // Converts rows of logits to f32 (for host-side sampling and return_logits).
 void launch_to_f32(const void* x, Dt dt, std::int64_t n, float* out, cudaStream_t stream);
 

@@ -29,8 +29,6 @@
 #include <cuda_bf16.h>
 
 #include <climits>
-#include <cstdlib>
-#include <string_view>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -634,15 +632,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
   out.num_top_logprobs = num_finite;
 }
 
-bool g_device_sampling = [] {
-  const char* env = std::getenv("SLUICE_DEVICE_SAMPLING");
-  return env == nullptr || std::string_view(env) != "0";
-}();
-
 }  // namespace
-
-bool device_sampling_enabled() { return g_device_sampling; }
-void set_device_sampling_enabled(bool enabled) { g_device_sampling = enabled; }
 
 void launch_sample_rows(const SampleRowsArgs& args, cudaStream_t stream) {
   if (args.num_rows == 0) return;

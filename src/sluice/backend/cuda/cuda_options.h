@@ -1,0 +1,123 @@
+// Every setting of the CUDA backend, in one struct its owner fills explicitly:
+// `sluice serve` and `sluice generate` from typed --cuda-* flags (logged at
+// start, refused without --device cuda), cuda_bench per row, the tests per
+// case. Nothing in backend/cuda reads the environment.
+//
+// Pure C++ (no CUDA headers), so the CLI can hold one in a build without CUDA.
+// Each kernel choice says what it was measured at (one H200; the rows are in
+// NOTES.md and docs/benchmarks.md); the defaults are the measured winners.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace sluice {
+namespace cuda {
+
+// The kernel that runs whole prefill query tiles (128 rows a block).
+enum class PrefillAttention {
+  // mma.sync, FlashAttention-2 style, 64-key tiles (attention_prefill.cu):
+  // head_dim 64 and 128; 255 TFLOP/s at 32k (run 9).
+  mma,
+  // wgmma, two warpgroups, 128-key tiles (attention_prefill_wgmma.cu): head_dim
+  // 128 (other head_dims keep mma); 323-326 TFLOP/s at 32k, 1.27x mma (S3-p1).
+  // Not the default until the whole attention suite has passed under it on a
+  // device (cuda_kernel_test runs every CudaAttention case under both).
+  wgmma,
+};
+
+// Context buckets of captured decode graphs (a graph is captured per bucket,
+// and the split-KV grid is sized for the bucket's longest context).
+enum class GraphBuckets {
+  power_of_two,  // 256, 512, ..., 8192, 16384
+  // Eighth octaves above 4096 (4097 -> 4608, 8193 -> 9216): batch 8 @ 8k +22%,
+  // batch 64 @ 8k -2.6% (run 8, before each row planned its own splits).
+  eighth_octave,
+};
+
+// Split K of the decode GEMVs (weights of at most 132 x 64 rows: q|k|v, o_proj,
+// down_proj), whose one-warp-a-row grids fill under one wave of warp slots.
+enum class GemvSplitK {
+  // 2 or 4 warps a row, whichever fills its last wave better (q|k|v: 4).
+  by_waves,
+  // 2 warps a row everywhere: the A/B row for the 4-part q|k|v GEMV, which
+  // has not yet run on a device (session 4).
+  two_parts,
+};
+
+}  // namespace cuda
+
+struct CudaOptions {
+  int device_index = 0;
+  // Initial size of the per-step scratch arena (activations, attention
+  // partials). A step that needs more gets it; the arena then keeps the
+  // high-water mark.
+  std::int64_t scratch_bytes = 1LL << 30;
+  // Capture decode steps (every sequence one row) as CUDA graphs, one per
+  // batch size and context bucket, and replay them: removes per-kernel launch
+  // cost, which dominates small-batch decode. Tests that read tensors between
+  // ops turn it off.
+  bool use_cuda_graphs = true;
+  // cuBLASLt workspace.
+  std::int64_t gemm_workspace_bytes = 32LL << 20;
+
+  // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl.
+  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k.
+  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
+  // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
+  // a kernel starts while the previous one drains. Measured within run-to-run
+  // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).
+  bool programmatic_launch = true;
+  cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
+  cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
+};
+
+namespace cuda {
+
+// Names for flags and logs; parse_* return nullopt for an unknown name.
+inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 2> kPrefillAttentionNames = {
+    {{"mma", PrefillAttention::mma}, {"wgmma", PrefillAttention::wgmma}}};
+inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraphBucketsNames = {
+    {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
+inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {
+    {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
+
+template <class Enum, std::size_t N>
+constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  for (const auto& [name, v] : names)
+    if (v == value) return name;
+  return "?";
+}
+template <class Enum, std::size_t N>
+constexpr std::optional<Enum> parse_name(std::string_view name,
+                                         const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  for (const auto& [n, v] : names)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+}  // namespace cuda
+
+// One line for the start-up log: every setting, the benchmark-only ones too.
+inline std::string describe(const CudaOptions& options) {
+  std::string out = "device " + std::to_string(options.device_index);
+  out += ", cuda graphs ";
+  out += options.use_cuda_graphs ? "on" : "off";
+  out += ", graph buckets ";
+  out += cuda::name_of(options.graph_buckets, cuda::kGraphBucketsNames);
+  out += ", prefill attention ";
+  out += cuda::name_of(options.prefill_attention, cuda::kPrefillAttentionNames);
+  out += ", programmatic launch ";
+  out += options.programmatic_launch ? "on" : "off";
+  out += ", GEMV split K ";
+  out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
+  out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
+  out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,48 @@
+// Buffers that grow and never shrink: pinned host memory the device copies
+// from and to asynchronously, and device memory for per-step data (the
+// step's metadata, the sampler's parameters and results). Steps repeat their
+// sizes, so after the first few nothing is allocated on the step's path.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace sluice::cuda {
+
+// Device allocations and the sections packed into them start on this boundary.
+inline constexpr std::int64_t kDeviceAlignBytes = 256;
+constexpr std::int64_t align_up(std::int64_t n, std::int64_t a) { return (n + a - 1) / a * a; }
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  // At least `bytes`; the contents are not kept when it grows.
+  void* ensure(std::int64_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  std::int64_t capacity_ = 0;
+};
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // Makes it at least `bytes` (at least twice the old size when it grows,
+  // after `stream` has finished with the old one; contents are not kept).
+  // True when the address changed.
+  bool ensure(std::int64_t bytes, cudaStream_t stream);
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  std::int64_t capacity_ = 0;
+};
+
+}  // namespace sluice::cuda

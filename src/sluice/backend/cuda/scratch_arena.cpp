@@ -1,0 +1,56 @@
+#include "sluice/backend/cuda/scratch_arena.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/device_buffer.h"
+
+namespace sluice::cuda {
+
+ScratchArena::~ScratchArena() {
+  for (auto& c : chunks_) cudaFree(c.base);
+}
+
+void ScratchArena::reset() {
+  if (chunks_.size() > 1) {
+    ++generation_;
+    std::int64_t total = 0;
+    for (auto& c : chunks_) {
+      total += c.capacity;
+      SLUICE_CUDA_CHECK(cudaFree(c.base));  // synchronises: the previous step may still read it
+    }
+    chunks_.clear();
+    add_chunk(total);
+  }
+  for (auto& c : chunks_) c.used = 0;
+  current_ = 0;
+}
+
+void* ScratchArena::allocate(std::int64_t bytes) {
+  bytes = align_up(std::max<std::int64_t>(bytes, 1), kDeviceAlignBytes);
+  if (chunks_.empty()) add_chunk(std::max(bytes, initial_bytes_));
+  Chunk* c = &chunks_[current_];
+  if (c->used + bytes > c->capacity) {
+    add_chunk(std::max(bytes, initial_bytes_));
+    current_ = chunks_.size() - 1;
+    c = &chunks_[current_];
+  }
+  void* out = static_cast<std::byte*>(c->base) + c->used;
+  c->used += bytes;
+  return out;
+}
+
+void ScratchArena::add_chunk(std::int64_t bytes) {
+  Chunk c;
+  const cudaError_t status = cudaMalloc(&c.base, static_cast<std::size_t>(bytes));
+  SLUICE_CHECK_MSG(status == cudaSuccess, fmt::format("scratch arena: cudaMalloc of {} bytes failed ({})", bytes,
+                                                      cudaGetErrorString(status)));
+  c.capacity = bytes;
+  chunks_.push_back(c);
+}
+
+}  // namespace sluice::cuda

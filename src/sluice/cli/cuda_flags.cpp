@@ -1,0 +1,40 @@
+#include "sluice/cli/cuda_flags.h"
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sluice/common/check.h"
+
+namespace sluice::cli {
+
+void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
+  std::vector<std::string> kernels;
+  for (const auto& [name, kernel] : cuda::kPrefillAttentionNames) kernels.emplace_back(name);
+  cmd.add_option("--cuda-prefill-attention", flags.prefill_attention,
+                 "cuda: kernel for prefill attention: mma (mma.sync, the tested default) or wgmma (warpgroup MMA, "
+                 "head_dim 128, ~1.27x faster at 32k; others stay on mma)")
+      ->check(CLI::IsMember(kernels));
+  cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
+               "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");
+}
+
+Status check_cuda_flags(const CLI::App& cmd, std::string_view device) {
+  if (device == "cuda") return Ok{};
+  for (const char* flag : {"--cuda-prefill-attention", "--cuda-pdl"})
+    if (cmd.count(flag) > 0)
+      return Error{fmt::format("{} has no effect with --device {} (CUDA backend only)", flag, device)};
+  return Ok{};
+}
+
+CudaOptions cuda_options(const CudaFlags& flags) {
+  CudaOptions options;
+  // The flag's check admits only the table's names.
+  const auto kernel = cuda::parse_name(flags.prefill_attention, cuda::kPrefillAttentionNames);
+  SLUICE_CHECK_MSG(kernel.has_value(), "--cuda-prefill-attention " + flags.prefill_attention);
+  options.prefill_attention = *kernel;
+  options.programmatic_launch = flags.programmatic_launch;
+  return options;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,29 @@
+// The CUDA backend's settings as typed flags, shared by `sluice serve` and
+// `sluice generate`: added to a command, refused unless --device cuda, and
+// turned into the CudaOptions the backend is constructed with (the flags'
+// values are logged with the others; the whole struct is logged when the
+// backend starts). Benchmark-only settings (graph buckets, GEMV split K) have
+// no flag: cuda_bench sets them.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "sluice/backend/cuda/cuda_options.h"
+#include "sluice/common/result.h"
+
+namespace sluice::cli {
+
+struct CudaFlags {
+  std::string prefill_attention = "mma";  // a name of cuda::kPrefillAttentionNames
+  bool programmatic_launch = true;
+};
+
+void add_cuda_flags(CLI::App& cmd, CudaFlags& flags);
+// An error naming the first CUDA flag given on the command line when `device` is not cuda.
+[[nodiscard]] Status check_cuda_flags(const CLI::App& cmd, std::string_view device);
+CudaOptions cuda_options(const CudaFlags& flags);
+
+}  // namespace sluice::cli
