@@ -248,6 +248,8 @@ class CudaOps final : public Ops {
   }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
+    if (spec.layout != KvCacheLayout::key_value)
+      return Error{"CUDA backend: the MLA latent KV cache is not implemented on cuda yet"};
     if (!cuda::split_kernel_supports(spec.head_dim))
       return Error{fmt::format("CUDA backend: head_dim {} is not supported (16, 32, 64, 128, 256)",
                                spec.head_dim)};
@@ -472,6 +474,21 @@ class CudaOps final : public Ops {
                           dt_of(out.dtype), stream_);
   }
 
+  // DeepSeek-V3 (issue 15): the CPU reference has them; these kernels come later.
+  Status rope_partial(Tensor, std::int32_t, std::int32_t, const RopeParams&) override {
+    return Error{"CUDA backend: rope_partial (DeepSeek-V3 MLA rope) is not implemented on cuda yet"};
+  }
+  Status mla_attention(std::int32_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MlaShape&,
+                       Tensor) override {
+    return Error{"CUDA backend: mla_attention is not implemented on cuda yet"};
+  }
+  Status moe_route(const Tensor&, const Tensor&, const MoeRouting&, Tensor, Tensor) override {
+    return Error{"CUDA backend: moe_route is not implemented on cuda yet"};
+  }
+  Status moe_experts(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor) override {
+    return Error{"CUDA backend: moe_experts is not implemented on cuda yet"};
+  }
+
   void gather_sample_rows(const Tensor& x, Tensor out) override {
     SLUICE_CHECK_EQ(out.rows(), static_cast<std::int64_t>(view_.num_sample_rows));
     SLUICE_CHECK_EQ(out.cols(), x.cols());
@@ -552,6 +569,7 @@ class CudaOps final : public Ops {
       case DType::bf16: return bf16_to_f32(t.as<const std::uint16_t>()[i]);
       case DType::f16: return f16_to_f32(t.as<const std::uint16_t>()[i]);
       case DType::i32: break;
+      case DType::f8_e4m3: break;
     }
     SLUICE_CHECK_MSG(false, "float tensor expected");
     return 0.0f;
