@@ -21,6 +21,9 @@
 namespace sluice {
 namespace {
 
+using testing::cpu_runner;
+using testing::max_abs_diff;
+
 // The golden models' shapes (tools/reference/golden_deepseek_v3_models.json).
 MakeModelOptions golden_model(const std::string& name, const std::string& dir) {
   auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tools/reference/golden_deepseek_v3_models.json");
@@ -36,12 +39,6 @@ std::string made_model(const std::string& name, const std::string& scratch) {
   return dir;
 }
 
-std::unique_ptr<Backend> runner(const std::string& dir, std::int32_t block_size, std::int32_t num_blocks) {
-  auto backend = make_model_runner(dir, make_cpu_ops({.num_threads = 2}),
-                                   {.block_size_tokens = block_size, .num_kv_blocks = num_blocks});
-  EXPECT_TRUE(backend.ok()) << backend.error_message();
-  return backend.ok() ? std::move(backend).value() : nullptr;
-}
 
 std::vector<TokenId> prompt_of(std::int32_t length, std::int32_t vocab) {
   std::vector<TokenId> ids;
@@ -53,12 +50,6 @@ std::vector<TokenId> prompt_of(std::int32_t length, std::int32_t vocab) {
   return ids;
 }
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0.0f;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
 
 // Decode steps run the absorbed form; a prefill of the same tokens runs the
 // decompressed form. Both are the same attention.
@@ -67,12 +58,12 @@ TEST(DeepseekV3Cpu, AbsorbedDecodeEqualsDecompressedPrefill) {
     SCOPED_TRACE(name);
     const std::string dir = made_model(name, std::string("ds-absorbed-") + name);
     const std::vector<TokenId> prompt = prompt_of(290, 512);  // past qlora_yarn's original 256 positions
-    auto decode = runner(dir, 16, 64);
+    auto decode = cpu_runner(dir, 16, 64);
     auto generated = generate_sequence(*decode, prompt, {.max_new_tokens = 12, .return_logits = true});
     ASSERT_TRUE(generated.ok()) << generated.error_message();
     std::vector<TokenId> all = prompt;
     all.insert(all.end(), generated->tokens.begin(), generated->tokens.end() - 1);
-    auto prefill = runner(dir, 16, 64);
+    auto prefill = cpu_runner(dir, 16, 64);
     auto once = generate_sequence(*prefill, all, {.max_new_tokens = 1, .return_logits = true});
     ASSERT_TRUE(once.ok()) << once.error_message();
     EXPECT_EQ(once->tokens.front(), generated->tokens.back());
@@ -83,7 +74,7 @@ TEST(DeepseekV3Cpu, AbsorbedDecodeEqualsDecompressedPrefill) {
 TEST(DeepseekV3Cpu, ChunksAndBlockSizesChangeNothing) {
   const std::string dir = made_model("grouped_v3like", "ds-chunks");
   const std::vector<TokenId> prompt = prompt_of(200, 512);
-  auto reference_backend = runner(dir, 16, 16);
+  auto reference_backend = cpu_runner(dir, 16, 16);
   auto reference = generate_sequence(*reference_backend, prompt, {.max_new_tokens = 8, .return_logits = true});
   ASSERT_TRUE(reference.ok()) << reference.error_message();
   struct Layout {
@@ -92,7 +83,7 @@ TEST(DeepseekV3Cpu, ChunksAndBlockSizesChangeNothing) {
   for (Layout layout : {Layout{5, 37}, Layout{1, 64}, Layout{32, 1}}) {
     SCOPED_TRACE(::testing::Message() << "block " << layout.block_size_tokens << " chunk "
                                       << layout.prefill_chunk_tokens);
-    auto backend = runner(dir, layout.block_size_tokens, 256 / layout.block_size_tokens + 8);
+    auto backend = cpu_runner(dir, layout.block_size_tokens, 256 / layout.block_size_tokens + 8);
     auto result = generate_sequence(*backend, prompt,
                                     {.max_new_tokens = 8,
                                      .prefill_chunk_tokens = layout.prefill_chunk_tokens,
@@ -111,12 +102,12 @@ TEST(DeepseekV3Cpu, BatchedSequencesMatchSingleRuns) {
   const std::vector<std::vector<TokenId>> prompts = {prompt_of(40, 512), prompt_of(7, 512)};
   std::vector<GenerateResult> single;
   for (const auto& prompt : prompts) {
-    auto backend = runner(dir, 8, 32);
+    auto backend = cpu_runner(dir, 8, 32);
     auto result = generate_sequence(*backend, prompt, {.max_new_tokens = 6, .return_logits = true});
     ASSERT_TRUE(result.ok()) << result.error_message();
     single.push_back(*result);
   }
-  auto backend = runner(dir, 8, 32);
+  auto backend = cpu_runner(dir, 8, 32);
   std::vector<std::vector<TokenId>> tokens = prompts;
   const std::vector<std::vector<BlockId>> tables = {{0, 1, 2, 3, 4, 5}, {6, 7}};
   std::vector<std::int32_t> computed = {0, 0};
@@ -190,8 +181,8 @@ TEST(DeepseekV3Cpu, Fp8CheckpointEqualsItsNumpyDequantization) {
                               fp8_dir + " " + f32_dir;
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   const std::vector<TokenId> prompt = prompt_of(30, 512);
-  auto fp8 = runner(fp8_dir, 16, 8);
-  auto f32 = runner(f32_dir, 16, 8);
+  auto fp8 = cpu_runner(fp8_dir, 16, 8);
+  auto f32 = cpu_runner(f32_dir, 16, 8);
   auto a = generate_sequence(*fp8, prompt, {.max_new_tokens = 4, .return_logits = true});
   auto b = generate_sequence(*f32, prompt, {.max_new_tokens = 4, .return_logits = true});
   ASSERT_TRUE(a.ok() && b.ok()) << a.error_message() << b.error_message();

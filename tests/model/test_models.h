@@ -1,7 +1,10 @@
 // Helpers for tests that need a tiny random-weight model on disk.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/backend/batch.h"
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/model/model_runner.h"
 #include "sluice/common/io.h"
 #include "sluice/model/make_model.h"
 
@@ -79,6 +84,22 @@ inline MakeModelOptions make_model_options_from_flags(const nlohmann::json& flag
     else ADD_FAILURE() << "unknown make-model flag '" << flag << "'";
   }
   return o;
+}
+
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+// A ModelRunner on two CPU threads with exactly num_blocks KV blocks; null
+// (after a test failure) if the model does not load.
+inline std::unique_ptr<Backend> cpu_runner(const std::string& dir, std::int32_t block_size, std::int32_t num_blocks) {
+  auto backend = make_model_runner(dir, make_cpu_ops({.num_threads = 2}),
+                                   {.block_size_tokens = block_size, .num_kv_blocks = num_blocks});
+  EXPECT_TRUE(backend.ok()) << backend.error_message();
+  return backend.ok() ? std::move(backend).value() : nullptr;
 }
 
 // One prompt of a golden fixture (tools/reference/golden.py).

@@ -24,6 +24,18 @@ class DecoderModel {
   virtual Result<Tensor> forward(Ops& ops, const StepLayout& layout) const = 0;
 };
 
+// The end of every decoder: residual += block_out, the final norm, then the
+// logits [num sample rows, vocab] of the rows that sample.
+struct FinalLogitsInputs {
+  Tensor residual;    // [rows, hidden], the stream before the last block's output
+  Tensor block_out;   // [rows, hidden], the last block's output
+  Tensor final_norm;  // [hidden]
+  float eps = 1e-6f;
+  Tensor lm_head;     // [vocab, hidden]
+  Tensor normed;      // [rows, hidden] workspace
+};
+Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs& in);
+
 // Checks every tensor's name and shape against the config, rejects tensors the
 // architecture does not use, and uploads the weights through `ops`.
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,

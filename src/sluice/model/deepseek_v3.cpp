@@ -225,14 +225,8 @@ Result<Tensor> DeepseekV3Model::forward(Ops& ops, const StepLayout& layout) cons
     ops.matmul(shared_act, moe.shared_down, Tensor{}, block_out);
     SLUICE_TRY(ops.moe_experts(normed, moe.experts_gate_up, moe.experts_down, expert_ids, expert_weights, block_out));
   }
-  ops.add_rms_norm(residual, block_out, final_norm_, eps, normed);
-  const auto num_samples = static_cast<std::int64_t>(layout.sample_rows.size());
-  if (num_samples == 0) return Tensor{nullptr, ops.activation_dtype(), Shape{0, config_.vocab_size}};
-  Tensor selected = ops.scratch({num_samples, hidden});
-  ops.gather_sample_rows(normed, selected);
-  Tensor logits = ops.scratch({num_samples, std::int64_t{config_.vocab_size}});
-  ops.matmul(selected, lm_head_, Tensor{}, logits);
-  return logits;
+  return final_logits(ops, layout, {.residual = residual, .block_out = block_out, .final_norm = final_norm_,
+                                    .eps = eps, .lm_head = lm_head_, .normed = normed});
 }
 
 }  // namespace sluice
