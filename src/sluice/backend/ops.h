@@ -100,6 +100,26 @@ struct MlaShape {
   std::int32_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// MLA's per-step inputs, see Ops::mla_attention.
+struct MlaInputs {
+  Tensor q;          // [rows, heads * qk_head_dim]: per head the nope dims, then the rotated rope dims
+  Tensor latent;     // [rows, kv_lora_rank], after kv_a_layernorm
+  Tensor k_rope;     // [rows, qk_rope_head_dim], rotated
+  Tensor kv_b_proj;  // [heads * (nope + v), kv_lora_rank]: per head W_UK_h rows, then W_UV_h rows
+};
+
+// All routed experts of a MoE layer, stacked (upload_concatenated).
+struct MoeExpertWeights {
+  Tensor gate_up;  // [E * 2I, H]: expert e's gate rows then up rows from row e * 2I
+  Tensor down;     // [E * H, I]: expert e's rows from e * H
+};
+
+// Which experts each row goes to, and with what weight.
+struct MoeAssignment {
+  Tensor expert_ids;      // [rows, k] i32
+  Tensor expert_weights;  // [rows, k] f32
+};
+
 // DeepSeekMoE routing (transformers' DeepseekV3 route_tokens_to_experts).
 struct MoeRouting {
   std::int32_t num_experts = 0;
@@ -199,30 +219,23 @@ class Ops {
   // MLA over a KvCacheLayout::latent cache. Writes [latent | k_rope] of each
   // row into `layer`'s pages at the step's positions, then
   //   out[r, h] = causal softmax(q_h . K_h^T * scale) . V_h over [0, position(r)]
-  // with K_h = [c . W_UK_h^T | k_rope] and V_h = c . W_UV_h^T, c the cached latents.
-  //   q [rows, heads * qk_head_dim]: per head the nope dims, then the rotated rope dims
-  //   latent [rows, kv_lora_rank] (after kv_a_layernorm), k_rope [rows, qk_rope_head_dim] (rotated)
-  //   kv_b_proj [heads * (nope + v), kv_lora_rank]: per head W_UK_h rows, then W_UV_h rows
-  //   out [rows, heads * v_head_dim]
+  // with K_h = [c . W_UK_h^T | k_rope] and V_h = c . W_UV_h^T, c the cached
+  // latents; out is [rows, heads * v_head_dim].
   // A sequence with several new rows (prefill) runs the decompressed form: K
   // and V materialised per head over its context. A sequence with one row
   // (decode) runs the absorbed form: q_nope folded through W_UK into the
   // latent space, attention over the latents, W_UV applied once to the result.
-  virtual Status mla_attention(std::int32_t layer, const Tensor& q, const Tensor& latent, const Tensor& k_rope,
-                               const Tensor& kv_b_proj, const MlaShape& shape, Tensor out) = 0;
+  virtual Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) = 0;
   // Per row of router_logits [rows, E] (f32): scores = sigmoid(logits); the
   // choice ranks scores + correction_bias [E]; groups rank by the sum of their
   // 2 best choices; the top num_groups_selected groups stay, the others'
   // choices become 0; the top k choices are the experts. Their weights are
   // the plain scores, divided by their sum (+1e-20) if normalize, times scale.
-  //   expert_ids [rows, k] i32, expert_weights [rows, k] f32
   virtual Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
-                           Tensor expert_ids, Tensor expert_weights) = 0;
+                           MoeAssignment out) = 0;
   // out[r] += sum_k expert_weights[r, k] * down_e(silu(gate_e . x[r]) * (up_e . x[r])), e = expert_ids[r, k].
-  //   w_gate_up [E * 2I, H]: expert e's gate rows then up rows from row e * 2I
-  //   w_down [E * H, I]: expert e's rows from e * H
-  virtual Status moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                             const Tensor& expert_ids, const Tensor& expert_weights, Tensor out) = 0;
+  virtual Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                             Tensor out) = 0;
 
   // out[i] = x[rows[i]] for the step's sample rows.
   virtual void gather_sample_rows(const Tensor& x, Tensor out) = 0;

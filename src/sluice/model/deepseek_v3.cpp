@@ -132,8 +132,7 @@ Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const ModelConfig
       SLUICE_TRY_ASSIGN(shared_down, bind.weight(m + "shared_experts.down_proj.weight", {hidden, shared_inter}));
       moe.router = router;
       moe.correction_bias = bias;
-      moe.experts_gate_up = experts_gate_up;
-      moe.experts_down = experts_down;
+      moe.experts = MoeExpertWeights{.gate_up = experts_gate_up, .down = experts_down};
       moe.shared_gate_up = shared_gate_up;
       moe.shared_down = shared_down;
       layer.moe = moe;
@@ -181,8 +180,8 @@ Result<Tensor> DeepseekV3Model::forward(Ops& ops, const StepLayout& layout) cons
   Tensor dense_gate_up = ops.scratch({n, 2LL * config_.intermediate_size});
   Tensor dense_act = ops.scratch({n, std::int64_t{config_.intermediate_size}});
   Tensor router_logits = ops.scratch({n, std::int64_t{ds_.n_routed_experts}}, DType::f32);
-  Tensor expert_ids = ops.scratch({n, k}, DType::i32);
-  Tensor expert_weights = ops.scratch({n, k}, DType::f32);
+  const MoeAssignment routed{.expert_ids = ops.scratch({n, k}, DType::i32),
+                             .expert_weights = ops.scratch({n, k}, DType::f32)};
   Tensor shared_gate_up = ops.scratch({n, 2 * shared_inter});
   Tensor shared_act = ops.scratch({n, shared_inter});
 
@@ -208,7 +207,8 @@ Result<Tensor> DeepseekV3Model::forward(Ops& ops, const StepLayout& layout) cons
     ops.matmul(normed, a.kv_a_proj.row_slice(rank, rope_dim), Tensor{}, k_rope);
     SLUICE_TRY(ops.rope_partial(q, ds_.qk_head_dim(), ds_.qk_nope_head_dim, rope_));
     SLUICE_TRY(ops.rope_partial(k_rope, static_cast<std::int32_t>(rope_dim), 0, rope_));
-    SLUICE_TRY(ops.mla_attention(static_cast<std::int32_t>(l), q, latent, k_rope, a.kv_b_proj, mla_, attn));
+    SLUICE_TRY(ops.mla_attention(static_cast<std::int32_t>(l),
+                                 {.q = q, .latent = latent, .k_rope = k_rope, .kv_b_proj = a.kv_b_proj}, mla_, attn));
     ops.matmul(attn, a.o_proj, Tensor{}, block_out);
 
     ops.add_rms_norm(residual, block_out, layer.post_attention_norm, eps, normed);
@@ -220,10 +220,10 @@ Result<Tensor> DeepseekV3Model::forward(Ops& ops, const StepLayout& layout) cons
     // DeepSeekMoE: the shared experts' output, then the routed experts added to it.
     const Moe& moe = *layer.moe;
     ops.matmul(normed, moe.router, Tensor{}, router_logits);
-    SLUICE_TRY(ops.moe_route(router_logits, moe.correction_bias, routing_, expert_ids, expert_weights));
+    SLUICE_TRY(ops.moe_route(router_logits, moe.correction_bias, routing_, routed));
     ops.gate_up_silu(normed, moe.shared_gate_up, shared_gate_up, shared_act);
     ops.matmul(shared_act, moe.shared_down, Tensor{}, block_out);
-    SLUICE_TRY(ops.moe_experts(normed, moe.experts_gate_up, moe.experts_down, expert_ids, expert_weights, block_out));
+    SLUICE_TRY(ops.moe_experts(normed, moe.experts, routed, block_out));
   }
   return final_logits(ops, layout, {.residual = residual, .block_out = block_out, .final_norm = final_norm_,
                                     .eps = eps, .lm_head = lm_head_, .normed = normed});

@@ -41,8 +41,7 @@ class DeepseekV3Model final : public DecoderModel {
   struct Moe {
     Tensor router;             // [experts, hidden]
     Tensor correction_bias;    // [experts]
-    Tensor experts_gate_up;    // [experts * 2 * moe_intermediate, hidden]: per expert gate rows, up rows
-    Tensor experts_down;       // [experts * hidden, moe_intermediate]
+    MoeExpertWeights experts;  // gate_up [experts * 2 * moe_intermediate, hidden], down [experts * hidden, moe_intermediate]
     Tensor shared_gate_up;     // [2 * shared_intermediate, hidden]
     Tensor shared_down;        // [hidden, shared_intermediate]
   };

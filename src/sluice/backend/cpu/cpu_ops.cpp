@@ -260,27 +260,27 @@ class CpuOps final : public Ops {
 
   Status rope_partial(Tensor x, std::int32_t head_stride, std::int32_t rotary_offset,
                       const RopeParams& params) override {
-    cpu::rope_partial(pool_, *layout_, x, head_stride, rotary_offset, params);
+    cpu::rope_partial({.pool = pool_, .layout = *layout_}, x, {.head_stride = head_stride, .rotary_offset = rotary_offset},
+                      params);
     return Ok{};
   }
 
-  Status mla_attention(std::int32_t layer, const Tensor& q, const Tensor& latent, const Tensor& k_rope,
-                       const Tensor& kv_b_proj, const MlaShape& shape, Tensor out) override {
+  Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) override {
     SLUICE_CHECK(kv_spec_.layout == KvCacheLayout::latent);
-    cpu::mla_attention(pool_, *layout_, {.data = k_cache_[layer].data(), .spec = &kv_spec_}, q, latent, k_rope,
-                       kv_b_proj, shape, out);
+    const cpu::LatentCacheView cache{.data = k_cache_[layer].data(), .spec = &kv_spec_};
+    cpu::mla_attention({.pool = pool_, .layout = *layout_}, cache, in, shape, out);
     return Ok{};
   }
 
   Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
-                   Tensor expert_ids, Tensor expert_weights) override {
-    cpu::moe_route(pool_, router_logits, correction_bias, routing, expert_ids, expert_weights);
+                   MoeAssignment out) override {
+    cpu::moe_route(pool_, router_logits, correction_bias, routing, out);
     return Ok{};
   }
 
-  Status moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down, const Tensor& expert_ids,
-                     const Tensor& expert_weights, Tensor out) override {
-    cpu::moe_experts(pool_, x, w_gate_up, w_down, expert_ids, expert_weights, out);
+  Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                     Tensor out) override {
+    cpu::moe_experts(pool_, x, experts, assignment, out);
     return Ok{};
   }
 

@@ -44,14 +44,15 @@ float* LatentCacheView::slot(const SequenceLayout& seq, std::int64_t position) c
   return data + (block * spec->block_size_tokens + position % spec->block_size_tokens) * spec->head_dim;
 }
 
-void rope_partial(ThreadPool& pool, const StepLayout& layout, Tensor x, std::int32_t head_stride,
-                  std::int32_t rotary_offset, const RopeParams& params) {
+void rope_partial(const CpuStep& step, Tensor x, const RotaryRange& range, const RopeParams& params) {
+  const StepLayout& layout = step.layout;
+  const std::int64_t head_stride = range.head_stride, rotary_offset = range.rotary_offset;
   const std::vector<float> inv_freq = rope_inverse_frequencies(params);
   const std::int64_t half = params.head_dim / 2;
   const std::int64_t num_heads = x.cols() / head_stride;
   SLUICE_CHECK_EQ(num_heads * head_stride, x.cols());
   SLUICE_CHECK_LE(rotary_offset + params.head_dim, head_stride);
-  pool.parallel_for(layout.num_rows(), [&](std::int64_t begin, std::int64_t end) {
+  step.pool.parallel_for(layout.num_rows(), [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> cos_row(static_cast<std::size_t>(half)), sin_row(static_cast<std::size_t>(half));
     std::vector<float> x1(static_cast<std::size_t>(half)), x2(static_cast<std::size_t>(half));
     for (std::int64_t r = begin; r < end; ++r) {
@@ -76,9 +77,12 @@ void rope_partial(ThreadPool& pool, const StepLayout& layout, Tensor x, std::int
   });
 }
 
-void mla_attention(ThreadPool& pool, const StepLayout& layout, const LatentCacheView& cache, const Tensor& q,
-                   const Tensor& latent, const Tensor& k_rope, const Tensor& kv_b_proj, const MlaShape& shape,
+void mla_attention(const CpuStep& step, const LatentCacheView& cache, const MlaInputs& in, const MlaShape& shape,
                    Tensor out) {
+  ThreadPool& pool = step.pool;
+  const StepLayout& layout = step.layout;
+  const Tensor& q = in.q;
+  const Tensor& kv_b_proj = in.kv_b_proj;
   const std::int64_t heads = shape.num_heads, nope = shape.qk_nope_head_dim, rope = shape.qk_rope_head_dim;
   const std::int64_t v_dim = shape.v_head_dim, rank = shape.kv_lora_rank;
   const std::int64_t qk_dim = nope + rope, kv_width = nope + v_dim;
@@ -93,8 +97,8 @@ void mla_attention(ThreadPool& pool, const StepLayout& layout, const LatentCache
     for (std::int64_t i = 0; i < seq.num_rows; ++i) {
       float* slot = cache.slot(seq, seq.num_computed_tokens + i);
       const std::int64_t row = seq.row_begin + i;
-      std::copy_n(latent.as<const float>() + row * rank, rank, slot);
-      std::copy_n(k_rope.as<const float>() + row * rope, rope, slot + rank);
+      std::copy_n(in.latent.as<const float>() + row * rank, rank, slot);
+      std::copy_n(in.k_rope.as<const float>() + row * rope, rope, slot + rank);
     }
   std::vector<float> w_buffer;
   const float* w = f32_rows(kv_b_proj, 0, kv_b_proj.rows(), w_buffer);  // [heads * (nope + v), rank]
@@ -175,7 +179,9 @@ void mla_attention(ThreadPool& pool, const StepLayout& layout, const LatentCache
 }
 
 void moe_route(ThreadPool& pool, const Tensor& router_logits, const Tensor& correction_bias,
-               const MoeRouting& routing, Tensor expert_ids, Tensor expert_weights) {
+               const MoeRouting& routing, const MoeAssignment& out) {
+  const Tensor& expert_ids = out.expert_ids;
+  const Tensor& expert_weights = out.expert_weights;
   const std::int64_t num_experts = routing.num_experts, k = routing.num_experts_per_token;
   const std::int64_t group_size = num_experts / routing.num_groups;
   SLUICE_CHECK_EQ(router_logits.cols(), num_experts);
@@ -214,8 +220,12 @@ void moe_route(ThreadPool& pool, const Tensor& router_logits, const Tensor& corr
   });
 }
 
-void moe_experts(ThreadPool& pool, const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                 const Tensor& expert_ids, const Tensor& expert_weights, Tensor out) {
+void moe_experts(ThreadPool& pool, const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                 Tensor out) {
+  const Tensor& w_gate_up = experts.gate_up;
+  const Tensor& w_down = experts.down;
+  const Tensor& expert_ids = assignment.expert_ids;
+  const Tensor& expert_weights = assignment.expert_weights;
   const std::int64_t hidden = x.cols(), inter = w_down.cols(), k = expert_ids.cols();
   SLUICE_CHECK_EQ(w_gate_up.cols(), hidden);
   SLUICE_CHECK_EQ(w_gate_up.rows() / (2 * inter), w_down.rows() / hidden);

@@ -19,17 +19,27 @@ struct LatentCacheView {
   float* slot(const SequenceLayout& seq, std::int64_t position) const;
 };
 
-void rope_partial(ThreadPool& pool, const StepLayout& layout, Tensor x, std::int32_t head_stride,
-                  std::int32_t rotary_offset, const RopeParams& params);
+// The step the ops run in.
+struct CpuStep {
+  ThreadPool& pool;
+  const StepLayout& layout;
+};
 
-void mla_attention(ThreadPool& pool, const StepLayout& layout, const LatentCacheView& cache, const Tensor& q,
-                   const Tensor& latent, const Tensor& k_rope, const Tensor& kv_b_proj, const MlaShape& shape,
+// Where rope_partial rotates within each head.
+struct RotaryRange {
+  std::int32_t head_stride = 0;    // x holds heads of this many dims
+  std::int32_t rotary_offset = 0;  // the first rotated dim of a head
+};
+
+void rope_partial(const CpuStep& step, Tensor x, const RotaryRange& range, const RopeParams& params);
+
+void mla_attention(const CpuStep& step, const LatentCacheView& cache, const MlaInputs& in, const MlaShape& shape,
                    Tensor out);
 
 void moe_route(ThreadPool& pool, const Tensor& router_logits, const Tensor& correction_bias,
-               const MoeRouting& routing, Tensor expert_ids, Tensor expert_weights);
+               const MoeRouting& routing, const MoeAssignment& out);
 
-void moe_experts(ThreadPool& pool, const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                 const Tensor& expert_ids, const Tensor& expert_weights, Tensor out);
+void moe_experts(ThreadPool& pool, const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                 Tensor out);
 
 }  // namespace sluice::cpu

@@ -478,14 +478,13 @@ class CudaOps final : public Ops {
   Status rope_partial(Tensor, std::int32_t, std::int32_t, const RopeParams&) override {
     return Error{"CUDA backend: rope_partial (DeepSeek-V3 MLA rope) is not implemented on cuda yet"};
   }
-  Status mla_attention(std::int32_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MlaShape&,
-                       Tensor) override {
+  Status mla_attention(std::int32_t, const MlaInputs&, const MlaShape&, Tensor) override {
     return Error{"CUDA backend: mla_attention is not implemented on cuda yet"};
   }
-  Status moe_route(const Tensor&, const Tensor&, const MoeRouting&, Tensor, Tensor) override {
+  Status moe_route(const Tensor&, const Tensor&, const MoeRouting&, MoeAssignment) override {
     return Error{"CUDA backend: moe_route is not implemented on cuda yet"};
   }
-  Status moe_experts(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor) override {
+  Status moe_experts(const Tensor&, const MoeExpertWeights&, const MoeAssignment&, Tensor) override {
     return Error{"CUDA backend: moe_experts is not implemented on cuda yet"};
   }
 
