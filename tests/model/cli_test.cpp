@@ -37,6 +37,39 @@ TEST_F(Cli, GenerateGreedyIsDeterministicAndChunkingInvariant) {
   EXPECT_EQ(std::count(a.output.begin(), a.output.end(), ','), 7);
 }
 
+// A DeepSeek-V3 checkpoint (FP8, sharded, with an MTP layer) through the
+// same commands: text in via its tokenizer and chat template, text out.
+TEST_F(Cli, DeepseekV3CheckpointGenerates) {
+  const std::string dir = testing::scratch_dir("cli-deepseek");
+  auto made = run("make-model --arch deepseek_v3 --layers 2 --dense-layers 1 --hidden 32 --heads 2 "
+                  "--intermediate 64 --vocab 300 --experts 4 --expert-groups 2 --topk-groups 1 --dtype fp8 "
+                  "--shards 2 --mtp-layers 1 --max-position 1024 --seed 4 --out " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto a = run("generate --model " + dir + " --prompt-ids 1,2,3,4,5 --max-tokens 6 --ignore-eos");
+  auto b = run("generate --model " + dir + " --prompt-ids 1,2,3,4,5 --max-tokens 6 --ignore-eos --prefill-chunk 2 "
+               "--block-size 3");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // The tokens are the last line; the MTP layer's skip is logged before it.
+  EXPECT_NE(a.output.find("multi-token-prediction"), std::string::npos) << a.output;
+  const auto last_line = [](const std::string& out) {
+    const std::size_t end = out.find_last_not_of('\n');
+    return out.substr(out.rfind('\n', end) + 1, end - out.rfind('\n', end));
+  };
+  EXPECT_EQ(last_line(a.output), last_line(b.output));
+  const std::string tokens = last_line(a.output);
+  EXPECT_EQ(std::count(tokens.begin(), tokens.end(), ','), 5) << a.output;
+  const std::string chat_path = dir + "/chat.json";
+  {
+    FILE* f = std::fopen(chat_path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"messages": [{"role": "user", "content": "Hi!"}]})", f);
+    std::fclose(f);
+  }
+  auto chat = run("generate --model " + dir + " --chat " + chat_path + " --max-tokens 4 --ignore-eos");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_FALSE(chat.output.empty());
+}
+
 TEST_F(Cli, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + *model_dir_ +
                            " --prompt-ids 9,8,7 --max-tokens 12 --ignore-eos --temperature 1.0 --top-p 0.9 --seed ";

@@ -129,6 +129,112 @@ TEST(ModelConfig, RejectsBadValues) {
   EXPECT_NE(not_json.error().message.find("config.json"), std::string::npos);
 }
 
+// The DeepSeek-V3 config.json as the checkpoint ships it (values of the real
+// model), with the fields transformers does not read.
+json deepseek_v3_config() {
+  return {{"model_type", "deepseek_v3"}, {"architectures", {"DeepseekV3ForCausalLM"}},
+          {"auto_map", {{"AutoConfig", "configuration_deepseek.DeepseekV3Config"}}},
+          {"vocab_size", 129280}, {"hidden_size", 7168}, {"intermediate_size", 18432},
+          {"moe_intermediate_size", 2048}, {"num_hidden_layers", 61}, {"num_nextn_predict_layers", 1},
+          {"num_attention_heads", 128}, {"num_key_value_heads", 128}, {"n_shared_experts", 1},
+          {"n_routed_experts", 256}, {"ep_size", 1}, {"routed_scaling_factor", 2.5}, {"kv_lora_rank", 512},
+          {"q_lora_rank", 1536}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}, {"qk_nope_head_dim", 128},
+          {"topk_method", "noaux_tc"}, {"n_group", 8}, {"topk_group", 4}, {"num_experts_per_tok", 8},
+          {"moe_layer_freq", 1}, {"first_k_dense_replace", 3}, {"norm_topk_prob", true},
+          {"scoring_func", "sigmoid"}, {"aux_loss_alpha", 0.001}, {"seq_aux", true}, {"hidden_act", "silu"},
+          {"max_position_embeddings", 163840}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000},
+          {"rope_scaling", {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 40}, {"mscale", 1.0},
+                            {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 4096}, {"type", "yarn"}}},
+          {"attention_bias", false}, {"attention_dropout", 0.0}, {"tie_word_embeddings", false},
+          {"bos_token_id", 0}, {"eos_token_id", 1}, {"pretraining_tp", 1}, {"use_cache", true},
+          {"quantization_config", {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                                   {"weight_block_size", {128, 128}}}},
+          {"torch_dtype", "bfloat16"}, {"transformers_version", "4.33.1"}};
+}
+
+TEST(ModelConfig, DeepseekV3AsShipped) {
+  auto c = parse(deepseek_v3_config());
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_EQ(c->architecture, Architecture::deepseek_v3);
+  ASSERT_TRUE(c->deepseek_v3.has_value());
+  const DeepseekV3Config& ds = *c->deepseek_v3;
+  EXPECT_EQ(ds.q_lora_rank, 1536);
+  EXPECT_EQ(ds.kv_lora_rank, 512);
+  EXPECT_EQ(ds.qk_head_dim(), 192);
+  EXPECT_EQ(ds.latent_cache_dim(), 576);
+  EXPECT_EQ(ds.v_head_dim, 128);
+  EXPECT_TRUE(ds.rope_interleave);
+  EXPECT_EQ(ds.n_routed_experts, 256);
+  EXPECT_EQ(ds.num_experts_per_tok, 8);
+  EXPECT_EQ(ds.n_group, 8);
+  EXPECT_EQ(ds.topk_group, 4);
+  EXPECT_FLOAT_EQ(ds.routed_scaling_factor, 2.5f);
+  EXPECT_EQ(ds.num_nextn_predict_layers, 1);
+  EXPECT_FALSE(ds.is_moe_layer(2));
+  EXPECT_TRUE(ds.is_moe_layer(3));
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->intermediate_size, 18432);
+  ASSERT_TRUE(c->rope_yarn.has_value());
+  EXPECT_FLOAT_EQ(c->rope_yarn->factor, 40.0f);
+  EXPECT_EQ(c->rope_yarn->original_max_position_embeddings, 4096);
+  EXPECT_FLOAT_EQ(c->rope_yarn->mscale_all_dim, 1.0f);
+  ASSERT_TRUE(c->fp8.has_value());
+  EXPECT_EQ(c->fp8->block_rows, 128);
+  EXPECT_EQ(c->fp8->block_cols, 128);
+}
+
+TEST(ModelConfig, DeepseekV3NullQLoraAndTransformers5Spelling) {
+  json j = deepseek_v3_config();
+  j["q_lora_rank"] = nullptr;
+  j.erase("quantization_config");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 40.0}, {"mscale", 0.707},
+                          {"mscale_all_dim", 0.707}, {"original_max_position_embeddings", 4096},
+                          {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"truncate", false}};
+  j["head_dim"] = 64;  // transformers writes these two when it saves
+  j["qk_head_dim"] = 192;
+  j["rope_interleave"] = false;
+  auto c = parse(j);
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_FALSE(c->deepseek_v3->q_lora_rank.has_value());
+  EXPECT_FALSE(c->deepseek_v3->rope_interleave);
+  EXPECT_FALSE(c->fp8.has_value());
+  EXPECT_FALSE(c->rope_yarn->truncate);
+  EXPECT_FLOAT_EQ(c->rope_yarn->mscale, 0.707f);
+}
+
+TEST(ModelConfig, DeepseekV3RejectsWhatItCannotRun) {
+  auto with = [](const char* key, json value) {
+    json j = deepseek_v3_config();
+    j[key] = std::move(value);
+    return j;
+  };
+  expect_error_mentions(with("moe_layer_freq", 2), "moe_layer_freq");
+  expect_error_mentions(with("scoring_func", "softmax"), "scoring_func");
+  expect_error_mentions(with("topk_method", "greedy"), "topk_method");
+  expect_error_mentions(with("num_key_value_heads", 1), "num_key_value_heads");
+  expect_error_mentions(with("n_group", 7), "n_group");
+  expect_error_mentions(with("topk_group", 9), "topk_group");
+  expect_error_mentions(with("num_experts_per_tok", 129), "num_experts_per_tok");
+  expect_error_mentions(with("qk_head_dim", 128), "qk_head_dim");
+  expect_error_mentions(with("kv_lora_rank", nullptr), "kv_lora_rank");
+  expect_error_mentions(with("some_new_field", 1), "some_new_field");
+  expect_error_mentions(with("quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}},
+                                                     {"fmt", "e5m2"}}),
+                        "fmt");
+  expect_error_mentions(with("quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}},
+                                                     {"ignored_layers", json::array()}}),
+                        "ignored_layers");
+  expect_error_mentions(with("quantization_config", {{"quant_method", "awq"}}), "quant_method");
+  expect_error_mentions(with("quantization_config", {{"quant_method", "fp8"}}), "weight_block_size");
+  json yarn_key = deepseek_v3_config();
+  yarn_key["rope_scaling"]["extrapolation"] = 1;
+  expect_error_mentions(yarn_key, "extrapolation");
+  json yarn_factor = deepseek_v3_config();
+  yarn_factor["max_position_embeddings"] = 8192;
+  expect_error_mentions(yarn_factor, "factor");
+}
+
 TEST(ModelConfig, MissingFileNamesThePath) {
   auto c = load_model_config("/nonexistent/model");
   ASSERT_FALSE(c.ok());

@@ -22,22 +22,12 @@ constexpr float kMaxLogitError = 1e-4f;
 
 using testing::Golden;
 using testing::GoldenCase;
+using testing::cpu_runner;
+using testing::max_abs_diff;
 
 Golden load_golden(const std::string& arch) { return testing::load_golden(arch, "golden-" + arch); }
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0.0f;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
 
-std::unique_ptr<Backend> cpu_runner(const std::string& dir, std::int32_t block_size, std::int32_t num_blocks) {
-  auto backend = make_model_runner(dir, make_cpu_ops({.num_threads = 2}),
-                                   {.block_size_tokens = block_size, .num_kv_blocks = num_blocks});
-  EXPECT_TRUE(backend.ok()) << backend.error_message();
-  return std::move(backend).value();
-}
 
 struct Layout {
   std::int32_t block_size_tokens;

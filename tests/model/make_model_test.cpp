@@ -42,6 +42,46 @@ TEST(MakeModel, WritesAConfigSluiceAccepts) {
   EXPECT_EQ(config->vocab_size, 400);
 }
 
+MakeModelOptions tiny_deepseek(std::uint64_t seed, DType dtype, const std::string& dir) {
+  MakeModelOptions o{.architecture = Architecture::deepseek_v3, .num_layers = 2, .hidden_size = 32,
+                     .num_heads = 2, .intermediate_size = 48, .vocab_size = 400, .seed = seed, .dtype = dtype,
+                     .max_position_embeddings = 1024, .out_dir = dir};
+  o.deepseek_v3.mtp_layers = 1;
+  return o;
+}
+
+TEST(MakeModel, DeepseekV3SameSeedSameBytes) {
+  for (DType dtype : {DType::bf16, DType::f8_e4m3}) {
+    const std::string a = testing::scratch_dir("make-ds-a"), b = testing::scratch_dir("make-ds-b");
+    ASSERT_TRUE(make_model(tiny_deepseek(5, dtype, a)).ok());
+    ASSERT_TRUE(make_model(tiny_deepseek(5, dtype, b)).ok());
+    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"})
+      EXPECT_EQ(read_file(a + "/" + file).value(), read_file(b + "/" + file).value()) << file;
+  }
+}
+
+TEST(MakeModel, DeepseekV3ConfigSluiceAccepts) {
+  const std::string dir = testing::scratch_dir("make-ds-config");
+  MakeModelOptions o = tiny_deepseek(1, DType::f8_e4m3, dir);
+  o.deepseek_v3.q_lora_rank = 0;
+  ASSERT_TRUE(make_model(o).ok());
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  ASSERT_TRUE(config->deepseek_v3.has_value());
+  EXPECT_FALSE(config->deepseek_v3->q_lora_rank.has_value());
+  EXPECT_EQ(config->deepseek_v3->num_nextn_predict_layers, 1);
+  EXPECT_EQ(config->deepseek_v3->first_k_dense_replace, 1);
+  ASSERT_TRUE(config->rope_yarn.has_value());
+  EXPECT_EQ(config->rope_yarn->original_max_position_embeddings, 256);
+  ASSERT_TRUE(config->fp8.has_value());
+  // Not a multiple: YaRN needs whole original positions.
+  o.deepseek_v3.yarn_factor = 3;
+  EXPECT_FALSE(make_model(o).ok());
+  o.deepseek_v3.yarn_factor = 4;
+  o.deepseek_v3.n_group = 3;
+  EXPECT_FALSE(make_model(o).ok());
+}
+
 TEST(MakeModel, TokenizerFitsTheVocabulary) {
   auto built = build_byte_level_tokenizer(400);
   ASSERT_TRUE(built.ok());

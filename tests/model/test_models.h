@@ -1,7 +1,10 @@
 // Helpers for tests that need a tiny random-weight model on disk.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/backend/batch.h"
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/model/model_runner.h"
 #include "sluice/common/io.h"
 #include "sluice/model/make_model.h"
 
@@ -36,6 +41,65 @@ inline MakeModelOptions make_model_options(const nlohmann::json& args, const std
   o.head_dim = args.at("head_dim");
   o.out_dir = out_dir;
   return o;
+}
+
+// MakeModelOptions from `sluice make-model` flags without their dashes, as
+// tools/reference/golden_deepseek_v3_models.json spells them. An unknown flag
+// fails the test.
+inline MakeModelOptions make_model_options_from_flags(const nlohmann::json& flags, const std::string& out_dir) {
+  MakeModelOptions o;
+  o.out_dir = out_dir;
+  DeepseekV3Shape& d = o.deepseek_v3;
+  for (const auto& [flag, value] : flags.items()) {
+    if (flag == "arch") o.architecture = *parse_architecture(value.get<std::string>());
+    else if (flag == "layers") o.num_layers = value;
+    else if (flag == "hidden") o.hidden_size = value;
+    else if (flag == "heads") o.num_heads = value;
+    else if (flag == "kv-heads") o.num_kv_heads = value;
+    else if (flag == "intermediate") o.intermediate_size = value;
+    else if (flag == "vocab") o.vocab_size = value;
+    else if (flag == "head-dim") o.head_dim = value;
+    else if (flag == "seed") o.seed = value;
+    else if (flag == "max-position") o.max_position_embeddings = value;
+    else if (flag == "shards") o.num_shards = value;
+    else if (flag == "dtype")
+      o.dtype = value == "f32" ? DType::f32 : value == "bf16" ? DType::bf16 : DType::f8_e4m3;
+    else if (flag == "q-lora-rank") d.q_lora_rank = value;
+    else if (flag == "kv-lora-rank") d.kv_lora_rank = value;
+    else if (flag == "qk-nope-head-dim") d.qk_nope_head_dim = value;
+    else if (flag == "qk-rope-head-dim") d.qk_rope_head_dim = value;
+    else if (flag == "v-head-dim") d.v_head_dim = value;
+    else if (flag == "experts") d.n_routed_experts = value;
+    else if (flag == "experts-per-token") d.num_experts_per_tok = value;
+    else if (flag == "shared-experts") d.n_shared_experts = value;
+    else if (flag == "moe-intermediate") d.moe_intermediate_size = value;
+    else if (flag == "dense-layers") d.first_k_dense_replace = value;
+    else if (flag == "expert-groups") d.n_group = value;
+    else if (flag == "topk-groups") d.topk_group = value;
+    else if (flag == "routed-scale") d.routed_scaling_factor = value;
+    else if (flag == "yarn-factor") d.yarn_factor = value;
+    else if (flag == "yarn-mscale") d.yarn_mscale = value;
+    else if (flag == "yarn-mscale-all-dim") d.yarn_mscale_all_dim = value;
+    else if (flag == "mtp-layers") d.mtp_layers = value;
+    else ADD_FAILURE() << "unknown make-model flag '" << flag << "'";
+  }
+  return o;
+}
+
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+// A ModelRunner on two CPU threads with exactly num_blocks KV blocks; null
+// (after a test failure) if the model does not load.
+inline std::unique_ptr<Backend> cpu_runner(const std::string& dir, std::int32_t block_size, std::int32_t num_blocks) {
+  auto backend = make_model_runner(dir, make_cpu_ops({.num_threads = 2}),
+                                   {.block_size_tokens = block_size, .num_kv_blocks = num_blocks});
+  EXPECT_TRUE(backend.ok()) << backend.error_message();
+  return backend.ok() ? std::move(backend).value() : nullptr;
 }
 
 // One prompt of a golden fixture (tools/reference/golden.py).

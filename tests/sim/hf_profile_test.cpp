@@ -44,6 +44,41 @@ TEST(HfProfile, Llama3ConfigMatchesTheBuiltInProfile) {
   EXPECT_DOUBLE_EQ(a.predict_step_ms(shape), b.predict_step_ms(shape));
 }
 
+// deepseek-ai/DeepSeek-V3's config.json, as published.
+constexpr const char* kDeepseekV3Config = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}, "aux_loss_alpha": 0.001,
+  "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+  "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+  "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+  "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"}, "rope_theta": 10000,
+  "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true, "tie_word_embeddings": false,
+  "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "transformers_version": "4.33.1",
+  "use_cache": true, "v_head_dim": 128, "vocab_size": 129280
+})";
+
+// The published sizes: 671B parameters (without the MTP layer), 37B active
+// per token, and a latent KV cache of 576 bf16 values per token per layer
+// (61 x 1152 = 70,272 bytes).
+TEST(HfProfile, DeepseekV3ConfigHasItsPublishedSizes) {
+  auto profile = profile_from_hf_dir(write_model_dir("deepseek_v3", kDeepseekV3Config));
+  ASSERT_TRUE(profile.ok()) << profile.error_message();
+  EXPECT_NEAR(static_cast<double>(profile->total_params()), 671.03e9, 0.01e9);
+  EXPECT_NEAR(static_cast<double>(profile->active_params_per_output_token()), 37e9, 1e9);
+  EXPECT_DOUBLE_EQ(profile->kv_bytes_per_token, 70272.0);
+  EXPECT_EQ(profile->num_kv_heads, 1);
+  EXPECT_EQ(profile->num_routed_experts(), 256);
+  EXPECT_TRUE(profile->gemm_uses_fp8);
+  // FP8 experts: about one byte per parameter.
+  EXPECT_NEAR(profile->gpu_weight_bytes(), 671e9, 10e9);
+}
+
 TEST(HfProfile, RejectsWhatItCannotModel) {
   std::string moe = kLlama3_8bConfig;
   moe.replace(moe.find("\"llama\""), 7, "\"mixtral\"");

@@ -41,7 +41,14 @@ struct StepLayout {
   static StepLayout from_batch(const Batch& batch);
 };
 
-// Paged KV cache geometry: per layer, K and V of shape
+// What one cached position of one layer holds.
+enum class KvCacheLayout {
+  key_value,  // K and V, each [num_kv_heads, head_dim] (the dense family)
+  latent,     // one [head_dim] entry shared by every head: MLA's compressed latent
+              // and its rope key (DeepSeek-V3: 512 + 64), num_kv_heads = 1
+};
+
+// Paged KV cache geometry: per layer, K and V (or the latent) of shape
 // [num_blocks, block_size_tokens, num_kv_heads, head_dim].
 struct KvCacheSpec {
   std::int32_t num_layers = 0;
@@ -49,21 +56,78 @@ struct KvCacheSpec {
   std::int32_t block_size_tokens = 16;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
+  KvCacheLayout layout = KvCacheLayout::key_value;
 
+  std::int64_t values_per_token_per_layer() const {
+    return (layout == KvCacheLayout::key_value ? 2LL : 1LL) * num_kv_heads * head_dim;
+  }
   std::int64_t bytes_per_block(DType dtype) const {
-    return 2LL * num_layers * block_size_tokens * num_kv_heads * head_dim *
+    return values_per_token_per_layer() * num_layers * block_size_tokens *
            static_cast<std::int64_t>(dtype_size_bytes(dtype));
   }
 };
 
 struct RopeParams {
-  std::int32_t head_dim = 0;       // rotary applies to the whole head (rotate-half layout)
+  std::int32_t head_dim = 0;       // the rotated dims (rope(): the whole head, rotate-half layout)
   float theta = 10000.0f;
   // Llama 3 frequency scaling (rope_type "llama3"); factor 0 = off.
   float llama3_factor = 0.0f;
   float llama3_low_freq_factor = 1.0f;
   float llama3_high_freq_factor = 4.0f;
   std::int32_t llama3_original_max_position = 8192;
+  // YaRN frequency scaling (rope_type "yarn"); factor 0 = off. rope_partial() only.
+  float yarn_factor = 0.0f;
+  std::int32_t yarn_original_max_position = 4096;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  bool yarn_truncate = true;
+  float cos_sin_scale = 1.0f;  // YaRN's attention factor multiplies cos and sin. rope_partial() only.
+  // Pairs (2i, 2i + 1) rotate together and leave as [rotated evens | rotated
+  // odds], as transformers' DeepSeek does (rope_interleave). rope_partial() only.
+  bool interleaved = false;
+};
+
+// MLA (DeepSeek-V3 attention) shapes; one latent of kv_lora_rank dims per
+// token, decompressed per head by kv_b_proj into a nope key and a value.
+struct MlaShape {
+  std::int32_t num_heads = 0;
+  std::int32_t qk_nope_head_dim = 0;
+  std::int32_t qk_rope_head_dim = 0;
+  std::int32_t v_head_dim = 0;
+  std::int32_t kv_lora_rank = 0;
+  float softmax_scale = 1.0f;
+
+  std::int32_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// MLA's per-step inputs, see Ops::mla_attention.
+struct MlaInputs {
+  Tensor q;          // [rows, heads * qk_head_dim]: per head the nope dims, then the rotated rope dims
+  Tensor latent;     // [rows, kv_lora_rank], after kv_a_layernorm
+  Tensor k_rope;     // [rows, qk_rope_head_dim], rotated
+  Tensor kv_b_proj;  // [heads * (nope + v), kv_lora_rank]: per head W_UK_h rows, then W_UV_h rows
+};
+
+// All routed experts of a MoE layer, stacked (upload_concatenated).
+struct MoeExpertWeights {
+  Tensor gate_up;  // [E * 2I, H]: expert e's gate rows then up rows from row e * 2I
+  Tensor down;     // [E * H, I]: expert e's rows from e * H
+};
+
+// Which experts each row goes to, and with what weight.
+struct MoeAssignment {
+  Tensor expert_ids;      // [rows, k] i32
+  Tensor expert_weights;  // [rows, k] f32
+};
+
+// DeepSeekMoE routing (transformers' DeepseekV3 route_tokens_to_experts).
+struct MoeRouting {
+  std::int32_t num_experts = 0;
+  std::int32_t num_experts_per_token = 0;  // top k
+  std::int32_t num_groups = 1;             // n_group: experts split into equal groups
+  std::int32_t num_groups_selected = 1;    // topk_group
+  bool normalize = true;                   // norm_topk_prob
+  float scale = 1.0f;                      // routed_scaling_factor
 };
 
 // Per-sequence sampling, in StepLayout::sample_rows order.
@@ -147,6 +211,32 @@ class Ops {
     matmul(x, w_gate_up, Tensor{}, gate_up);
     silu_mul(gate_up, out);
   }
+  // --- DeepSeek-V3. These return an error on backends that lack them. ---
+  // Rotates, in each head of x [rows, num_heads * head_stride], the dims
+  // [rotary_offset, rotary_offset + params.head_dim) in place at the step's positions.
+  virtual Status rope_partial(Tensor x, std::int32_t head_stride, std::int32_t rotary_offset,
+                              const RopeParams& params) = 0;
+  // MLA over a KvCacheLayout::latent cache. Writes [latent | k_rope] of each
+  // row into `layer`'s pages at the step's positions, then
+  //   out[r, h] = causal softmax(q_h . K_h^T * scale) . V_h over [0, position(r)]
+  // with K_h = [c . W_UK_h^T | k_rope] and V_h = c . W_UV_h^T, c the cached
+  // latents; out is [rows, heads * v_head_dim].
+  // A sequence with several new rows (prefill) runs the decompressed form: K
+  // and V materialised per head over its context. A sequence with one row
+  // (decode) runs the absorbed form: q_nope folded through W_UK into the
+  // latent space, attention over the latents, W_UV applied once to the result.
+  virtual Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) = 0;
+  // Per row of router_logits [rows, E] (f32): scores = sigmoid(logits); the
+  // choice ranks scores + correction_bias [E]; groups rank by the sum of their
+  // 2 best choices; the top num_groups_selected groups stay, the others'
+  // choices become 0; the top k choices are the experts. Their weights are
+  // the plain scores, divided by their sum (+1e-20) if normalize, times scale.
+  virtual Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
+                           MoeAssignment out) = 0;
+  // out[r] += sum_k expert_weights[r, k] * down_e(silu(gate_e . x[r]) * (up_e . x[r])), e = expert_ids[r, k].
+  virtual Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                             Tensor out) = 0;
+
   // out[i] = x[rows[i]] for the step's sample rows.
   virtual void gather_sample_rows(const Tensor& x, Tensor out) = 0;
   // Chooses one token per row of logits [num_sample_rows, vocab].

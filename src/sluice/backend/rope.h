@@ -8,7 +8,7 @@
 
 namespace sluice {
 
-// inv_freq[i] for i in [0, head_dim / 2), with Llama 3 scaling when enabled.
+// inv_freq[i] for i in [0, head_dim / 2), with Llama 3 or YaRN scaling when enabled.
 std::vector<float> rope_inverse_frequencies(const RopeParams& params);
 
 }  // namespace sluice

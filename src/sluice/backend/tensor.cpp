@@ -10,6 +10,7 @@ const char* dtype_name(DType dtype) {
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
+    case DType::f8_e4m3: return "F8_E4M3";
   }
   return "?";
 }

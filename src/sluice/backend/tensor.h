@@ -13,7 +13,9 @@
 
 namespace sluice {
 
-enum class DType : std::uint8_t { f32, f16, bf16, i32 };
+// f8_e4m3: float8 with 4 exponent and 3 mantissa bits (OCP "E4M3FN": no
+// infinities, max 448), the storage of DeepSeek's block-scaled weights.
+enum class DType : std::uint8_t { f32, f16, bf16, i32, f8_e4m3 };
 
 constexpr std::size_t dtype_size_bytes(DType dtype) {
   switch (dtype) {
@@ -21,6 +23,7 @@ constexpr std::size_t dtype_size_bytes(DType dtype) {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::i32: return 4;
+    case DType::f8_e4m3: return 1;
   }
   return 0;
 }

@@ -6,6 +6,8 @@
 #include <set>
 
 #include "sluice/common/io.h"
+#include "sluice/model/config_reader.h"
+#include "sluice/model/deepseek_v3_config.h"
 
 namespace sluice {
 namespace {
@@ -18,72 +20,6 @@ const std::set<std::string, std::less<>> kInformationalKeys = {
     "use_cache", "pad_token_id", "_name_or_path", "model_type", "attention_dropout",
     "max_window_layers", "bos_token_id", "eos_token_id", "output_attentions",
     "output_hidden_states", "return_dict", "is_encoder_decoder", "tokenizer_class",
-};
-
-class ConfigReader {
- public:
-  ConfigReader(const json& root, const std::string& origin) : root_(root), origin_(origin) {}
-
-  Error error(std::string_view key, std::string_view why) const {
-    return Error{fmt::format("{}: field '{}' {}", origin_, key, why)};
-  }
-
-  // A required positive integer.
-  Result<std::int32_t> positive_int(const char* key) {
-    used_.insert(key);
-    auto it = root_.find(key);
-    if (it == root_.end()) return error(key, "is missing");
-    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
-        it->get<std::int64_t>() > (1LL << 30))
-      return error(key, "must be a positive integer");
-    return static_cast<std::int32_t>(it->get<std::int64_t>());
-  }
-  Result<std::int32_t> positive_int_or(const char* key, std::int32_t fallback) {
-    auto it = root_.find(key);
-    if (it == root_.end() || it->is_null()) {
-      used_.insert(key);
-      return fallback;
-    }
-    return positive_int(key);
-  }
-  Result<float> positive_float_or(const char* key, float fallback) {
-    used_.insert(key);
-    auto it = root_.find(key);
-    if (it == root_.end() || it->is_null()) return fallback;
-    if (!it->is_number() || it->get<double>() <= 0) return error(key, "must be a positive number");
-    return static_cast<float>(it->get<double>());
-  }
-  Result<bool> boolean_or(const char* key, bool fallback) {
-    used_.insert(key);
-    auto it = root_.find(key);
-    if (it == root_.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) return error(key, "must be true or false");
-    return it->get<bool>();
-  }
-  // A field we accept only at the value that needs no support.
-  Status require_value(const char* key, const json& allowed, std::string_view why) {
-    used_.insert(key);
-    auto it = root_.find(key);
-    if (it == root_.end() || it->is_null() || *it == allowed) return Ok{};
-    return error(key, fmt::format("= {} is not supported: {}", it->dump(), why));
-  }
-  const json* find(const char* key) {
-    used_.insert(key);
-    auto it = root_.find(key);
-    return it == root_.end() || it->is_null() ? nullptr : &*it;
-  }
-  Status reject_unknown_keys() const {
-    for (const auto& [key, value] : root_.items()) {
-      if (used_.count(key) || kInformationalKeys.count(key)) continue;
-      return error(key, "is not supported by sluice (refusing to ignore it)");
-    }
-    return Ok{};
-  }
-
- private:
-  const json& root_;
-  const std::string& origin_;
-  std::set<std::string, std::less<>> used_;
 };
 
 Result<std::vector<std::int32_t>> token_ids(const json* value, const std::string& origin,
@@ -113,8 +49,15 @@ Status parse_rope(ConfigReader& reader, ModelConfig& config, const std::string& 
   std::string type = rope->value("rope_type", rope->value("type", "default"));
   if (rope->contains("rope_theta")) config.rope_theta = (*rope)["rope_theta"].get<float>();
   if (type == "default") return Ok{};
+  if (type == "yarn") {
+    if (config.architecture != Architecture::deepseek_v3)
+      return Error{fmt::format("{}: {}.rope_type 'yarn' is implemented for deepseek_v3 only", origin, key)};
+    SLUICE_TRY_ASSIGN(yarn, parse_yarn_rope_scaling(*rope, origin + ": " + key, config.max_position_embeddings));
+    config.rope_yarn = yarn;
+    return Ok{};
+  }
   if (type != "llama3")
-    return Error{fmt::format("{}: {}.rope_type '{}' is not supported (supported: default, llama3)",
+    return Error{fmt::format("{}: {}.rope_type '{}' is not supported (supported: default, llama3, yarn)",
                              origin, key, type)};
   Llama3RopeScaling llama3;
   llama3.factor = rope->value("factor", llama3.factor);
@@ -137,12 +80,14 @@ const char* architecture_name(Architecture arch) {
     case Architecture::mistral: return "mistral";
     case Architecture::qwen2: return "qwen2";
     case Architecture::qwen3: return "qwen3";
+    case Architecture::deepseek_v3: return "deepseek_v3";
   }
   return "?";
 }
 
 std::optional<Architecture> parse_architecture(std::string_view model_type) {
-  for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3})
+  for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3,
+                    Architecture::deepseek_v3})
     if (model_type == architecture_name(arch)) return arch;
   return std::nullopt;
 }
@@ -156,12 +101,13 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
   const std::string model_type = root["model_type"].get<std::string>();
   auto arch = parse_architecture(model_type);
   if (!arch)
-    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3)",
+    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3)",
                              origin, model_type)};
 
   ModelConfig config;
   config.architecture = *arch;
-  ConfigReader reader(root, origin);
+  const bool is_deepseek = config.architecture == Architecture::deepseek_v3;
+  ConfigReader reader(root, origin, is_deepseek ? deepseek_v3_informational_keys() : kInformationalKeys);
   SLUICE_TRY_ASSIGN(vocab, reader.positive_int("vocab_size"));
   SLUICE_TRY_ASSIGN(hidden, reader.positive_int("hidden_size"));
   SLUICE_TRY_ASSIGN(intermediate, reader.positive_int("intermediate_size"));
@@ -177,17 +123,25 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
   if (heads % kv_heads != 0)
     return reader.error("num_key_value_heads",
                         fmt::format("= {} must divide num_attention_heads = {}", kv_heads, heads));
-  if (hidden % heads != 0 && !root.contains("head_dim"))
-    return reader.error("hidden_size", "must be a multiple of num_attention_heads when head_dim is absent");
-  SLUICE_TRY_ASSIGN(head_dim, reader.positive_int_or("head_dim", hidden / heads));
-  if (head_dim % 2 != 0) return reader.error("head_dim", "must be even for rotary embeddings");
-  config.head_dim = head_dim;
+  if (is_deepseek) {
+    // MLA decompresses a key and a value per query head.
+    if (kv_heads != heads)
+      return reader.error("num_key_value_heads",
+                          fmt::format("= {} must equal num_attention_heads = {} for MLA", kv_heads, heads));
+  } else {
+    if (hidden % heads != 0 && !root.contains("head_dim"))
+      return reader.error("hidden_size", "must be a multiple of num_attention_heads when head_dim is absent");
+    SLUICE_TRY_ASSIGN(head_dim, reader.positive_int_or("head_dim", hidden / heads));
+    if (head_dim % 2 != 0) return reader.error("head_dim", "must be even for rotary embeddings");
+    config.head_dim = head_dim;
+  }
   SLUICE_TRY_ASSIGN(eps, reader.positive_float_or("rms_norm_eps", 1e-6f));
   config.rms_norm_eps = eps;
   SLUICE_TRY_ASSIGN(max_pos, reader.positive_int("max_position_embeddings"));
   config.max_position_embeddings = max_pos;
   SLUICE_TRY_ASSIGN(tied, reader.boolean_or("tie_word_embeddings", false));
   config.tie_word_embeddings = tied;
+  if (is_deepseek) SLUICE_TRY(parse_deepseek_v3_fields(reader, config));
   SLUICE_TRY(parse_rope(reader, config, origin));
 
   const bool is_qwen2 = config.architecture == Architecture::qwen2;

@@ -1,5 +1,6 @@
-// ModelConfig: a Hugging Face config.json for the dense Llama family, parsed
-// and checked. Every field either takes effect or is rejected by name.
+// ModelConfig: a Hugging Face config.json, parsed and checked: the dense Llama
+// family and DeepSeek-V3 (MLA attention, DeepSeekMoE, FP8 block weights).
+// Every field either takes effect or is rejected by name.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace sluice {
 
-enum class Architecture { llama, mistral, qwen2, qwen3 };
+enum class Architecture { llama, mistral, qwen2, qwen3, deepseek_v3 };
 
 const char* architecture_name(Architecture arch);
 std::optional<Architecture> parse_architecture(std::string_view model_type);
@@ -23,6 +24,60 @@ struct Llama3RopeScaling {
   std::int32_t original_max_position_embeddings = 8192;
 };
 
+// YaRN (rope_type "yarn"), as transformers' _compute_yarn_parameters reads it.
+struct YarnRopeScaling {
+  // The interpolation factor. transformers takes max_position_embeddings /
+  // original_max_position_embeddings instead when the latter is given, so the
+  // parser requires the two to agree (DeepSeek-V3: 163840 / 4096 = 40).
+  float factor = 1.0f;
+  std::int32_t original_max_position_embeddings = 4096;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float mscale = 0.0f;          // 0 = absent
+  float mscale_all_dim = 0.0f;  // 0 = absent; also scales the softmax (DeepSeek)
+  std::optional<float> attention_factor;  // cos/sin multiplier; derived from mscale when absent
+  bool truncate = true;         // round the correction range to whole dimensions
+};
+
+// quantization_config {quant_method: fp8, fmt: e4m3, weight_block_size: [r, c],
+// activation_scheme: dynamic}: linear weights stored as float8 e4m3 with a
+// `<name>_scale_inv` f32 tensor of one multiplier per [r, c] block.
+struct Fp8BlockQuantization {
+  std::int32_t block_rows = 128;
+  std::int32_t block_cols = 128;
+};
+
+// The DeepSeek-V3 fields (transformers' DeepseekV3Config and the checkpoint's
+// own config.json, which adds moe_layer_freq, scoring_func, topk_method and
+// num_nextn_predict_layers).
+struct DeepseekV3Config {
+  std::optional<std::int32_t> q_lora_rank;  // nullopt: q_proj straight from the hidden state
+  std::int32_t kv_lora_rank = 512;
+  std::int32_t qk_nope_head_dim = 128;
+  std::int32_t qk_rope_head_dim = 64;
+  std::int32_t v_head_dim = 128;
+  bool rope_interleave = true;  // the rope dims come in (even, odd) pairs
+
+  std::int32_t n_routed_experts = 256;
+  std::int32_t num_experts_per_tok = 8;
+  std::int32_t n_shared_experts = 1;
+  std::int32_t moe_intermediate_size = 2048;
+  std::int32_t first_k_dense_replace = 3;  // layers [0, k) have a dense MLP, the rest MoE
+  std::int32_t n_group = 8;                // experts are split into n_group groups ...
+  std::int32_t topk_group = 4;             // ... and each token picks from its topk_group best
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 2.5f;
+
+  // Multi-token-prediction layers stored after the decoder layers
+  // (model.layers.{num_hidden_layers + i}.*); not run.
+  std::int32_t num_nextn_predict_layers = 0;
+
+  std::int32_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // One cached entry per token per layer: the compressed latent and the shared rope key.
+  std::int32_t latent_cache_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+  bool is_moe_layer(std::int32_t layer) const { return layer >= first_k_dense_replace; }
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::llama;
   std::int32_t vocab_size = 0;
@@ -31,16 +86,19 @@ struct ModelConfig {
   std::int32_t num_layers = 0;
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;
-  std::int32_t head_dim = 0;
+  std::int32_t head_dim = 0;  // deepseek_v3: qk_rope_head_dim, as transformers sets it
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   std::optional<Llama3RopeScaling> rope_llama3;
+  std::optional<YarnRopeScaling> rope_yarn;
   std::int32_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projection bias (always on for qwen2)
   bool qk_norm = false;         // per-head RMSNorm of q and k (qwen3)
   std::optional<std::int32_t> bos_token_id;
   std::vector<std::int32_t> eos_token_ids;
+  std::optional<DeepseekV3Config> deepseek_v3;  // set iff architecture == deepseek_v3
+  std::optional<Fp8BlockQuantization> fp8;      // quantization_config, when present
 
   std::int64_t q_size() const { return std::int64_t{num_heads} * head_dim; }
   std::int64_t kv_size() const { return std::int64_t{num_kv_heads} * head_dim; }

@@ -1,73 +1,15 @@
 #include "sluice/model/llama.h"
 
 #include <cmath>
-#include <set>
 
 #include <fmt/format.h>
 
 namespace sluice {
-namespace {
 
-// Collects checkpoint tensors by name and shape, remembering which were used.
-class WeightBinder {
- public:
-  WeightBinder(const Checkpoint& checkpoint, Ops& ops, const LoadProgress& progress)
-      : checkpoint_(checkpoint), ops_(ops), progress_(progress), bytes_total_(checkpoint.total_bytes()),
-        num_total_(checkpoint.names().size()) {}
-
-  Result<Tensor> host(const std::string& name, const Shape& shape) {
-    SLUICE_TRY_ASSIGN(tensor, checkpoint_.get(name, shape));
-    if (tensor.dtype == DType::i32) return Error{fmt::format("tensor '{}' must hold floats", name)};
-    if (used_.insert(name).second) report(tensor.size_bytes());
-    return tensor;
-  }
-  Result<Tensor> weight(const std::string& name, const Shape& shape) {
-    SLUICE_TRY_ASSIGN(tensor, host(name, shape));
-    return ops_.upload_weight(tensor);
-  }
-  Result<Tensor> concatenated(const std::vector<std::pair<std::string, Shape>>& parts) {
-    std::vector<Tensor> tensors;
-    for (const auto& [name, shape] : parts) {
-      SLUICE_TRY_ASSIGN(tensor, host(name, shape));
-      if (!tensors.empty() && tensor.dtype != tensors.front().dtype)
-        return Error{fmt::format("tensor '{}' is {} but '{}' is {}; fused projections need one dtype", name,
-                                 dtype_name(tensor.dtype), parts.front().first, dtype_name(tensors.front().dtype))};
-      tensors.push_back(tensor);
-    }
-    return ops_.upload_concatenated(tensors);
-  }
-  // A tensor the architecture does not read is an error: it means the checkpoint
-  // is not what the config says.
-  Status reject_unused() const {
-    for (const std::string& name : checkpoint_.names()) {
-      if (used_.count(name)) continue;
-      if (name.ends_with("rotary_emb.inv_freq")) continue;  // recomputed, as transformers does
-      if (name == "lm_head.weight") continue;               // with tied embeddings transformers ignores it
-      return Error{fmt::format("checkpoint tensor '{}' is not used by this architecture", name)};
-    }
-    return Ok{};
-  }
-
- private:
-  void report(std::size_t bytes) {
-    bytes_done_ += bytes;
-    if (progress_) progress_(used_.size(), num_total_, bytes_done_, bytes_total_);
-  }
-
-  const Checkpoint& checkpoint_;
-  Ops& ops_;
-  const LoadProgress& progress_;
-  std::set<std::string> used_;
-  std::size_t bytes_done_ = 0;
-  std::size_t bytes_total_ = 0;
-  std::size_t num_total_ = 0;
-};
-
-}  // namespace
-
-Result<LlamaModel> LlamaModel::load(const ModelConfig& config, const Checkpoint& checkpoint, Ops& ops,
-                                    const LoadProgress& progress) {
-  LlamaModel model;
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                     Ops& ops, const LoadProgress& progress) {
+  auto owned = std::make_unique<LlamaModel>();
+  LlamaModel& model = *owned;
   model.config_ = config;
   model.rope_ = RopeParams{.head_dim = config.head_dim, .theta = config.rope_theta};
   if (config.rope_llama3) {
@@ -78,7 +20,8 @@ Result<LlamaModel> LlamaModel::load(const ModelConfig& config, const Checkpoint&
   }
   const std::int64_t hidden = config.hidden_size, vocab = config.vocab_size;
   const std::int64_t inter = config.intermediate_size;
-  WeightBinder bind(checkpoint, ops, progress);
+  HostWeightBuffers no_fp8_buffers;
+  WeightBinder bind(checkpoint, ops, progress, std::nullopt, no_fp8_buffers);
   SLUICE_TRY_ASSIGN(embed, bind.weight("model.embed_tokens.weight", {vocab, hidden}));
   model.embed_tokens_ = embed;
   for (std::int32_t i = 0; i < config.num_layers; ++i) {
@@ -122,7 +65,7 @@ Result<LlamaModel> LlamaModel::load(const ModelConfig& config, const Checkpoint&
     model.lm_head_ = lm_head;
   }
   SLUICE_TRY(bind.reject_unused());
-  return model;
+  return owned;
 }
 
 KvCacheSpec LlamaModel::kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const {
@@ -133,7 +76,7 @@ KvCacheSpec LlamaModel::kv_cache_spec(std::int32_t num_blocks, std::int32_t bloc
                      .head_dim = config_.head_dim};
 }
 
-Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
+Result<Tensor> LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
   const std::int64_t n = layout.num_rows();
   const std::int64_t hidden = config_.hidden_size;
   const float eps = config_.rms_norm_eps;
@@ -170,14 +113,8 @@ Tensor LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
     ops.gate_up_silu(normed, layer.gate_up_proj, gate_up, act);
     ops.matmul(act, layer.down_proj, Tensor{}, block_out);
   }
-  ops.add_rms_norm(residual, block_out, final_norm_, eps, normed);
-  const auto num_samples = static_cast<std::int64_t>(layout.sample_rows.size());
-  if (num_samples == 0) return Tensor{nullptr, ops.activation_dtype(), Shape{0, config_.vocab_size}};
-  Tensor selected = ops.scratch({num_samples, hidden});
-  ops.gather_sample_rows(normed, selected);
-  Tensor logits = ops.scratch({num_samples, std::int64_t{config_.vocab_size}});
-  ops.matmul(selected, lm_head_, Tensor{}, logits);
-  return logits;
+  return final_logits(ops, layout, {.residual = residual, .block_out = block_out, .final_norm = final_norm_,
+                                    .eps = eps, .lm_head = lm_head_, .normed = normed});
 }
 
 }  // namespace sluice

@@ -4,31 +4,21 @@
 #pragma once
 
 #include <array>
-#include <functional>
+#include <memory>
 #include <vector>
 
-#include "sluice/backend/ops.h"
-#include "sluice/model/config.h"
-#include "sluice/model/safetensors.h"
+#include "sluice/model/decoder_model.h"
 
 namespace sluice {
 
-// Called after each tensor is made ready on the backend.
-using LoadProgress = std::function<void(std::size_t num_tensors_done, std::size_t num_tensors,
-                                        std::size_t bytes_done, std::size_t bytes_total)>;
-
-class LlamaModel {
+class LlamaModel final : public DecoderModel {
  public:
-  // Checks every tensor's name and shape against the config, rejects tensors the
-  // architecture does not use, and uploads the weights through `ops`.
-  static Result<LlamaModel> load(const ModelConfig& config, const Checkpoint& checkpoint, Ops& ops,
-                                 const LoadProgress& progress);
+  static Result<std::unique_ptr<LlamaModel>> load(const ModelConfig& config, const Checkpoint& checkpoint, Ops& ops,
+                                                  const LoadProgress& progress);
 
-  const ModelConfig& config() const { return config_; }
-  KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const;
-
-  // Runs the step's rows through the model; returns logits [num sample rows, vocab].
-  Tensor forward(Ops& ops, const StepLayout& layout) const;
+  const ModelConfig& config() const override { return config_; }
+  KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const override;
+  Result<Tensor> forward(Ops& ops, const StepLayout& layout) const override;
 
  private:
   struct Layer {

@@ -1,9 +1,11 @@
 #include "sluice/model/make_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
+#include <fstream>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
@@ -13,24 +15,13 @@
 #include "sluice/backend/float_convert.h"
 #include "sluice/common/io.h"
 #include "sluice/common/rng.h"
+#include "sluice/model/make_model_parts.h"
 #include "sluice/model/tokenizer_builder.h"
 
 namespace sluice {
 namespace {
 
 using nlohmann::ordered_json;
-
-// How a tensor's random values are drawn: uniform in center ± spread.
-struct Init {
-  float center = 0.0f;
-  float spread = 0.0f;
-};
-
-struct PendingTensor {
-  std::string name;
-  Shape shape;
-  Init init;
-};
 
 std::uint64_t name_hash(std::string_view name) {
   std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
@@ -40,51 +31,150 @@ std::uint64_t name_hash(std::string_view name) {
 
 // Values are a function of (seed, tensor name, index) only, so adding a tensor
 // never changes the others.
-std::string random_tensor_bytes(const PendingTensor& t, std::uint64_t seed, DType dtype) {
+std::vector<float> random_values(const PendingTensor& t, std::uint64_t seed) {
   SplitMix64 rng(seed ^ name_hash(t.name));
-  const auto n = static_cast<std::size_t>(t.shape.numel());
-  std::string bytes(n * dtype_size_bytes(dtype), '\0');
-  for (std::size_t i = 0; i < n; ++i) {
-    const float value = t.init.center + t.init.spread * static_cast<float>(2.0 * rng.uniform() - 1.0);
-    if (dtype == DType::f32) {
-      std::memcpy(bytes.data() + 4 * i, &value, 4);
+  std::vector<float> values(static_cast<std::size_t>(t.shape.numel()));
+  for (float& value : values) value = t.init.center + t.init.spread * static_cast<float>(2.0 * rng.uniform() - 1.0);
+  return values;
+}
+
+constexpr std::int64_t kFp8BlockSize = 128;  // DeepSeek's weight_block_size, both dimensions
+constexpr float kFp8Max = 448.0f;
+
+// One tensor as stored: a pending tensor's values in a dtype, or (for a
+// float8 weight) its block scales.
+struct StoredTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  const PendingTensor* source;
+  bool is_scale = false;  // source's weight_scale_inv
+
+  std::uint64_t size_bytes() const { return static_cast<std::uint64_t>(shape.numel()) * dtype_size_bytes(dtype); }
+};
+
+std::vector<StoredTensor> storage_plan(const std::vector<PendingTensor>& tensors, DType dtype) {
+  std::vector<StoredTensor> out;
+  for (const PendingTensor& t : tensors) {
+    if (dtype == DType::f8_e4m3 && t.quantizable) {
+      out.push_back({t.name, DType::f8_e4m3, t.shape, &t});
+      const Shape scales{(t.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
+                         (t.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
+      out.push_back({t.name + "_scale_inv", DType::f32, scales, &t, true});
+      continue;
+    }
+    const DType stored = t.keep_f32 ? DType::f32 : dtype == DType::f8_e4m3 ? DType::bf16 : dtype;
+    out.push_back({t.name, stored, t.shape, &t});
+  }
+  return out;
+}
+
+// Per 128x128 block: scale = amax / 448, so the block's largest value maps to
+// float8's largest; stored value = fp8(x / scale), and x ~ stored * scale.
+struct QuantizedBlocks {
+  std::vector<std::uint8_t> values;
+  std::vector<float> scales;
+};
+
+QuantizedBlocks quantize_fp8(const std::vector<float>& x, const Shape& shape) {
+  const std::int64_t rows = shape[0], cols = shape[1];
+  const std::int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
+  const std::int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
+  QuantizedBlocks q{std::vector<std::uint8_t>(x.size()), std::vector<float>(block_rows * block_cols)};
+  for (std::int64_t br = 0; br < block_rows; ++br)
+    for (std::int64_t bc = 0; bc < block_cols; ++bc) {
+      const std::int64_t r_end = std::min(rows, (br + 1) * kFp8BlockSize);
+      const std::int64_t c_end = std::min(cols, (bc + 1) * kFp8BlockSize);
+      float amax = 0.0f;
+      for (std::int64_t r = br * kFp8BlockSize; r < r_end; ++r)
+        for (std::int64_t c = bc * kFp8BlockSize; c < c_end; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+      const float scale = amax > 0.0f ? amax / kFp8Max : 1.0f;
+      q.scales[br * block_cols + bc] = scale;
+      for (std::int64_t r = br * kFp8BlockSize; r < r_end; ++r)
+        for (std::int64_t c = bc * kFp8BlockSize; c < c_end; ++c)
+          q.values[r * cols + c] = f32_to_fp8_e4m3(x[r * cols + c] / scale);
+    }
+  return q;
+}
+
+std::string tensor_bytes(const StoredTensor& t, std::uint64_t seed) {
+  const std::vector<float> values = random_values(*t.source, seed);
+  std::string bytes(t.size_bytes(), '\0');
+  if (t.dtype == DType::f8_e4m3 || t.is_scale) {
+    const QuantizedBlocks q = quantize_fp8(values, t.source->shape);
+    if (t.is_scale)
+      std::memcpy(bytes.data(), q.scales.data(), bytes.size());
+    else
+      std::memcpy(bytes.data(), q.values.data(), bytes.size());
+    return bytes;
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (t.dtype == DType::f32) {
+      std::memcpy(bytes.data() + 4 * i, &values[i], 4);
     } else {
-      SLUICE_CHECK(dtype == DType::bf16);
-      const std::uint16_t bits = f32_to_bf16(value);
+      SLUICE_CHECK(t.dtype == DType::bf16);
+      const std::uint16_t bits = f32_to_bf16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &bits, 2);
     }
   }
   return bytes;
 }
 
-Status write_safetensors(const std::string& path, const std::vector<PendingTensor>& tensors, std::uint64_t seed,
-                         DType dtype) {
+// Streams the tensors to `path` one at a time, so a full-width model needs no
+// more memory than its largest tensor.
+Status write_safetensors(const std::string& path, std::span<const StoredTensor> tensors, std::uint64_t seed) {
   ordered_json header = ordered_json::object();
   std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    const std::uint64_t bytes = static_cast<std::uint64_t>(t.shape.numel()) * dtype_size_bytes(dtype);
+  for (const StoredTensor& t : tensors) {
     std::vector<std::int64_t> dims(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.rank);
-    header[t.name] = {{"dtype", dtype_name(dtype)}, {"shape", dims}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", dims},
+                      {"data_offsets", {offset, offset + t.size_bytes()}}};
+    offset += t.size_bytes();
   }
   header["__metadata__"] = {{"format", "pt"}, {"producer", "sluice make-model"}};
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // align the data region
-  std::string file;
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return Error{fmt::format("cannot write {}", path)};
   const std::uint64_t header_bytes = header_text.size();
-  file.append(reinterpret_cast<const char*>(&header_bytes), 8);
-  file += header_text;
-  for (const auto& t : tensors) file += random_tensor_bytes(t, seed, dtype);
-  return write_file(path, file);
+  file.write(reinterpret_cast<const char*>(&header_bytes), 8);
+  file << header_text;
+  for (const StoredTensor& t : tensors) {
+    const std::string bytes = tensor_bytes(t, seed);
+    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  file.close();
+  if (!file) return Error{fmt::format("writing {} failed", path)};
+  return Ok{};
+}
+
+// One file, or num_shards files of about equal size and the index transformers reads.
+Status write_checkpoint(const std::string& dir, const std::vector<StoredTensor>& tensors, std::int32_t num_shards,
+                        std::uint64_t seed) {
+  if (num_shards <= 1) return write_safetensors(dir + "model.safetensors", tensors, seed);
+  std::uint64_t total_bytes = 0;
+  for (const StoredTensor& t : tensors) total_bytes += t.size_bytes();
+  ordered_json weight_map = ordered_json::object();
+  std::size_t begin = 0;
+  std::uint64_t bytes_so_far = 0;
+  for (std::int32_t shard = 0; shard < num_shards; ++shard) {
+    const std::uint64_t target = total_bytes * static_cast<std::uint64_t>(shard + 1) / num_shards;
+    std::size_t end = begin;
+    while (end < tensors.size() && (bytes_so_far < target || shard == num_shards - 1)) bytes_so_far += tensors[end++].size_bytes();
+    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", shard + 1, num_shards);
+    for (std::size_t i = begin; i < end; ++i) weight_map[tensors[i].name] = name;
+    SLUICE_TRY(write_safetensors(dir + name, std::span(tensors).subspan(begin, end - begin), seed));
+    begin = end;
+  }
+  const ordered_json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  return write_file(dir + "model.safetensors.index.json", index.dump(2) + "\n");
 }
 
 std::vector<PendingTensor> llama_tensors(const MakeModelOptions& o, std::int32_t head_dim, bool tied) {
   const std::int64_t h = o.hidden_size, inter = o.intermediate_size, v = o.vocab_size;
   const std::int64_t q = std::int64_t{o.num_heads} * head_dim, kv = std::int64_t{o.num_kv_heads} * head_dim;
-  // Linear weights scaled by fan-in keep activations near unit size, so logits
-  // spread out and greedy choices are not decided by rounding.
-  auto linear = [](std::int64_t fan_in) { return Init{0.0f, std::sqrt(3.0f / static_cast<float>(fan_in))}; };
-  const Init norm{1.0f, 0.2f};
+  const auto linear = linear_init;
+  const Init norm = kNormInit;
   const Init bias{0.0f, 0.2f};
   std::vector<PendingTensor> out;
   // A tied head scores each token by its own embedding: a unit-sized embedding
@@ -123,6 +213,7 @@ std::vector<PendingTensor> llama_tensors(const MakeModelOptions& o, std::int32_t
 // Each architecture exercises what makes it different: Llama 3 rope scaling,
 // qwen2's qkv bias and tied embeddings, qwen3's q/k norm and explicit head_dim.
 ordered_json config_json(const MakeModelOptions& o, std::int32_t head_dim, bool tied, const BuiltTokenizer& tok) {
+  if (o.architecture == Architecture::deepseek_v3) return deepseek_v3_config_json(o, tok);
   static constexpr const char* kClassNames[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                                                 "Qwen3ForCausalLM"};
   ordered_json c = {{"architectures", {kClassNames[static_cast<int>(o.architecture)]}},
@@ -170,6 +261,7 @@ ordered_json config_json(const MakeModelOptions& o, std::int32_t head_dim, bool 
       c["use_sliding_window"] = false;
       c["sliding_window"] = nullptr;
       break;
+    case Architecture::deepseek_v3: break;
   }
   return c;
 }
@@ -182,13 +274,17 @@ Status make_model(const MakeModelOptions& o) {
                              {o.num_kv_heads, "--kv-heads"}, {o.intermediate_size, "--intermediate"},
                              {o.vocab_size, "--vocab"}})
     if (value <= 0) return Error{fmt::format("{} must be positive", name)};
-  if (o.num_heads % o.num_kv_heads != 0)
+  const bool is_deepseek = o.architecture == Architecture::deepseek_v3;
+  if (is_deepseek) SLUICE_TRY(check_deepseek_v3_options(o));
+  if (!is_deepseek && o.num_heads % o.num_kv_heads != 0)
     return Error{fmt::format("--kv-heads {} must divide --heads {}", o.num_kv_heads, o.num_heads)};
   const std::int32_t head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
-  if (o.head_dim == 0 && o.hidden_size % o.num_heads != 0)
+  if (!is_deepseek && o.head_dim == 0 && o.hidden_size % o.num_heads != 0)
     return Error{fmt::format("--hidden {} must be a multiple of --heads {}", o.hidden_size, o.num_heads)};
-  if (head_dim % 2 != 0) return Error{fmt::format("head dimension {} must be even", head_dim)};
-  if (o.dtype != DType::bf16 && o.dtype != DType::f32) return Error{"--dtype must be bf16 or f32"};
+  if (!is_deepseek && head_dim % 2 != 0) return Error{fmt::format("head dimension {} must be even", head_dim)};
+  if (o.dtype != DType::bf16 && o.dtype != DType::f32 && !(is_deepseek && o.dtype == DType::f8_e4m3))
+    return Error{"--dtype must be bf16 or f32 (fp8: deepseek_v3 only)"};
+  if (o.num_shards <= 0) return Error{"--shards must be positive"};
   SLUICE_TRY_ASSIGN(tokenizer, build_byte_level_tokenizer(o.vocab_size));
   const bool tied = o.architecture == Architecture::qwen2;
 
@@ -197,7 +293,8 @@ Status make_model(const MakeModelOptions& o) {
   if (ec) return Error{fmt::format("cannot create {}: {}", o.out_dir, ec.message())};
   const std::string dir = o.out_dir + "/";
   SLUICE_TRY(write_file(dir + "config.json", config_json(o, head_dim, tied, tokenizer).dump(2) + "\n"));
-  SLUICE_TRY(write_safetensors(dir + "model.safetensors", llama_tensors(o, head_dim, tied), o.seed, o.dtype));
+  const std::vector<PendingTensor> tensors = is_deepseek ? deepseek_v3_tensors(o) : llama_tensors(o, head_dim, tied);
+  SLUICE_TRY(write_checkpoint(dir, storage_plan(tensors, o.dtype), o.num_shards, o.seed));
   SLUICE_TRY(write_file(dir + "tokenizer.json", tokenizer.tokenizer_json));
   SLUICE_TRY(write_file(dir + "tokenizer_config.json", tokenizer.tokenizer_config_json));
   const ordered_json generation = {{"bos_token_id", tokenizer.bos_token_id},

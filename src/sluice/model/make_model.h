@@ -1,5 +1,5 @@
 // make-model: writes a random-weight Hugging Face model directory (config.json,
-// model.safetensors, tokenizer files, generation_config.json), bit-for-bit
+// safetensors, tokenizer files, generation_config.json), bit-for-bit
 // reproducible from the seed. Used for tests, goldens and the built-in default.
 #pragma once
 
@@ -12,18 +12,44 @@
 
 namespace sluice {
 
+// The DeepSeek-V3 shape (--arch deepseek_v3); the defaults are a tiny model.
+struct DeepseekV3Shape {
+  std::int32_t q_lora_rank = 48;  // 0 = null: q_proj straight from the hidden state
+  std::int32_t kv_lora_rank = 32;
+  std::int32_t qk_nope_head_dim = 16;
+  std::int32_t qk_rope_head_dim = 8;
+  std::int32_t v_head_dim = 16;
+  std::int32_t n_routed_experts = 8;
+  std::int32_t num_experts_per_tok = 2;
+  std::int32_t n_shared_experts = 1;
+  std::int32_t moe_intermediate_size = 32;
+  std::int32_t first_k_dense_replace = 1;
+  std::int32_t n_group = 2;
+  std::int32_t topk_group = 1;
+  float routed_scaling_factor = 2.5f;
+  // YaRN over max_position_embeddings / yarn_factor original positions; 0 = plain rope.
+  float yarn_factor = 4.0f;
+  float yarn_mscale = 1.0f;
+  float yarn_mscale_all_dim = 1.0f;
+  std::int32_t mtp_layers = 0;  // num_nextn_predict_layers, their tensors written after the decoder's
+};
+
 struct MakeModelOptions {
   Architecture architecture = Architecture::llama;
   std::int32_t num_layers = 2;
   std::int32_t hidden_size = 64;
   std::int32_t num_heads = 4;
-  std::int32_t num_kv_heads = 2;
-  std::int32_t intermediate_size = 128;
+  std::int32_t num_kv_heads = 2;    // dense family only (MLA has one key per head)
+  std::int32_t intermediate_size = 128;  // the dense MLP (deepseek_v3: its first_k_dense_replace layers)
   std::int32_t vocab_size = 512;
   std::int32_t head_dim = 0;  // 0 = hidden / heads
   std::uint64_t seed = 0;
+  // bf16 | f32 | f8_e4m3 (deepseek_v3 only: linear weights in float8 with
+  // 128x128 block scales, the rest bf16, as DeepSeek ships them).
   DType dtype = DType::bf16;
   std::int32_t max_position_embeddings = 4096;
+  std::int32_t num_shards = 1;  // > 1: model-0000i-of-0000n.safetensors + model.safetensors.index.json
+  DeepseekV3Shape deepseek_v3;
   std::string out_dir;
 };
 

@@ -8,14 +8,14 @@
 
 #include <fmt/format.h>
 
-#include "sluice/model/llama.h"
+#include "sluice/model/decoder_model.h"
 
 namespace sluice {
 namespace {
 
 class ModelRunner final : public Backend {
  public:
-  ModelRunner(std::unique_ptr<Ops> ops, Checkpoint checkpoint, LlamaModel model, BackendInfo info)
+  ModelRunner(std::unique_ptr<Ops> ops, Checkpoint checkpoint, std::unique_ptr<DecoderModel> model, BackendInfo info)
       : ops_(std::move(ops)), checkpoint_(std::move(checkpoint)), model_(std::move(model)), info_(std::move(info)) {}
 
   const BackendInfo& info() const override { return info_; }
@@ -25,7 +25,7 @@ class ModelRunner final : public Backend {
     check_batch(batch);
     const StepLayout layout = StepLayout::from_batch(batch);
     ops_->begin_step(layout);
-    const Tensor logits = model_.forward(*ops_, layout);
+    SLUICE_TRY_ASSIGN(logits, model_->forward(*ops_, layout));
     // On the GPU the forward is in flight here: the masks are computed under it.
     batch.fill_late_masks();
 
@@ -86,7 +86,7 @@ class ModelRunner final : public Backend {
 
   std::unique_ptr<Ops> ops_;
   Checkpoint checkpoint_;  // keeps the mmapped weights alive
-  LlamaModel model_;
+  std::unique_ptr<DecoderModel> model_;
   BackendInfo info_;
 };
 
@@ -102,8 +102,8 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
                                                    const ModelRunnerOptions& options) {
   SLUICE_TRY_ASSIGN(config, load_model_config(model_dir));
   SLUICE_TRY_ASSIGN(checkpoint, Checkpoint::open(model_dir));
-  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, *ops, options.show_progress ? LoadProgress(print_progress)
-                                                                                             : LoadProgress()));
+  SLUICE_TRY_ASSIGN(model, load_decoder_model(config, checkpoint, *ops,
+                                              options.show_progress ? LoadProgress(print_progress) : LoadProgress()));
   if (options.block_size_tokens <= 0) return Error{"block size must be positive"};
   BackendInfo info{.name = "model",
                    .block_size_tokens = options.block_size_tokens,
@@ -111,7 +111,7 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
                    .max_model_len_tokens = options.max_model_len_tokens > 0 ? options.max_model_len_tokens
                                                                             : config.max_position_embeddings};
   const std::int64_t bytes_per_block =
-      model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops->activation_dtype());
+      model->kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops->activation_dtype());
   std::int64_t kv_cache_bytes = options.kv_cache_bytes;
   if (options.device_memory_budget_bytes > 0) {
     const std::optional<std::int64_t> free_bytes = ops->device_memory_free_bytes();
@@ -129,7 +129,7 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
                            : static_cast<std::int32_t>(derived_blocks);
   if (info.num_kv_blocks < 1)
     return Error{fmt::format("KV cache of {} bytes holds no block of {} bytes", kv_cache_bytes, bytes_per_block)};
-  SLUICE_TRY(ops->allocate_kv_cache(model.kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
+  SLUICE_TRY(ops->allocate_kv_cache(model->kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
   return std::unique_ptr<Backend>(
       std::make_unique<ModelRunner>(std::move(ops), std::move(checkpoint), std::move(model), std::move(info)));
 }

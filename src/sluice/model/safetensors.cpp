@@ -27,7 +27,8 @@ Result<DType> parse_dtype(const std::string& name, const std::string& tensor, co
   if (name == "F32") return DType::f32;
   if (name == "F16") return DType::f16;
   if (name == "BF16") return DType::bf16;
-  return Error{fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, BF16)", path, tensor, name)};
+  if (name == "F8_E4M3") return DType::f8_e4m3;
+  return Error{fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, BF16, F8_E4M3)", path, tensor, name)};
 }
 
 Result<Tensor> parse_entry(const std::string& name, const json& info, std::byte* data,
@@ -158,6 +159,12 @@ Result<Tensor> Checkpoint::get(const std::string& name, const Shape& shape) cons
     return Error{fmt::format("{}: tensor '{}' has shape {}, the config implies {}", it->second.file->path(), name,
                              tensor.shape.str(), shape.str())};
   return tensor;
+}
+
+const Tensor& Checkpoint::tensor(const std::string& name) const {
+  auto it = tensors_.find(name);
+  SLUICE_CHECK_MSG(it != tensors_.end(), "checkpoint has no tensor '" + name + "'");
+  return it->second.tensor;
 }
 
 std::vector<std::string> Checkpoint::names() const {

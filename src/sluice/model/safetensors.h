@@ -47,6 +47,8 @@ class Checkpoint {
   // The tensor `name`, checked to have `shape`; errors name the tensor and file.
   Result<Tensor> get(const std::string& name, const Shape& shape) const;
   bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
+  // The tensor `name`, which the caller knows is there (contains()).
+  const Tensor& tensor(const std::string& name) const;
   // Names in the checkpoint, for the "no unexpected tensors" check.
   std::vector<std::string> names() const;
   std::size_t total_bytes() const;

@@ -104,4 +104,79 @@ ModelProfile make_dense_profile(const DenseShape& shape) {
   return p;
 }
 
+ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape) {
+  ModelProfile p;
+  p.name = shape.name;
+  p.source = "DeepSeek-V3 shape (MLA, DeepSeekMoE)";
+  p.num_layers = shape.num_layers;
+  p.hidden_size = shape.hidden_size;
+  p.num_attention_heads = shape.num_attention_heads;
+  p.num_kv_heads = 1;  // the latent is shared by every head
+  p.head_dim = shape.kv_lora_rank + shape.qk_rope_head_dim;
+  p.intermediate_size = shape.moe_intermediate_size;
+  p.vocab_size = shape.vocab_size;
+  p.max_position_embeddings = shape.max_position_embeddings;
+  p.max_tensor_parallel = shape.num_attention_heads;
+  p.weight_dtype_bytes = shape.linear_weight_bytes;
+  p.gemm_uses_fp8 = shape.linear_weight_bytes < 2;
+
+  const std::int64_t hidden = shape.hidden_size, heads = shape.num_attention_heads;
+  const std::int64_t qk_head = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
+  const std::int64_t latent = shape.kv_lora_rank + shape.qk_rope_head_dim;
+  const std::int64_t q_params = shape.q_lora_rank > 0
+                                    ? hidden * shape.q_lora_rank + std::int64_t{shape.q_lora_rank} * heads * qk_head
+                                    : hidden * heads * qk_head;
+  const std::int64_t attention_linear = q_params + hidden * latent +
+                                        std::int64_t{shape.kv_lora_rank} * heads *
+                                            (shape.qk_nope_head_dim + shape.v_head_dim) +
+                                        heads * shape.v_head_dim * hidden;
+  const std::int64_t norms = 2 * hidden + shape.kv_lora_rank + shape.q_lora_rank;
+  const std::int64_t expert_params = 3 * hidden * shape.moe_intermediate_size;
+  const std::int64_t router = std::int64_t{shape.num_routed_experts} * (hidden + 1);
+
+  // Absorbed MLA per query and context position: QK^T over the 576-wide
+  // latent + rope key and PV over the 512-wide latent, for every head.
+  AttentionCost attention_per_layer;
+  attention_per_layer.flops_per_query_context_token = 2.0 * heads * (latent + shape.kv_lora_rank);
+  attention_per_layer.scan_bytes_per_context_token = static_cast<double>(latent) * shape.dtype_bytes;
+  auto group = [&](std::string name, std::int32_t num_layers, std::int64_t linear_params,
+                   std::int64_t other_params) {
+    LayerGroup g;
+    g.name = std::move(name);
+    g.num_layers = num_layers;
+    g.dense_params = (linear_params + other_params) * num_layers;
+    g.dense_weight_bytes = (static_cast<double>(linear_params) * shape.linear_weight_bytes +
+                            static_cast<double>(other_params) * shape.dtype_bytes) *
+                           num_layers;
+    g.attention.flops_per_query_context_token = attention_per_layer.flops_per_query_context_token * num_layers;
+    g.attention.scan_bytes_per_context_token = attention_per_layer.scan_bytes_per_context_token * num_layers;
+    return g;
+  };
+  const std::int32_t num_dense = std::min(shape.num_dense_layers, shape.num_layers);
+  if (num_dense > 0)
+    p.layer_groups.push_back(group("dense", num_dense, attention_linear + 3 * hidden * shape.intermediate_size, norms));
+  if (shape.num_layers > num_dense) {
+    LayerGroup moe = group("moe", shape.num_layers - num_dense,
+                           attention_linear + std::int64_t{shape.num_shared_experts} * expert_params,
+                           norms + router);
+    moe.num_routed_experts = shape.num_routed_experts;
+    moe.num_experts_per_token = shape.num_experts_per_token;
+    moe.expert_params = expert_params;
+    moe.expert_weight_bytes = static_cast<double>(expert_params) * shape.linear_weight_bytes;
+    p.layer_groups.push_back(moe);
+  }
+
+  p.embedding_params = hidden * shape.vocab_size;
+  p.head_params = hidden * shape.vocab_size;
+  p.embedding_head_bytes = 2.0 * static_cast<double>(p.embedding_params) * shape.dtype_bytes;
+  // Norms, router and the latent projection are held whole on every TP rank.
+  p.replicated_weight_bytes =
+      static_cast<double>(shape.num_layers) *
+      (static_cast<double>(norms + router) * shape.dtype_bytes + static_cast<double>(hidden * latent) *
+                                                                     shape.linear_weight_bytes);
+  p.kv_bytes_per_token = static_cast<double>(latent) * shape.dtype_bytes * shape.num_layers;
+  p.kv_bytes_per_token_fp8 = static_cast<double>(latent) * shape.num_layers;
+  return p;
+}
+
 }  // namespace sluice::sim

@@ -137,8 +137,36 @@ struct DenseShape {
 };
 ModelProfile make_dense_profile(const DenseShape& shape);
 
-// Reads DIR/config.json (llama, mistral, qwen2, qwen3; model/config.h) into a
-// dense bf16 profile.
+// A DeepSeek-V3 profile (MLA + DeepSeekMoE) from shape numbers. The KV cache
+// is the latent: (kv_lora_rank + qk_rope_head_dim) values per token per layer,
+// one copy shared by every head (and every TP rank). Attention costs are those
+// of the absorbed form; all efficiencies are assumed, none measured yet.
+struct DeepseekV3ProfileShape {
+  std::string name;
+  std::int32_t num_layers = 0;
+  std::int32_t num_dense_layers = 0;  // first_k_dense_replace
+  std::int32_t hidden_size = 0;
+  std::int32_t num_attention_heads = 0;
+  std::int32_t q_lora_rank = 0;       // 0: q_proj straight from the hidden state
+  std::int32_t kv_lora_rank = 0;
+  std::int32_t qk_nope_head_dim = 0;
+  std::int32_t qk_rope_head_dim = 0;
+  std::int32_t v_head_dim = 0;
+  std::int32_t intermediate_size = 0;      // the dense layers' MLP
+  std::int32_t moe_intermediate_size = 0;  // one routed expert; shared experts are n_shared times wider
+  std::int32_t num_routed_experts = 0;
+  std::int32_t num_experts_per_token = 0;
+  std::int32_t num_shared_experts = 0;
+  std::int32_t vocab_size = 0;
+  std::int32_t max_position_embeddings = 0;
+  double linear_weight_bytes = 2;  // per weight of the projections and experts (1 for FP8 checkpoints)
+  double dtype_bytes = 2;          // embedding, head, norms, router and the KV cache
+};
+ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape);
+
+// Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3;
+// model/config.h) into a profile: dense family in bf16, DeepSeek-V3 with its
+// checkpoint's FP8 linear weights at one byte.
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir);
 
 }  // namespace sluice::sim

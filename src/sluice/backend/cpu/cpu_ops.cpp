@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/backend/cpu/cpu_math.h"
+#include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/sampler.h"
 #include "sluice/backend/cpu/thread_pool.h"
 #include "sluice/backend/float_convert.h"
@@ -15,36 +17,8 @@
 namespace sluice {
 namespace {
 
-// Converts n elements of any float dtype to f32.
-void to_f32(const Tensor& t, std::int64_t offset, std::int64_t n, float* out) {
-  switch (t.dtype) {
-    case DType::f32: std::memcpy(out, t.as<const float>() + offset, static_cast<std::size_t>(n) * 4); return;
-    case DType::bf16: {
-      const auto* in = t.as<const std::uint16_t>() + offset;
-      for (std::int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
-      return;
-    }
-    case DType::f16: {
-      const auto* in = t.as<const std::uint16_t>() + offset;
-      for (std::int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);
-      return;
-    }
-    case DType::i32: break;
-  }
-  SLUICE_CHECK_MSG(false, "integer tensor used as floats");
-}
-
-// Eight independent accumulators so the compiler can vectorise without -ffast-math.
-float dot(const float* a, const float* b, std::int64_t n) {
-  float acc[8] = {};
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (float v : acc) sum += v;
-  return sum;
-}
+using cpu::dot;
+using cpu::to_f32;
 
 // Bump allocator for per-step activations; pointers stay valid until reset().
 class ScratchArena {
@@ -111,8 +85,9 @@ class CpuOps final : public Ops {
     const auto layer_elems = static_cast<std::size_t>(spec.num_blocks) * spec.block_size_tokens *
                              spec.num_kv_heads * spec.head_dim;
     try {
+      // A latent cache keeps its one entry per position in k_cache_.
       k_cache_.assign(spec.num_layers, std::vector<float>(layer_elems));
-      v_cache_.assign(spec.num_layers, std::vector<float>(layer_elems));
+      v_cache_.assign(spec.layout == KvCacheLayout::key_value ? spec.num_layers : 0, std::vector<float>(layer_elems));
     } catch (const std::bad_alloc&) {
       return Error{"not enough host memory for the KV cache"};
     }
@@ -218,6 +193,7 @@ class CpuOps final : public Ops {
 
   void attention(std::int32_t layer, const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                  Tensor out) override {
+    SLUICE_CHECK(kv_spec_.layout == KvCacheLayout::key_value);
     const std::int64_t head_dim = kv_spec_.head_dim;
     const std::int64_t num_kv_heads = kv_spec_.num_kv_heads;
     const std::int64_t num_q_heads = q.cols() / head_dim;
@@ -282,6 +258,32 @@ class CpuOps final : public Ops {
     });
   }
 
+  Status rope_partial(Tensor x, std::int32_t head_stride, std::int32_t rotary_offset,
+                      const RopeParams& params) override {
+    cpu::rope_partial({.pool = pool_, .layout = *layout_}, x, {.head_stride = head_stride, .rotary_offset = rotary_offset},
+                      params);
+    return Ok{};
+  }
+
+  Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) override {
+    SLUICE_CHECK(kv_spec_.layout == KvCacheLayout::latent);
+    const cpu::LatentCacheView cache{.data = k_cache_[layer].data(), .spec = &kv_spec_};
+    cpu::mla_attention({.pool = pool_, .layout = *layout_}, cache, in, shape, out);
+    return Ok{};
+  }
+
+  Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
+                   MoeAssignment out) override {
+    cpu::moe_route(pool_, router_logits, correction_bias, routing, out);
+    return Ok{};
+  }
+
+  Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                     Tensor out) override {
+    cpu::moe_experts(pool_, x, experts, assignment, out);
+    return Ok{};
+  }
+
   void gather_sample_rows(const Tensor& x, Tensor out) override {
     const std::int64_t width = x.cols();
     for (std::size_t i = 0; i < layout_->sample_rows.size(); ++i)
@@ -312,7 +314,8 @@ class CpuOps final : public Ops {
   ScratchArena arena_;
   const StepLayout* layout_ = nullptr;
   KvCacheSpec kv_spec_;
-  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [blocks, block_size, kv_heads, head_dim]
+  // per layer [blocks, block_size, kv_heads, head_dim]; a latent cache has no v_cache_
+  std::vector<std::vector<float>> k_cache_, v_cache_;
   std::vector<std::unique_ptr<std::byte[]>> owned_;    // fused weights
 };
 

@@ -62,6 +62,8 @@ class CudaOps final : public Ops {
   Result<Tensor> upload_concatenated(std::span<const Tensor> parts) override { return weights_.upload(parts); }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
+    if (spec.layout != KvCacheLayout::key_value)
+      return Error{"CUDA backend: the MLA latent KV cache is not implemented on cuda yet"};
     if (!cuda::split_kernel_supports(spec.head_dim))
       return Error{fmt::format("CUDA backend: head_dim {} is not supported (16, 32, 64, 128, 256)",
                                spec.head_dim)};
@@ -291,6 +293,20 @@ class CudaOps final : public Ops {
     if (!launching()) return;
     cuda::launch_silu_mul(gate_up.data, dt_of(gate_up.dtype), out.rows(), out.cols(), out.data,
                           dt_of(out.dtype), launch_);
+  }
+
+  // DeepSeek-V3 (issue 15): the CPU reference has them; these kernels come later.
+  Status rope_partial(Tensor, std::int32_t, std::int32_t, const RopeParams&) override {
+    return Error{"CUDA backend: rope_partial (DeepSeek-V3 MLA rope) is not implemented on cuda yet"};
+  }
+  Status mla_attention(std::int32_t, const MlaInputs&, const MlaShape&, Tensor) override {
+    return Error{"CUDA backend: mla_attention is not implemented on cuda yet"};
+  }
+  Status moe_route(const Tensor&, const Tensor&, const MoeRouting&, MoeAssignment) override {
+    return Error{"CUDA backend: moe_route is not implemented on cuda yet"};
+  }
+  Status moe_experts(const Tensor&, const MoeExpertWeights&, const MoeAssignment&, Tensor) override {
+    return Error{"CUDA backend: moe_experts is not implemented on cuda yet"};
   }
 
   void gather_sample_rows(const Tensor& x, Tensor out) override {

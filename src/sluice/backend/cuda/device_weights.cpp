@@ -17,6 +17,7 @@ float host_to_f32(const Tensor& t, std::int64_t i) {
     case DType::bf16: return bf16_to_f32(t.as<const std::uint16_t>()[i]);
     case DType::f16: return f16_to_f32(t.as<const std::uint16_t>()[i]);
     case DType::i32: break;
+    case DType::f8_e4m3: break;  // dequantized on load (model/weight_binder)
   }
   SLUICE_CHECK_MSG(false, "float tensor expected");
   return 0.0f;

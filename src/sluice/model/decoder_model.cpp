@@ -1,0 +1,30 @@
+#include "sluice/model/decoder_model.h"
+
+#include "sluice/model/deepseek_v3.h"
+#include "sluice/model/llama.h"
+
+namespace sluice {
+
+Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs& in) {
+  ops.add_rms_norm(in.residual, in.block_out, in.final_norm, in.eps, in.normed);
+  const std::int64_t vocab = in.lm_head.rows();
+  const auto num_samples = static_cast<std::int64_t>(layout.sample_rows.size());
+  if (num_samples == 0) return Tensor{nullptr, ops.activation_dtype(), Shape{0, vocab}};
+  Tensor selected = ops.scratch({num_samples, in.normed.cols()});
+  ops.gather_sample_rows(in.normed, selected);
+  Tensor logits = ops.scratch({num_samples, vocab});
+  ops.matmul(selected, in.lm_head, Tensor{}, logits);
+  return logits;
+}
+
+Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                         Ops& ops, const LoadProgress& progress) {
+  if (config.architecture == Architecture::deepseek_v3) {
+    SLUICE_TRY_ASSIGN(model, DeepseekV3Model::load(config, checkpoint, ops, progress));
+    return std::unique_ptr<DecoderModel>(std::move(model));
+  }
+  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, ops, progress));
+  return std::unique_ptr<DecoderModel>(std::move(model));
+}
+
+}  // namespace sluice

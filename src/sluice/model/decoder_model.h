@@ -1,0 +1,44 @@
+// DecoderModel: one architecture written against Ops, as ModelRunner sees it:
+// the KV geometry it needs and the forward pass of a step. The dense Llama
+// family (llama.h) and DeepSeek-V3 (deepseek_v3.h) implement it.
+#pragma once
+
+#include <memory>
+
+#include "sluice/backend/ops.h"
+#include "sluice/model/config.h"
+#include "sluice/model/safetensors.h"
+#include "sluice/model/weight_binder.h"
+
+namespace sluice {
+
+class DecoderModel {
+ public:
+  virtual ~DecoderModel() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // The paged cache this architecture writes: K and V per head (dense) or one
+  // latent per position (MLA). Its bytes per block size the KV pool.
+  virtual KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const = 0;
+  // Runs the step's rows through the model; returns logits [num sample rows, vocab].
+  virtual Result<Tensor> forward(Ops& ops, const StepLayout& layout) const = 0;
+};
+
+// The end of every decoder: residual += block_out, the final norm, then the
+// logits [num sample rows, vocab] of the rows that sample.
+struct FinalLogitsInputs {
+  Tensor residual;    // [rows, hidden], the stream before the last block's output
+  Tensor block_out;   // [rows, hidden], the last block's output
+  Tensor final_norm;  // [hidden]
+  float eps = 1e-6f;
+  Tensor lm_head;     // [vocab, hidden]
+  Tensor normed;      // [rows, hidden] workspace
+};
+Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs& in);
+
+// Checks every tensor's name and shape against the config, rejects tensors the
+// architecture does not use, and uploads the weights through `ops`.
+Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                         Ops& ops, const LoadProgress& progress);
+
+}  // namespace sluice

@@ -1,0 +1,232 @@
+#include "sluice/model/deepseek_v3.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace sluice {
+namespace {
+
+// transformers builds q_a_layernorm and kv_a_layernorm without the config's
+// rms_norm_eps: they keep DeepseekV3RMSNorm's default.
+constexpr float kLatentNormEps = 1e-6f;
+
+// YaRN's magnitude correction, 0.1 * mscale * ln(scale) + 1 (1 when not stretched).
+double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+RopeParams rope_params(const ModelConfig& config) {
+  const DeepseekV3Config& ds = *config.deepseek_v3;
+  RopeParams rope{.head_dim = ds.qk_rope_head_dim, .theta = config.rope_theta, .interleaved = ds.rope_interleave};
+  if (!config.rope_yarn) return rope;
+  const YarnRopeScaling& yarn = *config.rope_yarn;
+  rope.yarn_factor = yarn.factor;
+  rope.yarn_original_max_position = yarn.original_max_position_embeddings;
+  rope.yarn_beta_fast = yarn.beta_fast;
+  rope.yarn_beta_slow = yarn.beta_slow;
+  rope.yarn_truncate = yarn.truncate;
+  // The cos/sin multiplier, as transformers derives it when attention_factor is absent.
+  double attention_factor = yarn_mscale(yarn.factor, 1.0);
+  if (yarn.attention_factor)
+    attention_factor = *yarn.attention_factor;
+  else if (yarn.mscale > 0 && yarn.mscale_all_dim > 0)
+    attention_factor = yarn_mscale(yarn.factor, yarn.mscale) / yarn_mscale(yarn.factor, yarn.mscale_all_dim);
+  rope.cos_sin_scale = static_cast<float>(attention_factor);
+  return rope;
+}
+
+// 1/sqrt(qk_head_dim), times mscale(factor, mscale_all_dim)^2 under YaRN.
+float softmax_scale(const ModelConfig& config) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(config.deepseek_v3->qk_head_dim()));
+  if (config.rope_yarn && config.rope_yarn->mscale_all_dim > 0) {
+    const double m = yarn_mscale(config.rope_yarn->factor, config.rope_yarn->mscale_all_dim);
+    scale *= m * m;
+  }
+  return static_cast<float>(scale);
+}
+
+std::vector<std::pair<std::string, Shape>> gate_up_parts(const std::string& prefix, std::int64_t inter,
+                                                         std::int64_t hidden) {
+  return {{prefix + "gate_proj.weight", {inter, hidden}}, {prefix + "up_proj.weight", {inter, hidden}}};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const ModelConfig& config,
+                                                               const Checkpoint& checkpoint, Ops& ops,
+                                                               const LoadProgress& progress) {
+  SLUICE_CHECK(config.deepseek_v3.has_value());
+  auto owned = std::make_unique<DeepseekV3Model>();
+  DeepseekV3Model& model = *owned;
+  model.config_ = config;
+  model.ds_ = *config.deepseek_v3;
+  const DeepseekV3Config& ds = model.ds_;
+  model.rope_ = rope_params(config);
+  model.mla_ = MlaShape{.num_heads = config.num_heads,
+                        .qk_nope_head_dim = ds.qk_nope_head_dim,
+                        .qk_rope_head_dim = ds.qk_rope_head_dim,
+                        .v_head_dim = ds.v_head_dim,
+                        .kv_lora_rank = ds.kv_lora_rank,
+                        .softmax_scale = softmax_scale(config)};
+  model.routing_ = MoeRouting{.num_experts = ds.n_routed_experts,
+                              .num_experts_per_token = ds.num_experts_per_tok,
+                              .num_groups = ds.n_group,
+                              .num_groups_selected = ds.topk_group,
+                              .normalize = ds.norm_topk_prob,
+                              .scale = ds.routed_scaling_factor};
+  const std::int64_t hidden = config.hidden_size, vocab = config.vocab_size, heads = config.num_heads;
+  const std::int64_t q_dim = heads * ds.qk_head_dim();
+  const std::int64_t moe_inter = ds.moe_intermediate_size;
+  const std::int64_t shared_inter = moe_inter * ds.n_shared_experts;
+  WeightBinder bind(checkpoint, ops, progress, config.fp8, model.dequantized_);
+  SLUICE_TRY_ASSIGN(embed, bind.weight("model.embed_tokens.weight", {vocab, hidden}));
+  model.embed_tokens_ = embed;
+  for (std::int32_t i = 0; i < config.num_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    const std::string a = p + "self_attn.";
+    Layer layer;
+    SLUICE_TRY_ASSIGN(input_norm, bind.weight(p + "input_layernorm.weight", {hidden}));
+    layer.input_norm = input_norm;
+    Attention& attn = layer.attention;
+    if (ds.q_lora_rank) {
+      const std::int64_t rank = *ds.q_lora_rank;
+      SLUICE_TRY_ASSIGN(q_a, bind.weight(a + "q_a_proj.weight", {rank, hidden}));
+      SLUICE_TRY_ASSIGN(q_a_norm, bind.weight(a + "q_a_layernorm.weight", {rank}));
+      SLUICE_TRY_ASSIGN(q_b, bind.weight(a + "q_b_proj.weight", {q_dim, rank}));
+      attn.q_a_proj = q_a;
+      attn.q_a_norm = q_a_norm;
+      attn.q_proj = q_b;
+    } else {
+      SLUICE_TRY_ASSIGN(q, bind.weight(a + "q_proj.weight", {q_dim, hidden}));
+      attn.q_proj = q;
+    }
+    SLUICE_TRY_ASSIGN(kv_a, bind.weight(a + "kv_a_proj_with_mqa.weight", {ds.latent_cache_dim(), hidden}));
+    SLUICE_TRY_ASSIGN(kv_a_norm, bind.weight(a + "kv_a_layernorm.weight", {ds.kv_lora_rank}));
+    SLUICE_TRY_ASSIGN(kv_b, bind.weight(a + "kv_b_proj.weight",
+                                        {heads * (ds.qk_nope_head_dim + ds.v_head_dim), ds.kv_lora_rank}));
+    SLUICE_TRY_ASSIGN(o, bind.weight(a + "o_proj.weight", {hidden, heads * ds.v_head_dim}));
+    attn.kv_a_proj = kv_a;
+    attn.kv_a_norm = kv_a_norm;
+    attn.kv_b_proj = kv_b;
+    attn.o_proj = o;
+    SLUICE_TRY_ASSIGN(post_norm, bind.weight(p + "post_attention_layernorm.weight", {hidden}));
+    layer.post_attention_norm = post_norm;
+    const std::string m = p + "mlp.";
+    if (!ds.is_moe_layer(i)) {
+      SLUICE_TRY_ASSIGN(gate_up, bind.concatenated(gate_up_parts(m, config.intermediate_size, hidden)));
+      SLUICE_TRY_ASSIGN(down, bind.weight(m + "down_proj.weight", {hidden, config.intermediate_size}));
+      layer.dense_gate_up = gate_up;
+      layer.dense_down = down;
+    } else {
+      Moe moe;
+      SLUICE_TRY_ASSIGN(router, bind.weight(m + "gate.weight", {ds.n_routed_experts, hidden}));
+      SLUICE_TRY_ASSIGN(bias, bind.weight(m + "gate.e_score_correction_bias", {ds.n_routed_experts}));
+      std::vector<std::pair<std::string, Shape>> gate_up, down;
+      for (std::int32_t e = 0; e < ds.n_routed_experts; ++e) {
+        const std::string x = fmt::format("{}experts.{}.", m, e);
+        for (auto& part : gate_up_parts(x, moe_inter, hidden)) gate_up.push_back(std::move(part));
+        down.push_back({x + "down_proj.weight", {hidden, moe_inter}});
+      }
+      SLUICE_TRY_ASSIGN(experts_gate_up, bind.concatenated(gate_up));
+      SLUICE_TRY_ASSIGN(experts_down, bind.concatenated(down));
+      SLUICE_TRY_ASSIGN(shared_gate_up, bind.concatenated(gate_up_parts(m + "shared_experts.", shared_inter, hidden)));
+      SLUICE_TRY_ASSIGN(shared_down, bind.weight(m + "shared_experts.down_proj.weight", {hidden, shared_inter}));
+      moe.router = router;
+      moe.correction_bias = bias;
+      moe.experts = MoeExpertWeights{.gate_up = experts_gate_up, .down = experts_down};
+      moe.shared_gate_up = shared_gate_up;
+      moe.shared_down = shared_down;
+      layer.moe = moe;
+    }
+    model.layers_.push_back(layer);
+  }
+  SLUICE_TRY_ASSIGN(final_norm, bind.weight("model.norm.weight", {hidden}));
+  SLUICE_TRY_ASSIGN(lm_head, bind.weight("lm_head.weight", {vocab, hidden}));
+  model.final_norm_ = final_norm;
+  model.lm_head_ = lm_head;
+  for (std::int32_t j = 0; j < ds.num_nextn_predict_layers; ++j)
+    bind.skip(fmt::format("model.layers.{}.", config.num_layers + j),
+              "a multi-token-prediction layer (num_nextn_predict_layers); sluice does not run speculative decoding "
+              "yet");
+  SLUICE_TRY(bind.reject_unused());
+  return owned;
+}
+
+KvCacheSpec DeepseekV3Model::kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const {
+  return KvCacheSpec{.num_layers = config_.num_layers,
+                     .num_blocks = num_blocks,
+                     .block_size_tokens = block_size_tokens,
+                     .num_kv_heads = 1,
+                     .head_dim = ds_.latent_cache_dim(),
+                     .layout = KvCacheLayout::latent};
+}
+
+Result<Tensor> DeepseekV3Model::forward(Ops& ops, const StepLayout& layout) const {
+  const std::int64_t n = layout.num_rows();
+  const std::int64_t hidden = config_.hidden_size, heads = config_.num_heads;
+  const float eps = config_.rms_norm_eps;
+  const std::int64_t rank = ds_.kv_lora_rank, rope_dim = ds_.qk_rope_head_dim;
+  const std::int64_t k = ds_.num_experts_per_tok;
+  const std::int64_t shared_inter = std::int64_t{ds_.moe_intermediate_size} * ds_.n_shared_experts;
+
+  // Scratch lives until the next step: allocate once, reuse in every layer.
+  Tensor residual = ops.scratch({n, hidden});
+  Tensor normed = ops.scratch({n, hidden});
+  Tensor q_a = ds_.q_lora_rank ? ops.scratch({n, std::int64_t{*ds_.q_lora_rank}}) : Tensor{};
+  Tensor q = ops.scratch({n, heads * ds_.qk_head_dim()});
+  Tensor latent = ops.scratch({n, rank});
+  Tensor k_rope = ops.scratch({n, rope_dim});
+  Tensor attn = ops.scratch({n, heads * ds_.v_head_dim});
+  Tensor block_out = ops.scratch({n, hidden});
+  Tensor dense_gate_up = ops.scratch({n, 2LL * config_.intermediate_size});
+  Tensor dense_act = ops.scratch({n, std::int64_t{config_.intermediate_size}});
+  Tensor router_logits = ops.scratch({n, std::int64_t{ds_.n_routed_experts}}, DType::f32);
+  const MoeAssignment routed{.expert_ids = ops.scratch({n, k}, DType::i32),
+                             .expert_weights = ops.scratch({n, k}, DType::f32)};
+  Tensor shared_gate_up = ops.scratch({n, 2 * shared_inter});
+  Tensor shared_act = ops.scratch({n, shared_inter});
+
+  ops.embedding(embed_tokens_, residual);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    const Attention& a = layer.attention;
+    if (l == 0)
+      ops.rms_norm(residual, layer.input_norm, eps, normed);
+    else
+      ops.add_rms_norm(residual, block_out, layer.input_norm, eps, normed);
+
+    // MLA: queries, the latent and the shared rope key.
+    if (ds_.q_lora_rank) {
+      ops.matmul(normed, a.q_a_proj, Tensor{}, q_a);
+      ops.rms_norm(q_a, a.q_a_norm, kLatentNormEps, q_a);
+      ops.matmul(q_a, a.q_proj, Tensor{}, q);
+    } else {
+      ops.matmul(normed, a.q_proj, Tensor{}, q);
+    }
+    ops.matmul(normed, a.kv_a_proj.row_slice(0, rank), Tensor{}, latent);
+    ops.rms_norm(latent, a.kv_a_norm, kLatentNormEps, latent);
+    ops.matmul(normed, a.kv_a_proj.row_slice(rank, rope_dim), Tensor{}, k_rope);
+    SLUICE_TRY(ops.rope_partial(q, ds_.qk_head_dim(), ds_.qk_nope_head_dim, rope_));
+    SLUICE_TRY(ops.rope_partial(k_rope, static_cast<std::int32_t>(rope_dim), 0, rope_));
+    SLUICE_TRY(ops.mla_attention(static_cast<std::int32_t>(l),
+                                 {.q = q, .latent = latent, .k_rope = k_rope, .kv_b_proj = a.kv_b_proj}, mla_, attn));
+    ops.matmul(attn, a.o_proj, Tensor{}, block_out);
+
+    ops.add_rms_norm(residual, block_out, layer.post_attention_norm, eps, normed);
+    if (!layer.moe) {
+      ops.gate_up_silu(normed, layer.dense_gate_up, dense_gate_up, dense_act);
+      ops.matmul(dense_act, layer.dense_down, Tensor{}, block_out);
+      continue;
+    }
+    // DeepSeekMoE: the shared experts' output, then the routed experts added to it.
+    const Moe& moe = *layer.moe;
+    ops.matmul(normed, moe.router, Tensor{}, router_logits);
+    SLUICE_TRY(ops.moe_route(router_logits, moe.correction_bias, routing_, routed));
+    ops.gate_up_silu(normed, moe.shared_gate_up, shared_gate_up, shared_act);
+    ops.matmul(shared_act, moe.shared_down, Tensor{}, block_out);
+    SLUICE_TRY(ops.moe_experts(normed, moe.experts, routed, block_out));
+  }
+  return final_logits(ops, layout, {.residual = residual, .block_out = block_out, .final_norm = final_norm_,
+                                    .eps = eps, .lm_head = lm_head_, .normed = normed});
+}
+
+}  // namespace sluice

@@ -1,0 +1,40 @@
+// Internal to make-model: the tensor list and config.json of each
+// architecture, and how a tensor's random values are drawn.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/backend/tensor.h"
+#include "sluice/model/make_model.h"
+#include "sluice/model/tokenizer_builder.h"
+
+namespace sluice {
+
+// How a tensor's random values are drawn: uniform in center +- spread.
+struct Init {
+  float center = 0.0f;
+  float spread = 0.0f;
+};
+
+struct PendingTensor {
+  std::string name;
+  Shape shape;
+  Init init;
+  bool quantizable = false;  // a linear weight: float8 with block scales in an fp8 model
+  bool keep_f32 = false;     // stored in f32 whatever the model's dtype (the router's correction bias)
+};
+
+// Linear weights scaled by fan-in keep activations near unit size, so logits
+// spread out and greedy choices are not decided by rounding.
+inline Init linear_init(std::int64_t fan_in) { return Init{0.0f, std::sqrt(3.0f / static_cast<float>(fan_in))}; }
+inline constexpr Init kNormInit{1.0f, 0.2f};
+
+Status check_deepseek_v3_options(const MakeModelOptions& o);
+std::vector<PendingTensor> deepseek_v3_tensors(const MakeModelOptions& o);
+nlohmann::ordered_json deepseek_v3_config_json(const MakeModelOptions& o, const BuiltTokenizer& tok);
+
+}  // namespace sluice

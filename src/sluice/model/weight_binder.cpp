@@ -1,0 +1,81 @@
+#include "sluice/model/weight_binder.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "sluice/model/fp8_weights.h"
+
+namespace sluice {
+
+WeightBinder::WeightBinder(const Checkpoint& checkpoint, Ops& ops, const LoadProgress& progress,
+                           std::optional<Fp8BlockQuantization> fp8, HostWeightBuffers& host_buffers)
+    : checkpoint_(checkpoint), ops_(ops), progress_(progress), fp8_(fp8), host_buffers_(host_buffers),
+      bytes_total_(checkpoint.total_bytes()), num_total_(checkpoint.names().size()) {}
+
+void WeightBinder::mark_used(const std::string& name, std::size_t bytes) {
+  if (!used_.insert(name).second) return;
+  bytes_done_ += bytes;
+  if (progress_) progress_(used_.size(), num_total_, bytes_done_, bytes_total_);
+}
+
+Result<Tensor> WeightBinder::host(const std::string& name, const Shape& shape) {
+  SLUICE_TRY_ASSIGN(tensor, checkpoint_.get(name, shape));
+  if (tensor.dtype == DType::i32) return Error{fmt::format("tensor '{}' must hold floats", name)};
+  if (tensor.dtype != DType::f8_e4m3) {
+    mark_used(name, tensor.size_bytes());
+    return tensor;
+  }
+  if (!fp8_)
+    return Error{fmt::format("tensor '{}' is F8_E4M3 but config.json has no fp8 quantization_config", name)};
+  const std::string scale_name = name + "_scale_inv";
+  if (!checkpoint_.contains(scale_name))
+    return Error{fmt::format("FP8 tensor '{}' has no '{}' block scales", name, scale_name)};
+  const Tensor& scales = checkpoint_.tensor(scale_name);
+  SLUICE_TRY_ASSIGN(values, dequantize_fp8_blocks(tensor, scales, *fp8_, name));
+  std::vector<float>& buffer = host_buffers_.emplace_back(std::move(values));
+  mark_used(name, tensor.size_bytes());
+  mark_used(scale_name, scales.size_bytes());
+  return Tensor{buffer.data(), DType::f32, shape};
+}
+
+Result<Tensor> WeightBinder::weight(const std::string& name, const Shape& shape) {
+  SLUICE_TRY_ASSIGN(tensor, host(name, shape));
+  return ops_.upload_weight(tensor);
+}
+
+Result<Tensor> WeightBinder::concatenated(const std::vector<std::pair<std::string, Shape>>& parts) {
+  std::vector<Tensor> tensors;
+  for (const auto& [name, shape] : parts) {
+    SLUICE_TRY_ASSIGN(tensor, host(name, shape));
+    if (!tensors.empty() && tensor.dtype != tensors.front().dtype)
+      return Error{fmt::format("tensor '{}' is {} but '{}' is {}; fused projections need one dtype", name,
+                               dtype_name(tensor.dtype), parts.front().first, dtype_name(tensors.front().dtype))};
+    tensors.push_back(tensor);
+  }
+  return ops_.upload_concatenated(tensors);
+}
+
+void WeightBinder::skip(const std::string& prefix, const std::string& why) { skipped_.emplace_back(prefix, why); }
+
+Status WeightBinder::reject_unused() const {
+  std::vector<std::size_t> num_skipped(skipped_.size(), 0);
+  for (const std::string& name : checkpoint_.names()) {
+    if (used_.count(name)) continue;
+    if (name.ends_with("rotary_emb.inv_freq")) continue;  // recomputed, as transformers does
+    if (name == "lm_head.weight") continue;               // with tied embeddings transformers ignores it
+    bool skipped = false;
+    for (std::size_t i = 0; i < skipped_.size() && !skipped; ++i)
+      if (name.starts_with(skipped_[i].first)) {
+        ++num_skipped[i];
+        skipped = true;
+      }
+    if (!skipped) return Error{fmt::format("checkpoint tensor '{}' is not used by this architecture", name)};
+  }
+  for (std::size_t i = 0; i < skipped_.size(); ++i)
+    if (num_skipped[i] > 0)
+      spdlog::info("skipping {} checkpoint tensors under '{}': {}", num_skipped[i], skipped_[i].first,
+                   skipped_[i].second);
+  return Ok{};
+}
+
+}  // namespace sluice
