@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { client, eventually, spawnServer } from './helpers.mjs';
+import { assertJsonPrefixes, client, eventually, spawnServer } from './helpers.mjs';
 
 function generate(ctx, ids, maxTokens) {
   const out = execFileSync(ctx.sluice, ['generate', '--model', ctx.modelDir, '--prompt-ids', ids.join(','),
@@ -80,6 +80,7 @@ export const tests = {
       assert.equal(asyncJson.choices[0].text, inlineJson.choices[0].text);
       assert.equal(asyncJson.choices[0].finish_reason, inlineJson.choices[0].finish_reason);
       assert.equal(asyncJson.choices[0].text.trimStart()[0], '{', asyncJson.choices[0].text);
+      assertJsonPrefixes([asyncJson.choices[0]]);
     } finally {
       await server.stop();
     }

@@ -136,16 +136,6 @@ struct Verdict {
   bool narrowed = false;  // schema_oracle.py: a key or enum/const value not in its canonical spelling
 };
 
-std::string hex(std::string_view bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (char c : bytes) {
-    out += kDigits[static_cast<std::uint8_t>(c) >> 4];
-    out += kDigits[static_cast<std::uint8_t>(c) & 15];
-  }
-  return out;
-}
-
 // One schema_oracle.py run for every case (documents as hex: mutations may
 // break UTF-8).
 Result<std::vector<std::vector<Verdict>>> oracle(const Json& cases) {
@@ -315,7 +305,7 @@ TEST(SchemaAcceptor, AgreesWithPythonJsonschema) {
       accepted.push_back(accepts(*compiled_schema, r.text));
     }
     Json encoded = Json::array();
-    for (const std::string& doc : documents) encoded.push_back(hex(doc));
+    for (const std::string& doc : documents) encoded.push_back(testing::hex_bytes(doc));
     cases.push_back({{"schema", schema}, {"documents", encoded}});
     texts.push_back(std::move(documents));
     ours.push_back(std::move(accepted));

@@ -7,15 +7,28 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "sluice/common/io.h"
 #include "sluice/common/result.h"
 
 namespace sluice::testing {
+
+// Bytes as hex, for texts that need not be UTF-8 (mutations, cut characters).
+inline std::string hex_bytes(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (char c : bytes) {
+    out += kDigits[static_cast<std::uint8_t>(c) >> 4];
+    out += kDigits[static_cast<std::uint8_t>(c) & 15];
+  }
+  return out;
+}
 
 // `script`: relative to the source tree. `module`: what it imports that
 // Debian packages (checked first, so the error names the package's module).
