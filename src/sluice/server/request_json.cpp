@@ -132,8 +132,8 @@ std::size_t first_control_in_string(std::string_view text) {
 // The parser and the padded copy of the body, kept per thread (the tokenizer
 // workers): allocated for each body they cost more than the parse, since
 // fresh pages fault in. They keep the size of the largest body seen, about
-// 7x it (simdjson's index is 4 bytes a byte, its string buffer 5/3): 56 MB
-// a thread at the server's default 8 MB body limit.
+// 6.7x it (the copy, simdjson's index at 4 bytes a byte, its string buffer at
+// 5/3): 53 MB a thread at the server's default 8 MB body limit.
 struct ThreadBuffers {
   ondemand::parser parser;
   std::string wrapped;
