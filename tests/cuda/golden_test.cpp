@@ -3,7 +3,9 @@
 // (bf16 activations), or twice transformers' own bf16 error where that is
 // larger, after the prompt and after 31 more tokens, and the
 // golden greedy tokens wherever the step is decisive, for every architecture,
-// one sequence at a time with chunked prefill and all prompts batched together.
+// one sequence at a time with chunked prefill and all prompts batched together;
+// free-running, the golden tokens for as long as the float32 reference's
+// steps are wide.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstdio>
 
 #include "../model/test_models.h"
+#include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/common/io.h"
 #include "sluice/model/generate.h"
@@ -239,18 +242,62 @@ TEST_P(CudaGoldenTest, Bf16ErrorNoWorseThanTransformersBf16) {
   EXPECT_LE(tally.ours_vs_transformers_bf16_max, 2.5e-2);
 }
 
-// Free-running greedy generation, as the CPU golden test does it: reported,
-// not asserted, since bf16 cannot resolve the fixtures' near-ties.
+// Free-running greedy generation, as the CPU golden test does it: it follows
+// the golden sequence at least as long as the float32 reference's steps are
+// wide, and leaves it only at one of our own near-ties.
+//
+// bf16 cannot resolve the fixtures' near-ties (top-2 gaps down to 0.003), so
+// where a free run leaves the golden sequence is not fixed; but an argmax
+// moves only when logit errors of half the top-2 margin hit both tokens, and
+// the errors are small: transformers' own bf16 logits err against float32 by
+// at most 4% of the logits' rms (0.02-0.04 at rms 1; 0.09-0.14 for qwen2, at
+// rms 5: golden_bf16_*.json against golden_*.json, first and last step), and
+// ours by about as much (Bf16ErrorNoWorseThanTransformersBf16 holds the mean
+// to 1.25x theirs). A float32 margin above kWideMarginOfRms = 20% of the rms
+// is more than twice what an error of 8% (2x theirs) can close. The float32
+// margins come from the CPU backend (float32, its tokens the golden ones).
+// The bound is 0 wherever the first step is a near-tie already.
+// Where the run does leave the golden sequence, the step is one the
+// teacher-forced tests leave unchecked: our own margin there is at most
+// kDecisiveMargin.
+constexpr double kWideMarginOfRms = 0.2;
+
+double rms(const std::vector<float>& logits) {
+  double sum = 0.0;
+  for (float x : logits) sum += double(x) * x;
+  return std::sqrt(sum / std::max<std::size_t>(logits.size(), 1));
+}
+
+// How many steps from the start have a wide float32 top-2 margin.
+std::size_t num_leading_wide_steps(const std::vector<std::vector<float>>& f32_logits) {
+  std::size_t n = 0;
+  while (n < f32_logits.size() && top2_margin(f32_logits[n]) > kWideMarginOfRms * rms(f32_logits[n])) ++n;
+  return n;
+}
+
 TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   const Golden golden = load_golden(GetParam());
   auto backend = cuda_runner(golden.model_dir, 16, testing::num_blocks_for(golden, 16));
+  auto reference =
+      make_model_runner(golden.model_dir, make_cpu_ops({.num_threads = 4}), {.block_size_tokens = 16, .num_kv_blocks = testing::num_blocks_for(golden, 16)});
+  ASSERT_TRUE(reference.ok()) << reference.error_message();
   for (const GoldenCase& c : golden.cases) {
-    auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = 32});
+    SCOPED_TRACE(::testing::Message() << "prompt of " << c.prompt.size());
+    auto f32 = generate_sequence(**reference, c.prompt, {.max_new_tokens = 32, .return_logits = true});
+    ASSERT_TRUE(f32.ok()) << f32.error_message();
+    ASSERT_EQ(f32->tokens, c.greedy_tokens) << "the CPU reference has left the goldens";
+    auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = 32, .return_logits = true});
     ASSERT_TRUE(result.ok()) << result.error_message();
+    ASSERT_EQ(result->logits.size(), result->tokens.size());
     std::size_t same = 0;
     while (same < result->tokens.size() && result->tokens[same] == c.greedy_tokens[same]) ++same;
-    std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical\n", GetParam().c_str(),
-                c.prompt.size(), same);
+    const std::size_t bound = num_leading_wide_steps(f32->logits);
+    std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical (bound %zu)\n",
+                GetParam().c_str(), c.prompt.size(), same, bound);
+    EXPECT_GE(same, bound);
+    if (same < result->tokens.size()) {
+      EXPECT_LE(top2_margin(result->logits[same]), kDecisiveMargin) << "left the golden sequence at step " << same;
+    }
   }
 }
 

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { client, eventually, spawnServer } from './helpers.mjs';
+import { assertJsonPrefixes, client, eventually, spawnServer } from './helpers.mjs';
 
 function generate(ctx, ids, maxTokens) {
   const out = execFileSync(ctx.sluice, ['generate', '--model', ctx.modelDir, '--prompt-ids', ids.join(','),
@@ -31,8 +31,10 @@ async function streamedIds(openai, prompt, extra) {
 
 export const tests = {
   async 'async scheduling serves concurrent streams exactly and stops on time'(ctx) {
+    // The shared server's KV size: the 1 GiB default took ~10 s to become healthy on a
+    // loaded 2-core machine, near spawnServer's bound.
     const server = await spawnServer(ctx, ['--model', ctx.modelDir, '--served-model-name', 'async',
-      '--async-scheduling', '--threads', '1']);
+      '--async-scheduling', '--threads', '1', '--kv-cache-memory', String(64 << 20)]);
     try {
       const openai = new OpenAI({ baseURL: `${server.baseURL}/v1`, apiKey: 'none', maxRetries: 0 });
       const detokenize = async (ids) => (await fetch(`${server.baseURL}/detokenize`, { method: 'POST',
@@ -80,6 +82,7 @@ export const tests = {
       assert.equal(asyncJson.choices[0].text, inlineJson.choices[0].text);
       assert.equal(asyncJson.choices[0].finish_reason, inlineJson.choices[0].finish_reason);
       assert.equal(asyncJson.choices[0].text.trimStart()[0], '{', asyncJson.choices[0].text);
+      assertJsonPrefixes([asyncJson.choices[0]]);
     } finally {
       await server.stop();
     }

@@ -1,6 +1,8 @@
-// Shared helpers for the e2e tests: an openai client, raw HTTP, SSE parsing, metrics.
+// Shared helpers for the e2e tests: an openai client, raw HTTP, SSE parsing, metrics,
+// the JSON-prefix oracle.
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 
 export function client(ctx, apiKey = ctx.apiKey) {
   return new OpenAI({ baseURL: `${ctx.baseURL}/v1`, apiKey, maxRetries: 0, timeout: 60_000 });
@@ -97,4 +99,21 @@ export async function spawnServer(ctx, args) {
       assert.equal(e.code, 0, `server exit: ${JSON.stringify(e)}`);
     },
   };
+}
+
+// JSON-mode answers judged by the JSON-prefix oracle (tests/support/json_prefix.py,
+// Python's json module as the judge; ctest json_prefix_oracle tests it): each
+// answer is a prefix of some JSON document (cut off at max_tokens or not), and a
+// whole one when it ended with finish_reason "stop". One Python run for all.
+export function assertJsonPrefixes(answers) {
+  const script = new URL('../support/json_prefix.py', import.meta.url).pathname;
+  const input = JSON.stringify({ texts: answers.map((a) => Buffer.from(a.text, 'utf8').toString('hex')) });
+  const run = spawnSync('/usr/bin/python3', [script], { input, encoding: 'utf8', timeout: 30_000 });
+  assert.equal(run.status, 0, `json_prefix.py failed: ${run.stderr}`);
+  const verdicts = JSON.parse(run.stdout);
+  assert.equal(verdicts.length, answers.length);
+  answers.forEach((a, i) => {
+    assert.ok(verdicts[i].prefix, `not a prefix of any JSON document (${a.finish_reason}): ${a.text}`);
+    if (a.finish_reason === 'stop') assert.ok(verdicts[i].complete, `stopped, but not a whole document: ${a.text}`);
+  });
 }

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { spawnServer } from './helpers.mjs';
+import { assertJsonPrefixes, spawnServer } from './helpers.mjs';
 
 export const tests = {
   async 'sim device streams text tokens and never stops early'(ctx) {
@@ -27,12 +27,14 @@ export const tests = {
       const metrics = await fetch(`${server.baseURL}/metrics`).then((x) => x.text());
       assert.match(metrics, /sluice:prefill_chunk_tokens_count\{model_name="sim"\} [1-9]/);
       // JSON mode on the sim: its tokens follow the engine's mask (a token outside
-      // it would fail the request), so the text is the start of an object.
+      // it would fail the request), so the text is the start of an object, a prefix
+      // of a JSON document even when max_tokens cuts it off, and whole when it stops.
       const j = await openai.completions.create({ model: 'sim', prompt: 'json', max_tokens: 48,
         response_format: { type: 'json_object' } });
       assert.ok(['length', 'stop'].includes(j.choices[0].finish_reason), j.choices[0].finish_reason);
       assert.equal(j.choices[0].text.trimStart()[0], '{', j.choices[0].text);
       if (j.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(j.choices[0].text), 'object');
+      const answers = [j.choices[0]];
       // Structured outputs: a json_schema (enum, const, integer, nested object, array caps)
       // on chat and completions; the text is a prefix of a valid document, and whole when it stops.
       const schema = { type: 'object', additionalProperties: false, required: ['kind', 'n', 'v'],
@@ -54,7 +56,9 @@ export const tests = {
           const value = JSON.parse(text);
           assert.ok(['a', 'bb'].includes(value.kind) && Number.isInteger(value.n) && value.v === 2, text);
         }
+        answers.push({ text, finish_reason: r.choices[0].finish_reason });
       }
+      assertJsonPrefixes(answers);
       await assert.rejects(openai.chat.completions.create({ model: 'sim', max_tokens: 8, stream: true,
         messages: [{ role: 'user', content: 'json' }],
         response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'date' } } },

@@ -1,8 +1,10 @@
 // response_format json_object end to end through the real server. A
 // stand-in "model" samples among the tokens the engine allows: it prefers a
 // fixed list of tokens (so it builds and closes an object), or, in the
-// random variant, picks any allowed token. The oracle is nlohmann's JSON
-// parser on the text the client receives.
+// random variant, picks any allowed token. The oracles, on the text the
+// client receives: nlohmann's JSON parser for whole answers, and the
+// JSON-prefix oracle (tests/support/json_prefix.py) for every answer, those
+// cut off at max_tokens included.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +12,7 @@
 #include <utility>
 
 #include "loopback_server.h"
+#include "../support/json_prefix_oracle.h"
 #include "../support/mask_following_backend.h"
 
 namespace sluice::server {
@@ -73,8 +76,34 @@ std::pair<std::string, std::string> streamed_completion(const std::string& body)
   return {text, finish_reason};
 }
 
+// A streamed answer: what the client got and why it ended.
+struct Answer {
+  std::string text, finish_reason;
+};
+
+// Every answer is a prefix of a JSON document by the oracle, a whole one when
+// it stopped, starts its object first thing, and ends only by closing it
+// ("stop") or at the length cap.
+void expect_json_prefixes(const std::vector<Answer>& answers) {
+  std::vector<std::string> texts;
+  for (const Answer& a : answers) texts.push_back(a.text);
+  const auto verdicts = testing::json_prefix_verdicts(texts);
+  ASSERT_TRUE(verdicts.ok()) << verdicts.error_message();
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    const Answer& a = answers[i];
+    const testing::JsonPrefixVerdict& v = verdicts.value()[i];
+    EXPECT_EQ(a.text.find_first_not_of(" \t\r\n"), a.text.find('{')) << a.text;
+    EXPECT_TRUE(a.finish_reason == "stop" || a.finish_reason == "length") << a.finish_reason;
+    EXPECT_TRUE(v.prefix) << a.finish_reason << ": " << a.text;
+    if (a.finish_reason == "stop") {
+      EXPECT_TRUE(v.complete) << a.text;
+    }
+  }
+}
+
 TEST_F(JsonModeTest, RandomAllowedTokensStreamAValidJsonPrefix) {
   start(/*prefer_closing=*/false);
+  std::vector<Answer> answers;
   for (int round = 0; round < 3; ++round) {
     const auto [status, body] = server_->post("/v1/completions", json{{"model", "m"},
                                                                       {"prompt", "JSON: "},
@@ -83,16 +112,15 @@ TEST_F(JsonModeTest, RandomAllowedTokensStreamAValidJsonPrefix) {
                                                                       {"stream", true}});
     ASSERT_EQ(status, 200) << body;
     const auto [text, finish_reason] = streamed_completion(body);
-    // Random walks rarely close the object in 40 tokens; the structure is
-    // checked token by token by the engine-level tests. Here: the stream
-    // starts the object and ends only as a whole object or at the length cap.
     ASSERT_FALSE(text.empty()) << body;
-    EXPECT_EQ(text.find_first_not_of(" \t\r\n"), text.find('{')) << text;
     if (finish_reason == "stop") {
       EXPECT_TRUE(json::parse(text).is_object()) << text;
     }
-    EXPECT_TRUE(finish_reason == "stop" || finish_reason == "length") << finish_reason;
+    answers.push_back({text, finish_reason});
   }
+  // Random walks rarely close the object in 40 tokens: the cut-off answers
+  // are what this checks.
+  expect_json_prefixes(answers);
 }
 
 // response_format json_schema: the same stand-in model, the schema's keys,
@@ -140,6 +168,7 @@ TEST_F(JsonModeTest, JsonSchemaOutputMatchesTheSchema) {
 TEST_F(JsonModeTest, JsonSchemaRandomAllowedTokensStreamAValidPrefix) {
   start(/*prefer_closing=*/false);
   int num_complete = 0;
+  std::vector<Answer> answers;
   for (int round = 0; round < 6; ++round) {
     const auto [status, body] = server_->post("/v1/completions", json{{"model", "m"},
                                                                       {"prompt", "JSON: "},
@@ -150,13 +179,13 @@ TEST_F(JsonModeTest, JsonSchemaRandomAllowedTokensStreamAValidPrefix) {
     ASSERT_EQ(status, 200) << body;
     const auto [text, finish_reason] = streamed_completion(body);
     ASSERT_FALSE(text.empty()) << body;
-    EXPECT_EQ(text.find_first_not_of(" \t\r\n"), text.find('{')) << text;
     if (finish_reason == "stop") {
       expect_matches_schema(text);
       ++num_complete;
     }
-    EXPECT_TRUE(finish_reason == "stop" || finish_reason == "length") << finish_reason;
+    answers.push_back({text, finish_reason});
   }
+  expect_json_prefixes(answers);
   std::printf("json_schema random walks: %d of 6 completed within 60 tokens\n", num_complete);
 }
 

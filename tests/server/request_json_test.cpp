@@ -1,7 +1,7 @@
 // parse_request_json against nlohmann::ordered_json::parse as the oracle: on
 // generated documents, on byte-level mutations of them, and on the edge cases
 // of numbers, escapes and UTF-8, both accept the same texts and build equal
-// values with the same number types.
+// values with the same number types. Its error messages say what and where.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -112,6 +112,35 @@ TEST(RequestJson, LongPromptStringRoundTrips) {
   expect_agrees(body);
   EXPECT_FALSE(parse_request_json(std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']')).ok());
   EXPECT_TRUE(parse_request_json(std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']')).ok());
+}
+
+// The byte each error names, counted by hand: where the bad token starts, the
+// bad byte of a string, or the end for what the input leaves open.
+TEST(RequestJson, ErrorsSayWhatAndAtWhichByte) {
+  struct Case {
+    std::string text, what, at;
+  };
+  const std::vector<Case> cases = {
+      {R"({"a":1,})", "improper structure", "at byte 7"},
+      {R"({"a":1} {})", "improper structure", "at byte 8"},
+      {R"({"a":[1,2})", "improper structure", "at byte 9"},
+      {"\xEF\xBB\xBF{\"a\":1,}", "improper structure", "at byte 10"},
+      {R"({"a":tru})", "invalid literal", "at byte 5"},
+      {"nul", "invalid literal", "at byte 0"},
+      {R"({"n":01})", "number", "at byte 5"},
+      {"{\"a\":\"x\xc3(\"}", "UTF-8", "at byte 8"},
+      {"{\"a\":\"x\x01\"}", "escaped", "at byte 7"},
+      {R"({"a":"abc)", "never closed", "at byte 9"},
+      {"", "no JSON value", "at byte 0"},
+      {std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']'), "nesting deeper than 256",
+       "at byte 256"},
+  };
+  for (const Case& c : cases) {
+    const auto result = parse_request_json(c.text);
+    ASSERT_FALSE(result.ok()) << c.text;
+    EXPECT_NE(result.error_message().find(c.what), std::string::npos) << c.text << ": " << result.error_message();
+    EXPECT_TRUE(result.error_message().ends_with(c.at)) << c.text << ": " << result.error_message();
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "../support/json_prefix_oracle.h"
 #include "../support/mask_following_backend.h"
 #include "../support/scripted_backend.h"
 #include "../tokenizer/test_support.h"
@@ -105,20 +106,32 @@ TEST(ConstrainedEngine, ABackendThatSkipsTheLateMasksFailsTheRequest) {
   }
 }
 
+// Random walks, most cut off at max_tokens: each text is a prefix of a JSON
+// document, and a whole one when the walk stopped, by the JSON-prefix oracle
+// (tests/support/json_prefix.py), not by the acceptor under test.
 TEST(ConstrainedEngine, EveryRandomWalkStaysAValidJsonPrefix) {
   const Tokenizer& tokenizer = test::cached_tokenizer("llama3");
   Engine engine(std::make_unique<testing::MaskFollowingBackend>(tokenizer.vocab_size(), std::vector<TokenId>{}),
                 nullptr, virtual_clock());
-  const Finished out = run_json_request(engine, tokenizer, 48);
-  ASSERT_TRUE(out.reason == FinishReason::kLength || out.reason == FinishReason::kStop) << out.error;
-  std::vector<TokenId> text_ids = out.tokens;
-  if (out.reason == FinishReason::kStop) text_ids.pop_back();
-  std::string text;
-  for (TokenId t : text_ids) text += *tokenizer.token_bytes(t);
-  JsonAcceptor check;
-  EXPECT_TRUE(check.feed(text)) << text;
-  if (out.reason == FinishReason::kStop) {
-    EXPECT_TRUE(check.is_complete()) << text;
+  std::vector<Finished> walks;
+  std::vector<std::string> texts;
+  for (int walk = 0; walk < 4; ++walk) {
+    Finished out = run_json_request(engine, tokenizer, 48);
+    ASSERT_TRUE(out.reason == FinishReason::kLength || out.reason == FinishReason::kStop) << out.error;
+    std::vector<TokenId> text_ids = out.tokens;
+    if (out.reason == FinishReason::kStop) text_ids.pop_back();
+    std::string text;
+    for (TokenId t : text_ids) text += *tokenizer.token_bytes(t);
+    texts.push_back(std::move(text));
+    walks.push_back(std::move(out));
+  }
+  const auto verdicts = testing::json_prefix_verdicts(texts);
+  ASSERT_TRUE(verdicts.ok()) << verdicts.error_message();
+  for (std::size_t i = 0; i < walks.size(); ++i) {
+    EXPECT_TRUE(verdicts.value()[i].prefix) << texts[i];
+    if (walks[i].reason == FinishReason::kStop) {
+      EXPECT_TRUE(verdicts.value()[i].complete) << texts[i];
+    }
   }
 }
 
