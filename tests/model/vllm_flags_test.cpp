@@ -89,7 +89,7 @@ struct Verdicts {
 Verdicts start_dropping_refused(std::vector<std::string> argv) {
   Verdicts v;
   for (int round = 0; round < 32; ++round) {
-    RunResult r = testing::run_sluice("serve --check-only " + shell_line(argv));
+    RunResult r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + shell_line(argv));
     if (r.exit_code == 0) {
       v.started_output = r.output;
       v.started_exit_code = 0;
@@ -209,31 +209,31 @@ TEST_F(VllmFlags, CommonLinesStart) {
         std::string("--load-format safetensors --tokenizer-mode auto --tool-call-parser hermes "
                     "--enable-auto-tool-choice --max-model-len=100")}) {
     const auto argv = words(*model_dir_ + " " + line);
-    const RunResult r = testing::run_sluice("serve --check-only " + shell_line(argv));
+    const RunResult r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + shell_line(argv));
     ASSERT_EQ(r.exit_code, 0) << line << "\n" << r.output;
     const Verdicts v{.refused = {}, .started_output = r.output, .started_exit_code = 0};
     expect_every_flag_accounted_for(argv, v);
   }
   // The values took effect: 4k = 4000 tokens, 2K = 2048, the stats line is off, hermes drives the format.
-  auto four_k = testing::run_sluice("serve --check-only " + *model_dir_ + " --max-model-len 4k");
+  auto four_k = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --max-model-len 4k");
   EXPECT_NE(four_k.output.find("max_model_len 4000,"), std::string::npos) << four_k.output;
-  auto two_k = testing::run_sluice("serve --check-only " + *model_dir_ + " --max-model-len 2K");
+  auto two_k = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --max-model-len 2K");
   EXPECT_NE(two_k.output.find("max_model_len 2048,"), std::string::npos) << two_k.output;
-  auto hermes = testing::run_sluice("serve --check-only " + *model_dir_ + " --tool-call-parser hermes");
+  auto hermes = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --tool-call-parser hermes");
   EXPECT_NE(hermes.output.find("output format hermes"), std::string::npos) << hermes.output;
-  auto quiet = testing::run_sluice("serve --check-only " + *model_dir_ + " --disable-log-stats");
+  auto quiet = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --disable-log-stats");
   EXPECT_NE(quiet.output.find("stats log line off (--stats-log-interval 0)"), std::string::npos) << quiet.output;
 }
 
 TEST_F(VllmFlags, UnknownFlagNamesTheNearest) {
-  auto r = testing::run_sluice("serve --check-only " + *model_dir_ + " --max-num-seq 8");
+  auto r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --max-num-seq 8");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unknown flag --max-num-seq; nearest known flag: --max-num-seqs"), std::string::npos)
       << r.output;
-  auto typo = testing::run_sluice("serve --check-only " + *model_dir_ + " --servd-model-name x");
+  auto typo = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --servd-model-name x");
   EXPECT_NE(typo.output.find("nearest known flag: --served-model-name"), std::string::npos) << typo.output;
   // A pasted en dash (U+2013) instead of "--", as the report's first post has it.
-  auto dash = testing::run_sluice("serve --check-only " + *model_dir_ + " \xE2\x80\x93max-model-len 1024");
+  auto dash = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " \xE2\x80\x93max-model-len 1024");
   EXPECT_NE(dash.exit_code, 0);
   EXPECT_NE(dash.output.find("typographic dash"), std::string::npos) << dash.output;
   EXPECT_NE(dash.output.find("write --max-model-len"), std::string::npos) << dash.output;
@@ -241,7 +241,7 @@ TEST_F(VllmFlags, UnknownFlagNamesTheNearest) {
 
 TEST_F(VllmFlags, BadMaxModelLenIsRefused) {
   for (const char* value : {"12q", "1.5", "-3", "k"}) {
-    auto r = testing::run_sluice("serve --check-only " + *model_dir_ + " --max-model-len " + value);
+    auto r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --max-model-len " + value);
     EXPECT_NE(r.exit_code, 0) << value;
     EXPECT_NE(r.output.find("--max-model-len"), std::string::npos) << r.output;
   }
