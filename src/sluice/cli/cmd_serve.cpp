@@ -31,6 +31,9 @@ struct ServeArgs {
   std::string model_dir;  // empty = the built-in default model beside the binary
   std::string model_positional;  // `sluice serve MODEL`, as vLLM takes it
   std::string max_model_len = "auto";
+  std::string tokenizer_dir;       // empty = the model directory
+  std::string chat_template_path;  // empty = the tokenizer's chat template
+  std::string default_chat_template_kwargs;  // a JSON object, or empty
   std::string tool_call_parser;  // vLLM's name; must agree with reasoning_parser
   bool disable_log_stats = false;
   bool check_only = false;
@@ -75,18 +78,34 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   const auto started = std::chrono::steady_clock::now();
   SLUICE_TRY_ASSIGN(config, load_model_config(dir));
   SLUICE_TRY_ASSIGN(model_type, read_model_type(dir));
-  SLUICE_TRY_ASSIGN(tokenizer, Tokenizer::load(dir));
+  SLUICE_TRY_ASSIGN(tokenizer, Tokenizer::load(args.tokenizer_dir.empty() ? dir : args.tokenizer_dir));
   auto context = std::make_shared<server::ModelContext>(server::ModelContext{.tokenizer = std::move(tokenizer)});
   context->model_type = model_type;
   context->served_model_names = args.served_model_names;
   if (context->served_model_names.empty())
     context->served_model_names.push_back(args.model_dir.empty() ? "default" : args.model_dir);
-  if (!context->tokenizer.chat_template().empty()) {
-    auto parsed = api::ChatTemplate::parse(context->tokenizer.chat_template());
-    if (!parsed) return Error{dir + ": chat template: " + parsed.error().message};
+  std::string chat_template = context->tokenizer.chat_template();
+  if (!args.chat_template_path.empty()) {
+    SLUICE_TRY_ASSIGN(text, read_file(args.chat_template_path));
+    chat_template = std::move(text);
+  }
+  if (!chat_template.empty()) {
+    auto parsed = api::ChatTemplate::parse(chat_template);
+    if (!parsed)
+      return Error{(args.chat_template_path.empty() ? dir : args.chat_template_path) +
+                   ": chat template: " + parsed.error().message};
     context->chat_template = std::move(parsed).value();
   } else {
     spdlog::warn("{} has no chat template: /v1/chat/completions will refuse requests", dir);
+  }
+  if (!args.default_chat_template_kwargs.empty()) {
+    auto kwargs = nlohmann::ordered_json::parse(args.default_chat_template_kwargs, nullptr, false);
+    if (kwargs.is_discarded() || !kwargs.is_object())
+      return Error{"--default-chat-template-kwargs must be a JSON object"};
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt", "tokenize"})
+      if (kwargs.contains(reserved))
+        return Error{fmt::format("--default-chat-template-kwargs may not set '{}'", reserved)};
+    context->default_template_kwargs = std::move(kwargs);
   }
   if (args.reasoning_parser == "auto") {
     context->output_format = server::output_format_for_model_type(model_type);
@@ -132,6 +151,10 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                context->engine->request_limits().max_model_len_tokens, info.num_kv_blocks, info.block_size_tokens,
                context->output_format.name);
   spdlog::info("cost model: {}", served.cost_model_description);
+  spdlog::info("tokenizer from {}, chat template from {}", args.tokenizer_dir.empty() ? dir : args.tokenizer_dir,
+               !args.chat_template_path.empty() ? args.chat_template_path
+               : chat_template.empty()          ? std::string("nowhere (none)")
+                                                : std::string("the tokenizer config"));
   context->created_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -270,6 +293,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", a.server.host, "address to bind (127.0.0.1 keeps it local)");
   cmd->add_option("--port", a.server.port, "port (0 = any free port; the bound one is printed)");
   cmd->add_option("--api-key", a.server.service.api_key, "required as 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--tokenizer", a.tokenizer_dir, "directory of tokenizer.json (default: the model directory)");
+  cmd->add_option("--chat-template", a.chat_template_path, "Jinja chat template file (default: the tokenizer's)");
+  cmd->add_option("--default-chat-template-kwargs", a.default_chat_template_kwargs,
+                  "JSON object of chat template variables; a request's chat_template_kwargs override them");
   cmd->add_option("--served-model-name", a.served_model_names, "names clients may use; the first is reported");
   cmd->add_option("--max-model-len", a.max_model_len,
                   "prompt + output tokens: auto or 0 (the model's), N, or 128k (x1000) / 128K (x1024)");
