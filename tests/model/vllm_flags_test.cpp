@@ -225,6 +225,37 @@ TEST_F(VllmFlags, CommonLinesStart) {
   EXPECT_NE(quiet.output.find("stats log line off (--stats-log-interval 0)"), std::string::npos) << quiet.output;
 }
 
+// --tokenizer, --chat-template and --default-chat-template-kwargs: in effect when
+// good, refused with the flag named when not.
+TEST_F(VllmFlags, TokenizerAndChatTemplateFlags) {
+  const std::string dir = testing::scratch_dir("vllm-flags-template");
+  const std::string good = dir + "/good.jinja", bad = dir + "/bad.jinja";
+  std::ofstream(good) << "{% for m in messages %}{{ m.content }}{% endfor %}";
+  std::ofstream(bad) << "{% for m in messages %}";
+  const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
+  auto r = testing::run_sluice(serve + " --tokenizer " + *model_dir_ + " --chat-template " + good +
+                               " --default-chat-template-kwargs '{\"thinking\": true}'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer from " + *model_dir_ + ", chat template from " + good), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("flag --default-chat-template-kwargs = {\"thinking\": true}"), std::string::npos)
+      << r.output;
+  for (const std::string& refused :
+       {" --chat-template " + bad, " --chat-template " + dir + "/missing.jinja", " --tokenizer " + dir,
+        std::string(" --default-chat-template-kwargs '[1]'"),
+        std::string(" --default-chat-template-kwargs '{\"messages\": []}'")}) {
+    auto no = testing::run_sluice(serve + refused);
+    EXPECT_NE(no.exit_code, 0) << refused << "\n" << no.output;
+    const auto errors = lines_with(no.output, "error");
+    ASSERT_FALSE(errors.empty()) << no.output;
+    const std::string named = refused.substr(1, refused.find(' ', 1) - 1);
+    const std::string value = refused.substr(refused.find(' ', 1) + 1);
+    // The line names the flag, or the file it could not use.
+    EXPECT_TRUE(errors.back().find(named) != std::string::npos || errors.back().find(value) != std::string::npos)
+        << refused << ": " << errors.back();
+  }
+}
+
 TEST_F(VllmFlags, UnknownFlagNamesTheNearest) {
   auto r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --max-num-seq 8");
   EXPECT_NE(r.exit_code, 0);

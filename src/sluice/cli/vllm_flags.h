@@ -58,7 +58,7 @@ inline constexpr std::array kVllmFlags = {
     VllmFlag{"--enable-prompt-tokens-details", false, VllmFlagKind::kNoOp, "", "usage always carries prompt_tokens_details.cached_tokens"},
     VllmFlag{"--enable-auto-tool-choice", false, VllmFlagKind::kNoOp, "", "tool_choice auto is always on when the output format parses tool calls"},
     VllmFlag{"--kv-cache-dtype", true, VllmFlagKind::kRefused, "auto", "only auto (the model's dtype): a quantized KV cache is not implemented yet"},
-    VllmFlag{"--dtype", true, VllmFlagKind::kRefused, "auto", "only auto: each backend runs the dtype the checkpoint stores"},
+    VllmFlag{"--dtype", true, VllmFlagKind::kRefused, "auto", "only auto: weights stay in the checkpoint's dtype (the CPU reference computes in float32); no override yet"},
     VllmFlag{"--quantization", true, VllmFlagKind::kRefused, "", "sluice reads the quantization from the checkpoint's config.json; no override"},
     VllmFlag{"--load-format", true, VllmFlagKind::kRefused, "auto|safetensors", "only safetensors checkpoints load"},
     VllmFlag{"--tokenizer-mode", true, VllmFlagKind::kRefused, "auto", "sluice always reads the model directory's tokenizer.json"},
