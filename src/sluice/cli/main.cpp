@@ -9,6 +9,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"sluice: an LLM inference server that keeps every stream flowing"};
+  app.name("sluice");  // parse() of a vector does not take it from argv[0]
   app.require_subcommand(1);
   sluice::cli::add_make_model_command(app);
   sluice::cli::add_generate_command(app);
