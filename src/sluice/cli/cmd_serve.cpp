@@ -16,6 +16,7 @@
 #include "sluice/cli/commands.h"
 #include "sluice/cli/cuda_flags.h"
 #include "sluice/cli/serve_backend.h"
+#include "sluice/cli/vllm_flags.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
@@ -28,6 +29,14 @@ namespace {
 
 struct ServeArgs {
   std::string model_dir;  // empty = the built-in default model beside the binary
+  std::string model_positional;  // `sluice serve MODEL`, as vLLM takes it
+  std::string max_model_len = "auto";
+  std::string tokenizer_dir;       // empty = the model directory
+  std::string chat_template_path;  // empty = the tokenizer's chat template
+  std::string default_chat_template_kwargs;  // a JSON object, or empty
+  std::string tool_call_parser;  // vLLM's name; must agree with reasoning_parser
+  bool disable_log_stats = false;
+  bool check_only = false;
   std::vector<std::string> served_model_names;
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
@@ -69,18 +78,34 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   const auto started = std::chrono::steady_clock::now();
   SLUICE_TRY_ASSIGN(config, load_model_config(dir));
   SLUICE_TRY_ASSIGN(model_type, read_model_type(dir));
-  SLUICE_TRY_ASSIGN(tokenizer, Tokenizer::load(dir));
+  SLUICE_TRY_ASSIGN(tokenizer, Tokenizer::load(args.tokenizer_dir.empty() ? dir : args.tokenizer_dir));
   auto context = std::make_shared<server::ModelContext>(server::ModelContext{.tokenizer = std::move(tokenizer)});
   context->model_type = model_type;
   context->served_model_names = args.served_model_names;
   if (context->served_model_names.empty())
     context->served_model_names.push_back(args.model_dir.empty() ? "default" : args.model_dir);
-  if (!context->tokenizer.chat_template().empty()) {
-    auto parsed = api::ChatTemplate::parse(context->tokenizer.chat_template());
-    if (!parsed) return Error{dir + ": chat template: " + parsed.error().message};
+  std::string chat_template = context->tokenizer.chat_template();
+  if (!args.chat_template_path.empty()) {
+    SLUICE_TRY_ASSIGN(text, read_file(args.chat_template_path));
+    chat_template = std::move(text);
+  }
+  if (!chat_template.empty()) {
+    auto parsed = api::ChatTemplate::parse(chat_template);
+    if (!parsed)
+      return Error{(args.chat_template_path.empty() ? dir : args.chat_template_path) +
+                   ": chat template: " + parsed.error().message};
     context->chat_template = std::move(parsed).value();
   } else {
     spdlog::warn("{} has no chat template: /v1/chat/completions will refuse requests", dir);
+  }
+  if (!args.default_chat_template_kwargs.empty()) {
+    auto kwargs = nlohmann::ordered_json::parse(args.default_chat_template_kwargs, nullptr, false);
+    if (kwargs.is_discarded() || !kwargs.is_object())
+      return Error{"--default-chat-template-kwargs must be a JSON object"};
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt", "tokenize"})
+      if (kwargs.contains(reserved))
+        return Error{fmt::format("--default-chat-template-kwargs may not set '{}'", reserved)};
+    context->default_template_kwargs = std::move(kwargs);
   }
   if (args.reasoning_parser == "auto") {
     context->output_format = server::output_format_for_model_type(model_type);
@@ -126,11 +151,42 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                context->engine->request_limits().max_model_len_tokens, info.num_kv_blocks, info.block_size_tokens,
                context->output_format.name);
   spdlog::info("cost model: {}", served.cost_model_description);
+  spdlog::info("tokenizer from {}, chat template from {}", args.tokenizer_dir.empty() ? dir : args.tokenizer_dir,
+               !args.chat_template_path.empty() ? args.chat_template_path
+               : chat_template.empty()          ? std::string("nowhere (none)")
+                                                : std::string("the tokenizer config"));
   context->created_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("model loaded in {:.2f} s", load_s);
   return context;
+}
+
+// vLLM's --max-model-len forms: "auto" (the model's), a count, or a count with
+// k/m/g (x1000) or K/M/G (x1024), as vLLM reads them.
+Result<std::int32_t> parse_max_model_len(const std::string& text) {
+  if (text == "auto") return 0;
+  std::size_t digits = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &digits);
+  } catch (const std::exception&) {
+    digits = 0;
+  }
+  const std::string suffix = text.substr(digits);
+  double scale = 1;
+  if (suffix == "k") scale = 1e3;
+  else if (suffix == "m") scale = 1e6;
+  else if (suffix == "g") scale = 1e9;
+  else if (suffix == "K") scale = 1024.0;
+  else if (suffix == "M") scale = 1024.0 * 1024.0;
+  else if (suffix == "G") scale = 1024.0 * 1024.0 * 1024.0;
+  else if (!suffix.empty()) digits = 0;
+  const double tokens = value * scale;
+  if (digits == 0 || tokens < 0 || tokens != static_cast<double>(static_cast<std::int64_t>(tokens)) ||
+      tokens > std::numeric_limits<std::int32_t>::max())
+    return Error{fmt::format("--max-model-len {}: expected auto, a token count, or a count with k/m/K/M", text)};
+  return static_cast<std::int32_t>(tokens);
 }
 
 // Flags that would do nothing with this --device: refused, never ignored.
@@ -161,6 +217,17 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
       if (given(flag)) return Error{fmt::format("{} has no effect without --device sim", flag)};
   if (!args.engine.enable_prefix_caching && args.eviction_policy != "slru")
     return Error{"--kv-eviction-policy has no effect with --no-enable-prefix-caching"};
+  if (!args.tool_call_parser.empty()) {
+    if (args.reasoning_parser != "auto" && args.reasoning_parser != args.tool_call_parser)
+      return Error{fmt::format("--tool-call-parser {} and --reasoning-parser {} disagree: sluice picks one output "
+                               "format for both",
+                               args.tool_call_parser, args.reasoning_parser)};
+    if (auto format = server::output_format_by_name(args.tool_call_parser); !format)
+      return Error{fmt::format("--tool-call-parser {}: {}", args.tool_call_parser, format.error().message)};
+  }
+  if (args.reasoning_parser != "auto")
+    if (auto format = server::output_format_by_name(args.reasoning_parser); !format)
+      return Error{fmt::format("--reasoning-parser {}: {}", args.reasoning_parser, format.error().message)};
   return Ok{};
 }
 
@@ -181,6 +248,19 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   log_flags(cmd);
   SLUICE_TRY(check_inert_flags(args, cmd));
+  if (!args.model_positional.empty()) {
+    if (!args.model_dir.empty() && args.model_dir != args.model_positional)
+      return Error{fmt::format("two models given: {} (positional) and --model {}", args.model_positional,
+                               args.model_dir)};
+    args.model_dir = args.model_positional;
+  }
+  SLUICE_TRY_ASSIGN(max_model_len_tokens, parse_max_model_len(args.max_model_len));
+  args.engine.max_model_len_tokens = max_model_len_tokens;
+  if (!args.tool_call_parser.empty()) args.reasoning_parser = args.tool_call_parser;
+  if (args.disable_log_stats) {
+    args.stats_log_interval_s = 0;
+    spdlog::info("--disable-log-stats: stats log line off (--stats-log-interval 0)");
+  }
   if (args.model_dir.empty()) {
     args.model_dir = default_model_dir();
     if (args.served_model_names.empty()) args.served_model_names.push_back("default");
@@ -193,6 +273,11 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   args.server.shutdown_timeout = to_ms(args.shutdown_timeout_s);
   args.server.service.keepalive_interval = to_ms(args.keepalive_interval_s);
   args.server.stats_log_interval = to_ms(args.stats_log_interval_s);
+  if (args.check_only) {
+    SLUICE_TRY_ASSIGN(context, load_model(args));
+    spdlog::info("--check-only: flags and model ok; serving {} not started", context->served_model_names.front());
+    return Ok{};
+  }
   return server::run_server(args.server, [&args] { return load_model(args); });
 }
 
@@ -203,13 +288,18 @@ void add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (CPU, CUDA or simulated backend)");
   cmd->option_defaults()->always_capture_default();
   auto& a = *args;
+  cmd->add_option("model", a.model_positional, "the model directory, as `vllm serve MODEL` takes it");
   cmd->add_option("--model", a.model_dir, "Hugging Face model directory (default: the built-in default model)");
   cmd->add_option("--host", a.server.host, "address to bind (127.0.0.1 keeps it local)");
   cmd->add_option("--port", a.server.port, "port (0 = any free port; the bound one is printed)");
   cmd->add_option("--api-key", a.server.service.api_key, "required as 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--tokenizer", a.tokenizer_dir, "directory of tokenizer.json (default: the model directory)");
+  cmd->add_option("--chat-template", a.chat_template_path, "Jinja chat template file (default: the tokenizer's)");
+  cmd->add_option("--default-chat-template-kwargs", a.default_chat_template_kwargs,
+                  "JSON object of chat template variables; a request's chat_template_kwargs override them");
   cmd->add_option("--served-model-name", a.served_model_names, "names clients may use; the first is reported");
-  cmd->add_option("--max-model-len", a.engine.max_model_len_tokens, "prompt + output tokens (0 = the model's)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-model-len", a.max_model_len,
+                  "prompt + output tokens: auto or 0 (the model's), N, or 128k (x1000) / 128K (x1024)");
   cmd->add_option("--max-num-seqs", a.engine.max_num_seqs, "running requests at once")->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", a.engine.max_num_batched_tokens, "tokens per engine step")
       ->check(CLI::PositiveNumber);
@@ -272,6 +362,17 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--stats-log-interval", a.stats_log_interval_s, "seconds between stats log lines (0 = off)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--disable-log-stats", a.disable_log_stats, "vLLM's name for --stats-log-interval 0");
+  cmd->add_option("--tool-call-parser", a.tool_call_parser,
+                  "vLLM's name for the tool-call format; sets --reasoning-parser (one format covers both)");
+  cmd->add_flag("--check-only", a.check_only, "check the flags and load the model, then exit without serving");
+  cmd->add_flag_callback(
+      "--vllm-flags",
+      [] {
+        std::fputs(vllm_flags_markdown().c_str(), stdout);
+        throw CLI::Success();
+      },
+      "print how each vLLM flag maps to sluice, then exit");
   cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size, "must be 1 (one device)");
   cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
   cmd->callback([args, cmd] {

@@ -311,7 +311,7 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   api::ChatRenderOptions render_options;
   render_options.add_generation_prompt = request.add_generation_prompt;
   if (request.tool_choice.kind != ToolChoice::Kind::kNone) render_options.tools = request.tools;
-  render_options.extra_kwargs = request.template_kwargs;
+  render_options.extra_kwargs = model->template_kwargs(request.template_kwargs);
   render_options.bos_token = model->tokenizer.bos_token();
   render_options.eos_token = model->tokenizer.eos_token();
   auto rendered = chat_template->render(request.messages, render_options);
@@ -406,7 +406,7 @@ void OpenAiService::handle_tokenize(const HttpRequest& http_request, const std::
     api::ChatRenderOptions render_options;
     render_options.add_generation_prompt = request.add_generation_prompt;
     render_options.tools = request.tools;
-    render_options.extra_kwargs = request.template_kwargs;
+    render_options.extra_kwargs = model.template_kwargs(request.template_kwargs);
     render_options.bos_token = model.tokenizer.bos_token();
     render_options.eos_token = model.tokenizer.eos_token();
     auto rendered = model.chat_template->render(request.messages, render_options);

@@ -1,0 +1,97 @@
+// vLLM launch-line compatibility for `sluice serve`: one table says, for each
+// vLLM flag an operator is likely to paste, whether sluice has the same flag,
+// accepts it as a no-op (and why that is true), or refuses it (and what sluice
+// does instead). The start-up check, `sluice serve --vllm-flags` and the
+// README's "Coming from vLLM" table all read this table.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "sluice/common/result.h"
+
+namespace sluice::cli {
+
+enum class VllmFlagKind {
+  kSame,     // sluice has this flag with vLLM's meaning: its own parser handles it
+  kNoOp,     // accepted for the values in `accepted`; it changes nothing, `note` says why
+  kRefused,  // refused (for values outside `accepted`, when set); `note` says what sluice does instead
+};
+
+struct VllmFlag {
+  std::string_view name;      // with the leading "--"
+  bool takes_value;           // consumes one value ("--flag v" or "--flag=v")
+  VllmFlagKind kind;
+  std::string_view accepted;  // '|'-separated values accepted as a no-op; empty = any (kNoOp) or none (kRefused)
+  std::string_view note;
+};
+
+// clang-format off
+inline constexpr std::array kVllmFlags = {
+    VllmFlag{"--model", true, VllmFlagKind::kSame, "", "also positional: sluice serve MODEL"},
+    VllmFlag{"--host", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--port", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--api-key", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--served-model-name", true, VllmFlagKind::kSame, "", "several names: each is accepted in requests and listed by /v1/models"},
+    VllmFlag{"--max-model-len", true, VllmFlagKind::kSame, "", "auto (the model's) and 128k / 128K (x1000 / x1024) forms"},
+    VllmFlag{"--max-num-seqs", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--max-num-batched-tokens", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--long-prefill-token-threshold", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--enable-prefix-caching", false, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--no-enable-prefix-caching", false, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--async-scheduling", false, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--block-size", true, VllmFlagKind::kSame, "", ""},
+    VllmFlag{"--gpu-memory-utilization", true, VllmFlagKind::kSame, "", "--device cuda only; cpu and sim size KV by --kv-cache-memory"},
+    VllmFlag{"--tensor-parallel-size", true, VllmFlagKind::kSame, "", "1 only: sluice runs on one device"},
+    VllmFlag{"--reasoning-parser", true, VllmFlagKind::kSame, "", "picks the reasoning and tool-call format together: auto, none, qwen3, hermes, deepseek_r1, deepseek_v3, deepseek_v31"},
+    VllmFlag{"--tool-call-parser", true, VllmFlagKind::kSame, "", "same names as --reasoning-parser; both must agree (one format covers both)"},
+    VllmFlag{"--trust-remote-code", false, VllmFlagKind::kNoOp, "", "sluice never runs code from a checkpoint"},
+    VllmFlag{"--disable-log-requests", false, VllmFlagKind::kNoOp, "", "sluice does not log requests"},
+    VllmFlag{"--enable-log-requests", false, VllmFlagKind::kRefused, "", "sluice does not log requests; /metrics and the stats line report them"},
+    VllmFlag{"--disable-log-stats", false, VllmFlagKind::kSame, "", "same as --stats-log-interval 0"},
+    VllmFlag{"--enable-chunked-prefill", false, VllmFlagKind::kNoOp, "", "sluice always chunks prefill, by predicted step time (--max-step-ms)"},
+    VllmFlag{"--no-enable-chunked-prefill", false, VllmFlagKind::kRefused, "", "sluice always chunks prefill, by predicted step time (--max-step-ms); it cannot be turned off"},
+    VllmFlag{"--enable-prompt-tokens-details", false, VllmFlagKind::kNoOp, "", "usage always carries prompt_tokens_details.cached_tokens"},
+    VllmFlag{"--enable-auto-tool-choice", false, VllmFlagKind::kNoOp, "", "tool_choice auto is always on when the output format parses tool calls"},
+    VllmFlag{"--kv-cache-dtype", true, VllmFlagKind::kRefused, "auto", "only auto (the model's dtype): a quantized KV cache is not implemented yet"},
+    VllmFlag{"--dtype", true, VllmFlagKind::kRefused, "auto", "only auto: weights stay in the checkpoint's dtype (the CPU reference computes in float32); no override yet"},
+    VllmFlag{"--quantization", true, VllmFlagKind::kRefused, "", "sluice reads the quantization from the checkpoint's config.json; no override"},
+    VllmFlag{"--load-format", true, VllmFlagKind::kRefused, "auto|safetensors", "only safetensors checkpoints load"},
+    VllmFlag{"--tokenizer-mode", true, VllmFlagKind::kRefused, "auto", "sluice always reads the model directory's tokenizer.json"},
+    VllmFlag{"--tokenizer", true, VllmFlagKind::kSame, "", "a directory with tokenizer.json (and its chat template)"},
+    VllmFlag{"--chat-template", true, VllmFlagKind::kSame, "", "a Jinja file; an inline template string is not taken"},
+    VllmFlag{"--default-chat-template-kwargs", true, VllmFlagKind::kSame, "", "a request's chat_template_kwargs override it key by key"},
+    VllmFlag{"--generation-config", true, VllmFlagKind::kRefused, "vllm", "sluice's sampling defaults are vLLM's neutral ones; generation_config.json defaults are not read yet"},
+    VllmFlag{"--seed", true, VllmFlagKind::kRefused, "", "no server-wide seed yet: pass 'seed' in the request for reproducible sampling"},
+    VllmFlag{"--speculative-config", true, VllmFlagKind::kRefused, "", "speculative decoding is not implemented; sluice decodes one token per step"},
+    VllmFlag{"--enable-expert-parallel", false, VllmFlagKind::kRefused, "", "sluice runs on one device (tensor-parallel 1): every expert is local"},
+    VllmFlag{"--data-parallel-size", true, VllmFlagKind::kRefused, "", "one engine per process; run several sluice processes behind a balancer"},
+    VllmFlag{"--pipeline-parallel-size", true, VllmFlagKind::kRefused, "", "sluice runs on one device"},
+    VllmFlag{"--compilation-config", true, VllmFlagKind::kRefused, "", "there is no torch.compile; the CUDA backend's launch options are the --cuda-* flags"},
+    VllmFlag{"--enforce-eager", false, VllmFlagKind::kRefused, "", "there is no torch.compile; the CUDA backend's launch options are the --cuda-* flags"},
+    VllmFlag{"--mm-encoder-tp-mode", true, VllmFlagKind::kRefused, "", "no multimodal encoder: sluice serves text only"},
+    VllmFlag{"--limit-mm-per-prompt", true, VllmFlagKind::kRefused, "", "no multimodal encoder: sluice serves text only"},
+    VllmFlag{"--swap-space", true, VllmFlagKind::kRefused, "", "no CPU KV tier yet: preempted requests recompute their prefix"},
+    VllmFlag{"--cpu-offload-gb", true, VllmFlagKind::kRefused, "", "no weight offload: weights stay on the device"},
+    VllmFlag{"--kv-transfer-config", true, VllmFlagKind::kRefused, "", "no KV connectors or KV tiers yet"},
+    VllmFlag{"--enable-lora", false, VllmFlagKind::kRefused, "", "LoRA adapters are not supported"},
+};
+// clang-format on
+
+// Rewrites a `serve` argument list (program name and "serve" excluded) before
+// CLI11 sees it: drops no-op vLLM flags (logging each why) and refuses refused
+// and unknown flags. The error
+// holds one line per bad flag; an unknown one names the nearest known flag.
+Result<std::vector<std::string>> translate_vllm_flags(const CLI::App& serve, std::vector<std::string> args);
+
+// The table as Markdown, one row per flag (README's "Coming from vLLM").
+std::string vllm_flags_markdown();
+
+// Levenshtein distance, for "did you mean".
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace sluice::cli
