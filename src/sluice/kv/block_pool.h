@@ -25,7 +25,8 @@ struct BlockPoolCounters {
 
 class BlockPool {
  public:
-  BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks);
+  BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
+            PrefixAwareParams prefix_aware = {});
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks an allocation can get: free + cached free.
@@ -47,8 +48,8 @@ class BlockPool {
   // A prefix hit: one more reference to a cached block (out of the Evictor if it was free).
   void touch(BlockId block);
   // Drops one reference; at zero the block becomes cached free (if it has a
-  // hash) or free.
-  void release(BlockId block);
+  // hash) or free. novel_depth_blocks: see EvictionSignals.
+  void release(BlockId block, std::int32_t novel_depth_blocks = 0);
   // Registers a full, computed block under its prefix key. If another block
   // already holds that key the pool keeps the existing one and this block stays
   // unregistered (it is freed, not cached, at release). Returns whether it was registered.
@@ -62,7 +63,7 @@ class BlockPool {
 
   std::vector<std::int32_t> ref_count_;         // [num_blocks]
   std::vector<std::optional<BlockHash>> hash_;  // [num_blocks]
-  std::vector<bool> was_hit_;                   // [num_blocks] since it was registered
+  std::vector<std::int32_t> num_hits_;          // [num_blocks] since it was registered
   std::vector<BlockId> free_list_;              // uncached, unreferenced
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;
