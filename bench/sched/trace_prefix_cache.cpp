@@ -118,12 +118,15 @@ double belady(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens) {
   return static_cast<double>(hit) / static_cast<double>(prompt);
 }
 
+double g_prefix_hit_weight = KvCacheConfig{}.prefix_hit_weight;
+
 double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
               double protected_fraction) {
   KvCacheManager kv({.num_blocks = static_cast<std::int32_t>(kv_tokens / kBlockTokens),
                      .block_size_tokens = kBlockTokens,
                      .eviction = eviction,
-                     .slru_protected_fraction = protected_fraction});
+                     .slru_protected_fraction = protected_fraction,
+                     .prefix_hit_weight = g_prefix_hit_weight});
   std::int64_t queried = 0, hit = 0;
   SequenceId id = 0;
   for (const TraceRequest& r : trace) {
@@ -139,6 +142,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     if (!s.ok()) continue;
     kv.cache_computed_blocks(id, hashes, n);
     kv.free(id);
+  }
+  if (eviction == EvictionPolicy::kPrefixAware) {
+    std::printf("  (prefix-aware admission window at the end: %d tokens)\n",
+                kv.pool().admit_window_blocks() * kBlockTokens);
   }
   return static_cast<double>(hit) / static_cast<double>(queried);
 }
@@ -228,6 +235,8 @@ int main(int argc, char** argv) {
       mode = argv[i + 1];
     } else if (flag == "--half") {
       half = argv[i + 1];
+    } else if (flag == "--prefix-hit-weight") {
+      g_prefix_hit_weight = std::stod(argv[i + 1]);
     } else if (flag == "--policies") {
       policies = argv[i + 1];
     } else {
@@ -260,7 +269,7 @@ int main(int argc, char** argv) {
               100.0 * belady(trace, kv_tokens));
   std::stringstream names(policies);
   for (std::string name; std::getline(names, name, ',');) {
-    const Result<EvictionPolicy> eviction = parse_eviction_policy(name);
+    Result<EvictionPolicy> eviction = parse_eviction_policy(name);
     if (!eviction.ok()) {
       std::fprintf(stderr, "%s\n", eviction.error_message().c_str());
       return 2;

@@ -180,6 +180,7 @@ TEST(KvCacheManager, RandomOperationsKeepInvariantsAndReturnEveryBlock) {
 TEST(KvCacheManager, PrefixAwareEvictsTheNovelTailBeforeAnOlderPrefix) {
   KvCacheConfig c = config(12, EvictionPolicy::kPrefixAware);
   c.prefix_admit_window_tokens = 2 * kBlock;
+  c.prefix_admit_window_step_tokens = kBlock;
   KvCacheManager kv(c);
   const auto old_prompt = iota_tokens(8, 0);       // 2 blocks, freed first
   const auto new_prompt = iota_tokens(32, 1000);   // 8 blocks, freed later
@@ -207,6 +208,7 @@ TEST(KvCacheManager, RandomChurnNeverEvictsABlockInUse) {
       std::mt19937 rng(seed);
       KvCacheConfig c = config(48, eviction);
       c.prefix_admit_window_tokens = static_cast<std::int32_t>(rng() % 4) * kBlock;
+      c.prefix_admit_window_step_tokens = kBlock;
       KvCacheManager kv(c);
       struct Live {
         SequenceId id;

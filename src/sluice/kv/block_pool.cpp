@@ -1,5 +1,7 @@
 #include "sluice/kv/block_pool.h"
 
+#include <algorithm>
+
 #include "sluice/common/check.h"
 
 namespace sluice {
@@ -11,6 +13,11 @@ BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int3
       num_hits_(static_cast<std::size_t>(num_blocks), 0),
       evictor_(eviction, num_blocks, protected_capacity_blocks, prefix_aware) {
   SLUICE_CHECK(num_blocks > 0);
+  if (eviction == EvictionPolicy::kPrefixAware) {
+    admission_.emplace(prefix_aware.admit_window_blocks, std::max(1, prefix_aware.admit_window_step_blocks),
+                       num_blocks, num_blocks);
+    evictor_.set_admit_window_blocks(admission_->blocks());
+  }
   free_list_.reserve(static_cast<std::size_t>(num_blocks));
   // Reverse so that allocation hands out low ids first (readable test timelines).
   for (BlockId b = num_blocks - 1; b >= 0; --b) free_list_.push_back(b);
@@ -33,6 +40,7 @@ void BlockPool::evict_one() {
   SLUICE_CHECK_MSG(victim.has_value(), "evict_one with an empty evictor");
   const std::size_t i = index(*victim);
   cached_.erase(*hash_[i]);
+  if (admission_) admission_->on_evicted(*hash_[i], evictor_.last_victim_was_cold());
   hash_[i].reset();
   num_hits_[i] = 0;
   free_list_.push_back(*victim);
@@ -86,8 +94,17 @@ bool BlockPool::register_hash(BlockId block, BlockHash hash) {
   return true;
 }
 
+void BlockPool::note_first_miss(BlockHash hash) {
+  if (!admission_ || cached_.contains(hash)) return;
+  if (admission_->on_first_miss(hash)) evictor_.set_admit_window_blocks(admission_->blocks());
+}
+
 void BlockPool::check_invariants() const {
   evictor_.check_invariants();
+  if (admission_) {
+    admission_->check_invariants();
+    SLUICE_CHECK_EQ(evictor_.admit_window_blocks(), admission_->blocks());
+  }
   std::vector<bool> on_free_list(ref_count_.size(), false);
   for (BlockId b : free_list_) {
     const std::size_t i = index(b);

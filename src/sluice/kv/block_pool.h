@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sluice/common/ids.h"
+#include "sluice/kv/admission_window.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/evictor.h"
 
@@ -54,6 +55,11 @@ class BlockPool {
   // already holds that key the pool keeps the existing one and this block stays
   // unregistered (it is freed, not cached, at release). Returns whether it was registered.
   bool register_hash(BlockId block, BlockHash hash);
+  // The first block a new request did not find cached (prefix-aware policy:
+  // teaches the admission window; no-op otherwise).
+  void note_first_miss(BlockHash hash);
+  // The prefix-aware policy's current admission window (0 under LRU/SLRU).
+  std::int32_t admit_window_blocks() const { return admission_ ? admission_->blocks() : 0; }
 
   void check_invariants() const;
 
@@ -67,6 +73,7 @@ class BlockPool {
   std::vector<BlockId> free_list_;              // uncached, unreferenced
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;
+  std::optional<AdmissionWindow> admission_;  // prefix-aware only
   BlockPoolCounters counters_;
 };
 

@@ -97,9 +97,15 @@ void Evictor::insert(BlockId block, const EvictionSignals& signals) {
 
 void Evictor::remove(BlockId block) { unlink(block); }
 
+void Evictor::set_admit_window_blocks(std::int32_t blocks) {
+  SLUICE_CHECK(blocks >= 0);
+  prefix_aware_.admit_window_blocks = blocks;
+}
+
 std::optional<BlockId> Evictor::pop_victim() {
   if (!ranked_.empty()) {
     const BlockId victim = ranked_.begin()->second;
+    last_victim_was_cold_ = !ranked_.begin()->first.first;
     unlink(victim);
     return victim;
   }

@@ -18,8 +18,10 @@ namespace sluice {
 
 // Knobs of the prefix-aware policy, in blocks (the KV manager converts tokens).
 struct PrefixAwareParams {
-  // A never-hit block at novel depth >= this joins the cold tier.
+  // A never-hit block at novel depth >= this joins the cold tier. The
+  // starting value: BlockPool adapts it (admission_window.h) by this step.
   std::int32_t admit_window_blocks = 1;
+  std::int32_t admit_window_step_blocks = 1;
   // How many releases one doubling of a block's hits is worth: the block
   // outlives that many later-freed blocks of equal depth.
   double hit_weight_blocks = 0.0;
@@ -41,6 +43,11 @@ class Evictor {
   void remove(BlockId block);
   // The next block to evict, taken out; nullopt when empty.
   std::optional<BlockId> pop_victim();
+  // Whether the last pop_victim() took a block from the prefix-aware cold tier.
+  bool last_victim_was_cold() const { return last_victim_was_cold_; }
+  // Applies to blocks inserted from now on.
+  void set_admit_window_blocks(std::int32_t blocks);
+  std::int32_t admit_window_blocks() const { return prefix_aware_.admit_window_blocks; }
 
   bool contains(BlockId block) const { return segment_[static_cast<std::size_t>(block)] != Segment::kNone; }
   std::int32_t size() const { return probation_.size + protected_.size + static_cast<std::int32_t>(ranked_.size()); }
@@ -75,6 +82,7 @@ class Evictor {
   // Prefix-aware state; ranked_ holds its blocks, and segment_ marks them kRanked.
   PrefixAwareParams prefix_aware_;
   std::int64_t num_releases_ = 0;  // the recency clock
+  bool last_victim_was_cold_ = false;
   std::vector<double> score_;      // [num_blocks] valid while ranked
   std::vector<bool> warm_;         // [num_blocks] valid while ranked
   std::set<RankKey> ranked_;

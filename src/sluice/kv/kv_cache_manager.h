@@ -28,10 +28,12 @@ struct KvCacheConfig {
   EvictionPolicy eviction = EvictionPolicy::kSlru;
   double slru_protected_fraction = 0.5;  // of num_blocks
   // Prefix-aware policy (eviction_policy.h): a never-hit block this many
-  // tokens past its request's prefix hit joins the cold tier; one doubling of
-  // a block's hits is worth prefix_hit_weight * num_blocks releases.
+  // tokens past its request's prefix hit joins the cold tier (the start; it
+  // adapts by the step, admission_window.h); one doubling of a block's hits is
+  // worth prefix_hit_weight * num_blocks releases.
   std::int32_t prefix_admit_window_tokens = 2048;
-  double prefix_hit_weight = 2.0;
+  std::int32_t prefix_admit_window_step_tokens = 512;
+  double prefix_hit_weight = 0.5;
 };
 
 // The cached blocks that hold a prefix of some token sequence.
