@@ -112,8 +112,10 @@ TEST(KvCacheManager, DisabledCachingNeverHits) {
 
 // Runs `hot` (hit twice) then a cold prompt that needs all other blocks and
 // some more; reports whether `hot` still hits afterwards.
-std::int32_t hot_prefix_after_cold_flood(EvictionPolicy eviction) {
-  KvCacheManager kv(config(12, eviction));
+std::int32_t hot_prefix_after_cold_flood(EvictionPolicy eviction, double prefix_hit_weight = 0.5) {
+  KvCacheConfig c = config(12, eviction);
+  c.prefix_hit_weight = prefix_hit_weight;
+  KvCacheManager kv(c);
   const auto hot = iota_tokens(16, 0);  // 4 blocks
   const auto hot_h = hashes_of(hot);
   for (SequenceId id : {1, 2}) {
@@ -136,7 +138,11 @@ std::int32_t hot_prefix_after_cold_flood(EvictionPolicy eviction) {
 
 TEST(KvCacheManager, SlruKeepsHotPrefixThroughColdFloodLruDoesNot) {
   EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kSlru), 12);
-  EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kPrefixAware), 12);
+  // Prefix-aware: a once-hit block is worth prefix_hit_weight x 12 releases,
+  // and the flood is 16: weight 2 keeps the hot prefix, 0.5 lets it age out
+  // (only its shallow end, which the flood's own deepest blocks shield, stays).
+  EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kPrefixAware, 2.0), 12);
+  EXPECT_LT(hot_prefix_after_cold_flood(EvictionPolicy::kPrefixAware, 0.5), 12);
   EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kLru), 0);
 }
 
