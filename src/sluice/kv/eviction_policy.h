@@ -17,9 +17,11 @@ enum class EvictionPolicy {
   // of releases, so old popularity fades) and depth in the prefix chain (a
   // deep block is worthless without its ancestors, so it goes before them).
   // Never-hit blocks further than an admission window past the request's
-  // prefix hit form a cold tier that is evicted first: on conversation
-  // traffic a session's next turn mostly reuses the start of what the last
-  // turn added, rarely all of it (bench/sched/trace_prefix_cache.cpp).
+  // prefix hit form a cold tier that is evicted first: on the Mooncake trace
+  // a session's next turn mostly reuses the start of what the last turn
+  // added, rarely all of it. The window is learnt online (admission_window.h),
+  // since agent sessions that resend their whole history need a long one.
+  // Results: docs/benchmarks.md.
   kPrefixAware,
 };
 
