@@ -6,6 +6,7 @@
 //   trace_prefix_cache TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N]
 //                      [--half all|first|second] [--mode replay|engine|both]
 //                      [--policies lru,slru,prefix-aware] [--slru-protected FRACTION]
+//                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
 //
 // --half: the trace's first half (to develop a policy on) or second half (to
 //         report on), replayed alone from an empty cache.
@@ -215,7 +216,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N] [--half all|first|second] "
-                 "[--mode replay|engine|both] [--policies lru,slru,prefix-aware] [--slru-protected F]\n",
+                 "[--mode replay|engine|both] [--policies lru,slru,prefix-aware] [--slru-protected F] "
+                 "[--prefix-hit-weight W]\n",
                  argv[0]);
     return 2;
   }
