@@ -1,8 +1,17 @@
 // Prefix-cache hit rate on a production trace (Mooncake JSONL: timestamp,
-// input_length, output_length, hash_ids of 512-token blocks), LRU vs SLRU.
+// input_length, output_length, hash_ids of 512-token blocks) or on a synthetic
+// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, and the
+// offline optimum (Belady).
 //
-//   trace_prefix_cache TRACE [--kv-tokens N] [--max-requests N] [--mode replay|engine|both]
-//                            [--slru-protected FRACTION]
+//   trace_prefix_cache TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N]
+//                      [--half all|first|second] [--mode replay|engine|both]
+//                      [--policies lru,slru,prefix-aware] [--slru-protected FRACTION]
+//                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
+//
+// --half: the trace's first half (to develop a policy on) or second half (to
+//         report on), replayed alone from an empty cache.
+// belady: evicts the cached 512-token block whose next use is furthest away
+//         (requests one after another, as in replay): what no online policy can beat.
 //
 // replay: the KV manager alone, requests one after another in arrival order
 //         (each request's blocks are freed when it is done): what eviction
@@ -14,12 +23,16 @@
 // equal tokens and prefix sharing is real.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "agent_sessions.h"
 #include "sluice/common/rng.h"
 #include "sluice/engine/engine.h"
 #include "sluice/kv/kv_cache_manager.h"
@@ -34,13 +47,6 @@ namespace {
 
 constexpr std::int32_t kTraceBlockTokens = 512;
 constexpr std::int32_t kBlockTokens = 16;
-
-struct TraceRequest {
-  double arrival_ms = 0.0;
-  std::int32_t num_input_tokens = 0;
-  std::int32_t num_output_tokens = 0;
-  std::vector<std::uint64_t> hash_ids;
-};
 
 std::vector<TraceRequest> load(const std::string& path, std::int64_t max_requests) {
   std::ifstream in(path);
@@ -75,12 +81,53 @@ std::vector<TokenId> tokens_of(const TraceRequest& r) {
   return tokens;
 }
 
+// Belady at the trace's block granularity: hit tokens / prompt tokens, with a
+// request's blocks cached while it runs and the furthest-next-use block evicted
+// beyond capacity.
+double belady(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens) {
+  const auto capacity = static_cast<std::size_t>(kv_tokens / kTraceBlockTokens);
+  constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
+  std::map<std::uint64_t, std::vector<std::size_t>> uses;  // id -> request indices, ascending
+  for (std::size_t t = 0; t < trace.size(); ++t) {
+    for (std::uint64_t id : trace[t].hash_ids) uses[id].push_back(t);
+  }
+  std::map<std::uint64_t, std::size_t> seen;           // id -> uses so far
+  std::map<std::uint64_t, std::size_t> cached_next;    // cached id -> its next use
+  std::set<std::pair<std::size_t, std::uint64_t>> by_next;
+  std::int64_t prompt = 0, hit = 0;
+  for (const TraceRequest& r : trace) {
+    prompt += r.num_input_tokens;
+    const auto num_full = std::min(r.hash_ids.size(), static_cast<std::size_t>(r.num_input_tokens / kTraceBlockTokens));
+    std::size_t k = 0;
+    while (k < num_full && cached_next.contains(r.hash_ids[k])) ++k;
+    hit += static_cast<std::int64_t>(k) * kTraceBlockTokens;
+    for (std::size_t b = 0; b < num_full; ++b) {
+      const std::uint64_t id = r.hash_ids[b];
+      const std::size_t n = ++seen[id];
+      const std::vector<std::size_t>& u = uses[id];
+      const std::size_t next = n < u.size() ? u[n] : kNever;
+      if (const auto it = cached_next.find(id); it != cached_next.end()) by_next.erase({it->second, id});
+      cached_next[id] = next;
+      by_next.insert({next, id});
+    }
+    while (cached_next.size() > capacity) {
+      const auto victim = std::prev(by_next.end());
+      cached_next.erase(victim->second);
+      by_next.erase(victim);
+    }
+  }
+  return static_cast<double>(hit) / static_cast<double>(prompt);
+}
+
+double g_prefix_hit_weight = KvCacheConfig{}.prefix_hit_weight;
+
 double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
               double protected_fraction) {
   KvCacheManager kv({.num_blocks = static_cast<std::int32_t>(kv_tokens / kBlockTokens),
                      .block_size_tokens = kBlockTokens,
                      .eviction = eviction,
-                     .slru_protected_fraction = protected_fraction});
+                     .slru_protected_fraction = protected_fraction,
+                     .prefix_hit_weight = g_prefix_hit_weight});
   std::int64_t queried = 0, hit = 0;
   SequenceId id = 0;
   for (const TraceRequest& r : trace) {
@@ -96,6 +143,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     if (!s.ok()) continue;
     kv.cache_computed_blocks(id, hashes, n);
     kv.free(id);
+  }
+  if (eviction == EvictionPolicy::kPrefixAware) {
+    std::printf("  (prefix-aware admission window at the end: %d tokens)\n",
+                kv.pool().admit_window_blocks() * kBlockTokens);
   }
   return static_cast<double>(hit) / static_cast<double>(queried);
 }
@@ -130,7 +181,7 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   Engine engine(std::move(backend).value(),
                 std::make_shared<sim::RooflineCostModel>(profile, sim::h200(), parallelism), config);
   std::vector<double> arrival_ms;
-  for (const TraceRequest& r : trace) arrival_ms.push_back(r.arrival_ms);
+  for (const TraceRequest& r : trace) arrival_ms.push_back(r.arrival_ms - trace.front().arrival_ms);
   const auto make_request = [&](std::size_t i) {
     EngineRequest r;
     r.request_id = std::to_string(i);
@@ -163,13 +214,17 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
 int main(int argc, char** argv) {
   using namespace sluice;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s TRACE [--kv-tokens N] [--max-requests N] [--mode replay|engine|both] [--slru-protected F]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N] [--half all|first|second] "
+                 "[--mode replay|engine|both] [--policies lru,slru,prefix-aware] [--slru-protected F] "
+                 "[--prefix-hit-weight W]\n",
+                 argv[0]);
     return 2;
   }
   const std::string path = argv[1];
   std::int64_t kv_tokens = 700000, max_requests = 0;
   double protected_fraction = EngineConfig{}.slru_protected_fraction;
-  std::string mode = "both";
+  std::string mode = "both", half = "all", policies = "lru,slru,prefix-aware";
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--kv-tokens") {
@@ -180,24 +235,58 @@ int main(int argc, char** argv) {
       protected_fraction = std::stod(argv[i + 1]);
     } else if (flag == "--mode") {
       mode = argv[i + 1];
+    } else if (flag == "--half") {
+      half = argv[i + 1];
+    } else if (flag == "--prefix-hit-weight") {
+      g_prefix_hit_weight = std::stod(argv[i + 1]);
+    } else if (flag == "--policies") {
+      policies = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  const std::vector<TraceRequest> trace = load(path, max_requests);
-  std::printf("trace %s: %zu requests, KV %lld tokens\n", path.c_str(), trace.size(), static_cast<long long>(kv_tokens));
-  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru}) {
-    const char* name = to_string(eviction).data();
+  std::vector<TraceRequest> trace;
+  if (path.starts_with("synthetic")) {
+    AgentSessionsOptions options;
+    if (path.size() > 10) options.seed = std::stoull(path.substr(10));
+    trace = agent_sessions(options);
+    if (max_requests > 0 && static_cast<std::int64_t>(trace.size()) > max_requests) trace.resize(static_cast<std::size_t>(max_requests));
+  } else {
+    trace = load(path, max_requests);
+  }
+  if (half == "first") {
+    trace.resize(trace.size() / 2);
+  } else if (half == "second") {
+    trace.erase(trace.begin(), trace.begin() + static_cast<std::ptrdiff_t>(trace.size() / 2));
+  } else if (half != "all") {
+    std::fprintf(stderr, "--half must be all, first or second\n");
+    return 2;
+  }
+  std::int64_t prompt_tokens = 0;
+  for (const TraceRequest& r : trace) prompt_tokens += r.num_input_tokens;
+  std::printf("%s (%s): %zu requests, %lld prompt tokens, KV %lld tokens\n", path.c_str(), half.c_str(), trace.size(),
+              static_cast<long long>(prompt_tokens), static_cast<long long>(kv_tokens));
+  std::printf("belady       : %.2f%% of prompt tokens from cache (offline optimum, replay order)\n",
+              100.0 * belady(trace, kv_tokens));
+  std::stringstream names(policies);
+  for (std::string name; std::getline(names, name, ',');) {
+    Result<EvictionPolicy> eviction = parse_eviction_policy(name);
+    if (!eviction.ok()) {
+      std::fprintf(stderr, "%s\n", eviction.error_message().c_str());
+      return 2;
+    }
     if (mode == "replay" || mode == "both") {
-      std::printf("replay  %-4s: %.2f%% of prompt tokens from cache\n", name, 100.0 * replay(trace, kv_tokens, eviction, protected_fraction));
+      std::printf("replay  %-12s: %.2f%% of prompt tokens from cache\n", name.c_str(),
+                  100.0 * replay(trace, kv_tokens, *eviction, protected_fraction));
     }
     if (mode == "engine" || mode == "both") {
-      const EngineResult r = through_engine(trace, kv_tokens, eviction, protected_fraction);
-      std::printf("engine  %-4s: %.2f%% of prompt tokens from cache; %lld done, %lld rejected, %lld preemptions, "
+      const EngineResult r = through_engine(trace, kv_tokens, *eviction, protected_fraction);
+      std::printf("engine  %-12s: %.2f%% of prompt tokens from cache; %lld done, %lld rejected, %lld preemptions, "
                   "mean TTFT %.0f ms, %.0f s simulated\n",
-                  name, 100.0 * r.hit_rate, static_cast<long long>(r.num_done), static_cast<long long>(r.num_rejected),
-                  static_cast<long long>(r.num_preemptions), r.mean_ttft_ms, r.sim_seconds);
+                  name.c_str(), 100.0 * r.hit_rate, static_cast<long long>(r.num_done),
+                  static_cast<long long>(r.num_rejected), static_cast<long long>(r.num_preemptions), r.mean_ttft_ms,
+                  r.sim_seconds);
     }
     std::fflush(stdout);
   }

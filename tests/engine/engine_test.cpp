@@ -436,6 +436,9 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   }
   EXPECT_NE(parse_scheduling_policy("vllm").error_message().find("decode-first-token-budget"), std::string::npos);
   EXPECT_EQ(parse_eviction_policy("slru").value(), EvictionPolicy::kSlru);
+  for (auto e : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware}) {
+    EXPECT_EQ(parse_eviction_policy(to_string(e)).value(), e);
+  }
   EXPECT_FALSE(parse_eviction_policy("lfu").ok());
   BackendInfo info{.block_size_tokens = 16, .num_kv_blocks = 10, .vocab_size = 10, .max_model_len_tokens = 100};
   EngineConfig bad;

@@ -112,8 +112,10 @@ TEST(KvCacheManager, DisabledCachingNeverHits) {
 
 // Runs `hot` (hit twice) then a cold prompt that needs all other blocks and
 // some more; reports whether `hot` still hits afterwards.
-std::int32_t hot_prefix_after_cold_flood(EvictionPolicy eviction) {
-  KvCacheManager kv(config(12, eviction));
+std::int32_t hot_prefix_after_cold_flood(EvictionPolicy eviction, double prefix_hit_weight = 0.5) {
+  KvCacheConfig c = config(12, eviction);
+  c.prefix_hit_weight = prefix_hit_weight;
+  KvCacheManager kv(c);
   const auto hot = iota_tokens(16, 0);  // 4 blocks
   const auto hot_h = hashes_of(hot);
   for (SequenceId id : {1, 2}) {
@@ -136,11 +138,16 @@ std::int32_t hot_prefix_after_cold_flood(EvictionPolicy eviction) {
 
 TEST(KvCacheManager, SlruKeepsHotPrefixThroughColdFloodLruDoesNot) {
   EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kSlru), 12);
+  // Prefix-aware: a once-hit block is worth prefix_hit_weight x 12 releases,
+  // and the flood is 16: weight 2 keeps the hot prefix, 0.5 lets it age out
+  // (only its shallow end, which the flood's own deepest blocks shield, stays).
+  EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kPrefixAware, 2.0), 12);
+  EXPECT_LT(hot_prefix_after_cold_flood(EvictionPolicy::kPrefixAware, 0.5), 12);
   EXPECT_EQ(hot_prefix_after_cold_flood(EvictionPolicy::kLru), 0);
 }
 
 TEST(KvCacheManager, RandomOperationsKeepInvariantsAndReturnEveryBlock) {
-  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru}) {
+  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware}) {
     std::mt19937 rng(7);
     KvCacheManager kv(config(64, eviction));
     std::vector<SequenceId> live;
@@ -171,6 +178,93 @@ TEST(KvCacheManager, RandomOperationsKeepInvariantsAndReturnEveryBlock) {
     EXPECT_EQ(kv.num_available_blocks(), 64);
     for (BlockId b = 0; b < 64; ++b) EXPECT_EQ(kv.pool().ref_count(b), 0);
     EXPECT_GT(kv.counters().num_hit_tokens, 0);
+  }
+}
+
+// The prefix-aware policy's tail of a freed prompt, past the admission
+// window, goes before the start of an older prompt.
+TEST(KvCacheManager, PrefixAwareEvictsTheNovelTailBeforeAnOlderPrefix) {
+  KvCacheConfig c = config(12, EvictionPolicy::kPrefixAware);
+  c.prefix_admit_window_tokens = 2 * kBlock;
+  c.prefix_admit_window_step_tokens = kBlock;
+  KvCacheManager kv(c);
+  const auto old_prompt = iota_tokens(8, 0);       // 2 blocks, freed first
+  const auto new_prompt = iota_tokens(32, 1000);   // 8 blocks, freed later
+  for (const auto& [id, prompt] : {std::pair{SequenceId{1}, old_prompt}, std::pair{SequenceId{2}, new_prompt}}) {
+    const auto n = static_cast<std::int32_t>(prompt.size());
+    ASSERT_TRUE(kv.commit({.seq_id = id, .num_tokens = n}).ok());
+    kv.cache_computed_blocks(id, hashes_of(prompt), n);
+    kv.free(id);
+  }
+  // 8 new blocks: 2 free ones and 6 evicted. The new prompt's blocks 2..7 are
+  // past the window: all of them go, and the older prompt (LRU's first
+  // victim) stays whole.
+  ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 8 * kBlock}).ok());
+  kv.check_invariants();
+  EXPECT_EQ(kv.match_prefix(hashes_of(old_prompt), 8).num_cached_tokens, 8);
+  EXPECT_EQ(kv.match_prefix(hashes_of(new_prompt), 32).num_cached_tokens, 2 * kBlock);
+}
+
+// Random admissions, hits, partial caching and frees under every policy; after
+// every operation the invariants hold and no live sequence lost a block (a
+// block in use is never evicted: its key still finds it).
+TEST(KvCacheManager, RandomChurnNeverEvictsABlockInUse) {
+  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware}) {
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      std::mt19937 rng(seed);
+      KvCacheConfig c = config(48, eviction);
+      c.prefix_admit_window_tokens = static_cast<std::int32_t>(rng() % 4) * kBlock;
+      c.prefix_admit_window_step_tokens = kBlock;
+      KvCacheManager kv(c);
+      struct Live {
+        SequenceId id;
+        std::vector<std::pair<BlockHash, BlockId>> registered;  // keys this sequence's own blocks hold
+      };
+      std::vector<Live> live;
+      SequenceId next = 1;
+      for (int op = 0; op < 1500; ++op) {
+        if (rng() % 2 == 0 || live.empty()) {
+          // A session-like prompt: one of 3 roots, grown by a random number of 4-token turns.
+          std::vector<TokenId> tokens = iota_tokens(8, 1 + static_cast<TokenId>(rng() % 3) * 1000);
+          const auto turns = static_cast<int>(rng() % 6);
+          for (int t = 0; t < turns; ++t) {
+            for (int k = 0; k < kBlock; ++k) tokens.push_back(static_cast<TokenId>(rng() % 4));
+          }
+          for (int k = static_cast<int>(rng() % 5); k > 0; --k) tokens.push_back(static_cast<TokenId>(rng() % 50));
+          const auto h = hashes_of(tokens);
+          const auto n = static_cast<std::int32_t>(tokens.size());
+          const PrefixMatch m = kv.match_prefix(h, n - 1);
+          if (kv.commit({.seq_id = next, .num_tokens = n, .prefix = m, .num_queried_tokens = n}).ok()) {
+            // Sometimes only part of the prompt gets computed before the next operation.
+            const std::int32_t computed = rng() % 4 == 0 ? n / 2 : n;
+            kv.cache_computed_blocks(next, h, computed);
+            Live s{.id = next, .registered = {}};
+            const std::span<const BlockId> table = kv.block_table(next);
+            for (std::size_t b = 0; b < static_cast<std::size_t>(computed / kBlock) && b < h.size(); ++b) {
+              // A key another block already held stays with that block.
+              if (kv.pool().lookup(h[b]) == table[b]) s.registered.emplace_back(h[b], table[b]);
+            }
+            live.push_back(std::move(s));
+          }
+          ++next;
+        } else {
+          const std::size_t i = rng() % live.size();
+          kv.free(live[i].id);
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        kv.check_invariants();
+        for (const Live& s : live) {
+          for (const auto& [hash, block] : s.registered) {
+            ASSERT_EQ(kv.pool().lookup(hash), block) << "an in-use block was evicted";
+            ASSERT_GT(kv.pool().ref_count(block), 0);
+          }
+        }
+      }
+      for (const Live& s : live) kv.free(s.id);
+      kv.check_invariants();
+      EXPECT_EQ(kv.num_available_blocks(), 48);
+      EXPECT_GT(kv.counters().num_hit_tokens, 0);
+    }
   }
 }
 

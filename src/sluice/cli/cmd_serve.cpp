@@ -308,7 +308,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.engine.enable_prefix_caching,
                 "reuse KV blocks of shared prompt prefixes");
-  cmd->add_option("--kv-eviction-policy", a.eviction_policy, "prefix cache eviction: lru or slru");
+  cmd->add_option("--kv-eviction-policy", a.eviction_policy, "prefix cache eviction: lru, slru or prefix-aware");
   cmd->add_option("--scheduling-policy", a.scheduling_policy,
                   "sluice, fcfs, round-robin, prefill-first, decode-first-token-budget");
   cmd->add_option("--max-num-queued-reqs", a.engine.max_num_queued_requests, "waiting requests before 503")

@@ -31,7 +31,14 @@ std::string_view to_string(SchedulingPolicy policy) {
   return "?";
 }
 
-std::string_view to_string(EvictionPolicy policy) { return policy == EvictionPolicy::kLru ? "lru" : "slru"; }
+std::string_view to_string(EvictionPolicy policy) {
+  switch (policy) {
+    case EvictionPolicy::kLru: return "lru";
+    case EvictionPolicy::kSlru: return "slru";
+    case EvictionPolicy::kPrefixAware: return "prefix-aware";
+  }
+  return "?";
+}
 
 std::string_view to_string(FinishReason reason) {
   switch (reason) {
@@ -55,7 +62,8 @@ Result<SchedulingPolicy> parse_scheduling_policy(std::string_view name) {
 Result<EvictionPolicy> parse_eviction_policy(std::string_view name) {
   if (name == "lru") return EvictionPolicy::kLru;
   if (name == "slru") return EvictionPolicy::kSlru;
-  return Error{"unknown eviction policy '" + std::string(name) + "' (valid: lru, slru)"};
+  if (name == "prefix-aware") return EvictionPolicy::kPrefixAware;
+  return Error{"unknown eviction policy '" + std::string(name) + "' (valid: lru, slru, prefix-aware)"};
 }
 
 Status validate(const EngineConfig& c, const BackendInfo& backend) {

@@ -1,15 +1,23 @@
 #include "sluice/kv/block_pool.h"
 
+#include <algorithm>
+
 #include "sluice/common/check.h"
 
 namespace sluice {
 
-BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks)
+BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
+                     PrefixAwareParams prefix_aware)
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
-      was_hit_(static_cast<std::size_t>(num_blocks), false),
-      evictor_(eviction, num_blocks, protected_capacity_blocks) {
+      num_hits_(static_cast<std::size_t>(num_blocks), 0),
+      evictor_(eviction, num_blocks, protected_capacity_blocks, prefix_aware) {
   SLUICE_CHECK(num_blocks > 0);
+  if (eviction == EvictionPolicy::kPrefixAware) {
+    admission_.emplace(prefix_aware.admit_window_blocks, std::max(1, prefix_aware.admit_window_step_blocks),
+                       num_blocks, num_blocks);
+    evictor_.set_admit_window_blocks(admission_->blocks());
+  }
   free_list_.reserve(static_cast<std::size_t>(num_blocks));
   // Reverse so that allocation hands out low ids first (readable test timelines).
   for (BlockId b = num_blocks - 1; b >= 0; --b) free_list_.push_back(b);
@@ -32,8 +40,9 @@ void BlockPool::evict_one() {
   SLUICE_CHECK_MSG(victim.has_value(), "evict_one with an empty evictor");
   const std::size_t i = index(*victim);
   cached_.erase(*hash_[i]);
+  if (admission_) admission_->on_evicted(*hash_[i], evictor_.last_victim_was_cold());
   hash_[i].reset();
-  was_hit_[i] = false;
+  num_hits_[i] = 0;
   free_list_.push_back(*victim);
   ++counters_.num_evicted_blocks;
 }
@@ -58,16 +67,17 @@ void BlockPool::touch(BlockId block) {
   SLUICE_CHECK_MSG(hash_[i].has_value(), "touch of a block that is not cached");
   if (ref_count_[i] == 0) evictor_.remove(block);
   ++ref_count_[i];
-  was_hit_[i] = true;
+  // Saturating: the policies read whether it was hit and log2 of how often.
+  if (num_hits_[i] < (1 << 20)) ++num_hits_[i];
   ++counters_.num_hit_blocks;
 }
 
-void BlockPool::release(BlockId block) {
+void BlockPool::release(BlockId block, std::int32_t novel_depth_blocks) {
   const std::size_t i = index(block);
   SLUICE_CHECK(ref_count_[i] > 0);
   if (--ref_count_[i] > 0) return;
   if (hash_[i].has_value()) {
-    evictor_.insert(block, was_hit_[i]);
+    evictor_.insert(block, EvictionSignals{.num_hits = num_hits_[i], .novel_depth_blocks = novel_depth_blocks});
   } else {
     free_list_.push_back(block);
   }
@@ -80,12 +90,21 @@ bool BlockPool::register_hash(BlockId block, BlockHash hash) {
   const auto [it, inserted] = cached_.emplace(hash, block);
   if (!inserted) return false;
   hash_[i] = hash;
-  was_hit_[i] = false;
+  num_hits_[i] = 0;
   return true;
+}
+
+void BlockPool::note_first_miss(BlockHash hash) {
+  if (!admission_ || cached_.contains(hash)) return;
+  if (admission_->on_first_miss(hash)) evictor_.set_admit_window_blocks(admission_->blocks());
 }
 
 void BlockPool::check_invariants() const {
   evictor_.check_invariants();
+  if (admission_) {
+    admission_->check_invariants();
+    SLUICE_CHECK_EQ(evictor_.admit_window_blocks(), admission_->blocks());
+  }
   std::vector<bool> on_free_list(ref_count_.size(), false);
   for (BlockId b : free_list_) {
     const std::size_t i = index(b);

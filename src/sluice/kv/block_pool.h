@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sluice/common/ids.h"
+#include "sluice/kv/admission_window.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/evictor.h"
 
@@ -25,7 +26,8 @@ struct BlockPoolCounters {
 
 class BlockPool {
  public:
-  BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks);
+  BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
+            PrefixAwareParams prefix_aware = {});
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks an allocation can get: free + cached free.
@@ -47,12 +49,17 @@ class BlockPool {
   // A prefix hit: one more reference to a cached block (out of the Evictor if it was free).
   void touch(BlockId block);
   // Drops one reference; at zero the block becomes cached free (if it has a
-  // hash) or free.
-  void release(BlockId block);
+  // hash) or free. novel_depth_blocks: see EvictionSignals.
+  void release(BlockId block, std::int32_t novel_depth_blocks = 0);
   // Registers a full, computed block under its prefix key. If another block
   // already holds that key the pool keeps the existing one and this block stays
   // unregistered (it is freed, not cached, at release). Returns whether it was registered.
   bool register_hash(BlockId block, BlockHash hash);
+  // The first block a new request did not find cached (prefix-aware policy:
+  // teaches the admission window; no-op otherwise).
+  void note_first_miss(BlockHash hash);
+  // The prefix-aware policy's current admission window (0 under LRU/SLRU).
+  std::int32_t admit_window_blocks() const { return admission_ ? admission_->blocks() : 0; }
 
   void check_invariants() const;
 
@@ -62,10 +69,11 @@ class BlockPool {
 
   std::vector<std::int32_t> ref_count_;         // [num_blocks]
   std::vector<std::optional<BlockHash>> hash_;  // [num_blocks]
-  std::vector<bool> was_hit_;                   // [num_blocks] since it was registered
+  std::vector<std::int32_t> num_hits_;          // [num_blocks] since it was registered
   std::vector<BlockId> free_list_;              // uncached, unreferenced
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;
+  std::optional<AdmissionWindow> admission_;  // prefix-aware only
   BlockPoolCounters counters_;
 };
 

@@ -2,6 +2,8 @@
 // the engine's configuration.
 #pragma once
 
+#include <cstdint>
+
 namespace sluice {
 
 enum class EvictionPolicy {
@@ -10,6 +12,25 @@ enum class EvictionPolicy {
   // request) is freed into a protected segment that is evicted only after the
   // probation segment is empty, so one long cold prompt cannot flush hot prefixes.
   kSlru,
+  // Prefix-aware: a freed block is ranked by recency (a clock of releases),
+  // reuse (log2 of its hits, aged by that clock: a hit is worth a fixed number
+  // of releases, so old popularity fades) and depth in the prefix chain (a
+  // deep block is worthless without its ancestors, so it goes before them).
+  // Never-hit blocks further than an admission window past the request's
+  // prefix hit form a cold tier that is evicted first: on the Mooncake trace
+  // a session's next turn mostly reuses the start of what the last turn
+  // added, rarely all of it. The window is learnt online (admission_window.h),
+  // since agent sessions that resend their whole history need a long one.
+  // Results: docs/benchmarks.md.
+  kPrefixAware,
+};
+
+// What the prefix-aware policy knows about a block when it is freed.
+struct EvictionSignals {
+  std::int32_t num_hits = 0;  // prefix hits it served since it was cached
+  // Blocks between this one and the end of the prefix hit its last owner
+  // started from: 0 for a hit block or the first new block.
+  std::int32_t novel_depth_blocks = 0;
 };
 
 }  // namespace sluice

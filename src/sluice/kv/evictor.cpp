@@ -1,17 +1,27 @@
 #include "sluice/kv/evictor.h"
 
+#include <cmath>
+
 #include "sluice/common/check.h"
 
 namespace sluice {
 
-Evictor::Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks)
+Evictor::Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks,
+                 PrefixAwareParams prefix_aware)
     : policy_(policy),
       protected_capacity_blocks_(protected_capacity_blocks),
       prev_(static_cast<std::size_t>(num_blocks), -1),
       next_(static_cast<std::size_t>(num_blocks), -1),
-      segment_(static_cast<std::size_t>(num_blocks), Segment::kNone) {
+      segment_(static_cast<std::size_t>(num_blocks), Segment::kNone),
+      prefix_aware_(prefix_aware) {
   SLUICE_CHECK(num_blocks >= 0);
   SLUICE_CHECK(protected_capacity_blocks >= 0);
+  SLUICE_CHECK(prefix_aware.admit_window_blocks >= 0);
+  SLUICE_CHECK(prefix_aware.hit_weight_blocks >= 0.0);
+  if (policy == EvictionPolicy::kPrefixAware) {
+    score_.assign(static_cast<std::size_t>(num_blocks), 0.0);
+    warm_.assign(static_cast<std::size_t>(num_blocks), false);
+  }
 }
 
 void Evictor::push_back(Segment segment, BlockId block) {
@@ -32,6 +42,12 @@ void Evictor::push_back(Segment segment, BlockId block) {
 void Evictor::unlink(BlockId block) {
   const auto i = static_cast<std::size_t>(block);
   SLUICE_CHECK(segment_[i] != Segment::kNone);
+  if (segment_[i] == Segment::kRanked) {
+    const std::size_t num_erased = ranked_.erase(rank_key(block));
+    SLUICE_CHECK_EQ(num_erased, std::size_t{1});
+    segment_[i] = Segment::kNone;
+    return;
+  }
   List& list = list_of(segment_[i]);
   if (prev_[i] >= 0) {
     next_[static_cast<std::size_t>(prev_[i])] = next_[i];
@@ -48,8 +64,23 @@ void Evictor::unlink(BlockId block) {
   --list.size;
 }
 
-void Evictor::insert(BlockId block, bool was_hit) {
+void Evictor::insert(BlockId block, const EvictionSignals& signals) {
   SLUICE_CHECK(!contains(block));
+  SLUICE_CHECK(signals.num_hits >= 0 && signals.novel_depth_blocks >= 0);
+  if (policy_ == EvictionPolicy::kPrefixAware) {
+    const auto i = static_cast<std::size_t>(block);
+    ++num_releases_;
+    warm_[i] = signals.num_hits > 0 || signals.novel_depth_blocks < prefix_aware_.admit_window_blocks;
+    // Depth counts twice the clock, so a chain freed in any order still
+    // leaves deepest first: one block deeper outweighs one release later.
+    score_[i] = static_cast<double>(num_releases_) +
+                prefix_aware_.hit_weight_blocks * std::log2(1.0 + static_cast<double>(signals.num_hits)) -
+                2.0 * static_cast<double>(signals.novel_depth_blocks);
+    segment_[i] = Segment::kRanked;
+    ranked_.insert(rank_key(block));
+    return;
+  }
+  const bool was_hit = signals.num_hits > 0;
   if (policy_ == EvictionPolicy::kLru || !was_hit) {
     push_back(Segment::kProbation, block);
     return;
@@ -66,7 +97,18 @@ void Evictor::insert(BlockId block, bool was_hit) {
 
 void Evictor::remove(BlockId block) { unlink(block); }
 
+void Evictor::set_admit_window_blocks(std::int32_t blocks) {
+  SLUICE_CHECK(blocks >= 0);
+  prefix_aware_.admit_window_blocks = blocks;
+}
+
 std::optional<BlockId> Evictor::pop_victim() {
+  if (!ranked_.empty()) {
+    const BlockId victim = ranked_.begin()->second;
+    last_victim_was_cold_ = !ranked_.begin()->first.first;
+    unlink(victim);
+    return victim;
+  }
   const BlockId victim = probation_.head >= 0 ? probation_.head : protected_.head;
   if (victim < 0) return std::nullopt;
   unlink(victim);
@@ -89,9 +131,16 @@ void Evictor::check_invariants() const {
     SLUICE_CHECK_EQ(list->size, n);
     counted += n;
   }
+  for (const RankKey& key : ranked_) {
+    SLUICE_CHECK(segment_[static_cast<std::size_t>(key.second)] == Segment::kRanked);
+    SLUICE_CHECK(key == rank_key(key.second));
+  }
+  counted += static_cast<std::int32_t>(ranked_.size());
   std::int32_t tagged = 0;
   for (Segment s : segment_) tagged += s != Segment::kNone ? 1 : 0;
   SLUICE_CHECK_EQ(tagged, counted);
+  if (policy_ != EvictionPolicy::kPrefixAware) SLUICE_CHECK(ranked_.empty());
+  if (policy_ == EvictionPolicy::kPrefixAware) SLUICE_CHECK_EQ(probation_.size + protected_.size, 0);
   if (policy_ == EvictionPolicy::kLru) SLUICE_CHECK_EQ(protected_.size, 0);
   SLUICE_CHECK_LE(protected_.size, protected_capacity_blocks_);
 }

@@ -1,11 +1,14 @@
 // Evictor: the order in which free-but-cached blocks are given up. Only blocks
 // nobody references are here; a prefix hit takes a block back out (remove()).
-// Two intrusive doubly-linked lists over arrays indexed by BlockId make every
-// operation O(1), which the scheduler's 50 us step budget needs.
+// LRU/SLRU: two intrusive doubly-linked lists over arrays indexed by BlockId
+// make every operation O(1), which the scheduler's 50 us step budget needs.
+// Prefix-aware: an ordered set of (tier, score) keys, O(log n) per operation.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "sluice/common/ids.h"
@@ -13,27 +16,47 @@
 
 namespace sluice {
 
+// Knobs of the prefix-aware policy, in blocks (the KV manager converts tokens).
+struct PrefixAwareParams {
+  // A never-hit block at novel depth >= this joins the cold tier. The
+  // starting value: BlockPool adapts it (admission_window.h) by this step.
+  std::int32_t admit_window_blocks = 1;
+  std::int32_t admit_window_step_blocks = 1;
+  // How many releases one doubling of a block's hits is worth: the block
+  // outlives that many later-freed blocks of equal depth.
+  double hit_weight_blocks = 0.0;
+};
+
 class Evictor {
  public:
   // protected_capacity_blocks: how many blocks the SLRU protected segment may
   // hold; its oldest block is demoted to probation beyond that. Unused by LRU.
-  Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks);
+  Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks,
+          PrefixAwareParams prefix_aware = {});
 
   // A block became free. was_hit: it served a prefix hit while cached, which
   // under SLRU earns it the protected segment.
-  void insert(BlockId block, bool was_hit);
+  void insert(BlockId block, bool was_hit) { insert(block, EvictionSignals{.num_hits = was_hit ? 1 : 0}); }
+  // The same with everything the prefix-aware policy ranks by (LRU/SLRU read
+  // only whether num_hits > 0).
+  void insert(BlockId block, const EvictionSignals& signals);
   void remove(BlockId block);
   // The next block to evict, taken out; nullopt when empty.
   std::optional<BlockId> pop_victim();
+  // Whether the last pop_victim() took a block from the prefix-aware cold tier.
+  bool last_victim_was_cold() const { return last_victim_was_cold_; }
+  // Applies to blocks inserted from now on.
+  void set_admit_window_blocks(std::int32_t blocks);
+  std::int32_t admit_window_blocks() const { return prefix_aware_.admit_window_blocks; }
 
   bool contains(BlockId block) const { return segment_[static_cast<std::size_t>(block)] != Segment::kNone; }
-  std::int32_t size() const { return probation_.size + protected_.size; }
+  std::int32_t size() const { return probation_.size + protected_.size + static_cast<std::int32_t>(ranked_.size()); }
   std::int32_t num_protected() const { return protected_.size; }
 
   void check_invariants() const;
 
  private:
-  enum class Segment : std::uint8_t { kNone, kProbation, kProtected };
+  enum class Segment : std::uint8_t { kNone, kProbation, kProtected, kRanked };
   struct List {  // head = oldest (next victim), tail = newest
     BlockId head = -1;
     BlockId tail = -1;
@@ -42,6 +65,12 @@ class Evictor {
   List& list_of(Segment segment) { return segment == Segment::kProtected ? protected_ : probation_; }
   void push_back(Segment segment, BlockId block);
   void unlink(BlockId block);
+  // Prefix-aware order: the cold tier (false < true) first, then the lowest score.
+  using RankKey = std::pair<std::pair<bool, double>, BlockId>;
+  RankKey rank_key(BlockId block) const {
+    const auto i = static_cast<std::size_t>(block);
+    return {{warm_[i], score_[i]}, block};
+  }
 
   EvictionPolicy policy_;
   std::int32_t protected_capacity_blocks_;
@@ -50,6 +79,13 @@ class Evictor {
   std::vector<Segment> segment_;  // [num_blocks]
   List probation_;
   List protected_;
+  // Prefix-aware state; ranked_ holds its blocks, and segment_ marks them kRanked.
+  PrefixAwareParams prefix_aware_;
+  std::int64_t num_releases_ = 0;  // the recency clock
+  bool last_victim_was_cold_ = false;
+  std::vector<double> score_;      // [num_blocks] valid while ranked
+  std::vector<bool> warm_;         // [num_blocks] valid while ranked
+  std::set<RankKey> ranked_;
 };
 
 }  // namespace sluice

@@ -14,11 +14,21 @@ std::int32_t protected_capacity(const KvCacheConfig& config) {
 
 std::int32_t ceil_div(std::int32_t a, std::int32_t b) { return (a + b - 1) / b; }
 
+PrefixAwareParams prefix_aware_params(const KvCacheConfig& config) {
+  return PrefixAwareParams{
+      .admit_window_blocks = ceil_div(config.prefix_admit_window_tokens, config.block_size_tokens),
+      .admit_window_step_blocks = ceil_div(config.prefix_admit_window_step_tokens, config.block_size_tokens),
+      .hit_weight_blocks = config.prefix_hit_weight * static_cast<double>(config.num_blocks)};
+}
+
 }  // namespace
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
-    : config_(config), pool_(config.num_blocks, config.eviction, protected_capacity(config)) {
+    : config_(config),
+      pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config)) {
   SLUICE_CHECK(config.block_size_tokens > 0);
+  SLUICE_CHECK(config.prefix_admit_window_tokens >= 0 && config.prefix_hit_weight >= 0.0);
+  SLUICE_CHECK(config.prefix_admit_window_step_tokens > 0);
   SLUICE_CHECK(config.slru_protected_fraction >= 0.0 && config.slru_protected_fraction <= 1.0);
 }
 
@@ -104,6 +114,7 @@ Status KvCacheManager::commit(const KvAllocation& allocation) {
   }
   if (is_new) {
     seq.num_registered_blocks = num_hit_blocks;
+    seq.num_prefix_hit_blocks = num_hit_blocks;
     num_queried_tokens_ += allocation.num_queried_tokens;
     num_hit_tokens_ += allocation.prefix.num_cached_tokens;
   }
@@ -121,6 +132,8 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
       {static_cast<std::size_t>(num_computed_tokens / config_.block_size_tokens), block_hashes.size(),
        seq.blocks.size()});
   for (auto i = static_cast<std::size_t>(seq.num_registered_blocks); i < num_full; ++i) {
+    // The block right after the prefix hit, seen for the first time: where the hit stopped.
+    if (i == static_cast<std::size_t>(seq.num_prefix_hit_blocks)) pool_.note_first_miss(block_hashes[i]);
     pool_.register_hash(seq.blocks[i], block_hashes[i]);
   }
   seq.num_registered_blocks = std::max(seq.num_registered_blocks, static_cast<std::int32_t>(num_full));
@@ -132,7 +145,9 @@ void KvCacheManager::free(SequenceId seq_id) {
   // Tail first: under LRU the end of a prompt is evicted before its start,
   // which is the part other requests share.
   const std::vector<BlockId>& blocks = it->second.blocks;
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.release(*b);
+  for (auto i = static_cast<std::int32_t>(blocks.size()) - 1; i >= 0; --i) {
+    pool_.release(blocks[static_cast<std::size_t>(i)], std::max(0, i - it->second.num_prefix_hit_blocks));
+  }
   sequences_.erase(it);
 }
 

@@ -27,6 +27,13 @@ struct KvCacheConfig {
   bool enable_prefix_caching = true;
   EvictionPolicy eviction = EvictionPolicy::kSlru;
   double slru_protected_fraction = 0.5;  // of num_blocks
+  // Prefix-aware policy (eviction_policy.h): a never-hit block this many
+  // tokens past its request's prefix hit joins the cold tier (the start; it
+  // adapts by the step, admission_window.h); one doubling of a block's hits is
+  // worth prefix_hit_weight * num_blocks releases.
+  std::int32_t prefix_admit_window_tokens = 2048;
+  std::int32_t prefix_admit_window_step_tokens = 512;
+  double prefix_hit_weight = 0.5;
 };
 
 // The cached blocks that hold a prefix of some token sequence.
@@ -110,6 +117,7 @@ class KvCacheManager {
   struct Sequence {
     std::vector<BlockId> blocks;
     std::int32_t num_registered_blocks = 0;  // blocks[0, n) are in the prefix cache or were offered to it
+    std::int32_t num_prefix_hit_blocks = 0;  // blocks[0, n) came from the prefix hit at admission
   };
 
   KvCacheConfig config_;
