@@ -279,7 +279,8 @@ TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   const Golden golden = load_golden(GetParam());
   auto backend = cuda_runner(golden.model_dir, 16, testing::num_blocks_for(golden, 16));
   auto reference =
-      make_model_runner(golden.model_dir, make_cpu_ops({.num_threads = 4}), {.block_size_tokens = 16, .num_kv_blocks = testing::num_blocks_for(golden, 16)});
+      make_model_runner(golden.model_dir, make_cpu_ops({.num_threads = 4}),
+                        {.block_size_tokens = 16, .num_kv_blocks = testing::num_blocks_for(golden, 16)});
   ASSERT_TRUE(reference.ok()) << reference.error_message();
   for (const GoldenCase& c : golden.cases) {
     SCOPED_TRACE(::testing::Message() << "prompt of " << c.prompt.size());

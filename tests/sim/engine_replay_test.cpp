@@ -82,7 +82,7 @@ TEST(EngineReplay, KeepsTheEnginesReasonForEachRejection) {
   ASSERT_EQ(out.num_rejected(), 1);
   EXPECT_EQ(out.rejections[0].index, 1u);
   EXPECT_EQ(out.rejections[0].request_id, "too-long");
-  EXPECT_NE(out.rejections[0].message.find("max_model_len"), std::string::npos) << out.rejections[0].message;
+  EXPECT_NE(out.rejections[0].message.find("maximum context length"), std::string::npos) << out.rejections[0].message;
   EXPECT_EQ(out.timelines.size(), 2u);
   EXPECT_TRUE(out.timelines.contains("ok"));
   EXPECT_TRUE(out.timelines.contains("late"));
