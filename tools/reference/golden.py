@@ -46,27 +46,31 @@ def prompts(vocab_limit):
 
 
 @torch.no_grad()
+def greedy_case(model, prompt):
+    """One fixture case: the logits after the prompt, NUM_GREEDY_TOKENS greedy
+    tokens (each step recomputes the whole sequence, no cache) and the logits
+    of the last step."""
+    ids = list(prompt)
+    prompt_logits = None
+    last_logits = None
+    generated = []
+    for step in range(NUM_GREEDY_TOKENS):
+        logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+        if step == 0:
+            prompt_logits = logits.tolist()
+        last_logits = logits.tolist()
+        token = int(torch.argmax(logits))
+        generated.append(token)
+        ids.append(token)
+    return {"prompt": list(prompt), "prompt_logits": prompt_logits,
+            "greedy_tokens": generated, "final_logits": last_logits}
+
+
+@torch.no_grad()
 def run_model(path):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
-    vocab = model.config.vocab_size
-    cases = []
-    for prompt in prompts(vocab):
-        ids = list(prompt)
-        prompt_logits = None
-        last_logits = None
-        generated = []
-        for step in range(NUM_GREEDY_TOKENS):
-            logits = model(torch.tensor([ids])).logits[0, -1].float()
-            if step == 0:
-                prompt_logits = logits.tolist()
-            last_logits = logits.tolist()
-            token = int(torch.argmax(logits))
-            generated.append(token)
-            ids.append(token)
-        cases.append({"prompt": prompt, "prompt_logits": prompt_logits,
-                      "greedy_tokens": generated, "final_logits": last_logits})
-    return cases
+    return [greedy_case(model, prompt) for prompt in prompts(model.config.vocab_size)]
 
 
 @torch.no_grad()

@@ -26,7 +26,7 @@ import transformers
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden import NUM_GREEDY_TOKENS  # noqa: E402  (one fixture format for every family)
+from golden import greedy_case  # noqa: E402  (one fixture format for every family)
 
 
 def prompt_ids(length, vocab, seed):
@@ -58,21 +58,7 @@ def run_model(path, lengths, seed):
     vocab = model.config.vocab_size
     cases = []
     for length in lengths:
-        prompt = prompt_ids(length, vocab, seed)
-        ids = list(prompt)
-        prompt_logits = None
-        last_logits = None
-        generated = []
-        for step in range(NUM_GREEDY_TOKENS):
-            logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()
-            if step == 0:
-                prompt_logits = logits.tolist()
-            last_logits = logits.tolist()
-            token = int(torch.argmax(logits))
-            generated.append(token)
-            ids.append(token)
-        cases.append({"prompt": prompt, "prompt_logits": prompt_logits,
-                      "greedy_tokens": generated, "final_logits": last_logits})
+        cases.append(greedy_case(model, prompt_ids(length, vocab, seed)))
     rope = getattr(model.config, "rope_parameters", None) or getattr(model.config, "rope_scaling", None)
     return cases, {"rope": rope, "rope_interleave": getattr(model.config, "rope_interleave", None)}
 
