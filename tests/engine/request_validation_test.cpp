@@ -26,8 +26,10 @@ EngineRequest with_max_tokens(std::int32_t num_prompt_tokens, std::optional<std:
 }
 
 TEST(RequestValidation, AcceptsRequestsUpToEachBound) {
-  EXPECT_FALSE(check_request(with_max_tokens(10, 90), kLimits)) << "prompt + max_tokens == max_model_len";
-  EXPECT_FALSE(check_request(with_max_tokens(91, 9), kLimits)) << "prompt + 1 == the KV cache's room";
+  EXPECT_FALSE(check_request(with_max_tokens(10, 82), kLimits)) << "prompt + max_tokens == the KV cache's room";
+  EXPECT_FALSE(check_request(with_max_tokens(91, 1), kLimits)) << "prompt + 1 == the KV cache's room";
+  constexpr EngineRequestLimits kRoomyKv{.max_model_len_tokens = 100, .vocab_size = kVocab, .max_kv_tokens = 1000};
+  EXPECT_FALSE(check_request(with_max_tokens(10, 90), kRoomyKv)) << "prompt + max_tokens == max_model_len";
   EngineRequest edge_ids = with_max_tokens(2, 1);
   edge_ids.prompt_token_ids = {0, kLimits.vocab_size - 1};
   EXPECT_FALSE(check_request(edge_ids, kLimits));
@@ -36,10 +38,14 @@ TEST(RequestValidation, AcceptsRequestsUpToEachBound) {
   EXPECT_FALSE(check_request(min_equals_max, kLimits));
 }
 
-TEST(RequestValidation, AMissingMaxTokensIsTheRestOfTheContext) {
+// The rest of the context, or of the KV cache's room where that is smaller: a
+// request that outgrew the cache would preempt itself and wait forever.
+TEST(RequestValidation, AMissingMaxTokensIsTheRestOfTheContextOrTheKvCache) {
   const EngineRequest r = with_max_tokens(10, std::nullopt);
   EXPECT_FALSE(check_request(r, kLimits));
-  EXPECT_EQ(resolved_max_tokens(r, kLimits), 90);
+  EXPECT_EQ(resolved_max_tokens(r, kLimits), 82);
+  constexpr EngineRequestLimits kRoomyKv{.max_model_len_tokens = 100, .vocab_size = kVocab, .max_kv_tokens = 1000};
+  EXPECT_EQ(resolved_max_tokens(r, kRoomyKv), 90);
   EXPECT_EQ(resolved_max_tokens(with_max_tokens(10, 7), kLimits), 7);
 }
 
@@ -89,14 +95,18 @@ std::vector<RejectionCase> rejection_cases() {
       RequestField::kMaxTokens,
       "This model's maximum context length is 100 tokens. However, you requested 101 tokens (10 in the messages, "
       "91 in the completion). Please reduce the length of the messages or completion.");
+  add("prompt + max_tokens over the KV cache", with_max_tokens(10, 83), ErrorCode::kOutOfRange,
+      RequestField::kMaxTokens,
+      "This server's KV cache holds at most 92 tokens of one request. However, you requested 93 tokens (10 in the "
+      "messages, 83 in the completion). Please reduce the length of the messages or completion.");
   EngineRequest min_over_max = with_max_tokens(10, 5);
   min_over_max.min_tokens = 6;
   add("min_tokens over max_tokens", min_over_max, ErrorCode::kInvalidArgument, RequestField::kMinTokens,
       "min_tokens (6) must not exceed max_tokens (5)");
   EngineRequest min_over_rest = with_max_tokens(10, std::nullopt);
-  min_over_rest.min_tokens = 91;
-  add("min_tokens over the rest of the context", min_over_rest, ErrorCode::kInvalidArgument,
-      RequestField::kMinTokens, "min_tokens (91) must not exceed max_tokens (90: the rest of the context)");
+  min_over_rest.min_tokens = 83;
+  add("min_tokens over the rest of the KV cache", min_over_rest, ErrorCode::kInvalidArgument,
+      RequestField::kMinTokens, "min_tokens (83) must not exceed max_tokens (82: the rest of the context or KV cache)");
   return cases;
 }
 
@@ -126,7 +136,7 @@ TEST(RequestValidation, SubmitGivesTheSameAnswer) {
     EXPECT_EQ(submitted.error().code, c.code) << c.name;
     EXPECT_EQ(submitted.error().message, c.message) << c.name;
   }
-  EXPECT_TRUE(engine.submit(with_max_tokens(10, 90)).ok());
+  EXPECT_TRUE(engine.submit(with_max_tokens(10, 82)).ok());
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ TEST_F(RequestRejectionTest, ATokenIdOutsideTheVocabulary) {
 
 TEST_F(RequestRejectionTest, MinTokensPastTheRestOfTheContext) {
   expect_rejection(complete(10, {{"min_tokens", 247}}), nullptr, "min_tokens",
-                   "min_tokens (247) must not exceed max_tokens (246: the rest of the context)");
+                   "min_tokens (247) must not exceed max_tokens (246: the rest of the context or KV cache)");
 }
 
 TEST_F(RequestRejectionTest, AChatPromptPastTheContextNamesTheMessages) {

@@ -1,5 +1,6 @@
 #include "sluice/engine/request_validation.h"
 
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -17,10 +18,16 @@ RequestRejection too_long(RequestField field, std::string message) {
   return {.field = field, .error = Error{std::move(message), ErrorCode::kOutOfRange}};
 }
 
+// What one request may grow to: the context, or less when the KV cache holds
+// less. A request that outgrows the cache would preempt itself and wait forever.
+std::int64_t room_tokens(const EngineRequestLimits& limits) {
+  return std::min<std::int64_t>(limits.max_model_len_tokens, limits.max_kv_tokens);
+}
+
 }  // namespace
 
 std::int32_t resolved_max_tokens(const EngineRequest& request, const EngineRequestLimits& limits) {
-  return request.max_tokens.value_or(limits.max_model_len_tokens -
+  return request.max_tokens.value_or(static_cast<std::int32_t>(room_tokens(limits)) -
                                      static_cast<std::int32_t>(request.prompt_token_ids.size()));
 }
 
@@ -57,10 +64,17 @@ std::optional<RequestRejection> check_request(const EngineRequest& request, cons
                                 limits.max_model_len_tokens, num_prompt_tokens + max_tokens, num_prompt_tokens,
                                 max_tokens));
   }
+  if (num_prompt_tokens + max_tokens > limits.max_kv_tokens) {
+    return too_long(RequestField::kMaxTokens,
+                    fmt::format("This server's KV cache holds at most {} tokens of one request. However, you requested "
+                                "{} tokens ({} in the messages, {} in the completion). Please reduce the length of the "
+                                "messages or completion.",
+                                limits.max_kv_tokens, num_prompt_tokens + max_tokens, num_prompt_tokens, max_tokens));
+  }
   if (request.min_tokens > max_tokens) {
     return invalid(RequestField::kMinTokens,
                    fmt::format("min_tokens ({}) must not exceed max_tokens ({}{})", request.min_tokens, max_tokens,
-                               request.max_tokens ? "" : ": the rest of the context"));
+                               request.max_tokens ? "" : ": the rest of the context or KV cache"));
   }
   return std::nullopt;
 }

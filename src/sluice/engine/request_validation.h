@@ -38,11 +38,14 @@ struct RequestRejection {
 
 // nullopt: the request can run. Checks, in order: the request id, the prompt
 // (empty, token ids, longer than the context, longer than the KV cache), then
-// max_tokens and min_tokens against what the prompt leaves.
+// max_tokens against what the prompt leaves of the context and of the KV
+// cache, then min_tokens.
 std::optional<RequestRejection> check_request(const EngineRequest& request, const EngineRequestLimits& limits);
 
 // The most tokens the request may generate: its max_tokens, or, when it has
-// none, the rest of the context (max_model_len - prompt), as vLLM does.
+// none, the rest of the context (max_model_len - prompt), as vLLM does, or of
+// the KV cache's room for one request where that is smaller (vLLM refuses to
+// start then; sluice runs, and a request never outgrows the cache).
 std::int32_t resolved_max_tokens(const EngineRequest& request, const EngineRequestLimits& limits);
 
 }  // namespace sluice
