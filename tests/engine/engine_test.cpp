@@ -349,6 +349,22 @@ TEST_P(EngineInBothModes, PreemptionUnderMemoryPressureKeepsResultsExact) {
   }
 }
 
+// A context longer than the KV cache: a request without max_tokens used to
+// grow past the cache, preempt itself and wait forever. It now ends at the
+// cache's room with a length finish.
+TEST_P(EngineInBothModes, ARequestNeverOutgrowsTheKvCache) {
+  EngineConfig config = small_config(GetParam());
+  config.max_model_len_tokens = 100;
+  auto engine = make_engine(config, 8);  // 32 tokens of KV
+  EngineRequest r = request("long", tokens_from(10, 0), 1);
+  r.max_tokens.reset();
+  auto s = engine->submit(std::move(r));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto out = run(*engine, {*s});
+  EXPECT_EQ(out["long"].finish, FinishReason::kLength);
+  EXPECT_EQ(out["long"].tokens.size(), 22u);  // 32 tokens of room less the 10 of the prompt
+}
+
 TEST_P(EngineInBothModes, ThreadedModeServesConcurrentSubmitters) {
   EngineConfig config = small_config(GetParam());
   config.clock = ClockMode::kWall;
