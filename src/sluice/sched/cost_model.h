@@ -40,6 +40,14 @@ struct CostTerms {
   std::array<double, kNumTerms> values() const {
     return {gemm_compute_ms, gemm_memory_ms, attention_compute_ms, attention_memory_ms, fixed_ms};
   }
+  // Each term times its factor (factors in values() order).
+  CostTerms scaled(const std::array<double, kNumTerms>& factors) const {
+    return {.gemm_compute_ms = gemm_compute_ms * factors[0],
+            .gemm_memory_ms = gemm_memory_ms * factors[1],
+            .attention_compute_ms = attention_compute_ms * factors[2],
+            .attention_memory_ms = attention_memory_ms * factors[3],
+            .fixed_ms = fixed_ms * factors[4]};
+  }
   double total_ms() const {
     double t = 0;
     for (double v : values()) t += v;

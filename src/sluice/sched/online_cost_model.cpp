@@ -24,13 +24,7 @@ OnlineCostModel::OnlineCostModel(std::shared_ptr<const CostModel> prior, Options
 }
 
 CostTerms OnlineCostModel::predict_terms(const StepShape& shape) const {
-  CostTerms t = prior_->predict_terms(shape);
-  t.gemm_compute_ms *= factors_[0];
-  t.gemm_memory_ms *= factors_[1];
-  t.attention_compute_ms *= factors_[2];
-  t.attention_memory_ms *= factors_[3];
-  t.fixed_ms *= factors_[4];
-  return t;
+  return prior_->predict_terms(shape).scaled(factors_);
 }
 
 double OnlineCostModel::predict_step_ms(const StepShape& shape) const { return predict_terms(shape).total_ms(); }

@@ -14,13 +14,8 @@ SkewedCostModel::SkewedCostModel(std::shared_ptr<const CostModel> believed, Cost
 }
 
 CostTerms SkewedCostModel::predict_terms(const StepShape& shape) const {
-  CostTerms t = believed_->predict_terms(shape);
   const auto& f = skew_.term_factors;
-  t.gemm_compute_ms *= f[0];
-  t.gemm_memory_ms *= f[1];
-  t.attention_compute_ms *= f[2];
-  t.attention_memory_ms *= f[3];
-  t.fixed_ms *= f[4];
+  CostTerms t = believed_->predict_terms(shape).scaled(f);
   if (skew_.long_prefix_attention_factor == 1.0) return t;
   // The long-context sequences' own attention, priced alone, scaled again.
   StepShape long_part;
