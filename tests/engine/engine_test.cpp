@@ -464,6 +464,11 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   EngineConfig too_long;
   too_long.max_model_len_tokens = 1000;
   EXPECT_FALSE(validate(too_long, info).ok());
+  for (double share : {-0.1, 1.0}) {
+    EngineConfig bad_share;
+    bad_share.min_prefill_share = share;
+    EXPECT_NE(validate(bad_share, info).error_message().find("--min-prefill-share"), std::string::npos) << share;
+  }
   EXPECT_TRUE(validate(EngineConfig{}, info).ok());
 }
 
