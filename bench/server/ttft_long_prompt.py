@@ -63,6 +63,7 @@ def main():
                     str(model)], check=True, stdout=subprocess.DEVNULL)
     server = subprocess.Popen(
         [sluice, "serve", "--model", str(model), "--device", "sim", "--sim-profile", "deepseek-v4.1-flash",
+         "--tensor-parallel-size", "8", "--enable-expert-parallel",
          "--sim-speed", "0", "--max-model-len", str(target_tokens + 20000), "--kv-cache-memory", str(int(1e9)),
          "--max-request-body-bytes", str(64 << 20), "--port", "0", "--stats-log-interval", "0",
          "--log-level", "debug", "--served-model-name", "m"],

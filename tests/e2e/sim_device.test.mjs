@@ -74,7 +74,15 @@ export const tests = {
 
   async 'flags without effect on the chosen device are refused at start'(ctx) {
     for (const [args, message] of [
-      [['--device', 'sim', '--gpu-memory-utilization', '0.5'], /--gpu-memory-utilization has no effect/],
+      [['--device', 'cpu', '--gpu-memory-utilization', '0.5'], /--gpu-memory-utilization has no effect/],
+      [['--device', 'cpu', '--tensor-parallel-size', '2'], /--tensor-parallel-size 2 has no effect with --device cpu/],
+      [['--device', 'cpu', '-tp', '2'], /--tensor-parallel-size 2 has no effect with --device cpu/],
+      [['--device', 'sim', '--enable-expert-parallel'], /--enable-expert-parallel needs --tensor-parallel-size > 1/],
+      [['--device', 'sim', '--sim-profile', 'llama-3-8b', '-tp', '2', '--enable-expert-parallel'],
+        /--expert-parallel: llama-3-8b is a dense model/],
+      // As `sluice plan` says: 309 GB of weights on one 141 GB GPU.
+      [['--device', 'sim', '--sim-profile', 'deepseek-v4.1-flash'],
+        /deepseek-v4.1-flash does not fit on 1 x H200.* \(--tensor-parallel-size 1\): weights 308.9 GB .*short by 193.8 GB/],
       [['--device', 'cpu', '--sim-speed', '2'], /--sim-speed has no effect without --device sim/],
       [['--device', 'sim', '--threads', '2'], /--threads has no effect with --device sim/],
       [['--device', 'sim', '--sim-profile', 'no-such-model'], /--sim-profile no-such-model: unknown/],
@@ -88,5 +96,20 @@ export const tests = {
       assert.notEqual(r.status, 0, `${args.join(' ')} was accepted`);
       assert.match(r.stdout + r.stderr, message);
     }
+  },
+
+  async 'the sim replays an 8-GPU expert-parallel launch with the KV cache its memory plan leaves'(ctx) {
+    const plan = spawnSync(ctx.sluice, ['plan', '--profile', 'deepseek-v4.1-flash', '--gpus', '8',
+      '--enable-expert-parallel', '--max-model-len', '131072'], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(plan.status, 0, plan.stdout + plan.stderr);
+    const blocks = plan.stdout.match(/KV capacity +\d+ tokens \((\d+) blocks of 16\)/);
+    assert.ok(blocks, plan.stdout);
+    const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', '--device', 'sim',
+      '--sim-profile', 'deepseek-v4.1-flash', '--tensor-parallel-size', '8', '--enable-expert-parallel',
+      '--max-model-len', '131072', '--check-only'], { encoding: 'utf8', timeout: 30_000 });
+    const out = r.stdout + r.stderr;
+    assert.equal(r.status, 0, out);
+    assert.match(out, /roofline \(deepseek-v4.1-flash on 8 x H200.*, tensor parallel 8, expert parallel 8\)/);
+    assert.match(out, new RegExp(`sim: ${blocks[1]} KV blocks of 16 tokens \\(the memory plan`));
   },
 };

@@ -308,11 +308,7 @@ void run_plan(const PlanOptions& o) {
   }
 
   if (!mem.fits()) {
-    std::printf("DOES NOT FIT: weights %.1f GB + activations %.1f GB + sequence state %.1f GB = %.1f GB per GPU, "
-                "budget %.1f GB (short by %.1f GB)\n",
-                gb(mem.weight_bytes), gb(mem.activation_bytes), gb(mem.sequence_state_bytes),
-                gb(mem.weight_bytes + mem.activation_bytes + mem.sequence_state_bytes), gb(mem.budget_bytes),
-                gb(-mem.kv_bytes));
+    std::printf("DOES NOT FIT: %s\n", sim::describe_shortfall(mem).c_str());
     throw CLI::RuntimeError(kExitDoesNotFit);
   }
   std::printf("KV capacity         %lld tokens (%d blocks of %d)\n", static_cast<long long>(mem.kv_capacity_tokens),

@@ -44,7 +44,7 @@ struct ServeArgs {
   EngineConfig engine;
   std::int32_t block_size_tokens = 16;
   std::string device = "cpu";
-  std::int64_t kv_cache_memory_bytes = 1LL << 30;
+  std::optional<std::int64_t> kv_cache_memory_bytes;  // cpu: 1 GiB; sim: the memory plan's
   int num_threads = 0;
   std::string sim_profile;
   double sim_speed = 1.0;
@@ -54,6 +54,7 @@ struct ServeArgs {
   double stats_log_interval_s = 5.0;
   std::string reasoning_parser = "auto";
   std::int32_t tensor_parallel_size = 1;
+  bool enable_expert_parallel = false;
   std::optional<double> gpu_memory_utilization;
   CudaFlags cuda;
   std::string log_level = "info";
@@ -127,6 +128,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                  .max_num_batched_tokens = args.engine.max_num_batched_tokens,
                                                  .kv_cache_memory_bytes = args.kv_cache_memory_bytes,
                                                  .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
+                                                 .tensor_parallel_size = args.tensor_parallel_size,
+                                                 .enable_expert_parallel = args.enable_expert_parallel,
                                                  .cuda = cuda_options(args.cuda),
                                                  .num_threads = args.num_threads,
                                                  .sim_profile = args.sim_profile,
@@ -192,9 +195,20 @@ Result<std::int32_t> parse_max_model_len(const std::string& text) {
 // Flags that would do nothing with this --device: refused, never ignored.
 Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
   auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
-  if (args.tensor_parallel_size != 1)
-    return Error{fmt::format("--tensor-parallel-size {} has no effect: one device only (1 is supported)",
-                             args.tensor_parallel_size)};
+  if (args.tensor_parallel_size < 1)
+    return Error{fmt::format("--tensor-parallel-size {} must be >= 1", args.tensor_parallel_size)};
+  if (args.device != "sim" && args.tensor_parallel_size != 1)
+    return Error{fmt::format("--tensor-parallel-size {} has no effect with --device {}: it runs on one device (1 is "
+                             "supported; --device sim replays an N-GPU launch)",
+                             args.tensor_parallel_size, args.device)};
+  if (args.device != "sim" && args.enable_expert_parallel)
+    return Error{fmt::format("--enable-expert-parallel has no effect with --device {}: it runs on one device, every "
+                             "expert is local (--device sim replays an expert-parallel launch)",
+                             args.device)};
+  if (args.enable_expert_parallel && args.tensor_parallel_size == 1)
+    return Error{"--enable-expert-parallel needs --tensor-parallel-size > 1: experts are split over those GPUs"};
+  if (args.gpu_memory_utilization && (*args.gpu_memory_utilization <= 0 || *args.gpu_memory_utilization > 1))
+    return Error{fmt::format("--gpu-memory-utilization {} must be in (0, 1]", *args.gpu_memory_utilization)};
   if (args.device == "cuda") {
 #if !SLUICE_HAVE_CUDA
     return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
@@ -202,12 +216,8 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
     if (given("--kv-cache-memory"))
       return Error{"--kv-cache-memory has no effect with --device cuda: the KV cache is sized by "
                    "--gpu-memory-utilization"};
-    if (args.gpu_memory_utilization && (*args.gpu_memory_utilization <= 0 || *args.gpu_memory_utilization > 1))
-      return Error{fmt::format("--gpu-memory-utilization {} must be in (0, 1]", *args.gpu_memory_utilization)};
-  } else if (args.gpu_memory_utilization) {
-    return Error{fmt::format("--gpu-memory-utilization has no effect with --device {}; size the KV cache with "
-                             "--kv-cache-memory",
-                             args.device)};
+  } else if (args.device == "cpu" && args.gpu_memory_utilization) {
+    return Error{"--gpu-memory-utilization has no effect with --device cpu; size the KV cache with --kv-cache-memory"};
   }
   SLUICE_TRY(check_cuda_flags(cmd, args.device));
   if (args.device != "cpu" && given("--threads"))
@@ -327,10 +337,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--device", a.device, "cpu (the reference), cuda, or sim (steps simulated by the cost model)")
       ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
   cmd->add_option("--kv-cache-memory", a.kv_cache_memory_bytes,
-                  "KV cache size in bytes (cpu; sim: the simulated device's KV cache)")
+                  "KV cache size in bytes (cpu: default 1 GiB; sim: default from --gpu-memory-utilization)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
-                  "cuda: share of device memory for weights, activations and KV (default 0.9)");
+                  "cuda, sim: share of device memory for weights, activations and KV (default 0.9)");
   add_cuda_flags(*cmd, a.cuda);
   cmd->add_option("--threads", a.num_threads, "CPU compute threads (0 = all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--sim-profile", a.sim_profile,
@@ -373,7 +383,10 @@ void add_serve_command(CLI::App& app) {
         throw CLI::Success();
       },
       "print how each vLLM flag maps to sluice, then exit");
-  cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size, "must be 1 (one device)");
+  cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size,
+                  "GPUs the model is split over (vLLM's -tp too): 1 on cpu and cuda; any on sim (an N-GPU launch replayed)");
+  cmd->add_flag("--enable-expert-parallel", a.enable_expert_parallel,
+                "sim: routed experts split over the --tensor-parallel-size GPUs, as vLLM's flag");
   cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
   cmd->callback([args, cmd] {
     if (auto status = run_serve(*args, *cmd); !status) {

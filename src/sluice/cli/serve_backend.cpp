@@ -22,22 +22,27 @@
 namespace sluice::cli {
 namespace {
 
+constexpr std::int64_t kDefaultCpuKvCacheBytes = 1LL << 30;
+
 // The roofline model the scheduler and the sim share: the model directory's
-// shape (or a builtin profile) on one H200.
+// shape (or a builtin profile) on H200s.
 Result<std::shared_ptr<const sim::RooflineCostModel>> roofline_cost_model(const sim::ModelProfile& profile,
-                                                                         const sim::HardwareSpec& hardware) {
-  const sim::Parallelism parallelism{};
+                                                                         const sim::HardwareSpec& hardware,
+                                                                         const sim::Parallelism& parallelism) {
   SLUICE_TRY(sim::validate(parallelism, profile));
   return std::make_shared<const sim::RooflineCostModel>(profile, hardware, parallelism);
 }
 
 std::string describe(const sim::RooflineCostModel& model) {
-  return fmt::format("roofline ({} on {}, 1 GPU)", model.profile().name, model.hardware().name);
+  const sim::Parallelism& par = model.parallelism();
+  if (par.num_gpus == 1) return fmt::format("roofline ({} on {}, 1 GPU)", model.profile().name, model.hardware().name);
+  return fmt::format("roofline ({} on {} x {}, tensor parallel {}, expert parallel {})", model.profile().name,
+                     par.num_gpus, model.hardware().name, par.tensor_parallel, par.expert_parallel);
 }
 
 Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
   ModelRunnerOptions runner{.block_size_tokens = options.block_size_tokens,
-                            .kv_cache_bytes = options.kv_cache_memory_bytes,
+                            .kv_cache_bytes = options.kv_cache_memory_bytes.value_or(kDefaultCpuKvCacheBytes),
                             .max_model_len_tokens = options.max_model_len_tokens,
                             .show_progress = options.show_progress};
   SLUICE_TRY_ASSIGN(backend,
@@ -50,7 +55,7 @@ Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
 Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& options) {
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(options.model_dir));
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda()));
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
   spdlog::info("cuda: {}", describe(options.cuda));
   SLUICE_TRY_ASSIGN(ops, make_cuda_ops(options.cuda));
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -104,18 +109,39 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
     }
     profile = *builtin;
   }
-  const double bytes_per_block = profile.kv_bytes_per_token * options.block_size_tokens;
-  if (bytes_per_block <= 0) return Error{fmt::format("sim profile {} has no KV bytes per token", profile.name)};
-  const double num_blocks = static_cast<double>(options.kv_cache_memory_bytes) / bytes_per_block;
-  if (num_blocks < 1 || num_blocks > INT32_MAX)
-    return Error{fmt::format("--kv-cache-memory {} holds {:.0f} blocks of {} ({:.0f} bytes each); need 1 to {}",
-                             options.kv_cache_memory_bytes, num_blocks, profile.name, bytes_per_block, INT32_MAX)};
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda()));
-  SLUICE_TRY_ASSIGN(simulated,
-                    sim::make_sim_backend(profile, sim::h200_sluice_cuda(), sim::Parallelism{},
-                                          {.memory = {.block_size_tokens = options.block_size_tokens},
-                                           .max_model_len_tokens = options.max_model_len_tokens,
-                                           .num_kv_blocks_override = static_cast<std::int32_t>(num_blocks)}));
+  const sim::Parallelism parallelism{.num_gpus = options.tensor_parallel_size,
+                                     .tensor_parallel = options.tensor_parallel_size,
+                                     .expert_parallel = options.enable_expert_parallel ? options.tensor_parallel_size : 1};
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), parallelism));
+  // The same question `sluice plan` answers: a launch whose weights and
+  // activations leave no room for KV is refused, whatever --kv-cache-memory says.
+  const sim::MemoryOptions memory{.gpu_memory_utilization = options.gpu_memory_utilization,
+                                  .max_num_seqs = options.max_num_seqs,
+                                  .max_num_batched_tokens = options.max_num_batched_tokens,
+                                  .block_size_tokens = options.block_size_tokens,
+                                  .max_model_len_tokens = options.max_model_len_tokens};
+  const sim::MemoryPlan plan = sim::plan_memory(profile, sim::h200_sluice_cuda(), parallelism, memory);
+  if (!plan.fits())
+    return Error{fmt::format("{} does not fit on {} x {} (--tensor-parallel-size {}{}): {}", profile.name,
+                             parallelism.num_gpus, sim::h200_sluice_cuda().name, parallelism.tensor_parallel,
+                             options.enable_expert_parallel ? ", --enable-expert-parallel" : "",
+                             sim::describe_shortfall(plan))};
+  std::optional<std::int32_t> num_kv_blocks_override;
+  if (options.kv_cache_memory_bytes) {
+    const double bytes_per_block = profile.kv_bytes_per_token * options.block_size_tokens;
+    if (bytes_per_block <= 0) return Error{fmt::format("sim profile {} has no KV bytes per token", profile.name)};
+    const double num_blocks = static_cast<double>(*options.kv_cache_memory_bytes) / bytes_per_block;
+    if (num_blocks < 1 || num_blocks > INT32_MAX)
+      return Error{fmt::format("--kv-cache-memory {} holds {:.0f} blocks of {} ({:.0f} bytes each); need 1 to {}",
+                               *options.kv_cache_memory_bytes, num_blocks, profile.name, bytes_per_block, INT32_MAX)};
+    num_kv_blocks_override = static_cast<std::int32_t>(num_blocks);
+  }
+  SLUICE_TRY_ASSIGN(simulated, sim::make_sim_backend(profile, sim::h200_sluice_cuda(), parallelism,
+                                                     {.memory = memory,
+                                                      .max_model_len_tokens = options.max_model_len_tokens,
+                                                      .num_kv_blocks_override = num_kv_blocks_override}));
+  spdlog::info("sim: {} KV blocks of {} tokens ({})", simulated->info().num_kv_blocks, options.block_size_tokens,
+               options.kv_cache_memory_bytes ? "--kv-cache-memory" : "the memory plan, as sluice plan computes it");
   SLUICE_TRY_ASSIGN(paced, PacedSimBackend::make(std::move(simulated), tokenizer, eos_token_ids,
                                                  {.speed = options.sim_speed, .eos_every = options.sim_eos_every}));
   std::string description = describe(*cost_model) +

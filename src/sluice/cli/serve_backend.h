@@ -5,7 +5,10 @@
 //         after the weights are uploaded, and the roofline cost model of the
 //         model directory on an H200 so prefill chunks are sized by time;
 //   sim   the sim module's SimBackend, paced to wall clock (serve_sim_backend.h),
-//         with the same roofline model as its cost model.
+//         with the same roofline model as its cost model, for one GPU or an
+//         N-GPU launch (--tensor-parallel-size, --enable-expert-parallel); the
+//         KV cache from the memory plan (as `sluice plan` computes it) unless
+//         --kv-cache-memory sets it, and a model that does not fit is refused.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +32,10 @@ struct ServeBackendOptions {
   std::int32_t max_model_len_tokens = 0;       // 0 = the model's
   std::int32_t max_num_seqs = 64;              // cuda: sizes the activation reserve
   std::int32_t max_num_batched_tokens = 8192;  // cuda: sizes the activation reserve
-  std::int64_t kv_cache_memory_bytes = 1LL << 30;  // cpu, sim
-  double gpu_memory_utilization = 0.9;             // cuda
+  std::optional<std::int64_t> kv_cache_memory_bytes;  // cpu (default 1 GiB); sim (default: the memory plan's)
+  double gpu_memory_utilization = 0.9;                // cuda, sim
+  std::int32_t tensor_parallel_size = 1;              // sim only (cpu and cuda run on one device)
+  bool enable_expert_parallel = false;                // sim only: routed experts over the TP GPUs
   CudaOptions cuda;                                // cuda: from the --cuda-* flags
   int num_threads = 0;                             // cpu
   std::string sim_profile;  // sim: a builtin profile name; empty = from the model directory

@@ -1,8 +1,10 @@
 #include "sluice/cli/vllm_flags.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -54,6 +56,22 @@ std::optional<std::string> undash(std::string_view token) {
   return std::nullopt;
 }
 
+// vLLM's short spellings of its long flags.
+std::optional<std::string> expand_short_alias(std::string_view token) {
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kAliases = {{
+      {"-tp", "--tensor-parallel-size"},
+      {"-dp", "--data-parallel-size"},
+      {"-pp", "--pipeline-parallel-size"},
+      {"-q", "--quantization"},
+  }};
+  for (const auto& [alias, name] : kAliases) {
+    if (token == alias) return std::string(name);
+    if (token.starts_with(alias) && token.size() > alias.size() && token[alias.size()] == '=')
+      return std::string(name) + std::string(token.substr(alias.size()));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
@@ -78,6 +96,7 @@ Result<std::vector<std::string>> translate_vllm_flags(const CLI::App& serve, std
   std::vector<std::string> out;
   std::vector<std::string> errors;
   for (std::size_t i = 0; i < args.size(); ++i) {
+    if (auto expanded = expand_short_alias(args[i])) args[i] = *expanded;
     const std::string& token = args[i];
     if (auto fixed = undash(token)) {
       const std::string name = fixed->substr(0, fixed->find('='));

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace sluice::sim {
 namespace {
 
@@ -69,6 +71,16 @@ MemoryPlan plan_memory(const ModelProfile& m, const HardwareSpec& hw, const Para
       std::min<std::int64_t>(blocks, std::numeric_limits<std::int32_t>::max()));
   plan.kv_capacity_tokens = static_cast<std::int64_t>(plan.num_kv_blocks) * options.block_size_tokens;
   return plan;
+}
+
+std::string describe_shortfall(const MemoryPlan& plan) {
+  if (plan.kv_bytes > 0)
+    return fmt::format("{:.3f} GB per GPU left for the KV cache, less than one block", plan.kv_bytes / 1e9);
+  const double needed = plan.weight_bytes + plan.activation_bytes + plan.sequence_state_bytes;
+  return fmt::format("weights {:.1f} GB + activations {:.1f} GB + sequence state {:.1f} GB = {:.1f} GB per GPU, "
+                     "budget {:.1f} GB (short by {:.1f} GB)",
+                     plan.weight_bytes / 1e9, plan.activation_bytes / 1e9, plan.sequence_state_bytes / 1e9,
+                     needed / 1e9, plan.budget_bytes / 1e9, (needed - plan.budget_bytes) / 1e9);
 }
 
 }  // namespace sluice::sim

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "sluice/sim/hardware.h"
 #include "sluice/sim/model_profile.h"
@@ -37,6 +38,11 @@ struct MemoryPlan {
 
   bool fits() const { return kv_bytes > 0 && num_kv_blocks > 0; }
 };
+
+// Why a plan does not fit, as one line: "weights 308.9 GB + activations ... =
+// 320.7 GB per GPU, budget 126.9 GB (short by 193.8 GB)". `sluice plan` and the
+// sim server both say it.
+std::string describe_shortfall(const MemoryPlan& plan);
 
 // Bytes of the KV cache per token for the chosen dtype, whole model.
 double kv_bytes_per_token(const ModelProfile& profile, KvCacheDtype dtype);

@@ -111,8 +111,7 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
   } else {
     const MemoryPlan plan = plan_memory(profile, hardware, parallelism, memory);
     if (!plan.fits()) {
-      return Error{profile.name + " does not fit: " + std::to_string(plan.kv_bytes / 1e9) +
-                   " GB left for KV per GPU after weights and activations"};
+      return Error{profile.name + " does not fit: " + describe_shortfall(plan)};
     }
     num_kv_blocks = plan.num_kv_blocks;
   }
