@@ -4,11 +4,13 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk]
+// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk |
+//                   --decode-sweep]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
-// GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix).
+// GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
+// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -267,6 +269,85 @@ void bench_attention(bool quick, bool decode_only = false) {
     std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)", batch,
                   context / 1024, kHeads, kv_heads);
     row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+  }
+}
+
+// Mean seconds per run of `fn` over `reps` runs enqueued back to back, one
+// synchronisation at the end: a kernel's own time, without a host round trip
+// per run (time_median's sync per run adds ~10-20 us to a 100 us kernel).
+double time_back_to_back(int reps, const std::function<void()>& fn) {
+  fn();
+  sync();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  sync();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
+}
+
+// GQA decode attention (Llama-3-8B: 32 query heads over 8 KV heads x 128) at
+// the batches and contexts issue 14 asks for, and at the burst's mixed steps:
+// K+V bytes read over time, with the step's metadata upload (begin_step) inside
+// and outside the timed loop.
+void bench_decode_sweep() {
+  constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
+  struct Case {
+    std::string name;
+    std::vector<std::int32_t> contexts;
+  };
+  std::vector<Case> cases;
+  for (std::int32_t batch : {8, 16, 32, 64})
+    for (std::int32_t context : {8192, 32768, 131072}) {
+      if (static_cast<double>(batch) * context > 64.0 * 32768) continue;  // <= 2M keys: 8.6 GB of K+V
+      cases.push_back({std::to_string(batch) + " x " + std::to_string(context / 1024) + "k",
+                       std::vector<std::int32_t>(batch, context)});
+    }
+  // The burst's decode steps: 8 chats at ~1k tokens beside the long prompts
+  // that have finished prefill (16k-128k, ~590k keys in all).
+  cases.push_back({"burst: 8 x 1k + 8 x 16k-128k", {1024, 1100, 1200, 1300, 1400, 1500, 1600, 1700, 16384, 30000,
+                                                    45000, 60000, 80000, 100000, 120000, 130944}});
+  cases.push_back({"mixed 64: 1k-128k", {}});
+  for (std::int32_t s = 0; s < 64; ++s) cases.back().contexts.push_back(1024 + (s * 2039) % 130000);
+  for (const Case& c : cases) {
+    CudaOptions options = bench_options();
+    options.use_cuda_graphs = false;
+    auto ops = new_ops(options);
+    std::int32_t total_blocks = 0;
+    double keys = 0;
+    for (std::int32_t context : c.contexts) {
+      total_blocks += context / kBlock + 1;
+      keys += context;
+    }
+    if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = total_blocks, .block_size_tokens = kBlock,
+                                 .num_kv_heads = kKvHeads, .head_dim = kDim}).ok())
+      std::exit(1);
+    if (!cuda_fill_kv_cache_random(*ops, 5).ok()) std::exit(1);
+    StepLayout layout;
+    std::int32_t next_block = 0;
+    const auto batch = static_cast<std::int32_t>(c.contexts.size());
+    for (std::int32_t s = 0; s < batch; ++s) {
+      const std::int32_t context = c.contexts[s];
+      SequenceLayout seq{.row_begin = s, .num_rows = 1, .num_computed_tokens = context - 1, .block_table = {}};
+      for (std::int32_t b = 0; b < context / kBlock + 1; ++b) seq.block_table.push_back(next_block++);
+      layout.sequences.push_back(seq);
+      layout.token_ids.push_back(0);
+      layout.positions.push_back(context - 1);
+      layout.sample_rows.push_back(s);
+    }
+    const Tensor q = must(cuda_random_weight(*ops, {batch, kHeads * kDim}, DType::bf16, 21, 1.0f));
+    const Tensor k = must(cuda_random_weight(*ops, {batch, kKvHeads * kDim}, DType::bf16, 22, 1.0f));
+    const Tensor v = must(cuda_random_weight(*ops, {batch, kKvHeads * kDim}, DType::bf16, 23, 1.0f));
+    const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kDim}, DType::bf16, 24, 1.0f));
+    const double bytes = 2.0 * 2.0 * keys * kKvHeads * kDim;
+    const double with_metadata = time_back_to_back(20, [&] {
+      ops->begin_step(layout);
+      ops->attention(0, q, k, v, 0.0884f, out);
+    });
+    ops->begin_step(layout);
+    const double kernel_only = time_back_to_back(20, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+    row("decode attention " + c.name + ", 32/8 heads, kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
+        pct(bytes / kernel_only / kHbmBytesPerSecond) + " of HBM");
+    row("decode attention " + c.name + ", 32/8 heads, with begin_step", bytes / with_metadata / 1e12, "TB/s",
+        pct(bytes / with_metadata / kHbmBytesPerSecond) + " of HBM");
   }
 }
 
@@ -618,6 +699,11 @@ int main(int argc, char** argv) {
     sluice::bench_attention(false);
     sluice::bench_chunk_over_prefix();
     sluice::bench_model(false);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep") == 0) {  // GQA decode attention at many shapes
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_decode_sweep();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode GEMVs and attention, decode steps

@@ -8,8 +8,9 @@
 # On the GPU machine (through the device tool), from the repository root,
 # binaries from .devcarry/cuda (tools/device/build_carry.sh):
 #   tools/device/burst_bench.sh
-# Writes $OUT/burst-<policy>.json and .svg, $OUT/logs.txt and $OUT/table.md
-# (8 files: what the device tool brings back).
+# Writes $OUT/burst-<policy>.json and .svg, $OUT/steps-<policy>.jsonl (one line
+# per engine step: `sluice calibrate --trace` fits the cost model to it),
+# $OUT/logs.txt and $OUT/table.md.
 #
 # Simulator calibration, on the development machine, with the JSONs brought
 # back in DIR: the same workload against `sluice serve --device sim` (the
@@ -61,7 +62,7 @@ ensure_model "$max_model_len" || exit 1
 
 for policy in $policies; do
   serve_args=(serve --model "$model" --port "$port" --scheduling-policy "$policy" --max-model-len "$max_model_len"
-              --served-model-name llama3-8b --stats-log-interval 5)
+              --served-model-name llama3-8b --stats-log-interval 5 --step-trace "$out/steps-$policy.jsonl")
   read -r -a extra_flags <<<"${SERVE_FLAGS:-}"
   serve_args+=("${extra_flags[@]}")
   bench_speedup=1
@@ -88,6 +89,11 @@ for policy in $policies; do
     --server-speedup "$bench_speedup" --max-duration-s "$per_policy_s" \
     --label "$policy ($mode)" --output-json "$out/burst-$policy.json" --plot "$out/burst-$policy.svg" --no-progress \
     2>&1 | tee -a "$log"
+  # What the online cost correction learned (per term: measured / predicted
+  # step time): the calibration of the simulator's H200 reads it from here.
+  { echo "===== metrics $policy ====="
+    python3 -c "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" \
+      "http://127.0.0.1:$port/metrics" | grep -E "cost_model_correction|step_time_seconds|engine_steps|max_step_seconds" ; } >>"$log" 2>&1
   stop_server
   { echo "===== serve $policy ====="; cat "$serve_log"; } >>"$log"
   rm -f "$serve_log"

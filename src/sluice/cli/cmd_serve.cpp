@@ -329,6 +329,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-step-ms", a.engine.max_step_ms, "predicted-time bound of one engine step");
   cmd->add_option("--min-prefill-share", a.engine.min_prefill_share,
                   "share of step time prefill keeps when decodes alone nearly fill --max-step-ms");
+  cmd->add_option("--step-trace", a.engine.step_trace_path,
+                  "write one JSON line per engine step (shape, measured and predicted ms) to this file, for "
+                  "`sluice calibrate`");
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   sluice::cli::add_make_model_command(app);
   sluice::cli::add_generate_command(app);
   sluice::cli::add_plan_command(app);
+  sluice::cli::add_calibrate_command(app);
   sluice::cli::add_tokenize_commands(app);
   sluice::cli::add_serve_command(app);
   sluice::cli::add_bench_command(app);

@@ -92,6 +92,9 @@ struct EngineConfig {
   // constraints are driven by the pipeline's worker.
   bool async_scheduling = false;
   ClockMode clock = ClockMode::kWall;
+  // One JSON line per executed step (engine/step_trace.h), for calibrating the
+  // cost model offline (`sluice calibrate`); empty = off.
+  std::string step_trace_path;
 };
 
 // Checks every field against the backend it will run on; the message names the

@@ -4,6 +4,7 @@
 
 #include "sluice/backend/backend.h"
 #include "sluice/engine/engine.h"
+#include "sluice/engine/step_trace.h"
 
 namespace sluice {
 namespace {
@@ -105,6 +106,10 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
   if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");
   if (backend.num_kv_blocks < 1) return bad("the backend has no KV blocks (the model does not fit?)");
   if (backend.vocab_size < 1) return bad("the backend reports no vocabulary");
+  if (!c.step_trace_path.empty()) {
+    auto writer = StepTraceWriter::open(c.step_trace_path);  // creates it, so the engine's own open succeeds
+    if (!writer.ok()) return writer.error();
+  }
   return Ok{};
 }
 

@@ -45,6 +45,11 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
     online_cost_model_ = std::make_shared<OnlineCostModel>(cost_model_);
     cost_model_ = online_cost_model_;
   }
+  if (!config.step_trace_path.empty()) {
+    auto writer = StepTraceWriter::open(config.step_trace_path);
+    SLUICE_CHECK_MSG(writer.ok(), writer.ok() ? std::string() : writer.error_message());  // validate() tried it
+    step_trace_ = std::move(writer).value();
+  }
 }
 
 RequestState* EngineCore::find(SequenceId seq_id) {
@@ -126,13 +131,14 @@ StepReport EngineCore::step(double now_ms) {
   return report;
 }
 
-void EngineCore::learn_step_cost(const InFlightStep& step, double measured_ms) {
-  if (!online_cost_model_) return;
+void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms) {
+  if (!online_cost_model_ && !step_trace_) return;
   StepShape shape;
   shape.sequences.reserve(step.entries.size());
   for (const InFlightStep::Entry& e : step.entries)
     shape.sequences.push_back({.num_new_tokens = e.num_new_tokens, .num_computed_tokens = e.num_computed_tokens});
-  online_cost_model_->observe(shape, measured_ms);
+  if (step_trace_) step_trace_->write(start_ms, measured_ms, step.predicted_step_ms, shape);
+  if (online_cost_model_) online_cost_model_->observe(shape, measured_ms);
 }
 
 StepPlan EngineCore::schedule(double now_ms) {
@@ -352,7 +358,7 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock) {
             .predicted_step_ms = step.predicted_step_ms,
             .num_preempted = step.num_preempted,
             .idle = false};
-  learn_step_cost(step, executed.step_time_ms);
+  learn_step_cost(step, begin_ms, executed.step_time_ms);
   for (std::size_t i = 0; i < step.entries.size(); ++i) {
     const InFlightStep::Entry& e = step.entries[i];
     if (e.is_decode) {

@@ -14,6 +14,7 @@
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_state.h"
 #include "sluice/engine/step_pipeline.h"
+#include "sluice/engine/step_trace.h"
 #include "sluice/kv/kv_cache_manager.h"
 #include "sluice/sched/online_cost_model.h"
 #include "sluice/sched/planner.h"
@@ -105,7 +106,7 @@ class EngineCore {
   // Appends the step's sampled tokens, checks stops and pushes to the streams.
   StepReport stream(const CollectedStep& step);
   // Feeds the step's shape and the backend's measured time to the online cost model.
-  void learn_step_cost(const InFlightStep& step, double measured_ms);
+  void learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms);
 
   // Adds the request's next num_new_tokens to the step and advances its lengths.
   void add_to_step(RequestState& r, std::int32_t num_new_tokens, NextStep& next);
@@ -128,6 +129,7 @@ class EngineCore {
   std::shared_ptr<const CostModel> cost_model_;  // what the planner prices steps with
   // The same model when the online correction is on (config.online_cost_correction), else null.
   std::shared_ptr<OnlineCostModel> online_cost_model_;
+  std::unique_ptr<StepTraceWriter> step_trace_;  // --step-trace; null = off
   EngineConfig config_;
   SchedConfig sched_config_;
   KvCacheManager kv_;
