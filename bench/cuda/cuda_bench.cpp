@@ -285,9 +285,10 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 }
 
 // GQA decode attention (Llama-3-8B: 32 query heads over 8 KV heads x 128) at
-// the batches and contexts issue 14 asks for, and at the burst's mixed steps:
-// K+V bytes read over time, with the step's metadata upload (begin_step) inside
-// and outside the timed loop.
+// the batches and contexts issue 14 asks for, and at the burst's mixed steps,
+// under each split plan (CudaOptions::decode_split_plan): K+V bytes read over
+// time, with the step's metadata upload (begin_step) inside and outside the
+// timed loop.
 void bench_decode_sweep() {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
   struct Case {
@@ -307,9 +308,11 @@ void bench_decode_sweep() {
                                                     45000, 60000, 80000, 100000, 120000, 130944}});
   cases.push_back({"mixed 64: 1k-128k", {}});
   for (std::int32_t s = 0; s < 64; ++s) cases.back().contexts.push_back(1024 + (s * 2039) % 130000);
-  for (const Case& c : cases) {
+  for (const Case& c : cases)
+  for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames) {
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
+    options.decode_split_plan = plan;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -344,9 +347,10 @@ void bench_decode_sweep() {
     });
     ops->begin_step(layout);
     const double kernel_only = time_back_to_back(20, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-    row("decode attention " + c.name + ", 32/8 heads, kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
+    const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " + std::string(plan_name);
+    row(what + ", kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
         pct(bytes / kernel_only / kHbmBytesPerSecond) + " of HBM");
-    row("decode attention " + c.name + ", 32/8 heads, with begin_step", bytes / with_metadata / 1e12, "TB/s",
+    row(what + ", with begin_step", bytes / with_metadata / 1e12, "TB/s",
         pct(bytes / with_metadata / kHbmBytesPerSecond) + " of HBM");
   }
 }

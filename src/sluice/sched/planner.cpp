@@ -148,33 +148,45 @@ std::vector<Candidate> PlanBuilder::prefill_candidates() const {
 }
 
 // Largest k in [0, max_chunk] whose step (current shape + k tokens at
-// start_position) is predicted to take <= max_step_ms. Predicted time grows
-// with k, so binary search. The first prefill of a step always gets at least
-// one block's worth, so a prompt progresses even when decodes alone fill the
-// time budget (liveness over the bound).
+// start_position) is predicted to take <= the step cap. Predicted time does
+// not decrease with k, so binary search. The first prefill of a step always
+// gets at least one block's worth, and as many more tokens as cost nothing
+// extra, so a prompt progresses even when decodes alone fill the time budget
+// (liveness over the bound).
 std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position,
                                                bool first_prefill) {
   shape_.sequences.push_back({.num_new_tokens = max_chunk, .num_computed_tokens = start_position});
-  auto fits = [&](std::int32_t k) {
-    shape_.sequences.back().num_new_tokens = k;
-    return cost_model_.predict_step_ms(shape_) <= step_cap_ms_;
-  };
-  std::int32_t best = 0;
-  if (fits(max_chunk)) {
-    best = max_chunk;
-  } else {
-    std::int32_t lo = 0, hi = max_chunk;  // fits(lo) assumed, !fits(hi) known
+  // Largest k in (lo, max_chunk] with predicted time <= cap_ms, given fits_cap(lo).
+  auto largest_within = [&](std::int32_t lo, double cap_ms) {
+    auto within = [&](std::int32_t k) {
+      shape_.sequences.back().num_new_tokens = k;
+      return cost_model_.predict_step_ms(shape_) <= cap_ms;
+    };
+    if (within(max_chunk)) return max_chunk;
+    std::int32_t hi = max_chunk;  // within(lo) assumed, !within(hi) known
     while (hi - lo > 1) {
       const std::int32_t mid = lo + (hi - lo) / 2;
-      (fits(mid) ? lo : hi) = mid;
+      (within(mid) ? lo : hi) = mid;
     }
-    best = lo;
-    // Keep chunk ends on block boundaries so every chunk's blocks can be cached.
-    const std::int32_t end = (start_position + best) / block_size() * block_size();
-    if (end > start_position) best = end - start_position;
+    return lo;
+  };
+  // Keep chunk ends on block boundaries so every chunk's blocks can be cached.
+  auto block_aligned = [&](std::int32_t k) {
+    if (k >= max_chunk) return max_chunk;
+    const std::int32_t end = (start_position + k) / block_size() * block_size();
+    return end > start_position ? end - start_position : k;
+  };
+  std::int32_t best = block_aligned(largest_within(0, step_cap_ms_));
+  const std::int32_t liveness = std::min(max_chunk, block_size());
+  if (first_prefill && best < liveness) {
+    // Over the cap anyway: take every token that costs no more than the
+    // minimum (a prefill kernel's query tile costs as much for 16 rows as for
+    // 128, so a short chunk over a long prefix would waste most of its time).
+    shape_.sequences.back().num_new_tokens = liveness;
+    const double liveness_ms = cost_model_.predict_step_ms(shape_);
+    best = std::max(liveness, block_aligned(largest_within(liveness, liveness_ms * (1.0 + 1e-9))));
   }
   shape_.sequences.pop_back();
-  if (first_prefill) best = std::max(best, std::min(max_chunk, block_size()));
   return best;
 }
 

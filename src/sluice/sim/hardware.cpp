@@ -32,6 +32,10 @@ HardwareSpec h200_sluice_cuda() {
   // decode attention of batch 64 x 8k read its KV at 80%.
   spec.efficiency.weight_bandwidth = 0.75;
   spec.efficiency.kv_bandwidth = 0.80;
+  // Prefill attention runs 128-row query tiles per head (attention_prefill.cu):
+  // on the H200 burst (run S6-1) a 16-row chunk over a 113k-token prefix took
+  // as long as a 128-row one, ~38 ms with 8 decodes.
+  spec.attention_query_tile_rows = 128;
   return spec;
 }
 

@@ -51,6 +51,11 @@ struct HardwareSpec {
   double nvlink_bytes_per_s = 0;     // per GPU, each direction
   Efficiency efficiency;
   StepOverhead overhead;
+  // Query rows the prefill attention kernel computes at once, for each query
+  // head: a chunk of fewer rows (a short chunk over a long cached prefix) costs
+  // a whole tile against its keys. 1 = no tiling cost (kernels that pack the
+  // query heads sharing a KV head into the tile, as FlashMLA does).
+  std::int32_t attention_query_tile_rows = 1;
 };
 
 // NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,

@@ -36,6 +36,20 @@ GroupQueries queries_in(const LayerGroup& group, const StepShape::Sequence& seq,
   return {q, q * first + q * (q + 1) / 2};
 }
 
+// The context positions a prefill kernel with `tile_rows`-row query tiles
+// computes for `queries` queries from `first` on: each tile runs all its rows
+// against the keys up to its last query (a chunk of one row is a decode, run
+// by the split-KV kernel without tiles).
+double tiled_context_tokens(const GroupQueries& g, double first, std::int32_t tile_rows) {
+  if (tile_rows <= 1 || g.num_queries <= 1) return g.sum_context_tokens;
+  const double tile = tile_rows;
+  const double tiles = std::ceil(g.num_queries / tile);
+  // sum over tiles i of tile * (first + min((i + 1) * tile, q)): every tile
+  // but the last ends at (i + 1) * tile, the last at q.
+  const double full = tiles - 1;
+  return tile * (tiles * first + tile * full * (full + 1) / 2 + g.num_queries);
+}
+
 }  // namespace
 
 StepCost RooflineCostModel::predict(const StepShape& shape) const {
@@ -70,7 +84,9 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
       tokens += q.num_queries;
       const AttentionCost& a = g.attention;
       attn_flops += q.num_queries * a.flops_per_query;
-      (a.scan_uses_fp8 ? scan_flops_fp8 : attn_flops) += a.flops_per_query_context_token * q.sum_context_tokens;
+      const double first_query = double(seq.num_computed_tokens) + seq.num_new_tokens - q.num_queries;
+      (a.scan_uses_fp8 ? scan_flops_fp8 : attn_flops) +=
+          a.flops_per_query_context_token * tiled_context_tokens(q, first_query, hw.attention_query_tile_rows);
       // The chunk's context is scanned once (flash-attention tiling reuses it
       // across the chunk's queries); gathered entries are bounded by what exists.
       const double context_tokens = double(seq.num_computed_tokens) + seq.num_new_tokens;

@@ -49,6 +49,19 @@ enum class GemvSplitK {
   two_parts,
 };
 
+// How the split-KV decode kernel cuts each row's keys over blocks.
+enum class DecodeSplitPlan {
+  // Split lengths from the whole step's keys (summed on the device), so a
+  // step of a few long contexts beside short ones cuts the long ones finely:
+  // the burst's decode step (8 x 1k + 8 x 16k-128k) read 31% of HBM when
+  // every row was cut alike (run S6-1).
+  by_step_work,
+  // The grid's split count for rows all as long as the longest, chosen to fill
+  // the last wave (batch 64 x 8k: 3 splits, 3.88 waves); each row then cuts
+  // its keys into at most that many splits.
+  uniform_waves,
+};
+
 }  // namespace cuda
 
 struct CudaOptions {
@@ -66,7 +79,8 @@ struct CudaOptions {
   std::int64_t gemm_workspace_bytes = 32LL << 20;
 
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl.
-  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k.
+  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
+  // decode_split_plan.
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
@@ -74,6 +88,7 @@ struct CudaOptions {
   bool programmatic_launch = true;
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
+  cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::by_step_work;
 };
 
 namespace cuda {
@@ -85,6 +100,8 @@ inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraph
     {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {
     {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 2> kDecodeSplitPlanNames = {
+    {{"by-step-work", DecodeSplitPlan::by_step_work}, {"uniform-waves", DecodeSplitPlan::uniform_waves}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
@@ -115,6 +132,8 @@ inline std::string describe(const CudaOptions& options) {
   out += options.programmatic_launch ? "on" : "off";
   out += ", GEMV split K ";
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
+  out += ", decode split plan ";
+  out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
   out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
   out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
   return out;

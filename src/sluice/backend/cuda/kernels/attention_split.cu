@@ -47,6 +47,12 @@ struct SplitParams {
   // CUDA graphs), the shortest split a row is cut into, and the multiple of
   // keys (the kernel's tile) split lengths round up to.
   int max_splits, min_split_tokens, split_align;
+  // DecodeSplitPlan::by_step_work: the step's keys (all split rows, summed on
+  // the device) are cut into about target_blocks blocks of pairs_per_row
+  // (kv head, head chunk) pairs each, so a row's split length follows the
+  // whole step's work, not its own length. 0 = uniform_waves: split lengths
+  // start from min_split_tokens.
+  int target_blocks, pairs_per_row;
   float scale_log2;
 };
 
@@ -58,8 +64,41 @@ struct SplitParams {
 struct RowSplit {
   int num_splits, split_tokens;
 };
-__device__ __forceinline__ RowSplit split_of(int kv_len, const SplitParams& p) {
-  int n = (kv_len + p.min_split_tokens - 1) / p.min_split_tokens;
+// Keys of every split row in the step, summed by the whole block (every
+// thread gets the total). The step's metadata is immutable while it runs, so
+// this may run before pdl_wait(). blockDim.x must be a multiple of 32.
+__device__ __forceinline__ long long step_split_keys(const StepDeviceView& step) {
+  __shared__ long long s_warp_keys[32];
+  __shared__ long long s_keys;
+  long long keys = 0;
+  for (int i = threadIdx.x; i < step.num_split_rows; i += blockDim.x) keys += step.positions[step.split_rows[i]] + 1;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) keys += __shfl_xor_sync(0xffffffffu, keys, offset);
+  if ((threadIdx.x & 31) == 0) s_warp_keys[threadIdx.x >> 5] = keys;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += s_warp_keys[w];
+    s_keys = total;
+  }
+  __syncthreads();
+  return s_keys;
+}
+
+// The shortest split of this step: min_split_tokens, or under by_step_work
+// the length that cuts the step's keys into ~target_blocks blocks. Every block
+// of the split and combine kernels computes the same number. Since no row has
+// more keys than the step, no row needs more than ceil(target_blocks /
+// pairs_per_row) splits: the grid's max_splits (plan_split()).
+__device__ __forceinline__ int step_split_tokens(const StepDeviceView& step, const SplitParams& p) {
+  if (p.target_blocks == 0) return p.min_split_tokens;
+  const long long keys = step_split_keys(step);
+  const long long by_work = (keys * p.pairs_per_row + p.target_blocks - 1) / p.target_blocks;
+  return static_cast<int>(max(static_cast<long long>(p.min_split_tokens), min(by_work, 1LL << 30)));
+}
+
+__device__ __forceinline__ RowSplit split_of(int kv_len, int min_split_tokens, const SplitParams& p) {
+  int n = (kv_len + min_split_tokens - 1) / min_split_tokens;
   n = n < 1 ? 1 : n > p.max_splits ? p.max_splits : n;
   const int per_split = (kv_len + n - 1) / n;
   const int tokens = (per_split + p.split_align - 1) / p.split_align * p.split_align;
@@ -124,7 +163,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int group_size = p.num_q_heads / p.num_kv_heads;
   const int head_begin = kv_head * group_size + (blockIdx.y % p.head_chunks) * kGroup;
   const int num_heads_here = min(kGroup, kv_head * group_size + group_size - head_begin);
-  const RowSplit split = split_of(kv_len, p);
+  const RowSplit split = split_of(kv_len, step_split_tokens(step, p), p);
   if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
     pdl_wait();
     return;
@@ -378,7 +417,7 @@ __global__ void __launch_bounds__(kW * 32)
   const int row = step.split_rows[row_index];
   const int seq = step.row_sequence[row];
   const int kv_len = step.positions[row] + 1;
-  const RowSplit split = split_of(kv_len, p);
+  const RowSplit split = split_of(kv_len, step_split_tokens(step, p), p);
   if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
     pdl_wait();
     return;
@@ -624,7 +663,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
   const int row_index = blockIdx.x, head = blockIdx.y;
   const int d = threadIdx.x % D, part = threadIdx.x / D;
   const int row = step.split_rows[row_index];
-  const int num_splits = split_of(step.positions[row] + 1, p).num_splits;
+  const int num_splits = split_of(step.positions[row] + 1, step_split_tokens(step, p), p).num_splits;
   if (num_splits == 1) return;  // the split kernel wrote this row's output
   const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) *
                             p.max_splits;
@@ -657,6 +696,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
 
 struct SplitPlan {
   int max_splits, min_split_tokens, split_align, head_chunks, group;
+  int target_blocks, pairs_per_row;  // SplitParams' (0, 0 under uniform_waves)
 };
 
 // Splits for the tensor-core kernel: the count (up to by_len) whose blocks,
@@ -680,7 +720,8 @@ int splits_by_waves(std::int64_t pairs, int by_len, int resident_blocks) {
 
 // The grid's splits come from the longest key range the launch must cover
 // (the bucket under graphs, so the grid is fixed while the graph replays);
-// each row then cuts its own keys (split_of()).
+// each row then cuts its own keys (split_of()), by the step's work or by the
+// uniform plan.
 SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int group_size = args.num_q_heads / args.num_kv_heads;
   const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
@@ -694,10 +735,19 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   // No split shorter than 128 keys (below that the merge costs more than it saves).
   constexpr int kMinSplitTokens = 128;
   const int min_split_tokens = std::max(kMinSplitTokens, tile_keys);
-  const std::int64_t pairs = std::max<std::int64_t>(
-      1, static_cast<std::int64_t>(step.num_split_rows) * args.num_kv_heads * head_chunks);
+  const int pairs_per_row = args.num_kv_heads * head_chunks;
+  const std::int64_t pairs = std::max<std::int64_t>(1, static_cast<std::int64_t>(step.num_split_rows) * pairs_per_row);
   const int max_kv = std::max(1, step.max_split_kv_tokens);
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
+  if (args.decode_split_plan == DecodeSplitPlan::by_step_work) {
+    // The step's keys over about four waves of tensor-core blocks (or four
+    // CUDA-core blocks per multiprocessor, as the uniform plan fills), however
+    // they are spread over rows; no row can need more splits than that over
+    // its pairs.
+    const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim) : 132 * 4;
+    const int max_splits = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
+    return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, target_blocks, pairs_per_row};
+  }
   int max_splits = 1;
   if (tensor_cores) {
     max_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim));
@@ -707,7 +757,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
     const int by_fill = static_cast<int>((kTargetBlocks + pairs - 1) / pairs);
     max_splits = std::max(1, std::min(by_fill, by_len));
   }
-  return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group};
+  return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, 0, 0};
 }
 
 template <int D>
@@ -729,6 +779,8 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   p.max_splits = plan.max_splits;
   p.min_split_tokens = plan.min_split_tokens;
   p.split_align = plan.split_align;
+  p.target_blocks = plan.target_blocks;
+  p.pairs_per_row = plan.pairs_per_row;
   p.scale_log2 = args.scale * kLog2e;
   const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {
