@@ -37,4 +37,54 @@ export const tests = {
       await server.stop();
     }
   },
+
+  async '--seed is the seed of requests that send none'(ctx) {
+    const server = await spawnServer(ctx, [ctx.modelDir, '--served-model-name', 'seeded', '--seed', '7',
+      '--kv-cache-memory', String(16 << 20), '--threads', '1']);
+    try {
+      const complete = async (extra) => {
+        const r = await fetch(`${server.baseURL}/v1/completions`, { method: 'POST', body: JSON.stringify({
+          model: 'seeded', prompt: 'Once upon', max_tokens: 12, temperature: 1, ignore_eos: true, ...extra }) });
+        assert.equal(r.status, 200);
+        return (await r.json()).choices[0].text;
+      };
+      // The oracle: a request that sends seed 7 itself; another seed gives other text.
+      const unseeded = await complete({});
+      assert.equal(await complete({}), unseeded);
+      assert.equal(await complete({ seed: 7 }), unseeded);
+      assert.notEqual(await complete({ seed: 8 }), unseeded);
+    } finally {
+      await server.stop();
+    }
+  },
+
+  async '--generation-config DIR sets request defaults; --no-enable-prompt-tokens-details drops the details'(ctx) {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-generation-config-'));
+    writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ temperature: 0, max_new_tokens: 3 }));
+    const server = await spawnServer(ctx, [ctx.modelDir, '--served-model-name', 'configured', '--generation-config',
+      dir, '--no-enable-prompt-tokens-details', '--kv-cache-memory', String(16 << 20), '--threads', '1']);
+    try {
+      const complete = async (extra) => {
+        const r = await fetch(`${server.baseURL}/v1/completions`, { method: 'POST', body: JSON.stringify({
+          model: 'configured', prompt: 'Once upon', ignore_eos: true, ...extra }) });
+        const body = await r.json();
+        assert.equal(r.status, 200, JSON.stringify(body));
+        return body;
+      };
+      // max_new_tokens 3 caps a request without max_tokens; an explicit one wins.
+      const capped = await complete({});
+      assert.equal(capped.usage.completion_tokens, 3);
+      assert.equal((await complete({ max_tokens: 5 })).usage.completion_tokens, 5);
+      // temperature 0 by default: the same text as an explicitly greedy request, with any seed.
+      assert.equal((await complete({ seed: 1 })).choices[0].text, (await complete({ temperature: 0, seed: 2 })).choices[0].text);
+      assert.equal(capped.usage.prompt_tokens_details, undefined);
+    } finally {
+      await server.stop();
+    }
+    // The shared server keeps the details (sluice's default).
+    const r = await fetch(`${ctx.baseURL}/v1/completions`, { method: 'POST',
+      headers: { authorization: `Bearer ${ctx.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: ctx.model, prompt: 'Once upon', max_tokens: 1 }) });
+    assert.equal(typeof (await r.json()).usage.prompt_tokens_details.cached_tokens, 'number');
+  },
 };
