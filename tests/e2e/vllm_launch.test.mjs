@@ -4,6 +4,7 @@
 // key by key). /tokenize of a chat renders it, so its ids are compared with the
 // ids of the text the template must produce.
 import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -86,5 +87,54 @@ export const tests = {
       headers: { authorization: `Bearer ${ctx.apiKey}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: ctx.model, prompt: 'Once upon', max_tokens: 1 }) });
     assert.equal(typeof (await r.json()).usage.prompt_tokens_details.cached_tokens, 'number');
+  },
+
+  async 'the report\'s second launch line: each refusal names its flag, the rest serves'(ctx) {
+    // The user report's `docker run -itd` line (shared/context), model path replaced by a tiny
+    // DeepSeek-V3 (its model_type picks the deepseek_v3 format, so --enable-auto-tool-choice holds)
+    // and --port 8992 left to the test's free port.
+    const dir = join(ctx.modelDir, '..', 'model-deepseek');
+    execFileSync(ctx.sluice, ['make-model', '--arch', 'deepseek_v3', '--layers', '2', '--hidden', '64', '--heads', '4',
+      '--vocab', '512', '--intermediate', '128', '--seed', '3', '--out', dir], { stdio: 'ignore' });
+    const names = ['deepseek-v4-flash', 'DeepSeek-V4-Flash-0731', 'DeepSeek-V4-Flash', 'DeepSeek-V4.1-Flash', 'deepseek_v41'];
+    let line = [dir, '--served-model-name', ...names, '--trust-remote-code', '--tokenizer-mode', 'deepseek_v41',
+      '--enable-expert-parallel', '--tensor-parallel-size', '8', '--gpu-memory-utilization', '0.78', '--max-model-len',
+      'auto', '--tool-call-parser', 'deepseek_v41', '--enable-auto-tool-choice', '--reasoning-parser', 'deepseek_v41',
+      '--mm-encoder-tp-mode', 'data', '--speculative-config', '{"method":"dspark","num_speculative_tokens":5,' +
+      '"draft_sample_method":"probabilistic","rejection_sample_method":"block","enable_adaptive_verification":true}'];
+    // Each start lists every refusal of its stage, one line each, starting with the flag and a reason;
+    // the operator drops those flags (and their values) and starts again.
+    const rounds = [['--tokenizer-mode', '--enable-expert-parallel', '--mm-encoder-tp-mode', '--speculative-config'],
+      ['--tensor-parallel-size', '--gpu-memory-utilization', '--reasoning-parser', '--tool-call-parser']];
+    for (const expected of rounds) {
+      const run = spawnSync(ctx.sluice, ['serve', '--check-only', '--kv-cache-memory', String(16 << 20), ...line],
+        { encoding: 'utf8', timeout: 60_000 });
+      assert.equal(run.status, 1, run.stdout + run.stderr);
+      const errors = (run.stdout + run.stderr).split('\n').filter((l) => l.includes('[error]'))
+        .map((l) => l.slice(l.indexOf('[error]') + 8));
+      const named = errors.map((l) => l.split(/[ :=]/)[0]);
+      assert.deepEqual([...named].sort(), [...expected].sort(), errors.join('\n'));
+      for (const error of errors) assert.ok(error.length > 40, `no reason given: ${error}`);
+      for (const flag of expected) {
+        const at = line.indexOf(flag);
+        let end = at + 1;
+        while (end < line.length && !line[end].startsWith('--')) ++end;
+        line = [...line.slice(0, at), ...line.slice(end)];
+      }
+    }
+    const server = await spawnServer(ctx, [...line, '--kv-cache-memory', String(16 << 20), '--threads', '1']);
+    try {
+      const models = await fetch(`${server.baseURL}/v1/models`).then((r) => r.json());
+      assert.deepEqual(models.data.map((m) => m.id), names);
+      const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+      for (const model of [names[0], names[4]]) {
+        // tool_choice auto (implied by tools): in effect through --enable-auto-tool-choice.
+        const r = await fetch(`${server.baseURL}/v1/chat/completions`, { method: 'POST', body: JSON.stringify({
+          model, messages: [{ role: 'user', content: 'hi' }], tools, max_tokens: 2 }) });
+        assert.equal(r.status, 200, await r.text());
+      }
+    } finally {
+      await server.stop();
+    }
   },
 };
