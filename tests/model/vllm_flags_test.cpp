@@ -170,8 +170,10 @@ TEST_F(VllmFlags, ReportCommandOne) {
   const Verdicts v = start_dropping_refused(argv);
   expect_every_flag_accounted_for(argv, v);
   for (const char* flag : {"--speculative-config", "--kv-cache-dtype", "--tensor-parallel-size",
-                           "--enable-expert-parallel", "--compilation-config", "--mm-encoder-tp-mode"})
+                           "--enable-expert-parallel", "--compilation-config", "--mm-encoder-tp-mode",
+                           "--tokenizer-mode", "--tool-call-parser", "--reasoning-parser"})
     EXPECT_TRUE(refused(v, flag)) << flag;
+  EXPECT_TRUE(logged(v, "--seed", "0")) << v.started_output;
   EXPECT_TRUE(logged(v, "--trust-remote-code", "")) << v.started_output;
   EXPECT_TRUE(logged(v, "--enable-prompt-tokens-details", "")) << v.started_output;
   EXPECT_TRUE(logged(v, "--max-num-seqs", "32")) << v.started_output;
