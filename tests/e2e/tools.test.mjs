@@ -35,8 +35,8 @@ export const tests = {
     const config = JSON.parse(readFileSync(configPath, 'utf8'));
     config.chat_template = TEMPLATE;
     writeFileSync(configPath, JSON.stringify(config));
-    const server = await spawnServer(ctx, ['--model', dir, '--served-model-name', 'tools', '--reasoning-parser',
-      'hermes', '--threads', '1', '--kv-cache-memory', String(16 << 20)]);
+    const server = await spawnServer(ctx, ['--model', dir, '--served-model-name', 'tools', '--tool-call-parser',
+      'hermes', '--enable-auto-tool-choice', '--threads', '1', '--kv-cache-memory', String(16 << 20)]);
     try {
       const openai = new OpenAI({ baseURL: `${server.baseURL}/v1`, apiKey: 'none', maxRetries: 0 });
       const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
@@ -70,6 +70,27 @@ export const tests = {
       assert.ok(usage.prompt_tokens > plain.usage.prompt_tokens);
     } finally {
       await server.stop();
+    }
+  },
+
+  async 'tool_choice auto is refused without --enable-auto-tool-choice, with vLLM\'s message'(ctx) {
+    // The shared server runs without the flag. Tools without tool_choice mean auto, as in vLLM.
+    const messages = [{ role: 'user', content: 'weather?' }];
+    const openai = new OpenAI({ baseURL: `${ctx.baseURL}/v1`, apiKey: ctx.apiKey, maxRetries: 0 });
+    for (const extra of [{ tool_choice: 'auto' }, {}]) {
+      await assert.rejects(openai.chat.completions.create({ model: ctx.model, messages, max_tokens: 2,
+        tools: [weatherTool], ...extra }), (e) => {
+        assert.equal(e.status, 400);
+        assert.equal(e.param, 'tool_choice');
+        assert.equal(e.error.message, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set');
+        return true;
+      });
+    }
+    // "none" and "required" do not need it, as in vLLM.
+    for (const toolChoice of ['none', 'required']) {
+      const r = await openai.chat.completions.create({ model: ctx.model, messages, max_tokens: 2, tools: [weatherTool],
+        tool_choice: toolChoice });
+      assert.equal(r.choices.length, 1);
     }
   },
 };

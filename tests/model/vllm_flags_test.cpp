@@ -170,8 +170,10 @@ TEST_F(VllmFlags, ReportCommandOne) {
   const Verdicts v = start_dropping_refused(argv);
   expect_every_flag_accounted_for(argv, v);
   for (const char* flag : {"--speculative-config", "--kv-cache-dtype", "--tensor-parallel-size",
-                           "--enable-expert-parallel", "--compilation-config", "--mm-encoder-tp-mode"})
+                           "--enable-expert-parallel", "--compilation-config", "--mm-encoder-tp-mode",
+                           "--tokenizer-mode", "--tool-call-parser", "--reasoning-parser"})
     EXPECT_TRUE(refused(v, flag)) << flag;
+  EXPECT_TRUE(logged(v, "--seed", "0")) << v.started_output;
   EXPECT_TRUE(logged(v, "--trust-remote-code", "")) << v.started_output;
   EXPECT_TRUE(logged(v, "--enable-prompt-tokens-details", "")) << v.started_output;
   EXPECT_TRUE(logged(v, "--max-num-seqs", "32")) << v.started_output;
@@ -276,6 +278,105 @@ TEST_F(VllmFlags, BadMaxModelLenIsRefused) {
     EXPECT_NE(r.exit_code, 0) << value;
     EXPECT_NE(r.output.find("--max-model-len"), std::string::npos) << r.output;
   }
+}
+
+// The error lines of a start, and whether the first names `flag` at its start.
+bool refused_naming(const RunResult& r, const std::string& flag) {
+  const auto errors = lines_with(r.output, "error");
+  return r.exit_code != 0 && !errors.empty() && flag_named(errors.front()) == flag;
+}
+
+TEST_F(VllmFlags, SeedIsLogged) {
+  auto r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --seed=7");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("flag --seed = 7"), std::string::npos) << r.output;
+}
+
+// --dtype: what the device computes in is accepted, the rest refused with the device's reason.
+TEST_F(VllmFlags, DtypePerDevice) {
+  const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
+  for (const char* ok : {"auto", "float32", "float"}) {
+    auto r = testing::run_sluice(serve + " --dtype " + ok);
+    EXPECT_EQ(r.exit_code, 0) << ok << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("flag --dtype = ") + ok), std::string::npos) << r.output;
+  }
+  for (const char* no : {"bfloat16", "float16", "half"}) {
+    auto r = testing::run_sluice(serve + " --dtype " + no);
+    EXPECT_TRUE(refused_naming(r, "--dtype")) << no << "\n" << r.output;
+    EXPECT_NE(r.output.find("the CPU reference computes in float32"), std::string::npos) << r.output;
+  }
+  auto unknown = testing::run_sluice(serve + " --dtype fp8");
+  EXPECT_TRUE(refused_naming(unknown, "--dtype")) << unknown.output;
+  EXPECT_NE(unknown.output.find("auto, bfloat16, float16 (half), float32 (float)"), std::string::npos);
+  auto sim = testing::run_sluice("serve --check-only --device sim --kv-cache-memory 1048576 " + *model_dir_ +
+                                 " --dtype bfloat16");
+  EXPECT_TRUE(refused_naming(sim, "--dtype")) << sim.output;
+}
+
+// -tp is vLLM's --tensor-parallel-size: 1 holds, 8 is refused naming the flag.
+TEST_F(VllmFlags, TpAlias) {
+  const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
+  auto one = testing::run_sluice(serve + " -tp 1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("vllm flag -tp is --tensor-parallel-size"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("flag --tensor-parallel-size = 1"), std::string::npos) << one.output;
+  for (const char* eight : {" -tp 8", " -tp=8"}) {
+    auto r = testing::run_sluice(serve + eight);
+    EXPECT_TRUE(refused_naming(r, "--tensor-parallel-size")) << r.output;
+    EXPECT_NE(r.output.find("--tensor-parallel-size 8 (-tp) has no effect"), std::string::npos) << r.output;
+  }
+}
+
+// vLLM's parser names: the two combine; names sluice lacks are refused with the ones it has.
+TEST_F(VllmFlags, ParserNames) {
+  const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
+  auto qwen = testing::run_sluice(serve + " --reasoning-parser qwen3 --tool-call-parser hermes --enable-auto-tool-choice");
+  ASSERT_EQ(qwen.exit_code, 0) << qwen.output;
+  EXPECT_NE(qwen.output.find("output format reasoning qwen3, tool calls hermes"), std::string::npos) << qwen.output;
+  auto v31 = testing::run_sluice(serve + " --reasoning-parser deepseek_v3 --tool-call-parser deepseek_v31");
+  ASSERT_EQ(v31.exit_code, 0) << v31.output;
+  EXPECT_NE(v31.output.find("output format reasoning deepseek_v3, tool calls deepseek_v31"), std::string::npos);
+  for (const char* missing : {"llama3_json", "qwen3_coder"}) {
+    auto r = testing::run_sluice(serve + " --tool-call-parser " + missing);
+    EXPECT_TRUE(refused_naming(r, "--tool-call-parser")) << r.output;
+    EXPECT_NE(r.output.find("is not implemented; sluice reads none, hermes, qwen3, deepseek_r1, deepseek_v3, "
+                            "deepseek_v31"),
+              std::string::npos)
+        << r.output;
+  }
+  auto unknown = testing::run_sluice(serve + " --reasoning-parser deepseek_v41");
+  EXPECT_TRUE(refused_naming(unknown, "--reasoning-parser")) << unknown.output;
+  EXPECT_NE(unknown.output.find("it has auto (by the model's model_type), none, qwen3"), std::string::npos);
+  // Auto tool choice needs a format that parses tool calls: the tiny llama has none of its own.
+  auto bare = testing::run_sluice(serve + " --enable-auto-tool-choice");
+  EXPECT_TRUE(refused_naming(bare, "--enable-auto-tool-choice")) << bare.output;
+}
+
+// --generation-config: auto reads the model's file, DIR another one, vllm none.
+TEST_F(VllmFlags, GenerationConfig) {
+  const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
+  const std::string dir = testing::scratch_dir("vllm-flags-generation-config");
+  std::ofstream(dir + "/generation_config.json")
+      << R"({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 64, "do_sample": true})";
+  auto from_dir = testing::run_sluice(serve + " --generation-config " + dir);
+  ASSERT_EQ(from_dir.exit_code, 0) << from_dir.output;
+  EXPECT_NE(from_dir.output.find("request defaults from --generation-config " + dir +
+                                 ": temperature 0.6, top_p 0.95, top_k 20, max_tokens 64"),
+            std::string::npos)
+      << from_dir.output;
+  // make-model's generation_config.json holds token ids only.
+  auto automatic = testing::run_sluice(serve);
+  EXPECT_NE(automatic.output.find("request defaults from --generation-config auto: none"), std::string::npos)
+      << automatic.output;
+  auto neutral = testing::run_sluice(serve + " --generation-config vllm");
+  EXPECT_NE(neutral.output.find("request defaults from --generation-config vllm: none"), std::string::npos);
+  const std::string bad = testing::scratch_dir("vllm-flags-generation-config-bad");
+  std::ofstream(bad + "/generation_config.json") << R"({"temperature": 5})";
+  auto out_of_range = testing::run_sluice(serve + " --generation-config " + bad);
+  EXPECT_TRUE(refused_naming(out_of_range, "--generation-config")) << out_of_range.output;
+  EXPECT_NE(out_of_range.output.find("'temperature' = 5 is out of range"), std::string::npos) << out_of_range.output;
+  auto missing = testing::run_sluice(serve + " --generation-config " + dir + "/nowhere");
+  EXPECT_TRUE(refused_naming(missing, "--generation-config")) << missing.output;
 }
 
 // The README's "Coming from vLLM" table is the table the refusals come from.

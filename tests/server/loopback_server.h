@@ -91,7 +91,8 @@ class LoopbackServer {
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_ = boost::asio::make_work_guard(io_);
   ServerMetrics metrics_;
-  OpenAiService service_{ServiceOptions{}, metrics_};
+  // As `sluice serve --enable-auto-tool-choice`: the scripted models emit tool calls.
+  OpenAiService service_{ServiceOptions{.enable_auto_tool_choice = true}, metrics_};
   HttpServer http_server_{io_, HttpLimits{}, [this](HttpRequest&& request, std::shared_ptr<HttpExchange> exchange) {
                             service_.handle(std::move(request), std::move(exchange));
                           }};

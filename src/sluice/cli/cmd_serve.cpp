@@ -21,6 +21,8 @@
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
+#include "sluice/server/generation_defaults.h"
+#include "sluice/server/parser_names.h"
 #include "sluice/server/server.h"
 #include "sluice/structured/json_constraint.h"
 
@@ -34,7 +36,12 @@ struct ServeArgs {
   std::string tokenizer_dir;       // empty = the model directory
   std::string chat_template_path;  // empty = the tokenizer's chat template
   std::string default_chat_template_kwargs;  // a JSON object, or empty
-  std::string tool_call_parser;  // vLLM's name; must agree with reasoning_parser
+  std::string tool_call_parser;  // vLLM's name; empty = the reasoning parser's format
+  bool enable_auto_tool_choice = false;
+  bool enable_prompt_tokens_details = true;
+  std::optional<std::int64_t> seed;     // the seed of requests that send none
+  std::string dtype = "auto";           // vLLM's --dtype, checked against --device
+  std::string generation_config = "auto";  // auto | vllm | a directory with generation_config.json
   bool disable_log_stats = false;
   bool check_only = false;
   std::vector<std::string> served_model_names;
@@ -108,12 +115,16 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
         return Error{fmt::format("--default-chat-template-kwargs may not set '{}'", reserved)};
     context->default_template_kwargs = std::move(kwargs);
   }
-  if (args.reasoning_parser == "auto") {
-    context->output_format = server::output_format_for_model_type(model_type);
-  } else {
-    SLUICE_TRY_ASSIGN(format, server::output_format_by_name(args.reasoning_parser));
-    context->output_format = format;
-  }
+  SLUICE_TRY_ASSIGN(format, server::output_format_for_parsers({.reasoning = args.reasoning_parser,
+                                                                 .tool_call = args.tool_call_parser},
+                                                                model_type));
+  context->output_format = std::move(format);
+  if (args.enable_auto_tool_choice && context->output_format.tool_syntax == server::ToolCallSyntax::kNone)
+    return Error{fmt::format("--enable-auto-tool-choice: output format {} (model_type {}) parses no tool calls; name "
+                             "the model's syntax with --tool-call-parser (hermes, qwen3, deepseek_v3, deepseek_v31)",
+                             context->output_format.name, model_type)};
+  SLUICE_TRY_ASSIGN(generation_defaults, server::read_generation_defaults(args.generation_config, dir));
+  context->request_defaults = generation_defaults;
   for (std::int32_t id : config.eos_token_ids) context->eos_token_ids.push_back(id);
   if (auto eos = context->tokenizer.eos_token_id(); eos && std::find(context->eos_token_ids.begin(),
                                                                      context->eos_token_ids.end(),
@@ -154,6 +165,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                context->engine->request_limits().max_model_len_tokens, info.num_kv_blocks, info.block_size_tokens,
                context->output_format.name);
   spdlog::info("cost model: {}", served.cost_model_description);
+  spdlog::info("request defaults from --generation-config {}: {}", args.generation_config,
+               server::describe(context->request_defaults));
   spdlog::info("tokenizer from {}, chat template from {}", args.tokenizer_dir.empty() ? dir : args.tokenizer_dir,
                !args.chat_template_path.empty() ? args.chat_template_path
                : chat_template.empty()          ? std::string("nowhere (none)")
@@ -192,53 +205,77 @@ Result<std::int32_t> parse_max_model_len(const std::string& text) {
   return static_cast<std::int32_t>(tokens);
 }
 
+// vLLM's --dtype on this --device: what the backend computes in is honoured
+// (a no-op that is true), anything else refused with the reason.
+Status check_dtype(const std::string& dtype, const std::string& device) {
+  if (dtype == "auto") return Ok{};
+  const bool known = dtype == "bfloat16" || dtype == "float16" || dtype == "half" || dtype == "float32" ||
+                     dtype == "float";
+  if (!known) return Error{fmt::format("--dtype {}: vLLM's values are auto, bfloat16, float16 (half), float32 (float)", dtype)};
+  if (device == "cuda") {
+    if (dtype == "bfloat16") return Ok{};
+    return Error{fmt::format("--dtype {} is refused with --device cuda: the CUDA backend computes in bfloat16 "
+                             "(activations and KV, float32 reductions); use auto or bfloat16",
+                             dtype)};
+  }
+  if (device == "cpu") {
+    if (dtype == "float32" || dtype == "float") return Ok{};
+    return Error{fmt::format("--dtype {} is refused with --device cpu: the CPU reference computes in float32 "
+                             "(weights are widened on load); use auto or float32",
+                             dtype)};
+  }
+  return Error{fmt::format("--dtype {} is refused with --device {}: the simulated device's bytes per weight come "
+                           "from config.json (or --sim-profile); use auto",
+                           dtype, device)};
+}
+
 // Flags that would do nothing with this --device: refused, never ignored.
+// Every refusal is reported, one line each, so one start shows all there is to change.
 Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
   auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  std::vector<std::string> errors;
+  auto refuse = [&errors](Status status) {
+    if (!status) errors.push_back(status.error().message);
+  };
   if (args.tensor_parallel_size < 1)
-    return Error{fmt::format("--tensor-parallel-size {} must be >= 1", args.tensor_parallel_size)};
+    errors.push_back(fmt::format("--tensor-parallel-size {} must be >= 1", args.tensor_parallel_size));
   if (args.device != "sim" && args.tensor_parallel_size != 1)
-    return Error{fmt::format("--tensor-parallel-size {} has no effect with --device {}: it runs on one device (1 is "
-                             "supported; --device sim replays an N-GPU launch)",
-                             args.tensor_parallel_size, args.device)};
+    errors.push_back(fmt::format("--tensor-parallel-size {} (-tp) has no effect with --device {}: it runs on one "
+                                 "device (1 is supported; --device sim replays an N-GPU launch)",
+                                 args.tensor_parallel_size, args.device));
   if (args.device != "sim" && args.enable_expert_parallel)
-    return Error{fmt::format("--enable-expert-parallel has no effect with --device {}: it runs on one device, every "
-                             "expert is local (--device sim replays an expert-parallel launch)",
-                             args.device)};
-  if (args.enable_expert_parallel && args.tensor_parallel_size == 1)
-    return Error{"--enable-expert-parallel needs --tensor-parallel-size > 1: experts are split over those GPUs"};
+    errors.push_back(fmt::format("--enable-expert-parallel has no effect with --device {}: it runs on one device, "
+                                 "every expert is local (--device sim replays an expert-parallel launch)",
+                                 args.device));
+  if (args.device == "sim" && args.enable_expert_parallel && args.tensor_parallel_size == 1)
+    errors.push_back("--enable-expert-parallel needs --tensor-parallel-size > 1: experts are split over those GPUs");
   if (args.gpu_memory_utilization && (*args.gpu_memory_utilization <= 0 || *args.gpu_memory_utilization > 1))
-    return Error{fmt::format("--gpu-memory-utilization {} must be in (0, 1]", *args.gpu_memory_utilization)};
+    errors.push_back(fmt::format("--gpu-memory-utilization {} must be in (0, 1]", *args.gpu_memory_utilization));
   if (args.device == "cuda") {
 #if !SLUICE_HAVE_CUDA
-    return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
+    errors.push_back("--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)");
 #endif
     if (given("--kv-cache-memory"))
-      return Error{"--kv-cache-memory has no effect with --device cuda: the KV cache is sized by "
-                   "--gpu-memory-utilization"};
+      errors.push_back("--kv-cache-memory has no effect with --device cuda: the KV cache is sized by "
+                       "--gpu-memory-utilization");
   } else if (args.device == "cpu" && args.gpu_memory_utilization) {
-    return Error{"--gpu-memory-utilization has no effect with --device cpu; size the KV cache with --kv-cache-memory"};
+    errors.push_back("--gpu-memory-utilization has no effect with --device cpu; size the KV cache with "
+                     "--kv-cache-memory");
   }
-  SLUICE_TRY(check_cuda_flags(cmd, args.device));
+  refuse(check_cuda_flags(cmd, args.device));
+  refuse(check_dtype(args.dtype, args.device));
   if (args.device != "cpu" && given("--threads"))
-    return Error{fmt::format("--threads has no effect with --device {} (CPU compute threads)", args.device)};
+    errors.push_back(fmt::format("--threads has no effect with --device {} (CPU compute threads)", args.device));
   if (args.device != "sim")
     for (const char* flag : {"--sim-profile", "--sim-speed", "--sim-eos-every"})
-      if (given(flag)) return Error{fmt::format("{} has no effect without --device sim", flag)};
+      if (given(flag)) errors.push_back(fmt::format("{} has no effect without --device sim", flag));
   if (!args.engine.enable_prefix_caching && args.eviction_policy != "slru")
-    return Error{"--kv-eviction-policy has no effect with --no-enable-prefix-caching"};
-  if (!args.tool_call_parser.empty()) {
-    if (args.reasoning_parser != "auto" && args.reasoning_parser != args.tool_call_parser)
-      return Error{fmt::format("--tool-call-parser {} and --reasoning-parser {} disagree: sluice picks one output "
-                               "format for both",
-                               args.tool_call_parser, args.reasoning_parser)};
-    if (auto format = server::output_format_by_name(args.tool_call_parser); !format)
-      return Error{fmt::format("--tool-call-parser {}: {}", args.tool_call_parser, format.error().message)};
-  }
-  if (args.reasoning_parser != "auto")
-    if (auto format = server::output_format_by_name(args.reasoning_parser); !format)
-      return Error{fmt::format("--reasoning-parser {}: {}", args.reasoning_parser, format.error().message)};
-  return Ok{};
+    errors.push_back("--kv-eviction-policy has no effect with --no-enable-prefix-caching");
+  refuse(server::check_parser_names({.reasoning = args.reasoning_parser, .tool_call = args.tool_call_parser}));
+  if (errors.empty()) return Ok{};
+  std::string message;
+  for (const std::string& line : errors) message += (message.empty() ? "" : "\n") + line;
+  return Error{message};
 }
 
 void log_flags(CLI::App& cmd) {
@@ -266,7 +303,9 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   }
   SLUICE_TRY_ASSIGN(max_model_len_tokens, parse_max_model_len(args.max_model_len));
   args.engine.max_model_len_tokens = max_model_len_tokens;
-  if (!args.tool_call_parser.empty()) args.reasoning_parser = args.tool_call_parser;
+  args.server.service.enable_auto_tool_choice = args.enable_auto_tool_choice;
+  args.server.service.enable_prompt_tokens_details = args.enable_prompt_tokens_details;
+  if (args.seed) args.server.service.default_seed = static_cast<std::uint64_t>(*args.seed);
   if (args.disable_log_stats) {
     args.stats_log_interval_s = 0;
     spdlog::info("--disable-log-stats: stats log line off (--stats-log-interval 0)");
@@ -377,7 +416,18 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--disable-log-stats", a.disable_log_stats, "vLLM's name for --stats-log-interval 0");
   cmd->add_option("--tool-call-parser", a.tool_call_parser,
-                  "vLLM's name for the tool-call format; sets --reasoning-parser (one format covers both)");
+                  "tool-call syntax: hermes, qwen3, deepseek_r1, deepseek_v3, deepseek_v31 (alone, its reasoning "
+                  "markers too)");
+  cmd->add_flag("--enable-auto-tool-choice", a.enable_auto_tool_choice,
+                "accept tool_choice auto (the default when tools are sent); without it such requests are a 400");
+  cmd->add_flag("--enable-prompt-tokens-details,!--no-enable-prompt-tokens-details", a.enable_prompt_tokens_details,
+                "usage.prompt_tokens_details.cached_tokens in responses");
+  cmd->add_option("--seed", a.seed, "the seed of requests that send none (default: a random seed per request)");
+  cmd->add_option("--dtype", a.dtype,
+                  "auto; bfloat16 (--device cuda) or float32 (--device cpu): what the backend computes in");
+  cmd->add_option("--generation-config", a.generation_config,
+                  "auto (the model's generation_config.json sets request defaults), vllm (neutral defaults), or a "
+                  "directory holding generation_config.json");
   cmd->add_flag("--check-only", a.check_only, "check the flags and load the model, then exit without serving");
   cmd->add_flag_callback(
       "--vllm-flags",
@@ -393,7 +443,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
   cmd->callback([args, cmd] {
     if (auto status = run_serve(*args, *cmd); !status) {
-      spdlog::error("{}", status.error().message);
+      log_error_lines(status.error().message);
       throw CLI::RuntimeError(1);
     }
   });

@@ -24,12 +24,7 @@ int main(int argc, char** argv) {
   if (!args.empty() && args.front() == "serve") {
     auto translated = sluice::cli::translate_vllm_flags(*app.get_subcommand("serve"), {args.begin() + 1, args.end()});
     if (!translated) {
-      std::string_view rest = translated.error().message;
-      while (!rest.empty()) {
-        const std::size_t newline = rest.find('\n');
-        spdlog::error("{}", rest.substr(0, newline));
-        rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
-      }
+      sluice::cli::log_error_lines(translated.error().message);
       return 1;
     }
     args.resize(1);

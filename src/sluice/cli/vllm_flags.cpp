@@ -48,27 +48,26 @@ std::string nearest(std::string_view unknown, const std::vector<std::string>& kn
   return best;
 }
 
+// vLLM's short spellings: "-tp 8", "-tp=8".
+constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kShortAliases = {{
+    {"-tp", "--tensor-parallel-size"},
+    {"-pp", "--pipeline-parallel-size"},
+    {"-dp", "--data-parallel-size"},
+    {"-q", "--quantization"},
+}};
+
+std::optional<std::string> expand_short_alias(std::string_view token) {
+  for (const auto& [alias, name] : kShortAliases)
+    if (token == alias || (token.starts_with(alias) && token.substr(alias.size()).starts_with('=')))
+      return std::string(name) + std::string(token.substr(alias.size()));
+  return std::nullopt;
+}
+
 // A leading en or em dash (U+2013, U+2014): a "--flag" that a web page or a
 // word processor rewrote. Returns the flag spelled with two hyphens.
 std::optional<std::string> undash(std::string_view token) {
   for (std::string_view dash : {std::string_view("\u2013"), std::string_view("\u2014")})
     if (token.starts_with(dash)) return "--" + std::string(token.substr(dash.size()));
-  return std::nullopt;
-}
-
-// vLLM's short spellings of its long flags.
-std::optional<std::string> expand_short_alias(std::string_view token) {
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kAliases = {{
-      {"-tp", "--tensor-parallel-size"},
-      {"-dp", "--data-parallel-size"},
-      {"-pp", "--pipeline-parallel-size"},
-      {"-q", "--quantization"},
-  }};
-  for (const auto& [alias, name] : kAliases) {
-    if (token == alias) return std::string(name);
-    if (token.starts_with(alias) && token.size() > alias.size() && token[alias.size()] == '=')
-      return std::string(name) + std::string(token.substr(alias.size()));
-  }
   return std::nullopt;
 }
 
@@ -96,7 +95,10 @@ Result<std::vector<std::string>> translate_vllm_flags(const CLI::App& serve, std
   std::vector<std::string> out;
   std::vector<std::string> errors;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (auto expanded = expand_short_alias(args[i])) args[i] = *expanded;
+    if (auto expanded = expand_short_alias(args[i])) {
+      spdlog::info("vllm flag {} is {}", args[i].substr(0, args[i].find('=')), expanded->substr(0, expanded->find('=')));
+      args[i] = std::move(*expanded);
+    }
     const std::string& token = args[i];
     if (auto fixed = undash(token)) {
       const std::string name = fixed->substr(0, fixed->find('='));
@@ -153,6 +155,14 @@ Result<std::vector<std::string>> translate_vllm_flags(const CLI::App& serve, std
     return Error{message};
   }
   return out;
+}
+
+void log_error_lines(std::string_view message) {
+  while (!message.empty()) {
+    const std::size_t newline = message.find('\n');
+    spdlog::error("{}", message.substr(0, newline));
+    message = newline == std::string_view::npos ? std::string_view() : message.substr(newline + 1);
+  }
 }
 
 std::string vllm_flags_markdown() {

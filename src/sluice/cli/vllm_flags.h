@@ -46,27 +46,27 @@ inline constexpr std::array kVllmFlags = {
     VllmFlag{"--async-scheduling", false, VllmFlagKind::kSame, "", ""},
     VllmFlag{"--block-size", true, VllmFlagKind::kSame, "", ""},
     VllmFlag{"--gpu-memory-utilization", true, VllmFlagKind::kSame, "", "--device cuda and sim; cpu sizes KV by --kv-cache-memory"},
-    VllmFlag{"--tensor-parallel-size", true, VllmFlagKind::kSame, "", "1 on cpu and cuda (one device); any on --device sim, which replays an N-GPU launch"},
-    VllmFlag{"--reasoning-parser", true, VllmFlagKind::kSame, "", "picks the reasoning and tool-call format together: auto, none, qwen3, hermes, deepseek_r1, deepseek_v3, deepseek_v31"},
-    VllmFlag{"--tool-call-parser", true, VllmFlagKind::kSame, "", "same names as --reasoning-parser; both must agree (one format covers both)"},
+    VllmFlag{"--tensor-parallel-size", true, VllmFlagKind::kSame, "", "also -tp; 1 on cpu and cuda (one device); any on --device sim, which replays an N-GPU launch"},
+    VllmFlag{"--reasoning-parser", true, VllmFlagKind::kSame, "", "the reasoning markers: auto (by model_type), none, qwen3, hermes, deepseek_r1, deepseek_v3, deepseek_v31"},
+    VllmFlag{"--tool-call-parser", true, VllmFlagKind::kSame, "", "the tool-call syntax: hermes, qwen3, deepseek_r1, deepseek_v3, deepseek_v31 (alone it sets the reasoning markers too); llama3_json and qwen3_coder are refused (not implemented)"},
     VllmFlag{"--trust-remote-code", false, VllmFlagKind::kNoOp, "", "sluice never runs code from a checkpoint"},
     VllmFlag{"--disable-log-requests", false, VllmFlagKind::kNoOp, "", "sluice does not log requests"},
     VllmFlag{"--enable-log-requests", false, VllmFlagKind::kRefused, "", "sluice does not log requests; /metrics and the stats line report them"},
     VllmFlag{"--disable-log-stats", false, VllmFlagKind::kSame, "", "same as --stats-log-interval 0"},
     VllmFlag{"--enable-chunked-prefill", false, VllmFlagKind::kNoOp, "", "sluice always chunks prefill, by predicted step time (--max-step-ms)"},
     VllmFlag{"--no-enable-chunked-prefill", false, VllmFlagKind::kRefused, "", "sluice always chunks prefill, by predicted step time (--max-step-ms); it cannot be turned off"},
-    VllmFlag{"--enable-prompt-tokens-details", false, VllmFlagKind::kNoOp, "", "usage always carries prompt_tokens_details.cached_tokens"},
-    VllmFlag{"--enable-auto-tool-choice", false, VllmFlagKind::kNoOp, "", "tool_choice auto is always on when the output format parses tool calls"},
+    VllmFlag{"--enable-prompt-tokens-details", false, VllmFlagKind::kSame, "", "usage.prompt_tokens_details.cached_tokens; on by default in sluice (--no-enable-prompt-tokens-details drops it)"},
+    VllmFlag{"--enable-auto-tool-choice", false, VllmFlagKind::kSame, "", "without it tool_choice auto (the default when tools are sent) is a 400, as in vLLM; needs a format that parses tool calls"},
     VllmFlag{"--kv-cache-dtype", true, VllmFlagKind::kRefused, "auto", "only auto (the model's dtype): a quantized KV cache is not implemented yet"},
-    VllmFlag{"--dtype", true, VllmFlagKind::kRefused, "auto", "only auto: weights stay in the checkpoint's dtype (the CPU reference computes in float32); no override yet"},
+    VllmFlag{"--dtype", true, VllmFlagKind::kSame, "", "auto; bfloat16 with --device cuda (what it computes in), float32 with --device cpu (what it computes in); anything else is refused with the device's reason"},
     VllmFlag{"--quantization", true, VllmFlagKind::kRefused, "", "sluice reads the quantization from the checkpoint's config.json; no override"},
     VllmFlag{"--load-format", true, VllmFlagKind::kRefused, "auto|safetensors", "only safetensors checkpoints load"},
     VllmFlag{"--tokenizer-mode", true, VllmFlagKind::kRefused, "auto", "sluice always reads the model directory's tokenizer.json"},
     VllmFlag{"--tokenizer", true, VllmFlagKind::kSame, "", "a directory with tokenizer.json (and its chat template)"},
     VllmFlag{"--chat-template", true, VllmFlagKind::kSame, "", "a Jinja file; an inline template string is not taken"},
     VllmFlag{"--default-chat-template-kwargs", true, VllmFlagKind::kSame, "", "a request's chat_template_kwargs override it key by key"},
-    VllmFlag{"--generation-config", true, VllmFlagKind::kRefused, "vllm", "sluice's sampling defaults are vLLM's neutral ones; generation_config.json defaults are not read yet"},
-    VllmFlag{"--seed", true, VllmFlagKind::kRefused, "", "no server-wide seed yet: pass 'seed' in the request for reproducible sampling"},
+    VllmFlag{"--generation-config", true, VllmFlagKind::kSame, "", "auto (default): the model's generation_config.json sets the default temperature, top_p, top_k, min_p, repetition_penalty and max_tokens (max_new_tokens); vllm: neutral defaults; DIR: that folder's file"},
+    VllmFlag{"--seed", true, VllmFlagKind::kSame, "", "the seed of every request that sends none (choice i: seed + i)"},
     VllmFlag{"--speculative-config", true, VllmFlagKind::kRefused, "", "speculative decoding is not implemented; sluice decodes one token per step"},
     VllmFlag{"--enable-expert-parallel", false, VllmFlagKind::kSame, "", "--device sim only (replays an expert-parallel launch); cpu and cuda run on one device"},
     VllmFlag{"--data-parallel-size", true, VllmFlagKind::kRefused, "", "one engine per process; run several sluice processes behind a balancer"},
@@ -87,6 +87,10 @@ inline constexpr std::array kVllmFlags = {
 // and unknown flags. The error
 // holds one line per bad flag; an unknown one names the nearest known flag.
 Result<std::vector<std::string>> translate_vllm_flags(const CLI::App& serve, std::vector<std::string> args);
+
+// Logs each line of a refusal message as its own error line, so every line
+// starts with the flag it names.
+void log_error_lines(std::string_view message);
 
 // The table as Markdown, one row per flag (README's "Coming from vLLM").
 std::string vllm_flags_markdown();

@@ -282,7 +282,7 @@ void GenerationJob::complete() {
       // Headers are gone: the error travels in-band, then [DONE] (vLLM's shape).
       exchange_->write(sse_event(failed->error->to_json()));
     } else if (spec_.include_usage) {
-      const json usage = usage_json(totals);
+      const json usage = usage_json(totals, spec_.prompt_tokens_details);
       exchange_->write(sse_event(spec_.endpoint == Endpoint::kChat
                                      ? chat_chunk(spec_.header, json::array(), true, usage)
                                      : completion_chunk(spec_.header, json::array(), true, usage)));
@@ -317,7 +317,7 @@ void GenerationJob::complete() {
                {"created", spec_.header.created_s},
                {"model", spec_.header.model},
                {"choices", std::move(choices)},
-               {"usage", usage_json(totals)}};
+               {"usage", usage_json(totals, spec_.prompt_tokens_details)}};
   exchange_->respond(200, body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 

@@ -39,6 +39,7 @@ struct JobSpec {
   std::int32_t top_logprobs = 0;
   std::vector<std::string> stop;
   bool skip_special_tokens = true;
+  bool prompt_tokens_details = true;  // usage carries prompt_tokens_details.cached_tokens
   OutputParser::Options parser_options;
   ToolChoice::Kind tool_choice = ToolChoice::Kind::kNone;
   std::vector<std::int32_t> num_prompt_tokens;  // per prompt

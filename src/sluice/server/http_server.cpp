@@ -28,8 +28,15 @@ using tcp = net::ip::tcp;
 // pending, a one-byte read on the socket notices a client that hangs up.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpLimits& limits, const HttpHandler& handler)
-      : stream_(std::move(socket)), idle_timer_(stream_.get_executor()), limits_(limits), handler_(handler) {}
+  Session(tcp::socket socket, const HttpLimits& limits, const HttpHandler& handler,
+          std::atomic<std::int64_t>* num_open_connections)
+      : stream_(std::move(socket)),
+        idle_timer_(stream_.get_executor()),
+        limits_(limits),
+        handler_(handler),
+        num_open_connections_(num_open_connections) {
+    if (num_open_connections_) ++*num_open_connections_;
+  }
 
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
@@ -90,6 +97,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     keep_alive_ = false;  // an error answer closes the connection
+    // The client may still be sending the body, unless it has ended its side
+    // (a partial message): then there is nothing to drain, and the end of
+    // stream, already read, would not be reported to a second read.
+    discard_before_close_ = ec != http::error::partial_message;
     in_flight_ = true;
     response_complete_ = false;
     if (ec == http::error::body_limit) {
@@ -107,6 +118,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     HttpRequest request = parser_->release();
     keep_alive_ = request.keep_alive();
+    discard_before_close_ = false;
     stream_.expires_never();  // timeouts now apply per write
     watch_for_disconnect();
     handler_(std::move(request), std::make_shared<HttpExchange>(shared_from_this()));
@@ -177,7 +189,8 @@ class Session : public std::enable_shared_from_this<Session> {
     response_complete_ = false;
     on_disconnect_ = nullptr;
     if (!keep_alive_) {
-      close();
+      if (discard_before_close_) discard_then_close();
+      else close();
       return;
     }
     if (watching_) {
@@ -192,9 +205,59 @@ class Session : public std::enable_shared_from_this<Session> {
     read_request();
   }
 
+  // Reads and drops what the client still sends (the rest of a body the
+  // answer refused), then closes: at the client's end of stream, after the
+  // bytes its Content-Length announced, or at the bounds in HttpLimits.
+  void discard_then_close() {
+    if (closed_) return;
+    if (!discard_deadline_) {
+      discard_deadline_ = std::chrono::steady_clock::now() + limits_.discard_timeout;
+      // The part of the body already read, and what is still to come if its length is known.
+      num_discarded_bytes_ = buffer_.size();
+      keep_discard_tail();
+      buffer_.consume(buffer_.size());
+      if (parser_ && parser_->content_length_remaining())
+        num_expected_discard_bytes_ = *parser_->content_length_remaining();
+      else if (parser_ && parser_->content_length())
+        num_expected_discard_bytes_ = *parser_->content_length();
+      discard_chunked_ = parser_ && parser_->chunked();
+    }
+    // A chunked body ends with the last chunk and no trailers, "0\r\n\r\n".
+    const bool all_read = (num_expected_discard_bytes_ && num_discarded_bytes_ >= *num_expected_discard_bytes_) ||
+                          (discard_chunked_ && discard_tail_ == "0\r\n\r\n");
+    if (all_read || num_discarded_bytes_ >= limits_.max_discard_bytes ||
+        std::chrono::steady_clock::now() >= *discard_deadline_) {
+      close();
+      return;
+    }
+    constexpr std::size_t kDiscardChunkBytes = 64 * 1024;
+    stream_.expires_at(*discard_deadline_);
+    stream_.async_read_some(buffer_.prepare(kDiscardChunkBytes),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              if (ec) {
+                                self->close();
+                                return;
+                              }
+                              self->num_discarded_bytes_ += n;
+                              self->buffer_.commit(n);
+                              self->keep_discard_tail();
+                              self->buffer_.consume(self->buffer_.size());
+                              self->discard_then_close();
+                            });
+  }
+
+  // The last bytes drained, to see a chunked body's end.
+  void keep_discard_tail() {
+    constexpr std::size_t kTailBytes = 5;
+    const auto data = buffer_.cdata();
+    discard_tail_.append(static_cast<const char*>(data.data()), data.size());
+    if (discard_tail_.size() > kTailBytes) discard_tail_.erase(0, discard_tail_.size() - kTailBytes);
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
+    if (num_open_connections_) --*num_open_connections_;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.socket().close(ignored);
@@ -212,6 +275,16 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::string> queue_;
   std::string out_;  // the bytes of the write in progress
   char probe_[1] = {};
+  // Counts this connection from its start until close(); may be null. A
+  // session destroyed without close() is one the I/O context dropped at
+  // shutdown, after the counter's owner may be gone: it is not counted down.
+  std::atomic<std::int64_t>* num_open_connections_;
+  bool discard_before_close_ = false;  // the request's body may not have been read (an error answer)
+  std::optional<std::chrono::steady_clock::time_point> discard_deadline_;
+  std::size_t num_discarded_bytes_ = 0;
+  std::optional<std::uint64_t> num_expected_discard_bytes_;  // the body's unread part, when its length is known
+  bool discard_chunked_ = false;
+  std::string discard_tail_;
   std::function<void()> on_disconnect_;
   bool keep_alive_ = true;
   bool in_flight_ = false;          // a request was read and its response has not been fully written
@@ -254,8 +327,13 @@ void HttpExchange::set_on_disconnect(std::function<void()> on_disconnect) {
 bool HttpExchange::disconnected() const { return session_->closed(); }
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
-  Impl(net::io_context& io_context, HttpLimits http_limits, HttpHandler http_handler)
-      : io(io_context), acceptor(io_context), limits(http_limits), handler(std::move(http_handler)) {}
+  Impl(net::io_context& io_context, HttpLimits http_limits, HttpHandler http_handler,
+       std::atomic<std::int64_t>* open_connections)
+      : io(io_context),
+        acceptor(io_context),
+        limits(http_limits),
+        handler(std::move(http_handler)),
+        num_open_connections(open_connections) {}
 
   void accept() {
     acceptor.async_accept(net::make_strand(io), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
@@ -265,7 +343,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       } else {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(socket), self->limits, self->handler)->start();
+        std::make_shared<Session>(std::move(socket), self->limits, self->handler, self->num_open_connections)
+            ->start();
       }
       self->accept();
     });
@@ -275,10 +354,12 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   tcp::acceptor acceptor;
   HttpLimits limits;
   HttpHandler handler;
+  std::atomic<std::int64_t>* num_open_connections;  // may be null
 };
 
-HttpServer::HttpServer(net::io_context& io, HttpLimits limits, HttpHandler handler)
-    : impl_(std::make_shared<Impl>(io, limits, std::move(handler))) {}
+HttpServer::HttpServer(net::io_context& io, HttpLimits limits, HttpHandler handler,
+                       std::atomic<std::int64_t>* num_open_connections)
+    : impl_(std::make_shared<Impl>(io, limits, std::move(handler), num_open_connections)) {}
 
 HttpServer::~HttpServer() { stop_accepting(); }
 

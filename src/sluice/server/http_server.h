@@ -9,6 +9,7 @@
 // the exchange's strand (use post() to get there from another thread).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -32,6 +33,13 @@ struct HttpLimits {
   std::size_t max_header_bytes = 16u << 10;  // 431 beyond
   std::chrono::milliseconds idle_timeout{60'000};   // keep-alive idle and request read
   std::chrono::milliseconds write_timeout{60'000};  // one write to a stalled client
+  // After an error answer on a request whose body was not read (413, a
+  // malformed request), the rest of the body is read and dropped before the
+  // connection closes, up to this many bytes and this long: closing with
+  // unread data makes the kernel send a reset, and a client still sending
+  // (node's fetch/undici) then reports "fetch failed" instead of the answer.
+  std::size_t max_discard_bytes = 64u << 20;
+  std::chrono::milliseconds discard_timeout{10'000};
 };
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
@@ -69,7 +77,10 @@ using HttpHandler = std::function<void(HttpRequest&& request, std::shared_ptr<Ht
 
 class HttpServer {
  public:
-  HttpServer(boost::asio::io_context& io, HttpLimits limits, HttpHandler handler);
+  // `num_open_connections`, if given, counts the connections whose socket is
+  // open (the /metrics gauge); it must outlive the server's I/O.
+  HttpServer(boost::asio::io_context& io, HttpLimits limits, HttpHandler handler,
+             std::atomic<std::int64_t>* num_open_connections = nullptr);
   ~HttpServer();
   // Binds and starts accepting. Returns the bound port (useful with port 0).
   Result<std::uint16_t> listen(const std::string& host, std::uint16_t port);

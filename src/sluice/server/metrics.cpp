@@ -193,6 +193,8 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
           static_cast<double>(rejected_4xx_.load()));
   counter("sluice:http_rejected_5xx_total", "Requests refused with a 5xx status.",
           static_cast<double>(rejected_5xx_.load()));
+  gauge("sluice:http_connections_open", "HTTP connections whose socket is open (this /metrics request's included).",
+        static_cast<double>(open_connections_.load()));
   return out;
 }
 

@@ -49,6 +49,9 @@ class ServerMetrics {
   // chunk sizes, queue and prefill times.
   void observe_timelines(const std::vector<RequestTimeline>& timelines);
 
+  // Connections whose socket is open; the HttpServer counts them.
+  std::atomic<std::int64_t>& open_connections() { return open_connections_; }
+
   // The whole /metrics page.
   std::string render(const EngineStats& stats, const std::string& model_name) const;
 
@@ -65,6 +68,7 @@ class ServerMetrics {
   std::array<std::atomic<std::int64_t>, 4> finished_{};  // by RequestOutcome
   std::atomic<std::int64_t> rejected_4xx_{0};
   std::atomic<std::int64_t> rejected_5xx_{0};
+  std::atomic<std::int64_t> open_connections_{0};
 };
 
 }  // namespace sluice::server

@@ -13,6 +13,7 @@
 
 #include "sluice/api/chat_template.h"
 #include "sluice/engine/engine.h"
+#include "sluice/server/openai_request.h"
 #include "sluice/server/output_parser.h"
 #include "sluice/structured/json_constraint.h"
 #include "sluice/tokenizer/tokenizer.h"
@@ -30,6 +31,8 @@ struct ModelContext {
   nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
   std::vector<TokenId> eos_token_ids;
   OutputFormat output_format;
+  // Request defaults from the model's generation_config.json (--generation-config).
+  RequestDefaults request_defaults;
   // The vocabulary indexed for JSON mode (built at load); null: JSON mode is refused.
   std::shared_ptr<const structured::JsonVocabulary> json_vocabulary;
   std::unique_ptr<Engine> engine;

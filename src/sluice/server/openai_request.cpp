@@ -36,25 +36,31 @@ std::optional<double> read_number(const Json& body, const char* key, double min,
   return x;
 }
 
+// An integer field in [min, max]. A float with no fractional part counts
+// (1.0 is 1, as pydantic reads it for vLLM); the wire's non-negative integers
+// arrive unsigned, so both signed and unsigned values are checked against both
+// bounds (an unsigned 0 once slipped past min = 1: "n": 0 hung the request).
 std::optional<std::int64_t> read_integer(const Json& body, const char* key, std::int64_t min, std::int64_t max) {
   const Json* value = find(body, key);
   if (!value) return std::nullopt;
+  auto out_of_range = [&](const auto& x) {
+    fail(fmt::format("'{}' = {} is out of range: must be in [{}, {}]", key, x, min, max), key);
+  };
   if (value->is_number_float()) {
     const double x = value->get<double>();
     if (!std::isfinite(x) || x != std::floor(x)) fail(fmt::format("'{}' must be an integer", key), key);
-    if (x < static_cast<double>(min) || x > static_cast<double>(max))
-      fail(fmt::format("'{}' = {} is out of range: must be in [{}, {}]", key, x, min, max), key);
+    // max + 1 is exact in a double for int32 and int64 bounds; x < it keeps the cast defined.
+    if (x < static_cast<double>(min) || !(x < static_cast<double>(max) + 1.0)) out_of_range(x);
     return static_cast<std::int64_t>(x);
   }
   if (value->is_number_unsigned()) {
     const auto x = value->get<std::uint64_t>();
-    if (x > static_cast<std::uint64_t>(max))
-      fail(fmt::format("'{}' = {} is out of range: must be in [{}, {}]", key, x, min, max), key);
+    if (x > static_cast<std::uint64_t>(max) || (min > 0 && x < static_cast<std::uint64_t>(min))) out_of_range(x);
     return static_cast<std::int64_t>(x);
   }
   if (!value->is_number_integer()) fail(fmt::format("'{}' must be an integer", key), key);
   const auto x = value->get<std::int64_t>();
-  if (x < min || x > max) fail(fmt::format("'{}' = {} is out of range: must be in [{}, {}]", key, x, min, max), key);
+  if (x < min || x > max) out_of_range(x);
   return x;
 }
 
@@ -123,7 +129,7 @@ std::shared_ptr<const structured::JsonSchema> parse_json_schema(const Json& form
   return std::move(compiled).value();
 }
 
-GenerationOptions parse_common(const Json& body, const RequestLimits& limits) {
+GenerationOptions parse_common(const Json& body, const RequestLimits& limits, const RequestDefaults& defaults) {
   GenerationOptions options;
   const Json* model = find(body, "model");
   if (!model) fail("'model' is required", "model");
@@ -134,13 +140,18 @@ GenerationOptions parse_common(const Json& body, const RequestLimits& limits) {
   auto max_tokens = read_integer(body, "max_tokens", 1, kMaxInt32);
   if (auto mct = read_integer(body, "max_completion_tokens", 1, kMaxInt32)) max_tokens = mct;
   if (max_tokens) options.max_tokens = static_cast<std::int32_t>(*max_tokens);
+  else options.default_max_tokens = defaults.max_tokens;
   if (auto v = read_integer(body, "min_tokens", 0, kMaxInt32)) options.min_tokens = static_cast<std::int32_t>(*v);
   if (options.max_tokens && options.min_tokens > *options.max_tokens)
     fail(fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", options.min_tokens, *options.max_tokens),
          "min_tokens");
 
   SamplingParams& s = options.sampling;
-  s.temperature = 1.0f;  // OpenAI's default
+  s.temperature = defaults.temperature.value_or(1.0f);  // OpenAI's default, unless the model's config says
+  s.top_p = defaults.top_p.value_or(s.top_p);
+  s.top_k = defaults.top_k.value_or(s.top_k);
+  s.min_p = defaults.min_p.value_or(s.min_p);
+  s.repetition_penalty = defaults.repetition_penalty.value_or(s.repetition_penalty);
   if (auto v = read_number(body, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
   if (auto v = read_number(body, "top_p", 0.0, 1.0)) {
     if (*v <= 0.0) fail("'top_p' must be in (0, 1]", "top_p");
@@ -154,11 +165,11 @@ GenerationOptions parse_common(const Json& body, const RequestLimits& limits) {
     if (*v <= 0.0) fail("'repetition_penalty' must be > 0", "repetition_penalty");
     s.repetition_penalty = static_cast<float>(*v);
   }
-  if (const Json* seed = find(body, "seed")) {
-    if (!seed->is_number_integer()) fail("'seed' must be an integer", "seed");
-    // Negative seeds are accepted as their two's-complement bit pattern.
-    s.seed = seed->is_number_unsigned() ? seed->get<std::uint64_t>()
-                                        : static_cast<std::uint64_t>(seed->get<std::int64_t>());
+  // vLLM's range: a 64-bit signed integer. A negative seed is used as its
+  // two's-complement bit pattern.
+  if (auto seed = read_integer(body, "seed", std::numeric_limits<std::int64_t>::min(),
+                               std::numeric_limits<std::int64_t>::max())) {
+    s.seed = static_cast<std::uint64_t>(*seed);
     options.has_seed = true;
   }
   parse_stop(body, limits, options);
@@ -332,11 +343,12 @@ ToolChoice parse_tool_choice(const Json& body, const Json& tools) {
 
 }  // namespace
 
-Parsed<ChatRequest> parse_chat_request(const Json& body, const RequestLimits& limits) {
+Parsed<ChatRequest> parse_chat_request(const Json& body, const RequestLimits& limits,
+                                       const RequestDefaults& defaults) {
   try {
     if (!body.is_object()) fail("the request body must be a JSON object", "");
     ChatRequest request;
-    request.options = parse_common(body, limits);
+    request.options = parse_common(body, limits, defaults);
     GenerationOptions& options = request.options;
     if (auto v = read_bool(body, "logprobs")) options.logprobs = *v;
     if (auto v = read_integer(body, "top_logprobs", 0, limits.max_logprobs)) {
@@ -375,11 +387,12 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const RequestLimits& li
   }
 }
 
-Parsed<CompletionRequest> parse_completion_request(const Json& body, const RequestLimits& limits) {
+Parsed<CompletionRequest> parse_completion_request(const Json& body, const RequestLimits& limits,
+                                                   const RequestDefaults& defaults) {
   try {
     if (!body.is_object()) fail("the request body must be a JSON object", "");
     CompletionRequest request;
-    request.options = parse_common(body, limits);
+    request.options = parse_common(body, limits, defaults);
     GenerationOptions& options = request.options;
     if (auto v = read_integer(body, "logprobs", 0, limits.max_logprobs)) {
       options.logprobs = true;

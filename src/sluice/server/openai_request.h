@@ -35,10 +35,22 @@ struct RequestLimits {
   bool allow_request_chat_template = false;
 };
 
-// Fields chat and completions share.
+// Fields chat and completions share. Numeric ranges (a value outside is a 400
+// whose param names the field; an integer field takes 3.0 as 3 and refuses 3.5):
+//   n, best_of             [1, --max-n]; best_of must equal n
+//   max_tokens, max_completion_tokens  [1, 2^31-1], then the context (engine)
+//   min_tokens             [0, 2^31-1] and <= max_tokens
+//   temperature [0, 2]   top_p (0, 1]   min_p [0, 1]   top_k -1 or [0, 2^31-1]
+//   presence_penalty, frequency_penalty [-2, 2]   repetition_penalty (0, 10]
+//   seed                   a signed 64-bit integer (vLLM's range)
+//   top_logprobs (chat), logprobs (completions)  [0, --max-logprobs]
+// null is the default for every one of them: OpenAI declares each of its
+// fields here nullable, and vLLM's extensions (top_k, min_p,
+// repetition_penalty, min_tokens) are Optional with None meaning the default.
 struct GenerationOptions {
   std::string model;
   std::optional<std::int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt = rest of the context
+  std::optional<std::int32_t> default_max_tokens;  // RequestDefaults::max_tokens, when max_tokens is nullopt
   std::int32_t min_tokens = 0;
   SamplingParams sampling;
   bool has_seed = false;  // false: the service draws one per choice
@@ -54,6 +66,20 @@ struct GenerationOptions {
   bool json_mode = false;  // response_format json_object: the output is one JSON object
   // response_format json_schema: the output is one document valid against it (compiled at parse time).
   std::shared_ptr<const structured::JsonSchema> json_schema;
+};
+
+// Defaults of a model's requests where its generation_config.json sets them
+// (--generation-config): a field the request omits (or sends as null) takes
+// the value here, else the API's own default.
+struct RequestDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<std::int32_t> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  // max_new_tokens: the cap of a request without max_tokens, and of the rest
+  // of the context, whichever is smaller (vLLM's rule).
+  std::optional<std::int32_t> max_tokens;
 };
 
 struct ToolChoice {
@@ -86,7 +112,9 @@ template <class T>
 using Parsed = std::variant<T, ApiError>;
 
 // `body` must already be valid JSON (the caller maps parse errors to 400).
-Parsed<ChatRequest> parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
-Parsed<CompletionRequest> parse_completion_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+Parsed<ChatRequest> parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits,
+                                       const RequestDefaults& defaults = {});
+Parsed<CompletionRequest> parse_completion_request(const nlohmann::ordered_json& body, const RequestLimits& limits,
+                                                   const RequestDefaults& defaults = {});
 
 }  // namespace sluice::server

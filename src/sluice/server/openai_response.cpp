@@ -4,12 +4,13 @@ namespace sluice::server {
 
 using nlohmann::json;
 
-json usage_json(const Usage& usage) {
-  return {{"prompt_tokens", usage.prompt_tokens},
-          {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
-          {"completion_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}}};
+json usage_json(const Usage& usage, bool with_prompt_tokens_details) {
+  json out = {{"prompt_tokens", usage.prompt_tokens},
+              {"completion_tokens", usage.completion_tokens},
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  if (with_prompt_tokens_details) out["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  out["completion_tokens_details"] = {{"reasoning_tokens", usage.reasoning_tokens}};
+  return out;
 }
 
 json chat_delta(const ParsedDelta& delta, bool with_role) {

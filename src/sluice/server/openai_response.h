@@ -20,7 +20,9 @@ struct Usage {
   std::int64_t cached_tokens = 0;
   std::int64_t reasoning_tokens = 0;
 };
-nlohmann::json usage_json(const Usage& usage);
+// Without `with_prompt_tokens_details` (--no-enable-prompt-tokens-details) the
+// prompt_tokens_details object is left out, as vLLM leaves it out by default.
+nlohmann::json usage_json(const Usage& usage, bool with_prompt_tokens_details = true);
 
 // What every object of one response shares.
 struct ResponseHeader {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "sluice/common/check.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/server/auth.h"
 #include "sluice/server/generation_job.h"
@@ -50,6 +51,10 @@ ApiError rejection_error(const RequestRejection& rejection, const std::string& p
   return error;
 }
 
+// vLLM's words, which clients and gateways match on.
+constexpr const char* kAutoToolChoiceRefused =
+    "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set";
+
 Json parse_body(const HttpRequest& request, std::optional<ApiError>& error) {
   // Not nlohmann's own parser: its string lexing costs ~6 ms on a 300k-token
   // prompt's body, time-to-first-token the client waits for (request_json.h).
@@ -82,6 +87,12 @@ std::shared_ptr<const ModelContext> OpenAiService::model() const {
 }
 
 void OpenAiService::set_draining() { draining_ = true; }
+
+void OpenAiService::apply_default_seed(GenerationOptions& options) const {
+  if (options.has_seed || !options_.default_seed) return;
+  options.sampling.seed = *options_.default_seed;
+  options.has_seed = true;
+}
 
 void OpenAiService::reply_error(const std::shared_ptr<HttpExchange>& exchange, const ApiError& error) {
   metrics_.count_rejected(error.http_status);
@@ -228,6 +239,10 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
       // Choice i of a seeded request uses seed + i: reproducible, and the n choices differ.
       request.sampling.seed = base_seed + static_cast<std::uint64_t>(choice_index);
       request.max_tokens = options.max_tokens;  // none: the rest of the context
+      // The model's max_new_tokens caps a request without max_tokens, never past the rest of the context.
+      if (!request.max_tokens && options.default_max_tokens)
+        if (const std::int32_t room = resolved_max_tokens(request, limits); room >= 1)
+          request.max_tokens = std::min(*options.default_max_tokens, room);
       request.min_tokens = options.min_tokens;
       request.stop_token_ids = options.stop_token_ids;
       request.eos_token_ids = model->eos_token_ids;
@@ -248,6 +263,8 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
       requests.push_back(std::move(request));
     }
   }
+  // A job without choices would never answer: the parser guarantees n >= 1 and a prompt.
+  SLUICE_CHECK(!requests.empty());
   auto job = std::make_shared<GenerationJob>(spec, model, exchange, metrics, num_active_jobs);
   std::vector<std::string> submitted;
   for (EngineRequest& request : requests) {
@@ -266,8 +283,7 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
   return std::nullopt;
 }
 
-static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, const ModelContext& model,
-                         std::chrono::milliseconds keepalive_interval) {
+static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, const ServiceOptions& service) {
   JobSpec spec;
   spec.endpoint = endpoint;
   spec.header = {.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + random_hex(24),
@@ -280,8 +296,8 @@ static JobSpec make_spec(Endpoint endpoint, const GenerationOptions& options, co
   spec.stop = options.stop;
   spec.skip_special_tokens = options.skip_special_tokens;
   spec.arrival = std::chrono::steady_clock::now();
-  spec.keepalive_interval = keepalive_interval;
-  (void)model;
+  spec.keepalive_interval = service.keepalive_interval;
+  spec.prompt_tokens_details = service.enable_prompt_tokens_details;
   return spec;
 }
 
@@ -292,10 +308,13 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
   if (error) return reply_error(exchange, *error);
-  auto parsed = parse_chat_request(body, options_.limits);
+  auto parsed = parse_chat_request(body, options_.limits, model->request_defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(exchange, *e);
   ChatRequest& request = std::get<ChatRequest>(parsed);
   if (!model->serves(request.options.model)) return reply_error(exchange, model_not_found(request.options.model));
+  if (request.tool_choice.kind == ToolChoice::Kind::kAuto && !options_.enable_auto_tool_choice)
+    return reply_error(exchange, bad_request(kAutoToolChoiceRefused, "tool_choice"));
+  apply_default_seed(request.options);
 
   std::optional<api::ChatTemplate> request_template;
   if (request.chat_template) {
@@ -321,7 +340,7 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   const auto tokenize_start = Clock::now();
   Submission submission{.prompts = {model->tokenizer.encode(prompt_text, /*add_special_tokens=*/false)},
                         .prompt_param = "messages"};
-  JobSpec spec = make_spec(Endpoint::kChat, request.options, *model, options_.keepalive_interval);
+  JobSpec spec = make_spec(Endpoint::kChat, request.options, options_);
   spec.tokenize_time = Clock::now() - tokenize_start;
   spec.arrival = arrival;
   spec.tool_choice = request.tool_choice.kind;
@@ -363,10 +382,11 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
   std::optional<ApiError> error;
   const Json body = parse_body(http_request, error);
   if (error) return reply_error(exchange, *error);
-  auto parsed = parse_completion_request(body, options_.limits);
+  auto parsed = parse_completion_request(body, options_.limits, model->request_defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(exchange, *e);
   CompletionRequest& request = std::get<CompletionRequest>(parsed);
   if (!model->serves(request.options.model)) return reply_error(exchange, model_not_found(request.options.model));
+  apply_default_seed(request.options);
   Submission submission{.prompt_param = "prompt"};
   Clock::duration tokenize_time{};
   for (const PromptInput& prompt : request.prompts) {
@@ -378,7 +398,7 @@ void OpenAiService::handle_completion(const HttpRequest& http_request, const std
       submission.prompts.push_back(std::get<std::vector<TokenId>>(prompt));
     }
   }
-  JobSpec spec = make_spec(Endpoint::kCompletion, request.options, *model, options_.keepalive_interval);
+  JobSpec spec = make_spec(Endpoint::kCompletion, request.options, options_);
   spec.arrival = arrival;
   spec.tokenize_time = tokenize_time;
   spec.worker_started = worker_started;

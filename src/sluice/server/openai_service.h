@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <boost/asio/thread_pool.hpp>
@@ -34,6 +35,13 @@ struct ServiceOptions {
   // threads: a 300k-token prompt takes long enough to stall every connection
   // that shares its I/O thread.
   int num_tokenizer_threads = 2;
+  // --enable-auto-tool-choice: without it tool_choice "auto" (the default when
+  // tools are sent) is refused, as vLLM refuses it.
+  bool enable_auto_tool_choice = false;
+  // usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details).
+  bool enable_prompt_tokens_details = true;
+  // --seed: the seed of requests that send none; unset: a random one each.
+  std::optional<std::uint64_t> default_seed;
 };
 
 class OpenAiService {
@@ -73,6 +81,8 @@ class OpenAiService {
                        const ModelContext& model);
   void handle_detokenize(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange,
                          const ModelContext& model);
+  // --seed: a request without a seed takes the server's.
+  void apply_default_seed(GenerationOptions& options) const;
   // Safe from any thread: the response is written on the exchange's strand.
   void reply_error(const std::shared_ptr<HttpExchange>& exchange, const ApiError& error);
   void reply(const std::shared_ptr<HttpExchange>& exchange, std::string body);

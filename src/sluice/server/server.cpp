@@ -107,9 +107,12 @@ Status run_server(const ServerConfig& config, const ModelLoader& load_model) {
   auto work = net::make_work_guard(io);
   ServerMetrics metrics;
   OpenAiService service(config.service, metrics);
-  HttpServer http(io, config.http, [&service](HttpRequest&& request, std::shared_ptr<HttpExchange> exchange) {
-    service.handle(std::move(request), std::move(exchange));
-  });
+  HttpServer http(
+      io, config.http,
+      [&service](HttpRequest&& request, std::shared_ptr<HttpExchange> exchange) {
+        service.handle(std::move(request), std::move(exchange));
+      },
+      &metrics.open_connections());
   auto port = http.listen(config.host, config.port);
   if (!port) return port.error();
   // One line on stdout that scripts (and the e2e tests) read for the port.
