@@ -271,95 +271,6 @@ void bench_attention(bool quick, bool decode_only = false) {
   }
 }
 
-// DeepSeek-V3's MLA on one layer (128 heads, latent 512 + rope 64, QK 192,
-// V 128), random weights and cache, eager: the whole op (begin_step included
-// in decode), under each CudaOptions::mla_kernels. Decode at batch 64 x 8k
-// counts the latent rows read (batch x context x 576 x 2 bytes) against HBM;
-// prefill of one prompt from zero counts the causal attention (QK 192 + V 128
-// multiply-adds per key a head) plus the K/V decompression GEMM against the
-// bf16 GEMM rate.
-void bench_mla(bool quick) {
-  constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
-  constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
-  const MlaShape shape{.num_heads = kHeads,
-                       .qk_nope_head_dim = kNope,
-                       .qk_rope_head_dim = kRope,
-                       .v_head_dim = kV,
-                       .kv_lora_rank = kRank,
-                       .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kQk))};
-  auto must_ok = [](const Status& s) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "error: %s\n", s.error_message().c_str());
-      std::exit(1);
-    }
-  };
-  for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
-    CudaOptions options = bench_options();
-    options.use_cuda_graphs = false;
-    options.mla_kernels = kernel;
-    {
-      const std::int32_t batch = 64, context = quick ? 2048 : 8192;
-      auto ops = new_ops(options);
-      const std::int32_t blocks_per_seq = context / kBlock + 1;
-      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * blocks_per_seq,
-                                      .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
-                                      .layout = KvCacheLayout::latent}));
-      must_ok(cuda_fill_kv_cache_random(*ops, 5));
-      StepLayout layout;
-      for (std::int32_t s = 0; s < batch; ++s) {
-        SequenceLayout seq{.row_begin = s, .num_rows = 1, .num_computed_tokens = context - 1, .block_table = {}};
-        for (std::int32_t b = 0; b < blocks_per_seq; ++b) seq.block_table.push_back(s * blocks_per_seq + b);
-        layout.sequences.push_back(seq);
-        layout.token_ids.push_back(0);
-        layout.positions.push_back(context - 1);
-      }
-      const MlaInputs in{.q = must(cuda_random_weight(*ops, {batch, kHeads * kQk}, DType::bf16, 31, 1.0f)),
-                         .latent = must(cuda_random_weight(*ops, {batch, kRank}, DType::bf16, 32, 1.0f)),
-                         .k_rope = must(cuda_random_weight(*ops, {batch, kRope}, DType::bf16, 33, 1.0f)),
-                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 34,
-                                                              0.05f))};
-      const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
-      const double t = time_median(3, 15, [&] {
-        ops->begin_step(layout);
-        must_ok(ops->mla_attention(0, in, shape, out));
-      });
-      const double bytes = 2.0 * batch * static_cast<double>(context) * kWidth;
-      char name[128];
-      std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)",
-                    std::string(kernel_name).c_str(), batch, context / 1024);
-      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
-    }
-    for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
-      auto ops = new_ops(options);
-      const std::int32_t blocks = tokens / kBlock;
-      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
-                                      .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
-      StepLayout layout;
-      SequenceLayout seq{.row_begin = 0, .num_rows = tokens, .num_computed_tokens = 0, .block_table = {}};
-      for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
-      layout.sequences.push_back(seq);
-      for (std::int32_t t = 0; t < tokens; ++t) {
-        layout.token_ids.push_back(0);
-        layout.positions.push_back(t);
-      }
-      const MlaInputs in{.q = must(cuda_random_weight(*ops, {tokens, kHeads * kQk}, DType::bf16, 41, 1.0f)),
-                         .latent = must(cuda_random_weight(*ops, {tokens, kRank}, DType::bf16, 42, 1.0f)),
-                         .k_rope = must(cuda_random_weight(*ops, {tokens, kRope}, DType::bf16, 43, 1.0f)),
-                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 44,
-                                                              0.05f))};
-      const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
-      ops->begin_step(layout);
-      const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
-      const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
-      const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
-      char name[128];
-      std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression)",
-                    std::string(kernel_name).c_str(), tokens / 1024);
-      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
-    }
-  }
-}
-
 // Llama-3-8B, the same op sequence as model/llama.cpp's LlamaModel::forward.
 struct Llama8B {
   static constexpr std::int64_t kLayers = 32, kHidden = 4096, kHeads = 32, kKvHeads = 8, kDim = 128,
@@ -439,6 +350,79 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
     layout.sequences.push_back(seq);
   }
   return layout;
+}
+
+// DeepSeek-V3's MLA on one layer (128 heads, latent 512 + rope 64, QK 192,
+// V 128), random weights and cache, eager: the whole op (begin_step included
+// in decode), under each CudaOptions::mla_kernels. Decode at batch 64 x 8k
+// counts the latent rows read (batch x context x 576 x 2 bytes) against HBM;
+// prefill of one prompt from zero counts the causal attention (QK 192 + V 128
+// multiply-adds per key a head) plus the K/V decompression GEMM against the
+// bf16 GEMM rate.
+void bench_mla(bool quick) {
+  constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
+  constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
+  const MlaShape shape{.num_heads = kHeads,
+                       .qk_nope_head_dim = kNope,
+                       .qk_rope_head_dim = kRope,
+                       .v_head_dim = kV,
+                       .kv_lora_rank = kRank,
+                       .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kQk))};
+  auto must_ok = [](const Status& s) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  };
+  for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
+    CudaOptions options = bench_options();
+    options.use_cuda_graphs = false;
+    options.mla_kernels = kernel;
+    {
+      const std::int32_t batch = 64, context = quick ? 2048 : 8192;
+      auto ops = new_ops(options);
+      const StepLayout layout = make_step(batch, context - 1, 1, kBlock);  // context keys a row
+      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * (context / kBlock),
+                                      .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
+                                      .layout = KvCacheLayout::latent}));
+      must_ok(cuda_fill_kv_cache_random(*ops, 5));
+      const MlaInputs in{.q = must(cuda_random_weight(*ops, {batch, kHeads * kQk}, DType::bf16, 31, 1.0f)),
+                         .latent = must(cuda_random_weight(*ops, {batch, kRank}, DType::bf16, 32, 1.0f)),
+                         .k_rope = must(cuda_random_weight(*ops, {batch, kRope}, DType::bf16, 33, 1.0f)),
+                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 34,
+                                                              0.05f))};
+      const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
+      const double t = time_median(3, 15, [&] {
+        ops->begin_step(layout);
+        must_ok(ops->mla_attention(0, in, shape, out));
+      });
+      const double bytes = 2.0 * batch * static_cast<double>(context) * kWidth;
+      char name[128];
+      std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)",
+                    std::string(kernel_name).c_str(), batch, context / 1024);
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    }
+    for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
+      auto ops = new_ops(options);
+      const StepLayout layout = make_step(1, 0, tokens, kBlock);
+      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
+                                      .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
+      const MlaInputs in{.q = must(cuda_random_weight(*ops, {tokens, kHeads * kQk}, DType::bf16, 41, 1.0f)),
+                         .latent = must(cuda_random_weight(*ops, {tokens, kRank}, DType::bf16, 42, 1.0f)),
+                         .k_rope = must(cuda_random_weight(*ops, {tokens, kRope}, DType::bf16, 43, 1.0f)),
+                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 44,
+                                                              0.05f))};
+      const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
+      ops->begin_step(layout);
+      const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
+      const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
+      const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
+      char name[128];
+      std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression)",
+                    std::string(kernel_name).c_str(), tokens / 1024);
+      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    }
+  }
 }
 
 // One step of the model: begin_step, forward, greedy sample (which reads the

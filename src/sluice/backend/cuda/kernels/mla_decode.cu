@@ -19,7 +19,7 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/launch.cuh"
-#include "sluice/backend/cuda/kernels/mla_decode_split.cuh"
+#include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
 
 namespace sluice::cuda {
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) decode_simple_kernel(StepDeviceView 
   const KeyRange range = decode_split_range(step.seq_num_computed[seq] + 1, a.num_splits, split, 1);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const auto* cache = static_cast<const __nv_bfloat16*>(a.cache.data);
-  float run_max = -INFINITY, run_sum = 0.0f;
+  OnlineSoftmax softmax;
   float acc[kRankPerLane];
 #pragma unroll
   for (int j = 0; j < kRankPerLane; ++j) acc[j] = 0.0f;
@@ -90,17 +90,12 @@ __global__ void __launch_bounds__(kThreads) decode_simple_kernel(StepDeviceView 
                  key % a.cache.block_size) * width;
     float dot = 0.0f;
     for (int d = lane; d < width; d += 32) dot += s_q[d] * __bfloat162float(c[d]);
-    const float score = warp_sum(dot) * a.scale;
-    const float new_max = fmaxf(run_max, score);
-    const float correction = __expf(run_max - new_max);  // 0 while run_max is -inf
-    const float p = __expf(score - new_max);
-    run_sum = run_sum * correction + p;
+    const OnlineSoftmax::Step step = softmax.add(warp_sum(dot) * a.scale);
 #pragma unroll
     for (int j = 0; j < kRankPerLane; ++j) {
       const int d = lane + 32 * j;
-      if (d < rank) acc[j] = acc[j] * correction + p * __bfloat162float(c[d]);
+      if (d < rank) acc[j] = acc[j] * step.correction + step.weight * __bfloat162float(c[d]);
     }
-    run_max = new_max;
   }
 #pragma unroll
   for (int j = 0; j < kRankPerLane; ++j) {
@@ -108,8 +103,8 @@ __global__ void __launch_bounds__(kThreads) decode_simple_kernel(StepDeviceView 
     if (d < rank) s_out[warp][d] = acc[j];
   }
   if (lane == 0) {
-    s_max[warp] = run_max;
-    s_sum[warp] = run_sum;
+    s_max[warp] = softmax.max;
+    s_sum[warp] = softmax.sum;
   }
   __syncthreads();
   float block_max = -INFINITY;

@@ -23,7 +23,7 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/launch.cuh"
-#include "sluice/backend/cuda/kernels/mla_decode_split.cuh"
+#include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 

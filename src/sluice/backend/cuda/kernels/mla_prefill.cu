@@ -8,17 +8,20 @@
 // Two kernels (CudaOptions::mla_kernels):
 //   simple: a warp a (row, head), CUDA cores, any dims up to 256.
 //   tensor_core: QK 192 (128 + 64) / V 128 only; attention_prefill.cu's
-//     FlashAttention-2 scheme (mma.sync m16n8k16, four warps of 2 x 16 rows,
-//     128-row query tiles, 64-key K/V tiles double-buffered by cp.async into
-//     padded shared memory) with K gathered from two sources (k_nope from the
-//     decompressed kv, k_rope from the shared rope keys) and V narrower than QK.
+//     FlashAttention-2 scheme and tile steps (flash_tile.cuh: mma.sync
+//     m16n8k16, four warps of 2 x 16 rows, 128-row query tiles, 64-key K/V
+//     tiles double-buffered by cp.async into padded shared memory) with K
+//     gathered from two sources (k_nope from the decompressed kv, k_rope from
+//     the shared rope keys) and V narrower than QK.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/flash_tile.cuh"
 #include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(kSimpleThreads) prefill_simple_kernel(MlaPrefi
   float acc[kSimpleVPerLane];
 #pragma unroll
   for (int j = 0; j < kSimpleVPerLane; ++j) acc[j] = 0.0f;
-  float run_max = -INFINITY, run_sum = 0.0f;
+  OnlineSoftmax softmax;
   for (int key = 0; key <= position; ++key) {
     const __nv_bfloat16* kv_row = kv + key * kv_stride;
     float dot = 0.0f;
@@ -71,20 +74,15 @@ __global__ void __launch_bounds__(kSimpleThreads) prefill_simple_kernel(MlaPrefi
       else if (d < qk)
         dot += q_reg[j] * __bfloat162float(k_rope[static_cast<std::int64_t>(key) * a.rope_dim + d - a.nope_dim]);
     }
-    const float score = warp_sum(dot) * a.scale;
-    const float new_max = fmaxf(run_max, score);
-    const float correction = __expf(run_max - new_max);  // 0 while run_max is -inf
-    const float p = __expf(score - new_max);
-    run_sum = run_sum * correction + p;
+    const OnlineSoftmax::Step step = softmax.add(warp_sum(dot) * a.scale);
 #pragma unroll
     for (int j = 0; j < kSimpleVPerLane; ++j) {
       const int d = lane + 32 * j;
-      if (d < a.v_dim) acc[j] = acc[j] * correction + p * __bfloat162float(kv_row[a.nope_dim + d]);
+      if (d < a.v_dim) acc[j] = acc[j] * step.correction + step.weight * __bfloat162float(kv_row[a.nope_dim + d]);
     }
-    run_max = new_max;
   }
   auto* out = static_cast<__nv_bfloat16*>(a.out) + (step_row * a.num_heads + head) * a.v_dim;
-  const float inv_sum = 1.0f / run_sum;
+  const float inv_sum = 1.0f / softmax.sum;
 #pragma unroll
   for (int j = 0; j < kSimpleVPerLane; ++j) {
     const int d = lane + 32 * j;
@@ -166,7 +164,6 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(MlaPrefillArgs a)
   const int warp_first_pos = first_pos + warp_row;
   const float scale_log2 = a.scale * kLog2e;
 
-  std::uint32_t q_frag[kMTiles][4];
   float o_acc[kMTiles][kNTilesO][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -195,97 +192,9 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(MlaPrefillArgs a)
     const __nv_bfloat16* sv = s_v + (tile & 1) * kBlockN * kStrideV;
 
     float s[kMTiles][kNTilesS][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-        ldmatrix_x4(q_frag[mt], s_q + (warp_row + mt * 16 + (lane % 16)) * kStrideQk + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-      for (int n = 0; n < kNTilesS; n += 2) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, sk + (n * 8 + (lane % 8) + (lane / 16) * 8) * kStrideQk + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(s[mt][n], q_frag[mt], b[0], b[1]);
-          mma_16816(s[mt][n + 1], q_frag[mt], b[2], b[3]);
-        }
-      }
-    }
-    const bool needs_mask = key0 + kBlockN - 1 > warp_first_pos;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      const int pos0 = warp_first_pos + mt * 16 + lane / 4;
-      float row_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = key0 + n * 8 + (lane % 4) * 2 + (i & 1);
-          const int pos = pos0 + (i / 2) * 8;
-          float v = s[mt][n][i];
-          if (needs_mask && key > pos) v = -INFINITY;
-          s[mt][n][i] = v;
-          row_max[i / 2] = fmaxf(row_max[i / 2], v);
-        }
-      }
-      float correction[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-        const float m_new = fmaxf(m_run[mt][h], row_max[h] * scale_log2);
-        correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[mt][h] - m_new);
-        m_run[mt][h] = m_new;
-      }
-      float row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          // m is finite: key 0 is in every row's first tile. Masked scores give 0.
-          const float pr = exp2f(fmaf(s[mt][n][i], scale_log2, -m_run[mt][i / 2]));
-          s[mt][n][i] = pr;
-          row_sum[i / 2] += pr;
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[mt][h] = l_run[mt][h] * correction[h] + row_sum[h];
-#pragma unroll
-      for (int n = 0; n < kNTilesO; ++n) {
-        o_acc[mt][n][0] *= correction[0];
-        o_acc[mt][n][1] *= correction[0];
-        o_acc[mt][n][2] *= correction[1];
-        o_acc[mt][n][3] *= correction[1];
-      }
-    }
-    // O += P V: P's accumulator layout is the next mma's A fragment layout.
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      std::uint32_t p_frag[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        p_frag[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        p_frag[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        p_frag[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        p_frag[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int n = 0; n < kNTilesO; n += 2) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, sv + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStrideV + n * 8 + (lane / 16) * 8);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(o_acc[mt][n], p_frag[mt], b[0], b[1]);
-          mma_16816(o_acc[mt][n + 1], p_frag[mt], b[2], b[3]);
-        }
-      }
-    }
+    flash::score_tile<kMTiles, kNTilesS, kKSteps, kStrideQk, kStrideQk>(s, s_q, warp_row, sk, lane);
+    flash::softmax_tile(s, o_acc, m_run, l_run, key0, warp_first_pos, scale_log2, lane);
+    flash::pv_tile<kMTiles, kNTilesS, kNTilesO, kStrideV>(s, o_acc, sv, lane);
   }
   auto* out = static_cast<__nv_bfloat16*>(a.out);
 #pragma unroll
