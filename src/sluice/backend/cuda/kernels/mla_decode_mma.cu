@@ -6,8 +6,9 @@
 //
 // One block (8 warps) a (64-head group, decode row, key split). The block's
 // queries [64, 576] sit in shared memory; tiles of 32 latent rows [32, 576]
-// stream in by cp.async, double-buffered (gathered row by row through the
-// block table). Per tile:
+// stream in by cp.async through a ring of kStages buffers, two tiles ahead
+// (gathered row by row through the block table; one block an SM, so the ring
+// is what keeps HBM requests in flight: ~72 KB an SM). Per tile:
 //   S = Q K^T [64, 32]: warp w takes heads 16 (w % 4) and keys 16 (w / 4);
 //   the softmax runs over shared memory, four threads a head, keeping each
 //   head's running max and sum there and writing P (bf16) and the
@@ -33,6 +34,7 @@ namespace {
 constexpr int kThreads = 256;  // eight warps
 constexpr int kHeads = 64;     // heads a block (M)
 constexpr int kBlockN = 32;    // latent rows a tile
+constexpr int kStages = 3;     // tiles in the ring: the one computed on and two in flight
 constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
 constexpr int kStride = kWidth + 8;       // padded smem row (elements): ldmatrix conflict-free
 constexpr int kScoreStride = kBlockN + 4;  // f32
@@ -47,7 +49,7 @@ constexpr int kQBytes = kHeads * kStride * 2;
 constexpr int kTileBytes = kBlockN * kStride * 2;
 constexpr int kScoreBytes = kHeads * kScoreStride * 4;
 constexpr int kPBytes = kHeads * kPStride * 2;
-constexpr int kSmemBytes = kQBytes + 2 * kTileBytes + kScoreBytes + kPBytes + 3 * kHeads * 4;
+constexpr int kSmemBytes = kQBytes + kStages * kTileBytes + kScoreBytes + kPBytes + 3 * kHeads * 4;
 static_assert(kQBytes % 16 == 0 && kTileBytes % 16 == 0 && kScoreBytes % 16 == 0 && kPBytes % 16 == 0);
 
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView step, MlaDecodeArgs a) {
@@ -55,10 +57,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView 
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  auto* s_tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw + kQBytes);  // [2][kBlockN][kStride]
-  auto* s_scores = reinterpret_cast<float*>(smem_raw + kQBytes + 2 * kTileBytes);
-  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem_raw + kQBytes + 2 * kTileBytes + kScoreBytes);
-  auto* s_max = reinterpret_cast<float*>(smem_raw + kQBytes + 2 * kTileBytes + kScoreBytes + kPBytes);
+  auto* s_tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw + kQBytes);  // [kStages][kBlockN][kStride]
+  unsigned char* after_tiles = smem_raw + kQBytes + kStages * kTileBytes;
+  auto* s_scores = reinterpret_cast<float*>(after_tiles);
+  auto* s_p = reinterpret_cast<__nv_bfloat16*>(after_tiles + kScoreBytes);
+  auto* s_max = reinterpret_cast<float*>(after_tiles + kScoreBytes + kPBytes);
   float* s_sum = s_max + kHeads;
   float* s_correction = s_sum + kHeads;
 
@@ -91,8 +94,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView 
       cp_async_16(dst + r * kStride + col, cache + offset, valid);
     }
   };
+  // Commit groups: {Q, tile 0}, {tile 1}, then one a loop iteration (empty
+  // past the last tile), so "all but the newest group" is always the tile
+  // about to be used.
   const int num_tiles = (range.end - range.begin + kBlockN - 1) / kBlockN;
   if (num_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+  if (num_tiles > 1) load_tile(1, 1);
   cp_async_commit();
   if (tid < kHeads) {
     s_max[tid] = -INFINITY;
@@ -109,13 +117,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView 
     for (int k = 0; k < 4; ++k) o_acc[n][k] = 0.0f;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait_all();
+    cp_async_wait<1>();
+    // Also: every warp is done with tile - 1, whose buffer the next load reuses.
     __syncthreads();
-    if (tile + 1 < num_tiles) {
-      load_tile(tile + 1, (tile + 1) & 1);
-      cp_async_commit();
-    }
-    const __nv_bfloat16* kt = s_tiles + (tile & 1) * kBlockN * kStride;
+    if (tile + 2 < num_tiles) load_tile(tile + 2, (tile + 2) % kStages);
+    cp_async_commit();
+    const __nv_bfloat16* kt = s_tiles + (tile % kStages) * kBlockN * kStride;
 
     // S block [16 heads, 16 keys] over all 576 dims.
     float s[2][4];
@@ -201,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView 
       }
     }
   }
-  cp_async_wait_all();  // an empty split never waited for its queries
+  cp_async_wait_all();  // the trailing empty groups (and an empty split's queries)
   __syncthreads();
 
   // Partials in the simple kernel's format: unnormalised O, (max, sum) with
