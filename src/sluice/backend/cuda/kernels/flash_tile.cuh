@@ -16,6 +16,23 @@
 
 namespace sluice::cuda::flash {
 
+// The running state before a row's first key: O = 0, max -inf, sum 0.
+template <int kMTiles, int kNTilesO>
+__device__ __forceinline__ void start_rows(float (&o_acc)[kMTiles][kNTilesO][4], float (&m_run)[kMTiles][2],
+                                           float (&l_run)[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o_acc[mt][n][i] = 0.0f;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
+}
+
 // s = Q K^T for the warp's rows (from row q_row0 of s_q) x 8 kNTilesS keys
 // (from row 0 of sk) over 16 kKSteps dims; row strides in elements.
 template <int kMTiles, int kNTilesS, int kKSteps, int kStrideQ, int kStrideK>

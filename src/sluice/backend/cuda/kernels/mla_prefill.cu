@@ -165,18 +165,8 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(MlaPrefillArgs a)
   const float scale_log2 = a.scale * kLog2e;
 
   float o_acc[kMTiles][kNTilesO][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int n = 0; n < kNTilesO; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o_acc[mt][n][i] = 0.0f;
   float m_run[kMTiles][2], l_run[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    m_run[mt][0] = m_run[mt][1] = -INFINITY;
-    l_run[mt][0] = l_run[mt][1] = 0.0f;
-  }
+  flash::start_rows(o_acc, m_run, l_run);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     cp_async_wait_all();
