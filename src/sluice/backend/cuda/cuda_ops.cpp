@@ -343,8 +343,7 @@ class CudaOps final : public Ops {
                                   .width = kv_spec_.head_dim,
                                   .kv_lora_rank = shape.kv_lora_rank,
                                   .block_size = kv_spec_.block_size_tokens};
-    const bool replay = replaying();
-    if (!replay) flush_deferred_rope();
+    const bool replay = !launching();
     return mla_.run({.view = view_,
                      .layout = *layout_,
                      .cache = cache,
