@@ -4,13 +4,21 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
+<<<<<<< HEAD
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk |
 //                   --decode-sweep]
+=======
+// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk | --mla]
+>>>>>>> cuda-mla
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
+<<<<<<< HEAD
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed).
+=======
+// --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice).
+>>>>>>> cuda-mla
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -436,6 +444,81 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
   return layout;
 }
 
+// DeepSeek-V3's MLA on one layer (128 heads, latent 512 + rope 64, QK 192,
+// V 128), random weights and cache, eager: the whole op (begin_step included
+// in decode), under each CudaOptions::mla_kernels. Decode at batch 64 x 8k
+// counts the latent rows read (batch x context x 576 x 2 bytes) against HBM;
+// prefill of one prompt from zero counts the causal attention (QK 192 + V 128
+// multiply-adds per key a head) plus the K/V decompression GEMM against the
+// bf16 GEMM rate.
+void bench_mla(bool quick) {
+  constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
+  constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
+  const MlaShape shape{.num_heads = kHeads,
+                       .qk_nope_head_dim = kNope,
+                       .qk_rope_head_dim = kRope,
+                       .v_head_dim = kV,
+                       .kv_lora_rank = kRank,
+                       .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kQk))};
+  auto must_ok = [](const Status& s) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  };
+  for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
+    CudaOptions options = bench_options();
+    options.use_cuda_graphs = false;
+    options.mla_kernels = kernel;
+    {
+      const std::int32_t batch = 64, context = quick ? 2048 : 8192;
+      auto ops = new_ops(options);
+      const StepLayout layout = make_step(batch, context - 1, 1, kBlock);  // context keys a row
+      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * (context / kBlock),
+                                      .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
+                                      .layout = KvCacheLayout::latent}));
+      must_ok(cuda_fill_kv_cache_random(*ops, 5));
+      const MlaInputs in{.q = must(cuda_random_weight(*ops, {batch, kHeads * kQk}, DType::bf16, 31, 1.0f)),
+                         .latent = must(cuda_random_weight(*ops, {batch, kRank}, DType::bf16, 32, 1.0f)),
+                         .k_rope = must(cuda_random_weight(*ops, {batch, kRope}, DType::bf16, 33, 1.0f)),
+                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 34,
+                                                              0.05f))};
+      const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
+      const double t = time_median(3, 15, [&] {
+        ops->begin_step(layout);
+        must_ok(ops->mla_attention(0, in, shape, out));
+      });
+      const double bytes = 2.0 * batch * static_cast<double>(context) * kWidth;
+      char name[128];
+      std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)",
+                    std::string(kernel_name).c_str(), batch, context / 1024);
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    }
+    for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
+      // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
+      if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;
+      auto ops = new_ops(options);
+      const StepLayout layout = make_step(1, 0, tokens, kBlock);
+      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
+                                      .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
+      const MlaInputs in{.q = must(cuda_random_weight(*ops, {tokens, kHeads * kQk}, DType::bf16, 41, 1.0f)),
+                         .latent = must(cuda_random_weight(*ops, {tokens, kRank}, DType::bf16, 42, 1.0f)),
+                         .k_rope = must(cuda_random_weight(*ops, {tokens, kRope}, DType::bf16, 43, 1.0f)),
+                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 44,
+                                                              0.05f))};
+      const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
+      ops->begin_step(layout);
+      const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
+      const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
+      const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
+      char name[128];
+      std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression)",
+                    std::string(kernel_name).c_str(), tokens / 1024);
+      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+    }
+  }
+}
+
 // One step of the model: begin_step, forward, greedy sample (which reads the
 // tokens back).
 void run_model_step(Ops& ops, const Llama8B& model, const StepLayout& layout) {
@@ -698,6 +781,11 @@ int main(int argc, char** argv) {
     sluice::bench_chunk_over_prefix();
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--mla") == 0) {  // DeepSeek-V3 MLA rows only
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_mla(false);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) {  // attention and model rows only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_attention(false);
@@ -725,6 +813,7 @@ int main(int argc, char** argv) {
   sluice::bench_gemm();
   sluice::bench_attention(quick);
   if (!quick) sluice::bench_chunk_over_prefix();
+  sluice::bench_mla(quick);
   sluice::bench_model(quick);
   sluice::bench_decode_variants(quick);
   sluice::bench_sampling();

@@ -2,7 +2,7 @@
 // `sluice generate`: added to a command, refused unless --device cuda, and
 // turned into the CudaOptions the backend is constructed with (the flags'
 // values are logged with the others; the whole struct is logged when the
-// backend starts). Benchmark-only settings (graph buckets, GEMV split K) have
+// backend starts). Benchmark-only settings (graph buckets, GEMV split K, MLA kernels) have
 // no flag: cuda_bench sets them.
 #pragma once
 

@@ -18,6 +18,7 @@
 #include "sluice/backend/cuda/device_weights.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
+#include "sluice/backend/cuda/mla_attention.h"
 #include "sluice/backend/cuda/rope_frequencies.h"
 #include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/cuda/step_metadata.h"
@@ -40,7 +41,7 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},
         weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes),
-        metadata_(stream), graphs_(stream), sampler_(stream) {
+        metadata_(stream), graphs_(stream), sampler_(stream), mla_(stream, gemm_) {
     int device = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -62,9 +63,13 @@ class CudaOps final : public Ops {
   Result<Tensor> upload_concatenated(std::span<const Tensor> parts) override { return weights_.upload(parts); }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
-    if (spec.layout != KvCacheLayout::key_value)
-      return Error{"CUDA backend: the MLA latent KV cache is not implemented on cuda yet"};
-    if (!cuda::split_kernel_supports(spec.head_dim))
+    if (spec.layout == KvCacheLayout::latent && spec.num_kv_heads != 1)
+      return Error{fmt::format("CUDA backend: a latent KV cache has one entry a position (num_kv_heads {})",
+                               spec.num_kv_heads)};
+    if (spec.layout == KvCacheLayout::latent && spec.head_dim % 8 != 0)
+      return Error{fmt::format("CUDA backend: a latent KV cache needs head_dim a multiple of 8 (16-byte rows), got {}",
+                               spec.head_dim)};
+    if (spec.layout == KvCacheLayout::key_value && !cuda::split_kernel_supports(spec.head_dim))
       return Error{fmt::format("CUDA backend: head_dim {} is not supported (16, 32, 64, 128, 256)",
                                spec.head_dim)};
     if (spec.num_kv_heads <= 0 || spec.num_layers <= 0 || spec.num_blocks <= 0 ||
@@ -107,10 +112,16 @@ class CudaOps final : public Ops {
     SLUICE_CUDA_CHECK(cudaSetDevice(options_.device_index));
     finish_step_graph();
     scratch_.reset();
+    layout_ = &layout;
     std::optional<cuda::GraphKey> key;
     if (options_.use_cuda_graphs && kv_cache_ != nullptr) key = cuda::decode_graph_key(layout, options_.graph_buckets);
+    // MLA's decode workspace is sized before the capture, never during it.
+    if (key && kv_spec_.layout == KvCacheLayout::latent &&
+        !mla_.prepare_decode(key->num_rows, key->context_bucket, num_sms_, options_.mla_kernels))
+      key.reset();
     if (key) {
-      key->scratch_generation = scratch_.generation();
+      // Both generations in one: the scratch arena's (high bits) and MLA's decode workspace's.
+      key->scratch_generation = (scratch_.generation() << 32) | mla_.decode_generation();
       key->metadata_generation = metadata_.generation();
     }
     view_ = metadata_.upload(layout,
@@ -244,6 +255,7 @@ class CudaOps final : public Ops {
   void attention(std::int32_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                  float scale, Tensor out) override {
     SLUICE_CHECK_MSG(kv_cache_ != nullptr, "attention before allocate_kv_cache");
+    SLUICE_CHECK_MSG(kv_spec_.layout == KvCacheLayout::key_value, "attention() over a latent (MLA) KV cache");
     SLUICE_CHECK(layer >= 0 && layer < kv_spec_.num_layers);
     SLUICE_CHECK(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16 &&
                  out.dtype == DType::bf16);
@@ -296,12 +308,51 @@ class CudaOps final : public Ops {
                           dt_of(out.dtype), launch_);
   }
 
-  // DeepSeek-V3 (issue 15): the CPU reference has them; these kernels come later.
-  Status rope_partial(Tensor, std::int32_t, std::int32_t, const RopeParams&) override {
-    return Error{"CUDA backend: rope_partial (DeepSeek-V3 MLA rope) is not implemented on cuda yet"};
+  // DeepSeek-V3 (issue 15). MLA: mla_attention.h.
+  Status rope_partial(Tensor x, std::int32_t head_stride, std::int32_t rotary_offset,
+                      const RopeParams& params) override {
+    SLUICE_CHECK(params.head_dim > 0 && params.head_dim % 2 == 0);
+    SLUICE_CHECK(head_stride > 0 && x.cols() % head_stride == 0);
+    SLUICE_CHECK_LE(rotary_offset + params.head_dim, head_stride);
+    SLUICE_CHECK_EQ(x.rows(), static_cast<std::int64_t>(view_.num_rows));
+    SLUICE_CHECK(x.dtype == DType::bf16 || x.dtype == DType::f32);
+    if (params.head_dim > cuda::kRopePartialMaxDim)
+      return Error{fmt::format("CUDA rope_partial: {} rotary dims, at most {}", params.head_dim,
+                               cuda::kRopePartialMaxDim)};
+    if (!launching()) return Ok{};
+    cuda::launch_rope_partial(view_,
+                              {.x = x.data,
+                               .dt = dt_of(x.dtype),
+                               .num_heads = static_cast<std::int32_t>(x.cols() / head_stride),
+                               .head_stride = head_stride,
+                               .rotary_offset = rotary_offset,
+                               .rotary_dim = params.head_dim,
+                               .inv_freq = rope_frequencies_.inverse_frequencies(params),
+                               .cos_sin_scale = params.cos_sin_scale,
+                               .interleaved = params.interleaved},
+                              launch_);
+    return Ok{};
   }
-  Status mla_attention(std::int32_t, const MlaInputs&, const MlaShape&, Tensor) override {
-    return Error{"CUDA backend: mla_attention is not implemented on cuda yet"};
+  Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) override {
+    SLUICE_CHECK_MSG(kv_cache_ != nullptr, "mla_attention before allocate_kv_cache");
+    if (kv_spec_.layout != KvCacheLayout::latent)
+      return Error{"CUDA mla_attention needs a latent KV cache (KvCacheLayout::latent)"};
+    SLUICE_CHECK(layer >= 0 && layer < kv_spec_.num_layers);
+    const std::int64_t layer_elems =
+        static_cast<std::int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size_tokens * kv_spec_.head_dim;
+    const cuda::LatentCache cache{.data = static_cast<std::uint16_t*>(kv_cache_) + layer * layer_elems,
+                                  .width = kv_spec_.head_dim,
+                                  .kv_lora_rank = shape.kv_lora_rank,
+                                  .block_size = kv_spec_.block_size_tokens};
+    const bool replay = !launching();
+    return mla_.run({.view = view_,
+                     .layout = *layout_,
+                     .cache = cache,
+                     .launch = launch_,
+                     .kernels = options_.mla_kernels,
+                     .num_sms = num_sms_,
+                     .replaying = replay},
+                    in, shape, out);
   }
   Status moe_route(const Tensor&, const Tensor&, const MoeRouting&, MoeAssignment) override {
     return Error{"CUDA backend: moe_route is not implemented on cuda yet"};
@@ -402,7 +453,9 @@ class CudaOps final : public Ops {
   cuda::Launch launch_;
   cuda::DeviceWeights weights_;
   cuda::RopeFrequencies rope_frequencies_;
-  void* kv_cache_ = nullptr;  // per layer: K then V, each [num_blocks, block_size, kv_heads, head_dim]
+  // per layer: K then V, each [num_blocks, block_size, kv_heads, head_dim]; a
+  // latent cache (MLA) one [num_blocks, block_size, 1, head_dim] array per layer
+  void* kv_cache_ = nullptr;
   KvCacheSpec kv_spec_;
   cuda::ScratchArena scratch_;
   cuda::LtGemm gemm_;
@@ -413,6 +466,8 @@ class CudaOps final : public Ops {
   cuda::DecodeGraphs graphs_;
   std::optional<DeferredRope> deferred_rope_;
   cuda::StepSampler sampler_;
+  const StepLayout* layout_ = nullptr;  // the step's, valid until the next begin_step()
+  cuda::MlaAttention mla_;
 };
 
 }  // namespace

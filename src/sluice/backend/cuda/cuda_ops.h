@@ -14,7 +14,8 @@
 // The parts, each in its own file: device_weights (upload), scratch_arena
 // (per-step activations), step_metadata (the step's layout on the device),
 // decode_graphs (capture and replay of decode steps), step_sampler and
-// sample_pack (sampling), rope_frequencies, lt_gemm (cuBLASLt), kernels/.
+// sample_pack (sampling), rope_frequencies, lt_gemm (cuBLASLt), mla_attention
+// and batched_gemm (DeepSeek-V3's MLA over the latent cache), kernels/.
 // cuda_ops.cpp ties them into the Ops contract.
 #pragma once
 

@@ -62,6 +62,20 @@ enum class DecodeSplitPlan {
   uniform_waves,
 };
 
+// The MLA attention kernels (DeepSeek-V3, mla_attention.h). Not yet run on a
+// device (written without one, session 5): simple is the default until both
+// have passed the suite and been measured (cuda_bench --mla).
+enum class MlaKernels {
+  // CUDA cores, any dims: a warp a (query row, head) in prefill; in decode a
+  // block a (row, head, key split), the latent rows read once per head.
+  simple,
+  // mma.sync where the dims are DeepSeek-V3's (QK 128 + 64, V 128, latent
+  // 512 + 64; simple elsewhere): prefill FlashAttention-2 style over the
+  // decompressed K/V; decode with 64 heads a block in the MMA's M, each latent
+  // tile loaded once for them.
+  tensor_core,
+};
+
 }  // namespace cuda
 
 struct CudaOptions {
@@ -80,7 +94,7 @@ struct CudaOptions {
 
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // decode_split_plan.
+  // decode_split_plan, mla_kernels.
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
@@ -89,6 +103,7 @@ struct CudaOptions {
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::by_step_work;
+  cuda::MlaKernels mla_kernels = cuda::MlaKernels::simple;
 };
 
 namespace cuda {
@@ -102,6 +117,8 @@ inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSpl
     {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 2> kDecodeSplitPlanNames = {
     {{"by-step-work", DecodeSplitPlan::by_step_work}, {"uniform-waves", DecodeSplitPlan::uniform_waves}}};
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 2> kMlaKernelsNames = {
+    {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
@@ -134,6 +151,8 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
   out += ", decode split plan ";
   out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
+  out += ", MLA kernels ";
+  out += cuda::name_of(options.mla_kernels, cuda::kMlaKernelsNames);
   out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
   out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
   return out;

@@ -15,7 +15,9 @@ RopeFrequencies::~RopeFrequencies() {
 
 const float* RopeFrequencies::inverse_frequencies(const RopeParams& params) {
   const Key key = std::make_tuple(params.head_dim, params.theta, params.llama3_factor, params.llama3_low_freq_factor,
-                                  params.llama3_high_freq_factor, params.llama3_original_max_position);
+                                  params.llama3_high_freq_factor, params.llama3_original_max_position,
+                                  params.yarn_factor, params.yarn_original_max_position, params.yarn_beta_fast,
+                                  params.yarn_beta_slow, params.yarn_truncate);
   if (auto it = tables_.find(key); it != tables_.end()) return it->second;
   const std::vector<float> host = rope_inverse_frequencies(params);
   float* device = nullptr;

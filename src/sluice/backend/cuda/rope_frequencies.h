@@ -23,7 +23,9 @@ class RopeFrequencies {
   const float* inverse_frequencies(const RopeParams& params);
 
  private:
-  using Key = std::tuple<std::int32_t, float, float, float, float, std::int32_t>;
+  // Every field rope_inverse_frequencies() reads.
+  using Key = std::tuple<std::int32_t, float, float, float, float, std::int32_t, float, std::int32_t, float, float,
+                         bool>;
   std::map<Key, float*> tables_;
 };
 

@@ -23,6 +23,7 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/flash_tile.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
@@ -123,20 +124,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
   const int warp_row = warp * 16 * kMTiles;
   const int warp_first_pos = first_pos + warp_row;
 
-  std::uint32_t q_frag[kMTiles][4];
   float o_acc[kMTiles][kNTilesO][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int n = 0; n < kNTilesO; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o_acc[mt][n][i] = 0.0f;
   float m_run[kMTiles][2], l_run[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    m_run[mt][0] = m_run[mt][1] = -INFINITY;
-    l_run[mt][0] = l_run[mt][1] = 0.0f;
-  }
+  flash::start_rows(o_acc, m_run, l_run);
 
   for (int tile = first_tile; tile < num_tiles; ++tile) {
     cp_async_wait_all();
@@ -152,104 +142,11 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
     const __nv_bfloat16* sk = s_k + (tile & 1) * kBlockN * kStride;
     const __nv_bfloat16* sv = s_v + (tile & 1) * kBlockN * kStride;
 
-    // S = Q K^T for this warp's rows x kBlockN keys.
     float s[kMTiles][kNTilesS][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-        ldmatrix_x4(q_frag[mt], s_q + (warp_row + mt * 16 + (lane % 16)) * kStride + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-      for (int n = 0; n < kNTilesS; n += 2) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, sk + (n * 8 + (lane % 8) + (lane / 16) * 8) * kStride + ks * 16 +
-                           ((lane / 8) % 2) * 8);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(s[mt][n], q_frag[mt], b[0], b[1]);
-          mma_16816(s[mt][n + 1], q_frag[mt], b[2], b[3]);
-        }
-      }
-    }
-    // Causal mask: only tiles that reach past this warp's first query position.
-    const bool needs_mask = key0 + kBlockN - 1 > warp_first_pos;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      const int pos0 = warp_first_pos + mt * 16 + lane / 4;
-      float row_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = key0 + n * 8 + (lane % 4) * 2 + (i & 1);
-          const int pos = pos0 + (i / 2) * 8;
-          float v = s[mt][n][i];  // unscaled: the scale is folded into the exponent below
-          if (needs_mask && key > pos) v = -INFINITY;
-          s[mt][n][i] = v;
-          row_max[i / 2] = fmaxf(row_max[i / 2], v);
-        }
-      }
-      float correction[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-        const float m_new = fmaxf(m_run[mt][h], row_max[h] * p.scale_log2);
-        correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[mt][h] - m_new);
-        m_run[mt][h] = m_new;
-      }
-      float row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          // m is finite: every row sees a key in the first tile (key 0, or
-          // a piece's first key, which precedes the tile's first position).
-          // Masked scores are -inf and give 0.
-          const float pr = exp2f(fmaf(s[mt][n][i], p.scale_log2, -m_run[mt][i / 2]));
-          s[mt][n][i] = pr;
-          row_sum[i / 2] += pr;
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[mt][h] = l_run[mt][h] * correction[h] + row_sum[h];
-#pragma unroll
-      for (int n = 0; n < kNTilesO; ++n) {
-        o_acc[mt][n][0] *= correction[0];
-        o_acc[mt][n][1] *= correction[0];
-        o_acc[mt][n][2] *= correction[1];
-        o_acc[mt][n][3] *= correction[1];
-      }
-    }
+    flash::score_tile<kMTiles, kNTilesS, kKSteps, kStride, kStride>(s, s_q, warp_row, sk, lane);
+    flash::softmax_tile(s, o_acc, m_run, l_run, key0, warp_first_pos, p.scale_log2, lane);
     // O += P V: P's accumulator layout is the A fragment layout of the next mma.
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int n = 0; n < kNTilesO; n += 2) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, sv + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride + n * 8 +
-                                 (lane / 16) * 8);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(o_acc[mt][n], a[mt], b[0], b[1]);
-          mma_16816(o_acc[mt][n + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    flash::pv_tile<kMTiles, kNTilesS, kNTilesO, kStride>(s, o_acc, sv, lane);
   }
   // Row sums are partial per lane: finish them across the four lanes of a row.
 #pragma unroll

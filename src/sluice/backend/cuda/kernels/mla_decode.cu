@@ -1,0 +1,218 @@
+// MLA decode in the absorbed form (DeepSeek-V3): every head of a sequence
+// attends over the same paged latent rows [c | k_rope] with the query
+// [W_UK_h^T q_nope | q_rope] (the W_UK GEMM runs before, the W_UV GEMM after:
+// mla_attention.cpp). This file holds the row bookkeeping (decode list,
+// q gather, output scatter), the simple split-K kernel on CUDA cores and the
+// combine of the splits; the tensor-core kernel is mla_decode_mma.cu.
+//
+// Split K: a (row, head)'s keys [0, context) are cut into num_splits even
+// ranges, each block writes its unnormalised partial output with its running
+// max and sum of exp, and the combine kernel merges them. The split count is
+// a pure function of the launch shape (the graph bucket's context under CUDA
+// graphs); each block derives its range from its row's actual context on the
+// device, so a replayed graph is right at every context of its bucket.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mla_common.cuh"
+#include "sluice/backend/cuda/kernels/mla_kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRankPerLane = kMlaDecodeMaxRank / 32;
+
+__global__ void decode_list_kernel(StepDeviceView step, std::int32_t* decode_seqs) {
+  pdl_launch_dependents();
+  pdl_wait();
+  if (threadIdx.x != 0) return;
+  int n = 0;
+  for (int s = 0; s < step.num_sequences; ++s)
+    if (step.seq_num_rows[s] == 1) decode_seqs[n++] = s;
+}
+
+// One block a (decode row, head).
+__global__ void __launch_bounds__(kThreads) gather_q_kernel(StepDeviceView step, MlaDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int i = blockIdx.x, h = blockIdx.y;
+  const int row = step.seq_row_begin[a.decode_seqs[i]];
+  const int qk = a.nope_dim + a.rope_dim, width = a.kv_lora_rank + a.rope_dim;
+  const auto* src = static_cast<const __nv_bfloat16*>(a.q) + (static_cast<std::int64_t>(row) * a.num_heads + h) * qk;
+  const std::int64_t item = static_cast<std::int64_t>(i) * a.num_heads + h;
+  auto* nope = static_cast<__nv_bfloat16*>(a.q_nope) + item * a.nope_dim;
+  auto* latent = static_cast<__nv_bfloat16*>(a.q_latent) + item * width + a.kv_lora_rank;
+  for (int d = threadIdx.x; d < qk; d += kThreads) {
+    if (d < a.nope_dim)
+      nope[d] = src[d];
+    else
+      latent[d - a.nope_dim] = src[d];
+  }
+}
+
+// One block a (decode row, head, split); each warp takes every kWarps-th key
+// of the split's range with an online softmax, and the warps merge through
+// shared memory. Lanes hold dims lane + 32 j of the query (shared memory) and
+// of the output (registers). Every head reads the latent rows again (from L2
+// after the first): the fallback, not the fast path.
+__global__ void __launch_bounds__(kThreads) decode_simple_kernel(StepDeviceView step, MlaDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  __shared__ float s_q[kMlaDecodeMaxWidth];
+  __shared__ float s_out[kWarps][kMlaDecodeMaxRank];
+  __shared__ float s_max[kWarps], s_sum[kWarps];
+  const int i = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int seq = a.decode_seqs[i];
+  const int width = a.cache.width, rank = a.kv_lora_rank;
+  const std::int64_t item = static_cast<std::int64_t>(i) * a.num_heads + h;
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q_latent) + item * width;
+  for (int d = threadIdx.x; d < width; d += kThreads) s_q[d] = __bfloat162float(q[d]);
+  __syncthreads();
+
+  const KeyRange range = decode_split_range(step.seq_num_computed[seq] + 1, a.num_splits, split, 1);
+  const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+  const auto* cache = static_cast<const __nv_bfloat16*>(a.cache.data);
+  OnlineSoftmax softmax;
+  float acc[kRankPerLane];
+#pragma unroll
+  for (int j = 0; j < kRankPerLane; ++j) acc[j] = 0.0f;
+  for (int key = range.begin + warp; key < range.end; key += kWarps) {
+    const __nv_bfloat16* c =
+        cache + (static_cast<std::int64_t>(table[key / a.cache.block_size]) * a.cache.block_size +
+                 key % a.cache.block_size) * width;
+    float dot = 0.0f;
+    for (int d = lane; d < width; d += 32) dot += s_q[d] * __bfloat162float(c[d]);
+    const OnlineSoftmax::Step step = softmax.add(warp_sum(dot) * a.scale);
+#pragma unroll
+    for (int j = 0; j < kRankPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < rank) acc[j] = acc[j] * step.correction + step.weight * __bfloat162float(c[d]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRankPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < rank) s_out[warp][d] = acc[j];
+  }
+  if (lane == 0) {
+    s_max[warp] = softmax.max;
+    s_sum[warp] = softmax.sum;
+  }
+  __syncthreads();
+  float block_max = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, s_max[w]);
+  float weight[kWarps];
+  float block_sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = s_max[w] == -INFINITY ? 0.0f : __expf(s_max[w] - block_max);
+    block_sum += weight[w] * s_sum[w];
+  }
+  const std::int64_t part = item * a.num_splits + split;
+  for (int d = threadIdx.x; d < rank; d += kThreads) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) o += weight[w] * s_out[w][d];
+    a.partial_out[part * rank + d] = o;
+  }
+  if (threadIdx.x == 0) {
+    a.partial_stats[2 * part] = block_max;
+    a.partial_stats[2 * part + 1] = block_sum;
+  }
+}
+
+// One block a (decode row, head): o_latent = sum_s w_s o_s / sum_s w_s l_s,
+// w_s = exp(m_s - max m). An empty split has m = -inf and weighs 0.
+__global__ void __launch_bounds__(kThreads) combine_kernel(MlaDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * a.num_heads + blockIdx.y;
+  const int rank = a.kv_lora_rank;
+  const float* stats = a.partial_stats + 2 * item * a.num_splits;
+  float top = -INFINITY;
+  for (int s = 0; s < a.num_splits; ++s) top = fmaxf(top, stats[2 * s]);
+  float total = 0.0f;
+  for (int s = 0; s < a.num_splits; ++s)
+    if (stats[2 * s] != -INFINITY) total += __expf(stats[2 * s] - top) * stats[2 * s + 1];
+  const float inv_total = 1.0f / total;
+  const float* partial = a.partial_out + item * a.num_splits * rank;
+  auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + item * rank;
+  for (int d = threadIdx.x; d < rank; d += kThreads) {
+    float o = 0.0f;
+    for (int s = 0; s < a.num_splits; ++s)
+      if (stats[2 * s] != -INFINITY) o += __expf(stats[2 * s] - top) * partial[static_cast<std::int64_t>(s) * rank + d];
+    dst[d] = __float2bfloat16(o * inv_total);
+  }
+}
+
+// One block a decode row.
+__global__ void __launch_bounds__(kThreads) scatter_out_kernel(StepDeviceView step, MlaDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int i = blockIdx.x;
+  const int row = step.seq_row_begin[a.decode_seqs[i]];
+  const std::int64_t cols = static_cast<std::int64_t>(a.num_heads) * a.v_dim;
+  const auto* src = static_cast<const __nv_bfloat16*>(a.o_decode) + i * cols;
+  auto* dst = static_cast<__nv_bfloat16*>(a.out) + row * cols;
+  for (std::int64_t d = threadIdx.x; d < cols; d += kThreads) dst[d] = src[d];
+}
+
+}  // namespace
+
+bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim) {
+  return kv_lora_rank == 512 && rope_dim == 64;
+}
+
+std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, std::int32_t max_context_tokens,
+                               std::int32_t num_sms, MlaKernels kernels) {
+  // Blocks of one split: the simple kernel runs one a (row, head), the
+  // tensor-core kernel one a (row, 64 heads). Enough splits for ~2 waves of
+  // the SMs, but at least kMinKeysPerSplit keys each so the combine stays small.
+  constexpr std::int32_t kMinKeysPerSplit = 256;
+  constexpr std::int32_t kMaxSplits = 64;
+  const std::int32_t head_blocks = kernels == MlaKernels::tensor_core ? (num_heads + 63) / 64 : num_heads;
+  const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
+  const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
+  const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  return std::clamp(std::min(for_waves, by_length), 1, kMaxSplits);
+}
+
+void launch_mla_decode_list(const StepDeviceView& step, std::int32_t* decode_seqs, const Launch& launch) {
+  launch_kernel(decode_list_kernel, dim3(1), dim3(32), 0, launch, step, decode_seqs);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_decode_gather_q(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch) {
+  if (args.num_decode == 0) return;
+  launch_kernel(gather_q_kernel, dim3(args.num_decode, args.num_heads), dim3(kThreads), 0, launch, step, args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs& args, MlaKernels kernels,
+                                 const Launch& launch) {
+  if (args.num_decode == 0) return;
+  SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
+  if (kernels == MlaKernels::tensor_core && mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim)) {
+    launch_mla_decode_attention_mma(step, args, launch);
+  } else {
+    launch_kernel(decode_simple_kernel, dim3(args.num_decode, args.num_heads, args.num_splits), dim3(kThreads), 0,
+                  launch, step, args);
+    SLUICE_CUDA_CHECK_LAUNCH();
+  }
+  launch_kernel(combine_kernel, dim3(args.num_decode, args.num_heads), dim3(kThreads), 0, launch, args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch) {
+  if (args.num_decode == 0) return;
+  launch_kernel(scatter_out_kernel, dim3(args.num_decode), dim3(kThreads), 0, launch, step, args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda
