@@ -4,21 +4,14 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-<<<<<<< HEAD
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk |
-//                   --decode-sweep]
-=======
-// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk | --mla]
->>>>>>> cuda-mla
+//                   --decode-sweep | --mla]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
-<<<<<<< HEAD
-// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed).
-=======
+// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice).
->>>>>>> cuda-mla
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
