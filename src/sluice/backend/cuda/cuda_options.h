@@ -49,6 +49,18 @@ enum class GemvSplitK {
   two_parts,
 };
 
+// Dense matmuls whose weight is FP8 with 128x128 block scales, above
+// kFp8KernelMaxRows rows (fewer always take the grouped kernel: a weight stream).
+enum class Fp8DenseGemm {
+  // cuBLASLt block scaling (activations quantized per 1x128 block, VEC128_32F
+  // x BLK128x128_32F, cuBLASLt 12.9+); the grouped kernel where cuBLASLt has
+  // no algorithm for the shape. Not yet measured (issue 15).
+  cublaslt,
+  // Our grouped kernel (grouped_gemm.cu): the weight dequantized to bf16 in
+  // registers, bf16 activations: the correct-first path and the A/B row.
+  kernel,
+};
+
 }  // namespace cuda
 
 struct CudaOptions {
@@ -66,7 +78,7 @@ struct CudaOptions {
   std::int64_t gemm_workspace_bytes = 32LL << 20;
 
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl.
-  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k.
+  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k, fp8_dense_gemm.
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
@@ -74,6 +86,7 @@ struct CudaOptions {
   bool programmatic_launch = true;
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
+  cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
 };
 
 namespace cuda {
@@ -85,6 +98,8 @@ inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraph
     {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {
     {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
+inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
+    {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
@@ -115,6 +130,8 @@ inline std::string describe(const CudaOptions& options) {
   out += options.programmatic_launch ? "on" : "off";
   out += ", GEMV split K ";
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
+  out += ", FP8 dense GEMM ";
+  out += cuda::name_of(options.fp8_dense_gemm, cuda::kFp8DenseGemmNames);
   out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
   out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
   return out;
