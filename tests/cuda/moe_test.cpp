@@ -11,6 +11,7 @@
 
 #include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/thread_pool.h"
+#include "sluice/backend/cuda/fp8_matmul.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -85,7 +86,7 @@ struct RouteCase {
 
 TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
   auto ops = make_test_ops();
-  cpu::ThreadPool pool(2);
+  ThreadPool pool(2);
   std::uint64_t seed = 7000;
   for (const RouteCase& c : {RouteCase{64, 256, 8, 8, 4, true, 2.5f, false},
                              RouteCase{300, 256, 8, 8, 4, true, 2.5f, true},
@@ -138,7 +139,7 @@ struct ExpertsCase {
 
 TEST(CudaMoe, ExpertsMatchTheCpuReference) {
   auto ops = make_test_ops();
-  cpu::ThreadPool pool(2);
+  ThreadPool pool(2);
   std::uint64_t seed = 8000;
   for (const ExpertsCase& c : {
            ExpertsCase{64, 256, 8, 256, 128, false, false},  // decode-like: ~2 slots an expert
