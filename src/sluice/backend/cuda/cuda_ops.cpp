@@ -45,7 +45,7 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},
         weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes),
-        fp8_matmul_(stream, options.gemm_workspace_bytes, options.fp8_dense_gemm), metadata_(stream), graphs_(stream), sampler_(stream) {
+        fp8_matmul_(gemm_, options.fp8_dense_gemm), metadata_(stream), graphs_(stream), sampler_(stream) {
     int device = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));

@@ -7,7 +7,7 @@
 
 #include "sluice/backend/block_scales.h"
 #include "sluice/backend/cuda/cuda_check.h"
-#include "sluice/backend/cuda/lt_gemm_fp8.h"
+#include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/float_convert.h"
 
 namespace sluice::cuda {

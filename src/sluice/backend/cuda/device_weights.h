@@ -26,7 +26,7 @@ class DeviceWeights {
   // The parts stacked along their rows (vectors: concatenated) in one device
   // tensor; matrices (rank >= 2) become bf16, vectors keep their dtype. FP8
   // weights with block scales stay FP8, their scales stacked into one grid
-  // padded as cuBLASLt reads it (lt_gemm_fp8.h). Waits for the copies.
+  // padded as cuBLASLt reads it (lt_gemm.h). Waits for the copies.
   [[nodiscard]] Result<Tensor> upload(std::span<const Tensor> parts);
   // `bytes` of device memory owned here; `what` names it in the error.
   [[nodiscard]] Result<void*> allocate(std::int64_t bytes, const char* what);

@@ -39,9 +39,8 @@ void Fp8Matmul::run(const Tensor& x, const Tensor& w, const Tensor& out, Scratch
   void* q = scratch.allocate(m * k);
   auto* q_scales = static_cast<float*>(scratch.allocate(num_scale_blocks(k, kScaleBlock) * m * 4));
   if (!launch_kernels) return;
-  if (!lt_) lt_ = std::make_unique<LtGemmFp8>(stream_, workspace_bytes_);
   launch_quantize_fp8_rows(x.data, m, k, q, q_scales, launch);
-  const bool ran = lt_->run({.q = q, .q_scales = q_scales, .w = w.data, .w_scales = w.scales.data,
+  const bool ran = gemm_.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w.data, .w_scales = w.scales.data,
                              .out = out.data, .out_dtype = out.dtype, .m = m, .n = n, .k = k});
   if (!ran) run_grouped_kernel(x, w, out, launch);
 }

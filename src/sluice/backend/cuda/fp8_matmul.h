@@ -4,14 +4,11 @@
 // activations quantized per 1x128 block and cuBLASLt's block-scaled GEMM.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-#include <memory>
 
 #include "sluice/backend/cuda/cuda_options.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
-#include "sluice/backend/cuda/lt_gemm_fp8.h"
+#include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/tensor.h"
 
@@ -26,8 +23,7 @@ Fp8MatmulPath fp8_matmul_path(Fp8DenseGemm asked, std::int64_t m, std::int64_t n
 
 class Fp8Matmul {
  public:
-  Fp8Matmul(cudaStream_t stream, std::int64_t workspace_bytes, Fp8DenseGemm asked)
-      : stream_(stream), workspace_bytes_(workspace_bytes), asked_(asked) {}
+  Fp8Matmul(LtGemm& gemm, Fp8DenseGemm asked) : gemm_(gemm), asked_(asked) {}
 
   // out[m, n] = x[m, k] . w[n, k]^T with x bf16, out bf16 or f32. Takes its
   // scratch first (replayed graphs need the same addresses), then enqueues
@@ -38,10 +34,8 @@ class Fp8Matmul {
  private:
   void run_grouped_kernel(const Tensor& x, const Tensor& w, const Tensor& out, const Launch& launch) const;
 
-  cudaStream_t stream_;
-  std::int64_t workspace_bytes_;
+  LtGemm& gemm_;  // the Ops' cuBLASLt handle, workspace and plans
   Fp8DenseGemm asked_;
-  std::unique_ptr<LtGemmFp8> lt_;  // made at the first cuBLASLt GEMM (it checks cuBLASLt's version)
 };
 
 }  // namespace sluice::cuda

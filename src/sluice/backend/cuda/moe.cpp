@@ -113,35 +113,29 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
                    .tile_expert = tile_expert,
                    .tile_first_slot = tile_first_slot},
                   launch);
-  const GroupedGemmArgs tiles{.tile_expert = tile_expert,
-                              .tile_first_slot = tile_first_slot,
-                              .expert_offsets = expert_offsets,
-                              .max_tiles = max_tiles,
-                              .tile_rows = tile_rows};
-  GroupedGemmArgs first = tiles;
-  first.x = x.data;
-  first.row_of_slot = row_of_slot;
-  first.w = gate_up.data;
-  first.w_fp8 = fp8;
-  first.w_scales = gate_up.scales.data;
-  first.w_scale_row_stride = gate_up.scales.row_stride;
-  first.n = inter;
-  first.k = hidden;
-  first.epilogue = GroupedEpilogue::swiglu;
-  first.out = act;
-  first.out_dt = dt_of(DType::bf16);
-  launch_grouped_gemm(first, launch);
-  GroupedGemmArgs second = tiles;
-  second.x = act;  // by slot already
-  second.w = down.data;
-  second.w_fp8 = fp8;
-  second.w_scales = down.scales.data;
-  second.w_scale_row_stride = down.scales.row_stride;
-  second.n = hidden;
-  second.k = inter;
-  second.out = y;
-  second.out_dt = dt_of(DType::bf16);
-  launch_grouped_gemm(second, launch);
+  // The two expert GEMMs: the plan's tiles over one weight each.
+  auto expert_gemm = [&](const Tensor& w, const void* in, const std::int32_t* in_row_of_slot, std::int64_t n,
+                         std::int64_t k_dim, GroupedEpilogue epilogue, void* result) {
+    launch_grouped_gemm({.x = in,
+                         .row_of_slot = in_row_of_slot,
+                         .w = w.data,
+                         .w_fp8 = fp8,
+                         .w_scales = w.scales.data,
+                         .w_scale_row_stride = w.scales.row_stride,
+                         .tile_expert = tile_expert,
+                         .tile_first_slot = tile_first_slot,
+                         .expert_offsets = expert_offsets,
+                         .max_tiles = max_tiles,
+                         .tile_rows = tile_rows,
+                         .n = n,
+                         .k = k_dim,
+                         .epilogue = epilogue,
+                         .out = result,
+                         .out_dt = dt_of(DType::bf16)},
+                        launch);
+  };
+  expert_gemm(gate_up, x.data, row_of_slot, inter, hidden, GroupedEpilogue::swiglu, act);
+  expert_gemm(down, act, nullptr, hidden, inter, GroupedEpilogue::store, y);  // act is by slot already
   launch_moe_combine({.y = y,
                       .slot_of_pair = slot_of_pair,
                       .weights = assignment.expert_weights.as<const float>(),
