@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -81,7 +82,7 @@ struct RouteCase {
   std::int32_t rows, experts, k, groups, groups_selected;
   bool normalize;
   float scale;
-  bool ties;  // logits and biases from a handful of values: many exact ties
+  bool ties;  // logits from a handful of values: many exact ties
 };
 
 TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
@@ -96,13 +97,14 @@ TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
     SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.experts << " experts top " << c.k << ", groups "
                                       << c.groups_selected << "/" << c.groups << (c.ties ? ", ties" : ""));
     SplitMix64 rng(++seed);
-    auto draw = [&](float spread) {
-      if (c.ties) return static_cast<float>(static_cast<int>(rng.next() % 5) - 2) * spread;
-      return static_cast<float>((2.0 * rng.uniform() - 1.0) * 4.0 * spread);
-    };
+    // Ties: logits from 5 levels and no bias, so equal choices and equal
+    // group sums come from equal values (bit-equal on both sides, whatever
+    // expf's last bit); distinct pair sums of these levels differ by > 0.01.
+    constexpr std::array<float, 5> kLevels = {-1.7f, -0.6f, 0.3f, 0.9f, 2.1f};
     std::vector<float> logits(static_cast<std::size_t>(c.rows) * c.experts), bias(static_cast<std::size_t>(c.experts));
-    for (float& v : logits) v = draw(0.5f);
-    for (float& v : bias) v = draw(0.125f);
+    for (float& v : logits)
+      v = c.ties ? kLevels[rng.next() % kLevels.size()] : static_cast<float>((2.0 * rng.uniform() - 1.0) * 2.0);
+    for (float& v : bias) v = c.ties ? 0.0f : static_cast<float>((2.0 * rng.uniform() - 1.0) * 0.5);
     const MoeRouting routing{.num_experts = c.experts, .num_experts_per_token = c.k, .num_groups = c.groups,
                              .num_groups_selected = c.groups_selected, .normalize = c.normalize, .scale = c.scale};
     std::vector<std::int32_t> ref_ids(static_cast<std::size_t>(c.rows) * c.k);
@@ -135,10 +137,14 @@ struct ExpertsCase {
   std::int64_t hidden, inter;
   bool skewed;  // most pairs on a few experts: experts span several GEMM tiles
   bool fp8;
+  cuda::MoeExpertGemm gemm = cuda::MoeExpertGemm::grouped;
 };
 
+// The grouped kernel keeps bf16 activations: the bf16 bound. Per-expert
+// cuBLASLt quantizes them to e4m3 per 1x128 block (~2.5% RMS a value).
+constexpr double kFp8ActivationTolerance = 0.06;
+
 TEST(CudaMoe, ExpertsMatchTheCpuReference) {
-  auto ops = make_test_ops();
   ThreadPool pool(2);
   std::uint64_t seed = 8000;
   for (const ExpertsCase& c : {
@@ -148,10 +154,17 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
            ExpertsCase{512, 64, 6, 128, 64, false, false},
            ExpertsCase{3, 4, 2, 256, 128, false, true},      // FP8 experts, decode-like
            ExpertsCase{200, 4, 2, 384, 256, true, true},     // FP8 experts, prefill-like
+           // Per-expert cuBLASLt (1x128 scale groups of 4 floats: widths of 512).
+           ExpertsCase{200, 4, 2, 512, 512, true, true, cuda::MoeExpertGemm::per_expert_cublaslt},
+           ExpertsCase{3, 8, 2, 512, 512, false, true, cuda::MoeExpertGemm::per_expert_cublaslt},
        }) {
+    auto made = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = c.gemm});
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    auto ops = std::move(made).value();
     SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.experts << " experts top " << c.k << ", hidden "
                                       << c.hidden << ", inter " << c.inter << (c.skewed ? ", skewed" : "")
-                                      << (c.fp8 ? ", FP8" : ", bf16"));
+                                      << (c.fp8 ? ", FP8" : ", bf16") << ", "
+                                      << cuda::name_of(c.gemm, cuda::kMoeExpertGemmNames));
     SplitMix64 rng(++seed);
     const std::int64_t e = c.experts, h = c.hidden, inter = c.inter;
     // Weights: bf16-rounded values, or FP8 whose dequantization the CPU takes.
@@ -210,8 +223,16 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
                                            {.expert_ids = d_ids, .expert_weights = d_weights.tensor()},
                                            d_out.tensor());
     ASSERT_TRUE(status.ok()) << status.error_message();
-    const std::vector<double> ref64(ref.begin(), ref.end());
-    EXPECT_LE(relative_error(download(d_out.tensor()), ref64), kBf16Tolerance);
+    // The routed part alone (out started at `out`), so the bound is the experts' error.
+    const std::vector<float> got = download(d_out.tensor());
+    std::vector<float> routed(got.size());
+    std::vector<double> ref_routed(got.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      routed[i] = got[i] - out[i];
+      ref_routed[i] = double(ref[i]) - out[i];
+    }
+    const bool quantized = c.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
+    EXPECT_LE(relative_error(routed, ref_routed), quantized ? kFp8ActivationTolerance : kBf16Tolerance);
   }
 }
 
@@ -245,10 +266,9 @@ std::vector<double> matmul_f64(const std::vector<float>& x, const std::vector<fl
 
 // The dense FP8 matmul against the dequantized weight in float64. The grouped
 // kernel keeps bf16 activations: within the bf16 bound. cuBLASLt quantizes
-// the activations to e4m3 (3 mantissa bits, ~2.5% RMS a value): within the
-// bf16 bound of the reference fed the same quantized activations, and within
-// kFp8ActivationTolerance of the unquantized one.
-constexpr double kFp8ActivationTolerance = 0.06;
+// the activations to e4m3: within the bf16 bound of the reference fed the
+// same quantized activations, and within kFp8ActivationTolerance of the
+// unquantized one.
 
 TEST(CudaMoe, Fp8MatmulMatchesTheDequantizedWeight) {
   std::uint64_t seed = 9000;

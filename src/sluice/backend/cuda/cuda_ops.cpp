@@ -319,11 +319,11 @@ class CudaOps final : public Ops {
   }
   Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
                    MoeAssignment out) override {
-    return cuda::moe_route(router_logits, correction_bias, routing, out, launching(), launch_);
+    return cuda::moe_route(router_logits, correction_bias, routing, out, moe_context());
   }
   Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
                      Tensor out) override {
-    return cuda::moe_experts(x, experts, assignment, out, scratch_, launching(), launch_);
+    return cuda::moe_experts(x, experts, assignment, out, moe_context());
   }
 
   void gather_sample_rows(const Tensor& x, Tensor out) override {
@@ -398,6 +398,14 @@ class CudaOps final : public Ops {
   }
 
   bool replaying() const { return graphs_.mode() == cuda::DecodeGraphs::Mode::replaying; }
+  cuda::MoeContext moe_context() {
+    return {.scratch = scratch_,
+            .gemm = gemm_,
+            .launch = launch_,
+            .launch_kernels = launching(),
+            .eager = graphs_.mode() == cuda::DecodeGraphs::Mode::eager,
+            .expert_gemm = options_.moe_expert_gemm};
+  }
   // Whether an op launches its kernels (not while replaying: the graph has
   // them); first launches a deferred RoPE, whose q and k the op may read.
   bool launching() {

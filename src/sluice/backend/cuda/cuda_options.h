@@ -61,6 +61,18 @@ enum class Fp8DenseGemm {
   kernel,
 };
 
+// The routed experts' GEMMs of FP8 experts in eager steps (prefill).
+enum class MoeExpertGemm {
+  // grouped_gemm.cu at every size (the only path under decode graphs).
+  grouped,
+  // Expert counts read back to the host (one sync a MoE layer), then per
+  // expert a cuBLASLt block-scaled GEMM on activations quantized per 1x128
+  // block; the grouped kernel for an expert cuBLASLt refuses. The A/B row for
+  // the prefill target (FP8 tensor cores instead of bf16 mma.sync). Not yet
+  // measured (issue 15).
+  per_expert_cublaslt,
+};
+
 }  // namespace cuda
 
 struct CudaOptions {
@@ -78,7 +90,8 @@ struct CudaOptions {
   std::int64_t gemm_workspace_bytes = 32LL << 20;
 
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl.
-  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k, fp8_dense_gemm.
+  // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k, fp8_dense_gemm,
+  // moe_expert_gemm.
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
@@ -87,6 +100,7 @@ struct CudaOptions {
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
+  cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::grouped;
 };
 
 namespace cuda {
@@ -100,6 +114,8 @@ inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSpl
     {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
+inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {
+    {{"grouped", MoeExpertGemm::grouped}, {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
@@ -132,6 +148,8 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
   out += ", FP8 dense GEMM ";
   out += cuda::name_of(options.fp8_dense_gemm, cuda::kFp8DenseGemmNames);
+  out += ", MoE expert GEMM ";
+  out += cuda::name_of(options.moe_expert_gemm, cuda::kMoeExpertGemmNames);
   out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
   out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
   return out;

@@ -97,9 +97,17 @@ bool LtGemm::run_fp8_block_scaled(const Fp8Operands& o) {
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(o.w_scales));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(o.q_scales));
   const float alpha = 1.0f, beta = 0.0f;
-  SLUICE_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, o.w, plan.a, o.q, plan.b, &beta, o.out, plan.c,
-                                     o.out, plan.c, &*plan.algo, workspace_,
-                                     static_cast<std::size_t>(workspace_bytes_), stream_));
+  // cuBLASLt checks block-scaled operands (e.g. the scale tensors' alignment
+  // for this M) only here; a refusal enqueues nothing and sends this shape to
+  // the caller's fallback from now on.
+  const cublasStatus_t status =
+      cublasLtMatmul(handle_, plan.desc, &alpha, o.w, plan.a, o.q, plan.b, &beta, o.out, plan.c, o.out, plan.c,
+                     &*plan.algo, workspace_, static_cast<std::size_t>(workspace_bytes_), stream_);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
+    plan.algo.reset();
+    return false;
+  }
+  SLUICE_CUBLAS_CHECK(status);
   return true;
 }
 

@@ -56,7 +56,7 @@ class LtGemm {
     std::int64_t m = 0, n = 0, k = 0;
   };
   // Enqueues the FP8 block-scaled GEMM; false (nothing enqueued) when
-  // cuBLASLt has no algorithm for the shape, for the caller's fallback. Fails
+  // cuBLASLt has no algorithm for the shape or refuses its operands, for the caller's fallback. Fails
   // (SLUICE_CHECK, naming both versions) on a cuBLASLt older than
   // kLtBlockScalingMinVersion.
   [[nodiscard]] bool run_fp8_block_scaled(const Fp8Operands& operands);

@@ -98,8 +98,11 @@ void launch_grouped_gemm(const GroupedGemmArgs& args, const Launch& launch);
 // Per 1x128 block of each row of x (bf16 [m, k]): scale = amax / 448 and
 // q = e4m3(x / scale), saturating. scales are [ceil(k / 128), m] (row index
 // fastest), the layout cuBLASLt's VEC128_32F scales take for the activations.
+// With group_offsets (device, [num_groups + 1]) each group of rows gets that
+// layout on its own, at ceil(k / 128) * group_offsets[g]: one GEMM a group.
 inline constexpr float kFp8E4m3Max = 448.0f;
 void launch_quantize_fp8_rows(const void* x, std::int64_t m, std::int64_t k, void* q, float* scales,
-                              const Launch& launch);
+                              const Launch& launch, const std::int32_t* group_offsets = nullptr,
+                              std::int32_t num_groups = 0);
 
 }  // namespace sluice::cuda
