@@ -189,8 +189,18 @@ void bench_deepseek_moe(bool quick) {
   constexpr std::int64_t kHidden = 7168, kInter = 2048;
   const MoeRouting routing{.num_experts = kExperts, .num_experts_per_token = kTopK, .num_groups = kGroups,
                            .num_groups_selected = kGroupsSelected, .normalize = true, .scale = 2.5f};
-  for (bool fp8 : {true, false}) {
-    auto ops = new_ops();
+  // FP8 under both expert GEMMs (the per-expert cuBLASLt path runs in eager
+  // steps only, so prefill; decode rows are the grouped kernel either way), then bf16.
+  struct Variant {
+    bool fp8;
+    cuda::MoeExpertGemm gemm;
+  };
+  for (Variant v : {Variant{true, cuda::MoeExpertGemm::grouped}, Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt},
+                    Variant{false, cuda::MoeExpertGemm::grouped}}) {
+    const bool fp8 = v.fp8;
+    CudaOptions options = bench_options();
+    options.moe_expert_gemm = v.gemm;
+    auto ops = new_ops(options);
     StepLayout empty;
     ops->begin_step(empty);
     auto weight = [&](Shape shape, std::uint64_t seed) {
@@ -201,8 +211,9 @@ void bench_deepseek_moe(bool quick) {
                                    .down = weight({kExperts * kHidden, kInter}, 42)};
     const Tensor bias = must(cuda_random_weight(*ops, {kExperts}, DType::f32, 43, 0.1f));
     const double weight_bytes_per_expert = 3.0 * kInter * kHidden * (fp8 ? 1.0 : 2.0);
+    const bool per_expert = v.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
     for (std::int32_t rows : {64, quick ? 1024 : 4096}) {
-      if (!fp8 && rows > 64 && quick) continue;
+      if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64)) continue;
       StepLayout layout;
       layout.token_ids.assign(static_cast<std::size_t>(rows), 0);
       layout.positions.assign(static_cast<std::size_t>(rows), 0);
@@ -228,7 +239,7 @@ void bench_deepseek_moe(bool quick) {
       const auto num_touched = std::count(touched.begin(), touched.end(), true);
       const double t = time_median(2, 7, [&] { layer(false); });
       char name[128];
-      const char* dtype = fp8 ? "FP8" : "bf16";
+      const char* dtype = !fp8 ? "bf16" : per_expert ? "FP8 per-expert cuBLASLt" : "FP8 grouped kernel";
       if (rows == 64) {
         const double bytes = static_cast<double>(num_touched) * weight_bytes_per_expert;
         std::snprintf(name, sizeof name, "MoE layer %s decode batch 64 (%lld experts touched, routing included)",
