@@ -236,6 +236,73 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
   }
 }
 
+// A decode step of the MoE ops captured as a CUDA graph, then replayed on new
+// router logits: every replay routes afresh on the device (nothing of the
+// captured step's routing is baked in) and matches the CPU reference.
+TEST(CudaMoe, DecodeGraphReplaysRouteNewLogits) {
+  ThreadPool pool(2);
+  constexpr std::int32_t kRows = 8, kExperts = 32, kTopK = 4;
+  constexpr std::int64_t kHidden = 256, kInter = 128;
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "FP8 experts" : "bf16 experts");
+    auto made = make_cuda_ops({.scratch_bytes = 64LL << 20, .use_cuda_graphs = true});
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    auto ops = std::move(made).value();
+    // Graphs need a KV cache (the key holds its buckets); the MoE ops never read it.
+    ASSERT_TRUE(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = 4, .block_size_tokens = 16,
+                                        .num_kv_heads = 1, .head_dim = 64})
+                    .ok());
+    StepLayout decode;
+    for (std::int32_t r = 0; r < kRows; ++r) {
+      decode.token_ids.push_back(0);
+      decode.positions.push_back(0);
+      decode.sequences.push_back({.row_begin = r, .num_rows = 1, .num_computed_tokens = 0, .block_table = {0}});
+    }
+    HostFp8Weight fp8_gate_up(kExperts * 2 * kInter, kHidden, 11, 2e-3f), fp8_down(kExperts * kHidden, kInter, 12, 2e-3f);
+    std::vector<float> gate_up = fp8 ? fp8_gate_up.dequantized()
+                                     : random_bf16(static_cast<std::size_t>(kExperts * 2 * kInter * kHidden), 13, 0.1f);
+    std::vector<float> down = fp8 ? fp8_down.dequantized()
+                                  : random_bf16(static_cast<std::size_t>(kExperts * kHidden * kInter), 14, 0.1f);
+    auto d_gate_up = ops->upload_weight(fp8 ? fp8_gate_up.tensor() : host_tensor(gate_up, {kExperts * 2 * kInter, kHidden}));
+    auto d_down = ops->upload_weight(fp8 ? fp8_down.tensor() : host_tensor(down, {kExperts * kHidden, kInter}));
+    ASSERT_TRUE(d_gate_up.ok() && d_down.ok());
+    std::vector<float> x = random_bf16(static_cast<std::size_t>(kRows * kHidden), 15, 2.0f);
+    std::vector<float> bias(kExperts, 0.0f), zeros(static_cast<std::size_t>(kRows * kHidden), 0.0f);
+    DeviceArray d_x(x, DType::bf16, {kRows, kHidden}), d_bias(bias, DType::f32, {kExperts});
+    DeviceArray d_logits(std::vector<float>(kRows * kExperts, 0.0f), DType::f32, {kRows, kExperts});
+    DeviceArray d_out(zeros, DType::f32, {kRows, kHidden});
+    const MoeRouting routing{.num_experts = kExperts, .num_experts_per_token = kTopK, .num_groups = 4,
+                             .num_groups_selected = 2, .normalize = true, .scale = 2.5f};
+    for (int step = 0; step < 3; ++step) {  // capture, then two replays
+      SCOPED_TRACE(::testing::Message() << "step " << step);
+      std::vector<float> logits = random_bf16(static_cast<std::size_t>(kRows * kExperts), 100 + step, 3.0f);
+      upload_to(d_logits.tensor(), logits.data());
+      upload_to(d_out.tensor(), zeros.data());
+      ops->begin_step(decode);
+      const MoeAssignment assignment{.expert_ids = ops->scratch({kRows, kTopK}, DType::i32),
+                                     .expert_weights = ops->scratch({kRows, kTopK}, DType::f32)};
+      ASSERT_TRUE(ops->moe_route(d_logits.tensor(), d_bias.tensor(), routing, assignment).ok());
+      ASSERT_TRUE(ops->moe_experts(d_x.tensor(), {.gate_up = *d_gate_up, .down = *d_down}, assignment,
+                                   d_out.tensor())
+                      .ok());
+      ops->begin_step(StepLayout{});  // ends the capture or replay: the graph runs now
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(kRows * kTopK));
+      std::vector<float> weights(ids.size()), ref = zeros;
+      cpu::moe_route(pool, host_tensor(logits, {kRows, kExperts}), host_tensor(bias, {kExperts}), routing,
+                     {.expert_ids = Tensor{ids.data(), DType::i32, Shape{kRows, kTopK}},
+                      .expert_weights = host_tensor(weights, {kRows, kTopK})});
+      cpu::moe_experts(pool, host_tensor(x, {kRows, kHidden}),
+                       {.gate_up = host_tensor(gate_up, {kExperts * 2 * kInter, kHidden}),
+                        .down = host_tensor(down, {kExperts * kHidden, kInter})},
+                       {.expert_ids = Tensor{ids.data(), DType::i32, Shape{kRows, kTopK}},
+                        .expert_weights = host_tensor(weights, {kRows, kTopK})},
+                       host_tensor(ref, {kRows, kHidden}));
+      EXPECT_LE(relative_error(download(d_out.tensor()), std::vector<double>(ref.begin(), ref.end())),
+                kBf16Tolerance);
+    }
+  }
+}
+
 // The activations as the cuBLASLt path quantizes them: per 1x128 block,
 // scale = amax / 448 and e4m3(x / scale), back to f32.
 std::vector<float> fp8_quantized_rows(const std::vector<float>& x, std::int64_t m, std::int64_t k) {

@@ -49,6 +49,7 @@ class CudaOps final : public Ops {
     int device = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+    cuda::prepare_grouped_gemm();
   }
   ~CudaOps() override {
     graphs_.abort_capture();

@@ -209,14 +209,24 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
 }
 
 template <int kTileRows, bool kSwiglu, bool kFp8>
+void raise_smem_limit() {
+  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<kTileRows, kSwiglu, kFp8>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Shape<kTileRows, kSwiglu, kFp8>::kSmemBytes));
+}
+
+template <int kTileRows>
+void raise_smem_limits() {
+  raise_smem_limit<kTileRows, false, false>();
+  raise_smem_limit<kTileRows, false, true>();
+  raise_smem_limit<kTileRows, true, false>();
+  raise_smem_limit<kTileRows, true, true>();
+}
+
+template <int kTileRows, bool kSwiglu, bool kFp8>
 void launch_variant(const GroupedGemmArgs& a, const Launch& launch) {
   using S = Shape<kTileRows, kSwiglu, kFp8>;
   auto* kernel = grouped_gemm_kernel<kTileRows, kSwiglu, kFp8>;
-  static const bool smem_raised = [&] {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-    return true;
-  }();
-  (void)smem_raised;
   const std::int64_t tiles =
       a.tile_expert != nullptr ? a.max_tiles : (a.num_slots + kTileRows - 1) / kTileRows;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((a.n + kTileCols - 1) / kTileCols));
@@ -233,6 +243,11 @@ void launch_rows(const GroupedGemmArgs& a, const Launch& launch) {
 }
 
 }  // namespace
+
+void prepare_grouped_gemm() {
+  raise_smem_limits<16>();
+  raise_smem_limits<64>();
+}
 
 std::int32_t grouped_gemm_tile_rows(std::int64_t num_slots, std::int64_t num_groups) {
   return num_slots <= 16 * num_groups ? 16 : 64;

@@ -88,6 +88,9 @@ struct GroupedGemmArgs {
   void* out = nullptr;  // [slots, n], bf16 or f32
   Dt out_dt{};
 };
+// Raises the kernels' shared-memory limits (over 48 KB): once, before any
+// launch and outside graph capture (CudaOps' constructor).
+void prepare_grouped_gemm();
 // Tile rows for this many slots over this many groups: 16 while groups hold
 // a few slots (decode: weight traffic is all), 64 when they hold many.
 std::int32_t grouped_gemm_tile_rows(std::int64_t num_slots, std::int64_t num_groups);
