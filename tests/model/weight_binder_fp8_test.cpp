@@ -104,16 +104,25 @@ Bound made(const std::string& name) {
   return Bound{dir, std::move(checkpoint).value(), std::move(config).value()};
 }
 
+// A made checkpoint and a binder over it, for a backend that keeps FP8 or not.
+struct Binding {
+  Binding(const std::string& name, bool keeps_fp8)
+      : b(made(name)), ops(keeps_fp8), bind(b.checkpoint, ops, no_progress, b.config.fp8, buffers) {}
+  Bound b;
+  UploadOnlyOps ops;
+  HostWeightBuffers buffers;
+  const LoadProgress no_progress;
+  WeightBinder bind;
+};
+
 const std::string kKvA = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight";
 const std::string kKvB = "model.layers.0.self_attn.kv_b_proj.weight";
 
 TEST(WeightBinderFp8, KeptWeightsCarryTheCheckpointsBytesAndScales) {
-  Bound b = made("binder-fp8-kept");
+  Binding binding("binder-fp8-kept", true);
+  const Bound& b = binding.b;
   ASSERT_TRUE(b.config.fp8.has_value());
-  UploadOnlyOps ops(true);
-  HostWeightBuffers buffers;
-  const LoadProgress no_progress;
-  WeightBinder bind(b.checkpoint, ops, no_progress, b.config.fp8, buffers);
+  WeightBinder& bind = binding.bind;
   auto kv_a = bind.weight(kKvA, b.checkpoint.tensor(kKvA).shape, {.row_slice_at = 128});
   ASSERT_TRUE(kv_a.ok()) << kv_a.error_message();
   EXPECT_EQ(kv_a->dtype, DType::f8_e4m3);
@@ -121,24 +130,22 @@ TEST(WeightBinderFp8, KeptWeightsCarryTheCheckpointsBytesAndScales) {
   EXPECT_EQ(kv_a->scales.data, b.checkpoint.tensor(kKvA + "_scale_inv").as<const float>());
   EXPECT_EQ(kv_a->scales.block_rows, 128);
   EXPECT_EQ(kv_a->scales.row_stride, 2);  // 256 columns: 2 blocks
-  EXPECT_TRUE(buffers.empty());
+  EXPECT_TRUE(binding.buffers.empty());
   // An expert's gate and up, 128 rows each: stacked, still FP8.
   const std::string e = "model.layers.1.mlp.experts.3.";
   auto gate_up = bind.concatenated({{e + "gate_proj.weight", {128, 256}}, {e + "up_proj.weight", {128, 256}}});
   ASSERT_TRUE(gate_up.ok()) << gate_up.error_message();
-  ASSERT_EQ(ops.uploads.back().size(), 2u);
-  for (const Tensor& part : ops.uploads.back()) {
+  ASSERT_EQ(binding.ops.uploads.back().size(), 2u);
+  for (const Tensor& part : binding.ops.uploads.back()) {
     EXPECT_EQ(part.dtype, DType::f8_e4m3);
     EXPECT_FALSE(part.scales.empty());
   }
 }
 
 TEST(WeightBinderFp8, WeightsTheUseForbidsArriveDequantized) {
-  Bound b = made("binder-fp8-dequantized");
-  UploadOnlyOps ops(true);
-  HostWeightBuffers buffers;
-  const LoadProgress no_progress;
-  WeightBinder bind(b.checkpoint, ops, no_progress, b.config.fp8, buffers);
+  Binding binding("binder-fp8-dequantized", true);
+  const Bound& b = binding.b;
+  WeightBinder& bind = binding.bind;
   const Shape kv_b_checkpoint = b.checkpoint.tensor(kKvB).shape;
   auto kv_b = bind.weight(kKvB, kv_b_checkpoint, {.matmul_only = false});
   ASSERT_TRUE(kv_b.ok()) << kv_b.error_message();
@@ -155,16 +162,14 @@ TEST(WeightBinderFp8, WeightsTheUseForbidsArriveDequantized) {
 }
 
 TEST(WeightBinderFp8, ABackendWithoutFp8GemmsGetsF32) {
-  Bound b = made("binder-fp8-cpu");
-  UploadOnlyOps ops(false);
-  HostWeightBuffers buffers;
-  const LoadProgress no_progress;
-  WeightBinder bind(b.checkpoint, ops, no_progress, b.config.fp8, buffers);
+  Binding binding("binder-fp8-cpu", false);
+  const Bound& b = binding.b;
+  WeightBinder& bind = binding.bind;
   auto kv_a = bind.weight(kKvA, b.checkpoint.tensor(kKvA).shape);
   ASSERT_TRUE(kv_a.ok()) << kv_a.error_message();
   EXPECT_EQ(kv_a->dtype, DType::f32);
   EXPECT_TRUE(kv_a->scales.empty());
-  EXPECT_EQ(buffers.size(), 1u);
+  EXPECT_EQ(binding.buffers.size(), 1u);
 }
 
 }  // namespace
