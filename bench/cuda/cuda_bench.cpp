@@ -5,13 +5,14 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk |
-//                   --decode-sweep | --mla]
+//                   --decode-sweep | --mla | --deepseek]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
-// --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice).
+// --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
+// --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -137,6 +138,123 @@ void bench_gemm() {
       row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
     else
       row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+  }
+}
+
+// DeepSeek-V3 shapes (issue 15). FP8 block-scaled dense GEMMs (cuBLASLt and
+// our grouped kernel) against our bf16 GEMM at M = 4096 on the dense MLP's
+// shapes; one MoE layer (256 experts top 8, hidden 7168, moe_intermediate
+// 2048, routing included) at decode batch 64, counted in bytes of the experts
+// the routing touched, and at a 4096-token prefill in FLOPs.
+constexpr double kFp8FlopsPerSecond = 1979e12;  // H200 FP8 dense peak (spec)
+
+void bench_deepseek_gemm(bool quick) {
+  const std::int64_t m = quick ? 1024 : 4096;
+  struct Nk {
+    std::int64_t n, k;
+  };
+  for (Nk s : {Nk{18432, 7168}, Nk{7168, 18432}}) {
+    double t_bf16 = 0.0;
+    const double flops = 2.0 * m * s.n * s.k;
+    for (int variant = 0; variant < 3; ++variant) {  // bf16, FP8 cuBLASLt, FP8 kernel
+      CudaOptions options = bench_options();
+      options.fp8_dense_gemm = variant == 2 ? cuda::Fp8DenseGemm::kernel : cuda::Fp8DenseGemm::cublaslt;
+      auto ops = new_ops(options);
+      StepLayout layout;
+      ops->begin_step(layout);
+      const Tensor x = must(cuda_random_weight(*ops, {m, s.k}, DType::bf16, 31, 1.0f));
+      const Tensor w = variant == 0 ? must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, 32, 0.05f))
+                                    : must(cuda_random_fp8_weight(*ops, {s.n, s.k}, 32, 1e-3f));
+      const Tensor out = must(cuda_random_weight(*ops, {m, s.n}, DType::bf16, 33, 1.0f));
+      // The FP8 path takes scratch (quantized activations) each call: a step per call.
+      const double t = time_median(2, 7, [&] {
+        ops->begin_step(layout);
+        ops->matmul(x, w, Tensor{}, out);
+      });
+      char name[128];
+      static const char* kVariant[] = {"bf16", "FP8 block-scaled, cuBLASLt", "FP8 block-scaled, grouped kernel"};
+      std::snprintf(name, sizeof name, "DeepSeek GEMM %lldx%lldx%lld %s", static_cast<long long>(m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), kVariant[variant]);
+      if (variant == 0) {
+        t_bf16 = t;
+        row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+      } else {
+        char ratio[64];
+        std::snprintf(ratio, sizeof ratio, "%.2fx bf16, ", t_bf16 / t);
+        row(name, flops / t / 1e12, "TFLOP/s", ratio + pct(flops / t / kFp8FlopsPerSecond) + " of 1979");
+      }
+    }
+  }
+}
+
+void bench_deepseek_moe(bool quick) {
+  constexpr std::int32_t kExperts = 256, kTopK = 8, kGroups = 8, kGroupsSelected = 4;
+  constexpr std::int64_t kHidden = 7168, kInter = 2048;
+  const MoeRouting routing{.num_experts = kExperts, .num_experts_per_token = kTopK, .num_groups = kGroups,
+                           .num_groups_selected = kGroupsSelected, .normalize = true, .scale = 2.5f};
+  // FP8 under both expert GEMMs (the per-expert cuBLASLt path runs in eager
+  // steps only, so prefill; decode rows are the grouped kernel either way), then bf16.
+  struct Variant {
+    bool fp8;
+    cuda::MoeExpertGemm gemm;
+  };
+  for (Variant v : {Variant{true, cuda::MoeExpertGemm::grouped}, Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt},
+                    Variant{false, cuda::MoeExpertGemm::grouped}}) {
+    const bool fp8 = v.fp8;
+    CudaOptions options = bench_options();
+    options.moe_expert_gemm = v.gemm;
+    auto ops = new_ops(options);
+    StepLayout empty;
+    ops->begin_step(empty);
+    auto weight = [&](Shape shape, std::uint64_t seed) {
+      return fp8 ? must(cuda_random_fp8_weight(*ops, shape, seed, 1e-3f))
+                 : must(cuda_random_weight(*ops, shape, DType::bf16, seed, 0.02f));
+    };
+    const MoeExpertWeights experts{.gate_up = weight({kExperts * 2 * kInter, kHidden}, 41),
+                                   .down = weight({kExperts * kHidden, kInter}, 42)};
+    const Tensor bias = must(cuda_random_weight(*ops, {kExperts}, DType::f32, 43, 0.1f));
+    const double weight_bytes_per_expert = 3.0 * kInter * kHidden * (fp8 ? 1.0 : 2.0);
+    const bool per_expert = v.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
+    for (std::int32_t rows : {64, quick ? 1024 : 4096}) {
+      if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64)) continue;
+      StepLayout layout;
+      layout.token_ids.assign(static_cast<std::size_t>(rows), 0);
+      layout.positions.assign(static_cast<std::size_t>(rows), 0);
+      layout.sequences.push_back({.row_begin = 0, .num_rows = rows, .num_computed_tokens = 0, .block_table = {}});
+      const Tensor x = must(cuda_random_weight(*ops, {rows, kHidden}, DType::bf16, 44, 1.0f));
+      const Tensor logits = must(cuda_random_weight(*ops, {rows, kExperts}, DType::f32, 45, 2.0f));
+      const Tensor out = must(cuda_random_weight(*ops, {rows, kHidden}, DType::bf16, 46, 1.0f));
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(rows) * kTopK);
+      auto layer = [&](bool read_ids) {
+        ops->begin_step(layout);
+        const MoeAssignment assignment{.expert_ids = ops->scratch({rows, kTopK}, DType::i32),
+                                       .expert_weights = ops->scratch({rows, kTopK}, DType::f32)};
+        if (!ops->moe_route(logits, bias, routing, assignment).ok() ||
+            !ops->moe_experts(x, experts, assignment, out).ok())
+          std::exit(1);
+        if (!read_ids) return;
+        sync();
+        cudaMemcpy(ids.data(), assignment.expert_ids.data, ids.size() * 4, cudaMemcpyDeviceToHost);
+      };
+      layer(true);
+      std::vector<bool> touched(kExperts, false);
+      for (std::int32_t id : ids) touched[static_cast<std::size_t>(id)] = true;
+      const auto num_touched = std::count(touched.begin(), touched.end(), true);
+      const double t = time_median(2, 7, [&] { layer(false); });
+      char name[128];
+      const char* dtype = !fp8 ? "bf16" : per_expert ? "FP8 per-expert cuBLASLt" : "FP8 grouped kernel";
+      if (rows == 64) {
+        const double bytes = static_cast<double>(num_touched) * weight_bytes_per_expert;
+        std::snprintf(name, sizeof name, "MoE layer %s decode batch 64 (%lld experts touched, routing included)",
+                      dtype, static_cast<long long>(num_touched));
+        row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+      } else {
+        const double flops = 2.0 * rows * kTopK * 3.0 * kInter * kHidden;
+        std::snprintf(name, sizeof name, "MoE layer %s prefill %d tokens (routing included)", dtype, rows);
+        row(name, flops / t / 1e12, "TFLOP/s",
+            fp8 ? pct(flops / t / kFp8FlopsPerSecond) + " of 1979" : pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+      }
+    }
   }
 }
 
@@ -769,6 +887,12 @@ int main(int argc, char** argv) {
     sluice::bench_decode_variants(false);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--deepseek") == 0) {  // FP8 GEMMs and the MoE layer only
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_deepseek_gemm(false);
+    sluice::bench_deepseek_moe(false);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_chunk_over_prefix();
@@ -804,6 +928,8 @@ int main(int argc, char** argv) {
   std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
   sluice::bench_copy();
   sluice::bench_gemm();
+  sluice::bench_deepseek_gemm(quick);
+  sluice::bench_deepseek_moe(quick);
   sluice::bench_attention(quick);
   if (!quick) sluice::bench_chunk_over_prefix();
   sluice::bench_mla(quick);

@@ -108,7 +108,8 @@ struct MlaInputs {
   Tensor kv_b_proj;  // [heads * (nope + v), kv_lora_rank]: per head W_UK_h rows, then W_UV_h rows
 };
 
-// All routed experts of a MoE layer, stacked (upload_concatenated).
+// All routed experts of a MoE layer, stacked (upload_concatenated); bf16, or
+// FP8 with block scales where the backend keeps them.
 struct MoeExpertWeights {
   Tensor gate_up;  // [E * 2I, H]: expert e's gate rows then up rows from row e * 2I
   Tensor down;     // [E * H, I]: expert e's rows from e * H
@@ -166,6 +167,13 @@ class Ops {
   // (optional) Free device memory now, for sizing the KV pool by
   // --gpu-memory-utilization; nullopt where the backend has no device memory.
   virtual std::optional<std::int64_t> device_memory_free_bytes() const { return std::nullopt; }
+  // (optional) Whether an FP8 e4m3 weight with block_rows x block_cols scales
+  // (Tensor::scales set on the host tensor) may be uploaded as it is, for
+  // matmul, gate_up_silu and moe_experts to read quantized. Backends without
+  // FP8 GEMMs (the CPU reference) answer false: the loader dequantizes.
+  virtual bool keeps_fp8_block_weights(std::int32_t /*block_rows*/, std::int32_t /*block_cols*/) const {
+    return false;
+  }
   Tensor scratch(Shape shape) { return scratch(shape, activation_dtype()); }
 
   // --- step ---

@@ -59,10 +59,25 @@ struct Shape {
   std::string str() const;
 };
 
+// The block scales of an FP8 weight that a backend keeps quantized
+// (Ops::keeps_fp8_block_weights): the weight means
+//     w[r][c] = fp8(values[r][c]) * data[(r / block_rows) * row_stride + c / block_cols]
+// (the checkpoint's `_scale_inv`; a backend may pad row_stride for its GEMM
+// library). In the same memory as the values; empty on every other tensor.
+struct BlockScales {
+  const float* data = nullptr;
+  std::int32_t block_rows = 0;
+  std::int32_t block_cols = 0;
+  std::int64_t row_stride = 0;  // floats from one block row's scales to the next
+
+  bool empty() const { return data == nullptr; }
+};
+
 struct Tensor {
   void* data = nullptr;
   DType dtype = DType::f32;
   Shape shape;
+  BlockScales scales;  // FP8 block-scaled weights only
 
   std::int64_t numel() const { return shape.numel(); }
   std::int64_t rows() const { return shape.rows(); }
@@ -71,15 +86,23 @@ struct Tensor {
   template <class T>
   T* as() const { return static_cast<T*>(data); }
   // Same memory seen with another shape of the same element count.
+  // Block scales stay valid only while the columns do.
   Tensor reshaped(Shape new_shape) const {
     SLUICE_CHECK_EQ(new_shape.numel(), numel());
-    return Tensor{data, dtype, new_shape};
+    SLUICE_CHECK(scales.empty() || new_shape.cols() == cols());
+    return Tensor{data, dtype, new_shape, scales};
   }
-  // Rows [begin, begin + count) of the 2-D view.
+  // Rows [begin, begin + count) of the 2-D view. A block-scaled weight slices
+  // at block boundaries only (its scales slice with it).
   Tensor row_slice(std::int64_t begin, std::int64_t count) const {
     SLUICE_CHECK_LE(begin + count, rows());
     auto* base = static_cast<std::byte*>(data) + begin * cols() * static_cast<std::int64_t>(dtype_size_bytes(dtype));
-    return Tensor{base, dtype, Shape{count, cols()}};
+    BlockScales sliced = scales;
+    if (!scales.empty()) {
+      SLUICE_CHECK_EQ(begin % scales.block_rows, std::int64_t{0});
+      sliced.data += begin / scales.block_rows * scales.row_stride;
+    }
+    return Tensor{base, dtype, Shape{count, cols()}, sliced};
   }
 };
 

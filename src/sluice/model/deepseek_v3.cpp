@@ -99,10 +99,14 @@ Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const ModelConfig
       SLUICE_TRY_ASSIGN(q, bind.weight(a + "q_proj.weight", {q_dim, hidden}));
       attn.q_proj = q;
     }
-    SLUICE_TRY_ASSIGN(kv_a, bind.weight(a + "kv_a_proj_with_mqa.weight", {ds.latent_cache_dim(), hidden}));
+    // forward() slices the latent rows from the rope key rows; mla_attention
+    // reads kv_b_proj itself (not through matmul), so it is never kept FP8.
+    SLUICE_TRY_ASSIGN(kv_a, bind.weight(a + "kv_a_proj_with_mqa.weight", {ds.latent_cache_dim(), hidden},
+                                        {.row_slice_at = ds.kv_lora_rank}));
     SLUICE_TRY_ASSIGN(kv_a_norm, bind.weight(a + "kv_a_layernorm.weight", {ds.kv_lora_rank}));
     SLUICE_TRY_ASSIGN(kv_b, bind.weight(a + "kv_b_proj.weight",
-                                        {heads * (ds.qk_nope_head_dim + ds.v_head_dim), ds.kv_lora_rank}));
+                                        {heads * (ds.qk_nope_head_dim + ds.v_head_dim), ds.kv_lora_rank},
+                                        {.matmul_only = false}));
     SLUICE_TRY_ASSIGN(o, bind.weight(a + "o_proj.weight", {hidden, heads * ds.v_head_dim}));
     attn.kv_a_proj = kv_a;
     attn.kv_a_norm = kv_a_norm;

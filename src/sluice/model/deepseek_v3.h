@@ -8,7 +8,9 @@
 //   - DeepSeekMoE from first_k_dense_replace on: sigmoid router with a
 //     selection-only correction bias, group-limited top-k, routed experts plus
 //     always-on shared experts; dense MLPs before.
-//   - FP8 block-scaled checkpoints dequantized on load (WeightBinder).
+//   - FP8 block-scaled checkpoints: kept FP8 where the backend has FP8 GEMMs
+//     (CUDA), dequantized on load otherwise (WeightBinder decides; this file
+//     only says how each weight is used).
 #pragma once
 
 #include <memory>
@@ -59,7 +61,7 @@ class DeepseekV3Model final : public DecoderModel {
   RopeParams rope_;
   MlaShape mla_;
   MoeRouting routing_;
-  HostWeightBuffers dequantized_;  // FP8 weights as f32; the CPU's weight views point here
+  HostWeightBuffers dequantized_;  // FP8 weights dequantized to f32; host weight views point here
   Tensor embed_tokens_;            // [vocab, hidden]
   std::vector<Layer> layers_;
   Tensor final_norm_;              // [hidden]

@@ -11,8 +11,8 @@ Shape fp8_scale_shape(const Shape& weight_shape, const Fp8BlockQuantization& blo
                (weight_shape[1] + block.block_cols - 1) / block.block_cols};
 }
 
-Result<std::vector<float>> dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv,
-                                                 const Fp8BlockQuantization& block, const std::string& name) {
+Status check_fp8_scales(const Tensor& weight, const Tensor& scale_inv, const Fp8BlockQuantization& block,
+                        const std::string& name) {
   if (weight.dtype != DType::f8_e4m3 || weight.shape.rank != 2)
     return Error{fmt::format("tensor '{}' must be a 2-D F8_E4M3 weight", name)};
   const Shape expected = fp8_scale_shape(weight.shape, block);
@@ -20,6 +20,20 @@ Result<std::vector<float>> dequantize_fp8_blocks(const Tensor& weight, const Ten
     return Error{fmt::format("tensor '{}_scale_inv' must be F32 {} for {} blocks of {}x{}, is {} {}", name,
                              expected.str(), weight.shape.str(), block.block_rows, block.block_cols,
                              dtype_name(scale_inv.dtype), scale_inv.shape.str())};
+  return Ok{};
+}
+
+BlockScales fp8_block_scales(const Tensor& scale_inv, const Fp8BlockQuantization& block) {
+  return BlockScales{.data = scale_inv.as<const float>(),
+                     .block_rows = block.block_rows,
+                     .block_cols = block.block_cols,
+                     .row_stride = scale_inv.cols()};
+}
+
+Result<std::vector<float>> dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv,
+                                                 const Fp8BlockQuantization& block, const std::string& name) {
+  SLUICE_TRY(check_fp8_scales(weight, scale_inv, block, name));
+  const Shape expected = fp8_scale_shape(weight.shape, block);
   const std::int64_t rows = weight.shape[0], cols = weight.shape[1];
   const std::int64_t scale_cols = expected[1];
   const auto* values = weight.as<const std::uint8_t>();

@@ -18,7 +18,16 @@ void WeightBinder::mark_used(const std::string& name, std::size_t bytes) {
   if (progress_) progress_(used_.size(), num_total_, bytes_done_, bytes_total_);
 }
 
-Result<Tensor> WeightBinder::host(const std::string& name, const Shape& shape) {
+bool WeightBinder::keeps_fp8(const std::vector<Shape>& part_shapes, const WeightUse& use) const {
+  if (!fp8_ || !use.matmul_only || !ops_.keeps_fp8_block_weights(fp8_->block_rows, fp8_->block_cols)) return false;
+  if (use.row_slice_at % fp8_->block_rows != 0) return false;
+  // Stacked parts keep one scale grid only if each part but the last ends on a block row.
+  for (std::size_t i = 0; i + 1 < part_shapes.size(); ++i)
+    if (part_shapes[i].rows() % fp8_->block_rows != 0) return false;
+  return true;
+}
+
+Result<Tensor> WeightBinder::host(const std::string& name, const Shape& shape, bool keep_fp8) {
   SLUICE_TRY_ASSIGN(tensor, checkpoint_.get(name, shape));
   if (tensor.dtype == DType::i32) return Error{fmt::format("tensor '{}' must hold floats", name)};
   if (tensor.dtype != DType::f8_e4m3) {
@@ -31,22 +40,31 @@ Result<Tensor> WeightBinder::host(const std::string& name, const Shape& shape) {
   if (!checkpoint_.contains(scale_name))
     return Error{fmt::format("FP8 tensor '{}' has no '{}' block scales", name, scale_name)};
   const Tensor& scales = checkpoint_.tensor(scale_name);
-  SLUICE_TRY_ASSIGN(values, dequantize_fp8_blocks(tensor, scales, *fp8_, name));
-  std::vector<float>& buffer = host_buffers_.emplace_back(std::move(values));
   mark_used(name, tensor.size_bytes());
   mark_used(scale_name, scales.size_bytes());
+  if (keep_fp8) {
+    SLUICE_TRY(check_fp8_scales(tensor, scales, *fp8_, name));
+    tensor.scales = fp8_block_scales(scales, *fp8_);
+    return tensor;
+  }
+  SLUICE_TRY_ASSIGN(values, dequantize_fp8_blocks(tensor, scales, *fp8_, name));
+  std::vector<float>& buffer = host_buffers_.emplace_back(std::move(values));
   return Tensor{buffer.data(), DType::f32, shape};
 }
 
-Result<Tensor> WeightBinder::weight(const std::string& name, const Shape& shape) {
-  SLUICE_TRY_ASSIGN(tensor, host(name, shape));
+Result<Tensor> WeightBinder::weight(const std::string& name, const Shape& shape, const WeightUse& use) {
+  SLUICE_TRY_ASSIGN(tensor, host(name, shape, keeps_fp8({shape}, use)));
   return ops_.upload_weight(tensor);
 }
 
-Result<Tensor> WeightBinder::concatenated(const std::vector<std::pair<std::string, Shape>>& parts) {
+Result<Tensor> WeightBinder::concatenated(const std::vector<std::pair<std::string, Shape>>& parts,
+                                          const WeightUse& use) {
+  std::vector<Shape> shapes;
+  for (const auto& part : parts) shapes.push_back(part.second);
+  const bool keep_fp8 = keeps_fp8(shapes, use);
   std::vector<Tensor> tensors;
   for (const auto& [name, shape] : parts) {
-    SLUICE_TRY_ASSIGN(tensor, host(name, shape));
+    SLUICE_TRY_ASSIGN(tensor, host(name, shape, keep_fp8));
     if (!tensors.empty() && tensor.dtype != tensors.front().dtype)
       return Error{fmt::format("tensor '{}' is {} but '{}' is {}; fused projections need one dtype", name,
                                dtype_name(tensor.dtype), parts.front().first, dtype_name(tensors.front().dtype))};

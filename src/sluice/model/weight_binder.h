@@ -1,8 +1,10 @@
 // WeightBinder: takes checkpoint tensors by name and shape for an
 // architecture's loader, uploads them through Ops, remembers which were used
-// and rejects the checkpoint's leftovers by name. FP8 block-scaled weights are
-// dequantized to f32 on the host here (the CPU reference has no FP8 GEMM);
-// the binder owns those buffers, so it lives as long as the model.
+// and rejects the checkpoint's leftovers by name. FP8 block-scaled weights
+// stay FP8 (their scales on Tensor::scales) where the backend keeps them
+// (Ops::keeps_fp8_block_weights) and the architecture's use allows it
+// (WeightUse); otherwise they are dequantized to f32 on the host here (the CPU
+// reference has no FP8 GEMM), in buffers the model owns.
 #pragma once
 
 #include <functional>
@@ -25,17 +27,26 @@ using LoadProgress = std::function<void(std::size_t num_tensors_done, std::size_
 // Dequantized FP8 weights: host memory that CPU weight views point into.
 using HostWeightBuffers = std::vector<std::vector<float>>;
 
+// How an architecture uses a weight: whether an FP8 weight may stay FP8.
+struct WeightUse {
+  // Only as the weight of matmul, gate_up_silu or moe_experts, the ops that
+  // read block scales; a weight another op reads (mla_attention's kv_b_proj)
+  // is dequantized.
+  bool matmul_only = true;
+  // A row where the architecture row_slices the weight (0: none); the weight
+  // stays FP8 only if that row starts a scale block.
+  std::int64_t row_slice_at = 0;
+};
+
 class WeightBinder {
  public:
   WeightBinder(const Checkpoint& checkpoint, Ops& ops, const LoadProgress& progress,
                std::optional<Fp8BlockQuantization> fp8, HostWeightBuffers& host_buffers);
 
-  // The tensor as floats on the host: the checkpoint's view, or its f32
-  // dequantization when it is an FP8 weight with a `_scale_inv`.
-  Result<Tensor> host(const std::string& name, const Shape& shape);
-  Result<Tensor> weight(const std::string& name, const Shape& shape);
-  // Host tensors stacked along their first dimension into one backend tensor.
-  Result<Tensor> concatenated(const std::vector<std::pair<std::string, Shape>>& parts);
+  Result<Tensor> weight(const std::string& name, const Shape& shape, const WeightUse& use = {});
+  // Host tensors stacked along their first dimension into one backend tensor
+  // (each used as `use` says).
+  Result<Tensor> concatenated(const std::vector<std::pair<std::string, Shape>>& parts, const WeightUse& use = {});
   // Tensors under `prefix` are left out on purpose; reject_unused() names how many.
   void skip(const std::string& prefix, const std::string& why);
   // A tensor the architecture did not read is an error: the checkpoint is not
@@ -44,6 +55,12 @@ class WeightBinder {
 
  private:
   void mark_used(const std::string& name, std::size_t bytes);
+  // The tensor on the host: the checkpoint's view (an FP8 weight with its
+  // `_scale_inv` on Tensor::scales when keep_fp8), or the f32 dequantization
+  // of an FP8 weight.
+  Result<Tensor> host(const std::string& name, const Shape& shape, bool keep_fp8);
+  // Whether FP8 weights of these shapes, stacked, stay FP8 on the backend.
+  bool keeps_fp8(const std::vector<Shape>& part_shapes, const WeightUse& use) const;
 
   const Checkpoint& checkpoint_;
   Ops& ops_;

@@ -12,13 +12,18 @@
 
 #include <fmt/format.h>
 
+#include "sluice/backend/block_scales.h"
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_dtype.h"
 #include "sluice/backend/cuda/decode_graphs.h"
+#include "sluice/backend/cuda/device_buffer.h"
 #include "sluice/backend/cuda/device_weights.h"
+#include "sluice/backend/cuda/fp8_matmul.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/cuda/mla_attention.h"
+#include "sluice/backend/cuda/moe.h"
 #include "sluice/backend/cuda/rope_frequencies.h"
 #include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/cuda/step_metadata.h"
@@ -41,10 +46,12 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},
         weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes),
-        metadata_(stream), graphs_(stream), sampler_(stream), mla_(stream, gemm_) {
+        fp8_matmul_(gemm_, options.fp8_dense_gemm), metadata_(stream), graphs_(stream), sampler_(stream),
+        mla_(stream, gemm_) {
     int device = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+    cuda::prepare_grouped_gemm();
   }
   ~CudaOps() override {
     graphs_.abort_capture();
@@ -61,6 +68,11 @@ class CudaOps final : public Ops {
   }
 
   Result<Tensor> upload_concatenated(std::span<const Tensor> parts) override { return weights_.upload(parts); }
+
+  // FP8 weights stay FP8 for matmul (fp8_matmul.h) and moe_experts (moe.h), 128x128 blocks.
+  bool keeps_fp8_block_weights(std::int32_t block_rows, std::int32_t block_cols) const override {
+    return block_rows == 128 && block_cols == 128;
+  }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
     if (spec.layout == KvCacheLayout::latent && spec.num_kv_heads != 1)
@@ -162,6 +174,11 @@ class CudaOps final : public Ops {
   }
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor out) override {
+    if (w.dtype == DType::f8_e4m3) {
+      SLUICE_CHECK_MSG(bias.data == nullptr, "CUDA FP8 matmul takes no bias");
+      fp8_matmul_.run(x, w, out, scratch_, launching(), launch_);
+      return;
+    }
     SLUICE_CHECK_MSG(x.dtype == DType::bf16 && w.dtype == DType::bf16,
                      "CUDA matmul takes bf16 activations and weights");
     SLUICE_CHECK_EQ(x.cols(), w.cols());
@@ -308,7 +325,7 @@ class CudaOps final : public Ops {
                           dt_of(out.dtype), launch_);
   }
 
-  // DeepSeek-V3 (issue 15). MLA: mla_attention.h.
+  // DeepSeek-V3 (issue 15). MLA: mla_attention.h; MoE: moe.h.
   Status rope_partial(Tensor x, std::int32_t head_stride, std::int32_t rotary_offset,
                       const RopeParams& params) override {
     SLUICE_CHECK(params.head_dim > 0 && params.head_dim % 2 == 0);
@@ -354,11 +371,13 @@ class CudaOps final : public Ops {
                      .replaying = replay},
                     in, shape, out);
   }
-  Status moe_route(const Tensor&, const Tensor&, const MoeRouting&, MoeAssignment) override {
-    return Error{"CUDA backend: moe_route is not implemented on cuda yet"};
+  Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
+                   MoeAssignment out) override {
+    return cuda::moe_route(router_logits, correction_bias, routing, out, moe_context());
   }
-  Status moe_experts(const Tensor&, const MoeExpertWeights&, const MoeAssignment&, Tensor) override {
-    return Error{"CUDA backend: moe_experts is not implemented on cuda yet"};
+  Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                     Tensor out) override {
+    return cuda::moe_experts(x, experts, assignment, out, moe_context());
   }
 
   void gather_sample_rows(const Tensor& x, Tensor out) override {
@@ -391,6 +410,28 @@ class CudaOps final : public Ops {
     return Tensor{device, dtype, shape};
   }
 
+  Result<Tensor> random_fp8_weight(Shape shape, std::uint64_t seed, float scale) {
+    const std::int64_t rows = shape.rows(), cols = shape.cols();
+    const std::int64_t scale_stride = (num_scale_blocks(cols, 128) + cuda::kLtWeightScaleRowAlignment - 1) /
+                                      cuda::kLtWeightScaleRowAlignment * cuda::kLtWeightScaleRowAlignment;
+    const std::int64_t num_scales = num_scale_blocks(rows, 128) * scale_stride;
+    SLUICE_TRY_ASSIGN(values, weights_.allocate(rows * cols, "random FP8 weight"));
+    SLUICE_TRY_ASSIGN(scales, weights_.allocate(num_scales * 4, "random FP8 weight scales"));
+    // Random bf16 through the activation quantizer: valid e4m3 values (its
+    // per-row scales go to a throwaway buffer).
+    cuda::DeviceBuffer source, row_scales;
+    source.ensure(rows * cols * 2, stream_);
+    row_scales.ensure(num_scale_blocks(cols, 128) * rows * 4, stream_);
+    cuda::launch_random_fill(source.data(), dt_of(DType::bf16), rows * cols, seed, 1.0f, stream_);
+    cuda::launch_quantize_fp8_rows(source.data(), rows, cols, values, static_cast<float*>(row_scales.data()),
+                                   {.stream = stream_, .programmatic = false});
+    cuda::launch_random_fill(scales, dt_of(DType::f32), num_scales, seed + 1, scale, stream_);
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Tensor{values, DType::f8_e4m3, shape,
+                  BlockScales{.data = static_cast<const float*>(scales), .block_rows = 128, .block_cols = 128,
+                              .row_stride = scale_stride}};
+  }
+
  private:
   cuda::AttentionArgs attention_args(const Tensor& q, const Tensor& out, std::int32_t layer, float scale) const {
     const std::int64_t kv_width = static_cast<std::int64_t>(kv_spec_.num_kv_heads) * kv_spec_.head_dim;
@@ -411,6 +452,14 @@ class CudaOps final : public Ops {
   }
 
   bool replaying() const { return graphs_.mode() == cuda::DecodeGraphs::Mode::replaying; }
+  cuda::MoeContext moe_context() {
+    return {.scratch = scratch_,
+            .gemm = gemm_,
+            .launch = launch_,
+            .launch_kernels = launching(),
+            .eager = graphs_.mode() == cuda::DecodeGraphs::Mode::eager,
+            .expert_gemm = options_.moe_expert_gemm};
+  }
   // Whether an op launches its kernels (not while replaying: the graph has
   // them); first launches a deferred RoPE, whose q and k the op may read.
   bool launching() {
@@ -459,6 +508,7 @@ class CudaOps final : public Ops {
   KvCacheSpec kv_spec_;
   cuda::ScratchArena scratch_;
   cuda::LtGemm gemm_;
+  cuda::Fp8Matmul fp8_matmul_;
   cuda::StepMetadata metadata_;
   cuda::StepDeviceView view_;
   int num_sms_ = 0;
@@ -498,6 +548,12 @@ Result<Tensor> cuda_random_weight(Ops& ops, Shape shape, DType dtype, std::uint6
   auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_random_weight: not a CUDA Ops"};
   return cuda_ops->random_weight(shape, dtype, seed, scale);
+}
+
+Result<Tensor> cuda_random_fp8_weight(Ops& ops, Shape shape, std::uint64_t seed, float scale) {
+  auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_random_fp8_weight: not a CUDA Ops"};
+  return cuda_ops->random_fp8_weight(shape, seed, scale);
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

@@ -36,6 +36,11 @@ namespace sluice {
 [[nodiscard]] Result<Tensor> cuda_random_weight(Ops& ops, Shape shape, DType dtype,
                                                 std::uint64_t seed, float scale);
 
+// An FP8 e4m3 weight with random 128x128 block scales in [-scale, scale),
+// made on the device (values: random numbers quantized per 1x128 block), laid
+// out as an upload of a checkpoint's FP8 weight is. Owned by `ops`.
+[[nodiscard]] Result<Tensor> cuda_random_fp8_weight(Ops& ops, Shape shape, std::uint64_t seed, float scale);
+
 // Fills the whole KV cache with random bf16 values in [-1, 1), so benchmarks
 // can time long-context decode without prefilling every sequence first.
 [[nodiscard]] Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed);

@@ -76,6 +76,30 @@ enum class MlaKernels {
   tensor_core,
 };
 
+// Dense matmuls whose weight is FP8 with 128x128 block scales, above
+// kFp8KernelMaxRows rows (fewer always take the grouped kernel: a weight stream).
+enum class Fp8DenseGemm {
+  // cuBLASLt block scaling (activations quantized per 1x128 block, VEC128_32F
+  // x BLK128x128_32F, cuBLASLt 12.9+); the grouped kernel where cuBLASLt has
+  // no algorithm for the shape. Not yet measured (issue 15).
+  cublaslt,
+  // Our grouped kernel (grouped_gemm.cu): the weight dequantized to bf16 in
+  // registers, bf16 activations: the correct-first path and the A/B row.
+  kernel,
+};
+
+// The routed experts' GEMMs of FP8 experts in eager steps (prefill).
+enum class MoeExpertGemm {
+  // grouped_gemm.cu at every size (the only path under decode graphs).
+  grouped,
+  // Expert counts read back to the host (one sync a MoE layer), then per
+  // expert a cuBLASLt block-scaled GEMM on activations quantized per 1x128
+  // block; the grouped kernel for an expert cuBLASLt refuses. The A/B row for
+  // the prefill target (FP8 tensor cores instead of bf16 mma.sync). Not yet
+  // measured (issue 15).
+  per_expert_cublaslt,
+};
+
 }  // namespace cuda
 
 struct CudaOptions {
@@ -94,7 +118,7 @@ struct CudaOptions {
 
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // decode_split_plan, mla_kernels.
+  // decode_split_plan, mla_kernels, fp8_dense_gemm, moe_expert_gemm.
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
@@ -104,6 +128,8 @@ struct CudaOptions {
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::by_step_work;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::simple;
+  cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
+  cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::grouped;
 };
 
 namespace cuda {
@@ -119,6 +145,10 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 2> kDe
     {{"by-step-work", DecodeSplitPlan::by_step_work}, {"uniform-waves", DecodeSplitPlan::uniform_waves}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 2> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}}};
+inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
+    {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
+inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {
+    {{"grouped", MoeExpertGemm::grouped}, {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
@@ -153,6 +183,10 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
   out += ", MLA kernels ";
   out += cuda::name_of(options.mla_kernels, cuda::kMlaKernelsNames);
+  out += ", FP8 dense GEMM ";
+  out += cuda::name_of(options.fp8_dense_gemm, cuda::kFp8DenseGemmNames);
+  out += ", MoE expert GEMM ";
+  out += cuda::name_of(options.moe_expert_gemm, cuda::kMoeExpertGemmNames);
   out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
   out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
   return out;

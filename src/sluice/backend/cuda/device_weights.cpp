@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "sluice/backend/block_scales.h"
 #include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/float_convert.h"
 
 namespace sluice::cuda {
@@ -17,7 +19,7 @@ float host_to_f32(const Tensor& t, std::int64_t i) {
     case DType::bf16: return bf16_to_f32(t.as<const std::uint16_t>()[i]);
     case DType::f16: return f16_to_f32(t.as<const std::uint16_t>()[i]);
     case DType::i32: break;
-    case DType::f8_e4m3: break;  // dequantized on load (model/weight_binder)
+    case DType::f8_e4m3: break;  // uploaded as it is (upload_fp8) or dequantized on load (model/weight_binder)
   }
   SLUICE_CHECK_MSG(false, "float tensor expected");
   return 0.0f;
@@ -33,6 +35,7 @@ Result<Tensor> DeviceWeights::upload(std::span<const Tensor> parts) {
   SLUICE_CHECK(!parts.empty());
   const Tensor& first = parts[0];
   if (first.dtype == DType::i32) return Error{"CUDA backend: integer weights are not supported"};
+  if (first.dtype == DType::f8_e4m3) return upload_fp8(parts);
   // Matrices become bf16 (the GEMM and embedding dtype); vectors keep theirs.
   const DType target = first.shape.rank >= 2 ? DType::bf16 : first.dtype;
   std::int64_t rows = 0;
@@ -50,6 +53,34 @@ Result<Tensor> DeviceWeights::upload(std::span<const Tensor> parts) {
   }
   SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return Tensor{device, target, shape};
+}
+
+Result<Tensor> DeviceWeights::upload_fp8(std::span<const Tensor> parts) {
+  const Tensor& first = parts[0];
+  if (first.shape.rank != 2 || first.scales.empty())
+    return Error{"CUDA backend: an FP8 weight needs its block scales (Ops::keeps_fp8_block_weights)"};
+  std::int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    SLUICE_CHECK(part.dtype == DType::f8_e4m3 && part.cols() == first.cols());
+    rows += part.rows();
+  }
+  const ScaleGrid grid = stacked_scale_grid(parts, kLtWeightScaleRowAlignment);
+  const std::vector<float> scales = stack_block_scales(parts, grid);
+  SLUICE_TRY_ASSIGN(values, allocate(rows * first.cols(), "FP8 weight"));
+  SLUICE_TRY_ASSIGN(device_scales, allocate(grid.num_floats() * 4, "FP8 weight scales"));
+  std::int64_t offset_bytes = 0;
+  for (const Tensor& part : parts) {
+    copy_converted(part, DType::f8_e4m3, static_cast<std::byte*>(values) + offset_bytes);
+    offset_bytes += part.numel();
+  }
+  const Tensor host_scales{const_cast<float*>(scales.data()), DType::f32, Shape{grid.num_floats()}};
+  copy_converted(host_scales, DType::f32, device_scales);
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Tensor{values, DType::f8_e4m3, Shape{rows, first.cols()},
+                BlockScales{.data = static_cast<const float*>(device_scales),
+                            .block_rows = first.scales.block_rows,
+                            .block_cols = first.scales.block_cols,
+                            .row_stride = grid.row_stride}};
 }
 
 Result<void*> DeviceWeights::allocate(std::int64_t bytes, const char* what) {

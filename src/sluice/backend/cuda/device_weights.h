@@ -24,13 +24,16 @@ class DeviceWeights {
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
   // The parts stacked along their rows (vectors: concatenated) in one device
-  // tensor; matrices (rank >= 2) become bf16, vectors keep their dtype. Waits
-  // for the copies.
+  // tensor; matrices (rank >= 2) become bf16, vectors keep their dtype. FP8
+  // weights with block scales stay FP8, their scales stacked into one grid
+  // padded as cuBLASLt reads it (lt_gemm.h). Waits for the copies.
   [[nodiscard]] Result<Tensor> upload(std::span<const Tensor> parts);
   // `bytes` of device memory owned here; `what` names it in the error.
   [[nodiscard]] Result<void*> allocate(std::int64_t bytes, const char* what);
 
  private:
+  // FP8 parts and their scales, unconverted.
+  [[nodiscard]] Result<Tensor> upload_fp8(std::span<const Tensor> parts);
   // Host tensor -> device, converted to `target`, in chunks through the staging buffer.
   void copy_converted(const Tensor& host, DType target, void* device);
 

@@ -1,0 +1,66 @@
+#include "sluice/backend/cuda/fp8_matmul.h"
+
+#include "sluice/backend/block_scales.h"
+#include "sluice/backend/cuda/cuda_dtype.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr std::int32_t kScaleBlock = 128;
+
+}  // namespace
+
+Fp8MatmulPath fp8_matmul_path(Fp8DenseGemm asked, std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (asked == Fp8DenseGemm::kernel || m <= kFp8KernelMaxRows) return Fp8MatmulPath::grouped_kernel;
+  // cuBLASLt's FP8 operands need 16-byte rows; its block scales whole 128-wide K blocks.
+  if (k % kScaleBlock != 0 || n % 16 != 0) return Fp8MatmulPath::grouped_kernel;
+  return Fp8MatmulPath::cublaslt;
+}
+
+void Fp8Matmul::run(const Tensor& x, const Tensor& w, const Tensor& out, ScratchArena& scratch,
+                    bool launch_kernels, const Launch& launch) {
+  SLUICE_CHECK_MSG(x.dtype == DType::bf16, "CUDA FP8 matmul takes bf16 activations");
+  SLUICE_CHECK_MSG(w.dtype == DType::f8_e4m3 && !w.scales.empty(), "CUDA FP8 matmul needs the weight's block scales");
+  SLUICE_CHECK(w.scales.block_rows == kScaleBlock && w.scales.block_cols == kScaleBlock);
+  SLUICE_CHECK(out.dtype == DType::bf16 || out.dtype == DType::f32);
+  const std::int64_t m = x.rows(), n = w.rows(), k = x.cols();
+  SLUICE_CHECK_EQ(w.cols(), k);
+  SLUICE_CHECK_EQ(out.rows(), m);
+  SLUICE_CHECK_EQ(out.cols(), n);
+  // cuBLASLt infers the weight scales' row stride; a tensor uploaded otherwise takes the kernel.
+  const std::int64_t lt_row_stride = (num_scale_blocks(k, kScaleBlock) + kLtWeightScaleRowAlignment - 1) /
+                                     kLtWeightScaleRowAlignment * kLtWeightScaleRowAlignment;
+  const bool lt_layout = w.scales.row_stride == lt_row_stride;
+  if (fp8_matmul_path(asked_, m, n, k) == Fp8MatmulPath::grouped_kernel || !lt_layout) {
+    if (launch_kernels) run_grouped_kernel(x, w, out, launch);
+    return;
+  }
+  void* q = scratch.allocate(m * k);
+  auto* q_scales = static_cast<float*>(scratch.allocate(num_scale_blocks(k, kScaleBlock) * m * 4));
+  if (!launch_kernels) return;
+  launch_quantize_fp8_rows(x.data, m, k, q, q_scales, launch);
+  const bool ran = gemm_.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w.data, .w_scales = w.scales.data,
+                             .out = out.data, .out_dtype = out.dtype, .m = m, .n = n, .k = k});
+  if (!ran) run_grouped_kernel(x, w, out, launch);
+}
+
+void Fp8Matmul::run_grouped_kernel(const Tensor& x, const Tensor& w, const Tensor& out, const Launch& launch) const {
+  const std::int64_t m = x.rows();
+  SLUICE_CHECK_MSG(grouped_gemm_supports(x.cols(), true), "CUDA FP8 matmul needs K a multiple of 16");
+  launch_grouped_gemm({.x = x.data,
+                       .w = w.data,
+                       .w_fp8 = true,
+                       .w_scales = w.scales.data,
+                       .w_scale_row_stride = w.scales.row_stride,
+                       .num_slots = static_cast<std::int32_t>(m),
+                       .tile_rows = grouped_gemm_tile_rows(m, 1),
+                       .n = w.rows(),
+                       .k = x.cols(),
+                       .epilogue = GroupedEpilogue::store,
+                       .out = out.data,
+                       .out_dt = dt_of(out.dtype)},
+                      launch);
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,111 @@
+// Host-side launchers of the DeepSeekMoE and FP8 kernels (moe_route.cu,
+// moe_permute.cu, grouped_gemm.cu, fp8_quantize.cu). Pure C++ types, as
+// kernels.h. None of them synchronises the host or needs a count on the host,
+// so a decode step that runs them can be captured as a CUDA graph.
+#pragma once
+
+#include <cstdint>
+
+#include "sluice/backend/cuda/kernels/kernels.h"
+
+namespace sluice::cuda {
+
+// The most experts the routing and permutation kernels hold in shared memory.
+inline constexpr std::int32_t kMoeMaxExperts = 1024;
+
+// DeepSeekMoE routing, as Ops::moe_route states it; one block a row.
+struct MoeRouteArgs {
+  const float* logits = nullptr;  // [rows, num_experts]
+  const void* bias = nullptr;     // [num_experts] e_score_correction_bias, bias_dt
+  Dt bias_dt{};
+  std::int32_t* expert_ids = nullptr;  // [rows, k]
+  float* expert_weights = nullptr;     // [rows, k]
+  std::int32_t rows = 0, num_experts = 0, k = 0, num_groups = 1, num_groups_selected = 1;
+  bool normalize = true;
+  float scale = 1.0f;
+};
+void launch_moe_route(const MoeRouteArgs& args, const Launch& launch);
+
+// Where each (row, choice) pair of a MoE step goes: pairs are sorted by expert
+// into slots (expert e owns slots [expert_offsets[e], expert_offsets[e + 1])),
+// and the slots are cut into tiles of tile_rows for the grouped GEMM. The
+// order of pairs within an expert is unspecified (atomics), which no result
+// depends on: every slot's GEMM row is computed alone.
+struct MoePlanArgs {
+  const std::int32_t* expert_ids = nullptr;  // [num_pairs], pair = row * k + choice
+  std::int32_t num_pairs = 0, k = 0, num_experts = 0;
+  std::int32_t tile_rows = 0;  // the grouped GEMM's tile rows (grouped_gemm_tile_rows)
+  std::int32_t max_tiles = 0;  // moe_max_tiles(num_pairs, num_experts, tile_rows)
+  std::int32_t* expert_offsets = nullptr;   // [num_experts + 1]
+  std::int32_t* slot_of_pair = nullptr;     // [num_pairs]
+  std::int32_t* row_of_slot = nullptr;      // [num_pairs]: the x row (pair / k)
+  std::int32_t* tile_expert = nullptr;      // [max_tiles]; -1 past the last tile
+  std::int32_t* tile_first_slot = nullptr;  // [max_tiles]
+};
+// An upper bound on the tiles of any routing: every expert adds at most one partial tile.
+constexpr std::int32_t moe_max_tiles(std::int32_t num_pairs, std::int32_t num_experts, std::int32_t tile_rows) {
+  return (num_pairs + tile_rows - 1) / tile_rows + num_experts;
+}
+void launch_moe_plan(const MoePlanArgs& args, const Launch& launch);
+
+// out[r] += sum_j weights[r, j] * y[slot_of_pair[r * k + j]] (j in order), out bf16 or f32.
+struct MoeCombineArgs {
+  const void* y = nullptr;  // bf16 [num_pairs, hidden], by slot
+  const std::int32_t* slot_of_pair = nullptr;
+  const float* weights = nullptr;  // [rows, k]
+  std::int32_t rows = 0, k = 0;
+  std::int64_t hidden = 0;
+  void* out = nullptr;  // [rows, hidden]
+  Dt out_dt{};
+};
+void launch_moe_combine(const MoeCombineArgs& args, const Launch& launch);
+
+// Grouped GEMM on tensor cores (mma.sync, f32 accumulation): for each slot s
+// of group g, out[s, :] = x[row(s)] . W_g^T, W_g the group's rows of w. FP8
+// weights are dequantized in registers with their 128x128 block scales (the
+// bf16 they round to is what an upload of the dequantized weight holds).
+enum class GroupedEpilogue {
+  store,   // out[s, c] = acc[c]; W_g = w rows [g * n, (g + 1) * n)
+  swiglu,  // out[s, c] = silu(gate[c]) * up[c]; W_g = gate rows then up rows, [g * 2n, (g + 1) * 2n)
+};
+struct GroupedGemmArgs {
+  const void* x = nullptr;                    // bf16 [*, k]
+  const std::int32_t* row_of_slot = nullptr;  // x row of each slot; null: the slot's own row
+  const void* w = nullptr;                    // bf16 or f8_e4m3 (w_fp8)
+  bool w_fp8 = false;
+  const float* w_scales = nullptr;  // w_fp8: 128x128 block scales, w_scale_row_stride floats a block row
+  std::int64_t w_scale_row_stride = 0;
+  // Tiles from launch_moe_plan; null tile_expert: one group of num_slots
+  // slots, tile t = slots [t * tile_rows, (t + 1) * tile_rows).
+  const std::int32_t* tile_expert = nullptr;
+  const std::int32_t* tile_first_slot = nullptr;
+  const std::int32_t* expert_offsets = nullptr;
+  std::int32_t num_slots = 0;  // without tile_expert
+  std::int32_t max_tiles = 0;  // with tile_expert
+  std::int32_t tile_rows = 16;  // grouped_gemm_tile_rows()
+  std::int64_t n = 0, k = 0;
+  GroupedEpilogue epilogue = GroupedEpilogue::store;
+  void* out = nullptr;  // [slots, n], bf16 or f32
+  Dt out_dt{};
+};
+// Raises the kernels' shared-memory limits (over 48 KB): once, before any
+// launch and outside graph capture (CudaOps' constructor).
+void prepare_grouped_gemm();
+// Tile rows for this many slots over this many groups: 16 while groups hold
+// a few slots (decode: weight traffic is all), 64 when they hold many.
+std::int32_t grouped_gemm_tile_rows(std::int64_t num_slots, std::int64_t num_groups);
+// Whether the kernel covers k (16-byte rows of weights and activations).
+bool grouped_gemm_supports(std::int64_t k, bool w_fp8);
+void launch_grouped_gemm(const GroupedGemmArgs& args, const Launch& launch);
+
+// Per 1x128 block of each row of x (bf16 [m, k]): scale = amax / 448 and
+// q = e4m3(x / scale), saturating. scales are [ceil(k / 128), m] (row index
+// fastest), the layout cuBLASLt's VEC128_32F scales take for the activations.
+// With group_offsets (device, [num_groups + 1]) each group of rows gets that
+// layout on its own, at ceil(k / 128) * group_offsets[g]: one GEMM a group.
+inline constexpr float kFp8E4m3Max = 448.0f;
+void launch_quantize_fp8_rows(const void* x, std::int64_t m, std::int64_t k, void* q, float* scales,
+                              const Launch& launch, const std::int32_t* group_offsets = nullptr,
+                              std::int32_t num_groups = 0);
+
+}  // namespace sluice::cuda

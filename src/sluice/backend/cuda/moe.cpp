@@ -1,0 +1,278 @@
+#include "sluice/backend/cuda/moe.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sluice/backend/block_scales.h"
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/cuda_dtype.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr std::int32_t kScaleBlock = 128;
+
+template <class T>
+T* allocate(ScratchArena& scratch, std::int64_t count) {
+  return static_cast<T*>(scratch.allocate(count * static_cast<std::int64_t>(sizeof(T))));
+}
+
+Status check_expert_weight(const Tensor& w, const char* name) {
+  if (w.dtype == DType::bf16) return Ok{};
+  if (w.dtype != DType::f8_e4m3 || w.scales.empty())
+    return Error{fmt::format("CUDA moe_experts: {} must be bf16, or FP8 with block scales; is {}", name,
+                             dtype_name(w.dtype))};
+  if (w.scales.block_rows != kScaleBlock || w.scales.block_cols != kScaleBlock)
+    return Error{fmt::format("CUDA moe_experts: {} has {}x{} scale blocks; the kernels take 128x128", name,
+                             w.scales.block_rows, w.scales.block_cols)};
+  return Ok{};
+}
+
+}  // namespace
+
+Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
+                 const MoeAssignment& out, const MoeContext& context) {
+  const std::int64_t rows = router_logits.rows(), k = routing.num_experts_per_token;
+  SLUICE_CHECK_MSG(router_logits.dtype == DType::f32, "moe_route takes f32 router logits");
+  SLUICE_CHECK_EQ(router_logits.cols(), std::int64_t{routing.num_experts});
+  SLUICE_CHECK_EQ(correction_bias.numel(), std::int64_t{routing.num_experts});
+  SLUICE_CHECK(out.expert_ids.dtype == DType::i32 && out.expert_weights.dtype == DType::f32);
+  SLUICE_CHECK(out.expert_ids.rows() == rows && out.expert_ids.cols() == k && out.expert_weights.rows() == rows &&
+               out.expert_weights.cols() == k);
+  if (routing.num_experts > kMoeMaxExperts)
+    return Error{fmt::format("CUDA moe_route: {} experts; the kernel holds at most {}", routing.num_experts,
+                             kMoeMaxExperts)};
+  if (!context.launch_kernels) return Ok{};
+  launch_moe_route({.logits = router_logits.as<const float>(),
+                    .bias = correction_bias.data,
+                    .bias_dt = dt_of(correction_bias.dtype),
+                    .expert_ids = out.expert_ids.as<std::int32_t>(),
+                    .expert_weights = out.expert_weights.as<float>(),
+                    .rows = static_cast<std::int32_t>(rows),
+                    .num_experts = routing.num_experts,
+                    .k = routing.num_experts_per_token,
+                    .num_groups = routing.num_groups,
+                    .num_groups_selected = routing.num_groups_selected,
+                    .normalize = routing.normalize,
+                    .scale = routing.scale},
+                   context.launch);
+  return Ok{};
+}
+
+namespace {
+
+// The device buffers of one moe_experts call.
+struct ExpertsPlan {
+  std::int64_t rows = 0, hidden = 0, inter = 0, k = 0, num_experts = 0;
+  bool fp8 = false;
+  std::int32_t num_pairs = 0, tile_rows = 0, max_tiles = 0;
+  std::int32_t* expert_offsets = nullptr;   // [num_experts + 1]
+  std::int32_t* slot_of_pair = nullptr;     // [num_pairs]
+  std::int32_t* row_of_slot = nullptr;      // [num_pairs]
+  std::int32_t* tile_expert = nullptr;      // [max_tiles]
+  std::int32_t* tile_first_slot = nullptr;  // [max_tiles]
+  void* act = nullptr;                      // bf16 [num_pairs, inter], by slot
+  void* y = nullptr;                        // bf16 [num_pairs, hidden], by slot
+};
+
+// One expert GEMM over the plan's tiles (all experts at once).
+void grouped_expert_gemm(const ExpertsPlan& p, const Tensor& w, const void* in, const std::int32_t* in_row_of_slot,
+                         std::int64_t n, std::int64_t k_dim, GroupedEpilogue epilogue, void* result,
+                         const Launch& launch) {
+  launch_grouped_gemm({.x = in,
+                       .row_of_slot = in_row_of_slot,
+                       .w = w.data,
+                       .w_fp8 = p.fp8,
+                       .w_scales = w.scales.data,
+                       .w_scale_row_stride = w.scales.row_stride,
+                       .tile_expert = p.tile_expert,
+                       .tile_first_slot = p.tile_first_slot,
+                       .expert_offsets = p.expert_offsets,
+                       .max_tiles = p.max_tiles,
+                       .tile_rows = p.tile_rows,
+                       .n = n,
+                       .k = k_dim,
+                       .epilogue = epilogue,
+                       .out = result,
+                       .out_dt = dt_of(DType::bf16)},
+                      launch);
+}
+
+std::byte* at_byte(void* base, std::int64_t offset) { return static_cast<std::byte*>(base) + offset; }
+
+// One expert's slots [first, first + count) through one of its weights.
+struct ExpertSlots {
+  std::int64_t expert, first, count;
+};
+
+// cuBLASLt block-scaled: out = (q, q_scales) . w^T for every expert with
+// slots; returns the experts cuBLASLt refused (none where it has the shapes).
+std::vector<ExpertSlots> cublaslt_expert_gemms(const std::vector<ExpertSlots>& experts, const Tensor& w,
+                                               std::int64_t n, std::int64_t k, void* q, const float* q_scales,
+                                               void* out, LtGemm& gemm) {
+  std::vector<ExpertSlots> refused;
+  for (const ExpertSlots& e : experts) {
+    const Tensor w_e = w.row_slice(e.expert * n, n);
+    const bool ran = gemm.run_fp8_block_scaled({.q = at_byte(q, e.first * k),
+                                                .q_scales = q_scales + num_scale_blocks(k, kScaleBlock) * e.first,
+                                                .w = w_e.data,
+                                                .w_scales = w_e.scales.data,
+                                                .out = at_byte(out, e.first * n * 2),
+                                                .out_dtype = DType::bf16,
+                                                .m = e.count,
+                                                .n = n,
+                                                .k = k});
+    if (!ran) refused.push_back(e);
+  }
+  return refused;
+}
+
+// The grouped kernel in its one-group form for experts cuBLASLt refused, on
+// the bf16 slots: out = epilogue(x . w^T), n output columns (swiglu: w has 2n rows).
+void grouped_expert_fallback(const std::vector<ExpertSlots>& experts, const Tensor& w, std::int64_t n,
+                             std::int64_t k, const void* x, GroupedEpilogue epilogue, void* out,
+                             const Launch& launch) {
+  const std::int64_t w_rows = epilogue == GroupedEpilogue::swiglu ? 2 * n : n;
+  for (const ExpertSlots& e : experts) {
+    const Tensor w_e = w.row_slice(e.expert * w_rows, w_rows);
+    launch_grouped_gemm({.x = at_byte(const_cast<void*>(x), e.first * k * 2),
+                         .w = w_e.data,
+                         .w_fp8 = true,
+                         .w_scales = w_e.scales.data,
+                         .w_scale_row_stride = w_e.scales.row_stride,
+                         .num_slots = static_cast<std::int32_t>(e.count),
+                         .tile_rows = grouped_gemm_tile_rows(e.count, 1),
+                         .n = n,
+                         .k = k,
+                         .epilogue = epilogue,
+                         .out = at_byte(out, e.first * n * 2),
+                         .out_dt = dt_of(DType::bf16)},
+                        launch);
+  }
+}
+
+// Whether per-expert cuBLASLt can take these experts: FP8, and 1x128 scale
+// blocks of whole 16-byte groups at every expert's offset.
+bool per_expert_cublaslt_fits(const ExpertsPlan& p) {
+  return p.fp8 && num_scale_blocks(p.hidden, kScaleBlock) % 4 == 0 && num_scale_blocks(p.inter, kScaleBlock) % 4 == 0;
+}
+
+// MoeExpertGemm::per_expert_cublaslt (eager FP8 steps): the slots gathered
+// and quantized per expert, a cuBLASLt block-scaled GEMM per expert and
+// weight, SwiGLU between them; written into p.y as the grouped path does.
+void per_expert_cublaslt(const ExpertsPlan& p, const Tensor& x, const MoeExpertWeights& experts,
+                         const MoeContext& context) {
+  const Launch& launch = context.launch;
+  const std::int64_t pairs = p.num_pairs, h = p.hidden, inter = p.inter;
+  const std::int64_t widest = std::max(h, inter);
+  void* x_slots = context.scratch.allocate(pairs * h * 2);  // bf16 [pairs, H]
+  void* q = context.scratch.allocate(pairs * widest);         // e4m3 [pairs, H], then [pairs, I]
+  auto* q_scales = static_cast<float*>(context.scratch.allocate(pairs * num_scale_blocks(widest, kScaleBlock) * 4));
+  void* gate_up = context.scratch.allocate(pairs * 2 * inter * 2);  // bf16 [pairs, 2I]
+  // The one host sync: which slots each expert owns.
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(p.num_experts + 1));
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(offsets.data(), p.expert_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost,
+                                    launch.stream));
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(launch.stream));
+  std::vector<ExpertSlots> used;
+  for (std::int64_t e = 0; e < p.num_experts; ++e)
+    if (offsets[e + 1] > offsets[e]) used.push_back({e, offsets[e], offsets[e + 1] - offsets[e]});
+  const auto num_experts = static_cast<std::int32_t>(p.num_experts);
+
+  launch_gather_rows(x.data, dt_of(DType::bf16), h, p.row_of_slot, p.num_pairs, x_slots, launch);
+  launch_quantize_fp8_rows(x_slots, pairs, h, q, q_scales, launch, p.expert_offsets, num_experts);
+  const std::vector<ExpertSlots> refused_gate_up =
+      cublaslt_expert_gemms(used, experts.gate_up, 2 * inter, h, q, q_scales, gate_up, context.gemm);
+  launch_silu_mul(gate_up, dt_of(DType::bf16), pairs, inter, p.act, dt_of(DType::bf16), launch);
+  // After silu_mul, which wrote every slot (garbage where cuBLASLt refused).
+  grouped_expert_fallback(refused_gate_up, experts.gate_up, inter, h, x_slots, GroupedEpilogue::swiglu, p.act,
+                          launch);
+
+  launch_quantize_fp8_rows(p.act, pairs, inter, q, q_scales, launch, p.expert_offsets, num_experts);
+  const std::vector<ExpertSlots> refused_down =
+      cublaslt_expert_gemms(used, experts.down, h, inter, q, q_scales, p.y, context.gemm);
+  grouped_expert_fallback(refused_down, experts.down, h, inter, p.act, GroupedEpilogue::store, p.y, launch);
+}
+
+}  // namespace
+
+Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                   const Tensor& out, const MoeContext& context) {
+  const Tensor& gate_up = experts.gate_up;
+  const Tensor& down = experts.down;
+  const std::int64_t rows = x.rows(), hidden = x.cols(), inter = down.cols();
+  const std::int64_t k = assignment.expert_ids.cols();
+  SLUICE_CHECK_MSG(x.dtype == DType::bf16, "CUDA moe_experts takes bf16 activations");
+  SLUICE_CHECK(out.dtype == DType::bf16 || out.dtype == DType::f32);
+  SLUICE_CHECK(out.rows() == rows && out.cols() == hidden);
+  SLUICE_CHECK(assignment.expert_ids.dtype == DType::i32 && assignment.expert_weights.dtype == DType::f32);
+  SLUICE_CHECK(assignment.expert_ids.rows() == rows && assignment.expert_weights.rows() == rows &&
+               assignment.expert_weights.cols() == k);
+  SLUICE_CHECK_EQ(gate_up.cols(), hidden);
+  SLUICE_CHECK_EQ(down.rows() % hidden, std::int64_t{0});
+  const std::int64_t num_experts = down.rows() / hidden;
+  SLUICE_CHECK_EQ(gate_up.rows(), num_experts * 2 * inter);
+  SLUICE_TRY(check_expert_weight(gate_up, "gate_up"));
+  SLUICE_TRY(check_expert_weight(down, "down"));
+  if (gate_up.dtype != down.dtype) return Error{"CUDA moe_experts: gate_up and down must share one dtype"};
+  const bool fp8 = gate_up.dtype == DType::f8_e4m3;
+  if (num_experts > kMoeMaxExperts)
+    return Error{fmt::format("CUDA moe_experts: {} experts; the kernels hold at most {}", num_experts,
+                             kMoeMaxExperts)};
+  if (!grouped_gemm_supports(hidden, fp8) || !grouped_gemm_supports(inter, fp8))
+    return Error{fmt::format("CUDA moe_experts: hidden {} and moe_intermediate {} must be multiples of {}", hidden,
+                             inter, fp8 ? 16 : 8)};
+  if (fp8 && (hidden % kScaleBlock != 0 || inter % kScaleBlock != 0))
+    return Error{fmt::format("CUDA moe_experts: FP8 experts need hidden {} and moe_intermediate {} to be multiples "
+                             "of the 128-row scale blocks",
+                             hidden, inter)};
+
+  ExpertsPlan p{.rows = rows, .hidden = hidden, .inter = inter, .k = k, .num_experts = num_experts, .fp8 = fp8};
+  ScratchArena& scratch = context.scratch;
+  p.num_pairs = static_cast<std::int32_t>(rows * k);
+  p.tile_rows = grouped_gemm_tile_rows(p.num_pairs, num_experts);
+  p.max_tiles = moe_max_tiles(p.num_pairs, static_cast<std::int32_t>(num_experts), p.tile_rows);
+  p.expert_offsets = allocate<std::int32_t>(scratch, num_experts + 1);
+  p.slot_of_pair = allocate<std::int32_t>(scratch, p.num_pairs);
+  p.row_of_slot = allocate<std::int32_t>(scratch, p.num_pairs);
+  p.tile_expert = allocate<std::int32_t>(scratch, p.max_tiles);
+  p.tile_first_slot = allocate<std::int32_t>(scratch, p.max_tiles);
+  p.act = scratch.allocate(std::int64_t{p.num_pairs} * inter * 2);
+  p.y = scratch.allocate(std::int64_t{p.num_pairs} * hidden * 2);
+  if (!context.launch_kernels || rows == 0) return Ok{};
+
+  const Launch& launch = context.launch;
+  launch_moe_plan({.expert_ids = assignment.expert_ids.as<const std::int32_t>(),
+                   .num_pairs = p.num_pairs,
+                   .k = static_cast<std::int32_t>(k),
+                   .num_experts = static_cast<std::int32_t>(num_experts),
+                   .tile_rows = p.tile_rows,
+                   .max_tiles = p.max_tiles,
+                   .expert_offsets = p.expert_offsets,
+                   .slot_of_pair = p.slot_of_pair,
+                   .row_of_slot = p.row_of_slot,
+                   .tile_expert = p.tile_expert,
+                   .tile_first_slot = p.tile_first_slot},
+                  launch);
+  if (context.expert_gemm == MoeExpertGemm::per_expert_cublaslt && context.eager && per_expert_cublaslt_fits(p)) {
+    per_expert_cublaslt(p, x, experts, context);
+  } else {
+    grouped_expert_gemm(p, gate_up, x.data, p.row_of_slot, inter, hidden, GroupedEpilogue::swiglu, p.act, launch);
+    grouped_expert_gemm(p, down, p.act, nullptr, hidden, inter, GroupedEpilogue::store, p.y, launch);  // by slot
+  }
+  launch_moe_combine({.y = p.y,
+                      .slot_of_pair = p.slot_of_pair,
+                      .weights = assignment.expert_weights.as<const float>(),
+                      .rows = static_cast<std::int32_t>(rows),
+                      .k = static_cast<std::int32_t>(k),
+                      .hidden = hidden,
+                      .out = out.data,
+                      .out_dt = dt_of(out.dtype)},
+                     launch);
+  return Ok{};
+}
+
+}  // namespace sluice::cuda

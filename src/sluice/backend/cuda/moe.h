@@ -1,0 +1,41 @@
+// Ops::moe_route and Ops::moe_experts on CUDA: checks, scratch, and the
+// kernel sequence (kernels/moe_kernels.h):
+//   route    one block a row: sigmoid, grouped top-k, weights
+//   plan     pairs (row, choice) sorted by expert into slots, cut into tiles
+//   gate_up  grouped GEMM with the SwiGLU epilogue -> act [pairs, I]
+//   down     grouped GEMM -> y [pairs, H]
+//   combine  out[r] += sum_j weight[r, j] * y[slot(r, j)]
+// Expert weights are bf16, or FP8 with 128x128 block scales. Nothing reads a
+// count back to the host, so decode steps stay capturable as CUDA graphs.
+#pragma once
+
+#include "sluice/backend/cuda/cuda_options.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/lt_gemm.h"
+#include "sluice/backend/cuda/scratch_arena.h"
+#include "sluice/backend/ops.h"
+#include "sluice/common/result.h"
+
+namespace sluice::cuda {
+
+// Where the ops run: both take their scratch first (replayed graphs need the
+// same addresses) and enqueue only if launch_kernels.
+struct MoeContext {
+  ScratchArena& scratch;
+  LtGemm& gemm;
+  const Launch& launch;
+  bool launch_kernels = true;
+  // Outside graph capture and replay: the host may wait for the stream.
+  bool eager = true;
+  MoeExpertGemm expert_gemm = MoeExpertGemm::grouped;
+};
+
+[[nodiscard]] Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
+                               const MoeAssignment& out, const MoeContext& context);
+// With MoeExpertGemm::per_expert_cublaslt, FP8 experts and an eager step, the
+// expert GEMMs are per-expert cuBLASLt calls (counts read back first: one
+// host sync); otherwise the grouped kernel.
+[[nodiscard]] Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
+                                 const Tensor& out, const MoeContext& context);
+
+}  // namespace sluice::cuda

@@ -1,0 +1,402 @@
+// DeepSeekMoE and FP8 block-scaled weights on the CUDA backend against the
+// CPU reference (backend/cpu/deepseek_ops.cpp) and float64 oracles: routing
+// (identical experts, ties included), routed experts in bf16 and FP8 at
+// decode-like and prefill-like row counts, and the dense FP8 matmul on both
+// of its paths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+
+#include "sluice/backend/cpu/deepseek_ops.h"
+#include "sluice/backend/cpu/thread_pool.h"
+#include "sluice/backend/cuda/fp8_matmul.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+using namespace sluice::testing;
+
+constexpr double kBf16Tolerance = 1e-2;  // bf16 outputs and bf16 intermediates: ~3e-3 expected
+
+Tensor host_tensor(std::vector<float>& values, Shape shape) { return Tensor{values.data(), DType::f32, shape}; }
+
+std::vector<std::int32_t> download_i32(const Tensor& t) {
+  sync();
+  std::vector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
+  SLUICE_CHECK(cudaMemcpy(out.data(), t.data, out.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  return out;
+}
+
+void upload_to(const Tensor& device, const void* host) {
+  sync();
+  SLUICE_CHECK(cudaMemcpy(device.data, host, device.size_bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+}
+
+StepLayout layout_with_rows(std::int32_t rows) {
+  StepLayout layout;
+  layout.token_ids.assign(static_cast<std::size_t>(rows), 0);
+  layout.positions.assign(static_cast<std::size_t>(rows), 0);
+  layout.sequences.push_back({.row_begin = 0, .num_rows = rows, .num_computed_tokens = 0, .block_table = {}});
+  return layout;
+}
+
+// An FP8 weight [rows, cols] with 128x128 block scales, on the host: random
+// finite e4m3 bytes and scales in [scale / 2, scale).
+struct HostFp8Weight {
+  std::vector<std::uint8_t> values;
+  std::vector<float> scales;
+  Shape shape;
+
+  HostFp8Weight(std::int64_t rows, std::int64_t cols, std::uint64_t seed, float scale) : shape{rows, cols} {
+    SplitMix64 rng(seed);
+    values.resize(static_cast<std::size_t>(rows * cols));
+    for (auto& v : values) {
+      v = static_cast<std::uint8_t>(rng.next() & 0xff);
+      if ((v & 0x7f) == 0x7f) v ^= 0x01;  // no NaN
+    }
+    scales.resize(static_cast<std::size_t>(((rows + 127) / 128) * ((cols + 127) / 128)));
+    for (float& s : scales) s = static_cast<float>(scale * (0.5 + 0.5 * rng.uniform()));
+  }
+  Tensor tensor() {
+    return Tensor{values.data(), DType::f8_e4m3, shape,
+                  BlockScales{.data = scales.data(), .block_rows = 128, .block_cols = 128,
+                              .row_stride = (shape[1] + 127) / 128}};
+  }
+  // What WeightBinder gives a backend that dequantizes.
+  std::vector<float> dequantized() const {
+    const std::int64_t cols = shape[1], scale_cols = (cols + 127) / 128;
+    std::vector<float> out(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::int64_t r = static_cast<std::int64_t>(i) / cols, c = static_cast<std::int64_t>(i) % cols;
+      out[i] = fp8_e4m3_to_f32(values[i]) * scales[static_cast<std::size_t>(r / 128 * scale_cols + c / 128)];
+    }
+    return out;
+  }
+};
+
+struct RouteCase {
+  std::int32_t rows, experts, k, groups, groups_selected;
+  bool normalize;
+  float scale;
+  bool ties;  // logits from a handful of values: many exact ties
+};
+
+TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
+  auto ops = make_test_ops();
+  ThreadPool pool(2);
+  std::uint64_t seed = 7000;
+  for (const RouteCase& c : {RouteCase{64, 256, 8, 8, 4, true, 2.5f, false},
+                             RouteCase{300, 256, 8, 8, 4, true, 2.5f, true},
+                             RouteCase{17, 64, 6, 1, 1, false, 1.0f, false},
+                             RouteCase{33, 16, 4, 4, 2, true, 1.0f, true},
+                             RouteCase{5, 32, 3, 4, 3, false, 0.5f, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.experts << " experts top " << c.k << ", groups "
+                                      << c.groups_selected << "/" << c.groups << (c.ties ? ", ties" : ""));
+    SplitMix64 rng(++seed);
+    // Ties: logits from 5 levels and no bias, so equal choices and equal
+    // group sums come from equal values (bit-equal on both sides, whatever
+    // expf's last bit); distinct pair sums of these levels differ by > 0.01.
+    constexpr std::array<float, 5> kLevels = {-1.7f, -0.6f, 0.3f, 0.9f, 2.1f};
+    std::vector<float> logits(static_cast<std::size_t>(c.rows) * c.experts), bias(static_cast<std::size_t>(c.experts));
+    for (float& v : logits)
+      v = c.ties ? kLevels[rng.next() % kLevels.size()] : static_cast<float>((2.0 * rng.uniform() - 1.0) * 2.0);
+    for (float& v : bias) v = c.ties ? 0.0f : static_cast<float>((2.0 * rng.uniform() - 1.0) * 0.5);
+    const MoeRouting routing{.num_experts = c.experts, .num_experts_per_token = c.k, .num_groups = c.groups,
+                             .num_groups_selected = c.groups_selected, .normalize = c.normalize, .scale = c.scale};
+    std::vector<std::int32_t> ref_ids(static_cast<std::size_t>(c.rows) * c.k);
+    std::vector<float> ref_weights(ref_ids.size());
+    cpu::moe_route(pool, host_tensor(logits, {c.rows, c.experts}), host_tensor(bias, {c.experts}), routing,
+                   {.expert_ids = Tensor{ref_ids.data(), DType::i32, Shape{c.rows, c.k}},
+                    .expert_weights = host_tensor(ref_weights, {c.rows, c.k})});
+
+    DeviceArray d_logits(logits, DType::f32, {c.rows, c.experts}), d_bias(bias, DType::f32, {c.experts});
+    ops->begin_step(layout_with_rows(c.rows));
+    const MoeAssignment out{.expert_ids = ops->scratch({c.rows, c.k}, DType::i32),
+                            .expert_weights = ops->scratch({c.rows, c.k}, DType::f32)};
+    poison(out.expert_ids);
+    poison(out.expert_weights);
+    ASSERT_TRUE(ops->moe_route(d_logits.tensor(), d_bias.tensor(), routing, out).ok());
+    const std::vector<std::int32_t> ids = download_i32(out.expert_ids);
+    const std::vector<float> weights = download(out.expert_weights);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_EQ(ids[i], ref_ids[i]) << "row " << i / c.k << " choice " << i % c.k;
+      EXPECT_NEAR(weights[i], ref_weights[i], 1e-5 * std::max(1.0f, std::fabs(ref_weights[i])))
+          << "row " << i / c.k << " choice " << i % c.k;
+    }
+  }
+}
+
+// Routed experts: the device result against the CPU reference fed the same
+// (bf16-representable, or dequantized FP8) weights, routing and starting output.
+struct ExpertsCase {
+  std::int32_t rows, experts, k;
+  std::int64_t hidden, inter;
+  bool skewed;  // most pairs on a few experts: experts span several GEMM tiles
+  bool fp8;
+  cuda::MoeExpertGemm gemm = cuda::MoeExpertGemm::grouped;
+};
+
+// The grouped kernel keeps bf16 activations: the bf16 bound. Per-expert
+// cuBLASLt quantizes them to e4m3 per 1x128 block (~2.5% RMS a value).
+constexpr double kFp8ActivationTolerance = 0.06;
+
+TEST(CudaMoe, ExpertsMatchTheCpuReference) {
+  ThreadPool pool(2);
+  std::uint64_t seed = 8000;
+  for (const ExpertsCase& c : {
+           ExpertsCase{64, 256, 8, 256, 128, false, false},  // decode-like: ~2 slots an expert
+           ExpertsCase{1, 16, 4, 200, 72, false, false},     // ragged widths
+           ExpertsCase{300, 8, 2, 256, 192, true, false},    // prefill-like: experts over many tiles
+           ExpertsCase{512, 64, 6, 128, 64, false, false},
+           ExpertsCase{3, 4, 2, 256, 128, false, true},      // FP8 experts, decode-like
+           ExpertsCase{200, 4, 2, 384, 256, true, true},     // FP8 experts, prefill-like
+           // Per-expert cuBLASLt (1x128 scale groups of 4 floats: widths of 512).
+           ExpertsCase{200, 4, 2, 512, 512, true, true, cuda::MoeExpertGemm::per_expert_cublaslt},
+           ExpertsCase{3, 8, 2, 512, 512, false, true, cuda::MoeExpertGemm::per_expert_cublaslt},
+       }) {
+    auto made = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = c.gemm});
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    auto ops = std::move(made).value();
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.experts << " experts top " << c.k << ", hidden "
+                                      << c.hidden << ", inter " << c.inter << (c.skewed ? ", skewed" : "")
+                                      << (c.fp8 ? ", FP8" : ", bf16") << ", "
+                                      << cuda::name_of(c.gemm, cuda::kMoeExpertGemmNames));
+    SplitMix64 rng(++seed);
+    const std::int64_t e = c.experts, h = c.hidden, inter = c.inter;
+    // Weights: bf16-rounded values, or FP8 whose dequantization the CPU takes.
+    std::vector<float> gate_up, down;
+    std::optional<HostFp8Weight> fp8_gate_up, fp8_down;
+    Tensor host_gate_up, host_down;
+    if (c.fp8) {
+      fp8_gate_up.emplace(e * 2 * inter, h, ++seed, 2e-3f);
+      fp8_down.emplace(e * h, inter, ++seed, 2e-3f);
+      gate_up = fp8_gate_up->dequantized();
+      down = fp8_down->dequantized();
+      host_gate_up = fp8_gate_up->tensor();
+      host_down = fp8_down->tensor();
+    } else {
+      gate_up = random_bf16(static_cast<std::size_t>(e * 2 * inter * h), ++seed, 0.1f);
+      down = random_bf16(static_cast<std::size_t>(e * h * inter), ++seed, 0.1f);
+      host_gate_up = host_tensor(gate_up, {e * 2 * inter, h});
+      host_down = host_tensor(down, {e * h, inter});
+    }
+    auto d_gate_up = ops->upload_concatenated(std::span<const Tensor>(&host_gate_up, 1));
+    auto d_down = ops->upload_weight(host_down);
+    ASSERT_TRUE(d_gate_up.ok()) << d_gate_up.error_message();
+    ASSERT_TRUE(d_down.ok()) << d_down.error_message();
+    ASSERT_EQ(d_gate_up->dtype, c.fp8 ? DType::f8_e4m3 : DType::bf16);
+
+    std::vector<float> x = random_bf16(static_cast<std::size_t>(c.rows * h), ++seed, 2.0f);
+    std::vector<float> out = random_bf16(x.size(), ++seed, 1.0f);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(c.rows) * c.k);
+    std::vector<float> weights(ids.size());
+    for (std::int32_t r = 0; r < c.rows; ++r) {
+      // k distinct experts a row; skewed: drawn from the first quarter most of the time.
+      std::vector<std::int32_t> row;
+      while (static_cast<std::int32_t>(row.size()) < c.k) {
+        const std::int32_t span = c.skewed && rng.uniform() < 0.8 ? std::max(c.k, c.experts / 4) : c.experts;
+        const auto id = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(span));
+        if (std::find(row.begin(), row.end(), id) == row.end()) row.push_back(id);
+      }
+      for (std::int32_t j = 0; j < c.k; ++j) {
+        ids[static_cast<std::size_t>(r * c.k + j)] = row[static_cast<std::size_t>(j)];
+        weights[static_cast<std::size_t>(r * c.k + j)] = static_cast<float>(0.1 + rng.uniform());
+      }
+    }
+    std::vector<float> ref = out;
+    cpu::moe_experts(pool, host_tensor(x, {c.rows, h}),
+                     {.gate_up = host_tensor(gate_up, {e * 2 * inter, h}), .down = host_tensor(down, {e * h, inter})},
+                     {.expert_ids = Tensor{ids.data(), DType::i32, Shape{c.rows, c.k}},
+                      .expert_weights = host_tensor(weights, {c.rows, c.k})},
+                     host_tensor(ref, {c.rows, h}));
+
+    DeviceArray d_x(x, DType::bf16, {c.rows, h}), d_out(out, DType::bf16, {c.rows, h});
+    DeviceArray d_weights(weights, DType::f32, {c.rows, c.k});
+    ops->begin_step(layout_with_rows(c.rows));
+    const Tensor d_ids = ops->scratch({c.rows, c.k}, DType::i32);
+    upload_to(d_ids, ids.data());
+    const Status status = ops->moe_experts(d_x.tensor(), {.gate_up = *d_gate_up, .down = *d_down},
+                                           {.expert_ids = d_ids, .expert_weights = d_weights.tensor()},
+                                           d_out.tensor());
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    // The routed part alone (out started at `out`), so the bound is the experts' error.
+    const std::vector<float> got = download(d_out.tensor());
+    std::vector<float> routed(got.size());
+    std::vector<double> ref_routed(got.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      routed[i] = got[i] - out[i];
+      ref_routed[i] = double(ref[i]) - out[i];
+    }
+    const bool quantized = c.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
+    EXPECT_LE(relative_error(routed, ref_routed), quantized ? kFp8ActivationTolerance : kBf16Tolerance);
+  }
+}
+
+// A decode step of the MoE ops captured as a CUDA graph, then replayed on new
+// router logits: every replay routes afresh on the device (nothing of the
+// captured step's routing is baked in) and matches the CPU reference.
+TEST(CudaMoe, DecodeGraphReplaysRouteNewLogits) {
+  ThreadPool pool(2);
+  constexpr std::int32_t kRows = 8, kExperts = 32, kTopK = 4;
+  constexpr std::int64_t kHidden = 256, kInter = 128;
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "FP8 experts" : "bf16 experts");
+    auto made = make_cuda_ops({.scratch_bytes = 64LL << 20, .use_cuda_graphs = true});
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    auto ops = std::move(made).value();
+    // Graphs need a KV cache (the key holds its buckets); the MoE ops never read it.
+    ASSERT_TRUE(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = 4, .block_size_tokens = 16,
+                                        .num_kv_heads = 1, .head_dim = 64})
+                    .ok());
+    StepLayout decode;
+    for (std::int32_t r = 0; r < kRows; ++r) {
+      decode.token_ids.push_back(0);
+      decode.positions.push_back(0);
+      decode.sequences.push_back({.row_begin = r, .num_rows = 1, .num_computed_tokens = 0, .block_table = {0}});
+    }
+    HostFp8Weight fp8_gate_up(kExperts * 2 * kInter, kHidden, 11, 2e-3f), fp8_down(kExperts * kHidden, kInter, 12, 2e-3f);
+    std::vector<float> gate_up = fp8 ? fp8_gate_up.dequantized()
+                                     : random_bf16(static_cast<std::size_t>(kExperts * 2 * kInter * kHidden), 13, 0.1f);
+    std::vector<float> down = fp8 ? fp8_down.dequantized()
+                                  : random_bf16(static_cast<std::size_t>(kExperts * kHidden * kInter), 14, 0.1f);
+    auto d_gate_up = ops->upload_weight(fp8 ? fp8_gate_up.tensor() : host_tensor(gate_up, {kExperts * 2 * kInter, kHidden}));
+    auto d_down = ops->upload_weight(fp8 ? fp8_down.tensor() : host_tensor(down, {kExperts * kHidden, kInter}));
+    ASSERT_TRUE(d_gate_up.ok() && d_down.ok());
+    std::vector<float> x = random_bf16(static_cast<std::size_t>(kRows * kHidden), 15, 2.0f);
+    std::vector<float> bias(kExperts, 0.0f), zeros(static_cast<std::size_t>(kRows * kHidden), 0.0f);
+    DeviceArray d_x(x, DType::bf16, {kRows, kHidden}), d_bias(bias, DType::f32, {kExperts});
+    DeviceArray d_logits(std::vector<float>(kRows * kExperts, 0.0f), DType::f32, {kRows, kExperts});
+    DeviceArray d_out(zeros, DType::f32, {kRows, kHidden});
+    const MoeRouting routing{.num_experts = kExperts, .num_experts_per_token = kTopK, .num_groups = 4,
+                             .num_groups_selected = 2, .normalize = true, .scale = 2.5f};
+    for (int step = 0; step < 3; ++step) {  // capture, then two replays
+      SCOPED_TRACE(::testing::Message() << "step " << step);
+      std::vector<float> logits = random_bf16(static_cast<std::size_t>(kRows * kExperts), 100 + step, 3.0f);
+      upload_to(d_logits.tensor(), logits.data());
+      upload_to(d_out.tensor(), zeros.data());
+      ops->begin_step(decode);
+      const MoeAssignment assignment{.expert_ids = ops->scratch({kRows, kTopK}, DType::i32),
+                                     .expert_weights = ops->scratch({kRows, kTopK}, DType::f32)};
+      ASSERT_TRUE(ops->moe_route(d_logits.tensor(), d_bias.tensor(), routing, assignment).ok());
+      ASSERT_TRUE(ops->moe_experts(d_x.tensor(), {.gate_up = *d_gate_up, .down = *d_down}, assignment,
+                                   d_out.tensor())
+                      .ok());
+      ops->begin_step(StepLayout{});  // ends the capture or replay: the graph runs now
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(kRows * kTopK));
+      std::vector<float> weights(ids.size()), ref = zeros;
+      cpu::moe_route(pool, host_tensor(logits, {kRows, kExperts}), host_tensor(bias, {kExperts}), routing,
+                     {.expert_ids = Tensor{ids.data(), DType::i32, Shape{kRows, kTopK}},
+                      .expert_weights = host_tensor(weights, {kRows, kTopK})});
+      cpu::moe_experts(pool, host_tensor(x, {kRows, kHidden}),
+                       {.gate_up = host_tensor(gate_up, {kExperts * 2 * kInter, kHidden}),
+                        .down = host_tensor(down, {kExperts * kHidden, kInter})},
+                       {.expert_ids = Tensor{ids.data(), DType::i32, Shape{kRows, kTopK}},
+                        .expert_weights = host_tensor(weights, {kRows, kTopK})},
+                       host_tensor(ref, {kRows, kHidden}));
+      EXPECT_LE(relative_error(download(d_out.tensor()), std::vector<double>(ref.begin(), ref.end())),
+                kBf16Tolerance);
+    }
+  }
+}
+
+// The activations as the cuBLASLt path quantizes them: per 1x128 block,
+// scale = amax / 448 and e4m3(x / scale), back to f32.
+std::vector<float> fp8_quantized_rows(const std::vector<float>& x, std::int64_t m, std::int64_t k) {
+  std::vector<float> out(x.size());
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t b = 0; b < k; b += 128) {
+      const std::int64_t end = std::min(k, b + 128);
+      float amax = 0.0f;
+      for (std::int64_t c = b; c < end; ++c) amax = std::max(amax, std::fabs(x[r * k + c]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (std::int64_t c = b; c < end; ++c)
+        out[r * k + c] = fp8_e4m3_to_f32(f32_to_fp8_e4m3(x[r * k + c] / scale)) * scale;
+    }
+  return out;
+}
+
+std::vector<double> matmul_f64(const std::vector<float>& x, const std::vector<float>& w, std::int64_t m,
+                               std::int64_t n, std::int64_t k) {
+  std::vector<double> out(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (std::int64_t kk = 0; kk < k; ++kk) acc += double(x[i * k + kk]) * w[j * k + kk];
+      out[i * n + j] = acc;
+    }
+  return out;
+}
+
+// The dense FP8 matmul against the dequantized weight in float64. The grouped
+// kernel keeps bf16 activations: within the bf16 bound. cuBLASLt quantizes
+// the activations to e4m3: within the bf16 bound of the reference fed the
+// same quantized activations, and within kFp8ActivationTolerance of the
+// unquantized one.
+
+TEST(CudaMoe, Fp8MatmulMatchesTheDequantizedWeight) {
+  std::uint64_t seed = 9000;
+  struct Case {
+    std::int64_t m, n, k;
+    DType out;
+  };
+  for (cuda::Fp8DenseGemm path : {cuda::Fp8DenseGemm::kernel, cuda::Fp8DenseGemm::cublaslt}) {
+    auto made = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .fp8_dense_gemm = path});
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    auto ops = std::move(made).value();
+    for (Case c : {Case{1, 256, 512, DType::bf16}, Case{7, 300, 1040, DType::f32}, Case{16, 576, 7168, DType::bf16},
+                   Case{64, 512, 1024, DType::bf16}, Case{300, 1024, 2048, DType::f32},
+                   Case{129, 1536, 7168, DType::bf16}}) {
+      const bool quantized = cuda::fp8_matmul_path(path, c.m, c.n, c.k) == cuda::Fp8MatmulPath::cublaslt;
+      SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " "
+                                        << cuda::name_of(path, cuda::kFp8DenseGemmNames)
+                                        << (quantized ? " (cuBLASLt: if only the quantized bound fails, cuBLASLt "
+                                                        "found no algorithm and the grouped kernel ran)"
+                                                      : " (grouped kernel)"));
+      HostFp8Weight w(c.n, c.k, ++seed, 1e-2f);
+      const std::vector<float> x = random_bf16(static_cast<std::size_t>(c.m * c.k), ++seed, 2.0f);
+      auto dw = ops->upload_weight(w.tensor());
+      ASSERT_TRUE(dw.ok()) << dw.error_message();
+      ASSERT_EQ(dw->dtype, DType::f8_e4m3);
+      DeviceArray dx(x, DType::bf16, {c.m, c.k});
+      ops->begin_step(layout_with_rows(static_cast<std::int32_t>(c.m)));
+      Tensor out = ops->scratch({c.m, c.n}, c.out);
+      poison(out);
+      ops->matmul(dx.tensor(), *dw, Tensor{}, out);
+      const std::vector<float> got = download(out);
+      const std::vector<float> dequantized = w.dequantized();
+      const double error = relative_error(got, matmul_f64(x, dequantized, c.m, c.n, c.k));
+      if (!quantized) {
+        EXPECT_LE(error, kBf16Tolerance);
+        continue;
+      }
+      EXPECT_LE(error, kFp8ActivationTolerance);
+      EXPECT_LE(relative_error(got, matmul_f64(fp8_quantized_rows(x, c.m, c.k), dequantized, c.m, c.n, c.k)),
+                kBf16Tolerance);
+    }
+  }
+}
+
+// FP8 weights sliced at a block row (kv_a_proj's latent and rope rows) keep their scales.
+TEST(CudaMoe, Fp8RowSliceKeepsItsScales) {
+  auto ops = make_test_ops();
+  const std::int64_t n = 576, k = 256, m = 3, begin = 512;
+  HostFp8Weight w(n, k, 9500, 1e-2f);
+  const std::vector<float> x = random_bf16(static_cast<std::size_t>(m * k), 9501, 2.0f);
+  auto dw = ops->upload_weight(w.tensor());
+  ASSERT_TRUE(dw.ok()) << dw.error_message();
+  DeviceArray dx(x, DType::bf16, {m, k});
+  ops->begin_step(layout_with_rows(static_cast<std::int32_t>(m)));
+  Tensor out = ops->scratch({m, n - begin}, DType::f32);
+  poison(out);
+  ops->matmul(dx.tensor(), dw->row_slice(begin, n - begin), Tensor{}, out);
+  std::vector<float> dequantized = w.dequantized();
+  const std::vector<float> rows(dequantized.begin() + begin * k, dequantized.end());
+  EXPECT_LE(relative_error(download(out), matmul_f64(x, rows, m, n - begin, k)), kBf16Tolerance);
+}
+
+}  // namespace
+}  // namespace sluice
