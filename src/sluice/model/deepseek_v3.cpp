@@ -130,8 +130,15 @@ Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const ModelConfig
         for (auto& part : gate_up_parts(x, moe_inter, hidden)) gate_up.push_back(std::move(part));
         down.push_back({x + "down_proj.weight", {hidden, moe_inter}});
       }
-      SLUICE_TRY_ASSIGN(experts_gate_up, bind.concatenated(gate_up));
-      SLUICE_TRY_ASSIGN(experts_down, bind.concatenated(down));
+      // moe_experts takes gate_up and down in one dtype: FP8 only if both can stay FP8.
+      auto shapes = [](const std::vector<std::pair<std::string, Shape>>& parts) {
+        std::vector<Shape> out;
+        for (const auto& part : parts) out.push_back(part.second);
+        return out;
+      };
+      const WeightUse experts_use{.matmul_only = bind.keeps_fp8(shapes(gate_up)) && bind.keeps_fp8(shapes(down))};
+      SLUICE_TRY_ASSIGN(experts_gate_up, bind.concatenated(gate_up, experts_use));
+      SLUICE_TRY_ASSIGN(experts_down, bind.concatenated(down, experts_use));
       SLUICE_TRY_ASSIGN(shared_gate_up, bind.concatenated(gate_up_parts(m + "shared_experts.", shared_inter, hidden)));
       SLUICE_TRY_ASSIGN(shared_down, bind.weight(m + "shared_experts.down_proj.weight", {hidden, shared_inter}));
       moe.router = router;

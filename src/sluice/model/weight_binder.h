@@ -47,6 +47,10 @@ class WeightBinder {
   // Host tensors stacked along their first dimension into one backend tensor
   // (each used as `use` says).
   Result<Tensor> concatenated(const std::vector<std::pair<std::string, Shape>>& parts, const WeightUse& use = {});
+  // Whether parts of these shapes, stacked, would stay FP8 under `use`: an
+  // op whose weights must share a dtype (moe_experts' gate_up and down) asks
+  // for both before binding either.
+  bool keeps_fp8(const std::vector<Shape>& part_shapes, const WeightUse& use = {}) const;
   // Tensors under `prefix` are left out on purpose; reject_unused() names how many.
   void skip(const std::string& prefix, const std::string& why);
   // A tensor the architecture did not read is an error: the checkpoint is not
@@ -60,7 +64,6 @@ class WeightBinder {
   // of an FP8 weight.
   Result<Tensor> host(const std::string& name, const Shape& shape, bool keep_fp8);
   // Whether FP8 weights of these shapes, stacked, stay FP8 on the backend.
-  bool keeps_fp8(const std::vector<Shape>& part_shapes, const WeightUse& use) const;
 
   const Checkpoint& checkpoint_;
   Ops& ops_;

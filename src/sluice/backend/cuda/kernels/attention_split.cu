@@ -64,25 +64,17 @@ struct SplitParams {
 struct RowSplit {
   int num_splits, split_tokens;
 };
-// Keys of every split row in the step, summed by the whole block (every
-// thread gets the total). The step's metadata is immutable while it runs, so
-// this may run before pdl_wait(). blockDim.x must be a multiple of 32.
+// Keys of every split row in the step. Each warp sums them on its own with
+// shuffles (no shared memory: the tensor-core kernel's occupancy is set by its
+// K/V ring, and a few hundred bytes more cost it a block per multiprocessor),
+// so every thread gets the total without a barrier. The step's metadata is
+// immutable while it runs, so this may run before pdl_wait().
 __device__ __forceinline__ long long step_split_keys(const StepDeviceView& step) {
-  __shared__ long long s_warp_keys[32];
-  __shared__ long long s_keys;
   long long keys = 0;
-  for (int i = threadIdx.x; i < step.num_split_rows; i += blockDim.x) keys += step.positions[step.split_rows[i]] + 1;
+  for (int i = threadIdx.x & 31; i < step.num_split_rows; i += 32) keys += step.positions[step.split_rows[i]] + 1;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) keys += __shfl_xor_sync(0xffffffffu, keys, offset);
-  if ((threadIdx.x & 31) == 0) s_warp_keys[threadIdx.x >> 5] = keys;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    long long total = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += s_warp_keys[w];
-    s_keys = total;
-  }
-  __syncthreads();
-  return s_keys;
+  return keys;
 }
 
 // The shortest split of this step: min_split_tokens, or under by_step_work
