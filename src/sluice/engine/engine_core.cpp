@@ -24,10 +24,12 @@ KvCacheConfig kv_config(const EngineConfig& config, const BackendInfo& info) {
                        .num_host_blocks = num_host_blocks(config, info),
                        .host_eviction = config.kv_offloading_eviction,
                        .host_admission = config.kv_offloading_admission,
-                       // One full step's new blocks (every seat's partial block included).
-                       .demote_watermark_blocks = std::min(info.num_kv_blocks / 4,
-                                                           (config.max_num_batched_tokens + bs - 1) / bs +
-                                                               config.max_num_seqs)};
+                       // Two full steps' new blocks (every seat's partial block included): a
+                       // demotion started with a step frees its block for the step after, so
+                       // this step allocates from what the previous one freed.
+                       .demote_watermark_blocks = std::min(info.num_kv_blocks / 2,
+                                                           2 * ((config.max_num_batched_tokens + bs - 1) / bs +
+                                                                config.max_num_seqs))};
 }
 
 double host_load_ms_per_block(const EngineConfig& config, const BackendInfo& info) {
