@@ -224,9 +224,9 @@ void KvCacheManager::count_skipped_demotion(const BlockPool::Demotion& demotion)
   pool_.finish_demotion(demotion.block);
 }
 
-void KvCacheManager::start_demotions() {
+void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
   if (!host_) return;
-  while (pool_.num_uncached_free_blocks() + num_demoting_blocks_ < config_.demote_watermark_blocks) {
+  while (pool_.num_uncached_free_blocks() + num_demoting_blocks_ < target_free_blocks) {
     const std::optional<BlockPool::Demotion> d = pool_.begin_demotion();
     if (!d) return;
     if (const std::optional<BlockId> held = host_->lookup(d->hash)) {

@@ -167,9 +167,10 @@ class KvCacheManager {
   // Releases every block of the sequence (preemption, finish, abort). Its
   // loads in flight keep their blocks until they complete.
   void free(SequenceId seq_id);
-  // Starts demotions until demote_watermark_blocks are free or being freed
-  // (no-op without a host tier).
-  void start_demotions();
+  // Starts demotions until demote_watermark_blocks (or target_free_blocks)
+  // are free or being freed (no-op without a host tier).
+  void start_demotions() { start_demotions(config_.demote_watermark_blocks); }
+  void start_demotions(std::int32_t target_free_blocks);
   // The copies started since the last call, for the next step's batch.
   std::vector<KvBlockCopy> take_new_copies() { return std::exchange(new_copies_, {}); }
   // A backend reported a copy done (ids it does not know are a bug).
