@@ -144,14 +144,19 @@ TEST(KvHostTier, DemotedPrefixIsPromotedByALaterHit) {
   kv.check_invariants();
 }
 
-TEST(KvHostTier, LoadOutlivesAnAbortedSequence) {
-  KvCacheManager kv(tiered(4, 8, 2));
-  const auto a = iota_tokens(8, 100);
-  const auto ha = hashes_of(a);
-  run_prompt(kv, 1, a);
+// Prompts 100.. then 500.. on a 4-block device with a watermark of 2: the
+// first prompt's two blocks go to the host, their stores complete.
+void demote_first_prompt(KvCacheManager& kv) {
+  run_prompt(kv, 1, iota_tokens(8, 100));
   run_prompt(kv, 2, iota_tokens(8, 500));
   kv.start_demotions();
   complete_all(kv);
+}
+
+TEST(KvHostTier, LoadOutlivesAnAbortedSequence) {
+  KvCacheManager kv(tiered(4, 8, 2));
+  const auto ha = hashes_of(iota_tokens(8, 100));
+  demote_first_prompt(kv);
   const PrefixMatch m = kv.match_prefix(ha, 8);
   ASSERT_EQ(m.host_blocks.size(), 2u);
   ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 8, .prefix = m, .num_queried_tokens = 9}).ok());
@@ -172,12 +177,8 @@ TEST(KvHostTier, LoadOutlivesAnAbortedSequence) {
 
 TEST(KvHostTier, FailedLoadMarksItsSequenceAndCachesNothing) {
   KvCacheManager kv(tiered(4, 8, 2));
-  const auto a = iota_tokens(8, 100);
-  const auto ha = hashes_of(a);
-  run_prompt(kv, 1, a);
-  run_prompt(kv, 2, iota_tokens(8, 500));
-  kv.start_demotions();
-  complete_all(kv);
+  const auto ha = hashes_of(iota_tokens(8, 100));
+  demote_first_prompt(kv);
   ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 8, .prefix = kv.match_prefix(ha, 8), .num_queried_tokens = 9}).ok());
   for (const KvBlockCopy& c : kv.take_new_copies()) kv.complete_copy({.id = c.id, .ok = false});
   EXPECT_TRUE(kv.load_failed(3));

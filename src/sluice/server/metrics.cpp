@@ -173,39 +173,30 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   // One series per cache tier and block state (device, host; a disk tier adds its own).
   const std::int32_t used_blocks = stats.num_kv_blocks - stats.num_free_kv_blocks;
   const std::int32_t uncached_free_blocks = stats.num_free_kv_blocks - stats.num_cached_free_kv_blocks;
-  header(out, "sluice:kv_cache_tier_blocks", "gauge",
-         "KV blocks per cache tier: used (held by requests), cached (free, holding a prefix), free.");
-  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"used\"}} {}\n", labels, used_blocks);
-  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"cached\"}} {}\n", labels,
-                     stats.num_cached_free_kv_blocks);
-  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"free\"}} {}\n", labels,
-                     uncached_free_blocks);
+  // One sample of a per-tier series; `extra` adds labels after the tier's.
+  auto tier_sample = [&](const char* name, const char* tier, const char* extra, double value) {
+    out += fmt::format("{}{{{},tier=\"{}\"{}}} {}\n", name, labels, tier, extra, value);
+  };
   const bool host = stats.num_host_kv_blocks > 0;
-  if (host) {
-    // Host blocks in copies (being stored or loaded) count as used.
-    out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"host\",state=\"cached\"}} {}\n", labels,
-                       stats.num_host_stored_kv_blocks);
-  }
+  header(out, "sluice:kv_cache_tier_blocks", "gauge",
+         "KV blocks per cache tier: used (held by requests or copies), cached (free, holding a prefix), free.");
+  tier_sample("sluice:kv_cache_tier_blocks", "device", ",state=\"used\"", used_blocks);
+  tier_sample("sluice:kv_cache_tier_blocks", "device", ",state=\"cached\"", stats.num_cached_free_kv_blocks);
+  tier_sample("sluice:kv_cache_tier_blocks", "device", ",state=\"free\"", uncached_free_blocks);
+  if (host) tier_sample("sluice:kv_cache_tier_blocks", "host", ",state=\"cached\"", stats.num_host_stored_kv_blocks);
   header(out, "sluice:kv_cache_tier_capacity_blocks", "gauge", "KV blocks each cache tier can hold.");
-  out += fmt::format("sluice:kv_cache_tier_capacity_blocks{{{},tier=\"device\"}} {}\n", labels, stats.num_kv_blocks);
-  if (host) {
-    out += fmt::format("sluice:kv_cache_tier_capacity_blocks{{{},tier=\"host\"}} {}\n", labels,
-                       stats.num_host_kv_blocks);
-  }
+  tier_sample("sluice:kv_cache_tier_capacity_blocks", "device", "", stats.num_kv_blocks);
+  if (host) tier_sample("sluice:kv_cache_tier_capacity_blocks", "host", "", stats.num_host_kv_blocks);
   header(out, "sluice:kv_cache_tier_hit_tokens_total", "counter", "Prompt tokens served from each cache tier.");
-  out += fmt::format("sluice:kv_cache_tier_hit_tokens_total{{{},tier=\"device\"}} {}\n", labels,
-                     stats.prefix_cache_hit_tokens);
-  if (host) {
-    out += fmt::format("sluice:kv_cache_tier_hit_tokens_total{{{},tier=\"host\"}} {}\n", labels,
-                       stats.host_cache_hit_tokens);
-  }
+  tier_sample("sluice:kv_cache_tier_hit_tokens_total", "device", "", static_cast<double>(stats.prefix_cache_hit_tokens));
+  if (host) tier_sample("sluice:kv_cache_tier_hit_tokens_total", "host", "", static_cast<double>(stats.host_cache_hit_tokens));
   header(out, "sluice:kv_cache_tier_hit_queries_total", "counter",
          "Prompts whose prefix came partly from each cache tier.");
-  out += fmt::format("sluice:kv_cache_tier_hit_queries_total{{{},tier=\"device\"}} {}\n", labels,
-                     stats.prefix_cache_device_hit_queries);
+  tier_sample("sluice:kv_cache_tier_hit_queries_total", "device", "",
+              static_cast<double>(stats.prefix_cache_device_hit_queries));
   if (host) {
-    out += fmt::format("sluice:kv_cache_tier_hit_queries_total{{{},tier=\"host\"}} {}\n", labels,
-                       stats.prefix_cache_host_hit_queries);
+    tier_sample("sluice:kv_cache_tier_hit_queries_total", "host", "",
+                static_cast<double>(stats.prefix_cache_host_hit_queries));
     counter("sluice:kv_host_loaded_blocks_total", "KV blocks loaded from the host tier (promotions started).",
             static_cast<double>(stats.host_loaded_blocks));
     counter("sluice:kv_host_stored_blocks_total", "KV blocks stored to the host tier (demotions completed).",
