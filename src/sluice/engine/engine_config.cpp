@@ -113,7 +113,10 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
                  std::to_string(backend.kv_bytes_per_block) + " bytes; it must give 1 to 2^30");
     }
   }
-  if (c.kv_offloading_admission.min_hits < 0) return bad("host tier admission: min hits must be >= 0");
+  if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
+  if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware) {
+    return bad("the host KV tier evicts lru or slru (prefix-aware ranks device blocks by their request's hit)");
+  }
   if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");
   if (backend.num_kv_blocks < 1) return bad("the backend has no KV blocks (the model does not fit?)");
   if (backend.vocab_size < 1) return bad("the backend reports no vocabulary");
