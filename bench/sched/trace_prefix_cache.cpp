@@ -7,6 +7,14 @@
 //                      [--half all|first|second] [--mode replay|engine|both]
 //                      [--policies lru,slru,prefix-aware] [--slru-protected FRACTION]
 //                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
+//                      [--host-kv-tokens N] [--host-min-hits H]
+//
+// --host-kv-tokens: a host KV tier of N tokens below the --kv-tokens device
+//         pool (replay: copies complete at once; engine: the sim's copy
+//         engines at the H200's 55 GB/s x 0.9 per GPU, loads priced against
+//         recompute by the planner). Hit rates then count tokens from either
+//         tier; Belady gets both tiers' capacity as one cache.
+// --host-min-hits: per-tier admission, device hits a block needs to be stored.
 //
 // --half: the trace's first half (to develop a policy on) or second half (to
 //         report on), replayed alone from an empty cache.
@@ -120,6 +128,12 @@ double belady(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens) {
 }
 
 double g_prefix_hit_weight = KvCacheConfig{}.prefix_hit_weight;
+std::int64_t g_host_kv_tokens = 0;
+std::int32_t g_host_min_hits = 0;
+
+void complete_copies(KvCacheManager& kv) {
+  for (const KvBlockCopy& c : kv.take_new_copies()) kv.complete_copy({.id = c.id});
+}
 
 double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
               double protected_fraction) {
@@ -127,7 +141,9 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
                      .block_size_tokens = kBlockTokens,
                      .eviction = eviction,
                      .slru_protected_fraction = protected_fraction,
-                     .prefix_hit_weight = g_prefix_hit_weight});
+                     .prefix_hit_weight = g_prefix_hit_weight,
+                     .num_host_blocks = static_cast<std::int32_t>(g_host_kv_tokens / kBlockTokens),
+                     .host_admission = {.min_hits = g_host_min_hits}});
   std::int64_t queried = 0, hit = 0;
   SequenceId id = 0;
   for (const TraceRequest& r : trace) {
@@ -136,11 +152,17 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     extend_block_hashes(hashes, tokens, kBlockTokens, 0);
     const auto n = static_cast<std::int32_t>(tokens.size());
     if (n / kBlockTokens + 1 > kv.num_blocks()) continue;
+    // Room for the whole prompt is made through the host tier (the engine
+    // makes it a step at a time); then the prefix is matched on both tiers.
+    const std::int32_t num_device_hit_blocks = static_cast<std::int32_t>(kv.match_prefix(hashes, n - 1).blocks.size());
+    kv.start_demotions(kv.num_blocks_needed(id + 1, n, num_device_hit_blocks));
+    complete_copies(kv);
     PrefixMatch match = kv.match_prefix(hashes, n - 1);
     queried += n;
-    hit += match.num_cached_tokens;
+    hit += match.num_cached_tokens + static_cast<std::int64_t>(match.host_blocks.size()) * kBlockTokens;
     const Status s = kv.commit({.seq_id = ++id, .num_tokens = n, .prefix = std::move(match), .num_queried_tokens = n});
     if (!s.ok()) continue;
+    complete_copies(kv);
     kv.cache_computed_blocks(id, hashes, n);
     kv.free(id);
   }
@@ -153,6 +175,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
 
 struct EngineResult {
   double hit_rate = 0.0;
+  double host_hit_rate = 0.0;  // of prompt tokens, loaded from the host tier
+  double mean_load_ms = 0.0;
+  std::int64_t host_loaded_gb = 0;
+  std::int64_t host_stored_gb = 0;
   double mean_ttft_ms = 0.0;
   std::int64_t num_done = 0;
   std::int64_t num_rejected = 0;
@@ -178,6 +204,8 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   config.max_model_len_tokens = 1 << 20;
   config.max_step_ms = 50.0;
   config.clock = ClockMode::kVirtual;
+  config.kv_offloading_bytes = g_host_kv_tokens / kBlockTokens * (*backend)->info().kv_bytes_per_block;
+  config.kv_offloading_admission.min_hits = g_host_min_hits;
   Engine engine(std::move(backend).value(),
                 std::make_shared<sim::RooflineCostModel>(profile, sim::h200(), parallelism), config);
   std::vector<double> arrival_ms;
@@ -204,6 +232,13 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   result.hit_rate = static_cast<double>(cached_tokens) / static_cast<double>(prompt_tokens);
   result.mean_ttft_ms = ttft_total / static_cast<double>(result.num_done);
   result.num_preemptions = replayed.stats.num_preemptions;
+  result.host_hit_rate =
+      static_cast<double>(replayed.stats.host_cache_hit_tokens) / static_cast<double>(prompt_tokens);
+  result.mean_load_ms = replayed.stats.host_num_loads > 0
+                            ? replayed.stats.host_load_ms_total / static_cast<double>(replayed.stats.host_num_loads)
+                            : 0.0;
+  result.host_loaded_gb = replayed.stats.host_loaded_bytes / 1'000'000'000;
+  result.host_stored_gb = replayed.stats.host_stored_bytes / 1'000'000'000;
   result.sim_seconds = replayed.stats.now_ms / 1000.0;
   return result;
 }
@@ -217,7 +252,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N] [--half all|first|second] "
                  "[--mode replay|engine|both] [--policies lru,slru,prefix-aware] [--slru-protected F] "
-                 "[--prefix-hit-weight W]\n",
+                 "[--prefix-hit-weight W] [--host-kv-tokens N] [--host-min-hits H]\n",
                  argv[0]);
     return 2;
   }
@@ -239,6 +274,10 @@ int main(int argc, char** argv) {
       half = argv[i + 1];
     } else if (flag == "--prefix-hit-weight") {
       g_prefix_hit_weight = std::stod(argv[i + 1]);
+    } else if (flag == "--host-kv-tokens") {
+      g_host_kv_tokens = std::stoll(argv[i + 1]);
+    } else if (flag == "--host-min-hits") {
+      g_host_min_hits = std::stoi(argv[i + 1]);
     } else if (flag == "--policies") {
       policies = argv[i + 1];
     } else {
@@ -265,10 +304,11 @@ int main(int argc, char** argv) {
   }
   std::int64_t prompt_tokens = 0;
   for (const TraceRequest& r : trace) prompt_tokens += r.num_input_tokens;
-  std::printf("%s (%s): %zu requests, %lld prompt tokens, KV %lld tokens\n", path.c_str(), half.c_str(), trace.size(),
-              static_cast<long long>(prompt_tokens), static_cast<long long>(kv_tokens));
-  std::printf("belady       : %.2f%% of prompt tokens from cache (offline optimum, replay order)\n",
-              100.0 * belady(trace, kv_tokens));
+  std::printf("%s (%s): %zu requests, %lld prompt tokens, KV %lld tokens + host tier %lld tokens (min hits %d)\n",
+              path.c_str(), half.c_str(), trace.size(), static_cast<long long>(prompt_tokens),
+              static_cast<long long>(kv_tokens), static_cast<long long>(g_host_kv_tokens), g_host_min_hits);
+  std::printf("belady       : %.2f%% of prompt tokens from cache (offline optimum over both tiers, replay order)\n",
+              100.0 * belady(trace, kv_tokens + g_host_kv_tokens));
   std::stringstream names(policies);
   for (std::string name; std::getline(names, name, ',');) {
     Result<EvictionPolicy> eviction = parse_eviction_policy(name);
@@ -282,11 +322,13 @@ int main(int argc, char** argv) {
     }
     if (mode == "engine" || mode == "both") {
       const EngineResult r = through_engine(trace, kv_tokens, *eviction, protected_fraction);
-      std::printf("engine  %-12s: %.2f%% of prompt tokens from cache; %lld done, %lld rejected, %lld preemptions, "
-                  "mean TTFT %.0f ms, %.0f s simulated\n",
-                  name.c_str(), 100.0 * r.hit_rate, static_cast<long long>(r.num_done),
+      std::printf("engine  %-12s: %.2f%% of prompt tokens from cache (%.2f%% loaded from host); %lld done, "
+                  "%lld rejected, %lld preemptions, mean TTFT %.0f ms, %.0f s simulated; host: %lld GB loaded, "
+                  "%lld GB stored, mean load %.1f ms\n",
+                  name.c_str(), 100.0 * r.hit_rate, 100.0 * r.host_hit_rate, static_cast<long long>(r.num_done),
                   static_cast<long long>(r.num_rejected), static_cast<long long>(r.num_preemptions), r.mean_ttft_ms,
-                  r.sim_seconds);
+                  r.sim_seconds, static_cast<long long>(r.host_loaded_gb), static_cast<long long>(r.host_stored_gb),
+                  r.mean_load_ms);
     }
     std::fflush(stdout);
   }

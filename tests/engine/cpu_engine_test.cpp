@@ -4,6 +4,8 @@
 // (generate_sequence, no engine) token for token; inline and with async
 // scheduling (the backend on the pipeline's worker thread, each decode's
 // input token from the request's token log, penalties over that history).
+// A prefix loaded back from the host KV tier gives the same tokens and
+// log-probabilities as computing it cold.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -160,6 +162,79 @@ TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/true),
             reference)
       << "async scheduling, prefix hits and chunked prefill";
+}
+
+
+struct Generated {
+  std::vector<TokenId> tokens;
+  std::vector<float> logprobs;  // of each token, then its top-5 alternatives' (exact: equal logits give equal floats)
+  bool operator==(const Generated&) const = default;
+};
+
+// Runs the requests one after another (each to its end) and returns the last one's output.
+Generated run_one_after_another(Engine& engine, const std::vector<std::vector<TokenId>>& prompts) {
+  Generated last;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r{.request_id = "r" + std::to_string(i), .prompt_token_ids = prompts[i], .max_tokens = kNewTokens};
+    r.sampling.num_top_logprobs = 5;
+    auto s = engine.submit(std::move(r));
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    for (int step = 0; step < 1000 && engine.has_work(); ++step) {
+      engine.step();
+      engine.check_invariants();
+    }
+    last = {};
+    while (auto o = (*s)->poll()) {
+      for (const GeneratedToken& t : o->tokens) {
+        last.tokens.push_back(t.token);
+        last.logprobs.push_back(t.logprob);
+        for (const TokenLogprob& top : t.top_logprobs) last.logprobs.push_back(top.logprob);
+      }
+      EXPECT_TRUE(!o->finished() || o->finish_reason == FinishReason::kLength) << o->error_message;
+    }
+  }
+  return last;
+}
+
+TEST(EngineOnCpu, HostTierHitEqualsColdRun) {
+  SplitMix64 rng(9);
+  auto random_tokens = [&](int n) {
+    std::vector<TokenId> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<TokenId>(rng.next() % kVocab));
+    return t;
+  };
+  const std::vector<TokenId> shared = random_tokens(24);  // 6 blocks of 4
+  std::vector<TokenId> first = shared, last = shared;
+  for (TokenId t : random_tokens(5)) first.push_back(t);
+  for (TokenId t : random_tokens(7)) last.push_back(t);
+  // Fillers push the shared prefix off the 32-block device pool, into the host tier.
+  const std::vector<std::vector<TokenId>> prompts = {first, random_tokens(60), random_tokens(60), random_tokens(60),
+                                                     last};
+
+  EngineConfig config;
+  config.max_num_seqs = 2;
+  config.max_num_batched_tokens = 16;
+  config.clock = ClockMode::kVirtual;
+  config.kv_reserve_fraction = 0.0;
+  std::unique_ptr<Backend> backend = cpu_backend(4, 32);
+  ASSERT_GT(backend->info().kv_bytes_per_block, 0) << "the CPU reference offers a host tier";
+  config.kv_offloading_bytes = 64 * backend->info().kv_bytes_per_block;
+  Engine tiered(std::move(backend), nullptr, config);
+  const Generated warm = run_one_after_another(tiered, prompts);
+  const EngineStats stats = tiered.stats();
+  ASSERT_GE(stats.host_cache_hit_tokens, 20) << "the last prompt's shared prefix came back from the host tier";
+  EXPECT_GT(stats.host_loaded_blocks, 0);
+  EXPECT_GT(stats.host_stored_blocks, 0);
+  EXPECT_EQ(stats.host_loaded_bytes, stats.host_loaded_blocks * tiered.backend_info().kv_bytes_per_block);
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+
+  EngineConfig cold_config = config;
+  cold_config.kv_offloading_bytes = 0;
+  cold_config.enable_prefix_caching = false;
+  Engine cold(cpu_backend(4, 32), nullptr, cold_config);
+  const Generated reference = run_one_after_another(cold, {last});
+  ASSERT_EQ(reference.tokens.size(), static_cast<std::size_t>(kNewTokens));
+  EXPECT_EQ(warm, reference);
 }
 
 }  // namespace

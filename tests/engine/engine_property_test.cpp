@@ -1,5 +1,6 @@
 // Property tests: random workloads (shared prefixes, memory pressure, random
-// aborts) under every policy. Whatever happens: invariants hold every step,
+// aborts, a host KV tier of random size, admission and copy speed, its copies
+// completing 0-2 steps late) under every policy. Whatever happens: invariants hold every step,
 // every request finishes or is aborted, every block comes back with reference
 // count zero, non-aborted outputs equal the single-sequence oracle, and the
 // same seed gives the same run; inline and with async scheduling.
@@ -30,6 +31,9 @@ struct RunResult {
   std::map<std::string, double> finish_ms;
   std::int64_t num_preemptions = 0;
   std::int64_t hit_tokens = 0;
+  std::int64_t host_hit_tokens = 0;
+  std::int64_t host_loaded_blocks = 0;
+  std::int64_t host_stored_blocks = 0;
   bool operator==(const RunResult&) const = default;
 };
 
@@ -48,7 +52,15 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   config.max_step_ms = 1.0 + pick(3);
   config.kv_reserve_fraction = pick(2) == 0 ? 0.0 : 0.1;
   const std::int32_t num_blocks = 200 / block + pick(60);
-  Engine engine(std::make_unique<KvCheckingBackend>(num_blocks, block, 512), nullptr, config);
+  auto backend = std::make_unique<KvCheckingBackend>(num_blocks, block, 512);
+  if (pick(3) != 0) {
+    // Fast links load host hits, a slow one makes recomputing cheaper.
+    backend->enable_host_tier(pick(4) == 0 ? 1e3 : 1e9, rng.next());
+    config.kv_offloading_bytes = (1 + pick(3 * static_cast<std::uint64_t>(num_blocks))) * backend->info().kv_bytes_per_block;
+    config.kv_offloading_admission.min_hits = pick(4) == 0 ? 1 : 0;
+    config.kv_offloading_eviction = pick(2) == 0 ? EvictionPolicy::kLru : EvictionPolicy::kSlru;
+  }
+  Engine engine(std::move(backend), nullptr, config);
 
   // Prompts: one of 3 shared prefixes (or none) + a random tail.
   std::vector<std::vector<TokenId>> prefixes(3);
@@ -104,6 +116,13 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   const EngineStats stats = engine.stats();
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks) << "seed " << seed << ": blocks leaked";
   EXPECT_EQ(stats.num_running + stats.num_waiting, 0);
+  EXPECT_EQ(stats.num_kv_copies_in_flight, 0);
+  // The connector in the issue reported host hits and never loaded: a hit is a load here.
+  if (stats.host_cache_hit_tokens > 0) {
+    EXPECT_GT(stats.host_loaded_blocks, 0) << "seed " << seed;
+  }
+  EXPECT_EQ(stats.host_cache_hit_tokens, stats.host_loaded_blocks * block) << "seed " << seed;
+  EXPECT_EQ(stats.host_failed_copies, 0);
   for (const auto& [id, s] : streams) {
     EXPECT_TRUE(s->finished()) << "seed " << seed << ": " << id << " never ended";
     const auto it = result.finish.find(id);
@@ -119,20 +138,27 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   for (const RequestTimeline& t : engine.take_finished_timelines()) result.finish_ms[t.request_id] = *t.finish_ms;
   result.num_preemptions = stats.num_preemptions;
   result.hit_tokens = stats.prefix_cache_hit_tokens;
+  result.host_hit_tokens = stats.host_cache_hit_tokens;
+  result.host_loaded_blocks = stats.host_loaded_blocks;
+  result.host_stored_blocks = stats.host_stored_blocks;
   return result;
 }
 
 TEST(EngineProperty, RandomWorkloadsFinishExactlyWithNoLeaks) {
   for (const bool async_scheduling : {false, true}) {
-    std::int64_t preemptions = 0, hits = 0;
+    std::int64_t preemptions = 0, hits = 0, host_hits = 0, stores = 0;
     for (std::uint64_t seed = 1; seed <= 60; ++seed) {
       const RunResult r = run_workload(seed, async_scheduling);
       preemptions += r.num_preemptions;
       hits += r.hit_tokens;
+      host_hits += r.host_hit_tokens;
+      stores += r.host_stored_blocks;
     }
-    // The workloads are meant to exercise both; if they stop doing so the test is weaker.
+    // The workloads are meant to exercise all of these; if they stop doing so the test is weaker.
     EXPECT_GT(preemptions, 0) << "async " << async_scheduling;
     EXPECT_GT(hits, 0) << "async " << async_scheduling;
+    EXPECT_GT(host_hits, 0) << "async " << async_scheduling;
+    EXPECT_GT(stores, 0) << "async " << async_scheduling;
   }
 }
 

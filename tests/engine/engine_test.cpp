@@ -470,6 +470,20 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
     EXPECT_NE(validate(bad_share, info).error_message().find("--min-prefill-share"), std::string::npos) << share;
   }
   EXPECT_TRUE(validate(EngineConfig{}, info).ok());
+
+  // The host tier: only on a backend that has one, at least one block, LRU or SLRU.
+  EngineConfig offload;
+  offload.kv_offloading_bytes = 1 << 20;
+  EXPECT_NE(validate(offload, info).error_message().find("has no host KV tier"), std::string::npos);
+  BackendInfo with_host = info;
+  with_host.kv_bytes_per_block = 4096;
+  EXPECT_TRUE(validate(offload, with_host).ok());
+  offload.kv_offloading_bytes = 100;
+  EXPECT_NE(validate(offload, with_host).error_message().find("--kv-offloading-size gives 0 host blocks"),
+            std::string::npos);
+  offload.kv_offloading_bytes = 1 << 20;
+  offload.kv_offloading_eviction = EvictionPolicy::kPrefixAware;
+  EXPECT_FALSE(validate(offload, with_host).ok());
 }
 
 }  // namespace

@@ -4,9 +4,15 @@
 // wrong prefix hit, a leaked or reused block shows up as an error), writes
 // the new ones, and samples a token that depends on the whole context:
 // generation through the engine must equal reference_generate() token for token.
+// With a host tier it also keeps host slots and runs Batch::copies late: each
+// copy completes 0-2 steps after it started (a seeded choice), moves its data
+// only then, and any step that reads or writes a block under a copy against
+// its direction fails, so a block reused before its copy completed, or a
+// sequence run before its prefix landed, shows up as an error.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -51,12 +57,52 @@ class KvCheckingBackend final : public Backend {
         slots_(static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_size_tokens), -1),
         poison_token_(poison_token) {}
 
+  // A host tier of copies that take 0..max_copy_delay_steps steps; bytes and rate feed the planner's pricing.
+  void enable_host_tier(double host_link_bytes_per_s, std::uint64_t seed, std::int32_t max_copy_delay_steps = 2) {
+    info_.kv_bytes_per_block = 1024;
+    info_.host_link_bytes_per_s = host_link_bytes_per_s;
+    copy_rng_ = SplitMix64(seed);
+    max_copy_delay_steps_ = max_copy_delay_steps;
+  }
+
   const BackendInfo& info() const override { return info_; }
+
+  Status allocate_host_kv_cache(std::int32_t num_blocks) override {
+    if (info_.kv_bytes_per_block == 0) return Error{"no host tier"};
+    host_slots_.assign(static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(info_.block_size_tokens), -1);
+    return Ok{};
+  }
+
+  std::int64_t num_copies_started() const { return num_copies_started_; }
 
   Result<StepOutput> execute(const Batch& batch) override {
     StepOutput out;
     StepShape shape;
     const std::int32_t bs = info_.block_size_tokens;
+    for (const KvBlockCopy& c : batch.copies) {
+      if (host_slots_.empty()) return Error{"a copy without a host tier"};
+      if (c.device_block < 0 || c.device_block >= info_.num_kv_blocks ||
+          c.host_block < 0 || static_cast<std::size_t>(c.host_block + 1) * bs > host_slots_.size()) {
+        return Error{"copy " + std::to_string(c.id) + " names a block outside the pools"};
+      }
+      if (std::any_of(pending_.begin(), pending_.end(), [&](const Pending& q) { return q.copy.id == c.id; })) continue;
+      const auto delay = static_cast<std::int32_t>(copy_rng_.next() % static_cast<std::uint64_t>(max_copy_delay_steps_ + 1));
+      pending_.push_back({.copy = c, .steps_left = delay});
+      ++num_copies_started_;
+    }
+    for (const SequenceStep& s : batch.sequences) {
+      for (std::int32_t p = 0; p < s.end_position(); ++p) {
+        const BlockId b = s.block_table[static_cast<std::size_t>(p / bs)];
+        const bool writes = p >= s.num_computed_tokens;
+        for (const Pending& q : pending_) {
+          if (q.copy.device_block != b) continue;
+          if (q.copy.direction == KvCopyDirection::kHostToDevice || writes) {
+            return Error{"sequence " + std::to_string(s.seq_id) + " touches block " + std::to_string(b) +
+                         " while copy " + std::to_string(q.copy.id) + " runs"};
+          }
+        }
+      }
+    }
     for (const SequenceStep& s : batch.sequences) {
       if (poison_token_ >= 0 && std::find(s.tokens.begin(), s.tokens.end(), poison_token_) != s.tokens.end()) {
         return Error{"poisoned sequence " + std::to_string(s.seq_id)};
@@ -85,6 +131,17 @@ class KvCheckingBackend final : public Backend {
     }
     out.step_time_ms = cost_.predict_step_ms(shape);
     ++num_steps_;
+    // A wait (no sequences) completes at least the oldest copy.
+    if (batch.sequences.empty() && !pending_.empty()) pending_.front().steps_left = 0;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->steps_left-- > 0) {
+        ++it;
+        continue;
+      }
+      finish_copy(it->copy);
+      out.completed_copies.push_back({.id = it->copy.id});
+      it = pending_.erase(it);
+    }
     return out;
   }
 
@@ -97,8 +154,28 @@ class KvCheckingBackend final : public Backend {
     return slots_[block * static_cast<std::size_t>(bs) + static_cast<std::size_t>(position % bs)];
   }
 
+  struct Pending {
+    KvBlockCopy copy;
+    std::int32_t steps_left = 0;
+  };
+  void finish_copy(const KvBlockCopy& c) {
+    const auto bs = static_cast<std::size_t>(info_.block_size_tokens);
+    TokenId* device = &slots_[static_cast<std::size_t>(c.device_block) * bs];
+    TokenId* host = &host_slots_[static_cast<std::size_t>(c.host_block) * bs];
+    if (c.direction == KvCopyDirection::kDeviceToHost) {
+      std::copy(device, device + bs, host);
+    } else {
+      std::copy(host, host + bs, device);
+    }
+  }
+
   BackendInfo info_;
   std::vector<TokenId> slots_;  // [num_blocks * block_size]
+  std::vector<TokenId> host_slots_;  // [num_host_blocks * block_size]
+  std::deque<Pending> pending_;      // copies started, not completed; oldest first
+  SplitMix64 copy_rng_{0};
+  std::int32_t max_copy_delay_steps_ = 0;
+  std::int64_t num_copies_started_ = 0;
   TokenId poison_token_;
   TokenCountCostModel cost_;
   std::int64_t num_steps_ = 0;

@@ -337,5 +337,65 @@ TEST(Planner, PrefillKeepsItsShareWhenDecodesFillTheStep) {
   EXPECT_EQ(plan.prefills[0].num_new_tokens, 4688);  // (50 - 3) / 0.01, block-aligned
 }
 
+// Host-tier hits: load when blocks x ms_per_block < the recompute price of
+// those tokens at their position (LinearCost less its fixed 1 ms and the
+// one-token step: 0.01 x (n - 1) + 1e-6 x (n x (c + n) - (c + 1))).
+double recompute_ms(std::int32_t n, std::int32_t c) {
+  return 0.01 * (n - 1) + 1e-6 * (static_cast<double>(n) * (c + n) - (c + 1));
+}
+
+TEST(PlannerHostTier, LoadsWhenCheaperThanRecomputingAndRunsNothingMeanwhile) {
+  Fixture f;
+  f.running = {decoding(1, 500)};
+  SchedRequest r = waiting(2, 5000);
+  r.num_cached_tokens = 1024;
+  r.num_host_hit_tokens = 2048;  // 128 blocks
+  f.queue = {r};
+  SchedConfig config;
+  // 2048 tokens at 1024 cost ~26.6 ms to recompute: 0.1 ms a block (12.8 ms) is cheaper.
+  ASSERT_LT(128 * 0.1, recompute_ms(2048, 1024));
+  config.host_load_ms_per_block = 0.1;
+  StepPlan plan = plan_step(f.state(), config, LinearCost());
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_TRUE(plan.prefills[0].admits);
+  EXPECT_EQ(plan.prefills[0].num_load_tokens, 2048);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, 0) << "it computes once its prefix has landed";
+  EXPECT_EQ(plan.decodes.size(), 1u) << "the decode is not held back by the copy";
+
+  // 0.3 ms a block (38.4 ms) is dearer than recomputing: a normal chunk from the device hit.
+  ASSERT_GT(128 * 0.3, recompute_ms(2048, 1024));
+  config.host_load_ms_per_block = 0.3;
+  plan = plan_step(f.state(), config, LinearCost());
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.prefills[0].num_load_tokens, 0);
+  EXPECT_GT(plan.prefills[0].num_new_tokens, 0);
+
+  config.host_load_ms_per_block = 0.0;  // no host tier
+  plan = plan_step(f.state(), config, LinearCost());
+  EXPECT_EQ(plan.prefills.at(0).num_load_tokens, 0);
+}
+
+TEST(PlannerHostTier, LoadsAStepStartsAreCappedByItsTimeCap) {
+  Fixture f;
+  std::vector<SchedRequest> queue;
+  for (SequenceId id = 1; id <= 3; ++id) {
+    SchedRequest r = waiting(id, 9000, static_cast<double>(id));
+    r.num_host_hit_tokens = 8192;  // 512 blocks: 30.7 ms at 0.06 ms a block
+    queue.push_back(r);
+  }
+  f.queue = queue;
+  SchedConfig config;
+  config.policy = SchedulingPolicy::kFcfs;
+  config.max_step_ms = 50.0;
+  config.host_load_ms_per_block = 0.06;
+  const StepPlan plan = plan_step(f.state(), config, LinearCost());
+  std::int32_t num_loading = 0;
+  for (const ScheduledChunk& c : plan.prefills) num_loading += c.num_load_tokens > 0 ? 1 : 0;
+  // The first (30.7 ms) fits the 50 ms cap, a second would not (61 ms): it recomputes or waits.
+  EXPECT_EQ(num_loading, 1);
+  EXPECT_EQ(plan.prefills.at(0).seq_id, 1u);
+  EXPECT_EQ(plan.prefills.at(0).num_load_tokens, 8192);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -149,5 +149,51 @@ TEST(StatsLogLine, ThroughputAndRates) {
             "Waiting: 4 reqs, KV cache usage: 50.0%, Prefix cache hit rate: 25.0%, Longest decode stall: 12.5 ms");
 }
 
+TEST(StatsLogLine, HostTierOverTheInterval) {
+  EngineStats a, b;
+  a.num_host_kv_blocks = b.num_host_kv_blocks = 1000;
+  b.num_host_stored_kv_blocks = 250;
+  a.host_cache_queried_tokens = 100;
+  b.host_cache_queried_tokens = 500;
+  b.host_cache_hit_tokens = 100;
+  b.host_loaded_blocks = 7;
+  b.host_loaded_bytes = 1'500'000'000;
+  b.host_stored_blocks = 3;
+  b.host_stored_bytes = 500'000'000;
+  b.host_evicted_blocks = 2;
+  b.host_num_loads = 2;
+  b.host_load_ms_total = 30.0;
+  const std::string line = stats_log_line(a, b, 1.0);
+  const std::string tail = ", Host KV cache: 25.0% used, hit rate 25.0%, loaded 1.50 GB (7 blocks), stored 0.50 GB "
+                           "(3 blocks), evicted 2 blocks, mean load 15.0 ms";
+  ASSERT_GE(line.size(), tail.size());
+  EXPECT_EQ(line.substr(line.size() - tail.size()), tail);
+  EngineStats none;
+  EXPECT_EQ(stats_log_line(none, none, 1.0).find("Host KV"), std::string::npos) << "no tier, no host fields";
+}
+
+TEST(Metrics, HostTierSeriesOnlyWithAHostTier) {
+  ServerMetrics metrics;
+  EngineStats stats;
+  stats.num_kv_blocks = 10;
+  EXPECT_EQ(metrics.render(stats, "m").find("tier=\"host\""), std::string::npos);
+  stats.num_host_kv_blocks = 40;
+  stats.num_host_stored_kv_blocks = 12;
+  stats.host_cache_queried_tokens = 640;
+  stats.host_cache_hit_tokens = 320;
+  stats.host_loaded_blocks = 20;
+  stats.host_loaded_bytes = 20480;
+  const std::string page = metrics.render(stats, "m");
+  for (const std::string line :
+       {"vllm:external_prefix_cache_queries_total{model_name=\"m\"} 640\n",
+        "vllm:external_prefix_cache_hits_total{model_name=\"m\"} 320\n",
+        "sluice:kv_cache_tier_hit_tokens_total{model_name=\"m\",tier=\"host\"} 320\n",
+        "sluice:kv_cache_tier_capacity_blocks{model_name=\"m\",tier=\"host\"} 40\n",
+        "sluice:kv_cache_tier_blocks{model_name=\"m\",tier=\"host\",state=\"cached\"} 12\n",
+        "sluice:kv_host_loaded_blocks_total{model_name=\"m\"} 20\n",
+        "sluice:kv_host_loaded_bytes_total{model_name=\"m\"} 20480\n"})
+    EXPECT_NE(page.find(line), std::string::npos) << line;
+}
+
 }  // namespace
 }  // namespace sluice::server

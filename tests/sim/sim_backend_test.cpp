@@ -189,3 +189,62 @@ TEST(MakeSimBackend, IdenticalRunsAreIdentical) {
 
 }  // namespace
 }  // namespace sluice::sim
+
+namespace sluice::sim {
+namespace {
+
+// Copies on the sim: 1 MB blocks over a 1 GB/s link take 1 ms each, queue
+// behind each other per direction, overlap compute, and a batch without
+// sequences waits for the next one.
+TEST(SimBackendCopies, QueuePerDirectionOverlapComputeAndWait) {
+  BackendInfo i;
+  i.block_size_tokens = 16;
+  i.num_kv_blocks = 64;
+  i.max_model_len_tokens = 4096;
+  i.kv_bytes_per_block = 1'000'000;
+  i.host_link_bytes_per_s = 1e9;
+  SimBackend sim(std::make_shared<LinearCost>(), i, {});
+  ASSERT_TRUE(sim.allocate_host_kv_cache(8).ok());
+
+  // Three loads and one store start with a 2.5 ms step (3 tokens): loads end
+  // at 1, 2, 3 ms, the store (the other direction) at 1 ms.
+  std::vector<TokenId> tokens = {1, 2, 3};
+  std::vector<BlockId> table = {0};
+  Batch step;
+  step.sequences.push_back({.seq_id = 7, .tokens = tokens, .num_prompt_tokens = 3, .num_new_tokens = 3,
+                            .block_table = table});
+  for (KvCopyId id = 1; id <= 3; ++id)
+    step.copies.push_back({.id = id, .direction = KvCopyDirection::kHostToDevice, .device_block = 1, .host_block = 0});
+  step.copies.push_back({.id = 4, .direction = KvCopyDirection::kDeviceToHost, .device_block = 2, .host_block = 1});
+  Result<StepOutput> out = sim.execute(step);
+  ASSERT_TRUE(out.ok()) << out.error_message();
+  EXPECT_DOUBLE_EQ(out->step_time_ms, 2.5) << "copies do not slow the step";
+  std::vector<KvCopyId> done;
+  for (const KvCopyCompletion& c : out->completed_copies) done.push_back(c.id);
+  std::sort(done.begin(), done.end());
+  EXPECT_EQ(done, (std::vector<KvCopyId>{1, 2, 4}));
+
+  // The same id again (a retry) is not a new copy; the wait ends when load 3 lands.
+  Result<StepOutput> waited = sim.execute(Batch{.copies = {step.copies[2]}});
+  ASSERT_TRUE(waited.ok());
+  EXPECT_DOUBLE_EQ(waited->step_time_ms, 0.5);
+  ASSERT_EQ(waited->completed_copies.size(), 1u);
+  EXPECT_EQ(waited->completed_copies[0].id, 3u);
+  EXPECT_DOUBLE_EQ(sim.now_ms(), 3.0);
+  EXPECT_EQ(sim.num_copies_in_flight(), 0);
+  Result<StepOutput> idle = sim.execute(Batch{});
+  ASSERT_TRUE(idle.ok());
+  EXPECT_DOUBLE_EQ(idle->step_time_ms, 0.0) << "nothing in flight: no wait";
+}
+
+TEST(SimBackendCopies, MadeBackendsStateBlockBytesAndLinkRate) {
+  const ModelProfile profile = *find_profile("llama-3-8b");
+  auto backend = make_sim_backend(profile, h200(), Parallelism{}, {.num_kv_blocks_override = 100});
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  // Llama-3-8B: 32 layers x 8 kv heads x 128 x 2 (K, V) x 2 bytes = 128 KiB per token.
+  EXPECT_EQ((*backend)->info().kv_bytes_per_block, 16 * 131072);
+  EXPECT_DOUBLE_EQ((*backend)->info().host_link_bytes_per_s, 55e9 * 0.9);
+}
+
+}  // namespace
+}  // namespace sluice::sim

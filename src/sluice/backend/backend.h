@@ -13,6 +13,13 @@ class Backend {
   virtual const BackendInfo& info() const = 0;
   // Runs one step. A failure here fails the step's requests, not the engine.
   virtual Result<StepOutput> execute(const Batch& batch) = 0;
+  // (optional) Host memory for `num_blocks` KV blocks (the host tier), each
+  // BackendInfo::kv_bytes_per_block, addressed by Batch::copies. Called once,
+  // before the first step. Backends without a host tier refuse.
+  virtual Status allocate_host_kv_cache(std::int32_t num_blocks) {
+    (void)num_blocks;
+    return Error{"the " + info().name + " backend has no host KV tier"};
+  }
 };
 
 }  // namespace sluice

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sluice/common/ids.h"
+#include "sluice/common/kv_copy.h"
 #include "sluice/common/result.h"
 #include "sluice/common/sampling_params.h"
 #include "sluice/common/token_mask.h"
@@ -43,6 +44,16 @@ struct SequenceStep {
 
 struct Batch {
   std::vector<SequenceStep> sequences;
+  // KV block copies to start with this step (demotions to the host tier,
+  // promotions from it). A backend starts them before the forward and may
+  // let them run past the step (their own stream): no sequence of this or a
+  // later step touches a copy's blocks until its completion has been
+  // reported (StepOutput::completed_copies). A batch with no sequences
+  // waits: execute() returns once at least one copy in flight has completed
+  // (at once if none is), and its step_time_ms is the wait. A copy whose id
+  // is already in flight (the engine retries a failed batch's copies) is not
+  // started again.
+  std::vector<KvBlockCopy> copies;
   // (optional) Structured-output masks filled late, so that computing them
   // overlaps the step's forward pass. When set, the allowed_tokens of the
   // constrained sampled sequences are zeroed until it has been called: a
@@ -72,6 +83,9 @@ struct SequenceOutput {
 struct StepOutput {
   std::vector<SequenceOutput> sequences;  // same order as Batch::sequences
   double step_time_ms = 0.0;              // measured (real backends) or predicted (sim)
+  // Copies of this or earlier batches that completed by the time execute()
+  // returned, each reported once.
+  std::vector<KvCopyCompletion> completed_copies;
 };
 
 }  // namespace sluice

@@ -174,6 +174,25 @@ class Ops {
   virtual bool keeps_fp8_block_weights(std::int32_t /*block_rows*/, std::int32_t /*block_cols*/) const {
     return false;
   }
+
+  // --- the host KV tier (optional: all three, or none) ---
+  // Host memory for num_blocks KV blocks of allocate_kv_cache's geometry.
+  virtual Status allocate_host_kv_cache(std::int32_t num_blocks) {
+    (void)num_blocks;
+    return Error{"this backend has no host KV tier"};
+  }
+  // Host<->device copy rate, each direction; 0: no host tier.
+  virtual double host_link_bytes_per_s() const { return 0.0; }
+  // Starts `copies` behind the work already issued (a store reads what
+  // earlier steps wrote; a load lands after earlier steps stopped using its
+  // block), skipping ids already in flight; then returns every copy complete
+  // by now, each once. wait_for_one: first block until one in flight is.
+  virtual Result<std::vector<KvCopyCompletion>> copy_kv_blocks(std::span<const KvBlockCopy> copies,
+                                                               bool wait_for_one) {
+    (void)copies;
+    (void)wait_for_one;
+    return Error{"this backend has no host KV tier"};
+  }
   Tensor scratch(Shape shape) { return scratch(shape, activation_dtype()); }
 
   // --- step ---

@@ -48,6 +48,8 @@ struct ServeArgs {
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
   std::string eviction_policy = "slru";
+  double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
+  std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
   EngineConfig engine;
   std::int32_t block_size_tokens = 16;
   std::string device = "cpu";
@@ -154,6 +156,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY_ASSIGN(eviction, parse_eviction_policy(args.eviction_policy));
   engine_config.scheduling = scheduling;
   engine_config.eviction = eviction;
+  engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
   SLUICE_TRY(validate(engine_config, backend->info()));
   // JSON mode's vocabulary index: built once here (a few hundred ms for 128k
   // tokens) so no request pays for it.
@@ -271,6 +274,17 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
       if (given(flag)) errors.push_back(fmt::format("{} has no effect without --device sim", flag));
   if (!args.engine.enable_prefix_caching && args.eviction_policy != "slru")
     errors.push_back("--kv-eviction-policy has no effect with --no-enable-prefix-caching");
+  if (args.kv_offloading_size_gib < 0)
+    errors.push_back(fmt::format("--kv-offloading-size {} must be >= 0 (GiB)", args.kv_offloading_size_gib));
+  if (args.kv_offloading_size_gib > 0 && !args.engine.enable_prefix_caching)
+    errors.push_back("--kv-offloading-size has no effect with --no-enable-prefix-caching: the host tier holds "
+                     "prefixes");
+  if (args.kv_offloading_backend != "native")
+    errors.push_back(fmt::format("--kv-offloading-backend {}: only native (sluice's own host memory tier) exists",
+                                 args.kv_offloading_backend));
+  if (args.kv_offloading_size_gib == 0 && (given("--kv-offloading-backend") || given("--kv-offloading-min-hits")))
+    errors.push_back("--kv-offloading-backend and --kv-offloading-min-hits have no effect without "
+                     "--kv-offloading-size");
   refuse(server::check_parser_names({.reasoning = args.reasoning_parser, .tool_call = args.tool_call_parser}));
   if (errors.empty()) return Ok{};
   std::string message;
@@ -358,6 +372,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.engine.enable_prefix_caching,
                 "reuse KV blocks of shared prompt prefixes");
   cmd->add_option("--kv-eviction-policy", a.eviction_policy, "prefix cache eviction: lru, slru or prefix-aware");
+  cmd->add_option("--kv-offloading-size", a.kv_offloading_size_gib,
+                  "GiB of host memory for a KV tier below the device (0 = none): evicted prefixes are kept there "
+                  "and loaded back when that is cheaper than recomputing");
+  cmd->add_option("--kv-offloading-backend", a.kv_offloading_backend, "native (the only one)");
+  cmd->add_option("--kv-offloading-min-hits", a.engine.kv_offloading_admission.min_hits,
+                  "device prefix hits a block needs before it is kept in the host tier (0 = every block)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--scheduling-policy", a.scheduling_policy,
                   "sluice, fcfs, round-robin, prefill-first, decode-first-token-budget");
   cmd->add_option("--max-num-queued-reqs", a.engine.max_num_queued_requests, "waiting requests before 503")

@@ -14,6 +14,12 @@ struct BackendInfo {
   std::int32_t num_kv_blocks = 0;
   std::int32_t vocab_size = 0;
   std::int32_t max_model_len_tokens = 0;
+  // One KV block, every layer (all devices together): what a host-tier copy
+  // moves, and what --kv-offloading-size is divided by. 0: no host tier.
+  std::int64_t kv_bytes_per_block = 0;
+  // Host<->device copy rate, each direction (all devices together): what the
+  // planner prices a promotion with. 0: unknown.
+  double host_link_bytes_per_s = 0;
 };
 
 }  // namespace sluice

@@ -72,6 +72,13 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   EvictionPolicy eviction = EvictionPolicy::kSlru;
   double slru_protected_fraction = 0.5;  // share of the KV blocks the protected segment may hold
+  // The host KV tier (kv/host_tier.h): bytes of host memory for KV blocks
+  // (vLLM's --kv-offloading-size, in GiB there); 0 = none. Blocks the device
+  // gives up are demoted there, and a prefix hit there is loaded back when
+  // the planner prices that cheaper than recomputing.
+  std::int64_t kv_offloading_bytes = 0;
+  EvictionPolicy kv_offloading_eviction = EvictionPolicy::kLru;
+  HostAdmission kv_offloading_admission;
   SchedulingPolicy scheduling = SchedulingPolicy::kSluice;
   // Shortest-remaining-first aging: a request that has waited aging_ms competes
   // as if its remaining prefill were half as long (a third after 2x, ...).
@@ -190,6 +197,25 @@ struct EngineStats {
   std::int64_t prefix_cache_queried_tokens = 0;
   std::int64_t prefix_cache_hit_tokens = 0;
   std::int64_t prefix_cache_evicted_blocks = 0;
+  // Prompts (admissions) whose prefix came partly from each tier.
+  std::int64_t prefix_cache_device_hit_queries = 0;
+  std::int64_t prefix_cache_host_hit_queries = 0;
+  // The host tier (all 0 without one). queried: prompt tokens the device
+  // missed; hit: tokens loaded from the host instead of recomputed.
+  std::int32_t num_host_kv_blocks = 0;
+  std::int32_t num_host_stored_kv_blocks = 0;
+  std::int64_t host_cache_queried_tokens = 0;
+  std::int64_t host_cache_hit_tokens = 0;
+  std::int64_t host_loaded_blocks = 0;   // loads started
+  std::int64_t host_stored_blocks = 0;   // stores completed
+  std::int64_t host_evicted_blocks = 0;
+  std::int64_t host_loaded_bytes = 0;
+  std::int64_t host_stored_bytes = 0;
+  std::int64_t host_failed_copies = 0;
+  std::int64_t host_demotions_skipped = 0;  // device keys evicted without a store (admission, or no time)
+  std::int64_t host_num_loads = 0;          // requests whose prefix load completed
+  double host_load_ms_total = 0.0;          // from admission to the last load's completion, summed
+  std::int32_t num_kv_copies_in_flight = 0;
   std::int64_t num_steps = 0;
   double last_step_ms = 0.0;
   double max_step_ms_seen = 0.0;

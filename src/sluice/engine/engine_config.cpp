@@ -103,6 +103,21 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
   }
   if (c.max_num_queued_requests < 1) return bad("--max-num-queued-requests must be >= 1");
   if (c.max_num_queued_tokens < 0) return bad("--max-num-queued-tokens must be >= 0 (0 = unlimited)");
+  if (c.kv_offloading_bytes < 0) return bad("--kv-offloading-size must be >= 0 (0 = no host KV tier)");
+  if (c.kv_offloading_bytes > 0) {
+    if (backend.kv_bytes_per_block <= 0) {
+      return bad("--kv-offloading-size: the " + backend.name + " backend has no host KV tier");
+    }
+    const std::int64_t num_blocks = c.kv_offloading_bytes / backend.kv_bytes_per_block;
+    if (num_blocks < 1 || num_blocks > (1LL << 30)) {
+      return bad("--kv-offloading-size gives " + std::to_string(num_blocks) + " host blocks of " +
+                 std::to_string(backend.kv_bytes_per_block) + " bytes; it must give 1 to 2^30");
+    }
+  }
+  if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
+  if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware) {
+    return bad("the host KV tier evicts lru or slru (prefix-aware ranks device blocks by their request's hit)");
+  }
   if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");
   if (backend.num_kv_blocks < 1) return bad("the backend has no KV blocks (the model does not fit?)");
   if (backend.vocab_size < 1) return bad("the backend reports no vocabulary");

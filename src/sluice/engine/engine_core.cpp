@@ -9,12 +9,32 @@
 namespace sluice {
 namespace {
 
+std::int32_t num_host_blocks(const EngineConfig& config, const BackendInfo& info) {
+  if (config.kv_offloading_bytes <= 0 || !config.enable_prefix_caching) return 0;
+  return static_cast<std::int32_t>(config.kv_offloading_bytes / info.kv_bytes_per_block);
+}
+
 KvCacheConfig kv_config(const EngineConfig& config, const BackendInfo& info) {
+  const std::int32_t bs = info.block_size_tokens;
   return KvCacheConfig{.num_blocks = info.num_kv_blocks,
-                       .block_size_tokens = info.block_size_tokens,
+                       .block_size_tokens = bs,
                        .enable_prefix_caching = config.enable_prefix_caching,
                        .eviction = config.eviction,
-                       .slru_protected_fraction = config.slru_protected_fraction};
+                       .slru_protected_fraction = config.slru_protected_fraction,
+                       .num_host_blocks = num_host_blocks(config, info),
+                       .host_eviction = config.kv_offloading_eviction,
+                       .host_admission = config.kv_offloading_admission,
+                       // Two full steps' new blocks (every seat's partial block included): a
+                       // demotion started with a step frees its block for the step after, so
+                       // this step allocates from what the previous one freed.
+                       .demote_watermark_blocks = std::min(info.num_kv_blocks / 2,
+                                                           2 * ((config.max_num_batched_tokens + bs - 1) / bs +
+                                                                config.max_num_seqs))};
+}
+
+double host_load_ms_per_block(const EngineConfig& config, const BackendInfo& info) {
+  if (num_host_blocks(config, info) == 0 || info.host_link_bytes_per_s <= 0.0) return 0.0;
+  return static_cast<double>(info.kv_bytes_per_block) / info.host_link_bytes_per_s * 1000.0;
 }
 
 SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
@@ -28,6 +48,7 @@ SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
       .aging_ms = config.aging_ms,
       .max_prefill_wait_ms = config.max_prefill_wait_ms,
       .reserve_blocks = static_cast<std::int32_t>(config.kv_reserve_fraction * info.num_kv_blocks),
+      .host_load_ms_per_block = host_load_ms_per_block(config, info),
   };
 }
 
@@ -49,6 +70,10 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
     auto writer = StepTraceWriter::open(config.step_trace_path);
     SLUICE_CHECK_MSG(writer.ok(), writer.ok() ? std::string() : writer.error_message());  // validate() tried it
     step_trace_ = std::move(writer).value();
+  }
+  if (kv_.has_host_tier()) {
+    const Status allocated = backend_->allocate_host_kv_cache(kv_.num_host_blocks());
+    SLUICE_CHECK_MSG(allocated.ok(), allocated.error_message());
   }
 }
 
@@ -105,6 +130,9 @@ class EngineCore::StepClock {
 StepReport EngineCore::step(double now_ms) {
   const StepClock clock(now_ms, config_.clock);
   StepReport report{.start_ms = now_ms, .end_ms = now_ms};
+  // Room for this step's allocations is made by demotions that started in
+  // earlier steps; these make room for later ones.
+  kv_.start_demotions();
   StepPlan plan = schedule(now_ms);
   // Preemption frees a request's blocks and restarts it, which must not
   // happen to one a step in flight is still computing: settle first.
@@ -118,7 +146,12 @@ StepReport EngineCore::step(double now_ms) {
                            .num_preempted = static_cast<std::int32_t>(plan.preempted.size())}};
   continue_running(plan, next);
   admit(plan, now_ms, next);
-  const bool submitted = !next.batch.sequences.empty();
+  next.batch.copies = kv_.take_new_copies();
+  // Nothing to compute while copies run (a request waiting for its loads):
+  // the step only waits for the next of them.
+  const bool waits_for_copies = next.batch.sequences.empty() && next.batch.copies.empty() &&
+                                in_flight_.empty() && kv_.num_copies_in_flight() > 0;
+  const bool submitted = !next.batch.sequences.empty() || !next.batch.copies.empty() || waits_for_copies;
   if (submitted) {
     next.record.submit_ms = clock.now_ms();
     submit(std::move(next));
@@ -132,7 +165,7 @@ StepReport EngineCore::step(double now_ms) {
 }
 
 void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms) {
-  if (!online_cost_model_ && !step_trace_) return;
+  if ((!online_cost_model_ && !step_trace_) || step.entries.empty()) return;  // a wait for copies computes nothing
   StepShape shape;
   shape.sequences.reserve(step.entries.size());
   for (const InFlightStep::Entry& e : step.entries)
@@ -176,10 +209,15 @@ SchedState EngineCore::build_sched_state(double now_ms) {
   sched_running_.clear();
   sched_waiting_.clear();
   std::int32_t num_finishing = 0;
+  std::int32_t num_loading = 0;
   for (SequenceId id : running_) {
     const RequestState& r = *requests_.at(id);
     if (r.is_finishing()) {
       ++num_finishing;
+      continue;
+    }
+    if (kv_.is_loading(id)) {
+      ++num_loading;
       continue;
     }
     sched_running_.push_back(SchedRequest{
@@ -199,12 +237,14 @@ SchedState EngineCore::build_sched_state(double now_ms) {
         .num_tokens = r.num_tokens(),
         .num_cached_tokens = probe.num_hit_blocks * kv_.block_size_tokens(),
         .num_hit_free_blocks = probe.num_hit_free_blocks,
+        .num_host_hit_tokens = probe.num_host_hit_blocks * kv_.block_size_tokens(),
         .arrival_ms = r.timeline.arrival_ms,
     });
   }
   return SchedState{.running = sched_running_,
                     .waiting = sched_waiting_,
                     .num_finishing_seqs = num_finishing,
+                    .num_loading_seqs = num_loading,
                     .num_available_blocks = kv_.num_available_blocks(),
                     .num_protected_blocks = kv_.num_protected_free_blocks(),
                     .num_total_blocks = kv_.num_blocks(),
@@ -310,8 +350,16 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
     RequestState& r = *requests_.at(c.seq_id);
     SLUICE_CHECK(r.phase == RequestPhase::kWaiting);
     PrefixMatch match = kv_.match_prefix(r.block_hashes, r.num_tokens() - 1);
-    const std::int32_t start = match.num_cached_tokens;
-    const std::int32_t end = std::min(r.num_tokens(), start + c.num_new_tokens);
+    // The plan priced the load against the probe; the cache may have moved
+    // since, so load at most what the plan chose and what is still there.
+    const auto num_load_blocks =
+        std::min<std::size_t>(match.host_blocks.size(), static_cast<std::size_t>(c.num_load_tokens / kv_.block_size_tokens()));
+    match.host_blocks.resize(num_load_blocks);
+    const bool loads = num_load_blocks > 0;
+    if (c.num_new_tokens == 0 && !loads) continue;  // its host hit is gone: it waits for a chunk
+    const std::int32_t start =
+        match.num_cached_tokens + static_cast<std::int32_t>(num_load_blocks) * kv_.block_size_tokens();
+    const std::int32_t end = loads ? start : std::min(r.num_tokens(), start + c.num_new_tokens);
     const Status committed = kv_.commit({.seq_id = c.seq_id,
                                          .num_tokens = end,
                                          .prefix = std::move(match),
@@ -328,6 +376,11 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
       dequeued_.num_prompt_tokens += r.num_prompt_tokens;
     }
     admitted.push_back(c.seq_id);
+    if (loads) {
+      r.load_started_ms = now_ms;
+      loading_.push_back(c.seq_id);
+      continue;
+    }
     add_to_step(r, end - start, next);
   }
   if (admitted.empty()) return;
@@ -339,6 +392,25 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
   running_.insert(running_.end(), admitted.begin(), admitted.end());
   // Here, not only between steps: a request finishing in flight still holds its seat.
   SLUICE_CHECK_LE(static_cast<std::int32_t>(running_.size()), config_.max_num_seqs);
+}
+
+void EngineCore::settle_loads(double now_ms) {
+  std::vector<SequenceId> done;
+  for (SequenceId id : loading_) {
+    if (kv_.is_loading(id)) continue;
+    done.push_back(id);
+  }
+  for (SequenceId id : done) {
+    std::erase(loading_, id);
+    RequestState& r = *requests_.at(id);
+    if (kv_.load_failed(id)) {
+      finish(r, {.reason = FinishReason::kError, .message = "loading its cached prefix from host memory failed"},
+             now_ms);
+      continue;
+    }
+    ++num_loads_done_;
+    total_load_ms_ += now_ms - r.load_started_ms;
+  }
 }
 
 EngineCore::CollectedStep EngineCore::collect(const StepClock& clock) {
@@ -359,6 +431,8 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock) {
             .num_preempted = step.num_preempted,
             .idle = false};
   learn_step_cost(step, begin_ms, executed.step_time_ms);
+  for (const KvCopyCompletion& c : executed.completed_copies) kv_.complete_copy(c);
+  settle_loads(end_ms);
   for (std::size_t i = 0; i < step.entries.size(); ++i) {
     const InFlightStep::Entry& e = step.entries[i];
     if (e.is_decode) {
@@ -437,6 +511,7 @@ void EngineCore::finish(RequestState& r, Ending ending, double now_ms) {
   if (r.phase == RequestPhase::kRunning) {
     kv_.free(id);
     running_.erase(std::find(running_.begin(), running_.end(), id));
+    std::erase(loading_, id);
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
     if (!r.ever_admitted) {
@@ -477,6 +552,22 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.prefix_cache_queried_tokens = kv.num_queried_tokens;
   stats.prefix_cache_hit_tokens = kv.num_hit_tokens;
   stats.prefix_cache_evicted_blocks = kv.num_evicted_blocks;
+  stats.prefix_cache_device_hit_queries = kv.num_queries_with_device_hits;
+  stats.prefix_cache_host_hit_queries = kv.num_queries_with_host_hits;
+  stats.num_host_kv_blocks = kv_.num_host_blocks();
+  stats.num_host_stored_kv_blocks = kv_.num_host_stored_blocks();
+  stats.host_cache_queried_tokens = kv.num_host_queried_tokens;
+  stats.host_cache_hit_tokens = kv.num_host_hit_tokens;
+  stats.host_loaded_blocks = kv.num_host_loaded_blocks;
+  stats.host_stored_blocks = kv.num_host_stored_blocks;
+  stats.host_evicted_blocks = kv.num_host_evicted_blocks;
+  stats.host_loaded_bytes = kv.num_host_loaded_blocks * backend_->info().kv_bytes_per_block;
+  stats.host_stored_bytes = kv.num_host_stored_blocks * backend_->info().kv_bytes_per_block;
+  stats.host_failed_copies = kv.num_failed_copies;
+  stats.host_demotions_skipped = kv.num_demotions_skipped;
+  stats.host_num_loads = num_loads_done_;
+  stats.host_load_ms_total = total_load_ms_;
+  stats.num_kv_copies_in_flight = kv_.num_copies_in_flight();
   stats.num_steps = num_steps_;
   stats.last_step_ms = last_step_ms_;
   stats.max_step_ms_seen = max_step_ms_seen_;
@@ -514,6 +605,10 @@ void EngineCore::check_invariants() const {
   for (SequenceId id : running_) {
     const RequestState& r = *requests_.at(id);
     SLUICE_CHECK(r.phase == RequestPhase::kRunning);
+    const bool listed_loading = std::find(loading_.begin(), loading_.end(), id) != loading_.end();
+    SLUICE_CHECK_EQ(kv_.is_loading(id), listed_loading);
+    // A loading request runs nothing until its loads land.
+    if (listed_loading) SLUICE_CHECK_EQ(r.num_inflight_tokens, 0);
     SLUICE_CHECK(r.num_computed_tokens < r.num_scheduled_tokens());  // something is always left to run
     SLUICE_CHECK_LE(r.num_computed_tokens,
                     static_cast<std::int32_t>(kv_.block_table(id).size()) * kv_.block_size_tokens());

@@ -40,7 +40,10 @@ class EngineCore {
   // call.
   StepReport step(double now_ms);
 
-  bool has_work() const { return !running_.empty() || !waiting_.empty() || !in_flight_.empty(); }
+  // Copies in flight count: a demotion outlives every request.
+  bool has_work() const {
+    return !running_.empty() || !waiting_.empty() || !in_flight_.empty() || kv_.num_copies_in_flight() > 0;
+  }
   // Fills everything but the clock and the queue counters the Engine keeps.
   void fill_stats(EngineStats& stats, double now_ms) const;
   std::vector<RequestTimeline> take_finished_timelines();
@@ -105,6 +108,8 @@ class EngineCore {
   CollectedStep collect(const StepClock& clock);
   // Appends the step's sampled tokens, checks stops and pushes to the streams.
   StepReport stream(const CollectedStep& step);
+  // Requests whose loads all landed start running (or fail, if one failed).
+  void settle_loads(double now_ms);
   // Feeds the step's shape and the backend's measured time to the online cost model.
   void learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms);
 
@@ -137,6 +142,7 @@ class EngineCore {
   std::unordered_map<std::string, SequenceId> ids_;
   std::vector<SequenceId> running_;  // admission order
   std::deque<SequenceId> waiting_;   // arrival order
+  std::vector<SequenceId> loading_;  // running, waiting for their prefix to load from the host tier
   std::uint64_t step_index_ = 0;
   // Per-step scratch, kept to reuse allocations.
   std::vector<SchedRequest> sched_running_;
@@ -157,6 +163,8 @@ class EngineCore {
   std::int64_t num_finished_ = 0;
   std::int64_t num_aborted_ = 0;
   std::int64_t num_failed_ = 0;
+  std::int64_t num_loads_done_ = 0;
+  double total_load_ms_ = 0.0;
 };
 
 }  // namespace sluice

@@ -46,6 +46,7 @@ struct RequestState {
   PrefixProbe probe;
   std::int64_t probe_evictions = -1;
   double last_token_ms = 0.0;            // for the decode-stall gauge
+  double load_started_ms = 0.0;          // when its prefix began loading from the host tier
   std::vector<std::uint64_t> allowed_tokens;  // the constraint's mask for the next sample, if any
   // Async scheduling: `tokens` as the pipeline's worker sees them (made at the
   // first submit; shared with the batches in flight, which may outlive this).

@@ -26,6 +26,7 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::sha
   submitted.block_storage_.reserve(num_blocks);
   submitted.mask_storage_.reserve(num_mask_words);
   submitted.batch_.sequences = batch.sequences;
+  submitted.batch_.copies = batch.copies;
   for (SequenceStep& s : submitted.batch_.sequences) {
     auto copy = [](auto& storage, auto source) {
       const std::size_t offset = storage.size();
@@ -137,9 +138,13 @@ ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
   if (!all_run)
     for (std::size_t i : index) subset.sequences.push_back(batch.sequences[i]);
   subset.late_masks = batch.late_masks;
-  ExecutedStep ran = index.empty() ? ExecutedStep{} : run_isolating_failures(all_run ? batch : subset);
+  subset.copies = batch.copies;
+  // A batch of copies alone (or of none: a wait for copies) still runs.
+  const bool runs = !index.empty() || n == 0;
+  ExecutedStep ran = runs ? run_isolating_failures(all_run ? batch : subset) : run_copies_alone(batch.copies);
   batch.late_masks = nullptr;  // it refers to this frame
   step.step_time_ms = ran.step_time_ms;
+  step.completed_copies = std::move(ran.completed_copies);
   for (std::size_t k = 0; k < index.size(); ++k) {
     step.failures[index[k]] = std::move(ran.failures[k]);
     step.outputs[index[k]] = std::move(ran.outputs[k]);
@@ -179,6 +184,22 @@ Result<StepOutput> execute_guarded(Backend& backend, const Batch& batch) {
 
 }  // namespace
 
+ExecutedStep StepPipeline::run_copies_alone(const std::vector<KvBlockCopy>& copies) {
+  ExecutedStep step;
+  if (copies.empty()) return step;
+  Batch batch;
+  batch.copies = copies;
+  Result<StepOutput> output = execute_guarded(backend_, batch);
+  if (output.ok()) {
+    step.step_time_ms = output->step_time_ms;
+    step.completed_copies = std::move(output->completed_copies);
+    return step;
+  }
+  // Nothing says they ran: they failed (a load's request fails, a store is dropped).
+  for (const KvBlockCopy& c : copies) step.completed_copies.push_back({.id = c.id, .ok = false});
+  return step;
+}
+
 // The backend failed the batch: find which sequences fail on their own. They
 // fail; the others' results from running alone stand (KV writes at the same
 // positions are idempotent, so the failed attempt corrupted nothing).
@@ -190,8 +211,12 @@ ExecutedStep StepPipeline::run_isolating_failures(const Batch& batch) {
     SLUICE_CHECK_EQ(output->sequences.size(), n);
     step.outputs = std::move(output->sequences);
     step.step_time_ms = output->step_time_ms;
+    step.completed_copies = std::move(output->completed_copies);
     return step;
   }
+  // The copies go again alone (a copy is idempotent: its blocks are nobody
+  // else's until it completes), then each sequence alone, without them.
+  step.completed_copies = run_copies_alone(batch.copies).completed_copies;
   if (n == 1) {
     step.failures[0] = "backend error: " + output.error_message();
     return step;

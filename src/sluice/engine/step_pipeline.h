@@ -72,6 +72,7 @@ class SubmittedBatch {
 struct ExecutedStep {
   std::vector<SequenceOutput> outputs;
   std::vector<std::optional<std::string>> failures;
+  std::vector<KvCopyCompletion> completed_copies;
   double step_time_ms = 0.0;  // the backend's: measured, or predicted (sim)
 };
 
@@ -93,6 +94,8 @@ class StepPipeline {
   // to the constraints and (detached) appends it to the logs.
   ExecutedStep run(SubmittedBatch& submitted);
   ExecutedStep run_isolating_failures(const Batch& batch);
+  // Starts copies in a batch of their own (after a failed batch, or when no sequence can run).
+  ExecutedStep run_copies_alone(const std::vector<KvBlockCopy>& copies);
   void work();
 
   Backend& backend_;

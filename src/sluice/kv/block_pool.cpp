@@ -11,6 +11,7 @@ BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int3
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
       num_hits_(static_cast<std::size_t>(num_blocks), 0),
+      novel_depth_(static_cast<std::size_t>(num_blocks), 0),
       evictor_(eviction, num_blocks, protected_capacity_blocks, prefix_aware) {
   SLUICE_CHECK(num_blocks > 0);
   if (eviction == EvictionPolicy::kPrefixAware) {
@@ -72,10 +73,17 @@ void BlockPool::touch(BlockId block) {
   ++counters_.num_hit_blocks;
 }
 
+void BlockPool::add_reference(BlockId block) {
+  const std::size_t i = index(block);
+  SLUICE_CHECK(ref_count_[i] > 0);
+  ++ref_count_[i];
+}
+
 void BlockPool::release(BlockId block, std::int32_t novel_depth_blocks) {
   const std::size_t i = index(block);
   SLUICE_CHECK(ref_count_[i] > 0);
   if (--ref_count_[i] > 0) return;
+  novel_depth_[i] = novel_depth_blocks;
   if (hash_[i].has_value()) {
     evictor_.insert(block, EvictionSignals{.num_hits = num_hits_[i], .novel_depth_blocks = novel_depth_blocks});
   } else {
@@ -83,15 +91,40 @@ void BlockPool::release(BlockId block, std::int32_t novel_depth_blocks) {
   }
 }
 
-bool BlockPool::register_hash(BlockId block, BlockHash hash) {
+bool BlockPool::register_hash(BlockId block, BlockHash hash, std::int32_t num_hits) {
   const std::size_t i = index(block);
   SLUICE_CHECK(ref_count_[i] > 0);
   SLUICE_CHECK(!hash_[i].has_value());
+  SLUICE_CHECK(num_hits >= 0);
   const auto [it, inserted] = cached_.emplace(hash, block);
   if (!inserted) return false;
   hash_[i] = hash;
-  num_hits_[i] = 0;
+  num_hits_[i] = num_hits;
   return true;
+}
+
+std::optional<BlockPool::Demotion> BlockPool::begin_demotion() {
+  const std::optional<BlockId> victim = evictor_.pop_victim();
+  if (!victim) return std::nullopt;
+  const std::size_t i = index(*victim);
+  SLUICE_CHECK(ref_count_[i] == 0 && hash_[i].has_value());
+  // The window learns from the key leaving the device, whether or not a lower tier keeps it.
+  if (admission_) admission_->on_evicted(*hash_[i], evictor_.last_victim_was_cold());
+  ref_count_[i] = 1;
+  return Demotion{.block = *victim,
+                  .hash = *hash_[i],
+                  .signals = {.num_hits = num_hits_[i], .novel_depth_blocks = novel_depth_[i]}};
+}
+
+void BlockPool::finish_demotion(BlockId block) {
+  const std::size_t i = index(block);
+  SLUICE_CHECK(ref_count_[i] > 0 && hash_[i].has_value());
+  if (--ref_count_[i] > 0) return;
+  cached_.erase(*hash_[i]);
+  hash_[i].reset();
+  num_hits_[i] = 0;
+  free_list_.push_back(block);
+  ++counters_.num_evicted_blocks;
 }
 
 void BlockPool::note_first_miss(BlockHash hash) {

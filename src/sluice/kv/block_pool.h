@@ -3,6 +3,9 @@
 //   in use       ref_count > 0 (cached or not);
 //   cached free  ref_count == 0, has a hash, waits in the Evictor, reusable by a hit;
 //   free         ref_count == 0, no hash, on the free list.
+// A block being demoted to a lower tier is in use: the demotion holds one
+// reference until its copy completes (begin_demotion / finish_demotion), and
+// its key stays hittable meanwhile (the copy only reads it).
 // Allocation takes free blocks first and evicts cached free ones only when it
 // must, so cached prefixes live as long as memory allows.
 #pragma once
@@ -20,7 +23,7 @@
 namespace sluice {
 
 struct BlockPoolCounters {
-  std::int64_t num_evicted_blocks = 0;
+  std::int64_t num_evicted_blocks = 0;  // keys that left the pool (directly or after a demotion)
   std::int64_t num_hit_blocks = 0;  // blocks taken from the cache by touch()
 };
 
@@ -38,6 +41,8 @@ class BlockPool {
   // Of those, in the SLRU protected segment (0 under LRU).
   std::int32_t num_protected_free_blocks() const { return evictor_.num_protected(); }
   std::int32_t num_used_blocks() const { return num_blocks() - num_available_blocks(); }
+  // Free blocks that hold no key: what allocation takes before it evicts.
+  std::int32_t num_uncached_free_blocks() const { return static_cast<std::int32_t>(free_list_.size()); }
   std::int32_t ref_count(BlockId block) const { return ref_count_[index(block)]; }
   // The cached block holding this prefix key, in use or not.
   std::optional<BlockId> lookup(BlockHash hash) const;
@@ -48,13 +53,31 @@ class BlockPool {
   std::vector<BlockId> allocate(std::int32_t n);
   // A prefix hit: one more reference to a cached block (out of the Evictor if it was free).
   void touch(BlockId block);
+  // One more reference to a block in use (a copy's, beside its owner's).
+  void add_reference(BlockId block);
   // Drops one reference; at zero the block becomes cached free (if it has a
   // hash) or free. novel_depth_blocks: see EvictionSignals.
   void release(BlockId block, std::int32_t novel_depth_blocks = 0);
   // Registers a full, computed block under its prefix key. If another block
   // already holds that key the pool keeps the existing one and this block stays
-  // unregistered (it is freed, not cached, at release). Returns whether it was registered.
-  bool register_hash(BlockId block, BlockHash hash);
+  // unregistered (it is freed, not cached, at release). Returns whether it was
+  // registered. num_hits: hits it starts with (a block promoted from a lower
+  // tier was hit there).
+  bool register_hash(BlockId block, BlockHash hash, std::int32_t num_hits = 0);
+
+  // Demotion: the next eviction victim leaves the evictor, referenced by the
+  // demotion, its key still cached (hittable) until finish_demotion(). nullopt
+  // when nothing is cached free.
+  struct Demotion {
+    BlockId block = 0;
+    BlockHash hash = 0;
+    EvictionSignals signals;  // what it was released with
+  };
+  std::optional<Demotion> begin_demotion();
+  // The demotion's copy is done (or was not needed): its reference goes; if
+  // it was the last, the key leaves the pool (an eviction) and the block is free.
+  // A hit meanwhile keeps block and key, as any hit does.
+  void finish_demotion(BlockId block);
   // The first block a new request did not find cached (prefix-aware policy:
   // teaches the admission window; no-op otherwise).
   void note_first_miss(BlockHash hash);
@@ -70,6 +93,7 @@ class BlockPool {
   std::vector<std::int32_t> ref_count_;         // [num_blocks]
   std::vector<std::optional<BlockHash>> hash_;  // [num_blocks]
   std::vector<std::int32_t> num_hits_;          // [num_blocks] since it was registered
+  std::vector<std::int32_t> novel_depth_;       // [num_blocks] at its last release
   std::vector<BlockId> free_list_;              // uncached, unreferenced
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;

@@ -33,4 +33,20 @@ struct EvictionSignals {
   std::int32_t novel_depth_blocks = 0;
 };
 
+// Which blocks the device pool gives up deserve host space (per-tier
+// admission). On conversation traffic most blocks are never reused; a block
+// deep past its request's prefix hit rarely is (see kPrefixAware).
+struct HostAdmission {
+  // Prefix hits a block must have served on the device (0: every block).
+  std::int32_t min_hits = 0;
+  // Never-hit blocks further than this past their request's prefix hit are
+  // not stored (negative: no limit).
+  std::int32_t max_novel_depth_blocks = -1;
+
+  bool admits(const EvictionSignals& signals) const {
+    if (signals.num_hits < min_hits) return false;
+    return signals.num_hits > 0 || max_novel_depth_blocks < 0 || signals.novel_depth_blocks <= max_novel_depth_blocks;
+  }
+};
+
 }  // namespace sluice

@@ -27,6 +27,8 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config)) {
   SLUICE_CHECK(config.block_size_tokens > 0);
+  SLUICE_CHECK(config.num_host_blocks >= 0 && config.demote_watermark_blocks >= 0);
+  if (config.num_host_blocks > 0) host_.emplace(config.num_host_blocks, config.host_eviction);
   SLUICE_CHECK(config.prefix_admit_window_tokens >= 0 && config.prefix_hit_weight >= 0.0);
   SLUICE_CHECK(config.prefix_admit_window_step_tokens > 0);
   SLUICE_CHECK(config.slru_protected_fraction >= 0.0 && config.slru_protected_fraction <= 1.0);
@@ -43,20 +45,19 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const BlockHash> block_hashes
     match.blocks.push_back(*block);
   }
   match.num_cached_tokens = static_cast<std::int32_t>(match.blocks.size()) * config_.block_size_tokens;
+  if (!host_) return match;
+  for (std::size_t i = match.blocks.size(); i < std::min(max_blocks, block_hashes.size()); ++i) {
+    const std::optional<BlockId> block = host_->lookup(block_hashes[i]);
+    if (!block) break;
+    match.host_blocks.push_back(*block);
+  }
   return match;
 }
 
 PrefixProbe KvCacheManager::probe_prefix(std::span<const BlockHash> block_hashes,
                                          std::int32_t max_cached_tokens) const {
   PrefixProbe probe;
-  if (!config_.enable_prefix_caching) return probe;
-  const auto max_blocks = static_cast<std::size_t>(std::max(0, max_cached_tokens) / config_.block_size_tokens);
-  for (std::size_t i = 0; i < std::min(max_blocks, block_hashes.size()); ++i) {
-    const std::optional<BlockId> block = pool_.lookup(block_hashes[i]);
-    if (!block) break;
-    ++probe.num_hit_blocks;
-    if (pool_.ref_count(*block) == 0) ++probe.num_hit_free_blocks;
-  }
+  extend_probe(block_hashes, max_cached_tokens, probe);
   return probe;
 }
 
@@ -64,12 +65,19 @@ void KvCacheManager::extend_probe(std::span<const BlockHash> block_hashes, std::
                                   PrefixProbe& probe) const {
   if (!config_.enable_prefix_caching) return;
   const auto max_blocks = static_cast<std::size_t>(std::max(0, max_cached_tokens) / config_.block_size_tokens);
-  for (auto i = static_cast<std::size_t>(probe.num_hit_blocks); i < std::min(max_blocks, block_hashes.size()); ++i) {
+  const std::size_t end = std::min(max_blocks, block_hashes.size());
+  // The device hit grows only while the host part is empty: past a host hit
+  // the chain continues on the host (a promotion landing later is found by
+  // the next full probe).
+  auto i = static_cast<std::size_t>(probe.num_hit_blocks + probe.num_host_hit_blocks);
+  for (; probe.num_host_hit_blocks == 0 && i < end; ++i) {
     const std::optional<BlockId> block = pool_.lookup(block_hashes[i]);
     if (!block) break;
     ++probe.num_hit_blocks;
     if (pool_.ref_count(*block) == 0) ++probe.num_hit_free_blocks;
   }
+  if (!host_) return;
+  for (; i < end && host_->lookup(block_hashes[i]); ++i) ++probe.num_host_hit_blocks;
 }
 
 std::int32_t KvCacheManager::num_blocks_needed(SequenceId seq_id, std::int32_t num_tokens,
@@ -88,16 +96,42 @@ std::span<const BlockId> KvCacheManager::block_table(SequenceId seq_id) const {
 }
 
 KvCacheCounters KvCacheManager::counters() const {
-  return KvCacheCounters{.num_queried_tokens = num_queried_tokens_,
-                         .num_hit_tokens = num_hit_tokens_,
-                         .num_evicted_blocks = pool_.counters().num_evicted_blocks};
+  KvCacheCounters c{.num_queried_tokens = num_queried_tokens_,
+                    .num_hit_tokens = num_hit_tokens_,
+                    .num_evicted_blocks = pool_.counters().num_evicted_blocks,
+                    .num_queries_with_device_hits = num_queries_with_device_hits_,
+                    .num_host_queried_tokens = num_host_queried_tokens_,
+                    .num_host_hit_tokens = num_host_hit_tokens_,
+                    .num_queries_with_host_hits = num_queries_with_host_hits_,
+                    .num_failed_copies = num_failed_copies_,
+                    .num_demotions_skipped = num_demotions_skipped_};
+  if (host_) {
+    c.num_host_loaded_blocks = host_->counters().num_loaded_blocks;
+    c.num_host_stored_blocks = host_->counters().num_stored_blocks;
+    c.num_host_evicted_blocks = host_->counters().num_evicted_blocks;
+  }
+  return c;
+}
+
+bool KvCacheManager::is_loading(SequenceId seq_id) const {
+  const auto it = sequences_.find(seq_id);
+  return it != sequences_.end() && it->second.num_loading_blocks > 0;
+}
+
+bool KvCacheManager::load_failed(SequenceId seq_id) const {
+  const auto it = sequences_.find(seq_id);
+  return it != sequences_.end() && it->second.load_failed;
 }
 
 Status KvCacheManager::commit(const KvAllocation& allocation) {
   const auto it = sequences_.find(allocation.seq_id);
   const bool is_new = it == sequences_.end();
-  SLUICE_CHECK_MSG(is_new || allocation.prefix.blocks.empty(), "a prefix hit for a sequence that has blocks");
+  SLUICE_CHECK_MSG(is_new || (allocation.prefix.blocks.empty() && allocation.prefix.host_blocks.empty()),
+                   "a prefix hit for a sequence that has blocks");
   const auto num_hit_blocks = static_cast<std::int32_t>(allocation.prefix.blocks.size());
+  const auto num_load_blocks = static_cast<std::int32_t>(allocation.prefix.host_blocks.size());
+  SLUICE_CHECK_MSG(num_load_blocks == 0 || host_, "host blocks to load without a host tier");
+  SLUICE_CHECK_LE((num_hit_blocks + num_load_blocks) * config_.block_size_tokens, allocation.num_tokens);
   std::int32_t num_hit_free_blocks = 0;
   for (BlockId b : allocation.prefix.blocks) num_hit_free_blocks += pool_.ref_count(b) == 0 ? 1 : 0;
   const std::int32_t num_new_blocks = num_blocks_needed(allocation.seq_id, allocation.num_tokens, num_hit_blocks);
@@ -113,12 +147,38 @@ Status KvCacheManager::commit(const KvAllocation& allocation) {
     seq.blocks.push_back(b);
   }
   if (is_new) {
-    seq.num_registered_blocks = num_hit_blocks;
-    seq.num_prefix_hit_blocks = num_hit_blocks;
+    seq.instance = next_instance_++;
+    seq.num_registered_blocks = num_hit_blocks + num_load_blocks;
+    seq.num_prefix_hit_blocks = num_hit_blocks + num_load_blocks;
     num_queried_tokens_ += allocation.num_queried_tokens;
     num_hit_tokens_ += allocation.prefix.num_cached_tokens;
+    if (num_hit_blocks > 0) ++num_queries_with_device_hits_;
+    if (host_) num_host_queried_tokens_ += std::max(0, allocation.num_queried_tokens - allocation.prefix.num_cached_tokens);
+    if (num_load_blocks > 0) {
+      ++num_queries_with_host_hits_;
+      num_host_hit_tokens_ += static_cast<std::int64_t>(num_load_blocks) * config_.block_size_tokens;
+    }
   }
-  for (BlockId b : pool_.allocate(num_new_blocks)) seq.blocks.push_back(b);
+  const std::int64_t evicted_before = pool_.counters().num_evicted_blocks;
+  const std::vector<BlockId> fresh = pool_.allocate(num_new_blocks);
+  // Allocation evicts directly when demotion has not kept enough free: those keys never reach the host.
+  if (host_) num_demotions_skipped_ += pool_.counters().num_evicted_blocks - evicted_before;
+  for (std::int32_t j = 0; j < num_load_blocks; ++j) {
+    // The load's own references: the device block and the host block outlive
+    // the sequence if it ends first.
+    const BlockId device = fresh[static_cast<std::size_t>(j)];
+    const BlockId host = allocation.prefix.host_blocks[static_cast<std::size_t>(j)];
+    pool_.add_reference(device);
+    host_->pin_for_load(host);
+    add_copy({.direction = KvCopyDirection::kHostToDevice,
+              .device_block = device,
+              .host_block = host,
+              .hash = host_->key(host),
+              .seq_id = allocation.seq_id,
+              .instance = seq.instance});
+    ++seq.num_loading_blocks;
+  }
+  seq.blocks.insert(seq.blocks.end(), fresh.begin(), fresh.end());
   return Ok{};
 }
 
@@ -151,15 +211,97 @@ void KvCacheManager::free(SequenceId seq_id) {
   sequences_.erase(it);
 }
 
+KvCopyId KvCacheManager::add_copy(const Copy& copy) {
+  const KvCopyId id = next_copy_id_++;
+  copies_.emplace(id, copy);
+  new_copies_.push_back(
+      {.id = id, .direction = copy.direction, .device_block = copy.device_block, .host_block = copy.host_block});
+  return id;
+}
+
+void KvCacheManager::count_skipped_demotion(const BlockPool::Demotion& demotion) {
+  ++num_demotions_skipped_;
+  pool_.finish_demotion(demotion.block);
+}
+
+void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
+  if (!host_) return;
+  while (pool_.num_uncached_free_blocks() + num_demoting_blocks_ < target_free_blocks) {
+    const std::optional<BlockPool::Demotion> d = pool_.begin_demotion();
+    if (!d) return;
+    if (const std::optional<BlockId> held = host_->lookup(d->hash)) {
+      host_->touch(*held);  // already below: nothing to copy
+      pool_.finish_demotion(d->block);
+      continue;
+    }
+    if (host_->holds_or_stores(d->hash) || !config_.host_admission.admits(d->signals)) {
+      count_skipped_demotion(*d);
+      continue;
+    }
+    const std::optional<BlockId> host = host_->begin_store(d->hash);
+    if (!host) {  // every host block is in a copy: drop it rather than wait
+      count_skipped_demotion(*d);
+      continue;
+    }
+    add_copy({.direction = KvCopyDirection::kDeviceToHost, .device_block = d->block, .host_block = *host, .hash = d->hash});
+    ++num_demoting_blocks_;
+  }
+}
+
+void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
+  const auto it = copies_.find(completion.id);
+  SLUICE_CHECK_MSG(it != copies_.end(), "completion of a copy that is not in flight");
+  const Copy copy = it->second;
+  copies_.erase(it);
+  if (!completion.ok) ++num_failed_copies_;
+  if (copy.direction == KvCopyDirection::kDeviceToHost) {
+    host_->finish_store(copy.host_block, completion.ok);
+    pool_.finish_demotion(copy.device_block);
+    --num_demoting_blocks_;
+    return;
+  }
+  // A promoted block counts one hit (it was hit below), so SLRU protects it.
+  if (completion.ok) pool_.register_hash(copy.device_block, copy.hash, /*num_hits=*/1);
+  host_->unpin(copy.host_block);
+  pool_.release(copy.device_block);
+  const auto seq = sequences_.find(copy.seq_id);
+  if (seq == sequences_.end() || seq->second.instance != copy.instance) return;  // it ended meanwhile
+  --seq->second.num_loading_blocks;
+  if (!completion.ok) seq->second.load_failed = true;
+}
+
 void KvCacheManager::check_invariants() const {
   pool_.check_invariants();
+  if (host_) host_->check_invariants();
   std::vector<std::int32_t> references(static_cast<std::size_t>(pool_.num_blocks()), 0);
+  std::vector<std::int32_t> host_references(static_cast<std::size_t>(num_host_blocks()), 0);
+  std::unordered_map<SequenceId, std::int32_t> loads;
+  std::int32_t num_stores = 0;
   for (const auto& [id, seq] : sequences_) {
     SLUICE_CHECK_LE(seq.num_registered_blocks, static_cast<std::int32_t>(seq.blocks.size()));
+    SLUICE_CHECK_LE(0, seq.num_loading_blocks);
     for (BlockId b : seq.blocks) ++references[static_cast<std::size_t>(b)];
+  }
+  for (const auto& [id, copy] : copies_) {
+    ++references[static_cast<std::size_t>(copy.device_block)];
+    ++host_references[static_cast<std::size_t>(copy.host_block)];
+    if (copy.direction == KvCopyDirection::kDeviceToHost) {
+      ++num_stores;
+      continue;
+    }
+    const auto seq = sequences_.find(copy.seq_id);
+    if (seq != sequences_.end() && seq->second.instance == copy.instance) ++loads[copy.seq_id];
+  }
+  SLUICE_CHECK_EQ(num_stores, num_demoting_blocks_);
+  for (const auto& [id, seq] : sequences_) {
+    const auto it = loads.find(id);
+    SLUICE_CHECK_EQ(seq.num_loading_blocks, it == loads.end() ? 0 : it->second);
   }
   for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
     SLUICE_CHECK_EQ(pool_.ref_count(b), references[static_cast<std::size_t>(b)]);
+  }
+  for (BlockId b = 0; b < num_host_blocks(); ++b) {
+    SLUICE_CHECK_EQ(host_->ref_count(b), host_references[static_cast<std::size_t>(b)]);
   }
 }
 

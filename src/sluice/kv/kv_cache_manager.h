@@ -1,23 +1,43 @@
-// KvCacheManager: which KV blocks each sequence owns, and the prefix cache
-// over them. Plan, then commit: match_prefix / probe_prefix / num_blocks_needed
-// / can_allocate change nothing (their answers are valid until the next
-// mutation); commit(), cache_computed_blocks() and free() are the only
-// mutations, and only the engine thread calls them.
+// KvCacheManager: which KV blocks each sequence owns, the prefix cache over
+// them, and the host tier below it (host_tier.h) with the copies between the
+// two. Plan, then commit: match_prefix / probe_prefix / num_blocks_needed /
+// can_allocate change nothing (their answers are valid until the next
+// mutation); commit(), cache_computed_blocks(), free(), start_demotions() and
+// complete_copy() are the only mutations, and only the engine thread calls them.
+//
+// Copies (common/kv_copy.h). A copy holds a reference on its device block and
+// its host block until complete_copy(), so neither is evicted, reused or freed
+// while it runs, whatever happens to the sequence that asked for it (abort,
+// preemption, finish):
+//   demotion  (device -> host) start_demotions() keeps `demote_watermark_blocks`
+//             device blocks free ahead of allocation: it takes the device
+//             evictor's next victims and stores those the host admits and
+//             lacks; their keys stay hittable on the device until the store
+//             completes, then leave it.
+//   promotion (host -> device) commit() of a new sequence whose prefix names
+//             host blocks allocates device blocks for them and loads them; the
+//             sequence is loading (is_loading) until every load completed, and
+//             the loaded blocks join the device prefix cache only then.
+// The copies to start are taken with take_new_copies() for the next step.
 //
 // Lengths, per sequence: num_cached_tokens <= num_computed_tokens <= num_tokens
 // <= num_allocated_blocks * block_size_tokens.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
 #include "sluice/common/ids.h"
+#include "sluice/common/kv_copy.h"
 #include "sluice/common/result.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/block_pool.h"
 #include "sluice/kv/eviction_policy.h"
+#include "sluice/kv/host_tier.h"
 
 namespace sluice {
 
@@ -34,18 +54,30 @@ struct KvCacheConfig {
   std::int32_t prefix_admit_window_tokens = 2048;
   std::int32_t prefix_admit_window_step_tokens = 512;
   double prefix_hit_weight = 0.5;
+  // The host tier: 0 blocks = none.
+  std::int32_t num_host_blocks = 0;
+  EvictionPolicy host_eviction = EvictionPolicy::kLru;
+  HostAdmission host_admission;
+  // Free device blocks demotion keeps ahead of allocation (about one step's
+  // worth of new blocks): fewer, and allocation evicts keys the host never sees.
+  std::int32_t demote_watermark_blocks = 0;
 };
 
 // The cached blocks that hold a prefix of some token sequence.
 struct PrefixMatch {
   std::vector<BlockId> blocks;  // blocks[i] holds tokens [i*bs, (i+1)*bs)
-  std::int32_t num_cached_tokens = 0;
+  std::int32_t num_cached_tokens = 0;  // on the device: blocks.size() * bs
+  // Host blocks holding the next keys after `blocks` (host_blocks[j]: tokens
+  // [(blocks.size() + j) * bs, ...)). commit() loads those it is given; a
+  // caller that prices recompute lower truncates them.
+  std::vector<BlockId> host_blocks;
 };
 
 // The same as a count, without building the vector: what admission needs.
 struct PrefixProbe {
   std::int32_t num_hit_blocks = 0;
   std::int32_t num_hit_free_blocks = 0;  // of those, currently cached free: taking them uses up available blocks
+  std::int32_t num_host_hit_blocks = 0;  // after the device hit, in the host tier
 };
 
 struct KvAllocation {
@@ -60,9 +92,22 @@ struct KvAllocation {
 };
 
 struct KvCacheCounters {
+  // Device tier.
   std::int64_t num_queried_tokens = 0;
   std::int64_t num_hit_tokens = 0;
   std::int64_t num_evicted_blocks = 0;
+  std::int64_t num_queries_with_device_hits = 0;  // admissions whose prefix came partly from the device
+  // Host tier: queried = what the device missed of each new prompt; hit = what was loaded.
+  std::int64_t num_host_queried_tokens = 0;
+  std::int64_t num_host_hit_tokens = 0;
+  std::int64_t num_queries_with_host_hits = 0;
+  std::int64_t num_host_loaded_blocks = 0;    // loads started
+  std::int64_t num_host_stored_blocks = 0;    // stores completed
+  std::int64_t num_host_evicted_blocks = 0;
+  std::int64_t num_failed_copies = 0;
+  // Device keys evicted without reaching the host: admission refused them, or
+  // allocation could not wait for a demotion.
+  std::int64_t num_demotions_skipped = 0;
 };
 
 class KvCacheManager {
@@ -82,7 +127,10 @@ class KvCacheManager {
   // those blocks since), which admission tolerates: commit() re-checks.
   void extend_probe(std::span<const BlockHash> block_hashes, std::int32_t max_cached_tokens,
                     PrefixProbe& probe) const;
-  std::int64_t num_evicted_blocks() const { return pool_.counters().num_evicted_blocks; }
+  // Keys that left either tier: a probe is stale once this moves.
+  std::int64_t num_evicted_blocks() const {
+    return pool_.counters().num_evicted_blocks + (host_ ? host_->counters().num_evicted_blocks : 0);
+  }
   // Blocks commit() would have to take from the pool for the sequence to hold
   // num_tokens tokens, given num_hit_blocks of them come from the cache (new sequences).
   std::int32_t num_blocks_needed(SequenceId seq_id, std::int32_t num_tokens, std::int32_t num_hit_blocks = 0) const;
@@ -99,6 +147,14 @@ class KvCacheManager {
   std::int32_t num_sequences() const { return static_cast<std::int32_t>(sequences_.size()); }
   KvCacheCounters counters() const;
   const BlockPool& pool() const { return pool_; }
+  bool has_host_tier() const { return host_.has_value(); }
+  std::int32_t num_host_blocks() const { return host_ ? host_->num_blocks() : 0; }
+  std::int32_t num_host_stored_blocks() const { return host_ ? host_->num_stored_blocks() : 0; }
+  // A sequence waiting for loads; it must not run until they complete.
+  bool is_loading(SequenceId seq_id) const;
+  // A load of the sequence failed: its blocks do not hold its prefix.
+  bool load_failed(SequenceId seq_id) const;
+  std::int32_t num_copies_in_flight() const { return static_cast<std::int32_t>(copies_.size()); }
 
   // --- mutations ---------------------------------------------------------
   // Takes the prefix hit's blocks and enough new blocks; on failure (not
@@ -108,8 +164,17 @@ class KvCacheManager {
   // the prefix cache, so later requests can hit them (no-op without caching).
   void cache_computed_blocks(SequenceId seq_id, std::span<const BlockHash> block_hashes,
                              std::int32_t num_computed_tokens);
-  // Releases every block of the sequence (preemption, finish, abort).
+  // Releases every block of the sequence (preemption, finish, abort). Its
+  // loads in flight keep their blocks until they complete.
   void free(SequenceId seq_id);
+  // Starts demotions until demote_watermark_blocks (or target_free_blocks)
+  // are free or being freed (no-op without a host tier).
+  void start_demotions() { start_demotions(config_.demote_watermark_blocks); }
+  void start_demotions(std::int32_t target_free_blocks);
+  // The copies started since the last call, for the next step's batch.
+  std::vector<KvBlockCopy> take_new_copies() { return std::exchange(new_copies_, {}); }
+  // A backend reported a copy done (ids it does not know are a bug).
+  void complete_copy(const KvCopyCompletion& completion);
 
   void check_invariants() const;
 
@@ -117,14 +182,39 @@ class KvCacheManager {
   struct Sequence {
     std::vector<BlockId> blocks;
     std::int32_t num_registered_blocks = 0;  // blocks[0, n) are in the prefix cache or were offered to it
-    std::int32_t num_prefix_hit_blocks = 0;  // blocks[0, n) came from the prefix hit at admission
+    std::int32_t num_prefix_hit_blocks = 0;  // blocks[0, n) came from the prefix hit (device or host) at admission
+    std::uint64_t instance = 0;              // tells a re-admitted sequence from its earlier self
+    std::int32_t num_loading_blocks = 0;
+    bool load_failed = false;
   };
+  struct Copy {
+    KvCopyDirection direction = KvCopyDirection::kDeviceToHost;
+    BlockId device_block = 0;
+    BlockId host_block = 0;
+    BlockHash hash = 0;
+    SequenceId seq_id = 0;  // loads: who waits for it
+    std::uint64_t instance = 0;
+  };
+  KvCopyId add_copy(const Copy& copy);
+  void count_skipped_demotion(const BlockPool::Demotion& demotion);
 
   KvCacheConfig config_;
   BlockPool pool_;
+  std::optional<HostTier> host_;
   std::unordered_map<SequenceId, Sequence> sequences_;
+  std::unordered_map<KvCopyId, Copy> copies_;  // in flight
+  std::vector<KvBlockCopy> new_copies_;        // not yet taken for a step
+  KvCopyId next_copy_id_ = 1;
+  std::uint64_t next_instance_ = 1;
+  std::int32_t num_demoting_blocks_ = 0;
   std::int64_t num_queried_tokens_ = 0;
   std::int64_t num_hit_tokens_ = 0;
+  std::int64_t num_queries_with_device_hits_ = 0;
+  std::int64_t num_host_queried_tokens_ = 0;
+  std::int64_t num_host_hit_tokens_ = 0;
+  std::int64_t num_queries_with_host_hits_ = 0;
+  std::int64_t num_failed_copies_ = 0;
+  std::int64_t num_demotions_skipped_ = 0;
 };
 
 }  // namespace sluice

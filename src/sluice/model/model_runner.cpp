@@ -20,8 +20,22 @@ class ModelRunner final : public Backend {
 
   const BackendInfo& info() const override { return info_; }
 
+  Status allocate_host_kv_cache(std::int32_t num_blocks) override {
+    if (info_.kv_bytes_per_block == 0) return Error{"the " + info_.name + " ops have no host KV tier"};
+    return ops_->allocate_host_kv_cache(num_blocks);
+  }
+
   Result<StepOutput> execute(const Batch& batch) override {
     const auto start = std::chrono::steady_clock::now();
+    // Copies first, on their own stream where the ops have one: they overlap the forward.
+    std::vector<KvCopyCompletion> copied;
+    if (!batch.copies.empty() || (batch.sequences.empty() && info_.kv_bytes_per_block > 0)) {
+      SLUICE_TRY_ASSIGN(done, ops_->copy_kv_blocks(batch.copies, batch.sequences.empty()));
+      copied = std::move(done);
+    }
+    if (batch.sequences.empty()) {
+      return StepOutput{.step_time_ms = elapsed_ms(start), .completed_copies = std::move(copied)};
+    }
     check_batch(batch);
     const StepLayout layout = StepLayout::from_batch(batch);
     ops_->begin_step(layout);
@@ -55,8 +69,12 @@ class ModelRunner final : public Backend {
       }
       output.sequences.push_back(std::move(out));
     }
-    output.step_time_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    output.completed_copies = std::move(copied);
+    if (info_.kv_bytes_per_block > 0) {  // copies that landed while the forward ran
+      SLUICE_TRY_ASSIGN(more, ops_->copy_kv_blocks({}, false));
+      output.completed_copies.insert(output.completed_copies.end(), more.begin(), more.end());
+    }
+    output.step_time_ms = elapsed_ms(start);
     return output;
   }
 
@@ -64,6 +82,10 @@ class ModelRunner final : public Backend {
   // Batches come from the engine, which validated every request
   // (engine/request_validation.h), or from generate_sequence, which checks its
   // prompt: a malformed one is a bug there, and would write other sequences' KV.
+  static double elapsed_ms(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
   void check_batch(const Batch& batch) const {
     const std::int32_t block_size = info_.block_size_tokens;
     for (const SequenceStep& seq : batch.sequences) {
@@ -130,6 +152,10 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
   if (info.num_kv_blocks < 1)
     return Error{fmt::format("KV cache of {} bytes holds no block of {} bytes", kv_cache_bytes, bytes_per_block)};
   SLUICE_TRY(ops->allocate_kv_cache(model->kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
+  if (ops->host_link_bytes_per_s() > 0) {
+    info.kv_bytes_per_block = bytes_per_block;
+    info.host_link_bytes_per_s = ops->host_link_bytes_per_s();
+  }
   return std::unique_ptr<Backend>(
       std::make_unique<ModelRunner>(std::move(ops), std::move(checkpoint), std::move(model), std::move(info)));
 }

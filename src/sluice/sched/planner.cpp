@@ -32,7 +32,8 @@ class PlanBuilder {
         preempted_(state.running.size(), false),
         num_available_blocks_(state.num_available_blocks),
         token_budget_(config.max_num_batched_tokens),
-        num_running_(static_cast<std::int32_t>(state.running.size()) + state.num_finishing_seqs) {
+        num_running_(static_cast<std::int32_t>(state.running.size()) + state.num_finishing_seqs +
+                     state.num_loading_seqs) {
     shape_.sequences.reserve(state.running.size() + state.waiting.size());
   }
 
@@ -51,6 +52,8 @@ class PlanBuilder {
   void preempt(std::size_t index);
   std::vector<Candidate> prefill_candidates() const;
   std::int32_t chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position, bool first_prefill);
+  // Host-tier tokens worth loading for this waiting request (0: recompute them).
+  std::int32_t tokens_to_load(const SchedRequest& r);
 
   const SchedState& state_;
   const SchedConfig& config_;
@@ -65,6 +68,9 @@ class PlanBuilder {
   // admission must leave them room.
   std::int32_t outstanding_prefill_blocks_ = 0;
   double step_cap_ms_ = 0.0;
+  double load_budget_ms_ = 0.0;  // copy time this step's loads may still take
+  bool any_load_ = false;
+  bool any_chunk_ = false;  // a prefill chunk that runs tokens is planned
 };
 
 void PlanBuilder::preempt(std::size_t index) {
@@ -190,6 +196,23 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   return best;
 }
 
+std::int32_t PlanBuilder::tokens_to_load(const SchedRequest& r) {
+  const std::int32_t num_blocks = r.num_host_hit_tokens / block_size();
+  if (num_blocks == 0 || config_.host_load_ms_per_block <= 0.0) return 0;
+  const double load_ms = num_blocks * config_.host_load_ms_per_block;
+  if (any_load_ && load_ms > load_budget_ms_) return 0;
+  // Recomputing: those tokens after the device hit, alone in a step, less
+  // the step's fixed cost (a one-token step at the same position).
+  const std::int32_t tokens = num_blocks * block_size();
+  const StepShape recompute{.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = r.num_cached_tokens}}};
+  const StepShape fixed{.sequences = {{.num_new_tokens = 1, .num_computed_tokens = r.num_cached_tokens}}};
+  const double recompute_ms = cost_model_.predict_step_ms(recompute) - cost_model_.predict_step_ms(fixed);
+  if (load_ms >= recompute_ms) return 0;
+  load_budget_ms_ -= load_ms;
+  any_load_ = true;
+  return tokens;
+}
+
 double PlanBuilder::step_cap_ms() const {
   if (shape_.sequences.empty()) return config_.max_step_ms;
   const double decode_ms = cost_model_.predict_step_ms(shape_);
@@ -199,6 +222,7 @@ double PlanBuilder::step_cap_ms() const {
 void PlanBuilder::schedule_prefills() {
   std::vector<Candidate> candidates = prefill_candidates();
   step_cap_ms_ = step_cap_ms();
+  load_budget_ms_ = step_cap_ms_;
   // Admitted prompts still to be allocated: admission must leave them room.
   for (const Candidate& c : candidates) {
     if (c.is_waiting) continue;
@@ -231,6 +255,16 @@ void PlanBuilder::schedule_prefills() {
       if (num_available_blocks_ - protected_blocks - outstanding_prefill_blocks_ - need < config_.reserve_blocks) {
         continue;
       }
+      if (const std::int32_t load_tokens = tokens_to_load(r); load_tokens > 0) {
+        // Blocks for the loads now; the rest of the prompt stays outstanding.
+        const std::int32_t load_blocks = load_tokens / block_size();
+        num_available_blocks_ -= load_blocks + r.num_hit_free_blocks;
+        outstanding_prefill_blocks_ += prompt_blocks_left - load_blocks;
+        ++num_running_;
+        plan_.prefills.push_back(
+            {.seq_id = r.seq_id, .num_new_tokens = 0, .admits = true, .num_load_tokens = load_tokens});
+        continue;
+      }
     }
 
     std::int32_t chunk = std::min(r.num_tokens - start, token_budget_);
@@ -242,7 +276,7 @@ void PlanBuilder::schedule_prefills() {
     chunk = std::min(chunk, (held_blocks + available_for_request) * block_size() - start);
     if (chunk <= 0) continue;  // no memory for this one; a smaller one may fit
     if (cap_by_time) {
-      chunk = chunk_under_time_cap(chunk, start, plan_.prefills.empty());
+      chunk = chunk_under_time_cap(chunk, start, !any_chunk_);
       if (chunk <= 0) break;  // time is spent: later candidates would not fit either
     }
 
@@ -255,6 +289,7 @@ void PlanBuilder::schedule_prefills() {
       outstanding_prefill_blocks_ -= std::min(chunk_blocks, prompt_blocks_left);
     }
     token_budget_ -= chunk;
+    any_chunk_ = true;
     plan_.prefills.push_back({.seq_id = r.seq_id, .num_new_tokens = chunk, .admits = c.is_waiting});
     shape_.sequences.push_back({.num_new_tokens = chunk, .num_computed_tokens = start});
   }

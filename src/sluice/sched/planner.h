@@ -16,6 +16,14 @@
 //   request goes ahead of all that have not waited that long.
 //   Admission reserves the whole prompt's blocks (and keeps reserve_blocks
 //   free for decode growth), so admitted prefills cannot deadlock each other.
+//   3. Host-tier hits: a waiting request whose prefix continues in the host
+//      tier loads it when the copy (blocks x host_load_ms_per_block) is
+//      predicted cheaper than recomputing those tokens at that position, and
+//      recomputes it otherwise. A load runs on the copy engine, not in the
+//      step, so it costs decodes nothing; the request joins the steps once it
+//      has landed. Loads a step starts are capped at the step's time cap of
+//      copy time (the first always goes), so the copy queue stays about one
+//      step long and a later load is not stuck behind it.
 #pragma once
 
 #include "sluice/sched/cost_model.h"

@@ -26,6 +26,9 @@ struct SchedRequest {
   // the hit blocks are currently free (admission takes them off the free count).
   std::int32_t num_cached_tokens = 0;
   std::int32_t num_hit_free_blocks = 0;
+  // Waiting only: tokens right after num_cached_tokens held by the host tier,
+  // which admission may load instead of recomputing.
+  std::int32_t num_host_hit_tokens = 0;
   double arrival_ms = 0.0;
 
   std::int32_t num_remaining_tokens() const { return num_tokens - num_computed_tokens; }
@@ -39,6 +42,9 @@ struct SchedState {
   // by a step in flight (--async-scheduling), so they run nothing more, but
   // they still hold their blocks and a seat until that step is collected.
   std::int32_t num_finishing_seqs = 0;
+  // Admitted requests left out of `running` while their prefix loads from the
+  // host tier: they hold blocks and a seat, and run once the loads complete.
+  std::int32_t num_loading_seqs = 0;
   std::int32_t num_available_blocks = 0;  // free + cached free
   // Of the available blocks, cached prefixes that earned protection (SLRU).
   // Admitting a new request must not evict them: running requests may, so a
@@ -68,6 +74,9 @@ struct SchedConfig {
   // alone cannot promise that (everybody ages), this bound does.
   double max_prefill_wait_ms = 120000.0;
   std::int32_t reserve_blocks = 0;  // admission keeps this many blocks free for decode growth
+  // Time to copy one KV block from the host tier (block bytes / host link
+  // rate); 0: no host tier, host hits are recomputed.
+  double host_load_ms_per_block = 0.0;
 };
 
 struct ScheduledChunk {
@@ -76,6 +85,10 @@ struct ScheduledChunk {
   // Prefills only: the chunk admits a waiting request (its first chunk, from
   // its prefix-cache hit); otherwise it continues a running one.
   bool admits = false;
+  // Admissions only: host-tier tokens (after the device hit) to load instead
+  // of recomputing. A loading admission runs no tokens this step
+  // (num_new_tokens == 0): the request computes once its loads complete.
+  std::int32_t num_load_tokens = 0;
 };
 
 struct StepPlan {

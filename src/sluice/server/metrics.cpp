@@ -113,6 +113,11 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
           static_cast<double>(stats.prefix_cache_queried_tokens));
   counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(stats.prefix_cache_hit_tokens));
+  // vLLM's names for prefix hits served by its KV connector (the offloading tier).
+  counter("vllm:external_prefix_cache_queries_total", "Prompt tokens looked up in the host KV tier (device misses).",
+          static_cast<double>(stats.host_cache_queried_tokens));
+  counter("vllm:external_prefix_cache_hits_total", "Prompt tokens loaded from the host KV tier.",
+          static_cast<double>(stats.host_cache_hit_tokens));
   counter("vllm:num_preemptions_total", "Preemptions.", static_cast<double>(stats.num_preemptions));
   counter("sluice:async_dropped_sequence_steps_total",
           "Async scheduling: sequence-steps computed for requests that ended while they were in flight.",
@@ -165,22 +170,56 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   gauge("sluice:num_free_kv_blocks", "Unused KV cache blocks (cached or not).", stats.num_free_kv_blocks);
   gauge("sluice:num_cached_free_kv_blocks", "Unused KV blocks that still hold a reusable prefix.",
         stats.num_cached_free_kv_blocks);
-  // One series per cache tier and block state; only the device tier exists
-  // so far, host and disk tiers add their own label values.
+  // One series per cache tier and block state (device, host; a disk tier adds its own).
   const std::int32_t used_blocks = stats.num_kv_blocks - stats.num_free_kv_blocks;
   const std::int32_t uncached_free_blocks = stats.num_free_kv_blocks - stats.num_cached_free_kv_blocks;
+  // One sample of a per-tier series; `extra` adds labels after the tier's.
+  auto tier_sample = [&](const char* name, const char* tier, const char* extra, double value) {
+    out += fmt::format("{}{{{},tier=\"{}\"{}}} {}\n", name, labels, tier, extra, value);
+  };
+  const bool host = stats.num_host_kv_blocks > 0;
   header(out, "sluice:kv_cache_tier_blocks", "gauge",
-         "KV blocks per cache tier: used (held by requests), cached (free, holding a prefix), free.");
-  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"used\"}} {}\n", labels, used_blocks);
-  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"cached\"}} {}\n", labels,
-                     stats.num_cached_free_kv_blocks);
-  out += fmt::format("sluice:kv_cache_tier_blocks{{{},tier=\"device\",state=\"free\"}} {}\n", labels,
-                     uncached_free_blocks);
+         "KV blocks per cache tier: used (held by requests or copies), cached (free, holding a prefix), free.");
+  tier_sample("sluice:kv_cache_tier_blocks", "device", ",state=\"used\"", used_blocks);
+  tier_sample("sluice:kv_cache_tier_blocks", "device", ",state=\"cached\"", stats.num_cached_free_kv_blocks);
+  tier_sample("sluice:kv_cache_tier_blocks", "device", ",state=\"free\"", uncached_free_blocks);
+  if (host) tier_sample("sluice:kv_cache_tier_blocks", "host", ",state=\"cached\"", stats.num_host_stored_kv_blocks);
   header(out, "sluice:kv_cache_tier_capacity_blocks", "gauge", "KV blocks each cache tier can hold.");
-  out += fmt::format("sluice:kv_cache_tier_capacity_blocks{{{},tier=\"device\"}} {}\n", labels, stats.num_kv_blocks);
+  tier_sample("sluice:kv_cache_tier_capacity_blocks", "device", "", stats.num_kv_blocks);
+  if (host) tier_sample("sluice:kv_cache_tier_capacity_blocks", "host", "", stats.num_host_kv_blocks);
   header(out, "sluice:kv_cache_tier_hit_tokens_total", "counter", "Prompt tokens served from each cache tier.");
-  out += fmt::format("sluice:kv_cache_tier_hit_tokens_total{{{},tier=\"device\"}} {}\n", labels,
-                     stats.prefix_cache_hit_tokens);
+  tier_sample("sluice:kv_cache_tier_hit_tokens_total", "device", "", static_cast<double>(stats.prefix_cache_hit_tokens));
+  if (host) tier_sample("sluice:kv_cache_tier_hit_tokens_total", "host", "", static_cast<double>(stats.host_cache_hit_tokens));
+  header(out, "sluice:kv_cache_tier_hit_queries_total", "counter",
+         "Prompts whose prefix came partly from each cache tier.");
+  tier_sample("sluice:kv_cache_tier_hit_queries_total", "device", "",
+              static_cast<double>(stats.prefix_cache_device_hit_queries));
+  if (host) {
+    tier_sample("sluice:kv_cache_tier_hit_queries_total", "host", "",
+                static_cast<double>(stats.prefix_cache_host_hit_queries));
+    counter("sluice:kv_host_loaded_blocks_total", "KV blocks loaded from the host tier (promotions started).",
+            static_cast<double>(stats.host_loaded_blocks));
+    counter("sluice:kv_host_stored_blocks_total", "KV blocks stored to the host tier (demotions completed).",
+            static_cast<double>(stats.host_stored_blocks));
+    counter("sluice:kv_host_evicted_blocks_total", "KV blocks evicted from the host tier.",
+            static_cast<double>(stats.host_evicted_blocks));
+    counter("sluice:kv_host_loaded_bytes_total", "Bytes copied host to device.",
+            static_cast<double>(stats.host_loaded_bytes));
+    counter("sluice:kv_host_stored_bytes_total", "Bytes copied device to host.",
+            static_cast<double>(stats.host_stored_bytes));
+    counter("sluice:kv_host_loads_total", "Requests whose prefix finished loading from the host tier.",
+            static_cast<double>(stats.host_num_loads));
+    counter("sluice:kv_host_load_seconds_total",
+            "Admission to the last load's completion, summed over the loads (mean = this / loads).",
+            stats.host_load_ms_total / 1e3);
+    counter("sluice:kv_host_failed_copies_total", "Host tier copies that failed.",
+            static_cast<double>(stats.host_failed_copies));
+    counter("sluice:kv_host_demotions_skipped_total",
+            "Device blocks evicted without reaching the host tier (admission refused, or no time to copy).",
+            static_cast<double>(stats.host_demotions_skipped));
+    gauge("sluice:kv_copies_in_flight", "Host tier copies started and not completed.",
+          stats.num_kv_copies_in_flight);
+  }
   counter("sluice:prefix_cache_evicted_blocks_total", "KV blocks evicted from the prefix cache.",
           static_cast<double>(stats.prefix_cache_evicted_blocks));
   counter("sluice:prefill_tokens_computed_total", "Prompt tokens actually computed (not served from cache).",

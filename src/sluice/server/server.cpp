@@ -30,11 +30,28 @@ std::string stats_log_line(const EngineStats& previous, const EngineStats& now, 
   const auto queried = now.prefix_cache_queried_tokens - previous.prefix_cache_queried_tokens;
   const auto hits = now.prefix_cache_hit_tokens - previous.prefix_cache_hit_tokens;
   const double hit_rate = queried > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queried) : 0.0;
-  return fmt::format(
+  std::string line = fmt::format(
       "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} tokens/s, Running: {} reqs, "
       "Waiting: {} reqs, KV cache usage: {:.1f}%, Prefix cache hit rate: {:.1f}%, Longest decode stall: {:.1f} ms",
       prompt_tps, generation_tps, now.num_running, now.num_waiting, 100.0 * now.kv_usage, hit_rate,
       now.longest_current_decode_stall_ms);
+  if (now.num_host_kv_blocks == 0) return line;
+  // The host tier, over the same interval: hits as a share of what the device missed.
+  const auto host_queried = now.host_cache_queried_tokens - previous.host_cache_queried_tokens;
+  const auto host_hits = now.host_cache_hit_tokens - previous.host_cache_hit_tokens;
+  const auto loads = now.host_num_loads - previous.host_num_loads;
+  const double load_ms = loads > 0 ? (now.host_load_ms_total - previous.host_load_ms_total) / static_cast<double>(loads) : 0.0;
+  line += fmt::format(
+      ", Host KV cache: {:.1f}% used, hit rate {:.1f}%, loaded {:.2f} GB ({} blocks), stored {:.2f} GB ({} blocks), "
+      "evicted {} blocks, mean load {:.1f} ms",
+      100.0 * static_cast<double>(now.num_host_stored_kv_blocks) / now.num_host_kv_blocks,
+      host_queried > 0 ? 100.0 * static_cast<double>(host_hits) / static_cast<double>(host_queried) : 0.0,
+      static_cast<double>(now.host_loaded_bytes - previous.host_loaded_bytes) / 1e9,
+      now.host_loaded_blocks - previous.host_loaded_blocks,
+      static_cast<double>(now.host_stored_bytes - previous.host_stored_bytes) / 1e9,
+      now.host_stored_blocks - previous.host_stored_blocks, now.host_evicted_blocks - previous.host_evicted_blocks,
+      load_ms);
+  return line;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "sluice/sim/sim_backend.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -41,8 +42,50 @@ TokenId SimBackend::fake_token(SequenceId seq_id, std::int32_t position, std::in
   return token;
 }
 
+Status SimBackend::allocate_host_kv_cache(std::int32_t num_blocks) {
+  if (info_.kv_bytes_per_block <= 0 || info_.host_link_bytes_per_s <= 0) {
+    return Error{"the sim backend was made without KV block bytes or a host link rate"};
+  }
+  if (num_blocks < 1) return Error{"a host KV tier needs at least one block"};
+  num_host_blocks_ = num_blocks;
+  return Ok{};
+}
+
+void SimBackend::start_copies(std::span<const KvBlockCopy> copies) {
+  const double copy_ms = static_cast<double>(info_.kv_bytes_per_block) / info_.host_link_bytes_per_s * 1000.0;
+  for (const KvBlockCopy& c : copies) {
+    SLUICE_CHECK_MSG(c.host_block >= 0 && c.host_block < num_host_blocks_, "a copy outside the host tier");
+    SLUICE_CHECK(c.device_block >= 0 && c.device_block < info_.num_kv_blocks);
+    if (std::any_of(copies_.begin(), copies_.end(), [&](const InFlightCopy& q) { return q.id == c.id; })) continue;
+    double& free_ms =
+        c.direction == KvCopyDirection::kDeviceToHost ? device_to_host_free_ms_ : host_to_device_free_ms_;
+    free_ms = std::max(free_ms, now_ms_) + copy_ms;
+    copies_.push_back({.id = c.id, .end_ms = free_ms});
+  }
+}
+
+std::vector<KvCopyCompletion> SimBackend::take_completed() {
+  std::vector<KvCopyCompletion> done;
+  std::erase_if(copies_, [&](const InFlightCopy& c) {
+    if (c.end_ms > now_ms_) return false;
+    done.push_back({.id = c.id});
+    return true;
+  });
+  return done;
+}
+
 Result<StepOutput> SimBackend::execute(const Batch& batch) {
   batch.fill_late_masks();  // nothing to overlap them with
+  start_copies(batch.copies);
+  if (batch.sequences.empty()) {  // a wait for the next copy to land
+    StepOutput out;
+    const auto next = std::min_element(copies_.begin(), copies_.end(),
+                                       [](const InFlightCopy& a, const InFlightCopy& b) { return a.end_ms < b.end_ms; });
+    out.step_time_ms = next == copies_.end() ? 0.0 : std::max(0.0, next->end_ms - now_ms_);
+    now_ms_ += out.step_time_ms;
+    out.completed_copies = take_completed();
+    return out;
+  }
   StepShape shape;
   shape.sequences.reserve(batch.sequences.size());
   for (const SequenceStep& seq : batch.sequences) {
@@ -68,6 +111,7 @@ Result<StepOutput> SimBackend::execute(const Batch& batch) {
   out.step_time_ms = cost_model_->predict_step_ms(shape);
   now_ms_ += out.step_time_ms;
   ++num_steps_;
+  out.completed_copies = take_completed();
   out.sequences.reserve(batch.sequences.size());
   for (const SequenceStep& seq : batch.sequences) {
     SequenceOutput so;
@@ -119,6 +163,14 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
   info.block_size_tokens = memory.block_size_tokens;
   info.num_kv_blocks = num_kv_blocks;
   info.max_model_len_tokens = max_model_len;
+  // Each GPU copies its own shard of a block over its own link, so the
+  // block's bytes and the link rate are both summed over the GPUs (their
+  // ratio is one GPU's copy time).
+  const MemoryPlan shard = plan_memory(profile, hardware, parallelism, memory);
+  info.kv_bytes_per_block = static_cast<std::int64_t>(shard.kv_bytes_per_token * memory.block_size_tokens) *
+                            parallelism.num_gpus;
+  info.host_link_bytes_per_s =
+      hardware.host_link_bytes_per_s * hardware.efficiency.host_link * parallelism.num_gpus;
   SimTokenOptions tokens = options.tokens;
   tokens.vocab_size = profile.vocab_size;
   std::shared_ptr<const CostModel> cost = std::make_shared<const RooflineCostModel>(profile, hardware, parallelism);

@@ -2,6 +2,13 @@
 // model's predicted step time. Nothing is computed: sampled tokens are a
 // deterministic hash of (seq_id, position), so identical runs give identical
 // tokens and times whatever else shares the batch.
+//
+// KV copies (the host tier) are modelled, not made: each direction is one
+// copy engine that moves BackendInfo::kv_bytes_per_block per copy at
+// host_link_bytes_per_s, copies queue behind each other in their direction
+// and overlap compute completely (their own stream; PCIe is full duplex). A
+// copy completes when the virtual clock passes its end; a batch with no
+// sequences advances the clock to the next completion.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +46,8 @@ class SimBackend final : public Backend {
   Result<StepOutput> execute(const Batch& batch) override;
 
   double now_ms() const { return now_ms_; }
+  Status allocate_host_kv_cache(std::int32_t num_blocks) override;
+  std::int32_t num_copies_in_flight() const { return static_cast<std::int32_t>(copies_.size()); }
   std::int64_t num_steps() const { return num_steps_; }
   const CostModel& cost_model() const { return *cost_model_; }
 
@@ -49,8 +58,21 @@ class SimBackend final : public Backend {
   std::shared_ptr<const CostModel> cost_model_;
   BackendInfo info_;
   SimTokenOptions tokens_;
+  // Queues the batch's new copies on their direction's engine.
+  void start_copies(std::span<const KvBlockCopy> copies);
+  // Copies whose end the clock has passed, taken out.
+  std::vector<KvCopyCompletion> take_completed();
+
+  struct InFlightCopy {
+    KvCopyId id = 0;
+    double end_ms = 0;
+  };
   double now_ms_ = 0;
   std::int64_t num_steps_ = 0;
+  std::int32_t num_host_blocks_ = 0;
+  std::vector<InFlightCopy> copies_;
+  double device_to_host_free_ms_ = 0;  // when each direction's engine is next idle
+  double host_to_device_free_ms_ = 0;
 };
 
 struct SimBackendOptions {

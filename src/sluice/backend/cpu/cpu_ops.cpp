@@ -94,6 +94,44 @@ class CpuOps final : public Ops {
     return Ok{};
   }
 
+  // The host tier of the reference: ordinary memory, [host block][K of each layer, then V][block_size * kv_heads * head_dim].
+  Status allocate_host_kv_cache(std::int32_t num_blocks) override {
+    try {
+      host_kv_.assign(static_cast<std::size_t>(num_blocks) * host_block_elems(), 0.0f);
+    } catch (const std::bad_alloc&) {
+      return Error{"not enough host memory for the host KV tier"};
+    }
+    return Ok{};
+  }
+  // Nominal (memcpy): the planner only needs loads to look cheaper than recomputing.
+  double host_link_bytes_per_s() const override { return 10e9; }
+  // Synchronous memcpy: every copy is complete when this returns.
+  Result<std::vector<KvCopyCompletion>> copy_kv_blocks(std::span<const KvBlockCopy> copies, bool) override {
+    const std::size_t block_elems = layer_block_elems();
+    const std::size_t num_host_blocks = host_kv_.empty() ? 0 : host_kv_.size() / host_block_elems();
+    std::vector<KvCopyCompletion> done;
+    for (const KvBlockCopy& c : copies) {
+      if (c.host_block < 0 || static_cast<std::size_t>(c.host_block) >= num_host_blocks || c.device_block < 0 ||
+          c.device_block >= kv_spec_.num_blocks) {
+        return Error{"KV copy " + std::to_string(c.id) + " names a block outside the pools"};
+      }
+      float* host = host_kv_.data() + static_cast<std::size_t>(c.host_block) * host_block_elems();
+      for (std::vector<std::vector<float>>* cache : {&k_cache_, &v_cache_}) {
+        for (std::vector<float>& layer : *cache) {
+          float* device = layer.data() + static_cast<std::size_t>(c.device_block) * block_elems;
+          if (c.direction == KvCopyDirection::kDeviceToHost) {
+            std::memcpy(host, device, block_elems * sizeof(float));
+          } else {
+            std::memcpy(device, host, block_elems * sizeof(float));
+          }
+          host += block_elems;
+        }
+      }
+      done.push_back({.id = c.id});
+    }
+    return done;
+  }
+
   Tensor scratch(Shape shape, DType dtype) override {
     Tensor t{nullptr, dtype, shape};
     t.data = arena_.allocate(t.size_bytes());
@@ -313,7 +351,14 @@ class CpuOps final : public Ops {
   ThreadPool pool_;
   ScratchArena arena_;
   const StepLayout* layout_ = nullptr;
+  std::size_t layer_block_elems() const {
+    return static_cast<std::size_t>(kv_spec_.block_size_tokens) * static_cast<std::size_t>(kv_spec_.num_kv_heads) *
+           static_cast<std::size_t>(kv_spec_.head_dim);
+  }
+  std::size_t host_block_elems() const { return layer_block_elems() * (k_cache_.size() + v_cache_.size()); }
+
   KvCacheSpec kv_spec_;
+  std::vector<float> host_kv_;  // [host blocks][K of each layer, then V of each][block elems]
   // per layer [blocks, block_size, kv_heads, head_dim]; a latent cache has no v_cache_
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::vector<std::unique_ptr<std::byte[]>> owned_;    // fused weights

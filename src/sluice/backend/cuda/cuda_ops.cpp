@@ -15,6 +15,7 @@
 #include "sluice/backend/block_scales.h"
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_dtype.h"
+#include "sluice/backend/cuda/host_kv_tier.h"
 #include "sluice/backend/cuda/decode_graphs.h"
 #include "sluice/backend/cuda/device_buffer.h"
 #include "sluice/backend/cuda/device_weights.h"
@@ -56,6 +57,7 @@ class CudaOps final : public Ops {
   ~CudaOps() override {
     graphs_.abort_capture();
     cudaStreamSynchronize(stream_);
+    host_tier_.drain();  // its copies read and write kv_cache_
     graphs_.clear();
     cudaFree(kv_cache_);
   }
@@ -104,6 +106,17 @@ class CudaOps final : public Ops {
     kv_spec_ = spec;
     graphs_.clear();  // they hold the old cache's address
     return Ok{};
+  }
+
+  // The host KV tier (host_kv_tier.h): pinned memory, copies on their own stream.
+  Status allocate_host_kv_cache(std::int32_t num_blocks) override {
+    return host_tier_.allocate(num_blocks, kv_spec_, kv_cache_);
+  }
+  // The measured pinned copy rate on the H200 (../shared/DEVICE.md), each direction.
+  double host_link_bytes_per_s() const override { return 55e9; }
+  Result<std::vector<KvCopyCompletion>> copy_kv_blocks(std::span<const KvBlockCopy> copies,
+                                                       bool wait_for_one) override {
+    return host_tier_.copy(copies, wait_for_one, stream_);
   }
 
   Tensor scratch(Shape shape, DType dtype) override {
@@ -518,6 +531,7 @@ class CudaOps final : public Ops {
   cuda::StepSampler sampler_;
   const StepLayout* layout_ = nullptr;  // the step's, valid until the next begin_step()
   cuda::MlaAttention mla_;
+  cuda::HostKvTier host_tier_;  // after kv_cache_'s users: destroyed first, it drains its stream
 };
 
 }  // namespace

@@ -1,0 +1,86 @@
+// HostTier: the KV blocks kept in host memory below the device pool, with
+// their own prefix index and eviction. Blocks arrive by demotion (a device
+// block the device pool gives up is copied here) and leave by eviction; a
+// prefix lookup that misses the device but hits here is promoted back (a
+// copy into a fresh device block). The host copy stays after a promotion, so
+// the same block demoted again costs no copy.
+//
+// A host block is in exactly one state:
+//   free      no key, on the free list;
+//   stored    holds a key, valid, unreferenced: waits in the evictor, a hit can load it;
+//   pinned    referenced by copies in flight: being written by a store (its
+//             key is reserved but not valid yet, so nothing loads it) or read
+//             by loads. Never evicted, never reused.
+// The device pool's ids and these are separate spaces.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "sluice/common/ids.h"
+#include "sluice/kv/block_hash.h"
+#include "sluice/kv/eviction_policy.h"
+#include "sluice/kv/evictor.h"
+
+namespace sluice {
+
+struct HostTierCounters {
+  std::int64_t num_stored_blocks = 0;   // stores completed
+  std::int64_t num_failed_stores = 0;
+  std::int64_t num_loaded_blocks = 0;   // loads started (each a promotion)
+  std::int64_t num_evicted_blocks = 0;
+};
+
+class HostTier {
+ public:
+  HostTier(std::int32_t num_blocks, EvictionPolicy eviction);
+
+  std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
+  // Blocks a store can take: free + stored.
+  std::int32_t num_available_blocks() const {
+    return static_cast<std::int32_t>(free_list_.size()) + evictor_.size();
+  }
+  std::int32_t num_stored_blocks() const { return evictor_.size(); }
+  std::int32_t num_pinned_blocks() const { return num_blocks() - num_available_blocks(); }
+  std::int32_t ref_count(BlockId block) const { return ref_count_[index(block)]; }
+  // The host block holding this key, if its contents are valid (a store in
+  // flight does not count).
+  std::optional<BlockId> lookup(BlockHash hash) const;
+  // Whether the key is here or being stored (a second store would be a waste).
+  bool holds_or_stores(BlockHash hash) const { return index_.contains(hash); }
+  // The key of a stored or storing block.
+  BlockHash key(BlockId block) const { return hash_[index(block)].value(); }
+  const HostTierCounters& counters() const { return counters_; }
+
+  // A store of `hash` begins: a host block (evicting a stored one if no free
+  // one is left) is pinned for it. nullopt when every block is pinned.
+  std::optional<BlockId> begin_store(BlockHash hash);
+  // The store's copy completed; ok: the block becomes a valid stored block,
+  // else it is freed.
+  void finish_store(BlockId block, bool ok);
+  // A load begins / ends: the block is pinned meanwhile. A load is a hit, so
+  // the block goes back to the evictor as recently used.
+  void pin_for_load(BlockId block);
+  void unpin(BlockId block);
+  // A demotion found the key already here: it counts as a use.
+  void touch(BlockId block);
+
+  void check_invariants() const;
+
+ private:
+  std::size_t index(BlockId block) const;
+  void evict_one();
+
+  std::vector<std::int32_t> ref_count_;         // [num_blocks] copies in flight
+  std::vector<std::optional<BlockHash>> hash_;  // [num_blocks]
+  std::vector<bool> valid_;                     // [num_blocks] contents arrived
+  std::vector<std::int32_t> num_uses_;          // [num_blocks] loads + re-demotions since stored
+  std::vector<BlockId> free_list_;
+  std::unordered_map<BlockHash, BlockId> index_;  // stored and being stored
+  Evictor evictor_;
+  HostTierCounters counters_;
+};
+
+}  // namespace sluice

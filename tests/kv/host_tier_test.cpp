@@ -1,0 +1,282 @@
+// The host tier alone, then under the KV manager: demotion on device
+// pressure, promotion by a prefix hit, and copies in flight that outlive the
+// sequence that asked for them. A model of what each block should hold
+// (block contents as key values, copied on completion) is the oracle.
+#include "sluice/kv/host_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+
+#include "sluice/common/rng.h"
+#include "sluice/kv/kv_cache_manager.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::int32_t kBlock = 4;
+
+TEST(HostTier, StoreBecomesVisibleOnlyWhenItCompletes) {
+  HostTier host(2, EvictionPolicy::kLru);
+  const std::optional<BlockId> a = host.begin_store(11);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(host.lookup(11).has_value()) << "a store in flight is not loadable";
+  EXPECT_TRUE(host.holds_or_stores(11));
+  EXPECT_EQ(host.num_available_blocks(), 1);
+  host.check_invariants();
+  host.finish_store(*a, /*ok=*/true);
+  EXPECT_EQ(host.lookup(11), a);
+  EXPECT_EQ(host.key(*a), 11u);
+  EXPECT_EQ(host.counters().num_stored_blocks, 1);
+  host.check_invariants();
+}
+
+TEST(HostTier, FailedStoreFreesItsBlock) {
+  HostTier host(1, EvictionPolicy::kLru);
+  const std::optional<BlockId> a = host.begin_store(11);
+  ASSERT_TRUE(a.has_value());
+  host.finish_store(*a, /*ok=*/false);
+  EXPECT_FALSE(host.holds_or_stores(11));
+  EXPECT_EQ(host.num_available_blocks(), 1);
+  EXPECT_EQ(host.counters().num_failed_stores, 1);
+  host.check_invariants();
+}
+
+TEST(HostTier, EvictsLeastRecentlyUsedButNeverAPinnedBlock) {
+  HostTier host(2, EvictionPolicy::kLru);
+  for (BlockHash h : {1u, 2u}) host.finish_store(*host.begin_store(h), true);
+  // A load of 1 pins it: the next store must evict 2, though 1 is older.
+  const BlockId one = *host.lookup(1);
+  host.pin_for_load(one);
+  const std::optional<BlockId> three = host.begin_store(3);
+  ASSERT_TRUE(three.has_value());
+  EXPECT_FALSE(host.holds_or_stores(2));
+  EXPECT_TRUE(host.lookup(1).has_value());
+  EXPECT_FALSE(host.begin_store(4).has_value()) << "every block is pinned: no room";
+  host.finish_store(*three, true);
+  host.unpin(one);  // used last: 3 is now the older
+  host.finish_store(*host.begin_store(5), true);
+  EXPECT_FALSE(host.holds_or_stores(3));
+  EXPECT_TRUE(host.lookup(1).has_value());
+  EXPECT_EQ(host.counters().num_evicted_blocks, 2);
+  host.check_invariants();
+}
+
+std::vector<BlockHash> hashes_of(const std::vector<TokenId>& tokens) {
+  std::vector<BlockHash> h;
+  extend_block_hashes(h, tokens, kBlock, 0);
+  return h;
+}
+
+std::vector<TokenId> iota_tokens(std::int32_t n, TokenId first) {
+  std::vector<TokenId> t(static_cast<std::size_t>(n));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+KvCacheConfig tiered(std::int32_t num_blocks, std::int32_t num_host_blocks, std::int32_t watermark) {
+  return {.num_blocks = num_blocks,
+          .block_size_tokens = kBlock,
+          .eviction = EvictionPolicy::kLru,
+          .num_host_blocks = num_host_blocks,
+          .demote_watermark_blocks = watermark};
+}
+
+// Runs a prompt through: commit, compute (cache), free.
+void run_prompt(KvCacheManager& kv, SequenceId id, const std::vector<TokenId>& prompt) {
+  const auto h = hashes_of(prompt);
+  const auto n = static_cast<std::int32_t>(prompt.size());
+  ASSERT_TRUE(kv.commit({.seq_id = id, .num_tokens = n, .num_queried_tokens = n}).ok());
+  kv.cache_computed_blocks(id, h, n);
+  kv.free(id);
+}
+
+void complete_all(KvCacheManager& kv) {
+  for (const KvBlockCopy& c : kv.take_new_copies()) kv.complete_copy({.id = c.id});
+}
+
+TEST(KvHostTier, DemotedPrefixIsPromotedByALaterHit) {
+  KvCacheManager kv(tiered(4, 8, /*watermark=*/2));
+  const auto a = iota_tokens(8, 100);  // 2 full blocks
+  const auto ha = hashes_of(a);
+  run_prompt(kv, 1, a);
+  // 2 blocks cached free, 2 free: watermark met, nothing to do.
+  kv.start_demotions();
+  EXPECT_TRUE(kv.take_new_copies().empty());
+  run_prompt(kv, 2, iota_tokens(8, 500));  // takes the 2 free blocks: the pool is all cached
+  kv.start_demotions();
+  std::vector<KvBlockCopy> stores = kv.take_new_copies();
+  ASSERT_EQ(stores.size(), 2u) << "the two least recent blocks (a's) go down";
+  for (const KvBlockCopy& c : stores) EXPECT_EQ(c.direction, KvCopyDirection::kDeviceToHost);
+  kv.check_invariants();
+  // Until the stores complete, a's keys are still on the device.
+  EXPECT_EQ(kv.match_prefix(ha, 8).num_cached_tokens, 8);
+  EXPECT_EQ(kv.num_available_blocks(), 2) << "blocks being demoted are not available";
+  for (const KvBlockCopy& c : stores) kv.complete_copy({.id = c.id});
+  kv.check_invariants();
+  EXPECT_EQ(kv.counters().num_host_stored_blocks, 2);
+  EXPECT_EQ(kv.num_available_blocks(), 4);
+
+  const PrefixMatch m = kv.match_prefix(ha, 8);
+  EXPECT_EQ(m.num_cached_tokens, 0);
+  ASSERT_EQ(m.host_blocks.size(), 2u);
+  const PrefixProbe probe = kv.probe_prefix(ha, 8);
+  EXPECT_EQ(probe.num_hit_blocks, 0);
+  EXPECT_EQ(probe.num_host_hit_blocks, 2);
+
+  ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 8, .prefix = m, .num_queried_tokens = 9}).ok());
+  EXPECT_TRUE(kv.is_loading(3));
+  std::vector<KvBlockCopy> loads = kv.take_new_copies();
+  ASSERT_EQ(loads.size(), 2u);
+  EXPECT_EQ(loads[0].direction, KvCopyDirection::kHostToDevice);
+  EXPECT_EQ(loads[0].device_block, kv.block_table(3)[0]);
+  EXPECT_EQ(loads[0].host_block, m.host_blocks[0]);
+  EXPECT_EQ(kv.match_prefix(ha, 8).num_cached_tokens, 0) << "a load in flight is not a device hit yet";
+  kv.check_invariants();
+  for (const KvBlockCopy& c : loads) kv.complete_copy({.id = c.id});
+  EXPECT_FALSE(kv.is_loading(3));
+  EXPECT_EQ(kv.match_prefix(ha, 8).num_cached_tokens, 8) << "the promoted blocks join the device cache";
+  EXPECT_EQ(kv.counters().num_host_hit_tokens, 8);
+  EXPECT_EQ(kv.counters().num_host_loaded_blocks, 2);
+  EXPECT_EQ(kv.counters().num_queries_with_host_hits, 1);
+  kv.free(3);
+  kv.check_invariants();
+}
+
+// Prompts 100.. then 500.. on a 4-block device with a watermark of 2: the
+// first prompt's two blocks go to the host, their stores complete.
+void demote_first_prompt(KvCacheManager& kv) {
+  run_prompt(kv, 1, iota_tokens(8, 100));
+  run_prompt(kv, 2, iota_tokens(8, 500));
+  kv.start_demotions();
+  complete_all(kv);
+}
+
+TEST(KvHostTier, LoadOutlivesAnAbortedSequence) {
+  KvCacheManager kv(tiered(4, 8, 2));
+  const auto ha = hashes_of(iota_tokens(8, 100));
+  demote_first_prompt(kv);
+  const PrefixMatch m = kv.match_prefix(ha, 8);
+  ASSERT_EQ(m.host_blocks.size(), 2u);
+  ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 8, .prefix = m, .num_queried_tokens = 9}).ok());
+  const std::vector<KvBlockCopy> loads = kv.take_new_copies();
+  kv.free(3);  // aborted mid-copy
+  kv.check_invariants();
+  for (const KvBlockCopy& c : loads) {
+    EXPECT_EQ(kv.pool().ref_count(c.device_block), 1) << "the copy still holds its destination";
+    EXPECT_EQ(kv.counters().num_host_loaded_blocks, 2);
+  }
+  // Another sequence cannot get those blocks while they are written.
+  EXPECT_FALSE(kv.commit({.seq_id = 4, .num_tokens = 16}).ok());
+  for (const KvBlockCopy& c : loads) kv.complete_copy({.id = c.id});
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_available_blocks(), 4) << "nothing leaked";
+  EXPECT_EQ(kv.match_prefix(ha, 8).num_cached_tokens, 8) << "the loaded data is still a valid cache entry";
+}
+
+TEST(KvHostTier, FailedLoadMarksItsSequenceAndCachesNothing) {
+  KvCacheManager kv(tiered(4, 8, 2));
+  const auto ha = hashes_of(iota_tokens(8, 100));
+  demote_first_prompt(kv);
+  ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 8, .prefix = kv.match_prefix(ha, 8), .num_queried_tokens = 9}).ok());
+  for (const KvBlockCopy& c : kv.take_new_copies()) kv.complete_copy({.id = c.id, .ok = false});
+  EXPECT_TRUE(kv.load_failed(3));
+  EXPECT_EQ(kv.counters().num_failed_copies, 2);
+  kv.free(3);
+  EXPECT_EQ(kv.match_prefix(ha, 8).num_cached_tokens, 0);
+  EXPECT_EQ(kv.match_prefix(ha, 8).host_blocks.size(), 2u) << "the host copy is intact";
+  kv.check_invariants();
+}
+
+TEST(KvHostTier, AdmissionByHitsKeepsNeverHitBlocksOffTheHost) {
+  KvCacheConfig c = tiered(4, 8, 2);
+  c.host_admission.min_hits = 1;
+  KvCacheManager kv(c);
+  run_prompt(kv, 1, iota_tokens(8, 100));
+  run_prompt(kv, 2, iota_tokens(8, 500));
+  kv.start_demotions();
+  EXPECT_TRUE(kv.take_new_copies().empty());
+  EXPECT_EQ(kv.counters().num_demotions_skipped, 2);
+  EXPECT_EQ(kv.num_available_blocks(), 4);
+  kv.check_invariants();
+}
+
+// Random commits, frees, demotions and copy completions in any order; every
+// block's contents are tracked as the key it holds, and a finished load must
+// hold exactly the key of its prefix position.
+TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
+  std::int64_t num_loads = 0, num_stores = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    SplitMix64 rng(seed);
+    auto pick = [&](std::uint64_t n) { return static_cast<std::int32_t>(rng.next() % n); };
+    KvCacheManager kv(tiered(8 + pick(16), 1 + pick(24), pick(6)));
+    std::map<BlockId, BlockHash> device;  // what each device block holds (the oracle)
+    std::map<BlockId, BlockHash> host;
+    std::vector<KvBlockCopy> in_flight;
+    std::map<SequenceId, std::vector<BlockHash>> live;
+    std::vector<std::vector<TokenId>> prefixes;
+    for (int p = 0; p < 4; ++p) prefixes.push_back(iota_tokens(4 * (1 + pick(5)), 1000 * p));
+    SequenceId next_id = 1;
+    for (int op = 0; op < 400; ++op) {
+      const int what = pick(5);
+      if (what == 0 || live.empty()) {
+        std::vector<TokenId> prompt = prefixes[static_cast<std::size_t>(pick(4))];
+        for (int k = 0, n = 1 + pick(8); k < n; ++k) prompt.push_back(static_cast<TokenId>(next_id * 100 + k));
+        const auto h = hashes_of(prompt);
+        const auto n = static_cast<std::int32_t>(prompt.size());
+        PrefixMatch m = kv.match_prefix(h, n - 1);
+        if (pick(3) == 0) m.host_blocks.clear();  // the planner chose recompute
+        const SequenceId id = next_id++;
+        if (!kv.commit({.seq_id = id, .num_tokens = n, .prefix = m, .num_queried_tokens = n}).ok()) continue;
+        const auto table = kv.block_table(id);
+        for (std::size_t i = 0; i < m.blocks.size(); ++i) EXPECT_EQ(device.at(table[i]), h[i]) << "seed " << seed;
+        for (const KvBlockCopy& c : kv.take_new_copies()) in_flight.push_back(c);
+        live[id] = h;
+        // Computed blocks hold their keys (the loaded ones arrive by copy).
+        for (std::size_t i = m.blocks.size() + m.host_blocks.size(); i < table.size(); ++i)
+          device[table[i]] = i < h.size() ? h[i] : 0;
+        if (!kv.is_loading(id)) kv.cache_computed_blocks(id, h, n);
+      } else if (what == 1) {
+        auto it = std::next(live.begin(), pick(live.size()));
+        if (!kv.is_loading(it->first)) kv.cache_computed_blocks(it->first, it->second, 0);
+        kv.free(it->first);
+        live.erase(it);
+      } else if (what == 2) {
+        kv.start_demotions();
+        for (const KvBlockCopy& c : kv.take_new_copies()) in_flight.push_back(c);
+      } else if (!in_flight.empty()) {
+        const auto k = static_cast<std::size_t>(pick(in_flight.size()));
+        const KvBlockCopy c = in_flight[k];
+        in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(k));
+        if (c.direction == KvCopyDirection::kDeviceToHost) {
+          host[c.host_block] = device.at(c.device_block);
+        } else {
+          device[c.device_block] = host.at(c.host_block);
+        }
+        kv.complete_copy({.id = c.id});
+      }
+      kv.check_invariants();
+      // Every device key the cache serves is held by its block.
+      for (const auto& [id, h] : live) {
+        const PrefixMatch m = kv.match_prefix(h, static_cast<std::int32_t>(h.size()) * kBlock);
+        for (std::size_t i = 0; i < m.blocks.size(); ++i) EXPECT_EQ(device.at(m.blocks[i]), h[i]) << "seed " << seed;
+        for (std::size_t j = 0; j < m.host_blocks.size(); ++j)
+          EXPECT_EQ(host.at(m.host_blocks[j]), h[m.blocks.size() + j]) << "seed " << seed;
+      }
+    }
+    for (const KvBlockCopy& c : in_flight) kv.complete_copy({.id = c.id});
+    for (const auto& [id, h] : live) kv.free(id);
+    kv.check_invariants();
+    EXPECT_EQ(kv.num_available_blocks(), kv.num_blocks()) << "seed " << seed << ": leaked";
+    EXPECT_EQ(kv.num_copies_in_flight(), 0);
+    num_loads += kv.counters().num_host_loaded_blocks;
+    num_stores += kv.counters().num_host_stored_blocks;
+  }
+  // The churn is meant to exercise both directions; if it stops, the test is weaker.
+  EXPECT_GT(num_loads, 0);
+  EXPECT_GT(num_stores, 0);
+}
+
+}  // namespace
+}  // namespace sluice
