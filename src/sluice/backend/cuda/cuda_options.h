@@ -51,15 +51,21 @@ enum class GemvSplitK {
 
 // How the split-KV decode kernel cuts each row's keys over blocks.
 enum class DecodeSplitPlan {
-  // Split lengths from the whole step's keys (summed on the device), so a
-  // step of a few long contexts beside short ones cuts the long ones finely:
-  // the burst's decode step (8 x 1k + 8 x 16k-128k) read 31% of HBM when
-  // every row was cut alike (run S6-1).
-  by_step_work,
   // The grid's split count for rows all as long as the longest, chosen to fill
   // the last wave (batch 64 x 8k: 3 splits, 3.88 waves); each row then cuts
-  // its keys into at most that many splits.
+  // its keys into at most that many splits. The default: 72-90% of HBM on even
+  // batches (8-64 x 8k-128k), but a step of a few long contexts beside short
+  // ones reads 30.5% (the burst's 8 x 1k + 8 x 16k-128k: two 65k-key splits
+  // hold the step; runs S6-1..S6-4).
   uniform_waves,
+  // Uneven steps (rows not within 25% of even, found on the device from the
+  // step's keys) cut every row by one split length from the whole step's
+  // keys; even steps keep the uniform plan. The burst's step reads 77.0%
+  // (2.5x), a mixed 64 x 1k-128k 84.8% (80.5%), but even batches lose 13-20
+  // points: the grid is sized for the finest cut (up to ~200 splits a row),
+  // and its empty blocks cost that much (S6-4). Not the default until the
+  // grid follows the step (a device-side work list or grid-stride splits).
+  by_step_work,
 };
 
 // The MLA attention kernels (DeepSeek-V3, mla_attention.h). Not yet run on a
@@ -126,7 +132,7 @@ struct CudaOptions {
   bool programmatic_launch = true;
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
-  cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::by_step_work;
+  cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::uniform_waves;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::simple;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::grouped;
@@ -142,7 +148,7 @@ inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraph
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {
     {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 2> kDecodeSplitPlanNames = {
-    {{"by-step-work", DecodeSplitPlan::by_step_work}, {"uniform-waves", DecodeSplitPlan::uniform_waves}}};
+    {{"uniform-waves", DecodeSplitPlan::uniform_waves}, {"by-step-work", DecodeSplitPlan::by_step_work}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 2> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {

@@ -53,6 +53,7 @@ struct SplitParams {
   // whole step's work, not its own length. 0 = uniform_waves: split lengths
   // start from min_split_tokens.
   int target_blocks, pairs_per_row;
+  int uniform_max_splits;  // the uniform plan's splits (<= max_splits)
   float scale_log2;
 };
 
@@ -64,34 +65,55 @@ struct SplitParams {
 struct RowSplit {
   int num_splits, split_tokens;
 };
-// Keys of every split row in the step. Each warp sums them on its own with
-// shuffles (no shared memory: the tensor-core kernel's occupancy is set by its
-// K/V ring, and a few hundred bytes more cost it a block per multiprocessor),
-// so every thread gets the total without a barrier. The step's metadata is
-// immutable while it runs, so this may run before pdl_wait().
-__device__ __forceinline__ long long step_split_keys(const StepDeviceView& step) {
-  long long keys = 0;
-  for (int i = threadIdx.x & 31; i < step.num_split_rows; i += 32) keys += step.positions[step.split_rows[i]] + 1;
+// The step's split rows: their keys in all, and the longest. Each warp
+// computes them on its own with shuffles (no shared memory: the tensor-core
+// kernel's occupancy is set by its K/V ring), so every thread gets them
+// without a barrier. The step's metadata is immutable while it runs, so this
+// may run before pdl_wait().
+struct StepKeys {
+  long long total;
+  int longest;
+};
+__device__ __forceinline__ StepKeys step_split_keys(const StepDeviceView& step) {
+  long long total = 0;
+  int longest = 0;
+  for (int i = threadIdx.x & 31; i < step.num_split_rows; i += 32) {
+    const int keys = step.positions[step.split_rows[i]] + 1;
+    total += keys;
+    longest = max(longest, keys);
+  }
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) keys += __shfl_xor_sync(0xffffffffu, keys, offset);
-  return keys;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    total += __shfl_xor_sync(0xffffffffu, total, offset);
+    longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, offset));
+  }
+  return {total, longest};
 }
 
-// The shortest split of this step: min_split_tokens, or under by_step_work
-// the length that cuts the step's keys into ~target_blocks blocks. Every block
-// of the split and combine kernels computes the same number. Since no row has
-// more keys than the step, no row needs more than ceil(target_blocks /
-// pairs_per_row) splits: the grid's max_splits (plan_split()).
-__device__ __forceinline__ int step_split_tokens(const StepDeviceView& step, const SplitParams& p) {
-  if (p.target_blocks == 0) return p.min_split_tokens;
-  const long long keys = step_split_keys(step);
-  const long long by_work = (keys * p.pairs_per_row + p.target_blocks - 1) / p.target_blocks;
-  return static_cast<int>(max(static_cast<long long>(p.min_split_tokens), min(by_work, 1LL << 30)));
+// How this step cuts rows: the shortest split and the most splits a row gets.
+// The uniform plan (min_split_tokens, at most uniform_max_splits: the count
+// that fills the last wave when every row is as long as the longest) serves
+// steps whose rows are within 25% of even; under by_step_work, other steps cut
+// their keys into ~target_blocks blocks, so a few long rows beside short ones
+// are cut finely. Every block of the split and combine kernels computes the
+// same plan. No row has more keys than the step, so none needs more than
+// ceil(target_blocks / pairs_per_row) splits; the grid's max_splits covers
+// both (plan_split()).
+struct StepSplit {
+  int min_split_tokens, max_splits;
+};
+__device__ __forceinline__ StepSplit step_split(const StepDeviceView& step, const SplitParams& p) {
+  const StepSplit uniform{p.min_split_tokens, p.uniform_max_splits};
+  if (p.target_blocks == 0) return uniform;
+  const StepKeys keys = step_split_keys(step);
+  if (4LL * keys.longest * step.num_split_rows <= 5LL * keys.total) return uniform;
+  const long long by_work = (keys.total * p.pairs_per_row + p.target_blocks - 1) / p.target_blocks;
+  return {static_cast<int>(max(static_cast<long long>(p.min_split_tokens), min(by_work, 1LL << 30))), p.max_splits};
 }
 
-__device__ __forceinline__ RowSplit split_of(int kv_len, int min_split_tokens, const SplitParams& p) {
-  int n = (kv_len + min_split_tokens - 1) / min_split_tokens;
-  n = n < 1 ? 1 : n > p.max_splits ? p.max_splits : n;
+__device__ __forceinline__ RowSplit split_of(int kv_len, const StepSplit& plan, const SplitParams& p) {
+  int n = (kv_len + plan.min_split_tokens - 1) / plan.min_split_tokens;
+  n = n < 1 ? 1 : n > plan.max_splits ? plan.max_splits : n;
   const int per_split = (kv_len + n - 1) / n;
   const int tokens = (per_split + p.split_align - 1) / p.split_align * p.split_align;
   return {(kv_len + tokens - 1) / tokens, tokens};
@@ -155,7 +177,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int group_size = p.num_q_heads / p.num_kv_heads;
   const int head_begin = kv_head * group_size + (blockIdx.y % p.head_chunks) * kGroup;
   const int num_heads_here = min(kGroup, kv_head * group_size + group_size - head_begin);
-  const RowSplit split = split_of(kv_len, step_split_tokens(step, p), p);
+  const RowSplit split = split_of(kv_len, step_split(step, p), p);
   if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
     pdl_wait();
     return;
@@ -409,7 +431,7 @@ __global__ void __launch_bounds__(kW * 32)
   const int row = step.split_rows[row_index];
   const int seq = step.row_sequence[row];
   const int kv_len = step.positions[row] + 1;
-  const RowSplit split = split_of(kv_len, step_split_tokens(step, p), p);
+  const RowSplit split = split_of(kv_len, step_split(step, p), p);
   if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
     pdl_wait();
     return;
@@ -655,7 +677,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
   const int row_index = blockIdx.x, head = blockIdx.y;
   const int d = threadIdx.x % D, part = threadIdx.x / D;
   const int row = step.split_rows[row_index];
-  const int num_splits = split_of(step.positions[row] + 1, step_split_tokens(step, p), p).num_splits;
+  const int num_splits = split_of(step.positions[row] + 1, step_split(step, p), p).num_splits;
   if (num_splits == 1) return;  // the split kernel wrote this row's output
   const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) *
                             p.max_splits;
@@ -689,6 +711,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
 struct SplitPlan {
   int max_splits, min_split_tokens, split_align, head_chunks, group;
   int target_blocks, pairs_per_row;  // SplitParams' (0, 0 under uniform_waves)
+  int uniform_max_splits;
 };
 
 // Splits for the tensor-core kernel: the count (up to by_len) whose blocks,
@@ -731,25 +754,24 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const std::int64_t pairs = std::max<std::int64_t>(1, static_cast<std::int64_t>(step.num_split_rows) * pairs_per_row);
   const int max_kv = std::max(1, step.max_split_kv_tokens);
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
-  if (args.decode_split_plan == DecodeSplitPlan::by_step_work) {
-    // The step's keys over about four waves of tensor-core blocks (or four
-    // CUDA-core blocks per multiprocessor, as the uniform plan fills), however
-    // they are spread over rows; no row can need more splits than that over
-    // its pairs.
-    const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim) : 132 * 4;
-    const int max_splits = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
-    return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, target_blocks, pairs_per_row};
-  }
-  int max_splits = 1;
+  int uniform_splits = 1;
   if (tensor_cores) {
-    max_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim));
+    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim));
   } else {
     // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
     constexpr int kTargetBlocks = 132 * 4;
     const int by_fill = static_cast<int>((kTargetBlocks + pairs - 1) / pairs);
-    max_splits = std::max(1, std::min(by_fill, by_len));
+    uniform_splits = std::max(1, std::min(by_fill, by_len));
   }
-  return {max_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, 0, 0};
+  if (args.decode_split_plan == DecodeSplitPlan::uniform_waves)
+    return {uniform_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, 0, 0, uniform_splits};
+  // Uneven steps: the step's keys over about four waves of tensor-core blocks
+  // (or four CUDA-core blocks per multiprocessor), however they are spread
+  // over rows.
+  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim) : 132 * 4;
+  const int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
+  return {std::max(uniform_splits, by_work), min_split_tokens, tile_keys, head_chunks, kernel_group,
+          target_blocks, pairs_per_row, uniform_splits};
 }
 
 template <int D>
@@ -773,6 +795,7 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   p.split_align = plan.split_align;
   p.target_blocks = plan.target_blocks;
   p.pairs_per_row = plan.pairs_per_row;
+  p.uniform_max_splits = plan.uniform_max_splits;
   p.scale_log2 = args.scale * kLog2e;
   const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {

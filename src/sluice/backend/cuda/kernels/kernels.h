@@ -79,7 +79,7 @@ struct AttentionArgs {
   void* prefill_split_workspace = nullptr;
   // The kernel asked for whole prefill tiles; prefill_kernel_for() decides.
   PrefillAttention prefill_attention = PrefillAttention::mma;
-  DecodeSplitPlan decode_split_plan = DecodeSplitPlan::by_step_work;
+  DecodeSplitPlan decode_split_plan = DecodeSplitPlan::uniform_waves;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
