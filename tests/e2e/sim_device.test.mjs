@@ -90,6 +90,8 @@ export const tests = {
         /--cuda-prefill-attention has no effect with --device sim/],
       [['--device', 'cpu', '--no-cuda-pdl'], /--cuda-pdl has no effect with --device cpu/],
       [['--device', 'cpu', '--cuda-prefill-attention', 'v1'], /--cuda-prefill-attention/],
+      [['--device', 'sim', '--cuda-decode-split-plan', 'by-step-work'],
+        /--cuda-decode-split-plan has no effect with --device sim/],
     ]) {
       const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', ...args],
         { encoding: 'utf8', timeout: 30_000 });

@@ -2,8 +2,8 @@
 // `sluice generate`: added to a command, refused unless --device cuda, and
 // turned into the CudaOptions the backend is constructed with (the flags'
 // values are logged with the others; the whole struct is logged when the
-// backend starts). Benchmark-only settings (graph buckets, GEMV split K, MLA kernels) have
-// no flag: cuda_bench sets them.
+// backend starts). Benchmark-only settings (graph buckets, GEMV split K, MLA kernels, FP8
+// and MoE GEMM paths) have no flag: cuda_bench sets them.
 #pragma once
 
 #include <string>
@@ -19,6 +19,7 @@ namespace sluice::cli {
 struct CudaFlags {
   std::string prefill_attention = "mma";  // a name of cuda::kPrefillAttentionNames
   bool programmatic_launch = true;
+  std::string decode_split_plan = "uniform-waves";  // a name of cuda::kDecodeSplitPlanNames
 };
 
 void add_cuda_flags(CLI::App& cmd, CudaFlags& flags);
