@@ -74,7 +74,9 @@ Status run_calibrate(const CalibrateOptions& o) {
   for (std::size_t i = 0; i < names.size(); ++i)
     std::printf("  %-18s %13.1f%% %8s  %s\n", names[i], 100 * predicted_ms[i] / measured_ms,
                 fit.identified[i] ? fmt::format("{:.3f}", fit.factors[i]).c_str() : "(unseen)",
-                fit.identified[i] ? knobs[i].c_str() : "");
+                !fit.identified[i]       ? ""
+                : fit.factors[i] > 0 ? knobs[i].c_str()
+                                     : "(none: the fit gave this term's time to others it moves with)");
   print_errors("prior, all steps:", fit.prior);
   print_errors("fitted, steps kept:", fit.fitted);
   std::printf("  %lld steps left out of the fit as outliers (warm-up, graph capture)\n",

@@ -126,7 +126,9 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
                              parallelism.num_gpus, sim::h200_sluice_cuda().name, parallelism.tensor_parallel,
                              options.enable_expert_parallel ? ", --enable-expert-parallel" : "",
                              sim::describe_shortfall(plan))};
-  std::optional<std::int32_t> num_kv_blocks_override;
+  // The plan's blocks unless --kv-cache-memory sets them: make_sim_backend
+  // need not plan the same memory again.
+  std::int32_t num_kv_blocks = plan.num_kv_blocks;
   if (options.kv_cache_memory_bytes) {
     const double bytes_per_block = profile.kv_bytes_per_token * options.block_size_tokens;
     if (bytes_per_block <= 0) return Error{fmt::format("sim profile {} has no KV bytes per token", profile.name)};
@@ -134,12 +136,12 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
     if (num_blocks < 1 || num_blocks > INT32_MAX)
       return Error{fmt::format("--kv-cache-memory {} holds {:.0f} blocks of {} ({:.0f} bytes each); need 1 to {}",
                                *options.kv_cache_memory_bytes, num_blocks, profile.name, bytes_per_block, INT32_MAX)};
-    num_kv_blocks_override = static_cast<std::int32_t>(num_blocks);
+    num_kv_blocks = static_cast<std::int32_t>(num_blocks);
   }
   SLUICE_TRY_ASSIGN(simulated, sim::make_sim_backend(profile, sim::h200_sluice_cuda(), parallelism,
                                                      {.memory = memory,
                                                       .max_model_len_tokens = options.max_model_len_tokens,
-                                                      .num_kv_blocks_override = num_kv_blocks_override}));
+                                                      .num_kv_blocks_override = num_kv_blocks}));
   spdlog::info("sim: {} KV blocks of {} tokens ({})", simulated->info().num_kv_blocks, options.block_size_tokens,
                options.kv_cache_memory_bytes ? "--kv-cache-memory" : "the memory plan, as sluice plan computes it");
   SLUICE_TRY_ASSIGN(paced, PacedSimBackend::make(std::move(simulated), tokenizer, eos_token_ids,
