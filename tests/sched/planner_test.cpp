@@ -248,6 +248,45 @@ TEST(Planner, LivenessAPrefillGetsABlockEvenWhenDecodesFillTheTime) {
   EXPECT_EQ(plan.prefills[0].num_new_tokens, kBlock);
 }
 
+// Attention priced in 128-row query tiles: a chunk of 16 rows costs as much
+// as one of 128 (tile padding), so the liveness chunk takes the whole tile.
+class TiledCost final : public CostModel {
+ public:
+  double predict_step_ms(const StepShape& shape) const override {
+    double ms = 1.0;
+    for (const auto& s : shape.sequences) {
+      const double rows = s.num_new_tokens <= 1 ? s.num_new_tokens : std::ceil(s.num_new_tokens / 128.0) * 128.0;
+      ms += 1e-4 * rows * (s.num_computed_tokens + s.num_new_tokens);
+    }
+    return ms;
+  }
+};
+
+TEST(Planner, LivenessChunkTakesEveryTokenTheTileAlreadyPaysFor) {
+  Fixture f;
+  f.running = {decoding(1, 100)};
+  // A prompt with a 100k-token cached prefix: 16 rows over it cost within
+  // 0.2% of 128 rows, 129 rows cost a second tile.
+  SchedRequest prompt = waiting(2, 101000);
+  prompt.num_cached_tokens = 100000;
+  f.queue = {prompt};
+  // Decodes alone exceed the cap: only the liveness rule admits prefill.
+  const StepPlan plan = plan_step(f.state(), {.max_step_ms = 0.5, .min_prefill_share = 0.0}, TiledCost{});
+  ASSERT_EQ(plan.prefills.size(), 1u);
+  EXPECT_EQ(plan.prefills[0].num_new_tokens, 128);
+  // A rest shorter than a tile is taken whole.
+  prompt.num_tokens = 100040;
+  f.queue = {prompt};
+  const StepPlan short_rest = plan_step(f.state(), {.max_step_ms = 0.5, .min_prefill_share = 0.0}, TiledCost{});
+  ASSERT_EQ(short_rest.prefills.size(), 1u);
+  EXPECT_EQ(short_rest.prefills[0].num_new_tokens, 40);
+  // Without a prefix the tile's own rows dominate: one block, as before.
+  f.queue = {waiting(2, 1000)};
+  const StepPlan cold = plan_step(f.state(), {.max_step_ms = 0.5, .min_prefill_share = 0.0}, TiledCost{});
+  ASSERT_EQ(cold.prefills.size(), 1u);
+  EXPECT_EQ(cold.prefills[0].num_new_tokens, kBlock);
+}
+
 TEST(Planner, IsAPureFunction) {
   Fixture f;
   for (SequenceId i = 0; i < 50; ++i) f.running.push_back(decoding(i, 1000 + static_cast<std::int32_t>(i) * 37));

@@ -4,6 +4,7 @@
 // and position; MoE weight reads saturate when every expert is touched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -84,6 +85,41 @@ TEST(RooflineCostModel, AttentionCostGrowsWithPosition) {
   // The same 4k tokens cost far more at 250k than at 0: a token budget does not bound time.
   EXPECT_GT(at_250k.total_ms(), 5 * at_0.total_ms());
   EXPECT_DOUBLE_EQ(at_250k.gemm_ms, at_0.gemm_ms);
+}
+
+// The prefill kernel runs whole 128-row query tiles: every row of a tile is
+// computed against the keys up to the tile's last query, padding included.
+// Counted here tile by tile, independently of the model's closed form.
+TEST(RooflineCostModel, PrefillAttentionIsPricedInWholeQueryTiles) {
+  HardwareSpec hw = h200();
+  hw.attention_query_tile_rows = 128;
+  const RooflineCostModel tiled(profile("llama-3-8b"), hw, {});
+  hw.attention_query_tile_rows = 1;
+  const RooflineCostModel exact(profile("llama-3-8b"), hw, {});
+  const double per_pair = 4.0 * 32 * 128 * 32;
+  const auto tile_pairs = [](std::int32_t n, double p) {
+    double pairs = 0;
+    for (std::int32_t start = 0; start < n; start += 128) pairs += 128.0 * (p + std::min(start + 128, n));
+    return pairs;
+  };
+  for (const double position : {0.0, 4096.0, 100000.0}) {
+    for (const std::int32_t n : {16, 128, 200, 1000, 4096}) {
+      const auto p = static_cast<std::int32_t>(position);
+      const double expected = per_pair * tile_pairs(n, position);
+      EXPECT_NEAR(tiled.predict(chunk(n, p)).attention_flops_per_gpu, expected, expected * 1e-9)
+          << n << " rows at " << p;
+      // Without tiles: exact causal pairs.
+      const double pairs = double(n) * position + double(n) * (n + 1) / 2;
+      EXPECT_NEAR(exact.predict(chunk(n, p)).attention_flops_per_gpu, per_pair * pairs, per_pair * pairs * 1e-9);
+    }
+  }
+  // A decode row is not tiled (the split-KV kernel runs it).
+  EXPECT_DOUBLE_EQ(tiled.predict(decode_batch(4, 100000)).attention_flops_per_gpu,
+                   exact.predict(decode_batch(4, 100000)).attention_flops_per_gpu);
+  // So a 16-row chunk over a long prefix costs as much attention as 128 rows.
+  EXPECT_NEAR(tiled.predict(chunk(16, 100000)).attention_flops_per_gpu,
+              tiled.predict(chunk(128, 100000)).attention_flops_per_gpu,
+              per_pair * 128 * 112);
 }
 
 TEST(RooflineCostModel, DeepSeekPositionCostIsTheIndexerScan) {

@@ -185,12 +185,17 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   std::int32_t best = block_aligned(largest_within(0, step_cap_ms_));
   const std::int32_t liveness = std::min(max_chunk, block_size());
   if (first_prefill && best < liveness) {
-    // Over the cap anyway: take every token that costs no more than the
-    // minimum (a prefill kernel's query tile costs as much for 16 rows as for
-    // 128, so a short chunk over a long prefix would waste most of its time).
+    // Over the cap anyway: take every token that adds next to nothing to the
+    // minimum chunk's own cost (a prefill kernel's query tile costs about as
+    // much for 16 rows as for 128 over a long prefix, so a short chunk would
+    // waste most of its time; the tile's own rows add a fraction of a percent).
+    constexpr double kNearlyFreeShare = 0.01;
+    shape_.sequences.back().num_new_tokens = 0;
+    const double without_ms = cost_model_.predict_step_ms(shape_);
     shape_.sequences.back().num_new_tokens = liveness;
     const double liveness_ms = cost_model_.predict_step_ms(shape_);
-    best = std::max(liveness, block_aligned(largest_within(liveness, liveness_ms * (1.0 + 1e-9))));
+    const double nearly_free_ms = liveness_ms + kNearlyFreeShare * std::max(0.0, liveness_ms - without_ms);
+    best = std::max(liveness, block_aligned(largest_within(liveness, nearly_free_ms)));
   }
   shape_.sequences.pop_back();
   return best;
