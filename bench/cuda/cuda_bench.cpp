@@ -684,15 +684,15 @@ void bench_model(bool quick) {
           pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
     }
     if (g_decode) return;
-    bench_prefill_rows(*ops, model, {4096, long_prompt}, "");  // the default prefill attention (mma)
+    bench_prefill_rows(*ops, model, {4096, long_prompt}, "");  // the default prefill attention (wgmma)
   }
-  // Both prompts with the wgmma prefill attention, in an Ops of its own.
+  // Both prompts with the mma.sync prefill attention, in an Ops of its own.
   CudaOptions options = bench_options();
-  options.prefill_attention = cuda::PrefillAttention::wgmma;
+  options.prefill_attention = cuda::PrefillAttention::mma;
   auto ops = new_ops(options);
   const Llama8B model(*ops);
   allocate_model_kv(*ops, long_prompt / kBlock + 1);
-  bench_prefill_rows(*ops, model, {4096, long_prompt}, " (attention wgmma)");
+  bench_prefill_rows(*ops, model, {4096, long_prompt}, " (attention mma)");
 }
 
 // Decode steps under other settings, each in a fresh Ops (no graph captured
@@ -837,8 +837,12 @@ void bench_chunk_over_prefix() {
   struct Shape {
     std::int32_t prefix, chunk;
   };
-  for (const Shape shape : {Shape{100000, 256}, Shape{100000, 512}, Shape{32768, 256}, Shape{8192, 1024}}) {
-    auto ops = new_ops();
+  for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
+  for (const Shape shape : {Shape{100000, 128}, Shape{100000, 256}, Shape{100000, 512}, Shape{32768, 256},
+                            Shape{8192, 1024}}) {
+    CudaOptions options = bench_options();
+    options.prefill_attention = kernel;
+    auto ops = new_ops(options);
     const std::int32_t total = shape.prefix + shape.chunk;
     const std::int32_t blocks = (total + kBlock - 1) / kBlock;
     if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
@@ -862,9 +866,10 @@ void bench_chunk_over_prefix() {
     const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
     const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
     char name[128];
-    std::snprintf(name, sizeof name, "attention chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)", shape.chunk,
-                  shape.prefix / 1000, t * 1e3);
+    std::snprintf(name, sizeof name, "attention %s chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)",
+                  std::string(kernel_name).c_str(), shape.chunk, shape.prefix / 1000, t * 1e3);
     row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+  }
   }
 }
 

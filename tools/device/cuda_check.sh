@@ -39,12 +39,11 @@ if [ $tests = 1 ]; then
     [ "$rc" = 0 ] || status=1
   done
   # cuda_kernel_test runs every CudaAttention case under both prefill kernels
-  # (PrefillKernels/CudaAttention.*/mma and .../wgmma); wgmma becomes the
-  # default once its half passes.
+  # (PrefillKernels/CudaAttention.*/mma and .../wgmma, the default since S7-2).
 fi
 # End to end through the CLI: the same greedy generation on the CPU reference
 # and on CUDA (tiny random llamas: head_dim 64, so the tensor-core paths run,
-# and head_dim 128 under --cuda-prefill-attention wgmma).
+# and head_dim 128, whose prefill runs on the default wgmma kernel).
 if [ $tests = 1 ] && [ -x "$bin/sluice" ]; then
   ids=$(seq -s, 1 3 300)
   : >"$out/generate.txt"
@@ -53,11 +52,10 @@ if [ $tests = 1 ] && [ -x "$bin/sluice" ]; then
     m=/tmp/sluice-tiny-llama-$head_dim
     "$bin/sluice" make-model --arch llama --layers 2 --hidden $hidden --heads 4 --kv-heads 2 \
       --intermediate 512 --vocab 1000 --seed 5 --out $m >/dev/null
-    flags=""; [ $head_dim = 128 ] && flags="--cuda-prefill-attention wgmma"
     cpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cpu 2>&1 | tail -1)
-    gpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cuda $flags 2>&1 | tail -1)
+    gpu=$("$bin/sluice" generate --model $m --prompt-ids "$ids" --max-tokens 32 --ignore-eos --device cuda 2>&1 | tail -1)
     echo "head_dim $head_dim generate --device cpu : $cpu" | tee -a "$out/generate.txt"
-    echo "head_dim $head_dim generate --device cuda $flags: $gpu" | tee -a "$out/generate.txt"
+    echo "head_dim $head_dim generate --device cuda: $gpu" | tee -a "$out/generate.txt"
     python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'generate: first {n} of {len(a)} greedy tokens identical (cpu f32 vs cuda bf16)')" "$cpu" "$gpu" | tee -a "$out/generate.txt"
   done
 fi

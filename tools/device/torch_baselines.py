@@ -47,6 +47,24 @@ def prefill(backend, name, tokens, heads=32, dim=128):
         f"{100 * flops / t / FLOPS:.1f}% of 790")
 
 
+def chunk_over_prefix(backend, name, prefix, chunk, heads=32, dim=128):
+    """cuda_bench --chunk's shapes: `chunk` query rows at the end of `prefix` +
+    `chunk` keys, causal aligned bottom-right (K/V heads repeated to 32)."""
+    from torch.nn.attention.bias import causal_lower_right
+    q = torch.randn(1, heads, chunk, dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, heads, prefix + chunk, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    bias = causal_lower_right(chunk, prefix + chunk)
+    try:
+        with sdpa_kernel(backend):
+            t = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias), 2, 7)
+    except RuntimeError as e:
+        print(f"| torch {name} chunk {chunk} over {prefix // 1000}k | n/a | {str(e).splitlines()[0][:60]} |")
+        return
+    flops = 4.0 * heads * dim * chunk * (prefix + (chunk + 1) / 2.0)
+    row(f"torch SDPA {name} chunk {chunk} over {prefix // 1000}k prefix ({t * 1e3:.3f} ms)", flops / t / 1e12,
+        "TFLOP/s", f"{100 * flops / t / FLOPS:.1f}% of 790")
+
+
 def decode(backend, name, batch, context, heads=32, dim=128):
     q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(batch, heads, context, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -82,6 +100,11 @@ def gemm(m, n, k):
 
 def main():
     print("| what (library baseline, same run) | value | share of the ceiling |\n| --- | --- | --- |")
+    if "--chunk" in sys.argv:
+        for prefix, chunk in [(100000, 128), (100000, 256), (100000, 512), (32768, 256), (8192, 1024)]:
+            chunk_over_prefix(SDPBackend.CUDNN_ATTENTION, "cuDNN", prefix, chunk)
+            chunk_over_prefix(SDPBackend.FLASH_ATTENTION, "flash", prefix, chunk)
+        return
     for m, n, k in [(8192, 8192, 8192), (8192, 28672, 4096), (1, 28672, 4096), (1, 128256, 4096)]:
         gemm(m, n, k)
     for tokens in ([4096] if QUICK else [8192, 32768]):

@@ -12,7 +12,7 @@
 namespace sluice {
 
 // Key tiles of the split pieces: inner piece bounds are multiples of this.
-inline constexpr std::int32_t kPrefillSplitKeyAlign = 64;
+inline constexpr std::int32_t kPrefillSplitKeyAlign = 128;
 // Tiles whose every row sees at least this many keys may be split.
 inline constexpr std::int32_t kPrefillSplitMinPrefix = 4096;
 

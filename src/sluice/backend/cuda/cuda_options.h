@@ -126,7 +126,11 @@ struct CudaOptions {
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
   // mla_kernels, fp8_dense_gemm, moe_expert_gemm.
-  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
+  // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
+  // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
+  // 124 s against mma's 169 (S7-1/S7-3, docs/benchmarks.md). head_dim != 128
+  // stays on mma.
+  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::wgmma;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
   // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).

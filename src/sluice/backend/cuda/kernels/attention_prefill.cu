@@ -241,6 +241,15 @@ PrefillParams params_of(const StepDeviceView& step, const AttentionArgs& args, i
   return p;
 }
 
+template <int D>
+void launch_merge(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
+  const PrefillParams p = params_of(step, args, D);
+  launch_kernel(merge_kernel<D>,
+                dim3(args.num_q_heads, step.num_prefill_split_pieces / step.prefill_split_pieces_per_tile),
+                dim3(kThreads), 0, launch, step, p);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
 template <int D, bool kSplit>
 void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   const PrefillParams p = params_of(step, args, D);
@@ -255,11 +264,7 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   const int num_blocks = kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles;
   launch_kernel(kernel, dim3(args.num_q_heads, num_blocks), dim3(kThreads), smem_bytes, launch, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
-  if constexpr (kSplit) {
-    launch_kernel(merge_kernel<D>, dim3(args.num_q_heads, num_blocks / step.prefill_split_pieces_per_tile),
-                  dim3(kThreads), 0, launch, step, p);
-    SLUICE_CUDA_CHECK_LAUNCH();
-  }
+  if constexpr (kSplit) launch_merge<D>(step, args, launch);
 }
 
 }  // namespace
@@ -284,10 +289,15 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
   }
 }
 
-// Split pieces always run on the mma kernel, whichever kernel runs the whole tiles.
+// Split pieces run on the kernel that runs whole tiles; one merge for both.
 void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_prefill_split_pieces == 0) return;
   SLUICE_CHECK_MSG(args.prefill_split_workspace != nullptr, "split prefill: no workspace");
+  if (prefill_kernel_for(args.prefill_attention, args.head_dim) == PrefillAttention::wgmma) {
+    launch_attention_prefill_wgmma_split(step, args, launch);
+    launch_merge<128>(step, args, launch);
+    return;
+  }
   switch (args.head_dim) {
     case 64: launch_for_dim<64, true>(step, args, launch); break;
     case 128: launch_for_dim<128, true>(step, args, launch); break;

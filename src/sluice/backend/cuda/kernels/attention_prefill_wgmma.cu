@@ -4,7 +4,10 @@
 // dispatches); other head_dims stay on the mma.sync kernel.
 //
 // One block per (query head, tile of 128 query rows of one sequence), as the
-// mma.sync kernel: the host's tile list is shared. Two warpgroups own 64 rows
+// mma.sync kernel: the host's tile list is shared. Split pieces (kSplit: a
+// tile's keys cut in pieces on 128-key bounds, backend/prefill_split_plan.h)
+// run the same loop over their keys and write f32 partials and the
+// log2-sum-exp for attention_prefill.cu's merge kernel. Two warpgroups own 64 rows
 // each (wgmma's M). Per key tile of 128 keys:
 //   S = Q K^T    wgmma m64n128k16 x 8, Q and K both from shared memory;
 //   softmax      online, in registers, exp2 with the scale folded in;
@@ -30,6 +33,7 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/prefill_split_plan.h"
 
 namespace sluice::cuda {
 namespace {
@@ -40,6 +44,7 @@ constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kBlockM = 64 * kWarpgroups;
 constexpr int kBlockN = 128;              // keys per tile
 static_assert(kBlockM == kPrefillTileRows, "host tiling must match the kernel");
+static_assert(kPrefillSplitKeyAlign % kBlockN == 0, "split pieces must start on a key tile");
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared-memory tiles of [rows][128] bf16 are stored as two panels [rows][64]
@@ -136,12 +141,15 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const std:
 struct WgmmaPrefillParams {
   const __nv_bfloat16* q;
   __nv_bfloat16* out;
+  float* partial_out;  // split pieces: [piece, head, kPrefillTileRows, kD]
+  float* partial_lse;  // split pieces: [piece, head, kPrefillTileRows], log2 domain
   const __nv_bfloat16* k_cache;
   const __nv_bfloat16* v_cache;
   int num_q_heads, num_kv_heads, block_size;
   float scale_log2;
 };
 
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(StepDeviceView step, WgmmaPrefillParams p) {
   pdl_launch_dependents();
@@ -161,13 +169,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp_in_group = (tid % 128) / 32;
   const int lane = tid % 32;
   const int head = blockIdx.x;
-  const int seq = step.prefill_tiles[2 * blockIdx.y];
-  const int tile_row = step.prefill_tiles[2 * blockIdx.y + 1];
+  const std::int32_t* item =
+      kSplit ? step.prefill_split_pieces + 4 * blockIdx.y : step.prefill_tiles + 2 * blockIdx.y;
+  const int seq = item[0];
+  const int tile_row = item[1];
   const int seq_rows = step.seq_num_rows[seq];
   const int row_base = step.seq_row_begin[seq] + tile_row;
   const int num_q = min(kBlockM, seq_rows - tile_row);
   const int first_pos = step.seq_num_computed[seq] + tile_row;
-  const int kv_end = first_pos + num_q;
+  // Keys [key_begin, kv_end): a piece's inner bounds are multiples of kBlockN,
+  // at or below first_pos, so only the causal end is ever a partial tile.
+  const int key_begin = kSplit ? item[2] : 0;
+  const int kv_end = kSplit ? min(item[3], first_pos + num_q) : first_pos + num_q;
+  const int first_tile = key_begin / kBlockN;
   const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * kD;
@@ -208,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // One commit group per tile (the first carries Q too), empty past the end.
 #pragma unroll
   for (int t = 0; t < kLookahead; ++t) {
-    load_kv(t);
+    load_kv(first_tile + t);
     cp_async_commit();
   }
 
@@ -283,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
       row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
       const float m_new = fmaxf(m_run[h], row_max[h] * p.scale_log2);
-      // m is finite from the first tile on: every row sees key 0 there.
+      // m is finite from the first tile on: every row sees its first key there.
       correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
       m_run[h] = m_new;
       row_sum[h] = 0.0f;
@@ -310,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   std::uint32_t pa[kBlockN / 16][4];  // P as wgmma A fragments
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
     // Tile `tile` has landed once at most kLookahead - 1 later groups are pending.
     cp_async_wait<kLookahead - 1>();
     fence_proxy_async();
@@ -350,6 +364,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int r = group_row + warp_in_group * 16 + lane / 4 + 8 * h;
     if (r >= num_q) continue;
     const float inv = 1.0f / l_run[h];
+    if constexpr (kSplit) {
+      const std::int64_t slot = (static_cast<std::int64_t>(blockIdx.y) * p.num_q_heads + head) * kBlockM + r;
+      float* part = p.partial_out + slot * kD;
+#pragma unroll
+      for (int panel = 0; panel < 2; ++panel) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = panel * kPanelCols + 8 * j + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(part + col) =
+              make_float2(o_acc[panel][4 * j + 2 * h] * inv, o_acc[panel][4 * j + 2 * h + 1] * inv);
+        }
+      }
+      if (lane % 4 == 0) p.partial_lse[slot] = m_run[h] + log2f(l_run[h]);
+      continue;
+    }
     __nv_bfloat16* dst = p.out + (static_cast<std::int64_t>(row_base + r) * p.num_q_heads + head) * kD;
 #pragma unroll
     for (int panel = 0; panel < 2; ++panel) {
@@ -367,27 +396,49 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool prefill_wgmma_supports(std::int32_t head_dim) { return head_dim == kD; }
 
-void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
-  SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
-  if (step.num_prefill_tiles == 0) return;
+namespace {
+
+template <bool kSplit>
+void launch_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   WgmmaPrefillParams p{};
   p.q = static_cast<const __nv_bfloat16*>(args.q);
   p.out = static_cast<__nv_bfloat16*>(args.out);
+  p.partial_out = static_cast<float*>(args.prefill_split_workspace);
+  // The merge kernel's layout (attention_prefill.cu): every piece's outputs, then every lse.
+  p.partial_lse = p.partial_out == nullptr
+                      ? nullptr
+                      : p.partial_out + static_cast<std::int64_t>(step.num_prefill_split_pieces) *
+                                            args.num_q_heads * kPrefillTileRows * kD;
   p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
   p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
   p.num_q_heads = args.num_q_heads;
   p.num_kv_heads = args.num_kv_heads;
   p.block_size = args.block_size_tokens;
   p.scale_log2 = args.scale * kLog2e;
+  constexpr auto kernel = prefill_wgmma_kernel<kSplit>;
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  const dim3 grid(args.num_q_heads, step.num_prefill_tiles);
-  launch_kernel(prefill_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
+  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
+  launch_kernel(kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
+  SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
+  if (step.num_prefill_tiles == 0) return;
+  launch_wgmma<false>(step, args, launch);
+}
+
+void launch_attention_prefill_wgmma_split(const StepDeviceView& step, const AttentionArgs& args,
+                                          const Launch& launch) {
+  SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
+  if (step.num_prefill_split_pieces == 0) return;
+  launch_wgmma<true>(step, args, launch);
 }
 
 }  // namespace sluice::cuda

@@ -101,6 +101,9 @@ void launch_attention_split(const StepDeviceView& step, const AttentionArgs& arg
 // (attention_prefill_wgmma.cu); launch_attention_prefill() dispatches to it.
 bool prefill_wgmma_supports(std::int32_t head_dim);
 void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
+// Its split pieces (partials for the merge in launch_attention_prefill_split).
+void launch_attention_prefill_wgmma_split(const StepDeviceView& step, const AttentionArgs& args,
+                                          const Launch& launch);
 // The kernel that runs whole prefill tiles: the one asked for where it is
 // built for head_dim, else mma.
 PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_dim);
