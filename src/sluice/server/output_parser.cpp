@@ -74,19 +74,11 @@ Result<OutputFormat> output_format_by_name(std::string_view name) {
   const std::string ds_call_end = "<\uFF5Ctool\u2581call\u2581end\uFF5C>";
   const std::string ds_sep = "<\uFF5Ctool\u2581sep\uFF5C>";
   if (name == "none") return f;
-  if (name == "qwen3" || name == "hermes") {
+  if (name == "qwen3" || name == "hermes" || name == "qwen3_coder") {
+    // Qwen's markers; Qwen3-Coder writes XML calls inside them, the others JSON.
     f.reasoning_begin = "<think>";
     f.reasoning_end = "</think>";
-    f.tool_syntax = ToolCallSyntax::kTaggedJson;
-    f.call_begin = "<tool_call>";
-    f.call_end = "</tool_call>";
-    return f;
-  }
-  if (name == "qwen3_coder") {
-    // Qwen's <think> markers, as qwen3 and hermes have them.
-    f.reasoning_begin = "<think>";
-    f.reasoning_end = "</think>";
-    f.tool_syntax = ToolCallSyntax::kTaggedXml;
+    f.tool_syntax = name == "qwen3_coder" ? ToolCallSyntax::kTaggedXml : ToolCallSyntax::kTaggedJson;
     f.call_begin = "<tool_call>";
     f.call_end = "</tool_call>";
     return f;
