@@ -253,8 +253,9 @@ TEST_F(VllmFlags, CommonLaunchLines) {
        .refused = {}},
       {.flags = "--host 127.0.0.1 --port 8000 --api-key sk-local --disable-log-stats --trust-remote-code",
        .refused = {}},
-      {.flags = "--no-enable-chunked-prefill --swap-space 4 --quantization fp8 --load-format safetensors",
-       .refused = {"--no-enable-chunked-prefill", "--swap-space", "--quantization"}},
+      {.flags = "--no-enable-chunked-prefill --swap-space 4 --quantization fp8 --load-format safetensors "
+                "--cpu-offload-gb 8",
+       .refused = {"--no-enable-chunked-prefill", "--swap-space", "--quantization", "--cpu-offload-gb"}},
   };
   for (const Line& line : lines) {
     SCOPED_TRACE(line.flags);
