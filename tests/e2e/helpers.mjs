@@ -62,13 +62,14 @@ export async function eventually(predicate, what, attempts = 250) {
 // for tests that need other flags (one HTTP thread, another chat template).
 // Resolves once /health is 200 (bounded poll, failing fast if the process
 // exits); stop() sends SIGTERM and expects exit code 0.
-export async function spawnServer(ctx, args) {
+// `logLevel` 'info' keeps the start-up log (each flag's value), read back by log().
+export async function spawnServer(ctx, args, { logLevel = 'warn' } = {}) {
   const { spawn } = await import('node:child_process');
-  const server = spawn(ctx.sluice, ['serve', '--port', '0', '--stats-log-interval', '0', '--log-level', 'warn',
+  const server = spawn(ctx.sluice, ['serve', '--port', '0', '--stats-log-interval', '0', '--log-level', logLevel,
     '--shutdown-timeout', '1', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise((res) => server.on('exit', (code, signal) => res({ code, signal })));
+  let buffered = '';
   const port = await new Promise((res, rej) => {
-    let buffered = '';
     server.stdout.on('data', (data) => {
       buffered += data.toString();
       const m = buffered.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
@@ -93,6 +94,7 @@ export async function spawnServer(ctx, args) {
     baseURL,
     server,
     exited,
+    log: () => buffered,
     async stop() {
       server.kill('SIGTERM');
       const e = await exited;

@@ -5,10 +5,65 @@
 // ids of the text the template must produce.
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import OpenAI from 'openai';
 import { spawnServer } from './helpers.mjs';
+
+const KV = ['--kv-cache-memory', String(16 << 20)];
+
+// A tiny DeepSeek-V3 (its model_type picks the deepseek_v3 output format), made once for the report's lines.
+function tinyDeepSeek(ctx) {
+  const dir = join(ctx.modelDir, '..', 'model-deepseek');
+  if (!existsSync(join(dir, 'config.json')))
+    execFileSync(ctx.sluice, ['make-model', '--arch', 'deepseek_v3', '--layers', '2', '--hidden', '64', '--heads', '4',
+      '--vocab', '512', '--intermediate', '128', '--seed', '3', '--out', dir], { stdio: 'ignore' });
+  return dir;
+}
+
+// The line without `flag` and its values (the words up to the next flag), in either spelling.
+function withoutFlag(line, flag) {
+  const at = line.findIndex((w) => w === flag || w.startsWith(`${flag}=`));
+  if (at < 0) return line;
+  let end = at + 1;
+  if (line[at] === flag) while (end < line.length && !line[end].startsWith('--')) ++end;
+  return [...line.slice(0, at), ...line.slice(end)];
+}
+
+// The error lines of one `serve --check-only` of the line (each starts with the flag it refuses).
+function refusals(ctx, line) {
+  const run = spawnSync(ctx.sluice, ['serve', '--check-only', ...KV, ...line], { encoding: 'utf8', timeout: 60_000 });
+  const errors = (run.stdout + run.stderr).split('\n').filter((l) => l.includes('[error]'))
+    .map((l) => l.slice(l.indexOf('[error]') + 8));
+  assert.equal(run.status === 0, errors.length === 0, run.stdout + run.stderr);
+  for (const error of errors) assert.ok(error.length > 40, `no reason given: ${error}`);
+  return errors;
+}
+
+// As an operator would: start, drop every flag a refusal names, until the line starts. Returns
+// what is left and the refused flags.
+function dropRefused(ctx, line) {
+  const refused = [];
+  for (let round = 0; round < 8; ++round) {
+    const errors = refusals(ctx, line);
+    if (errors.length === 0) return { line, refused };
+    for (const error of errors) {
+      const flag = error.split(/[ :=]/)[0];
+      assert.ok(line.some((w) => w === flag || w.startsWith(`${flag}=`)), `refusal names no flag of the line: ${error}`);
+      refused.push(flag);
+      line = withoutFlag(line, flag);
+    }
+  }
+  assert.fail('the line never started');
+}
+
+// Whether the start-up log shows `flag` in effect with `value` (sluice's own flags log
+// "flag --x = v"; a vLLM no-op "vllm flag --x v accepted, no effect: why").
+function logged(log, flag, value) {
+  return log.includes(`flag ${flag} = ${value}`) ||
+    log.includes(`vllm flag ${flag}${value === '' ? '' : ` ${value}`} accepted, no effect: `);
+}
 
 export const tests = {
   async 'vllm launch line: positional model, aliases, chat template file and default kwargs'(ctx) {
@@ -93,9 +148,7 @@ export const tests = {
     // The user report's `docker run -itd` line (shared/context), model path replaced by a tiny
     // DeepSeek-V3 (its model_type picks the deepseek_v3 format, so --enable-auto-tool-choice holds)
     // and --port 8992 left to the test's free port.
-    const dir = join(ctx.modelDir, '..', 'model-deepseek');
-    execFileSync(ctx.sluice, ['make-model', '--arch', 'deepseek_v3', '--layers', '2', '--hidden', '64', '--heads', '4',
-      '--vocab', '512', '--intermediate', '128', '--seed', '3', '--out', dir], { stdio: 'ignore' });
+    const dir = tinyDeepSeek(ctx);
     const names = ['deepseek-v4-flash', 'DeepSeek-V4-Flash-0731', 'DeepSeek-V4-Flash', 'DeepSeek-V4.1-Flash', 'deepseek_v41'];
     let line = [dir, '--served-model-name', ...names, '--trust-remote-code', '--tokenizer-mode', 'deepseek_v41',
       '--enable-expert-parallel', '--tensor-parallel-size', '8', '--gpu-memory-utilization', '0.78', '--max-model-len',
@@ -110,20 +163,10 @@ export const tests = {
       ['--tensor-parallel-size', '--enable-expert-parallel', '--gpu-memory-utilization', '--reasoning-parser',
         '--tool-call-parser']];
     for (const expected of rounds) {
-      const run = spawnSync(ctx.sluice, ['serve', '--check-only', '--kv-cache-memory', String(16 << 20), ...line],
-        { encoding: 'utf8', timeout: 60_000 });
-      assert.equal(run.status, 1, run.stdout + run.stderr);
-      const errors = (run.stdout + run.stderr).split('\n').filter((l) => l.includes('[error]'))
-        .map((l) => l.slice(l.indexOf('[error]') + 8));
+      const errors = refusals(ctx, line);
       const named = errors.map((l) => l.split(/[ :=]/)[0]);
       assert.deepEqual([...named].sort(), [...expected].sort(), errors.join('\n'));
-      for (const error of errors) assert.ok(error.length > 40, `no reason given: ${error}`);
-      for (const flag of expected) {
-        const at = line.indexOf(flag);
-        let end = at + 1;
-        while (end < line.length && !line[end].startsWith('--')) ++end;
-        line = [...line.slice(0, at), ...line.slice(end)];
-      }
+      for (const flag of expected) line = withoutFlag(line, flag);
     }
     const server = await spawnServer(ctx, [...line, '--kv-cache-memory', String(16 << 20), '--threads', '1']);
     try {
@@ -136,6 +179,47 @@ export const tests = {
           model, messages: [{ role: 'user', content: 'hi' }], tools, max_tokens: 2 }) });
         assert.equal(r.status, 200, await r.text());
       }
+    } finally {
+      await server.stop();
+    }
+  },
+  async 'the report\'s first launch line: each refusal names its flag, the rest starts, logs its values and serves'(ctx) {
+    // Reply 3 of the user report (the vllm-openai:deepseekv41-flash-0909 line), model path
+    // replaced by the tiny DeepSeek-V3; the docker and -e parts dropped.
+    const line = [tinyDeepSeek(ctx), '--tokenizer-mode', 'deepseek_v41', '--tensor-parallel-size', '8',
+      '--tool-call-parser', 'deepseek_v41', '--enable-auto-tool-choice', '--reasoning-parser', 'deepseek_v41',
+      '--mm-encoder-tp-mode', 'data', '--trust-remote-code', '--kv-cache-dtype', 'fp8_ds_mla', '--enable-prefix-caching',
+      '--enable-prompt-tokens-details', '--enable-expert-parallel', '--speculative-config',
+      '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic",' +
+      '"rejection_sample_method":"block","enable_adaptive_verification":true}',
+      '--gpu-memory-utilization', '0.9518', '--max-num-seqs', '32', '--seed=0',
+      '--default-chat-template-kwargs', '{"thinking": true, "reasoning_effort": "high"}',
+      '--compilation-config', '{"mode":1,"cudagraph_mode":"FULL_DECODE_ONLY"}'];
+    const { line: left, refused } = dropRefused(ctx, line);
+    // What cannot take effect on --device cpu: DeepSeek-V4.1's tokenizer mode and parsers, the FP8 MLA
+    // cache, the dspark drafter, torch.compile's settings, a multimodal encoder, 8 GPUs and their memory.
+    assert.deepEqual([...refused].sort(), ['--compilation-config', '--enable-expert-parallel', '--gpu-memory-utilization',
+      '--kv-cache-dtype', '--mm-encoder-tp-mode', '--reasoning-parser', '--speculative-config', '--tensor-parallel-size',
+      '--tokenizer-mode', '--tool-call-parser'].sort());
+    const server = await spawnServer(ctx, [...left, ...KV, '--threads', '1'], { logLevel: 'info' });
+    try {
+      const log = server.log();
+      for (const [flag, value] of [['--enable-auto-tool-choice', 'true'], ['--trust-remote-code', ''],
+        ['--enable-prefix-caching', 'true'], ['--enable-prompt-tokens-details', 'true'], ['--max-num-seqs', '32'],
+        ['--seed', '0'], ['--default-chat-template-kwargs', '{"thinking": true, "reasoning_effort": "high"}']])
+        assert.ok(logged(log, flag, value), `${flag} ${value} not logged in effect:\n${log}`);
+      const openai = new OpenAI({ baseURL: `${server.baseURL}/v1`, apiKey: 'none', maxRetries: 0 });
+      const model = (await openai.models.list()).data[0].id;
+      const chat = (extra) => openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 6, temperature: 1, ...extra });
+      const r = await chat({});
+      assert.equal(r.choices.length, 1);
+      assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, 'number');  // --enable-prompt-tokens-details
+      // --seed=0: a request without a seed samples as one that sends seed 0.
+      assert.equal(r.choices[0].message.content, (await chat({ seed: 0 })).choices[0].message.content);
+      // --enable-auto-tool-choice: tools without tool_choice (auto) are served, not refused.
+      const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+      assert.equal((await chat({ tools })).choices.length, 1);
     } finally {
       await server.stop();
     }

@@ -227,6 +227,50 @@ TEST_F(VllmFlags, CommonLinesStart) {
   EXPECT_NE(quiet.output.find("stats log line off (--stats-log-interval 0)"), std::string::npos) << quiet.output;
 }
 
+// Typical vLLM launch lines (as vLLM's docs and operators write them), each with the flags that
+// cannot take effect on --device cpu with this model: those are refused, each named with a
+// reason, and everything else starts with its value logged.
+TEST_F(VllmFlags, CommonLaunchLines) {
+  const std::string dir = testing::scratch_dir("vllm-flags-common");
+  const std::string template_file = dir + "/tool_chat_template.jinja";
+  std::ofstream(template_file) << "{% for m in messages %}{{ m.content }}{% endfor %}";
+  struct Line {
+    std::string flags;
+    std::vector<std::string> refused;
+  };
+  const Line lines[] = {
+      {.flags = "--max-model-len 32k --dtype bfloat16 --served-model-name a b --disable-log-requests",
+       .refused = {"--dtype"}},  // --device cpu computes in float32
+      {.flags = "--enable-chunked-prefill --max-num-batched-tokens 8192 --max-num-seqs 64", .refused = {}},
+      {.flags = "--gpu-memory-utilization 0.9 --enable-prefix-caching --seed 0",
+       .refused = {"--gpu-memory-utilization"}},  // cpu sizes KV by --kv-cache-memory
+      {.flags = "--tokenizer " + *model_dir_ + " --chat-template " + template_file + " --generation-config vllm",
+       .refused = {}},
+      // vLLM's tool-calling quickstart (Llama 3.1), and Qwen3.5's usual parsers.
+      {.flags = "--enable-auto-tool-choice --tool-call-parser llama3_json --chat-template " + template_file,
+       .refused = {}},
+      {.flags = "--reasoning-parser qwen3 --tool-call-parser qwen3_coder --enable-auto-tool-choice --max-model-len auto",
+       .refused = {}},
+      {.flags = "--host 127.0.0.1 --port 8000 --api-key sk-local --disable-log-stats --trust-remote-code",
+       .refused = {}},
+      {.flags = "--no-enable-chunked-prefill --swap-space 4 --quantization fp8 --load-format safetensors "
+                "--cpu-offload-gb 8",
+       .refused = {"--no-enable-chunked-prefill", "--swap-space", "--quantization", "--cpu-offload-gb"}},
+  };
+  for (const Line& line : lines) {
+    SCOPED_TRACE(line.flags);
+    const auto argv = words(*model_dir_ + " " + line.flags);
+    const Verdicts v = start_dropping_refused(argv);
+    expect_every_flag_accounted_for(argv, v);
+    std::vector<std::string> refused;
+    for (const std::string& error : v.refused) refused.push_back(flag_named(error));
+    std::sort(refused.begin(), refused.end());
+    std::vector<std::string> expected = line.refused;
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(refused, expected) << v.started_output;
+  }
+}
+
 // --tokenizer, --chat-template and --default-chat-template-kwargs: in effect when
 // good, refused with the flag named when not.
 TEST_F(VllmFlags, TokenizerAndChatTemplateFlags) {
@@ -327,7 +371,8 @@ TEST_F(VllmFlags, TpAlias) {
   }
 }
 
-// vLLM's parser names: the two combine; names sluice lacks are refused with the ones it has.
+// vLLM's parser names: the two combine; names sluice lacks, or that vLLM has only as tool-call
+// parsers, are refused with the ones to use.
 TEST_F(VllmFlags, ParserNames) {
   const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
   auto qwen = testing::run_sluice(serve + " --reasoning-parser qwen3 --tool-call-parser hermes --enable-auto-tool-choice");
@@ -336,13 +381,36 @@ TEST_F(VllmFlags, ParserNames) {
   auto v31 = testing::run_sluice(serve + " --reasoning-parser deepseek_v3 --tool-call-parser deepseek_v31");
   ASSERT_EQ(v31.exit_code, 0) << v31.output;
   EXPECT_NE(v31.output.find("output format reasoning deepseek_v3, tool calls deepseek_v31"), std::string::npos);
-  for (const char* missing : {"llama3_json", "qwen3_coder"}) {
-    auto r = testing::run_sluice(serve + " --tool-call-parser " + missing);
-    EXPECT_TRUE(refused_naming(r, "--tool-call-parser")) << r.output;
-    EXPECT_NE(r.output.find("is not implemented; sluice reads none, hermes, qwen3, deepseek_r1, deepseek_v3, "
-                            "deepseek_v31"),
+  // Every name the issue lists is a tool-call parser; alone it brings its family's reasoning markers.
+  for (const auto& [name, format] : {std::pair<std::string, std::string>{"hermes", "hermes"},
+                                     {"llama3_json", "llama3_json"},
+                                     {"qwen3", "qwen3"},
+                                     {"qwen3_coder", "qwen3_coder"},
+                                     {"deepseek_v3", "deepseek_v3"},
+                                     {"deepseek_v31", "deepseek_v31"}}) {
+    auto r = testing::run_sluice(serve + " --tool-call-parser " + name + " --enable-auto-tool-choice");
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("output format " + format + "\n"), std::string::npos) << r.output;
+  }
+  auto coder = testing::run_sluice(serve + " --reasoning-parser qwen3 --tool-call-parser qwen3_coder");
+  EXPECT_NE(coder.output.find("output format reasoning qwen3, tool calls qwen3_coder"), std::string::npos)
+      << coder.output;
+  // As reasoning parsers: vLLM has qwen3, deepseek_r1 and deepseek_v3; the tool-call-only names are
+  // refused with the reasoning parser to use.
+  for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3"}) {
+    auto r = testing::run_sluice(serve + " --reasoning-parser " + name);
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+  }
+  for (const auto& [name, instead] : {std::pair<std::string, std::string>{"hermes", "--reasoning-parser qwen3"},
+                                      {"qwen3_coder", "--reasoning-parser qwen3"},
+                                      {"llama3_json", "pass none"},
+                                      {"deepseek_v31", "--reasoning-parser deepseek_v3"}}) {
+    auto r = testing::run_sluice(serve + " --reasoning-parser " + name);
+    EXPECT_TRUE(refused_naming(r, "--reasoning-parser")) << r.output;
+    EXPECT_NE(r.output.find("--reasoning-parser " + name + ": vLLM has no reasoning parser of that name"),
               std::string::npos)
         << r.output;
+    EXPECT_NE(r.output.find(instead), std::string::npos) << r.output;
   }
   auto unknown = testing::run_sluice(serve + " --reasoning-parser deepseek_v41");
   EXPECT_TRUE(refused_naming(unknown, "--reasoning-parser")) << unknown.output;

@@ -143,6 +143,10 @@ TEST(OutputParser, RandomChunkingsEqualWhole) {
       {"qwen3", "plain < text <thin no tags </think"},
       {"deepseek_r1", "<think>r</think>c" + kDsCallsBegin + kDsCallBegin + "function" + kDsSep +
                           "f\n```json\n{\"k\": \"``\"}\n```" + kDsCallEnd + kDsCallsEnd + " tail"},
+      {"llama3_json", "  <|python_tag|>{\"name\": \"f\", \"parameters\": {\"s\": \"}{\\\"\"}}  ;\n{\"name\": \"g\", "
+                      "\"arguments\": \"{}\"} tail"},
+      {"qwen3_coder", "<think>t</think>a<tool_call>\n<function=f>\n<parameter=p>\n<x>\n</parameter>\n</function>\n"
+                      "</tool_call>\n<tool_call><function=g></tool_call>b"},
       {"deepseek_v31", "x" + kDsCallsBegin + kDsCallBegin + "f" + kDsSep + "{\"a\":[1,2]}" + kDsCallEnd +
                            kDsCallBegin + "g" + kDsSep + "{}" + kDsCallEnd + kDsCallsEnd},
   };
@@ -163,8 +167,156 @@ TEST(OutputParser, RandomChunkingsEqualWhole) {
   }
 }
 
+// A hand-written model output and the result it must give, whatever the cuts.
+struct Expected {
+  std::string content, reasoning;
+  std::vector<std::string> names;
+  std::vector<nlohmann::json> arguments;  // compared as JSON values
+};
+
+void expect_parsed(const Collected& got, const Expected& want, const std::string& label) {
+  ASSERT_EQ(got.content, want.content) << label;
+  ASSERT_EQ(got.reasoning, want.reasoning) << label;
+  ASSERT_EQ(got.names, want.names) << label;
+  ASSERT_EQ(got.arguments.size(), want.arguments.size()) << label;
+  for (std::size_t i = 0; i < want.arguments.size(); ++i) {
+    const auto parsed = nlohmann::json::parse(got.arguments[i], nullptr, /*allow_exceptions=*/false);
+    ASSERT_EQ(parsed, want.arguments[i]) << label << ": call " << i << " arguments " << got.arguments[i];
+  }
+}
+
+// The text whole, byte by byte, and cut in two at every byte boundary.
+void expect_at_every_cut(const std::string& format, const std::string& text, const OutputParser::Options& options,
+                         const Expected& want) {
+  expect_parsed(parse(format, {text}, options), want, format + " whole: " + text);
+  std::vector<std::string> bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  expect_parsed(parse(format, bytes, options), want, format + " byte by byte: " + text);
+  for (std::size_t cut = 1; cut < text.size(); ++cut)
+    expect_parsed(parse(format, {text.substr(0, cut), text.substr(cut)}, options), want,
+                  format + " cut at " + std::to_string(cut) + ": " + text);
+}
+
+TEST(OutputParser, Llama3JsonCallsAfterThePythonTag) {
+  // Two calls joined by ';', one with "parameters" and one with "arguments"; a string holding
+  // braces, an escaped quote and a backslash must not end the object early.
+  const std::string text =
+      "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"note\": \"a } \\\" \\\\ {\"}}"
+      "; {\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}";
+  expect_at_every_cut("llama3_json", text, with_tools(),
+                      {.names = {"get_weather", "get_time"},
+                       .arguments = {{{"city", "Paris"}, {"note", "a } \" \\ {"}}, {{"tz", "UTC"}}}});
+}
+
+TEST(OutputParser, Llama3JsonBareObjectAtTheStart) {
+  const std::string text = "\n {\"name\": \"search\", \"parameters\": {\"q\": \"x\", \"opts\": {\"n\": [1, 2]}}}\n\nDone.";
+  expect_at_every_cut("llama3_json", text, with_tools(),
+                      {.content = "\n\nDone.",
+                       .names = {"search"},
+                       .arguments = {{{"q", "x"}, {"opts", {{"n", {1, 2}}}}}}});
+}
+
+TEST(OutputParser, Llama3JsonThatIsNotACallStaysContent) {
+  // Plain JSON answers (no parameters or arguments), JSON after text, a tag with text after it,
+  // an object never closed, and tool calls off.
+  for (const std::string& text :
+       {std::string("{\"name\": \"Ada\", \"age\": 36}"), std::string("[1, 2]"),
+        std::string("Here: {\"name\": \"f\", \"parameters\": {}}"), std::string("<|python_tag|>print(1)"),
+        std::string("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": "),
+        std::string("{\"name\": \"f\", \"parameters\": {}} {\"name\": \"g\", \"parameters\": {}}x")}) {
+    if (text.ends_with("}x")) {  // a second object without ';' is content
+      expect_at_every_cut("llama3_json", text, with_tools(),
+                          {.content = " {\"name\": \"g\", \"parameters\": {}}x", .names = {"f"}, .arguments = {nlohmann::json::object()}});
+      continue;
+    }
+    expect_at_every_cut("llama3_json", text, with_tools(), {.content = text});
+  }
+  expect_at_every_cut("llama3_json", "{\"name\": \"f\", \"parameters\": {}}", {},
+                      {.content = "{\"name\": \"f\", \"parameters\": {}}"});
+}
+
+TEST(OutputParser, Llama3JsonMalformedSecondCallStaysContent) {
+  const std::string text = "{\"name\": \"f\", \"parameters\": {\"a\": 1}}; oops";
+  expect_at_every_cut("llama3_json", text, with_tools(),
+                      {.content = "; oops", .names = {"f"}, .arguments = {{{"a", 1}}}});
+}
+
+const nlohmann::ordered_json kCoderTools = nlohmann::ordered_json::parse(R"([
+  {"type": "function", "function": {"name": "run", "parameters": {"type": "object", "properties": {
+    "cmd": {"type": "string"}, "retries": {"type": "integer"}, "timeout_s": {"type": "number"},
+    "ratio": {"type": "number"}, "dry_run": {"type": "boolean"}, "env": {"type": "object"},
+    "args": {"type": "array"}, "code": {"type": "string"}, "limit": {"type": ["integer", "null"]},
+    "bad_count": {"type": "integer"}, "flag": {"type": "boolean"}}}}},
+  {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}
+])");
+
+OutputParser::Options coder_options() {
+  OutputParser::Options options = with_tools();
+  options.tools = kCoderTools;
+  return options;
+}
+
+TEST(OutputParser, Qwen3CoderValuesTypedByTheToolSchema) {
+  const std::string text =
+      "<think>plan</think>\n\nRunning it.\n<tool_call>\n<function=run>\n"
+      "<parameter=cmd>\n42\n</parameter>\n"
+      "<parameter=retries>\n3\n</parameter>\n"
+      "<parameter=timeout_s>\n2.5\n</parameter>\n"
+      "<parameter=ratio>\n4.0\n</parameter>\n"
+      "<parameter=dry_run>\nTrue\n</parameter>\n"
+      "<parameter=env>\n{\"A\": \"1\"}\n</parameter>\n"
+      "<parameter=args>\n[\"-l\", 2]\n</parameter>\n"
+      "<parameter=code>\nif a < b:\n    print(\"</tool_call>\")\n</parameter>\n"
+      "<parameter=limit>\nnull\n</parameter>\n"
+      "<parameter=bad_count>\nmany\n</parameter>\n"
+      "<parameter=flag>\nmaybe\n</parameter>\n"
+      "<parameter=extra>\n7\n</parameter>\n"
+      "</function>\n</tool_call>\n<tool_call>\n<function=ls>\n</function>\n</tool_call>";
+  // The code value holds "</tool_call>": the call ends at the first one, so this call is not
+  // well formed and must come back as text. Without it, every value is typed.
+  const std::string well_formed = [&] {
+    std::string t = text;
+    const std::string inner = "print(\"</tool_call>\")";
+    t.replace(t.find(inner), inner.size(), "print(\"<done>\")");
+    return t;
+  }();
+  const nlohmann::json run_arguments = {{"cmd", "42"},          {"retries", 3},         {"timeout_s", 2.5},
+                                        {"ratio", 4},           {"dry_run", true},      {"env", {{"A", "1"}}},
+                                        {"args", {"-l", 2}},    {"code", "if a < b:\n    print(\"<done>\")"},
+                                        {"limit", nullptr},     {"bad_count", "many"},  {"flag", "maybe"},
+                                        {"extra", "7"}};
+  expect_at_every_cut("qwen3_coder", well_formed, coder_options(),
+                      {.content = "\n\nRunning it.\n",
+                       .reasoning = "plan",
+                       .names = {"run", "ls"},
+                       .arguments = {run_arguments, nlohmann::json::object()}});
+  const Collected broken = parse("qwen3_coder", {text}, coder_options());
+  EXPECT_EQ(broken.names, std::vector<std::string>{"ls"});
+  EXPECT_NE(broken.content.find("<tool_call>\n<function=run>"), std::string::npos) << broken.content;
+}
+
+TEST(OutputParser, Qwen3CoderWithoutSchemaKeepsStrings) {
+  // A function the request does not declare: every value stays the text it was.
+  const std::string text = "<tool_call>\n<function=other>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>";
+  expect_at_every_cut("qwen3_coder", text, coder_options(), {.names = {"other"}, .arguments = {{{"n", "5"}}}});
+}
+
+TEST(OutputParser, Qwen3CoderMalformedCallsStayContent) {
+  for (const std::string& text :
+       {std::string("<tool_call>\n<function=f>\n<parameter=x>\n1\n</tool_call>"),   // parameter never closed
+        std::string("<tool_call>\n{\"name\": \"f\"}\n</tool_call>"),                  // Hermes JSON, not XML
+        std::string("<tool_call>\n<function=>\n</function>\n</tool_call>"),          // no name
+        std::string("<tool_call>\n<function=f>\nstray\n</function>\n</tool_call>"),  // text between parameters
+        std::string("<tool_call>\n<function=f>\n</function>\n<function=g>\n</function>\n</tool_call>"),
+        std::string("ok <tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n")}) {  // never closed
+    expect_at_every_cut("qwen3_coder", text, coder_options(), {.content = text});
+  }
+}
+
 TEST(OutputParser, FormatsByNameAndModelType) {
   EXPECT_FALSE(output_format_by_name("nope").ok());
+  EXPECT_EQ(output_format_by_name("llama3_json").value().tool_syntax, ToolCallSyntax::kBareJson);
+  EXPECT_EQ(output_format_by_name("qwen3_coder").value().tool_syntax, ToolCallSyntax::kTaggedXml);
   EXPECT_EQ(output_format_for_model_type("qwen3").name, "qwen3");
   EXPECT_EQ(output_format_for_model_type("deepseek_v3").name, "deepseek_v3");
   EXPECT_EQ(output_format_for_model_type("llama").name, "none");

@@ -123,7 +123,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   context->output_format = std::move(format);
   if (args.enable_auto_tool_choice && context->output_format.tool_syntax == server::ToolCallSyntax::kNone)
     return Error{fmt::format("--enable-auto-tool-choice: output format {} (model_type {}) parses no tool calls; name "
-                             "the model's syntax with --tool-call-parser (hermes, qwen3, deepseek_v3, deepseek_v31)",
+                             "the model's syntax with --tool-call-parser (hermes, qwen3, qwen3_coder, llama3_json, "
+                             "deepseek_v3, deepseek_v31)",
                              context->output_format.name, model_type)};
   SLUICE_TRY_ASSIGN(generation_defaults, server::read_generation_defaults(args.generation_config, dir));
   context->request_defaults = generation_defaults;
@@ -417,8 +418,7 @@ void add_serve_command(CLI::App& app) {
                   "threads that parse, render and tokenize requests (off the HTTP threads)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--reasoning-parser", a.reasoning_parser,
-                  "reasoning and tool-call format: auto (by model_type), none, qwen3, hermes, deepseek_r1, "
-                  "deepseek_v3, deepseek_v31");
+                  "reasoning markers: auto (by model_type), none, qwen3, deepseek_r1, deepseek_v3");
   cmd->add_option("--max-request-body-bytes", a.server.http.max_body_bytes, "413 beyond")->check(CLI::PositiveNumber);
   cmd->add_option("--max-request-header-bytes", a.server.http.max_header_bytes, "431 beyond")
       ->check(CLI::PositiveNumber);
@@ -437,8 +437,8 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--disable-log-stats", a.disable_log_stats, "vLLM's name for --stats-log-interval 0");
   cmd->add_option("--tool-call-parser", a.tool_call_parser,
-                  "tool-call syntax: hermes, qwen3, deepseek_r1, deepseek_v3, deepseek_v31 (alone, its reasoning "
-                  "markers too)");
+                  "tool-call syntax: hermes, qwen3, qwen3_coder, llama3_json, deepseek_r1, deepseek_v3, deepseek_v31 "
+                  "(alone, its reasoning markers too)");
   cmd->add_flag("--enable-auto-tool-choice", a.enable_auto_tool_choice,
                 "accept tool_choice auto (the default when tools are sent); without it such requests are a 400");
   cmd->add_flag("--enable-prompt-tokens-details,!--no-enable-prompt-tokens-details", a.enable_prompt_tokens_details,

@@ -347,6 +347,7 @@ void OpenAiService::handle_chat(const HttpRequest& http_request, const std::shar
   spec.parser_options.parse_tool_calls = request.tool_choice.kind == ToolChoice::Kind::kAuto ||
                                          request.tool_choice.kind == ToolChoice::Kind::kRequired ||
                                          request.tool_choice.kind == ToolChoice::Kind::kNamed;
+  if (spec.parser_options.parse_tool_calls) spec.parser_options.tools = std::move(request.tools);
   // The template opened the reasoning block itself (DeepSeek-R1, Qwen3 thinking templates).
   const auto last = prompt_text.find_last_not_of(" \n\t\r");
   const std::string_view trimmed = std::string_view(prompt_text).substr(0, last == std::string::npos ? 0 : last + 1);

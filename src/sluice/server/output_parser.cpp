@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include <nlohmann/json.hpp>
+#include "sluice/server/tool_call_body.h"
 
 namespace sluice::server {
 namespace {
@@ -40,6 +40,8 @@ std::size_t partial_marker_bytes(std::string_view text, std::initializer_list<co
   return best;
 }
 
+constexpr std::string_view kSpace = " \n\t\r";
+
 bool all_space(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
 }
@@ -72,12 +74,20 @@ Result<OutputFormat> output_format_by_name(std::string_view name) {
   const std::string ds_call_end = "<\uFF5Ctool\u2581call\u2581end\uFF5C>";
   const std::string ds_sep = "<\uFF5Ctool\u2581sep\uFF5C>";
   if (name == "none") return f;
-  if (name == "qwen3" || name == "hermes") {
+  if (name == "qwen3" || name == "hermes" || name == "qwen3_coder") {
+    // Qwen's markers; Qwen3-Coder writes XML calls inside them, the others JSON.
     f.reasoning_begin = "<think>";
     f.reasoning_end = "</think>";
-    f.tool_syntax = ToolCallSyntax::kTaggedJson;
+    f.tool_syntax = name == "qwen3_coder" ? ToolCallSyntax::kTaggedXml : ToolCallSyntax::kTaggedJson;
     f.call_begin = "<tool_call>";
     f.call_end = "</tool_call>";
+    return f;
+  }
+  if (name == "llama3_json") {
+    // Llama 3.x writes no reasoning block.
+    f.tool_syntax = ToolCallSyntax::kBareJson;
+    f.call_begin = "<|python_tag|>";
+    f.call_separator = ";";
     return f;
   }
   if (name == "deepseek_r1" || name == "deepseek_v3") {
@@ -106,7 +116,7 @@ Result<OutputFormat> output_format_by_name(std::string_view name) {
     return f;
   }
   return Error{"unknown output format '" + std::string(name) +
-               "'; known: none, qwen3, hermes, deepseek_r1, deepseek_v3, deepseek_v31"};
+               "'; known: none, qwen3, hermes, qwen3_coder, llama3_json, deepseek_r1, deepseek_v3, deepseek_v31"};
 }
 
 OutputFormat output_format_for_model_type(std::string_view model_type) {
@@ -144,15 +154,34 @@ bool OutputParser::step(ParsedDelta& out, bool at_end) {
     case State::kSection: return step_section(out, at_end);
     case State::kCallHeader: return step_call_header(out, at_end);
     case State::kCallArguments: return step_call_arguments(out, at_end);
+    case State::kJsonCall: return step_json_call(out, at_end);
   }
   return false;
 }
 
+void OutputParser::emit_content(ParsedDelta& out, std::string_view text) {
+  out.content += text;
+  if (!all_space(text)) {
+    content_started_ = true;
+    after_json_call_ = false;
+  }
+}
+
+void OutputParser::emit_tool_call(ParsedDelta& out, std::string name, std::string arguments) {
+  const std::int32_t index = num_tool_calls_++;
+  out.tool_calls.push_back({.index = index,
+                            .id = options_.tool_call_id_prefix + std::to_string(index),
+                            .name = std::move(name),
+                            .arguments = std::move(arguments)});
+}
+
 bool OutputParser::step_content(ParsedDelta& out, bool at_end) {
+  if (options_.parse_tool_calls && format_.tool_syntax == ToolCallSyntax::kBareJson)
+    if (const std::optional<bool> started = start_bare_json_call(at_end)) return *started;
   static const std::string kNone;
-  const std::string& tool_begin = !options_.parse_tool_calls ? kNone
-                                  : format_.tool_syntax == ToolCallSyntax::kTaggedJson ? format_.call_begin
-                                                                                       : format_.section_begin;
+  const std::string& tool_begin = !options_.parse_tool_calls                          ? kNone
+                                  : format_.tool_syntax == ToolCallSyntax::kDeepSeek ? format_.section_begin
+                                                                                     : format_.call_begin;
   const Found found = find_first(pending_, {&format_.reasoning_begin, &tool_begin});
   const std::size_t end = found.marker ? found.pos
                           : at_end     ? pending_.size()
@@ -165,16 +194,85 @@ bool OutputParser::step_content(ParsedDelta& out, bool at_end) {
     if (!found.marker && !at_end) return false;
     pending_.erase(0, end);
   } else {
-    out.content += text;
+    emit_content(out, text);
     pending_.erase(0, end);
   }
   if (!found.marker) return false;
   pending_.erase(0, found.marker->size());
   if (found.marker == &format_.reasoning_begin) {
     state_ = State::kReasoning;
-  } else {
-    state_ = format_.tool_syntax == ToolCallSyntax::kTaggedJson ? State::kTaggedCall : State::kSection;
+    return true;
   }
+  switch (format_.tool_syntax) {
+    case ToolCallSyntax::kDeepSeek: state_ = State::kSection; break;
+    case ToolCallSyntax::kBareJson:
+      raw_call_ = *found.marker;
+      state_ = State::kJsonCall;
+      break;
+    default: state_ = State::kTaggedCall; break;
+  }
+  return true;
+}
+
+std::optional<bool> OutputParser::start_bare_json_call(bool at_end) {
+  const bool may_open = num_tool_calls_ == 0 && !content_started_;
+  if (!may_open && !after_json_call_) return std::nullopt;
+  const std::size_t first = pending_.find_first_not_of(kSpace);
+  // Only whitespace yet: it is layout if an object follows, content if text does.
+  if (first == std::string::npos) return at_end ? std::nullopt : std::optional<bool>(false);
+  const std::string_view rest = std::string_view(pending_).substr(first);
+  if (may_open && rest.starts_with('{')) {
+    raw_call_.clear();
+    pending_.erase(0, first);
+    state_ = State::kJsonCall;
+    return true;
+  }
+  const std::string_view separator = format_.call_separator;
+  if (after_json_call_ && !separator.empty()) {
+    if (rest.starts_with(separator)) {
+      raw_call_ = pending_.substr(0, first + separator.size());
+      pending_.erase(0, first + separator.size());
+      state_ = State::kJsonCall;
+      return true;
+    }
+    if (separator.starts_with(rest) && !at_end) return false;
+  }
+  return std::nullopt;
+}
+
+bool OutputParser::abandon_json_call(ParsedDelta& out) {
+  emit_content(out, raw_call_);
+  raw_call_.clear();
+  json_scanner_.reset();
+  // What follows is content too: it must not open a bare call again.
+  content_started_ = true;
+  after_json_call_ = false;
+  state_ = State::kContent;
+  return true;
+}
+
+bool OutputParser::step_json_call(ParsedDelta& out, bool at_end) {
+  if (!json_scanner_.started()) {
+    const std::size_t first = pending_.find_first_not_of(kSpace);
+    if (first == std::string::npos) return at_end ? abandon_json_call(out) : false;
+    raw_call_.append(pending_, 0, first);
+    pending_.erase(0, first);
+    if (pending_.front() != '{') return abandon_json_call(out);
+  }
+  const std::optional<std::size_t> length = json_scanner_.scan(pending_);
+  if (!length) return at_end ? abandon_json_call(out) : false;
+  std::optional<ToolCallBody> call = json_tool_call(std::string_view(pending_).substr(0, *length), true);
+  if (!call) {
+    raw_call_.append(pending_, 0, *length);
+    pending_.erase(0, *length);
+    return abandon_json_call(out);
+  }
+  pending_.erase(0, *length);
+  emit_tool_call(out, std::move(call->name), std::move(call->arguments));
+  raw_call_.clear();
+  json_scanner_.reset();
+  after_json_call_ = true;
+  state_ = State::kContent;
   return true;
 }
 
@@ -195,7 +293,7 @@ bool OutputParser::step_tagged_call(ParsedDelta& out, bool at_end) {
   const std::size_t pos = pending_.find(format_.call_end);
   if (pos == std::string::npos) {
     if (at_end) {  // never closed: it was text after all
-      out.content += format_.call_begin + pending_;
+      emit_content(out, format_.call_begin + pending_);
       pending_.clear();
       state_ = State::kContent;
     }
@@ -204,21 +302,13 @@ bool OutputParser::step_tagged_call(ParsedDelta& out, bool at_end) {
   const std::string body = pending_.substr(0, pos);
   pending_.erase(0, pos + format_.call_end.size());
   state_ = State::kContent;
-  const auto call = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (call.is_object() && call.contains("name") && call["name"].is_string()) {
-    std::string arguments = "{}";
-    if (auto it = call.find("arguments"); it != call.end()) {
-      arguments = it->is_string() ? it->get<std::string>() : it->dump();
-    } else if (auto params = call.find("parameters"); params != call.end()) {
-      arguments = params->dump();
-    }
-    const std::int32_t index = num_tool_calls_++;
-    out.tool_calls.push_back({.index = index,
-                              .id = options_.tool_call_id_prefix + std::to_string(index),
-                              .name = call["name"].get<std::string>(),
-                              .arguments = std::move(arguments)});
+  std::optional<ToolCallBody> call = format_.tool_syntax == ToolCallSyntax::kTaggedXml
+                                         ? xml_tool_call(body, options_.tools)
+                                         : json_tool_call(body, /*arguments_required=*/false);
+  if (call) {
+    emit_tool_call(out, std::move(call->name), std::move(call->arguments));
   } else {
-    out.content += format_.call_begin + body + format_.call_end;
+    emit_content(out, format_.call_begin + body + format_.call_end);
   }
   return true;
 }

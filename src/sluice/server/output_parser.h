@@ -5,9 +5,10 @@
 // the same result as feeding it whole (markers split across pieces are held
 // back until they are decided).
 //
-// Model families differ only in their markers, so each format is a table
-// (OutputFormat) and one state machine reads them all; a new family (e.g.
-// DeepSeek-V4.1) is a new table entry in output_formats.cpp.
+// Model families differ in their markers and in how a call's body is spelled,
+// so each format is a table (OutputFormat) and one state machine reads them
+// all; a complete call's body is read by tool_call_body.h. A new family (e.g.
+// DeepSeek-V4.1) is a new table entry in output_format_by_name.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,10 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sluice/common/result.h"
+#include "sluice/server/json_object_scanner.h"
 
 namespace sluice::server {
 
@@ -46,6 +50,15 @@ enum class ToolCallSyntax {
   // DeepSeek: a section of calls, each a header that names the function and
   // raw argument JSON up to an end marker; the arguments stream as they come.
   kDeepSeek,
+  // <tool_call><function=NAME><parameter=P>VALUE</parameter>...</function></tool_call>
+  // (Qwen3-Coder): read like kTaggedJson, the values typed by the request's
+  // tool schemas (tool_call_body.h).
+  kTaggedXml,
+  // {"name": ..., "parameters": {...}} objects joined by call_separator (Llama
+  // 3.x), after call_begin (<|python_tag|>) or bare at the start of the output
+  // (or of the content after reasoning). A call ends with its object, so it
+  // goes out in one fragment when the closing brace arrives.
+  kBareJson,
 };
 
 struct OutputFormat {
@@ -53,16 +66,18 @@ struct OutputFormat {
   // Reasoning markers; empty = no reasoning parsing.
   std::string reasoning_begin, reasoning_end;
   ToolCallSyntax tool_syntax = ToolCallSyntax::kNone;
-  // kTaggedJson: call_begin/call_end around each JSON object.
+  // kTaggedJson, kTaggedXml: call_begin/call_end around each call.
+  // kBareJson: call_begin before the first object, call_separator between objects.
   // kDeepSeek: section_begin [call_begin HEADER header_end ARGS call_end]* section_end,
   // where the function name is HEADER after name_after (or all of it if empty).
   std::string section_begin, section_end;
   std::string call_begin, call_end;
   std::string header_end, name_after;
+  std::string call_separator;
 };
 
-// Known formats by name: "none", "qwen3", "hermes", "deepseek_r1", "deepseek_v3",
-// "deepseek_v31". The error lists them.
+// Known formats by name: "none", "qwen3", "hermes", "qwen3_coder", "llama3_json",
+// "deepseek_r1", "deepseek_v3", "deepseek_v31". The error lists them.
 Result<OutputFormat> output_format_by_name(std::string_view name);
 // The format for a config.json model_type ("qwen3" -> qwen3, "deepseek_v3" ->
 // deepseek_v3, anything else -> none).
@@ -74,6 +89,7 @@ class OutputParser {
     bool parse_tool_calls = false;   // the request has tools and tool_choice is not "none"
     bool starts_in_reasoning = false;  // the prompt already opened the reasoning block
     std::string tool_call_id_prefix = "call_";  // ids are prefix + index
+    nlohmann::ordered_json tools;  // the request's tools: kTaggedXml types parameter values by their schemas
   };
   OutputParser(OutputFormat format, Options options);
 
@@ -87,7 +103,7 @@ class OutputParser {
   std::int32_t num_tool_calls() const { return num_tool_calls_; }
 
  private:
-  enum class State { kContent, kReasoning, kTaggedCall, kSection, kCallHeader, kCallArguments };
+  enum class State { kContent, kReasoning, kTaggedCall, kSection, kCallHeader, kCallArguments, kJsonCall };
   // Returns false when more text is needed.
   bool step(ParsedDelta& out, bool at_end);
   bool step_content(ParsedDelta& out, bool at_end);
@@ -96,12 +112,24 @@ class OutputParser {
   bool step_section(ParsedDelta& out, bool at_end);  // only moves between states
   bool step_call_header(ParsedDelta& out, bool at_end);
   bool step_call_arguments(ParsedDelta& out, bool at_end);
+  bool step_json_call(ParsedDelta& out, bool at_end);
+  // kBareJson in kContent: whether a call opens at the start of pending_ (an
+  // object before any content, or a separator right after a call); nullopt
+  // when none can, false when more text is needed.
+  std::optional<bool> start_bare_json_call(bool at_end);
+  // The read so far of a kBareJson call that is not one, back to content.
+  bool abandon_json_call(ParsedDelta& out);
+  void emit_content(ParsedDelta& out, std::string_view text);
+  void emit_tool_call(ParsedDelta& out, std::string name, std::string arguments);
 
   OutputFormat format_;
   Options options_;
   State state_ = State::kContent;
   std::string pending_;  // text not yet decided
-  std::string raw_call_;  // the text of the call being read, returned verbatim if it is not one
+  std::string raw_call_;  // kBareJson: the marker or separator before the object being read, returned if it is none
+  JsonObjectScanner json_scanner_;  // kBareJson: where the object being read closes
+  bool content_started_ = false;  // content other than whitespace has gone out
+  bool after_json_call_ = false;  // kBareJson: only whitespace since the last call (a separator may follow)
   std::int32_t num_tool_calls_ = 0;
 };
 

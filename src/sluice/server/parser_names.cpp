@@ -7,24 +7,25 @@
 namespace sluice::server {
 namespace {
 
-// Reasoning parsers: each reads <think>...</think> (DeepSeek-R1, V3 and V3.1
-// and Qwen3 share the markers; hermes is accepted as Qwen3's, as sluice's
-// output formats always were).
-constexpr std::array<std::string_view, 6> kReasoningNames = {"none",        "qwen3",       "hermes",
-                                                             "deepseek_r1", "deepseek_v3", "deepseek_v31"};
+// Reasoning parsers, the ones vLLM has under these names: each reads
+// <think>...</think> (DeepSeek-R1, V3 and V3.1 and Qwen3 share the markers).
+constexpr std::array<std::string_view, 4> kReasoningNames = {"none", "qwen3", "deepseek_r1", "deepseek_v3"};
 // Tool-call parsers: hermes (and qwen3, its alias here) read
-// <tool_call>{json}</tool_call>; deepseek_v3 and deepseek_v31 the DeepSeek
+// <tool_call>{json}</tool_call>, qwen3_coder <tool_call><function=...>,
+// llama3_json bare JSON objects; deepseek_v3 and deepseek_v31 the DeepSeek
 // sections (deepseek_r1 writes V3's).
-constexpr std::array<std::string_view, 6> kToolCallNames = {"none",        "hermes",      "qwen3",
-                                                            "deepseek_r1", "deepseek_v3", "deepseek_v31"};
-// vLLM's tool-call parsers whose syntax sluice does not read yet, with what it is.
-struct Missing {
+constexpr std::array<std::string_view, 8> kToolCallNames = {"none",        "hermes",      "qwen3",       "qwen3_coder",
+                                                            "llama3_json", "deepseek_r1", "deepseek_v3", "deepseek_v31"};
+// Tool-call parser names that vLLM has no reasoning parser for, with the one to use.
+struct NotReasoning {
   std::string_view name;
-  std::string_view syntax;
+  std::string_view instead;
 };
-constexpr std::array<Missing, 2> kMissingToolCallNames = {
-    Missing{"llama3_json", "bare JSON calls ({\"name\": ..., \"parameters\": ...}, after <|python_tag|> or alone)"},
-    Missing{"qwen3_coder", "XML calls (<function=NAME><parameter=P>...)"},
+constexpr std::array<NotReasoning, 4> kNotReasoningNames = {
+    NotReasoning{"hermes", "Hermes and Qwen3's <think> block is --reasoning-parser qwen3"},
+    NotReasoning{"qwen3_coder", "Qwen's <think> block is --reasoning-parser qwen3"},
+    NotReasoning{"llama3_json", "Llama 3.x writes no reasoning block: leave the flag out or pass none"},
+    NotReasoning{"deepseek_v31", "DeepSeek-V3.1's <think> block is --reasoning-parser deepseek_v3"},
 };
 
 template <std::size_t N>
@@ -43,6 +44,11 @@ std::string listed(const std::array<std::string_view, N>& names) {
 
 Status check_reasoning(std::string_view name) {
   if (name == "auto" || contains(kReasoningNames, name)) return Ok{};
+  for (const NotReasoning& tool_call_only : kNotReasoningNames)
+    if (tool_call_only.name == name)
+      return Error{fmt::format("--reasoning-parser {}: vLLM has no reasoning parser of that name (it is a tool-call "
+                               "parser); {}",
+                               name, tool_call_only.instead)};
   return Error{fmt::format("--reasoning-parser {}: not a reasoning parser sluice has; it has auto (by the model's "
                            "model_type), {}",
                            name, listed(kReasoningNames))};
@@ -50,10 +56,6 @@ Status check_reasoning(std::string_view name) {
 
 Status check_tool_call(std::string_view name) {
   if (name.empty() || contains(kToolCallNames, name)) return Ok{};
-  for (const Missing& missing : kMissingToolCallNames)
-    if (missing.name == name)
-      return Error{fmt::format("--tool-call-parser {}: its syntax, {}, is not implemented; sluice reads {}", name,
-                               missing.syntax, listed(kToolCallNames))};
   return Error{fmt::format("--tool-call-parser {}: not a tool-call parser sluice has; it has {}", name,
                            listed(kToolCallNames))};
 }

@@ -4,7 +4,10 @@
 // `--reasoning-parser deepseek_v3 --tool-call-parser deepseek_v31`); sluice
 // reads one format, so the reasoning markers come from the reasoning parser
 // and the tool-call syntax from the tool-call parser. A name vLLM has and
-// sluice does not is refused with the names sluice has.
+// sluice does not is refused with the names sluice has; a tool-call parser's
+// name given as the reasoning parser (hermes, qwen3_coder, llama3_json,
+// deepseek_v31: vLLM has no reasoning parser by those names) is refused with
+// the reasoning parser to use.
 #pragma once
 
 #include <string>
