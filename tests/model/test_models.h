@@ -129,6 +129,22 @@ inline Golden load_golden(const std::string& arch, const std::string& scratch_na
   return golden;
 }
 
+// Reads tests/fixtures/golden_deepseek_v3_<name>.json (tools/reference/
+// golden_deepseek_v3.py) and rebuilds its model in scratch_dir(scratch_name).
+inline Golden load_deepseek_v3_golden(const std::string& name, const std::string& scratch_name) {
+  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_deepseek_v3_" + name + ".json");
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  if (!text.ok()) return {};
+  const auto fixture = nlohmann::json::parse(text.value());
+  Golden golden;
+  golden.model_dir = scratch_dir(scratch_name);
+  auto status = make_model(make_model_options_from_flags(fixture.at("make_model"), golden.model_dir));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  for (const auto& c : fixture.at("cases"))
+    golden.cases.push_back({c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"), c.at("final_logits")});
+  return golden;
+}
+
 // Blocks to hold every prompt of the fixture and its 32 generated tokens, at once.
 inline std::int32_t num_blocks_for(const Golden& golden, std::int32_t block_size) {
   std::size_t blocks = 0;
