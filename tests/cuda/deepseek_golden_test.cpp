@@ -24,6 +24,7 @@
 #include <string>
 
 #include "../model/test_models.h"
+#include "golden_margins.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/model/generate.h"
@@ -34,6 +35,8 @@ namespace {
 
 using testing::Golden;
 using testing::GoldenCase;
+using testing::num_leading_wide_steps;
+using testing::top2_margin;
 
 // Relative L2 logit error against float32 for a bf16 run. The dense family
 // measures 0.6-0.9% (docs/benchmarks.md, session 5) at a 1% bound; DeepSeek-V3
@@ -45,10 +48,13 @@ constexpr double kMaxRelativeLogitError = 2e-2;
 // A step's token must be the golden one when our top-2 margin exceeds this.
 constexpr float kDecisiveMargin = 0.1f;
 // Two CUDA runs of the same tokens that differ only in schedule (a cached
-// prefix, graph replay): the same kernels on the same bf16 inputs up to the
+// prefix, graph replay): the same bf16 weights, but GEMMs of other row counts
+// (cuBLASLt may pick other algorithms, so other summation orders) and another
 // split of attention's keys (the split count follows the context or its graph
-// bucket), so only f32 summation order differs before a bf16 rounding.
-constexpr double kMaxRelativeScheduleError = 5e-3;
+// bucket), each rounded to bf16: differences of the activation-rounding part
+// of the bf16 error, not its weight-rounding part. Half the bf16 bound; a
+// wrong cached position or a stale graph buffer errs by far more.
+constexpr double kMaxRelativeScheduleError = 1e-2;
 // FP8 against the CPU's dequantized f32 run. Rows the grouped kernel takes
 // (<= 16 a GEMM: decode, short prompts) keep bf16 activations: the bf16 bound.
 // Longer prefills quantize activations to e4m3 per 1x128 block for cuBLASLt
@@ -59,7 +65,7 @@ constexpr double kMaxRelativeFp8PrefillError = 8e-2;
 // A float32 top-2 margin above this share of the logits' rms is more than
 // twice the error the bound allows: greedy tokens must agree there.
 constexpr double kWideMarginOfRms = 0.2;
-constexpr double kFp8WideMarginOfRms = 0.5;
+constexpr double kFp8WideMarginOfRms = 0.6;
 
 struct LogitError {
   double relative = 0.0;  // ||got - ref|| / ||ref||
@@ -83,32 +89,6 @@ LogitError logit_error(const std::vector<float>& got, const std::vector<float>& 
   }
   e.relative = std::sqrt(num / std::max(den, 1e-300));
   return e;
-}
-
-float top2_margin(const std::vector<float>& logits) {
-  float a = -INFINITY, b = -INFINITY;
-  for (float x : logits) {
-    if (x > a) {
-      b = a;
-      a = x;
-    } else if (x > b) {
-      b = x;
-    }
-  }
-  return a - b;
-}
-
-double rms(const std::vector<float>& logits) {
-  double sum = 0.0;
-  for (float x : logits) sum += double(x) * x;
-  return std::sqrt(sum / static_cast<double>(std::max<std::size_t>(logits.size(), 1)));
-}
-
-// How many steps from the start have a float32 top-2 margin above share * rms.
-std::size_t num_leading_wide_steps(const std::vector<std::vector<float>>& f32_logits, double share) {
-  std::size_t n = 0;
-  while (n < f32_logits.size() && top2_margin(f32_logits[n]) > share * rms(f32_logits[n])) ++n;
-  return n;
 }
 
 std::unique_ptr<Ops> cuda_ops(bool use_cuda_graphs) {
@@ -154,7 +134,9 @@ ForcedRun run_forced(Backend& backend, std::vector<TokenId> tokens, std::int32_t
                      std::int32_t chunk, SequenceId seq_id = 0) {
   ForcedRun run;
   std::size_t next_forced = 0;
-  while (true) {
+  // At least one token a step: every token and one step more bounds the loop.
+  const std::size_t max_steps = tokens.size() + forced.size() + 1;
+  for (std::size_t step = 0; step < max_steps; ++step) {
     const auto total = static_cast<std::int32_t>(tokens.size());
     const std::int32_t n = chunk > 0 ? std::min(chunk, total - computed) : total - computed;
     const bool samples = computed + n == total;
@@ -179,6 +161,8 @@ ForcedRun run_forced(Backend& backend, std::vector<TokenId> tokens, std::int32_t
     if (next_forced == forced.size()) return run;
     tokens.push_back(forced[next_forced++]);
   }
+  ADD_FAILURE() << "the sequence did not finish in " << max_steps << " steps";
+  return run;
 }
 
 std::vector<BlockId> blocks_from(BlockId first, std::int32_t count) {
@@ -254,8 +238,9 @@ TEST_P(CudaDeepseekV3Golden, FreeRunningGreedyAgreement) {
     std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical (bound %zu)\n",
                 GetParam().c_str(), c.prompt.size(), same, bound);
     EXPECT_GE(same, bound);
-    if (same < result->tokens.size())
+    if (same < result->tokens.size()) {
       EXPECT_LE(top2_margin(result->logits[same]), kDecisiveMargin) << "left the golden tokens at step " << same;
+    }
   }
 }
 
@@ -307,7 +292,9 @@ TEST_P(CudaDeepseekV3Golden, CachedPrefixMatchesFromScratch) {
     const LogitError bf16 = logit_error(cached.logits[step], f32.logits[step]);
     EXPECT_LE(schedule.relative, kMaxRelativeScheduleError) << "cached prefix vs from scratch: " << schedule.describe();
     EXPECT_LE(bf16.relative, kMaxRelativeLogitError) << "cached prefix vs the CPU reference: " << bf16.describe();
-    if (top2_margin(cached.logits[step]) > kDecisiveMargin) EXPECT_EQ(cached.tokens[step], f32.tokens[step]);
+    if (top2_margin(cached.logits[step]) > kDecisiveMargin) {
+      EXPECT_EQ(cached.tokens[step], f32.tokens[step]) << "a decisive step chose another token than the CPU's";
+    }
   }
 }
 
@@ -332,7 +319,7 @@ TEST_P(CudaDeepseekV3Golden, GraphReplayedDecodeMatchesEager) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DeepseekV3, CudaDeepseekV3Golden, 
+INSTANTIATE_TEST_SUITE_P(DeepseekV3, CudaDeepseekV3Golden,
                          ::testing::Values("qlora_yarn", "no_qlora", "grouped_v3like"));
 
 // An FP8 checkpoint with every GEMM dimension a multiple of 128 (so prefills
@@ -388,8 +375,11 @@ TEST(CudaDeepseekV3Fp8, MatchesTheDequantizedCpuRun) {
     const auto counts = cuda_fp8_gemm_counts(*device_ops);
     ASSERT_TRUE(counts.ok()) << counts.error_message();
     EXPECT_EQ(counts->num_refused, 0) << "cuBLASLt refused: " << counts->last_refusal;
-    if (p.tokens > 16) EXPECT_GT(counts->num_cublaslt, 0) << "the prefill never reached cuBLASLt";
-    else EXPECT_EQ(counts->num_cublaslt, 0) << "12 rows take the grouped kernel";
+    if (p.tokens > 16) {
+      EXPECT_GT(counts->num_cublaslt, 0) << "the prefill never reached cuBLASLt";
+    } else {
+      EXPECT_EQ(counts->num_cublaslt, 0) << "12 rows take the grouped kernel";
+    }
     std::printf("[ info ] FP8 prompt of %d: relative logit error vs the CPU's dequantized run %.5f (bound %.3f); "
                 "greedy %zu of 8 identical (bound %zu); cuBLASLt GEMMs %lld\n",
                 p.tokens, prefill.relative, p.bound, same, bound, static_cast<long long>(counts->num_cublaslt));

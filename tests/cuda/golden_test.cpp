@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "../model/test_models.h"
+#include "golden_margins.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/common/io.h"
@@ -29,6 +30,8 @@ constexpr double kMaxErrorOverReferenceBf16 = 2.0;
 
 using testing::Golden;
 using testing::GoldenCase;
+using testing::num_leading_wide_steps;
+using testing::top2_margin;
 
 Golden load_golden(const std::string& arch) { return testing::load_golden(arch, "cuda-golden-" + arch); }
 
@@ -98,19 +101,6 @@ struct SequenceRun {
   std::vector<BlockId> table;
   std::int32_t computed = 0;
 };
-
-float top2_margin(const std::vector<float>& logits) {
-  float a = -INFINITY, b = -INFINITY;
-  for (float x : logits) {
-    if (x > a) {
-      b = a;
-      a = x;
-    } else if (x > b) {
-      b = x;
-    }
-  }
-  return a - b;
-}
 
 // Runs the sequences to the end of their golden tokens, `chunk` prompt tokens
 // per step (0 = whole prompt), all of them in every step.
@@ -262,19 +252,6 @@ TEST_P(CudaGoldenTest, Bf16ErrorNoWorseThanTransformersBf16) {
 // kDecisiveMargin.
 constexpr double kWideMarginOfRms = 0.2;
 
-double rms(const std::vector<float>& logits) {
-  double sum = 0.0;
-  for (float x : logits) sum += double(x) * x;
-  return std::sqrt(sum / std::max<std::size_t>(logits.size(), 1));
-}
-
-// How many steps from the start have a wide float32 top-2 margin.
-std::size_t num_leading_wide_steps(const std::vector<std::vector<float>>& f32_logits) {
-  std::size_t n = 0;
-  while (n < f32_logits.size() && top2_margin(f32_logits[n]) > kWideMarginOfRms * rms(f32_logits[n])) ++n;
-  return n;
-}
-
 TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   const Golden golden = load_golden(GetParam());
   auto backend = cuda_runner(golden.model_dir, 16, testing::num_blocks_for(golden, 16));
@@ -292,7 +269,7 @@ TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
     ASSERT_EQ(result->logits.size(), result->tokens.size());
     std::size_t same = 0;
     while (same < result->tokens.size() && result->tokens[same] == c.greedy_tokens[same]) ++same;
-    const std::size_t bound = num_leading_wide_steps(f32->logits);
+    const std::size_t bound = num_leading_wide_steps(f32->logits, kWideMarginOfRms);
     std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical (bound %zu)\n",
                 GetParam().c_str(), c.prompt.size(), same, bound);
     EXPECT_GE(same, bound);
