@@ -26,13 +26,16 @@
 # Writes $OUT/logs.txt (everything), $OUT/make-model.log, $OUT/serve.log,
 # $OUT/plan.txt, $OUT/requests.txt, $OUT/bench-*.json, $OUT/table.md.
 # Knobs (environment): MOE_LAYERS (3), MODEL_DIR, PORT, MAX_MODEL_LEN (32768),
-# SERVE_FLAGS (more `sluice serve` flags), BENCH_PROMPTS (64).
+# SERVE_FLAGS (more `sluice serve` flags), BENCH_PROMPTS (64); for a dry run
+# of the serve phase on the development machine, on a tiny model made by hand:
+# SLUICE_BIN=build/sluice DEVICE=cpu MODEL_DIR=DIR tools/device/deepseek_serve.sh serve
 set -uo pipefail
 
 phase=${1:-all}
 case "$phase" in make | serve | all) ;; *) echo "usage: $0 [make|serve|all]" >&2; exit 2 ;; esac
 out=${OUT:-/tmp/deepseek-serve}
-bin=.devcarry/cuda/sluice
+bin=${SLUICE_BIN:-.devcarry/cuda/sluice}
+device=${DEVICE:-cuda}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:.devcarry/cuda:${LD_LIBRARY_PATH:-}
 moe_layers=${MOE_LAYERS:-3}
 dense_layers=3
@@ -44,7 +47,7 @@ bench_prompts=${BENCH_PROMPTS:-64}
 source "$(dirname "$0")/serve_lib.sh"
 start_log
 if [ ! -x "$bin" ]; then say "no sluice binary at $bin (tools/device/build_carry.sh)"; exit 1; fi
-nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$log"
+[ "$device" = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$log"
 
 make_seconds="(made earlier)"
 if [ "$phase" != serve ] && [ ! -f "$model/config.json" ]; then
@@ -82,7 +85,7 @@ say "sluice plan --model $model"
 say "plan: exit $?"
 cat "$out/plan.txt" >>"$log"
 
-serve_args=(serve --model "$model" --device cuda --port "$port" --max-model-len "$max_model_len"
+serve_args=(serve --model "$model" --device "$device" --port "$port" --max-model-len "$max_model_len"
             --served-model-name deepseek-v3-random --enable-auto-tool-choice --tool-call-parser deepseek_v3
             --stats-log-interval 5)
 read -r -a extra_flags <<<"${SERVE_FLAGS:-}"
@@ -111,48 +114,64 @@ say "server healthy after $load_seconds s"
 # The three requests, each checked for the shape of its answer (random
 # weights: the text is noise, and a tool call is not expected, only accepted).
 python3 - "$port" >"$out/requests.txt" 2>&1 <<'PY'
-import json, sys, time, urllib.request
+import json, sys, time, urllib.error, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}/v1"
-def post(path, body, stream=False):
-    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+model = "deepseek-v3-random"
+def post(body):
+    req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
     return urllib.request.urlopen(req, timeout=300)
-ok = True
-messages = [{"role": "user", "content": "Say hello in three languages."}]
-t = time.time()
-r = json.load(post("/chat/completions", {"model": "deepseek-v3-random", "messages": messages, "max_tokens": 32}))
-c = r["choices"][0]
-print(f"chat: {time.time() - t:.2f} s, finish {c['finish_reason']}, usage {r['usage']}, text {c['message'].get('content')!r:.120}")
-ok &= r["usage"]["completion_tokens"] > 0
-t = time.time()
-chunks, done, first = 0, False, None
-with post("/chat/completions", {"model": "deepseek-v3-random", "messages": messages, "max_tokens": 32,
-                                "stream": True}, stream=True) as s:
-    for line in s:
-        line = line.decode().strip()
-        if line == "data: [DONE]":
-            done = True
-        elif line.startswith("data: "):
-            chunks += 1
-            first = first or time.time() - t
-print(f"stream: {chunks} chunks, first after {first or 0:.3f} s, [DONE] {done}, {time.time() - t:.2f} s")
-ok &= done and chunks > 1
-tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-t = time.time()
-r = json.load(post("/chat/completions", {"model": "deepseek-v3-random", "max_tokens": 32, "tools": tools,
-                                         "tool_choice": "auto",
-                                         "messages": [{"role": "user", "content": "Weather in Paris?"}]}))
-c = r["choices"][0]
-print(f"tools: {time.time() - t:.2f} s, finish {c['finish_reason']}, tool_calls {c['message'].get('tool_calls')}, "
-      f"text {c['message'].get('content')!r:.80}")
-ok &= "message" in c
-try:
-    import openai
-    client = openai.OpenAI(base_url=base, api_key="none")
-    out = client.chat.completions.create(model="deepseek-v3-random", messages=messages, max_tokens=8)
+def chat(messages):
+    t = time.time()
+    r = json.load(post({"model": model, "messages": messages, "max_tokens": 32}))
+    c = r["choices"][0]
+    print(f"chat: {time.time() - t:.2f} s, finish {c['finish_reason']}, usage {r['usage']}, "
+          f"text {c['message'].get('content')!r:.120}")
+    return r["usage"]["completion_tokens"] > 0
+def stream(messages):
+    t = time.time()
+    chunks, done, first = 0, False, None
+    with post({"model": model, "messages": messages, "max_tokens": 32, "stream": True}) as s:
+        for line in s:
+            line = line.decode().strip()
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                chunks += 1
+                first = first or time.time() - t
+    print(f"stream: {chunks} chunks, first after {first or 0:.3f} s, [DONE] {done}, {time.time() - t:.2f} s")
+    return done and chunks > 1
+def tool_call(_):
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    t = time.time()
+    r = json.load(post({"model": model, "max_tokens": 32, "tools": tools, "tool_choice": "auto",
+                        "messages": [{"role": "user", "content": "Weather in Paris?"}]}))
+    c = r["choices"][0]
+    print(f"tools: {time.time() - t:.2f} s, finish {c['finish_reason']}, tool_calls {c['message'].get('tool_calls')}, "
+          f"text {c['message'].get('content')!r:.80}")
+    return "message" in c
+def openai_client(messages):
+    try:
+        import openai
+    except ImportError:
+        print("openai client: not installed here (urllib only)")
+        return True
+    out = openai.OpenAI(base_url=base, api_key="none").chat.completions.create(
+        model=model, messages=messages, max_tokens=8)
     print(f"openai client {openai.__version__}: finish {out.choices[0].finish_reason}")
-except ImportError:
-    print("openai client: not installed here (urllib only)")
+    return True
+messages = [{"role": "user", "content": "Say hello in three languages."}]
+ok = True
+for check in (chat, stream, tool_call, openai_client):
+    try:
+        ok &= check(messages)
+    except urllib.error.HTTPError as e:
+        print(f"{check.__name__}: HTTP {e.code}: {e.read().decode()[:400]}")
+        ok = False
+    except Exception as e:  # the next check still runs
+        print(f"{check.__name__}: {type(e).__name__}: {e}")
+        ok = False
 print("requests:", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY
@@ -174,11 +193,16 @@ bench prefill-8k --num-prompts 4 --input-len 8192 --output-len 1 --max-concurren
 stop_server
 cat "$out/serve.log" >>"$log"
 
-python3 - "$out" "$make_seconds" "$load_seconds" "$requests_status" "$moe_layers" <<'PY' | tee "$out/table.md"
+python3 - "$out" "$make_seconds" "$load_seconds" "$requests_status" "$model" <<'PY' | tee "$out/table.md"
 import json, os, sys
-out, make_s, load_s, requests_status, moe = sys.argv[1:6]
-print(f"DeepSeek-V3 FP8, 3 dense + {moe} MoE layers, full width: make-model {make_s} s, load {load_s} s, "
-      f"requests {'ok' if requests_status == '0' else 'FAILED'}")
+out, make_s, load_s, requests_status, model = sys.argv[1:6]
+c = json.load(open(os.path.join(model, "config.json")))
+layers, dense = c["num_hidden_layers"], c.get("first_k_dense_replace", 0)
+quant = c.get("quantization_config", {}).get("quant_method", "bf16")
+made = "made earlier" if make_s == "(made earlier)" else f"{make_s} s"
+print(f"DeepSeek-V3 {quant}, hidden {c['hidden_size']}, {c['num_attention_heads']} heads, "
+      f"{c.get('n_routed_experts')} experts top-{c.get('num_experts_per_tok')}, {dense} dense + {layers - dense} MoE "
+      f"layers: make-model {made}, load {load_s} s, requests {'ok' if requests_status == '0' else 'FAILED'}")
 print("| run | output tok/s | total tok/s | TTFT p50 (ms) | TPOT p50 (ms) | completed |")
 print("|---|---|---|---|---|---|")
 for name in ["decode-c1", "decode-c64", "prefill-8k"]:
@@ -187,7 +211,7 @@ for name in ["decode-c1", "decode-c64", "prefill-8k"]:
         print(f"| {name} | (no report) | | | | |")
         continue
     s = json.load(open(path))["summary"]
-    print(f"| {name} | {s['output_tokens_per_s']:.1f} | {s['total_tokens_per_s']:.1f} | {s['ttft_ms']['p50']:.1f} "
-          f"| {s['tpot_ms']['p50']:.2f} | {s.get('num_completed', '?')} |")
+    print(f"| {name} | {s['output_tokens_per_s']:.1f} | {s['total_tokens_per_s']:.1f} | {s['ttft_ms'].get('p50', 0):.1f} "
+          f"| {s['tpot_ms'].get('p50', 0):.2f} | {s.get('num_completed', '?')} |")
 PY
 say "total"
