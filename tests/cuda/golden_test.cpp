@@ -30,7 +30,6 @@ constexpr double kMaxErrorOverReferenceBf16 = 2.0;
 
 using testing::Golden;
 using testing::GoldenCase;
-using testing::num_leading_wide_steps;
 using testing::top2_margin;
 
 Golden load_golden(const std::string& arch) { return testing::load_golden(arch, "cuda-golden-" + arch); }
@@ -261,21 +260,8 @@ TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   ASSERT_TRUE(reference.ok()) << reference.error_message();
   for (const GoldenCase& c : golden.cases) {
     SCOPED_TRACE(::testing::Message() << "prompt of " << c.prompt.size());
-    auto f32 = generate_sequence(**reference, c.prompt, {.max_new_tokens = 32, .return_logits = true});
-    ASSERT_TRUE(f32.ok()) << f32.error_message();
-    ASSERT_EQ(f32->tokens, c.greedy_tokens) << "the CPU reference has left the goldens";
-    auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = 32, .return_logits = true});
-    ASSERT_TRUE(result.ok()) << result.error_message();
-    ASSERT_EQ(result->logits.size(), result->tokens.size());
-    std::size_t same = 0;
-    while (same < result->tokens.size() && result->tokens[same] == c.greedy_tokens[same]) ++same;
-    const std::size_t bound = num_leading_wide_steps(f32->logits, kWideMarginOfRms);
-    std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical (bound %zu)\n",
-                GetParam().c_str(), c.prompt.size(), same, bound);
-    EXPECT_GE(same, bound);
-    if (same < result->tokens.size()) {
-      EXPECT_LE(top2_margin(result->logits[same]), kDecisiveMargin) << "left the golden sequence at step " << same;
-    }
+    testing::expect_free_run_follows_golden(**reference, *backend, c, GetParam(), kWideMarginOfRms,
+                                            kDecisiveMargin);
   }
 }
 
