@@ -73,9 +73,10 @@ class LtGemm {
   };
   // Enqueues the FP8 block-scaled GEMM; false (nothing enqueued) when the
   // operands break cuBLAS's rules above or cuBLASLt has no algorithm for
-  // them, for the caller's fallback; every refusal is counted, and its reason
-  // (the rule, or cuBLASLt's status and log with the shapes and layouts)
-  // printed once a shape to stderr and kept in fp8_counts(). Fails
+  // them, for the caller's fallback. Every refusal is counted and its reason
+  // (the rule, or cuBLASLt's status and log with the shapes and layouts) kept
+  // in fp8_counts(); cuBLASLt's own refusals are also printed to stderr once
+  // a shape (a broken rule is the caller's shape, e.g. an expert's row count). Fails
   // (SLUICE_CHECK, naming both versions) on a cuBLASLt older than
   // kLtBlockScalingMinVersion.
   [[nodiscard]] bool run_fp8_block_scaled(const Fp8Operands& operands);
@@ -94,6 +95,7 @@ class LtGemm {
   // heuristic query sees.
   Plan& plan_for(Kind kind, std::int64_t m, std::int64_t n, std::int64_t k, DType out_dtype,
                  const Fp8Operands* fp8 = nullptr);
+  // Counts a refusal and keeps its reason; returns false.
   bool refuse(const std::string& reason);
 
   cudaStream_t stream_;
