@@ -148,6 +148,21 @@ void bench_gemm() {
 // the routing touched, and at a 4096-token prefill in FLOPs.
 constexpr double kFp8FlopsPerSecond = 1979e12;  // H200 FP8 dense peak (spec)
 
+// Which GEMMs cuBLASLt's block-scaled path took in this Ops (none asked: empty),
+// so a row never reports the fallback's speed under cuBLASLt's name; the
+// first refusal's reason goes to stderr once.
+std::string lt_path_note(const Ops& ops) {
+  const cuda::Fp8GemmCounts counts = must(cuda_fp8_gemm_counts(ops));
+  if (counts.num_cublaslt + counts.num_refused == 0) return "";
+  static bool reason_printed = false;
+  if (counts.num_refused > 0 && !reason_printed) {
+    std::fprintf(stderr, "cuBLASLt refused a block-scaled GEMM: %s\n", counts.last_refusal.c_str());
+    reason_printed = true;
+  }
+  return "; cuBLASLt ran " + std::to_string(counts.num_cublaslt) + " of " +
+         std::to_string(counts.num_cublaslt + counts.num_refused) + " GEMMs";
+}
+
 void bench_deepseek_gemm(bool quick) {
   const std::int64_t m = quick ? 1024 : 4096;
   struct Nk {
@@ -181,7 +196,8 @@ void bench_deepseek_gemm(bool quick) {
       } else {
         char ratio[64];
         std::snprintf(ratio, sizeof ratio, "%.2fx bf16, ", t_bf16 / t);
-        row(name, flops / t / 1e12, "TFLOP/s", ratio + pct(flops / t / kFp8FlopsPerSecond) + " of 1979");
+        row(name, flops / t / 1e12, "TFLOP/s",
+            ratio + pct(flops / t / kFp8FlopsPerSecond) + " of 1979" + lt_path_note(*ops));
       }
     }
   }
@@ -252,7 +268,8 @@ void bench_deepseek_moe(bool quick) {
         const double flops = 2.0 * rows * kTopK * 3.0 * kInter * kHidden;
         std::snprintf(name, sizeof name, "MoE layer %s prefill %d tokens (routing included)", dtype, rows);
         row(name, flops / t / 1e12, "TFLOP/s",
-            fp8 ? pct(flops / t / kFp8FlopsPerSecond) + " of 1979" : pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+            fp8 ? pct(flops / t / kFp8FlopsPerSecond) + " of 1979" + lt_path_note(*ops)
+                : pct(flops / t / kBf16FlopsPerSecond) + " of 790");
       }
     }
   }

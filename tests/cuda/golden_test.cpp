@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "../model/test_models.h"
+#include "golden_margins.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/common/io.h"
@@ -29,6 +30,7 @@ constexpr double kMaxErrorOverReferenceBf16 = 2.0;
 
 using testing::Golden;
 using testing::GoldenCase;
+using testing::top2_margin;
 
 Golden load_golden(const std::string& arch) { return testing::load_golden(arch, "cuda-golden-" + arch); }
 
@@ -98,19 +100,6 @@ struct SequenceRun {
   std::vector<BlockId> table;
   std::int32_t computed = 0;
 };
-
-float top2_margin(const std::vector<float>& logits) {
-  float a = -INFINITY, b = -INFINITY;
-  for (float x : logits) {
-    if (x > a) {
-      b = a;
-      a = x;
-    } else if (x > b) {
-      b = x;
-    }
-  }
-  return a - b;
-}
 
 // Runs the sequences to the end of their golden tokens, `chunk` prompt tokens
 // per step (0 = whole prompt), all of them in every step.
@@ -262,19 +251,6 @@ TEST_P(CudaGoldenTest, Bf16ErrorNoWorseThanTransformersBf16) {
 // kDecisiveMargin.
 constexpr double kWideMarginOfRms = 0.2;
 
-double rms(const std::vector<float>& logits) {
-  double sum = 0.0;
-  for (float x : logits) sum += double(x) * x;
-  return std::sqrt(sum / std::max<std::size_t>(logits.size(), 1));
-}
-
-// How many steps from the start have a wide float32 top-2 margin.
-std::size_t num_leading_wide_steps(const std::vector<std::vector<float>>& f32_logits) {
-  std::size_t n = 0;
-  while (n < f32_logits.size() && top2_margin(f32_logits[n]) > kWideMarginOfRms * rms(f32_logits[n])) ++n;
-  return n;
-}
-
 TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   const Golden golden = load_golden(GetParam());
   auto backend = cuda_runner(golden.model_dir, 16, testing::num_blocks_for(golden, 16));
@@ -284,21 +260,8 @@ TEST_P(CudaGoldenTest, FreeRunningGreedyAgreement) {
   ASSERT_TRUE(reference.ok()) << reference.error_message();
   for (const GoldenCase& c : golden.cases) {
     SCOPED_TRACE(::testing::Message() << "prompt of " << c.prompt.size());
-    auto f32 = generate_sequence(**reference, c.prompt, {.max_new_tokens = 32, .return_logits = true});
-    ASSERT_TRUE(f32.ok()) << f32.error_message();
-    ASSERT_EQ(f32->tokens, c.greedy_tokens) << "the CPU reference has left the goldens";
-    auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = 32, .return_logits = true});
-    ASSERT_TRUE(result.ok()) << result.error_message();
-    ASSERT_EQ(result->logits.size(), result->tokens.size());
-    std::size_t same = 0;
-    while (same < result->tokens.size() && result->tokens[same] == c.greedy_tokens[same]) ++same;
-    const std::size_t bound = num_leading_wide_steps(f32->logits);
-    std::printf("[ info ] %s prompt of %zu: first %zu of 32 greedy tokens identical (bound %zu)\n",
-                GetParam().c_str(), c.prompt.size(), same, bound);
-    EXPECT_GE(same, bound);
-    if (same < result->tokens.size()) {
-      EXPECT_LE(top2_margin(result->logits[same]), kDecisiveMargin) << "left the golden sequence at step " << same;
-    }
+    testing::expect_free_run_follows_golden(**reference, *backend, c, GetParam(), kWideMarginOfRms,
+                                            kDecisiveMargin);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_ops.h"
@@ -102,6 +103,27 @@ inline double relative_error(const std::vector<float>& out, const std::vector<do
     den += ref[i] * ref[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The largest |out - ref| and where (flat index; row and column for a
+// [rows, cols] matrix), for failure messages that say where to look.
+struct WorstDifference {
+  double max_abs = 0.0;
+  std::size_t index = 0;
+  std::string where(std::int64_t cols) const {
+    const auto c = static_cast<std::size_t>(cols);
+    return "max |delta| " + std::to_string(max_abs) + " at row " + std::to_string(index / c) + ", column " +
+           std::to_string(index % c);
+  }
+};
+inline WorstDifference worst_difference(const std::vector<float>& out, const std::vector<double>& ref) {
+  SLUICE_CHECK_EQ(out.size(), ref.size());
+  WorstDifference worst;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double d = std::isfinite(out[i]) ? std::fabs(out[i] - ref[i]) : INFINITY;
+    if (d > worst.max_abs) worst = {d, i};
+  }
+  return worst;
 }
 
 }  // namespace sluice::testing

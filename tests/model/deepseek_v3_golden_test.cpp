@@ -11,10 +11,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
-
 #include "sluice/backend/cpu/cpu_ops.h"
-#include "sluice/common/io.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
 #include "test_models.h"
@@ -27,26 +24,9 @@ using testing::max_abs_diff;
 
 constexpr float kMaxLogitError = 1e-4f;
 
-struct Fixture {
-  std::string model_dir;
-  std::vector<testing::GoldenCase> cases;
-};
-
-Fixture load_fixture(const std::string& name) {
-  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_deepseek_v3_" + name + ".json");
-  EXPECT_TRUE(text.ok()) << text.error_message();
-  if (!text.ok()) return {};
-  const auto fixture = nlohmann::json::parse(text.value());
-  Fixture out;
-  out.model_dir = testing::scratch_dir("golden-deepseek-v3-" + name);
-  auto status = make_model(testing::make_model_options_from_flags(fixture.at("make_model"), out.model_dir));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  for (const auto& c : fixture.at("cases"))
-    out.cases.push_back({c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"), c.at("final_logits")});
-  return out;
+testing::Golden load_fixture(const std::string& name) {
+  return testing::load_deepseek_v3_golden(name, "golden-deepseek-v3-" + name);
 }
-
-
 
 struct Layout {
   std::int32_t block_size_tokens;
@@ -56,7 +36,7 @@ struct Layout {
 class DeepseekV3GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeepseekV3GoldenTest, MatchesTransformers) {
-  const Fixture fixture = load_fixture(GetParam());
+  const testing::Golden fixture = load_fixture(GetParam());
   ASSERT_FALSE(fixture.cases.empty());
   float worst = 0.0f;
   for (Layout layout : {Layout{16, 0}, Layout{4, 37}, Layout{1, 300}}) {

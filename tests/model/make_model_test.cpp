@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/common/io.h"
+#include "sluice/common/rng.h"
 #include "sluice/model/config.h"
 #include "sluice/model/make_model.h"
+#include "sluice/model/safetensors.h"
 #include "sluice/model/tokenizer_builder.h"
 #include "sluice/tokenizer/tokenizer.h"
 #include "test_models.h"
@@ -80,6 +82,34 @@ TEST(MakeModel, DeepseekV3ConfigSluiceAccepts) {
   o.deepseek_v3.yarn_factor = 4;
   o.deepseek_v3.n_group = 3;
   EXPECT_FALSE(make_model(o).ok());
+}
+
+// A tensor large enough to be made in pieces on several threads holds exactly
+// the sequential stream its definition names: SplitMix64 seeded with seed ^
+// FNV-1a(name), value i = center + spread * (2 u_i - 1) (DeepSeek-V3's
+// embedding: center 0, spread 1).
+TEST(MakeModel, ParallelPiecesAreTheSequentialStream) {
+  const std::string dir = testing::scratch_dir("make-ds-parallel");
+  MakeModelOptions o = tiny_deepseek(9, DType::f32, dir);
+  o.vocab_size = 8192;
+  o.hidden_size = 512;  // 4M embedding values: pieces of 1M
+  ASSERT_TRUE(make_model(o).ok());
+  auto checkpoint = Checkpoint::open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
+  const std::string name = "model.embed_tokens.weight";
+  auto embedding = checkpoint->get(name, Shape{o.vocab_size, o.hidden_size});
+  ASSERT_TRUE(embedding.ok()) << embedding.error_message();
+  ASSERT_EQ(embedding->dtype, DType::f32);
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (char c : name) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  SplitMix64 rng(o.seed ^ hash);
+  const auto* values = static_cast<const float*>(embedding->data);
+  std::int64_t mismatches = 0, first_mismatch = -1;
+  for (std::int64_t i = 0; i < embedding->shape.numel(); ++i) {
+    const float expected = static_cast<float>(2.0 * rng.uniform() - 1.0);
+    if (values[i] != expected && mismatches++ == 0) first_mismatch = i;
+  }
+  EXPECT_EQ(mismatches, 0) << "first at value " << first_mismatch;
 }
 
 TEST(MakeModel, TokenizerFitsTheVocabulary) {

@@ -115,18 +115,31 @@ struct Golden {
   std::vector<GoldenCase> cases;
 };
 
-// Reads tests/fixtures/golden_<arch>.json and rebuilds its model in scratch_dir(scratch_name).
-inline Golden load_golden(const std::string& arch, const std::string& scratch_name) {
-  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_" + arch + ".json");
+// Reads tests/fixtures/<file> and rebuilds its model ("make_model", read by
+// `options`) in scratch_dir(scratch_name).
+inline Golden load_golden_fixture(const std::string& file, const std::string& scratch_name,
+                                  MakeModelOptions (*options)(const nlohmann::json&, const std::string&)) {
+  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/" + file);
   EXPECT_TRUE(text.ok()) << text.error_message();
+  if (!text.ok()) return {};
   const auto fixture = nlohmann::json::parse(text.value());
   Golden golden;
   golden.model_dir = scratch_dir(scratch_name);
-  auto status = make_model(make_model_options(fixture.at("make_model"), golden.model_dir));
+  auto status = make_model(options(fixture.at("make_model"), golden.model_dir));
   EXPECT_TRUE(status.ok()) << status.error_message();
   for (const auto& c : fixture.at("cases"))
     golden.cases.push_back({c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"), c.at("final_logits")});
   return golden;
+}
+
+// tests/fixtures/golden_<arch>.json (tools/reference/golden.py).
+inline Golden load_golden(const std::string& arch, const std::string& scratch_name) {
+  return load_golden_fixture("golden_" + arch + ".json", scratch_name, &make_model_options);
+}
+
+// tests/fixtures/golden_deepseek_v3_<name>.json (tools/reference/golden_deepseek_v3.py).
+inline Golden load_deepseek_v3_golden(const std::string& name, const std::string& scratch_name) {
+  return load_golden_fixture("golden_deepseek_v3_" + name + ".json", scratch_name, &make_model_options_from_flags);
 }
 
 // Blocks to hold every prompt of the fixture and its 32 generated tokens, at once.

@@ -12,6 +12,13 @@
 # per engine step: `sluice calibrate --trace` fits the cost model to it),
 # $OUT/logs.txt and $OUT/table.md.
 #
+# Another model (any architecture `sluice serve --device cuda` takes, e.g. the
+# DeepSeek-V3 FP8 checkpoint of tools/device/deepseek_serve.sh):
+#   tools/device/burst_bench.sh --model DIR
+# Its lengths then follow its config's max_position_embeddings (MAX_MODEL_LEN):
+# long prompts from MAX_MODEL_LEN / 8 to MAX_MODEL_LEN - OUTPUT_LEN, unless
+# MIN_LEN / MAX_LEN say otherwise.
+#
 # Simulator calibration, on the development machine, with the JSONs brought
 # back in DIR: the same workload against `sluice serve --device sim` (the
 # roofline cost model of Llama-3-8B on an H200, paced to the wall clock) and
@@ -25,10 +32,6 @@
 set -uo pipefail
 
 policies=${POLICIES:-"sluice prefill-first decode-first-token-budget"}
-min_len=${MIN_LEN:-16384}
-# Prompt + output must fit max_model_len 131072: the longest prompt is 128k - 128.
-max_len=${MAX_LEN:-130944}
-max_model_len=${MAX_MODEL_LEN:-131072}
 num_prompts=${NUM_PROMPTS:-8}
 chats=${CHATS:-8}
 output_len=${OUTPUT_LEN:-128}
@@ -37,9 +40,25 @@ per_policy_s=${PER_POLICY_S:-140}
 port=${PORT:-8765}
 mode=cuda
 reference_dir=""
+model_arg=""
+served_name=llama3-8b
 if [ "${1:-}" = "--sim" ]; then
   mode=sim
   reference_dir=${2:?usage: burst_bench.sh --sim DIR_WITH_GPU_JSONS [SLUICE_BINARY]}
+elif [ "${1:-}" = "--model" ]; then
+  model_arg=${2:?usage: burst_bench.sh --model DIR}
+  [ -f "$model_arg/config.json" ] || { echo "no config.json in $model_arg" >&2; exit 1; }
+  served_name=$(basename "$model_arg")
+fi
+if [ -n "$model_arg" ]; then
+  max_model_len=${MAX_MODEL_LEN:-$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['max_position_embeddings'])" "$model_arg/config.json")}
+  min_len=${MIN_LEN:-$((max_model_len / 8))}
+  max_len=${MAX_LEN:-$((max_model_len - output_len))}
+else
+  min_len=${MIN_LEN:-16384}
+  # Prompt + output must fit max_model_len 131072: the longest prompt is 128k - 128.
+  max_len=${MAX_LEN:-130944}
+  max_model_len=${MAX_MODEL_LEN:-131072}
 fi
 
 # Prompt ids stay below 400: inside the vocabulary of make-model's tokenizer,
@@ -48,7 +67,7 @@ if [ $mode = cuda ]; then
   out=${OUT:-/tmp/burst-bench}
   bin=.devcarry/cuda/sluice
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:.devcarry/cuda:${LD_LIBRARY_PATH:-}
-  model=${MODEL_DIR:-$HOME/sluice-llama3-8b-random}
+  model=${model_arg:-${MODEL_DIR:-$HOME/sluice-llama3-8b-random}}
 else
   out=${OUT:-$reference_dir/sim}
   bin=${3:-build/sluice}
@@ -62,7 +81,7 @@ ensure_model "$max_model_len" || exit 1
 
 for policy in $policies; do
   serve_args=(serve --model "$model" --port "$port" --scheduling-policy "$policy" --max-model-len "$max_model_len"
-              --served-model-name llama3-8b --stats-log-interval 5 --step-trace "$out/steps-$policy.jsonl")
+              --served-model-name "$served_name" --stats-log-interval 5 --step-trace "$out/steps-$policy.jsonl")
   read -r -a extra_flags <<<"${SERVE_FLAGS:-}"
   serve_args+=("${extra_flags[@]}")
   bench_speedup=1

@@ -423,6 +423,8 @@ class CudaOps final : public Ops {
     return Tensor{device, dtype, shape};
   }
 
+  cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
+
   Result<Tensor> random_fp8_weight(Shape shape, std::uint64_t seed, float scale) {
     const std::int64_t rows = shape.rows(), cols = shape.cols();
     const std::int64_t scale_stride = (num_scale_blocks(cols, 128) + cuda::kLtWeightScaleRowAlignment - 1) /
@@ -436,7 +438,8 @@ class CudaOps final : public Ops {
     source.ensure(rows * cols * 2, stream_);
     row_scales.ensure(num_scale_blocks(cols, 128) * rows * 4, stream_);
     cuda::launch_random_fill(source.data(), dt_of(DType::bf16), rows * cols, seed, 1.0f, stream_);
-    cuda::launch_quantize_fp8_rows(source.data(), rows, cols, values, static_cast<float*>(row_scales.data()),
+    cuda::launch_quantize_fp8_rows({.x = source.data(), .rows = rows, .k = cols, .q = values,
+                                    .scales = static_cast<float*>(row_scales.data())},
                                    {.stream = stream_, .programmatic = false});
     cuda::launch_random_fill(scales, dt_of(DType::f32), num_scales, seed + 1, scale, stream_);
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -568,6 +571,12 @@ Result<Tensor> cuda_random_fp8_weight(Ops& ops, Shape shape, std::uint64_t seed,
   auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_random_fp8_weight: not a CUDA Ops"};
   return cuda_ops->random_fp8_weight(shape, seed, scale);
+}
+
+Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_fp8_gemm_counts: not a CUDA Ops"};
+  return cuda_ops->fp8_gemm_counts();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "sluice/backend/cuda/cuda_options.h"
+#include "sluice/backend/cuda/fp8_gemm_counts.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
 
@@ -44,5 +45,11 @@ namespace sluice {
 // Fills the whole KV cache with random bf16 values in [-1, 1), so benchmarks
 // can time long-context decode without prefilling every sequence first.
 [[nodiscard]] Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed);
+
+// The FP8 block-scaled GEMMs this Ops asked cuBLASLt for so far (dense FP8
+// matmuls above kFp8KernelMaxRows rows, per-expert MoE GEMMs): how many ran
+// there, how many fell back to the grouped kernel, and the last reason. Lets
+// tests and benchmarks say which path ran instead of inferring it.
+[[nodiscard]] Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops);
 
 }  // namespace sluice

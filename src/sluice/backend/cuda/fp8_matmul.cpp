@@ -1,6 +1,7 @@
 #include "sluice/backend/cuda/fp8_matmul.h"
 
 #include "sluice/backend/block_scales.h"
+#include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_dtype.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 
@@ -36,13 +37,28 @@ void Fp8Matmul::run(const Tensor& x, const Tensor& w, const Tensor& out, Scratch
     if (launch_kernels) run_grouped_kernel(x, w, out, launch);
     return;
   }
-  void* q = scratch.allocate(m * k);
-  auto* q_scales = static_cast<float*>(scratch.allocate(num_scale_blocks(k, kScaleBlock) * m * 4));
+  // cuBLASLt's N (our m) must be a multiple of 4: the quantized rows are
+  // padded with zero rows, and a padded result lands in scratch, its first m
+  // rows then copied to out.
+  const std::int64_t padded_m = (m + kLtBlockScaledDimMultiple - 1) / kLtBlockScaledDimMultiple *
+                                kLtBlockScaledDimMultiple;
+  const std::int64_t out_bytes_per_row = n * static_cast<std::int64_t>(dtype_size_bytes(out.dtype));
+  void* q = scratch.allocate(padded_m * k);
+  auto* q_scales = static_cast<float*>(scratch.allocate(num_scale_blocks(k, kScaleBlock) * padded_m * 4));
+  void* padded_out = padded_m == m ? out.data : scratch.allocate(padded_m * out_bytes_per_row);
   if (!launch_kernels) return;
-  launch_quantize_fp8_rows(x.data, m, k, q, q_scales, launch);
+  launch_quantize_fp8_rows({.x = x.data, .rows = m, .padded_rows = padded_m, .k = k, .q = q, .scales = q_scales},
+                           launch);
   const bool ran = gemm_.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w.data, .w_scales = w.scales.data,
-                             .out = out.data, .out_dtype = out.dtype, .m = m, .n = n, .k = k});
-  if (!ran) run_grouped_kernel(x, w, out, launch);
+                                               .out = padded_out, .out_dtype = out.dtype, .m = padded_m, .n = n,
+                                               .k = k});
+  if (!ran) {
+    run_grouped_kernel(x, w, out, launch);
+    return;
+  }
+  if (padded_out != out.data)
+    SLUICE_CUDA_CHECK(cudaMemcpyAsync(out.data, padded_out, static_cast<std::size_t>(m * out_bytes_per_row),
+                                      cudaMemcpyDeviceToDevice, launch.stream));
 }
 
 void Fp8Matmul::run_grouped_kernel(const Tensor& x, const Tensor& w, const Tensor& out, const Launch& launch) const {

@@ -183,7 +183,9 @@ void per_expert_cublaslt(const ExpertsPlan& p, const Tensor& x, const MoeExpertW
   const auto num_experts = static_cast<std::int32_t>(p.num_experts);
 
   launch_gather_rows(x.data, dt_of(DType::bf16), h, p.row_of_slot, p.num_pairs, x_slots, launch);
-  launch_quantize_fp8_rows(x_slots, pairs, h, q, q_scales, launch, p.expert_offsets, num_experts);
+  launch_quantize_fp8_rows({.x = x_slots, .rows = pairs, .k = h, .q = q, .scales = q_scales,
+                            .group_offsets = p.expert_offsets, .num_groups = num_experts},
+                           launch);
   const std::vector<ExpertSlots> refused_gate_up =
       cublaslt_expert_gemms(used, experts.gate_up, 2 * inter, h, q, q_scales, gate_up, context.gemm);
   launch_silu_mul(gate_up, dt_of(DType::bf16), pairs, inter, p.act, dt_of(DType::bf16), launch);
@@ -191,7 +193,9 @@ void per_expert_cublaslt(const ExpertsPlan& p, const Tensor& x, const MoeExpertW
   grouped_expert_fallback(refused_gate_up, experts.gate_up, inter, h, x_slots, GroupedEpilogue::swiglu, p.act,
                           launch);
 
-  launch_quantize_fp8_rows(p.act, pairs, inter, q, q_scales, launch, p.expert_offsets, num_experts);
+  launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = q, .scales = q_scales,
+                            .group_offsets = p.expert_offsets, .num_groups = num_experts},
+                           launch);
   const std::vector<ExpertSlots> refused_down =
       cublaslt_expert_gemms(used, experts.down, h, inter, q, q_scales, p.y, context.gemm);
   grouped_expert_fallback(refused_down, experts.down, h, inter, p.act, GroupedEpilogue::store, p.y, launch);

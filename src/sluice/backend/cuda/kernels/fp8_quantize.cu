@@ -20,9 +20,11 @@ constexpr int kWarpsPerBlock = 8;
 // Without group_offsets the rows are one group of m; with them, group g owns
 // rows [offsets[g], offsets[g + 1]) and its own [ceil(k / 128), count] scale
 // block at num_col_blocks * offsets[g], as one GEMM per group reads it.
+// Rows in [rows, m) are padding: zeros, scale 1.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    quantize_fp8_rows_kernel(const __nv_bfloat16* x, std::int64_t m, std::int64_t k, __nv_fp8_storage_t* q,
-                             float* scales, const std::int32_t* group_offsets, std::int32_t num_groups) {
+    quantize_fp8_rows_kernel(const __nv_bfloat16* x, std::int64_t rows, std::int64_t m, std::int64_t k,
+                             __nv_fp8_storage_t* q, float* scales, const std::int32_t* group_offsets,
+                             std::int32_t num_groups) {
   pdl_launch_dependents();
   pdl_wait();
   const std::int64_t num_col_blocks = (k + kBlockCols - 1) / kBlockCols;
@@ -35,7 +37,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::int64_t col = col_block * kBlockCols + i * 32 + lane;
-    v[i] = col < k ? __bfloat162float(x[row * k + col]) : 0.0f;
+    v[i] = col < k && row < rows ? __bfloat162float(x[row * k + col]) : 0.0f;
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
@@ -61,13 +63,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 }  // namespace
 
-void launch_quantize_fp8_rows(const void* x, std::int64_t m, std::int64_t k, void* q, float* scales,
-                              const Launch& launch, const std::int32_t* group_offsets, std::int32_t num_groups) {
-  const std::int64_t items = m * ((k + kBlockCols - 1) / kBlockCols);
+void launch_quantize_fp8_rows(const QuantizeFp8Args& a, const Launch& launch) {
+  const std::int64_t padded_rows = a.padded_rows == 0 ? a.rows : a.padded_rows;
+  SLUICE_CHECK(padded_rows >= a.rows);
+  SLUICE_CHECK(a.group_offsets == nullptr || padded_rows == a.rows);
+  const std::int64_t items = padded_rows * ((a.k + kBlockCols - 1) / kBlockCols);
   if (items == 0) return;
   launch_kernel(quantize_fp8_rows_kernel, dim3(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock)),
-                dim3(kWarpsPerBlock * 32), 0, launch, static_cast<const __nv_bfloat16*>(x), m, k,
-                static_cast<__nv_fp8_storage_t*>(q), scales, group_offsets, num_groups);
+                dim3(kWarpsPerBlock * 32), 0, launch, static_cast<const __nv_bfloat16*>(a.x), a.rows, padded_rows,
+                a.k, static_cast<__nv_fp8_storage_t*>(a.q), a.scales, a.group_offsets, a.num_groups);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

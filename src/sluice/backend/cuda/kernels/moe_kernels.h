@@ -98,14 +98,24 @@ std::int32_t grouped_gemm_tile_rows(std::int64_t num_slots, std::int64_t num_gro
 bool grouped_gemm_supports(std::int64_t k, bool w_fp8);
 void launch_grouped_gemm(const GroupedGemmArgs& args, const Launch& launch);
 
-// Per 1x128 block of each row of x (bf16 [m, k]): scale = amax / 448 and
-// q = e4m3(x / scale), saturating. scales are [ceil(k / 128), m] (row index
-// fastest), the layout cuBLASLt's VEC128_32F scales take for the activations.
-// With group_offsets (device, [num_groups + 1]) each group of rows gets that
-// layout on its own, at ceil(k / 128) * group_offsets[g]: one GEMM a group.
+// Per 1x128 block of each row of x (bf16 [rows, k]): scale = amax / 448 and
+// q = e4m3(x / scale), saturating. q is [padded_rows, k] and scales are
+// [ceil(k / 128), padded_rows] (row index fastest), the layout cuBLASLt's
+// VEC128_32F scales take for the activations; rows past `rows` are zeros
+// with scale 1 (cuBLASLt's N must be a multiple of 4). With group_offsets
+// (device, [num_groups + 1]; padded_rows == rows) each group of rows gets
+// that layout on its own, at ceil(k / 128) * group_offsets[g]: one GEMM a group.
 inline constexpr float kFp8E4m3Max = 448.0f;
-void launch_quantize_fp8_rows(const void* x, std::int64_t m, std::int64_t k, void* q, float* scales,
-                              const Launch& launch, const std::int32_t* group_offsets = nullptr,
-                              std::int32_t num_groups = 0);
+struct QuantizeFp8Args {
+  const void* x = nullptr;  // bf16 [rows, k]
+  std::int64_t rows = 0;
+  std::int64_t padded_rows = 0;  // >= rows; 0: rows
+  std::int64_t k = 0;
+  void* q = nullptr;         // e4m3 [padded_rows, k]
+  float* scales = nullptr;   // [ceil(k / 128), padded_rows]
+  const std::int32_t* group_offsets = nullptr;
+  std::int32_t num_groups = 0;
+};
+void launch_quantize_fp8_rows(const QuantizeFp8Args& args, const Launch& launch);
 
 }  // namespace sluice::cuda
