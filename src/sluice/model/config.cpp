@@ -8,6 +8,7 @@
 #include "sluice/common/io.h"
 #include "sluice/model/config_reader.h"
 #include "sluice/model/deepseek_v3_config.h"
+#include "sluice/model/deepseek_v4_config.h"
 
 namespace sluice {
 namespace {
@@ -81,13 +82,14 @@ const char* architecture_name(Architecture arch) {
     case Architecture::qwen2: return "qwen2";
     case Architecture::qwen3: return "qwen3";
     case Architecture::deepseek_v3: return "deepseek_v3";
+    case Architecture::deepseek_v4: return "deepseek_v4";
   }
   return "?";
 }
 
 std::optional<Architecture> parse_architecture(std::string_view model_type) {
   for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3,
-                    Architecture::deepseek_v3})
+                    Architecture::deepseek_v3, Architecture::deepseek_v4})
     if (model_type == architecture_name(arch)) return arch;
   return std::nullopt;
 }
@@ -101,8 +103,10 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
   const std::string model_type = root["model_type"].get<std::string>();
   auto arch = parse_architecture(model_type);
   if (!arch)
-    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3)",
+    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3, "
+                             "deepseek_v4)",
                              origin, model_type)};
+  if (*arch == Architecture::deepseek_v4) return parse_deepseek_v4_config(root, origin);
 
   ModelConfig config;
   config.architecture = *arch;
