@@ -53,7 +53,7 @@ Result<ModelConfig> parse(const json& j) { return parse_model_config(j.dump(), "
 TEST(DeepseekV4Config, FoldsDeepseekSpellingAsTransformers) {
   auto config = parse(deepseek_spelling());
   ASSERT_TRUE(config.ok()) << config.error_message();
-  ASSERT_TRUE(config->deepseek_v4.has_value());
+  ASSERT_NE(config->deepseek_v4, nullptr);
   const DeepseekV4Config& ds = *config->deepseek_v4;
   ASSERT_EQ(ds.layer_types.size(), 43u);  // the 44th ratio is cut, as transformers cuts it
   EXPECT_EQ(ds.layer_types[0], DeepseekV4Attention::sliding);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -164,7 +165,9 @@ struct ModelConfig {
   std::optional<std::int32_t> bos_token_id;
   std::vector<std::int32_t> eos_token_ids;
   std::optional<DeepseekV3Config> deepseek_v3;  // set iff architecture == deepseek_v3
-  std::optional<DeepseekV4Config> deepseek_v4;  // set iff architecture == deepseek_v4
+  // Set iff architecture == deepseek_v4; shared and immutable (an optional of
+  // it trips GCC 12's maybe-uninitialized in every ModelConfig destructor).
+  std::shared_ptr<const DeepseekV4Config> deepseek_v4;
   std::optional<Fp8BlockQuantization> fp8;      // quantization_config, when present
 
   std::int64_t q_size() const { return std::int64_t{num_heads} * head_dim; }

@@ -105,7 +105,7 @@ struct DeepseekV4Reference::StepRows {
 Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const ModelConfig& config,
                                                                        const Checkpoint& checkpoint,
                                                                        const DeepseekV4Kernels& kernels) {
-  SLUICE_CHECK(config.deepseek_v4.has_value());
+  SLUICE_CHECK(config.deepseek_v4 != nullptr);
   if (config.deepseek_v4->fp4_experts)
     return Error{"deepseek_v4: FP4 routed experts (expert_dtype fp4) are not read yet (issue 18 stage 1 loads f32, "
                  "bf16 and FP8 block-scaled weights)"};

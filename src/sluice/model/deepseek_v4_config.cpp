@@ -338,7 +338,7 @@ Result<ModelConfig> parse_deepseek_v4_config(const json& root, const std::string
   config.eos_token_ids = eos;
   SLUICE_TRY(check_shapes(reader, config, ds));
   SLUICE_TRY(reader.reject_unknown_keys());
-  config.deepseek_v4 = std::move(ds);
+  config.deepseek_v4 = std::make_shared<const DeepseekV4Config>(std::move(ds));
   return config;
 }
 
