@@ -31,6 +31,9 @@ import transformers
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_deepseek_v3 import prompt_ids  # noqa: E402  (the same prompts, seeded per model)
+
 NUM_GREEDY_TOKENS = 32
 MAX_SELF_DISAGREEMENT = 1e-4
 
@@ -77,16 +80,6 @@ GLOBAL_RENAMES = {
     "hc_head_base": "model.hc_head.hc_base",
     "hc_head_scale": "model.hc_head.hc_scale",
 }
-
-
-def prompt_ids(length, vocab, seed):
-    """A deterministic prompt: the LCG of golden.py, seeded per model and length."""
-    state = (12345 + 7919 * seed + length) % (1 << 31)
-    ids = []
-    for _ in range(length):
-        state = (state * 1103515245 + 12345) % (1 << 31)
-        ids.append(state % vocab)
-    return ids
 
 
 def in_layer_name(suffix):

@@ -23,20 +23,6 @@ const std::set<std::string, std::less<>> kInformationalKeys = {
     "output_hidden_states", "return_dict", "is_encoder_decoder", "tokenizer_class",
 };
 
-Result<std::vector<std::int32_t>> token_ids(const json* value, const std::string& origin,
-                                            const char* key) {
-  std::vector<std::int32_t> ids;
-  if (!value) return ids;
-  auto bad = Error{fmt::format("{}: field '{}' must be a token id or a list of them", origin, key)};
-  if (value->is_number_integer()) return std::vector<std::int32_t>{value->get<std::int32_t>()};
-  if (!value->is_array()) return bad;
-  for (const auto& id : *value) {
-    if (!id.is_number_integer()) return bad;
-    ids.push_back(id.get<std::int32_t>());
-  }
-  return ids;
-}
-
 // rope_scaling (transformers 4) or rope_parameters (transformers 5).
 Status parse_rope(ConfigReader& reader, ModelConfig& config, const std::string& origin) {
   const json* parameters = reader.find("rope_parameters");
@@ -171,9 +157,9 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
         return reader.error("layer_types", fmt::format("contains {}: only full_attention is implemented", t.dump()));
   }
 
-  SLUICE_TRY_ASSIGN(bos, token_ids(reader.find("bos_token_id"), origin, "bos_token_id"));
+  SLUICE_TRY_ASSIGN(bos, reader.token_ids("bos_token_id"));
   if (!bos.empty()) config.bos_token_id = bos.front();
-  SLUICE_TRY_ASSIGN(eos, token_ids(reader.find("eos_token_id"), origin, "eos_token_id"));
+  SLUICE_TRY_ASSIGN(eos, reader.token_ids("eos_token_id"));
   config.eos_token_ids = eos;
   SLUICE_TRY(reader.reject_unknown_keys());
   return config;

@@ -157,4 +157,12 @@ Result<YarnRopeScaling> parse_yarn_rope_scaling(const json& rope, const std::str
   return yarn;
 }
 
+float yarn_attention_factor(const YarnRopeScaling& yarn) {
+  auto mscale = [](double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (yarn.attention_factor) return *yarn.attention_factor;
+  if (yarn.mscale > 0 && yarn.mscale_all_dim > 0)
+    return static_cast<float>(mscale(yarn.factor, yarn.mscale) / mscale(yarn.factor, yarn.mscale_all_dim));
+  return static_cast<float>(mscale(yarn.factor, 1.0));
+}
+
 }  // namespace sluice

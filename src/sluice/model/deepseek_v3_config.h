@@ -25,4 +25,9 @@ Result<Fp8BlockQuantization> parse_fp8_quantization(const nlohmann::json& value,
 Result<YarnRopeScaling> parse_yarn_rope_scaling(const nlohmann::json& rope, const std::string& where,
                                                 std::int32_t max_position_embeddings);
 
+// YaRN's cos/sin multiplier as transformers derives it: attention_factor, else
+// mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set,
+// else 0.1 ln(factor) + 1.
+float yarn_attention_factor(const YarnRopeScaling& yarn);
+
 }  // namespace sluice

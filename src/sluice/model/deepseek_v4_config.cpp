@@ -28,19 +28,6 @@ const std::set<std::string, std::less<>>& informational_keys() {
   return keys;
 }
 
-Result<std::vector<std::int32_t>> token_ids(const json* value, const std::string& origin, const char* key) {
-  std::vector<std::int32_t> ids;
-  if (!value) return ids;
-  auto bad = Error{fmt::format("{}: field '{}' must be a token id or a list of them", origin, key)};
-  if (value->is_number_integer()) return std::vector<std::int32_t>{value->get<std::int32_t>()};
-  if (!value->is_array()) return bad;
-  for (const auto& id : *value) {
-    if (!id.is_number_integer()) return bad;
-    ids.push_back(id.get<std::int32_t>());
-  }
-  return ids;
-}
-
 // compress_rates (dict), then the legacy scalar overrides compress_rate_csa / _hca.
 Status parse_compress_rates(ConfigReader& reader, DeepseekV4Config& ds) {
   if (const json* rates = reader.find("compress_rates")) {
@@ -153,14 +140,7 @@ Result<DeepseekV4Rope> parse_rope_entry(const json& entry, const std::string& wh
   if (type != "yarn") return Error{fmt::format("{}.rope_type '{}' is not supported (default, yarn)", where, type)};
   if (force_unit_attention_factor && !rest.contains("attention_factor")) rest["attention_factor"] = 1.0;
   SLUICE_TRY_ASSIGN(yarn, parse_yarn_rope_scaling(rest, where, max_position_embeddings));
-  // transformers' YaRN cos/sin multiplier: attention_factor, else from mscale, else 0.1 ln(factor) + 1.
-  auto mscale = [](double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
-  double factor = mscale(yarn.factor, 1.0);
-  if (yarn.attention_factor)
-    factor = *yarn.attention_factor;
-  else if (yarn.mscale > 0 && yarn.mscale_all_dim > 0)
-    factor = mscale(yarn.factor, yarn.mscale) / mscale(yarn.factor, yarn.mscale_all_dim);
-  rope.cos_sin_scale = static_cast<float>(factor);
+  rope.cos_sin_scale = yarn_attention_factor(yarn);
   rope.yarn = yarn;
   return rope;
 }
@@ -332,9 +312,9 @@ Result<ModelConfig> parse_deepseek_v4_config(const json& root, const std::string
   SLUICE_TRY(parse_ropes(reader, config, partial, ds));
   config.rope_theta = ds.main_rope.theta;
 
-  SLUICE_TRY_ASSIGN(bos, token_ids(reader.find("bos_token_id"), origin, "bos_token_id"));
+  SLUICE_TRY_ASSIGN(bos, reader.token_ids("bos_token_id"));
   if (!bos.empty()) config.bos_token_id = bos.front();
-  SLUICE_TRY_ASSIGN(eos, token_ids(reader.find("eos_token_id"), origin, "eos_token_id"));
+  SLUICE_TRY_ASSIGN(eos, reader.token_ids("eos_token_id"));
   config.eos_token_ids = eos;
   SLUICE_TRY(check_shapes(reader, config, ds));
   SLUICE_TRY(reader.reject_unknown_keys());
