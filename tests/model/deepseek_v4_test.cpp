@@ -142,7 +142,7 @@ MakeModelOptions tiny_v4(const std::string& dir) {
   o.hidden_size = 32;
   o.num_heads = 2;
   o.head_dim = 16;
-  o.vocab_size = 128;
+  o.vocab_size = 320;
   o.dtype = DType::f32;
   o.seed = 5;
   o.deepseek_v4.q_lora_rank = 16;
@@ -157,7 +157,8 @@ MakeModelOptions tiny_v4(const std::string& dir) {
 
 TEST(DeepseekV4Engine, RefusesNamingTheMissingStages) {
   const std::string dir = testing::scratch_dir("deepseek-v4-refused");
-  ASSERT_TRUE(make_model(tiny_v4(dir)).ok());
+  const Status made = make_model(tiny_v4(dir));
+  ASSERT_TRUE(made.ok()) << made.error_message();
   auto runner = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = 16, .num_kv_blocks = 8});
   ASSERT_FALSE(runner.ok());
   EXPECT_NE(runner.error_message().find("deepseek_v4 cannot be served yet"), std::string::npos)
@@ -167,7 +168,8 @@ TEST(DeepseekV4Engine, RefusesNamingTheMissingStages) {
 
 TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   const std::string dir = testing::scratch_dir("deepseek-v4-consistency");
-  ASSERT_TRUE(make_model(tiny_v4(dir)).ok());
+  const Status made = make_model(tiny_v4(dir));
+  ASSERT_TRUE(made.ok()) << made.error_message();
   auto config = load_model_config(dir);
   ASSERT_TRUE(config.ok()) << config.error_message();
   auto checkpoint = Checkpoint::open(dir);
@@ -176,7 +178,7 @@ TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   auto model = DeepseekV4Reference::load(*config, *checkpoint, kernels);
   ASSERT_TRUE(model.ok()) << model.error_message();
   std::vector<TokenId> tokens;
-  for (int i = 0; i < 45; ++i) tokens.push_back((i * 37 + 11) % 128);
+  for (int i = 0; i < 45; ++i) tokens.push_back((i * 37 + 11) % 320);
   auto whole = (*model)->start_sequence();
   auto one_shot = (*model)->append(whole, tokens);
   ASSERT_TRUE(one_shot.ok()) << one_shot.error_message();
@@ -192,7 +194,7 @@ TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   float spread = 0.0f;
   for (float v : last) spread = std::max(spread, std::fabs(v - last.front()));
   EXPECT_GT(spread, 0.1f);  // logits that mean something: not a constant row
-  auto bad = (*model)->append(whole, std::vector<TokenId>{128});
+  auto bad = (*model)->append(whole, std::vector<TokenId>{320});
   EXPECT_FALSE(bad.ok());
 }
 
@@ -236,10 +238,10 @@ TEST(DeepseekV4Kernels, RoutesBySqrtSoftplusAndHash) {
   std::vector<float> weights(2);
   // The bias moves expert 2 ahead of expert 3 but not its weight.
   k.route_sqrtsoftplus(logits, std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f}, {}, 2, 1.5f, ids, weights);
-  EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{2, 1}));  // best choice first
   const double sum = score(2.0) + score(-1.0);
-  EXPECT_NEAR(weights[0], score(2.0) / sum * 1.5, 1e-6);
-  EXPECT_NEAR(weights[1], score(-1.0) / sum * 1.5, 1e-6);
+  EXPECT_NEAR(weights[0], score(-1.0) / sum * 1.5, 1e-6);
+  EXPECT_NEAR(weights[1], score(2.0) / sum * 1.5, 1e-6);
   const std::vector<std::int32_t> hashed{3, 0};
   k.route_sqrtsoftplus(logits, {}, hashed, 2, 1.0f, ids, weights);
   EXPECT_EQ(ids, hashed);
