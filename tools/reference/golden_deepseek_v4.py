@@ -125,7 +125,7 @@ def load(path):
     kwargs = {"torch_dtype": torch.float32, "attn_implementation": "eager"}
     try:
         model = AutoModelForCausalLM.from_config(config, experts_implementation="eager", **kwargs)
-    except TypeError:  # a transformers without experts_implementation: eager is all it has
+    except (TypeError, ValueError):  # a transformers without experts_implementation: eager is all it has
         model = AutoModelForCausalLM.from_config(config, **kwargs)
     if type(model).__name__ != "DeepseekV4ForCausalLM":
         raise RuntimeError(f"built {type(model).__name__}, expected DeepseekV4ForCausalLM")
