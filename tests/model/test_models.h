@@ -53,7 +53,11 @@ inline bool make_v4_flag(DeepseekV4Shape& v4, const std::string& flag, const nlo
   else if (flag == "qk-rope-head-dim") v4.qk_rope_head_dim = value;
   else if (flag == "o-groups") v4.o_groups = value;
   else if (flag == "o-lora-rank") v4.o_lora_rank = value;
-  else if (flag == "layer-types") v4.layer_types = value;
+  else if (flag == "layer-types") {
+    const std::string letters = value;
+    EXPECT_LT(letters.size(), v4.layer_types.size());
+    std::copy_n(letters.begin(), std::min(letters.size(), v4.layer_types.size() - 1), v4.layer_types.begin());
+  }
   else if (flag == "csa-rate") v4.csa_compress_rate = value;
   else if (flag == "hca-rate") v4.hca_compress_rate = value;
   else if (flag == "sliding-window") v4.sliding_window = value;

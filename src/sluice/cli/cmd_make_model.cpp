@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "sluice/cli/commands.h"
 #include "sluice/model/make_model.h"
@@ -8,15 +11,15 @@ namespace {
 
 // The deepseek_v4 shape's own flags; those it shares with deepseek_v3 (ranks,
 // experts, yarn) are read by take_shared_deepseek_flags.
-void add_deepseek_v4_options(CLI::App& cmd, MakeModelOptions& options) {
+void add_deepseek_v4_options(CLI::App& cmd, MakeModelOptions& options, std::string& layer_types) {
   DeepseekV4Shape& v4 = options.deepseek_v4;
   const std::string group = "deepseek_v4 (also: --q-lora-rank --qk-rope-head-dim --experts --experts-per-token "
                             "--moe-intermediate --routed-scale --yarn-factor --mtp-layers --head-dim)";
   cmd.add_option("--o-groups", v4.o_groups, "head groups of the grouped output projection")->group(group)
       ->check(CLI::PositiveNumber);
   cmd.add_option("--o-lora-rank", v4.o_lora_rank)->group(group)->check(CLI::PositiveNumber);
-  cmd.add_option("--layer-types", v4.layer_types,
-                 "one letter per layer, repeated: s sliding, c CSA, h HCA (empty: transformers' default)")
+  cmd.add_option("--layer-types", layer_types,
+                 "one letter per layer, repeated: s sliding, c CSA, h HCA (default sch)")
       ->group(group);
   cmd.add_option("--csa-rate", v4.csa_compress_rate, "tokens per CSA entry")->group(group)->check(CLI::PositiveNumber);
   cmd.add_option("--hca-rate", v4.hca_compress_rate, "tokens per HCA entry")->group(group)->check(CLI::PositiveNumber);
@@ -96,11 +99,17 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--mtp-layers", ds.mtp_layers, "num_nextn_predict_layers (their tensors are written too)")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
-  add_deepseek_v4_options(*cmd, *options);
+  auto layer_types = std::make_shared<std::string>();
+  add_deepseek_v4_options(*cmd, *options, *layer_types);
   cmd->add_option("--seed", options->seed);
   cmd->add_option("--out", options->out_dir, "output directory")->required();
-  cmd->callback([cmd, options, arch, dtype] {
+  cmd->callback([cmd, options, arch, dtype, layer_types] {
     options->architecture = *parse_architecture(*arch);
+    if (layer_types->size() >= options->deepseek_v4.layer_types.size()) {
+      std::fprintf(stderr, "error: --layer-types takes at most %zu letters\n", options->deepseek_v4.layer_types.size() - 1);
+      throw CLI::RuntimeError(1);
+    }
+    std::copy(layer_types->begin(), layer_types->end(), options->deepseek_v4.layer_types.begin());
     if (options->architecture == Architecture::deepseek_v4) take_shared_deepseek_flags(*cmd, *options);
     options->dtype = *dtype == "bf16" ? DType::bf16 : *dtype == "f32" ? DType::f32 : DType::f8_e4m3;
     if (auto status = make_model(*options); !status) {

@@ -3,7 +3,9 @@
 // reproducible from the seed. Used for tests, goldens and the built-in default.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <string>
 
 #include "sluice/backend/tensor.h"
@@ -43,8 +45,14 @@ struct DeepseekV4Shape {
   std::int32_t o_groups = 2;
   std::int32_t o_lora_rank = 16;
   // One letter per layer: s (sliding_attention), c (CSA), h (HCA); repeated
-  // to --layers. Empty: transformers' default schedule.
-  std::string layer_types = "sch";
+  // to --layers; NUL-terminated, all NUL = "sch". A char array, not a
+  // std::string: GCC 12 reports a string here maybe-uninitialized wherever
+  // MakeModelOptions is designated-initialized.
+  std::array<char, 64> layer_types{};
+  std::string_view layer_types_or_default() const {
+    const std::string_view given(layer_types.data());
+    return given.empty() ? std::string_view("sch") : given;
+  }
   std::int32_t csa_compress_rate = 4;
   std::int32_t hca_compress_rate = 16;
   std::int32_t sliding_window = 8;

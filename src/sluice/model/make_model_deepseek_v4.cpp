@@ -12,11 +12,12 @@ namespace {
 
 std::int64_t v4_head_dim(const MakeModelOptions& o) { return o.head_dim > 0 ? o.head_dim : 32; }
 
-// The attention kind of each layer, from the letters of --layer-types repeated.
+// The attention kind of each layer, from the letters of --layer-types
+// repeated; by default sliding, CSA, HCA, so a tiny model has every kind.
 std::vector<char> layer_letters(const MakeModelOptions& o) {
+  const std::string_view spec = o.deepseek_v4.layer_types_or_default();
   std::vector<char> letters;
-  const std::string& spec = o.deepseek_v4.layer_types;
-  for (std::int32_t i = 0; i < o.num_layers; ++i) letters.push_back(spec.empty() ? '?' : spec[i % spec.size()]);
+  for (std::int32_t i = 0; i < o.num_layers; ++i) letters.push_back(spec[i % spec.size()]);
   return letters;
 }
 
@@ -102,11 +103,9 @@ Status check_deepseek_v4_options(const MakeModelOptions& o) {
     return Error{"--qk-rope-head-dim must be even and at most the head and index head dims"};
   if (std::int64_t{o.num_heads} * hd % d.o_groups != 0) return Error{"--o-groups must divide heads * head_dim"};
   if (d.num_experts_per_tok > d.n_routed_experts) return Error{"--experts-per-token exceeds --experts"};
-  for (char c : d.layer_types)
+  for (char c : d.layer_types_or_default())
     if (c != 's' && c != 'c' && c != 'h')
-      return Error{fmt::format("--layer-types '{}': one letter per layer, s, c or h", d.layer_types)};
-  if (d.layer_types.empty() && (d.csa_compress_rate != 4 || d.hca_compress_rate != 128))
-    return Error{"--layer-types is required with non-default compress rates"};
+      return Error{fmt::format("--layer-types '{}': one letter per layer, s, c or h", d.layer_types_or_default())};
   if (d.yarn_factor != 0 && d.yarn_factor < 1) return Error{"--yarn-factor must be 0 or >= 1"};
   if (d.yarn_factor > 0 && o.max_position_embeddings % static_cast<std::int32_t>(d.yarn_factor) != 0)
     return Error{"--yarn-factor must divide --max-position"};
@@ -118,12 +117,9 @@ std::vector<PendingTensor> deepseek_v4_tensors(const MakeModelOptions& o) {
   const std::int64_t h = o.hidden_size, v = o.vocab_size, hc = d.hc_mult;
   std::vector<PendingTensor> out;
   out.push_back({"embed.weight", {v, h}, Init{0.0f, 1.0f}});
-  // transformers' default schedule when --layer-types is empty: HCA, HCA, then CSA and HCA alternating.
   const std::vector<char> letters = layer_letters(o);
-  for (std::int32_t i = 0; i < o.num_layers; ++i) {
-    const char type = letters[i] != '?' ? letters[i] : (i < 2 || (i - 2) % 2 == 0 ? 'h' : 'c');
-    add_layer(out, o, fmt::format("layers.{}.", i), type, i < d.num_hash_layers);
-  }
+  for (std::int32_t i = 0; i < o.num_layers; ++i)
+    add_layer(out, o, fmt::format("layers.{}.", i), letters[i], i < d.num_hash_layers);
   out.push_back({"norm.weight", {h}, kNormInit});
   out.push_back({"head.weight", {v, h}, linear_init(h)});
   add_hyper_connection(out, "hc_head_", hc, 1, hc, h);
@@ -182,16 +178,14 @@ nlohmann::ordered_json deepseek_v4_config_json(const MakeModelOptions& o, const 
       {"bos_token_id", tok.bos_token_id},
       {"eos_token_id", tok.eos_token_id},
       {"torch_dtype", o.dtype == DType::f32 ? "float32" : "bfloat16"}};
-  if (!d.layer_types.empty()) {
-    nlohmann::ordered_json types = nlohmann::ordered_json::array();
-    for (char letter : layer_letters(o))
-      types.push_back(letter == 's'   ? "sliding_attention"
-                      : letter == 'c' ? "compressed_sparse_attention"
-                                      : "heavily_compressed_attention");
-    c["layer_types"] = types;
-    c["compress_rates"] = {{"compressed_sparse_attention", d.csa_compress_rate},
-                           {"heavily_compressed_attention", d.hca_compress_rate}};
-  }
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (char letter : layer_letters(o))
+    types.push_back(letter == 's'   ? "sliding_attention"
+                    : letter == 'c' ? "compressed_sparse_attention"
+                                    : "heavily_compressed_attention");
+  c["layer_types"] = types;
+  c["compress_rates"] = {{"compressed_sparse_attention", d.csa_compress_rate},
+                         {"heavily_compressed_attention", d.hca_compress_rate}};
   if (d.yarn_factor > 0)
     c["rope_scaling"] = {{"type", "yarn"},
                          {"factor", d.yarn_factor},
