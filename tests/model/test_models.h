@@ -46,13 +46,51 @@ inline MakeModelOptions make_model_options(const nlohmann::json& args, const std
 // MakeModelOptions from `sluice make-model` flags without their dashes, as
 // tools/reference/golden_deepseek_v3_models.json spells them. An unknown flag
 // fails the test.
+// The make-model flags of --arch deepseek_v4 (those it shares with
+// deepseek_v3 set the V4 shape); false if `flag` is not one of them.
+inline bool make_v4_flag(DeepseekV4Shape& v4, const std::string& flag, const nlohmann::json& value) {
+  if (flag == "q-lora-rank") v4.q_lora_rank = value;
+  else if (flag == "qk-rope-head-dim") v4.qk_rope_head_dim = value;
+  else if (flag == "o-groups") v4.o_groups = value;
+  else if (flag == "o-lora-rank") v4.o_lora_rank = value;
+  else if (flag == "layer-types") {
+    const std::string letters = value;
+    EXPECT_LT(letters.size(), v4.layer_types.size());
+    std::copy_n(letters.begin(), std::min(letters.size(), v4.layer_types.size() - 1), v4.layer_types.begin());
+  }
+  else if (flag == "csa-rate") v4.csa_compress_rate = value;
+  else if (flag == "hca-rate") v4.hca_compress_rate = value;
+  else if (flag == "sliding-window") v4.sliding_window = value;
+  else if (flag == "index-heads") v4.index_n_heads = value;
+  else if (flag == "index-head-dim") v4.index_head_dim = value;
+  else if (flag == "index-topk") v4.index_topk = value;
+  else if (flag == "hc-mult") v4.hc_mult = value;
+  else if (flag == "sinkhorn-iters") v4.hc_sinkhorn_iters = value;
+  else if (flag == "hash-layers") v4.num_hash_layers = value;
+  else if (flag == "experts") v4.n_routed_experts = value;
+  else if (flag == "experts-per-token") v4.num_experts_per_tok = value;
+  else if (flag == "moe-intermediate") v4.moe_intermediate_size = value;
+  else if (flag == "routed-scale") v4.routed_scaling_factor = value;
+  else if (flag == "swiglu-limit") v4.swiglu_limit = value;
+  else if (flag == "rope-theta") v4.rope_theta = value;
+  else if (flag == "compress-rope-theta") v4.compress_rope_theta = value;
+  else if (flag == "yarn-factor") v4.yarn_factor = value;
+  else if (flag == "mtp-layers") v4.mtp_layers = value;
+  else return false;
+  return true;
+}
+
 inline MakeModelOptions make_model_options_from_flags(const nlohmann::json& flags, const std::string& out_dir) {
   MakeModelOptions o;
   o.out_dir = out_dir;
   DeepseekV3Shape& d = o.deepseek_v3;
+  DeepseekV4Shape& v4 = o.deepseek_v4;
+  if (flags.contains("arch")) o.architecture = *parse_architecture(flags.at("arch").get<std::string>());
+  const bool is_v4 = o.architecture == Architecture::deepseek_v4;
   for (const auto& [flag, value] : flags.items()) {
-    if (flag == "arch") o.architecture = *parse_architecture(value.get<std::string>());
-    else if (flag == "layers") o.num_layers = value;
+    if (flag == "arch") continue;
+    if (is_v4 && make_v4_flag(v4, flag, value)) continue;
+    if (flag == "layers") o.num_layers = value;
     else if (flag == "hidden") o.hidden_size = value;
     else if (flag == "heads") o.num_heads = value;
     else if (flag == "kv-heads") o.num_kv_heads = value;

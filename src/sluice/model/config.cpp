@@ -8,6 +8,7 @@
 #include "sluice/common/io.h"
 #include "sluice/model/config_reader.h"
 #include "sluice/model/deepseek_v3_config.h"
+#include "sluice/model/deepseek_v4_config.h"
 
 namespace sluice {
 namespace {
@@ -21,20 +22,6 @@ const std::set<std::string, std::less<>> kInformationalKeys = {
     "max_window_layers", "bos_token_id", "eos_token_id", "output_attentions",
     "output_hidden_states", "return_dict", "is_encoder_decoder", "tokenizer_class",
 };
-
-Result<std::vector<std::int32_t>> token_ids(const json* value, const std::string& origin,
-                                            const char* key) {
-  std::vector<std::int32_t> ids;
-  if (!value) return ids;
-  auto bad = Error{fmt::format("{}: field '{}' must be a token id or a list of them", origin, key)};
-  if (value->is_number_integer()) return std::vector<std::int32_t>{value->get<std::int32_t>()};
-  if (!value->is_array()) return bad;
-  for (const auto& id : *value) {
-    if (!id.is_number_integer()) return bad;
-    ids.push_back(id.get<std::int32_t>());
-  }
-  return ids;
-}
 
 // rope_scaling (transformers 4) or rope_parameters (transformers 5).
 Status parse_rope(ConfigReader& reader, ModelConfig& config, const std::string& origin) {
@@ -81,13 +68,14 @@ const char* architecture_name(Architecture arch) {
     case Architecture::qwen2: return "qwen2";
     case Architecture::qwen3: return "qwen3";
     case Architecture::deepseek_v3: return "deepseek_v3";
+    case Architecture::deepseek_v4: return "deepseek_v4";
   }
   return "?";
 }
 
 std::optional<Architecture> parse_architecture(std::string_view model_type) {
   for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3,
-                    Architecture::deepseek_v3})
+                    Architecture::deepseek_v3, Architecture::deepseek_v4})
     if (model_type == architecture_name(arch)) return arch;
   return std::nullopt;
 }
@@ -101,8 +89,10 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
   const std::string model_type = root["model_type"].get<std::string>();
   auto arch = parse_architecture(model_type);
   if (!arch)
-    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3)",
+    return Error{fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3, "
+                             "deepseek_v4)",
                              origin, model_type)};
+  if (*arch == Architecture::deepseek_v4) return parse_deepseek_v4_config(root, origin);
 
   ModelConfig config;
   config.architecture = *arch;
@@ -167,9 +157,9 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
         return reader.error("layer_types", fmt::format("contains {}: only full_attention is implemented", t.dump()));
   }
 
-  SLUICE_TRY_ASSIGN(bos, token_ids(reader.find("bos_token_id"), origin, "bos_token_id"));
+  SLUICE_TRY_ASSIGN(bos, reader.token_ids("bos_token_id"));
   if (!bos.empty()) config.bos_token_id = bos.front();
-  SLUICE_TRY_ASSIGN(eos, token_ids(reader.find("eos_token_id"), origin, "eos_token_id"));
+  SLUICE_TRY_ASSIGN(eos, reader.token_ids("eos_token_id"));
   config.eos_token_ids = eos;
   SLUICE_TRY(reader.reject_unknown_keys());
   return config;

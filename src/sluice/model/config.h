@@ -1,9 +1,11 @@
 // ModelConfig: a Hugging Face config.json, parsed and checked: the dense Llama
-// family and DeepSeek-V3 (MLA attention, DeepSeekMoE, FP8 block weights).
+// family, DeepSeek-V3 (MLA attention, DeepSeekMoE, FP8 block weights) and
+// DeepSeek-V4 (compressed sparse attention, hyper-connections, hash routing).
 // Every field either takes effect or is rejected by name.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,7 +14,7 @@
 
 namespace sluice {
 
-enum class Architecture { llama, mistral, qwen2, qwen3, deepseek_v3 };
+enum class Architecture { llama, mistral, qwen2, qwen3, deepseek_v3, deepseek_v4 };
 
 const char* architecture_name(Architecture arch);
 std::optional<Architecture> parse_architecture(std::string_view model_type);
@@ -78,6 +80,71 @@ struct DeepseekV3Config {
   bool is_moe_layer(std::int32_t layer) const { return layer >= first_k_dense_replace; }
 };
 
+// DeepSeek-V4's attention kinds (transformers' layer_types). Every kind keeps
+// a sliding window of recent tokens; the compressed kinds add one entry per
+// window of compress-rate tokens.
+enum class DeepseekV4Attention : std::uint8_t {
+  sliding,             // "sliding_attention": the window only, main rope
+  compressed_sparse,   // "compressed_sparse_attention" (CSA): overlapping windows, top-k by the lightning indexer
+  heavily_compressed,  // "heavily_compressed_attention" (HCA): disjoint windows, every entry attended
+};
+
+// DeepSeek-V4's MoE routers (transformers' mlp_layer_types).
+enum class DeepseekV4Mlp : std::uint8_t {
+  hash_moe,  // "hash_moe": experts from the frozen tid2eid[token id] table, weights from the router scores
+  moe,       // "moe": top-k of the router scores plus the selection-only correction bias
+};
+
+// One of V4's two rotary embeddings (rope_parameters.main / .compress).
+struct DeepseekV4Rope {
+  float theta = 10000.0f;
+  std::optional<YarnRopeScaling> yarn;  // rope_type "yarn"
+  float cos_sin_scale = 1.0f;           // YaRN's attention factor (V4 forces 1.0 when it is absent)
+};
+
+// The DeepSeek-V4 fields, as transformers' DeepseekV4Config defines them after
+// folding in the legacy spellings (compress_ratios, compress_rate_csa/_hca,
+// num_hash_layers, qk_rope_head_dim, a flat rope_scaling). ModelConfig holds
+// the shared ones: head_dim (512, also the K=V latent width), num_kv_heads = 1,
+// intermediate_size = moe_intermediate_size (the shared expert's width).
+struct DeepseekV4Config {
+  std::int32_t q_lora_rank = 1024;
+  std::int32_t qk_rope_head_dim = 64;  // the last dims of each head, interleaved pairs
+  std::int32_t o_groups = 8;           // grouped output projection: heads in o_groups groups ...
+  std::int32_t o_lora_rank = 1024;     // ... each projected to o_lora_rank, then o_b_proj to hidden
+
+  std::vector<DeepseekV4Attention> layer_types;  // [num_layers]
+  std::int32_t csa_compress_rate = 4;            // compress_rates.compressed_sparse_attention
+  std::int32_t hca_compress_rate = 128;          // compress_rates.heavily_compressed_attention
+  std::int32_t sliding_window = 128;             // tokens, the current one included
+  std::int32_t index_n_heads = 64;
+  std::int32_t index_head_dim = 128;
+  std::int32_t index_topk = 512;  // compressed entries each CSA query keeps
+
+  std::int32_t hc_mult = 4;  // residual streams (mHC)
+  std::int32_t hc_sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;
+
+  std::vector<DeepseekV4Mlp> mlp_layer_types;  // [num_layers]
+  std::int32_t n_routed_experts = 256;
+  std::int32_t num_experts_per_tok = 6;
+  std::int32_t moe_intermediate_size = 2048;  // routed and shared experts
+  float routed_scaling_factor = 1.5f;
+  float swiglu_limit = 10.0f;  // gate <= limit, |up| <= limit, routed and shared experts
+
+  DeepseekV4Rope main_rope;      // sliding layers
+  DeepseekV4Rope compress_rope;  // CSA/HCA layers, their compressors and indexers
+
+  std::int32_t num_nextn_predict_layers = 1;  // MTP layers (mtp.* tensors); not run
+  bool fp4_experts = false;                   // expert_dtype "fp4": routed experts packed e2m1 with scales
+
+  std::int32_t compress_rate(DeepseekV4Attention type) const {
+    return type == DeepseekV4Attention::compressed_sparse    ? csa_compress_rate
+           : type == DeepseekV4Attention::heavily_compressed ? hca_compress_rate
+                                                             : 0;
+  }
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::llama;
   std::int32_t vocab_size = 0;
@@ -86,7 +153,7 @@ struct ModelConfig {
   std::int32_t num_layers = 0;
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;
-  std::int32_t head_dim = 0;  // deepseek_v3: qk_rope_head_dim, as transformers sets it
+  std::int32_t head_dim = 0;  // deepseek_v3: qk_rope_head_dim, as transformers sets it; deepseek_v4: the latent
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   std::optional<Llama3RopeScaling> rope_llama3;
@@ -98,6 +165,9 @@ struct ModelConfig {
   std::optional<std::int32_t> bos_token_id;
   std::vector<std::int32_t> eos_token_ids;
   std::optional<DeepseekV3Config> deepseek_v3;  // set iff architecture == deepseek_v3
+  // Set iff architecture == deepseek_v4; shared and immutable (an optional of
+  // it trips GCC 12's maybe-uninitialized in every ModelConfig destructor).
+  std::shared_ptr<const DeepseekV4Config> deepseek_v4;
   std::optional<Fp8BlockQuantization> fp8;      // quantization_config, when present
 
   std::int64_t q_size() const { return std::int64_t{num_heads} * head_dim; }

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -77,6 +78,19 @@ class ConfigReader {
     auto it = root_.find(key);
     if (it == root_.end() || it->is_null() || *it == allowed) return Ok{};
     return error(key, fmt::format("= {} is not supported: {}", it->dump(), why));
+  }
+  // A token id or a list of them (bos_token_id, eos_token_id); empty when absent.
+  Result<std::vector<std::int32_t>> token_ids(const char* key) {
+    std::vector<std::int32_t> ids;
+    const json* value = find(key);
+    if (!value) return ids;
+    if (value->is_number_integer()) return std::vector<std::int32_t>{value->get<std::int32_t>()};
+    if (!value->is_array()) return error(key, "must be a token id or a list of them");
+    for (const auto& id : *value) {
+      if (!id.is_number_integer()) return error(key, "must be a token id or a list of them");
+      ids.push_back(id.get<std::int32_t>());
+    }
+    return ids;
   }
   const json* find(const char* key) {
     used_.insert(key);

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "sluice/model/deepseek_v3_config.h"
+
 namespace sluice {
 namespace {
 
@@ -24,13 +26,7 @@ RopeParams rope_params(const ModelConfig& config) {
   rope.yarn_beta_fast = yarn.beta_fast;
   rope.yarn_beta_slow = yarn.beta_slow;
   rope.yarn_truncate = yarn.truncate;
-  // The cos/sin multiplier, as transformers derives it when attention_factor is absent.
-  double attention_factor = yarn_mscale(yarn.factor, 1.0);
-  if (yarn.attention_factor)
-    attention_factor = *yarn.attention_factor;
-  else if (yarn.mscale > 0 && yarn.mscale_all_dim > 0)
-    attention_factor = yarn_mscale(yarn.factor, yarn.mscale) / yarn_mscale(yarn.factor, yarn.mscale_all_dim);
-  rope.cos_sin_scale = static_cast<float>(attention_factor);
+  rope.cos_sin_scale = yarn_attention_factor(yarn);
   return rope;
 }
 

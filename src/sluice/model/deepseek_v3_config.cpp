@@ -5,11 +5,9 @@
 #include <fmt/format.h>
 
 namespace sluice {
-namespace {
-
 using nlohmann::json;
 
-Result<Fp8BlockQuantization> parse_quantization(const json& value, const std::string& origin) {
+Result<Fp8BlockQuantization> parse_fp8_quantization(const json& value, const std::string& origin) {
   const std::string where = origin + ": quantization_config";
   if (!value.is_object()) return Error{where + " must be an object"};
   static const std::set<std::string, std::less<>> kNone;
@@ -34,8 +32,6 @@ Result<Fp8BlockQuantization> parse_quantization(const json& value, const std::st
   SLUICE_TRY(reader.reject_unknown_keys());
   return fp8;
 }
-
-}  // namespace
 
 const std::set<std::string, std::less<>>& deepseek_v3_informational_keys() {
   static const std::set<std::string, std::less<>> keys = {
@@ -116,7 +112,7 @@ Status parse_deepseek_v3_fields(ConfigReader& reader, ModelConfig& config) {
   SLUICE_TRY(reader.require_value("topk_method", "noaux_tc",
                                   "only group-limited routing with the correction bias (noaux_tc) is implemented"));
   if (const json* quantization = reader.find("quantization_config")) {
-    SLUICE_TRY_ASSIGN(fp8, parse_quantization(*quantization, reader.origin()));
+    SLUICE_TRY_ASSIGN(fp8, parse_fp8_quantization(*quantization, reader.origin()));
     config.fp8 = fp8;
   }
   config.deepseek_v3 = ds;
@@ -159,6 +155,14 @@ Result<YarnRopeScaling> parse_yarn_rope_scaling(const json& rope, const std::str
   }
   SLUICE_TRY(reader.reject_unknown_keys());
   return yarn;
+}
+
+float yarn_attention_factor(const YarnRopeScaling& yarn) {
+  auto mscale = [](double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (yarn.attention_factor) return *yarn.attention_factor;
+  if (yarn.mscale > 0 && yarn.mscale_all_dim > 0)
+    return static_cast<float>(mscale(yarn.factor, yarn.mscale) / mscale(yarn.factor, yarn.mscale_all_dim));
+  return static_cast<float>(mscale(yarn.factor, 1.0));
 }
 
 }  // namespace sluice

@@ -92,7 +92,10 @@ std::vector<StoredTensor> storage_plan(const std::vector<PendingTensor>& tensors
       out.push_back({t.name + "_scale_inv", DType::f32, scales, &t, true});
       continue;
     }
-    const DType stored = t.keep_f32 ? DType::f32 : dtype == DType::f8_e4m3 ? DType::bf16 : dtype;
+    const DType stored = t.table_range > 0 ? DType::i32
+                         : t.keep_f32      ? DType::f32
+                         : dtype == DType::f8_e4m3 ? DType::bf16
+                                                   : dtype;
     out.push_back({t.name, stored, t.shape, &t});
   }
   return out;
@@ -130,11 +133,31 @@ QuantizedBlocks quantize_fp8(const std::vector<float>& x, const Shape& shape) {
   return q;
 }
 
+// Rows of distinct values in [0, range): a partial Fisher-Yates shuffle per row.
+std::string table_bytes(const PendingTensor& t, std::uint64_t seed) {
+  SplitMix64 rng(seed ^ name_hash(t.name));
+  const std::int64_t rows = t.shape.rows(), cols = t.shape.cols();
+  SLUICE_CHECK_LE(cols, std::int64_t{t.table_range});
+  std::vector<std::int32_t> values(static_cast<std::size_t>(rows * cols)), pool(t.table_range);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int32_t i = 0; i < t.table_range; ++i) pool[i] = i;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const auto pick = c + static_cast<std::int64_t>(rng.uniform() * static_cast<double>(t.table_range - c));
+      std::swap(pool[c], pool[std::min<std::int64_t>(pick, t.table_range - 1)]);
+      values[r * cols + c] = pool[c];
+    }
+  }
+  std::string bytes(values.size() * sizeof(std::int32_t), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
 // The last FP8 weight quantized: storage_plan puts its scales right after it,
 // so both are written from one quantization.
 using QuantizedCache = std::optional<std::pair<const PendingTensor*, QuantizedBlocks>>;
 
 std::string tensor_bytes(const StoredTensor& t, std::uint64_t seed, QuantizedCache& quantized) {
+  if (t.dtype == DType::i32) return table_bytes(*t.source, seed);
   std::string bytes(t.size_bytes(), '\0');
   if (t.dtype == DType::f8_e4m3 || t.is_scale) {
     if (!quantized || quantized->first != t.source)
@@ -257,6 +280,7 @@ std::vector<PendingTensor> llama_tensors(const MakeModelOptions& o, std::int32_t
 // qwen2's qkv bias and tied embeddings, qwen3's q/k norm and explicit head_dim.
 ordered_json config_json(const MakeModelOptions& o, std::int32_t head_dim, bool tied, const BuiltTokenizer& tok) {
   if (o.architecture == Architecture::deepseek_v3) return deepseek_v3_config_json(o, tok);
+  if (o.architecture == Architecture::deepseek_v4) return deepseek_v4_config_json(o, tok);
   static constexpr const char* kClassNames[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                                                 "Qwen3ForCausalLM"};
   ordered_json c = {{"architectures", {kClassNames[static_cast<int>(o.architecture)]}},
@@ -304,7 +328,8 @@ ordered_json config_json(const MakeModelOptions& o, std::int32_t head_dim, bool 
       c["use_sliding_window"] = false;
       c["sliding_window"] = nullptr;
       break;
-    case Architecture::deepseek_v3: break;
+    case Architecture::deepseek_v3:
+    case Architecture::deepseek_v4: break;
   }
   return c;
 }
@@ -317,15 +342,17 @@ Status make_model(const MakeModelOptions& o) {
                              {o.num_kv_heads, "--kv-heads"}, {o.intermediate_size, "--intermediate"},
                              {o.vocab_size, "--vocab"}})
     if (value <= 0) return Error{fmt::format("{} must be positive", name)};
-  const bool is_deepseek = o.architecture == Architecture::deepseek_v3;
-  if (is_deepseek) SLUICE_TRY(check_deepseek_v3_options(o));
+  const bool is_v4 = o.architecture == Architecture::deepseek_v4;
+  const bool is_deepseek = o.architecture == Architecture::deepseek_v3 || is_v4;
+  if (o.architecture == Architecture::deepseek_v3) SLUICE_TRY(check_deepseek_v3_options(o));
+  if (is_v4) SLUICE_TRY(check_deepseek_v4_options(o));
   if (!is_deepseek && o.num_heads % o.num_kv_heads != 0)
     return Error{fmt::format("--kv-heads {} must divide --heads {}", o.num_kv_heads, o.num_heads)};
   const std::int32_t head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
   if (!is_deepseek && o.head_dim == 0 && o.hidden_size % o.num_heads != 0)
     return Error{fmt::format("--hidden {} must be a multiple of --heads {}", o.hidden_size, o.num_heads)};
   if (!is_deepseek && head_dim % 2 != 0) return Error{fmt::format("head dimension {} must be even", head_dim)};
-  if (o.dtype != DType::bf16 && o.dtype != DType::f32 && !(is_deepseek && o.dtype == DType::f8_e4m3))
+  if (o.dtype != DType::bf16 && o.dtype != DType::f32 && !(!is_v4 && is_deepseek && o.dtype == DType::f8_e4m3))
     return Error{"--dtype must be bf16 or f32 (fp8: deepseek_v3 only)"};
   if (o.num_shards <= 0) return Error{"--shards must be positive"};
   SLUICE_TRY_ASSIGN(tokenizer, build_byte_level_tokenizer(o.vocab_size));
@@ -336,7 +363,9 @@ Status make_model(const MakeModelOptions& o) {
   if (ec) return Error{fmt::format("cannot create {}: {}", o.out_dir, ec.message())};
   const std::string dir = o.out_dir + "/";
   SLUICE_TRY(write_file(dir + "config.json", config_json(o, head_dim, tied, tokenizer).dump(2) + "\n"));
-  const std::vector<PendingTensor> tensors = is_deepseek ? deepseek_v3_tensors(o) : llama_tensors(o, head_dim, tied);
+  const std::vector<PendingTensor> tensors = is_v4         ? deepseek_v4_tensors(o)
+                                             : is_deepseek ? deepseek_v3_tensors(o)
+                                                           : llama_tensors(o, head_dim, tied);
   SLUICE_TRY(write_checkpoint(dir, storage_plan(tensors, o.dtype), o.num_shards, o.seed));
   SLUICE_TRY(write_file(dir + "tokenizer.json", tokenizer.tokenizer_json));
   SLUICE_TRY(write_file(dir + "tokenizer_config.json", tokenizer.tokenizer_config_json));

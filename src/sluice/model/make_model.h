@@ -3,7 +3,9 @@
 // reproducible from the seed. Used for tests, goldens and the built-in default.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <string>
 
 #include "sluice/backend/tensor.h"
@@ -34,6 +36,44 @@ struct DeepseekV3Shape {
   std::int32_t mtp_layers = 0;  // num_nextn_predict_layers, their tensors written after the decoder's
 };
 
+// The DeepSeek-V4 shape (--arch deepseek_v4); the defaults are a tiny model
+// with every attention kind, hash and top-k MoE layers and windows short
+// enough that a few hundred tokens cross many of them.
+struct DeepseekV4Shape {
+  std::int32_t q_lora_rank = 32;
+  std::int32_t qk_rope_head_dim = 8;
+  std::int32_t o_groups = 2;
+  std::int32_t o_lora_rank = 16;
+  // One letter per layer: s (sliding_attention), c (CSA), h (HCA); repeated
+  // to --layers; NUL-terminated, all NUL = "sch". A char array, not a
+  // std::string: GCC 12 reports a string here maybe-uninitialized wherever
+  // MakeModelOptions is designated-initialized.
+  std::array<char, 64> layer_types{};
+  std::string_view layer_types_or_default() const {
+    const std::string_view given(layer_types.data());
+    return given.empty() ? std::string_view("sch") : given;
+  }
+  std::int32_t csa_compress_rate = 4;
+  std::int32_t hca_compress_rate = 16;
+  std::int32_t sliding_window = 8;
+  std::int32_t index_n_heads = 16;  // many heads: a score is 0 (a tie) only when every head's ReLU is
+  std::int32_t index_head_dim = 16;
+  std::int32_t index_topk = 4;
+  std::int32_t hc_mult = 4;
+  std::int32_t hc_sinkhorn_iters = 20;
+  std::int32_t num_hash_layers = 1;
+  std::int32_t n_routed_experts = 8;
+  std::int32_t num_experts_per_tok = 2;
+  std::int32_t moe_intermediate_size = 32;
+  float routed_scaling_factor = 1.5f;
+  float swiglu_limit = 10.0f;
+  float rope_theta = 10000.0f;
+  float compress_rope_theta = 160000.0f;
+  // YaRN on the compress rope over max_position_embeddings / yarn_factor original positions; 0 = none.
+  float yarn_factor = 0.0f;
+  std::int32_t mtp_layers = 0;  // num_nextn_predict_layers, written as mtp.* tensors
+};
+
 struct MakeModelOptions {
   Architecture architecture = Architecture::llama;
   std::int32_t num_layers = 2;
@@ -50,6 +90,7 @@ struct MakeModelOptions {
   std::int32_t max_position_embeddings = 4096;
   std::int32_t num_shards = 1;  // > 1: model-0000i-of-0000n.safetensors + model.safetensors.index.json
   DeepseekV3Shape deepseek_v3;
+  DeepseekV4Shape deepseek_v4;  // --arch deepseek_v4; head_dim 0 = 32
   std::string out_dir;
 };
 

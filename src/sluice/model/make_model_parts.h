@@ -26,6 +26,9 @@ struct PendingTensor {
   Init init;
   bool quantizable = false;  // a linear weight: float8 with block scales in an fp8 model
   bool keep_f32 = false;     // stored in f32 whatever the model's dtype (the router's correction bias)
+  // > 0: an I32 table whose rows hold distinct values in [0, table_range)
+  // (DeepSeek-V4's tid2eid: each token's hash-routed experts); init unused.
+  std::int32_t table_range = 0;
 };
 
 // Linear weights scaled by fan-in keep activations near unit size, so logits
@@ -36,5 +39,9 @@ inline constexpr Init kNormInit{1.0f, 0.2f};
 Status check_deepseek_v3_options(const MakeModelOptions& o);
 std::vector<PendingTensor> deepseek_v3_tensors(const MakeModelOptions& o);
 nlohmann::ordered_json deepseek_v3_config_json(const MakeModelOptions& o, const BuiltTokenizer& tok);
+
+Status check_deepseek_v4_options(const MakeModelOptions& o);
+std::vector<PendingTensor> deepseek_v4_tensors(const MakeModelOptions& o);
+nlohmann::ordered_json deepseek_v4_config_json(const MakeModelOptions& o, const BuiltTokenizer& tok);
 
 }  // namespace sluice

@@ -28,7 +28,9 @@ Result<DType> parse_dtype(const std::string& name, const std::string& tensor, co
   if (name == "F16") return DType::f16;
   if (name == "BF16") return DType::bf16;
   if (name == "F8_E4M3") return DType::f8_e4m3;
-  return Error{fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, BF16, F8_E4M3)", path, tensor, name)};
+  if (name == "I32") return DType::i32;  // DeepSeek-V4's hash-routing table (tid2eid)
+  return Error{
+      fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, BF16, F8_E4M3, I32)", path, tensor, name)};
 }
 
 Result<Tensor> parse_entry(const std::string& name, const json& info, std::byte* data,

@@ -1,0 +1,120 @@
+// DeepSeek-V4 (DeepseekV4ForCausalLM, model_type deepseek_v4): the CPU
+// reference of issue 18 stage 1, one sequence at a time, checked against
+// transformers (tests/model/deepseek_v4_golden_test.cpp).
+//   - Shared-KV attention: one 512-wide latent per token is every head's key
+//     and value; queries through q_a/q_b with an unweighted per-head norm;
+//     rope on the last qk_rope_head_dim dims (interleaved pairs), undone on
+//     the output; a per-head sink logit; grouped low-rank output (wo_a, wo_b).
+//   - Three attention kinds over a sliding window of recent tokens: window
+//     only; CSA, adding entries pooled from overlapping windows of 4 tokens,
+//     top-k picked by the lightning indexer; HCA, adding every entry pooled
+//     from disjoint windows of 128 tokens.
+//   - 4 residual streams mixed by hyper-connections (mHC, Sinkhorn).
+//   - MoE everywhere: hash routing by token id in the first layers,
+//     sqrt(softplus) top-k elsewhere; clamped SwiGLU experts plus one shared.
+//
+// Stage 1 keeps each layer's full per-token history (window latents and the
+// compressors' projections, never evicted) and pools a compressed entry once
+// its window completes: exact, not the KV layout (stage 2). The engine refuses
+// the architecture (load_decoder_model) until that layout and the CUDA
+// kernels exist. Weights load from the published layout (embed, layers.N.attn.*,
+// layers.N.ffn.*, hc_*; mtp.* skipped) in f32, bf16, or FP8 e4m3 with f32
+// block scales; FP4 experts and ue8m0 scale tensors are not read yet.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "sluice/backend/deepseek_v4_kernels.h"
+#include "sluice/common/ids.h"
+#include "sluice/common/result.h"
+#include "sluice/model/config.h"
+#include "sluice/model/safetensors.h"
+
+namespace sluice {
+
+class DeepseekV4Reference {
+ public:
+  // Tensors are copied to f32 host memory; `kernels` must outlive the model.
+  static Result<std::unique_ptr<DeepseekV4Reference>> load(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                           const DeepseekV4Kernels& kernels);
+
+  // What one sequence's layers remember of its tokens.
+  struct LayerHistory {
+    std::vector<float> window_kv;       // [tokens, head_dim]: normed, roped latents (the window's keys = values)
+    std::vector<float> compressor_kv;   // [tokens, width]: compressor.wkv x (width 2 * head_dim for CSA)
+    std::vector<float> compressor_gate; // [tokens, width]: compressor.wgate x
+    std::vector<float> entries;         // [entries, head_dim]: pooled, normed, roped
+    std::vector<float> indexer_kv;      // CSA: [tokens, 2 * index_head_dim]
+    std::vector<float> indexer_gate;    // CSA: [tokens, 2 * index_head_dim]
+    std::vector<float> index_keys;      // CSA: [entries, index_head_dim]
+  };
+  struct Sequence {
+    std::int64_t num_tokens = 0;
+    std::vector<LayerHistory> layers;
+  };
+
+  const ModelConfig& config() const { return config_; }
+  Sequence start_sequence() const;
+  // Runs `tokens` after those the sequence has seen; returns the logits [vocab]
+  // after the last of them.
+  Result<std::vector<float>> append(Sequence& sequence, std::span<const TokenId> tokens) const;
+
+ private:
+  struct HyperConnection {
+    std::vector<float> fn, base, scale;
+    HyperConnectionWeights view() const { return {fn, base, scale}; }
+  };
+  struct Compressor {  // pools windows of `rate` tokens; width = 2 * dim when windows overlap (CSA)
+    std::vector<float> wkv, wgate;  // [width, hidden]
+    std::vector<float> ape;         // [rate, width]: position bias of each slot of a window
+    std::vector<float> norm;        // [dim]
+  };
+  struct Indexer {
+    std::vector<float> wq_b;          // [index_heads * index_head_dim, q_lora_rank]
+    std::vector<float> weights_proj;  // [index_heads, hidden]
+    Compressor compressor;            // dim = index_head_dim, overlapping
+  };
+  struct Attention {
+    std::vector<float> wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, sinks;
+    std::optional<Compressor> compressor;  // CSA and HCA
+    std::optional<Indexer> indexer;        // CSA
+  };
+  struct Moe {
+    std::vector<float> router;               // [experts, hidden]
+    std::vector<float> bias;                 // moe: [experts] selection-only correction
+    std::vector<std::int32_t> tid2eid;       // hash_moe: [vocab, experts_per_token]
+    std::vector<std::vector<float>> gate_up; // per expert [2 * inter, hidden]: w1 rows, then w3 rows
+    std::vector<std::vector<float>> down;    // per expert [hidden, inter]
+    std::vector<float> shared_gate_up, shared_down;
+  };
+  struct Layer {
+    DeepseekV4Attention type;
+    HyperConnection attn_hc, ffn_hc;
+    std::vector<float> attn_norm, ffn_norm;
+    Attention attention;
+    Moe moe;
+  };
+  struct StepRows;  // the rows of one append() call
+
+  void run_attention(const Layer& layer, LayerHistory& history, StepRows& rows, std::span<const float> x,
+                     std::span<float> out) const;
+  void run_moe(const Layer& layer, const StepRows& rows, std::span<const float> x, std::span<float> out) const;
+  void emit_entries(const Compressor& compressor, std::int64_t dim, std::int32_t rate, bool overlap,
+                    std::int64_t num_tokens, const std::vector<float>& kv, const std::vector<float>& gate,
+                    std::vector<float>& entries) const;
+  HyperConnectionShape hc_shape() const;
+
+  ModelConfig config_;
+  DeepseekV4Config ds_;
+  const DeepseekV4Kernels* kernels_ = nullptr;
+  RotaryTable main_rope_, compress_rope_;
+  std::vector<float> embed_;  // [vocab, hidden]
+  std::vector<Layer> layers_;
+  HyperConnection hc_head_;
+  std::vector<float> final_norm_, head_;  // [hidden], [vocab, hidden]
+};
+
+}  // namespace sluice

@@ -1,0 +1,262 @@
+// DeepSeek-V4 stage 1 without transformers: config.json parsing (the legacy
+// spellings folded in as transformers folds them, unknown fields refused),
+// the engine's refusal, the CPU kernels against hand-computed values, and the
+// reference's own consistency (one prefill, one token at a time and chunks
+// land on the same logits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4.h"
+#include "sluice/model/make_model.h"
+#include "sluice/model/model_runner.h"
+#include "test_models.h"
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+// DeepSeek's own spelling: per-layer compress_ratios (one entry more than
+// layers, as the MTP layer adds), num_hash_layers, qk_rope_head_dim, a flat
+// rope_scaling for the compress rope, ue8m0 FP8 scales.
+json deepseek_spelling() {
+  json ratios = json::array({0, 0});
+  for (int i = 2; i < 43; ++i) ratios.push_back(i % 2 == 0 ? 4 : 128);
+  ratios.push_back(0);
+  return {{"model_type", "deepseek_v4"}, {"architectures", {"DeepseekV4ForCausalLM"}},
+          {"vocab_size", 129280}, {"hidden_size", 4096}, {"moe_intermediate_size", 2048},
+          {"num_hidden_layers", 43}, {"num_attention_heads", 64}, {"num_key_value_heads", 1},
+          {"head_dim", 512}, {"q_lora_rank", 1024}, {"qk_rope_head_dim", 64}, {"o_groups", 8},
+          {"o_lora_rank", 1024}, {"n_routed_experts", 256}, {"n_shared_experts", 1}, {"num_experts_per_tok", 6},
+          {"num_hash_layers", 3}, {"scoring_func", "sqrtsoftplus"}, {"norm_topk_prob", true},
+          {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"sliding_window", 128},
+          {"index_n_heads", 64}, {"index_head_dim", 128}, {"index_topk", 512}, {"hc_mult", 4},
+          {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6}, {"compress_ratios", ratios},
+          {"compress_rope_theta", 160000}, {"rope_theta", 10000}, {"max_position_embeddings", 1048576},
+          {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
+                            {"beta_fast", 32}, {"beta_slow", 1}}},
+          {"rms_norm_eps", 1e-6}, {"num_nextn_predict_layers", 1}, {"expert_dtype", "fp4"},
+          {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
+                                   {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}}},
+          {"bos_token_id", 0}, {"eos_token_id", 1}, {"torch_dtype", "bfloat16"}};
+}
+
+Result<ModelConfig> parse(const json& j) { return parse_model_config(j.dump(), "config.json"); }
+
+TEST(DeepseekV4Config, FoldsDeepseekSpellingAsTransformers) {
+  auto config = parse(deepseek_spelling());
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  ASSERT_NE(config->deepseek_v4, nullptr);
+  const DeepseekV4Config& ds = *config->deepseek_v4;
+  ASSERT_EQ(ds.layer_types.size(), 43u);  // the 44th ratio is cut, as transformers cuts it
+  EXPECT_EQ(ds.layer_types[0], DeepseekV4Attention::sliding);
+  EXPECT_EQ(ds.layer_types[2], DeepseekV4Attention::compressed_sparse);
+  EXPECT_EQ(ds.layer_types[3], DeepseekV4Attention::heavily_compressed);
+  ASSERT_EQ(ds.mlp_layer_types.size(), 43u);
+  EXPECT_EQ(ds.mlp_layer_types[2], DeepseekV4Mlp::hash_moe);
+  EXPECT_EQ(ds.mlp_layer_types[3], DeepseekV4Mlp::moe);
+  EXPECT_EQ(ds.qk_rope_head_dim, 64);
+  EXPECT_EQ(ds.csa_compress_rate, 4);
+  EXPECT_EQ(ds.hca_compress_rate, 128);
+  EXPECT_FLOAT_EQ(ds.main_rope.theta, 10000.0f);
+  EXPECT_FALSE(ds.main_rope.yarn.has_value());
+  EXPECT_FLOAT_EQ(ds.compress_rope.theta, 160000.0f);
+  ASSERT_TRUE(ds.compress_rope.yarn.has_value());
+  EXPECT_FLOAT_EQ(ds.compress_rope.yarn->factor, 16.0f);
+  EXPECT_FLOAT_EQ(ds.compress_rope.cos_sin_scale, 1.0f);  // V4 drops YaRN's mscale
+  EXPECT_TRUE(ds.fp4_experts);
+  ASSERT_TRUE(config->fp8.has_value());
+  EXPECT_EQ(config->fp8->block_rows, 128);
+  EXPECT_EQ(config->num_kv_heads, 1);
+  EXPECT_EQ(config->intermediate_size, 2048);
+}
+
+TEST(DeepseekV4Config, DefaultScheduleIsTransformers) {
+  json j = deepseek_spelling();
+  j.erase("compress_ratios");
+  j.erase("num_hash_layers");
+  j["num_hidden_layers"] = 6;
+  auto config = parse(j);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  using A = DeepseekV4Attention;
+  EXPECT_EQ(config->deepseek_v4->layer_types,
+            (std::vector<A>{A::heavily_compressed, A::heavily_compressed, A::heavily_compressed,
+                            A::compressed_sparse, A::heavily_compressed, A::compressed_sparse}));
+  using M = DeepseekV4Mlp;
+  EXPECT_EQ(config->deepseek_v4->mlp_layer_types, (std::vector<M>{M::hash_moe, M::hash_moe, M::hash_moe, M::moe,
+                                                                  M::moe, M::moe}));
+}
+
+TEST(DeepseekV4Config, ModernSpellingAndNestedRope) {
+  json j = deepseek_spelling();
+  j.erase("compress_ratios");
+  j.erase("qk_rope_head_dim");
+  j.erase("rope_scaling");
+  j["num_hidden_layers"] = 2;
+  j["layer_types"] = {"sliding_attention", "compressed_sparse_attention"};
+  j["mlp_layer_types"] = {"moe", "hash_moe"};
+  j["compress_rates"] = {{"compressed_sparse_attention", 8}, {"heavily_compressed_attention", 64}};
+  j["partial_rotary_factor"] = 0.25;
+  j["rope_parameters"] = {{"main", {{"rope_type", "default"}, {"rope_theta", 5000.0}}},
+                          {"compress", {{"rope_type", "default"}, {"rope_theta", 80000.0}}}};
+  auto config = parse(j);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  const DeepseekV4Config& ds = *config->deepseek_v4;
+  EXPECT_EQ(ds.qk_rope_head_dim, 128);
+  EXPECT_EQ(ds.csa_compress_rate, 8);
+  EXPECT_EQ(ds.hca_compress_rate, 64);
+  EXPECT_EQ(ds.mlp_layer_types[0], DeepseekV4Mlp::moe);
+  EXPECT_FLOAT_EQ(ds.main_rope.theta, 5000.0f);
+  EXPECT_FLOAT_EQ(ds.compress_rope.theta, 80000.0f);
+}
+
+TEST(DeepseekV4Config, RefusesWhatItCannotHonourByName) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* says;
+  };
+  for (const Case& c : {Case{"made_up_field", 1, "made_up_field"}, Case{"compress_ratios", {0, 8}, "0, 4 and 128"},
+                        Case{"scoring_func", "softmax", "scoring_func"}, Case{"num_key_value_heads", 2, "K=V"},
+                        Case{"n_shared_experts", 2, "n_shared_experts"},
+                        Case{"layer_types", {"sliding_attention"}, "num_hidden_layers"}}) {
+    json j = deepseek_spelling();
+    j[c.key] = c.value;
+    auto config = parse(j);
+    ASSERT_FALSE(config.ok()) << c.key;
+    EXPECT_NE(config.error_message().find(c.says), std::string::npos) << config.error_message();
+  }
+}
+
+MakeModelOptions tiny_v4(const std::string& dir) {
+  MakeModelOptions o;
+  o.architecture = Architecture::deepseek_v4;
+  o.num_layers = 3;
+  o.hidden_size = 32;
+  o.num_heads = 2;
+  o.head_dim = 16;
+  o.vocab_size = 320;
+  o.dtype = DType::f32;
+  o.seed = 5;
+  o.deepseek_v4.q_lora_rank = 16;
+  o.deepseek_v4.o_lora_rank = 8;
+  o.deepseek_v4.index_head_dim = 8;
+  o.deepseek_v4.index_n_heads = 4;
+  o.deepseek_v4.n_routed_experts = 4;
+  o.deepseek_v4.moe_intermediate_size = 16;
+  o.out_dir = dir;
+  return o;
+}
+
+TEST(DeepseekV4Engine, RefusesNamingTheMissingStages) {
+  const std::string dir = testing::scratch_dir("deepseek-v4-refused");
+  const Status made = make_model(tiny_v4(dir));
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  auto runner = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = 16, .num_kv_blocks = 8});
+  ASSERT_FALSE(runner.ok());
+  EXPECT_NE(runner.error_message().find("deepseek_v4 cannot be served yet"), std::string::npos)
+      << runner.error_message();
+  EXPECT_NE(runner.error_message().find("stage 2"), std::string::npos);
+}
+
+TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
+  const std::string dir = testing::scratch_dir("deepseek-v4-consistency");
+  const Status made = make_model(tiny_v4(dir));
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  auto checkpoint = Checkpoint::open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
+  const cpu::DeepseekV4CpuKernels kernels;
+  auto model = DeepseekV4Reference::load(*config, *checkpoint, kernels);
+  ASSERT_TRUE(model.ok()) << model.error_message();
+  std::vector<TokenId> tokens;
+  for (int i = 0; i < 45; ++i) tokens.push_back((i * 37 + 11) % 320);
+  auto whole = (*model)->start_sequence();
+  auto one_shot = (*model)->append(whole, tokens);
+  ASSERT_TRUE(one_shot.ok()) << one_shot.error_message();
+  auto stepwise = (*model)->start_sequence();
+  std::vector<float> last;
+  for (TokenId t : tokens) {
+    auto logits = (*model)->append(stepwise, std::span(&t, 1));
+    ASSERT_TRUE(logits.ok()) << logits.error_message();
+    last = *logits;
+  }
+  EXPECT_EQ(stepwise.num_tokens, 45);
+  EXPECT_LE(testing::max_abs_diff(*one_shot, last), 1e-5f);
+  float spread = 0.0f;
+  for (float v : last) spread = std::max(spread, std::fabs(v - last.front()));
+  EXPECT_GT(spread, 0.1f);  // logits that mean something: not a constant row
+  auto bad = (*model)->append(whole, std::vector<TokenId>{320});
+  EXPECT_FALSE(bad.ok());
+}
+
+TEST(DeepseekV4Kernels, SinkJoinsTheDenominatorOnly) {
+  const cpu::DeepseekV4CpuKernels k;
+  // One head of dim 2, two keys with logits 0 and ln 3 (scale 1), sink 0:
+  // weights 1/5 and 3/5, the sink takes 1/5.
+  const std::vector<float> q{std::log(3.0f), 0.0f}, keys{0.0f, 2.0f, 1.0f, 4.0f}, sinks{0.0f};
+  std::vector<float> out(2);
+  k.sink_attention(q, keys, sinks, {.num_heads = 1, .head_dim = 2, .softmax_scale = 1.0f}, out);
+  EXPECT_NEAR(out[0], 0.6f, 1e-6f);
+  EXPECT_NEAR(out[1], 0.2f * 2.0f + 0.6f * 4.0f, 1e-6f);
+}
+
+TEST(DeepseekV4Kernels, SinkhornMakesCombDoublyStochastic) {
+  const cpu::DeepseekV4CpuKernels k;
+  const HyperConnectionShape shape{.hc_mult = 4, .hidden = 3, .sinkhorn_iters = 20};
+  std::vector<float> streams(12), fn(24 * 12), base(24), scale{1.0f, 1.0f, 1.0f};
+  for (std::size_t i = 0; i < streams.size(); ++i) streams[i] = std::sin(1.0f + i);
+  for (std::size_t i = 0; i < fn.size(); ++i) fn[i] = std::cos(0.7f * i);
+  for (std::size_t i = 0; i < base.size(); ++i) base[i] = 0.1f * i;
+  HyperConnectionMix mix;
+  k.hc_pre(streams, {fn, base, scale}, shape, mix);
+  for (int j = 0; j < 4; ++j) {
+    float row = 0.0f, col = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      row += mix.comb[j * 4 + i];
+      col += mix.comb[i * 4 + j];
+    }
+    EXPECT_NEAR(row, 1.0f, 1e-3f);
+    EXPECT_NEAR(col, 1.0f, 1e-5f);  // the last normalization is by columns
+  }
+  for (float p : mix.post) EXPECT_TRUE(p > 0.0f && p < 2.0f);
+}
+
+TEST(DeepseekV4Kernels, RoutesBySqrtSoftplusAndHash) {
+  const cpu::DeepseekV4CpuKernels k;
+  const std::vector<float> logits{0.0f, 2.0f, -1.0f, 1.0f};
+  auto score = [](double x) { return std::sqrt(std::log1p(std::exp(x))); };
+  std::vector<std::int32_t> ids(2);
+  std::vector<float> weights(2);
+  // The bias moves expert 2 ahead of expert 3 but not its weight.
+  k.route_sqrtsoftplus(logits, std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f}, {}, 2, 1.5f, ids, weights);
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{2, 1}));  // best choice first
+  const double sum = score(2.0) + score(-1.0);
+  EXPECT_NEAR(weights[0], score(-1.0) / sum * 1.5, 1e-6);
+  EXPECT_NEAR(weights[1], score(2.0) / sum * 1.5, 1e-6);
+  const std::vector<std::int32_t> hashed{3, 0};
+  k.route_sqrtsoftplus(logits, {}, hashed, 2, 1.0f, ids, weights);
+  EXPECT_EQ(ids, hashed);
+  EXPECT_NEAR(weights[0], score(1.0) / (score(1.0) + score(0.0)), 1e-6);
+}
+
+TEST(DeepseekV4Kernels, SwigluClampsGateAndUp) {
+  const cpu::DeepseekV4CpuKernels k;
+  // hidden 1, inter 1: gate = 5x, up = -7x; limit 2 clamps both.
+  const std::vector<float> x{1.0f}, gate_up{5.0f, -7.0f}, down{3.0f};
+  std::vector<float> out{1.0f};
+  k.clamped_swiglu(x, gate_up, down, 2.0f, 0.5f, out);
+  const double silu2 = 2.0 / (1.0 + std::exp(-2.0));
+  EXPECT_NEAR(out[0], 1.0 + 0.5 * 3.0 * silu2 * -2.0, 1e-5);
+}
+
+}  // namespace
+}  // namespace sluice
