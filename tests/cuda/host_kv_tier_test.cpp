@@ -1,4 +1,5 @@
-// The CUDA host KV tier (backend/cuda/host_kv_tier.h) on the GPU: blocks
+// The CUDA host KV tier (backend/cuda/host_kv_tier.h) on the GPU, under both
+// copy methods: blocks
 // stored to pinned host memory and loaded back into other device blocks are
 // byte-equal; a store reads what the compute stream wrote before it, a load
 // lands after the compute stream's earlier work and is reported only once it
@@ -63,7 +64,8 @@ class Gate {
   std::atomic<bool> open_{false};
 };
 
-class CudaHostKvTier : public ::testing::Test {
+// Every test under both ways of issuing the copies (host_kv_tier.h).
+class CudaHostKvTier : public ::testing::TestWithParam<cuda::HostCopyMethod> {
  protected:
   void SetUp() override {
     ASSERT_EQ(cudaMalloc(&device_kv_, kCacheBytes), cudaSuccess);
@@ -125,7 +127,7 @@ class CudaHostKvTier : public ::testing::Test {
   cudaStream_t compute_ = nullptr;
   std::vector<std::byte> original_;
   std::map<KvCopyId, int> reported_;
-  cuda::HostKvTier tier_;
+  cuda::HostKvTier tier_{GetParam()};
 };
 
 KvBlockCopy store(KvCopyId id, BlockId device, BlockId host) {
@@ -135,7 +137,7 @@ KvBlockCopy load(KvCopyId id, BlockId device, BlockId host) {
   return {.id = id, .direction = KvCopyDirection::kHostToDevice, .device_block = device, .host_block = host};
 }
 
-TEST_F(CudaHostKvTier, StoredBlocksLoadBackByteEqualIntoOtherBlocks) {
+TEST_P(CudaHostKvTier, StoredBlocksLoadBackByteEqualIntoOtherBlocks) {
   const std::vector<KvBlockCopy> stores = {store(1, 3, 0), store(2, 7, 1), store(3, 0, 2), store(4, 15, 7)};
   {
     Gate gate(compute_);  // keeps the stores in flight for the retry
@@ -159,7 +161,7 @@ TEST_F(CudaHostKvTier, StoredBlocksLoadBackByteEqualIntoOtherBlocks) {
   }
 }
 
-TEST_F(CudaHostKvTier, StoreReadsWhatTheComputeStreamWroteBefore) {
+TEST_P(CudaHostKvTier, StoreReadsWhatTheComputeStreamWroteBefore) {
   Gate gate(compute_);
   compute_writes(2, 0x5a);  // an earlier step's write, held up behind the gate
   // The store is issued while the compute stream is held: the call returns
@@ -176,7 +178,7 @@ TEST_F(CudaHostKvTier, StoreReadsWhatTheComputeStreamWroteBefore) {
     EXPECT_EQ(piece(after, p, 6), std::vector<std::byte>(kPieceBytes, std::byte{0x5a})) << "piece " << p;
 }
 
-TEST_F(CudaHostKvTier, LoadLandsAfterTheComputeStreamsEarlierWork) {
+TEST_P(CudaHostKvTier, LoadLandsAfterTheComputeStreamsEarlierWork) {
   copy_one(store(1, 1, 0), false);
   wait_for({1});
   Gate gate(compute_);
@@ -189,7 +191,7 @@ TEST_F(CudaHostKvTier, LoadLandsAfterTheComputeStreamsEarlierWork) {
     EXPECT_EQ(piece(after, p, 8), piece(original_, p, 1)) << "the load must land last, piece " << p;
 }
 
-TEST_F(CudaHostKvTier, IssuedCopiesRunWhileLaterComputeIsHeldUp) {
+TEST_P(CudaHostKvTier, IssuedCopiesRunWhileLaterComputeIsHeldUp) {
   copy_one(store(1, 3, 5), false);
   Gate gate(compute_);  // compute work issued after the store: it must not delay it
   wait_for({1});
@@ -201,11 +203,17 @@ TEST_F(CudaHostKvTier, IssuedCopiesRunWhileLaterComputeIsHeldUp) {
   for (std::size_t p = 0; p < kNumPieces; ++p) EXPECT_EQ(piece(after, p, 12), piece(original_, p, 3));
 }
 
-TEST_F(CudaHostKvTier, CopiesOutsideThePoolsAreRefused) {
+TEST_P(CudaHostKvTier, CopiesOutsideThePoolsAreRefused) {
   const KvBlockCopy outside_device = store(1, 16, 0), outside_host = load(2, 0, 8);
   EXPECT_FALSE(tier_.copy(std::span(&outside_device, 1), false, compute_).ok());
   EXPECT_FALSE(tier_.copy(std::span(&outside_host, 1), false, compute_).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(CopyMethods, CudaHostKvTier,
+                         ::testing::Values(cuda::HostCopyMethod::kPerBlock2d, cuda::HostCopyMethod::kBatched),
+                         [](const ::testing::TestParamInfo<cuda::HostCopyMethod>& info) {
+                           return info.param == cuda::HostCopyMethod::kBatched ? "batched" : "per_block_2d";
+                         });
 
 // --- the engine on CUDA ---------------------------------------------------
 
