@@ -305,8 +305,9 @@ TEST(EngineOnCuda, HostTierHitEqualsADeviceHitAndTheColdRunsGreedyTokens) {
   Engine tiered(std::move(backend), nullptr, config);
   const Generated from_host = run_one_after_another(tiered, {first, filler_a, filler_b, last});
   const EngineStats stats = tiered.stats();
-  EXPECT_EQ(stats.host_cache_hit_tokens, static_cast<std::int64_t>(shared.size()))
-      << "the last prompt's shared prefix came back from the host tier";
+  ASSERT_GT(stats.host_cache_hit_tokens, 0) << "the last prompt's shared prefix came back from the host tier";
+  ASSERT_EQ(stats.prefix_cache_hit_tokens + stats.host_cache_hit_tokens, static_cast<std::int64_t>(shared.size()))
+      << "all of it from the two tiers (the device may still hold its head)";
   EXPECT_GT(stats.host_stored_blocks, 0);
   EXPECT_EQ(stats.host_loaded_bytes, stats.host_loaded_blocks * tiered.backend_info().kv_bytes_per_block);
   EXPECT_EQ(stats.host_failed_copies, 0);
