@@ -22,6 +22,7 @@
 #include <map>
 #include <set>
 
+#include "../engine/engine_test_support.h"
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/host_kv_tier.h"
 #include "sluice/common/rng.h"
@@ -217,6 +218,9 @@ INSTANTIATE_TEST_SUITE_P(CopyMethods, CudaHostKvTier,
 
 // --- the engine on CUDA ---------------------------------------------------
 
+using testing::Generated;
+using testing::run_one_after_another;
+
 constexpr std::int32_t kVocab = 512;
 constexpr std::int32_t kNewTokens = 12;
 constexpr std::int32_t kBlockTokens = 16;
@@ -247,39 +251,6 @@ std::unique_ptr<Backend> cuda_backend(std::int32_t num_kv_blocks) {
   return std::move(backend).value();
 }
 
-struct Generated {
-  std::vector<TokenId> tokens;
-  std::vector<float> logprobs;  // each token's, then its top-2 alternatives'
-  bool operator==(const Generated&) const = default;
-};
-
-// Runs the prompts one after another (each to its end); the last one's output.
-Generated run_one_after_another(Engine& engine, const std::vector<std::vector<TokenId>>& prompts) {
-  Generated last;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    EngineRequest r{.request_id = "r" + std::to_string(i), .prompt_token_ids = prompts[i], .max_tokens = kNewTokens};
-    r.sampling.num_top_logprobs = 2;
-    r.ignore_eos = true;
-    auto s = engine.submit(std::move(r));
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    if (!s.ok()) return last;
-    for (int step = 0; step < 2000 && engine.has_work(); ++step) {
-      engine.step();
-      engine.check_invariants();
-    }
-    last = {};
-    while (auto o = (*s)->poll()) {
-      for (const GeneratedToken& t : o->tokens) {
-        last.tokens.push_back(t.token);
-        last.logprobs.push_back(t.logprob);
-        for (const TokenLogprob& top : t.top_logprobs) last.logprobs.push_back(top.logprob);
-      }
-      EXPECT_TRUE(!o->finished() || o->finish_reason == FinishReason::kLength) << o->error_message;
-    }
-  }
-  return last;
-}
-
 TEST(EngineOnCuda, HostTierHitEqualsADeviceHitAndTheColdRunsGreedyTokens) {
   SplitMix64 rng(41);
   auto random_tokens = [&](int n) {
@@ -303,7 +274,7 @@ TEST(EngineOnCuda, HostTierHitEqualsADeviceHitAndTheColdRunsGreedyTokens) {
   ASSERT_GT(backend->info().host_link_bytes_per_s, 0.0) << "the CUDA backend offers a host tier";
   config.kv_offloading_bytes = 64 * backend->info().kv_bytes_per_block;
   Engine tiered(std::move(backend), nullptr, config);
-  const Generated from_host = run_one_after_another(tiered, {first, filler_a, filler_b, last});
+  const Generated from_host = run_one_after_another(tiered, {first, filler_a, filler_b, last}, kNewTokens, 2, true);
   const EngineStats stats = tiered.stats();
   ASSERT_GT(stats.host_cache_hit_tokens, 0) << "the last prompt's shared prefix came back from the host tier";
   ASSERT_EQ(stats.prefix_cache_hit_tokens + stats.host_cache_hit_tokens, static_cast<std::int64_t>(shared.size()))
@@ -318,7 +289,7 @@ TEST(EngineOnCuda, HostTierHitEqualsADeviceHitAndTheColdRunsGreedyTokens) {
   EngineConfig device_config = config;
   device_config.kv_offloading_bytes = 0;
   Engine device_hit(cuda_backend(64), nullptr, device_config);
-  const Generated from_device = run_one_after_another(device_hit, {first, last});
+  const Generated from_device = run_one_after_another(device_hit, {first, last}, kNewTokens, 2, true);
   ASSERT_EQ(device_hit.stats().prefix_cache_hit_tokens, static_cast<std::int64_t>(shared.size()));
   ASSERT_EQ(from_host.tokens.size(), static_cast<std::size_t>(kNewTokens));
   EXPECT_EQ(from_host, from_device);
@@ -329,7 +300,7 @@ TEST(EngineOnCuda, HostTierHitEqualsADeviceHitAndTheColdRunsGreedyTokens) {
   EngineConfig cold_config = device_config;
   cold_config.enable_prefix_caching = false;
   Engine cold(cuda_backend(64), nullptr, cold_config);
-  const Generated reference = run_one_after_another(cold, {last});
+  const Generated reference = run_one_after_another(cold, {last}, kNewTokens, 2, true);
   ASSERT_EQ(reference.tokens.size(), static_cast<std::size_t>(kNewTokens));
   std::size_t num_compared = 0;
   for (std::size_t i = 0; i < reference.tokens.size(); ++i) {
