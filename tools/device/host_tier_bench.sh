@@ -4,8 +4,12 @@
 # cuda` with the GPU KV capped near 20 GB and a 60 GiB host tier, under a
 # sessions workload whose prefixes overflow the GPU but fit in host RAM:
 # SESSIONS sessions, each with its own PREFIX_LEN-token prefix (behind a shared
-# system prompt), taking turns (turn 1 returns THINK_MS after turn 0, by then
-# evicted from the GPU), while CHATS short chats decode throughout. Then:
+# system prompt), taking turns: the turn 0s arrive SESSION_INTERVAL_MS apart
+# (about one 40k prefill each, so they do not queue), and each turn 1 THINK_MS
+# after its turn 0 ended, by when every turn 0 is done and the session's
+# prefix has left the GPU; so the turn 1s arrive as spaced as the turn 0s and
+# a recomputed turn 1 costs what a turn 0 did. CHATS short chats decode
+# throughout. Then:
 #   - the same workload with the host tier off (--kv-offloading-size 0): the
 #     returning turns recompute their prefix;
 #   - the host link measured in the same session (host_link_bench: a plain
@@ -22,13 +26,13 @@
 # binaries from .devcarry/cuda (tools/device/build_carry.sh):
 #   tools/device/host_tier_bench.sh
 # Writes $OUT/sessions-<run>.json, $OUT/metrics-<run>.txt, $OUT/serve-<run>.log,
-# $OUT/host_link.md, $OUT/logs.txt and $OUT/table.md. About 6-7 minutes, 2 of
+# $OUT/host_link.md, $OUT/logs.txt and $OUT/table.md. About 7-8 minutes, 2 of
 # them writing the 16 GB model.
 #
 # Knobs (environment): SESSIONS (12), PREFIX_LEN (40960 incl. the system
 # prompt), SYSTEM_LEN (1024), TURN_LEN (256), OUTPUT_LEN (64), THINK_MS
-# (20000), SESSION_INTERVAL_MS (3000), CHATS (6), CHAT_OUTPUT_LEN (4096),
-# GPU_MEMORY_UTILIZATION (0.28: weights 16 GB + activations + ~20 GB of KV of
+# (42000), SESSION_INTERVAL_MS (3500), CHATS (6), CHAT_OUTPUT_LEN (4096),
+# GPU_MEMORY_UTILIZATION (0.265: weights 16 GB + activations 3.4 GB + ~20 GB of KV of
 # the 150 GB; the table reports the KV it got), OFFLOAD_GIB (60), RUNS
 # ("cuda-tier cuda-recompute sim-tier sim-recompute"), SIM_SPEED (4),
 # MODEL_DIR, SIM_MODEL_DIR, SERVE_FLAGS (more flags for every run).
@@ -39,11 +43,11 @@ prefix_len=${PREFIX_LEN:-40960}
 system_len=${SYSTEM_LEN:-1024}
 turn_len=${TURN_LEN:-256}
 output_len=${OUTPUT_LEN:-64}
-think_ms=${THINK_MS:-20000}
-session_interval_ms=${SESSION_INTERVAL_MS:-3000}
+think_ms=${THINK_MS:-42000}
+session_interval_ms=${SESSION_INTERVAL_MS:-3500}
 chats=${CHATS:-6}
 chat_output_len=${CHAT_OUTPUT_LEN:-4096}
-utilization=${GPU_MEMORY_UTILIZATION:-0.28}
+utilization=${GPU_MEMORY_UTILIZATION:-0.265}
 offload_gib=${OFFLOAD_GIB:-60}
 runs=${RUNS:-"cuda-tier cuda-recompute sim-tier sim-recompute"}
 sim_speed=${SIM_SPEED:-4}
@@ -122,15 +126,16 @@ PY
   say "$run: done"
 done
 
-python3 - "$out" $runs <<'PY' | tee "$out/table.md"
+python3 - "$out" "$sim_speed" $runs <<'PY' | tee "$out/table.md"
 import json, os, re, sys
-out, runs = sys.argv[1], sys.argv[2:]
+out, sim_speed, runs = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 
 def metric(text, name, labels=""):
     m = re.search(r"(?m)^" + re.escape(name) + r"(\{[^}]*" + re.escape(labels) + r"[^}]*\})? ([0-9.e+-]+)$", text)
     return float(m.group(2)) if m else None
 
 link = None
+sim_link = 55 * 0.9  # what the simulator models (h200_sluice_cuda: 55 GB/s x 0.9), when no link was measured
 path = os.path.join(out, "host_link.md")
 if os.path.exists(path):
     m = re.search(r"host_link_gbps ([0-9.]+) ([0-9.]+)", open(path).read())
@@ -150,6 +155,9 @@ for run in runs:
     blocks = metric(text, "sluice:kv_cache_tier_capacity_blocks", 'tier="device"')
     loaded = metric(text, "sluice:kv_host_loaded_bytes_total") or 0.0
     load_s = metric(text, "sluice:kv_host_load_seconds_total") or 0.0
+    # Load seconds are the server's wall clock; a paced sim runs sim_speed times faster than it models.
+    if run.startswith("sim-"):
+        load_s *= sim_speed
     rate = loaded / load_s / 1e9 if load_s > 0 else None
     recs = report["requests"]
     def ttft(r):
@@ -171,7 +179,7 @@ for run in runs:
     s = report["summary"]
     rows[run] = {"back": p50(back), "rate": rate}
     print(f"| {run} | {blocks * 16 * 131072 / 2**30 if blocks else float('nan'):.1f} | {loaded / 2**30:.1f} "
-          f"| {rate if rate else float('nan'):.1f} | {100 * rate / link if rate and link else float('nan'):.0f}% "
+          f"| {rate if rate else float('nan'):.1f} | {100 * rate / (link or sim_link) if rate else float('nan'):.0f}% "
           f"| {p50(back):.2f} / {max(back) if back else float('nan'):.2f} | {p50(first):.2f} | {gap:.0f} | {gap_loading:.0f} "
           f"| {s['num_completed']}/{s['num_foreground']} |")
 if link:
