@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "engine_test_support.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/common/rng.h"
 #include "sluice/engine/engine.h"
@@ -20,6 +21,9 @@
 
 namespace sluice {
 namespace {
+
+using testing::Generated;
+using testing::run_one_after_another;
 
 constexpr std::int32_t kVocab = 512;
 constexpr std::int32_t kNewTokens = 12;
@@ -165,37 +169,6 @@ TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
 }
 
 
-struct Generated {
-  std::vector<TokenId> tokens;
-  std::vector<float> logprobs;  // of each token, then its top-5 alternatives' (exact: equal logits give equal floats)
-  bool operator==(const Generated&) const = default;
-};
-
-// Runs the requests one after another (each to its end) and returns the last one's output.
-Generated run_one_after_another(Engine& engine, const std::vector<std::vector<TokenId>>& prompts) {
-  Generated last;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    EngineRequest r{.request_id = "r" + std::to_string(i), .prompt_token_ids = prompts[i], .max_tokens = kNewTokens};
-    r.sampling.num_top_logprobs = 5;
-    auto s = engine.submit(std::move(r));
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    for (int step = 0; step < 1000 && engine.has_work(); ++step) {
-      engine.step();
-      engine.check_invariants();
-    }
-    last = {};
-    while (auto o = (*s)->poll()) {
-      for (const GeneratedToken& t : o->tokens) {
-        last.tokens.push_back(t.token);
-        last.logprobs.push_back(t.logprob);
-        for (const TokenLogprob& top : t.top_logprobs) last.logprobs.push_back(top.logprob);
-      }
-      EXPECT_TRUE(!o->finished() || o->finish_reason == FinishReason::kLength) << o->error_message;
-    }
-  }
-  return last;
-}
-
 TEST(EngineOnCpu, HostTierHitEqualsColdRun) {
   SplitMix64 rng(9);
   auto random_tokens = [&](int n) {
@@ -220,7 +193,7 @@ TEST(EngineOnCpu, HostTierHitEqualsColdRun) {
   ASSERT_GT(backend->info().kv_bytes_per_block, 0) << "the CPU reference offers a host tier";
   config.kv_offloading_bytes = 64 * backend->info().kv_bytes_per_block;
   Engine tiered(std::move(backend), nullptr, config);
-  const Generated warm = run_one_after_another(tiered, prompts);
+  const Generated warm = run_one_after_another(tiered, prompts, kNewTokens, /*num_top_logprobs=*/5);
   const EngineStats stats = tiered.stats();
   ASSERT_GE(stats.host_cache_hit_tokens, 20) << "the last prompt's shared prefix came back from the host tier";
   EXPECT_GT(stats.host_loaded_blocks, 0);
@@ -232,7 +205,7 @@ TEST(EngineOnCpu, HostTierHitEqualsColdRun) {
   cold_config.kv_offloading_bytes = 0;
   cold_config.enable_prefix_caching = false;
   Engine cold(cpu_backend(4, 32), nullptr, cold_config);
-  const Generated reference = run_one_after_another(cold, {last});
+  const Generated reference = run_one_after_another(cold, {last}, kNewTokens, /*num_top_logprobs=*/5);
   ASSERT_EQ(reference.tokens.size(), static_cast<std::size_t>(kNewTokens));
   EXPECT_EQ(warm, reference);
 }

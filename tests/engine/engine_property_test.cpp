@@ -1,6 +1,6 @@
 // Property tests: random workloads (shared prefixes, memory pressure, random
 // aborts, a host KV tier of random size, admission and copy speed, its copies
-// completing 0-2 steps late) under every policy. Whatever happens: invariants hold every step,
+// completing 0-2 steps late, preemptions that swap to it) under every policy. Whatever happens: invariants hold every step,
 // every request finishes or is aborted, every block comes back with reference
 // count zero, non-aborted outputs equal the single-sequence oracle, and the
 // same seed gives the same run; inline and with async scheduling.
@@ -34,6 +34,8 @@ struct RunResult {
   std::int64_t host_hit_tokens = 0;
   std::int64_t host_loaded_blocks = 0;
   std::int64_t host_stored_blocks = 0;
+  std::int64_t num_swap_preemptions = 0;
+  std::int64_t host_swapped_out_blocks = 0;
   bool operator==(const RunResult&) const = default;
 };
 
@@ -51,9 +53,12 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   config.long_prefill_token_threshold = pick(3) == 0 ? 0 : 1 + pick(32);
   config.max_step_ms = 1.0 + pick(3);
   config.kv_reserve_fraction = pick(2) == 0 ? 0.0 : 0.1;
-  const std::int32_t num_blocks = 200 / block + pick(60);
+  const bool host_tier = pick(3) != 0;
+  // Half the host-tier runs on a tight pool: decode growth preempts, and swaps.
+  const bool tight = host_tier && pick(2) == 0;
+  const std::int32_t num_blocks = (tight ? 150 : 200) / block + pick(tight ? 8 : 60);
   auto backend = std::make_unique<KvCheckingBackend>(num_blocks, block, 512);
-  if (pick(3) != 0) {
+  if (host_tier) {
     // Fast links load host hits, a slow one makes recomputing cheaper.
     backend->enable_host_tier(pick(4) == 0 ? 1e3 : 1e9, rng.next());
     config.kv_offloading_bytes = (1 + pick(3 * static_cast<std::uint64_t>(num_blocks))) * backend->info().kv_bytes_per_block;
@@ -141,24 +146,34 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   result.host_hit_tokens = stats.host_cache_hit_tokens;
   result.host_loaded_blocks = stats.host_loaded_blocks;
   result.host_stored_blocks = stats.host_stored_blocks;
+  result.num_swap_preemptions = stats.num_swap_preemptions;
+  result.host_swapped_out_blocks = stats.host_swapped_out_blocks;
+  EXPECT_LE(stats.num_swap_preemptions, stats.num_preemptions);
+  if (stats.num_host_kv_blocks == 0) {
+    EXPECT_EQ(stats.num_swap_preemptions, 0) << "seed " << seed << ": a swap without a host tier";
+  }
   return result;
 }
 
 TEST(EngineProperty, RandomWorkloadsFinishExactlyWithNoLeaks) {
   for (const bool async_scheduling : {false, true}) {
-    std::int64_t preemptions = 0, hits = 0, host_hits = 0, stores = 0;
+    std::int64_t preemptions = 0, hits = 0, host_hits = 0, stores = 0, swaps = 0, swapped_blocks = 0;
     for (std::uint64_t seed = 1; seed <= 60; ++seed) {
       const RunResult r = run_workload(seed, async_scheduling);
       preemptions += r.num_preemptions;
       hits += r.hit_tokens;
       host_hits += r.host_hit_tokens;
       stores += r.host_stored_blocks;
+      swaps += r.num_swap_preemptions;
+      swapped_blocks += r.host_swapped_out_blocks;
     }
     // The workloads are meant to exercise all of these; if they stop doing so the test is weaker.
     EXPECT_GT(preemptions, 0) << "async " << async_scheduling;
     EXPECT_GT(hits, 0) << "async " << async_scheduling;
     EXPECT_GT(host_hits, 0) << "async " << async_scheduling;
     EXPECT_GT(stores, 0) << "async " << async_scheduling;
+    EXPECT_GT(swaps, 0) << "async " << async_scheduling;
+    EXPECT_GT(swapped_blocks, 0) << "async " << async_scheduling;
   }
 }
 

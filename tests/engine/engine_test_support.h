@@ -1,6 +1,8 @@
 // Configuration and request builders shared by the engine tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <numeric>
 #include <string>
 #include <vector>
@@ -36,6 +38,44 @@ inline EngineRequest request(std::string id, std::vector<TokenId> prompt, std::i
   r.prompt_token_ids = std::move(prompt);
   r.max_tokens = max_tokens;
   return r;
+}
+
+// What one request generated: its tokens, and each token's log-probability
+// followed by its top alternatives' (exact: equal logits give equal floats).
+struct Generated {
+  std::vector<TokenId> tokens;
+  std::vector<float> logprobs;
+  bool operator==(const Generated&) const = default;
+};
+
+// Runs the prompts one after another, each to its end (invariants checked
+// every step), and returns the last one's output; every request must end by length.
+inline Generated run_one_after_another(Engine& engine, const std::vector<std::vector<TokenId>>& prompts,
+                                       std::int32_t max_tokens, std::int32_t num_top_logprobs,
+                                       bool ignore_eos = false) {
+  Generated last;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r = request("r" + std::to_string(i), prompts[i], max_tokens);
+    r.sampling.num_top_logprobs = num_top_logprobs;
+    r.ignore_eos = ignore_eos;
+    auto s = engine.submit(std::move(r));
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!s.ok()) return last;
+    for (int step = 0; step < 2000 && engine.has_work(); ++step) {
+      engine.step();
+      engine.check_invariants();
+    }
+    last = {};
+    while (auto o = (*s)->poll()) {
+      for (const GeneratedToken& t : o->tokens) {
+        last.tokens.push_back(t.token);
+        last.logprobs.push_back(t.logprob);
+        for (const TokenLogprob& top : t.top_logprobs) last.logprobs.push_back(top.logprob);
+      }
+      EXPECT_TRUE(!o->finished() || o->finish_reason == FinishReason::kLength) << o->error_message;
+    }
+  }
+  return last;
 }
 
 }  // namespace sluice::testing

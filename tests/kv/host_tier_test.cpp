@@ -1,6 +1,6 @@
 // The host tier alone, then under the KV manager: demotion on device
-// pressure, promotion by a prefix hit, and copies in flight that outlive the
-// sequence that asked for them. A model of what each block should hold
+// pressure, promotion by a prefix hit, swap-out on preemption, and copies in
+// flight that outlive the sequence that asked for them. A model of what each block should hold
 // (block contents as key values, copied on completion) is the oracle.
 #include "sluice/kv/host_tier.h"
 
@@ -202,11 +202,69 @@ TEST(KvHostTier, AdmissionByHitsKeepsNeverHitBlocksOffTheHost) {
   kv.check_invariants();
 }
 
-// Random commits, frees, demotions and copy completions in any order; every
+TEST(KvHostTier, SwapOutStoresOnlyItsOwnBlocksAndHoldsThemUntilStored) {
+  KvCacheManager kv(tiered(8, 8, /*watermark=*/0));
+  const auto shared = iota_tokens(4, 100);  // one block another sequence also holds
+  std::vector<TokenId> a = shared;
+  for (TokenId t : iota_tokens(10, 200)) a.push_back(t);  // 3 full blocks + 2 tokens
+  const auto ha = hashes_of(a);
+  ASSERT_TRUE(kv.commit({.seq_id = 1, .num_tokens = 4, .num_queried_tokens = 4}).ok());
+  kv.cache_computed_blocks(1, hashes_of(shared), 4);
+  ASSERT_TRUE(kv.commit({.seq_id = 2, .num_tokens = 14, .prefix = kv.match_prefix(ha, 13), .num_queried_tokens = 14}).ok());
+  kv.cache_computed_blocks(2, ha, 14);
+  EXPECT_EQ(kv.num_available_blocks(), 4);
+
+  EXPECT_EQ(kv.swap_out(2, ha), 2) << "the shared block stays on the device; the partial one has no key";
+  EXPECT_FALSE(kv.has_sequence(2));
+  const std::vector<KvBlockCopy> stores = kv.take_new_copies();
+  ASSERT_EQ(stores.size(), 2u);
+  EXPECT_EQ(kv.num_freeing_blocks(), 2);
+  EXPECT_EQ(kv.num_available_blocks(), 5) << "only the partial block is free at once";
+  EXPECT_EQ(kv.match_prefix(ha, 13).num_cached_tokens, 12) << "keys stay hittable while they are stored";
+  // Nobody can take the blocks under the stores.
+  EXPECT_FALSE(kv.commit({.seq_id = 3, .num_tokens = 24}).ok());
+  kv.check_invariants();
+  for (const KvBlockCopy& c : stores) {
+    EXPECT_EQ(c.direction, KvCopyDirection::kDeviceToHost);
+    kv.complete_copy({.id = c.id});
+  }
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_freeing_blocks(), 0);
+  EXPECT_EQ(kv.num_available_blocks(), 7);
+  EXPECT_EQ(kv.counters().num_host_swapped_out_blocks, 2);
+  EXPECT_EQ(kv.counters().num_host_stored_blocks, 2);
+  EXPECT_EQ(kv.match_prefix(ha, 13).num_cached_tokens, 12) << "landed, the blocks are cached on the device";
+  // Evicted from the device, the swapped part comes back from the host.
+  ASSERT_TRUE(kv.commit({.seq_id = 4, .num_tokens = 28}).ok());
+  kv.check_invariants();
+  const PrefixMatch m = kv.match_prefix(ha, 13);
+  EXPECT_EQ(m.num_cached_tokens, 4);
+  EXPECT_EQ(m.host_blocks.size(), 2u);
+}
+
+TEST(KvHostTier, AbortMidSwapLeaksNothing) {
+  KvCacheManager kv(tiered(4, 8, 0));
+  const auto a = iota_tokens(8, 100);
+  const auto ha = hashes_of(a);
+  ASSERT_TRUE(kv.commit({.seq_id = 1, .num_tokens = 8, .num_queried_tokens = 8}).ok());
+  kv.cache_computed_blocks(1, ha, 8);
+  ASSERT_EQ(kv.swap_out(1, ha), 2);
+  kv.free(1);  // the abort arrives mid-swap: the sequence is already gone
+  const std::vector<KvBlockCopy> stores = kv.take_new_copies();
+  kv.check_invariants();
+  // The stores fail: the device blocks still come back, the host keeps nothing.
+  for (const KvBlockCopy& c : stores) kv.complete_copy({.id = c.id, .ok = false});
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_available_blocks(), 4);
+  EXPECT_EQ(kv.num_host_stored_blocks(), 0);
+  EXPECT_EQ(kv.match_prefix(ha, 8).num_cached_tokens, 8) << "the device copy was never touched";
+}
+
+// Random commits, frees, swap-outs, demotions and copy completions in any order; every
 // block's contents are tracked as the key it holds, and a finished load must
 // hold exactly the key of its prefix position.
 TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
-  std::int64_t num_loads = 0, num_stores = 0;
+  std::int64_t num_loads = 0, num_stores = 0, num_swaps = 0;
   for (std::uint64_t seed = 1; seed <= 30; ++seed) {
     SplitMix64 rng(seed);
     auto pick = [&](std::uint64_t n) { return static_cast<std::int32_t>(rng.next() % n); };
@@ -219,7 +277,7 @@ TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
     for (int p = 0; p < 4; ++p) prefixes.push_back(iota_tokens(4 * (1 + pick(5)), 1000 * p));
     SequenceId next_id = 1;
     for (int op = 0; op < 400; ++op) {
-      const int what = pick(5);
+      const int what = pick(6);
       if (what == 0 || live.empty()) {
         std::vector<TokenId> prompt = prefixes[static_cast<std::size_t>(pick(4))];
         for (int k = 0, n = 1 + pick(8); k < n; ++k) prompt.push_back(static_cast<TokenId>(next_id * 100 + k));
@@ -237,10 +295,15 @@ TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
         for (std::size_t i = m.blocks.size() + m.host_blocks.size(); i < table.size(); ++i)
           device[table[i]] = i < h.size() ? h[i] : 0;
         if (!kv.is_loading(id)) kv.cache_computed_blocks(id, h, n);
-      } else if (what == 1) {
+      } else if (what == 1 || what == 5) {
         auto it = std::next(live.begin(), pick(live.size()));
         if (!kv.is_loading(it->first)) kv.cache_computed_blocks(it->first, it->second, 0);
-        kv.free(it->first);
+        if (what == 5 && !kv.is_loading(it->first)) {  // a preemption that swaps (loading ones never run)
+          num_swaps += kv.swap_out(it->first, it->second);
+          for (const KvBlockCopy& c : kv.take_new_copies()) in_flight.push_back(c);
+        } else {
+          kv.free(it->first);
+        }
         live.erase(it);
       } else if (what == 2) {
         kv.start_demotions();
@@ -276,6 +339,7 @@ TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
   // The churn is meant to exercise both directions; if it stops, the test is weaker.
   EXPECT_GT(num_loads, 0);
   EXPECT_GT(num_stores, 0);
+  EXPECT_GT(num_swaps, 0);
 }
 
 }  // namespace

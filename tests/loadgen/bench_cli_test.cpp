@@ -261,6 +261,37 @@ TEST_F(BenchCli, SimBurstShowsPrefillFirstStallingTheChats) {
   EXPECT_GT(stall_ms[0], 3 * stall_ms[1]) << "prefill-first " << stall_ms[0] << " ms, sluice " << stall_ms[1] << " ms";
 }
 
+// The host tier through `serve --device sim`: two sessions whose own 8k-token
+// prefixes cannot both stay in a ~9.9k-token GPU KV; the first session's
+// returning turn finds its prefix in the host tier (a load, not a recompute).
+TEST_F(BenchCli, SimSessionsReturnToTheirPrefixThroughTheHostTier) {
+  const std::string model = *dir_ + "/sim-tier-model";
+  auto made = run_sluice("make-model --arch llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 "
+                         "--vocab 512 --max-position 16384 --seed 4 --out " + model);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  // Llama-3-8B: 128 KiB of KV per token, so 1.3 GB holds 620 blocks of 16 (9,920 tokens).
+  ServerProcess server;
+  ASSERT_NO_FATAL_FAILURE(server.start("--model " + model + " --port 0 --device sim --sim-profile llama-3-8b "
+                                       "--sim-speed 4 --max-model-len 16384 --kv-cache-memory 1300000000 "
+                                       "--kv-offloading-size 4 --stats-log-interval 0 --log-level warn "
+                                       "--shutdown-timeout 1"));
+  const std::string json = *dir_ + "/sim-sessions-tier.json";
+  auto run = run_sluice("bench serve --base-url " + server.base_url() + " --wait-for-server-s 60 --token-id-max 400 "
+                        "--seed 5 --workload sessions --sessions 2 --turns 2 --system-len 16 --session-prefix-len 8000 "
+                        "--input-len 16 --output-len 4 --think-ms 3000 --session-interval-ms 100 --server-speedup 4 "
+                        "--max-duration-s 120 --output-json " + json);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto report = read_report(json);
+  EXPECT_EQ(report["summary"]["num_completed"], 4) << run.output;
+  std::int64_t returning_cached = -1;
+  for (const auto& r : report["requests"])
+    if (r["label"] == "session 0 turn 1") returning_cached = r["num_cached_tokens"].get<std::int64_t>();
+  // 8,016 prefix tokens (501 full blocks); without the tier the device keeps
+  // at most the 119 blocks session 1 left it (1,904 tokens).
+  EXPECT_GE(returning_cached, 8000) << run.output;
+  EXPECT_EQ(server.stop(), 0);
+}
+
 TEST(BenchCompare, TwoReportsGiveErrorsPerMetric) {
   const std::string dir = scratch("loadgen-compare");
   auto write = [&](const std::string& name, double ttft_p50) {

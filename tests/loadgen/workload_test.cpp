@@ -107,6 +107,25 @@ TEST(SessionsWorkload, EachTurnExtendsTheLastAndAllShareTheSystemPrompt) {
   EXPECT_LT(shared, 43u);
 }
 
+TEST(SessionsWorkload, OwnPrefixesAreSharedWithinASessionOnlyAndChatsRunBehind) {
+  const Workload w = make_sessions_workload({.num_sessions = 2, .num_turns = 2, .system_tokens = 16,
+                                             .session_prefix_tokens = 100, .turn_input_tokens = 8,
+                                             .output_tokens = 5, .num_chats = 3, .chat_input_tokens = 12,
+                                             .chat_output_tokens = 40});
+  ASSERT_EQ(w.requests.size(), 4u);
+  EXPECT_EQ(w.requests[0].prompt.num_planned_tokens(), 16 + 100 + 8);
+  EXPECT_EQ(w.requests[1].prompt.num_planned_tokens(), 16 + 100 + 8 + 5 + 8);
+  EXPECT_EQ(common_prefix(ids(w.requests[0]), ids(w.requests[1])), 124u) << "a turn re-sends its session's prefix";
+  const std::size_t shared = common_prefix(ids(w.requests[0]), ids(w.requests[2]));
+  EXPECT_GE(shared, 16u);
+  EXPECT_LT(shared, 19u) << "another session shares the system prompt, not the prefix";
+  EXPECT_EQ(w.background.num_streams, 3);
+  const PlannedRequest chat = w.background.nth(0);
+  EXPECT_EQ(chat.role, RequestRole::kBackground);
+  EXPECT_EQ(chat.prompt.num_planned_tokens(), 12);
+  EXPECT_EQ(chat.max_output_tokens, 40);
+}
+
 TEST(TraceWorkload, MooncakeHashIdsBecomeSharedBlocks) {
   const std::string trace =
       R"({"timestamp": 0, "input_length": 1100, "output_length": 7, "hash_ids": [0, 1, 2]})" "\n"

@@ -37,12 +37,13 @@ struct Fixture {
   std::vector<SchedRequest> running;
   std::vector<SchedRequest> queue;
   std::int32_t available_blocks = 100000;
+  std::int32_t freeing_blocks = 0;
   std::int32_t num_finishing_seqs = 0;
   double now_ms = 0;
   std::uint64_t step = 0;
   SchedState state() const {
     return {.running = running, .waiting = queue, .num_finishing_seqs = num_finishing_seqs,
-            .num_available_blocks = available_blocks,
+            .num_available_blocks = available_blocks, .num_freeing_blocks = freeing_blocks,
             .num_total_blocks = 100000, .block_size_tokens = kBlock, .now_ms = now_ms, .step_index = step};
   }
 };
@@ -434,6 +435,54 @@ TEST(PlannerHostTier, LoadsAStepStartsAreCappedByItsTimeCap) {
   EXPECT_EQ(num_loading, 1);
   EXPECT_EQ(plan.prefills.at(0).seq_id, 1u);
   EXPECT_EQ(plan.prefills.at(0).num_load_tokens, 8192);
+}
+
+// Swap on preempt: a victim with c computed tokens (c / 16 full blocks) is
+// swapped when 2 x blocks x ms_per_block < recompute_ms(full tokens, 0).
+TEST(PlannerHostTier, PreemptionSwapsWhenStoreAndLoadAreCheaperThanRecomputing) {
+  Fixture f;
+  // 1 and 2 need a block each; one is free; 3 (newest, 4000 tokens: 250 full blocks) is the victim.
+  f.running = {decoding(1, 2 * kBlock), decoding(2, 3 * kBlock), decoding(3, 4000)};
+  for (auto& r : f.running) r.num_allocated_blocks = r.num_computed_tokens / kBlock;
+  f.running[2].num_allocated_blocks = 251;  // its full blocks + a partial one
+  f.available_blocks = 1;
+  SchedConfig config{.max_step_ms = 1e9};
+  // 250 blocks x 2 x 0.05 ms = 25 ms < recomputing 4000 tokens (~56 ms): swap.
+  ASSERT_LT(2 * 250 * 0.05, recompute_ms(4000, 0));
+  config.host_load_ms_per_block = 0.05;
+  StepPlan plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_EQ(plan.preempted, (std::vector<SequenceId>{3}));
+  EXPECT_EQ(plan.swapped, (std::vector<SequenceId>{3}));
+  // Its partial block is free at once and 2 takes it: no second victim.
+  EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1, 2}));
+
+  // 0.2 ms a block (100 ms) is dearer: recompute, as without a host tier.
+  ASSERT_GT(2 * 250 * 0.2, recompute_ms(4000, 0));
+  config.host_load_ms_per_block = 0.2;
+  plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_EQ(plan.preempted, (std::vector<SequenceId>{3}));
+  EXPECT_TRUE(plan.swapped.empty());
+  config.host_load_ms_per_block = 0.0;
+  plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_TRUE(plan.swapped.empty());
+}
+
+TEST(PlannerHostTier, ADecodeWaitsForBlocksStoresAreFreeingInsteadOfPreempting) {
+  Fixture f;
+  f.running = {decoding(1, 2 * kBlock), decoding(2, 3 * kBlock), decoding(3, kBlock + 4)};
+  for (auto& r : f.running) r.num_allocated_blocks = r.num_computed_tokens / kBlock;
+  f.running[2].num_allocated_blocks = 2;  // 3 has room for its token
+  f.available_blocks = 1;
+  f.freeing_blocks = 1;  // a store in flight gives one back when it lands
+  SchedConfig config{.max_step_ms = 1e9, .host_load_ms_per_block = 0.05};
+  StepPlan plan = plan_step(f.state(), config, LinearCost{});
+  // 1 takes the free block, 2 waits a step for the freeing one, 3 (needs none) decodes.
+  EXPECT_TRUE(plan.preempted.empty());
+  EXPECT_EQ(ids(plan.decodes), (std::vector<SequenceId>{1, 3}));
+  // Without that store, 2 preempts 3 (the newest) as before.
+  f.freeing_blocks = 0;
+  plan = plan_step(f.state(), config, LinearCost{});
+  EXPECT_EQ(plan.preempted, (std::vector<SequenceId>{3}));
 }
 
 }  // namespace

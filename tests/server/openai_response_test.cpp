@@ -168,6 +168,15 @@ TEST(StatsLogLine, HostTierOverTheInterval) {
                            "(3 blocks), evicted 2 blocks, mean load 15.0 ms";
   ASSERT_GE(line.size(), tail.size());
   EXPECT_EQ(line.substr(line.size() - tail.size()), tail);
+  EXPECT_EQ(line.find("swapped"), std::string::npos) << "no swaps in the interval, no swap field";
+  a.num_swap_preemptions = 1;
+  a.host_swapped_out_blocks = 10;
+  b.num_swap_preemptions = 3;
+  b.host_swapped_out_blocks = 50;
+  const std::string swapped = stats_log_line(a, b, 1.0);
+  const std::string swap_tail = "mean load 15.0 ms, 2 preemptions swapped out 40 blocks";
+  ASSERT_GE(swapped.size(), swap_tail.size());
+  EXPECT_EQ(swapped.substr(swapped.size() - swap_tail.size()), swap_tail);
   EngineStats none;
   EXPECT_EQ(stats_log_line(none, none, 1.0).find("Host KV"), std::string::npos) << "no tier, no host fields";
 }
@@ -183,6 +192,8 @@ TEST(Metrics, HostTierSeriesOnlyWithAHostTier) {
   stats.host_cache_hit_tokens = 320;
   stats.host_loaded_blocks = 20;
   stats.host_loaded_bytes = 20480;
+  stats.host_swapped_out_blocks = 9;
+  stats.num_swap_preemptions = 2;
   const std::string page = metrics.render(stats, "m");
   for (const std::string line :
        {"vllm:external_prefix_cache_queries_total{model_name=\"m\"} 640\n",
@@ -191,7 +202,9 @@ TEST(Metrics, HostTierSeriesOnlyWithAHostTier) {
         "sluice:kv_cache_tier_capacity_blocks{model_name=\"m\",tier=\"host\"} 40\n",
         "sluice:kv_cache_tier_blocks{model_name=\"m\",tier=\"host\",state=\"cached\"} 12\n",
         "sluice:kv_host_loaded_blocks_total{model_name=\"m\"} 20\n",
-        "sluice:kv_host_loaded_bytes_total{model_name=\"m\"} 20480\n"})
+        "sluice:kv_host_loaded_bytes_total{model_name=\"m\"} 20480\n",
+        "sluice:kv_host_swapped_out_blocks_total{model_name=\"m\"} 9\n",
+        "sluice:num_preemptions_swapped_total{model_name=\"m\"} 2\n"})
     EXPECT_NE(page.find(line), std::string::npos) << line;
 }
 

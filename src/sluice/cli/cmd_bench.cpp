@@ -61,7 +61,7 @@ struct BenchServeArgs {
   std::optional<std::int32_t> num_prompts, input_len, output_len, min_input_len, max_input_len;
   std::optional<double> burst_start_s, burst_window_s;
   std::optional<std::int32_t> chats, chat_input_len, chat_output_len;
-  std::optional<std::int32_t> sessions, turns, system_len;
+  std::optional<std::int32_t> sessions, turns, system_len, session_prefix_len;
   std::optional<double> think_ms, session_interval_ms;
   std::optional<double> time_scale;
   std::optional<std::int64_t> max_requests;
@@ -81,7 +81,9 @@ const std::set<std::string>& flags_read_by(const std::string& workload) {
                                               "--output-len",    "--burst-start-s",  "--burst-window-s",
                                               "--chats",         "--chat-input-len", "--chat-output-len"};
   static const std::set<std::string> sessions = {"--sessions",   "--turns",    "--system-len",         "--input-len",
-                                                 "--output-len", "--think-ms", "--session-interval-ms"};
+                                                 "--output-len", "--think-ms", "--session-interval-ms",
+                                                 "--session-prefix-len", "--chats", "--chat-input-len",
+                                                 "--chat-output-len"};
   static const std::set<std::string> trace = {"--time-scale", "--max-requests", "--trace-block-tokens"};
   if (workload == "random") return random;
   if (workload == "burst") return burst;
@@ -135,6 +137,10 @@ Workload make_workload(const BenchServeArgs& a) {
     o.output_tokens = a.output_len.value_or(o.output_tokens);
     o.think_ms = a.think_ms.value_or(o.think_ms);
     o.session_interval_ms = a.session_interval_ms.value_or(o.session_interval_ms);
+    o.session_prefix_tokens = a.session_prefix_len.value_or(o.session_prefix_tokens);
+    o.num_chats = a.chats.value_or(o.num_chats);
+    o.chat_input_tokens = a.chat_input_len.value_or(o.chat_input_tokens);
+    o.chat_output_tokens = a.chat_output_len.value_or(o.chat_output_tokens);
     return make_sessions_workload(o);
   }
   TraceOptions o;
@@ -289,15 +295,18 @@ void add_serve_subcommand(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--burst-window-s", a.burst_window_s, "burst: the long prompts arrive within this window (5)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--chats", a.chats, "burst: background chats decoding throughout (8)")
+  cmd->add_option("--chats", a.chats, "burst, sessions: background chats decoding throughout (burst 8, sessions 0)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--chat-input-len", a.chat_input_len, "burst: chat prompt tokens (512)")->check(CLI::PositiveNumber);
-  cmd->add_option("--chat-output-len", a.chat_output_len, "burst: chat output tokens (1024)")
+  cmd->add_option("--chat-input-len", a.chat_input_len, "burst, sessions: chat prompt tokens (512)")->check(CLI::PositiveNumber);
+  cmd->add_option("--chat-output-len", a.chat_output_len, "burst, sessions: chat output tokens (1024)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--sessions", a.sessions, "sessions: concurrent sessions (8)")->check(CLI::PositiveNumber);
   cmd->add_option("--turns", a.turns, "sessions: turns per session (4)")->check(CLI::PositiveNumber);
   cmd->add_option("--system-len", a.system_len, "sessions: shared system prompt tokens (2048)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--session-prefix-len", a.session_prefix_len,
+                  "sessions: each session's own prefix after the system prompt, in tokens (0)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--think-ms", a.think_ms, "sessions: pause between an answer and the next turn (1000)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--session-interval-ms", a.session_interval_ms, "sessions: start times apart (500)")

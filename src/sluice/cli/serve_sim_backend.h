@@ -37,6 +37,8 @@ class PacedSimBackend final : public Backend {
 
   const BackendInfo& info() const override { return info_; }
   Result<StepOutput> execute(const Batch& batch) override;
+  // The sim's host tier (its copy engines: sim_backend.h), for --kv-offloading-size.
+  Status allocate_host_kv_cache(std::int32_t num_blocks) override { return sim_->allocate_host_kv_cache(num_blocks); }
 
  private:
   TokenId first_allowed(std::span<const std::uint64_t> allowed, std::size_t start) const;

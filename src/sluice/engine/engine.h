@@ -223,6 +223,8 @@ struct EngineStats {
   std::int64_t num_prompt_tokens_computed = 0;  // prefill tokens actually run
   std::int64_t num_generated_tokens = 0;
   std::int64_t num_preemptions = 0;
+  std::int64_t num_swap_preemptions = 0;     // of those, swapped to the host tier
+  std::int64_t host_swapped_out_blocks = 0;  // stores the swaps started
   std::int64_t num_requests_finished = 0;  // stop or length
   std::int64_t num_requests_aborted = 0;
   std::int64_t num_requests_failed = 0;

@@ -141,7 +141,9 @@ StepReport EngineCore::step(double now_ms) {
     while (!in_flight_.empty()) report = stream(collect(clock));
     plan = schedule(now_ms);
   }
-  for (SequenceId id : plan.preempted) preempt(id);
+  for (SequenceId id : plan.preempted) {
+    preempt(id, std::find(plan.swapped.begin(), plan.swapped.end(), id) != plan.swapped.end());
+  }
   NextStep next{.record = {.predicted_step_ms = plan.predicted_step_ms,
                            .num_preempted = static_cast<std::int32_t>(plan.preempted.size())}};
   continue_running(plan, next);
@@ -246,6 +248,7 @@ SchedState EngineCore::build_sched_state(double now_ms) {
                     .num_finishing_seqs = num_finishing,
                     .num_loading_seqs = num_loading,
                     .num_available_blocks = kv_.num_available_blocks(),
+                    .num_freeing_blocks = kv_.num_freeing_blocks(),
                     .num_protected_blocks = kv_.num_protected_free_blocks(),
                     .num_total_blocks = kv_.num_blocks(),
                     .block_size_tokens = kv_.block_size_tokens(),
@@ -279,12 +282,19 @@ void EngineCore::refresh_prefix_probes() {
   }
 }
 
-void EngineCore::preempt(SequenceId seq_id) {
+void EngineCore::preempt(SequenceId seq_id, bool swap) {
   RequestState& r = *requests_.at(seq_id);
   SLUICE_CHECK(r.phase == RequestPhase::kRunning);
   SLUICE_CHECK(in_flight_.empty());
-  kv_.free(seq_id);
-  r.num_computed_tokens = 0;  // recompute; its blocks stay cached until evicted, so it may hit them
+  if (swap) {
+    kv_.swap_out(seq_id, r.block_hashes);
+    ++num_swap_preemptions_;
+  } else {
+    kv_.free(seq_id);
+  }
+  // Its blocks stay cached until evicted (and, swapped, in the host tier), so
+  // on resume its prefix probe finds them: hit, load, or recompute.
+  r.num_computed_tokens = 0;
   r.phase = RequestPhase::kWaiting;
   r.probe_evictions = -1;
   ++r.timeline.num_preemptions;
@@ -575,6 +585,8 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.num_prompt_tokens_computed = num_prompt_tokens_computed_;
   stats.num_generated_tokens = num_generated_tokens_;
   stats.num_preemptions = num_preemptions_;
+  stats.num_swap_preemptions = num_swap_preemptions_;
+  stats.host_swapped_out_blocks = kv.num_host_swapped_out_blocks;
   stats.num_dropped_sequence_steps = num_dropped_sequence_steps_;
   stats.num_pipeline_waits = num_pipeline_waits_;
   if (online_cost_model_) stats.cost_correction_factors = online_cost_model_->factors();

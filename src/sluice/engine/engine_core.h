@@ -94,7 +94,8 @@ class EngineCore {
   // The phases of a step, in order.
   StepPlan schedule(double now_ms);
   // A running request gives its blocks back and waits again (recompute).
-  void preempt(SequenceId seq_id);
+  // swap: its blocks are stored to the host tier first (KvCacheManager::swap_out).
+  void preempt(SequenceId seq_id, bool swap);
   // Running requests take the blocks of their chunk, decodes first, and join
   // the step; one whose blocks cannot be had after all sits this step out.
   void continue_running(const StepPlan& plan, NextStep& next);
@@ -158,6 +159,7 @@ class EngineCore {
   std::int64_t num_prompt_tokens_computed_ = 0;
   std::int64_t num_generated_tokens_ = 0;
   std::int64_t num_preemptions_ = 0;
+  std::int64_t num_swap_preemptions_ = 0;
   std::int64_t num_dropped_sequence_steps_ = 0;
   std::int64_t num_pipeline_waits_ = 0;
   std::int64_t num_finished_ = 0;

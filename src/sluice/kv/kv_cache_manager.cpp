@@ -103,6 +103,7 @@ KvCacheCounters KvCacheManager::counters() const {
                     .num_host_queried_tokens = num_host_queried_tokens_,
                     .num_host_hit_tokens = num_host_hit_tokens_,
                     .num_queries_with_host_hits = num_queries_with_host_hits_,
+                    .num_host_swapped_out_blocks = num_swapped_out_blocks_,
                     .num_failed_copies = num_failed_copies_,
                     .num_demotions_skipped = num_demotions_skipped_};
   if (host_) {
@@ -211,6 +212,41 @@ void KvCacheManager::free(SequenceId seq_id) {
   sequences_.erase(it);
 }
 
+std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHash> block_hashes) {
+  const auto it = sequences_.find(seq_id);
+  if (it == sequences_.end()) return 0;
+  std::int32_t num_stores = 0;
+  const Sequence& seq = it->second;
+  const auto num_keyed = std::min<std::size_t>(static_cast<std::size_t>(seq.num_registered_blocks), block_hashes.size());
+  for (std::size_t i = 0; host_ && config_.enable_prefix_caching && i < num_keyed; ++i) {
+    const BlockId b = seq.blocks[i];
+    const BlockHash hash = block_hashes[i];
+    // Shared blocks stay on the device for their other holders; a block whose
+    // key another block registered first holds nothing hittable; a block in a
+    // load has no valid contents yet.
+    if (pool_.ref_count(b) != 1 || pool_.lookup(hash) != b) continue;
+    if (const std::optional<BlockId> held = host_->lookup(hash)) {
+      host_->touch(*held);
+      continue;
+    }
+    if (host_->holds_or_stores(hash)) continue;
+    const std::optional<BlockId> host = host_->begin_store(hash);
+    if (!host) break;  // every host block is in a copy: the rest is recomputed
+    pool_.add_reference(b);
+    add_copy({.direction = KvCopyDirection::kDeviceToHost,
+              .device_block = b,
+              .host_block = *host,
+              .hash = hash,
+              .swap = true,
+              .novel_depth_blocks = std::max(0, static_cast<std::int32_t>(i) - seq.num_prefix_hit_blocks)});
+    ++num_swapping_blocks_;
+    ++num_stores;
+  }
+  num_swapped_out_blocks_ += num_stores;
+  free(seq_id);
+  return num_stores;
+}
+
 KvCopyId KvCacheManager::add_copy(const Copy& copy) {
   const KvCopyId id = next_copy_id_++;
   copies_.emplace(id, copy);
@@ -256,8 +292,13 @@ void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
   if (!completion.ok) ++num_failed_copies_;
   if (copy.direction == KvCopyDirection::kDeviceToHost) {
     host_->finish_store(copy.host_block, completion.ok);
-    pool_.finish_demotion(copy.device_block);
-    --num_demoting_blocks_;
+    if (copy.swap) {
+      pool_.release(copy.device_block, copy.novel_depth_blocks);
+      --num_swapping_blocks_;
+    } else {
+      pool_.finish_demotion(copy.device_block);
+      --num_demoting_blocks_;
+    }
     return;
   }
   // A promoted block counts one hit (it was hit below), so SLRU protects it.
@@ -292,7 +333,7 @@ void KvCacheManager::check_invariants() const {
     const auto seq = sequences_.find(copy.seq_id);
     if (seq != sequences_.end() && seq->second.instance == copy.instance) ++loads[copy.seq_id];
   }
-  SLUICE_CHECK_EQ(num_stores, num_demoting_blocks_);
+  SLUICE_CHECK_EQ(num_stores, num_demoting_blocks_ + num_swapping_blocks_);
   for (const auto& [id, seq] : sequences_) {
     const auto it = loads.find(id);
     SLUICE_CHECK_EQ(seq.num_loading_blocks, it == loads.end() ? 0 : it->second);

@@ -14,6 +14,13 @@
 //             evictor's next victims and stores those the host admits and
 //             lacks; their keys stay hittable on the device until the store
 //             completes, then leave it.
+//   swap-out  (device -> host) swap_out() preempts a sequence by storing the
+//             registered blocks only it holds (admission is not asked: the
+//             planner chose to swap), then frees it. Each block stays
+//             referenced by its store and hittable on the device until the
+//             store lands, then joins the device's evictor as a cached block;
+//             the resumed sequence finds its prefix on the device or the host
+//             like any other request (promotion).
 //   promotion (host -> device) commit() of a new sequence whose prefix names
 //             host blocks allocates device blocks for them and loads them; the
 //             sequence is loading (is_loading) until every load completed, and
@@ -104,6 +111,7 @@ struct KvCacheCounters {
   std::int64_t num_host_loaded_blocks = 0;    // loads started
   std::int64_t num_host_stored_blocks = 0;    // stores completed
   std::int64_t num_host_evicted_blocks = 0;
+  std::int64_t num_host_swapped_out_blocks = 0;  // stores started by swap_out()
   std::int64_t num_failed_copies = 0;
   // Device keys evicted without reaching the host: admission refused them, or
   // allocation could not wait for a demotion.
@@ -155,6 +163,9 @@ class KvCacheManager {
   // A load of the sequence failed: its blocks do not hold its prefix.
   bool load_failed(SequenceId seq_id) const;
   std::int32_t num_copies_in_flight() const { return static_cast<std::int32_t>(copies_.size()); }
+  // Device blocks that stores in flight will give back when they land: room
+  // the planner can wait for instead of preempting for it.
+  std::int32_t num_freeing_blocks() const { return num_demoting_blocks_ + num_swapping_blocks_; }
 
   // --- mutations ---------------------------------------------------------
   // Takes the prefix hit's blocks and enough new blocks; on failure (not
@@ -167,6 +178,11 @@ class KvCacheManager {
   // Releases every block of the sequence (preemption, finish, abort). Its
   // loads in flight keep their blocks until they complete.
   void free(SequenceId seq_id);
+  // Preemption by swapping (the header's swap-out): stores the sequence's
+  // registered blocks (keys block_hashes) that no other sequence holds and
+  // the host lacks, then free(). Returns the stores started; a block the host
+  // cannot take (every host block in a copy) is left to be recomputed.
+  std::int32_t swap_out(SequenceId seq_id, std::span<const BlockHash> block_hashes);
   // Starts demotions until demote_watermark_blocks (or target_free_blocks)
   // are free or being freed (no-op without a host tier).
   void start_demotions() { start_demotions(config_.demote_watermark_blocks); }
@@ -194,6 +210,10 @@ class KvCacheManager {
     BlockHash hash = 0;
     SequenceId seq_id = 0;  // loads: who waits for it
     std::uint64_t instance = 0;
+    // Stores: a swap-out's (the device block goes back to the evictor when it
+    // lands, at this depth past its sequence's prefix hit) or a demotion's.
+    bool swap = false;
+    std::int32_t novel_depth_blocks = 0;
   };
   KvCopyId add_copy(const Copy& copy);
   void count_skipped_demotion(const BlockPool::Demotion& demotion);
@@ -207,6 +227,8 @@ class KvCacheManager {
   KvCopyId next_copy_id_ = 1;
   std::uint64_t next_instance_ = 1;
   std::int32_t num_demoting_blocks_ = 0;
+  std::int32_t num_swapping_blocks_ = 0;
+  std::int64_t num_swapped_out_blocks_ = 0;
   std::int64_t num_queried_tokens_ = 0;
   std::int64_t num_hit_tokens_ = 0;
   std::int64_t num_queries_with_device_hits_ = 0;

@@ -23,6 +23,7 @@ enum class KeyKind : std::uint64_t {
   kSessionAnswer = 6,
   kTraceBlock = 7,
   kTraceTail = 8,
+  kSessionPrefix = 9,
 };
 
 constexpr std::uint64_t key(KeyKind kind, std::uint64_t index) {
@@ -102,8 +103,14 @@ Workload make_sessions_workload(const SessionsWorkloadOptions& o) {
       "sessions: {} sessions x {} turns, shared system prompt {} tokens, +{} user tokens and {} output tokens per "
       "turn, {} ms think time",
       o.num_sessions, o.num_turns, o.system_tokens, o.turn_input_tokens, o.output_tokens, o.think_ms);
+  if (o.session_prefix_tokens > 0) w.description += fmt::format(", {} own prefix tokens per session", o.session_prefix_tokens);
+  if (o.num_chats > 0)
+    w.description += fmt::format(", while {} chats ({} in, {} out) decode", o.num_chats, o.chat_input_tokens,
+                                 o.chat_output_tokens);
   for (std::int32_t s = 0; s < o.num_sessions; ++s) {
     PromptSpec history = single_segment(key(KeyKind::kSystem, o.seed), o.system_tokens);
+    if (o.session_prefix_tokens > 0)
+      history.segments.push_back({.key = session_key(KeyKind::kSessionPrefix, s, 0), .num_tokens = o.session_prefix_tokens});
     for (std::int32_t t = 0; t < o.num_turns; ++t) {
       if (t > 0)
         history.segments.push_back({.key = session_key(KeyKind::kSessionAnswer, s, t - 1), .num_tokens = o.output_tokens});
@@ -116,6 +123,10 @@ Workload make_sessions_workload(const SessionsWorkloadOptions& o) {
       w.requests.push_back(std::move(request));
     }
   }
+  w.background = {.num_streams = o.num_chats,
+                  .input_tokens = o.chat_input_tokens,
+                  .output_tokens = o.chat_output_tokens,
+                  .key_base = o.seed * 1000003ULL};
   return w;
 }
 

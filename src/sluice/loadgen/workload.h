@@ -77,17 +77,23 @@ struct BurstWorkloadOptions {
 Workload make_burst_workload(const BurstWorkloadOptions& options);
 
 // Multi-turn sessions: every prompt starts with one system prompt shared by
-// all sessions; turn k+1 repeats turn k's prompt, a stand-in for its answer
-// (output_tokens long) and a new user message, and is sent think_ms after turn
-// k finished. Sessions start session_interval_ms apart.
+// all sessions, then the session's own prefix (a document, a codebase:
+// session_prefix_tokens, none by default); turn k+1 repeats turn k's prompt, a
+// stand-in for its answer (output_tokens long) and a new user message, and is
+// sent think_ms after turn k finished. Sessions start session_interval_ms
+// apart. num_chats background chats decode throughout (as the burst's do).
 struct SessionsWorkloadOptions {
   std::int32_t num_sessions = 8;
   std::int32_t num_turns = 4;
   std::int32_t system_tokens = 2048;
+  std::int32_t session_prefix_tokens = 0;
   std::int32_t turn_input_tokens = 256;
   std::int32_t output_tokens = 128;
   double think_ms = 1000;
   double session_interval_ms = 500;
+  std::int32_t num_chats = 0;
+  std::int32_t chat_input_tokens = 512;
+  std::int32_t chat_output_tokens = 1024;
   std::uint64_t seed = 0;
 };
 Workload make_sessions_workload(const SessionsWorkloadOptions& options);

@@ -31,6 +31,7 @@ class PlanBuilder {
         cost_model_(cost_model),
         preempted_(state.running.size(), false),
         num_available_blocks_(state.num_available_blocks),
+        num_freeing_blocks_(state.num_freeing_blocks),
         token_budget_(config.max_num_batched_tokens),
         num_running_(static_cast<std::int32_t>(state.running.size()) + state.num_finishing_seqs +
                      state.num_loading_seqs) {
@@ -54,6 +55,10 @@ class PlanBuilder {
   std::int32_t chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position, bool first_prefill);
   // Host-tier tokens worth loading for this waiting request (0: recompute them).
   std::int32_t tokens_to_load(const SchedRequest& r);
+  // Whether loading `tokens` tokens at positions [position, position + tokens)
+  // is predicted cheaper than recomputing them (num_copies copies per block:
+  // 1 for a load, 2 for a store and its load).
+  bool copy_beats_recompute(std::int32_t tokens, std::int32_t position, double num_copies) const;
 
   const SchedState& state_;
   const SchedConfig& config_;
@@ -62,6 +67,7 @@ class PlanBuilder {
   StepShape shape_;
   std::vector<bool> preempted_;  // [running]
   std::int32_t num_available_blocks_;
+  std::int32_t num_freeing_blocks_;
   std::int32_t token_budget_;
   std::int32_t num_running_;
   // Blocks the running prefills may still take (up to their whole prompt):
@@ -78,8 +84,16 @@ void PlanBuilder::preempt(std::size_t index) {
   const SchedRequest& r = state_.running[index];
   plan_.preempted.push_back(r.seq_id);
   // Shared (prefix-hit) blocks stay referenced by others; counting them all is
-  // optimistic, and the engine's commit re-checks.
-  num_available_blocks_ += r.num_allocated_blocks;
+  // optimistic, and the engine's commit re-checks. A swap's full blocks come
+  // back when their stores land, the rest now.
+  const std::int32_t full_blocks = std::min(r.num_allocated_blocks, r.num_computed_tokens / block_size());
+  if (full_blocks > 0 && copy_beats_recompute(full_blocks * block_size(), 0, 2.0)) {
+    plan_.swapped.push_back(r.seq_id);
+    num_freeing_blocks_ += full_blocks;
+    num_available_blocks_ += r.num_allocated_blocks - full_blocks;
+  } else {
+    num_available_blocks_ += r.num_allocated_blocks;
+  }
   --num_running_;
 }
 
@@ -91,8 +105,10 @@ void PlanBuilder::schedule_decodes() {
     if (!r.is_decoding()) continue;
     if (token_budget_ <= 0) break;
     const std::int32_t need = std::max(0, ceil_div(r.num_tokens, block_size()) - r.num_allocated_blocks);
-    // Make room by preempting the newest admissions, never an older one.
-    while (need > num_available_blocks_) {
+    // Make room by preempting the newest admissions, never an older one;
+    // room that stores in flight are freeing is waited for (a step).
+    const auto room_is_coming = [&] { return need <= num_available_blocks_ + num_freeing_blocks_; };
+    while (need > num_available_blocks_ && !room_is_coming()) {
       std::size_t victim = n;
       for (std::size_t j = n; j-- > i + 1;) {
         if (!preempted_[j]) {
@@ -104,7 +120,11 @@ void PlanBuilder::schedule_decodes() {
       preempt(victim);
     }
     if (need > num_available_blocks_) {
-      preempt(i);
+      if (room_is_coming()) {  // the freeing blocks are promised to this decode
+        num_freeing_blocks_ -= need - num_available_blocks_;
+      } else {
+        preempt(i);
+      }
       continue;
     }
     num_available_blocks_ -= need;
@@ -206,16 +226,21 @@ std::int32_t PlanBuilder::tokens_to_load(const SchedRequest& r) {
   if (num_blocks == 0 || config_.host_load_ms_per_block <= 0.0) return 0;
   const double load_ms = num_blocks * config_.host_load_ms_per_block;
   if (any_load_ && load_ms > load_budget_ms_) return 0;
-  // Recomputing: those tokens after the device hit, alone in a step, less
-  // the step's fixed cost (a one-token step at the same position).
   const std::int32_t tokens = num_blocks * block_size();
-  const StepShape recompute{.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = r.num_cached_tokens}}};
-  const StepShape fixed{.sequences = {{.num_new_tokens = 1, .num_computed_tokens = r.num_cached_tokens}}};
-  const double recompute_ms = cost_model_.predict_step_ms(recompute) - cost_model_.predict_step_ms(fixed);
-  if (load_ms >= recompute_ms) return 0;
+  if (!copy_beats_recompute(tokens, r.num_cached_tokens, 1.0)) return 0;
   load_budget_ms_ -= load_ms;
   any_load_ = true;
   return tokens;
+}
+
+bool PlanBuilder::copy_beats_recompute(std::int32_t tokens, std::int32_t position, double num_copies) const {
+  if (config_.host_load_ms_per_block <= 0.0 || tokens <= 0) return false;
+  const double copy_ms = num_copies * (tokens / block_size()) * config_.host_load_ms_per_block;
+  // Recomputing: those tokens alone in a step, less the step's fixed cost (a
+  // one-token step at the same position).
+  const StepShape recompute{.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = position}}};
+  const StepShape fixed{.sequences = {{.num_new_tokens = 1, .num_computed_tokens = position}}};
+  return copy_ms < cost_model_.predict_step_ms(recompute) - cost_model_.predict_step_ms(fixed);
 }
 
 double PlanBuilder::step_cap_ms() const {

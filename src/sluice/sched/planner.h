@@ -3,7 +3,13 @@
 //
 //   1. Decodes: every running decode gets its token, oldest admission first.
 //      When a decode needs a block and none is available, the most recently
-//      admitted running request is preempted (recompute), possibly itself.
+//      admitted running request is preempted, possibly itself. With a host
+//      tier a victim is swapped (its blocks stored to the host, loaded back
+//      on resume) when store + load (2 x blocks x host_load_ms_per_block) is
+//      predicted cheaper than recomputing its tokens, and recomputed
+//      otherwise. A swapped victim's blocks come free only when its stores
+//      land, so a decode short of blocks that stores in flight will give
+//      back (num_freeing_blocks) waits a step for them instead of preempting.
 //   2. Prefills: the candidates (running prefills, then admissible waiting
 //      requests) in the policy's order; each gets the longest chunk such that
 //      the step's *predicted time* stays <= the step cap (binary search on the

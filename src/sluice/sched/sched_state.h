@@ -46,6 +46,10 @@ struct SchedState {
   // host tier: they hold blocks and a seat, and run once the loads complete.
   std::int32_t num_loading_seqs = 0;
   std::int32_t num_available_blocks = 0;  // free + cached free
+  // Not available yet, but stores in flight (demotions, swap-outs) give them
+  // back when they land: a decode short of a block waits for them rather
+  // than preempting someone.
+  std::int32_t num_freeing_blocks = 0;
   // Of the available blocks, cached prefixes that earned protection (SLRU).
   // Admitting a new request must not evict them: running requests may, so a
   // burst of cold prompts waits for memory instead of flushing hot prefixes.
@@ -95,6 +99,10 @@ struct StepPlan {
   std::vector<ScheduledChunk> decodes;   // one token each
   std::vector<ScheduledChunk> prefills;  // running prefills and admissions (`admits`), in the policy's order
   std::vector<SequenceId> preempted;     // running requests that give their blocks back (recompute later)
+  // Of `preempted`, those whose blocks are swapped out to the host tier first
+  // (stored, then loaded back on resume): the copies are predicted cheaper
+  // than recomputing their tokens.
+  std::vector<SequenceId> swapped;
   double predicted_step_ms = 0.0;
 
   bool empty() const { return decodes.empty() && prefills.empty(); }

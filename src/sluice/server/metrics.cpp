@@ -201,6 +201,11 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
             static_cast<double>(stats.host_loaded_blocks));
     counter("sluice:kv_host_stored_blocks_total", "KV blocks stored to the host tier (demotions completed).",
             static_cast<double>(stats.host_stored_blocks));
+    counter("sluice:kv_host_swapped_out_blocks_total",
+            "KV blocks of preempted requests stored to the host tier (swap-outs started).",
+            static_cast<double>(stats.host_swapped_out_blocks));
+    counter("sluice:num_preemptions_swapped_total", "Preemptions that swapped to the host tier instead of recomputing.",
+            static_cast<double>(stats.num_swap_preemptions));
     counter("sluice:kv_host_evicted_blocks_total", "KV blocks evicted from the host tier.",
             static_cast<double>(stats.host_evicted_blocks));
     counter("sluice:kv_host_loaded_bytes_total", "Bytes copied host to device.",

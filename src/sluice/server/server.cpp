@@ -51,6 +51,11 @@ std::string stats_log_line(const EngineStats& previous, const EngineStats& now, 
       static_cast<double>(now.host_stored_bytes - previous.host_stored_bytes) / 1e9,
       now.host_stored_blocks - previous.host_stored_blocks, now.host_evicted_blocks - previous.host_evicted_blocks,
       load_ms);
+  const auto swaps = now.num_swap_preemptions - previous.num_swap_preemptions;
+  if (swaps > 0) {
+    line += fmt::format(", {} preemptions swapped out {} blocks", swaps,
+                        now.host_swapped_out_blocks - previous.host_swapped_out_blocks);
+  }
   return line;
 }
 

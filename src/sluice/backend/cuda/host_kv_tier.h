@@ -7,8 +7,13 @@
 //     wrote and a load lands after earlier steps stopped using its block;
 //   - one event is recorded after each batch; completions are read with
 //     cudaEventQuery, oldest first (one stream: batches finish in order).
-// One block is one cudaMemcpy2DAsync: its 2 x num_layers pieces sit one layer
-// slab apart on the device (K0 V0 K1 V1 ...) and back to back on the host.
+// A block's 2 x num_layers pieces (K0 V0 K1 V1 ..., each block_size x
+// kv_heads x head_dim) sit one layer slab apart on the device and back to back
+// on the host. HostCopyMethod says how they are issued: one cudaMemcpy2DAsync
+// per block (64 rows of 32 KiB for Llama-3-8B: one API call a block), or every
+// piece of a batch in one cudaMemcpyBatchAsync (CUDA 12.8+; one call a batch,
+// so the engine thread's issue cost stops growing with the blocks).
+// tools/device/host_tier_bench.sh measures both against a plain pinned copy.
 // The engine keeps a copy's blocks out of every step until its completion is
 // reported, so the forward never waits for a copy.
 #pragma once
@@ -25,9 +30,11 @@
 
 namespace sluice::cuda {
 
+enum class HostCopyMethod : std::uint8_t { kPerBlock2d, kBatched };
+
 class HostKvTier {
  public:
-  HostKvTier() = default;
+  explicit HostKvTier(HostCopyMethod method = HostCopyMethod::kPerBlock2d) : method_(method) {}
   ~HostKvTier();
   HostKvTier(const HostKvTier&) = delete;
   HostKvTier& operator=(const HostKvTier&) = delete;
@@ -49,6 +56,9 @@ class HostKvTier {
     cudaEvent_t done = nullptr;
   };
   std::vector<KvCopyCompletion> take_completed();
+  // Enqueues one block's pieces (the 2D method) or adds them to the batch's lists.
+  Status issue(const KvBlockCopy& c);
+  Status issue_batched();
 
   void* host_kv_ = nullptr;           // pinned, [num_blocks][2 * num_layers][block elems] bf16
   void* device_kv_ = nullptr;         // not owned
@@ -57,6 +67,9 @@ class HostKvTier {
   std::size_t piece_bytes_ = 0;       // one layer's K (or V) of one block
   std::size_t device_slab_bytes_ = 0; // one layer's K (or V) of every block: the device pitch
   std::int32_t num_pieces_ = 0;       // 2 x num_layers
+  HostCopyMethod method_;
+  std::vector<void*> batch_dsts_, batch_srcs_;  // kBatched: this call's pieces
+  std::vector<std::size_t> batch_sizes_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;  // the compute stream's work so far, for the copy stream to wait on
   std::deque<Batch> in_flight_;         // oldest first
