@@ -279,7 +279,11 @@ TEST_P(CudaDeepseekV3Golden, CachedPrefixMatchesFromScratch) {
     const LogitError schedule = logit_error(cached.logits[step], fresh.logits[step]);
     const LogitError bf16 = logit_error(cached.logits[step], f32.logits[step]);
     EXPECT_LE(schedule.relative, kMaxRelativeScheduleError) << "cached prefix vs from scratch: " << schedule.describe();
-    EXPECT_LE(bf16.relative, kMaxRelativeLogitError) << "cached prefix vs the CPU reference: " << bf16.describe();
+    // Within the bf16 bound of a from-scratch run plus the schedule bound:
+    // the two differences add (S7-4 measured 2.7% here on qlora_yarn, whose
+    // cached and from-scratch runs agreed within the 1%).
+    EXPECT_LE(bf16.relative, kMaxRelativeLogitError + kMaxRelativeScheduleError)
+        << "cached prefix vs the CPU reference: " << bf16.describe();
     if (top2_margin(cached.logits[step]) > kDecisiveMargin) {
       EXPECT_EQ(cached.tokens[step], f32.tokens[step]) << "a decisive step chose another token than the CPU's";
     }
