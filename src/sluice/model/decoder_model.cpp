@@ -18,7 +18,8 @@ Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs&
 }
 
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                         Ops& ops, const LoadProgress& progress) {
+                                                         Ops& ops, const LoadProgress& progress,
+                                                         Communicator* comm) {
   // Refused on every backend, CPU included, until the engine can hold its
   // state: the CPU reference (deepseek_v4.h) runs one sequence on its own.
   if (config.architecture == Architecture::deepseek_v4)
@@ -27,11 +28,15 @@ Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& conf
         "keys, the sliding window and the partial window state) with prefix caching (issue 18 stage 2) and the "
         "CUDA kernels (compressors, lightning indexer, sparse sink attention, mHC, hash/sqrtsoftplus routing, "
         "FP4 experts; stage 3); only the CPU reference DeepseekV4Reference runs it"};
+  if (config.architecture == Architecture::deepseek_v3 && comm && comm->size() > 1)
+    return Error{"tensor parallelism covers the dense Llama family only; deepseek_v3 waits for expert parallelism "
+                 "(issue 19)",
+                 ErrorCode::kInvalidArgument};
   if (config.architecture == Architecture::deepseek_v3) {
     SLUICE_TRY_ASSIGN(model, DeepseekV3Model::load(config, checkpoint, ops, progress));
     return std::unique_ptr<DecoderModel>(std::move(model));
   }
-  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, ops, progress));
+  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, ops, progress, comm));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }
 
