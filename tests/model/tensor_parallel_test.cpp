@@ -1,7 +1,8 @@
 // Tensor parallelism on the CPU (one thread per rank, a CpuCommunicatorGroup):
 // the sharded model against the unsharded one on the same checkpoint, for
-// tiny random-weight models of the dense family (GQA, q/k/v biases, q/k
-// norms, tied and untied heads), at 2 and 4 ranks; and a rank that fails.
+// tiny random-weight models of the dense family (GQA and MHA, q/k/v biases
+// and a tied head in qwen2, q/k norms in qwen3, untied heads in llama), at 2
+// and 4 ranks; a config that cannot split; and a rank that fails.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -29,6 +30,7 @@ struct TinyModel {
   const char* name;
   MakeModelOptions options;
 };
+void PrintTo(const TinyModel& model, std::ostream* os) { *os << model.name; }
 
 std::string make_tiny(const TinyModel& model) {
   MakeModelOptions options = model.options;
