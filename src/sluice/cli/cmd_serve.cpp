@@ -21,6 +21,7 @@
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
+#include "sluice/model/decoder_model.h"
 #include "sluice/server/generation_defaults.h"
 #include "sluice/server/parser_names.h"
 #include "sluice/server/server.h"
@@ -248,6 +249,13 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
                                  "GPU until the NCCL communicator lands (--device cpu runs the ranks as threads; "
                                  "--device sim replays an N-GPU launch)",
                                  args.tensor_parallel_size));
+  if (args.device == "cpu" && args.tensor_parallel_size > 1) {
+    // Refused with the other flags rather than at load; a config that does
+    // not read is reported when the model loads.
+    const std::string& dir = args.model_positional.empty() ? args.model_dir : args.model_positional;
+    if (auto config = load_model_config(dir); config.ok())
+      refuse(check_tensor_parallel(*config, args.tensor_parallel_size));
+  }
   if (args.device == "cpu" && args.tensor_parallel_size > 1 && args.kv_offloading_size_gib > 0)
     errors.push_back("--kv-offloading-size is not implemented with --tensor-parallel-size > 1: the host tier copies "
                      "one rank's KV pages");

@@ -37,6 +37,11 @@ struct FinalLogitsInputs {
 };
 Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs& in);
 
+// Whether `num_ranks` tensor-parallel ranks can split this model: the dense
+// family only, with its heads, KV heads, MLP width and vocabulary divisible.
+// The message starts with the flag, as serve's flag checks report refusals.
+Status check_tensor_parallel(const ModelConfig& config, std::int32_t num_ranks);
+
 // Checks every tensor's name and shape against the config, rejects tensors the
 // architecture does not use, and uploads the weights through `ops`. With a
 // communicator of size > 1, this rank's tensor-parallel share of them (the

@@ -6,30 +6,13 @@
 
 namespace sluice {
 
-namespace {
-
-// Why a config cannot be split over `ranks`, or nothing.
-Status check_tensor_parallel(const ModelConfig& config, std::int32_t ranks, const Ops& ops) {
-  if (ranks == 1) return Ok{};
-  if (ops.activation_dtype() != DType::f32)
-    return Error{"tensor parallelism runs on the CPU backend only: the NCCL communicator is not built yet (issue 19)"};
-  const std::pair<const char*, std::int64_t> splits[] = {{"num_attention_heads", config.num_heads},
-                                                         {"num_key_value_heads", config.num_kv_heads},
-                                                         {"intermediate_size", config.intermediate_size},
-                                                         {"vocab_size", config.vocab_size}};
-  for (const auto& [field, value] : splits)
-    if (value % ranks != 0)
-      return Error{fmt::format("--tensor-parallel-size {} must divide the model's {} ({})", ranks, field, value),
-                   ErrorCode::kInvalidArgument};
-  return Ok{};
-}
-
-}  // namespace
-
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, const Checkpoint& checkpoint,
                                                      Ops& ops, const LoadProgress& progress, Communicator* comm) {
   const WeightShard shard{.rank = comm ? comm->rank() : 0, .size = comm ? comm->size() : 1};
-  SLUICE_TRY(check_tensor_parallel(config, shard.size, ops));
+  SLUICE_TRY(check_tensor_parallel(config, shard.size));
+  // The CPU communicator reads activations in host memory.
+  if (shard.size > 1 && ops.activation_dtype() != DType::f32)
+    return Error{"tensor parallelism runs on the CPU backend only: the NCCL communicator is not built yet (issue 19)"};
   auto owned = std::make_unique<LlamaModel>();
   LlamaModel& model = *owned;
   model.config_ = config;

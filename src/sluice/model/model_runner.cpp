@@ -207,8 +207,10 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
                    .vocab_size = config.vocab_size,
                    .max_model_len_tokens = options.max_model_len_tokens > 0 ? options.max_model_len_tokens
                                                                             : config.max_position_embeddings};
+  // A block's bytes over all ranks (each holds its share of the KV heads):
+  // kv_cache_bytes is the whole cache's.
   const std::int64_t bytes_per_block =
-      model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops.activation_dtype());
+      model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops.activation_dtype()) * num_ranks;
   std::int64_t kv_cache_bytes = options.kv_cache_bytes;
   if (options.device_memory_budget_bytes > 0) {
     const std::optional<std::int64_t> free_bytes = ops.device_memory_free_bytes();

@@ -33,8 +33,8 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
 // Tensor parallel over rank_ops.size() ranks: one Ops each (its KV pages,
 // scratch and threads), a CpuCommunicatorGroup between them, each rank's
 // forward on its own thread; rank 0's logits are sampled. One Ops is
-// make_model_runner. num_kv_blocks / kv_cache_bytes are per rank: every rank
-// has the same blocks, each holding its share of the KV heads. No host KV
+// make_model_runner. Every rank has the same num_kv_blocks, each holding its
+// share of the KV heads; kv_cache_bytes is all ranks' together. No host KV
 // tier or device-memory sizing yet. A rank that fails (an error or an
 // exception) aborts the group: the step fails with that rank's reason, and
 // so does every later step.
