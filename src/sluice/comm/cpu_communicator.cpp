@@ -15,12 +15,17 @@ namespace sluice {
 // reusable barrier that an abort opens for good.
 struct CpuCommunicatorGroup::Shared {
   explicit Shared(std::int32_t num_ranks)
-      : size(num_ranks), buffers(static_cast<std::size_t>(num_ranks)), counts(static_cast<std::size_t>(num_ranks)) {}
+      : size(num_ranks),
+        inputs(static_cast<std::size_t>(num_ranks)),
+        outputs(static_cast<std::size_t>(num_ranks)),
+        counts(static_cast<std::size_t>(num_ranks)) {}
 
   const std::int32_t size;
   // Written by their rank before a barrier, read by every rank after it (the
-  // barrier's mutex orders the two).
-  std::vector<float*> buffers;
+  // barrier's mutex orders the two). outputs: the buffers other ranks write
+  // into (all_reduce_sum's, in place); null where a collective only reads.
+  std::vector<const float*> inputs;
+  std::vector<float*> outputs;
   std::vector<std::size_t> counts;
 
   mutable std::mutex mutex;
@@ -71,32 +76,32 @@ class CpuCommunicator final : public Communicator {
   std::int32_t size() const override { return shared_.size; }
 
   Status all_reduce_sum(std::span<float> data) override {
-    SLUICE_TRY(publish(data.data(), data.size(), "all_reduce_sum"));
+    SLUICE_TRY(publish(data.data(), data.data(), data.size(), "all_reduce_sum"));
     // Each rank sums its chunk over every rank's buffer, in rank order, while
     // no buffer changes; then writes the chunk into every buffer.
     const auto [begin, end] = chunk_of(data.size(), rank_, shared_.size);
     std::vector<float> sum(end - begin, 0.0f);
-    for (const float* buffer : shared_.buffers)
+    for (const float* buffer : shared_.inputs)
       for (std::size_t i = begin; i < end; ++i) sum[i - begin] += buffer[i];
     SLUICE_TRY(shared_.arrive_and_wait());
-    for (float* buffer : shared_.buffers) std::copy(sum.begin(), sum.end(), buffer + begin);
+    for (float* buffer : shared_.outputs) std::copy(sum.begin(), sum.end(), buffer + begin);
     return shared_.arrive_and_wait();
   }
 
   Status all_gather(std::span<const float> send, std::span<float> recv) override {
     SLUICE_CHECK_EQ(recv.size(), send.size() * static_cast<std::size_t>(shared_.size));
-    SLUICE_TRY(publish(const_cast<float*>(send.data()), send.size(), "all_gather"));
-    for (std::size_t r = 0; r < shared_.buffers.size(); ++r)
-      std::copy_n(shared_.buffers[r], send.size(), recv.begin() + static_cast<std::ptrdiff_t>(r * send.size()));
+    SLUICE_TRY(publish(send.data(), nullptr, send.size(), "all_gather"));
+    for (std::size_t r = 0; r < shared_.inputs.size(); ++r)
+      std::copy_n(shared_.inputs[r], send.size(), recv.begin() + static_cast<std::ptrdiff_t>(r * send.size()));
     return shared_.arrive_and_wait();
   }
 
   Status reduce_scatter_sum(std::span<const float> send, std::span<float> recv) override {
     SLUICE_CHECK_EQ(send.size(), recv.size() * static_cast<std::size_t>(shared_.size));
-    SLUICE_TRY(publish(const_cast<float*>(send.data()), send.size(), "reduce_scatter_sum"));
+    SLUICE_TRY(publish(send.data(), nullptr, send.size(), "reduce_scatter_sum"));
     const std::size_t offset = static_cast<std::size_t>(rank_) * recv.size();
     std::fill(recv.begin(), recv.end(), 0.0f);
-    for (const float* buffer : shared_.buffers)
+    for (const float* buffer : shared_.inputs)
       for (std::size_t i = 0; i < recv.size(); ++i) recv[i] += buffer[offset + i];
     return shared_.arrive_and_wait();
   }
@@ -106,12 +111,14 @@ class CpuCommunicator final : public Communicator {
   }
 
  private:
-  // Puts this rank's buffer in its slot and waits for every rank's; a count
+  // Puts this rank's buffers in its slot and waits for every rank's; a count
   // that differs between ranks is a programming error on some rank, reported
   // on all of them (each sees the same table) and the group ends.
-  Status publish(float* buffer, std::size_t count, const char* collective) {
-    shared_.buffers[static_cast<std::size_t>(rank_)] = buffer;
-    shared_.counts[static_cast<std::size_t>(rank_)] = count;
+  Status publish(const float* input, float* output, std::size_t count, const char* collective) {
+    const auto slot = static_cast<std::size_t>(rank_);
+    shared_.inputs[slot] = input;
+    shared_.outputs[slot] = output;
+    shared_.counts[slot] = count;
     SLUICE_TRY(shared_.arrive_and_wait());
     for (std::size_t r = 0; r < shared_.counts.size(); ++r)
       if (shared_.counts[r] != count) {

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdio>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -102,8 +103,15 @@ class ModelRunner final : public Backend {
     std::vector<std::optional<Result<Tensor>>> results(ranks_.size());
     {
       std::vector<std::jthread> others;
-      for (std::size_t r = 1; r < ranks_.size(); ++r)
-        others.emplace_back([this, r, &layout, &results] { results[r] = forward_rank(r, layout); });
+      try {
+        for (std::size_t r = 1; r < ranks_.size(); ++r)
+          others.emplace_back([this, r, &layout, &results] { results[r] = forward_rank(r, layout); });
+      } catch (const std::system_error& e) {
+        // Ranks already started wait for rank 0: the abort lets them return
+        // before `others` joins them.
+        group_->rank(0).abort(fmt::format("cannot start a rank's thread: {}", e.what()));
+        return Error{fmt::format("tensor-parallel step failed: {}", *group_->abort_reason())};
+      }
       results[0] = forward_rank(0, layout);
     }
     for (const auto& result : results)
