@@ -75,8 +75,10 @@ export const tests = {
   async 'flags without effect on the chosen device are refused at start'(ctx) {
     for (const [args, message] of [
       [['--device', 'cpu', '--gpu-memory-utilization', '0.5'], /--gpu-memory-utilization has no effect/],
-      [['--device', 'cpu', '--tensor-parallel-size', '2'], /--tensor-parallel-size 2 \(-tp\) has no effect with --device cpu/],
-      [['--device', 'cpu', '-tp', '2'], /--tensor-parallel-size 2 \(-tp\) has no effect with --device cpu/],
+      // On the CPU the ranks are threads; 3 does not split the model's 8 heads.
+      [['--device', 'cpu', '--tensor-parallel-size', '3'],
+        /--tensor-parallel-size 3 must divide the model's num_attention_heads \(8\)/],
+      [['--device', 'cpu', '-tp', '3'], /--tensor-parallel-size 3 must divide the model's num_attention_heads \(8\)/],
       [['--device', 'sim', '--enable-expert-parallel'], /--enable-expert-parallel needs --tensor-parallel-size > 1/],
       [['--device', 'sim', '--sim-profile', 'llama-3-8b', '-tp', '2', '--enable-expert-parallel'],
         /--expert-parallel: llama-3-8b is a dense model/],

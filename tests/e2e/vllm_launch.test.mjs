@@ -158,7 +158,8 @@ export const tests = {
     // Each start lists every refusal of its stage, one line each, starting with the flag and a reason;
     // the operator drops those flags (and their values) and starts again.
     // (--tensor-parallel-size and --enable-expert-parallel are sluice flags, real on --device sim: refused for
-    // --device cpu in the second stage.)
+    // --device cpu in the second stage, the first because tensor parallelism on the CPU covers the dense
+    // family only, the second because the CPU has no expert parallelism.)
     const rounds = [['--tokenizer-mode', '--mm-encoder-tp-mode', '--speculative-config'],
       ['--tensor-parallel-size', '--enable-expert-parallel', '--gpu-memory-utilization', '--reasoning-parser',
         '--tool-call-parser']];

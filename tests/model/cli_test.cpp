@@ -37,6 +37,26 @@ TEST_F(Cli, GenerateGreedyIsDeterministicAndChunkingInvariant) {
   EXPECT_EQ(std::count(a.output.begin(), a.output.end(), ','), 7);
 }
 
+// --tensor-parallel-size 2 on the CPU prints the unsharded run's tokens,
+// seeded sampling included; a size that does not split the heads is refused
+// by name, and DeepSeek-V3 (no expert parallelism yet) is refused.
+TEST_F(Cli, GenerateTensorParallelMatchesOneRank) {
+  for (const char* sampling : {"", " --temperature 0.8 --seed 5"}) {
+    const std::string args = "generate --model " + *model_dir_ + " --prompt-ids 1,2,3,4,5,6,7 --max-tokens 8 "
+                             "--ignore-eos" + sampling;
+    auto one = run(args);
+    auto two = run(args + " --tensor-parallel-size 2");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(one.output, two.output) << sampling;
+  }
+  auto three = run("generate --model " + *model_dir_ + " --prompt-ids 1,2,3 --max-tokens 2 --tensor-parallel-size 3");
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(three.output.find("--tensor-parallel-size 3 must divide the model's num_attention_heads (4)"),
+            std::string::npos)
+      << three.output;
+}
+
 // A DeepSeek-V3 checkpoint (FP8, sharded, with an MTP layer) through the
 // same commands: text in via its tokenizer and chat template, text out.
 TEST_F(Cli, DeepseekV3CheckpointGenerates) {

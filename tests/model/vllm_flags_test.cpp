@@ -357,18 +357,27 @@ TEST_F(VllmFlags, DtypePerDevice) {
   EXPECT_TRUE(refused_naming(sim, "--dtype")) << sim.output;
 }
 
-// -tp is vLLM's --tensor-parallel-size: 1 holds, 8 is refused naming the flag.
+// -tp is vLLM's --tensor-parallel-size: on the CPU 1 and 2 hold (2 ranks as
+// threads; the model has 4 heads, 2 KV heads), 8 is refused naming the flag
+// and the KV heads it cannot split; the host KV tier is refused with TP.
 TEST_F(VllmFlags, TpAlias) {
   const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + *model_dir_;
   auto one = testing::run_sluice(serve + " -tp 1");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_NE(one.output.find("vllm flag -tp is --tensor-parallel-size"), std::string::npos) << one.output;
   EXPECT_NE(one.output.find("flag --tensor-parallel-size = 1"), std::string::npos) << one.output;
+  auto two = testing::run_sluice(serve + " -tp 2");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("flag --tensor-parallel-size = 2"), std::string::npos) << two.output;
   for (const char* eight : {" -tp 8", " -tp=8"}) {
     auto r = testing::run_sluice(serve + eight);
     EXPECT_TRUE(refused_naming(r, "--tensor-parallel-size")) << r.output;
-    EXPECT_NE(r.output.find("--tensor-parallel-size 8 (-tp) has no effect"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--tensor-parallel-size 8 must divide the model's num_attention_heads (4)"),
+              std::string::npos)
+        << r.output;
   }
+  auto tiered = testing::run_sluice(serve + " -tp 2 --kv-offloading-size 1");
+  EXPECT_TRUE(refused_naming(tiered, "--kv-offloading-size")) << tiered.output;
 }
 
 // vLLM's parser names: the two combine; names sluice lacks, or that vLLM has only as tool-call

@@ -19,9 +19,10 @@ SRC = ROOT / "src"
 ALLOWED = {
     "common": set(),
     "backend": {"common"},
+    "comm": {"common"},
     "backend/cpu": {"backend", "common"},
     "backend/cuda": {"backend", "backend/cpu", "common"},
-    "model": {"backend", "common"},
+    "model": {"backend", "comm", "common"},
     "kv": {"common"},
     "sched": {"common", "kv"},
     "engine": {"backend", "common", "kv", "sched"},

@@ -200,6 +200,16 @@ class Ops {
 
   // out[r] = table[token_ids[r]]
   virtual void embedding(const Tensor& table, Tensor out) = 0;
+  // (optional) Vocab-parallel embedding: `table` holds the rows of token ids
+  // [first_token_id, first_token_id + table.rows()); out[r] = the row of
+  // token_ids[r] where it falls there, else zeros (the ranks' outputs summed
+  // give the whole lookup).
+  virtual Status embedding_shard(const Tensor& table, TokenId first_token_id, Tensor out) {
+    (void)table;
+    (void)first_token_id;
+    (void)out;
+    return Error{"this backend has no vocab-parallel embedding"};
+  }
   // out = x / rms(x) * weight, row-wise over cols. x and out may alias.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
   // residual += x; out = rms_norm(residual). The fused pre-norm of each block.

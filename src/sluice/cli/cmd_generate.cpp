@@ -13,6 +13,7 @@
 #endif
 #include "sluice/common/io.h"
 #include "sluice/cli/commands.h"
+#include "sluice/cli/cpu_ranks.h"
 #include "sluice/cli/cuda_flags.h"
 #include "sluice/model/config.h"
 #include "sluice/model/generate.h"
@@ -32,6 +33,7 @@ struct GenerateArgs {
   std::optional<std::uint64_t> seed;
   bool ignore_eos = false;
   int num_threads = 0;
+  std::int32_t tensor_parallel_size = 1;  // cpu only: ranks as threads
   std::string device = "cpu";
   std::int32_t block_size_tokens = 16;
   std::int32_t prefill_chunk_tokens = 0;
@@ -84,17 +86,23 @@ Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
 }
 
-Result<std::unique_ptr<Ops>> make_ops(const GenerateArgs& args) {
+// One Ops per tensor-parallel rank.
+Result<std::vector<std::unique_ptr<Ops>>> make_ops(const GenerateArgs& args) {
   if (args.device == "cuda") {
+    if (args.tensor_parallel_size != 1)
+      return Error{"--tensor-parallel-size > 1 runs on --device cpu only until the NCCL communicator lands"};
 #if SLUICE_HAVE_CUDA
     const CudaOptions options = cuda_options(args.cuda);
     std::fprintf(stderr, "cuda: %s\n", describe(options).c_str());
-    return make_cuda_ops(options);
+    SLUICE_TRY_ASSIGN(ops, make_cuda_ops(options));
+    std::vector<std::unique_ptr<Ops>> one;
+    one.push_back(std::move(ops));
+    return one;
 #else
     return Error{"--device cuda: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON)"};
 #endif
   }
-  return make_cpu_ops({.num_threads = args.num_threads});
+  return cpu_ops_per_rank(args.num_threads, args.tensor_parallel_size);
 }
 
 Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
@@ -117,8 +125,7 @@ Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   runner_options.num_kv_blocks =
       static_cast<std::int32_t>((needed_tokens + args.block_size_tokens - 1) / args.block_size_tokens);
   SLUICE_TRY_ASSIGN(ops, make_ops(args));
-  SLUICE_TRY_ASSIGN(backend, make_model_runner(args.model_dir, std::move(ops),
-                                               runner_options));
+  SLUICE_TRY_ASSIGN(backend, make_tensor_parallel_model_runner(args.model_dir, std::move(ops), runner_options));
   GenerateOptions options{.max_new_tokens = args.max_tokens,
                           .sampling = sampling,
                           .stop_token_ids = args.ignore_eos ? std::vector<TokenId>{} : config.eos_token_ids,
@@ -152,6 +159,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "sampling seed (reproducible output)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after an end-of-sequence token");
   cmd->add_option("--threads", args->num_threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tensor-parallel-size", args->tensor_parallel_size,
+                  "cpu: split the model over this many ranks, one thread each (the dense family)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--device", args->device, "cpu (the reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-size", args->block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk_tokens, "prefill at most this many tokens per step")

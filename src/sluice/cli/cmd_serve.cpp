@@ -21,6 +21,7 @@
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
+#include "sluice/model/decoder_model.h"
 #include "sluice/server/generation_defaults.h"
 #include "sluice/server/parser_names.h"
 #include "sluice/server/server.h"
@@ -243,10 +244,21 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
   };
   if (args.tensor_parallel_size < 1)
     errors.push_back(fmt::format("--tensor-parallel-size {} must be >= 1", args.tensor_parallel_size));
-  if (args.device != "sim" && args.tensor_parallel_size != 1)
-    errors.push_back(fmt::format("--tensor-parallel-size {} (-tp) has no effect with --device {}: it runs on one "
-                                 "device (1 is supported; --device sim replays an N-GPU launch)",
-                                 args.tensor_parallel_size, args.device));
+  if (args.device == "cuda" && args.tensor_parallel_size != 1)
+    errors.push_back(fmt::format("--tensor-parallel-size {} (-tp) has no effect with --device cuda: it runs on one "
+                                 "GPU until the NCCL communicator lands (--device cpu runs the ranks as threads; "
+                                 "--device sim replays an N-GPU launch)",
+                                 args.tensor_parallel_size));
+  if (args.device == "cpu" && args.tensor_parallel_size > 1) {
+    // Refused with the other flags rather than at load; a config that does
+    // not read is reported when the model loads.
+    const std::string& dir = args.model_positional.empty() ? args.model_dir : args.model_positional;
+    if (auto config = load_model_config(dir); config.ok())
+      refuse(check_tensor_parallel(*config, args.tensor_parallel_size));
+  }
+  if (args.device == "cpu" && args.tensor_parallel_size > 1 && args.kv_offloading_size_gib > 0)
+    errors.push_back("--kv-offloading-size is not implemented with --tensor-parallel-size > 1: the host tier copies "
+                     "one rank's KV pages");
   if (args.device != "sim" && args.enable_expert_parallel)
     errors.push_back(fmt::format("--enable-expert-parallel has no effect with --device {}: it runs on one device, "
                                  "every expert is local (--device sim replays an expert-parallel launch)",
@@ -458,7 +470,8 @@ void add_serve_command(CLI::App& app) {
       },
       "print how each vLLM flag maps to sluice, then exit");
   cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size,
-                  "GPUs the model is split over (vLLM's -tp too): 1 on cpu and cuda; any on sim (an N-GPU launch replayed)");
+                  "ranks the model is split over (vLLM's -tp too): cpu: one thread each, the dense family; cuda: 1; "
+                  "sim: an N-GPU launch replayed");
   cmd->add_flag("--enable-expert-parallel", a.enable_expert_parallel,
                 "sim: routed experts split over the --tensor-parallel-size GPUs, as vLLM's flag");
   cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");

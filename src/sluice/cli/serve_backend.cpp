@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/cli/cpu_ranks.h"
 #include "sluice/cli/serve_sim_backend.h"
 #include "sluice/model/model_runner.h"
 #include "sluice/sim/hardware.h"
@@ -45,8 +46,9 @@ Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
                             .kv_cache_bytes = options.kv_cache_memory_bytes.value_or(kDefaultCpuKvCacheBytes),
                             .max_model_len_tokens = options.max_model_len_tokens,
                             .show_progress = options.show_progress};
-  SLUICE_TRY_ASSIGN(backend,
-                    make_model_runner(options.model_dir, make_cpu_ops({.num_threads = options.num_threads}), runner));
+  SLUICE_TRY_ASSIGN(backend, make_tensor_parallel_model_runner(
+                                 options.model_dir, cpu_ops_per_rank(options.num_threads, options.tensor_parallel_size),
+                                 runner));
   return ServeBackend{.backend = std::move(backend),
                       .cost_model = nullptr,
                       .cost_model_description = "token-count fallback (CPU: no cost model)"};

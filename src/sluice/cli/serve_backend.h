@@ -34,7 +34,7 @@ struct ServeBackendOptions {
   std::int32_t max_num_batched_tokens = 8192;  // cuda: sizes the activation reserve
   std::optional<std::int64_t> kv_cache_memory_bytes;  // cpu (default 1 GiB); sim (default: the memory plan's)
   double gpu_memory_utilization = 0.9;                // cuda, sim
-  std::int32_t tensor_parallel_size = 1;              // sim only (cpu and cuda run on one device)
+  std::int32_t tensor_parallel_size = 1;              // cpu (ranks as threads, dense family), sim; cuda: 1
   bool enable_expert_parallel = false;                // sim only: routed experts over the TP GPUs
   CudaOptions cuda;                                // cuda: from the --cuda-* flags
   int num_threads = 0;                             // cpu

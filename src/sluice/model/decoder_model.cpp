@@ -1,5 +1,7 @@
 #include "sluice/model/decoder_model.h"
 
+#include <fmt/format.h>
+
 #include "sluice/model/deepseek_v3.h"
 #include "sluice/model/llama.h"
 
@@ -17,8 +19,27 @@ Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs&
   return logits;
 }
 
+Status check_tensor_parallel(const ModelConfig& config, std::int32_t num_ranks) {
+  if (num_ranks == 1) return Ok{};
+  if (config.architecture == Architecture::deepseek_v3 || config.architecture == Architecture::deepseek_v4)
+    return Error{fmt::format("--tensor-parallel-size {}: tensor parallelism covers the dense Llama family only; {} "
+                             "waits for expert parallelism (issue 19)",
+                             num_ranks, architecture_name(config.architecture)),
+                 ErrorCode::kInvalidArgument};
+  const std::pair<const char*, std::int64_t> splits[] = {{"num_attention_heads", config.num_heads},
+                                                         {"num_key_value_heads", config.num_kv_heads},
+                                                         {"intermediate_size", config.intermediate_size},
+                                                         {"vocab_size", config.vocab_size}};
+  for (const auto& [field, value] : splits)
+    if (value % num_ranks != 0)
+      return Error{fmt::format("--tensor-parallel-size {} must divide the model's {} ({})", num_ranks, field, value),
+                   ErrorCode::kInvalidArgument};
+  return Ok{};
+}
+
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                         Ops& ops, const LoadProgress& progress) {
+                                                         Ops& ops, const LoadProgress& progress,
+                                                         Communicator* comm) {
   // Refused on every backend, CPU included, until the engine can hold its
   // state: the CPU reference (deepseek_v4.h) runs one sequence on its own.
   if (config.architecture == Architecture::deepseek_v4)
@@ -27,11 +48,12 @@ Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& conf
         "keys, the sliding window and the partial window state) with prefix caching (issue 18 stage 2) and the "
         "CUDA kernels (compressors, lightning indexer, sparse sink attention, mHC, hash/sqrtsoftplus routing, "
         "FP4 experts; stage 3); only the CPU reference DeepseekV4Reference runs it"};
+  if (comm) SLUICE_TRY(check_tensor_parallel(config, comm->size()));
   if (config.architecture == Architecture::deepseek_v3) {
     SLUICE_TRY_ASSIGN(model, DeepseekV3Model::load(config, checkpoint, ops, progress));
     return std::unique_ptr<DecoderModel>(std::move(model));
   }
-  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, ops, progress));
+  SLUICE_TRY_ASSIGN(model, LlamaModel::load(config, checkpoint, ops, progress, comm));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }
 

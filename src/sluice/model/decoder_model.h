@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "sluice/backend/ops.h"
+#include "sluice/comm/communicator.h"
 #include "sluice/model/config.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/weight_binder.h"
@@ -36,9 +37,17 @@ struct FinalLogitsInputs {
 };
 Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs& in);
 
+// Whether `num_ranks` tensor-parallel ranks can split this model: the dense
+// family only, with its heads, KV heads, MLP width and vocabulary divisible.
+// The message starts with the flag, as serve's flag checks report refusals.
+Status check_tensor_parallel(const ModelConfig& config, std::int32_t num_ranks);
+
 // Checks every tensor's name and shape against the config, rejects tensors the
-// architecture does not use, and uploads the weights through `ops`.
+// architecture does not use, and uploads the weights through `ops`. With a
+// communicator of size > 1, this rank's tensor-parallel share of them (the
+// dense family only).
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                         Ops& ops, const LoadProgress& progress);
+                                                         Ops& ops, const LoadProgress& progress,
+                                                         Communicator* comm = nullptr);
 
 }  // namespace sluice

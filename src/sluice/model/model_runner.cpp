@@ -5,18 +5,32 @@
 #include <climits>
 #include <cstdio>
 #include <optional>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "sluice/comm/cpu_communicator.h"
 #include "sluice/model/decoder_model.h"
 
 namespace sluice {
 namespace {
 
+// One rank of a tensor-parallel group (the only one without a group): its
+// Ops (KV pages, scratch, threads) and its share of the weights.
+struct Rank {
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<DecoderModel> model;
+};
+
 class ModelRunner final : public Backend {
  public:
-  ModelRunner(std::unique_ptr<Ops> ops, Checkpoint checkpoint, std::unique_ptr<DecoderModel> model, BackendInfo info)
-      : ops_(std::move(ops)), checkpoint_(std::move(checkpoint)), model_(std::move(model)), info_(std::move(info)) {}
+  ModelRunner(std::vector<Rank> ranks, std::unique_ptr<CpuCommunicatorGroup> group, Checkpoint checkpoint,
+              BackendInfo info)
+      : ranks_(std::move(ranks)), group_(std::move(group)), ops_(ranks_.front().ops.get()),
+        checkpoint_(std::move(checkpoint)),
+        info_(std::move(info)) {}
 
   const BackendInfo& info() const override { return info_; }
 
@@ -38,8 +52,7 @@ class ModelRunner final : public Backend {
     }
     check_batch(batch);
     const StepLayout layout = StepLayout::from_batch(batch);
-    ops_->begin_step(layout);
-    SLUICE_TRY_ASSIGN(logits, model_->forward(*ops_, layout));
+    SLUICE_TRY_ASSIGN(logits, forward(layout));
     // On the GPU the forward is in flight here: the masks are computed under it.
     batch.fill_late_masks();
 
@@ -79,6 +92,53 @@ class ModelRunner final : public Backend {
   }
 
  private:
+  // Every rank's forward of the step: rank 0 on this thread, each other rank
+  // on a thread of its own for the step. A rank's failure stops at its
+  // thread's boundary and aborts the group, which wakes every rank waiting in
+  // a collective: the step fails with the first failing rank's reason.
+  Result<Tensor> forward(const StepLayout& layout) {
+    if (!group_) return forward_rank(0, layout);
+    if (const auto reason = group_->abort_reason())
+      return Error{fmt::format("the tensor-parallel group is down: {}", *reason), ErrorCode::kUnavailable};
+    std::vector<std::optional<Result<Tensor>>> results(ranks_.size());
+    {
+      std::vector<std::jthread> others;
+      try {
+        for (std::size_t r = 1; r < ranks_.size(); ++r)
+          others.emplace_back([this, r, &layout, &results] { results[r] = forward_rank(r, layout); });
+      } catch (const std::system_error& e) {
+        // Ranks already started wait for rank 0: the abort lets them return
+        // before `others` joins them.
+        group_->rank(0).abort(fmt::format("cannot start a rank's thread: {}", e.what()));
+        return Error{fmt::format("tensor-parallel step failed: {}", *group_->abort_reason())};
+      }
+      results[0] = forward_rank(0, layout);
+    }
+    for (const auto& result : results)
+      if (!result->ok())
+        return Error{fmt::format("tensor-parallel step failed: {}",
+                                 group_->abort_reason().value_or(result->error_message()))};
+    return std::move(*results[0]);
+  }
+
+  Result<Tensor> forward_rank(std::size_t r, const StepLayout& layout) {
+    Rank& rank = ranks_[r];
+    if (!group_) {
+      rank.ops->begin_step(layout);
+      return rank.model->forward(*rank.ops, layout);
+    }
+    Communicator& comm = group_->rank(static_cast<std::int32_t>(r));
+    try {
+      rank.ops->begin_step(layout);
+      Result<Tensor> logits = rank.model->forward(*rank.ops, layout);
+      if (!logits.ok()) comm.abort(logits.error_message());
+      return logits;
+    } catch (const std::exception& e) {
+      comm.abort(e.what());
+      return Error{e.what()};
+    }
+  }
+
   // Batches come from the engine, which validated every request
   // (engine/request_validation.h), or from generate_sequence, which checks its
   // prompt: a malformed one is a bug there, and would write other sequences' KV.
@@ -106,9 +166,10 @@ class ModelRunner final : public Backend {
     }
   }
 
-  std::unique_ptr<Ops> ops_;
+  std::vector<Rank> ranks_;
+  std::unique_ptr<CpuCommunicatorGroup> group_;  // null with one rank
+  Ops* ops_;  // rank 0's: copies and sampling
   Checkpoint checkpoint_;  // keeps the mmapped weights alive
-  std::unique_ptr<DecoderModel> model_;
   BackendInfo info_;
 };
 
@@ -122,21 +183,45 @@ void print_progress(std::size_t done, std::size_t total, std::size_t bytes_done,
 
 Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,
                                                    const ModelRunnerOptions& options) {
+  std::vector<std::unique_ptr<Ops>> rank_ops;
+  rank_ops.push_back(std::move(ops));
+  return make_tensor_parallel_model_runner(model_dir, std::move(rank_ops), options);
+}
+
+Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::string& model_dir,
+                                                                   std::vector<std::unique_ptr<Ops>> rank_ops,
+                                                                   const ModelRunnerOptions& options) {
+  SLUICE_CHECK(!rank_ops.empty());
+  const auto num_ranks = static_cast<std::int32_t>(rank_ops.size());
+  if (num_ranks > 1 && options.device_memory_budget_bytes > 0)
+    return Error{"sizing the KV cache by device memory is not implemented with tensor parallelism"};
   SLUICE_TRY_ASSIGN(config, load_model_config(model_dir));
   SLUICE_TRY_ASSIGN(checkpoint, Checkpoint::open(model_dir));
-  SLUICE_TRY_ASSIGN(model, load_decoder_model(config, checkpoint, *ops,
-                                              options.show_progress ? LoadProgress(print_progress) : LoadProgress()));
+  auto group = num_ranks > 1 ? std::make_unique<CpuCommunicatorGroup>(num_ranks) : nullptr;
+  std::vector<Rank> ranks;
+  for (std::int32_t r = 0; r < num_ranks; ++r) {
+    Rank& rank = ranks.emplace_back(Rank{.ops = std::move(rank_ops[static_cast<std::size_t>(r)])});
+    const bool progress = options.show_progress && r == 0;
+    SLUICE_TRY_ASSIGN(model, load_decoder_model(config, checkpoint, *rank.ops,
+                                                progress ? LoadProgress(print_progress) : LoadProgress(),
+                                                group ? &group->rank(r) : nullptr));
+    rank.model = std::move(model);
+  }
+  Ops& ops = *ranks.front().ops;
+  const DecoderModel& model = *ranks.front().model;
   if (options.block_size_tokens <= 0) return Error{"block size must be positive"};
   BackendInfo info{.name = "model",
                    .block_size_tokens = options.block_size_tokens,
                    .vocab_size = config.vocab_size,
                    .max_model_len_tokens = options.max_model_len_tokens > 0 ? options.max_model_len_tokens
                                                                             : config.max_position_embeddings};
+  // A block's bytes over all ranks (each holds its share of the KV heads):
+  // kv_cache_bytes is the whole cache's.
   const std::int64_t bytes_per_block =
-      model->kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops->activation_dtype());
+      model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops.activation_dtype()) * num_ranks;
   std::int64_t kv_cache_bytes = options.kv_cache_bytes;
   if (options.device_memory_budget_bytes > 0) {
-    const std::optional<std::int64_t> free_bytes = ops->device_memory_free_bytes();
+    const std::optional<std::int64_t> free_bytes = ops.device_memory_free_bytes();
     if (!free_bytes) return Error{"sizing the KV cache by device memory needs a backend with device memory"};
     const std::int64_t used_bytes = options.device_memory_total_bytes - *free_bytes;
     kv_cache_bytes = options.device_memory_budget_bytes - used_bytes;
@@ -151,13 +236,15 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
                            : static_cast<std::int32_t>(derived_blocks);
   if (info.num_kv_blocks < 1)
     return Error{fmt::format("KV cache of {} bytes holds no block of {} bytes", kv_cache_bytes, bytes_per_block)};
-  SLUICE_TRY(ops->allocate_kv_cache(model->kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
-  if (ops->host_link_bytes_per_s() > 0) {
+  for (Rank& rank : ranks)
+    SLUICE_TRY(rank.ops->allocate_kv_cache(rank.model->kv_cache_spec(info.num_kv_blocks, options.block_size_tokens)));
+  // The host tier copies rank 0's pages only: one rank, for now.
+  if (num_ranks == 1 && ops.host_link_bytes_per_s() > 0) {
     info.kv_bytes_per_block = bytes_per_block;
-    info.host_link_bytes_per_s = ops->host_link_bytes_per_s();
+    info.host_link_bytes_per_s = ops.host_link_bytes_per_s();
   }
   return std::unique_ptr<Backend>(
-      std::make_unique<ModelRunner>(std::move(ops), std::move(checkpoint), std::move(model), std::move(info)));
+      std::make_unique<ModelRunner>(std::move(ranks), std::move(group), std::move(checkpoint), std::move(info)));
 }
 
 }  // namespace sluice

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sluice/backend/backend.h"
 #include "sluice/backend/ops.h"
@@ -28,5 +29,17 @@ struct ModelRunnerOptions {
 
 Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,
                                                    const ModelRunnerOptions& options);
+
+// Tensor parallel over rank_ops.size() ranks: one Ops each (its KV pages,
+// scratch and threads), a CpuCommunicatorGroup between them, each rank's
+// forward on its own thread; rank 0's logits are sampled. One Ops is
+// make_model_runner. Every rank has the same num_kv_blocks, each holding its
+// share of the KV heads; kv_cache_bytes is all ranks' together. No host KV
+// tier or device-memory sizing yet. A rank that fails (an error or an
+// exception) aborts the group: the step fails with that rank's reason, and
+// so does every later step.
+Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::string& model_dir,
+                                                                   std::vector<std::unique_ptr<Ops>> rank_ops,
+                                                                   const ModelRunnerOptions& options);
 
 }  // namespace sluice

@@ -1,5 +1,7 @@
 #include "sluice/model/weight_binder.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -71,6 +73,46 @@ Result<Tensor> WeightBinder::concatenated(const std::vector<std::pair<std::strin
     tensors.push_back(tensor);
   }
   return ops_.upload_concatenated(tensors);
+}
+
+Result<Tensor> WeightBinder::row_shards(const std::vector<std::pair<std::string, Shape>>& parts,
+                                        WeightShard shard) {
+  if (shard.size == 1) return parts.size() == 1 ? weight(parts[0].first, parts[0].second) : concatenated(parts);
+  std::vector<Tensor> slices;
+  for (const auto& [name, shape] : parts) {
+    SLUICE_TRY_ASSIGN(tensor, host(name, shape, false));
+    // A 1-D tensor is a column of rows here; its slice goes back to 1-D.
+    const Tensor rows = shape.rank == 1 ? tensor.reshaped({shape[0], 1}) : tensor;
+    if (rows.rows() % shard.size != 0)
+      return Error{fmt::format("tensor '{}' has {} rows, which {} tensor-parallel ranks cannot split evenly", name,
+                               rows.rows(), shard.size)};
+    const std::int64_t count = rows.rows() / shard.size;
+    const Tensor slice = rows.row_slice(shard.rank * count, count);
+    slices.push_back(shape.rank == 1 ? slice.reshaped({count}) : slice);
+  }
+  return ops_.upload_concatenated(slices);
+}
+
+Result<Tensor> WeightBinder::column_shard(const std::string& name, const Shape& shape, WeightShard shard) {
+  if (shard.size == 1) return weight(name, shape);
+  SLUICE_TRY_ASSIGN(tensor, host(name, shape, false));
+  if (shape.rank != 2 || shape.cols() % shard.size != 0)
+    return Error{fmt::format("tensor '{}' of shape {} has columns {} tensor-parallel ranks cannot split evenly", name,
+                             shape.str(), shard.size)};
+  const std::int64_t rows = shape.rows(), cols = shape.cols() / shard.size;
+  const std::size_t element_bytes = dtype_size_bytes(tensor.dtype);
+  const std::size_t row_bytes = static_cast<std::size_t>(cols) * element_bytes;
+  // Host buffers are float vectors: rounded up to hold the bytes of any dtype.
+  std::vector<float>& buffer =
+      host_buffers_.emplace_back((static_cast<std::size_t>(rows) * row_bytes + sizeof(float) - 1) / sizeof(float));
+  const auto* src = static_cast<const std::byte*>(tensor.data);
+  auto* dst = reinterpret_cast<std::byte*>(buffer.data());
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + static_cast<std::size_t>(r) * row_bytes,
+                src + (static_cast<std::size_t>(r * shape.cols()) + static_cast<std::size_t>(shard.rank * cols)) *
+                          element_bytes,
+                row_bytes);
+  return ops_.upload_weight(Tensor{buffer.data(), tensor.dtype, Shape{rows, cols}});
 }
 
 void WeightBinder::skip(const std::string& prefix, const std::string& why) { skipped_.emplace_back(prefix, why); }

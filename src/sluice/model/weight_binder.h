@@ -38,6 +38,12 @@ struct WeightUse {
   std::int64_t row_slice_at = 0;
 };
 
+// One rank's part of a weight split evenly over `size` ranks (tensor parallelism).
+struct WeightShard {
+  std::int32_t rank = 0;
+  std::int32_t size = 1;
+};
+
 class WeightBinder {
  public:
   WeightBinder(const Checkpoint& checkpoint, Ops& ops, const LoadProgress& progress,
@@ -47,6 +53,13 @@ class WeightBinder {
   // Host tensors stacked along their first dimension into one backend tensor
   // (each used as `use` says).
   Result<Tensor> concatenated(const std::vector<std::pair<std::string, Shape>>& parts, const WeightUse& use = {});
+  // Tensor parallelism (shards are f32 or the checkpoint's dtype; FP8 is
+  // dequantized). Column-parallel: this rank's rows (output features) of each
+  // part, stacked; every part's rows must divide by shard.size. A 1-D part (a
+  // bias) splits the same way.
+  Result<Tensor> row_shards(const std::vector<std::pair<std::string, Shape>>& parts, WeightShard shard);
+  // Row-parallel: this rank's columns (input features) of a 2-D weight, copied.
+  Result<Tensor> column_shard(const std::string& name, const Shape& shape, WeightShard shard);
   // Whether parts of these shapes, stacked, would stay FP8 under `use`: an
   // op whose weights must share a dtype (moe_experts' gate_up and down) asks
   // for both before binding either.

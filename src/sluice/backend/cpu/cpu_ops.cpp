@@ -155,6 +155,22 @@ class CpuOps final : public Ops {
     });
   }
 
+  Status embedding_shard(const Tensor& table, TokenId first_token_id, Tensor out) override {
+    const std::int64_t width = table.cols();
+    SLUICE_CHECK_EQ(out.cols(), width);
+    pool_.parallel_for(layout_->num_rows(), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t row = std::int64_t{layout_->token_ids[r]} - first_token_id;
+        float* dst = out.as<float>() + r * width;
+        if (row >= 0 && row < table.rows())
+          to_f32(table, row * width, width, dst);
+        else
+          std::fill(dst, dst + width, 0.0f);
+      }
+    });
+    return Ok{};
+  }
+
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
     const std::int64_t width = x.cols();
     SLUICE_CHECK_EQ(weight.numel(), width);
