@@ -19,10 +19,10 @@ SRC = ROOT / "src"
 ALLOWED = {
     "common": set(),
     "backend": {"common"},
-    "comm": {"common"},
+    "dist": {"common"},
     "backend/cpu": {"backend", "common"},
     "backend/cuda": {"backend", "backend/cpu", "common"},
-    "model": {"backend", "comm", "common"},
+    "model": {"backend", "common", "dist"},
     "kv": {"common"},
     "sched": {"common", "kv"},
     "engine": {"backend", "common", "kv", "sched"},

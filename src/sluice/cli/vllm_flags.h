@@ -75,7 +75,7 @@ inline constexpr std::array kVllmFlags = {
     VllmFlag{"--enforce-eager", false, VllmFlagKind::kRefused, "", "there is no torch.compile; the CUDA backend's launch options are the --cuda-* flags"},
     VllmFlag{"--mm-encoder-tp-mode", true, VllmFlagKind::kRefused, "", "no multimodal encoder: sluice serves text only"},
     VllmFlag{"--limit-mm-per-prompt", true, VllmFlagKind::kRefused, "", "no multimodal encoder: sluice serves text only"},
-    VllmFlag{"--swap-space", true, VllmFlagKind::kRefused, "", "preempted requests recompute their prefix (their blocks stay cached, and go to the host tier of --kv-offloading-size like any other)"},
+    VllmFlag{"--swap-space", true, VllmFlagKind::kRefused, "", "preemption swaps to the host tier of --kv-offloading-size when storing and reloading is cheaper than recomputing; without that tier a preempted request recomputes its prefix"},
     VllmFlag{"--kv-offloading-size", true, VllmFlagKind::kSame, "", "GiB of host memory for the KV tier below the device"},
     VllmFlag{"--kv-offloading-backend", true, VllmFlagKind::kSame, "native", "only native: sluice's own host memory tier"},
     VllmFlag{"--cpu-offload-gb", true, VllmFlagKind::kRefused, "", "no weight offload: weights stay on the device"},

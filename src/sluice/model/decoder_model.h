@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "sluice/backend/ops.h"
-#include "sluice/comm/communicator.h"
+#include "sluice/dist/communicator.h"
 #include "sluice/model/config.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/weight_binder.h"

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "sluice/comm/communicator.h"
+#include "sluice/dist/communicator.h"
 #include "sluice/model/decoder_model.h"
 
 namespace sluice {

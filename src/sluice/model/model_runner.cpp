@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "sluice/comm/cpu_communicator.h"
+#include "sluice/dist/cpu_communicator.h"
 #include "sluice/model/decoder_model.h"
 
 namespace sluice {

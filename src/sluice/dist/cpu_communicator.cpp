@@ -1,4 +1,4 @@
-#include "sluice/comm/cpu_communicator.h"
+#include "sluice/dist/cpu_communicator.h"
 
 #include <algorithm>
 #include <condition_variable>

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "sluice/comm/cpu_communicator.h"
+#include "sluice/dist/cpu_communicator.h"
 
 namespace sluice {
 namespace {

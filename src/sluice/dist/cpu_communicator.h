@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sluice/comm/communicator.h"
+#include "sluice/dist/communicator.h"
 
 namespace sluice {
 
