@@ -54,8 +54,8 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   config.max_step_ms = 1.0 + pick(3);
   config.kv_reserve_fraction = pick(2) == 0 ? 0.0 : 0.1;
   const bool host_tier = pick(3) != 0;
-  // Half the host-tier runs on a tight pool: decode growth preempts, and swaps.
-  const bool tight = host_tier && pick(2) == 0;
+  // Half the runs on a tight pool: decode growth preempts (and swaps, with a host tier).
+  const bool tight = pick(2) == 0;
   const std::int32_t num_blocks = (tight ? 150 : 200) / block + pick(tight ? 8 : 60);
   auto backend = std::make_unique<KvCheckingBackend>(num_blocks, block, 512);
   if (host_tier) {
