@@ -1,5 +1,5 @@
 // Property tests: random workloads (shared prefixes, memory pressure, random
-// aborts, a host KV tier of random size, admission and copy speed, its copies
+// aborts, tight pools, a host KV tier of random size, admission and copy speed, its copies
 // completing 0-2 steps late, preemptions that swap to it) under every policy. Whatever happens: invariants hold every step,
 // every request finishes or is aborted, every block comes back with reference
 // count zero, non-aborted outputs equal the single-sequence oracle, and the
