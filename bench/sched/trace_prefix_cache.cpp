@@ -1,12 +1,14 @@
 // Prefix-cache hit rate on a production trace (Mooncake JSONL: timestamp,
 // input_length, output_length, hash_ids of 512-token blocks) or on a synthetic
-// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, and the
+// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, reuse-history, and the
 // offline optimum (Belady).
 //
 //   trace_prefix_cache TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N]
 //                      [--half all|first|second] [--mode replay|engine|both]
 //                      [--policies lru,slru,prefix-aware] [--slru-protected FRACTION]
 //                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
+//                      [--reuse-seen-weight W] [--reuse-depth-weight B]   (replay only;
+//                                                KvCacheConfig::reuse_seen_weight, reuse_depth_weight_blocks)
 //                      [--host-kv-tokens N] [--host-min-hits H]
 //
 // --host-kv-tokens: a host KV tier of N tokens below the --kv-tokens device
@@ -128,6 +130,8 @@ double belady(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens) {
 }
 
 double g_prefix_hit_weight = KvCacheConfig{}.prefix_hit_weight;
+double g_reuse_seen_weight = KvCacheConfig{}.reuse_seen_weight;
+double g_reuse_depth_weight = KvCacheConfig{}.reuse_depth_weight_blocks;
 std::int64_t g_host_kv_tokens = 0;
 std::int32_t g_host_min_hits = 0;
 
@@ -142,6 +146,8 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
                      .eviction = eviction,
                      .slru_protected_fraction = protected_fraction,
                      .prefix_hit_weight = g_prefix_hit_weight,
+                     .reuse_seen_weight = g_reuse_seen_weight,
+                     .reuse_depth_weight_blocks = g_reuse_depth_weight,
                      .num_host_blocks = static_cast<std::int32_t>(g_host_kv_tokens / kBlockTokens),
                      .host_admission = {.min_hits = g_host_min_hits}});
   std::int64_t queried = 0, hit = 0;
@@ -252,7 +258,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N] [--half all|first|second] "
                  "[--mode replay|engine|both] [--policies lru,slru,prefix-aware] [--slru-protected F] "
-                 "[--prefix-hit-weight W] [--host-kv-tokens N] [--host-min-hits H]\n",
+                 "[--prefix-hit-weight W] [--reuse-seen-weight W] [--reuse-depth-weight B] [--host-kv-tokens N] "
+                 "[--host-min-hits H]\n",
                  argv[0]);
     return 2;
   }
@@ -274,6 +281,10 @@ int main(int argc, char** argv) {
       half = argv[i + 1];
     } else if (flag == "--prefix-hit-weight") {
       g_prefix_hit_weight = std::stod(argv[i + 1]);
+    } else if (flag == "--reuse-seen-weight") {
+      g_reuse_seen_weight = std::stod(argv[i + 1]);
+    } else if (flag == "--reuse-depth-weight") {
+      g_reuse_depth_weight = std::stod(argv[i + 1]);
     } else if (flag == "--host-kv-tokens") {
       g_host_kv_tokens = std::stoll(argv[i + 1]);
     } else if (flag == "--host-min-hits") {

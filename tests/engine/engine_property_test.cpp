@@ -1,11 +1,12 @@
 // Property tests: random workloads (shared prefixes, memory pressure, random
-// aborts, a host KV tier of random size, admission and copy speed, its copies
-// completing 0-2 steps late, preemptions that swap to it) under every policy. Whatever happens: invariants hold every step,
+// aborts, tight pools, a host KV tier of random size, admission and copy speed, its copies
+// completing 0-2 steps late, preemptions that swap to it) under every scheduling and eviction policy. Whatever happens: invariants hold every step,
 // every request finishes or is aborted, every block comes back with reference
 // count zero, non-aborted outputs equal the single-sequence oracle, and the
 // same seed gives the same run; inline and with async scheduling.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <set>
 
@@ -47,15 +48,16 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   config.clock = ClockMode::kVirtual;
   config.async_scheduling = async_scheduling;
   config.scheduling = static_cast<SchedulingPolicy>(pick(5));
-  config.eviction = pick(2) == 0 ? EvictionPolicy::kLru : EvictionPolicy::kSlru;
+  config.eviction = std::array{EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware,
+                               EvictionPolicy::kReuseHistory}[static_cast<std::size_t>(pick(4))];
   config.max_num_seqs = 1 + pick(8);
   config.max_num_batched_tokens = config.max_num_seqs + pick(64);
   config.long_prefill_token_threshold = pick(3) == 0 ? 0 : 1 + pick(32);
   config.max_step_ms = 1.0 + pick(3);
   config.kv_reserve_fraction = pick(2) == 0 ? 0.0 : 0.1;
   const bool host_tier = pick(3) != 0;
-  // Half the host-tier runs on a tight pool: decode growth preempts, and swaps.
-  const bool tight = host_tier && pick(2) == 0;
+  // Half the runs on a tight pool: decode growth preempts (and swaps, with a host tier).
+  const bool tight = pick(2) == 0;
   const std::int32_t num_blocks = (tight ? 150 : 200) / block + pick(tight ? 8 : 60);
   auto backend = std::make_unique<KvCheckingBackend>(num_blocks, block, 512);
   if (host_tier) {

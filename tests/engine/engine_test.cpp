@@ -349,6 +349,37 @@ TEST_P(EngineInBothModes, PreemptionUnderMemoryPressureKeepsResultsExact) {
   }
 }
 
+// Found by the property test (block 4, 37 blocks, prefill-first, 4 seats, 34
+// batched tokens, no host tier): a waiting request's prefix probe counted its
+// hit blocks as in use (their owner was running), the owner finished without
+// any eviction, and the probe, only ever extended, kept that count. Admission
+// then thought the request needed 5 blocks fewer than it did, its commit
+// failed, and a prefill-first plan (which leaves the decodes out when it has a
+// prefill) ran nothing: the same empty step forever. Here "w" waits for a seat
+// while "a" holds its prefix, "a" ends, and "w" does not fit beside "b".
+TEST_P(EngineInBothModes, AStaleProbeAfterItsHitBlocksWereFreedDoesNotStallPrefillFirst) {
+  EngineConfig config = small_config(GetParam());
+  config.scheduling = SchedulingPolicy::kPrefillFirst;
+  config.max_num_seqs = 2;
+  config.max_num_batched_tokens = 256;
+  auto engine = make_engine(config, 37);  // 148 tokens of KV
+  const std::vector<TokenId> shared = tokens_from(20, 500);  // 5 blocks
+  std::vector<TokenId> w_prompt = shared;
+  for (TokenId t : tokens_from(30, 900)) w_prompt.push_back(t);  // 13 blocks in all
+  const std::vector<TokenId> b_prompt = tokens_from(100, 0);      // 25 blocks, 35 at its end
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& r : {request("a", shared, 3), request("b", b_prompt, 40), request("w", w_prompt, 5)}) {
+    auto s = engine->submit(r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    streams.push_back(*s);
+  }
+  auto out = run(*engine, streams, 500);
+  EXPECT_EQ(out["a"].tokens, reference_generate(shared, 3));
+  EXPECT_EQ(out["b"].tokens, reference_generate(b_prompt, 40));
+  EXPECT_EQ(out["w"].tokens, reference_generate(w_prompt, 5));
+  EXPECT_EQ(out["w"].finish, FinishReason::kLength);
+}
+
 // A context longer than the KV cache: a request without max_tokens used to
 // grow past the cache, preempt itself and wait forever. It now ends at the
 // cache's room with a length finish.
@@ -452,7 +483,7 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   }
   EXPECT_NE(parse_scheduling_policy("vllm").error_message().find("decode-first-token-budget"), std::string::npos);
   EXPECT_EQ(parse_eviction_policy("slru").value(), EvictionPolicy::kSlru);
-  for (auto e : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware}) {
+  for (auto e : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware, EvictionPolicy::kReuseHistory}) {
     EXPECT_EQ(parse_eviction_policy(to_string(e)).value(), e);
   }
   EXPECT_FALSE(parse_eviction_policy("lfu").ok());

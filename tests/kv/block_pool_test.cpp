@@ -43,5 +43,37 @@ TEST(BlockPool, CachedBlockSurvivesReleaseUntilEvicted) {
   pool.check_invariants();
 }
 
+// The reuse history outlives the blocks: a key evicted and computed again
+// remembers every request that used it, and that count ranks its release.
+TEST(BlockPool, ReuseHistoryRemembersKeysPastTheirEviction) {
+  BlockPool pool(2, EvictionPolicy::kReuseHistory, 0, {}, ReuseHistoryParams{.seen_weight_blocks = 100.0}, 256);
+  std::vector<BlockId> a = pool.allocate(2);
+  EXPECT_TRUE(pool.register_hash(a[0], 111));  // a request computes 111
+  EXPECT_FALSE(pool.register_hash(a[1], 111)) << "another computes it too: a second use, not cached twice";
+  pool.release(a[1]);
+  pool.touch(a[0]);  // a third request hits it
+  EXPECT_EQ(pool.times_seen(111), 3);
+  pool.release(a[0]);
+  pool.release(a[0]);
+  // Both blocks taken: 111 is evicted, its count stays.
+  a = pool.allocate(2);
+  EXPECT_FALSE(pool.lookup(111).has_value());
+  EXPECT_EQ(pool.times_seen(111), 3);
+  EXPECT_TRUE(pool.register_hash(a[0], 111));
+  EXPECT_TRUE(pool.register_hash(a[1], 222));
+  EXPECT_EQ(pool.times_seen(111), 4);
+  EXPECT_EQ(pool.times_seen(222), 1);
+  // 111 was released first but has been used 4 times (2 doublings x 100
+  // releases): 222, newer but used once, is evicted first.
+  pool.release(a[0], 0, 0);
+  pool.release(a[1], 0, 0);
+  pool.check_invariants();
+  const std::vector<BlockId> b = pool.allocate(1);
+  EXPECT_EQ(b[0], a[1]);
+  EXPECT_TRUE(pool.lookup(111).has_value());
+  EXPECT_FALSE(pool.lookup(222).has_value());
+  pool.check_invariants();
+}
+
 }  // namespace
 }  // namespace sluice

@@ -101,5 +101,48 @@ TEST(Evictor, PrefixAwareMoreHitsSurviveLonger) {
   EXPECT_EQ(e.pop_victim(), 0);
 }
 
+Evictor reuse_history(double seen_weight_blocks, double depth_weight_blocks) {
+  return Evictor(EvictionPolicy::kReuseHistory, 32, 0, PrefixAwareParams{},
+                 ReuseHistoryParams{.seen_weight_blocks = seen_weight_blocks, .depth_weight_blocks = depth_weight_blocks});
+}
+
+// Score = release clock + seen weight x log2(times seen) - depth weight x depth;
+// the lowest goes first. Each expectation below is that formula by hand.
+TEST(Evictor, ReuseHistoryRanksByClockSeenCountAndDepth) {
+  Evictor e = reuse_history(10.0, 3.0);
+  e.insert(0, EvictionSignals{.times_seen = 4, .depth_blocks = 0});  // 1 + 10 x 2 = 21
+  e.insert(1, EvictionSignals{.times_seen = 1, .depth_blocks = 0});  // 2
+  e.insert(2, EvictionSignals{.times_seen = 2, .depth_blocks = 5});  // 3 + 10 - 15 = -2
+  e.insert(3, EvictionSignals{.times_seen = 2, .depth_blocks = 1});  // 4 + 10 - 3 = 11
+  e.insert(4, EvictionSignals{.times_seen = 0, .depth_blocks = 0});  // 5 (never seen counts as once)
+  e.check_invariants();
+  EXPECT_EQ(e.pop_victim(), 2);
+  EXPECT_FALSE(e.last_victim_was_cold()) << "no cold tier";
+  EXPECT_EQ(e.pop_victim(), 1);
+  EXPECT_EQ(e.pop_victim(), 4);
+  EXPECT_EQ(e.pop_victim(), 3);
+  EXPECT_EQ(e.pop_victim(), 0);
+  EXPECT_EQ(e.pop_victim(), std::nullopt);
+}
+
+TEST(Evictor, ReuseHistoryOftenSeenBlockOutlivesAScanUntilTheClockPassesIt) {
+  Evictor e = reuse_history(6.0, 0.0);
+  e.insert(0, EvictionSignals{.times_seen = 2, .depth_blocks = 0});  // 1 + 6 = 7
+  for (BlockId b = 1; b <= 10; ++b) e.insert(b, EvictionSignals{.times_seen = 1, .depth_blocks = 0});  // 2..11
+  // Scan blocks released at 2..6 rank below 7, those at 7.. (ties by id) above.
+  for (BlockId b = 1; b <= 5; ++b) EXPECT_EQ(e.pop_victim(), b);
+  EXPECT_EQ(e.pop_victim(), 0);
+  EXPECT_EQ(e.pop_victim(), 6);
+  e.remove(9);
+  e.check_invariants();
+  EXPECT_EQ(e.size(), 3);
+}
+
+TEST(Evictor, ReuseHistoryChainLeavesDeepestFirstWhateverTheReleaseOrder) {
+  Evictor e = reuse_history(0.0, 2.0);
+  for (BlockId b = 0; b < 4; ++b) e.insert(b, EvictionSignals{.times_seen = 3, .depth_blocks = b});  // root first
+  for (BlockId b = 3; b >= 0; --b) EXPECT_EQ(e.pop_victim(), b);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -147,7 +147,8 @@ TEST(KvCacheManager, SlruKeepsHotPrefixThroughColdFloodLruDoesNot) {
 }
 
 TEST(KvCacheManager, RandomOperationsKeepInvariantsAndReturnEveryBlock) {
-  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware}) {
+  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware,
+                                  EvictionPolicy::kReuseHistory}) {
     std::mt19937 rng(7);
     KvCacheManager kv(config(64, eviction));
     std::vector<SequenceId> live;
@@ -209,7 +210,8 @@ TEST(KvCacheManager, PrefixAwareEvictsTheNovelTailBeforeAnOlderPrefix) {
 // every operation the invariants hold and no live sequence lost a block (a
 // block in use is never evicted: its key still finds it).
 TEST(KvCacheManager, RandomChurnNeverEvictsABlockInUse) {
-  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware}) {
+  for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware,
+                                  EvictionPolicy::kReuseHistory}) {
     for (std::uint32_t seed = 1; seed <= 3; ++seed) {
       std::mt19937 rng(seed);
       KvCacheConfig c = config(48, eviction);

@@ -238,6 +238,32 @@ TEST(Planner, DecodeOutOfBlocksPreemptsTheNewestAdmission) {
   EXPECT_EQ(plan.preempted, (std::vector<SequenceId>{3}));
 }
 
+// Found by the engine property test (block 2, a tight pool): decode growth
+// had taken the blocks admission counted on, and every running request was a
+// prefill short of blocks. Nothing ran and nothing preempted: a stall forever.
+TEST(Planner, PrefillsAllShortOfBlocksPreemptTheNewestUnderEveryPolicy) {
+  for (SchedulingPolicy policy : {SchedulingPolicy::kSluice, SchedulingPolicy::kFcfs, SchedulingPolicy::kRoundRobin,
+                                  SchedulingPolicy::kPrefillFirst, SchedulingPolicy::kDecodeFirstTokenBudget}) {
+    Fixture f;
+    // Each has computed (and holds blocks for) part of its prompt, and needs more.
+    f.running = {{.seq_id = 1, .num_tokens = 5 * kBlock, .num_computed_tokens = 2 * kBlock, .num_allocated_blocks = 2},
+                 {.seq_id = 2, .num_tokens = 4 * kBlock, .num_computed_tokens = kBlock, .num_allocated_blocks = 1},
+                 {.seq_id = 3, .num_tokens = 6 * kBlock, .num_computed_tokens = 3 * kBlock, .num_allocated_blocks = 3}};
+    f.queue = {waiting(4, kBlock)};
+    f.available_blocks = 0;
+    const StepPlan plan = plan_step(f.state(), {.policy = policy, .max_step_ms = 1e9}, LinearCost{});
+    EXPECT_TRUE(plan.empty()) << static_cast<int>(policy);
+    EXPECT_EQ(plan.preempted, (std::vector<SequenceId>{3})) << static_cast<int>(policy);
+    // Blocks on their way back (a store in flight) are waited for instead.
+    f.freeing_blocks = 1;
+    EXPECT_TRUE(plan_step(f.state(), {.policy = policy, .max_step_ms = 1e9}, LinearCost{}).preempted.empty());
+    // A lone request is never preempted by this rule.
+    f.freeing_blocks = 0;
+    f.running.resize(1);
+    EXPECT_TRUE(plan_step(f.state(), {.policy = policy, .max_step_ms = 1e9}, LinearCost{}).preempted.empty());
+  }
+}
+
 TEST(Planner, LivenessAPrefillGetsABlockEvenWhenDecodesFillTheTime) {
   Fixture f;
   f.running = {decoding(1, 100)};

@@ -37,6 +37,7 @@ std::string_view to_string(EvictionPolicy policy) {
     case EvictionPolicy::kLru: return "lru";
     case EvictionPolicy::kSlru: return "slru";
     case EvictionPolicy::kPrefixAware: return "prefix-aware";
+    case EvictionPolicy::kReuseHistory: return "reuse-history";
   }
   return "?";
 }
@@ -64,7 +65,8 @@ Result<EvictionPolicy> parse_eviction_policy(std::string_view name) {
   if (name == "lru") return EvictionPolicy::kLru;
   if (name == "slru") return EvictionPolicy::kSlru;
   if (name == "prefix-aware") return EvictionPolicy::kPrefixAware;
-  return Error{"unknown eviction policy '" + std::string(name) + "' (valid: lru, slru, prefix-aware)"};
+  if (name == "reuse-history") return EvictionPolicy::kReuseHistory;
+  return Error{"unknown eviction policy '" + std::string(name) + "' (valid: lru, slru, prefix-aware, reuse-history)"};
 }
 
 Status validate(const EngineConfig& c, const BackendInfo& backend) {
@@ -115,8 +117,8 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
     }
   }
   if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
-  if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware) {
-    return bad("the host KV tier evicts lru or slru (prefix-aware ranks device blocks by their request's hit)");
+  if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware || c.kv_offloading_eviction == EvictionPolicy::kReuseHistory) {
+    return bad("the host KV tier evicts lru or slru (the ranked policies rank device blocks by what their requests did)");
   }
   if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");
   if (backend.num_kv_blocks < 1) return bad("the backend has no KV blocks (the model does not fit?)");

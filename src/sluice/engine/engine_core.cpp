@@ -133,21 +133,29 @@ StepReport EngineCore::step(double now_ms) {
   // Room for this step's allocations is made by demotions that started in
   // earlier steps; these make room for later ones.
   kv_.start_demotions();
-  StepPlan plan = schedule(now_ms);
-  // Preemption frees a request's blocks and restarts it, which must not
-  // happen to one a step in flight is still computing: settle first.
-  if (!plan.preempted.empty() && !in_flight_.empty()) {
-    ++num_pipeline_waits_;
-    while (!in_flight_.empty()) report = stream(collect(clock));
-    plan = schedule(now_ms);
+  NextStep next;
+  // A planned admission fails when the waiting request's prefix probe was
+  // stale (its hit blocks were freed by their owners since: an extended probe
+  // does not recount them). If that leaves the step with nothing to run (a
+  // prefill-first plan leaves decodes out when it has a prefill), the step
+  // would change nothing and repeat forever: plan once more, on redone probes.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    StepPlan plan = schedule(now_ms);
+    // Preemption frees a request's blocks and restarts it, which must not
+    // happen to one a step in flight is still computing: settle first.
+    if (!plan.preempted.empty() && !in_flight_.empty()) {
+      ++num_pipeline_waits_;
+      while (!in_flight_.empty()) report = stream(collect(clock));
+      plan = schedule(now_ms);
+    }
+    for (SequenceId id : plan.preempted) {
+      preempt(id, std::find(plan.swapped.begin(), plan.swapped.end(), id) != plan.swapped.end());
+    }
+    next = NextStep{.record = {.predicted_step_ms = plan.predicted_step_ms,
+                               .num_preempted = static_cast<std::int32_t>(plan.preempted.size())}};
+    continue_running(plan, next);
+    if (admit(plan, now_ms, next) == 0 || !next.batch.sequences.empty()) break;
   }
-  for (SequenceId id : plan.preempted) {
-    preempt(id, std::find(plan.swapped.begin(), plan.swapped.end(), id) != plan.swapped.end());
-  }
-  NextStep next{.record = {.predicted_step_ms = plan.predicted_step_ms,
-                           .num_preempted = static_cast<std::int32_t>(plan.preempted.size())}};
-  continue_running(plan, next);
-  admit(plan, now_ms, next);
   next.batch.copies = kv_.take_new_copies();
   // Nothing to compute while copies run (a request waiting for its loads):
   // the step only waits for the next of them.
@@ -353,8 +361,9 @@ void EngineCore::continue_running(const StepPlan& plan, NextStep& next) {
   }
 }
 
-void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
+std::int32_t EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
   std::vector<SequenceId> admitted;
+  std::int32_t num_failed = 0;
   for (const ScheduledChunk& c : plan.prefills) {
     if (!c.admits) continue;
     RequestState& r = *requests_.at(c.seq_id);
@@ -366,7 +375,11 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
         std::min<std::size_t>(match.host_blocks.size(), static_cast<std::size_t>(c.num_load_tokens / kv_.block_size_tokens()));
     match.host_blocks.resize(num_load_blocks);
     const bool loads = num_load_blocks > 0;
-    if (c.num_new_tokens == 0 && !loads) continue;  // its host hit is gone: it waits for a chunk
+    if (c.num_new_tokens == 0 && !loads) {  // its host hit is gone: it waits for a chunk
+      r.probe_evictions = -1;
+      ++num_failed;
+      continue;
+    }
     const std::int32_t start =
         match.num_cached_tokens + static_cast<std::int32_t>(num_load_blocks) * kv_.block_size_tokens();
     const std::int32_t end = loads ? start : std::min(r.num_tokens(), start + c.num_new_tokens);
@@ -374,7 +387,11 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
                                          .num_tokens = end,
                                          .prefix = std::move(match),
                                          .num_queried_tokens = r.num_tokens()});
-    if (!committed.ok()) continue;
+    if (!committed.ok()) {
+      r.probe_evictions = -1;
+      ++num_failed;
+      continue;
+    }
     r.num_computed_tokens = start;
     r.phase = RequestPhase::kRunning;
     if (!r.ever_admitted) {
@@ -393,7 +410,7 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
     }
     add_to_step(r, end - start, next);
   }
-  if (admitted.empty()) return;
+  if (admitted.empty()) return num_failed;
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
                                 [&](SequenceId id) {
                                   return std::find(admitted.begin(), admitted.end(), id) != admitted.end();
@@ -402,6 +419,7 @@ void EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& next) {
   running_.insert(running_.end(), admitted.begin(), admitted.end());
   // Here, not only between steps: a request finishing in flight still holds its seat.
   SLUICE_CHECK_LE(static_cast<std::int32_t>(running_.size()), config_.max_num_seqs);
+  return num_failed;
 }
 
 void EngineCore::settle_loads(double now_ms) {

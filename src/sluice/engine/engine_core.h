@@ -101,8 +101,9 @@ class EngineCore {
   void continue_running(const StepPlan& plan, NextStep& next);
   // Waiting requests the plan starts take a seat, their prefix hit (matched
   // again: the cache may have changed since the plan) and their first chunk's
-  // blocks; one whose blocks cannot be had stays waiting.
-  void admit(const StepPlan& plan, double now_ms, NextStep& next);
+  // blocks; one whose blocks cannot be had stays waiting, its prefix probe
+  // marked for a full redo. Returns how many planned admissions failed.
+  std::int32_t admit(const StepPlan& plan, double now_ms, NextStep& next);
   void submit(NextStep next);
   // Waits for the oldest step in flight; confirms what it computed (lengths,
   // prefill timelines, the prefix cache) and fails the sequences that failed.

@@ -7,17 +7,22 @@
 namespace sluice {
 
 BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
-                     PrefixAwareParams prefix_aware)
+                     PrefixAwareParams prefix_aware, ReuseHistoryParams reuse_history,
+                     std::int64_t history_counters_per_row)
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
       num_hits_(static_cast<std::size_t>(num_blocks), 0),
       novel_depth_(static_cast<std::size_t>(num_blocks), 0),
-      evictor_(eviction, num_blocks, protected_capacity_blocks, prefix_aware) {
+      depth_(static_cast<std::size_t>(num_blocks), 0),
+      evictor_(eviction, num_blocks, protected_capacity_blocks, prefix_aware, reuse_history) {
   SLUICE_CHECK(num_blocks > 0);
   if (eviction == EvictionPolicy::kPrefixAware) {
     admission_.emplace(prefix_aware.admit_window_blocks, std::max(1, prefix_aware.admit_window_step_blocks),
                        num_blocks, num_blocks);
     evictor_.set_admit_window_blocks(admission_->blocks());
+  }
+  if (eviction == EvictionPolicy::kReuseHistory) {
+    history_.emplace(history_counters_per_row > 0 ? history_counters_per_row : std::int64_t{num_blocks});
   }
   free_list_.reserve(static_cast<std::size_t>(num_blocks));
   // Reverse so that allocation hands out low ids first (readable test timelines).
@@ -70,6 +75,7 @@ void BlockPool::touch(BlockId block) {
   ++ref_count_[i];
   // Saturating: the policies read whether it was hit and log2 of how often.
   if (num_hits_[i] < (1 << 20)) ++num_hits_[i];
+  if (history_) history_->record(*hash_[i]);
   ++counters_.num_hit_blocks;
 }
 
@@ -79,13 +85,17 @@ void BlockPool::add_reference(BlockId block) {
   ++ref_count_[i];
 }
 
-void BlockPool::release(BlockId block, std::int32_t novel_depth_blocks) {
+void BlockPool::release(BlockId block, std::int32_t novel_depth_blocks, std::optional<std::int32_t> depth_blocks) {
   const std::size_t i = index(block);
   SLUICE_CHECK(ref_count_[i] > 0);
+  if (depth_blocks) depth_[i] = *depth_blocks;
   if (--ref_count_[i] > 0) return;
   novel_depth_[i] = novel_depth_blocks;
   if (hash_[i].has_value()) {
-    evictor_.insert(block, EvictionSignals{.num_hits = num_hits_[i], .novel_depth_blocks = novel_depth_blocks});
+    evictor_.insert(block, EvictionSignals{.num_hits = num_hits_[i],
+                                           .novel_depth_blocks = novel_depth_blocks,
+                                           .times_seen = times_seen(*hash_[i]),
+                                           .depth_blocks = depth_[i]});
   } else {
     free_list_.push_back(block);
   }
@@ -96,6 +106,7 @@ bool BlockPool::register_hash(BlockId block, BlockHash hash, std::int32_t num_hi
   SLUICE_CHECK(ref_count_[i] > 0);
   SLUICE_CHECK(!hash_[i].has_value());
   SLUICE_CHECK(num_hits >= 0);
+  if (history_) history_->record(hash);
   const auto [it, inserted] = cached_.emplace(hash, block);
   if (!inserted) return false;
   hash_[i] = hash;
@@ -113,7 +124,10 @@ std::optional<BlockPool::Demotion> BlockPool::begin_demotion() {
   ref_count_[i] = 1;
   return Demotion{.block = *victim,
                   .hash = *hash_[i],
-                  .signals = {.num_hits = num_hits_[i], .novel_depth_blocks = novel_depth_[i]}};
+                  .signals = {.num_hits = num_hits_[i],
+                              .novel_depth_blocks = novel_depth_[i],
+                              .times_seen = times_seen(*hash_[i]),
+                              .depth_blocks = depth_[i]}};
 }
 
 void BlockPool::finish_demotion(BlockId block) {

@@ -19,6 +19,7 @@
 #include "sluice/kv/admission_window.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/evictor.h"
+#include "sluice/kv/reuse_history.h"
 
 namespace sluice {
 
@@ -29,8 +30,10 @@ struct BlockPoolCounters {
 
 class BlockPool {
  public:
+  // history_counters_per_row: the reuse-history policy's sketch width (reuse_history.h).
   BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
-            PrefixAwareParams prefix_aware = {});
+            PrefixAwareParams prefix_aware = {}, ReuseHistoryParams reuse_history = {},
+            std::int64_t history_counters_per_row = 0);
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks an allocation can get: free + cached free.
@@ -56,14 +59,19 @@ class BlockPool {
   // One more reference to a block in use (a copy's, beside its owner's).
   void add_reference(BlockId block);
   // Drops one reference; at zero the block becomes cached free (if it has a
-  // hash) or free. novel_depth_blocks: see EvictionSignals.
-  void release(BlockId block, std::int32_t novel_depth_blocks = 0);
+  // hash) or free. novel_depth_blocks, depth_blocks: see EvictionSignals; a
+  // release without a depth (a copy's) keeps the one its sequence gave.
+  void release(BlockId block, std::int32_t novel_depth_blocks = 0,
+               std::optional<std::int32_t> depth_blocks = std::nullopt);
   // Registers a full, computed block under its prefix key. If another block
   // already holds that key the pool keeps the existing one and this block stays
   // unregistered (it is freed, not cached, at release). Returns whether it was
   // registered. num_hits: hits it starts with (a block promoted from a lower
-  // tier was hit there).
+  // tier was hit there). Either way the key counts one more use in the reuse
+  // history, as a hit does in touch().
   bool register_hash(BlockId block, BlockHash hash, std::int32_t num_hits = 0);
+  // Requests that used the key so far (reuse-history policy; 0 otherwise).
+  std::int32_t times_seen(BlockHash hash) const { return history_ ? history_->count(hash) : 0; }
 
   // Demotion: the next eviction victim leaves the evictor, referenced by the
   // demotion, its key still cached (hittable) until finish_demotion(). nullopt
@@ -94,10 +102,12 @@ class BlockPool {
   std::vector<std::optional<BlockHash>> hash_;  // [num_blocks]
   std::vector<std::int32_t> num_hits_;          // [num_blocks] since it was registered
   std::vector<std::int32_t> novel_depth_;       // [num_blocks] at its last release
+  std::vector<std::int32_t> depth_;             // [num_blocks] at its last release
   std::vector<BlockId> free_list_;              // uncached, unreferenced
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;
   std::optional<AdmissionWindow> admission_;  // prefix-aware only
+  std::optional<ReuseHistory> history_;       // reuse history only
   BlockPoolCounters counters_;
 };
 

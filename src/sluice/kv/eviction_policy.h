@@ -23,14 +23,26 @@ enum class EvictionPolicy {
   // since agent sessions that resend their whole history need a long one.
   // Results: docs/benchmarks.md.
   kPrefixAware,
+  // Reuse history: a freed block is ranked by recency (the same clock of
+  // releases), how many requests ever used its key (log2 of a count kept far
+  // longer than the block stays cached: reuse_history.h), and its depth in
+  // the prefix chain. No cold tier: a block's count, not its novelty, says
+  // whether it comes back. Results: docs/benchmarks.md.
+  kReuseHistory,
 };
 
-// What the prefix-aware policy knows about a block when it is freed.
+// What the ranked policies (prefix-aware, reuse history) know about a block
+// when it is freed.
 struct EvictionSignals {
   std::int32_t num_hits = 0;  // prefix hits it served since it was cached
   // Blocks between this one and the end of the prefix hit its last owner
   // started from: 0 for a hit block or the first new block.
   std::int32_t novel_depth_blocks = 0;
+  // Requests that ever used its key, this one included (the reuse-history
+  // policy; 0 when the pool keeps no history).
+  std::int32_t times_seen = 0;
+  // Its position in the prefix chain: 0 for a prompt's first block.
+  std::int32_t depth_blocks = 0;
 };
 
 // Which blocks the device pool gives up deserve host space (per-tier

@@ -1,5 +1,6 @@
 #include "sluice/kv/evictor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "sluice/common/check.h"
@@ -7,18 +8,20 @@
 namespace sluice {
 
 Evictor::Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks,
-                 PrefixAwareParams prefix_aware)
+                 PrefixAwareParams prefix_aware, ReuseHistoryParams reuse_history)
     : policy_(policy),
       protected_capacity_blocks_(protected_capacity_blocks),
       prev_(static_cast<std::size_t>(num_blocks), -1),
       next_(static_cast<std::size_t>(num_blocks), -1),
       segment_(static_cast<std::size_t>(num_blocks), Segment::kNone),
-      prefix_aware_(prefix_aware) {
+      prefix_aware_(prefix_aware),
+      reuse_history_(reuse_history) {
   SLUICE_CHECK(num_blocks >= 0);
   SLUICE_CHECK(protected_capacity_blocks >= 0);
   SLUICE_CHECK(prefix_aware.admit_window_blocks >= 0);
   SLUICE_CHECK(prefix_aware.hit_weight_blocks >= 0.0);
-  if (policy == EvictionPolicy::kPrefixAware) {
+  SLUICE_CHECK(reuse_history.seen_weight_blocks >= 0.0 && reuse_history.depth_weight_blocks >= 0.0);
+  if (ranked()) {
     score_.assign(static_cast<std::size_t>(num_blocks), 0.0);
     warm_.assign(static_cast<std::size_t>(num_blocks), false);
   }
@@ -67,6 +70,18 @@ void Evictor::unlink(BlockId block) {
 void Evictor::insert(BlockId block, const EvictionSignals& signals) {
   SLUICE_CHECK(!contains(block));
   SLUICE_CHECK(signals.num_hits >= 0 && signals.novel_depth_blocks >= 0);
+  SLUICE_CHECK(signals.times_seen >= 0 && signals.depth_blocks >= 0);
+  if (policy_ == EvictionPolicy::kReuseHistory) {
+    const auto i = static_cast<std::size_t>(block);
+    ++num_releases_;
+    warm_[i] = true;
+    score_[i] = static_cast<double>(num_releases_) +
+                reuse_history_.seen_weight_blocks * std::log2(std::max(1.0, static_cast<double>(signals.times_seen))) -
+                reuse_history_.depth_weight_blocks * static_cast<double>(signals.depth_blocks);
+    segment_[i] = Segment::kRanked;
+    ranked_.insert(rank_key(block));
+    return;
+  }
   if (policy_ == EvictionPolicy::kPrefixAware) {
     const auto i = static_cast<std::size_t>(block);
     ++num_releases_;
@@ -139,8 +154,8 @@ void Evictor::check_invariants() const {
   std::int32_t tagged = 0;
   for (Segment s : segment_) tagged += s != Segment::kNone ? 1 : 0;
   SLUICE_CHECK_EQ(tagged, counted);
-  if (policy_ != EvictionPolicy::kPrefixAware) SLUICE_CHECK(ranked_.empty());
-  if (policy_ == EvictionPolicy::kPrefixAware) SLUICE_CHECK_EQ(probation_.size + protected_.size, 0);
+  if (!ranked()) SLUICE_CHECK(ranked_.empty());
+  if (ranked()) SLUICE_CHECK_EQ(probation_.size + protected_.size, 0);
   if (policy_ == EvictionPolicy::kLru) SLUICE_CHECK_EQ(protected_.size, 0);
   SLUICE_CHECK_LE(protected_.size, protected_capacity_blocks_);
 }

@@ -2,7 +2,8 @@
 // nobody references are here; a prefix hit takes a block back out (remove()).
 // LRU/SLRU: two intrusive doubly-linked lists over arrays indexed by BlockId
 // make every operation O(1), which the scheduler's 50 us step budget needs.
-// Prefix-aware: an ordered set of (tier, score) keys, O(log n) per operation.
+// Prefix-aware and reuse history: an ordered set of (tier, score) keys, O(log n)
+// per operation.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +28,28 @@ struct PrefixAwareParams {
   double hit_weight_blocks = 0.0;
 };
 
+// Knobs of the reuse-history policy, in releases (the recency clock).
+struct ReuseHistoryParams {
+  // What one doubling of the requests that used a block's key is worth: the
+  // block outlives that many later-freed blocks of equal depth.
+  double seen_weight_blocks = 0.0;
+  // What one block of depth costs: a deep block is freed that many releases
+  // earlier than its parent, since a hit on it needs every block before it.
+  double depth_weight_blocks = 0.0;
+};
+
 class Evictor {
  public:
   // protected_capacity_blocks: how many blocks the SLRU protected segment may
   // hold; its oldest block is demoted to probation beyond that. Unused by LRU.
   Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t protected_capacity_blocks,
-          PrefixAwareParams prefix_aware = {});
+          PrefixAwareParams prefix_aware = {}, ReuseHistoryParams reuse_history = {});
 
   // A block became free. was_hit: it served a prefix hit while cached, which
   // under SLRU earns it the protected segment.
   void insert(BlockId block, bool was_hit) { insert(block, EvictionSignals{.num_hits = was_hit ? 1 : 0}); }
-  // The same with everything the prefix-aware policy ranks by (LRU/SLRU read
-  // only whether num_hits > 0).
+  // The same with everything the ranked policies rank by (LRU/SLRU read only
+  // whether num_hits > 0).
   void insert(BlockId block, const EvictionSignals& signals);
   void remove(BlockId block);
   // The next block to evict, taken out; nullopt when empty.
@@ -79,8 +90,11 @@ class Evictor {
   std::vector<Segment> segment_;  // [num_blocks]
   List probation_;
   List protected_;
-  // Prefix-aware state; ranked_ holds its blocks, and segment_ marks them kRanked.
+  // Ranked policies' state; ranked_ holds their blocks, segment_ marks them kRanked.
+  bool ranked() const { return policy_ == EvictionPolicy::kPrefixAware || policy_ == EvictionPolicy::kReuseHistory; }
+
   PrefixAwareParams prefix_aware_;
+  ReuseHistoryParams reuse_history_;
   std::int64_t num_releases_ = 0;  // the recency clock
   bool last_victim_was_cold_ = false;
   std::vector<double> score_;      // [num_blocks] valid while ranked

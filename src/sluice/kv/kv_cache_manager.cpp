@@ -21,17 +21,26 @@ PrefixAwareParams prefix_aware_params(const KvCacheConfig& config) {
       .hit_weight_blocks = config.prefix_hit_weight * static_cast<double>(config.num_blocks)};
 }
 
+ReuseHistoryParams reuse_history_params(const KvCacheConfig& config) {
+  return ReuseHistoryParams{.seen_weight_blocks = config.reuse_seen_weight * static_cast<double>(config.num_blocks),
+                            .depth_weight_blocks = config.reuse_depth_weight_blocks};
+}
+
 }  // namespace
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
-      pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config)) {
+      pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config),
+            reuse_history_params(config),
+            static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks) {
   SLUICE_CHECK(config.block_size_tokens > 0);
   SLUICE_CHECK(config.num_host_blocks >= 0 && config.demote_watermark_blocks >= 0);
   if (config.num_host_blocks > 0) host_.emplace(config.num_host_blocks, config.host_eviction);
   SLUICE_CHECK(config.prefix_admit_window_tokens >= 0 && config.prefix_hit_weight >= 0.0);
   SLUICE_CHECK(config.prefix_admit_window_step_tokens > 0);
   SLUICE_CHECK(config.slru_protected_fraction >= 0.0 && config.slru_protected_fraction <= 1.0);
+  SLUICE_CHECK(config.reuse_seen_weight >= 0.0 && config.reuse_depth_weight_blocks >= 0.0);
+  SLUICE_CHECK(config.reuse_history_counters_per_block > 0);
 }
 
 PrefixMatch KvCacheManager::match_prefix(std::span<const BlockHash> block_hashes,
@@ -207,7 +216,7 @@ void KvCacheManager::free(SequenceId seq_id) {
   // which is the part other requests share.
   const std::vector<BlockId>& blocks = it->second.blocks;
   for (auto i = static_cast<std::int32_t>(blocks.size()) - 1; i >= 0; --i) {
-    pool_.release(blocks[static_cast<std::size_t>(i)], std::max(0, i - it->second.num_prefix_hit_blocks));
+    pool_.release(blocks[static_cast<std::size_t>(i)], std::max(0, i - it->second.num_prefix_hit_blocks), i);
   }
   sequences_.erase(it);
 }
@@ -238,7 +247,8 @@ std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHa
               .host_block = *host,
               .hash = hash,
               .swap = true,
-              .novel_depth_blocks = std::max(0, static_cast<std::int32_t>(i) - seq.num_prefix_hit_blocks)});
+              .novel_depth_blocks = std::max(0, static_cast<std::int32_t>(i) - seq.num_prefix_hit_blocks),
+              .depth_blocks = static_cast<std::int32_t>(i)});
     ++num_swapping_blocks_;
     ++num_stores;
   }
@@ -293,7 +303,7 @@ void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
   if (copy.direction == KvCopyDirection::kDeviceToHost) {
     host_->finish_store(copy.host_block, completion.ok);
     if (copy.swap) {
-      pool_.release(copy.device_block, copy.novel_depth_blocks);
+      pool_.release(copy.device_block, copy.novel_depth_blocks, copy.depth_blocks);
       --num_swapping_blocks_;
     } else {
       pool_.finish_demotion(copy.device_block);

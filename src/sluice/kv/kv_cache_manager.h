@@ -61,6 +61,16 @@ struct KvCacheConfig {
   std::int32_t prefix_admit_window_tokens = 2048;
   std::int32_t prefix_admit_window_step_tokens = 512;
   double prefix_hit_weight = 0.5;
+  // Reuse-history policy (eviction_policy.h): one doubling of the requests
+  // that ever used a block's key is worth reuse_seen_weight * num_blocks
+  // releases (cache turnovers); one block of depth in the prefix chain costs
+  // reuse_depth_weight_blocks releases. The counts live in a count-min sketch
+  // of 4 rows x reuse_history_counters_per_block * num_blocks 16-bit counters
+  // (rounded up to a power of two): 64 per block is ~0.5 KB per block, and
+  // remembers about 64 cache-fulls of distinct keys.
+  double reuse_seen_weight = 48.0;
+  double reuse_depth_weight_blocks = 110.0;
+  std::int32_t reuse_history_counters_per_block = 64;
   // The host tier: 0 blocks = none.
   std::int32_t num_host_blocks = 0;
   EvictionPolicy host_eviction = EvictionPolicy::kLru;
@@ -214,6 +224,7 @@ class KvCacheManager {
     // lands, at this depth past its sequence's prefix hit) or a demotion's.
     bool swap = false;
     std::int32_t novel_depth_blocks = 0;
+    std::int32_t depth_blocks = 0;
   };
   KvCopyId add_copy(const Copy& copy);
   void count_skipped_demotion(const BlockPool::Demotion& demotion);

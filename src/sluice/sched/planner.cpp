@@ -40,6 +40,12 @@ class PlanBuilder {
 
   void schedule_decodes();
   void schedule_prefills();
+  // Liveness: when nothing could be planned although requests run, every one
+  // of them is a prefill short of blocks (decode growth took the blocks their
+  // admission counted on), and no blocks are on their way back, nothing would
+  // ever change: the newest gives its blocks back so older ones can run. A
+  // request alone always fits (request validation), so this ends.
+  void preempt_newest_if_stuck();
   // The step's time cap: the target, or more when decodes alone nearly fill it
   // (SchedConfig::min_prefill_share). Read once the decodes are in shape_.
   double step_cap_ms() const;
@@ -131,6 +137,17 @@ void PlanBuilder::schedule_decodes() {
     --token_budget_;
     plan_.decodes.push_back({.seq_id = r.seq_id, .num_new_tokens = 1});
     shape_.sequences.push_back({.num_new_tokens = 1, .num_computed_tokens = r.num_computed_tokens});
+  }
+}
+
+void PlanBuilder::preempt_newest_if_stuck() {
+  if (!plan_.empty() || !plan_.preempted.empty()) return;
+  if (num_freeing_blocks_ > 0 || state_.num_finishing_seqs > 0 || state_.num_loading_seqs > 0) return;
+  for (std::size_t j = state_.running.size(); j-- > 1;) {
+    if (!preempted_[j]) {
+      preempt(j);
+      return;
+    }
   }
 }
 
@@ -343,6 +360,7 @@ StepPlan plan_step(const SchedState& state, const SchedConfig& config, const Cos
   if (decodes_first(config.policy)) {
     builder.schedule_decodes();
     builder.schedule_prefills();
+    builder.preempt_newest_if_stuck();
     return builder.finish();
   }
   // prefill-first: a step with prefill work is a prefill-only step.
@@ -351,6 +369,7 @@ StepPlan plan_step(const SchedState& state, const SchedConfig& config, const Cos
   if (!plan.prefills.empty()) return plan;
   PlanBuilder decode_only(state, config, cost_model);
   decode_only.schedule_decodes();
+  decode_only.preempt_newest_if_stuck();
   return decode_only.finish();
 }
 
