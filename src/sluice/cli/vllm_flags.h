@@ -46,7 +46,7 @@ inline constexpr std::array kVllmFlags = {
     VllmFlag{"--async-scheduling", false, VllmFlagKind::kSame, "", ""},
     VllmFlag{"--block-size", true, VllmFlagKind::kSame, "", ""},
     VllmFlag{"--gpu-memory-utilization", true, VllmFlagKind::kSame, "", "--device cuda and sim; cpu sizes KV by --kv-cache-memory"},
-    VllmFlag{"--tensor-parallel-size", true, VllmFlagKind::kSame, "", "also -tp; 1 on cpu and cuda (one device); any on --device sim, which replays an N-GPU launch"},
+    VllmFlag{"--tensor-parallel-size", true, VllmFlagKind::kSame, "", "also -tp; on cpu, N ranks as threads (dense Llama family; N divides the KV heads); 1 on cuda until the NCCL communicator exists; any on --device sim, which replays an N-GPU launch"},
     VllmFlag{"--reasoning-parser", true, VllmFlagKind::kSame, "", "the reasoning markers: auto (by model_type), none, qwen3, deepseek_r1, deepseek_v3; vLLM's tool-call-only names (hermes, qwen3_coder, llama3_json, deepseek_v31) are refused with the one to use"},
     VllmFlag{"--tool-call-parser", true, VllmFlagKind::kSame, "", "the tool-call syntax: hermes, qwen3, qwen3_coder (values typed by the tool schema), llama3_json, deepseek_r1, deepseek_v3, deepseek_v31 (alone it sets the reasoning markers too)"},
     VllmFlag{"--trust-remote-code", false, VllmFlagKind::kNoOp, "", "sluice never runs code from a checkpoint"},
