@@ -6,18 +6,15 @@
 // The greedy steps run one token at a time, held to transformers' cached
 // steps; the last greedy position is also reached by one whole prefill and by
 // chunks, held to transformers' uncached run of the whole sequence.
-// Fixtures: tools/reference/golden_deepseek_v4.py, run by the lead on the GPU
-// machine's CPU; until a fixture is copied into tests/fixtures/ its model is
-// skipped, visibly.
+// Fixtures: tools/reference/golden_deepseek_v4.py, run on the GPU machine's
+// CPU (tests/fixtures/README.md); a missing fixture is a failure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
-#include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/common/io.h"
 #include "sluice/model/deepseek_v4.h"
 #include "test_models.h"
@@ -52,29 +49,23 @@ class DeepseekV4GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeepseekV4GoldenTest, MatchesTransformers) {
   const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/fixtures/golden_deepseek_v4_" + GetParam() + ".json";
-  if (!std::filesystem::exists(path))
-    GTEST_SKIP() << path << " is absent: tools/reference/golden_deepseek_v4.py writes it (see its header)";
   auto text = read_file(path);
   ASSERT_TRUE(text.ok()) << text.error_message();
   const auto fixture = nlohmann::json::parse(text.value());
   const std::string dir = testing::scratch_dir("golden-deepseek-v4-" + GetParam());
   auto made = make_model(testing::make_model_options_from_flags(fixture.at("make_model"), dir));
   ASSERT_TRUE(made.ok()) << made.error_message();
-  auto config = load_model_config(dir);
-  ASSERT_TRUE(config.ok()) << config.error_message();
-  auto checkpoint = Checkpoint::open(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
-  const cpu::DeepseekV4CpuKernels kernels;
-  auto model = DeepseekV4Reference::load(*config, *checkpoint, kernels);
-  ASSERT_TRUE(model.ok()) << model.error_message();
+  auto loaded = testing::load_deepseek_v4_on_cpu(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+  const DeepseekV4Reference& model = *(*loaded)->model;
 
   float worst = 0.0f;
   for (const auto& c : fixture.at("cases")) {
     const testing::GoldenCase golden{c.at("prompt"), c.at("prompt_logits"), c.at("greedy_tokens"),
                                      c.at("final_logits")};
     SCOPED_TRACE(::testing::Message() << "prompt of " << golden.prompt.size());
-    auto sequence = (*model)->start_sequence();
-    auto logits = (*model)->append(sequence, golden.prompt);
+    auto sequence = model.start_sequence();
+    auto logits = model.append(sequence, golden.prompt);
     ASSERT_TRUE(logits.ok()) << logits.error_message();
     const float prompt_error = max_abs_diff(*logits, golden.prompt_logits);
     EXPECT_LE(prompt_error, kMaxLogitError);
@@ -83,7 +74,7 @@ TEST_P(DeepseekV4GoldenTest, MatchesTransformers) {
     for (std::size_t step = 0; step < golden.greedy_tokens.size(); ++step) {
       tokens.push_back(argmax(last));
       if (step + 1 == golden.greedy_tokens.size()) break;
-      auto next = (*model)->append(sequence, std::span(&tokens.back(), 1));
+      auto next = model.append(sequence, std::span(&tokens.back(), 1));
       ASSERT_TRUE(next.ok()) << next.error_message();
       last = std::move(*next);
     }
@@ -98,7 +89,7 @@ TEST_P(DeepseekV4GoldenTest, MatchesTransformers) {
     std::vector<TokenId> all = golden.prompt;
     all.insert(all.end(), golden.greedy_tokens.begin(), golden.greedy_tokens.end() - 1);
     for (std::size_t chunk : {all.size(), std::size_t{37}}) {
-      const float error = max_abs_diff(run_chunked(**model, all, chunk), uncached);
+      const float error = max_abs_diff(run_chunked(model, all, chunk), uncached);
       EXPECT_LE(error, kMaxLogitError) << "chunks of " << chunk;
       worst = std::max(worst, error);
     }

@@ -170,22 +170,18 @@ TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   const std::string dir = testing::scratch_dir("deepseek-v4-consistency");
   const Status made = make_model(tiny_v4(dir));
   ASSERT_TRUE(made.ok()) << made.error_message();
-  auto config = load_model_config(dir);
-  ASSERT_TRUE(config.ok()) << config.error_message();
-  auto checkpoint = Checkpoint::open(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
-  const cpu::DeepseekV4CpuKernels kernels;
-  auto model = DeepseekV4Reference::load(*config, *checkpoint, kernels);
-  ASSERT_TRUE(model.ok()) << model.error_message();
+  auto loaded = testing::load_deepseek_v4_on_cpu(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+  const DeepseekV4Reference& model = *(*loaded)->model;
   std::vector<TokenId> tokens;
   for (int i = 0; i < 45; ++i) tokens.push_back((i * 37 + 11) % 320);
-  auto whole = (*model)->start_sequence();
-  auto one_shot = (*model)->append(whole, tokens);
+  auto whole = model.start_sequence();
+  auto one_shot = model.append(whole, tokens);
   ASSERT_TRUE(one_shot.ok()) << one_shot.error_message();
-  auto stepwise = (*model)->start_sequence();
+  auto stepwise = model.start_sequence();
   std::vector<float> last;
   for (TokenId t : tokens) {
-    auto logits = (*model)->append(stepwise, std::span(&t, 1));
+    auto logits = model.append(stepwise, std::span(&t, 1));
     ASSERT_TRUE(logits.ok()) << logits.error_message();
     last = *logits;
   }
@@ -194,7 +190,7 @@ TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   float spread = 0.0f;
   for (float v : last) spread = std::max(spread, std::fabs(v - last.front()));
   EXPECT_GT(spread, 0.1f);  // logits that mean something: not a constant row
-  auto bad = (*model)->append(whole, std::vector<TokenId>{320});
+  auto bad = model.append(whole, std::vector<TokenId>{320});
   EXPECT_FALSE(bad.ok());
 }
 

@@ -13,6 +13,8 @@
 
 #include "sluice/backend/batch.h"
 #include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/model/deepseek_v4.h"
 #include "sluice/model/model_runner.h"
 #include "sluice/common/io.h"
 #include "sluice/model/make_model.h"
@@ -181,6 +183,21 @@ inline Golden load_deepseek_v3_golden(const std::string& name, const std::string
 }
 
 // Blocks to hold every prompt of the fixture and its 32 generated tokens, at once.
+// The DeepSeek-V4 CPU reference of the checkpoint in `dir`, with the kernels
+// it runs on (the model keeps a reference to them).
+struct DeepseekV4OnCpu {
+  cpu::DeepseekV4CpuKernels kernels;
+  std::unique_ptr<DeepseekV4Reference> model;
+};
+inline Result<std::unique_ptr<DeepseekV4OnCpu>> load_deepseek_v4_on_cpu(const std::string& dir) {
+  SLUICE_TRY_ASSIGN(config, load_model_config(dir));
+  SLUICE_TRY_ASSIGN(checkpoint, Checkpoint::open(dir));
+  auto loaded = std::make_unique<DeepseekV4OnCpu>();
+  SLUICE_TRY_ASSIGN(model, DeepseekV4Reference::load(config, checkpoint, loaded->kernels));
+  loaded->model = std::move(model);
+  return loaded;
+}
+
 inline std::int32_t num_blocks_for(const Golden& golden, std::int32_t block_size) {
   std::size_t blocks = 0;
   for (const GoldenCase& c : golden.cases) blocks += (c.prompt.size() + 32 + block_size - 1) / block_size;
