@@ -5,14 +5,16 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk |
-//                   --decode-sweep | --mla | --deepseek]
+//                   --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
-// --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes).
+// --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
+// --burst-step: the burst's mixed steps and their parts; --profile-burst: the
+// same steps eagerly, twice each, for ncu).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -28,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_ops.h"
@@ -890,6 +893,72 @@ void bench_chunk_over_prefix() {
   }
 }
 
+
+// Mixed steps of the long-prompt burst (burst_bench.sh) as the engine runs
+// them, eagerly: one prefill chunk over a long prefix plus the chats' decodes,
+// and the same with long prompts decoding too. The engine's step trace puts
+// such steps at ~50 ms where the chunk's attention alone (--chunk) is ~half
+// that; each row also runs its parts alone (the chunk without decodes, the
+// decodes without the chunk) so the difference shows what mixing costs. Under
+// `--profile-burst` (graphs off, 2 steps a shape) ncu sees each kernel.
+struct BurstStepShape {
+  std::int32_t chunk, prefix;
+  std::vector<std::int32_t> decode_contexts;
+};
+StepLayout make_burst_step(const BurstStepShape& shape, std::int32_t block, bool with_chunk, bool with_decodes) {
+  StepLayout layout;
+  std::int32_t next_block = 0;
+  auto add = [&](std::int32_t context, std::int32_t rows) {
+    SequenceLayout seq{.row_begin = layout.num_rows(), .num_rows = rows, .num_computed_tokens = context,
+                       .block_table = {}};
+    for (std::int32_t b = 0; b < (context + rows + block - 1) / block; ++b) seq.block_table.push_back(next_block++);
+    for (std::int32_t t = 0; t < rows; ++t) {
+      layout.token_ids.push_back((context * 31 + t * 7) % 128000);
+      layout.positions.push_back(context + t);
+    }
+    layout.sample_rows.push_back(seq.row_begin + rows - 1);
+    layout.sequences.push_back(seq);
+  };
+  if (with_decodes)
+    for (const std::int32_t context : shape.decode_contexts) add(context, 1);
+  if (with_chunk) add(shape.prefix, shape.chunk);
+  return layout;
+}
+
+void bench_burst_steps(bool profile) {
+  constexpr std::int32_t kBlock = 16;
+  const std::vector<std::int32_t> chats(8, 700);
+  std::vector<std::int32_t> chats_and_long = chats;
+  for (const std::int32_t c : {60000, 100000, 120000}) chats_and_long.push_back(c);
+  const std::vector<BurstStepShape> shapes = {
+      {128, 80000, chats}, {256, 40000, chats}, {512, 16000, chats}, {128, 80000, chats_and_long}};
+  auto ops = new_ops();
+  const Llama8B model(*ops);
+  std::int32_t most_blocks = 0;
+  for (const BurstStepShape& s : shapes)
+    most_blocks = std::max(most_blocks, make_burst_step(s, kBlock, true, true).sequences.back().block_table.back() + 1);
+  allocate_model_kv(*ops, most_blocks);
+  for (const BurstStepShape& s : shapes) {
+    std::int64_t decode_keys = 0;
+    for (const std::int32_t c : s.decode_contexts) decode_keys += c;
+    char name[160];
+    std::snprintf(name, sizeof name, "burst step: chunk %d over %dk + %zu decodes (%lldk keys)", s.chunk,
+                  s.prefix / 1000, s.decode_contexts.size(), static_cast<long long>(decode_keys / 1000));
+    for (const auto& [label, with_chunk, with_decodes] :
+         {std::tuple{"mixed", true, true}, std::tuple{"chunk alone", true, false},
+          std::tuple{"decodes alone", false, true}}) {
+      const StepLayout layout = make_burst_step(s, kBlock, with_chunk, with_decodes);
+      if (profile) {
+        for (int i = 0; i < 2; ++i) run_model_step(*ops, model, layout);
+        sync();
+        continue;
+      }
+      const double t = time_median(2, 7, [&] { run_model_step(*ops, model, layout); });
+      row(std::string(name) + ", " + label, t * 1e3, "ms", "eager");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice
 
@@ -913,6 +982,13 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_deepseek_gemm(false);
     sluice::bench_deepseek_moe(false);
+    return 0;
+  }
+  if (argc > 1 && (std::strcmp(argv[1], "--burst-step") == 0 || std::strcmp(argv[1], "--profile-burst") == 0)) {
+    const bool profile = std::strcmp(argv[1], "--profile-burst") == 0;
+    sluice::g_use_graphs = !profile;
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_burst_steps(profile);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only

@@ -12,11 +12,11 @@ std::int32_t prefill_split_pieces_per_tile(std::int32_t num_tiles, std::int32_t 
   // so the cost of splitting in `pieces` is rounds(pieces) / pieces; take the
   // fewest pieces within 5% of the best. Pieces keep >= 1024 keys each, where a
   // block's fixed cost (Q tile, merge) stays small against its key loop.
-  constexpr std::int32_t kMinPieceKeys = 1024, kMaxPieces = 16;
+  constexpr std::int32_t kMinPieceKeys = 1024;
   const std::int64_t slots = 2LL * num_sms;
   const std::int64_t blocks = static_cast<std::int64_t>(num_tiles) * num_q_heads;
   if (blocks == 0 || blocks >= slots) return 1;
-  const std::int32_t most = std::min(kMaxPieces, shortest_prefix / kMinPieceKeys);
+  const std::int32_t most = std::min(kMaxPrefillSplitPieces, shortest_prefix / kMinPieceKeys);
   auto cost = [&](std::int32_t pieces) {
     return static_cast<double>((blocks * pieces + slots - 1) / slots) / pieces;
   };

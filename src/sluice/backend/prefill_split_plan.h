@@ -13,6 +13,8 @@ namespace sluice {
 
 // Key tiles of the split pieces: inner piece bounds are multiples of this.
 inline constexpr std::int32_t kPrefillSplitKeyAlign = 128;
+// The most pieces one tile is cut into (the merge kernel sizes its weights by it).
+inline constexpr std::int32_t kMaxPrefillSplitPieces = 16;
 // Tiles whose every row sees at least this many keys may be split.
 inline constexpr std::int32_t kPrefillSplitMinPrefix = 4096;
 

@@ -19,7 +19,7 @@ namespace sluice::cli {
 struct CudaFlags {
   std::string prefill_attention = "wgmma";  // a name of cuda::kPrefillAttentionNames
   bool programmatic_launch = true;
-  std::string decode_split_plan = "uniform-waves";  // a name of cuda::kDecodeSplitPlanNames
+  std::string decode_split_plan = "adaptive";  // a name of cuda::kDecodeSplitPlanNames
 };
 
 void add_cuda_flags(CLI::App& cmd, CudaFlags& flags);

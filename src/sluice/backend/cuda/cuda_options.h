@@ -51,6 +51,11 @@ enum class GemvSplitK {
 
 // How the split-KV decode kernel cuts each row's keys over blocks.
 enum class DecodeSplitPlan {
+  // by_step_work for uneven steps (rows not within 25% of even, found on the
+  // host from the step's keys; a decode graph is keyed by it), uniform_waves
+  // for the rest; eager steps size by_step_work's grid to the step (the host
+  // knows its keys), so its empty blocks cost nothing there. The default.
+  adaptive,
   // The grid's split count for rows all as long as the longest, chosen to fill
   // the last wave (batch 64 x 8k: 3 splits, 3.88 waves); each row then cuts
   // its keys into at most that many splits. The default: 72-90% of HBM on even
@@ -63,8 +68,8 @@ enum class DecodeSplitPlan {
   // keys; even steps keep the uniform plan. The burst's step reads 77.0%
   // (2.5x), a mixed 64 x 1k-128k 84.8% (80.5%), but even batches lose 13-20
   // points: the grid is sized for the finest cut (up to ~200 splits a row),
-  // and its empty blocks cost that much (S6-4). Not the default until the
-  // grid follows the step (a device-side work list or grid-stride splits).
+  // and its empty blocks cost that much (S6-4). adaptive sizes the grid to
+  // the step where it can (eager steps) and keeps even steps uniform.
   by_step_work,
 };
 
@@ -137,7 +142,7 @@ struct CudaOptions {
   bool programmatic_launch = true;
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
-  cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::uniform_waves;
+  cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::tensor_core;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::grouped;
@@ -152,8 +157,10 @@ inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraph
     {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {
     {{"by-waves", GemvSplitK::by_waves}, {"two-parts", GemvSplitK::two_parts}}};
-inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 2> kDecodeSplitPlanNames = {
-    {{"uniform-waves", DecodeSplitPlan::uniform_waves}, {"by-step-work", DecodeSplitPlan::by_step_work}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 3> kDecodeSplitPlanNames = {
+    {{"adaptive", DecodeSplitPlan::adaptive},
+     {"uniform-waves", DecodeSplitPlan::uniform_waves},
+     {"by-step-work", DecodeSplitPlan::by_step_work}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 2> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {

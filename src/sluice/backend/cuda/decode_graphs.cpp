@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 
 namespace sluice::cuda {
 
@@ -22,8 +23,10 @@ std::int32_t graph_bucket(std::int32_t n, std::int32_t least, GraphBuckets bucke
 std::optional<GraphKey> decode_graph_key(const StepLayout& layout, GraphBuckets buckets) {
   if (layout.sequences.empty()) return std::nullopt;
   std::int32_t longest = 0, longest_table = 0;
+  std::int64_t total = 0;
   for (const SequenceLayout& seq : layout.sequences) {
     if (seq.num_rows != 1) return std::nullopt;
+    total += seq.num_computed_tokens + 1;
     longest = std::max(longest, seq.num_computed_tokens + 1);
     longest_table = std::max(longest_table, static_cast<std::int32_t>(seq.block_table.size()));
   }
@@ -31,6 +34,7 @@ std::optional<GraphKey> decode_graph_key(const StepLayout& layout, GraphBuckets 
                   .context_bucket = graph_bucket(longest, 256, buckets),
                   .table_blocks_bucket = graph_bucket(longest_table, 16, buckets),
                   .num_sample_rows = static_cast<std::int32_t>(layout.sample_rows.size()),
+                  .uneven_split_rows = split_rows_uneven(total, longest, layout.num_rows()),
                   .scratch_generation = 0,
                   .metadata_generation = 0};
 }

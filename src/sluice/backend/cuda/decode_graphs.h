@@ -22,6 +22,8 @@ namespace sluice::cuda {
 
 struct GraphKey {
   std::int32_t num_rows, context_bucket, table_blocks_bucket, num_sample_rows;
+  // The split-KV plan differs for uneven steps (DecodeSplitPlan::adaptive).
+  bool uneven_split_rows;
   // The scratch arena's and the step metadata's generations: a graph holds
   // their addresses, so a key made under older buffers never matches again.
   std::uint64_t scratch_generation, metadata_generation;

@@ -26,6 +26,7 @@ const StepDeviceView& StepMetadata::upload(const StepLayout& layout, const StepA
   std::vector<PrefillTile> tiles;
   std::vector<std::int32_t> split_rows;
   std::int32_t max_split_kv = 0;
+  std::int64_t total_split_kv = 0;
   for (std::int32_t s = 0; s < num_seqs; ++s) {
     const SequenceLayout& seq = layout.sequences[s];
     if (tensor_core_prefill && seq.num_rows > 1) {
@@ -33,7 +34,10 @@ const StepDeviceView& StepMetadata::upload(const StepLayout& layout, const StepA
         tiles.push_back({s, r, seq.num_computed_tokens + r,
                          seq.num_computed_tokens + std::min(seq.num_rows, r + kPrefillTileRows)});
     } else {
-      for (std::int32_t r = 0; r < seq.num_rows; ++r) split_rows.push_back(seq.row_begin + r);
+      for (std::int32_t r = 0; r < seq.num_rows; ++r) {
+        split_rows.push_back(seq.row_begin + r);
+        total_split_kv += seq.num_computed_tokens + r + 1;
+      }
       if (seq.num_rows > 0) max_split_kv = std::max(max_split_kv, seq.num_computed_tokens + seq.num_rows);
     }
   }
@@ -119,6 +123,8 @@ const StepDeviceView& StepMetadata::upload(const StepLayout& layout, const StepA
   view_.num_prefill_tiles = static_cast<std::int32_t>(num_tiles);
   view_.num_split_rows = static_cast<std::int32_t>(num_split);
   view_.max_split_kv_tokens = graph ? graph->context_bucket : max_split_kv;
+  view_.total_split_kv_tokens = graph ? 0 : total_split_kv;
+  view_.uneven_split_rows = graph ? graph->uneven_split_rows : split_rows_uneven(total_split_kv, max_split_kv, num_split);
   return view_;
 }
 

@@ -185,9 +185,18 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(StepDeviceView step, 
 }
 
 // Combines a split tile's pieces: out = sum_i 2^(lse_i - max) o_i / sum_i 2^(lse_i - max).
-// One block a (head, split tile).
+// One block a (head, split tile, group of kMergeRows rows): a 128-row tile over
+// 32 heads is 256 blocks, not 32 (one block a (head, tile) left 100 SMs idle
+// and walked the pieces one dependent load at a time: 98 us a layer for
+// 8 pieces of a 128-row chunk over 80k keys, 11% of the step; S8-1). The
+// pieces' weights are computed once a row into shared memory, and each thread
+// keeps a row's loads from every piece in flight together.
+constexpr int kMergeRows = 16;
+static_assert(kPrefillTileRows % kMergeRows == 0, "merge groups tile the query tile");
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) merge_kernel(StepDeviceView step, PrefillParams p) {
+  __shared__ float weight[kMaxPrefillSplitPieces][kMergeRows];  // 2^(lse_i - max) / sum
   pdl_launch_dependents();
   pdl_wait();
   const int pieces = step.prefill_split_pieces_per_tile;
@@ -195,31 +204,43 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(StepDeviceView step, Pr
   const int head = blockIdx.x;
   const int seq = step.prefill_split_pieces[4 * first_piece];
   const int tile_row = step.prefill_split_pieces[4 * first_piece + 1];
+  const int first_row = blockIdx.z * kMergeRows;
   const int num_q = min(kPrefillTileRows, step.seq_num_rows[seq] - tile_row);
+  const int num_rows = min(kMergeRows, num_q - first_row);
+  if (num_rows <= 0) return;
   const int row_base = step.seq_row_begin[seq] + tile_row;
   auto slot_of = [&](int piece, int r) {
     return (static_cast<std::int64_t>(first_piece + piece) * p.num_q_heads + head) * kPrefillTileRows + r;
   };
-  for (int idx = threadIdx.x; idx < num_q * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+  if (threadIdx.x < num_rows) {
+    const int r = first_row + static_cast<int>(threadIdx.x);
     float lse_max = -INFINITY;
     for (int i = 0; i < pieces; ++i) lse_max = fmaxf(lse_max, p.partial_lse[slot_of(i, r)]);
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float weight_sum = 0.0f;
+    float sum = 0.0f;
     for (int i = 0; i < pieces; ++i) {
-      const std::int64_t slot = slot_of(i, r);
-      const float w = exp2f(p.partial_lse[slot] - lse_max);
-      const float4 o = *reinterpret_cast<const float4*>(p.partial_out + slot * D + col);
+      const float w = exp2f(p.partial_lse[slot_of(i, r)] - lse_max);
+      weight[i][threadIdx.x] = w;
+      sum += w;
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < pieces; ++i) weight[i][threadIdx.x] *= inv;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < num_rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int i = 0; i < pieces; ++i) {
+      const float w = weight[i][r];
+      const float4 o = __ldcs(reinterpret_cast<const float4*>(p.partial_out + slot_of(i, first_row + r) * D + col));
       acc.x += w * o.x;
       acc.y += w * o.y;
       acc.z += w * o.z;
       acc.w += w * o.w;
-      weight_sum += w;
     }
-    const float inv = 1.0f / weight_sum;
-    __nv_bfloat16* dst = p.out + (static_cast<std::int64_t>(row_base + r) * p.num_q_heads + head) * D + col;
-    reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-    reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    __nv_bfloat16* dst = p.out + (static_cast<std::int64_t>(row_base + first_row + r) * p.num_q_heads + head) * D + col;
+    reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(acc.x, acc.y);
+    reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(acc.z, acc.w);
   }
 }
 
@@ -245,7 +266,8 @@ template <int D>
 void launch_merge(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   const PrefillParams p = params_of(step, args, D);
   launch_kernel(merge_kernel<D>,
-                dim3(args.num_q_heads, step.num_prefill_split_pieces / step.prefill_split_pieces_per_tile),
+                dim3(args.num_q_heads, step.num_prefill_split_pieces / step.prefill_split_pieces_per_tile,
+                     kPrefillTileRows / kMergeRows),
                 dim3(kThreads), 0, launch, step, p);
   SLUICE_CUDA_CHECK_LAUNCH();
 }

@@ -763,13 +763,23 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
     const int by_fill = static_cast<int>((kTargetBlocks + pairs - 1) / pairs);
     uniform_splits = std::max(1, std::min(by_fill, by_len));
   }
-  if (args.decode_split_plan == DecodeSplitPlan::uniform_waves)
+  const bool by_step_work = args.decode_split_plan == DecodeSplitPlan::by_step_work ||
+                            (args.decode_split_plan == DecodeSplitPlan::adaptive && step.uneven_split_rows);
+  if (!by_step_work)
     return {uniform_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, 0, 0, uniform_splits};
   // Uneven steps: the step's keys over about four waves of tensor-core blocks
   // (or four CUDA-core blocks per multiprocessor), however they are spread
   // over rows.
   const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim) : 132 * 4;
-  const int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
+  int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
+  if (step.total_split_kv_tokens > 0) {
+    // An eager step: the longest row's splits under step_split()'s length are
+    // all the grid needs (a graph's grid must cover any keys of its bucket).
+    const std::int64_t split_tokens =
+        std::max<std::int64_t>(min_split_tokens, (step.total_split_kv_tokens * pairs_per_row + target_blocks - 1) /
+                                                     target_blocks);
+    by_work = std::max(1, std::min(by_work, static_cast<int>((max_kv + split_tokens - 1) / split_tokens)));
+  }
   return {std::max(uniform_splits, by_work), min_split_tokens, tile_keys, head_chunks, kernel_group,
           target_blocks, pairs_per_row, uniform_splits};
 }

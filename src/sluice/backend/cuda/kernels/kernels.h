@@ -53,7 +53,19 @@ struct StepDeviceView {
   std::int32_t num_prefill_tiles = 0;
   std::int32_t num_split_rows = 0;
   std::int32_t max_split_kv_tokens = 0;  // longest key range among split_rows
+  // The split rows' keys in all: exact for an eager step, 0 under a graph
+  // (its launches must fit every step of the key, whatever their keys).
+  std::int64_t total_split_kv_tokens = 0;
+  bool uneven_split_rows = false;  // split_rows_uneven() of this step's split rows
 };
+
+// Whether rows with these keys are not within 25% of even (the longest more
+// than 1.25x the mean): the split-KV kernel's uniform plan leaves most of the
+// GPU idle behind the longest rows there. The device's step_split() applies
+// the same rule.
+inline bool split_rows_uneven(std::int64_t total_keys, std::int32_t longest_keys, std::int64_t num_rows) {
+  return 4 * static_cast<std::int64_t>(longest_keys) * num_rows > 5 * total_keys;
+}
 
 // Rows of prefill tiles: the tensor-core attention kernel's BLOCK_M.
 inline constexpr std::int32_t kPrefillTileRows = 128;
@@ -79,7 +91,7 @@ struct AttentionArgs {
   void* prefill_split_workspace = nullptr;
   // The kernel asked for whole prefill tiles; prefill_kernel_for() decides.
   PrefillAttention prefill_attention = PrefillAttention::mma;
-  DecodeSplitPlan decode_split_plan = DecodeSplitPlan::uniform_waves;
+  DecodeSplitPlan decode_split_plan = DecodeSplitPlan::adaptive;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
