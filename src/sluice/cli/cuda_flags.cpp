@@ -20,9 +20,10 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
   std::vector<std::string> plans;
   for (const auto& [name, plan] : cuda::kDecodeSplitPlanNames) plans.emplace_back(name);
   cmd.add_option("--cuda-decode-split-plan", flags.decode_split_plan,
-                 "cuda: how decode attention cuts keys over blocks: uniform-waves (the default: even batches at "
-                 "72-90% of HBM) or by-step-work (uneven steps, e.g. long contexts beside short ones, 2.5x faster; "
-                 "even batches 13-20 points slower)")
+                 "cuda: how decode attention cuts keys over blocks: adaptive (the default: by-step-work on uneven "
+                 "steps, uniform-waves on the rest), uniform-waves (even batches at 72-90% of HBM) or by-step-work "
+                 "(uneven steps, e.g. long contexts beside short ones, 2.5x faster; even batches 13-20 points "
+                 "slower in graphs)")
       ->check(CLI::IsMember(plans));
 }
 
