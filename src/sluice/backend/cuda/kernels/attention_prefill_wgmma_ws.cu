@@ -1,0 +1,310 @@
+// Causal paged attention for prefill chunks on Hopper warpgroup MMA, warp
+// specialised (FlashAttention-3's structure; sm_90a, head_dim 128, bf16 with
+// f32 accumulation). CudaOptions::prefill_attention = wgmma_ws selects it
+// (attention_prefill.cu dispatches); other head_dims stay on mma.sync.
+//
+// The blocks are those of the other prefill kernels: one per (query head, tile
+// of 128 query rows of one sequence), or per split piece (kSplit: f32 partials
+// and log2-sum-exp for attention_prefill.cu's merge kernel). Three warpgroups:
+//   producer     gathers Q, then every 128-key K/V tile of the block's keys,
+//                key by key through the block table with cp.async, into a
+//                ring of kStages stages; a stage's `full` mbarrier completes
+//                when its copies have landed (each producer thread waits for
+//                its own copies of the tile one behind, fences them for the
+//                async proxy and arrives), its `empty` mbarrier when both
+//                consumers are done with it. setmaxnreg gives the producer 24
+//                registers and each consumer 240.
+//   consumers    64 query rows each (wgmma's M). Per key tile j:
+//                  issue S(j) = Q K(j)^T, rescale O, issue O += P(j-1) V(j-1);
+//                  wait for S(j); mask and online softmax of S(j), while
+//                  P(j-1) V(j-1) runs; wait for it, release stage j-1, P(j).
+//                The two consumers take turns to issue (named barriers
+//                kTurnBarrier + consumer): one's MMAs run under the other's
+//                softmax instead of both softmaxes leaving the tensor cores idle.
+// Keys past the block's last key are zero-filled, never read from unwritten
+// pages. The register arrays are indexed with compile-time constants only.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma_prefill.cuh"
+#include "sluice/backend/prefill_split_plan.h"
+
+namespace sluice::cuda {
+namespace {
+
+using namespace wgmma_prefill;
+
+constexpr int kConsumers = 2;
+constexpr int kGroupThreads = 128;
+constexpr int kThreads = kGroupThreads * (1 + kConsumers);
+constexpr int kBlockM = kGroupRows * kConsumers;
+static_assert(kBlockM == kPrefillTileRows, "host tiling must match the kernel");
+static_assert(kPrefillSplitKeyAlign % kBlockN == 0, "split pieces must start on a key tile");
+
+constexpr int kQBytes = kBlockM * kD * 2;
+constexpr int kStageBytes = 2 * kKvTileBytes;  // K then V
+constexpr int kStages = 3;                     // K/V ring depth
+constexpr int kBarrierBytes = 2 * kStages * 8;  // full[kStages], empty[kStages]
+constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
+
+// setmaxnreg: __launch_bounds__(kThreads, 1) caps every thread at 168 registers
+// (64K / 384, rounded down to 8); the block's 64,512 are redistributed.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupThreads * kConsumers <=
+                  (65536 / kThreads) / 8 * 8 * kThreads,
+              "the registers redistributed must fit the block's allocation");
+// Named barriers (0 is __syncthreads): consumer c issues its MMAs after
+// bar.sync(kTurnBarrier + c), which the other consumer's bar.arrive completes.
+constexpr int kTurnBarrier = 1;
+
+__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDeviceView step, Params p) {
+  pdl_launch_dependents();
+  pdl_wait();
+  extern __shared__ unsigned char smem_raw[];
+  // Swizzled panels need 1024-byte alignment; the dynamic window only promises 16.
+  const std::uint32_t smem_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (smem_base - smem_addr(smem_raw));
+  const std::uint32_t s_q = smem_base;
+  const std::uint32_t s_kv = smem_base + kQBytes;  // [kStages][K tile, V tile]
+  const std::uint32_t s_barriers = s_kv + kStages * kStageBytes;
+  auto full_barrier = [&](int stage) { return s_barriers + 8 * stage; };
+  auto empty_barrier = [&](int stage) { return s_barriers + 8 * (kStages + stage); };
+
+  const int tid = threadIdx.x;
+  // Through a shuffle so the compiler knows it is uniform across the warp
+  // (branches on it then do not serialize the asynchronous MMAs).
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / kGroupThreads, 0);
+  const int group_tid = tid % kGroupThreads;
+  const int head = blockIdx.x;
+  const std::int32_t* item =
+      kSplit ? step.prefill_split_pieces + 4 * blockIdx.y : step.prefill_tiles + 2 * blockIdx.y;
+  const int seq = item[0];
+  const int tile_row = item[1];
+  const int seq_rows = step.seq_num_rows[seq];
+  const int row_base = step.seq_row_begin[seq] + tile_row;
+  const int num_q = min(kBlockM, seq_rows - tile_row);
+  const int first_pos = step.seq_num_computed[seq] + tile_row;
+  // Keys [key_begin, kv_end): a piece's inner bounds are multiples of kBlockN,
+  // at or below first_pos, so only the causal end is ever a partial tile.
+  const int key_begin = kSplit ? item[2] : 0;
+  const int kv_end = kSplit ? min(item[3], first_pos + num_q) : first_pos + num_q;
+  const int first_tile = key_begin / kBlockN;
+  const int num_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  const int block_tiles = num_tiles - first_tile;  // >= 1: every row sees the first key
+
+  if (tid == 0) {
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrier_init(full_barrier(stage), kGroupThreads);
+      mbarrier_init(empty_barrier(stage), kGroupThreads * kConsumers);
+    }
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
+    const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+    const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * kD;
+    // Q tile, in the first tile's copies; rows past the chunk are zero-filled.
+    for (int c = group_tid; c < kBlockM * kChunksPerRow; c += kGroupThreads) {
+      const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+      const bool valid = r < num_q;
+      const __nv_bfloat16* src =
+          p.q + (static_cast<std::int64_t>(valid ? row_base + r : row_base) * p.num_q_heads + head) * kD +
+          chunk * 8;
+      cp_async_16(smem + swizzled_offset(r, chunk, kBlockM), src, valid);
+    }
+    // Each thread copies one 16-byte chunk column of every 8th key.
+    constexpr int kKeysPerPass = kGroupThreads / kChunksPerRow;
+    const int my_chunk = group_tid % kChunksPerRow;
+    for (int i = 0; i < block_tiles; ++i) {
+      const int stage = i % kStages;
+      // The stage's previous tile (i - kStages) released by both consumers.
+      if (i >= kStages) mbarrier_wait(empty_barrier(stage), (i / kStages - 1) & 1);
+      unsigned char* dk = smem + kQBytes + stage * kStageBytes;
+      unsigned char* dv = dk + kKvTileBytes;
+      const int tile_key = (first_tile + i) * kBlockN;
+#pragma unroll 2
+      for (int pass = 0; pass < kBlockN / kKeysPerPass; ++pass) {
+        const int r = pass * kKeysPerPass + group_tid / kChunksPerRow;
+        const int key = tile_key + r;
+        const bool valid = key < kv_end;
+        std::int64_t off = 0;
+        if (valid) {
+          const std::int64_t slot =
+              static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+          off = slot * key_stride + kv_head * kD + my_chunk * 8;
+        }
+        const std::uint32_t dst = swizzled_offset(r, my_chunk, kBlockN);
+        cp_async_16(dk + dst, p.k_cache + off, valid);
+        cp_async_16(dv + dst, p.v_cache + off, valid);
+      }
+      cp_async_commit();
+      // Tile i - 1 (and Q with the first) has landed once only tile i's group is pending.
+      if (i > 0) {
+        cp_async_wait<1>();
+        fence_proxy_async();
+        mbarrier_arrive(full_barrier((i - 1) % kStages));
+      }
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbarrier_arrive(full_barrier((block_tiles - 1) % kStages));
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+  const int consumer = warpgroup - 1;
+  const int warp_in_group = group_tid / 32;
+  const int lane = tid % 32;
+  // This thread's rows (accumulator layout: per warp 16 rows, lane / 4 and + 8).
+  const int group_row = consumer * kGroupRows;
+  const int group_first_pos = first_pos + group_row;
+  const int pos0 = group_first_pos + warp_in_group * 16 + lane / 4;
+  // Tiles [first_tile, group_end) this consumer multiplies: causal, its last
+  // row sees keys up to group_first_pos + 63; a consumer of padding rows only
+  // (short chunk) none. The consumer of the block's last row multiplies every
+  // tile, so every tile loaded has a reader; the other one at most one fewer.
+  const int group_end = group_row >= num_q ? first_tile : min(num_tiles, (group_first_pos + 63) / kBlockN + 1);
+  float o_acc[2][32];  // [dim panel][n8 block * 4 + i]
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o_acc[h][i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float corr[2] = {1.0f, 1.0f};  // O's factor before the next P V
+  float s[64];                   // S, then P in f32
+  std::uint32_t pa[kBlockN / 16][4];  // P of the previous tile as wgmma A fragments
+  auto stage_addr = [&](int i) { return s_kv + (i % kStages) * kStageBytes; };
+  constexpr int kTurnThreads = kGroupThreads * kConsumers;
+  const int my_turn = kTurnBarrier + consumer, other_turn = kTurnBarrier + 1 - consumer;
+
+  // Both consumers pass through every tile's turn (a tile past group_end only
+  // hands the turn on and releases its stage), so the turns alternate
+  // strictly and neither runs more than one tile ahead of the other. The
+  // first tile and the last P V are peeled off the loop so that every wgmma
+  // wait is unconditional: ptxas then sees no accumulator still in flight
+  // where the softmax or the rescale reads it (else it serialises the MMAs).
+  // Consumer 0 goes first; consumer 1 hands on no turn after the block's last
+  // tile, so every arrival on a turn barrier meets a sync.
+  if (consumer == 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);
+  auto pass_turn = [&](int i) {
+    if (consumer == 0 || i + 1 < block_tiles) named_barrier_arrive(other_turn, kTurnThreads);
+  };
+  const int active = max(group_end - first_tile, 0);  // a prefix of the block's tiles
+  if (active > 0) {
+    mbarrier_wait(full_barrier(0), 0);
+    named_barrier_sync(my_turn, kTurnThreads);
+    wgmma_fence();
+    issue_scores(s, s_q, kBlockM, group_row, stage_addr(0));
+    pass_turn(0);
+    wgmma_wait<0>();
+    fence_registers(s);
+    online_softmax(s, first_tile * kBlockN, group_first_pos, pos0, lane, p.scale_log2, m_run, l_run, corr);
+    to_a_fragments(s, pa);
+  }
+  for (int i = 1; i < active; ++i) {
+    mbarrier_wait(full_barrier(i % kStages), (i / kStages) & 1);
+    named_barrier_sync(my_turn, kTurnThreads);
+    wgmma_fence();
+    issue_scores(s, s_q, kBlockM, group_row, stage_addr(i));
+    rescale_o(o_acc, corr);
+    fence_registers(o_acc[0]);
+    fence_registers(o_acc[1]);
+    wgmma_fence();
+    issue_pv(o_acc, pa, stage_addr(i - 1) + kKvTileBytes);
+    pass_turn(i);
+    wgmma_wait<1>();
+    fence_registers(s);
+    online_softmax(s, (first_tile + i) * kBlockN, group_first_pos, pos0, lane, p.scale_log2, m_run, l_run, corr);
+    wgmma_wait<0>();
+    fence_registers(o_acc[0]);
+    fence_registers(o_acc[1]);
+    fence_registers(s);  // P(i) replaces P(i - 1) only now that its MMAs are done
+    mbarrier_arrive(empty_barrier((i - 1) % kStages));
+    to_a_fragments(s, pa);
+  }
+  for (int i = active; i < block_tiles; ++i) {
+    named_barrier_sync(my_turn, kTurnThreads);
+    pass_turn(i);
+    mbarrier_arrive(empty_barrier(i % kStages));
+  }
+  if (active > 0) {
+    rescale_o(o_acc, corr);
+    fence_registers(o_acc[0]);
+    fence_registers(o_acc[1]);
+    wgmma_fence();
+    issue_pv(o_acc, pa, stage_addr(active - 1) + kKvTileBytes);
+    wgmma_wait<0>();
+    fence_registers(o_acc[0]);
+    fence_registers(o_acc[1]);
+    mbarrier_arrive(empty_barrier((active - 1) % kStages));
+  }
+  store_rows<kSplit>(p, o_acc, l_run, m_run, group_row + warp_in_group * 16, num_q, row_base, head, blockIdx.y,
+                     lane);
+}
+
+template <bool kSplit>
+void launch_wgmma_ws(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
+  const Params p = params_of(step, args);
+  constexpr auto kernel = prefill_wgmma_ws_kernel<kSplit>;
+  static bool attribute_set = false;  // once per process: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    attribute_set = true;
+  }
+  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
+  launch_kernel(kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_attention_prefill_wgmma_ws(const StepDeviceView& step, const AttentionArgs& args,
+                                       const Launch& launch) {
+  SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma_ws prefill attention: head_dim must be 128");
+  if (step.num_prefill_tiles == 0) return;
+  launch_wgmma_ws<false>(step, args, launch);
+}
+
+void launch_attention_prefill_wgmma_ws_split(const StepDeviceView& step, const AttentionArgs& args,
+                                             const Launch& launch) {
+  SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma_ws prefill attention: head_dim must be 128");
+  if (step.num_prefill_split_pieces == 0) return;
+  launch_wgmma_ws<true>(step, args, launch);
+}
+
+}  // namespace sluice::cuda
