@@ -72,36 +72,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp_in_group = (tid % 128) / 32;
   const int lane = tid % 32;
   const int head = blockIdx.x;
-  const std::int32_t* item =
-      kSplit ? step.prefill_split_pieces + 4 * blockIdx.y : step.prefill_tiles + 2 * blockIdx.y;
-  const int seq = item[0];
-  const int tile_row = item[1];
-  const int seq_rows = step.seq_num_rows[seq];
-  const int row_base = step.seq_row_begin[seq] + tile_row;
-  const int num_q = min(kBlockM, seq_rows - tile_row);
-  const int first_pos = step.seq_num_computed[seq] + tile_row;
-  // Keys [key_begin, kv_end): a piece's inner bounds are multiples of kBlockN,
-  // at or below first_pos, so only the causal end is ever a partial tile.
-  const int key_begin = kSplit ? item[2] : 0;
-  const int kv_end = kSplit ? min(item[3], first_pos + num_q) : first_pos + num_q;
-  const int first_tile = key_begin / kBlockN;
+  const BlockWork w = block_work<kSplit>(step, blockIdx.y);
+  const int num_q = w.num_q, first_pos = w.first_pos, kv_end = w.kv_end, first_tile = w.first_tile;
+  const int seq = w.seq, row_base = w.row_base;
   const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * kD;
 
-  // Q tile; rows past the chunk are zero-filled.
-  for (int c = tid; c < kBlockM * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const bool valid = r < num_q;
-    const __nv_bfloat16* src =
-        p.q + (static_cast<std::int64_t>(valid ? row_base + r : row_base) * p.num_q_heads + head) * kD +
-        chunk * 8;
-    cp_async_16(smem + swizzled_offset(r, chunk, kBlockM), src, valid);
-  }
+  load_q_tile(smem, p, w, head, tid, kThreads);
   // Each thread copies one 16-byte chunk column of every 16th key.
   constexpr int kKeysPerPass = kThreads / kChunksPerRow;
   const int my_chunk = tid % kChunksPerRow;
-  const int num_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  const int num_tiles = w.num_tiles;
   auto load_kv = [&](int tile) {
     if (tile >= num_tiles) return;
     unsigned char* dk = smem + kQBytes + (tile % kStages) * kStageBytes;
@@ -183,35 +165,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool prefill_wgmma_supports(std::int32_t head_dim) { return head_dim == kD; }
 
-namespace {
-
-template <bool kSplit>
-void launch_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
-  const Params p = params_of(step, args);
-  constexpr auto kernel = prefill_wgmma_kernel<kSplit>;
-  static bool attribute_set = false;  // once per process: the limit is per kernel
-  if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    attribute_set = true;
-  }
-  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
-  launch_kernel(kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
-  SLUICE_CUDA_CHECK_LAUNCH();
-}
-
-}  // namespace
-
 void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
   if (step.num_prefill_tiles == 0) return;
-  launch_wgmma<false>(step, args, launch);
+  launch_blocks<prefill_wgmma_kernel<false>, false>(kThreads, kSmemBytes, step, args, launch);
 }
 
 void launch_attention_prefill_wgmma_split(const StepDeviceView& step, const AttentionArgs& args,
                                           const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
   if (step.num_prefill_split_pieces == 0) return;
-  launch_wgmma<true>(step, args, launch);
+  launch_blocks<prefill_wgmma_kernel<true>, true>(kThreads, kSmemBytes, step, args, launch);
 }
 
 }  // namespace sluice::cuda

@@ -109,20 +109,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
   const int warpgroup = __shfl_sync(0xffffffffu, tid / kGroupThreads, 0);
   const int group_tid = tid % kGroupThreads;
   const int head = blockIdx.x;
-  const std::int32_t* item =
-      kSplit ? step.prefill_split_pieces + 4 * blockIdx.y : step.prefill_tiles + 2 * blockIdx.y;
-  const int seq = item[0];
-  const int tile_row = item[1];
-  const int seq_rows = step.seq_num_rows[seq];
-  const int row_base = step.seq_row_begin[seq] + tile_row;
-  const int num_q = min(kBlockM, seq_rows - tile_row);
-  const int first_pos = step.seq_num_computed[seq] + tile_row;
-  // Keys [key_begin, kv_end): a piece's inner bounds are multiples of kBlockN,
-  // at or below first_pos, so only the causal end is ever a partial tile.
-  const int key_begin = kSplit ? item[2] : 0;
-  const int kv_end = kSplit ? min(item[3], first_pos + num_q) : first_pos + num_q;
-  const int first_tile = key_begin / kBlockN;
-  const int num_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  const BlockWork w = block_work<kSplit>(step, blockIdx.y);
+  const int first_tile = w.first_tile, num_tiles = w.num_tiles, num_q = w.num_q;
   const int block_tiles = num_tiles - first_tile;  // >= 1: every row sees the first key
 
   if (tid == 0) {
@@ -136,41 +124,45 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
-    const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+    const std::int32_t* table = step.block_tables + step.seq_block_offset[w.seq];
     const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * kD;
-    // Q tile, in the first tile's copies; rows past the chunk are zero-filled.
-    for (int c = group_tid; c < kBlockM * kChunksPerRow; c += kGroupThreads) {
-      const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
-      const bool valid = r < num_q;
-      const __nv_bfloat16* src =
-          p.q + (static_cast<std::int64_t>(valid ? row_base + r : row_base) * p.num_q_heads + head) * kD +
-          chunk * 8;
-      cp_async_16(smem + swizzled_offset(r, chunk, kBlockM), src, valid);
-    }
-    // Each thread copies one 16-byte chunk column of every 8th key.
-    constexpr int kKeysPerPass = kGroupThreads / kChunksPerRow;
+    const int block_size = p.block_size;
+    load_q_tile(smem, p, w, head, group_tid, kGroupThreads);
+    // Thread (key group g, chunk c) copies 16-byte chunk c of keys 16g .. 16g + 15
+    // of each tile, walking the block table a page at a time (one division a
+    // tile, not one a key: the producer shares the SM's issue slots with the
+    // consumers). A warp's copy instruction reads two 256-byte key rows.
+    constexpr int kKeysPerThread = kBlockN * kChunksPerRow / kGroupThreads;
     const int my_chunk = group_tid % kChunksPerRow;
+    const int my_first_row = group_tid / kChunksPerRow * kKeysPerThread;
+    const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * kD + my_chunk * 8;
     for (int i = 0; i < block_tiles; ++i) {
       const int stage = i % kStages;
       // The stage's previous tile (i - kStages) released by both consumers.
       if (i >= kStages) mbarrier_wait(empty_barrier(stage), (i / kStages - 1) & 1);
       unsigned char* dk = smem + kQBytes + stage * kStageBytes;
       unsigned char* dv = dk + kKvTileBytes;
-      const int tile_key = (first_tile + i) * kBlockN;
-#pragma unroll 2
-      for (int pass = 0; pass < kBlockN / kKeysPerPass; ++pass) {
-        const int r = pass * kKeysPerPass + group_tid / kChunksPerRow;
-        const int key = tile_key + r;
-        const bool valid = key < kv_end;
-        std::int64_t off = 0;
-        if (valid) {
-          const std::int64_t slot =
-              static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-          off = slot * key_stride + kv_head * kD + my_chunk * 8;
+      const int first_key = (first_tile + i) * kBlockN + my_first_row;
+      int page = first_key / block_size;
+      int in_page = first_key - page * block_size;
+      // Offsets of keys past kv_end stay unused: their copies zero-fill.
+      std::int64_t offset =
+          first_key < w.kv_end
+              ? (static_cast<std::int64_t>(table[page]) * block_size + in_page) * key_stride + head_offset
+              : 0;
+#pragma unroll 4
+      for (int j = 0; j < kKeysPerThread; ++j) {
+        const bool valid = first_key + j < w.kv_end;
+        const std::uint32_t dst = swizzled_offset(my_first_row + j, my_chunk, kBlockN);
+        cp_async_16(dk + dst, p.k_cache + (valid ? offset : 0), valid);
+        cp_async_16(dv + dst, p.v_cache + (valid ? offset : 0), valid);
+        offset += key_stride;
+        if (++in_page == block_size) {
+          in_page = 0;
+          ++page;
+          if (first_key + j + 1 < w.kv_end)
+            offset = static_cast<std::int64_t>(table[page]) * block_size * key_stride + head_offset;
         }
-        const std::uint32_t dst = swizzled_offset(r, my_chunk, kBlockN);
-        cp_async_16(dk + dst, p.k_cache + off, valid);
-        cp_async_16(dv + dst, p.v_cache + off, valid);
       }
       cp_async_commit();
       // Tile i - 1 (and Q with the first) has landed once only tile i's group is pending.
@@ -192,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
   const int lane = tid % 32;
   // This thread's rows (accumulator layout: per warp 16 rows, lane / 4 and + 8).
   const int group_row = consumer * kGroupRows;
-  const int group_first_pos = first_pos + group_row;
+  const int group_first_pos = w.first_pos + group_row;
   const int pos0 = group_first_pos + warp_in_group * 16 + lane / 4;
   // Tiles [first_tile, group_end) this consumer multiplies: causal, its last
   // row sees keys up to group_first_pos + 63; a consumer of padding rows only
@@ -273,22 +265,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     fence_registers(o_acc[1]);
     mbarrier_arrive(empty_barrier((active - 1) % kStages));
   }
-  store_rows<kSplit>(p, o_acc, l_run, m_run, group_row + warp_in_group * 16, num_q, row_base, head, blockIdx.y,
+  store_rows<kSplit>(p, o_acc, l_run, m_run, group_row + warp_in_group * 16, num_q, w.row_base, head, blockIdx.y,
                      lane);
-}
-
-template <bool kSplit>
-void launch_wgmma_ws(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
-  const Params p = params_of(step, args);
-  constexpr auto kernel = prefill_wgmma_ws_kernel<kSplit>;
-  static bool attribute_set = false;  // once per process: the limit is per kernel
-  if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    attribute_set = true;
-  }
-  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
-  launch_kernel(kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
-  SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -297,14 +275,14 @@ void launch_attention_prefill_wgmma_ws(const StepDeviceView& step, const Attenti
                                        const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma_ws prefill attention: head_dim must be 128");
   if (step.num_prefill_tiles == 0) return;
-  launch_wgmma_ws<false>(step, args, launch);
+  launch_blocks<prefill_wgmma_ws_kernel<false>, false>(kThreads, kSmemBytes, step, args, launch);
 }
 
 void launch_attention_prefill_wgmma_ws_split(const StepDeviceView& step, const AttentionArgs& args,
                                              const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma_ws prefill attention: head_dim must be 128");
   if (step.num_prefill_split_pieces == 0) return;
-  launch_wgmma_ws<true>(step, args, launch);
+  launch_blocks<prefill_wgmma_ws_kernel<true>, true>(kThreads, kSmemBytes, step, args, launch);
 }
 
 }  // namespace sluice::cuda

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 
+#include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 
 namespace sluice::cuda::wgmma_prefill {
@@ -232,6 +234,50 @@ inline Params params_of(const StepDeviceView& step, const AttentionArgs& args) {
   return p;
 }
 
+// What a block computes: the query rows of one 128-row tile of a sequence,
+// against keys [key_begin, kv_end), in key tiles [first_tile, num_tiles).
+struct BlockWork {
+  int seq;
+  int row_base;   // the tile's first row in the step
+  int num_q;      // rows of the tile (< kPrefillTileRows at a chunk's end)
+  int first_pos;  // the first row's position: keys every row sees
+  int key_begin, kv_end;
+  int first_tile, num_tiles;
+};
+
+// Block `index` of the step's whole tiles, or of its split pieces (kSplit).
+// A piece's inner key bounds are multiples of kBlockN at or below first_pos,
+// so only the causal end is ever a partial key tile.
+template <bool kSplit>
+static __device__ __forceinline__ BlockWork block_work(const StepDeviceView& step, int index) {
+  const std::int32_t* item = kSplit ? step.prefill_split_pieces + 4 * index : step.prefill_tiles + 2 * index;
+  BlockWork w;
+  w.seq = item[0];
+  const int tile_row = item[1];
+  w.row_base = step.seq_row_begin[w.seq] + tile_row;
+  w.num_q = min(kPrefillTileRows, step.seq_num_rows[w.seq] - tile_row);
+  w.first_pos = step.seq_num_computed[w.seq] + tile_row;
+  w.key_begin = kSplit ? item[2] : 0;
+  w.kv_end = kSplit ? min(item[3], w.first_pos + w.num_q) : w.first_pos + w.num_q;
+  w.first_tile = w.key_begin / kBlockN;
+  w.num_tiles = (w.kv_end + kBlockN - 1) / kBlockN;
+  return w;
+}
+
+// The block's Q tile for `head` into swizzled panels at `smem` with cp.async
+// (`threads` threads from `tid`); rows past the chunk are zero-filled.
+static __device__ __forceinline__ void load_q_tile(unsigned char* smem, const Params& p, const BlockWork& w,
+                                                   int head, int tid, int threads) {
+  for (int c = tid; c < kPrefillTileRows * kChunksPerRow; c += threads) {
+    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const bool valid = r < w.num_q;
+    const __nv_bfloat16* src =
+        p.q + (static_cast<std::int64_t>(valid ? w.row_base + r : w.row_base) * p.num_q_heads + head) * kD +
+        chunk * 8;
+    cp_async_16(smem + swizzled_offset(r, chunk, kPrefillTileRows), src, valid);
+  }
+}
+
 // Writes one warpgroup's rows (accumulator layout: per warp 16 rows, lane / 4
 // and + 8): O / l as bf16, or for a split piece (kSplit, item `piece`) the f32
 // partial and m + log2(l). `l_run` is this lane's partial row sum. Rows at or
@@ -277,6 +323,22 @@ static __device__ __forceinline__ void store_rows(const Params& p, const float (
       }
     }
   }
+}
+
+// Launches kKernel (one of the wgmma prefill kernels) with `threads` threads
+// and `smem_bytes` of shared memory a block, over the step's whole tiles or
+// (kSplit) its split pieces, on grid (head, tile or piece).
+template <auto kKernel, bool kSplit>
+void launch_blocks(int threads, int smem_bytes, const StepDeviceView& step, const AttentionArgs& args,
+                   const Launch& launch) {
+  static bool attribute_set = false;  // once per process: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    attribute_set = true;
+  }
+  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
+  launch_kernel(kKernel, grid, dim3(threads), smem_bytes, launch, step, params_of(step, args));
+  SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace sluice::cuda::wgmma_prefill
