@@ -6,18 +6,20 @@
 // The blocks are those of the other prefill kernels: one per (query head, tile
 // of 128 query rows of one sequence), or per split piece (kSplit: f32 partials
 // and log2-sum-exp for attention_prefill.cu's merge kernel). Three warpgroups:
-//   producer     gathers Q, then every 128-key K/V tile of the block's keys,
-//                key by key through the block table with cp.async, into a
-//                ring of kStages stages; a stage's `full` mbarrier completes
-//                when its copies have landed (each producer thread waits for
-//                its own copies of the tile one behind, fences them for the
-//                async proxy and arrives), its `empty` mbarrier when both
-//                consumers are done with it. setmaxnreg gives the producer 24
-//                registers and each consumer 240.
+//   producer     gathers Q, then every 128-key K/V tile of the block's keys
+//                through the block table with cp.async, into a ring of
+//                kStages stages. K and V of a stage each have a `full`
+//                mbarrier (each producer thread waits for its own copies,
+//                fences them for the async proxy and arrives) and an `empty`
+//                one (both consumers arrive): K(j) is released as soon as
+//                S(j) is done, V(j) after P(j) V(j), so K loads a tile earlier.
+//                setmaxnreg gives the producer 32 registers (24 spilled) and
+//                each consumer 232.
 //   consumers    64 query rows each (wgmma's M). Per key tile j:
 //                  issue S(j) = Q K(j)^T, rescale O, issue O += P(j-1) V(j-1);
-//                  wait for S(j); mask and online softmax of S(j), while
-//                  P(j-1) V(j-1) runs; wait for it, release stage j-1, P(j).
+//                  wait for S(j), release K(j); mask and online softmax of
+//                  S(j) while P(j-1) V(j-1) runs; wait for it, release
+//                  V(j-1); P(j) to A fragments.
 //                The two consumers take turns to issue (named barriers
 //                kTurnBarrier + consumer): one's MMAs run under the other's
 //                softmax instead of both softmaxes leaving the tensor cores idle.
@@ -50,14 +52,14 @@ static_assert(kPrefillSplitKeyAlign % kBlockN == 0, "split pieces must start on 
 constexpr int kQBytes = kBlockM * kD * 2;
 constexpr int kStageBytes = 2 * kKvTileBytes;  // K then V
 constexpr int kStages = 3;                     // K/V ring depth
-constexpr int kBarrierBytes = 2 * kStages * 8;  // full[kStages], empty[kStages]
+constexpr int kBarrierBytes = 4 * kStages * 8;  // full and empty, of K and of V, a stage
 constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 
 // setmaxnreg: __launch_bounds__(kThreads, 1) caps every thread at 168 registers
 // (64K / 384, rounded down to 8); the block's 64,512 are redistributed.
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
+constexpr int kProducerRegisters = 32;
+constexpr int kConsumerRegisters = 232;
 static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupThreads * kConsumers <=
                   (65536 / kThreads) / 8 * 8 * kThreads,
               "the registers redistributed must fit the block's allocation");
@@ -100,8 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
   const std::uint32_t s_q = smem_base;
   const std::uint32_t s_kv = smem_base + kQBytes;  // [kStages][K tile, V tile]
   const std::uint32_t s_barriers = s_kv + kStages * kStageBytes;
-  auto full_barrier = [&](int stage) { return s_barriers + 8 * stage; };
-  auto empty_barrier = [&](int stage) { return s_barriers + 8 * (kStages + stage); };
+  // Barrier b (kFull / kEmpty + kK / kV) of tile i's stage.
+  constexpr int kFull = 0, kEmpty = 2, kK = 0, kV = 1;
+  auto barrier = [&](int b, int i) { return s_barriers + 8 * (b * kStages + i % kStages); };
 
   const int tid = threadIdx.x;
   // Through a shuffle so the compiler knows it is uniform across the warp
@@ -115,8 +118,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
 
   if (tid == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
-      mbarrier_init(full_barrier(stage), kGroupThreads);
-      mbarrier_init(empty_barrier(stage), kGroupThreads * kConsumers);
+      for (int kv : {kK, kV}) {
+        mbarrier_init(barrier(kFull + kv, stage), kGroupThreads);
+        mbarrier_init(barrier(kEmpty + kv, stage), kGroupThreads * kConsumers);
+      }
     }
   }
   __syncthreads();
@@ -136,12 +141,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     const int my_chunk = group_tid % kChunksPerRow;
     const int my_first_row = group_tid / kChunksPerRow * kKeysPerThread;
     const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * kD + my_chunk * 8;
-    for (int i = 0; i < block_tiles; ++i) {
-      const int stage = i % kStages;
-      // The stage's previous tile (i - kStages) released by both consumers.
-      if (i >= kStages) mbarrier_wait(empty_barrier(stage), (i / kStages - 1) & 1);
-      unsigned char* dk = smem + kQBytes + stage * kStageBytes;
-      unsigned char* dv = dk + kKvTileBytes;
+    // K and V of a tile are two commit groups with barriers of their own: the
+    // consumers release K(i) when S(i) is done, a tile before V(i), so the
+    // next K loads a tile earlier. Each thread arrives on a group's `full`
+    // barrier once its own copies of it have landed (wait_group 1: all but the
+    // group just issued) and are fenced for the async proxy.
+    auto gather = [&](unsigned char* dst_tile, const __nv_bfloat16* cache, int i) {
       const int first_key = (first_tile + i) * kBlockN + my_first_row;
       int page = first_key / block_size;
       int in_page = first_key - page * block_size;
@@ -153,9 +158,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
 #pragma unroll 4
       for (int j = 0; j < kKeysPerThread; ++j) {
         const bool valid = first_key + j < w.kv_end;
-        const std::uint32_t dst = swizzled_offset(my_first_row + j, my_chunk, kBlockN);
-        cp_async_16(dk + dst, p.k_cache + (valid ? offset : 0), valid);
-        cp_async_16(dv + dst, p.v_cache + (valid ? offset : 0), valid);
+        cp_async_16(dst_tile + swizzled_offset(my_first_row + j, my_chunk, kBlockN), cache + (valid ? offset : 0),
+                    valid);
         offset += key_stride;
         if (++in_page == block_size) {
           in_page = 0;
@@ -165,16 +169,25 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
         }
       }
       cp_async_commit();
-      // Tile i - 1 (and Q with the first) has landed once only tile i's group is pending.
-      if (i > 0) {
-        cp_async_wait<1>();
-        fence_proxy_async();
-        mbarrier_arrive(full_barrier((i - 1) % kStages));
-      }
+    };
+    auto landed = [&](int b, int i) {
+      cp_async_wait<1>();
+      fence_proxy_async();
+      mbarrier_arrive(barrier(b, i));
+    };
+    for (int i = 0; i < block_tiles; ++i) {
+      unsigned char* dk = smem + kQBytes + (i % kStages) * kStageBytes;
+      // A stage's previous tile (i - kStages) released by both consumers.
+      if (i >= kStages) mbarrier_wait(barrier(kEmpty + kK, i), (i / kStages - 1) & 1);
+      gather(dk, p.k_cache, i);  // with Q in the first group
+      if (i > 0) landed(kFull + kV, i - 1);
+      if (i >= kStages) mbarrier_wait(barrier(kEmpty + kV, i), (i / kStages - 1) & 1);
+      gather(dk + kKvTileBytes, p.v_cache, i);
+      landed(kFull + kK, i);
     }
     cp_async_wait<0>();
     fence_proxy_async();
-    mbarrier_arrive(full_barrier((block_tiles - 1) % kStages));
+    mbarrier_arrive(barrier(kFull + kV, block_tiles - 1));
     return;
   }
 
@@ -218,18 +231,20 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
   };
   const int active = max(group_end - first_tile, 0);  // a prefix of the block's tiles
   if (active > 0) {
-    mbarrier_wait(full_barrier(0), 0);
+    mbarrier_wait(barrier(kFull + kK, 0), 0);
     named_barrier_sync(my_turn, kTurnThreads);
     wgmma_fence();
     issue_scores(s, s_q, kBlockM, group_row, stage_addr(0));
     pass_turn(0);
     wgmma_wait<0>();
     fence_registers(s);
+    mbarrier_arrive(barrier(kEmpty + kK, 0));
     online_softmax(s, first_tile * kBlockN, group_first_pos, pos0, lane, p.scale_log2, m_run, l_run, corr);
     to_a_fragments(s, pa);
   }
   for (int i = 1; i < active; ++i) {
-    mbarrier_wait(full_barrier(i % kStages), (i / kStages) & 1);
+    mbarrier_wait(barrier(kFull + kK, i), (i / kStages) & 1);
+    mbarrier_wait(barrier(kFull + kV, i - 1), ((i - 1) / kStages) & 1);
     named_barrier_sync(my_turn, kTurnThreads);
     wgmma_fence();
     issue_scores(s, s_q, kBlockM, group_row, stage_addr(i));
@@ -241,20 +256,23 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     pass_turn(i);
     wgmma_wait<1>();
     fence_registers(s);
+    mbarrier_arrive(barrier(kEmpty + kK, i));
     online_softmax(s, (first_tile + i) * kBlockN, group_first_pos, pos0, lane, p.scale_log2, m_run, l_run, corr);
     wgmma_wait<0>();
     fence_registers(o_acc[0]);
     fence_registers(o_acc[1]);
     fence_registers(s);  // P(i) replaces P(i - 1) only now that its MMAs are done
-    mbarrier_arrive(empty_barrier((i - 1) % kStages));
+    mbarrier_arrive(barrier(kEmpty + kV, i - 1));
     to_a_fragments(s, pa);
   }
   for (int i = active; i < block_tiles; ++i) {
     named_barrier_sync(my_turn, kTurnThreads);
     pass_turn(i);
-    mbarrier_arrive(empty_barrier(i % kStages));
+    mbarrier_arrive(barrier(kEmpty + kK, i));
+    mbarrier_arrive(barrier(kEmpty + kV, i));
   }
   if (active > 0) {
+    mbarrier_wait(barrier(kFull + kV, active - 1), ((active - 1) / kStages) & 1);
     rescale_o(o_acc, corr);
     fence_registers(o_acc[0]);
     fence_registers(o_acc[1]);
@@ -263,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     wgmma_wait<0>();
     fence_registers(o_acc[0]);
     fence_registers(o_acc[1]);
-    mbarrier_arrive(empty_barrier((active - 1) % kStages));
+    mbarrier_arrive(barrier(kEmpty + kV, active - 1));
   }
   store_rows<kSplit>(p, o_acc, l_run, m_run, group_row + warp_in_group * 16, num_q, w.row_base, head, blockIdx.y,
                      lane);
