@@ -4,11 +4,12 @@
 // prefill of 4k and 32k prompts). Prints one markdown row per number, with its
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
-// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --decode | --decode1 | --chunk |
-//                   --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst]
+// Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
+//                   --decode1 | --chunk | --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
-// rows only; --decode: decode attention, GEMVs and decode steps; --decode1: the
+// rows only; --prefill-attention: prefill attention alone under each kernel, whole
+// prompts and chunks over long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
@@ -338,9 +339,12 @@ void bench_fused_gemv() {
   }
 }
 
+enum class AttentionRows { all, prefill_only, decode_only };
+
 // Attention alone: one prefill sequence of `tokens`, or `batch` decodes at `context`.
-void bench_attention(bool quick, bool decode_only = false) {
+void bench_attention(bool quick, AttentionRows rows = AttentionRows::all) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kDim = 128;
+  const bool decode_only = rows == AttentionRows::decode_only;
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
   for (std::int32_t kv_heads : {32, 8}) {
     if (decode_only) break;
@@ -376,6 +380,7 @@ void bench_attention(bool quick, bool decode_only = false) {
   }
   }
   for (std::int32_t kv_heads : {32, 8}) {
+    if (rows == AttentionRows::prefill_only) break;
     if (decode_only && kv_heads != 8) continue;
     const std::int32_t batch = 64, context = quick ? 2048 : 8192;
     // Eager: this times the kernels alone (the model benchmark below replays graphs).
@@ -706,13 +711,16 @@ void bench_model(bool quick) {
     if (g_decode) return;
     bench_prefill_rows(*ops, model, {4096, long_prompt}, "");  // the default prefill attention (wgmma)
   }
-  // Both prompts with the mma.sync prefill attention, in an Ops of its own.
-  CudaOptions options = bench_options();
-  options.prefill_attention = cuda::PrefillAttention::mma;
-  auto ops = new_ops(options);
-  const Llama8B model(*ops);
-  allocate_model_kv(*ops, long_prompt / kBlock + 1);
-  bench_prefill_rows(*ops, model, {4096, long_prompt}, " (attention mma)");
+  // Both prompts with the other prefill attention kernels, each in an Ops of its own.
+  for (const auto kernel : {cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma_ws}) {
+    CudaOptions options = bench_options();
+    options.prefill_attention = kernel;
+    auto ops = new_ops(options);
+    const Llama8B model(*ops);
+    allocate_model_kv(*ops, long_prompt / kBlock + 1);
+    bench_prefill_rows(*ops, model, {4096, long_prompt},
+                       " (attention " + std::string(cuda::name_of(kernel, cuda::kPrefillAttentionNames)) + ")");
+  }
 }
 
 // Decode steps under other settings, each in a fresh Ops (no graph captured
@@ -845,7 +853,7 @@ void profile_run() {
     }
   }
   sync();
-  bench_attention(false, true);
+  bench_attention(false, AttentionRows::decode_only);
 }
 
 // Attention of a short prefill chunk over a long cached prefix (the mixed steps
@@ -858,8 +866,8 @@ void bench_chunk_over_prefix() {
     std::int32_t prefix, chunk;
   };
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
-  for (const Shape shape : {Shape{100000, 128}, Shape{100000, 256}, Shape{100000, 512}, Shape{32768, 256},
-                            Shape{8192, 1024}}) {
+  for (const Shape shape : {Shape{100000, 128}, Shape{100000, 256}, Shape{100000, 512}, Shape{100000, 1024},
+                            Shape{100000, 2048}, Shape{32768, 256}, Shape{32768, 2048}, Shape{8192, 1024}}) {
     CudaOptions options = bench_options();
     options.prefill_attention = kernel;
     auto ops = new_ops(options);
@@ -996,6 +1004,12 @@ int main(int argc, char** argv) {
     sluice::bench_chunk_over_prefix();
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--prefill-attention") == 0) {  // prefill attention, every kernel
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_attention(false, sluice::AttentionRows::prefill_only);
+    sluice::bench_chunk_over_prefix();
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--mla") == 0) {  // DeepSeek-V3 MLA rows only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_mla(false);
@@ -1017,7 +1031,7 @@ int main(int argc, char** argv) {
     sluice::g_decode = true;
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_fused_gemv();
-    sluice::bench_attention(false, true);
+    sluice::bench_attention(false, sluice::AttentionRows::decode_only);
     sluice::bench_model(false);
     sluice::bench_decode_variants(false);
     return 0;

@@ -280,9 +280,13 @@ class CudaAttention : public ::testing::TestWithParam<cuda::PrefillAttention> {
 };
 
 INSTANTIATE_TEST_SUITE_P(PrefillKernels, CudaAttention,
-                         ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma),
+                         ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma,
+                                           cuda::PrefillAttention::wgmma_ws),
                          [](const ::testing::TestParamInfo<cuda::PrefillAttention>& info) {
-                           return std::string(cuda::name_of(info.param, cuda::kPrefillAttentionNames));
+                           // gtest names take no '-' (the flag's "wgmma-ws" is wgmma_ws here).
+                           std::string name(cuda::name_of(info.param, cuda::kPrefillAttentionNames));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
                          });
 
 const std::vector<SeqSpec> kMixed = {{0, 1},    {0, 64},  {0, 65},  {17, 63}, {100, 1},

@@ -13,7 +13,8 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
   for (const auto& [name, kernel] : cuda::kPrefillAttentionNames) kernels.emplace_back(name);
   cmd.add_option("--cuda-prefill-attention", flags.prefill_attention,
                  "cuda: kernel for prefill attention: wgmma (warpgroup MMA, the default; head_dim 128, others "
-                 "run on mma; 1.2-1.3x faster than mma) or mma (mma.sync)")
+                 "run on mma; 1.2-1.3x faster than mma), wgmma-ws (warp-specialised wgmma, FlashAttention-3 "
+                 "style; head_dim 128; not yet measured on a device) or mma (mma.sync)")
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");

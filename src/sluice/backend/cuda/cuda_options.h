@@ -28,6 +28,13 @@ enum class PrefillAttention {
   // Not the default until the whole attention suite has passed under it on a
   // device (cuda_kernel_test runs every CudaAttention case under both).
   wgmma,
+  // wgmma, warp specialised (attention_prefill_wgmma_ws.cu): a producer
+  // warpgroup loads K/V into an mbarrier ring, two consumer warpgroups take
+  // turns to issue S = Q K^T and the previous tile's P V, each one's softmax
+  // under the other's MMAs (FlashAttention-3's structure); head_dim 128.
+  // Not yet run on a device; not the default until the attention suite passes
+  // under it there.
+  wgmma_ws,
 };
 
 // Context buckets of captured decode graphs (a graph is captured per bucket,
@@ -151,8 +158,8 @@ struct CudaOptions {
 namespace cuda {
 
 // Names for flags and logs; parse_* return nullopt for an unknown name.
-inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 2> kPrefillAttentionNames = {
-    {{"mma", PrefillAttention::mma}, {"wgmma", PrefillAttention::wgmma}}};
+inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 3> kPrefillAttentionNames = {
+    {{"mma", PrefillAttention::mma}, {"wgmma", PrefillAttention::wgmma}, {"wgmma-ws", PrefillAttention::wgmma_ws}}};
 inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraphBucketsNames = {
     {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {

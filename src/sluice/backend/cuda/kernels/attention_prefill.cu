@@ -9,8 +9,9 @@
 // gathered page by page with cp.async into padded shared memory (row stride
 // D + 8 keeps ldmatrix conflict-free), double-buffered. Keys past the last
 // query are zero-filled, never read from unwritten pages (which may hold NaN).
-// The warpgroup-MMA kernel for head_dim 128 (attention_prefill_wgmma.cu) runs
-// whole tiles instead when CudaOptions::prefill_attention asks for it.
+// The warpgroup-MMA kernels for head_dim 128 (attention_prefill_wgmma.cu,
+// attention_prefill_wgmma_ws.cu) run whole tiles and split pieces instead
+// when CudaOptions::prefill_attention asks for one.
 //
 // Split pieces (kSplit): a short chunk over a long cached prefix has few tiles,
 // each walking the whole prefix on one SM. Such a tile's keys are cut into
@@ -294,15 +295,15 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
 bool prefill_kernel_supports(std::int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_dim) {
-  return asked == PrefillAttention::wgmma && prefill_wgmma_supports(head_dim) ? PrefillAttention::wgmma
-                                                                             : PrefillAttention::mma;
+  return asked != PrefillAttention::mma && prefill_wgmma_supports(head_dim) ? asked : PrefillAttention::mma;
 }
 
 void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_prefill_tiles == 0) return;
-  if (prefill_kernel_for(args.prefill_attention, args.head_dim) == PrefillAttention::wgmma) {
-    launch_attention_prefill_wgmma(step, args, launch);
-    return;
+  switch (prefill_kernel_for(args.prefill_attention, args.head_dim)) {
+    case PrefillAttention::wgmma: launch_attention_prefill_wgmma(step, args, launch); return;
+    case PrefillAttention::wgmma_ws: launch_attention_prefill_wgmma_ws(step, args, launch); return;
+    case PrefillAttention::mma: break;
   }
   switch (args.head_dim) {
     case 64: launch_for_dim<64, false>(step, args, launch); break;
@@ -315,10 +316,16 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
 void launch_attention_prefill_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_prefill_split_pieces == 0) return;
   SLUICE_CHECK_MSG(args.prefill_split_workspace != nullptr, "split prefill: no workspace");
-  if (prefill_kernel_for(args.prefill_attention, args.head_dim) == PrefillAttention::wgmma) {
-    launch_attention_prefill_wgmma_split(step, args, launch);
-    launch_merge<128>(step, args, launch);
-    return;
+  switch (prefill_kernel_for(args.prefill_attention, args.head_dim)) {
+    case PrefillAttention::wgmma:
+      launch_attention_prefill_wgmma_split(step, args, launch);
+      launch_merge<128>(step, args, launch);
+      return;
+    case PrefillAttention::wgmma_ws:
+      launch_attention_prefill_wgmma_ws_split(step, args, launch);
+      launch_merge<128>(step, args, launch);
+      return;
+    case PrefillAttention::mma: break;
   }
   switch (args.head_dim) {
     case 64: launch_for_dim<64, true>(step, args, launch); break;

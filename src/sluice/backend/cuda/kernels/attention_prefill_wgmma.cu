@@ -33,128 +33,31 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma_prefill.cuh"
 #include "sluice/backend/prefill_split_plan.h"
 
 namespace sluice::cuda {
 namespace {
 
-constexpr int kD = 128;                   // head_dim
+using namespace wgmma_prefill;
+
 constexpr int kWarpgroups = 2;            // 64 query rows each
 constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kBlockM = 64 * kWarpgroups;
-constexpr int kBlockN = 128;              // keys per tile
+constexpr int kBlockM = kGroupRows * kWarpgroups;
 static_assert(kBlockM == kPrefillTileRows, "host tiling must match the kernel");
 static_assert(kPrefillSplitKeyAlign % kBlockN == 0, "split pieces must start on a key tile");
-constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared-memory tiles of [rows][128] bf16 are stored as two panels [rows][64]
-// (one 128-byte line per row): wgmma's 128-byte swizzle places 16-byte chunk c
-// of line r at chunk c ^ (r % 8), which also makes the cp.async stores and
-// wgmma's reads bank-conflict free. Panels start on 1024-byte boundaries.
-constexpr int kPanelCols = 64;
-constexpr int kLineBytes = 128;
 constexpr int kQBytes = kBlockM * kD * 2;
-constexpr int kKvTileBytes = kBlockN * kD * 2;
 constexpr int kStageBytes = 2 * kKvTileBytes;  // K then V
 constexpr int kStages = 3;  // K/V ring depth
 constexpr int kLookahead = kStages - 1;  // tiles loading while one is multiplied
 constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + 1024;  // + alignment slack
 
-__device__ __forceinline__ std::uint32_t swizzled_offset(int row, int chunk, int rows) {
-  return static_cast<std::uint32_t>((chunk >> 3) * rows * kLineBytes + row * kLineBytes +
-                                    (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-// wgmma shared-memory matrix descriptor: start address, leading and stride
-// byte offsets (all >> 4), swizzle mode 1 = 128 bytes.
-__device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t addr, std::uint32_t lbo_bytes,
-                                                   std::uint32_t sbo_bytes) {
-  return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) |
-         (static_cast<std::uint64_t>(lbo_bytes >> 4) << 16) |
-         (static_cast<std::uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accesses of accumulator registers across the
-// asynchronous MMAs that write them.
-template <int N>
-__device__ __forceinline__ void fence_registers(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-// cp.async writes through the generic proxy; wgmma reads through the async proxy.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// d (+)= A B for one m64n128k16 step, A and B from shared memory (both
-// K-major). accumulate = false overwrites d.
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], std::uint64_t desc_a,
-                                                    std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
-// d += A B for one m64n64k16 step, A from registers (the mma.sync m16n8k16
-// A-fragment layout, one 16-row slice per warp), B from shared memory,
-// MN-major (transposed). The scale-d predicate (accumulate) is always set.
-__device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const std::uint32_t (&a)[4],
-                                                      std::uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-struct WgmmaPrefillParams {
-  const __nv_bfloat16* q;
-  __nv_bfloat16* out;
-  float* partial_out;  // split pieces: [piece, head, kPrefillTileRows, kD]
-  float* partial_lse;  // split pieces: [piece, head, kPrefillTileRows], log2 domain
-  const __nv_bfloat16* k_cache;
-  const __nv_bfloat16* v_cache;
-  int num_q_heads, num_kv_heads, block_size;
-  float scale_log2;
-};
-
 template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
-    prefill_wgmma_kernel(StepDeviceView step, WgmmaPrefillParams p) {
+    prefill_wgmma_kernel(StepDeviceView step, Params p) {
   pdl_launch_dependents();
   pdl_wait();
-  constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks
   extern __shared__ unsigned char smem_raw[];
   // Swizzled panels need 1024-byte alignment; the dynamic window only promises 16.
   const std::uint32_t smem_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -169,36 +72,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp_in_group = (tid % 128) / 32;
   const int lane = tid % 32;
   const int head = blockIdx.x;
-  const std::int32_t* item =
-      kSplit ? step.prefill_split_pieces + 4 * blockIdx.y : step.prefill_tiles + 2 * blockIdx.y;
-  const int seq = item[0];
-  const int tile_row = item[1];
-  const int seq_rows = step.seq_num_rows[seq];
-  const int row_base = step.seq_row_begin[seq] + tile_row;
-  const int num_q = min(kBlockM, seq_rows - tile_row);
-  const int first_pos = step.seq_num_computed[seq] + tile_row;
-  // Keys [key_begin, kv_end): a piece's inner bounds are multiples of kBlockN,
-  // at or below first_pos, so only the causal end is ever a partial tile.
-  const int key_begin = kSplit ? item[2] : 0;
-  const int kv_end = kSplit ? min(item[3], first_pos + num_q) : first_pos + num_q;
-  const int first_tile = key_begin / kBlockN;
+  const BlockWork w = block_work<kSplit>(step, blockIdx.y);
+  const int num_q = w.num_q, first_pos = w.first_pos, kv_end = w.kv_end, first_tile = w.first_tile;
+  const int seq = w.seq, row_base = w.row_base;
   const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
   const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * kD;
 
-  // Q tile; rows past the chunk are zero-filled.
-  for (int c = tid; c < kBlockM * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const bool valid = r < num_q;
-    const __nv_bfloat16* src =
-        p.q + (static_cast<std::int64_t>(valid ? row_base + r : row_base) * p.num_q_heads + head) * kD +
-        chunk * 8;
-    cp_async_16(smem + swizzled_offset(r, chunk, kBlockM), src, valid);
-  }
+  load_q_tile(smem, p, w, head, tid, kThreads);
   // Each thread copies one 16-byte chunk column of every 16th key.
   constexpr int kKeysPerPass = kThreads / kChunksPerRow;
   const int my_chunk = tid % kChunksPerRow;
-  const int num_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  const int num_tiles = w.num_tiles;
   auto load_kv = [&](int tile) {
     if (tile >= num_tiles) return;
     unsigned char* dk = smem + kQBytes + (tile % kStages) * kStageBytes;
@@ -242,86 +127,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   auto stage_k = [&](int tile) { return s_kv + (tile % kStages) * kStageBytes; };
-  // S = Q K^T: 8 k-steps of 16 dims; within a 128-byte line a k-step is a
-  // 32-byte advance of the start address (the swizzle uses address bits).
-  auto issue_scores = [&](float (&s)[64], int tile) {
-    const std::uint32_t s_k = stage_k(tile);
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const int panel = ks / 4, within = (ks % 4) * 32;
-      const std::uint64_t dq =
-          smem_desc(s_q + panel * kBlockM * kLineBytes + group_row * kLineBytes + within, 16, 1024);
-      const std::uint64_t dk = smem_desc(s_k + panel * kBlockN * kLineBytes + within, 16, 1024);
-      wgmma_m64n128k16_ss(s, dq, dk, ks > 0);
-    }
-    wgmma_commit();
-  };
-  // O += P V. V is [key][dim] in the same panels as K: for B = V (keys x
-  // dims) that is MN-major. One n64 MMA per panel, so only the stride between
-  // 8-key groups (1024 bytes) matters.
-  auto issue_pv = [&](const std::uint32_t (&pa)[kBlockN / 16][4], int tile) {
-    const std::uint32_t s_v = stage_k(tile) + kKvTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int panel = 0; panel < 2; ++panel) {
-        const std::uint64_t dv =
-            smem_desc(s_v + panel * kBlockN * kLineBytes + kk * 16 * kLineBytes, 1024, 1024);
-        wgmma_m64n64k16_rs_tb(o_acc[panel], pa[kk], dv);
-      }
-    }
-    wgmma_commit();
-  };
-  // Online softmax of one tile's scores into P (wgmma A fragments, one per 16
-  // keys); updates m and returns the factor O and l must be scaled by.
-  // s[4j + i]: row pos0 + 8 (i / 2), key key0 + 8j + 2 (lane % 4) + (i % 2).
-  auto softmax = [&](float (&s)[64], int tile, std::uint32_t (&pa)[kBlockN / 16][4], float (&row_sum)[2],
-                     float (&correction)[2]) {
-    const int key0 = tile * kBlockN;
-    // Causal mask on the diagonal tiles only (a branch, not per-score selects).
-    if (key0 + kBlockN - 1 > group_first_pos) {
-      const int first_key = key0 + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (first_key + 8 * j + (i % 2) > pos0 + 8 * (i / 2)) s[4 * j + i] = -INFINITY;
-    }
-    float row_max[2] = {-INFINITY, -INFINITY};  // unscaled: the scale is folded into the exponent
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) row_max[i / 2] = fmaxf(row_max[i / 2], s[4 * j + i]);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-      row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-      const float m_new = fmaxf(m_run[h], row_max[h] * p.scale_log2);
-      // m is finite from the first tile on: every row sees its first key there.
-      correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
-      m_run[h] = m_new;
-      row_sum[h] = 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      float pr[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pr[i] = exp2f(fmaf(s[4 * j + i], p.scale_log2, -m_run[i / 2]));
-        row_sum[i / 2] += pr[i];
-      }
-      pa[j / 2][(j % 2) * 2 + 0] = pack_bf16(pr[0], pr[1]);
-      pa[j / 2][(j % 2) * 2 + 1] = pack_bf16(pr[2], pr[3]);
-    }
-  };
-  auto rescale = [&](const float (&row_sum)[2], const float (&correction)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * correction[h] + row_sum[h];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 32; ++i) o_acc[h][i] *= correction[(i % 4) / 2];
-  };
 
   std::uint32_t pa[kBlockN / 16][4];  // P as wgmma A fragments
   for (int tile = first_tile; tile < num_tiles; ++tile) {
@@ -337,108 +142,40 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     float s[64];
     wgmma_fence();
-    issue_scores(s, tile);
+    issue_scores(s, s_q, kBlockM, group_row, stage_k(tile));
     wgmma_wait<0>();
     fence_registers(s);
-    float row_sum[2], correction[2];
-    softmax(s, tile, pa, row_sum, correction);
-    rescale(row_sum, correction);
+    float correction[2];
+    online_softmax(s, tile * kBlockN, group_first_pos, pos0, lane, p.scale_log2, m_run, l_run, correction);
+    to_a_fragments(s, pa);
+    rescale_o(o_acc, correction);
     fence_registers(o_acc[0]);
     fence_registers(o_acc[1]);
     wgmma_fence();
-    issue_pv(pa, tile);
+    issue_pv(o_acc, pa, stage_k(tile) + kKvTileBytes);
     wgmma_wait<0>();
     fence_registers(o_acc[0]);
     fence_registers(o_acc[1]);
   }
   cp_async_wait<0>();
-
-  // Row sums are partial per lane: finish them across the four lanes of a row.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = group_row + warp_in_group * 16 + lane / 4 + 8 * h;
-    if (r >= num_q) continue;
-    const float inv = 1.0f / l_run[h];
-    if constexpr (kSplit) {
-      const std::int64_t slot = (static_cast<std::int64_t>(blockIdx.y) * p.num_q_heads + head) * kBlockM + r;
-      float* part = p.partial_out + slot * kD;
-#pragma unroll
-      for (int panel = 0; panel < 2; ++panel) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = panel * kPanelCols + 8 * j + 2 * (lane % 4);
-          *reinterpret_cast<float2*>(part + col) =
-              make_float2(o_acc[panel][4 * j + 2 * h] * inv, o_acc[panel][4 * j + 2 * h + 1] * inv);
-        }
-      }
-      if (lane % 4 == 0) p.partial_lse[slot] = m_run[h] + log2f(l_run[h]);
-      continue;
-    }
-    __nv_bfloat16* dst = p.out + (static_cast<std::int64_t>(row_base + r) * p.num_q_heads + head) * kD;
-#pragma unroll
-    for (int panel = 0; panel < 2; ++panel) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int col = panel * kPanelCols + 8 * j + 2 * (lane % 4);
-        *reinterpret_cast<__nv_bfloat162*>(dst + col) = __floats2bfloat162_rn(
-            o_acc[panel][4 * j + 2 * h] * inv, o_acc[panel][4 * j + 2 * h + 1] * inv);
-      }
-    }
-  }
+  store_rows<kSplit>(p, o_acc, l_run, m_run, group_row + warp_in_group * 16, num_q, row_base, head, blockIdx.y, lane);
 }
 
 }  // namespace
 
 bool prefill_wgmma_supports(std::int32_t head_dim) { return head_dim == kD; }
 
-namespace {
-
-template <bool kSplit>
-void launch_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
-  WgmmaPrefillParams p{};
-  p.q = static_cast<const __nv_bfloat16*>(args.q);
-  p.out = static_cast<__nv_bfloat16*>(args.out);
-  p.partial_out = static_cast<float*>(args.prefill_split_workspace);
-  // The merge kernel's layout (attention_prefill.cu): every piece's outputs, then every lse.
-  p.partial_lse = p.partial_out == nullptr
-                      ? nullptr
-                      : p.partial_out + static_cast<std::int64_t>(step.num_prefill_split_pieces) *
-                                            args.num_q_heads * kPrefillTileRows * kD;
-  p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
-  p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
-  p.num_q_heads = args.num_q_heads;
-  p.num_kv_heads = args.num_kv_heads;
-  p.block_size = args.block_size_tokens;
-  p.scale_log2 = args.scale * kLog2e;
-  constexpr auto kernel = prefill_wgmma_kernel<kSplit>;
-  static bool attribute_set = false;  // once per process: the limit is per kernel
-  if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    attribute_set = true;
-  }
-  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
-  launch_kernel(kernel, grid, dim3(kThreads), kSmemBytes, launch, step, p);
-  SLUICE_CUDA_CHECK_LAUNCH();
-}
-
-}  // namespace
-
 void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
   if (step.num_prefill_tiles == 0) return;
-  launch_wgmma<false>(step, args, launch);
+  launch_blocks<prefill_wgmma_kernel<false>, false>(kThreads, kSmemBytes, step, args, launch);
 }
 
 void launch_attention_prefill_wgmma_split(const StepDeviceView& step, const AttentionArgs& args,
                                           const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma prefill attention: head_dim must be 128");
   if (step.num_prefill_split_pieces == 0) return;
-  launch_wgmma<true>(step, args, launch);
+  launch_blocks<prefill_wgmma_kernel<true>, true>(kThreads, kSmemBytes, step, args, launch);
 }
 
 }  // namespace sluice::cuda

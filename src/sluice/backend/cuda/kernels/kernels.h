@@ -116,6 +116,12 @@ void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionA
 // Its split pieces (partials for the merge in launch_attention_prefill_split).
 void launch_attention_prefill_wgmma_split(const StepDeviceView& step, const AttentionArgs& args,
                                           const Launch& launch);
+// The warp-specialised wgmma kernel (attention_prefill_wgmma_ws.cu), the same
+// tiles and pieces and the same contract.
+void launch_attention_prefill_wgmma_ws(const StepDeviceView& step, const AttentionArgs& args,
+                                       const Launch& launch);
+void launch_attention_prefill_wgmma_ws_split(const StepDeviceView& step, const AttentionArgs& args,
+                                             const Launch& launch);
 // The kernel that runs whole prefill tiles: the one asked for where it is
 // built for head_dim, else mma.
 PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_dim);

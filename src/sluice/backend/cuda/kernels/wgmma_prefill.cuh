@@ -1,0 +1,344 @@
+// What the two Hopper prefill attention kernels share (sm_90a, head_dim 128,
+// bf16 with f32 accumulation): the 128-byte-swizzled shared-memory panels,
+// wgmma descriptors and instructions, the S = Q K^T and O += P V issue for a
+// 64-row warpgroup, and the output epilogue (bf16 rows, or a split piece's
+// f32 partials and log2-sum-exp for attention_prefill.cu's merge kernel).
+//   attention_prefill_wgmma.cu     `PrefillAttention::wgmma`: two warpgroups
+//                                  load and multiply in phase;
+//   attention_prefill_wgmma_ws.cu  `PrefillAttention::wgmma_ws`: a producer
+//                                  warpgroup loads, two consumers pingpong.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mma.cuh"
+
+namespace sluice::cuda::wgmma_prefill {
+
+inline constexpr int kD = 128;       // head_dim
+inline constexpr int kGroupRows = 64;  // query rows a warpgroup (wgmma's M)
+inline constexpr int kBlockN = 128;  // keys per tile
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared-memory tiles of [rows][128] bf16 are stored as two panels [rows][64]
+// (one 128-byte line per row): wgmma's 128-byte swizzle places 16-byte chunk c
+// of line r at chunk c ^ (r % 8), which also makes the cp.async stores and
+// wgmma's reads bank-conflict free. Panels start on 1024-byte boundaries.
+inline constexpr int kPanelCols = 64;
+inline constexpr int kLineBytes = 128;
+inline constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks
+inline constexpr int kKvTileBytes = kBlockN * kD * 2;
+
+static __device__ __forceinline__ std::uint32_t swizzled_offset(int row, int chunk, int rows) {
+  return static_cast<std::uint32_t>((chunk >> 3) * rows * kLineBytes + row * kLineBytes +
+                                    (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// wgmma shared-memory matrix descriptor: start address, leading and stride
+// byte offsets (all >> 4), swizzle mode 1 = 128 bytes.
+static __device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t addr, std::uint32_t lbo_bytes,
+                                                          std::uint32_t sbo_bytes) {
+  return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<std::uint64_t>(lbo_bytes >> 4) << 16) |
+         (static_cast<std::uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
+}
+
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+static __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of accumulator registers across the
+// asynchronous MMAs that write them.
+template <int N>
+static __device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// cp.async writes through the generic proxy; wgmma reads through the async proxy.
+static __device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d (+)= A B for one m64n128k16 step, A and B from shared memory (both
+// K-major). accumulate = false overwrites d.
+static __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], std::uint64_t desc_a,
+                                                           std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// d += A B for one m64n64k16 step, A from registers (the mma.sync m16n8k16
+// A-fragment layout, one 16-row slice per warp), B from shared memory,
+// MN-major (transposed). The scale-d predicate (accumulate) is always set.
+static __device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const std::uint32_t (&a)[4],
+                                                             std::uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// S = Q K^T for one warpgroup's 64 rows and a 128-key tile, one commit group:
+// 8 k-steps of 16 dims; within a 128-byte line a k-step is a 32-byte advance
+// of the start address (the swizzle uses address bits). `s_q` is the Q tile of
+// `q_rows` rows, `group_row` this warpgroup's first row in it.
+static __device__ __forceinline__ void issue_scores(float (&s)[64], std::uint32_t s_q, int q_rows, int group_row,
+                                                    std::uint32_t s_k) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int panel = ks / 4, within = (ks % 4) * 32;
+    const std::uint64_t dq = smem_desc(s_q + panel * q_rows * kLineBytes + group_row * kLineBytes + within, 16, 1024);
+    const std::uint64_t dk = smem_desc(s_k + panel * kBlockN * kLineBytes + within, 16, 1024);
+    wgmma_m64n128k16_ss(s, dq, dk, ks > 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V, one commit group. V is [key][dim] in the same panels as K: for
+// B = V (keys x dims) that is MN-major. One n64 MMA per panel, so only the
+// stride between 8-key groups (1024 bytes) matters.
+static __device__ __forceinline__ void issue_pv(float (&o_acc)[2][32], const std::uint32_t (&pa)[kBlockN / 16][4],
+                                                std::uint32_t s_v) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int panel = 0; panel < 2; ++panel) {
+      const std::uint64_t dv = smem_desc(s_v + panel * kBlockN * kLineBytes + kk * 16 * kLineBytes, 1024, 1024);
+      wgmma_m64n64k16_rs_tb(o_acc[panel], pa[kk], dv);
+    }
+  }
+  wgmma_commit();
+}
+
+// Causal mask (a branch on the diagonal tiles only, not per-score selects) and
+// the online softmax of one tile's scores, in place: s becomes P (f32, not yet
+// normalised); m_run (log2 domain, scale folded in) and l_run (this lane's
+// partial row sums) move on, and corr is the factor O must be scaled by before
+// it accumulates this tile's P V.
+// s[4j + i]: row pos0 + 8 (i / 2), key key0 + 8j + 2 (lane % 4) + (i % 2);
+// group_first_pos is the warpgroup's first row's position.
+static __device__ __forceinline__ void online_softmax(float (&s)[64], int key0, int group_first_pos, int pos0,
+                                                      int lane, float scale_log2, float (&m_run)[2],
+                                                      float (&l_run)[2], float (&corr)[2]) {
+  if (key0 + kBlockN - 1 > group_first_pos) {
+    const int first_key = key0 + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (first_key + 8 * j + (i % 2) > pos0 + 8 * (i / 2)) s[4 * j + i] = -INFINITY;
+  }
+  float row_max[2] = {-INFINITY, -INFINITY};  // unscaled: the scale is folded into the exponent
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) row_max[i / 2] = fmaxf(row_max[i / 2], s[4 * j + i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
+    const float m_new = fmaxf(m_run[h], row_max[h] * scale_log2);
+    // m is finite from the first tile on: every row sees its first key there.
+    corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
+    m_run[h] = m_new;
+  }
+  float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s[4 * j + i] = exp2f(fmaf(s[4 * j + i], scale_log2, -m_run[i / 2]));
+      row_sum[i / 2] += s[4 * j + i];
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + row_sum[h];
+}
+
+// P (f32 scores after online_softmax) as bf16 wgmma A fragments, one per 16 keys.
+static __device__ __forceinline__ void to_a_fragments(const float (&s)[64], std::uint32_t (&pa)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    pa[j / 2][(j % 2) * 2 + 0] = pack_bf16(s[4 * j + 0], s[4 * j + 1]);
+    pa[j / 2][(j % 2) * 2 + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+  }
+}
+
+static __device__ __forceinline__ void rescale_o(float (&o_acc)[2][32], const float (&corr)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o_acc[h][i] *= corr[(i % 4) / 2];
+}
+
+struct Params {
+  const __nv_bfloat16* q;
+  __nv_bfloat16* out;
+  float* partial_out;  // split pieces: [piece, head, kPrefillTileRows, kD]
+  float* partial_lse;  // split pieces: [piece, head, kPrefillTileRows], log2 domain
+  const __nv_bfloat16* k_cache;
+  const __nv_bfloat16* v_cache;
+  int num_q_heads, num_kv_heads, block_size;
+  float scale_log2;
+};
+
+inline Params params_of(const StepDeviceView& step, const AttentionArgs& args) {
+  Params p{};
+  p.q = static_cast<const __nv_bfloat16*>(args.q);
+  p.out = static_cast<__nv_bfloat16*>(args.out);
+  p.partial_out = static_cast<float*>(args.prefill_split_workspace);
+  // The merge kernel's layout (attention_prefill.cu): every piece's outputs, then every lse.
+  p.partial_lse = p.partial_out == nullptr
+                      ? nullptr
+                      : p.partial_out + static_cast<std::int64_t>(step.num_prefill_split_pieces) *
+                                            args.num_q_heads * kPrefillTileRows * kD;
+  p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
+  p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
+  p.num_q_heads = args.num_q_heads;
+  p.num_kv_heads = args.num_kv_heads;
+  p.block_size = args.block_size_tokens;
+  p.scale_log2 = args.scale * kLog2e;
+  return p;
+}
+
+// What a block computes: the query rows of one 128-row tile of a sequence,
+// against keys [key_begin, kv_end), in key tiles [first_tile, num_tiles).
+struct BlockWork {
+  int seq;
+  int row_base;   // the tile's first row in the step
+  int num_q;      // rows of the tile (< kPrefillTileRows at a chunk's end)
+  int first_pos;  // the first row's position: keys every row sees
+  int key_begin, kv_end;
+  int first_tile, num_tiles;
+};
+
+// Block `index` of the step's whole tiles, or of its split pieces (kSplit).
+// A piece's inner key bounds are multiples of kBlockN at or below first_pos,
+// so only the causal end is ever a partial key tile.
+template <bool kSplit>
+static __device__ __forceinline__ BlockWork block_work(const StepDeviceView& step, int index) {
+  const std::int32_t* item = kSplit ? step.prefill_split_pieces + 4 * index : step.prefill_tiles + 2 * index;
+  BlockWork w;
+  w.seq = item[0];
+  const int tile_row = item[1];
+  w.row_base = step.seq_row_begin[w.seq] + tile_row;
+  w.num_q = min(kPrefillTileRows, step.seq_num_rows[w.seq] - tile_row);
+  w.first_pos = step.seq_num_computed[w.seq] + tile_row;
+  w.key_begin = kSplit ? item[2] : 0;
+  w.kv_end = kSplit ? min(item[3], w.first_pos + w.num_q) : w.first_pos + w.num_q;
+  w.first_tile = w.key_begin / kBlockN;
+  w.num_tiles = (w.kv_end + kBlockN - 1) / kBlockN;
+  return w;
+}
+
+// The block's Q tile for `head` into swizzled panels at `smem` with cp.async
+// (`threads` threads from `tid`); rows past the chunk are zero-filled.
+static __device__ __forceinline__ void load_q_tile(unsigned char* smem, const Params& p, const BlockWork& w,
+                                                   int head, int tid, int threads) {
+  for (int c = tid; c < kPrefillTileRows * kChunksPerRow; c += threads) {
+    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const bool valid = r < w.num_q;
+    const __nv_bfloat16* src =
+        p.q + (static_cast<std::int64_t>(valid ? w.row_base + r : w.row_base) * p.num_q_heads + head) * kD +
+        chunk * 8;
+    cp_async_16(smem + swizzled_offset(r, chunk, kPrefillTileRows), src, valid);
+  }
+}
+
+// Writes one warpgroup's rows (accumulator layout: per warp 16 rows, lane / 4
+// and + 8): O / l as bf16, or for a split piece (kSplit, item `piece`) the f32
+// partial and m + log2(l). `l_run` is this lane's partial row sum. Rows at or
+// past num_q (padding of a short chunk) are not written.
+template <bool kSplit>
+static __device__ __forceinline__ void store_rows(const Params& p, const float (&o_acc)[2][32], float (&l_run)[2],
+                                                  const float (&m_run)[2], int first_row, int num_q, int row_base,
+                                                  int head, int piece, int lane) {
+  // Row sums are partial per lane: finish them across the four lanes of a row.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = first_row + lane / 4 + 8 * h;
+    if (r >= num_q) continue;
+    const float inv = 1.0f / l_run[h];
+    if constexpr (kSplit) {
+      const std::int64_t slot = (static_cast<std::int64_t>(piece) * p.num_q_heads + head) * kPrefillTileRows + r;
+      float* part = p.partial_out + slot * kD;
+#pragma unroll
+      for (int panel = 0; panel < 2; ++panel) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = panel * kPanelCols + 8 * j + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(part + col) =
+              make_float2(o_acc[panel][4 * j + 2 * h] * inv, o_acc[panel][4 * j + 2 * h + 1] * inv);
+        }
+      }
+      if (lane % 4 == 0) p.partial_lse[slot] = m_run[h] + log2f(l_run[h]);
+      continue;
+    }
+    __nv_bfloat16* dst = p.out + (static_cast<std::int64_t>(row_base + r) * p.num_q_heads + head) * kD;
+#pragma unroll
+    for (int panel = 0; panel < 2; ++panel) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = panel * kPanelCols + 8 * j + 2 * (lane % 4);
+        *reinterpret_cast<__nv_bfloat162*>(dst + col) = __floats2bfloat162_rn(
+            o_acc[panel][4 * j + 2 * h] * inv, o_acc[panel][4 * j + 2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+// Launches kKernel (one of the wgmma prefill kernels) with `threads` threads
+// and `smem_bytes` of shared memory a block, over the step's whole tiles or
+// (kSplit) its split pieces, on grid (head, tile or piece).
+template <auto kKernel, bool kSplit>
+void launch_blocks(int threads, int smem_bytes, const StepDeviceView& step, const AttentionArgs& args,
+                   const Launch& launch) {
+  static bool attribute_set = false;  // once per process: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    attribute_set = true;
+  }
+  const dim3 grid(args.num_q_heads, kSplit ? step.num_prefill_split_pieces : step.num_prefill_tiles);
+  launch_kernel(kKernel, grid, dim3(threads), smem_bytes, launch, step, params_of(step, args));
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda::wgmma_prefill
