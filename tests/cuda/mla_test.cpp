@@ -5,8 +5,8 @@
 // that cross blocks, decode at several contexts, mixed steps, decode steps
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
 // (the simple kernels' generic path). Every MLA case runs under both kernel
-// choices (CudaOptions::mla_kernels, the suite's parameter: .../simple and
-// .../tensor_core).
+// choices (CudaOptions::mla_kernels, the suite's parameter: .../simple,
+// .../tensor_core and .../wgmma).
 //
 // Tolerances. The CPU runs in f32; CUDA keeps bf16 (8 significant bits,
 // relative rounding <= 2^-9) at each of: the decompressed K/V (prefill) or the
@@ -358,9 +358,15 @@ TEST_P(CudaMlaAttention, OtherDimsMixedBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
-                         ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core),
+                         ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
+                                           cuda::MlaKernels::wgmma),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
-                           return std::string(info.param == cuda::MlaKernels::tensor_core ? "tensor_core" : "simple");
+                           switch (info.param) {
+                             case cuda::MlaKernels::simple: return std::string("simple");
+                             case cuda::MlaKernels::tensor_core: return std::string("tensor_core");
+                             case cuda::MlaKernels::wgmma: return std::string("wgmma");
+                           }
+                           return std::string("unknown");
                          });
 
 }  // namespace
