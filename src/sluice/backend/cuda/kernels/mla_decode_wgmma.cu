@@ -9,8 +9,8 @@
 // latent tiles, the second mostly from L2. Shared memory: the queries
 // [64, 576] and a 2-stage ring of 64-key latent tiles [64, 576], both in
 // wgmma's 128-byte swizzle (9 panels of 64 columns), gathered key by key
-// through the block table by cp.async; the next tile loads while this one
-// is multiplied (72 KB in flight an SM). Per tile:
+// through the block table by cp.async (warpgroup 1 issues them); the next
+// tile loads while this one is multiplied (72 KB in flight an SM). Per tile:
 //   warpgroup 0: S = Q K^T [64, 64] over 576 dims (wgmma m64n64k16, both
 //     operands from shared memory), the online softmax in registers (exp2,
 //     the scale folded in), P and the rescale factor to shared memory for
@@ -89,12 +89,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceVie
                 q + (valid ? static_cast<std::int64_t>(r) * kWidth + chunk * 8 : 0), valid);
   }
   const int num_tiles = (range.end - range.begin + kBlockN - 1) / kBlockN;
-  // Keys past the range are zero-filled: their P is 0 and their V must be finite.
+  // Warpgroup 1 loads the tiles: warpgroup 0's S and softmax are the
+  // critical path, and warpgroup 1 waits for P anyway. Keys past the range
+  // are zero-filled: their P is 0 and their V must be finite.
   auto load_tile = [&](int tile) {
-    if (tile >= num_tiles) return;
+    if (warpgroup != 1 || tile >= num_tiles) return;
     unsigned char* dst = smem + kQBytes + (tile % kStages) * kTileBytes;
-#pragma unroll 2
-    for (int c = tid; c < kBlockN * kChunks; c += kThreads) {
+#pragma unroll 4
+    for (int c = tid - 128; c < kBlockN * kChunks; c += 128) {
       const int r = c / kChunks, chunk = c % kChunks;
       const int key = range.begin + tile * kBlockN + r;
       const bool valid = key < range.end;
