@@ -319,6 +319,23 @@ TEST_P(CudaMlaAttention, DecodeWith128Heads) {
       8400);
 }
 
+// Decode steps the wgmma kernel runs in one split per (row, head group), so
+// its blocks write o_latent themselves (no combine): contexts within one
+// 64-key tile, and 34 rows x 2 head groups (>= 66 blocks fill the SMs) with
+// contexts across several tiles and block boundaries.
+TEST_P(CudaMlaAttention, DecodeInOneSplit) {
+  run({.name = "decode, one tile",
+       .num_heads = 128,
+       .seqs = {{.prefix_tokens = 0, .num_rows = 1},
+                {.prefix_tokens = 20, .num_rows = 1},
+                {.prefix_tokens = 47, .num_rows = 1},
+                {.prefix_tokens = 63, .num_rows = 1}}},
+      8450);
+  MlaCase many{.name = "decode, 34 rows", .num_heads = 128, .seqs = {}};
+  for (std::int32_t r = 0; r < 34; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 301, .num_rows = 1});
+  run(many, 8460);
+}
+
 // Prefill chunks and decodes in one step, decodes between and after prefills.
 TEST_P(CudaMlaAttention, MixedBatch) {
   run({.name = "mixed",

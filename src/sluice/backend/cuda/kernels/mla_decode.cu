@@ -233,6 +233,7 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
   if (latent_dims && kernels == MlaKernels::wgmma) {
     launch_mla_decode_attention_wgmma(step, args, launch);
+    if (args.num_splits == 1) return;  // it wrote o_latent itself
   } else if (latent_dims && kernels == MlaKernels::tensor_core) {
     launch_mla_decode_attention_mma(step, args, launch);
   } else {

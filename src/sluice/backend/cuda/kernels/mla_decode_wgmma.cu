@@ -19,7 +19,9 @@
 //     loaded by ldmatrix. V is the tile's first 8 panels read as an MN-major
 //     B operand, so the latent tile in shared memory is both K and V.
 // The split's unnormalised O and (max, sum) go to the partials that
-// mla_decode.cu's combine merges, in the simple kernel's format.
+// mla_decode.cu's combine merges, in the simple kernel's format; with one
+// split (batch 64 x 8k on 132 SMs) the block writes O / l to o_latent itself
+// and the combine is skipped.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -228,15 +230,44 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceVie
     for (int p = 0; p < kPanelsPerGroup; ++p) fence_registers(o_acc[p]);
   }
   cp_async_wait<0>();  // an empty split's queries
-
-  // Partials in the simple kernel's format: unnormalised O, (max, sum) with
-  // the max in natural-log units (the combine uses exp).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
   const std::int64_t part_base = static_cast<std::int64_t>(i) * a.num_heads;
+
+  if (a.num_splits == 1) {
+    // The whole context in one block: O / l straight to o_latent (bf16), no
+    // partials and no combine. Warpgroup 0 holds l; the rescale factors'
+    // slots carry 1 / l to warpgroup 1 once it has read the last tile's.
+    // Every row has a key, so l > 0.
+    __syncthreads();
+    if (warpgroup == 0 && lane % 4 == 0) {
+      s_correction[row0] = 1.0f / l_run[0];
+      s_correction[row0 + 8] = 1.0f / l_run[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = first_head + row0 + 8 * h;
+      if (head >= a.num_heads) continue;
+      const float inv_l = s_correction[row0 + 8 * h];
+      auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + (part_base + head) * kRank +
+                  warpgroup * kPanelsPerGroup * kWgmmaPanelCols;
+#pragma unroll
+      for (int p = 0; p < kPanelsPerGroup; ++p)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = p * kWgmmaPanelCols + 8 * j + 2 * (lane % 4);
+          *reinterpret_cast<__nv_bfloat162*>(dst + col) =
+              __floats2bfloat162_rn(o_acc[p][4 * j + 2 * h] * inv_l, o_acc[p][4 * j + 2 * h + 1] * inv_l);
+        }
+    }
+    return;
+  }
+  // Partials in the simple kernel's format: unnormalised O, (max, sum) with
+  // the max in natural-log units (the combine uses exp).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int head = first_head + row0 + 8 * h;

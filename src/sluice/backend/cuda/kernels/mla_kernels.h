@@ -106,7 +106,8 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
                                  const Launch& launch);
 // The tensor-core kernel's partials (mla_decode_mma.cu), where mla_decode_mma_supports().
 void launch_mla_decode_attention_mma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
-// The wgmma kernel's partials (mla_decode_wgmma.cu), where mla_decode_mma_supports().
+// The wgmma kernel's partials (mla_decode_wgmma.cu), where mla_decode_mma_supports();
+// with num_splits 1, o_latent itself (no combine needed).
 void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
