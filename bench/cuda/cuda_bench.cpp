@@ -597,6 +597,14 @@ void bench_mla(bool quick) {
       std::exit(1);
     }
   };
+  // Random inputs for `rows` new rows (seeds seed, seed + 1, ...).
+  auto random_inputs = [&](Ops& ops, std::int32_t rows, std::uint64_t seed) {
+    return MlaInputs{.q = must(cuda_random_weight(ops, {rows, kHeads * kQk}, DType::bf16, seed, 1.0f)),
+                     .latent = must(cuda_random_weight(ops, {rows, kRank}, DType::bf16, seed + 1, 1.0f)),
+                     .k_rope = must(cuda_random_weight(ops, {rows, kRope}, DType::bf16, seed + 2, 1.0f)),
+                     .kv_b_proj = must(cuda_random_weight(ops, {kHeads * (kNope + kV), kRank}, DType::bf16, seed + 3,
+                                                          0.05f))};
+  };
   // The whole decode op at batch x context (context keys a row), seconds.
   auto time_decode = [&](const CudaOptions& options, std::int32_t batch, std::int32_t context) {
     auto ops = new_ops(options);
@@ -605,11 +613,7 @@ void bench_mla(bool quick) {
                                     .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
                                     .layout = KvCacheLayout::latent}));
     must_ok(cuda_fill_kv_cache_random(*ops, 5));
-    const MlaInputs in{.q = must(cuda_random_weight(*ops, {batch, kHeads * kQk}, DType::bf16, 31, 1.0f)),
-                       .latent = must(cuda_random_weight(*ops, {batch, kRank}, DType::bf16, 32, 1.0f)),
-                       .k_rope = must(cuda_random_weight(*ops, {batch, kRope}, DType::bf16, 33, 1.0f)),
-                       .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 34,
-                                                            0.05f))};
+    const MlaInputs in = random_inputs(*ops, batch, 31);
     const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
     return time_median(3, 15, [&] {
       ops->begin_step(layout);
@@ -664,11 +668,7 @@ void bench_mla(bool quick) {
       const StepLayout layout = make_step(1, 0, tokens, kBlock);
       must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
                                       .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
-      const MlaInputs in{.q = must(cuda_random_weight(*ops, {tokens, kHeads * kQk}, DType::bf16, 41, 1.0f)),
-                         .latent = must(cuda_random_weight(*ops, {tokens, kRank}, DType::bf16, 42, 1.0f)),
-                         .k_rope = must(cuda_random_weight(*ops, {tokens, kRope}, DType::bf16, 43, 1.0f)),
-                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 44,
-                                                              0.05f))};
+      const MlaInputs in = random_inputs(*ops, tokens, 41);
       const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
       ops->begin_step(layout);
       const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
