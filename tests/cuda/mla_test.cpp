@@ -320,9 +320,10 @@ TEST_P(CudaMlaAttention, DecodeWith128Heads) {
 }
 
 // Decode steps the wgmma kernel runs in one split per (row, head group), so
-// its blocks write o_latent themselves (no combine): contexts within one
-// 64-key tile, and 34 rows x 2 head groups (>= 66 blocks fill the SMs) with
-// contexts across several tiles and block boundaries.
+// its blocks write o_latent themselves (no combine): 128 heads at contexts
+// within one 64-key tile, and 70 rows (>= 66 blocks: half the H200's SMs or
+// more, where a second split would cost a second wave) at contexts across
+// several tiles and block boundaries.
 TEST_P(CudaMlaAttention, DecodeInOneSplit) {
   run({.name = "decode, one tile",
        .num_heads = 128,
@@ -331,8 +332,8 @@ TEST_P(CudaMlaAttention, DecodeInOneSplit) {
                 {.prefix_tokens = 47, .num_rows = 1},
                 {.prefix_tokens = 63, .num_rows = 1}}},
       8450);
-  MlaCase many{.name = "decode, 34 rows", .num_heads = 128, .seqs = {}};
-  for (std::int32_t r = 0; r < 34; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 301, .num_rows = 1});
+  MlaCase many{.name = "decode, 70 rows", .seqs = {}};
+  for (std::int32_t r = 0; r < 70; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 200, .num_rows = 1});
   run(many, 8460);
 }
 
