@@ -209,7 +209,8 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   constexpr std::int32_t kMaxSplits = 64;
   const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
-  if (kernels == MlaKernels::wgmma) return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
+  if (kernels == MlaKernels::wgmma)
+    return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
   return std::clamp(std::min(for_waves, by_length), 1, kMaxSplits);

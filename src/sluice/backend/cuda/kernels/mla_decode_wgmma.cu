@@ -294,7 +294,8 @@ void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDeco
   SLUICE_CHECK(args.kv_lora_rank == kRank && args.cache.width == kWidth);
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    SLUICE_CUDA_CHECK(
+        cudaFuncSetAttribute(decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
   const dim3 grid((args.num_heads + kHeads - 1) / kHeads, args.num_decode, args.num_splits);
