@@ -40,6 +40,7 @@ namespace sluice {
 namespace {
 
 constexpr double kHbmBytesPerSecond = 4.31e12;  // device copy, read + write counted
+constexpr double kHbmSpecBytesPerSecond = 4.8e12;  // the H200's HBM3e, NVIDIA's figure
 constexpr double kBf16FlopsPerSecond = 790e12;  // cuBLASLt 8192^3, random data
 
 template <class T>
@@ -583,7 +584,9 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
 // DeepSeek-V3's MLA on one layer (128 heads, latent 512 + rope 64, QK 192,
 // V 128), random weights and cache, eager: the whole op (begin_step included
 // in decode), under each CudaOptions::mla_kernels. Decode at batch 64 x 8k
-// counts the latent rows read (batch x context x 576 x 2 bytes) against HBM;
+// (and, for the tensor-core kernels, batch 1 x 32k and the op less its fixed
+// costs) counts the latent rows read (batch x context x 576 x 2 bytes)
+// against HBM: 4.8 TB/s and the 4.31 TB/s device copy;
 // prefill of one prompt from zero counts the causal attention (QK 192 + V 128
 // multiply-adds per key a head) plus the K/V decompression GEMM against the
 // bf16 GEMM rate.
@@ -602,34 +605,70 @@ void bench_mla(bool quick) {
       std::exit(1);
     }
   };
+  // Random inputs for `rows` new rows (seeds seed, seed + 1, ...).
+  auto random_inputs = [&](Ops& ops, std::int32_t rows, std::uint64_t seed) {
+    return MlaInputs{.q = must(cuda_random_weight(ops, {rows, kHeads * kQk}, DType::bf16, seed, 1.0f)),
+                     .latent = must(cuda_random_weight(ops, {rows, kRank}, DType::bf16, seed + 1, 1.0f)),
+                     .k_rope = must(cuda_random_weight(ops, {rows, kRope}, DType::bf16, seed + 2, 1.0f)),
+                     .kv_b_proj = must(cuda_random_weight(ops, {kHeads * (kNope + kV), kRank}, DType::bf16, seed + 3,
+                                                          0.05f))};
+  };
+  // The whole decode op at batch x context (context keys a row), seconds.
+  auto time_decode = [&](const CudaOptions& options, std::int32_t batch, std::int32_t context) {
+    auto ops = new_ops(options);
+    const StepLayout layout = make_step(batch, context - 1, 1, kBlock);
+    must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * ((context + kBlock - 1) / kBlock),
+                                    .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
+                                    .layout = KvCacheLayout::latent}));
+    must_ok(cuda_fill_kv_cache_random(*ops, 5));
+    const MlaInputs in = random_inputs(*ops, batch, 31);
+    const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
+    return time_median(3, 15, [&] {
+      ops->begin_step(layout);
+      must_ok(ops->mla_attention(0, in, shape, out));
+    });
+  };
+  auto latent_bytes = [](std::int32_t batch, std::int32_t context) {
+    return 2.0 * batch * static_cast<double>(context) * kWidth;
+  };
+  auto hbm_shares = [](double bytes_per_second) {
+    return pct(bytes_per_second / kHbmSpecBytesPerSecond) + " of 4.8 TB/s, " +
+           pct(bytes_per_second / kHbmBytesPerSecond) + " of the 4.31 copy";
+  };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
+    const std::string label(kernel_name);
     {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
-      auto ops = new_ops(options);
-      const StepLayout layout = make_step(batch, context - 1, 1, kBlock);  // context keys a row
-      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * (context / kBlock),
-                                      .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
-                                      .layout = KvCacheLayout::latent}));
-      must_ok(cuda_fill_kv_cache_random(*ops, 5));
-      const MlaInputs in{.q = must(cuda_random_weight(*ops, {batch, kHeads * kQk}, DType::bf16, 31, 1.0f)),
-                         .latent = must(cuda_random_weight(*ops, {batch, kRank}, DType::bf16, 32, 1.0f)),
-                         .k_rope = must(cuda_random_weight(*ops, {batch, kRope}, DType::bf16, 33, 1.0f)),
-                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 34,
-                                                              0.05f))};
-      const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
-      const double t = time_median(3, 15, [&] {
-        ops->begin_step(layout);
-        must_ok(ops->mla_attention(0, in, shape, out));
-      });
-      const double bytes = 2.0 * batch * static_cast<double>(context) * kWidth;
+      const double t = time_decode(options, batch, context);
+      const double bytes = latent_bytes(batch, context);
       char name[128];
-      std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)",
-                    std::string(kernel_name).c_str(), batch, context / 1024);
-      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+      std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)", label.c_str(),
+                    batch, context / 1024);
+      row(name, bytes / t / 1e12, "TB/s", hbm_shares(bytes / t));
+      if (kernel != cuda::MlaKernels::simple) {
+        // The op's fixed costs (begin_step, the two batched GEMMs, gathers,
+        // scatter, combine) measured at a 64-key context and taken off: what
+        // the attention kernel itself streams.
+        const double t_fixed = time_decode(options, batch, 64);
+        const double attention_bytes = bytes - latent_bytes(batch, 64);
+        std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, attention only (the op less the op at 64 keys)",
+                      label.c_str(), batch, context / 1024);
+        row(name, attention_bytes / (t - t_fixed) / 1e12, "TB/s",
+            hbm_shares(attention_bytes / (t - t_fixed)) + "; fixed " + std::to_string(static_cast<int>(t_fixed * 1e6)) +
+                " of " + std::to_string(static_cast<int>(t * 1e6)) + " us");
+        const std::int32_t long_context = quick ? 8192 : 32768;
+        const double t_long = time_decode(options, 1, long_context);
+        std::snprintf(name, sizeof name, "MLA decode %s 1 x %dk, 128 heads (latent bytes; whole op)", label.c_str(),
+                      long_context / 1024);
+        row(name, latent_bytes(1, long_context) / t_long / 1e12, "TB/s",
+            hbm_shares(latent_bytes(1, long_context) / t_long));
+      }
     }
+    // wgmma differs from tensor_core in decode only.
+    if (kernel == cuda::MlaKernels::wgmma) continue;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;
@@ -637,11 +676,7 @@ void bench_mla(bool quick) {
       const StepLayout layout = make_step(1, 0, tokens, kBlock);
       must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
                                       .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
-      const MlaInputs in{.q = must(cuda_random_weight(*ops, {tokens, kHeads * kQk}, DType::bf16, 41, 1.0f)),
-                         .latent = must(cuda_random_weight(*ops, {tokens, kRank}, DType::bf16, 42, 1.0f)),
-                         .k_rope = must(cuda_random_weight(*ops, {tokens, kRope}, DType::bf16, 43, 1.0f)),
-                         .kv_b_proj = must(cuda_random_weight(*ops, {kHeads * (kNope + kV), kRank}, DType::bf16, 44,
-                                                              0.05f))};
+      const MlaInputs in = random_inputs(*ops, tokens, 41);
       const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
       ops->begin_step(layout);
       const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });

@@ -5,8 +5,8 @@
 // that cross blocks, decode at several contexts, mixed steps, decode steps
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
 // (the simple kernels' generic path). Every MLA case runs under both kernel
-// choices (CudaOptions::mla_kernels, the suite's parameter: .../simple and
-// .../tensor_core).
+// choices (CudaOptions::mla_kernels, the suite's parameter: .../simple,
+// .../tensor_core and .../wgmma).
 //
 // Tolerances. The CPU runs in f32; CUDA keeps bf16 (8 significant bits,
 // relative rounding <= 2^-9) at each of: the decompressed K/V (prefill) or the
@@ -319,6 +319,24 @@ TEST_P(CudaMlaAttention, DecodeWith128Heads) {
       8400);
 }
 
+// Decode steps the wgmma kernel runs in one split per (row, head group), so
+// its blocks write o_latent themselves (no combine): 128 heads at contexts
+// within one 64-key tile, and 70 rows (>= 66 blocks: half the H200's SMs or
+// more, where a second split would cost a second wave) at contexts across
+// several tiles and block boundaries.
+TEST_P(CudaMlaAttention, DecodeInOneSplit) {
+  run({.name = "decode, one tile",
+       .num_heads = 128,
+       .seqs = {{.prefix_tokens = 0, .num_rows = 1},
+                {.prefix_tokens = 20, .num_rows = 1},
+                {.prefix_tokens = 47, .num_rows = 1},
+                {.prefix_tokens = 63, .num_rows = 1}}},
+      8450);
+  MlaCase many{.name = "decode, 70 rows", .seqs = {}};
+  for (std::int32_t r = 0; r < 70; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 200, .num_rows = 1});
+  run(many, 8460);
+}
+
 // Prefill chunks and decodes in one step, decodes between and after prefills.
 TEST_P(CudaMlaAttention, MixedBatch) {
   run({.name = "mixed",
@@ -358,9 +376,15 @@ TEST_P(CudaMlaAttention, OtherDimsMixedBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
-                         ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core),
+                         ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
+                                           cuda::MlaKernels::wgmma),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
-                           return std::string(info.param == cuda::MlaKernels::tensor_core ? "tensor_core" : "simple");
+                           switch (info.param) {
+                             case cuda::MlaKernels::simple: return std::string("simple");
+                             case cuda::MlaKernels::tensor_core: return std::string("tensor_core");
+                             case cuda::MlaKernels::wgmma: return std::string("wgmma");
+                           }
+                           return std::string("unknown");
                          });
 
 }  // namespace

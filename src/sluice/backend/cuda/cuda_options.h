@@ -92,6 +92,11 @@ enum class MlaKernels {
   // decompressed K/V; decode with 64 heads a block in the MMA's M, each latent
   // tile loaded once for them.
   tensor_core,
+  // Hopper wgmma (sm_90a) decode where the latent is 512 + 64, FlashMLA's
+  // layout: 64 heads a block in M, S = Q K^T and the softmax by one
+  // warpgroup, O's 512 columns split between two, the latent tile read once
+  // a block for K and V; prefill as tensor_core. Not yet run on a device.
+  wgmma,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales, above
@@ -168,8 +173,8 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 3> kDe
     {{"adaptive", DecodeSplitPlan::adaptive},
      {"uniform-waves", DecodeSplitPlan::uniform_waves},
      {"by-step-work", DecodeSplitPlan::by_step_work}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 2> kMlaKernelsNames = {
-    {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}}};
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKernelsNames = {
+    {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {

@@ -3,7 +3,8 @@
 // [W_UK_h^T q_nope | q_rope] (the W_UK GEMM runs before, the W_UV GEMM after:
 // mla_attention.cpp). This file holds the row bookkeeping (decode list,
 // q gather, output scatter), the simple split-K kernel on CUDA cores and the
-// combine of the splits; the tensor-core kernel is mla_decode_mma.cu.
+// combine of the splits; the tensor-core kernels are mla_decode_mma.cu
+// (mma.sync) and mla_decode_wgmma.cu (Hopper wgmma).
 //
 // Split K: a (row, head)'s keys [0, context) are cut into num_splits even
 // ranges, each block writes its unnormalised partial output with its running
@@ -169,15 +170,47 @@ bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim) {
   return kv_lora_rank == 512 && rope_dim == 64;
 }
 
+namespace {
+
+// The wgmma kernel runs one block an SM (225 KB of shared memory) over
+// 64-key tiles: the split count s that minimises waves(s) x (tiles a split
+// + a fixed cost), waves(s) = ceil(blocks of one split x s / SMs). The fixed
+// cost, in tiles, is a block's start (its 72 KB of queries, the ring's first
+// tile) and its 128 KB of f32 partials written and combined. Batch 64 x 8k
+// on 132 SMs: 1 split (128 blocks, one wave of 128 tiles); batch 1 x 32k: 64
+// splits (128 blocks of 8 tiles).
+std::int32_t wgmma_decode_splits(std::int32_t blocks_per_split, std::int32_t max_context_tokens,
+                                 std::int32_t num_sms, std::int32_t max_splits) {
+  constexpr std::int64_t kTileKeys = 64;
+  constexpr std::int64_t kFixedCostTiles = 2;
+  const std::int64_t tiles = std::max<std::int64_t>(1, (max_context_tokens + kTileKeys - 1) / kTileKeys);
+  std::int32_t best = 1;
+  std::int64_t best_cost = -1;
+  for (std::int32_t s = 1; s <= max_splits && s <= tiles; ++s) {
+    const std::int64_t waves = (static_cast<std::int64_t>(blocks_per_split) * s + num_sms - 1) / num_sms;
+    const std::int64_t cost = waves * ((tiles + s - 1) / s + kFixedCostTiles);
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, std::int32_t max_context_tokens,
                                std::int32_t num_sms, MlaKernels kernels) {
   // Blocks of one split: the simple kernel runs one a (row, head), the
-  // tensor-core kernel one a (row, 64 heads). Enough splits for ~2 waves of
-  // the SMs, but at least kMinKeysPerSplit keys each so the combine stays small.
+  // tensor-core kernels one a (row, 64 heads). Enough splits for ~2 waves of
+  // the SMs, but at least kMinKeysPerSplit keys each so the combine stays
+  // small; the wgmma kernel by its own cost (above).
   constexpr std::int32_t kMinKeysPerSplit = 256;
   constexpr std::int32_t kMaxSplits = 64;
-  const std::int32_t head_blocks = kernels == MlaKernels::tensor_core ? (num_heads + 63) / 64 : num_heads;
+  const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
+  if (kernels == MlaKernels::wgmma)
+    return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
   return std::clamp(std::min(for_waves, by_length), 1, kMaxSplits);
@@ -198,7 +231,11 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
                                  const Launch& launch) {
   if (args.num_decode == 0) return;
   SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
-  if (kernels == MlaKernels::tensor_core && mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim)) {
+  const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
+  if (latent_dims && kernels == MlaKernels::wgmma) {
+    launch_mla_decode_attention_wgmma(step, args, launch);
+    if (args.num_splits == 1) return;  // it wrote o_latent itself
+  } else if (latent_dims && kernels == MlaKernels::tensor_core) {
     launch_mla_decode_attention_mma(step, args, launch);
   } else {
     launch_kernel(decode_simple_kernel, dim3(args.num_decode, args.num_heads, args.num_splits), dim3(kThreads), 0,

@@ -93,7 +93,7 @@ struct MlaDecodeArgs {
 // The simple kernel's limits: q_latent in shared memory, o in registers.
 inline constexpr std::int32_t kMlaDecodeMaxWidth = 1024;
 inline constexpr std::int32_t kMlaDecodeMaxRank = 512;
-// The tensor-core decode kernel's dims: rank 512 + rope 64 (DeepSeek-V3's).
+// The tensor-core and wgmma decode kernels' dims: rank 512 + rope 64 (DeepSeek-V3's).
 bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim);
 // Splits of each (row, head)'s keys for a longest context of max_context_tokens
 // (the graph bucket's under graphs): a pure function of the launch shape.
@@ -106,6 +106,9 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
                                  const Launch& launch);
 // The tensor-core kernel's partials (mla_decode_mma.cu), where mla_decode_mma_supports().
 void launch_mla_decode_attention_mma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
+// The wgmma kernel's partials (mla_decode_wgmma.cu), where mla_decode_mma_supports();
+// with num_splits 1, o_latent itself (no combine needed).
+void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 

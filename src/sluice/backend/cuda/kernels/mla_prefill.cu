@@ -7,7 +7,7 @@
 //
 // Two kernels (CudaOptions::mla_kernels):
 //   simple: a warp a (row, head), CUDA cores, any dims up to 256.
-//   tensor_core: QK 192 (128 + 64) / V 128 only; attention_prefill.cu's
+//   tensor_core (and wgmma, whose difference is decode's): QK 192 (128 + 64) / V 128 only; attention_prefill.cu's
 //     FlashAttention-2 scheme and tile steps (flash_tile.cuh: mma.sync
 //     m16n8k16, four warps of 2 x 16 rows, 128-row query tiles, 64-key K/V
 //     tiles double-buffered by cp.async into padded shared memory) with K
@@ -218,7 +218,7 @@ bool mla_prefill_mma_supports(std::int32_t nope_dim, std::int32_t rope_dim, std:
 
 void launch_mla_prefill(const MlaPrefillArgs& args, MlaKernels kernels, const Launch& launch) {
   if (args.num_rows == 0 || args.group_heads == 0) return;
-  if (kernels == MlaKernels::tensor_core && mla_prefill_mma_supports(args.nope_dim, args.rope_dim, args.v_dim)) {
+  if (kernels != MlaKernels::simple && mla_prefill_mma_supports(args.nope_dim, args.rope_dim, args.v_dim)) {
     static bool attribute_set = false;  // once per process: the limit is per kernel
     if (!attribute_set) {
       SLUICE_CUDA_CHECK(
