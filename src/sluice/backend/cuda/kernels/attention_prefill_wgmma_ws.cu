@@ -265,11 +265,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     mbarrier_arrive(barrier(kEmpty + kV, i - 1));
     to_a_fragments(s, pa);
   }
+  // A tile this consumer skips is released only once it has landed: an
+  // earlier arrival could complete the stage's previous phase (tile
+  // i - kStages) while the other consumer still reads it.
   for (int i = active; i < block_tiles; ++i) {
     named_barrier_sync(my_turn, kTurnThreads);
     pass_turn(i);
-    mbarrier_arrive(barrier(kEmpty + kK, i));
-    mbarrier_arrive(barrier(kEmpty + kV, i));
+    for (int kv : {kK, kV}) {
+      mbarrier_wait(barrier(kFull + kv, i), (i / kStages) & 1);
+      mbarrier_arrive(barrier(kEmpty + kv, i));
+    }
   }
   if (active > 0) {
     mbarrier_wait(barrier(kFull + kV, active - 1), ((active - 1) / kStages) & 1);
