@@ -143,9 +143,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * kD + my_chunk * 8;
     // K and V of a tile are two commit groups with barriers of their own: the
     // consumers release K(i) when S(i) is done, a tile before V(i), so the
-    // next K loads a tile earlier. Each thread arrives on a group's `full`
-    // barrier once its own copies of it have landed (wait_group 1: all but the
-    // group just issued) and are fenced for the async proxy.
+    // next K loads a tile earlier. Three groups stay in flight (96 KB): after
+    // issuing one, each thread waits for its own copies of the group two
+    // before (wait_group 2), fences them for the async proxy and arrives on
+    // that group's `full` barrier.
     auto gather = [&](unsigned char* dst_tile, const __nv_bfloat16* cache, int i) {
       const int first_key = (first_tile + i) * kBlockN + my_first_row;
       int page = first_key / block_size;
@@ -171,23 +172,29 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
       cp_async_commit();
     };
     auto landed = [&](int b, int i) {
-      cp_async_wait<1>();
       fence_proxy_async();
-      mbarrier_arrive(barrier(b, i));
+      mbarrier_arrive(barrier(kFull + b, i));
     };
     for (int i = 0; i < block_tiles; ++i) {
       unsigned char* dk = smem + kQBytes + (i % kStages) * kStageBytes;
       // A stage's previous tile (i - kStages) released by both consumers.
       if (i >= kStages) mbarrier_wait(barrier(kEmpty + kK, i), (i / kStages - 1) & 1);
       gather(dk, p.k_cache, i);  // with Q in the first group
-      if (i > 0) landed(kFull + kV, i - 1);
+      if (i > 0) {
+        cp_async_wait<2>();
+        landed(kK, i - 1);
+      }
       if (i >= kStages) mbarrier_wait(barrier(kEmpty + kV, i), (i / kStages - 1) & 1);
       gather(dk + kKvTileBytes, p.v_cache, i);
-      landed(kFull + kK, i);
+      if (i > 0) {
+        cp_async_wait<2>();
+        landed(kV, i - 1);
+      }
     }
+    cp_async_wait<1>();
+    landed(kK, block_tiles - 1);
     cp_async_wait<0>();
-    fence_proxy_async();
-    mbarrier_arrive(barrier(kFull + kV, block_tiles - 1));
+    landed(kV, block_tiles - 1);
     return;
   }
 
@@ -265,11 +272,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
     mbarrier_arrive(barrier(kEmpty + kV, i - 1));
     to_a_fragments(s, pa);
   }
+  // A tile this consumer skips is released only once it has landed: an
+  // earlier arrival could complete the stage's previous phase (tile
+  // i - kStages) while the other consumer still reads it.
   for (int i = active; i < block_tiles; ++i) {
     named_barrier_sync(my_turn, kTurnThreads);
     pass_turn(i);
-    mbarrier_arrive(barrier(kEmpty + kK, i));
-    mbarrier_arrive(barrier(kEmpty + kV, i));
+    for (int kv : {kK, kV}) {
+      mbarrier_wait(barrier(kFull + kv, i), (i / kStages) & 1);
+      mbarrier_arrive(barrier(kEmpty + kv, i));
+    }
   }
   if (active > 0) {
     mbarrier_wait(barrier(kFull + kV, active - 1), ((active - 1) / kStages) & 1);
