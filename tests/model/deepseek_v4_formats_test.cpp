@@ -321,6 +321,50 @@ TEST(DeepseekV4Fp8Checkpoint, LogitsEqualTheF32ModelOfTheDequantizedWeights) {
   EXPECT_GT(spread, 0.1f);  // logits that mean something: not a constant row
 }
 
+// V4-Flash-Base and V4-Pro-Base store the dense `.scale` blocks as F32 powers
+// of two: the same checkpoint with its E8M0 block scales rewritten as F32
+// gives the same logits, bit for bit.
+TEST(DeepseekV4Fp8Checkpoint, F32BlockScalesReadAsTheirE8m0Twins) {
+  const Fixture fixture = read_fixture();
+  ASSERT_TRUE(fixture.file);
+  const std::string e8m0_dir = make_fixture_model(fixture, "v4-fp8-e8m0-scales");
+  const std::string f32_dir = testing::scratch_dir("v4-fp8-f32-scales");
+  std::filesystem::copy_file(e8m0_dir + "/config.json", f32_dir + "/config.json");
+  int num_rewritten = 0;
+  {
+    auto checkpoint = Checkpoint::open(e8m0_dir);
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::vector<std::vector<float>> f32_scales;
+    f32_scales.reserve(checkpoint->names().size());
+    for (const std::string& name : checkpoint->names()) {
+      const Tensor& t = checkpoint->tensor(name);
+      const std::string weight = name.ends_with(".scale") ? name.substr(0, name.size() - 6) + ".weight" : "";
+      if (weight.empty() || checkpoint->tensor(weight).dtype != DType::f8_e4m3) {
+        tensors.emplace_back(name, t);
+        continue;
+      }
+      auto& scales = f32_scales.emplace_back();
+      for (std::int64_t i = 0; i < t.numel(); ++i) scales.push_back(e8m0_to_f32(t.as<const std::uint8_t>()[i]));
+      tensors.emplace_back(name, Tensor{scales.data(), DType::f32, t.shape});
+      ++num_rewritten;
+    }
+    write_safetensors(f32_dir + "/model.safetensors", tensors);
+  }
+  EXPECT_EQ(num_rewritten, 2 * 5 + 1 + 2 * 3);  // attention x 5, the indexer's wq_b, shared experts x 3, per layer
+  auto a = testing::load_deepseek_v4_on_cpu(e8m0_dir);
+  auto b = testing::load_deepseek_v4_on_cpu(f32_dir);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error_message() << b.error_message();
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 31 + 3) % 500);
+  auto seq_a = (*a)->model->start_sequence();
+  auto seq_b = (*b)->model->start_sequence();
+  auto logits_a = (*a)->model->append(seq_a, prompt);
+  auto logits_b = (*b)->model->append(seq_b, prompt);
+  ASSERT_TRUE(logits_a.ok() && logits_b.ok()) << logits_a.error_message() << logits_b.error_message();
+  EXPECT_EQ(*logits_a, *logits_b);
+}
+
 // A checkpoint whose routed experts carry scales per 16 inputs (not V4's
 // format) is refused by name, not read as if its groups were 32 wide.
 TEST(DeepseekV4Fp8Checkpoint, RefusesExpertScalesOfAnotherGroupSize) {

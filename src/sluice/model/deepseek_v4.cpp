@@ -100,6 +100,9 @@ class HostWeightReader {
   std::set<std::string, std::less<>> used_;
 };
 
+// Routed experts are FP4 under expert_dtype fp4; the shared expert never is.
+enum class ExpertKind { routed, shared };
+
 RotaryTable rotary_table(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
   RopeParams params{.head_dim = rope_dim, .theta = rope.theta};
   if (rope.yarn) {
@@ -159,9 +162,9 @@ Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const Mod
     return Compressor{std::move(wkv), std::move(wgate), std::move(ape), std::move(norm)};
   };
   // Routed experts may be FP4 (expert_dtype); the shared expert is a dense linear like the others.
-  auto expert = [&](const std::string& prefix, bool routed, Moe& moe) -> Status {
+  auto expert = [&](const std::string& prefix, ExpertKind kind, Moe& moe) -> Status {
     auto projection = [&](const std::string& name, const Shape& shape) {
-      return routed ? read.routed_expert(name, shape) : read.floats(name, shape);
+      return kind == ExpertKind::routed ? read.routed_expert(name, shape) : read.floats(name, shape);
     };
     SLUICE_TRY_ASSIGN(w1, projection(prefix + "w1.weight", {inter, hidden}));
     SLUICE_TRY_ASSIGN(w3, projection(prefix + "w3.weight", {inter, hidden}));
@@ -238,9 +241,10 @@ Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const Mod
       SLUICE_TRY_ASSIGN(bias, read.floats(f + "gate.bias", {experts}));
       moe.bias = std::move(bias);
     }
-    for (std::int64_t e = 0; e < experts; ++e) SLUICE_TRY(expert(fmt::format("{}experts.{}.", f, e), true, moe));
+    for (std::int64_t e = 0; e < experts; ++e)
+      SLUICE_TRY(expert(fmt::format("{}experts.{}.", f, e), ExpertKind::routed, moe));
     Moe shared;
-    SLUICE_TRY(expert(f + "shared_experts.", false, shared));
+    SLUICE_TRY(expert(f + "shared_experts.", ExpertKind::shared, shared));
     moe.shared_gate_up = std::move(shared.gate_up.front());
     moe.shared_down = std::move(shared.down.front());
     m.layers_.push_back(std::move(layer));
