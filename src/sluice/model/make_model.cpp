@@ -156,6 +156,20 @@ QuantizedBlocks quantize_fp8(const std::vector<float>& x, const Shape& shape, Fp
   return q;
 }
 
+// quantize_fp4_groups on the machine's cores, a piece of rows each (rows
+// quantize independently): full-width experts are 8M values apiece.
+Fp4Groups quantize_fp4_rows(const std::vector<float>& x, const Shape& shape) {
+  const std::int64_t rows = shape[0], cols = shape[1], groups = fp4_scale_shape(shape)[1];
+  Fp4Groups q{std::vector<std::uint8_t>(x.size() / 2), std::vector<std::uint8_t>(rows * groups)};
+  parallel_for(rows, std::max<std::int64_t>(1, kMinValuesPerThread / cols), [&](std::int64_t first, std::int64_t last) {
+    const Fp4Groups piece =
+        quantize_fp4_groups(std::span(x).subspan(first * cols, (last - first) * cols), Shape{last - first, cols});
+    std::copy(piece.packed.begin(), piece.packed.end(), q.packed.begin() + first * cols / 2);
+    std::copy(piece.scale_codes.begin(), piece.scale_codes.end(), q.scale_codes.begin() + first * groups);
+  });
+  return q;
+}
+
 // Rows of distinct values in [0, range): a partial Fisher-Yates shuffle per row.
 std::string table_bytes(const PendingTensor& t, std::uint64_t seed) {
   SplitMix64 rng(seed ^ name_hash(t.name));
@@ -193,7 +207,7 @@ std::string tensor_bytes(const StoredTensor& t, std::uint64_t seed, QuantizedCac
       cache.source = t.source;
       const std::vector<float> values = random_values(*t.source, seed);
       if (fp4)
-        cache.fp4 = quantize_fp4_groups(values, t.source->shape);
+        cache.fp4 = quantize_fp4_rows(values, t.source->shape);
       else
         cache.fp8 = quantize_fp8(values, t.source->shape, t.scale_storage);
     }
