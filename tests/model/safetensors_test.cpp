@@ -53,13 +53,32 @@ TEST(Safetensors, ReadsTensors) {
   EXPECT_EQ(static_cast<const std::byte*>(tensors.at("b").data) - static_cast<const std::byte*>(tensors.at("a").data), 24);
 }
 
+// DeepSeek-V4's byte dtypes: E8M0 scales and FP4 experts packed two a byte as I8 (U8 elsewhere).
+TEST(Safetensors, ReadsTheByteDtypesOfDeepseekV4) {
+  const std::string dir = testing::scratch_dir("safetensors-bytes");
+  const std::string header = R"({"w":{"dtype":"I8","shape":[2,3],"data_offsets":[0,6]},)"
+                             R"("s":{"dtype":"F8_E8M0","shape":[2,1],"data_offsets":[6,8]},)"
+                             R"("u":{"dtype":"U8","shape":[8],"data_offsets":[8,16]}})";
+  auto file = SafetensorsFile::open(write_tmp(dir, "m.safetensors", safetensors_bytes(header, 16)));
+  ASSERT_TRUE(file.ok()) << file.error_message();
+  const auto& tensors = (*file)->tensors();
+  EXPECT_EQ(tensors.at("w").dtype, DType::i8);
+  EXPECT_EQ(tensors.at("s").dtype, DType::f8_e8m0);
+  EXPECT_EQ(tensors.at("u").dtype, DType::u8);
+  EXPECT_EQ(tensors.at("s").size_bytes(), 2u);
+  EXPECT_STREQ(dtype_name(DType::f8_e8m0), "F8_E8M0");
+  EXPECT_STREQ(dtype_name(DType::i8), "I8");
+  // A byte dtype still has its size checked against the offsets.
+  expect_open_error(safetensors_bytes(R"({"s":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,8]}})", 8), "needs 4");
+}
+
 TEST(Safetensors, RejectsDamagedFiles) {
   expect_open_error("abc", "too short");
   expect_open_error(safetensors_bytes("{}", 0, 1000), "header length");
   expect_open_error(safetensors_bytes("{\"a\": [", 0), "not a JSON object");
   expect_open_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8), "outside the data region");
   expect_open_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,12]}})", 16), "needs 16");
-  expect_open_error(safetensors_bytes(R"({"a":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})", 4), "dtype I8");
+  expect_open_error(safetensors_bytes(R"({"a":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}})", 4), "dtype F8_E5M2");
   expect_open_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "bad dimension");
   expect_open_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", 4), "data_offsets");
 }

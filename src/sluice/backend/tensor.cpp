@@ -11,6 +11,9 @@ const char* dtype_name(DType dtype) {
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
     case DType::f8_e4m3: return "F8_E4M3";
+    case DType::f8_e8m0: return "F8_E8M0";
+    case DType::i8: return "I8";
+    case DType::u8: return "U8";
   }
   return "?";
 }

@@ -15,7 +15,11 @@ namespace sluice {
 
 // f8_e4m3: float8 with 4 exponent and 3 mantissa bits (OCP "E4M3FN": no
 // infinities, max 448), the storage of DeepSeek's block-scaled weights.
-enum class DType : std::uint8_t { f32, f16, bf16, i32, f8_e4m3 };
+// f8_e8m0: an unsigned power of two 2^(code - 127), 0xff NaN (OCP "E8M0",
+// torch float8_e8m0fnu): DeepSeek-V4's `.scale` tensors.
+// i8 / u8: bytes; DeepSeek-V4 stores its FP4 routed experts as I8, two e2m1
+// codes a byte (model/fp4_weights.h), never plain integers.
+enum class DType : std::uint8_t { f32, f16, bf16, i32, f8_e4m3, f8_e8m0, i8, u8 };
 
 constexpr std::size_t dtype_size_bytes(DType dtype) {
   switch (dtype) {
@@ -24,6 +28,9 @@ constexpr std::size_t dtype_size_bytes(DType dtype) {
     case DType::bf16: return 2;
     case DType::i32: return 4;
     case DType::f8_e4m3: return 1;
+    case DType::f8_e8m0: return 1;
+    case DType::i8: return 1;
+    case DType::u8: return 1;
   }
   return 0;
 }

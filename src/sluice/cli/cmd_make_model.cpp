@@ -68,7 +68,9 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--vocab", options->vocab_size)->check(CLI::PositiveNumber);
   cmd->add_option("--head-dim", options->head_dim, "default: hidden / heads")->check(CLI::PositiveNumber);
   cmd->add_option("--max-position", options->max_position_embeddings)->check(CLI::PositiveNumber);
-  cmd->add_option("--dtype", *dtype, "bf16 | f32 | fp8 (deepseek_v3: float8 e4m3 linear weights, 128x128 block scales)")
+  cmd->add_option("--dtype", *dtype,
+                  "bf16 | f32 | fp8 (deepseek_v3: float8 e4m3 linear weights, 128x128 block scales; deepseek_v4: "
+                  "the same with ue8m0 scales, and FP4 routed experts)")
       ->check(CLI::IsMember({"bf16", "f32", "fp8"}));
   cmd->add_option("--shards", options->num_shards, "safetensors files (> 1 writes the sharded index)")
       ->check(CLI::PositiveNumber);

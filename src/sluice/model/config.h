@@ -136,7 +136,7 @@ struct DeepseekV4Config {
   DeepseekV4Rope compress_rope;  // CSA/HCA layers, their compressors and indexers
 
   std::int32_t num_nextn_predict_layers = 1;  // MTP layers (mtp.* tensors); not run
-  bool fp4_experts = false;                   // expert_dtype "fp4": routed experts packed e2m1 with scales
+  bool fp4_experts = false;  // expert_dtype "fp4": routed experts as e2m1 pairs, E8M0 per 32 inputs (fp4_weights.h)
 
   std::int32_t compress_rate(DeepseekV4Attention type) const {
     return type == DeepseekV4Attention::compressed_sparse    ? csa_compress_rate

@@ -8,6 +8,7 @@
 
 #include "sluice/backend/float_convert.h"
 #include "sluice/backend/rope.h"
+#include "sluice/model/fp4_weights.h"
 #include "sluice/model/fp8_weights.h"
 
 namespace sluice {
@@ -18,7 +19,7 @@ namespace {
 class HostWeightReader {
  public:
   HostWeightReader(const Checkpoint& checkpoint, const ModelConfig& config)
-      : checkpoint_(checkpoint), config_(config) {}
+      : checkpoint_(checkpoint), config_(config), fp4_experts_(config.deepseek_v4->fp4_experts) {}
 
   Result<std::vector<float>> floats(const std::string& name, const Shape& shape) {
     SLUICE_TRY_ASSIGN(tensor, checkpoint_.get(name, shape));
@@ -33,9 +34,28 @@ class HostWeightReader {
         for (std::size_t i = 0; i < out.size(); ++i) out[i] = f16_to_f32(tensor.as<const std::uint16_t>()[i]);
         return out;
       case DType::f8_e4m3: return dequantize(name, tensor);
-      case DType::i32: break;
+      case DType::i32:
+      case DType::f8_e8m0:
+      case DType::i8:
+      case DType::u8: break;
     }
     return Error{fmt::format("tensor '{}' has dtype {}, expected a float type", name, dtype_name(tensor.dtype))};
+  }
+
+  // A routed expert's [rows, cols] projection: FP4 pairs with their group
+  // scales under expert_dtype fp4, else as floats() reads any weight.
+  Result<std::vector<float>> routed_expert(const std::string& name, const Shape& shape) {
+    if (!fp4_experts_) return floats(name, shape);
+    if (shape[1] % 2 != 0)
+      return Error{fmt::format("routed expert '{}' has {} inputs: FP4 pairs need an even number", name, shape[1])};
+    SLUICE_TRY_ASSIGN(packed, checkpoint_.get(name, fp4_packed_shape(shape)));
+    const std::string scale_name = scale_name_of(name);
+    if (!checkpoint_.contains(scale_name))
+      return Error{fmt::format("FP4 routed expert '{}' has no group scales '{}'", name, scale_name)};
+    SLUICE_TRY_ASSIGN(scale, checkpoint_.get(scale_name, fp4_scale_shape(shape)));
+    used_.insert(name);
+    used_.insert(scale_name);
+    return dequantize_fp4_groups(packed, scale, shape, name);
   }
 
   Result<std::vector<std::int32_t>> ints(const std::string& name, const Shape& shape) {
@@ -57,12 +77,16 @@ class HostWeightReader {
   }
 
  private:
-  // DeepSeek-V4 names a linear's block scales `<linear>.scale` next to `<linear>.weight`.
+  // DeepSeek-V4 names a linear's scales `<linear>.scale` next to `<linear>.weight`.
+  static std::string scale_name_of(const std::string& name) {
+    return (name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name) + ".scale";
+  }
+
+  // An FP8 weight and its block scales (F8_E8M0, or F32 in the -Base checkpoints).
   Result<std::vector<float>> dequantize(const std::string& name, const Tensor& weight) {
     if (!config_.fp8)
       return Error{fmt::format("tensor '{}' is float8 but config.json has no fp8 quantization_config", name)};
-    const std::string base = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
-    const std::string scale_name = base + ".scale";
+    const std::string scale_name = scale_name_of(name);
     if (!checkpoint_.contains(scale_name))
       return Error{fmt::format("float8 tensor '{}' has no block scales '{}'", name, scale_name)};
     SLUICE_TRY_ASSIGN(scale, checkpoint_.get(scale_name, fp8_scale_shape(weight.shape, *config_.fp8)));
@@ -72,8 +96,12 @@ class HostWeightReader {
 
   const Checkpoint& checkpoint_;
   const ModelConfig& config_;
+  const bool fp4_experts_;  // expert_dtype fp4: routed experts are FP4 pairs (model/fp4_weights.h)
   std::set<std::string, std::less<>> used_;
 };
+
+// Routed experts are FP4 under expert_dtype fp4; the shared expert never is.
+enum class ExpertKind { routed, shared };
 
 RotaryTable rotary_table(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
   RopeParams params{.head_dim = rope_dim, .theta = rope.theta};
@@ -106,9 +134,6 @@ Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const Mod
                                                                        const Checkpoint& checkpoint,
                                                                        const DeepseekV4Kernels& kernels) {
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
-  if (config.deepseek_v4->fp4_experts)
-    return Error{"deepseek_v4: FP4 routed experts (expert_dtype fp4) are not read yet (issue 18 stage 1 loads f32, "
-                 "bf16 and FP8 block-scaled weights)"};
   auto owned = std::unique_ptr<DeepseekV4Reference>(new DeepseekV4Reference());
   DeepseekV4Reference& m = *owned;
   m.config_ = config;
@@ -136,10 +161,14 @@ Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const Mod
     SLUICE_TRY_ASSIGN(norm, read.floats(prefix + "norm.weight", {dim}));
     return Compressor{std::move(wkv), std::move(wgate), std::move(ape), std::move(norm)};
   };
-  auto expert = [&](const std::string& prefix, Moe& moe) -> Status {
-    SLUICE_TRY_ASSIGN(w1, read.floats(prefix + "w1.weight", {inter, hidden}));
-    SLUICE_TRY_ASSIGN(w3, read.floats(prefix + "w3.weight", {inter, hidden}));
-    SLUICE_TRY_ASSIGN(w2, read.floats(prefix + "w2.weight", {hidden, inter}));
+  // Routed experts may be FP4 (expert_dtype); the shared expert is a dense linear like the others.
+  auto expert = [&](const std::string& prefix, ExpertKind kind, Moe& moe) -> Status {
+    auto projection = [&](const std::string& name, const Shape& shape) {
+      return kind == ExpertKind::routed ? read.routed_expert(name, shape) : read.floats(name, shape);
+    };
+    SLUICE_TRY_ASSIGN(w1, projection(prefix + "w1.weight", {inter, hidden}));
+    SLUICE_TRY_ASSIGN(w3, projection(prefix + "w3.weight", {inter, hidden}));
+    SLUICE_TRY_ASSIGN(w2, projection(prefix + "w2.weight", {hidden, inter}));
     w1.insert(w1.end(), w3.begin(), w3.end());
     moe.gate_up.push_back(std::move(w1));
     moe.down.push_back(std::move(w2));
@@ -212,9 +241,10 @@ Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const Mod
       SLUICE_TRY_ASSIGN(bias, read.floats(f + "gate.bias", {experts}));
       moe.bias = std::move(bias);
     }
-    for (std::int64_t e = 0; e < experts; ++e) SLUICE_TRY(expert(fmt::format("{}experts.{}.", f, e), moe));
+    for (std::int64_t e = 0; e < experts; ++e)
+      SLUICE_TRY(expert(fmt::format("{}experts.{}.", f, e), ExpertKind::routed, moe));
     Moe shared;
-    SLUICE_TRY(expert(f + "shared_experts.", shared));
+    SLUICE_TRY(expert(f + "shared_experts.", ExpertKind::shared, shared));
     moe.shared_gate_up = std::move(shared.gate_up.front());
     moe.shared_down = std::move(shared.down.front());
     m.layers_.push_back(std::move(layer));

@@ -18,8 +18,11 @@
 // its window completes: exact, not the KV layout (stage 2). The engine refuses
 // the architecture (load_decoder_model) until that layout and the CUDA
 // kernels exist. Weights load from the published layout (embed, layers.N.attn.*,
-// layers.N.ffn.*, hc_*; mtp.* skipped) in f32, bf16, or FP8 e4m3 with f32
-// block scales; FP4 experts and ue8m0 scale tensors are not read yet.
+// layers.N.ffn.*, hc_*; mtp.* skipped) in f32 or bf16, or as DeepSeek ships
+// them: FP8 e4m3 linears with `.scale` block scales (F8_E8M0 powers of two, or
+// F32) and, under expert_dtype fp4, routed experts as e2m1 pairs with one
+// E8M0 scale per 32 inputs (model/fp4_weights.h). Both are dequantized to f32
+// on load, exactly: every decoded value is an f32.
 #pragma once
 
 #include <memory>

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "sluice/backend/float_convert.h"
 #include "sluice/common/io.h"
 #include "sluice/common/rng.h"
+#include "sluice/model/fp4_weights.h"
 #include "sluice/model/make_model_parts.h"
 #include "sluice/model/tokenizer_builder.h"
 
@@ -70,26 +70,41 @@ std::vector<float> random_values(const PendingTensor& t, std::uint64_t seed) {
 constexpr std::int64_t kFp8BlockSize = 128;  // DeepSeek's weight_block_size, both dimensions
 constexpr float kFp8Max = 448.0f;
 
-// One tensor as stored: a pending tensor's values in a dtype, or (for a
-// float8 weight) its block scales.
+// One tensor as stored: a pending tensor's values in a dtype, or one of the
+// two tensors a quantized weight becomes (its codes and its scales).
 struct StoredTensor {
+  enum class Part { values, fp8_codes, fp8_scales, fp4_codes, fp4_scales };
   std::string name;
   DType dtype;
   Shape shape;
   const PendingTensor* source;
-  bool is_scale = false;  // source's weight_scale_inv
+  Part part = Part::values;
+  Fp8ScaleStorage scale_storage = Fp8ScaleStorage::f32_scale_inv;  // fp8 parts: how the scales round
 
   std::uint64_t size_bytes() const { return static_cast<std::uint64_t>(shape.numel()) * dtype_size_bytes(dtype); }
 };
 
-std::vector<StoredTensor> storage_plan(const std::vector<PendingTensor>& tensors, DType dtype) {
+std::string scale_name(const std::string& weight, Fp8ScaleStorage storage) {
+  if (storage == Fp8ScaleStorage::f32_scale_inv) return weight + "_scale_inv";
+  return (weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight) + ".scale";
+}
+
+std::vector<StoredTensor> storage_plan(const std::vector<PendingTensor>& tensors, DType dtype,
+                                       Fp8ScaleStorage scales) {
+  using Part = StoredTensor::Part;
   std::vector<StoredTensor> out;
   for (const PendingTensor& t : tensors) {
+    if (dtype == DType::f8_e4m3 && t.fp4_expert) {
+      out.push_back({t.name, DType::i8, fp4_packed_shape(t.shape), &t, Part::fp4_codes});
+      out.push_back({scale_name(t.name, scales), DType::f8_e8m0, fp4_scale_shape(t.shape), &t, Part::fp4_scales});
+      continue;
+    }
     if (dtype == DType::f8_e4m3 && t.quantizable) {
-      out.push_back({t.name, DType::f8_e4m3, t.shape, &t});
-      const Shape scales{(t.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
-                         (t.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
-      out.push_back({t.name + "_scale_inv", DType::f32, scales, &t, true});
+      out.push_back({t.name, DType::f8_e4m3, t.shape, &t, Part::fp8_codes, scales});
+      const Shape grid{(t.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
+                       (t.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
+      const DType scale_dtype = scales == Fp8ScaleStorage::f32_scale_inv ? DType::f32 : DType::f8_e8m0;
+      out.push_back({scale_name(t.name, scales), scale_dtype, grid, &t, Part::fp8_scales, scales});
       continue;
     }
     const DType stored = t.table_range > 0 ? DType::i32
@@ -101,14 +116,22 @@ std::vector<StoredTensor> storage_plan(const std::vector<PendingTensor>& tensors
   return out;
 }
 
-// Per 128x128 block: scale = amax / 448, so the block's largest value maps to
-// float8's largest; stored value = fp8(x / scale), and x ~ stored * scale.
+// Per 128x128 block: scale = amax / 448 (ue8m0: rounded up to a power of
+// two), so the block's largest value maps to float8's largest or below it;
+// stored value = fp8(x / scale), and x ~ stored * scale.
 struct QuantizedBlocks {
   std::vector<std::uint8_t> values;
   std::vector<float> scales;
 };
 
-QuantizedBlocks quantize_fp8(const std::vector<float>& x, const Shape& shape) {
+float fp8_block_scale(float amax, Fp8ScaleStorage storage) {
+  if (amax == 0.0f) return 1.0f;
+  if (storage == Fp8ScaleStorage::f32_scale_inv) return amax / kFp8Max;
+  constexpr float kAmaxFloor = kFp8Max * 0x1p-126f;  // keeps amax / 448 an f32 normal
+  return e8m0_to_f32(f32_to_e8m0_ceil(std::max(amax, kAmaxFloor) / kFp8Max));
+}
+
+QuantizedBlocks quantize_fp8(const std::vector<float>& x, const Shape& shape, Fp8ScaleStorage storage) {
   const std::int64_t rows = shape[0], cols = shape[1];
   const std::int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
   const std::int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
@@ -123,12 +146,26 @@ QuantizedBlocks quantize_fp8(const std::vector<float>& x, const Shape& shape) {
       float amax = 0.0f;
       for (std::int64_t r = br * kFp8BlockSize; r < r_end; ++r)
         for (std::int64_t c = bc * kFp8BlockSize; c < c_end; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-      const float scale = amax > 0.0f ? amax / kFp8Max : 1.0f;
+      const float scale = fp8_block_scale(amax, storage);
       q.scales[br * block_cols + bc] = scale;
       for (std::int64_t r = br * kFp8BlockSize; r < r_end; ++r)
         for (std::int64_t c = bc * kFp8BlockSize; c < c_end; ++c)
           q.values[r * cols + c] = f32_to_fp8_e4m3(x[r * cols + c] / scale);
     }
+  });
+  return q;
+}
+
+// quantize_fp4_groups on the machine's cores, a piece of rows each (rows
+// quantize independently): full-width experts are 8M values apiece.
+Fp4Groups quantize_fp4_rows(const std::vector<float>& x, const Shape& shape) {
+  const std::int64_t rows = shape[0], cols = shape[1], groups = fp4_scale_shape(shape)[1];
+  Fp4Groups q{std::vector<std::uint8_t>(x.size() / 2), std::vector<std::uint8_t>(rows * groups)};
+  parallel_for(rows, std::max<std::int64_t>(1, kMinValuesPerThread / cols), [&](std::int64_t first, std::int64_t last) {
+    const Fp4Groups piece =
+        quantize_fp4_groups(std::span(x).subspan(first * cols, (last - first) * cols), Shape{last - first, cols});
+    std::copy(piece.packed.begin(), piece.packed.end(), q.packed.begin() + first * cols / 2);
+    std::copy(piece.scale_codes.begin(), piece.scale_codes.end(), q.scale_codes.begin() + first * groups);
   });
   return q;
 }
@@ -152,21 +189,45 @@ std::string table_bytes(const PendingTensor& t, std::uint64_t seed) {
   return bytes;
 }
 
-// The last FP8 weight quantized: storage_plan puts its scales right after it,
-// so both are written from one quantization.
-using QuantizedCache = std::optional<std::pair<const PendingTensor*, QuantizedBlocks>>;
+// The last weight quantized: storage_plan puts its scales right after its
+// codes, so both are written from one quantization.
+struct QuantizedCache {
+  const PendingTensor* source = nullptr;
+  QuantizedBlocks fp8;
+  Fp4Groups fp4;
+};
 
-std::string tensor_bytes(const StoredTensor& t, std::uint64_t seed, QuantizedCache& quantized) {
+std::string tensor_bytes(const StoredTensor& t, std::uint64_t seed, QuantizedCache& cache) {
+  using Part = StoredTensor::Part;
   if (t.dtype == DType::i32) return table_bytes(*t.source, seed);
   std::string bytes(t.size_bytes(), '\0');
-  if (t.dtype == DType::f8_e4m3 || t.is_scale) {
-    if (!quantized || quantized->first != t.source)
-      quantized.emplace(t.source, quantize_fp8(random_values(*t.source, seed), t.source->shape));
-    const QuantizedBlocks& q = quantized->second;
-    if (t.is_scale)
-      std::memcpy(bytes.data(), q.scales.data(), bytes.size());
-    else
-      std::memcpy(bytes.data(), q.values.data(), bytes.size());
+  if (t.part != Part::values) {
+    const bool fp4 = t.part == Part::fp4_codes || t.part == Part::fp4_scales;
+    if (cache.source != t.source) {
+      cache.source = t.source;
+      const std::vector<float> values = random_values(*t.source, seed);
+      if (fp4)
+        cache.fp4 = quantize_fp4_rows(values, t.source->shape);
+      else
+        cache.fp8 = quantize_fp8(values, t.source->shape, t.scale_storage);
+    }
+    const std::uint8_t* source = nullptr;
+    std::vector<std::uint8_t> e8m0;
+    switch (t.part) {
+      case Part::fp4_codes: source = cache.fp4.packed.data(); break;
+      case Part::fp4_scales: source = cache.fp4.scale_codes.data(); break;
+      case Part::fp8_codes: source = cache.fp8.values.data(); break;
+      case Part::fp8_scales:
+        if (t.dtype == DType::f32) {
+          source = reinterpret_cast<const std::uint8_t*>(cache.fp8.scales.data());
+          break;
+        }
+        for (float scale : cache.fp8.scales) e8m0.push_back(f32_to_e8m0_ceil(scale));  // exact: powers of two
+        source = e8m0.data();
+        break;
+      case Part::values: break;
+    }
+    std::memcpy(bytes.data(), source, bytes.size());
     return bytes;
   }
   const std::vector<float> values = random_values(*t.source, seed);
@@ -204,7 +265,7 @@ Status write_safetensors(const std::string& path, std::span<const StoredTensor> 
   const std::uint64_t header_bytes = header_text.size();
   file.write(reinterpret_cast<const char*>(&header_bytes), 8);
   file << header_text;
-  QuantizedCache quantized;
+  QuantizedCache quantized;  // a weight's codes and scales, from one quantization
   for (const StoredTensor& t : tensors) {
     const std::string bytes = tensor_bytes(t, seed, quantized);
     file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -352,8 +413,8 @@ Status make_model(const MakeModelOptions& o) {
   if (!is_deepseek && o.head_dim == 0 && o.hidden_size % o.num_heads != 0)
     return Error{fmt::format("--hidden {} must be a multiple of --heads {}", o.hidden_size, o.num_heads)};
   if (!is_deepseek && head_dim % 2 != 0) return Error{fmt::format("head dimension {} must be even", head_dim)};
-  if (o.dtype != DType::bf16 && o.dtype != DType::f32 && !(!is_v4 && is_deepseek && o.dtype == DType::f8_e4m3))
-    return Error{"--dtype must be bf16 or f32 (fp8: deepseek_v3 only)"};
+  if (o.dtype != DType::bf16 && o.dtype != DType::f32 && !(is_deepseek && o.dtype == DType::f8_e4m3))
+    return Error{"--dtype must be bf16 or f32 (fp8: deepseek_v3 and deepseek_v4 only)"};
   if (o.num_shards <= 0) return Error{"--shards must be positive"};
   SLUICE_TRY_ASSIGN(tokenizer, build_byte_level_tokenizer(o.vocab_size));
   const bool tied = o.architecture == Architecture::qwen2;
@@ -366,7 +427,8 @@ Status make_model(const MakeModelOptions& o) {
   const std::vector<PendingTensor> tensors = is_v4         ? deepseek_v4_tensors(o)
                                              : is_deepseek ? deepseek_v3_tensors(o)
                                                            : llama_tensors(o, head_dim, tied);
-  SLUICE_TRY(write_checkpoint(dir, storage_plan(tensors, o.dtype), o.num_shards, o.seed));
+  const Fp8ScaleStorage scales = is_v4 ? Fp8ScaleStorage::ue8m0_dot_scale : Fp8ScaleStorage::f32_scale_inv;
+  SLUICE_TRY(write_checkpoint(dir, storage_plan(tensors, o.dtype, scales), o.num_shards, o.seed));
   SLUICE_TRY(write_file(dir + "tokenizer.json", tokenizer.tokenizer_json));
   SLUICE_TRY(write_file(dir + "tokenizer_config.json", tokenizer.tokenizer_config_json));
   const ordered_json generation = {{"bos_token_id", tokenizer.bos_token_id},

@@ -84,8 +84,9 @@ struct MakeModelOptions {
   std::int32_t vocab_size = 512;
   std::int32_t head_dim = 0;  // 0 = hidden / heads
   std::uint64_t seed = 0;
-  // bf16 | f32 | f8_e4m3 (deepseek_v3 only: linear weights in float8 with
-  // 128x128 block scales, the rest bf16, as DeepSeek ships them).
+  // bf16 | f32 | f8_e4m3 (deepseek_v3 and deepseek_v4: linear weights in
+  // float8 with 128x128 block scales, the rest bf16, as DeepSeek ships them;
+  // deepseek_v4 also writes its routed experts in FP4, model/fp4_weights.h).
   DType dtype = DType::bf16;
   std::int32_t max_position_embeddings = 4096;
   std::int32_t num_shards = 1;  // > 1: model-0000i-of-0000n.safetensors + model.safetensors.index.json

@@ -3,6 +3,12 @@
 // parameters, head, mtp.*), with transformers' DeepseekV4Config fields in
 // config.json. f32 or bf16; the mHC parameters, sinks, window position biases
 // and the router bias stay f32 as DeepSeek stores them, tid2eid is I32.
+// --dtype fp8 writes what V4-Flash ships: the attention projections (wq_a,
+// wq_b, wkv, wo_a, wo_b, the indexer's wq_b), the shared expert and MTP's
+// e_proj / h_proj in FP8 e4m3 with F8_E8M0 128x128 `.scale` blocks; routed
+// experts as FP4 e2m1 pairs with one F8_E8M0 `.scale` per 32 inputs
+// (expert_dtype fp4); compressors, the indexer's weights_proj, the router,
+// norms, embed and head in bf16 (inference/model.py's dtypes).
 #include <fmt/format.h>
 
 #include "sluice/model/make_model_parts.h"
@@ -23,6 +29,11 @@ std::vector<char> layer_letters(const MakeModelOptions& o) {
 
 constexpr Init kF32Bias{0.0f, 0.5f};
 
+// An FP8 linear in an fp8 model (PendingTensor::quantizable).
+PendingTensor fp8_linear(const std::string& name, std::int64_t rows, std::int64_t cols) {
+  return PendingTensor{name, {rows, cols}, linear_init(cols), true};
+}
+
 void add_compressor(std::vector<PendingTensor>& out, const std::string& p, std::int64_t hidden, std::int64_t dim,
                     std::int64_t width, std::int64_t rate) {
   out.push_back({p + "wkv.weight", {width, hidden}, linear_init(hidden)});
@@ -31,10 +42,17 @@ void add_compressor(std::vector<PendingTensor>& out, const std::string& p, std::
   out.push_back({p + "norm.weight", {dim}, kNormInit});
 }
 
-void add_swiglu(std::vector<PendingTensor>& out, const std::string& p, std::int64_t hidden, std::int64_t inter) {
-  out.push_back({p + "w1.weight", {inter, hidden}, linear_init(hidden)});
-  out.push_back({p + "w2.weight", {hidden, inter}, linear_init(inter)});
-  out.push_back({p + "w3.weight", {inter, hidden}, linear_init(hidden)});
+// A routed expert is FP4 in an fp8 model, the shared one FP8.
+enum class Expert { routed, shared };
+
+void add_swiglu(std::vector<PendingTensor>& out, const std::string& p, std::int64_t hidden, std::int64_t inter,
+                Expert kind) {
+  for (PendingTensor t : {fp8_linear(p + "w1.weight", inter, hidden), fp8_linear(p + "w2.weight", hidden, inter),
+                          fp8_linear(p + "w3.weight", inter, hidden)}) {
+    t.fp4_expert = kind == Expert::routed;
+    t.quantizable = kind == Expert::shared;
+    out.push_back(t);
+  }
 }
 
 // Mixes near unit size (fn over the normed streams), so pre, post and comb vary per token.
@@ -54,20 +72,20 @@ void add_layer(std::vector<PendingTensor>& out, const MakeModelOptions& o, const
   out.push_back({p + "attn_norm.weight", {h}, kNormInit});
   out.push_back({p + "ffn_norm.weight", {h}, kNormInit});
   const std::string a = p + "attn.";
-  out.push_back({a + "wq_a.weight", {d.q_lora_rank, h}, linear_init(h)});
+  out.push_back(fp8_linear(a + "wq_a.weight", d.q_lora_rank, h));
   out.push_back({a + "q_norm.weight", {d.q_lora_rank}, kNormInit});
-  out.push_back({a + "wq_b.weight", {heads * hd, d.q_lora_rank}, linear_init(d.q_lora_rank)});
-  out.push_back({a + "wkv.weight", {hd, h}, linear_init(h)});
+  out.push_back(fp8_linear(a + "wq_b.weight", heads * hd, d.q_lora_rank));
+  out.push_back(fp8_linear(a + "wkv.weight", hd, h));
   out.push_back({a + "kv_norm.weight", {hd}, kNormInit});
   const std::int64_t group_in = heads * hd / d.o_groups, o_width = std::int64_t{d.o_groups} * d.o_lora_rank;
-  out.push_back({a + "wo_a.weight", {o_width, group_in}, linear_init(group_in)});
-  out.push_back({a + "wo_b.weight", {h, o_width}, linear_init(o_width)});
+  out.push_back(fp8_linear(a + "wo_a.weight", o_width, group_in));
+  out.push_back(fp8_linear(a + "wo_b.weight", h, o_width));
   out.push_back({a + "attn_sink", {heads}, Init{0.0f, 1.0f}, false, true});
   if (type == 'h') add_compressor(out, a + "compressor.", h, hd, hd, d.hca_compress_rate);
   if (type == 'c') {
     add_compressor(out, a + "compressor.", h, hd, 2 * hd, d.csa_compress_rate);
-    out.push_back({a + "indexer.wq_b.weight", {std::int64_t{d.index_n_heads} * d.index_head_dim, d.q_lora_rank},
-                   linear_init(d.q_lora_rank)});
+    out.push_back(fp8_linear(a + "indexer.wq_b.weight", std::int64_t{d.index_n_heads} * d.index_head_dim,
+                             d.q_lora_rank));
     out.push_back({a + "indexer.weights_proj.weight", {d.index_n_heads, h}, linear_init(h)});
     add_compressor(out, a + "indexer.compressor.", h, d.index_head_dim, 2 * d.index_head_dim, d.csa_compress_rate);
   }
@@ -81,8 +99,8 @@ void add_layer(std::vector<PendingTensor>& out, const MakeModelOptions& o, const
     out.push_back({f + "gate.bias", {d.n_routed_experts}, Init{0.0f, 0.1f}, false, true});
   }
   for (std::int32_t e = 0; e < d.n_routed_experts; ++e)
-    add_swiglu(out, fmt::format("{}experts.{}.", f, e), h, d.moe_intermediate_size);
-  add_swiglu(out, f + "shared_experts.", h, d.moe_intermediate_size);
+    add_swiglu(out, fmt::format("{}experts.{}.", f, e), h, d.moe_intermediate_size, Expert::routed);
+  add_swiglu(out, f + "shared_experts.", h, d.moe_intermediate_size, Expert::shared);
 }
 
 }  // namespace
@@ -109,6 +127,9 @@ Status check_deepseek_v4_options(const MakeModelOptions& o) {
   if (d.yarn_factor != 0 && d.yarn_factor < 1) return Error{"--yarn-factor must be 0 or >= 1"};
   if (d.yarn_factor > 0 && o.max_position_embeddings % static_cast<std::int32_t>(d.yarn_factor) != 0)
     return Error{"--yarn-factor must divide --max-position"};
+  // FP4 experts pack two inputs a byte: w1 / w3 take --hidden inputs, w2 --moe-intermediate.
+  if (o.dtype == DType::f8_e4m3 && (o.hidden_size % 2 != 0 || d.moe_intermediate_size % 2 != 0))
+    return Error{"--dtype fp8 writes FP4 experts, two inputs a byte: --hidden and --moe-intermediate must be even"};
   return Ok{};
 }
 
@@ -128,8 +149,8 @@ std::vector<PendingTensor> deepseek_v4_tensors(const MakeModelOptions& o) {
     const std::string p = fmt::format("mtp.{}.", j);
     out.push_back({p + "enorm.weight", {h}, kNormInit});
     out.push_back({p + "hnorm.weight", {h}, kNormInit});
-    out.push_back({p + "e_proj.weight", {h, h}, linear_init(h)});
-    out.push_back({p + "h_proj.weight", {h, h}, linear_init(h)});
+    out.push_back(fp8_linear(p + "e_proj.weight", h, h));
+    out.push_back(fp8_linear(p + "h_proj.weight", h, h));
     add_layer(out, o, p, 's', false);
   }
   return out;
@@ -193,6 +214,14 @@ nlohmann::ordered_json deepseek_v4_config_json(const MakeModelOptions& o, const 
                           static_cast<std::int32_t>(o.max_position_embeddings / d.yarn_factor)},
                          {"beta_fast", 32},
                          {"beta_slow", 1}};
+  if (o.dtype == DType::f8_e4m3) {  // V4-Flash's own config.json fields
+    c["expert_dtype"] = "fp4";
+    c["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                {"fmt", "e4m3"},
+                                {"quant_method", "fp8"},
+                                {"scale_fmt", "ue8m0"},
+                                {"weight_block_size", {128, 128}}};
+  }
   return c;
 }
 

@@ -29,6 +29,15 @@ struct PendingTensor {
   // > 0: an I32 table whose rows hold distinct values in [0, table_range)
   // (DeepSeek-V4's tid2eid: each token's hash-routed experts); init unused.
   std::int32_t table_range = 0;
+  // A routed expert's projection (deepseek_v4): in an fp8 model, e2m1 pairs
+  // with E8M0 group scales (model/fp4_weights.h), as expert_dtype fp4 ships.
+  bool fp4_expert = false;
+};
+
+// How an fp8 model stores the block scales of its quantizable weights.
+enum class Fp8ScaleStorage {
+  f32_scale_inv,    // DeepSeek-V3: `<name>_scale_inv`, F32 amax / 448
+  ue8m0_dot_scale,  // DeepSeek-V4: `<linear>.scale`, F8_E8M0 2^ceil(log2(amax / 448))
 };
 
 // Linear weights scaled by fan-in keep activations near unit size, so logits

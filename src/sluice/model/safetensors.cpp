@@ -29,8 +29,12 @@ Result<DType> parse_dtype(const std::string& name, const std::string& tensor, co
   if (name == "BF16") return DType::bf16;
   if (name == "F8_E4M3") return DType::f8_e4m3;
   if (name == "I32") return DType::i32;  // DeepSeek-V4's hash-routing table (tid2eid)
-  return Error{
-      fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, BF16, F8_E4M3, I32)", path, tensor, name)};
+  // DeepSeek-V4: `.scale` tensors (E8M0), and FP4 experts as bytes of e2m1 pairs.
+  if (name == "F8_E8M0") return DType::f8_e8m0;
+  if (name == "I8") return DType::i8;
+  if (name == "U8") return DType::u8;
+  return Error{fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, BF16, F8_E4M3, F8_E8M0, I32, I8, U8)",
+                           path, tensor, name)};
 }
 
 Result<Tensor> parse_entry(const std::string& name, const json& info, std::byte* data,

@@ -27,7 +27,10 @@ inline void to_f32(const Tensor& t, std::int64_t offset, std::int64_t n, float* 
       return;
     }
     case DType::f8_e4m3: break;  // block-scaled: dequantized with its scales on load, never raw
-    case DType::i32: break;
+    case DType::i32:
+    case DType::f8_e8m0:
+    case DType::i8:
+    case DType::u8: break;  // scales and packed codes: decoded with their weight on load, never raw
   }
   SLUICE_CHECK_MSG(false, std::string("a ") + dtype_name(t.dtype) + " tensor used as plain floats");
 }

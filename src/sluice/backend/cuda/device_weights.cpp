@@ -20,6 +20,9 @@ float host_to_f32(const Tensor& t, std::int64_t i) {
     case DType::f16: return f16_to_f32(t.as<const std::uint16_t>()[i]);
     case DType::i32: break;
     case DType::f8_e4m3: break;  // uploaded as it is (upload_fp8) or dequantized on load (model/weight_binder)
+    case DType::f8_e8m0:
+    case DType::i8:
+    case DType::u8: break;  // DeepSeek-V4 scales and FP4 codes: the CPU reference decodes them on load
   }
   SLUICE_CHECK_MSG(false, "float tensor expected");
   return 0.0f;
@@ -34,7 +37,9 @@ DeviceWeights::~DeviceWeights() {
 Result<Tensor> DeviceWeights::upload(std::span<const Tensor> parts) {
   SLUICE_CHECK(!parts.empty());
   const Tensor& first = parts[0];
-  if (first.dtype == DType::i32) return Error{"CUDA backend: integer weights are not supported"};
+  if (first.dtype == DType::i32 || first.dtype == DType::i8 || first.dtype == DType::u8 ||
+      first.dtype == DType::f8_e8m0)
+    return Error{fmt::format("CUDA backend: {} weights are not supported", dtype_name(first.dtype))};
   if (first.dtype == DType::f8_e4m3) return upload_fp8(parts);
   // Matrices become bf16 (the GEMM and embedding dtype); vectors keep theirs.
   const DType target = first.shape.rank >= 2 ? DType::bf16 : first.dtype;
