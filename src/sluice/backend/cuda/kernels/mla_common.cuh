@@ -1,9 +1,15 @@
 // Device helpers the MLA kernels share (mla_prefill.cu, mla_decode.cu,
-// mla_decode_mma.cu): how a decode row's keys are cut into splits, and the
-// simple kernels' one-score-at-a-time softmax.
+// mla_decode_mma.cu, mla_decode_wgmma.cu): how a decode row's keys are cut
+// into splits, what a tensor-core decode block reads, and the simple
+// kernels' one-score-at-a-time softmax.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cmath>
+#include <cstdint>
+
+#include "sluice/backend/cuda/kernels/mla_kernels.h"
 
 namespace sluice::cuda {
 
@@ -19,6 +25,24 @@ __device__ __forceinline__ KeyRange decode_split_range(int context_tokens, int n
   chunk = (chunk + align - 1) / align * align;
   const int begin = min(context_tokens, split * chunk);
   return {begin, min(context_tokens, begin + chunk)};
+}
+
+// What a tensor-core decode block of (decode row i, key split, the heads
+// from first_head) reads: its keys, its row's block table, and its first
+// head's query [W_UK^T q_nope | q_rope] in q_latent.
+struct MlaDecodeBlock {
+  KeyRange range;
+  const std::int32_t* table;
+  const __nv_bfloat16* q;
+};
+__device__ __forceinline__ MlaDecodeBlock mla_decode_block(const StepDeviceView& step, const MlaDecodeArgs& a, int i,
+                                                           int split, int first_head, int align) {
+  const int seq = a.decode_seqs[i];
+  const int width = a.kv_lora_rank + a.rope_dim;
+  return {decode_split_range(step.seq_num_computed[seq] + 1, a.num_splits, split, align),
+          step.block_tables + step.seq_block_offset[seq],
+          static_cast<const __nv_bfloat16*>(a.q_latent) +
+              (static_cast<std::int64_t>(i) * a.num_heads + first_head) * width};
 }
 
 // A running softmax (natural exp) over scores taken one at a time, as a warp

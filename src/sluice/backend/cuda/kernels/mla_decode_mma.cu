@@ -68,36 +68,33 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int head_block = blockIdx.x, i = blockIdx.y, split = blockIdx.z;
   const int first_head = head_block * kHeads;
-  const int seq = a.decode_seqs[i];
-  const KeyRange range = decode_split_range(step.seq_num_computed[seq] + 1, a.num_splits, split, kBlockN);
-  const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+  const MlaDecodeBlock block = mla_decode_block(step, a, i, split, first_head, kBlockN);
   const auto* cache = static_cast<const __nv_bfloat16*>(a.cache.data);
   const int block_size = a.cache.block_size;
 
   // Queries of heads past num_heads are zeros: finite scores, never written.
-  const auto* q = static_cast<const __nv_bfloat16*>(a.q_latent) +
-                  (static_cast<std::int64_t>(i) * a.num_heads + first_head) * kWidth;
   for (int c = tid; c < kHeads * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const bool valid = first_head + r < a.num_heads;
-    cp_async_16(s_q + r * kStride + col, q + (valid ? static_cast<std::int64_t>(r) * kWidth + col : 0), valid);
+    cp_async_16(s_q + r * kStride + col, block.q + (valid ? static_cast<std::int64_t>(r) * kWidth + col : 0), valid);
   }
   auto load_tile = [&](int tile, int buf) {
     __nv_bfloat16* dst = s_tiles + buf * kBlockN * kStride;
     for (int c = tid; c < kBlockN * kChunks; c += kThreads) {
       const int r = c / kChunks, col = (c % kChunks) * 8;
-      const int key = range.begin + tile * kBlockN + r;
-      const bool valid = key < range.end;
+      const int key = block.range.begin + tile * kBlockN + r;
+      const bool valid = key < block.range.end;
       std::int64_t offset = 0;
       if (valid)
-        offset = (static_cast<std::int64_t>(table[key / block_size]) * block_size + key % block_size) * kWidth + col;
+        offset =
+            (static_cast<std::int64_t>(block.table[key / block_size]) * block_size + key % block_size) * kWidth + col;
       cp_async_16(dst + r * kStride + col, cache + offset, valid);
     }
   };
   // Commit groups: {Q, tile 0}, {tile 1}, then one a loop iteration (empty
   // past the last tile), so "all but the newest group" is always the tile
   // about to be used.
-  const int num_tiles = (range.end - range.begin + kBlockN - 1) / kBlockN;
+  const int num_tiles = (block.range.end - block.range.begin + kBlockN - 1) / kBlockN;
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
   if (num_tiles > 1) load_tile(1, 1);
@@ -151,14 +148,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(StepDeviceView 
     // Online softmax: four threads a head, eight keys each.
     {
       const int row = tid / 4, part = tid % 4;
-      const int tile_key0 = range.begin + tile * kBlockN;
+      const int tile_key0 = block.range.begin + tile * kBlockN;
       const float old_max = s_max[row];
       float x[8];
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int key = part * 8 + j;
-        x[j] = tile_key0 + key < range.end ? s_scores[row * kScoreStride + key] * scale_log2 : -INFINITY;
+        x[j] = tile_key0 + key < block.range.end ? s_scores[row * kScoreStride + key] * scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, x[j]);
       }
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));

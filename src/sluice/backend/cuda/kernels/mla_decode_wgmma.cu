@@ -75,22 +75,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceVie
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int warp_in_group = (tid % 128) / 32;
   const int first_head = blockIdx.x * kHeads, i = blockIdx.y, split = blockIdx.z;
-  const int seq = a.decode_seqs[i];
-  const KeyRange range = decode_split_range(step.seq_num_computed[seq] + 1, a.num_splits, split, kBlockN);
-  const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
+  const MlaDecodeBlock block = mla_decode_block(step, a, i, split, first_head, kBlockN);
   const auto* cache = static_cast<const __nv_bfloat16*>(a.cache.data);
   const int block_size = a.cache.block_size;
 
   // Queries of heads past num_heads are zeros: finite scores, never written.
-  const auto* q = static_cast<const __nv_bfloat16*>(a.q_latent) +
-                  (static_cast<std::int64_t>(i) * a.num_heads + first_head) * kWidth;
   for (int c = tid; c < kHeads * kChunks; c += kThreads) {
     const int r = c / kChunks, chunk = c % kChunks;
     const bool valid = first_head + r < a.num_heads;
     cp_async_16(smem + swizzled_offset(r, chunk, kHeads),
-                q + (valid ? static_cast<std::int64_t>(r) * kWidth + chunk * 8 : 0), valid);
+                block.q + (valid ? static_cast<std::int64_t>(r) * kWidth + chunk * 8 : 0), valid);
   }
-  const int num_tiles = (range.end - range.begin + kBlockN - 1) / kBlockN;
+  const int num_tiles = (block.range.end - block.range.begin + kBlockN - 1) / kBlockN;
   // Warpgroup 1 loads the tiles: warpgroup 0's S and softmax are the
   // critical path, and warpgroup 1 waits for P anyway. Keys past the range
   // are zero-filled: their P is 0 and their V must be finite.
@@ -100,11 +96,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceVie
 #pragma unroll 4
     for (int c = tid - 128; c < kBlockN * kChunks; c += 128) {
       const int r = c / kChunks, chunk = c % kChunks;
-      const int key = range.begin + tile * kBlockN + r;
-      const bool valid = key < range.end;
+      const int key = block.range.begin + tile * kBlockN + r;
+      const bool valid = key < block.range.end;
       std::int64_t offset = 0;
       if (valid)
-        offset = (static_cast<std::int64_t>(table[key / block_size]) * block_size + key % block_size) * kWidth +
+        offset = (static_cast<std::int64_t>(block.table[key / block_size]) * block_size + key % block_size) * kWidth +
                  chunk * 8;
       cp_async_16(dst + swizzled_offset(r, chunk, kBlockN), cache + offset, valid);
     }
@@ -172,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceVie
       fence_registers(s);
 
       // s[4j + i]: head row0 + 8 (i / 2), key 8j + 2 (lane % 4) + (i % 2) of the tile.
-      const int valid_keys = range.end - (range.begin + tile * kBlockN);
+      const int valid_keys = block.range.end - (block.range.begin + tile * kBlockN);
       if (valid_keys < kBlockN) {
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j)
