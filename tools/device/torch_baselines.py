@@ -100,8 +100,15 @@ def gemm(m, n, k):
 
 def main():
     print("| what (library baseline, same run) | value | share of the ceiling |\n| --- | --- | --- |")
-    if "--chunk" in sys.argv:
-        for prefix, chunk in [(100000, 128), (100000, 256), (100000, 512), (32768, 256), (8192, 1024)]:
+    # --prefill-attention: the rows of cuda_bench --prefill-attention (whole
+    # prompts, then chunks over prefixes); --chunk: the chunks only.
+    if "--prefill-attention" in sys.argv:
+        for tokens in [8192, 32768]:
+            prefill(SDPBackend.CUDNN_ATTENTION, "cuDNN", tokens)
+            prefill(SDPBackend.FLASH_ATTENTION, "flash", tokens)
+    if "--chunk" in sys.argv or "--prefill-attention" in sys.argv:
+        for prefix, chunk in [(100000, 128), (100000, 256), (100000, 512), (100000, 1024), (100000, 2048),
+                              (32768, 256), (32768, 2048), (8192, 1024)]:
             chunk_over_prefix(SDPBackend.CUDNN_ATTENTION, "cuDNN", prefix, chunk)
             chunk_over_prefix(SDPBackend.FLASH_ATTENTION, "flash", prefix, chunk)
         return

@@ -23,7 +23,10 @@
 //
 // Tried and dropped (session 3): FlashAttention-3's intra-warpgroup overlap
 // (S of tile j + 1 issued before P V of tile j, the softmax running under it)
-// gave non-finite outputs from the third key tile on; cause not found.
+// gave non-finite outputs from the third key tile on; cause not found (a
+// suspect: this ring's stage reuse assumes no MMA in flight across the
+// per-tile barrier). attention_prefill_wgmma_ws.cu overlaps that way, its
+// stages released by mbarriers only after the MMAs reading them are done.
 #include <cuda_bf16.h>
 
 #include <cstdint>

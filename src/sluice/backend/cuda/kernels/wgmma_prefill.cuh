@@ -144,6 +144,16 @@ static __device__ __forceinline__ void issue_pv(float (&o_acc)[2][32], const std
   wgmma_commit();
 }
 
+// 2^x in one MUFU.EX2: exp2f without fast math also scales around the
+// instruction to keep denormal results, which a softmax does not need (a term
+// below 2^-126 of the row's largest, which is 1, is below f32's resolution of
+// the row sum).
+static __device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Causal mask (a branch on the diagonal tiles only, not per-score selects) and
 // the online softmax of one tile's scores, in place: s becomes P (f32, not yet
 // normalised); m_run (log2 domain, scale folded in) and l_run (this lane's
@@ -162,13 +172,18 @@ static __device__ __forceinline__ void online_softmax(float (&s)[64], int key0, 
       for (int i = 0; i < 4; ++i)
         if (first_key + 8 * j + (i % 2) > pos0 + 8 * (i / 2)) s[4 * j + i] = -INFINITY;
   }
-  float row_max[2] = {-INFINITY, -INFINITY};  // unscaled: the scale is folded into the exponent
+  // Row maxima and sums over four independent chains a row: one chain of 32
+  // dependent instructions would stall warps of which an SMSP has only three.
+  // Unscaled maxima: the scale is folded into the exponent.
+  float max4[2][4] = {{-INFINITY, -INFINITY, -INFINITY, -INFINITY}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
 #pragma unroll
   for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) row_max[i / 2] = fmaxf(row_max[i / 2], s[4 * j + i]);
+    for (int i = 0; i < 4; ++i) max4[i / 2][(j % 2) * 2 + i % 2] = fmaxf(max4[i / 2][(j % 2) * 2 + i % 2], s[4 * j + i]);
+  float row_max[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    row_max[h] = fmaxf(fmaxf(max4[h][0], max4[h][1]), fmaxf(max4[h][2], max4[h][3]));
     row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
     row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
     const float m_new = fmaxf(m_run[h], row_max[h] * scale_log2);
@@ -176,16 +191,17 @@ static __device__ __forceinline__ void online_softmax(float (&s)[64], int key0, 
     corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
     m_run[h] = m_new;
   }
-  float row_sum[2] = {0.0f, 0.0f};
+  float sum4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
   for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      s[4 * j + i] = exp2f(fmaf(s[4 * j + i], scale_log2, -m_run[i / 2]));
-      row_sum[i / 2] += s[4 * j + i];
+      s[4 * j + i] = exp2_ftz(fmaf(s[4 * j + i], scale_log2, -m_run[i / 2]));
+      sum4[i / 2][(j % 2) * 2 + i % 2] += s[4 * j + i];
     }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + row_sum[h];
+  for (int h = 0; h < 2; ++h)
+    l_run[h] = l_run[h] * corr[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));
 }
 
 // P (f32 scores after online_softmax) as bf16 wgmma A fragments, one per 16 keys.
