@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "../support/tiny_deepseek_v4.h"
 #include "engine_test_support.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/common/rng.h"
@@ -22,35 +23,16 @@ namespace {
 using testing::Generated;
 using testing::run_one_after_another;
 
-constexpr std::int32_t kVocab = 320;
+constexpr std::int32_t kVocab = testing::kTinyDeepseekV4Vocab;
 constexpr std::int32_t kBlock = 16;  // the HCA rate: every block boundary is a window boundary
 constexpr std::int32_t kNewTokens = 10;
 
-// Every layer kind: CSA rate 4 (top-3 of its entries), HCA rate 16, window 8.
 std::string tiny_v4_dir() {
   static const std::string dir = [] {
     const std::string d = std::string(SLUICE_BINARY_DIR) + "/test-scratch/engine-deepseek-v4";
     std::filesystem::remove_all(d);
     std::filesystem::create_directories(d);
-    MakeModelOptions o;
-    o.architecture = Architecture::deepseek_v4;
-    o.num_layers = 3;
-    o.hidden_size = 32;
-    o.num_heads = 2;
-    o.head_dim = 16;
-    o.vocab_size = kVocab;
-    o.dtype = DType::f32;
-    o.seed = 19;
-    o.deepseek_v4.layer_types = {'c', 'h', 's'};
-    o.deepseek_v4.q_lora_rank = 16;
-    o.deepseek_v4.o_lora_rank = 8;
-    o.deepseek_v4.index_head_dim = 8;
-    o.deepseek_v4.index_n_heads = 4;
-    o.deepseek_v4.index_topk = 3;
-    o.deepseek_v4.n_routed_experts = 4;
-    o.deepseek_v4.moe_intermediate_size = 16;
-    o.out_dir = d;
-    const Status s = make_model(o);
+    const Status s = make_model(testing::tiny_deepseek_v4_options(d, 19));
     EXPECT_TRUE(s.ok()) << s.error_message();
     return d;
   }();

@@ -16,6 +16,7 @@
 #include "sluice/common/io.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/generate.h"
+#include "../support/tiny_deepseek_v4.h"
 #include "test_models.h"
 
 namespace sluice {
@@ -70,14 +71,9 @@ TEST(DeepseekV4KvLayout, RefusesBlocksThatSplitACompressionWindow) {
   EXPECT_TRUE(DeepseekV4KvLayout::make(config, 256).ok());
 }
 
-struct PagedLayout {
-  std::int32_t block_size_tokens;
-  std::int32_t prefill_chunk_tokens;  // 0 = whole prompt
-};
-
 struct GoldenRun {
   std::string name;
-  std::vector<PagedLayout> layouts;
+  std::vector<testing::GoldenLayout> layouts;
 };
 
 class DeepseekV4PagedGoldenTest : public ::testing::TestWithParam<GoldenRun> {};
@@ -87,27 +83,7 @@ TEST_P(DeepseekV4PagedGoldenTest, MatchesTransformers) {
   const testing::Golden fixture = testing::load_golden_fixture(
       "golden_deepseek_v4_" + run.name + ".json", "paged-deepseek-v4-" + run.name, &testing::make_model_options_from_flags);
   ASSERT_FALSE(fixture.cases.empty());
-  float worst = 0.0f;
-  for (const PagedLayout& layout : run.layouts) {
-    for (const testing::GoldenCase& c : fixture.cases) {
-      SCOPED_TRACE(::testing::Message() << "block " << layout.block_size_tokens << " chunk "
-                                        << layout.prefill_chunk_tokens << " prompt of " << c.prompt.size());
-      const auto num_blocks = static_cast<std::int32_t>((c.prompt.size() + 32) / layout.block_size_tokens + 1);
-      auto backend = testing::cpu_runner(fixture.model_dir, layout.block_size_tokens, num_blocks);
-      ASSERT_NE(backend, nullptr);
-      auto result = generate_sequence(*backend, c.prompt,
-                                      {.max_new_tokens = 32,
-                                       .prefill_chunk_tokens = layout.prefill_chunk_tokens,
-                                       .return_logits = true});
-      ASSERT_TRUE(result.ok()) << result.error_message();
-      EXPECT_EQ(result->tokens, c.greedy_tokens);
-      const float prompt_error = max_abs_diff(result->logits.front(), c.prompt_logits);
-      const float final_error = max_abs_diff(result->logits.back(), c.final_logits);
-      EXPECT_LE(prompt_error, kMaxLogitError);
-      EXPECT_LE(final_error, kMaxLogitError);
-      worst = std::max({worst, prompt_error, final_error});
-    }
-  }
+  const float worst = testing::check_golden_generation(fixture, run.layouts, kMaxLogitError);
   std::printf("%s through the paged model: max |logit - transformers| = %.3g\n", run.name.c_str(), worst);
   RecordProperty("max_abs_logit_error", std::to_string(worst));
 }
@@ -119,29 +95,6 @@ INSTANTIATE_TEST_SUITE_P(DeepseekV4, DeepseekV4PagedGoldenTest,
                                            GoldenRun{"yarn_clamped", {{32, 37}, {64, 0}}},
                                            GoldenRun{"flash_rates", {{128, 37}, {256, 0}}}),
                          [](const auto& info) { return info.param.name; });
-
-// A tiny model with every layer kind: CSA rate 4, HCA rate 16, window 8.
-MakeModelOptions tiny_v4(const std::string& dir) {
-  MakeModelOptions o;
-  o.architecture = Architecture::deepseek_v4;
-  o.num_layers = 3;
-  o.hidden_size = 32;
-  o.num_heads = 2;
-  o.head_dim = 16;
-  o.vocab_size = 320;
-  o.dtype = DType::f32;
-  o.seed = 7;
-  o.deepseek_v4.layer_types = {'c', 'h', 's'};
-  o.deepseek_v4.q_lora_rank = 16;
-  o.deepseek_v4.o_lora_rank = 8;
-  o.deepseek_v4.index_head_dim = 8;
-  o.deepseek_v4.index_n_heads = 4;
-  o.deepseek_v4.index_topk = 3;
-  o.deepseek_v4.n_routed_experts = 4;
-  o.deepseek_v4.moe_intermediate_size = 16;
-  o.out_dir = dir;
-  return o;
-}
 
 SequenceStep step(SequenceId id, const std::vector<TokenId>& tokens, std::int32_t computed, std::int32_t count,
                   const std::vector<BlockId>& table) {
@@ -171,19 +124,19 @@ std::vector<float> run(Backend& backend, const SequenceStep& s) {
 // own; it computes only the rest, in one step, and must give the same logits.
 TEST(DeepseekV4Paged, PrefixHitEqualsTheColdRun) {
   const std::string dir = testing::scratch_dir("paged-deepseek-v4-prefix");
-  ASSERT_TRUE(make_model(tiny_v4(dir)).ok());
+  ASSERT_TRUE(make_model(testing::tiny_deepseek_v4_options(dir, 7)).ok());
   constexpr std::int32_t kBlock = 16;
   auto backend = testing::cpu_runner(dir, kBlock, 16);
   ASSERT_NE(backend, nullptr);
   std::vector<TokenId> tokens;
-  for (int i = 0; i < 70; ++i) tokens.push_back(static_cast<TokenId>((i * 53 + 17) % 320));
+  for (int i = 0; i < 70; ++i) tokens.push_back(static_cast<TokenId>((i * 53 + 17) % testing::kTinyDeepseekV4Vocab));
   const std::vector<BlockId> cold_table = {0, 1, 2, 3, 4};
   std::vector<float> cold;
   for (std::int32_t begin = 0; begin < 70; begin += 37) {
     const std::int32_t count = std::min(37, 70 - begin);
     cold = run(*backend, step(1, tokens, begin, count, cold_table));
   }
-  ASSERT_EQ(cold.size(), 320u);
+  ASSERT_EQ(cold.size(), static_cast<std::size_t>(testing::kTinyDeepseekV4Vocab));
   for (std::int32_t hit_blocks : {1, 3, 4}) {
     SCOPED_TRACE(::testing::Message() << hit_blocks << " blocks hit");
     std::vector<BlockId> table(cold_table.begin(), cold_table.begin() + hit_blocks);
@@ -195,7 +148,7 @@ TEST(DeepseekV4Paged, PrefixHitEqualsTheColdRun) {
   // The hit is state, not luck: a table whose cached blocks hold another
   // prompt's state gives other logits.
   std::vector<TokenId> other = tokens;
-  for (int i = 0; i < 48; ++i) other[i] = static_cast<TokenId>((other[i] + 1) % 320);
+  for (int i = 0; i < 48; ++i) other[i] = static_cast<TokenId>((other[i] + 1) % testing::kTinyDeepseekV4Vocab);
   const std::vector<BlockId> other_table = {5, 6, 7, 8, 9};
   run(*backend, step(3, other, 0, 48, other_table));
   const std::vector<BlockId> mixed = {5, 6, 7, 13, 14};
@@ -204,7 +157,7 @@ TEST(DeepseekV4Paged, PrefixHitEqualsTheColdRun) {
 
 TEST(DeepseekV4Paged, RefusesAMisalignedBlockSize) {
   const std::string dir = testing::scratch_dir("paged-deepseek-v4-block");
-  ASSERT_TRUE(make_model(tiny_v4(dir)).ok());
+  ASSERT_TRUE(make_model(testing::tiny_deepseek_v4_options(dir, 7)).ok());
   auto runner = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = 8, .num_kv_blocks = 8});
   ASSERT_FALSE(runner.ok());
   EXPECT_NE(runner.error_message().find("--block-size 8: deepseek_v4 needs a multiple of 16"), std::string::npos)

@@ -16,6 +16,7 @@
 #include "sluice/model/deepseek_v4.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/model_runner.h"
+#include "../support/tiny_deepseek_v4.h"
 #include "test_models.h"
 
 namespace sluice {
@@ -112,29 +113,9 @@ TEST(DeepseekV4Config, RefusesWhatItCannotHonourByName) {
   }
 }
 
-MakeModelOptions tiny_v4(const std::string& dir) {
-  MakeModelOptions o;
-  o.architecture = Architecture::deepseek_v4;
-  o.num_layers = 3;
-  o.hidden_size = 32;
-  o.num_heads = 2;
-  o.head_dim = 16;
-  o.vocab_size = 320;
-  o.dtype = DType::f32;
-  o.seed = 5;
-  o.deepseek_v4.q_lora_rank = 16;
-  o.deepseek_v4.o_lora_rank = 8;
-  o.deepseek_v4.index_head_dim = 8;
-  o.deepseek_v4.index_n_heads = 4;
-  o.deepseek_v4.n_routed_experts = 4;
-  o.deepseek_v4.moe_intermediate_size = 16;
-  o.out_dir = dir;
-  return o;
-}
-
 TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   const std::string dir = testing::scratch_dir("deepseek-v4-consistency");
-  const Status made = make_model(tiny_v4(dir));
+  const Status made = make_model(testing::tiny_deepseek_v4_options(dir, 5));
   ASSERT_TRUE(made.ok()) << made.error_message();
   auto loaded = testing::load_deepseek_v4_on_cpu(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.error_message();

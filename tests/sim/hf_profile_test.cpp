@@ -103,7 +103,7 @@ TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
 
   auto served = profile_from_hf_dir(dir);
   ASSERT_FALSE(served.ok());
-  EXPECT_NE(served.error_message().find("deepseek_v4 is not simulated yet"), std::string::npos)
+  EXPECT_NE(served.error_message().find("deepseek_v4 has no serving cost profile yet"), std::string::npos)
       << served.error_message();
 }
 

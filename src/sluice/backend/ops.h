@@ -18,10 +18,11 @@
 #include <vector>
 
 #include "sluice/backend/batch.h"
-#include "sluice/backend/deepseek_v4_kernels.h"
 #include "sluice/backend/tensor.h"
 
 namespace sluice {
+
+class DeepseekV4Kernels;  // backend/deepseek_v4_kernels.h
 
 // Where one sequence's rows sit in the step, and its KV pages.
 struct SequenceLayout {

@@ -1,6 +1,7 @@
 // DeepSeek-V4 (DeepseekV4ForCausalLM, model_type deepseek_v4): the CPU
-// reference of issue 18 stage 1, one sequence at a time, checked against
-// transformers (tests/model/deepseek_v4_golden_test.cpp).
+// reference of issue 18 stage 1, checked against transformers
+// (tests/model/deepseek_v4_golden_test.cpp), one sequence (append) or every
+// sequence of an engine step (forward) at a time.
 //   - Shared-KV attention: one 512-wide latent per token is every head's key
 //     and value; queries through q_a/q_b with an unweighted per-head norm;
 //     rope on the last qk_rope_head_dim dims (interleaved pairs), undone on

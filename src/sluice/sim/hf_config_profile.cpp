@@ -40,11 +40,12 @@ ModelProfile deepseek_v3_profile(const std::string& dir, const ModelConfig& conf
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir) {
   SLUICE_TRY_ASSIGN(config, load_model_config(dir));
   if (config.architecture == Architecture::deepseek_v3) return deepseek_v3_profile(dir, config);
-  // Serving it on the simulator waits for measured per-layer costs;
-  // plan_profile_from_hf_dir sizes its memory from its KV layout.
+  // Serving it on the simulator (and CUDA's step sizing) waits for measured
+  // per-layer costs; plan_profile_from_hf_dir sizes its memory from its KV layout.
   if (config.architecture == Architecture::deepseek_v4)
-    return Error{dir + "/config.json: deepseek_v4 is not simulated yet (its per-layer costs are issue 18 stage 4; "
-                       "`sluice plan --model` reports its KV layout and memory)"};
+    return Error{dir + "/config.json: deepseek_v4 has no serving cost profile yet (--device sim and cuda: its "
+                       "per-layer costs are issue 18 stage 4; --device cpu serves it; `sluice plan --model` reports "
+                       "its KV layout and memory)"};
   DenseShape shape;
   shape.name = dir;
   shape.num_layers = config.num_layers;
