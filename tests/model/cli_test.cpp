@@ -90,6 +90,27 @@ TEST_F(Cli, DeepseekV3CheckpointGenerates) {
   EXPECT_FALSE(chat.output.empty());
 }
 
+// A DeepSeek-V4 checkpoint on the CPU: the same tokens whole and in chunks
+// of 3 over blocks of 32 (two HCA windows), and a block size that splits a
+// compression window refused with the sizes that work.
+TEST_F(Cli, DeepseekV4CheckpointGeneratesOnCpu) {
+  const std::string dir = testing::scratch_dir("cli-deepseek-v4");
+  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
+                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string prompt = " --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 --max-tokens 6 --ignore-eos";
+  auto a = run("generate --model " + dir + prompt);
+  auto b = run("generate --model " + dir + prompt + " --prefill-chunk 3 --block-size 32");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(std::count(a.output.begin(), a.output.end(), ','), 5) << a.output;
+  auto split = run("generate --model " + dir + prompt + " --block-size 8");
+  EXPECT_NE(split.exit_code, 0);
+  EXPECT_NE(split.output.find("--block-size 8: deepseek_v4 needs a multiple of 16"), std::string::npos)
+      << split.output;
+}
+
 TEST_F(Cli, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + *model_dir_ +
                            " --prompt-ids 9,8,7 --max-tokens 12 --ignore-eos --temperature 1.0 --top-p 0.9 --seed ";

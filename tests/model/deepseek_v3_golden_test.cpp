@@ -28,37 +28,13 @@ testing::Golden load_fixture(const std::string& name) {
   return testing::load_deepseek_v3_golden(name, "golden-deepseek-v3-" + name);
 }
 
-struct Layout {
-  std::int32_t block_size_tokens;
-  std::int32_t prefill_chunk_tokens;  // 0 = whole prompt
-};
-
 class DeepseekV3GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeepseekV3GoldenTest, MatchesTransformers) {
   const testing::Golden fixture = load_fixture(GetParam());
   ASSERT_FALSE(fixture.cases.empty());
-  float worst = 0.0f;
-  for (Layout layout : {Layout{16, 0}, Layout{4, 37}, Layout{1, 300}}) {
-    for (const testing::GoldenCase& c : fixture.cases) {
-      SCOPED_TRACE(::testing::Message() << "block " << layout.block_size_tokens << " chunk "
-                                        << layout.prefill_chunk_tokens << " prompt of " << c.prompt.size());
-      const auto num_blocks = static_cast<std::int32_t>((c.prompt.size() + 32) / layout.block_size_tokens + 1);
-      auto backend = cpu_runner(fixture.model_dir, layout.block_size_tokens, num_blocks);
-      ASSERT_NE(backend, nullptr);
-      auto result = generate_sequence(*backend, c.prompt,
-                                      {.max_new_tokens = 32,
-                                       .prefill_chunk_tokens = layout.prefill_chunk_tokens,
-                                       .return_logits = true});
-      ASSERT_TRUE(result.ok()) << result.error_message();
-      EXPECT_EQ(result->tokens, c.greedy_tokens);
-      const float prompt_error = max_abs_diff(result->logits.front(), c.prompt_logits);
-      const float final_error = max_abs_diff(result->logits.back(), c.final_logits);
-      EXPECT_LE(prompt_error, kMaxLogitError);
-      EXPECT_LE(final_error, kMaxLogitError);
-      worst = std::max({worst, prompt_error, final_error});
-    }
-  }
+  const testing::GoldenLayout layouts[] = {{16, 0}, {4, 37}, {1, 300}};
+  float worst = testing::check_golden_generation(fixture, layouts, kMaxLogitError);
   // The last greedy position again, prefilled in one step (decompressed MLA).
   for (const testing::GoldenCase& c : fixture.cases) {
     std::vector<TokenId> all = c.prompt;

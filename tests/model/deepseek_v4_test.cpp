@@ -1,6 +1,6 @@
 // DeepSeek-V4 stage 1 without transformers: config.json parsing (the legacy
 // spellings folded in as transformers folds them, unknown fields refused),
-// the engine's refusal, the CPU kernels against hand-computed values, and the
+// the CPU kernels against hand-computed values, and the
 // reference's own consistency (one prefill, one token at a time and chunks
 // land on the same logits).
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include "sluice/model/deepseek_v4.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/model_runner.h"
+#include "../support/tiny_deepseek_v4.h"
 #include "test_models.h"
 
 namespace sluice {
@@ -23,30 +24,7 @@ namespace {
 
 using nlohmann::json;
 
-// DeepSeek's own spelling: per-layer compress_ratios (one entry more than
-// layers, as the MTP layer adds), num_hash_layers, qk_rope_head_dim, a flat
-// rope_scaling for the compress rope, ue8m0 FP8 scales.
-json deepseek_spelling() {
-  json ratios = json::array({0, 0});
-  for (int i = 2; i < 43; ++i) ratios.push_back(i % 2 == 0 ? 4 : 128);
-  ratios.push_back(0);
-  return {{"model_type", "deepseek_v4"}, {"architectures", {"DeepseekV4ForCausalLM"}},
-          {"vocab_size", 129280}, {"hidden_size", 4096}, {"moe_intermediate_size", 2048},
-          {"num_hidden_layers", 43}, {"num_attention_heads", 64}, {"num_key_value_heads", 1},
-          {"head_dim", 512}, {"q_lora_rank", 1024}, {"qk_rope_head_dim", 64}, {"o_groups", 8},
-          {"o_lora_rank", 1024}, {"n_routed_experts", 256}, {"n_shared_experts", 1}, {"num_experts_per_tok", 6},
-          {"num_hash_layers", 3}, {"scoring_func", "sqrtsoftplus"}, {"norm_topk_prob", true},
-          {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"sliding_window", 128},
-          {"index_n_heads", 64}, {"index_head_dim", 128}, {"index_topk", 512}, {"hc_mult", 4},
-          {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6}, {"compress_ratios", ratios},
-          {"compress_rope_theta", 160000}, {"rope_theta", 10000}, {"max_position_embeddings", 1048576},
-          {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
-                            {"beta_fast", 32}, {"beta_slow", 1}}},
-          {"rms_norm_eps", 1e-6}, {"num_nextn_predict_layers", 1}, {"expert_dtype", "fp4"},
-          {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
-                                   {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}}},
-          {"bos_token_id", 0}, {"eos_token_id", 1}, {"torch_dtype", "bfloat16"}};
-}
+json deepseek_spelling() { return testing::deepseek_v4_flash_config_json(); }
 
 Result<ModelConfig> parse(const json& j) { return parse_model_config(j.dump(), "config.json"); }
 
@@ -135,40 +113,9 @@ TEST(DeepseekV4Config, RefusesWhatItCannotHonourByName) {
   }
 }
 
-MakeModelOptions tiny_v4(const std::string& dir) {
-  MakeModelOptions o;
-  o.architecture = Architecture::deepseek_v4;
-  o.num_layers = 3;
-  o.hidden_size = 32;
-  o.num_heads = 2;
-  o.head_dim = 16;
-  o.vocab_size = 320;
-  o.dtype = DType::f32;
-  o.seed = 5;
-  o.deepseek_v4.q_lora_rank = 16;
-  o.deepseek_v4.o_lora_rank = 8;
-  o.deepseek_v4.index_head_dim = 8;
-  o.deepseek_v4.index_n_heads = 4;
-  o.deepseek_v4.n_routed_experts = 4;
-  o.deepseek_v4.moe_intermediate_size = 16;
-  o.out_dir = dir;
-  return o;
-}
-
-TEST(DeepseekV4Engine, RefusesNamingTheMissingStages) {
-  const std::string dir = testing::scratch_dir("deepseek-v4-refused");
-  const Status made = make_model(tiny_v4(dir));
-  ASSERT_TRUE(made.ok()) << made.error_message();
-  auto runner = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = 16, .num_kv_blocks = 8});
-  ASSERT_FALSE(runner.ok());
-  EXPECT_NE(runner.error_message().find("deepseek_v4 cannot be served yet"), std::string::npos)
-      << runner.error_message();
-  EXPECT_NE(runner.error_message().find("stage 2"), std::string::npos);
-}
-
 TEST(DeepseekV4Reference, PrefillStepsAndChunksAgree) {
   const std::string dir = testing::scratch_dir("deepseek-v4-consistency");
-  const Status made = make_model(tiny_v4(dir));
+  const Status made = make_model(testing::tiny_deepseek_v4_options(dir, 5));
   ASSERT_TRUE(made.ok()) << made.error_message();
   auto loaded = testing::load_deepseek_v4_on_cpu(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.error_message();

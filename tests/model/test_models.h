@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,11 @@
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/model/deepseek_v4.h"
+#include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
 #include "sluice/common/io.h"
 #include "sluice/model/make_model.h"
+#include "../support/deepseek_v4_flash_config.h"
 
 namespace sluice::testing {
 
@@ -175,6 +178,42 @@ inline Golden load_golden_fixture(const std::string& file, const std::string& sc
 // tests/fixtures/golden_<arch>.json (tools/reference/golden.py).
 inline Golden load_golden(const std::string& arch, const std::string& scratch_name) {
   return load_golden_fixture("golden_" + arch + ".json", scratch_name, &make_model_options);
+}
+
+// One way of running a golden case through a backend.
+struct GoldenLayout {
+  std::int32_t block_size_tokens = 16;
+  std::int32_t prefill_chunk_tokens = 0;  // 0 = the whole prompt in one step
+};
+
+// Generates each case's 32 greedy tokens on a fresh CPU runner per layout
+// (generate_sequence: the prefill, then one token a step): the tokens must be
+// the golden's, the logits after the prompt and at the last step within
+// max_error. Returns the largest error seen.
+inline float check_golden_generation(const Golden& fixture, std::span<const GoldenLayout> layouts, float max_error) {
+  float worst = 0.0f;
+  for (const GoldenLayout& layout : layouts) {
+    for (const GoldenCase& c : fixture.cases) {
+      SCOPED_TRACE(::testing::Message() << "block " << layout.block_size_tokens << " chunk "
+                                        << layout.prefill_chunk_tokens << " prompt of " << c.prompt.size());
+      const auto num_blocks = static_cast<std::int32_t>((c.prompt.size() + 32) / layout.block_size_tokens + 1);
+      auto backend = cpu_runner(fixture.model_dir, layout.block_size_tokens, num_blocks);
+      if (backend == nullptr) return worst;
+      auto result = generate_sequence(*backend, c.prompt,
+                                      {.max_new_tokens = 32,
+                                       .prefill_chunk_tokens = layout.prefill_chunk_tokens,
+                                       .return_logits = true});
+      EXPECT_TRUE(result.ok()) << result.error_message();
+      if (!result.ok()) return worst;
+      EXPECT_EQ(result->tokens, c.greedy_tokens);
+      const float prompt_error = max_abs_diff(result->logits.front(), c.prompt_logits);
+      const float final_error = max_abs_diff(result->logits.back(), c.final_logits);
+      EXPECT_LE(prompt_error, max_error);
+      EXPECT_LE(final_error, max_error);
+      worst = std::max({worst, prompt_error, final_error});
+    }
+  }
+  return worst;
 }
 
 // tests/fixtures/golden_deepseek_v3_<name>.json (tools/reference/golden_deepseek_v3.py).

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <string>
 
+#include "../support/deepseek_v4_flash_config.h"
+
 #include "sluice/sim/model_profile.h"
 #include "sluice/sim/roofline_cost_model.h"
 
@@ -77,6 +79,32 @@ TEST(HfProfile, DeepseekV3ConfigHasItsPublishedSizes) {
   EXPECT_TRUE(profile->gemm_uses_fp8);
   // FP8 experts: about one byte per parameter.
   EXPECT_NEAR(profile->gpu_weight_bytes(), 671e9, 10e9);
+}
+
+// DeepSeek-V4-Flash's published sizes (284B parameters, 13B active) and its
+// KV cache as the paged layout stores it with CUDA's records (the hand
+// derivation is in docs/kv-v4.md): 21 CSA layers x (584 + 132) / 4 + 20 HCA
+// layers x 584 / 128 = 3850.25 B per token; per sequence, 43 window rings of
+// 128 x 584 B and the compressors' pending projections in f32 (CSA 2 windows
+// x kv and gate x 4 tokens x 1024, its indexer at 256; HCA 1 x 2 x 128 x 512).
+// Planning takes it; serving on the simulator refuses it.
+TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
+  const std::string dir = write_model_dir("deepseek_v4_flash", testing::deepseek_v4_flash_config_json().dump());
+  auto profile = plan_profile_from_hf_dir(dir);
+  ASSERT_TRUE(profile.ok()) << profile.error_message();
+  EXPECT_NEAR(static_cast<double>(profile->total_params()), 284e9, 1e9);
+  EXPECT_NEAR(static_cast<double>(profile->active_params_per_output_token()), 13e9, 0.5e9);
+  EXPECT_DOUBLE_EQ(profile->kv_bytes_per_token, 3850.25);
+  EXPECT_EQ(profile->kv_window_tokens, 128);
+  EXPECT_DOUBLE_EQ(profile->kv_state_bytes_per_sequence,
+                   43.0 * 128 * 584 + 4.0 * (21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512));
+  EXPECT_EQ(profile->kv_block_alignment_tokens, 128);
+  EXPECT_EQ(profile->max_tensor_parallel, 8);
+
+  auto served = profile_from_hf_dir(dir);
+  ASSERT_FALSE(served.ok());
+  EXPECT_NE(served.error_message().find("deepseek_v4 has no serving cost profile yet"), std::string::npos)
+      << served.error_message();
 }
 
 TEST(HfProfile, RejectsWhatItCannotModel) {

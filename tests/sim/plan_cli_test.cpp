@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "../support/deepseek_v4_flash_config.h"
 #include "../support/run_command.h"
 
 #include "sluice/engine/engine.h"
@@ -45,6 +48,26 @@ TEST(PlanCli, DeepSeekOnEightH200) {
   // Concurrency at 1M: capacity / 1M sequences, capped at 64.
   EXPECT_TRUE(contains(r.output, std::to_string(plan.kv_capacity_tokens / 1048576) + "  -> 64  (max-model-len)"))
       << r.output;
+}
+
+// A DeepSeek-V4 config: plan prints the KV layout's bytes (3850 B per token,
+// 15.4 MB of window rings and compressor state per sequence; hf_profile_test
+// derives them), sizes blocks by its compression windows, and refuses a block
+// size that splits one.
+TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
+  const std::string dir = std::string(SLUICE_BINARY_DIR) + "/test-scratch/plan-deepseek-v4-flash";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << sluice::testing::deepseek_v4_flash_config_json().dump();
+  const RunResult r = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "KV cache          3850 B per token (auto), whole model; plus 128-token window "
+                                 "rings and compressor state, 15.4 MB per sequence"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "blocks of 128)")) << r.output;
+  const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
+  EXPECT_EQ(split.exit_code, 1) << split.output;
+  EXPECT_TRUE(contains(split.output, "--block-size 64")) << split.output;
+  EXPECT_TRUE(contains(split.output, "multiple of 128")) << split.output;
 }
 
 // The latency numbers are the engine's: the report workload replayed here

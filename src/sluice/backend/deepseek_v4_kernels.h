@@ -4,8 +4,9 @@
 // with a per-head sink over a gathered key set, sqrt(softplus) and hash
 // routing, and the clamped SwiGLU expert.
 //
-// Stage 1 of issue 18: host f32 rows only, implemented by the CPU backend
-// (backend/cpu/deepseek_v4_ops.h) for the CPU reference model. Every matrix is
+// Issue 18 stages 1-2: host f32 rows only, implemented by the CPU backend
+// (backend/cpu/deepseek_v4_ops.h; Ops::deepseek_v4_kernels hands them out)
+// for the CPU reference and the engine's DeepseekV4Model. Every matrix is
 // row-major; [a, b] below means a rows of b floats.
 #pragma once
 

@@ -22,6 +22,8 @@
 
 namespace sluice {
 
+class DeepseekV4Kernels;  // backend/deepseek_v4_kernels.h
+
 // Where one sequence's rows sit in the step, and its KV pages.
 struct SequenceLayout {
   std::int32_t row_begin = 0;          // first row of this sequence in activations
@@ -46,6 +48,10 @@ enum class KvCacheLayout {
   key_value,  // K and V, each [num_kv_heads, head_dim] (the dense family)
   latent,     // one [head_dim] entry shared by every head: MLA's compressed latent
               // and its rope key (DeepSeek-V3: 512 + 64), num_kv_heads = 1
+  model_defined,  // one area of block_size_tokens * head_dim values per block
+                  // (num_layers 1, num_kv_heads 1) that the architecture lays out
+                  // itself (DeepSeek-V4: window latents, compressed entries, index
+                  // keys, compressor state); reached through Ops::model_defined_kv_block
 };
 
 // Paged KV cache geometry: per layer, K and V (or the latent) of shape
@@ -273,6 +279,17 @@ class Ops {
   // out[r] += sum_k expert_weights[r, k] * down_e(silu(gate_e . x[r]) * (up_e . x[r])), e = expert_ids[r, k].
   virtual Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
                              Tensor out) = 0;
+
+  // --- DeepSeek-V4 (optional: the CPU reference has both) ---
+  // The V4 kernels over host f32 rows; nullptr where the backend has none
+  // (CUDA until issue 18 stage 3).
+  virtual const DeepseekV4Kernels* deepseek_v4_kernels() const { return nullptr; }
+  // Host memory of one block of a KvCacheLayout::model_defined cache, its
+  // block_size_tokens * head_dim floats; empty where the cache is not host memory.
+  virtual std::span<float> model_defined_kv_block(BlockId block) {
+    (void)block;
+    return {};
+  }
 
   // out[i] = x[rows[i]] for the step's sample rows.
   virtual void gather_sample_rows(const Tensor& x, Tensor out) = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,7 +41,7 @@ struct PlanOptions {
   std::int32_t max_num_batched_tokens = 8192;
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_dtype = "auto";
-  std::int32_t block_size = 16;
+  std::optional<std::int32_t> block_size;  // default: 16, aligned to the model's (block_size_for)
   std::string workload_path;
   std::int64_t num_requests = 0;
   double max_step_ms = 50;
@@ -65,13 +66,24 @@ void print_profiles() {
 
 sim::ModelProfile resolve_profile(const PlanOptions& o) {
   if (!o.model_dir.empty()) {
-    auto profile = sim::profile_from_hf_dir(o.model_dir);
+    auto profile = sim::plan_profile_from_hf_dir(o.model_dir);
     if (!profile) fail(kExitBadInput, profile.error_message());
     return std::move(profile).value();
   }
   auto profile = sim::find_profile(o.profile_name);
   if (!profile) fail(kExitBadInput, "--profile " + o.profile_name + ": unknown (see --list-profiles)");
   return *profile;
+}
+
+// --block-size, or 16 made a multiple of the model's alignment (DeepSeek-V4:
+// its compress rates); a size that splits a compression window is refused.
+std::int32_t block_size_for(const PlanOptions& o, const sim::ModelProfile& profile) {
+  const std::int32_t alignment = profile.kv_block_alignment_tokens;
+  const std::int32_t block_size = o.block_size.value_or(std::lcm(16, alignment));
+  if (block_size % alignment != 0)
+    fail(kExitBadInput, "--block-size " + std::to_string(block_size) + ": " + profile.name + " needs a multiple of " +
+                            std::to_string(alignment) + " (its compression windows)");
+  return block_size;
 }
 
 void print_step_times(const sim::RooflineCostModel& model, std::int32_t max_model_len, std::int32_t max_num_seqs) {
@@ -256,11 +268,12 @@ void run_plan(const PlanOptions& o) {
     if (!fp8) fail(kExitBadInput, fp8.error_message());
     profile = std::move(fp8).value();
   }
+  const std::int32_t block_size = block_size_for(o, profile);
   const sim::MemoryOptions memory_options{.gpu_memory_utilization = o.gpu_memory_utilization,
                                           .kv_cache_dtype = dtype,
                                           .max_num_seqs = o.max_num_seqs,
                                           .max_num_batched_tokens = o.max_num_batched_tokens,
-                                          .block_size_tokens = o.block_size,
+                                          .block_size_tokens = block_size,
                                           .max_model_len_tokens = max_model_len};
   const sim::MemoryPlan mem = sim::plan_memory(profile, hardware, par, memory_options);
   // Everything the workload run needs is checked before anything is printed:
@@ -289,7 +302,7 @@ void run_plan(const PlanOptions& o) {
   std::printf("  KV cache          %.0f B per token (%s), whole model", profile.kv_bytes_per_token,
               o.kv_cache_dtype.c_str());
   if (profile.kv_window_tokens > 0) {
-    std::printf("; plus %d-token window rings, %.1f MB per sequence", profile.kv_window_tokens,
+    std::printf("; plus %d-token window rings and compressor state, %.1f MB per sequence", profile.kv_window_tokens,
                 profile.kv_state_bytes_per_sequence / 1e6);
   }
   std::printf("\n");
@@ -312,7 +325,7 @@ void run_plan(const PlanOptions& o) {
     throw CLI::RuntimeError(kExitDoesNotFit);
   }
   std::printf("KV capacity         %lld tokens (%d blocks of %d)\n", static_cast<long long>(mem.kv_capacity_tokens),
-              mem.num_kv_blocks, o.block_size);
+              mem.num_kv_blocks, block_size);
   const std::int64_t per_replica_tokens = mem.kv_capacity_tokens / par.data_parallel();
   if (per_replica_tokens < max_model_len) {
     std::printf("DOES NOT FIT: one sequence of --max-model-len %d tokens needs more KV than an attention replica "
@@ -358,7 +371,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization)->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8")->check(CLI::IsMember({"auto", "fp8"}));
-  cmd->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
+  cmd->add_option("--block-size", o->block_size, "KV block size in tokens (default 16, or a multiple of the model's "
+                                                 "compression windows)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--workload", o->workload_path, "JSONL with input_length, output_length[, timestamp ms]")
       ->check(CLI::ExistingFile);
   cmd->add_option("--num-requests", o->num_requests, "use the first N requests of --workload")

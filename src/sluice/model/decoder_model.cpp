@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "sluice/model/deepseek_v3.h"
+#include "sluice/model/deepseek_v4_model.h"
 #include "sluice/model/llama.h"
 
 namespace sluice {
@@ -40,15 +41,11 @@ Status check_tensor_parallel(const ModelConfig& config, std::int32_t num_ranks) 
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
                                                          Ops& ops, const LoadProgress& progress,
                                                          Communicator* comm) {
-  // Refused on every backend, CPU included, until the engine can hold its
-  // state: the CPU reference (deepseek_v4.h) runs one sequence on its own.
-  if (config.architecture == Architecture::deepseek_v4)
-    return Error{
-        "deepseek_v4 cannot be served yet: the engine lacks its KV layout (compressed CSA/HCA entries, indexer "
-        "keys, the sliding window and the partial window state) with prefix caching (issue 18 stage 2) and the "
-        "CUDA kernels (compressors, lightning indexer, sparse sink attention, mHC, hash/sqrtsoftplus routing, "
-        "FP4 experts; stage 3); only the CPU reference DeepseekV4Reference runs it"};
   if (comm) SLUICE_TRY(check_tensor_parallel(config, comm->size()));
+  if (config.architecture == Architecture::deepseek_v4) {
+    SLUICE_TRY_ASSIGN(model, DeepseekV4Model::load(config, checkpoint, ops));
+    return std::unique_ptr<DecoderModel>(std::move(model));
+  }
   if (config.architecture == Architecture::deepseek_v3) {
     SLUICE_TRY_ASSIGN(model, DeepseekV3Model::load(config, checkpoint, ops, progress));
     return std::unique_ptr<DecoderModel>(std::move(model));

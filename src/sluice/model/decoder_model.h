@@ -1,6 +1,7 @@
 // DecoderModel: one architecture written against Ops, as ModelRunner sees it:
 // the KV geometry it needs and the forward pass of a step. The dense Llama
-// family (llama.h) and DeepSeek-V3 (deepseek_v3.h) implement it.
+// family (llama.h), DeepSeek-V3 (deepseek_v3.h) and DeepSeek-V4 on the CPU
+// (deepseek_v4_model.h) implement it.
 #pragma once
 
 #include <memory>
@@ -18,8 +19,16 @@ class DecoderModel {
   virtual ~DecoderModel() = default;
 
   virtual const ModelConfig& config() const = 0;
-  // The paged cache this architecture writes: K and V per head (dense) or one
-  // latent per position (MLA). Its bytes per block size the KV pool.
+  // (optional) Fixes the KV block size, before kv_cache_spec: an architecture
+  // whose paged state depends on it (DeepSeek-V4: block boundaries on
+  // compression windows) refuses a size it cannot use.
+  virtual Status set_kv_block_size(std::int32_t block_size_tokens) {
+    (void)block_size_tokens;
+    return Ok{};
+  }
+  // The paged cache this architecture writes: K and V per head (dense), one
+  // latent per position (MLA) or an area it lays out itself (DeepSeek-V4).
+  // Its bytes per block size the KV pool.
   virtual KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const = 0;
   // Runs the step's rows through the model; returns logits [num sample rows, vocab].
   virtual Result<Tensor> forward(Ops& ops, const StepLayout& layout) const = 0;

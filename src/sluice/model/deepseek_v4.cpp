@@ -121,11 +121,13 @@ std::span<float> row(std::vector<float>& m, std::int64_t r, std::int64_t width) 
 
 }  // namespace
 
-// The rows of one append(): their positions, token ids and q_a outputs.
+// The rows of one forward(), every sequence's in order: their positions,
+// token ids, states and q_a outputs.
 struct DeepseekV4Reference::StepRows {
-  std::vector<std::int64_t> positions;  // [n]
-  std::vector<TokenId> tokens;          // [n]
-  std::vector<float> q_residual;        // [n, q_lora_rank]: q_a_norm(wq_a x), the indexer's query input too
+  std::vector<std::int64_t> positions;             // [n]
+  std::vector<TokenId> tokens;                     // [n]
+  std::vector<DeepseekV4SequenceState*> states;    // [n]: the state of the row's sequence
+  std::vector<float> q_residual;                   // [n, q_lora_rank]: q_a_norm(wq_a x), the indexer's query input too
 
   std::int64_t size() const { return static_cast<std::int64_t>(positions.size()); }
 };
@@ -269,51 +271,114 @@ HyperConnectionShape DeepseekV4Reference::hc_shape() const {
 }
 
 DeepseekV4Reference::Sequence DeepseekV4Reference::start_sequence() const {
-  return Sequence{.num_tokens = 0, .layers = std::vector<LayerHistory>(layers_.size())};
+  Sequence sequence;
+  for (const Layer& layer : layers_) {
+    Sequence::Layer& l = sequence.layers_.emplace_back();
+    l.head_dim = config_.head_dim;
+    const std::int64_t rate = ds_.compress_rate(layer.type);
+    if (layer.attention.compressor) {
+      const bool overlap = layer.type == DeepseekV4Attention::compressed_sparse;
+      l.compressor = Sequence::Pool{.dim = l.head_dim, .width = overlap ? 2 * l.head_dim : l.head_dim, .rate = rate};
+    }
+    if (layer.attention.indexer)
+      l.indexer = Sequence::Pool{.dim = ds_.index_head_dim, .width = 2LL * ds_.index_head_dim, .rate = rate};
+  }
+  return sequence;
 }
 
-// Pools every window of `rate` tokens that has completed and has no entry yet.
-// Disjoint windows (HCA): the `dim`-wide projections of its own tokens.
-// Overlapping windows (CSA, width 2 * dim): the first half of window w - 1's
-// projections (none before window 0) and the second half of window w's, 2 *
-// rate slots. Each slot's gate carries the position bias (ape) of its place
-// in its window. The entry is normed, then roped at the window's first token.
-void DeepseekV4Reference::emit_entries(const Compressor& c, std::int64_t dim, std::int32_t rate, bool overlap,
-                                       std::int64_t num_tokens, const std::vector<float>& kv,
-                                       const std::vector<float>& gate, std::vector<float>& entries) const {
-  const std::int64_t width = overlap ? 2 * dim : dim;
-  std::vector<float> values, gates, entry(dim);
-  for (auto w = static_cast<std::int64_t>(entries.size()) / dim; (w + 1) * rate <= num_tokens; ++w) {
-    values.clear();
-    gates.clear();
-    auto add_window = [&](std::int64_t window, std::int64_t half_offset) {
-      for (std::int64_t s = 0; s < rate; ++s) {
-        const std::int64_t t = window * rate + s;
-        for (std::int64_t ch = 0; ch < dim; ++ch) {
-          values.push_back(kv[t * width + half_offset + ch]);
-          gates.push_back(gate[t * width + half_offset + ch] + c.ape[s * width + half_offset + ch]);
-        }
-      }
-    };
-    if (overlap && w > 0) add_window(w - 1, 0);
-    add_window(w, overlap ? dim : 0);
-    kernels_->softmax_pool(values, gates, dim, entry);
-    kernels_->rms_norm(entry, dim, c.norm, config_.rms_norm_eps);
-    const std::int64_t position = w * rate;
-    kernels_->rope_tail(entry, dim, 1, std::span(&position, 1), compress_rope_, false);
-    entries.insert(entries.end(), entry.begin(), entry.end());
+void DeepseekV4Reference::Sequence::reserve(std::int64_t tokens) {
+  for (Layer& l : layers_) {
+    l.window.resize(tokens * l.head_dim);
+    for (std::optional<Pool>* pool : {&l.compressor, &l.indexer}) {
+      if (!*pool) continue;
+      (*pool)->kv.resize(tokens * (*pool)->width);
+      (*pool)->gate.resize(tokens * (*pool)->width);
+      (*pool)->entries.resize(tokens / (*pool)->rate * (*pool)->dim);
+    }
   }
 }
 
-void DeepseekV4Reference::run_attention(const Layer& layer, LayerHistory& history, StepRows& rows,
-                                        std::span<const float> x, std::span<float> out) const {
+DeepseekV4Reference::Sequence::Pool& DeepseekV4Reference::Sequence::pool(std::int32_t layer, DeepseekV4Pool which) {
+  std::optional<Pool>& p = which == DeepseekV4Pool::compressor ? layers_[layer].compressor : layers_[layer].indexer;
+  SLUICE_CHECK(p.has_value());
+  return *p;
+}
+
+std::span<float> DeepseekV4Reference::Sequence::window_latent(std::int32_t layer, std::int64_t position) {
+  return row(layers_[layer].window, position, layers_[layer].head_dim);
+}
+
+std::span<float> DeepseekV4Reference::Sequence::pending_kv(std::int32_t layer, DeepseekV4Pool which,
+                                                           std::int64_t position) {
+  Pool& p = pool(layer, which);
+  return row(p.kv, position, p.width);
+}
+
+std::span<float> DeepseekV4Reference::Sequence::pending_gate(std::int32_t layer, DeepseekV4Pool which,
+                                                             std::int64_t position) {
+  Pool& p = pool(layer, which);
+  return row(p.gate, position, p.width);
+}
+
+std::span<float> DeepseekV4Reference::Sequence::entry(std::int32_t layer, DeepseekV4Pool which, std::int64_t index) {
+  Pool& p = pool(layer, which);
+  return row(p.entries, index, p.dim);
+}
+
+// Pools window `window` of a compressor into its entry. Disjoint windows
+// (HCA): the `dim`-wide projections of its own tokens. Overlapping windows
+// (CSA, width 2 * dim): the first half of window - 1's projections (none
+// before window 0) and the second half of window's, 2 * rate slots. Each
+// slot's gate carries the position bias (ape) of its place in its window.
+// The entry is normed, then roped at the window's first token.
+void DeepseekV4Reference::emit_entry(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& c,
+                                     std::int64_t dim, DeepseekV4SequenceState& state, std::int64_t window) const {
+  const std::int64_t width = static_cast<std::int64_t>(c.wkv.size()) / config_.hidden_size;
+  const std::int64_t rate = static_cast<std::int64_t>(c.ape.size()) / width;  // ape is [rate, width]
+  const bool overlap = width == 2 * dim;
+  std::vector<float> values, gates, entry(dim);
+  auto add_window = [&](std::int64_t w, std::int64_t half_offset) {
+    for (std::int64_t s = 0; s < rate; ++s) {
+      const std::span<const float> kv = state.pending_kv(layer_index, pool, w * rate + s);
+      const std::span<const float> gate = state.pending_gate(layer_index, pool, w * rate + s);
+      for (std::int64_t ch = 0; ch < dim; ++ch) {
+        values.push_back(kv[half_offset + ch]);
+        gates.push_back(gate[half_offset + ch] + c.ape[s * width + half_offset + ch]);
+      }
+    }
+  };
+  if (overlap && window > 0) add_window(window - 1, 0);
+  add_window(window, overlap ? dim : 0);
+  kernels_->softmax_pool(values, gates, dim, entry);
+  kernels_->rms_norm(entry, dim, c.norm, config_.rms_norm_eps);
+  const std::int64_t position = window * rate;
+  kernels_->rope_tail(entry, dim, 1, std::span(&position, 1), compress_rope_, false);
+  std::ranges::copy(entry, state.entry(layer_index, pool, window).begin());
+}
+
+void DeepseekV4Reference::compress(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& c,
+                                   std::int64_t dim, const StepRows& rows, std::span<const float> kv,
+                                   std::span<const float> gate) const {
+  const std::int64_t width = static_cast<std::int64_t>(kv.size()) / rows.size();
+  const std::int64_t rate = static_cast<std::int64_t>(c.ape.size()) / width;
+  for (std::int64_t r = 0; r < rows.size(); ++r) {
+    DeepseekV4SequenceState& state = *rows.states[r];
+    const std::int64_t p = rows.positions[r];
+    std::ranges::copy(kv.subspan(r * width, width), state.pending_kv(layer_index, pool, p).begin());
+    std::ranges::copy(gate.subspan(r * width, width), state.pending_gate(layer_index, pool, p).begin());
+    if ((p + 1) % rate == 0) emit_entry(layer_index, pool, c, dim, state, p / rate);
+  }
+}
+
+void DeepseekV4Reference::run_attention(std::int32_t layer_index, StepRows& rows, std::span<const float> x,
+                                        std::span<float> out) const {
   const DeepseekV4Kernels& k = *kernels_;
+  const Layer& layer = layers_[layer_index];
   const Attention& a = layer.attention;
   const std::int64_t n = rows.size(), hidden = config_.hidden_size, heads = config_.num_heads;
   const std::int64_t hd = config_.head_dim, q_lora = ds_.q_lora_rank;
   const float eps = config_.rms_norm_eps;
   const RotaryTable& rope = layer.type == DeepseekV4Attention::sliding ? main_rope_ : compress_rope_;
-  const std::int64_t first_position = rows.positions.front();
 
   // Queries: q_a, its norm, q_b, an unweighted norm per head, rope.
   rows.q_residual.assign(n * q_lora, 0.0f);
@@ -323,37 +388,30 @@ void DeepseekV4Reference::run_attention(const Layer& layer, LayerHistory& histor
   k.linear(rows.q_residual, a.wq_b, q_lora, q);
   k.rms_norm(q, hd, {}, eps);
   k.rope_tail(q, hd, heads, rows.positions, rope, false);
-  // The shared K=V latent of each new token joins the window history.
+  // The shared K=V latent of each new token joins its sequence's window.
   std::vector<float> kv(n * hd);
   k.linear(x, a.wkv, hidden, kv);
   k.rms_norm(kv, hd, a.kv_norm, eps);
   k.rope_tail(kv, hd, 1, rows.positions, rope, false);
-  history.window_kv.insert(history.window_kv.end(), kv.begin(), kv.end());
-  const std::int64_t num_tokens = first_position + n;
+  for (std::int64_t r = 0; r < n; ++r)
+    std::ranges::copy(row(kv, r, hd), rows.states[r]->window_latent(layer_index, rows.positions[r]).begin());
 
   const std::int32_t rate = ds_.compress_rate(layer.type);
   const std::int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
   std::vector<float> index_q, index_weights;
   if (a.compressor) {
-    const bool overlap = layer.type == DeepseekV4Attention::compressed_sparse;
-    const std::int64_t width = overlap ? 2 * hd : hd;
+    const std::int64_t width = static_cast<std::int64_t>(a.compressor->wkv.size()) / hidden;
     std::vector<float> ckv(n * width), cgate(n * width);
     k.linear(x, a.compressor->wkv, hidden, ckv);
     k.linear(x, a.compressor->wgate, hidden, cgate);
-    history.compressor_kv.insert(history.compressor_kv.end(), ckv.begin(), ckv.end());
-    history.compressor_gate.insert(history.compressor_gate.end(), cgate.begin(), cgate.end());
-    emit_entries(*a.compressor, hd, rate, overlap, num_tokens, history.compressor_kv, history.compressor_gate,
-                 history.entries);
+    compress(layer_index, DeepseekV4Pool::compressor, *a.compressor, hd, rows, ckv, cgate);
   }
   if (a.indexer) {
     const Indexer& idx = *a.indexer;
     std::vector<float> ikv(n * 2 * ihd), igate(n * 2 * ihd);
     k.linear(x, idx.compressor.wkv, hidden, ikv);
     k.linear(x, idx.compressor.wgate, hidden, igate);
-    history.indexer_kv.insert(history.indexer_kv.end(), ikv.begin(), ikv.end());
-    history.indexer_gate.insert(history.indexer_gate.end(), igate.begin(), igate.end());
-    emit_entries(idx.compressor, ihd, rate, true, num_tokens, history.indexer_kv, history.indexer_gate,
-                 history.index_keys);
+    compress(layer_index, DeepseekV4Pool::indexer, idx.compressor, ihd, rows, ikv, igate);
     index_q.assign(n * ih * ihd, 0.0f);
     k.linear(rows.q_residual, idx.wq_b, q_lora, index_q);
     k.rope_tail(index_q, ihd, ih, rows.positions, compress_rope_, false);
@@ -368,22 +426,27 @@ void DeepseekV4Reference::run_attention(const Layer& layer, LayerHistory& histor
   const SinkAttentionShape shape{.num_heads = heads,
                                  .head_dim = hd,
                                  .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))};
-  std::vector<float> keys, attn(n * heads * hd);
+  std::vector<float> keys, index_keys, attn(n * heads * hd);
+  auto append_to = [](std::vector<float>& v, std::span<const float> more) { v.insert(v.end(), more.begin(), more.end()); };
   for (std::int64_t r = 0; r < n; ++r) {
+    DeepseekV4SequenceState& state = *rows.states[r];
     const std::int64_t p = rows.positions[r];
-    const std::int64_t window_begin = std::max<std::int64_t>(0, p - ds_.sliding_window + 1);
-    keys.assign(history.window_kv.begin() + window_begin * hd, history.window_kv.begin() + (p + 1) * hd);
+    keys.clear();
+    for (std::int64_t t = std::max<std::int64_t>(0, p - ds_.sliding_window + 1); t <= p; ++t)
+      append_to(keys, state.window_latent(layer_index, t));
     if (a.compressor) {
       const std::int64_t num_visible = (p + 1) / rate;
       std::vector<std::int64_t> picked;
       if (a.indexer) {
-        picked = k.indexer_top_k(row(index_q, r, ih * ihd), row(index_weights, r, ih), history.index_keys, ihd,
-                                 num_visible, ds_.index_topk);
+        index_keys.clear();
+        for (std::int64_t e = 0; e < num_visible; ++e)
+          append_to(index_keys, state.entry(layer_index, DeepseekV4Pool::indexer, e));
+        picked = k.indexer_top_k(row(index_q, r, ih * ihd), row(index_weights, r, ih), index_keys, ihd, num_visible,
+                                 ds_.index_topk);
       } else {
         for (std::int64_t e = 0; e < num_visible; ++e) picked.push_back(e);
       }
-      for (std::int64_t e : picked)
-        keys.insert(keys.end(), history.entries.begin() + e * hd, history.entries.begin() + (e + 1) * hd);
+      for (std::int64_t e : picked) append_to(keys, state.entry(layer_index, DeepseekV4Pool::compressor, e));
     }
     k.sink_attention(row(q, r, heads * hd), keys, a.sinks, shape, row(attn, r, heads * hd));
   }
@@ -426,23 +489,37 @@ void DeepseekV4Reference::run_moe(const Layer& layer, const StepRows& rows, std:
 
 Result<std::vector<float>> DeepseekV4Reference::append(Sequence& sequence, std::span<const TokenId> tokens) const {
   if (tokens.empty()) return Error{"deepseek_v4: append() needs at least one token"};
-  SLUICE_CHECK_EQ(sequence.layers.size(), layers_.size());
+  SLUICE_CHECK_EQ(sequence.layers_.size(), layers_.size());
+  const StepSequence step{.state = &sequence, .first_position = sequence.num_tokens, .tokens = tokens};
+  const std::int64_t last_row = static_cast<std::int64_t>(tokens.size()) - 1;
+  SLUICE_TRY_ASSIGN(logits, forward(std::span(&step, 1), std::span(&last_row, 1)));
+  sequence.num_tokens += static_cast<std::int64_t>(tokens.size());
+  return logits;
+}
+
+Result<std::vector<float>> DeepseekV4Reference::forward(std::span<const StepSequence> sequences,
+                                                        std::span<const std::int64_t> sample_rows) const {
   const DeepseekV4Kernels& k = *kernels_;
-  const std::int64_t n = static_cast<std::int64_t>(tokens.size()), hidden = config_.hidden_size;
-  const std::int64_t hc = ds_.hc_mult;
+  const std::int64_t hidden = config_.hidden_size, hc = ds_.hc_mult, vocab = config_.vocab_size;
   StepRows rows;
-  for (std::int64_t r = 0; r < n; ++r) {
-    if (tokens[r] < 0 || tokens[r] >= config_.vocab_size)
-      return Error{fmt::format("deepseek_v4: token id {} is outside the vocabulary of {}", tokens[r],
-                               config_.vocab_size)};
-    rows.positions.push_back(sequence.num_tokens + r);
-    rows.tokens.push_back(tokens[r]);
+  for (const StepSequence& seq : sequences) {
+    SLUICE_CHECK(seq.state != nullptr);
+    for (std::size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= vocab)
+        return Error{fmt::format("deepseek_v4: token id {} is outside the vocabulary of {}", seq.tokens[i], vocab)};
+      rows.positions.push_back(seq.first_position + static_cast<std::int64_t>(i));
+      rows.tokens.push_back(seq.tokens[i]);
+      rows.states.push_back(seq.state);
+    }
+    seq.state->reserve(seq.first_position + static_cast<std::int64_t>(seq.tokens.size()));
   }
+  const std::int64_t n = rows.size();
+  for (std::int64_t r : sample_rows) SLUICE_CHECK(r >= 0 && r < n);
   // Every stream starts as the token's embedding.
   std::vector<float> streams(n * hc * hidden);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t j = 0; j < hc; ++j)
-      std::copy_n(embed_.begin() + tokens[r] * hidden, hidden, streams.begin() + (r * hc + j) * hidden);
+      std::copy_n(embed_.begin() + rows.tokens[r] * hidden, hidden, streams.begin() + (r * hc + j) * hidden);
 
   const HyperConnectionShape shape = hc_shape();
   std::vector<HyperConnectionMix> mixes(n);
@@ -459,14 +536,15 @@ Result<std::vector<float>> DeepseekV4Reference::append(Sequence& sequence, std::
   };
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    sub_layer(layer.attn_hc, layer.attn_norm, [&] { run_attention(layer, sequence.layers[l], rows, x, y); });
+    sub_layer(layer.attn_hc, layer.attn_norm, [&] { run_attention(static_cast<std::int32_t>(l), rows, x, y); });
     sub_layer(layer.ffn_hc, layer.ffn_norm, [&] { run_moe(layer, rows, x, y); });
   }
-  sequence.num_tokens += n;
-  std::vector<float> last(hidden), logits(config_.vocab_size);
-  k.hc_head(row(streams, n - 1, hc * hidden), hc_head_.view(), shape, last);
-  k.rms_norm(last, hidden, final_norm_, config_.rms_norm_eps);
-  k.linear(last, head_, hidden, logits);
+  std::vector<float> last(hidden), logits(sample_rows.size() * vocab);
+  for (std::size_t i = 0; i < sample_rows.size(); ++i) {
+    k.hc_head(row(streams, sample_rows[i], hc * hidden), hc_head_.view(), shape, last);
+    k.rms_norm(last, hidden, final_norm_, config_.rms_norm_eps);
+    k.linear(last, head_, hidden, row(logits, static_cast<std::int64_t>(i), vocab));
+  }
   return logits;
 }
 

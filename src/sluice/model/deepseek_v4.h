@@ -1,6 +1,7 @@
 // DeepSeek-V4 (DeepseekV4ForCausalLM, model_type deepseek_v4): the CPU
-// reference of issue 18 stage 1, one sequence at a time, checked against
-// transformers (tests/model/deepseek_v4_golden_test.cpp).
+// reference of issue 18 stage 1, checked against transformers
+// (tests/model/deepseek_v4_golden_test.cpp), one sequence (append) or every
+// sequence of an engine step (forward) at a time.
 //   - Shared-KV attention: one 512-wide latent per token is every head's key
 //     and value; queries through q_a/q_b with an unweighted per-head norm;
 //     rope on the last qk_rope_head_dim dims (interleaved pairs), undone on
@@ -13,11 +14,12 @@
 //   - MoE everywhere: hash routing by token id in the first layers,
 //     sqrt(softplus) top-k elsewhere; clamped SwiGLU experts plus one shared.
 //
-// Stage 1 keeps each layer's full per-token history (window latents and the
-// compressors' projections, never evicted) and pools a compressed entry once
-// its window completes: exact, not the KV layout (stage 2). The engine refuses
-// the architecture (load_decoder_model) until that layout and the CUDA
-// kernels exist. Weights load from the published layout (embed, layers.N.attn.*,
+// The forward pass reads and writes each sequence's state through
+// DeepseekV4SequenceState: the reference's own Sequence keeps every
+// position's history (window latents and the compressors' projections, never
+// evicted); the engine's DeepseekV4Model (deepseek_v4_model.h, stage 2) runs
+// the same pass over its paged blocks, on the CPU only until the CUDA kernels
+// exist (stage 3). Weights load from the published layout (embed, layers.N.attn.*,
 // layers.N.ffn.*, hc_*; mtp.* skipped) in f32 or bf16, or as DeepSeek ships
 // them: FP8 e4m3 linears with `.scale` block scales (F8_E8M0 powers of two, or
 // F32) and, under expert_dtype fp4, routed experts as e2m1 pairs with one
@@ -34,6 +36,7 @@
 #include "sluice/common/ids.h"
 #include "sluice/common/result.h"
 #include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4_state.h"
 #include "sluice/model/safetensors.h"
 
 namespace sluice {
@@ -44,19 +47,40 @@ class DeepseekV4Reference {
   static Result<std::unique_ptr<DeepseekV4Reference>> load(const ModelConfig& config, const Checkpoint& checkpoint,
                                                            const DeepseekV4Kernels& kernels);
 
-  // What one sequence's layers remember of its tokens.
-  struct LayerHistory {
-    std::vector<float> window_kv;       // [tokens, head_dim]: normed, roped latents (the window's keys = values)
-    std::vector<float> compressor_kv;   // [tokens, width]: compressor.wkv x (width 2 * head_dim for CSA)
-    std::vector<float> compressor_gate; // [tokens, width]: compressor.wgate x
-    std::vector<float> entries;         // [entries, head_dim]: pooled, normed, roped
-    std::vector<float> indexer_kv;      // CSA: [tokens, 2 * index_head_dim]
-    std::vector<float> indexer_gate;    // CSA: [tokens, 2 * index_head_dim]
-    std::vector<float> index_keys;      // CSA: [entries, index_head_dim]
+  // The reference's own sequence state: every position's window latent and
+  // compressor projections, and every compressed entry, never evicted.
+  class Sequence final : public DeepseekV4SequenceState {
+   public:
+    std::int64_t num_tokens = 0;  // positions run so far
+
+    void reserve(std::int64_t num_tokens) override;
+    std::span<float> window_latent(std::int32_t layer, std::int64_t position) override;
+    std::span<float> pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
+    std::span<float> pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
+    std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) override;
+
+   private:
+    friend class DeepseekV4Reference;
+    struct Pool {
+      std::int64_t dim = 0, width = 0, rate = 0;
+      std::vector<float> kv, gate;  // [tokens, width]
+      std::vector<float> entries;   // [tokens / rate, dim]
+    };
+    struct Layer {
+      std::int64_t head_dim = 0;
+      std::vector<float> window;          // [tokens, head_dim]
+      std::optional<Pool> compressor, indexer;
+    };
+    Pool& pool(std::int32_t layer, DeepseekV4Pool which);
+    std::vector<Layer> layers_;
   };
-  struct Sequence {
-    std::int64_t num_tokens = 0;
-    std::vector<LayerHistory> layers;
+
+  // One sequence's rows of a step: where its state lives, the position of
+  // its first row and its tokens (one row each).
+  struct StepSequence {
+    DeepseekV4SequenceState* state = nullptr;
+    std::int64_t first_position = 0;
+    std::span<const TokenId> tokens;
   };
 
   const ModelConfig& config() const { return config_; }
@@ -64,6 +88,11 @@ class DeepseekV4Reference {
   // Runs `tokens` after those the sequence has seen; returns the logits [vocab]
   // after the last of them.
   Result<std::vector<float>> append(Sequence& sequence, std::span<const TokenId> tokens) const;
+  // Runs every sequence's rows (rows numbered in sequence order, each row
+  // independent of the others but through its sequence's state); returns the
+  // logits [sample_rows.size(), vocab] of the rows named.
+  Result<std::vector<float>> forward(std::span<const StepSequence> sequences,
+                                     std::span<const std::int64_t> sample_rows) const;
 
  private:
   struct HyperConnection {
@@ -100,14 +129,16 @@ class DeepseekV4Reference {
     Attention attention;
     Moe moe;
   };
-  struct StepRows;  // the rows of one append() call
+  struct StepRows;  // the rows of one forward() call
 
-  void run_attention(const Layer& layer, LayerHistory& history, StepRows& rows, std::span<const float> x,
-                     std::span<float> out) const;
+  void run_attention(std::int32_t layer_index, StepRows& rows, std::span<const float> x, std::span<float> out) const;
   void run_moe(const Layer& layer, const StepRows& rows, std::span<const float> x, std::span<float> out) const;
-  void emit_entries(const Compressor& compressor, std::int64_t dim, std::int32_t rate, bool overlap,
-                    std::int64_t num_tokens, const std::vector<float>& kv, const std::vector<float>& gate,
-                    std::vector<float>& entries) const;
+  // Stores each row's projections [rows, width] of one compressor as its
+  // pending state, pooling each window as its last token arrives.
+  void compress(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& compressor, std::int64_t dim,
+                const StepRows& rows, std::span<const float> kv, std::span<const float> gate) const;
+  void emit_entry(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& compressor, std::int64_t dim,
+                  DeepseekV4SequenceState& state, std::int64_t window) const;
   HyperConnectionShape hc_shape() const;
 
   ModelConfig config_;

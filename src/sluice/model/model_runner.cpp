@@ -210,6 +210,7 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
   Ops& ops = *ranks.front().ops;
   const DecoderModel& model = *ranks.front().model;
   if (options.block_size_tokens <= 0) return Error{"block size must be positive"};
+  for (Rank& rank : ranks) SLUICE_TRY(rank.model->set_kv_block_size(options.block_size_tokens));
   BackendInfo info{.name = "model",
                    .block_size_tokens = options.block_size_tokens,
                    .vocab_size = config.vocab_size,

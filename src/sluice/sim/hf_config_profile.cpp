@@ -40,10 +40,12 @@ ModelProfile deepseek_v3_profile(const std::string& dir, const ModelConfig& conf
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir) {
   SLUICE_TRY_ASSIGN(config, load_model_config(dir));
   if (config.architecture == Architecture::deepseek_v3) return deepseek_v3_profile(dir, config);
-  // The dense rule below would count a K and a V per layer per token: wrong for V4.
+  // Serving it on the simulator (and CUDA's step sizing) waits for measured
+  // per-layer costs; plan_profile_from_hf_dir sizes its memory from its KV layout.
   if (config.architecture == Architecture::deepseek_v4)
-    return Error{dir + "/config.json: deepseek_v4 has no simulator profile yet (its compressed KV layout is issue 18 "
-                       "stage 2, its measured per-layer costs stage 4)"};
+    return Error{dir + "/config.json: deepseek_v4 has no serving cost profile yet (--device sim and cuda: its "
+                       "per-layer costs are issue 18 stage 4; --device cpu serves it; `sluice plan --model` reports "
+                       "its KV layout and memory)"};
   DenseShape shape;
   shape.name = dir;
   shape.num_layers = config.num_layers;
@@ -58,6 +60,16 @@ Result<ModelProfile> profile_from_hf_dir(const std::string& dir) {
   shape.dtype_bytes = 2;  // served in bf16 whatever the checkpoint's dtype
   ModelProfile profile = make_dense_profile(shape);
   profile.source = dir + "/config.json (" + architecture_name(config.architecture) + ", served in bf16)";
+  return profile;
+}
+
+Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir) {
+  SLUICE_TRY_ASSIGN(config, load_model_config(dir));
+  if (config.architecture != Architecture::deepseek_v4) return profile_from_hf_dir(dir);
+  ModelProfile profile = make_deepseek_v4_profile(dir, config);
+  profile.source = dir + "/config.json (deepseek_v4, " + (config.fp8 ? "fp8" : "bf16") +
+                   " weights; KV as its paged layout stores it with CUDA's fp8_ds_mla records and FP8 index keys; "
+                   "costs assumed from shapes, not measured)";
   return profile;
 }
 

@@ -17,6 +17,10 @@
 
 #include "sluice/common/result.h"
 
+namespace sluice {
+struct ModelConfig;
+}
+
 namespace sluice::sim {
 
 // Which tokens of a step run through a layer group.
@@ -94,6 +98,7 @@ struct ModelProfile {
   double kv_bytes_per_token_fp8 = 0;    // with --kv-cache-dtype fp8 (0: not offered)
   std::int32_t kv_window_tokens = 0;    // sliding window kept per sequence (0: none)
   double kv_state_bytes_per_sequence = 0;  // window rings and compressor tails, per sequence
+  std::int32_t kv_block_alignment_tokens = 1;  // a block size must be a multiple (DeepSeek-V4: its compress rates)
 
   // Host-resident tables (DeepSeek Engram): held in host RAM, rows fetched per token.
   double host_table_bytes = 0;
@@ -164,9 +169,22 @@ struct DeepseekV3ProfileShape {
 };
 ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape);
 
+// A DeepSeek-V4 profile from its parsed config.json: every layer MoE (the
+// hash-routed ones cost the same), grouped by attention kind (sliding, CSA,
+// HCA), and the KV cache of its paged layout (model/deepseek_v4_kv_layout.h)
+// with the CUDA kernels' records (fp8_ds_mla entries, FP8 index keys):
+// compressed entries and index keys per token, the window ring and the
+// compressors' pending projections per sequence. Costs from shapes, none
+// measured (issue 18 stage 4).
+ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig& config);
+
 // Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3;
 // model/config.h) into a profile: dense family in bf16, DeepSeek-V3 with its
-// checkpoint's FP8 linear weights at one byte.
+// checkpoint's FP8 linear weights at one byte. Refuses deepseek_v4: the
+// simulator does not serve it until its costs are measured.
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir);
+// As profile_from_hf_dir, deepseek_v4 included (make_deepseek_v4_profile):
+// `sluice plan`'s memory and capacity numbers for it rest on its KV layout.
+Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir);
 
 }  // namespace sluice::sim

@@ -9,6 +9,7 @@
 
 #include "sluice/backend/cpu/cpu_math.h"
 #include "sluice/backend/cpu/deepseek_ops.h"
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/backend/cpu/sampler.h"
 #include "sluice/backend/cpu/thread_pool.h"
 #include "sluice/backend/float_convert.h"
@@ -338,6 +339,15 @@ class CpuOps final : public Ops {
     return Ok{};
   }
 
+  const DeepseekV4Kernels* deepseek_v4_kernels() const override { return &deepseek_v4_kernels_; }
+
+  std::span<float> model_defined_kv_block(BlockId block) override {
+    SLUICE_CHECK(kv_spec_.layout == KvCacheLayout::model_defined);
+    SLUICE_CHECK(block >= 0 && block < kv_spec_.num_blocks);
+    return std::span<float>(k_cache_.front()).subspan(static_cast<std::size_t>(block) * layer_block_elems(),
+                                                      layer_block_elems());
+  }
+
   void gather_sample_rows(const Tensor& x, Tensor out) override {
     const std::int64_t width = x.cols();
     for (std::size_t i = 0; i < layout_->sample_rows.size(); ++i)
@@ -366,6 +376,7 @@ class CpuOps final : public Ops {
 
   ThreadPool pool_;
   ScratchArena arena_;
+  cpu::DeepseekV4CpuKernels deepseek_v4_kernels_;
   const StepLayout* layout_ = nullptr;
   std::size_t layer_block_elems() const {
     return static_cast<std::size_t>(kv_spec_.block_size_tokens) * static_cast<std::size_t>(kv_spec_.num_kv_heads) *

@@ -77,6 +77,9 @@ class CudaOps final : public Ops {
   }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
+    if (spec.layout == KvCacheLayout::model_defined)
+      return Error{"CUDA backend: no model-defined KV cache (DeepSeek-V4's paged layout is CPU-only until issue 18 "
+                   "stage 3)"};
     if (spec.layout == KvCacheLayout::latent && spec.num_kv_heads != 1)
       return Error{fmt::format("CUDA backend: a latent KV cache has one entry a position (num_kv_heads {})",
                                spec.num_kv_heads)};

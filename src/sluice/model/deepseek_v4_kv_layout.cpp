@@ -1,0 +1,103 @@
+#include "sluice/model/deepseek_v4_kv_layout.h"
+
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+namespace {
+
+constexpr double kF32Bytes = 4.0;
+constexpr std::int64_t kDimsPerFp8Scale = 64;  // fp8_ds_mla: one ue8m0 scale per 64 non-rope dims
+constexpr std::int64_t kScalePadBytes = 8;     // ... its scales padded to 8 bytes
+
+}  // namespace
+
+DeepseekV4KvRecords DeepseekV4KvRecords::cpu_f32(const ModelConfig& config) {
+  return {.latent_bytes = kF32Bytes * config.head_dim,
+          .index_key_bytes = kF32Bytes * config.deepseek_v4->index_head_dim,
+          .pending_value_bytes = kF32Bytes};
+}
+
+DeepseekV4KvRecords DeepseekV4KvRecords::cuda_fp8(const ModelConfig& config) {
+  const std::int64_t rope = config.deepseek_v4->qk_rope_head_dim;
+  const std::int64_t nope = config.head_dim - rope;
+  const std::int64_t scales = (nope + kDimsPerFp8Scale - 1) / kDimsPerFp8Scale;
+  const std::int64_t scale_bytes = (scales + kScalePadBytes - 1) / kScalePadBytes * kScalePadBytes;
+  return {.latent_bytes = static_cast<double>(nope + scale_bytes + 2 * rope),
+          .index_key_bytes = static_cast<double>(config.deepseek_v4->index_head_dim) + kF32Bytes,
+          .pending_value_bytes = kF32Bytes};
+}
+
+std::int32_t deepseek_v4_block_alignment(const ModelConfig& config) {
+  SLUICE_CHECK(config.deepseek_v4 != nullptr);
+  const DeepseekV4Config& ds = *config.deepseek_v4;
+  std::int32_t alignment = 1;
+  for (DeepseekV4Attention type : ds.layer_types)
+    if (const std::int32_t rate = ds.compress_rate(type); rate > 0) alignment = std::lcm(alignment, rate);
+  return alignment;
+}
+
+Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, std::int32_t block_size_tokens) {
+  SLUICE_CHECK(config.deepseek_v4 != nullptr);
+  const DeepseekV4Config& ds = *config.deepseek_v4;
+  const std::int32_t alignment = deepseek_v4_block_alignment(config);
+  if (block_size_tokens <= 0 || block_size_tokens % alignment != 0)
+    return Error{fmt::format("--block-size {}: deepseek_v4 needs a multiple of {} (compress rates: CSA {}, HCA {}), "
+                             "so that every block boundary is a compression-window boundary and a prefix-cache hit "
+                             "restores the compressors' state exactly",
+                             block_size_tokens, alignment, ds.csa_compress_rate, ds.hca_compress_rate),
+                 ErrorCode::kInvalidArgument};
+  DeepseekV4KvLayout layout;
+  layout.block_size_tokens_ = block_size_tokens;
+  layout.head_dim_ = config.head_dim;
+  layout.sliding_window_ = ds.sliding_window;
+  const std::int64_t bs = block_size_tokens;
+  std::int64_t offset = 0;
+  auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap) {
+    DeepseekV4PoolRegion r{.dim = dim, .width = overlap ? 2 * dim : dim, .rate = rate, .ring_windows = overlap ? 2 : 1};
+    r.entries_offset = offset;
+    offset += bs / rate * dim;
+    r.pending_offset = offset;
+    offset += r.pending_floats();
+    return r;
+  };
+  for (DeepseekV4Attention type : ds.layer_types) {
+    DeepseekV4LayerRegion region{.type = type, .window_offset = offset};
+    offset += bs * config.head_dim;
+    const std::int32_t rate = ds.compress_rate(type);
+    if (type != DeepseekV4Attention::sliding) {
+      const bool csa = type == DeepseekV4Attention::compressed_sparse;
+      region.compressor = pool(config.head_dim, rate, csa);
+      if (csa) region.indexer = pool(ds.index_head_dim, rate, true);
+    }
+    layout.layers_.push_back(region);
+  }
+  layout.floats_per_block_ = offset;
+  return layout;
+}
+
+DeepseekV4KvFootprint DeepseekV4KvLayout::footprint(const DeepseekV4KvRecords& records) const {
+  DeepseekV4KvFootprint f;
+  const auto num_layers = static_cast<double>(layers_.size());
+  f.window_bytes_per_token = num_layers * records.latent_bytes;
+  f.window_ring_bytes_per_sequence = num_layers * sliding_window_ * records.latent_bytes;
+  for (const DeepseekV4LayerRegion& layer : layers_) {
+    if (layer.compressor) {
+      const auto rate = static_cast<double>(layer.compressor->rate);
+      f.compressed_bytes_per_token += records.latent_bytes / rate;
+      f.pending_bytes_per_sequence +=
+          static_cast<double>(layer.compressor->pending_floats()) * records.pending_value_bytes;
+    }
+    if (layer.indexer) {
+      f.compressed_bytes_per_token += records.index_key_bytes / static_cast<double>(layer.indexer->rate);
+      f.pending_bytes_per_sequence +=
+          static_cast<double>(layer.indexer->pending_floats()) * records.pending_value_bytes;
+    }
+  }
+  return f;
+}
+
+}  // namespace sluice

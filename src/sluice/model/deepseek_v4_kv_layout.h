@@ -1,0 +1,109 @@
+// DeepSeek-V4's paged KV layout (issue 18 stage 2; docs/kv-v4.md): what one
+// engine block holds for every layer, and what that costs per token and per
+// sequence.
+//
+// A block of block_size tokens holds, per layer, in this order:
+//   window   [block_size, head_dim]: each position's normed, roped latent (the
+//            sliding window's keys = values; every layer kind has one)
+//   CSA/HCA  entries [block_size / rate, head_dim]: the compressed entries
+//            whose windows lie in the block
+//            pending [ring_windows][2][rate, width]: the compressor's
+//            projections (kv rows, then gate rows) of the latest window(s),
+//            the state a window that is not yet compressed needs; CSA keeps
+//            two windows (its entries pool the first half of the previous
+//            window too), HCA one
+//   CSA only index keys [block_size / rate, index_head_dim] and the indexer
+//            compressor's pending ring, as above
+// block_size must be a multiple of every compress rate, so that each
+// compression window lies in one block and every block boundary is a window
+// boundary: a prefix-cache hit (whole blocks) then restores exactly the state
+// a cold run has, the pending projections of the previous window included.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "sluice/common/result.h"
+#include "sluice/model/config.h"
+
+namespace sluice {
+
+// One compressor's geometry and where its regions sit in a layer's area.
+struct DeepseekV4PoolRegion {
+  std::int64_t dim = 0;           // one entry's values (head_dim, or index_head_dim for the indexer)
+  std::int64_t width = 0;         // one token's projection: 2 * dim when windows overlap (CSA), else dim
+  std::int64_t rate = 0;          // tokens per window
+  std::int64_t ring_windows = 0;  // pending windows kept: 2 with overlap, else 1
+  std::int64_t entries_offset = 0;  // floats from the block's start
+  std::int64_t pending_offset = 0;
+
+  bool overlapping() const { return width == 2 * dim; }
+  std::int64_t pending_floats() const { return ring_windows * 2 * rate * width; }
+};
+
+struct DeepseekV4LayerRegion {
+  DeepseekV4Attention type = DeepseekV4Attention::sliding;
+  std::int64_t window_offset = 0;              // floats from the block's start
+  std::optional<DeepseekV4PoolRegion> compressor;  // CSA and HCA
+  std::optional<DeepseekV4PoolRegion> indexer;     // CSA
+};
+
+// Bytes of each stored value kind, by backend.
+struct DeepseekV4KvRecords {
+  double latent_bytes = 0;     // one window latent or one compressed entry [head_dim]
+  double index_key_bytes = 0;  // one index key [index_head_dim]
+  double pending_value_bytes = 0;  // one value of a compressor's pending projections
+
+  // What the CPU backend stores: f32 everywhere.
+  static DeepseekV4KvRecords cpu_f32(const ModelConfig& config);
+  // What the CUDA kernels (issue 18 stage 3) are to store, as FlashMLA's
+  // fp8_ds_mla: the non-rope dims in e4m3 with one ue8m0 scale per 64 (padded
+  // to 8 bytes), the rope dims in bf16 (584 B at head_dim 512, rope 64); index
+  // keys e4m3 with one f32 scale (132 B at 128 dims); pending projections f32.
+  static DeepseekV4KvRecords cuda_fp8(const ModelConfig& config);
+};
+
+// Bytes per token and per sequence of the layout, for a choice of records.
+struct DeepseekV4KvFootprint {
+  // Compressed entries and index keys of one position, all layers: what grows
+  // with context once the window is a per-sequence ring (the spec's ~3.85 KB
+  // for V4-Flash with cuda_fp8 records).
+  double compressed_bytes_per_token = 0;
+  // The window latent of one position, all layers: stored per position in
+  // the engine's blocks today (kv/ frees no out-of-window block yet).
+  double window_bytes_per_token = 0;
+  // Per sequence, whatever its length: the window ring (sliding_window
+  // latents per layer) and the compressors' pending projections.
+  double window_ring_bytes_per_sequence = 0;
+  double pending_bytes_per_sequence = 0;
+};
+
+class DeepseekV4KvLayout {
+ public:
+  // Fails, naming the rates, when block_size_tokens is not a multiple of
+  // every compress rate the model's layers use.
+  static Result<DeepseekV4KvLayout> make(const ModelConfig& config, std::int32_t block_size_tokens);
+
+  std::int32_t block_size_tokens() const { return block_size_tokens_; }
+  std::int64_t head_dim() const { return head_dim_; }
+  const DeepseekV4LayerRegion& layer(std::size_t l) const { return layers_[l]; }
+  std::size_t num_layers() const { return layers_.size(); }
+  // Every layer's regions together: one block's floats.
+  std::int64_t floats_per_block() const { return floats_per_block_; }
+
+  // The footprint with these records (independent of the block size).
+  DeepseekV4KvFootprint footprint(const DeepseekV4KvRecords& records) const;
+
+ private:
+  std::int32_t block_size_tokens_ = 0;
+  std::int64_t head_dim_ = 0;
+  std::int32_t sliding_window_ = 0;
+  std::vector<DeepseekV4LayerRegion> layers_;
+  std::int64_t floats_per_block_ = 0;
+};
+
+// The block size every compress rate of `config` divides: their least common multiple.
+std::int32_t deepseek_v4_block_alignment(const ModelConfig& config);
+
+}  // namespace sluice

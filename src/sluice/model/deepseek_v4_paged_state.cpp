@@ -1,0 +1,57 @@
+#include "sluice/model/deepseek_v4_paged_state.h"
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+
+void DeepseekV4PagedState::reserve(std::int64_t num_tokens) {
+  const std::int64_t bs = layout_->block_size_tokens();
+  SLUICE_CHECK_LE((num_tokens + bs - 1) / bs, static_cast<std::int64_t>(block_table_.size()));
+}
+
+std::span<float> DeepseekV4PagedState::window_latent(std::int32_t layer, std::int64_t position) {
+  const std::int64_t hd = layout_->head_dim();
+  return at(position, layout_->layer(layer).window_offset + position % layout_->block_size_tokens() * hd, hd);
+}
+
+const DeepseekV4PoolRegion& DeepseekV4PagedState::region(std::int32_t layer, DeepseekV4Pool pool) const {
+  const DeepseekV4LayerRegion& l = layout_->layer(layer);
+  const std::optional<DeepseekV4PoolRegion>& r = pool == DeepseekV4Pool::compressor ? l.compressor : l.indexer;
+  SLUICE_CHECK(r.has_value());
+  return *r;
+}
+
+std::span<float> DeepseekV4PagedState::pending(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position,
+                                               bool gate) {
+  const DeepseekV4PoolRegion& r = region(layer, pool);
+  const std::int64_t ring_slot = position / r.rate % r.ring_windows;
+  const std::int64_t window_floats = 2 * r.rate * r.width;  // kv rows, then gate rows
+  const std::int64_t offset = r.pending_offset + ring_slot * window_floats + (gate ? r.rate * r.width : 0) +
+                              position % r.rate * r.width;
+  return at(position, offset, r.width);
+}
+
+std::span<float> DeepseekV4PagedState::pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) {
+  return pending(layer, pool, position, false);
+}
+
+std::span<float> DeepseekV4PagedState::pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) {
+  return pending(layer, pool, position, true);
+}
+
+std::span<float> DeepseekV4PagedState::entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) {
+  const DeepseekV4PoolRegion& r = region(layer, pool);
+  const std::int64_t first_position = index * r.rate;
+  const std::int64_t slot = first_position % layout_->block_size_tokens() / r.rate;
+  return at(first_position, r.entries_offset + slot * r.dim, r.dim);
+}
+
+std::span<float> DeepseekV4PagedState::at(std::int64_t position, std::int64_t offset, std::int64_t count) {
+  const std::int64_t block_index = position / layout_->block_size_tokens();
+  SLUICE_CHECK(position >= 0 && block_index < static_cast<std::int64_t>(block_table_.size()));
+  const std::span<float> block = ops_->model_defined_kv_block(block_table_[block_index]);
+  SLUICE_CHECK_LE(offset + count, static_cast<std::int64_t>(block.size()));
+  return block.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+}
+
+}  // namespace sluice

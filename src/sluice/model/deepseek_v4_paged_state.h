@@ -1,0 +1,43 @@
+// One DeepSeek-V4 sequence's state in the engine's paged blocks: the
+// addressing of DeepseekV4KvLayout (deepseek_v4_kv_layout.h) behind the
+// interface the forward pass writes through. Position p is in block
+// block_table[p / block_size]; a compressed entry is in the block of its
+// window's first position; a token's pending projections sit in its block's
+// ring at slot (p / rate) % ring_windows, so the previous window's stay
+// readable until the next window is compressed (CSA's overlap), in this
+// block or the one before.
+#pragma once
+
+#include <span>
+
+#include "sluice/backend/ops.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/deepseek_v4_state.h"
+
+namespace sluice {
+
+class DeepseekV4PagedState final : public DeepseekV4SequenceState {
+ public:
+  // `layout`, `ops` (whose model-defined KV cache holds the blocks) and the
+  // table must outlive this view; it holds no state of its own.
+  DeepseekV4PagedState(const DeepseekV4KvLayout& layout, Ops& ops, std::span<const BlockId> block_table)
+      : layout_(&layout), ops_(&ops), block_table_(block_table) {}
+
+  void reserve(std::int64_t num_tokens) override;
+  std::span<float> window_latent(std::int32_t layer, std::int64_t position) override;
+  std::span<float> pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
+  std::span<float> pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
+  std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) override;
+
+ private:
+  const DeepseekV4PoolRegion& region(std::int32_t layer, DeepseekV4Pool pool) const;
+  std::span<float> pending(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position, bool gate);
+  // `count` floats at `offset` in the block that holds `position`.
+  std::span<float> at(std::int64_t position, std::int64_t offset, std::int64_t count);
+
+  const DeepseekV4KvLayout* layout_;
+  Ops* ops_;
+  std::span<const BlockId> block_table_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,40 @@
+// Where one DeepSeek-V4 sequence's attention state lives, as the model's
+// forward pass reads and writes it: the reference's growing per-sequence
+// history (deepseek_v4.h) or the engine's paged blocks
+// (deepseek_v4_paged_state.h). The forward pass is the same for both, so a
+// paged run computes exactly what the reference computes.
+//
+// Positions are absolute. A compressed entry `index` of a layer pools the
+// window [index * rate, (index + 1) * rate) (with the previous window's first
+// half when windows overlap, CSA). Every span is host f32.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace sluice {
+
+// The two compressors of a layer: its own (CSA and HCA) and the CSA indexer's.
+enum class DeepseekV4Pool { compressor, indexer };
+
+class DeepseekV4SequenceState {
+ public:
+  virtual ~DeepseekV4SequenceState() = default;
+
+  // Makes room for positions [0, num_tokens): called once per step before
+  // anything is written (the reference grows; a paged state checks its
+  // block table covers them).
+  virtual void reserve(std::int64_t num_tokens) = 0;
+  // Layer `layer`'s window latent of `position` [head_dim].
+  virtual std::span<float> window_latent(std::int32_t layer, std::int64_t position) = 0;
+  // A compressor's projections of the token at `position`: kv [width] and
+  // gate [width]. Readable from when they are written until the window after
+  // the token's own has been compressed (a paged state keeps no more).
+  virtual std::span<float> pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) = 0;
+  virtual std::span<float> pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) = 0;
+  // A compressed entry [dim]: normed, roped at its window's first position
+  // (the indexer's: an index key).
+  virtual std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) = 0;
+};
+
+}  // namespace sluice

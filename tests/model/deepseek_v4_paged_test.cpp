@@ -1,0 +1,168 @@
+// DeepSeek-V4 through the engine's side (issue 18 stage 2): the paged KV
+// layout's bytes against a hand derivation for V4-Flash; the transformers
+// goldens run through DeepseekV4Model on the CPU backend (generate_sequence:
+// prefill whole or in chunks that split compression windows, then one token
+// a step), at block sizes of one and two compression windows; and a
+// prefix-cache hit (a second sequence whose block table starts with the
+// first's full blocks, computing only its tail) lands on exactly the logits of
+// the cold run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/common/io.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/generate.h"
+#include "../support/tiny_deepseek_v4.h"
+#include "test_models.h"
+
+namespace sluice {
+namespace {
+
+using testing::max_abs_diff;
+
+constexpr float kMaxLogitError = 1e-4f;
+
+ModelConfig flash_config() {
+  auto config = parse_model_config(testing::deepseek_v4_flash_config_json().dump(), "config.json");
+  EXPECT_TRUE(config.ok()) << config.error_message();
+  return *config;
+}
+
+// V4-Flash: layers 0-1 sliding, 21 CSA layers (2, 4, ..., 42; rate 4), 20 HCA
+// layers (3, 5, ..., 41; rate 128); head_dim 512 with 64 rope dims; index keys
+// of 128; window 128.
+TEST(DeepseekV4KvLayout, FlashBytesMatchTheHandDerivation) {
+  const ModelConfig config = flash_config();
+  auto layout = DeepseekV4KvLayout::make(config, 128);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+
+  // CUDA's records: fp8_ds_mla entries 448 e4m3 + 8 scale bytes (7 ue8m0,
+  // padded) + 64 rope dims in bf16 = 584 B; index keys 128 e4m3 + an f32 scale = 132 B.
+  const DeepseekV4KvRecords fp8 = DeepseekV4KvRecords::cuda_fp8(config);
+  EXPECT_EQ(fp8.latent_bytes, 584.0);
+  EXPECT_EQ(fp8.index_key_bytes, 132.0);
+  const DeepseekV4KvFootprint f = layout->footprint(fp8);
+  // The spec's ~3.85 KB: 21 x (584 + 132) / 4 + 20 x 584 / 128 = 3759 + 91.25.
+  EXPECT_DOUBLE_EQ(f.compressed_bytes_per_token, 3850.25);
+  EXPECT_DOUBLE_EQ(f.window_bytes_per_token, 43.0 * 584);
+  EXPECT_DOUBLE_EQ(f.window_ring_bytes_per_sequence, 43.0 * 128 * 584);  // 3,214,336
+  // Pending projections in f32: CSA 2 windows x (kv + gate) x 4 tokens x 1024
+  // wide, its indexer the same at 256 wide; HCA 1 window x 2 x 128 x 512.
+  EXPECT_DOUBLE_EQ(f.pending_bytes_per_sequence, 4.0 * (21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512));
+
+  // The CPU's block of 128 tokens, f32: windows 43 x 128 x 512, CSA entries
+  // 21 x 32 x 512 and keys 21 x 32 x 128, HCA entries 20 x 1 x 512, the rings above.
+  EXPECT_EQ(layout->floats_per_block(), 43 * 128 * 512 + 21 * 32 * 512 + 21 * 32 * 128 + 20 * 512 +
+                                            21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512);
+}
+
+TEST(DeepseekV4KvLayout, RefusesBlocksThatSplitACompressionWindow) {
+  const ModelConfig config = flash_config();
+  EXPECT_EQ(deepseek_v4_block_alignment(config), 128);
+  for (std::int32_t block : {16, 64, 192}) {
+    auto layout = DeepseekV4KvLayout::make(config, block);
+    ASSERT_FALSE(layout.ok()) << block;
+    EXPECT_NE(layout.error_message().find("multiple of 128"), std::string::npos) << layout.error_message();
+  }
+  EXPECT_TRUE(DeepseekV4KvLayout::make(config, 256).ok());
+}
+
+struct GoldenRun {
+  std::string name;
+  std::vector<testing::GoldenLayout> layouts;
+};
+
+class DeepseekV4PagedGoldenTest : public ::testing::TestWithParam<GoldenRun> {};
+
+TEST_P(DeepseekV4PagedGoldenTest, MatchesTransformers) {
+  const GoldenRun& run = GetParam();
+  const testing::Golden fixture = testing::load_golden_fixture(
+      "golden_deepseek_v4_" + run.name + ".json", "paged-deepseek-v4-" + run.name, &testing::make_model_options_from_flags);
+  ASSERT_FALSE(fixture.cases.empty());
+  const float worst = testing::check_golden_generation(fixture, run.layouts, kMaxLogitError);
+  std::printf("%s through the paged model: max |logit - transformers| = %.3g\n", run.name.c_str(), worst);
+  RecordProperty("max_abs_logit_error", std::to_string(worst));
+}
+
+// Blocks of one compression window (the largest rate) and of two; chunks of
+// 37 split windows of every rate.
+INSTANTIATE_TEST_SUITE_P(DeepseekV4, DeepseekV4PagedGoldenTest,
+                         ::testing::Values(GoldenRun{"all_kinds", {{16, 0}, {32, 37}}},
+                                           GoldenRun{"yarn_clamped", {{32, 37}, {64, 0}}},
+                                           GoldenRun{"flash_rates", {{128, 37}, {256, 0}}}),
+                         [](const auto& info) { return info.param.name; });
+
+SequenceStep step(SequenceId id, const std::vector<TokenId>& tokens, std::int32_t computed, std::int32_t count,
+                  const std::vector<BlockId>& table) {
+  return SequenceStep{.seq_id = id,
+                      .tokens = tokens,
+                      .num_prompt_tokens = static_cast<std::int32_t>(tokens.size()),
+                      .num_computed_tokens = computed,
+                      .num_new_tokens = count,
+                      .block_table = table,
+                      .sample = true,
+                      .return_logits = true};
+}
+
+std::vector<float> run(Backend& backend, const SequenceStep& s) {
+  Batch batch;
+  batch.sequences.push_back(s);
+  auto out = backend.execute(batch);
+  EXPECT_TRUE(out.ok()) << out.error_message();
+  return out.ok() ? out->sequences.front().logits : std::vector<float>{};
+}
+
+// The cold run prefills 70 tokens in chunks of 37 (splitting windows) into
+// blocks 0-4 and records the logits at every chunk end and at the last
+// token. A hit of h whole blocks (h = 1, 3, 4: 16, 48, 64 tokens; the CSA
+// entry after each boundary pools the previous block's pending projections)
+// is a sequence whose table starts with those blocks and continues in its
+// own; it computes only the rest, in one step, and must give the same logits.
+TEST(DeepseekV4Paged, PrefixHitEqualsTheColdRun) {
+  const std::string dir = testing::scratch_dir("paged-deepseek-v4-prefix");
+  ASSERT_TRUE(make_model(testing::tiny_deepseek_v4_options(dir, 7)).ok());
+  constexpr std::int32_t kBlock = 16;
+  auto backend = testing::cpu_runner(dir, kBlock, 16);
+  ASSERT_NE(backend, nullptr);
+  std::vector<TokenId> tokens;
+  for (int i = 0; i < 70; ++i) tokens.push_back(static_cast<TokenId>((i * 53 + 17) % testing::kTinyDeepseekV4Vocab));
+  const std::vector<BlockId> cold_table = {0, 1, 2, 3, 4};
+  std::vector<float> cold;
+  for (std::int32_t begin = 0; begin < 70; begin += 37) {
+    const std::int32_t count = std::min(37, 70 - begin);
+    cold = run(*backend, step(1, tokens, begin, count, cold_table));
+  }
+  ASSERT_EQ(cold.size(), static_cast<std::size_t>(testing::kTinyDeepseekV4Vocab));
+  for (std::int32_t hit_blocks : {1, 3, 4}) {
+    SCOPED_TRACE(::testing::Message() << hit_blocks << " blocks hit");
+    std::vector<BlockId> table(cold_table.begin(), cold_table.begin() + hit_blocks);
+    for (BlockId b = 10; table.size() < cold_table.size(); ++b) table.push_back(b);
+    const std::int32_t cached = hit_blocks * kBlock;
+    const std::vector<float> warm = run(*backend, step(2, tokens, cached, 70 - cached, table));
+    EXPECT_EQ(warm, cold);  // exact: the same arithmetic over the same state
+  }
+  // The hit is state, not luck: a table whose cached blocks hold another
+  // prompt's state gives other logits.
+  std::vector<TokenId> other = tokens;
+  for (int i = 0; i < 48; ++i) other[i] = static_cast<TokenId>((other[i] + 1) % testing::kTinyDeepseekV4Vocab);
+  const std::vector<BlockId> other_table = {5, 6, 7, 8, 9};
+  run(*backend, step(3, other, 0, 48, other_table));
+  const std::vector<BlockId> mixed = {5, 6, 7, 13, 14};
+  EXPECT_NE(run(*backend, step(4, tokens, 48, 22, mixed)), cold);
+}
+
+TEST(DeepseekV4Paged, RefusesAMisalignedBlockSize) {
+  const std::string dir = testing::scratch_dir("paged-deepseek-v4-block");
+  ASSERT_TRUE(make_model(testing::tiny_deepseek_v4_options(dir, 7)).ok());
+  auto runner = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = 8, .num_kv_blocks = 8});
+  ASSERT_FALSE(runner.ok());
+  EXPECT_NE(runner.error_message().find("--block-size 8: deepseek_v4 needs a multiple of 16"), std::string::npos)
+      << runner.error_message();
+}
+
+}  // namespace
+}  // namespace sluice
