@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "../model/test_models.h"
 #include "engine_test_support.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/common/rng.h"
@@ -50,14 +51,30 @@ std::string tiny_model_dir() {
   return dir;
 }
 
-// tensor_parallel_size > 1: the model split over that many ranks, one thread each.
+// A tiny DeepSeek-V3 (tests/model's qlora_yarn shape: 8 experts in 4 groups, a shared expert, a dense layer).
+std::string tiny_deepseek_v3_dir() {
+  static const std::string dir = testing::make_deepseek_v3_model("qlora_yarn", "engine-cpu-deepseek-v3");
+  return dir;
+}
+
+// The model served and how it is split: tensor_parallel_size > 1 runs that
+// many ranks, one thread each; expert_parallel splits MoE experts whole.
+struct Served {
+  std::string model_dir;  // empty: tiny_model_dir()
+  std::int32_t tensor_parallel_size = 1;
+  bool expert_parallel = false;
+};
+
 std::unique_ptr<Backend> cpu_backend(std::int32_t block_size_tokens, std::int32_t num_kv_blocks,
-                                     std::int32_t tensor_parallel_size = 1) {
+                                     const Served& served = {}) {
   std::vector<std::unique_ptr<Ops>> rank_ops;
-  for (std::int32_t r = 0; r < tensor_parallel_size; ++r)
-    rank_ops.push_back(make_cpu_ops({.num_threads = tensor_parallel_size == 1 ? 2 : 1}));
+  for (std::int32_t r = 0; r < served.tensor_parallel_size; ++r)
+    rank_ops.push_back(make_cpu_ops({.num_threads = served.tensor_parallel_size == 1 ? 2 : 1}));
   auto backend = make_tensor_parallel_model_runner(
-      tiny_model_dir(), std::move(rank_ops), {.block_size_tokens = block_size_tokens, .num_kv_blocks = num_kv_blocks});
+      served.model_dir.empty() ? tiny_model_dir() : served.model_dir, std::move(rank_ops),
+      {.block_size_tokens = block_size_tokens,
+       .num_kv_blocks = num_kv_blocks,
+       .enable_expert_parallel = served.expert_parallel});
   EXPECT_TRUE(backend.ok()) << backend.error_message();
   return std::move(backend).value();
 }
@@ -100,7 +117,7 @@ std::vector<Case> cases() {
 
 std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, std::int32_t max_num_batched_tokens,
                                                           bool async_scheduling = false,
-                                                          std::int32_t tensor_parallel_size = 1) {
+                                                          const Served& served = {}) {
   EngineConfig config;
   config.async_scheduling = async_scheduling;
   config.max_num_seqs = 8;
@@ -108,7 +125,7 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   config.enable_prefix_caching = prefix_caching;
   config.clock = ClockMode::kVirtual;
   config.kv_reserve_fraction = 0.0;
-  Engine engine(cpu_backend(4, 256, tensor_parallel_size), nullptr, config);
+  Engine engine(cpu_backend(4, 256, served), nullptr, config);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   std::map<std::string, std::vector<TokenId>> out;
   // The first request alone, so that the others can hit its cached prefix.
@@ -143,10 +160,10 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   return out;
 }
 
-std::map<std::string, std::vector<TokenId>> single_sequence() {
+std::map<std::string, std::vector<TokenId>> single_sequence(const std::string& model_dir = "") {
   std::map<std::string, std::vector<TokenId>> out;
   for (const Case& c : cases()) {
-    auto backend = cpu_backend(4, 256);
+    auto backend = cpu_backend(4, 256, {.model_dir = model_dir});
     auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = kNewTokens, .sampling = c.sampling});
     EXPECT_TRUE(result.ok()) << result.error_message();
     out[c.id] = result->tokens;
@@ -181,13 +198,26 @@ TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
 TEST(EngineOnCpu, TensorParallelEqualsSingleSequenceGeneration) {
   const auto reference = single_sequence();
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false,
-                           /*tensor_parallel_size=*/2),
+                           {.tensor_parallel_size = 2}),
             reference)
       << "TP 2, prefix hits and chunked prefill";
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/4096, /*async_scheduling=*/true,
-                           /*tensor_parallel_size=*/2),
+                           {.tensor_parallel_size = 2}),
             reference)
       << "TP 2, async scheduling, with prefix hits";
+}
+
+// DeepSeek-V3 with its 8 routed experts split whole over 2 ranks (4 each)
+// behind the engine: the unsharded single-sequence tokens, batched, with
+// prefix hits, chunked prefill and seeded sampling.
+TEST(EngineOnCpu, ExpertParallelDeepseekV3EqualsSingleSequenceGeneration) {
+  const auto reference = single_sequence(tiny_deepseek_v3_dir());
+  ASSERT_EQ(reference.size(), 6u);
+  EXPECT_NE(reference.at("greedy0"), reference.at("greedy1"));
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false,
+                           {.model_dir = tiny_deepseek_v3_dir(), .tensor_parallel_size = 2, .expert_parallel = true}),
+            reference)
+      << "EP 2, prefix hits and chunked prefill";
 }
 
 TEST(EngineOnCpu, HostTierHitEqualsColdRun) {
