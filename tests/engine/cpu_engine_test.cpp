@@ -8,10 +8,12 @@
 // log-probabilities as computing it cold.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 
 #include "../model/test_models.h"
+#include "../support/throwing_ops.h"
 #include "engine_test_support.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/common/rng.h"
@@ -218,6 +220,66 @@ TEST(EngineOnCpu, ExpertParallelDeepseekV3EqualsSingleSequenceGeneration) {
                            {.model_dir = tiny_deepseek_v3_dir(), .tensor_parallel_size = 2, .expert_parallel = true}),
             reference)
       << "EP 2, prefix hits and chunked prefill";
+}
+
+// A rank that throws mid-step kills the engine: the request in that step
+// fails naming the rank, the requests waiting behind it fail with "the
+// engine is dead" and the same reason (none is left waiting on a backend that
+// will not run it), and submit refuses from then on with kUnavailable.
+TEST(EngineOnCpu, ARankFailureFailsEveryRequestAndRefusesNewOnes) {
+  std::atomic<bool> armed{false};
+  std::vector<std::unique_ptr<Ops>> rank_ops;
+  rank_ops.push_back(make_cpu_ops({.num_threads = 1}));
+  rank_ops.push_back(std::make_unique<testing::ThrowingOps>(armed));
+  auto backend = make_tensor_parallel_model_runner(tiny_model_dir(), std::move(rank_ops),
+                                                   {.block_size_tokens = 4, .num_kv_blocks = 64});
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  EngineConfig config;
+  config.max_num_seqs = 1;  // one runs, the others wait
+  config.clock = ClockMode::kVirtual;
+  config.kv_reserve_fraction = 0.0;
+  Engine engine(std::move(backend).value(), nullptr, config);
+  auto submit = [&](const std::string& id) {
+    return engine.submit(EngineRequest{.request_id = id, .prompt_token_ids = {1, 2, 3, 4, 5}, .max_tokens = 4});
+  };
+  auto first = submit("first");
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  engine.step();  // its prefill runs while the rank is healthy
+  EXPECT_FALSE(engine.fatal_error().has_value());
+  std::vector<std::shared_ptr<RequestStream>> waiting;
+  for (const char* id : {"second", "third"}) {
+    auto s = submit(id);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    waiting.push_back(*s);
+  }
+  armed = true;
+  for (int step = 0; step < 10 && engine.has_work(); ++step) engine.step();
+  EXPECT_FALSE(engine.has_work()) << "nothing may be left waiting on a dead backend";
+
+  const std::string failure = "communicator group aborted by rank 1: injected matmul failure";
+  ASSERT_TRUE(engine.fatal_error().has_value());
+  EXPECT_EQ(*engine.fatal_error(), "the tensor-parallel group is down: " + failure);
+  auto ending = [](RequestStream& stream) {
+    RequestOutput last;
+    while (auto o = stream.poll()) last = std::move(*o);
+    return last;
+  };
+  const RequestOutput failed = ending(**first);
+  EXPECT_EQ(failed.finish_reason, FinishReason::kError);
+  EXPECT_NE(failed.error_message.find(failure), std::string::npos) << failed.error_message;
+  for (auto& stream : waiting) {
+    const RequestOutput out = ending(*stream);
+    EXPECT_EQ(out.finish_reason, FinishReason::kError) << stream->request_id();
+    EXPECT_EQ(out.error_message, "the engine is dead: the tensor-parallel group is down: " + failure);
+  }
+  EXPECT_EQ(engine.stats().num_requests_failed, 3);
+  EXPECT_EQ(engine.stats().num_free_kv_blocks, engine.stats().num_kv_blocks);
+
+  armed = false;  // a healed rank does not bring the group back
+  auto refused = submit("fourth");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(refused.error_message(), "the engine is dead: the tensor-parallel group is down: " + failure);
 }
 
 TEST(EngineOnCpu, HostTierHitEqualsColdRun) {
