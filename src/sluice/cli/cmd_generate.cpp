@@ -91,7 +91,7 @@ Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::
 Result<std::vector<std::unique_ptr<Ops>>> make_ops(const GenerateArgs& args) {
   if (args.device == "cuda") {
     if (args.tensor_parallel_size != 1)
-      return Error{"--tensor-parallel-size > 1 runs on --device cpu only until the NCCL communicator lands"};
+      return Error{"--tensor-parallel-size > 1 runs on --device cpu only until the NCCL communicator is wired to CUDA"};
 #if SLUICE_HAVE_CUDA
     const CudaOptions options = cuda_options(args.cuda);
     std::fprintf(stderr, "cuda: %s\n", describe(options).c_str());

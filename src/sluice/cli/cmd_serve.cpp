@@ -246,8 +246,8 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
     errors.push_back(fmt::format("--tensor-parallel-size {} must be >= 1", args.tensor_parallel_size));
   if (args.device == "cuda" && args.tensor_parallel_size != 1)
     errors.push_back(fmt::format("--tensor-parallel-size {} (-tp) has no effect with --device cuda: it runs on one "
-                                 "GPU until the NCCL communicator lands (--device cpu runs the ranks as threads; "
-                                 "--device sim replays an N-GPU launch)",
+                                 "GPU until the NCCL communicator is wired to CUDA (--device cpu runs the ranks as "
+                                 "threads; --device sim replays an N-GPU launch)",
                                  args.tensor_parallel_size));
   if (args.device == "cpu" && args.tensor_parallel_size > 1) {
     // Refused with the other flags rather than at load; a config that does

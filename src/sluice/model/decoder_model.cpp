@@ -70,7 +70,8 @@ Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& conf
   SLUICE_TRY(check_tensor_parallel(config, comm ? comm->size() : 1, expert_parallel));
   // The CPU communicator reads activations in host memory.
   if (comm && comm->size() > 1 && ops.activation_dtype() != DType::f32)
-    return Error{"tensor parallelism runs on the CPU backend only: the NCCL communicator is not built yet (issue 19)"};
+    return Error{
+        "tensor parallelism runs on the CPU backend only: the NCCL communicator is not wired to CUDA yet (issue 19)"};
   if (config.architecture == Architecture::deepseek_v3) {
     SLUICE_TRY_ASSIGN(model, DeepseekV3Model::load(config, checkpoint, ops, progress, comm, expert_parallel));
     return std::unique_ptr<DecoderModel>(std::move(model));
