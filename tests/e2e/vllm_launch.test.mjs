@@ -157,12 +157,12 @@ export const tests = {
       '"draft_sample_method":"probabilistic","rejection_sample_method":"block","enable_adaptive_verification":true}'];
     // Each start lists every refusal of its stage, one line each, starting with the flag and a reason;
     // the operator drops those flags (and their values) and starts again.
-    // (--tensor-parallel-size and --enable-expert-parallel are sluice flags, real on --device sim: refused for
-    // --device cpu in the second stage, the first because tensor parallelism on the CPU covers the dense
-    // family only, the second because the CPU has no expert parallelism.)
+    // (--tensor-parallel-size and --enable-expert-parallel are sluice flags, real on --device cpu and sim: 8
+    // ranks cannot split this tiny model's 4 heads, refused in the second stage; without them
+    // --enable-expert-parallel has no ranks to split the experts over, refused in the third.)
     const rounds = [['--tokenizer-mode', '--mm-encoder-tp-mode', '--speculative-config'],
-      ['--tensor-parallel-size', '--enable-expert-parallel', '--gpu-memory-utilization', '--reasoning-parser',
-        '--tool-call-parser']];
+      ['--tensor-parallel-size', '--gpu-memory-utilization', '--reasoning-parser', '--tool-call-parser'],
+      ['--enable-expert-parallel']];
     for (const expected of rounds) {
       const errors = refusals(ctx, line);
       const named = errors.map((l) => l.split(/[ :=]/)[0]);

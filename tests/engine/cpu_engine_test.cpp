@@ -8,9 +8,12 @@
 // log-probabilities as computing it cold.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 
+#include "../model/test_models.h"
+#include "../support/throwing_ops.h"
 #include "engine_test_support.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/common/rng.h"
@@ -50,14 +53,30 @@ std::string tiny_model_dir() {
   return dir;
 }
 
-// tensor_parallel_size > 1: the model split over that many ranks, one thread each.
+// A tiny DeepSeek-V3 (tests/model's qlora_yarn shape: 8 experts in 4 groups, a shared expert, a dense layer).
+std::string tiny_deepseek_v3_dir() {
+  static const std::string dir = testing::make_deepseek_v3_model("qlora_yarn", "engine-cpu-deepseek-v3");
+  return dir;
+}
+
+// The model served and how it is split: tensor_parallel_size > 1 runs that
+// many ranks, one thread each; expert_parallel splits MoE experts whole.
+struct Served {
+  std::string model_dir;  // empty: tiny_model_dir()
+  std::int32_t tensor_parallel_size = 1;
+  bool expert_parallel = false;
+};
+
 std::unique_ptr<Backend> cpu_backend(std::int32_t block_size_tokens, std::int32_t num_kv_blocks,
-                                     std::int32_t tensor_parallel_size = 1) {
+                                     const Served& served = {}) {
   std::vector<std::unique_ptr<Ops>> rank_ops;
-  for (std::int32_t r = 0; r < tensor_parallel_size; ++r)
-    rank_ops.push_back(make_cpu_ops({.num_threads = tensor_parallel_size == 1 ? 2 : 1}));
+  for (std::int32_t r = 0; r < served.tensor_parallel_size; ++r)
+    rank_ops.push_back(make_cpu_ops({.num_threads = served.tensor_parallel_size == 1 ? 2 : 1}));
   auto backend = make_tensor_parallel_model_runner(
-      tiny_model_dir(), std::move(rank_ops), {.block_size_tokens = block_size_tokens, .num_kv_blocks = num_kv_blocks});
+      served.model_dir.empty() ? tiny_model_dir() : served.model_dir, std::move(rank_ops),
+      {.block_size_tokens = block_size_tokens,
+       .num_kv_blocks = num_kv_blocks,
+       .enable_expert_parallel = served.expert_parallel});
   EXPECT_TRUE(backend.ok()) << backend.error_message();
   return std::move(backend).value();
 }
@@ -100,7 +119,7 @@ std::vector<Case> cases() {
 
 std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, std::int32_t max_num_batched_tokens,
                                                           bool async_scheduling = false,
-                                                          std::int32_t tensor_parallel_size = 1) {
+                                                          const Served& served = {}) {
   EngineConfig config;
   config.async_scheduling = async_scheduling;
   config.max_num_seqs = 8;
@@ -108,7 +127,7 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   config.enable_prefix_caching = prefix_caching;
   config.clock = ClockMode::kVirtual;
   config.kv_reserve_fraction = 0.0;
-  Engine engine(cpu_backend(4, 256, tensor_parallel_size), nullptr, config);
+  Engine engine(cpu_backend(4, 256, served), nullptr, config);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   std::map<std::string, std::vector<TokenId>> out;
   // The first request alone, so that the others can hit its cached prefix.
@@ -143,10 +162,10 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   return out;
 }
 
-std::map<std::string, std::vector<TokenId>> single_sequence() {
+std::map<std::string, std::vector<TokenId>> single_sequence(const std::string& model_dir = "") {
   std::map<std::string, std::vector<TokenId>> out;
   for (const Case& c : cases()) {
-    auto backend = cpu_backend(4, 256);
+    auto backend = cpu_backend(4, 256, {.model_dir = model_dir});
     auto result = generate_sequence(*backend, c.prompt, {.max_new_tokens = kNewTokens, .sampling = c.sampling});
     EXPECT_TRUE(result.ok()) << result.error_message();
     out[c.id] = result->tokens;
@@ -181,13 +200,86 @@ TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
 TEST(EngineOnCpu, TensorParallelEqualsSingleSequenceGeneration) {
   const auto reference = single_sequence();
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false,
-                           /*tensor_parallel_size=*/2),
+                           {.tensor_parallel_size = 2}),
             reference)
       << "TP 2, prefix hits and chunked prefill";
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/4096, /*async_scheduling=*/true,
-                           /*tensor_parallel_size=*/2),
+                           {.tensor_parallel_size = 2}),
             reference)
       << "TP 2, async scheduling, with prefix hits";
+}
+
+// DeepSeek-V3 with its 8 routed experts split whole over 2 ranks (4 each)
+// behind the engine: the unsharded single-sequence tokens, batched, with
+// prefix hits, chunked prefill and seeded sampling.
+TEST(EngineOnCpu, ExpertParallelDeepseekV3EqualsSingleSequenceGeneration) {
+  const auto reference = single_sequence(tiny_deepseek_v3_dir());
+  ASSERT_EQ(reference.size(), 6u);
+  EXPECT_NE(reference.at("greedy0"), reference.at("greedy1"));
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false,
+                           {.model_dir = tiny_deepseek_v3_dir(), .tensor_parallel_size = 2, .expert_parallel = true}),
+            reference)
+      << "EP 2, prefix hits and chunked prefill";
+}
+
+// A rank that throws mid-step kills the engine: the request in that step
+// fails naming the rank, the requests waiting behind it fail with "the
+// engine is dead" and the same reason (none is left waiting on a backend that
+// will not run it), and submit refuses from then on with kUnavailable.
+TEST(EngineOnCpu, ARankFailureFailsEveryRequestAndRefusesNewOnes) {
+  std::atomic<bool> armed{false};
+  std::vector<std::unique_ptr<Ops>> rank_ops;
+  rank_ops.push_back(make_cpu_ops({.num_threads = 1}));
+  rank_ops.push_back(std::make_unique<testing::ThrowingOps>(armed));
+  auto backend = make_tensor_parallel_model_runner(tiny_model_dir(), std::move(rank_ops),
+                                                   {.block_size_tokens = 4, .num_kv_blocks = 64});
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  EngineConfig config;
+  config.max_num_seqs = 1;  // one runs, the others wait
+  config.clock = ClockMode::kVirtual;
+  config.kv_reserve_fraction = 0.0;
+  Engine engine(std::move(backend).value(), nullptr, config);
+  auto submit = [&](const std::string& id) {
+    return engine.submit(EngineRequest{.request_id = id, .prompt_token_ids = {1, 2, 3, 4, 5}, .max_tokens = 4});
+  };
+  auto first = submit("first");
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  engine.step();  // its prefill runs while the rank is healthy
+  EXPECT_FALSE(engine.fatal_error().has_value());
+  std::vector<std::shared_ptr<RequestStream>> waiting;
+  for (const char* id : {"second", "third"}) {
+    auto s = submit(id);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    waiting.push_back(*s);
+  }
+  armed = true;
+  for (int step = 0; step < 10 && engine.has_work(); ++step) engine.step();
+  EXPECT_FALSE(engine.has_work()) << "nothing may be left waiting on a dead backend";
+
+  const std::string failure = "communicator group aborted by rank 1: injected matmul failure";
+  ASSERT_TRUE(engine.fatal_error().has_value());
+  EXPECT_EQ(*engine.fatal_error(), "the tensor-parallel group is down: " + failure);
+  auto ending = [](RequestStream& stream) {
+    RequestOutput last;
+    while (auto o = stream.poll()) last = std::move(*o);
+    return last;
+  };
+  const RequestOutput failed = ending(**first);
+  EXPECT_EQ(failed.finish_reason, FinishReason::kError);
+  EXPECT_NE(failed.error_message.find(failure), std::string::npos) << failed.error_message;
+  for (auto& stream : waiting) {
+    const RequestOutput out = ending(*stream);
+    EXPECT_EQ(out.finish_reason, FinishReason::kError) << stream->request_id();
+    EXPECT_EQ(out.error_message, "the engine is dead: the tensor-parallel group is down: " + failure);
+  }
+  EXPECT_EQ(engine.stats().num_requests_failed, 3);
+  EXPECT_EQ(engine.stats().num_free_kv_blocks, engine.stats().num_kv_blocks);
+
+  armed = false;  // a healed rank does not bring the group back
+  auto refused = submit("fourth");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(refused.error_message(), "the engine is dead: the tensor-parallel group is down: " + failure);
 }
 
 TEST(EngineOnCpu, HostTierHitEqualsColdRun) {

@@ -39,7 +39,7 @@ TEST_F(Cli, GenerateGreedyIsDeterministicAndChunkingInvariant) {
 
 // --tensor-parallel-size 2 on the CPU prints the unsharded run's tokens,
 // seeded sampling included; a size that does not split the heads is refused
-// by name, and DeepSeek-V3 (no expert parallelism yet) is refused.
+// by name.
 TEST_F(Cli, GenerateTensorParallelMatchesOneRank) {
   for (const char* sampling : {"", " --temperature 0.8 --seed 5"}) {
     const std::string args = "generate --model " + *model_dir_ + " --prompt-ids 1,2,3,4,5,6,7 --max-tokens 8 "
@@ -76,6 +76,12 @@ TEST_F(Cli, DeepseekV3CheckpointGenerates) {
     return out.substr(out.rfind('\n', end) + 1, end - out.rfind('\n', end));
   };
   EXPECT_EQ(last_line(a.output), last_line(b.output));
+  // Split over 2 ranks, each expert's width (TP) or whole experts (EP): the same tokens.
+  for (const char* split : {" --tensor-parallel-size 2", " --tensor-parallel-size 2 --enable-expert-parallel"}) {
+    auto sharded = run("generate --model " + dir + " --prompt-ids 1,2,3,4,5 --max-tokens 6 --ignore-eos" + split);
+    ASSERT_EQ(sharded.exit_code, 0) << split << "\n" << sharded.output;
+    EXPECT_EQ(last_line(sharded.output), last_line(a.output)) << split;
+  }
   const std::string tokens = last_line(a.output);
   EXPECT_EQ(std::count(tokens.begin(), tokens.end(), ','), 5) << a.output;
   const std::string chat_path = dir + "/chat.json";

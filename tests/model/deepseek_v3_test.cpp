@@ -24,21 +24,8 @@ namespace {
 using testing::cpu_runner;
 using testing::max_abs_diff;
 
-// The golden models' shapes (tools/reference/golden_deepseek_v3_models.json).
-MakeModelOptions golden_model(const std::string& name, const std::string& dir) {
-  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tools/reference/golden_deepseek_v3_models.json");
-  EXPECT_TRUE(text.ok()) << text.error_message();
-  const auto spec = nlohmann::json::parse(text.value());
-  return testing::make_model_options_from_flags(spec.at("models").at(name).at("make_model"), dir);
-}
-
-std::string made_model(const std::string& name, const std::string& scratch) {
-  const std::string dir = testing::scratch_dir(scratch);
-  auto status = make_model(golden_model(name, dir));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  return dir;
-}
-
+using testing::deepseek_v3_model_options;
+using testing::make_deepseek_v3_model;
 
 std::vector<TokenId> prompt_of(std::int32_t length, std::int32_t vocab) {
   std::vector<TokenId> ids;
@@ -56,7 +43,7 @@ std::vector<TokenId> prompt_of(std::int32_t length, std::int32_t vocab) {
 TEST(DeepseekV3Cpu, AbsorbedDecodeEqualsDecompressedPrefill) {
   for (const char* name : {"qlora_yarn", "no_qlora"}) {
     SCOPED_TRACE(name);
-    const std::string dir = made_model(name, std::string("ds-absorbed-") + name);
+    const std::string dir = make_deepseek_v3_model(name, std::string("ds-absorbed-") + name);
     const std::vector<TokenId> prompt = prompt_of(290, 512);  // past qlora_yarn's original 256 positions
     auto decode = cpu_runner(dir, 16, 64);
     auto generated = generate_sequence(*decode, prompt, {.max_new_tokens = 12, .return_logits = true});
@@ -72,7 +59,7 @@ TEST(DeepseekV3Cpu, AbsorbedDecodeEqualsDecompressedPrefill) {
 }
 
 TEST(DeepseekV3Cpu, ChunksAndBlockSizesChangeNothing) {
-  const std::string dir = made_model("grouped_v3like", "ds-chunks");
+  const std::string dir = make_deepseek_v3_model("grouped_v3like", "ds-chunks");
   const std::vector<TokenId> prompt = prompt_of(200, 512);
   auto reference_backend = cpu_runner(dir, 16, 16);
   auto reference = generate_sequence(*reference_backend, prompt, {.max_new_tokens = 8, .return_logits = true});
@@ -98,7 +85,7 @@ TEST(DeepseekV3Cpu, ChunksAndBlockSizesChangeNothing) {
 // Two prompts prefilled in one step, then decoded together: each sees only
 // its own latents, and the MoE routes each row alone.
 TEST(DeepseekV3Cpu, BatchedSequencesMatchSingleRuns) {
-  const std::string dir = made_model("qlora_yarn", "ds-batched");
+  const std::string dir = make_deepseek_v3_model("qlora_yarn", "ds-batched");
   const std::vector<std::vector<TokenId>> prompts = {prompt_of(40, 512), prompt_of(7, 512)};
   std::vector<GenerateResult> single;
   for (const auto& prompt : prompts) {
@@ -137,7 +124,7 @@ TEST(DeepseekV3Cpu, BatchedSequencesMatchSingleRuns) {
 // The pool holds kv_lora_rank + qk_rope_head_dim f32 values per token per
 // layer, not a key and a value per head.
 TEST(DeepseekV3Cpu, KvPoolIsSizedByTheLatent) {
-  const std::string dir = made_model("qlora_yarn", "ds-kv-pool");
+  const std::string dir = make_deepseek_v3_model("qlora_yarn", "ds-kv-pool");
   const std::int64_t bytes_per_block = 3 /*layers*/ * 16 /*tokens*/ * (32 + 8) /*latent + rope*/ * 4 /*f32*/;
   auto backend = make_model_runner(dir, make_cpu_ops({.num_threads = 1}),
                                    {.block_size_tokens = 16, .kv_cache_bytes = 100 * bytes_per_block + 5});
@@ -153,7 +140,7 @@ void set_config_field(const std::string& dir, const char* key, const nlohmann::j
 
 TEST(DeepseekV3Cpu, MtpLayersAreSkippedOthersAreErrors) {
   const std::string dir = testing::scratch_dir("ds-mtp");
-  MakeModelOptions o = golden_model("no_qlora", dir);
+  MakeModelOptions o = deepseek_v3_model_options("no_qlora", dir);
   o.deepseek_v3.mtp_layers = 1;
   ASSERT_TRUE(make_model(o).ok());
   auto loaded = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.num_kv_blocks = 4});
@@ -170,7 +157,7 @@ TEST(DeepseekV3Cpu, MtpLayersAreSkippedOthersAreErrors) {
 // block-scale definition computes (tests/model/fp8_reference.py).
 TEST(DeepseekV3Cpu, Fp8CheckpointEqualsItsNumpyDequantization) {
   const std::string fp8_dir = testing::scratch_dir("ds-fp8"), f32_dir = testing::scratch_dir("ds-fp8-numpy");
-  MakeModelOptions o = golden_model("grouped_v3like", fp8_dir);
+  MakeModelOptions o = deepseek_v3_model_options("grouped_v3like", fp8_dir);
   o.dtype = DType::f8_e4m3;
   o.hidden_size = 160;  // partial 128-blocks
   ASSERT_TRUE(make_model(o).ok());

@@ -1,16 +1,21 @@
-// Tensor parallelism on the CPU (one thread per rank, a CpuCommunicatorGroup):
-// the sharded model against the unsharded one on the same checkpoint, for
-// tiny random-weight models of the dense family (GQA and MHA, q/k/v biases
-// and a tied head in qwen2, q/k norms in qwen3, untied heads in llama), at 2
-// and 4 ranks; a config that cannot split; and a rank that fails.
+// Tensor and expert parallelism on the CPU (one thread per rank, a
+// CpuCommunicatorGroup): the sharded model against the unsharded one on the
+// same checkpoint. Tiny random-weight models of the dense family (GQA and
+// MHA, q/k/v biases and a tied head in qwen2, q/k norms in qwen3, untied
+// heads in llama) at TP 2 and 4; tiny DeepSeek-V3 models (grouped routing,
+// shared experts, dense layers first; q_lora and YaRN) at TP 2 and 4 (each
+// expert's width split) and EP 2 and 4 (whole experts per rank); configs that
+// cannot split; and a rank that fails.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <stdexcept>
 
 #include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/model/decoder_model.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
+#include "../support/throwing_ops.h"
 #include "test_models.h"
 
 namespace sluice {
@@ -48,21 +53,29 @@ std::vector<std::unique_ptr<Ops>> cpu_ops_per_rank(std::int32_t num_ranks) {
 
 const ModelRunnerOptions kRunnerOptions{.block_size_tokens = kBlockSize, .num_kv_blocks = kNumBlocks};
 
-class TensorParallelTest : public ::testing::TestWithParam<TinyModel> {};
+struct Split {
+  std::int32_t ranks;
+  bool expert_parallel;
+};
 
-TEST_P(TensorParallelTest, ShardedLogitsAndGreedyTokensMatchTheUnshardedRun) {
-  const std::string dir = make_tiny(GetParam());
+// Generation over each split against the unsharded run of the model in `dir`:
+// identical greedy tokens, logits within kMaxLogitError, on a whole-prompt
+// prefill and a chunked one (several steps with a KV history).
+void expect_splits_match_the_unsharded_run(const std::string& name, const std::string& dir,
+                                           const std::vector<Split>& splits) {
   auto whole = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), kRunnerOptions);
   ASSERT_TRUE(whole.ok()) << whole.error_message();
   const std::vector<TokenId> prompt = {5, 17, 300, 42, 511, 0, 256, 99, 128, 7, 64};
-  // Whole-prompt prefill and chunked prefill (several steps with a KV history).
   for (std::int32_t chunk : {0, 4}) {
     const GenerateOptions generate{.max_new_tokens = 8, .prefill_chunk_tokens = chunk, .return_logits = true};
     auto expected = generate_sequence(**whole, prompt, generate);
     ASSERT_TRUE(expected.ok()) << expected.error_message();
-    for (std::int32_t ranks : {2, 4}) {
-      SCOPED_TRACE(::testing::Message() << GetParam().name << " TP " << ranks << " chunk " << chunk);
-      auto sharded = make_tensor_parallel_model_runner(dir, cpu_ops_per_rank(ranks), kRunnerOptions);
+    for (const Split& split : splits) {
+      const char* kind = split.expert_parallel ? "EP" : "TP";
+      SCOPED_TRACE(::testing::Message() << name << " " << kind << " " << split.ranks << " chunk " << chunk);
+      ModelRunnerOptions options = kRunnerOptions;
+      options.enable_expert_parallel = split.expert_parallel;
+      auto sharded = make_tensor_parallel_model_runner(dir, cpu_ops_per_rank(split.ranks), options);
       ASSERT_TRUE(sharded.ok()) << sharded.error_message();
       auto got = generate_sequence(**sharded, prompt, generate);
       ASSERT_TRUE(got.ok()) << got.error_message();
@@ -75,10 +88,16 @@ TEST_P(TensorParallelTest, ShardedLogitsAndGreedyTokensMatchTheUnshardedRun) {
       // The sharded run is not the unsharded one by accident: logits differ
       // between steps, so a rank that returned stale or partial logits would show.
       EXPECT_GT(max_abs_diff(got->logits.front(), got->logits.back()), 0.01f);
-      std::printf("%s TP %d chunk %d: max |dlogit| %.3g over %zu steps\n", GetParam().name, ranks, chunk, worst,
-                  got->logits.size());
+      std::printf("%s %s %d chunk %d: max |dlogit| %.3g over %zu steps\n", name.c_str(), kind, split.ranks, chunk,
+                  worst, got->logits.size());
     }
   }
+}
+
+class TensorParallelTest : public ::testing::TestWithParam<TinyModel> {};
+
+TEST_P(TensorParallelTest, ShardedLogitsAndGreedyTokensMatchTheUnshardedRun) {
+  expect_splits_match_the_unsharded_run(GetParam().name, make_tiny(GetParam()), {{2, false}, {4, false}});
 }
 
 MakeModelOptions tiny(Architecture arch, std::int32_t heads, std::int32_t kv_heads, std::uint64_t seed) {
@@ -94,71 +113,75 @@ INSTANTIATE_TEST_SUITE_P(
                       TinyModel{"qwen3_qk_norm", tiny(Architecture::qwen3, 8, 4, 4)}),
     [](const ::testing::TestParamInfo<TinyModel>& info) { return std::string(info.param.name); });
 
+// DeepSeek-V3's tiny golden shapes (tools/reference/golden_deepseek_v3_models.json):
+// grouped_v3like (4 groups, top-2 groups, 16 experts top-4, 2 shared experts,
+// 2 dense layers first) and qlora_yarn (8 experts in 4 groups, q_lora, YaRN).
+// Each expert's width split (TP) and whole experts per rank (EP): 8 experts
+// over 4 ranks leaves 2 per rank, so most of a token's top-k is remote.
+class DeepseekV3ParallelTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekV3ParallelTest, ShardedLogitsAndGreedyTokensMatchTheUnshardedRun) {
+  const std::string name = GetParam();
+  const std::string dir = testing::make_deepseek_v3_model(name, "tensor-parallel-ds-" + name);
+  expect_splits_match_the_unsharded_run(name, dir, {{2, false}, {4, false}, {2, true}, {4, true}});
+}
+
+INSTANTIATE_TEST_SUITE_P(GoldenShapes, DeepseekV3ParallelTest, ::testing::Values("grouped_v3like", "qlora_yarn"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+// Refusals name the field that does not split, and the flag.
+TEST(DeepseekV3Parallel, SplitsThatDoNotDivideAreRefusedByName) {
+  const std::string dir = testing::make_deepseek_v3_model("qlora_yarn", "tensor-parallel-ds-refusals");
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  auto refusal = [&](const ModelConfig& c, std::int32_t ranks, bool expert_parallel) {
+    const Status status = check_tensor_parallel(c, ranks, expert_parallel);
+    return status.ok() ? std::string("accepted") : status.error_message();
+  };
+  EXPECT_EQ(refusal(*config, 4, true), "accepted");
+  ModelConfig six_experts = *config;
+  six_experts.deepseek_v3->n_routed_experts = 6;  // 6 experts over 4 ranks
+  six_experts.deepseek_v3->n_group = 2;
+  EXPECT_NE(refusal(six_experts, 4, true).find("must divide the model's n_routed_experts (6)"), std::string::npos)
+      << refusal(six_experts, 4, true);
+  EXPECT_EQ(refusal(six_experts, 4, false), "accepted") << "without EP only each expert's width splits";
+  ModelConfig narrow_experts = *config;
+  narrow_experts.deepseek_v3->moe_intermediate_size = 30;
+  narrow_experts.deepseek_v3->n_shared_experts = 2;  // the shared experts' 60 split; one expert's 30 does not
+  EXPECT_NE(refusal(narrow_experts, 4, false).find("must divide the model's moe_intermediate_size (30)"),
+            std::string::npos)
+      << refusal(narrow_experts, 4, false);
+  ModelConfig two_heads = *config;
+  two_heads.num_heads = 2;
+  EXPECT_NE(refusal(two_heads, 4, true).find("num_attention_heads (2)"), std::string::npos);
+  EXPECT_NE(refusal(*config, 1, true).find("--enable-expert-parallel needs --tensor-parallel-size > 1"),
+            std::string::npos);
+  // And through the runner: the load fails with the same words, no rank starts.
+  ModelRunnerOptions options = kRunnerOptions;
+  options.enable_expert_parallel = true;
+  auto eight = make_tensor_parallel_model_runner(dir, cpu_ops_per_rank(8), options);
+  ASSERT_FALSE(eight.ok());
+  EXPECT_NE(eight.error_message().find("--tensor-parallel-size 8 must divide the model's num_attention_heads (4)"),
+            std::string::npos)
+      << eight.error_message();
+}
+
+TEST(TensorParallel, ExpertParallelOnADenseModelIsRefused) {
+  const std::string dir = make_tiny({"dense_ep", tiny(Architecture::llama, 8, 4, 7)});
+  ModelRunnerOptions options = kRunnerOptions;
+  options.enable_expert_parallel = true;
+  auto sharded = make_tensor_parallel_model_runner(dir, cpu_ops_per_rank(2), options);
+  ASSERT_FALSE(sharded.ok());
+  EXPECT_NE(sharded.error_message().find("--enable-expert-parallel: llama is a dense model"), std::string::npos)
+      << sharded.error_message();
+}
+
 TEST(TensorParallel, KvHeadsThatDoNotSplitAreRefusedByName) {
   const std::string dir = make_tiny({"two_kv_heads", tiny(Architecture::llama, 4, 2, 5)});
   auto sharded = make_tensor_parallel_model_runner(dir, cpu_ops_per_rank(4), kRunnerOptions);
   ASSERT_FALSE(sharded.ok());
   EXPECT_NE(sharded.error_message().find("num_key_value_heads (2)"), std::string::npos) << sharded.error_message();
 }
-
-// CPU ops whose matmul throws once armed: a rank that fails mid-forward,
-// while the other ranks go on to wait for it in a collective.
-class ThrowingOps final : public Ops {
- public:
-  explicit ThrowingOps(std::atomic<bool>& armed) : inner_(make_cpu_ops({.num_threads = 1})), armed_(armed) {}
-
-  DType activation_dtype() const override { return inner_->activation_dtype(); }
-  Result<Tensor> upload_weight(const Tensor& host) override { return inner_->upload_weight(host); }
-  Result<Tensor> upload_concatenated(std::span<const Tensor> parts) override {
-    return inner_->upload_concatenated(parts);
-  }
-  Status allocate_kv_cache(const KvCacheSpec& spec) override { return inner_->allocate_kv_cache(spec); }
-  Tensor scratch(Shape shape, DType dtype) override { return inner_->scratch(shape, dtype); }
-  void begin_step(const StepLayout& layout) override { inner_->begin_step(layout); }
-  void embedding(const Tensor& table, Tensor out) override { inner_->embedding(table, out); }
-  Status embedding_shard(const Tensor& table, TokenId first_token_id, Tensor out) override {
-    return inner_->embedding_shard(table, first_token_id, out);
-  }
-  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
-    inner_->rms_norm(x, weight, eps, out);
-  }
-  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
-    inner_->add_rms_norm(residual, x, weight, eps, out);
-  }
-  void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor out) override {
-    if (armed_) throw std::runtime_error("injected matmul failure");
-    inner_->matmul(x, w, bias, out);
-  }
-  void rope(Tensor q, Tensor k, const RopeParams& params) override { inner_->rope(q, k, params); }
-  void attention(std::int32_t layer, const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                 Tensor out) override {
-    inner_->attention(layer, q, k, v, scale, out);
-  }
-  void silu_mul(const Tensor& gate_up, Tensor out) override { inner_->silu_mul(gate_up, out); }
-  Status rope_partial(Tensor x, std::int32_t head_stride, std::int32_t rotary_offset,
-                      const RopeParams& params) override {
-    return inner_->rope_partial(x, head_stride, rotary_offset, params);
-  }
-  Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) override {
-    return inner_->mla_attention(layer, in, shape, out);
-  }
-  Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
-                   MoeAssignment out) override {
-    return inner_->moe_route(router_logits, correction_bias, routing, out);
-  }
-  Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
-                     Tensor out) override {
-    return inner_->moe_experts(x, experts, assignment, out);
-  }
-  void gather_sample_rows(const Tensor& x, Tensor out) override { inner_->gather_sample_rows(x, out); }
-  std::vector<SampleResult> sample(const Tensor& logits, std::span<const SampleRequest> requests) override {
-    return inner_->sample(logits, requests);
-  }
-
- private:
-  std::unique_ptr<Ops> inner_;
-  std::atomic<bool>& armed_;
-};
 
 // Rank 1 throws in the second step: that step fails with its reason (no
 // rank hangs: ctest's timeout would report one), and the group stays down,
@@ -168,7 +191,7 @@ TEST(TensorParallel, ARankThatThrowsFailsTheStepCleanly) {
   for (std::int32_t ranks : {2, 4}) {
     std::atomic<bool> armed{false};
     std::vector<std::unique_ptr<Ops>> ops = cpu_ops_per_rank(ranks);
-    ops[1] = std::make_unique<ThrowingOps>(armed);
+    ops[1] = std::make_unique<testing::ThrowingOps>(armed);
     auto backend = make_tensor_parallel_model_runner(dir, std::move(ops), kRunnerOptions);
     ASSERT_TRUE(backend.ok()) << backend.error_message();
     const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6};

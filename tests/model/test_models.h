@@ -221,7 +221,22 @@ inline Golden load_deepseek_v3_golden(const std::string& name, const std::string
   return load_golden_fixture("golden_deepseek_v3_" + name + ".json", scratch_name, &make_model_options_from_flags);
 }
 
-// Blocks to hold every prompt of the fixture and its 32 generated tokens, at once.
+// The tiny DeepSeek-V3 models' shapes (tools/reference/golden_deepseek_v3_models.json), by name.
+inline MakeModelOptions deepseek_v3_model_options(const std::string& name, const std::string& dir) {
+  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tools/reference/golden_deepseek_v3_models.json");
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  const auto spec = nlohmann::json::parse(text.value());
+  return make_model_options_from_flags(spec.at("models").at(name).at("make_model"), dir);
+}
+
+// That model made in scratch_dir(scratch); returns its directory.
+inline std::string make_deepseek_v3_model(const std::string& name, const std::string& scratch) {
+  const std::string dir = scratch_dir(scratch);
+  auto status = make_model(deepseek_v3_model_options(name, dir));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return dir;
+}
+
 // The DeepSeek-V4 CPU reference of the checkpoint in `dir`, with the kernels
 // it runs on (the model keeps a reference to them).
 struct DeepseekV4OnCpu {
@@ -237,6 +252,7 @@ inline Result<std::unique_ptr<DeepseekV4OnCpu>> load_deepseek_v4_on_cpu(const st
   return loaded;
 }
 
+// Blocks to hold every prompt of the fixture and its 32 generated tokens, at once.
 inline std::int32_t num_blocks_for(const Golden& golden, std::int32_t block_size) {
   std::size_t blocks = 0;
   for (const GoldenCase& c : golden.cases) blocks += (c.prompt.size() + 32 + block_size - 1) / block_size;

@@ -380,6 +380,35 @@ TEST_F(VllmFlags, TpAlias) {
   EXPECT_TRUE(refused_naming(tiered, "--kv-offloading-size")) << tiered.output;
 }
 
+// The report's --enable-expert-parallel with -tp on a DeepSeek-V3 checkpoint:
+// held on the CPU (ranks as threads) and in the sim; refused without -tp > 1,
+// with --device cuda, and on a dense model; --data-parallel-size stays refused.
+TEST_F(VllmFlags, ExpertParallel) {
+  const std::string dir = testing::make_deepseek_v3_model("qlora_yarn", "vllm-flags-deepseek-v3");
+  const std::string serve = "serve --check-only --kv-cache-memory 1048576 " + dir;
+  for (const char* device : {"cpu", "sim"}) {
+    auto r = testing::run_sluice(serve + " --device " + device + " -tp 2 --enable-expert-parallel");
+    ASSERT_EQ(r.exit_code, 0) << device << "\n" << r.output;
+    EXPECT_NE(r.output.find("flag --enable-expert-parallel = true"), std::string::npos) << r.output;
+  }
+  auto alone = testing::run_sluice(serve + " --enable-expert-parallel");
+  EXPECT_TRUE(refused_naming(alone, "--enable-expert-parallel")) << alone.output;
+  EXPECT_NE(alone.output.find("needs --tensor-parallel-size > 1"), std::string::npos) << alone.output;
+  auto four = testing::run_sluice(serve + " -tp 3 --enable-expert-parallel");
+  EXPECT_TRUE(refused_naming(four, "--tensor-parallel-size")) << four.output;
+  EXPECT_NE(four.output.find("must divide the model's num_attention_heads (4)"), std::string::npos) << four.output;
+  auto cuda = testing::run_sluice(serve + " --device cuda --enable-expert-parallel");
+  EXPECT_NE(cuda.exit_code, 0);
+  EXPECT_NE(cuda.output.find("--enable-expert-parallel has no effect with --device cuda"), std::string::npos)
+      << cuda.output;
+  auto dense = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ +
+                                   " -tp 2 --enable-expert-parallel");
+  EXPECT_TRUE(refused_naming(dense, "--enable-expert-parallel")) << dense.output;
+  EXPECT_NE(dense.output.find("is a dense model, it has no experts"), std::string::npos) << dense.output;
+  auto dp = testing::run_sluice(serve + " -tp 2 --enable-expert-parallel --data-parallel-size 2");
+  EXPECT_TRUE(refused_naming(dp, "--data-parallel-size")) << dp.output;
+}
+
 // vLLM's parser names: the two combine; names sluice lacks, or that vLLM has only as tool-call
 // parsers, are refused with the ones to use.
 TEST_F(VllmFlags, ParserNames) {

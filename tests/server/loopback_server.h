@@ -68,14 +68,25 @@ class LoopbackServer {
 
   // One POST over a real socket; the status and the whole body.
   std::pair<int, std::string> post(const std::string& path, const nlohmann::json& body) {
+    return exchange(boost::beast::http::verb::post, path, body.dump());
+  }
+  // One GET, as post().
+  std::pair<int, std::string> get(const std::string& path) {
+    return exchange(boost::beast::http::verb::get, path, "");
+  }
+
+  const ModelContext& model() const { return *model_; }
+
+ private:
+  std::pair<int, std::string> exchange(boost::beast::http::verb verb, const std::string& path, std::string body) {
     namespace http = boost::beast::http;
     boost::asio::io_context client_io;
     boost::asio::ip::tcp::socket socket(client_io);
     socket.connect({boost::asio::ip::make_address("127.0.0.1"), port_});
-    http::request<http::string_body> request{http::verb::post, path, 11};
+    http::request<http::string_body> request{verb, path, 11};
     request.set(http::field::host, "127.0.0.1");
-    request.set(http::field::content_type, "application/json");
-    request.body() = body.dump();
+    if (verb == http::verb::post) request.set(http::field::content_type, "application/json");
+    request.body() = std::move(body);
     request.prepare_payload();
     http::write(socket, request);
     boost::beast::flat_buffer buffer;
@@ -84,9 +95,6 @@ class LoopbackServer {
     return {static_cast<int>(response.result_int()), response.body()};
   }
 
-  const ModelContext& model() const { return *model_; }
-
- private:
   std::shared_ptr<ModelContext> model_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_ = boost::asio::make_work_guard(io_);

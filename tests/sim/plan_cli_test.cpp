@@ -70,6 +70,17 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   EXPECT_TRUE(contains(split.output, "multiple of 128")) << split.output;
 }
 
+// vLLM's spelling of the flag plans the same launch.
+TEST(PlanCli, EnableExpertParallelIsExpertParallel) {
+  const std::string launch = "--profile deepseek-v4.1-flash --gpus 8 --tensor-parallel-size 8 --max-model-len 65536 ";
+  const RunResult ours = run(launch + "--expert-parallel");
+  const RunResult vllm = run(launch + "--enable-expert-parallel");
+  ASSERT_EQ(ours.exit_code, 0) << ours.output;
+  EXPECT_EQ(vllm.exit_code, 0) << vllm.output;
+  EXPECT_TRUE(contains(vllm.output, "expert parallel 8")) << vllm.output;
+  EXPECT_EQ(vllm.output, ours.output);
+}
+
 // The latency numbers are the engine's: the report workload replayed here
 // through an Engine built from the same flags takes as many steps and as long
 // as plan prints. A small KV cache (20% of the GPU) makes admission matter,

@@ -114,11 +114,15 @@ struct MlaInputs {
   Tensor kv_b_proj;  // [heads * (nope + v), kv_lora_rank]: per head W_UK_h rows, then W_UV_h rows
 };
 
-// All routed experts of a MoE layer, stacked (upload_concatenated); bf16, or
-// FP8 with block scales where the backend keeps them.
+// The routed experts of a MoE layer this device holds, stacked
+// (upload_concatenated); bf16, or FP8 with block scales where the backend
+// keeps them. All of them, or (expert parallelism) the E experts with global
+// ids [first_expert, first_expert + E): an assignment to another id is
+// another rank's and adds nothing here.
 struct MoeExpertWeights {
-  Tensor gate_up;  // [E * 2I, H]: expert e's gate rows then up rows from row e * 2I
-  Tensor down;     // [E * H, I]: expert e's rows from e * H
+  Tensor gate_up;  // [E * 2I, H]: expert first_expert + e's gate rows then up rows from row e * 2I
+  Tensor down;     // [E * H, I]: expert first_expert + e's rows from e * H
+  std::int32_t first_expert = 0;
 };
 
 // Which experts each row goes to, and with what weight.
@@ -276,7 +280,8 @@ class Ops {
   // the plain scores, divided by their sum (+1e-20) if normalize, times scale.
   virtual Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
                            MoeAssignment out) = 0;
-  // out[r] += sum_k expert_weights[r, k] * down_e(silu(gate_e . x[r]) * (up_e . x[r])), e = expert_ids[r, k].
+  // out[r] += sum_k expert_weights[r, k] * down_e(silu(gate_e . x[r]) * (up_e . x[r])), e = expert_ids[r, k],
+  // over the k whose expert is held here (see MoeExpertWeights).
   virtual Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
                              Tensor out) = 0;
 

@@ -34,6 +34,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   int num_threads = 0;
   std::int32_t tensor_parallel_size = 1;  // cpu only: ranks as threads
+  bool enable_expert_parallel = false;    // cpu only: routed experts whole over the ranks
   std::string device = "cpu";
   std::int32_t block_size_tokens = 16;
   std::int32_t prefill_chunk_tokens = 0;
@@ -90,7 +91,7 @@ Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::
 Result<std::vector<std::unique_ptr<Ops>>> make_ops(const GenerateArgs& args) {
   if (args.device == "cuda") {
     if (args.tensor_parallel_size != 1)
-      return Error{"--tensor-parallel-size > 1 runs on --device cpu only until the NCCL communicator lands"};
+      return Error{"--tensor-parallel-size > 1 runs on --device cpu only until the NCCL communicator is wired to CUDA"};
 #if SLUICE_HAVE_CUDA
     const CudaOptions options = cuda_options(args.cuda);
     std::fprintf(stderr, "cuda: %s\n", describe(options).c_str());
@@ -120,7 +121,9 @@ Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   sampling.seed = args.seed ? *args.seed : std::random_device{}();
   SLUICE_TRY(sampling.validate());
   SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
-  ModelRunnerOptions runner_options{.block_size_tokens = args.block_size_tokens, .show_progress = isatty(2) != 0};
+  ModelRunnerOptions runner_options{.block_size_tokens = args.block_size_tokens,
+                                    .show_progress = isatty(2) != 0,
+                                    .enable_expert_parallel = args.enable_expert_parallel};
   const std::int64_t needed_tokens = static_cast<std::int64_t>(prompt.size()) + args.max_tokens;
   runner_options.num_kv_blocks =
       static_cast<std::int32_t>((needed_tokens + args.block_size_tokens - 1) / args.block_size_tokens);
@@ -160,8 +163,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after an end-of-sequence token");
   cmd->add_option("--threads", args->num_threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--tensor-parallel-size", args->tensor_parallel_size,
-                  "cpu: split the model over this many ranks, one thread each (the dense family)")
+                  "cpu: split the model over this many ranks, one thread each")
       ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--enable-expert-parallel", args->enable_expert_parallel,
+                "cpu: MoE routed experts split whole over the --tensor-parallel-size ranks");
   cmd->add_option("--device", args->device, "cpu (the reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-size", args->block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk_tokens, "prefill at most this many tokens per step")

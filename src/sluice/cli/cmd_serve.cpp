@@ -246,25 +246,25 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
     errors.push_back(fmt::format("--tensor-parallel-size {} must be >= 1", args.tensor_parallel_size));
   if (args.device == "cuda" && args.tensor_parallel_size != 1)
     errors.push_back(fmt::format("--tensor-parallel-size {} (-tp) has no effect with --device cuda: it runs on one "
-                                 "GPU until the NCCL communicator lands (--device cpu runs the ranks as threads; "
-                                 "--device sim replays an N-GPU launch)",
+                                 "GPU until the NCCL communicator is wired to CUDA (--device cpu runs the ranks as "
+                                 "threads; --device sim replays an N-GPU launch)",
                                  args.tensor_parallel_size));
   if (args.device == "cpu" && args.tensor_parallel_size > 1) {
     // Refused with the other flags rather than at load; a config that does
     // not read is reported when the model loads.
     const std::string& dir = args.model_positional.empty() ? args.model_dir : args.model_positional;
     if (auto config = load_model_config(dir); config.ok())
-      refuse(check_tensor_parallel(*config, args.tensor_parallel_size));
+      refuse(check_tensor_parallel(*config, args.tensor_parallel_size, args.enable_expert_parallel));
   }
   if (args.device == "cpu" && args.tensor_parallel_size > 1 && args.kv_offloading_size_gib > 0)
     errors.push_back("--kv-offloading-size is not implemented with --tensor-parallel-size > 1: the host tier copies "
                      "one rank's KV pages");
-  if (args.device != "sim" && args.enable_expert_parallel)
-    errors.push_back(fmt::format("--enable-expert-parallel has no effect with --device {}: it runs on one device, "
-                                 "every expert is local (--device sim replays an expert-parallel launch)",
-                                 args.device));
-  if (args.device == "sim" && args.enable_expert_parallel && args.tensor_parallel_size == 1)
-    errors.push_back("--enable-expert-parallel needs --tensor-parallel-size > 1: experts are split over those GPUs");
+  if (args.device == "cuda" && args.enable_expert_parallel)
+    errors.push_back("--enable-expert-parallel has no effect with --device cuda: it runs on one device, every expert "
+                     "is local (--device cpu runs expert-parallel ranks as threads; --device sim replays an "
+                     "expert-parallel launch)");
+  if (args.device != "cuda" && args.enable_expert_parallel && args.tensor_parallel_size == 1)
+    errors.push_back("--enable-expert-parallel needs --tensor-parallel-size > 1: experts are split over those ranks");
   if (args.gpu_memory_utilization && (*args.gpu_memory_utilization <= 0 || *args.gpu_memory_utilization > 1))
     errors.push_back(fmt::format("--gpu-memory-utilization {} must be in (0, 1]", *args.gpu_memory_utilization));
   if (args.device == "cuda") {
@@ -470,10 +470,11 @@ void add_serve_command(CLI::App& app) {
       },
       "print how each vLLM flag maps to sluice, then exit");
   cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size,
-                  "ranks the model is split over (vLLM's -tp too): cpu: one thread each, the dense family; cuda: 1; "
+                  "ranks the model is split over (vLLM's -tp too): cpu: one thread each; cuda: 1; "
                   "sim: an N-GPU launch replayed");
   cmd->add_flag("--enable-expert-parallel", a.enable_expert_parallel,
-                "sim: routed experts split over the --tensor-parallel-size GPUs, as vLLM's flag");
+                "cpu, sim: MoE routed experts split whole over the --tensor-parallel-size ranks, as vLLM's flag "
+                "(without it each expert's width is split)");
   cmd->add_option("--log-level", a.log_level, "trace, debug, info, warn, error");
   cmd->callback([args, cmd] {
     if (auto status = run_serve(*args, *cmd); !status) {

@@ -45,7 +45,8 @@ Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
   ModelRunnerOptions runner{.block_size_tokens = options.block_size_tokens,
                             .kv_cache_bytes = options.kv_cache_memory_bytes.value_or(kDefaultCpuKvCacheBytes),
                             .max_model_len_tokens = options.max_model_len_tokens,
-                            .show_progress = options.show_progress};
+                            .show_progress = options.show_progress,
+                            .enable_expert_parallel = options.enable_expert_parallel};
   SLUICE_TRY_ASSIGN(backend, make_tensor_parallel_model_runner(
                                  options.model_dir, cpu_ops_per_rank(options.num_threads, options.tensor_parallel_size),
                                  runner));

@@ -34,8 +34,8 @@ struct ServeBackendOptions {
   std::int32_t max_num_batched_tokens = 8192;  // cuda: sizes the activation reserve
   std::optional<std::int64_t> kv_cache_memory_bytes;  // cpu (default 1 GiB); sim (default: the memory plan's)
   double gpu_memory_utilization = 0.9;                // cuda, sim
-  std::int32_t tensor_parallel_size = 1;              // cpu (ranks as threads, dense family), sim; cuda: 1
-  bool enable_expert_parallel = false;                // sim only: routed experts over the TP GPUs
+  std::int32_t tensor_parallel_size = 1;              // cpu (ranks as threads), sim; cuda: 1
+  bool enable_expert_parallel = false;                // cpu, sim: routed experts over the TP ranks
   CudaOptions cuda;                                // cuda: from the --cuda-* flags
   int num_threads = 0;                             // cpu
   std::string sim_profile;  // sim: a builtin profile name; empty = from the model directory

@@ -22,6 +22,7 @@ struct Engine::Impl {
   Impl(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig cfg)
       : config(cfg),
         info(backend->info()),
+        backend_view(*backend),
         core(std::move(backend), std::move(cost_model), cfg),
         limits{.max_model_len_tokens = cfg.max_model_len_tokens > 0 ? cfg.max_model_len_tokens
                                                                     : info.max_model_len_tokens,
@@ -36,10 +37,15 @@ struct Engine::Impl {
   double now_ms() const;
   void take_inbox(double now_ms);
   void publish(double now_ms);
+  // After a step: if the backend is gone, the engine dies (Engine::fatal_error).
+  void check_backend(double now_ms);
 
   const EngineConfig config;
   const BackendInfo info;
 
+  // The core's backend, for fatal_error() only (thread-safe there): submit
+  // and /health see a failure the moment it happens, before the step returns.
+  const Backend& backend_view;
   mutable std::mutex step_mutex;  // one step at a time; guards core
   EngineCore core;
   const EngineRequestLimits limits;
@@ -84,6 +90,8 @@ Result<std::shared_ptr<RequestStream>> Engine::Impl::submit(EngineRequest reques
   state->request = std::move(request);
   state->request.prompt_token_ids.clear();
 
+  if (std::optional<std::string> dead = backend_view.fatal_error())
+    return Error{"the engine is dead: " + *dead, ErrorCode::kUnavailable};
   std::lock_guard lock(mutex);
   if (!accepting) return Error{"the engine is shutting down", ErrorCode::kUnavailable};
   if (live_ids.contains(state->request.request_id)) {
@@ -137,12 +145,23 @@ void Engine::Impl::publish(double now) {
   stats = snapshot;
 }
 
+void Engine::Impl::check_backend(double now) {
+  const std::optional<std::string> reason = backend_view.fatal_error();
+  if (!reason) return;
+  // A request submitted just before the failure fails with the rest (after
+  // every step, so one that slips in later does too): none waits on a
+  // backend that will not run it.
+  take_inbox(now);
+  core.fail_all("the engine is dead: " + *reason, now);
+}
+
 StepReport Engine::Impl::step() {
   std::lock_guard step_lock(step_mutex);
   const double start = now_ms();
   take_inbox(start);
   StepReport report = core.step(start);
   if (config.clock == ClockMode::kVirtual) virtual_now_ms.store(std::max(start, report.end_ms));
+  check_backend(now_ms());
   publish(now_ms());
   return report;
 }
@@ -238,6 +257,8 @@ void Engine::advance_clock_to(double time_ms) {
 }
 
 double Engine::now_ms() const { return impl_->now_ms(); }
+
+std::optional<std::string> Engine::fatal_error() const { return impl_->backend_view.fatal_error(); }
 
 EngineStats Engine::stats() const {
   EngineStats snapshot;

@@ -295,7 +295,8 @@ class Engine {
   // Rejects, with a message for the client and a code for the server:
   // whatever check_request (request_validation.h) rejects (kInvalidArgument,
   // kOutOfRange), a request id already in use (kInvalidArgument), a full queue
-  // (kResourceExhausted), an engine that is stopping (kUnavailable). Thread-safe.
+  // (kResourceExhausted), an engine that is stopping or dead (kUnavailable,
+  // naming the failure). Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
   // Finishes the request with kAbort and frees its blocks at the next step.
   // Unknown or finished ids are ignored. Thread-safe.
@@ -315,6 +316,14 @@ class Engine {
   // idle gap before the next arrival in a simulated workload).
   void advance_clock_to(double time_ms);
   double now_ms() const;
+
+  // Why the engine is dead, or nothing while it runs. The backend reported a
+  // failure it cannot recover from (Backend::fatal_error: a rank of its
+  // tensor-parallel group failed): from that step on every request ends with
+  // kError and that reason, and submit refuses with kUnavailable. The server
+  // answers /health with 503 then, as vLLM does on EngineDeadError. There is
+  // no way back: restart the process. Thread-safe.
+  std::optional<std::string> fatal_error() const;
 
   EngineStats stats() const;  // thread-safe snapshot
   // Timelines of requests that ended since the previous call, in the order

@@ -98,11 +98,19 @@ void EngineCore::abort_request(const std::string& request_id, const std::string&
   finish(*r, {.reason = FinishReason::kAbort, .message = why}, now_ms);
 }
 
-void EngineCore::abort_all(const std::string& why, double now_ms) {
-  std::vector<std::string> names;
-  names.reserve(ids_.size());
-  for (const auto& [name, id] : ids_) names.push_back(name);
-  for (const std::string& name : names) abort_request(name, why, now_ms);
+void EngineCore::abort_all(const std::string& why, double now_ms) { end_all(FinishReason::kAbort, why, now_ms); }
+
+void EngineCore::fail_all(const std::string& why, double now_ms) { end_all(FinishReason::kError, why, now_ms); }
+
+void EngineCore::end_all(FinishReason reason, const std::string& why, double now_ms) {
+  std::vector<SequenceId> ids;
+  ids.reserve(ids_.size());
+  for (const auto& [name, id] : ids_) ids.push_back(id);
+  for (SequenceId id : ids) {
+    RequestState* r = find(id);
+    SLUICE_CHECK(r != nullptr);
+    finish(*r, {.reason = reason, .message = why}, now_ms);
+  }
 }
 
 // The engine clock inside one step() call: the virtual clock stands still

@@ -31,6 +31,8 @@ class EngineCore {
   // Ends the request with kAbort; unknown ids are ignored.
   void abort_request(const std::string& request_id, const std::string& why, double now_ms);
   void abort_all(const std::string& why, double now_ms);
+  // Ends every request with kError and `why` (the backend is gone).
+  void fail_all(const std::string& why, double now_ms);
 
   // schedule -> preempt -> continue the running -> admit -> submit -> collect
   // -> stream. `now_ms` is the call's start on the engine clock. Inline, the
@@ -127,6 +129,7 @@ class EngineCore {
     std::vector<GeneratedToken> last_tokens;
   };
   void finish(RequestState& r, Ending ending, double now_ms);
+  void end_all(FinishReason reason, const std::string& why, double now_ms);
   RequestState* find(SequenceId seq_id);
 
   std::unique_ptr<Backend> backend_;

@@ -46,17 +46,21 @@ struct FinalLogitsInputs {
 };
 Tensor final_logits(Ops& ops, const StepLayout& layout, const FinalLogitsInputs& in);
 
-// Whether `num_ranks` tensor-parallel ranks can split this model: the dense
-// family only, with its heads, KV heads, MLP width and vocabulary divisible.
-// The message starts with the flag, as serve's flag checks report refusals.
-Status check_tensor_parallel(const ModelConfig& config, std::int32_t num_ranks);
+// Whether `num_ranks` tensor-parallel ranks can split this model, the message
+// starting with the flag, as serve's flag checks report refusals. The dense
+// family: heads, KV heads, MLP width and vocabulary divisible. DeepSeek-V3:
+// heads, vocabulary, the dense and shared-expert MLP widths, and the routed
+// experts (expert_parallel: their count, else each expert's width).
+// expert_parallel on a model without experts is refused, as sim refuses it.
+Status check_tensor_parallel(const ModelConfig& config, std::int32_t num_ranks, bool expert_parallel = false);
 
 // Checks every tensor's name and shape against the config, rejects tensors the
 // architecture does not use, and uploads the weights through `ops`. With a
-// communicator of size > 1, this rank's tensor-parallel share of them (the
-// dense family only).
+// communicator of size > 1, this rank's tensor-parallel share of them, routed
+// experts split whole over the ranks when expert_parallel
+// (--enable-expert-parallel).
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const ModelConfig& config, const Checkpoint& checkpoint,
                                                          Ops& ops, const LoadProgress& progress,
-                                                         Communicator* comm = nullptr);
+                                                         Communicator* comm = nullptr, bool expert_parallel = false);
 
 }  // namespace sluice

@@ -11,26 +11,47 @@
 //   - FP8 block-scaled checkpoints: kept FP8 where the backend has FP8 GEMMs
 //     (CUDA), dequantized on load otherwise (WeightBinder decides; this file
 //     only says how each weight is used).
+//
+// Over a Communicator of N > 1 ranks (vLLM's layout for -tp N, with or
+// without --enable-expert-parallel; docs/architecture.md "Several devices"):
+//   - MLA heads sharded: this rank's rows of q_b_proj (q_proj) and kv_b_proj,
+//     its columns of o_proj, then an all-reduce. q_a_proj and kv_a_proj are
+//     replicated, so every rank computes and caches the whole latent (MLA has
+//     one latent for all heads: nothing to shard in the cache).
+//   - Dense MLPs and the shared experts: column-parallel gate|up,
+//     row-parallel down.
+//   - Routed experts: expert_parallel, this rank holds the whole experts
+//     [rank * E / N, (rank + 1) * E / N); otherwise every expert's width
+//     is split like a dense MLP. The router is replicated: every rank holds
+//     every token after the attention's all-reduce and routes it alike, so
+//     dispatch moves no bytes; each rank adds its experts' share (or its
+//     width's share) to the shared experts' partial sum and one all-reduce
+//     combines them, the same collective as a dense layer's.
+//   - Vocab-parallel embedding and head, as llama.h.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "sluice/dist/communicator.h"
 #include "sluice/model/decoder_model.h"
 
 namespace sluice {
 
 class DeepseekV3Model final : public DecoderModel {
  public:
+  // `comm`: this rank's communicator, or nullptr for the whole model on one device.
   static Result<std::unique_ptr<DeepseekV3Model>> load(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                       Ops& ops, const LoadProgress& progress);
+                                                       Ops& ops, const LoadProgress& progress,
+                                                       Communicator* comm = nullptr, bool expert_parallel = false);
 
   const ModelConfig& config() const override { return config_; }
   KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const override;
   Result<Tensor> forward(Ops& ops, const StepLayout& layout) const override;
 
  private:
+  // Shapes below are this rank's share (heads / ranks, widths / ranks).
   struct Attention {
     Tensor q_a_proj;   // [q_lora_rank, hidden]; empty when q_lora_rank is null
     Tensor q_a_norm;   // [q_lora_rank]
@@ -43,9 +64,11 @@ class DeepseekV3Model final : public DecoderModel {
   struct Moe {
     Tensor router;             // [experts, hidden]
     Tensor correction_bias;    // [experts]
-    MoeExpertWeights experts;  // gate_up [experts * 2 * moe_intermediate, hidden], down [experts * hidden, moe_intermediate]
-    Tensor shared_gate_up;     // [2 * shared_intermediate, hidden]
-    Tensor shared_down;        // [hidden, shared_intermediate]
+    // This rank's: gate_up [experts * 2 * moe_intermediate, hidden], down
+    // [experts * hidden, moe_intermediate] (experts or moe_intermediate / ranks).
+    MoeExpertWeights experts;
+    Tensor shared_gate_up;     // [2 * shared_intermediate / ranks, hidden]
+    Tensor shared_down;        // [hidden, shared_intermediate / ranks]
   };
   struct Layer {
     Tensor input_norm;           // [hidden]
@@ -58,14 +81,18 @@ class DeepseekV3Model final : public DecoderModel {
 
   ModelConfig config_;
   DeepseekV3Config ds_;
+  Communicator* comm_ = nullptr;  // nullptr: the whole model here
+  std::int64_t dense_intermediate_ = 0, shared_intermediate_ = 0;  // this rank's widths
+  TokenId first_token_id_ = 0;   // the first vocabulary row of embed_tokens_ and lm_head_
   RopeParams rope_;
   MlaShape mla_;
   MoeRouting routing_;
-  HostWeightBuffers dequantized_;  // FP8 weights dequantized to f32; host weight views point here
-  Tensor embed_tokens_;            // [vocab, hidden]
+  // FP8 weights dequantized to f32, and sharded slices; host weight views point here.
+  HostWeightBuffers dequantized_;
+  Tensor embed_tokens_;            // [vocab / ranks, hidden]
   std::vector<Layer> layers_;
   Tensor final_norm_;              // [hidden]
-  Tensor lm_head_;                 // [vocab, hidden]
+  Tensor lm_head_;                 // [vocab / ranks, hidden]
 };
 
 }  // namespace sluice

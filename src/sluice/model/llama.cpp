@@ -4,15 +4,14 @@
 
 #include <fmt/format.h>
 
+#include "sluice/model/tensor_parallel.h"
+
 namespace sluice {
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, const Checkpoint& checkpoint,
                                                      Ops& ops, const LoadProgress& progress, Communicator* comm) {
   const WeightShard shard{.rank = comm ? comm->rank() : 0, .size = comm ? comm->size() : 1};
   SLUICE_TRY(check_tensor_parallel(config, shard.size));
-  // The CPU communicator reads activations in host memory.
-  if (shard.size > 1 && ops.activation_dtype() != DType::f32)
-    return Error{"tensor parallelism runs on the CPU backend only: the NCCL communicator is not built yet (issue 19)"};
   auto owned = std::make_unique<LlamaModel>();
   LlamaModel& model = *owned;
   model.config_ = config;
@@ -88,25 +87,6 @@ KvCacheSpec LlamaModel::kv_cache_spec(std::int32_t num_blocks, std::int32_t bloc
                      .head_dim = config_.head_dim};
 }
 
-Status LlamaModel::all_reduce(const Tensor& x) const {
-  if (!comm_) return Ok{};
-  return comm_->all_reduce_sum({x.as<float>(), static_cast<std::size_t>(x.numel())});
-}
-
-Result<Tensor> LlamaModel::gather_logits(Ops& ops, const Tensor& shard) const {
-  if (!comm_) return shard;
-  // One all-gather per row: each rank's columns of a row are contiguous in
-  // the rank-major result, so the row comes out whole and in vocabulary order.
-  Tensor logits = ops.scratch({shard.rows(), std::int64_t{config_.vocab_size}});
-  for (std::int64_t row = 0; row < shard.rows(); ++row) {
-    const std::span<const float> send{shard.as<const float>() + row * shard.cols(),
-                                      static_cast<std::size_t>(shard.cols())};
-    SLUICE_TRY(comm_->all_gather(send, {logits.as<float>() + row * logits.cols(),
-                                        static_cast<std::size_t>(logits.cols())}));
-  }
-  return logits;
-}
-
 Result<Tensor> LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
   const std::int64_t n = layout.num_rows();
   const std::int64_t hidden = config_.hidden_size;
@@ -125,12 +105,7 @@ Result<Tensor> LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
   Tensor gate_up = ops.scratch({n, 2 * intermediate_size_});  // workspace of gate_up_silu
   Tensor act = ops.scratch({n, intermediate_size_});
 
-  if (comm_) {
-    SLUICE_TRY(ops.embedding_shard(embed_tokens_, first_token_id_, residual));
-    SLUICE_TRY(all_reduce(residual));
-  } else {
-    ops.embedding(embed_tokens_, residual);
-  }
+  SLUICE_TRY(embed_tokens(ops, comm_, embed_tokens_, first_token_id_, residual));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
     if (l == 0)
@@ -147,16 +122,16 @@ Result<Tensor> LlamaModel::forward(Ops& ops, const StepLayout& layout) const {
     ops.rope(q, k, rope_);
     ops.attention(static_cast<std::int32_t>(l), q, k, v, scale, attn);
     ops.matmul(attn, layer.o_proj, Tensor{}, block_out);
-    SLUICE_TRY(all_reduce(block_out));
+    SLUICE_TRY(all_reduce(comm_, block_out));
     ops.add_rms_norm(residual, block_out, layer.post_attention_norm, eps, normed);
     ops.gate_up_silu(normed, layer.gate_up_proj, gate_up, act);
     ops.matmul(act, layer.down_proj, Tensor{}, block_out);
-    SLUICE_TRY(all_reduce(block_out));
+    SLUICE_TRY(all_reduce(comm_, block_out));
   }
   const Tensor logits = final_logits(ops, layout, {.residual = residual, .block_out = block_out,
                                                    .final_norm = final_norm_, .eps = eps, .lm_head = lm_head_,
                                                    .normed = normed});
-  return gather_logits(ops, logits);
+  return gather_logits(ops, comm_, logits, config_.vocab_size);
 }
 
 }  // namespace sluice

@@ -43,11 +43,6 @@ class LlamaModel final : public DecoderModel {
     Tensor down_proj;        // [hidden, intermediate]
   };
 
-  // The all-reduce after a row-parallel projection; nothing without a group.
-  Status all_reduce(const Tensor& x) const;
-  // The rows' logits [samples, vocab] from this rank's columns [samples, vocab / ranks].
-  Result<Tensor> gather_logits(Ops& ops, const Tensor& shard) const;
-
   ModelConfig config_;
   Communicator* comm_ = nullptr;  // nullptr: not tensor parallel
   // This rank's share (all of it without a group).

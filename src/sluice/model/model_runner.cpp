@@ -34,6 +34,14 @@ class ModelRunner final : public Backend {
 
   const BackendInfo& info() const override { return info_; }
 
+  // A group that lost a rank runs nothing again (communicator.h).
+  std::optional<std::string> fatal_error() const override {
+    if (!group_) return std::nullopt;
+    const std::optional<std::string> reason = group_->abort_reason();
+    if (!reason) return std::nullopt;
+    return fmt::format("the tensor-parallel group is down: {}", *reason);
+  }
+
   Status allocate_host_kv_cache(std::int32_t num_blocks) override {
     if (info_.kv_bytes_per_block == 0) return Error{"the " + info_.name + " ops have no host KV tier"};
     return ops_->allocate_host_kv_cache(num_blocks);
@@ -98,8 +106,7 @@ class ModelRunner final : public Backend {
   // a collective: the step fails with the first failing rank's reason.
   Result<Tensor> forward(const StepLayout& layout) {
     if (!group_) return forward_rank(0, layout);
-    if (const auto reason = group_->abort_reason())
-      return Error{fmt::format("the tensor-parallel group is down: {}", *reason), ErrorCode::kUnavailable};
+    if (std::optional<std::string> down = fatal_error()) return Error{*down, ErrorCode::kUnavailable};
     std::vector<std::optional<Result<Tensor>>> results(ranks_.size());
     {
       std::vector<std::jthread> others;
@@ -204,7 +211,7 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
     const bool progress = options.show_progress && r == 0;
     SLUICE_TRY_ASSIGN(model, load_decoder_model(config, checkpoint, *rank.ops,
                                                 progress ? LoadProgress(print_progress) : LoadProgress(),
-                                                group ? &group->rank(r) : nullptr));
+                                                group ? &group->rank(r) : nullptr, options.enable_expert_parallel));
     rank.model = std::move(model);
   }
   Ops& ops = *ranks.front().ops;
@@ -216,8 +223,8 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
                    .vocab_size = config.vocab_size,
                    .max_model_len_tokens = options.max_model_len_tokens > 0 ? options.max_model_len_tokens
                                                                             : config.max_position_embeddings};
-  // A block's bytes over all ranks (each holds its share of the KV heads):
-  // kv_cache_bytes is the whole cache's.
+  // A block's bytes over all ranks (each holds its share of the KV heads, or
+  // MLA's whole latent): kv_cache_bytes is the whole cache's.
   const std::int64_t bytes_per_block =
       model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops.activation_dtype()) * num_ranks;
   std::int64_t kv_cache_bytes = options.kv_cache_bytes;

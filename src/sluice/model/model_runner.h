@@ -25,6 +25,9 @@ struct ModelRunnerOptions {
   // num_kv_blocks / kv_cache_bytes; fails on an Ops without device memory.
   std::int64_t device_memory_budget_bytes = 0;
   std::int64_t device_memory_total_bytes = 0;
+  // With several ranks, MoE routed experts split whole over them (vLLM's
+  // --enable-expert-parallel) instead of each expert's width.
+  bool enable_expert_parallel = false;
 };
 
 Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,
@@ -34,7 +37,8 @@ Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir,
 // scratch and threads), a CpuCommunicatorGroup between them, each rank's
 // forward on its own thread; rank 0's logits are sampled. One Ops is
 // make_model_runner. Every rank has the same num_kv_blocks, each holding its
-// share of the KV heads; kv_cache_bytes is all ranks' together. No host KV
+// share of the KV heads (dense) or the whole latent (MLA); kv_cache_bytes is
+// all ranks' together. No host KV
 // tier or device-memory sizing yet. A rank that fails (an error or an
 // exception) aborts the group: the step fails with that rank's reason, and
 // so does every later step.

@@ -94,25 +94,42 @@ Result<Tensor> WeightBinder::row_shards(const std::vector<std::pair<std::string,
 }
 
 Result<Tensor> WeightBinder::column_shard(const std::string& name, const Shape& shape, WeightShard shard) {
-  if (shard.size == 1) return weight(name, shape);
-  SLUICE_TRY_ASSIGN(tensor, host(name, shape, false));
-  if (shape.rank != 2 || shape.cols() % shard.size != 0)
-    return Error{fmt::format("tensor '{}' of shape {} has columns {} tensor-parallel ranks cannot split evenly", name,
-                             shape.str(), shard.size)};
-  const std::int64_t rows = shape.rows(), cols = shape.cols() / shard.size;
-  const std::size_t element_bytes = dtype_size_bytes(tensor.dtype);
+  return column_shards({{name, shape}}, shard);
+}
+
+Result<Tensor> WeightBinder::column_shards(const std::vector<std::pair<std::string, Shape>>& parts,
+                                           WeightShard shard) {
+  if (shard.size == 1) return parts.size() == 1 ? weight(parts[0].first, parts[0].second) : concatenated(parts);
+  std::vector<Tensor> tensors;
+  std::int64_t rows = 0;
+  for (const auto& [name, shape] : parts) {
+    SLUICE_TRY_ASSIGN(tensor, host(name, shape, false));
+    if (shape.rank != 2 || shape.cols() % shard.size != 0)
+      return Error{fmt::format("tensor '{}' of shape {} has columns {} tensor-parallel ranks cannot split evenly",
+                               name, shape.str(), shard.size)};
+    if (!tensors.empty() && (shape.cols() != parts.front().second.cols() || tensor.dtype != tensors.front().dtype))
+      return Error{fmt::format("tensor '{}' ({} {}) cannot stack under '{}'", name, shape.str(),
+                               dtype_name(tensor.dtype), parts.front().first)};
+    tensors.push_back(tensor);
+    rows += shape.rows();
+  }
+  const DType dtype = tensors.front().dtype;
+  const std::int64_t full_cols = parts.front().second.cols(), cols = full_cols / shard.size;
+  const std::size_t element_bytes = dtype_size_bytes(dtype);
   const std::size_t row_bytes = static_cast<std::size_t>(cols) * element_bytes;
   // Host buffers are float vectors: rounded up to hold the bytes of any dtype.
   std::vector<float>& buffer =
       host_buffers_.emplace_back((static_cast<std::size_t>(rows) * row_bytes + sizeof(float) - 1) / sizeof(float));
-  const auto* src = static_cast<const std::byte*>(tensor.data);
   auto* dst = reinterpret_cast<std::byte*>(buffer.data());
-  for (std::int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + static_cast<std::size_t>(r) * row_bytes,
-                src + (static_cast<std::size_t>(r * shape.cols()) + static_cast<std::size_t>(shard.rank * cols)) *
-                          element_bytes,
-                row_bytes);
-  return ops_.upload_weight(Tensor{buffer.data(), tensor.dtype, Shape{rows, cols}});
+  for (const Tensor& tensor : tensors) {
+    const auto* src = static_cast<const std::byte*>(tensor.data);
+    for (std::int64_t r = 0; r < tensor.rows(); ++r, dst += row_bytes)
+      std::memcpy(dst,
+                  src + (static_cast<std::size_t>(r * full_cols) + static_cast<std::size_t>(shard.rank * cols)) *
+                            element_bytes,
+                  row_bytes);
+  }
+  return ops_.upload_weight(Tensor{buffer.data(), dtype, Shape{rows, cols}});
 }
 
 void WeightBinder::skip(const std::string& prefix, const std::string& why) { skipped_.emplace_back(prefix, why); }
@@ -131,10 +148,22 @@ Status WeightBinder::reject_unused() const {
       }
     if (!skipped) return Error{fmt::format("checkpoint tensor '{}' is not used by this architecture", name)};
   }
-  for (std::size_t i = 0; i < skipped_.size(); ++i)
-    if (num_skipped[i] > 0)
-      spdlog::info("skipping {} checkpoint tensors under '{}': {}", num_skipped[i], skipped_[i].first,
-                   skipped_[i].second);
+  // One line per reason: expert parallelism skips other ranks' experts under
+  // one prefix per layer.
+  for (std::size_t i = 0; i < skipped_.size(); ++i) {
+    if (num_skipped[i] == 0) continue;
+    bool said = false;
+    for (std::size_t j = 0; j < i && !said; ++j) said = num_skipped[j] > 0 && skipped_[j].second == skipped_[i].second;
+    if (said) continue;
+    std::size_t num_tensors = 0, num_prefixes = 0;
+    for (std::size_t j = i; j < skipped_.size(); ++j)
+      if (num_skipped[j] > 0 && skipped_[j].second == skipped_[i].second) {
+        num_tensors += num_skipped[j];
+        ++num_prefixes;
+      }
+    spdlog::info("skipping {} checkpoint tensors under '{}'{}: {}", num_tensors, skipped_[i].first,
+                 num_prefixes > 1 ? fmt::format(" and {} more prefixes", num_prefixes - 1) : "", skipped_[i].second);
+  }
   return Ok{};
 }
 

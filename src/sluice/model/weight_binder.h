@@ -60,6 +60,9 @@ class WeightBinder {
   Result<Tensor> row_shards(const std::vector<std::pair<std::string, Shape>>& parts, WeightShard shard);
   // Row-parallel: this rank's columns (input features) of a 2-D weight, copied.
   Result<Tensor> column_shard(const std::string& name, const Shape& shape, WeightShard shard);
+  // column_shard of each part (same columns, same dtype), stacked by rows:
+  // every routed expert's down_proj when the experts' width is split.
+  Result<Tensor> column_shards(const std::vector<std::pair<std::string, Shape>>& parts, WeightShard shard);
   // Whether parts of these shapes, stacked, would stay FP8 under `use`: an
   // op whose weights must share a dtype (moe_experts' gate_up and down) asks
   // for both before binding either.

@@ -47,6 +47,13 @@ ApiError unavailable(std::string message, int retry_after_s) {
                   .retry_after_s = retry_after_s};
 }
 
+ApiError engine_dead(const std::string& reason) {
+  return ApiError{.http_status = 503,
+                  .message = "the engine is dead: " + reason + " (restart the server)",
+                  .type = "unavailable_error",
+                  .code = "engine_dead"};
+}
+
 ApiError internal_error(std::string message) {
   return ApiError{.http_status = 500, .message = std::move(message), .type = "server_error", .code = "internal_error"};
 }

@@ -31,6 +31,9 @@ ApiError model_not_found(const std::string& model);
 ApiError unauthorized();
 ApiError overloaded(std::string message, int retry_after_s);
 ApiError unavailable(std::string message, int retry_after_s);  // loading, draining, stopping
+// 503 without Retry-After: the engine died (Engine::fatal_error) and this
+// process serves nothing again.
+ApiError engine_dead(const std::string& reason);
 ApiError internal_error(std::string message);
 
 // An error from below the server (the engine's request checks and submit) as

@@ -122,7 +122,11 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<HttpExchange> 
   const auto model = this->model();
 
   if (path == "/health" || path == "/v1/health") {
-    if (!model || draining_) {
+    // vLLM answers 503 once its engine is dead (EngineDeadError); the body says why.
+    const std::optional<std::string> dead = model ? model->engine->fatal_error() : std::nullopt;
+    if (dead) {
+      reply_error(exchange, engine_dead(*dead));
+    } else if (!model || draining_) {
       reply_error(exchange, unavailable(draining_ ? "draining" : "loading model", options_.retry_after_s));
     } else {
       exchange->respond(200, R"({"status":"ok"})", "application/json");
@@ -274,6 +278,7 @@ static std::optional<ApiError> submit_job(const GenerationOptions& options, cons
     if (!stream) {
       // A full queue or a stopping engine (the checks above passed): nothing of the job may run.
       for (const std::string& id : submitted) model->engine->abort(id);
+      if (const std::optional<std::string> dead = model->engine->fatal_error()) return engine_dead(*dead);
       return from_error(stream.error(), retry_after_s);
     }
     submitted.push_back(engine_id);

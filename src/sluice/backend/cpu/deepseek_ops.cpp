@@ -228,7 +228,8 @@ void moe_experts(ThreadPool& pool, const Tensor& x, const MoeExpertWeights& expe
   const Tensor& expert_weights = assignment.expert_weights;
   const std::int64_t hidden = x.cols(), inter = w_down.cols(), k = expert_ids.cols();
   SLUICE_CHECK_EQ(w_gate_up.cols(), hidden);
-  SLUICE_CHECK_EQ(w_gate_up.rows() / (2 * inter), w_down.rows() / hidden);
+  const std::int64_t num_local = w_down.rows() / hidden, first = experts.first_expert;
+  SLUICE_CHECK_EQ(w_gate_up.rows() / (2 * inter), num_local);
   SLUICE_CHECK_EQ(out.cols(), hidden);
   // Row by row, experts in routing order: a row's result never depends on
   // which other rows share the step.
@@ -239,7 +240,8 @@ void moe_experts(ThreadPool& pool, const Tensor& x, const MoeExpertWeights& expe
       const float* in = x.as<const float>() + r * hidden;
       float* o = out.as<float>() + r * hidden;
       for (std::int64_t i = 0; i < k; ++i) {
-        const std::int64_t e = expert_ids.as<const std::int32_t>()[r * k + i];
+        const std::int64_t e = expert_ids.as<const std::int32_t>()[r * k + i] - first;
+        if (e < 0 || e >= num_local) continue;  // another expert-parallel rank's
         const float weight = expert_weights.as<const float>()[r * k + i];
         const float* wgu = f32_rows(w_gate_up, e * 2 * inter, 2 * inter, buffer_gate_up);
         for (std::int64_t j = 0; j < 2 * inter; ++j) gate_up[j] = dot(wgu + j * hidden, in, hidden);

@@ -222,6 +222,8 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   SLUICE_TRY(check_expert_weight(gate_up, "gate_up"));
   SLUICE_TRY(check_expert_weight(down, "down"));
   if (gate_up.dtype != down.dtype) return Error{"CUDA moe_experts: gate_up and down must share one dtype"};
+  if (experts.first_expert != 0)
+    return Error{"CUDA moe_experts: holds every expert; expert parallelism runs on the CPU only (issue 19)"};
   const bool fp8 = gate_up.dtype == DType::f8_e4m3;
   if (num_experts > kMoeMaxExperts)
     return Error{fmt::format("CUDA moe_experts: {} experts; the kernels hold at most {}", num_experts,
