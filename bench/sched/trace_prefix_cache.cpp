@@ -1,11 +1,11 @@
 // Prefix-cache hit rate on a production trace (Mooncake JSONL: timestamp,
 // input_length, output_length, hash_ids of 512-token blocks) or on a synthetic
-// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, reuse-history, and the
+// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, reuse-history, adaptive-reuse, and the
 // offline optimum (Belady).
 //
 //   trace_prefix_cache TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N]
 //                      [--half all|first|second] [--mode replay|engine|both]
-//                      [--policies lru,slru,prefix-aware] [--slru-protected FRACTION]
+//                      [--policies lru,slru,prefix-aware,reuse-history,adaptive-reuse] [--slru-protected FRACTION]
 //                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
 //                      [--reuse-seen-weight W] [--reuse-depth-weight B]   (replay only;
 //                                                KvCacheConfig::reuse_seen_weight, reuse_depth_weight_blocks)
@@ -175,6 +175,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
   if (eviction == EvictionPolicy::kPrefixAware) {
     std::printf("  (prefix-aware admission window at the end: %d tokens)\n",
                 kv.pool().admit_window_blocks() * kBlockTokens);
+  }
+  if (const LruCounterfactual* c = kv.pool().counterfactual()) {
+    std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld)\n", c->scale(),
+                static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
   }
   return static_cast<double>(hit) / static_cast<double>(queried);
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "sluice/kv/admission_window.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/evictor.h"
+#include "sluice/kv/lru_counterfactual.h"
 #include "sluice/kv/reuse_history.h"
 
 namespace sluice {
@@ -91,6 +93,13 @@ class BlockPool {
   void note_first_miss(BlockHash hash);
   // The prefix-aware policy's current admission window (0 under LRU/SLRU).
   std::int32_t admit_window_blocks() const { return admission_ ? admission_->blocks() : 0; }
+  // Adaptive reuse (lru_counterfactual.h): a new request's prompt keys and
+  // how many of them it hit on this pool; later, keys it added. No-ops otherwise.
+  void note_request(std::span<const BlockHash> keys, std::int32_t num_hit_blocks);
+  void note_more_keys(std::span<const BlockHash> keys);
+  // Adaptive reuse's learnt scale (lru_counterfactual.h); 1 for reuse history.
+  double reuse_scale() const { return evictor_.reuse_scale(); }
+  const LruCounterfactual* counterfactual() const { return counterfactual_ ? &*counterfactual_ : nullptr; }
 
   void check_invariants() const;
 
@@ -107,7 +116,10 @@ class BlockPool {
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;
   std::optional<AdmissionWindow> admission_;  // prefix-aware only
-  std::optional<ReuseHistory> history_;       // reuse history only
+  std::optional<ReuseHistory> history_;       // reuse history and adaptive reuse
+  std::optional<LruCounterfactual> counterfactual_;  // adaptive reuse only
+  // Adaptive reuse: the evictor's scale follows the learnt one in coarse steps.
+  void follow_scale();
   BlockPoolCounters counters_;
 };
 

@@ -29,6 +29,15 @@ enum class EvictionPolicy {
   // the prefix chain. No cold tier: a block's count, not its novelty, says
   // whether it comes back. Results: docs/benchmarks.md.
   kReuseHistory,
+  // Adaptive reuse: reuse history whose count and depth terms are scaled by
+  // a factor in [0, 1] learnt online against LRU's counterfactual (ghosts of
+  // evicted keys with their release clock): a hit on a block LRU would have
+  // evicted already raises it, a miss on a key LRU would still hold lowers
+  // it. At 0 it is LRU. On traffic whose sessions end (agent sessions) the
+  // counts keep dead sessions' blocks, the misses say so and the factor
+  // falls; where long-lived popular prefixes recur (the Mooncake trace) the
+  // hits say so and it stays up. Results: docs/benchmarks.md.
+  kAdaptiveReuse,
 };
 
 // What the ranked policies (prefix-aware, reuse history) know about a block

@@ -160,6 +160,7 @@ Status KvCacheManager::commit(const KvAllocation& allocation) {
     seq.instance = next_instance_++;
     seq.num_registered_blocks = num_hit_blocks + num_load_blocks;
     seq.num_prefix_hit_blocks = num_hit_blocks + num_load_blocks;
+    seq.num_device_hit_blocks = num_hit_blocks;
     num_queried_tokens_ += allocation.num_queried_tokens;
     num_hit_tokens_ += allocation.prefix.num_cached_tokens;
     if (num_hit_blocks > 0) ++num_queries_with_device_hits_;
@@ -198,12 +199,20 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
   const auto it = sequences_.find(seq_id);
   SLUICE_CHECK_MSG(it != sequences_.end(), "cache_computed_blocks of an unknown sequence");
   Sequence& seq = it->second;
+  // Adaptive reuse compares the request's device hit with LRU's (block_pool.h).
+  if (seq.num_keys_noted == 0) {
+    pool_.note_request(block_hashes, seq.num_device_hit_blocks);
+  } else if (block_hashes.size() > seq.num_keys_noted) {
+    pool_.note_more_keys(block_hashes.subspan(seq.num_keys_noted));
+  }
+  seq.num_keys_noted = std::max(seq.num_keys_noted, block_hashes.size());
   const auto num_full = std::min<std::size_t>(
       {static_cast<std::size_t>(num_computed_tokens / config_.block_size_tokens), block_hashes.size(),
        seq.blocks.size()});
   for (auto i = static_cast<std::size_t>(seq.num_registered_blocks); i < num_full; ++i) {
     // The block right after the prefix hit, seen for the first time: where the hit stopped.
     if (i == static_cast<std::size_t>(seq.num_prefix_hit_blocks)) pool_.note_first_miss(block_hashes[i]);
+
     pool_.register_hash(seq.blocks[i], block_hashes[i]);
   }
   seq.num_registered_blocks = std::max(seq.num_registered_blocks, static_cast<std::int32_t>(num_full));

@@ -219,6 +219,8 @@ class KvCacheManager {
     std::uint64_t instance = 0;              // tells a re-admitted sequence from its earlier self
     std::int32_t num_loading_blocks = 0;
     bool load_failed = false;
+    std::int32_t num_device_hit_blocks = 0;  // of those, from the device
+    std::size_t num_keys_noted = 0;          // keys the pool's adaptive policy has seen (note_request)
   };
   struct Copy {
     KvCopyDirection direction = KvCopyDirection::kDeviceToHost;
