@@ -9,7 +9,7 @@ namespace sluice {
 
 BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
                      PrefixAwareParams prefix_aware, ReuseHistoryParams reuse_history,
-                     std::int64_t history_counters_per_row)
+                     std::int64_t history_counters_per_row, std::int32_t shadow_capacity_blocks)
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
       num_hits_(static_cast<std::size_t>(num_blocks), 0),
@@ -28,7 +28,8 @@ BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int3
   if (eviction == EvictionPolicy::kAdaptiveReuse) {
     // Starts trusting the counts; a cache-full of hit blocks won or lost
     // against LRU spans the range.
-    counterfactual_.emplace(1.0, 1.0 / static_cast<double>(num_blocks), num_blocks);
+    counterfactual_.emplace(1.0, 1.0 / static_cast<double>(num_blocks),
+                            shadow_capacity_blocks > 0 ? shadow_capacity_blocks : num_blocks);
   }
   free_list_.reserve(static_cast<std::size_t>(num_blocks));
   // Reverse so that allocation hands out low ids first (readable test timelines).

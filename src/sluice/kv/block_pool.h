@@ -33,9 +33,12 @@ struct BlockPoolCounters {
 class BlockPool {
  public:
   // history_counters_per_row: the reuse-history policy's sketch width (reuse_history.h).
+  // shadow_capacity_blocks: the LRU adaptive reuse compares itself with
+  // (lru_counterfactual.h): this pool's size (0), or, with a host tier below
+  // it, both tiers' (the hierarchy is what the policy should beat).
   BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
             PrefixAwareParams prefix_aware = {}, ReuseHistoryParams reuse_history = {},
-            std::int64_t history_counters_per_row = 0);
+            std::int64_t history_counters_per_row = 0, std::int32_t shadow_capacity_blocks = 0);
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks an allocation can get: free + cached free.
@@ -94,7 +97,8 @@ class BlockPool {
   // The prefix-aware policy's current admission window (0 under LRU/SLRU).
   std::int32_t admit_window_blocks() const { return admission_ ? admission_->blocks() : 0; }
   // Adaptive reuse (lru_counterfactual.h): a new request's prompt keys and
-  // how many of them it hit on this pool; later, keys it added. No-ops otherwise.
+  // how many of them it hit (on this pool, or on the hierarchy the shadow
+  // models); later, keys it added. No-ops otherwise.
   void note_request(std::span<const BlockHash> keys, std::int32_t num_hit_blocks);
   void note_more_keys(std::span<const BlockHash> keys);
   // Adaptive reuse's learnt scale (lru_counterfactual.h); 1 for reuse history.

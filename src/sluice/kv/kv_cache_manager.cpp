@@ -32,7 +32,8 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config),
             reuse_history_params(config),
-            static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks) {
+            static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks,
+            config.num_blocks + config.num_host_blocks) {
   SLUICE_CHECK(config.block_size_tokens > 0);
   SLUICE_CHECK(config.num_host_blocks >= 0 && config.demote_watermark_blocks >= 0);
   if (config.num_host_blocks > 0) host_.emplace(config.num_host_blocks, config.host_eviction);
@@ -199,9 +200,11 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
   const auto it = sequences_.find(seq_id);
   SLUICE_CHECK_MSG(it != sequences_.end(), "cache_computed_blocks of an unknown sequence");
   Sequence& seq = it->second;
-  // Adaptive reuse compares the request's device hit with LRU's (block_pool.h).
+  // Adaptive reuse compares the request's hit with LRU's (block_pool.h): with a
+  // host tier, what both tiers gave against an LRU of both tiers' size, since
+  // what the device evicts is what the host gets.
   if (seq.num_keys_noted == 0) {
-    pool_.note_request(block_hashes, seq.num_device_hit_blocks);
+    pool_.note_request(block_hashes, host_ ? seq.num_prefix_hit_blocks : seq.num_device_hit_blocks);
   } else if (block_hashes.size() > seq.num_keys_noted) {
     pool_.note_more_keys(block_hashes.subspan(seq.num_keys_noted));
   }
