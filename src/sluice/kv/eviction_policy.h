@@ -30,13 +30,12 @@ enum class EvictionPolicy {
   // whether it comes back. Results: docs/benchmarks.md.
   kReuseHistory,
   // Adaptive reuse: reuse history whose count and depth terms are scaled by
-  // a factor in [0, 1] learnt online against LRU's counterfactual (ghosts of
-  // evicted keys with their release clock): a hit on a block LRU would have
-  // evicted already raises it, a miss on a key LRU would still hold lowers
-  // it. At 0 it is LRU. On traffic whose sessions end (agent sessions) the
-  // counts keep dead sessions' blocks, the misses say so and the factor
-  // falls; where long-lived popular prefixes recur (the Mooncake trace) the
-  // hits say so and it stays up. Results: docs/benchmarks.md.
+  // a factor in [0, 1] learnt online against LRU (lru_counterfactual.h: a
+  // shadow LRU of the same size beside the cache, keys only): a request that
+  // hits more than the shadow raises it, one that hits less lowers it. At 0
+  // it is LRU. On traffic whose sessions end (agent sessions) the counts keep
+  // dead sessions' blocks and the factor falls; where long-lived popular
+  // prefixes recur (the Mooncake trace) it stays up. Results: docs/benchmarks.md.
   kAdaptiveReuse,
 };
 

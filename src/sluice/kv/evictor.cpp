@@ -73,10 +73,10 @@ void Evictor::insert(BlockId block, const EvictionSignals& signals) {
   SLUICE_CHECK(!contains(block));
   SLUICE_CHECK(signals.num_hits >= 0 && signals.novel_depth_blocks >= 0);
   SLUICE_CHECK(signals.times_seen >= 0 && signals.depth_blocks >= 0);
-  if (ranked()) released_at_[static_cast<std::size_t>(block)] = num_releases_ + 1;
   if (policy_ == EvictionPolicy::kReuseHistory || policy_ == EvictionPolicy::kAdaptiveReuse) {
     const auto i = static_cast<std::size_t>(block);
     ++num_releases_;
+    released_at_[i] = num_releases_;
     warm_[i] = true;
     bonus_[i] = reuse_history_.seen_weight_blocks * std::log2(std::max(1.0, static_cast<double>(signals.times_seen))) -
                 reuse_history_.depth_weight_blocks * static_cast<double>(signals.depth_blocks);

@@ -66,10 +66,6 @@ class Evictor {
   // the caller changes it in coarse steps.
   void set_reuse_scale(double scale);
   double reuse_scale() const { return reuse_scale_; }
-  // The recency clock (releases so far) and, for a block inserted at least
-  // once, the clock when it last was (kept after it leaves). Ranked policies.
-  std::int64_t num_releases() const { return num_releases_; }
-  std::int64_t released_at(BlockId block) const { return released_at_[static_cast<std::size_t>(block)]; }
 
   bool contains(BlockId block) const { return segment_[static_cast<std::size_t>(block)] != Segment::kNone; }
   std::int32_t size() const { return probation_.size + protected_.size + static_cast<std::int32_t>(ranked_.size()); }
@@ -112,7 +108,7 @@ class Evictor {
   std::int64_t num_releases_ = 0;  // the recency clock
   bool last_victim_was_cold_ = false;
   double reuse_scale_ = 1.0;
-  std::vector<std::int64_t> released_at_;  // [num_blocks] ranked policies
+  std::vector<std::int64_t> released_at_;  // [num_blocks] reuse policies: the clock at its insert
   std::vector<double> bonus_;      // [num_blocks] reuse policies: the count and depth terms, unscaled
   std::vector<double> score_;      // [num_blocks] valid while ranked
   std::vector<bool> warm_;         // [num_blocks] valid while ranked

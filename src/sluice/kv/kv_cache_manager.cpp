@@ -215,7 +215,6 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
   for (auto i = static_cast<std::size_t>(seq.num_registered_blocks); i < num_full; ++i) {
     // The block right after the prefix hit, seen for the first time: where the hit stopped.
     if (i == static_cast<std::size_t>(seq.num_prefix_hit_blocks)) pool_.note_first_miss(block_hashes[i]);
-
     pool_.register_hash(seq.blocks[i], block_hashes[i]);
   }
   seq.num_registered_blocks = std::max(seq.num_registered_blocks, static_cast<std::int32_t>(num_full));
