@@ -1,11 +1,11 @@
 // Prefix-cache hit rate on a production trace (Mooncake JSONL: timestamp,
 // input_length, output_length, hash_ids of 512-token blocks) or on a synthetic
-// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, reuse-history, and the
+// agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, reuse-history, adaptive-reuse, and the
 // offline optimum (Belady).
 //
 //   trace_prefix_cache TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N]
 //                      [--half all|first|second] [--mode replay|engine|both]
-//                      [--policies lru,slru,prefix-aware] [--slru-protected FRACTION]
+//                      [--policies lru,slru,prefix-aware,reuse-history,adaptive-reuse] [--slru-protected FRACTION]
 //                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
 //                      [--reuse-seen-weight W] [--reuse-depth-weight B]   (replay only;
 //                                                KvCacheConfig::reuse_seen_weight, reuse_depth_weight_blocks)
@@ -176,6 +176,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     std::printf("  (prefix-aware admission window at the end: %d tokens)\n",
                 kv.pool().admit_window_blocks() * kBlockTokens);
   }
+  if (const LruCounterfactual* c = kv.pool().counterfactual()) {
+    std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld)\n", c->scale(),
+                static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
+  }
   return static_cast<double>(hit) / static_cast<double>(queried);
 }
 
@@ -190,6 +194,12 @@ struct EngineResult {
   std::int64_t num_rejected = 0;
   std::int64_t num_preemptions = 0;
   double sim_seconds = 0.0;
+  // Why the two tiers hold less than one cache of their size would: device
+  // keys evicted without reaching the host, host evictions, and host hits
+  // the planner recomputed (of prompt tokens).
+  std::int64_t demotions_skipped = 0;
+  std::int64_t host_evicted_blocks = 0;
+  double host_recomputed_rate = 0.0;
 };
 
 EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
@@ -246,6 +256,10 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   result.host_loaded_gb = replayed.stats.host_loaded_bytes / 1'000'000'000;
   result.host_stored_gb = replayed.stats.host_stored_bytes / 1'000'000'000;
   result.sim_seconds = replayed.stats.now_ms / 1000.0;
+  result.demotions_skipped = replayed.stats.host_demotions_skipped;
+  result.host_evicted_blocks = replayed.stats.host_evicted_blocks;
+  result.host_recomputed_rate =
+      static_cast<double>(replayed.stats.host_hit_tokens_recomputed) / static_cast<double>(prompt_tokens);
   return result;
 }
 
@@ -335,11 +349,13 @@ int main(int argc, char** argv) {
       const EngineResult r = through_engine(trace, kv_tokens, *eviction, protected_fraction);
       std::printf("engine  %-12s: %.2f%% of prompt tokens from cache (%.2f%% loaded from host); %lld done, "
                   "%lld rejected, %lld preemptions, mean TTFT %.0f ms, %.0f s simulated; host: %lld GB loaded, "
-                  "%lld GB stored, mean load %.1f ms\n",
+                  "%lld GB stored, mean load %.1f ms; %lld device keys evicted unstored, %lld host evictions, "
+                  "%.2f%% host hits recomputed\n",
                   name.c_str(), 100.0 * r.hit_rate, 100.0 * r.host_hit_rate, static_cast<long long>(r.num_done),
                   static_cast<long long>(r.num_rejected), static_cast<long long>(r.num_preemptions), r.mean_ttft_ms,
                   r.sim_seconds, static_cast<long long>(r.host_loaded_gb), static_cast<long long>(r.host_stored_gb),
-                  r.mean_load_ms);
+                  r.mean_load_ms, static_cast<long long>(r.demotions_skipped),
+                  static_cast<long long>(r.host_evicted_blocks), 100.0 * r.host_recomputed_rate);
     }
     std::fflush(stdout);
   }

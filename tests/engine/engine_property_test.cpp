@@ -49,7 +49,8 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
   config.async_scheduling = async_scheduling;
   config.scheduling = static_cast<SchedulingPolicy>(pick(5));
   config.eviction = std::array{EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware,
-                               EvictionPolicy::kReuseHistory}[static_cast<std::size_t>(pick(4))];
+                               EvictionPolicy::kReuseHistory,
+                               EvictionPolicy::kAdaptiveReuse}[static_cast<std::size_t>(pick(5))];
   config.max_num_seqs = 1 + pick(8);
   config.max_num_batched_tokens = config.max_num_seqs + pick(64);
   config.long_prefill_token_threshold = pick(3) == 0 ? 0 : 1 + pick(32);

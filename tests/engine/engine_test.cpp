@@ -483,7 +483,8 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   }
   EXPECT_NE(parse_scheduling_policy("vllm").error_message().find("decode-first-token-budget"), std::string::npos);
   EXPECT_EQ(parse_eviction_policy("slru").value(), EvictionPolicy::kSlru);
-  for (auto e : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware, EvictionPolicy::kReuseHistory}) {
+  for (auto e : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware, EvictionPolicy::kReuseHistory,
+                 EvictionPolicy::kAdaptiveReuse}) {
     EXPECT_EQ(parse_eviction_policy(to_string(e)).value(), e);
   }
   EXPECT_FALSE(parse_eviction_policy("lfu").ok());

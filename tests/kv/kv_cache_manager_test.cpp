@@ -148,7 +148,7 @@ TEST(KvCacheManager, SlruKeepsHotPrefixThroughColdFloodLruDoesNot) {
 
 TEST(KvCacheManager, RandomOperationsKeepInvariantsAndReturnEveryBlock) {
   for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware,
-                                  EvictionPolicy::kReuseHistory}) {
+                                  EvictionPolicy::kReuseHistory, EvictionPolicy::kAdaptiveReuse}) {
     std::mt19937 rng(7);
     KvCacheManager kv(config(64, eviction));
     std::vector<SequenceId> live;
@@ -211,7 +211,7 @@ TEST(KvCacheManager, PrefixAwareEvictsTheNovelTailBeforeAnOlderPrefix) {
 // block in use is never evicted: its key still finds it).
 TEST(KvCacheManager, RandomChurnNeverEvictsABlockInUse) {
   for (EvictionPolicy eviction : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kPrefixAware,
-                                  EvictionPolicy::kReuseHistory}) {
+                                  EvictionPolicy::kReuseHistory, EvictionPolicy::kAdaptiveReuse}) {
     for (std::uint32_t seed = 1; seed <= 3; ++seed) {
       std::mt19937 rng(seed);
       KvCacheConfig c = config(48, eviction);

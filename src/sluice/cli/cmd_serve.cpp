@@ -384,7 +384,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.engine.enable_prefix_caching,
                 "reuse KV blocks of shared prompt prefixes");
-  cmd->add_option("--kv-eviction-policy", a.eviction_policy, "prefix cache eviction: lru, slru, prefix-aware or reuse-history");
+  cmd->add_option("--kv-eviction-policy", a.eviction_policy, "prefix cache eviction: lru, slru, prefix-aware, reuse-history or adaptive-reuse");
   cmd->add_option("--kv-offloading-size", a.kv_offloading_size_gib,
                   "GiB of host memory for a KV tier below the device (0 = none): evicted prefixes are kept there "
                   "and loaded back when that is cheaper than recomputing");

@@ -214,6 +214,9 @@ struct EngineStats {
   std::int64_t host_failed_copies = 0;
   std::int64_t host_demotions_skipped = 0;  // device keys evicted without a store (admission, or no time)
   std::int64_t host_num_loads = 0;          // requests whose prefix load completed
+  // Host-tier tokens an admission found but recomputed (the planner priced
+  // them cheaper to compute, or the step's copy budget was spent).
+  std::int64_t host_hit_tokens_recomputed = 0;
   double host_load_ms_total = 0.0;          // from admission to the last load's completion, summed
   std::int32_t num_kv_copies_in_flight = 0;
   std::int64_t num_steps = 0;

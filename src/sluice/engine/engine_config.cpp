@@ -38,6 +38,7 @@ std::string_view to_string(EvictionPolicy policy) {
     case EvictionPolicy::kSlru: return "slru";
     case EvictionPolicy::kPrefixAware: return "prefix-aware";
     case EvictionPolicy::kReuseHistory: return "reuse-history";
+    case EvictionPolicy::kAdaptiveReuse: return "adaptive-reuse";
   }
   return "?";
 }
@@ -66,7 +67,9 @@ Result<EvictionPolicy> parse_eviction_policy(std::string_view name) {
   if (name == "slru") return EvictionPolicy::kSlru;
   if (name == "prefix-aware") return EvictionPolicy::kPrefixAware;
   if (name == "reuse-history") return EvictionPolicy::kReuseHistory;
-  return Error{"unknown eviction policy '" + std::string(name) + "' (valid: lru, slru, prefix-aware, reuse-history)"};
+  if (name == "adaptive-reuse") return EvictionPolicy::kAdaptiveReuse;
+  return Error{"unknown eviction policy '" + std::string(name) +
+               "' (valid: lru, slru, prefix-aware, reuse-history, adaptive-reuse)"};
 }
 
 Status validate(const EngineConfig& c, const BackendInfo& backend) {
@@ -117,7 +120,7 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
     }
   }
   if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
-  if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware || c.kv_offloading_eviction == EvictionPolicy::kReuseHistory) {
+  if (c.kv_offloading_eviction != EvictionPolicy::kLru && c.kv_offloading_eviction != EvictionPolicy::kSlru) {
     return bad("the host KV tier evicts lru or slru (the ranked policies rank device blocks by what their requests did)");
   }
   if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");

@@ -376,11 +376,24 @@ std::int32_t EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& ne
     if (!c.admits) continue;
     RequestState& r = *requests_.at(c.seq_id);
     SLUICE_CHECK(r.phase == RequestPhase::kWaiting);
+    const auto max_load_blocks = static_cast<std::size_t>(c.num_load_tokens / kv_.block_size_tokens());
     PrefixMatch match = kv_.match_prefix(r.block_hashes, r.num_tokens() - 1);
+    // A load takes all its device blocks at once, often more than demotion
+    // keeps free: allocating them now would evict cached keys that never
+    // reached the host (other sessions' prefixes, about to return). It waits
+    // for the demotions that make the room instead, about a step. Those may
+    // evict host blocks and let device keys go: match again after them.
+    if (const std::size_t n = std::min(match.host_blocks.size(), max_load_blocks); n > 0) {
+      if (!kv_.make_room_below(static_cast<std::int32_t>(n))) {
+        ++num_failed;
+        continue;
+      }
+      match = kv_.match_prefix(r.block_hashes, r.num_tokens() - 1);
+    }
     // The plan priced the load against the probe; the cache may have moved
     // since, so load at most what the plan chose and what is still there.
-    const auto num_load_blocks =
-        std::min<std::size_t>(match.host_blocks.size(), static_cast<std::size_t>(c.num_load_tokens / kv_.block_size_tokens()));
+    const std::size_t num_load_blocks = std::min(match.host_blocks.size(), max_load_blocks);
+    const std::size_t num_host_hit_blocks = match.host_blocks.size();
     match.host_blocks.resize(num_load_blocks);
     const bool loads = num_load_blocks > 0;
     if (c.num_new_tokens == 0 && !loads) {  // its host hit is gone: it waits for a chunk
@@ -400,6 +413,8 @@ std::int32_t EngineCore::admit(const StepPlan& plan, double now_ms, NextStep& ne
       ++num_failed;
       continue;
     }
+    num_host_hit_tokens_recomputed_ +=
+        static_cast<std::int64_t>(num_host_hit_blocks - num_load_blocks) * kv_.block_size_tokens();
     r.num_computed_tokens = start;
     r.phase = RequestPhase::kRunning;
     if (!r.ever_admitted) {
@@ -602,6 +617,7 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.host_failed_copies = kv.num_failed_copies;
   stats.host_demotions_skipped = kv.num_demotions_skipped;
   stats.host_num_loads = num_loads_done_;
+  stats.host_hit_tokens_recomputed = num_host_hit_tokens_recomputed_;
   stats.host_load_ms_total = total_load_ms_;
   stats.num_kv_copies_in_flight = kv_.num_copies_in_flight();
   stats.num_steps = num_steps_;

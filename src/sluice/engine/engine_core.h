@@ -170,6 +170,7 @@ class EngineCore {
   std::int64_t num_aborted_ = 0;
   std::int64_t num_failed_ = 0;
   std::int64_t num_loads_done_ = 0;
+  std::int64_t num_host_hit_tokens_recomputed_ = 0;
   double total_load_ms_ = 0.0;
 };
 

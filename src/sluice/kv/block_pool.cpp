@@ -1,6 +1,7 @@
 #include "sluice/kv/block_pool.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "sluice/common/check.h"
 
@@ -8,7 +9,7 @@ namespace sluice {
 
 BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
                      PrefixAwareParams prefix_aware, ReuseHistoryParams reuse_history,
-                     std::int64_t history_counters_per_row)
+                     std::int64_t history_counters_per_row, std::int32_t shadow_capacity_blocks)
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
       num_hits_(static_cast<std::size_t>(num_blocks), 0),
@@ -21,8 +22,14 @@ BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int3
                        num_blocks, num_blocks);
     evictor_.set_admit_window_blocks(admission_->blocks());
   }
-  if (eviction == EvictionPolicy::kReuseHistory) {
+  if (eviction == EvictionPolicy::kReuseHistory || eviction == EvictionPolicy::kAdaptiveReuse) {
     history_.emplace(history_counters_per_row > 0 ? history_counters_per_row : std::int64_t{num_blocks});
+  }
+  if (eviction == EvictionPolicy::kAdaptiveReuse) {
+    // Starts trusting the counts; a cache-full of hit blocks won or lost
+    // against LRU spans the range.
+    counterfactual_.emplace(1.0, 1.0 / static_cast<double>(num_blocks),
+                            shadow_capacity_blocks > 0 ? shadow_capacity_blocks : num_blocks);
   }
   free_list_.reserve(static_cast<std::size_t>(num_blocks));
   // Reverse so that allocation hands out low ids first (readable test timelines).
@@ -141,6 +148,25 @@ void BlockPool::finish_demotion(BlockId block) {
   ++counters_.num_evicted_blocks;
 }
 
+void BlockPool::note_request(std::span<const BlockHash> keys, std::int32_t num_hit_blocks) {
+  if (!counterfactual_) return;
+  counterfactual_->on_request(keys, num_hit_blocks);
+  follow_scale();
+}
+
+void BlockPool::note_more_keys(std::span<const BlockHash> keys) {
+  if (counterfactual_) counterfactual_->on_more_keys(keys);
+}
+
+void BlockPool::follow_scale() {
+  // Eighths, and only once the learnt scale is a whole eighth away: each
+  // change re-ranks every cached free block.
+  constexpr double kStep = 1.0 / 8.0;
+  const double learnt = counterfactual_->scale();
+  if (std::abs(learnt - evictor_.reuse_scale()) < kStep) return;
+  evictor_.set_reuse_scale(std::round(learnt / kStep) * kStep);
+}
+
 void BlockPool::note_first_miss(BlockHash hash) {
   if (!admission_ || cached_.contains(hash)) return;
   if (admission_->on_first_miss(hash)) evictor_.set_admit_window_blocks(admission_->blocks());
@@ -148,6 +174,10 @@ void BlockPool::note_first_miss(BlockHash hash) {
 
 void BlockPool::check_invariants() const {
   evictor_.check_invariants();
+  if (counterfactual_) {
+    counterfactual_->check_invariants();
+    SLUICE_CHECK_LT(std::abs(evictor_.reuse_scale() - counterfactual_->scale()), 1.0 / 8.0);
+  }
   if (admission_) {
     admission_->check_invariants();
     SLUICE_CHECK_EQ(evictor_.admit_window_blocks(), admission_->blocks());

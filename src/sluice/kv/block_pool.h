@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "sluice/kv/admission_window.h"
 #include "sluice/kv/block_hash.h"
 #include "sluice/kv/evictor.h"
+#include "sluice/kv/lru_counterfactual.h"
 #include "sluice/kv/reuse_history.h"
 
 namespace sluice {
@@ -31,9 +33,12 @@ struct BlockPoolCounters {
 class BlockPool {
  public:
   // history_counters_per_row: the reuse-history policy's sketch width (reuse_history.h).
+  // shadow_capacity_blocks: the LRU adaptive reuse compares itself with
+  // (lru_counterfactual.h): this pool's size (0), or, with a host tier below
+  // it, both tiers' (the hierarchy is what the policy should beat).
   BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
             PrefixAwareParams prefix_aware = {}, ReuseHistoryParams reuse_history = {},
-            std::int64_t history_counters_per_row = 0);
+            std::int64_t history_counters_per_row = 0, std::int32_t shadow_capacity_blocks = 0);
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks an allocation can get: free + cached free.
@@ -91,6 +96,14 @@ class BlockPool {
   void note_first_miss(BlockHash hash);
   // The prefix-aware policy's current admission window (0 under LRU/SLRU).
   std::int32_t admit_window_blocks() const { return admission_ ? admission_->blocks() : 0; }
+  // Adaptive reuse (lru_counterfactual.h): a new request's prompt keys and
+  // how many of them it hit (on this pool, or on the hierarchy the shadow
+  // models); later, keys it added. No-ops otherwise.
+  void note_request(std::span<const BlockHash> keys, std::int32_t num_hit_blocks);
+  void note_more_keys(std::span<const BlockHash> keys);
+  // Adaptive reuse's learnt scale (lru_counterfactual.h); 1 for reuse history.
+  double reuse_scale() const { return evictor_.reuse_scale(); }
+  const LruCounterfactual* counterfactual() const { return counterfactual_ ? &*counterfactual_ : nullptr; }
 
   void check_invariants() const;
 
@@ -107,7 +120,10 @@ class BlockPool {
   std::unordered_map<BlockHash, BlockId> cached_;
   Evictor evictor_;
   std::optional<AdmissionWindow> admission_;  // prefix-aware only
-  std::optional<ReuseHistory> history_;       // reuse history only
+  std::optional<ReuseHistory> history_;       // reuse history and adaptive reuse
+  std::optional<LruCounterfactual> counterfactual_;  // adaptive reuse only
+  // Adaptive reuse: the evictor's scale follows the learnt one in coarse steps.
+  void follow_scale();
   BlockPoolCounters counters_;
 };
 

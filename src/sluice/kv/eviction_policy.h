@@ -29,6 +29,14 @@ enum class EvictionPolicy {
   // the prefix chain. No cold tier: a block's count, not its novelty, says
   // whether it comes back. Results: docs/benchmarks.md.
   kReuseHistory,
+  // Adaptive reuse: reuse history whose count and depth terms are scaled by
+  // a factor in [0, 1] learnt online against LRU (lru_counterfactual.h: a
+  // shadow LRU of the same size beside the cache, keys only): a request that
+  // hits more than the shadow raises it, one that hits less lowers it. At 0
+  // it is LRU. On traffic whose sessions end (agent sessions) the counts keep
+  // dead sessions' blocks and the factor falls; where long-lived popular
+  // prefixes recur (the Mooncake trace) it stays up. Results: docs/benchmarks.md.
+  kAdaptiveReuse,
 };
 
 // What the ranked policies (prefix-aware, reuse history) know about a block

@@ -23,6 +23,8 @@ Evictor::Evictor(EvictionPolicy policy, std::int32_t num_blocks, std::int32_t pr
   SLUICE_CHECK(reuse_history.seen_weight_blocks >= 0.0 && reuse_history.depth_weight_blocks >= 0.0);
   if (ranked()) {
     score_.assign(static_cast<std::size_t>(num_blocks), 0.0);
+    released_at_.assign(static_cast<std::size_t>(num_blocks), 0);
+    bonus_.assign(static_cast<std::size_t>(num_blocks), 0.0);
     warm_.assign(static_cast<std::size_t>(num_blocks), false);
   }
 }
@@ -71,13 +73,14 @@ void Evictor::insert(BlockId block, const EvictionSignals& signals) {
   SLUICE_CHECK(!contains(block));
   SLUICE_CHECK(signals.num_hits >= 0 && signals.novel_depth_blocks >= 0);
   SLUICE_CHECK(signals.times_seen >= 0 && signals.depth_blocks >= 0);
-  if (policy_ == EvictionPolicy::kReuseHistory) {
+  if (policy_ == EvictionPolicy::kReuseHistory || policy_ == EvictionPolicy::kAdaptiveReuse) {
     const auto i = static_cast<std::size_t>(block);
     ++num_releases_;
+    released_at_[i] = num_releases_;
     warm_[i] = true;
-    score_[i] = static_cast<double>(num_releases_) +
-                reuse_history_.seen_weight_blocks * std::log2(std::max(1.0, static_cast<double>(signals.times_seen))) -
+    bonus_[i] = reuse_history_.seen_weight_blocks * std::log2(std::max(1.0, static_cast<double>(signals.times_seen))) -
                 reuse_history_.depth_weight_blocks * static_cast<double>(signals.depth_blocks);
+    score_[i] = static_cast<double>(num_releases_) + reuse_scale_ * bonus_[i];
     segment_[i] = Segment::kRanked;
     ranked_.insert(rank_key(block));
     return;
@@ -111,6 +114,20 @@ void Evictor::insert(BlockId block, const EvictionSignals& signals) {
 }
 
 void Evictor::remove(BlockId block) { unlink(block); }
+
+void Evictor::set_reuse_scale(double scale) {
+  SLUICE_CHECK(scale >= 0.0 && scale <= 1.0);
+  SLUICE_CHECK(policy_ == EvictionPolicy::kReuseHistory || policy_ == EvictionPolicy::kAdaptiveReuse);
+  if (scale == reuse_scale_) return;
+  reuse_scale_ = scale;
+  std::set<RankKey> reranked;
+  for (const RankKey& key : ranked_) {
+    const auto i = static_cast<std::size_t>(key.second);
+    score_[i] = static_cast<double>(released_at_[i]) + reuse_scale_ * bonus_[i];
+    reranked.insert(rank_key(key.second));
+  }
+  ranked_ = std::move(reranked);
+}
 
 void Evictor::set_admit_window_blocks(std::int32_t blocks) {
   SLUICE_CHECK(blocks >= 0);

@@ -60,6 +60,13 @@ class Evictor {
   void set_admit_window_blocks(std::int32_t blocks);
   std::int32_t admit_window_blocks() const { return prefix_aware_.admit_window_blocks; }
 
+  // Reuse-history policies: the weight of the count and depth terms (adaptive
+  // reuse learns it; 1 otherwise). A change re-ranks every block held, O(n log n),
+  // so that a weight found too high stops keeping the blocks it favoured:
+  // the caller changes it in coarse steps.
+  void set_reuse_scale(double scale);
+  double reuse_scale() const { return reuse_scale_; }
+
   bool contains(BlockId block) const { return segment_[static_cast<std::size_t>(block)] != Segment::kNone; }
   std::int32_t size() const { return probation_.size + protected_.size + static_cast<std::int32_t>(ranked_.size()); }
   std::int32_t num_protected() const { return protected_.size; }
@@ -91,12 +98,18 @@ class Evictor {
   List probation_;
   List protected_;
   // Ranked policies' state; ranked_ holds their blocks, segment_ marks them kRanked.
-  bool ranked() const { return policy_ == EvictionPolicy::kPrefixAware || policy_ == EvictionPolicy::kReuseHistory; }
+  bool ranked() const {
+    return policy_ == EvictionPolicy::kPrefixAware || policy_ == EvictionPolicy::kReuseHistory ||
+           policy_ == EvictionPolicy::kAdaptiveReuse;
+  }
 
   PrefixAwareParams prefix_aware_;
   ReuseHistoryParams reuse_history_;
   std::int64_t num_releases_ = 0;  // the recency clock
   bool last_victim_was_cold_ = false;
+  double reuse_scale_ = 1.0;
+  std::vector<std::int64_t> released_at_;  // [num_blocks] reuse policies: the clock at its insert
+  std::vector<double> bonus_;      // [num_blocks] reuse policies: the count and depth terms, unscaled
   std::vector<double> score_;      // [num_blocks] valid while ranked
   std::vector<bool> warm_;         // [num_blocks] valid while ranked
   std::set<RankKey> ranked_;

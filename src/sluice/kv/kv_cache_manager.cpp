@@ -32,7 +32,8 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config),
             reuse_history_params(config),
-            static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks) {
+            static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks,
+            config.num_blocks + config.num_host_blocks) {
   SLUICE_CHECK(config.block_size_tokens > 0);
   SLUICE_CHECK(config.num_host_blocks >= 0 && config.demote_watermark_blocks >= 0);
   if (config.num_host_blocks > 0) host_.emplace(config.num_host_blocks, config.host_eviction);
@@ -160,6 +161,7 @@ Status KvCacheManager::commit(const KvAllocation& allocation) {
     seq.instance = next_instance_++;
     seq.num_registered_blocks = num_hit_blocks + num_load_blocks;
     seq.num_prefix_hit_blocks = num_hit_blocks + num_load_blocks;
+    seq.num_device_hit_blocks = num_hit_blocks;
     num_queried_tokens_ += allocation.num_queried_tokens;
     num_hit_tokens_ += allocation.prefix.num_cached_tokens;
     if (num_hit_blocks > 0) ++num_queries_with_device_hits_;
@@ -198,6 +200,15 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
   const auto it = sequences_.find(seq_id);
   SLUICE_CHECK_MSG(it != sequences_.end(), "cache_computed_blocks of an unknown sequence");
   Sequence& seq = it->second;
+  // Adaptive reuse compares the request's hit with LRU's (block_pool.h): with a
+  // host tier, what both tiers gave against an LRU of both tiers' size, since
+  // what the device evicts is what the host gets.
+  if (seq.num_keys_noted == 0) {
+    pool_.note_request(block_hashes, host_ ? seq.num_prefix_hit_blocks : seq.num_device_hit_blocks);
+  } else if (block_hashes.size() > seq.num_keys_noted) {
+    pool_.note_more_keys(block_hashes.subspan(seq.num_keys_noted));
+  }
+  seq.num_keys_noted = std::max(seq.num_keys_noted, block_hashes.size());
   const auto num_full = std::min<std::size_t>(
       {static_cast<std::size_t>(num_computed_tokens / config_.block_size_tokens), block_hashes.size(),
        seq.blocks.size()});
@@ -235,11 +246,11 @@ std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHa
     // load has no valid contents yet.
     if (pool_.ref_count(b) != 1 || pool_.lookup(hash) != b) continue;
     if (const std::optional<BlockId> held = host_->lookup(hash)) {
-      host_->touch(*held);
+      host_->touch(*held, /*on_device=*/true);  // the block stays cached on the device
       continue;
     }
     if (host_->holds_or_stores(hash)) continue;
-    const std::optional<BlockId> host = host_->begin_store(hash);
+    const std::optional<BlockId> host = host_->begin_store(hash, on_device());
     if (!host) break;  // every host block is in a copy: the rest is recomputed
     pool_.add_reference(b);
     add_copy({.direction = KvCopyDirection::kDeviceToHost,
@@ -255,6 +266,10 @@ std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHa
   num_swapped_out_blocks_ += num_stores;
   free(seq_id);
   return num_stores;
+}
+
+HostTier::OnDevice KvCacheManager::on_device() const {
+  return [this](BlockHash hash) { return pool_.lookup(hash).has_value(); };
 }
 
 KvCopyId KvCacheManager::add_copy(const Copy& copy) {
@@ -276,7 +291,7 @@ void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
     const std::optional<BlockPool::Demotion> d = pool_.begin_demotion();
     if (!d) return;
     if (const std::optional<BlockId> held = host_->lookup(d->hash)) {
-      host_->touch(*held);  // already below: nothing to copy
+      host_->touch(*held);  // already below: nothing to copy, and the device lets the key go
       pool_.finish_demotion(d->block);
       continue;
     }
@@ -284,7 +299,7 @@ void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
       count_skipped_demotion(*d);
       continue;
     }
-    const std::optional<BlockId> host = host_->begin_store(d->hash);
+    const std::optional<BlockId> host = host_->begin_store(d->hash, on_device());
     if (!host) {  // every host block is in a copy: drop it rather than wait
       count_skipped_demotion(*d);
       continue;
@@ -294,6 +309,13 @@ void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
   }
 }
 
+bool KvCacheManager::make_room_below(std::int32_t num_new_blocks) {
+  if (!host_ || pool_.num_uncached_free_blocks() >= num_new_blocks) return true;
+  start_demotions(num_new_blocks + config_.demote_watermark_blocks);
+  if (pool_.num_uncached_free_blocks() >= num_new_blocks) return true;  // the host held them already
+  return pool_.num_uncached_free_blocks() + num_demoting_blocks_ < num_new_blocks;
+}
+
 void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
   const auto it = copies_.find(completion.id);
   SLUICE_CHECK_MSG(it != copies_.end(), "completion of a copy that is not in flight");
@@ -301,7 +323,6 @@ void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
   copies_.erase(it);
   if (!completion.ok) ++num_failed_copies_;
   if (copy.direction == KvCopyDirection::kDeviceToHost) {
-    host_->finish_store(copy.host_block, completion.ok);
     if (copy.swap) {
       pool_.release(copy.device_block, copy.novel_depth_blocks, copy.depth_blocks);
       --num_swapping_blocks_;
@@ -309,11 +330,13 @@ void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
       pool_.finish_demotion(copy.device_block);
       --num_demoting_blocks_;
     }
+    // A swap's block stays cached on the device, and so does a demoting one a hit took meanwhile.
+    host_->finish_store(copy.host_block, completion.ok, pool_.lookup(copy.hash).has_value());
     return;
   }
   // A promoted block counts one hit (it was hit below), so SLRU protects it.
   if (completion.ok) pool_.register_hash(copy.device_block, copy.hash, /*num_hits=*/1);
-  host_->unpin(copy.host_block);
+  host_->unpin(copy.host_block, completion.ok && pool_.lookup(copy.hash).has_value());
   pool_.release(copy.device_block);
   const auto seq = sequences_.find(copy.seq_id);
   if (seq == sequences_.end() || seq->second.instance != copy.instance) return;  // it ended meanwhile

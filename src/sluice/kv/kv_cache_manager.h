@@ -197,6 +197,13 @@ class KvCacheManager {
   // are free or being freed (no-op without a host tier).
   void start_demotions() { start_demotions(config_.demote_watermark_blocks); }
   void start_demotions(std::int32_t target_free_blocks);
+  // Whether num_new_blocks can be allocated now without evicting a cached
+  // key directly (past the host tier). If not, starts the demotions that will
+  // free them (and the watermark beyond) and returns false while they are in
+  // flight: the caller waits for them, a step or so. True without a host
+  // tier, and when nothing more can be demoted (allocation then evicts, or
+  // commit fails, as it would have).
+  bool make_room_below(std::int32_t num_new_blocks);
   // The copies started since the last call, for the next step's batch.
   std::vector<KvBlockCopy> take_new_copies() { return std::exchange(new_copies_, {}); }
   // A backend reported a copy done (ids it does not know are a bug).
@@ -212,6 +219,8 @@ class KvCacheManager {
     std::uint64_t instance = 0;              // tells a re-admitted sequence from its earlier self
     std::int32_t num_loading_blocks = 0;
     bool load_failed = false;
+    std::int32_t num_device_hit_blocks = 0;  // of those, from the device
+    std::size_t num_keys_noted = 0;          // keys the pool's adaptive policy has seen (note_request)
   };
   struct Copy {
     KvCopyDirection direction = KvCopyDirection::kDeviceToHost;
@@ -227,6 +236,8 @@ class KvCacheManager {
     std::int32_t depth_blocks = 0;
   };
   KvCopyId add_copy(const Copy& copy);
+  // Whether the device pool caches a key: the host tier evicts such duplicates first.
+  HostTier::OnDevice on_device() const;
   void count_skipped_demotion(const BlockPool::Demotion& demotion);
 
   KvCacheConfig config_;
