@@ -84,12 +84,6 @@ __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t p
         : "memory");
   } while (done == 0);
 }
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDeviceView step, Params p) {

@@ -1,6 +1,5 @@
 // What the two Hopper prefill attention kernels share (sm_90a, head_dim 128,
-// bf16 with f32 accumulation): the 128-byte-swizzled shared-memory panels,
-// wgmma descriptors and instructions, the S = Q K^T and O += P V issue for a
+// bf16 with f32 accumulation), over wgmma.cuh's panels and instructions: the S = Q K^T and O += P V issue for a
 // 64-row warpgroup, and the output epilogue (bf16 rows, or a split piece's
 // f32 partials and log2-sum-exp for attention_prefill.cu's merge kernel).
 //   attention_prefill_wgmma.cu     `PrefillAttention::wgmma`: two warpgroups
@@ -17,6 +16,7 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda::wgmma_prefill {
 
@@ -25,92 +25,11 @@ inline constexpr int kGroupRows = 64;  // query rows a warpgroup (wgmma's M)
 inline constexpr int kBlockN = 128;  // keys per tile
 inline constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared-memory tiles of [rows][128] bf16 are stored as two panels [rows][64]
-// (one 128-byte line per row): wgmma's 128-byte swizzle places 16-byte chunk c
-// of line r at chunk c ^ (r % 8), which also makes the cp.async stores and
-// wgmma's reads bank-conflict free. Panels start on 1024-byte boundaries.
-inline constexpr int kPanelCols = 64;
-inline constexpr int kLineBytes = 128;
+// Tiles of [rows][128] bf16 are two swizzled panels of [rows][64] (wgmma.cuh).
+inline constexpr int kPanelCols = kWgmmaPanelCols;
+inline constexpr int kLineBytes = kWgmmaLineBytes;
 inline constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks
 inline constexpr int kKvTileBytes = kBlockN * kD * 2;
-
-static __device__ __forceinline__ std::uint32_t swizzled_offset(int row, int chunk, int rows) {
-  return static_cast<std::uint32_t>((chunk >> 3) * rows * kLineBytes + row * kLineBytes +
-                                    (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-// wgmma shared-memory matrix descriptor: start address, leading and stride
-// byte offsets (all >> 4), swizzle mode 1 = 128 bytes.
-static __device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t addr, std::uint32_t lbo_bytes,
-                                                          std::uint32_t sbo_bytes) {
-  return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) |
-         (static_cast<std::uint64_t>(lbo_bytes >> 4) << 16) |
-         (static_cast<std::uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
-}
-
-static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-static __device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accesses of accumulator registers across the
-// asynchronous MMAs that write them.
-template <int N>
-static __device__ __forceinline__ void fence_registers(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-// cp.async writes through the generic proxy; wgmma reads through the async proxy.
-static __device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// d (+)= A B for one m64n128k16 step, A and B from shared memory (both
-// K-major). accumulate = false overwrites d.
-static __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], std::uint64_t desc_a,
-                                                           std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
-// d += A B for one m64n64k16 step, A from registers (the mma.sync m16n8k16
-// A-fragment layout, one 16-row slice per warp), B from shared memory,
-// MN-major (transposed). The scale-d predicate (accumulate) is always set.
-static __device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const std::uint32_t (&a)[4],
-                                                             std::uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
 
 // S = Q K^T for one warpgroup's 64 rows and a 128-key tile, one commit group:
 // 8 k-steps of 16 dims; within a 128-byte line a k-step is a 32-byte advance
