@@ -12,9 +12,9 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
   std::vector<std::string> kernels;
   for (const auto& [name, kernel] : cuda::kPrefillAttentionNames) kernels.emplace_back(name);
   cmd.add_option("--cuda-prefill-attention", flags.prefill_attention,
-                 "cuda: kernel for prefill attention: wgmma (warpgroup MMA, the default; head_dim 128, others "
-                 "run on mma; 1.2-1.3x faster than mma), wgmma-ws (warp-specialised wgmma, FlashAttention-3 "
-                 "style; head_dim 128; not yet measured on a device) or mma (mma.sync)")
+                 "cuda: kernel for prefill attention: wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 "
+                 "style, the default; head_dim 128, others run on mma; 1.13-1.23x wgmma), wgmma (two warpgroups "
+                 "in phase; 1.2-1.3x mma) or mma (mma.sync)")
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");

@@ -24,10 +24,11 @@ HardwareSpec h200_sluice_cuda() {
   // A 4k prefill, nearly all GEMM, ran at 70% of 790 TFLOP/s overall; the
   // cuBLASLt GEMMs themselves at ~75%.
   spec.efficiency.gemm_compute = 0.75;
-  // The default prefill attention (v2, mma.sync): 255 TFLOP/s at 32k (cuDNN
-  // 592); short chunks over long prefixes, with their keys split over blocks,
-  // 210-230 (session 3).
-  spec.efficiency.attention_compute = 0.32;
+  // The default prefill attention (wgmma-ws, S8-3): 364-392 TFLOP/s at 8k/32k
+  // causal, 314-366 on 128-2048-row chunks over 100k (cuDNN 593 at 32k);
+  // `sluice calibrate` on the S8-5 burst's steps implied 0.49 with the fixed
+  // cost below refitted.
+  spec.efficiency.attention_compute = 0.44;
   // Decode (session 3): batch 1 at 4k read weights at 75% of HBM; the GQA
   // decode attention of batch 64 x 8k read its KV at 80%.
   spec.efficiency.weight_bandwidth = 0.75;

@@ -24,16 +24,15 @@ enum class PrefillAttention {
   // head_dim 64 and 128; 255 TFLOP/s at 32k (run 9).
   mma,
   // wgmma, two warpgroups, 128-key tiles (attention_prefill_wgmma.cu): head_dim
-  // 128 (other head_dims keep mma); 323-326 TFLOP/s at 32k, 1.27x mma (S3-p1).
-  // Not the default until the whole attention suite has passed under it on a
-  // device (cuda_kernel_test runs every CudaAttention case under both).
+  // 128 (other head_dims keep mma); 320 TFLOP/s at 32k, 1.26x mma (S8-3).
   wgmma,
   // wgmma, warp specialised (attention_prefill_wgmma_ws.cu): a producer
   // warpgroup loads K/V into an mbarrier ring, two consumer warpgroups take
   // turns to issue S = Q K^T and the previous tile's P V, each one's softmax
   // under the other's MMAs (FlashAttention-3's structure); head_dim 128.
-  // Not yet run on a device; not the default until the attention suite passes
-  // under it there.
+  // The default: the whole attention suite passes under it on the H200 (S8-5);
+  // 364-392 TFLOP/s at 8k/32k causal, 1.13-1.23x wgmma (S8-3); the burst ends
+  // at 87.3 s against 105.6 s on wgmma (S8-4, S8-5).
   wgmma_ws,
 };
 
@@ -147,7 +146,7 @@ struct CudaOptions {
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
   // 124 s against mma's 169 (S7-1/S7-3, docs/benchmarks.md). head_dim != 128
   // stays on mma.
-  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::wgmma;
+  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::wgmma_ws;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
   // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).
