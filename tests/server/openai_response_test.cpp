@@ -194,6 +194,7 @@ TEST(Metrics, HostTierSeriesOnlyWithAHostTier) {
   stats.host_loaded_bytes = 20480;
   stats.host_swapped_out_blocks = 9;
   stats.num_swap_preemptions = 2;
+  stats.host_hit_tokens_recomputed = 48;
   const std::string page = metrics.render(stats, "m");
   for (const std::string line :
        {"vllm:external_prefix_cache_queries_total{model_name=\"m\"} 640\n",
@@ -204,7 +205,8 @@ TEST(Metrics, HostTierSeriesOnlyWithAHostTier) {
         "sluice:kv_host_loaded_blocks_total{model_name=\"m\"} 20\n",
         "sluice:kv_host_loaded_bytes_total{model_name=\"m\"} 20480\n",
         "sluice:kv_host_swapped_out_blocks_total{model_name=\"m\"} 9\n",
-        "sluice:num_preemptions_swapped_total{model_name=\"m\"} 2\n"})
+        "sluice:num_preemptions_swapped_total{model_name=\"m\"} 2\n",
+        "sluice:kv_host_hit_tokens_recomputed_total{model_name=\"m\"} 48\n"})
     EXPECT_NE(page.find(line), std::string::npos) << line;
 }
 

@@ -219,6 +219,9 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
             stats.host_load_ms_total / 1e3);
     counter("sluice:kv_host_failed_copies_total", "Host tier copies that failed.",
             static_cast<double>(stats.host_failed_copies));
+    counter("sluice:kv_host_hit_tokens_recomputed_total",
+            "Prompt tokens found in the host tier but recomputed (the planner priced the copy above recomputing).",
+            static_cast<double>(stats.host_hit_tokens_recomputed));
     counter("sluice:kv_host_demotions_skipped_total",
             "Device blocks evicted without reaching the host tier (admission refused, or no time to copy).",
             static_cast<double>(stats.host_demotions_skipped));
