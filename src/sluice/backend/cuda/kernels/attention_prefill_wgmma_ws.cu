@@ -90,9 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
   pdl_launch_dependents();
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
-  // Swizzled panels need 1024-byte alignment; the dynamic window only promises 16.
-  const std::uint32_t smem_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (smem_base - smem_addr(smem_raw));
+  const auto [smem_base, smem] = align_smem_1024(smem_raw);
   const std::uint32_t s_q = smem_base;
   const std::uint32_t s_kv = smem_base + kQBytes;  // [kStages][K tile, V tile]
   const std::uint32_t s_barriers = s_kv + kStages * kStageBytes;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "sluice/backend/cuda/kernels/mma.cuh"
+
 namespace sluice::cuda {
 
 // Shared-memory tiles of [rows][cols] bf16 are stored as panels of [rows][64]
@@ -22,6 +24,18 @@ inline constexpr int kWgmmaPanelCols = 64;
 static __device__ __forceinline__ std::uint32_t swizzled_offset(int row, int chunk, int rows) {
   return static_cast<std::uint32_t>((chunk >> 3) * rows * kWgmmaLineBytes + row * kWgmmaLineBytes +
                                     (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// The dynamic shared-memory window rounded up to the 1024-byte boundary the
+// swizzled panels need (the window itself only promises 16): its shared
+// address and a generic pointer to it. Kernels reserve 1024 bytes of slack.
+struct AlignedSmem {
+  std::uint32_t addr;
+  unsigned char* ptr;
+};
+static __device__ __forceinline__ AlignedSmem align_smem_1024(unsigned char* window) {
+  const std::uint32_t addr = (smem_addr(window) + 1023u) & ~1023u;
+  return {addr, window + (addr - smem_addr(window))};
 }
 
 // wgmma shared-memory matrix descriptor: start address, leading and stride
