@@ -28,6 +28,7 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/prefill_params.cuh"
 #include "sluice/backend/prefill_split_plan.h"
 
 namespace sluice::cuda {
@@ -41,16 +42,6 @@ static_assert(4 * 16 * kMTiles == kPrefillTileRows, "host tiling must match the 
 static_assert(kPrefillSplitKeyAlign % kBlockN == 0, "split pieces must start on a key tile");
 constexpr float kLog2e = 1.4426950408889634f;
 
-struct PrefillParams {
-  const __nv_bfloat16* q;
-  __nv_bfloat16* out;
-  float* partial_out;  // split pieces: [piece, head, kPrefillTileRows, D]
-  float* partial_lse;  // split pieces: [piece, head, kPrefillTileRows], log2 domain
-  const __nv_bfloat16* k_cache;
-  const __nv_bfloat16* v_cache;
-  int num_q_heads, num_kv_heads, block_size;
-  float scale_log2;
-};
 
 // kMTiles m16 tiles per warp: two share every K and V fragment loaded from
 // shared memory, which halves shared-memory traffic per flop (the limit of
@@ -245,27 +236,10 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(StepDeviceView step, Pr
   }
 }
 
-PrefillParams params_of(const StepDeviceView& step, const AttentionArgs& args, int head_dim) {
-  PrefillParams p{};
-  p.q = static_cast<const __nv_bfloat16*>(args.q);
-  p.out = static_cast<__nv_bfloat16*>(args.out);
-  p.partial_out = static_cast<float*>(args.prefill_split_workspace);
-  p.partial_lse = p.partial_out == nullptr
-                      ? nullptr
-                      : p.partial_out + static_cast<std::int64_t>(step.num_prefill_split_pieces) *
-                                            args.num_q_heads * kPrefillTileRows * head_dim;
-  p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
-  p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
-  p.num_q_heads = args.num_q_heads;
-  p.num_kv_heads = args.num_kv_heads;
-  p.block_size = args.block_size_tokens;
-  p.scale_log2 = args.scale * kLog2e;
-  return p;
-}
 
 template <int D>
 void launch_merge(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
-  const PrefillParams p = params_of(step, args, D);
+  const PrefillParams p = prefill_params_of(step, args, D);
   launch_kernel(merge_kernel<D>,
                 dim3(args.num_q_heads, step.num_prefill_split_pieces / step.prefill_split_pieces_per_tile,
                      kPrefillTileRows / kMergeRows),
@@ -275,7 +249,7 @@ void launch_merge(const StepDeviceView& step, const AttentionArgs& args, const L
 
 template <int D, bool kSplit>
 void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
-  const PrefillParams p = params_of(step, args, D);
+  const PrefillParams p = prefill_params_of(step, args, D);
   constexpr int smem_bytes = (kPrefillTileRows + 4 * kBlockN) * (D + 8) * 2;
   constexpr auto kernel = prefill_kernel<D, kSplit>;
   static bool attribute_set = false;  // once per process: the limit is per kernel

@@ -16,6 +16,7 @@
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/prefill_params.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda::wgmma_prefill {
@@ -139,34 +140,10 @@ static __device__ __forceinline__ void rescale_o(float (&o_acc)[2][32], const fl
     for (int i = 0; i < 32; ++i) o_acc[h][i] *= corr[(i % 4) / 2];
 }
 
-struct Params {
-  const __nv_bfloat16* q;
-  __nv_bfloat16* out;
-  float* partial_out;  // split pieces: [piece, head, kPrefillTileRows, kD]
-  float* partial_lse;  // split pieces: [piece, head, kPrefillTileRows], log2 domain
-  const __nv_bfloat16* k_cache;
-  const __nv_bfloat16* v_cache;
-  int num_q_heads, num_kv_heads, block_size;
-  float scale_log2;
-};
+using Params = PrefillParams;
 
 inline Params params_of(const StepDeviceView& step, const AttentionArgs& args) {
-  Params p{};
-  p.q = static_cast<const __nv_bfloat16*>(args.q);
-  p.out = static_cast<__nv_bfloat16*>(args.out);
-  p.partial_out = static_cast<float*>(args.prefill_split_workspace);
-  // The merge kernel's layout (attention_prefill.cu): every piece's outputs, then every lse.
-  p.partial_lse = p.partial_out == nullptr
-                      ? nullptr
-                      : p.partial_out + static_cast<std::int64_t>(step.num_prefill_split_pieces) *
-                                            args.num_q_heads * kPrefillTileRows * kD;
-  p.k_cache = static_cast<const __nv_bfloat16*>(args.k_cache);
-  p.v_cache = static_cast<const __nv_bfloat16*>(args.v_cache);
-  p.num_q_heads = args.num_q_heads;
-  p.num_kv_heads = args.num_kv_heads;
-  p.block_size = args.block_size_tokens;
-  p.scale_log2 = args.scale * kLog2e;
-  return p;
+  return prefill_params_of(step, args, kD);
 }
 
 // What a block computes: the query rows of one 128-row tile of a sequence,
