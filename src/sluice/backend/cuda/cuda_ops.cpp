@@ -46,7 +46,7 @@ class CudaOps final : public Ops {
  public:
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},
-        weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes),
+        weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes, options.gemm_algorithm),
         fp8_matmul_(gemm_, options.fp8_dense_gemm), metadata_(stream), graphs_(stream), sampler_(stream),
         mla_(stream, gemm_) {
     int device = 0;
@@ -427,6 +427,7 @@ class CudaOps final : public Ops {
   }
 
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
+  std::int64_t tuned_gemm_runs() const { return gemm_.num_tuned_runs(); }
 
   Result<Tensor> random_fp8_weight(Shape shape, std::uint64_t seed, float scale) {
     const std::int64_t rows = shape.rows(), cols = shape.cols();
@@ -580,6 +581,12 @@ Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_fp8_gemm_counts: not a CUDA Ops"};
   return cuda_ops->fp8_gemm_counts();
+}
+
+Result<std::int64_t> cuda_tuned_gemm_runs(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_tuned_gemm_runs: not a CUDA Ops"};
+  return cuda_ops->tuned_gemm_runs();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {
