@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -146,6 +147,10 @@ class CudaOps final : public Ops {
     // MLA's decode workspace is sized before the capture, never during it.
     if (key && kv_spec_.layout == KvCacheLayout::latent &&
         !mla_.prepare_decode(key->num_rows, key->context_bucket, num_sms_, options_.mla_kernels))
+      key.reset();
+    // A tuned GEMM times its algorithm only outside a capture, so each decode
+    // shape's first step runs eagerly and a later one is captured.
+    if (key && options_.gemm_algorithm == cuda::GemmAlgorithm::tuned && eager_decode_shapes_.insert(*key).second)
       key.reset();
     if (key) {
       // Both generations in one: the scratch arena's (high bits) and MLA's decode workspace's.
@@ -528,6 +533,8 @@ class CudaOps final : public Ops {
   KvCacheSpec kv_spec_;
   cuda::ScratchArena scratch_;
   cuda::LtGemm gemm_;
+  // Decode graph keys (generations left 0) that have run once eagerly (GemmAlgorithm::tuned).
+  std::set<cuda::GraphKey> eager_decode_shapes_;
   cuda::Fp8Matmul fp8_matmul_;
   cuda::StepMetadata metadata_;
   cuda::StepDeviceView view_;
