@@ -147,10 +147,9 @@ void bench_gemm() {
 }
 
 // bf16 GEMMs of Llama-3-8B's layer at the row counts of decode batches and of
-// a burst's mixed steps (a chunk of 128-1024 rows plus the chats), under each
-// CudaOptions::gemm_algorithm: cuBLASLt's first heuristic answer against the
-// fastest of its first answers (lt_gemm.h). Bytes are the weight, x and out;
-// the weights rotate over copies so that no row runs from L2.
+// a burst's mixed steps (a chunk of 128-1024 rows plus the chats): what a
+// step that reads every weight once at a few hundred rows pays. Bytes are the
+// weight, x and out; the weights rotate over copies so no row runs from L2.
 void bench_gemm_rows() {
   struct Shape2 {
     const char* what;
@@ -158,35 +157,30 @@ void bench_gemm_rows() {
   };
   const Shape2 shapes[] = {{"q|k|v", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate|up", 28672, 4096},
                            {"down", 4096, 14336}};
-  for (const cuda::GemmAlgorithm algorithm : {cuda::GemmAlgorithm::heuristic, cuda::GemmAlgorithm::tuned}) {
-    CudaOptions options = bench_options();
-    options.gemm_algorithm = algorithm;
-    auto ops = new_ops(options);
-    std::uint64_t seed = 1;
-    for (const Shape2& s : shapes) {
-      constexpr int kCopies = 3;
-      std::vector<Tensor> ws;
-      StepLayout layout;
-      ops->begin_step(layout);
-      for (int c = 0; c < kCopies; ++c)
-        ws.push_back(must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.05f)));
-      for (const std::int64_t m : {8, 64, 136, 264, 520, 1032, 2056, 4096}) {
-        const Tensor x = must(cuda_random_weight(*ops, {m, s.k}, DType::bf16, ++seed, 1.0f));
-        const Tensor out = must(cuda_random_weight(*ops, {m, s.n}, DType::bf16, ++seed, 1.0f));
-        int i = 0;
-        const double t = time_median(3, 9, [&] {
-          for (int r = 0; r < kCopies * 4; ++r) ops->matmul(x, ws[(i++) % kCopies], Tensor{}, out);
-        }) / (kCopies * 4);
-        const double bytes = 2.0 * (m * s.k + s.n * s.k + m * s.n);
-        const double flops = 2.0 * m * s.n * s.k;
-        char name[128];
-        std::snprintf(name, sizeof name, "GEMM %s %lldx%lldx%lld, %s (%.3f ms)", s.what, static_cast<long long>(m),
-                      static_cast<long long>(s.n), static_cast<long long>(s.k),
-                      std::string(cuda::name_of(algorithm, cuda::kGemmAlgorithmNames)).c_str(), t * 1e3);
-        row(name, bytes / t / 1e12, "TB/s",
-            pct(bytes / t / kHbmSpecBytesPerSecond) + " of 4.8 TB/s; " + pct(flops / t / kBf16FlopsPerSecond) +
-                " of 790 TFLOP/s");
-      }
+  auto ops = new_ops();
+  std::uint64_t seed = 1;
+  for (const Shape2& s : shapes) {
+    constexpr int kCopies = 3;
+    std::vector<Tensor> ws;
+    StepLayout layout;
+    ops->begin_step(layout);
+    for (int c = 0; c < kCopies; ++c)
+      ws.push_back(must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.05f)));
+    for (const std::int64_t m : {8, 64, 136, 264, 520, 1032, 2056, 4096}) {
+      const Tensor x = must(cuda_random_weight(*ops, {m, s.k}, DType::bf16, ++seed, 1.0f));
+      const Tensor out = must(cuda_random_weight(*ops, {m, s.n}, DType::bf16, ++seed, 1.0f));
+      int i = 0;
+      const double t = time_median(3, 9, [&] {
+        for (int r = 0; r < kCopies * 4; ++r) ops->matmul(x, ws[(i++) % kCopies], Tensor{}, out);
+      }) / (kCopies * 4);
+      const double bytes = 2.0 * (m * s.k + s.n * s.k + m * s.n);
+      const double flops = 2.0 * m * s.n * s.k;
+      char name[128];
+      std::snprintf(name, sizeof name, "GEMM %s %lldx%lldx%lld (%.3f ms)", s.what, static_cast<long long>(m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), t * 1e3);
+      row(name, bytes / t / 1e12, "TB/s",
+          pct(bytes / t / kHbmSpecBytesPerSecond) + " of 4.8 TB/s; " + pct(flops / t / kBf16FlopsPerSecond) +
+              " of 790 TFLOP/s");
     }
   }
 }
@@ -1013,16 +1007,14 @@ StepLayout make_burst_step(const BurstStepShape& shape, std::int32_t block, bool
   return layout;
 }
 
-void bench_burst_steps(bool profile, cuda::GemmAlgorithm algorithm) {
+void bench_burst_steps(bool profile) {
   constexpr std::int32_t kBlock = 16;
   const std::vector<std::int32_t> chats(8, 700);
   std::vector<std::int32_t> chats_and_long = chats;
   for (const std::int32_t c : {60000, 100000, 120000}) chats_and_long.push_back(c);
   const std::vector<BurstStepShape> shapes = {
       {128, 80000, chats}, {256, 40000, chats}, {512, 16000, chats}, {128, 80000, chats_and_long}};
-  CudaOptions options = bench_options();
-  options.gemm_algorithm = algorithm;
-  auto ops = new_ops(options);
+  auto ops = new_ops();
   const Llama8B model(*ops);
   std::int32_t most_blocks = 0;
   for (const BurstStepShape& s : shapes)
@@ -1032,8 +1024,7 @@ void bench_burst_steps(bool profile, cuda::GemmAlgorithm algorithm) {
     std::int64_t decode_keys = 0;
     for (const std::int32_t c : s.decode_contexts) decode_keys += c;
     char name[160];
-    std::snprintf(name, sizeof name, "burst step (GEMMs %s): chunk %d over %dk + %zu decodes (%lldk keys)",
-                  std::string(cuda::name_of(algorithm, cuda::kGemmAlgorithmNames)).c_str(), s.chunk,
+    std::snprintf(name, sizeof name, "burst step: chunk %d over %dk + %zu decodes (%lldk keys)", s.chunk,
                   s.prefix / 1000, s.decode_contexts.size(), static_cast<long long>(decode_keys / 1000));
     for (const auto& [label, with_chunk, with_decodes] :
          {std::tuple{"mixed", true, true}, std::tuple{"chunk alone", true, false},
@@ -1079,8 +1070,7 @@ int main(int argc, char** argv) {
     const bool profile = std::strcmp(argv[1], "--profile-burst") == 0;
     sluice::g_use_graphs = !profile;
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    for (const auto algorithm : {sluice::cuda::GemmAlgorithm::heuristic, sluice::cuda::GemmAlgorithm::tuned})
-      sluice::bench_burst_steps(profile, algorithm);
+    sluice::bench_burst_steps(profile);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--gemm-rows") == 0) {

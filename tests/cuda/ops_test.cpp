@@ -85,13 +85,8 @@ TEST(CudaOps, AddRmsNormUpdatesResidualAndNormalises) {
   }
 }
 
-// Under both GEMM algorithms: cuBLASLt's first answer, and the tuned one
-// (timed per rows bucket, then reused for other row counts of the bucket:
-// 300 and 320 share one, 129 and 136 another).
-class CudaMatmul : public ::testing::TestWithParam<cuda::GemmAlgorithm> {};
-
-TEST_P(CudaMatmul, MatchesFloat64) {
-  auto ops = make_test_ops(GetParam());
+TEST(CudaOps, MatmulMatchesFloat64) {
+  auto ops = make_test_ops();
   std::uint64_t seed = 300;
   struct Case {
     std::int64_t m, n, k;
@@ -107,9 +102,7 @@ TEST_P(CudaMatmul, MatchesFloat64) {
                  Case{4, 4097, 2048, false, DType::bf16},
                  // Split K in 4 parts (rows that fill 4 parts' waves better): q|k|v's shape at 3
                  // rows, and a ragged last part at 4 rows.
-                 Case{3, 6144, 4096, false, DType::bf16}, Case{4, 2000, 4104, true, DType::f32},
-                 // Same rows bucket as an earlier case, another row count.
-                 Case{320, 384, 2048, true, DType::f32}, Case{136, 14336, 512, false, DType::bf16}}) {
+                 Case{3, 6144, 4096, false, DType::bf16}, Case{4, 2000, 4104, true, DType::f32}}) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k);
     const auto x = random_bf16(static_cast<std::size_t>(c.m * c.k), ++seed);
     const auto w = random_bf16(static_cast<std::size_t>(c.n * c.k), ++seed);
@@ -133,22 +126,7 @@ TEST_P(CudaMatmul, MatchesFloat64) {
       }
     EXPECT_LE(relative_error(download(out), ref), c.out == DType::f32 ? 1e-4 : kBf16Tolerance);
   }
-  // The 6 cases above the GEMV's 4 rows ran through cuBLASLt, in 4 rows
-  // buckets: the first of each bucket on the algorithm it timed, the second
-  // ones (320, 136) on it too unless cuBLASLt's check refused it there.
-  auto tuned_runs = cuda_tuned_gemm_runs(*ops);
-  ASSERT_TRUE(tuned_runs.ok());
-  if (GetParam() == cuda::GemmAlgorithm::tuned) {
-    EXPECT_GE(*tuned_runs, 4);
-    EXPECT_LE(*tuned_runs, 6);
-  } else {
-    EXPECT_EQ(*tuned_runs, 0);
-  }
 }
-
-INSTANTIATE_TEST_SUITE_P(GemmAlgorithms, CudaMatmul,
-                         ::testing::Values(cuda::GemmAlgorithm::heuristic, cuda::GemmAlgorithm::tuned),
-                         [](const auto& info) { return std::string(cuda::name_of(info.param, cuda::kGemmAlgorithmNames)); });
 
 // The fused projections (one GEMV pass for decode rows, the default ops
 // above that) against float64, at decode and prefill row counts, odd widths,

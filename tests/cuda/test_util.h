@@ -16,8 +16,8 @@
 
 namespace sluice::testing {
 
-inline std::unique_ptr<Ops> make_test_ops(cuda::GemmAlgorithm gemm_algorithm = cuda::GemmAlgorithm::heuristic) {
-  auto ops = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .gemm_algorithm = gemm_algorithm});
+inline std::unique_ptr<Ops> make_test_ops() {
+  auto ops = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = false});
   SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
   return std::move(ops).value();
 }

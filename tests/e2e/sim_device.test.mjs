@@ -94,9 +94,6 @@ export const tests = {
       [['--device', 'cpu', '--cuda-prefill-attention', 'v1'], /--cuda-prefill-attention/],
       [['--device', 'sim', '--cuda-decode-split-plan', 'by-step-work'],
         /--cuda-decode-split-plan has no effect with --device sim/],
-      [['--device', 'cpu', '--cuda-gemm-algorithm', 'tuned'],
-        /--cuda-gemm-algorithm has no effect with --device cpu/],
-      [['--device', 'cpu', '--cuda-gemm-algorithm', 'fastest'], /--cuda-gemm-algorithm/],
     ]) {
       const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', ...args],
         { encoding: 'utf8', timeout: 30_000 });

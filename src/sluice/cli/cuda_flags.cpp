@@ -26,18 +26,11 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
                  "(uneven steps, e.g. long contexts beside short ones, 2.5x faster; even batches 13-20 points "
                  "slower in graphs)")
       ->check(CLI::IsMember(plans));
-  std::vector<std::string> algorithms;
-  for (const auto& [name, algorithm] : cuda::kGemmAlgorithmNames) algorithms.emplace_back(name);
-  cmd.add_option("--cuda-gemm-algorithm", flags.gemm_algorithm,
-                 "cuda: which cuBLASLt algorithm runs a bf16 GEMM: heuristic (cuBLASLt's first answer, the "
-                 "default) or tuned (the fastest of its first answers, timed once per rows bucket and shape "
-                 "in eager steps)")
-      ->check(CLI::IsMember(algorithms));
 }
 
 Status check_cuda_flags(const CLI::App& cmd, std::string_view device) {
   if (device == "cuda") return Ok{};
-  for (const char* flag : {"--cuda-prefill-attention", "--cuda-pdl", "--cuda-decode-split-plan", "--cuda-gemm-algorithm"})
+  for (const char* flag : {"--cuda-prefill-attention", "--cuda-pdl", "--cuda-decode-split-plan"})
     if (cmd.count(flag) > 0)
       return Error{fmt::format("{} has no effect with --device {} (CUDA backend only)", flag, device)};
   return Ok{};
@@ -53,9 +46,6 @@ CudaOptions cuda_options(const CudaFlags& flags) {
   const auto plan = cuda::parse_name(flags.decode_split_plan, cuda::kDecodeSplitPlanNames);
   SLUICE_CHECK_MSG(plan.has_value(), "--cuda-decode-split-plan " + flags.decode_split_plan);
   options.decode_split_plan = *plan;
-  const auto algorithm = cuda::parse_name(flags.gemm_algorithm, cuda::kGemmAlgorithmNames);
-  SLUICE_CHECK_MSG(algorithm.has_value(), "--cuda-gemm-algorithm " + flags.gemm_algorithm);
-  options.gemm_algorithm = *algorithm;
   return options;
 }
 

@@ -20,7 +20,6 @@ struct CudaFlags {
   std::string prefill_attention = "wgmma-ws";  // a name of cuda::kPrefillAttentionNames
   bool programmatic_launch = true;
   std::string decode_split_plan = "adaptive";  // a name of cuda::kDecodeSplitPlanNames
-  std::string gemm_algorithm = "heuristic";    // a name of cuda::kGemmAlgorithmNames
 };
 
 void add_cuda_flags(CLI::App& cmd, CudaFlags& flags);

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -47,7 +46,7 @@ class CudaOps final : public Ops {
  public:
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},
-        weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes, options.gemm_algorithm),
+        weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes),
         fp8_matmul_(gemm_, options.fp8_dense_gemm), metadata_(stream), graphs_(stream), sampler_(stream),
         mla_(stream, gemm_) {
     int device = 0;
@@ -147,10 +146,6 @@ class CudaOps final : public Ops {
     // MLA's decode workspace is sized before the capture, never during it.
     if (key && kv_spec_.layout == KvCacheLayout::latent &&
         !mla_.prepare_decode(key->num_rows, key->context_bucket, num_sms_, options_.mla_kernels))
-      key.reset();
-    // A tuned GEMM times its algorithm only outside a capture, so each decode
-    // shape's first step runs eagerly and a later one is captured.
-    if (key && options_.gemm_algorithm == cuda::GemmAlgorithm::tuned && eager_decode_shapes_.insert(*key).second)
       key.reset();
     if (key) {
       // Both generations in one: the scratch arena's (high bits) and MLA's decode workspace's.
@@ -432,7 +427,6 @@ class CudaOps final : public Ops {
   }
 
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
-  std::int64_t tuned_gemm_runs() const { return gemm_.num_tuned_runs(); }
 
   Result<Tensor> random_fp8_weight(Shape shape, std::uint64_t seed, float scale) {
     const std::int64_t rows = shape.rows(), cols = shape.cols();
@@ -533,8 +527,6 @@ class CudaOps final : public Ops {
   KvCacheSpec kv_spec_;
   cuda::ScratchArena scratch_;
   cuda::LtGemm gemm_;
-  // Decode graph keys (generations left 0) that have run once eagerly (GemmAlgorithm::tuned).
-  std::set<cuda::GraphKey> eager_decode_shapes_;
   cuda::Fp8Matmul fp8_matmul_;
   cuda::StepMetadata metadata_;
   cuda::StepDeviceView view_;
@@ -588,12 +580,6 @@ Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_fp8_gemm_counts: not a CUDA Ops"};
   return cuda_ops->fp8_gemm_counts();
-}
-
-Result<std::int64_t> cuda_tuned_gemm_runs(const Ops& ops) {
-  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
-  if (cuda_ops == nullptr) return Error{"cuda_tuned_gemm_runs: not a CUDA Ops"};
-  return cuda_ops->tuned_gemm_runs();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

@@ -52,8 +52,4 @@ namespace sluice {
 // tests and benchmarks say which path ran instead of inferring it.
 [[nodiscard]] Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops);
 
-// bf16 GEMMs of this Ops that ran a tuned cuBLASLt algorithm so far
-// (GemmAlgorithm::tuned), so tests can tell that tuning took place.
-[[nodiscard]] Result<std::int64_t> cuda_tuned_gemm_runs(const Ops& ops);
-
 }  // namespace sluice

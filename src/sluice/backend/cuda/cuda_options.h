@@ -110,17 +110,6 @@ enum class Fp8DenseGemm {
   kernel,
 };
 
-// Which of cuBLASLt's algorithms runs a bf16 GEMM (rows above the GEMV's).
-enum class GemmAlgorithm {
-  // cuBLASLt's first heuristic answer for the exact shape.
-  heuristic,
-  // In eager steps, the fastest of cuBLASLt's first answers, timed once on
-  // the step's own operands per (rows bucket, n, k, out dtype) and kept for
-  // every row count of the bucket (lt_gemm.h); steps being captured as graphs
-  // take the heuristic's until their bucket has been timed.
-  tuned,
-};
-
 // The routed experts' GEMMs of FP8 experts in eager steps (prefill).
 enum class MoeExpertGemm {
   // grouped_gemm.cu at every size (the only path under decode graphs).
@@ -150,7 +139,7 @@ struct CudaOptions {
   std::int64_t gemm_workspace_bytes = 32LL << 20;
 
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl,
-  // --cuda-decode-split-plan, --cuda-gemm-algorithm.
+  // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
   // mla_kernels, fp8_dense_gemm, moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
@@ -168,7 +157,6 @@ struct CudaOptions {
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::tensor_core;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::grouped;
-  cuda::GemmAlgorithm gemm_algorithm = cuda::GemmAlgorithm::heuristic;
 };
 
 namespace cuda {
@@ -188,8 +176,6 @@ inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKern
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
-inline constexpr std::array<std::pair<std::string_view, GemmAlgorithm>, 2> kGemmAlgorithmNames = {
-    {{"heuristic", GemmAlgorithm::heuristic}, {"tuned", GemmAlgorithm::tuned}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {
     {{"grouped", MoeExpertGemm::grouped}, {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt}}};
 
@@ -230,8 +216,6 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.fp8_dense_gemm, cuda::kFp8DenseGemmNames);
   out += ", MoE expert GEMM ";
   out += cuda::name_of(options.moe_expert_gemm, cuda::kMoeExpertGemmNames);
-  out += ", GEMM algorithm ";
-  out += cuda::name_of(options.gemm_algorithm, cuda::kGemmAlgorithmNames);
   out += ", scratch " + std::to_string(options.scratch_bytes >> 20) + " MiB";
   out += ", GEMM workspace " + std::to_string(options.gemm_workspace_bytes >> 20) + " MiB";
   return out;

@@ -90,16 +90,8 @@ std::optional<std::string> lt_block_scaled_rule_broken(const LtGemm::Fp8Operands
   return std::nullopt;
 }
 
-std::int64_t lt_tune_bucket(std::int64_t m) {
-  constexpr std::int64_t kStep = 64, kStepsUpTo = 1024;
-  if (m <= kStepsUpTo) return round_up(m, kStep);
-  std::int64_t bucket = kStepsUpTo;
-  while (bucket < m) bucket *= 2;
-  return bucket;
-}
-
-LtGemm::LtGemm(cudaStream_t stream, std::int64_t workspace_bytes, GemmAlgorithm algorithm)
-    : stream_(stream), workspace_bytes_(workspace_bytes), algorithm_(algorithm) {
+LtGemm::LtGemm(cudaStream_t stream, std::int64_t workspace_bytes)
+    : stream_(stream), workspace_bytes_(workspace_bytes) {
   SLUICE_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SLUICE_CUDA_CHECK(cudaMalloc(&workspace_, static_cast<std::size_t>(workspace_bytes_)));
 }
@@ -175,72 +167,10 @@ void LtGemm::run(const void* x, const void* w, void* out, DType out_dtype, std::
                  std::int64_t n, std::int64_t k) {
   if (m == 0) return;
   const Plan& plan = plan_for(Kind::bf16, m, n, k, out_dtype);
-  std::optional<cublasLtMatmulAlgo_t> tuned;
-  if (algorithm_ == GemmAlgorithm::tuned && m <= kLtTuneMaxRows) tuned = tuned_algo(plan, x, w, out, out_dtype, m, n, k);
-  const cublasLtMatmulAlgo_t& algo = tuned ? *tuned : *plan.algo;
-  num_tuned_runs_ += tuned ? 1 : 0;
   const float alpha = 1.0f, beta = 0.0f;
   SLUICE_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out,
-                                     plan.c, out, plan.c, &algo, workspace_,
+                                     plan.c, out, plan.c, &*plan.algo, workspace_,
                                      static_cast<std::size_t>(workspace_bytes_), stream_));
-}
-
-std::optional<cublasLtMatmulAlgo_t> LtGemm::tuned_algo(const Plan& plan, const void* x, const void* w, void* out,
-                                                       DType out_dtype, std::int64_t m, std::int64_t n,
-                                                       std::int64_t k) {
-  const Key bucket_key{Kind::bf16, lt_tune_bucket(m), n, k, out_dtype};
-  const float alpha = 1.0f, beta = 0.0f;
-  if (auto it = tuned_.find(bucket_key); it != tuned_.end()) {
-    // Tuned at another row count of the bucket: valid here only if cuBLASLt says so.
-    cublasLtMatmulHeuristicResult_t check{};
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, &it->second, &check);
-    if (status != CUBLAS_STATUS_SUCCESS || check.workspaceSize > static_cast<std::size_t>(workspace_bytes_))
-      return std::nullopt;
-    return it->second;
-  }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  SLUICE_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const std::uint64_t ws = static_cast<std::uint64_t>(workspace_bytes_);
-  SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                           sizeof(ws)));
-  std::vector<cublasLtMatmulHeuristicResult_t> candidates(kLtTuneCandidates);
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                                               pref, kLtTuneCandidates, candidates.data(), &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  SLUICE_CUBLAS_CHECK(status);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  SLUICE_CUDA_CHECK(cudaEventCreate(&start));
-  SLUICE_CUDA_CHECK(cudaEventCreate(&stop));
-  cublasLtMatmulAlgo_t best = *plan.algo;
-  std::optional<float> best_ms;
-  for (int c = 0; c < found; ++c) {
-    const auto matmul = [&] {
-      return cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c,
-                            &candidates[static_cast<std::size_t>(c)].algo, workspace_,
-                            static_cast<std::size_t>(workspace_bytes_), stream_);
-    };
-    // A candidate cuBLASLt will not run is skipped, not fatal.
-    if (matmul() != CUBLAS_STATUS_SUCCESS) continue;
-    SLUICE_CUDA_CHECK(cudaEventRecord(start, stream_));
-    for (int r = 0; r < kLtTuneRepeats; ++r) SLUICE_CUBLAS_CHECK(matmul());
-    SLUICE_CUDA_CHECK(cudaEventRecord(stop, stream_));
-    SLUICE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SLUICE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (!best_ms || ms < *best_ms) {
-      best_ms = ms;
-      best = candidates[static_cast<std::size_t>(c)].algo;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return tuned_.emplace(bucket_key, best).first->second;
 }
 
 bool LtGemm::refuse(const std::string& reason) {

@@ -1,15 +1,6 @@
 // GEMMs through cuBLASLt with f32 accumulation, for weights in the Hugging
 // Face [N, K] layout: out[M, N] = x[M, K] · w[N, K]^T.
 //
-// bf16 GEMMs take cuBLASLt's first heuristic answer, or with
-// GemmAlgorithm::tuned the fastest of its first kLtTuneCandidates answers:
-// timed (kLtTuneRepeats runs each, after one warm run) on the first eager
-// call's own operands, once per (rows bucket, n, k, out dtype), and kept for
-// every row count of the bucket that cuBLASLt's check accepts. The heuristic
-// is weakest at a few hundred rows (a weight stream, not a compute-bound
-// tile grid), which is what a burst's mixed steps run. Timing syncs the
-// stream, so it happens only outside graph capture.
-//
 // Row-major out^T is column-major out, so this is cuBLAS's "TN" product
 // C[N, M] = W^T(T) · X^T. A plan (descriptors + the heuristic's first algorithm)
 // is cached per (kind, M, N, K, out dtype): prefill sizes vary, decode sizes repeat.
@@ -45,7 +36,6 @@
 #include <string>
 #include <tuple>
 
-#include "sluice/backend/cuda/cuda_options.h"
 #include "sluice/backend/cuda/fp8_gemm_counts.h"
 #include "sluice/backend/tensor.h"
 
@@ -61,18 +51,9 @@ inline constexpr std::int64_t kLtBlockScaledDimMultiple = 4;
 // Operands, scales and leading dimensions of an FP8 GEMM: 16-byte aligned.
 inline constexpr std::int64_t kLtAlignmentBytes = 16;
 
-// Candidates timed per tuned bucket, and timed runs of each.
-inline constexpr int kLtTuneCandidates = 8;
-inline constexpr int kLtTuneRepeats = 3;
-// Rows above this are compute-bound tiles the heuristic gets right: not tuned.
-inline constexpr std::int64_t kLtTuneMaxRows = 4096;
-// The rows bucket a tuned algorithm is kept for: 64-row steps up to 1024,
-// then powers of two.
-std::int64_t lt_tune_bucket(std::int64_t m);
-
 class LtGemm {
  public:
-  LtGemm(cudaStream_t stream, std::int64_t workspace_bytes, GemmAlgorithm algorithm = GemmAlgorithm::heuristic);
+  LtGemm(cudaStream_t stream, std::int64_t workspace_bytes);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -100,9 +81,6 @@ class LtGemm {
   // kLtBlockScalingMinVersion.
   [[nodiscard]] bool run_fp8_block_scaled(const Fp8Operands& operands);
   const Fp8GemmCounts& fp8_counts() const { return fp8_counts_; }
-  // Tuned buckets so far, and GEMMs that ran a tuned algorithm (tests, bench).
-  std::int64_t num_tuned_buckets() const { return static_cast<std::int64_t>(tuned_.size()); }
-  std::int64_t num_tuned_runs() const { return num_tuned_runs_; }
 
  private:
   enum class Kind { bf16, fp8_block_scaled };
@@ -119,21 +97,12 @@ class LtGemm {
                  const Fp8Operands* fp8 = nullptr);
   // Counts a refusal and keeps its reason; returns false.
   bool refuse(const std::string& reason);
-  // The tuned algorithm of (m's bucket, n, k, out dtype) for `plan`, timing
-  // the candidates on these operands if the bucket has none yet; nullopt
-  // while the stream is capturing an untuned bucket, or when cuBLASLt's check
-  // refuses the bucket's algorithm for this m.
-  std::optional<cublasLtMatmulAlgo_t> tuned_algo(const Plan& plan, const void* x, const void* w, void* out,
-                                                 DType out_dtype, std::int64_t m, std::int64_t n, std::int64_t k);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::int64_t workspace_bytes_;
   std::map<Key, Plan> plans_;
-  GemmAlgorithm algorithm_;
-  std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // keyed by the rows bucket
-  std::int64_t num_tuned_runs_ = 0;
   Fp8GemmCounts fp8_counts_;
 };
 
