@@ -101,7 +101,6 @@ std::string tflops(double flops, double s) {
 }
 
 const cuda::Dt kBf16 = cuda::dt_of(DType::bf16);
-const cuda::Dt kF32 = cuda::dt_of(DType::f32);
 
 // Sparse attention: rows over 128 window latents + `entries` gathered compressed entries each.
 void bench_attention(std::int32_t rows, std::int32_t entries, std::int32_t sequences, const std::string& what,
