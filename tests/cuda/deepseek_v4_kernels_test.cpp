@@ -35,7 +35,7 @@ template <class T>
 class Dev {
  public:
   explicit Dev(const std::vector<T>& host) : n_(host.size()) {
-    SLUICE_CHECK(cudaMalloc(&p_, std::max<std::size_t>(n_ * sizeof(T), 16)) == cudaSuccess);
+    SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n_ * sizeof(T), 16)) == cudaSuccess);
     if (n_ > 0) SLUICE_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
   }
   explicit Dev(std::size_t n) : Dev(std::vector<T>(n)) {
@@ -165,8 +165,11 @@ void check_sparse_attention(std::int32_t heads, const std::vector<std::int32_t>&
       const std::int64_t position = positions[r];
       cpu_ops().rope_tail(out_row, d, heads, std::span(&position, 1), table, true);
     }
-    if (num_keys[r] == 0)
-      for (std::int64_t i = 0; i < heads * d; ++i) ASSERT_EQ(got[r * heads * d + i], 0.0f) << "row " << r << " has no keys";
+    if (num_keys[r] == 0) {
+      for (std::int64_t i = 0; i < heads * d; ++i) {
+        ASSERT_EQ(got[r * heads * d + i], 0.0f) << "row " << r << " has no keys";
+      }
+    }
   }
   EXPECT_LT(relative_error(got, want), tolerance) << "heads " << heads << " max |delta| " << max_abs_difference(got, want);
 }
@@ -501,8 +504,12 @@ TEST(DeepseekV4CudaKernels, ClampedSwigluMatchesTheReference) {
                              down, limit, 1.0f, out);
     want.insert(want.end(), out.begin(), out.begin() + inter);
   }
-  EXPECT_LT(max_abs_difference(got, want), 1e-5);
-  EXPECT_GT(*std::max_element(want.begin(), want.end()), 6.0f);  // the clamp was reached
+  EXPECT_LT(relative_error(got, want), 1e-6) << "max |delta| " << max_abs_difference(got, want);
+  // The clamps bind: silu(7) * 7 = 48.94 is the most, where the unclamped inputs reach silu(12) * 12 = 144.
+  const float most = *std::max_element(want.begin(), want.end());
+  EXPECT_GT(most, 40.0f);
+  EXPECT_LT(most, 49.0f);
+  EXPECT_LT(*std::max_element(got.begin(), got.end()), 49.0f);
 }
 
 void check_fp4_gemm(std::int32_t experts, std::int32_t n_out, std::int32_t k_in, const std::vector<std::int32_t>& slots_of_expert) {
@@ -550,7 +557,7 @@ void check_fp4_gemm(std::int32_t experts, std::int32_t n_out, std::int32_t k_in,
         for (std::int64_t i = 0; i < k_in; ++i) sum += static_cast<double>(wr[i]) * xr[i];
         want[static_cast<std::size_t>(s) * n_out + n] = static_cast<float>(sum);
       }
-  EXPECT_LT(relative_error(got, want), 2e-6) << "n_out " << n_out << " k_in " << k_in
+  EXPECT_LT(relative_error(got, want), 1e-5) << "n_out " << n_out << " k_in " << k_in
                                              << " max |delta| " << max_abs_difference(got, want);
 }
 
