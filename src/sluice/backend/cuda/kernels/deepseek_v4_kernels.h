@@ -5,7 +5,7 @@
 // captured as a graph) and checks its arguments on the host.
 //
 // Each mirrors a host op of backend/deepseek_v4_kernels.h (the CPU reference,
-// backend/cpu/deepseek_v4_ops.cpp) and tests/cuda/deepseek_v4_kernels_test.cpp
+// backend/cpu/deepseek_v4_ops.cpp) and tests/cuda/deepseek_v4_{attention,layer}_test.cpp
 // checks it against that op. One concern per file:
 //   deepseek_v4_attention.cu  sparse attention with sinks over gathered latents
 //   deepseek_v4_indexer.cu    the lightning indexer's FP8 scores and top-k
