@@ -5,7 +5,8 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst | --gemm-rows]
+//                   --decode1 | --chunk | --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst |
+//                   --gemm-rows | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention: prefill attention alone under each kernel, whole
@@ -14,8 +15,10 @@
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
+// --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst: the
-// same steps eagerly, twice each, for ncu).
+// same steps eagerly, twice each, for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
+// at decode and mixed-step row counts).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -1044,7 +1047,15 @@ void bench_burst_steps(bool profile) {
 }  // namespace
 }  // namespace sluice
 
+namespace sluice {
+void bench_deepseek_v4_kernels();  // deepseek_v4_bench.cpp
+}  // namespace sluice
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--deepseek-v4-kernels") == 0) {  // issue 18 stage 3's kernels alone
+    sluice::bench_deepseek_v4_kernels();
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--sampling") == 0) {
     sluice::bench_sampling();
     return 0;

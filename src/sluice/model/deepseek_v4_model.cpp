@@ -11,9 +11,11 @@ Result<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const ModelConfig
                                                                Ops& ops) {
   const DeepseekV4Kernels* kernels = ops.deepseek_v4_kernels();
   if (kernels == nullptr)
-    return Error{"deepseek_v4 runs on --device cpu only: this backend lacks its kernels (compressors, lightning "
-                 "indexer, sparse sink attention, mHC, hash/sqrtsoftplus routing, FP4 experts; issue 18 stage 3) and "
-                 "its paged KV layout",
+    return Error{"deepseek_v4 runs on --device cpu only: this backend has no V4 forward. On CUDA, issue 18 "
+                 "stage 3 built and device-tested the kernels (sparse sink attention, the FP8 lightning indexer "
+                 "and its top-k, the compressors, mHC, sqrtsoftplus/hash routing, clamped SwiGLU, the FP4 expert "
+                 "GEMM); the forward that runs them over the paged KV layout with FP8 records is still missing "
+                 "(docs/deepseek-v4-cuda.md)",
                  ErrorCode::kInvalidArgument};
   auto model = std::unique_ptr<DeepseekV4Model>(new DeepseekV4Model());
   SLUICE_TRY_ASSIGN(reference, DeepseekV4Reference::load(config, checkpoint, *kernels));

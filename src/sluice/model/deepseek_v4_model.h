@@ -5,7 +5,8 @@
 // pending projections; docs/kv-v4.md), in a KvCacheLayout::model_defined
 // cache, so the prefix cache and the host tier move a sequence's whole state
 // with its blocks. Runs where the Ops offer the V4 kernels and host access to
-// the blocks: the CPU backend; CUDA refuses it until issue 18 stage 3.
+// the blocks: the CPU backend; CUDA refuses it until its V4 forward exists
+// (stage 3 built the CUDA kernels alone: docs/deepseek-v4-cuda.md).
 #pragma once
 
 #include <memory>

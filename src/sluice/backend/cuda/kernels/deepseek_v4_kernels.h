@@ -1,0 +1,185 @@
+// Host-side launchers of the DeepSeek-V4 kernels (issue 18 stage 3), pure C++
+// types as kernels.h. Each works on a batch of rows (a decode step's
+// sequences, or a prefill chunk's rows) in device memory, enqueues on `stream`
+// (plain launches, no host synchronisation, so a step that runs them can be
+// captured as a graph) and checks its arguments on the host.
+//
+// Each mirrors a host op of backend/deepseek_v4_kernels.h (the CPU reference,
+// backend/cpu/deepseek_v4_ops.cpp) and tests/cuda/deepseek_v4_{attention,layer}_test.cpp
+// checks it against that op. One concern per file:
+//   deepseek_v4_attention.cu  sparse attention with sinks over gathered latents
+//   deepseek_v4_indexer.cu    the lightning indexer's FP8 scores and top-k
+//   deepseek_v4_compress.cu   the compressors' softmax pooling (+ norm, rope)
+//   deepseek_v4_mhc.cu        hyper-connections: hc_pre / hc_post / hc_head
+//   deepseek_v4_moe.cu        sqrtsoftplus / hash routing, clamped SwiGLU,
+//                             the FP4 (e2m1, group 32, ue8m0) expert GEMM
+// These are simple CUDA-core kernels: correctness first (stage 3), speed is
+// stage 4 (docs/deepseek-v4-cuda.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace sluice::cuda {
+
+enum class Dt : std::int32_t;
+
+// The widths the kernels are built for (V4-Flash's; the tiny test configs of
+// the CPU reference use others, which the CUDA forward will not serve).
+inline constexpr std::int32_t kV4LatentDim = 512;      // head_dim: K = V = the latent
+inline constexpr std::int32_t kV4IndexHeadDim = 128;   // index_head_dim
+inline constexpr std::int32_t kV4MaxIndexHeads = 64;   // index_n_heads
+inline constexpr std::int32_t kV4MaxHcMult = 4;        // hc_mult
+inline constexpr std::int32_t kV4MaxExperts = 1024;
+
+// The rope of a latent's trailing rope_dim (RotaryTable on the device).
+struct V4Rope {
+  const float* inv_freq = nullptr;  // [rope_dim / 2]
+  std::int32_t rope_dim = 0;
+  float cos_sin_scale = 1.0f;
+};
+
+// Sparse attention with sinks (DeepseekV4Kernels::sink_attention, then the
+// inverse rope of the output as the reference's run_attention does): row r's
+// query q[r] [num_heads, 512] attends over the latents kv[key_rows[r, j]]
+// (j < num_keys[r]), which are both keys and values; each head's sink logit
+// joins the softmax's denominator only. The key set is whatever the caller
+// gathered: the sliding window plus the indexer's top-k (CSA), every visible
+// entry (HCA) or the window alone (sliding layers). With rope.inv_freq set,
+// the output's rope tail is rotated back by positions[r]. Decode and prefill
+// rows alike (a row is a query row). num_keys[r] = 0 gives zeros.
+struct V4SparseAttentionArgs {
+  const void* q = nullptr;                 // bf16 [rows, num_heads, 512]
+  const void* kv = nullptr;                // bf16 [pool_rows, 512]
+  const std::int32_t* key_rows = nullptr;  // [rows, max_keys]
+  const std::int32_t* num_keys = nullptr;  // [rows], each <= max_keys
+  const float* sinks = nullptr;            // [num_heads]
+  const std::int32_t* positions = nullptr; // [rows]; with rope.inv_freq
+  V4Rope rope;
+  void* out = nullptr;  // out_dt [rows, num_heads, 512]
+  Dt out_dt{};
+  std::int32_t rows = 0, num_heads = 0, max_keys = 0;
+  float softmax_scale = 1.0f;
+};
+void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t stream);
+
+// The lightning indexer (DeepseekV4Kernels::indexer_top_k) on FP8 records:
+// index keys are e4m3 [128] with one f32 scale each (the 132 B record of
+// docs/kv-v4.md), queries e4m3 [heads, 128] with one f32 scale per head.
+//   score[r, t] = sum_h relu(q_h . k_t) * q_scale_h * k_scale_t * 128^-0.5 * weights[r, h]
+// over row r's visible keys keys[key_begin[r] + t], t < num_visible[r]; then
+// the top min(top_k, num_visible) by score, ties to the lower t, written in
+// ascending t (the reference's order), -1 past the count.
+struct V4IndexerArgs {
+  const std::uint8_t* q = nullptr;        // e4m3 [rows, num_heads, 128]
+  const float* q_scale = nullptr;         // [rows, num_heads]
+  const float* weights = nullptr;         // [rows, num_heads] (weights_proj(x) * num_heads^-0.5)
+  const std::uint8_t* keys = nullptr;     // e4m3 [pool_rows, 128]
+  const float* key_scale = nullptr;       // [pool_rows]
+  const std::int32_t* key_begin = nullptr;    // [rows]: the row's sequence's first key
+  const std::int32_t* num_visible = nullptr;  // [rows], each <= max_visible
+  float* scores = nullptr;                // workspace [rows, max_visible]
+  std::int32_t* selected = nullptr;       // [rows, top_k]
+  std::int32_t* num_selected = nullptr;   // [rows]
+  std::int32_t rows = 0, num_heads = 0, max_visible = 0, top_k = 0;
+};
+void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream);
+void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
+
+// One compressed entry per item (DeepseekV4Reference::emit_entry): the
+// softmax pool over its window's slots of the pending projections (gate +
+// ape, per channel), the weighted RMSNorm, then the rope at the window's
+// first position. Disjoint windows (HCA, width = dim): the window's `rate`
+// rows. Overlapping windows (CSA, width = 2 * dim): the first half of the
+// previous window's rows (none before window 0), then the second half of
+// its own, 2 * rate slots.
+struct V4CompressArgs {
+  const float* kv = nullptr;    // [pending_rows, width]
+  const float* gate = nullptr;  // [pending_rows, width]
+  const float* ape = nullptr;   // [rate, width]
+  const float* norm = nullptr;  // [dim]
+  const std::int32_t* window_row = nullptr;       // [entries]: the pending row of the window's first token
+  const std::int32_t* prev_window_row = nullptr;  // [entries]: the previous window's first row, -1 if none (overlap)
+  const std::int32_t* position = nullptr;         // [entries]: window * rate
+  V4Rope rope;
+  void* out = nullptr;  // out_dt [entries, dim]
+  Dt out_dt{};
+  std::int32_t entries = 0, dim = 0, width = 0, rate = 0;
+  float eps = 1e-6f;
+};
+void launch_v4_compress(const V4CompressArgs& args, cudaStream_t stream);
+
+// mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
+struct V4HcWeights {
+  const float* fn = nullptr;     // [mixes, hc * hidden]
+  const float* base = nullptr;   // [mixes]
+  const float* scale = nullptr;  // [3] (hc_head: [1])
+};
+struct V4HcPreArgs {
+  const float* streams = nullptr;  // [rows, hc, hidden]
+  V4HcWeights w;
+  float* post = nullptr;       // [rows, hc]
+  float* comb = nullptr;       // [rows, hc, hc]
+  void* collapsed = nullptr;   // out_dt [rows, hidden]
+  Dt out_dt{};
+  std::int32_t rows = 0, hc = 0, hidden = 0, sinkhorn_iters = 0;
+  float hc_eps = 1e-6f, norm_eps = 1e-6f;
+  bool head = false;  // hc_head: hc mixes, collapse only (post and comb unused)
+};
+void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream);
+struct V4HcPostArgs {
+  float* streams = nullptr;  // [rows, hc, hidden], updated in place
+  const void* y = nullptr;   // y_dt [rows, hidden]
+  Dt y_dt{};
+  const float* post = nullptr;  // [rows, hc]
+  const float* comb = nullptr;  // [rows, hc, hc]
+  std::int32_t rows = 0, hc = 0, hidden = 0;
+};
+void launch_v4_hc_post(const V4HcPostArgs& args, cudaStream_t stream);
+
+// DeepseekV4Kernels::route_sqrtsoftplus for every row: the experts are
+// hash_table[token_ids[r]] when hash_table is set, else the top k of
+// sqrt(softplus(logit)) + bias (ties to the lower expert).
+struct V4RouteArgs {
+  const float* logits = nullptr;           // [rows, num_experts]
+  const float* bias = nullptr;             // [num_experts] or null
+  const std::int32_t* hash_table = nullptr;  // [vocab, k] or null
+  const std::int32_t* token_ids = nullptr;   // [rows] with hash_table
+  std::int32_t* expert_ids = nullptr;      // [rows, k]
+  float* expert_weights = nullptr;         // [rows, k]
+  std::int32_t rows = 0, num_experts = 0, k = 0;
+  float scale = 1.0f;
+};
+void launch_v4_route(const V4RouteArgs& args, cudaStream_t stream);
+
+// act[r, i] = silu(min(gate, limit)) * clamp(up, -limit, limit), [gate | up] = in[r]
+// ([rows, 2 * inter]), as DeepseekV4Kernels::clamped_swiglu forms it.
+struct V4SwigluArgs {
+  const void* in = nullptr;  // in_dt [rows, 2 * inter]
+  Dt in_dt{};
+  void* out = nullptr;  // out_dt [rows, inter]
+  Dt out_dt{};
+  std::int32_t rows = 0, inter = 0;
+  float limit = 0.0f;
+};
+void launch_v4_clamped_swiglu(const V4SwigluArgs& args, cudaStream_t stream);
+
+// The FP4 expert GEMM, dequantized in the GEMM (model/fp4_weights.h's
+// layout): for every slot s of expert e (slots [expert_offsets[e],
+// expert_offsets[e + 1]), sorted by expert as launch_moe_plan sorts them),
+//   out[s, n] = sum_k x[row_of_slot[s], k] * e2m1(w[e, n, k]) * 2^(scale[e, n, k / 32] - 127)
+// in f32. n_out a multiple of 8, k_in of 256.
+struct V4Fp4GemmArgs {
+  const void* x = nullptr;                      // bf16 [*, k_in]
+  const std::int32_t* row_of_slot = nullptr;    // [slots]
+  const std::int32_t* expert_offsets = nullptr; // [num_experts + 1]
+  const std::uint8_t* w = nullptr;              // [num_experts, n_out, k_in / 2], two codes a byte, low nibble first
+  const std::uint8_t* w_scale = nullptr;        // e8m0 [num_experts, n_out, k_in / 32]
+  void* out = nullptr;                          // out_dt [slots, n_out]
+  Dt out_dt{};
+  std::int32_t num_experts = 0, n_out = 0, k_in = 0;
+};
+void launch_v4_fp4_gemm(const V4Fp4GemmArgs& args, cudaStream_t stream);
+
+}  // namespace sluice::cuda

@@ -1,0 +1,228 @@
+// DeepSeek-V4's attention-side CUDA kernels (backend/cuda/kernels/
+// deepseek_v4_kernels.h) against the CPU reference ops
+// (backend/cpu/deepseek_v4_ops.cpp) on random inputs at V4-Flash widths and
+// at edges: sparse attention with sinks (0 to 1152 gathered keys, heads not a
+// multiple of the block's 8, the inverse rope, prefill rows) and the
+// lightning indexer (FP8 records, the selected sets equal, ties included).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <vector>
+
+#include "deepseek_v4_test_util.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+
+namespace sluice {
+namespace {
+
+using namespace sluice::v4_testing;
+
+void check_sparse_attention(std::int32_t heads, const std::vector<std::int32_t>& num_keys, bool rope, Dt out_dt,
+                            double tolerance) {
+  constexpr std::int64_t d = cuda::kV4LatentDim;
+  const auto rows = static_cast<std::int32_t>(num_keys.size());
+  const std::int32_t max_keys = std::max(1, *std::max_element(num_keys.begin(), num_keys.end()));
+  const std::int64_t pool_rows = 3000;
+  const std::vector<float> q = bf16_values(static_cast<std::size_t>(rows) * heads * d, 11, 1.0f);
+  // Latents at the scale of a normed row, so that scores spread over a few units.
+  const std::vector<float> kv = bf16_values(static_cast<std::size_t>(pool_rows * d), 12, 3.0f);
+  const std::vector<float> sinks = uniform(static_cast<std::size_t>(heads), 13, -2.0f, 4.0f);
+  SplitMix64 rng(14);
+  std::vector<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys, -7);
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(rows));
+  for (std::int32_t r = 0; r < rows; ++r) {
+    for (std::int32_t j = 0; j < num_keys[r]; ++j) key_rows[r * max_keys + j] = static_cast<std::int32_t>(rng.next() % pool_rows);
+    positions[r] = static_cast<std::int32_t>(rng.next() % 131072);
+  }
+  const RotaryTable table = test_rope(10000.0f);
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  Dev<std::uint16_t> dq(to_bf16(q)), dkv(to_bf16(kv));
+  Dev<std::int32_t> drows(key_rows), dnum(num_keys), dpos(positions);
+  Dev<float> dsinks(sinks), dfreq(table.inv_freq);
+  const std::size_t out_n = static_cast<std::size_t>(rows) * heads * d;
+  Dev<float> dout_f32(out_n);
+  Dev<std::uint16_t> dout_bf16(out_n);
+  cuda::V4SparseAttentionArgs args{.q = dq.get(), .kv = dkv.get(), .key_rows = drows.get(), .num_keys = dnum.get(),
+                                   .sinks = dsinks.get(), .positions = dpos.get(),
+                                   .rope = {.inv_freq = rope ? dfreq.get() : nullptr, .rope_dim = 64},
+                                   .out = out_dt == kF32 ? static_cast<void*>(dout_f32.get()) : dout_bf16.get(),
+                                   .out_dt = out_dt, .rows = rows, .num_heads = heads, .max_keys = max_keys,
+                                   .softmax_scale = softmax_scale};
+  cuda::launch_v4_sparse_attention(args, nullptr);
+  std::vector<float> got;
+  if (out_dt == kF32) {
+    got = dout_f32.host();
+  } else {
+    for (std::uint16_t b : dout_bf16.host()) got.push_back(bf16_to_f32(b));
+  }
+
+  std::vector<float> want(out_n);
+  const SinkAttentionShape shape{.num_heads = heads, .head_dim = d, .softmax_scale = softmax_scale};
+  for (std::int32_t r = 0; r < rows; ++r) {
+    std::vector<float> keys;
+    for (std::int32_t j = 0; j < num_keys[r]; ++j) {
+      const auto begin = kv.begin() + static_cast<std::int64_t>(key_rows[r * max_keys + j]) * d;
+      keys.insert(keys.end(), begin, begin + d);
+    }
+    const auto out_row = std::span<float>(want).subspan(static_cast<std::size_t>(r) * heads * d, heads * d);
+    cpu_ops().sink_attention(std::span<const float>(q).subspan(static_cast<std::size_t>(r) * heads * d, heads * d),
+                             keys, sinks, shape, out_row);
+    if (rope) {
+      const std::int64_t position = positions[r];
+      cpu_ops().rope_tail(out_row, d, heads, std::span(&position, 1), table, true);
+    }
+    if (num_keys[r] == 0) {
+      for (std::int64_t i = 0; i < heads * d; ++i) {
+        ASSERT_EQ(got[r * heads * d + i], 0.0f) << "row " << r << " has no keys";
+      }
+    }
+  }
+  EXPECT_LT(relative_error(got, want), tolerance) << "heads " << heads << " max |delta| " << max_abs_difference(got, want);
+}
+
+TEST(DeepseekV4CudaKernels, SparseAttentionDecodeRowsMatchTheReference) {
+  // Window only (128), window + top-512 (CSA at long context), window + 1024 HCA entries, and edges.
+  check_sparse_attention(64, {128, 640, 1152, 1, 0, 31, 33}, /*rope=*/true, kF32, 2e-5);
+}
+
+TEST(DeepseekV4CudaKernels, SparseAttentionHeadsNotAMultipleOfTheBlockAndBf16Output) {
+  check_sparse_attention(20, {5, 640, 200}, /*rope=*/false, kF32, 2e-5);
+  check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3);
+}
+
+TEST(DeepseekV4CudaKernels, SparseAttentionPrefillRowsEachWithTheirOwnKeys) {
+  // A prefill chunk: row i sees min(i + 1, 128) window latents plus (i + 1) / 4 entries.
+  std::vector<std::int32_t> num_keys;
+  for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
+  check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5);
+}
+
+
+struct IndexerCase {
+  std::int32_t heads = 64;
+  std::vector<std::int32_t> num_visible;  // per row; every row has its own keys
+  std::int32_t top_k = 512;
+  std::int32_t prototypes = 0;  // > 0: every key is a copy of one of these (ties on purpose)
+  std::uint64_t seed = 1;
+};
+
+std::uint8_t random_e4m3(SplitMix64& rng, float scale) {
+  const float v = static_cast<float>((2.0 * rng.uniform() - 1.0) * scale);
+  return f32_to_fp8_e4m3(v);
+}
+
+void check_indexer(const IndexerCase& c) {
+  constexpr std::int64_t d = cuda::kV4IndexHeadDim;
+  const auto rows = static_cast<std::int32_t>(c.num_visible.size());
+  const std::int32_t max_visible = std::max(1, *std::max_element(c.num_visible.begin(), c.num_visible.end()));
+  SplitMix64 rng(c.seed);
+  std::vector<std::int32_t> key_begin(rows);
+  std::int64_t pool_rows = 0;
+  for (std::int32_t r = 0; r < rows; ++r) {
+    key_begin[r] = static_cast<std::int32_t>(pool_rows);
+    pool_rows += c.num_visible[r];
+  }
+  // Keys: e4m3 codes with one power-of-two-ish scale each (as a quantizer of amax / 448 gives).
+  std::vector<std::uint8_t> keys(static_cast<std::size_t>(std::max<std::int64_t>(pool_rows, 1) * d));
+  std::vector<float> key_scale(static_cast<std::size_t>(std::max<std::int64_t>(pool_rows, 1)));
+  std::vector<std::uint8_t> proto_codes(static_cast<std::size_t>(std::max(c.prototypes, 1)) * d);
+  std::vector<float> proto_scale(static_cast<std::size_t>(std::max(c.prototypes, 1)));
+  for (auto& b : proto_codes) b = random_e4m3(rng, 448.0f);
+  for (float& s : proto_scale) s = static_cast<float>(0.001 + 0.01 * rng.uniform());
+  for (std::int64_t t = 0; t < pool_rows; ++t) {
+    if (c.prototypes > 0) {
+      const auto p = static_cast<std::int64_t>(rng.next() % static_cast<std::uint64_t>(c.prototypes));
+      std::copy_n(proto_codes.begin() + p * d, d, keys.begin() + t * d);
+      key_scale[t] = proto_scale[p];
+    } else {
+      for (std::int64_t i = 0; i < d; ++i) keys[t * d + i] = random_e4m3(rng, 448.0f);
+      key_scale[t] = static_cast<float>(0.001 + 0.01 * rng.uniform());
+    }
+  }
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(rows) * c.heads * d);
+  for (auto& b : q) b = random_e4m3(rng, 448.0f);
+  const std::vector<float> q_scale = uniform(static_cast<std::size_t>(rows) * c.heads, c.seed + 1, 0.001f, 0.01f);
+  // weights_proj(x) * heads^-0.5: either sign.
+  const std::vector<float> weights = uniform(static_cast<std::size_t>(rows) * c.heads, c.seed + 2, -0.1f, 0.2f);
+
+  Dev<std::uint8_t> dq(q), dkeys(keys);
+  Dev<float> dqs(q_scale), dw(weights), dks(key_scale);
+  Dev<std::int32_t> dbegin(key_begin), dvisible(c.num_visible);
+  Dev<float> dscores(static_cast<std::size_t>(rows) * max_visible);
+  Dev<std::int32_t> dselected(static_cast<std::size_t>(rows) * c.top_k), dcount(static_cast<std::size_t>(rows));
+  const cuda::V4IndexerArgs args{.q = dq.get(), .q_scale = dqs.get(), .weights = dw.get(), .keys = dkeys.get(),
+                                 .key_scale = dks.get(), .key_begin = dbegin.get(), .num_visible = dvisible.get(),
+                                 .scores = dscores.get(), .selected = dselected.get(), .num_selected = dcount.get(),
+                                 .rows = rows, .num_heads = c.heads, .max_visible = max_visible, .top_k = c.top_k};
+  cuda::launch_v4_indexer_scores(args, nullptr);
+  cuda::launch_v4_indexer_top_k(args, nullptr);
+  const std::vector<float> scores = dscores.host();
+  const std::vector<std::int32_t> selected = dselected.host(), count = dcount.host();
+
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const std::int32_t n = c.num_visible[r];
+    // The reference op on the dequantized records (e4m3 * scale is exact in f32).
+    std::vector<float> qf(static_cast<std::size_t>(c.heads) * d), kf(static_cast<std::size_t>(n) * d);
+    for (std::int64_t h = 0; h < c.heads; ++h)
+      for (std::int64_t i = 0; i < d; ++i)
+        qf[h * d + i] = fp8_e4m3_to_f32(q[(r * c.heads + h) * d + i]) * q_scale[r * c.heads + h];
+    for (std::int64_t t = 0; t < n; ++t)
+      for (std::int64_t i = 0; i < d; ++i) kf[t * d + i] = fp8_e4m3_to_f32(keys[(key_begin[r] + t) * d + i]) * key_scale[key_begin[r] + t];
+    const std::vector<float> w_row(weights.begin() + r * c.heads, weights.begin() + (r + 1) * c.heads);
+    const std::vector<std::int64_t> want = cpu_ops().indexer_top_k(qf, w_row, kf, d, n, c.top_k);
+    // The reference's scores (its formula, in double), to judge near-boundary differences.
+    std::vector<double> ref_scores(n);
+    for (std::int64_t t = 0; t < n; ++t) {
+      double s = 0.0;
+      for (std::int64_t h = 0; h < c.heads; ++h) {
+        double dot = 0.0;
+        for (std::int64_t i = 0; i < d; ++i) dot += static_cast<double>(qf[h * d + i]) * kf[t * d + i];
+        s += std::max(0.0, dot) / std::sqrt(static_cast<double>(d)) * w_row[h];
+      }
+      ref_scores[t] = s;
+    }
+    double score_scale = 1e-30;
+    for (double s : ref_scores) score_scale = std::max(score_scale, std::fabs(s));
+    for (std::int64_t t = 0; t < n; ++t)
+      ASSERT_NEAR(scores[static_cast<std::size_t>(r) * max_visible + t], ref_scores[t], 2e-5 * score_scale)
+          << "row " << r << " key " << t;
+
+    ASSERT_EQ(count[r], static_cast<std::int32_t>(want.size())) << "row " << r;
+    const auto got_begin = selected.begin() + static_cast<std::int64_t>(r) * c.top_k;
+    const std::vector<std::int64_t> got(got_begin, got_begin + count[r]);
+    for (std::int32_t i = count[r]; i < c.top_k; ++i) ASSERT_EQ(got_begin[i], -1) << "row " << r << " slot " << i;
+    ASSERT_TRUE(std::is_sorted(got.begin(), got.end())) << "row " << r << ": not in ascending entry order";
+    if (c.prototypes > 0) {
+      // Copies of a prototype score identically on both sides, so the sets must be equal: the tie rule decides.
+      EXPECT_EQ(got, want) << "row " << r;
+    } else {
+      // Distinct random keys: equal sets, except a swap across the boundary between scores the f32 and
+      // double sums order differently (within 5e-6 of the score scale of the k-th score).
+      std::vector<std::int64_t> only_got, only_want;
+      std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(only_got));
+      std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(only_want));
+      double kth = INFINITY;
+      for (std::int64_t t : want) kth = std::min(kth, ref_scores[t]);
+      for (std::int64_t t : only_got) EXPECT_NEAR(ref_scores[t], kth, 5e-6 * score_scale) << "row " << r << " got " << t;
+      for (std::int64_t t : only_want) EXPECT_NEAR(ref_scores[t], kth, 5e-6 * score_scale) << "row " << r << " missed " << t;
+      EXPECT_LE(only_got.size(), 2u) << "row " << r;
+    }
+  }
+}
+
+TEST(DeepseekV4CudaKernels, IndexerTopKSelectsTheReferenceSetsOnRandomFp8Keys) {
+  // 32768 entries: a 128k context at CSA's ratio 4. Then fewer than, exactly and just over top_k, and none.
+  check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
+}
+
+TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) {
+  // 3000 keys that are copies of 37 prototypes: the 512th score falls inside a run of equal scores.
+  check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22});
+  check_indexer({.heads = 7, .num_visible = {900, 40}, .top_k = 16, .prototypes = 5, .seed = 23});
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,280 @@
+// DeepSeek-V4's per-layer CUDA kernels (backend/cuda/kernels/
+// deepseek_v4_kernels.h) against the CPU reference ops
+// (backend/cpu/deepseek_v4_ops.cpp): the compressors (CSA's overlapping
+// windows, HCA, the indexer's), mHC, routing (top-k with bias, ties, hash),
+// clamped SwiGLU and the FP4 expert GEMM against the CPU FP4 dequantization;
+// and the launchers' refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <vector>
+
+#include "deepseek_v4_test_util.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+
+#include "sluice/model/fp4_weights.h"
+
+namespace sluice {
+namespace {
+
+using namespace sluice::v4_testing;
+
+// One entry as DeepseekV4Reference::emit_entry pools it, from the reference ops.
+std::vector<float> reference_entry(const std::vector<float>& kv, const std::vector<float>& gate,
+                                   const std::vector<float>& ape, const std::vector<float>& norm, std::int64_t dim,
+                                   std::int64_t width, std::int64_t rate, std::int64_t window_row,
+                                   std::int64_t prev_window_row, std::int64_t position, const RotaryTable& rope) {
+  std::vector<float> values, gates, entry(dim);
+  auto add_window = [&](std::int64_t first_row, std::int64_t half_offset) {
+    for (std::int64_t s = 0; s < rate; ++s)
+      for (std::int64_t ch = 0; ch < dim; ++ch) {
+        values.push_back(kv[(first_row + s) * width + half_offset + ch]);
+        gates.push_back(gate[(first_row + s) * width + half_offset + ch] + ape[s * width + half_offset + ch]);
+      }
+  };
+  const bool overlap = width == 2 * dim;
+  if (overlap && prev_window_row >= 0) add_window(prev_window_row, 0);
+  add_window(window_row, overlap ? dim : 0);
+  cpu_ops().softmax_pool(values, gates, dim, entry);
+  cpu_ops().rms_norm(entry, dim, norm, 1e-6f);
+  cpu_ops().rope_tail(entry, dim, 1, std::span(&position, 1), rope, false);
+  return entry;
+}
+
+void check_compress(std::int32_t dim, std::int32_t width, std::int32_t rate, std::int32_t windows) {
+  const std::int64_t pending_rows = static_cast<std::int64_t>(windows) * rate;
+  const std::vector<float> kv = uniform(static_cast<std::size_t>(pending_rows * width), 31, -2.0f, 2.0f);
+  const std::vector<float> gate = uniform(static_cast<std::size_t>(pending_rows * width), 32, -4.0f, 4.0f);
+  const std::vector<float> ape = uniform(static_cast<std::size_t>(rate) * width, 33, -1.0f, 1.0f);
+  const std::vector<float> norm = uniform(static_cast<std::size_t>(dim), 34, 0.5f, 1.5f);
+  const RotaryTable rope = test_rope(160000.0f);
+  std::vector<std::int32_t> window_row, prev_row, position;
+  for (std::int32_t w = 0; w < windows; ++w) {
+    window_row.push_back(w * rate);
+    prev_row.push_back(w == 0 ? -1 : (w - 1) * rate);
+    position.push_back(w * rate + 4096 * rate);  // entries deep in a long context
+  }
+  Dev<float> dkv(kv), dgate(gate), dape(ape), dnorm(norm), dfreq(rope.inv_freq);
+  Dev<std::int32_t> dwin(window_row), dprev(prev_row), dpos(position);
+  Dev<float> dout(static_cast<std::size_t>(windows) * dim);
+  cuda::launch_v4_compress({.kv = dkv.get(), .gate = dgate.get(), .ape = dape.get(), .norm = dnorm.get(),
+                            .window_row = dwin.get(), .prev_window_row = dprev.get(), .position = dpos.get(),
+                            .rope = {.inv_freq = dfreq.get(), .rope_dim = 64}, .out = dout.get(), .out_dt = kF32,
+                            .entries = windows, .dim = dim, .width = width, .rate = rate, .eps = 1e-6f},
+                           nullptr);
+  const std::vector<float> got = dout.host();
+  std::vector<float> want;
+  for (std::int32_t w = 0; w < windows; ++w) {
+    const std::vector<float> e =
+        reference_entry(kv, gate, ape, norm, dim, width, rate, window_row[w], prev_row[w], position[w], rope);
+    want.insert(want.end(), e.begin(), e.end());
+  }
+  EXPECT_LT(relative_error(got, want), 1e-5) << "dim " << dim << " width " << width << " rate " << rate
+                                             << " max |delta| " << max_abs_difference(got, want);
+}
+
+TEST(DeepseekV4CudaKernels, CompressorsMatchTheReferenceEntries) {
+  check_compress(512, 1024, 4, 9);     // CSA: overlapping windows, the first without a predecessor
+  check_compress(512, 512, 128, 3);    // HCA: disjoint windows of 128
+  check_compress(128, 256, 4, 6);      // the indexer's compressor (index_head_dim 128)
+}
+
+
+TEST(DeepseekV4CudaKernels, HyperConnectionsMatchTheReference) {
+  const HyperConnectionShape shape{.hc_mult = 4, .hidden = 4096, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-6f};
+  const std::int32_t rows = 5, hc = 4, hidden = 4096, mixes = (2 + hc) * hc;
+  const std::vector<float> streams = uniform(static_cast<std::size_t>(rows) * hc * hidden, 41, -3.0f, 3.0f);
+  const float fn_scale = 1.0f / std::sqrt(static_cast<float>(hc * hidden));
+  const std::vector<float> fn = uniform(static_cast<std::size_t>(mixes) * hc * hidden, 42, -2 * fn_scale, 2 * fn_scale);
+  const std::vector<float> base = uniform(static_cast<std::size_t>(mixes), 43, -1.0f, 1.0f);
+  const std::vector<float> scale = uniform(3, 44, 0.5f, 2.0f);
+  const std::vector<float> y = uniform(static_cast<std::size_t>(rows) * hidden, 45, -1.0f, 1.0f);
+  const std::vector<float> head_fn(fn.begin(), fn.begin() + static_cast<std::int64_t>(hc) * hc * hidden);
+  const std::vector<float> head_base(base.begin(), base.begin() + hc), head_scale(scale.begin(), scale.begin() + 1);
+
+  Dev<float> dstreams(streams), dfn(fn), dbase(base), dscale(scale), dy(y);
+  Dev<float> dpost(static_cast<std::size_t>(rows) * hc), dcomb(static_cast<std::size_t>(rows) * hc * hc);
+  Dev<float> dcollapsed(static_cast<std::size_t>(rows) * hidden), dhead(static_cast<std::size_t>(rows) * hidden);
+  cuda::launch_v4_hc_pre({.streams = dstreams.get(), .w = {dfn.get(), dbase.get(), dscale.get()}, .post = dpost.get(),
+                          .comb = dcomb.get(), .collapsed = dcollapsed.get(), .out_dt = kF32, .rows = rows, .hc = hc,
+                          .hidden = hidden, .sinkhorn_iters = 20},
+                         nullptr);
+  cuda::launch_v4_hc_pre({.streams = dstreams.get(), .w = {dfn.get(), dbase.get(), dscale.get()},
+                          .collapsed = dhead.get(), .out_dt = kF32, .rows = rows, .hc = hc, .hidden = hidden,
+                          .head = true},
+                         nullptr);
+  const std::vector<float> post = dpost.host(), comb = dcomb.host(), collapsed = dcollapsed.host(), head = dhead.host();
+  cuda::launch_v4_hc_post({.streams = dstreams.get(), .y = dy.get(), .y_dt = kF32, .post = dpost.get(),
+                           .comb = dcomb.get(), .rows = rows, .hc = hc, .hidden = hidden},
+                          nullptr);
+  const std::vector<float> mixed = dstreams.host();
+
+  std::vector<float> want_post, want_comb, want_collapsed, want_head(static_cast<std::size_t>(rows) * hidden),
+      want_mixed(streams);
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const auto row_streams = std::span<const float>(streams).subspan(static_cast<std::size_t>(r) * hc * hidden, hc * hidden);
+    HyperConnectionMix mix;
+    cpu_ops().hc_pre(row_streams, {fn, base, scale}, shape, mix);
+    want_post.insert(want_post.end(), mix.post.begin(), mix.post.end());
+    want_comb.insert(want_comb.end(), mix.comb.begin(), mix.comb.end());
+    want_collapsed.insert(want_collapsed.end(), mix.collapsed.begin(), mix.collapsed.end());
+    cpu_ops().hc_head(row_streams, {head_fn, head_base, head_scale}, shape,
+                      std::span<float>(want_head).subspan(static_cast<std::size_t>(r) * hidden, hidden));
+    // hc_post from the device's own mix (its inputs), so this checks the mixing alone.
+    HyperConnectionMix device_mix;
+    device_mix.post.assign(post.begin() + r * hc, post.begin() + (r + 1) * hc);
+    device_mix.comb.assign(comb.begin() + r * hc * hc, comb.begin() + (r + 1) * hc * hc);
+    cpu_ops().hc_post(std::span<float>(want_mixed).subspan(static_cast<std::size_t>(r) * hc * hidden, hc * hidden),
+                      std::span<const float>(y).subspan(static_cast<std::size_t>(r) * hidden, hidden), device_mix, shape);
+  }
+  EXPECT_LT(max_abs_difference(post, want_post), 1e-5);
+  EXPECT_LT(max_abs_difference(comb, want_comb), 1e-5);
+  EXPECT_LT(relative_error(collapsed, want_collapsed), 1e-5);
+  EXPECT_LT(relative_error(head, want_head), 1e-5);
+  EXPECT_LT(relative_error(mixed, want_mixed), 1e-6);
+  // Sinkhorn's result is (nearly) doubly stochastic: a real mix, not an identity.
+  for (std::int32_t r = 0; r < rows; ++r)
+    for (std::int32_t k = 0; k < hc; ++k) {
+      double column = 0.0;
+      for (std::int32_t j = 0; j < hc; ++j) column += comb[(r * hc + j) * hc + k];
+      EXPECT_NEAR(column, 1.0, 1e-4);
+    }
+}
+
+
+TEST(DeepseekV4CudaKernels, SqrtSoftplusRoutingPicksTheReferenceExperts) {
+  const std::int32_t rows = 64, experts = 256, k = 6;
+  std::vector<float> logits = uniform(static_cast<std::size_t>(rows) * experts, 51, -6.0f, 25.0f);  // past softplus' 20
+  for (std::int32_t e = 0; e < experts; ++e) logits[3 * experts + e] = 0.5f;  // row 3: every expert ties
+  for (std::int32_t e = 0; e < experts; e += 2) logits[4 * experts + e] = 9.0f;  // row 4: ties at the top
+  const std::vector<float> bias = uniform(static_cast<std::size_t>(experts), 52, -0.1f, 0.1f);
+  const std::vector<float> zero_bias(static_cast<std::size_t>(experts), 0.0f);
+  const std::int32_t vocab = 100;
+  std::vector<std::int32_t> table(static_cast<std::size_t>(vocab) * k), tokens(rows);
+  SplitMix64 rng(53);
+  for (auto& e : table) e = static_cast<std::int32_t>(rng.next() % experts);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.next() % vocab);
+  Dev<float> dlogits(logits), dbias(bias), dzero(zero_bias);
+  Dev<std::int32_t> dtable(table), dtokens(tokens);
+  for (int mode = 0; mode < 3; ++mode) {  // biased top-k, unbiased top-k (ties stay ties), hash
+    Dev<std::int32_t> dids(static_cast<std::size_t>(rows) * k);
+    Dev<float> dweights(static_cast<std::size_t>(rows) * k);
+    cuda::launch_v4_route({.logits = dlogits.get(), .bias = mode == 0 ? dbias.get() : dzero.get(),
+                           .hash_table = mode == 2 ? dtable.get() : nullptr, .token_ids = dtokens.get(),
+                           .expert_ids = dids.get(), .expert_weights = dweights.get(), .rows = rows,
+                           .num_experts = experts, .k = k, .scale = 1.5f},
+                          nullptr);
+    const std::vector<std::int32_t> ids = dids.host();
+    const std::vector<float> weights = dweights.host();
+    for (std::int32_t r = 0; r < rows; ++r) {
+      std::vector<std::int32_t> want_ids(k);
+      std::vector<float> want_weights(k);
+      const std::span<const std::int32_t> hashed =
+          mode == 2 ? std::span<const std::int32_t>(table).subspan(static_cast<std::size_t>(tokens[r]) * k, k)
+                    : std::span<const std::int32_t>();
+      cpu_ops().route_sqrtsoftplus(std::span<const float>(logits).subspan(static_cast<std::size_t>(r) * experts, experts),
+                                   mode == 0 ? bias : zero_bias, hashed, k, 1.5f, want_ids, want_weights);
+      for (std::int32_t i = 0; i < k; ++i) {
+        ASSERT_EQ(ids[r * k + i], want_ids[i]) << "mode " << mode << " row " << r << " choice " << i;
+        ASSERT_NEAR(weights[r * k + i], want_weights[i], 2e-6) << "mode " << mode << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(DeepseekV4CudaKernels, ClampedSwigluMatchesTheReference) {
+  // The reference op is the whole expert; with gate_up = identity and down = [identity; 0], its
+  // output is the activation itself.
+  const std::int32_t rows = 3, inter = 256, hidden = 2 * inter;
+  const float limit = 7.0f;
+  const std::vector<float> in = uniform(static_cast<std::size_t>(rows) * hidden, 61, -12.0f, 12.0f);
+  std::vector<float> gate_up(static_cast<std::size_t>(hidden) * hidden, 0.0f), down(static_cast<std::size_t>(hidden) * inter, 0.0f);
+  for (std::int32_t i = 0; i < hidden; ++i) gate_up[static_cast<std::size_t>(i) * hidden + i] = 1.0f;
+  for (std::int32_t i = 0; i < inter; ++i) down[static_cast<std::size_t>(i) * inter + i] = 1.0f;
+  Dev<float> din(in), dout(static_cast<std::size_t>(rows) * inter);
+  cuda::launch_v4_clamped_swiglu({.in = din.get(), .in_dt = kF32, .out = dout.get(), .out_dt = kF32, .rows = rows,
+                                  .inter = inter, .limit = limit},
+                                 nullptr);
+  const std::vector<float> got = dout.host();
+  std::vector<float> want;
+  for (std::int32_t r = 0; r < rows; ++r) {
+    std::vector<float> out(static_cast<std::size_t>(hidden), 0.0f);
+    cpu_ops().clamped_swiglu(std::span<const float>(in).subspan(static_cast<std::size_t>(r) * hidden, hidden), gate_up,
+                             down, limit, 1.0f, out);
+    want.insert(want.end(), out.begin(), out.begin() + inter);
+  }
+  EXPECT_LT(relative_error(got, want), 1e-6) << "max |delta| " << max_abs_difference(got, want);
+  // The clamps bind: silu(7) * 7 = 48.94 is the most, where the unclamped inputs reach silu(12) * 12 = 144.
+  const float most = *std::max_element(want.begin(), want.end());
+  EXPECT_GT(most, 40.0f);
+  EXPECT_LT(most, 49.0f);
+  EXPECT_LT(*std::max_element(got.begin(), got.end()), 49.0f);
+}
+
+void check_fp4_gemm(std::int32_t experts, std::int32_t n_out, std::int32_t k_in, const std::vector<std::int32_t>& slots_of_expert) {
+  const std::int32_t x_rows = 13;
+  const std::vector<float> x = bf16_values(static_cast<std::size_t>(x_rows) * k_in, 71, 2.0f);
+  std::vector<std::uint8_t> packed, scales;
+  std::vector<float> dequantized;  // [experts, n_out, k_in], the CPU's dequantization
+  for (std::int32_t e = 0; e < experts; ++e) {
+    // Rows of different magnitudes so that the group scales differ.
+    std::vector<float> w = uniform(static_cast<std::size_t>(n_out) * k_in, 72 + e, -1.0f, 1.0f);
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(w.size()); ++i) w[i] *= std::ldexp(1.0f, static_cast<int>((i / 32) % 9) - 6);
+    const Shape shape{n_out, k_in};
+    Fp4Groups q = quantize_fp4_groups(w, shape);
+    const Tensor packed_t{q.packed.data(), DType::u8, fp4_packed_shape(shape)};
+    const Tensor scale_t{q.scale_codes.data(), DType::f8_e8m0, fp4_scale_shape(shape)};
+    auto d = dequantize_fp4_groups(packed_t, scale_t, shape, "test");
+    ASSERT_TRUE(d.ok()) << d.error_message();
+    packed.insert(packed.end(), q.packed.begin(), q.packed.end());
+    scales.insert(scales.end(), q.scale_codes.begin(), q.scale_codes.end());
+    dequantized.insert(dequantized.end(), d.value().begin(), d.value().end());
+  }
+  std::vector<std::int32_t> offsets{0}, row_of_slot;
+  SplitMix64 rng(79);
+  for (std::int32_t e = 0; e < experts; ++e) {
+    for (std::int32_t s = 0; s < slots_of_expert[e]; ++s) row_of_slot.push_back(static_cast<std::int32_t>(rng.next() % x_rows));
+    offsets.push_back(static_cast<std::int32_t>(row_of_slot.size()));
+  }
+  const auto slots = static_cast<std::int32_t>(row_of_slot.size());
+  Dev<std::uint16_t> dx(to_bf16(x));
+  Dev<std::int32_t> drows(row_of_slot), doffsets(offsets);
+  Dev<std::uint8_t> dw(packed), dscale(scales);
+  Dev<float> dout(static_cast<std::size_t>(slots) * n_out);
+  cuda::launch_v4_fp4_gemm({.x = dx.get(), .row_of_slot = drows.get(), .expert_offsets = doffsets.get(), .w = dw.get(),
+                            .w_scale = dscale.get(), .out = dout.get(), .out_dt = kF32, .num_experts = experts,
+                            .n_out = n_out, .k_in = k_in},
+                           nullptr);
+  const std::vector<float> got = dout.host();
+  std::vector<float> want(static_cast<std::size_t>(slots) * n_out);
+  for (std::int32_t e = 0; e < experts; ++e)
+    for (std::int32_t s = offsets[e]; s < offsets[e + 1]; ++s)
+      for (std::int64_t n = 0; n < n_out; ++n) {
+        double sum = 0.0;
+        const float* wr = dequantized.data() + (static_cast<std::int64_t>(e) * n_out + n) * k_in;
+        const float* xr = x.data() + static_cast<std::int64_t>(row_of_slot[s]) * k_in;
+        for (std::int64_t i = 0; i < k_in; ++i) sum += static_cast<double>(wr[i]) * xr[i];
+        want[static_cast<std::size_t>(s) * n_out + n] = static_cast<float>(sum);
+      }
+  EXPECT_LT(relative_error(got, want), 1e-5) << "n_out " << n_out << " k_in " << k_in
+                                             << " max |delta| " << max_abs_difference(got, want);
+}
+
+TEST(DeepseekV4CudaKernels, Fp4ExpertGemmMatchesTheCpuDequantization) {
+  // An expert without slots, one with more slots than a pass (8), one with a single slot.
+  check_fp4_gemm(4, 136, 512, {3, 0, 11, 1});
+  // V4-Flash's down projection shape per expert (4096 x 2048) and gate_up's input width 4096.
+  check_fp4_gemm(2, 4096, 2048, {2, 5});
+  check_fp4_gemm(1, 64, 4096, {9});
+}
+
+TEST(DeepseekV4CudaKernels, LaunchersRejectShapesTheyAreNotBuiltFor) {
+  EXPECT_DEATH(cuda::launch_v4_fp4_gemm({.num_experts = 1, .n_out = 64, .k_in = 100}, nullptr), "");
+  EXPECT_DEATH(cuda::launch_v4_indexer_scores({.num_heads = 65}, nullptr), "");
+  EXPECT_DEATH(cuda::launch_v4_compress({.dim = 512, .width = 700, .rate = 4}, nullptr), "");
+}
+
+}  // namespace
+}  // namespace sluice
