@@ -120,6 +120,10 @@ enum class MoeExpertGemm {
   // the prefill target (FP8 tensor cores instead of bf16 mma.sync). Not yet
   // measured (issue 15).
   per_expert_cublaslt,
+  // grouped_gemm_fp8.cu at every size, graphs included: activations quantized
+  // per 1x128 block (e4m3) and wgmma e4m3 x e4m3 with the block scales
+  // promoted per 128-wide K block. bf16 experts keep the grouped kernel.
+  fp8_wgmma,
 };
 
 }  // namespace cuda
@@ -176,8 +180,10 @@ inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKern
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {
-    {{"grouped", MoeExpertGemm::grouped}, {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt}}};
+inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {
+    {{"grouped", MoeExpertGemm::grouped},
+     {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt},
+     {"fp8-wgmma", MoeExpertGemm::fp8_wgmma}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {
