@@ -13,6 +13,7 @@
 #include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/thread_pool.h"
 #include "sluice/backend/cuda/fp8_matmul.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -421,19 +422,12 @@ TEST(CudaMoe, Fp8RowSliceKeepsItsScales) {
   EXPECT_LE(relative_error(download(out), matmul_f64(x, rows, m, n - begin, k)), kBf16Tolerance);
 }
 
-// The FP8 tensor-core experts (MoeExpertGemm::fp8_wgmma) under uneven expert
-// loads chosen to hit every edge of its 128-slot tiles and two 64-row
-// warpgroups: experts with 0 slots, 1, 3 (not a multiple of 4), 63/64/65
-// (one warpgroup full, the second idle or holding one row), 127/128/129 (a
-// spill tile of one row), 255, and K blocks past the 6-deep copy ring
-// (hidden 1024 = 8 blocks). Against the host computing the same numerics in
-// float64 (activations quantized per 1x128 block, the SwiGLU product rounded
-// to bf16 and quantized again before down): the bf16 bound; against the CPU
-// reference's unquantized activations: the e4m3 bound.
-TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
+// One case of Fp8WgmmaExpertsUnderUnevenLoads (below).
+void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
   ThreadPool pool(2);
   constexpr std::int64_t kHidden = 1024, kInter = 256;
-  const std::vector<std::int32_t> counts = {0, 1, 3, 63, 64, 65, 127, 128, 129, 200, 255, 1};  // slots an expert
+  std::vector<std::int32_t> counts = {0, 1, 3, 63, 64, 65, 127, 128, 129, 200, 255, 1};  // slots an expert
+  counts.insert(counts.end(), static_cast<std::size_t>(empty_experts), 0);
   const auto num_experts = static_cast<std::int32_t>(counts.size());
   constexpr std::int32_t kTopK = 2;
   // Pair i (expert sequence sorted by expert) goes to row i % rows, choice i / rows:
@@ -529,5 +523,26 @@ TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
   }
 }
 
+
+// The FP8 tensor-core experts (MoeExpertGemm::fp8_wgmma) under uneven expert
+// loads chosen to hit every edge of its 128-slot tiles and two 64-row
+// warpgroups: experts with 0 slots, 1, 3 (not a multiple of 4), 63/64/65
+// (one warpgroup full, the second idle or holding one row), 127/128/129 (a
+// spill tile of one row), 255, and K blocks past the 6-deep copy ring
+// (hidden 1024 = 8 blocks). Twice: 12 experts (1036 slots: 128-slot tiles of
+// two warpgroups) and the same loads with 20 more experts left empty (64-slot
+// tiles of one warpgroup, grouped_gemm_fp8_tile_rows). Against the host
+// computing the same numerics in float64 (activations quantized per 1x128
+// block, the SwiGLU product rounded to bf16 and quantized again before down):
+// the bf16 bound; against the CPU reference's unquantized activations: the e4m3 bound.
+TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
+  // The two tile shapes the cases below are meant to reach.
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 12), 128);
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 32), 64);
+  for (const std::int32_t empty_experts : {0, 20}) {
+    SCOPED_TRACE(::testing::Message() << empty_experts << " more empty experts");
+    fp8_wgmma_uneven_loads(empty_experts);
+  }
+}
 }  // namespace
 }  // namespace sluice

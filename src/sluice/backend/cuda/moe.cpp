@@ -228,6 +228,7 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                              .tile_first_slot = p.tile_first_slot,
                              .expert_offsets = p.expert_offsets,
                              .max_tiles = p.max_tiles,
+                             .tile_rows = p.tile_rows,
                              .n = n,
                              .k = k,
                              .epilogue = epilogue,
@@ -282,7 +283,8 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   ExpertsPlan p{.rows = rows, .hidden = hidden, .inter = inter, .k = k, .num_experts = num_experts, .fp8 = fp8};
   ScratchArena& scratch = context.scratch;
   p.num_pairs = static_cast<std::int32_t>(rows * k);
-  p.tile_rows = fp8_wgmma ? kGroupedGemmFp8TileRows : grouped_gemm_tile_rows(p.num_pairs, num_experts);
+  p.tile_rows = fp8_wgmma ? grouped_gemm_fp8_tile_rows(p.num_pairs, num_experts)
+                          : grouped_gemm_tile_rows(p.num_pairs, num_experts);
   p.max_tiles = moe_max_tiles(p.num_pairs, static_cast<std::int32_t>(num_experts), p.tile_rows);
   p.expert_offsets = allocate<std::int32_t>(scratch, num_experts + 1);
   p.slot_of_pair = allocate<std::int32_t>(scratch, p.num_pairs);

@@ -38,16 +38,28 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr int kBlockM = kGroupedGemmFp8TileRows;  // 128 slots: two warpgroups of 64
-constexpr int kBlockN = 128;                       // weight rows a block reads (output columns; swiglu: 64 + 64)
-constexpr int kBlockK = 128;                       // one e4m3 line of 128 bytes = one scale block
-constexpr int kStages = 6;
-constexpr int kThreads = 256;
-constexpr int kTileBytes = kBlockM * kBlockK;  // 16 KB, A or B (kBlockN == kBlockM)
-constexpr int kStageBytes = 2 * kTileBytes;
-constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack for the 1024-byte alignment
-static_assert(kBlockN == kBlockM, "A and B tiles share one size and one copy pattern");
+constexpr int kBlockN = 128;  // weight rows a block reads (output columns; swiglu: 64 + 64)
+constexpr int kBlockK = 128;  // one e4m3 line of 128 bytes = one scale block
+constexpr int kBTileBytes = kBlockN * kBlockK;  // 16 KB
 static_assert(kBlockK == 128, "a K block is one 128-byte swizzled line");
+
+// kWarpgroups warpgroups of 64 slot rows each: 2 for prefill (128-slot tiles,
+// 6 stages of 32 KB, one block an SM), 1 for decode (64-slot tiles, 4 stages
+// of 24 KB, two blocks an SM, so one block's ramp-up hides under the other's stream).
+template <int kWarpgroups>
+struct Config {
+  static constexpr int kBlockM = 64 * kWarpgroups;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kStages = kWarpgroups == 2 ? 6 : 4;
+  static constexpr int kBlocksPerSm = kWarpgroups == 2 ? 1 : 2;
+  static constexpr int kATileBytes = kBlockM * kBlockK;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack for the 1024-byte alignment
+  static constexpr int kRowsPerPass = kThreads / 8;  // a copy pass: 8 threads a 128-byte row
+  static constexpr int kAPasses = kBlockM / kRowsPerPass;
+  static constexpr int kBPasses = kBlockN / kRowsPerPass;
+  static_assert(kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
+};
 
 // d (+)= A B^T for one m64n128k32 step, e4m3 operands from shared memory
 // (both K-major, the only layout wgmma takes for 8-bit types).
@@ -75,21 +87,23 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], std::uint6
 // Accumulator layout of m64nN (f32), per thread: value i is row
 // (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the warpgroup's 64, and
 // column (i / 4) * 8 + (lane % 4) * 2 + i % 2.
-template <bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, 1) grouped_gemm_fp8_kernel(GroupedGemmFp8Args a) {
+template <int kWarpgroups, bool kSwiglu>
+__global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgroups>::kBlocksPerSm)
+    grouped_gemm_fp8_kernel(GroupedGemmFp8Args a) {
+  using C = Config<kWarpgroups>;
   extern __shared__ unsigned char smem_window[];
-  __shared__ int src_rows[kBlockM];  // the A row of each of the tile's slots; -1 past the group's end
+  __shared__ int src_rows[C::kBlockM];  // the A row of each of the tile's slots; -1 past the group's end
   pdl_launch_dependents();
   pdl_wait();
   const int tile = blockIdx.y;
   const int group = a.tile_expert[tile];
   if (group < 0) return;
   const int first_slot = a.tile_first_slot[tile];
-  const int num_rows = min(kBlockM, a.expert_offsets[group + 1] - first_slot);
+  const int num_rows = min(C::kBlockM, a.expert_offsets[group + 1] - first_slot);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, warp_in_wg = warp & 3;
-  for (int r = tid; r < kBlockM; r += kThreads)
+  for (int r = tid; r < C::kBlockM; r += C::kThreads)
     src_rows[r] = r < num_rows ? (a.row_of_slot != nullptr ? a.row_of_slot[first_slot + r] : first_slot + r) : -1;
   __syncthreads();
 
@@ -101,42 +115,61 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_fp8_kernel(GroupedGe
   const std::int64_t w_row0 = group * group_rows + n0;  // first weight row (of the gate half)
   const std::int64_t w_row1 = w_row0 + n;               // first weight row of the up half
 
-  // Copies: thread t moves 16-byte chunk t % 8 of rows t / 8 + 32 i (i < 4)
-  // of both tiles; the swizzle's row term (row % 8) is the same for all four.
+  // Copies: thread t moves 16-byte chunk t % 8 of rows t / 8 + kRowsPerPass i
+  // of both tiles; the swizzle's row term (row % 8) is the same in every pass.
   const int chunk = tid & 7, row_base = tid >> 3;
   const std::uint32_t swizzled_chunk = static_cast<std::uint32_t>(((chunk ^ (row_base & 7)) << 4));
-  const unsigned char* a_src[4];
-  const unsigned char* w_src[4];
+  const unsigned char* a_src[C::kAPasses];
+  const unsigned char* w_src[C::kBPasses];
   const auto* a_q = static_cast<const unsigned char*>(a.a);
   const auto* w_q = static_cast<const unsigned char*>(a.w);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = row_base + 32 * i;
+  for (int i = 0; i < C::kAPasses; ++i) {
+    const int r = row_base + C::kRowsPerPass * i;
     a_src[i] = src_rows[r] >= 0 ? a_q + static_cast<std::int64_t>(src_rows[r]) * k + chunk * 16 : nullptr;
+  }
+#pragma unroll
+  for (int i = 0; i < C::kBPasses; ++i) {
+    const int r = row_base + C::kRowsPerPass * i;
     const std::int64_t w_row = kSwiglu ? (r < kBlockN / 2 ? w_row0 + r : w_row1 + r - kBlockN / 2) : w_row0 + r;
     w_src[i] = w_q + w_row * k + chunk * 16;
   }
   const int num_k_blocks = static_cast<int>(k / kBlockK);
   auto load_stage = [&](int kb) {
-    unsigned char* a_s = smem.ptr + (kb % kStages) * kStageBytes;
-    unsigned char* b_s = a_s + kTileBytes;
+    unsigned char* a_s = smem.ptr + (kb % C::kStages) * C::kStageBytes;
+    unsigned char* b_s = a_s + C::kATileBytes;
     const std::int64_t k0 = static_cast<std::int64_t>(kb) * kBlockK;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const std::uint32_t dst = static_cast<std::uint32_t>((row_base + 32 * i) * kBlockK) + swizzled_chunk;
+    for (int i = 0; i < C::kAPasses; ++i) {
       // A rows past the group's end are left as they are: an MMA row reads
       // only its own A row, and those rows are never stored.
+      const std::uint32_t dst = static_cast<std::uint32_t>((row_base + C::kRowsPerPass * i) * kBlockK) + swizzled_chunk;
       if (a_src[i] != nullptr) cp_async_16(a_s + dst, a_src[i] + k0, true);
+    }
+#pragma unroll
+    for (int i = 0; i < C::kBPasses; ++i) {
+      const std::uint32_t dst = static_cast<std::uint32_t>((row_base + C::kRowsPerPass * i) * kBlockK) + swizzled_chunk;
       cp_async_16(b_s + dst, w_src[i] + k0, true);
     }
   };
 
   // This thread's two accumulator rows and their A scales' column.
   const int row_lo = wg * 64 + warp_in_wg * 16 + lane / 4, row_hi = row_lo + 8;
-  const int scale_row_lo = max(src_rows[row_lo], 0), scale_row_hi = max(src_rows[row_hi], 0);
+  const float* a_scale_lo = a.a_scales + max(src_rows[row_lo], 0);
+  const float* a_scale_hi = a.a_scales + max(src_rows[row_hi], 0);
   const float* w_scale0 = a.w_scales + (w_row0 / kBlockK) * a.w_scale_row_stride;
   const float* w_scale1 = a.w_scales + (w_row1 / kBlockK) * a.w_scale_row_stride;
   const bool active = num_rows > wg * 64;  // this warpgroup holds at least one slot
+  // The scales of K block kb + 1 are loaded while block kb multiplies (an L2
+  // round trip is longer than a K block's MMAs).
+  struct Scales {
+    float a_lo, a_hi, w0, w1;
+  };
+  auto load_scales = [&](int kb) {
+    const std::int64_t at = static_cast<std::int64_t>(kb) * a.a_scale_stride;
+    return Scales{a_scale_lo[at], a_scale_hi[at], w_scale0[kb], kSwiglu ? w_scale1[kb] : 0.0f};
+  };
+  Scales next_scales = load_scales(0);
 
   float total[64];
 #pragma unroll
@@ -144,35 +177,34 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_fp8_kernel(GroupedGe
   float acc[64];
 
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < num_k_blocks) load_stage(s);
     cp_async_commit();
   }
   for (int kb = 0; kb < num_k_blocks; ++kb) {
     // K block kb has landed once at most kStages - 2 later groups are pending.
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<C::kStages - 2>();
     fence_proxy_async();
     __syncthreads();
     // The stage written now was last read by MMAs every warpgroup waited for
     // before the barrier above.
-    if (kb + kStages - 1 < num_k_blocks) load_stage(kb + kStages - 1);
+    if (kb + C::kStages - 1 < num_k_blocks) load_stage(kb + C::kStages - 1);
     cp_async_commit();
     if (!active) continue;
-    const std::uint32_t a_s = smem.addr + (kb % kStages) * kStageBytes + wg * 64 * kBlockK;
-    const std::uint32_t b_s = smem.addr + (kb % kStages) * kStageBytes + kTileBytes;
+    const std::uint32_t a_s = smem.addr + (kb % C::kStages) * C::kStageBytes + wg * 64 * kBlockK;
+    const std::uint32_t b_s = smem.addr + (kb % C::kStages) * C::kStageBytes + C::kATileBytes;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockK / 32; ++ks)
       wgmma_m64n128k32_e4m3(acc, smem_desc(a_s + ks * 32, 16, 1024), smem_desc(b_s + ks * 32, 16, 1024), ks > 0);
     wgmma_commit();
-    const float scale_a_lo = a.a_scales[static_cast<std::int64_t>(kb) * a.a_scale_stride + scale_row_lo];
-    const float scale_a_hi = a.a_scales[static_cast<std::int64_t>(kb) * a.a_scale_stride + scale_row_hi];
-    const float scale_w0 = w_scale0[kb];
-    const float scale_w1 = kSwiglu ? w_scale1[kb] : scale_w0;
+    const Scales scales = next_scales;
+    if (kb + 1 < num_k_blocks) next_scales = load_scales(kb + 1);
     wgmma_wait<0>();
     fence_registers(acc);
-    const float s00 = scale_a_lo * scale_w0, s01 = scale_a_hi * scale_w0;
-    const float s10 = scale_a_lo * scale_w1, s11 = scale_a_hi * scale_w1;
+    const float w1 = kSwiglu ? scales.w1 : scales.w0;
+    const float s00 = scales.a_lo * scales.w0, s01 = scales.a_hi * scales.w0;
+    const float s10 = scales.a_lo * w1, s11 = scales.a_hi * w1;
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
       const bool hi = (i >> 1) & 1;
@@ -213,21 +245,33 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_fp8_kernel(GroupedGe
   }
 }
 
-template <bool kSwiglu>
+template <int kWarpgroups, bool kSwiglu>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   const std::int64_t col_blocks = a.n / (kSwiglu ? kBlockN / 2 : kBlockN);
-  launch_kernel(grouped_gemm_fp8_kernel<kSwiglu>, dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(a.max_tiles)),
-                dim3(kThreads), kSmemBytes, launch, a);
+  launch_kernel(grouped_gemm_fp8_kernel<kWarpgroups, kSwiglu>,
+                dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(a.max_tiles)),
+                dim3(Config<kWarpgroups>::kThreads), Config<kWarpgroups>::kSmemBytes, launch, a);
   SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kWarpgroups, bool kSwiglu>
+void raise_smem_limit() {
+  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_kernel<kWarpgroups, kSwiglu>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Config<kWarpgroups>::kSmemBytes));
 }
 
 }  // namespace
 
 void prepare_grouped_gemm_fp8() {
-  SLUICE_CUDA_CHECK(
-      cudaFuncSetAttribute(grouped_gemm_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  SLUICE_CUDA_CHECK(
-      cudaFuncSetAttribute(grouped_gemm_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  raise_smem_limit<1, false>();
+  raise_smem_limit<1, true>();
+  raise_smem_limit<2, false>();
+  raise_smem_limit<2, true>();
+}
+
+std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups) {
+  return num_slots <= 64 * num_groups ? 64 : 128;
 }
 
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {
@@ -236,13 +280,15 @@ bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {
 
 void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& a, const Launch& launch) {
   SLUICE_CHECK_MSG(grouped_gemm_fp8_supports(a.n, a.k), "grouped FP8 GEMM: n and k must be multiples of 128");
+  SLUICE_CHECK(a.tile_rows == 64 || a.tile_rows == 128);
   SLUICE_CHECK(a.tile_expert != nullptr && a.tile_first_slot != nullptr && a.expert_offsets != nullptr);
   SLUICE_CHECK(a.a_scales != nullptr && a.w_scales != nullptr && a.a_scale_stride > 0);
   if (a.max_tiles == 0) return;
-  if (a.epilogue == GroupedEpilogue::swiglu)
-    launch_variant<true>(a, launch);
+  const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
+  if (a.tile_rows == 64)
+    swiglu ? launch_variant<1, true>(a, launch) : launch_variant<1, false>(a, launch);
   else
-    launch_variant<false>(a, launch);
+    swiglu ? launch_variant<2, true>(a, launch) : launch_variant<2, false>(a, launch);
 }
 
 }  // namespace sluice::cuda

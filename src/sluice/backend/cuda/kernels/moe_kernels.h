@@ -103,9 +103,8 @@ void launch_grouped_gemm(const GroupedGemmArgs& args, const Launch& launch);
 // where A[s] = a[row(s)] * a_scales (e4m3 per 1x128 block, launch_quantize_fp8_rows'
 // layout) and W the FP8 weight with its 128x128 block scales; every 128-wide K
 // block's product is promoted into an f32 sum with its two scales. Tiles come
-// from launch_moe_plan with tile_rows kGroupedGemmFp8TileRows. Nothing is read
-// back to the host, so decode steps stay capturable.
-inline constexpr std::int32_t kGroupedGemmFp8TileRows = 128;
+// from launch_moe_plan with tile_rows = grouped_gemm_fp8_tile_rows(). Nothing
+// is read back to the host, so decode steps stay capturable.
 struct GroupedGemmFp8Args {
   const void* a = nullptr;                    // e4m3 [*, k]
   const float* a_scales = nullptr;            // [k / 128, a_scale_stride]: scale of a's row r at k block b is [b * stride + r]
@@ -118,13 +117,18 @@ struct GroupedGemmFp8Args {
   const std::int32_t* tile_first_slot = nullptr;
   const std::int32_t* expert_offsets = nullptr;
   std::int32_t max_tiles = 0;
-  std::int64_t n = 0, k = 0;  // multiples of 128
+  std::int32_t tile_rows = 128;  // the plan's: grouped_gemm_fp8_tile_rows()
+  std::int64_t n = 0, k = 0;     // multiples of 128
   GroupedEpilogue epilogue = GroupedEpilogue::store;
   void* out = nullptr;  // bf16 [slots, n]
 };
-// Raises the kernel's shared-memory limit (193 KB): once, before any launch
-// and outside graph capture (CudaOps' constructor).
+// Raises the kernels' shared-memory limits (97 / 193 KB): once, before any
+// launch and outside graph capture (CudaOps' constructor).
 void prepare_grouped_gemm_fp8();
+// Slots a tile for this many slots over this many groups: 64 (one warpgroup,
+// two blocks an SM) while groups hold a few slots (decode: a weight stream),
+// 128 (two warpgroups sharing each weight tile) when they hold many.
+std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups);
 // Whether the kernel covers an n x k weight (per group, per half under swiglu).
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k);
 void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& args, const Launch& launch);
