@@ -13,6 +13,7 @@
 #include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/thread_pool.h"
 #include "sluice/backend/cuda/fp8_matmul.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -141,7 +142,7 @@ struct ExpertsCase {
 };
 
 // The grouped kernel keeps bf16 activations: the bf16 bound. Per-expert
-// cuBLASLt quantizes them to e4m3 per 1x128 block (~2.5% RMS a value).
+// cuBLASLt and fp8_wgmma quantize them to e4m3 per 1x128 block (~2.5% RMS a value).
 constexpr double kFp8ActivationTolerance = 0.06;
 
 TEST(CudaMoe, ExpertsMatchTheCpuReference) {
@@ -157,6 +158,9 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
            // Per-expert cuBLASLt (1x128 scale groups of 4 floats: widths of 512).
            ExpertsCase{200, 4, 2, 512, 512, true, true, cuda::MoeExpertGemm::per_expert_cublaslt},
            ExpertsCase{3, 8, 2, 512, 512, false, true, cuda::MoeExpertGemm::per_expert_cublaslt},
+           // FP8 tensor cores (widths multiples of 128): decode-like, and experts over several 128-slot tiles.
+           ExpertsCase{64, 256, 8, 256, 128, false, true, cuda::MoeExpertGemm::fp8_wgmma},
+           ExpertsCase{300, 8, 2, 384, 256, true, true, cuda::MoeExpertGemm::fp8_wgmma},
        }) {
     auto made = make_cuda_ops({.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = c.gemm});
     ASSERT_TRUE(made.ok()) << made.error_message();
@@ -231,7 +235,8 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
       routed[i] = got[i] - out[i];
       ref_routed[i] = double(ref[i]) - out[i];
     }
-    const bool quantized = c.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
+    const bool quantized =
+        c.fp8 && (c.gemm == cuda::MoeExpertGemm::per_expert_cublaslt || c.gemm == cuda::MoeExpertGemm::fp8_wgmma);
     EXPECT_LE(relative_error(routed, ref_routed), quantized ? kFp8ActivationTolerance : kBf16Tolerance);
   }
 }
@@ -243,9 +248,17 @@ TEST(CudaMoe, DecodeGraphReplaysRouteNewLogits) {
   ThreadPool pool(2);
   constexpr std::int32_t kRows = 8, kExperts = 32, kTopK = 4;
   constexpr std::int64_t kHidden = 256, kInter = 128;
-  for (bool fp8 : {false, true}) {
-    SCOPED_TRACE(fp8 ? "FP8 experts" : "bf16 experts");
-    auto made = make_cuda_ops({.scratch_bytes = 64LL << 20, .use_cuda_graphs = true});
+  struct Variant {
+    bool fp8;
+    cuda::MoeExpertGemm gemm;
+  };
+  for (const Variant v : {Variant{false, cuda::MoeExpertGemm::grouped}, Variant{true, cuda::MoeExpertGemm::grouped},
+                          Variant{true, cuda::MoeExpertGemm::fp8_wgmma}}) {
+    const bool fp8 = v.fp8;
+    const bool quantized = v.gemm == cuda::MoeExpertGemm::fp8_wgmma;  // e4m3 activations
+    SCOPED_TRACE(::testing::Message() << (fp8 ? "FP8 experts, " : "bf16 experts, ")
+                                      << cuda::name_of(v.gemm, cuda::kMoeExpertGemmNames));
+    auto made = make_cuda_ops({.scratch_bytes = 64LL << 20, .use_cuda_graphs = true, .moe_expert_gemm = v.gemm});
     ASSERT_TRUE(made.ok()) << made.error_message();
     auto ops = std::move(made).value();
     // Graphs need a KV cache (the key holds its buckets); the MoE ops never read it.
@@ -298,7 +311,7 @@ TEST(CudaMoe, DecodeGraphReplaysRouteNewLogits) {
                         .expert_weights = host_tensor(weights, {kRows, kTopK})},
                        host_tensor(ref, {kRows, kHidden}));
       EXPECT_LE(relative_error(download(d_out.tensor()), std::vector<double>(ref.begin(), ref.end())),
-                kBf16Tolerance);
+                quantized ? kFp8ActivationTolerance : kBf16Tolerance);
     }
   }
 }
@@ -409,5 +422,127 @@ TEST(CudaMoe, Fp8RowSliceKeepsItsScales) {
   EXPECT_LE(relative_error(download(out), matmul_f64(x, rows, m, n - begin, k)), kBf16Tolerance);
 }
 
+// One case of Fp8WgmmaExpertsUnderUnevenLoads (below).
+void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
+  ThreadPool pool(2);
+  constexpr std::int64_t kHidden = 1024, kInter = 256;
+  std::vector<std::int32_t> counts = {0, 1, 3, 63, 64, 65, 127, 128, 129, 200, 255, 1};  // slots an expert
+  counts.insert(counts.end(), static_cast<std::size_t>(empty_experts), 0);
+  const auto num_experts = static_cast<std::int32_t>(counts.size());
+  constexpr std::int32_t kTopK = 2;
+  // Pair i (expert sequence sorted by expert) goes to row i % rows, choice i / rows:
+  // a row's two experts differ because no expert holds more than `rows` pairs.
+  std::vector<std::int32_t> sequence;
+  for (std::int32_t e = 0; e < num_experts; ++e) sequence.insert(sequence.end(), counts[e], e);
+  ASSERT_EQ(sequence.size() % kTopK, 0u);
+  const auto rows = static_cast<std::int32_t>(sequence.size() / kTopK);
+  ASSERT_GT(rows, *std::max_element(counts.begin(), counts.end()));
+  std::vector<std::int32_t> ids(sequence.size());
+  std::vector<float> weights(ids.size());
+  SplitMix64 rng(9700);
+  for (std::size_t i = 0; i < sequence.size(); ++i) {
+    const std::size_t row = i % static_cast<std::size_t>(rows), choice = i / static_cast<std::size_t>(rows);
+    ids[row * kTopK + choice] = sequence[i];
+    weights[row * kTopK + choice] = static_cast<float>(0.1 + rng.uniform());
+  }
+  HostFp8Weight fp8_gate_up(num_experts * 2 * kInter, kHidden, 9701, 2e-3f), fp8_down(num_experts * kHidden, kInter, 9702, 2e-3f);
+  const std::vector<float> gate_up = fp8_gate_up.dequantized(), down = fp8_down.dequantized();
+  const std::vector<float> x = random_bf16(static_cast<std::size_t>(rows * kHidden), 9703, 2.0f);
+  const std::vector<float> out = random_bf16(x.size(), 9704, 1.0f);
+
+  // The host with the kernel's numerics (float64 sums of the same e4m3 values).
+  const std::vector<float> x_q = fp8_quantized_rows(x, rows, kHidden);
+  std::vector<double> ref_quantized(x.size(), 0.0);
+  for (std::int32_t r = 0; r < rows; ++r)
+    for (std::int32_t j = 0; j < kTopK; ++j) {
+      const std::int64_t e = ids[static_cast<std::size_t>(r * kTopK + j)];
+      std::vector<float> act(static_cast<std::size_t>(kInter));
+      for (std::int64_t c = 0; c < kInter; ++c) {
+        double g = 0.0, u = 0.0;
+        const float* wg = &gate_up[static_cast<std::size_t>((e * 2 * kInter + c) * kHidden)];
+        const float* wu = &gate_up[static_cast<std::size_t>((e * 2 * kInter + kInter + c) * kHidden)];
+        for (std::int64_t kk = 0; kk < kHidden; ++kk) {
+          g += double(x_q[static_cast<std::size_t>(r * kHidden + kk)]) * wg[kk];
+          u += double(x_q[static_cast<std::size_t>(r * kHidden + kk)]) * wu[kk];
+        }
+        act[static_cast<std::size_t>(c)] = round_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
+      }
+      const std::vector<float> act_q = fp8_quantized_rows(act, 1, kInter);
+      const double w = weights[static_cast<std::size_t>(r * kTopK + j)];
+      for (std::int64_t c = 0; c < kHidden; ++c) {
+        double y = 0.0;
+        const float* wd = &down[static_cast<std::size_t>((e * kHidden + c) * kInter)];
+        for (std::int64_t kk = 0; kk < kInter; ++kk) y += double(act_q[static_cast<std::size_t>(kk)]) * wd[kk];
+        ref_quantized[static_cast<std::size_t>(r * kHidden + c)] += w * y;
+      }
+    }
+  // The CPU reference (unquantized activations), the routed part alone.
+  std::vector<float> ref_cpu = out;
+  std::vector<float> gate_up_copy = gate_up, down_copy = down, x_copy = x, weights_copy = weights;
+  cpu::moe_experts(pool, host_tensor(x_copy, {rows, kHidden}),
+                   {.gate_up = host_tensor(gate_up_copy, {num_experts * 2 * kInter, kHidden}),
+                    .down = host_tensor(down_copy, {num_experts * kHidden, kInter})},
+                   {.expert_ids = Tensor{ids.data(), DType::i32, Shape{rows, kTopK}},
+                    .expert_weights = host_tensor(weights_copy, {rows, kTopK})},
+                   host_tensor(ref_cpu, {rows, kHidden}));
+  std::vector<double> ref_unquantized(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) ref_unquantized[i] = double(ref_cpu[i]) - out[i];
+
+  auto made = make_cuda_ops(
+      {.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma});
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  auto ops = std::move(made).value();
+  Tensor host_gate_up = fp8_gate_up.tensor();
+  auto d_gate_up = ops->upload_concatenated(std::span<const Tensor>(&host_gate_up, 1));
+  auto d_down = ops->upload_weight(fp8_down.tensor());
+  ASSERT_TRUE(d_gate_up.ok()) << d_gate_up.error_message();
+  ASSERT_TRUE(d_down.ok()) << d_down.error_message();
+  ASSERT_EQ(d_gate_up->dtype, DType::f8_e4m3);
+  DeviceArray d_x(x, DType::bf16, {rows, kHidden}), d_out(out, DType::bf16, {rows, kHidden});
+  DeviceArray d_weights(weights, DType::f32, {rows, kTopK});
+  ops->begin_step(layout_with_rows(rows));
+  const Tensor d_ids = ops->scratch({rows, kTopK}, DType::i32);
+  upload_to(d_ids, ids.data());
+  const Status status = ops->moe_experts(d_x.tensor(), {.gate_up = *d_gate_up, .down = *d_down},
+                                         {.expert_ids = d_ids, .expert_weights = d_weights.tensor()}, d_out.tensor());
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::vector<float> got = download(d_out.tensor());
+  std::vector<float> routed(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) routed[i] = got[i] - out[i];
+  EXPECT_LE(relative_error(routed, ref_quantized), kBf16Tolerance)
+      << "against the host's quantized numerics: " << worst_difference(routed, ref_quantized).where(kHidden);
+  EXPECT_LE(relative_error(routed, ref_unquantized), kFp8ActivationTolerance)
+      << "against the CPU reference: " << worst_difference(routed, ref_unquantized).where(kHidden);
+  // Every row, the lone slots and the spill tiles included, was written.
+  for (std::int32_t r = 0; r < rows; ++r) {
+    std::vector<float> got_row(routed.begin() + r * kHidden, routed.begin() + (r + 1) * kHidden);
+    std::vector<double> ref_row(ref_quantized.begin() + r * kHidden, ref_quantized.begin() + (r + 1) * kHidden);
+    ASSERT_LE(relative_error(got_row, ref_row), 4 * kBf16Tolerance)
+        << "row " << r << " (experts " << ids[static_cast<std::size_t>(r * kTopK)] << ", "
+        << ids[static_cast<std::size_t>(r * kTopK + 1)] << ")";
+  }
+}
+
+
+// The FP8 tensor-core experts (MoeExpertGemm::fp8_wgmma) under uneven expert
+// loads chosen to hit every edge of its 128-slot tiles and two 64-row
+// warpgroups: experts with 0 slots, 1, 3 (not a multiple of 4), 63/64/65
+// (one warpgroup full, the second idle or holding one row), 127/128/129 (a
+// spill tile of one row), 255, and K blocks past the 6-deep copy ring
+// (hidden 1024 = 8 blocks). Twice: 12 experts (1036 slots: 128-slot tiles of
+// two warpgroups) and the same loads with 20 more experts left empty (64-slot
+// tiles of one warpgroup, grouped_gemm_fp8_tile_rows). Against the host
+// computing the same numerics in float64 (activations quantized per 1x128
+// block, the SwiGLU product rounded to bf16 and quantized again before down):
+// the bf16 bound; against the CPU reference's unquantized activations: the e4m3 bound.
+TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
+  // The two tile shapes the cases below are meant to reach.
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 12), 128);
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 32), 64);
+  for (const std::int32_t empty_experts : {0, 20}) {
+    SCOPED_TRACE(::testing::Message() << empty_experts << " more empty experts");
+    fp8_wgmma_uneven_loads(empty_experts);
+  }
+}
 }  // namespace
 }  // namespace sluice

@@ -53,6 +53,7 @@ class CudaOps final : public Ops {
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
     cuda::prepare_grouped_gemm();
+    cuda::prepare_grouped_gemm_fp8();
   }
   ~CudaOps() override {
     graphs_.abort_capture();

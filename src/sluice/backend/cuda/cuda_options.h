@@ -110,16 +110,22 @@ enum class Fp8DenseGemm {
   kernel,
 };
 
-// The routed experts' GEMMs of FP8 experts in eager steps (prefill).
+// The routed experts' GEMMs of FP8 experts (bf16 experts always take grouped_gemm.cu).
 enum class MoeExpertGemm {
-  // grouped_gemm.cu at every size (the only path under decode graphs).
+  // grouped_gemm.cu at every size: the FP8 weight dequantized to bf16 in
+  // registers, bf16 activations, mma.sync. S9-1 (docs/benchmarks.md): decode
+  // batch 64 48.0% of HBM, prefill 4096 tokens 146 TFLOP/s.
   grouped,
-  // Expert counts read back to the host (one sync a MoE layer), then per
-  // expert a cuBLASLt block-scaled GEMM on activations quantized per 1x128
-  // block; the grouped kernel for an expert cuBLASLt refuses. The A/B row for
-  // the prefill target (FP8 tensor cores instead of bf16 mma.sync). Not yet
-  // measured (issue 15).
+  // Eager steps only: expert counts read back to the host (one sync a MoE
+  // layer), then per expert a cuBLASLt block-scaled GEMM on activations
+  // quantized per 1x128 block; the grouped kernel for an expert cuBLASLt
+  // refuses (rows not a multiple of 4). S9-1: prefill 73 TFLOP/s.
   per_expert_cublaslt,
+  // grouped_gemm_fp8.cu at every size, graphs included: activations quantized
+  // per 1x128 block (e4m3, the checkpoints' "dynamic" activation scheme) and
+  // wgmma e4m3 x e4m3 with the block scales promoted per 128-wide K block.
+  // S9-1: decode batch 64 60.9% of HBM, prefill 378 TFLOP/s (2.6x grouped).
+  fp8_wgmma,
 };
 
 }  // namespace cuda
@@ -156,7 +162,10 @@ struct CudaOptions {
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::tensor_core;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
-  cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::grouped;
+  // fp8_wgmma: faster than grouped at decode and prefill (S9-1); FP8 experts
+  // then see e4m3 activations at every batch size, as the checkpoint's
+  // dynamic activation scheme specifies.
+  cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma;
 };
 
 namespace cuda {
@@ -176,8 +185,10 @@ inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKern
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {
-    {{"grouped", MoeExpertGemm::grouped}, {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt}}};
+inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {
+    {{"grouped", MoeExpertGemm::grouped},
+     {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt},
+     {"fp8-wgmma", MoeExpertGemm::fp8_wgmma}}};
 
 template <class Enum, std::size_t N>
 constexpr std::string_view name_of(Enum value, const std::array<std::pair<std::string_view, Enum>, N>& names) {

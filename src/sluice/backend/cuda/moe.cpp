@@ -76,6 +76,11 @@ struct ExpertsPlan {
   std::int32_t* tile_first_slot = nullptr;  // [max_tiles]
   void* act = nullptr;                      // bf16 [num_pairs, inter], by slot
   void* y = nullptr;                        // bf16 [num_pairs, hidden], by slot
+  // MoeExpertGemm::fp8_wgmma only: activations in e4m3 with their 1x128 scales.
+  void* x_q = nullptr;           // e4m3 [rows, hidden]
+  float* x_scales = nullptr;     // [hidden / 128, rows]
+  void* act_q = nullptr;         // e4m3 [num_pairs, inter], by slot
+  float* act_scales = nullptr;   // [inter / 128, num_pairs]
 };
 
 // One expert GEMM over the plan's tiles (all experts at once).
@@ -201,6 +206,41 @@ void per_expert_cublaslt(const ExpertsPlan& p, const Tensor& x, const MoeExpertW
   grouped_expert_fallback(refused_down, experts.down, h, inter, p.act, GroupedEpilogue::store, p.y, launch);
 }
 
+// MoeExpertGemm::fp8_wgmma: x quantized once per token (the gate_up GEMM
+// gathers its rows through row_of_slot), gate_up with the SwiGLU epilogue into
+// p.act (bf16), act quantized per slot, down into p.y; no host sync, so graphs
+// capture it. The e4m3 buffers are the plan's (taken before any early return).
+void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWeights& experts,
+                       const MoeContext& context) {
+  const Launch& launch = context.launch;
+  const std::int64_t pairs = p.num_pairs, rows = p.rows, h = p.hidden, inter = p.inter;
+  const auto gemm = [&](const Tensor& w, const void* a, const float* a_scales, std::int64_t a_rows,
+                        const std::int32_t* row_of_slot, std::int64_t n, std::int64_t k, GroupedEpilogue epilogue,
+                        void* out) {
+    launch_grouped_gemm_fp8({.a = a,
+                             .a_scales = a_scales,
+                             .a_scale_stride = a_rows,
+                             .row_of_slot = row_of_slot,
+                             .w = w.data,
+                             .w_scales = w.scales.data,
+                             .w_scale_row_stride = w.scales.row_stride,
+                             .tile_expert = p.tile_expert,
+                             .tile_first_slot = p.tile_first_slot,
+                             .expert_offsets = p.expert_offsets,
+                             .max_tiles = p.max_tiles,
+                             .tile_rows = p.tile_rows,
+                             .n = n,
+                             .k = k,
+                             .epilogue = epilogue,
+                             .out = out},
+                            launch);
+  };
+  launch_quantize_fp8_rows({.x = x.data, .rows = rows, .k = h, .q = p.x_q, .scales = p.x_scales}, launch);
+  gemm(experts.gate_up, p.x_q, p.x_scales, rows, p.row_of_slot, inter, h, GroupedEpilogue::swiglu, p.act);
+  launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = p.act_q, .scales = p.act_scales}, launch);
+  gemm(experts.down, p.act_q, p.act_scales, pairs, nullptr, h, inter, GroupedEpilogue::store, p.y);
+}
+
 }  // namespace
 
 Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
@@ -236,10 +276,15 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
                              "of the 128-row scale blocks",
                              hidden, inter)};
 
+  // FP8 tensor cores take both widths as multiples of 128 (checked above for FP8).
+  const bool fp8_wgmma = fp8 && context.expert_gemm == MoeExpertGemm::fp8_wgmma;
+  SLUICE_CHECK(!fp8_wgmma || (grouped_gemm_fp8_supports(inter, hidden) && grouped_gemm_fp8_supports(hidden, inter)));
+
   ExpertsPlan p{.rows = rows, .hidden = hidden, .inter = inter, .k = k, .num_experts = num_experts, .fp8 = fp8};
   ScratchArena& scratch = context.scratch;
   p.num_pairs = static_cast<std::int32_t>(rows * k);
-  p.tile_rows = grouped_gemm_tile_rows(p.num_pairs, num_experts);
+  p.tile_rows = fp8_wgmma ? grouped_gemm_fp8_tile_rows(p.num_pairs, num_experts)
+                          : grouped_gemm_tile_rows(p.num_pairs, num_experts);
   p.max_tiles = moe_max_tiles(p.num_pairs, static_cast<std::int32_t>(num_experts), p.tile_rows);
   p.expert_offsets = allocate<std::int32_t>(scratch, num_experts + 1);
   p.slot_of_pair = allocate<std::int32_t>(scratch, p.num_pairs);
@@ -248,6 +293,12 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   p.tile_first_slot = allocate<std::int32_t>(scratch, p.max_tiles);
   p.act = scratch.allocate(std::int64_t{p.num_pairs} * inter * 2);
   p.y = scratch.allocate(std::int64_t{p.num_pairs} * hidden * 2);
+  if (fp8_wgmma) {
+    p.x_q = scratch.allocate(rows * hidden);
+    p.x_scales = allocate<float>(scratch, rows * num_scale_blocks(hidden, kScaleBlock));
+    p.act_q = scratch.allocate(std::int64_t{p.num_pairs} * inter);
+    p.act_scales = allocate<float>(scratch, std::int64_t{p.num_pairs} * num_scale_blocks(inter, kScaleBlock));
+  }
   if (!context.launch_kernels || rows == 0) return Ok{};
 
   const Launch& launch = context.launch;
@@ -263,7 +314,9 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
                    .tile_expert = p.tile_expert,
                    .tile_first_slot = p.tile_first_slot},
                   launch);
-  if (context.expert_gemm == MoeExpertGemm::per_expert_cublaslt && context.eager && per_expert_cublaslt_fits(p)) {
+  if (fp8_wgmma) {
+    fp8_wgmma_experts(p, x, experts, context);
+  } else if (context.expert_gemm == MoeExpertGemm::per_expert_cublaslt && context.eager && per_expert_cublaslt_fits(p)) {
     per_expert_cublaslt(p, x, experts, context);
   } else {
     grouped_expert_gemm(p, gate_up, x.data, p.row_of_slot, inter, hidden, GroupedEpilogue::swiglu, p.act, launch);

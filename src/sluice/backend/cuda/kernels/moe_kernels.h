@@ -98,6 +98,41 @@ std::int32_t grouped_gemm_tile_rows(std::int64_t num_slots, std::int64_t num_gro
 bool grouped_gemm_supports(std::int64_t k, bool w_fp8);
 void launch_grouped_gemm(const GroupedGemmArgs& args, const Launch& launch);
 
+// Grouped GEMM on FP8 tensor cores (grouped_gemm_fp8.cu, wgmma e4m3, sm_90a):
+// for each slot s of group g, out[s, :] = epilogue(A[s] . W_g^T) in bf16,
+// where A[s] = a[row(s)] * a_scales (e4m3 per 1x128 block, launch_quantize_fp8_rows'
+// layout) and W the FP8 weight with its 128x128 block scales; every 128-wide K
+// block's product is promoted into an f32 sum with its two scales. Tiles come
+// from launch_moe_plan with tile_rows = grouped_gemm_fp8_tile_rows(). Nothing
+// is read back to the host, so decode steps stay capturable.
+struct GroupedGemmFp8Args {
+  const void* a = nullptr;                    // e4m3 [*, k]
+  const float* a_scales = nullptr;            // [k / 128, a_scale_stride]: scale of a's row r at k block b is [b * stride + r]
+  std::int64_t a_scale_stride = 0;            // a's rows (the quantize kernel's padded_rows)
+  const std::int32_t* row_of_slot = nullptr;  // a's row of each slot; null: the slot's own row
+  const void* w = nullptr;                    // e4m3 [groups * (swiglu ? 2n : n), k]
+  const float* w_scales = nullptr;            // 128x128 block scales, w_scale_row_stride floats a block row
+  std::int64_t w_scale_row_stride = 0;
+  const std::int32_t* tile_expert = nullptr;  // the plan's tiles
+  const std::int32_t* tile_first_slot = nullptr;
+  const std::int32_t* expert_offsets = nullptr;
+  std::int32_t max_tiles = 0;
+  std::int32_t tile_rows = 128;  // the plan's: grouped_gemm_fp8_tile_rows()
+  std::int64_t n = 0, k = 0;     // multiples of 128
+  GroupedEpilogue epilogue = GroupedEpilogue::store;
+  void* out = nullptr;  // bf16 [slots, n]
+};
+// Raises the kernels' shared-memory limits (97 / 193 KB): once, before any
+// launch and outside graph capture (CudaOps' constructor).
+void prepare_grouped_gemm_fp8();
+// Slots a tile for this many slots over this many groups: 64 (one warpgroup,
+// two blocks an SM) while groups hold a few slots (decode: a weight stream),
+// 128 (two warpgroups sharing each weight tile) when they hold many.
+std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups);
+// Whether the kernel covers an n x k weight (per group, per half under swiglu).
+bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k);
+void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& args, const Launch& launch);
+
 // Per 1x128 block of each row of x (bf16 [rows, k]): scale = amax / 448 and
 // q = e4m3(x / scale), saturating. q is [padded_rows, k] and scales are
 // [ceil(k / 128), padded_rows] (row index fastest), the layout cuBLASLt's

@@ -1,0 +1,294 @@
+// Grouped GEMM on FP8 tensor cores (wgmma e4m3 x e4m3, sm_90a) for the routed
+// experts with 128x128 block-scaled weights: out[s] = epilogue(A[s] . W_g^T)
+// for every slot s of group g, A the activations quantized per 1x128 block.
+//
+// Why this shape: the bf16 grouped kernel (grouped_gemm.cu) dequantizes the
+// weight in registers and runs mma.sync at bf16 rate; here both operands stay
+// e4m3 in shared memory and go straight into wgmma m64n128k32, the FP8 rate.
+// The DeepSeek-V3 recipe's scales cannot ride inside the MMA (per row of A
+// and per 128x128 block of W, both varying along K), so each 128-wide K block
+// accumulates alone in f32 and is then promoted into the running sum times
+// scale_a[row] * scale_w[block]: f32 accumulation of every product, which
+// e4m3 MMAs over a whole K would not give (the published DeepGEMM method).
+//
+// A block: 128 slots of one group (a tile of the MoE plan, so a tile never
+// straddles two experts and an expert's last tile is partial) x 128 output
+// columns (under swiglu 64 gate + 64 up columns, the same 64 of each half),
+// K in 128-wide blocks through a kStages-deep cp.async ring. Two warpgroups,
+// 64 rows each, share the weight tile; a warpgroup whose 64 rows hold no slot
+// skips its MMAs (an expert's spill tile of a few rows costs one warpgroup).
+// A rows are gathered through row_of_slot by the copies themselves, so the
+// activations are quantized once per token, not once per (token, expert).
+//
+// Grid: x = column blocks (fastest), y = tiles of the plan's upper bound
+// (tiles past the routing's last exit at once): the blocks running together
+// are the column blocks of a few neighbouring tiles, i.e. the same experts,
+// so an expert's weights come from HBM once and from L2 for its other tiles.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
+#include "sluice/backend/cuda/kernels/wgmma.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kBlockN = 128;  // weight rows a block reads (output columns; swiglu: 64 + 64)
+constexpr int kBlockK = 128;  // one e4m3 line of 128 bytes = one scale block
+constexpr int kBTileBytes = kBlockN * kBlockK;  // 16 KB
+static_assert(kBlockK == 128, "a K block is one 128-byte swizzled line");
+
+// kWarpgroups warpgroups of 64 slot rows each: 2 for prefill (128-slot tiles,
+// 6 stages of 32 KB, one block an SM), 1 for decode (64-slot tiles, 4 stages
+// of 24 KB, two blocks an SM, so one block's ramp-up hides under the other's stream).
+template <int kWarpgroups>
+struct Config {
+  static constexpr int kBlockM = 64 * kWarpgroups;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kStages = kWarpgroups == 2 ? 6 : 4;
+  static constexpr int kBlocksPerSm = kWarpgroups == 2 ? 1 : 2;
+  static constexpr int kATileBytes = kBlockM * kBlockK;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack for the 1024-byte alignment
+  static constexpr int kRowsPerPass = kThreads / 8;  // a copy pass: 8 threads a 128-byte row
+  static constexpr int kAPasses = kBlockM / kRowsPerPass;
+  static constexpr int kBPasses = kBlockN / kRowsPerPass;
+  static_assert(kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
+};
+
+// d (+)= A B^T for one m64n128k32 step, e4m3 operands from shared memory
+// (both K-major, the only layout wgmma takes for 8-bit types).
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b,
+                                                      bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// Accumulator layout of m64nN (f32), per thread: value i is row
+// (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the warpgroup's 64, and
+// column (i / 4) * 8 + (lane % 4) * 2 + i % 2.
+template <int kWarpgroups, bool kSwiglu>
+__global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgroups>::kBlocksPerSm)
+    grouped_gemm_fp8_kernel(GroupedGemmFp8Args a) {
+  using C = Config<kWarpgroups>;
+  extern __shared__ unsigned char smem_window[];
+  __shared__ int src_rows[C::kBlockM];  // the A row of each of the tile's slots; -1 past the group's end
+  pdl_launch_dependents();
+  pdl_wait();
+  const int tile = blockIdx.y;
+  const int group = a.tile_expert[tile];
+  if (group < 0) return;
+  const int first_slot = a.tile_first_slot[tile];
+  const int num_rows = min(C::kBlockM, a.expert_offsets[group + 1] - first_slot);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, warp_in_wg = warp & 3;
+  for (int r = tid; r < C::kBlockM; r += C::kThreads)
+    src_rows[r] = r < num_rows ? (a.row_of_slot != nullptr ? a.row_of_slot[first_slot + r] : first_slot + r) : -1;
+  __syncthreads();
+
+  const AlignedSmem smem = align_smem_1024(smem_window);
+  const std::int64_t n = a.n, k = a.k;
+  // Output columns [n0, n0 + 64) of each half under swiglu, [n0, n0 + 128) otherwise.
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * (kSwiglu ? kBlockN / 2 : kBlockN);
+  const std::int64_t group_rows = kSwiglu ? 2 * n : n;
+  const std::int64_t w_row0 = group * group_rows + n0;  // first weight row (of the gate half)
+  const std::int64_t w_row1 = w_row0 + n;               // first weight row of the up half
+
+  // Copies: thread t moves 16-byte chunk t % 8 of rows t / 8 + kRowsPerPass i
+  // of both tiles; the swizzle's row term (row % 8) is the same in every pass.
+  const int chunk = tid & 7, row_base = tid >> 3;
+  const std::uint32_t swizzled_chunk = static_cast<std::uint32_t>(((chunk ^ (row_base & 7)) << 4));
+  const unsigned char* a_src[C::kAPasses];
+  const unsigned char* w_src[C::kBPasses];
+  const auto* a_q = static_cast<const unsigned char*>(a.a);
+  const auto* w_q = static_cast<const unsigned char*>(a.w);
+#pragma unroll
+  for (int i = 0; i < C::kAPasses; ++i) {
+    const int r = row_base + C::kRowsPerPass * i;
+    a_src[i] = src_rows[r] >= 0 ? a_q + static_cast<std::int64_t>(src_rows[r]) * k + chunk * 16 : nullptr;
+  }
+#pragma unroll
+  for (int i = 0; i < C::kBPasses; ++i) {
+    const int r = row_base + C::kRowsPerPass * i;
+    const std::int64_t w_row = kSwiglu ? (r < kBlockN / 2 ? w_row0 + r : w_row1 + r - kBlockN / 2) : w_row0 + r;
+    w_src[i] = w_q + w_row * k + chunk * 16;
+  }
+  const int num_k_blocks = static_cast<int>(k / kBlockK);
+  auto load_stage = [&](int kb) {
+    unsigned char* a_s = smem.ptr + (kb % C::kStages) * C::kStageBytes;
+    unsigned char* b_s = a_s + C::kATileBytes;
+    const std::int64_t k0 = static_cast<std::int64_t>(kb) * kBlockK;
+#pragma unroll
+    for (int i = 0; i < C::kAPasses; ++i) {
+      // A rows past the group's end are left as they are: an MMA row reads
+      // only its own A row, and those rows are never stored.
+      const std::uint32_t dst = static_cast<std::uint32_t>((row_base + C::kRowsPerPass * i) * kBlockK) + swizzled_chunk;
+      if (a_src[i] != nullptr) cp_async_16(a_s + dst, a_src[i] + k0, true);
+    }
+#pragma unroll
+    for (int i = 0; i < C::kBPasses; ++i) {
+      const std::uint32_t dst = static_cast<std::uint32_t>((row_base + C::kRowsPerPass * i) * kBlockK) + swizzled_chunk;
+      cp_async_16(b_s + dst, w_src[i] + k0, true);
+    }
+  };
+
+  // This thread's two accumulator rows and their A scales' column.
+  const int row_lo = wg * 64 + warp_in_wg * 16 + lane / 4, row_hi = row_lo + 8;
+  const float* a_scale_lo = a.a_scales + max(src_rows[row_lo], 0);
+  const float* a_scale_hi = a.a_scales + max(src_rows[row_hi], 0);
+  const float* w_scale0 = a.w_scales + (w_row0 / kBlockK) * a.w_scale_row_stride;
+  const float* w_scale1 = a.w_scales + (w_row1 / kBlockK) * a.w_scale_row_stride;
+  const bool active = num_rows > wg * 64;  // this warpgroup holds at least one slot
+  // The scales of K block kb + 1 are loaded while block kb multiplies (an L2
+  // round trip is longer than a K block's MMAs).
+  struct Scales {
+    float a_lo, a_hi, w0, w1;
+  };
+  auto load_scales = [&](int kb) {
+    const std::int64_t at = static_cast<std::int64_t>(kb) * a.a_scale_stride;
+    return Scales{a_scale_lo[at], a_scale_hi[at], w_scale0[kb], kSwiglu ? w_scale1[kb] : 0.0f};
+  };
+  Scales next_scales = load_scales(0);
+
+  float total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+  float acc[64];
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < num_k_blocks) load_stage(s);
+    cp_async_commit();
+  }
+  for (int kb = 0; kb < num_k_blocks; ++kb) {
+    // K block kb has landed once at most kStages - 2 later groups are pending.
+    cp_async_wait<C::kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    // The stage written now was last read by MMAs every warpgroup waited for
+    // before the barrier above.
+    if (kb + C::kStages - 1 < num_k_blocks) load_stage(kb + C::kStages - 1);
+    cp_async_commit();
+    if (!active) continue;
+    const std::uint32_t a_s = smem.addr + (kb % C::kStages) * C::kStageBytes + wg * 64 * kBlockK;
+    const std::uint32_t b_s = smem.addr + (kb % C::kStages) * C::kStageBytes + C::kATileBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockK / 32; ++ks)
+      wgmma_m64n128k32_e4m3(acc, smem_desc(a_s + ks * 32, 16, 1024), smem_desc(b_s + ks * 32, 16, 1024), ks > 0);
+    wgmma_commit();
+    const Scales scales = next_scales;
+    if (kb + 1 < num_k_blocks) next_scales = load_scales(kb + 1);
+    wgmma_wait<0>();
+    fence_registers(acc);
+    const float w1 = kSwiglu ? scales.w1 : scales.w0;
+    const float s00 = scales.a_lo * scales.w0, s01 = scales.a_hi * scales.w0;
+    const float s10 = scales.a_lo * w1, s11 = scales.a_hi * w1;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const bool hi = (i >> 1) & 1;
+      const bool up = i >= 32;  // columns 64..127: the up half under swiglu (same scale otherwise)
+      total[i] += acc[i] * (up ? (hi ? s11 : s10) : (hi ? s01 : s00));
+    }
+  }
+  cp_async_wait<0>();
+  if (!active) return;
+
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+  const int col_in_chunk = (lane % 4) * 2;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = h == 0 ? row_lo : row_hi;
+    if (r >= num_rows) continue;
+    const std::int64_t slot = first_slot + r;
+    if constexpr (kSwiglu) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        float v[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float gate = total[c * 4 + 2 * h + j], up = total[32 + c * 4 + 2 * h + j];
+          v[j] = gate / (1.0f + expf(-gate)) * up;
+        }
+        const std::int64_t col = n0 + c * 8 + col_in_chunk;
+        *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) = __floats2bfloat162_rn(v[0], v[1]);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        const std::int64_t col = n0 + c * 8 + col_in_chunk;
+        *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) =
+            __floats2bfloat162_rn(total[c * 4 + 2 * h], total[c * 4 + 2 * h + 1]);
+      }
+    }
+  }
+}
+
+template <int kWarpgroups, bool kSwiglu>
+void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
+  const std::int64_t col_blocks = a.n / (kSwiglu ? kBlockN / 2 : kBlockN);
+  launch_kernel(grouped_gemm_fp8_kernel<kWarpgroups, kSwiglu>,
+                dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(a.max_tiles)),
+                dim3(Config<kWarpgroups>::kThreads), Config<kWarpgroups>::kSmemBytes, launch, a);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kWarpgroups, bool kSwiglu>
+void raise_smem_limit() {
+  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_kernel<kWarpgroups, kSwiglu>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Config<kWarpgroups>::kSmemBytes));
+}
+
+}  // namespace
+
+void prepare_grouped_gemm_fp8() {
+  raise_smem_limit<1, false>();
+  raise_smem_limit<1, true>();
+  raise_smem_limit<2, false>();
+  raise_smem_limit<2, true>();
+}
+
+std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups) {
+  return num_slots <= 64 * num_groups ? 64 : 128;
+}
+
+bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {
+  return n > 0 && k > 0 && n % kBlockN == 0 && k % kBlockK == 0;
+}
+
+void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& a, const Launch& launch) {
+  SLUICE_CHECK_MSG(grouped_gemm_fp8_supports(a.n, a.k), "grouped FP8 GEMM: n and k must be multiples of 128");
+  SLUICE_CHECK(a.tile_rows == 64 || a.tile_rows == 128);
+  SLUICE_CHECK(a.tile_expert != nullptr && a.tile_first_slot != nullptr && a.expert_offsets != nullptr);
+  SLUICE_CHECK(a.a_scales != nullptr && a.w_scales != nullptr && a.a_scale_stride > 0);
+  if (a.max_tiles == 0) return;
+  const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
+  if (a.tile_rows == 64)
+    swiglu ? launch_variant<1, true>(a, launch) : launch_variant<1, false>(a, launch);
+  else
+    swiglu ? launch_variant<2, true>(a, launch) : launch_variant<2, false>(a, launch);
+}
+
+}  // namespace sluice::cuda
