@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <numeric>
 
@@ -63,6 +64,45 @@ TEST(HostTier, EvictsLeastRecentlyUsedButNeverAPinnedBlock) {
   host.check_invariants();
 }
 
+TEST(HostTier, ReuseHistoryKeepsKeysMoreRequestsUsedAndEvictsDeepBlocksFirst) {
+  // One doubling of uses is worth 1 x 4 = 4 releases; one block of depth costs 1.
+  HostTier host(4, EvictionPolicy::kReuseHistory, {.seen_weight_blocks = 4.0, .depth_weight_blocks = 1.0});
+  // Stored in this order: 1 (used by 4 requests), then 2, 3, 4 (used once, depths 0, 0, 3).
+  host.finish_store(*host.begin_store(1, {}, {.times_seen = 4, .depth_blocks = 0}), true);
+  host.finish_store(*host.begin_store(2, {}, {.times_seen = 1, .depth_blocks = 0}), true);
+  host.finish_store(*host.begin_store(3, {}, {.times_seen = 1, .depth_blocks = 0}), true);
+  host.finish_store(*host.begin_store(4, {}, {.times_seen = 1, .depth_blocks = 3}), true);
+  // Scores: 1 -> 1 + 8 = 9; 2 -> 2; 3 -> 3; 4 -> 4 - 3 = 1. LRU would evict 1 first.
+  host.finish_store(*host.begin_store(5), true);
+  EXPECT_FALSE(host.holds_or_stores(4)) << "the deep block goes first";
+  host.finish_store(*host.begin_store(6), true);
+  EXPECT_FALSE(host.holds_or_stores(2));
+  host.finish_store(*host.begin_store(7), true);
+  EXPECT_FALSE(host.holds_or_stores(3));
+  EXPECT_TRUE(host.lookup(1).has_value()) << "the oldest block, used by 4 requests, outlives three newer ones";
+  host.check_invariants();
+  // At scale 0 the same tier is LRU: 1 (oldest) goes next.
+  host.set_reuse_scale(0.0);
+  host.finish_store(*host.begin_store(8), true);
+  EXPECT_FALSE(host.holds_or_stores(1));
+  host.check_invariants();
+}
+
+TEST(HostTier, ReuseHistoryCountsATouchWithTheDevicesCount) {
+  HostTier host(2, EvictionPolicy::kReuseHistory, {.seen_weight_blocks = 4.0, .depth_weight_blocks = 0.0});
+  host.finish_store(*host.begin_store(1, {}, {.times_seen = 1}), true);
+  host.finish_store(*host.begin_store(2, {}, {.times_seen = 1}), true);
+  // 1 is demoted again, now used by 8 requests (the device's count): it is
+  // also the most recent, so 2 goes first; then 1 outlives two newer stores.
+  host.touch(*host.lookup(1), /*on_device=*/false, /*times_seen=*/8);
+  host.finish_store(*host.begin_store(3, {}, {.times_seen = 1}), true);
+  EXPECT_FALSE(host.holds_or_stores(2));
+  host.finish_store(*host.begin_store(4, {}, {.times_seen = 1}), true);
+  EXPECT_FALSE(host.holds_or_stores(3));
+  EXPECT_TRUE(host.lookup(1).has_value());
+  host.check_invariants();
+}
+
 std::vector<BlockHash> hashes_of(const std::vector<TokenId>& tokens) {
   std::vector<BlockHash> h;
   extend_block_hashes(h, tokens, kBlock, 0);
@@ -75,11 +115,13 @@ std::vector<TokenId> iota_tokens(std::int32_t n, TokenId first) {
   return t;
 }
 
-KvCacheConfig tiered(std::int32_t num_blocks, std::int32_t num_host_blocks, std::int32_t watermark) {
+KvCacheConfig tiered(std::int32_t num_blocks, std::int32_t num_host_blocks, std::int32_t watermark,
+                     EvictionPolicy host_eviction = EvictionPolicy::kLru) {
   return {.num_blocks = num_blocks,
           .block_size_tokens = kBlock,
           .eviction = EvictionPolicy::kLru,
           .num_host_blocks = num_host_blocks,
+          .host_eviction = host_eviction,
           .demote_watermark_blocks = watermark};
 }
 
@@ -268,7 +310,10 @@ TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
   for (std::uint64_t seed = 1; seed <= 30; ++seed) {
     SplitMix64 rng(seed);
     auto pick = [&](std::uint64_t n) { return static_cast<std::int32_t>(rng.next() % n); };
-    KvCacheManager kv(tiered(8 + pick(16), 1 + pick(24), pick(6)));
+    // Every host order: the reuse policies rank by counts the device passes down.
+    const EvictionPolicy host_eviction = std::array{EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kReuseHistory,
+                                                    EvictionPolicy::kAdaptiveReuse}[seed % 4];
+    KvCacheManager kv(tiered(8 + pick(16), 1 + pick(24), pick(6), host_eviction));
     std::map<BlockId, BlockHash> device;  // what each device block holds (the oracle)
     std::map<BlockId, BlockHash> host;
     std::vector<KvBlockCopy> in_flight;
