@@ -186,6 +186,32 @@ TEST(KvHostTier, DemotedPrefixIsPromotedByALaterHit) {
   kv.check_invariants();
 }
 
+// A loading admission takes its blocks at once. It must leave half the
+// watermark free behind it, or the allocations after it (the rest of the
+// step, and the next step's, which come before that step's demotions land)
+// evict cached keys past the host: 60% of the keys the Mooncake trace lost
+// that way (docs/benchmarks.md, session 9).
+TEST(KvHostTier, RoomForALoadLeavesHalfTheWatermarkFree) {
+  KvCacheManager kv(tiered(8, 16, /*watermark=*/4));
+  run_prompt(kv, 1, iota_tokens(8, 100));   // 2 blocks
+  run_prompt(kv, 2, iota_tokens(24, 500));  // 6 blocks: every device block is cached
+  kv.start_demotions();
+  complete_all(kv);
+  ASSERT_EQ(kv.pool().num_uncached_free_blocks(), 4);
+  // 3 blocks fit the 4 free ones, but would leave 1 of the 2 the step after needs.
+  EXPECT_FALSE(kv.make_room_below(3)) << "the load waits for its demotions";
+  const std::vector<KvBlockCopy> stores = kv.take_new_copies();
+  EXPECT_EQ(stores.size(), 3u) << "demotions up to the load + the whole watermark";
+  for (const KvBlockCopy& c : stores) kv.complete_copy({.id = c.id});
+  EXPECT_TRUE(kv.make_room_below(3));
+  // The load's blocks, then two more blocks the next step allocates before any demotion.
+  ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 12}).ok());
+  ASSERT_TRUE(kv.commit({.seq_id = 4, .num_tokens = 8}).ok());
+  EXPECT_EQ(kv.counters().num_demotions_skipped, 0) << "a cached key left the device without reaching the host";
+  EXPECT_EQ(kv.counters().num_host_stored_blocks, 7);
+  kv.check_invariants();
+}
+
 // Prompts 100.. then 500.. on a 4-block device with a watermark of 2: the
 // first prompt's two blocks go to the host, their stores complete.
 void demote_first_prompt(KvCacheManager& kv) {
