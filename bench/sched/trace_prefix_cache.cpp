@@ -184,6 +184,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld)\n", c->scale(),
                 static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
   }
+  if (const LruCounterfactual* c = kv.host_counterfactual()) {
+    std::printf("  (host adaptive reuse: scale %.3f at the end; hits on both tiers %lld blocks, the shadow LRU's %lld)\n",
+                c->scale(), static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
+  }
   return static_cast<double>(hit) / static_cast<double>(queried);
 }
 

@@ -184,6 +184,8 @@ class KvCacheManager {
   bool has_host_tier() const { return host_.has_value(); }
   std::int32_t num_host_blocks() const { return host_ ? host_->num_blocks() : 0; }
   std::int32_t num_host_stored_blocks() const { return host_ ? host_->num_stored_blocks() : 0; }
+  // The host's adaptive reuse: the learnt LRU counterfactual (nullptr otherwise).
+  const LruCounterfactual* host_counterfactual() const { return host_counterfactual_ ? &*host_counterfactual_ : nullptr; }
   // A sequence waiting for loads; it must not run until they complete.
   bool is_loading(SequenceId seq_id) const;
   // A load of the sequence failed: its blocks do not hold its prefix.
