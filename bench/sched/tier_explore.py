@@ -14,7 +14,9 @@ longest prefix found in either tier. POLICY orders (and admits to) the host:
   rank:W:B                evict the lowest clock + W x host_blocks x log2(uses ever) - B x depth
                           (kv's reuse-history ranking; clock = host inserts)
   admit2                  LRU, storing only keys used by 2+ requests so far
-  oracle                  LRU, storing only keys some later request uses (hindsight: an upper bound)
+  oracle[:N]              LRU, storing only keys some later request (within N requests) uses
+                          (hindsight: an upper bound). --device-blocks 0 --host-blocks 1367
+                          makes the host the only tier: admission to a 0.7M-token cache.
 """
 import argparse
 import collections
@@ -114,7 +116,8 @@ def run(reqs, device_blocks, host_blocks, policy):
     elif name == "admit2":
         host = LruHost(host_blocks, admit=lambda i, t: uses[i] >= 2)
     elif name == "oracle":
-        host = LruHost(host_blocks, admit=lambda i, t: later[i][-1] > t)
+        horizon = int(args[0]) if args else len(reqs)
+        host = LruHost(host_blocks, admit=lambda i, t: any(t < u <= t + horizon for u in later[i]))
     else:
         raise SystemExit(f"unknown policy {policy}")
     device, depth, hit, host_hit = collections.OrderedDict(), {}, 0, 0
