@@ -9,7 +9,7 @@
 //                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
 //                      [--reuse-seen-weight W] [--reuse-depth-weight B]   (replay only;
 //                                                KvCacheConfig::reuse_seen_weight, reuse_depth_weight_blocks)
-//                      [--host-kv-tokens N] [--host-min-hits H]
+//                      [--host-kv-tokens N] [--host-min-hits H] [--host-eviction lru|slru|reuse-history|adaptive-reuse]
 //
 // --host-kv-tokens: a host KV tier of N tokens below the --kv-tokens device
 //         pool (replay: copies complete at once; engine: the sim's copy
@@ -17,6 +17,7 @@
 //         recompute by the planner). Hit rates then count tokens from either
 //         tier; Belady gets both tiers' capacity as one cache.
 // --host-min-hits: per-tier admission, device hits a block needs to be stored.
+// --host-eviction: the host tier's order (KvCacheConfig::host_eviction; LRU by default).
 //
 // --half: the trace's first half (to develop a policy on) or second half (to
 //         report on), replayed alone from an empty cache.
@@ -134,6 +135,8 @@ double g_reuse_seen_weight = KvCacheConfig{}.reuse_seen_weight;
 double g_reuse_depth_weight = KvCacheConfig{}.reuse_depth_weight_blocks;
 std::int64_t g_host_kv_tokens = 0;
 std::int32_t g_host_min_hits = 0;
+EvictionPolicy g_host_eviction = EvictionPolicy::kLru;
+std::string g_host_eviction_name = "lru";
 
 void complete_copies(KvCacheManager& kv) {
   for (const KvBlockCopy& c : kv.take_new_copies()) kv.complete_copy({.id = c.id});
@@ -149,6 +152,7 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
                      .reuse_seen_weight = g_reuse_seen_weight,
                      .reuse_depth_weight_blocks = g_reuse_depth_weight,
                      .num_host_blocks = static_cast<std::int32_t>(g_host_kv_tokens / kBlockTokens),
+                     .host_eviction = g_host_eviction,
                      .host_admission = {.min_hits = g_host_min_hits}});
   std::int64_t queried = 0, hit = 0;
   SequenceId id = 0;
@@ -180,6 +184,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld)\n", c->scale(),
                 static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
   }
+  if (const LruCounterfactual* c = kv.host_counterfactual()) {
+    std::printf("  (host adaptive reuse: scale %.3f at the end; hits on both tiers %lld blocks, the shadow LRU's %lld)\n",
+                c->scale(), static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
+  }
   return static_cast<double>(hit) / static_cast<double>(queried);
 }
 
@@ -198,6 +206,7 @@ struct EngineResult {
   // keys evicted without reaching the host, host evictions, and host hits
   // the planner recomputed (of prompt tokens).
   std::int64_t demotions_skipped = 0;
+  std::int64_t evicted_past_admitting = 0, evicted_past_growing = 0, evicted_past_while_demoting = 0;
   std::int64_t host_evicted_blocks = 0;
   double host_recomputed_rate = 0.0;
 };
@@ -222,6 +231,7 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   config.clock = ClockMode::kVirtual;
   config.kv_offloading_bytes = g_host_kv_tokens / kBlockTokens * (*backend)->info().kv_bytes_per_block;
   config.kv_offloading_admission.min_hits = g_host_min_hits;
+  config.kv_offloading_eviction = g_host_eviction;
   Engine engine(std::move(backend).value(),
                 std::make_shared<sim::RooflineCostModel>(profile, sim::h200(), parallelism), config);
   std::vector<double> arrival_ms;
@@ -257,6 +267,9 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   result.host_stored_gb = replayed.stats.host_stored_bytes / 1'000'000'000;
   result.sim_seconds = replayed.stats.now_ms / 1000.0;
   result.demotions_skipped = replayed.stats.host_demotions_skipped;
+  result.evicted_past_admitting = replayed.stats.host_evicted_past_admitting;
+  result.evicted_past_growing = replayed.stats.host_evicted_past_growing;
+  result.evicted_past_while_demoting = replayed.stats.host_evicted_past_while_demoting;
   result.host_evicted_blocks = replayed.stats.host_evicted_blocks;
   result.host_recomputed_rate =
       static_cast<double>(replayed.stats.host_hit_tokens_recomputed) / static_cast<double>(prompt_tokens);
@@ -273,7 +286,7 @@ int main(int argc, char** argv) {
                  "usage: %s TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N] [--half all|first|second] "
                  "[--mode replay|engine|both] [--policies lru,slru,prefix-aware] [--slru-protected F] "
                  "[--prefix-hit-weight W] [--reuse-seen-weight W] [--reuse-depth-weight B] [--host-kv-tokens N] "
-                 "[--host-min-hits H]\n",
+                 "[--host-min-hits H] [--host-eviction lru|slru|reuse-history|adaptive-reuse]\n",
                  argv[0]);
     return 2;
   }
@@ -303,6 +316,14 @@ int main(int argc, char** argv) {
       g_host_kv_tokens = std::stoll(argv[i + 1]);
     } else if (flag == "--host-min-hits") {
       g_host_min_hits = std::stoi(argv[i + 1]);
+    } else if (flag == "--host-eviction") {
+      Result<EvictionPolicy> host_eviction = parse_eviction_policy(argv[i + 1]);
+      if (!host_eviction.ok() || *host_eviction == EvictionPolicy::kPrefixAware) {
+        std::fprintf(stderr, "--host-eviction must be lru, slru, reuse-history or adaptive-reuse\n");
+        return 2;
+      }
+      g_host_eviction = *host_eviction;
+      g_host_eviction_name = argv[i + 1];
     } else if (flag == "--policies") {
       policies = argv[i + 1];
     } else {
@@ -329,9 +350,11 @@ int main(int argc, char** argv) {
   }
   std::int64_t prompt_tokens = 0;
   for (const TraceRequest& r : trace) prompt_tokens += r.num_input_tokens;
-  std::printf("%s (%s): %zu requests, %lld prompt tokens, KV %lld tokens + host tier %lld tokens (min hits %d)\n",
+  std::printf("%s (%s): %zu requests, %lld prompt tokens, KV %lld tokens + host tier %lld tokens (min hits %d, "
+              "eviction %s)\n",
               path.c_str(), half.c_str(), trace.size(), static_cast<long long>(prompt_tokens),
-              static_cast<long long>(kv_tokens), static_cast<long long>(g_host_kv_tokens), g_host_min_hits);
+              static_cast<long long>(kv_tokens), static_cast<long long>(g_host_kv_tokens), g_host_min_hits,
+              g_host_eviction_name.c_str());
   std::printf("belady       : %.2f%% of prompt tokens from cache (offline optimum over both tiers, replay order)\n",
               100.0 * belady(trace, kv_tokens + g_host_kv_tokens));
   std::stringstream names(policies);
@@ -349,12 +372,15 @@ int main(int argc, char** argv) {
       const EngineResult r = through_engine(trace, kv_tokens, *eviction, protected_fraction);
       std::printf("engine  %-12s: %.2f%% of prompt tokens from cache (%.2f%% loaded from host); %lld done, "
                   "%lld rejected, %lld preemptions, mean TTFT %.0f ms, %.0f s simulated; host: %lld GB loaded, "
-                  "%lld GB stored, mean load %.1f ms; %lld device keys evicted unstored, %lld host evictions, "
-                  "%.2f%% host hits recomputed\n",
+                  "%lld GB stored, mean load %.1f ms; %lld device keys evicted unstored (allocation evicted "
+                  "%lld admitting, %lld growing, %lld of them while demotions were in flight), %lld host "
+                  "evictions, %.2f%% host hits recomputed\n",
                   name.c_str(), 100.0 * r.hit_rate, 100.0 * r.host_hit_rate, static_cast<long long>(r.num_done),
                   static_cast<long long>(r.num_rejected), static_cast<long long>(r.num_preemptions), r.mean_ttft_ms,
                   r.sim_seconds, static_cast<long long>(r.host_loaded_gb), static_cast<long long>(r.host_stored_gb),
                   r.mean_load_ms, static_cast<long long>(r.demotions_skipped),
+                  static_cast<long long>(r.evicted_past_admitting), static_cast<long long>(r.evicted_past_growing),
+                  static_cast<long long>(r.evicted_past_while_demoting),
                   static_cast<long long>(r.host_evicted_blocks), 100.0 * r.host_recomputed_rate);
     }
     std::fflush(stdout);

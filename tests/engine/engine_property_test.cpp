@@ -66,7 +66,8 @@ RunResult run_workload(std::uint64_t seed, bool async_scheduling) {
     backend->enable_host_tier(pick(4) == 0 ? 1e3 : 1e9, rng.next());
     config.kv_offloading_bytes = (1 + pick(3 * static_cast<std::uint64_t>(num_blocks))) * backend->info().kv_bytes_per_block;
     config.kv_offloading_admission.min_hits = pick(4) == 0 ? 1 : 0;
-    config.kv_offloading_eviction = pick(2) == 0 ? EvictionPolicy::kLru : EvictionPolicy::kSlru;
+    config.kv_offloading_eviction = std::array{EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kReuseHistory,
+                                               EvictionPolicy::kAdaptiveReuse}[static_cast<std::size_t>(pick(4))];
   }
   Engine engine(std::move(backend), nullptr, config);
 

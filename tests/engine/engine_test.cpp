@@ -503,7 +503,7 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   }
   EXPECT_TRUE(validate(EngineConfig{}, info).ok());
 
-  // The host tier: only on a backend that has one, at least one block, LRU or SLRU.
+  // The host tier: only on a backend that has one, at least one block, any order but prefix-aware.
   EngineConfig offload;
   offload.kv_offloading_bytes = 1 << 20;
   EXPECT_NE(validate(offload, info).error_message().find("has no host KV tier"), std::string::npos);
@@ -515,7 +515,12 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
             std::string::npos);
   offload.kv_offloading_bytes = 1 << 20;
   offload.kv_offloading_eviction = EvictionPolicy::kPrefixAware;
-  EXPECT_FALSE(validate(offload, with_host).ok());
+  EXPECT_NE(validate(offload, with_host).error_message().find("--kv-offloading-eviction"), std::string::npos);
+  for (EvictionPolicy host : {EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kReuseHistory,
+                              EvictionPolicy::kAdaptiveReuse}) {
+    offload.kv_offloading_eviction = host;
+    EXPECT_TRUE(validate(offload, with_host).ok());
+  }
 }
 
 }  // namespace

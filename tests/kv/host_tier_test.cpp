@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <numeric>
 
@@ -63,6 +64,45 @@ TEST(HostTier, EvictsLeastRecentlyUsedButNeverAPinnedBlock) {
   host.check_invariants();
 }
 
+TEST(HostTier, ReuseHistoryKeepsKeysMoreRequestsUsedAndEvictsDeepBlocksFirst) {
+  // One doubling of uses is worth 1 x 4 = 4 releases; one block of depth costs 1.
+  HostTier host(4, EvictionPolicy::kReuseHistory, {.seen_weight_blocks = 4.0, .depth_weight_blocks = 1.0});
+  // Stored in this order: 1 (used by 4 requests), then 2, 3, 4 (used once, depths 0, 0, 3).
+  host.finish_store(*host.begin_store(1, {}, {.times_seen = 4, .depth_blocks = 0}), true);
+  host.finish_store(*host.begin_store(2, {}, {.times_seen = 1, .depth_blocks = 0}), true);
+  host.finish_store(*host.begin_store(3, {}, {.times_seen = 1, .depth_blocks = 0}), true);
+  host.finish_store(*host.begin_store(4, {}, {.times_seen = 1, .depth_blocks = 3}), true);
+  // Scores: 1 -> 1 + 8 = 9; 2 -> 2; 3 -> 3; 4 -> 4 - 3 = 1. LRU would evict 1 first.
+  host.finish_store(*host.begin_store(5), true);
+  EXPECT_FALSE(host.holds_or_stores(4)) << "the deep block goes first";
+  host.finish_store(*host.begin_store(6), true);
+  EXPECT_FALSE(host.holds_or_stores(2));
+  host.finish_store(*host.begin_store(7), true);
+  EXPECT_FALSE(host.holds_or_stores(3));
+  EXPECT_TRUE(host.lookup(1).has_value()) << "the oldest block, used by 4 requests, outlives three newer ones";
+  host.check_invariants();
+  // At scale 0 the same tier is LRU: 1 (oldest) goes next.
+  host.set_reuse_scale(0.0);
+  host.finish_store(*host.begin_store(8), true);
+  EXPECT_FALSE(host.holds_or_stores(1));
+  host.check_invariants();
+}
+
+TEST(HostTier, ReuseHistoryCountsATouchWithTheDevicesCount) {
+  HostTier host(2, EvictionPolicy::kReuseHistory, {.seen_weight_blocks = 4.0, .depth_weight_blocks = 0.0});
+  host.finish_store(*host.begin_store(1, {}, {.times_seen = 1}), true);
+  host.finish_store(*host.begin_store(2, {}, {.times_seen = 1}), true);
+  // 1 is demoted again, now used by 8 requests (the device's count): it is
+  // also the most recent, so 2 goes first; then 1 outlives two newer stores.
+  host.touch(*host.lookup(1), /*on_device=*/false, /*times_seen=*/8);
+  host.finish_store(*host.begin_store(3, {}, {.times_seen = 1}), true);
+  EXPECT_FALSE(host.holds_or_stores(2));
+  host.finish_store(*host.begin_store(4, {}, {.times_seen = 1}), true);
+  EXPECT_FALSE(host.holds_or_stores(3));
+  EXPECT_TRUE(host.lookup(1).has_value());
+  host.check_invariants();
+}
+
 std::vector<BlockHash> hashes_of(const std::vector<TokenId>& tokens) {
   std::vector<BlockHash> h;
   extend_block_hashes(h, tokens, kBlock, 0);
@@ -75,11 +115,13 @@ std::vector<TokenId> iota_tokens(std::int32_t n, TokenId first) {
   return t;
 }
 
-KvCacheConfig tiered(std::int32_t num_blocks, std::int32_t num_host_blocks, std::int32_t watermark) {
+KvCacheConfig tiered(std::int32_t num_blocks, std::int32_t num_host_blocks, std::int32_t watermark,
+                     EvictionPolicy host_eviction = EvictionPolicy::kLru) {
   return {.num_blocks = num_blocks,
           .block_size_tokens = kBlock,
           .eviction = EvictionPolicy::kLru,
           .num_host_blocks = num_host_blocks,
+          .host_eviction = host_eviction,
           .demote_watermark_blocks = watermark};
 }
 
@@ -141,6 +183,32 @@ TEST(KvHostTier, DemotedPrefixIsPromotedByALaterHit) {
   EXPECT_EQ(kv.counters().num_host_loaded_blocks, 2);
   EXPECT_EQ(kv.counters().num_queries_with_host_hits, 1);
   kv.free(3);
+  kv.check_invariants();
+}
+
+// A loading admission takes its blocks at once. It must leave half the
+// watermark free behind it, or the allocations after it (the rest of the
+// step, and the next step's, which come before that step's demotions land)
+// evict cached keys past the host: 60% of the keys the Mooncake trace lost
+// that way (docs/benchmarks.md, session 9).
+TEST(KvHostTier, RoomForALoadLeavesHalfTheWatermarkFree) {
+  KvCacheManager kv(tiered(8, 16, /*watermark=*/4));
+  run_prompt(kv, 1, iota_tokens(8, 100));   // 2 blocks
+  run_prompt(kv, 2, iota_tokens(24, 500));  // 6 blocks: every device block is cached
+  kv.start_demotions();
+  complete_all(kv);
+  ASSERT_EQ(kv.pool().num_uncached_free_blocks(), 4);
+  // 3 blocks fit the 4 free ones, but would leave 1 of the 2 the step after needs.
+  EXPECT_FALSE(kv.make_room_below(3)) << "the load waits for its demotions";
+  const std::vector<KvBlockCopy> stores = kv.take_new_copies();
+  EXPECT_EQ(stores.size(), 3u) << "demotions up to the load + the whole watermark";
+  for (const KvBlockCopy& c : stores) kv.complete_copy({.id = c.id});
+  EXPECT_TRUE(kv.make_room_below(3));
+  // The load's blocks, then two more blocks the next step allocates before any demotion.
+  ASSERT_TRUE(kv.commit({.seq_id = 3, .num_tokens = 12}).ok());
+  ASSERT_TRUE(kv.commit({.seq_id = 4, .num_tokens = 8}).ok());
+  EXPECT_EQ(kv.counters().num_demotions_skipped, 0) << "a cached key left the device without reaching the host";
+  EXPECT_EQ(kv.counters().num_host_stored_blocks, 7);
   kv.check_invariants();
 }
 
@@ -268,7 +336,10 @@ TEST(KvHostTier, RandomChurnKeepsInvariantsAndContents) {
   for (std::uint64_t seed = 1; seed <= 30; ++seed) {
     SplitMix64 rng(seed);
     auto pick = [&](std::uint64_t n) { return static_cast<std::int32_t>(rng.next() % n); };
-    KvCacheManager kv(tiered(8 + pick(16), 1 + pick(24), pick(6)));
+    // Every host order: the reuse policies rank by counts the device passes down.
+    const EvictionPolicy host_eviction = std::array{EvictionPolicy::kLru, EvictionPolicy::kSlru, EvictionPolicy::kReuseHistory,
+                                                    EvictionPolicy::kAdaptiveReuse}[seed % 4];
+    KvCacheManager kv(tiered(8 + pick(16), 1 + pick(24), pick(6), host_eviction));
     std::map<BlockId, BlockHash> device;  // what each device block holds (the oracle)
     std::map<BlockId, BlockHash> host;
     std::vector<KvBlockCopy> in_flight;

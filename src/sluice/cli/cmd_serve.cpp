@@ -51,6 +51,7 @@ struct ServeArgs {
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
+  std::string kv_offloading_eviction = "lru";    // the host tier's order (sluice's own flag)
   EngineConfig engine;
   std::int32_t block_size_tokens = 16;
   std::string device = "cpu";
@@ -158,6 +159,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY_ASSIGN(eviction, parse_eviction_policy(args.eviction_policy));
   engine_config.scheduling = scheduling;
   engine_config.eviction = eviction;
+  SLUICE_TRY_ASSIGN(host_eviction, parse_eviction_policy(args.kv_offloading_eviction));
+  engine_config.kv_offloading_eviction = host_eviction;
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
   SLUICE_TRY(validate(engine_config, backend->info()));
   // JSON mode's vocabulary index: built once here (a few hundred ms for 128k
@@ -295,9 +298,10 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
   if (args.kv_offloading_backend != "native")
     errors.push_back(fmt::format("--kv-offloading-backend {}: only native (sluice's own host memory tier) exists",
                                  args.kv_offloading_backend));
-  if (args.kv_offloading_size_gib == 0 && (given("--kv-offloading-backend") || given("--kv-offloading-min-hits")))
-    errors.push_back("--kv-offloading-backend and --kv-offloading-min-hits have no effect without "
-                     "--kv-offloading-size");
+  if (args.kv_offloading_size_gib == 0 && (given("--kv-offloading-backend") || given("--kv-offloading-min-hits") ||
+                                           given("--kv-offloading-eviction")))
+    errors.push_back("--kv-offloading-backend, --kv-offloading-min-hits and --kv-offloading-eviction have no effect "
+                     "without --kv-offloading-size");
   refuse(server::check_parser_names({.reasoning = args.reasoning_parser, .tool_call = args.tool_call_parser}));
   if (errors.empty()) return Ok{};
   std::string message;
@@ -389,6 +393,9 @@ void add_serve_command(CLI::App& app) {
                   "GiB of host memory for a KV tier below the device (0 = none): evicted prefixes are kept there "
                   "and loaded back when that is cheaper than recomputing");
   cmd->add_option("--kv-offloading-backend", a.kv_offloading_backend, "native (the only one)");
+  cmd->add_option("--kv-offloading-eviction", a.kv_offloading_eviction,
+                  "host tier eviction: lru (default), slru, reuse-history or adaptive-reuse (ranked by how many "
+                  "requests used a block's key, learnt against LRU)");
   cmd->add_option("--kv-offloading-min-hits", a.engine.kv_offloading_admission.min_hits,
                   "device prefix hits a block needs before it is kept in the host tier (0 = every block)")
       ->check(CLI::NonNegativeNumber);

@@ -213,6 +213,11 @@ struct EngineStats {
   std::int64_t host_stored_bytes = 0;
   std::int64_t host_failed_copies = 0;
   std::int64_t host_demotions_skipped = 0;  // device keys evicted without a store (admission, or no time)
+  // Of those, evicted directly by allocation (KvCacheCounters: by an
+  // admission, by a running sequence's growth, while demotions were in flight).
+  std::int64_t host_evicted_past_admitting = 0;
+  std::int64_t host_evicted_past_growing = 0;
+  std::int64_t host_evicted_past_while_demoting = 0;
   std::int64_t host_num_loads = 0;          // requests whose prefix load completed
   // Host-tier tokens an admission found but recomputed (the planner priced
   // them cheaper to compute, or the step's copy budget was spent).

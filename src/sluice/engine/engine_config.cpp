@@ -120,8 +120,9 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
     }
   }
   if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
-  if (c.kv_offloading_eviction != EvictionPolicy::kLru && c.kv_offloading_eviction != EvictionPolicy::kSlru) {
-    return bad("the host KV tier evicts lru or slru (the ranked policies rank device blocks by what their requests did)");
+  if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware) {
+    return bad("--kv-offloading-eviction: the host KV tier evicts lru, slru, reuse-history or adaptive-reuse "
+               "(prefix-aware ranks device blocks by the request that freed them)");
   }
   if (backend.block_size_tokens < 1) return bad("backend block size must be >= 1");
   if (backend.num_kv_blocks < 1) return bad("the backend has no KV blocks (the model does not fit?)");

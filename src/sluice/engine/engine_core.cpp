@@ -616,6 +616,9 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.host_stored_bytes = kv.num_host_stored_blocks * backend_->info().kv_bytes_per_block;
   stats.host_failed_copies = kv.num_failed_copies;
   stats.host_demotions_skipped = kv.num_demotions_skipped;
+  stats.host_evicted_past_admitting = kv.num_evicted_past_host_admitting;
+  stats.host_evicted_past_growing = kv.num_evicted_past_host_growing;
+  stats.host_evicted_past_while_demoting = kv.num_evicted_past_host_while_demoting;
   stats.host_num_loads = num_loads_done_;
   stats.host_hit_tokens_recomputed = num_host_hit_tokens_recomputed_;
   stats.host_load_ms_total = total_load_ms_;

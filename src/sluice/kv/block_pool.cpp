@@ -9,7 +9,8 @@ namespace sluice {
 
 BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
                      PrefixAwareParams prefix_aware, ReuseHistoryParams reuse_history,
-                     std::int64_t history_counters_per_row, std::int32_t shadow_capacity_blocks)
+                     std::int64_t history_counters_per_row, std::int32_t shadow_capacity_blocks,
+                     bool keep_reuse_history)
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
       num_hits_(static_cast<std::size_t>(num_blocks), 0),
@@ -22,7 +23,7 @@ BlockPool::BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int3
                        num_blocks, num_blocks);
     evictor_.set_admit_window_blocks(admission_->blocks());
   }
-  if (eviction == EvictionPolicy::kReuseHistory || eviction == EvictionPolicy::kAdaptiveReuse) {
+  if (eviction == EvictionPolicy::kReuseHistory || eviction == EvictionPolicy::kAdaptiveReuse || keep_reuse_history) {
     history_.emplace(history_counters_per_row > 0 ? history_counters_per_row : std::int64_t{num_blocks});
   }
   if (eviction == EvictionPolicy::kAdaptiveReuse) {

@@ -36,9 +36,12 @@ class BlockPool {
   // shadow_capacity_blocks: the LRU adaptive reuse compares itself with
   // (lru_counterfactual.h): this pool's size (0), or, with a host tier below
   // it, both tiers' (the hierarchy is what the policy should beat).
+  // keep_reuse_history: count key uses (times_seen) whatever the policy: a
+  // host tier below that ranks by them reads the counts at demotion.
   BlockPool(std::int32_t num_blocks, EvictionPolicy eviction, std::int32_t protected_capacity_blocks,
             PrefixAwareParams prefix_aware = {}, ReuseHistoryParams reuse_history = {},
-            std::int64_t history_counters_per_row = 0, std::int32_t shadow_capacity_blocks = 0);
+            std::int64_t history_counters_per_row = 0, std::int32_t shadow_capacity_blocks = 0,
+            bool keep_reuse_history = false);
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks an allocation can get: free + cached free.

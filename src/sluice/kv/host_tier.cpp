@@ -1,18 +1,25 @@
 #include "sluice/kv/host_tier.h"
 
+#include <algorithm>
+
 #include "sluice/common/check.h"
 
 namespace sluice {
 
-HostTier::HostTier(std::int32_t num_blocks, EvictionPolicy eviction)
+HostTier::HostTier(std::int32_t num_blocks, EvictionPolicy eviction, ReuseHistoryParams reuse)
     : ref_count_(static_cast<std::size_t>(num_blocks), 0),
       hash_(static_cast<std::size_t>(num_blocks)),
       valid_(static_cast<std::size_t>(num_blocks), false),
       num_uses_(static_cast<std::size_t>(num_blocks), 0),
       on_device_(static_cast<std::size_t>(num_blocks), false),
-      evictor_(eviction, num_blocks, num_blocks / 2),
+      times_seen_(static_cast<std::size_t>(num_blocks), 0),
+      depth_(static_cast<std::size_t>(num_blocks), 0),
+      eviction_(eviction),
+      evictor_(eviction, num_blocks, num_blocks / 2, PrefixAwareParams{}, reuse),
       duplicates_(EvictionPolicy::kLru, num_blocks, 0) {
   SLUICE_CHECK(num_blocks > 0);
+  SLUICE_CHECK_MSG(eviction != EvictionPolicy::kPrefixAware,
+                   "the host tier does not rank by prefix-aware novelty (its blocks have no request)");
   free_list_.reserve(static_cast<std::size_t>(num_blocks));
   for (BlockId b = num_blocks - 1; b >= 0; --b) free_list_.push_back(b);
   index_.reserve(static_cast<std::size_t>(num_blocks));
@@ -34,7 +41,7 @@ void HostTier::insert_stored(BlockId block) {
   if (on_device_[i]) {
     duplicates_.insert(block, /*was_hit=*/false);
   } else {
-    evictor_.insert(block, EvictionSignals{.num_hits = num_uses_[i]});
+    evictor_.insert(block, EvictionSignals{.num_hits = num_uses_[i], .times_seen = times_seen_[i], .depth_blocks = depth_[i]});
   }
 }
 
@@ -64,7 +71,8 @@ void HostTier::evict_one(const OnDevice& on_device) {
   ++counters_.num_evicted_blocks;
 }
 
-std::optional<BlockId> HostTier::begin_store(BlockHash hash, const OnDevice& on_device) {
+std::optional<BlockId> HostTier::begin_store(BlockHash hash, const OnDevice& on_device,
+                                             const EvictionSignals& signals) {
   SLUICE_CHECK_MSG(!index_.contains(hash), "a second store of a key the host tier holds");
   if (num_available_blocks() == 0) return std::nullopt;
   if (free_list_.empty()) evict_one(on_device);
@@ -74,6 +82,8 @@ std::optional<BlockId> HostTier::begin_store(BlockHash hash, const OnDevice& on_
   ref_count_[i] = 1;
   hash_[i] = hash;
   valid_[i] = false;
+  times_seen_[i] = std::max(0, signals.times_seen);
+  depth_[i] = std::max(0, signals.depth_blocks);
   index_.emplace(hash, b);
   return b;
 }
@@ -102,6 +112,7 @@ void HostTier::pin_for_load(BlockId block) {
   if (ref_count_[i] == 0) remove_stored(block);
   ++ref_count_[i];
   if (num_uses_[i] < (1 << 20)) ++num_uses_[i];
+  if (times_seen_[i] < (1 << 20)) ++times_seen_[i];  // the loading request uses the key
   ++counters_.num_loaded_blocks;
 }
 
@@ -113,10 +124,15 @@ void HostTier::unpin(BlockId block, bool on_device) {
   if (--ref_count_[i] == 0) insert_stored(block);
 }
 
-void HostTier::touch(BlockId block, bool on_device) {
+void HostTier::touch(BlockId block, bool on_device, std::int32_t times_seen) {
   const std::size_t i = index(block);
   SLUICE_CHECK(valid_[i]);
   if (num_uses_[i] < (1 << 20)) ++num_uses_[i];
+  if (times_seen > 0) {
+    times_seen_[i] = std::max(times_seen_[i], times_seen);
+  } else if (times_seen_[i] < (1 << 20)) {
+    ++times_seen_[i];
+  }
   on_device_[i] = on_device;
   if (ref_count_[i] > 0) return;  // back in an evictor, as recent, when its loads end
   remove_stored(block);

@@ -21,6 +21,16 @@
 // size (issue 17: a 0.7M device over an 8M host held 8M distinct tokens).
 // Whether the device holds a key is asked when a duplicate is about to be
 // evicted (on_device), so a flag gone stale costs no wrong eviction.
+//
+// The sole copies are ordered by the configured policy. Under the reuse
+// policies (reuse history, adaptive reuse) a block is ranked by when it was
+// stored or last used here, how many requests ever used its key (the device
+// pool's count-min history, passed in with the store and counted on here) and
+// its depth in the prefix chain: on the Mooncake trace LRU over both tiers
+// keeps ~27% of prompt tokens where the offline optimum keeps ~35%, and the
+// whole gap is blocks stored that are never used again (an oracle that stores
+// only blocks with a future use, under LRU, reaches the optimum);
+// keys used by more requests are the ones more likely to be used again.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +55,9 @@ struct HostTierCounters {
 
 class HostTier {
  public:
-  HostTier(std::int32_t num_blocks, EvictionPolicy eviction);
+  // reuse: the reuse policies' weights, in releases of this tier's evictor
+  // (ignored by LRU/SLRU).
+  HostTier(std::int32_t num_blocks, EvictionPolicy eviction, ReuseHistoryParams reuse = {});
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_count_.size()); }
   // Blocks a store can take: free + stored.
@@ -71,8 +83,10 @@ class HostTier {
 
   // A store of `hash` begins: a host block (evicting a stored one if no free
   // one is left: a duplicate still on the device first) is pinned for it.
-  // nullopt when every block is pinned.
-  std::optional<BlockId> begin_store(BlockHash hash, const OnDevice& on_device = {});
+  // nullopt when every block is pinned. signals: what the device knew of the
+  // block (its key's uses so far and its depth rank it under the reuse policies).
+  std::optional<BlockId> begin_store(BlockHash hash, const OnDevice& on_device = {},
+                                     const EvictionSignals& signals = {});
   // The store's copy completed; ok: the block becomes a valid stored block,
   // else it is freed. on_device: the device kept the key (a hit took the
   // demoting block meanwhile).
@@ -84,7 +98,13 @@ class HostTier {
   void unpin(BlockId block, bool on_device = false);
   // A use of the key found here: it counts as a use. on_device: whether the
   // device keeps the key (a swap-out leaves it cached there; a demotion does not).
-  void touch(BlockId block, bool on_device = false);
+  // times_seen: the device's count of the key's uses, if it keeps one (0: count one more).
+  void touch(BlockId block, bool on_device = false, std::int32_t times_seen = 0);
+  // Adaptive reuse: the weight of the count and depth terms (kv_cache_manager
+  // learns it against an LRU of both tiers' size; Evictor::set_reuse_scale).
+  void set_reuse_scale(double scale) { evictor_.set_reuse_scale(scale); }
+  double reuse_scale() const { return evictor_.reuse_scale(); }
+  EvictionPolicy eviction() const { return eviction_; }
 
   void check_invariants() const;
 
@@ -100,6 +120,9 @@ class HostTier {
   std::vector<bool> valid_;                     // [num_blocks] contents arrived
   std::vector<std::int32_t> num_uses_;          // [num_blocks] loads + re-demotions since stored
   std::vector<bool> on_device_;                 // [num_blocks] last known: the device caches its key too
+  std::vector<std::int32_t> times_seen_;        // [num_blocks] requests that used its key (reuse policies)
+  std::vector<std::int32_t> depth_;             // [num_blocks] its position in the prefix chain, in blocks
+  EvictionPolicy eviction_;
   std::vector<BlockId> free_list_;
   std::unordered_map<BlockHash, BlockId> index_;  // stored and being stored
   Evictor evictor_;     // stored sole copies, in the configured order

@@ -1,6 +1,7 @@
 #include "sluice/kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "sluice/common/check.h"
@@ -21,6 +22,25 @@ PrefixAwareParams prefix_aware_params(const KvCacheConfig& config) {
       .hit_weight_blocks = config.prefix_hit_weight * static_cast<double>(config.num_blocks)};
 }
 
+bool ranks_by_reuse(EvictionPolicy policy) {
+  return policy == EvictionPolicy::kReuseHistory || policy == EvictionPolicy::kAdaptiveReuse;
+}
+
+// The count-min sketch's width: 64 counters per device block by default, and
+// with a host tier that ranks by the counts at least 8 per block of both
+// tiers (the keys it must tell apart live as long as the hierarchy holds them).
+std::int64_t history_counters_per_row(const KvCacheConfig& config) {
+  const std::int64_t device = static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks;
+  if (config.num_host_blocks == 0 || !ranks_by_reuse(config.host_eviction)) return device;
+  return std::max(device, std::int64_t{8} * (std::int64_t{config.num_blocks} + config.num_host_blocks));
+}
+
+ReuseHistoryParams host_reuse_params(const KvCacheConfig& config) {
+  return ReuseHistoryParams{
+      .seen_weight_blocks = config.host_reuse_seen_weight * static_cast<double>(config.num_host_blocks),
+      .depth_weight_blocks = config.host_reuse_depth_weight_blocks};
+}
+
 ReuseHistoryParams reuse_history_params(const KvCacheConfig& config) {
   return ReuseHistoryParams{.seen_weight_blocks = config.reuse_seen_weight * static_cast<double>(config.num_blocks),
                             .depth_weight_blocks = config.reuse_depth_weight_blocks};
@@ -31,12 +51,23 @@ ReuseHistoryParams reuse_history_params(const KvCacheConfig& config) {
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       pool_(config.num_blocks, config.eviction, protected_capacity(config), prefix_aware_params(config),
-            reuse_history_params(config),
-            static_cast<std::int64_t>(config.reuse_history_counters_per_block) * config.num_blocks,
-            config.num_blocks + config.num_host_blocks) {
+            reuse_history_params(config), history_counters_per_row(config),
+            config.num_blocks + config.num_host_blocks,
+            /*keep_reuse_history=*/config.num_host_blocks > 0 && ranks_by_reuse(config.host_eviction)) {
   SLUICE_CHECK(config.block_size_tokens > 0);
   SLUICE_CHECK(config.num_host_blocks >= 0 && config.demote_watermark_blocks >= 0);
-  if (config.num_host_blocks > 0) host_.emplace(config.num_host_blocks, config.host_eviction);
+  SLUICE_CHECK(config.host_reuse_seen_weight >= 0.0 && config.host_reuse_depth_weight_blocks >= 0.0);
+  if (config.num_host_blocks > 0) {
+    host_.emplace(config.num_host_blocks, config.host_eviction, host_reuse_params(config));
+    if (config.host_eviction == EvictionPolicy::kAdaptiveReuse) {
+      // As on the device: starts trusting the counts, and a device-full of hit
+      // blocks won or lost against the shadow LRU (of both tiers' size) spans
+      // the range. (A hierarchy-full was too slow: on the synthetic sessions
+      // the counts lost half a point and the scale moved less than an eighth.)
+      host_counterfactual_.emplace(1.0, 1.0 / static_cast<double>(config.num_blocks),
+                                   config.num_blocks + config.num_host_blocks);
+    }
+  }
   SLUICE_CHECK(config.prefix_admit_window_tokens >= 0 && config.prefix_hit_weight >= 0.0);
   SLUICE_CHECK(config.prefix_admit_window_step_tokens > 0);
   SLUICE_CHECK(config.slru_protected_fraction >= 0.0 && config.slru_protected_fraction <= 1.0);
@@ -115,7 +146,10 @@ KvCacheCounters KvCacheManager::counters() const {
                     .num_queries_with_host_hits = num_queries_with_host_hits_,
                     .num_host_swapped_out_blocks = num_swapped_out_blocks_,
                     .num_failed_copies = num_failed_copies_,
-                    .num_demotions_skipped = num_demotions_skipped_};
+                    .num_demotions_skipped = num_demotions_skipped_,
+                    .num_evicted_past_host_admitting = num_evicted_past_host_admitting_,
+                    .num_evicted_past_host_growing = num_evicted_past_host_growing_,
+                    .num_evicted_past_host_while_demoting = num_evicted_past_host_while_demoting_};
   if (host_) {
     c.num_host_loaded_blocks = host_->counters().num_loaded_blocks;
     c.num_host_stored_blocks = host_->counters().num_stored_blocks;
@@ -174,7 +208,12 @@ Status KvCacheManager::commit(const KvAllocation& allocation) {
   const std::int64_t evicted_before = pool_.counters().num_evicted_blocks;
   const std::vector<BlockId> fresh = pool_.allocate(num_new_blocks);
   // Allocation evicts directly when demotion has not kept enough free: those keys never reach the host.
-  if (host_) num_demotions_skipped_ += pool_.counters().num_evicted_blocks - evicted_before;
+  if (host_) {
+    const std::int64_t num_past = pool_.counters().num_evicted_blocks - evicted_before;
+    num_demotions_skipped_ += num_past;
+    (is_new ? num_evicted_past_host_admitting_ : num_evicted_past_host_growing_) += num_past;
+    if (num_demoting_blocks_ > 0) num_evicted_past_host_while_demoting_ += num_past;
+  }
   for (std::int32_t j = 0; j < num_load_blocks; ++j) {
     // The load's own references: the device block and the host block outlive
     // the sequence if it ends first.
@@ -205,8 +244,13 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
   // what the device evicts is what the host gets.
   if (seq.num_keys_noted == 0) {
     pool_.note_request(block_hashes, host_ ? seq.num_prefix_hit_blocks : seq.num_device_hit_blocks);
+    if (host_counterfactual_) {
+      host_counterfactual_->on_request(block_hashes, seq.num_prefix_hit_blocks);
+      follow_host_scale();
+    }
   } else if (block_hashes.size() > seq.num_keys_noted) {
     pool_.note_more_keys(block_hashes.subspan(seq.num_keys_noted));
+    if (host_counterfactual_) host_counterfactual_->on_more_keys(block_hashes.subspan(seq.num_keys_noted));
   }
   seq.num_keys_noted = std::max(seq.num_keys_noted, block_hashes.size());
   const auto num_full = std::min<std::size_t>(
@@ -246,11 +290,12 @@ std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHa
     // load has no valid contents yet.
     if (pool_.ref_count(b) != 1 || pool_.lookup(hash) != b) continue;
     if (const std::optional<BlockId> held = host_->lookup(hash)) {
-      host_->touch(*held, /*on_device=*/true);  // the block stays cached on the device
+      host_->touch(*held, /*on_device=*/true, pool_.times_seen(hash));  // the block stays cached on the device
       continue;
     }
     if (host_->holds_or_stores(hash)) continue;
-    const std::optional<BlockId> host = host_->begin_store(hash, on_device());
+    const std::optional<BlockId> host = host_->begin_store(
+        hash, on_device(), {.times_seen = pool_.times_seen(hash), .depth_blocks = static_cast<std::int32_t>(i)});
     if (!host) break;  // every host block is in a copy: the rest is recomputed
     pool_.add_reference(b);
     add_copy({.direction = KvCopyDirection::kDeviceToHost,
@@ -266,6 +311,15 @@ std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHa
   num_swapped_out_blocks_ += num_stores;
   free(seq_id);
   return num_stores;
+}
+
+void KvCacheManager::follow_host_scale() {
+  // Eighths, and only once the learnt scale is a whole eighth away: each
+  // change re-ranks every stored sole copy (BlockPool::follow_scale).
+  constexpr double kStep = 1.0 / 8.0;
+  const double learnt = host_counterfactual_->scale();
+  if (std::abs(learnt - host_->reuse_scale()) < kStep) return;
+  host_->set_reuse_scale(std::round(learnt / kStep) * kStep);
 }
 
 HostTier::OnDevice KvCacheManager::on_device() const {
@@ -291,7 +345,8 @@ void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
     const std::optional<BlockPool::Demotion> d = pool_.begin_demotion();
     if (!d) return;
     if (const std::optional<BlockId> held = host_->lookup(d->hash)) {
-      host_->touch(*held);  // already below: nothing to copy, and the device lets the key go
+      // Already below: nothing to copy, and the device lets the key go.
+      host_->touch(*held, /*on_device=*/false, d->signals.times_seen);
       pool_.finish_demotion(d->block);
       continue;
     }
@@ -299,7 +354,7 @@ void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
       count_skipped_demotion(*d);
       continue;
     }
-    const std::optional<BlockId> host = host_->begin_store(d->hash, on_device());
+    const std::optional<BlockId> host = host_->begin_store(d->hash, on_device(), d->signals);
     if (!host) {  // every host block is in a copy: drop it rather than wait
       count_skipped_demotion(*d);
       continue;
@@ -310,10 +365,19 @@ void KvCacheManager::start_demotions(std::int32_t target_free_blocks) {
 }
 
 bool KvCacheManager::make_room_below(std::int32_t num_new_blocks) {
-  if (!host_ || pool_.num_uncached_free_blocks() >= num_new_blocks) return true;
+  if (!host_) return true;
+  // The demotions that leave the watermark free behind the load start now,
+  // with this step's copies: the next step allocates from what earlier
+  // demotions freed (its own land a step later), so a load that took those
+  // blocks without them made the next chunks and decodes evict past the host
+  // (docs/benchmarks.md, session 9: 60% of the keys lost that way).
+  // It goes once one step's worth (half the watermark) stays free besides, for
+  // the admissions after it in this step.
+  const std::int32_t target = num_new_blocks + config_.demote_watermark_blocks / 2;
   start_demotions(num_new_blocks + config_.demote_watermark_blocks);
-  if (pool_.num_uncached_free_blocks() >= num_new_blocks) return true;  // the host held them already
-  return pool_.num_uncached_free_blocks() + num_demoting_blocks_ < num_new_blocks;
+  if (pool_.num_uncached_free_blocks() >= target) return true;
+  // Nothing more to demote: go now (allocation evicts what it must, or commit fails).
+  return pool_.num_uncached_free_blocks() + num_demoting_blocks_ < target;
 }
 
 void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
@@ -347,6 +411,10 @@ void KvCacheManager::complete_copy(const KvCopyCompletion& completion) {
 void KvCacheManager::check_invariants() const {
   pool_.check_invariants();
   if (host_) host_->check_invariants();
+  if (host_counterfactual_) {
+    host_counterfactual_->check_invariants();
+    SLUICE_CHECK_LT(std::abs(host_->reuse_scale() - host_counterfactual_->scale()), 1.0 / 8.0);
+  }
   std::vector<std::int32_t> references(static_cast<std::size_t>(pool_.num_blocks()), 0);
   std::vector<std::int32_t> host_references(static_cast<std::size_t>(num_host_blocks()), 0);
   std::unordered_map<SequenceId, std::int32_t> loads;

@@ -74,6 +74,15 @@ struct KvCacheConfig {
   // The host tier: 0 blocks = none.
   std::int32_t num_host_blocks = 0;
   EvictionPolicy host_eviction = EvictionPolicy::kLru;
+  // The host's reuse policies (host_tier.h): one doubling of the requests
+  // that used a block's key is worth host_reuse_seen_weight * num_host_blocks
+  // releases (host turnovers); one block of depth costs
+  // host_reuse_depth_weight_blocks releases. Chosen on the Mooncake trace's
+  // first half at its 512-token granularity (docs/benchmarks.md: flat from 0.75
+  // to 1.5 and from 0 to 200). Adaptive reuse scales both by a factor learnt
+  // against an LRU of both tiers' size, as on the device.
+  double host_reuse_seen_weight = 1.0;
+  double host_reuse_depth_weight_blocks = 50.0;
   HostAdmission host_admission;
   // Free device blocks demotion keeps ahead of allocation (about one step's
   // worth of new blocks): fewer, and allocation evicts keys the host never sees.
@@ -126,6 +135,13 @@ struct KvCacheCounters {
   // Device keys evicted without reaching the host: admission refused them, or
   // allocation could not wait for a demotion.
   std::int64_t num_demotions_skipped = 0;
+  // Of those, the ones allocation evicted directly (demotion had not kept
+  // enough free), split by what allocated: a new sequence's admission, or a
+  // running one's next chunk or decode; and how many of either happened while
+  // demotions were still in flight (the link was behind, not the watermark short).
+  std::int64_t num_evicted_past_host_admitting = 0;
+  std::int64_t num_evicted_past_host_growing = 0;
+  std::int64_t num_evicted_past_host_while_demoting = 0;
 };
 
 class KvCacheManager {
@@ -168,6 +184,8 @@ class KvCacheManager {
   bool has_host_tier() const { return host_.has_value(); }
   std::int32_t num_host_blocks() const { return host_ ? host_->num_blocks() : 0; }
   std::int32_t num_host_stored_blocks() const { return host_ ? host_->num_stored_blocks() : 0; }
+  // The host's adaptive reuse: the learnt LRU counterfactual (nullptr otherwise).
+  const LruCounterfactual* host_counterfactual() const { return host_counterfactual_ ? &*host_counterfactual_ : nullptr; }
   // A sequence waiting for loads; it must not run until they complete.
   bool is_loading(SequenceId seq_id) const;
   // A load of the sequence failed: its blocks do not hold its prefix.
@@ -198,9 +216,9 @@ class KvCacheManager {
   void start_demotions() { start_demotions(config_.demote_watermark_blocks); }
   void start_demotions(std::int32_t target_free_blocks);
   // Whether num_new_blocks can be allocated now without evicting a cached
-  // key directly (past the host tier). If not, starts the demotions that will
-  // free them (and the watermark beyond) and returns false while they are in
-  // flight: the caller waits for them, a step or so. True without a host
+  // key directly (past the host tier), leaving demote_watermark_blocks free
+  // for the steps after. If not, starts the demotions that will free them and
+  // returns false while they are in flight: the caller waits for them, a step or so. True without a host
   // tier, and when nothing more can be demoted (allocation then evicts, or
   // commit fails, as it would have).
   bool make_room_below(std::int32_t num_new_blocks);
@@ -238,11 +256,15 @@ class KvCacheManager {
   KvCopyId add_copy(const Copy& copy);
   // Whether the device pool caches a key: the host tier evicts such duplicates first.
   HostTier::OnDevice on_device() const;
+  // Adaptive reuse on the host: its evictor follows the learnt scale in eighths.
+  void follow_host_scale();
   void count_skipped_demotion(const BlockPool::Demotion& demotion);
 
   KvCacheConfig config_;
   BlockPool pool_;
   std::optional<HostTier> host_;
+  // The host's adaptive reuse: an LRU of both tiers' size beside them (keys only).
+  std::optional<LruCounterfactual> host_counterfactual_;
   std::unordered_map<SequenceId, Sequence> sequences_;
   std::unordered_map<KvCopyId, Copy> copies_;  // in flight
   std::vector<KvBlockCopy> new_copies_;        // not yet taken for a step
@@ -259,6 +281,9 @@ class KvCacheManager {
   std::int64_t num_queries_with_host_hits_ = 0;
   std::int64_t num_failed_copies_ = 0;
   std::int64_t num_demotions_skipped_ = 0;
+  std::int64_t num_evicted_past_host_admitting_ = 0;
+  std::int64_t num_evicted_past_host_growing_ = 0;
+  std::int64_t num_evicted_past_host_while_demoting_ = 0;
 };
 
 }  // namespace sluice
