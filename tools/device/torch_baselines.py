@@ -107,8 +107,8 @@ def main():
             prefill(SDPBackend.CUDNN_ATTENTION, "cuDNN", tokens)
             prefill(SDPBackend.FLASH_ATTENTION, "flash", tokens)
     if "--chunk" in sys.argv or "--prefill-attention" in sys.argv:
-        for prefix, chunk in [(100000, 128), (100000, 256), (100000, 512), (100000, 1024), (100000, 2048),
-                              (32768, 256), (32768, 2048), (8192, 1024)]:
+        for prefix, chunk in [(32768, 256), (32768, 1024), (32768, 2048), (65536, 256), (65536, 1024),
+                              (65536, 2048), (131072, 256), (131072, 1024), (131072, 2048), (100000, 256)]:
             chunk_over_prefix(SDPBackend.CUDNN_ATTENTION, "cuDNN", prefix, chunk)
             chunk_over_prefix(SDPBackend.FLASH_ATTENTION, "flash", prefix, chunk)
         return

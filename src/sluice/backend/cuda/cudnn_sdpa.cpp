@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sluice/backend/cuda/cuda_check.h"
 
@@ -51,6 +53,7 @@ struct CudnnSdpa::Plan {
   std::vector<cudnnBackendDescriptor_t> owned;
   cudnnBackendDescriptor_t plan = nullptr;
   std::int64_t workspace_bytes = 0;
+  std::int64_t config_index = -1;  // of the heuristics' list
   ~Plan() {
     for (auto it = owned.rbegin(); it != owned.rend(); ++it) api->destroy_descriptor(*it);
   }
@@ -72,6 +75,8 @@ enum Uid : std::int64_t {
   kOOffsets = 10,
   kScale = 11,
   kNegativeInfinity = 12,
+  kKOffsets = 13,
+  kVOffsets = 14,
   kFirstVirtual = 100,
 };
 
@@ -342,25 +347,32 @@ Status CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, std::int64_t 
   return Ok{};
 }
 
-Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const SdpaLayer& l) {
-  const PlanKey key{batch_,         max_rows_bucket_, max_keys_bucket_, l.num_q_heads, l.num_kv_heads,
-                    l.head_dim_qk, l.head_dim_v,     l.block_size,     l.num_blocks};
+Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const GraphSpec& spec) {
+  const auto key = spec.key();
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   // A shape class cuDNN refused is not asked again (a plan can take seconds).
   if (auto it = failed_.find(key); it != failed_.end()) return Error{it->second};
-  auto made = build_plan(l, key);
-  if (!made.ok()) failed_.emplace(key, made.error_message());
-  return made;
+  const auto start = std::chrono::steady_clock::now();
+  auto made = build_plan(spec);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!made.ok()) {
+    failed_.emplace(key, made.error_message());
+    return Error{made.error_message()};
+  }
+  spdlog::info("cuDNN SDPA plan {} ({} K/V): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms, "
+               "engine config {}, workspace {} bytes",
+               plans_.size(), spec.paged ? "paged" : "packed", spec.b, spec.sq, spec.skv, spec.hq, spec.hk, spec.dqk,
+               spec.dv, ms, (*made)->config_index, (*made)->workspace_bytes);
+  const Plan* plan = made->get();
+  plans_.emplace(key, std::move(made).value());
+  return plan;
 }
 
-Result<const CudnnSdpa::Plan*> CudnnSdpa::build_plan(const SdpaLayer& l, const PlanKey& key) {
-
+Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp) {
   auto plan = std::make_unique<Plan>();
   plan->api = api_.get();
   GraphBuilder g(*api_, plan->owned);
-  const std::int64_t b = batch_, hq = l.num_q_heads, hk = l.num_kv_heads, sq = max_rows_bucket_,
-                     skv = max_keys_bucket_, dqk = l.head_dim_qk, dv = l.head_dim_v, bs = l.block_size,
-                     nb = l.num_blocks, table = table_size_;
+  const std::int64_t b = sp.b, hq = sp.hq, hk = sp.hk, sq = sp.sq, skv = sp.skv, dqk = sp.dqk, dv = sp.dv;
   const auto i32 = CUDNN_DATA_INT32, f32 = CUDNN_DATA_FLOAT, bf16 = CUDNN_DATA_BFLOAT16, boolean = CUDNN_DATA_BOOLEAN;
   const std::array<std::int64_t, 4> per_seq_dims{b, 1, 1, 1}, per_seq_strides{1, 1, 1, 1};
   const std::array<std::int64_t, 4> offsets_dims{b + 1, 1, 1, 1}, scalar{1, 1, 1, 1};
@@ -369,27 +381,38 @@ Result<const CudnnSdpa::Plan*> CudnnSdpa::build_plan(const SdpaLayer& l, const P
   auto seq_len_kv = g.tensor({.uid = kSeqLenKv, .dtype = i32, .dims = per_seq_dims, .strides = per_seq_strides});
   auto q_offsets = g.tensor({.uid = kQOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
   auto o_offsets = g.tensor({.uid = kOOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
-  // Packed rows: [b, h, s, d] with the row stride h * d (BSHD), each sequence at its ragged offset.
-  auto q = g.tensor({.uid = kQ, .dtype = bf16, .dims = {b, hq, sq, dqk}, .strides = {sq * hq * dqk, dqk, hq * dqk, 1},
+  // Packed rows: [b, h, s, d] with the given row and head strides, each sequence at its ragged offset.
+  auto q = g.tensor({.uid = kQ, .dtype = bf16, .dims = {b, hq, sq, dqk}, .strides = {sq * sp.q_row, sp.q_head, sp.q_row, 1},
                      .ragged_offsets = q_offsets});
-  auto o = g.tensor({.uid = kO, .dtype = bf16, .dims = {b, hq, sq, dv}, .strides = {sq * hq * dv, dv, hq * dv, 1},
+  auto o = g.tensor({.uid = kO, .dtype = bf16, .dims = {b, hq, sq, dv}, .strides = {sq * sp.o_row, sp.o_head, sp.o_row, 1},
                      .ragged_offsets = o_offsets});
-  // Our pages [block, token, kv head, dim] as cuDNN's container [block, kv head, token, dim].
-  auto k_container = g.tensor(
-      {.uid = kK, .dtype = bf16, .dims = {nb, hk, bs, dqk}, .strides = {bs * hk * dqk, dqk, hk * dqk, 1}});
-  auto v_container = g.tensor(
-      {.uid = kV, .dtype = bf16, .dims = {nb, hk, bs, dv}, .strides = {bs * hk * dv, dv, hk * dv, 1}});
-  auto page_table_k =
-      g.tensor({.uid = kPageTable, .dtype = i32, .dims = {b, 1, table, 1}, .strides = {table, table, 1, 1}});
-  auto page_table_v =
-      g.tensor({.uid = kPageTableV, .dtype = i32, .dims = {b, 1, table, 1}, .strides = {table, table, 1, 1}});
   auto scale = g.tensor({.uid = kScale, .dtype = f32, .dims = scalar, .strides = scalar, .by_value = true});
   auto minus_inf =
       g.tensor({.uid = kNegativeInfinity, .dtype = f32, .dims = scalar, .strides = scalar, .by_value = true});
 
-  // K^T [b, hk, d, s_kv] and V [b, hk, s_kv, d] out of the pages.
-  auto k_t = g.virtual_tensor(bf16, {b, hk, dqk, skv}, {dqk * skv * hk, dqk * skv, 1, dqk});
-  g.paged_cache_load(k_container, page_table_k, seq_len_kv, k_t);
+  // K^T [b, hk, d, s_kv] and V [b, hk, s_kv, d]: out of the pages, or packed rows read in place.
+  cudnnBackendDescriptor_t k_t = nullptr, v = nullptr, v_container = nullptr, page_table_v = nullptr;
+  if (sp.paged) {
+    const std::int64_t nb = sp.num_blocks, bs = sp.block_size, table = sp.table;
+    // Our pages [block, token, kv head, dim] as cuDNN's container [block, kv head, token, dim].
+    auto k_container = g.tensor({.uid = kK, .dtype = bf16, .dims = {nb, hk, bs, dqk},
+                                 .strides = {bs * sp.k_row, sp.k_head, sp.k_row, 1}});
+    v_container = g.tensor({.uid = kV, .dtype = bf16, .dims = {nb, hk, bs, dv},
+                            .strides = {bs * sp.v_row, sp.v_head, sp.v_row, 1}});
+    auto page_table_k =
+        g.tensor({.uid = kPageTable, .dtype = i32, .dims = {b, 1, table, 1}, .strides = {table, table, 1, 1}});
+    page_table_v =
+        g.tensor({.uid = kPageTableV, .dtype = i32, .dims = {b, 1, table, 1}, .strides = {table, table, 1, 1}});
+    k_t = g.virtual_tensor(bf16, {b, hk, dqk, skv}, {dqk * skv * hk, dqk * skv, 1, dqk});
+    g.paged_cache_load(k_container, page_table_k, seq_len_kv, k_t);
+  } else {
+    auto k_offsets = g.tensor({.uid = kKOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
+    auto v_offsets = g.tensor({.uid = kVOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
+    k_t = g.tensor({.uid = kK, .dtype = bf16, .dims = {b, hk, dqk, skv}, .strides = {skv * sp.k_row, sp.k_head, 1, sp.k_row},
+                    .ragged_offsets = k_offsets});
+    v = g.tensor({.uid = kV, .dtype = bf16, .dims = {b, hk, skv, dv}, .strides = {skv * sp.v_row, sp.v_head, sp.v_row, 1},
+                  .ragged_offsets = v_offsets});
+  }
 
   const std::array<std::int64_t, 4> s_dims{b, hq, sq, skv}, s_strides{hq * sq * skv, sq * skv, skv, 1};
   const std::array<std::int64_t, 4> row_dims{b, hq, sq, 1}, row_strides{hq * sq, sq, 1, 1};
@@ -442,8 +465,10 @@ Result<const CudnnSdpa::Plan*> CudnnSdpa::build_plan(const SdpaLayer& l, const P
   auto probs = g.virtual_tensor(bf16, s_dims, s_strides);
   g.pointwise(CUDNN_POINTWISE_DIV, f32, exps, row_sum, nullptr, probs);
 
-  auto v = g.virtual_tensor(bf16, {b, hk, skv, dv}, {dv * skv * hk, dv * skv, dv, 1});
-  g.paged_cache_load(v_container, page_table_v, seq_len_kv, v);
+  if (sp.paged) {
+    v = g.virtual_tensor(bf16, {b, hk, skv, dv}, {dv * skv * hk, dv * skv, dv, 1});
+    g.paged_cache_load(v_container, page_table_v, seq_len_kv, v);
+  }
   g.matmul(probs, v, o, seq_len_q, nullptr, seq_len_kv, /*padded=*/false);
 
   // The operation graph, the heuristics' engine configs, the first that makes a plan.
@@ -492,37 +517,20 @@ Result<const CudnnSdpa::Plan*> CudnnSdpa::build_plan(const SdpaLayer& l, const P
     }
     plan->owned.push_back(candidate);
     plan->plan = candidate;
+    plan->config_index = i;
   }
-  if (plan->plan == nullptr) return Error{fmt::format("cuDNN SDPA: none of {} engine configs made a plan:{}", returned, tried)};
+  if (plan->plan == nullptr)
+    return Error{fmt::format("cuDNN SDPA: none of {} engine configs made a plan:{}", returned, tried)};
   std::int64_t count = 0;
   if (const cudnnStatus_t s = api_->get_attribute(plan->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                   CUDNN_TYPE_INT64, 1, &count, &plan->workspace_bytes);
       s != CUDNN_STATUS_SUCCESS)
     return Error{api_->describe("plan workspace size", s)};
-  const Plan* made = plan.get();
-  plans_.emplace(key, std::move(plan));
-  return made;
+  return plan;
 }
 
-Status CudnnSdpa::run(const SdpaLayer& l) {
-  if (batch_ == 0) return Error{"cuDNN SDPA: run() before prepare()"};
-  if (l.block_size != block_size_) return Error{"cuDNN SDPA: block size differs from prepare()"};
-  if (static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_qk != q_row_elems_ ||
-      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != out_row_elems_)
-    return Error{"cuDNN SDPA: row widths differ from prepare()"};
-  SLUICE_TRY_ASSIGN(plan, plan_for(l));
-  if (plan->workspace_bytes > 0) workspace_.ensure(plan->workspace_bytes, stream_);
-  scale_ = l.scale;
-  const std::int64_t section = (batch_ + 1 + 3) / 4 * 4;
-  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
-  const std::array<std::int64_t, 12> uids = {kQ, kK, kV, kO, kSeqLenQ, kSeqLenKv, kPageTable, kPageTableV,
-                                              kQOffsets, kOOffsets, kScale, kNegativeInfinity};
-  const std::array<void*, 12> pointers = {const_cast<void*>(l.q),       const_cast<void*>(l.k_cache),
-                                          const_cast<void*>(l.v_cache), l.out,
-                                          base,                          base + section,
-                                          base + 4 * section,            base + 4 * section,
-                                          base + 2 * section,            base + 3 * section,
-                                          &scale_,                       &negative_infinity_};
+Status CudnnSdpa::execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers) {
+  if (plan.workspace_bytes > 0) workspace_.ensure(plan.workspace_bytes, stream_);
   cudnnBackendDescriptor_t pack = nullptr;
   if (const cudnnStatus_t s = api_->create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
       s != CUDNN_STATUS_SUCCESS)
@@ -536,12 +544,93 @@ Status CudnnSdpa::run(const SdpaLayer& l) {
   if (s == CUDNN_STATUS_SUCCESS)
     s = api_->set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   if (s == CUDNN_STATUS_SUCCESS) s = api_->finalize(pack);
-  if (s == CUDNN_STATUS_SUCCESS) s = api_->execute(static_cast<cudnnHandle_t>(handle_), plan->plan, pack);
+  if (s == CUDNN_STATUS_SUCCESS) s = api_->execute(static_cast<cudnnHandle_t>(handle_), plan.plan, pack);
   std::string error = s == CUDNN_STATUS_SUCCESS ? std::string() : api_->describe("execute", s);
   api_->destroy_descriptor(pack);
   if (!error.empty()) return Error{error};
   ++num_runs_;
   return Ok{};
+}
+
+Status CudnnSdpa::run(const SdpaLayer& l) {
+  if (batch_ == 0) return Error{"cuDNN SDPA: run() before prepare()"};
+  if (l.block_size != block_size_) return Error{"cuDNN SDPA: block size differs from prepare()"};
+  if (static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_qk != q_row_elems_ ||
+      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != out_row_elems_)
+    return Error{"cuDNN SDPA: row widths differ from prepare()"};
+  const GraphSpec spec{.paged = 1,
+                       .b = batch_,
+                       .hq = l.num_q_heads,
+                       .hk = l.num_kv_heads,
+                       .sq = max_rows_bucket_,
+                       .skv = max_keys_bucket_,
+                       .dqk = l.head_dim_qk,
+                       .dv = l.head_dim_v,
+                       .q_row = q_row_elems_,
+                       .q_head = l.head_dim_qk,
+                       .o_row = out_row_elems_,
+                       .o_head = l.head_dim_v,
+                       .k_row = static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk,
+                       .k_head = l.head_dim_qk,
+                       .v_row = static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_v,
+                       .v_head = l.head_dim_v,
+                       .block_size = l.block_size,
+                       .num_blocks = l.num_blocks,
+                       .table = table_size_};
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+  scale_ = l.scale;
+  const std::int64_t section = (batch_ + 1 + 3) / 4 * 4;
+  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+  const std::array<std::int64_t, 12> uids = {kQ,         kK,          kV,        kO,        kSeqLenQ, kSeqLenKv,
+                                              kPageTable, kPageTableV, kQOffsets, kOOffsets, kScale,   kNegativeInfinity};
+  const std::array<void*, 12> pointers = {const_cast<void*>(l.q),       const_cast<void*>(l.k_cache),
+                                          const_cast<void*>(l.v_cache), l.out,
+                                          base,                          base + section,
+                                          base + 4 * section,            base + 4 * section,
+                                          base + 2 * section,            base + 3 * section,
+                                          &scale_,                       &negative_infinity_};
+  return execute(*plan, uids, pointers);
+}
+
+Status CudnnSdpa::run_packed(const SdpaPacked& p) {
+  if (p.num_rows <= 0 || p.num_rows > p.num_keys) return Error{"cuDNN SDPA: packed rows out of range"};
+  const std::int64_t q_end = p.num_rows * p.q_row, o_end = p.num_rows * p.o_row, k_end = p.num_keys * p.k_row,
+                     v_end = p.num_keys * p.v_row;
+  if (std::max({q_end, o_end, k_end, v_end}) > std::numeric_limits<std::int32_t>::max())
+    return Error{"cuDNN SDPA: a packed sequence of more than 2^31 elements"};
+  const GraphSpec spec{.paged = 0,
+                       .b = 1,
+                       .hq = p.num_heads,
+                       .hk = p.num_heads,
+                       .sq = pow2_at_least(p.num_rows, 64),
+                       .skv = pow2_at_least(p.num_keys, 64),
+                       .dqk = p.head_dim_qk,
+                       .dv = p.head_dim_v,
+                       .q_row = p.q_row,
+                       .q_head = p.head_dim_qk,
+                       .o_row = p.o_row,
+                       .o_head = p.head_dim_v,
+                       .k_row = p.k_row,
+                       .k_head = p.k_head,
+                       .v_row = p.v_row,
+                       .v_head = p.v_head};
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+  // [seq_len_q][seq_len_kv][q offsets 2][o offsets 2][k offsets 2][v offsets 2], 16-byte sections.
+  packed_host_ = {p.num_rows, 0, 0, 0, p.num_keys, 0, 0, 0, 0, static_cast<std::int32_t>(q_end), 0, 0,
+                  0, static_cast<std::int32_t>(o_end), 0, 0, 0, static_cast<std::int32_t>(k_end), 0, 0,
+                  0, static_cast<std::int32_t>(v_end), 0, 0};
+  packed_tensors_.ensure(static_cast<std::int64_t>(packed_host_.size() * sizeof(std::int32_t)), stream_);
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(packed_tensors_.data(), packed_host_.data(),
+                                    packed_host_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_));
+  scale_ = p.scale;
+  auto* base = static_cast<std::int32_t*>(packed_tensors_.data());
+  const std::array<std::int64_t, 12> uids = {kQ,        kK,        kV,        kO,        kSeqLenQ, kSeqLenKv,
+                                              kQOffsets, kOOffsets, kKOffsets, kVOffsets, kScale,   kNegativeInfinity};
+  const std::array<void*, 12> pointers = {const_cast<void*>(p.q), const_cast<void*>(p.k), const_cast<void*>(p.v),
+                                          p.out,                  base,                   base + 4,
+                                          base + 8,               base + 12,              base + 16,
+                                          base + 20,              &scale_,                &negative_infinity_};
+  return execute(*plan, uids, pointers);
 }
 
 }  // namespace sluice::cuda

@@ -25,11 +25,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <array>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "sluice/backend/cuda/device_buffer.h"
@@ -61,6 +61,21 @@ struct SdpaLayer {
 std::string cudnn_sdpa_unsupported(std::int32_t num_q_heads, std::int32_t num_kv_heads, std::int32_t head_dim_qk,
                                    std::int32_t head_dim_v, std::int32_t block_size);
 
+// One sequence's K and V as packed rows, not pages (MLA's decompressed
+// prefill: a group of heads at a time, cudnn_sdpa.h's caller offsets the
+// pointers to the sequence's first row and the group's first head). Strides
+// are in elements.
+struct SdpaPacked {
+  const void* q = nullptr;  // bf16, row r head h at q + r * q_row + h * head_dim_qk
+  void* out = nullptr;      // bf16, row r head h at out + r * o_row + h * head_dim_v
+  const void* k = nullptr;  // bf16, key j head h at k + j * k_row + h * k_head (head_dim_qk contiguous)
+  const void* v = nullptr;  // bf16, key j head h at v + j * v_row + h * v_head (head_dim_v contiguous)
+  std::int32_t num_heads = 0, head_dim_qk = 0, head_dim_v = 0;
+  std::int64_t q_row = 0, o_row = 0, k_row = 0, k_head = 0, v_row = 0, v_head = 0;
+  std::int32_t num_rows = 0, num_keys = 0;  // rows at positions [num_keys - num_rows, num_keys)
+  float scale = 1.0f;
+};
+
 class CudnnSdpa {
  public:
   // Opens libcudnn.so.9 and makes a handle on `stream`; an error says why not.
@@ -75,6 +90,8 @@ class CudnnSdpa {
                  std::int32_t block_size);
   // Attention of the prepared sequences for one layer, enqueued on the stream.
   Status run(const SdpaLayer& layer);
+  // Attention of one sequence over packed K/V, causal bottom-right (no prepare()).
+  Status run_packed(const SdpaPacked& packed);
 
   std::int64_t version() const;   // cudnnGetVersion(), e.g. 91900
   std::int64_t num_runs() const { return num_runs_; }
@@ -85,17 +102,26 @@ class CudnnSdpa {
 
  private:
   CudnnSdpa(std::unique_ptr<Api> api, void* handle, cudaStream_t stream);
-  using PlanKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int32_t, std::int32_t, std::int32_t,
-                             std::int32_t, std::int32_t, std::int64_t>;
-  Result<const Plan*> plan_for(const SdpaLayer& layer);
-  Result<const Plan*> build_plan(const SdpaLayer& layer, const PlanKey& key);
+  // One graph's shape class: every dim and stride of its tensors.
+  struct GraphSpec {
+    std::int64_t paged = 0;  // K/V from pages (else packed rows)
+    std::int64_t b = 0, hq = 0, hk = 0, sq = 0, skv = 0, dqk = 0, dv = 0;
+    std::int64_t q_row = 0, q_head = 0, o_row = 0, o_head = 0, k_row = 0, k_head = 0, v_row = 0, v_head = 0;
+    std::int64_t block_size = 0, num_blocks = 0, table = 0;  // pages only
+    std::array<std::int64_t, 19> key() const {
+      return {paged, b, hq, hk, sq, skv, dqk, dv, q_row, q_head, o_row, o_head, k_row, k_head, v_row, v_head,
+              block_size, num_blocks, table};
+    }
+  };
+  Result<const Plan*> plan_for(const GraphSpec& spec);
+  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec);
+  Status execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers);
 
   std::unique_ptr<Api> api_;
   void* handle_ = nullptr;  // cudnnHandle_t
   cudaStream_t stream_ = nullptr;
-  // (batch, max rows, max keys, q heads, kv heads, dqk, dv, block size, num blocks)
-  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
-  std::map<PlanKey, std::string> failed_;  // shape classes cuDNN refused, and why
+  std::map<std::array<std::int64_t, 19>, std::unique_ptr<Plan>> plans_;
+  std::map<std::array<std::int64_t, 19>, std::string> failed_;  // shape classes cuDNN refused, and why
 
   // The prepared step: [seq_len_q b][seq_len_kv b][q offsets b+1][out offsets b+1][page table b x table].
   DeviceBuffer step_tensors_;
@@ -103,6 +129,8 @@ class CudnnSdpa {
   std::int64_t batch_ = 0, max_rows_bucket_ = 0, max_keys_bucket_ = 0, table_size_ = 0;
   std::int32_t block_size_ = 0;
   std::int64_t q_row_elems_ = 0, out_row_elems_ = 0;
+  DeviceBuffer packed_tensors_;
+  std::vector<std::int32_t> packed_host_;
   DeviceBuffer workspace_;
   std::int64_t num_runs_ = 0;
   float scale_ = 1.0f;  // by-value tensors point at these during execute
