@@ -383,13 +383,18 @@ class CudaOps final : public Ops {
                                   .kv_lora_rank = shape.kv_lora_rank,
                                   .block_size = kv_spec_.block_size_tokens};
     const bool replay = !launching();
+    const bool cudnn = options_.prefill_attention == cuda::PrefillAttention::cudnn && !replay &&
+                       graphs_.mode() == cuda::DecodeGraphs::Mode::eager &&
+                       std::any_of(layout_->sequences.begin(), layout_->sequences.end(),
+                                   [](const SequenceLayout& seq) { return seq.num_rows > 1; });
     return mla_.run({.view = view_,
                      .layout = *layout_,
                      .cache = cache,
                      .launch = launch_,
                      .kernels = options_.mla_kernels,
                      .num_sms = num_sms_,
-                     .replaying = replay},
+                     .replaying = replay,
+                     .cudnn = cudnn ? open_cudnn() : nullptr},
                     in, shape, out);
   }
   Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
@@ -492,16 +497,7 @@ class CudaOps final : public Ops {
       cudnn_refusal_logged_ = true;
       return false;
     }
-    if (cudnn_ == nullptr) {
-      auto opened = cuda::CudnnSdpa::open(stream_);
-      if (!opened.ok()) {
-        spdlog::warn("prefill attention cudnn: {}; wgmma-ws runs prefill attention instead", opened.error_message());
-        cudnn_unavailable_ = true;
-        return false;
-      }
-      cudnn_ = std::move(opened).value();
-      spdlog::info("prefill attention cudnn: cuDNN {} loaded", cudnn_->version());
-    }
+    if (open_cudnn() == nullptr) return false;
     if (cudnn_step_ != step_serial_) {
       std::vector<cuda::SdpaSequence> sequences;
       for (const SequenceLayout& seq : layout_->sequences) {
@@ -529,6 +525,23 @@ class CudaOps final : public Ops {
       return false;
     }
     return true;
+  }
+
+  // cuDNN's SDPA, opened at the first prefill step that asks for it; null
+  // (and a log line, once) where libcudnn.so.9 does not load.
+  cuda::CudnnSdpa* open_cudnn() {
+    if (cudnn_ == nullptr && !cudnn_unavailable_) {
+      auto opened = cuda::CudnnSdpa::open(stream_);
+      if (!opened.ok()) {
+        spdlog::warn("prefill attention cudnn: {}; our kernels (wgmma-ws) run prefill attention instead",
+                     opened.error_message());
+        cudnn_unavailable_ = true;
+        return nullptr;
+      }
+      cudnn_ = std::move(opened).value();
+      spdlog::info("prefill attention cudnn: cuDNN {} loaded", cudnn_->version());
+    }
+    return cudnn_.get();
   }
 
   bool replaying() const { return graphs_.mode() == cuda::DecodeGraphs::Mode::replaying; }
