@@ -8,8 +8,9 @@
 //                   --decode1 | --chunk | --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
-// rows only; --prefill-attention: prefill attention alone under each kernel, whole
-// prompts and chunks over long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
+// rows only; --prefill-attention [NAMES]: prefill attention alone under each
+// kernel (or the comma-separated choices named), whole prompts and chunks over
+// long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
@@ -31,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -89,6 +91,13 @@ std::string pct(double x) {
 bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
 bool g_decode = false;     // --decode: decode attention, decode steps and the split-KV variants only
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
+// --prefill-attention / --chunk [NAME,NAME...]: the prefill attention choices
+// whose rows run (kPrefillAttentionNames; empty: every one).
+std::vector<std::string> g_prefill_kernels;
+bool prefill_kernel_wanted(std::string_view name) {
+  return g_prefill_kernels.empty() ||
+         std::find(g_prefill_kernels.begin(), g_prefill_kernels.end(), name) != g_prefill_kernels.end();
+}
 // The defaults, but for graphs under --profile.
 CudaOptions bench_options() {
   CudaOptions options;
@@ -348,7 +357,7 @@ void bench_attention(bool quick, AttentionRows rows = AttentionRows::all) {
   const bool decode_only = rows == AttentionRows::decode_only;
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
   for (std::int32_t kv_heads : {32, 8}) {
-    if (decode_only) break;
+    if (decode_only || !prefill_kernel_wanted(kernel_name)) break;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       CudaOptions options = bench_options();
       options.prefill_attention = kernel;
@@ -637,6 +646,24 @@ void bench_mla(bool quick) {
     return pct(bytes_per_second / kHbmSpecBytesPerSecond) + " of 4.8 TB/s, " +
            pct(bytes_per_second / kHbmBytesPerSecond) + " of the 4.31 copy";
   };
+  auto prefill_row = [&](const CudaOptions& options, const std::string& label, std::int32_t tokens) {
+    auto ops = new_ops(options);
+    const StepLayout layout = make_step(1, 0, tokens, kBlock);
+    must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
+                                    .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
+    const MlaInputs in = random_inputs(*ops, tokens, 41);
+    const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
+    ops->begin_step(layout);
+    const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
+    if (options.prefill_attention == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
+      std::printf("| (cudnn row below: cuDNN did not run, tensor_core did) | | |\n");
+    const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
+    const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
+    char name[128];
+    std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression, %.1f ms)",
+                  label.c_str(), tokens / 1024, t * 1e3);
+    row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+  };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
@@ -674,21 +701,16 @@ void bench_mla(bool quick) {
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;
-      auto ops = new_ops(options);
-      const StepLayout layout = make_step(1, 0, tokens, kBlock);
-      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
-                                      .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
-      const MlaInputs in = random_inputs(*ops, tokens, 41);
-      const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
-      ops->begin_step(layout);
-      const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
-      const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
-      const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
-      char name[128];
-      std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression)",
-                    std::string(kernel_name).c_str(), tokens / 1024);
-      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+      prefill_row(options, std::string(kernel_name), tokens);
     }
+  }
+  // Prefill attention through cuDNN's SDPA (PrefillAttention::cudnn, QK 192 / V 128: cuDNN 9.19+).
+  for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
+    CudaOptions options = bench_options();
+    options.use_cuda_graphs = false;
+    options.mla_kernels = cuda::MlaKernels::tensor_core;
+    options.prefill_attention = cuda::PrefillAttention::cudnn;
+    prefill_row(options, "cudnn", tokens);
   }
 }
 
@@ -903,6 +925,7 @@ void bench_chunk_over_prefix() {
     std::int32_t prefix, chunk;
   };
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
+  if (!prefill_kernel_wanted(kernel_name)) continue;
   // Issue 14's shapes (chunks of 256-2048 rows over 32k-128k prefixes), and
   // the 256-row chunk over 100k of the earlier runs.
   for (const Shape shape : {Shape{32768, 256}, Shape{32768, 1024}, Shape{32768, 2048}, Shape{65536, 256},
@@ -1040,6 +1063,19 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_burst_steps(profile);
     return 0;
+  }
+  if (argc > 2 && (std::strcmp(argv[1], "--chunk") == 0 || std::strcmp(argv[1], "--prefill-attention") == 0)) {
+    std::string_view names = argv[2];
+    while (!names.empty()) {
+      const std::size_t comma = names.find(',');
+      const std::string_view name = names.substr(0, comma);
+      if (!sluice::cuda::parse_name(name, sluice::cuda::kPrefillAttentionNames)) {
+        std::fprintf(stderr, "unknown prefill attention '%.*s'\n", static_cast<int>(name.size()), name.data());
+        return 2;
+      }
+      sluice::g_prefill_kernels.emplace_back(name);
+      names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
+    }
   }
   if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");

@@ -227,7 +227,7 @@ class AttentionHarness {
       }
     }
     if (c_.prefill_attention == cuda::PrefillAttention::cudnn && cudnn_takes_case() && cudnn_loads()) {
-      const Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
+      Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
       ASSERT_TRUE(runs.ok()) << runs.error_message();
       EXPECT_GT(*runs, 0) << "cuDNN loads but ran no layer of this case";
     }

@@ -263,7 +263,7 @@ class MlaHarness {
   }
 
   std::int64_t cudnn_runs() const {
-    const Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*cuda_);
+    Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*cuda_);
     SLUICE_CHECK_MSG(runs.ok(), runs.error_message());
     return *runs;
   }
