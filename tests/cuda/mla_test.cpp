@@ -394,7 +394,9 @@ class CudaMlaCudnnPrefill : public ::testing::Test {
     MlaHarness harness(c, cuda::MlaKernels::tensor_core, seed, cuda::PrefillAttention::cudnn);
     harness.run_case();
     auto probe = cuda::CudnnSdpa::open(nullptr);
-    if (probe.ok() && (*probe)->version() >= 91900) EXPECT_GT(harness.cudnn_runs(), 0) << c.name;
+    if (probe.ok() && (*probe)->version() >= 91900) {
+      EXPECT_GT(harness.cudnn_runs(), 0) << c.name;
+    }
   }
 };
 
