@@ -14,6 +14,7 @@
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
+// --mla-prefill: its prefill rows on tensor_core and through cuDNN;
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
 // --burst-step: the burst's mixed steps and their parts; --profile-burst: the
 // same steps eagerly, twice each, for ncu).
@@ -601,7 +602,8 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
 // prefill of one prompt from zero counts the causal attention (QK 192 + V 128
 // multiply-adds per key a head) plus the K/V decompression GEMM against the
 // bf16 GEMM rate.
-void bench_mla(bool quick) {
+// prefill_only (--mla-prefill): the tensor_core and cudnn prefill rows alone.
+void bench_mla(bool quick, bool prefill_only = false) {
   constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
   constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
   const MlaShape shape{.num_heads = kHeads,
@@ -665,11 +667,12 @@ void bench_mla(bool quick) {
     row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
   };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
+    if (prefill_only && kernel != cuda::MlaKernels::tensor_core) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
     const std::string label(kernel_name);
-    {
+    if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
       const double t = time_decode(options, batch, context);
       const double bytes = latent_bytes(batch, context);
@@ -1086,6 +1089,11 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_attention(false, sluice::AttentionRows::prefill_only);
     sluice::bench_chunk_over_prefix();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--mla-prefill") == 0) {  // MLA prefill: tensor_core and cudnn
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_mla(false, true);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--mla") == 0) {  // DeepSeek-V3 MLA rows only
