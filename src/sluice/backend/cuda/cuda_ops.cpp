@@ -331,7 +331,7 @@ class CudaOps final : public Ops {
                             const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
                             kv_spec_.block_size_tokens, launch_);
     }
-    if (args.prefill_attention != cuda::PrefillAttention::cudnn || !cudnn_prefill(args)) {
+    if (args.prefill_attention != cuda::PrefillAttention::cudnn || !cudnn_prefill(args, k, v)) {
       cuda::launch_attention_prefill(view_, args, launch_);
       cuda::launch_attention_prefill_split(view_, args, launch_);
     }
@@ -485,8 +485,11 @@ class CudaOps final : public Ops {
   // (cudnn_sdpa.h); false where cuDNN does not take this step: the caller
   // runs our kernels (wgmma_ws) instead. Eager steps only (decode graphs
   // have no prefill rows). Decode rows stay on the split-KV kernel.
-  bool cudnn_prefill(const cuda::AttentionArgs& args) {
-    if (view_.num_prefill_tiles == 0 || graphs_.mode() != cuda::DecodeGraphs::Mode::eager) return false;
+  bool cudnn_prefill(const cuda::AttentionArgs& args, const Tensor& k, const Tensor& v) {
+    // Prefill rows: whole tiles or split pieces (a short chunk over a long prefix has only pieces).
+    if ((view_.num_prefill_tiles == 0 && view_.num_prefill_split_pieces == 0) ||
+        graphs_.mode() != cuda::DecodeGraphs::Mode::eager)
+      return false;
     // Where our prefill kernel lacks the head_dim, the split kernel runs every row.
     if (!cuda::prefill_kernel_supports(args.head_dim) || cudnn_unavailable_ || cudnn_failed_step_ == step_serial_)
       return false;
@@ -506,7 +509,9 @@ class CudaOps final : public Ops {
                              .num_keys = seq.num_computed_tokens + seq.num_rows, .block_table = seq.block_table});
       }
       const std::int64_t row_elems = static_cast<std::int64_t>(args.num_q_heads) * args.head_dim;
-      if (const Status prepared = cudnn_->prepare(sequences, row_elems, row_elems, args.block_size_tokens);
+      const std::int64_t kv_row_elems = static_cast<std::int64_t>(args.num_kv_heads) * args.head_dim;
+      if (const Status prepared =
+              cudnn_->prepare(sequences, row_elems, row_elems, kv_row_elems, args.block_size_tokens);
           !prepared.ok()) {
         spdlog::warn("prefill attention cudnn: {}; wgmma-ws runs this step", prepared.error_message());
         cudnn_failed_step_ = step_serial_;
@@ -514,7 +519,8 @@ class CudaOps final : public Ops {
       }
       cudnn_step_ = step_serial_;
     }
-    const Status ran = cudnn_->run({.q = args.q, .out = args.out, .k_cache = args.k_cache, .v_cache = args.v_cache,
+    const Status ran = cudnn_->run({.q = args.q, .out = args.out, .k = k.data, .v = v.data,
+                                    .k_cache = args.k_cache, .v_cache = args.v_cache,
                                     .num_q_heads = args.num_q_heads, .num_kv_heads = args.num_kv_heads,
                                     .head_dim_qk = args.head_dim, .head_dim_v = args.head_dim,
                                     .block_size = args.block_size_tokens, .num_blocks = kv_spec_.num_blocks,

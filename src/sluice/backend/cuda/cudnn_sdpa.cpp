@@ -295,7 +295,7 @@ CudnnSdpa::~CudnnSdpa() {
 std::int64_t CudnnSdpa::version() const { return static_cast<std::int64_t>(api_->get_version()); }
 
 Status CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, std::int64_t q_row_elems,
-                          std::int64_t out_row_elems, std::int32_t block_size) {
+                          std::int64_t out_row_elems, std::int64_t kv_row_elems, std::int32_t block_size) {
   if (sequences.empty()) return Error{"cuDNN SDPA: no sequences"};
   const auto b = static_cast<std::int64_t>(sequences.size());
   std::int64_t max_rows = 0, max_keys = 0, total_rows = 0;
@@ -308,8 +308,14 @@ Status CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, std::int64_t 
       return Error{"cuDNN SDPA: a block table shorter than its keys"};
   }
   // Ragged offsets are int32 element offsets.
-  if (total_rows * std::max(q_row_elems, out_row_elems) > std::numeric_limits<std::int32_t>::max())
+  const SdpaSequence& last = sequences.back();
+  const std::int64_t end_row = last.row_begin + last.num_rows;
+  if (end_row * std::max({q_row_elems, out_row_elems, kv_row_elems}) > std::numeric_limits<std::int32_t>::max())
     return Error{"cuDNN SDPA: a step of more than 2^31 q elements"};
+  // Every key of every sequence is a row of this step (prompts from position
+  // 0): K and V are read from the step's rows, packed, not from the pages.
+  fresh_ = std::all_of(sequences.begin(), sequences.end(),
+                       [](const SdpaSequence& s) { return s.num_keys == s.num_rows; });
   batch_ = b;
   max_rows_bucket_ = pow2_at_least(max_rows, 64);
   max_keys_bucket_ = pow2_at_least(max_keys, std::max<std::int64_t>(64, block_size));
@@ -317,27 +323,31 @@ Status CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, std::int64_t 
   block_size_ = block_size;
   q_row_elems_ = q_row_elems;
   out_row_elems_ = out_row_elems;
-  // [seq_len_q b][seq_len_kv b][q offsets b+1][out offsets b+1][page table b x table], each section 16-byte aligned.
+  kv_row_elems_ = kv_row_elems;
+  // kSections sections of b + 1 (16-byte aligned), then the page table b x table (paged steps).
   const std::int64_t section = (b + 1 + 3) / 4 * 4;
-  host_tensors_.assign(static_cast<std::size_t>(4 * section + b * table_size_), 0);
+  host_tensors_.assign(static_cast<std::size_t>(kSections * section + (fresh_ ? 0 : b * table_size_)), 0);
   std::int32_t* seq_len_q = host_tensors_.data();
   std::int32_t* seq_len_kv = seq_len_q + section;
   std::int32_t* q_offsets = seq_len_kv + section;
   std::int32_t* out_offsets = q_offsets + section;
-  std::int32_t* table = out_offsets + section;
+  std::int32_t* kv_offsets = out_offsets + section;
+  std::int32_t* table = host_tensors_.data() + kSections * section;
   for (std::int64_t i = 0; i < b; ++i) {
     const SdpaSequence& s = sequences[static_cast<std::size_t>(i)];
     seq_len_q[i] = s.num_rows;
     seq_len_kv[i] = s.num_keys;
     q_offsets[i] = static_cast<std::int32_t>(s.row_begin * q_row_elems);
     out_offsets[i] = static_cast<std::int32_t>(s.row_begin * out_row_elems);
+    kv_offsets[i] = static_cast<std::int32_t>(s.row_begin * kv_row_elems);
+    if (fresh_) continue;
     const std::int64_t used = (s.num_keys + block_size - 1) / block_size;
     std::copy_n(s.block_table.begin(), used, table + i * table_size_);
   }
   // The end offsets: past the last row of the last sequence.
-  const SdpaSequence& last = sequences.back();
-  q_offsets[b] = static_cast<std::int32_t>((last.row_begin + last.num_rows) * q_row_elems);
-  out_offsets[b] = static_cast<std::int32_t>((last.row_begin + last.num_rows) * out_row_elems);
+  q_offsets[b] = static_cast<std::int32_t>(end_row * q_row_elems);
+  out_offsets[b] = static_cast<std::int32_t>(end_row * out_row_elems);
+  kv_offsets[b] = static_cast<std::int32_t>(end_row * kv_row_elems);
   const auto bytes = static_cast<std::int64_t>(host_tensors_.size() * sizeof(std::int32_t));
   step_tensors_.ensure(bytes, stream_);
   // Pageable source: the copy is staged before this returns, so the host
@@ -556,8 +566,42 @@ Status CudnnSdpa::run(const SdpaLayer& l) {
   if (batch_ == 0) return Error{"cuDNN SDPA: run() before prepare()"};
   if (l.block_size != block_size_) return Error{"cuDNN SDPA: block size differs from prepare()"};
   if (static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_qk != q_row_elems_ ||
-      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != out_row_elems_)
+      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != out_row_elems_ ||
+      static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk != kv_row_elems_ || l.head_dim_qk != l.head_dim_v)
     return Error{"cuDNN SDPA: row widths differ from prepare()"};
+  const std::int64_t section = (batch_ + 1 + 3) / 4 * 4;
+  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+  scale_ = l.scale;
+  if (fresh_ && l.k != nullptr && l.v != nullptr) {
+    // Prompts from position 0: K and V straight from the step's rows.
+    const GraphSpec spec{.paged = 0,
+                         .b = batch_,
+                         .hq = l.num_q_heads,
+                         .hk = l.num_kv_heads,
+                         .sq = max_rows_bucket_,
+                         .skv = max_keys_bucket_,
+                         .dqk = l.head_dim_qk,
+                         .dv = l.head_dim_v,
+                         .q_row = q_row_elems_,
+                         .q_head = l.head_dim_qk,
+                         .o_row = out_row_elems_,
+                         .o_head = l.head_dim_v,
+                         .k_row = kv_row_elems_,
+                         .k_head = l.head_dim_qk,
+                         .v_row = kv_row_elems_,
+                         .v_head = l.head_dim_v};
+    SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+    const std::array<std::int64_t, 12> uids = {kQ,        kK,        kV,        kO,        kSeqLenQ, kSeqLenKv,
+                                                kQOffsets, kOOffsets, kKOffsets, kVOffsets, kScale,   kNegativeInfinity};
+    const std::array<void*, 12> pointers = {const_cast<void*>(l.q), const_cast<void*>(l.k),
+                                            const_cast<void*>(l.v), l.out,
+                                            base,                   base + section,
+                                            base + 2 * section,     base + 3 * section,
+                                            base + 4 * section,     base + 4 * section,
+                                            &scale_,                &negative_infinity_};
+    return execute(*plan, uids, pointers);
+  }
+  if (fresh_) return Error{"cuDNN SDPA: a step of prompts from position 0 needs the step's K and V rows"};
   const GraphSpec spec{.paged = 1,
                        .b = batch_,
                        .hq = l.num_q_heads,
@@ -578,15 +622,12 @@ Status CudnnSdpa::run(const SdpaLayer& l) {
                        .num_blocks = l.num_blocks,
                        .table = table_size_};
   SLUICE_TRY_ASSIGN(plan, plan_for(spec));
-  scale_ = l.scale;
-  const std::int64_t section = (batch_ + 1 + 3) / 4 * 4;
-  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
   const std::array<std::int64_t, 12> uids = {kQ,         kK,          kV,        kO,        kSeqLenQ, kSeqLenKv,
                                               kPageTable, kPageTableV, kQOffsets, kOOffsets, kScale,   kNegativeInfinity};
   const std::array<void*, 12> pointers = {const_cast<void*>(l.q),       const_cast<void*>(l.k_cache),
                                           const_cast<void*>(l.v_cache), l.out,
                                           base,                          base + section,
-                                          base + 4 * section,            base + 4 * section,
+                                          base + kSections * section,    base + kSections * section,
                                           base + 2 * section,            base + 3 * section,
                                           &scale_,                       &negative_infinity_};
   return execute(*plan, uids, pointers);

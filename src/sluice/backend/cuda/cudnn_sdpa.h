@@ -49,6 +49,10 @@ struct SdpaSequence {
 struct SdpaLayer {
   const void* q = nullptr;  // bf16 [rows, num_q_heads, head_dim_qk]
   void* out = nullptr;      // bf16 [rows, num_q_heads, head_dim_v]
+  // The step's K and V rows (bf16 [rows, num_kv_heads, head_dim], after RoPE):
+  // read instead of the pages when every sequence starts at position 0.
+  const void* k = nullptr;
+  const void* v = nullptr;
   const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, num_kv_heads, head_dim_qk]
   const void* v_cache = nullptr;  // bf16 [num_blocks, block_size, num_kv_heads, head_dim_v]
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_v = 0;
@@ -85,9 +89,10 @@ class CudnnSdpa {
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;
 
   // The step's sequences (copied to the device once; every layer's run()
-  // then reads them). Row widths are in elements (num_q_heads * head_dim).
+  // then reads them). Row widths are in elements (num_q_heads * head_dim,
+  // num_kv_heads * head_dim).
   Status prepare(std::span<const SdpaSequence> sequences, std::int64_t q_row_elems, std::int64_t out_row_elems,
-                 std::int32_t block_size);
+                 std::int64_t kv_row_elems, std::int32_t block_size);
   // Attention of the prepared sequences for one layer, enqueued on the stream.
   Status run(const SdpaLayer& layer);
   // Attention of one sequence over packed K/V, causal bottom-right (no prepare()).
@@ -123,8 +128,12 @@ class CudnnSdpa {
   std::map<std::array<std::int64_t, 19>, std::unique_ptr<Plan>> plans_;
   std::map<std::array<std::int64_t, 19>, std::string> failed_;  // shape classes cuDNN refused, and why
 
-  // The prepared step: [seq_len_q b][seq_len_kv b][q offsets b+1][out offsets b+1][page table b x table].
+  // The prepared step: [seq_len_q b][seq_len_kv b][q offsets b+1][out offsets b+1][k/v offsets b+1], then
+  // [page table b x table] unless every sequence starts at 0 (fresh_: K/V from the step's rows).
+  static constexpr std::int64_t kSections = 5;
   DeviceBuffer step_tensors_;
+  bool fresh_ = false;
+  std::int64_t kv_row_elems_ = 0;
   std::vector<std::int32_t> host_tensors_;
   std::int64_t batch_ = 0, max_rows_bucket_ = 0, max_keys_bucket_ = 0, table_size_ = 0;
   std::int32_t block_size_ = 0;
