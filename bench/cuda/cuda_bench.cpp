@@ -15,6 +15,7 @@
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
 // --mla-prefill: its prefill rows on tensor_core and through cuDNN;
+// --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
 // --burst-step: the burst's mixed steps and their parts; --profile-burst: the
 // same steps eagerly, twice each, for ncu).
@@ -785,6 +786,25 @@ void bench_model(bool quick) {
   }
 }
 
+// --prefill-model [NAMES]: Llama-3-8B prefill of 4k and 32k prompts (the
+// whole model step) under each prefill attention choice named (default
+// wgmma-ws and cudnn), each in an Ops of its own.
+void bench_prefill_model() {
+  for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
+    if (g_prefill_kernels.empty() ? kernel != cuda::PrefillAttention::wgmma_ws && kernel != cuda::PrefillAttention::cudnn
+                                  : !prefill_kernel_wanted(kernel_name))
+      continue;
+    CudaOptions options = bench_options();
+    options.prefill_attention = kernel;
+    auto ops = new_ops(options);
+    const Llama8B model(*ops);
+    allocate_model_kv(*ops, 32768 / 16 + 1);
+    bench_prefill_rows(*ops, model, {4096, 32768}, " (attention " + std::string(kernel_name) + ")");
+    if (kernel == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
+      std::printf("| (cudnn rows above: cuDNN did not run, wgmma-ws did) | | |\n");
+  }
+}
+
 // Decode steps under other settings, each in a fresh Ops (no graph captured
 // under another setting is replayed): programmatic dependent launch off,
 // eighth-octave graph buckets, the GEMV split K in at most two parts. The
@@ -1067,7 +1087,8 @@ int main(int argc, char** argv) {
     sluice::bench_burst_steps(profile);
     return 0;
   }
-  if (argc > 2 && (std::strcmp(argv[1], "--chunk") == 0 || std::strcmp(argv[1], "--prefill-attention") == 0)) {
+  if (argc > 2 && (std::strcmp(argv[1], "--chunk") == 0 || std::strcmp(argv[1], "--prefill-attention") == 0 ||
+                   std::strcmp(argv[1], "--prefill-model") == 0)) {
     std::string_view names = argv[2];
     while (!names.empty()) {
       const std::size_t comma = names.find(',');
@@ -1079,6 +1100,11 @@ int main(int argc, char** argv) {
       sluice::g_prefill_kernels.emplace_back(name);
       names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
     }
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--prefill-model") == 0) {  // Llama-3-8B prefill per attention choice
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_prefill_model();
+    return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--chunk") == 0) {  // chunk over a long prefix only
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
