@@ -9,11 +9,14 @@
 //                   --gemm-rows | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
-// rows only; --prefill-attention: prefill attention alone under each kernel, whole
-// prompts and chunks over long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
+// rows only; --prefill-attention [NAMES]: prefill attention alone under each
+// kernel (or the comma-separated choices named), whole prompts and chunks over
+// long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
+// --mla-prefill: its prefill rows on tensor_core and through cuDNN;
+// --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst: the
@@ -34,6 +37,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -92,6 +96,13 @@ std::string pct(double x) {
 bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
 bool g_decode = false;     // --decode: decode attention, decode steps and the split-KV variants only
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
+// --prefill-attention / --chunk [NAME,NAME...]: the prefill attention choices
+// whose rows run (kPrefillAttentionNames; empty: every one).
+std::vector<std::string> g_prefill_kernels;
+bool prefill_kernel_wanted(std::string_view name) {
+  return g_prefill_kernels.empty() ||
+         std::find(g_prefill_kernels.begin(), g_prefill_kernels.end(), name) != g_prefill_kernels.end();
+}
 // The defaults, but for graphs under --profile.
 CudaOptions bench_options() {
   CudaOptions options;
@@ -402,7 +413,7 @@ void bench_attention(bool quick, AttentionRows rows = AttentionRows::all) {
   const bool decode_only = rows == AttentionRows::decode_only;
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
   for (std::int32_t kv_heads : {32, 8}) {
-    if (decode_only) break;
+    if (decode_only || !prefill_kernel_wanted(kernel_name)) break;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       CudaOptions options = bench_options();
       options.prefill_attention = kernel;
@@ -425,6 +436,8 @@ void bench_attention(bool quick, AttentionRows rows = AttentionRows::all) {
       const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kDim}, DType::bf16, 14, 1.0f));
       ops->begin_step(layout);
       const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+      if (kernel == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
+        std::printf("| (cudnn row below: cuDNN did not run, wgmma-ws did) | | |\n");
       // Causal: half the score matrix, 2 GEMMs of 2 flops per multiply-add.
       const double flops = 4.0 * kHeads * kDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
       char name[96];
@@ -644,7 +657,8 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
 // prefill of one prompt from zero counts the causal attention (QK 192 + V 128
 // multiply-adds per key a head) plus the K/V decompression GEMM against the
 // bf16 GEMM rate.
-void bench_mla(bool quick) {
+// prefill_only (--mla-prefill): the tensor_core and cudnn prefill rows alone.
+void bench_mla(bool quick, bool prefill_only = false) {
   constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
   constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
   const MlaShape shape{.num_heads = kHeads,
@@ -689,12 +703,31 @@ void bench_mla(bool quick) {
     return pct(bytes_per_second / kHbmSpecBytesPerSecond) + " of 4.8 TB/s, " +
            pct(bytes_per_second / kHbmBytesPerSecond) + " of the 4.31 copy";
   };
+  auto prefill_row = [&](const CudaOptions& options, const std::string& label, std::int32_t tokens) {
+    auto ops = new_ops(options);
+    const StepLayout layout = make_step(1, 0, tokens, kBlock);
+    must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
+                                    .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
+    const MlaInputs in = random_inputs(*ops, tokens, 41);
+    const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
+    ops->begin_step(layout);
+    const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
+    if (options.prefill_attention == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
+      std::printf("| (cudnn row below: cuDNN did not run, tensor_core did) | | |\n");
+    const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
+    const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
+    char name[128];
+    std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression, %.1f ms)",
+                  label.c_str(), tokens / 1024, t * 1e3);
+    row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+  };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
+    if (prefill_only && kernel != cuda::MlaKernels::tensor_core) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
     const std::string label(kernel_name);
-    {
+    if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
       const double t = time_decode(options, batch, context);
       const double bytes = latent_bytes(batch, context);
@@ -726,21 +759,16 @@ void bench_mla(bool quick) {
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;
-      auto ops = new_ops(options);
-      const StepLayout layout = make_step(1, 0, tokens, kBlock);
-      must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
-                                      .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
-      const MlaInputs in = random_inputs(*ops, tokens, 41);
-      const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
-      ops->begin_step(layout);
-      const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
-      const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
-      const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
-      char name[128];
-      std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression)",
-                    std::string(kernel_name).c_str(), tokens / 1024);
-      row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+      prefill_row(options, std::string(kernel_name), tokens);
     }
+  }
+  // Prefill attention through cuDNN's SDPA (PrefillAttention::cudnn, QK 192 / V 128: cuDNN 9.19+).
+  for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
+    CudaOptions options = bench_options();
+    options.use_cuda_graphs = false;
+    options.mla_kernels = cuda::MlaKernels::tensor_core;
+    options.prefill_attention = cuda::PrefillAttention::cudnn;
+    prefill_row(options, "cudnn", tokens);
   }
 }
 
@@ -809,6 +837,25 @@ void bench_model(bool quick) {
     allocate_model_kv(*ops, long_prompt / kBlock + 1);
     bench_prefill_rows(*ops, model, {4096, long_prompt},
                        " (attention " + std::string(cuda::name_of(kernel, cuda::kPrefillAttentionNames)) + ")");
+  }
+}
+
+// --prefill-model [NAMES]: Llama-3-8B prefill of 4k and 32k prompts (the
+// whole model step) under each prefill attention choice named (default
+// wgmma-ws and cudnn), each in an Ops of its own.
+void bench_prefill_model() {
+  for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
+    if (g_prefill_kernels.empty() ? kernel != cuda::PrefillAttention::wgmma_ws && kernel != cuda::PrefillAttention::cudnn
+                                  : !prefill_kernel_wanted(kernel_name))
+      continue;
+    CudaOptions options = bench_options();
+    options.prefill_attention = kernel;
+    auto ops = new_ops(options);
+    const Llama8B model(*ops);
+    allocate_model_kv(*ops, 32768 / 16 + 1);
+    bench_prefill_rows(*ops, model, {4096, 32768}, " (attention " + std::string(kernel_name) + ")");
+    if (kernel == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
+      std::printf("| (cudnn rows above: cuDNN did not run, wgmma-ws did) | | |\n");
   }
 }
 
@@ -955,8 +1002,12 @@ void bench_chunk_over_prefix() {
     std::int32_t prefix, chunk;
   };
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
-  for (const Shape shape : {Shape{100000, 128}, Shape{100000, 256}, Shape{100000, 512}, Shape{100000, 1024},
-                            Shape{100000, 2048}, Shape{32768, 256}, Shape{32768, 2048}, Shape{8192, 1024}}) {
+  if (!prefill_kernel_wanted(kernel_name)) continue;
+  // Issue 14's shapes (chunks of 256-2048 rows over 32k-128k prefixes), and
+  // the 256-row chunk over 100k of the earlier runs.
+  for (const Shape shape : {Shape{32768, 256}, Shape{32768, 1024}, Shape{32768, 2048}, Shape{65536, 256},
+                            Shape{65536, 1024}, Shape{65536, 2048}, Shape{131072, 256}, Shape{131072, 1024},
+                            Shape{131072, 2048}, Shape{100000, 256}}) {
     CudaOptions options = bench_options();
     options.prefill_attention = kernel;
     auto ops = new_ops(options);
@@ -981,6 +1032,8 @@ void bench_chunk_over_prefix() {
     const Tensor out = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
     ops->begin_step(layout);
     const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+    if (kernel == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
+      std::printf("| (cudnn row below: cuDNN did not run, wgmma-ws did) | | |\n");
     const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
     char name[128];
     std::snprintf(name, sizeof name, "attention %s chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)",
@@ -1096,6 +1149,25 @@ int main(int argc, char** argv) {
     sluice::bench_burst_steps(profile);
     return 0;
   }
+  if (argc > 2 && (std::strcmp(argv[1], "--chunk") == 0 || std::strcmp(argv[1], "--prefill-attention") == 0 ||
+                   std::strcmp(argv[1], "--prefill-model") == 0)) {
+    std::string_view names = argv[2];
+    while (!names.empty()) {
+      const std::size_t comma = names.find(',');
+      const std::string_view name = names.substr(0, comma);
+      if (!sluice::cuda::parse_name(name, sluice::cuda::kPrefillAttentionNames)) {
+        std::fprintf(stderr, "unknown prefill attention '%.*s'\n", static_cast<int>(name.size()), name.data());
+        return 2;
+      }
+      sluice::g_prefill_kernels.emplace_back(name);
+      names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
+    }
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--prefill-model") == 0) {  // Llama-3-8B prefill per attention choice
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_prefill_model();
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--gemm-rows") == 0) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_gemm_rows();
@@ -1110,6 +1182,11 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_attention(false, sluice::AttentionRows::prefill_only);
     sluice::bench_chunk_over_prefix();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--mla-prefill") == 0) {  // MLA prefill: tensor_core and cudnn
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_mla(false, true);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--mla") == 0) {  // DeepSeek-V3 MLA rows only

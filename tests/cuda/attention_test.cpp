@@ -6,8 +6,10 @@
 // decode cases under CUDA graphs run the rows under test as one decode step
 // each, so graphs are captured and then replayed at other contexts of their
 // bucket (the split-KV plan is made on the device from each row's context).
-// Every case runs under both prefill kernels (CudaOptions::prefill_attention,
-// the suite's parameter: .../mma and .../wgmma).
+// Every case runs under each prefill choice (CudaOptions::prefill_attention,
+// the suite's parameter: .../mma, .../wgmma, .../wgmma_ws, .../cudnn). Under
+// cudnn a case cuDNN can take must have run through it (cuda_cudnn_sdpa_runs)
+// wherever libcudnn.so.9 loads; elsewhere it checks the wgmma_ws fallback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include <numeric>
 #include <thread>
 
+#include "sluice/backend/cuda/cudnn_sdpa.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/rope.h"
 #include "test_util.h"
 
@@ -222,6 +226,11 @@ class AttentionHarness {
         EXPECT_LE(error, 1e-2) << "decode step " << i << ", layer " << layer;
       }
     }
+    if (c_.prefill_attention == cuda::PrefillAttention::cudnn && cudnn_takes_case() && cudnn_loads()) {
+      Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
+      ASSERT_TRUE(runs.ok()) << runs.error_message();
+      EXPECT_GT(*runs, 0) << "cuDNN loads but ran no layer of this case";
+    }
   }
 
  private:
@@ -250,6 +259,21 @@ class AttentionHarness {
     ops_->attention(layer, dq, dk, dv, scale, out);
     (void)ops_->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});
     return download(out);
+  }
+
+  // Whether the case has a step of more than one row that cuDNN accepts.
+  bool cudnn_takes_case() const {
+    if (!cuda::prefill_kernel_supports(c_.head_dim) ||
+        !cuda::cudnn_sdpa_unsupported(c_.num_q_heads, c_.num_kv_heads, c_.head_dim, c_.head_dim, c_.block_size)
+             .empty())
+      return false;
+    for (const SeqSpec& s : c_.seqs)
+      if (s.prefix_tokens > 1 || (s.num_rows > 1 && !c_.decode_steps_with_graphs)) return true;
+    return false;
+  }
+  static bool cudnn_loads() {
+    static const bool loads = cuda::CudnnSdpa::open(nullptr).ok();
+    return loads;
   }
 
   RopeParams rope_params() const {
@@ -281,7 +305,7 @@ class CudaAttention : public ::testing::TestWithParam<cuda::PrefillAttention> {
 
 INSTANTIATE_TEST_SUITE_P(PrefillKernels, CudaAttention,
                          ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma,
-                                           cuda::PrefillAttention::wgmma_ws),
+                                           cuda::PrefillAttention::wgmma_ws, cuda::PrefillAttention::cudnn),
                          [](const ::testing::TestParamInfo<cuda::PrefillAttention>& info) {
                            // gtest names take no '-' (the flag's "wgmma-ws" is wgmma_ws here).
                            std::string name(cuda::name_of(info.param, cuda::kPrefillAttentionNames));

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cuda/cudnn_sdpa.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -147,7 +148,8 @@ struct MlaCase {
 
 class MlaHarness {
  public:
-  MlaHarness(const MlaCase& c, cuda::MlaKernels kernels, std::uint64_t seed)
+  MlaHarness(const MlaCase& c, cuda::MlaKernels kernels, std::uint64_t seed,
+             cuda::PrefillAttention prefill = cuda::PrefillAttention::wgmma_ws)
       : c_(c), seed_(seed), cpu_(make_cpu_ops({})) {
     shape_ = MlaShape{.num_heads = c.num_heads,
                       .qk_nope_head_dim = c.qk_nope_head_dim,
@@ -157,6 +159,7 @@ class MlaHarness {
                       .softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.qk_nope_head_dim + c.qk_rope_head_dim))};
     auto cuda = make_cuda_ops({.scratch_bytes = 256LL << 20,
                                .use_cuda_graphs = c.decode_steps_with_graphs,
+                               .prefill_attention = prefill,
                                .mla_kernels = kernels});
     SLUICE_CHECK_MSG(cuda.ok(), cuda.error_message());
     cuda_ = std::move(cuda).value();
@@ -257,6 +260,12 @@ class MlaHarness {
       }
       run_step(step, "decode step " + std::to_string(i));
     }
+  }
+
+  std::int64_t cudnn_runs() const {
+    Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*cuda_);
+    SLUICE_CHECK_MSG(runs.ok(), runs.error_message());
+    return *runs;
   }
 
  private:
@@ -373,6 +382,40 @@ TEST_P(CudaMlaAttention, OtherDimsMixedBatch) {
                 {.prefix_tokens = 30, .num_rows = 1},
                 {.prefix_tokens = 10, .num_rows = 12}}},
       8700);
+}
+
+// MLA prefill under PrefillAttention::cudnn: cuDNN's SDPA over the
+// decompressed keys (QK 192, V 128), against the same CPU reference; where
+// libcudnn.so.9 is 9.19 or newer it must have run (older ones refuse these
+// dims, and our kernels run instead). Decodes stay on tensor_core.
+class CudaMlaCudnnPrefill : public ::testing::Test {
+ protected:
+  static void run(const MlaCase& c, std::uint64_t seed) {
+    MlaHarness harness(c, cuda::MlaKernels::tensor_core, seed, cuda::PrefillAttention::cudnn);
+    harness.run_case();
+    auto probe = cuda::CudnnSdpa::open(nullptr);
+    if (probe.ok() && (*probe)->version() >= 91900) {
+      EXPECT_GT(harness.cudnn_runs(), 0) << c.name;
+    }
+  }
+};
+
+TEST_F(CudaMlaCudnnPrefill, PrefillFromZero) {
+  run({.name = "cudnn prefill from zero",
+       .seqs = {{.prefix_tokens = 0, .num_rows = 150}, {.prefix_tokens = 0, .num_rows = 37}}},
+      9100);
+}
+TEST_F(CudaMlaCudnnPrefill, ChunksOverPrefixesWithDecodes) {
+  run({.name = "cudnn chunks and decodes",
+       .seqs = {{.prefix_tokens = 45, .num_rows = 70},
+                {.prefix_tokens = 64, .num_rows = 1},
+                {.prefix_tokens = 130, .num_rows = 3},
+                {.prefix_tokens = 1000, .num_rows = 300}}},
+      9200);
+}
+// DeepSeek-V3's 128 heads over a 1.5k prefix.
+TEST_F(CudaMlaCudnnPrefill, AllHeadsLongerPrefix) {
+  run({.name = "cudnn 128 heads", .num_heads = 128, .seqs = {{.prefix_tokens = 1500, .num_rows = 200}}}, 9300);
 }
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,

@@ -65,6 +65,22 @@ def chunk_over_prefix(backend, name, prefix, chunk, heads=32, dim=128):
         "TFLOP/s", f"{100 * flops / t / FLOPS:.1f}% of 790")
 
 
+def mla_prefill(tokens, heads=128, qk=192, v_dim=128):
+    """MLA prefill's attention alone (decompressed: QK 192, V 128, 128 heads),
+    causal, through torch's cuDNN backend: the anchor of issue 15's target."""
+    q, k = (torch.randn(1, heads, tokens, qk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(1, heads, tokens, v_dim, device="cuda", dtype=torch.bfloat16)
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            t = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 2, 5)
+    except RuntimeError as e:
+        print(f"| torch cuDNN MLA prefill {tokens // 1024}k | n/a | {str(e).splitlines()[0][:60]} |")
+        return
+    flops = 2.0 * heads * tokens * (tokens + 1) / 2 * (qk + v_dim)
+    row(f"torch SDPA cuDNN MLA prefill {tokens // 1024}k, 128 heads QK 192 / V 128, attention alone ({t * 1e3:.1f} ms)",
+        flops / t / 1e12, "TFLOP/s", f"{100 * flops / t / FLOPS:.1f}% of 790")
+
+
 def decode(backend, name, batch, context, heads=32, dim=128):
     q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(batch, heads, context, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -106,9 +122,13 @@ def main():
         for tokens in [8192, 32768]:
             prefill(SDPBackend.CUDNN_ATTENTION, "cuDNN", tokens)
             prefill(SDPBackend.FLASH_ATTENTION, "flash", tokens)
+    if "--mla" in sys.argv:
+        for tokens in [8192, 32768]:
+            mla_prefill(tokens)
+        return
     if "--chunk" in sys.argv or "--prefill-attention" in sys.argv:
-        for prefix, chunk in [(100000, 128), (100000, 256), (100000, 512), (100000, 1024), (100000, 2048),
-                              (32768, 256), (32768, 2048), (8192, 1024)]:
+        for prefix, chunk in [(32768, 256), (32768, 1024), (32768, 2048), (65536, 256), (65536, 1024),
+                              (65536, 2048), (131072, 256), (131072, 1024), (131072, 2048), (100000, 256)]:
             chunk_over_prefix(SDPBackend.CUDNN_ATTENTION, "cuDNN", prefix, chunk)
             chunk_over_prefix(SDPBackend.FLASH_ATTENTION, "flash", prefix, chunk)
         return

@@ -14,7 +14,8 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
   cmd.add_option("--cuda-prefill-attention", flags.prefill_attention,
                  "cuda: kernel for prefill attention: wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 "
                  "style, the default; head_dim 128, others run on mma; 1.13-1.23x wgmma), wgmma (two warpgroups "
-                 "in phase; 1.2-1.3x mma) or mma (mma.sync)")
+                 "in phase; 1.2-1.3x mma), mma (mma.sync) or cudnn (cuDNN's SDPA through libcudnn.so.9, loaded at the "
+                 "first prefill; steps it refuses run wgmma-ws, with a log line)")
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");

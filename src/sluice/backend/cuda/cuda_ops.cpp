@@ -11,10 +11,12 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sluice/backend/block_scales.h"
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_dtype.h"
+#include "sluice/backend/cuda/cudnn_sdpa.h"
 #include "sluice/backend/cuda/host_kv_tier.h"
 #include "sluice/backend/cuda/decode_graphs.h"
 #include "sluice/backend/cuda/device_buffer.h"
@@ -142,6 +144,7 @@ class CudaOps final : public Ops {
     finish_step_graph();
     scratch_.reset();
     layout_ = &layout;
+    ++step_serial_;
     std::optional<cuda::GraphKey> key;
     if (options_.use_cuda_graphs && kv_cache_ != nullptr) key = cuda::decode_graph_key(layout, options_.graph_buckets);
     // MLA's decode workspace is sized before the capture, never during it.
@@ -329,8 +332,10 @@ class CudaOps final : public Ops {
                             const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
                             kv_spec_.block_size_tokens, launch_);
     }
-    cuda::launch_attention_prefill(view_, args, launch_);
-    cuda::launch_attention_prefill_split(view_, args, launch_);
+    if (args.prefill_attention != cuda::PrefillAttention::cudnn || !cudnn_prefill(args, k, v)) {
+      cuda::launch_attention_prefill(view_, args, launch_);
+      cuda::launch_attention_prefill_split(view_, args, launch_);
+    }
     cuda::launch_attention_split(view_, args, launch_);
   }
 
@@ -379,13 +384,18 @@ class CudaOps final : public Ops {
                                   .kv_lora_rank = shape.kv_lora_rank,
                                   .block_size = kv_spec_.block_size_tokens};
     const bool replay = !launching();
+    const bool cudnn = options_.prefill_attention == cuda::PrefillAttention::cudnn && !replay &&
+                       graphs_.mode() == cuda::DecodeGraphs::Mode::eager &&
+                       std::any_of(layout_->sequences.begin(), layout_->sequences.end(),
+                                   [](const SequenceLayout& seq) { return seq.num_rows > 1; });
     return mla_.run({.view = view_,
                      .layout = *layout_,
                      .cache = cache,
                      .launch = launch_,
                      .kernels = options_.mla_kernels,
                      .num_sms = num_sms_,
-                     .replaying = replay},
+                     .replaying = replay,
+                     .cudnn = cudnn ? open_cudnn() : nullptr},
                     in, shape, out);
   }
   Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
@@ -428,6 +438,7 @@ class CudaOps final : public Ops {
   }
 
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
+  std::int64_t cudnn_sdpa_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_runs(); }
 
   Result<Tensor> random_fp8_weight(Shape shape, std::uint64_t seed, float scale) {
     const std::int64_t rows = shape.rows(), cols = shape.cols();
@@ -469,6 +480,75 @@ class CudaOps final : public Ops {
     args.block_size_tokens = kv_spec_.block_size_tokens;
     args.scale = scale;
     return args;
+  }
+
+  // The step's prefill sequences (more than one row) through cuDNN's SDPA
+  // (cudnn_sdpa.h); false where cuDNN does not take this step: the caller
+  // runs our kernels (wgmma_ws) instead. Eager steps only (decode graphs
+  // have no prefill rows). Decode rows stay on the split-KV kernel.
+  bool cudnn_prefill(const cuda::AttentionArgs& args, const Tensor& k, const Tensor& v) {
+    // Prefill rows: whole tiles or split pieces (a short chunk over a long prefix has only pieces).
+    if ((view_.num_prefill_tiles == 0 && view_.num_prefill_split_pieces == 0) ||
+        graphs_.mode() != cuda::DecodeGraphs::Mode::eager)
+      return false;
+    // Where our prefill kernel lacks the head_dim, the split kernel runs every row.
+    if (!cuda::prefill_kernel_supports(args.head_dim) || cudnn_unavailable_ || cudnn_failed_step_ == step_serial_)
+      return false;
+    if (const std::string why = cuda::cudnn_sdpa_unsupported(args.num_q_heads, args.num_kv_heads, args.head_dim,
+                                                             args.head_dim, args.block_size_tokens);
+        !why.empty()) {
+      if (!cudnn_refusal_logged_) spdlog::warn("prefill attention cudnn: not for {}; wgmma-ws runs it", why);
+      cudnn_refusal_logged_ = true;
+      return false;
+    }
+    if (open_cudnn() == nullptr) return false;
+    if (cudnn_step_ != step_serial_) {
+      std::vector<cuda::SdpaSequence> sequences;
+      for (const SequenceLayout& seq : layout_->sequences) {
+        if (seq.num_rows <= 1) continue;
+        sequences.push_back({.row_begin = seq.row_begin, .num_rows = seq.num_rows,
+                             .num_keys = seq.num_computed_tokens + seq.num_rows, .block_table = seq.block_table});
+      }
+      const std::int64_t row_elems = static_cast<std::int64_t>(args.num_q_heads) * args.head_dim;
+      const std::int64_t kv_row_elems = static_cast<std::int64_t>(args.num_kv_heads) * args.head_dim;
+      if (const Status prepared =
+              cudnn_->prepare(sequences, row_elems, row_elems, kv_row_elems, args.block_size_tokens);
+          !prepared.ok()) {
+        spdlog::warn("prefill attention cudnn: {}; wgmma-ws runs this step", prepared.error_message());
+        cudnn_failed_step_ = step_serial_;
+        return false;
+      }
+      cudnn_step_ = step_serial_;
+    }
+    const Status ran = cudnn_->run({.q = args.q, .out = args.out, .k = k.data, .v = v.data,
+                                    .k_cache = args.k_cache, .v_cache = args.v_cache,
+                                    .num_q_heads = args.num_q_heads, .num_kv_heads = args.num_kv_heads,
+                                    .head_dim_qk = args.head_dim, .head_dim_v = args.head_dim,
+                                    .block_size = args.block_size_tokens, .num_blocks = kv_spec_.num_blocks,
+                                    .scale = args.scale});
+    if (!ran.ok()) {
+      spdlog::warn("prefill attention cudnn: {}; wgmma-ws runs this step", ran.error_message());
+      cudnn_failed_step_ = step_serial_;
+      return false;
+    }
+    return true;
+  }
+
+  // cuDNN's SDPA, opened at the first prefill step that asks for it; null
+  // (and a log line, once) where libcudnn.so.9 does not load.
+  cuda::CudnnSdpa* open_cudnn() {
+    if (cudnn_ == nullptr && !cudnn_unavailable_) {
+      auto opened = cuda::CudnnSdpa::open(stream_);
+      if (!opened.ok()) {
+        spdlog::warn("prefill attention cudnn: {}; our kernels (wgmma-ws) run prefill attention instead",
+                     opened.error_message());
+        cudnn_unavailable_ = true;
+        return nullptr;
+      }
+      cudnn_ = std::move(opened).value();
+      spdlog::info("prefill attention cudnn: cuDNN {} loaded", cudnn_->version());
+    }
+    return cudnn_.get();
   }
 
   bool replaying() const { return graphs_.mode() == cuda::DecodeGraphs::Mode::replaying; }
@@ -539,6 +619,10 @@ class CudaOps final : public Ops {
   const StepLayout* layout_ = nullptr;  // the step's, valid until the next begin_step()
   cuda::MlaAttention mla_;
   cuda::HostKvTier host_tier_;  // after kv_cache_'s users: destroyed first, it drains its stream
+  // PrefillAttention::cudnn: opened at the first prefill step that asks for it.
+  std::unique_ptr<cuda::CudnnSdpa> cudnn_;
+  bool cudnn_unavailable_ = false, cudnn_refusal_logged_ = false;
+  std::uint64_t step_serial_ = 0, cudnn_step_ = 0, cudnn_failed_step_ = 0;
 };
 
 }  // namespace
@@ -581,6 +665,12 @@ Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_fp8_gemm_counts: not a CUDA Ops"};
   return cuda_ops->fp8_gemm_counts();
+}
+
+Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_cudnn_sdpa_runs: not a CUDA Ops"};
+  return cuda_ops->cudnn_sdpa_runs();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

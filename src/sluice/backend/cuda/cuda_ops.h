@@ -52,4 +52,9 @@ namespace sluice {
 // tests and benchmarks say which path ran instead of inferring it.
 [[nodiscard]] Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops);
 
+// How many layer calls cuDNN's SDPA ran for this Ops (PrefillAttention::cudnn;
+// 0 when it never loaded or took no step): tests and benchmarks say which
+// path ran instead of inferring it.
+[[nodiscard]] Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops);
+
 }  // namespace sluice

@@ -34,6 +34,12 @@ enum class PrefillAttention {
   // 364-392 TFLOP/s at 8k/32k causal, 1.13-1.23x wgmma (S8-3); the burst ends
   // at 87.3 s against 105.6 s on wgmma (S8-4, S8-5).
   wgmma_ws,
+  // cuDNN's SDPA through its graph API (cudnn_sdpa.h): libcudnn.so.9 opened
+  // at the first prefill step, a plan per shape class, paged K/V and packed
+  // rows read in place. Steps cuDNN cannot take (no library, a head_dim or
+  // block size it refuses, a plan it fails to make) run wgmma_ws, with one
+  // log line. Decode rows stay on the split-KV kernel.
+  cudnn,
 };
 
 // Context buckets of captured decode graphs (a graph is captured per bucket,
@@ -171,8 +177,11 @@ struct CudaOptions {
 namespace cuda {
 
 // Names for flags and logs; parse_* return nullopt for an unknown name.
-inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 3> kPrefillAttentionNames = {
-    {{"mma", PrefillAttention::mma}, {"wgmma", PrefillAttention::wgmma}, {"wgmma-ws", PrefillAttention::wgmma_ws}}};
+inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 4> kPrefillAttentionNames = {
+    {{"mma", PrefillAttention::mma},
+     {"wgmma", PrefillAttention::wgmma},
+     {"wgmma-ws", PrefillAttention::wgmma_ws},
+     {"cudnn", PrefillAttention::cudnn}}};
 inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraphBucketsNames = {
     {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {

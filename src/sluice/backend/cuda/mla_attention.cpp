@@ -1,9 +1,11 @@
 #include "sluice/backend/cuda/mla_attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sluice/backend/cuda/cuda_check.h"
 
@@ -91,7 +93,9 @@ Status MlaAttention::run(const MlaStep& step, const MlaInputs& in, const MlaShap
   launch_latent_write(step.view, in.latent.data, in.k_rope.data, step.cache, step.launch);
   for (std::size_t s = 0; s < step.layout.sequences.size(); ++s) {
     const SequenceLayout& seq = step.layout.sequences[s];
-    if (seq.num_rows >= 2) run_prefill(step, seq, static_cast<std::int32_t>(s), in, out);
+    if (seq.num_rows < 2) continue;
+    if (step.cudnn == nullptr || !run_prefill_cudnn(step, seq, static_cast<std::int32_t>(s), in, out))
+      run_prefill(step, seq, static_cast<std::int32_t>(s), in, out);
   }
   if (num_decode > 0) run_decode(step, num_decode, in, out);
   return Ok{};
@@ -134,6 +138,66 @@ void MlaAttention::run_prefill(const MlaStep& step, const SequenceLayout& seq, s
                               .scale = s.softmax_scale};
     launch_mla_prefill(args, step.kernels, step.launch);
   }
+}
+
+bool MlaAttention::run_prefill_cudnn(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index,
+                                     const MlaInputs& in, Tensor out) {
+  const MlaShape& s = *shape_;
+  const std::int64_t nope = s.qk_nope_head_dim, rope = s.qk_rope_head_dim, v_dim = s.v_head_dim;
+  const std::int64_t qk = nope + rope, kv_width = nope + v_dim;
+  // QK 192 with V 128 arrived in cuDNN 9.19; a refusal is remembered (and logged once).
+  if (cudnn_refused_ ||
+      !cudnn_sdpa_unsupported(1, 1, static_cast<std::int32_t>(qk), static_cast<std::int32_t>(v_dim), 1).empty() ||
+      (qk != v_dim && step.cudnn->version() < 91900))
+    return false;
+  const std::int64_t context = static_cast<std::int64_t>(seq.num_computed_tokens) + seq.num_rows;
+  // Groups sized for the context's power-of-two bucket, a power of two of
+  // heads: the same few graph shapes (cuDNN plans) for every chunk of a prompt.
+  const auto bucket = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(context)));
+  const auto fit = std::clamp<std::int64_t>(kPrefillKvBudgetBytes / (bucket * (kv_width + qk) * 2), 1, s.num_heads);
+  const auto group = static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(fit)));
+  const std::int64_t c_bytes = align_up(context * s.kv_lora_rank * 2, kDeviceAlignBytes);
+  const std::int64_t rope_bytes = align_up(context * rope * 2, kDeviceAlignBytes);
+  const std::int64_t kv_bytes = align_up(context * group * kv_width * 2, kDeviceAlignBytes);
+  const std::int64_t k_bytes = align_up(context * group * qk * 2, kDeviceAlignBytes);
+  prefill_workspace_.ensure(c_bytes + rope_bytes + kv_bytes + k_bytes, stream_);
+  auto* base = static_cast<std::byte*>(prefill_workspace_.data());
+  void* c = base;
+  void* k_rope = base + c_bytes;
+  auto* kv = reinterpret_cast<std::uint16_t*>(base + c_bytes + rope_bytes);
+  void* k = base + c_bytes + rope_bytes + kv_bytes;
+  launch_latent_gather(step.view, seq_index, static_cast<std::int32_t>(context), step.cache, c, k_rope, step.launch);
+  const auto* w = static_cast<const std::uint16_t*>(in.kv_b_proj.data);
+  const std::int64_t heads = s.num_heads;
+  for (std::int64_t h0 = 0; h0 < heads; h0 += group) {
+    const std::int64_t g = std::min(group, heads - h0);
+    gemm_.run(c, w + h0 * kv_width * s.kv_lora_rank, kv, DType::bf16, context, g * kv_width, s.kv_lora_rank);
+    launch_mla_concat_k(kv, k_rope, k, static_cast<std::int32_t>(context), static_cast<std::int32_t>(g),
+                        static_cast<std::int32_t>(nope), static_cast<std::int32_t>(rope),
+                        static_cast<std::int32_t>(kv_width), step.launch);
+    const SdpaPacked p{.q = static_cast<const std::uint16_t*>(in.q.data) + (seq.row_begin * heads + h0) * qk,
+                       .out = static_cast<std::uint16_t*>(out.data) + (seq.row_begin * heads + h0) * v_dim,
+                       .k = k,
+                       .v = kv + nope,
+                       .num_heads = static_cast<std::int32_t>(g),
+                       .head_dim_qk = static_cast<std::int32_t>(qk),
+                       .head_dim_v = static_cast<std::int32_t>(v_dim),
+                       .q_row = heads * qk,
+                       .o_row = heads * v_dim,
+                       .k_row = g * qk,
+                       .k_head = qk,
+                       .v_row = g * kv_width,
+                       .v_head = kv_width,
+                       .num_rows = seq.num_rows,
+                       .num_keys = static_cast<std::int32_t>(context),
+                       .scale = s.softmax_scale};
+    if (const Status ran = step.cudnn->run_packed(p); !ran.ok()) {
+      spdlog::warn("MLA prefill attention cudnn: {}; our kernels run MLA prefill from now on", ran.error_message());
+      cudnn_refused_ = true;
+      return false;
+    }
+  }
+  return true;
 }
 
 void MlaAttention::run_decode(const MlaStep& step, std::int32_t num_decode, const MlaInputs& in, Tensor out) {

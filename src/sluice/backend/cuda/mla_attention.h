@@ -7,7 +7,8 @@
 //     latents gathered from the pages, decompressed by a cuBLASLt GEMM against
 //     kv_b_proj into per-head [k_nope | v] (a group of heads at a time, so the
 //     buffer stays under kPrefillKvBudgetBytes), then causal attention over
-//     them (kernels/mla_prefill.cu);
+//     them (kernels/mla_prefill.cu, or cuDNN's SDPA under
+//     PrefillAttention::cudnn: cudnn_sdpa.h);
 //   decode sequences (one new row), all at once: q_nope folded into the
 //     latent space by one batched GEMM over the heads (W_UK_h), an MQA over
 //     the latent pages with split K and a combine (kernels/mla_decode*.cu),
@@ -24,6 +25,7 @@
 #include <optional>
 
 #include "sluice/backend/cuda/batched_gemm.h"
+#include "sluice/backend/cuda/cudnn_sdpa.h"
 #include "sluice/backend/cuda/device_buffer.h"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
@@ -41,6 +43,9 @@ struct MlaStep {
   MlaKernels kernels = MlaKernels::simple;
   std::int32_t num_sms = 0;
   bool replaying = false;  // a replayed graph has the kernels: check and size only
+  // PrefillAttention::cudnn on an eager step: prefill attention through
+  // cuDNN's SDPA (QK 192 / V 128 needs cuDNN 9.19), our kernels where it refuses.
+  CudnnSdpa* cudnn = nullptr;
 };
 
 class MlaAttention {
@@ -63,6 +68,10 @@ class MlaAttention {
   DecodeLayout decode_layout(std::int32_t num_decode, std::int32_t num_splits) const;
   void run_prefill(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index, const MlaInputs& in,
                    Tensor out);
+  // The same through cuDNN (keys concatenated to whole QK heads first); false
+  // where cuDNN refused, before or after writing part of `out`.
+  bool run_prefill_cudnn(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index,
+                         const MlaInputs& in, Tensor out);
   void run_decode(const MlaStep& step, std::int32_t num_decode, const MlaInputs& in, Tensor out);
 
   cudaStream_t stream_;
@@ -72,6 +81,7 @@ class MlaAttention {
   DeviceBuffer decode_workspace_;
   std::uint64_t decode_generation_ = 0;
   DeviceBuffer prefill_workspace_;
+  bool cudnn_refused_ = false;  // cuDNN refused an MLA prefill: our kernels from then on
 };
 
 // Ceiling on a prefill group's decompressed [k_nope | v] buffer.

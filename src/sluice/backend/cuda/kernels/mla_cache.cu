@@ -89,7 +89,34 @@ __global__ void __launch_bounds__(kThreads) latent_gather_kernel(StepDeviceView 
   }
 }
 
+// k[p, h, :] = [kv[p, h, :nope] | k_rope[p, :]]: the decompressed keys as
+// whole QK heads (cuDNN reads a head's QK dims contiguous). 16-byte vectors.
+__global__ void __launch_bounds__(kThreads) mla_concat_k_kernel(const __nv_bfloat16* kv, const __nv_bfloat16* k_rope,
+                                                                __nv_bfloat16* k, int heads, int nope, int rope,
+                                                                int kv_width) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const std::int64_t pos = blockIdx.x;
+  const int qk = nope + rope, vectors = qk / 8;
+  for (int i = threadIdx.x; i < heads * vectors; i += kThreads) {
+    const int h = i / vectors, d = (i % vectors) * 8;
+    const __nv_bfloat16* src = d < nope ? kv + (pos * heads + h) * kv_width + d : k_rope + pos * rope + (d - nope);
+    *reinterpret_cast<uint4*>(k + (pos * heads + h) * qk + d) = *reinterpret_cast<const uint4*>(src);
+  }
+}
+
 }  // namespace
+
+void launch_mla_concat_k(const void* kv, const void* k_rope, void* k, std::int32_t num_positions, std::int32_t heads,
+                         std::int32_t nope, std::int32_t rope, std::int32_t kv_width, const Launch& launch) {
+  SLUICE_CHECK(nope % 8 == 0 && rope % 8 == 0 && kv_width % 8 == 0);
+  if (num_positions == 0 || heads == 0) return;
+  launch_kernel(mla_concat_k_kernel, dim3(num_positions), dim3(kThreads), 0, launch,
+                static_cast<const __nv_bfloat16*>(kv), static_cast<const __nv_bfloat16*>(k_rope),
+                static_cast<__nv_bfloat16*>(k), static_cast<int>(heads), static_cast<int>(nope),
+                static_cast<int>(rope), static_cast<int>(kv_width));
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
 
 void launch_rope_partial(const StepDeviceView& step, const RopePartialArgs& args, const Launch& launch) {
   SLUICE_CHECK(args.rotary_dim > 0 && args.rotary_dim % 2 == 0 && args.rotary_dim <= kRopePartialMaxDim);

@@ -43,6 +43,13 @@ void launch_latent_write(const StepDeviceView& step, const void* latent, const v
 void launch_latent_gather(const StepDeviceView& step, std::int32_t seq, std::int32_t num_positions,
                           const LatentCache& cache, void* c, void* k_rope, const Launch& launch);
 
+// k [num_positions, heads, nope + rope] from kv [num_positions, heads,
+// kv_width] (k_nope first in each head) and the shared k_rope
+// [num_positions, rope]: the keys cuDNN's SDPA reads (cudnn_sdpa.h). All
+// dims multiples of 8.
+void launch_mla_concat_k(const void* kv, const void* k_rope, void* k, std::int32_t num_positions, std::int32_t heads,
+                         std::int32_t nope, std::int32_t rope, std::int32_t kv_width, const Launch& launch);
+
 // --- prefill: the decompressed form, one sequence and a group of heads a launch ---
 struct MlaPrefillArgs {
   const void* q = nullptr;       // bf16 [step rows, num_heads * (nope + rope)]: per head nope, then rope

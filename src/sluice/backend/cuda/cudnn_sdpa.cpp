@@ -1,0 +1,677 @@
+// cuDNN SDPA through the backend API (cudnn_sdpa.h says what and why).
+#include "sluice/backend/cuda/cudnn_sdpa.h"
+
+#include <cudnn_graph.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "sluice/backend/cuda/cuda_check.h"
+
+namespace sluice::cuda {
+
+// The library's entry points, looked up by name.
+struct CudnnSdpa::Api {
+  void* library = nullptr;
+  decltype(&cudnnGetVersion) get_version = nullptr;
+  decltype(&cudnnGetErrorString) error_string = nullptr;
+  decltype(&cudnnGetLastErrorString) last_error = nullptr;
+  decltype(&cudnnCreate) create = nullptr;
+  decltype(&cudnnDestroy) destroy = nullptr;
+  decltype(&cudnnSetStream) set_stream = nullptr;
+  decltype(&cudnnBackendCreateDescriptor) create_descriptor = nullptr;
+  decltype(&cudnnBackendDestroyDescriptor) destroy_descriptor = nullptr;
+  decltype(&cudnnBackendSetAttribute) set_attribute = nullptr;
+  decltype(&cudnnBackendGetAttribute) get_attribute = nullptr;
+  decltype(&cudnnBackendFinalize) finalize = nullptr;
+  decltype(&cudnnBackendExecute) execute = nullptr;
+
+  ~Api() {
+    if (library != nullptr) dlclose(library);
+  }
+
+  // "<what>: <status> (<cuDNN's last message>)".
+  std::string describe(const char* what, cudnnStatus_t status) const {
+    std::array<char, 1024> message{};
+    last_error(message.data(), message.size());
+    return fmt::format("cuDNN {}: {} ({})", what, error_string(status), message.data());
+  }
+};
+
+// An execution plan and every descriptor its graph was made of (kept alive
+// with it, as cudnn-frontend keeps its graph's).
+struct CudnnSdpa::Plan {
+  const Api* api = nullptr;
+  std::vector<cudnnBackendDescriptor_t> owned;
+  cudnnBackendDescriptor_t plan = nullptr;
+  std::int64_t workspace_bytes = 0;
+  std::int64_t config_index = -1;  // of the heuristics' list
+  ~Plan() {
+    for (auto it = owned.rbegin(); it != owned.rend(); ++it) api->destroy_descriptor(*it);
+  }
+};
+
+namespace {
+
+// Tensor uids of the variant pack.
+enum Uid : std::int64_t {
+  kQ = 1,
+  kK = 2,
+  kV = 3,
+  kO = 4,
+  kSeqLenQ = 5,
+  kSeqLenKv = 6,
+  kPageTable = 7,  // one table for K and V (the same blocks)
+  kPageTableV = 8,
+  kQOffsets = 9,
+  kOOffsets = 10,
+  kScale = 11,
+  kNegativeInfinity = 12,
+  kKOffsets = 13,
+  kVOffsets = 14,
+  kFirstVirtual = 100,
+};
+
+std::int64_t pow2_at_least(std::int64_t n, std::int64_t floor) {
+  return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max(n, floor))));
+}
+
+// Builds one graph's descriptors; the first failure is kept and every later
+// call is a no-op, so the graph reads as straight-line code.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(const CudnnSdpa::Api& api, std::vector<cudnnBackendDescriptor_t>& owned)
+      : api_(api), owned_(owned) {}
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
+
+  cudnnBackendDescriptor_t create(cudnnBackendDescriptorType_t type, const char* what) {
+    if (!ok()) return nullptr;
+    cudnnBackendDescriptor_t d = nullptr;
+    if (const cudnnStatus_t s = api_.create_descriptor(type, &d); s != CUDNN_STATUS_SUCCESS) {
+      error_ = api_.describe(what, s);
+      return nullptr;
+    }
+    owned_.push_back(d);
+    return d;
+  }
+  void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+           std::int64_t count, const void* value, const char* what) {
+    if (!ok()) return;
+    if (const cudnnStatus_t s = api_.set_attribute(d, name, type, count, value); s != CUDNN_STATUS_SUCCESS)
+      error_ = api_.describe(what, s);
+  }
+  void finalize(cudnnBackendDescriptor_t d, const char* what) {
+    if (!ok()) return;
+    if (const cudnnStatus_t s = api_.finalize(d); s != CUDNN_STATUS_SUCCESS) error_ = api_.describe(what, s);
+  }
+
+  struct TensorSpec {
+    std::int64_t uid;
+    cudnnDataType_t dtype;
+    std::array<std::int64_t, 4> dims, strides;
+    bool is_virtual = false, by_value = false;
+    cudnnBackendDescriptor_t ragged_offsets = nullptr;
+  };
+  cudnnBackendDescriptor_t tensor(const TensorSpec& t) {
+    cudnnBackendDescriptor_t d = create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
+    const std::int64_t alignment = 16;
+    set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t.dtype, "tensor data type");
+    set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t.dims.data(), "tensor dims");
+    set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t.strides.data(), "tensor strides");
+    set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t.uid, "tensor uid");
+    set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment, "tensor alignment");
+    if (t.is_virtual) set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &t.is_virtual, "tensor virtual");
+    if (t.by_value) set(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &t.by_value, "tensor by value");
+    if (t.ragged_offsets != nullptr)
+      set(d, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t.ragged_offsets,
+          "tensor ragged offsets");
+    finalize(d, "tensor");
+    return d;
+  }
+  // A virtual tensor with `like`'s dims and strides.
+  cudnnBackendDescriptor_t virtual_tensor(cudnnDataType_t dtype, const std::array<std::int64_t, 4>& dims,
+                                          const std::array<std::int64_t, 4>& strides) {
+    return tensor({.uid = next_virtual_++, .dtype = dtype, .dims = dims, .strides = strides, .is_virtual = true});
+  }
+
+  // y = mode(x[, b[, t]]) computed in `precision`.
+  void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t precision, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                 std::int64_t axis = -1) {
+    cudnnBackendDescriptor_t pw = create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise");
+    set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+    set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision, "pointwise precision");
+    if (mode == CUDNN_POINTWISE_GEN_INDEX) set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "axis");
+    finalize(pw, "pointwise");
+    cudnnBackendDescriptor_t op = create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise op");
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, "pointwise desc");
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise x");
+    if (b != nullptr) set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "pointwise b");
+    if (t != nullptr) set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, "pointwise t");
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise y");
+    finalize(op, "pointwise op");
+    ops_.push_back(op);
+  }
+
+  // c = a b with the row count overridden by `m` and the inner or outer by `n` / `k`.
+  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
+              cudnnBackendDescriptor_t m, cudnnBackendDescriptor_t n, cudnnBackendDescriptor_t k, bool padded) {
+    cudnnBackendDescriptor_t mm = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul");
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute, "matmul compute type");
+    const double zero = 0.0;
+    if (padded) set(mm, CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, 1, &zero, "matmul padding");
+    finalize(mm, "matmul");
+    cudnnBackendDescriptor_t op = create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul op");
+    set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "matmul a");
+    set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "matmul b");
+    set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
+    set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "matmul desc");
+    if (m != nullptr)
+      set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, "matmul m");
+    if (n != nullptr)
+      set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, "matmul n");
+    if (k != nullptr)
+      set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k, "matmul k");
+    finalize(op, "matmul op");
+    ops_.push_back(op);
+  }
+
+  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t r = create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction");
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    set(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, "reduction mode");
+    set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute, "reduction compute type");
+    finalize(r, "reduction");
+    cudnnBackendDescriptor_t op = create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction op");
+    set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reduction x");
+    set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reduction y");
+    set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r, "reduction desc");
+    finalize(op, "reduction op");
+    ops_.push_back(op);
+  }
+
+  void paged_cache_load(cudnnBackendDescriptor_t container, cudnnBackendDescriptor_t page_table,
+                        cudnnBackendDescriptor_t seq_len, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = create(CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR, "paged cache load");
+    set(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &container,
+        "paged container");
+    set(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &page_table,
+        "paged page table");
+    set(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &seq_len,
+        "paged seq len");
+    set(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "paged y");
+    finalize(op, "paged cache load");
+    ops_.push_back(op);
+  }
+
+ private:
+  const CudnnSdpa::Api& api_;
+  std::vector<cudnnBackendDescriptor_t>& owned_;
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  std::string error_;
+  std::int64_t next_virtual_ = kFirstVirtual;
+};
+
+// cudnnBackendAttributeName_t values cuDNN 9 marks deprecated but still
+// reads (cudnn-frontend sets them): the handle of the graph and the plan.
+constexpr auto kOperationGraphHandle = static_cast<cudnnBackendAttributeName_t>(800);
+constexpr auto kExecutionPlanHandle = static_cast<cudnnBackendAttributeName_t>(400);
+
+}  // namespace
+
+std::string cudnn_sdpa_unsupported(std::int32_t num_q_heads, std::int32_t num_kv_heads, std::int32_t head_dim_qk,
+                                   std::int32_t head_dim_v, std::int32_t block_size) {
+  if (num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0)
+    return fmt::format("{} query heads over {} kv heads", num_q_heads, num_kv_heads);
+  const bool dims_ok = (head_dim_qk == head_dim_v && head_dim_qk <= 128 && head_dim_qk % 16 == 0) ||
+                       (head_dim_qk == 192 && head_dim_v == 128);
+  if (!dims_ok) return fmt::format("head dims {}/{} (cuDNN: equal and <= 128, or 192/128)", head_dim_qk, head_dim_v);
+  if (block_size <= 0 || !std::has_single_bit(static_cast<unsigned>(block_size)))
+    return fmt::format("KV block size {} (cuDNN's page size is a power of two)", block_size);
+  return {};
+}
+
+Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::open(cudaStream_t stream) {
+  auto api = std::make_unique<Api>();
+  api->library = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+  if (api->library == nullptr) return Error{fmt::format("dlopen libcudnn.so.9: {}", dlerror())};
+  bool missing = false;
+  std::string missing_names;
+  auto load = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->library, name));
+    if (fn == nullptr) {
+      missing = true;
+      missing_names += std::string(" ") + name;
+    }
+  };
+  load(api->get_version, "cudnnGetVersion");
+  load(api->error_string, "cudnnGetErrorString");
+  load(api->last_error, "cudnnGetLastErrorString");
+  load(api->create, "cudnnCreate");
+  load(api->destroy, "cudnnDestroy");
+  load(api->set_stream, "cudnnSetStream");
+  load(api->create_descriptor, "cudnnBackendCreateDescriptor");
+  load(api->destroy_descriptor, "cudnnBackendDestroyDescriptor");
+  load(api->set_attribute, "cudnnBackendSetAttribute");
+  load(api->get_attribute, "cudnnBackendGetAttribute");
+  load(api->finalize, "cudnnBackendFinalize");
+  load(api->execute, "cudnnBackendExecute");
+  if (missing) return Error{"libcudnn.so.9 lacks" + missing_names};
+  // Paged K/V with ragged Q needs 9.7; we ask for what was measured: 9.14+.
+  if (api->get_version() < 91400)
+    return Error{fmt::format("cuDNN {} is older than 9.14 (paged, ragged SDPA)", api->get_version())};
+  cudnnHandle_t handle = nullptr;
+  if (const cudnnStatus_t s = api->create(&handle); s != CUDNN_STATUS_SUCCESS)
+    return Error{api->describe("create", s)};
+  if (const cudnnStatus_t s = api->set_stream(handle, stream); s != CUDNN_STATUS_SUCCESS) {
+    api->destroy(handle);
+    return Error{api->describe("set stream", s)};
+  }
+  return std::unique_ptr<CudnnSdpa>(new CudnnSdpa(std::move(api), handle, stream));
+}
+
+CudnnSdpa::CudnnSdpa(std::unique_ptr<Api> api, void* handle, cudaStream_t stream)
+    : api_(std::move(api)), handle_(handle), stream_(stream),
+      negative_infinity_(-std::numeric_limits<float>::infinity()) {}
+
+CudnnSdpa::~CudnnSdpa() {
+  cudaStreamSynchronize(stream_);
+  plans_.clear();
+  api_->destroy(static_cast<cudnnHandle_t>(handle_));
+}
+
+std::int64_t CudnnSdpa::version() const { return static_cast<std::int64_t>(api_->get_version()); }
+
+Status CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, std::int64_t q_row_elems,
+                          std::int64_t out_row_elems, std::int64_t kv_row_elems, std::int32_t block_size) {
+  if (sequences.empty()) return Error{"cuDNN SDPA: no sequences"};
+  const auto b = static_cast<std::int64_t>(sequences.size());
+  std::int64_t max_rows = 0, max_keys = 0, total_rows = 0;
+  for (const SdpaSequence& s : sequences) {
+    max_rows = std::max<std::int64_t>(max_rows, s.num_rows);
+    max_keys = std::max<std::int64_t>(max_keys, s.num_keys);
+    total_rows += s.num_rows;
+    if (s.num_rows > s.num_keys) return Error{"cuDNN SDPA: a sequence with more rows than keys"};
+    if (static_cast<std::int64_t>(s.block_table.size()) * block_size < s.num_keys)
+      return Error{"cuDNN SDPA: a block table shorter than its keys"};
+  }
+  // Ragged offsets are int32 element offsets.
+  const SdpaSequence& last = sequences.back();
+  const std::int64_t end_row = last.row_begin + last.num_rows;
+  if (end_row * std::max({q_row_elems, out_row_elems, kv_row_elems}) > std::numeric_limits<std::int32_t>::max())
+    return Error{"cuDNN SDPA: a step of more than 2^31 q elements"};
+  // Every key of every sequence is a row of this step (prompts from position
+  // 0): K and V are read from the step's rows, packed, not from the pages.
+  fresh_ = std::all_of(sequences.begin(), sequences.end(),
+                       [](const SdpaSequence& s) { return s.num_keys == s.num_rows; });
+  batch_ = b;
+  max_rows_bucket_ = pow2_at_least(max_rows, 64);
+  max_keys_bucket_ = pow2_at_least(max_keys, std::max<std::int64_t>(64, block_size));
+  table_size_ = max_keys_bucket_ / block_size;
+  block_size_ = block_size;
+  q_row_elems_ = q_row_elems;
+  out_row_elems_ = out_row_elems;
+  kv_row_elems_ = kv_row_elems;
+  // kSections sections of b + 1 (16-byte aligned), then the page table b x table (paged steps).
+  const std::int64_t section = (b + 1 + 3) / 4 * 4;
+  host_tensors_.assign(static_cast<std::size_t>(kSections * section + (fresh_ ? 0 : b * table_size_)), 0);
+  std::int32_t* seq_len_q = host_tensors_.data();
+  std::int32_t* seq_len_kv = seq_len_q + section;
+  std::int32_t* q_offsets = seq_len_kv + section;
+  std::int32_t* out_offsets = q_offsets + section;
+  std::int32_t* kv_offsets = out_offsets + section;
+  std::int32_t* table = host_tensors_.data() + kSections * section;
+  for (std::int64_t i = 0; i < b; ++i) {
+    const SdpaSequence& s = sequences[static_cast<std::size_t>(i)];
+    seq_len_q[i] = s.num_rows;
+    seq_len_kv[i] = s.num_keys;
+    q_offsets[i] = static_cast<std::int32_t>(s.row_begin * q_row_elems);
+    out_offsets[i] = static_cast<std::int32_t>(s.row_begin * out_row_elems);
+    kv_offsets[i] = static_cast<std::int32_t>(s.row_begin * kv_row_elems);
+    if (fresh_) continue;
+    const std::int64_t used = (s.num_keys + block_size - 1) / block_size;
+    std::copy_n(s.block_table.begin(), used, table + i * table_size_);
+  }
+  // The end offsets: past the last row of the last sequence.
+  q_offsets[b] = static_cast<std::int32_t>(end_row * q_row_elems);
+  out_offsets[b] = static_cast<std::int32_t>(end_row * out_row_elems);
+  kv_offsets[b] = static_cast<std::int32_t>(end_row * kv_row_elems);
+  const auto bytes = static_cast<std::int64_t>(host_tensors_.size() * sizeof(std::int32_t));
+  step_tensors_.ensure(bytes, stream_);
+  // Pageable source: the copy is staged before this returns, so the host
+  // vector may change at the next step while the device still reads its copy.
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(step_tensors_.data(), host_tensors_.data(), static_cast<std::size_t>(bytes),
+                                    cudaMemcpyHostToDevice, stream_));
+  return Ok{};
+}
+
+Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const GraphSpec& spec) {
+  const auto key = spec.key();
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+  // A shape class cuDNN refused is not asked again (a plan can take seconds).
+  if (auto it = failed_.find(key); it != failed_.end()) return Error{it->second};
+  const auto start = std::chrono::steady_clock::now();
+  auto made = build_plan(spec);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!made.ok()) {
+    failed_.emplace(key, made.error_message());
+    return Error{made.error_message()};
+  }
+  spdlog::info("cuDNN SDPA plan {} ({} K/V): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms, "
+               "engine config {}, workspace {} bytes",
+               plans_.size(), spec.paged ? "paged" : "packed", spec.b, spec.sq, spec.skv, spec.hq, spec.hk, spec.dqk,
+               spec.dv, ms, (*made)->config_index, (*made)->workspace_bytes);
+  const Plan* plan = made->get();
+  plans_.emplace(key, std::move(made).value());
+  return plan;
+}
+
+Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp) {
+  auto plan = std::make_unique<Plan>();
+  plan->api = api_.get();
+  GraphBuilder g(*api_, plan->owned);
+  const std::int64_t b = sp.b, hq = sp.hq, hk = sp.hk, sq = sp.sq, skv = sp.skv, dqk = sp.dqk, dv = sp.dv;
+  const auto i32 = CUDNN_DATA_INT32, f32 = CUDNN_DATA_FLOAT, bf16 = CUDNN_DATA_BFLOAT16, boolean = CUDNN_DATA_BOOLEAN;
+  const std::array<std::int64_t, 4> per_seq_dims{b, 1, 1, 1}, per_seq_strides{1, 1, 1, 1};
+  const std::array<std::int64_t, 4> offsets_dims{b + 1, 1, 1, 1}, scalar{1, 1, 1, 1};
+
+  auto seq_len_q = g.tensor({.uid = kSeqLenQ, .dtype = i32, .dims = per_seq_dims, .strides = per_seq_strides});
+  auto seq_len_kv = g.tensor({.uid = kSeqLenKv, .dtype = i32, .dims = per_seq_dims, .strides = per_seq_strides});
+  auto q_offsets = g.tensor({.uid = kQOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
+  auto o_offsets = g.tensor({.uid = kOOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
+  // Packed rows: [b, h, s, d] with the given row and head strides, each sequence at its ragged offset.
+  auto q = g.tensor({.uid = kQ, .dtype = bf16, .dims = {b, hq, sq, dqk}, .strides = {sq * sp.q_row, sp.q_head, sp.q_row, 1},
+                     .ragged_offsets = q_offsets});
+  auto o = g.tensor({.uid = kO, .dtype = bf16, .dims = {b, hq, sq, dv}, .strides = {sq * sp.o_row, sp.o_head, sp.o_row, 1},
+                     .ragged_offsets = o_offsets});
+  auto scale = g.tensor({.uid = kScale, .dtype = f32, .dims = scalar, .strides = scalar, .by_value = true});
+  auto minus_inf =
+      g.tensor({.uid = kNegativeInfinity, .dtype = f32, .dims = scalar, .strides = scalar, .by_value = true});
+
+  // K^T [b, hk, d, s_kv] and V [b, hk, s_kv, d]: out of the pages, or packed rows read in place.
+  cudnnBackendDescriptor_t k_t = nullptr, v = nullptr, v_container = nullptr, page_table_v = nullptr;
+  if (sp.paged) {
+    const std::int64_t nb = sp.num_blocks, bs = sp.block_size, table = sp.table;
+    // Our pages [block, token, kv head, dim] as cuDNN's container [block, kv head, token, dim].
+    auto k_container = g.tensor({.uid = kK, .dtype = bf16, .dims = {nb, hk, bs, dqk},
+                                 .strides = {bs * sp.k_row, sp.k_head, sp.k_row, 1}});
+    v_container = g.tensor({.uid = kV, .dtype = bf16, .dims = {nb, hk, bs, dv},
+                            .strides = {bs * sp.v_row, sp.v_head, sp.v_row, 1}});
+    auto page_table_k =
+        g.tensor({.uid = kPageTable, .dtype = i32, .dims = {b, 1, table, 1}, .strides = {table, table, 1, 1}});
+    page_table_v =
+        g.tensor({.uid = kPageTableV, .dtype = i32, .dims = {b, 1, table, 1}, .strides = {table, table, 1, 1}});
+    k_t = g.virtual_tensor(bf16, {b, hk, dqk, skv}, {dqk * skv * hk, dqk * skv, 1, dqk});
+    g.paged_cache_load(k_container, page_table_k, seq_len_kv, k_t);
+  } else {
+    auto k_offsets = g.tensor({.uid = kKOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
+    auto v_offsets = g.tensor({.uid = kVOffsets, .dtype = i32, .dims = offsets_dims, .strides = per_seq_strides});
+    k_t = g.tensor({.uid = kK, .dtype = bf16, .dims = {b, hk, dqk, skv}, .strides = {skv * sp.k_row, sp.k_head, 1, sp.k_row},
+                    .ragged_offsets = k_offsets});
+    v = g.tensor({.uid = kV, .dtype = bf16, .dims = {b, hk, skv, dv}, .strides = {skv * sp.v_row, sp.v_head, sp.v_row, 1},
+                  .ragged_offsets = v_offsets});
+  }
+
+  const std::array<std::int64_t, 4> s_dims{b, hq, sq, skv}, s_strides{hq * sq * skv, sq * skv, skv, 1};
+  const std::array<std::int64_t, 4> row_dims{b, hq, sq, 1}, row_strides{hq * sq, sq, 1, 1};
+  auto scores = g.virtual_tensor(f32, s_dims, s_strides);
+  g.matmul(q, k_t, scores, seq_len_q, seq_len_kv, nullptr, /*padded=*/true);
+  auto scaled = g.virtual_tensor(f32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, f32, scores, scale, nullptr, scaled);
+
+  // Padding mask: row < seq_len_q and col < seq_len_kv.
+  auto pad_row = g.virtual_tensor(i32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, i32, scaled, nullptr, nullptr, pad_row, 2);
+  auto pad_col = g.virtual_tensor(i32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, i32, scaled, nullptr, nullptr, pad_col, 3);
+  auto row_in = g.virtual_tensor(boolean, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, boolean, pad_row, seq_len_q, nullptr, row_in);
+  auto col_in = g.virtual_tensor(boolean, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, boolean, pad_col, seq_len_kv, nullptr, col_in);
+  auto inside = g.virtual_tensor(boolean, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, boolean, row_in, col_in, nullptr, inside);
+  auto padded = g.virtual_tensor(f32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, f32, scaled, minus_inf, inside, padded);
+
+  // Bottom-right causal: keep col <= row + seq_len_kv - seq_len_q.
+  auto row = g.virtual_tensor(i32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, padded, nullptr, nullptr, row, 2);
+  auto col = g.virtual_tensor(i32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, padded, nullptr, nullptr, col, 3);
+  auto row_plus_kv = g.virtual_tensor(i32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_ADD, i32, row, seq_len_kv, nullptr, row_plus_kv);
+  auto diagonal = g.virtual_tensor(i32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_SUB, i32, row_plus_kv, seq_len_q, nullptr, diagonal);
+  auto causal = g.virtual_tensor(boolean, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, boolean, diagonal, col, nullptr, causal);
+  auto masked = g.virtual_tensor(f32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, f32, padded, minus_inf, causal, masked);
+
+  // Softmax (with the log-sum-exp branch cudnn-frontend keeps, virtual).
+  auto row_max = g.virtual_tensor(f32, row_dims, row_strides);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
+  auto shifted = g.virtual_tensor(f32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_SUB, f32, masked, row_max, nullptr, shifted);
+  auto exps = g.virtual_tensor(f32, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_EXP, f32, shifted, nullptr, nullptr, exps);
+  auto row_sum = g.virtual_tensor(f32, row_dims, row_strides);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, row_sum);
+  auto log_sum = g.virtual_tensor(f32, row_dims, row_strides);
+  g.pointwise(CUDNN_POINTWISE_LOG, f32, row_sum, nullptr, nullptr, log_sum);
+  auto stats = g.virtual_tensor(f32, row_dims, row_strides);
+  g.pointwise(CUDNN_POINTWISE_ADD, f32, row_max, log_sum, nullptr, stats);
+  auto probs = g.virtual_tensor(bf16, s_dims, s_strides);
+  g.pointwise(CUDNN_POINTWISE_DIV, f32, exps, row_sum, nullptr, probs);
+
+  if (sp.paged) {
+    v = g.virtual_tensor(bf16, {b, hk, skv, dv}, {dv * skv * hk, dv * skv, dv, 1});
+    g.paged_cache_load(v_container, page_table_v, seq_len_kv, v);
+  }
+  g.matmul(probs, v, o, seq_len_q, nullptr, seq_len_kv, /*padded=*/false);
+
+  // The operation graph, the heuristics' engine configs, the first that makes a plan.
+  cudnnBackendDescriptor_t graph = g.create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+  const std::vector<cudnnBackendDescriptor_t> ops = g.ops();
+  g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(ops.size()),
+        ops.data(), "graph ops");
+  g.set(graph, kOperationGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle_, "graph handle");
+  g.finalize(graph, "operation graph");
+  cudnnBackendDescriptor_t heuristics = g.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  g.set(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heur graph");
+  g.set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heur mode");
+  g.finalize(heuristics, "heuristics");
+  if (!g.ok()) return Error{"cuDNN SDPA graph: " + g.error()};
+  std::int64_t num_configs = 0;
+  if (const cudnnStatus_t s = api_->get_attribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &num_configs, nullptr);
+      s != CUDNN_STATUS_SUCCESS)
+    return Error{api_->describe("heuristic results", s)};
+  if (num_configs == 0) return Error{"cuDNN SDPA: no engine for the graph (heuristics returned none)"};
+  std::vector<cudnnBackendDescriptor_t> configs;
+  for (std::int64_t i = 0; i < num_configs; ++i)
+    configs.push_back(g.create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config"));
+  if (!g.ok()) return Error{"cuDNN SDPA graph: " + g.error()};
+  std::int64_t returned = 0;
+  if (const cudnnStatus_t s = api_->get_attribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, num_configs, &returned,
+                                                  configs.data());
+      s != CUDNN_STATUS_SUCCESS)
+    return Error{api_->describe("heuristic results", s)};
+  std::string tried;
+  for (std::int64_t i = 0; i < returned && plan->plan == nullptr; ++i) {
+    cudnnBackendDescriptor_t candidate = nullptr;
+    if (api_->create_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &candidate) != CUDNN_STATUS_SUCCESS)
+      continue;
+    cudnnStatus_t s = api_->set_attribute(candidate, kExecutionPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle_);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = api_->set_attribute(candidate, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                              &configs[static_cast<std::size_t>(i)]);
+    if (s == CUDNN_STATUS_SUCCESS) s = api_->finalize(candidate);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      tried += fmt::format(" [config {}: {}]", i, api_->describe("plan", s));
+      api_->destroy_descriptor(candidate);
+      continue;
+    }
+    plan->owned.push_back(candidate);
+    plan->plan = candidate;
+    plan->config_index = i;
+  }
+  if (plan->plan == nullptr)
+    return Error{fmt::format("cuDNN SDPA: none of {} engine configs made a plan:{}", returned, tried)};
+  std::int64_t count = 0;
+  if (const cudnnStatus_t s = api_->get_attribute(plan->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                  CUDNN_TYPE_INT64, 1, &count, &plan->workspace_bytes);
+      s != CUDNN_STATUS_SUCCESS)
+    return Error{api_->describe("plan workspace size", s)};
+  return plan;
+}
+
+Status CudnnSdpa::execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers) {
+  if (plan.workspace_bytes > 0) workspace_.ensure(plan.workspace_bytes, stream_);
+  cudnnBackendDescriptor_t pack = nullptr;
+  if (const cudnnStatus_t s = api_->create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+      s != CUDNN_STATUS_SUCCESS)
+    return Error{api_->describe("variant pack", s)};
+  void* workspace = workspace_.data();
+  cudnnStatus_t s = api_->set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                        static_cast<std::int64_t>(uids.size()), uids.data());
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = api_->set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                            static_cast<std::int64_t>(pointers.size()), pointers.data());
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = api_->set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  if (s == CUDNN_STATUS_SUCCESS) s = api_->finalize(pack);
+  if (s == CUDNN_STATUS_SUCCESS) s = api_->execute(static_cast<cudnnHandle_t>(handle_), plan.plan, pack);
+  std::string error = s == CUDNN_STATUS_SUCCESS ? std::string() : api_->describe("execute", s);
+  api_->destroy_descriptor(pack);
+  if (!error.empty()) return Error{error};
+  ++num_runs_;
+  return Ok{};
+}
+
+Status CudnnSdpa::run(const SdpaLayer& l) {
+  if (batch_ == 0) return Error{"cuDNN SDPA: run() before prepare()"};
+  if (l.block_size != block_size_) return Error{"cuDNN SDPA: block size differs from prepare()"};
+  if (static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_qk != q_row_elems_ ||
+      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != out_row_elems_ ||
+      static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk != kv_row_elems_ || l.head_dim_qk != l.head_dim_v)
+    return Error{"cuDNN SDPA: row widths differ from prepare()"};
+  const std::int64_t section = (batch_ + 1 + 3) / 4 * 4;
+  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+  scale_ = l.scale;
+  if (fresh_ && l.k != nullptr && l.v != nullptr) {
+    // Prompts from position 0: K and V straight from the step's rows.
+    const GraphSpec spec{.paged = 0,
+                         .b = batch_,
+                         .hq = l.num_q_heads,
+                         .hk = l.num_kv_heads,
+                         .sq = max_rows_bucket_,
+                         .skv = max_keys_bucket_,
+                         .dqk = l.head_dim_qk,
+                         .dv = l.head_dim_v,
+                         .q_row = q_row_elems_,
+                         .q_head = l.head_dim_qk,
+                         .o_row = out_row_elems_,
+                         .o_head = l.head_dim_v,
+                         .k_row = kv_row_elems_,
+                         .k_head = l.head_dim_qk,
+                         .v_row = kv_row_elems_,
+                         .v_head = l.head_dim_v};
+    SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+    const std::array<std::int64_t, 12> uids = {kQ,        kK,        kV,        kO,        kSeqLenQ, kSeqLenKv,
+                                                kQOffsets, kOOffsets, kKOffsets, kVOffsets, kScale,   kNegativeInfinity};
+    const std::array<void*, 12> pointers = {const_cast<void*>(l.q), const_cast<void*>(l.k),
+                                            const_cast<void*>(l.v), l.out,
+                                            base,                   base + section,
+                                            base + 2 * section,     base + 3 * section,
+                                            base + 4 * section,     base + 4 * section,
+                                            &scale_,                &negative_infinity_};
+    return execute(*plan, uids, pointers);
+  }
+  if (fresh_) return Error{"cuDNN SDPA: a step of prompts from position 0 needs the step's K and V rows"};
+  const GraphSpec spec{.paged = 1,
+                       .b = batch_,
+                       .hq = l.num_q_heads,
+                       .hk = l.num_kv_heads,
+                       .sq = max_rows_bucket_,
+                       .skv = max_keys_bucket_,
+                       .dqk = l.head_dim_qk,
+                       .dv = l.head_dim_v,
+                       .q_row = q_row_elems_,
+                       .q_head = l.head_dim_qk,
+                       .o_row = out_row_elems_,
+                       .o_head = l.head_dim_v,
+                       .k_row = static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk,
+                       .k_head = l.head_dim_qk,
+                       .v_row = static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_v,
+                       .v_head = l.head_dim_v,
+                       .block_size = l.block_size,
+                       .num_blocks = l.num_blocks,
+                       .table = table_size_};
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+  const std::array<std::int64_t, 12> uids = {kQ,         kK,          kV,        kO,        kSeqLenQ, kSeqLenKv,
+                                              kPageTable, kPageTableV, kQOffsets, kOOffsets, kScale,   kNegativeInfinity};
+  const std::array<void*, 12> pointers = {const_cast<void*>(l.q),       const_cast<void*>(l.k_cache),
+                                          const_cast<void*>(l.v_cache), l.out,
+                                          base,                          base + section,
+                                          base + kSections * section,    base + kSections * section,
+                                          base + 2 * section,            base + 3 * section,
+                                          &scale_,                       &negative_infinity_};
+  return execute(*plan, uids, pointers);
+}
+
+Status CudnnSdpa::run_packed(const SdpaPacked& p) {
+  if (p.num_rows <= 0 || p.num_rows > p.num_keys) return Error{"cuDNN SDPA: packed rows out of range"};
+  const std::int64_t q_end = p.num_rows * p.q_row, o_end = p.num_rows * p.o_row, k_end = p.num_keys * p.k_row,
+                     v_end = p.num_keys * p.v_row;
+  if (std::max({q_end, o_end, k_end, v_end}) > std::numeric_limits<std::int32_t>::max())
+    return Error{"cuDNN SDPA: a packed sequence of more than 2^31 elements"};
+  const GraphSpec spec{.paged = 0,
+                       .b = 1,
+                       .hq = p.num_heads,
+                       .hk = p.num_heads,
+                       .sq = pow2_at_least(p.num_rows, 64),
+                       .skv = pow2_at_least(p.num_keys, 64),
+                       .dqk = p.head_dim_qk,
+                       .dv = p.head_dim_v,
+                       .q_row = p.q_row,
+                       .q_head = p.head_dim_qk,
+                       .o_row = p.o_row,
+                       .o_head = p.head_dim_v,
+                       .k_row = p.k_row,
+                       .k_head = p.k_head,
+                       .v_row = p.v_row,
+                       .v_head = p.v_head};
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+  // [seq_len_q][seq_len_kv][q offsets 2][o offsets 2][k offsets 2][v offsets 2], 16-byte sections.
+  packed_host_ = {p.num_rows, 0, 0, 0, p.num_keys, 0, 0, 0, 0, static_cast<std::int32_t>(q_end), 0, 0,
+                  0, static_cast<std::int32_t>(o_end), 0, 0, 0, static_cast<std::int32_t>(k_end), 0, 0,
+                  0, static_cast<std::int32_t>(v_end), 0, 0};
+  packed_tensors_.ensure(static_cast<std::int64_t>(packed_host_.size() * sizeof(std::int32_t)), stream_);
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(packed_tensors_.data(), packed_host_.data(),
+                                    packed_host_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_));
+  scale_ = p.scale;
+  auto* base = static_cast<std::int32_t*>(packed_tensors_.data());
+  const std::array<std::int64_t, 12> uids = {kQ,        kK,        kV,        kO,        kSeqLenQ, kSeqLenKv,
+                                              kQOffsets, kOOffsets, kKOffsets, kVOffsets, kScale,   kNegativeInfinity};
+  const std::array<void*, 12> pointers = {const_cast<void*>(p.q), const_cast<void*>(p.k), const_cast<void*>(p.v),
+                                          p.out,                  base,                   base + 4,
+                                          base + 8,               base + 12,              base + 16,
+                                          base + 20,              &scale_,                &negative_infinity_};
+  return execute(*plan, uids, pointers);
+}
+
+}  // namespace sluice::cuda

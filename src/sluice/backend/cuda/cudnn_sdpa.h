@@ -1,0 +1,149 @@
+// Prefill attention through cuDNN's SDPA (the graph/backend API of
+// cudnn_graph.h), the PrefillAttention::cudnn choice of cuda_options.h.
+//
+// Loading: libcudnn.so.9 is opened with dlopen at the first prefill step that
+// asks for it, not linked: a build needs only the headers (CI has them in
+// /usr/local/cuda/include), a machine without cuDNN still runs (the caller
+// falls back to wgmma_ws with one log line), and the library found is the
+// loader's choice, so LD_LIBRARY_PATH picks the version (the GPU machine has
+// 9.14 system-wide and 9.19 in torch's tree, ../shared/DEVICE.md).
+//
+// The graph is the one cudnn-frontend's composite SDPA node lowers to (read
+// from its source, not copied): a paged-cache load of K and V (our cache's
+// [block, token, kv_head, dim] pages are its [block, kv_head, token, dim]
+// container by strides), Q K^T with the seq_len overrides, the scale, the
+// padding mask, the bottom-right causal mask (row + seq_len_kv - seq_len_q >=
+// col: a chunk over a cached prefix), softmax, and P V. Q and O are packed
+// rows ([row, head, dim], ragged offsets per sequence), so no copy is made.
+//
+// Plans are cached by shape class: the batch (sequences of more than one row)
+// exactly, the longest chunk and the longest key range each rounded up to a
+// power of two (at least 64); the actual lengths go in seq_len tensors, so a
+// burst of chunks over growing prefixes reuses a handful of plans.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <array>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sluice/backend/cuda/device_buffer.h"
+#include "sluice/backend/ops.h"
+#include "sluice/common/result.h"
+
+namespace sluice::cuda {
+
+// One sequence of the step that cuDNN attends: rows [row_begin, row_begin +
+// num_rows) of q and out, keys [0, num_keys) through `block_table`.
+struct SdpaSequence {
+  std::int32_t row_begin = 0, num_rows = 0, num_keys = 0;
+  std::span<const BlockId> block_table;
+};
+
+// One layer's call: the step's sequences were given to prepare() before.
+struct SdpaLayer {
+  const void* q = nullptr;  // bf16 [rows, num_q_heads, head_dim_qk]
+  void* out = nullptr;      // bf16 [rows, num_q_heads, head_dim_v]
+  // The step's K and V rows (bf16 [rows, num_kv_heads, head_dim], after RoPE):
+  // read instead of the pages when every sequence starts at position 0.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, num_kv_heads, head_dim_qk]
+  const void* v_cache = nullptr;  // bf16 [num_blocks, block_size, num_kv_heads, head_dim_v]
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_v = 0;
+  std::int32_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  float scale = 1.0f;
+};
+
+// Why cuDNN would refuse these dims before asking it (empty: none).
+std::string cudnn_sdpa_unsupported(std::int32_t num_q_heads, std::int32_t num_kv_heads, std::int32_t head_dim_qk,
+                                   std::int32_t head_dim_v, std::int32_t block_size);
+
+// One sequence's K and V as packed rows, not pages (MLA's decompressed
+// prefill: a group of heads at a time, cudnn_sdpa.h's caller offsets the
+// pointers to the sequence's first row and the group's first head). Strides
+// are in elements.
+struct SdpaPacked {
+  const void* q = nullptr;  // bf16, row r head h at q + r * q_row + h * head_dim_qk
+  void* out = nullptr;      // bf16, row r head h at out + r * o_row + h * head_dim_v
+  const void* k = nullptr;  // bf16, key j head h at k + j * k_row + h * k_head (head_dim_qk contiguous)
+  const void* v = nullptr;  // bf16, key j head h at v + j * v_row + h * v_head (head_dim_v contiguous)
+  std::int32_t num_heads = 0, head_dim_qk = 0, head_dim_v = 0;
+  std::int64_t q_row = 0, o_row = 0, k_row = 0, k_head = 0, v_row = 0, v_head = 0;
+  std::int32_t num_rows = 0, num_keys = 0;  // rows at positions [num_keys - num_rows, num_keys)
+  float scale = 1.0f;
+};
+
+class CudnnSdpa {
+ public:
+  // Opens libcudnn.so.9 and makes a handle on `stream`; an error says why not.
+  static Result<std::unique_ptr<CudnnSdpa>> open(cudaStream_t stream);
+  ~CudnnSdpa();
+  CudnnSdpa(const CudnnSdpa&) = delete;
+  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
+
+  // The step's sequences (copied to the device once; every layer's run()
+  // then reads them). Row widths are in elements (num_q_heads * head_dim,
+  // num_kv_heads * head_dim).
+  Status prepare(std::span<const SdpaSequence> sequences, std::int64_t q_row_elems, std::int64_t out_row_elems,
+                 std::int64_t kv_row_elems, std::int32_t block_size);
+  // Attention of the prepared sequences for one layer, enqueued on the stream.
+  Status run(const SdpaLayer& layer);
+  // Attention of one sequence over packed K/V, causal bottom-right (no prepare()).
+  Status run_packed(const SdpaPacked& packed);
+
+  std::int64_t version() const;   // cudnnGetVersion(), e.g. 91900
+  std::int64_t num_runs() const { return num_runs_; }
+  std::int64_t num_plans() const { return static_cast<std::int64_t>(plans_.size()); }
+
+  struct Api;
+  struct Plan;
+
+ private:
+  CudnnSdpa(std::unique_ptr<Api> api, void* handle, cudaStream_t stream);
+  // One graph's shape class: every dim and stride of its tensors.
+  struct GraphSpec {
+    std::int64_t paged = 0;  // K/V from pages (else packed rows)
+    std::int64_t b = 0, hq = 0, hk = 0, sq = 0, skv = 0, dqk = 0, dv = 0;
+    std::int64_t q_row = 0, q_head = 0, o_row = 0, o_head = 0, k_row = 0, k_head = 0, v_row = 0, v_head = 0;
+    std::int64_t block_size = 0, num_blocks = 0, table = 0;  // pages only
+    std::array<std::int64_t, 19> key() const {
+      return {paged, b, hq, hk, sq, skv, dqk, dv, q_row, q_head, o_row, o_head, k_row, k_head, v_row, v_head,
+              block_size, num_blocks, table};
+    }
+  };
+  Result<const Plan*> plan_for(const GraphSpec& spec);
+  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec);
+  Status execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers);
+
+  std::unique_ptr<Api> api_;
+  void* handle_ = nullptr;  // cudnnHandle_t
+  cudaStream_t stream_ = nullptr;
+  std::map<std::array<std::int64_t, 19>, std::unique_ptr<Plan>> plans_;
+  std::map<std::array<std::int64_t, 19>, std::string> failed_;  // shape classes cuDNN refused, and why
+
+  // The prepared step: [seq_len_q b][seq_len_kv b][q offsets b+1][out offsets b+1][k/v offsets b+1], then
+  // [page table b x table] unless every sequence starts at 0 (fresh_: K/V from the step's rows).
+  static constexpr std::int64_t kSections = 5;
+  DeviceBuffer step_tensors_;
+  bool fresh_ = false;
+  std::int64_t kv_row_elems_ = 0;
+  std::vector<std::int32_t> host_tensors_;
+  std::int64_t batch_ = 0, max_rows_bucket_ = 0, max_keys_bucket_ = 0, table_size_ = 0;
+  std::int32_t block_size_ = 0;
+  std::int64_t q_row_elems_ = 0, out_row_elems_ = 0;
+  DeviceBuffer packed_tensors_;
+  std::vector<std::int32_t> packed_host_;
+  DeviceBuffer workspace_;
+  std::int64_t num_runs_ = 0;
+  float scale_ = 1.0f;  // by-value tensors point at these during execute
+  float negative_infinity_ = 0.0f;
+};
+
+}  // namespace sluice::cuda
