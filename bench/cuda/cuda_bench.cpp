@@ -5,7 +5,7 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst]
+//                   --decode1 | --chunk | --decode-sweep | --mla | --mla-decode [KERNELS] | --deepseek | --burst-step | --profile-burst]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention: prefill attention alone under each kernel, whole
@@ -13,6 +13,7 @@
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
+// --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
 // --burst-step: the burst's mixed steps and their parts; --profile-burst: the
 // same steps eagerly, twice each, for ncu).
@@ -31,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -590,7 +592,9 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
 // prefill of one prompt from zero counts the causal attention (QK 192 + V 128
 // multiply-adds per key a head) plus the K/V decompression GEMM against the
 // bf16 GEMM rate.
-void bench_mla(bool quick) {
+// decode_only: the decode rows alone (--mla-decode), of the kernel named
+// `only` where it is not empty.
+void bench_mla(bool quick, bool decode_only = false, std::string_view only = {}) {
   constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
   constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
   const MlaShape shape{.num_heads = kHeads,
@@ -636,6 +640,8 @@ void bench_mla(bool quick) {
            pct(bytes_per_second / kHbmBytesPerSecond) + " of the 4.31 copy";
   };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
+    if (!only.empty() && kernel_name != only) continue;
+    if (decode_only && kernel == cuda::MlaKernels::simple && only.empty()) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
@@ -668,7 +674,7 @@ void bench_mla(bool quick) {
       }
     }
     // wgmma differs from tensor_core in decode only.
-    if (kernel == cuda::MlaKernels::wgmma) continue;
+    if (decode_only || kernel == cuda::MlaKernels::wgmma) continue;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;
@@ -1043,6 +1049,17 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_attention(false, sluice::AttentionRows::prefill_only);
     sluice::bench_chunk_over_prefix();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--mla-decode") == 0) {  // MLA decode rows, [one kernel by name]
+    const std::string_view only = argc > 2 ? std::string_view(argv[2]) : std::string_view();
+    if (!only.empty() && std::none_of(sluice::cuda::kMlaKernelsNames.begin(), sluice::cuda::kMlaKernelsNames.end(),
+                                      [&](const auto& named) { return named.first == only; })) {
+      std::fprintf(stderr, "cuda_bench --mla-decode: unknown MLA kernel set '%s'\n", argv[2]);
+      return 2;
+    }
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_mla(false, true, only);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--mla") == 0) {  // DeepSeek-V3 MLA rows only
