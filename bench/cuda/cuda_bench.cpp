@@ -5,8 +5,8 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep | --mla | --deepseek | --burst-step | --profile-burst |
-//                   --gemm-rows | --deepseek-v4-kernels]
+//                   --decode1 | --chunk | --decode-sweep | --mla | --mla-decode [KERNELS] | --deepseek | --burst-step |
+//                   --profile-burst | --gemm-rows | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention [NAMES]: prefill attention alone under each
@@ -16,6 +16,7 @@
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
 // --mla-prefill: its prefill rows on tensor_core and through cuDNN;
+// --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
@@ -657,8 +658,12 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
 // prefill of one prompt from zero counts the causal attention (QK 192 + V 128
 // multiply-adds per key a head) plus the K/V decompression GEMM against the
 // bf16 GEMM rate.
-// prefill_only (--mla-prefill): the tensor_core and cudnn prefill rows alone.
-void bench_mla(bool quick, bool prefill_only = false) {
+// rows: all, the tensor_core and cudnn prefill rows alone (--mla-prefill), or
+// the decode rows alone (--mla-decode), of the kernel named `only` where it is
+// not empty.
+enum class MlaRows { all, prefill_only, decode_only };
+void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = {}) {
+  const bool prefill_only = rows == MlaRows::prefill_only, decode_only = rows == MlaRows::decode_only;
   constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
   constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
   const MlaShape shape{.num_heads = kHeads,
@@ -723,6 +728,8 @@ void bench_mla(bool quick, bool prefill_only = false) {
   };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
     if (prefill_only && kernel != cuda::MlaKernels::tensor_core) continue;
+    if (!only.empty() && kernel_name != only) continue;
+    if (decode_only && kernel == cuda::MlaKernels::simple && only.empty()) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
@@ -755,7 +762,7 @@ void bench_mla(bool quick, bool prefill_only = false) {
       }
     }
     // wgmma differs from tensor_core in decode only.
-    if (kernel == cuda::MlaKernels::wgmma) continue;
+    if (decode_only || kernel == cuda::MlaKernels::wgmma) continue;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;
@@ -763,6 +770,7 @@ void bench_mla(bool quick, bool prefill_only = false) {
     }
   }
   // Prefill attention through cuDNN's SDPA (PrefillAttention::cudnn, QK 192 / V 128: cuDNN 9.19+).
+  if (decode_only) return;
   for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
@@ -1186,7 +1194,18 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--mla-prefill") == 0) {  // MLA prefill: tensor_core and cudnn
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    sluice::bench_mla(false, true);
+    sluice::bench_mla(false, sluice::MlaRows::prefill_only);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--mla-decode") == 0) {  // MLA decode rows, [one kernel by name]
+    const std::string_view only = argc > 2 ? std::string_view(argv[2]) : std::string_view();
+    if (!only.empty() && std::none_of(sluice::cuda::kMlaKernelsNames.begin(), sluice::cuda::kMlaKernelsNames.end(),
+                                      [&](const auto& named) { return named.first == only; })) {
+      std::fprintf(stderr, "cuda_bench --mla-decode: unknown MLA kernel set '%s'\n", argv[2]);
+      return 2;
+    }
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_mla(false, sluice::MlaRows::decode_only, only);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--mla") == 0) {  // DeepSeek-V3 MLA rows only

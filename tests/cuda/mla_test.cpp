@@ -346,6 +346,27 @@ TEST_P(CudaMlaAttention, DecodeInOneSplit) {
   run(many, 8460);
 }
 
+// Block sizes other than 16 under decode: the wgmma kernel looks each key's
+// cache slot up once a tile, a lane a row (page and offset by a division by
+// the block size): pages smaller than a loading warp's 16 rows (8), pages
+// that straddle its 64-key tiles (48) and pages longer than a tile (128),
+// over several splits a row, then over several tiles of one split (70 rows).
+TEST_P(CudaMlaAttention, DecodeWithOtherBlockSizes) {
+  for (const std::int32_t block_size : {8, 48, 128}) {
+    run({.name = "decode, block size " + std::to_string(block_size),
+         .num_heads = 64,
+         .block_size = block_size,
+         .seqs = {{.prefix_tokens = 0, .num_rows = 1},
+                  {.prefix_tokens = 100, .num_rows = 1},
+                  {.prefix_tokens = 191, .num_rows = 1},
+                  {.prefix_tokens = 450, .num_rows = 1}}},
+        8800 + static_cast<std::uint64_t>(block_size));
+  }
+  MlaCase many{.name = "decode, block size 48, 70 rows", .block_size = 48, .seqs = {}};
+  for (std::int32_t r = 0; r < 70; ++r) many.seqs.push_back({.prefix_tokens = 64 + (r * 37) % 240, .num_rows = 1});
+  run(many, 8950);
+}
+
 // Prefill chunks and decodes in one step, decodes between and after prefills.
 TEST_P(CudaMlaAttention, MixedBatch) {
   run({.name = "mixed",

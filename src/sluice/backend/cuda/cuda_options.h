@@ -85,9 +85,10 @@ enum class DecodeSplitPlan {
   by_step_work,
 };
 
-// The MLA attention kernels (DeepSeek-V3, mla_attention.h). Both pass the MLA
-// suite on the H200 (run S6-2); tensor_core is the default: decode 64 x 8k
-// 0.47 vs 0.014 TB/s, prefill 8k 259 vs 2 TFLOP/s.
+// The MLA attention kernels (DeepSeek-V3, mla_attention.h). All three pass the
+// MLA suite on the H200 (runs S6-2, S8-3, S9-2); wgmma is the default since
+// S9-2: its decode reads the latent cache at 64 x 8k several times faster
+// than tensor_core's (docs/benchmarks.md, Session 9), prefill is the same kernel.
 enum class MlaKernels {
   // CUDA cores, any dims: a warp a (query row, head) in prefill; in decode a
   // block a (row, head, key split), the latent rows read once per head.
@@ -100,7 +101,7 @@ enum class MlaKernels {
   // Hopper wgmma (sm_90a) decode where the latent is 512 + 64, FlashMLA's
   // layout: 64 heads a block in M, S = Q K^T and the softmax by one
   // warpgroup, O's 512 columns split between two, the latent tile read once
-  // a block for K and V; prefill as tensor_core. Not yet run on a device.
+  // a block for K and V; prefill as tensor_core. The default.
   wgmma,
 };
 
@@ -166,7 +167,7 @@ struct CudaOptions {
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
-  cuda::MlaKernels mla_kernels = cuda::MlaKernels::tensor_core;
+  cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   // fp8_wgmma: faster than grouped at decode and prefill (S9-1); FP8 experts
   // then see e4m3 activations at every batch size, as the checkpoint's

@@ -86,21 +86,34 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceVie
   }
   const int num_tiles = (block.range.end - block.range.begin + kBlockN - 1) / kBlockN;
   // Warpgroup 1 loads the tiles: warpgroup 0's S and softmax are the
-  // critical path, and warpgroup 1 waits for P anyway. Keys past the range
-  // are zero-filled: their P is 0 and their V must be finite.
+  // critical path, and warpgroup 1 waits for P anyway. Warp w of it copies
+  // the tile's rows [16 w, 16 w + 16): lane l < 16 looks up row 16 w + l's
+  // cache slot once a tile (one division by the block size, one block-table
+  // read), and each copy takes its row's slot from that lane by a shuffle.
+  // (Looking the slot up a copy, 36 divisions and table reads a thread a
+  // tile, kept warpgroup 1 issuing for ~4x the tile's MMA time: run S9-1.)
+  // A warp's copy instruction reads 512 consecutive bytes of one or two
+  // rows. Keys past the range are zero-filled: their P is 0 and their V must
+  // be finite.
+  constexpr int kRowsPerWarp = kBlockN / 4;
+  constexpr int kCopiesPerLane = kRowsPerWarp * kChunks / 32;
+  static_assert(kRowsPerWarp * kChunks % 32 == 0 && kRowsPerWarp <= 32, "whole copies a lane");
   auto load_tile = [&](int tile) {
     if (warpgroup != 1 || tile >= num_tiles) return;
     unsigned char* dst = smem + kQBytes + (tile % kStages) * kTileBytes;
-#pragma unroll 4
-    for (int c = tid - 128; c < kBlockN * kChunks; c += 128) {
+    const int first_row = warp_in_group * kRowsPerWarp;
+    const int key = block.range.begin + tile * kBlockN + first_row + lane;
+    std::int32_t slot = -1;  // this lane's row's slot in the cache; -1: past the range
+    if (lane < kRowsPerWarp && key < block.range.end)
+      slot = block.table[key / block_size] * block_size + key % block_size;
+#pragma unroll 12  // 3 iterations: unrolled fully, the addresses would spill
+    for (int k = 0; k < kCopiesPerLane; ++k) {
+      const int c = lane + 32 * k;  // [0, kRowsPerWarp * kChunks): (row, chunk) of the warp's rows
       const int r = c / kChunks, chunk = c % kChunks;
-      const int key = block.range.begin + tile * kBlockN + r;
-      const bool valid = key < block.range.end;
-      std::int64_t offset = 0;
-      if (valid)
-        offset = (static_cast<std::int64_t>(block.table[key / block_size]) * block_size + key % block_size) * kWidth +
-                 chunk * 8;
-      cp_async_16(dst + swizzled_offset(r, chunk, kBlockN), cache + offset, valid);
+      const std::int32_t row_slot = __shfl_sync(0xffffffffu, slot, r);
+      const bool valid = row_slot >= 0;
+      cp_async_16(dst + swizzled_offset(first_row + r, chunk, kBlockN),
+                  cache + (valid ? static_cast<std::int64_t>(row_slot) * kWidth + chunk * 8 : 0), valid);
     }
   };
   // One commit group a tile (the first carries Q too), empty past the end.
