@@ -11,12 +11,14 @@
 // scale_a[row] * scale_w[block]: f32 accumulation of every product, which
 // e4m3 MMAs over a whole K would not give (the published DeepGEMM method).
 //
-// A block: 128 slots of one group (a tile of the MoE plan, so a tile never
-// straddles two experts and an expert's last tile is partial) x 128 output
-// columns (under swiglu 64 gate + 64 up columns, the same 64 of each half),
-// K in 128-wide blocks through a kStages-deep cp.async ring. Two warpgroups,
-// 64 rows each, share the weight tile; a warpgroup whose 64 rows hold no slot
-// skips its MMAs (an expert's spill tile of a few rows costs one warpgroup).
+// A block: one tile of the MoE plan (so a tile never straddles two experts
+// and an expert's last tile is partial): 128 slots on two warpgroups of 64
+// rows sharing each weight tile (prefill), or 64 slots on one warpgroup with
+// two blocks an SM (decode, where a block is a weight stream and a second one
+// hides the first one's ramp-up) x 128 weight rows (output columns; under
+// swiglu the same 64 columns of gate and of up), K in 128-wide blocks through
+// a cp.async ring (Config). A warpgroup whose 64 rows hold no slot skips its
+// MMAs (an expert's spill tile of a few rows costs one warpgroup).
 // A rows are gathered through row_of_slot by the copies themselves, so the
 // activations are quantized once per token, not once per (token, expert).
 //
