@@ -80,7 +80,7 @@ enum class DecodeSplitPlan {
 };
 
 // The MLA attention kernels (DeepSeek-V3, mla_attention.h). All three pass the
-// MLA suite on the H200 (runs S6-2, S8-3, S9-2); wgmma is the default since
+// MLA suite on the H200 (runs S6-2, S8-3, S9-2/3); wgmma is the default since
 // S9-2: decode 64 x 8k 1.40 TB/s against tensor_core's 0.47 (whole op;
 // docs/benchmarks.md, Session 9); prefill is the same kernel under both.
 enum class MlaKernels {
