@@ -86,9 +86,9 @@ enum class DecodeSplitPlan {
 };
 
 // The MLA attention kernels (DeepSeek-V3, mla_attention.h). All three pass the
-// MLA suite on the H200 (runs S6-2, S8-3, S9-2); wgmma is the default since
-// S9-2: its decode reads the latent cache at 64 x 8k several times faster
-// than tensor_core's (docs/benchmarks.md, Session 9), prefill is the same kernel.
+// MLA suite on the H200 (runs S6-2, S8-3, S9-2/3); wgmma is the default since
+// S9-2: decode 64 x 8k 1.40 TB/s against tensor_core's 0.47 (whole op;
+// docs/benchmarks.md, Session 9); prefill is the same kernel under both.
 enum class MlaKernels {
   // CUDA cores, any dims: a warp a (query row, head) in prefill; in decode a
   // block a (row, head, key split), the latent rows read once per head.
