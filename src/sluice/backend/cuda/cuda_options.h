@@ -38,7 +38,11 @@ enum class PrefillAttention {
   // at the first prefill step, a plan per shape class, paged K/V and packed
   // rows read in place. Steps cuDNN cannot take (no library, a head_dim or
   // block size it refuses, a plan it fails to make) run wgmma_ws, with one
-  // log line. Decode rows stay on the split-KV kernel.
+  // log line. Decode rows stay on the split-KV kernel. MLA prefill (QK 192 /
+  // V 128) runs through it too (cuDNN 9.19+). The suite passes under it
+  // (S9-C2/C3); 534-621 TFLOP/s at 8k/32k (1.39-1.55x wgmma_ws), chunks of
+  // 1024-2048 rows over 32k-131k 483-534 (1.34-1.45x), but 256-row chunks
+  // ~250 (0.72-0.95x: no split over keys), so not the default.
   cudnn,
 };
 

@@ -15,6 +15,9 @@
 // padding mask, the bottom-right causal mask (row + seq_len_kv - seq_len_q >=
 // col: a chunk over a cached prefix), softmax, and P V. Q and O are packed
 // rows ([row, head, dim], ragged offsets per sequence), so no copy is made.
+// A step whose sequences all start at position 0 reads K and V from the
+// step's own rows (packed, ragged) instead of the pages: 16-token pages cost
+// cuDNN 10-20% on whole prompts (S9-C1 against S9-C2, docs/benchmarks.md).
 //
 // Plans are cached by shape class: the batch (sequences of more than one row)
 // exactly, the longest chunk and the longest key range each rounded up to a
