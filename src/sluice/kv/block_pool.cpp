@@ -160,12 +160,8 @@ void BlockPool::note_more_keys(std::span<const BlockHash> keys) {
 }
 
 void BlockPool::follow_scale() {
-  // Eighths, and only once the learnt scale is a whole eighth away: each
-  // change re-ranks every cached free block.
-  constexpr double kStep = 1.0 / 8.0;
-  const double learnt = counterfactual_->scale();
-  if (std::abs(learnt - evictor_.reuse_scale()) < kStep) return;
-  evictor_.set_reuse_scale(std::round(learnt / kStep) * kStep);
+  if (const auto scale = reuse_scale_to_follow(evictor_.reuse_scale(), counterfactual_->scale()))
+    evictor_.set_reuse_scale(*scale);
 }
 
 void BlockPool::note_first_miss(BlockHash hash) {
@@ -177,7 +173,7 @@ void BlockPool::check_invariants() const {
   evictor_.check_invariants();
   if (counterfactual_) {
     counterfactual_->check_invariants();
-    SLUICE_CHECK_LT(std::abs(evictor_.reuse_scale() - counterfactual_->scale()), 1.0 / 8.0);
+    SLUICE_CHECK_LT(std::abs(evictor_.reuse_scale() - counterfactual_->scale()), kReuseScaleStep);
   }
   if (admission_) {
     admission_->check_invariants();

@@ -314,12 +314,8 @@ std::int32_t KvCacheManager::swap_out(SequenceId seq_id, std::span<const BlockHa
 }
 
 void KvCacheManager::follow_host_scale() {
-  // Eighths, and only once the learnt scale is a whole eighth away: each
-  // change re-ranks every stored sole copy (BlockPool::follow_scale).
-  constexpr double kStep = 1.0 / 8.0;
-  const double learnt = host_counterfactual_->scale();
-  if (std::abs(learnt - host_->reuse_scale()) < kStep) return;
-  host_->set_reuse_scale(std::round(learnt / kStep) * kStep);
+  if (const auto scale = reuse_scale_to_follow(host_->reuse_scale(), host_counterfactual_->scale()))
+    host_->set_reuse_scale(*scale);
 }
 
 HostTier::OnDevice KvCacheManager::on_device() const {
@@ -413,7 +409,7 @@ void KvCacheManager::check_invariants() const {
   if (host_) host_->check_invariants();
   if (host_counterfactual_) {
     host_counterfactual_->check_invariants();
-    SLUICE_CHECK_LT(std::abs(host_->reuse_scale() - host_counterfactual_->scale()), 1.0 / 8.0);
+    SLUICE_CHECK_LT(std::abs(host_->reuse_scale() - host_counterfactual_->scale()), kReuseScaleStep);
   }
   std::vector<std::int32_t> references(static_cast<std::size_t>(pool_.num_blocks()), 0);
   std::vector<std::int32_t> host_references(static_cast<std::size_t>(num_host_blocks()), 0);

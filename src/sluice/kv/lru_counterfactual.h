@@ -9,8 +9,10 @@
 // counts where they win.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -47,5 +49,14 @@ class LruCounterfactual {
   std::list<BlockHash> recency_;  // most recently used first
   std::unordered_map<BlockHash, std::list<BlockHash>::iterator> where_;
 };
+
+// An evictor follows the learnt scale in eighths, and only once it is a whole
+// eighth away: each change re-ranks every block the evictor orders.
+inline constexpr double kReuseScaleStep = 1.0 / 8.0;
+// The scale an evictor at `current` should move to, or nullopt to stay.
+inline std::optional<double> reuse_scale_to_follow(double current, double learnt) {
+  if (std::abs(learnt - current) < kReuseScaleStep) return std::nullopt;
+  return std::round(learnt / kReuseScaleStep) * kReuseScaleStep;
+}
 
 }  // namespace sluice
