@@ -101,6 +101,31 @@ Status MlaAttention::run(const MlaStep& step, const MlaInputs& in, const MlaShap
   return Ok{};
 }
 
+bool MlaAttention::for_each_prefill_group(const MlaStep& step, std::int32_t seq_index, std::int64_t context,
+                                          std::int64_t group, std::int64_t key_head_bytes, const MlaInputs& in,
+                                          const std::function<bool(const PrefillGroup&)>& attend) {
+  const MlaShape& s = *shape_;
+  const std::int64_t kv_width = s.qk_nope_head_dim + s.v_head_dim;
+  const std::int64_t c_bytes = align_up(context * s.kv_lora_rank * 2, kDeviceAlignBytes);
+  const std::int64_t rope_bytes = align_up(context * s.qk_rope_head_dim * 2, kDeviceAlignBytes);
+  const std::int64_t kv_bytes = align_up(context * group * kv_width * 2, kDeviceAlignBytes);
+  const std::int64_t keys_bytes = align_up(context * group * key_head_bytes, kDeviceAlignBytes);
+  prefill_workspace_.ensure(c_bytes + rope_bytes + kv_bytes + keys_bytes, stream_);
+  auto* base = static_cast<std::byte*>(prefill_workspace_.data());
+  void* c = base;
+  void* k_rope = base + c_bytes;
+  void* kv = base + c_bytes + rope_bytes;
+  void* keys = base + c_bytes + rope_bytes + kv_bytes;
+  launch_latent_gather(step.view, seq_index, static_cast<std::int32_t>(context), step.cache, c, k_rope, step.launch);
+  const auto* w = static_cast<const std::uint16_t*>(in.kv_b_proj.data);
+  for (std::int64_t h0 = 0; h0 < s.num_heads; h0 += group) {
+    const std::int64_t g = std::min(group, s.num_heads - h0);
+    gemm_.run(c, w + h0 * kv_width * s.kv_lora_rank, kv, DType::bf16, context, g * kv_width, s.kv_lora_rank);
+    if (!attend({.h0 = h0, .g = g, .kv = kv, .k_rope = k_rope, .keys = keys})) return false;
+  }
+  return true;
+}
+
 void MlaAttention::run_prefill(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index,
                                const MlaInputs& in, Tensor out) {
   const MlaShape& s = *shape_;
@@ -108,27 +133,14 @@ void MlaAttention::run_prefill(const MlaStep& step, const SequenceLayout& seq, s
   const std::int64_t kv_width = s.qk_nope_head_dim + s.v_head_dim;
   const std::int64_t group =
       std::clamp<std::int64_t>(kPrefillKvBudgetBytes / (context * kv_width * 2), 1, s.num_heads);
-  const std::int64_t c_bytes = align_up(context * s.kv_lora_rank * 2, kDeviceAlignBytes);
-  const std::int64_t rope_bytes = align_up(context * s.qk_rope_head_dim * 2, kDeviceAlignBytes);
-  const std::int64_t kv_bytes = align_up(context * group * kv_width * 2, kDeviceAlignBytes);
-  prefill_workspace_.ensure(c_bytes + rope_bytes + kv_bytes, stream_);
-  auto* base = static_cast<std::byte*>(prefill_workspace_.data());
-  void* c = base;
-  void* k_rope = base + c_bytes;
-  void* kv = base + c_bytes + rope_bytes;
-  launch_latent_gather(step.view, seq_index, static_cast<std::int32_t>(context), step.cache, c, k_rope, step.launch);
-  const auto* w = static_cast<const std::uint16_t*>(in.kv_b_proj.data);
-  for (std::int64_t h0 = 0; h0 < s.num_heads; h0 += group) {
-    const std::int64_t g = std::min(group, s.num_heads - h0);
-    // kv[p, h, :] = [k_nope | v] of head h0 + h at position p.
-    gemm_.run(c, w + h0 * kv_width * s.kv_lora_rank, kv, DType::bf16, context, g * kv_width, s.kv_lora_rank);
+  for_each_prefill_group(step, seq_index, context, group, /*key_head_bytes=*/0, in, [&](const PrefillGroup& pg) {
     const MlaPrefillArgs args{.q = in.q.data,
-                              .kv = kv,
-                              .k_rope = k_rope,
+                              .kv = pg.kv,
+                              .k_rope = pg.k_rope,
                               .out = out.data,
                               .num_heads = s.num_heads,
-                              .head_begin = static_cast<std::int32_t>(h0),
-                              .group_heads = static_cast<std::int32_t>(g),
+                              .head_begin = static_cast<std::int32_t>(pg.h0),
+                              .group_heads = static_cast<std::int32_t>(pg.g),
                               .nope_dim = s.qk_nope_head_dim,
                               .rope_dim = s.qk_rope_head_dim,
                               .v_dim = s.v_head_dim,
@@ -137,7 +149,8 @@ void MlaAttention::run_prefill(const MlaStep& step, const SequenceLayout& seq, s
                               .num_computed = seq.num_computed_tokens,
                               .scale = s.softmax_scale};
     launch_mla_prefill(args, step.kernels, step.launch);
-  }
+    return true;
+  });
 }
 
 bool MlaAttention::run_prefill_cudnn(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index,
@@ -156,28 +169,17 @@ bool MlaAttention::run_prefill_cudnn(const MlaStep& step, const SequenceLayout& 
   const auto bucket = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(context)));
   const auto fit = std::clamp<std::int64_t>(kPrefillKvBudgetBytes / (bucket * (kv_width + qk) * 2), 1, s.num_heads);
   const auto group = static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(fit)));
-  const std::int64_t c_bytes = align_up(context * s.kv_lora_rank * 2, kDeviceAlignBytes);
-  const std::int64_t rope_bytes = align_up(context * rope * 2, kDeviceAlignBytes);
-  const std::int64_t kv_bytes = align_up(context * group * kv_width * 2, kDeviceAlignBytes);
-  const std::int64_t k_bytes = align_up(context * group * qk * 2, kDeviceAlignBytes);
-  prefill_workspace_.ensure(c_bytes + rope_bytes + kv_bytes + k_bytes, stream_);
-  auto* base = static_cast<std::byte*>(prefill_workspace_.data());
-  void* c = base;
-  void* k_rope = base + c_bytes;
-  auto* kv = reinterpret_cast<std::uint16_t*>(base + c_bytes + rope_bytes);
-  void* k = base + c_bytes + rope_bytes + kv_bytes;
-  launch_latent_gather(step.view, seq_index, static_cast<std::int32_t>(context), step.cache, c, k_rope, step.launch);
-  const auto* w = static_cast<const std::uint16_t*>(in.kv_b_proj.data);
   const std::int64_t heads = s.num_heads;
-  for (std::int64_t h0 = 0; h0 < heads; h0 += group) {
-    const std::int64_t g = std::min(group, heads - h0);
-    gemm_.run(c, w + h0 * kv_width * s.kv_lora_rank, kv, DType::bf16, context, g * kv_width, s.kv_lora_rank);
-    launch_mla_concat_k(kv, k_rope, k, static_cast<std::int32_t>(context), static_cast<std::int32_t>(g),
+  // keys: the group's whole QK heads ([k_nope | k_rope], qk bf16 a head and position).
+  return for_each_prefill_group(step, seq_index, context, group, qk * 2, in, [&](const PrefillGroup& pg) {
+    const std::int64_t h0 = pg.h0, g = pg.g;
+    const auto* kv = static_cast<const std::uint16_t*>(pg.kv);
+    launch_mla_concat_k(pg.kv, pg.k_rope, pg.keys, static_cast<std::int32_t>(context), static_cast<std::int32_t>(g),
                         static_cast<std::int32_t>(nope), static_cast<std::int32_t>(rope),
                         static_cast<std::int32_t>(kv_width), step.launch);
     const SdpaPacked p{.q = static_cast<const std::uint16_t*>(in.q.data) + (seq.row_begin * heads + h0) * qk,
                        .out = static_cast<std::uint16_t*>(out.data) + (seq.row_begin * heads + h0) * v_dim,
-                       .k = k,
+                       .k = pg.keys,
                        .v = kv + nope,
                        .num_heads = static_cast<std::int32_t>(g),
                        .head_dim_qk = static_cast<std::int32_t>(qk),
@@ -196,8 +198,8 @@ bool MlaAttention::run_prefill_cudnn(const MlaStep& step, const SequenceLayout& 
       cudnn_refused_ = true;
       return false;
     }
-  }
-  return true;
+    return true;
+  });
 }
 
 void MlaAttention::run_decode(const MlaStep& step, std::int32_t num_decode, const MlaInputs& in, Tensor out) {

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "sluice/backend/cuda/batched_gemm.h"
@@ -66,6 +67,21 @@ class MlaAttention {
  private:
   struct DecodeLayout;  // the decode workspace's sections
   DecodeLayout decode_layout(std::int32_t num_decode, std::int32_t num_splits) const;
+  // One group of heads of a prefill sequence, decompressed: kv[p, h, :] =
+  // [k_nope | v] of head h0 + h at position p, k_rope[p, :] shared, and
+  // `keys` (group x key_head_bytes a position, for the attention's own use).
+  struct PrefillGroup {
+    std::int64_t h0, g;
+    void* kv;
+    const void* k_rope;
+    void* keys;
+  };
+  // Gathers the sequence's latent and rope once, then per group of `group`
+  // heads runs the decompression GEMM and `attend`, stopping at (and
+  // returning) the first false.
+  bool for_each_prefill_group(const MlaStep& step, std::int32_t seq_index, std::int64_t context, std::int64_t group,
+                              std::int64_t key_head_bytes, const MlaInputs& in,
+                              const std::function<bool(const PrefillGroup&)>& attend);
   void run_prefill(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index, const MlaInputs& in,
                    Tensor out);
   // The same through cuDNN (keys concatenated to whole QK heads first); false
