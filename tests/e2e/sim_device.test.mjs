@@ -94,6 +94,12 @@ export const tests = {
       [['--device', 'cpu', '--cuda-prefill-attention', 'v1'], /--cuda-prefill-attention/],
       [['--device', 'sim', '--cuda-decode-split-plan', 'by-step-work'],
         /--cuda-decode-split-plan has no effect with --device sim/],
+      [['--device', 'cpu', '--kv-offloading-eviction', 'adaptive-reuse'],
+        /--kv-offloading-eviction have no effect without --kv-offloading-size/],
+      [['--device', 'cpu', '--kv-offloading-size', '1', '--kv-offloading-eviction', 'fifo'],
+        /unknown eviction policy 'fifo'/],
+      [['--device', 'cpu', '--kv-offloading-size', '1', '--kv-offloading-eviction', 'prefix-aware'],
+        /--kv-offloading-eviction: the host KV tier evicts lru, slru, reuse-history or adaptive-reuse/],
     ]) {
       const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', ...args],
         { encoding: 'utf8', timeout: 30_000 });
