@@ -1015,7 +1015,8 @@ void bench_chunk_over_prefix() {
   // the 256-row chunk over 100k of the earlier runs.
   for (const Shape shape : {Shape{32768, 256}, Shape{32768, 1024}, Shape{32768, 2048}, Shape{65536, 256},
                             Shape{65536, 1024}, Shape{65536, 2048}, Shape{131072, 256}, Shape{131072, 1024},
-                            Shape{131072, 2048}, Shape{100000, 256}}) {
+                            Shape{131072, 2048}, Shape{100000, 256}, Shape{100000, 128}, Shape{100000, 512},
+                            Shape{16384, 512}}) {
     CudaOptions options = bench_options();
     options.prefill_attention = kernel;
     auto ops = new_ops(options);
@@ -1040,12 +1041,15 @@ void bench_chunk_over_prefix() {
     const Tensor out = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
     ops->begin_step(layout);
     const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-    if (kernel == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
-      std::printf("| (cudnn row below: cuDNN did not run, wgmma-ws did) | | |\n");
+    // Which path ran under the cuDNN choices: split over keys, whole, or ours.
+    const char* path = !cuda::uses_cudnn(kernel)                   ? ""
+                       : must(cuda_cudnn_sdpa_split_runs(*ops)) > 0 ? " [cuDNN split]"
+                       : must(cuda_cudnn_sdpa_runs(*ops)) > 0       ? " [cuDNN whole]"
+                                                                    : " [wgmma-ws]";
     const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
-    char name[128];
-    std::snprintf(name, sizeof name, "attention %s chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)",
-                  std::string(kernel_name).c_str(), shape.chunk, shape.prefix / 1000, t * 1e3);
+    char name[160];
+    std::snprintf(name, sizeof name, "attention %s%s chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)",
+                  std::string(kernel_name).c_str(), path, shape.chunk, shape.prefix / 1000, t * 1e3);
     row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
   }
   }

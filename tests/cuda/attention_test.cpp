@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "sluice/backend/cuda/cudnn_sdpa.h"
+#include "sluice/backend/cuda/cudnn_split_plan.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/rope.h"
 #include "test_util.h"
@@ -42,6 +43,9 @@ struct AttentionCase {
   // graphs the decode steps run it fused with the KV page write.
   bool rope = false;
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
+  // cuDNN plans on the builder thread: the steps run once before their plans
+  // exist (declined: our kernels), then again after they are built.
+  bool cudnn_plans_in_background = false;
 };
 
 const RopeParams kLlama3Rope{.head_dim = 0, .theta = 500000.0f, .llama3_factor = 8.0f};
@@ -91,6 +95,7 @@ class AttentionHarness {
     }
     CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = c.decode_steps_with_graphs};
     options.prefill_attention = c.prefill_attention;
+    options.cudnn_plans_in_background = c.cudnn_plans_in_background;
     auto ops = make_cuda_ops(options);
     SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
     ops_ = std::move(ops).value();
@@ -203,6 +208,10 @@ class AttentionHarness {
       under_test.push_back({s.prefix_tokens, s.prefix_tokens + s.num_rows});
       max_rows = std::max(max_rows, s.num_rows);
     }
+    for (int pass = 0; pass < (c_.cudnn_plans_in_background ? 2 : 1); ++pass) {
+    if (pass == 1) {
+      ASSERT_TRUE(cuda_cudnn_wait_for_plans(*ops_).ok());
+    }
     for (std::int32_t layer : {1, 0}) {  // layer 1 first: layers must not alias
       bool finite = false;
       const double prefix_error = run_step(layer, prefix, &finite);
@@ -212,6 +221,13 @@ class AttentionHarness {
         const double error = run_step(layer, under_test, &finite);
         EXPECT_TRUE(finite) << "step under test, layer " << layer;
         EXPECT_LE(error, 1e-2) << "step under test, layer " << layer;
+        if (c_.cudnn_plans_in_background && pass == 0 && layer == 1) {
+          // The first step of each shape class asks for its plan and cannot
+          // find it built: nothing has run on cuDNN yet.
+          Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
+          ASSERT_TRUE(runs.ok()) << runs.error_message();
+          EXPECT_EQ(*runs, 0) << "a step ran on cuDNN before its plan was built";
+        }
         continue;
       }
       // Row i of every sequence that has one, as decode step i.
@@ -226,10 +242,18 @@ class AttentionHarness {
         EXPECT_LE(error, 1e-2) << "decode step " << i << ", layer " << layer;
       }
     }
+    }
     if (c_.prefill_attention == cuda::PrefillAttention::cudnn && cudnn_takes_case() && cudnn_loads()) {
       Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
       ASSERT_TRUE(runs.ok()) << runs.error_message();
       EXPECT_GT(*runs, 0) << "cuDNN loads but ran no layer of this case";
+    }
+    // A step whose route is a split must have run split (both cuDNN choices).
+    if (cuda::uses_cudnn(c_.prefill_attention) && cudnn_takes_case() && cudnn_loads() && !c_.decode_steps_with_graphs &&
+        routes_split()) {
+      Result<std::int64_t> split = cuda_cudnn_sdpa_split_runs(*ops_);
+      ASSERT_TRUE(split.ok()) << split.error_message();
+      EXPECT_GT(*split, 0) << "the step under test routes to a split over keys but none ran";
     }
   }
 
@@ -271,6 +295,17 @@ class AttentionHarness {
       if (s.prefix_tokens > 1 || (s.num_rows > 1 && !c_.decode_steps_with_graphs)) return true;
     return false;
   }
+  // Whether the step under test's prefill sequences route to a split over keys.
+  bool routes_split() const {
+    std::vector<cuda::SdpaShape> shapes;
+    for (const SeqSpec& s : c_.seqs)
+      if (s.num_rows > 1) shapes.push_back({.num_rows = s.num_rows, .num_keys = s.prefix_tokens + s.num_rows});
+    int device = 0, num_sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+    return !shapes.empty() &&
+           cuda::route_sdpa_step(shapes, c_.num_q_heads, c_.block_size, num_sms).route == cuda::SdpaRoute::split;
+  }
   static bool cudnn_loads() {
     static const bool loads = cuda::CudnnSdpa::open(nullptr).ok();
     return loads;
@@ -305,7 +340,8 @@ class CudaAttention : public ::testing::TestWithParam<cuda::PrefillAttention> {
 
 INSTANTIATE_TEST_SUITE_P(PrefillKernels, CudaAttention,
                          ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma,
-                                           cuda::PrefillAttention::wgmma_ws, cuda::PrefillAttention::cudnn),
+                                           cuda::PrefillAttention::wgmma_ws, cuda::PrefillAttention::cudnn,
+                                           cuda::PrefillAttention::automatic),
                          [](const ::testing::TestParamInfo<cuda::PrefillAttention>& info) {
                            // gtest names take no '-' (the flag's "wgmma-ws" is wgmma_ws here).
                            std::string name(cuda::name_of(info.param, cuda::kPrefillAttentionNames));
@@ -392,6 +428,19 @@ TEST_P(CudaAttention, ChunkOverLongPrefixSplitsKeys) {
   run({32, 8, 128, 16, {{65536, 300}, {9000, 64}, {5000, 1}}, 12}, 40);
   run({32, 8, 128, 16, {{20000, 129}, {0, 100}}, 16}, 41);
   run({16, 2, 64, 16, {{40000, 77}}, 12}, 42);
+}
+
+// The server's way: plans built on a thread of their own. A step whose plan is
+// not built runs on our kernels (and is still right); once built, on cuDNN.
+TEST(CudnnPlansInBackground, StepsWaitForNoPlanAndRunOnCudnnOnceBuilt) {
+  AttentionCase whole{32, 8, 128, 16, {{0, 4096}, {0, 2000}}};
+  whole.prefill_attention = cuda::PrefillAttention::cudnn;
+  whole.cudnn_plans_in_background = true;
+  AttentionHarness(whole, 50).run_case();
+  AttentionCase split{32, 8, 128, 16, {{20000, 256}, {5000, 1}}, 12};
+  split.prefill_attention = cuda::PrefillAttention::automatic;
+  split.cudnn_plans_in_background = true;
+  AttentionHarness(split, 51).run_case();
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
                  "cuda: kernel for prefill attention: wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 "
                  "style, the default; head_dim 128, others run on mma; 1.13-1.23x wgmma), wgmma (two warpgroups "
                  "in phase; 1.2-1.3x mma), mma (mma.sync) or cudnn (cuDNN's SDPA through libcudnn.so.9, loaded at the "
-                 "first prefill; steps it refuses run wgmma-ws, with a log line)")
+                 "first prefill; a short chunk over a long prefix split over keys; steps it refuses run wgmma-ws, with a "
+                 "log line) or auto (cudnn where the step fills the GPU or splits over keys, wgmma-ws elsewhere)")
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");
@@ -44,6 +45,8 @@ CudaOptions cuda_options(const CudaFlags& flags) {
   SLUICE_CHECK_MSG(kernel.has_value(), "--cuda-prefill-attention " + flags.prefill_attention);
   options.prefill_attention = *kernel;
   options.programmatic_launch = flags.programmatic_launch;
+  // A server never waits for a cuDNN plan inside a step (cuda_options.h).
+  options.cudnn_plans_in_background = true;
   const auto plan = cuda::parse_name(flags.decode_split_plan, cuda::kDecodeSplitPlanNames);
   SLUICE_CHECK_MSG(plan.has_value(), "--cuda-decode-split-plan " + flags.decode_split_plan);
   options.decode_split_plan = *plan;

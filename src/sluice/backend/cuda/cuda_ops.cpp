@@ -111,6 +111,9 @@ class CudaOps final : public Ops {
     SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0, static_cast<std::size_t>(bytes), stream_));
     kv_spec_ = spec;
     graphs_.clear();  // they hold the old cache's address
+    // cuDNN loads (dlopen, handles, the plan builder) before serving, not
+    // inside the first prefill step.
+    if (cuda::uses_cudnn(options_.prefill_attention) && options_.cudnn_plans_in_background) open_cudnn();
     return Ok{};
   }
 
@@ -332,7 +335,7 @@ class CudaOps final : public Ops {
                             const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
                             kv_spec_.block_size_tokens, launch_);
     }
-    if (args.prefill_attention != cuda::PrefillAttention::cudnn || !cudnn_prefill(args, k, v)) {
+    if (!cuda::uses_cudnn(args.prefill_attention) || !cudnn_prefill(args, k, v)) {
       cuda::launch_attention_prefill(view_, args, launch_);
       cuda::launch_attention_prefill_split(view_, args, launch_);
     }
@@ -384,7 +387,7 @@ class CudaOps final : public Ops {
                                   .kv_lora_rank = shape.kv_lora_rank,
                                   .block_size = kv_spec_.block_size_tokens};
     const bool replay = !launching();
-    const bool cudnn = options_.prefill_attention == cuda::PrefillAttention::cudnn && !replay &&
+    const bool cudnn = cuda::uses_cudnn(options_.prefill_attention) && !replay &&
                        graphs_.mode() == cuda::DecodeGraphs::Mode::eager &&
                        std::any_of(layout_->sequences.begin(), layout_->sequences.end(),
                                    [](const SequenceLayout& seq) { return seq.num_rows > 1; });
@@ -439,6 +442,10 @@ class CudaOps final : public Ops {
 
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
   std::int64_t cudnn_sdpa_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_runs(); }
+  std::int64_t cudnn_sdpa_split_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_split_runs(); }
+  void cudnn_wait_for_plans() {
+    if (cudnn_ != nullptr) cudnn_->wait_for_plans();
+  }
 
   Result<Tensor> random_fp8_weight(Shape shape, std::uint64_t seed, float scale) {
     const std::int64_t rows = shape.rows(), cols = shape.cols();
@@ -510,11 +517,15 @@ class CudaOps final : public Ops {
                              .num_keys = seq.num_computed_tokens + seq.num_rows, .block_table = seq.block_table});
       }
       const std::int64_t row_elems = static_cast<std::int64_t>(args.num_q_heads) * args.head_dim;
-      const std::int64_t kv_row_elems = static_cast<std::int64_t>(args.num_kv_heads) * args.head_dim;
-      if (const Status prepared =
-              cudnn_->prepare(sequences, row_elems, row_elems, kv_row_elems, args.block_size_tokens);
-          !prepared.ok()) {
-        spdlog::warn("prefill attention cudnn: {}; wgmma-ws runs this step", prepared.error_message());
+      Result<bool> taken = cudnn_->prepare(
+          sequences, {.q_row_elems = row_elems, .out_row_elems = row_elems,
+                      .kv_row_elems = static_cast<std::int64_t>(args.num_kv_heads) * args.head_dim,
+                      .block_size = args.block_size_tokens, .num_q_heads = args.num_q_heads,
+                      .num_kv_heads = args.num_kv_heads, .head_dim_qk = args.head_dim, .head_dim_v = args.head_dim,
+                      .num_sms = num_sms_, .num_blocks = kv_spec_.num_blocks,
+                      .may_decline = args.prefill_attention == cuda::PrefillAttention::automatic});
+      if (!taken.ok()) spdlog::warn("prefill attention cudnn: {}; wgmma-ws runs this step", taken.error_message());
+      if (!taken.ok() || !*taken) {
         cudnn_failed_step_ = step_serial_;
         return false;
       }
@@ -538,7 +549,7 @@ class CudaOps final : public Ops {
   // (and a log line, once) where libcudnn.so.9 does not load.
   cuda::CudnnSdpa* open_cudnn() {
     if (cudnn_ == nullptr && !cudnn_unavailable_) {
-      auto opened = cuda::CudnnSdpa::open(stream_);
+      auto opened = cuda::CudnnSdpa::open(stream_, options_.cudnn_plans_in_background);
       if (!opened.ok()) {
         spdlog::warn("prefill attention cudnn: {}; our kernels (wgmma-ws) run prefill attention instead",
                      opened.error_message());
@@ -671,6 +682,19 @@ Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_cudnn_sdpa_runs: not a CUDA Ops"};
   return cuda_ops->cudnn_sdpa_runs();
+}
+
+Status cuda_cudnn_wait_for_plans(Ops& ops) {
+  auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_cudnn_wait_for_plans: not a CUDA Ops"};
+  cuda_ops->cudnn_wait_for_plans();
+  return Ok{};
+}
+
+Result<std::int64_t> cuda_cudnn_sdpa_split_runs(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_cudnn_sdpa_split_runs: not a CUDA Ops"};
+  return cuda_ops->cudnn_sdpa_split_runs();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

@@ -56,5 +56,10 @@ namespace sluice {
 // 0 when it never loaded or took no step): tests and benchmarks say which
 // path ran instead of inferring it.
 [[nodiscard]] Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops);
+// Of them, the layer calls of steps split over keys (cudnn_split_plan.h).
+[[nodiscard]] Result<std::int64_t> cuda_cudnn_sdpa_split_runs(const Ops& ops);
+// Blocks until the cuDNN plans asked for so far are built
+// (CudaOptions::cudnn_plans_in_background); Ok at once where none are.
+[[nodiscard]] Status cuda_cudnn_wait_for_plans(Ops& ops);
 
 }  // namespace sluice

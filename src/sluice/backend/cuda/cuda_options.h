@@ -42,9 +42,20 @@ enum class PrefillAttention {
   // V 128) runs through it too (cuDNN 9.19+). The suite passes under it
   // (S9-C2/C3); 534-621 TFLOP/s at 8k/32k (1.39-1.55x wgmma_ws), chunks of
   // 1024-2048 rows over 32k-131k 483-534 (1.34-1.45x), but 256-row chunks
-  // ~250 (0.72-0.95x: no split over keys), so not the default.
+  // ~250 (0.72-0.95x) unsplit. Under this choice every step cuDNN can take
+  // runs on it: a short chunk over a long prefix split over keys
+  // (cudnn_split_plan.h), an underfilled step that cannot split whole.
   cudnn,
+  // cuDNN where the step's query tiles fill the GPU or its prefixes split over
+  // keys (cudnn_split_plan.h's route), wgmma_ws for the rest (short chunks
+  // over short prefixes, where cuDNN's unsplit tiles leave SMs idle: S9-C2).
+  automatic,
 };
+
+// Whether prefill attention goes to cuDNN's SDPA where it can.
+constexpr bool uses_cudnn(PrefillAttention p) {
+  return p == PrefillAttention::cudnn || p == PrefillAttention::automatic;
+}
 
 // Context buckets of captured decode graphs (a graph is captured per bucket,
 // and the split-KV grid is sized for the bucket's longest context).
@@ -164,6 +175,12 @@ struct CudaOptions {
   // 124 s against mma's 169 (S7-1/S7-3, docs/benchmarks.md). head_dim != 128
   // stays on mma.
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::wgmma_ws;
+  // cuDNN SDPA plans built on a thread of their own (cudnn_sdpa.h's open()):
+  // a step whose plan is not ready runs on wgmma_ws instead of waiting
+  // 45-110 ms for it, the first ~1.2 s (S10-lead-2: 78 plans in a burst, a
+  // 1.3 s chat gap). The server sets it; tests and benchmarks build in line
+  // so that every step they check or time runs on cuDNN.
+  bool cudnn_plans_in_background = false;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
   // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).
@@ -185,11 +202,12 @@ struct CudaOptions {
 namespace cuda {
 
 // Names for flags and logs; parse_* return nullopt for an unknown name.
-inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 4> kPrefillAttentionNames = {
+inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 5> kPrefillAttentionNames = {
     {{"mma", PrefillAttention::mma},
      {"wgmma", PrefillAttention::wgmma},
      {"wgmma-ws", PrefillAttention::wgmma_ws},
-     {"cudnn", PrefillAttention::cudnn}}};
+     {"cudnn", PrefillAttention::cudnn},
+     {"auto", PrefillAttention::automatic}}};
 inline constexpr std::array<std::pair<std::string_view, GraphBuckets>, 2> kGraphBucketsNames = {
     {{"power-of-two", GraphBuckets::power_of_two}, {"eighth-octave", GraphBuckets::eighth_octave}}};
 inline constexpr std::array<std::pair<std::string_view, GemvSplitK>, 2> kGemvSplitKNames = {

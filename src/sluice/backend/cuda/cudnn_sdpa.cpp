@@ -15,6 +15,8 @@
 #include <spdlog/spdlog.h>
 
 #include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/cudnn_split_plan.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 
 namespace sluice::cuda {
 
@@ -77,6 +79,7 @@ enum Uid : std::int64_t {
   kNegativeInfinity = 12,
   kKOffsets = 13,
   kVOffsets = 14,
+  kStats = 15,
   kFirstVirtual = 100,
 };
 
@@ -243,7 +246,7 @@ std::string cudnn_sdpa_unsupported(std::int32_t num_q_heads, std::int32_t num_kv
   return {};
 }
 
-Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::open(cudaStream_t stream) {
+Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::open(cudaStream_t stream, bool background_plans) {
   auto api = std::make_unique<Api>();
   api->library = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
   if (api->library == nullptr) return Error{fmt::format("dlopen libcudnn.so.9: {}", dlerror())};
@@ -279,106 +282,246 @@ Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::open(cudaStream_t stream) {
     api->destroy(handle);
     return Error{api->describe("set stream", s)};
   }
-  return std::unique_ptr<CudnnSdpa>(new CudnnSdpa(std::move(api), handle, stream));
+  cudnnHandle_t build_handle = nullptr;
+  if (background_plans) {
+    if (const cudnnStatus_t s = api->create(&build_handle); s != CUDNN_STATUS_SUCCESS) {
+      api->destroy(handle);
+      return Error{api->describe("create (plan builder)", s)};
+    }
+  }
+  return std::unique_ptr<CudnnSdpa>(new CudnnSdpa(std::move(api), handle, build_handle, stream));
 }
 
-CudnnSdpa::CudnnSdpa(std::unique_ptr<Api> api, void* handle, cudaStream_t stream)
-    : api_(std::move(api)), handle_(handle), stream_(stream),
-      negative_infinity_(-std::numeric_limits<float>::infinity()) {}
+CudnnSdpa::CudnnSdpa(std::unique_ptr<Api> api, void* handle, void* build_handle, cudaStream_t stream)
+    : api_(std::move(api)), handle_(handle), stream_(stream), build_handle_(build_handle),
+      negative_infinity_(-std::numeric_limits<float>::infinity()) {
+  if (build_handle_ != nullptr) builder_ = std::thread([this] { build_queued_plans(); });
+}
 
 CudnnSdpa::~CudnnSdpa() {
+  if (builder_.joinable()) {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    builder_.join();
+  }
   cudaStreamSynchronize(stream_);
   plans_.clear();
+  built_.clear();
   api_->destroy(static_cast<cudnnHandle_t>(handle_));
+  if (build_handle_ != nullptr) api_->destroy(static_cast<cudnnHandle_t>(build_handle_));
 }
 
 std::int64_t CudnnSdpa::version() const { return static_cast<std::int64_t>(api_->get_version()); }
 
-Status CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, std::int64_t q_row_elems,
-                          std::int64_t out_row_elems, std::int64_t kv_row_elems, std::int32_t block_size) {
+std::int64_t CudnnSdpa::add_section(std::int64_t count) {
+  const std::int64_t at = static_cast<std::int64_t>(host_tensors_.size());
+  host_tensors_.resize(static_cast<std::size_t>(at + (count + 3) / 4 * 4), 0);
+  return at;
+}
+
+CudnnSdpa::Call CudnnSdpa::add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats,
+                                    bool pad_batch) {
+  Call call{.paged = paged, .causal = causal, .stats = stats};
+  const auto n = static_cast<std::int64_t>(entries.size());
+  // A split call's batch is padded to a power of two with empty entries (cuDNN
+  // skips sequences of length 0), so its plans are few.
+  call.b = pad_batch ? pow2_at_least(n, 1) : n;
+  std::int64_t max_rows = 0, max_keys = 0, end_q = 0, end_out = 0;
+  for (const Entry& e : entries) {
+    max_rows = std::max<std::int64_t>(max_rows, e.num_rows);
+    max_keys = std::max<std::int64_t>(max_keys, e.key_end - e.key_begin);
+    end_q = std::max<std::int64_t>(end_q, e.q_row + e.num_rows);
+    end_out = std::max<std::int64_t>(end_out, e.out_row + e.num_rows);
+  }
+  const std::int64_t bs = shape_.block_size;
+  call.sq = pow2_at_least(max_rows, 64);
+  call.skv = pow2_at_least(max_keys, std::max<std::int64_t>(64, bs));
+  call.table = paged ? call.skv / bs : 0;
+  call.seq_len_q = add_section(call.b);
+  call.seq_len_kv = add_section(call.b);
+  call.q_offsets = add_section(call.b + 1);
+  call.out_offsets = add_section(call.b + 1);
+  call.kv_offsets = add_section(call.b + 1);
+  call.page_table = paged ? add_section(call.b * call.table) : 0;
+  std::int32_t* t = host_tensors_.data();
+  for (std::int64_t i = 0; i <= call.b; ++i) {
+    // Past the last entry (and for the padding): offsets at the end, lengths 0.
+    const bool real = i < n;
+    const Entry e = real ? entries[static_cast<std::size_t>(i)] : Entry{};
+    const std::int64_t q_row = real ? e.q_row : end_q, out_row = real ? e.out_row : end_out;
+    t[call.q_offsets + i] = static_cast<std::int32_t>(q_row * shape_.q_row_elems);
+    t[call.out_offsets + i] = static_cast<std::int32_t>(out_row * shape_.out_row_elems);
+    t[call.kv_offsets + i] = static_cast<std::int32_t>(q_row * shape_.kv_row_elems);
+    if (i == call.b) break;
+    t[call.seq_len_q + i] = e.num_rows;
+    t[call.seq_len_kv + i] = e.key_end - e.key_begin;
+    if (!paged || !real) continue;
+    const std::int64_t first = e.key_begin / bs, used = (e.key_end - e.key_begin + bs - 1) / bs;
+    std::copy_n(e.block_table.begin() + first, used, t + call.page_table + i * call.table);
+  }
+  return call;
+}
+
+Result<bool> CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, const SdpaStepShape& shape) {
+  prepared_ = false;
   if (sequences.empty()) return Error{"cuDNN SDPA: no sequences"};
-  const auto b = static_cast<std::int64_t>(sequences.size());
-  std::int64_t max_rows = 0, max_keys = 0, total_rows = 0;
+  std::vector<SdpaShape> shapes;
   for (const SdpaSequence& s : sequences) {
-    max_rows = std::max<std::int64_t>(max_rows, s.num_rows);
-    max_keys = std::max<std::int64_t>(max_keys, s.num_keys);
-    total_rows += s.num_rows;
-    if (s.num_rows > s.num_keys) return Error{"cuDNN SDPA: a sequence with more rows than keys"};
-    if (static_cast<std::int64_t>(s.block_table.size()) * block_size < s.num_keys)
+    if (s.num_rows <= 0 || s.num_rows > s.num_keys) return Error{"cuDNN SDPA: a sequence with more rows than keys"};
+    if (static_cast<std::int64_t>(s.block_table.size()) * shape.block_size < s.num_keys)
       return Error{"cuDNN SDPA: a block table shorter than its keys"};
+    shapes.push_back({.num_rows = s.num_rows, .num_keys = s.num_keys});
   }
   // Ragged offsets are int32 element offsets.
   const SdpaSequence& last = sequences.back();
   const std::int64_t end_row = last.row_begin + last.num_rows;
-  if (end_row * std::max({q_row_elems, out_row_elems, kv_row_elems}) > std::numeric_limits<std::int32_t>::max())
+  if (end_row * std::max({shape.q_row_elems, shape.out_row_elems, shape.kv_row_elems}) >
+      std::numeric_limits<std::int32_t>::max())
     return Error{"cuDNN SDPA: a step of more than 2^31 q elements"};
-  // Every key of every sequence is a row of this step (prompts from position
-  // 0): K and V are read from the step's rows, packed, not from the pages.
-  fresh_ = std::all_of(sequences.begin(), sequences.end(),
-                       [](const SdpaSequence& s) { return s.num_keys == s.num_rows; });
-  batch_ = b;
-  max_rows_bucket_ = pow2_at_least(max_rows, 64);
-  max_keys_bucket_ = pow2_at_least(max_keys, std::max<std::int64_t>(64, block_size));
-  table_size_ = max_keys_bucket_ / block_size;
-  block_size_ = block_size;
-  q_row_elems_ = q_row_elems;
-  out_row_elems_ = out_row_elems;
-  kv_row_elems_ = kv_row_elems;
-  // kSections sections of b + 1 (16-byte aligned), then the page table b x table (paged steps).
-  const std::int64_t section = (b + 1 + 3) / 4 * 4;
-  host_tensors_.assign(static_cast<std::size_t>(kSections * section + (fresh_ ? 0 : b * table_size_)), 0);
-  std::int32_t* seq_len_q = host_tensors_.data();
-  std::int32_t* seq_len_kv = seq_len_q + section;
-  std::int32_t* q_offsets = seq_len_kv + section;
-  std::int32_t* out_offsets = q_offsets + section;
-  std::int32_t* kv_offsets = out_offsets + section;
-  std::int32_t* table = host_tensors_.data() + kSections * section;
-  for (std::int64_t i = 0; i < b; ++i) {
-    const SdpaSequence& s = sequences[static_cast<std::size_t>(i)];
-    seq_len_q[i] = s.num_rows;
-    seq_len_kv[i] = s.num_keys;
-    q_offsets[i] = static_cast<std::int32_t>(s.row_begin * q_row_elems);
-    out_offsets[i] = static_cast<std::int32_t>(s.row_begin * out_row_elems);
-    kv_offsets[i] = static_cast<std::int32_t>(s.row_begin * kv_row_elems);
-    if (fresh_) continue;
-    const std::int64_t used = (s.num_keys + block_size - 1) / block_size;
-    std::copy_n(s.block_table.begin(), used, table + i * table_size_);
+  SdpaRouting routing = route_sdpa_step(shapes, shape.num_q_heads, shape.block_size, shape.num_sms);
+  if (routing.route == SdpaRoute::decline) {
+    if (shape.may_decline) return false;
+    routing.route = SdpaRoute::whole;
   }
-  // The end offsets: past the last row of the last sequence.
-  q_offsets[b] = static_cast<std::int32_t>(end_row * q_row_elems);
-  out_offsets[b] = static_cast<std::int32_t>(end_row * out_row_elems);
-  kv_offsets[b] = static_cast<std::int32_t>(end_row * kv_row_elems);
+  shape_ = shape;
+  host_tensors_.clear();
+  split_ = routing.route == SdpaRoute::split;
+  if (!split_) {
+    // Every key of every sequence is a row of this step (prompts from position
+    // 0): K and V are read from the step's rows, packed, not from the pages.
+    const bool fresh = std::all_of(sequences.begin(), sequences.end(),
+                                   [](const SdpaSequence& s) { return s.num_keys == s.num_rows; });
+    std::vector<Entry> entries;
+    for (const SdpaSequence& s : sequences)
+      entries.push_back({.q_row = s.row_begin, .out_row = s.row_begin, .num_rows = s.num_rows, .key_begin = 0,
+                         .key_end = s.num_keys, .block_table = s.block_table});
+    whole_ = add_call(entries, /*paged=*/!fresh, /*causal=*/true, /*stats=*/false, /*pad_batch=*/false);
+  } else {
+    // Pieces: every row of the sequence over whole blocks of its prefix, into
+    // partial_out_ one piece after another. Tails: the rest, causal, into out.
+    std::vector<Entry> pieces, tails;
+    std::vector<std::int32_t> piece_row_begin, first_piece(sequences.size(), 0), num_pieces(sequences.size(), 0);
+    std::int32_t partial_rows = 0;
+    for (const SdpaKeyPiece& p : routing.pieces) {
+      const SdpaSequence& s = sequences[static_cast<std::size_t>(p.sequence)];
+      if (num_pieces[static_cast<std::size_t>(p.sequence)]++ == 0)
+        first_piece[static_cast<std::size_t>(p.sequence)] = static_cast<std::int32_t>(pieces.size());
+      pieces.push_back({.q_row = s.row_begin, .out_row = partial_rows, .num_rows = s.num_rows,
+                        .key_begin = p.key_begin, .key_end = p.key_end, .block_table = s.block_table});
+      piece_row_begin.push_back(partial_rows);
+      partial_rows += s.num_rows;
+    }
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      const SdpaSequence& s = sequences[i];
+      tails.push_back({.q_row = s.row_begin, .out_row = s.row_begin, .num_rows = s.num_rows,
+                       .key_begin = routing.tail_begin[i], .key_end = s.num_keys, .block_table = s.block_table});
+    }
+    pieces_ = add_call(pieces, /*paged=*/true, /*causal=*/false, /*stats=*/true, /*pad_batch=*/true);
+    tails_ = add_call(tails, /*paged=*/true, /*causal=*/true, /*stats=*/true, /*pad_batch=*/true);
+    // The combine's rows: each row of a split sequence.
+    combine_rows_ = 0;
+    for (std::size_t i = 0; i < sequences.size(); ++i)
+      if (num_pieces[i] > 0) combine_rows_ += sequences[i].num_rows;
+    combine_rows_at_ = add_section(5 * combine_rows_);
+    piece_row_begin_at_ = add_section(static_cast<std::int64_t>(piece_row_begin.size()));
+    std::int32_t* rows = host_tensors_.data() + combine_rows_at_;
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      if (num_pieces[i] == 0) continue;
+      for (std::int32_t r = 0; r < sequences[i].num_rows; ++r) {
+        const std::array<std::int32_t, 5> row = {sequences[i].row_begin + r, static_cast<std::int32_t>(i), r,
+                                                 first_piece[i], num_pieces[i]};
+        rows = std::copy(row.begin(), row.end(), rows);
+      }
+    }
+    std::copy(piece_row_begin.begin(), piece_row_begin.end(), host_tensors_.data() + piece_row_begin_at_);
+    partial_out_.ensure(static_cast<std::int64_t>(partial_rows) * shape.out_row_elems * 2, stream_);
+    const std::int64_t hq = shape.num_q_heads;
+    piece_lse_.ensure(pieces_.b * hq * pieces_.sq * static_cast<std::int64_t>(sizeof(float)), stream_);
+    tail_lse_.ensure(tails_.b * hq * tails_.sq * static_cast<std::int64_t>(sizeof(float)), stream_);
+  }
+  // Every plan of the step built: else decline it (the builder thread is on it).
+  bool ready = true;
+  const std::array<const Call*, 2> calls = {split_ ? &pieces_ : &whole_, split_ ? &tails_ : nullptr};
+  for (const Call* call : calls) {
+    if (call == nullptr) continue;
+    SLUICE_TRY_ASSIGN(plan, plan_for(spec_of(*call)));
+    ready = ready && plan != nullptr;
+  }
+  if (!ready) return false;
   const auto bytes = static_cast<std::int64_t>(host_tensors_.size() * sizeof(std::int32_t));
   step_tensors_.ensure(bytes, stream_);
   // Pageable source: the copy is staged before this returns, so the host
   // vector may change at the next step while the device still reads its copy.
   SLUICE_CUDA_CHECK(cudaMemcpyAsync(step_tensors_.data(), host_tensors_.data(), static_cast<std::size_t>(bytes),
                                     cudaMemcpyHostToDevice, stream_));
-  return Ok{};
+  prepared_ = true;
+  return true;
 }
 
-Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const GraphSpec& spec) {
-  const auto key = spec.key();
+Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const GraphSpec& spec, bool may_defer) {
+  const Key key = spec.key();
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   // A shape class cuDNN refused is not asked again (a plan can take seconds).
   if (auto it = failed_.find(key); it != failed_.end()) return Error{it->second};
-  const auto start = std::chrono::steady_clock::now();
-  auto made = build_plan(spec);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (build_handle_ != nullptr && may_defer) {
+    std::lock_guard lock(mutex_);
+    if (auto it = built_.find(key); it != built_.end()) {
+      const Plan* plan = it->second.get();
+      plans_.emplace(key, std::move(it->second));
+      built_.erase(it);
+      return plan;
+    }
+    if (auto it = refused_.find(key); it != refused_.end()) {
+      failed_.emplace(key, it->second);
+      return Error{it->second};
+    }
+    if (asked_.insert(key).second) {
+      queue_.push_back(spec);
+      wake_.notify_one();
+    }
+    return nullptr;
+  }
+  auto made = build_plan(spec, handle_);
   if (!made.ok()) {
     failed_.emplace(key, made.error_message());
     return Error{made.error_message()};
   }
-  spdlog::info("cuDNN SDPA plan {} ({} K/V): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms, "
-               "engine config {}, workspace {} bytes",
-               plans_.size(), spec.paged ? "paged" : "packed", spec.b, spec.sq, spec.skv, spec.hq, spec.hk, spec.dqk,
-               spec.dv, ms, (*made)->config_index, (*made)->workspace_bytes);
   const Plan* plan = made->get();
   plans_.emplace(key, std::move(made).value());
   return plan;
 }
 
-Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp) {
+void CudnnSdpa::build_queued_plans() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const GraphSpec spec = queue_.front();
+    queue_.pop_front();
+    building_ = true;
+    lock.unlock();
+    auto made = build_plan(spec, build_handle_);
+    lock.lock();
+    building_ = false;
+    if (made.ok())
+      built_.emplace(spec.key(), std::move(made).value());
+    else
+      refused_.emplace(spec.key(), made.error_message());
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+void CudnnSdpa::wait_for_plans() {
+  if (build_handle_ == nullptr) return;
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !building_; });
+}
+
+Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp, void* handle) {
+  const auto start = std::chrono::steady_clock::now();
   auto plan = std::make_unique<Plan>();
   plan->api = api_.get();
   GraphBuilder g(*api_, plan->owned);
@@ -445,21 +588,26 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
   auto padded = g.virtual_tensor(f32, s_dims, s_strides);
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, f32, scaled, minus_inf, inside, padded);
 
-  // Bottom-right causal: keep col <= row + seq_len_kv - seq_len_q.
-  auto row = g.virtual_tensor(i32, s_dims, s_strides);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, padded, nullptr, nullptr, row, 2);
-  auto col = g.virtual_tensor(i32, s_dims, s_strides);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, padded, nullptr, nullptr, col, 3);
-  auto row_plus_kv = g.virtual_tensor(i32, s_dims, s_strides);
-  g.pointwise(CUDNN_POINTWISE_ADD, i32, row, seq_len_kv, nullptr, row_plus_kv);
-  auto diagonal = g.virtual_tensor(i32, s_dims, s_strides);
-  g.pointwise(CUDNN_POINTWISE_SUB, i32, row_plus_kv, seq_len_q, nullptr, diagonal);
-  auto causal = g.virtual_tensor(boolean, s_dims, s_strides);
-  g.pointwise(CUDNN_POINTWISE_CMP_GE, boolean, diagonal, col, nullptr, causal);
-  auto masked = g.virtual_tensor(f32, s_dims, s_strides);
-  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, f32, padded, minus_inf, causal, masked);
+  // Bottom-right causal: keep col <= row + seq_len_kv - seq_len_q (a split
+  // step's prefix pieces are seen whole by every row: padding only).
+  cudnnBackendDescriptor_t masked = padded;
+  if (sp.causal) {
+    auto row = g.virtual_tensor(i32, s_dims, s_strides);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, padded, nullptr, nullptr, row, 2);
+    auto col = g.virtual_tensor(i32, s_dims, s_strides);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, padded, nullptr, nullptr, col, 3);
+    auto row_plus_kv = g.virtual_tensor(i32, s_dims, s_strides);
+    g.pointwise(CUDNN_POINTWISE_ADD, i32, row, seq_len_kv, nullptr, row_plus_kv);
+    auto diagonal = g.virtual_tensor(i32, s_dims, s_strides);
+    g.pointwise(CUDNN_POINTWISE_SUB, i32, row_plus_kv, seq_len_q, nullptr, diagonal);
+    auto causal = g.virtual_tensor(boolean, s_dims, s_strides);
+    g.pointwise(CUDNN_POINTWISE_CMP_GE, boolean, diagonal, col, nullptr, causal);
+    masked = g.virtual_tensor(f32, s_dims, s_strides);
+    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, f32, padded, minus_inf, causal, masked);
+  }
 
-  // Softmax (with the log-sum-exp branch cudnn-frontend keeps, virtual).
+  // Softmax, with the log-sum-exp branch cudnn-frontend keeps: an output
+  // (f32 [b, hq, sq, 1], natural log) where a split step's combine needs it.
   auto row_max = g.virtual_tensor(f32, row_dims, row_strides);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   auto shifted = g.virtual_tensor(f32, s_dims, s_strides);
@@ -470,7 +618,8 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, row_sum);
   auto log_sum = g.virtual_tensor(f32, row_dims, row_strides);
   g.pointwise(CUDNN_POINTWISE_LOG, f32, row_sum, nullptr, nullptr, log_sum);
-  auto stats = g.virtual_tensor(f32, row_dims, row_strides);
+  auto stats = sp.stats ? g.tensor({.uid = kStats, .dtype = f32, .dims = row_dims, .strides = row_strides})
+                        : g.virtual_tensor(f32, row_dims, row_strides);
   g.pointwise(CUDNN_POINTWISE_ADD, f32, row_max, log_sum, nullptr, stats);
   auto probs = g.virtual_tensor(bf16, s_dims, s_strides);
   g.pointwise(CUDNN_POINTWISE_DIV, f32, exps, row_sum, nullptr, probs);
@@ -486,7 +635,7 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
   const std::vector<cudnnBackendDescriptor_t> ops = g.ops();
   g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<std::int64_t>(ops.size()),
         ops.data(), "graph ops");
-  g.set(graph, kOperationGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle_, "graph handle");
+  g.set(graph, kOperationGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
   g.finalize(graph, "operation graph");
   cudnnBackendDescriptor_t heuristics = g.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -515,7 +664,7 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
     cudnnBackendDescriptor_t candidate = nullptr;
     if (api_->create_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &candidate) != CUDNN_STATUS_SUCCESS)
       continue;
-    cudnnStatus_t s = api_->set_attribute(candidate, kExecutionPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle_);
+    cudnnStatus_t s = api_->set_attribute(candidate, kExecutionPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
     if (s == CUDNN_STATUS_SUCCESS)
       s = api_->set_attribute(candidate, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                               &configs[static_cast<std::size_t>(i)]);
@@ -536,6 +685,12 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
                                                   CUDNN_TYPE_INT64, 1, &count, &plan->workspace_bytes);
       s != CUDNN_STATUS_SUCCESS)
     return Error{api_->describe("plan workspace size", s)};
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("cuDNN SDPA plan ({} K/V{}{}): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms{}, "
+               "engine config {}, workspace {} bytes",
+               sp.paged ? "paged" : "packed", sp.causal ? ", causal" : "", sp.stats ? ", stats" : "", sp.b, sp.sq,
+               sp.skv, sp.hq, sp.hk, sp.dqk, sp.dv, ms, handle == handle_ ? "" : " (in the background)",
+               plan->config_index, plan->workspace_bytes);
   return plan;
 }
 
@@ -562,75 +717,98 @@ Status CudnnSdpa::execute(const Plan& plan, std::span<const std::int64_t> uids, 
   return Ok{};
 }
 
-Status CudnnSdpa::run(const SdpaLayer& l) {
-  if (batch_ == 0) return Error{"cuDNN SDPA: run() before prepare()"};
-  if (l.block_size != block_size_) return Error{"cuDNN SDPA: block size differs from prepare()"};
-  if (static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_qk != q_row_elems_ ||
-      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != out_row_elems_ ||
-      static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk != kv_row_elems_ || l.head_dim_qk != l.head_dim_v)
-    return Error{"cuDNN SDPA: row widths differ from prepare()"};
-  const std::int64_t section = (batch_ + 1 + 3) / 4 * 4;
-  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
-  scale_ = l.scale;
-  if (fresh_ && l.k != nullptr && l.v != nullptr) {
-    // Prompts from position 0: K and V straight from the step's rows.
-    const GraphSpec spec{.paged = 0,
-                         .b = batch_,
-                         .hq = l.num_q_heads,
-                         .hk = l.num_kv_heads,
-                         .sq = max_rows_bucket_,
-                         .skv = max_keys_bucket_,
-                         .dqk = l.head_dim_qk,
-                         .dv = l.head_dim_v,
-                         .q_row = q_row_elems_,
-                         .q_head = l.head_dim_qk,
-                         .o_row = out_row_elems_,
-                         .o_head = l.head_dim_v,
-                         .k_row = kv_row_elems_,
-                         .k_head = l.head_dim_qk,
-                         .v_row = kv_row_elems_,
-                         .v_head = l.head_dim_v};
-    SLUICE_TRY_ASSIGN(plan, plan_for(spec));
-    const std::array<std::int64_t, 12> uids = {kQ,        kK,        kV,        kO,        kSeqLenQ, kSeqLenKv,
-                                                kQOffsets, kOOffsets, kKOffsets, kVOffsets, kScale,   kNegativeInfinity};
-    const std::array<void*, 12> pointers = {const_cast<void*>(l.q), const_cast<void*>(l.k),
-                                            const_cast<void*>(l.v), l.out,
-                                            base,                   base + section,
-                                            base + 2 * section,     base + 3 * section,
-                                            base + 4 * section,     base + 4 * section,
-                                            &scale_,                &negative_infinity_};
-    return execute(*plan, uids, pointers);
+CudnnSdpa::GraphSpec CudnnSdpa::spec_of(const Call& call) const {
+  const SdpaStepShape& s = shape_;
+  GraphSpec spec{.paged = call.paged ? 1 : 0,
+                 .causal = call.causal ? 1 : 0,
+                 .stats = call.stats ? 1 : 0,
+                 .b = call.b,
+                 .hq = s.num_q_heads,
+                 .hk = s.num_kv_heads,
+                 .sq = call.sq,
+                 .skv = call.skv,
+                 .dqk = s.head_dim_qk,
+                 .dv = s.head_dim_v,
+                 .q_row = s.q_row_elems,
+                 .q_head = s.head_dim_qk,
+                 .o_row = s.out_row_elems,
+                 .o_head = s.head_dim_v,
+                 .k_row = static_cast<std::int64_t>(s.num_kv_heads) * s.head_dim_qk,
+                 .k_head = s.head_dim_qk,
+                 .v_row = static_cast<std::int64_t>(s.num_kv_heads) * s.head_dim_v,
+                 .v_head = s.head_dim_v};
+  if (call.paged) {
+    spec.block_size = s.block_size;
+    spec.num_blocks = s.num_blocks;
+    spec.table = call.table;
   }
-  if (fresh_) return Error{"cuDNN SDPA: a step of prompts from position 0 needs the step's K and V rows"};
-  const GraphSpec spec{.paged = 1,
-                       .b = batch_,
-                       .hq = l.num_q_heads,
-                       .hk = l.num_kv_heads,
-                       .sq = max_rows_bucket_,
-                       .skv = max_keys_bucket_,
-                       .dqk = l.head_dim_qk,
-                       .dv = l.head_dim_v,
-                       .q_row = q_row_elems_,
-                       .q_head = l.head_dim_qk,
-                       .o_row = out_row_elems_,
-                       .o_head = l.head_dim_v,
-                       .k_row = static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk,
-                       .k_head = l.head_dim_qk,
-                       .v_row = static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_v,
-                       .v_head = l.head_dim_v,
-                       .block_size = l.block_size,
-                       .num_blocks = l.num_blocks,
-                       .table = table_size_};
-  SLUICE_TRY_ASSIGN(plan, plan_for(spec));
-  const std::array<std::int64_t, 12> uids = {kQ,         kK,          kV,        kO,        kSeqLenQ, kSeqLenKv,
-                                              kPageTable, kPageTableV, kQOffsets, kOOffsets, kScale,   kNegativeInfinity};
-  const std::array<void*, 12> pointers = {const_cast<void*>(l.q),       const_cast<void*>(l.k_cache),
-                                          const_cast<void*>(l.v_cache), l.out,
-                                          base,                          base + section,
-                                          base + kSections * section,    base + kSections * section,
-                                          base + 2 * section,            base + 3 * section,
-                                          &scale_,                       &negative_infinity_};
+  return spec;
+}
+
+Status CudnnSdpa::run_call(const Call& call, const SdpaLayer& l, void* out, void* stats) {
+  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+  std::vector<std::int64_t> uids = {kQ, kK, kV, kO, kSeqLenQ, kSeqLenKv, kQOffsets, kOOffsets, kScale,
+                                    kNegativeInfinity};
+  std::vector<void*> pointers = {const_cast<void*>(l.q), nullptr, nullptr, out, base + call.seq_len_q,
+                                 base + call.seq_len_kv, base + call.q_offsets, base + call.out_offsets,
+                                 &scale_, &negative_infinity_};
+  if (call.paged) {
+    pointers[1] = const_cast<void*>(l.k_cache);
+    pointers[2] = const_cast<void*>(l.v_cache);
+    uids.insert(uids.end(), {kPageTable, kPageTableV});
+    pointers.insert(pointers.end(), {base + call.page_table, base + call.page_table});
+  } else {
+    // Prompts from position 0: K and V straight from the step's rows.
+    if (l.k == nullptr || l.v == nullptr)
+      return Error{"cuDNN SDPA: a step of prompts from position 0 needs the step's K and V rows"};
+    pointers[1] = const_cast<void*>(l.k);
+    pointers[2] = const_cast<void*>(l.v);
+    uids.insert(uids.end(), {kKOffsets, kVOffsets});
+    pointers.insert(pointers.end(), {base + call.kv_offsets, base + call.kv_offsets});
+  }
+  if (call.stats) {
+    uids.push_back(kStats);
+    pointers.push_back(stats);
+  }
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec_of(call)));
+  if (plan == nullptr) return Error{"cuDNN SDPA: run() of a step whose plan is not built (prepare() declined it)"};
   return execute(*plan, uids, pointers);
+}
+
+Status CudnnSdpa::run(const SdpaLayer& l) {
+  if (!prepared_) return Error{"cuDNN SDPA: run() before prepare()"};
+  if (l.block_size != shape_.block_size) return Error{"cuDNN SDPA: block size differs from prepare()"};
+  if (static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_qk != shape_.q_row_elems ||
+      static_cast<std::int64_t>(l.num_q_heads) * l.head_dim_v != shape_.out_row_elems ||
+      static_cast<std::int64_t>(l.num_kv_heads) * l.head_dim_qk != shape_.kv_row_elems ||
+      l.head_dim_qk != l.head_dim_v || l.num_q_heads != shape_.num_q_heads || l.num_kv_heads != shape_.num_kv_heads ||
+      l.head_dim_qk != shape_.head_dim_qk || l.head_dim_v != shape_.head_dim_v || l.num_blocks != shape_.num_blocks)
+    return Error{"cuDNN SDPA: row widths differ from prepare()"};
+  scale_ = l.scale;
+  if (!split_) {
+    SLUICE_TRY(run_call(whole_, l, l.out, nullptr));
+    ++num_runs_;
+    return Ok{};
+  }
+  SLUICE_TRY(run_call(pieces_, l, partial_out_.data(), piece_lse_.data()));
+  SLUICE_TRY(run_call(tails_, l, l.out, tail_lse_.data()));
+  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+  launch_sdpa_split_combine({.out = l.out,
+                             .partial = partial_out_.data(),
+                             .tail_lse = static_cast<const float*>(tail_lse_.data()),
+                             .piece_lse = static_cast<const float*>(piece_lse_.data()),
+                             .rows = base + combine_rows_at_,
+                             .piece_row_begin = base + piece_row_begin_at_,
+                             .num_rows = static_cast<std::int32_t>(combine_rows_),
+                             .num_heads = l.num_q_heads,
+                             .head_dim = l.head_dim_v,
+                             .tail_rows = static_cast<std::int32_t>(tails_.sq),
+                             .piece_rows = static_cast<std::int32_t>(pieces_.sq),
+                             .out_row_elems = shape_.out_row_elems},
+                            {.stream = stream_, .programmatic = false});
+  ++num_runs_;
+  ++num_split_runs_;
+  return Ok{};
 }
 
 Status CudnnSdpa::run_packed(const SdpaPacked& p) {
@@ -640,6 +818,7 @@ Status CudnnSdpa::run_packed(const SdpaPacked& p) {
   if (std::max({q_end, o_end, k_end, v_end}) > std::numeric_limits<std::int32_t>::max())
     return Error{"cuDNN SDPA: a packed sequence of more than 2^31 elements"};
   const GraphSpec spec{.paged = 0,
+                       .causal = 1,
                        .b = 1,
                        .hq = p.num_heads,
                        .hk = p.num_heads,
@@ -655,7 +834,7 @@ Status CudnnSdpa::run_packed(const SdpaPacked& p) {
                        .k_head = p.k_head,
                        .v_row = p.v_row,
                        .v_head = p.v_head};
-  SLUICE_TRY_ASSIGN(plan, plan_for(spec));
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec, /*may_defer=*/false));  // MLA has no other path to wait on
   // [seq_len_q][seq_len_kv][q offsets 2][o offsets 2][k offsets 2][v offsets 2], 16-byte sections.
   packed_host_ = {p.num_rows, 0, 0, 0, p.num_keys, 0, 0, 0, 0, static_cast<std::int32_t>(q_end), 0, 0,
                   0, static_cast<std::int32_t>(o_end), 0, 0, 0, static_cast<std::int32_t>(k_end), 0, 0,

@@ -19,17 +19,29 @@
 // step's own rows (packed, ragged) instead of the pages: 16-token pages cost
 // cuDNN 10-20% on whole prompts (S9-C1 against S9-C2, docs/benchmarks.md).
 //
-// Plans are cached by shape class: the batch (sequences of more than one row)
-// exactly, the longest chunk and the longest key range each rounded up to a
-// power of two (at least 64); the actual lengths go in seq_len tensors, so a
-// burst of chunks over growing prefixes reuses a handful of plans.
+// Each step is routed first (cudnn_split_plan.h): one causal call where its
+// query tiles fill the GPU; else split over keys, an unmasked call over the
+// prefixes' pieces and a causal one over the tails, both writing their rows'
+// log-sum-exp, then kernels/sdpa_split_combine.cu; or declined (auto).
+//
+// Plans are cached by shape class: the batch (sequences of more than one row;
+// a split call's padded to a power of two with empty entries), the longest
+// chunk and the longest key range each rounded up to a power of two (at least
+// 64); the actual lengths go in seq_len tensors, so a burst of chunks over
+// growing prefixes reuses a few dozen plans. A server builds them on a thread
+// of its own (open()'s background_plans).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <array>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <memory>
 #include <span>
 #include <string>
@@ -83,68 +95,121 @@ struct SdpaPacked {
   float scale = 1.0f;
 };
 
+// The step's shape for prepare(). Row widths are in elements.
+struct SdpaStepShape {
+  std::int64_t q_row_elems = 0, out_row_elems = 0, kv_row_elems = 0;
+  std::int32_t block_size = 0, num_q_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_v = 0, num_sms = 0;
+  std::int64_t num_blocks = 0;  // of the paged K/V cache
+  // Whether a step cuDNN cannot fill the GPU with (cudnn_split_plan.h's
+  // decline) goes back to the caller (PrefillAttention::automatic), or runs
+  // on cuDNN whole anyway (PrefillAttention::cudnn).
+  bool may_decline = false;
+};
+
 class CudnnSdpa {
  public:
   // Opens libcudnn.so.9 and makes a handle on `stream`; an error says why not.
-  static Result<std::unique_ptr<CudnnSdpa>> open(cudaStream_t stream);
+  // `background_plans`: a missing plan is built on a thread of its own (with
+  // a handle of its own: a cuDNN handle is not shared between threads), and
+  // prepare() declines the steps that need it until it is ready, so no step
+  // waits 45-110 ms for a plan (the first ~1.2 s: 78 plans in S10-lead-2's
+  // burst). Otherwise plans are built in line, where first asked for.
+  static Result<std::unique_ptr<CudnnSdpa>> open(cudaStream_t stream, bool background_plans = false);
   ~CudnnSdpa();
   CudnnSdpa(const CudnnSdpa&) = delete;
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;
 
-  // The step's sequences (copied to the device once; every layer's run()
-  // then reads them). Row widths are in elements (num_q_heads * head_dim,
-  // num_kv_heads * head_dim).
-  Status prepare(std::span<const SdpaSequence> sequences, std::int64_t q_row_elems, std::int64_t out_row_elems,
-                 std::int64_t kv_row_elems, std::int32_t block_size);
+  // Routes the step (cudnn_split_plan.h) and copies its calls' tensors to the
+  // device once; every layer's run() then reads them. false: declined (the
+  // route, or a plan still being built), the caller runs the step on its own
+  // kernels.
+  Result<bool> prepare(std::span<const SdpaSequence> sequences, const SdpaStepShape& shape);
   // Attention of the prepared sequences for one layer, enqueued on the stream.
   Status run(const SdpaLayer& layer);
   // Attention of one sequence over packed K/V, causal bottom-right (no prepare()).
   Status run_packed(const SdpaPacked& packed);
 
   std::int64_t version() const;   // cudnnGetVersion(), e.g. 91900
-  std::int64_t num_runs() const { return num_runs_; }
+  std::int64_t num_runs() const { return num_runs_; }              // layers run
+  std::int64_t num_split_runs() const { return num_split_runs_; }  // of them split over keys
   std::int64_t num_plans() const { return static_cast<std::int64_t>(plans_.size()); }
+  // Blocks until every plan asked for so far is built or refused (tests).
+  void wait_for_plans();
 
   struct Api;
   struct Plan;
 
  private:
-  CudnnSdpa(std::unique_ptr<Api> api, void* handle, cudaStream_t stream);
+  CudnnSdpa(std::unique_ptr<Api> api, void* handle, void* build_handle, cudaStream_t stream);
   // One graph's shape class: every dim and stride of its tensors.
   struct GraphSpec {
     std::int64_t paged = 0;  // K/V from pages (else packed rows)
+    std::int64_t causal = 1;  // bottom-right causal mask (else padding only)
+    std::int64_t stats = 0;   // writes the rows' log-sum-exp
     std::int64_t b = 0, hq = 0, hk = 0, sq = 0, skv = 0, dqk = 0, dv = 0;
     std::int64_t q_row = 0, q_head = 0, o_row = 0, o_head = 0, k_row = 0, k_head = 0, v_row = 0, v_head = 0;
     std::int64_t block_size = 0, num_blocks = 0, table = 0;  // pages only
-    std::array<std::int64_t, 19> key() const {
-      return {paged, b, hq, hk, sq, skv, dqk, dv, q_row, q_head, o_row, o_head, k_row, k_head, v_row, v_head,
-              block_size, num_blocks, table};
+    std::array<std::int64_t, 21> key() const {
+      return {paged, causal, stats, b, hq, hk, sq, skv, dqk, dv, q_row, q_head, o_row, o_head, k_row, k_head,
+              v_row, v_head, block_size, num_blocks, table};
     }
   };
-  Result<const Plan*> plan_for(const GraphSpec& spec);
-  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec);
+  // One call of a step: its graph dims and where its per-entry tensors sit in
+  // step_tensors_ (int32 element offsets).
+  struct Call {
+    std::int64_t b = 0, sq = 0, skv = 0, table = 0;
+    bool paged = true, causal = true, stats = false;
+    std::int64_t seq_len_q = 0, seq_len_kv = 0, q_offsets = 0, out_offsets = 0, kv_offsets = 0, page_table = 0;
+  };
+  // One batch entry of a call: rows [q_row, q_row + num_rows) of q (written
+  // at out_row of the call's output), keys [key_begin, key_end).
+  struct Entry {
+    std::int32_t q_row = 0, out_row = 0, num_rows = 0, key_begin = 0, key_end = 0;
+    std::span<const BlockId> block_table;
+  };
+  Call add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats, bool pad_batch);
+  std::int64_t add_section(std::int64_t count);  // int32 elements, 16-byte aligned
+  GraphSpec spec_of(const Call& call) const;
+  Status run_call(const Call& call, const SdpaLayer& l, void* out, void* stats);
+
+  // The plan of a shape class; null while the builder thread makes it
+  // (`may_defer`; else it is built here, in line).
+  Result<const Plan*> plan_for(const GraphSpec& spec, bool may_defer = true);
+  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec, void* handle);
+  void build_queued_plans();  // the builder thread
   Status execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers);
 
+  using Key = std::array<std::int64_t, 21>;
   std::unique_ptr<Api> api_;
   void* handle_ = nullptr;  // cudnnHandle_t
   cudaStream_t stream_ = nullptr;
-  std::map<std::array<std::int64_t, 19>, std::unique_ptr<Plan>> plans_;
-  std::map<std::array<std::int64_t, 19>, std::string> failed_;  // shape classes cuDNN refused, and why
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<Key, std::string> failed_;  // shape classes cuDNN refused, and why
 
-  // The prepared step: [seq_len_q b][seq_len_kv b][q offsets b+1][out offsets b+1][k/v offsets b+1], then
-  // [page table b x table] unless every sequence starts at 0 (fresh_: K/V from the step's rows).
-  static constexpr std::int64_t kSections = 5;
-  DeviceBuffer step_tensors_;
-  bool fresh_ = false;
-  std::int64_t kv_row_elems_ = 0;
+  // Background builds (open()'s background_plans): the queue and results the
+  // builder thread shares with the stream's thread, under mutex_.
+  void* build_handle_ = nullptr;  // the builder's cudnnHandle_t; null: plans are built in line
+  std::thread builder_;
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<GraphSpec> queue_;
+  std::set<Key> asked_;
+  std::map<Key, std::unique_ptr<Plan>> built_;
+  std::map<Key, std::string> refused_;
+  bool building_ = false, stopping_ = false;
+
+  // The prepared step: one whole call, or a split (pieces, tails, combine).
+  SdpaStepShape shape_;
+  bool prepared_ = false, split_ = false;
+  Call whole_, pieces_, tails_;
+  std::int64_t combine_rows_ = 0, combine_rows_at_ = 0, piece_row_begin_at_ = 0;
   std::vector<std::int32_t> host_tensors_;
-  std::int64_t batch_ = 0, max_rows_bucket_ = 0, max_keys_bucket_ = 0, table_size_ = 0;
-  std::int32_t block_size_ = 0;
-  std::int64_t q_row_elems_ = 0, out_row_elems_ = 0;
+  DeviceBuffer step_tensors_;
+  DeviceBuffer partial_out_, piece_lse_, tail_lse_;  // split steps
   DeviceBuffer packed_tensors_;
   std::vector<std::int32_t> packed_host_;
   DeviceBuffer workspace_;
-  std::int64_t num_runs_ = 0;
+  std::int64_t num_runs_ = 0, num_split_runs_ = 0;
   float scale_ = 1.0f;  // by-value tensors point at these during execute
   float negative_infinity_ = 0.0f;
 };

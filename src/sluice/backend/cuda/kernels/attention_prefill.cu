@@ -270,7 +270,7 @@ bool prefill_kernel_supports(std::int32_t head_dim) { return head_dim == 64 || h
 
 PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_dim) {
   // cudnn is not a kernel of ours: the steps cuDNN does not take run wgmma_ws.
-  if (asked == PrefillAttention::cudnn) asked = PrefillAttention::wgmma_ws;
+  if (uses_cudnn(asked)) asked = PrefillAttention::wgmma_ws;
   return asked != PrefillAttention::mma && prefill_wgmma_supports(head_dim) ? asked : PrefillAttention::mma;
 }
 
@@ -280,7 +280,8 @@ void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& a
     case PrefillAttention::wgmma: launch_attention_prefill_wgmma(step, args, launch); return;
     case PrefillAttention::wgmma_ws: launch_attention_prefill_wgmma_ws(step, args, launch); return;
     case PrefillAttention::mma: break;
-    case PrefillAttention::cudnn: SLUICE_CHECK_MSG(false, "prefill_kernel_for() never answers cudnn");
+    case PrefillAttention::cudnn:
+    case PrefillAttention::automatic: SLUICE_CHECK_MSG(false, "prefill_kernel_for() never answers cudnn");
   }
   switch (args.head_dim) {
     case 64: launch_for_dim<64, false>(step, args, launch); break;
@@ -303,7 +304,8 @@ void launch_attention_prefill_split(const StepDeviceView& step, const AttentionA
       launch_merge<128>(step, args, launch);
       return;
     case PrefillAttention::mma: break;
-    case PrefillAttention::cudnn: SLUICE_CHECK_MSG(false, "prefill_kernel_for() never answers cudnn");
+    case PrefillAttention::cudnn:
+    case PrefillAttention::automatic: SLUICE_CHECK_MSG(false, "prefill_kernel_for() never answers cudnn");
   }
   switch (args.head_dim) {
     case 64: launch_for_dim<64, true>(step, args, launch); break;

@@ -235,6 +235,22 @@ void launch_sample_rows(const SampleRowsArgs& args, cudaStream_t stream);
 // Converts rows of logits to f32 (for host-side sampling and return_logits).
 void launch_to_f32(const void* x, Dt dt, std::int64_t n, float* out, cudaStream_t stream);
 
+// The combine of a key-split cuDNN SDPA step (cudnn_split_plan.h): per row of a
+// split sequence, the causal tail's output (in `out`) and each prefix piece's
+// partial, weighted by their natural-log sums of exp (kernels/sdpa_split_combine.cu).
+struct SdpaCombineArgs {
+  void* out = nullptr;                            // bf16 [rows, out_row_elems]: tails' outputs, combined in place
+  const void* partial = nullptr;                  // bf16 [piece rows, out_row_elems]
+  const float* tail_lse = nullptr;                // [tail entries, num_heads, tail_rows]
+  const float* piece_lse = nullptr;               // [pieces, num_heads, piece_rows]
+  const std::int32_t* rows = nullptr;             // [num_rows, 5]: out row, tail entry, row in sequence,
+                                                  // first piece, pieces
+  const std::int32_t* piece_row_begin = nullptr;  // [pieces]: each piece's first row in `partial`
+  std::int32_t num_rows = 0, num_heads = 0, head_dim = 0, tail_rows = 0, piece_rows = 0;
+  std::int64_t out_row_elems = 0;
+};
+void launch_sdpa_split_combine(const SdpaCombineArgs& args, const Launch& launch);
+
 void launch_random_fill(void* out, Dt dt, std::int64_t n, std::uint64_t seed, float scale,
                         cudaStream_t stream);
 
