@@ -353,7 +353,8 @@ Fp8Runs run_fp8(const std::string& dir, std::int32_t tokens) {
   EXPECT_TRUE(ops.ok()) << ops.error_message();
   if (!ops.ok()) return runs;
   Ops* device_ops = ops->get();
-  generate(runner(dir, std::move(ops).value(), 16, blocks).get(), runs.cuda);
+  const std::unique_ptr<Backend> backend = runner(dir, std::move(ops).value(), 16, blocks);  // owns device_ops
+  generate(backend.get(), runs.cuda);
   auto counts = cuda_fp8_gemm_counts(*device_ops);
   EXPECT_TRUE(counts.ok()) << counts.error_message();
   if (counts.ok()) runs.counts = std::move(counts).value();
