@@ -5,7 +5,7 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep | --mla | --mla-decode [KERNELS] | --deepseek | --burst-step |
+//                   --decode1 | --chunk | --decode-sweep | --mla | --mla-decode [KERNELS] | --deepseek | --deepseek-moe-fp8 | --burst-step |
 //                   --profile-burst | --gemm-rows | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
@@ -19,6 +19,8 @@
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
+// --deepseek-moe-fp8: its MoE layer rows under fp8_wgmma only (decode, then
+// prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst: the
 // same steps eagerly, twice each, for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
@@ -97,6 +99,7 @@ std::string pct(double x) {
 bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
 bool g_decode = false;     // --decode: decode attention, decode steps and the split-KV variants only
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
+bool g_moe_fp8_wgmma_only = false;  // --deepseek-moe-fp8: the MoE layer's fp8_wgmma rows only (for ncu)
 // --prefill-attention / --chunk [NAME,NAME...]: the prefill attention choices
 // whose rows run (kPrefillAttentionNames; empty: every one).
 std::vector<std::string> g_prefill_kernels;
@@ -275,6 +278,7 @@ void bench_deepseek_moe(bool quick) {
   };
   for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma}, Variant{true, cuda::MoeExpertGemm::grouped},
                     Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
+    if (g_moe_fp8_wgmma_only && !(v.fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma)) continue;
     const bool fp8 = v.fp8;
     CudaOptions options = bench_options();
     options.moe_expert_gemm = v.gemm;
@@ -1146,6 +1150,12 @@ int main(int argc, char** argv) {
     sluice::bench_gemm();
     sluice::bench_fused_gemv();
     sluice::bench_decode_variants(false);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--deepseek-moe-fp8") == 0) {  // the MoE layer under fp8_wgmma only
+    sluice::g_moe_fp8_wgmma_only = true;
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_deepseek_moe(false);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--deepseek") == 0) {  // FP8 GEMMs and the MoE layer only

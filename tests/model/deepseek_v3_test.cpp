@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -175,6 +176,54 @@ TEST(DeepseekV3Cpu, Fp8CheckpointEqualsItsNumpyDequantization) {
   ASSERT_TRUE(a.ok() && b.ok()) << a.error_message() << b.error_message();
   EXPECT_EQ(a->tokens, b->tokens);
   for (std::size_t i = 0; i < a->logits.size(); ++i) EXPECT_EQ(a->logits[i], b->logits[i]) << "token " << i;
+}
+
+// CpuFp8Activations::e4m3_1x128 on the FP8 goldens' checkpoint: the
+// activation quantization the CUDA FP8 GEMMs apply, measured against the
+// unquantized (dequantized-weight) run. Its size is what the CUDA FP8 goldens
+// (tests/cuda/deepseek_golden_test.cpp) allow on top of their bf16 error.
+// e4m3 keeps 3 mantissa bits: a value's rounding error is uniform within half
+// a step, and the step is 2^-3 of the value's binade, so the error's rms is at
+// most 2^-3 / sqrt(12) = 3.6% of the value (at the bottom of a binade; ~2.6%
+// on average). A GEMM's output errs by that share of it (independent errors
+// over its K terms). 22 GEMMs quantize here (layer 0: q_a, q_b, kv_a, o_proj,
+// gate_up, down; each MoE layer: those four, the shared expert's two and the
+// routed experts' two), independently: sqrt(22) x 3.6% = 16.9% if the residual
+// stream diluted nothing. And above 0.5%, which no run without quantization
+// reaches (f32 against f32: 0).
+constexpr double kMaxRelativeE4m3Shift = 0.169;
+
+TEST(DeepseekV3Cpu, Fp8ActivationQuantizationMovesLogitsByItsOwnError) {
+  const std::string dir = testing::scratch_dir("ds-fp8-activations");
+  ASSERT_TRUE(make_model(testing::deepseek_v3_fp8_model_options(dir)).ok());
+  for (std::int32_t tokens : {12, 300}) {
+    SCOPED_TRACE(::testing::Message() << "prompt of " << tokens);
+    const std::vector<TokenId> prompt = testing::deepseek_v3_fp8_prompt(tokens);
+    const std::int32_t blocks = (tokens + 8 + 15) / 16;
+    auto run = [&](CpuFp8Activations fp8, std::int64_t dense_unquantized_max_rows) {
+      auto backend = cpu_runner(dir, 16, blocks, fp8, dense_unquantized_max_rows);
+      EXPECT_NE(backend, nullptr);
+      auto result = generate_sequence(*backend, prompt, {.max_new_tokens = 1, .return_logits = true});
+      EXPECT_TRUE(result.ok()) << result.error_message();
+      return result.ok() ? result->logits.front() : std::vector<float>{};
+    };
+    const std::vector<float> f32 = run(CpuFp8Activations::f32, 0);
+    const std::vector<float> all = run(CpuFp8Activations::e4m3_1x128, 0);
+    const std::vector<float> long_dense = run(CpuFp8Activations::e4m3_1x128, 16);
+    const double error = testing::relative_logit_error(all, f32);
+    EXPECT_GT(error, 5e-3) << "the activations were not quantized";
+    EXPECT_LE(error, kMaxRelativeE4m3Shift);
+    if (tokens > 16) {  // every GEMM of the prompt has more than 16 rows: the threshold changes nothing
+      EXPECT_EQ(long_dense, all);
+    } else {  // the dense GEMMs keep f32 activations, the experts quantize
+      const double experts_only = testing::relative_logit_error(long_dense, f32);
+      EXPECT_NE(long_dense, all);
+      EXPECT_GT(experts_only, 0.0);
+      std::printf("[ info ] prompt of %d: the routed experts' quantization alone moves the logits %.5f\n", tokens,
+                  experts_only);
+    }
+    std::printf("[ info ] prompt of %d: e4m3 1x128 activations move the logits %.5f (relative L2)\n", tokens, error);
+  }
 }
 
 }  // namespace

@@ -137,9 +137,15 @@ inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>&
 }
 
 // A ModelRunner on two CPU threads with exactly num_blocks KV blocks; null
-// (after a test failure) if the model does not load.
-inline std::unique_ptr<Backend> cpu_runner(const std::string& dir, std::int32_t block_size, std::int32_t num_blocks) {
-  auto backend = make_model_runner(dir, make_cpu_ops({.num_threads = 2}),
+// (after a test failure) if the model does not load. `fp8` says what an FP8
+// checkpoint's GEMMs do with their activations (CpuOpsOptions).
+inline std::unique_ptr<Backend> cpu_runner(const std::string& dir, std::int32_t block_size, std::int32_t num_blocks,
+                                           CpuFp8Activations fp8 = CpuFp8Activations::f32,
+                                           std::int64_t fp8_dense_unquantized_max_rows = 0) {
+  auto backend = make_model_runner(dir,
+                                   make_cpu_ops({.num_threads = 2,
+                                                 .fp8_activations = fp8,
+                                                 .fp8_dense_unquantized_max_rows = fp8_dense_unquantized_max_rows}),
                                    {.block_size_tokens = block_size, .num_kv_blocks = num_blocks});
   EXPECT_TRUE(backend.ok()) << backend.error_message();
   return backend.ok() ? std::move(backend).value() : nullptr;
@@ -227,6 +233,47 @@ inline MakeModelOptions deepseek_v3_model_options(const std::string& name, const
   EXPECT_TRUE(text.ok()) << text.error_message();
   const auto spec = nlohmann::json::parse(text.value());
   return make_model_options_from_flags(spec.at("models").at(name).at("make_model"), dir);
+}
+
+// The FP8 DeepSeek-V3 checkpoint of the FP8 goldens (CPU and CUDA): every
+// GEMM dimension a multiple of 128, so each has whole 128x128 weight blocks and
+// 1x128 activation groups; 3 layers (one dense, two MoE of 8 experts top 2
+// with a shared expert), written to `dir`.
+inline MakeModelOptions deepseek_v3_fp8_model_options(const std::string& dir) {
+  MakeModelOptions options;
+  options.architecture = Architecture::deepseek_v3;
+  options.out_dir = dir;
+  options.dtype = DType::f8_e4m3;
+  options.num_layers = 3;
+  options.hidden_size = 256;
+  options.num_heads = 4;
+  options.intermediate_size = 512;
+  options.vocab_size = 512;
+  options.max_position_embeddings = 2048;
+  options.seed = 31;
+  options.deepseek_v3 = {.q_lora_rank = 128, .kv_lora_rank = 128, .qk_nope_head_dim = 32, .qk_rope_head_dim = 16,
+                         .v_head_dim = 32, .n_routed_experts = 8, .num_experts_per_tok = 2, .n_shared_experts = 1,
+                         .moe_intermediate_size = 128, .first_k_dense_replace = 1, .n_group = 4, .topk_group = 2,
+                         .routed_scaling_factor = 2.5f};
+  return options;
+}
+
+// The prompt of `tokens` tokens the FP8 goldens run (vocab 512).
+inline std::vector<TokenId> deepseek_v3_fp8_prompt(std::int32_t tokens) {
+  std::vector<TokenId> prompt(static_cast<std::size_t>(tokens));
+  for (std::int32_t i = 0; i < tokens; ++i) prompt[static_cast<std::size_t>(i)] = (i * 37 + 11) % 512;
+  return prompt;
+}
+
+// Relative L2 distance ||got - ref|| / ||ref|| of two logit rows.
+inline double relative_logit_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    const double d = std::isfinite(got[i]) ? double(got[i]) - ref[i] : INFINITY;
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 // That model made in scratch_dir(scratch); returns its directory.

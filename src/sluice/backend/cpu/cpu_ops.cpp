@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/backend/block_scales.h"
 #include "sluice/backend/cpu/cpu_math.h"
 #include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
@@ -57,10 +58,17 @@ class ScratchArena {
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(const CpuOpsOptions& options)
-      : pool_(options.num_threads > 0 ? options.num_threads
+      : options_(options),
+        pool_(options.num_threads > 0 ? options.num_threads
                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
 
   DType activation_dtype() const override { return DType::f32; }
+
+  // Only to quantize their GEMMs' activations (CpuFp8Activations::e4m3_1x128);
+  // otherwise the loader dequantizes, and the math is the same without it.
+  bool keeps_fp8_block_weights(std::int32_t, std::int32_t) const override {
+    return options_.fp8_activations == CpuFp8Activations::e4m3_1x128;
+  }
 
   Result<Tensor> upload_weight(const Tensor& host) override { return host; }
 
@@ -78,7 +86,16 @@ class CpuOps final : public Ops {
       std::memcpy(cursor, part.data, part.size_bytes());
       cursor += part.size_bytes();
     }
-    return Tensor{storage.get(), parts[0].dtype, Shape{rows, parts[0].cols()}};
+    Tensor out{storage.get(), parts[0].dtype, Shape{rows, parts[0].cols()}};
+    if (!parts[0].scales.empty()) {  // FP8 parts: their scale grids stacked into one
+      const ScaleGrid grid = stacked_scale_grid(parts, 1);
+      const std::vector<float>& scales = owned_scales_.emplace_back(stack_block_scales(parts, grid));
+      out.scales = BlockScales{.data = scales.data(),
+                               .block_rows = parts[0].scales.block_rows,
+                               .block_cols = parts[0].scales.block_cols,
+                               .row_stride = grid.row_stride};
+    }
+    return out;
   }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
@@ -208,11 +225,19 @@ class CpuOps final : public Ops {
       to_f32(bias, 0, n, bias_f32.data());
     }
     const float* xs = x.as<const float>();
+    std::vector<float> quantized;  // CpuFp8Activations::e4m3_1x128 (only then is a weight FP8 here)
+    if (w.dtype == DType::f8_e4m3 && num_rows > options_.fp8_dense_unquantized_max_rows) {
+      quantized.resize(static_cast<std::size_t>(num_rows * k));
+      pool_.parallel_for(num_rows, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) cpu::quantize_fp8_activations(xs + i * k, k, quantized.data() + i * k);
+      });
+      xs = quantized.data();
+    }
     float* outs = out.as<float>();
     pool_.parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> row(static_cast<std::size_t>(k));
       for (std::int64_t j = begin; j < end; ++j) {
-        to_f32(w, j * k, k, row.data());
+        cpu::weight_row_f32(w, j, row.data());
         const float b = bias.data ? bias_f32[j] : 0.0f;
         for (std::int64_t i = 0; i < num_rows; ++i) outs[i * n + j] = dot(xs + i * k, row.data(), k) + b;
       }
@@ -374,6 +399,7 @@ class CpuOps final : public Ops {
     for (std::int64_t i = 0; i < width; ++i) out[i] = weight[i] * (x[i] * inv_rms);
   }
 
+  const CpuOpsOptions options_;
   ThreadPool pool_;
   ScratchArena arena_;
   cpu::DeepseekV4CpuKernels deepseek_v4_kernels_;
@@ -389,6 +415,7 @@ class CpuOps final : public Ops {
   // per layer [blocks, block_size, kv_heads, head_dim]; a latent cache has no v_cache_
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::vector<std::unique_ptr<std::byte[]>> owned_;    // fused weights
+  std::list<std::vector<float>> owned_scales_;          // their stacked FP8 block scales
 };
 
 }  // namespace

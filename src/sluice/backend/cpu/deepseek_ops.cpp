@@ -231,13 +231,21 @@ void moe_experts(ThreadPool& pool, const Tensor& x, const MoeExpertWeights& expe
   const std::int64_t num_local = w_down.rows() / hidden, first = experts.first_expert;
   SLUICE_CHECK_EQ(w_gate_up.rows() / (2 * inter), num_local);
   SLUICE_CHECK_EQ(out.cols(), hidden);
+  // FP8 experts (kept so only under CpuFp8Activations::e4m3_1x128) see their
+  // inputs quantized as the FP8 grouped GEMM's do: x once per token, the
+  // SwiGLU activation per (token, expert).
+  const bool quantize_in = w_gate_up.dtype == DType::f8_e4m3, quantize_act = w_down.dtype == DType::f8_e4m3;
   // Row by row, experts in routing order: a row's result never depends on
   // which other rows share the step.
   pool.parallel_for(x.rows(), [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> gate_up(static_cast<std::size_t>(2 * inter)), act(static_cast<std::size_t>(inter));
-    std::vector<float> buffer_gate_up, buffer_down;
+    std::vector<float> buffer_gate_up, buffer_down, in_quantized(quantize_in ? static_cast<std::size_t>(hidden) : 0);
     for (std::int64_t r = begin; r < end; ++r) {
       const float* in = x.as<const float>() + r * hidden;
+      if (quantize_in) {
+        quantize_fp8_activations(in, hidden, in_quantized.data());
+        in = in_quantized.data();
+      }
       float* o = out.as<float>() + r * hidden;
       for (std::int64_t i = 0; i < k; ++i) {
         const std::int64_t e = expert_ids.as<const std::int32_t>()[r * k + i] - first;
@@ -249,6 +257,7 @@ void moe_experts(ThreadPool& pool, const Tensor& x, const MoeExpertWeights& expe
           const float gate = gate_up[j];
           act[j] = gate / (1.0f + std::exp(-gate)) * gate_up[inter + j];
         }
+        if (quantize_act) quantize_fp8_activations(act.data(), inter, act.data());
         const float* wd = f32_rows(w_down, e * hidden, hidden, buffer_down);
         for (std::int64_t j = 0; j < hidden; ++j) o[j] += weight * dot(wd + j * inter, act.data(), inter);
       }

@@ -17,7 +17,9 @@
 // two blocks an SM (decode, where a block is a weight stream and a second one
 // hides the first one's ramp-up) x 128 weight rows (output columns; under
 // swiglu the same 64 columns of gate and of up), K in 128-wide blocks through
-// a cp.async ring (Config). A warpgroup whose 64 rows hold no slot skips its
+// a cp.async ring (Config); each stage carries its K block's scales too (the
+// tile rows' A scales and the weight block's), so no thread waits on a
+// scattered global load between the MMAs. A warpgroup whose 64 rows hold no slot skips its
 // MMAs (an expert's spill tile of a few rows costs one warpgroup).
 // A rows are gathered through row_of_slot by the copies themselves, so the
 // activations are quantized once per token, not once per (token, expert).
@@ -56,12 +58,20 @@ struct Config {
   static constexpr int kBlocksPerSm = kWarpgroups == 2 ? 1 : 2;
   static constexpr int kATileBytes = kBlockM * kBlockK;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack for the 1024-byte alignment
+  // A stage's scales, after the stages: the A scale of each tile row, then
+  // the weight block's (gate, up under swiglu), padded to 16 bytes.
+  static constexpr int kScaleFloats = kBlockM + 4;
+  static constexpr int kSmemBytes =
+      kStages * (kStageBytes + kScaleFloats * 4) + 1024;  // + slack for the 1024-byte alignment
   static constexpr int kRowsPerPass = kThreads / 8;  // a copy pass: 8 threads a 128-byte row
   static constexpr int kAPasses = kBlockM / kRowsPerPass;
   static constexpr int kBPasses = kBlockN / kRowsPerPass;
   static_assert(kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
 };
+
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
 
 // Accumulator layout of m64nN (f32), per thread: value i is row
 // (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the warpgroup's 64, and
@@ -113,8 +123,21 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     const std::int64_t w_row = kSwiglu ? (r < kBlockN / 2 ? w_row0 + r : w_row1 + r - kBlockN / 2) : w_row0 + r;
     w_src[i] = w_q + w_row * k + chunk * 16;
   }
+  const float* w_scale0 = a.w_scales + (w_row0 / kBlockK) * a.w_scale_row_stride;
+  const float* w_scale1 = a.w_scales + (w_row1 / kBlockK) * a.w_scale_row_stride;
+  // Thread t < kBlockM copies tile row t's A scale of each K block (rows past
+  // the group's end copy row 0's: read, never stored); the next two the weight's.
+  const float* scale_src = tid < C::kBlockM ? a.a_scales + max(src_rows[tid], 0)
+                           : tid == C::kBlockM ? w_scale0
+                           : kSwiglu && tid == C::kBlockM + 1 ? w_scale1
+                                                              : nullptr;
+  const std::int64_t scale_step = tid < C::kBlockM ? a.a_scale_stride : 1;
+  float* const scales_s = reinterpret_cast<float*>(smem.ptr + C::kStages * C::kStageBytes);
   const int num_k_blocks = static_cast<int>(k / kBlockK);
   auto load_stage = [&](int kb) {
+    if (scale_src != nullptr)
+      cp_async_4(scales_s + (kb % C::kStages) * C::kScaleFloats + min(tid, C::kBlockM + 1),
+                 scale_src + static_cast<std::int64_t>(kb) * scale_step);
     unsigned char* a_s = smem.ptr + (kb % C::kStages) * C::kStageBytes;
     unsigned char* b_s = a_s + C::kATileBytes;
     const std::int64_t k0 = static_cast<std::int64_t>(kb) * kBlockK;
@@ -132,23 +155,9 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     }
   };
 
-  // This thread's two accumulator rows and their A scales' column.
+  // This thread's two accumulator rows.
   const int row_lo = wg * 64 + warp_in_wg * 16 + lane / 4, row_hi = row_lo + 8;
-  const float* a_scale_lo = a.a_scales + max(src_rows[row_lo], 0);
-  const float* a_scale_hi = a.a_scales + max(src_rows[row_hi], 0);
-  const float* w_scale0 = a.w_scales + (w_row0 / kBlockK) * a.w_scale_row_stride;
-  const float* w_scale1 = a.w_scales + (w_row1 / kBlockK) * a.w_scale_row_stride;
   const bool active = num_rows > wg * 64;  // this warpgroup holds at least one slot
-  // The scales of K block kb + 1 are loaded while block kb multiplies (an L2
-  // round trip is longer than a K block's MMAs).
-  struct Scales {
-    float a_lo, a_hi, w0, w1;
-  };
-  auto load_scales = [&](int kb) {
-    const std::int64_t at = static_cast<std::int64_t>(kb) * a.a_scale_stride;
-    return Scales{a_scale_lo[at], a_scale_hi[at], w_scale0[kb], kSwiglu ? w_scale1[kb] : 0.0f};
-  };
-  Scales next_scales = load_scales(0);
 
   float total[64];
 #pragma unroll
@@ -177,13 +186,14 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     for (int ks = 0; ks < kBlockK / 32; ++ks)
       wgmma_m64n128k32_e4m3(acc, smem_desc(a_s + ks * 32, 16, 1024), smem_desc(b_s + ks * 32, 16, 1024), ks > 0);
     wgmma_commit();
-    const Scales scales = next_scales;
-    if (kb + 1 < num_k_blocks) next_scales = load_scales(kb + 1);
+    // Read before the next barrier, after which load_stage may refill them.
+    const float* stage_scales = scales_s + (kb % C::kStages) * C::kScaleFloats;
+    const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
+    const float w0 = stage_scales[C::kBlockM], w1 = kSwiglu ? stage_scales[C::kBlockM + 1] : w0;
     wgmma_wait<0>();
     fence_registers(acc);
-    const float w1 = kSwiglu ? scales.w1 : scales.w0;
-    const float s00 = scales.a_lo * scales.w0, s01 = scales.a_hi * scales.w0;
-    const float s10 = scales.a_lo * w1, s11 = scales.a_hi * w1;
+    const float s00 = a_lo * w0, s01 = a_hi * w0;
+    const float s10 = a_lo * w1, s11 = a_hi * w1;
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
       const bool hi = (i >> 1) & 1;
