@@ -419,7 +419,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeAttention,
                            return all;
                          }()),
                          [](const ::testing::TestParamInfo<cuda::DecodeAttention>& info) {
-                           return std::string(cuda::name_of(info.param, cuda::kDecodeAttentionNames));
+                           std::string name(cuda::name_of(info.param, cuda::kDecodeAttentionNames));
+                           std::replace(name.begin(), name.end(), '-', '_');  // gtest names take no '-'
+                           return name;
                          });
 
 // Tile edges: 15/16/17, 31/32/33, 63/64/65 keys, beside rows long enough to
