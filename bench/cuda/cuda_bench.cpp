@@ -5,7 +5,7 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep [KERNELS|all [CASE]] | --mla | --mla-decode [KERNELS] | --deepseek | --burst-step |
+//                   --decode1 | --chunk | --decode-sweep [CASE] | --mla | --mla-decode [KERNELS] | --deepseek | --burst-step |
 //                   --profile-burst | --gemm-rows | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
@@ -13,8 +13,8 @@
 // kernel (or the comma-separated choices named), whole prompts and chunks over
 // long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
-// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed, under each
-// decode kernel shape (or those named, comma-separated), one case if named ("8 x 8k");
+// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed (one case if
+// named: "8 x 8k");
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
 // --mla-prefill: its prefill rows on tensor_core and through cuDNN;
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
@@ -500,13 +500,11 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 
 // GQA decode attention (Llama-3-8B: 32 query heads over 8 KV heads x 128) at
 // the batches and contexts issue 14 asks for, and at the burst's mixed steps,
-// under each split plan (CudaOptions::decode_split_plan) with the default
-// kernel shape, and under each kernel shape (CudaOptions::decode_attention)
-// with the default plan: K+V bytes read over time, with the step's metadata
-// upload (begin_step) inside and outside the timed loop. `kernels` (names,
-// comma-separated; empty: all) and `case_filter` (a case's name, e.g. "8 x
-// 8k"; empty: all) narrow it, e.g. for ncu.
-void bench_decode_sweep(std::string_view kernels, std::string_view case_filter) {
+// under each split plan (CudaOptions::decode_split_plan): K+V bytes read over
+// time, with the step's metadata upload (begin_step) inside and outside the
+// timed loop. `case_filter` (a case's name, e.g. "8 x 8k"; empty: all) runs
+// one case, e.g. under ncu.
+void bench_decode_sweep(std::string_view case_filter) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
   struct Case {
     std::string name;
@@ -525,33 +523,12 @@ void bench_decode_sweep(std::string_view kernels, std::string_view case_filter) 
                                                     45000, 60000, 80000, 100000, 120000, 130944}});
   cases.push_back({"mixed 64: 1k-128k", {}});
   for (std::int32_t s = 0; s < 64; ++s) cases.back().contexts.push_back(1024 + (s * 2039) % 130000);
-  struct Setting {
-    cuda::DecodeSplitPlan plan;
-    cuda::DecodeAttention kernel;
-  };
-  const CudaOptions defaults;
-  std::vector<Setting> settings;
-  auto kernel_wanted = [&](std::string_view name) {
-    if (kernels.empty()) return true;
-    for (std::size_t begin = 0; begin <= kernels.size();) {
-      const std::size_t end = std::min(kernels.find(',', begin), kernels.size());
-      if (kernels.substr(begin, end - begin) == name) return true;
-      begin = end + 1;
-    }
-    return false;
-  };
-  for (const auto& [kernel_name, kernel] : cuda::kDecodeAttentionNames)
-    if (kernel_wanted(kernel_name)) settings.push_back({defaults.decode_split_plan, kernel});
-  if (kernels.empty())
-    for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
-      if (plan != defaults.decode_split_plan) settings.push_back({plan, defaults.decode_attention});
   for (const Case& c : cases)
-  for (const Setting& setting : settings) {
+  for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames) {
     if (!case_filter.empty() && c.name != case_filter) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
-    options.decode_split_plan = setting.plan;
-    options.decode_attention = setting.kernel;
+    options.decode_split_plan = plan;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -586,9 +563,7 @@ void bench_decode_sweep(std::string_view kernels, std::string_view case_filter) 
     });
     ops->begin_step(layout);
     const double kernel_only = time_back_to_back(20, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-    const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " +
-                             std::string(cuda::name_of(setting.plan, cuda::kDecodeSplitPlanNames)) + ", kernel " +
-                             std::string(cuda::name_of(setting.kernel, cuda::kDecodeAttentionNames));
+    const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " + std::string(plan_name);
     char us[32];
     std::snprintf(us, sizeof us, ", %.1f us", kernel_only * 1e6);
     row(what + ", kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
@@ -1251,18 +1226,9 @@ int main(int argc, char** argv) {
     sluice::bench_model(false);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep") == 0) {  // GQA decode attention, [kernels [case]]
-    const std::string_view kernels = argc > 2 && std::strcmp(argv[2], "all") != 0 ? argv[2] : "";
-    for (std::size_t begin = 0; begin < kernels.size();) {
-      const std::size_t end = std::min(kernels.find(',', begin), kernels.size());
-      if (!sluice::cuda::parse_name(kernels.substr(begin, end - begin), sluice::cuda::kDecodeAttentionNames)) {
-        std::fprintf(stderr, "cuda_bench --decode-sweep: unknown decode attention kernel in '%s'\n", argv[2]);
-        return 2;
-      }
-      begin = end + 1;
-    }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep") == 0) {  // GQA decode attention, [one case]
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    sluice::bench_decode_sweep(kernels, argc > 3 ? std::string_view(argv[3]) : std::string_view());
+    sluice::bench_decode_sweep(argc > 2 ? std::string_view(argv[2]) : std::string_view());
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode GEMVs and attention, decode steps

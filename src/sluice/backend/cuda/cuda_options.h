@@ -89,26 +89,6 @@ enum class DecodeSplitPlan {
   by_step_work,
 };
 
-// The shape of the tensor-core split-KV decode kernel (GQA groups of 2-16
-// heads, head_dim 64/128; kernels/attention_split.cu): keys a K/V tile, and
-// tiles in the shared-memory ring. Every shape holds 128 keys of K and V a
-// block (74 KB at head_dim 128: three blocks a multiprocessor); the shapes
-// differ in how many of them are in flight while one tile is computed.
-enum class DecodeAttention {
-  // 4 warps, 64-key tiles, 2 stages: 64 keys in flight a block. The default
-  // since session 3 (S3-d2: 64 x 8k 3.47 TB/s; 72-90% of HBM on the sweep, S8-2).
-  tiles64x2,
-  // 2 warps, 32-key tiles, 4 stages: 96 keys in flight a block.
-  tiles32x4,
-  // 1 warp, 16-key tiles, 8 stages: 112 keys in flight a block.
-  tiles16x8,
-  // tiles64x2 and tiles32x4, each also asking L2 for the tile after the
-  // ring's newest (prefetch.global.L2): more bytes in flight than shared
-  // memory holds, the ring's copies then served from L2.
-  tiles64x2_l2,
-  tiles32x4_l2,
-};
-
 // The MLA attention kernels (DeepSeek-V3, mla_attention.h). All three pass the
 // MLA suite on the H200 (runs S6-2, S8-3, S9-2/3); wgmma is the default since
 // S9-2: decode 64 x 8k 1.40 TB/s against tensor_core's 0.47 (whole op;
@@ -178,7 +158,7 @@ struct CudaOptions {
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl,
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // decode_attention, mla_kernels, fp8_dense_gemm, moe_expert_gemm.
+  // mla_kernels, fp8_dense_gemm, moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
   // 124 s against mma's 169 (S7-1/S7-3, docs/benchmarks.md). head_dim != 128
@@ -191,7 +171,6 @@ struct CudaOptions {
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
-  cuda::DecodeAttention decode_attention = cuda::DecodeAttention::tiles64x2;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   // grouped, though fp8_wgmma is faster at decode and prefill (S9-2: 78.7% vs
@@ -219,12 +198,6 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 3> kDe
     {{"adaptive", DecodeSplitPlan::adaptive},
      {"uniform-waves", DecodeSplitPlan::uniform_waves},
      {"by-step-work", DecodeSplitPlan::by_step_work}}};
-inline constexpr std::array<std::pair<std::string_view, DecodeAttention>, 5> kDecodeAttentionNames = {
-    {{"tiles64x2", DecodeAttention::tiles64x2},
-     {"tiles32x4", DecodeAttention::tiles32x4},
-     {"tiles16x8", DecodeAttention::tiles16x8},
-     {"tiles64x2-l2", DecodeAttention::tiles64x2_l2},
-     {"tiles32x4-l2", DecodeAttention::tiles32x4_l2}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
@@ -265,8 +238,6 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
   out += ", decode split plan ";
   out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
-  out += ", decode attention ";
-  out += cuda::name_of(options.decode_attention, cuda::kDecodeAttentionNames);
   out += ", MLA kernels ";
   out += cuda::name_of(options.mla_kernels, cuda::kMlaKernelsNames);
   out += ", FP8 dense GEMM ";

@@ -398,41 +398,32 @@ void launch_split(dim3 grid, const Launch& launch, const StepDeviceView& step, c
 // the kernel above at ~2 TB/s for groups of 4. Each of kW warps takes 16 keys
 // of a 16 * kW-key tile (staged by cp.async, padded rows for ldmatrix) and
 // keeps its own softmax state; the warps merge at the end like the kernel
-// above. 8 warps over 128-key tiles (213 KB with 3 stages, one block a
-// multiprocessor) read 15% less at batch 64 (run 11).
-//
-// The ring holds kMmaStages tiles of kW * 16 keys; one is computed while the
-// others are in flight (CudaOptions::decode_attention picks the shape). Every
-// shape below keeps 128 keys of K and V a block (74 KB at head_dim 128, three
-// blocks a multiprocessor): 4 warps x 2 stages (64 keys in flight; the shape
-// since session 3), 2 x 4 (96) and 1 x 8 (112). A 3-stage ring of 64-key tiles
-// (108 KB, two blocks; deleted) read less at every measured shape: batch 64 @
-// 8k 2,317 against 2,648 tok/s, batch 8 983 against 1,042, decode attention
-// 64 x 8k alone 2.88 against 3.47 TB/s (S3-d2).
-// The _l2 shapes also prefetch into L2 the tile after the ring's newest.
-struct MmaShape {
-  int warps, stages;
-  bool l2_ahead;
-};
-constexpr MmaShape mma_shape(DecodeAttention kernel) {
-  switch (kernel) {
-    case DecodeAttention::tiles32x4: return {2, 4, false};
-    case DecodeAttention::tiles16x8: return {1, 8, false};
-    case DecodeAttention::tiles64x2_l2: return {4, 2, true};
-    case DecodeAttention::tiles32x4_l2: return {2, 4, true};
-    case DecodeAttention::tiles64x2: break;
-  }
-  return {4, 2, false};
-}
+// above. kW = 4: 64-key tiles. 8 warps over 128-key tiles (213 KB with 3
+// stages, one block a multiprocessor) read 15% less at batch 64 (run 11).
+// Fewer warps over deeper rings of the same 74 KB read less too (S10-1: 2
+// warps x 4 stages of 32 keys 54-62% of HBM, 1 x 8 of 16 keys 32-38%, against
+// 73-90% here): the kernel is bound by its warps' instruction issue (12 warps
+// a multiprocessor, 0.63 eligible a scheduler), not by bytes in flight; an L2
+// prefetch of the tile after the ring's (more bytes in flight, more
+// instructions) lost 7-10 points.
+constexpr int kMmaWarps = 4;
+// Stages of the K/V ring: one tile in flight while one is computed (72 KB:
+// three blocks a multiprocessor). With each row's own split plan a 3-stage
+// ring (108 KB, two blocks; deleted) read less at every measured shape: batch
+// 64 @ 8k 2,317 against 2,648 tok/s, batch 8 983 against 1,042, decode
+// attention 64 x 8k alone 2.88 against 3.47 TB/s, batch 1 within noise
+// (S3-d2). Before that plan, with one 8192-key split a row, 2 stages had lost
+// 7% (run 9: 512 blocks in 396 slots, a second wave a third full).
+constexpr int kMmaStages = 2;
 
-template <int D, int kW, int kMmaStages>
+template <int D, int kW>
 constexpr int mma_smem_bytes() {
   const int ring = 2 * kMmaStages * 16 * kW * (D + 8) * 2;
   const int merge = kW * 16 * D * 4 + 2 * kW * 16 * 4;
   return (ring > merge ? ring : merge) + 16 * (D + 8) * 2;  // + the Q tile
 }
 
-template <int D, int kW, int kMmaStages, bool kL2Ahead>
+template <int D, int kW>
 __global__ void __launch_bounds__(kW * 32)
     split_mma_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
@@ -502,26 +493,10 @@ __global__ void __launch_bounds__(kW * 32)
       cp_async_16(s_v + (stage * kTileKeys + r) * kStride + copy_col, p.v_cache + src, valid);
     }
   };
-  // The _l2 shapes: the tile's 128-byte lines of K and V into L2, one line
-  // a thread per pass (the ring's copy of it, kMmaStages - 1 tiles later,
-  // then reads L2).
-  auto prefetch_tile_l2 = [&](int tile) {
-    constexpr int kLinesPerRow = D * 2 / 128;
-    for (int c = tid; c < kTileKeys * kLinesPerRow; c += kThreads) {
-      const int key = key_begin + tile * kTileKeys + c / kLinesPerRow;
-      if (key >= key_end) break;
-      const std::int64_t off = slot_of(table, key, p) * key_stride + kv_head * D + (c % kLinesPerRow) * 64;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(p.k_cache + off));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(p.v_cache + off));
-    }
-  };
 #pragma unroll
   for (int t = 0; t < kMmaStages - 1; ++t) {
     if (t < num_tiles) load_tile(t);
     cp_async_commit();  // the first group also carries Q
-  }
-  if constexpr (kL2Ahead) {
-    if (kMmaStages - 1 < num_tiles) prefetch_tile_l2(kMmaStages - 1);
   }
 
   std::uint32_t q_frag[kKSteps][4];
@@ -534,9 +509,6 @@ __global__ void __launch_bounds__(kW * 32)
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     if (tile + kMmaStages - 1 < num_tiles) load_tile(tile + kMmaStages - 1);
-    if constexpr (kL2Ahead) {
-      if (tile + kMmaStages < num_tiles) prefetch_tile_l2(tile + kMmaStages);
-    }
     cp_async_commit();
     cp_async_wait<kMmaStages - 1>();
     __syncthreads();
@@ -664,30 +636,30 @@ __global__ void __launch_bounds__(kW * 32)
   }
 }
 
-template <int D, int kW, int kMmaStages, bool kL2Ahead>
+template <int D>
 void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = mma_smem_bytes<D, kW, kMmaStages>();
+  constexpr int kSmemBytes = mma_smem_bytes<D, kMmaWarps>();
   static_assert(kSmemBytes <= 227 * 1024, "one block must fit a multiprocessor");
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kW, kMmaStages, kL2Ahead>,
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaWarps>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel<D, kW, kMmaStages, kL2Ahead>, grid, dim3(kW * 32), kSmemBytes, launch, step, p);
+  launch_kernel(split_mma_kernel<D, kMmaWarps>, grid, dim3(kMmaWarps * 32), kSmemBytes, launch, step, p);
 }
 
 // Blocks of the tensor-core kernel resident on the whole GPU (its shared
 // memory bounds them: 3 a multiprocessor at head_dim 128).
-template <int D, int kW, int kMmaStages, bool kL2Ahead>
+template <int D>
 int mma_resident_blocks() {
   static const int blocks = [] {
-    constexpr int kSmemBytes = mma_smem_bytes<D, kW, kMmaStages>();
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kW, kMmaStages, kL2Ahead>,
+    constexpr int kSmemBytes = mma_smem_bytes<D, kMmaWarps>();
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaWarps>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     int per_sm = 0, device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, split_mma_kernel<D, kW, kMmaStages, kL2Ahead>, kW * 32, kSmemBytes));
+        &per_sm, split_mma_kernel<D, kMmaWarps>, kMmaWarps * 32, kSmemBytes));
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return std::max(1, per_sm * sms);
@@ -695,29 +667,7 @@ int mma_resident_blocks() {
   return blocks;
 }
 
-// Calls fn.template operator()<kW, kMmaStages, kL2Ahead>() for the shape `kernel` names.
-template <class Fn>
-auto with_mma_shape(DecodeAttention kernel, Fn&& fn) {
-  constexpr auto call = []<DecodeAttention kShape>(Fn& f) {
-    constexpr MmaShape shape = mma_shape(kShape);
-    return f.template operator()<shape.warps, shape.stages, shape.l2_ahead>();
-  };
-  switch (kernel) {
-    case DecodeAttention::tiles32x4: return call.template operator()<DecodeAttention::tiles32x4>(fn);
-    case DecodeAttention::tiles16x8: return call.template operator()<DecodeAttention::tiles16x8>(fn);
-    case DecodeAttention::tiles64x2_l2: return call.template operator()<DecodeAttention::tiles64x2_l2>(fn);
-    case DecodeAttention::tiles32x4_l2: return call.template operator()<DecodeAttention::tiles32x4_l2>(fn);
-    case DecodeAttention::tiles64x2: break;
-  }
-  return call.template operator()<DecodeAttention::tiles64x2>(fn);
-}
-
-int mma_resident_blocks(int head_dim, DecodeAttention kernel) {
-  return with_mma_shape(kernel, [&]<int kW, int kMmaStages, bool kL2Ahead>() {
-    return head_dim == 64 ? mma_resident_blocks<64, kW, kMmaStages, kL2Ahead>()
-                          : mma_resident_blocks<128, kW, kMmaStages, kL2Ahead>();
-  });
-}
+int mma_resident_blocks(int head_dim) { return head_dim == 64 ? mma_resident_blocks<64>() : mma_resident_blocks<128>(); }
 
 // One block per (row, query head): merges the splits. kParts groups of D
 // threads each sum every kParts-th split (a long context has up to hundreds
@@ -809,7 +759,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
                            : group_size <= 4 ? 4
                                              : 8;
   const int head_chunks = (group_size + kernel_group - 1) / kernel_group;
-  const int tile_keys = tensor_cores ? 16 * mma_shape(args.decode_attention).warps : kTileBytes / (args.head_dim * 2);
+  const int tile_keys = tensor_cores ? 16 * kMmaWarps : kTileBytes / (args.head_dim * 2);
   // No split shorter than 128 keys (below that the merge costs more than it saves).
   constexpr int kMinSplitTokens = 128;
   const int min_split_tokens = std::max(kMinSplitTokens, tile_keys);
@@ -819,7 +769,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
   int uniform_splits = 1;
   if (tensor_cores) {
-    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, args.decode_attention));
+    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim));
   } else {
     // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
     constexpr int kTargetBlocks = 132 * 4;
@@ -833,7 +783,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   // Uneven steps: the step's keys over about four waves of tensor-core blocks
   // (or four CUDA-core blocks per multiprocessor), however they are spread
   // over rows.
-  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim, args.decode_attention) : 132 * 4;
+  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim) : 132 * 4;
   int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
   if (step.total_split_kv_tokens > 0) {
     // An eager step: the longest row's splits under step_split()'s length are
@@ -876,10 +826,7 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   switch (plan.group) {
     case 16:
-      if constexpr (D == 64 || D == 128)
-        with_mma_shape(args.decode_attention, [&]<int kW, int kMmaStages, bool kL2Ahead>() {
-          launch_split_mma<D, kW, kMmaStages, kL2Ahead>(grid, launch, step, p);
-        });
+      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, launch, step, p);
       break;
     case 1: launch_split<D, 1>(grid, launch, step, p); break;
     case 2: launch_split<D, 2>(grid, launch, step, p); break;

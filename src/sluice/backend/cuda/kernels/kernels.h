@@ -92,7 +92,6 @@ struct AttentionArgs {
   // The kernel asked for whole prefill tiles; prefill_kernel_for() decides.
   PrefillAttention prefill_attention = PrefillAttention::mma;
   DecodeSplitPlan decode_split_plan = DecodeSplitPlan::adaptive;
-  DecodeAttention decode_attention = DecodeAttention::tiles64x2;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
