@@ -5,7 +5,8 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep | --mla | --mla-decode [KERNELS] | --deepseek | --deepseek-moe-fp8 | --burst-step |
+//                   --decode1 | --chunk | --decode-sweep [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
+//                   --deepseek-moe-fp8 | --burst-step |
 //                   --profile-burst | --gemm-rows | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
@@ -13,7 +14,8 @@
 // kernel (or the comma-separated choices named), whole prompts and chunks over
 // long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
-// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed;
+// --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed (one case if
+// named: "8 x 8k");
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
 // --mla-prefill: its prefill rows on tensor_core and through cuDNN;
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
@@ -505,8 +507,9 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // the batches and contexts issue 14 asks for, and at the burst's mixed steps,
 // under each split plan (CudaOptions::decode_split_plan): K+V bytes read over
 // time, with the step's metadata upload (begin_step) inside and outside the
-// timed loop.
-void bench_decode_sweep() {
+// timed loop. `case_filter` (a case's name, e.g. "8 x 8k"; empty: all) runs
+// one case, e.g. under ncu.
+void bench_decode_sweep(std::string_view case_filter) {
   constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
   struct Case {
     std::string name;
@@ -527,6 +530,7 @@ void bench_decode_sweep() {
   for (std::int32_t s = 0; s < 64; ++s) cases.back().contexts.push_back(1024 + (s * 2039) % 130000);
   for (const Case& c : cases)
   for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames) {
+    if (!case_filter.empty() && c.name != case_filter) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
     options.decode_split_plan = plan;
@@ -565,10 +569,13 @@ void bench_decode_sweep() {
     ops->begin_step(layout);
     const double kernel_only = time_back_to_back(20, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
     const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " + std::string(plan_name);
+    char us[32];
+    std::snprintf(us, sizeof us, ", %.1f us", kernel_only * 1e6);
     row(what + ", kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
-        pct(bytes / kernel_only / kHbmBytesPerSecond) + " of HBM");
+        pct(bytes / kernel_only / kHbmBytesPerSecond) + " of HBM" + us);
+    std::snprintf(us, sizeof us, ", %.1f us", with_metadata * 1e6);
     row(what + ", with begin_step", bytes / with_metadata / 1e12, "TB/s",
-        pct(bytes / with_metadata / kHbmBytesPerSecond) + " of HBM");
+        pct(bytes / with_metadata / kHbmBytesPerSecond) + " of HBM" + us);
   }
 }
 
@@ -1234,9 +1241,9 @@ int main(int argc, char** argv) {
     sluice::bench_model(false);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep") == 0) {  // GQA decode attention at many shapes
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep") == 0) {  // GQA decode attention, [one case]
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    sluice::bench_decode_sweep();
+    sluice::bench_decode_sweep(argc > 2 ? std::string_view(argv[2]) : std::string_view());
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode") == 0) {  // decode GEMVs and attention, decode steps

@@ -443,5 +443,39 @@ TEST(CudnnPlansInBackground, StepsWaitForNoPlanAndRunOnCudnnOnceBuilt) {
   AttentionHarness(split, 51).run_case();
 }
 
+// Decode rows on the default prefill kernel, aimed at the tensor-core
+// split-KV kernel: groups of 4, 7 and 16 heads at head_dim 128 and 64, uneven
+// batches (by-step-work splits), contexts on both sides of its 64-key tile and
+// of a page (of 16 keys, found by shift and mask, and of 7, by division),
+// splits at their edges, and graph replays.
+void run_decode_case(AttentionCase c, std::uint64_t seed) {
+  c.prefill_attention = CudaOptions{}.prefill_attention;
+  SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
+                                    << c.head_dim << " block " << c.block_size);
+  AttentionHarness(c, seed).run_case();
+}
+
+// Tile and page edges: 15/16/17, 31/32/33, 63/64/65 keys, beside rows long
+// enough to be cut (so each row's splits end on the tile multiple).
+const std::vector<SeqSpec> kDecodeTileEdges = {{14, 1},  {15, 1},  {16, 1},  {30, 1},   {31, 1},  {32, 1},
+                                               {62, 1},  {63, 1},  {64, 1},  {95, 1},   {96, 1},  {159, 1},
+                                               {6143, 1}, {6144, 1}, {20001, 1}, {3000, 1}};
+
+TEST(CudaDecodeAttention, UnevenBatchAtTileEdges) { run_decode_case({32, 8, 128, 16, kDecodeTileEdges, 64}, 50); }
+TEST(CudaDecodeAttention, EvenBatchSplitsGroupOfFour) {
+  run_decode_case({32, 8, 128, 16, {{9000, 1}, {9001, 1}, {8999, 1}, {9017, 1}, {9100, 1}, {8990, 1}}}, 51);
+}
+TEST(CudaDecodeAttention, HeadDim64OddPages) { run_decode_case({16, 4, 64, 7, kDecodeTileEdges, 64}, 52); }
+TEST(CudaDecodeAttention, GroupsOfSevenAndSixteen) {
+  run_decode_case({28, 4, 128, 16, {{0, 1}, {33, 1}, {5000, 1}, {777, 3}}}, 53);
+  run_decode_case({32, 2, 64, 16, {{20000, 1}, {777, 1}, {3000, 2}}, 16}, 54);
+}
+TEST(CudaDecodeAttention, SplitEdges) { run_decode_case({32, 8, 128, 16, kSplitEdges}, 55); }
+TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
+  AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
+  c.decode_steps_with_graphs = true;
+  run_decode_case(c, 56);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -42,6 +42,10 @@ struct SplitParams {
   float* ws_acc;  // [num_split_rows, num_q_heads, max_splits, D]
   float* ws_ml;   // [num_split_rows, num_q_heads, max_splits, 2]
   int num_q_heads, num_kv_heads, block_size, head_chunks;
+  // log2(block_size) when it is a power of two (16 in practice), else -1: a
+  // key's page and slot by shift and mask instead of an integer division by
+  // a runtime divisor (~20 instructions), once per key copied.
+  int block_shift;
   // The split plan (split_of() below): splits in the grid and the workspace
   // (from the longest context the launch must cover: the graph bucket under
   // CUDA graphs), the shortest split a row is cut into, and the multiple of
@@ -119,6 +123,15 @@ __device__ __forceinline__ RowSplit split_of(int kv_len, const StepSplit& plan, 
   return {(kv_len + tokens - 1) / tokens, tokens};
 }
 
+// A key's slot in the paged cache: its page from the sequence's block table,
+// then its place in the page.
+__device__ __forceinline__ std::int64_t slot_of(const std::int32_t* table, int key, const SplitParams& p) {
+  if (p.block_shift >= 0)
+    return (static_cast<std::int64_t>(table[key >> p.block_shift]) << p.block_shift) +
+           (key & ((1 << p.block_shift) - 1));
+  return static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+}
+
 __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
@@ -143,9 +156,7 @@ __device__ __forceinline__ void prefetch_old_keys(const StepDeviceView& step, co
   const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * head_dim;
   for (int i = threadIdx.x; i < (old_end - key_begin) * lines_per_key; i += blockDim.x) {
     const int key = key_begin + i / lines_per_key;
-    const std::int64_t slot =
-        static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-    const std::int64_t off = slot * key_stride + head_offset + (i % lines_per_key) * 64;
+    const std::int64_t off = slot_of(table, key, p) * key_stride + head_offset + (i % lines_per_key) * 64;
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.k_cache + off));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.v_cache + off));
   }
@@ -199,9 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const bool valid = key < key_end;
       std::int64_t off = 0;
       if (valid) {
-        const std::int64_t slot =
-            static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * key_stride + kv_head * D + col;
+        off = slot_of(table, key, p) * key_stride + kv_head * D + col;
       }
       cp_async_16(s_k + (stage * kTileKeys + r) * D + col, p.k_cache + off, valid);
       cp_async_16(s_v + (stage * kTileKeys + r) * D + col, p.v_cache + off, valid);
@@ -391,6 +400,12 @@ void launch_split(dim3 grid, const Launch& launch, const StepDeviceView& step, c
 // keeps its own softmax state; the warps merge at the end like the kernel
 // above. kW = 4: 64-key tiles. 8 warps over 128-key tiles (213 KB with 3
 // stages, one block a multiprocessor) read 15% less at batch 64 (run 11).
+// Fewer warps over deeper rings of the same 74 KB read less too (S10-1: 2
+// warps x 4 stages of 32 keys 54-62% of HBM, 1 x 8 of 16 keys 32-38%, against
+// 73-90% here): the kernel is bound by its warps' instruction issue (12 warps
+// a multiprocessor, 0.63 eligible a scheduler), not by bytes in flight; an L2
+// prefetch of the tile after the ring's (more bytes in flight, more
+// instructions) lost 7-10 points.
 constexpr int kMmaWarps = 4;
 // Stages of the K/V ring: one tile in flight while one is computed (72 KB:
 // three blocks a multiprocessor). With each row's own split plan a 3-stage
@@ -467,9 +482,7 @@ __global__ void __launch_bounds__(kW * 32)
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int key = key0 + i * kRowsPerPass;
-      off[i] = key < key_end ? (static_cast<std::int64_t>(table[key / p.block_size]) * p.block_size +
-                                key % p.block_size) * key_stride + kv_head * D + copy_col
-                             : -1;
+      off[i] = key < key_end ? slot_of(table, key, p) * key_stride + kv_head * D + copy_col : -1;
     }
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
@@ -799,6 +812,9 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   p.num_q_heads = args.num_q_heads;
   p.num_kv_heads = args.num_kv_heads;
   p.block_size = args.block_size_tokens;
+  p.block_shift = -1;
+  for (int shift = 0; shift < 31; ++shift)
+    if ((1 << shift) == p.block_size) p.block_shift = shift;
   p.head_chunks = plan.head_chunks;
   p.max_splits = plan.max_splits;
   p.min_split_tokens = plan.min_split_tokens;
