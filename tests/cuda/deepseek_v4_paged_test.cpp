@@ -1,0 +1,359 @@
+// DeepSeek-V4's paged KV layout on the device (deepseek_v4_kernels.h,
+// V4Paged*; issue 18, the device side of docs/kv-v4.md), against the host's
+// addressing (DeepseekV4PagedState over the CPU backend's model-defined
+// cache), at V4-Flash's widths (head_dim 512, index keys 128, window 128,
+// CSA rate 4, HCA rate 128) in 5 layers of each kind, blocks of 128 tokens:
+//   - launch_v4_paged_copy writes every site (window latents, both pending
+//     rings' kv and gate rows, CSA/HCA entries, index keys) of every layer
+//     where the host state writes them: the whole caches are byte-equal
+//     afterwards; and reads them back as the host state reads them;
+//   - launch_v4_gather_keys gives each query row the reference's key set in
+//     the reference's order (window, then the indexer's picks or every
+//     visible entry), rounded to bf16, for rows at the sequence's start,
+//     inside the first window, on block and window boundaries and deep in;
+//   - CudaOps allocates a model-defined cache (one f32 area a block) and its
+//     host tier moves such blocks byte-equal; the layouts it cannot hold are
+//     refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "deepseek_v4_test_util.h"
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/deepseek_v4_paged_state.h"
+#include "../support/deepseek_v4_flash_config.h"
+
+namespace sluice {
+namespace {
+
+using cuda::V4PagedRegion;
+using cuda::V4PagedSite;
+using v4_testing::Dev;
+using v4_testing::kF32;
+
+constexpr std::int32_t kBlock = 128;
+constexpr std::int32_t kNumBlocks = 12;
+
+// V4-Flash's widths in 5 layers: sliding, CSA, HCA, CSA, HCA.
+ModelConfig five_layer_flash() {
+  nlohmann::json j = testing::deepseek_v4_flash_config_json();
+  j["num_hidden_layers"] = 5;
+  j["compress_ratios"] = nlohmann::json::array({0, 4, 128, 4, 128, 0});
+  auto config = parse_model_config(j.dump(), "config.json");
+  SLUICE_CHECK(config.ok());
+  return *config;
+}
+
+// Two sequences over shuffled blocks: A has 6 blocks (768 tokens), B 5.
+const std::vector<std::int32_t> kTableA = {5, 2, 9, 0, 7, 3};
+const std::vector<std::int32_t> kTableB = {11, 1, 8, 6, 4};
+
+class DeepseekV4PagedCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = five_layer_flash();
+    auto layout = DeepseekV4KvLayout::make(config_, kBlock);
+    ASSERT_TRUE(layout.ok()) << layout.error_message();
+    layout_ = std::move(*layout);
+    floats_per_block_ = (layout_->floats_per_block() + kBlock - 1) / kBlock * kBlock;  // whole slots, as the model asks
+    host_ = make_cpu_ops({.num_threads = 1});
+    const Status allocated = host_->allocate_kv_cache({.num_layers = 1, .num_blocks = kNumBlocks,
+                                                       .block_size_tokens = kBlock, .num_kv_heads = 1,
+                                                       .head_dim = static_cast<std::int32_t>(floats_per_block_ / kBlock),
+                                                       .layout = KvCacheLayout::model_defined});
+    ASSERT_TRUE(allocated.ok()) << allocated.error_message();
+    ids_ = kTableA;
+    ids_.insert(ids_.end(), kTableB.begin(), kTableB.end());
+    device_ = std::make_unique<Dev<float>>(static_cast<std::size_t>(kNumBlocks * floats_per_block_));
+    block_ids_ = std::make_unique<Dev<std::int32_t>>(ids_);
+  }
+
+  // The host cache, block by block, as one image.
+  std::vector<float> host_image() {
+    std::vector<float> out;
+    for (BlockId b = 0; b < kNumBlocks; ++b) {
+      const std::span<float> block = host_->model_defined_kv_block(b);
+      EXPECT_EQ(static_cast<std::int64_t>(block.size()), floats_per_block_);
+      out.insert(out.end(), block.begin(), block.end());
+    }
+    return out;
+  }
+  void set_host_image(const std::vector<float>& image) {
+    for (BlockId b = 0; b < kNumBlocks; ++b)
+      std::copy_n(image.begin() + b * floats_per_block_, floats_per_block_, host_->model_defined_kv_block(b).begin());
+  }
+  void set_device_image(const std::vector<float>& image) {
+    ASSERT_EQ(cudaMemcpy(device_->get(), image.data(), image.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  DeepseekV4PagedState state(bool b) {
+    const std::vector<std::int32_t>& t = b ? kTableB : kTableA;
+    return DeepseekV4PagedState(*layout_, *host_, std::span<const BlockId>(t.data(), t.size()));
+  }
+  cuda::V4PagedBlocks blocks() const {
+    return {.data = device_->get(), .floats_per_block = floats_per_block_, .num_blocks = kNumBlocks,
+            .block_size = kBlock};
+  }
+  // Block tables of items that belong to sequence A or B.
+  struct Tables {
+    std::unique_ptr<Dev<std::int32_t>> begin, len;
+  };
+  Tables tables_for(const std::vector<bool>& in_b) const {
+    std::vector<std::int32_t> begin, len;
+    for (bool b : in_b) {
+      begin.push_back(b ? static_cast<std::int32_t>(kTableA.size()) : 0);
+      len.push_back(static_cast<std::int32_t>(b ? kTableB.size() : kTableA.size()));
+    }
+    return {std::make_unique<Dev<std::int32_t>>(begin), std::make_unique<Dev<std::int32_t>>(len)};
+  }
+  cuda::V4BlockTables device_tables(const Tables& t) const {
+    return {.block_ids = block_ids_->get(), .table_begin = t.begin->get(), .table_len = t.len->get()};
+  }
+
+  static V4PagedRegion window_region(const DeepseekV4LayerRegion& l, std::int64_t hd) {
+    return {.site = V4PagedSite::window, .offset = l.window_offset, .count = static_cast<std::int32_t>(hd)};
+  }
+  static V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
+    const bool entry = site == V4PagedSite::entry;
+    return {.site = site,
+            .offset = entry ? r.entries_offset : r.pending_offset,
+            .count = static_cast<std::int32_t>(entry ? r.dim : r.width),
+            .rate = static_cast<std::int32_t>(r.rate),
+            .ring_windows = static_cast<std::int32_t>(r.ring_windows)};
+  }
+
+  ModelConfig config_;
+  std::optional<DeepseekV4KvLayout> layout_;
+  std::int64_t floats_per_block_ = 0;
+  std::unique_ptr<Ops> host_;
+  std::vector<std::int32_t> ids_;
+  std::unique_ptr<Dev<float>> device_;
+  std::unique_ptr<Dev<std::int32_t>> block_ids_;
+};
+
+// One site's items: which sequence, and the position or entry index.
+struct Item {
+  bool in_b;
+  std::int64_t index;
+};
+
+std::span<float> host_site(DeepseekV4PagedState& s, std::int32_t layer, DeepseekV4Pool pool, V4PagedSite site,
+                           std::int64_t index) {
+  switch (site) {
+    case V4PagedSite::window: return s.window_latent(layer, index);
+    case V4PagedSite::pending_kv: return s.pending_kv(layer, pool, index);
+    case V4PagedSite::pending_gate: return s.pending_gate(layer, pool, index);
+    case V4PagedSite::entry: return s.entry(layer, pool, index);
+  }
+  return {};
+}
+
+TEST_F(DeepseekV4PagedCuda, CopyWritesAndReadsEverySiteWhereTheHostStateDoes) {
+  set_host_image(std::vector<float>(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 0.0f));
+  ASSERT_EQ(cudaMemset(device_->get(), 0, static_cast<std::size_t>(kNumBlocks * floats_per_block_) * 4), cudaSuccess);
+  std::uint64_t seed = 100;
+  std::int64_t sites_checked = 0;
+  auto run_site = [&](std::int32_t layer, DeepseekV4Pool pool, const V4PagedRegion& region,
+                      const std::vector<Item>& items) {
+    SCOPED_TRACE(::testing::Message() << "layer " << layer << " site " << static_cast<int>(region.site));
+    const std::size_t count = static_cast<std::size_t>(region.count);
+    const std::vector<float> values = v4_testing::uniform(items.size() * count, ++seed, -2.0f, 2.0f);
+    std::vector<std::int32_t> index;
+    std::vector<bool> in_b;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      DeepseekV4PagedState s = state(items[i].in_b);
+      std::ranges::copy(std::span(values).subspan(i * count, count),
+                        host_site(s, layer, pool, region.site, items[i].index).begin());
+      index.push_back(static_cast<std::int32_t>(items[i].index));
+      in_b.push_back(items[i].in_b);
+    }
+    const Tables t = tables_for(in_b);
+    const Dev<std::int32_t> d_index(index);
+    const Dev<float> dense(values);
+    cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables(t), .region = region,
+                                .index = d_index.get(), .dense = dense.get(), .dense_dt = kF32,
+                                .items = static_cast<std::int32_t>(items.size()), .to_blocks = true},
+                               nullptr);
+    const Dev<float> back(values.size());
+    cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables(t), .region = region,
+                                .index = d_index.get(), .dense = back.get(), .dense_dt = kF32,
+                                .items = static_cast<std::int32_t>(items.size()), .to_blocks = false},
+                               nullptr);
+    EXPECT_EQ(back.host(), values);
+    ++sites_checked;
+  };
+  const std::int64_t hd = layout_->head_dim();
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    // Window latents: A's positions across its 6 blocks, B's across 5 (distinct places).
+    std::vector<Item> window;
+    for (std::int64_t p : {0, 1, 127, 128, 129, 300, 511, 512, 767}) window.push_back({false, p});
+    for (std::int64_t p : {0, 5, 255, 256, 600, 639}) window.push_back({true, p});
+    run_site(l, DeepseekV4Pool::compressor, window_region(lr, hd), window);
+    for (DeepseekV4Pool pool : {DeepseekV4Pool::compressor, DeepseekV4Pool::indexer}) {
+      const std::optional<DeepseekV4PoolRegion>& r = pool == DeepseekV4Pool::compressor ? lr.compressor : lr.indexer;
+      if (!r) continue;
+      // Pending rows: the ring's windows of one block (distinct slots), in A's 3rd block and B's 1st.
+      std::vector<Item> pending;
+      for (std::int64_t p = 0; p < r->rate * r->ring_windows; ++p) {
+        pending.push_back({false, 2 * kBlock + p + (r->rate < kBlock ? 3 * r->rate * r->ring_windows : 0)});
+        pending.push_back({true, p});
+      }
+      run_site(l, pool, pool_region(*r, V4PagedSite::pending_kv), pending);
+      run_site(l, pool, pool_region(*r, V4PagedSite::pending_gate), pending);
+      // Entries: every window of A, the first and last ones of B.
+      std::vector<Item> entries;
+      for (std::int64_t e = 0; e < 6 * kBlock / r->rate; ++e) entries.push_back({false, e});
+      entries.push_back({true, 0});
+      entries.push_back({true, 5 * kBlock / r->rate - 1});
+      run_site(l, pool, pool_region(*r, V4PagedSite::entry), entries);
+    }
+  }
+  EXPECT_EQ(sites_checked, 1 + 2 * (1 + 2 * 3) + 2 * (1 + 3));  // sliding; CSA: window + 2 pools x 3; HCA: window + 3
+  const std::vector<float> host = host_image();
+  const std::vector<float> device = device_->host();
+  ASSERT_EQ(host.size(), device.size());
+  EXPECT_EQ(std::memcmp(host.data(), device.data(), host.size() * sizeof(float)), 0)
+      << "the device blocks differ from the host state's";
+  EXPECT_GT(std::ranges::count_if(host, [](float v) { return v != 0.0f; }), 100000);
+}
+
+// The query rows of the gather: (sequence, position) at the start, inside the
+// first window, on block and compression-window boundaries, deep in.
+const std::vector<Item> kQueryRows = {{false, 0},   {false, 2},   {false, 3},   {false, 126}, {false, 127},
+                                      {false, 128}, {false, 255}, {false, 383}, {false, 767}, {true, 0},
+                                      {true, 64},   {true, 131},  {true, 639}};
+
+TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
+  const std::vector<float> image = v4_testing::uniform(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 7,
+                                                       -3.0f, 3.0f);
+  set_host_image(image);
+  set_device_image(image);
+  const std::int64_t hd = layout_->head_dim();
+  const std::int32_t window = config_.deepseek_v4->sliding_window;
+  const std::int32_t top_k = config_.deepseek_v4->index_topk;
+  const std::int32_t rows = static_cast<std::int32_t>(kQueryRows.size());
+  std::vector<std::int32_t> positions;
+  std::vector<bool> in_b;
+  for (const Item& q : kQueryRows) {
+    positions.push_back(static_cast<std::int32_t>(q.index));
+    in_b.push_back(q.in_b);
+  }
+  const Tables t = tables_for(in_b);
+  const Dev<std::int32_t> d_positions(positions);
+  SplitMix64 rng(3);
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    const bool csa = lr.indexer.has_value();
+    // CSA: picks as the indexer leaves them (ascending, -1 past the count), a
+    // random subset of the visible entries (all of them for some rows).
+    std::vector<std::int32_t> selected(static_cast<std::size_t>(rows * top_k), -1), num_selected(rows, 0);
+    std::vector<std::vector<std::int64_t>> picks(rows);
+    std::int32_t max_entries = 0;
+    for (std::int32_t r = 0; r < rows; ++r) {
+      if (!lr.compressor) continue;
+      const std::int64_t visible = (kQueryRows[r].index + 1) / lr.compressor->rate;
+      for (std::int64_t e = 0; e < visible; ++e)
+        if (!csa || r % 3 == 0 || rng.uniform() < 0.5) picks[r].push_back(e);
+      num_selected[r] = static_cast<std::int32_t>(picks[r].size());
+      for (std::size_t j = 0; j < picks[r].size(); ++j) selected[r * top_k + j] = static_cast<std::int32_t>(picks[r][j]);
+      max_entries = std::max(max_entries, num_selected[r]);
+    }
+    const std::int32_t max_keys = window + (csa ? top_k : max_entries);
+    const Dev<std::int32_t> d_selected(selected), d_num_selected(num_selected);
+    Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
+    Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
+    cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = device_tables(t), .positions = d_positions.get(),
+                                .window = window_region(lr, hd), .sliding_window = window,
+                                .keys = keys.get(), .key_rows = key_rows.get(), .num_keys = num_keys.get(),
+                                .rows = rows, .max_keys = max_keys};
+    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
+    if (csa) {
+      args.selected = d_selected.get();
+      args.num_selected = d_num_selected.get();
+      args.top_k = top_k;
+    }
+    cuda::launch_v4_gather_keys(args, nullptr);
+    const std::vector<std::uint16_t> got = keys.host();
+    const std::vector<std::int32_t> got_rows = key_rows.host(), got_num = num_keys.host();
+    for (std::int32_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE(::testing::Message() << "row " << r << " at " << kQueryRows[r].index);
+      DeepseekV4PagedState s = state(kQueryRows[r].in_b);
+      const std::int64_t p = kQueryRows[r].index;
+      std::vector<std::span<float>> expected;  // run_attention's loop
+      for (std::int64_t u = std::max<std::int64_t>(0, p - window + 1); u <= p; ++u) expected.push_back(s.window_latent(l, u));
+      for (std::int64_t e : picks[r]) expected.push_back(s.entry(l, DeepseekV4Pool::compressor, e));
+      ASSERT_EQ(got_num[r], static_cast<std::int32_t>(expected.size()));
+      for (std::size_t j = 0; j < expected.size(); ++j) {
+        const std::int64_t out_row = static_cast<std::int64_t>(r) * max_keys + static_cast<std::int64_t>(j);
+        ASSERT_EQ(got_rows[out_row], out_row);
+        for (std::int64_t c = 0; c < hd; ++c)
+          ASSERT_EQ(got[out_row * hd + c], f32_to_bf16(expected[j][c])) << "key " << j << " dim " << c;
+      }
+    }
+  }
+}
+
+TEST(DeepseekV4PagedCudaOps, ModelDefinedCacheAndItsHostTierMoveBlocksByteEqual) {
+  auto ops = make_cuda_ops({.scratch_bytes = 16LL << 20});
+  ASSERT_TRUE(ops.ok()) << ops.error_message();
+  EXPECT_FALSE(cuda_model_defined_kv(**ops).ok());  // nothing allocated yet
+  const KvCacheSpec spec{.num_layers = 1, .num_blocks = 8, .block_size_tokens = 128, .num_kv_heads = 1,
+                         .head_dim = 1000, .layout = KvCacheLayout::model_defined};
+  KvCacheSpec two_layers = spec;
+  two_layers.num_layers = 2;
+  const Status refused = (*ops)->allocate_kv_cache(two_layers);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error_message().find("one area a block"), std::string::npos) << refused.error_message();
+  const Status allocated = (*ops)->allocate_kv_cache(spec);
+  ASSERT_TRUE(allocated.ok()) << allocated.error_message();
+  auto blocks = cuda_model_defined_kv(**ops);
+  ASSERT_TRUE(blocks.ok()) << blocks.error_message();
+  EXPECT_EQ(blocks->floats_per_block, 128 * 1000);
+  EXPECT_EQ(blocks->num_blocks, 8);
+  EXPECT_FALSE(cuda_fill_kv_cache_random(**ops, 1).ok());
+  const std::size_t floats = static_cast<std::size_t>(8 * blocks->floats_per_block);
+  const std::vector<float> original = v4_testing::uniform(floats, 11, -1.0f, 1.0f);
+  ASSERT_EQ(cudaMemcpy(blocks->data, original.data(), floats * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  const Status tier = (*ops)->allocate_host_kv_cache(4);
+  ASSERT_TRUE(tier.ok()) << tier.error_message();
+  auto run = [&](std::vector<KvBlockCopy> copies) {
+    std::set<KvCopyId> pending;
+    for (const KvBlockCopy& c : copies) pending.insert(c.id);
+    auto done = (*ops)->copy_kv_blocks(copies, false);
+    ASSERT_TRUE(done.ok()) << done.error_message();
+    for (int round = 0; round < 64 && !pending.empty(); ++round) {
+      for (const KvCopyCompletion& c : done.value()) {
+        EXPECT_TRUE(c.ok);
+        pending.erase(c.id);
+      }
+      if (pending.empty()) break;
+      done = (*ops)->copy_kv_blocks({}, true);
+      ASSERT_TRUE(done.ok()) << done.error_message();
+    }
+    EXPECT_TRUE(pending.empty());
+  };
+  run({{.id = 1, .direction = KvCopyDirection::kDeviceToHost, .device_block = 6, .host_block = 0},
+       {.id = 2, .direction = KvCopyDirection::kDeviceToHost, .device_block = 1, .host_block = 3}});
+  run({{.id = 3, .direction = KvCopyDirection::kHostToDevice, .device_block = 2, .host_block = 0},
+       {.id = 4, .direction = KvCopyDirection::kHostToDevice, .device_block = 7, .host_block = 3}});
+  std::vector<float> after(floats);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(after.data(), blocks->data, floats * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  const std::size_t per = static_cast<std::size_t>(blocks->floats_per_block);
+  auto block = [&](const std::vector<float>& v, int b) { return std::vector<float>(v.begin() + b * per, v.begin() + (b + 1) * per); };
+  for (int b = 0; b < 8; ++b) {
+    const int source = b == 2 ? 6 : b == 7 ? 1 : b;
+    EXPECT_EQ(block(after, b), block(original, source)) << "block " << b;
+  }
+}
+
+}  // namespace
+}  // namespace sluice
