@@ -10,7 +10,8 @@
 //   - launch_v4_gather_keys gives each query row the reference's key set in
 //     the reference's order (window, then the indexer's picks or every
 //     visible entry), rounded to bf16, for rows at the sequence's start,
-//     inside the first window, on block and window boundaries and deep in;
+//     inside the first window, on block and window boundaries and deep in,
+//     and the sparse attention over that set, as it is, is the reference's;
 //   - CudaOps allocates a model-defined cache (one f32 area a block) and its
 //     host tier moves such blocks byte-equal; the layouts it cannot hold are
 //     refused.
@@ -281,6 +282,23 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
       args.top_k = top_k;
     }
     cuda::launch_v4_gather_keys(args, nullptr);
+    // The gathered set is the sparse attention's input as it is (64 heads, sinks, the inverse rope).
+    const std::int64_t heads = 64;
+    const std::vector<float> q = v4_testing::bf16_values(static_cast<std::size_t>(rows * heads * hd), 20 + l, 1.0f);
+    const std::vector<float> sinks = v4_testing::uniform(static_cast<std::size_t>(heads), 30 + l, -2.0f, 4.0f);
+    const RotaryTable rope = v4_testing::test_rope(160000.0f);
+    const Dev<std::uint16_t> d_q(v4_testing::to_bf16(q));
+    const Dev<float> d_sinks(sinks), d_freq(rope.inv_freq);
+    const Dev<float> d_attn(q.size());
+    const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    cuda::launch_v4_sparse_attention({.q = d_q.get(), .kv = keys.get(), .key_rows = key_rows.get(),
+                                      .num_keys = num_keys.get(), .sinks = d_sinks.get(),
+                                      .positions = d_positions.get(),
+                                      .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_attn.get(),
+                                      .out_dt = kF32, .rows = rows, .num_heads = static_cast<std::int32_t>(heads),
+                                      .max_keys = max_keys, .softmax_scale = softmax_scale},
+                                     nullptr);
+    std::vector<float> want_attn(q.size());
     const std::vector<std::uint16_t> got = keys.host();
     const std::vector<std::int32_t> got_rows = key_rows.host(), got_num = num_keys.host();
     for (std::int32_t r = 0; r < rows; ++r) {
@@ -297,7 +315,19 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
         for (std::int64_t c = 0; c < hd; ++c)
           ASSERT_EQ(got[out_row * hd + c], f32_to_bf16(expected[j][c])) << "key " << j << " dim " << c;
       }
+      std::vector<float> ref_keys;
+      for (std::span<float> k : expected)
+        for (float v : k) ref_keys.push_back(v4_testing::round_bf16(v));
+      const auto out_row = std::span<float>(want_attn).subspan(static_cast<std::size_t>(r * heads * hd),
+                                                               static_cast<std::size_t>(heads * hd));
+      v4_testing::cpu_ops().sink_attention(
+          std::span<const float>(q).subspan(static_cast<std::size_t>(r * heads * hd), static_cast<std::size_t>(heads * hd)),
+          ref_keys, sinks, {.num_heads = heads, .head_dim = hd, .softmax_scale = softmax_scale}, out_row);
+      v4_testing::cpu_ops().rope_tail(out_row, hd, heads, std::span(&p, 1), rope, true);
     }
+    const std::vector<float> got_attn = d_attn.host();
+    EXPECT_LT(v4_testing::relative_error(got_attn, want_attn), 2e-5)
+        << "max |delta| " << v4_testing::max_abs_difference(got_attn, want_attn);
   }
 }
 
