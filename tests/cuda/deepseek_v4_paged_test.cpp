@@ -12,6 +12,10 @@
 //     visible entry), rounded to bf16, for rows at the sequence's start,
 //     inside the first window, on block and window boundaries and deep in,
 //     and the sparse attention over that set, as it is, is the reference's;
+//   - the compression of batched steps on the device (a DeepseekV4CompressPlan:
+//     ring rows read back, launch_v4_compress over the dense buffer, entries
+//     and ring rows written back) leaves the blocks the reference's row-by-row
+//     compression leaves on the host, step after step;
 //   - CudaOps allocates a model-defined cache (one f32 area a block) and its
 //     host tier moves such blocks byte-equal; the layouts it cannot hold are
 //     refused.
@@ -28,6 +32,7 @@
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/deepseek_v4_paged_state.h"
+#include "sluice/model/deepseek_v4_step_plan.h"
 #include "../support/deepseek_v4_flash_config.h"
 
 namespace sluice {
@@ -329,6 +334,179 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
     EXPECT_LT(v4_testing::relative_error(got_attn, want_attn), 2e-5)
         << "max |delta| " << v4_testing::max_abs_difference(got_attn, want_attn);
   }
+}
+
+// CSA's compressor and indexer (layer 1) and HCA's compressor (layer 2), A and
+// B stepped together in chunks from one token to several windows.
+TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBlocks) {
+  set_host_image(std::vector<float>(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 0.0f));
+  ASSERT_EQ(cudaMemset(device_->get(), 0, static_cast<std::size_t>(kNumBlocks * floats_per_block_) * 4), cudaSuccess);
+  const RotaryTable rope = v4_testing::test_rope(160000.0f);
+  const Dev<float> d_freq(rope.inv_freq);
+  struct Pool {
+    std::int32_t layer;
+    DeepseekV4Pool which;
+    DeepseekV4PoolRegion r;
+    std::vector<float> ape, norm;
+    std::vector<std::vector<float>> kv, gate;  // [A, B][position * width]
+  };
+  std::vector<Pool> pools;
+  std::uint64_t seed = 40;
+  const std::vector<std::int32_t> lengths = {static_cast<std::int32_t>(kTableA.size()) * kBlock,
+                                             static_cast<std::int32_t>(kTableB.size()) * kBlock};
+  for (auto [l, which] : {std::pair{1, DeepseekV4Pool::compressor}, std::pair{1, DeepseekV4Pool::indexer},
+                          std::pair{2, DeepseekV4Pool::compressor}}) {
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    const DeepseekV4PoolRegion r = which == DeepseekV4Pool::compressor ? *lr.compressor : *lr.indexer;
+    Pool p{.layer = l, .which = which, .r = r};
+    p.ape = v4_testing::uniform(static_cast<std::size_t>(r.rate * r.width), ++seed, -1.0f, 1.0f);
+    p.norm = v4_testing::uniform(static_cast<std::size_t>(r.dim), ++seed, 0.5f, 1.5f);
+    for (std::int32_t n : lengths) {
+      p.kv.push_back(v4_testing::uniform(static_cast<std::size_t>(n * r.width), ++seed, -2.0f, 2.0f));
+      p.gate.push_back(v4_testing::uniform(static_cast<std::size_t>(n * r.width), ++seed, -4.0f, 4.0f));
+    }
+    pools.push_back(std::move(p));
+  }
+  // Chunks per step for A and B (0: not in the step): prefill chunks that end
+  // mid-window, a chunk of many CSA windows and across an HCA window and a
+  // block, decode rows that close windows.
+  const std::vector<std::pair<std::int32_t, std::int32_t>> schedule = {
+      {5, 130}, {1, 1}, {1, 0}, {250, 2}, {3, 1}, {1, 1}, {0, 7}, {128, 125}, {1, 1}, {1, 1}, {2, 3}};
+  std::vector<std::int32_t> done = {0, 0};
+  std::int64_t entries = 0;
+  for (const auto& [na, nb] : schedule) {
+    StepLayout step;
+    for (std::int32_t s = 0; s < 2; ++s) {
+      const std::int32_t n = s == 0 ? na : nb;
+      if (n == 0) continue;
+      step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = n, .num_computed_tokens = done[s],
+                                .block_table = s == 0 ? kTableA : kTableB});
+      for (std::int32_t i = 0; i < n; ++i) {
+        step.token_ids.push_back(s);  // the token says the sequence (A 0, B 1)
+        step.positions.push_back(done[s] + i);
+      }
+    }
+    const DeepseekV4StepTables t = DeepseekV4StepTables::make(step);
+    const Dev<std::int32_t> d_ids(t.block_ids);
+    auto tables_of = [&](const std::vector<std::int32_t>& sequences) {
+      std::vector<std::int32_t> begin, len;
+      for (std::int32_t s : sequences) {
+        begin.push_back(t.sequence_table_begin[static_cast<std::size_t>(s)]);
+        len.push_back(t.sequence_table_len[static_cast<std::size_t>(s)]);
+      }
+      return Tables{std::make_unique<Dev<std::int32_t>>(begin), std::make_unique<Dev<std::int32_t>>(len)};
+    };
+    auto device_tables_of = [&](const Tables& tt) {
+      return cuda::V4BlockTables{.block_ids = d_ids.get(), .table_begin = tt.begin->get(), .table_len = tt.len->get()};
+    };
+    for (const Pool& p : pools) {
+      const DeepseekV4PoolRegion& r = p.r;
+      const auto width = static_cast<std::size_t>(r.width);
+      // The host: DeepseekV4Reference::compress, row by row.
+      for (std::size_t row = 0; row < t.positions.size(); ++row) {
+        const std::int32_t s = step.token_ids[row];
+        DeepseekV4PagedState state = this->state(s == 1);
+        const std::int64_t pos = t.positions[row];
+        std::ranges::copy(std::span(p.kv[s]).subspan(pos * width, width), state.pending_kv(p.layer, p.which, pos).begin());
+        std::ranges::copy(std::span(p.gate[s]).subspan(pos * width, width), state.pending_gate(p.layer, p.which, pos).begin());
+        if ((pos + 1) % r.rate != 0) continue;
+        const std::int64_t w = pos / r.rate;
+        std::vector<float> values, gates, entry(static_cast<std::size_t>(r.dim));
+        auto add = [&](std::int64_t window, std::int64_t half) {
+          for (std::int64_t slot = 0; slot < r.rate; ++slot) {
+            const std::span<float> kv = state.pending_kv(p.layer, p.which, window * r.rate + slot);
+            const std::span<float> gate = state.pending_gate(p.layer, p.which, window * r.rate + slot);
+            for (std::int64_t c = 0; c < r.dim; ++c) {
+              values.push_back(kv[half + c]);
+              gates.push_back(gate[half + c] + p.ape[slot * r.width + half + c]);
+            }
+          }
+        };
+        if (r.overlapping() && w > 0) add(w - 1, 0);
+        add(w, r.overlapping() ? r.dim : 0);
+        v4_testing::cpu_ops().softmax_pool(values, gates, r.dim, entry);
+        v4_testing::cpu_ops().rms_norm(entry, r.dim, p.norm, 1e-6f);
+        const std::int64_t first = w * r.rate;
+        v4_testing::cpu_ops().rope_tail(entry, r.dim, 1, std::span(&first, 1), rope, false);
+        std::ranges::copy(entry, state.entry(p.layer, p.which, w).begin());
+      }
+      // The device: the plan.
+      const DeepseekV4CompressPlan plan =
+          DeepseekV4CompressPlan::make(t, static_cast<std::int32_t>(r.rate), r.overlapping(), kBlock);
+      std::vector<float> kv(static_cast<std::size_t>(plan.buffer_rows) * width, NAN), gate(kv.size(), NAN);
+      for (std::size_t row = 0; row < t.positions.size(); ++row) {
+        const std::int32_t s = t.row_sequence[row];
+        const auto src = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t.positions[row]) * width);
+        const auto dst = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(plan.new_buffer_row[row]) * width);
+        const std::int32_t id = step.token_ids[static_cast<std::size_t>(step.sequences[static_cast<std::size_t>(s)].row_begin)];
+        std::copy_n(p.kv[id].begin() + src, width, kv.begin() + dst);
+        std::copy_n(p.gate[id].begin() + src, width, gate.begin() + dst);
+      }
+      const Dev<float> d_kv(kv), d_gate(gate), d_ape(p.ape), d_norm(p.norm);
+      const V4PagedRegion kv_region = pool_region(r, V4PagedSite::pending_kv);
+      const V4PagedRegion gate_region = pool_region(r, V4PagedSite::pending_gate);
+      if (!plan.read_position.empty()) {
+        const Tables tt = tables_of(plan.read_sequence);
+        const Dev<std::int32_t> d_index(plan.read_position), d_rows(plan.read_buffer_row);
+        for (const auto& [region, dense] : {std::pair{kv_region, d_kv.get()}, std::pair{gate_region, d_gate.get()}})
+          cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = region,
+                                      .index = d_index.get(), .dense = dense, .dense_row = d_rows.get(),
+                                      .dense_dt = kF32, .items = static_cast<std::int32_t>(plan.read_position.size())},
+                                     nullptr);
+      }
+      if (!plan.entry_index.empty()) {
+        const auto n = static_cast<std::int32_t>(plan.entry_index.size());
+        const Dev<std::int32_t> d_win(plan.window_row), d_prev(plan.prev_window_row), d_pos(plan.entry_position),
+            d_index(plan.entry_index);
+        const Dev<float> d_out(static_cast<std::size_t>(n) * static_cast<std::size_t>(r.dim));
+        cuda::launch_v4_compress({.kv = d_kv.get(), .gate = d_gate.get(), .ape = d_ape.get(), .norm = d_norm.get(),
+                                  .window_row = d_win.get(), .prev_window_row = d_prev.get(), .position = d_pos.get(),
+                                  .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_out.get(),
+                                  .out_dt = kF32, .entries = n, .dim = static_cast<std::int32_t>(r.dim),
+                                  .width = static_cast<std::int32_t>(r.width), .rate = static_cast<std::int32_t>(r.rate),
+                                  .eps = 1e-6f},
+                                 nullptr);
+        const Tables tt = tables_of(plan.entry_sequence);
+        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt),
+                                    .region = pool_region(r, V4PagedSite::entry), .index = d_index.get(),
+                                    .dense = d_out.get(), .dense_dt = kF32, .items = n, .to_blocks = true},
+                                   nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // d_out is freed at the end of this scope
+        entries += n;
+      }
+      std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
+      for (std::int32_t row : plan.store_row) {
+        store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
+        store_position.push_back(t.positions[static_cast<std::size_t>(row)]);
+        store_buffer_row.push_back(plan.new_buffer_row[static_cast<std::size_t>(row)]);
+      }
+      const Tables tt = tables_of(store_sequence);
+      const Dev<std::int32_t> d_index(store_position), d_rows(store_buffer_row);
+      for (const auto& [region, dense] : {std::pair{kv_region, d_kv.get()}, std::pair{gate_region, d_gate.get()}})
+        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = region,
+                                    .index = d_index.get(), .dense = dense, .dense_row = d_rows.get(),
+                                    .dense_dt = kF32, .items = static_cast<std::int32_t>(store_position.size()),
+                                    .to_blocks = true},
+                                   nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    done[0] += na;
+    done[1] += nb;
+    // Ring rows byte-equal; entries within the compress kernel's own bound (its f32 sums run in another order).
+    const std::vector<float> want = host_image(), got = device_->host();
+    double worst = 0.0;
+    std::int64_t differing = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << "float " << i;
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+      differing += got[i] != want[i];
+    }
+    EXPECT_LT(worst, 1e-4) << "after A " << done[0] << ", B " << done[1];
+    EXPECT_LT(differing, entries * 1024) << "only entries may differ";
+  }
+  // Every window of A's 393 and B's 272 tokens, once: CSA's two pools at rate 4, HCA's at 128.
+  EXPECT_EQ(done, (std::vector<std::int32_t>{393, 272}));
+  EXPECT_EQ(entries, 2 * (393 / 4 + 272 / 4) + (393 / 128 + 272 / 128));
 }
 
 TEST(DeepseekV4PagedCudaOps, ModelDefinedCacheAndItsHostTierMoveBlocksByteEqual) {

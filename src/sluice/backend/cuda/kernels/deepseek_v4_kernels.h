@@ -221,13 +221,16 @@ struct V4PagedRegion {
 // Copies items between a dense buffer [items, count] and their places in the
 // blocks: to_blocks writes (a step's new window latents, its compressors'
 // projections, the entries launch_v4_compress pooled), else reads (a window's
-// pending rows for launch_v4_compress, index keys for the indexer).
+// pending rows for launch_v4_compress, index keys for the indexer). With
+// dense_row, items scatter into (or gather from) rows of a larger buffer: the
+// ring rows and the rows stored back of a DeepseekV4CompressPlan.
 struct V4PagedCopyArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;
   V4PagedRegion region;
   const std::int32_t* index = nullptr;  // [items]: positions (window, pending) or entry indices
-  void* dense = nullptr;                // dense_dt [items, count]
+  void* dense = nullptr;                // dense_dt [items, count], or [*, count] with dense_row
+  const std::int32_t* dense_row = nullptr;  // [items] or null: item i's row of dense (else row i)
   Dt dense_dt{};
   std::int32_t items = 0;
   bool to_blocks = false;

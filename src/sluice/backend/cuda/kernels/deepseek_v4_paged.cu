@@ -46,7 +46,7 @@ __device__ __forceinline__ float* paged_item(const V4PagedBlocks& b, const V4Blo
 __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs a) {
   const int item = blockIdx.x;
   float* paged = paged_item(a.blocks, a.tables, item, a.region, a.index[item]);
-  const std::int64_t base = static_cast<std::int64_t>(item) * a.region.count;
+  const std::int64_t base = static_cast<std::int64_t>(a.dense_row != nullptr ? a.dense_row[item] : item) * a.region.count;
   for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
     if (a.to_blocks)
       paged[c] = load_f(a.dense, a.dense_dt, base + c);
