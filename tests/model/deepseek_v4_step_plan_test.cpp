@@ -264,5 +264,23 @@ TEST(DeepseekV4StepPlan, ADecodeRowThatClosesAWindowReadsTheRingItNeeds) {
   EXPECT_EQ(quiet.store_row, (std::vector<std::int32_t>{0}));
 }
 
+TEST(DeepseekV4IndexPlan, EachRowSeesItsSequencesEntriesUpToItsOwnWindow) {
+  // A prefill chunk of 10 rows from 0 and a decode row at 41, CSA rate 4: the
+  // chunk's rows see 0, 0, 0, 1, 1, 1, 1, 2, 2, 2 entries (the window a row
+  // closes included), the decode row 10; the pool holds A's 2 keys, then B's 10.
+  StepLayout step;
+  step.sequences.push_back({.row_begin = 0, .num_rows = 10, .num_computed_tokens = 0, .block_table = {4}});
+  step.sequences.push_back({.row_begin = 10, .num_rows = 1, .num_computed_tokens = 41, .block_table = {0, 2, 7}});
+  for (std::int32_t i = 0; i < 10; ++i) step.positions.push_back(i);
+  step.positions.push_back(41);
+  step.token_ids.assign(11, 0);
+  const DeepseekV4IndexPlan plan = DeepseekV4IndexPlan::make(DeepseekV4StepTables::make(step), 4);
+  EXPECT_EQ(plan.row_num_visible, (std::vector<std::int32_t>{0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 10}));
+  EXPECT_EQ(plan.row_key_begin, (std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}));
+  EXPECT_EQ(plan.key_sequence, (std::vector<std::int32_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(plan.key_entry, (std::vector<std::int32_t>{0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(plan.max_visible, 10);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -1,5 +1,7 @@
 #include "sluice/model/deepseek_v4_step_plan.h"
 
+#include <algorithm>
+
 #include "sluice/common/check.h"
 
 namespace sluice {
@@ -66,6 +68,30 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
     }
     plan.buffer_rows += static_cast<std::int32_t>(end - read_from);
     row += static_cast<std::int32_t>(count);
+  }
+  return plan;
+}
+
+DeepseekV4IndexPlan DeepseekV4IndexPlan::make(const DeepseekV4StepTables& tables, std::int32_t rate) {
+  SLUICE_CHECK(rate > 0);
+  DeepseekV4IndexPlan plan;
+  const std::size_t sequences = tables.sequence_first_position.size();
+  std::vector<std::int32_t> last_position(sequences, -1), key_begin(sequences, 0);
+  for (std::size_t row = 0; row < tables.positions.size(); ++row)
+    last_position[static_cast<std::size_t>(tables.row_sequence[row])] = tables.positions[row];
+  for (std::size_t s = 0; s < sequences; ++s) {
+    key_begin[s] = static_cast<std::int32_t>(plan.key_entry.size());
+    const std::int32_t visible = (last_position[s] + 1) / rate;  // its last row sees the most
+    for (std::int32_t e = 0; e < visible; ++e) {
+      plan.key_sequence.push_back(static_cast<std::int32_t>(s));
+      plan.key_entry.push_back(e);
+    }
+  }
+  for (std::size_t row = 0; row < tables.positions.size(); ++row) {
+    const std::int32_t visible = (tables.positions[row] + 1) / rate;
+    plan.row_key_begin.push_back(key_begin[static_cast<std::size_t>(tables.row_sequence[row])]);
+    plan.row_num_visible.push_back(visible);
+    plan.max_visible = std::max(plan.max_visible, visible);
   }
   return plan;
 }

@@ -56,4 +56,18 @@ struct DeepseekV4CompressPlan {
                                      std::int32_t block_size);
 };
 
+// The CSA indexer's inputs for a step (launch_v4_indexer_scores / _top_k):
+// every sequence's visible index keys gathered into one pool, after the
+// step's compression wrote the entries its rows complete (a row sees the
+// entries of windows that ended at or before it, its own included:
+// (position + 1) / rate of them), and each row's slice of that pool.
+struct DeepseekV4IndexPlan {
+  // The pool's keys, sequence after sequence: launch_v4_paged_copy items (site entry).
+  std::vector<std::int32_t> key_sequence, key_entry;
+  std::vector<std::int32_t> row_key_begin, row_num_visible;  // [rows]
+  std::int32_t max_visible = 0;                              // the scores workspace's width
+
+  static DeepseekV4IndexPlan make(const DeepseekV4StepTables& tables, std::int32_t rate);
+};
+
 }  // namespace sluice
