@@ -12,9 +12,10 @@ Result<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const ModelConfig
   const DeepseekV4Kernels* kernels = ops.deepseek_v4_kernels();
   if (kernels == nullptr)
     return Error{"deepseek_v4 runs on --device cpu only: this backend has no V4 forward. On CUDA, issue 18 "
-                 "stage 3 built and device-tested the kernels (sparse sink attention, the FP8 lightning indexer "
-                 "and its top-k, the compressors, mHC, sqrtsoftplus/hash routing, clamped SwiGLU, the FP4 expert "
-                 "GEMM); the forward that runs them over the paged KV layout with FP8 records is still missing "
+                 "built and device-tested the kernels (sparse sink attention, the FP8 lightning indexer and its "
+                 "top-k, the compressors, mHC, sqrtsoftplus/hash routing, clamped SwiGLU, the FP4 expert GEMM) and "
+                 "the paged KV layout on the device (the CPU's blocks, the key gather, the batched compression "
+                 "plan); the forward that runs them (device weights, the projections, the step) is still missing "
                  "(docs/deepseek-v4-cuda.md)",
                  ErrorCode::kInvalidArgument};
   auto model = std::unique_ptr<DeepseekV4Model>(new DeepseekV4Model());

@@ -80,9 +80,15 @@ class CudaOps final : public Ops {
   }
 
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
-    if (spec.layout == KvCacheLayout::model_defined)
-      return Error{"CUDA backend: no model-defined KV cache (DeepSeek-V4's paged layout is CPU-only until issue 18 "
-                   "stage 3)"};
+    // Model-defined (DeepSeek-V4, docs/kv-v4.md): each block one f32 area the
+    // model lays out, the CPU's bytes exactly, so the prefix cache and the host
+    // tier move the same state on both backends (kernels/deepseek_v4_paged.cu
+    // addresses it). The FP8 records of DeepseekV4KvRecords::cuda_fp8 are stage 4.
+    const bool model_defined = spec.layout == KvCacheLayout::model_defined;
+    if (model_defined && (spec.num_layers != 1 || spec.num_kv_heads != 1))
+      return Error{fmt::format("CUDA backend: a model-defined KV cache is one area a block (num_layers {}, "
+                               "num_kv_heads {}; 1 and 1 expected)",
+                               spec.num_layers, spec.num_kv_heads)};
     if (spec.layout == KvCacheLayout::latent && spec.num_kv_heads != 1)
       return Error{fmt::format("CUDA backend: a latent KV cache has one entry a position (num_kv_heads {})",
                                spec.num_kv_heads)};
@@ -93,9 +99,10 @@ class CudaOps final : public Ops {
       return Error{fmt::format("CUDA backend: head_dim {} is not supported (16, 32, 64, 128, 256)",
                                spec.head_dim)};
     if (spec.num_kv_heads <= 0 || spec.num_layers <= 0 || spec.num_blocks <= 0 ||
-        spec.block_size_tokens <= 0)
+        spec.block_size_tokens <= 0 || spec.head_dim <= 0)
       return Error{"CUDA backend: KV cache spec has a zero dimension"};
-    const std::int64_t bytes = spec.bytes_per_block(DType::bf16) * spec.num_blocks;
+    const DType cache_dtype = model_defined ? DType::f32 : DType::bf16;
+    const std::int64_t bytes = spec.bytes_per_block(cache_dtype) * spec.num_blocks;
     if (kv_cache_ != nullptr) SLUICE_CUDA_CHECK(cudaFree(kv_cache_));
     kv_cache_ = nullptr;
     if (cudaMalloc(&kv_cache_, static_cast<std::size_t>(bytes)) != cudaSuccess) {
@@ -105,7 +112,7 @@ class CudaOps final : public Ops {
       return Error{fmt::format(
           "CUDA backend: the KV cache needs {:.2f} GiB ({} blocks x {} bytes) but only {:.2f} GiB "
           "of {:.2f} GiB is free",
-          bytes / 1073741824.0, spec.num_blocks, spec.bytes_per_block(DType::bf16),
+          bytes / 1073741824.0, spec.num_blocks, spec.bytes_per_block(cache_dtype),
           free_bytes / 1073741824.0, total_bytes / 1073741824.0)};
     }
     SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0, static_cast<std::size_t>(bytes), stream_));
@@ -113,7 +120,8 @@ class CudaOps final : public Ops {
     graphs_.clear();  // they hold the old cache's address
     // cuDNN loads (dlopen, handles, the plan builder) before serving, not
     // inside the first prefill step.
-    if (cuda::uses_cudnn(options_.prefill_attention) && options_.cudnn_plans_in_background) open_cudnn();
+    if (cuda::uses_cudnn(options_.prefill_attention) && options_.cudnn_plans_in_background && !model_defined)
+      open_cudnn();
     return Ok{};
   }
 
@@ -149,7 +157,9 @@ class CudaOps final : public Ops {
     layout_ = &layout;
     ++step_serial_;
     std::optional<cuda::GraphKey> key;
-    if (options_.use_cuda_graphs && kv_cache_ != nullptr) key = cuda::decode_graph_key(layout, options_.graph_buckets);
+    // No graphs over a model-defined cache: no forward of CudaOps runs over one yet.
+    if (options_.use_cuda_graphs && kv_cache_ != nullptr && kv_spec_.layout != KvCacheLayout::model_defined)
+      key = cuda::decode_graph_key(layout, options_.graph_buckets);
     // MLA's decode workspace is sized before the capture, never during it.
     if (key && kv_spec_.layout == KvCacheLayout::latent &&
         !mla_.prepare_decode(key->num_rows, key->context_bucket, num_sms_, options_.mla_kernels))
@@ -424,8 +434,21 @@ class CudaOps final : public Ops {
     return sampler_.sample(logits, requests);
   }
 
+  Result<cuda::V4PagedBlocks> model_defined_kv_device() const {
+    if (kv_cache_ == nullptr || kv_spec_.layout != KvCacheLayout::model_defined)
+      return Error{"cuda_model_defined_kv: no model-defined KV cache allocated"};
+    return cuda::V4PagedBlocks{.data = static_cast<float*>(kv_cache_),
+                               .floats_per_block = static_cast<std::int64_t>(kv_spec_.block_size_tokens) *
+                                                   kv_spec_.head_dim,
+                               .num_blocks = kv_spec_.num_blocks,
+                               .block_size = kv_spec_.block_size_tokens};
+  }
+
   Status fill_kv_cache_random(std::uint64_t seed) {
     if (kv_cache_ == nullptr) return Error{"cuda_fill_kv_cache_random: no KV cache yet"};
+    if (kv_spec_.layout == KvCacheLayout::model_defined)
+      return Error{"cuda_fill_kv_cache_random: a model-defined cache's bytes mean what its model says; "
+                   "random bf16 in it is not a state"};
     const std::int64_t elems = kv_spec_.bytes_per_block(DType::bf16) * kv_spec_.num_blocks / 2;
     cuda::launch_random_fill(kv_cache_, dt_of(DType::bf16), elems, seed, 1.0f, stream_);
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -695,6 +718,12 @@ Result<std::int64_t> cuda_cudnn_sdpa_split_runs(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_cudnn_sdpa_split_runs: not a CUDA Ops"};
   return cuda_ops->cudnn_sdpa_split_runs();
+}
+
+Result<cuda::V4PagedBlocks> cuda_model_defined_kv(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_model_defined_kv: not a CUDA Ops"};
+  return cuda_ops->model_defined_kv_device();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

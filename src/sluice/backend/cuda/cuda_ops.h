@@ -24,6 +24,7 @@
 
 #include "sluice/backend/cuda/cuda_options.h"
 #include "sluice/backend/cuda/fp8_gemm_counts.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
 
@@ -45,6 +46,12 @@ namespace sluice {
 // Fills the whole KV cache with random bf16 values in [-1, 1), so benchmarks
 // can time long-context decode without prefilling every sequence first.
 [[nodiscard]] Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed);
+
+// The device blocks of a KvCacheLayout::model_defined cache (DeepSeek-V4's
+// paged layout, f32 areas byte-equal to the CPU's), for the V4 kernels that
+// address it (kernels/deepseek_v4_kernels.h, V4Paged*). An error where the
+// cache is another layout or not allocated yet.
+[[nodiscard]] Result<cuda::V4PagedBlocks> cuda_model_defined_kv(const Ops& ops);
 
 // The FP8 block-scaled GEMMs this Ops asked cuBLASLt for so far (dense FP8
 // matmuls above kFp8KernelMaxRows rows, per-expert MoE GEMMs): how many ran

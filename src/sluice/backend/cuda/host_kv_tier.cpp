@@ -16,12 +16,15 @@ HostKvTier::~HostKvTier() {
 
 Status HostKvTier::allocate(std::int32_t num_blocks, const KvCacheSpec& spec, void* device_kv) {
   if (host_kv_ != nullptr) return Error{"CUDA backend: the host KV tier is allocated once"};
-  if (device_kv == nullptr || spec.layout != KvCacheLayout::key_value || num_blocks < 1)
-    return Error{"CUDA backend: a host KV tier needs the paged K/V cache allocated first"};
+  const bool model_defined = spec.layout == KvCacheLayout::model_defined;
+  if (device_kv == nullptr || (spec.layout != KvCacheLayout::key_value && !model_defined) || num_blocks < 1)
+    return Error{"CUDA backend: a host KV tier needs the paged K/V (or model-defined) cache allocated first"};
+  // K/V: bf16 pieces, K and V of every layer one slab apart. Model-defined
+  // (DeepSeek-V4): one f32 area a block, the CPU's bytes, one piece.
   piece_bytes_ = static_cast<std::size_t>(spec.block_size_tokens) * static_cast<std::size_t>(spec.num_kv_heads) *
-                 static_cast<std::size_t>(spec.head_dim) * sizeof(std::uint16_t);
+                 static_cast<std::size_t>(spec.head_dim) * (model_defined ? sizeof(float) : sizeof(std::uint16_t));
   device_slab_bytes_ = piece_bytes_ * static_cast<std::size_t>(spec.num_blocks);
-  num_pieces_ = 2 * spec.num_layers;
+  num_pieces_ = model_defined ? 1 : 2 * spec.num_layers;
   const std::size_t bytes = piece_bytes_ * static_cast<std::size_t>(num_pieces_) * static_cast<std::size_t>(num_blocks);
   if (cudaHostAlloc(&host_kv_, bytes, cudaHostAllocDefault) != cudaSuccess) {
     cudaGetLastError();

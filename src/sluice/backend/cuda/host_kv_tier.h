@@ -1,6 +1,7 @@
 // HostKvTier: the CUDA backend's host KV tier. Host blocks live in one pinned
 // buffer (cudaHostAlloc), [host block][layer][K, V][block_size, kv_heads,
-// head_dim] bf16. Copies run on a stream of their own, so they overlap the
+// head_dim] bf16 (a model-defined cache, DeepSeek-V4's: one f32 area a
+// block, byte for byte the CPU's, so one piece a block). Copies run on a stream of their own, so they overlap the
 // forward on the compute stream:
 //   - each batch of copies first waits (cudaStreamWaitEvent) for everything
 //     already on the compute stream, so a store reads what earlier steps

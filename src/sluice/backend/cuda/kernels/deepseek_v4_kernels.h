@@ -182,4 +182,85 @@ struct V4Fp4GemmArgs {
 };
 void launch_v4_fp4_gemm(const V4Fp4GemmArgs& args, cudaStream_t stream);
 
+// The paged KV layout on the device (docs/kv-v4.md, model/deepseek_v4_kv_layout.h):
+// the engine's blocks of a KvCacheLayout::model_defined cache, each one f32
+// area of floats_per_block, byte-equal to the CPU's, so a prefix-cache hit or
+// a block back from the host tier is the same state on both backends. The
+// kernels below address it exactly as DeepseekV4PagedState does on the host
+// (tests/cuda/deepseek_v4_paged_test.cpp checks that, item for item).
+struct V4PagedBlocks {
+  float* data = nullptr;  // [num_blocks, floats_per_block]
+  std::int64_t floats_per_block = 0;
+  std::int32_t num_blocks = 0;
+  std::int32_t block_size = 0;  // tokens a block
+};
+// Each item's (or query row's) sequence: its block table is
+// block_ids[table_begin[i], table_begin[i] + table_len[i]). A position past
+// the table traps (the caller's contract, as SLUICE_CHECK on the host).
+struct V4BlockTables {
+  const std::int32_t* block_ids = nullptr;
+  const std::int32_t* table_begin = nullptr;  // [items]
+  const std::int32_t* table_len = nullptr;    // [items]
+};
+
+// What one item names in a layer's area (DeepseekV4PagedState's accessors):
+//   window        the latent of token `index` (a position), count = head_dim;
+//   pending_kv /  a compressor's projection of token `index` in its block's
+//   pending_gate  ring of windows (slot index / rate % ring_windows), count = width;
+//   entry         compressed entry `index` (window index * rate is its first
+//                 position), count = dim: a CSA/HCA entry or an index key.
+enum class V4PagedSite : std::int32_t { window, pending_kv, pending_gate, entry };
+struct V4PagedRegion {
+  V4PagedSite site = V4PagedSite::window;
+  std::int64_t offset = 0;  // window_offset, pending_offset or entries_offset (floats from the block's start)
+  std::int32_t count = 0;   // floats an item
+  std::int32_t rate = 0;    // pending and entry sites
+  std::int32_t ring_windows = 0;  // pending sites
+};
+
+// Copies items between a dense buffer [items, count] and their places in the
+// blocks: to_blocks writes (a step's new window latents, its compressors'
+// projections, the entries launch_v4_compress pooled), else reads (a window's
+// pending rows for launch_v4_compress, index keys for the indexer). With
+// dense_row, items scatter into (or gather from) rows of a larger buffer: the
+// ring rows and the rows stored back of a DeepseekV4CompressPlan.
+struct V4PagedCopyArgs {
+  V4PagedBlocks blocks;
+  V4BlockTables tables;
+  V4PagedRegion region;
+  const std::int32_t* index = nullptr;  // [items]: positions (window, pending) or entry indices
+  void* dense = nullptr;                // dense_dt [items, count], or [*, count] with dense_row
+  const std::int32_t* dense_row = nullptr;  // [items] or null: item i's row of dense (else row i)
+  Dt dense_dt{};
+  std::int32_t items = 0;
+  bool to_blocks = false;
+};
+void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream);
+
+// The key set of each query row for launch_v4_sparse_attention, in the
+// reference's order (DeepseekV4Reference::run_attention): the window (the
+// last sliding_window positions up to the row's own, ascending), then the
+// compressed entries: the indexer's picks (selected[r, j], j < num_selected[r],
+// CSA), or every visible one, (position + 1) / rate of them (HCA, selected
+// null), or none (sliding layers, entries.count 0). Gathered as bf16 into
+// keys [rows, max_keys, head_dim]; key_rows[r, j] = r * max_keys + j and
+// num_keys[r] are the attention's arguments. A row with more keys than
+// max_keys traps.
+struct V4GatherKeysArgs {
+  V4PagedBlocks blocks;
+  V4BlockTables tables;                    // per query row
+  const std::int32_t* positions = nullptr; // [rows]
+  V4PagedRegion window;                    // site window
+  V4PagedRegion entries;                   // site entry; count 0 = none
+  const std::int32_t* selected = nullptr;      // [rows, top_k] or null (every visible entry)
+  const std::int32_t* num_selected = nullptr;  // [rows] with selected
+  std::int32_t top_k = 0;
+  std::int32_t sliding_window = 0;
+  void* keys = nullptr;  // bf16 [rows, max_keys, head_dim]
+  std::int32_t* key_rows = nullptr;  // [rows, max_keys]
+  std::int32_t* num_keys = nullptr;  // [rows]
+  std::int32_t rows = 0, max_keys = 0;
+};
+void launch_v4_gather_keys(const V4GatherKeysArgs& args, cudaStream_t stream);
+
 }  // namespace sluice::cuda

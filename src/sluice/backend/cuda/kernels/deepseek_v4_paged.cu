@@ -1,0 +1,126 @@
+// DeepSeek-V4's paged KV layout on the device (deepseek_v4_kernels.h,
+// V4Paged*): the addressing of DeepseekV4PagedState (model/deepseek_v4_paged_state.cpp)
+// in device code, a copy between dense rows and their places in the blocks,
+// and the gather of each query row's key set for the sparse attention. One
+// block per item (or per (key, row)), threads over the item's floats: these
+// move bytes, nothing else.
+#include <cuda_runtime.h>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// The floats of `index` (a position, or an entry index) in its block, as
+// DeepseekV4PagedState::{window_latent, pending, entry} place them.
+__device__ __forceinline__ float* paged_item(const V4PagedBlocks& b, const V4BlockTables& t, int table,
+                                             const V4PagedRegion& r, std::int64_t index) {
+  std::int64_t position = index, offset = r.offset;
+  switch (r.site) {
+    case V4PagedSite::window:
+      offset += position % b.block_size * r.count;
+      break;
+    case V4PagedSite::pending_kv:
+    case V4PagedSite::pending_gate: {
+      const std::int64_t ring_slot = position / r.rate % r.ring_windows;
+      offset += ring_slot * 2 * r.rate * r.count + (r.site == V4PagedSite::pending_gate ? r.rate * r.count : 0) +
+                position % r.rate * r.count;
+      break;
+    }
+    case V4PagedSite::entry:
+      position = index * r.rate;
+      offset += position % b.block_size / r.rate * r.count;
+      break;
+  }
+  const std::int64_t block_index = position / b.block_size;
+  if (position < 0 || block_index >= t.table_len[table] || offset + r.count > b.floats_per_block) __trap();
+  const std::int32_t block = t.block_ids[t.table_begin[table] + block_index];
+  if (block < 0 || block >= b.num_blocks) __trap();
+  return b.data + static_cast<std::int64_t>(block) * b.floats_per_block + offset;
+}
+
+__global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs a) {
+  const int item = blockIdx.x;
+  float* paged = paged_item(a.blocks, a.tables, item, a.region, a.index[item]);
+  const std::int64_t base = static_cast<std::int64_t>(a.dense_row != nullptr ? a.dense_row[item] : item) * a.region.count;
+  for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
+    if (a.to_blocks)
+      paged[c] = load_f(a.dense, a.dense_dt, base + c);
+    else
+      store_f(a.dense, a.dense_dt, base + c, paged[c]);
+  }
+}
+
+// Block (j, r): key j of query row r, or (the first of a row's blocks) its count.
+__global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysArgs a) {
+  const int r = blockIdx.y, j = blockIdx.x;
+  const std::int64_t p = a.positions[r];
+  const std::int64_t first = p - a.sliding_window + 1 > 0 ? p - a.sliding_window + 1 : 0;
+  const std::int64_t window_keys = p - first + 1;
+  std::int64_t entry_keys = 0;
+  if (a.entries.count > 0) entry_keys = a.selected != nullptr ? a.num_selected[r] : (p + 1) / a.entries.rate;
+  const std::int64_t total = window_keys + entry_keys;
+  if (total > a.max_keys || (a.selected != nullptr && entry_keys > a.top_k)) __trap();
+  const std::int64_t out_row = static_cast<std::int64_t>(r) * a.max_keys + j;
+  if (threadIdx.x == 0) {
+    a.key_rows[out_row] = static_cast<std::int32_t>(out_row);
+    if (j == 0) a.num_keys[r] = static_cast<std::int32_t>(total);
+  }
+  if (j >= total) return;
+  const float* src;
+  if (j < window_keys) {
+    src = paged_item(a.blocks, a.tables, r, a.window, first + j);
+  } else {
+    const std::int64_t e = j - window_keys;
+    const std::int64_t index = a.selected != nullptr ? a.selected[static_cast<std::int64_t>(r) * a.top_k + e] : e;
+    src = paged_item(a.blocks, a.tables, r, a.entries, index);
+  }
+  const int dim = a.window.count;
+  for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, out_row * dim + c, src[c]);
+}
+
+void check_blocks(const V4PagedBlocks& b, const V4BlockTables& t) {
+  SLUICE_CHECK(b.data != nullptr && b.floats_per_block > 0 && b.num_blocks > 0 && b.block_size > 0);
+  SLUICE_CHECK(t.block_ids != nullptr && t.table_begin != nullptr && t.table_len != nullptr);
+}
+
+void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
+  SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
+  if (r.site != V4PagedSite::window) SLUICE_CHECK(r.rate > 0);
+  if (r.site == V4PagedSite::pending_kv || r.site == V4PagedSite::pending_gate) SLUICE_CHECK(r.ring_windows > 0);
+}
+
+}  // namespace
+
+void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream) {
+  check_blocks(args.blocks, args.tables);
+  check_region(args.region, args.blocks.floats_per_block);
+  SLUICE_CHECK(args.items >= 0 && args.index != nullptr && args.dense != nullptr);
+  if (args.items == 0) return;
+  v4_paged_copy_kernel<<<static_cast<unsigned>(args.items), kThreads, 0, stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_v4_gather_keys(const V4GatherKeysArgs& args, cudaStream_t stream) {
+  check_blocks(args.blocks, args.tables);
+  check_region(args.window, args.blocks.floats_per_block);
+  SLUICE_CHECK(args.window.site == V4PagedSite::window && args.sliding_window > 0);
+  if (args.entries.count > 0) {
+    check_region(args.entries, args.blocks.floats_per_block);
+    SLUICE_CHECK(args.entries.site == V4PagedSite::entry && args.entries.count == args.window.count);
+    SLUICE_CHECK(args.selected == nullptr || (args.num_selected != nullptr && args.top_k > 0));
+  }
+  SLUICE_CHECK(args.positions != nullptr && args.keys != nullptr && args.key_rows != nullptr &&
+               args.num_keys != nullptr);
+  SLUICE_CHECK(args.rows >= 0 && args.max_keys >= args.sliding_window);
+  if (args.rows == 0) return;
+  v4_gather_keys_kernel<<<dim3(static_cast<unsigned>(args.max_keys), static_cast<unsigned>(args.rows)), kThreads, 0,
+                          stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda

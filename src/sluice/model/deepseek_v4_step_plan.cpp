@@ -1,0 +1,99 @@
+#include "sluice/model/deepseek_v4_step_plan.h"
+
+#include <algorithm>
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+
+DeepseekV4StepTables DeepseekV4StepTables::make(const StepLayout& layout) {
+  DeepseekV4StepTables t;
+  std::int32_t next_row = 0;
+  for (std::size_t s = 0; s < layout.sequences.size(); ++s) {
+    const SequenceLayout& seq = layout.sequences[s];
+    SLUICE_CHECK_EQ(seq.row_begin, next_row);  // rows in sequence order, as the forward numbers them
+    next_row += seq.num_rows;
+    t.sequence_table_begin.push_back(static_cast<std::int32_t>(t.block_ids.size()));
+    t.sequence_table_len.push_back(static_cast<std::int32_t>(seq.block_table.size()));
+    t.sequence_first_position.push_back(seq.num_computed_tokens);
+    t.block_ids.insert(t.block_ids.end(), seq.block_table.begin(), seq.block_table.end());
+    for (std::int32_t i = 0; i < seq.num_rows; ++i) {
+      t.row_sequence.push_back(static_cast<std::int32_t>(s));
+      t.positions.push_back(seq.num_computed_tokens + i);
+    }
+  }
+  SLUICE_CHECK_EQ(next_row, layout.num_rows());
+  return t;
+}
+
+DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& tables, std::int32_t rate,
+                                                    bool overlap, std::int32_t block_size) {
+  SLUICE_CHECK(rate > 0 && block_size > 0 && block_size % rate == 0);
+  const std::int64_t ring_span = static_cast<std::int64_t>(overlap ? 2 : 1) * rate;  // positions a ring place repeats after
+  DeepseekV4CompressPlan plan;
+  plan.new_buffer_row.resize(tables.positions.size());
+  std::int32_t row = 0;  // the step row of the sequence's first new token
+  for (std::size_t s = 0; s < tables.sequence_first_position.size(); ++s) {
+    const std::int64_t first = tables.sequence_first_position[s];
+    std::int64_t count = 0;
+    while (row + count < static_cast<std::int64_t>(tables.row_sequence.size()) &&
+           tables.row_sequence[static_cast<std::size_t>(row + count)] == static_cast<std::int32_t>(s))
+      ++count;
+    const std::int64_t end = first + count;  // the next step's first position
+    // Windows completed: those whose last token is in [first, end).
+    const std::int64_t first_window = first / rate, end_window = end / rate;  // [first_window, end_window)
+    // The ring rows the first completed window needs: its rows before `first`,
+    // and (overlap) the whole previous window.
+    std::int64_t read_from = first;
+    if (end_window > first_window) read_from = overlap && first_window > 0 ? (first_window - 1) * rate : first_window * rate;
+    const std::int64_t base = plan.buffer_rows;  // the buffer row of position read_from
+    for (std::int64_t p = read_from; p < first; ++p) {
+      plan.read_buffer_row.push_back(static_cast<std::int32_t>(base + p - read_from));
+      plan.read_sequence.push_back(static_cast<std::int32_t>(s));
+      plan.read_position.push_back(static_cast<std::int32_t>(p));
+    }
+    for (std::int64_t i = 0; i < count; ++i)
+      plan.new_buffer_row[static_cast<std::size_t>(row + i)] = static_cast<std::int32_t>(base + first - read_from + i);
+    for (std::int64_t w = first_window; w < end_window; ++w) {
+      plan.entry_sequence.push_back(static_cast<std::int32_t>(s));
+      plan.entry_index.push_back(static_cast<std::int32_t>(w));
+      plan.window_row.push_back(static_cast<std::int32_t>(base + w * rate - read_from));
+      plan.prev_window_row.push_back(overlap && w > 0 ? static_cast<std::int32_t>(base + (w - 1) * rate - read_from) : -1);
+      plan.entry_position.push_back(static_cast<std::int32_t>(w * rate));
+    }
+    // A row's ring place comes back every ring_span positions within its block.
+    for (std::int64_t p = first; p < end; ++p) {
+      const std::int64_t next = p + ring_span;
+      if (next >= end || next / block_size != p / block_size) plan.store_row.push_back(static_cast<std::int32_t>(row + p - first));
+    }
+    plan.buffer_rows += static_cast<std::int32_t>(end - read_from);
+    row += static_cast<std::int32_t>(count);
+  }
+  return plan;
+}
+
+DeepseekV4IndexPlan DeepseekV4IndexPlan::make(const DeepseekV4StepTables& tables, std::int32_t rate) {
+  SLUICE_CHECK(rate > 0);
+  DeepseekV4IndexPlan plan;
+  const std::size_t sequences = tables.sequence_first_position.size();
+  std::vector<std::int32_t> last_position(sequences, -1), key_begin(sequences, 0);
+  for (std::size_t row = 0; row < tables.positions.size(); ++row)
+    last_position[static_cast<std::size_t>(tables.row_sequence[row])] = tables.positions[row];
+  for (std::size_t s = 0; s < sequences; ++s) {
+    key_begin[s] = static_cast<std::int32_t>(plan.key_entry.size());
+    const std::int32_t visible = (last_position[s] + 1) / rate;  // its last row sees the most
+    for (std::int32_t e = 0; e < visible; ++e) {
+      plan.key_sequence.push_back(static_cast<std::int32_t>(s));
+      plan.key_entry.push_back(e);
+    }
+  }
+  for (std::size_t row = 0; row < tables.positions.size(); ++row) {
+    const std::int32_t visible = (tables.positions[row] + 1) / rate;
+    plan.row_key_begin.push_back(key_begin[static_cast<std::size_t>(tables.row_sequence[row])]);
+    plan.row_num_visible.push_back(visible);
+    plan.max_visible = std::max(plan.max_visible, visible);
+  }
+  return plan;
+}
+
+}  // namespace sluice

@@ -1,0 +1,567 @@
+// DeepSeek-V4's paged KV layout on the device (deepseek_v4_kernels.h,
+// V4Paged*; issue 18, the device side of docs/kv-v4.md), against the host's
+// addressing (DeepseekV4PagedState over the CPU backend's model-defined
+// cache), at V4-Flash's widths (head_dim 512, index keys 128, window 128,
+// CSA rate 4, HCA rate 128) in 5 layers of each kind, blocks of 128 tokens:
+//   - launch_v4_paged_copy writes every site (window latents, both pending
+//     rings' kv and gate rows, CSA/HCA entries, index keys) of every layer
+//     where the host state writes them: the whole caches are byte-equal
+//     afterwards; and reads them back as the host state reads them;
+//   - launch_v4_gather_keys gives each query row the reference's key set in
+//     the reference's order (window, then the indexer's picks or every
+//     visible entry), rounded to bf16, for rows at the sequence's start,
+//     inside the first window, on block and window boundaries and deep in,
+//     and the sparse attention over that set, as it is, is the reference's;
+//   - the compression of batched steps on the device (a DeepseekV4CompressPlan:
+//     ring rows read back, launch_v4_compress over the dense buffer, entries
+//     and ring rows written back) leaves the blocks the reference's row-by-row
+//     compression leaves on the host, step after step;
+//   - CudaOps allocates a model-defined cache (one f32 area a block) and its
+//     host tier moves such blocks byte-equal; the layouts it cannot hold are
+//     refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "deepseek_v4_test_util.h"
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/deepseek_v4_paged_state.h"
+#include "sluice/model/deepseek_v4_step_plan.h"
+#include "../support/deepseek_v4_flash_config.h"
+
+namespace sluice {
+namespace {
+
+using cuda::V4PagedRegion;
+using cuda::V4PagedSite;
+using v4_testing::Dev;
+using v4_testing::kF32;
+
+constexpr std::int32_t kBlock = 128;
+constexpr std::int32_t kNumBlocks = 12;
+
+// V4-Flash's widths in 5 layers: sliding, CSA, HCA, CSA, HCA.
+ModelConfig five_layer_flash() {
+  nlohmann::json j = testing::deepseek_v4_flash_config_json();
+  j["num_hidden_layers"] = 5;
+  j["compress_ratios"] = nlohmann::json::array({0, 4, 128, 4, 128, 0});
+  auto config = parse_model_config(j.dump(), "config.json");
+  SLUICE_CHECK(config.ok());
+  return *config;
+}
+
+// Two sequences over shuffled blocks: A has 6 blocks (768 tokens), B 5.
+const std::vector<std::int32_t> kTableA = {5, 2, 9, 0, 7, 3};
+const std::vector<std::int32_t> kTableB = {11, 1, 8, 6, 4};
+
+class DeepseekV4PagedCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = five_layer_flash();
+    auto layout = DeepseekV4KvLayout::make(config_, kBlock);
+    ASSERT_TRUE(layout.ok()) << layout.error_message();
+    layout_ = std::move(*layout);
+    floats_per_block_ = (layout_->floats_per_block() + kBlock - 1) / kBlock * kBlock;  // whole slots, as the model asks
+    host_ = make_cpu_ops({.num_threads = 1});
+    const Status allocated = host_->allocate_kv_cache({.num_layers = 1, .num_blocks = kNumBlocks,
+                                                       .block_size_tokens = kBlock, .num_kv_heads = 1,
+                                                       .head_dim = static_cast<std::int32_t>(floats_per_block_ / kBlock),
+                                                       .layout = KvCacheLayout::model_defined});
+    ASSERT_TRUE(allocated.ok()) << allocated.error_message();
+    ids_ = kTableA;
+    ids_.insert(ids_.end(), kTableB.begin(), kTableB.end());
+    device_ = std::make_unique<Dev<float>>(static_cast<std::size_t>(kNumBlocks * floats_per_block_));
+    block_ids_ = std::make_unique<Dev<std::int32_t>>(ids_);
+  }
+
+  // The host cache, block by block, as one image.
+  std::vector<float> host_image() {
+    std::vector<float> out;
+    for (BlockId b = 0; b < kNumBlocks; ++b) {
+      const std::span<float> block = host_->model_defined_kv_block(b);
+      EXPECT_EQ(static_cast<std::int64_t>(block.size()), floats_per_block_);
+      out.insert(out.end(), block.begin(), block.end());
+    }
+    return out;
+  }
+  void set_host_image(const std::vector<float>& image) {
+    for (BlockId b = 0; b < kNumBlocks; ++b)
+      std::copy_n(image.begin() + b * floats_per_block_, floats_per_block_, host_->model_defined_kv_block(b).begin());
+  }
+  void set_device_image(const std::vector<float>& image) {
+    ASSERT_EQ(cudaMemcpy(device_->get(), image.data(), image.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  DeepseekV4PagedState state(bool b) {
+    const std::vector<std::int32_t>& t = b ? kTableB : kTableA;
+    return DeepseekV4PagedState(*layout_, *host_, std::span<const BlockId>(t.data(), t.size()));
+  }
+  cuda::V4PagedBlocks blocks() const {
+    return {.data = device_->get(), .floats_per_block = floats_per_block_, .num_blocks = kNumBlocks,
+            .block_size = kBlock};
+  }
+  // Block tables of items that belong to sequence A or B.
+  struct Tables {
+    std::unique_ptr<Dev<std::int32_t>> begin, len;
+  };
+  Tables tables_for(const std::vector<bool>& in_b) const {
+    std::vector<std::int32_t> begin, len;
+    for (bool b : in_b) {
+      begin.push_back(b ? static_cast<std::int32_t>(kTableA.size()) : 0);
+      len.push_back(static_cast<std::int32_t>(b ? kTableB.size() : kTableA.size()));
+    }
+    return {std::make_unique<Dev<std::int32_t>>(begin), std::make_unique<Dev<std::int32_t>>(len)};
+  }
+  cuda::V4BlockTables device_tables(const Tables& t) const {
+    return {.block_ids = block_ids_->get(), .table_begin = t.begin->get(), .table_len = t.len->get()};
+  }
+
+  static V4PagedRegion window_region(const DeepseekV4LayerRegion& l, std::int64_t hd) {
+    return {.site = V4PagedSite::window, .offset = l.window_offset, .count = static_cast<std::int32_t>(hd)};
+  }
+  static V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
+    const bool entry = site == V4PagedSite::entry;
+    return {.site = site,
+            .offset = entry ? r.entries_offset : r.pending_offset,
+            .count = static_cast<std::int32_t>(entry ? r.dim : r.width),
+            .rate = static_cast<std::int32_t>(r.rate),
+            .ring_windows = static_cast<std::int32_t>(r.ring_windows)};
+  }
+
+  ModelConfig config_;
+  std::optional<DeepseekV4KvLayout> layout_;
+  std::int64_t floats_per_block_ = 0;
+  std::unique_ptr<Ops> host_;
+  std::vector<std::int32_t> ids_;
+  std::unique_ptr<Dev<float>> device_;
+  std::unique_ptr<Dev<std::int32_t>> block_ids_;
+};
+
+// One site's items: which sequence, and the position or entry index.
+struct Item {
+  bool in_b;
+  std::int64_t index;
+};
+
+std::span<float> host_site(DeepseekV4PagedState& s, std::int32_t layer, DeepseekV4Pool pool, V4PagedSite site,
+                           std::int64_t index) {
+  switch (site) {
+    case V4PagedSite::window: return s.window_latent(layer, index);
+    case V4PagedSite::pending_kv: return s.pending_kv(layer, pool, index);
+    case V4PagedSite::pending_gate: return s.pending_gate(layer, pool, index);
+    case V4PagedSite::entry: return s.entry(layer, pool, index);
+  }
+  return {};
+}
+
+TEST_F(DeepseekV4PagedCuda, CopyWritesAndReadsEverySiteWhereTheHostStateDoes) {
+  set_host_image(std::vector<float>(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 0.0f));
+  ASSERT_EQ(cudaMemset(device_->get(), 0, static_cast<std::size_t>(kNumBlocks * floats_per_block_) * 4), cudaSuccess);
+  std::uint64_t seed = 100;
+  std::int64_t sites_checked = 0;
+  auto run_site = [&](std::int32_t layer, DeepseekV4Pool pool, const V4PagedRegion& region,
+                      const std::vector<Item>& items) {
+    SCOPED_TRACE(::testing::Message() << "layer " << layer << " site " << static_cast<int>(region.site));
+    const std::size_t count = static_cast<std::size_t>(region.count);
+    const std::vector<float> values = v4_testing::uniform(items.size() * count, ++seed, -2.0f, 2.0f);
+    std::vector<std::int32_t> index;
+    std::vector<bool> in_b;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      DeepseekV4PagedState s = state(items[i].in_b);
+      std::ranges::copy(std::span(values).subspan(i * count, count),
+                        host_site(s, layer, pool, region.site, items[i].index).begin());
+      index.push_back(static_cast<std::int32_t>(items[i].index));
+      in_b.push_back(items[i].in_b);
+    }
+    const Tables t = tables_for(in_b);
+    const Dev<std::int32_t> d_index(index);
+    const Dev<float> dense(values);
+    cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables(t), .region = region,
+                                .index = d_index.get(), .dense = dense.get(), .dense_dt = kF32,
+                                .items = static_cast<std::int32_t>(items.size()), .to_blocks = true},
+                               nullptr);
+    const Dev<float> back(values.size());
+    cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables(t), .region = region,
+                                .index = d_index.get(), .dense = back.get(), .dense_dt = kF32,
+                                .items = static_cast<std::int32_t>(items.size()), .to_blocks = false},
+                               nullptr);
+    EXPECT_EQ(back.host(), values);
+    ++sites_checked;
+  };
+  const std::int64_t hd = layout_->head_dim();
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    // Window latents: A's positions across its 6 blocks, B's across 5 (distinct places).
+    std::vector<Item> window;
+    for (std::int64_t p : {0, 1, 127, 128, 129, 300, 511, 512, 767}) window.push_back({false, p});
+    for (std::int64_t p : {0, 5, 255, 256, 600, 639}) window.push_back({true, p});
+    run_site(l, DeepseekV4Pool::compressor, window_region(lr, hd), window);
+    for (DeepseekV4Pool pool : {DeepseekV4Pool::compressor, DeepseekV4Pool::indexer}) {
+      const std::optional<DeepseekV4PoolRegion>& r = pool == DeepseekV4Pool::compressor ? lr.compressor : lr.indexer;
+      if (!r) continue;
+      // Pending rows: the ring's windows of one block (distinct slots), in A's 3rd block and B's 1st.
+      std::vector<Item> pending;
+      for (std::int64_t p = 0; p < r->rate * r->ring_windows; ++p) {
+        pending.push_back({false, 2 * kBlock + p + (r->rate < kBlock ? 3 * r->rate * r->ring_windows : 0)});
+        pending.push_back({true, p});
+      }
+      run_site(l, pool, pool_region(*r, V4PagedSite::pending_kv), pending);
+      run_site(l, pool, pool_region(*r, V4PagedSite::pending_gate), pending);
+      // Entries: every window of A, the first and last ones of B.
+      std::vector<Item> entries;
+      for (std::int64_t e = 0; e < 6 * kBlock / r->rate; ++e) entries.push_back({false, e});
+      entries.push_back({true, 0});
+      entries.push_back({true, 5 * kBlock / r->rate - 1});
+      run_site(l, pool, pool_region(*r, V4PagedSite::entry), entries);
+    }
+  }
+  EXPECT_EQ(sites_checked, 1 + 2 * (1 + 2 * 3) + 2 * (1 + 3));  // sliding; CSA: window + 2 pools x 3; HCA: window + 3
+  const std::vector<float> host = host_image();
+  const std::vector<float> device = device_->host();
+  ASSERT_EQ(host.size(), device.size());
+  EXPECT_EQ(std::memcmp(host.data(), device.data(), host.size() * sizeof(float)), 0)
+      << "the device blocks differ from the host state's";
+  EXPECT_GT(std::ranges::count_if(host, [](float v) { return v != 0.0f; }), 100000);
+}
+
+// The query rows of the gather: (sequence, position) at the start, inside the
+// first window, on block and compression-window boundaries, deep in.
+const std::vector<Item> kQueryRows = {{false, 0},   {false, 2},   {false, 3},   {false, 126}, {false, 127},
+                                      {false, 128}, {false, 255}, {false, 383}, {false, 767}, {true, 0},
+                                      {true, 64},   {true, 131},  {true, 639}};
+
+TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
+  const std::vector<float> image = v4_testing::uniform(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 7,
+                                                       -3.0f, 3.0f);
+  set_host_image(image);
+  set_device_image(image);
+  const std::int64_t hd = layout_->head_dim();
+  const std::int32_t window = config_.deepseek_v4->sliding_window;
+  const std::int32_t top_k = config_.deepseek_v4->index_topk;
+  const std::int32_t rows = static_cast<std::int32_t>(kQueryRows.size());
+  std::vector<std::int32_t> positions;
+  std::vector<bool> in_b;
+  for (const Item& q : kQueryRows) {
+    positions.push_back(static_cast<std::int32_t>(q.index));
+    in_b.push_back(q.in_b);
+  }
+  const Tables t = tables_for(in_b);
+  const Dev<std::int32_t> d_positions(positions);
+  SplitMix64 rng(3);
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    const bool csa = lr.indexer.has_value();
+    // CSA: picks as the indexer leaves them (ascending, -1 past the count), a
+    // random subset of the visible entries (all of them for some rows).
+    std::vector<std::int32_t> selected(static_cast<std::size_t>(rows * top_k), -1), num_selected(rows, 0);
+    std::vector<std::vector<std::int64_t>> picks(rows);
+    std::int32_t max_entries = 0;
+    for (std::int32_t r = 0; r < rows; ++r) {
+      if (!lr.compressor) continue;
+      const std::int64_t visible = (kQueryRows[r].index + 1) / lr.compressor->rate;
+      for (std::int64_t e = 0; e < visible; ++e)
+        if (!csa || r % 3 == 0 || rng.uniform() < 0.5) picks[r].push_back(e);
+      num_selected[r] = static_cast<std::int32_t>(picks[r].size());
+      for (std::size_t j = 0; j < picks[r].size(); ++j) selected[r * top_k + j] = static_cast<std::int32_t>(picks[r][j]);
+      max_entries = std::max(max_entries, num_selected[r]);
+    }
+    const std::int32_t max_keys = window + (csa ? top_k : max_entries);
+    const Dev<std::int32_t> d_selected(selected), d_num_selected(num_selected);
+    Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
+    Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
+    cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = device_tables(t), .positions = d_positions.get(),
+                                .window = window_region(lr, hd), .sliding_window = window,
+                                .keys = keys.get(), .key_rows = key_rows.get(), .num_keys = num_keys.get(),
+                                .rows = rows, .max_keys = max_keys};
+    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
+    if (csa) {
+      args.selected = d_selected.get();
+      args.num_selected = d_num_selected.get();
+      args.top_k = top_k;
+    }
+    cuda::launch_v4_gather_keys(args, nullptr);
+    // The gathered set is the sparse attention's input as it is (64 heads, sinks, the inverse rope).
+    const std::int64_t heads = 64;
+    const std::vector<float> q = v4_testing::bf16_values(static_cast<std::size_t>(rows * heads * hd), 20 + l, 1.0f);
+    const std::vector<float> sinks = v4_testing::uniform(static_cast<std::size_t>(heads), 30 + l, -2.0f, 4.0f);
+    const RotaryTable rope = v4_testing::test_rope(160000.0f);
+    const Dev<std::uint16_t> d_q(v4_testing::to_bf16(q));
+    const Dev<float> d_sinks(sinks), d_freq(rope.inv_freq);
+    const Dev<float> d_attn(q.size());
+    const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    cuda::launch_v4_sparse_attention({.q = d_q.get(), .kv = keys.get(), .key_rows = key_rows.get(),
+                                      .num_keys = num_keys.get(), .sinks = d_sinks.get(),
+                                      .positions = d_positions.get(),
+                                      .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_attn.get(),
+                                      .out_dt = kF32, .rows = rows, .num_heads = static_cast<std::int32_t>(heads),
+                                      .max_keys = max_keys, .softmax_scale = softmax_scale},
+                                     nullptr);
+    std::vector<float> want_attn(q.size());
+    const std::vector<std::uint16_t> got = keys.host();
+    const std::vector<std::int32_t> got_rows = key_rows.host(), got_num = num_keys.host();
+    for (std::int32_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE(::testing::Message() << "row " << r << " at " << kQueryRows[r].index);
+      DeepseekV4PagedState s = state(kQueryRows[r].in_b);
+      const std::int64_t p = kQueryRows[r].index;
+      std::vector<std::span<float>> expected;  // run_attention's loop
+      for (std::int64_t u = std::max<std::int64_t>(0, p - window + 1); u <= p; ++u) expected.push_back(s.window_latent(l, u));
+      for (std::int64_t e : picks[r]) expected.push_back(s.entry(l, DeepseekV4Pool::compressor, e));
+      ASSERT_EQ(got_num[r], static_cast<std::int32_t>(expected.size()));
+      for (std::size_t j = 0; j < expected.size(); ++j) {
+        const std::int64_t out_row = static_cast<std::int64_t>(r) * max_keys + static_cast<std::int64_t>(j);
+        ASSERT_EQ(got_rows[out_row], out_row);
+        for (std::int64_t c = 0; c < hd; ++c)
+          ASSERT_EQ(got[out_row * hd + c], f32_to_bf16(expected[j][c])) << "key " << j << " dim " << c;
+      }
+      std::vector<float> ref_keys;
+      for (std::span<float> k : expected)
+        for (float v : k) ref_keys.push_back(v4_testing::round_bf16(v));
+      const auto out_row = std::span<float>(want_attn).subspan(static_cast<std::size_t>(r * heads * hd),
+                                                               static_cast<std::size_t>(heads * hd));
+      v4_testing::cpu_ops().sink_attention(
+          std::span<const float>(q).subspan(static_cast<std::size_t>(r * heads * hd), static_cast<std::size_t>(heads * hd)),
+          ref_keys, sinks, {.num_heads = heads, .head_dim = hd, .softmax_scale = softmax_scale}, out_row);
+      v4_testing::cpu_ops().rope_tail(out_row, hd, heads, std::span(&p, 1), rope, true);
+    }
+    const std::vector<float> got_attn = d_attn.host();
+    EXPECT_LT(v4_testing::relative_error(got_attn, want_attn), 2e-5)
+        << "max |delta| " << v4_testing::max_abs_difference(got_attn, want_attn);
+  }
+}
+
+// CSA's compressor and indexer (layer 1) and HCA's compressor (layer 2), A and
+// B stepped together in chunks from one token to several windows.
+TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBlocks) {
+  set_host_image(std::vector<float>(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 0.0f));
+  ASSERT_EQ(cudaMemset(device_->get(), 0, static_cast<std::size_t>(kNumBlocks * floats_per_block_) * 4), cudaSuccess);
+  const RotaryTable rope = v4_testing::test_rope(160000.0f);
+  const Dev<float> d_freq(rope.inv_freq);
+  struct Pool {
+    std::int32_t layer;
+    DeepseekV4Pool which;
+    DeepseekV4PoolRegion r;
+    std::vector<float> ape, norm;
+    std::vector<std::vector<float>> kv, gate;  // [A, B][position * width]
+  };
+  std::vector<Pool> pools;
+  std::uint64_t seed = 40;
+  const std::vector<std::int32_t> lengths = {static_cast<std::int32_t>(kTableA.size()) * kBlock,
+                                             static_cast<std::int32_t>(kTableB.size()) * kBlock};
+  for (auto [l, which] : {std::pair{1, DeepseekV4Pool::compressor}, std::pair{1, DeepseekV4Pool::indexer},
+                          std::pair{2, DeepseekV4Pool::compressor}}) {
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    const DeepseekV4PoolRegion r = which == DeepseekV4Pool::compressor ? *lr.compressor : *lr.indexer;
+    Pool p{.layer = l, .which = which, .r = r};
+    p.ape = v4_testing::uniform(static_cast<std::size_t>(r.rate * r.width), ++seed, -1.0f, 1.0f);
+    p.norm = v4_testing::uniform(static_cast<std::size_t>(r.dim), ++seed, 0.5f, 1.5f);
+    for (std::int32_t n : lengths) {
+      p.kv.push_back(v4_testing::uniform(static_cast<std::size_t>(n * r.width), ++seed, -2.0f, 2.0f));
+      p.gate.push_back(v4_testing::uniform(static_cast<std::size_t>(n * r.width), ++seed, -4.0f, 4.0f));
+    }
+    pools.push_back(std::move(p));
+  }
+  // Chunks per step for A and B (0: not in the step): prefill chunks that end
+  // mid-window, a chunk of many CSA windows and across an HCA window and a
+  // block, decode rows that close windows.
+  const std::vector<std::pair<std::int32_t, std::int32_t>> schedule = {
+      {5, 130}, {1, 1}, {1, 0}, {250, 2}, {3, 1}, {1, 1}, {0, 7}, {128, 125}, {1, 1}, {1, 1}, {2, 3}};
+  std::vector<std::int32_t> done = {0, 0};
+  std::int64_t entries = 0;
+  for (const auto& [na, nb] : schedule) {
+    StepLayout step;
+    for (std::int32_t s = 0; s < 2; ++s) {
+      const std::int32_t n = s == 0 ? na : nb;
+      if (n == 0) continue;
+      step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = n, .num_computed_tokens = done[s],
+                                .block_table = s == 0 ? kTableA : kTableB});
+      for (std::int32_t i = 0; i < n; ++i) {
+        step.token_ids.push_back(s);  // the token says the sequence (A 0, B 1)
+        step.positions.push_back(done[s] + i);
+      }
+    }
+    const DeepseekV4StepTables t = DeepseekV4StepTables::make(step);
+    const Dev<std::int32_t> d_ids(t.block_ids);
+    auto tables_of = [&](const std::vector<std::int32_t>& sequences) {
+      std::vector<std::int32_t> begin, len;
+      for (std::int32_t s : sequences) {
+        begin.push_back(t.sequence_table_begin[static_cast<std::size_t>(s)]);
+        len.push_back(t.sequence_table_len[static_cast<std::size_t>(s)]);
+      }
+      return Tables{std::make_unique<Dev<std::int32_t>>(begin), std::make_unique<Dev<std::int32_t>>(len)};
+    };
+    auto device_tables_of = [&](const Tables& tt) {
+      return cuda::V4BlockTables{.block_ids = d_ids.get(), .table_begin = tt.begin->get(), .table_len = tt.len->get()};
+    };
+    for (const Pool& p : pools) {
+      const DeepseekV4PoolRegion& r = p.r;
+      const auto width = static_cast<std::size_t>(r.width);
+      // The host: DeepseekV4Reference::compress, row by row.
+      for (std::size_t row = 0; row < t.positions.size(); ++row) {
+        const std::int32_t s = step.token_ids[row];
+        DeepseekV4PagedState state = this->state(s == 1);
+        const std::int64_t pos = t.positions[row];
+        std::ranges::copy(std::span(p.kv[s]).subspan(pos * width, width), state.pending_kv(p.layer, p.which, pos).begin());
+        std::ranges::copy(std::span(p.gate[s]).subspan(pos * width, width), state.pending_gate(p.layer, p.which, pos).begin());
+        if ((pos + 1) % r.rate != 0) continue;
+        const std::int64_t w = pos / r.rate;
+        std::vector<float> values, gates, entry(static_cast<std::size_t>(r.dim));
+        auto add = [&](std::int64_t window, std::int64_t half) {
+          for (std::int64_t slot = 0; slot < r.rate; ++slot) {
+            const std::span<float> kv = state.pending_kv(p.layer, p.which, window * r.rate + slot);
+            const std::span<float> gate = state.pending_gate(p.layer, p.which, window * r.rate + slot);
+            for (std::int64_t c = 0; c < r.dim; ++c) {
+              values.push_back(kv[half + c]);
+              gates.push_back(gate[half + c] + p.ape[slot * r.width + half + c]);
+            }
+          }
+        };
+        if (r.overlapping() && w > 0) add(w - 1, 0);
+        add(w, r.overlapping() ? r.dim : 0);
+        v4_testing::cpu_ops().softmax_pool(values, gates, r.dim, entry);
+        v4_testing::cpu_ops().rms_norm(entry, r.dim, p.norm, 1e-6f);
+        const std::int64_t first = w * r.rate;
+        v4_testing::cpu_ops().rope_tail(entry, r.dim, 1, std::span(&first, 1), rope, false);
+        std::ranges::copy(entry, state.entry(p.layer, p.which, w).begin());
+      }
+      // The device: the plan.
+      const DeepseekV4CompressPlan plan =
+          DeepseekV4CompressPlan::make(t, static_cast<std::int32_t>(r.rate), r.overlapping(), kBlock);
+      std::vector<float> kv(static_cast<std::size_t>(plan.buffer_rows) * width, NAN), gate(kv.size(), NAN);
+      for (std::size_t row = 0; row < t.positions.size(); ++row) {
+        const std::int32_t s = t.row_sequence[row];
+        const auto src = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t.positions[row]) * width);
+        const auto dst = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(plan.new_buffer_row[row]) * width);
+        const std::int32_t id = step.token_ids[static_cast<std::size_t>(step.sequences[static_cast<std::size_t>(s)].row_begin)];
+        std::copy_n(p.kv[id].begin() + src, width, kv.begin() + dst);
+        std::copy_n(p.gate[id].begin() + src, width, gate.begin() + dst);
+      }
+      const Dev<float> d_kv(kv), d_gate(gate), d_ape(p.ape), d_norm(p.norm);
+      const V4PagedRegion kv_region = pool_region(r, V4PagedSite::pending_kv);
+      const V4PagedRegion gate_region = pool_region(r, V4PagedSite::pending_gate);
+      if (!plan.read_position.empty()) {
+        const Tables tt = tables_of(plan.read_sequence);
+        const Dev<std::int32_t> d_index(plan.read_position), d_rows(plan.read_buffer_row);
+        for (const auto& [region, dense] : {std::pair{kv_region, d_kv.get()}, std::pair{gate_region, d_gate.get()}})
+          cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = region,
+                                      .index = d_index.get(), .dense = dense, .dense_row = d_rows.get(),
+                                      .dense_dt = kF32, .items = static_cast<std::int32_t>(plan.read_position.size())},
+                                     nullptr);
+      }
+      if (!plan.entry_index.empty()) {
+        const auto n = static_cast<std::int32_t>(plan.entry_index.size());
+        const Dev<std::int32_t> d_win(plan.window_row), d_prev(plan.prev_window_row), d_pos(plan.entry_position),
+            d_index(plan.entry_index);
+        const Dev<float> d_out(static_cast<std::size_t>(n) * static_cast<std::size_t>(r.dim));
+        cuda::launch_v4_compress({.kv = d_kv.get(), .gate = d_gate.get(), .ape = d_ape.get(), .norm = d_norm.get(),
+                                  .window_row = d_win.get(), .prev_window_row = d_prev.get(), .position = d_pos.get(),
+                                  .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_out.get(),
+                                  .out_dt = kF32, .entries = n, .dim = static_cast<std::int32_t>(r.dim),
+                                  .width = static_cast<std::int32_t>(r.width), .rate = static_cast<std::int32_t>(r.rate),
+                                  .eps = 1e-6f},
+                                 nullptr);
+        const Tables tt = tables_of(plan.entry_sequence);
+        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt),
+                                    .region = pool_region(r, V4PagedSite::entry), .index = d_index.get(),
+                                    .dense = d_out.get(), .dense_dt = kF32, .items = n, .to_blocks = true},
+                                   nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // d_out is freed at the end of this scope
+        entries += n;
+      }
+      std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
+      for (std::int32_t row : plan.store_row) {
+        store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
+        store_position.push_back(t.positions[static_cast<std::size_t>(row)]);
+        store_buffer_row.push_back(plan.new_buffer_row[static_cast<std::size_t>(row)]);
+      }
+      const Tables tt = tables_of(store_sequence);
+      const Dev<std::int32_t> d_index(store_position), d_rows(store_buffer_row);
+      for (const auto& [region, dense] : {std::pair{kv_region, d_kv.get()}, std::pair{gate_region, d_gate.get()}})
+        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = region,
+                                    .index = d_index.get(), .dense = dense, .dense_row = d_rows.get(),
+                                    .dense_dt = kF32, .items = static_cast<std::int32_t>(store_position.size()),
+                                    .to_blocks = true},
+                                   nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    done[0] += na;
+    done[1] += nb;
+    // Ring rows byte-equal; entries within the compress kernel's own bound (its f32 sums run in another order).
+    const std::vector<float> want = host_image(), got = device_->host();
+    double worst = 0.0;
+    std::int64_t differing = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << "float " << i;
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+      differing += got[i] != want[i];
+    }
+    EXPECT_LT(worst, 1e-4) << "after A " << done[0] << ", B " << done[1];
+    EXPECT_LT(differing, entries * 1024) << "only entries may differ";
+  }
+  // Every window of A's 393 and B's 272 tokens, once: CSA's two pools at rate 4, HCA's at 128.
+  EXPECT_EQ(done, (std::vector<std::int32_t>{393, 272}));
+  EXPECT_EQ(entries, 2 * (393 / 4 + 272 / 4) + (393 / 128 + 272 / 128));
+}
+
+TEST(DeepseekV4PagedCudaOps, ModelDefinedCacheAndItsHostTierMoveBlocksByteEqual) {
+  auto ops = make_cuda_ops({.scratch_bytes = 16LL << 20});
+  ASSERT_TRUE(ops.ok()) << ops.error_message();
+  EXPECT_FALSE(cuda_model_defined_kv(**ops).ok());  // nothing allocated yet
+  const KvCacheSpec spec{.num_layers = 1, .num_blocks = 8, .block_size_tokens = 128, .num_kv_heads = 1,
+                         .head_dim = 1000, .layout = KvCacheLayout::model_defined};
+  KvCacheSpec two_layers = spec;
+  two_layers.num_layers = 2;
+  const Status refused = (*ops)->allocate_kv_cache(two_layers);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error_message().find("one area a block"), std::string::npos) << refused.error_message();
+  const Status allocated = (*ops)->allocate_kv_cache(spec);
+  ASSERT_TRUE(allocated.ok()) << allocated.error_message();
+  auto blocks = cuda_model_defined_kv(**ops);
+  ASSERT_TRUE(blocks.ok()) << blocks.error_message();
+  EXPECT_EQ(blocks->floats_per_block, 128 * 1000);
+  EXPECT_EQ(blocks->num_blocks, 8);
+  EXPECT_FALSE(cuda_fill_kv_cache_random(**ops, 1).ok());
+  const std::size_t floats = static_cast<std::size_t>(8 * blocks->floats_per_block);
+  const std::vector<float> original = v4_testing::uniform(floats, 11, -1.0f, 1.0f);
+  ASSERT_EQ(cudaMemcpy(blocks->data, original.data(), floats * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  const Status tier = (*ops)->allocate_host_kv_cache(4);
+  ASSERT_TRUE(tier.ok()) << tier.error_message();
+  auto run = [&](std::vector<KvBlockCopy> copies) {
+    std::set<KvCopyId> pending;
+    for (const KvBlockCopy& c : copies) pending.insert(c.id);
+    auto done = (*ops)->copy_kv_blocks(copies, false);
+    ASSERT_TRUE(done.ok()) << done.error_message();
+    for (int round = 0; round < 64 && !pending.empty(); ++round) {
+      for (const KvCopyCompletion& c : done.value()) {
+        EXPECT_TRUE(c.ok);
+        pending.erase(c.id);
+      }
+      if (pending.empty()) break;
+      done = (*ops)->copy_kv_blocks({}, true);
+      ASSERT_TRUE(done.ok()) << done.error_message();
+    }
+    EXPECT_TRUE(pending.empty());
+  };
+  run({{.id = 1, .direction = KvCopyDirection::kDeviceToHost, .device_block = 6, .host_block = 0},
+       {.id = 2, .direction = KvCopyDirection::kDeviceToHost, .device_block = 1, .host_block = 3}});
+  run({{.id = 3, .direction = KvCopyDirection::kHostToDevice, .device_block = 2, .host_block = 0},
+       {.id = 4, .direction = KvCopyDirection::kHostToDevice, .device_block = 7, .host_block = 3}});
+  std::vector<float> after(floats);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(after.data(), blocks->data, floats * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  const std::size_t per = static_cast<std::size_t>(blocks->floats_per_block);
+  auto block = [&](const std::vector<float>& v, int b) { return std::vector<float>(v.begin() + b * per, v.begin() + (b + 1) * per); };
+  for (int b = 0; b < 8; ++b) {
+    const int source = b == 2 ? 6 : b == 7 ? 1 : b;
+    EXPECT_EQ(block(after, b), block(original, source)) << "block " << b;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,286 @@
+// The step plan of a batched DeepSeek-V4 forward (model/deepseek_v4_step_plan.h)
+// run on the host against the reference's row-by-row compression
+// (DeepseekV4Reference::compress / emit_entry, restated here over the public
+// DeepseekV4SequenceState): two copies of the same paged blocks, three
+// sequences stepped together in chunks of 1 to 64 tokens (decode rows, chunks
+// that split windows, chunks of many windows, chunks across block boundaries),
+// CSA's overlapping compressors (rate 4, its indexer's too) and HCA's (rate 16),
+// blocks of 16 and 32 tokens. After every step the two caches are byte-equal:
+// the same entries, and the same rows in every ring.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/backend/rope.h"
+#include "sluice/common/rng.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/deepseek_v4_paged_state.h"
+#include "sluice/model/deepseek_v4_step_plan.h"
+#include "../support/deepseek_v4_flash_config.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::int32_t kSequences = 3;
+constexpr std::int32_t kMaxTokens = 160;
+
+// Two layers (CSA at 4, HCA at 16) at small widths.
+ModelConfig small_config() {
+  nlohmann::json j = testing::deepseek_v4_flash_config_json();
+  j["num_hidden_layers"] = 2;
+  j.erase("compress_ratios");  // transformers' spelling instead, which allows any HCA rate
+  j["layer_types"] = nlohmann::json::array({"compressed_sparse_attention", "heavily_compressed_attention"});
+  j["compress_rates"] = {{"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 16}};
+  j["num_hash_layers"] = 1;
+  j["head_dim"] = 64;
+  j["qk_rope_head_dim"] = 16;
+  j["index_head_dim"] = 32;
+  j["sliding_window"] = 8;
+  auto config = parse_model_config(j.dump(), "config.json");
+  EXPECT_TRUE(config.ok()) << config.error_message();
+  return *config;
+}
+
+std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<float> out(n);
+  for (float& v : out) v = static_cast<float>(2.0 * rng.uniform() - 1.0);
+  return out;
+}
+
+// One compressor of one layer: its weights and every position's projections.
+struct Pool {
+  std::int32_t layer;
+  DeepseekV4Pool which;
+  DeepseekV4PoolRegion region;
+  std::vector<float> ape, norm;
+  std::vector<std::vector<float>> kv, gate;  // [sequence][position * width]
+};
+
+using RowOf = std::function<std::span<const float>(std::int64_t)>;  // slot of a window -> its row [width]
+
+// emit_entry's arithmetic: the previous window's first half (overlap, when it
+// exists), then the window's own slots; pooled, normed, roped at its first position.
+std::vector<float> pool_entry(const Pool& p, const RowOf& prev, const RowOf& prev_gate, const RowOf& own,
+                              const RowOf& own_gate, std::int64_t window, const RotaryTable& rope) {
+  const cpu::DeepseekV4CpuKernels k;
+  const DeepseekV4PoolRegion& r = p.region;
+  std::vector<float> values, gates, entry(static_cast<std::size_t>(r.dim));
+  auto add = [&](const RowOf& kv, const RowOf& gate, std::int64_t half) {
+    for (std::int64_t s = 0; s < r.rate; ++s)
+      for (std::int64_t c = 0; c < r.dim; ++c) {
+        values.push_back(kv(s)[half + c]);
+        gates.push_back(gate(s)[half + c] + p.ape[s * r.width + half + c]);
+      }
+  };
+  if (r.overlapping() && window > 0) add(prev, prev_gate, 0);
+  add(own, own_gate, r.overlapping() ? r.dim : 0);
+  k.softmax_pool(values, gates, r.dim, entry);
+  k.rms_norm(entry, r.dim, p.norm, 1e-6f);
+  const std::int64_t position = window * r.rate;
+  k.rope_tail(entry, r.dim, 1, std::span(&position, 1), rope, false);
+  return entry;
+}
+
+class DeepseekV4StepPlanTest : public ::testing::TestWithParam<std::int32_t> {};
+
+TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
+  const std::int32_t block_size = GetParam();
+  const ModelConfig config = small_config();
+  auto layout = DeepseekV4KvLayout::make(config, block_size);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  const std::int32_t blocks_per_sequence = (kMaxTokens + block_size - 1) / block_size;
+  const std::int32_t num_blocks = kSequences * blocks_per_sequence + 2;
+  const KvCacheSpec spec{.num_layers = 1, .num_blocks = num_blocks, .block_size_tokens = block_size,
+                         .num_kv_heads = 1,
+                         .head_dim = static_cast<std::int32_t>((layout->floats_per_block() + block_size - 1) / block_size),
+                         .layout = KvCacheLayout::model_defined};
+  std::unique_ptr<Ops> ref_ops = make_cpu_ops({.num_threads = 1}), plan_ops = make_cpu_ops({.num_threads = 1});
+  ASSERT_TRUE(ref_ops->allocate_kv_cache(spec).ok());
+  ASSERT_TRUE(plan_ops->allocate_kv_cache(spec).ok());
+  // Block tables: sequence s takes every third block from s + 1 (shuffled, block 0 unused).
+  std::vector<std::vector<BlockId>> tables(kSequences);
+  for (std::int32_t s = 0; s < kSequences; ++s)
+    for (std::int32_t b = 0; b < blocks_per_sequence; ++b) tables[s].push_back(num_blocks - 1 - (b * kSequences + s));
+
+  std::vector<Pool> pools;
+  std::uint64_t seed = 1;
+  for (std::int32_t l = 0; l < 2; ++l) {
+    const DeepseekV4LayerRegion& lr = layout->layer(static_cast<std::size_t>(l));
+    for (DeepseekV4Pool which : {DeepseekV4Pool::compressor, DeepseekV4Pool::indexer}) {
+      const std::optional<DeepseekV4PoolRegion>& r = which == DeepseekV4Pool::compressor ? lr.compressor : lr.indexer;
+      if (!r) continue;
+      Pool p{.layer = l, .which = which, .region = *r};
+      p.ape = uniform(static_cast<std::size_t>(r->rate * r->width), ++seed);
+      p.norm = uniform(static_cast<std::size_t>(r->dim), ++seed);
+      for (std::int32_t s = 0; s < kSequences; ++s) {
+        p.kv.push_back(uniform(static_cast<std::size_t>(kMaxTokens * r->width), ++seed));
+        p.gate.push_back(uniform(static_cast<std::size_t>(kMaxTokens * r->width), ++seed));
+      }
+      pools.push_back(std::move(p));
+    }
+  }
+  ASSERT_EQ(pools.size(), 3u);  // CSA's compressor and indexer, HCA's compressor
+  const RotaryTable rope{.inv_freq = rope_inverse_frequencies({.head_dim = 16, .theta = 160000.0f})};
+
+  // The schedule: each step gives each sequence a chunk (0: not in the step).
+  const std::vector<std::int32_t> sizes = {1, 1, 1, 1, 1, 1, 2, 3, 5, 7, 8, 15, 16, 17, 33, 64, 0};
+  SplitMix64 rng(block_size);
+  std::vector<std::int32_t> done(kSequences, 0);
+  std::int64_t steps = 0, entries = 0, multi_window_chunks = 0;
+  while (*std::min_element(done.begin(), done.end()) < kMaxTokens) {
+    StepLayout step;
+    for (std::int32_t s = 0; s < kSequences; ++s) {
+      const std::int32_t n = std::min(sizes[rng.next() % sizes.size()], kMaxTokens - done[s]);
+      if (n == 0) continue;
+      step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = n, .num_computed_tokens = done[s],
+                                .block_table = tables[s]});
+      for (std::int32_t i = 0; i < n; ++i) {
+        step.token_ids.push_back(0);
+        step.positions.push_back(done[s] + i);
+      }
+      if (n > 32) ++multi_window_chunks;
+    }
+    if (step.sequences.empty()) continue;
+    const DeepseekV4StepTables t = DeepseekV4StepTables::make(step);
+    ASSERT_EQ(t.positions, step.positions);
+    for (const Pool& p : pools) {
+      const DeepseekV4PoolRegion& r = p.region;
+      const auto width = static_cast<std::size_t>(r.width);
+      // The reference: row by row, pooling each window as its last row arrives.
+      for (const SequenceLayout& seq : step.sequences) {
+        const auto s = static_cast<std::size_t>(&seq - step.sequences.data());
+        const std::int32_t id = static_cast<std::int32_t>(std::find(tables.begin(), tables.end(), seq.block_table) - tables.begin());
+        DeepseekV4PagedState state(*layout, *ref_ops, tables[id]);
+        (void)s;
+        for (std::int64_t pos = seq.num_computed_tokens; pos < seq.num_computed_tokens + seq.num_rows; ++pos) {
+          std::ranges::copy(std::span(p.kv[id]).subspan(pos * width, width), state.pending_kv(p.layer, p.which, pos).begin());
+          std::ranges::copy(std::span(p.gate[id]).subspan(pos * width, width), state.pending_gate(p.layer, p.which, pos).begin());
+          if ((pos + 1) % r.rate != 0) continue;
+          const std::int64_t w = pos / r.rate;
+          auto at = [&](bool gate, std::int64_t window) -> RowOf {
+            return [&state, &p, gate, window, rate = r.rate](std::int64_t slot) -> std::span<const float> {
+              const std::int64_t q = window * rate + slot;
+              return gate ? state.pending_gate(p.layer, p.which, q) : state.pending_kv(p.layer, p.which, q);
+            };
+          };
+          const std::vector<float> entry = pool_entry(p, at(false, w - 1), at(true, w - 1), at(false, w), at(true, w), w, rope);
+          std::ranges::copy(entry, state.entry(p.layer, p.which, w).begin());
+        }
+      }
+      // The plan: a dense buffer, the windows pooled from it, the ring rows stored back.
+      const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(t, static_cast<std::int32_t>(r.rate),
+                                                                       r.overlapping(), block_size);
+      std::vector<float> kv(plan.buffer_rows * width, NAN), gate(plan.buffer_rows * width, NAN);
+      auto state_of = [&](std::int32_t sequence) {
+        return DeepseekV4PagedState(*layout, *plan_ops, step.sequences[static_cast<std::size_t>(sequence)].block_table);
+      };
+      auto id_of = [&](std::int32_t sequence) {
+        return static_cast<std::size_t>(std::find(tables.begin(), tables.end(),
+                                                  step.sequences[static_cast<std::size_t>(sequence)].block_table) -
+                                        tables.begin());
+      };
+      for (std::size_t i = 0; i < plan.read_buffer_row.size(); ++i) {
+        DeepseekV4PagedState state = state_of(plan.read_sequence[i]);
+        std::ranges::copy(state.pending_kv(p.layer, p.which, plan.read_position[i]), kv.begin() + plan.read_buffer_row[i] * width);
+        std::ranges::copy(state.pending_gate(p.layer, p.which, plan.read_position[i]), gate.begin() + plan.read_buffer_row[i] * width);
+      }
+      for (std::size_t row = 0; row < t.positions.size(); ++row) {
+        const std::size_t id = id_of(t.row_sequence[row]);
+        const auto src = static_cast<std::size_t>(t.positions[row]) * width;
+        std::copy_n(p.kv[id].begin() + static_cast<std::ptrdiff_t>(src), width, kv.begin() + plan.new_buffer_row[row] * width);
+        std::copy_n(p.gate[id].begin() + static_cast<std::ptrdiff_t>(src), width, gate.begin() + plan.new_buffer_row[row] * width);
+      }
+      for (std::size_t e = 0; e < plan.entry_index.size(); ++e) {
+        ASSERT_EQ(plan.entry_position[e], plan.entry_index[e] * r.rate);
+        auto buffer = [&](bool g, std::int32_t first_row) -> RowOf {
+          return [&, g, first_row](std::int64_t slot) -> std::span<const float> {
+            EXPECT_GE(first_row, 0);
+            const std::vector<float>& v = g ? gate : kv;
+            return std::span(v).subspan(static_cast<std::size_t>(first_row + slot) * width, width);
+          };
+        };
+        const std::vector<float> entry =
+            pool_entry(p, buffer(false, plan.prev_window_row[e]), buffer(true, plan.prev_window_row[e]),
+                       buffer(false, plan.window_row[e]), buffer(true, plan.window_row[e]), plan.entry_index[e], rope);
+        for (float v : entry) ASSERT_FALSE(std::isnan(v)) << "a buffer row the plan never filled";
+        DeepseekV4PagedState state = state_of(plan.entry_sequence[e]);
+        std::ranges::copy(entry, state.entry(p.layer, p.which, plan.entry_index[e]).begin());
+        ++entries;
+      }
+      for (std::int32_t row : plan.store_row) {
+        DeepseekV4PagedState state = state_of(t.row_sequence[static_cast<std::size_t>(row)]);
+        const std::int64_t pos = t.positions[static_cast<std::size_t>(row)];
+        const auto b = static_cast<std::ptrdiff_t>(plan.new_buffer_row[static_cast<std::size_t>(row)] * width);
+        std::copy_n(kv.begin() + b, width, state.pending_kv(p.layer, p.which, pos).begin());
+        std::copy_n(gate.begin() + b, width, state.pending_gate(p.layer, p.which, pos).begin());
+      }
+    }
+    for (const SequenceLayout& seq : step.sequences) {
+      const auto id = static_cast<std::size_t>(std::find(tables.begin(), tables.end(), seq.block_table) - tables.begin());
+      done[id] += seq.num_rows;
+    }
+    ++steps;
+    for (BlockId b = 0; b < num_blocks; ++b) {
+      const std::span<float> want = ref_ops->model_defined_kv_block(b), got = plan_ops->model_defined_kv_block(b);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size_bytes()), 0) << "block " << b << " after step " << steps;
+    }
+  }
+  EXPECT_GT(steps, 12);
+  EXPECT_GT(multi_window_chunks, 0);
+  // Every window of every sequence, once: CSA's two pools at rate 4, HCA's at 16.
+  EXPECT_EQ(entries, kSequences * (2 * kMaxTokens / 4 + kMaxTokens / 16));
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockSizes, DeepseekV4StepPlanTest, ::testing::Values(16, 32));
+
+TEST(DeepseekV4StepPlan, ADecodeRowThatClosesAWindowReadsTheRingItNeeds) {
+  // One sequence's decode row at 11, CSA rate 4: it closes window 2, which
+  // pools window 1's rows (4..7) and its own 8..10 from the ring, then the
+  // new row.
+  StepLayout step;
+  step.sequences.push_back({.row_begin = 0, .num_rows = 1, .num_computed_tokens = 11, .block_table = {3, 1}});
+  step.token_ids = {0};
+  step.positions = {11};
+  const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(DeepseekV4StepTables::make(step), 4, true, 16);
+  EXPECT_EQ(plan.read_position, (std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(plan.new_buffer_row, (std::vector<std::int32_t>{7}));
+  EXPECT_EQ(plan.entry_index, (std::vector<std::int32_t>{2}));
+  EXPECT_EQ(plan.window_row, (std::vector<std::int32_t>{4}));
+  EXPECT_EQ(plan.prev_window_row, (std::vector<std::int32_t>{0}));
+  EXPECT_EQ(plan.store_row, (std::vector<std::int32_t>{0}));
+  EXPECT_EQ(plan.buffer_rows, 8);
+  // The same row at 10 closes nothing: no reads, only its store.
+  step.sequences[0].num_computed_tokens = 10;
+  step.positions = {10};
+  const DeepseekV4CompressPlan quiet = DeepseekV4CompressPlan::make(DeepseekV4StepTables::make(step), 4, true, 16);
+  EXPECT_TRUE(quiet.read_position.empty());
+  EXPECT_TRUE(quiet.entry_index.empty());
+  EXPECT_EQ(quiet.store_row, (std::vector<std::int32_t>{0}));
+}
+
+TEST(DeepseekV4IndexPlan, EachRowSeesItsSequencesEntriesUpToItsOwnWindow) {
+  // A prefill chunk of 10 rows from 0 and a decode row at 41, CSA rate 4: the
+  // chunk's rows see 0, 0, 0, 1, 1, 1, 1, 2, 2, 2 entries (the window a row
+  // closes included), the decode row 10; the pool holds A's 2 keys, then B's 10.
+  StepLayout step;
+  step.sequences.push_back({.row_begin = 0, .num_rows = 10, .num_computed_tokens = 0, .block_table = {4}});
+  step.sequences.push_back({.row_begin = 10, .num_rows = 1, .num_computed_tokens = 41, .block_table = {0, 2, 7}});
+  for (std::int32_t i = 0; i < 10; ++i) step.positions.push_back(i);
+  step.positions.push_back(41);
+  step.token_ids.assign(11, 0);
+  const DeepseekV4IndexPlan plan = DeepseekV4IndexPlan::make(DeepseekV4StepTables::make(step), 4);
+  EXPECT_EQ(plan.row_num_visible, (std::vector<std::int32_t>{0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 10}));
+  EXPECT_EQ(plan.row_key_begin, (std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}));
+  EXPECT_EQ(plan.key_sequence, (std::vector<std::int32_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(plan.key_entry, (std::vector<std::int32_t>{0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(plan.max_visible, 10);
+}
+
+}  // namespace
+}  // namespace sluice
