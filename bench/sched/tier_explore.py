@@ -14,6 +14,8 @@ longest prefix found in either tier. POLICY orders (and admits to) the host:
   rank:W:B                evict the lowest clock + W x host_blocks x log2(uses ever) - B x depth
                           (kv's reuse-history ranking; clock = host inserts)
   admit2                  LRU, storing only keys used by 2+ requests so far
+  tlfu[:strict]           LRU with TinyLFU's admission: a key is stored only if it was used at
+                          least as often (strict: more often) as the host's LRU victim
   oracle[:N]              LRU, storing only keys some later request (within N requests) uses
                           (hindsight: an upper bound). --device-blocks 0 --host-blocks 1367
                           makes the host the only tier: admission to a 0.7M-token cache.
@@ -78,6 +80,25 @@ class ArcHost:
                 ghost.popitem(last=False)
 
 
+class TlfuHost:
+    def __init__(self, cap, uses, strict):
+        self.c, self.cap, self.uses, self.strict = collections.OrderedDict(), cap, uses, strict
+
+    def __contains__(self, i):
+        return i in self.c
+
+    def remove(self, i):
+        del self.c[i]
+
+    def insert(self, i, depth, t):
+        if len(self.c) >= self.cap:
+            victim = next(iter(self.c))
+            if self.uses[i] < self.uses[victim] or (self.strict and self.uses[i] == self.uses[victim]):
+                return
+            self.c.popitem(last=False)
+        self.c[i] = 1
+
+
 class RankHost:
     def __init__(self, cap, uses, w, b):
         self.cap, self.uses, self.w, self.b = cap, uses, w, b
@@ -113,6 +134,8 @@ def run(reqs, device_blocks, host_blocks, policy):
         host = ArcHost(host_blocks, uses)
     elif name == "rank":
         host = RankHost(host_blocks, uses, float(args[0]), float(args[1]))
+    elif name == "tlfu":
+        host = TlfuHost(host_blocks, uses, bool(args and args[0] == "strict"))
     elif name == "admit2":
         host = LruHost(host_blocks, admit=lambda i, t: uses[i] >= 2)
     elif name == "oracle":
