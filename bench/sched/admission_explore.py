@@ -23,8 +23,9 @@ of it is used (most recent: the prompt's start). POLICY:
                             followed by another within H requests, learnt as the trace goes;
                             keys whose bucket's share is >= THETA go to the main LRU, the others to
                             an LRU window of F x cache
-  oracle:H                  hindsight: only keys some request within the next H uses again are
-                            kept (an upper bound for admission: 20.3% on the first half at H 500)
+  oracle:H[:seen]           hindsight: only keys some request within the next H uses again are
+                            kept (an upper bound for admission: 20.3% on the first half at H 500);
+                            seen: and only keys an earlier request used (a doorkeeper's best case)
 """
 import argparse
 import bisect
@@ -187,12 +188,12 @@ def learnt_admit(horizon, theta, feats):
     return admit
 
 
-def run_oracle(reqs, cap, horizon):
+def run_oracle(reqs, cap, horizon, seen_only=False):
     later = collections.defaultdict(list)
     for t, r in enumerate(reqs):
         for i in full_ids(r):
             later[i].append(t)
-    c, hit = collections.OrderedDict(), 0
+    c, hit, seen = collections.OrderedDict(), 0, set()
     for t, r in enumerate(reqs):
         ids = full_ids(r)
         hit += prefix_hit(ids, lambda i: i in c)
@@ -200,8 +201,9 @@ def run_oracle(reqs, cap, horizon):
             c.pop(i, None)
             u = later[i]
             j = bisect.bisect_right(u, t)
-            if j < len(u) and u[j] - t <= horizon:
+            if j < len(u) and u[j] - t <= horizon and (not seen_only or i in seen):
                 c[i] = 1
+        seen.update(ids)
         while len(c) > cap:
             c.popitem(last=False)
     return hit
@@ -222,7 +224,7 @@ def run(reqs, cap, policy):
     if name == "learn":
         return run_windowed(reqs, cap, float(a[3]), learnt_admit(int(a[0]), float(a[1]), a[2]))
     if name == "oracle":
-        return run_oracle(reqs, cap, int(a[0]))
+        return run_oracle(reqs, cap, int(a[0]), len(a) > 1 and a[1] == "seen")
     raise SystemExit(f"unknown policy {policy}")
 
 
