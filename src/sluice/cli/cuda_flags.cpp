@@ -12,11 +12,11 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
   std::vector<std::string> kernels;
   for (const auto& [name, kernel] : cuda::kPrefillAttentionNames) kernels.emplace_back(name);
   cmd.add_option("--cuda-prefill-attention", flags.prefill_attention,
-                 "cuda: kernel for prefill attention: wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 "
-                 "style, the default; head_dim 128, others run on mma; 1.13-1.23x wgmma), wgmma (two warpgroups "
-                 "in phase; 1.2-1.3x mma), mma (mma.sync) or cudnn (cuDNN's SDPA through libcudnn.so.9, loaded at the "
-                 "first prefill; a short chunk over a long prefix split over keys; steps it refuses run wgmma-ws, with a "
-                 "log line) or auto (cudnn where the step fills the GPU or splits over keys, wgmma-ws elsewhere)")
+                 "cuda: kernel for prefill attention: auto (the default: cuDNN's SDPA through libcudnn.so.9 where the "
+                 "step fills the GPU or splits over keys, wgmma-ws elsewhere and wherever cuDNN does not load), "
+                 "cudnn (cuDNN for every step it can take; a short chunk over a long prefix split over keys), "
+                 "wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 style; head_dim 128, others run on mma), "
+                 "wgmma (two warpgroups in phase) or mma (mma.sync)")
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");

@@ -17,7 +17,7 @@
 namespace sluice::cli {
 
 struct CudaFlags {
-  std::string prefill_attention = "wgmma-ws";  // a name of cuda::kPrefillAttentionNames
+  std::string prefill_attention = "auto";  // a name of cuda::kPrefillAttentionNames
   bool programmatic_launch = true;
   std::string decode_split_plan = "adaptive";  // a name of cuda::kDecodeSplitPlanNames
 };

@@ -30,7 +30,7 @@ enum class PrefillAttention {
   // warpgroup loads K/V into an mbarrier ring, two consumer warpgroups take
   // turns to issue S = Q K^T and the previous tile's P V, each one's softmax
   // under the other's MMAs (FlashAttention-3's structure); head_dim 128.
-  // The default: the whole attention suite passes under it on the H200 (S8-5);
+  // The default from S8-5 to session 10, and auto's fallback: the whole attention suite passes under it on the H200 (S8-5);
   // 364-392 TFLOP/s at 8k/32k causal, 1.13-1.23x wgmma (S8-3); the burst ends
   // at 87.3 s against 105.6 s on wgmma (S8-4, S8-5).
   wgmma_ws,
@@ -49,6 +49,9 @@ enum class PrefillAttention {
   // cuDNN where the step's query tiles fill the GPU or its prefixes split over
   // keys (cudnn_split_plan.h's route), wgmma_ws for the rest (short chunks
   // over short prefixes, where cuDNN's unsplit tiles leave SMs idle: S9-C2).
+  // The default: the attention suite passes under it (S10-lead-1), it runs
+  // every chunk shape measured 1.03-1.43x wgmma_ws, and the burst in 81.3 s
+  // against 87.3 (S10-lead-2 against S8-5). Without libcudnn.so.9 it is wgmma_ws.
   automatic,
 };
 
@@ -173,8 +176,8 @@ struct CudaOptions {
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
   // 124 s against mma's 169 (S7-1/S7-3, docs/benchmarks.md). head_dim != 128
-  // stays on mma.
-  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::wgmma_ws;
+  // stays on mma. automatic (cuDNN split or whole, else wgmma_ws): S10-lead-1/2.
+  cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::automatic;
   // cuDNN SDPA plans built on a thread of their own (cudnn_sdpa.h's open()):
   // a step whose plan is not ready runs on wgmma_ws instead of waiting
   // 45-110 ms for it, the first ~1.2 s (S10-lead-2: 78 plans in a burst, a
