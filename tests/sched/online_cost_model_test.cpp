@@ -188,5 +188,36 @@ TEST(OnlineCostModel, ADecodeStretchDoesNotEraseThePrefillTerms) {
   EXPECT_LT(relative_error(model.predict_step_ms(prefill), true_ms(*prior, prefill, truth)), 0.05);
 }
 
+// A truth the prior's terms cannot express (S10-lead-2 on the H200: a mixed
+// step carried ~4 ms that no decode-only step had, GEMMs at a few hundred rows
+// reading weights slowly): mixed steps must not teach the price of a step's
+// decodes alone, which decode-only steps measure, or the planner's
+// prefill-share cap (decodes / (1 - share)) stretches every step.
+TEST(OnlineCostModel, MixedStepsExtraTimeDoesNotPriceTheDecodesAlone) {
+  auto prior = std::make_shared<ShapedPrior>();
+  OnlineCostModel model(prior);
+  const OnlineCostModel::Factors truth = {1.0, 1.0, 1.0, 1.0, 1.0};
+  constexpr double kMixedExtraMs = 20.0;
+  SplitMix64 rng(9);
+  for (int step = 0; step < 50; ++step) {
+    const StepShape shape = mixed_step(rng, false, true);
+    model.observe(shape, true_ms(*prior, shape, truth));
+  }
+  double mixed_error = 0;
+  for (int step = 0; step < 400; ++step) {
+    const StepShape shape = mixed_step(rng, true, true);
+    const double ms = true_ms(*prior, shape, truth) + kMixedExtraMs;
+    if (step >= 300) mixed_error += relative_error(model.predict_step_ms(shape), ms) / 100;
+    model.observe(shape, ms);
+  }
+  // The decodes alone: as decode-only steps measured them, within 5%.
+  for (int i = 0; i < 5; ++i) {
+    const StepShape decodes = mixed_step(rng, false, true);
+    EXPECT_LT(relative_error(model.predict_step_ms(decodes), true_ms(*prior, decodes, truth)), 0.05);
+  }
+  // Mixed steps stay priced about right (the rest's factors take the extra).
+  EXPECT_LT(mixed_error, 0.25);
+}
+
 }  // namespace
 }  // namespace sluice

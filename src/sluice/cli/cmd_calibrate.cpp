@@ -4,7 +4,9 @@
 // trace ran against, the share of measured time the term predicts, the factor
 // the fit gives it and the efficiency that factor implies, with the model's
 // errors before and after; docs/cost-model.md says how the numbers are used.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "sluice/cli/commands.h"
+#include "sluice/sched/online_cost_model.h"
 #include "sluice/sim/cost_calibration.h"
 #include "sluice/sim/hardware.h"
 #include "sluice/sim/model_profile.h"
@@ -81,6 +84,46 @@ Status run_calibrate(const CalibrateOptions& o) {
   print_errors("fitted, steps kept:", fit.fitted);
   std::printf("  %lld steps left out of the fit as outliers (warm-up, graph capture)\n",
               static_cast<long long>(fit.num_outliers));
+
+  // The engine's online correction replayed over the trace, step by step: what
+  // it predicts for each step's decodes alone (the planner's step cap is
+  // max(max_step_ms, decodes / (1 - prefill share))), against the decode-only
+  // steps measured.
+  OnlineCostModel online(std::make_shared<sim::RooflineCostModel>(profile, hardware, sim::Parallelism{}));
+  std::vector<double> decode_only_ms, decodes_predicted_ratio, mixed_decodes_ms, mixed_error;
+  auto max_factors = online.factors();
+  for (const sim::TracedStep& s : steps) {
+    StepShape decodes;
+    for (const auto& q : s.shape.sequences)
+      if (q.num_new_tokens == 1) decodes.sequences.push_back(q);
+    if (decodes.sequences.size() == s.shape.sequences.size()) {
+      decode_only_ms.push_back(s.measured_ms);
+      decodes_predicted_ratio.push_back(online.predict_step_ms(decodes) / s.measured_ms);
+    } else if (!decodes.sequences.empty()) {
+      mixed_decodes_ms.push_back(online.predict_step_ms(decodes));
+    }
+    if (decodes.sequences.size() != s.shape.sequences.size())
+      mixed_error.push_back(std::abs(online.predict_step_ms(s.shape) / s.measured_ms - 1.0));
+    online.observe(s.shape, s.measured_ms);
+    for (std::size_t i = 0; i < max_factors.size(); ++i) max_factors[i] = std::max(max_factors[i], online.factors()[i]);
+  }
+  auto quantile = [](std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  };
+  std::printf("  online correction replayed: factors at the end");
+  for (double f : online.factors()) std::printf(" %.2f", f);
+  std::printf(", largest on the way");
+  for (double f : max_factors) std::printf(" %.2f", f);
+  std::printf("\n  decode-only steps: %zu, measured median %.1f ms; online prediction / measured: median %.2f, "
+              "p90 %.2f, max %.2f\n",
+              decode_only_ms.size(), quantile(decode_only_ms, 0.5), quantile(decodes_predicted_ratio, 0.5),
+              quantile(decodes_predicted_ratio, 0.9), quantile(decodes_predicted_ratio, 1.0));
+  std::printf("  mixed steps: their decodes alone predicted at median %.1f ms, p90 %.1f ms, max %.1f ms; the whole "
+              "step's online error median %.1f%%, p90 %.1f%%\n",
+              quantile(mixed_decodes_ms, 0.5), quantile(mixed_decodes_ms, 0.9), quantile(mixed_decodes_ms, 1.0),
+              100 * quantile(mixed_error, 0.5), 100 * quantile(mixed_error, 0.9));
   return Ok{};
 }
 

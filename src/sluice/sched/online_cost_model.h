@@ -16,6 +16,19 @@
 // the attention factor is near 2.5 after a few chunked-prefill steps, and the
 // planner's chunks shrink to match.
 //
+// Once a decode-only step has been seen, a step is two parts: its decodes
+// (sequences of one new token) and the rest (the prior's terms of the whole
+// step less those of its decodes alone). A second filter,
+// fed decode-only steps only, prices the decodes; the first prices the rest,
+// learning from what a mixed step's measured time leaves after the decodes.
+// With one filter, mixed steps could not tell a chunk's unexplained time from
+// its decodes' (the correlated prior and the shared fixed term move every
+// factor): on the H200 burst (S10-lead-2) it came to price a step's decodes
+// alone at a median 50 ms where decode-only steps measured 5.3, so the
+// planner's prefill-share cap (decodes / (1 - share)) stretched steps to
+// 70-94 ms and the chats' rate fell to 18 tok/s (`sluice calibrate` replays
+// a trace through this model and prints both).
+//
 // Not thread-safe: the engine thread plans with it and observes each step.
 #pragma once
 
@@ -50,16 +63,32 @@ class OnlineCostModel final : public CostModel {
   // (empty, failed) teach nothing and are ignored.
   void observe(const StepShape& shape, double measured_ms);
 
-  const Factors& factors() const { return factors_; }  // by CostTerms::values() order
-  std::int64_t num_observed_steps() const { return num_observed_steps_; }
+  // By CostTerms::values() order: the whole step's (the rest's, once a
+  // decode-only step was seen) and the decodes'.
+  const Factors& factors() const { return all_.factors; }
+  const Factors& decode_factors() const { return decodes_.factors; }
+  std::int64_t num_observed_steps() const { return all_.num_observed; }
+  std::int64_t num_observed_decode_steps() const { return decodes_.num_observed; }
   const CostModel& prior() const { return *prior_; }
 
  private:
+  // One Kalman filter over the factors.
+  struct Filter {
+    Factors factors;
+    std::array<std::array<double, kNumTerms>, kNumTerms> covariance{};  // of the factors' error
+    std::int64_t num_observed = 0;
+    Filter(const Options& options);
+    void observe(const std::array<double, kNumTerms>& terms, double measured_ms, const Options& options);
+  };
+  // The prior's terms of a step's decodes alone and of the rest.
+  struct Parts {
+    std::array<double, kNumTerms> decodes{}, rest{};
+    bool decodes_only = false;
+  };
+  Parts parts_of(const StepShape& shape) const;
   std::shared_ptr<const CostModel> prior_;
   Options options_;
-  Factors factors_;
-  std::array<std::array<double, kNumTerms>, kNumTerms> covariance_{};  // of the factors' error
-  std::int64_t num_observed_steps_ = 0;
+  Filter all_, decodes_;
 };
 
 }  // namespace sluice
