@@ -194,6 +194,7 @@ HardwareSpec apply_term_factors(HardwareSpec hardware, const TermFactorFit::Fact
   e.moe_compute = divide(e.moe_compute, f[0]);
   e.weight_bandwidth = divide(e.weight_bandwidth, f[1]);
   e.attention_compute = divide(e.attention_compute, f[2]);
+  hardware.attention_compute_long_chunks = divide(hardware.attention_compute_long_chunks, f[2]);
   e.kv_bandwidth = divide(e.kv_bandwidth, f[3]);
   hardware.overhead.per_step_ms *= f[4];
   hardware.overhead.per_sequence_ms *= f[4];

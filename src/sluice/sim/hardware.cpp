@@ -37,6 +37,12 @@ HardwareSpec h200_sluice_cuda() {
   // on the H200 burst (run S6-1) a 16-row chunk over a 113k-token prefix took
   // as long as a 128-row one, ~38 ms with 8 decodes.
   spec.attention_query_tile_rows = 128;
+  // The default prefill attention (auto, session 10) runs chunks whose tiles
+  // fill the GPU whole on cuDNN: 477-538 TFLOP/s on 1-2k-row chunks over
+  // 32k-131k, 534-621 on whole prompts (S10-lead-1, S9-C2): 0.68 from 1024
+  // rows (32 heads: 256 tiles). Shorter chunks keep attention_compute above.
+  spec.attention_long_chunk_rows = 1024;
+  spec.attention_compute_long_chunks = 0.68;
   return spec;
 }
 

@@ -56,6 +56,14 @@ struct HardwareSpec {
   // a whole tile against its keys. 1 = no tiling cost (kernels that pack the
   // query heads sharing a KV head into the tile, as FlashMLA does).
   std::int32_t attention_query_tile_rows = 1;
+  // A sequence's chunk of at least this many rows runs its attention math at
+  // attention_compute_long_chunks instead of efficiency.attention_compute (0:
+  // no such split). sluice's CUDA default runs big chunks whole on cuDNN
+  // (0.68-0.79 of 790) and short chunks over long prefixes split over keys
+  // (0.43-0.64): one efficiency priced prefill-first's 8k-row chunks 30-40%
+  // slow in the simulator (S10-lead-4's calibration).
+  std::int32_t attention_long_chunk_rows = 0;
+  double attention_compute_long_chunks = 0.0;
 };
 
 // NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,

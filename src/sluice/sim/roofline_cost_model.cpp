@@ -71,6 +71,7 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
   double dense_flops = 0;   // whole instance
   double expert_flops = 0;  // whole instance
   double attn_flops = 0;
+  double attn_flops_long_chunks = 0;  // of sequences past hw.attention_long_chunk_rows
   double scan_flops_fp8 = 0;
   double kv_bytes = 0;      // whole instance, before the KV-head split
   double comm_ms = 0;
@@ -83,9 +84,11 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
       if (q.num_queries <= 0) continue;
       tokens += q.num_queries;
       const AttentionCost& a = g.attention;
-      attn_flops += q.num_queries * a.flops_per_query;
+      const bool long_chunk = hw.attention_long_chunk_rows > 0 && seq.num_new_tokens >= hw.attention_long_chunk_rows;
+      double& bf16_flops = long_chunk ? attn_flops_long_chunks : attn_flops;
+      bf16_flops += q.num_queries * a.flops_per_query;
       const double first_query = double(seq.num_computed_tokens) + seq.num_new_tokens - q.num_queries;
-      (a.scan_uses_fp8 ? scan_flops_fp8 : attn_flops) +=
+      (a.scan_uses_fp8 ? scan_flops_fp8 : bf16_flops) +=
           a.flops_per_query_context_token * tiled_context_tokens(q, first_query, hw.attention_query_tile_rows);
       // The chunk's context is scanned once (flash-attention tiling reuses it
       // across the chunk's queries); gathered entries are bounded by what exists.
@@ -152,10 +155,14 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
   cost.gemm_ms = 1e3 * std::max(gemm_compute_s, weight_s);
   cost.gemm_memory_bound = weight_s > gemm_compute_s;
 
-  cost.attention_flops_per_gpu = (attn_flops + scan_flops_fp8) / gpus;
+  cost.attention_flops_per_gpu = (attn_flops + attn_flops_long_chunks + scan_flops_fp8) / gpus;
   cost.kv_bytes_per_gpu = kv_bytes / (dp * kv_split);
-  const double attn_compute_s = attn_flops / gpus / (hw.peak_bf16_flops_per_s * eff.attention_compute) +
-                                scan_flops_fp8 / gpus / (hw.peak_fp8_flops_per_s * eff.attention_compute);
+  const double attn_compute_s =
+      attn_flops / gpus / (hw.peak_bf16_flops_per_s * eff.attention_compute) +
+      (attn_flops_long_chunks > 0
+           ? attn_flops_long_chunks / gpus / (hw.peak_bf16_flops_per_s * hw.attention_compute_long_chunks)
+           : 0.0) +
+      scan_flops_fp8 / gpus / (hw.peak_fp8_flops_per_s * eff.attention_compute);
   const double kv_s = cost.kv_bytes_per_gpu / (hw.hbm_bytes_per_s * eff.kv_bandwidth);
   cost.attention_ms = 1e3 * std::max(attn_compute_s, kv_s);
   cost.attention_memory_bound = kv_s > attn_compute_s;
