@@ -26,12 +26,12 @@ OnlineCostModel::OnlineCostModel(std::shared_ptr<const CostModel> prior, Options
   SLUICE_CHECK(options_.min_factor > 0.0 && options_.min_factor <= 1.0 && options_.max_factor >= 1.0);
 }
 
-OnlineCostModel::Parts OnlineCostModel::parts_of(const StepShape& shape) const {
+OnlineCostModel::Parts OnlineCostModel::parts_of(const StepShape& shape,
+                                                 const std::array<double, kNumTerms>& whole) const {
   Parts parts;
   StepShape decodes;
   for (const StepShape::Sequence& s : shape.sequences)
     if (s.num_new_tokens == 1) decodes.sequences.push_back(s);
-  const auto whole = prior_->predict_terms(shape).values();
   parts.decodes_only = decodes.sequences.size() == shape.sequences.size();
   if (parts.decodes_only) {
     parts.decodes = whole;
@@ -45,8 +45,9 @@ OnlineCostModel::Parts OnlineCostModel::parts_of(const StepShape& shape) const {
 }
 
 CostTerms OnlineCostModel::predict_terms(const StepShape& shape) const {
-  if (decodes_.num_observed == 0) return prior_->predict_terms(shape).scaled(all_.factors);
-  const Parts parts = parts_of(shape);
+  const CostTerms prior = prior_->predict_terms(shape);
+  if (decodes_.num_observed == 0) return prior.scaled(all_.factors);
+  const Parts parts = parts_of(shape, prior.values());
   std::array<double, kNumTerms> t{};
   for (std::size_t i = 0; i < kNumTerms; ++i)
     t[i] = parts.decodes[i] * decodes_.factors[i] + parts.rest[i] * all_.factors[i];
@@ -62,7 +63,7 @@ void OnlineCostModel::observe(const StepShape& shape, double measured_ms) {
   double predicted = 0;
   for (double v : whole) predicted += v;
   if (!(predicted > 0.0)) return;
-  const Parts parts = parts_of(shape);
+  const Parts parts = parts_of(shape, whole);
   if (parts.decodes_only) {
     decodes_.observe(whole, measured_ms, options_);
     // The whole-step filter learns them too: before the first mixed step its

@@ -77,15 +77,16 @@ class OnlineCostModel final : public CostModel {
     Factors factors;
     std::array<std::array<double, kNumTerms>, kNumTerms> covariance{};  // of the factors' error
     std::int64_t num_observed = 0;
-    Filter(const Options& options);
+    explicit Filter(const Options& options);
     void observe(const std::array<double, kNumTerms>& terms, double measured_ms, const Options& options);
   };
-  // The prior's terms of a step's decodes alone and of the rest.
+  // The prior's terms of a step's decodes alone and of the rest, given the
+  // prior's terms of the whole step.
   struct Parts {
     std::array<double, kNumTerms> decodes{}, rest{};
     bool decodes_only = false;
   };
-  Parts parts_of(const StepShape& shape) const;
+  Parts parts_of(const StepShape& shape, const std::array<double, kNumTerms>& whole) const;
   std::shared_ptr<const CostModel> prior_;
   Options options_;
   Filter all_, decodes_;
