@@ -122,6 +122,25 @@ TEST(RooflineCostModel, PrefillAttentionIsPricedInWholeQueryTiles) {
               per_pair * 128 * 112);
 }
 
+// Chunks of at least attention_long_chunk_rows rows run their attention math
+// at attention_compute_long_chunks (cuDNN runs them whole), shorter ones at
+// efficiency.attention_compute: same FLOPs, time by the efficiency of each.
+TEST(RooflineCostModel, LongChunksTakeTheirOwnAttentionEfficiency) {
+  HardwareSpec hw = h200();
+  hw.efficiency.attention_compute = 0.40;
+  hw.attention_long_chunk_rows = 1024;
+  hw.attention_compute_long_chunks = 0.80;
+  const RooflineCostModel split(profile("llama-3-8b"), hw, {});
+  hw.attention_long_chunk_rows = 0;
+  const RooflineCostModel one(profile("llama-3-8b"), hw, {});
+  // 2048 rows over 100k: attention-bound, priced at twice the efficiency.
+  const StepCost long_split = split.predict(chunk(2048, 100000)), long_one = one.predict(chunk(2048, 100000));
+  EXPECT_DOUBLE_EQ(long_split.attention_flops_per_gpu, long_one.attention_flops_per_gpu);
+  EXPECT_NEAR(long_split.attention_ms, long_one.attention_ms / 2, long_one.attention_ms * 1e-9);
+  // 1023 rows: below the threshold, priced as before.
+  EXPECT_DOUBLE_EQ(split.predict(chunk(1023, 100000)).attention_ms, one.predict(chunk(1023, 100000)).attention_ms);
+}
+
 TEST(RooflineCostModel, DeepSeekPositionCostIsTheIndexerScan) {
   // Sparse attention attends a fixed 128 + 512 entries; what grows with
   // position is the indexer's scan of the compressed keys. Still monotone.
