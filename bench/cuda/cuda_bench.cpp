@@ -24,8 +24,8 @@
 // --deepseek-moe-fp8: its MoE layer rows under fp8_wgmma only (decode, then
 // prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
-// --burst-step: the burst's mixed steps and their parts; --profile-burst: the
-// same steps eagerly, twice each, for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
+// --burst-step: the burst's mixed steps and their parts; --profile-burst [N]: the
+// same steps eagerly, twice each (or only shape N's mixed step), for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
 // at decode and mixed-step row counts).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
@@ -1027,7 +1027,8 @@ void bench_chunk_over_prefix() {
   for (const Shape shape : {Shape{32768, 256}, Shape{32768, 1024}, Shape{32768, 2048}, Shape{65536, 256},
                             Shape{65536, 1024}, Shape{65536, 2048}, Shape{131072, 256}, Shape{131072, 1024},
                             Shape{131072, 2048}, Shape{100000, 256}, Shape{100000, 128}, Shape{100000, 512},
-                            Shape{16384, 512}}) {
+                            Shape{16384, 512}, Shape{32768, 640}, Shape{50000, 384}, Shape{16000, 1100},
+                            Shape{50000, 768}}) {
     CudaOptions options = bench_options();
     options.prefill_attention = kernel;
     auto ops = new_ops(options);
@@ -1098,20 +1099,25 @@ StepLayout make_burst_step(const BurstStepShape& shape, std::int32_t block, bool
   return layout;
 }
 
-void bench_burst_steps(bool profile) {
+void bench_burst_steps(bool profile, int only_shape) {
   constexpr std::int32_t kBlock = 16;
   const std::vector<std::int32_t> chats(8, 700);
   std::vector<std::int32_t> chats_and_long = chats;
   for (const std::int32_t c : {60000, 100000, 120000}) chats_and_long.push_back(c);
+  // The first four: session 8's steps; the rest: what the planner sizes under
+  // `auto` at 50 ms (about 1k rows at 16k keys down to 256 at 100k-120k).
   const std::vector<BurstStepShape> shapes = {
-      {128, 80000, chats}, {256, 40000, chats}, {512, 16000, chats}, {128, 80000, chats_and_long}};
+      {128, 80000, chats},   {256, 40000, chats},  {512, 16000, chats},   {128, 80000, chats_and_long},
+      {1024, 16000, chats},  {512, 50000, chats},  {256, 100000, chats},  {256, 120000, chats_and_long}};
   auto ops = new_ops();
   const Llama8B model(*ops);
   std::int32_t most_blocks = 0;
   for (const BurstStepShape& s : shapes)
     most_blocks = std::max(most_blocks, make_burst_step(s, kBlock, true, true).sequences.back().block_table.back() + 1);
   allocate_model_kv(*ops, most_blocks);
-  for (const BurstStepShape& s : shapes) {
+  for (std::size_t shape_index = 0; shape_index < shapes.size(); ++shape_index) {
+    if (only_shape >= 0 && static_cast<std::size_t>(only_shape) != shape_index) continue;
+    const BurstStepShape& s = shapes[shape_index];
     std::int64_t decode_keys = 0;
     for (const std::int32_t c : s.decode_contexts) decode_keys += c;
     char name[160];
@@ -1120,6 +1126,7 @@ void bench_burst_steps(bool profile) {
     for (const auto& [label, with_chunk, with_decodes] :
          {std::tuple{"mixed", true, true}, std::tuple{"chunk alone", true, false},
           std::tuple{"decodes alone", false, true}}) {
+      if (only_shape >= 0 && !(with_chunk && with_decodes)) continue;
       const StepLayout layout = make_burst_step(s, kBlock, with_chunk, with_decodes);
       if (profile) {
         for (int i = 0; i < 2; ++i) run_model_step(*ops, model, layout);
@@ -1175,7 +1182,7 @@ int main(int argc, char** argv) {
     const bool profile = std::strcmp(argv[1], "--profile-burst") == 0;
     sluice::g_use_graphs = !profile;
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    sluice::bench_burst_steps(profile);
+    sluice::bench_burst_steps(profile, argc > 2 ? std::atoi(argv[2]) : -1);
     return 0;
   }
   if (argc > 2 && (std::strcmp(argv[1], "--chunk") == 0 || std::strcmp(argv[1], "--prefill-attention") == 0 ||

@@ -38,15 +38,37 @@ TEST(CudnnSplitPlan, StepsThatFillTheGpuRunWhole) {
   // 8192-row prompt, 32 heads: 2048 tiles.
   const std::vector<SdpaShape> whole_prompt = {{8192, 8192}};
   EXPECT_EQ(route_sdpa_step(whole_prompt, 32, 16, kSms).route, SdpaRoute::whole);
-  // 512 rows over 100k with 32 heads: 4 x 32 = 128 tiles, 5 rows more make 160.
-  const std::vector<SdpaShape> chunk = {{640, 100000}};
+  // 1024 rows over 100k with 32 heads: 256 tiles, two waves of 132 97% full.
+  const std::vector<SdpaShape> chunk = {{1024, 100000}};
   EXPECT_EQ(route_sdpa_step(chunk, 32, 16, kSms).route, SdpaRoute::whole);
+  // 640 rows over 2,000 keys: 160 tiles, 61% of two waves, but no prefix to split.
+  const std::vector<SdpaShape> short_prefix = {{640, 2000}};
+  EXPECT_EQ(route_sdpa_step(short_prefix, 32, 16, kSms).route, SdpaRoute::whole);
+}
+
+TEST(CudnnSplitPlan, StepsThatWouldLeaveTheirLastWaveMostlyEmptySplit) {
+  // 640 rows over 100k, 32 heads: 160 tiles fill two waves of 132 to 61%
+  // (measured at 61% of the 1,024-row rate); 4 pieces make 640 blocks, 97%.
+  const std::vector<SdpaShape> seqs = {{640, 100640}};
+  const SdpaRouting r = route_sdpa_step(seqs, 32, 16, kSms);
+  ASSERT_EQ(r.route, SdpaRoute::split);
+  expect_well_formed(r, seqs, 16);
+  EXPECT_EQ(r.pieces.size(), 4u);
+  EXPECT_EQ(r.tail_begin[0], 100000);
+  // 1,100 rows over 16k: 288 tiles, 73% of three waves; 2 pieces, 87% of five.
+  const std::vector<SdpaShape> wide = {{1100, 17100}};
+  const SdpaRouting w = route_sdpa_step(wide, 32, 16, kSms);
+  ASSERT_EQ(w.route, SdpaRoute::split);
+  EXPECT_EQ(w.pieces.size(), 2u);
+  // 8,192 rows over 100k: 2,048 tiles, 97% of 16 waves: whole.
+  const std::vector<SdpaShape> big = {{8192, 108192}};
+  EXPECT_EQ(route_sdpa_step(big, 32, 16, kSms).route, SdpaRoute::whole);
 }
 
 TEST(CudnnSplitPlan, ShortChunkOverLongPrefixSplitsIntoFullWaves) {
   // The burst's step: 256 rows over 100k, 32 heads: 64 tiles. 3 pieces would
-  // not fill a wave of 2 x 132 blocks (192), 5 would leave the third wave
-  // 40% full (320); 4 pieces make 256 blocks, 97% of a wave.
+  // leave the second wave of 132 blocks 45% full (192), 5 the third 42%
+  // (320); 4 pieces make 256 blocks, 97% of two waves.
   const std::vector<SdpaShape> seqs = {{256, 100256}};
   const SdpaRouting r = route_sdpa_step(seqs, 32, 16, kSms);
   ASSERT_EQ(r.route, SdpaRoute::split);

@@ -9,23 +9,32 @@ SdpaRouting route_sdpa_step(std::span<const SdpaShape> sequences, std::int32_t n
                             std::int32_t block_size, std::int32_t num_sms) {
   SdpaRouting routing;
   std::int64_t tiles = 0;
-  for (const SdpaShape& s : sequences)
+  bool any_long_prefix = false;
+  for (const SdpaShape& s : sequences) {
     tiles += static_cast<std::int64_t>((s.num_rows + kSdpaTileRows - 1) / kSdpaTileRows) * num_q_heads;
-  if (tiles >= num_sms) return routing;  // whole
-  // Pieces per sequence: at least a wave of blocks, and the count whose last
-  // wave is fullest (the smallest within 2% of the best), counted in waves of
-  // two blocks an SM so the choice holds whether cuDNN fits one or two. 256
-  // rows x 32 heads (64 tiles): 4 pieces (256 blocks), not 5 (320: 2.4 waves).
-  const std::int64_t slots = 2 * static_cast<std::int64_t>(num_sms);
-  auto fullness = [&](std::int64_t count) {
-    const std::int64_t blocks = tiles * count;
-    return static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+    any_long_prefix = any_long_prefix || s.num_keys - s.num_rows >= kSdpaMinPieceKeys + block_size;
+  }
+  // cuDNN runs one block an SM (S11-lead-a: 640 rows over 32k, 160 blocks in
+  // two waves of 132, ran at 61% of the 1,024-row rate), and a chunk's blocks
+  // over a long prefix take about equally long: a step's speed is the share
+  // of its last wave that is full.
+  const std::int64_t sms = num_sms;
+  auto fill = [&](std::int64_t blocks) {
+    return static_cast<double>(blocks) / static_cast<double>((blocks + sms - 1) / sms * sms);
   };
-  const std::int64_t least = (num_sms + tiles - 1) / tiles, most = (2 * slots + tiles - 1) / tiles;
+  const double whole_fill = tiles >= sms ? fill(tiles) : 0.0;
+  if (whole_fill >= kSdpaWholeFill || (tiles >= sms && !any_long_prefix)) return routing;  // whole
+  // Pieces per sequence: at least two and a wave of blocks, at most four
+  // waves; the count whose last wave is fullest (the smallest within 2% of
+  // the best). 256 rows x 32 heads (64 tiles): 4 pieces (256 blocks, 97%);
+  // 640 rows (160 tiles): 4 (640 blocks, 97%), not whole (61%).
+  const std::int64_t least = std::max<std::int64_t>(2, (sms + tiles - 1) / tiles);
+  const std::int64_t most = std::max(least, (4 * sms + tiles - 1) / tiles);
   double best = 0.0;
-  for (std::int64_t count = least; count <= most; ++count) best = std::max(best, fullness(count));
+  for (std::int64_t count = least; count <= most; ++count) best = std::max(best, fill(tiles * count));
   std::int64_t chosen = least;
-  while (fullness(chosen) < best - 0.02) ++chosen;
+  while (fill(tiles * chosen) < best - 0.02) ++chosen;
+  if (whole_fill > 0.0 && best < whole_fill + kSdpaSplitGain) return routing;  // whole: splitting buys little
   const auto wanted = static_cast<std::int32_t>(std::min<std::int64_t>(chosen, kSdpaMaxPiecesPerSequence));
   routing.tail_begin.assign(sequences.size(), 0);
   for (std::size_t i = 0; i < sequences.size(); ++i) {
@@ -48,7 +57,7 @@ SdpaRouting route_sdpa_step(std::span<const SdpaShape> sequences, std::int32_t n
   }
   if (routing.pieces.empty()) {
     routing.tail_begin.clear();
-    routing.route = SdpaRoute::decline;
+    routing.route = tiles >= sms ? SdpaRoute::whole : SdpaRoute::decline;
     return routing;
   }
   routing.route = SdpaRoute::split;

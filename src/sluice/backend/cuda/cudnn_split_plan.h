@@ -10,7 +10,9 @@
 // whole (no mask), attended as extra batch entries of one unmasked call;
 // the rest of the keys (the chunk's own, after the last boundary) go
 // through the causal call; both write softmax statistics, and a combine
-// kernel (kernels/sdpa_split_combine.cu) weighs the partial outputs.
+// kernel (kernels/sdpa_split_combine.cu) weighs the partial outputs. A step
+// whose blocks would leave its last wave mostly empty (e.g. 160 blocks on 132
+// SMs) splits too, when its prefixes allow.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,10 @@ inline constexpr std::int32_t kSdpaTileRows = 128;
 // the parallelism buys.
 inline constexpr std::int32_t kSdpaMinPieceKeys = 4096;
 inline constexpr std::int32_t kSdpaMaxPiecesPerSequence = 64;
+// A step whose blocks fill at least this share of their last wave runs whole;
+// a less full one splits when that fills its waves by kSdpaSplitGain more.
+inline constexpr double kSdpaWholeFill = 0.9;
+inline constexpr double kSdpaSplitGain = 0.05;
 
 SdpaRouting route_sdpa_step(std::span<const SdpaShape> sequences, std::int32_t num_q_heads,
                             std::int32_t block_size, std::int32_t num_sms);
