@@ -314,6 +314,46 @@ TEST(Planner, LivenessChunkTakesEveryTokenTheTileAlreadyPaysFor) {
   EXPECT_EQ(cold.prefills[0].num_new_tokens, kBlock);
 }
 
+// Attention priced by 128-row tiles over the prefix, plus a per-row GEMM cost.
+class TiledRowsCost final : public CostModel {
+ public:
+  double predict_step_ms(const StepShape& shape) const override {
+    double ms = 1.0;
+    for (const auto& s : shape.sequences) {
+      const double rows = s.num_new_tokens <= 1 ? s.num_new_tokens : std::ceil(s.num_new_tokens / 128.0) * 128.0;
+      ms += 0.02 * s.num_new_tokens + 1e-6 * rows * (s.num_computed_tokens + s.num_new_tokens);
+    }
+    return ms;
+  }
+  std::int32_t query_tile_rows() const override { return 128; }
+};
+
+TEST(Planner, AChunkEndingInAMostlyEmptyTileIsCutToItsFullTiles) {
+  Fixture f;
+  SchedRequest prompt = waiting(1, 200000);
+  prompt.num_cached_tokens = 100000;
+  f.queue = {prompt};
+  // Over 100k keys: 256 rows (2 tiles) ~31.8 ms, 272 rows (3 tiles) ~44.9.
+  // Under 45 ms the time cap alone takes 272: its last 16 rows cost ~0.8 ms
+  // each against ~0.12 for the first 256.
+  const StepPlan cut = plan_step(f.state(), {.max_step_ms = 45.0}, TiledRowsCost{});
+  ASSERT_EQ(cut.prefills.size(), 1u);
+  EXPECT_EQ(cut.prefills[0].num_new_tokens, 256);
+  // Under 46 ms it takes 320: 64 rows in the third tile, ~0.22 ms each (less
+  // than twice the full tiles' rate): kept.
+  const StepPlan kept = plan_step(f.state(), {.max_step_ms = 46.0}, TiledRowsCost{});
+  ASSERT_EQ(kept.prefills.size(), 1u);
+  EXPECT_EQ(kept.prefills[0].num_new_tokens, 320);
+  // Without a tile the same costs keep the 272.
+  class Untiled final : public CostModel {
+   public:
+    double predict_step_ms(const StepShape& shape) const override { return TiledRowsCost{}.predict_step_ms(shape); }
+  };
+  const StepPlan untiled = plan_step(f.state(), {.max_step_ms = 45.0}, Untiled{});
+  ASSERT_EQ(untiled.prefills.size(), 1u);
+  EXPECT_EQ(untiled.prefills[0].num_new_tokens, 272);
+}
+
 TEST(Planner, IsAPureFunction) {
   Fixture f;
   for (SequenceId i = 0; i < 50; ++i) f.running.push_back(decoding(i, 1000 + static_cast<std::int32_t>(i) * 37));

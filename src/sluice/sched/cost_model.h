@@ -62,6 +62,9 @@ class CostModel {
   // (optional) The same prediction by term; terms sum to predict_step_ms. The
   // default puts everything in fixed_ms, which a correction can only scale whole.
   virtual CostTerms predict_terms(const StepShape& shape) const { return {.fixed_ms = predict_step_ms(shape)}; }
+  // Query rows that prefill attention runs as one tile (a chunk of k rows pays
+  // ceil(k / tile) tiles over its prefix); 1 where the model knows no tile.
+  virtual std::int32_t query_tile_rows() const { return 1; }
 };
 
 }  // namespace sluice

@@ -58,6 +58,7 @@ class OnlineCostModel final : public CostModel {
 
   double predict_step_ms(const StepShape& shape) const override;
   CostTerms predict_terms(const StepShape& shape) const override;  // the prior's terms, corrected
+  std::int32_t query_tile_rows() const override { return prior_->query_tile_rows(); }
 
   // Learns from one executed step. Steps with no predicted or measured time
   // (empty, failed) teach nothing and are ignored.

@@ -234,6 +234,23 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
     const double nearly_free_ms = liveness_ms + kNearlyFreeShare * std::max(0.0, liveness_ms - without_ms);
     best = std::max(liveness, block_aligned(largest_within(liveness, nearly_free_ms)));
   }
+  // A chunk whose last query tile is mostly empty pays for that whole tile
+  // over its prefix (at 95k keys, 272 rows in 3 tiles took 51 ms where 256
+  // rows took ~40: S11-lead-c). Cut it back to its last full tile when the
+  // partial tile's rows cost more than kPartialTileCostRatio times as much
+  // each as the full tiles' rows: the time left goes to later candidates, or
+  // the step ends early. The rest of a prompt is never cut.
+  constexpr double kPartialTileCostRatio = 2.0;
+  const std::int32_t tile = cost_model_.query_tile_rows();
+  if (tile > 1 && best > tile && best < max_chunk && best % tile != 0) {
+    const std::int32_t full = block_aligned(best / tile * tile);
+    auto cost_at = [&](std::int32_t k) {
+      shape_.sequences.back().num_new_tokens = k;
+      return cost_model_.predict_step_ms(shape_);
+    };
+    const double without_ms = cost_at(0), full_ms = cost_at(full), best_ms = cost_at(best);
+    if ((best_ms - full_ms) / (best - full) > kPartialTileCostRatio * (full_ms - without_ms) / full) best = full;
+  }
   shape_.sequences.pop_back();
   return best;
 }

@@ -4,6 +4,8 @@
 // fetches and fixed overhead add. Every assumption is in docs/cost-model.md.
 #pragma once
 
+#include <algorithm>
+
 #include "sluice/sched/cost_model.h"
 #include "sluice/sim/hardware.h"
 #include "sluice/sim/model_profile.h"
@@ -47,6 +49,7 @@ class RooflineCostModel final : public CostModel {
   // Each phase goes to the term of its binding ceiling (compute or memory);
   // communication, host fetches and overhead are the fixed term.
   CostTerms predict_terms(const StepShape& shape) const override;
+  std::int32_t query_tile_rows() const override { return std::max(1, hardware_.attention_query_tile_rows); }
   StepCost predict(const StepShape& shape) const;
 
   const ModelProfile& profile() const { return profile_; }

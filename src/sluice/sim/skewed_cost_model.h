@@ -33,6 +33,7 @@ class SkewedCostModel final : public CostModel {
 
   double predict_step_ms(const StepShape& shape) const override { return predict_terms(shape).total_ms(); }
   CostTerms predict_terms(const StepShape& shape) const override;
+  std::int32_t query_tile_rows() const override { return believed_->query_tile_rows(); }
 
  private:
   std::shared_ptr<const CostModel> believed_;
