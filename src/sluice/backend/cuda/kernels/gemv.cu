@@ -6,8 +6,9 @@
 // A warp streams one weight row (or, with split K, one of 2-4 parts of it:
 // weights of few rows, e.g. o_proj and down_proj at 4096 rows, fill under one
 // wave of warp slots otherwise) with 16-byte loads, four in flight per lane.
-// The first weights are prefetched to L2 before pdl_wait(): weights never
-// change, so they stream while the previous kernel (which produced x) drains.
+// The first weights are fetched before pdl_wait() (to L2 in the plain and
+// split-K kernels, into registers in the SwiGLU kernel): weights never change,
+// so they stream while the previous kernel (which produced x) drains.
 //
 // Two fusions: several output tensors (the q|k|v projection writes q, k and v
 // from one pass over the stacked weight), and the SwiGLU epilogue (a warp
@@ -63,6 +64,14 @@ struct SwiGluParams {
 // reads both its gate and up rows, four 16-byte loads of each in flight per
 // lane, then a one-load remainder loop. At one row (64 registers) it read
 // 92.5% of HBM where pairs of 32-register warps, a row each, read 89% (S3-d1).
+//
+// The first iteration's weights (4 KB a warp) are loaded into registers
+// before pdl_wait(), and the loop is rotated (math, then the next loads) so
+// they take no registers beyond the loop's own. Resident blocks so hold their
+// first bytes when the norm before them ends; the L2 prefetch this replaced
+// left each warp a round trip to L2 after the wait. Session 11 (gemv1): the
+// stand-alone decode chain (bench/cuda/gemv_chain_bench.cu) 4,550 -> 4,488 us
+// a step, the kernel's own time 62 -> 56 us a layer.
 template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_swiglu_kernel(SwiGluParams p) {
   constexpr int kU = 4;  // loads in flight per row
@@ -73,16 +82,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
   const uint4* wrow[2];
   wrow[0] = p.w + static_cast<std::int64_t>(active ? item : 0) * p.k_vecs;
   wrow[1] = p.w + static_cast<std::int64_t>(p.inter + (active ? item : 0)) * p.k_vecs;
-
-  uint4 wv[2][kU];
-  int kv0 = lane;
-  if (lane < 16 && lane * 128 < end * 16) {
-    // L2 only: a register prefetch held across the wait costs occupancy.
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow[r]) + lane * 128));
-  }
   pdl_launch_dependents();
+  // Every lane has a whole first iteration (else the remainder loop does all).
+  const bool full = end >= 32 * kU;
+  uint4 wv[2][kU];
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + lane + 32 * u);
+  }
   pdl_wait();
 
   float acc[2][kRows];
@@ -90,19 +99,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int m = 0; m < kRows; ++m) acc[r][m] = 0.0f;
-  for (; kv0 + 32 * (kU - 1) < end; kv0 += 32 * kU) {
+  int kv0 = lane;
+  if (full) {
+    for (;;) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+      for (int u = 0; u < kU; ++u)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + kv0 + 32 * u);
+        for (int m = 0; m < kRows; ++m) {
+          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+          for (int r = 0; r < 2; ++r) acc[r][m] += dot8(wv[r][u], xv);
+        }
+      kv0 += 32 * kU;
+      if (kv0 + 32 * (kU - 1) >= end) break;
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
+      for (int u = 0; u < kU; ++u)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) acc[r][m] += dot8(wv[r][u], xv);
-      }
+        for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + kv0 + 32 * u);
+    }
   }
   for (; kv0 < end; kv0 += 32) {
     uint4 w1[2];
