@@ -113,7 +113,13 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   return s;
 }
 
-enum Mode { kL2 = 0, kReg = 1, kRegL2 = 2 };
+// What a GEMV does with its weights and x (bit flags):
+//   kReg      the first iteration's weights in registers before the wait (else
+//             the project's L2 prefetch of 2 KB a warp)
+//   kNoAlloc  weights loaded with ld.global.nc.L1::no_allocate, so the
+//             streamed weights do not evict x from L1
+//   kXSmem    x staged in shared memory by each block after the wait
+enum Mode { kL2 = 0, kReg = 1, kNoAlloc = 2, kXSmem = 4 };
 
 // Bulk L2 prefetch before the wait (cp.async.bulk.prefetch.L2, one
 // instruction a row part): each warp's own share up to `cap` bytes of each row
@@ -132,13 +138,39 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* p, int bytes) {
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+template <int kMode>
+__device__ __forceinline__ uint4 load_w(const uint4* p) {
+  if constexpr ((kMode & kNoAlloc) != 0) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+  } else {
+    return __ldg(p);
+  }
+}
+
+// x into shared memory (kXSmem) or left in global memory.
+template <int kMode>
+__device__ __forceinline__ const uint4* stage_x(const uint4* x, int k_vecs, uint4* smem) {
+  if constexpr ((kMode & kXSmem) != 0) {
+    for (int i = threadIdx.x; i < k_vecs; i += blockDim.x) smem[i] = x[i];
+    __syncthreads();
+    return smem;
+  } else {
+    return x;
+  }
+}
+
 // Split K (kParts warps a row; 1 = plain), batch 1.
 template <int kParts, int kMode>
 __global__ void __launch_bounds__(kWarps * 32, 8)
-    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, __nv_bfloat16* out, int n, int k_vecs,
-                Prefetch pf, Marks marks) {
+    gemv_kernel(const uint4* __restrict__ xg, const uint4* __restrict__ w, __nv_bfloat16* out, int n, int k_vecs,
+                Prefetch, Marks marks) {
   constexpr int kItems = kWarps / kParts;
   __shared__ float s_part[kParts][kItems];
+  extern __shared__ uint4 s_x[];
   marks.start();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = warp / kItems, slot = warp % kItems;
@@ -150,31 +182,21 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
   const uint4* wrow = w + static_cast<long long>(active ? item : 0) * k_vecs;
   pdl_launch_dependents();
   const bool full = end - begin >= 128;  // a whole first iteration for every lane
-  if (pf.cap > 0 && lane == 0) {
-    bulk_prefetch_l2(wrow + begin, min((end - begin) * 16, pf.cap));
-    if (blockIdx.x < pf.stride)
-      for (int a = 1; a <= pf.ahead; ++a) {
-        const int it = (blockIdx.x + a * pf.stride) * kItems + slot;
-        if (it >= n) break;
-        bulk_prefetch_l2(w + static_cast<long long>(it) * k_vecs + begin, min((end - begin) * 16, pf.cap));
-      }
-  }
   uint4 wv[4];
-  if constexpr (kMode == kL2) {
+  if constexpr ((kMode & kReg) == 0) {
     if (lane < 16 && begin * 16 + lane * 128 < end * 16) prefetch_l2(reinterpret_cast<const char*>(wrow + begin) + lane * 128);
   } else {
     if (full) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) wv[u] = wrow[begin + lane + 32 * u];
+      for (int u = 0; u < 4; ++u) wv[u] = load_w<kMode>(wrow + begin + lane + 32 * u);
     }
-    if (kMode == kRegL2 && lane < 16 && begin * 16 + 2048 + lane * 128 < end * 16)
-      prefetch_l2(reinterpret_cast<const char*>(wrow + begin) + 2048 + lane * 128);
   }
   pdl_wait();
   marks.waited();
+  const uint4* x = stage_x<kMode>(xg, k_vecs, s_x);
   float acc = 0.0f;
   int kv = begin + lane;
-  if constexpr (kMode != kL2) {
+  if constexpr ((kMode & kReg) != 0) {
     // Rotated loop: the preloaded iteration is consumed first, each next
     // iteration's loads issue after the previous one's math.
     if (full) {
@@ -184,18 +206,18 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
         kv += 128;
         if (kv + 96 >= end) break;
 #pragma unroll
-        for (int u = 0; u < 4; ++u) wv[u] = wrow[kv + 32 * u];
+        for (int u = 0; u < 4; ++u) wv[u] = load_w<kMode>(wrow + kv + 32 * u);
       }
     }
   } else {
     for (; kv + 96 < end; kv += 128) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) wv[u] = wrow[kv + 32 * u];
+      for (int u = 0; u < 4; ++u) wv[u] = load_w<kMode>(wrow + kv + 32 * u);
 #pragma unroll
       for (int u = 0; u < 4; ++u) acc += dot8(wv[u], x[kv + 32 * u]);
     }
   }
-  for (; kv < end; kv += 32) acc += dot8(wrow[kv], x[kv]);
+  for (; kv < end; kv += 32) acc += dot8(load_w<kMode>(wrow + kv), x[kv]);
   acc = warp_sum(acc);
   if (kParts > 1) {
     if (lane == 0) s_part[part][slot] = acc;
@@ -214,8 +236,9 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
 
 template <int kMode>
 __global__ void __launch_bounds__(kWarps * 32, 4)
-    swiglu_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, __nv_bfloat16* out, int inter, int k_vecs,
-                  Prefetch pf, Marks marks) {
+    swiglu_kernel(const uint4* __restrict__ xg, const uint4* __restrict__ w, __nv_bfloat16* out, int inter, int k_vecs,
+                  Prefetch, Marks marks) {
+  extern __shared__ uint4 s_x[];
   marks.start();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int item = blockIdx.x * kWarps + warp;
@@ -225,20 +248,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
                           w + static_cast<long long>(inter + (active ? item : 0)) * k_vecs};
   pdl_launch_dependents();
   const bool full = end >= 128;
-  if (pf.cap > 0 && lane == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) bulk_prefetch_l2(wrow[r], min(end * 16, pf.cap));
-    if (blockIdx.x < pf.stride)
-      for (int a = 1; a <= pf.ahead; ++a) {
-        const int it = (blockIdx.x + a * pf.stride) * kWarps + warp;
-        if (it >= inter) break;
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          bulk_prefetch_l2(w + static_cast<long long>(r * inter + it) * k_vecs, min(end * 16, pf.cap));
-      }
-  }
   uint4 wv[2][4];
-  if constexpr (kMode == kL2) {
+  if constexpr ((kMode & kReg) == 0) {
     if (lane < 16 && lane * 128 < end * 16)
 #pragma unroll
       for (int r = 0; r < 2; ++r) prefetch_l2(reinterpret_cast<const char*>(wrow[r]) + lane * 128);
@@ -247,16 +258,14 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 #pragma unroll
       for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) wv[r][u] = wrow[r][lane + 32 * u];
-    if (kMode == kRegL2 && lane < 16 && 2048 + lane * 128 < end * 16)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) prefetch_l2(reinterpret_cast<const char*>(wrow[r]) + 2048 + lane * 128);
+        for (int r = 0; r < 2; ++r) wv[r][u] = load_w<kMode>(wrow[r] + lane + 32 * u);
   }
   pdl_wait();
   marks.waited();
+  const uint4* x = stage_x<kMode>(xg, k_vecs, s_x);
   float acc[2] = {0.0f, 0.0f};
   int kv = lane;
-  if constexpr (kMode != kL2) {
+  if constexpr ((kMode & kReg) != 0) {
     if (full) {
       for (;;) {
 #pragma unroll
@@ -270,7 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + kv + 32 * u);
+          for (int r = 0; r < 2; ++r) wv[r][u] = load_w<kMode>(wrow[r] + kv + 32 * u);
       }
     }
   } else {
@@ -278,7 +287,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 #pragma unroll
       for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + kv + 32 * u);
+        for (int r = 0; r < 2; ++r) wv[r][u] = load_w<kMode>(wrow[r] + kv + 32 * u);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const uint4 xv = x[kv + 32 * u];
@@ -289,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   }
   for (; kv < end; kv += 32)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) acc[r] += dot8(__ldg(wrow[r] + kv), x[kv]);
+    for (int r = 0; r < 2; ++r) acc[r] += dot8(load_w<kMode>(wrow[r] + kv), x[kv]);
   const float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
   if (lane == 0 && active) out[item] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
   marks.end();
@@ -394,6 +403,22 @@ __nv_bfloat16* alloc_random(long long n, unsigned seed, float scale) {
 }
 
 template <class... P, class... A>
+void launch_smem(void (*k)(P...), int grid, int block, int smem, bool pdl, cudaStream_t s, A... args) {
+  if (smem > 48 * 1024) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cudaLaunchConfig_t c{};
+  c.gridDim = grid;
+  c.blockDim = block;
+  c.dynamicSmemBytes = smem;
+  c.stream = s;
+  c.attrs = at;
+  c.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&c, k, static_cast<P>(args)...));
+}
+
+template <class... P, class... A>
 void launch(void (*k)(P...), int grid, int block, bool pdl, cudaStream_t s, A... args) {
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -428,29 +453,45 @@ void launch_gemv_mode(int parts, const void* x, const void* w, void* out, int n,
   auto* o = static_cast<__nv_bfloat16*>(out);
   const int items = kWarps / parts;
   const int grid = (n + items - 1) / items;
+  const int smem = (kMode & kXSmem) ? k * 2 : 0;
   if (parts == 4)
-    launch(gemv_kernel<4, kMode>, grid, kWarps * 32, pdl, s, xv, wv, o, n, k / 8, pf, m);
+    launch_smem(gemv_kernel<4, kMode>, grid, kWarps * 32, smem, pdl, s, xv, wv, o, n, k / 8, pf, m);
   else if (parts == 2)
-    launch(gemv_kernel<2, kMode>, grid, kWarps * 32, pdl, s, xv, wv, o, n, k / 8, pf, m);
+    launch_smem(gemv_kernel<2, kMode>, grid, kWarps * 32, smem, pdl, s, xv, wv, o, n, k / 8, pf, m);
   else
-    launch(gemv_kernel<1, kMode>, grid, kWarps * 32, pdl, s, xv, wv, o, n, k / 8, pf, m);
+    launch_smem(gemv_kernel<1, kMode>, grid, kWarps * 32, smem, pdl, s, xv, wv, o, n, k / 8, pf, m);
 }
 
+template <int kMode>
+void launch_swiglu_mode(const void* x, const void* w, void* out, bool pdl, cudaStream_t s, Prefetch pf, Marks m) {
+  const int grid = (kInter + kWarps - 1) / kWarps;
+  const int smem = (kMode & kXSmem) ? kHidden * 2 : 0;
+  launch_smem(swiglu_kernel<kMode>, grid, kWarps * 32, smem, pdl, s, static_cast<const uint4*>(x),
+              static_cast<const uint4*>(w), static_cast<__nv_bfloat16*>(out), kInter, kHidden / 8, pf, m);
+}
+
+#define CHAIN_MODES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 void launch_gemv(int mode, int parts, const void* x, const void* w, void* out, int n, int k, bool pdl,
                  cudaStream_t s, Prefetch pf, Marks m) {
-  if (mode == kL2) launch_gemv_mode<kL2>(parts, x, w, out, n, k, pdl, s, pf, m);
-  else if (mode == kReg) launch_gemv_mode<kReg>(parts, x, w, out, n, k, pdl, s, pf, m);
-  else launch_gemv_mode<kRegL2>(parts, x, w, out, n, k, pdl, s, pf, m);
+  switch (mode) {
+#define CASE(M)                                                     \
+  case M:                                                           \
+    launch_gemv_mode<M>(parts, x, w, out, n, k, pdl, s, pf, m);     \
+    break;
+    CHAIN_MODES(CASE)
+#undef CASE
+  }
 }
 
 void launch_swiglu(int mode, const void* x, const void* w, void* out, bool pdl, cudaStream_t s, Prefetch pf, Marks m) {
-  const auto* xv = static_cast<const uint4*>(x);
-  const auto* wv = static_cast<const uint4*>(w);
-  auto* o = static_cast<__nv_bfloat16*>(out);
-  const int grid = (kInter + kWarps - 1) / kWarps;
-  if (mode == kL2) launch(swiglu_kernel<kL2>, grid, kWarps * 32, pdl, s, xv, wv, o, kInter, kHidden / 8, pf, m);
-  else if (mode == kReg) launch(swiglu_kernel<kReg>, grid, kWarps * 32, pdl, s, xv, wv, o, kInter, kHidden / 8, pf, m);
-  else launch(swiglu_kernel<kRegL2>, grid, kWarps * 32, pdl, s, xv, wv, o, kInter, kHidden / 8, pf, m);
+  switch (mode) {
+#define CASE(M)                                            \
+  case M:                                                  \
+    launch_swiglu_mode<M>(x, w, out, pdl, s, pf, m);       \
+    break;
+    CHAIN_MODES(CASE)
+#undef CASE
+  }
 }
 
 struct Buffers {
@@ -527,14 +568,18 @@ int main(int argc, char** argv) {
   // Blocks resident at once: 8 a multiprocessor for the GEMV, 4 for SwiGLU.
   constexpr Prefetch no{0, 0, 0};
   constexpr Prefetch share{1 << 20, 0, 0};               // each warp's whole share
+  constexpr int N = kNoAlloc;
   const Variant variants[] = {
       {"project (l2 16 lanes), qkv 4 parts", {L, L, L, L}, {no, no, no, no}, 4, 2, true},
-      {"project, qkv 2 parts", {L, L, L, L}, {no, no, no, no}, 2, 2, true},
-      {"reg gate|up", {L, L, R, L}, {no, no, no, no}, 4, 2, true},
       {"reg gate|up, qkv 2 parts", {L, L, R, L}, {no, no, no, no}, 2, 2, true},
-      {"bulk share o_proj", {L, L, L, L}, {no, share, no, no}, 4, 2, true},
-      {"o_proj 4 parts", {L, L, L, L}, {no, no, no, no}, 4, 4, true},
-      {"PDL off", {L, L, L, L}, {no, no, no, no}, 4, 2, false},
+      {"no_allocate everywhere", {N, N, N, N}, {no, no, no, no}, 4, 2, true},
+      {"reg + no_allocate everywhere, qkv 4 parts", {R | N, R | N, R | N, R | N}, {no, no, no, no}, 4, 2, true},
+      {"reg + no_allocate everywhere, qkv 2 parts", {R | N, R | N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc gate|up, no_alloc others, qkv 2 parts", {N, N, R | N, N}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc gate|up, down; no_alloc qkv, o; qkv 2 parts", {N, N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc gate|up, down, qkv; no_alloc o; qkv 2 parts", {R | N, N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc gate|up, down, o; no_alloc qkv; qkv 2 parts", {N, R | N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_allocate everywhere, qkv 2 parts, PDL off", {R | N, R | N, R | N, R | N}, {no, no, no, no}, 2, 2, false},
       {"project (again)", {L, L, L, L}, {no, no, no, no}, 4, 2, true},
   };
   cudaStream_t s;
