@@ -443,6 +443,7 @@ struct Variant {
   int qkv_parts;  // 2 or 4
   int o_parts;    // o_proj's: 2 or 4
   bool pdl;
+  int down_parts = 2;
 };
 
 template <int kMode>
@@ -512,7 +513,7 @@ void enqueue(const std::vector<Layer>& layers, const Buffers& b, const Variant& 
     launch_gemv(v.mode[1], v.o_parts, b.attn_out, L.o, b.o_out, kHidden, kQ, v.pdl, s, v.pf[1], m(5));
     launch(norm_kernel, 1, 512, v.pdl, s, b.h, b.o_out, L.norm2, b.x, m(6));
     launch_swiglu(v.mode[2], b.x, L.gate_up, b.act, v.pdl, s, v.pf[2], m(7));
-    launch_gemv(v.mode[3], 2, b.act, L.down, b.down_out, kHidden, kInter, v.pdl, s, v.pf[3], m(8));
+    launch_gemv(v.mode[3], v.down_parts, b.act, L.down, b.down_out, kHidden, kInter, v.pdl, s, v.pf[3], m(8));
   }
 }
 
@@ -569,17 +570,17 @@ int main(int argc, char** argv) {
   constexpr Prefetch no{0, 0, 0};
   constexpr Prefetch share{1 << 20, 0, 0};               // each warp's whole share
   constexpr int N = kNoAlloc;
+  constexpr int RN = kReg | kNoAlloc;
   const Variant variants[] = {
       {"project (l2 16 lanes), qkv 4 parts", {L, L, L, L}, {no, no, no, no}, 4, 2, true},
-      {"reg gate|up, qkv 2 parts", {L, L, R, L}, {no, no, no, no}, 2, 2, true},
-      {"no_allocate everywhere", {N, N, N, N}, {no, no, no, no}, 4, 2, true},
-      {"reg + no_allocate everywhere, qkv 4 parts", {R | N, R | N, R | N, R | N}, {no, no, no, no}, 4, 2, true},
-      {"reg + no_allocate everywhere, qkv 2 parts", {R | N, R | N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
-      {"reg + no_alloc gate|up, no_alloc others, qkv 2 parts", {N, N, R | N, N}, {no, no, no, no}, 2, 2, true},
-      {"reg + no_alloc gate|up, down; no_alloc qkv, o; qkv 2 parts", {N, N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
-      {"reg + no_alloc gate|up, down, qkv; no_alloc o; qkv 2 parts", {R | N, N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
-      {"reg + no_alloc gate|up, down, o; no_alloc qkv; qkv 2 parts", {N, R | N, R | N, R | N}, {no, no, no, no}, 2, 2, true},
-      {"reg + no_allocate everywhere, qkv 2 parts, PDL off", {R | N, R | N, R | N, R | N}, {no, no, no, no}, 2, 2, false},
+      {"reg + no_alloc (branch), qkv 4, o 2, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true},
+      {"reg + no_alloc, qkv 2, o 2, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc, qkv 2, o 2, down 4", {RN, RN, RN, RN}, {no, no, no, no}, 2, 2, true, 4},
+      {"reg + no_alloc, qkv 4, o 2, down 4", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true, 4},
+      {"reg + no_alloc, qkv 2, o 4, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 2, 4, true},
+      {"reg + no_alloc, qkv 1, o 2, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 1, 2, true},
+      {"reg + no_alloc (branch), qkv 4, o 2, down 2, again", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true},
+      {"reg + no_alloc, qkv 2, o 2, down 2, again", {RN, RN, RN, RN}, {no, no, no, no}, 2, 2, true},
       {"project (again)", {L, L, L, L}, {no, no, no, no}, 4, 2, true},
   };
   cudaStream_t s;
@@ -656,7 +657,7 @@ int main(int argc, char** argv) {
       // Block spread in layer kBlockLayer of the last replay (ns from the kernel's first release).
       timeline_tables += "| layer 10 | blocks | release p50 / p100 | out p10 / p50 / p90 / p100 |\n|---|---|---|---|\n";
       const int grids[kKernelsPerLayer] = {1, (kQ + 2 * kKv) / (8 / v.qkv_parts), 1, 128, 1, kHidden / (8 / v.o_parts), 1,
-                                           kInter / 8, kHidden / 4};
+                                           kInter / 8, kHidden / (8 / v.down_parts)};
       for (int k : {1, 3, 5, 7, 8}) {
         const int nb = std::min(grids[k], 4096);
         std::vector<double> wt(nb), et(nb);
