@@ -234,6 +234,66 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
   marks.end();
 }
 
+// Deeper preload (modes 8, 16, 24): kDepth iterations of four loads a lane
+// in flight, the first kDepth loaded before the wait, each slot refilled
+// kDepth iterations ahead after its math; fewer blocks a multiprocessor to
+// pay the registers. Weights past L1 as kNoAlloc.
+template <int kParts, int kDepth, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    gemv_deep_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, __nv_bfloat16* out, int n, int k_vecs,
+                     Prefetch, Marks marks) {
+  constexpr int kItems = kWarps / kParts;
+  __shared__ float s_part[kParts][kItems];
+  marks.start();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = warp / kItems, slot = warp % kItems;
+  const int item = blockIdx.x * kItems + slot;
+  const bool active = item < n;
+  const int part_vecs = kParts == 1 ? k_vecs : min(k_vecs, (k_vecs / kParts + 31) / 32 * 32);
+  const int begin = min(k_vecs, part * part_vecs);
+  const int end = !active ? begin : part == kParts - 1 ? k_vecs : min(k_vecs, begin + part_vecs);
+  const uint4* wrow = w + static_cast<long long>(active ? item : 0) * k_vecs + begin + lane;
+  pdl_launch_dependents();
+  const int nfull = (end - begin) / 128;
+  uint4 wv[kDepth][4];
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d)
+    if (d < nfull)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) wv[d][u] = load_w<kNoAlloc>(wrow + 128 * d + 32 * u);
+  pdl_wait();
+  marks.waited();
+  const uint4* xr = x + begin + lane;
+  float acc = 0.0f;
+  for (int i = 0; i < nfull; i += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (i + d < nfull) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) acc += dot8(wv[d][u], xr[128 * (i + d) + 32 * u]);
+        if (i + d + kDepth < nfull)
+#pragma unroll
+          for (int u = 0; u < 4; ++u) wv[d][u] = load_w<kNoAlloc>(wrow + 128 * (i + d + kDepth) + 32 * u);
+      }
+    }
+  }
+  for (int kv = 128 * nfull; begin + lane + kv < end; kv += 32) acc += dot8(load_w<kNoAlloc>(wrow + kv), xr[kv]);
+  acc = warp_sum(acc);
+  if (kParts > 1) {
+    if (lane == 0) s_part[part][slot] = acc;
+    __syncthreads();
+    if (part == 0 && lane == 0 && active) {
+      float t = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kParts; ++q) t += s_part[q][slot];
+      out[item] = __float2bfloat16(t);
+    }
+  } else if (lane == 0 && active) {
+    out[item] = __float2bfloat16(acc);
+  }
+  marks.end();
+}
+
 template <int kMode>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     swiglu_kernel(const uint4* __restrict__ xg, const uint4* __restrict__ w, __nv_bfloat16* out, int inter, int k_vecs,
@@ -472,8 +532,24 @@ void launch_swiglu_mode(const void* x, const void* w, void* out, bool pdl, cudaS
 }
 
 #define CHAIN_MODES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <int kDepth, int kMinBlocks>
+void launch_deep(int parts, const void* x, const void* w, void* out, int n, int k, bool pdl, cudaStream_t s,
+                 Prefetch pf, Marks m) {
+  const auto* xv = static_cast<const uint4*>(x);
+  const auto* wv = static_cast<const uint4*>(w);
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  const int grid = (n + kWarps / parts - 1) / (kWarps / parts);
+  if (parts == 4) launch(gemv_deep_kernel<4, kDepth, kMinBlocks>, grid, kWarps * 32, pdl, s, xv, wv, o, n, k / 8, pf, m);
+  else if (parts == 2) launch(gemv_deep_kernel<2, kDepth, kMinBlocks>, grid, kWarps * 32, pdl, s, xv, wv, o, n, k / 8, pf, m);
+  else launch(gemv_deep_kernel<1, kDepth, kMinBlocks>, grid, kWarps * 32, pdl, s, xv, wv, o, n, k / 8, pf, m);
+}
+
 void launch_gemv(int mode, int parts, const void* x, const void* w, void* out, int n, int k, bool pdl,
                  cudaStream_t s, Prefetch pf, Marks m) {
+  if (mode == 8) return launch_deep<2, 6>(parts, x, w, out, n, k, pdl, s, pf, m);
+  if (mode == 16) return launch_deep<2, 5>(parts, x, w, out, n, k, pdl, s, pf, m);
+  if (mode == 24) return launch_deep<3, 4>(parts, x, w, out, n, k, pdl, s, pf, m);
+  if (mode == 32) return launch_deep<1, 8>(parts, x, w, out, n, k, pdl, s, pf, m);
   switch (mode) {
 #define CASE(M)                                                     \
   case M:                                                           \
@@ -485,6 +561,7 @@ void launch_gemv(int mode, int parts, const void* x, const void* w, void* out, i
 }
 
 void launch_swiglu(int mode, const void* x, const void* w, void* out, bool pdl, cudaStream_t s, Prefetch pf, Marks m) {
+  if (mode >= 8) mode = kReg | kNoAlloc;
   switch (mode) {
 #define CASE(M)                                            \
   case M:                                                  \
@@ -573,14 +650,15 @@ int main(int argc, char** argv) {
   constexpr int RN = kReg | kNoAlloc;
   const Variant variants[] = {
       {"project (l2 16 lanes), qkv 4 parts", {L, L, L, L}, {no, no, no, no}, 4, 2, true},
-      {"reg + no_alloc (branch), qkv 4, o 2, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true},
-      {"reg + no_alloc, qkv 2, o 2, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 2, 2, true},
-      {"reg + no_alloc, qkv 2, o 2, down 4", {RN, RN, RN, RN}, {no, no, no, no}, 2, 2, true, 4},
-      {"reg + no_alloc, qkv 4, o 2, down 4", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true, 4},
-      {"reg + no_alloc, qkv 2, o 4, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 2, 4, true},
-      {"reg + no_alloc, qkv 1, o 2, down 2", {RN, RN, RN, RN}, {no, no, no, no}, 1, 2, true},
-      {"reg + no_alloc (branch), qkv 4, o 2, down 2, again", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true},
-      {"reg + no_alloc, qkv 2, o 2, down 2, again", {RN, RN, RN, RN}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc (branch), qkv 4", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true},
+      {"deep kernel depth 1, 8 blocks (branch's, other loop)", {32, 32, RN, 32}, {no, no, no, no}, 4, 2, true},
+      {"depth 2, 6 blocks/SM, qkv 4", {8, 8, RN, 8}, {no, no, no, no}, 4, 2, true},
+      {"depth 2, 5 blocks/SM, qkv 4", {16, 16, RN, 16}, {no, no, no, no}, 4, 2, true},
+      {"depth 3, 4 blocks/SM, qkv 4", {24, 24, RN, 24}, {no, no, no, no}, 4, 2, true},
+      {"depth 2 (6) o_proj and down only, qkv 4", {RN, 8, RN, 8}, {no, no, no, no}, 4, 2, true},
+      {"depth 2 (6) o_proj only, qkv 4", {RN, 8, RN, RN}, {no, no, no, no}, 4, 2, true},
+      {"depth 2 (6), qkv 2", {8, 8, RN, 8}, {no, no, no, no}, 2, 2, true},
+      {"reg + no_alloc (branch), qkv 4, again", {RN, RN, RN, RN}, {no, no, no, no}, 4, 2, true},
       {"project (again)", {L, L, L, L}, {no, no, no, no}, 4, 2, true},
   };
   cudaStream_t s;

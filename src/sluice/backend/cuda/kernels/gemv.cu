@@ -10,9 +10,10 @@
 // pdl_wait(): weights never change, so they stream while the previous kernel
 // (which produced x) drains. Weights are loaded past L1 (no_allocate), so x
 // stays there for the multiprocessor's other warps. Together, in the
-// stand-alone decode chain (bench/cuda/gemv_chain_bench.cu, session 11):
-// 4,560 -> 4,397 us a step where the L2 prefetch of 2 KB a warp and
-// L1-allocating loads were before (runs gemv1-2..6).
+// stand-alone decode chain (bench/cuda/gemv_chain_bench.cu, session 11) a
+// step took 4,423-4,465 us where the L2 prefetch of 2 KB a warp and
+// L1-allocating loads took 4,550 (runs gemv1-2..8); batch-1 decode at 4k in
+// cuda_bench 212.4 -> 220.6 tok/s (gemv1-7, -8).
 //
 // Two fusions: several output tensors (the q|k|v projection writes q, k and v
 // from one pass over the stacked weight), and the SwiGLU epilogue (a warp
@@ -225,9 +226,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
     return;
   }
   const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
-  // The first iteration's weights go to registers before the wait (run
-  // gemv1-6: with the rotated loop they cost no occupancy; the L2 prefetch of
-  // 2 KB a warp they replaced left a round trip to L2 after the wait).
+  // The first iteration's weights go to registers before the wait. With the
+  // rotated loop they cost no occupancy (still 32 registers; at one row ptxas
+  // spills 12-20 bytes, outside the loop). The L2 prefetch of 2 KB a warp
+  // they replaced left a round trip to L2 after the wait.
   uint4 wv[4];
   const bool full = load_first_weights(wrow, lane, k_vecs, wv);
   pdl_wait();
