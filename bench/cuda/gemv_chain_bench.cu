@@ -6,15 +6,23 @@
 // norm -> q|k|v GEMV -> rope -> attention proxy (streams 4k tokens of K and V)
 // -> combine -> o_proj -> norm -> gate|up SwiGLU GEMV -> down; 32 layers with
 // their own weights, captured in one CUDA graph with programmatic dependent
-// launch (PDL), timed by replay. The GEMV kernels are the project's
-// (kernels/gemv.cu) with a switch for what they do before griddepcontrol.wait:
-//   l2   the project's: prefetch.global.L2 of the first 2 KB of each warp's row
-//   reg  the first loop iteration's weights (four 16-byte loads a lane, two rows
-//        for SwiGLU) loaded into registers before the wait
-//   reg+l2  both: registers for the first 2 KB, L2 for the next 2 KB
-// Built with -DCHAIN_TIMELINE, each kernel's blocks record %globaltimer at entry, after the
-// wait and at exit, so the table shows where a layer's time goes and whether a
-// kernel's blocks were resident (and loading) before its predecessor ended.
+// launch (PDL), timed by replay. The GEMV kernels are the project's loops
+// (kernels/gemv.cu) with switches (`Mode` bits, per GEMV in a `Variant`):
+//   (none)    the loop before session 11: L2 prefetch of each warp's first
+//             2 KB before griddepcontrol.wait
+//   kReg      the first iteration's weights in registers before the wait
+//             (rotated loop); with kNoAlloc this is what gemv.cu does now
+//   kNoAlloc  weights loaded with ld.global.nc.L1::no_allocate
+//   kXSmem    x staged in shared memory by each block
+// plus `Prefetch` (bulk L2 prefetch of each warp's share before the wait),
+// split-K parts per GEMV, PDL on/off, and modes 8-32: a separate kernel that
+// keeps 2-3 iterations in flight (it spilled; gemv1-9). The variant list is
+// the last run's (gemv1-9); docs/benchmarks.md ("Session 11 - gemv1") has
+// the earlier runs' results.
+// Built with -DCHAIN_TIMELINE, each kernel's blocks record %globaltimer at
+// entry, after the wait and at exit, so the table shows where a layer's time
+// goes and whether a kernel's blocks were resident (and loading) before its
+// predecessor ended; every block of layer 10 is kept for the spread.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
