@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
   // The first iteration's weights go to registers before the wait. With the
   // rotated loop they cost no occupancy (still 32 registers; at one row ptxas
-  // spills 12-20 bytes, outside the loop). The L2 prefetch of 2 KB a warp
+  // spills 12-20 bytes, SASS not yet read). The L2 prefetch of 2 KB a warp
   // they replaced left a round trip to L2 after the wait.
   uint4 wv[4];
   const bool full = load_first_weights(wrow, lane, k_vecs, wv);
