@@ -6,8 +6,14 @@
 // A warp streams one weight row (or, with split K, one of 2-4 parts of it:
 // weights of few rows, e.g. o_proj and down_proj at 4096 rows, fill under one
 // wave of warp slots otherwise) with 16-byte loads, four in flight per lane.
-// The first weights are prefetched to L2 before pdl_wait(): weights never
-// change, so they stream while the previous kernel (which produced x) drains.
+// Each warp loads its first iteration's weights into registers before
+// pdl_wait(): weights never change, so they stream while the previous kernel
+// (which produced x) drains. Weights are loaded past L1 (no_allocate), so x
+// stays there for the multiprocessor's other warps. Together, in the
+// stand-alone decode chain (bench/cuda/gemv_chain_bench.cu, session 11) a
+// step took 4,423-4,465 us where the L2 prefetch of 2 KB a warp and
+// L1-allocating loads took 4,550 (runs gemv1-2..8); batch-1 decode at 4k in
+// cuda_bench 212.4 -> 220.6 tok/s (gemv1-7, -8).
 //
 // Two fusions: several output tensors (the q|k|v projection writes q, k and v
 // from one pass over the stacked weight), and the SwiGLU epilogue (a warp
@@ -50,6 +56,16 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
+// A weight vector, read once: past L1 (no_allocate), so the streamed weights
+// do not evict x, which every warp of the multiprocessor reads again.
+__device__ __forceinline__ uint4 load_weight(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 struct SwiGluParams {
   const uint4* x;  // [m, k_vecs]
   const uint4* w;  // [2 * inter, k_vecs]: the gate rows, then the up rows
@@ -63,6 +79,14 @@ struct SwiGluParams {
 // reads both its gate and up rows, four 16-byte loads of each in flight per
 // lane, then a one-load remainder loop. At one row (64 registers) it read
 // 92.5% of HBM where pairs of 32-register warps, a row each, read 89% (S3-d1).
+//
+// The first iteration's weights (4 KB a warp) are loaded into registers
+// before pdl_wait(), and the loop is rotated (math, then the next loads) so
+// they take no registers beyond the loop's own. Resident blocks so hold their
+// first bytes when the norm before them ends; the L2 prefetch this replaced
+// left each warp a round trip to L2 after the wait. Session 11 (gemv1): in
+// the stand-alone decode chain this alone took a step 4,550 -> 4,488 us and
+// the kernel 62 -> 56 us a layer (runs gemv1-2, gemv1-3).
 template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_swiglu_kernel(SwiGluParams p) {
   constexpr int kU = 4;  // loads in flight per row
@@ -73,16 +97,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
   const uint4* wrow[2];
   wrow[0] = p.w + static_cast<std::int64_t>(active ? item : 0) * p.k_vecs;
   wrow[1] = p.w + static_cast<std::int64_t>(p.inter + (active ? item : 0)) * p.k_vecs;
-
-  uint4 wv[2][kU];
-  int kv0 = lane;
-  if (lane < 16 && lane * 128 < end * 16) {
-    // L2 only: a register prefetch held across the wait costs occupancy.
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow[r]) + lane * 128));
-  }
   pdl_launch_dependents();
+  // Every lane has a whole first iteration (else the remainder loop does all).
+  const bool full = end >= 32 * kU;
+  uint4 wv[2][kU];
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) wv[r][u] = load_weight(wrow[r] + lane + 32 * u);
+  }
   pdl_wait();
 
   float acc[2][kRows];
@@ -90,24 +114,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int m = 0; m < kRows; ++m) acc[r][m] = 0.0f;
-  for (; kv0 + 32 * (kU - 1) < end; kv0 += 32 * kU) {
+  int kv0 = lane;
+  if (full) {
+    for (;;) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+      for (int u = 0; u < kU; ++u)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) wv[r][u] = __ldg(wrow[r] + kv0 + 32 * u);
+        for (int m = 0; m < kRows; ++m) {
+          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+          for (int r = 0; r < 2; ++r) acc[r][m] += dot8(wv[r][u], xv);
+        }
+      kv0 += 32 * kU;
+      if (kv0 + 32 * (kU - 1) >= end) break;
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
+      for (int u = 0; u < kU; ++u)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) acc[r][m] += dot8(wv[r][u], xv);
-      }
+        for (int r = 0; r < 2; ++r) wv[r][u] = load_weight(wrow[r] + kv0 + 32 * u);
+    }
   }
   for (; kv0 < end; kv0 += 32) {
     uint4 w1[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) w1[r] = __ldg(wrow[r] + kv0);
+    for (int r = 0; r < 2; ++r) w1[r] = load_weight(wrow[r] + kv0);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0];
@@ -138,24 +167,42 @@ struct PlainOutputs {
   Dt dt;
 };
 
+// The first iteration of accumulate_dot8's loop (four vectors a lane from kv),
+// loaded before pdl_wait(); false (nothing loaded) when some lane has no whole
+// iteration in [kv, end), and the one-load loop then does the row.
+__device__ __forceinline__ bool load_first_weights(const uint4* __restrict__ wrow, int kv, int end, uint4 (&wv)[4]) {
+  const bool full = end - (kv - (threadIdx.x & 31)) >= 32 * 4;
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) wv[u] = load_weight(wrow + kv + 32 * u);
+  }
+  return full;
+}
+
 // acc[m] += w_row . x_m over the 8-element vectors [kv, end) of a row, this
-// lane taking every 32nd from kv, four loads in flight (the plain loop of both
-// single-output kernels).
+// lane taking every 32nd from kv, four loads in flight (the loop of both
+// single-output kernels). `wv` holds the first iteration's weights when
+// `full` (load_first_weights); the loop is rotated (math, then the next
+// loads) so they cost no registers beyond the loop's own.
 template <int kRows>
 __device__ __forceinline__ void accumulate_dot8(const uint4* __restrict__ wrow, const uint4* __restrict__ x,
-                                                int k_vecs, int kv, int end, float (&acc)[kRows]) {
+                                                int k_vecs, int kv, int end, bool full, uint4 (&wv)[4],
+                                                float (&acc)[kRows]) {
   constexpr int kU = 4;
-  for (; kv + 32 * (kU - 1) < end; kv += 32 * kU) {
-    uint4 wv[kU];
+  if (full) {
+    for (;;) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) wv[u] = wrow[kv + 32 * u];
+      for (int u = 0; u < kU; ++u)
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+        for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
+      kv += 32 * kU;
+      if (kv + 32 * (kU - 1) >= end) break;
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) acc[m] += dot8(wv[u], x[m * k_vecs + kv + 32 * u]);
+      for (int u = 0; u < kU; ++u) wv[u] = load_weight(wrow + kv + 32 * u);
+    }
   }
   for (; kv < end; kv += 32) {
-    const uint4 w1 = wrow[kv];
+    const uint4 w1 = load_weight(wrow + kv);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) acc[m] += dot8(w1, x[m * k_vecs + kv]);
   }
@@ -179,13 +226,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
     return;
   }
   const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
-  // The first weights go to L2 before the wait (a register prefetch held
-  // across it cost 20 registers and so occupancy).
-  if (lane < 16 && lane * 128 < k_vecs * 16)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow) + lane * 128));
+  // The first iteration's weights go to registers before the wait. With the
+  // rotated loop they cost no occupancy (still 32 registers; at one row ptxas
+  // spills 12-20 bytes, SASS not yet read). The L2 prefetch of 2 KB a warp
+  // they replaced left a round trip to L2 after the wait.
+  uint4 wv[4];
+  const bool full = load_first_weights(wrow, lane, k_vecs, wv);
   pdl_wait();
   float acc[kRows] = {};
-  accumulate_dot8<kRows>(wrow, x, k_vecs, lane, k_vecs, acc);
+  accumulate_dot8<kRows>(wrow, x, k_vecs, lane, k_vecs, full, wv, acc);
   // Selects, not a runtime index into the parameter struct (that copies it to the stack).
   const bool in2 = col >= out.begin[2], in1 = col >= out.begin[1];
   void* const dst = in2 ? out.data[2] : in1 ? out.data[1] : out.data[0];
@@ -222,11 +271,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   const int end = part == kParts - 1 ? k_vecs : min(k_vecs, begin + part_vecs);
   const uint4* wrow = w + static_cast<std::int64_t>(active ? item : 0) * k_vecs;
   pdl_launch_dependents();
-  if (active && lane < 16 && begin * 16 + lane * 128 < end * 16)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wrow + begin) + lane * 128));
+  uint4 wv[4];
+  const bool full = active && load_first_weights(wrow, begin + lane, end, wv);
   pdl_wait();
   float acc[kRows] = {};
-  if (active) accumulate_dot8<kRows>(wrow, x, k_vecs, begin + lane, end, acc);
+  if (active) accumulate_dot8<kRows>(wrow, x, k_vecs, begin + lane, end, full, wv, acc);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
   if (part > 0 && lane == 0)
