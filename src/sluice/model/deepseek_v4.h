@@ -41,6 +41,10 @@
 
 namespace sluice {
 
+namespace cuda {
+class DeepseekV4DeviceForward;  // uploads these weights (backend/cuda/deepseek_v4_forward.h)
+}
+
 class DeepseekV4Reference {
  public:
   // Tensors are copied to f32 host memory; `kernels` must outlive the model.
@@ -95,6 +99,7 @@ class DeepseekV4Reference {
                                      std::span<const std::int64_t> sample_rows) const;
 
  private:
+  friend class cuda::DeepseekV4DeviceForward;
   struct HyperConnection {
     std::vector<float> fn, base, scale;
     HyperConnectionWeights view() const { return {fn, base, scale}; }

@@ -1,0 +1,262 @@
+// DeepSeek-V4's forward on the device (backend/cuda/deepseek_v4_forward.h)
+// against the CPU reference (DeepseekV4Reference, which matches transformers
+// to 1e-4), on a make-model checkpoint at V4-Flash's head widths (latent 512
+// with 64 rope dims, index heads of 128: the widths the kernels are built
+// for) and a narrow, shallow body: 4 layers (sliding, CSA, HCA, CSA; the
+// first hash-routed), hidden 64, 4 heads, 8 experts top 2, window 8, CSA
+// rate 4, HCA rate 16, blocks of 16 tokens. index_topk (32) is at least every
+// entry a row sees (76 tokens: 19), so the device's FP8 indexer picks what
+// the reference's f32 one picks, and the goldens are exact sets.
+//   - Two sequences batched in one step, prefilled in chunks that split CSA
+//     and HCA windows and KV blocks, then greedy decode: the logits of every
+//     step within the bf16 bound below (the attention reads bf16 queries and
+//     keys; everything else is f32), the greedy tokens equal.
+//   - A prefix-cache hit: a sequence whose table starts with the first
+//     sequence's two full blocks computes only its tail; its logits are the
+//     cold run's (on the device, and the reference's).
+//   - upload() refuses widths the kernels are not built for.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/make_model.h"
+#include "sluice/model/safetensors.h"
+#include "../support/tiny_deepseek_v4.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::int32_t kBlock = 16;
+constexpr std::int32_t kNumBlocks = 16;
+constexpr std::int32_t kVocab = 320;
+// |device - reference| <= kLogitBound * max |reference logit| of the row.
+constexpr float kLogitBound = 1e-2f;  // measured on the H200: 5.3e-3 worst
+
+std::string scratch(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("sluice-v4-forward-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+MakeModelOptions flash_width_options(const std::string& dir) {
+  MakeModelOptions o;
+  o.architecture = Architecture::deepseek_v4;
+  o.num_layers = 4;
+  o.hidden_size = 64;
+  o.num_heads = 4;
+  o.head_dim = 512;
+  o.vocab_size = kVocab;
+  o.dtype = DType::f32;
+  o.seed = 11;
+  DeepseekV4Shape& d = o.deepseek_v4;
+  std::strcpy(d.layer_types.data(), "schc");
+  d.q_lora_rank = 64;
+  d.qk_rope_head_dim = 64;
+  d.o_groups = 2;
+  d.o_lora_rank = 32;
+  d.csa_compress_rate = 4;
+  d.hca_compress_rate = 16;
+  d.sliding_window = 8;
+  d.index_n_heads = 4;
+  d.index_head_dim = 128;
+  d.index_topk = 32;
+  d.num_hash_layers = 1;
+  d.n_routed_experts = 8;
+  d.num_experts_per_tok = 2;
+  d.moe_intermediate_size = 64;
+  o.out_dir = dir;
+  return o;
+}
+
+struct Loaded {
+  ModelConfig config;
+  cpu::DeepseekV4CpuKernels kernels;
+  std::unique_ptr<DeepseekV4Reference> reference;
+};
+
+std::unique_ptr<Loaded> load(const std::string& dir) {
+  auto loaded = std::make_unique<Loaded>();
+  auto config = load_model_config(dir);
+  SLUICE_CHECK_MSG(config.ok(), config.error_message());
+  loaded->config = *config;
+  auto checkpoint = Checkpoint::open(dir);
+  SLUICE_CHECK_MSG(checkpoint.ok(), checkpoint.error_message());
+  auto reference = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->kernels);
+  SLUICE_CHECK_MSG(reference.ok(), reference.error_message());
+  loaded->reference = std::move(*reference);
+  return loaded;
+}
+
+std::vector<TokenId> tokens_of(std::int32_t n, std::int32_t mul, std::int32_t add) {
+  std::vector<TokenId> t;
+  for (std::int32_t i = 0; i < n; ++i) t.push_back((i * mul + add) % kVocab);
+  return t;
+}
+
+std::int32_t argmax(std::span<const float> v) {
+  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// max |a - b| / max |b|.
+float scaled_error(std::span<const float> a, std::span<const float> b) {
+  float diff = 0.0f, top = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    top = std::max(top, std::fabs(b[i]));
+  }
+  return diff / std::max(top, 1e-30f);
+}
+
+// One sequence of a step: its table, what it has computed, its new tokens.
+struct Part {
+  const std::vector<BlockId>* table;
+  std::int32_t computed;
+  std::vector<TokenId> tokens;
+};
+
+StepLayout step_of(const std::vector<Part>& parts) {
+  StepLayout step;
+  for (const Part& p : parts) {
+    step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = static_cast<std::int32_t>(p.tokens.size()),
+                              .num_computed_tokens = p.computed, .block_table = *p.table});
+    for (std::size_t i = 0; i < p.tokens.size(); ++i) {
+      step.token_ids.push_back(p.tokens[i]);
+      step.positions.push_back(p.computed + static_cast<std::int32_t>(i));
+    }
+    step.sample_rows.push_back(step.num_rows() - 1);
+  }
+  return step;
+}
+
+class DeepseekV4DeviceForwardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = scratch("flash-width");
+    const Status made = make_model(flash_width_options(dir));
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    model_ = load(dir);
+    auto layout = DeepseekV4KvLayout::make(model_->config, kBlock);
+    ASSERT_TRUE(layout.ok()) << layout.error_message();
+    layout_ = std::move(*layout);
+    auto device = cuda::DeepseekV4DeviceForward::upload(*model_->reference, *layout_);
+    ASSERT_TRUE(device.ok()) << device.error_message();
+    device_ = std::move(*device);
+    floats_per_block_ = (layout_->floats_per_block() + kBlock - 1) / kBlock * kBlock;  // whole slots, as the model asks
+    const std::size_t bytes = static_cast<std::size_t>(kNumBlocks * floats_per_block_) * sizeof(float);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&blocks_), bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(blocks_, 0xff, bytes), cudaSuccess);  // NaN: a read of an unwritten place shows
+  }
+  void TearDown() override { cudaFree(blocks_); }
+
+  cuda::V4PagedBlocks blocks() const {
+    return {.data = blocks_, .floats_per_block = floats_per_block_, .num_blocks = kNumBlocks, .block_size = kBlock};
+  }
+  std::vector<float> run(const std::vector<Part>& parts) {
+    auto logits = device_->forward(step_of(parts), blocks(), nullptr);
+    EXPECT_TRUE(logits.ok()) << logits.error_message();
+    return logits.ok() ? *logits : std::vector<float>(parts.size() * kVocab, NAN);
+  }
+
+  std::unique_ptr<Loaded> model_;
+  std::optional<DeepseekV4KvLayout> layout_;
+  std::unique_ptr<cuda::DeepseekV4DeviceForward> device_;
+  std::int64_t floats_per_block_ = 0;
+  float* blocks_ = nullptr;
+};
+
+TEST_F(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchTheReference) {
+  const std::vector<BlockId> table_a = {5, 2, 9, 0, 7}, table_b = {11, 1, 8, 6};
+  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
+  const DeepseekV4Reference& ref = *model_->reference;
+  DeepseekV4Reference::Sequence cpu_a = ref.start_sequence(), cpu_b = ref.start_sequence();
+  // Chunks that end mid-window (CSA 4, HCA 16) and mid-block, then the rest.
+  const std::vector<std::pair<std::int32_t, std::int32_t>> chunks = {{37, 20}, {33, 25}};
+  std::int32_t done_a = 0, done_b = 0;
+  float worst = 0.0f;
+  std::vector<TokenId> next(2);
+  for (const auto& [na, nb] : chunks) {
+    const std::vector<TokenId> ta(prompt_a.begin() + done_a, prompt_a.begin() + done_a + na);
+    const std::vector<TokenId> tb(prompt_b.begin() + done_b, prompt_b.begin() + done_b + nb);
+    const std::vector<float> got = run({{&table_a, done_a, ta}, {&table_b, done_b, tb}});
+    auto want_a = ref.append(cpu_a, ta);
+    auto want_b = ref.append(cpu_b, tb);
+    ASSERT_TRUE(want_a.ok() && want_b.ok());
+    const std::span<const float> got_a(got.data(), kVocab), got_b(got.data() + kVocab, kVocab);
+    const float ea = scaled_error(got_a, *want_a), eb = scaled_error(got_b, *want_b);
+    EXPECT_LE(ea, kLogitBound) << "A after " << done_a + na;
+    EXPECT_LE(eb, kLogitBound) << "B after " << done_b + nb;
+    worst = std::max({worst, ea, eb});
+    done_a += na;
+    done_b += nb;
+    next = {argmax(*want_a), argmax(*want_b)};
+    EXPECT_EQ(argmax(got_a), next[0]);
+    EXPECT_EQ(argmax(got_b), next[1]);
+  }
+  // Greedy decode, both sequences a row each step (A crosses a block at 80).
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<float> got = run({{&table_a, done_a, {next[0]}}, {&table_b, done_b, {next[1]}}});
+    auto want_a = ref.append(cpu_a, std::span(&next[0], 1));
+    auto want_b = ref.append(cpu_b, std::span(&next[1], 1));
+    ASSERT_TRUE(want_a.ok() && want_b.ok());
+    const std::span<const float> got_a(got.data(), kVocab), got_b(got.data() + kVocab, kVocab);
+    const float ea = scaled_error(got_a, *want_a), eb = scaled_error(got_b, *want_b);
+    EXPECT_LE(ea, kLogitBound) << "decode step " << step;
+    EXPECT_LE(eb, kLogitBound) << "decode step " << step;
+    worst = std::max({worst, ea, eb});
+    ++done_a;
+    ++done_b;
+    next = {argmax(*want_a), argmax(*want_b)};
+    EXPECT_EQ(argmax(got_a), next[0]) << "decode step " << step;
+    EXPECT_EQ(argmax(got_b), next[1]) << "decode step " << step;
+  }
+  std::printf("[ v4 forward ] worst max|dlogit| / max|logit| over %d steps: %.3g\n", 8, worst);
+}
+
+TEST_F(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
+  // A runs 40 tokens; C shares A's first two blocks (32 tokens) and computes
+  // its own 18-token tail; D is the cold run of C's 50 tokens.
+  const std::vector<BlockId> table_a = {5, 2, 9}, table_c = {5, 2, 12, 13}, table_d = {3, 4, 10, 14};
+  std::vector<TokenId> prompt_c = tokens_of(50, 29, 7);
+  std::vector<TokenId> prompt_a(prompt_c.begin(), prompt_c.begin() + 32);
+  const std::vector<TokenId> a_tail = tokens_of(8, 17, 1);
+  prompt_a.insert(prompt_a.end(), a_tail.begin(), a_tail.end());
+  (void)run({{&table_a, 0, prompt_a}});
+  const std::vector<float> hit = run({{&table_c, 32, std::vector<TokenId>(prompt_c.begin() + 32, prompt_c.end())}});
+  const std::vector<float> cold = run({{&table_d, 0, prompt_c}});
+  auto cpu = model_->reference->start_sequence();
+  auto want = model_->reference->append(cpu, prompt_c);
+  ASSERT_TRUE(want.ok());
+  const float hit_vs_cold = scaled_error(hit, cold);
+  EXPECT_LE(hit_vs_cold, 1e-5f);
+  EXPECT_LE(scaled_error(cold, *want), kLogitBound);
+  EXPECT_EQ(argmax(hit), argmax(*want));
+  std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs reference: %.3g\n", hit_vs_cold,
+              scaled_error(cold, *want));
+}
+
+TEST(DeepseekV4DeviceForwardWidths, RefusesWidthsTheKernelsAreNotBuiltFor) {
+  const std::string dir = scratch("tiny");
+  const Status made = make_model(testing::tiny_deepseek_v4_options(dir, 5));
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  const std::unique_ptr<Loaded> tiny = load(dir);
+  auto layout = DeepseekV4KvLayout::make(tiny->config, kBlock);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  auto device = cuda::DeepseekV4DeviceForward::upload(*tiny->reference, *layout);
+  ASSERT_FALSE(device.ok());
+  EXPECT_NE(device.error_message().find("head_dim 512"), std::string::npos) << device.error_message();
+}
+
+}  // namespace
+}  // namespace sluice
