@@ -14,6 +14,9 @@
 //   - A prefix-cache hit: a sequence whose table starts with the first
 //     sequence's two full blocks computes only its tail; its logits are the
 //     cold run's (on the device, and the reference's).
+//   - Through the engine's side (make_model_runner over CudaOps, the
+//     registered CUDA runner, generate_sequence): greedy tokens and their
+//     logits equal the CPU backend's, prefill in chunks that split windows.
 //   - upload() refuses widths the kernels are not built for.
 #include <gtest/gtest.h>
 
@@ -24,12 +27,17 @@
 #include <cstring>
 #include <filesystem>
 
+#include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
 #include "sluice/backend/cuda/deepseek_v4_forward.h"
 #include "sluice/model/config.h"
 #include "sluice/model/deepseek_v4.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/generate.h"
 #include "sluice/model/make_model.h"
+#include "sluice/model/model_runner.h"
 #include "sluice/model/safetensors.h"
 #include "../support/tiny_deepseek_v4.h"
 
@@ -244,6 +252,31 @@ TEST_F(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
   EXPECT_EQ(argmax(hit), argmax(*want));
   std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs reference: %.3g\n", hit_vs_cold,
               scaled_error(cold, *want));
+}
+
+TEST(DeepseekV4DeviceForwardEngine, GreedyGenerationOnCudaOpsIsTheCpuBackends) {
+  const std::string dir = scratch("engine");
+  ASSERT_TRUE(make_model(flash_width_options(dir)).ok());
+  register_cuda_deepseek_v4_runner();
+  auto cuda_ops = make_cuda_ops({.scratch_bytes = 64LL << 20});
+  ASSERT_TRUE(cuda_ops.ok()) << cuda_ops.error_message();
+  auto on_cuda = make_model_runner(dir, std::move(*cuda_ops), {.block_size_tokens = kBlock, .num_kv_blocks = 12});
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.error_message();
+  auto on_cpu = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = kBlock, .num_kv_blocks = 12});
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.error_message();
+  const std::vector<TokenId> prompt = tokens_of(61, 41, 5);
+  const GenerateOptions options{.max_new_tokens = 12, .prefill_chunk_tokens = 23, .return_logits = true};
+  auto got = generate_sequence(**on_cuda, prompt, options);
+  ASSERT_TRUE(got.ok()) << got.error_message();
+  auto want = generate_sequence(**on_cpu, prompt, options);
+  ASSERT_TRUE(want.ok()) << want.error_message();
+  EXPECT_EQ(got->tokens, want->tokens);
+  ASSERT_EQ(got->logits.size(), want->logits.size());
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < got->logits.size(); ++i) worst = std::max(worst, scaled_error(got->logits[i], want->logits[i]));
+  EXPECT_LE(worst, kLogitBound);
+  std::printf("[ v4 forward ] engine: %zu greedy tokens, worst max|dlogit| / max|logit| %.3g\n", got->tokens.size(),
+              worst);
 }
 
 TEST(DeepseekV4DeviceForwardWidths, RefusesWidthsTheKernelsAreNotBuiltFor) {
