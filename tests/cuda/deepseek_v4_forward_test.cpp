@@ -4,7 +4,8 @@
 // with 64 rope dims, index heads of 128: the widths the kernels are built
 // for) and a narrow, shallow body: 4 layers (sliding, CSA, HCA, CSA; the
 // first hash-routed), hidden 64, 4 heads, 8 experts top 2, window 8, CSA
-// rate 4, HCA rate 16, blocks of 16 tokens. index_topk (32) is at least every
+// rate 4, HCA rate 16, blocks of 16 tokens; f32 weights, and the same shape
+// as DeepSeek ships it (FP8 dense linears, FP4 routed experts). index_topk (32) is at least every
 // entry a row sees (76 tokens: 19), so the device's FP8 indexer picks what
 // the reference's f32 one picks, and the goldens are exact sets.
 //   - Two sequences batched in one step, prefilled in chunks that split CSA
@@ -57,7 +58,7 @@ std::string scratch(const std::string& name) {
   return dir.string();
 }
 
-MakeModelOptions flash_width_options(const std::string& dir) {
+MakeModelOptions flash_width_options(const std::string& dir, DType dtype = DType::f32) {
   MakeModelOptions o;
   o.architecture = Architecture::deepseek_v4;
   o.num_layers = 4;
@@ -65,7 +66,7 @@ MakeModelOptions flash_width_options(const std::string& dir) {
   o.num_heads = 4;
   o.head_dim = 512;
   o.vocab_size = kVocab;
-  o.dtype = DType::f32;
+  o.dtype = dtype;
   o.seed = 11;
   DeepseekV4Shape& d = o.deepseek_v4;
   std::strcpy(d.layer_types.data(), "schc");
@@ -148,11 +149,13 @@ StepLayout step_of(const std::vector<Part>& parts) {
   return step;
 }
 
-class DeepseekV4DeviceForwardTest : public ::testing::Test {
+// f32 weights, or DeepSeek's formats (fp8: FP8 128x128 dense linears, FP4 experts), which the
+// reference dequantizes on load and the device forward uploads as they come out.
+class DeepseekV4DeviceForwardTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    const std::string dir = scratch("flash-width");
-    const Status made = make_model(flash_width_options(dir));
+    const std::string dir = scratch(std::string("flash-width-") + dtype_name(GetParam()));
+    const Status made = make_model(flash_width_options(dir, GetParam()));
     ASSERT_TRUE(made.ok()) << made.error_message();
     model_ = load(dir);
     auto layout = DeepseekV4KvLayout::make(model_->config, kBlock);
@@ -184,7 +187,7 @@ class DeepseekV4DeviceForwardTest : public ::testing::Test {
   float* blocks_ = nullptr;
 };
 
-TEST_F(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchTheReference) {
+TEST_P(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchTheReference) {
   const std::vector<BlockId> table_a = {5, 2, 9, 0, 7}, table_b = {11, 1, 8, 6};
   const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
   const DeepseekV4Reference& ref = *model_->reference;
@@ -232,7 +235,7 @@ TEST_F(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchThe
   std::printf("[ v4 forward ] worst max|dlogit| / max|logit| over %d steps: %.3g\n", 8, worst);
 }
 
-TEST_F(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
+TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
   // A runs 40 tokens; C shares A's first two blocks (32 tokens) and computes
   // its own 18-token tail; D is the cold run of C's 50 tokens.
   const std::vector<BlockId> table_a = {5, 2, 9}, table_c = {5, 2, 12, 13}, table_d = {3, 4, 10, 14};
@@ -253,6 +256,9 @@ TEST_F(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
   std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs reference: %.3g\n", hit_vs_cold,
               scaled_error(cold, *want));
 }
+
+INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceForwardTest, ::testing::Values(DType::f32, DType::f8_e4m3),
+                         [](const auto& info) { return info.param == DType::f32 ? "f32" : "fp8_fp4_experts"; });
 
 TEST(DeepseekV4DeviceForwardEngine, GreedyGenerationOnCudaOpsIsTheCpuBackends) {
   const std::string dir = scratch("engine");
