@@ -9,9 +9,10 @@
 // entry a row sees (76 tokens: 19), so the device's FP8 indexer picks what
 // the reference's f32 one picks, and the goldens are exact sets.
 //   - Two sequences batched in one step, prefilled in chunks that split CSA
-//     and HCA windows and KV blocks, then greedy decode: the logits of every
-//     step within the bf16 bound below (the attention reads bf16 queries and
-//     keys; everything else is f32), the greedy tokens equal.
+//     and HCA windows and KV blocks, then greedy decode: every step's logits
+//     within 1e-3 of the reference run with the device's one rounding (bf16
+//     attention queries and keys, Bf16AttentionKernels), within the bf16
+//     bound of the exact reference (f32 weights), the greedy tokens equal.
 //   - A prefix-cache hit: a sequence whose table starts with the first
 //     sequence's two full blocks computes only its tail; its logits are the
 //     cold run's (on the device, and the reference's).
@@ -33,6 +34,7 @@
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/deepseek_v4_device_runner.h"
 #include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/backend/float_convert.h"
 #include "sluice/model/config.h"
 #include "sluice/model/deepseek_v4.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
@@ -48,8 +50,14 @@ namespace {
 constexpr std::int32_t kBlock = 16;
 constexpr std::int32_t kNumBlocks = 16;
 constexpr std::int32_t kVocab = 320;
-// |device - reference| <= kLogitBound * max |reference logit| of the row.
-constexpr float kLogitBound = 1e-2f;  // measured on the H200: 5.3e-3 worst
+// |device - reference| <= bound * max |reference logit| of the row. Against the
+// reference itself: the bf16 rounding of the attention's queries and keys, which
+// the CPU reproduces (Bf16AttentionKernels below: 5.3e-3 with f32 weights, as on
+// the device; the FP8 checkpoint's logits are more sensitive to it, 9.0e-2, on
+// the CPU as on the device). Against the reference with that rounding: the f32
+// sums in another order (measured 1e-4 or less on the H200).
+constexpr float kLogitBound = 1e-2f;
+constexpr float kEmulatedBound = 1e-3f;
 
 std::string scratch(const std::string& name) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("sluice-v4-forward-" + name);
@@ -88,10 +96,70 @@ MakeModelOptions flash_width_options(const std::string& dir, DType dtype = DType
   return o;
 }
 
+// The CPU kernels with the device attention's one rounding: queries and keys
+// to bf16 (launch_v4_sparse_attention's inputs); everything else as is.
+class Bf16AttentionKernels final : public DeepseekV4Kernels {
+ public:
+  void linear(std::span<const float> x, std::span<const float> w, std::int64_t in, std::span<float> y) const override {
+    k_.linear(x, w, in, y);
+  }
+  void rms_norm(std::span<float> x, std::int64_t dim, std::span<const float> w, float eps) const override {
+    k_.rms_norm(x, dim, w, eps);
+  }
+  void rope_tail(std::span<float> x, std::int64_t dim, std::int64_t pieces, std::span<const std::int64_t> positions,
+                 const RotaryTable& rope, bool inverse) const override {
+    k_.rope_tail(x, dim, pieces, positions, rope, inverse);
+  }
+  void hc_pre(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
+              HyperConnectionMix& out) const override {
+    k_.hc_pre(streams, w, shape, out);
+  }
+  void hc_post(std::span<float> streams, std::span<const float> y, const HyperConnectionMix& mix,
+               const HyperConnectionShape& shape) const override {
+    k_.hc_post(streams, y, mix, shape);
+  }
+  void hc_head(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
+               std::span<float> out) const override {
+    k_.hc_head(streams, w, shape, out);
+  }
+  void softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
+                    std::span<float> out) const override {
+    k_.softmax_pool(values, gates, dim, out);
+  }
+  std::vector<std::int64_t> indexer_top_k(std::span<const float> q, std::span<const float> weights,
+                                          std::span<const float> keys, std::int64_t head_dim, std::int64_t visible,
+                                          std::int64_t top_k) const override {
+    return k_.indexer_top_k(q, weights, keys, head_dim, visible, top_k);
+  }
+  void sink_attention(std::span<const float> q, std::span<const float> keys, std::span<const float> sinks,
+                      const SinkAttentionShape& shape, std::span<float> out) const override {
+    k_.sink_attention(bf16(q), bf16(keys), sinks, shape, out);
+  }
+  void route_sqrtsoftplus(std::span<const float> logits, std::span<const float> bias,
+                          std::span<const std::int32_t> hash_experts, std::int64_t k, float scale,
+                          std::span<std::int32_t> ids, std::span<float> weights) const override {
+    k_.route_sqrtsoftplus(logits, bias, hash_experts, k, scale, ids, weights);
+  }
+  void clamped_swiglu(std::span<const float> x, std::span<const float> gate_up, std::span<const float> down,
+                      float limit, float weight, std::span<float> out) const override {
+    k_.clamped_swiglu(x, gate_up, down, limit, weight, out);
+  }
+
+ private:
+  static std::vector<float> bf16(std::span<const float> v) {
+    std::vector<float> out(v.begin(), v.end());
+    for (float& x : out) x = bf16_to_f32(f32_to_bf16(x));
+    return out;
+  }
+  cpu::DeepseekV4CpuKernels k_;
+};
+
 struct Loaded {
   ModelConfig config;
   cpu::DeepseekV4CpuKernels kernels;
-  std::unique_ptr<DeepseekV4Reference> reference;
+  Bf16AttentionKernels bf16_kernels;
+  std::unique_ptr<DeepseekV4Reference> reference;  // exact (f32), matches transformers
+  std::unique_ptr<DeepseekV4Reference> emulated;   // with the device attention's bf16 inputs
 };
 
 std::unique_ptr<Loaded> load(const std::string& dir) {
@@ -104,6 +172,9 @@ std::unique_ptr<Loaded> load(const std::string& dir) {
   auto reference = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->kernels);
   SLUICE_CHECK_MSG(reference.ok(), reference.error_message());
   loaded->reference = std::move(*reference);
+  auto emulated = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->bf16_kernels);
+  SLUICE_CHECK_MSG(emulated.ok(), emulated.error_message());
+  loaded->emulated = std::move(*emulated);
   return loaded;
 }
 
@@ -190,49 +261,46 @@ class DeepseekV4DeviceForwardTest : public ::testing::TestWithParam<DType> {
 TEST_P(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchTheReference) {
   const std::vector<BlockId> table_a = {5, 2, 9, 0, 7}, table_b = {11, 1, 8, 6};
   const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
+  // Per sequence (A, B): the exact reference's state and the emulating one's.
   const DeepseekV4Reference& ref = *model_->reference;
-  DeepseekV4Reference::Sequence cpu_a = ref.start_sequence(), cpu_b = ref.start_sequence();
-  // Chunks that end mid-window (CSA 4, HCA 16) and mid-block, then the rest.
-  const std::vector<std::pair<std::int32_t, std::int32_t>> chunks = {{37, 20}, {33, 25}};
-  std::int32_t done_a = 0, done_b = 0;
-  float worst = 0.0f;
+  const DeepseekV4Reference& emu = *model_->emulated;
+  std::vector<DeepseekV4Reference::Sequence> exact = {ref.start_sequence(), ref.start_sequence()};
+  std::vector<DeepseekV4Reference::Sequence> emulated = {emu.start_sequence(), emu.start_sequence()};
+  const bool f32_weights = GetParam() == DType::f32;
+  float worst = 0.0f, worst_emulated = 0.0f;
   std::vector<TokenId> next(2);
-  for (const auto& [na, nb] : chunks) {
-    const std::vector<TokenId> ta(prompt_a.begin() + done_a, prompt_a.begin() + done_a + na);
-    const std::vector<TokenId> tb(prompt_b.begin() + done_b, prompt_b.begin() + done_b + nb);
-    const std::vector<float> got = run({{&table_a, done_a, ta}, {&table_b, done_b, tb}});
-    auto want_a = ref.append(cpu_a, ta);
-    auto want_b = ref.append(cpu_b, tb);
-    ASSERT_TRUE(want_a.ok() && want_b.ok());
-    const std::span<const float> got_a(got.data(), kVocab), got_b(got.data() + kVocab, kVocab);
-    const float ea = scaled_error(got_a, *want_a), eb = scaled_error(got_b, *want_b);
-    EXPECT_LE(ea, kLogitBound) << "A after " << done_a + na;
-    EXPECT_LE(eb, kLogitBound) << "B after " << done_b + nb;
-    worst = std::max({worst, ea, eb});
-    done_a += na;
-    done_b += nb;
-    next = {argmax(*want_a), argmax(*want_b)};
-    EXPECT_EQ(argmax(got_a), next[0]);
-    EXPECT_EQ(argmax(got_b), next[1]);
-  }
+  std::vector<std::int32_t> done = {0, 0};
+  // One step of both sequences: the device's logits against both references.
+  auto step = [&](const std::vector<TokenId>& ta, const std::vector<TokenId>& tb, const std::string& what) {
+    const std::vector<float> got = run({{&table_a, done[0], ta}, {&table_b, done[1], tb}});
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<TokenId>& tokens = s == 0 ? ta : tb;
+      auto want = ref.append(exact[s], tokens);
+      auto want_emulated = emu.append(emulated[s], tokens);
+      ASSERT_TRUE(want.ok() && want_emulated.ok());
+      const std::span<const float> mine(got.data() + s * kVocab, kVocab);
+      const float e = scaled_error(mine, *want), e_emulated = scaled_error(mine, *want_emulated);
+      if (f32_weights) {
+        EXPECT_LE(e, kLogitBound) << what << (s == 0 ? " A" : " B");
+      }
+      EXPECT_LE(e_emulated, kEmulatedBound) << what << (s == 0 ? " A" : " B");
+      worst = std::max(worst, e);
+      worst_emulated = std::max(worst_emulated, e_emulated);
+      next[s] = argmax(*want);
+      EXPECT_EQ(argmax(mine), next[s]) << what << (s == 0 ? " A" : " B");
+      done[s] += static_cast<std::int32_t>(tokens.size());
+    }
+  };
+  // Chunks that end mid-window (CSA 4, HCA 16) and mid-block, then the rest.
+  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
+       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
+  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
+       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
   // Greedy decode, both sequences a row each step (A crosses a block at 80).
-  for (int step = 0; step < 6; ++step) {
-    const std::vector<float> got = run({{&table_a, done_a, {next[0]}}, {&table_b, done_b, {next[1]}}});
-    auto want_a = ref.append(cpu_a, std::span(&next[0], 1));
-    auto want_b = ref.append(cpu_b, std::span(&next[1], 1));
-    ASSERT_TRUE(want_a.ok() && want_b.ok());
-    const std::span<const float> got_a(got.data(), kVocab), got_b(got.data() + kVocab, kVocab);
-    const float ea = scaled_error(got_a, *want_a), eb = scaled_error(got_b, *want_b);
-    EXPECT_LE(ea, kLogitBound) << "decode step " << step;
-    EXPECT_LE(eb, kLogitBound) << "decode step " << step;
-    worst = std::max({worst, ea, eb});
-    ++done_a;
-    ++done_b;
-    next = {argmax(*want_a), argmax(*want_b)};
-    EXPECT_EQ(argmax(got_a), next[0]) << "decode step " << step;
-    EXPECT_EQ(argmax(got_b), next[1]) << "decode step " << step;
-  }
-  std::printf("[ v4 forward ] worst max|dlogit| / max|logit| over %d steps: %.3g\n", 8, worst);
+  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+  std::printf("[ v4 forward ] %s: worst max|dlogit| / max|logit| over 8 steps: %.3g against the reference, %.3g "
+              "against it with bf16 attention inputs\n",
+              dtype_name(GetParam()), worst, worst_emulated);
 }
 
 TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
@@ -246,15 +314,15 @@ TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
   (void)run({{&table_a, 0, prompt_a}});
   const std::vector<float> hit = run({{&table_c, 32, std::vector<TokenId>(prompt_c.begin() + 32, prompt_c.end())}});
   const std::vector<float> cold = run({{&table_d, 0, prompt_c}});
-  auto cpu = model_->reference->start_sequence();
-  auto want = model_->reference->append(cpu, prompt_c);
+  auto cpu = model_->emulated->start_sequence();
+  auto want = model_->emulated->append(cpu, prompt_c);
   ASSERT_TRUE(want.ok());
   const float hit_vs_cold = scaled_error(hit, cold);
   EXPECT_LE(hit_vs_cold, 1e-5f);
-  EXPECT_LE(scaled_error(cold, *want), kLogitBound);
+  EXPECT_LE(scaled_error(cold, *want), kEmulatedBound);
   EXPECT_EQ(argmax(hit), argmax(*want));
-  std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs reference: %.3g\n", hit_vs_cold,
-              scaled_error(cold, *want));
+  std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs the reference with bf16 attention inputs: %.3g\n",
+              hit_vs_cold, scaled_error(cold, *want));
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceForwardTest, ::testing::Values(DType::f32, DType::f8_e4m3),
