@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -15,45 +14,27 @@
 namespace sluice::cuda {
 namespace {
 
-// The stream a step's temporaries are allocated and freed on (stream-ordered,
-// cudaMallocAsync / cudaFreeAsync: no host synchronisation per allocation);
-// set by StepStream for the duration of forward(), else the legacy stream.
-thread_local cudaStream_t g_alloc_stream = nullptr;
-
-class StepStream {
- public:
-  explicit StepStream(cudaStream_t s) : previous_(std::exchange(g_alloc_stream, s)) {}
-  ~StepStream() { g_alloc_stream = previous_; }
-  StepStream(const StepStream&) = delete;
-  StepStream& operator=(const StepStream&) = delete;
-
- private:
-  cudaStream_t previous_;
-};
-
 // One device allocation of n values (at least 16 bytes, so empty ones are valid pointers).
 template <class T>
 class DeviceArray {
  public:
   DeviceArray() = default;
-  explicit DeviceArray(std::size_t n) : n_(n), stream_(g_alloc_stream) {
-    SLUICE_CUDA_CHECK(
-        cudaMallocAsync(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n * sizeof(T), 16), stream_));
+  explicit DeviceArray(std::size_t n) : n_(n) {
+    SLUICE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n * sizeof(T), 16)));
   }
-  // From pageable host memory the copy returns once the data is staged, so `host` may die after it.
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+  DeviceArray(const std::vector<T>& host, cudaStream_t stream) : DeviceArray(host.size()) {
     if (!host.empty())
-      SLUICE_CUDA_CHECK(cudaMemcpyAsync(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
+      SLUICE_CUDA_CHECK(cudaMemcpyAsync(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+    // The host vector may die before the copy ran: pageable copies are staged, but keep it simple.
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ~DeviceArray() {
-    if (p_ != nullptr) cudaFreeAsync(p_, stream_);
+    if (p_ != nullptr) cudaFree(p_);
   }
-  DeviceArray(DeviceArray&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(o.n_), stream_(o.stream_) {}
+  DeviceArray(DeviceArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
   DeviceArray& operator=(DeviceArray&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
-    std::swap(stream_, o.stream_);
     return *this;
   }
   T* get() const { return p_; }
@@ -62,12 +43,11 @@ class DeviceArray {
  private:
   T* p_ = nullptr;
   std::size_t n_ = 0;
-  cudaStream_t stream_ = nullptr;
 };
 
 template <class T>
 DeviceArray<T> up(const std::vector<T>& host) {
-  return DeviceArray<T>(host);
+  return DeviceArray<T>(host, nullptr);
 }
 
 const Dt kF32Dt = dt_of(DType::f32);
@@ -184,7 +164,6 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
     d.gate_up = up(gate_up);
     d.down = up(down);
   }
-  SLUICE_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // allocated and copied on the legacy stream
   return owned;
 }
 
@@ -271,6 +250,7 @@ void compress_step(const DeepseekV4DeviceForward::Weights& w, const StepDevice& 
                           .index = index.get(), .dense = out.get(), .dense_dt = kF32Dt, .items = entries,
                           .to_blocks = true},
                          s);
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));  // before `out` and the tables are freed
   }
   std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
   for (std::int32_t row : plan.store_row) {
@@ -287,6 +267,7 @@ void compress_step(const DeepseekV4DeviceForward::Weights& w, const StepDevice& 
                             .items = static_cast<std::int32_t>(store_position.size()), .to_blocks = true},
                            s);
   }
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 // DeepseekV4Reference::run_attention for every row: x [n, hidden] -> out [n, hidden].
@@ -363,6 +344,7 @@ void attention(const DeepseekV4DeviceForward::Weights& w, std::size_t layer_inde
                                .max_visible = plan.max_visible, .top_k = top_k};
       launch_v4_indexer_scores(args, s);
       launch_v4_indexer_top_k(args, s);
+      SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
     }
   }
 
@@ -402,6 +384,7 @@ void attention(const DeepseekV4DeviceForward::Weights& w, std::size_t layer_inde
                         .w_batch = static_cast<std::int64_t>(o_lora) * group_in, .y_batch = o_lora},
                        s);
   linear(grouped.get(), L.wo_b, n, groups * o_lora, out, s);
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));  // the temporaries above are freed on return
 }
 
 // DeepseekV4Reference::run_moe: x [n, hidden] -> out [n, hidden].
@@ -430,6 +413,7 @@ void moe(const DeepseekV4DeviceForward::Weights& w, std::size_t layer_index, con
                             .rows = static_cast<std::int32_t>(slots), .inter = inter, .limit = ds.swiglu_limit},
                            s);
   launch_v4_dense_expert_down(args, s);
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 }  // namespace
@@ -446,7 +430,6 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   for (TokenId t : layout.token_ids)
     if (t < 0 || t >= vocab)
       return Error{fmt::format("deepseek_v4: token id {} is outside the vocabulary of {}", t, vocab)};
-  const StepStream on_stream(s);  // before every temporary below: they are freed on `s`
   StepDevice step;
   step.t = DeepseekV4StepTables::make(layout);
   std::vector<std::int32_t> row_begin, row_len;
