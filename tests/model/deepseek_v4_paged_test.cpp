@@ -5,7 +5,9 @@
 // a step), at block sizes of one and two compression windows; and a
 // prefix-cache hit (a second sequence whose block table starts with the
 // first's full blocks, computing only its tail) lands on exactly the logits of
-// the cold run.
+// the cold run; and on Ops without host V4 kernels, the model runs a
+// registered device runner (CUDA's in tests/cuda/deepseek_v4_forward_test.cpp)
+// or refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/common/io.h"
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/deepseek_v4_model.h"
 #include "sluice/model/generate.h"
+#include "../support/throwing_ops.h"
 #include "../support/tiny_deepseek_v4.h"
 #include "test_models.h"
 
@@ -162,6 +167,79 @@ TEST(DeepseekV4Paged, RefusesAMisalignedBlockSize) {
   ASSERT_FALSE(runner.ok());
   EXPECT_NE(runner.error_message().find("--block-size 8: deepseek_v4 needs a multiple of 16"), std::string::npos)
       << runner.error_message();
+}
+
+// Stands for a backend's device forward (CUDA's: backend/cuda/deepseek_v4_device_runner.h):
+// the reference's weights, and logits that say how many rows the step had.
+class RecordingRunner final : public DeepseekV4DeviceRunner {
+ public:
+  static inline int made = 0;
+  static inline std::int32_t block_size = 0;
+
+  static Result<std::unique_ptr<DeepseekV4DeviceRunner>> make(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                              Ops& /*ops*/) {
+    auto runner = std::make_unique<RecordingRunner>();
+    SLUICE_TRY_ASSIGN(reference, DeepseekV4Reference::load(config, checkpoint, runner->kernels_));
+    runner->reference_ = std::move(reference);
+    ++made;
+    return std::unique_ptr<DeepseekV4DeviceRunner>(std::move(runner));
+  }
+  const DeepseekV4Reference& reference() const override { return *reference_; }
+  Status set_kv_layout(const DeepseekV4KvLayout& layout) override {
+    block_size = layout.block_size_tokens();
+    return Ok{};
+  }
+  Result<Tensor> forward(Ops& ops, const StepLayout& step) const override {
+    Tensor out = ops.scratch({static_cast<std::int64_t>(step.sample_rows.size()), reference_->config().vocab_size},
+                             DType::f32);
+    std::fill_n(out.as<float>(), out.numel(), static_cast<float>(step.num_rows()));
+    return out;
+  }
+
+ private:
+  cpu::DeepseekV4CpuKernels kernels_;
+  std::unique_ptr<DeepseekV4Reference> reference_;
+};
+
+// Ops without host V4 kernels (ThrowingOps, unarmed, offers none) refuse the
+// model until a backend registers its runner; then every call goes to it,
+// while the CPU backend keeps running the reference.
+TEST(DeepseekV4Model, RunsARegisteredDeviceRunnerWhereTheOpsHaveNoV4Kernels) {
+  const std::string dir = testing::scratch_dir("deepseek-v4-device-runner");
+  ASSERT_TRUE(make_model(testing::tiny_deepseek_v4_options(dir, 3)).ok());
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  auto checkpoint = Checkpoint::open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
+  std::atomic<bool> armed{false};
+  testing::ThrowingOps ops(armed);
+  set_deepseek_v4_device_runner_maker(nullptr);
+  auto refused = DeepseekV4Model::load(*config, *checkpoint, ops);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error_message().find("no V4 forward"), std::string::npos) << refused.error_message();
+
+  set_deepseek_v4_device_runner_maker(&RecordingRunner::make);
+  auto model = DeepseekV4Model::load(*config, *checkpoint, ops);
+  ASSERT_TRUE(model.ok()) << model.error_message();
+  EXPECT_EQ(RecordingRunner::made, 1);
+  EXPECT_EQ((*model)->config().vocab_size, testing::kTinyDeepseekV4Vocab);
+  ASSERT_TRUE((*model)->set_kv_block_size(32).ok());
+  EXPECT_EQ(RecordingRunner::block_size, 32);
+  StepLayout step;
+  step.sequences.push_back({.row_begin = 0, .num_rows = 5, .num_computed_tokens = 0, .block_table = {0}});
+  step.token_ids = {1, 2, 3, 4, 5};
+  step.positions = {0, 1, 2, 3, 4};
+  step.sample_rows = {4};
+  auto logits = (*model)->forward(ops, step);
+  ASSERT_TRUE(logits.ok()) << logits.error_message();
+  EXPECT_EQ(logits->shape, (Shape{1, testing::kTinyDeepseekV4Vocab}));
+  EXPECT_EQ(logits->as<float>()[0], 5.0f);
+
+  auto cpu_ops = make_cpu_ops({.num_threads = 1});
+  auto on_cpu = DeepseekV4Model::load(*config, *checkpoint, *cpu_ops);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.error_message();
+  EXPECT_EQ(RecordingRunner::made, 1);  // the CPU's host kernels win
+  set_deepseek_v4_device_runner_maker(nullptr);
 }
 
 }  // namespace

@@ -15,13 +15,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-cuda}
 carry=${CARRY_DIR:-.devcarry/cuda}
-targets="cuda_kernel_test cuda_golden_test cuda_bench host_link_bench"
+targets="cuda_kernel_test cuda_golden_test cuda_deepseek_v4_forward_test cuda_bench host_link_bench"
 [ "${1:-}" = --no-cli ] || targets="$targets sluice"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON >/dev/null
 cmake --build "$build" --target $targets
 rm -rf "$carry"
 mkdir -p "$carry"
-cp "$build"/tests/cuda/cuda_kernel_test "$build"/tests/cuda/cuda_golden_test "$build"/bench/cuda/cuda_bench \
+cp "$build"/tests/cuda/cuda_kernel_test "$build"/tests/cuda/cuda_golden_test \
+  "$build"/tests/cuda/cuda_deepseek_v4_forward_test "$build"/bench/cuda/cuda_bench \
   "$build"/bench/cuda/host_link_bench "$carry"/
 [ "${1:-}" = --no-cli ] || cp "$build"/sluice "$carry"/
 tools/device/carry_libs.sh "$carry"

@@ -30,7 +30,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv | tee "$out/gpu.txt"
 status=0
 if [ $tests = 1 ]; then
-  for t in cuda_kernel_test cuda_golden_test; do
+  for t in cuda_kernel_test cuda_golden_test cuda_deepseek_v4_forward_test; do
     # The golden test writes its tiny models under SLUICE_BINARY_DIR's scratch.
     # Line-buffered, so a log cut short by a time limit still says how far it got.
     stdbuf -oL "$bin/$t" --gtest_brief=1 2>&1 | tee "$out/$t.log" | tail -40

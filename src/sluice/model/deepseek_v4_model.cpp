@@ -7,26 +7,34 @@
 
 namespace sluice {
 
+namespace {
+DeepseekV4DeviceRunnerMaker g_device_runner_maker = nullptr;
+}  // namespace
+
+void set_deepseek_v4_device_runner_maker(DeepseekV4DeviceRunnerMaker maker) { g_device_runner_maker = maker; }
+
 Result<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const ModelConfig& config, const Checkpoint& checkpoint,
                                                                Ops& ops) {
-  const DeepseekV4Kernels* kernels = ops.deepseek_v4_kernels();
-  if (kernels == nullptr)
-    return Error{"deepseek_v4 runs on --device cpu only: this backend has no V4 forward. On CUDA, issue 18 "
-                 "built and device-tested the kernels (sparse sink attention, the FP8 lightning indexer and its "
-                 "top-k, the compressors, mHC, sqrtsoftplus/hash routing, clamped SwiGLU, the FP4 expert GEMM) and "
-                 "the paged KV layout on the device (the CPU's blocks, the key gather, the batched compression "
-                 "plan); the forward that runs them (device weights, the projections, the step) is still missing "
-                 "(docs/deepseek-v4-cuda.md)",
-                 ErrorCode::kInvalidArgument};
   auto model = std::unique_ptr<DeepseekV4Model>(new DeepseekV4Model());
-  SLUICE_TRY_ASSIGN(reference, DeepseekV4Reference::load(config, checkpoint, *kernels));
-  model->reference_ = std::move(reference);
+  const DeepseekV4Kernels* kernels = ops.deepseek_v4_kernels();
+  if (kernels != nullptr) {
+    SLUICE_TRY_ASSIGN(reference, DeepseekV4Reference::load(config, checkpoint, *kernels));
+    model->reference_ = std::move(reference);
+    return model;
+  }
+  if (g_device_runner_maker == nullptr)
+    return Error{"deepseek_v4: this backend has no V4 forward (the CPU backend runs the reference; CUDA runs "
+                 "backend/cuda/deepseek_v4_forward.h once the program registers it)",
+                 ErrorCode::kInvalidArgument};
+  SLUICE_TRY_ASSIGN(device, g_device_runner_maker(config, checkpoint, ops));
+  model->device_ = std::move(device);
   return model;
 }
 
 Status DeepseekV4Model::set_kv_block_size(std::int32_t block_size_tokens) {
   SLUICE_TRY_ASSIGN(layout, DeepseekV4KvLayout::make(config(), block_size_tokens));
   kv_layout_ = std::move(layout);
+  if (device_) return device_->set_kv_layout(*kv_layout_);
   return Ok{};
 }
 
@@ -45,6 +53,7 @@ KvCacheSpec DeepseekV4Model::kv_cache_spec(std::int32_t num_blocks, std::int32_t
 
 Result<Tensor> DeepseekV4Model::forward(Ops& ops, const StepLayout& layout) const {
   SLUICE_CHECK(kv_layout_.has_value());
+  if (device_) return device_->forward(ops, layout);
   std::vector<DeepseekV4PagedState> states;
   states.reserve(layout.sequences.size());  // the steps point into it
   std::vector<DeepseekV4Reference::StepSequence> steps;

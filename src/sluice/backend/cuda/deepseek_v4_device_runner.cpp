@@ -1,0 +1,60 @@
+#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
+
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/model/deepseek_v4_model.h"
+
+namespace sluice {
+namespace {
+
+class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
+ public:
+  static Result<std::unique_ptr<DeepseekV4DeviceRunner>> make(const ModelConfig& config,
+                                                              const Checkpoint& checkpoint, Ops& /*ops*/) {
+    auto runner = std::unique_ptr<CudaDeepseekV4Runner>(new CudaDeepseekV4Runner());
+    SLUICE_TRY_ASSIGN(reference, DeepseekV4Reference::load(config, checkpoint, runner->kernels_));
+    runner->reference_ = std::move(reference);
+    return std::unique_ptr<DeepseekV4DeviceRunner>(std::move(runner));
+  }
+
+  const DeepseekV4Reference& reference() const override { return *reference_; }
+
+  Status set_kv_layout(const DeepseekV4KvLayout& layout) override {
+    layout_ = layout;
+    SLUICE_TRY_ASSIGN(device, cuda::DeepseekV4DeviceForward::upload(*reference_, *layout_));
+    device_ = std::move(device);
+    return Ok{};
+  }
+
+  Result<Tensor> forward(Ops& ops, const StepLayout& step) const override {
+    SLUICE_CHECK(device_ != nullptr);
+    SLUICE_TRY_ASSIGN(blocks, cuda_model_defined_kv(ops));
+    // CudaOps' own stream may still write the blocks (a host-tier copy): the forward runs after it.
+    SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
+    SLUICE_TRY_ASSIGN(logits, device_->forward(step, blocks, nullptr));
+    Tensor out = ops.scratch({static_cast<std::int64_t>(step.sample_rows.size()), reference_->config().vocab_size},
+                             DType::f32);
+    if (!logits.empty())
+      SLUICE_CUDA_CHECK(cudaMemcpy(out.data, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return out;
+  }
+
+ private:
+  CudaDeepseekV4Runner() = default;
+  cpu::DeepseekV4CpuKernels kernels_;  // DeepseekV4Reference::load keeps a pointer; nothing runs them here
+  std::unique_ptr<DeepseekV4Reference> reference_;
+  std::optional<DeepseekV4KvLayout> layout_;
+  std::unique_ptr<cuda::DeepseekV4DeviceForward> device_;
+};
+
+}  // namespace
+
+void register_cuda_deepseek_v4_runner() { set_deepseek_v4_device_runner_maker(&CudaDeepseekV4Runner::make); }
+
+}  // namespace sluice

@@ -1,0 +1,369 @@
+// DeepSeek-V4's forward on the device (backend/cuda/deepseek_v4_forward.h)
+// against the CPU reference (DeepseekV4Reference, which matches transformers
+// to 1e-4), on a make-model checkpoint at V4-Flash's head widths (latent 512
+// with 64 rope dims, index heads of 128: the widths the kernels are built
+// for) and a narrow, shallow body: 4 layers (sliding, CSA, HCA, CSA; the
+// first hash-routed), hidden 64, 4 heads, 8 experts top 2, window 8, CSA
+// rate 4, HCA rate 16, blocks of 16 tokens; f32 weights, and the same shape
+// as DeepSeek ships it (FP8 dense linears, FP4 routed experts). index_topk (32) is at least every
+// entry a row sees (76 tokens: 19), so the device's FP8 indexer picks what
+// the reference's f32 one picks, and the goldens are exact sets.
+//   - Two sequences batched in one step, prefilled in chunks that split CSA
+//     and HCA windows and KV blocks, then greedy decode: every step's logits
+//     within 1e-3 of the reference run with the device's one rounding (bf16
+//     attention queries and keys, Bf16AttentionKernels), within the bf16
+//     bound of the exact reference (f32 weights), the greedy tokens equal.
+//   - A prefix-cache hit: a sequence whose table starts with the first
+//     sequence's two full blocks computes only its tail; its logits are the
+//     cold run's (on the device, and the reference's).
+//   - Through the engine's side (make_model_runner over CudaOps, the
+//     registered CUDA runner, generate_sequence): greedy tokens and their
+//     logits equal the CPU backend's, prefill in chunks that split windows.
+//   - upload() refuses widths the kernels are not built for.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "sluice/backend/cpu/cpu_ops.h"
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
+#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/backend/float_convert.h"
+#include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
+#include "sluice/model/generate.h"
+#include "sluice/model/make_model.h"
+#include "sluice/model/model_runner.h"
+#include "sluice/model/safetensors.h"
+#include "../support/tiny_deepseek_v4.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::int32_t kBlock = 16;
+constexpr std::int32_t kNumBlocks = 16;
+constexpr std::int32_t kVocab = 320;
+// |device - reference| <= bound * max |reference logit| of the row. Against the
+// reference itself: the bf16 rounding of the attention's queries and keys, which
+// the CPU reproduces (Bf16AttentionKernels below: 5.3e-3 with f32 weights, as on
+// the device; the FP8 checkpoint's logits are more sensitive to it, 9.0e-2, on
+// the CPU as on the device). Against the reference with that rounding: the f32
+// sums in another order (measured 1e-4 or less on the H200).
+constexpr float kLogitBound = 1e-2f;
+constexpr float kEmulatedBound = 1e-3f;
+
+std::string scratch(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("sluice-v4-forward-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+MakeModelOptions flash_width_options(const std::string& dir, DType dtype = DType::f32) {
+  MakeModelOptions o;
+  o.architecture = Architecture::deepseek_v4;
+  o.num_layers = 4;
+  o.hidden_size = 64;
+  o.num_heads = 4;
+  o.head_dim = 512;
+  o.vocab_size = kVocab;
+  o.dtype = dtype;
+  o.seed = 11;
+  DeepseekV4Shape& d = o.deepseek_v4;
+  std::strcpy(d.layer_types.data(), "schc");
+  d.q_lora_rank = 64;
+  d.qk_rope_head_dim = 64;
+  d.o_groups = 2;
+  d.o_lora_rank = 32;
+  d.csa_compress_rate = 4;
+  d.hca_compress_rate = 16;
+  d.sliding_window = 8;
+  d.index_n_heads = 4;
+  d.index_head_dim = 128;
+  d.index_topk = 32;
+  d.num_hash_layers = 1;
+  d.n_routed_experts = 8;
+  d.num_experts_per_tok = 2;
+  d.moe_intermediate_size = 64;
+  o.out_dir = dir;
+  return o;
+}
+
+// The CPU kernels with the device attention's one rounding: queries and keys
+// to bf16 (launch_v4_sparse_attention's inputs); everything else as is.
+class Bf16AttentionKernels final : public DeepseekV4Kernels {
+ public:
+  void linear(std::span<const float> x, std::span<const float> w, std::int64_t in, std::span<float> y) const override {
+    k_.linear(x, w, in, y);
+  }
+  void rms_norm(std::span<float> x, std::int64_t dim, std::span<const float> w, float eps) const override {
+    k_.rms_norm(x, dim, w, eps);
+  }
+  void rope_tail(std::span<float> x, std::int64_t dim, std::int64_t pieces, std::span<const std::int64_t> positions,
+                 const RotaryTable& rope, bool inverse) const override {
+    k_.rope_tail(x, dim, pieces, positions, rope, inverse);
+  }
+  void hc_pre(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
+              HyperConnectionMix& out) const override {
+    k_.hc_pre(streams, w, shape, out);
+  }
+  void hc_post(std::span<float> streams, std::span<const float> y, const HyperConnectionMix& mix,
+               const HyperConnectionShape& shape) const override {
+    k_.hc_post(streams, y, mix, shape);
+  }
+  void hc_head(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
+               std::span<float> out) const override {
+    k_.hc_head(streams, w, shape, out);
+  }
+  void softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
+                    std::span<float> out) const override {
+    k_.softmax_pool(values, gates, dim, out);
+  }
+  std::vector<std::int64_t> indexer_top_k(std::span<const float> q, std::span<const float> weights,
+                                          std::span<const float> keys, std::int64_t head_dim, std::int64_t visible,
+                                          std::int64_t top_k) const override {
+    return k_.indexer_top_k(q, weights, keys, head_dim, visible, top_k);
+  }
+  void sink_attention(std::span<const float> q, std::span<const float> keys, std::span<const float> sinks,
+                      const SinkAttentionShape& shape, std::span<float> out) const override {
+    k_.sink_attention(bf16(q), bf16(keys), sinks, shape, out);
+  }
+  void route_sqrtsoftplus(std::span<const float> logits, std::span<const float> bias,
+                          std::span<const std::int32_t> hash_experts, std::int64_t k, float scale,
+                          std::span<std::int32_t> ids, std::span<float> weights) const override {
+    k_.route_sqrtsoftplus(logits, bias, hash_experts, k, scale, ids, weights);
+  }
+  void clamped_swiglu(std::span<const float> x, std::span<const float> gate_up, std::span<const float> down,
+                      float limit, float weight, std::span<float> out) const override {
+    k_.clamped_swiglu(x, gate_up, down, limit, weight, out);
+  }
+
+ private:
+  static std::vector<float> bf16(std::span<const float> v) {
+    std::vector<float> out(v.begin(), v.end());
+    for (float& x : out) x = bf16_to_f32(f32_to_bf16(x));
+    return out;
+  }
+  cpu::DeepseekV4CpuKernels k_;
+};
+
+struct Loaded {
+  ModelConfig config;
+  cpu::DeepseekV4CpuKernels kernels;
+  Bf16AttentionKernels bf16_kernels;
+  std::unique_ptr<DeepseekV4Reference> reference;  // exact (f32), matches transformers
+  std::unique_ptr<DeepseekV4Reference> emulated;   // with the device attention's bf16 inputs
+};
+
+std::unique_ptr<Loaded> load(const std::string& dir) {
+  auto loaded = std::make_unique<Loaded>();
+  auto config = load_model_config(dir);
+  SLUICE_CHECK_MSG(config.ok(), config.error_message());
+  loaded->config = *config;
+  auto checkpoint = Checkpoint::open(dir);
+  SLUICE_CHECK_MSG(checkpoint.ok(), checkpoint.error_message());
+  auto reference = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->kernels);
+  SLUICE_CHECK_MSG(reference.ok(), reference.error_message());
+  loaded->reference = std::move(*reference);
+  auto emulated = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->bf16_kernels);
+  SLUICE_CHECK_MSG(emulated.ok(), emulated.error_message());
+  loaded->emulated = std::move(*emulated);
+  return loaded;
+}
+
+std::vector<TokenId> tokens_of(std::int32_t n, std::int32_t mul, std::int32_t add) {
+  std::vector<TokenId> t;
+  for (std::int32_t i = 0; i < n; ++i) t.push_back((i * mul + add) % kVocab);
+  return t;
+}
+
+std::int32_t argmax(std::span<const float> v) {
+  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// max |a - b| / max |b|.
+float scaled_error(std::span<const float> a, std::span<const float> b) {
+  float diff = 0.0f, top = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    top = std::max(top, std::fabs(b[i]));
+  }
+  return diff / std::max(top, 1e-30f);
+}
+
+// One sequence of a step: its table, what it has computed, its new tokens.
+struct Part {
+  const std::vector<BlockId>* table;
+  std::int32_t computed;
+  std::vector<TokenId> tokens;
+};
+
+StepLayout step_of(const std::vector<Part>& parts) {
+  StepLayout step;
+  for (const Part& p : parts) {
+    step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = static_cast<std::int32_t>(p.tokens.size()),
+                              .num_computed_tokens = p.computed, .block_table = *p.table});
+    for (std::size_t i = 0; i < p.tokens.size(); ++i) {
+      step.token_ids.push_back(p.tokens[i]);
+      step.positions.push_back(p.computed + static_cast<std::int32_t>(i));
+    }
+    step.sample_rows.push_back(step.num_rows() - 1);
+  }
+  return step;
+}
+
+// f32 weights, or DeepSeek's formats (fp8: FP8 128x128 dense linears, FP4 experts), which the
+// reference dequantizes on load and the device forward uploads as they come out.
+class DeepseekV4DeviceForwardTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    const std::string dir = scratch(std::string("flash-width-") + dtype_name(GetParam()));
+    const Status made = make_model(flash_width_options(dir, GetParam()));
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    model_ = load(dir);
+    auto layout = DeepseekV4KvLayout::make(model_->config, kBlock);
+    ASSERT_TRUE(layout.ok()) << layout.error_message();
+    layout_ = std::move(*layout);
+    auto device = cuda::DeepseekV4DeviceForward::upload(*model_->reference, *layout_);
+    ASSERT_TRUE(device.ok()) << device.error_message();
+    device_ = std::move(*device);
+    floats_per_block_ = (layout_->floats_per_block() + kBlock - 1) / kBlock * kBlock;  // whole slots, as the model asks
+    const std::size_t bytes = static_cast<std::size_t>(kNumBlocks * floats_per_block_) * sizeof(float);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&blocks_), bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(blocks_, 0xff, bytes), cudaSuccess);  // NaN: a read of an unwritten place shows
+  }
+  void TearDown() override { cudaFree(blocks_); }
+
+  cuda::V4PagedBlocks blocks() const {
+    return {.data = blocks_, .floats_per_block = floats_per_block_, .num_blocks = kNumBlocks, .block_size = kBlock};
+  }
+  std::vector<float> run(const std::vector<Part>& parts) {
+    auto logits = device_->forward(step_of(parts), blocks(), nullptr);
+    EXPECT_TRUE(logits.ok()) << logits.error_message();
+    return logits.ok() ? *logits : std::vector<float>(parts.size() * kVocab, NAN);
+  }
+
+  std::unique_ptr<Loaded> model_;
+  std::optional<DeepseekV4KvLayout> layout_;
+  std::unique_ptr<cuda::DeepseekV4DeviceForward> device_;
+  std::int64_t floats_per_block_ = 0;
+  float* blocks_ = nullptr;
+};
+
+TEST_P(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchTheReference) {
+  const std::vector<BlockId> table_a = {5, 2, 9, 0, 7}, table_b = {11, 1, 8, 6};
+  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
+  // Per sequence (A, B): the exact reference's state and the emulating one's.
+  const DeepseekV4Reference& ref = *model_->reference;
+  const DeepseekV4Reference& emu = *model_->emulated;
+  std::vector<DeepseekV4Reference::Sequence> exact = {ref.start_sequence(), ref.start_sequence()};
+  std::vector<DeepseekV4Reference::Sequence> emulated = {emu.start_sequence(), emu.start_sequence()};
+  const bool f32_weights = GetParam() == DType::f32;
+  float worst = 0.0f, worst_emulated = 0.0f;
+  std::vector<TokenId> next(2);
+  std::vector<std::int32_t> done = {0, 0};
+  // One step of both sequences: the device's logits against both references.
+  auto step = [&](const std::vector<TokenId>& ta, const std::vector<TokenId>& tb, const std::string& what) {
+    const std::vector<float> got = run({{&table_a, done[0], ta}, {&table_b, done[1], tb}});
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<TokenId>& tokens = s == 0 ? ta : tb;
+      auto want = ref.append(exact[s], tokens);
+      auto want_emulated = emu.append(emulated[s], tokens);
+      ASSERT_TRUE(want.ok() && want_emulated.ok());
+      const std::span<const float> mine(got.data() + s * kVocab, kVocab);
+      const float e = scaled_error(mine, *want), e_emulated = scaled_error(mine, *want_emulated);
+      if (f32_weights) {
+        EXPECT_LE(e, kLogitBound) << what << (s == 0 ? " A" : " B");
+      }
+      EXPECT_LE(e_emulated, kEmulatedBound) << what << (s == 0 ? " A" : " B");
+      worst = std::max(worst, e);
+      worst_emulated = std::max(worst_emulated, e_emulated);
+      next[s] = argmax(*want);
+      EXPECT_EQ(argmax(mine), next[s]) << what << (s == 0 ? " A" : " B");
+      done[s] += static_cast<std::int32_t>(tokens.size());
+    }
+  };
+  // Chunks that end mid-window (CSA 4, HCA 16) and mid-block, then the rest.
+  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
+       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
+  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
+       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
+  // Greedy decode, both sequences a row each step (A crosses a block at 80).
+  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+  std::printf("[ v4 forward ] %s: worst max|dlogit| / max|logit| over 8 steps: %.3g against the reference, %.3g "
+              "against it with bf16 attention inputs\n",
+              dtype_name(GetParam()), worst, worst_emulated);
+}
+
+TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
+  // A runs 40 tokens; C shares A's first two blocks (32 tokens) and computes
+  // its own 18-token tail; D is the cold run of C's 50 tokens.
+  const std::vector<BlockId> table_a = {5, 2, 9}, table_c = {5, 2, 12, 13}, table_d = {3, 4, 10, 14};
+  std::vector<TokenId> prompt_c = tokens_of(50, 29, 7);
+  std::vector<TokenId> prompt_a(prompt_c.begin(), prompt_c.begin() + 32);
+  const std::vector<TokenId> a_tail = tokens_of(8, 17, 1);
+  prompt_a.insert(prompt_a.end(), a_tail.begin(), a_tail.end());
+  (void)run({{&table_a, 0, prompt_a}});
+  const std::vector<float> hit = run({{&table_c, 32, std::vector<TokenId>(prompt_c.begin() + 32, prompt_c.end())}});
+  const std::vector<float> cold = run({{&table_d, 0, prompt_c}});
+  auto cpu = model_->emulated->start_sequence();
+  auto want = model_->emulated->append(cpu, prompt_c);
+  ASSERT_TRUE(want.ok());
+  const float hit_vs_cold = scaled_error(hit, cold);
+  EXPECT_LE(hit_vs_cold, 1e-5f);
+  EXPECT_LE(scaled_error(cold, *want), kEmulatedBound);
+  EXPECT_EQ(argmax(hit), argmax(*want));
+  std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs the reference with bf16 attention inputs: %.3g\n",
+              hit_vs_cold, scaled_error(cold, *want));
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceForwardTest, ::testing::Values(DType::f32, DType::f8_e4m3),
+                         [](const auto& info) { return info.param == DType::f32 ? "f32" : "fp8_fp4_experts"; });
+
+TEST(DeepseekV4DeviceForwardEngine, GreedyGenerationOnCudaOpsIsTheCpuBackends) {
+  const std::string dir = scratch("engine");
+  ASSERT_TRUE(make_model(flash_width_options(dir)).ok());
+  register_cuda_deepseek_v4_runner();
+  auto cuda_ops = make_cuda_ops({.scratch_bytes = 64LL << 20});
+  ASSERT_TRUE(cuda_ops.ok()) << cuda_ops.error_message();
+  auto on_cuda = make_model_runner(dir, std::move(*cuda_ops), {.block_size_tokens = kBlock, .num_kv_blocks = 12});
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.error_message();
+  auto on_cpu = make_model_runner(dir, make_cpu_ops({.num_threads = 1}), {.block_size_tokens = kBlock, .num_kv_blocks = 12});
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.error_message();
+  const std::vector<TokenId> prompt = tokens_of(61, 41, 5);
+  const GenerateOptions options{.max_new_tokens = 12, .prefill_chunk_tokens = 23, .return_logits = true};
+  auto got = generate_sequence(**on_cuda, prompt, options);
+  ASSERT_TRUE(got.ok()) << got.error_message();
+  auto want = generate_sequence(**on_cpu, prompt, options);
+  ASSERT_TRUE(want.ok()) << want.error_message();
+  EXPECT_EQ(got->tokens, want->tokens);
+  ASSERT_EQ(got->logits.size(), want->logits.size());
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < got->logits.size(); ++i) worst = std::max(worst, scaled_error(got->logits[i], want->logits[i]));
+  EXPECT_LE(worst, kLogitBound);
+  std::printf("[ v4 forward ] engine: %zu greedy tokens, worst max|dlogit| / max|logit| %.3g\n", got->tokens.size(),
+              worst);
+}
+
+TEST(DeepseekV4DeviceForwardWidths, RefusesWidthsTheKernelsAreNotBuiltFor) {
+  const std::string dir = scratch("tiny");
+  const Status made = make_model(testing::tiny_deepseek_v4_options(dir, 5));
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  const std::unique_ptr<Loaded> tiny = load(dir);
+  auto layout = DeepseekV4KvLayout::make(tiny->config, kBlock);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  auto device = cuda::DeepseekV4DeviceForward::upload(*tiny->reference, *layout);
+  ASSERT_FALSE(device.ok());
+  EXPECT_NE(device.error_message().find("head_dim 512"), std::string::npos) << device.error_message();
+}
+
+}  // namespace
+}  // namespace sluice
