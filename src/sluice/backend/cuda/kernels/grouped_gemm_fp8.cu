@@ -252,7 +252,10 @@ void raise_smem_limit() {
                                          Config<kWarpgroups>::kSmemBytes));
 }
 
-std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::warp_specialized};
+// The ring kernel stays the default until the warp-specialised one has passed
+// CudaMoe.* and the DeepSeek goldens on the device (session 11 built it but got
+// no device run).
+std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::ring};
 
 }  // namespace
 

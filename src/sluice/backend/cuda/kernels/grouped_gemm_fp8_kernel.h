@@ -1,7 +1,7 @@
 // Which kernel launch_grouped_gemm_fp8 runs for 128-slot tiles (prefill):
-// the warp-specialised persistent one (grouped_gemm_fp8_ws.cu, the default)
-// or the earlier cp.async ring with a block-wide barrier a K block
-// (grouped_gemm_fp8.cu), kept for A/B runs. 64-slot tiles (decode) always
+// the warp-specialised persistent one (grouped_gemm_fp8_ws.cu; not yet run
+// on a device) or the cp.async ring with a block-wide barrier a K block
+// (grouped_gemm_fp8.cu; the default, measured in sessions 9-10). 64-slot tiles (decode) always
 // run the ring kernel. Process-wide; set before the launches (and graph
 // captures) it should apply to. A small header of its own so that the
 // benchmark and tests can flip it without rebuilding every kernel.
