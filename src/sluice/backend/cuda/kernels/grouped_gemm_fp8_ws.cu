@@ -58,10 +58,13 @@ constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32 KB
 constexpr int kScaleFloats = kBlockM + 4;
 constexpr int kStages = 6;
 // Copy groups a producer thread keeps in flight before it signals the oldest
-// (4 stages, 128 KB an SM, cover L2's latency at the MMA rate). Below
-// kStages so the consumers always have a signalled stage to free.
+// (4 stages, 128 KB an SM, cover L2's latency at the MMA rate). The
+// producer signals K block j only after issuing j + kLag, which waits for
+// j + kLag - kStages to be released; a two-accumulator consumer waits for
+// j while holding j - 1, so kStages >= kLag + 2 (a model of the protocol
+// deadlocks at kStages = kLag + 1).
 constexpr int kLag = 3;
-static_assert(kLag < kStages, "the consumers must be able to free a stage the producer waits for");
+static_assert(kStages >= kLag + 2, "the consumers must be able to free a stage the producer waits for");
 constexpr int kBarrierBytes = 2 * kStages * 8;  // full and empty, a stage
 constexpr int kSmemBytes = kStages * (kStageBytes + kScaleFloats * 4) + kBarrierBytes + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
