@@ -24,7 +24,7 @@ ncu_on=1
 [ "${1:-}" = --no-ncu ] && ncu_on=0
 # The test binaries look for fixtures and scratch under the build's source dir.
 # (SLUICE_SOURCE_DIR, seen here through the binary dir SOURCE/build baked into the binary.)
-src=$(strings "$bin/cuda_golden_test" | grep -m1 -E '^/work/[^ ]*/build$' | sed 's|/build$||')
+src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_golden_test" | head -1 | sed 's|/build$||')
 if [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
 mkdir -p build
 . tools/device/cudnn_env.sh
