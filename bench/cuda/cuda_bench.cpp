@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 
 namespace sluice {
 namespace {
@@ -274,14 +275,23 @@ void bench_deepseek_moe(bool quick) {
                            .num_groups_selected = kGroupsSelected, .normalize = true, .scale = 2.5f};
   // FP8 under both expert GEMMs (the per-expert cuBLASLt path runs in eager
   // steps only, so prefill; decode rows are the grouped kernel either way), then bf16.
+  // fp8_wgmma three times: its 128-slot tiles (prefill) on the warp-specialised
+  // kernel (one, two accumulators a consumer) and on the ring kernel
+  // (grouped_gemm_fp8_kernel.h); decode's 64-slot tiles run the ring kernel under all.
   struct Variant {
     bool fp8;
     cuda::MoeExpertGemm gemm;
+    cuda::GroupedGemmFp8Kernel kernel = cuda::GroupedGemmFp8Kernel::warp_specialized;
   };
-  for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma}, Variant{true, cuda::MoeExpertGemm::grouped},
+  const cuda::GroupedGemmFp8Kernel default_kernel = cuda::grouped_gemm_fp8_kernel();
+  for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
+                    Variant{true, cuda::MoeExpertGemm::grouped},
                     Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
     if (g_moe_fp8_wgmma_only && !(v.fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma)) continue;
     const bool fp8 = v.fp8;
+    cuda::set_grouped_gemm_fp8_kernel(v.kernel);
     CudaOptions options = bench_options();
     options.moe_expert_gemm = v.gemm;
     auto ops = new_ops(options);
@@ -323,10 +333,15 @@ void bench_deepseek_moe(bool quick) {
       const auto num_touched = std::count_if(slots.begin(), slots.end(), [](std::int32_t c) { return c > 0; });
       const std::int32_t max_slots = *std::max_element(slots.begin(), slots.end());
       const double t = time_median(2, 7, [&] { layer(false); });
-      char name[128];
+      char name[192];
       const char* dtype = !fp8                                           ? "bf16"
                           : per_expert                                     ? "FP8 per-expert cuBLASLt"
-                          : v.gemm == cuda::MoeExpertGemm::fp8_wgmma ? "FP8 wgmma grouped kernel"
+                          : v.gemm == cuda::MoeExpertGemm::fp8_wgmma
+                              ? (v.kernel == cuda::GroupedGemmFp8Kernel::warp_specialized
+                                     ? "FP8 wgmma grouped kernel (warp-specialized)"
+                                 : v.kernel == cuda::GroupedGemmFp8Kernel::warp_specialized_overlap
+                                     ? "FP8 wgmma grouped kernel (warp-specialized, 2 accumulators)"
+                                     : "FP8 wgmma grouped kernel (ring)")
                                                                            : "FP8 grouped kernel";
       if (rows == 64) {
         const double bytes = static_cast<double>(num_touched) * weight_bytes_per_expert;
@@ -350,6 +365,7 @@ void bench_deepseek_moe(bool quick) {
       }
     }
   }
+  cuda::set_grouped_gemm_fp8_kernel(default_kernel);
 }
 
 // The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer

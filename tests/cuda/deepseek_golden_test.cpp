@@ -27,6 +27,7 @@
 #include "golden_margins.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
 
@@ -451,6 +452,49 @@ TEST(CudaDeepseekV3Fp8, MatchesTheDequantizedCpuRun) {
                 "greedy %zu of 8 identical (bound %zu)\n",
                 tokens, prefill.relative, bound, same, wide);
   }
+}
+
+// The FP8 experts' 128-slot tiles (the 300-token prompt: 600 slots over 8
+// experts, grouped_gemm_fp8_tile_rows 128) under the warp-specialised
+// kernels against the ring kernel, the whole CUDA run each (prefill and 8
+// greedy steps; decode's 64-slot tiles run the ring kernel under all). They
+// issue the same MMAs and promotions in the same order, so the logits should
+// agree to the last bit; the bound leaves room only for a different
+// contraction of the promotion's multiply-add.
+TEST(CudaDeepseekV3Fp8, WarpSpecializedExpertsMatchTheRingKernel) {
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(600, 8), 128);
+  const std::string dir = fp8_model();
+  const std::vector<TokenId> prompt = testing::deepseek_v3_fp8_prompt(300);
+  const std::int32_t blocks = blocks_for(prompt.size() + 8, 16);
+  auto run_cuda = [&](cuda::GroupedGemmFp8Kernel kernel) {
+    cuda::set_grouped_gemm_fp8_kernel(kernel);
+    GenerateResult out;
+    auto ops = make_cuda_ops(
+        {.scratch_bytes = 64LL << 20, .use_cuda_graphs = true, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma});
+    EXPECT_TRUE(ops.ok()) << ops.error_message();
+    if (!ops.ok()) return out;
+    const std::unique_ptr<Backend> backend = runner(dir, std::move(ops).value(), 16, blocks);
+    auto result = generate_sequence(*backend, prompt, {.max_new_tokens = 8, .return_logits = true});
+    EXPECT_TRUE(result.ok()) << result.error_message();
+    if (result.ok()) out = std::move(result).value();
+    return out;
+  };
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  const GenerateResult ring = run_cuda(cuda::GroupedGemmFp8Kernel::ring);
+  for (const cuda::GroupedGemmFp8Kernel kernel :
+       {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap}) {
+    SCOPED_TRACE(::testing::Message() << cuda::name_of(kernel));
+    const GenerateResult got = run_cuda(kernel);
+    ASSERT_FALSE(ring.logits.empty());
+    ASSERT_EQ(got.logits.size(), ring.logits.size());
+    const LogitError prefill = logit_error(got.logits.front(), ring.logits.front());
+    EXPECT_LE(prefill.relative, 1e-3) << "after the prompt: " << prefill.describe();
+    EXPECT_EQ(got.tokens, ring.tokens);
+    std::printf("[ info ] FP8 experts under the %s kernel vs the ring kernel, 300-token prompt: relative logit "
+                "error %.3g; greedy %zu of 8 identical\n",
+                std::string(cuda::name_of(kernel)).c_str(), prefill.relative, num_same_tokens(got, ring));
+  }
+  cuda::set_grouped_gemm_fp8_kernel(before);
 }
 
 }  // namespace

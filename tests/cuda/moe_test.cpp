@@ -13,6 +13,7 @@
 #include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/thread_pool.h"
 #include "sluice/backend/cuda/fp8_matmul.h"
+#include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "test_util.h"
 
@@ -535,14 +536,34 @@ void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
 // computing the same numerics in float64 (activations quantized per 1x128
 // block, the SwiGLU product rounded to bf16 and quantized again before down):
 // the bf16 bound; against the CPU reference's unquantized activations: the e4m3 bound.
+//
+// The 128-slot tiles run under each kernel (grouped_gemm_fp8_kernel.h): the
+// warp-specialised persistent one (one and two accumulators) with a block an SM (one or two work items
+// a block at these sizes) and with 3 blocks (each block walks ~60 items,
+// its copy ring wrapping across items), and the ring kernel.
 TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
   // The two tile shapes the cases below are meant to reach.
   ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 12), 128);
   ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 32), 64);
-  for (const std::int32_t empty_experts : {0, 20}) {
-    SCOPED_TRACE(::testing::Message() << empty_experts << " more empty experts");
-    fp8_wgmma_uneven_loads(empty_experts);
+  struct Case {
+    std::int32_t empty_experts;
+    cuda::GroupedGemmFp8Kernel kernel;
+    int grid_limit;
+  };
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  for (const Case c : {Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized, 0},
+                       Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized, 3},
+                       Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap, 0},
+                       Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap, 3},
+                       Case{0, cuda::GroupedGemmFp8Kernel::ring, 0}, Case{20, before, 0}}) {
+    SCOPED_TRACE(::testing::Message() << c.empty_experts << " more empty experts, " << cuda::name_of(c.kernel)
+                                      << " kernel, grid limit " << c.grid_limit);
+    cuda::set_grouped_gemm_fp8_kernel(c.kernel);
+    cuda::set_grouped_gemm_fp8_ws_grid_limit(c.grid_limit);
+    fp8_wgmma_uneven_loads(c.empty_experts);
   }
+  cuda::set_grouped_gemm_fp8_kernel(before);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
 }
 }  // namespace
 }  // namespace sluice

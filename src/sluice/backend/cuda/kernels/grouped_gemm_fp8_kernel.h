@@ -1,0 +1,40 @@
+// Which kernel launch_grouped_gemm_fp8 runs for 128-slot tiles (prefill):
+// the warp-specialised persistent one (grouped_gemm_fp8_ws.cu; not yet run
+// on a device) or the cp.async ring with a block-wide barrier a K block
+// (grouped_gemm_fp8.cu; the default, measured in sessions 9-10). 64-slot tiles (decode) always
+// run the ring kernel. Process-wide; set before the launches (and graph
+// captures) it should apply to. A small header of its own so that the
+// benchmark and tests can flip it without rebuilding every kernel.
+#pragma once
+
+#include <string_view>
+
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
+
+namespace sluice::cuda {
+
+// warp_specialized_overlap: the same kernel with two accumulators a
+// consumer, so its next K block's MMAs run while it promotes the last one.
+enum class GroupedGemmFp8Kernel { warp_specialized, warp_specialized_overlap, ring };
+
+inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
+  switch (kernel) {
+    case GroupedGemmFp8Kernel::warp_specialized: return "warp-specialized";
+    case GroupedGemmFp8Kernel::warp_specialized_overlap: return "warp-specialized-overlap";
+    case GroupedGemmFp8Kernel::ring: return "ring";
+  }
+  return "?";
+}
+
+void set_grouped_gemm_fp8_kernel(GroupedGemmFp8Kernel kernel);
+GroupedGemmFp8Kernel grouped_gemm_fp8_kernel();
+
+// The warp-specialised kernel for 128-slot tiles (grouped_gemm_fp8_ws.cu);
+// launch_grouped_gemm_fp8 dispatches to it.
+void prepare_grouped_gemm_fp8_ws();
+// The most blocks the persistent kernel launches (0: one an SM, the default).
+// Tests set a few so that every block walks many work items.
+void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
+void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, bool overlap, const Launch& launch);
+
+}  // namespace sluice::cuda
