@@ -33,6 +33,7 @@
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma_prefill.cuh"
 #include "sluice/backend/prefill_split_plan.h"
@@ -66,24 +67,6 @@ static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupTh
 // Named barriers (0 is __syncthreads): consumer c issues its MMAs after
 // bar.sync(kTurnBarrier + c), which the other consumer's bar.arrive completes.
 constexpr int kTurnBarrier = 1;
-
-__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
 
 template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDeviceView step, Params p) {

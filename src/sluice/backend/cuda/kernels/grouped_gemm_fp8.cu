@@ -36,6 +36,7 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/grouped_gemm_fp8_epilogue.cuh"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
@@ -208,32 +209,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
 
   auto* out = static_cast<__nv_bfloat16*>(a.out);
   const int col_in_chunk = (lane % 4) * 2;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = h == 0 ? row_lo : row_hi;
-    if (r >= num_rows) continue;
-    const std::int64_t slot = first_slot + r;
-    if constexpr (kSwiglu) {
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        float v[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float gate = total[c * 4 + 2 * h + j], up = total[32 + c * 4 + 2 * h + j];
-          v[j] = gate / (1.0f + expf(-gate)) * up;
-        }
-        const std::int64_t col = n0 + c * 8 + col_in_chunk;
-        *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) = __floats2bfloat162_rn(v[0], v[1]);
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < 16; ++c) {
-        const std::int64_t col = n0 + c * 8 + col_in_chunk;
-        *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) =
-            __floats2bfloat162_rn(total[c * 4 + 2 * h], total[c * 4 + 2 * h + 1]);
-      }
-    }
-  }
+  store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
 }
 
 template <int kWarpgroups, bool kSwiglu>

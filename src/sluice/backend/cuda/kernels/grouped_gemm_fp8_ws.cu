@@ -36,8 +36,10 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/grouped_gemm_fp8_epilogue.cuh"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
@@ -82,23 +84,6 @@ static_assert(kBlockM == kBlockN && kRowsPerPass % 8 == 0, "every pass keeps a t
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 
-__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
@@ -310,32 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     g += num_k_blocks;
     if (!active) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = h == 0 ? row_lo : row_hi;
-      if (r >= w.num_rows) continue;
-      const std::int64_t slot = w.first_slot + r;
-      if constexpr (kSwiglu) {
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          float v[2];
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const float gate = total[c * 4 + 2 * h + j], up = total[32 + c * 4 + 2 * h + j];
-            v[j] = gate / (1.0f + expf(-gate)) * up;
-          }
-          const std::int64_t col = n0 + c * 8 + col_in_chunk;
-          *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) = __floats2bfloat162_rn(v[0], v[1]);
-        }
-      } else {
-#pragma unroll
-        for (int c = 0; c < 16; ++c) {
-          const std::int64_t col = n0 + c * 8 + col_in_chunk;
-          *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) =
-              __floats2bfloat162_rn(total[c * 4 + 2 * h], total[c * 4 + 2 * h + 1]);
-        }
-      }
-    }
+    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, w.num_rows, w.first_slot, n0, col_in_chunk, n, out);
   }
 }
 
