@@ -1,4 +1,4 @@
-// Times DeepSeek-V4's device forward (backend/cuda/deepseek_v4_forward.h) as
+// Times DeepSeek-V4's device forward (model/cuda/deepseek_v4_forward.h) as
 // it is today, correct first (f32 weights, CUDA-core linears): the baseline
 // that stage 4 speeds up. A make-model checkpoint at V4-Flash's head widths
 // (latent 512, 64 heads, index heads 64 x 128, top-512, window 128, rates 4 and
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
-#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/model/cuda/deepseek_v4_forward.h"
 #include "sluice/model/config.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/make_model.h"

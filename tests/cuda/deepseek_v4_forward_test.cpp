@@ -1,4 +1,4 @@
-// DeepSeek-V4's forward on the device (backend/cuda/deepseek_v4_forward.h)
+// DeepSeek-V4's forward on the device (model/cuda/deepseek_v4_forward.h)
 // against the CPU reference (DeepseekV4Reference, which matches transformers
 // to 1e-4), on a make-model checkpoint at V4-Flash's head widths (latent 512
 // with 64 rope dims, index heads of 128: the widths the kernels are built
@@ -32,8 +32,8 @@
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
-#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
-#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/model/cuda/deepseek_v4_device_runner.h"
+#include "sluice/model/cuda/deepseek_v4_forward.h"
 #include "sluice/backend/float_convert.h"
 #include "sluice/model/config.h"
 #include "sluice/model/deepseek_v4.h"

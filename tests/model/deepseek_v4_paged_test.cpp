@@ -169,7 +169,7 @@ TEST(DeepseekV4Paged, RefusesAMisalignedBlockSize) {
       << runner.error_message();
 }
 
-// Stands for a backend's device forward (CUDA's: backend/cuda/deepseek_v4_device_runner.h):
+// Stands for a backend's device forward (CUDA's: model/cuda/deepseek_v4_device_runner.h):
 // the reference's weights, and logits that say how many rows the step had.
 class RecordingRunner final : public DeepseekV4DeviceRunner {
  public:

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
 SRC = ROOT / "src"
 
 # Module -> the modules it may include. A module is a folder under src/sluice;
-# backend/cpu and backend/cuda are modules of their own.
+# backend/cpu, backend/cuda and model/cuda are modules of their own.
 ALLOWED = {
     "common": set(),
     "backend": {"common"},
@@ -23,6 +23,7 @@ ALLOWED = {
     "backend/cpu": {"backend", "common"},
     "backend/cuda": {"backend", "backend/cpu", "common"},
     "model": {"backend", "common", "dist"},
+    "model/cuda": {"backend", "backend/cpu", "backend/cuda", "common", "dist", "model"},
     "kv": {"common"},
     "sched": {"common", "kv"},
     "engine": {"backend", "common", "kv", "sched"},

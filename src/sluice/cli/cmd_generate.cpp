@@ -10,7 +10,7 @@
 #include "sluice/backend/cpu/cpu_ops.h"
 #if SLUICE_HAVE_CUDA
 #include "sluice/backend/cuda/cuda_ops.h"
-#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
+#include "sluice/model/cuda/deepseek_v4_device_runner.h"
 #endif
 #include "sluice/common/io.h"
 #include "sluice/cli/commands.h"
@@ -97,7 +97,7 @@ Result<std::vector<std::unique_ptr<Ops>>> make_ops(const GenerateArgs& args) {
     const CudaOptions options = cuda_options(args.cuda);
     std::fprintf(stderr, "cuda: %s\n", describe(options).c_str());
     SLUICE_TRY_ASSIGN(ops, make_cuda_ops(options));
-    register_cuda_deepseek_v4_runner();  // deepseek_v4 models run backend/cuda/deepseek_v4_forward.h
+    register_cuda_deepseek_v4_runner();  // deepseek_v4 models run model/cuda/deepseek_v4_forward.h
     std::vector<std::unique_ptr<Ops>> one;
     one.push_back(std::move(ops));
     return one;

@@ -18,7 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "sluice/backend/cuda/cuda_ops.h"
-#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
+#include "sluice/model/cuda/deepseek_v4_device_runner.h"
 #endif
 
 namespace sluice::cli {
@@ -62,7 +62,7 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
   spdlog::info("cuda: {}", describe(options.cuda));
   SLUICE_TRY_ASSIGN(ops, make_cuda_ops(options.cuda));
-  register_cuda_deepseek_v4_runner();  // deepseek_v4 models run backend/cuda/deepseek_v4_forward.h
+  register_cuda_deepseek_v4_runner();  // deepseek_v4 models run model/cuda/deepseek_v4_forward.h
   std::size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
     return Error{"--device cuda: cannot read the device's memory size"};

@@ -19,7 +19,7 @@
 // position's history (window latents and the compressors' projections, never
 // evicted); the engine's DeepseekV4Model (deepseek_v4_model.h, stage 2) runs
 // the same pass over its paged blocks on the CPU; on CUDA,
-// backend/cuda/deepseek_v4_forward.h runs it on the device with these weights. Weights load from the published layout (embed, layers.N.attn.*,
+// model/cuda/deepseek_v4_forward.h runs it on the device with these weights. Weights load from the published layout (embed, layers.N.attn.*,
 // layers.N.ffn.*, hc_*; mtp.* skipped) in f32 or bf16, or as DeepSeek ships
 // them: FP8 e4m3 linears with `.scale` block scales (F8_E8M0 powers of two, or
 // F32) and, under expert_dtype fp4, routed experts as e2m1 pairs with one
@@ -42,7 +42,7 @@
 namespace sluice {
 
 namespace cuda {
-class DeepseekV4DeviceForward;  // uploads these weights (backend/cuda/deepseek_v4_forward.h)
+class DeepseekV4DeviceForward;  // uploads these weights (model/cuda/deepseek_v4_forward.h)
 }
 
 class DeepseekV4Reference {

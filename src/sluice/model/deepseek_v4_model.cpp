@@ -24,7 +24,7 @@ Result<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const ModelConfig
   }
   if (g_device_runner_maker == nullptr)
     return Error{"deepseek_v4: this backend has no V4 forward (the CPU backend runs the reference; CUDA runs "
-                 "backend/cuda/deepseek_v4_forward.h once the program registers it)",
+                 "model/cuda/deepseek_v4_forward.h once the program registers it)",
                  ErrorCode::kInvalidArgument};
   SLUICE_TRY_ASSIGN(device, g_device_runner_maker(config, checkpoint, ops));
   model->device_ = std::move(device);

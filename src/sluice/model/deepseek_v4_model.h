@@ -6,7 +6,7 @@
 // cache, so the prefix cache and the host tier move a sequence's whole state
 // with its blocks. Runs the reference where the Ops offer the host V4 kernels
 // and host access to the blocks (the CPU backend); elsewhere a registered
-// DeepseekV4DeviceRunner (CUDA: backend/cuda/deepseek_v4_device_runner.h,
+// DeepseekV4DeviceRunner (CUDA: model/cuda/deepseek_v4_device_runner.h,
 // docs/deepseek-v4-cuda.md), or refuses.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "sluice/backend/cuda/deepseek_v4_device_runner.h"
+#include "sluice/model/cuda/deepseek_v4_device_runner.h"
 
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_ops.h"
-#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/model/cuda/deepseek_v4_forward.h"
 #include "sluice/model/deepseek_v4_model.h"
 
 namespace sluice {

@@ -1,4 +1,4 @@
-#include "sluice/backend/cuda/deepseek_v4_forward.h"
+#include "sluice/model/cuda/deepseek_v4_forward.h"
 
 #include <algorithm>
 #include <cmath>
