@@ -57,7 +57,7 @@ SdpaRouting route_sdpa_step(std::span<const SdpaShape> sequences, std::int32_t n
   }
   if (routing.pieces.empty()) {
     routing.tail_begin.clear();
-    routing.route = tiles >= sms ? SdpaRoute::whole : SdpaRoute::decline;
+    routing.route = SdpaRoute::decline;  // (a step of >= sms tiles has a long prefix here: it split)
     return routing;
   }
   routing.route = SdpaRoute::split;
