@@ -187,7 +187,9 @@ void bench_gemm_rows() {
     ops->begin_step(layout);
     for (int c = 0; c < kCopies; ++c)
       ws.push_back(must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.05f)));
-    for (const std::int64_t m : {8, 64, 136, 264, 520, 1032, 2056, 4096}) {
+    // 256 / 264, 512 / 520, 1024 / 1032: whether a step's rows past a tile
+    // multiple (a chunk of whole tiles plus the chats) pay for a whole tile row.
+    for (const std::int64_t m : {8, 64, 128, 136, 248, 256, 264, 384, 392, 504, 512, 520, 1016, 1024, 1032, 2056, 4096}) {
       const Tensor x = must(cuda_random_weight(*ops, {m, s.k}, DType::bf16, ++seed, 1.0f));
       const Tensor out = must(cuda_random_weight(*ops, {m, s.n}, DType::bf16, ++seed, 1.0f));
       int i = 0;
@@ -1128,7 +1130,9 @@ void bench_burst_steps(bool profile, int only_shape) {
   // `auto` at 50 ms (about 1k rows at 16k keys down to 256 at 100k-120k).
   const std::vector<BurstStepShape> shapes = {
       {128, 80000, chats},   {256, 40000, chats},  {512, 16000, chats},   {128, 80000, chats_and_long},
-      {1024, 16000, chats},  {512, 50000, chats},  {256, 100000, chats},  {256, 120000, chats_and_long}};
+      {1024, 16000, chats},  {512, 50000, chats},  {256, 100000, chats},  {256, 120000, chats_and_long},
+      // The chunk cut so that chunk + chats is a multiple of 128 rows.
+      {504, 16000, chats},   {248, 100000, chats}, {1016, 16000, chats}};
   auto ops = new_ops();
   const Llama8B model(*ops);
   std::int32_t most_blocks = 0;
