@@ -113,23 +113,43 @@ TEST(Planner, ShortestRemainingPrefillFirst) {
   f.queue = {waiting(1, 90000, 0), waiting(2, 500, 10), waiting(3, 4000, 20)};
   const StepPlan plan = plan_step(f.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 1e9}, LinearCost{});
   EXPECT_EQ(ids(plan.prefills), (std::vector<SequenceId>{2, 3, 1}));
-  // Remaining, not total: a prompt mostly served from cache is short.
-  f.queue[0].num_cached_tokens = 89920;
+  // Remaining, not total: a prompt mostly served from cache is short (10
+  // tokens at 89990: 1 + 0.1 + 0.9 ms, against 1 + 5 + 0.25 for the 500).
+  f.queue[0].num_cached_tokens = 89990;
   const StepPlan cached = plan_step(f.state(), {.max_num_batched_tokens = 100000, .max_step_ms = 1e9}, LinearCost{});
   EXPECT_EQ(cached.prefills.at(0).seq_id, 1u);
 }
 
 TEST(Planner, AgingLetsALongWaitBeatAShortArrival) {
-  // 90000 tokens that waited 10 aging periods compete as 90000 / 11 < 9000.
+  // Remaining time (LinearCost): 20000 tokens 1 + 200 + 400 = 601 ms, 9000
+  // tokens 1 + 90 + 81 = 172 ms. After 10 aging periods the long one competes
+  // as 601 / 11 = 54.6 < 172; after 1, as 300.5 > 172.
   Fixture f;
   f.now_ms = 300000;
-  f.queue = {waiting(1, 90000, 0), waiting(2, 9000, f.now_ms)};
+  f.queue = {waiting(1, 20000, 0), waiting(2, 9000, f.now_ms)};
   const SchedConfig config{.max_num_batched_tokens = 1000, .max_step_ms = 1e9, .aging_ms = 30000};
   EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).prefills.at(0).seq_id, 1u);
-  EXPECT_DOUBLE_EQ(aged_remaining_tokens(90000, 300000, 30000), 90000.0 / 11.0);
-  f.now_ms = 100000;
+  EXPECT_DOUBLE_EQ(aged_remaining_ms(601.0, 300000, 30000), 601.0 / 11.0);
+  f.now_ms = 30000;
   f.queue[1].arrival_ms = f.now_ms;
   EXPECT_EQ(plan_step(f.state(), config, LinearCost{}).prefills.at(0).seq_id, 2u);
+}
+
+TEST(Planner, ShortestRemainingOrdersByTimeNotTokens) {
+  // A prompt with 20000 tokens left at position 98000 (1 + 200 + 2360 ms)
+  // against a fresh 30000-token one (1 + 300 + 900 ms): fewer tokens, more
+  // time. The fresh one goes first; by tokens it would wait.
+  Fixture f;
+  SchedRequest deep = waiting(1, 118000, 0);
+  deep.num_computed_tokens = 98000;
+  deep.num_allocated_blocks = 98000 / kBlock;
+  f.running = {deep};
+  f.queue = {waiting(2, 30000, 0)};
+  const SchedConfig config{.max_num_batched_tokens = 1000, .max_step_ms = 1e9};
+  EXPECT_EQ(ids(plan_step(f.state(), config, LinearCost{}).prefills), (std::vector<SequenceId>{2}));
+  // With only 10000 tokens left there (1 + 100 + 1080 ms) it is shorter again.
+  f.running[0].num_tokens = 108000;
+  EXPECT_EQ(ids(plan_step(f.state(), config, LinearCost{}).prefills), (std::vector<SequenceId>{1}));
 }
 
 TEST(Planner, PastTheMaxWaitArrivalOrderComesFirst) {

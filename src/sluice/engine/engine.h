@@ -81,7 +81,7 @@ struct EngineConfig {
   HostAdmission kv_offloading_admission;
   SchedulingPolicy scheduling = SchedulingPolicy::kSluice;
   // Shortest-remaining-first aging: a request that has waited aging_ms competes
-  // as if its remaining prefill were half as long (a third after 2x, ...).
+  // as if its remaining prefill took half as long (a third after 2x, ...).
   double aging_ms = 30000.0;
   // Under sustained overload everybody ages; a prefill that has waited this
   // long goes ahead of every request that has not (in arrival order).

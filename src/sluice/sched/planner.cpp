@@ -58,6 +58,13 @@ class PlanBuilder {
   std::int32_t block_size() const { return state_.block_size_tokens; }
   void preempt(std::size_t index);
   std::vector<Candidate> prefill_candidates() const;
+  // The predicted time of a prompt's remaining `tokens` from `start` on, as
+  // one chunk alone: what shortest-remaining-first orders by. Tokens alone
+  // would misorder prompts whose rest sits deep in a long context (20k
+  // tokens at 100k cost more than 30k fresh ones: S12-lead-1).
+  double remaining_prefill_ms(std::int32_t tokens, std::int32_t start) const {
+    return cost_model_.predict_step_ms({.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = start}}});
+  }
   std::int32_t chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position, bool first_prefill);
   // Host-tier tokens worth loading for this waiting request (0: recompute them).
   std::int32_t tokens_to_load(const SchedRequest& r);
@@ -170,7 +177,8 @@ std::vector<Candidate> PlanBuilder::prefill_candidates() const {
         // Starved requests sort before every key >= 0, among themselves by arrival.
         c.key = waited_ms >= config_.max_prefill_wait_ms
                     ? -1e12 + r.arrival_ms
-                    : aged_remaining_tokens(r.num_tokens - start, waited_ms, config_.aging_ms);
+                    : aged_remaining_ms(remaining_prefill_ms(r.num_tokens - start, start), waited_ms,
+                                        config_.aging_ms);
       }
       break;
     case SchedulingPolicy::kRoundRobin:
@@ -367,8 +375,8 @@ std::int64_t StepPlan::num_tokens() const {
   return n;
 }
 
-double aged_remaining_tokens(std::int32_t num_remaining_tokens, double waited_ms, double aging_ms) {
-  return static_cast<double>(num_remaining_tokens) / (1.0 + std::max(0.0, waited_ms) / aging_ms);
+double aged_remaining_ms(double remaining_ms, double waited_ms, double aging_ms) {
+  return remaining_ms / (1.0 + std::max(0.0, waited_ms) / aging_ms);
 }
 
 StepPlan plan_step(const SchedState& state, const SchedConfig& config, const CostModel& cost_model) {

@@ -17,9 +17,10 @@
 //      The cap is max_step_ms, or decodes / (1 - min_prefill_share) when the
 //      decodes alone nearly fill it: two regimes, an inter-token target while
 //      decodes are cheap and a guaranteed prefill share of GPU time when not.
-//   sluice's order is shortest remaining prefill first, aged (see
-//   aged_remaining_tokens), with a hard bound: past max_prefill_wait_ms a
-//   request goes ahead of all that have not waited that long.
+//   sluice's order is shortest remaining prefill first, by the cost model's
+//   time for the rest of each prompt, aged (see aged_remaining_ms), with a
+//   hard bound: past max_prefill_wait_ms a request goes ahead of all that
+//   have not waited that long.
 //   Admission reserves the whole prompt's blocks (and keeps reserve_blocks
 //   free for decode growth), so admitted prefills cannot deadlock each other.
 //   3. Host-tier hits: a waiting request whose prefix continues in the host
@@ -39,8 +40,8 @@ namespace sluice {
 
 StepPlan plan_step(const SchedState& state, const SchedConfig& config, const CostModel& cost_model);
 
-// The shortest-remaining-first key with aging: remaining prefill tokens,
-// divided by (1 + waited / aging_ms). Smaller goes first.
-double aged_remaining_tokens(std::int32_t num_remaining_tokens, double waited_ms, double aging_ms);
+// The shortest-remaining-first key with aging: the predicted time of the
+// remaining prefill, divided by (1 + waited / aging_ms). Smaller goes first.
+double aged_remaining_ms(double remaining_ms, double waited_ms, double aging_ms);
 
 }  // namespace sluice
