@@ -7,7 +7,7 @@
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
 //                   --decode1 | --chunk | --decode-sweep [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
 //                   --deepseek-moe-fp8 | --burst-step |
-//                   --profile-burst | --gemm-rows | --deepseek-v4-kernels]
+//                   --profile-burst | --gemm-rows | --overlap | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention [NAMES]: prefill attention alone under each
@@ -26,7 +26,8 @@
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst [N]: the
 // same steps eagerly, twice each (or only shape N's mixed step), for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
-// at decode and mixed-step row counts).
+// at decode and mixed-step row counts; --overlap: the chats' decodes beside a
+// 2,048-row chunk on two streams, by priority or SM partition).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -35,6 +36,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +45,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -1163,6 +1166,87 @@ void bench_burst_steps(bool profile, int only_shape) {
   }
 }
 
+
+// --overlap: can the chats decode beside a big prefill chunk instead of
+// between ~50 ms steps? (Issue 14: the burst's mixed steps cost 1.3x
+// prefill-first's per FLOP, S12-lead-1, and none of it is the chats.) Two Ops
+// with a model and KV each: one runs a chunk of 2,048 rows over 64k, the
+// other the 8 chats' decode steps, on two host threads, under four stream
+// arrangements. Per arrangement: the chunk's step alone and beside the
+// decodes, the decode step alone and beside the chunk (back to back, then
+// paced at one step per 50 ms, what 20 tok/s needs), the longest decode step.
+void bench_overlap() {
+  struct Arrangement {
+    const char* name;
+    std::int32_t decode_sms;
+    bool decode_high_priority;
+    std::int32_t chunk_sms;
+  };
+  const Arrangement arrangements[] = {{"two streams", 0, false, 0},
+                                      {"decodes at high priority", 0, true, 0},
+                                      {"decodes on 8 SMs, the chunk on the rest", 8, false, -8},
+                                      {"decodes on 16 SMs, the chunk on the rest", 16, false, -16},
+                                      {"decodes on 32 SMs, the chunk on the rest", 32, false, -32}};
+  constexpr std::int32_t kBlock = 16;
+  const BurstStepShape chunk_shape{2048, 64000, {}};
+  const BurstStepShape chats_shape{0, 0, std::vector<std::int32_t>(8, 700)};
+  const StepLayout chunk = make_burst_step(chunk_shape, kBlock, true, false);
+  const StepLayout chats = make_burst_step(chats_shape, kBlock, false, true);
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  for (const Arrangement& a : arrangements) {
+    CudaOptions chunk_options = bench_options(), decode_options = bench_options();
+    chunk_options.stream_sms = a.chunk_sms;
+    decode_options.stream_sms = a.decode_sms;
+    decode_options.stream_high_priority = a.decode_high_priority;
+    auto chunk_ops_result = make_cuda_ops(chunk_options);
+    auto decode_ops_result = make_cuda_ops(decode_options);
+    if (!chunk_ops_result.ok() || !decode_ops_result.ok()) {
+      std::printf("| overlap: %s | refused: %s | |\n", a.name,
+                  (chunk_ops_result.ok() ? decode_ops_result : chunk_ops_result).error_message().c_str());
+      continue;
+    }
+    auto chunk_ops = std::move(chunk_ops_result).value();
+    auto decode_ops = std::move(decode_ops_result).value();
+    const Llama8B chunk_model(*chunk_ops), decode_model(*decode_ops);
+    allocate_model_kv(*chunk_ops, chunk.sequences.back().block_table.back() + 1);
+    allocate_model_kv(*decode_ops, chats.sequences.back().block_table.back() + 1);
+    const double chunk_alone = time_median(1, 3, [&] { run_model_step(*chunk_ops, chunk_model, chunk); }) * 1e3;
+    const double decode_alone = time_median(3, 9, [&] { run_model_step(*decode_ops, decode_model, chats); }) * 1e3;
+    for (const double pace_ms : {0.0, 50.0}) {
+      std::atomic<bool> chunk_done{false};
+      std::vector<double> decode_ms;
+      double chunk_total = 0.0;
+      constexpr int kChunks = 4;
+      std::thread decodes([&] {
+        cudaSetDevice(0);
+        while (!chunk_done.load()) {
+          const auto start = Clock::now();
+          run_model_step(*decode_ops, decode_model, chats);
+          decode_ms.push_back(ms_since(start));
+          while (ms_since(start) < pace_ms && !chunk_done.load()) std::this_thread::yield();
+        }
+      });
+      for (int i = 0; i < kChunks; ++i) {
+        const auto start = Clock::now();
+        run_model_step(*chunk_ops, chunk_model, chunk);
+        chunk_total += ms_since(start);
+      }
+      chunk_done = true;
+      decodes.join();
+      std::sort(decode_ms.begin(), decode_ms.end());
+      const double chunk_beside = chunk_total / kChunks;
+      char name[200], value[160];
+      std::snprintf(name, sizeof name, "overlap: %s, decodes %s", a.name, pace_ms > 0 ? "every 50 ms" : "back to back");
+      std::snprintf(value, sizeof value,
+                    "chunk %.1f ms (alone %.1f: x%.3f); decode step p50 %.1f ms, max %.1f (alone %.2f), %zu steps",
+                    chunk_beside, chunk_alone, chunk_beside / chunk_alone, decode_ms[decode_ms.size() / 2],
+                    decode_ms.back(), decode_alone, decode_ms.size());
+      std::printf("| %s | %s | |\n", name, value);
+      std::fflush(stdout);
+    }
+  }
+}
 }  // namespace
 }  // namespace sluice
 
@@ -1173,6 +1257,10 @@ void bench_deepseek_v4_kernels();  // deepseek_v4_bench.cpp
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--deepseek-v4-kernels") == 0) {  // issue 18 stage 3's kernels alone
     sluice::bench_deepseek_v4_kernels();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--overlap") == 0) {
+    sluice::bench_overlap();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--sampling") == 0) {

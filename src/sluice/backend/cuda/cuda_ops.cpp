@@ -31,6 +31,7 @@
 #include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/cuda/step_metadata.h"
 #include "sluice/backend/cuda/step_sampler.h"
+#include "sluice/backend/cuda/stream_partition.h"
 
 namespace sluice {
 namespace {
@@ -677,9 +678,10 @@ Result<std::unique_ptr<Ops>> make_cuda_ops(const CudaOptions& options) {
     return Error{fmt::format("CUDA backend: {} is compute capability {}.{}; sluice is built for "
                              "sm_90a (H100/H200)",
                              prop.name, prop.major, prop.minor)};
-  cudaStream_t stream = nullptr;
-  SLUICE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  return std::unique_ptr<Ops>(std::make_unique<CudaOps>(options, stream));
+  SLUICE_TRY_ASSIGN(stream, cuda::make_partitioned_stream(
+                                options.device_index,
+                                {.sms = options.stream_sms, .high_priority = options.stream_high_priority}));
+  return std::unique_ptr<Ops>(std::make_unique<CudaOps>(options, stream.stream));
 }
 
 Result<Tensor> cuda_random_weight(Ops& ops, Shape shape, DType dtype, std::uint64_t seed,

@@ -198,6 +198,12 @@ struct CudaOptions {
   // bound and the CPU's own e4m3 shift; decode batch 64 82.9% of HBM (grouped 47.7%),
   // prefill 4096 tokens 480 TFLOP/s (grouped 143, per-expert cuBLASLt 73).
   cuda::MoeExpertGemm moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma;
+  // Benchmark-only (cuda_bench --overlap): the Ops' stream on part of the SMs
+  // (a green context; see stream_partition.h) or at high priority, so that two
+  // Ops can run decodes and a prefill chunk side by side. 0 / false: a
+  // whole-device stream of default priority, as everywhere else.
+  std::int32_t stream_sms = 0;
+  bool stream_high_priority = false;
 };
 
 namespace cuda {

@@ -1,0 +1,31 @@
+// A CUDA stream confined to part of the GPU's SMs (a green context), or one
+// of high priority: what an experiment needs to run decodes beside a long
+// prefill chunk instead of between its steps (cuda_bench --overlap; issue 14).
+// The driver's green-context calls are looked up at run time through the
+// runtime's entry-point query, so nothing links libcuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "sluice/common/result.h"
+
+namespace sluice::cuda {
+
+struct StreamPartition {
+  // 0: every SM. n > 0: a green context of the first n SMs (rounded up to the
+  // driver's group size, 8 on sm_90); n < 0: one of every SM but those -n.
+  std::int32_t sms = 0;
+  bool high_priority = false;
+};
+
+// A non-blocking stream on `device` as `partition` asks, and the SMs it may
+// use (the device's count for a whole-device stream).
+struct PartitionedStream {
+  cudaStream_t stream = nullptr;
+  std::int32_t num_sms = 0;
+};
+Result<PartitionedStream> make_partitioned_stream(int device, const StreamPartition& partition);
+
+}  // namespace sluice::cuda
