@@ -1,0 +1,95 @@
+// How far the device forward's bf16 roundings alone move DeepSeek-V4's
+// logits, on the CPU: the reference with testing::DeviceRoundingKernels
+// against the exact one, on the checkpoint and over the steps of the device
+// golden (tests/cuda/deepseek_v4_forward_test.cpp: two sequences prefilled
+// in chunks that split CSA / HCA windows, then 6 greedy decode steps). This
+// is what justifies that golden's bound against the exact reference: the
+// device must land within 1e-3 of the rounded reference, and the rounded
+// reference stays within kDeepseekV4DeviceRoundingBound of the exact one,
+// with the same greedy tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4.h"
+#include "sluice/model/safetensors.h"
+#include "../support/deepseek_v4_device_rounding.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::int32_t kVocab = 320;  // the device golden's
+
+std::vector<TokenId> tokens_of(std::int32_t n, std::int32_t mul, std::int32_t add) {
+  std::vector<TokenId> t;
+  for (std::int32_t i = 0; i < n; ++i) t.push_back((i * mul + add) % kVocab);
+  return t;
+}
+
+float scaled_error(std::span<const float> a, std::span<const float> b) {
+  float diff = 0.0f, top = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    top = std::max(top, std::fabs(b[i]));
+  }
+  return diff / std::max(top, 1e-30f);
+}
+
+std::int32_t argmax(std::span<const float> v) {
+  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+class DeepseekV4DeviceRounding : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DeepseekV4DeviceRounding, CostsLessThanTheDeviceGoldensBound) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    (std::string("sluice-v4-rounding-") + dtype_name(GetParam()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(make_model(testing::deepseek_v4_flash_width_options(dir.string(), kVocab, GetParam())).ok());
+  auto config = load_model_config(dir.string());
+  ASSERT_TRUE(config.ok()) << config.error_message();
+  auto checkpoint = Checkpoint::open(dir.string());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
+  cpu::DeepseekV4CpuKernels exact_kernels;
+  testing::DeviceRoundingKernels rounding_kernels;
+  auto exact = DeepseekV4Reference::load(*config, *checkpoint, exact_kernels);
+  auto rounded = DeepseekV4Reference::load(*config, *checkpoint, rounding_kernels);
+  ASSERT_TRUE(exact.ok() && rounded.ok());
+  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
+  std::vector<DeepseekV4Reference::Sequence> e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
+  std::vector<DeepseekV4Reference::Sequence> r = {(*rounded)->start_sequence(), (*rounded)->start_sequence()};
+  float worst = 0.0f;
+  std::vector<TokenId> next(2);
+  auto step = [&](const std::vector<TokenId>& ta, const std::vector<TokenId>& tb, const std::string& what) {
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<TokenId>& tokens = s == 0 ? ta : tb;
+      auto want = (*exact)->append(e[s], tokens);
+      auto got = (*rounded)->append(r[s], tokens);
+      ASSERT_TRUE(want.ok() && got.ok());
+      const float err = scaled_error(*got, *want);
+      EXPECT_LE(err, testing::kDeepseekV4DeviceRoundingBound / 2) << what << (s == 0 ? " A" : " B");
+      worst = std::max(worst, err);
+      next[s] = argmax(*want);
+      EXPECT_EQ(argmax(*got), next[s]) << what << (s == 0 ? " A" : " B");
+    }
+  };
+  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
+       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
+  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
+       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
+  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+  std::printf("[ v4 rounding ] %s: worst max|dlogit| / max|logit| of the device's roundings over 8 steps: %.3g\n",
+              dtype_name(GetParam()), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceRounding, ::testing::Values(DType::f32, DType::f8_e4m3),
+                         [](const auto& info) { return info.param == DType::f32 ? "f32" : "fp8_fp4_experts"; });
+
+}  // namespace
+}  // namespace sluice
