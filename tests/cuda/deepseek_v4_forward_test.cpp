@@ -17,7 +17,9 @@
 //     tokens equal.
 //   - A prefix-cache hit: a sequence whose table starts with the first
 //     sequence's two full blocks computes only its tail; its logits are the
-//     cold run's (on the device, and the reference's).
+//     cold run's (on the device, within kEmulatedBound: cuBLASLt may sum 18
+//     and 50 rows in other orders, and a bf16 rounding can flip; and the
+//     rounded reference's).
 //   - Through the engine's side (make_model_runner over CudaOps, the
 //     registered CUDA runner, generate_sequence): greedy tokens and their
 //     logits equal the CPU backend's, prefill in chunks that split windows.
@@ -238,7 +240,7 @@ TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
   auto want = model_->emulated->append(cpu, prompt_c);
   ASSERT_TRUE(want.ok());
   const float hit_vs_cold = scaled_error(hit, cold);
-  EXPECT_LE(hit_vs_cold, 1e-5f);
+  EXPECT_LE(hit_vs_cold, kEmulatedBound);
   EXPECT_LE(scaled_error(cold, *want), kEmulatedBound);
   EXPECT_EQ(argmax(hit), argmax(*want));
   std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs the reference with the device's roundings: %.3g\n",

@@ -6,7 +6,9 @@
 // is what justifies that golden's bound against the exact reference: the
 // device must land within 1e-3 of the rounded reference, and the rounded
 // reference stays within kDeepseekV4DeviceRoundingBound of the exact one,
-// with the same greedy tokens.
+// with the same greedy tokens (f32 checkpoint; the FP8 one's logits move more
+// under the same roundings, 9.4e-2: its device golden checks the rounded
+// reference and the greedy tokens, and so does this test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,7 +75,9 @@ TEST_P(DeepseekV4DeviceRounding, CostsLessThanTheDeviceGoldensBound) {
       auto got = (*rounded)->append(r[s], tokens);
       ASSERT_TRUE(want.ok() && got.ok());
       const float err = scaled_error(*got, *want);
-      EXPECT_LE(err, testing::kDeepseekV4DeviceRoundingBound / 2) << what << (s == 0 ? " A" : " B");
+      if (GetParam() == DType::f32) {
+        EXPECT_LE(err, testing::kDeepseekV4DeviceRoundingBound / 2) << what << (s == 0 ? " A" : " B");
+      }
       worst = std::max(worst, err);
       next[s] = argmax(*want);
       EXPECT_EQ(argmax(*got), next[s]) << what << (s == 0 ? " A" : " B");
@@ -86,6 +90,49 @@ TEST_P(DeepseekV4DeviceRounding, CostsLessThanTheDeviceGoldensBound) {
   for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
   std::printf("[ v4 rounding ] %s: worst max|dlogit| / max|logit| of the device's roundings over 8 steps: %.3g\n",
               dtype_name(GetParam()), worst);
+}
+
+// The device engine golden's generation (GreedyGenerationOnCudaOpsIsTheCpuBackends:
+// a 61-token prompt in chunks of 23, then 12 greedy tokens): the rounded
+// reference picks the exact one's tokens, within the bound.
+TEST(DeepseekV4DeviceRoundingGeneration, KeepsTheEngineGoldensGreedyTokens) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sluice-v4-rounding-engine";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(make_model(testing::deepseek_v4_flash_width_options(dir.string(), kVocab)).ok());
+  auto config = load_model_config(dir.string());
+  auto checkpoint = Checkpoint::open(dir.string());
+  ASSERT_TRUE(config.ok() && checkpoint.ok());
+  cpu::DeepseekV4CpuKernels exact_kernels;
+  testing::DeviceRoundingKernels rounding_kernels;
+  auto exact = DeepseekV4Reference::load(*config, *checkpoint, exact_kernels);
+  auto rounded = DeepseekV4Reference::load(*config, *checkpoint, rounding_kernels);
+  ASSERT_TRUE(exact.ok() && rounded.ok());
+  auto e = (*exact)->start_sequence();
+  auto r = (*rounded)->start_sequence();
+  const std::vector<TokenId> prompt = tokens_of(61, 41, 5);
+  std::vector<float> want, got;
+  for (std::size_t at = 0; at < prompt.size(); at += 23) {
+    const std::vector<TokenId> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(at),
+                                     prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), at + 23)));
+    auto w = (*exact)->append(e, chunk);
+    auto g = (*rounded)->append(r, chunk);
+    ASSERT_TRUE(w.ok() && g.ok());
+    want = *w;
+    got = *g;
+  }
+  float worst = 0.0f;
+  for (int i = 0; i < 12; ++i) {
+    worst = std::max(worst, scaled_error(got, want));
+    const TokenId next = argmax(want);
+    ASSERT_EQ(argmax(got), next) << "token " << i;
+    auto w = (*exact)->append(e, std::vector<TokenId>{next});
+    auto g = (*rounded)->append(r, std::vector<TokenId>{next});
+    ASSERT_TRUE(w.ok() && g.ok());
+    want = *w;
+    got = *g;
+  }
+  EXPECT_LE(worst, testing::kDeepseekV4DeviceRoundingBound / 2);
+  std::printf("[ v4 rounding ] engine golden's generation: 12 greedy tokens equal, worst %.3g\n", worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceRounding, ::testing::Values(DType::f32, DType::f8_e4m3),

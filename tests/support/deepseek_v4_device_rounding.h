@@ -24,11 +24,14 @@
 
 namespace sluice::testing {
 
-// max |Δlogit| / max |logit| that the roundings below may cost against the
-// exact reference on deepseek_v4_flash_width_options' f32 checkpoint over the
-// device golden's steps: twice the worst the CPU measures (see
-// tests/model/deepseek_v4_device_rounding_test.cpp).
-inline constexpr float kDeepseekV4DeviceRoundingBound = 2e-2f;
+// max |Δlogit| / max |logit| that the device forward may err from the exact
+// reference on deepseek_v4_flash_width_options' f32 checkpoint over the device
+// golden's steps: twice what the roundings below alone cost there on the CPU
+// (1.83e-2, tests/model/deepseek_v4_device_rounding_test.cpp, which fails if
+// that cost passes half this bound). The FP8 / FP4 checkpoint's logits are
+// more sensitive to the same roundings (9.4e-2 on the CPU); its device golden
+// is held to the rounded reference and the greedy tokens only.
+inline constexpr float kDeepseekV4DeviceRoundingBound = 4e-2f;
 
 // 4 layers (sliding, CSA, HCA, CSA; the first hash-routed), hidden 64, 4
 // heads of 512 (64 rope dims), index heads 4 x 128, index_topk 32, window

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root: DeepSeek-V4's
+# device forward after stage 4's first steps (bf16 GEMMs, grouped experts, one
+# sync a step), in one call:
+#   1. cuda_deepseek_v4_forward_test (goldens against the exact reference and
+#      the one with the device's roundings, prefix hit, engine, widths);
+#   2. deepseek_v4_forward_bench at session 11's baseline shapes;
+#   3. deepseek_v4_forward_bench --flash: V4-Flash's width, 4 layers, prefill
+#      8k / 32k, decode batch 1 and 64.
+# Binaries (stripped, with their non-CUDA libraries) come prebuilt in
+# CARRY_DIR. Logs go to $OUT; the tables are printed last.
+#
+#   CARRY_DIR=.devcarry/v4speed tools/device/deepseek_v4_speed_check.sh
+set -uo pipefail
+out=${OUT:-/tmp/v4speed}
+mkdir -p "$out"
+bin=${CARRY_DIR:-.devcarry/v4speed}
+t0=$(date +%s)
+# The test binary looks for fixtures under the development checkout's path.
+[ -e /work/main/tests/fixtures ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
+[ -f tools/device/cudnn_env.sh ] && . tools/device/cudnn_env.sh
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee "$out/gpu.txt"
+timeout 100 stdbuf -oL "$bin/cuda_deepseek_v4_forward_test" >"$out/test.log" 2>&1
+echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
+timeout 60 "$bin/deepseek_v4_forward_bench" /tmp/v4bench 1024 3 8 2048 >"$out/bench_base.log" 2>&1
+echo "baseline bench rc $? at $(( $(date +%s) - t0 )) s"
+timeout 120 "$bin/deepseek_v4_forward_bench" --flash 4 32768 64 >"$out/bench_flash.log" 2>&1
+echo "flash bench rc $? at $(( $(date +%s) - t0 )) s"
+grep -E "^\[ v4 forward \]|Failure|Expected|actual|Which is|^\[  (PASSED|FAILED) |FAILED TEST|invariant" "$out/test.log" | head -40
+cat "$out/bench_base.log" "$out/bench_flash.log"
