@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -47,9 +49,16 @@ std::int32_t argmax(std::span<const float> v) {
   return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+constexpr int kNoiseSeeds = 3;
+
 class DeepseekV4DeviceRounding : public ::testing::TestWithParam<DType> {};
 
-TEST_P(DeepseekV4DeviceRounding, CostsLessThanTheDeviceGoldensBound) {
+// Per step of the device golden: the rounded reference against the exact one
+// (the roundings' cost), and noisy copies of the rounded one against it (what
+// one f32 ulp of other summation orders costs through the roundings: the
+// spread the device, which sums in other orders, can show against the
+// rounded reference).
+TEST_P(DeepseekV4DeviceRounding, CostAndSpreadStayWithinTheDeviceGoldensBounds) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     (std::string("sluice-v4-rounding-") + dtype_name(GetParam()));
   std::filesystem::remove_all(dir);
@@ -58,29 +67,50 @@ TEST_P(DeepseekV4DeviceRounding, CostsLessThanTheDeviceGoldensBound) {
   ASSERT_TRUE(config.ok()) << config.error_message();
   auto checkpoint = Checkpoint::open(dir.string());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.error_message();
+  const float cost_bound = testing::deepseek_v4_device_rounding_bound(GetParam());
   cpu::DeepseekV4CpuKernels exact_kernels;
   testing::DeviceRoundingKernels rounding_kernels;
+  std::vector<std::unique_ptr<testing::DeviceRoundingKernels>> noisy_kernels;
   auto exact = DeepseekV4Reference::load(*config, *checkpoint, exact_kernels);
   auto rounded = DeepseekV4Reference::load(*config, *checkpoint, rounding_kernels);
   ASSERT_TRUE(exact.ok() && rounded.ok());
+  std::vector<std::unique_ptr<DeepseekV4Reference>> noisy;
+  for (int seed = 1; seed <= kNoiseSeeds; ++seed) {
+    noisy_kernels.push_back(std::make_unique<testing::DeviceRoundingKernels>(seed));
+    auto n = DeepseekV4Reference::load(*config, *checkpoint, *noisy_kernels.back());
+    ASSERT_TRUE(n.ok());
+    noisy.push_back(std::move(*n));
+  }
   const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
-  std::vector<DeepseekV4Reference::Sequence> e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
-  std::vector<DeepseekV4Reference::Sequence> r = {(*rounded)->start_sequence(), (*rounded)->start_sequence()};
-  float worst = 0.0f;
+  using Sequences = std::vector<DeepseekV4Reference::Sequence>;
+  Sequences e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
+  Sequences r = {(*rounded)->start_sequence(), (*rounded)->start_sequence()};
+  std::vector<Sequences> z;
+  for (const auto& n : noisy) z.push_back({n->start_sequence(), n->start_sequence()});
+  float worst = 0.0f, worst_spread = 0.0f, least_margin = 1.0f;
   std::vector<TokenId> next(2);
   auto step = [&](const std::vector<TokenId>& ta, const std::vector<TokenId>& tb, const std::string& what) {
     for (int s = 0; s < 2; ++s) {
       const std::vector<TokenId>& tokens = s == 0 ? ta : tb;
+      const std::string where = what + (s == 0 ? " A" : " B");
       auto want = (*exact)->append(e[s], tokens);
       auto got = (*rounded)->append(r[s], tokens);
       ASSERT_TRUE(want.ok() && got.ok());
       const float err = scaled_error(*got, *want);
-      if (GetParam() == DType::f32) {
-        EXPECT_LE(err, testing::kDeepseekV4DeviceRoundingBound / 2) << what << (s == 0 ? " A" : " B");
-      }
+      EXPECT_LE(err, cost_bound / 2) << where;
       worst = std::max(worst, err);
+      for (std::size_t i = 0; i < noisy.size(); ++i) {
+        auto shaken = noisy[i]->append(z[i][s], tokens);
+        ASSERT_TRUE(shaken.ok());
+        const float spread = scaled_error(*shaken, *got);
+        EXPECT_LE(spread, testing::deepseek_v4_device_spread_bound(GetParam()) / 2) << where << " seed " << i + 1;
+        worst_spread = std::max(worst_spread, spread);
+      }
       next[s] = argmax(*want);
-      EXPECT_EQ(argmax(*got), next[s]) << what << (s == 0 ? " A" : " B");
+      least_margin = std::min(least_margin, testing::greedy_margin(*want));
+      if (testing::greedy_margin(*want) > 2 * cost_bound) {
+        EXPECT_EQ(argmax(*got), next[s]) << where;
+      }
     }
   };
   step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
@@ -88,13 +118,16 @@ TEST_P(DeepseekV4DeviceRounding, CostsLessThanTheDeviceGoldensBound) {
   step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
        std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
   for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
-  std::printf("[ v4 rounding ] %s: worst max|dlogit| / max|logit| of the device's roundings over 8 steps: %.3g\n",
-              dtype_name(GetParam()), worst);
+  std::printf("[ v4 rounding ] %s over 8 steps, max|dlogit| / max|logit|: the roundings' cost %.3g, the spread of "
+              "one f32 ulp of noise through them %.3g (%d seeds); least greedy margin %.3g\n",
+              dtype_name(GetParam()), worst, worst_spread, kNoiseSeeds, least_margin);
 }
 
 // The device engine golden's generation (GreedyGenerationOnCudaOpsIsTheCpuBackends:
 // a 61-token prompt in chunks of 23, then 12 greedy tokens): the rounded
-// reference picks the exact one's tokens, within the bound.
+// reference picks the exact one's tokens, within the bound (the least margin
+// of a pick is printed: 1.2e-2, nearer a tie than the device golden's bound,
+// so that golden compares tokens up to the first pick near a tie).
 TEST(DeepseekV4DeviceRoundingGeneration, KeepsTheEngineGoldensGreedyTokens) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sluice-v4-rounding-engine";
   std::filesystem::remove_all(dir);
@@ -120,9 +153,10 @@ TEST(DeepseekV4DeviceRoundingGeneration, KeepsTheEngineGoldensGreedyTokens) {
     want = *w;
     got = *g;
   }
-  float worst = 0.0f;
+  float worst = 0.0f, least_margin = 1.0f;
   for (int i = 0; i < 12; ++i) {
     worst = std::max(worst, scaled_error(got, want));
+    least_margin = std::min(least_margin, testing::greedy_margin(want));
     const TokenId next = argmax(want);
     ASSERT_EQ(argmax(got), next) << "token " << i;
     auto w = (*exact)->append(e, std::vector<TokenId>{next});
@@ -131,8 +165,9 @@ TEST(DeepseekV4DeviceRoundingGeneration, KeepsTheEngineGoldensGreedyTokens) {
     want = *w;
     got = *g;
   }
-  EXPECT_LE(worst, testing::kDeepseekV4DeviceRoundingBound / 2);
-  std::printf("[ v4 rounding ] engine golden's generation: 12 greedy tokens equal, worst %.3g\n", worst);
+  EXPECT_LE(worst, testing::kDeepseekV4DeviceRoundingBoundF32 / 2);
+  std::printf("[ v4 rounding ] engine golden's generation: 12 greedy tokens equal, worst %.3g, least margin %.3g\n",
+              worst, least_margin);
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceRounding, ::testing::Values(DType::f32, DType::f8_e4m3),

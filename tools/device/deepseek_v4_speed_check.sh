@@ -21,11 +21,11 @@ t0=$(date +%s)
 [ -f tools/device/cudnn_env.sh ] && . tools/device/cudnn_env.sh
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee "$out/gpu.txt"
-timeout 100 stdbuf -oL "$bin/cuda_deepseek_v4_forward_test" >"$out/test.log" 2>&1
+timeout 90 stdbuf -oL "$bin/cuda_deepseek_v4_forward_test" >"$out/test.log" 2>&1
 echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
-timeout 60 "$bin/deepseek_v4_forward_bench" /tmp/v4bench 1024 3 8 2048 >"$out/bench_base.log" 2>&1
+timeout 50 "$bin/deepseek_v4_forward_bench" /tmp/v4bench 1024 3 8 2048 >"$out/bench_base.log" 2>&1
 echo "baseline bench rc $? at $(( $(date +%s) - t0 )) s"
-timeout 120 "$bin/deepseek_v4_forward_bench" --flash 4 32768 64 >"$out/bench_flash.log" 2>&1
+timeout 100 "$bin/deepseek_v4_forward_bench" --flash 4 32768 64 >"$out/bench_flash.log" 2>&1
 echo "flash bench rc $? at $(( $(date +%s) - t0 )) s"
 grep -E "^\[ v4 forward \]|Failure|Expected|actual|Which is|^\[  (PASSED|FAILED) |FAILED TEST|invariant" "$out/test.log" | head -40
 cat "$out/bench_base.log" "$out/bench_flash.log"
