@@ -7,7 +7,7 @@
 //     random weights: prefill of one sequence in chunks of 512, then decode
 //     at batch 1 and 16.
 //
-//   deepseek_v4_forward_bench --flash [layers] [prefill_tokens] [decode_batch]
+//   deepseek_v4_forward_bench --flash [layers] [prefill_tokens] [decode_batch] [profile]
 //     V4-Flash's width (hidden 4096, 64 heads x 512, q_lora 1024, 8 x 1024
 //     output groups, 256 experts top 6 x 2048 and a shared one, vocab
 //     129,280) with the depth cut to `layers` (sliding + hash MoE, then CSA
@@ -20,7 +20,10 @@
 //     indexer's scores) over 790 TFLOP/s; decode as the bytes of the weights
 //     a step must read (dense, shared, and the routed experts a batch of
 //     that size touches on average under uniform routing; KV not counted)
-//     over 4.3 TB/s, the measured copy rate.
+//     over 4.3 TB/s, the measured copy rate. With profile 1, one batch-1
+//     decode step runs between cudaProfilerStart and cudaProfilerStop (for
+//     ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -263,6 +266,7 @@ int flash(int argc, char** argv) {
   const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int prefill = argc > 3 ? std::atoi(argv[3]) : 32768;
   const int batch = argc > 4 ? std::atoi(argv[4]) : 64;
+  const bool profile = argc > 5 && std::atoi(argv[5]) != 0;
   constexpr int kChunk = 8192, kContext = 1024, kDecodeSteps = 16;
   auto config = parse_model_config(flash_config_json(layers), "deepseek_v4_forward_bench --flash");
   if (!config.ok()) {
@@ -322,6 +326,12 @@ int flash(int argc, char** argv) {
   double decode1 = 0;
   for (int i = 0; i < kDecodeSteps; ++i) decode1 += h.timed(h.step_of({0}, {prefill + i}, 1));
   decode1 /= kDecodeSteps;
+  if (profile) {
+    cudaProfilerStart();
+    const double s = h.timed(h.step_of({0}, {prefill + kDecodeSteps - 1}, 1));  // the last step again
+    cudaProfilerStop();
+    std::printf("profiled decode step (batch 1): %.2f ms\n", s * 1e3);
+  }
   std::printf("| decode batch 1 at %d | %.2f ms/step | %.1f tok/s | %.1f%% of 4.3 TB/s (%.1f GB of weights a step) |\n",
               prefill, decode1 * 1e3, 1 / decode1, 100.0 * decode_weight_bytes(*config, 1) / decode1 / kHbmBytesPerS,
               decode_weight_bytes(*config, 1) / 1e9);
@@ -349,7 +359,7 @@ int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s DIR [hidden] [layers] [experts] [prefill_tokens]\n"
-                 "       %s --flash [layers] [prefill_tokens] [decode_batch]\n",
+                 "       %s --flash [layers] [prefill_tokens] [decode_batch] [profile]\n",
                  argv[0], argv[0]);
     return 2;
   }

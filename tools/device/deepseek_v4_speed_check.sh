@@ -6,7 +6,10 @@
 #      the one with the device's roundings, prefix hit, engine, widths);
 #   2. deepseek_v4_forward_bench at session 11's baseline shapes;
 #   3. deepseek_v4_forward_bench --flash: V4-Flash's width, 4 layers, prefill
-#      8k / 32k, decode batch 1 and 64.
+#      8k / 32k, decode batch 1 and 64;
+#   4. (--profile) ncu's time of every kernel of one batch-1 decode step at
+#      V4-Flash's width after an 8k prefill, summed by kernel, and the step's
+#      wall time (the difference is the host's share).
 # Binaries (stripped, with their non-CUDA libraries) come prebuilt in
 # CARRY_DIR. Logs go to $OUT; the tables are printed last.
 #
@@ -15,6 +18,8 @@ set -uo pipefail
 out=${OUT:-/tmp/v4speed}
 mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/v4speed}
+profile=0
+[ "${1:-}" = --profile ] && profile=1
 t0=$(date +%s)
 # The test binary looks for fixtures under the development checkout's path.
 [ -e /work/main/tests/fixtures ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
@@ -27,5 +32,27 @@ timeout 50 "$bin/deepseek_v4_forward_bench" /tmp/v4bench 1024 3 8 2048 >"$out/be
 echo "baseline bench rc $? at $(( $(date +%s) - t0 )) s"
 timeout 100 "$bin/deepseek_v4_forward_bench" --flash 4 32768 64 >"$out/bench_flash.log" 2>&1
 echo "flash bench rc $? at $(( $(date +%s) - t0 )) s"
+if [ $profile = 1 ]; then
+  timeout 150 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    "$bin/deepseek_v4_forward_bench" --flash 4 8192 8 1 >"$out/ncu.csv" 2>"$out/ncu.err"
+  echo "ncu rc $? at $(( $(date +%s) - t0 )) s"
+  python3 - "$out/ncu.csv" >"$out/profile.txt" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows:
+    sys.exit("no kernels in the ncu output")
+head, rows = rows[0], rows[1:]
+ki, vi = head.index("Kernel Name"), head.index("Metric Value")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    name = r[ki].split("(")[0][:80]
+    tot[name] += float(r[vi].replace(",", "")) / 1e3; cnt[name] += 1
+print(f"one batch-1 decode step: {len(rows)} kernels, {sum(tot.values()):.0f} us of kernel time")
+for name, us in sorted(tot.items(), key=lambda x: -x[1])[:30]:
+    print(f"{us:9.1f} us  x{cnt[name]:4d}  {name}")
+PY
+  grep "profiled decode step" "$out/ncu.csv" "$out/ncu.err" | head -2
+  cat "$out/profile.txt"
+fi
 grep -E "^\[ v4 forward \]|Failure|Expected|actual|Which is|^\[  (PASSED|FAILED) |FAILED TEST|invariant" "$out/test.log" | head -40
 cat "$out/bench_base.log" "$out/bench_flash.log"
