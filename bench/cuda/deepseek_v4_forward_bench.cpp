@@ -22,7 +22,8 @@
 //     that size touches on average under uniform routing; KV not counted)
 //     over 4.3 TB/s, the measured copy rate. With profile 1, one batch-1
 //     decode step runs between cudaProfilerStart and cudaProfilerStop (for
-//     ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi).
+//     ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi);
+//     with profile 2, the first prefill chunk.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -266,7 +267,7 @@ int flash(int argc, char** argv) {
   const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int prefill = argc > 3 ? std::atoi(argv[3]) : 32768;
   const int batch = argc > 4 ? std::atoi(argv[4]) : 64;
-  const bool profile = argc > 5 && std::atoi(argv[5]) != 0;
+  const int profile = argc > 5 ? std::atoi(argv[5]) : 0;  // 1: a decode step, 2: the first prefill chunk
   constexpr int kChunk = 8192, kContext = 1024, kDecodeSteps = 16;
   auto config = parse_model_config(flash_config_json(layers), "deepseek_v4_forward_bench --flash");
   if (!config.ok()) {
@@ -310,7 +311,9 @@ int flash(int argc, char** argv) {
   double total_s = 0, total_linear = 0, total_attention = 0;
   for (int done = 0; done < prefill; done += kChunk) {
     const int rows = std::min(kChunk, prefill - done);
+    if (profile == 2 && done == 0) cudaProfilerStart();
     const double s = h.timed(h.step_of({0}, {done}, rows));
+    if (profile == 2 && done == 0) cudaProfilerStop();
     const auto [linear, attention] = flops_of(done, done + rows);
     total_s += s;
     total_linear += linear;
@@ -326,7 +329,7 @@ int flash(int argc, char** argv) {
   double decode1 = 0;
   for (int i = 0; i < kDecodeSteps; ++i) decode1 += h.timed(h.step_of({0}, {prefill + i}, 1));
   decode1 /= kDecodeSteps;
-  if (profile) {
+  if (profile == 1) {
     cudaProfilerStart();
     const double s = h.timed(h.step_of({0}, {prefill + kDecodeSteps - 1}, 1));  // the last step again
     cudaProfilerStop();
