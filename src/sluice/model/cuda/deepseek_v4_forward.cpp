@@ -378,17 +378,17 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
   Weights& w = *owned->w_;
   const std::int64_t hidden = config.hidden_size, hc = ds.hc_mult, heads = config.num_heads, hd = config.head_dim;
   const std::int64_t inter = ds.moe_intermediate_size, experts = ds.n_routed_experts, vocab = config.vocab_size;
-  std::uint64_t stream_id = seed * 1000003;
+  std::uint64_t fill_seed = seed * 1000003;  // one more for every tensor
   // Uniform in (-scale, scale); a linear's scale is 1 / sqrt(its input width).
   auto matrix = [&](std::int64_t rows, std::int64_t cols) {
     Bf16Matrix m{DeviceArray<std::uint16_t>(static_cast<std::size_t>(rows * cols)), rows, cols};
     launch_v4_fill_uniform(m.data.get(), kBf16Dt, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)),
-                           ++stream_id, nullptr);
+                           ++fill_seed, nullptr);
     return m;
   };
   auto floats = [&](std::int64_t n, float scale, float offset = 0.0f) {
     DeviceArray<float> v(static_cast<std::size_t>(n));
-    launch_v4_fill_uniform(v.get(), kF32Dt, n, scale, ++stream_id, nullptr, offset);
+    launch_v4_fill_uniform(v.get(), kF32Dt, n, scale, ++fill_seed, nullptr, offset);
     return v;
   };
   auto hc_weights = [&](std::int64_t mixes, std::int64_t scales) {
