@@ -1,23 +1,45 @@
-// Times DeepSeek-V4's device forward (model/cuda/deepseek_v4_forward.h) as
-// it is today, correct first (f32 weights, CUDA-core linears): the baseline
-// that stage 4 speeds up. A make-model checkpoint at V4-Flash's head widths
-// (latent 512, 64 heads, index heads 64 x 128, top-512, window 128, rates 4 and
-// 128) with a narrowed body (hidden, experts, depth below), random weights:
-//   prefill of one sequence in chunks, then decode steps at batch 1 and 16.
+// Times DeepSeek-V4's device forward (model/cuda/deepseek_v4_forward.h), two ways:
 //
 //   deepseek_v4_forward_bench DIR [hidden] [layers] [experts] [prefill_tokens]
-// DIR is scratch space for the checkpoint.
+//     Session 11's baseline shapes: a make-model checkpoint (DIR is scratch
+//     space) at V4-Flash's head widths (latent 512, 64 heads, index heads
+//     64 x 128, top-512, window 128, rates 4 and 128) with a narrowed body,
+//     random weights: prefill of one sequence in chunks of 512, then decode
+//     at batch 1 and 16.
+//
+//   deepseek_v4_forward_bench --flash [layers] [prefill_tokens] [decode_batch] [profile]
+//     V4-Flash's width (hidden 4096, 64 heads x 512, q_lora 1024, 8 x 1024
+//     output groups, 256 experts top 6 x 2048 and a shared one, vocab
+//     129,280) with the depth cut to `layers` (sliding + hash MoE, then CSA
+//     and HCA alternating), random bf16 weights made on the device (no
+//     checkpoint of that size fits the host): prefill of one prompt in
+//     chunks of 8,192 (the rate at 8k and over the whole prompt), decode at
+//     batch 1 after it, and decode at `decode_batch` sequences of 1,024.
+//     Each row gives its share of the H200's limits: prefill as FLOPs (the
+//     linears, the experts the rows route to, the sparse attention and the
+//     indexer's scores) over 790 TFLOP/s; decode as the bytes of the weights
+//     a step must read (dense, shared, and the routed experts a batch of
+//     that size touches on average under uniform routing; KV not counted)
+//     over 4.3 TB/s, the measured copy rate. With profile 1, one batch-1
+//     decode step runs between cudaProfilerStart and cudaProfilerStop (for
+//     ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi);
+//     with profile 2, the first prefill chunk.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
-#include "sluice/model/cuda/deepseek_v4_forward.h"
 #include "sluice/model/config.h"
+#include "sluice/model/cuda/deepseek_v4_forward.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/safetensors.h"
@@ -27,13 +49,73 @@ namespace {
 using namespace sluice;
 using Clock = std::chrono::steady_clock;
 
+constexpr double kBf16PeakFlops = 790e12;  // cuBLASLt bf16 on random data, docs/benchmarks.md
+constexpr double kHbmBytesPerS = 4.3e12;   // device memory copy, measured (spec 4.8)
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int run(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [hidden] [layers] [experts] [prefill_tokens]\n", argv[0]);
-    return 2;
+// Sequences over one device pool of blocks, and the steps the bench runs.
+class Harness {
+ public:
+  Harness(const cuda::DeepseekV4DeviceForward& device, const DeepseekV4KvLayout& layout, std::int32_t vocab,
+          std::int32_t block)
+      : device_(device), layout_(layout), vocab_(vocab), block_(block) {}
+  ~Harness() { cudaFree(blocks_); }
+
+  // Block tables for sequences of these token counts; false when the pool does not fit.
+  bool allocate(const std::vector<std::int32_t>& tokens) {
+    std::int32_t next = 0;
+    for (std::int32_t t : tokens) {
+      std::vector<BlockId>& table = tables_.emplace_back();
+      for (std::int32_t b = 0; b < (t + block_ - 1) / block_; ++b) table.push_back(next++);
+    }
+    fpb_ = (layout_.floats_per_block() + block_ - 1) / block_ * block_;
+    const std::size_t bytes = static_cast<std::size_t>(next) * static_cast<std::size_t>(fpb_) * 4;
+    std::printf("KV pool: %d blocks of %d tokens, %.2f GB\n", next, block_, static_cast<double>(bytes) / 1e9);
+    if (cudaMalloc(reinterpret_cast<void**>(&blocks_), bytes) != cudaSuccess) return false;
+    cudaMemset(blocks_, 0, bytes);
+    num_blocks_ = next;
+    return true;
   }
+  StepLayout step_of(const std::vector<int>& seqs, const std::vector<int>& computed, int rows_each) const {
+    StepLayout step;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = rows_each,
+                                .num_computed_tokens = computed[i], .block_table = tables_[seqs[i]]});
+      for (int r = 0; r < rows_each; ++r) {
+        step.token_ids.push_back((computed[i] + r + 1000 * seqs[i]) * 7 % vocab_);
+        step.positions.push_back(computed[i] + r);
+      }
+      step.sample_rows.push_back(step.num_rows() - 1);
+    }
+    return step;
+  }
+  double timed(const StepLayout& step) const {
+    const cuda::V4PagedBlocks pb{.data = blocks_, .floats_per_block = fpb_, .num_blocks = num_blocks_,
+                                 .block_size = block_};
+    const auto t = Clock::now();
+    auto logits = device_.forward(step, pb, nullptr);
+    if (!logits.ok()) {
+      std::fprintf(stderr, "forward: %s\n", logits.error_message().c_str());
+      std::exit(1);
+    }
+    const double s = seconds_since(t);
+    if (std::any_of(logits->begin(), logits->end(), [](float v) { return !std::isfinite(v); }))
+      std::printf("warning: a logit is not finite (random weights); the timing stands\n");
+    return s;
+  }
+
+ private:
+  const cuda::DeepseekV4DeviceForward& device_;
+  const DeepseekV4KvLayout& layout_;
+  std::int32_t vocab_, block_;
+  std::vector<std::vector<BlockId>> tables_;
+  float* blocks_ = nullptr;
+  std::int64_t fpb_ = 0;
+  std::int32_t num_blocks_ = 0;
+};
+
+int baseline(int argc, char** argv) {
   const std::string dir = argv[1];
   const int hidden = argc > 2 ? std::atoi(argv[2]) : 1024;
   const int layers = argc > 3 ? std::atoi(argv[3]) : 3;
@@ -88,62 +170,203 @@ int run(int argc, char** argv) {
   }
   std::printf("model made, loaded and uploaded in %.1f s: hidden %d, %d layers (sch), %d experts top 6\n",
               seconds_since(t0), hidden, layers, experts);
-  // Blocks for 17 sequences: one of prefill + 64 tokens, 16 decode sequences of 1024 + 64.
-  const std::int32_t blocks_a = (prefill + 64 + kBlock - 1) / kBlock, blocks_b = (1024 + 64) / kBlock + 1;
-  const std::int32_t num_blocks = blocks_a + 16 * blocks_b;
-  const std::int64_t fpb = (layout->floats_per_block() + kBlock - 1) / kBlock * kBlock;
-  float* blocks = nullptr;
-  if (cudaMalloc(reinterpret_cast<void**>(&blocks), static_cast<std::size_t>(num_blocks * fpb) * 4) != cudaSuccess)
-    return 1;
-  cudaMemset(blocks, 0, static_cast<std::size_t>(num_blocks * fpb) * 4);
-  const cuda::V4PagedBlocks pb{.data = blocks, .floats_per_block = fpb, .num_blocks = num_blocks, .block_size = kBlock};
-  std::vector<std::vector<BlockId>> tables(17);
-  BlockId next = 0;
-  for (int s = 0; s < 17; ++s)
-    for (int b = 0; b < (s == 0 ? blocks_a : blocks_b); ++b) tables[s].push_back(next++);
-  auto step_of = [&](const std::vector<int>& seqs, const std::vector<int>& computed, int rows_each) {
-    StepLayout step;
-    for (std::size_t i = 0; i < seqs.size(); ++i) {
-      step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = rows_each, .num_computed_tokens = computed[i],
-                                .block_table = tables[seqs[i]]});
-      for (int r = 0; r < rows_each; ++r) {
-        step.token_ids.push_back((computed[i] + r) * 7 % 4096);
-        step.positions.push_back(computed[i] + r);
-      }
-      step.sample_rows.push_back(step.num_rows() - 1);
-    }
-    return step;
-  };
-  auto timed = [&](const StepLayout& step) {
-    const auto t = Clock::now();
-    auto logits = (*device)->forward(step, pb, nullptr);
-    if (!logits.ok()) {
-      std::fprintf(stderr, "forward: %s\n", logits.error_message().c_str());
-      std::exit(1);
-    }
-    return seconds_since(t);
-  };
+  // Sequence 0: prefill + 64 tokens; 1..16: 1024 + 64.
+  Harness h(**device, *layout, 4096, kBlock);
+  std::vector<std::int32_t> tokens = {prefill + 64};
+  for (int s = 1; s <= 16; ++s) tokens.push_back(1024 + 64);
+  if (!h.allocate(tokens)) return 1;
   // Prefill in chunks of 512, then 32 decode steps (batch 1).
   double prefill_s = 0;
-  for (int done = 0; done < prefill; done += 512) prefill_s += timed(step_of({0}, {done}, 512));
+  for (int done = 0; done < prefill; done += 512) prefill_s += h.timed(h.step_of({0}, {done}, 512));
   double decode1 = 0;
-  for (int i = 0; i < 32; ++i) decode1 += timed(step_of({0}, {prefill + i}, 1));
+  for (int i = 0; i < 32; ++i) decode1 += h.timed(h.step_of({0}, {prefill + i}, 1));
   // 16 sequences of 1024 tokens (prefilled together), then 32 decode steps at batch 16.
-  std::vector<int> seqs, at(16, 0);
+  std::vector<int> seqs;
   for (int s = 1; s <= 16; ++s) seqs.push_back(s);
-  for (int done = 0; done < 1024; done += 128) {
-    std::vector<int> c(16, done);
-    (void)timed(step_of(seqs, c, 128));
-  }
+  for (int done = 0; done < 1024; done += 128) (void)h.timed(h.step_of(seqs, std::vector<int>(16, done), 128));
   double decode16 = 0;
-  for (int i = 0; i < 32; ++i) decode16 += timed(step_of(seqs, std::vector<int>(16, 1024 + i), 1));
+  for (int i = 0; i < 32; ++i) decode16 += h.timed(h.step_of(seqs, std::vector<int>(16, 1024 + i), 1));
   std::printf("| what | time | rate |\n|---|---|---|\n");
   std::printf("| prefill %d tokens (chunks of 512) | %.1f ms | %.0f tok/s |\n", prefill, prefill_s * 1e3,
               prefill / prefill_s);
   std::printf("| decode batch 1 at %d | %.2f ms/step | %.1f tok/s |\n", prefill, decode1 / 32 * 1e3, 32 / decode1);
   std::printf("| decode batch 16 at 1024 | %.2f ms/step | %.1f tok/s |\n", decode16 / 32 * 1e3, 16 * 32 / decode16);
-  cudaFree(blocks);
   return 0;
+}
+
+// V4-Flash's config.json with the depth cut to `layers` (sliding, then CSA / HCA alternating; the first hash-routed).
+std::string flash_config_json(int layers) {
+  std::string ratios = "0";
+  for (int i = 1; i < layers; ++i) ratios += i % 2 == 1 ? ", 4" : ", 128";
+  ratios += ", 0";
+  return fmt::format(R"({{"model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"],
+    "vocab_size": 129280, "hidden_size": 4096, "moe_intermediate_size": 2048, "num_hidden_layers": {},
+    "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "q_lora_rank": 1024,
+    "qk_rope_head_dim": 64, "o_groups": 8, "o_lora_rank": 1024, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 6, "num_hash_layers": 1, "scoring_func": "sqrtsoftplus", "norm_topk_prob": true,
+    "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "sliding_window": 128, "index_n_heads": 64,
+    "index_head_dim": 128, "index_topk": 512, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
+    "compress_ratios": [{}], "compress_rope_theta": 160000, "rope_theta": 10000,
+    "max_position_embeddings": 1048576,
+    "rope_scaling": {{"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+                     "beta_fast": 32, "beta_slow": 1}},
+    "rms_norm_eps": 1e-6, "num_nextn_predict_layers": 1, "bos_token_id": 0, "eos_token_id": 1,
+    "torch_dtype": "bfloat16"}})",
+                     layers, ratios);
+}
+
+// Work per token at position `pos` of one layer (FLOPs of the linears and experts, attention, indexer).
+struct LayerCost {
+  double linear_flops = 0, attention_flops = 0;
+};
+LayerCost layer_cost(const ModelConfig& c, DeepseekV4Attention type, std::int64_t pos) {
+  const DeepseekV4Config& ds = *c.deepseek_v4;
+  const double hidden = c.hidden_size, heads = c.num_heads, hd = c.head_dim, q_lora = ds.q_lora_rank;
+  const double o = static_cast<double>(ds.o_groups) * ds.o_lora_rank, inter = ds.moe_intermediate_size;
+  const double ih = ds.index_n_heads, ihd = ds.index_head_dim;
+  LayerCost cost;
+  double lin = hidden * q_lora + q_lora * heads * hd + hidden * hd + heads * hd * ds.o_lora_rank + o * hidden;
+  lin += hidden * ds.n_routed_experts + (ds.num_experts_per_tok + 1) * 3 * hidden * inter;
+  double keys = std::min<double>(static_cast<double>(pos + 1), ds.sliding_window);
+  if (type == DeepseekV4Attention::compressed_sparse) {
+    const double visible = static_cast<double>((pos + 1) / ds.csa_compress_rate);
+    lin += 2 * hidden * 2 * hd + 2 * hidden * 2 * ihd + q_lora * ih * ihd + hidden * ih;
+    keys += std::min<double>(visible, ds.index_topk);
+    cost.attention_flops += 2 * ih * ihd * visible;
+  } else if (type == DeepseekV4Attention::heavily_compressed) {
+    lin += 2 * hidden * hd;
+    keys += static_cast<double>((pos + 1) / ds.hca_compress_rate);
+  }
+  cost.linear_flops = 2 * lin;
+  cost.attention_flops += 4 * heads * hd * keys;  // QK and PV over the K = V latents
+  return cost;
+}
+
+// Bytes of weights a decode step of `batch` rows reads (bf16; routed experts: the expected distinct ones).
+double decode_weight_bytes(const ModelConfig& c, int batch) {
+  const DeepseekV4Config& ds = *c.deepseek_v4;
+  const double hidden = c.hidden_size, heads = c.num_heads, hd = c.head_dim, q_lora = ds.q_lora_rank;
+  const double o = static_cast<double>(ds.o_groups) * ds.o_lora_rank, inter = ds.moe_intermediate_size;
+  const double e = ds.n_routed_experts, k = ds.num_experts_per_tok;
+  const double touched = e * (1.0 - std::pow(1.0 - k / e, batch));
+  double params = 0;
+  for (DeepseekV4Attention type : ds.layer_types) {
+    params += hidden * q_lora + q_lora * heads * hd + hidden * hd + heads * hd * ds.o_lora_rank + o * hidden;
+    params += hidden * e + (touched + 1) * 3 * hidden * inter;
+    if (type == DeepseekV4Attention::compressed_sparse)
+      params += 2 * hidden * 2 * hd + 2 * hidden * 2.0 * ds.index_head_dim +
+                q_lora * ds.index_n_heads * ds.index_head_dim + hidden * ds.index_n_heads;
+    else if (type == DeepseekV4Attention::heavily_compressed)
+      params += 2 * hidden * hd;
+  }
+  params += hidden * c.vocab_size;  // the LM head
+  return 2 * params;
+}
+
+int flash(int argc, char** argv) {
+  const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int prefill = argc > 3 ? std::atoi(argv[3]) : 32768;
+  const int batch = argc > 4 ? std::atoi(argv[4]) : 64;
+  const int profile = argc > 5 ? std::atoi(argv[5]) : 0;  // 1: a decode step, 2: the first prefill chunk
+  constexpr int kChunk = 8192, kContext = 1024, kDecodeSteps = 16;
+  auto config = parse_model_config(flash_config_json(layers), "deepseek_v4_forward_bench --flash");
+  if (!config.ok()) {
+    std::fprintf(stderr, "config: %s\n", config.error_message().c_str());
+    return 1;
+  }
+  constexpr std::int32_t kBlock = 128;
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock);
+  if (!layout.ok()) {
+    std::fprintf(stderr, "layout: %s\n", layout.error_message().c_str());
+    return 1;
+  }
+  const auto t0 = Clock::now();
+  auto device = cuda::DeepseekV4DeviceForward::random(*config, *layout, 7);
+  if (!device.ok()) {
+    std::fprintf(stderr, "random: %s\n", device.error_message().c_str());
+    return 1;
+  }
+  std::printf("V4-Flash width, %d layers: %.1f GB of weights made on the device in %.1f s\n", layers,
+              static_cast<double>((*device)->weight_bytes()) / 1e9, seconds_since(t0));
+  Harness h(**device, *layout, config->vocab_size, kBlock);
+  std::vector<std::int32_t> tokens = {prefill + kDecodeSteps};
+  for (int s = 0; s < batch; ++s) tokens.push_back(kContext + kDecodeSteps);
+  if (!h.allocate(tokens)) return 1;
+  const DeepseekV4Config& ds = *config->deepseek_v4;
+  auto flops_of = [&](std::int64_t from, std::int64_t to) {  // positions [from, to) of one sequence
+    double linear = 0, attention = 0;
+    for (std::int64_t p = from; p < to; ++p)
+      for (DeepseekV4Attention type : ds.layer_types) {
+        const LayerCost c = layer_cost(*config, type, p);
+        linear += c.linear_flops;
+        attention += c.attention_flops;
+      }
+    linear += 2.0 * config->hidden_size * config->vocab_size;  // one sampled row's LM head
+    return std::pair{linear, attention};
+  };
+  std::printf("| what | time | rate | share of the limit |\n|---|---|---|---|\n");
+  // Prefill of one prompt in chunks.
+  // Warm-up (cuBLASLt plans, the scratch arena's growth): the first chunk, rewritten by the prefill below.
+  (void)h.timed(h.step_of({0}, {0}, std::min(kChunk, prefill)));
+  double total_s = 0, total_linear = 0, total_attention = 0;
+  for (int done = 0; done < prefill; done += kChunk) {
+    const int rows = std::min(kChunk, prefill - done);
+    if (profile == 2 && done == 0) cudaProfilerStart();
+    const double s = h.timed(h.step_of({0}, {done}, rows));
+    if (profile == 2 && done == 0) cudaProfilerStop();
+    const auto [linear, attention] = flops_of(done, done + rows);
+    total_s += s;
+    total_linear += linear;
+    total_attention += attention;
+    if (done + rows == kChunk || done + rows == prefill)
+      std::printf("| prefill to %d (chunks of %d) | %.1f ms | %.0f tok/s | %.1f%% of 790 TFLOP/s (%.0f TFLOP/s; "
+                  "attention + indexer %.0f%% of the FLOPs) |\n",
+                  done + rows, kChunk, total_s * 1e3, (done + rows) / total_s,
+                  100.0 * (total_linear + total_attention) / total_s / kBf16PeakFlops,
+                  (total_linear + total_attention) / total_s / 1e12,
+                  100.0 * total_attention / (total_linear + total_attention));
+  }
+  double decode1 = 0;
+  for (int i = 0; i < kDecodeSteps; ++i) decode1 += h.timed(h.step_of({0}, {prefill + i}, 1));
+  decode1 /= kDecodeSteps;
+  if (profile == 1) {
+    cudaProfilerStart();
+    const double s = h.timed(h.step_of({0}, {prefill + kDecodeSteps - 1}, 1));  // the last step again
+    cudaProfilerStop();
+    std::printf("profiled decode step (batch 1): %.2f ms\n", s * 1e3);
+  }
+  std::printf("| decode batch 1 at %d | %.2f ms/step | %.1f tok/s | %.1f%% of 4.3 TB/s (%.1f GB of weights a step) |\n",
+              prefill, decode1 * 1e3, 1 / decode1, 100.0 * decode_weight_bytes(*config, 1) / decode1 / kHbmBytesPerS,
+              decode_weight_bytes(*config, 1) / 1e9);
+  // `batch` sequences of kContext tokens, prefilled in groups of kChunk rows, then decode.
+  const int per_chunk = std::max(1, kChunk / kContext);
+  for (int first = 0; first < batch; first += per_chunk) {
+    std::vector<int> seqs;
+    for (int s = first; s < std::min(batch, first + per_chunk); ++s) seqs.push_back(s + 1);
+    (void)h.timed(h.step_of(seqs, std::vector<int>(seqs.size(), 0), kContext));
+  }
+  std::vector<int> all;
+  for (int s = 1; s <= batch; ++s) all.push_back(s);
+  double decode_b = 0;
+  for (int i = 0; i < kDecodeSteps; ++i)
+    decode_b += h.timed(h.step_of(all, std::vector<int>(static_cast<std::size_t>(batch), kContext + i), 1));
+  decode_b /= kDecodeSteps;
+  std::printf("| decode batch %d at %d | %.2f ms/step | %.0f tok/s | %.1f%% of 4.3 TB/s (%.1f GB of weights a step) |\n",
+              batch, kContext, decode_b * 1e3, batch / decode_b,
+              100.0 * decode_weight_bytes(*config, batch) / decode_b / kHbmBytesPerS,
+              decode_weight_bytes(*config, batch) / 1e9);
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: %s DIR [hidden] [layers] [experts] [prefill_tokens]\n"
+                 "       %s --flash [layers] [prefill_tokens] [decode_batch] [profile]\n",
+                 argv[0], argv[0]);
+    return 2;
+  }
+  return std::string(argv[1]) == "--flash" ? flash(argc, argv) : baseline(argc, argv);
 }
 
 }  // namespace

@@ -10,15 +10,19 @@
 // the reference's f32 one picks, and the goldens are exact sets.
 //   - Two sequences batched in one step, prefilled in chunks that split CSA
 //     and HCA windows and KV blocks, then greedy decode: every step's logits
-//     within 1e-3 of the reference run with the device's one rounding (bf16
-//     attention queries and keys, Bf16AttentionKernels), within the bf16
-//     bound of the exact reference (f32 weights), the greedy tokens equal.
+//     within the bounds (below) of the exact reference and of the reference
+//     run with the device's roundings (bf16 GEMM inputs and weights, bf16
+//     attention queries and keys: testing::DeviceRoundingKernels), the
+//     greedy tokens the exact reference's wherever its pick is not near a tie.
 //   - A prefix-cache hit: a sequence whose table starts with the first
 //     sequence's two full blocks computes only its tail; its logits are the
-//     cold run's (on the device, and the reference's).
+//     cold run's (on the device, within the rounded reference's spread:
+//     cuBLASLt may sum 18 and 50 rows in other orders; and the rounded
+//     reference's).
 //   - Through the engine's side (make_model_runner over CudaOps, the
-//     registered CUDA runner, generate_sequence): greedy tokens and their
-//     logits equal the CPU backend's, prefill in chunks that split windows.
+//     registered CUDA runner, generate_sequence): greedy tokens equal the CPU
+//     backend's up to the first pick near a tie, their logits within the bound,
+//     prefill in chunks that split windows.
 //   - upload() refuses widths the kernels are not built for.
 #include <gtest/gtest.h>
 
@@ -42,6 +46,7 @@
 #include "sluice/model/make_model.h"
 #include "sluice/model/model_runner.h"
 #include "sluice/model/safetensors.h"
+#include "../support/deepseek_v4_device_rounding.h"
 #include "../support/tiny_deepseek_v4.h"
 
 namespace sluice {
@@ -50,14 +55,17 @@ namespace {
 constexpr std::int32_t kBlock = 16;
 constexpr std::int32_t kNumBlocks = 16;
 constexpr std::int32_t kVocab = 320;
-// |device - reference| <= bound * max |reference logit| of the row. Against the
-// reference itself: the bf16 rounding of the attention's queries and keys, which
-// the CPU reproduces (Bf16AttentionKernels below: 5.3e-3 with f32 weights, as on
-// the device; the FP8 checkpoint's logits are more sensitive to it, 9.0e-2, on
-// the CPU as on the device). Against the reference with that rounding: the f32
-// sums in another order (measured 1e-4 or less on the H200).
-constexpr float kLogitBound = 1e-2f;
-constexpr float kEmulatedBound = 1e-3f;
+// |device - reference| <= bound * max |reference logit| of the row, the
+// bounds of testing::DeviceRoundingKernels (twice what the CPU measures,
+// model_deepseek_v4_device_rounding_test): against the exact reference, what
+// the device's bf16 roundings cost; against the reference with those
+// roundings, what one f32 ulp of another summation order costs once they
+// amplify it (the rounded reference is that sensitive: 8e-3 with f32 weights,
+// 2.3e-2 with FP8 ones). A greedy token must equal the exact reference's
+// where its margin is more than twice the bound; nearer a tie either may win.
+float logit_bound(DType weights) { return testing::deepseek_v4_device_rounding_bound(weights); }
+float emulated_bound(DType weights) { return testing::deepseek_v4_device_spread_bound(weights); }
+constexpr float kLogitBound = testing::kDeepseekV4DeviceRoundingBoundF32;  // the engine's f32 checkpoint
 
 std::string scratch(const std::string& name) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("sluice-v4-forward-" + name);
@@ -67,99 +75,15 @@ std::string scratch(const std::string& name) {
 }
 
 MakeModelOptions flash_width_options(const std::string& dir, DType dtype = DType::f32) {
-  MakeModelOptions o;
-  o.architecture = Architecture::deepseek_v4;
-  o.num_layers = 4;
-  o.hidden_size = 64;
-  o.num_heads = 4;
-  o.head_dim = 512;
-  o.vocab_size = kVocab;
-  o.dtype = dtype;
-  o.seed = 11;
-  DeepseekV4Shape& d = o.deepseek_v4;
-  std::strcpy(d.layer_types.data(), "schc");
-  d.q_lora_rank = 64;
-  d.qk_rope_head_dim = 64;
-  d.o_groups = 2;
-  d.o_lora_rank = 32;
-  d.csa_compress_rate = 4;
-  d.hca_compress_rate = 16;
-  d.sliding_window = 8;
-  d.index_n_heads = 4;
-  d.index_head_dim = 128;
-  d.index_topk = 32;
-  d.num_hash_layers = 1;
-  d.n_routed_experts = 8;
-  d.num_experts_per_tok = 2;
-  d.moe_intermediate_size = 64;
-  o.out_dir = dir;
-  return o;
+  return testing::deepseek_v4_flash_width_options(dir, kVocab, dtype);
 }
-
-// The CPU kernels with the device attention's one rounding: queries and keys
-// to bf16 (launch_v4_sparse_attention's inputs); everything else as is.
-class Bf16AttentionKernels final : public DeepseekV4Kernels {
- public:
-  void linear(std::span<const float> x, std::span<const float> w, std::int64_t in, std::span<float> y) const override {
-    k_.linear(x, w, in, y);
-  }
-  void rms_norm(std::span<float> x, std::int64_t dim, std::span<const float> w, float eps) const override {
-    k_.rms_norm(x, dim, w, eps);
-  }
-  void rope_tail(std::span<float> x, std::int64_t dim, std::int64_t pieces, std::span<const std::int64_t> positions,
-                 const RotaryTable& rope, bool inverse) const override {
-    k_.rope_tail(x, dim, pieces, positions, rope, inverse);
-  }
-  void hc_pre(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
-              HyperConnectionMix& out) const override {
-    k_.hc_pre(streams, w, shape, out);
-  }
-  void hc_post(std::span<float> streams, std::span<const float> y, const HyperConnectionMix& mix,
-               const HyperConnectionShape& shape) const override {
-    k_.hc_post(streams, y, mix, shape);
-  }
-  void hc_head(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
-               std::span<float> out) const override {
-    k_.hc_head(streams, w, shape, out);
-  }
-  void softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
-                    std::span<float> out) const override {
-    k_.softmax_pool(values, gates, dim, out);
-  }
-  std::vector<std::int64_t> indexer_top_k(std::span<const float> q, std::span<const float> weights,
-                                          std::span<const float> keys, std::int64_t head_dim, std::int64_t visible,
-                                          std::int64_t top_k) const override {
-    return k_.indexer_top_k(q, weights, keys, head_dim, visible, top_k);
-  }
-  void sink_attention(std::span<const float> q, std::span<const float> keys, std::span<const float> sinks,
-                      const SinkAttentionShape& shape, std::span<float> out) const override {
-    k_.sink_attention(bf16(q), bf16(keys), sinks, shape, out);
-  }
-  void route_sqrtsoftplus(std::span<const float> logits, std::span<const float> bias,
-                          std::span<const std::int32_t> hash_experts, std::int64_t k, float scale,
-                          std::span<std::int32_t> ids, std::span<float> weights) const override {
-    k_.route_sqrtsoftplus(logits, bias, hash_experts, k, scale, ids, weights);
-  }
-  void clamped_swiglu(std::span<const float> x, std::span<const float> gate_up, std::span<const float> down,
-                      float limit, float weight, std::span<float> out) const override {
-    k_.clamped_swiglu(x, gate_up, down, limit, weight, out);
-  }
-
- private:
-  static std::vector<float> bf16(std::span<const float> v) {
-    std::vector<float> out(v.begin(), v.end());
-    for (float& x : out) x = bf16_to_f32(f32_to_bf16(x));
-    return out;
-  }
-  cpu::DeepseekV4CpuKernels k_;
-};
 
 struct Loaded {
   ModelConfig config;
   cpu::DeepseekV4CpuKernels kernels;
-  Bf16AttentionKernels bf16_kernels;
+  testing::DeviceRoundingKernels rounding_kernels;
   std::unique_ptr<DeepseekV4Reference> reference;  // exact (f32), matches transformers
-  std::unique_ptr<DeepseekV4Reference> emulated;   // with the device attention's bf16 inputs
+  std::unique_ptr<DeepseekV4Reference> emulated;   // with the device's bf16 roundings
 };
 
 std::unique_ptr<Loaded> load(const std::string& dir) {
@@ -172,7 +96,7 @@ std::unique_ptr<Loaded> load(const std::string& dir) {
   auto reference = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->kernels);
   SLUICE_CHECK_MSG(reference.ok(), reference.error_message());
   loaded->reference = std::move(*reference);
-  auto emulated = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->bf16_kernels);
+  auto emulated = DeepseekV4Reference::load(loaded->config, *checkpoint, loaded->rounding_kernels);
   SLUICE_CHECK_MSG(emulated.ok(), emulated.error_message());
   loaded->emulated = std::move(*emulated);
   return loaded;
@@ -266,8 +190,9 @@ TEST_P(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchThe
   const DeepseekV4Reference& emu = *model_->emulated;
   std::vector<DeepseekV4Reference::Sequence> exact = {ref.start_sequence(), ref.start_sequence()};
   std::vector<DeepseekV4Reference::Sequence> emulated = {emu.start_sequence(), emu.start_sequence()};
-  const bool f32_weights = GetParam() == DType::f32;
+  const float bound = logit_bound(GetParam()), bound_emulated = emulated_bound(GetParam());
   float worst = 0.0f, worst_emulated = 0.0f;
+  int near_ties = 0;
   std::vector<TokenId> next(2);
   std::vector<std::int32_t> done = {0, 0};
   // One step of both sequences: the device's logits against both references.
@@ -275,19 +200,22 @@ TEST_P(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchThe
     const std::vector<float> got = run({{&table_a, done[0], ta}, {&table_b, done[1], tb}});
     for (int s = 0; s < 2; ++s) {
       const std::vector<TokenId>& tokens = s == 0 ? ta : tb;
+      const std::string where = what + (s == 0 ? " A" : " B");
       auto want = ref.append(exact[s], tokens);
       auto want_emulated = emu.append(emulated[s], tokens);
       ASSERT_TRUE(want.ok() && want_emulated.ok());
       const std::span<const float> mine(got.data() + s * kVocab, kVocab);
       const float e = scaled_error(mine, *want), e_emulated = scaled_error(mine, *want_emulated);
-      if (f32_weights) {
-        EXPECT_LE(e, kLogitBound) << what << (s == 0 ? " A" : " B");
-      }
-      EXPECT_LE(e_emulated, kEmulatedBound) << what << (s == 0 ? " A" : " B");
+      EXPECT_LE(e, bound) << where;
+      EXPECT_LE(e_emulated, bound_emulated) << where;
       worst = std::max(worst, e);
       worst_emulated = std::max(worst_emulated, e_emulated);
-      next[s] = argmax(*want);
-      EXPECT_EQ(argmax(mine), next[s]) << what << (s == 0 ? " A" : " B");
+      next[s] = argmax(*want);  // both sequences go on with the exact reference's pick
+      if (testing::greedy_margin(*want) > 2 * bound) {
+        EXPECT_EQ(argmax(mine), next[s]) << where;
+      } else {
+        ++near_ties;
+      }
       done[s] += static_cast<std::int32_t>(tokens.size());
     }
   };
@@ -298,9 +226,10 @@ TEST_P(DeepseekV4DeviceForwardTest, BatchedChunkedPrefillAndGreedyDecodeMatchThe
        std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
   // Greedy decode, both sequences a row each step (A crosses a block at 80).
   for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
-  std::printf("[ v4 forward ] %s: worst max|dlogit| / max|logit| over 8 steps: %.3g against the reference, %.3g "
-              "against it with bf16 attention inputs\n",
-              dtype_name(GetParam()), worst, worst_emulated);
+  std::printf("[ v4 forward ] %s: worst max|dlogit| / max|logit| over 8 steps: %.3g against the reference (bound "
+              "%.3g), %.3g against it with the device's bf16 roundings (bound %.3g); %d of 16 picks near a tie, "
+              "not compared\n",
+              dtype_name(GetParam()), worst, bound, worst_emulated, bound_emulated, near_ties);
 }
 
 TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
@@ -318,10 +247,12 @@ TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
   auto want = model_->emulated->append(cpu, prompt_c);
   ASSERT_TRUE(want.ok());
   const float hit_vs_cold = scaled_error(hit, cold);
-  EXPECT_LE(hit_vs_cold, 1e-5f);
-  EXPECT_LE(scaled_error(cold, *want), kEmulatedBound);
-  EXPECT_EQ(argmax(hit), argmax(*want));
-  std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs the reference with bf16 attention inputs: %.3g\n",
+  EXPECT_LE(hit_vs_cold, emulated_bound(GetParam()));
+  EXPECT_LE(scaled_error(cold, *want), emulated_bound(GetParam()));
+  if (testing::greedy_margin(*want) > 2 * emulated_bound(GetParam())) {
+    EXPECT_EQ(argmax(hit), argmax(*want));
+  }
+  std::printf("[ v4 forward ] prefix hit vs cold: %.3g, cold vs the reference with the device's roundings: %.3g\n",
               hit_vs_cold, scaled_error(cold, *want));
 }
 
@@ -344,13 +275,24 @@ TEST(DeepseekV4DeviceForwardEngine, GreedyGenerationOnCudaOpsIsTheCpuBackends) {
   ASSERT_TRUE(got.ok()) << got.error_message();
   auto want = generate_sequence(**on_cpu, prompt, options);
   ASSERT_TRUE(want.ok()) << want.error_message();
-  EXPECT_EQ(got->tokens, want->tokens);
-  ASSERT_EQ(got->logits.size(), want->logits.size());
+  // Equal tokens, but for a pick within the bound of a tie, after which the sequences part.
+  ASSERT_EQ(got->tokens.size(), want->tokens.size());
+  ASSERT_EQ(got->logits.size(), want->tokens.size());
+  ASSERT_EQ(want->logits.size(), want->tokens.size());
+  std::size_t compared = 0;
   float worst = 0.0f;
-  for (std::size_t i = 0; i < got->logits.size(); ++i) worst = std::max(worst, scaled_error(got->logits[i], want->logits[i]));
+  for (; compared < got->tokens.size(); ++compared) {
+    worst = std::max(worst, scaled_error(got->logits[compared], want->logits[compared]));
+    if (got->tokens[compared] != want->tokens[compared]) {
+      EXPECT_LE(testing::greedy_margin(want->logits[compared]), 2 * kLogitBound) << "token " << compared;
+      ++compared;
+      break;
+    }
+  }
   EXPECT_LE(worst, kLogitBound);
-  std::printf("[ v4 forward ] engine: %zu greedy tokens, worst max|dlogit| / max|logit| %.3g\n", got->tokens.size(),
-              worst);
+  std::printf("[ v4 forward ] engine: %zu of %zu greedy tokens compared (equal up to a near tie), worst "
+              "max|dlogit| / max|logit| %.3g\n",
+              compared, got->tokens.size(), worst);
 }
 
 TEST(DeepseekV4DeviceForwardWidths, RefusesWidthsTheKernelsAreNotBuiltFor) {

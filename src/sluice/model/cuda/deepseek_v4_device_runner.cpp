@@ -4,6 +4,8 @@
 
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_ops.h"
@@ -25,10 +27,20 @@ class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
 
   const DeepseekV4Reference& reference() const override { return *reference_; }
 
+  // Uploads the weights (bf16 linears) and then drops the host copy: the
+  // reference keeps only its config, so a later layout must have the same
+  // block size (the device forward holds the first one).
   Status set_kv_layout(const DeepseekV4KvLayout& layout) override {
+    if (device_ != nullptr) {
+      if (layout.block_size_tokens() == layout_->block_size_tokens()) return Ok{};
+      return Error{fmt::format("deepseek_v4 on CUDA: the KV layout was set for blocks of {} tokens; {} asked later",
+                              layout_->block_size_tokens(), layout.block_size_tokens()),
+                   ErrorCode::kInvalidArgument};
+    }
     layout_ = layout;
     SLUICE_TRY_ASSIGN(device, cuda::DeepseekV4DeviceForward::upload(*reference_, *layout_));
     device_ = std::move(device);
+    cuda::DeepseekV4DeviceForward::release_host_weights(*reference_);
     return Ok{};
   }
 

@@ -2,13 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "sluice/backend/cuda/batched_gemm.h"
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_dtype.h"
+#include "sluice/backend/cuda/device_buffer.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
+#include "sluice/backend/cuda/lt_gemm.h"
+#include "sluice/backend/float_convert.h"
+#include "sluice/backend/rope.h"
 #include "sluice/model/deepseek_v4_step_plan.h"
 
 namespace sluice::cuda {
@@ -21,12 +30,6 @@ class DeviceArray {
   DeviceArray() = default;
   explicit DeviceArray(std::size_t n) : n_(n) {
     SLUICE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n * sizeof(T), 16)));
-  }
-  DeviceArray(const std::vector<T>& host, cudaStream_t stream) : DeviceArray(host.size()) {
-    if (!host.empty())
-      SLUICE_CUDA_CHECK(cudaMemcpyAsync(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
-    // The host vector may die before the copy ran: pageable copies are staged, but keep it simple.
-    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ~DeviceArray() {
     if (p_ != nullptr) cudaFree(p_);
@@ -45,12 +48,144 @@ class DeviceArray {
   std::size_t n_ = 0;
 };
 
+// Upload time only (synchronous copies).
 template <class T>
 DeviceArray<T> up(const std::vector<T>& host) {
-  return DeviceArray<T>(host, nullptr);
+  DeviceArray<T> d(host.size());
+  if (!host.empty()) SLUICE_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
 }
 
+// A linear's weight in bf16, [rows, cols] (the Hugging Face [out, in] layout;
+// stacked experts: [experts * rows_each, cols]).
+struct Bf16Matrix {
+  DeviceArray<std::uint16_t> data;
+  std::int64_t rows = 0, cols = 0;
+};
+
+// Rounds each host matrix to bf16 (to nearest even) and puts them back to back.
+Bf16Matrix up_bf16(const std::vector<const std::vector<float>*>& parts, std::int64_t cols) {
+  std::size_t total = 0;
+  for (const auto* p : parts) total += p->size();
+  SLUICE_CHECK(cols > 0 && total % static_cast<std::size_t>(cols) == 0);
+  Bf16Matrix m{DeviceArray<std::uint16_t>(total), static_cast<std::int64_t>(total) / cols, cols};
+  std::vector<std::uint16_t> staged;
+  std::size_t at = 0;
+  for (const auto* p : parts) {
+    staged.resize(p->size());
+    std::transform(p->begin(), p->end(), staged.begin(), [](float v) { return f32_to_bf16(v); });
+    if (!staged.empty())
+      SLUICE_CUDA_CHECK(cudaMemcpy(m.data.get() + at, staged.data(), staged.size() * 2, cudaMemcpyHostToDevice));
+    at += staged.size();
+  }
+  return m;
+}
+Bf16Matrix up_bf16(const std::vector<float>& host, std::int64_t cols) { return up_bf16({&host}, cols); }
+
 const Dt kF32Dt = dt_of(DType::f32);
+const Dt kBf16Dt = dt_of(DType::bf16);
+
+// Per-step scratch: a bump allocator over chunks, with marks to give a
+// sub-layer's temporaries back (every launch is ordered on the one stream,
+// so the next sub-layer's kernels reuse the bytes only after these ran). At
+// reset() the chunks merge into one of the high-water size.
+class StepScratch {
+ public:
+  struct Mark {
+    std::size_t chunk = 0;
+    std::int64_t used = 0;
+  };
+  StepScratch() = default;
+  ~StepScratch() {
+    for (auto& c : chunks_) cudaFree(c.base);
+  }
+  StepScratch(const StepScratch&) = delete;
+  StepScratch& operator=(const StepScratch&) = delete;
+
+  // Starts a step; the previous one must have finished on the device (forward() ends in a sync).
+  void reset() {
+    if (chunks_.size() > 1) {
+      std::int64_t total = 0;
+      for (auto& c : chunks_) {
+        total += c.capacity;
+        SLUICE_CUDA_CHECK(cudaFree(c.base));
+      }
+      chunks_.clear();
+      add_chunk(total);
+    }
+    for (auto& c : chunks_) c.used = 0;
+    current_ = 0;
+  }
+  template <class T>
+  T* alloc(std::int64_t count) {
+    return static_cast<T*>(allocate(count * static_cast<std::int64_t>(sizeof(T))));
+  }
+  Mark mark() const { return {current_, chunks_.empty() ? 0 : chunks_[current_].used}; }
+  void rewind(Mark m) {
+    if (chunks_.empty()) return;
+    current_ = m.chunk;
+    chunks_[current_].used = m.used;
+    for (std::size_t i = current_ + 1; i < chunks_.size(); ++i) chunks_[i].used = 0;
+  }
+
+ private:
+  struct Chunk {
+    void* base = nullptr;
+    std::int64_t capacity = 0, used = 0;
+  };
+  void* allocate(std::int64_t bytes) {
+    bytes = align_up(std::max<std::int64_t>(bytes, 1), kDeviceAlignBytes);
+    while (current_ < chunks_.size() && chunks_[current_].used + bytes > chunks_[current_].capacity) {
+      if (current_ + 1 == chunks_.size()) break;
+      ++current_;
+    }
+    if (chunks_.empty() || chunks_[current_].used + bytes > chunks_[current_].capacity) {
+      add_chunk(std::max<std::int64_t>(bytes, kInitialBytes));
+      current_ = chunks_.size() - 1;
+    }
+    Chunk& c = chunks_[current_];
+    void* out = static_cast<std::byte*>(c.base) + c.used;
+    c.used += bytes;
+    return out;
+  }
+  void add_chunk(std::int64_t bytes) {
+    Chunk c{.capacity = bytes};
+    const cudaError_t status = cudaMalloc(&c.base, static_cast<std::size_t>(bytes));
+    SLUICE_CHECK_MSG(status == cudaSuccess, fmt::format("deepseek_v4 step scratch: cudaMalloc of {} bytes failed ({})",
+                                                        bytes, cudaGetErrorString(status)));
+    chunks_.push_back(c);
+  }
+  static constexpr std::int64_t kInitialBytes = 64LL << 20;
+  std::vector<Chunk> chunks_;
+  std::size_t current_ = 0;
+};
+
+// The step's int32 arrays, staged on the host while the plans are made and
+// copied to the device in one piece (pinned, asynchronous).
+class StepInts {
+ public:
+  using Handle = std::size_t;
+  Handle add(const std::vector<std::int32_t>& v) {
+    const Handle h = host_.size();
+    host_.insert(host_.end(), v.begin(), v.end());
+    host_.resize(h + static_cast<std::size_t>(align_up(static_cast<std::int64_t>(v.size()) + 1, kAlignInts)));
+    return h;
+  }
+  void upload(StepScratch& scratch, PinnedBuffer& pinned, cudaStream_t s) {
+    const auto bytes = static_cast<std::int64_t>(host_.size() * sizeof(std::int32_t));
+    void* staged = pinned.ensure(bytes);
+    std::memcpy(staged, host_.data(), static_cast<std::size_t>(bytes));
+    device_ = scratch.alloc<std::int32_t>(static_cast<std::int64_t>(host_.size()));
+    SLUICE_CUDA_CHECK(cudaMemcpyAsync(device_, staged, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, s));
+  }
+  const std::int32_t* operator[](Handle h) const { return device_ + h; }
+  std::int32_t* mutable_at(Handle h) const { return device_ + h; }
+
+ private:
+  static constexpr std::int64_t kAlignInts = kDeviceAlignBytes / 4;
+  std::vector<std::int32_t> host_;
+  std::int32_t* device_ = nullptr;
+};
 
 }  // namespace
 
@@ -60,20 +195,24 @@ struct DeepseekV4DeviceForward::Weights {
     V4HcWeights view() const { return {fn.get(), base.get(), scale.get()}; }
   };
   struct Compressor {
-    DeviceArray<float> wkv, wgate, ape, norm;
+    Bf16Matrix wkv, wgate;
+    DeviceArray<float> ape, norm;
     DeepseekV4PoolRegion region;
   };
   struct Layer {
     DeepseekV4Attention type{};
     bool hash = false;
     Hc attn_hc, ffn_hc;
-    DeviceArray<float> attn_norm, ffn_norm;
-    DeviceArray<float> wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, sinks;
+    DeviceArray<float> attn_norm, ffn_norm, q_norm, kv_norm, sinks;
+    Bf16Matrix wq_a, wq_b, wkv, wo_a, wo_b;  // wo_a: [groups * o_lora, heads * head_dim / groups]
     std::optional<Compressor> compressor, index_compressor;
-    DeviceArray<float> index_wq_b, index_weights_proj;
-    DeviceArray<float> router, bias;
+    Bf16Matrix index_wq_b, index_weights_proj;
+    Bf16Matrix router;
+    DeviceArray<float> bias;
     DeviceArray<std::int32_t> tid2eid;
-    DeviceArray<float> gate_up, down;  // [experts + 1, ...]: the routed experts, then the shared one
+    Bf16Matrix experts_gate_up;  // [experts * 2 * inter, hidden]: each expert's w1 rows, then its w3 rows
+    Bf16Matrix experts_down;     // [experts * hidden, inter]
+    Bf16Matrix shared_gate_up, shared_down;
     std::int64_t window_offset = 0;
   };
   const DeepseekV4KvLayout* layout = nullptr;
@@ -81,7 +220,8 @@ struct DeepseekV4DeviceForward::Weights {
   DeepseekV4Config ds;
   DeviceArray<float> main_freq, compress_freq;
   float main_scale = 1.0f, compress_scale = 1.0f;
-  DeviceArray<float> embed, final_norm, head;
+  DeviceArray<float> embed, final_norm;
+  Bf16Matrix head;
   Hc hc_head;
   std::vector<Layer> layers;
 
@@ -89,12 +229,29 @@ struct DeepseekV4DeviceForward::Weights {
   V4Rope compress_rope() const { return {compress_freq.get(), ds.qk_rope_head_dim, compress_scale}; }
 };
 
+struct DeepseekV4DeviceForward::Runtime {
+  StepScratch scratch;
+  PinnedBuffer staging;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<LtGemm> gemm;
+  std::unique_ptr<LtBatchedGemm> batched;
+
+  // The cuBLASLt handles are made for one stream; a call on another remakes them.
+  void bind(cudaStream_t s) {
+    if (gemm != nullptr && s == stream) return;
+    gemm = std::make_unique<LtGemm>(s, kGemmWorkspaceBytes);
+    batched = std::make_unique<LtBatchedGemm>(s);
+    stream = s;
+  }
+  static constexpr std::int64_t kGemmWorkspaceBytes = 32LL << 20;
+};
+
+DeepseekV4DeviceForward::DeepseekV4DeviceForward() : w_(std::make_unique<Weights>()), rt_(std::make_unique<Runtime>()) {}
 DeepseekV4DeviceForward::~DeepseekV4DeviceForward() = default;
 
-Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload(const DeepseekV4Reference& ref,
-                                                                                 const DeepseekV4KvLayout& layout) {
-  const ModelConfig& config = ref.config_;
-  const DeepseekV4Config& ds = ref.ds_;
+namespace {
+
+Status check_widths(const ModelConfig& config, const DeepseekV4Config& ds) {
   if (config.head_dim != kV4LatentDim || ds.index_head_dim != kV4IndexHeadDim)
     return Error{fmt::format("deepseek_v4 on CUDA: the kernels are built for head_dim {} and index_head_dim {} "
                              "(V4-Flash's); this model has {} and {}",
@@ -104,9 +261,38 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
     return Error{fmt::format("deepseek_v4 on CUDA: at most {} index heads, hc_mult {} and {} experts",
                              kV4MaxIndexHeads, kV4MaxHcMult, kV4MaxExperts),
                  ErrorCode::kInvalidArgument};
+  if (!grouped_gemm_supports(config.hidden_size, false) || !grouped_gemm_supports(ds.moe_intermediate_size, false))
+    return Error{fmt::format("deepseek_v4 on CUDA: the grouped expert GEMM needs hidden and moe_intermediate_size "
+                             "multiples of 8 ({} and {})",
+                             config.hidden_size, ds.moe_intermediate_size),
+                 ErrorCode::kInvalidArgument};
+  return Ok{};
+}
+
+// The reference's rotary tables (DeepseekV4Reference::load makes the same from the config).
+std::vector<float> inverse_frequencies(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
+  RopeParams params{.head_dim = rope_dim, .theta = rope.theta};
+  if (rope.yarn) {
+    params.yarn_factor = rope.yarn->factor;
+    params.yarn_original_max_position = rope.yarn->original_max_position_embeddings;
+    params.yarn_beta_fast = rope.yarn->beta_fast;
+    params.yarn_beta_slow = rope.yarn->beta_slow;
+    params.yarn_truncate = rope.yarn->truncate;
+  }
+  return rope_inverse_frequencies(params);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload(const DeepseekV4Reference& ref,
+                                                                                 const DeepseekV4KvLayout& layout) {
+  const ModelConfig& config = ref.config_;
+  const DeepseekV4Config& ds = ref.ds_;
+  SLUICE_TRY(check_widths(config, ds));
+  prepare_grouped_gemm();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
-  owned->w_ = std::make_unique<Weights>();
   Weights& w = *owned->w_;
+  const std::int64_t hidden = config.hidden_size;
   w.layout = &layout;
   w.config = config;
   w.ds = ds;
@@ -116,12 +302,12 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
   w.compress_scale = ref.compress_rope_.cos_sin_scale;
   w.embed = up(ref.embed_);
   w.final_norm = up(ref.final_norm_);
-  w.head = up(ref.head_);
+  w.head = up_bf16(ref.head_, hidden);
   auto hc = [](const DeepseekV4Reference::HyperConnection& h) {
     return Weights::Hc{up(h.fn), up(h.base), up(h.scale)};
   };
-  auto compressor = [](const DeepseekV4Reference::Compressor& c, const DeepseekV4PoolRegion& region) {
-    return Weights::Compressor{up(c.wkv), up(c.wgate), up(c.ape), up(c.norm), region};
+  auto compressor = [&](const DeepseekV4Reference::Compressor& c, const DeepseekV4PoolRegion& region) {
+    return Weights::Compressor{up_bf16(c.wkv, hidden), up_bf16(c.wgate, hidden), up(c.ape), up(c.norm), region};
   };
   w.hc_head = hc(ref.hc_head_);
   for (std::size_t l = 0; l < ref.layers_.size(); ++l) {
@@ -135,59 +321,258 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
     d.attn_norm = up(src.attn_norm);
     d.ffn_norm = up(src.ffn_norm);
     const auto& a = src.attention;
-    d.wq_a = up(a.wq_a);
+    d.wq_a = up_bf16(a.wq_a, hidden);
     d.q_norm = up(a.q_norm);
-    d.wq_b = up(a.wq_b);
-    d.wkv = up(a.wkv);
+    d.wq_b = up_bf16(a.wq_b, ds.q_lora_rank);
+    d.wkv = up_bf16(a.wkv, hidden);
     d.kv_norm = up(a.kv_norm);
-    d.wo_a = up(a.wo_a);
-    d.wo_b = up(a.wo_b);
+    d.wo_a = up_bf16(a.wo_a, std::int64_t{config.num_heads} * config.head_dim / ds.o_groups);
+    d.wo_b = up_bf16(a.wo_b, std::int64_t{ds.o_groups} * ds.o_lora_rank);
     d.sinks = up(a.sinks);
     if (a.compressor) d.compressor = compressor(*a.compressor, *region.compressor);
     if (a.indexer) {
       d.index_compressor = compressor(a.indexer->compressor, *region.indexer);
-      d.index_wq_b = up(a.indexer->wq_b);
-      d.index_weights_proj = up(a.indexer->weights_proj);
+      d.index_wq_b = up_bf16(a.indexer->wq_b, ds.q_lora_rank);
+      d.index_weights_proj = up_bf16(a.indexer->weights_proj, hidden);
     }
     const auto& m = src.moe;
-    d.router = up(m.router);
+    d.router = up_bf16(m.router, hidden);
     d.hash = !m.tid2eid.empty();
     if (d.hash) d.tid2eid = up(m.tid2eid);
     else d.bias = up(m.bias);
-    std::vector<float> gate_up, down;
+    std::vector<const std::vector<float>*> gate_up, down;
     for (std::size_t e = 0; e < m.gate_up.size(); ++e) {
-      gate_up.insert(gate_up.end(), m.gate_up[e].begin(), m.gate_up[e].end());
-      down.insert(down.end(), m.down[e].begin(), m.down[e].end());
+      gate_up.push_back(&m.gate_up[e]);
+      down.push_back(&m.down[e]);
     }
-    gate_up.insert(gate_up.end(), m.shared_gate_up.begin(), m.shared_gate_up.end());
-    down.insert(down.end(), m.shared_down.begin(), m.shared_down.end());
-    d.gate_up = up(gate_up);
-    d.down = up(down);
+    d.experts_gate_up = up_bf16(gate_up, hidden);
+    d.experts_down = up_bf16(down, ds.moe_intermediate_size);
+    d.shared_gate_up = up_bf16(m.shared_gate_up, hidden);
+    d.shared_down = up_bf16(m.shared_down, ds.moe_intermediate_size);
   }
   return owned;
 }
 
+void DeepseekV4DeviceForward::release_host_weights(DeepseekV4Reference& ref) {
+  auto drop = [](auto& v) { std::decay_t<decltype(v)>().swap(v); };
+  auto drop_hc = [&](DeepseekV4Reference::HyperConnection& h) {
+    drop(h.fn);
+    drop(h.base);
+    drop(h.scale);
+  };
+  drop(ref.embed_);
+  drop(ref.final_norm_);
+  drop(ref.head_);
+  drop_hc(ref.hc_head_);
+  drop(ref.layers_);
+}
+
+Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random(const ModelConfig& config,
+                                                                                 const DeepseekV4KvLayout& layout,
+                                                                                 std::uint64_t seed) {
+  SLUICE_CHECK(config.deepseek_v4 != nullptr);
+  const DeepseekV4Config& ds = *config.deepseek_v4;
+  SLUICE_TRY(check_widths(config, ds));
+  prepare_grouped_gemm();
+  auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
+  Weights& w = *owned->w_;
+  const std::int64_t hidden = config.hidden_size, hc = ds.hc_mult, heads = config.num_heads, hd = config.head_dim;
+  const std::int64_t inter = ds.moe_intermediate_size, experts = ds.n_routed_experts, vocab = config.vocab_size;
+  std::uint64_t fill_seed = seed * 1000003;  // one more for every tensor
+  // Uniform in (-scale, scale); a linear's scale is 1 / sqrt(its input width).
+  auto matrix = [&](std::int64_t rows, std::int64_t cols) {
+    Bf16Matrix m{DeviceArray<std::uint16_t>(static_cast<std::size_t>(rows * cols)), rows, cols};
+    launch_v4_fill_uniform(m.data.get(), kBf16Dt, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)),
+                           ++fill_seed, nullptr);
+    return m;
+  };
+  auto floats = [&](std::int64_t n, float scale, float offset = 0.0f) {
+    DeviceArray<float> v(static_cast<std::size_t>(n));
+    launch_v4_fill_uniform(v.get(), kF32Dt, n, scale, ++fill_seed, nullptr, offset);
+    return v;
+  };
+  auto hc_weights = [&](std::int64_t mixes, std::int64_t scales) {
+    return Weights::Hc{floats(mixes * hc * hidden, 1.0f / std::sqrt(static_cast<float>(hc * hidden))),
+                       floats(mixes, 0.1f), floats(scales, 0.1f, 1.0f)};
+  };
+  auto compressor = [&](std::int64_t dim, std::int64_t width, std::int64_t rate, const DeepseekV4PoolRegion& region) {
+    return Weights::Compressor{matrix(width, hidden), matrix(width, hidden), floats(rate * width, 0.1f),
+                               floats(dim, 0.0f, 1.0f), region};
+  };
+  w.layout = &layout;
+  w.config = config;
+  w.ds = ds;
+  w.main_freq = up(inverse_frequencies(ds.main_rope, ds.qk_rope_head_dim));
+  w.compress_freq = up(inverse_frequencies(ds.compress_rope, ds.qk_rope_head_dim));
+  w.main_scale = ds.main_rope.cos_sin_scale;
+  w.compress_scale = ds.compress_rope.cos_sin_scale;
+  w.embed = floats(vocab * hidden, 1.0f);
+  w.final_norm = floats(hidden, 0.0f, 1.0f);
+  w.head = matrix(vocab, hidden);
+  w.hc_head = hc_weights(hc, 1);
+  for (std::int32_t l = 0; l < config.num_layers; ++l) {
+    const DeepseekV4LayerRegion& region = layout.layer(static_cast<std::size_t>(l));
+    Weights::Layer& d = w.layers.emplace_back();
+    d.type = ds.layer_types[static_cast<std::size_t>(l)];
+    d.window_offset = region.window_offset;
+    d.attn_hc = hc_weights((2 + hc) * hc, 3);
+    d.ffn_hc = hc_weights((2 + hc) * hc, 3);
+    d.attn_norm = floats(hidden, 0.0f, 1.0f);
+    d.ffn_norm = floats(hidden, 0.0f, 1.0f);
+    d.wq_a = matrix(ds.q_lora_rank, hidden);
+    d.q_norm = floats(ds.q_lora_rank, 0.0f, 1.0f);
+    d.wq_b = matrix(heads * hd, ds.q_lora_rank);
+    d.wkv = matrix(hd, hidden);
+    d.kv_norm = floats(hd, 0.0f, 1.0f);
+    d.wo_a = matrix(std::int64_t{ds.o_groups} * ds.o_lora_rank, heads * hd / ds.o_groups);
+    d.wo_b = matrix(hidden, std::int64_t{ds.o_groups} * ds.o_lora_rank);
+    d.sinks = floats(heads, 1.0f);
+    const std::int64_t rate = ds.compress_rate(d.type);
+    if (d.type == DeepseekV4Attention::heavily_compressed) {
+      d.compressor = compressor(hd, hd, rate, *region.compressor);
+    } else if (d.type == DeepseekV4Attention::compressed_sparse) {
+      d.compressor = compressor(hd, 2 * hd, rate, *region.compressor);
+      d.index_compressor =
+          compressor(ds.index_head_dim, 2 * ds.index_head_dim, rate, *region.indexer);
+      d.index_wq_b = matrix(std::int64_t{ds.index_n_heads} * ds.index_head_dim, ds.q_lora_rank);
+      d.index_weights_proj = matrix(ds.index_n_heads, hidden);
+    }
+    d.router = matrix(experts, hidden);
+    d.hash = ds.mlp_layer_types[static_cast<std::size_t>(l)] == DeepseekV4Mlp::hash_moe;
+    if (d.hash) {
+      // Distinct experts a token, spread over all of them.
+      std::vector<std::int32_t> table(static_cast<std::size_t>(vocab * ds.num_experts_per_tok));
+      for (std::int64_t t = 0; t < vocab; ++t)
+        for (std::int64_t j = 0; j < ds.num_experts_per_tok; ++j)
+          table[static_cast<std::size_t>(t * ds.num_experts_per_tok + j)] =
+              static_cast<std::int32_t>((t * 97 + j * (experts / ds.num_experts_per_tok + 1)) % experts);
+      d.tid2eid = up(table);
+    } else {
+      d.bias = floats(experts, 0.0f);
+    }
+    d.experts_gate_up = matrix(experts * 2 * inter, hidden);
+    d.experts_down = matrix(experts * hidden, inter);
+    d.shared_gate_up = matrix(2 * inter, hidden);
+    d.shared_down = matrix(hidden, inter);
+  }
+  SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
+  return owned;
+}
+
+std::int64_t DeepseekV4DeviceForward::weight_bytes() const {
+  std::int64_t bytes = 0;
+  auto f = [&](const DeviceArray<float>& v) { bytes += static_cast<std::int64_t>(v.size() * 4); };
+  auto b = [&](const Bf16Matrix& m) { bytes += static_cast<std::int64_t>(m.data.size() * 2); };
+  auto hc = [&](const Weights::Hc& h) {
+    f(h.fn);
+    f(h.base);
+    f(h.scale);
+  };
+  auto comp = [&](const std::optional<Weights::Compressor>& c) {
+    if (!c) return;
+    b(c->wkv);
+    b(c->wgate);
+    f(c->ape);
+    f(c->norm);
+  };
+  const Weights& w = *w_;
+  f(w.embed);
+  f(w.final_norm);
+  b(w.head);
+  hc(w.hc_head);
+  for (const auto& L : w.layers) {
+    hc(L.attn_hc);
+    hc(L.ffn_hc);
+    for (const auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.kv_norm, &L.sinks, &L.bias}) f(*v);
+    for (const auto* m : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.index_wq_b, &L.index_weights_proj, &L.router,
+                          &L.experts_gate_up, &L.experts_down, &L.shared_gate_up, &L.shared_down})
+      b(*m);
+    comp(L.compressor);
+    comp(L.index_compressor);
+  }
+  return bytes;
+}
+
 namespace {
 
-// The step's int32 arrays on the device, and per-item block tables.
-struct StepDevice {
-  DeepseekV4StepTables t;
-  DeviceArray<std::int32_t> block_ids, tokens, positions, row_table_begin, row_table_len;
+using Weights = DeepseekV4DeviceForward::Weights;
 
-  // Block tables for items that belong to `sequences` (one entry an item).
-  struct ItemTables {
-    DeviceArray<std::int32_t> begin, len;
-  };
-  ItemTables tables_of(const std::vector<std::int32_t>& sequences) const {
+// Block tables for the items of a plan (one entry an item), staged.
+struct ItemTables {
+  StepInts::Handle begin = 0, len = 0;
+};
+
+// One compressor rate's plan for the step, its arrays staged.
+struct CompressOnDevice {
+  DeepseekV4CompressPlan plan;
+  StepInts::Handle new_rows = 0, read_index = 0, read_rows = 0, window_row = 0, prev_window_row = 0, position = 0,
+                   entry_index = 0, store_index = 0, store_rows = 0;
+  ItemTables read_tables, entry_tables, store_tables;
+  std::int32_t num_stores = 0;
+};
+
+// One indexer rate's key pool for the step, its arrays staged.
+struct IndexOnDevice {
+  DeepseekV4IndexPlan plan;
+  StepInts::Handle key_entry = 0, key_begin = 0, visible = 0;
+  ItemTables key_tables;
+};
+
+// The step's host plans and their device arrays.
+struct Step {
+  DeepseekV4StepTables t;
+  StepInts ints;
+  StepInts::Handle block_ids = 0, tokens = 0, positions = 0, row_table_begin = 0, row_table_len = 0, sample_rows = 0;
+  std::map<std::pair<std::int32_t, bool>, CompressOnDevice> compress;  // by (rate, overlapping)
+  std::map<std::int32_t, IndexOnDevice> index;                         // by rate
+  std::map<std::int32_t, std::int32_t> most_entries;                   // HCA: the most entries a row sees, by rate
+
+  ItemTables tables_of(const std::vector<std::int32_t>& sequences) {
     std::vector<std::int32_t> begin, len;
     for (std::int32_t s : sequences) {
       begin.push_back(t.sequence_table_begin[static_cast<std::size_t>(s)]);
       len.push_back(t.sequence_table_len[static_cast<std::size_t>(s)]);
     }
-    return {up(begin), up(len)};
+    return {ints.add(begin), ints.add(len)};
   }
-  V4BlockTables view(const ItemTables& it) const { return {block_ids.get(), it.begin.get(), it.len.get()}; }
-  V4BlockTables rows_view() const { return {block_ids.get(), row_table_begin.get(), row_table_len.get()}; }
+  V4BlockTables view(const ItemTables& it) const { return {ints[block_ids], ints[it.begin], ints[it.len]}; }
+  V4BlockTables rows_view() const { return {ints[block_ids], ints[row_table_begin], ints[row_table_len]}; }
+
+  void plan_compressor(std::int32_t rate, bool overlapping, std::int32_t block_size) {
+    const auto key = std::pair{rate, overlapping};
+    if (compress.contains(key)) return;
+    CompressOnDevice& c = compress[key];
+    c.plan = DeepseekV4CompressPlan::make(t, rate, overlapping, block_size);
+    const DeepseekV4CompressPlan& p = c.plan;
+    c.new_rows = ints.add(p.new_buffer_row);
+    c.read_index = ints.add(p.read_position);
+    c.read_rows = ints.add(p.read_buffer_row);
+    c.read_tables = tables_of(p.read_sequence);
+    c.window_row = ints.add(p.window_row);
+    c.prev_window_row = ints.add(p.prev_window_row);
+    c.position = ints.add(p.entry_position);
+    c.entry_index = ints.add(p.entry_index);
+    c.entry_tables = tables_of(p.entry_sequence);
+    std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
+    for (std::int32_t row : p.store_row) {
+      store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
+      store_position.push_back(t.positions[static_cast<std::size_t>(row)]);
+      store_buffer_row.push_back(p.new_buffer_row[static_cast<std::size_t>(row)]);
+    }
+    c.store_index = ints.add(store_position);
+    c.store_rows = ints.add(store_buffer_row);
+    c.store_tables = tables_of(store_sequence);
+    c.num_stores = static_cast<std::int32_t>(store_position.size());
+  }
+  void plan_indexer(std::int32_t rate) {
+    if (index.contains(rate)) return;
+    IndexOnDevice& x = index[rate];
+    x.plan = DeepseekV4IndexPlan::make(t, rate);
+    x.key_entry = ints.add(x.plan.key_entry);
+    x.key_begin = ints.add(x.plan.row_key_begin);
+    x.visible = ints.add(x.plan.row_num_visible);
+    x.key_tables = tables_of(x.plan.key_sequence);
+  }
 };
 
 V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
@@ -199,221 +584,264 @@ V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
           .ring_windows = static_cast<std::int32_t>(r.ring_windows)};
 }
 
-void linear(const float* x, const DeviceArray<float>& w, std::int32_t m, std::int32_t k, float* y, cudaStream_t s) {
-  const auto n = static_cast<std::int32_t>(w.size() / static_cast<std::size_t>(k));
-  launch_v4_linear_f32({.x = x, .w = w.get(), .y = y, .m = m, .n = n, .k = k, .ldx = k, .ldy = n}, s);
-}
+// What every sub-layer needs: weights, the step, the blocks, scratch, GEMMs, the stream.
+struct Pass {
+  const Weights& w;
+  const Step& step;
+  const V4PagedBlocks& blocks;
+  StepScratch& scratch;
+  LtGemm& gemm;
+  LtBatchedGemm& batched;
+  cudaStream_t s;
+  std::int32_t n;  // rows
+
+  template <class T>
+  T* alloc(std::int64_t count) const {
+    return scratch.alloc<T>(count);
+  }
+  // A bf16 copy of x (a GEMM's input).
+  std::uint16_t* bf16(const float* x, std::int64_t count) const {
+    auto* out = alloc<std::uint16_t>(count);
+    launch_v4_f32_to_bf16(x, out, count, s);
+    return out;
+  }
+  // out [m, w.rows] f32 = x [m, w.cols] bf16 . w^T.
+  void linear(const std::uint16_t* x, const Bf16Matrix& m, std::int64_t rows, float* out) const {
+    if (rows == 0) return;
+    gemm.run(x, m.data.get(), out, DType::f32, rows, m.rows, m.cols);
+  }
+};
 
 // One compressor's share of a step (DeepseekV4Reference::compress): the
 // projections of the step's rows and the ring rows the plan reads back in a
 // dense buffer, the windows the step completes pooled into entries, then the
 // rows the reference leaves in the ring stored back.
-void compress_step(const DeepseekV4DeviceForward::Weights& w, const StepDevice& step, const V4PagedBlocks& blocks,
-                   const DeepseekV4DeviceForward::Weights::Compressor& c, const float* x, std::int32_t n,
-                   cudaStream_t s) {
+void compress_step(const Pass& p, const Weights::Compressor& c, const std::uint16_t* x16) {
   const DeepseekV4PoolRegion& r = c.region;
-  const auto width = static_cast<std::int32_t>(r.width), hidden = w.config.hidden_size;
-  const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(step.t, static_cast<std::int32_t>(r.rate),
-                                                                   r.overlapping(), blocks.block_size);
-  DeviceArray<float> fresh(static_cast<std::size_t>(n) * 2 * width);  // [kv rows | gate rows]
-  DeviceArray<float> kv(static_cast<std::size_t>(plan.buffer_rows) * width), gate(kv.size());
-  linear(x, c.wkv, n, hidden, fresh.get(), s);
-  linear(x, c.wgate, n, hidden, fresh.get() + static_cast<std::size_t>(n) * width, s);
-  const DeviceArray<std::int32_t> new_rows = up(plan.new_buffer_row);
-  launch_v4_copy_rows(fresh.get(), nullptr, kv.get(), new_rows.get(), n, width, s);
-  launch_v4_copy_rows(fresh.get() + static_cast<std::size_t>(n) * width, nullptr, gate.get(), new_rows.get(), n,
-                      width, s);
+  const CompressOnDevice& cd = p.step.compress.at({static_cast<std::int32_t>(r.rate), r.overlapping()});
+  const DeepseekV4CompressPlan& plan = cd.plan;
+  const StepInts& ints = p.step.ints;
+  const auto width = static_cast<std::int32_t>(r.width);
+  const std::int32_t n = p.n;
+  float* fresh = p.alloc<float>(std::int64_t{n} * 2 * width);  // [kv rows | gate rows]
+  float* kv = p.alloc<float>(std::int64_t{plan.buffer_rows} * width);
+  float* gate = p.alloc<float>(std::int64_t{plan.buffer_rows} * width);
+  float* fresh_gate = fresh + std::int64_t{n} * width;
+  p.linear(x16, c.wkv, n, fresh);
+  p.linear(x16, c.wgate, n, fresh_gate);
+  launch_v4_copy_rows(fresh, nullptr, kv, ints[cd.new_rows], n, width, p.s);
+  launch_v4_copy_rows(fresh_gate, nullptr, gate, ints[cd.new_rows], n, width, p.s);
   const V4PagedRegion kv_region = pool_region(r, V4PagedSite::pending_kv);
   const V4PagedRegion gate_region = pool_region(r, V4PagedSite::pending_gate);
   if (!plan.read_position.empty()) {
-    const StepDevice::ItemTables tt = step.tables_of(plan.read_sequence);
-    const DeviceArray<std::int32_t> index = up(plan.read_position), rows = up(plan.read_buffer_row);
-    for (const auto& [region, dense] : {std::pair{kv_region, kv.get()}, std::pair{gate_region, gate.get()}})
-      launch_v4_paged_copy({.blocks = blocks, .tables = step.view(tt), .region = region, .index = index.get(),
-                            .dense = dense, .dense_row = rows.get(), .dense_dt = kF32Dt,
-                            .items = static_cast<std::int32_t>(plan.read_position.size())},
-                           s);
+    for (const auto& [region, dense] : {std::pair{kv_region, kv}, std::pair{gate_region, gate}})
+      launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.read_tables), .region = region,
+                            .index = ints[cd.read_index], .dense = dense, .dense_row = ints[cd.read_rows],
+                            .dense_dt = kF32Dt, .items = static_cast<std::int32_t>(plan.read_position.size())},
+                           p.s);
   }
   if (!plan.entry_index.empty()) {
     const auto entries = static_cast<std::int32_t>(plan.entry_index.size());
-    const DeviceArray<std::int32_t> win = up(plan.window_row), prev = up(plan.prev_window_row),
-                                    pos = up(plan.entry_position), index = up(plan.entry_index);
-    DeviceArray<float> out(static_cast<std::size_t>(entries) * r.dim);
-    launch_v4_compress({.kv = kv.get(), .gate = gate.get(), .ape = c.ape.get(), .norm = c.norm.get(),
-                        .window_row = win.get(), .prev_window_row = prev.get(), .position = pos.get(),
-                        .rope = w.compress_rope(), .out = out.get(), .out_dt = kF32Dt, .entries = entries,
-                        .dim = static_cast<std::int32_t>(r.dim), .width = width,
-                        .rate = static_cast<std::int32_t>(r.rate), .eps = w.config.rms_norm_eps},
-                       s);
-    const StepDevice::ItemTables tt = step.tables_of(plan.entry_sequence);
-    launch_v4_paged_copy({.blocks = blocks, .tables = step.view(tt), .region = pool_region(r, V4PagedSite::entry),
-                          .index = index.get(), .dense = out.get(), .dense_dt = kF32Dt, .items = entries,
-                          .to_blocks = true},
-                         s);
-    SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));  // before `out` and the tables are freed
+    float* out = p.alloc<float>(std::int64_t{entries} * r.dim);
+    launch_v4_compress({.kv = kv, .gate = gate, .ape = c.ape.get(), .norm = c.norm.get(),
+                        .window_row = ints[cd.window_row], .prev_window_row = ints[cd.prev_window_row],
+                        .position = ints[cd.position], .rope = p.w.compress_rope(), .out = out, .out_dt = kF32Dt,
+                        .entries = entries, .dim = static_cast<std::int32_t>(r.dim), .width = width,
+                        .rate = static_cast<std::int32_t>(r.rate), .eps = p.w.config.rms_norm_eps},
+                       p.s);
+    launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.entry_tables),
+                          .region = pool_region(r, V4PagedSite::entry), .index = ints[cd.entry_index], .dense = out,
+                          .dense_dt = kF32Dt, .items = entries, .to_blocks = true},
+                         p.s);
   }
-  std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
-  for (std::int32_t row : plan.store_row) {
-    store_sequence.push_back(step.t.row_sequence[static_cast<std::size_t>(row)]);
-    store_position.push_back(step.t.positions[static_cast<std::size_t>(row)]);
-    store_buffer_row.push_back(plan.new_buffer_row[static_cast<std::size_t>(row)]);
+  if (cd.num_stores > 0) {
+    for (const auto& [region, dense] : {std::pair{kv_region, kv}, std::pair{gate_region, gate}})
+      launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.store_tables), .region = region,
+                            .index = ints[cd.store_index], .dense = dense, .dense_row = ints[cd.store_rows],
+                            .dense_dt = kF32Dt, .items = cd.num_stores, .to_blocks = true},
+                           p.s);
   }
-  if (!store_position.empty()) {
-    const StepDevice::ItemTables tt = step.tables_of(store_sequence);
-    const DeviceArray<std::int32_t> index = up(store_position), rows = up(store_buffer_row);
-    for (const auto& [region, dense] : {std::pair{kv_region, kv.get()}, std::pair{gate_region, gate.get()}})
-      launch_v4_paged_copy({.blocks = blocks, .tables = step.view(tt), .region = region, .index = index.get(),
-                            .dense = dense, .dense_row = rows.get(), .dense_dt = kF32Dt,
-                            .items = static_cast<std::int32_t>(store_position.size()), .to_blocks = true},
-                           s);
-  }
-  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-// DeepseekV4Reference::run_attention for every row: x [n, hidden] -> out [n, hidden].
-void attention(const DeepseekV4DeviceForward::Weights& w, std::size_t layer_index, const StepDevice& step,
-               const V4PagedBlocks& blocks, const float* x, std::int32_t n, float* out, cudaStream_t s) {
-  const auto& L = w.layers[layer_index];
-  const ModelConfig& cfg = w.config;
-  const DeepseekV4Config& ds = w.ds;
-  const std::int32_t hidden = cfg.hidden_size, heads = cfg.num_heads, hd = cfg.head_dim, q_lora = ds.q_lora_rank;
+// DeepseekV4Reference::run_attention for every row: x [n, hidden] (and its bf16 copy) -> out [n, hidden].
+void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float* out) {
+  const ModelConfig& cfg = p.w.config;
+  const DeepseekV4Config& ds = p.w.ds;
+  const StepInts& ints = p.step.ints;
+  const std::int32_t n = p.n, heads = cfg.num_heads, hd = cfg.head_dim, q_lora = ds.q_lora_rank;
   const float eps = cfg.rms_norm_eps;
-  const V4Rope rope = L.type == DeepseekV4Attention::sliding ? w.main_rope() : w.compress_rope();
-  const std::int32_t* positions = step.positions.get();
+  const V4Rope rope = L.type == DeepseekV4Attention::sliding ? p.w.main_rope() : p.w.compress_rope();
+  const std::int32_t* positions = ints[p.step.positions];
+  cudaStream_t s = p.s;
 
   // Queries: q_a, its norm, q_b, an unweighted norm per head, rope; bf16 for the attention.
-  DeviceArray<float> q_residual(static_cast<std::size_t>(n) * q_lora);
-  linear(x, L.wq_a, n, hidden, q_residual.get(), s);
-  launch_v4_rms_norm_f32(q_residual.get(), n, q_lora, L.q_norm.get(), eps, s);
-  DeviceArray<float> q(static_cast<std::size_t>(n) * heads * hd);
-  linear(q_residual.get(), L.wq_b, n, q_lora, q.get(), s);
-  launch_v4_rms_norm_f32(q.get(), static_cast<std::int64_t>(n) * heads, hd, nullptr, eps, s);
-  launch_v4_rope_tail_f32(q.get(), n, heads, hd, positions, rope, false, s);
-  DeviceArray<std::uint16_t> q_bf16(q.size());
-  launch_v4_f32_to_bf16(q.get(), q_bf16.get(), static_cast<std::int64_t>(q.size()), s);
+  float* q_residual = p.alloc<float>(std::int64_t{n} * q_lora);
+  p.linear(x16, L.wq_a, n, q_residual);
+  launch_v4_rms_norm_f32(q_residual, n, q_lora, L.q_norm.get(), eps, s);
+  const std::uint16_t* q_residual16 = p.bf16(q_residual, std::int64_t{n} * q_lora);
+  const std::int64_t q_size = std::int64_t{n} * heads * hd;
+  float* q = p.alloc<float>(q_size);
+  p.linear(q_residual16, L.wq_b, n, q);
+  launch_v4_rms_norm_f32(q, std::int64_t{n} * heads, hd, nullptr, eps, s);
+  launch_v4_rope_tail_f32(q, n, heads, hd, positions, rope, false, s);
+  const std::uint16_t* q16 = p.bf16(q, q_size);
   // The shared K=V latent of each new token joins its sequence's window.
-  DeviceArray<float> kv(static_cast<std::size_t>(n) * hd);
-  linear(x, L.wkv, n, hidden, kv.get(), s);
-  launch_v4_rms_norm_f32(kv.get(), n, hd, L.kv_norm.get(), eps, s);
-  launch_v4_rope_tail_f32(kv.get(), n, 1, hd, positions, rope, false, s);
+  float* kv = p.alloc<float>(std::int64_t{n} * hd);
+  p.linear(x16, L.wkv, n, kv);
+  launch_v4_rms_norm_f32(kv, n, hd, L.kv_norm.get(), eps, s);
+  launch_v4_rope_tail_f32(kv, n, 1, hd, positions, rope, false, s);
   const V4PagedRegion window_region{.site = V4PagedSite::window, .offset = L.window_offset, .count = hd};
-  launch_v4_paged_copy({.blocks = blocks, .tables = step.rows_view(), .region = window_region, .index = positions,
-                        .dense = kv.get(), .dense_dt = kF32Dt, .items = n, .to_blocks = true},
+  launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.rows_view(), .region = window_region,
+                        .index = positions, .dense = kv, .dense_dt = kF32Dt, .items = n, .to_blocks = true},
                        s);
-  if (L.compressor) compress_step(w, step, blocks, *L.compressor, x, n, s);
+  if (L.compressor) compress_step(p, *L.compressor, x16);
 
   // CSA: the indexer's picks among the visible entries.
   const std::int32_t top_k = ds.index_topk;
-  DeviceArray<std::int32_t> selected, num_selected;
+  std::int32_t* selected = nullptr;
+  std::int32_t* num_selected = nullptr;
   if (L.index_compressor) {
-    compress_step(w, step, blocks, *L.index_compressor, x, n, s);
+    compress_step(p, *L.index_compressor, x16);
     const std::int32_t ih = ds.index_n_heads, ihd = ds.index_head_dim;
-    DeviceArray<float> index_q(static_cast<std::size_t>(n) * ih * ihd), weights(static_cast<std::size_t>(n) * ih);
-    linear(q_residual.get(), L.index_wq_b, n, q_lora, index_q.get(), s);
-    launch_v4_rope_tail_f32(index_q.get(), n, ih, ihd, positions, w.compress_rope(), false, s);
-    linear(x, L.index_weights_proj, n, hidden, weights.get(), s);
-    launch_v4_scale_f32(weights.get(), static_cast<std::int64_t>(weights.size()),
-                        1.0f / std::sqrt(static_cast<float>(ih)), s);
-    const DeepseekV4IndexPlan plan =
-        DeepseekV4IndexPlan::make(step.t, static_cast<std::int32_t>(L.index_compressor->region.rate));
-    selected = DeviceArray<std::int32_t>(static_cast<std::size_t>(n) * top_k);
-    num_selected = DeviceArray<std::int32_t>(static_cast<std::size_t>(n));
-    if (plan.max_visible == 0) {
-      SLUICE_CUDA_CHECK(cudaMemsetAsync(num_selected.get(), 0, num_selected.size() * sizeof(std::int32_t), s));
+    float* index_q = p.alloc<float>(std::int64_t{n} * ih * ihd);
+    float* weights = p.alloc<float>(std::int64_t{n} * ih);
+    p.linear(q_residual16, L.index_wq_b, n, index_q);
+    launch_v4_rope_tail_f32(index_q, n, ih, ihd, positions, p.w.compress_rope(), false, s);
+    p.linear(x16, L.index_weights_proj, n, weights);
+    launch_v4_scale_f32(weights, std::int64_t{n} * ih, 1.0f / std::sqrt(static_cast<float>(ih)), s);
+    const IndexOnDevice& ix = p.step.index.at(static_cast<std::int32_t>(L.index_compressor->region.rate));
+    selected = p.alloc<std::int32_t>(std::int64_t{n} * top_k);
+    num_selected = p.alloc<std::int32_t>(n);
+    if (ix.plan.max_visible == 0) {
+      SLUICE_CUDA_CHECK(cudaMemsetAsync(num_selected, 0, static_cast<std::size_t>(n) * sizeof(std::int32_t), s));
     } else {
-      const auto pool = static_cast<std::int32_t>(plan.key_entry.size());
-      DeviceArray<float> keys(static_cast<std::size_t>(pool) * ihd), key_scale(static_cast<std::size_t>(pool));
-      const StepDevice::ItemTables tt = step.tables_of(plan.key_sequence);
-      const DeviceArray<std::int32_t> key_entry = up(plan.key_entry);
-      launch_v4_paged_copy({.blocks = blocks, .tables = step.view(tt),
+      const auto pool = static_cast<std::int32_t>(ix.plan.key_entry.size());
+      float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
+      float* key_scale = p.alloc<float>(pool);
+      launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(ix.key_tables),
                             .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
-                            .index = key_entry.get(), .dense = keys.get(), .dense_dt = kF32Dt, .items = pool},
+                            .index = ints[ix.key_entry], .dense = keys, .dense_dt = kF32Dt, .items = pool},
                            s);
-      DeviceArray<std::uint8_t> keys_e4m3(static_cast<std::size_t>(pool) * ihd);
-      launch_v4_quantize_e4m3_rows(keys.get(), pool, ihd, keys_e4m3.get(), key_scale.get(), s);
-      DeviceArray<std::uint8_t> q_e4m3(index_q.size());
-      DeviceArray<float> q_scale(static_cast<std::size_t>(n) * ih);
-      launch_v4_quantize_e4m3_rows(index_q.get(), static_cast<std::int64_t>(n) * ih, ihd, q_e4m3.get(),
-                                   q_scale.get(), s);
-      const DeviceArray<std::int32_t> key_begin = up(plan.row_key_begin), visible = up(plan.row_num_visible);
-      DeviceArray<float> scores(static_cast<std::size_t>(n) * plan.max_visible);
-      const V4IndexerArgs args{.q = q_e4m3.get(), .q_scale = q_scale.get(), .weights = weights.get(),
-                               .keys = keys_e4m3.get(), .key_scale = key_scale.get(), .key_begin = key_begin.get(),
-                               .num_visible = visible.get(), .scores = scores.get(), .selected = selected.get(),
-                               .num_selected = num_selected.get(), .rows = n, .num_heads = ih,
-                               .max_visible = plan.max_visible, .top_k = top_k};
+      auto* keys_e4m3 = p.alloc<std::uint8_t>(std::int64_t{pool} * ihd);
+      launch_v4_quantize_e4m3_rows(keys, pool, ihd, keys_e4m3, key_scale, s);
+      auto* q_e4m3 = p.alloc<std::uint8_t>(std::int64_t{n} * ih * ihd);
+      float* q_scale = p.alloc<float>(std::int64_t{n} * ih);
+      launch_v4_quantize_e4m3_rows(index_q, std::int64_t{n} * ih, ihd, q_e4m3, q_scale, s);
+      float* scores = p.alloc<float>(std::int64_t{n} * ix.plan.max_visible);
+      const V4IndexerArgs args{.q = q_e4m3, .q_scale = q_scale, .weights = weights, .keys = keys_e4m3,
+                               .key_scale = key_scale, .key_begin = ints[ix.key_begin],
+                               .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
+                               .num_selected = num_selected, .rows = n, .num_heads = ih,
+                               .max_visible = ix.plan.max_visible, .top_k = top_k};
       launch_v4_indexer_scores(args, s);
       launch_v4_indexer_top_k(args, s);
-      SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
     }
   }
 
   // Each row's key set (window, then the picks or every visible HCA entry), the sparse attention.
   std::int32_t max_keys = ds.sliding_window;
-  if (L.index_compressor) {
-    max_keys += top_k;
-  } else if (L.compressor) {
-    std::int32_t most = 0;
-    for (std::int32_t p : step.t.positions) most = std::max(most, (p + 1) / static_cast<std::int32_t>(L.compressor->region.rate));
-    max_keys += most;
-  }
-  DeviceArray<std::uint16_t> keys(static_cast<std::size_t>(n) * max_keys * hd);
-  DeviceArray<std::int32_t> key_rows(static_cast<std::size_t>(n) * max_keys), num_keys(static_cast<std::size_t>(n));
-  V4GatherKeysArgs gather{.blocks = blocks, .tables = step.rows_view(), .positions = positions,
-                          .window = window_region, .sliding_window = ds.sliding_window, .keys = keys.get(),
-                          .key_rows = key_rows.get(), .num_keys = num_keys.get(), .rows = n, .max_keys = max_keys};
+  if (L.index_compressor) max_keys += top_k;
+  else if (L.compressor) max_keys += p.step.most_entries.at(static_cast<std::int32_t>(L.compressor->region.rate));
+  auto* keys = p.alloc<std::uint16_t>(std::int64_t{n} * max_keys * hd);
+  auto* key_rows = p.alloc<std::int32_t>(std::int64_t{n} * max_keys);
+  auto* num_keys = p.alloc<std::int32_t>(n);
+  V4GatherKeysArgs gather{.blocks = p.blocks, .tables = p.step.rows_view(), .positions = positions,
+                          .window = window_region, .sliding_window = ds.sliding_window, .keys = keys,
+                          .key_rows = key_rows, .num_keys = num_keys, .rows = n, .max_keys = max_keys};
   if (L.compressor) gather.entries = pool_region(L.compressor->region, V4PagedSite::entry);
   if (L.index_compressor) {
-    gather.selected = selected.get();
-    gather.num_selected = num_selected.get();
+    gather.selected = selected;
+    gather.num_selected = num_selected;
     gather.top_k = top_k;
   }
   launch_v4_gather_keys(gather, s);
-  DeviceArray<float> attn(static_cast<std::size_t>(n) * heads * hd);
-  launch_v4_sparse_attention({.q = q_bf16.get(), .kv = keys.get(), .key_rows = key_rows.get(),
-                              .num_keys = num_keys.get(), .sinks = L.sinks.get(), .positions = positions,
-                              .rope = rope, .out = attn.get(), .out_dt = kF32Dt, .rows = n, .num_heads = heads,
-                              .max_keys = max_keys, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))},
+  auto* attn16 = p.alloc<std::uint16_t>(q_size);  // bf16: wo_a's input
+  launch_v4_sparse_attention({.q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys,
+                              .sinks = L.sinks.get(), .positions = positions, .rope = rope, .out = attn16,
+                              .out_dt = kBf16Dt, .rows = n, .num_heads = heads, .max_keys = max_keys,
+                              .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))},
                              s);
-  // Grouped output: each group of heads to o_lora_rank by its block of wo_a (one batched launch), then wo_b.
+  // Grouped output: group g's heads [n, group_in] (columns g * group_in of attn) times its block of
+  // wo_a [o_lora, group_in]^T, all groups as one strided-batched GEMM into [n, groups * o_lora]
+  // (bf16: wo_b's input), then wo_b.
   const std::int32_t groups = ds.o_groups, group_in = heads * hd / groups, o_lora = ds.o_lora_rank;
-  DeviceArray<float> grouped(static_cast<std::size_t>(n) * groups * o_lora);
-  launch_v4_linear_f32({.x = attn.get(), .w = L.wo_a.get(), .y = grouped.get(), .m = n, .n = o_lora, .k = group_in,
-                        .batches = groups, .ldx = static_cast<std::int64_t>(heads) * hd,
-                        .ldy = static_cast<std::int64_t>(groups) * o_lora, .x_batch = group_in,
-                        .w_batch = static_cast<std::int64_t>(o_lora) * group_in, .y_batch = o_lora},
-                       s);
-  linear(grouped.get(), L.wo_b, n, groups * o_lora, out, s);
-  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));  // the temporaries above are freed on return
+  auto* grouped16 = p.alloc<std::uint16_t>(std::int64_t{n} * groups * o_lora);
+  p.batched.run({.m = o_lora, .n = n, .k = group_in, .transpose_a = true, .lda = group_in,
+                 .ldb = std::int64_t{heads} * hd, .ldc = std::int64_t{groups} * o_lora,
+                 .stride_a = std::int64_t{o_lora} * group_in, .stride_b = group_in, .stride_c = o_lora,
+                 .batch = groups},
+                L.wo_a.data.get(), attn16, grouped16);
+  p.linear(grouped16, L.wo_b, n, out);
 }
 
-// DeepseekV4Reference::run_moe: x [n, hidden] -> out [n, hidden].
-void moe(const DeepseekV4DeviceForward::Weights& w, std::size_t layer_index, const StepDevice& step, const float* x,
-         std::int32_t n, float* out, cudaStream_t s) {
-  const auto& L = w.layers[layer_index];
-  const DeepseekV4Config& ds = w.ds;
-  const std::int32_t hidden = w.config.hidden_size, experts = ds.n_routed_experts, k = ds.num_experts_per_tok;
-  const std::int32_t inter = ds.moe_intermediate_size;
-  DeviceArray<float> logits(static_cast<std::size_t>(n) * experts);
-  linear(x, L.router, n, hidden, logits.get(), s);
-  DeviceArray<std::int32_t> ids(static_cast<std::size_t>(n) * k);
-  DeviceArray<float> weights(static_cast<std::size_t>(n) * k);
-  launch_v4_route({.logits = logits.get(), .bias = L.hash ? nullptr : L.bias.get(),
-                   .hash_table = L.hash ? L.tid2eid.get() : nullptr, .token_ids = step.tokens.get(),
-                   .expert_ids = ids.get(), .expert_weights = weights.get(), .rows = n, .num_experts = experts, .k = k,
+// DeepseekV4Reference::run_moe: x [n, hidden] (bf16) -> out [n, hidden]. The
+// shared expert as two dense GEMMs into out; the routed ones as grouped
+// GEMMs over launch_moe_plan's slots (gate/up in f32, the clamped SwiGLU to
+// bf16, down in f32), added with their routing weights.
+void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float* out) {
+  const DeepseekV4Config& ds = p.w.ds;
+  const std::int32_t n = p.n, hidden = p.w.config.hidden_size, experts = ds.n_routed_experts;
+  const std::int32_t k = ds.num_experts_per_tok, inter = ds.moe_intermediate_size;
+  cudaStream_t s = p.s;
+  const Launch launch{.stream = s, .programmatic = false};
+  float* logits = p.alloc<float>(std::int64_t{n} * experts);
+  p.linear(x16, L.router, n, logits);
+  auto* ids = p.alloc<std::int32_t>(std::int64_t{n} * k);
+  float* weights = p.alloc<float>(std::int64_t{n} * k);
+  launch_v4_route({.logits = logits, .bias = L.hash ? nullptr : L.bias.get(),
+                   .hash_table = L.hash ? L.tid2eid.get() : nullptr, .token_ids = p.step.ints[p.step.tokens],
+                   .expert_ids = ids, .expert_weights = weights, .rows = n, .num_experts = experts, .k = k,
                    .scale = ds.routed_scaling_factor},
                   s);
-  const std::size_t slots = static_cast<std::size_t>(n) * (k + 1);
-  DeviceArray<float> gate_up(slots * 2 * inter), act(slots * inter);
-  V4DenseExpertArgs args{.x = x, .expert_ids = ids.get(), .expert_weights = weights.get(), .gate_up = L.gate_up.get(),
-                         .down = L.down.get(), .gate_up_out = gate_up.get(), .act = act.get(), .out = out,
-                         .rows = n, .k = k, .hidden = hidden, .inter = inter, .num_experts = experts};
-  launch_v4_dense_expert_up(args, s);
-  launch_v4_clamped_swiglu({.in = gate_up.get(), .in_dt = kF32Dt, .out = act.get(), .out_dt = kF32Dt,
-                            .rows = static_cast<std::int32_t>(slots), .inter = inter, .limit = ds.swiglu_limit},
+  // The shared expert.
+  float* shared_gate_up = p.alloc<float>(std::int64_t{n} * 2 * inter);
+  p.linear(x16, L.shared_gate_up, n, shared_gate_up);
+  auto* shared_act = p.alloc<std::uint16_t>(std::int64_t{n} * inter);
+  launch_v4_clamped_swiglu({.in = shared_gate_up, .in_dt = kF32Dt, .out = shared_act, .out_dt = kBf16Dt, .rows = n,
+                            .inter = inter, .limit = ds.swiglu_limit},
                            s);
-  launch_v4_dense_expert_down(args, s);
-  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
+  p.linear(shared_act, L.shared_down, n, out);
+  // The routed experts.
+  const std::int32_t pairs = n * k;
+  const std::int32_t tile_rows = grouped_gemm_tile_rows(pairs, experts);
+  const std::int32_t max_tiles = moe_max_tiles(pairs, experts, tile_rows);
+  auto* expert_offsets = p.alloc<std::int32_t>(experts + 1);
+  auto* slot_of_pair = p.alloc<std::int32_t>(pairs);
+  auto* row_of_slot = p.alloc<std::int32_t>(pairs);
+  auto* tile_expert = p.alloc<std::int32_t>(max_tiles);
+  auto* tile_first_slot = p.alloc<std::int32_t>(max_tiles);
+  launch_moe_plan({.expert_ids = ids, .num_pairs = pairs, .k = k, .num_experts = experts, .tile_rows = tile_rows,
+                   .max_tiles = max_tiles, .expert_offsets = expert_offsets, .slot_of_pair = slot_of_pair,
+                   .row_of_slot = row_of_slot, .tile_expert = tile_expert, .tile_first_slot = tile_first_slot},
+                  launch);
+  const GroupedGemmArgs tiles{.tile_expert = tile_expert, .tile_first_slot = tile_first_slot,
+                              .expert_offsets = expert_offsets, .max_tiles = max_tiles, .tile_rows = tile_rows};
+  float* gate_up = p.alloc<float>(std::int64_t{pairs} * 2 * inter);
+  GroupedGemmArgs up = tiles;
+  up.x = x16;
+  up.row_of_slot = row_of_slot;
+  up.w = L.experts_gate_up.data.get();
+  up.n = 2 * inter;
+  up.k = hidden;
+  up.out = gate_up;
+  up.out_dt = kF32Dt;
+  launch_grouped_gemm(up, launch);
+  auto* act = p.alloc<std::uint16_t>(std::int64_t{pairs} * inter);
+  launch_v4_clamped_swiglu({.in = gate_up, .in_dt = kF32Dt, .out = act, .out_dt = kBf16Dt, .rows = pairs,
+                            .inter = inter, .limit = ds.swiglu_limit},
+                           s);
+  float* y = p.alloc<float>(std::int64_t{pairs} * hidden);  // by slot
+  GroupedGemmArgs down = tiles;
+  down.x = act;
+  down.w = L.experts_down.data.get();
+  down.n = hidden;
+  down.k = inter;
+  down.out = y;
+  down.out_dt = kF32Dt;
+  launch_grouped_gemm(down, launch);
+  launch_v4_moe_combine({.y = y, .slot_of_pair = slot_of_pair, .weights = weights, .out = out, .rows = n, .k = k,
+                         .hidden = hidden},
+                        s);
 }
 
 }  // namespace
@@ -430,66 +858,93 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   for (TokenId t : layout.token_ids)
     if (t < 0 || t >= vocab)
       return Error{fmt::format("deepseek_v4: token id {} is outside the vocabulary of {}", t, vocab)};
-  StepDevice step;
-  step.t = DeepseekV4StepTables::make(layout);
-  std::vector<std::int32_t> row_begin, row_len;
-  for (std::int32_t sq : step.t.row_sequence) {
-    row_begin.push_back(step.t.sequence_table_begin[static_cast<std::size_t>(sq)]);
-    row_len.push_back(step.t.sequence_table_len[static_cast<std::size_t>(sq)]);
-  }
   for (std::size_t q = 0; q < layout.sequences.size(); ++q) {
     const std::int64_t last = layout.sequences[q].num_computed_tokens + layout.sequences[q].num_rows;
     if (last > static_cast<std::int64_t>(layout.sequences[q].block_table.size()) * blocks.block_size)
       return Error{"deepseek_v4 on CUDA: a sequence's block table is shorter than its tokens",
                    ErrorCode::kInvalidArgument};
   }
-  step.block_ids = up(step.t.block_ids);
-  step.tokens = up(std::vector<std::int32_t>(layout.token_ids.begin(), layout.token_ids.end()));
-  step.positions = up(step.t.positions);
-  step.row_table_begin = up(row_begin);
-  step.row_table_len = up(row_len);
+  for (std::int32_t r : layout.sample_rows)
+    if (r < 0 || r >= n) return Error{"deepseek_v4: a sample row is outside the step", ErrorCode::kInvalidArgument};
 
+  // The step's plans, made on the host once for every layer, and their one upload.
+  Runtime& rt = *rt_;
+  rt.bind(s);
+  rt.scratch.reset();
+  Step step;
+  step.t = DeepseekV4StepTables::make(layout);
+  std::vector<std::int32_t> row_begin, row_len;
+  for (std::int32_t sq : step.t.row_sequence) {
+    row_begin.push_back(step.t.sequence_table_begin[static_cast<std::size_t>(sq)]);
+    row_len.push_back(step.t.sequence_table_len[static_cast<std::size_t>(sq)]);
+  }
+  step.block_ids = step.ints.add(step.t.block_ids);
+  step.tokens = step.ints.add(std::vector<std::int32_t>(layout.token_ids.begin(), layout.token_ids.end()));
+  step.positions = step.ints.add(step.t.positions);
+  step.row_table_begin = step.ints.add(row_begin);
+  step.row_table_len = step.ints.add(row_len);
+  step.sample_rows = step.ints.add(layout.sample_rows);
+  for (const Weights::Layer& L : w.layers) {
+    if (L.compressor) {
+      const DeepseekV4PoolRegion& r = L.compressor->region;
+      step.plan_compressor(static_cast<std::int32_t>(r.rate), r.overlapping(), blocks.block_size);
+      if (!L.index_compressor) {
+        std::int32_t most = 0;
+        for (std::int32_t pos : step.t.positions) most = std::max(most, (pos + 1) / static_cast<std::int32_t>(r.rate));
+        step.most_entries[static_cast<std::int32_t>(r.rate)] = most;
+      }
+    }
+    if (L.index_compressor) {
+      const DeepseekV4PoolRegion& r = L.index_compressor->region;
+      step.plan_compressor(static_cast<std::int32_t>(r.rate), r.overlapping(), blocks.block_size);
+      step.plan_indexer(static_cast<std::int32_t>(r.rate));
+    }
+  }
+  step.ints.upload(rt.scratch, rt.staging, s);
+
+  const Pass pass{.w = w, .step = step, .blocks = blocks, .scratch = rt.scratch, .gemm = *rt.gemm,
+                  .batched = *rt.batched, .s = s, .n = n};
   // Every stream starts as the token's embedding.
-  DeviceArray<float> streams(static_cast<std::size_t>(n) * hc * hidden);
-  launch_v4_embed_streams(w.embed.get(), step.tokens.get(), n, hc, hidden, streams.get(), s);
-  DeviceArray<float> x(static_cast<std::size_t>(n) * hidden), y(x.size());
-  DeviceArray<float> post(static_cast<std::size_t>(n) * hc), comb(static_cast<std::size_t>(n) * hc * hc);
+  float* streams = pass.alloc<float>(std::int64_t{n} * hc * hidden);
+  launch_v4_embed_streams(w.embed.get(), step.ints[step.tokens], n, hc, hidden, streams, s);
+  float* x = pass.alloc<float>(std::int64_t{n} * hidden);
+  float* y = pass.alloc<float>(std::int64_t{n} * hidden);
+  float* post = pass.alloc<float>(std::int64_t{n} * hc);
+  float* comb = pass.alloc<float>(std::int64_t{n} * hc * hc);
   auto sub_layer = [&](const Weights::Hc& site, const DeviceArray<float>& norm, auto&& run) {
-    launch_v4_hc_pre({.streams = streams.get(), .w = site.view(), .post = post.get(), .comb = comb.get(),
-                      .collapsed = x.get(), .out_dt = kF32Dt, .rows = n, .hc = hc, .hidden = hidden,
+    const StepScratch::Mark mark = rt.scratch.mark();
+    launch_v4_hc_pre({.streams = streams, .w = site.view(), .post = post, .comb = comb, .collapsed = x,
+                      .out_dt = kF32Dt, .rows = n, .hc = hc, .hidden = hidden,
                       .sinkhorn_iters = ds.hc_sinkhorn_iters, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps},
                      s);
-    launch_v4_rms_norm_f32(x.get(), n, hidden, norm.get(), cfg.rms_norm_eps, s);
-    run();
-    launch_v4_hc_post({.streams = streams.get(), .y = y.get(), .y_dt = kF32Dt, .post = post.get(),
-                       .comb = comb.get(), .rows = n, .hc = hc, .hidden = hidden},
+    launch_v4_rms_norm_f32(x, n, hidden, norm.get(), cfg.rms_norm_eps, s);
+    run(pass.bf16(x, std::int64_t{n} * hidden));
+    launch_v4_hc_post({.streams = streams, .y = y, .y_dt = kF32Dt, .post = post, .comb = comb, .rows = n, .hc = hc,
+                       .hidden = hidden},
                       s);
+    rt.scratch.rewind(mark);  // the sub-layer's temporaries; later launches on `s` reuse them in order
   };
-  for (std::size_t l = 0; l < w.layers.size(); ++l) {
-    const Weights::Layer& L = w.layers[l];
-    sub_layer(L.attn_hc, L.attn_norm, [&] { attention(w, l, step, blocks, x.get(), n, y.get(), s); });
-    sub_layer(L.ffn_hc, L.ffn_norm, [&] { moe(w, l, step, x.get(), n, y.get(), s); });
+  for (const Weights::Layer& L : w.layers) {
+    sub_layer(L.attn_hc, L.attn_norm, [&](const std::uint16_t* x16) { attention(pass, L, x16, y); });
+    sub_layer(L.ffn_hc, L.ffn_norm, [&](const std::uint16_t* x16) { moe(pass, L, x16, y); });
   }
   // The sampled rows: hc_head, the final norm, the LM head.
   const auto sampled = static_cast<std::int32_t>(layout.sample_rows.size());
-  if (sampled == 0) {
-    SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
-    return std::vector<float>{};
+  std::vector<float> host(static_cast<std::size_t>(sampled) * vocab);
+  if (sampled > 0) {
+    float* picked = pass.alloc<float>(std::int64_t{sampled} * hc * hidden);
+    float* last = pass.alloc<float>(std::int64_t{sampled} * hidden);
+    launch_v4_copy_rows(streams, step.ints[step.sample_rows], picked, nullptr, sampled, hc * hidden, s);
+    launch_v4_hc_pre({.streams = picked, .w = w.hc_head.view(), .collapsed = last, .out_dt = kF32Dt,
+                      .rows = sampled, .hc = hc, .hidden = hidden, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
+                      .head = true},
+                     s);
+    launch_v4_rms_norm_f32(last, sampled, hidden, w.final_norm.get(), cfg.rms_norm_eps, s);
+    float* logits = pass.alloc<float>(std::int64_t{sampled} * vocab);
+    pass.linear(pass.bf16(last, std::int64_t{sampled} * hidden), w.head, sampled, logits);
+    SLUICE_CUDA_CHECK(
+        cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
   }
-  for (std::int32_t r : layout.sample_rows)
-    if (r < 0 || r >= n) return Error{"deepseek_v4: a sample row is outside the step", ErrorCode::kInvalidArgument};
-  const DeviceArray<std::int32_t> sample_rows = up(layout.sample_rows);
-  DeviceArray<float> picked(static_cast<std::size_t>(sampled) * hc * hidden), last(static_cast<std::size_t>(sampled) * hidden);
-  launch_v4_copy_rows(streams.get(), sample_rows.get(), picked.get(), nullptr, sampled, hc * hidden, s);
-  launch_v4_hc_pre({.streams = picked.get(), .w = w.hc_head.view(), .collapsed = last.get(), .out_dt = kF32Dt,
-                    .rows = sampled, .hc = hc, .hidden = hidden, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
-                    .head = true},
-                   s);
-  launch_v4_rms_norm_f32(last.get(), sampled, hidden, w.final_norm.get(), cfg.rms_norm_eps, s);
-  DeviceArray<float> logits(static_cast<std::size_t>(sampled) * vocab);
-  linear(last.get(), w.head, sampled, hidden, logits.get(), s);
-  std::vector<float> host(logits.size());
-  SLUICE_CUDA_CHECK(cudaMemcpyAsync(host.data(), logits.get(), host.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
   SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
   return host;
 }

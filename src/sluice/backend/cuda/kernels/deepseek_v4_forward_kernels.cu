@@ -1,9 +1,10 @@
 // The DeepSeek-V4 device forward's f32 glue kernels (deepseek_v4_forward_kernels.h).
-// A warp per output dot product (lanes stride the inner dimension, so weight
-// rows are read coalesced); elementwise kernels a thread per value.
+// Elementwise kernels a thread per value; norms and quantization a block a row.
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "sluice/backend/cuda/cuda_check.h"
@@ -14,25 +15,9 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 
 unsigned blocks_for(std::int64_t n, int per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);
-}
-
-__device__ __forceinline__ float dot_warp(const float* a, const float* b, int k) {
-  float s = 0.0f;
-  for (int i = threadIdx.x & 31; i < k; i += 32) s = fmaf(a[i], b[i], s);
-  return warp_sum(s);
-}
-
-__global__ void linear_kernel(V4LinearArgs a) {
-  const std::int64_t out = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  const std::int64_t per_batch = static_cast<std::int64_t>(a.m) * a.n;
-  if (out >= per_batch * a.batches) return;
-  const std::int64_t b = out / per_batch, mn = out % per_batch, m = mn / a.n, n = mn % a.n;
-  const float v = dot_warp(a.x + b * a.x_batch + m * a.ldx, a.w + b * a.w_batch + n * a.k, a.k);
-  if ((threadIdx.x & 31) == 0) a.y[b * a.y_batch + m * a.ldy + n] = v;
 }
 
 __global__ void rms_norm_kernel(float* x, std::int32_t dim, const float* weight, float eps) {
@@ -106,42 +91,38 @@ __global__ void quantize_e4m3_kernel(const float* in, std::int32_t width, std::u
   if (threadIdx.x == 0) scale[row] = s;
 }
 
-__device__ __forceinline__ std::int32_t slot_expert(const V4DenseExpertArgs& a, std::int64_t r, int s) {
-  return s < a.k ? a.expert_ids[r * a.k + s] : a.num_experts;
-}
-
-__global__ void expert_up_kernel(V4DenseExpertArgs a) {
-  const std::int64_t out = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  const std::int64_t width = 2LL * a.inter, slots = a.k + 1;
-  if (out >= a.rows * slots * width) return;
-  const std::int64_t r = out / (slots * width), s = out / width % slots, j = out % width;
-  const std::int64_t e = slot_expert(a, r, static_cast<int>(s));
-  const float v = dot_warp(a.gate_up + (e * width + j) * a.hidden, a.x + r * a.hidden, a.hidden);
-  if ((threadIdx.x & 31) == 0) a.gate_up_out[out] = v;
-}
-
-__global__ void expert_down_kernel(V4DenseExpertArgs a) {
-  const std::int64_t out = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (out >= static_cast<std::int64_t>(a.rows) * a.hidden) return;
-  const std::int64_t r = out / a.hidden, c = out % a.hidden;
-  float sum = 0.0f;
-  for (int s = 0; s <= a.k; ++s) {
-    const std::int64_t e = slot_expert(a, r, s);
-    const float w = s < a.k ? a.expert_weights[r * a.k + s] : 1.0f;
-    sum += w * dot_warp(a.down + (e * a.hidden + c) * a.inter, a.act + (r * (a.k + 1) + s) * a.inter, a.inter);
+__global__ void moe_combine_kernel(V4MoeCombineArgs a) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<std::int64_t>(a.rows) * a.hidden) return;
+  const std::int64_t r = i / a.hidden, c = i % a.hidden;
+  float sum = a.out[i];
+  for (int j = 0; j < a.k; ++j) {
+    const std::int64_t slot = a.slot_of_pair[r * a.k + j];
+    sum = fmaf(a.weights[r * a.k + j], a.y[slot * a.hidden + c], sum);
   }
-  if ((threadIdx.x & 31) == 0) a.out[out] = sum;
+  a.out[i] = sum;
+}
+
+// splitmix64 of (seed, index) to (-1, 1).
+__device__ __forceinline__ float uniform_pm1(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + i + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+__global__ void fill_uniform_kernel(void* out, bool bf16, std::int64_t n, float scale, float offset,
+                                    std::uint64_t seed) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float v = offset + scale * uniform_pm1(seed, static_cast<std::uint64_t>(i));
+    if (bf16) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(v);
+    else static_cast<float*>(out)[i] = v;
+  }
 }
 
 }  // namespace
-
-void launch_v4_linear_f32(const V4LinearArgs& a, cudaStream_t stream) {
-  SLUICE_CHECK(a.m >= 0 && a.n > 0 && a.k > 0 && a.batches > 0 && a.x && a.w && a.y);
-  const std::int64_t outputs = static_cast<std::int64_t>(a.m) * a.n * a.batches;
-  if (outputs == 0) return;
-  linear_kernel<<<blocks_for(outputs, kWarps), kThreads, 0, stream>>>(a);
-  SLUICE_CUDA_CHECK_LAUNCH();
-}
 
 void launch_v4_rms_norm_f32(float* x, std::int64_t pieces, std::int32_t dim, const float* weight, float eps,
                             cudaStream_t stream) {
@@ -197,19 +178,20 @@ void launch_v4_quantize_e4m3_rows(const float* in, std::int64_t rows, std::int32
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_v4_dense_expert_up(const V4DenseExpertArgs& a, cudaStream_t stream) {
-  SLUICE_CHECK(a.k > 0 && a.hidden > 0 && a.inter > 0 && a.num_experts > 0);
-  const std::int64_t n = static_cast<std::int64_t>(a.rows) * (a.k + 1) * 2 * a.inter;
+void launch_v4_moe_combine(const V4MoeCombineArgs& a, cudaStream_t stream) {
+  SLUICE_CHECK(a.k > 0 && a.hidden > 0 && a.rows >= 0);
+  const std::int64_t n = static_cast<std::int64_t>(a.rows) * a.hidden;
   if (n == 0) return;
-  expert_up_kernel<<<blocks_for(n, kWarps), kThreads, 0, stream>>>(a);
+  moe_combine_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(a);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_v4_dense_expert_down(const V4DenseExpertArgs& a, cudaStream_t stream) {
-  SLUICE_CHECK(a.k > 0 && a.hidden > 0 && a.inter > 0 && a.num_experts > 0);
-  const std::int64_t n = static_cast<std::int64_t>(a.rows) * a.hidden;
+void launch_v4_fill_uniform(void* out, Dt dt, std::int64_t n, float scale, std::uint64_t seed, cudaStream_t stream,
+                            float offset) {
+  SLUICE_CHECK(dt == Dt::bf16 || dt == Dt::f32);
   if (n == 0) return;
-  expert_down_kernel<<<blocks_for(n, kWarps), kThreads, 0, stream>>>(a);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65536));
+  fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(out, dt == Dt::bf16, n, scale, offset, seed);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,12 +1,10 @@
 // The small f32 kernels the DeepSeek-V4 device forward (deepseek_v4_forward.h)
-// needs around the V4 kernels of deepseek_v4_kernels.h: linears (strided and
-// batched, so the grouped wo_a is one launch), RMSNorm over pieces, V4's
-// rope (pairs (2i, 2i + 1) rotated in place), the embedding into the hc
-// streams, row copies, bf16 conversion, the per-row e4m3 quantization the
-// indexer's records take, and dense (non-FP4) expert projections over the
-// routed slots plus the shared expert. Correctness first: CUDA cores, f32
-// accumulation, a warp per output dot product (stage 4 replaces them with
-// the tensor-core GEMMs).
+// needs around the V4 kernels of deepseek_v4_kernels.h and the bf16 GEMMs
+// (cuBLASLt, the grouped expert GEMM): RMSNorm over pieces, V4's rope (pairs
+// (2i, 2i + 1) rotated in place), the embedding into the hc streams, row
+// copies, bf16 conversion, the per-row e4m3 quantization the indexer's
+// records take, the routed experts' weighted sum, and a random fill for
+// benchmark weights. Elementwise: a thread per value, or a block a row.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,18 +14,6 @@
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 
 namespace sluice::cuda {
-
-// y[b, m, n] = sum_k x[b, m, k] * w[b, n, k], all f32, for b < batches, with
-// row strides ldx / ldy and per-batch offsets x_batch / w_batch / y_batch.
-struct V4LinearArgs {
-  const float* x = nullptr;
-  const float* w = nullptr;
-  float* y = nullptr;
-  std::int32_t m = 0, n = 0, k = 0, batches = 1;
-  std::int64_t ldx = 0, ldy = 0;
-  std::int64_t x_batch = 0, w_batch = 0, y_batch = 0;
-};
-void launch_v4_linear_f32(const V4LinearArgs& args, cudaStream_t stream);
 
 // Each `dim`-wide piece of x: x * rsqrt(mean(x^2) + eps), times weight[dim] unless null.
 void launch_v4_rms_norm_f32(float* x, std::int64_t pieces, std::int32_t dim, const float* weight, float eps,
@@ -55,24 +41,21 @@ void launch_v4_f32_to_bf16(const float* in, void* out_bf16, std::int64_t n, cuda
 void launch_v4_quantize_e4m3_rows(const float* in, std::int64_t rows, std::int32_t width, std::uint8_t* out,
                                   float* scale, cudaStream_t stream);
 
-// Dense experts, f32 weights: gate_up [num_experts + 1, 2 * inter, hidden]
-// (w1 rows then w3 rows; the last is the shared expert), down [num_experts +
-// 1, hidden, inter]. Row r has k routed slots (expert_ids / expert_weights
-// [rows, k]) and the shared expert as slot k with weight 1.
-struct V4DenseExpertArgs {
-  const float* x = nullptr;                    // [rows, hidden]
-  const std::int32_t* expert_ids = nullptr;    // [rows, k]
-  const float* expert_weights = nullptr;       // [rows, k]
-  const float* gate_up = nullptr;
-  const float* down = nullptr;
-  float* gate_up_out = nullptr;  // [rows, k + 1, 2 * inter]
-  const float* act = nullptr;    // [rows, k + 1, inter] (launch_v4_clamped_swiglu of gate_up_out)
-  float* out = nullptr;          // [rows, hidden]
-  std::int32_t rows = 0, k = 0, hidden = 0, inter = 0, num_experts = 0;
+// The routed experts' sum (after launch_grouped_gemm's down projection, by
+// slot): out[r, :] += sum_j weights[r, j] * y[slot_of_pair[r * k + j], :]
+// (j in order), all f32; out holds the shared expert's output before.
+struct V4MoeCombineArgs {
+  const float* y = nullptr;                    // [rows * k, hidden], by slot
+  const std::int32_t* slot_of_pair = nullptr;  // [rows * k] (launch_moe_plan)
+  const float* weights = nullptr;              // [rows, k]
+  float* out = nullptr;                        // [rows, hidden]
+  std::int32_t rows = 0, k = 0, hidden = 0;
 };
-// gate_up_out[r, s] = gate_up[expert of slot s] . x[r].
-void launch_v4_dense_expert_up(const V4DenseExpertArgs& args, cudaStream_t stream);
-// out[r] = sum_s weight_s * down[expert of slot s] . act[r, s].
-void launch_v4_dense_expert_down(const V4DenseExpertArgs& args, cudaStream_t stream);
+void launch_v4_moe_combine(const V4MoeCombineArgs& args, cudaStream_t stream);
+
+// n values uniform in (offset - scale, offset + scale), bf16 or f32, from a
+// hash of (seed, index): random weights made on the device for benchmarks.
+void launch_v4_fill_uniform(void* out, Dt dt, std::int64_t n, float scale, std::uint64_t seed, cudaStream_t stream,
+                            float offset = 0.0f);
 
 }  // namespace sluice::cuda
