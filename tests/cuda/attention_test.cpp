@@ -567,8 +567,8 @@ TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
         }
       }
     }
-    const Result<std::int64_t> fused = cuda_qkv_rope_epilogue_launches(*ops[0]);
-    const Result<std::int64_t> separate = cuda_qkv_rope_epilogue_launches(*ops[1]);
+    Result<std::int64_t> fused = cuda_qkv_rope_epilogue_launches(*ops[0]);
+    Result<std::int64_t> separate = cuda_qkv_rope_epilogue_launches(*ops[1]);
     ASSERT_TRUE(fused.ok() && separate.ok());
     EXPECT_GT(*fused, 0) << "the fused GEMV never ran: the comparison tested nothing";
     EXPECT_EQ(*separate, 0);

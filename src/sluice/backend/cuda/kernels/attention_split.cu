@@ -195,30 +195,27 @@ __device__ __forceinline__ bool last_to_arrive(const SplitParams& p, int row_ind
 
 // The combine kernel's sums for one (split row, group of heads), by the last
 // block to arrive (kThreads threads; `smem` holds num_heads * (num_splits + 1)
-// floats, and num_splits <= kFusedMergeMaxSplits keeps this short): warp w
-// finds head w's scale factors, then each thread sums four dims of a head
-// over the splits with 16-byte loads.
+// floats). num_splits <= kFusedMergeMaxSplits = 32, so each lane of warp w
+// reads one split's (m, l) of head w in one load; then each thread sums four
+// dims of a head over the splits, eight 16-byte loads in flight: a few
+// round trips to L2 in all.
 template <int D, int kThreads>
 __device__ void merge_splits(const SplitParams& p, int row, int row_index, int head_begin, int num_heads,
                              int num_splits, float* smem) {
+  static_assert(kFusedMergeMaxSplits <= 32, "one lane a split");
   constexpr int kWarpsHere = kThreads / 32;
   constexpr int kQuads = D / 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float* s_scale = smem;                     // [num_heads][num_splits]
+  float* s_scale = smem;                           // [num_heads][num_splits]
   float* s_inv_l = smem + num_heads * num_splits;  // [num_heads]
   for (int g = warp; g < num_heads; g += kWarpsHere) {
     const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head_begin + g) * p.max_splits;
-    float m_all = -INFINITY;
-    for (int s = lane; s < num_splits; s += 32) m_all = fmaxf(m_all, __ldcg(p.ws_ml + (base + s) * 2));
-    m_all = warp_max(m_all);
-    float l_all = 0.0f;
-    for (int s = lane; s < num_splits; s += 32) {
-      const float m_s = __ldcg(p.ws_ml + (base + s) * 2);
-      const float c = m_s == -INFINITY ? 0.0f : exp2f(m_s - m_all);
-      s_scale[g * num_splits + s] = c;
-      l_all += __ldcg(p.ws_ml + (base + s) * 2 + 1) * c;
-    }
-    l_all = warp_sum(l_all);
+    const float2 ml = lane < num_splits ? __ldcg(reinterpret_cast<const float2*>(p.ws_ml) + base + lane)
+                                        : make_float2(-INFINITY, 0.0f);
+    const float m_all = warp_max(ml.x);
+    const float c = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - m_all);
+    if (lane < num_splits) s_scale[g * num_splits + lane] = c;
+    const float l_all = warp_sum(ml.y * c);
     if (lane == 0) s_inv_l[g] = 1.0f / l_all;
   }
   __syncthreads();
@@ -226,7 +223,7 @@ __device__ void merge_splits(const SplitParams& p, int row, int row_index, int h
     const int g = e / kQuads, quad = e % kQuads;
     const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head_begin + g) * p.max_splits;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
+#pragma unroll 8
     for (int s = 0; s < num_splits; ++s) {
       const float4 v = __ldcg(reinterpret_cast<const float4*>(p.ws_acc + (base + s) * D) + quad);
       const float c = s_scale[g * num_splits + s];
