@@ -2,7 +2,8 @@
 // group of up to kGroup query heads, key split). Used for decode rows, where
 // the work is reading K and V once: every query head that shares a kv head is
 // computed from the same K/V (GQA), and long contexts are split across blocks
-// whose partial softmax states a second kernel merges.
+// whose partial softmax states are merged by the last of a row's split
+// blocks to finish (rows of at most 32 splits) or by a second kernel.
 //
 // K/V tiles of kTileKeys keys are gathered page by page with cp.async into a
 // kStages-deep shared-memory ring, so the bytes in flight do not depend on
@@ -645,7 +646,8 @@ __global__ void __launch_bounds__(kW * 32)
     // O is rescaled only when some row's running max moved (a warp-uniform
     // branch): past the first tiles of a split it rarely does, and the
     // rescale is D / 2 multiplies a thread per 16 keys in an issue-bound
-    // loop. Skipping a factor of exactly 1 changes no bit.
+    // loop. Skipping a factor of exactly 1 changes no bit. Not timed apart
+    // (S12-gqadec-1 measured it only together with the fused merge).
     if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
       for (int n = 0; n < kNTilesO; ++n) {

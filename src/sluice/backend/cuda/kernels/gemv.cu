@@ -15,11 +15,12 @@
 // L1-allocating loads took 4,550 (runs gemv1-2..8); batch-1 decode at 4k in
 // cuda_bench 212.4 -> 220.6 tok/s (gemv1-7, -8).
 //
-// Two fusions: several output tensors (the q|k|v projection writes q, k and v
-// from one pass over the stacked weight), and the SwiGLU epilogue (a warp
+// Three fusions: several output tensors (the q|k|v projection writes q, k and v
+// from one pass over the stacked weight), the SwiGLU epilogue (a warp
 // reads gate row i and up row I + i of the stacked gate|up weight and writes
 // silu(gate) * up, so neither the [m, 2I] intermediate nor the silu kernel
-// exists).
+// exists), and RoPE with the KV page write as the q|k|v GEMV's epilogue
+// (gemv_qkv_rope_kernel; decode steps under graphs).
 //
 // Deleted after losing their benchmarks (docs/benchmarks.md, runs 8-10): a
 // predicated 8-deep loop and rows split over warps on the 40-66-register
