@@ -5,7 +5,7 @@
 // share of the ceilings measured on the H200 (../shared/DEVICE.md).
 //
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
-//                   --decode1 | --chunk | --decode-sweep [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
+//                   --decode1 | --chunk | --decode-sweep[-plans] [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
 //                   --deepseek-moe-fp8 | --burst-step |
 //                   --profile-burst | --gemm-rows | --overlap | --deepseek-v4-kernels]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
@@ -15,7 +15,8 @@
 // long prefixes; --decode: decode attention, GEMVs and decode steps; --decode1: the
 // GEMV rows and batch-1 decode; --chunk: a prefill chunk over a long prefix;
 // --decode-sweep: GQA decode attention at batch 8-64, contexts 8k-128k, mixed (one case if
-// named: "8 x 8k");
+// named: "8 x 8k"), merged in the split kernel and in the combine kernel; --decode-sweep-plans:
+// the same under every split plan;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
 // --mla-prefill: its prefill rows on tensor_core and through cuDNN;
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
@@ -104,6 +105,7 @@ std::string pct(double x) {
 
 bool g_decode1 = false;    // --decode1: the GEMV rows and batch-1 decode only
 bool g_decode = false;     // --decode: decode attention, decode steps and the split-KV variants only
+bool g_decode_sweep_plans = false;  // --decode-sweep-plans: --decode-sweep under every split plan
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
 bool g_moe_fp8_wgmma_only = false;  // --deepseek-moe-fp8: the MoE layer's fp8_wgmma rows only (for ncu)
 // --prefill-attention / --chunk [NAME,NAME...]: the prefill attention choices
@@ -549,12 +551,28 @@ void bench_decode_sweep(std::string_view case_filter) {
                                                     45000, 60000, 80000, 100000, 120000, 130944}});
   cases.push_back({"mixed 64: 1k-128k", {}});
   for (std::int32_t s = 0; s < 64; ++s) cases.back().contexts.push_back(1024 + (s * 2039) % 130000);
+  // The default (adaptive plan, merged in the split kernel), then the
+  // combine kernel's merge (session 12's A/B); the other plans' rows are in
+  // docs/benchmarks.md (S10-2) and run with --decode-sweep-plans.
+  struct Variant {
+    std::string name;
+    cuda::DecodeSplitPlan plan;
+    cuda::DecodeSplitMerge merge;
+  };
+  std::vector<Variant> variants = {{"adaptive", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel},
+                                   {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive,
+                                    cuda::DecodeSplitMerge::combine_kernel}};
+  if (g_decode_sweep_plans)
+    for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
+      if (plan != cuda::DecodeSplitPlan::adaptive)
+        variants.push_back({std::string(plan_name), plan, cuda::DecodeSplitMerge::in_split_kernel});
   for (const Case& c : cases)
-  for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames) {
+  for (const Variant& variant : variants) {
     if (!case_filter.empty() && c.name != case_filter) continue;
     CudaOptions options = bench_options();
     options.use_cuda_graphs = false;
-    options.decode_split_plan = plan;
+    options.decode_split_plan = variant.plan;
+    options.decode_split_merge = variant.merge;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -589,7 +607,7 @@ void bench_decode_sweep(std::string_view case_filter) {
     });
     ops->begin_step(layout);
     const double kernel_only = time_back_to_back(20, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-    const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " + std::string(plan_name);
+    const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " + variant.name;
     char us[32];
     std::snprintf(us, sizeof us, ", %.1f us", kernel_only * 1e6);
     row(what + ", kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
@@ -917,17 +935,35 @@ void bench_decode_variants(bool quick) {
     change(options);
     return options;
   };
+  const CudaOptions session11 = with([](CudaOptions& o) {
+    o.decode_split_merge = cuda::DecodeSplitMerge::combine_kernel;
+    o.decode_rope_fusion = cuda::DecodeRopeFusion::kv_write_kernel;
+  });
+  // The order matters: a row right after a variant that ran batch 64 at 8k
+  // (a 69 GB KV cache, freed) reads ~8% slower than the same setting before
+  // it (S12-gqadec-1: "default, again" 201.5 against 219.5 tok/s, and
+  // gemv1's two-parts rows, which came right after PDL off's batch-64 row).
+  // So every batch-1 A/B row runs first, the batch-8/64 rows last, and one
+  // default row after them shows the effect.
   const Variant variants[] = {
       {"default", bench_options(), false, false, true},
-      {"PDL off", with([](CudaOptions& o) { o.programmatic_launch = false; }), true, false, true},
-      {"eighth-octave graph buckets", with([](CudaOptions& o) { o.graph_buckets = cuda::GraphBuckets::eighth_octave; }),
-       true, false, false},
+      // Session 12 (gqadec): both fusions off (session 11's kernels), then each alone.
+      {"session 11 kernels (combine kernel, RoPE/KV write kernel)", session11, false, true, true},
+      {"split-KV merge in a combine kernel",
+       with([](CudaOptions& o) { o.decode_split_merge = cuda::DecodeSplitMerge::combine_kernel; }), false, true, true},
+      {"RoPE and KV write in their own kernel",
+       with([](CudaOptions& o) { o.decode_rope_fusion = cuda::DecodeRopeFusion::kv_write_kernel; }), false, true,
+       true},
       {"GEMV split K in at most 2 parts", with([](CudaOptions& o) { o.gemv_split_k = cuda::GemvSplitK::two_parts; }),
        false, true, true},
-      // The default once more, last: what the order of the rows (a fresh Ops
-      // and model each) does to them (gemv1: two-parts read 8% slower than
-      // the default in --decode1 while its q|k|v GEMV row was faster).
-      {"default, again", bench_options(), false, false, true}};
+      {"default, again", bench_options(), false, false, true},
+      {"session 11 kernels, again", session11, false, false, true},
+      {"eighth-octave graph buckets", with([](CudaOptions& o) { o.graph_buckets = cuda::GraphBuckets::eighth_octave; }),
+       true, false, false},
+      {"default, with batch 8 and 64", bench_options(), true, false, true},
+      {"session 11 kernels, with batch 8 and 64", session11, true, true, true},
+      {"PDL off", with([](CudaOptions& o) { o.programmatic_launch = false; }), true, false, true},
+      {"default, after the batch-64 rows", bench_options(), false, false, true}};
   const std::int32_t big_batch = quick ? 8 : 64, big_context = quick ? 2048 : 8192;
   const double kv_bytes_per_token = 2.0 * 2.0 * Llama8B::kLayers * Llama8B::kKvHeads * Llama8B::kDim;
   for (const Variant& v : variants) {
@@ -938,7 +974,7 @@ void bench_decode_variants(bool quick) {
     allocate_model_kv(*ops, v.big ? big_batch * ((big_context + kBlock) / kBlock + 1) : 4096 / kBlock + 2);
     std::vector<std::pair<int, int>> shapes = {{1, 0}, {1, 4096}};
     if (v.big) shapes.push_back({big_batch, big_context});
-    if (v.big && g_decode) shapes.push_back({8, big_context});
+    if (v.big && (g_decode || g_decode1)) shapes.push_back({8, big_context});
     for (auto [batch, context] : shapes) {
       const StepLayout layout = make_step(batch, context, 1, kBlock);
       const double t = time_median(3, 15, [&] { run_model_step(*ops, model, layout); });
@@ -1360,7 +1396,8 @@ int main(int argc, char** argv) {
     sluice::bench_model(false);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep") == 0) {  // GQA decode attention, [one case]
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-plans") == 0) sluice::g_decode_sweep_plans = true;
+  if (argc > 1 && (std::strcmp(argv[1], "--decode-sweep") == 0 || sluice::g_decode_sweep_plans)) {  // [one case]
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_decode_sweep(argc > 2 ? std::string_view(argv[2]) : std::string_view());
     return 0;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <numeric>
 #include <thread>
@@ -475,6 +476,103 @@ TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
   AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
   c.decode_steps_with_graphs = true;
   run_decode_case(c, 56);
+}
+
+// The q|k|v GEMV with RoPE and the KV page write as its epilogue
+// (DecodeRopeFusion::qkv_epilogue) against the GEMV then the RoPE/page-write
+// kernel (kv_write_kernel): decode steps under graphs (the first captured,
+// the rest replayed at later positions), two Ops over the same random cache,
+// weights and inputs. Each step attends to the pages the earlier steps
+// wrote, and rows at a few keys weigh the new key heavily, so a wrong or
+// missing page write shows in that row's output. Shapes: the GEMV's split K
+// in 4, 2 and 1 parts (hidden 4096, 2048, 256), 1 to 4 rows, pages of 16 and 7.
+TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
+  struct Case {
+    std::int32_t num_q_heads, num_kv_heads, head_dim, block_size, hidden, rows;
+  };
+  constexpr std::int32_t kSteps = 4;
+  const std::int32_t first_positions[4] = {2, 4000, 17, 0};
+  std::uint64_t seed = 700;
+  for (const Case c : {Case{32, 8, 128, 16, 4096, 1}, Case{32, 8, 128, 16, 4096, 3}, Case{16, 4, 128, 16, 2048, 2},
+                       Case{8, 2, 64, 7, 256, 4}}) {
+    SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " x " << c.head_dim
+                                      << ", hidden " << c.hidden << ", " << c.rows << " rows, pages of "
+                                      << c.block_size);
+    const std::int64_t q_width = static_cast<std::int64_t>(c.num_q_heads) * c.head_dim;
+    const std::int64_t kv_width = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+    const std::int64_t n = q_width + 2 * kv_width;
+    const std::int32_t blocks_per_seq = (4000 + kSteps) / c.block_size + 1;
+    const auto w = random_bf16(static_cast<std::size_t>(n * c.hidden), ++seed, 0.05f);
+    DeviceArray x(random_bf16(static_cast<std::size_t>(c.rows) * c.hidden, ++seed), DType::bf16, {c.rows, c.hidden});
+    RopeParams rope = kLlama3Rope;
+    rope.head_dim = c.head_dim;
+    std::unique_ptr<Ops> ops[2];
+    Tensor weight[2];
+    for (int i = 0; i < 2; ++i) {
+      CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = true};
+      options.decode_rope_fusion =
+          i == 0 ? cuda::DecodeRopeFusion::qkv_epilogue : cuda::DecodeRopeFusion::kv_write_kernel;
+      auto made = make_cuda_ops(options);
+      ASSERT_TRUE(made.ok()) << made.error_message();
+      ops[i] = std::move(made).value();
+      ASSERT_TRUE(ops[i]->allocate_kv_cache({.num_layers = 1, .num_blocks = c.rows * blocks_per_seq,
+                                             .block_size_tokens = c.block_size, .num_kv_heads = c.num_kv_heads,
+                                             .head_dim = c.head_dim}).ok());
+      ASSERT_TRUE(cuda_fill_kv_cache_random(*ops[i], 9).ok());
+      auto uploaded = ops[i]->upload_weight(Tensor{const_cast<float*>(w.data()), DType::f32, Shape{n, c.hidden}});
+      ASSERT_TRUE(uploaded.ok()) << uploaded.error_message();
+      weight[i] = *uploaded;
+    }
+    for (std::int32_t step = 0; step < kSteps; ++step) {
+      StepLayout layout;
+      for (std::int32_t r = 0; r < c.rows; ++r) {
+        SequenceLayout seq{.row_begin = r, .num_rows = 1, .num_computed_tokens = first_positions[r] + step,
+                           .block_table = {}};
+        for (std::int32_t b = 0; b < blocks_per_seq; ++b) seq.block_table.push_back(r * blocks_per_seq + b);
+        layout.sequences.push_back(seq);
+        layout.token_ids.push_back(0);
+        layout.positions.push_back(first_positions[r] + step);
+      }
+      // New inputs at the address the graphs read.
+      sync();
+      const auto x_step = random_bf16(static_cast<std::size_t>(c.rows) * c.hidden, ++seed);
+      std::vector<std::uint16_t> bits(x_step.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(x_step[i]);
+      ASSERT_EQ(cudaMemcpy(x.tensor().data, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      std::vector<float> got[2][3];  // [ops][out, q, k]
+      for (int i = 0; i < 2; ++i) {
+        ops[i]->begin_step(layout);
+        Tensor q = ops[i]->scratch({c.rows, q_width}), k = ops[i]->scratch({c.rows, kv_width}),
+               v = ops[i]->scratch({c.rows, kv_width}), out = ops[i]->scratch({c.rows, q_width});
+        // Not poison(): no device-wide sync while the stream captures.
+        ASSERT_EQ(cudaMemset(out.data, 0xff, out.size_bytes()), cudaSuccess);
+        const std::array<Tensor, 3> no_bias{};
+        ops[i]->qkv_projection(x.tensor(), weight[i], no_bias, q, k, v);
+        ops[i]->rope(q, k, rope);
+        ops[i]->attention(0, q, k, v, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), out);
+        (void)ops[i]->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});
+        got[i][0] = download(out);
+        got[i][1] = download(q);
+        got[i][2] = download(k);
+      }
+      for (int t = 0; t < 3; ++t) {
+        const std::int64_t width = t == 2 ? kv_width : q_width;
+        for (std::int32_t r = 0; r < c.rows; ++r) {
+          const auto begin = got[1][t].begin() + r * width;
+          const std::vector<double> ref(begin, begin + width);
+          const std::vector<float> fused(got[0][t].begin() + r * width, got[0][t].begin() + (r + 1) * width);
+          EXPECT_LE(relative_error(fused, ref), 2e-3)
+              << (t == 0 ? "attention output" : t == 1 ? "rotated q" : "rotated k") << ", step " << step << ", row "
+              << r << " (position " << layout.positions[r] << ")";
+        }
+      }
+    }
+    Result<std::int64_t> fused = cuda_qkv_rope_epilogue_launches(*ops[0]);
+    Result<std::int64_t> separate = cuda_qkv_rope_epilogue_launches(*ops[1]);
+    ASSERT_TRUE(fused.ok() && separate.ok());
+    EXPECT_GT(*fused, 0) << "the fused GEMV never ran: the comparison tested nothing";
+    EXPECT_EQ(*separate, 0);
+  }
 }
 
 }  // namespace

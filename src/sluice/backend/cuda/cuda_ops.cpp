@@ -57,6 +57,8 @@ class CudaOps final : public Ops {
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
     cuda::prepare_grouped_gemm();
     cuda::prepare_grouped_gemm_fp8();
+    split_arrivals_.ensure(kSplitArrivals * static_cast<std::int64_t>(sizeof(int)), stream_);
+    SLUICE_CUDA_CHECK(cudaMemsetAsync(split_arrivals_.data(), 0, kSplitArrivals * sizeof(int), stream_));
   }
   ~CudaOps() override {
     graphs_.abort_capture();
@@ -249,6 +251,13 @@ class CudaOps final : public Ops {
     for (const Tensor* t : {&q, &k, &v}) SLUICE_CHECK_EQ(t->rows(), x.rows());
     SLUICE_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f32);
     if (!launching()) return;
+    if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing &&
+        options_.decode_rope_fusion == cuda::DecodeRopeFusion::qkv_epilogue && q.dtype == DType::bf16 &&
+        k.cols() == v.cols() && biases[0].data == nullptr && biases[1].data == nullptr && biases[2].data == nullptr) {
+      deferred_qkv_ = DeferredQkv{.x = x.data, .w = w_qkv.data, .q = q.data, .k = k.data, .v = v.data,
+                                  .rows = x.rows(), .cols = x.cols(), .q_cols = q.cols(), .kv_cols = k.cols()};
+      return;  // launched by attention() (with RoPE and the page write) or the next op
+    }
     cuda::GemvOutputs outs;
     outs.num_parts = 3;
     outs.dt = dt_of(q.dtype);
@@ -291,7 +300,11 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(k.rows(), static_cast<std::int64_t>(view_.num_rows));
     SLUICE_CHECK_EQ(q.cols() % head_dim, std::int64_t{0});
     SLUICE_CHECK_EQ(k.cols() % head_dim, std::int64_t{0});
-    if (!launching()) return;
+    if (replaying()) return;
+    // A deferred q|k|v GEMV that wrote these q and k stays deferred: the
+    // attention op after this may run it with this RoPE as its epilogue.
+    if (!(deferred_qkv_ && deferred_qkv_->q == q.data && deferred_qkv_->k == k.data)) flush_deferred_qkv();
+    flush_deferred_rope();
     if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing && k.dtype == DType::bf16) {
       deferred_rope_ = DeferredRope{q.data, dt_of(q.dtype), k.data, static_cast<std::int32_t>(q.cols() / head_dim),
                                     static_cast<std::int32_t>(k.cols() / head_dim), params.head_dim,
@@ -325,27 +338,15 @@ class CudaOps final : public Ops {
     // Allocated when replaying too: later scratch must land where it was captured.
     if (view_.num_split_rows > 0)
       args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));
+    if (options_.decode_split_merge == cuda::DecodeSplitMerge::in_split_kernel) {
+      args.split_arrivals = static_cast<int*>(split_arrivals_.data());
+      args.split_arrivals_capacity = kSplitArrivals;
+    }
     if (view_.num_prefill_split_pieces > 0)
       args.prefill_split_workspace = scratch_.allocate(cuda::prefill_split_workspace_bytes(view_, args));
     attention_q_heads_ = num_q_heads;
     if (replaying()) return;
-    if (deferred_rope_ && deferred_rope_->q == q.data && deferred_rope_->k == k.data &&
-        deferred_rope_->num_kv_heads == kv_spec_.num_kv_heads && deferred_rope_->head_dim == head_dim) {
-      const cuda::RopeKvWriteArgs fused{.q = q.data, .q_dt = deferred_rope_->q_dt, .k = k.data, .v = v.data,
-                                        .k_cache = const_cast<void*>(args.k_cache),
-                                        .v_cache = const_cast<void*>(args.v_cache),
-                                        .inv_freq = deferred_rope_->inv_freq,
-                                        .num_q_heads = deferred_rope_->num_q_heads,
-                                        .num_kv_heads = kv_spec_.num_kv_heads, .head_dim = kv_spec_.head_dim,
-                                        .block_size = kv_spec_.block_size_tokens};
-      deferred_rope_.reset();
-      cuda::launch_rope_kv_write(view_, fused, launch_);
-    } else {
-      flush_deferred_rope();
-      cuda::launch_kv_write(view_, k.data, v.data, const_cast<void*>(args.k_cache),
-                            const_cast<void*>(args.v_cache), kv_spec_.num_kv_heads, kv_spec_.head_dim,
-                            kv_spec_.block_size_tokens, launch_);
-    }
+    if (!launch_deferred_qkv_rope(args, q, k, v)) write_kv_pages(args, q, k, v);
     if (!cuda::uses_cudnn(args.prefill_attention) || !cudnn_prefill(args, k, v)) {
       cuda::launch_attention_prefill(view_, args, launch_);
       cuda::launch_attention_prefill_split(view_, args, launch_);
@@ -465,6 +466,7 @@ class CudaOps final : public Ops {
   }
 
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
+  std::int64_t qkv_rope_epilogue_launches() const { return qkv_rope_epilogue_launches_; }
   std::int64_t cudnn_sdpa_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_runs(); }
   std::int64_t cudnn_sdpa_split_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_split_runs(); }
   void cudnn_wait_for_plans() {
@@ -599,7 +601,78 @@ class CudaOps final : public Ops {
   // them); first launches a deferred RoPE, whose q and k the op may read.
   bool launching() {
     if (replaying()) return false;
+    flush_deferred_qkv();
     flush_deferred_rope();
+    return true;
+  }
+
+  // Under capture (DecodeRopeFusion::qkv_epilogue), qkv_projection defers
+  // its GEMV too: if rope() on its q and k and then attention() on its q, k
+  // and v follow, attention launches the GEMV with RoPE and the page write as
+  // its epilogue (launch_gemv_qkv_rope), and no kernel runs between the GEMV
+  // and attention. Any other op launches it first, as a plain GEMV.
+  struct DeferredQkv {
+    const void* x;
+    const void* w;
+    void *q, *k, *v;
+    std::int64_t rows, cols, q_cols, kv_cols;
+  };
+  void flush_deferred_qkv() {
+    if (!deferred_qkv_) return;
+    const DeferredQkv d = *deferred_qkv_;
+    deferred_qkv_.reset();
+    cuda::GemvOutputs outs;
+    outs.num_parts = 3;
+    outs.dt = dt_of(DType::bf16);
+    outs.data[0] = d.q;
+    outs.data[1] = d.k;
+    outs.data[2] = d.v;
+    outs.cols[0] = d.q_cols;
+    outs.cols[1] = d.kv_cols;
+    outs.cols[2] = d.kv_cols;
+    SLUICE_CHECK(cuda::launch_gemv(d.x, d.w, outs, d.rows, d.cols, options_.gemv_split_k, launch_));
+  }
+  // K and V of the step's rows into their pages, after a deferred q|k|v GEMV:
+  // with a deferred RoPE on q and k as one kernel, else alone.
+  void write_kv_pages(const cuda::AttentionArgs& args, const Tensor& q, const Tensor& k, const Tensor& v) {
+    flush_deferred_qkv();
+    if (deferred_rope_ && deferred_rope_->q == q.data && deferred_rope_->k == k.data &&
+        deferred_rope_->num_kv_heads == kv_spec_.num_kv_heads && deferred_rope_->head_dim == kv_spec_.head_dim) {
+      const cuda::RopeKvWriteArgs fused{.q = q.data, .q_dt = deferred_rope_->q_dt, .k = k.data, .v = v.data,
+                                        .k_cache = const_cast<void*>(args.k_cache),
+                                        .v_cache = const_cast<void*>(args.v_cache),
+                                        .inv_freq = deferred_rope_->inv_freq,
+                                        .num_q_heads = deferred_rope_->num_q_heads,
+                                        .num_kv_heads = kv_spec_.num_kv_heads, .head_dim = kv_spec_.head_dim,
+                                        .block_size = kv_spec_.block_size_tokens};
+      deferred_rope_.reset();
+      cuda::launch_rope_kv_write(view_, fused, launch_);
+      return;
+    }
+    flush_deferred_rope();
+    cuda::launch_kv_write(view_, k.data, v.data, const_cast<void*>(args.k_cache), const_cast<void*>(args.v_cache),
+                          kv_spec_.num_kv_heads, kv_spec_.head_dim, kv_spec_.block_size_tokens, launch_);
+  }
+  // The deferred GEMV and RoPE as one kernel, if both are there and are this
+  // attention's q, k and v; true when it launched (the pages are written).
+  bool launch_deferred_qkv_rope(const cuda::AttentionArgs& args, const Tensor& q, const Tensor& k, const Tensor& v) {
+    if (!deferred_qkv_ || !deferred_rope_) return false;
+    const DeferredQkv& d = *deferred_qkv_;
+    const DeferredRope& r = *deferred_rope_;
+    if (d.q != q.data || d.k != k.data || d.v != v.data || r.q != q.data || r.k != k.data ||
+        r.q_dt != dt_of(DType::bf16) || r.num_kv_heads != kv_spec_.num_kv_heads || r.head_dim != kv_spec_.head_dim ||
+        d.q_cols != static_cast<std::int64_t>(r.num_q_heads) * r.head_dim ||
+        d.kv_cols != static_cast<std::int64_t>(r.num_kv_heads) * r.head_dim)
+      return false;
+    const cuda::GemvQkvRopeArgs fused{.x = d.x, .w_qkv = d.w, .q = d.q, .k = d.k, .v = d.v,
+                                      .k_cache = const_cast<void*>(args.k_cache),
+                                      .v_cache = const_cast<void*>(args.v_cache), .inv_freq = r.inv_freq,
+                                      .num_q_heads = r.num_q_heads, .num_kv_heads = r.num_kv_heads,
+                                      .head_dim = r.head_dim, .block_size = kv_spec_.block_size_tokens};
+    if (!cuda::launch_gemv_qkv_rope(view_, fused, d.rows, d.cols, options_.gemv_split_k, launch_)) return false;
+    ++qkv_rope_epilogue_launches_;
+    deferred_qkv_.reset();
+    deferred_rope_.reset();
     return true;
   }
 
@@ -627,7 +700,10 @@ class CudaOps final : public Ops {
   // Ends a capture (after launching a deferred RoPE) or a replay by launching
   // the step's graph; a no-op for eager steps.
   void finish_step_graph() {
-    if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing) flush_deferred_rope();
+    if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing) {
+      flush_deferred_qkv();
+      flush_deferred_rope();
+    }
     graphs_.finish();
   }
 
@@ -650,6 +726,13 @@ class CudaOps final : public Ops {
   std::int32_t attention_q_heads_ = 0;  // the model's, known from its first attention call
   cuda::DecodeGraphs graphs_;
   std::optional<DeferredRope> deferred_rope_;
+  std::optional<DeferredQkv> deferred_qkv_;
+  std::int64_t qkv_rope_epilogue_launches_ = 0;
+  // The split-KV kernels' arrival counters (AttentionArgs::split_arrivals):
+  // zeroed once, left zeroed by every launch. 64k covers 8192 decode rows of
+  // 8 kv heads; a step needing more merges in the combine kernel.
+  static constexpr std::int64_t kSplitArrivals = 1 << 16;
+  cuda::DeviceBuffer split_arrivals_;
   cuda::StepSampler sampler_;
   const StepLayout* layout_ = nullptr;  // the step's, valid until the next begin_step()
   cuda::MlaAttention mla_;
@@ -707,6 +790,12 @@ Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_cudnn_sdpa_runs: not a CUDA Ops"};
   return cuda_ops->cudnn_sdpa_runs();
+}
+
+Result<std::int64_t> cuda_qkv_rope_epilogue_launches(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_qkv_rope_epilogue_launches: not a CUDA Ops"};
+  return cuda_ops->qkv_rope_epilogue_launches();
 }
 
 Status cuda_cudnn_wait_for_plans(Ops& ops) {

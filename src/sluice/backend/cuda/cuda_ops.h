@@ -65,6 +65,10 @@ namespace sluice {
 [[nodiscard]] Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops);
 // Of them, the layer calls of steps split over keys (cudnn_split_plan.h).
 [[nodiscard]] Result<std::int64_t> cuda_cudnn_sdpa_split_runs(const Ops& ops);
+// How many q|k|v GEMVs this Ops launched with RoPE and the KV page write as
+// their epilogue (DecodeRopeFusion::qkv_epilogue; launches, not graph
+// replays): tests say the fused path ran instead of inferring it.
+[[nodiscard]] Result<std::int64_t> cuda_qkv_rope_epilogue_launches(const Ops& ops);
 // Blocks until the cuDNN plans asked for so far are built
 // (CudaOptions::cudnn_plans_in_background); Ok at once where none are.
 [[nodiscard]] Status cuda_cudnn_wait_for_plans(Ops& ops);

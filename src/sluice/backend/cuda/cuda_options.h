@@ -103,6 +103,33 @@ enum class DecodeSplitPlan {
   by_step_work,
 };
 
+// Where the split-KV decode kernel's partials are merged (attention_split.cu).
+enum class DecodeSplitMerge {
+  // In the split kernel: the last block of a row's splits to finish merges
+  // them (rows of at most 32 splits; longer ones keep the combine kernel).
+  // One kernel fewer a layer. The default since session 12 (gqadec): the
+  // decode suites pass under it on the H200; decode attention +0.1-0.9
+  // points of HBM on 10 of 12 sweep rows (8 x 8k 76.0 -> 76.8%), batch-1
+  // decode unchanged within noise (S12-gqadec-1).
+  in_split_kernel,
+  // A second kernel, one block a (row, query head): the A/B row.
+  combine_kernel,
+};
+
+// RoPE and the KV page write of a decode step captured as a graph.
+enum class DecodeRopeFusion {
+  // The q|k|v GEMV's epilogue rotates q and k and writes k and v to their
+  // pages (gemv.cu): no kernel between the GEMV and attention. Only where
+  // the layer calls qkv_projection, rope and attention in a row (no bias, no
+  // q/k norm); elsewhere as kv_write_kernel. The default since session 12
+  // (gqadec): bit-equal to kv_write_kernel by test, the goldens pass under
+  // it; batch 1 at 4k 219.5 tok/s against 217.3, within the ~1% run-to-run
+  // spread (S12-gqadec-1).
+  qkv_epilogue,
+  // One kernel after the GEMV does RoPE and the page write (elementwise.cu).
+  kv_write_kernel,
+};
+
 // The MLA attention kernels (DeepSeek-V3, mla_attention.h). All three pass the
 // MLA suite on the H200 (runs S6-2, S8-3, S9-2/3); wgmma is the default since
 // S9-2: decode 64 x 8k 1.40 TB/s against tensor_core's 0.47 (whole op;
@@ -172,7 +199,8 @@ struct CudaOptions {
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl,
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // mla_kernels, fp8_dense_gemm, moe_expert_gemm.
+  // decode_split_merge, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
+  // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
   // 124 s against mma's 169 (S7-1/S7-3, docs/benchmarks.md). head_dim != 128
@@ -191,6 +219,8 @@ struct CudaOptions {
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
+  cuda::DecodeSplitMerge decode_split_merge = cuda::DecodeSplitMerge::in_split_kernel;
+  cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   // fp8_wgmma since session 10: the DeepSeek goldens pass under it (S10-2, 14/14), the FP8 one
@@ -223,6 +253,10 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 3> kDe
     {{"adaptive", DecodeSplitPlan::adaptive},
      {"uniform-waves", DecodeSplitPlan::uniform_waves},
      {"by-step-work", DecodeSplitPlan::by_step_work}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeSplitMerge>, 2> kDecodeSplitMergeNames = {
+    {{"in-split-kernel", DecodeSplitMerge::in_split_kernel}, {"combine-kernel", DecodeSplitMerge::combine_kernel}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
+    {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
@@ -263,6 +297,10 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
   out += ", decode split plan ";
   out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
+  out += ", decode split merge ";
+  out += cuda::name_of(options.decode_split_merge, cuda::kDecodeSplitMergeNames);
+  out += ", decode RoPE fusion ";
+  out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
   out += ", MLA kernels ";
   out += cuda::name_of(options.mla_kernels, cuda::kMlaKernelsNames);
   out += ", FP8 dense GEMM ";

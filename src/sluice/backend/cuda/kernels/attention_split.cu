@@ -2,7 +2,8 @@
 // group of up to kGroup query heads, key split). Used for decode rows, where
 // the work is reading K and V once: every query head that shares a kv head is
 // computed from the same K/V (GQA), and long contexts are split across blocks
-// whose partial softmax states a second kernel merges.
+// whose partial softmax states are merged by the last of a row's split
+// blocks to finish (rows of at most 32 splits) or by a second kernel.
 //
 // K/V tiles of kTileKeys keys are gathered page by page with cp.async into a
 // kStages-deep shared-memory ring, so the bytes in flight do not depend on
@@ -29,6 +30,9 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kStages = 3;
+// Most splits a row may have for the split kernels to merge them themselves
+// (SplitParams::arrivals): batch 1 at 4k has 32, 8 x 8k 6.
+constexpr int kFusedMergeMaxSplits = 32;
 // K (or V) bytes per tile, kTileKeys * D * 2: 48 KB of ring per block lets
 // four blocks share a multiprocessor.
 constexpr int kTileBytes = 8192;
@@ -59,6 +63,11 @@ struct SplitParams {
   int target_blocks, pairs_per_row;
   int uniform_max_splits;  // the uniform plan's splits (<= max_splits)
   float scale_log2;
+  // Fused merge (AttentionArgs::split_arrivals): a counter per (split row,
+  // blockIdx.y), zero between launches; the last of a row's split blocks to
+  // arrive merges the partials (merge_splits()), so no combine kernel runs.
+  // Null: the combine kernel merges.
+  int* arrivals;
 };
 
 // One row's splits, from the row's own key count, not the longest the grid
@@ -159,6 +168,76 @@ __device__ __forceinline__ void prefetch_old_keys(const StepDeviceView& step, co
     const std::int64_t off = slot_of(table, key, p) * key_stride + head_offset + (i % lines_per_key) * 64;
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.k_cache + off));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.v_cache + off));
+  }
+}
+
+// The fused merge, after a block has written its partials (every thread
+// stored some) for heads [head_begin, head_begin + num_heads) of a split row:
+// whether this block is the last of the row's num_splits blocks of its
+// blockIdx.y to arrive, in which case the other blocks' partials are visible
+// to it. It then resets the counter for the next launch (graph replays).
+// The classic arrival pattern: each thread's stores, a fence, then one atomic
+// a block; the last block fences again before it reads (past L1: __ldcg).
+__device__ __forceinline__ bool last_to_arrive(const SplitParams& p, int row_index, int num_splits) {
+  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.arrivals + static_cast<std::int64_t>(row_index) * gridDim.y + blockIdx.y;
+    const bool last = atomicAdd(counter, 1) == num_splits - 1;
+    if (last) *counter = 0;  // every split has arrived: nothing else touches it this launch
+    s_last = last;
+  }
+  __syncthreads();
+  if (!s_last) return false;
+  __threadfence();
+  return true;
+}
+
+// The combine kernel's sums for one (split row, group of heads), by the last
+// block to arrive (kThreads threads; `smem` holds num_heads * (num_splits + 1)
+// floats). num_splits <= kFusedMergeMaxSplits = 32, so each lane of warp w
+// reads one split's (m, l) of head w in one load; then each thread sums four
+// dims of a head over the splits, eight 16-byte loads in flight: a few
+// round trips to L2 in all.
+template <int D, int kThreads>
+__device__ void merge_splits(const SplitParams& p, int row, int row_index, int head_begin, int num_heads,
+                             int num_splits, float* smem) {
+  static_assert(kFusedMergeMaxSplits <= 32, "one lane a split");
+  constexpr int kWarpsHere = kThreads / 32;
+  constexpr int kQuads = D / 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* s_scale = smem;                           // [num_heads][num_splits]
+  float* s_inv_l = smem + num_heads * num_splits;  // [num_heads]
+  for (int g = warp; g < num_heads; g += kWarpsHere) {
+    const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head_begin + g) * p.max_splits;
+    const float2 ml = lane < num_splits ? __ldcg(reinterpret_cast<const float2*>(p.ws_ml) + base + lane)
+                                        : make_float2(-INFINITY, 0.0f);
+    const float m_all = warp_max(ml.x);
+    const float c = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - m_all);
+    if (lane < num_splits) s_scale[g * num_splits + lane] = c;
+    const float l_all = warp_sum(ml.y * c);
+    if (lane == 0) s_inv_l[g] = 1.0f / l_all;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_heads * kQuads; e += kThreads) {
+    const int g = e / kQuads, quad = e % kQuads;
+    const std::int64_t base = (static_cast<std::int64_t>(row_index) * p.num_q_heads + head_begin + g) * p.max_splits;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = 0; s < num_splits; ++s) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.ws_acc + (base + s) * D) + quad);
+      const float c = s_scale[g * num_splits + s];
+      a.x += v.x * c;
+      a.y += v.y * c;
+      a.z += v.z * c;
+      a.w += v.w * c;
+    }
+    const float inv_l = s_inv_l[g];
+    auto* out = reinterpret_cast<__nv_bfloat162*>(
+        p.out + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + g) * D + quad * 4);
+    out[0] = __floats2bfloat162_rn(a.x * inv_l, a.y * inv_l);
+    out[1] = __floats2bfloat162_rn(a.z * inv_l, a.w * inv_l);
   }
 }
 
@@ -377,6 +456,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+  if (split.num_splits == 1 || p.arrivals == nullptr || !last_to_arrive(p, row_index, split.num_splits)) return;
+  merge_splits<D, kWarps * 32>(p, row, row_index, head_begin, num_heads_here, split.num_splits,
+                               reinterpret_cast<float*>(smem_raw));
 }
 
 template <int D, int kGroup>
@@ -561,12 +643,19 @@ __global__ void __launch_bounds__(kW * 32)
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * correction[h] + row_sum[h];
+    // O is rescaled only when some row's running max moved (a warp-uniform
+    // branch): past the first tiles of a split it rarely does, and the
+    // rescale is D / 2 multiplies a thread per 16 keys in an issue-bound
+    // loop. Skipping a factor of exactly 1 changes no bit. Not timed apart
+    // (S12-gqadec-1 measured it only together with the fused merge).
+    if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < kNTilesO; ++n) {
-      o_acc[n][0] *= correction[0];
-      o_acc[n][1] *= correction[0];
-      o_acc[n][2] *= correction[1];
-      o_acc[n][3] *= correction[1];
+      for (int n = 0; n < kNTilesO; ++n) {
+        o_acc[n][0] *= correction[0];
+        o_acc[n][1] *= correction[0];
+        o_acc[n][2] *= correction[1];
+        o_acc[n][3] *= correction[1];
+      }
     }
     std::uint32_t a[4];
     a[0] = pack_bf16(s[0][0], s[0][1]);
@@ -634,6 +723,9 @@ __global__ void __launch_bounds__(kW * 32)
       }
     }
   }
+  if (split.num_splits == 1 || p.arrivals == nullptr || !last_to_arrive(p, row_index, split.num_splits)) return;
+  merge_splits<D, kThreads>(p, row, row_index, head_begin, num_heads_here, split.num_splits,
+                            reinterpret_cast<float*>(smem_raw));
 }
 
 template <int D>
@@ -824,6 +916,13 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   p.uniform_max_splits = plan.uniform_max_splits;
   p.scale_log2 = args.scale * kLog2e;
   const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
+  // The split kernels merge their own splits where the caller gave counters
+  // enough and the rows have few splits (the last block's merge is serial
+  // over them); long rows keep the combine kernel, whose blocks spread it.
+  const bool fused_merge = args.split_arrivals != nullptr && plan.max_splits > 1 &&
+                           plan.max_splits <= kFusedMergeMaxSplits &&
+                           static_cast<std::int64_t>(grid.y) * grid.z <= args.split_arrivals_capacity;
+  p.arrivals = fused_merge ? args.split_arrivals : nullptr;
   switch (plan.group) {
     case 16:
       if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, launch, step, p);
@@ -834,7 +933,7 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
     default: launch_split<D, 8>(grid, launch, step, p); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
-  if (plan.max_splits > 1) {
+  if (plan.max_splits > 1 && !fused_merge) {
     launch_kernel(combine_kernel<D>, dim3(step.num_split_rows, args.num_q_heads),
                   dim3(D * combine_parts<D>()), plan.max_splits * sizeof(float), launch, step, p);
     SLUICE_CUDA_CHECK_LAUNCH();

@@ -15,11 +15,12 @@
 // L1-allocating loads took 4,550 (runs gemv1-2..8); batch-1 decode at 4k in
 // cuda_bench 212.4 -> 220.6 tok/s (gemv1-7, -8).
 //
-// Two fusions: several output tensors (the q|k|v projection writes q, k and v
-// from one pass over the stacked weight), and the SwiGLU epilogue (a warp
+// Three fusions: several output tensors (the q|k|v projection writes q, k and v
+// from one pass over the stacked weight), the SwiGLU epilogue (a warp
 // reads gate row i and up row I + i of the stacked gate|up weight and writes
 // silu(gate) * up, so neither the [m, 2I] intermediate nor the silu kernel
-// exists).
+// exists), and RoPE with the KV page write as the q|k|v GEMV's epilogue
+// (gemv_qkv_rope_kernel; decode steps under graphs).
 //
 // Deleted after losing their benchmarks (docs/benchmarks.md, runs 8-10): a
 // predicated 8-deep loop and rows split over warps on the 40-66-register
@@ -295,6 +296,103 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   for (int m = 0; m < kRows; ++m) store_f(dst, out.dt, static_cast<std::int64_t>(m) * dst_cols + dst_col, acc[m]);
 }
 
+// The q|k|v GEMV of a decode step with RoPE and the KV page write as its
+// epilogue (CudaOptions::decode_rope_fusion): what gemv_split_k_kernel, then
+// rope_kv_write_kernel (elementwise.cu) compute, in one kernel, so nothing
+// runs between the GEMV and attention. A block's warps take pairs of output
+// columns (d, d + half) of one head (head = a q, k or v head of the stacked
+// weight's rows), kParts warps a column as in the split-K kernel; after the
+// parts' sum, one thread a (pair, row) rounds both columns to bf16 (as the
+// unfused GEMV stores them), rotates q and k pairs by the row's position
+// (the same f32 angle and sincosf), and stores them, k and v also to their
+// pages. Every column of one launch is written by exactly one thread.
+struct QkvRopeParams {
+  const uint4* x;  // [m, k_vecs]
+  const uint4* w;  // [(num_q_heads + 2 * num_kv_heads) * head_dim, k_vecs]
+  __nv_bfloat16* q;
+  __nv_bfloat16* k;
+  __nv_bfloat16* v;
+  __nv_bfloat16* k_cache;
+  __nv_bfloat16* v_cache;
+  const float* inv_freq;  // [head_dim / 2]
+  const std::int32_t* positions;
+  const std::int32_t* row_sequence;
+  const std::int32_t* seq_block_offset;
+  const std::int32_t* block_tables;
+  int num_q_heads, num_kv_heads, head_dim, block_size, k_vecs;
+};
+
+template <int kRows, int kParts>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
+    gemv_qkv_rope_kernel(QkvRopeParams p) {
+  static_assert(kWarpsPerBlock % (2 * kParts) == 0);
+  constexpr int kItems = kWarpsPerBlock / kParts;  // columns a block
+  constexpr int kPairs = kItems / 2;
+  __shared__ float s_part[kParts][kItems][kRows];  // [0]: the totals
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = warp / kItems, slot = warp % kItems;
+  const int half = p.head_dim / 2;
+  // Slot 2i and 2i + 1 are pair i's columns d and d + half.
+  const int pair = blockIdx.x * kPairs + slot / 2;
+  const int head = pair / half, d = pair % half;
+  const int col = head * p.head_dim + d + (slot % 2) * half;
+  const int part_vecs = kParts == 1 ? p.k_vecs : min(p.k_vecs, (p.k_vecs / kParts + 31) / 32 * 32);
+  const int begin = min(p.k_vecs, part * part_vecs);
+  const int end = part == kParts - 1 ? p.k_vecs : min(p.k_vecs, begin + part_vecs);
+  const uint4* wrow = p.w + static_cast<std::int64_t>(col) * p.k_vecs;
+  pdl_launch_dependents();
+  uint4 wv[4];
+  const bool full = load_first_weights(wrow, begin + lane, end, wv);
+  pdl_wait();
+  float acc[kRows] = {};
+  accumulate_dot8<kRows>(wrow, p.x, p.k_vecs, begin + lane, end, full, wv, acc);
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
+  if (lane == 0)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) s_part[part][slot][m] = acc[m];
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) >= kPairs * kRows) return;
+  const int my_pair = threadIdx.x / kRows, m = threadIdx.x % kRows;
+  float x1 = 0.0f, x2 = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kParts; ++q) {
+    x1 += s_part[q][2 * my_pair][m];
+    x2 += s_part[q][2 * my_pair + 1][m];
+  }
+  x1 = round_bf16(x1);
+  x2 = round_bf16(x2);
+  const int pair_here = blockIdx.x * kPairs + my_pair;
+  const int h = pair_here / half, dd = pair_here % half;
+  const int pos = p.positions[m];
+  const bool is_q = h < p.num_q_heads, is_k = !is_q && h < p.num_q_heads + p.num_kv_heads;
+  if (is_q || is_k) {
+    float sn, cs;
+    sincosf(static_cast<float>(pos) * p.inv_freq[dd], &sn, &cs);
+    const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+    x1 = y1;
+    x2 = y2;
+  }
+  const __nv_bfloat16 b1 = __float2bfloat16(x1), b2 = __float2bfloat16(x2);
+  if (is_q) {
+    __nv_bfloat16* dst = p.q + (static_cast<std::int64_t>(m) * p.num_q_heads + h) * p.head_dim + dd;
+    dst[0] = b1;
+    dst[half] = b2;
+    return;
+  }
+  const int kv_head = is_k ? h - p.num_q_heads : h - p.num_q_heads - p.num_kv_heads;
+  const std::int64_t kv_width = static_cast<std::int64_t>(p.num_kv_heads) * p.head_dim;
+  const std::int64_t in_row = static_cast<std::int64_t>(kv_head) * p.head_dim + dd;
+  __nv_bfloat16* dst = (is_k ? p.k : p.v) + m * kv_width + in_row;
+  dst[0] = b1;
+  dst[half] = b2;
+  const int block = p.block_tables[p.seq_block_offset[p.row_sequence[m]] + pos / p.block_size];
+  const std::int64_t page_slot = static_cast<std::int64_t>(block) * p.block_size + pos % p.block_size;
+  __nv_bfloat16* cache = (is_k ? p.k_cache : p.v_cache) + page_slot * kv_width + in_row;
+  cache[0] = b1;
+  cache[half] = b2;
+}
+
 // Launches the instance of a row-count-templated single-output kernel for m
 // rows (1-4): kernel_of(std::integral_constant<int, R>{}) names it.
 template <class KernelOf>
@@ -371,6 +469,51 @@ bool launch_gemv(const void* x, const void* w, const GemvOutputs& out, std::int6
     case 2: launch_split_k<2>(x, w, plain, m, n, k, launch); break;
     default: launch_plain(x, w, plain, m, n, k, launch); break;
   }
+  return true;
+}
+
+bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& args, std::int64_t m, std::int64_t k,
+                          GemvSplitK split_k, const Launch& launch) {
+  const std::int64_t heads = args.num_q_heads + 2LL * args.num_kv_heads;
+  const std::int64_t n = heads * args.head_dim;
+  if (!covered(m, n, k) || m != step.num_rows || args.head_dim % 2 != 0) return false;
+  const int parts = gemv_split_k_parts(n, k, split_k);
+  const int pairs_per_block = kWarpsPerBlock / parts / 2;
+  if ((args.head_dim / 2) % pairs_per_block != 0) return false;  // a block's pairs in one head
+  const QkvRopeParams p{.x = static_cast<const uint4*>(args.x),
+                        .w = static_cast<const uint4*>(args.w_qkv),
+                        .q = static_cast<__nv_bfloat16*>(args.q),
+                        .k = static_cast<__nv_bfloat16*>(args.k),
+                        .v = static_cast<__nv_bfloat16*>(args.v),
+                        .k_cache = static_cast<__nv_bfloat16*>(args.k_cache),
+                        .v_cache = static_cast<__nv_bfloat16*>(args.v_cache),
+                        .inv_freq = args.inv_freq,
+                        .positions = step.positions,
+                        .row_sequence = step.row_sequence,
+                        .seq_block_offset = step.seq_block_offset,
+                        .block_tables = step.block_tables,
+                        .num_q_heads = args.num_q_heads,
+                        .num_kv_heads = args.num_kv_heads,
+                        .head_dim = args.head_dim,
+                        .block_size = args.block_size,
+                        .k_vecs = static_cast<int>(k / 8)};
+  const dim3 grid(static_cast<unsigned>(heads * (args.head_dim / 2) / pairs_per_block));
+  const dim3 block(kWarpsPerBlock * 32);
+  auto launch_parts = [&](auto parts_c) {
+    constexpr int kP = decltype(parts_c)::value;
+    switch (m) {
+      case 1: launch_kernel(gemv_qkv_rope_kernel<1, kP>, grid, block, 0, launch, p); break;
+      case 2: launch_kernel(gemv_qkv_rope_kernel<2, kP>, grid, block, 0, launch, p); break;
+      case 3: launch_kernel(gemv_qkv_rope_kernel<3, kP>, grid, block, 0, launch, p); break;
+      default: launch_kernel(gemv_qkv_rope_kernel<4, kP>, grid, block, 0, launch, p); break;
+    }
+  };
+  switch (parts) {
+    case 4: launch_parts(std::integral_constant<int, 4>{}); break;
+    case 2: launch_parts(std::integral_constant<int, 2>{}); break;
+    default: launch_parts(std::integral_constant<int, 1>{}); break;
+  }
+  SLUICE_CUDA_CHECK_LAUNCH();
   return true;
 }
 

@@ -87,6 +87,11 @@ struct AttentionArgs {
   float scale = 1.0f;
   // Split-KV partials: workspace of at least split_workspace_bytes().
   void* workspace = nullptr;
+  // Zeroed counters the split-KV kernels leave zeroed (one a split row and
+  // kv head): with them, the last block of a row's splits merges them and no
+  // combine kernel runs. Null: the combine kernel (CudaOptions::split_merge).
+  int* split_arrivals = nullptr;
+  std::int64_t split_arrivals_capacity = 0;
   // Split prefill partials: at least prefill_split_workspace_bytes().
   void* prefill_split_workspace = nullptr;
   // The kernel asked for whole prefill tiles; prefill_kernel_for() decides.
@@ -173,6 +178,24 @@ struct GemvOutputs {
 };
 bool launch_gemv(const void* x, const void* w, const GemvOutputs& out, std::int64_t m, std::int64_t k,
                  GemvSplitK split_k, const Launch& launch);
+// The q|k|v GEMV of a decode step (rows = the step's rows, at most
+// kGemvMaxRows) with RoPE and the KV page write as its epilogue: q and k
+// rotated, k and v also in their pages, the bits launch_gemv() then
+// launch_rope_kv_write() produce. All bf16. False if not covered (then the
+// caller runs those two).
+struct GemvQkvRopeArgs {
+  const void* x = nullptr;      // [rows, k]
+  const void* w_qkv = nullptr;  // [(num_q_heads + 2 * num_kv_heads) * head_dim, k]
+  void* q = nullptr;            // [rows, num_q_heads * head_dim]
+  void* k = nullptr;            // [rows, num_kv_heads * head_dim]
+  void* v = nullptr;
+  void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  void* v_cache = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  std::int32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+};
+bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& args, std::int64_t m, std::int64_t k,
+                          GemvSplitK split_k, const Launch& launch);
 // out[m, i] = silu(x·w[i]) * (x·w[inter + i]) for the stacked gate|up weight
 // [2 * inter, k], with gate and up rounded to bf16 first, as the unfused
 // matmul + silu_mul computes it.
