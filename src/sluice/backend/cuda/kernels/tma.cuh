@@ -21,7 +21,9 @@ __device__ __forceinline__ std::uint32_t cluster_ctarank() {
 
 // Every thread of every block of the cluster; release/acquire orders the
 // shared-memory writes (barrier inits included) before it with the reads after.
+// The barrier is .aligned: the warp reconverges first.
 __device__ __forceinline__ void cluster_sync() {
+  __syncwarp();
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
