@@ -35,7 +35,8 @@ mkdir -p build
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
 summary=$logs/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
-finish() { tar -C "$out" -czf "$out/moe_fp8_ws_logs.tgz" logs; }
+# The logs as one file (the device tool returns at most 8), rewritten after each step.
+finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/moe_fp8_ws_logs.tgz" logs; }
 trap finish EXIT
 
 timeout 60 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 > "$logs/moe_test.log" 2>&1
@@ -43,22 +44,24 @@ echo "CudaMoe.* rc $?" | tee -a "$summary"
 tests=$("$bin/cuda_kernel_test" --gtest_list_tests --gtest_filter='*CudaMoeFp8Ws*' | awk '/^Kernels/{s=$1} /^  /{print s $1}')
 failed_kernels=" "
 for t in $tests; do
-  timeout 30 "$bin/cuda_kernel_test" --gtest_filter="$t" --gtest_brief=1 > "$logs/ws_$(echo "$t" | tr '/' '_').log" 2>&1
+  timeout 20 "$bin/cuda_kernel_test" --gtest_filter="$t" --gtest_brief=1 > "$logs/ws_$(echo "$t" | tr '/' '_').log" 2>&1
   rc=$?
   echo "$t rc $rc$([ $rc = 124 ] && echo ' (HUNG)')" | tee -a "$summary"
   # UnevenLoads/tma_multicast_overlap_grid3 -> tma-multicast-overlap
   [ $rc = 0 ] || failed_kernels="$failed_kernels$(echo "${t##*/}" | sed -E 's/_grid(_sms|[0-9]+)$//; s/_/-/g') "
 done
 echo "ws kernels that failed or hung:${failed_kernels}" | tee -a "$summary"
+finish
 # A kernel that failed above could hang the runs below: leave it out of them.
 golden_filter='*Deepseek*'
 [ "$failed_kernels" = " " ] || golden_filter='*Deepseek*:-*WarpSpecializedExpertsMatchTheRingKernel*'
-timeout 150 "$bin/cuda_golden_test" --gtest_filter="$golden_filter" --gtest_brief=1 > "$logs/golden.log" 2>&1
+timeout 120 "$bin/cuda_golden_test" --gtest_filter="$golden_filter" --gtest_brief=1 > "$logs/golden.log" 2>&1
 echo "goldens ($golden_filter) rc $?" | tee -a "$summary"
 grep -E "FAILED|Failure" "$logs/golden.log" | head -10
 grep -F "[ info ]" "$logs/golden.log" | grep -F "kernel vs the ring" | tee -a "$summary"
+finish
 if [ "$failed_kernels" = " " ]; then
-  timeout 200 "$bin/cuda_bench" --deepseek > "$logs/bench.log" 2>&1
+  timeout 150 "$bin/cuda_bench" --deepseek > "$logs/bench.log" 2>&1
   echo "bench rc $?" | tee -a "$summary"
 else
   for kernel in ring warp-specialized warp-specialized-overlap tma tma-overlap tma-multicast tma-multicast-overlap \
@@ -71,11 +74,12 @@ fi
 for kernel in "${ncu_kernels[@]}"; do
   case "$failed_kernels" in *" $kernel "*) echo "ncu $kernel: skipped (failed above)"; continue ;; esac
   # The kernel's first two launches: the first prefill layer's gate_up and down.
-  timeout 100 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -c 2 --section SpeedOfLight \
+  timeout 80 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -c 2 --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
     --section ComputeWorkloadAnalysis --section LaunchStats "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" \
     > "$logs/ncu_$kernel.txt" 2>&1
   echo "ncu $kernel rc $?" | tee -a "$summary"
+  finish
   grep -E "grouped_gemm_fp8_ws|Duration|Throughput|Hit Rate|Issued Warp|No Eligible|Executed Ipc|Registers Per" \
     "$logs/ncu_$kernel.txt" | head -40
 done
@@ -84,7 +88,7 @@ done
 case "$failed_kernels" in
   *" ${ncu_kernels[0]} "*) ;;
   *)
-    timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --csv -c 220 \
+    timeout 80 ncu --clock-control none --metrics gpu__time_duration.sum --csv -c 220 \
       "$bin/cuda_bench" --deepseek-moe-fp8 "${ncu_kernels[0]}" > "$logs/ncu_durations.csv" 2>&1
     echo "ncu durations rc $?" | tee -a "$summary"
     ;;
