@@ -183,19 +183,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         static_cast<std::uint32_t>(row_base * kBlockK + ((chunk ^ (row_base & 7)) << 4));
     const auto* a_q = static_cast<const unsigned char*>(a.a);
     const auto* w_q = static_cast<const unsigned char*>(a.w);
-    // tma: thread t < kBlockM / kCluster copies tile row rank * kBlockM /
-    // kCluster + t when A is gathered; thread 0 the weight boxes (and A's box
-    // when its rows are consecutive).
+    // A by TMA: thread t < kBlockM / kCluster copies tile row rank * kBlockM /
+    // kCluster + t when A is gathered, thread 0 A's box when its rows are
+    // consecutive; W by TMA: thread 0 the weight boxes.
     constexpr int kRowsPerRank = kBlockM / kCluster;
     const bool gather = a.row_of_slot != nullptr;
+    // WsLoads::tma without a cluster gathers A rows by cp.async (a TMA copy a
+    // 128-byte row costs more than the 16-byte copies; session 12, run 1).
+    const bool a_by_tma = kTma && (!gather || kCluster > 1);
     int g = 0;  // stages filled so far, over all this block's items
     // Waits until stage g's last K block has been released by every consumer it feeds.
     auto wait_empty = [&](int stage) {
       if (g < kStages) return;
-      if constexpr (kCluster > 1)
-        mbarrier_wait_cluster(empty(stage), (g / kStages - 1) & 1);
-      else
-        mbarrier_wait(empty(stage), (g / kStages - 1) & 1);
+      mbarrier_wait(empty(stage), (g / kStages - 1) & 1);
     };
     // Commits this thread's copies of stage g and signals stage g - kLag,
     // whose copies have landed.
@@ -213,8 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileWork w = tile_work(a, tile);
       if (w.group < 0) break;  // the plan's unused tiles are the last ones
       const std::int64_t n0 = item_n0(item, tile);
-      int a_row[kPasses];  // cp_async: -1 past the group's end: those A rows are left as they are (never stored)
-      if constexpr (!kTma) {
+      int a_row[kPasses];  // A by cp.async: -1 past the group's end: those A rows are left as they are (never stored)
+      if (!a_by_tma) {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
           const int r = row_base + kRowsPerPass * i;
@@ -222,12 +222,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       const int my_row = rank * kRowsPerRank + group_tid;  // tma, gathered A
-      const bool copies_row = kTma && gather && group_tid < kRowsPerRank && my_row < w.num_rows;
+      const bool copies_row = a_by_tma && gather && group_tid < kRowsPerRank && my_row < w.num_rows;
       const int my_src_row = copies_row ? a.row_of_slot[w.first_slot + my_row] : 0;
       // A rows past the group's end are not copied under tma when gathered
       // (left as they are: an MMA row reads only its own A row, and they are never stored).
       const std::uint32_t tx_bytes =
-          static_cast<std::uint32_t>((gather ? w.num_rows * kBlockK : kATileBytes) + kBTileBytes);
+          static_cast<std::uint32_t>((a_by_tma ? (gather ? w.num_rows * kBlockK : kATileBytes) : 0) + kBTileBytes);
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
@@ -252,12 +252,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           reinterpret_cast<int*>(stage_scales)[kTileInfo] = w.num_rows;
           reinterpret_cast<int*>(stage_scales)[kTileInfo + 1] = w.first_slot;
         }
-        if constexpr (kTma) {
-          const std::uint32_t a_addr = smem.addr + stage * kStageBytes, b_addr = a_addr + kATileBytes;
-          const std::uint32_t bar = full(stage);
-          // Before this thread's lagged arrival: the phase cannot complete
-          // without it, whenever the copies' bytes land.
-          if (group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
+        const std::uint32_t a_addr = smem.addr + stage * kStageBytes, b_addr = a_addr + kATileBytes;
+        const std::uint32_t bar = full(stage);
+        // Before this thread's lagged arrival: the phase cannot complete
+        // without it, whenever the copies' bytes land.
+        if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
+        if (a_by_tma) {
           auto load_a = [&](std::uint32_t dst, int row) {
             if constexpr (kCluster > 1)
               tma_load_2d_multicast(dst, &map_a, static_cast<int>(k0), row, bar, (1u << kCluster) - 1);
@@ -265,18 +265,22 @@ __global__ void __launch_bounds__(kThreads, 1)
               tma_load_2d(dst, &map_a, static_cast<int>(k0), row, bar);
           };
           if (copies_row) load_a(a_addr + my_row * kBlockK, my_src_row);
-          if (group_tid == 0) {
-            if (!gather) load_a(a_addr + kRowsPerRank * rank * kBlockK, w.first_slot + kRowsPerRank * rank);
-            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), static_cast<int>(w_row0), bar);
-            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0),
-                        static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2), bar);
-          }
+          if (!gather && group_tid == 0)
+            load_a(a_addr + kRowsPerRank * rank * kBlockK, w.first_slot + kRowsPerRank * rank);
         } else {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
             if (a_row[i] >= 0)
               cp_async_16(a_s + dst0 + i * kRowsPerPass * kBlockK,
-                          a_q + static_cast<std::int64_t>(a_row[i]) * k + k0, true);
+                          a_q + static_cast<std::int64_t>(a_row[i]) * k + chunk * 16 + k0, true);
+        }
+        if constexpr (kTma) {
+          if (group_tid == 0) {
+            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), static_cast<int>(w_row0), bar);
+            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0),
+                        static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2), bar);
+          }
+        } else {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i) {
             const unsigned char* src = kSwiglu && i >= kPasses / 2 ? w_up + (i - kPasses / 2) * kRowsPerPass * k

@@ -40,27 +40,17 @@ __device__ __forceinline__ void mbarrier_expect_tx(std::uint32_t bar, std::uint3
 }
 
 // Arrives on the barrier at shared offset `bar` of block `rank` of this
-// cluster (this block's own included), releasing at cluster scope.
+// cluster (this block's own included). Release at CTA scope, as CUTLASS's
+// ClusterBarrier: it only has to order this block's completed reads of its
+// own shared memory (wgmma's) before the TMA writes the arrival permits; a
+// cluster-scope release costs a memory barrier each (session 12, run 1:
+// 'memory barrier' 43% of the stalls, slower the larger the cluster).
 __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(rank)
       : "memory");
-}
-
-// mbarrier_wait (mbarrier.cuh) acquiring at cluster scope: for barriers that
-// blocks of the cluster arrive on.
-__device__ __forceinline__ void mbarrier_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
 }
 
 // The box at (x, y) (x the inner coordinate, in elements) of a 2D tensor map
