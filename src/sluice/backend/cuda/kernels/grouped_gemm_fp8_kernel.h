@@ -1,7 +1,7 @@
 // Which kernel launch_grouped_gemm_fp8 runs for 128-slot tiles (prefill):
-// the warp-specialised persistent one (grouped_gemm_fp8_ws.cu; not yet run
-// on a device) or the cp.async ring with a block-wide barrier a K block
-// (grouped_gemm_fp8.cu; the default, measured in sessions 9-10). 64-slot tiles (decode) always
+// a warp-specialised persistent one (grouped_gemm_fp8_ws.cu; `tma` the
+// default since session 12) or the cp.async ring with a block-wide barrier a
+// K block (grouped_gemm_fp8.cu; sessions 9-11). 64-slot tiles (decode) always
 // run the ring kernel. Process-wide; set before the launches (and graph
 // captures) it should apply to. A small header of its own so that the
 // benchmark and tests can flip it without rebuilding every kernel.
@@ -54,6 +54,10 @@ void prepare_grouped_gemm_fp8_ws();
 // The most blocks the persistent kernels launch (0: one an SM, the default).
 // Tests set a few so that every block walks many work items.
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
+// Whether the kernels without a cluster take work items from the launch's
+// item_counter when it has one (true, the default) or round-robin (false: the
+// A/B of session 12).
+void set_grouped_gemm_fp8_ws_item_counter(bool use);
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);
 

@@ -70,11 +70,12 @@ constexpr int kATileBytes = kBlockM * kBlockK;
 constexpr int kBTileBytes = kBlockN * kBlockK;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32 KB
 // A stage's scales, after the stages: each tile row's A scale, then the
-// weight block's (gate, up under swiglu), then the item's tile as two ints
-// (its rows, kEndOfWork after the block's last item; its first slot): the
-// consumers learn their work from the ring, not from global memory.
-constexpr int kScaleFloats = kBlockM + 4;
-constexpr int kTileInfo = kBlockM + 2;  // float index of the tile's rows, then its first slot
+// weight block's (gate, up under swiglu), then the work item as three ints
+// (its tile's rows, kEndOfWork after the block's last item; its first slot;
+// its first output column): the consumers learn their work from the ring,
+// not from global memory. Padded to 16 bytes.
+constexpr int kScaleFloats = kBlockM + 8;
+constexpr int kTileInfo = kBlockM + 2;  // float index of the tile's rows, then its first slot and column
 constexpr int kEndOfWork = -1;
 constexpr int kStages = 6;
 // Copy groups a producer thread keeps in flight before it signals the oldest
@@ -106,6 +107,7 @@ constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 ? 2 : kLoads == W
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
+bool g_use_item_counter = true;  // set_grouped_gemm_fp8_ws_item_counter()
 int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
 PFN_cuTensorMapEncodeTiled_v12000 g_encode_tensor_map = nullptr;
 
@@ -192,6 +194,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 128-byte row costs more than the 16-byte copies; session 12, run 1).
     const bool a_by_tma = kTma && (!gather || kCluster > 1);
     int g = 0;  // stages filled so far, over all this block's items
+    // The next work item. With a.item_counter (no cluster), whichever block
+    // frees up first takes the next one in order, so the tiles of one expert
+    // that share weight rows run close together in time and read them from
+    // L2, not twice from HBM (round-robin items drift apart: ncu, session 12,
+    // gate_up read 2x its weights from DRAM); thread 0 takes it and hands it
+    // to the others through a double-buffered slot.
+    __shared__ int item_slots[2];
+    const bool dynamic = kCluster == 1 && a.item_counter != nullptr;
+    int round = 0;
+    auto next_item = [&](int item) {
+      if (!dynamic) return item < 0 ? first_item : item + item_step;
+      if (group_tid == 0) item_slots[round & 1] = atomicAdd(a.item_counter, 1);
+      named_barrier_sync(1, kGroupThreads);
+      return item_slots[(round++) & 1];
+    };
     // Waits until stage g's last K block has been released by every consumer it feeds.
     auto wait_empty = [&](int stage) {
       if (g < kStages) return;
@@ -208,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       ++g;
     };
-    for (int item = first_item; item < num_items; item += item_step) {
+    for (int item = next_item(-1); item < num_items; item = next_item(item)) {
       const int tile = item / items_per_tile;
       const TileWork w = tile_work(a, tile);
       if (w.group < 0) break;  // the plan's unused tiles are the last ones
@@ -251,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (group_tid == 2) {
           reinterpret_cast<int*>(stage_scales)[kTileInfo] = w.num_rows;
           reinterpret_cast<int*>(stage_scales)[kTileInfo + 1] = w.first_slot;
+          reinterpret_cast<int*>(stage_scales)[kTileInfo + 2] = static_cast<int>(n0);
         }
         const std::uint32_t a_addr = smem.addr + stage * kStageBytes, b_addr = a_addr + kATileBytes;
         const std::uint32_t bar = full(stage);
@@ -326,14 +344,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   int g = 0;
-  for (int item = first_item;; item += item_step) {
-    // The item's tile, from its first stage (the producer's end mark after the last).
+  for (;;) {
+    // The work item, from its first stage (the producer's end mark after the last).
     const int first_stage = g % kStages;
     mbarrier_wait(full(first_stage), (g / kStages) & 1);
     const int* tile_info = reinterpret_cast<const int*>(scales_s + first_stage * kScaleFloats) + kTileInfo;
     const int num_rows = tile_info[0], first_slot = tile_info[1];
     if (num_rows == kEndOfWork) break;
-    const std::int64_t n0 = item_n0(item, item / items_per_tile);
+    const std::int64_t n0 = tile_info[2];
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
     const bool active = num_rows > consumer * 64;
@@ -463,7 +481,9 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.stream = launch.stream;
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
-  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, a, map_a, map_w,
+  GroupedGemmFp8Args args = a;
+  if (!g_use_item_counter) args.item_counter = nullptr;
+  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, args, map_a, map_w,
                                        static_cast<int>(items_per_tile), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
@@ -510,6 +530,7 @@ int max_active_clusters() {
 }  // namespace
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
+void set_grouped_gemm_fp8_ws_item_counter(bool use) { g_use_item_counter = use; }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
