@@ -48,7 +48,7 @@ for t in $tests; do
   rc=$?
   echo "$t rc $rc$([ $rc = 124 ] && echo ' (HUNG)')" | tee -a "$summary"
   # UnevenLoads/tma_multicast_overlap_grid3 -> tma-multicast-overlap
-  [ $rc = 0 ] || failed_kernels="$failed_kernels$(echo "${t##*/}" | sed -E 's/_grid(_sms|[0-9]+)$//; s/_/-/g') "
+  [ $rc = 0 ] || failed_kernels="$failed_kernels$(echo "${t##*/}" | sed -E 's/_grid.*$//; s/_/-/g') "
 done
 echo "ws kernels that failed or hung:${failed_kernels}" | tee -a "$summary"
 finish

@@ -90,9 +90,11 @@ constexpr int kBarrierBytes = 2 * kStages * 8;  // full and empty, a stage
 constexpr int kSmemBytes = kStages * (kStageBytes + kScaleFloats * 4) + kBarrierBytes + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 // __launch_bounds__(kThreads, 1) caps every thread at 168 registers (64K /
-// 384, rounded down to 8); the block's 64,512 are redistributed.
-constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = 224;
+// 384, rounded down to 8); the block's 64,512 are redistributed. 40 / 232:
+// no spills in any instance (56 / 224 spilled 16 bytes in the swiglu
+// consumers once the stores were deferred).
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
 static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupThreads * kConsumers <=
                   (65536 / kThreads) / 8 * 8 * kThreads,
               "the registers redistributed must fit the block's allocation");
@@ -108,6 +110,7 @@ constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 ? 2 : kLoads == W
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 bool g_use_item_counter = true;  // set_grouped_gemm_fp8_ws_item_counter()
+bool g_defer_store = true;       // set_grouped_gemm_fp8_ws_deferred_store()
 int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
 PFN_cuTensorMapEncodeTiled_v12000 g_encode_tensor_map = nullptr;
 
@@ -136,7 +139,8 @@ __device__ __forceinline__ TileWork tile_work(const GroupedGemmFp8Args& a, int t
 template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_w, int items_per_tile, int num_items) {
+                               const __grid_constant__ CUtensorMap map_w, int items_per_tile, int num_items,
+                               bool defer_store) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
   extern __shared__ unsigned char smem_window[];
@@ -343,6 +347,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
+  // The one-accumulator consumer with defer_store keeps an item's output in
+  // `total` until the next item's first MMAs are issued and stores it while
+  // they run, so the epilogue's stores leave the tensor cores busy.
+  const bool defer = !kOverlap && defer_store;
+  float total[64];
+  bool pending = false;  // total holds the output of the item below, not stored yet
+  int pending_rows = 0, pending_first_slot = 0;
+  std::int64_t pending_n0 = 0;
+  auto store_pending = [&] {
+    if (!pending) return;
+    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, pending_rows, pending_first_slot, pending_n0, col_in_chunk,
+                                 n, out);
+    pending = false;
+  };
+  auto zero_total = [&] {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+  };
   int g = 0;
   for (;;) {
     // The work item, from its first stage (the producer's end mark after the last).
@@ -355,9 +377,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
     const bool active = num_rows > consumer * 64;
-    float total[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+    if (!defer || !active) {
+      store_pending();
+      zero_total();
+    }
     // K block kb's stage: wait until it has landed, issue its four MMAs.
     auto issue = [&](float(&acc)[64], int kb) {
       const int stage = (g + kb) % kStages;
@@ -415,14 +438,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       float acc[64];
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         issue(acc, kb);
+        if (defer && kb == 0) {  // the last item's stores, under this item's first MMAs
+          store_pending();
+          zero_total();
+        }
         wgmma_wait<0>();
         finish(acc, kb);
       }
     }
     g += num_k_blocks;
     if (!active) continue;
-    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
+    pending = true;
+    pending_rows = num_rows;
+    pending_first_slot = first_slot;
+    pending_n0 = n0;
+    if (!defer) store_pending();
   }
+  store_pending();
   if constexpr (kCluster > 1) cluster_sync();
 }
 
@@ -484,7 +516,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   GroupedGemmFp8Args args = a;
   if (!g_use_item_counter) args.item_counter = nullptr;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, args, map_a, map_w,
-                                       static_cast<int>(items_per_tile), static_cast<int>(items)));
+                                       static_cast<int>(items_per_tile), static_cast<int>(items), g_defer_store));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -531,6 +563,7 @@ int max_active_clusters() {
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
 void set_grouped_gemm_fp8_ws_item_counter(bool use) { g_use_item_counter = use; }
+void set_grouped_gemm_fp8_ws_deferred_store(bool defer) { g_defer_store = defer; }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
