@@ -285,15 +285,11 @@ void bench_deepseek_moe(bool quick) {
     bool fp8;
     cuda::MoeExpertGemm gemm;
     cuda::GroupedGemmFp8Kernel kernel = cuda::GroupedGemmFp8Kernel::warp_specialized;
-    bool item_counter = true;  // false: the ws kernel's items round-robin (set_grouped_gemm_fp8_ws_item_counter)
-    bool deferred_store = true;  // false: stores right after an item's last MMAs (set_grouped_gemm_fp8_ws_deferred_store)
   };
   const cuda::GroupedGemmFp8Kernel default_kernel = cuda::grouped_gemm_fp8_kernel();
   for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma, false},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma, true, false},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap},
@@ -306,8 +302,6 @@ void bench_deepseek_moe(bool quick) {
     if (!g_moe_fp8_kernel.empty() && cuda::name_of(v.kernel) != g_moe_fp8_kernel) continue;
     const bool fp8 = v.fp8;
     cuda::set_grouped_gemm_fp8_kernel(v.kernel);
-    cuda::set_grouped_gemm_fp8_ws_item_counter(v.item_counter);
-    cuda::set_grouped_gemm_fp8_ws_deferred_store(v.deferred_store);
     CudaOptions options = bench_options();
     options.moe_expert_gemm = v.gemm;
     auto ops = new_ops(options);
@@ -350,9 +344,7 @@ void bench_deepseek_moe(bool quick) {
       const std::int32_t max_slots = *std::max_element(slots.begin(), slots.end());
       const double t = time_median(2, 7, [&] { layer(false); });
       char name[192];
-      const std::string wgmma_name = "FP8 wgmma grouped kernel (" + std::string(cuda::name_of(v.kernel)) +
-                                     (v.item_counter ? "" : ", round-robin items") +
-                                     (v.deferred_store ? "" : ", stores not deferred") + ")";
+      const std::string wgmma_name = "FP8 wgmma grouped kernel (" + std::string(cuda::name_of(v.kernel)) + ")";
       const char* dtype = !fp8                                       ? "bf16"
                           : per_expert                               ? "FP8 per-expert cuBLASLt"
                           : v.gemm == cuda::MoeExpertGemm::fp8_wgmma ? wgmma_name.c_str()
@@ -380,8 +372,6 @@ void bench_deepseek_moe(bool quick) {
     }
   }
   cuda::set_grouped_gemm_fp8_kernel(default_kernel);
-  cuda::set_grouped_gemm_fp8_ws_item_counter(true);
-  cuda::set_grouped_gemm_fp8_ws_deferred_store(true);
 }
 
 // The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer

@@ -561,8 +561,6 @@ TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
 struct WsCase {
   cuda::GroupedGemmFp8Kernel kernel;
   int grid_limit;
-  bool item_counter = true;  // false: items round-robin (the clusters' only way)
-  bool deferred_store = true;
 };
 class CudaMoeFp8Ws : public ::testing::TestWithParam<WsCase> {};
 
@@ -576,13 +574,9 @@ TEST_P(CudaMoeFp8Ws, UnevenLoads) {
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
   cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
-  cuda::set_grouped_gemm_fp8_ws_item_counter(GetParam().item_counter);
-  cuda::set_grouped_gemm_fp8_ws_deferred_store(GetParam().deferred_store);
   fp8_wgmma_uneven_loads(0);
   cuda::set_grouped_gemm_fp8_kernel(before);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
-  cuda::set_grouped_gemm_fp8_ws_item_counter(true);
-  cuda::set_grouped_gemm_fp8_ws_deferred_store(true);
 }
 
 std::vector<WsCase> ws_cases() {
@@ -593,8 +587,6 @@ std::vector<WsCase> ws_cases() {
         cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
         cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
-  cases.push_back({cuda::GroupedGemmFp8Kernel::tma, 3, false});
-  cases.push_back({cuda::GroupedGemmFp8Kernel::tma, 3, true, false});
   return cases;
 }
 
@@ -602,11 +594,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
                          [](const ::testing::TestParamInfo<WsCase>& info) {
                            std::string name(cuda::name_of(info.param.kernel));
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name +
-                                  (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
-                                                             : std::string("_grid_sms")) +
-                                  (info.param.item_counter ? "" : "_round_robin") +
-                                  (info.param.deferred_store ? "" : "_stores_not_deferred");
+                           return name + (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
+                                                                    : std::string("_grid_sms"));
                          });
 }  // namespace
 }  // namespace sluice

@@ -81,7 +81,6 @@ struct ExpertsPlan {
   float* x_scales = nullptr;     // [hidden / 128, rows]
   void* act_q = nullptr;         // e4m3 [num_pairs, inter], by slot
   float* act_scales = nullptr;   // [inter / 128, num_pairs]
-  std::int32_t* gemm_counters = nullptr;  // [2]: gate_up's and down's work items taken (zeroed by the plan)
 };
 
 // One expert GEMM over the plan's tiles (all experts at once).
@@ -217,7 +216,7 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
   const std::int64_t pairs = p.num_pairs, rows = p.rows, h = p.hidden, inter = p.inter;
   const auto gemm = [&](const Tensor& w, const void* a, const float* a_scales, std::int64_t a_rows,
                         const std::int32_t* row_of_slot, std::int64_t n, std::int64_t k, GroupedEpilogue epilogue,
-                        void* out, std::int32_t* item_counter) {
+                        void* out) {
     launch_grouped_gemm_fp8({.a = a,
                              .a_scales = a_scales,
                              .a_scale_stride = a_rows,
@@ -231,7 +230,6 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                              .expert_offsets = p.expert_offsets,
                              .max_tiles = p.max_tiles,
                              .tile_rows = p.tile_rows,
-                             .item_counter = item_counter,
                              .n = n,
                              .k = k,
                              .epilogue = epilogue,
@@ -239,11 +237,9 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                             launch);
   };
   launch_quantize_fp8_rows({.x = x.data, .rows = rows, .k = h, .q = p.x_q, .scales = p.x_scales}, launch);
-  gemm(experts.gate_up, p.x_q, p.x_scales, rows, p.row_of_slot, inter, h, GroupedEpilogue::swiglu, p.act,
-       p.gemm_counters);
+  gemm(experts.gate_up, p.x_q, p.x_scales, rows, p.row_of_slot, inter, h, GroupedEpilogue::swiglu, p.act);
   launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = p.act_q, .scales = p.act_scales}, launch);
-  gemm(experts.down, p.act_q, p.act_scales, pairs, nullptr, h, inter, GroupedEpilogue::store, p.y,
-       p.gemm_counters + 1);
+  gemm(experts.down, p.act_q, p.act_scales, pairs, nullptr, h, inter, GroupedEpilogue::store, p.y);
 }
 
 }  // namespace
@@ -303,7 +299,6 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
     p.x_scales = allocate<float>(scratch, rows * num_scale_blocks(hidden, kScaleBlock));
     p.act_q = scratch.allocate(std::int64_t{p.num_pairs} * inter);
     p.act_scales = allocate<float>(scratch, std::int64_t{p.num_pairs} * num_scale_blocks(inter, kScaleBlock));
-    p.gemm_counters = allocate<std::int32_t>(scratch, 2);
   }
   if (!context.launch_kernels || rows == 0) return Ok{};
 
@@ -318,9 +313,7 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
                    .slot_of_pair = p.slot_of_pair,
                    .row_of_slot = p.row_of_slot,
                    .tile_expert = p.tile_expert,
-                   .tile_first_slot = p.tile_first_slot,
-                   .counters = p.gemm_counters,
-                   .num_counters = p.gemm_counters != nullptr ? 2 : 0},
+                   .tile_first_slot = p.tile_first_slot},
                   launch);
   if (fp8_wgmma) {
     fp8_wgmma_experts(p, x, experts, context);

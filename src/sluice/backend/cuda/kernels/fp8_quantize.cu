@@ -89,73 +89,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   scales[num_col_blocks * first + col_block * count + (row - first)] = scale;
 }
 
-// The same for k a multiple of 256: a warp takes two neighbouring 1x128
-// blocks of a row, a half-warp each, 8 values (one 16-byte load) a lane, so a
-// warp keeps twice the bytes in flight (the one-block kernel read at ~1.6
-// TB/s, latency-bound; session 12).
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    quantize_fp8_block_pairs_kernel(const __nv_bfloat16* x, std::int64_t rows, std::int64_t m, std::int64_t k,
-                                    __nv_fp8_storage_t* q, float* scales, const std::int32_t* group_offsets,
-                                    std::int32_t num_groups) {
-  pdl_launch_dependents();
-  pdl_wait();
-  const std::int64_t num_col_blocks = k / kBlockCols, num_pairs = num_col_blocks / 2;
-  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (item >= m * num_pairs) return;
-  const int lane = threadIdx.x & 31, half_lane = lane & 15;
-  const std::int64_t row = item / num_pairs, col_block = (item % num_pairs) * 2 + (lane >> 4);
-  const std::int64_t offset = row * k + col_block * kBlockCols + 8 * half_lane;
-  uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-  if (row < rows) raw = *reinterpret_cast<const uint4*>(x + offset);
-  float v[8];
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
-  std::uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    packed[i / 4] |= static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3))
-                     << (8 * (i % 4));
-  *reinterpret_cast<uint2*>(q + offset) = make_uint2(packed[0], packed[1]);
-  if (half_lane != 0) return;
-  std::int64_t first = 0, count = m;
-  if (group_offsets != nullptr) {
-    int lo = 0, hi = num_groups - 1;  // the last group starting at or before row
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (group_offsets[mid] <= row) lo = mid; else hi = mid - 1;
-    }
-    first = group_offsets[lo];
-    count = group_offsets[lo + 1] - first;
-  }
-  scales[num_col_blocks * first + col_block * count + (row - first)] = scale;
-}
-
 }  // namespace
 
 void launch_quantize_fp8_rows(const QuantizeFp8Args& a, const Launch& launch) {
   const std::int64_t padded_rows = a.padded_rows == 0 ? a.rows : a.padded_rows;
   SLUICE_CHECK(padded_rows >= a.rows);
   SLUICE_CHECK(a.group_offsets == nullptr || padded_rows == a.rows);
-  if (a.k % (2 * kBlockCols) == 0) {
-    const std::int64_t items = padded_rows * (a.k / (2 * kBlockCols));
-    if (items == 0) return;
-    launch_kernel(quantize_fp8_block_pairs_kernel,
-                  dim3(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock)), dim3(kWarpsPerBlock * 32),
-                  0, launch, static_cast<const __nv_bfloat16*>(a.x), a.rows, padded_rows, a.k,
-                  static_cast<__nv_fp8_storage_t*>(a.q), a.scales, a.group_offsets, a.num_groups);
-    SLUICE_CUDA_CHECK_LAUNCH();
-    return;
-  }
   const std::int64_t items = padded_rows * ((a.k + kBlockCols - 1) / kBlockCols);
   if (items == 0) return;
   launch_kernel(quantize_fp8_rows_kernel, dim3(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock)),

@@ -220,9 +220,9 @@ void raise_smem_limit() {
 }
 
 // The default for 128-slot tiles: the warp-specialised kernel with the weights
-// by TMA (session 12: CudaMoe and the goldens pass, logits bit-equal to the
-// ring kernel's; prefill 4096 tokens fastest of the nine, 1.40 ms down GEMM
-// against the ring's 1.85; docs/benchmarks.md, Session 12 - moews).
+// by TMA (session 12, run S12-moews-2: CudaMoe and the goldens pass, logits
+// bit-equal to the ring kernel's; prefill 4096 tokens the fastest of the
+// nine, down GEMM 1.40 ms against the ring's 1.85; docs/benchmarks.md).
 std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma};
 
 }  // namespace

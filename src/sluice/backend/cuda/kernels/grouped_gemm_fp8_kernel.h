@@ -54,13 +54,6 @@ void prepare_grouped_gemm_fp8_ws();
 // The most blocks the persistent kernels launch (0: one an SM, the default).
 // Tests set a few so that every block walks many work items.
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
-// Whether the kernels without a cluster take work items from the launch's
-// item_counter when it has one (true, the default) or round-robin (false: the
-// A/B of session 12).
-void set_grouped_gemm_fp8_ws_item_counter(bool use);
-// Whether the one-accumulator consumers store an item's output under the next
-// item's first MMAs (true, the default) or right after its last (false).
-void set_grouped_gemm_fp8_ws_deferred_store(bool defer);
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);
 

@@ -70,12 +70,11 @@ constexpr int kATileBytes = kBlockM * kBlockK;
 constexpr int kBTileBytes = kBlockN * kBlockK;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32 KB
 // A stage's scales, after the stages: each tile row's A scale, then the
-// weight block's (gate, up under swiglu), then the work item as three ints
-// (its tile's rows, kEndOfWork after the block's last item; its first slot;
-// its first output column): the consumers learn their work from the ring,
-// not from global memory. Padded to 16 bytes.
-constexpr int kScaleFloats = kBlockM + 8;
-constexpr int kTileInfo = kBlockM + 2;  // float index of the tile's rows, then its first slot and column
+// weight block's (gate, up under swiglu), then the item's tile as two ints
+// (its rows, kEndOfWork after the block's last item; its first slot): the
+// consumers learn their work from the ring, not from global memory.
+constexpr int kScaleFloats = kBlockM + 4;
+constexpr int kTileInfo = kBlockM + 2;  // float index of the tile's rows, then its first slot
 constexpr int kEndOfWork = -1;
 constexpr int kStages = 6;
 // Copy groups a producer thread keeps in flight before it signals the oldest
@@ -90,11 +89,9 @@ constexpr int kBarrierBytes = 2 * kStages * 8;  // full and empty, a stage
 constexpr int kSmemBytes = kStages * (kStageBytes + kScaleFloats * 4) + kBarrierBytes + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 // __launch_bounds__(kThreads, 1) caps every thread at 168 registers (64K /
-// 384, rounded down to 8); the block's 64,512 are redistributed. 40 / 232:
-// no spills in any instance (56 / 224 spilled 16 bytes in the swiglu
-// consumers once the stores were deferred).
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
+// 384, rounded down to 8); the block's 64,512 are redistributed.
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
 static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupThreads * kConsumers <=
                   (65536 / kThreads) / 8 * 8 * kThreads,
               "the registers redistributed must fit the block's allocation");
@@ -109,8 +106,6 @@ constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 ? 2 : kLoads == W
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
-bool g_use_item_counter = true;  // set_grouped_gemm_fp8_ws_item_counter()
-bool g_defer_store = true;       // set_grouped_gemm_fp8_ws_deferred_store()
 int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
 PFN_cuTensorMapEncodeTiled_v12000 g_encode_tensor_map = nullptr;
 
@@ -139,8 +134,7 @@ __device__ __forceinline__ TileWork tile_work(const GroupedGemmFp8Args& a, int t
 template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_w, int items_per_tile, int num_items,
-                               bool defer_store) {
+                               const __grid_constant__ CUtensorMap map_w, int items_per_tile, int num_items) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
   extern __shared__ unsigned char smem_window[];
@@ -198,21 +192,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 128-byte row costs more than the 16-byte copies; session 12, run 1).
     const bool a_by_tma = kTma && (!gather || kCluster > 1);
     int g = 0;  // stages filled so far, over all this block's items
-    // The next work item. With a.item_counter (no cluster), whichever block
-    // frees up first takes the next one in order, so the tiles of one expert
-    // that share weight rows run close together in time and read them from
-    // L2, not twice from HBM (round-robin items drift apart: ncu, session 12,
-    // gate_up read 2x its weights from DRAM); thread 0 takes it and hands it
-    // to the others through a double-buffered slot.
-    __shared__ int item_slots[2];
-    const bool dynamic = kCluster == 1 && a.item_counter != nullptr;
-    int round = 0;
-    auto next_item = [&](int item) {
-      if (!dynamic) return item < 0 ? first_item : item + item_step;
-      if (group_tid == 0) item_slots[round & 1] = atomicAdd(a.item_counter, 1);
-      named_barrier_sync(1, kGroupThreads);
-      return item_slots[(round++) & 1];
-    };
     // Waits until stage g's last K block has been released by every consumer it feeds.
     auto wait_empty = [&](int stage) {
       if (g < kStages) return;
@@ -229,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       ++g;
     };
-    for (int item = next_item(-1); item < num_items; item = next_item(item)) {
+    for (int item = first_item; item < num_items; item += item_step) {
       const int tile = item / items_per_tile;
       const TileWork w = tile_work(a, tile);
       if (w.group < 0) break;  // the plan's unused tiles are the last ones
@@ -272,7 +251,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (group_tid == 2) {
           reinterpret_cast<int*>(stage_scales)[kTileInfo] = w.num_rows;
           reinterpret_cast<int*>(stage_scales)[kTileInfo + 1] = w.first_slot;
-          reinterpret_cast<int*>(stage_scales)[kTileInfo + 2] = static_cast<int>(n0);
         }
         const std::uint32_t a_addr = smem.addr + stage * kStageBytes, b_addr = a_addr + kATileBytes;
         const std::uint32_t bar = full(stage);
@@ -347,40 +325,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  // The one-accumulator consumer with defer_store keeps an item's output in
-  // `total` until the next item's first MMAs are issued and stores it while
-  // they run, so the epilogue's stores leave the tensor cores busy.
-  const bool defer = !kOverlap && defer_store;
-  float total[64];
-  bool pending = false;  // total holds the output of the item below, not stored yet
-  int pending_rows = 0, pending_first_slot = 0;
-  std::int64_t pending_n0 = 0;
-  auto store_pending = [&] {
-    if (!pending) return;
-    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, pending_rows, pending_first_slot, pending_n0, col_in_chunk,
-                                 n, out);
-    pending = false;
-  };
-  auto zero_total = [&] {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
-  };
   int g = 0;
-  for (;;) {
-    // The work item, from its first stage (the producer's end mark after the last).
+  for (int item = first_item;; item += item_step) {
+    // The item's tile, from its first stage (the producer's end mark after the last).
     const int first_stage = g % kStages;
     mbarrier_wait(full(first_stage), (g / kStages) & 1);
     const int* tile_info = reinterpret_cast<const int*>(scales_s + first_stage * kScaleFloats) + kTileInfo;
     const int num_rows = tile_info[0], first_slot = tile_info[1];
     if (num_rows == kEndOfWork) break;
-    const std::int64_t n0 = tile_info[2];
+    const std::int64_t n0 = item_n0(item, item / items_per_tile);
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
     const bool active = num_rows > consumer * 64;
-    if (!defer || !active) {
-      store_pending();
-      zero_total();
-    }
+    float total[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
     // K block kb's stage: wait until it has landed, issue its four MMAs.
     auto issue = [&](float(&acc)[64], int kb) {
       const int stage = (g + kb) % kStages;
@@ -438,23 +397,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       float acc[64];
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         issue(acc, kb);
-        if (defer && kb == 0) {  // the last item's stores, under this item's first MMAs
-          store_pending();
-          zero_total();
-        }
         wgmma_wait<0>();
         finish(acc, kb);
       }
     }
     g += num_k_blocks;
     if (!active) continue;
-    pending = true;
-    pending_rows = num_rows;
-    pending_first_slot = first_slot;
-    pending_n0 = n0;
-    if (!defer) store_pending();
+    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
   }
-  store_pending();
   if constexpr (kCluster > 1) cluster_sync();
 }
 
@@ -513,10 +463,8 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.stream = launch.stream;
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
-  GroupedGemmFp8Args args = a;
-  if (!g_use_item_counter) args.item_counter = nullptr;
-  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, args, map_a, map_w,
-                                       static_cast<int>(items_per_tile), static_cast<int>(items), g_defer_store));
+  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, a, map_a, map_w,
+                                       static_cast<int>(items_per_tile), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -562,8 +510,6 @@ int max_active_clusters() {
 }  // namespace
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
-void set_grouped_gemm_fp8_ws_item_counter(bool use) { g_use_item_counter = use; }
-void set_grouped_gemm_fp8_ws_deferred_store(bool defer) { g_defer_store = defer; }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();

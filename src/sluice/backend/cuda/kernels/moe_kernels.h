@@ -41,8 +41,6 @@ struct MoePlanArgs {
   std::int32_t* row_of_slot = nullptr;      // [num_pairs]: the x row (pair / k)
   std::int32_t* tile_expert = nullptr;      // [max_tiles]; -1 past the last tile
   std::int32_t* tile_first_slot = nullptr;  // [max_tiles]
-  std::int32_t* counters = nullptr;         // [num_counters], zeroed (the grouped GEMMs' work counters)
-  std::int32_t num_counters = 0;
 };
 // An upper bound on the tiles of any routing: every expert adds at most one partial tile.
 constexpr std::int32_t moe_max_tiles(std::int32_t num_pairs, std::int32_t num_experts, std::int32_t tile_rows) {
@@ -121,10 +119,6 @@ struct GroupedGemmFp8Args {
   const std::int32_t* expert_offsets = nullptr;
   std::int32_t max_tiles = 0;
   std::int32_t tile_rows = 128;  // the plan's: grouped_gemm_fp8_tile_rows()
-  // Zero at the launch (the plan zeroes it), or null: the warp-specialised
-  // kernels then take work items in order as their blocks free up, not
-  // round-robin (grouped_gemm_fp8_ws.cu); one counter a launch.
-  std::int32_t* item_counter = nullptr;
   std::int64_t n = 0, k = 0;     // multiples of 128
   GroupedEpilogue epilogue = GroupedEpilogue::store;
   void* out = nullptr;  // bf16 [slots, n]

@@ -26,7 +26,6 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(MoePlanArgs a) {
   __shared__ int offsets[kMoeMaxExperts + 1];
   __shared__ int tile_offsets[kMoeMaxExperts + 1];
   const int tid = threadIdx.x, num_experts = a.num_experts;
-  for (int i = tid; i < a.num_counters; i += blockDim.x) a.counters[i] = 0;
   for (int e = tid; e < num_experts; e += blockDim.x) {
     counts[e] = 0;
     cursor[e] = 0;
