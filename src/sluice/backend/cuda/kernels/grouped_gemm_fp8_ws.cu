@@ -17,10 +17,12 @@
 //                WsLoads::cp_async, go by cp.async: each thread keeps kLag
 //                copy groups in flight, then waits for its oldest, fences it
 //                for the async proxy and arrives on that stage's `full`
-//                mbarrier. Under WsLoads::tma*, A and W go by TMA (one copy a
-//                gathered A row, or one box of consecutive rows, and two boxes
-//                of 64 weight rows) completing bytes on the same `full`
-//                barrier. Before refilling a stage it waits on its `empty`.
+//                mbarrier. Under WsLoads::tma, W goes by TMA (two boxes of 64
+//                weight rows) completing bytes on the same `full` barrier, and
+//                A too when its rows are consecutive (one box; gathered rows
+//                stay on cp.async); under WsLoads::tma_multicast*, A always
+//                goes by TMA (one copy a gathered row). Before refilling a
+//                stage it waits on its `empty`.
 //   consumers    (setmaxnreg up) 64 tile rows each: wait `full`, issue four
 //                wgmma, read the stage's scales, wait for the MMAs, release the
 //                stage (one arrival a warp on `empty`), promote. No block-wide
