@@ -22,8 +22,9 @@
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
-// --deepseek-moe-fp8: its MoE layer rows under fp8_wgmma only (decode, then
-// prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
+// --deepseek-moe-fp8 [KERNEL]: its MoE layer rows under fp8_wgmma only, under
+// every 128-slot kernel or the one named (grouped_gemm_fp8_kernel.h's name_of;
+// decode, then prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst [N]: the
 // same steps eagerly, twice each (or only shape N's mixed step), for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
@@ -108,6 +109,7 @@ bool g_decode = false;     // --decode: decode attention, decode steps and the s
 bool g_decode_sweep_plans = false;  // --decode-sweep-plans: --decode-sweep under every split plan
 bool g_use_graphs = true;  // --profile turns graphs off so a profiler sees each kernel
 bool g_moe_fp8_wgmma_only = false;  // --deepseek-moe-fp8: the MoE layer's fp8_wgmma rows only (for ncu)
+std::string g_moe_fp8_kernel;       // --deepseek-moe-fp8 NAME: only the rows of this 128-slot kernel (name_of)
 // --prefill-attention / --chunk [NAME,NAME...]: the prefill attention choices
 // whose rows run (kPrefillAttentionNames; empty: every one).
 std::vector<std::string> g_prefill_kernels;
@@ -282,8 +284,9 @@ void bench_deepseek_moe(bool quick) {
                            .num_groups_selected = kGroupsSelected, .normalize = true, .scale = 2.5f};
   // FP8 under both expert GEMMs (the per-expert cuBLASLt path runs in eager
   // steps only, so prefill; decode rows are the grouped kernel either way), then bf16.
-  // fp8_wgmma three times: its 128-slot tiles (prefill) on the warp-specialised
-  // kernel (one, two accumulators a consumer) and on the ring kernel
+  // fp8_wgmma under each kernel of its 128-slot tiles (prefill): the
+  // warp-specialised ones (cp.async or TMA loads, A multicast to a cluster of
+  // two; one or two accumulators a consumer) and the ring kernel
   // (grouped_gemm_fp8_kernel.h); decode's 64-slot tiles run the ring kernel under all.
   struct Variant {
     bool fp8;
@@ -293,10 +296,17 @@ void bench_deepseek_moe(bool quick) {
   const cuda::GroupedGemmFp8Kernel default_kernel = cuda::grouped_gemm_fp8_kernel();
   for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_overlap},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped},
                     Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
     if (g_moe_fp8_wgmma_only && !(v.fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma)) continue;
+    if (!g_moe_fp8_kernel.empty() && cuda::name_of(v.kernel) != g_moe_fp8_kernel) continue;
     const bool fp8 = v.fp8;
     cuda::set_grouped_gemm_fp8_kernel(v.kernel);
     CudaOptions options = bench_options();
@@ -341,15 +351,11 @@ void bench_deepseek_moe(bool quick) {
       const std::int32_t max_slots = *std::max_element(slots.begin(), slots.end());
       const double t = time_median(2, 7, [&] { layer(false); });
       char name[192];
-      const char* dtype = !fp8                                           ? "bf16"
-                          : per_expert                                     ? "FP8 per-expert cuBLASLt"
-                          : v.gemm == cuda::MoeExpertGemm::fp8_wgmma
-                              ? (v.kernel == cuda::GroupedGemmFp8Kernel::warp_specialized
-                                     ? "FP8 wgmma grouped kernel (warp-specialized)"
-                                 : v.kernel == cuda::GroupedGemmFp8Kernel::warp_specialized_overlap
-                                     ? "FP8 wgmma grouped kernel (warp-specialized, 2 accumulators)"
-                                     : "FP8 wgmma grouped kernel (ring)")
-                                                                           : "FP8 grouped kernel";
+      const std::string wgmma_name = "FP8 wgmma grouped kernel (" + std::string(cuda::name_of(v.kernel)) + ")";
+      const char* dtype = !fp8                                       ? "bf16"
+                          : per_expert                               ? "FP8 per-expert cuBLASLt"
+                          : v.gemm == cuda::MoeExpertGemm::fp8_wgmma ? wgmma_name.c_str()
+                                                                     : "FP8 grouped kernel";
       if (rows == 64) {
         const double bytes = static_cast<double>(num_touched) * weight_bytes_per_expert;
         std::snprintf(name, sizeof name, "MoE layer %s decode batch 64 (%lld experts touched, routing included)",
@@ -1316,6 +1322,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--deepseek-moe-fp8") == 0) {  // the MoE layer under fp8_wgmma only
     sluice::g_moe_fp8_wgmma_only = true;
+    if (argc > 2) sluice::g_moe_fp8_kernel = argv[2];
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_deepseek_moe(false);
     return 0;

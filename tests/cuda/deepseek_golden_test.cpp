@@ -457,7 +457,9 @@ TEST(CudaDeepseekV3Fp8, MatchesTheDequantizedCpuRun) {
 // The FP8 experts' 128-slot tiles (the 300-token prompt: 600 slots over 8
 // experts, grouped_gemm_fp8_tile_rows 128) under the warp-specialised
 // kernels against the ring kernel, the whole CUDA run each (prefill and 8
-// greedy steps; decode's 64-slot tiles run the ring kernel under all). They
+// greedy steps; decode's 64-slot tiles run the ring kernel under all; the
+// clusters of 4 are left out: this checkpoint's 2 column blocks a GEMM do not
+// split into them, so they would run the ring kernel). They
 // issue the same MMAs and promotions in the same order, so the logits should
 // agree to the last bit; the bound leaves room only for a different
 // contraction of the promotion's multiply-add.
@@ -482,7 +484,9 @@ TEST(CudaDeepseekV3Fp8, WarpSpecializedExpertsMatchTheRingKernel) {
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
   const GenerateResult ring = run_cuda(cuda::GroupedGemmFp8Kernel::ring);
   for (const cuda::GroupedGemmFp8Kernel kernel :
-       {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap}) {
+       {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap,
+        cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
+        cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap}) {
     SCOPED_TRACE(::testing::Message() << cuda::name_of(kernel));
     const GenerateResult got = run_cuda(kernel);
     ASSERT_FALSE(ring.logits.empty());

@@ -537,33 +537,65 @@ void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
 // block, the SwiGLU product rounded to bf16 and quantized again before down):
 // the bf16 bound; against the CPU reference's unquantized activations: the e4m3 bound.
 //
-// The 128-slot tiles run under each kernel (grouped_gemm_fp8_kernel.h): the
-// warp-specialised persistent one (one and two accumulators) with a block an SM (one or two work items
-// a block at these sizes) and with 3 blocks (each block walks ~60 items,
-// its copy ring wrapping across items), and the ring kernel.
+// The 128-slot tiles run under the ring kernel here and under each
+// warp-specialised kernel in CudaMoeFp8Ws below.
 TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
   // The two tile shapes the cases below are meant to reach.
   ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 12), 128);
   ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 32), 64);
-  struct Case {
-    std::int32_t empty_experts;
-    cuda::GroupedGemmFp8Kernel kernel;
-    int grid_limit;
-  };
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
-  for (const Case c : {Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized, 0},
-                       Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized, 3},
-                       Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap, 0},
-                       Case{0, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap, 3},
-                       Case{0, cuda::GroupedGemmFp8Kernel::ring, 0}, Case{20, before, 0}}) {
-    SCOPED_TRACE(::testing::Message() << c.empty_experts << " more empty experts, " << cuda::name_of(c.kernel)
-                                      << " kernel, grid limit " << c.grid_limit);
-    cuda::set_grouped_gemm_fp8_kernel(c.kernel);
-    cuda::set_grouped_gemm_fp8_ws_grid_limit(c.grid_limit);
-    fp8_wgmma_uneven_loads(c.empty_experts);
+  for (const std::int32_t empty_experts : {0, 20}) {
+    SCOPED_TRACE(::testing::Message() << empty_experts << " more empty experts");
+    cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
+    fp8_wgmma_uneven_loads(empty_experts);
   }
+  cuda::set_grouped_gemm_fp8_kernel(before);
+}
+
+// The uneven loads' 128-slot tiles under one warp-specialised persistent
+// kernel (grouped_gemm_fp8_kernel.h: cp.async or TMA loads, A multicast to a
+// cluster of two, one or two accumulators), with a block an SM (one or two
+// work items a block at these sizes) and with 3 blocks (each block, or
+// cluster of 2, walks ~60 items, its copy ring wrapping across items). A
+// test each, so that a hang (a ring that never fills) names its kernel.
+struct WsCase {
+  cuda::GroupedGemmFp8Kernel kernel;
+  int grid_limit;
+};
+class CudaMoeFp8Ws : public ::testing::TestWithParam<WsCase> {};
+
+TEST_P(CudaMoeFp8Ws, UnevenLoads) {
+  // Both GEMMs' column blocks (gate_up 256 / 64, down 1024 / 128) split into
+  // clusters of 4, so no kernel here falls back to the ring kernel.
+  for (const cuda::GroupedEpilogue epilogue : {cuda::GroupedEpilogue::swiglu, cuda::GroupedEpilogue::store})
+    ASSERT_TRUE(cuda::grouped_gemm_fp8_ws_supports(
+        GetParam().kernel, {.tile_rows = 128, .n = epilogue == cuda::GroupedEpilogue::swiglu ? 256 : 1024,
+                            .epilogue = epilogue}));
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
+  fp8_wgmma_uneven_loads(0);
   cuda::set_grouped_gemm_fp8_kernel(before);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
 }
+
+std::vector<WsCase> ws_cases() {
+  std::vector<WsCase> cases;
+  for (const cuda::GroupedGemmFp8Kernel kernel :
+       {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap,
+        cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
+        cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
+        cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap})
+    for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
+                         [](const ::testing::TestParamInfo<WsCase>& info) {
+                           std::string name(cuda::name_of(info.param.kernel));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name + (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
+                                                                    : std::string("_grid_sms"));
+                         });
 }  // namespace
 }  // namespace sluice

@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root: the checks
-# and measurements the warp-specialised FP8 expert kernel (issue 15,
-# kernels/grouped_gemm_fp8_ws.cu) needs before it becomes the default. Binaries
-# come prebuilt in CARRY_DIR (tools/device/build_carry.sh --no-cli, or any
-# directory holding cuda_kernel_test, cuda_golden_test and cuda_bench with
-# their libraries). Logs go to $OUT; the last thing printed is the table.
+# and measurements the warp-specialised FP8 expert kernels (issue 15,
+# kernels/grouped_gemm_fp8_ws.cu: cp.async, TMA, TMA with A multicast) need
+# before one becomes the default. Binaries come prebuilt in CARRY_DIR
+# (tools/device/build_carry.sh --no-cli, or any directory holding
+# cuda_kernel_test, cuda_golden_test and cuda_bench with their libraries).
+# Logs go to $OUT (one tarball); the last thing printed is the table.
 #
-#   CARRY_DIR=.devcarry/cuda tools/device/moe_fp8_ws_check.sh [--no-ncu]
+#   CARRY_DIR=.devcarry/cuda tools/device/moe_fp8_ws_check.sh [NCU_KERNEL...]
 #
-# 1. CudaMoe.* (Fp8WgmmaExpertsUnderUnevenLoads runs both ws kernels, with a
-#    block an SM and with 3 blocks, and the ring kernel);
+# 1. CudaMoe.* (the ring kernel, 64-slot tiles) and CudaMoeFp8Ws (each
+#    warp-specialised kernel, a block an SM and 3 blocks), each test under its
+#    own timeout so that a hang names its kernel and the others still run;
 # 2. the DeepSeek goldens (WarpSpecializedExpertsMatchTheRingKernel compares
-#    the kernels on the FP8 checkpoint's 300-token prompt);
+#    every kernel with the ring kernel on the FP8 checkpoint's 300-token prompt);
 # 3. cuda_bench --deepseek (MoE prefill 4096 tokens and decode batch 64 under
 #    each kernel side by side, the dense FP8 GEMM anchor);
-# 4. ncu of the ws kernel's prefill gate_up and down (unless --no-ncu).
-# A hang in step 1 (a ring that never fills) stops the script there.
+# 4. ncu of the prefill gate_up and down under each NCU_KERNEL named
+#    (grouped_gemm_fp8_kernel.h's name_of; default: tma-multicast), and every
+#    kernel's duration in the MoE layer under the first.
 set -uo pipefail
 out=${OUT:-/tmp/moe-fp8-ws}
-mkdir -p "$out"
+logs=$out/logs
+mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/cuda}
-ncu_on=1
-[ "${1:-}" = --no-ncu ] && ncu_on=0
+ncu_kernels=("$@")
+[ ${#ncu_kernels[@]} = 0 ] && ncu_kernels=(tma-multicast)
 # The test binaries look for fixtures and scratch under the build's source dir.
 # (SLUICE_SOURCE_DIR, seen here through the binary dir SOURCE/build baked into the binary.)
 src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_golden_test" | head -1 | sed 's|/build$||')
@@ -29,22 +33,64 @@ if [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ]; then mkdir -p "$(dirname "$s
 mkdir -p build
 . tools/device/cudnn_env.sh
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
-timeout 90 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 2>&1 | tee "$out/moe_test.log" | tail -15
-rc=${PIPESTATUS[0]}
-echo "CudaMoe rc $rc"
-[ "$rc" = 124 ] && { echo "CudaMoe hung: stopping"; exit 1; }
-timeout 150 "$bin/cuda_golden_test" --gtest_filter='*Deepseek*' --gtest_brief=1 2>&1 | tee "$out/golden.log" | tail -15
-echo "goldens rc ${PIPESTATUS[0]}"
-grep -F "[ info ]" "$out/golden.log" | grep -F "kernel vs the ring"
-timeout 180 "$bin/cuda_bench" --deepseek > "$out/bench.log" 2>&1
-echo "bench rc $?"
-if [ $ncu_on = 1 ]; then
-  # The ws kernel's first two launches: the first prefill layer's gate_up and down.
-  timeout 90 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -c 2 --section SpeedOfLight \
-    --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-    --section ComputeWorkloadAnalysis "$bin/cuda_bench" --deepseek-moe-fp8 > "$out/ncu.txt" 2>&1
-  echo "ncu rc $?"
-  grep -E "grouped_gemm_fp8_ws|Duration|Throughput|Hit Rate|Issued Warp|No Eligible|Executed Ipc" "$out/ncu.txt" | head -30
+summary=$logs/summary.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
+# The logs as one file (the device tool returns at most 8), rewritten after each step.
+finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/moe_fp8_ws_logs.tgz" logs; }
+trap finish EXIT
+
+timeout 60 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 > "$logs/moe_test.log" 2>&1
+echo "CudaMoe.* rc $?" | tee -a "$summary"
+tests=$("$bin/cuda_kernel_test" --gtest_list_tests --gtest_filter='*CudaMoeFp8Ws*' | awk '/^Kernels/{s=$1} /^  /{print s $1}')
+failed_kernels=" "
+for t in $tests; do
+  timeout 20 "$bin/cuda_kernel_test" --gtest_filter="$t" --gtest_brief=1 > "$logs/ws_$(echo "$t" | tr '/' '_').log" 2>&1
+  rc=$?
+  echo "$t rc $rc$([ $rc = 124 ] && echo ' (HUNG)')" | tee -a "$summary"
+  # UnevenLoads/tma_multicast_overlap_grid3 -> tma-multicast-overlap
+  [ $rc = 0 ] || failed_kernels="$failed_kernels$(echo "${t##*/}" | sed -E 's/_grid.*$//; s/_/-/g') "
+done
+echo "ws kernels that failed or hung:${failed_kernels}" | tee -a "$summary"
+finish
+# A kernel that failed above could hang the runs below: leave it out of them.
+golden_filter='*Deepseek*'
+[ "$failed_kernels" = " " ] || golden_filter='*Deepseek*:-*WarpSpecializedExpertsMatchTheRingKernel*'
+timeout 120 "$bin/cuda_golden_test" --gtest_filter="$golden_filter" --gtest_brief=1 > "$logs/golden.log" 2>&1
+echo "goldens ($golden_filter) rc $?" | tee -a "$summary"
+grep -E "FAILED|Failure" "$logs/golden.log" | head -10
+grep -F "[ info ]" "$logs/golden.log" | grep -F "kernel vs the ring" | tee -a "$summary"
+finish
+if [ "$failed_kernels" = " " ]; then
+  timeout 150 "$bin/cuda_bench" --deepseek > "$logs/bench.log" 2>&1
+  echo "bench rc $?" | tee -a "$summary"
+else
+  for kernel in ring warp-specialized warp-specialized-overlap tma tma-overlap tma-multicast tma-multicast-overlap \
+    tma-multicast4 tma-multicast4-overlap; do
+    case "$failed_kernels" in *" $kernel "*) continue ;; esac
+    timeout 60 "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" >> "$logs/bench.log" 2>&1
+    echo "bench $kernel rc $?" | tee -a "$summary"
+  done
 fi
-grep -E "MoE layer|DeepSeek GEMM" "$out/bench.log"
+for kernel in "${ncu_kernels[@]}"; do
+  case "$failed_kernels" in *" $kernel "*) echo "ncu $kernel: skipped (failed above)"; continue ;; esac
+  # The kernel's first two launches: the first prefill layer's gate_up and down.
+  timeout 80 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -c 2 --section SpeedOfLight \
+    --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis --section LaunchStats "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" \
+    > "$logs/ncu_$kernel.txt" 2>&1
+  echo "ncu $kernel rc $?" | tee -a "$summary"
+  finish
+  grep -E "grouped_gemm_fp8_ws|Duration|Throughput|Hit Rate|Issued Warp|No Eligible|Executed Ipc|Registers Per" \
+    "$logs/ncu_$kernel.txt" | head -40
+done
+# Every kernel's duration under the first NCU_KERNEL (decode layers, then
+# prefill): where the layer's time outside the GEMMs goes.
+case "$failed_kernels" in
+  *" ${ncu_kernels[0]} "*) ;;
+  *)
+    timeout 80 ncu --clock-control none --metrics gpu__time_duration.sum --csv -c 220 \
+      "$bin/cuda_bench" --deepseek-moe-fp8 "${ncu_kernels[0]}" > "$logs/ncu_durations.csv" 2>&1
+    echo "ncu durations rc $?" | tee -a "$summary"
+    ;;
+esac
+grep -E "MoE layer|DeepSeek GEMM" "$logs/bench.log"

@@ -222,6 +222,7 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                              .a_scale_stride = a_rows,
                              .row_of_slot = row_of_slot,
                              .w = w.data,
+                             .w_rows = w.rows(),
                              .w_scales = w.scales.data,
                              .w_scale_row_stride = w.scales.row_stride,
                              .tile_expert = p.tile_expert,

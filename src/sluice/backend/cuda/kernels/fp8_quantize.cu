@@ -1,5 +1,5 @@
 // Activations to FP8 for the block-scaled GEMM: one warp per 1x128 block of a
-// row (4 values a lane), the block's amax by a warp reduction, then
+// row (4 values a lane, consecutive ones when k is whole blocks), the block's amax by a warp reduction, then
 // q = e4m3(x / scale) with scale = amax / 448, so the block's largest value
 // lands on e4m3's largest finite value. An all-zero block keeps scale 1.
 #include <cuda_bf16.h>
@@ -34,18 +34,46 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int lane = threadIdx.x & 31;
   float v[4];
   float amax = 0.0f;
+  // Whole blocks (k a multiple of 128, the GEMMs' case): lane l takes columns
+  // 4l..4l+3, one 8-byte load and one 4-byte store (single bytes stored a lane
+  // at a time wrote 32-byte pieces; session 12). Otherwise lane l takes
+  // columns l + 32 i, each checked against k.
+  const bool whole = k % kBlockCols == 0;
+  const std::int64_t base = row * k + col_block * kBlockCols;
+  if (whole) {
+    uint2 raw = make_uint2(0u, 0u);
+    if (row < rows) raw = *reinterpret_cast<const uint2*>(x + base + 4 * lane);
+    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t col = col_block * kBlockCols + i * 32 + lane;
-    v[i] = col < k && row < rows ? __bfloat162float(x[row * k + col]) : 0.0f;
-    amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < 2; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::int64_t col = col_block * kBlockCols + i * 32 + lane;
+      v[i] = col < k && row < rows ? __bfloat162float(x[row * k + col]) : 0.0f;
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
   }
   amax = warp_max(amax);
   const float scale = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
+  if (whole) {
+    std::uint32_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t col = col_block * kBlockCols + i * 32 + lane;
-    if (col < k) q[row * k + col] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    for (int i = 0; i < 4; ++i)
+      packed |= static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3)) << (8 * i);
+    *reinterpret_cast<std::uint32_t*>(q + base + 4 * lane) = packed;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::int64_t col = col_block * kBlockCols + i * 32 + lane;
+      if (col < k) q[row * k + col] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    }
   }
   if (lane != 0) return;
   std::int64_t first = 0, count = m;

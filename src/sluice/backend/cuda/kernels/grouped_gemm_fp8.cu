@@ -76,9 +76,7 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
-// Accumulator layout of m64nN (f32), per thread: value i is row
-// (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the warpgroup's 64, and
-// column (i / 4) * 8 + (lane % 4) * 2 + i % 2.
+// The accumulator layout: grouped_gemm_fp8_epilogue.cuh.
 template <int kWarpgroups, bool kSwiglu>
 __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgroups>::kBlocksPerSm)
     grouped_gemm_fp8_kernel(GroupedGemmFp8Args a) {
@@ -195,14 +193,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     const float w0 = stage_scales[C::kBlockM], w1 = kSwiglu ? stage_scales[C::kBlockM + 1] : w0;
     wgmma_wait<0>();
     fence_registers(acc);
-    const float s00 = a_lo * w0, s01 = a_hi * w0;
-    const float s10 = a_lo * w1, s11 = a_hi * w1;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      const bool hi = (i >> 1) & 1;
-      const bool up = i >= 32;  // columns 64..127: the up half under swiglu (same scale otherwise)
-      total[i] += acc[i] * (up ? (hi ? s11 : s10) : (hi ? s01 : s00));
-    }
+    promote_fp8_k_block(total, acc, a_lo, a_hi, w0, w1);
   }
   cp_async_wait<0>();
   if (!active) return;
@@ -228,10 +219,11 @@ void raise_smem_limit() {
                                          Config<kWarpgroups>::kSmemBytes));
 }
 
-// The ring kernel stays the default until the warp-specialised one has passed
-// CudaMoe.* and the DeepSeek goldens on the device (session 11 built it but got
-// no device run).
-std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::ring};
+// The default for 128-slot tiles: the warp-specialised kernel with the weights
+// by TMA (session 12, run S12-moews-2: CudaMoe and the goldens pass, logits
+// bit-equal to the ring kernel's; prefill 4096 tokens the fastest of the
+// nine, down GEMM 1.40 ms against the ring's 1.85; docs/benchmarks.md).
+std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma};
 
 }  // namespace
 
@@ -263,8 +255,9 @@ void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& a, const Launch& launch) 
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
   if (a.tile_rows == 64)
     swiglu ? launch_variant<1, true>(a, launch) : launch_variant<1, false>(a, launch);
-  else if (const GroupedGemmFp8Kernel kernel = g_kernel.load(); kernel != GroupedGemmFp8Kernel::ring)
-    launch_grouped_gemm_fp8_ws(a, kernel == GroupedGemmFp8Kernel::warp_specialized_overlap, launch);
+  else if (const GroupedGemmFp8Kernel kernel = g_kernel.load();
+           kernel != GroupedGemmFp8Kernel::ring && grouped_gemm_fp8_ws_supports(kernel, a))
+    launch_grouped_gemm_fp8_ws(a, kernel, launch);
   else
     swiglu ? launch_variant<2, true>(a, launch) : launch_variant<2, false>(a, launch);
 }

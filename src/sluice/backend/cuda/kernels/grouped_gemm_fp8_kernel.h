@@ -1,7 +1,7 @@
 // Which kernel launch_grouped_gemm_fp8 runs for 128-slot tiles (prefill):
-// the warp-specialised persistent one (grouped_gemm_fp8_ws.cu; not yet run
-// on a device) or the cp.async ring with a block-wide barrier a K block
-// (grouped_gemm_fp8.cu; the default, measured in sessions 9-10). 64-slot tiles (decode) always
+// a warp-specialised persistent one (grouped_gemm_fp8_ws.cu; `tma` the
+// default since session 12) or the cp.async ring with a block-wide barrier a
+// K block (grouped_gemm_fp8.cu; sessions 9-11). 64-slot tiles (decode) always
 // run the ring kernel. Process-wide; set before the launches (and graph
 // captures) it should apply to. A small header of its own so that the
 // benchmark and tests can flip it without rebuilding every kernel.
@@ -13,14 +13,33 @@
 
 namespace sluice::cuda {
 
-// warp_specialized_overlap: the same kernel with two accumulators a
-// consumer, so its next K block's MMAs run while it promotes the last one.
-enum class GroupedGemmFp8Kernel { warp_specialized, warp_specialized_overlap, ring };
+// The warp-specialised kernels (grouped_gemm_fp8_ws.cu) differ in how the
+// producer moves A and W (cp.async; TMA; TMA with A multicast to a cluster of
+// two or four blocks on neighbouring column blocks) and in the consumer: one
+// accumulator, or two (`_overlap`: the next K block's MMAs run while it
+// promotes the last one).
+enum class GroupedGemmFp8Kernel {
+  warp_specialized,
+  warp_specialized_overlap,
+  tma,
+  tma_overlap,
+  tma_multicast,
+  tma_multicast_overlap,
+  tma_multicast4,
+  tma_multicast4_overlap,
+  ring
+};
 
 inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
   switch (kernel) {
     case GroupedGemmFp8Kernel::warp_specialized: return "warp-specialized";
     case GroupedGemmFp8Kernel::warp_specialized_overlap: return "warp-specialized-overlap";
+    case GroupedGemmFp8Kernel::tma: return "tma";
+    case GroupedGemmFp8Kernel::tma_overlap: return "tma-overlap";
+    case GroupedGemmFp8Kernel::tma_multicast: return "tma-multicast";
+    case GroupedGemmFp8Kernel::tma_multicast_overlap: return "tma-multicast-overlap";
+    case GroupedGemmFp8Kernel::tma_multicast4: return "tma-multicast4";
+    case GroupedGemmFp8Kernel::tma_multicast4_overlap: return "tma-multicast4-overlap";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }
   return "?";
@@ -29,12 +48,13 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
 void set_grouped_gemm_fp8_kernel(GroupedGemmFp8Kernel kernel);
 GroupedGemmFp8Kernel grouped_gemm_fp8_kernel();
 
-// The warp-specialised kernel for 128-slot tiles (grouped_gemm_fp8_ws.cu);
-// launch_grouped_gemm_fp8 dispatches to it.
+// The warp-specialised kernels for 128-slot tiles (grouped_gemm_fp8_ws.cu);
+// launch_grouped_gemm_fp8 dispatches to them when they take the shape.
 void prepare_grouped_gemm_fp8_ws();
-// The most blocks the persistent kernel launches (0: one an SM, the default).
+// The most blocks the persistent kernels launch (0: one an SM, the default).
 // Tests set a few so that every block walks many work items.
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
-void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, bool overlap, const Launch& launch);
+bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
+void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);
 
 }  // namespace sluice::cuda

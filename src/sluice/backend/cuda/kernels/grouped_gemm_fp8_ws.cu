@@ -11,23 +11,38 @@
 // filled from empty and drained at its end (down GEMM: 16 K blocks a tile).
 //
 // Three warpgroups, one block an SM:
-//   producer     (setmaxnreg down) gathers each K block's A rows through
-//                row_of_slot, the weight tile and the stage's scales with
-//                cp.async into a kStages-deep ring. Each thread keeps kLag
+//   producer     (setmaxnreg down) fills a kStages-deep ring: each K block's
+//                A rows (gathered through row_of_slot), the weight tile and
+//                the stage's scales. Scales always, and A and W under
+//                WsLoads::cp_async, go by cp.async: each thread keeps kLag
 //                copy groups in flight, then waits for its oldest, fences it
 //                for the async proxy and arrives on that stage's `full`
-//                mbarrier; before refilling a stage it waits on its `empty`
-//                mbarrier.
+//                mbarrier. Under WsLoads::tma, W goes by TMA (two boxes of 64
+//                weight rows) completing bytes on the same `full` barrier, and
+//                A too when its rows are consecutive (one box; gathered rows
+//                stay on cp.async); under WsLoads::tma_multicast*, A always
+//                goes by TMA (one copy a gathered row). Before refilling a
+//                stage it waits on its `empty`.
 //   consumers    (setmaxnreg up) 64 tile rows each: wait `full`, issue four
 //                wgmma, read the stage's scales, wait for the MMAs, release the
 //                stage (one arrival a warp on `empty`), promote. No block-wide
 //                barrier: the two consumers drift apart, so one promotes
 //                while the other's MMAs run.
-// Persistent: gridDim.x blocks walk the work items (tile, column block),
-// column blocks fastest as the ring kernel's grid, item blockIdx.x + i *
-// gridDim.x; producer and consumers walk the same items and count K blocks
-// on through them, so the producer fills the next item's stages while the
-// consumers run this one's epilogue.
+// Persistent: the blocks walk the work items (tile, column block), column
+// blocks fastest as the ring kernel's grid; producer and consumers walk the
+// same items and count K blocks on through them, so the producer fills the
+// next item's stages while the consumers run this one's epilogue.
+//
+// WsLoads::tma_multicast2 / 4: blocks in clusters of 2 (4) take neighbouring
+// column blocks of one tile, which read the same A tile: each block's
+// producer copies half (a quarter) of its rows and multicasts them into every
+// block of the cluster, so a block reads 8 (4) + 16 KB from L2 a K block
+// instead of 16 + 16 (128x128 tiles were L2-bound near 46% of peak, Session
+// 11). A stage is then refilled only once the consumers of every block of the
+// cluster released it: `empty` counts them all, each consumer warp arriving
+// on every block's barrier.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -41,6 +56,7 @@
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
+#include "sluice/backend/cuda/kernels/tma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda {
@@ -56,8 +72,12 @@ constexpr int kATileBytes = kBlockM * kBlockK;
 constexpr int kBTileBytes = kBlockN * kBlockK;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32 KB
 // A stage's scales, after the stages: each tile row's A scale, then the
-// weight block's (gate, up under swiglu), padded to 16 bytes.
+// weight block's (gate, up under swiglu), then the item's tile as two ints
+// (its rows, kEndOfWork after the block's last item; its first slot): the
+// consumers learn their work from the ring, not from global memory.
 constexpr int kScaleFloats = kBlockM + 4;
+constexpr int kTileInfo = kBlockM + 2;  // float index of the tile's rows, then its first slot
+constexpr int kEndOfWork = -1;
 constexpr int kStages = 6;
 // Copy groups a producer thread keeps in flight before it signals the oldest
 // (4 stages, 128 KB an SM, cover L2's latency at the MMA rate). The
@@ -81,8 +101,15 @@ constexpr int kRowsPerPass = kGroupThreads / 8;  // a copy pass: 8 threads a 128
 constexpr int kPasses = kBlockM / kRowsPerPass;  // the same for the A and the weight tile
 static_assert(kBlockM == kBlockN && kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
 
+// How the producer moves A and W (the scales always go by cp.async).
+enum class WsLoads { cp_async, tma, tma_multicast2, tma_multicast4 };
+template <WsLoads kLoads>
+constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 ? 2 : kLoads == WsLoads::tma_multicast4 ? 4 : 1;
+
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
+int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
+PFN_cuTensorMapEncodeTiled_v12000 g_encode_tensor_map = nullptr;
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -100,12 +127,18 @@ __device__ __forceinline__ TileWork tile_work(const GroupedGemmFp8Args& a, int t
   return {group, first_slot, min(kBlockM, a.expert_offsets[group + 1] - first_slot)};
 }
 
-// Accumulator layout of m64nN (f32), per thread: value i is row
-// (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the warpgroup's 64, and
-// column (i / 4) * 8 + (lane % 4) * 2 + i % 2.
-template <bool kSwiglu, bool kOverlap>
+// Work items: (tile, group of kCluster neighbouring column blocks), the
+// groups fastest; a cluster takes one item, its block of rank r the group's
+// column block r. items_per_tile = column blocks / kCluster.
+// map_a: a as [rows, k] bytes, boxes of 128 x 1 rows (row_of_slot set: a
+// gathered row a copy) or 128 x (kBlockM / kCluster) rows; map_w: w as
+// [rows, k], boxes of 128 x 64 rows. Both unused under WsLoads::cp_async.
+template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 __global__ void __launch_bounds__(kThreads, 1)
-    grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, int col_blocks, int num_items) {
+    grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
+                               const __grid_constant__ CUtensorMap map_w, int items_per_tile, int num_items) {
+  constexpr bool kTma = kLoads != WsLoads::cp_async;
+  constexpr int kCluster = kClusterSize<kLoads>;
   extern __shared__ unsigned char smem_window[];
   pdl_launch_dependents();
   pdl_wait();
@@ -119,46 +152,87 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Through a shuffle so the compiler knows it is uniform across the warp.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / kGroupThreads, 0);
   const int group_tid = tid % kGroupThreads;
+  const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int first_item = static_cast<int>(blockIdx.x) / kCluster, item_step = static_cast<int>(gridDim.x) / kCluster;
   if (tid == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrier_init(full(stage), kGroupThreads);
-      mbarrier_init(empty(stage), kConsumers * 4);  // one arrival a consumer warp
+      mbarrier_init(empty(stage), kConsumers * 4 * kCluster);  // one arrival a consumer warp of the cluster
     }
+    if constexpr (kCluster > 1) fence_mbarrier_init_cluster();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1)
+    cluster_sync();
+  else
+    __syncthreads();
 
   const std::int64_t n = a.n, k = a.k;
   const int num_k_blocks = static_cast<int>(k / kBlockK);
   const std::int64_t group_rows = kSwiglu ? 2 * n : n;
   // Output columns [n0, n0 + 64) of each half under swiglu, [n0, n0 + 128) otherwise.
   const std::int64_t col_width = kSwiglu ? kBlockN / 2 : kBlockN;
+  auto item_n0 = [&](int item, int tile) {
+    return static_cast<std::int64_t>((item - tile * items_per_tile) * kCluster + rank) * col_width;
+  };
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    // Thread t moves 16-byte chunk t % 8 of rows t / 8 + kRowsPerPass i of
-    // both tiles; the swizzle's row term (row % 8) is the same in every pass.
+    // cp_async: thread t moves 16-byte chunk t % 8 of rows t / 8 +
+    // kRowsPerPass i of both tiles; the swizzle's row term (row % 8) is the
+    // same in every pass.
     const int chunk = group_tid & 7, row_base = group_tid >> 3;
     const std::uint32_t dst0 =
         static_cast<std::uint32_t>(row_base * kBlockK + ((chunk ^ (row_base & 7)) << 4));
     const auto* a_q = static_cast<const unsigned char*>(a.a);
     const auto* w_q = static_cast<const unsigned char*>(a.w);
-    int g = 0;  // K blocks issued so far, over all this block's items
-    for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-      const int tile = item / col_blocks;
-      const TileWork w = tile_work(a, tile);
-      if (w.group < 0) continue;
-      const std::int64_t n0 = static_cast<std::int64_t>(item - tile * col_blocks) * col_width;
-      int a_row[kPasses];  // -1 past the group's end: those A rows are left as they are (never stored)
-#pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const int r = row_base + kRowsPerPass * i;
-        a_row[i] = r < w.num_rows ? (a.row_of_slot != nullptr ? a.row_of_slot[w.first_slot + r] : w.first_slot + r)
-                                  : -1;
+    // A by TMA: thread t < kBlockM / kCluster copies tile row rank * kBlockM /
+    // kCluster + t when A is gathered, thread 0 A's box when its rows are
+    // consecutive; W by TMA: thread 0 the weight boxes.
+    constexpr int kRowsPerRank = kBlockM / kCluster;
+    const bool gather = a.row_of_slot != nullptr;
+    // WsLoads::tma without a cluster gathers A rows by cp.async (a TMA copy a
+    // 128-byte row costs more than the 16-byte copies; session 12, run 1).
+    const bool a_by_tma = kTma && (!gather || kCluster > 1);
+    int g = 0;  // stages filled so far, over all this block's items
+    // Waits until stage g's last K block has been released by every consumer it feeds.
+    auto wait_empty = [&](int stage) {
+      if (g < kStages) return;
+      mbarrier_wait(empty(stage), (g / kStages - 1) & 1);
+    };
+    // Commits this thread's copies of stage g and signals stage g - kLag,
+    // whose copies have landed.
+    auto commit_stage = [&] {
+      cp_async_commit();
+      if (g >= kLag) {
+        cp_async_wait<kLag>();
+        fence_proxy_async();
+        mbarrier_arrive(full((g - kLag) % kStages));
       }
+      ++g;
+    };
+    for (int item = first_item; item < num_items; item += item_step) {
+      const int tile = item / items_per_tile;
+      const TileWork w = tile_work(a, tile);
+      if (w.group < 0) break;  // the plan's unused tiles are the last ones
+      const std::int64_t n0 = item_n0(item, tile);
+      int a_row[kPasses];  // A by cp.async: -1 past the group's end: those A rows are left as they are (never stored)
+      if (!a_by_tma) {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int r = row_base + kRowsPerPass * i;
+          a_row[i] = r < w.num_rows ? (gather ? a.row_of_slot[w.first_slot + r] : w.first_slot + r) : -1;
+        }
+      }
+      const int my_row = rank * kRowsPerRank + group_tid;  // tma, gathered A
+      const bool copies_row = a_by_tma && gather && group_tid < kRowsPerRank && my_row < w.num_rows;
+      const int my_src_row = copies_row ? a.row_of_slot[w.first_slot + my_row] : 0;
+      // A rows past the group's end are not copied under tma when gathered
+      // (left as they are: an MMA row reads only its own A row, and they are never stored).
+      const std::uint32_t tx_bytes =
+          static_cast<std::uint32_t>((a_by_tma ? (gather ? w.num_rows * kBlockK : kATileBytes) : 0) + kBTileBytes);
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
-      const float* a_scale_src =
-          a.a_scales + (a.row_of_slot != nullptr ? a.row_of_slot[scale_slot] : scale_slot);
+      const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
       const std::int64_t w_row0 = w.group * group_rows + n0;  // first weight row (of the gate half)
       const std::int64_t w_row1 = w_row0 + n;                 // first weight row of the up half
       const float* w_scale_src = group_tid == 0 ? a.w_scales + (w_row0 / kBlockK) * a.w_scale_row_stride
@@ -167,39 +241,69 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Pass i's weight row: under swiglu passes [0, kPasses / 2) are gate rows, the rest up rows.
       const unsigned char* w_gate = w_q + (w_row0 + row_base) * k + chunk * 16;
       const unsigned char* w_up = w_q + (w_row1 + row_base) * k + chunk * 16;
-      for (int kb = 0; kb < num_k_blocks; ++kb, ++g) {
+      for (int kb = 0; kb < num_k_blocks; ++kb) {
         const int stage = g % kStages;
-        // The stage's previous K block released by both consumers.
-        if (g >= kStages) mbarrier_wait(empty(stage), (g / kStages - 1) & 1);
+        wait_empty(stage);
         unsigned char* a_s = smem.ptr + stage * kStageBytes;
         unsigned char* b_s = a_s + kATileBytes;
         float* stage_scales = scales_s + stage * kScaleFloats;
         const std::int64_t k0 = static_cast<std::int64_t>(kb) * kBlockK;
         cp_async_4(stage_scales + group_tid, a_scale_src + static_cast<std::int64_t>(kb) * a.a_scale_stride);
         if (w_scale_src != nullptr) cp_async_4(stage_scales + kBlockM + group_tid, w_scale_src + kb);
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i)
-          if (a_row[i] >= 0)
-            cp_async_16(a_s + dst0 + i * kRowsPerPass * kBlockK,
-                        a_q + static_cast<std::int64_t>(a_row[i]) * k + k0, true);
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i) {
-          const unsigned char* src =
-              kSwiglu && i >= kPasses / 2 ? w_up + (i - kPasses / 2) * kRowsPerPass * k : w_gate + i * kRowsPerPass * k;
-          cp_async_16(b_s + dst0 + i * kRowsPerPass * kBlockK, src + k0, true);
+        if (group_tid == 2) {
+          reinterpret_cast<int*>(stage_scales)[kTileInfo] = w.num_rows;
+          reinterpret_cast<int*>(stage_scales)[kTileInfo + 1] = w.first_slot;
         }
-        cp_async_commit();
-        if (g >= kLag) {
-          cp_async_wait<kLag>();
-          fence_proxy_async();
-          mbarrier_arrive(full((g - kLag) % kStages));
+        const std::uint32_t a_addr = smem.addr + stage * kStageBytes, b_addr = a_addr + kATileBytes;
+        const std::uint32_t bar = full(stage);
+        // Before this thread's lagged arrival: the phase cannot complete
+        // without it, whenever the copies' bytes land.
+        if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
+        if (a_by_tma) {
+          auto load_a = [&](std::uint32_t dst, int row) {
+            if constexpr (kCluster > 1)
+              tma_load_2d_multicast(dst, &map_a, static_cast<int>(k0), row, bar, (1u << kCluster) - 1);
+            else
+              tma_load_2d(dst, &map_a, static_cast<int>(k0), row, bar);
+          };
+          if (copies_row) load_a(a_addr + my_row * kBlockK, my_src_row);
+          if (!gather && group_tid == 0)
+            load_a(a_addr + kRowsPerRank * rank * kBlockK, w.first_slot + kRowsPerRank * rank);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPasses; ++i)
+            if (a_row[i] >= 0)
+              cp_async_16(a_s + dst0 + i * kRowsPerPass * kBlockK,
+                          a_q + static_cast<std::int64_t>(a_row[i]) * k + chunk * 16 + k0, true);
         }
+        if constexpr (kTma) {
+          if (group_tid == 0) {
+            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), static_cast<int>(w_row0), bar);
+            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0),
+                        static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2), bar);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPasses; ++i) {
+            const unsigned char* src = kSwiglu && i >= kPasses / 2 ? w_up + (i - kPasses / 2) * kRowsPerPass * k
+                                                                   : w_gate + i * kRowsPerPass * k;
+            cp_async_16(b_s + dst0 + i * kRowsPerPass * kBlockK, src + k0, true);
+          }
+        }
+        commit_stage();
       }
     }
-    // The last (up to kLag) K blocks still in flight.
+    // One more stage, holding no data: the end of this block's work.
+    const int stage = g % kStages;
+    wait_empty(stage);
+    if (group_tid == 2) reinterpret_cast<int*>(scales_s + stage * kScaleFloats)[kTileInfo] = kEndOfWork;
+    commit_stage();
+    // The last (up to kLag) stages still in flight.
     cp_async_wait<0>();
     fence_proxy_async();
     for (int j = max(g - kLag, 0); j < g; ++j) mbarrier_arrive(full(j % kStages));
+    // No block of the cluster leaves while another may still signal its barriers.
+    if constexpr (kCluster > 1) cluster_sync();
     return;
   }
 
@@ -210,15 +314,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row_lo = consumer * 64 + warp_in_group * 16 + lane / 4, row_hi = row_lo + 8;
   auto* out = static_cast<__nv_bfloat16*>(a.out);
   const int col_in_chunk = (lane % 4) * 2;
+  // This warp is done with the stage (its MMAs and scale reads): one arrival
+  // on `empty` of every block whose producer fills it.
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) {
+      if constexpr (kCluster > 1) {
+#pragma unroll
+        for (int q = 0; q < kCluster; ++q) mbarrier_arrive_cluster(empty(stage), static_cast<std::uint32_t>(q));
+      } else {
+        mbarrier_arrive(empty(stage));
+      }
+    }
+  };
   int g = 0;
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int tile = item / col_blocks;
-    const TileWork w = tile_work(a, tile);
-    if (w.group < 0) continue;
-    const std::int64_t n0 = static_cast<std::int64_t>(item - tile * col_blocks) * col_width;
+  for (int item = first_item;; item += item_step) {
+    // The item's tile, from its first stage (the producer's end mark after the last).
+    const int first_stage = g % kStages;
+    mbarrier_wait(full(first_stage), (g / kStages) & 1);
+    const int* tile_info = reinterpret_cast<const int*>(scales_s + first_stage * kScaleFloats) + kTileInfo;
+    const int num_rows = tile_info[0], first_slot = tile_info[1];
+    if (num_rows == kEndOfWork) break;
+    const std::int64_t n0 = item_n0(item, item / items_per_tile);
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
-    const bool active = w.num_rows > consumer * 64;
+    const bool active = num_rows > consumer * 64;
     float total[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) total[i] = 0.0f;
@@ -241,25 +361,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* stage_scales = scales_s + stage * kScaleFloats;
       const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
       const float w0 = stage_scales[kBlockM], w1 = kSwiglu ? stage_scales[kBlockM + 1] : w0;
-      // This warp's MMAs and scale reads of the stage are done.
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty(stage));
-      const float s00 = a_lo * w0, s01 = a_hi * w0;
-      const float s10 = a_lo * w1, s11 = a_hi * w1;
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        const bool hi = (i >> 1) & 1;
-        const bool up = i >= 32;  // columns 64..127: the up half under swiglu (same scale otherwise)
-        total[i] += acc[i] * (up ? (hi ? s11 : s10) : (hi ? s01 : s00));
-      }
+      release(stage);
+      promote_fp8_k_block(total, acc, a_lo, a_hi, w0, w1);
     };
     if (!active) {
       // Keep the ring's phases: wait for each stage, release it.
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         const int stage = (g + kb) % kStages;
         mbarrier_wait(full(stage), ((g + kb) / kStages) & 1);
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(empty(stage));
+        release(stage);
       }
     } else if constexpr (kOverlap) {
       // Two accumulators: K block kb + 1's MMAs run while kb is promoted.
@@ -295,14 +405,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     g += num_k_blocks;
     if (!active) continue;
-    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, w.num_rows, w.first_slot, n0, col_in_chunk, n, out);
+    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
   }
+  if constexpr (kCluster > 1) cluster_sync();
 }
 
-template <bool kSwiglu, bool kOverlap>
+// a as [rows, cols] bytes (cols a multiple of 16), boxes of 128 x box_rows,
+// swizzled in 128-byte lines as the wgmma descriptors read them.
+CUtensorMap tensor_map_2d(const void* base, std::int64_t rows, std::int64_t cols, int box_rows,
+                          CUtensorMapL2promotion promotion) {
+  SLUICE_CHECK_MSG(g_encode_tensor_map != nullptr, "grouped FP8 GEMM: TMA used before prepare_grouped_gemm_fp8()");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols)};
+  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = g_encode_tensor_map(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
+                                              strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                              CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "grouped FP8 GEMM: cuTensorMapEncodeTiled failed");
+  return map;
+}
+
+template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
+  constexpr int kCluster = kClusterSize<kLoads>;
   const std::int64_t col_blocks = a.n / (kSwiglu ? kBlockN / 2 : kBlockN);
-  const std::int64_t items = col_blocks * a.max_tiles;
+  SLUICE_CHECK(col_blocks % kCluster == 0);
+  const std::int64_t items_per_tile = col_blocks / kCluster;
+  const std::int64_t items = items_per_tile * a.max_tiles;
   SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "grouped FP8 GEMM: too many work items");
   int blocks = g_grid_limit > 0 ? g_grid_limit : g_sm_count;
   if (blocks <= 0) {  // not prepared (a test calling the launcher alone)
@@ -310,16 +441,72 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
   }
-  blocks = static_cast<int>(std::min<std::int64_t>(blocks, items));
-  launch_kernel(grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                kSmemBytes, launch, a, static_cast<int>(col_blocks), static_cast<int>(items));
+  // Clusters: as many as are resident at once (SMs left out of GPCs of sizes not a multiple), whole.
+  if (kCluster > 1 && g_grid_limit == 0 && g_max_clusters[kCluster] > 0) blocks = g_max_clusters[kCluster] * kCluster;
+  const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks / kCluster, items));
+  CUtensorMap map_a{}, map_w{};
+  if constexpr (kLoads != WsLoads::cp_async) {
+    SLUICE_CHECK(a.w_rows > 0 && a.a_scale_stride > 0);
+    map_a = tensor_map_2d(a.a, a.a_scale_stride, a.k, a.row_of_slot != nullptr ? 1 : kBlockM / kCluster,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+    map_w = tensor_map_2d(a.w, a.w_rows, a.k, kBlockN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  }
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = launch.programmatic ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = kCluster;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = launch.stream;
+  config.attrs = attributes;
+  config.numAttrs = kCluster > 1 ? 2 : 1;
+  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, a, map_a, map_w,
+                                       static_cast<int>(items_per_tile), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kSwiglu, bool kOverlap>
+template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 void raise_smem_limit() {
-  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap>,
+  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+}
+
+template <WsLoads kLoads>
+void raise_smem_limits() {
+  raise_smem_limit<false, false, kLoads>();
+  raise_smem_limit<true, false, kLoads>();
+  raise_smem_limit<false, true, kLoads>();
+  raise_smem_limit<true, true, kLoads>();
+}
+
+template <bool kSwiglu, WsLoads kLoads>
+void launch_loads(const GroupedGemmFp8Args& a, bool overlap, const Launch& launch) {
+  overlap ? launch_variant<kSwiglu, true, kLoads>(a, launch) : launch_variant<kSwiglu, false, kLoads>(a, launch);
+}
+
+// How many clusters of this kernel fit on the device at once.
+template <WsLoads kLoads>
+int max_active_clusters() {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kClusterSize<kLoads>;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(kClusterSize<kLoads> * g_sm_count));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  SLUICE_CUDA_CHECK(
+      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, false, kLoads>, &config));
+  return clusters;
 }
 
 }  // namespace
@@ -327,23 +514,68 @@ void raise_smem_limit() {
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
 
 void prepare_grouped_gemm_fp8_ws() {
-  raise_smem_limit<false, false>();
-  raise_smem_limit<true, false>();
-  raise_smem_limit<false, true>();
-  raise_smem_limit<true, true>();
+  raise_smem_limits<WsLoads::cp_async>();
+  raise_smem_limits<WsLoads::tma>();
+  raise_smem_limits<WsLoads::tma_multicast2>();
+  raise_smem_limits<WsLoads::tma_multicast4>();
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
+  cudaDriverEntryPointQueryResult found{};
+  void* encode = nullptr;
+  SLUICE_CUDA_CHECK(
+      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode, 12000, cudaEnableDefault, &found));
+  SLUICE_CHECK_MSG(found == cudaDriverEntryPointSuccess && encode != nullptr,
+                   "grouped FP8 GEMM: the driver has no cuTensorMapEncodeTiled");
+  g_encode_tensor_map = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode);
+  g_max_clusters[2] = max_active_clusters<WsLoads::tma_multicast2>();
+  g_max_clusters[4] = max_active_clusters<WsLoads::tma_multicast4>();
 }
 
-void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, bool overlap, const Launch& launch) {
-  SLUICE_CHECK(a.tile_rows == kBlockM);
+bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& a) {
+  const int cluster = kernel == GroupedGemmFp8Kernel::tma_multicast ||
+                              kernel == GroupedGemmFp8Kernel::tma_multicast_overlap
+                          ? 2
+                      : kernel == GroupedGemmFp8Kernel::tma_multicast4 ||
+                              kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap
+                          ? 4
+                          : 1;
+  const std::int64_t col_blocks = a.n / (a.epilogue == GroupedEpilogue::swiglu ? kBlockN / 2 : kBlockN);
+  return a.tile_rows == kBlockM && col_blocks % cluster == 0;
+}
+
+void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kernel kernel, const Launch& launch) {
+  SLUICE_CHECK(grouped_gemm_fp8_ws_supports(kernel, a));
   if (a.max_tiles == 0) return;
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
-  if (overlap)
-    swiglu ? launch_variant<true, true>(a, launch) : launch_variant<false, true>(a, launch);
-  else
-    swiglu ? launch_variant<true, false>(a, launch) : launch_variant<false, false>(a, launch);
+  const bool overlap = kernel == GroupedGemmFp8Kernel::warp_specialized_overlap ||
+                       kernel == GroupedGemmFp8Kernel::tma_overlap ||
+                       kernel == GroupedGemmFp8Kernel::tma_multicast_overlap ||
+                       kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap;
+  switch (kernel) {
+    case GroupedGemmFp8Kernel::warp_specialized:
+    case GroupedGemmFp8Kernel::warp_specialized_overlap:
+      swiglu ? launch_loads<true, WsLoads::cp_async>(a, overlap, launch)
+             : launch_loads<false, WsLoads::cp_async>(a, overlap, launch);
+      return;
+    case GroupedGemmFp8Kernel::tma:
+    case GroupedGemmFp8Kernel::tma_overlap:
+      swiglu ? launch_loads<true, WsLoads::tma>(a, overlap, launch)
+             : launch_loads<false, WsLoads::tma>(a, overlap, launch);
+      return;
+    case GroupedGemmFp8Kernel::tma_multicast:
+    case GroupedGemmFp8Kernel::tma_multicast_overlap:
+      swiglu ? launch_loads<true, WsLoads::tma_multicast2>(a, overlap, launch)
+             : launch_loads<false, WsLoads::tma_multicast2>(a, overlap, launch);
+      return;
+    case GroupedGemmFp8Kernel::tma_multicast4:
+    case GroupedGemmFp8Kernel::tma_multicast4_overlap:
+      swiglu ? launch_loads<true, WsLoads::tma_multicast4>(a, overlap, launch)
+             : launch_loads<false, WsLoads::tma_multicast4>(a, overlap, launch);
+      return;
+    case GroupedGemmFp8Kernel::ring: break;
+  }
+  SLUICE_CHECK_MSG(false, "launch_grouped_gemm_fp8_ws: the ring kernel is grouped_gemm_fp8.cu's");
 }
 
 }  // namespace sluice::cuda

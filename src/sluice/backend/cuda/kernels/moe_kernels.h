@@ -110,7 +110,8 @@ struct GroupedGemmFp8Args {
   const float* a_scales = nullptr;            // [k / 128, a_scale_stride]: scale of a's row r at k block b is [b * stride + r]
   std::int64_t a_scale_stride = 0;            // a's rows (the quantize kernel's padded_rows)
   const std::int32_t* row_of_slot = nullptr;  // a's row of each slot; null: the slot's own row
-  const void* w = nullptr;                    // e4m3 [groups * (swiglu ? 2n : n), k]
+  const void* w = nullptr;                    // e4m3 [w_rows = groups * (swiglu ? 2n : n), k]
+  std::int64_t w_rows = 0;                    // the TMA kernels' bounds for w
   const float* w_scales = nullptr;            // 128x128 block scales, w_scale_row_stride floats a block row
   std::int64_t w_scale_row_stride = 0;
   const std::int32_t* tile_expert = nullptr;  // the plan's tiles

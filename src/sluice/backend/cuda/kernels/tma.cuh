@@ -1,0 +1,78 @@
+// Hopper's tensor memory accelerator (TMA) and thread-block clusters, device
+// side (sm_90a): 2D tile copies from a tensor map into shared memory that
+// complete on an mbarrier's transaction count, optionally multicast to every
+// block of the cluster named in a mask (the same shared offset in each), and
+// the cluster's barrier and remote mbarrier arrivals that such a ring needs.
+// The tensor maps come from make_tensor_map_2d (tma.h, host side) and reach
+// the kernel as __grid_constant__ parameters. Users: grouped_gemm_fp8_ws.cu.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace sluice::cuda {
+
+__device__ __forceinline__ std::uint32_t cluster_ctarank() {
+  std::uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every block of the cluster; release/acquire orders the
+// shared-memory writes (barrier inits included) before it with the reads after.
+// The barrier is .aligned: the warp reconverges first.
+__device__ __forceinline__ void cluster_sync() {
+  __syncwarp();
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// After mbarrier_init of barriers that other blocks of the cluster (or the
+// TMA unit) will signal; before cluster_sync().
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Adds `bytes` to the transactions the barrier's current phase waits for
+// (without arriving): the bytes the TMA copies of this phase will bring.
+__device__ __forceinline__ void mbarrier_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Arrives on the barrier at shared offset `bar` of block `rank` of this
+// cluster (this block's own included). Release at CTA scope, as CUTLASS's
+// ClusterBarrier: it only has to order this block's completed reads of its
+// own shared memory (wgmma's) before the TMA writes the arrival permits; a
+// cluster-scope release costs a memory barrier each (session 12, run 1:
+// 'memory barrier' 43% of the stalls, slower the larger the cluster).
+__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+// The box at (x, y) (x the inner coordinate, in elements) of a 2D tensor map
+// into shared memory at `dst`, completing `bytes of the box` on `bar`.
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
+                                            std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// The same box into every block of the cluster in `cta_mask`, at the same
+// shared offsets `dst` and `bar` in each.
+__device__ __forceinline__ void tma_load_2d_multicast(std::uint32_t dst, const CUtensorMap* map, int x, int y,
+                                                      std::uint32_t bar, std::uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
+}  // namespace sluice::cuda
