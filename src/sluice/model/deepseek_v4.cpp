@@ -104,6 +104,17 @@ class HostWeightReader {
 enum class ExpertKind { routed, shared };
 
 RotaryTable rotary_table(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
+  return RotaryTable{.inv_freq = rope_inverse_frequencies(deepseek_v4_rope_params(rope, rope_dim)),
+                     .cos_sin_scale = rope.cos_sin_scale};
+}
+
+std::span<float> row(std::vector<float>& m, std::int64_t r, std::int64_t width) {
+  return std::span<float>(m).subspan(r * width, width);
+}
+
+}  // namespace
+
+RopeParams deepseek_v4_rope_params(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
   RopeParams params{.head_dim = rope_dim, .theta = rope.theta};
   if (rope.yarn) {
     params.yarn_factor = rope.yarn->factor;
@@ -112,14 +123,8 @@ RotaryTable rotary_table(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
     params.yarn_beta_slow = rope.yarn->beta_slow;
     params.yarn_truncate = rope.yarn->truncate;
   }
-  return RotaryTable{.inv_freq = rope_inverse_frequencies(params), .cos_sin_scale = rope.cos_sin_scale};
+  return params;
 }
-
-std::span<float> row(std::vector<float>& m, std::int64_t r, std::int64_t width) {
-  return std::span<float>(m).subspan(r * width, width);
-}
-
-}  // namespace
 
 // The rows of one forward(), every sequence's in order: their positions,
 // token ids, states and q_a outputs.

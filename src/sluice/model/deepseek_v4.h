@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "sluice/backend/deepseek_v4_kernels.h"
+#include "sluice/backend/ops.h"
 #include "sluice/common/ids.h"
 #include "sluice/common/result.h"
 #include "sluice/model/config.h"
@@ -40,6 +41,11 @@
 #include "sluice/model/safetensors.h"
 
 namespace sluice {
+
+// The rotary parameters of one of V4's ropes (main or compress) over its
+// rope_dim dims, YaRN included: what the CPU reference and the device forward
+// both build their frequency tables from.
+RopeParams deepseek_v4_rope_params(const DeepseekV4Rope& rope, std::int32_t rope_dim);
 
 namespace cuda {
 class DeepseekV4DeviceForward;  // uploads these weights (model/cuda/deepseek_v4_forward.h)

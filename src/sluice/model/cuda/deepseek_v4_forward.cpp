@@ -271,15 +271,7 @@ Status check_widths(const ModelConfig& config, const DeepseekV4Config& ds) {
 
 // The reference's rotary tables (DeepseekV4Reference::load makes the same from the config).
 std::vector<float> inverse_frequencies(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
-  RopeParams params{.head_dim = rope_dim, .theta = rope.theta};
-  if (rope.yarn) {
-    params.yarn_factor = rope.yarn->factor;
-    params.yarn_original_max_position = rope.yarn->original_max_position_embeddings;
-    params.yarn_beta_fast = rope.yarn->beta_fast;
-    params.yarn_beta_slow = rope.yarn->beta_slow;
-    params.yarn_truncate = rope.yarn->truncate;
-  }
-  return rope_inverse_frequencies(params);
+  return rope_inverse_frequencies(deepseek_v4_rope_params(rope, rope_dim));
 }
 
 }  // namespace
