@@ -1,15 +1,19 @@
 // mHC on the device (deepseek_v4_kernels.h), one block per row.
 //
 // hc_pre: the flattened streams' RMS (a block sum), the (2 + hc) * hc mixes
-// fn . (streams * inv_rms) (each thread's partial dot products, then one
-// block reduction per mix), then thread 0 forms pre / post / comb in double as
-// the reference does (sigmoids, a row softmax plus eps, the Sinkhorn rounds:
-// a 4 x 4 matrix, negligible), and every thread collapses its channels.
+// fn . (streams * inv_rms) (each thread's partial dot products, four channels
+// at a time, then one block reduction per mix), then pre / post / comb in
+// double as the reference forms them (sigmoids, a row softmax plus eps, the
+// Sinkhorn rounds), a thread an entry of the hc x hc matrix, and every thread
+// collapses its channels. At decode a row is a whole call, so its latency is
+// the call's: the session-11 form (256 threads, scalar loads, one thread for
+// the 20 Sinkhorn rounds in double) took 192 us a call at hc 4 x 4096.
 // hc_head is the same with hc mixes and the collapse only. hc_post is
 // elementwise: a thread per (row, channel), all hc streams at once.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -20,31 +24,78 @@ namespace {
 
 constexpr int kHc = kV4MaxHcMult;
 constexpr int kMaxMixes = (2 + kHc) * kHc;  // 24
-constexpr int kThreads = 256;
+constexpr int kPreThreads = 512;   // hc_pre: a row's mix dot products are its whole cost at decode
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-__global__ void __launch_bounds__(kThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
+// Each thread's share of the row's sum of squares, then of the mixes' dot
+// products fn[m] . (streams * inv_rms): four channels at a time (kVec) when
+// the row and fn are 16-byte aligned, else one.
+template <bool kVec>
+__device__ __forceinline__ float row_sum_sq(const float* streams, int width) {
+  float sum_sq = 0.0f;
+  if constexpr (kVec) {
+    const float4* s4 = reinterpret_cast<const float4*>(streams);
+    for (int i = threadIdx.x; i < width / 4; i += kPreThreads) {
+      const float4 v = s4[i];
+      sum_sq = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, sum_sq))));
+    }
+  } else {
+    for (int i = threadIdx.x; i < width; i += kPreThreads) sum_sq = fmaf(streams[i], streams[i], sum_sq);
+  }
+  return sum_sq;
+}
+
+template <bool kVec>
+__device__ __forceinline__ void mix_dots(const float* streams, const float* fn, int width, int num_mixes,
+                                         float inv_rms, float (&dots)[kMaxMixes]) {
+  if constexpr (kVec) {
+    const float4* s4 = reinterpret_cast<const float4*>(streams);
+    const float4* f4 = reinterpret_cast<const float4*>(fn);
+    const int width4 = width / 4;
+    for (int i = threadIdx.x; i < width4; i += kPreThreads) {
+      float4 x = s4[i];
+      x.x *= inv_rms;
+      x.y *= inv_rms;
+      x.z *= inv_rms;
+      x.w *= inv_rms;
+#pragma unroll
+      for (int m = 0; m < kMaxMixes; ++m)
+        if (m < num_mixes) {
+          const float4 f = f4[static_cast<std::int64_t>(m) * width4 + i];
+          dots[m] = fmaf(f.x, x.x, fmaf(f.y, x.y, fmaf(f.z, x.z, fmaf(f.w, x.w, dots[m]))));
+        }
+    }
+  } else {
+    for (int i = threadIdx.x; i < width; i += kPreThreads) {
+      const float x = streams[i] * inv_rms;
+#pragma unroll
+      for (int m = 0; m < kMaxMixes; ++m)
+        if (m < num_mixes) dots[m] = fmaf(fn[static_cast<std::int64_t>(m) * width + i], x, dots[m]);
+    }
+  }
+}
+
+// One block a row. The reference's pre / post / comb arithmetic (double,
+// the same sums in the same order) runs on hc * hc threads at once: a
+// thread an entry of comb, the row and column sums read from shared memory.
+template <bool kVec>
+__global__ void __launch_bounds__(kPreThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
   __shared__ float scratch[32];
-  __shared__ float partial[kMaxMixes][kThreads / 32];
+  __shared__ float partial[kMaxMixes][kPreThreads / 32];
   __shared__ float mixes[kMaxMixes];
   __shared__ float pre[kHc];
+  __shared__ double comb[kHc * kHc];
   const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hc = a.hc, width = a.hc * a.hidden;
   const int num_mixes = a.head ? hc : (2 + hc) * hc;
   const float* streams = a.streams + static_cast<std::int64_t>(row) * width;
-  float sum_sq = 0.0f;
-  for (int i = threadIdx.x; i < width; i += kThreads) sum_sq = fmaf(streams[i], streams[i], sum_sq);
-  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(width) + a.norm_eps);
+  const float inv_rms =
+      rsqrtf(block_sum(row_sum_sq<kVec>(streams, width), scratch) / static_cast<float>(width) + a.norm_eps);
   float dots[kMaxMixes];
 #pragma unroll
   for (int m = 0; m < kMaxMixes; ++m) dots[m] = 0.0f;
-  for (int i = threadIdx.x; i < width; i += kThreads) {
-    const float x = streams[i] * inv_rms;
-#pragma unroll
-    for (int m = 0; m < kMaxMixes; ++m)
-      if (m < num_mixes) dots[m] = fmaf(a.w.fn[static_cast<std::int64_t>(m) * width + i], x, dots[m]);
-  }
+  mix_dots<kVec>(streams, a.w.fn, width, num_mixes, inv_rms, dots);
 #pragma unroll
   for (int m = 0; m < kMaxMixes; ++m) {
     const float v = warp_sum(dots[m]);
@@ -53,50 +104,60 @@ __global__ void __launch_bounds__(kThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
   __syncthreads();
   if (threadIdx.x < num_mixes) {
     float v = 0.0f;
-    for (int w = 0; w < kThreads / 32; ++w) v += partial[threadIdx.x][w];
+    for (int w = 0; w < kPreThreads / 32; ++w) v += partial[threadIdx.x][w];
     mixes[threadIdx.x] = v;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const std::int64_t r = row;
-    for (int j = 0; j < hc; ++j) {
-      pre[j] = static_cast<float>(sigmoid_d(static_cast<double>(mixes[j]) * a.w.scale[0] + a.w.base[j]) + a.hc_eps);
-      if (!a.head)
-        a.post[r * hc + j] =
-            static_cast<float>(2.0 * sigmoid_d(static_cast<double>(mixes[hc + j]) * a.w.scale[1] + a.w.base[hc + j]));
-    }
-    if (!a.head) {
-      double comb[kHc * kHc];
-      for (int j = 0; j < hc; ++j) {
-        double top = -INFINITY;
-        for (int k = 0; k < hc; ++k) {
-          comb[j * hc + k] =
-              static_cast<double>(mixes[2 * hc + j * hc + k]) * a.w.scale[2] + a.w.base[2 * hc + j * hc + k];
-          top = fmax(top, comb[j * hc + k]);
-        }
-        double sum = 0.0;
-        for (int k = 0; k < hc; ++k) sum += (comb[j * hc + k] = exp(comb[j * hc + k] - top));
-        for (int k = 0; k < hc; ++k) comb[j * hc + k] = comb[j * hc + k] / sum + a.hc_eps;
+  const std::int64_t r = row;
+  if (threadIdx.x < hc) {
+    const int j = threadIdx.x;
+    pre[j] = static_cast<float>(sigmoid_d(static_cast<double>(mixes[j]) * a.w.scale[0] + a.w.base[j]) + a.hc_eps);
+    if (!a.head)
+      a.post[r * hc + j] =
+          static_cast<float>(2.0 * sigmoid_d(static_cast<double>(mixes[hc + j]) * a.w.scale[1] + a.w.base[hc + j]));
+  }
+  if (!a.head && warp == 0) {
+    // Lanes t < hc * hc own comb[j][k], t = j * hc + k; the others only meet the warp's syncs.
+    const int t = lane, j = t / hc, k = t % hc;
+    const bool mine = t < hc * hc;
+    double c = 0.0;
+    if (mine) c = static_cast<double>(mixes[2 * hc + t]) * a.w.scale[2] + a.w.base[2 * hc + t];
+    // Row softmax plus eps.
+    if (mine) comb[t] = c;
+    __syncwarp();
+    double top = -INFINITY;
+    if (mine)
+      for (int q = 0; q < hc; ++q) top = fmax(top, comb[j * hc + q]);
+    const double e = mine ? exp(c - top) : 0.0;
+    __syncwarp();
+    if (mine) comb[t] = e;
+    __syncwarp();
+    double sum = 0.0;
+    if (mine)
+      for (int q = 0; q < hc; ++q) sum += comb[j * hc + q];
+    if (mine) c = e / sum + a.hc_eps;
+    for (int iter = 0; iter < a.sinkhorn_iters; ++iter) {
+      if (iter > 0) {  // rows, then columns; the first round is columns only
+        __syncwarp();
+        if (mine) comb[t] = c;
+        __syncwarp();
+        sum = 0.0;
+        if (mine)
+          for (int q = 0; q < hc; ++q) sum += comb[j * hc + q];
+        if (mine) c /= sum + a.hc_eps;
       }
-      for (int iter = 0; iter < a.sinkhorn_iters; ++iter) {
-        if (iter > 0) {  // rows, then columns; the first round is columns only
-          for (int j = 0; j < hc; ++j) {
-            double sum = 0.0;
-            for (int k = 0; k < hc; ++k) sum += comb[j * hc + k];
-            for (int k = 0; k < hc; ++k) comb[j * hc + k] /= sum + a.hc_eps;
-          }
-        }
-        for (int k = 0; k < hc; ++k) {
-          double sum = 0.0;
-          for (int j = 0; j < hc; ++j) sum += comb[j * hc + k];
-          for (int j = 0; j < hc; ++j) comb[j * hc + k] /= sum + a.hc_eps;
-        }
-      }
-      for (int i = 0; i < hc * hc; ++i) a.comb[r * hc * hc + i] = static_cast<float>(comb[i]);
+      __syncwarp();
+      if (mine) comb[t] = c;
+      __syncwarp();
+      sum = 0.0;
+      if (mine)
+        for (int q = 0; q < hc; ++q) sum += comb[q * hc + k];
+      if (mine) c /= sum + a.hc_eps;
     }
+    if (mine) a.comb[r * hc * hc + t] = static_cast<float>(c);
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < a.hidden; d += kThreads) {
+  for (int d = threadIdx.x; d < a.hidden; d += kPreThreads) {
     float sum = 0.0f;
     for (int j = 0; j < hc; ++j) sum = fmaf(pre[j], streams[static_cast<std::int64_t>(j) * a.hidden + d], sum);
     store_f(a.collapsed, a.out_dt, static_cast<std::int64_t>(row) * a.hidden + d, sum);
@@ -133,7 +194,12 @@ void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
                args.collapsed != nullptr);
   SLUICE_CHECK(args.head || (args.post != nullptr && args.comb != nullptr && args.sinkhorn_iters >= 1));
   if (args.rows == 0) return;
-  v4_hc_pre_kernel<<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args);
+  const bool vec = (args.hc * args.hidden) % 4 == 0 && reinterpret_cast<std::uintptr_t>(args.streams) % 16 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(args.w.fn) % 16 == 0;
+  if (vec)
+    v4_hc_pre_kernel<true><<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
+  else
+    v4_hc_pre_kernel<false><<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
