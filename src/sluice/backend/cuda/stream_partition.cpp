@@ -12,10 +12,13 @@ template <class Fn>
 Result<Fn*> driver_entry(const char* name) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12040, cudaEnableDefault, &found) != cudaSuccess ||
+  // The toolkit's own version: cuGreenCtxStreamCreate exists from 12.5 on, and
+  // asking for an older ABI finds nothing (S12-lead-2 asked for 12.4).
+  if (cudaGetDriverEntryPointByVersion(name, &fn, CUDART_VERSION, cudaEnableDefault, &found) != cudaSuccess ||
       found != cudaDriverEntryPointSuccess || fn == nullptr) {
     cudaGetLastError();
-    return Error{fmt::format("the CUDA driver has no {} (green contexts need driver 550+)", name)};
+    return Error{fmt::format("the CUDA driver has no {} at CUDA {} (green contexts need 12.5+)", name,
+                             CUDART_VERSION)};
   }
   return reinterpret_cast<Fn*>(fn);
 }
