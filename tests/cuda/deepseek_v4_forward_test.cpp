@@ -52,6 +52,9 @@
 namespace sluice {
 namespace {
 
+using testing::argmax;
+using testing::scaled_error;
+
 constexpr std::int32_t kBlock = 16;
 constexpr std::int32_t kNumBlocks = 16;
 constexpr std::int32_t kVocab = 320;
@@ -106,21 +109,6 @@ std::vector<TokenId> tokens_of(std::int32_t n, std::int32_t mul, std::int32_t ad
   std::vector<TokenId> t;
   for (std::int32_t i = 0; i < n; ++i) t.push_back((i * mul + add) % kVocab);
   return t;
-}
-
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
-// max |a - b| / max |b|.
-float scaled_error(std::span<const float> a, std::span<const float> b) {
-  float diff = 0.0f, top = 0.0f;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff = std::max(diff, std::fabs(a[i] - b[i]));
-    top = std::max(top, std::fabs(b[i]));
-  }
-  return diff / std::max(top, 1e-30f);
 }
 
 // One sequence of a step: its table, what it has computed, its new tokens.

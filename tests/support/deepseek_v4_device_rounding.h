@@ -59,6 +59,21 @@ inline float greedy_margin(std::span<const float> v) {
   return (sorted[0] - sorted[1]) / std::max(top, 1e-30f);
 }
 
+// max |a - b| / max |b| (infinite where a is not finite).
+inline float scaled_error(std::span<const float> a, std::span<const float> b) {
+  float diff = 0.0f, top = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    top = std::max(top, std::fabs(b[i]));
+  }
+  return diff / std::max(top, 1e-30f);
+}
+
+inline std::int32_t argmax(std::span<const float> v) {
+  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
 // 4 layers (sliding, CSA, HCA, CSA; the first hash-routed), hidden 64, 4
 // heads of 512 (64 rope dims), index heads 4 x 128, index_topk 32, window
 // 8, CSA rate 4, HCA rate 16, 8 experts top 2.
