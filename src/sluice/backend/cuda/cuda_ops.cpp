@@ -764,7 +764,7 @@ Result<std::unique_ptr<Ops>> make_cuda_ops(const CudaOptions& options) {
   SLUICE_TRY_ASSIGN(stream, cuda::make_partitioned_stream(
                                 options.device_index,
                                 {.sms = options.stream_sms, .high_priority = options.stream_high_priority}));
-  return std::unique_ptr<Ops>(std::make_unique<CudaOps>(options, stream.stream));
+  return std::unique_ptr<Ops>(std::make_unique<CudaOps>(options, stream));
 }
 
 Result<Tensor> cuda_random_weight(Ops& ops, Shape shape, DType dtype, std::uint64_t seed,

@@ -20,12 +20,7 @@ struct StreamPartition {
   bool high_priority = false;
 };
 
-// A non-blocking stream on `device` as `partition` asks, and the SMs it may
-// use (the device's count for a whole-device stream).
-struct PartitionedStream {
-  cudaStream_t stream = nullptr;
-  std::int32_t num_sms = 0;
-};
-Result<PartitionedStream> make_partitioned_stream(int device, const StreamPartition& partition);
+// A non-blocking stream on `device` as `partition` asks.
+Result<cudaStream_t> make_partitioned_stream(int device, const StreamPartition& partition);
 
 }  // namespace sluice::cuda
