@@ -119,15 +119,21 @@ std::vector<Case> cases() {
 
 std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, std::int32_t max_num_batched_tokens,
                                                           bool async_scheduling = false,
-                                                          const Served& served = {}) {
+                                                          const Served& served = {},
+                                                          DecodeLane decode_lane = DecodeLane::kOff) {
   EngineConfig config;
   config.async_scheduling = async_scheduling;
   config.max_num_seqs = 8;
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.enable_prefix_caching = prefix_caching;
-  config.clock = ClockMode::kVirtual;
+  // Two lanes run at once on the wall clock only.
+  config.clock = decode_lane == DecodeLane::kOff ? ClockMode::kVirtual : ClockMode::kWall;
+  config.decode_lane = decode_lane;
   config.kv_reserve_fraction = 0.0;
-  Engine engine(cpu_backend(4, 256, served), nullptr, config);
+  std::unique_ptr<Backend> backend = cpu_backend(4, 256, served);
+  auto lane = make_decode_lane(*backend, config);
+  EXPECT_TRUE(lane.ok()) << lane.error_message();
+  Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   std::map<std::string, std::vector<TokenId>> out;
   // The first request alone, so that the others can hit its cached prefix.
@@ -159,6 +165,17 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
     EXPECT_EQ(stats.prefix_cache_hit_tokens, 0);
   }
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+  if (decode_lane != DecodeLane::kOff) {
+    // The decodes ran on their lane; with chunked prompts (one or two
+    // requests' worth a step) the first to finish its prompt decodes beside
+    // the chunks of the others. Whole prompts all prefill in one step.
+    EXPECT_GT(stats.num_decode_lane_steps, 0);
+    if (max_num_batched_tokens < 32) {
+      EXPECT_GT(stats.num_steps_beside_other_lane, 0);
+    }
+  } else {
+    EXPECT_EQ(stats.num_decode_lane_steps, 0);
+  }
   return out;
 }
 
@@ -191,6 +208,33 @@ TEST(EngineOnCpu, EqualsSingleSequenceGeneration) {
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/true),
             reference)
       << "async scheduling, prefix hits and chunked prefill";
+}
+
+// Two step loops (--decode-lane): the decodes on a lane of their own (a
+// second CpuOps over the same KV pages and weights, its own thread), beside
+// the prefill chunks on the first. Each request is in one lane at a time, so
+// the tokens are the single-sequence ones, chunked or whole, with prefix hits.
+TEST(EngineOnCpu, DecodeLaneEqualsSingleSequenceGeneration) {
+  const auto reference = single_sequence();
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false, {},
+                           DecodeLane::kStream),
+            reference)
+      << "decode lane, prefix hits and chunked prefill";
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/4096, /*async_scheduling=*/false, {},
+                           DecodeLane::kHighPriority),
+            reference)
+      << "decode lane, with prefix hits";
+}
+
+// A lane of a tensor-parallel group is refused, with the flag named.
+TEST(EngineOnCpu, DecodeLaneRefusedWithTensorParallelism) {
+  std::unique_ptr<Backend> backend = cpu_backend(4, 64, {.tensor_parallel_size = 2});
+  EngineConfig config;
+  config.decode_lane = DecodeLane::kStream;
+  auto lane = make_decode_lane(*backend, config);
+  ASSERT_FALSE(lane.ok());
+  EXPECT_NE(lane.error_message().find("--decode-lane stream"), std::string::npos) << lane.error_message();
+  EXPECT_NE(lane.error_message().find("tensor parallelism"), std::string::npos) << lane.error_message();
 }
 
 // The model split over 2 ranks (one thread each, rank 0 sampling) behind the

@@ -2,6 +2,8 @@
 // implementation and a model architecture; the sim backend only advances a clock.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -9,6 +11,15 @@
 #include "sluice/common/backend_info.h"
 
 namespace sluice {
+
+// How a lane (Backend::make_lane) shares the device with the backend it was
+// made from: the engine's decode lane runs the decodes on it, beside the
+// prefill chunks of the other (docs/architecture.md, "Decodes beside prefill").
+struct LaneOptions {
+  // Its stream at the device's highest priority: its kernels' blocks are
+  // dispatched ahead of the other stream's waiting ones.
+  bool high_priority = false;
+};
 
 class Backend {
  public:
@@ -28,6 +39,15 @@ class Backend {
   virtual Status allocate_host_kv_cache(std::int32_t num_blocks) {
     (void)num_blocks;
     return Error{"the " + info().name + " backend has no host KV tier"};
+  }
+  // (optional) A second backend over this one's weights and KV pages, with
+  // its own stream, scratch and graphs: it may execute a batch while this one
+  // executes another, on another thread, when the two batches' sequences are
+  // disjoint and no block one writes is another's. Its info() is this one's.
+  // It copies no KV (no host tier) and must be destroyed before this one.
+  virtual Result<std::unique_ptr<Backend>> make_lane(const LaneOptions& options) {
+    (void)options;
+    return Error{"the " + info().name + " backend cannot run two step loops"};
   }
 };
 

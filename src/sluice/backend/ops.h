@@ -13,10 +13,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "sluice/backend/backend.h"
 #include "sluice/backend/batch.h"
 #include "sluice/backend/tensor.h"
 
@@ -204,6 +206,14 @@ class Ops {
     return Error{"this backend has no host KV tier"};
   }
   Tensor scratch(Shape shape) { return scratch(shape, activation_dtype()); }
+  // (optional) Another Ops over this one's KV pages (allocate_kv_cache called
+  // first), with its own stream, scratch and threads, for Backend::make_lane:
+  // the weights uploaded here are usable there. No host tier; must be
+  // destroyed before this one.
+  virtual Result<std::unique_ptr<Ops>> make_lane(const LaneOptions& options) {
+    (void)options;
+    return Error{"this backend cannot run two step loops"};
+  }
 
   // --- step ---
   virtual void begin_step(const StepLayout& layout) = 0;

@@ -48,6 +48,7 @@ struct ServeArgs {
   std::vector<std::string> served_model_names;
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
+  std::string decode_lane = "off";
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
@@ -159,14 +160,21 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY_ASSIGN(eviction, parse_eviction_policy(args.eviction_policy));
   engine_config.scheduling = scheduling;
   engine_config.eviction = eviction;
+  SLUICE_TRY_ASSIGN(decode_lane_mode, parse_decode_lane(args.decode_lane));
+  engine_config.decode_lane = decode_lane_mode;
   SLUICE_TRY_ASSIGN(host_eviction, parse_eviction_policy(args.kv_offloading_eviction));
   engine_config.kv_offloading_eviction = host_eviction;
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
   SLUICE_TRY(validate(engine_config, backend->info()));
+  SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
   // JSON mode's vocabulary index: built once here (a few hundred ms for 128k
   // tokens) so no request pays for it.
   context->json_vocabulary = structured::make_json_vocabulary(context->tokenizer, backend->info().vocab_size);
-  context->engine = std::make_unique<Engine>(std::move(backend), std::move(served.cost_model), engine_config);
+  context->engine = std::make_unique<Engine>(std::move(backend), std::move(served.cost_model), engine_config,
+                                             std::move(decode_lane));
+  if (engine_config.decode_lane != DecodeLane::kOff)
+    spdlog::info("two step loops: decodes on a second lane ({}), prefill chunks up to {} tokens on the first",
+                 to_string(engine_config.decode_lane), engine_config.max_num_batched_tokens);
   const BackendInfo& info = context->engine->backend_info();
   spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
                dir, model_type, args.device, config.num_layers, info.vocab_size,
@@ -412,6 +420,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--step-trace", a.engine.step_trace_path,
                   "write one JSON line per engine step (shape, measured and predicted ms) to this file, for "
                   "`sluice calibrate`");
+  cmd->add_option("--decode-lane", a.decode_lane,
+                  "off; stream or high-priority: decodes run on a second step loop of their own (that stream, "
+                  "or at the highest priority) beside prefill chunks of --max-num-batched-tokens")
+      ->check(CLI::IsMember({"off", "stream", "high-priority"}));
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")

@@ -19,11 +19,12 @@
 namespace sluice {
 
 struct Engine::Impl {
-  Impl(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig cfg)
+  Impl(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig cfg,
+       std::unique_ptr<Backend> decode_lane)
       : config(cfg),
         info(backend->info()),
         backend_view(*backend),
-        core(std::move(backend), std::move(cost_model), cfg),
+        core(std::move(backend), std::move(cost_model), cfg, std::move(decode_lane)),
         limits{.max_model_len_tokens = cfg.max_model_len_tokens > 0 ? cfg.max_model_len_tokens
                                                                     : info.max_model_len_tokens,
                .vocab_size = info.vocab_size,
@@ -190,11 +191,13 @@ void Engine::Impl::loop() {
   publish(now);
 }
 
-Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig config) {
+Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model, EngineConfig config,
+               std::unique_ptr<Backend> decode_lane) {
   SLUICE_CHECK(backend != nullptr);
   const Status valid = validate(config, backend->info());
   SLUICE_CHECK_MSG(valid.ok(), valid.error_message());
-  impl_ = std::make_unique<Impl>(std::move(backend), std::move(cost_model), config);
+  SLUICE_CHECK_EQ(config.decode_lane != DecodeLane::kOff, decode_lane != nullptr);
+  impl_ = std::make_unique<Impl>(std::move(backend), std::move(cost_model), config, std::move(decode_lane));
   impl_->publish(impl_->now_ms());
 }
 

@@ -43,6 +43,14 @@ class Backend;
 class TokenConstraint;  // engine/token_constraint.h
 struct EngineRequestLimits;  // engine/request_validation.h
 
+enum class DecodeLane {
+  kOff,           // one step loop
+  kStream,        // the decodes' lane on a stream of its own
+  kHighPriority,  // ... at the device's highest stream priority
+};
+std::string_view to_string(DecodeLane lane);
+Result<DecodeLane> parse_decode_lane(std::string_view name);
+
 enum class ClockMode {
   kWall,     // steady_clock; real backends
   kVirtual,  // advances by StepOutput::step_time_ms; the sim backend and deterministic tests
@@ -98,6 +106,11 @@ struct EngineConfig {
   // for the one in flight when its plan preempts, and structured-output
   // constraints are driven by the pipeline's worker.
   bool async_scheduling = false;
+  // Two step loops (--decode-lane): every decode on a second lane of the
+  // backend (Backend::make_lane), beside the prefill chunks on the first,
+  // which are then sized by max_num_batched_tokens alone (docs/architecture.md,
+  // "Decodes beside prefill"). Wall clock, without async scheduling.
+  DecodeLane decode_lane = DecodeLane::kOff;
   ClockMode clock = ClockMode::kWall;
   // One JSON line per executed step (engine/step_trace.h), for calibrating the
   // cost model offline (`sluice calibrate`); empty = off.
@@ -108,6 +121,9 @@ struct EngineConfig {
 // field and the bound. The Engine constructor asserts it passed, so callers
 // (CLI, server) validate first and report the error to the user.
 Status validate(const EngineConfig& config, const BackendInfo& backend);
+// The decode lane config.decode_lane asks for, made from `backend` (null when
+// off); the error names the flag.
+Result<std::unique_ptr<Backend>> make_decode_lane(Backend& backend, const EngineConfig& config);
 
 struct EngineRequest {
   std::string request_id;  // unique among live requests; abort() uses it
@@ -241,6 +257,10 @@ struct EngineStats {
   // that had to wait for the one in flight before planning (a preemption).
   std::int64_t num_dropped_sequence_steps = 0;
   std::int64_t num_pipeline_waits = 0;
+  // --decode-lane: of num_steps, those the decode lane ran, and those (either
+  // lane's) submitted while the other lane had a step in flight.
+  std::int64_t num_decode_lane_steps = 0;
+  std::int64_t num_steps_beside_other_lane = 0;
   // Measured over predicted, per cost term (CostTerms order: gemm compute,
   // gemm memory, attention compute, attention memory, fixed); all 1 while the
   // online correction is off or has seen nothing.
@@ -294,8 +314,9 @@ class Engine {
   // cost_model sizes prefill chunks; nullptr uses a token-count fallback
   // (fine for the CPU backend, where max_step_ms is loose anyway).
   // Asserts validate(config, backend->info()) passed.
+  // decode_lane: make_decode_lane's (null exactly when config.decode_lane is kOff).
   Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
-         EngineConfig config);
+         EngineConfig config, std::unique_ptr<Backend> decode_lane = nullptr);
   ~Engine();  // stop(kAbort) if running
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -43,6 +43,28 @@ std::string_view to_string(EvictionPolicy policy) {
   return "?";
 }
 
+std::string_view to_string(DecodeLane lane) {
+  switch (lane) {
+    case DecodeLane::kOff: return "off";
+    case DecodeLane::kStream: return "stream";
+    case DecodeLane::kHighPriority: return "high-priority";
+  }
+  return "?";
+}
+
+Result<DecodeLane> parse_decode_lane(std::string_view name) {
+  for (const DecodeLane lane : {DecodeLane::kOff, DecodeLane::kStream, DecodeLane::kHighPriority})
+    if (to_string(lane) == name) return lane;
+  return Error{"--decode-lane: unknown value '" + std::string(name) + "' (off, stream, high-priority)"};
+}
+
+Result<std::unique_ptr<Backend>> make_decode_lane(Backend& backend, const EngineConfig& config) {
+  if (config.decode_lane == DecodeLane::kOff) return std::unique_ptr<Backend>();
+  auto lane = backend.make_lane({.high_priority = config.decode_lane == DecodeLane::kHighPriority});
+  if (!lane.ok()) return Error{"--decode-lane " + std::string(to_string(config.decode_lane)) + ": " + lane.error_message()};
+  return lane;
+}
+
 std::string_view to_string(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop: return "stop";
@@ -120,6 +142,11 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
     }
   }
   if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
+  if (c.decode_lane != DecodeLane::kOff && c.async_scheduling)
+    return bad("--decode-lane runs each lane's step to its end before planning the lane's next: it does not "
+               "combine with --async-scheduling");
+  if (c.decode_lane != DecodeLane::kOff && c.clock != ClockMode::kWall)
+    return bad("--decode-lane needs the wall clock (the virtual clock does not model two lanes at once)");
   if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware) {
     return bad("--kv-offloading-eviction: the host KV tier evicts lru, slru, reuse-history or adaptive-reuse "
                "(prefix-aware ranks device blocks by the request that freed them)");

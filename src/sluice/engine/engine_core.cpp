@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "sluice/common/check.h"
 #include "sluice/sched/token_count_cost_model.h"
@@ -55,9 +56,14 @@ SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
 }  // namespace
 
 EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
-                       const EngineConfig& config)
+                       const EngineConfig& config, std::unique_ptr<Backend> decode_lane)
     : backend_(std::move(backend)),
-      pipeline_(*backend_, config.async_scheduling),
+      decode_backend_(std::move(decode_lane)),
+      done_signal_(decode_backend_ ? std::make_shared<DoneSignal>() : nullptr),
+      // With two loops each lane's batches run on a worker of its own.
+      pipeline_(*backend_, config.async_scheduling || decode_backend_ != nullptr, done_signal_),
+      decode_pipeline_(decode_backend_ ? std::make_unique<StepPipeline>(*decode_backend_, true, done_signal_)
+                                       : nullptr),
       cost_model_(cost_model ? std::move(cost_model) : std::make_shared<TokenCountCostModel>()),
       config_(config),
       sched_config_(sched_config(config, backend_->info())),
@@ -75,6 +81,8 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
     const Status allocated = backend_->allocate_host_kv_cache(kv_.num_host_blocks());
     SLUICE_CHECK_MSG(allocated.ok(), allocated.error_message());
   }
+  // validate() refuses these with a message; here they would be bugs.
+  SLUICE_CHECK(!has_decode_lane() || (!config.async_scheduling && config.clock == ClockMode::kWall));
 }
 
 RequestState* EngineCore::find(SequenceId seq_id) {
@@ -136,11 +144,43 @@ class EngineCore::StepClock {
 };
 
 StepReport EngineCore::step(double now_ms) {
+  if (has_decode_lane()) return step_lanes(now_ms);
   const StepClock clock(now_ms, config_.clock);
   StepReport report{.start_ms = now_ms, .end_ms = now_ms};
   // Room for this step's allocations is made by demotions that started in
   // earlier steps; these make room for later ones.
   kv_.start_demotions();
+  const bool submitted = plan_and_submit(kMain, now_ms, clock, report);
+  if (submitted) report.idle = false;
+  // Async scheduling keeps the step just submitted in flight; a call that
+  // submits nothing collects what is left.
+  const std::size_t keep_in_flight = config_.async_scheduling && submitted ? 1 : 0;
+  while (in_flight_.size() > keep_in_flight) report = stream(collect(clock));
+  return report;
+}
+
+StepReport EngineCore::step_lanes(double now_ms) {
+  const StepClock clock(now_ms, config_.clock);
+  StepReport report{.start_ms = now_ms, .end_ms = now_ms};
+  kv_.start_demotions();
+  auto busy = [&](int lane) { return pipeline(lane).num_in_flight() > 0; };
+  // Decodes first: they take their blocks before admissions do.
+  for (const int lane : {kDecode, kMain})
+    if (!busy(lane)) plan_and_submit(lane, now_ms, clock, report);
+  if (in_flight_.empty()) return report;
+  return stream(collect(clock, wait_for_a_lane()));
+}
+
+int EngineCore::wait_for_a_lane() {
+  for (;;) {
+    const std::uint64_t seen = done_signal_->count();
+    for (const int lane : {kDecode, kMain})
+      if (pipeline(lane).num_in_flight() > 0 && pipeline(lane).has_done()) return lane;
+    done_signal_->wait_past(seen);
+  }
+}
+
+bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock, StepReport& report) {
   NextStep next;
   // A planned admission fails when the waiting request's prefix probe was
   // stale (its hit blocks were freed by their owners since: an extended probe
@@ -148,38 +188,39 @@ StepReport EngineCore::step(double now_ms) {
   // prefill-first plan leaves decodes out when it has a prefill), the step
   // would change nothing and repeat forever: plan once more, on redone probes.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    StepPlan plan = schedule(now_ms);
+    StepPlan plan = schedule(now_ms, lane);
     // Preemption frees a request's blocks and restarts it, which must not
     // happen to one a step in flight is still computing: settle first.
     if (!plan.preempted.empty() && !in_flight_.empty()) {
       ++num_pipeline_waits_;
-      while (!in_flight_.empty()) report = stream(collect(clock));
-      plan = schedule(now_ms);
+      while (!in_flight_.empty())
+        report = stream(collect(clock, has_decode_lane() ? wait_for_a_lane() : in_flight_.front().lane));
+      plan = schedule(now_ms, lane);
     }
     for (SequenceId id : plan.preempted) {
       preempt(id, std::find(plan.swapped.begin(), plan.swapped.end(), id) != plan.swapped.end());
     }
     next = NextStep{.record = {.predicted_step_ms = plan.predicted_step_ms,
-                               .num_preempted = static_cast<std::int32_t>(plan.preempted.size())}};
+                               .num_preempted = static_cast<std::int32_t>(plan.preempted.size()),
+                               .lane = lane}};
     continue_running(plan, next);
     if (admit(plan, now_ms, next) == 0 || !next.batch.sequences.empty()) break;
   }
-  next.batch.copies = kv_.take_new_copies();
+  // Copies run on the main lane's backend (the decode lane's has no host tier).
+  if (lane == kMain) next.batch.copies = kv_.take_new_copies();
   // Nothing to compute while copies run (a request waiting for its loads):
   // the step only waits for the next of them.
-  const bool waits_for_copies = next.batch.sequences.empty() && next.batch.copies.empty() &&
-                                in_flight_.empty() && kv_.num_copies_in_flight() > 0;
+  // (With a decode lane, the main lane's worker waits, whatever the decodes do.)
+  const bool waits_for_copies = lane == kMain && next.batch.sequences.empty() && next.batch.copies.empty() &&
+                                (has_decode_lane() || in_flight_.empty()) && kv_.num_copies_in_flight() > 0;
   const bool submitted = !next.batch.sequences.empty() || !next.batch.copies.empty() || waits_for_copies;
   if (submitted) {
     next.record.submit_ms = clock.now_ms();
+    if (has_decode_lane() && pipeline(lane == kMain ? kDecode : kMain).num_in_flight() > 0)
+      ++num_steps_beside_other_lane_;
     submit(std::move(next));
-    report.idle = false;
   }
-  // Async scheduling keeps the step just submitted in flight; a call that
-  // submits nothing collects what is left.
-  const std::size_t keep_in_flight = config_.async_scheduling && submitted ? 1 : 0;
-  while (in_flight_.size() > keep_in_flight) report = stream(collect(clock));
-  return report;
+  return submitted;
 }
 
 void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms) {
@@ -192,8 +233,14 @@ void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, doub
   if (online_cost_model_) online_cost_model_->observe(shape, measured_ms);
 }
 
-StepPlan EngineCore::schedule(double now_ms) {
-  return plan_step(build_sched_state(now_ms), sched_config_, *cost_model_);
+StepPlan EngineCore::schedule(double now_ms, int lane) {
+  if (!has_decode_lane() || lane == kDecode)
+    return plan_step(build_sched_state(now_ms, lane), sched_config_, *cost_model_);
+  // The prefill lane's chunks are sized by the token budget alone, as
+  // prefill-first sizes them: no decode waits behind them.
+  SchedConfig prefill_config = sched_config_;
+  prefill_config.max_step_ms = std::numeric_limits<double>::infinity();
+  return plan_step(build_sched_state(now_ms, lane), prefill_config, *cost_model_);
 }
 
 void EngineCore::submit(NextStep next) {
@@ -206,7 +253,9 @@ void EngineCore::submit(NextStep next) {
     if (batch.sequences[i].sample && r.request.constraint)
       late_masks.push_back({.sequence_index = i, .constraint = r.request.constraint, .words = r.allowed_tokens});
   }
-  if (!config_.async_scheduling) {
+  // A step that is not collected before the next is planned (async
+  // scheduling, two lanes) takes copies of what the engine will change.
+  if (!config_.async_scheduling && !has_decode_lane()) {
     pipeline_.submit(SubmittedBatch::attached(std::move(batch), std::move(late_masks)));
   } else {
     std::vector<std::shared_ptr<TokenLog>> logs;
@@ -217,17 +266,18 @@ void EngineCore::submit(NextStep next) {
       if (!r.token_log) r.token_log = std::make_shared<TokenLog>(r.tokens, r.max_num_tokens);
       logs.push_back(r.token_log);
     }
-    pipeline_.submit(SubmittedBatch::detached(batch, std::move(logs), std::move(late_masks)));
+    pipeline(next.record.lane).submit(SubmittedBatch::detached(batch, std::move(logs), std::move(late_masks)));
   }
   in_flight_.push_back(std::move(next.record));
   ++step_index_;
 }
 
-SchedState EngineCore::build_sched_state(double now_ms) {
+SchedState EngineCore::build_sched_state(double now_ms, int lane) {
   sched_running_.clear();
   sched_waiting_.clear();
   std::int32_t num_finishing = 0;
   std::int32_t num_loading = 0;
+  std::int32_t num_other_lane = 0;
   for (SequenceId id : running_) {
     const RequestState& r = *requests_.at(id);
     if (r.is_finishing()) {
@@ -238,6 +288,15 @@ SchedState EngineCore::build_sched_state(double now_ms) {
       ++num_loading;
       continue;
     }
+    if (has_decode_lane()) {
+      // A decode runs its last sampled token; a prompt's last token is a prefill.
+      const bool decodes =
+          r.num_scheduled_tokens() - r.num_computed_tokens == 1 && r.num_tokens() > r.num_prompt_tokens;
+      if (r.num_inflight_tokens > 0 || decodes != (lane == kDecode)) {
+        ++num_other_lane;
+        continue;
+      }
+    }
     sched_running_.push_back(SchedRequest{
         .seq_id = id,
         .num_tokens = r.num_scheduled_tokens(),
@@ -246,8 +305,10 @@ SchedState EngineCore::build_sched_state(double now_ms) {
         .arrival_ms = r.timeline.arrival_ms,
     });
   }
-  refresh_prefix_probes();
-  for (SequenceId id : waiting_) {
+  // The decode lane admits nobody.
+  const bool admits = !has_decode_lane() || lane == kMain;
+  if (admits) refresh_prefix_probes();
+  for (SequenceId id : admits ? waiting_ : std::deque<SequenceId>{}) {
     const RequestState& r = *requests_.at(id);
     const PrefixProbe& probe = r.probe;
     sched_waiting_.push_back(SchedRequest{
@@ -263,6 +324,7 @@ SchedState EngineCore::build_sched_state(double now_ms) {
                     .waiting = sched_waiting_,
                     .num_finishing_seqs = num_finishing,
                     .num_loading_seqs = num_loading,
+                    .num_other_lane_seqs = num_other_lane,
                     .num_available_blocks = kv_.num_available_blocks(),
                     .num_freeing_blocks = kv_.num_freeing_blocks(),
                     .num_protected_blocks = kv_.num_protected_free_blocks(),
@@ -464,15 +526,18 @@ void EngineCore::settle_loads(double now_ms) {
   }
 }
 
-EngineCore::CollectedStep EngineCore::collect(const StepClock& clock) {
-  CollectedStep collected{.record = std::move(in_flight_.front()), .executed = pipeline_.collect()};
-  in_flight_.pop_front();
+EngineCore::CollectedStep EngineCore::collect(const StepClock& clock, int lane) {
+  // A lane's steps are collected in its submission order.
+  const auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const InFlightStep& s) { return s.lane == lane; });
+  SLUICE_CHECK(it != in_flight_.end());
+  CollectedStep collected{.record = std::move(*it), .executed = pipeline(lane).collect()};
+  in_flight_.erase(it);
   const InFlightStep& step = collected.record;
   const ExecutedStep& executed = collected.executed;
   SLUICE_CHECK_EQ(executed.outputs.size(), step.entries.size());
-  const double begin_ms = std::max(step.submit_ms, last_step_end_ms_);
+  const double begin_ms = std::max(step.submit_ms, last_step_end_ms_[lane]);
   const double end_ms = clock.end_ms(begin_ms, executed.step_time_ms);
-  last_step_end_ms_ = end_ms;
+  last_step_end_ms_[lane] = end_ms;
 
   StepReport& report = collected.report;
   report = {.start_ms = begin_ms,
@@ -514,8 +579,15 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock) {
     }
     kv_.cache_computed_blocks(r.seq_id, r.block_hashes, r.num_confirmed_computed_tokens());
   }
+  for (const InFlightStep::Entry& e : step.entries) {
+    const auto parked = std::find(frees_after_collect_.begin(), frees_after_collect_.end(), e.seq_id);
+    if (parked == frees_after_collect_.end()) continue;
+    kv_.free(e.seq_id);
+    frees_after_collect_.erase(parked);
+  }
 
   ++num_steps_;
+  if (lane == kDecode) ++num_decode_lane_steps_;
   last_step_ms_ = report.step_ms;
   max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
   total_step_ms_ += last_step_ms_;
@@ -560,7 +632,13 @@ void EngineCore::finish(RequestState& r, Ending ending, double now_ms) {
   if (r.phase == RequestPhase::kDone) return;
   const SequenceId id = r.seq_id;
   if (r.phase == RequestPhase::kRunning) {
-    kv_.free(id);
+    // With two lanes the other may be given these blocks while this one's
+    // step still writes them: they go back when that step is collected.
+    if (has_decode_lane() && r.num_inflight_tokens > 0) {
+      frees_after_collect_.push_back(id);
+    } else {
+      kv_.free(id);
+    }
     running_.erase(std::find(running_.begin(), running_.end(), id));
     std::erase(loading_, id);
   } else {
@@ -634,6 +712,8 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.host_swapped_out_blocks = kv.num_host_swapped_out_blocks;
   stats.num_dropped_sequence_steps = num_dropped_sequence_steps_;
   stats.num_pipeline_waits = num_pipeline_waits_;
+  stats.num_decode_lane_steps = num_decode_lane_steps_;
+  stats.num_steps_beside_other_lane = num_steps_beside_other_lane_;
   if (online_cost_model_) stats.cost_correction_factors = online_cost_model_->factors();
   stats.num_requests_finished = num_finished_;
   stats.num_requests_aborted = num_aborted_;
@@ -677,8 +757,23 @@ void EngineCore::check_invariants() const {
       SLUICE_CHECK_EQ(r.num_pending_tokens, 0);
     }
   }
-  SLUICE_CHECK_EQ(in_flight_.size(), pipeline_.num_in_flight());
-  SLUICE_CHECK_LE(in_flight_.size(), 1u);  // between calls: at most the step async scheduling keeps
+  if (!has_decode_lane()) {
+    SLUICE_CHECK_EQ(in_flight_.size(), pipeline_.num_in_flight());
+    SLUICE_CHECK_LE(in_flight_.size(), 1u);  // between calls: at most the step async scheduling keeps
+  } else {
+    // Between calls: at most one step a lane; each running request in one of them.
+    SLUICE_CHECK_EQ(in_flight_.size(), pipeline_.num_in_flight() + decode_pipeline_->num_in_flight());
+    SLUICE_CHECK_LE(pipeline_.num_in_flight(), 1u);
+    SLUICE_CHECK_LE(decode_pipeline_->num_in_flight(), 1u);
+    for (std::size_t a = 0; a < in_flight_.size(); ++a)
+      for (std::size_t b = a + 1; b < in_flight_.size(); ++b)
+        for (const InFlightStep::Entry& x : in_flight_[a].entries)
+          for (const InFlightStep::Entry& y : in_flight_[b].entries) SLUICE_CHECK(x.seq_id != y.seq_id);
+  }
+  for (SequenceId id : frees_after_collect_) {
+    SLUICE_CHECK(kv_.has_sequence(id));
+    SLUICE_CHECK(!requests_.contains(id));
+  }
   for (SequenceId id : waiting_) {
     const RequestState& r = *requests_.at(id);
     SLUICE_CHECK(r.phase == RequestPhase::kWaiting);

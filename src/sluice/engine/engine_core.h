@@ -1,6 +1,13 @@
 // EngineCore: everything one step touches, single-threaded. The Engine wraps
 // it with a thread, an inbox for submits/aborts and a stats snapshot; tests of
 // step-by-step timelines drive it through Engine::step().
+//
+// Two step loops (a decode lane, EngineConfig::decode_lane): the backend's
+// own lane runs prefill chunks under the token budget alone, a second one
+// (Backend::make_lane) runs every decode, each with a step in flight at once
+// (docs/architecture.md, "Decodes beside prefill"). A request is in at most
+// one of them at a time; each step() plans whichever lanes are idle, then
+// collects whichever step finishes first.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +30,10 @@ namespace sluice {
 
 class EngineCore {
  public:
+  // decode_lane: the second step loop's backend, made from `backend`
+  // (Backend::make_lane); null runs one loop.
   EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const CostModel> cost_model,
-             const EngineConfig& config);
+             const EngineConfig& config, std::unique_ptr<Backend> decode_lane = nullptr);
 
   // A validated request joins the waiting queue (arrival = its timeline's arrival_ms).
   void add_request(std::unique_ptr<RequestState> request);
@@ -64,7 +73,13 @@ class EngineCore {
   void check_invariants() const;
 
  private:
-  SchedState build_sched_state(double now_ms);
+  // The lanes: kMain runs everything with one step loop, and the prefills
+  // (admissions, chunks, host copies) with two; kDecode the decodes.
+  static constexpr int kMain = 0, kDecode = 1;
+  bool has_decode_lane() const { return decode_pipeline_ != nullptr; }
+  StepPipeline& pipeline(int lane) { return lane == kMain ? pipeline_ : *decode_pipeline_; }
+  // Which running requests a lane's plan sees (all of them with one loop).
+  SchedState build_sched_state(double now_ms, int lane);
   void refresh_prefix_probes();
   // What the engine remembers of a submitted step until it is collected.
   struct InFlightStep {
@@ -79,6 +94,7 @@ class EngineCore {
     double submit_ms = 0.0;
     double predicted_step_ms = 0.0;
     std::int32_t num_preempted = 0;
+    int lane = kMain;
   };
   // The step being built: the batch for the backend and its in-flight record.
   struct NextStep {
@@ -93,8 +109,17 @@ class EngineCore {
   };
   class StepClock;
 
+  // Plans the lane's next step and submits it (schedule, preempt, continue,
+  // admit); false when it has nothing to run. Appends what it had to collect
+  // first (a preemption waits for every step in flight) to `report`.
+  bool plan_and_submit(int lane, double now_ms, const StepClock& clock, StepReport& report);
+  // step() with a decode lane: plans the idle lanes, then collects the first to finish.
+  StepReport step_lanes(double now_ms);
+  // The lane whose step in flight finished first (waits for one).
+  int wait_for_a_lane();
+
   // The phases of a step, in order.
-  StepPlan schedule(double now_ms);
+  StepPlan schedule(double now_ms, int lane);
   // A running request gives its blocks back and waits again (recompute).
   // swap: its blocks are stored to the host tier first (KvCacheManager::swap_out).
   void preempt(SequenceId seq_id, bool swap);
@@ -107,9 +132,9 @@ class EngineCore {
   // marked for a full redo. Returns how many planned admissions failed.
   std::int32_t admit(const StepPlan& plan, double now_ms, NextStep& next);
   void submit(NextStep next);
-  // Waits for the oldest step in flight; confirms what it computed (lengths,
+  // Waits for the lane's step in flight; confirms what it computed (lengths,
   // prefill timelines, the prefix cache) and fails the sequences that failed.
-  CollectedStep collect(const StepClock& clock);
+  CollectedStep collect(const StepClock& clock, int lane = kMain);
   // Appends the step's sampled tokens, checks stops and pushes to the streams.
   StepReport stream(const CollectedStep& step);
   // Requests whose loads all landed start running (or fail, if one failed).
@@ -133,9 +158,16 @@ class EngineCore {
   RequestState* find(SequenceId seq_id);
 
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> decode_backend_;  // the decode lane's; null: one step loop
+  std::shared_ptr<DoneSignal> done_signal_;  // both lanes' workers notify it; null: one loop
   StepPipeline pipeline_;              // runs batches on backend_; declared after it, so it stops first
+  std::unique_ptr<StepPipeline> decode_pipeline_;  // runs batches on decode_backend_
   std::deque<InFlightStep> in_flight_;  // submitted, not collected; oldest first
-  double last_step_end_ms_ = 0.0;      // when the step collected last ended
+  double last_step_end_ms_[2] = {0.0, 0.0};  // per lane: when the step it collected last ended
+  // Requests that ended while a lane still computes them: their blocks go
+  // back once that step is collected, so no step of the other lane is given
+  // a block this one still writes.
+  std::vector<SequenceId> frees_after_collect_;
   std::shared_ptr<const CostModel> cost_model_;  // what the planner prices steps with
   // The same model when the online correction is on (config.online_cost_correction), else null.
   std::shared_ptr<OnlineCostModel> online_cost_model_;
@@ -166,6 +198,8 @@ class EngineCore {
   std::int64_t num_swap_preemptions_ = 0;
   std::int64_t num_dropped_sequence_steps_ = 0;
   std::int64_t num_pipeline_waits_ = 0;
+  std::int64_t num_decode_lane_steps_ = 0;
+  std::int64_t num_steps_beside_other_lane_ = 0;
   std::int64_t num_finished_ = 0;
   std::int64_t num_aborted_ = 0;
   std::int64_t num_failed_ = 0;

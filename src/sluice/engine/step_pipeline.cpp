@@ -48,8 +48,34 @@ SubmittedBatch SubmittedBatch::detached(const Batch& batch, std::vector<std::sha
   return submitted;
 }
 
-StepPipeline::StepPipeline(Backend& backend, bool use_worker_thread) : backend_(backend) {
+std::uint64_t DoneSignal::count() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+void DoneSignal::wait_past(std::uint64_t seen) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return count_ > seen; });
+}
+
+void DoneSignal::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++count_;
+  }
+  changed_.notify_all();
+}
+
+StepPipeline::StepPipeline(Backend& backend, bool use_worker_thread, std::shared_ptr<DoneSignal> done_signal)
+    : backend_(backend), done_signal_(std::move(done_signal)) {
+  SLUICE_CHECK(use_worker_thread || done_signal_ == nullptr);
   if (use_worker_thread) worker_ = std::thread([this] { work(); });
+}
+
+bool StepPipeline::has_done() const {
+  SLUICE_CHECK(worker_.joinable());
+  std::lock_guard lock(mutex_);
+  return !done_.empty();
 }
 
 StepPipeline::~StepPipeline() {
@@ -99,6 +125,7 @@ void StepPipeline::work() {
     done_.push_back(std::move(step));
     lock.unlock();
     changed_.notify_all();
+    if (done_signal_) done_signal_->notify();
   }
 }
 

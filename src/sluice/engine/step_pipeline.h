@@ -76,9 +76,25 @@ struct ExecutedStep {
   double step_time_ms = 0.0;  // the backend's: measured, or predicted (sim)
 };
 
+// Bumped by every pipeline that shares it when one of its batches is done, so
+// the engine thread can wait for whichever of its lanes finishes first.
+class DoneSignal {
+ public:
+  std::uint64_t count() const;
+  // Returns once count() > seen.
+  void wait_past(std::uint64_t seen);
+  void notify();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::uint64_t count_ = 0;
+};
+
 class StepPipeline {
  public:
-  StepPipeline(Backend& backend, bool use_worker_thread);
+  // done_signal (with a worker thread only): notified after each batch is run.
+  StepPipeline(Backend& backend, bool use_worker_thread, std::shared_ptr<DoneSignal> done_signal = nullptr);
   ~StepPipeline();
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
@@ -87,6 +103,8 @@ class StepPipeline {
   // Waits for the oldest submitted batch and returns what came of it.
   ExecutedStep collect();
   std::size_t num_in_flight() const { return num_in_flight_; }
+  // With a worker: whether collect() would return at once.
+  bool has_done() const;
 
  private:
   // Points the sequences into their logs, runs the batch (isolating failing
@@ -101,7 +119,8 @@ class StepPipeline {
   Backend& backend_;
   std::size_t num_in_flight_ = 0;  // engine thread only
 
-  std::mutex mutex_;  // guards the three below
+  std::shared_ptr<DoneSignal> done_signal_;
+  mutable std::mutex mutex_;  // guards the three below
   std::condition_variable changed_;
   std::deque<SubmittedBatch> queue_;  // submitted, not yet run
   std::deque<ExecutedStep> done_;     // run, not yet collected

@@ -18,16 +18,17 @@ namespace sluice {
 namespace {
 
 // One rank of a tensor-parallel group (the only one without a group): its
-// Ops (KV pages, scratch, threads) and its share of the weights.
+// Ops (KV pages, scratch, threads) and its share of the weights (shared with
+// the lanes made from it).
 struct Rank {
   std::unique_ptr<Ops> ops;
-  std::unique_ptr<DecoderModel> model;
+  std::shared_ptr<const DecoderModel> model;
 };
 
 class ModelRunner final : public Backend {
  public:
-  ModelRunner(std::vector<Rank> ranks, std::unique_ptr<CpuCommunicatorGroup> group, Checkpoint checkpoint,
-              BackendInfo info)
+  ModelRunner(std::vector<Rank> ranks, std::unique_ptr<CpuCommunicatorGroup> group,
+              std::shared_ptr<const Checkpoint> checkpoint, BackendInfo info)
       : ranks_(std::move(ranks)), group_(std::move(group)), ops_(ranks_.front().ops.get()),
         checkpoint_(std::move(checkpoint)),
         info_(std::move(info)) {}
@@ -45,6 +46,24 @@ class ModelRunner final : public Backend {
   Status allocate_host_kv_cache(std::int32_t num_blocks) override {
     if (info_.kv_bytes_per_block == 0) return Error{"the " + info_.name + " ops have no host KV tier"};
     return ops_->allocate_host_kv_cache(num_blocks);
+  }
+
+  // One rank only: a lane of a tensor-parallel group would need its own
+  // communicators. DeepSeek-V4's device runner keeps one step's state in the
+  // model, so it runs one step loop.
+  Result<std::unique_ptr<Backend>> make_lane(const LaneOptions& options) override {
+    if (group_) return Error{"two step loops are not implemented with tensor parallelism"};
+    const Rank& rank = ranks_.front();
+    if (rank.model->kv_cache_spec(1, info_.block_size_tokens).layout == KvCacheLayout::model_defined)
+      return Error{"two step loops are not implemented for DeepSeek-V4 (its device runner keeps one step's state)"};
+    SLUICE_TRY_ASSIGN(lane_ops, rank.ops->make_lane(options));
+    std::vector<Rank> lane_ranks;
+    lane_ranks.push_back(Rank{.ops = std::move(lane_ops), .model = rank.model});
+    BackendInfo lane_info = info_;
+    lane_info.kv_bytes_per_block = 0;  // no host tier: the copies stay with this backend
+    lane_info.host_link_bytes_per_s = 0.0;
+    return std::unique_ptr<Backend>(
+        std::make_unique<ModelRunner>(std::move(lane_ranks), nullptr, checkpoint_, std::move(lane_info)));
   }
 
   Result<StepOutput> execute(const Batch& batch) override {
@@ -176,7 +195,7 @@ class ModelRunner final : public Backend {
   std::vector<Rank> ranks_;
   std::unique_ptr<CpuCommunicatorGroup> group_;  // null with one rank
   Ops* ops_;  // rank 0's: copies and sampling
-  Checkpoint checkpoint_;  // keeps the mmapped weights alive
+  std::shared_ptr<const Checkpoint> checkpoint_;  // keeps the mmapped weights alive
   BackendInfo info_;
 };
 
@@ -204,6 +223,7 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
     return Error{"sizing the KV cache by device memory is not implemented with tensor parallelism"};
   SLUICE_TRY_ASSIGN(config, load_model_config(model_dir));
   SLUICE_TRY_ASSIGN(checkpoint, Checkpoint::open(model_dir));
+  if (options.block_size_tokens <= 0) return Error{"block size must be positive"};
   auto group = num_ranks > 1 ? std::make_unique<CpuCommunicatorGroup>(num_ranks) : nullptr;
   std::vector<Rank> ranks;
   for (std::int32_t r = 0; r < num_ranks; ++r) {
@@ -212,12 +232,11 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
     SLUICE_TRY_ASSIGN(model, load_decoder_model(config, checkpoint, *rank.ops,
                                                 progress ? LoadProgress(print_progress) : LoadProgress(),
                                                 group ? &group->rank(r) : nullptr, options.enable_expert_parallel));
+    SLUICE_TRY(model->set_kv_block_size(options.block_size_tokens));
     rank.model = std::move(model);
   }
   Ops& ops = *ranks.front().ops;
   const DecoderModel& model = *ranks.front().model;
-  if (options.block_size_tokens <= 0) return Error{"block size must be positive"};
-  for (Rank& rank : ranks) SLUICE_TRY(rank.model->set_kv_block_size(options.block_size_tokens));
   BackendInfo info{.name = "model",
                    .block_size_tokens = options.block_size_tokens,
                    .vocab_size = config.vocab_size,
@@ -252,7 +271,8 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
     info.host_link_bytes_per_s = ops.host_link_bytes_per_s();
   }
   return std::unique_ptr<Backend>(
-      std::make_unique<ModelRunner>(std::move(ranks), std::move(group), std::move(checkpoint), std::move(info)));
+      std::make_unique<ModelRunner>(std::move(ranks), std::move(group),
+                                    std::make_shared<const Checkpoint>(std::move(checkpoint)), std::move(info)));
 }
 
 }  // namespace sluice

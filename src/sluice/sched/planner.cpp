@@ -34,7 +34,7 @@ class PlanBuilder {
         num_freeing_blocks_(state.num_freeing_blocks),
         token_budget_(config.max_num_batched_tokens),
         num_running_(static_cast<std::int32_t>(state.running.size()) + state.num_finishing_seqs +
-                     state.num_loading_seqs) {
+                     state.num_loading_seqs + state.num_other_lane_seqs) {
     shape_.sequences.reserve(state.running.size() + state.waiting.size());
   }
 
@@ -149,7 +149,9 @@ void PlanBuilder::schedule_decodes() {
 
 void PlanBuilder::preempt_newest_if_stuck() {
   if (!plan_.empty() || !plan_.preempted.empty()) return;
-  if (num_freeing_blocks_ > 0 || state_.num_finishing_seqs > 0 || state_.num_loading_seqs > 0) return;
+  if (num_freeing_blocks_ > 0 || state_.num_finishing_seqs > 0 || state_.num_loading_seqs > 0 ||
+      state_.num_other_lane_seqs > 0)
+    return;
   for (std::size_t j = state_.running.size(); j-- > 1;) {
     if (!preempted_[j]) {
       preempt(j);

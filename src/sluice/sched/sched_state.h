@@ -45,6 +45,10 @@ struct SchedState {
   // Admitted requests left out of `running` while their prefix loads from the
   // host tier: they hold blocks and a seat, and run once the loads complete.
   std::int32_t num_loading_seqs = 0;
+  // Two step loops (EngineConfig::decode_lane): admitted requests left out of
+  // `running` because the other loop runs them or has them in flight. They
+  // hold blocks and a seat, and that loop makes progress without this plan.
+  std::int32_t num_other_lane_seqs = 0;
   std::int32_t num_available_blocks = 0;  // free + cached free
   // Not available yet, but stores in flight (demotions, swap-outs) give them
   // back when they land: a decode short of a block waits for them rather

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <list>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -98,14 +99,21 @@ class CpuOps final : public Ops {
     return out;
   }
 
+  Result<std::unique_ptr<Ops>> make_lane(const LaneOptions&) override {
+    auto lane = std::make_unique<CpuOps>(options_);
+    lane->kv_spec_ = kv_spec_;
+    lane->kv_pages_ = kv_pages_;
+    return std::unique_ptr<Ops>(std::move(lane));
+  }
+
   Status allocate_kv_cache(const KvCacheSpec& spec) override {
     kv_spec_ = spec;
     const auto layer_elems = static_cast<std::size_t>(spec.num_blocks) * spec.block_size_tokens *
                              spec.num_kv_heads * spec.head_dim;
     try {
-      // A latent cache keeps its one entry per position in k_cache_.
-      k_cache_.assign(spec.num_layers, std::vector<float>(layer_elems));
-      v_cache_.assign(spec.layout == KvCacheLayout::key_value ? spec.num_layers : 0, std::vector<float>(layer_elems));
+      // A latent cache keeps its one entry per position in k.
+      kv_pages_->k.assign(spec.num_layers, std::vector<float>(layer_elems));
+      kv_pages_->v.assign(spec.layout == KvCacheLayout::key_value ? spec.num_layers : 0, std::vector<float>(layer_elems));
     } catch (const std::bad_alloc&) {
       return Error{"not enough host memory for the KV cache"};
     }
@@ -134,7 +142,7 @@ class CpuOps final : public Ops {
         return Error{"KV copy " + std::to_string(c.id) + " names a block outside the pools"};
       }
       float* host = host_kv_.data() + static_cast<std::size_t>(c.host_block) * host_block_elems();
-      for (std::vector<std::vector<float>>* cache : {&k_cache_, &v_cache_}) {
+      for (std::vector<std::vector<float>>* cache : {&kv_pages_->k, &kv_pages_->v}) {
         for (std::vector<float>& layer : *cache) {
           float* device = layer.data() + static_cast<std::size_t>(c.device_block) * block_elems;
           if (c.direction == KvCopyDirection::kDeviceToHost) {
@@ -279,8 +287,8 @@ class CpuOps final : public Ops {
     const std::int64_t num_q_heads = q.cols() / head_dim;
     const std::int64_t group = num_q_heads / num_kv_heads;
     const std::int64_t kv_width = num_kv_heads * head_dim;
-    float* k_layer = k_cache_[layer].data();
-    float* v_layer = v_cache_[layer].data();
+    float* k_layer = kv_pages_->k[layer].data();
+    float* v_layer = kv_pages_->v[layer].data();
     auto slot_offset = [&](const SequenceLayout& seq, std::int64_t position) {
       const std::int64_t block = seq.block_table[position / kv_spec_.block_size_tokens];
       SLUICE_CHECK(block >= 0 && block < kv_spec_.num_blocks);
@@ -347,7 +355,7 @@ class CpuOps final : public Ops {
 
   Status mla_attention(std::int32_t layer, const MlaInputs& in, const MlaShape& shape, Tensor out) override {
     SLUICE_CHECK(kv_spec_.layout == KvCacheLayout::latent);
-    const cpu::LatentCacheView cache{.data = k_cache_[layer].data(), .spec = &kv_spec_};
+    const cpu::LatentCacheView cache{.data = kv_pages_->k[layer].data(), .spec = &kv_spec_};
     cpu::mla_attention({.pool = pool_, .layout = *layout_}, cache, in, shape, out);
     return Ok{};
   }
@@ -369,7 +377,7 @@ class CpuOps final : public Ops {
   std::span<float> model_defined_kv_block(BlockId block) override {
     SLUICE_CHECK(kv_spec_.layout == KvCacheLayout::model_defined);
     SLUICE_CHECK(block >= 0 && block < kv_spec_.num_blocks);
-    return std::span<float>(k_cache_.front()).subspan(static_cast<std::size_t>(block) * layer_block_elems(),
+    return std::span<float>(kv_pages_->k.front()).subspan(static_cast<std::size_t>(block) * layer_block_elems(),
                                                       layer_block_elems());
   }
 
@@ -408,12 +416,16 @@ class CpuOps final : public Ops {
     return static_cast<std::size_t>(kv_spec_.block_size_tokens) * static_cast<std::size_t>(kv_spec_.num_kv_heads) *
            static_cast<std::size_t>(kv_spec_.head_dim);
   }
-  std::size_t host_block_elems() const { return layer_block_elems() * (k_cache_.size() + v_cache_.size()); }
+  std::size_t host_block_elems() const { return layer_block_elems() * (kv_pages_->k.size() + kv_pages_->v.size()); }
 
   KvCacheSpec kv_spec_;
   std::vector<float> host_kv_;  // [host blocks][K of each layer, then V of each][block elems]
-  // per layer [blocks, block_size, kv_heads, head_dim]; a latent cache has no v_cache_
-  std::vector<std::vector<float>> k_cache_, v_cache_;
+  // per layer [blocks, block_size, kv_heads, head_dim]; a latent cache has no v.
+  // Shared with the lanes made from this Ops (make_lane).
+  struct KvPages {
+    std::vector<std::vector<float>> k, v;
+  };
+  std::shared_ptr<KvPages> kv_pages_ = std::make_shared<KvPages>();
   std::vector<std::unique_ptr<std::byte[]>> owned_;    // fused weights
   std::list<std::vector<float>> owned_scales_;          // their stacked FP8 block scales
 };

@@ -65,7 +65,25 @@ class CudaOps final : public Ops {
     cudaStreamSynchronize(stream_);
     host_tier_.drain();  // its copies read and write kv_cache_
     graphs_.clear();
-    cudaFree(kv_cache_);
+    if (owns_kv_cache_) cudaFree(kv_cache_);
+  }
+
+  // A lane shares the pages (and reads the weights uploaded here through the
+  // model's tensors); everything a step writes besides the pages is its own.
+  Result<std::unique_ptr<Ops>> make_lane(const LaneOptions& lane_options) override {
+    if (kv_cache_ == nullptr) return Error{"CUDA backend: a lane needs the KV cache allocated first"};
+    CudaOptions options = options_;
+    options.stream_sms = 0;
+    options.stream_high_priority = lane_options.high_priority;
+    SLUICE_TRY_ASSIGN(stream, cuda::make_partitioned_stream(options.device_index,
+                                                            {.sms = 0, .high_priority = lane_options.high_priority}));
+    auto lane = std::make_unique<CudaOps>(options, stream);
+    // The pages were zeroed on this stream: the lane's first step must see that.
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    lane->kv_cache_ = kv_cache_;
+    lane->owns_kv_cache_ = false;
+    lane->kv_spec_ = kv_spec_;
+    return std::unique_ptr<Ops>(std::move(lane));
   }
 
   // --- memory ---
@@ -106,6 +124,7 @@ class CudaOps final : public Ops {
       return Error{"CUDA backend: KV cache spec has a zero dimension"};
     const DType cache_dtype = model_defined ? DType::f32 : DType::bf16;
     const std::int64_t bytes = spec.bytes_per_block(cache_dtype) * spec.num_blocks;
+    if (!owns_kv_cache_) return Error{"CUDA backend: a lane reads the KV cache of the Ops it was made from"};
     if (kv_cache_ != nullptr) SLUICE_CUDA_CHECK(cudaFree(kv_cache_));
     kv_cache_ = nullptr;
     if (cudaMalloc(&kv_cache_, static_cast<std::size_t>(bytes)) != cudaSuccess) {
@@ -716,6 +735,7 @@ class CudaOps final : public Ops {
   // per layer: K then V, each [num_blocks, block_size, kv_heads, head_dim]; a
   // latent cache (MLA) one [num_blocks, block_size, 1, head_dim] array per layer
   void* kv_cache_ = nullptr;
+  bool owns_kv_cache_ = true;  // false in a lane: the Ops it was made from frees it
   KvCacheSpec kv_spec_;
   cuda::ScratchArena scratch_;
   cuda::LtGemm gemm_;
