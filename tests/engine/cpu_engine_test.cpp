@@ -226,8 +226,20 @@ TEST(EngineOnCpu, DecodeLaneEqualsSingleSequenceGeneration) {
       << "decode lane, with prefix hits";
 }
 
-// A lane of a tensor-parallel group is refused, with the flag named.
-TEST(EngineOnCpu, DecodeLaneRefusedWithTensorParallelism) {
+// A lane of a tensor-parallel group, or one confined to SMs on the CPU, is
+// refused, with the flag named.
+TEST(EngineOnCpu, DecodeLaneRefusedWhereItCannotRun) {
+  {
+    std::unique_ptr<Backend> backend = cpu_backend(4, 64);
+    EngineConfig config;
+    config.decode_lane = DecodeLane::kSms;
+    config.decode_lane_sms = 8;
+    auto lane = make_decode_lane(*backend, config);
+    ASSERT_FALSE(lane.ok());
+    EXPECT_NE(lane.error_message().find("--decode-lane sms:8: a lane confined to SMs needs the cuda device"),
+              std::string::npos)
+        << lane.error_message();
+  }
   std::unique_ptr<Backend> backend = cpu_backend(4, 64, {.tensor_parallel_size = 2});
   EngineConfig config;
   config.decode_lane = DecodeLane::kStream;

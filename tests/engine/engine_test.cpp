@@ -474,6 +474,35 @@ TEST(Engine, TheWaitBoundEndsStarvationUnderOverload) {
   EXPECT_EQ(long_prompt_ttft_under_overload(1e9), -1.0) << "without the bound, aging alone lets it starve";
 }
 
+// --decode-lane: every form parses back from its name, a malformed one names
+// the flag, and validate refuses the lanes where they cannot run.
+TEST(EngineConfigNames, DecodeLaneParsesAndIsRefusedWhereItCannotRun) {
+  for (const auto& [lane, sms] : {std::pair{DecodeLane::kOff, 0}, std::pair{DecodeLane::kStream, 0},
+                                  std::pair{DecodeLane::kHighPriority, 0}, std::pair{DecodeLane::kSms, 16}}) {
+    auto parsed = parse_decode_lane(to_string(lane, sms));
+    ASSERT_TRUE(parsed.ok()) << parsed.error_message();
+    EXPECT_EQ(parsed->lane, lane);
+    EXPECT_EQ(parsed->num_sms, sms);
+  }
+  for (const char* bad : {"sms:", "sms:0", "sms:x", "green", "sms:-4"}) {
+    auto parsed = parse_decode_lane(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.error_message().find("--decode-lane"), std::string::npos) << parsed.error_message();
+  }
+  BackendInfo info{.block_size_tokens = 16, .num_kv_blocks = 10, .vocab_size = 10, .max_model_len_tokens = 100};
+  EngineConfig lanes;
+  lanes.decode_lane = DecodeLane::kHighPriority;
+  EXPECT_TRUE(validate(lanes, info).ok());
+  lanes.async_scheduling = true;
+  EXPECT_NE(validate(lanes, info).error_message().find("--async-scheduling"), std::string::npos);
+  lanes.async_scheduling = false;
+  lanes.clock = ClockMode::kVirtual;
+  EXPECT_NE(validate(lanes, info).error_message().find("wall clock"), std::string::npos);
+  EngineConfig no_sms;
+  no_sms.decode_lane = DecodeLane::kSms;
+  EXPECT_FALSE(validate(no_sms, info).ok());
+}
+
 TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
   for (auto p : {SchedulingPolicy::kSluice, SchedulingPolicy::kFcfs, SchedulingPolicy::kRoundRobin,
                  SchedulingPolicy::kPrefillFirst, SchedulingPolicy::kDecodeFirstTokenBudget}) {

@@ -19,6 +19,9 @@ struct LaneOptions {
   // Its stream at the device's highest priority: its kernels' blocks are
   // dispatched ahead of the other stream's waiting ones.
   bool high_priority = false;
+  // > 0: its stream confined to this many SMs (a green context; the backend
+  // it was made from should then run on the others). 0: every SM.
+  std::int32_t num_sms = 0;
 };
 
 class Backend {

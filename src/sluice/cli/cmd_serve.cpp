@@ -137,6 +137,11 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                                      *eos) == context->eos_token_ids.end())
     context->eos_token_ids.push_back(*eos);
 
+  SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(args.decode_lane));
+  CudaOptions cuda = cuda_options(args.cuda);
+  // A decode lane on N SMs of its own: the prefill lane (the backend's own
+  // stream) on every other one.
+  if (decode_lane_setting.lane == DecodeLane::kSms) cuda.stream_sms = -decode_lane_setting.num_sms;
   SLUICE_TRY_ASSIGN(served, make_serve_backend({.device = args.device,
                                                  .model_dir = dir,
                                                  .block_size_tokens = args.block_size_tokens,
@@ -147,7 +152,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                  .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
                                                  .tensor_parallel_size = args.tensor_parallel_size,
                                                  .enable_expert_parallel = args.enable_expert_parallel,
-                                                 .cuda = cuda_options(args.cuda),
+                                                 .cuda = cuda,
                                                  .num_threads = args.num_threads,
                                                  .sim_profile = args.sim_profile,
                                                  .sim_speed = args.sim_speed,
@@ -160,8 +165,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY_ASSIGN(eviction, parse_eviction_policy(args.eviction_policy));
   engine_config.scheduling = scheduling;
   engine_config.eviction = eviction;
-  SLUICE_TRY_ASSIGN(decode_lane_mode, parse_decode_lane(args.decode_lane));
-  engine_config.decode_lane = decode_lane_mode;
+  engine_config.decode_lane = decode_lane_setting.lane;
+  engine_config.decode_lane_sms = decode_lane_setting.num_sms;
   SLUICE_TRY_ASSIGN(host_eviction, parse_eviction_policy(args.kv_offloading_eviction));
   engine_config.kv_offloading_eviction = host_eviction;
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
@@ -174,7 +179,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                              std::move(decode_lane));
   if (engine_config.decode_lane != DecodeLane::kOff)
     spdlog::info("two step loops: decodes on a second lane ({}), prefill chunks up to {} tokens on the first",
-                 to_string(engine_config.decode_lane), engine_config.max_num_batched_tokens);
+                 to_string(engine_config.decode_lane, engine_config.decode_lane_sms),
+                 engine_config.max_num_batched_tokens);
   const BackendInfo& info = context->engine->backend_info();
   spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
                dir, model_type, args.device, config.num_layers, info.vocab_size,
@@ -421,9 +427,9 @@ void add_serve_command(CLI::App& app) {
                   "write one JSON line per engine step (shape, measured and predicted ms) to this file, for "
                   "`sluice calibrate`");
   cmd->add_option("--decode-lane", a.decode_lane,
-                  "off; stream or high-priority: decodes run on a second step loop of their own (that stream, "
-                  "or at the highest priority) beside prefill chunks of --max-num-batched-tokens")
-      ->check(CLI::IsMember({"off", "stream", "high-priority"}));
+                  "off; stream, high-priority or sms:N: decodes run on a second step loop of their own (a stream, "
+                  "one at the highest priority, or one on N SMs with the prefill on the others) beside prefill "
+                  "chunks of --max-num-batched-tokens");
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")

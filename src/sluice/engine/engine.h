@@ -47,9 +47,15 @@ enum class DecodeLane {
   kOff,           // one step loop
   kStream,        // the decodes' lane on a stream of its own
   kHighPriority,  // ... at the device's highest stream priority
+  kSms,           // ... on decode_lane_sms SMs of its own, the prefill lane on the others (green contexts)
 };
-std::string_view to_string(DecodeLane lane);
-Result<DecodeLane> parse_decode_lane(std::string_view name);
+// "off", "stream", "high-priority", or "sms:N".
+std::string to_string(DecodeLane lane, std::int32_t num_sms = 0);
+struct DecodeLaneSetting {
+  DecodeLane lane = DecodeLane::kOff;
+  std::int32_t num_sms = 0;
+};
+Result<DecodeLaneSetting> parse_decode_lane(std::string_view text);
 
 enum class ClockMode {
   kWall,     // steady_clock; real backends
@@ -111,6 +117,7 @@ struct EngineConfig {
   // which are then sized by max_num_batched_tokens alone (docs/architecture.md,
   // "Decodes beside prefill"). Wall clock, without async scheduling.
   DecodeLane decode_lane = DecodeLane::kOff;
+  std::int32_t decode_lane_sms = 0;  // kSms: the decode lane's SMs
   ClockMode clock = ClockMode::kWall;
   // One JSON line per executed step (engine/step_trace.h), for calibrating the
   // cost model offline (`sluice calibrate`); empty = off.

@@ -43,25 +43,34 @@ std::string_view to_string(EvictionPolicy policy) {
   return "?";
 }
 
-std::string_view to_string(DecodeLane lane) {
+std::string to_string(DecodeLane lane, std::int32_t num_sms) {
   switch (lane) {
     case DecodeLane::kOff: return "off";
     case DecodeLane::kStream: return "stream";
     case DecodeLane::kHighPriority: return "high-priority";
+    case DecodeLane::kSms: return "sms:" + std::to_string(num_sms);
   }
   return "?";
 }
 
-Result<DecodeLane> parse_decode_lane(std::string_view name) {
+Result<DecodeLaneSetting> parse_decode_lane(std::string_view text) {
   for (const DecodeLane lane : {DecodeLane::kOff, DecodeLane::kStream, DecodeLane::kHighPriority})
-    if (to_string(lane) == name) return lane;
-  return Error{"--decode-lane: unknown value '" + std::string(name) + "' (off, stream, high-priority)"};
+    if (to_string(lane) == text) return DecodeLaneSetting{.lane = lane};
+  if (text.starts_with("sms:")) {
+    const std::string digits(text.substr(4));
+    if (!digits.empty() && digits.size() < 5 && digits.find_first_not_of("0123456789") == std::string::npos &&
+        std::stoi(digits) > 0)
+      return DecodeLaneSetting{.lane = DecodeLane::kSms, .num_sms = std::stoi(digits)};
+  }
+  return Error{"--decode-lane: '" + std::string(text) + "' is not off, stream, high-priority or sms:N (N > 0)"};
 }
 
 Result<std::unique_ptr<Backend>> make_decode_lane(Backend& backend, const EngineConfig& config) {
   if (config.decode_lane == DecodeLane::kOff) return std::unique_ptr<Backend>();
-  auto lane = backend.make_lane({.high_priority = config.decode_lane == DecodeLane::kHighPriority});
-  if (!lane.ok()) return Error{"--decode-lane " + std::string(to_string(config.decode_lane)) + ": " + lane.error_message()};
+  auto lane = backend.make_lane({.high_priority = config.decode_lane == DecodeLane::kHighPriority,
+                                 .num_sms = config.decode_lane == DecodeLane::kSms ? config.decode_lane_sms : 0});
+  if (!lane.ok())
+    return Error{"--decode-lane " + to_string(config.decode_lane, config.decode_lane_sms) + ": " + lane.error_message()};
   return lane;
 }
 
@@ -142,6 +151,8 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
     }
   }
   if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
+  if ((c.decode_lane == DecodeLane::kSms) != (c.decode_lane_sms > 0))
+    return bad("--decode-lane sms:N needs N > 0, and N only goes with sms");
   if (c.decode_lane != DecodeLane::kOff && c.async_scheduling)
     return bad("--decode-lane runs each lane's step to its end before planning the lane's next: it does not "
                "combine with --async-scheduling");

@@ -99,7 +99,8 @@ class CpuOps final : public Ops {
     return out;
   }
 
-  Result<std::unique_ptr<Ops>> make_lane(const LaneOptions&) override {
+  Result<std::unique_ptr<Ops>> make_lane(const LaneOptions& lane_options) override {
+    if (lane_options.num_sms > 0) return Error{"a lane confined to SMs needs the cuda device"};
     auto lane = std::make_unique<CpuOps>(options_);
     lane->kv_spec_ = kv_spec_;
     lane->kv_pages_ = kv_pages_;

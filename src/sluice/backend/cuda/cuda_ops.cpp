@@ -47,9 +47,13 @@ struct OwnedStream {
 
 class CudaOps final : public Ops {
  public:
+  CudaOps(const CudaOptions& options, cuda::PartitionedStream partitioned)
+      : CudaOps(options, partitioned.stream) {
+    num_sms_ = partitioned.num_sms;
+  }
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},
-        weights_(stream), scratch_(options.scratch_bytes), gemm_(stream, options.gemm_workspace_bytes),
+        weights_(stream), scratch_(options.scratch_bytes, stream), gemm_(stream, options.gemm_workspace_bytes),
         fp8_matmul_(gemm_, options.fp8_dense_gemm), metadata_(stream), graphs_(stream), sampler_(stream),
         mla_(stream, gemm_) {
     int device = 0;
@@ -73,10 +77,11 @@ class CudaOps final : public Ops {
   Result<std::unique_ptr<Ops>> make_lane(const LaneOptions& lane_options) override {
     if (kv_cache_ == nullptr) return Error{"CUDA backend: a lane needs the KV cache allocated first"};
     CudaOptions options = options_;
-    options.stream_sms = 0;
     options.stream_high_priority = lane_options.high_priority;
-    SLUICE_TRY_ASSIGN(stream, cuda::make_partitioned_stream(options.device_index,
-                                                            {.sms = 0, .high_priority = lane_options.high_priority}));
+    options.stream_sms = lane_options.num_sms;
+    SLUICE_TRY_ASSIGN(stream, cuda::make_partitioned_stream(
+                                  options.device_index,
+                                  {.sms = lane_options.num_sms, .high_priority = lane_options.high_priority}));
     auto lane = std::make_unique<CudaOps>(options, stream);
     // The pages were zeroed on this stream: the lane's first step must see that.
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));

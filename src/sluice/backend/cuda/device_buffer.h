@@ -14,6 +14,13 @@ namespace sluice::cuda {
 inline constexpr std::int64_t kDeviceAlignBytes = 256;
 constexpr std::int64_t align_up(std::int64_t n, std::int64_t a) { return (n + a - 1) / a * a; }
 
+// Device memory allocated and freed in a stream's order (the default memory
+// pool): unlike cudaMalloc/cudaFree, which wait for every stream of the
+// device, they never hold one lane's step behind another's (two step loops,
+// engine_core.h). Under a capture they fall back to cudaMalloc/cudaFree.
+cudaError_t malloc_in_stream_order(void** data, std::int64_t bytes, cudaStream_t stream);
+void free_in_stream_order(void* data, cudaStream_t stream);
+
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
@@ -34,9 +41,9 @@ class DeviceBuffer {
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // Makes it at least `bytes` (at least twice the old size when it grows,
-  // after `stream` has finished with the old one; contents are not kept).
-  // True when the address changed.
+  // Makes it at least `bytes` (at least twice the old size when it grows;
+  // contents are not kept), the old one freed in `stream`'s order. True when
+  // the address changed.
   bool ensure(std::int64_t bytes, cudaStream_t stream);
   void* data() const { return data_; }
 

@@ -21,7 +21,7 @@ void ScratchArena::reset() {
     std::int64_t total = 0;
     for (auto& c : chunks_) {
       total += c.capacity;
-      SLUICE_CUDA_CHECK(cudaFree(c.base));  // synchronises: the previous step may still read it
+      free_in_stream_order(c.base, stream_);  // after the previous step's reads
     }
     chunks_.clear();
     add_chunk(total);
@@ -46,8 +46,8 @@ void* ScratchArena::allocate(std::int64_t bytes) {
 
 void ScratchArena::add_chunk(std::int64_t bytes) {
   Chunk c;
-  const cudaError_t status = cudaMalloc(&c.base, static_cast<std::size_t>(bytes));
-  SLUICE_CHECK_MSG(status == cudaSuccess, fmt::format("scratch arena: cudaMalloc of {} bytes failed ({})", bytes,
+  const cudaError_t status = malloc_in_stream_order(&c.base, bytes, stream_);
+  SLUICE_CHECK_MSG(status == cudaSuccess, fmt::format("scratch arena: allocating {} bytes failed ({})", bytes,
                                                       cudaGetErrorString(status)));
   c.capacity = bytes;
   chunks_.push_back(c);

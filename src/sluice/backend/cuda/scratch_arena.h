@@ -5,6 +5,8 @@
 // when they have moved.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -14,9 +16,11 @@ namespace sluice::cuda {
 // A step that overflows the current chunk gets a new one (earlier pointers
 // stay valid); at the next reset the chunks are merged into one of the
 // combined size, so the arena keeps the high-water mark in one chunk.
+// Chunks come and go in the order of `stream` (device_buffer.h), so growing
+// never waits for another stream's work.
 class ScratchArena {
  public:
-  explicit ScratchArena(std::int64_t initial_bytes) : initial_bytes_(initial_bytes) {}
+  ScratchArena(std::int64_t initial_bytes, cudaStream_t stream) : initial_bytes_(initial_bytes), stream_(stream) {}
   ~ScratchArena();
   ScratchArena(const ScratchArena&) = delete;
   ScratchArena& operator=(const ScratchArena&) = delete;
@@ -37,6 +41,7 @@ class ScratchArena {
   void add_chunk(std::int64_t bytes);
 
   std::int64_t initial_bytes_;
+  cudaStream_t stream_;
   std::vector<Chunk> chunks_;
   std::size_t current_ = 0;
   std::uint64_t generation_ = 0;

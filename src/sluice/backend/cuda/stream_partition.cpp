@@ -30,7 +30,7 @@ Status driver_ok(CUresult r, const char* what) {
 
 }  // namespace
 
-Result<cudaStream_t> make_partitioned_stream(int device, const StreamPartition& partition) {
+Result<PartitionedStream> make_partitioned_stream(int device, const StreamPartition& partition) {
   int least = 0, greatest = 0;
   if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) return Error{"no stream priorities"};
   const int priority = partition.high_priority ? greatest : least;
@@ -41,7 +41,7 @@ Result<cudaStream_t> make_partitioned_stream(int device, const StreamPartition& 
     cudaStream_t s = nullptr;
     if (cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority) != cudaSuccess)
       return Error{"cudaStreamCreateWithPriority failed"};
-    return s;
+    return PartitionedStream{.stream = s, .num_sms = device_sms};
   }
   if (std::abs(partition.sms) >= device_sms)
     return Error{fmt::format("an SM partition of {} on a device of {} SMs", partition.sms, device_sms)};
@@ -72,7 +72,7 @@ Result<cudaStream_t> make_partitioned_stream(int device, const StreamPartition& 
   CUstream s = nullptr;
   SLUICE_TRY(driver_ok(stream_create(&s, context, CU_STREAM_NON_BLOCKING, priority), "cuGreenCtxStreamCreate"));
   // The green context lives as long as the process: its streams are the Ops'.
-  return reinterpret_cast<cudaStream_t>(s);
+  return PartitionedStream{.stream = reinterpret_cast<cudaStream_t>(s), .num_sms = static_cast<std::int32_t>(mine.sm.smCount)};
 }
 
 }  // namespace sluice::cuda

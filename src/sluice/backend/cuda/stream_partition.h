@@ -1,6 +1,7 @@
 // A CUDA stream confined to part of the GPU's SMs (a green context), or one
-// of high priority: what an experiment needs to run decodes beside a long
-// prefill chunk instead of between its steps (cuda_bench --overlap; issue 14).
+// of high priority: what decodes need to run beside a long prefill chunk
+// instead of between its steps (the engine's decode lane, --decode-lane;
+// cuda_bench --overlap).
 // The driver's green-context calls are looked up at run time through the
 // runtime's entry-point query, so nothing links libcuda.
 #pragma once
@@ -20,7 +21,12 @@ struct StreamPartition {
   bool high_priority = false;
 };
 
+struct PartitionedStream {
+  cudaStream_t stream = nullptr;
+  std::int32_t num_sms = 0;  // the SMs its kernels may use (waves are planned on them)
+};
+
 // A non-blocking stream on `device` as `partition` asks.
-Result<cudaStream_t> make_partitioned_stream(int device, const StreamPartition& partition);
+Result<PartitionedStream> make_partitioned_stream(int device, const StreamPartition& partition);
 
 }  // namespace sluice::cuda
