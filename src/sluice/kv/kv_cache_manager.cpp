@@ -65,7 +65,7 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
       // the range. (A hierarchy-full was too slow: on the synthetic sessions
       // the counts lost half a point and the scale moved less than an eighth.)
       host_counterfactual_.emplace(1.0, 1.0 / static_cast<double>(config.num_blocks),
-                                   config.num_blocks + config.num_host_blocks);
+                                   config.num_blocks + config.num_host_blocks, host_reuse_params(config));
     }
   }
   SLUICE_CHECK(config.prefix_admit_window_tokens >= 0 && config.prefix_hit_weight >= 0.0);
@@ -245,12 +245,15 @@ void KvCacheManager::cache_computed_blocks(SequenceId seq_id, std::span<const Bl
   if (seq.num_keys_noted == 0) {
     pool_.note_request(block_hashes, host_ ? seq.num_prefix_hit_blocks : seq.num_device_hit_blocks);
     if (host_counterfactual_) {
-      host_counterfactual_->on_request(block_hashes, seq.num_prefix_hit_blocks);
+      host_counterfactual_->on_request(block_hashes, seq.num_prefix_hit_blocks, pool_.reuse_history());
       follow_host_scale();
     }
   } else if (block_hashes.size() > seq.num_keys_noted) {
-    pool_.note_more_keys(block_hashes.subspan(seq.num_keys_noted));
-    if (host_counterfactual_) host_counterfactual_->on_more_keys(block_hashes.subspan(seq.num_keys_noted));
+    pool_.note_more_keys(block_hashes.subspan(seq.num_keys_noted), seq.num_keys_noted);
+    if (host_counterfactual_) {
+      host_counterfactual_->on_more_keys(block_hashes.subspan(seq.num_keys_noted), seq.num_keys_noted,
+                                         pool_.reuse_history());
+    }
   }
   seq.num_keys_noted = std::max(seq.num_keys_noted, block_hashes.size());
   const auto num_full = std::min<std::size_t>(
