@@ -215,6 +215,23 @@ TEST(AdaptiveReuse, FallsBackToRecencyWhereCountsKeepDeadSessions) {
   EXPECT_LT(adaptive.scale, 0.5);
 }
 
+// The duel models one cache; with a host tier below, both counterfactuals
+// compare the hierarchy's real hit with an LRU of both tiers' size instead.
+TEST(AdaptiveReuse, DuelsOnlyWithoutAHostTier) {
+  KvCacheManager alone({.num_blocks = 64, .block_size_tokens = kBlock, .eviction = EvictionPolicy::kAdaptiveReuse});
+  ASSERT_NE(alone.pool().counterfactual(), nullptr);
+  EXPECT_TRUE(alone.pool().counterfactual()->duels());
+  KvCacheManager tiered({.num_blocks = 64,
+                         .block_size_tokens = kBlock,
+                         .eviction = EvictionPolicy::kAdaptiveReuse,
+                         .num_host_blocks = 256,
+                         .host_eviction = EvictionPolicy::kAdaptiveReuse});
+  ASSERT_NE(tiered.pool().counterfactual(), nullptr);
+  EXPECT_FALSE(tiered.pool().counterfactual()->duels());
+  ASSERT_NE(tiered.host_counterfactual(), nullptr);
+  EXPECT_FALSE(tiered.host_counterfactual()->duels());
+}
+
 // Traffic that changes: sessions that end (recency wins, the scale falls to
 // 0), then a hot prefix between scans (the counts win). At scale 0 the cache
 // is LRU and hits what the LRU shadow hits; the scale must still come back.
