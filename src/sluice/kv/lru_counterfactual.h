@@ -10,6 +10,10 @@
 // lets it come back: at scale 0 the real cache *is* LRU, so its hits equal
 // the LRU shadow's and the old rule (ours - LRU's) never moved again, however
 // much the traffic came to favour the counts (docs/kv-tiers.md, "Session 13").
+// With a host tier below, both tiers' counterfactuals keep the old rule: their
+// shadows model the hierarchy, which one reuse-order cache of its size does
+// not, and the hierarchy at scale 0 is not one LRU (block_pool.cpp,
+// kv_cache_manager.cpp).
 #pragma once
 
 #include <cmath>
@@ -74,6 +78,7 @@ class LruCounterfactual {
   std::int64_t num_hit_blocks() const { return num_hit_blocks_; }
   std::int64_t num_lru_hit_blocks() const { return num_lru_hit_blocks_; }
   std::int64_t num_reuse_shadow_hit_blocks() const { return num_reuse_shadow_hit_blocks_; }
+  // Whether the scale learns from the reuse shadow (else from the real hit).
   bool duels() const { return reuse_shadow_.has_value(); }
 
   void check_invariants() const;
