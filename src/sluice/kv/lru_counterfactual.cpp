@@ -26,12 +26,15 @@ void ReuseShadow::use(std::span<const BlockHash> keys, std::size_t first_depth_b
     const double score = static_cast<double>(++clock_) + params_.seen_weight_blocks * std::log2(times_seen) -
                          params_.depth_weight_blocks * static_cast<double>(first_depth_blocks + j);
     if (const auto it = score_.find(key); it != score_.end()) {
-      order_.erase({it->second, key});
+      // Re-rank in place: the set's node is reused, not freed and allocated again.
+      auto node = order_.extract({it->second, key});
+      node.value().first = score;
+      order_.insert(std::move(node));
       it->second = score;
     } else {
       score_.emplace(key, score);
+      order_.insert({score, key});
     }
-    order_.insert({score, key});
   }
   while (score_.size() > capacity_) {
     score_.erase(order_.begin()->second);
