@@ -12,6 +12,9 @@ REPORT:
   hazard      P(a key is used again within the next 50 requests | unused for a requests), by its
               uses so far: rising ages are where LRU's order is wrong
   features    P(used again within 300 requests) by one feature at a time, per uses-so-far class
+  pen:A       reuse history for keys used twice or more; once-used keys below all of them,
+              evicted newest first until the oldest is A requests old (A 0: oldest first), so
+              the survivors live to their hazard peak (an MRU pen, as MRU beats LRU on a loop)
   density[:CLASSES[:RECALL:FPR]]
               hit-density eviction: per class, the reuse-gap curve of every key use is learnt
               online from a history of keys (not from the cache's own hits, which would only see
@@ -118,6 +121,38 @@ def report_hazard(reqs):
             row.append(f"{a}:{100.0 * used / max(alive, 1):.1f}")
         print(f"{label} ({len(gaps)} uses; % used again in the next {step} requests, by age):")
         print("  " + " ".join(row))
+
+
+def run_pen(reqs, cap, age_limit):
+    uses, main, heap, clock, hit = collections.Counter(), {}, [], 0, 0
+    once = collections.OrderedDict()  # once-used key -> request that used it, oldest first
+    for t, r in enumerate(reqs):
+        ids = full_ids(r)
+        k = 0
+        while k < len(ids) and (ids[k] in main or ids[k] in once):
+            k += 1
+        hit += k
+        for i in ids:
+            uses[i] += 1
+        for d in reversed(range(len(ids))):
+            i = ids[d]
+            clock += 1
+            if uses[i] == 1:
+                once[i] = t
+                once.move_to_end(i)
+            else:
+                once.pop(i, None)
+                main[i] = clock + 48 * cap * math.log2(uses[i]) - 110 * d
+                heapq.heappush(heap, (main[i], i))
+        while len(main) + len(once) > cap:
+            if once:
+                oldest = next(iter(once))
+                once.popitem(last=not (age_limit == 0 or t - once[oldest] > age_limit))
+            else:
+                key, j = heapq.heappop(heap)
+                if main.get(j) == key:
+                    del main[j]
+    return hit
 
 
 def log2_bucket(x):
@@ -296,6 +331,9 @@ def main():
             report_hazard(reqs)
         elif name == "features":
             report_features(reqs)
+        elif name == "pen":
+            h = run_pen(reqs, a.blocks, int(args[0]) if args else 400)
+            print(f"{100.0 * h * 512 / total:.2f}% of prompt tokens from cache")
         elif name == "density":
             classes = args[0].split("+") if args else ["uses"]
             noise = [float(x) for x in args[1:3]] if len(args) >= 3 else [1.0, 0.0]
