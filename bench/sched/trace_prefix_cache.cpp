@@ -3,7 +3,7 @@
 // agent-session workload (agent_sessions.h): LRU, SLRU, prefix-aware, reuse-history, adaptive-reuse, and the
 // offline optimum (Belady).
 //
-//   trace_prefix_cache TRACE|synthetic[:SEED] [--kv-tokens N] [--max-requests N]
+//   trace_prefix_cache TRACE|synthetic[:SEED][+TRACE|synthetic[:SEED]...] [--kv-tokens N] [--max-requests N]
 //                      [--half all|first|second] [--mode replay|engine|both]
 //                      [--policies lru,slru,prefix-aware,reuse-history,adaptive-reuse] [--slru-protected FRACTION]
 //                      [--prefix-hit-weight W]   (replay only; KvCacheConfig::prefix_hit_weight)
@@ -21,6 +21,10 @@
 //
 // --half: the trace's first half (to develop a policy on) or second half (to
 //         report on), replayed alone from an empty cache.
+// A+B:    the workloads one after another (B's arrivals shifted past A's last,
+//         its hash ids moved apart so no block is shared): a change of traffic
+//         an adaptive policy must follow both ways. --half and --max-requests
+//         apply to each; the hit rate is printed per part too.
 // belady: evicts the cached 512-token block whose next use is furthest away
 //         (requests one after another, as in replay): what no online policy can beat.
 //
@@ -32,6 +36,7 @@
 //         requests pin their blocks, so the cache holds less.
 // Each hash id becomes a deterministic 512-token block, so equal ids give
 // equal tokens and prefix sharing is real.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -130,6 +135,27 @@ double belady(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens) {
   return static_cast<double>(hit) / static_cast<double>(prompt);
 }
 
+// The first request of each part of an A+B workload (0 alone for one).
+std::vector<std::size_t> g_part_starts = {0};
+
+std::size_t part_of(std::size_t request) {
+  return static_cast<std::size_t>(std::upper_bound(g_part_starts.begin(), g_part_starts.end(), request) -
+                                  g_part_starts.begin()) - 1;
+}
+
+// "  (parts: 82.10% 9.05%)" when the workload has more than one part.
+std::string parts_line(const std::vector<std::int64_t>& hit, const std::vector<std::int64_t>& queried) {
+  if (hit.size() < 2) return "";
+  std::string line = " (parts:";
+  for (std::size_t p = 0; p < hit.size(); ++p) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, " %.2f%%", 100.0 * static_cast<double>(hit[p]) / static_cast<double>(std::max<std::int64_t>(1, queried[p])));
+    line += cell;
+  }
+  return line + ")";
+}
+std::string g_last_parts;
+
 double g_prefix_hit_weight = KvCacheConfig{}.prefix_hit_weight;
 double g_reuse_seen_weight = KvCacheConfig{}.reuse_seen_weight;
 double g_reuse_depth_weight = KvCacheConfig{}.reuse_depth_weight_blocks;
@@ -155,8 +181,10 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
                      .host_eviction = g_host_eviction,
                      .host_admission = {.min_hits = g_host_min_hits}});
   std::int64_t queried = 0, hit = 0;
+  std::vector<std::int64_t> part_queried(g_part_starts.size(), 0), part_hit(g_part_starts.size(), 0);
   SequenceId id = 0;
-  for (const TraceRequest& r : trace) {
+  for (std::size_t t = 0; t < trace.size(); ++t) {
+    const TraceRequest& r = trace[t];
     const std::vector<TokenId> tokens = tokens_of(r);
     std::vector<BlockHash> hashes;
     extend_block_hashes(hashes, tokens, kBlockTokens, 0);
@@ -169,7 +197,11 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     complete_copies(kv);
     PrefixMatch match = kv.match_prefix(hashes, n - 1);
     queried += n;
-    hit += match.num_cached_tokens + static_cast<std::int64_t>(match.host_blocks.size()) * kBlockTokens;
+    const std::int64_t num_hit_tokens =
+        match.num_cached_tokens + static_cast<std::int64_t>(match.host_blocks.size()) * kBlockTokens;
+    hit += num_hit_tokens;
+    part_queried[part_of(t)] += n;
+    part_hit[part_of(t)] += num_hit_tokens;
     const Status s = kv.commit({.seq_id = ++id, .num_tokens = n, .prefix = std::move(match), .num_queried_tokens = n});
     if (!s.ok()) continue;
     complete_copies(kv);
@@ -181,13 +213,18 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
                 kv.pool().admit_window_blocks() * kBlockTokens);
   }
   if (const LruCounterfactual* c = kv.pool().counterfactual()) {
-    std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld)\n", c->scale(),
-                static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
+    std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld, the reuse "
+                "shadow's %lld)\n",
+                c->scale(), static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()),
+                static_cast<long long>(c->num_reuse_shadow_hit_blocks()));
   }
   if (const LruCounterfactual* c = kv.host_counterfactual()) {
-    std::printf("  (host adaptive reuse: scale %.3f at the end; hits on both tiers %lld blocks, the shadow LRU's %lld)\n",
-                c->scale(), static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()));
+    std::printf("  (host adaptive reuse: scale %.3f at the end; hits on both tiers %lld blocks, the shadow LRU's %lld, "
+                "the reuse shadow's %lld)\n",
+                c->scale(), static_cast<long long>(c->num_hit_blocks()), static_cast<long long>(c->num_lru_hit_blocks()),
+                static_cast<long long>(c->num_reuse_shadow_hit_blocks()));
   }
+  g_last_parts = parts_line(part_hit, part_queried);
   return static_cast<double>(hit) / static_cast<double>(queried);
 }
 
@@ -209,6 +246,10 @@ struct EngineResult {
   std::int64_t evicted_past_admitting = 0, evicted_past_growing = 0, evicted_past_while_demoting = 0;
   std::int64_t host_evicted_blocks = 0;
   double host_recomputed_rate = 0.0;
+  // Prompt tokens running requests held, averaged over the run (Little's law:
+  // each request holds its prompt from admission to finish): the device cache
+  // is what is left of the pool, which Belady's replay order does not see.
+  double mean_pinned_prompt_tokens = 0.0;
 };
 
 EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
@@ -247,15 +288,22 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   const sim::ReplayOutcome replayed = sim::replay(engine, arrival_ms, make_request, /*max_steps=*/100'000'000);
   EngineResult result;
   std::int64_t prompt_tokens = 0, cached_tokens = 0;
+  std::vector<std::int64_t> part_prompt(g_part_starts.size(), 0), part_cached(g_part_starts.size(), 0);
   double ttft_total = 0.0;
   for (const auto& [id, t] : replayed.timelines) {
     ++result.num_done;
     prompt_tokens += t.num_prompt_tokens;
     cached_tokens += t.num_cached_tokens;
+    part_prompt[part_of(std::stoull(id))] += t.num_prompt_tokens;
+    part_cached[part_of(std::stoull(id))] += t.num_cached_tokens;
     if (t.first_token_ms) ttft_total += *t.first_token_ms - t.arrival_ms;
+    if (t.admitted_ms && t.finish_ms) {
+      result.mean_pinned_prompt_tokens += static_cast<double>(t.num_prompt_tokens) * (*t.finish_ms - *t.admitted_ms);
+    }
   }
   result.num_rejected = replayed.num_rejected();
   result.hit_rate = static_cast<double>(cached_tokens) / static_cast<double>(prompt_tokens);
+  g_last_parts = parts_line(part_cached, part_prompt);
   result.mean_ttft_ms = ttft_total / static_cast<double>(result.num_done);
   result.num_preemptions = replayed.stats.num_preemptions;
   result.host_hit_rate =
@@ -266,6 +314,7 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   result.host_loaded_gb = replayed.stats.host_loaded_bytes / 1'000'000'000;
   result.host_stored_gb = replayed.stats.host_stored_bytes / 1'000'000'000;
   result.sim_seconds = replayed.stats.now_ms / 1000.0;
+  if (replayed.stats.now_ms > 0.0) result.mean_pinned_prompt_tokens /= replayed.stats.now_ms;
   result.demotions_skipped = replayed.stats.host_demotions_skipped;
   result.evicted_past_admitting = replayed.stats.host_evicted_past_admitting;
   result.evicted_past_growing = replayed.stats.host_evicted_past_growing;
@@ -332,22 +381,38 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<TraceRequest> trace;
-  if (path.starts_with("synthetic")) {
-    AgentSessionsOptions options;
-    if (path.size() > 10) options.seed = std::stoull(path.substr(10));
-    trace = agent_sessions(options);
-    if (max_requests > 0 && static_cast<std::int64_t>(trace.size()) > max_requests) trace.resize(static_cast<std::size_t>(max_requests));
-  } else {
-    trace = load(path, max_requests);
+  g_part_starts.clear();
+  std::stringstream parts(path);
+  for (std::string part; std::getline(parts, part, '+');) {
+    std::vector<TraceRequest> one;
+    if (part.starts_with("synthetic")) {
+      AgentSessionsOptions options;
+      if (part.size() > 10) options.seed = std::stoull(part.substr(10));
+      one = agent_sessions(options);
+      if (max_requests > 0 && static_cast<std::int64_t>(one.size()) > max_requests) one.resize(static_cast<std::size_t>(max_requests));
+    } else {
+      one = load(part, max_requests);
+    }
+    if (half == "first") {
+      one.resize(one.size() / 2);
+    } else if (half == "second") {
+      one.erase(one.begin(), one.begin() + static_cast<std::ptrdiff_t>(one.size() / 2));
+    } else if (half != "all") {
+      std::fprintf(stderr, "--half must be all, first or second\n");
+      return 2;
+    }
+    if (one.empty()) continue;
+    // Later parts start a second after the last arrival so far, with hash ids of their own.
+    const double shift_ms = trace.empty() ? -one.front().arrival_ms : trace.back().arrival_ms + 1000.0 - one.front().arrival_ms;
+    const std::uint64_t id_offset = static_cast<std::uint64_t>(g_part_starts.size()) << 40;
+    g_part_starts.push_back(trace.size());
+    for (TraceRequest& r : one) {
+      r.arrival_ms += shift_ms;
+      for (std::uint64_t& h : r.hash_ids) h += id_offset;
+      trace.push_back(std::move(r));
+    }
   }
-  if (half == "first") {
-    trace.resize(trace.size() / 2);
-  } else if (half == "second") {
-    trace.erase(trace.begin(), trace.begin() + static_cast<std::ptrdiff_t>(trace.size() / 2));
-  } else if (half != "all") {
-    std::fprintf(stderr, "--half must be all, first or second\n");
-    return 2;
-  }
+  if (g_part_starts.empty()) g_part_starts.push_back(0);
   std::int64_t prompt_tokens = 0;
   for (const TraceRequest& r : trace) prompt_tokens += r.num_input_tokens;
   std::printf("%s (%s): %zu requests, %lld prompt tokens, KV %lld tokens + host tier %lld tokens (min hits %d, "
@@ -365,23 +430,25 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (mode == "replay" || mode == "both") {
-      std::printf("replay  %-12s: %.2f%% of prompt tokens from cache\n", name.c_str(),
-                  100.0 * replay(trace, kv_tokens, *eviction, protected_fraction));
+      const double rate = replay(trace, kv_tokens, *eviction, protected_fraction);
+      std::printf("replay  %-12s: %.2f%% of prompt tokens from cache%s\n", name.c_str(), 100.0 * rate,
+                  g_last_parts.c_str());
     }
     if (mode == "engine" || mode == "both") {
       const EngineResult r = through_engine(trace, kv_tokens, *eviction, protected_fraction);
-      std::printf("engine  %-12s: %.2f%% of prompt tokens from cache (%.2f%% loaded from host); %lld done, "
+      std::printf("engine  %-12s: %.2f%% of prompt tokens from cache%s (%.2f%% loaded from host); %lld done, "
                   "%lld rejected, %lld preemptions, mean TTFT %.0f ms, %.0f s simulated; host: %lld GB loaded, "
                   "%lld GB stored, mean load %.1f ms; %lld device keys evicted unstored (allocation evicted "
                   "%lld admitting, %lld growing, %lld of them while demotions were in flight), %lld host "
-                  "evictions, %.2f%% host hits recomputed\n",
-                  name.c_str(), 100.0 * r.hit_rate, 100.0 * r.host_hit_rate, static_cast<long long>(r.num_done),
+                  "evictions, %.2f%% host hits recomputed; running requests held %.0f prompt tokens on average\n",
+                  name.c_str(), 100.0 * r.hit_rate, g_last_parts.c_str(), 100.0 * r.host_hit_rate, static_cast<long long>(r.num_done),
                   static_cast<long long>(r.num_rejected), static_cast<long long>(r.num_preemptions), r.mean_ttft_ms,
                   r.sim_seconds, static_cast<long long>(r.host_loaded_gb), static_cast<long long>(r.host_stored_gb),
                   r.mean_load_ms, static_cast<long long>(r.demotions_skipped),
                   static_cast<long long>(r.evicted_past_admitting), static_cast<long long>(r.evicted_past_growing),
                   static_cast<long long>(r.evicted_past_while_demoting),
-                  static_cast<long long>(r.host_evicted_blocks), 100.0 * r.host_recomputed_rate);
+                  static_cast<long long>(r.host_evicted_blocks), 100.0 * r.host_recomputed_rate,
+                  r.mean_pinned_prompt_tokens);
     }
     std::fflush(stdout);
   }

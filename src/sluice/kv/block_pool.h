@@ -80,6 +80,8 @@ class BlockPool {
   bool register_hash(BlockId block, BlockHash hash, std::int32_t num_hits = 0);
   // Requests that used the key so far (reuse-history policy; 0 otherwise).
   std::int32_t times_seen(BlockHash hash) const { return history_ ? history_->count(hash) : 0; }
+  // The counts behind times_seen (nullptr when the pool keeps none).
+  const ReuseHistory* reuse_history() const { return history_ ? &*history_ : nullptr; }
 
   // Demotion: the next eviction victim leaves the evictor, referenced by the
   // demotion, its key still cached (hittable) until finish_demotion(). nullopt
@@ -103,7 +105,7 @@ class BlockPool {
   // how many of them it hit (on this pool, or on the hierarchy the shadow
   // models); later, keys it added. No-ops otherwise.
   void note_request(std::span<const BlockHash> keys, std::int32_t num_hit_blocks);
-  void note_more_keys(std::span<const BlockHash> keys);
+  void note_more_keys(std::span<const BlockHash> keys, std::size_t first_depth_blocks);
   // Adaptive reuse's learnt scale (lru_counterfactual.h); 1 for reuse history.
   double reuse_scale() const { return evictor_.reuse_scale(); }
   const LruCounterfactual* counterfactual() const { return counterfactual_ ? &*counterfactual_ : nullptr; }
