@@ -226,6 +226,54 @@ TEST(EngineOnCpu, DecodeLaneEqualsSingleSequenceGeneration) {
       << "decode lane, with prefix hits";
 }
 
+// Aborting a request while the lanes run: a long prompt prefills in chunks on
+// the main lane while a short one decodes on the decode lane; the long one is
+// aborted between steps (its chunk most likely still in flight: its blocks
+// wait for that step's collection). The short one still gets the
+// single-sequence tokens, every step keeps the invariants, and every block
+// comes back.
+TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
+  EngineConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 8;
+  config.kv_reserve_fraction = 0.0;
+  config.decode_lane = DecodeLane::kStream;
+  std::unique_ptr<Backend> backend = cpu_backend(4, 256);
+  auto lane = make_decode_lane(*backend, config);
+  ASSERT_TRUE(lane.ok()) << lane.error_message();
+  Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
+  const Case short_case = cases().front();
+  auto short_stream = engine.submit(EngineRequest{.request_id = "short", .prompt_token_ids = short_case.prompt,
+                                                  .sampling = short_case.sampling, .max_tokens = kNewTokens});
+  ASSERT_TRUE(short_stream.ok()) << short_stream.error_message();
+  for (int step = 0; step < 100 && engine.stats().num_generated_tokens == 0; ++step) engine.step();
+  std::vector<TokenId> long_prompt(300);
+  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  auto long_stream =
+      engine.submit(EngineRequest{.request_id = "long", .prompt_token_ids = long_prompt, .max_tokens = 4});
+  ASSERT_TRUE(long_stream.ok()) << long_stream.error_message();
+  for (int step = 0; step < 6; ++step) {
+    engine.step();
+    engine.check_invariants();
+  }
+  engine.abort("long");
+  for (int step = 0; step < 1000 && engine.has_work(); ++step) {
+    engine.step();
+    engine.check_invariants();
+  }
+  std::vector<TokenId> tokens;
+  while (auto o = (*short_stream)->poll())
+    for (const GeneratedToken& t : o->tokens) tokens.push_back(t.token);
+  EXPECT_EQ(tokens, single_sequence().at(short_case.id));
+  std::optional<FinishReason> long_end;
+  while (auto o = (*long_stream)->poll())
+    if (o->finished()) long_end = o->finish_reason;
+  EXPECT_EQ(long_end, FinishReason::kAbort);
+  const EngineStats stats = engine.stats();
+  EXPECT_GT(stats.num_steps_beside_other_lane, 0) << "the long prompt's chunks ran beside the short one's decodes";
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+}
+
 // A lane of a tensor-parallel group, or one confined to SMs on the CPU, is
 // refused, with the flag named.
 TEST(EngineOnCpu, DecodeLaneRefusedWhereItCannotRun) {
