@@ -742,6 +742,10 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
 
 DeepseekV4DeviceForward::WeightSummary DeepseekV4DeviceForward::weight_summary() const { return w_->summary; }
 
+Fp8GemmCounts DeepseekV4DeviceForward::fp8_gemm_counts() const {
+  return rt_->gemm != nullptr ? rt_->gemm->fp8_counts() : Fp8GemmCounts{};
+}
+
 std::int64_t DeepseekV4DeviceForward::weight_bytes() const {
   std::int64_t bytes = 0;
   auto f = [&](const DeviceArray<float>& v) { bytes += static_cast<std::int64_t>(v.size() * 4); };

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_options.h"
+#include "sluice/backend/cuda/fp8_gemm_counts.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
@@ -111,6 +112,9 @@ class DeepseekV4DeviceForward {
     std::int64_t bf16_bytes = 0, fp8_bytes = 0;  // values and scales
   };
   WeightSummary weight_summary() const;
+  // The FP8 dense GEMMs that asked cuBLASLt so far (ran there, or refused and
+  // took the grouped kernel): says which path ran.
+  Fp8GemmCounts fp8_gemm_counts() const;
 
   struct Weights;  // device copies (deepseek_v4_forward.cpp)
   struct Runtime;  // the scratch arena, staging and GEMM handles of forward()
