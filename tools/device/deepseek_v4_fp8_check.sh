@@ -29,15 +29,15 @@ echo "DeepseekV4Quantized.* rc $?" | tee -a "$summary"
 grep -E "Failure|FAILED|Expected|actual" "$logs/quantized.log" | head -8 | tee -a "$summary"
 for c in f32 fp8_fp4_experts_host_bf16 fp8_fp4_experts_kept_bf16_activations fp8_fp4_experts_kept_e4m3 \
          fp8_fp8_experts_kept_bf16_activations fp8_fp8_experts_kept_e4m3; do
-  timeout 40 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter="*DeepseekV4DeviceForwardTest*/$c" > "$logs/golden_$c.log" 2>&1
+  timeout 25 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter="*DeepseekV4DeviceForwardTest*/$c" > "$logs/golden_$c.log" 2>&1
   echo "golden $c rc $?" | tee -a "$summary"
   grep -E "v4 forward|Failure|actual|Which is" "$logs/golden_$c.log" | head -12 | tee -a "$summary"
 done
-timeout 60 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='DeepseekV4DeviceForwardEngine.*:DeepseekV4DeviceForwardWidths.*' > "$logs/engine.log" 2>&1
+timeout 40 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='DeepseekV4DeviceForwardEngine.*:DeepseekV4DeviceForwardWidths.*' > "$logs/engine.log" 2>&1
 echo "engine + widths rc $?" | tee -a "$summary"
 grep -E "v4 forward|Failure|actual" "$logs/engine.log" | head -8 | tee -a "$summary"
 finish
-timeout 120 "$bin/deepseek_v4_forward_bench" --flash-formats 4 32768 64 > "$logs/bench.log" 2> "$logs/bench.err"
+timeout 100 "$bin/deepseek_v4_forward_bench" --flash-formats 4 32768 64 > "$logs/bench.log" 2> "$logs/bench.err"
 echo "bench rc $?" | tee -a "$summary"
 tail -5 "$logs/bench.err" | tee -a "$summary"
 cat "$logs/bench.log"
