@@ -41,6 +41,14 @@
 //     bf16 / 1979 FP8 TFLOP/s; decode weight bytes, in each format's bytes,
 //     over 4.3 TB/s); the first chunk's and a batch-1 decode step's logits
 //     against the bf16 format's (max |d| / max |logit|).
+//
+//   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMAT]
+//     Only format FORMAT (0 bf16, 1 grouped / mma.sync, 2 cuBLASLt / wgmma,
+//     the default 2), one step between cudaProfilerStart and cudaProfilerStop
+//     after a warm-up step of the same shape (for ncu --profile-from-start
+//     off): PROFILE 1 a decode step of BATCH sequences at CONTEXT, 2 the first
+//     prefill chunk of 8,192 rows, 3 a decode step of one sequence at CONTEXT
+//     (decode over KV blocks never written, as above).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -409,6 +417,8 @@ int flash_formats(int argc, char** argv) {
   const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int context = argc > 3 ? std::atoi(argv[3]) : 32768;
   const int batch = argc > 4 ? std::atoi(argv[4]) : 64;
+  const int profile = argc > 5 ? std::atoi(argv[5]) : 0;
+  const int only_format = argc > 6 ? std::atoi(argv[6]) : 2;
   constexpr int kChunk = 8192, kDecodeSteps = 16;
   constexpr double kFp8PeakFlops = 1979e12;  // H200 dense FP8, the spec sheet
   auto config = parse_model_config(flash_config_json(layers), "deepseek_v4_forward_bench --flash-formats");
@@ -444,7 +454,9 @@ int flash_formats(int argc, char** argv) {
   std::printf("| format | weights on the device | prefill 8k | prefill to %d | decode batch 1 at %d | decode batch %d "
               "at %d | logits vs bf16 (prefill / decode) |\n|---|---|---|---|---|---|---|\n",
               context, context, batch, context);
-  for (const Format& f : formats) {
+  for (std::size_t fi = 0; fi < std::size(formats); ++fi) {
+    const Format& f = formats[fi];
+    if (profile != 0 && static_cast<int>(fi) != only_format) continue;
     const auto t0 = Clock::now();
     auto device = cuda::DeepseekV4DeviceForward::random(*config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts,
                                                         f.as_bf16, f.options);
@@ -459,6 +471,23 @@ int flash_formats(int argc, char** argv) {
                  summary.fp4_converted, summary.fp4_inexact, make_s);
     double prefill8k = 0, prefill_all = 0, decode1 = 0, decode_b = 0;
     std::vector<float> first_logits, decode_logits;
+    if (profile != 0) {
+      Harness h(**device, *layout, config->vocab_size, kBlock);
+      std::vector<std::int32_t> tokens = {context + kDecodeSteps};
+      for (int s = 0; s < batch; ++s) tokens.push_back(context + kDecodeSteps + 1);
+      if (!h.allocate(tokens)) return 1;
+      std::vector<int> all;
+      for (int s = 1; s <= batch; ++s) all.push_back(s);
+      const StepLayout step = profile == 2   ? h.step_of({0}, {0}, kChunk)
+                              : profile == 1 ? h.step_of(all, std::vector<int>(all.size(), context), 1)
+                                             : h.step_of({0}, {context}, 1);
+      (void)h.timed(step);  // warm-up
+      cudaProfilerStart();
+      const double s = h.timed(step);
+      cudaProfilerStop();
+      std::printf("profiled %s, mode %d: %.2f ms\n", f.name, profile, s * 1e3);
+      return 0;
+    }
     {
       Harness h(**device, *layout, config->vocab_size, kBlock);
       std::vector<std::int32_t> tokens = {context + kDecodeSteps};
@@ -519,7 +548,7 @@ int run(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s DIR [hidden] [layers] [experts] [prefill_tokens]\n"
                  "       %s --flash [layers] [prefill_tokens] [decode_batch] [profile]\n"
-                 "       %s --flash-formats [layers] [context] [decode_batch]\n",
+                 "       %s --flash-formats [layers] [context] [decode_batch] [profile] [format]\n",
                  argv[0], argv[0], argv[0]);
     return 2;
   }
