@@ -458,15 +458,16 @@ int flash_formats(int argc, char** argv) {
     const Format& f = formats[fi];
     if (profile != 0 && static_cast<int>(fi) != only_format) continue;
     const auto t0 = Clock::now();
-    auto device = cuda::DeepseekV4DeviceForward::random(*config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts,
-                                                        f.as_bf16, f.options);
+    auto device = cuda::DeepseekV4DeviceForward::random(
+        *config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts, f.as_bf16, f.options);
     if (!device.ok()) {
       std::fprintf(stderr, "random: %s\n", device.error_message().c_str());
       return 1;
     }
     const double make_s = seconds_since(t0);
     const auto summary = (*device)->weight_summary();
-    std::fprintf(stderr, "%s: %d FP8 linears %.2f GB, %d bf16 %.2f GB, %d FP4 turned FP8 (%d inexact), made in %.1f s\n",
+    std::fprintf(stderr,
+                 "%s: %d FP8 linears %.2f GB, %d bf16 %.2f GB, %d FP4 turned FP8 (%d inexact), made in %.1f s\n",
                  f.name, summary.fp8_linears, summary.fp8_bytes / 1e9, summary.bf16_linears, summary.bf16_bytes / 1e9,
                  summary.fp4_converted, summary.fp4_inexact, make_s);
     double prefill8k = 0, prefill_all = 0, decode1 = 0, decode_b = 0;
@@ -533,7 +534,8 @@ int flash_formats(int argc, char** argv) {
     std::printf("| %s | %.1f GB (made in %.1f s) | %.0f tok/s, %.0f TFLOP/s (%.1f%% of bf16, %.1f%% of FP8 peak) | "
                 "%.0f tok/s, %.0f TFLOP/s | %.2f ms, %.1f tok/s, %.1f%% of HBM (%.1f GB a step) | %.2f ms, %.0f tok/s, "
                 "%.1f%% of HBM (%.1f GB a step) | %s |\n",
-                f.name, static_cast<double>((*device)->weight_bytes()) / 1e9, make_s, std::min(kChunk, context) / prefill8k,
+                f.name, static_cast<double>((*device)->weight_bytes()) / 1e9, make_s,
+                std::min(kChunk, context) / prefill8k,
                 flops8k / prefill8k / 1e12, 100 * flops8k / prefill8k / kBf16PeakFlops,
                 100 * flops8k / prefill8k / kFp8PeakFlops, context / prefill_all, flops_all / prefill_all / 1e12,
                 decode1 * 1e3, 1 / decode1, 100 * bytes1 / decode1 / kHbmBytesPerS, bytes1 / 1e9, decode_b * 1e3,

@@ -107,7 +107,8 @@ class HostWeightReader {
       return Error{fmt::format("float8 tensor '{}' has no block scales '{}'", name, scale_name)};
     SLUICE_TRY_ASSIGN(scale, checkpoint_.get(scale_name, fp8_scale_shape(weight.shape, *config_.fp8)));
     used_.insert(scale_name);
-    if (keep_ != nullptr && weight.shape.rank == 2 && config_.fp8->block_rows == 128 && config_.fp8->block_cols == 128) {
+    const bool blocks_128 = config_.fp8->block_rows == 128 && config_.fp8->block_cols == 128;
+    if (keep_ != nullptr && weight.shape.rank == 2 && blocks_128) {
       SLUICE_TRY_ASSIGN(multipliers, scale_multipliers(scale, scale_name));
       const auto* bytes = weight.as<const std::uint8_t>();
       (*keep_)[name] = DeepseekV4QuantizedLinear{

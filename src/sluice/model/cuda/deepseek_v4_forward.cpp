@@ -403,10 +403,12 @@ class Uploader {
       for (std::size_t i = 0; i < q.size(); ++i) {
         SLUICE_CUDA_CHECK(cudaMemcpy(m.data.get() + static_cast<std::int64_t>(i) * rows_each * cols,
                                      q[i]->bytes.data(), q[i]->bytes.size(), cudaMemcpyHostToDevice));
-        for (std::int64_t br = 0; br < part_blocks; ++br)
+        for (std::int64_t br = 0; br < part_blocks; ++br) {
+          const std::int64_t row = static_cast<std::int64_t>(i) * part_blocks + br;  // in the stacked grid
           for (std::int64_t bc = 0; bc < col_blocks; ++bc)
-            grid[static_cast<std::size_t>((static_cast<std::int64_t>(i) * part_blocks + br) * m.scale_row_stride + bc)] =
+            grid[static_cast<std::size_t>(row * m.scale_row_stride + bc)] =
                 q[i]->block_scales[static_cast<std::size_t>(br * col_blocks + bc)];
+        }
       }
       SLUICE_CUDA_CHECK(cudaMemcpy(m.scales.get(), grid.data(), grid.size() * 4, cudaMemcpyHostToDevice));
     } else {
@@ -567,10 +569,9 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
                                l)};
     d.experts_gate_up = std::move(experts_gate_up);
     d.experts_down = std::move(experts_down);
-    const std::vector<float> shared_w1(m.shared_gate_up.begin(),
-                                       m.shared_gate_up.begin() + static_cast<std::ptrdiff_t>(m.shared_gate_up.size() / 2));
-    const std::vector<float> shared_w3(m.shared_gate_up.begin() + static_cast<std::ptrdiff_t>(m.shared_gate_up.size() / 2),
-                                       m.shared_gate_up.end());
+    const auto shared_half = m.shared_gate_up.begin() + static_cast<std::ptrdiff_t>(m.shared_gate_up.size() / 2);
+    const std::vector<float> shared_w1(m.shared_gate_up.begin(), shared_half);
+    const std::vector<float> shared_w3(shared_half, m.shared_gate_up.end());
     SLUICE_TRY_ASSIGN(shared_gate_up, u.stacked({f + "shared_experts.w1.weight", f + "shared_experts.w3.weight"},
                                                 {&shared_w1, &shared_w3}, inter, hidden, dense_fp8_ok(hidden)));
     SLUICE_TRY_ASSIGN(shared_down, u.linear(f + "shared_experts.w2.weight", m.shared_down, hidden, inter,
@@ -908,7 +909,8 @@ struct Pass {
   void fp8_linear(const void* x, const Tensor& w, std::int64_t rows, void* out, DType out_dtype) const {
     fp8_scratch.reset();
     fp8.run(Tensor{const_cast<void*>(x), DType::bf16, Shape{rows, w.cols()}}, w,
-            Tensor{out, out_dtype, Shape{rows, w.rows()}}, fp8_scratch, true, Launch{.stream = s, .programmatic = false});
+            Tensor{out, out_dtype, Shape{rows, w.rows()}}, fp8_scratch, true,
+            Launch{.stream = s, .programmatic = false});
   }
 };
 
@@ -1198,8 +1200,8 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
   down.out = y;
   down.out_dt = kF32Dt;
   launch_grouped_gemm(down, launch);
-  launch_v4_moe_combine({.y = y, .y_dt = kF32Dt, .slot_of_pair = slot_of_pair, .weights = weights, .out = out, .rows = n, .k = k,
-                         .hidden = hidden},
+  launch_v4_moe_combine({.y = y, .y_dt = kF32Dt, .slot_of_pair = slot_of_pair, .weights = weights, .out = out,
+                         .rows = n, .k = k, .hidden = hidden},
                         s);
 }
 

@@ -85,12 +85,10 @@ class DeepseekV4DeviceForward {
   // Random weights made on the device, for benchmarks at widths whose
   // checkpoint would not fit the host (V4-Flash's 256 experts): `config`
   // is a deepseek_v4 config; values are uniform, scaled per input width.
-  static Result<std::unique_ptr<DeepseekV4DeviceForward>> random(const ModelConfig& config,
-                                                                 const DeepseekV4KvLayout& layout,
-                                                                 std::uint64_t seed,
-                                                                 DeepseekV4RandomWeights kind = DeepseekV4RandomWeights::bf16,
-                                                                 bool as_bf16 = false,
-                                                                 const DeepseekV4DeviceOptions& options = {});
+  static Result<std::unique_ptr<DeepseekV4DeviceForward>> random(
+      const ModelConfig& config, const DeepseekV4KvLayout& layout, std::uint64_t seed,
+      DeepseekV4RandomWeights kind = DeepseekV4RandomWeights::bf16, bool as_bf16 = false,
+      const DeepseekV4DeviceOptions& options = {});
   // Drops the host copy of `reference`'s weights once they are on the
   // device: afterwards `reference` answers config() and nothing else.
   static void release_host_weights(DeepseekV4Reference& reference);
