@@ -24,14 +24,15 @@
 // them: FP8 e4m3 linears with `.scale` block scales (F8_E8M0 powers of two, or
 // F32) and, under expert_dtype fp4, routed experts as e2m1 pairs with one
 // E8M0 scale per 32 inputs (model/fp4_weights.h). Both are dequantized to f32
-// on load, exactly: every decoded value is an f32.
+// on load, exactly: every decoded value is an f32; or, for the device forward
+// (DeepseekV4LoadOptions::keep_quantized), kept as stored.
 #pragma once
 
 #include <map>
 #include <memory>
-#include <string>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sluice/backend/deepseek_v4_kernels.h"
