@@ -24,6 +24,31 @@
 //     decode step runs between cudaProfilerStart and cudaProfilerStop (for
 //     ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi);
 //     with profile 2, the first prefill chunk.
+//
+//   deepseek_v4_forward_bench --flash-formats [layers] [context] [decode_batch]
+//     V4-Flash's width as --flash, one format after another in the same
+//     process (weights freed between): bf16 weights holding exactly the
+//     values of the FP8 / FP4 ones (the session-12 path), FP8 dense + FP4
+//     experts turned FP8 at load under the bf16-activation FP8 GEMMs (the
+//     grouped kernel, mma.sync), and the same under the default FP8 GEMMs
+//     (cuBLASLt block-scaled, wgmma e4m3). Per format: the weights' device
+//     bytes and the time to make them, prefill of one prompt to `context`
+//     in chunks of 8,192 (the first chunk's rate: "prefill 8k"), decode at
+//     batch 1 after it, and decode at `decode_batch` sequences at position
+//     `context` over KV blocks that were never written (the work of a step
+//     depends on positions, not values; prefilling 64 x 32k tokens would
+//     take minutes); shares of the H200's limits (prefill FLOPs over 790
+//     bf16 / 1979 FP8 TFLOP/s; decode weight bytes, in each format's bytes,
+//     over 4.3 TB/s); the first chunk's and a batch-1 decode step's logits
+//     against the bf16 format's (max |d| / max |logit|).
+//
+//   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMAT]
+//     Only format FORMAT (0 bf16, 1 grouped / mma.sync, 2 cuBLASLt / wgmma,
+//     the default 2), one step between cudaProfilerStart and cudaProfilerStop
+//     after a warm-up step of the same shape (for ncu --profile-from-start
+//     off): PROFILE 1 a decode step of BATCH sequences at CONTEXT, 2 the first
+//     prefill chunk of 8,192 rows, 3 a decode step of one sequence at CONTEXT
+//     (decode over KV blocks never written, as above).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -90,7 +115,7 @@ class Harness {
     }
     return step;
   }
-  double timed(const StepLayout& step) const {
+  double timed(const StepLayout& step, std::vector<float>* logits_out = nullptr) const {
     const cuda::V4PagedBlocks pb{.data = blocks_, .floats_per_block = fpb_, .num_blocks = num_blocks_,
                                  .block_size = block_};
     const auto t = Clock::now();
@@ -100,6 +125,7 @@ class Harness {
       std::exit(1);
     }
     const double s = seconds_since(t);
+    if (logits_out != nullptr) *logits_out = *logits;
     if (std::any_of(logits->begin(), logits->end(), [](float v) { return !std::isfinite(v); }))
       std::printf("warning: a logit is not finite (random weights); the timing stands\n");
     return s;
@@ -358,15 +384,180 @@ int flash(int argc, char** argv) {
   return 0;
 }
 
+// Parameters a decode step of `batch` rows reads, split by how they are
+// stored in the FP8 formats: FP8 (the linears DeepSeek ships FP8, the routed
+// experts touched) and bf16 (compressors, the indexer's weights_proj, the
+// router, the LM head). The bf16 format stores both in bf16.
+struct DecodeParams {
+  double quantized = 0, bf16 = 0;
+};
+DecodeParams decode_params(const ModelConfig& c, int batch) {
+  const DeepseekV4Config& ds = *c.deepseek_v4;
+  const double hidden = c.hidden_size, heads = c.num_heads, hd = c.head_dim, q_lora = ds.q_lora_rank;
+  const double o = static_cast<double>(ds.o_groups) * ds.o_lora_rank, inter = ds.moe_intermediate_size;
+  const double e = ds.n_routed_experts, k = ds.num_experts_per_tok;
+  const double touched = e * (1.0 - std::pow(1.0 - k / e, batch));
+  DecodeParams p;
+  for (DeepseekV4Attention type : ds.layer_types) {
+    p.quantized += hidden * q_lora + q_lora * heads * hd + hidden * hd + heads * hd * ds.o_lora_rank + o * hidden;
+    p.quantized += (touched + 1) * 3 * hidden * inter;
+    p.bf16 += hidden * e;
+    if (type == DeepseekV4Attention::compressed_sparse) {
+      p.quantized += q_lora * ds.index_n_heads * ds.index_head_dim;
+      p.bf16 += 2 * hidden * 2 * hd + 2 * hidden * 2.0 * ds.index_head_dim + hidden * ds.index_n_heads;
+    } else if (type == DeepseekV4Attention::heavily_compressed) {
+      p.bf16 += 2 * hidden * hd;
+    }
+  }
+  p.bf16 += hidden * c.vocab_size;
+  return p;
+}
+
+int flash_formats(int argc, char** argv) {
+  const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int context = argc > 3 ? std::atoi(argv[3]) : 32768;
+  const int batch = argc > 4 ? std::atoi(argv[4]) : 64;
+  const int profile = argc > 5 ? std::atoi(argv[5]) : 0;
+  const int only_format = argc > 6 ? std::atoi(argv[6]) : 2;
+  constexpr int kChunk = 8192, kDecodeSteps = 16;
+  constexpr double kFp8PeakFlops = 1979e12;  // H200 dense FP8, the spec sheet
+  auto config = parse_model_config(flash_config_json(layers), "deepseek_v4_forward_bench --flash-formats");
+  if (!config.ok()) {
+    std::fprintf(stderr, "config: %s\n", config.error_message().c_str());
+    return 1;
+  }
+  constexpr std::int32_t kBlock = 128;
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock);
+  if (!layout.ok()) return 1;
+  const DeepseekV4Config& ds = *config->deepseek_v4;
+  struct Format {
+    const char* name;
+    bool as_bf16;
+    cuda::DeepseekV4DeviceOptions options;
+  };
+  const Format formats[] = {
+      {"bf16 (the FP8/FP4 values)", true, {}},
+      {"FP8 dense + FP4->FP8 experts, grouped kernel + mma.sync (bf16 activations)", false,
+       {.fp8_dense_gemm = cuda::Fp8DenseGemm::kernel, .moe_expert_gemm = cuda::MoeExpertGemm::grouped}},
+      {"FP8 dense + FP4->FP8 experts, cuBLASLt + wgmma (e4m3 activations; the default)", false, {}},
+  };
+  auto flops_of = [&](std::int64_t from, std::int64_t to) {
+    double total = 0;
+    for (std::int64_t p = from; p < to; ++p)
+      for (DeepseekV4Attention type : ds.layer_types) {
+        const LayerCost c = layer_cost(*config, type, p);
+        total += c.linear_flops + c.attention_flops;
+      }
+    return total + 2.0 * config->hidden_size * config->vocab_size;
+  };
+  std::vector<float> ref_prefill, ref_decode;
+  std::printf("| format | weights on the device | prefill 8k | prefill to %d | decode batch 1 at %d | decode batch %d "
+              "at %d | logits vs bf16 (prefill / decode) |\n|---|---|---|---|---|---|---|\n",
+              context, context, batch, context);
+  for (std::size_t fi = 0; fi < std::size(formats); ++fi) {
+    const Format& f = formats[fi];
+    if (profile != 0 && static_cast<int>(fi) != only_format) continue;
+    const auto t0 = Clock::now();
+    auto device = cuda::DeepseekV4DeviceForward::random(
+        *config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts, f.as_bf16, f.options);
+    if (!device.ok()) {
+      std::fprintf(stderr, "random: %s\n", device.error_message().c_str());
+      return 1;
+    }
+    const double make_s = seconds_since(t0);
+    const auto summary = (*device)->weight_summary();
+    std::fprintf(stderr,
+                 "%s: %d FP8 linears %.2f GB, %d bf16 %.2f GB, %d FP4 turned FP8 (%d inexact), made in %.1f s\n",
+                 f.name, summary.fp8_linears, summary.fp8_bytes / 1e9, summary.bf16_linears, summary.bf16_bytes / 1e9,
+                 summary.fp4_converted, summary.fp4_inexact, make_s);
+    double prefill8k = 0, prefill_all = 0, decode1 = 0, decode_b = 0;
+    std::vector<float> first_logits, decode_logits;
+    if (profile != 0) {
+      Harness h(**device, *layout, config->vocab_size, kBlock);
+      std::vector<std::int32_t> tokens = {context + kDecodeSteps};
+      for (int s = 0; s < batch; ++s) tokens.push_back(context + kDecodeSteps + 1);
+      if (!h.allocate(tokens)) return 1;
+      std::vector<int> all;
+      for (int s = 1; s <= batch; ++s) all.push_back(s);
+      const StepLayout step = profile == 2   ? h.step_of({0}, {0}, kChunk)
+                              : profile == 1 ? h.step_of(all, std::vector<int>(all.size(), context), 1)
+                                             : h.step_of({0}, {context}, 1);
+      (void)h.timed(step);  // warm-up
+      cudaProfilerStart();
+      const double s = h.timed(step);
+      cudaProfilerStop();
+      std::printf("profiled %s, mode %d: %.2f ms\n", f.name, profile, s * 1e3);
+      return 0;
+    }
+    {
+      Harness h(**device, *layout, config->vocab_size, kBlock);
+      std::vector<std::int32_t> tokens = {context + kDecodeSteps};
+      for (int s = 0; s < batch; ++s) tokens.push_back(context + kDecodeSteps + 1);
+      if (!h.allocate(tokens)) return 1;
+      (void)h.timed(h.step_of({0}, {0}, kChunk));  // warm-up: plans, arena growth (rewritten below)
+      for (int done = 0; done < context; done += kChunk) {
+        const double s = h.timed(h.step_of({0}, {done}, std::min(kChunk, context - done)),
+                                 done == 0 ? &first_logits : nullptr);
+        if (done == 0) prefill8k = s;
+        prefill_all += s;
+      }
+      for (int i = 0; i < kDecodeSteps; ++i)
+        decode1 += h.timed(h.step_of({0}, {context + i}, 1), i == 0 ? &decode_logits : nullptr);
+      decode1 /= kDecodeSteps;
+      std::vector<int> all;
+      for (int s = 1; s <= batch; ++s) all.push_back(s);
+      (void)h.timed(h.step_of(all, std::vector<int>(static_cast<std::size_t>(batch), context), 1));  // warm-up
+      for (int i = 0; i < kDecodeSteps; ++i)
+        decode_b += h.timed(h.step_of(all, std::vector<int>(static_cast<std::size_t>(batch), context + 1 + i), 1));
+      decode_b /= kDecodeSteps;
+    }
+    auto vs_ref = [](const std::vector<float>& got, const std::vector<float>& want) {
+      double d = 0, top = 0;
+      for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+        d = std::max(d, static_cast<double>(std::fabs(got[i] - want[i])));
+        top = std::max(top, static_cast<double>(std::fabs(want[i])));
+      }
+      return d / std::max(top, 1e-30);
+    };
+    std::string compare = "(the reference)";
+    if (ref_prefill.empty()) {
+      ref_prefill = first_logits;
+      ref_decode = decode_logits;
+    } else {
+      compare = fmt::format("{:.3g} / {:.3g}", vs_ref(first_logits, ref_prefill), vs_ref(decode_logits, ref_decode));
+    }
+    const DecodeParams p1 = decode_params(*config, 1), pb = decode_params(*config, batch);
+    const double bytes_per_quantized = f.as_bf16 ? 2.0 : 1.0;
+    const double bytes1 = p1.quantized * bytes_per_quantized + p1.bf16 * 2;
+    const double bytesb = pb.quantized * bytes_per_quantized + pb.bf16 * 2;
+    const double flops8k = flops_of(0, std::min(kChunk, context)), flops_all = flops_of(0, context);
+    std::printf("| %s | %.1f GB (made in %.1f s) | %.0f tok/s, %.0f TFLOP/s (%.1f%% of bf16, %.1f%% of FP8 peak) | "
+                "%.0f tok/s, %.0f TFLOP/s | %.2f ms, %.1f tok/s, %.1f%% of HBM (%.1f GB a step) | %.2f ms, %.0f tok/s, "
+                "%.1f%% of HBM (%.1f GB a step) | %s |\n",
+                f.name, static_cast<double>((*device)->weight_bytes()) / 1e9, make_s,
+                std::min(kChunk, context) / prefill8k,
+                flops8k / prefill8k / 1e12, 100 * flops8k / prefill8k / kBf16PeakFlops,
+                100 * flops8k / prefill8k / kFp8PeakFlops, context / prefill_all, flops_all / prefill_all / 1e12,
+                decode1 * 1e3, 1 / decode1, 100 * bytes1 / decode1 / kHbmBytesPerS, bytes1 / 1e9, decode_b * 1e3,
+                batch / decode_b, 100 * bytesb / decode_b / kHbmBytesPerS, bytesb / 1e9, compare.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s DIR [hidden] [layers] [experts] [prefill_tokens]\n"
-                 "       %s --flash [layers] [prefill_tokens] [decode_batch] [profile]\n",
-                 argv[0], argv[0]);
+                 "       %s --flash [layers] [prefill_tokens] [decode_batch] [profile]\n"
+                 "       %s --flash-formats [layers] [context] [decode_batch] [profile] [format]\n",
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
-  return std::string(argv[1]) == "--flash" ? flash(argc, argv) : baseline(argc, argv);
+  const std::string mode = argv[1];
+  if (mode == "--flash") return flash(argc, argv);
+  if (mode == "--flash-formats") return flash_formats(argc, argv);
+  return baseline(argc, argv);
 }
 
 }  // namespace

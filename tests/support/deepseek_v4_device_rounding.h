@@ -7,6 +7,16 @@
 //     output rounded to bf16 (the down GEMM's input), f32 sums;
 //   - the sparse attention: queries and keys in bf16.
 // Everything else (norms, ropes, mHC, routing, compression) as the reference.
+// DeviceRoundingKernels::e4m3_activations() adds, where the device forward's
+// default FP8 GEMMs (Fp8DenseGemm::cublaslt, MoeExpertGemm::fp8_wgmma) put
+// them, the roundings of their inputs to e4m3 per 1x128 block (scale
+// amax / 448, launch_quantize_fp8_rows' rule): a linear stored FP8 (its
+// dequantized values have at most 3 significand bits, which a bf16-stored
+// weight's 8 random ones never all do) with K a multiple of 128 over more
+// than 16 rows of the step (cuBLASLt's path of fp8_matmul.h); the routed experts' input
+// and activation at every size, their gate/up and down outputs in bf16 (the
+// wgmma kernel's); the shared expert's input and activation over more than
+// 16 rows (the rows of the step: those of the linear before it, the router).
 // Also the make-model options of the checkpoint the device goldens run: V4-Flash's
 // head widths (the kernels' widths) on a narrow, shallow body.
 #pragma once
@@ -15,6 +25,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -31,23 +43,51 @@ namespace sluice::testing {
 // steps), each twice what the CPU measures
 // (tests/model/deepseek_v4_device_rounding_test.cpp, which fails if the
 // measure passes half the bound):
-//  - against the exact reference: what the device's bf16 roundings cost;
-//  - against the reference with those roundings: what one f32 ulp of noise
-//    (other summation orders) costs once those roundings amplify it.
-// Measured on the CPU (2026-12-03): cost 1.83e-2 (f32 weights) and 9.43e-2
-// (FP8 / FP4-expert weights, whose logits are more sensitive); spread 8.15e-3
-// and 2.30e-2 (3 noise seeds). The greedy picks of these random models come
-// as close as 1.2e-3 to a tie, so a token is only compared where the margin
-// exceeds twice the bound.
-inline constexpr float kDeepseekV4DeviceRoundingBoundF32 = 4e-2f;
-inline constexpr float kDeepseekV4DeviceRoundingBoundFp8 = 2e-1f;
-inline constexpr float kDeepseekV4DeviceSpreadBoundF32 = 2e-2f;
-inline constexpr float kDeepseekV4DeviceSpreadBoundFp8 = 5e-2f;
-inline float deepseek_v4_device_rounding_bound(DType weights) {
-  return weights == DType::f32 ? kDeepseekV4DeviceRoundingBoundF32 : kDeepseekV4DeviceRoundingBoundFp8;
+//  - cost: against the exact reference, what the device's roundings cost;
+//  - spread: against the reference with those roundings, what one f32 ulp of
+//    noise (other summation orders) costs once those roundings amplify it.
+// Measured on the CPU (2026-12-03, 3 noise seeds):
+//   f32 checkpoint, bf16 roundings:           cost 1.83e-2, spread 8.15e-3
+//   FP8 + FP4 experts (widths 128), bf16:     cost 3.90e-2, spread 2.46e-2
+//   FP8 + FP8 experts (widths 128), bf16:     cost 2.17e-1, spread 4.86e-2
+//   FP8 + FP4 experts, e4m3 activations:      cost 3.80e-1, spread 5.30e-1
+//   FP8 + FP8 experts, e4m3 activations:      cost 3.83e-1, spread 3.84e-1
+// The bf16 rows are what the device's FP8 weights give with bf16 activations
+// (Fp8DenseGemm::kernel, MoeExpertGemm::grouped): e4m3 x 2^k is a bf16, so
+// those GEMMs compute the bf16 path's numbers. Under e4m3 activations these
+// random models are chaotic: one ulp of noise moves a rounding to e4m3's
+// 3-bit significand, a routing pick flips, and the logits move by a third
+// of their scale or more; so the e4m3 bounds (1 and more) only catch gross
+// errors (a wrong scale, layout or offset gives NaN or logits many times
+// their scale), and the e4m3 kernels are held tightly by their own tests
+// (V3's cuBLASLt block-scaled and grouped_gemm_fp8 tests in cuda_kernel_test).
+// The greedy picks of these random models come as close as 1.2e-3 to a tie,
+// so a token is only compared where the margin exceeds twice the bound.
+enum class DeepseekV4GoldenWeights { f32, fp8_fp4_experts, fp8_fp8_experts };
+struct DeepseekV4GoldenBounds {
+  float cost = 0.0f, spread = 0.0f;
+};
+inline DeepseekV4GoldenBounds deepseek_v4_device_bounds(DeepseekV4GoldenWeights weights, bool e4m3 = false) {
+  switch (weights) {
+    case DeepseekV4GoldenWeights::f32: return {4e-2f, 2e-2f};
+    case DeepseekV4GoldenWeights::fp8_fp4_experts: return e4m3 ? DeepseekV4GoldenBounds{1.0f, 1.2f}
+                                                               : DeepseekV4GoldenBounds{1e-1f, 6e-2f};
+    case DeepseekV4GoldenWeights::fp8_fp8_experts: return e4m3 ? DeepseekV4GoldenBounds{1.0f, 1.0f}
+                                                               : DeepseekV4GoldenBounds{5e-1f, 1.2e-1f};
+  }
+  return {};
 }
-inline float deepseek_v4_device_spread_bound(DType weights) {
-  return weights == DType::f32 ? kDeepseekV4DeviceSpreadBoundF32 : kDeepseekV4DeviceSpreadBoundFp8;
+inline constexpr float kDeepseekV4DeviceRoundingBoundF32 = 4e-2f;  // the f32 checkpoint's cost (engine goldens)
+inline DType deepseek_v4_golden_dtype(DeepseekV4GoldenWeights w) {
+  return w == DeepseekV4GoldenWeights::f32 ? DType::f32 : DType::f8_e4m3;
+}
+inline const char* deepseek_v4_golden_name(DeepseekV4GoldenWeights w) {
+  switch (w) {
+    case DeepseekV4GoldenWeights::f32: return "f32";
+    case DeepseekV4GoldenWeights::fp8_fp4_experts: return "fp8_fp4_experts";
+    case DeepseekV4GoldenWeights::fp8_fp8_experts: return "fp8_fp8_experts";
+  }
+  return "";
 }
 
 // (top - second) / max |v|: how far the greedy pick is from a tie.
@@ -76,9 +116,12 @@ inline std::int32_t argmax(std::span<const float> v) {
 
 // 4 layers (sliding, CSA, HCA, CSA; the first hash-routed), hidden 64, 4
 // heads of 512 (64 rope dims), index heads 4 x 128, index_topk 32, window
-// 8, CSA rate 4, HCA rate 16, 8 experts top 2.
+// 8, CSA rate 4, HCA rate 16, 8 experts top 2. The FP8 checkpoint (dtype
+// f8_e4m3: FP8 dense, FP4 routed experts, or FP8 ones with fp8_experts)
+// takes hidden, q_lora, o_lora and the experts' width at 128, so that every
+// FP8 kernel of the device forward takes it (128-row scale blocks).
 inline MakeModelOptions deepseek_v4_flash_width_options(const std::string& dir, std::int32_t vocab,
-                                                        DType dtype = DType::f32) {
+                                                        DType dtype = DType::f32, bool fp8_experts = false) {
   MakeModelOptions o;
   o.architecture = Architecture::deepseek_v4;
   o.num_layers = 4;
@@ -104,8 +147,21 @@ inline MakeModelOptions deepseek_v4_flash_width_options(const std::string& dir, 
   d.n_routed_experts = 8;
   d.num_experts_per_tok = 2;
   d.moe_intermediate_size = 64;
+  if (dtype == DType::f8_e4m3) {
+    o.hidden_size = 128;
+    d.q_lora_rank = 128;
+    d.o_lora_rank = 128;
+    d.moe_intermediate_size = 128;
+    d.fp8_experts = fp8_experts;
+  }
   o.out_dir = dir;
   return o;
+}
+
+inline MakeModelOptions deepseek_v4_golden_options(const std::string& dir, std::int32_t vocab,
+                                                   DeepseekV4GoldenWeights w) {
+  return deepseek_v4_flash_width_options(dir, vocab, deepseek_v4_golden_dtype(w),
+                                         w == DeepseekV4GoldenWeights::fp8_fp8_experts);
 }
 
 // With noise_seed set, every linear's and the attention's f32 outputs are
@@ -116,9 +172,20 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
  public:
   DeviceRoundingKernels() = default;
   explicit DeviceRoundingKernels(std::uint64_t noise_seed) : noisy_(true), rng_(noise_seed) {}
+  static std::unique_ptr<DeviceRoundingKernels> e4m3_activations(std::optional<std::uint64_t> noise_seed = {}) {
+    auto k = noise_seed ? std::make_unique<DeviceRoundingKernels>(*noise_seed) : std::make_unique<DeviceRoundingKernels>();
+    k->e4m3_ = true;
+    return k;
+  }
 
   void linear(std::span<const float> x, std::span<const float> w, std::int64_t in, std::span<float> y) const override {
-    k_.linear(bf16(x), bf16(w), in, y);
+    // The reference runs wo_a a row at a time; the device over the step's
+    // rows: a one-row call keeps the rows of the last wider one (the goldens'
+    // steps have two rows or more).
+    if (const auto rows = static_cast<std::int64_t>(x.size()) / in; rows > 1) step_rows_ = rows;
+    const bool e4m3 = e4m3_ && in % kBlock == 0 && step_rows_ > kKernelMaxRows &&
+                      (static_cast<std::int64_t>(w.size()) / in) % 16 == 0 && fp8_values(w);
+    k_.linear(e4m3 ? e4m3_blocks(x) : bf16(x), bf16(w), in, y);
     add_noise(y);
   }
   void rms_norm(std::span<float> x, std::int64_t dim, std::span<const float> w, float eps) const override {
@@ -164,18 +231,24 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
                       float limit, float weight, std::span<float> out) const override {
     const auto hidden = static_cast<std::int64_t>(x.size());
     const auto inter = static_cast<std::int64_t>(gate_up.size()) / (2 * hidden);
-    const std::vector<float> xb = bf16(x), gu = bf16(gate_up), dn = bf16(down);
+    // The reference passes the shared expert with weight 1 (a routed one's is
+    // a normalized score times routed_scaling_factor: never exactly 1 here).
+    const bool shared = weight == 1.0f;
+    const bool e4m3 = e4m3_ && hidden % kBlock == 0 && inter % kBlock == 0 && fp8_values(gate_up) &&
+                      (!shared || step_rows_ > kKernelMaxRows);
+    const bool bf16_out = e4m3 && !shared;  // the wgmma kernel's outputs
+    const std::vector<float> xb = e4m3 ? e4m3_blocks(x) : bf16(x), gu = bf16(gate_up), dn = bf16(down);
+    const auto out_rounded = [&](double v) { return bf16_out ? round(static_cast<float>(v)) : static_cast<float>(v); };
     std::vector<float> act(static_cast<std::size_t>(inter));
     for (std::int64_t i = 0; i < inter; ++i) {
-      const float gate = std::min(static_cast<float>(dot(gu.data() + i * hidden, xb.data(), hidden)), limit);
-      const float up =
-          std::clamp(static_cast<float>(dot(gu.data() + (inter + i) * hidden, xb.data(), hidden)), -limit, limit);
+      const float gate = std::min(out_rounded(dot(gu.data() + i * hidden, xb.data(), hidden)), limit);
+      const float up = std::clamp(out_rounded(dot(gu.data() + (inter + i) * hidden, xb.data(), hidden)), -limit, limit);
       act[static_cast<std::size_t>(i)] =
           round(static_cast<float>(gate / (1.0 + std::exp(-static_cast<double>(gate)))) * up * noise());
     }
+    if (e4m3) act = e4m3_blocks(act);
     for (std::int64_t h = 0; h < hidden; ++h)
-      out[static_cast<std::size_t>(h)] +=
-          static_cast<float>(dot(dn.data() + h * inter, act.data(), inter)) * noise() * weight;
+      out[static_cast<std::size_t>(h)] += out_rounded(dot(dn.data() + h * inter, act.data(), inter)) * noise() * weight;
   }
 
  private:
@@ -188,6 +261,30 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
       for (float& v : y) v *= noise();
   }
   static float round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+  // Each 128-wide block of each row of x: e4m3(v / s) * s, s = amax / 448
+  // (launch_quantize_fp8_rows' rule; a zero block stays zero).
+  static std::vector<float> e4m3_blocks(std::span<const float> x) {
+    std::vector<float> out(x.begin(), x.end());
+    for (std::size_t b = 0; b < out.size(); b += kBlock) {
+      const std::size_t end = std::min(out.size(), b + kBlock);
+      float amax = 0.0f;
+      for (std::size_t i = b; i < end; ++i) amax = std::max(amax, std::fabs(round(out[i])));
+      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (std::size_t i = b; i < end; ++i) out[i] = fp8_e4m3_to_f32(f32_to_fp8_e4m3(round(out[i]) / s)) * s;
+    }
+    return out;  // blocks never straddle rows: callers' widths are multiples of 128
+  }
+  // Whether w's first values have at most 3 significand bits (e4m3 or e2m1 times a power of two).
+  static bool fp8_values(std::span<const float> w) {
+    for (std::size_t i = 0; i < std::min<std::size_t>(w.size(), 256); ++i) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &w[i], 4);
+      if ((bits & 0xfffffu) != 0) return false;
+    }
+    return true;
+  }
+  static constexpr std::int64_t kBlock = 128;
+  static constexpr std::int64_t kKernelMaxRows = 16;  // fp8_matmul.h's kFp8KernelMaxRows
   static std::vector<float> bf16(std::span<const float> v) {
     std::vector<float> out(v.begin(), v.end());
     for (float& x : out) x = round(x);
@@ -200,6 +297,8 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
   }
   cpu::DeepseekV4CpuKernels k_;
   bool noisy_ = false;
+  bool e4m3_ = false;
+  mutable std::int64_t step_rows_ = 0;  // rows of the last linear over more than one: the step's
   mutable std::mt19937_64 rng_;
 };
 

@@ -18,8 +18,11 @@ namespace {
 // tensors were read, so that every other tensor is rejected by name.
 class HostWeightReader {
  public:
-  HostWeightReader(const Checkpoint& checkpoint, const ModelConfig& config)
-      : checkpoint_(checkpoint), config_(config), fp4_experts_(config.deepseek_v4->fp4_experts) {}
+  // With `keep` (DeepseekV4LoadOptions::keep_quantized), FP8 and FP4 tensors
+  // land there as stored and read as empty vectors.
+  HostWeightReader(const Checkpoint& checkpoint, const ModelConfig& config,
+                   std::map<std::string, DeepseekV4QuantizedLinear, std::less<>>* keep)
+      : checkpoint_(checkpoint), config_(config), fp4_experts_(config.deepseek_v4->fp4_experts), keep_(keep) {}
 
   Result<std::vector<float>> floats(const std::string& name, const Shape& shape) {
     SLUICE_TRY_ASSIGN(tensor, checkpoint_.get(name, shape));
@@ -55,6 +58,19 @@ class HostWeightReader {
     SLUICE_TRY_ASSIGN(scale, checkpoint_.get(scale_name, fp4_scale_shape(shape)));
     used_.insert(name);
     used_.insert(scale_name);
+    if (keep_ != nullptr) {
+      if (scale.dtype != DType::f8_e8m0 || (packed.dtype != DType::i8 && packed.dtype != DType::u8))
+        return Error{fmt::format("FP4 routed expert '{}' must be I8/U8 codes with F8_E8M0 scales", name)};
+      const auto* codes = packed.as<const std::uint8_t>();
+      const auto* scales = scale.as<const std::uint8_t>();
+      for (std::int64_t i = 0; i < scale.numel(); ++i)
+        if (scales[i] == 0xff) return Error{fmt::format("FP4 routed expert '{}': a group scale is the E8M0 NaN", name)};
+      (*keep_)[name] = DeepseekV4QuantizedLinear{
+          .format = DeepseekV4QuantizedLinear::Format::fp4_groups, .rows = shape[0], .cols = shape[1],
+          .bytes = std::vector<std::uint8_t>(codes, codes + packed.numel()),
+          .group_scales = std::vector<std::uint8_t>(scales, scales + scale.numel())};
+      return std::vector<float>{};
+    }
     return dequantize_fp4_groups(packed, scale, shape, name);
   }
 
@@ -91,12 +107,22 @@ class HostWeightReader {
       return Error{fmt::format("float8 tensor '{}' has no block scales '{}'", name, scale_name)};
     SLUICE_TRY_ASSIGN(scale, checkpoint_.get(scale_name, fp8_scale_shape(weight.shape, *config_.fp8)));
     used_.insert(scale_name);
+    const bool blocks_128 = config_.fp8->block_rows == 128 && config_.fp8->block_cols == 128;
+    if (keep_ != nullptr && weight.shape.rank == 2 && blocks_128) {
+      SLUICE_TRY_ASSIGN(multipliers, scale_multipliers(scale, scale_name));
+      const auto* bytes = weight.as<const std::uint8_t>();
+      (*keep_)[name] = DeepseekV4QuantizedLinear{
+          .format = DeepseekV4QuantizedLinear::Format::fp8_blocks, .rows = weight.shape[0], .cols = weight.shape[1],
+          .bytes = std::vector<std::uint8_t>(bytes, bytes + weight.numel()), .block_scales = std::move(multipliers)};
+      return std::vector<float>{};
+    }
     return dequantize_fp8_blocks(weight, scale, *config_.fp8, name);
   }
 
   const Checkpoint& checkpoint_;
   const ModelConfig& config_;
   const bool fp4_experts_;  // expert_dtype fp4: routed experts are FP4 pairs (model/fp4_weights.h)
+  std::map<std::string, DeepseekV4QuantizedLinear, std::less<>>* keep_;
   std::set<std::string, std::less<>> used_;
 };
 
@@ -139,7 +165,8 @@ struct DeepseekV4Reference::StepRows {
 
 Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const ModelConfig& config,
                                                                        const Checkpoint& checkpoint,
-                                                                       const DeepseekV4Kernels& kernels) {
+                                                                       const DeepseekV4Kernels& kernels,
+                                                                       const DeepseekV4LoadOptions& options) {
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   auto owned = std::unique_ptr<DeepseekV4Reference>(new DeepseekV4Reference());
   DeepseekV4Reference& m = *owned;
@@ -152,7 +179,7 @@ Result<std::unique_ptr<DeepseekV4Reference>> DeepseekV4Reference::load(const Mod
   const std::int64_t hidden = config.hidden_size, vocab = config.vocab_size, heads = config.num_heads;
   const std::int64_t hd = config.head_dim, hc = ds.hc_mult, inter = ds.moe_intermediate_size;
   const std::int64_t experts = ds.n_routed_experts;
-  HostWeightReader read(checkpoint, config);
+  HostWeightReader read(checkpoint, config, options.keep_quantized ? &m.quantized_ : nullptr);
   auto hyper_connection = [&](const std::string& prefix, std::int64_t mixes,
                               std::int64_t scales) -> Result<HyperConnection> {
     SLUICE_TRY_ASSIGN(fn, read.floats(prefix + "fn", {mixes, hc * hidden}));
@@ -502,8 +529,15 @@ Result<std::vector<float>> DeepseekV4Reference::append(Sequence& sequence, std::
   return logits;
 }
 
+const DeepseekV4QuantizedLinear* DeepseekV4Reference::quantized(const std::string& name) const {
+  const auto it = quantized_.find(name);
+  return it == quantized_.end() ? nullptr : &it->second;
+}
+
 Result<std::vector<float>> DeepseekV4Reference::forward(std::span<const StepSequence> sequences,
                                                         std::span<const std::int64_t> sample_rows) const {
+  if (!quantized_.empty())
+    return Error{"deepseek_v4: loaded with keep_quantized (for a device forward); the reference cannot run it"};
   const DeepseekV4Kernels& k = *kernels_;
   const std::int64_t hidden = config_.hidden_size, hc = ds_.hc_mult, vocab = config_.vocab_size;
   StepRows rows;

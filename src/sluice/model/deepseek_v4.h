@@ -24,12 +24,15 @@
 // them: FP8 e4m3 linears with `.scale` block scales (F8_E8M0 powers of two, or
 // F32) and, under expert_dtype fp4, routed experts as e2m1 pairs with one
 // E8M0 scale per 32 inputs (model/fp4_weights.h). Both are dequantized to f32
-// on load, exactly: every decoded value is an f32.
+// on load, exactly: every decoded value is an f32; or, for the device forward
+// (DeepseekV4LoadOptions::keep_quantized), kept as stored.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sluice/backend/deepseek_v4_kernels.h"
@@ -51,11 +54,36 @@ namespace cuda {
 class DeepseekV4DeviceForward;  // uploads these weights (model/cuda/deepseek_v4_forward.h)
 }
 
+// A linear kept as the checkpoint stores it (DeepseekV4LoadOptions::keep_quantized),
+// for a backend with FP8 GEMMs: the bytes and the scales, undecoded.
+struct DeepseekV4QuantizedLinear {
+  enum class Format {
+    fp8_blocks,  // bytes: e4m3 [rows, cols]; scales: f32 multipliers [ceil(rows / 128), ceil(cols / 128)]
+    fp4_groups,  // bytes: e2m1 pairs [rows, cols / 2]; scales: e8m0 codes [rows, ceil(cols / 32)] (fp4_weights.h)
+  };
+  Format format = Format::fp8_blocks;
+  std::int64_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> block_scales;         // fp8_blocks
+  std::vector<std::uint8_t> group_scales;  // fp4_groups
+};
+
+struct DeepseekV4LoadOptions {
+  // FP8 linears and FP4 routed experts stay as stored (quantized(name)), their
+  // f32 vectors empty: for the device forward, which runs them as they are.
+  // Such a reference cannot run forward() itself (it refuses).
+  bool keep_quantized = false;
+};
+
 class DeepseekV4Reference {
  public:
   // Tensors are copied to f32 host memory; `kernels` must outlive the model.
   static Result<std::unique_ptr<DeepseekV4Reference>> load(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                           const DeepseekV4Kernels& kernels);
+                                                           const DeepseekV4Kernels& kernels,
+                                                           const DeepseekV4LoadOptions& options = {});
+  // The checkpoint's bytes of `name` (e.g. "layers.0.attn.wq_a.weight") when
+  // loaded with keep_quantized and stored FP8 or FP4; null otherwise.
+  const DeepseekV4QuantizedLinear* quantized(const std::string& name) const;
 
   // The reference's own sequence state: every position's window latent and
   // compressor projections, and every compressed entry, never evicted.
@@ -154,6 +182,7 @@ class DeepseekV4Reference {
 
   ModelConfig config_;
   DeepseekV4Config ds_;
+  std::map<std::string, DeepseekV4QuantizedLinear, std::less<>> quantized_;  // keep_quantized only
   const DeepseekV4Kernels* kernels_ = nullptr;
   RotaryTable main_rope_, compress_rope_;
   std::vector<float> embed_;  // [vocab, hidden]

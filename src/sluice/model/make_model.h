@@ -72,6 +72,9 @@ struct DeepseekV4Shape {
   // YaRN on the compress rope over max_position_embeddings / yarn_factor original positions; 0 = none.
   float yarn_factor = 0.0f;
   std::int32_t mtp_layers = 0;  // num_nextn_predict_layers, written as mtp.* tensors
+  // With dtype f8_e4m3: routed experts in FP8 128x128 blocks (expert_dtype
+  // fp8, the -Base checkpoints' layout) instead of FP4.
+  bool fp8_experts = false;
 };
 
 struct MakeModelOptions {

@@ -42,15 +42,15 @@ void add_compressor(std::vector<PendingTensor>& out, const std::string& p, std::
   out.push_back({p + "norm.weight", {dim}, kNormInit});
 }
 
-// A routed expert is FP4 in an fp8 model, the shared one FP8.
+// A routed expert is FP4 in an fp8 model (FP8 with fp8_experts), the shared one FP8.
 enum class Expert { routed, shared };
 
 void add_swiglu(std::vector<PendingTensor>& out, const std::string& p, std::int64_t hidden, std::int64_t inter,
-                Expert kind) {
+                Expert kind, bool fp8_experts) {
   for (PendingTensor t : {fp8_linear(p + "w1.weight", inter, hidden), fp8_linear(p + "w2.weight", hidden, inter),
                           fp8_linear(p + "w3.weight", inter, hidden)}) {
-    t.fp4_expert = kind == Expert::routed;
-    t.quantizable = kind == Expert::shared;
+    t.fp4_expert = kind == Expert::routed && !fp8_experts;
+    t.quantizable = kind == Expert::shared || fp8_experts;
     out.push_back(t);
   }
 }
@@ -99,8 +99,8 @@ void add_layer(std::vector<PendingTensor>& out, const MakeModelOptions& o, const
     out.push_back({f + "gate.bias", {d.n_routed_experts}, Init{0.0f, 0.1f}, false, true});
   }
   for (std::int32_t e = 0; e < d.n_routed_experts; ++e)
-    add_swiglu(out, fmt::format("{}experts.{}.", f, e), h, d.moe_intermediate_size, Expert::routed);
-  add_swiglu(out, f + "shared_experts.", h, d.moe_intermediate_size, Expert::shared);
+    add_swiglu(out, fmt::format("{}experts.{}.", f, e), h, d.moe_intermediate_size, Expert::routed, d.fp8_experts);
+  add_swiglu(out, f + "shared_experts.", h, d.moe_intermediate_size, Expert::shared, d.fp8_experts);
 }
 
 }  // namespace
@@ -215,7 +215,7 @@ nlohmann::ordered_json deepseek_v4_config_json(const MakeModelOptions& o, const 
                          {"beta_fast", 32},
                          {"beta_slow", 1}};
   if (o.dtype == DType::f8_e4m3) {  // V4-Flash's own config.json fields
-    c["expert_dtype"] = "fp4";
+    c["expert_dtype"] = d.fp8_experts ? "fp8" : "fp4";
     c["quantization_config"] = {{"activation_scheme", "dynamic"},
                                 {"fmt", "e4m3"},
                                 {"quant_method", "fp8"},

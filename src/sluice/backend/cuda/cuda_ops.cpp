@@ -490,6 +490,7 @@ class CudaOps final : public Ops {
   }
 
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
+  const CudaOptions& options() const { return options_; }
   std::int64_t qkv_rope_epilogue_launches() const { return qkv_rope_epilogue_launches_; }
   std::int64_t cudnn_sdpa_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_runs(); }
   std::int64_t cudnn_sdpa_split_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_split_runs(); }
@@ -809,6 +810,12 @@ Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_fp8_gemm_counts: not a CUDA Ops"};
   return cuda_ops->fp8_gemm_counts();
+}
+
+Result<CudaOptions> cuda_ops_options(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_ops_options: not a CUDA Ops"};
+  return cuda_ops->options();
 }
 
 Result<std::int64_t> cuda_cudnn_sdpa_runs(const Ops& ops) {

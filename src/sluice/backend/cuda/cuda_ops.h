@@ -59,6 +59,10 @@ namespace sluice {
 // tests and benchmarks say which path ran instead of inferring it.
 [[nodiscard]] Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops);
 
+// The options this Ops was made with (a model forward outside the Ops, such
+// as DeepSeek-V4's, follows its kernel choices).
+[[nodiscard]] Result<CudaOptions> cuda_ops_options(const Ops& ops);
+
 // How many layer calls cuDNN's SDPA ran for this Ops (PrefillAttention::cudnn;
 // 0 when it never loaded or took no step): tests and benchmarks say which
 // path ran instead of inferring it.

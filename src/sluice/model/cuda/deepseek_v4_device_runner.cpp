@@ -18,16 +18,20 @@ namespace {
 class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
  public:
   static Result<std::unique_ptr<DeepseekV4DeviceRunner>> make(const ModelConfig& config,
-                                                              const Checkpoint& checkpoint, Ops& /*ops*/) {
+                                                              const Checkpoint& checkpoint, Ops& ops) {
     auto runner = std::unique_ptr<CudaDeepseekV4Runner>(new CudaDeepseekV4Runner());
-    SLUICE_TRY_ASSIGN(reference, DeepseekV4Reference::load(config, checkpoint, runner->kernels_));
+    SLUICE_TRY_ASSIGN(options, cuda_ops_options(ops));
+    runner->options_ = {.fp8_dense_gemm = options.fp8_dense_gemm, .moe_expert_gemm = options.moe_expert_gemm};
+    // FP8 linears and FP4 experts stay as stored until the upload (never dequantized on the host).
+    SLUICE_TRY_ASSIGN(reference,
+                      DeepseekV4Reference::load(config, checkpoint, runner->kernels_, {.keep_quantized = true}));
     runner->reference_ = std::move(reference);
     return std::unique_ptr<DeepseekV4DeviceRunner>(std::move(runner));
   }
 
   const DeepseekV4Reference& reference() const override { return *reference_; }
 
-  // Uploads the weights (bf16 linears) and then drops the host copy: the
+  // Uploads the weights (FP8 / FP4 as stored, see deepseek_v4_forward.h) and then drops the host copy: the
   // reference keeps only its config, so a later layout must have the same
   // block size (the device forward holds the first one).
   Status set_kv_layout(const DeepseekV4KvLayout& layout) override {
@@ -38,7 +42,7 @@ class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
                    ErrorCode::kInvalidArgument};
     }
     layout_ = layout;
-    SLUICE_TRY_ASSIGN(device, cuda::DeepseekV4DeviceForward::upload(*reference_, *layout_));
+    SLUICE_TRY_ASSIGN(device, cuda::DeepseekV4DeviceForward::upload(*reference_, *layout_, options_));
     device_ = std::move(device);
     cuda::DeepseekV4DeviceForward::release_host_weights(*reference_);
     return Ok{};
@@ -61,6 +65,7 @@ class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
   CudaDeepseekV4Runner() = default;
   cpu::DeepseekV4CpuKernels kernels_;  // DeepseekV4Reference::load keeps a pointer; nothing runs them here
   std::unique_ptr<DeepseekV4Reference> reference_;
+  cuda::DeepseekV4DeviceOptions options_;
   std::optional<DeepseekV4KvLayout> layout_;
   std::unique_ptr<cuda::DeepseekV4DeviceForward> device_;
 };

@@ -13,9 +13,12 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/cuda_dtype.h"
 #include "sluice/backend/cuda/device_buffer.h"
+#include "sluice/backend/cuda/fp8_matmul.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_quantized.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
+#include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/float_convert.h"
 #include "sluice/backend/rope.h"
 #include "sluice/model/deepseek_v4_step_plan.h"
@@ -56,31 +59,73 @@ DeviceArray<T> up(const std::vector<T>& host) {
   return d;
 }
 
-// A linear's weight in bf16, [rows, cols] (the Hugging Face [out, in] layout;
-// stacked experts: [experts * rows_each, cols]).
-struct Bf16Matrix {
-  DeviceArray<std::uint16_t> data;
-  std::int64_t rows = 0, cols = 0;
+// A linear's weight, [rows, cols] (the Hugging Face [out, in] layout;
+// stacked experts: [experts * rows_each, cols]): bf16, or FP8 e4m3 with f32
+// 128x128 block scales [ceil(rows / 128), scale_row_stride] (cuBLASLt's
+// padded rows: Fp8Matmul takes cuBLASLt's path only with that stride).
+struct Matrix {
+  DType dtype = DType::bf16;  // bf16 or f8_e4m3
+  DeviceArray<std::uint8_t> data;
+  DeviceArray<float> scales;
+  std::int64_t rows = 0, cols = 0, scale_row_stride = 0;
+
+  bool fp8() const { return dtype == DType::f8_e4m3; }
+  const void* ptr() const { return data.get(); }
+  // Rows [first, first + count); FP8: first on a 128-row block.
+  Tensor rows_tensor(std::int64_t first, std::int64_t count) const {
+    SLUICE_CHECK(first >= 0 && first + count <= rows);
+    const auto element = static_cast<std::int64_t>(dtype_size_bytes(dtype));
+    Tensor t{data.get() + first * cols * element, dtype, Shape{count, cols}};
+    if (fp8()) {
+      SLUICE_CHECK(first % kFp8Block == 0);
+      t.scales = BlockScales{.data = scales.get() + first / kFp8Block * scale_row_stride,
+                             .block_rows = kFp8Block, .block_cols = kFp8Block, .row_stride = scale_row_stride};
+    }
+    return t;
+  }
+  Tensor tensor() const { return rows_tensor(0, rows); }
+  std::int64_t bytes() const {
+    return static_cast<std::int64_t>(data.size()) + static_cast<std::int64_t>(scales.size()) * 4;
+  }
+  static constexpr std::int64_t kFp8Block = 128;
 };
 
+std::int64_t num_blocks(std::int64_t n) { return (n + Matrix::kFp8Block - 1) / Matrix::kFp8Block; }
+// cuBLASLt's row stride of a 128x128 weight scale grid over `cols` columns.
+std::int64_t lt_scale_row_stride(std::int64_t cols) {
+  return (num_blocks(cols) + kLtWeightScaleRowAlignment - 1) / kLtWeightScaleRowAlignment *
+         kLtWeightScaleRowAlignment;
+}
+
+Matrix bf16_matrix(std::int64_t rows, std::int64_t cols) {
+  return Matrix{.dtype = DType::bf16, .data = DeviceArray<std::uint8_t>(static_cast<std::size_t>(rows * cols * 2)),
+                .rows = rows, .cols = cols};
+}
+Matrix fp8_matrix(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t stride = lt_scale_row_stride(cols);
+  return Matrix{.dtype = DType::f8_e4m3, .data = DeviceArray<std::uint8_t>(static_cast<std::size_t>(rows * cols)),
+                .scales = DeviceArray<float>(static_cast<std::size_t>(num_blocks(rows) * stride)), .rows = rows,
+                .cols = cols, .scale_row_stride = stride};
+}
+
 // Rounds each host matrix to bf16 (to nearest even) and puts them back to back.
-Bf16Matrix up_bf16(const std::vector<const std::vector<float>*>& parts, std::int64_t cols) {
+Matrix up_bf16(const std::vector<const std::vector<float>*>& parts, std::int64_t cols) {
   std::size_t total = 0;
   for (const auto* p : parts) total += p->size();
   SLUICE_CHECK(cols > 0 && total % static_cast<std::size_t>(cols) == 0);
-  Bf16Matrix m{DeviceArray<std::uint16_t>(total), static_cast<std::int64_t>(total) / cols, cols};
+  Matrix m = bf16_matrix(static_cast<std::int64_t>(total) / cols, cols);
   std::vector<std::uint16_t> staged;
   std::size_t at = 0;
   for (const auto* p : parts) {
     staged.resize(p->size());
     std::transform(p->begin(), p->end(), staged.begin(), [](float v) { return f32_to_bf16(v); });
     if (!staged.empty())
-      SLUICE_CUDA_CHECK(cudaMemcpy(m.data.get() + at, staged.data(), staged.size() * 2, cudaMemcpyHostToDevice));
+      SLUICE_CUDA_CHECK(cudaMemcpy(m.data.get() + at * 2, staged.data(), staged.size() * 2, cudaMemcpyHostToDevice));
     at += staged.size();
   }
   return m;
 }
-Bf16Matrix up_bf16(const std::vector<float>& host, std::int64_t cols) { return up_bf16({&host}, cols); }
+Matrix up_bf16(const std::vector<float>& host, std::int64_t cols) { return up_bf16({&host}, cols); }
 
 const Dt kF32Dt = dt_of(DType::f32);
 const Dt kBf16Dt = dt_of(DType::bf16);
@@ -195,7 +240,7 @@ struct DeepseekV4DeviceForward::Weights {
     V4HcWeights view() const { return {fn.get(), base.get(), scale.get()}; }
   };
   struct Compressor {
-    Bf16Matrix wkv, wgate;
+    Matrix wkv, wgate;
     DeviceArray<float> ape, norm;
     DeepseekV4PoolRegion region;
   };
@@ -204,15 +249,16 @@ struct DeepseekV4DeviceForward::Weights {
     bool hash = false;
     Hc attn_hc, ffn_hc;
     DeviceArray<float> attn_norm, ffn_norm, q_norm, kv_norm, sinks;
-    Bf16Matrix wq_a, wq_b, wkv, wo_a, wo_b;  // wo_a: [groups * o_lora, heads * head_dim / groups]
+    Matrix wq_a, wq_b, wkv, wo_a, wo_b;  // wo_a: [groups * o_lora, heads * head_dim / groups]
     std::optional<Compressor> compressor, index_compressor;
-    Bf16Matrix index_wq_b, index_weights_proj;
-    Bf16Matrix router;
+    Matrix index_wq_b, index_weights_proj;
+    Matrix router;
     DeviceArray<float> bias;
     DeviceArray<std::int32_t> tid2eid;
-    Bf16Matrix experts_gate_up;  // [experts * 2 * inter, hidden]: each expert's w1 rows, then its w3 rows
-    Bf16Matrix experts_down;     // [experts * hidden, inter]
-    Bf16Matrix shared_gate_up, shared_down;
+    // One format for both (the expert GEMM path is chosen per layer):
+    Matrix experts_gate_up;  // [experts * 2 * inter, hidden]: each expert's w1 rows, then its w3 rows
+    Matrix experts_down;     // [experts * hidden, inter]
+    Matrix shared_gate_up, shared_down;
     std::int64_t window_offset = 0;
   };
   const DeepseekV4KvLayout* layout = nullptr;
@@ -221,9 +267,11 @@ struct DeepseekV4DeviceForward::Weights {
   DeviceArray<float> main_freq, compress_freq;
   float main_scale = 1.0f, compress_scale = 1.0f;
   DeviceArray<float> embed, final_norm;
-  Bf16Matrix head;
+  Matrix head;
   Hc hc_head;
   std::vector<Layer> layers;
+  DeepseekV4DeviceOptions options;
+  WeightSummary summary;
 
   V4Rope main_rope() const { return {main_freq.get(), ds.qk_rope_head_dim, main_scale}; }
   V4Rope compress_rope() const { return {compress_freq.get(), ds.qk_rope_head_dim, compress_scale}; }
@@ -235,15 +283,21 @@ struct DeepseekV4DeviceForward::Runtime {
   cudaStream_t stream = nullptr;
   std::unique_ptr<LtGemm> gemm;
   std::unique_ptr<LtBatchedGemm> batched;
+  std::unique_ptr<Fp8Matmul> fp8;
+  // Fp8Matmul's quantized activations: reset before each FP8 linear (one
+  // stream: the previous GEMM has read its bytes before the next quantize).
+  ScratchArena fp8_scratch{kFp8ScratchBytes};
 
   // The cuBLASLt handles are made for one stream; a call on another remakes them.
-  void bind(cudaStream_t s) {
+  void bind(cudaStream_t s, Fp8DenseGemm fp8_dense) {
     if (gemm != nullptr && s == stream) return;
     gemm = std::make_unique<LtGemm>(s, kGemmWorkspaceBytes);
     batched = std::make_unique<LtBatchedGemm>(s);
+    fp8 = std::make_unique<Fp8Matmul>(*gemm, fp8_dense);
     stream = s;
   }
   static constexpr std::int64_t kGemmWorkspaceBytes = 32LL << 20;
+  static constexpr std::int64_t kFp8ScratchBytes = 64LL << 20;
 };
 
 DeepseekV4DeviceForward::DeepseekV4DeviceForward() : w_(std::make_unique<Weights>()), rt_(std::make_unique<Runtime>()) {}
@@ -276,35 +330,178 @@ std::vector<float> inverse_frequencies(const DeepseekV4Rope& rope, std::int32_t 
 
 }  // namespace
 
-Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload(const DeepseekV4Reference& ref,
-                                                                                 const DeepseekV4KvLayout& layout) {
+namespace {
+
+using Summary = DeepseekV4DeviceForward::WeightSummary;
+
+// FP4 parts stacked by rows into one matrix: FP8 where launch_v4_fp4_to_fp8
+// is exact for every block (and `fp8_ok`), else bf16, both made on the device.
+Matrix fp4_on_device(const DeviceArray<std::uint8_t>& codes, const DeviceArray<std::uint8_t>& group_scales,
+                     std::int64_t rows, std::int64_t cols, bool fp8_ok, Summary& summary) {
+  if (fp8_ok) {
+    Matrix m = fp8_matrix(rows, cols);
+    DeviceArray<std::int32_t> inexact(1);
+    SLUICE_CUDA_CHECK(cudaMemset(inexact.get(), 0, sizeof(std::int32_t)));
+    launch_v4_fp4_to_fp8({.codes = codes.get(), .group_scales = group_scales.get(), .rows = rows, .cols = cols,
+                          .out = m.data.get(), .block_scales = m.scales.get(), .scale_row_stride = m.scale_row_stride,
+                          .inexact_blocks = inexact.get()},
+                         nullptr);
+    std::int32_t host_inexact = 0;
+    SLUICE_CUDA_CHECK(cudaMemcpy(&host_inexact, inexact.get(), sizeof(host_inexact), cudaMemcpyDeviceToHost));
+    if (host_inexact == 0) {
+      ++summary.fp4_converted;
+      return m;
+    }
+    ++summary.fp4_inexact;
+  } else {
+    ++summary.dequantized_on_device;
+  }
+  Matrix m = bf16_matrix(rows, cols);
+  launch_v4_fp4_to_bf16(codes.get(), group_scales.get(), rows, cols, m.data.get(), nullptr);
+  SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
+  return m;
+}
+
+// The reference's linears on the device: as the checkpoint stores them where
+// the reference kept them quantized (DeepseekV4LoadOptions::keep_quantized)
+// and an FP8 kernel takes the shape, else bf16.
+class Uploader {
+ public:
+  Uploader(const DeepseekV4Reference& ref, Summary& summary) : ref_(ref), summary_(summary) {}
+
+  // A weight of `parts` stacked by rows (one part: a plain linear), each part
+  // [rows_each, cols]; `f32` their host values where not quantized. FP8 stays
+  // FP8 when `fp8_ok` and every part but the last ends on a 128-row block.
+  Result<Matrix> stacked(const std::vector<std::string>& names, const std::vector<const std::vector<float>*>& f32,
+                         std::int64_t rows_each, std::int64_t cols, bool fp8_ok) {
+    std::vector<const DeepseekV4QuantizedLinear*> q;
+    for (const std::string& name : names) q.push_back(ref_.quantized(name));
+    const bool any = std::any_of(q.begin(), q.end(), [](auto* p) { return p != nullptr; });
+    const std::int64_t rows = rows_each * static_cast<std::int64_t>(names.size());
+    if (!any) {
+      Matrix m = up_bf16(f32, cols);
+      SLUICE_CHECK_EQ(m.rows, rows);
+      count(m);
+      return m;
+    }
+    for (std::size_t i = 0; i < q.size(); ++i)
+      if (q[i] == nullptr || q[i]->format != q[0]->format || q[i]->rows != rows_each || q[i]->cols != cols)
+        return Error{fmt::format("deepseek_v4 on CUDA: '{}' is stored unlike '{}' (the weights stacked with it)",
+                                 names[i], names[0])};
+    Matrix m;
+    if (q[0]->format == DeepseekV4QuantizedLinear::Format::fp4_groups) {
+      std::vector<std::uint8_t> codes, scales;
+      for (const auto* p : q) {
+        codes.insert(codes.end(), p->bytes.begin(), p->bytes.end());
+        scales.insert(scales.end(), p->group_scales.begin(), p->group_scales.end());
+      }
+      m = fp4_on_device(up(codes), up(scales), rows, cols, fp8_ok && cols % 32 == 0, summary_);
+    } else if (fp8_ok && (names.size() == 1 || rows_each % Matrix::kFp8Block == 0)) {
+      m = fp8_matrix(rows, cols);
+      std::vector<float> grid(m.scales.size(), 0.0f);
+      const std::int64_t part_blocks = num_blocks(rows_each), col_blocks = num_blocks(cols);
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        SLUICE_CUDA_CHECK(cudaMemcpy(m.data.get() + static_cast<std::int64_t>(i) * rows_each * cols,
+                                     q[i]->bytes.data(), q[i]->bytes.size(), cudaMemcpyHostToDevice));
+        for (std::int64_t br = 0; br < part_blocks; ++br) {
+          const std::int64_t row = static_cast<std::int64_t>(i) * part_blocks + br;  // in the stacked grid
+          for (std::int64_t bc = 0; bc < col_blocks; ++bc)
+            grid[static_cast<std::size_t>(row * m.scale_row_stride + bc)] =
+                q[i]->block_scales[static_cast<std::size_t>(br * col_blocks + bc)];
+        }
+      }
+      SLUICE_CUDA_CHECK(cudaMemcpy(m.scales.get(), grid.data(), grid.size() * 4, cudaMemcpyHostToDevice));
+    } else {
+      // No FP8 kernel for this shape: each part dequantized to bf16 on the device.
+      m = bf16_matrix(rows, cols);
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        const DeviceArray<std::uint8_t> bytes = up(q[i]->bytes);
+        const DeviceArray<float> grid = up(q[i]->block_scales);
+        launch_v4_fp8_to_bf16(bytes.get(), grid.get(), num_blocks(cols), rows_each, cols,
+                              m.data.get() + static_cast<std::int64_t>(i) * rows_each * cols * 2, nullptr);
+        SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      ++summary_.dequantized_on_device;
+    }
+    count(m);
+    return m;
+  }
+  Result<Matrix> linear(const std::string& name, const std::vector<float>& f32, std::int64_t rows, std::int64_t cols,
+                        bool fp8_ok) {
+    return stacked({name}, {&f32}, rows, cols, fp8_ok);
+  }
+
+ private:
+  void count(const Matrix& m) {
+    if (m.fp8()) {
+      ++summary_.fp8_linears;
+      summary_.fp8_bytes += m.bytes();
+    } else {
+      ++summary_.bf16_linears;
+      summary_.bf16_bytes += m.bytes();
+    }
+  }
+  const DeepseekV4Reference& ref_;
+  Summary& summary_;
+};
+
+// Whether the FP8 kernels take these widths: dense linears (Fp8Matmul: the
+// grouped kernel needs K a multiple of 16; cuBLASLt falls back to it), the
+// grouped wo_a (each group's rows on 128-row blocks), the routed experts
+// (under the layer's expert GEMM: mma.sync needs N a multiple of 128 for
+// each group and K of 16; wgmma both of 128).
+bool dense_fp8_ok(std::int64_t cols) { return grouped_gemm_supports(cols, true); }
+bool experts_fp8_ok(std::int64_t hidden, std::int64_t inter, MoeExpertGemm gemm) {
+  if (gemm == MoeExpertGemm::fp8_wgmma)
+    return grouped_gemm_fp8_supports(2 * inter, hidden) && grouped_gemm_fp8_supports(hidden, inter);
+  return (2 * inter) % Matrix::kFp8Block == 0 && hidden % Matrix::kFp8Block == 0 &&
+         grouped_gemm_supports(hidden, true) && grouped_gemm_supports(inter, true);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload(
+    const DeepseekV4Reference& ref, const DeepseekV4KvLayout& layout, const DeepseekV4DeviceOptions& options) {
   const ModelConfig& config = ref.config_;
   const DeepseekV4Config& ds = ref.ds_;
   SLUICE_TRY(check_widths(config, ds));
   prepare_grouped_gemm();
+  prepare_grouped_gemm_fp8();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
   Weights& w = *owned->w_;
-  const std::int64_t hidden = config.hidden_size;
+  const std::int64_t hidden = config.hidden_size, heads = config.num_heads, hd = config.head_dim;
+  const std::int64_t inter = ds.moe_intermediate_size, q_lora = ds.q_lora_rank;
+  const std::int64_t o_rows = std::int64_t{ds.o_groups} * ds.o_lora_rank, group_in = heads * hd / ds.o_groups;
   w.layout = &layout;
   w.config = config;
   w.ds = ds;
+  w.options = options;
+  Uploader u(ref, w.summary);
   w.main_freq = up(ref.main_rope_.inv_freq);
   w.compress_freq = up(ref.compress_rope_.inv_freq);
   w.main_scale = ref.main_rope_.cos_sin_scale;
   w.compress_scale = ref.compress_rope_.cos_sin_scale;
   w.embed = up(ref.embed_);
   w.final_norm = up(ref.final_norm_);
-  w.head = up_bf16(ref.head_, hidden);
+  SLUICE_TRY_ASSIGN(head, u.linear("head.weight", ref.head_, config.vocab_size, hidden, dense_fp8_ok(hidden)));
+  w.head = std::move(head);
   auto hc = [](const DeepseekV4Reference::HyperConnection& h) {
     return Weights::Hc{up(h.fn), up(h.base), up(h.scale)};
   };
-  auto compressor = [&](const DeepseekV4Reference::Compressor& c, const DeepseekV4PoolRegion& region) {
-    return Weights::Compressor{up_bf16(c.wkv, hidden), up_bf16(c.wgate, hidden), up(c.ape), up(c.norm), region};
+  auto compressor = [&](const std::string& prefix, const DeepseekV4Reference::Compressor& c,
+                        const DeepseekV4PoolRegion& region) -> Result<Weights::Compressor> {
+    const auto width = static_cast<std::int64_t>(c.ape.size()) / static_cast<std::int64_t>(region.rate);
+    SLUICE_TRY_ASSIGN(wkv, u.linear(prefix + "wkv.weight", c.wkv, width, hidden, dense_fp8_ok(hidden)));
+    SLUICE_TRY_ASSIGN(wgate, u.linear(prefix + "wgate.weight", c.wgate, width, hidden, dense_fp8_ok(hidden)));
+    return Weights::Compressor{std::move(wkv), std::move(wgate), up(c.ape), up(c.norm), region};
   };
   w.hc_head = hc(ref.hc_head_);
+  const bool wo_a_fp8 = ds.o_lora_rank % Matrix::kFp8Block == 0 && dense_fp8_ok(group_in);
+  const bool experts_fp8 = experts_fp8_ok(hidden, inter, options.moe_expert_gemm);
   for (std::size_t l = 0; l < ref.layers_.size(); ++l) {
     const DeepseekV4Reference::Layer& src = ref.layers_[l];
     const DeepseekV4LayerRegion& region = layout.layer(l);
+    const std::string a = fmt::format("layers.{}.attn.", l), f = fmt::format("layers.{}.ffn.", l);
     Weights::Layer& d = w.layers.emplace_back();
     d.type = src.type;
     d.window_offset = region.window_offset;
@@ -312,36 +509,77 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
     d.ffn_hc = hc(src.ffn_hc);
     d.attn_norm = up(src.attn_norm);
     d.ffn_norm = up(src.ffn_norm);
-    const auto& a = src.attention;
-    d.wq_a = up_bf16(a.wq_a, hidden);
-    d.q_norm = up(a.q_norm);
-    d.wq_b = up_bf16(a.wq_b, ds.q_lora_rank);
-    d.wkv = up_bf16(a.wkv, hidden);
-    d.kv_norm = up(a.kv_norm);
-    d.wo_a = up_bf16(a.wo_a, std::int64_t{config.num_heads} * config.head_dim / ds.o_groups);
-    d.wo_b = up_bf16(a.wo_b, std::int64_t{ds.o_groups} * ds.o_lora_rank);
-    d.sinks = up(a.sinks);
-    if (a.compressor) d.compressor = compressor(*a.compressor, *region.compressor);
-    if (a.indexer) {
-      d.index_compressor = compressor(a.indexer->compressor, *region.indexer);
-      d.index_wq_b = up_bf16(a.indexer->wq_b, ds.q_lora_rank);
-      d.index_weights_proj = up_bf16(a.indexer->weights_proj, hidden);
+    const auto& at = src.attention;
+    SLUICE_TRY_ASSIGN(wq_a, u.linear(a + "wq_a.weight", at.wq_a, q_lora, hidden, dense_fp8_ok(hidden)));
+    SLUICE_TRY_ASSIGN(wq_b, u.linear(a + "wq_b.weight", at.wq_b, heads * hd, q_lora, dense_fp8_ok(q_lora)));
+    SLUICE_TRY_ASSIGN(wkv, u.linear(a + "wkv.weight", at.wkv, hd, hidden, dense_fp8_ok(hidden)));
+    SLUICE_TRY_ASSIGN(wo_a, u.linear(a + "wo_a.weight", at.wo_a, o_rows, group_in, wo_a_fp8));
+    SLUICE_TRY_ASSIGN(wo_b, u.linear(a + "wo_b.weight", at.wo_b, hidden, o_rows, dense_fp8_ok(o_rows)));
+    d.wq_a = std::move(wq_a);
+    d.wq_b = std::move(wq_b);
+    d.wkv = std::move(wkv);
+    d.wo_a = std::move(wo_a);
+    d.wo_b = std::move(wo_b);
+    d.q_norm = up(at.q_norm);
+    d.kv_norm = up(at.kv_norm);
+    d.sinks = up(at.sinks);
+    if (at.compressor) {
+      SLUICE_TRY_ASSIGN(c, compressor(a + "compressor.", *at.compressor, *region.compressor));
+      d.compressor = std::move(c);
+    }
+    if (at.indexer) {
+      SLUICE_TRY_ASSIGN(c, compressor(a + "indexer.compressor.", at.indexer->compressor, *region.indexer));
+      d.index_compressor = std::move(c);
+      const std::int64_t iq_rows = std::int64_t{ds.index_n_heads} * ds.index_head_dim;
+      SLUICE_TRY_ASSIGN(iq, u.linear(a + "indexer.wq_b.weight", at.indexer->wq_b, iq_rows, q_lora,
+                                     dense_fp8_ok(q_lora)));
+      SLUICE_TRY_ASSIGN(iw, u.linear(a + "indexer.weights_proj.weight", at.indexer->weights_proj, ds.index_n_heads,
+                                     hidden, dense_fp8_ok(hidden)));
+      d.index_wq_b = std::move(iq);
+      d.index_weights_proj = std::move(iw);
     }
     const auto& m = src.moe;
-    d.router = up_bf16(m.router, hidden);
+    SLUICE_TRY_ASSIGN(router, u.linear(f + "gate.weight", m.router, ds.n_routed_experts, hidden, dense_fp8_ok(hidden)));
+    d.router = std::move(router);
     d.hash = !m.tid2eid.empty();
     if (d.hash) d.tid2eid = up(m.tid2eid);
     else d.bias = up(m.bias);
+    // Routed experts: per expert w1 then w3 (inter rows each) for gate_up, w2 for down.
+    std::vector<std::string> gate_up_names, down_names;
     std::vector<const std::vector<float>*> gate_up, down;
+    std::vector<std::vector<float>> halves;  // f32 w1 / w3 halves of each expert's gate_up (unquantized only)
+    halves.reserve(2 * m.gate_up.size());
     for (std::size_t e = 0; e < m.gate_up.size(); ++e) {
-      gate_up.push_back(&m.gate_up[e]);
+      gate_up_names.push_back(fmt::format("{}experts.{}.w1.weight", f, e));
+      gate_up_names.push_back(fmt::format("{}experts.{}.w3.weight", f, e));
+      down_names.push_back(fmt::format("{}experts.{}.w2.weight", f, e));
+      const std::vector<float>& both = m.gate_up[e];
+      const auto half = static_cast<std::ptrdiff_t>(both.size() / 2);
+      halves.emplace_back(both.begin(), both.begin() + half);
+      halves.emplace_back(both.begin() + half, both.end());
+      gate_up.push_back(&halves[halves.size() - 2]);
+      gate_up.push_back(&halves.back());
       down.push_back(&m.down[e]);
     }
-    d.experts_gate_up = up_bf16(gate_up, hidden);
-    d.experts_down = up_bf16(down, ds.moe_intermediate_size);
-    d.shared_gate_up = up_bf16(m.shared_gate_up, hidden);
-    d.shared_down = up_bf16(m.shared_down, ds.moe_intermediate_size);
+    SLUICE_TRY_ASSIGN(experts_gate_up, u.stacked(gate_up_names, gate_up, inter, hidden, experts_fp8));
+    SLUICE_TRY_ASSIGN(experts_down, u.stacked(down_names, down, hidden, inter, experts_fp8));
+    if (experts_gate_up.fp8() != experts_down.fp8())
+      return Error{fmt::format("deepseek_v4 on CUDA: layer {}'s routed experts hold gate/up and down in different "
+                               "formats (an FP4 weight with an inexact block?); the expert GEMMs take one",
+                               l)};
+    d.experts_gate_up = std::move(experts_gate_up);
+    d.experts_down = std::move(experts_down);
+    const auto shared_half = m.shared_gate_up.begin() + static_cast<std::ptrdiff_t>(m.shared_gate_up.size() / 2);
+    const std::vector<float> shared_w1(m.shared_gate_up.begin(), shared_half);
+    const std::vector<float> shared_w3(shared_half, m.shared_gate_up.end());
+    SLUICE_TRY_ASSIGN(shared_gate_up, u.stacked({f + "shared_experts.w1.weight", f + "shared_experts.w3.weight"},
+                                                {&shared_w1, &shared_w3}, inter, hidden, dense_fp8_ok(hidden)));
+    SLUICE_TRY_ASSIGN(shared_down, u.linear(f + "shared_experts.w2.weight", m.shared_down, hidden, inter,
+                                            dense_fp8_ok(inter)));
+    d.shared_gate_up = std::move(shared_gate_up);
+    d.shared_down = std::move(shared_down);
   }
+  SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
   return owned;
 }
 
@@ -357,25 +595,74 @@ void DeepseekV4DeviceForward::release_host_weights(DeepseekV4Reference& ref) {
   drop(ref.head_);
   drop_hc(ref.hc_head_);
   drop(ref.layers_);
+  ref.quantized_.clear();
 }
 
-Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random(const ModelConfig& config,
-                                                                                 const DeepseekV4KvLayout& layout,
-                                                                                 std::uint64_t seed) {
+Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random(
+    const ModelConfig& config, const DeepseekV4KvLayout& layout, std::uint64_t seed, DeepseekV4RandomWeights kind,
+    bool as_bf16, const DeepseekV4DeviceOptions& options) {
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   const DeepseekV4Config& ds = *config.deepseek_v4;
   SLUICE_TRY(check_widths(config, ds));
   prepare_grouped_gemm();
+  prepare_grouped_gemm_fp8();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
   Weights& w = *owned->w_;
+  w.options = options;
   const std::int64_t hidden = config.hidden_size, hc = ds.hc_mult, heads = config.num_heads, hd = config.head_dim;
   const std::int64_t inter = ds.moe_intermediate_size, experts = ds.n_routed_experts, vocab = config.vocab_size;
   std::uint64_t fill_seed = seed * 1000003;  // one more for every tensor
-  // Uniform in (-scale, scale); a linear's scale is 1 / sqrt(its input width).
-  auto matrix = [&](std::int64_t rows, std::int64_t cols) {
-    Bf16Matrix m{DeviceArray<std::uint16_t>(static_cast<std::size_t>(rows * cols)), rows, cols};
-    launch_v4_fill_uniform(m.data.get(), kBf16Dt, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)),
-                           ++fill_seed, nullptr);
+  auto count = [&](const Matrix& m) {
+    (m.fp8() ? w.summary.fp8_linears : w.summary.bf16_linears) += 1;
+    (m.fp8() ? w.summary.fp8_bytes : w.summary.bf16_bytes) += m.bytes();
+  };
+  auto to_bf16 = [&](const Matrix& m) {
+    Matrix b = bf16_matrix(m.rows, m.cols);
+    launch_v4_fp8_to_bf16(m.data.get(), m.scales.get(), m.scale_row_stride, m.rows, m.cols, b.data.get(), nullptr);
+    SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
+    return b;
+  };
+  // Values of about 1 / sqrt(the input width): bf16 uniform (what DeepSeek
+  // keeps in bf16, and every linear of the bf16 kind), or FP8 blocks
+  // (`quantized` linears of the other kinds; bf16 twins under as_bf16).
+  auto matrix = [&](std::int64_t rows, std::int64_t cols, bool quantized = false) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    Matrix m;
+    if (quantized && kind != DeepseekV4RandomWeights::bf16) {
+      m = fp8_matrix(rows, cols);
+      launch_v4_fill_fp8_random(m.data.get(), m.scales.get(), m.scale_row_stride, rows, cols, scale, ++fill_seed,
+                                nullptr);
+      if (as_bf16 || !dense_fp8_ok(cols)) m = to_bf16(m);
+    } else {
+      m = bf16_matrix(rows, cols);
+      launch_v4_fill_uniform(m.data.get(), kBf16Dt, rows * cols, scale, ++fill_seed, nullptr);
+    }
+    count(m);
+    return m;
+  };
+  // The routed experts: FP8 blocks, or FP4 groups turned into FP8 on the device (fp8_fp4_experts).
+  const bool experts_fp8 = experts_fp8_ok(hidden, inter, options.moe_expert_gemm) && !as_bf16;
+  auto expert_matrix = [&](std::int64_t rows, std::int64_t cols) {
+    if (kind == DeepseekV4RandomWeights::bf16) return matrix(rows, cols);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    Matrix m;
+    if (kind == DeepseekV4RandomWeights::fp8) {
+      Matrix q = fp8_matrix(rows, cols);
+      launch_v4_fill_fp8_random(q.data.get(), q.scales.get(), q.scale_row_stride, rows, cols, scale, ++fill_seed,
+                                nullptr);
+      if (experts_fp8) {
+        m = std::move(q);
+      } else {
+        m = to_bf16(q);
+        if (!as_bf16) ++w.summary.dequantized_on_device;
+      }
+    } else {
+      DeviceArray<std::uint8_t> codes(static_cast<std::size_t>(rows * cols / 2));
+      DeviceArray<std::uint8_t> scales(static_cast<std::size_t>(rows * (cols / 32)));
+      launch_v4_fill_fp4_random(codes.get(), scales.get(), rows, cols, scale, ++fill_seed, nullptr);
+      m = fp4_on_device(codes, scales, rows, cols, experts_fp8, w.summary);
+    }
+    count(m);
     return m;
   };
   auto floats = [&](std::int64_t n, float scale, float offset = 0.0f) {
@@ -394,6 +681,7 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
   w.layout = &layout;
   w.config = config;
   w.ds = ds;
+  const bool wo_a_quantized = ds.o_lora_rank % Matrix::kFp8Block == 0;
   w.main_freq = up(inverse_frequencies(ds.main_rope, ds.qk_rope_head_dim));
   w.compress_freq = up(inverse_frequencies(ds.compress_rope, ds.qk_rope_head_dim));
   w.main_scale = ds.main_rope.cos_sin_scale;
@@ -411,13 +699,13 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
     d.ffn_hc = hc_weights((2 + hc) * hc, 3);
     d.attn_norm = floats(hidden, 0.0f, 1.0f);
     d.ffn_norm = floats(hidden, 0.0f, 1.0f);
-    d.wq_a = matrix(ds.q_lora_rank, hidden);
+    d.wq_a = matrix(ds.q_lora_rank, hidden, true);
     d.q_norm = floats(ds.q_lora_rank, 0.0f, 1.0f);
-    d.wq_b = matrix(heads * hd, ds.q_lora_rank);
-    d.wkv = matrix(hd, hidden);
+    d.wq_b = matrix(heads * hd, ds.q_lora_rank, true);
+    d.wkv = matrix(hd, hidden, true);
     d.kv_norm = floats(hd, 0.0f, 1.0f);
-    d.wo_a = matrix(std::int64_t{ds.o_groups} * ds.o_lora_rank, heads * hd / ds.o_groups);
-    d.wo_b = matrix(hidden, std::int64_t{ds.o_groups} * ds.o_lora_rank);
+    d.wo_a = matrix(std::int64_t{ds.o_groups} * ds.o_lora_rank, heads * hd / ds.o_groups, wo_a_quantized);
+    d.wo_b = matrix(hidden, std::int64_t{ds.o_groups} * ds.o_lora_rank, true);
     d.sinks = floats(heads, 1.0f);
     const std::int64_t rate = ds.compress_rate(d.type);
     if (d.type == DeepseekV4Attention::heavily_compressed) {
@@ -426,7 +714,7 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
       d.compressor = compressor(hd, 2 * hd, rate, *region.compressor);
       d.index_compressor =
           compressor(ds.index_head_dim, 2 * ds.index_head_dim, rate, *region.indexer);
-      d.index_wq_b = matrix(std::int64_t{ds.index_n_heads} * ds.index_head_dim, ds.q_lora_rank);
+      d.index_wq_b = matrix(std::int64_t{ds.index_n_heads} * ds.index_head_dim, ds.q_lora_rank, true);
       d.index_weights_proj = matrix(ds.index_n_heads, hidden);
     }
     d.router = matrix(experts, hidden);
@@ -442,19 +730,27 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
     } else {
       d.bias = floats(experts, 0.0f);
     }
-    d.experts_gate_up = matrix(experts * 2 * inter, hidden);
-    d.experts_down = matrix(experts * hidden, inter);
-    d.shared_gate_up = matrix(2 * inter, hidden);
-    d.shared_down = matrix(hidden, inter);
+    d.experts_gate_up = expert_matrix(experts * 2 * inter, hidden);
+    d.experts_down = expert_matrix(experts * hidden, inter);
+    if (d.experts_gate_up.fp8() != d.experts_down.fp8())
+      return Error{"deepseek_v4 random weights: an FP4 block e4m3 cannot hold (not expected of these scales)"};
+    d.shared_gate_up = matrix(2 * inter, hidden, inter % Matrix::kFp8Block == 0);
+    d.shared_down = matrix(hidden, inter, true);
   }
   SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
   return owned;
 }
 
+DeepseekV4DeviceForward::WeightSummary DeepseekV4DeviceForward::weight_summary() const { return w_->summary; }
+
+Fp8GemmCounts DeepseekV4DeviceForward::fp8_gemm_counts() const {
+  return rt_->gemm != nullptr ? rt_->gemm->fp8_counts() : Fp8GemmCounts{};
+}
+
 std::int64_t DeepseekV4DeviceForward::weight_bytes() const {
   std::int64_t bytes = 0;
   auto f = [&](const DeviceArray<float>& v) { bytes += static_cast<std::int64_t>(v.size() * 4); };
-  auto b = [&](const Bf16Matrix& m) { bytes += static_cast<std::int64_t>(m.data.size() * 2); };
+  auto b = [&](const Matrix& m) { bytes += m.bytes(); };
   auto hc = [&](const Weights::Hc& h) {
     f(h.fn);
     f(h.base);
@@ -584,6 +880,8 @@ struct Pass {
   StepScratch& scratch;
   LtGemm& gemm;
   LtBatchedGemm& batched;
+  Fp8Matmul& fp8;
+  ScratchArena& fp8_scratch;
   cudaStream_t s;
   std::int32_t n;  // rows
 
@@ -597,10 +895,22 @@ struct Pass {
     launch_v4_f32_to_bf16(x, out, count, s);
     return out;
   }
-  // out [m, w.rows] f32 = x [m, w.cols] bf16 . w^T.
-  void linear(const std::uint16_t* x, const Bf16Matrix& m, std::int64_t rows, float* out) const {
+  // out [rows, w.rows] = x [rows, w.cols] bf16 . w^T, out f32 (or bf16):
+  // cuBLASLt for bf16 weights, Fp8Matmul for FP8 ones.
+  void linear(const std::uint16_t* x, const Matrix& m, std::int64_t rows, void* out,
+              DType out_dtype = DType::f32) const {
     if (rows == 0) return;
-    gemm.run(x, m.data.get(), out, DType::f32, rows, m.rows, m.cols);
+    if (!m.fp8()) {
+      gemm.run(x, m.ptr(), out, out_dtype, rows, m.rows, m.cols);
+      return;
+    }
+    fp8_linear(x, m.tensor(), rows, out, out_dtype);
+  }
+  void fp8_linear(const void* x, const Tensor& w, std::int64_t rows, void* out, DType out_dtype) const {
+    fp8_scratch.reset();
+    fp8.run(Tensor{const_cast<void*>(x), DType::bf16, Shape{rows, w.cols()}}, w,
+            Tensor{out, out_dtype, Shape{rows, w.rows()}}, fp8_scratch, true,
+            Launch{.stream = s, .programmatic = false});
   }
 };
 
@@ -758,11 +1068,28 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   // (bf16: wo_b's input), then wo_b.
   const std::int32_t groups = ds.o_groups, group_in = heads * hd / groups, o_lora = ds.o_lora_rank;
   auto* grouped16 = p.alloc<std::uint16_t>(std::int64_t{n} * groups * o_lora);
-  p.batched.run({.m = o_lora, .n = n, .k = group_in, .transpose_a = true, .lda = group_in,
-                 .ldb = std::int64_t{heads} * hd, .ldc = std::int64_t{groups} * o_lora,
-                 .stride_a = std::int64_t{o_lora} * group_in, .stride_b = group_in, .stride_c = o_lora,
-                 .batch = groups},
-                L.wo_a.data.get(), attn16, grouped16);
+  if (!L.wo_a.fp8()) {
+    p.batched.run({.m = o_lora, .n = n, .k = group_in, .transpose_a = true, .lda = group_in,
+                   .ldb = std::int64_t{heads} * hd, .ldc = std::int64_t{groups} * o_lora,
+                   .stride_a = std::int64_t{o_lora} * group_in, .stride_b = group_in, .stride_c = o_lora,
+                   .batch = groups},
+                  L.wo_a.ptr(), attn16, grouped16);
+  } else {
+    // FP8: a GEMM a group (o_lora on 128-row blocks), its input's columns
+    // copied into a dense [n, group_in] and its output back into its columns.
+    auto* group_x = p.alloc<std::uint16_t>(std::int64_t{n} * group_in);
+    auto* group_y = p.alloc<std::uint16_t>(std::int64_t{n} * o_lora);
+    const std::size_t row_in = static_cast<std::size_t>(group_in) * 2, row_out = static_cast<std::size_t>(o_lora) * 2;
+    for (std::int32_t g = 0; g < groups; ++g) {
+      SLUICE_CUDA_CHECK(cudaMemcpy2DAsync(group_x, row_in, attn16 + std::int64_t{g} * group_in,
+                                          static_cast<std::size_t>(heads) * hd * 2, row_in, static_cast<std::size_t>(n),
+                                          cudaMemcpyDeviceToDevice, s));
+      p.fp8_linear(group_x, L.wo_a.rows_tensor(std::int64_t{g} * o_lora, o_lora), n, group_y, DType::bf16);
+      SLUICE_CUDA_CHECK(cudaMemcpy2DAsync(grouped16 + std::int64_t{g} * o_lora,
+                                          static_cast<std::size_t>(groups) * row_out, group_y, row_out, row_out,
+                                          static_cast<std::size_t>(n), cudaMemcpyDeviceToDevice, s));
+    }
+  }
   p.linear(grouped16, L.wo_b, n, out);
 }
 
@@ -793,9 +1120,11 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
                             .inter = inter, .limit = ds.swiglu_limit},
                            s);
   p.linear(shared_act, L.shared_down, n, out);
-  // The routed experts.
+  // The routed experts: launch_moe_plan's slots, gate/up, the clamped SwiGLU, down, the weighted sum.
   const std::int32_t pairs = n * k;
-  const std::int32_t tile_rows = grouped_gemm_tile_rows(pairs, experts);
+  const bool wgmma = L.experts_gate_up.fp8() && p.w.options.moe_expert_gemm == MoeExpertGemm::fp8_wgmma;
+  const std::int32_t tile_rows =
+      wgmma ? grouped_gemm_fp8_tile_rows(pairs, experts) : grouped_gemm_tile_rows(pairs, experts);
   const std::int32_t max_tiles = moe_max_tiles(pairs, experts, tile_rows);
   auto* expert_offsets = p.alloc<std::int32_t>(experts + 1);
   auto* slot_of_pair = p.alloc<std::int32_t>(pairs);
@@ -806,13 +1135,51 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
                    .max_tiles = max_tiles, .expert_offsets = expert_offsets, .slot_of_pair = slot_of_pair,
                    .row_of_slot = row_of_slot, .tile_expert = tile_expert, .tile_first_slot = tile_first_slot},
                   launch);
-  const GroupedGemmArgs tiles{.tile_expert = tile_expert, .tile_first_slot = tile_first_slot,
+  if (wgmma) {
+    // FP8 tensor cores (MoeExpertGemm::fp8_wgmma): activations in e4m3 per
+    // 1x128 block, outputs bf16: gate/up [pairs, 2 * inter] (store epilogue:
+    // V4's SwiGLU is clamped), then down over the quantized activations.
+    const std::int64_t kb = Matrix::kFp8Block;
+    auto* x_q = p.alloc<std::uint8_t>(std::int64_t{n} * hidden);
+    float* x_scales = p.alloc<float>(std::int64_t{n} * (hidden / kb));
+    launch_quantize_fp8_rows({.x = x16, .rows = n, .k = hidden, .q = x_q, .scales = x_scales}, launch);
+    const auto fp8_gemm = [&](const Matrix& w, const void* a, const float* a_scales, std::int64_t a_rows,
+                              const std::int32_t* rows_of_slot, std::int64_t n_out, std::int64_t k_in, void* y_out) {
+      launch_grouped_gemm_fp8({.a = a, .a_scales = a_scales, .a_scale_stride = a_rows, .row_of_slot = rows_of_slot,
+                               .w = w.ptr(), .w_rows = w.rows, .w_scales = w.scales.get(),
+                               .w_scale_row_stride = w.scale_row_stride, .tile_expert = tile_expert,
+                               .tile_first_slot = tile_first_slot, .expert_offsets = expert_offsets,
+                               .max_tiles = max_tiles, .tile_rows = tile_rows, .n = n_out, .k = k_in,
+                               .epilogue = GroupedEpilogue::store, .out = y_out},
+                              launch);
+    };
+    auto* gate_up16 = p.alloc<std::uint16_t>(std::int64_t{pairs} * 2 * inter);
+    fp8_gemm(L.experts_gate_up, x_q, x_scales, n, row_of_slot, 2 * inter, hidden, gate_up16);
+    auto* act = p.alloc<std::uint16_t>(std::int64_t{pairs} * inter);
+    launch_v4_clamped_swiglu({.in = gate_up16, .in_dt = kBf16Dt, .out = act, .out_dt = kBf16Dt, .rows = pairs,
+                              .inter = inter, .limit = ds.swiglu_limit},
+                             s);
+    auto* act_q = p.alloc<std::uint8_t>(std::int64_t{pairs} * inter);
+    float* act_scales = p.alloc<float>(std::int64_t{pairs} * (inter / kb));
+    launch_quantize_fp8_rows({.x = act, .rows = pairs, .k = inter, .q = act_q, .scales = act_scales}, launch);
+    auto* y16 = p.alloc<std::uint16_t>(std::int64_t{pairs} * hidden);  // by slot
+    fp8_gemm(L.experts_down, act_q, act_scales, pairs, nullptr, hidden, inter, y16);
+    launch_v4_moe_combine({.y = y16, .y_dt = kBf16Dt, .slot_of_pair = slot_of_pair, .weights = weights, .out = out,
+                           .rows = n, .k = k, .hidden = hidden},
+                          s);
+    return;
+  }
+  // mma.sync (bf16 weights, or FP8 dequantized in registers), outputs f32.
+  const bool fp8 = L.experts_gate_up.fp8();
+  const GroupedGemmArgs tiles{.w_fp8 = fp8, .tile_expert = tile_expert, .tile_first_slot = tile_first_slot,
                               .expert_offsets = expert_offsets, .max_tiles = max_tiles, .tile_rows = tile_rows};
   float* gate_up = p.alloc<float>(std::int64_t{pairs} * 2 * inter);
   GroupedGemmArgs up = tiles;
   up.x = x16;
   up.row_of_slot = row_of_slot;
-  up.w = L.experts_gate_up.data.get();
+  up.w = L.experts_gate_up.ptr();
+  up.w_scales = fp8 ? L.experts_gate_up.scales.get() : nullptr;
+  up.w_scale_row_stride = L.experts_gate_up.scale_row_stride;
   up.n = 2 * inter;
   up.k = hidden;
   up.out = gate_up;
@@ -825,14 +1192,16 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
   float* y = p.alloc<float>(std::int64_t{pairs} * hidden);  // by slot
   GroupedGemmArgs down = tiles;
   down.x = act;
-  down.w = L.experts_down.data.get();
+  down.w = L.experts_down.ptr();
+  down.w_scales = fp8 ? L.experts_down.scales.get() : nullptr;
+  down.w_scale_row_stride = L.experts_down.scale_row_stride;
   down.n = hidden;
   down.k = inter;
   down.out = y;
   down.out_dt = kF32Dt;
   launch_grouped_gemm(down, launch);
-  launch_v4_moe_combine({.y = y, .slot_of_pair = slot_of_pair, .weights = weights, .out = out, .rows = n, .k = k,
-                         .hidden = hidden},
+  launch_v4_moe_combine({.y = y, .y_dt = kF32Dt, .slot_of_pair = slot_of_pair, .weights = weights, .out = out,
+                         .rows = n, .k = k, .hidden = hidden},
                         s);
 }
 
@@ -861,7 +1230,7 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
 
   // The step's plans, made on the host once for every layer, and their one upload.
   Runtime& rt = *rt_;
-  rt.bind(s);
+  rt.bind(s, w.options.fp8_dense_gemm);
   rt.scratch.reset();
   Step step;
   step.t = DeepseekV4StepTables::make(layout);
@@ -895,7 +1264,7 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   step.ints.upload(rt.scratch, rt.staging, s);
 
   const Pass pass{.w = w, .step = step, .blocks = blocks, .scratch = rt.scratch, .gemm = *rt.gemm,
-                  .batched = *rt.batched, .s = s, .n = n};
+                  .batched = *rt.batched, .fp8 = *rt.fp8, .fp8_scratch = rt.fp8_scratch, .s = s, .n = n};
   // Every stream starts as the token's embedding.
   float* streams = pass.alloc<float>(std::int64_t{n} * hc * hidden);
   launch_v4_embed_streams(w.embed.get(), step.ints[step.tokens], n, hc, hidden, streams, s);

@@ -15,11 +15,25 @@
 //   GEMM (launch_moe_plan's slots), the shared expert (clamped SwiGLU);
 //   hc_head, the final norm and the LM head.
 //
-// Precision: every linear is a cuBLASLt (or grouped) bf16 GEMM with f32
-// accumulation: bf16 weights (FP8 / FP4 checkpoints arrive dequantized by the
-// reference and are rounded to bf16, which holds e4m3 x 2^k and e2m1 x 2^k
-// exactly; no FP8 or FP4 GEMM runs yet), the GEMM's input rounded to bf16,
-// its output f32. Norms, ropes, mHC, routing, compression and the residual
+// Weights: linears stored FP8 (128x128 block scales) stay FP8 on the device
+// when the reference was loaded with keep_quantized (the runner does), and
+// run through the FP8 GEMMs: dense ones through Fp8Matmul (fp8_matmul.h:
+// the grouped kernel up to 16 rows or under Fp8DenseGemm::kernel, else
+// cuBLASLt's block-scaled GEMM on activations quantized per 1x128), the
+// routed experts through the grouped GEMMs (moe_kernels.h: mma.sync on the
+// weight dequantized in registers under MoeExpertGemm::grouped, wgmma e4m3
+// on quantized activations under fp8_wgmma). FP4 experts are uploaded as
+// stored and turned into FP8 on the device (launch_v4_fp4_to_fp8, exact
+// where a 128x128 block's group exponents span at most 14; a weight with a
+// block that is not is dequantized to bf16 on the device instead). A
+// quantized weight no FP8 kernel takes (widths, stacked parts off the
+// 128-row blocks) is dequantized to bf16 on the device. Everything else is
+// bf16 (a bf16 / f32 checkpoint, and what DeepSeek keeps in bf16: the
+// compressors, the router, the indexer's weights_proj, the head).
+// Precision: the bf16 linears are cuBLASLt (or grouped) bf16 GEMMs with f32
+// accumulation, inputs rounded to bf16, outputs f32; FP8 GEMMs with bf16
+// activations are the same numbers (e4m3 x 2^k is a bf16), those with e4m3
+// activations round them per 1x128 block. Norms, ropes, mHC, routing, compression and the residual
 // streams stay f32; the attention's queries and keys are bf16. The kernels
 // are built for V4-Flash's head widths (latent 512, index head 128):
 // upload() refuses others. The indexer scores e4m3 products where the
@@ -38,6 +52,8 @@
 #include <memory>
 #include <vector>
 
+#include "sluice/backend/cuda/cuda_options.h"
+#include "sluice/backend/cuda/fp8_gemm_counts.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
@@ -46,17 +62,33 @@
 
 namespace sluice::cuda {
 
+// The FP8 GEMMs' choices (CudaOptions' fields of the same names).
+struct DeepseekV4DeviceOptions {
+  Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
+  MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
+};
+
+// The weights random() makes: bf16 uniform (session 12's bench), or as
+// DeepSeek ships V4-Flash (FP8 dense linears; routed experts FP8, or FP4
+// turned into FP8 at load). `as_bf16` makes the same values as the
+// quantized kinds, dequantized to bf16 on the device: the bf16 path on
+// exactly the weights of the FP8 one.
+enum class DeepseekV4RandomWeights { bf16, fp8, fp8_fp4_experts };
+
 class DeepseekV4DeviceForward {
  public:
-  // Uploads `reference`'s weights (linears as bf16); `layout` (its block size) must outlive this.
+  // Uploads `reference`'s weights (see the top of this file for which stay
+  // FP8); `layout` (its block size) must outlive this.
   static Result<std::unique_ptr<DeepseekV4DeviceForward>> upload(const DeepseekV4Reference& reference,
-                                                                 const DeepseekV4KvLayout& layout);
+                                                                 const DeepseekV4KvLayout& layout,
+                                                                 const DeepseekV4DeviceOptions& options = {});
   // Random weights made on the device, for benchmarks at widths whose
   // checkpoint would not fit the host (V4-Flash's 256 experts): `config`
   // is a deepseek_v4 config; values are uniform, scaled per input width.
-  static Result<std::unique_ptr<DeepseekV4DeviceForward>> random(const ModelConfig& config,
-                                                                 const DeepseekV4KvLayout& layout,
-                                                                 std::uint64_t seed);
+  static Result<std::unique_ptr<DeepseekV4DeviceForward>> random(
+      const ModelConfig& config, const DeepseekV4KvLayout& layout, std::uint64_t seed,
+      DeepseekV4RandomWeights kind = DeepseekV4RandomWeights::bf16, bool as_bf16 = false,
+      const DeepseekV4DeviceOptions& options = {});
   // Drops the host copy of `reference`'s weights once they are on the
   // device: afterwards `reference` answers config() and nothing else.
   static void release_host_weights(DeepseekV4Reference& reference);
@@ -70,6 +102,17 @@ class DeepseekV4DeviceForward {
 
   // Device bytes of the weights.
   std::int64_t weight_bytes() const;
+  // What the upload kept: linears by format, and FP4 weights with a block
+  // that e4m3 could not hold exactly (dequantized to bf16 instead).
+  struct WeightSummary {
+    std::int32_t bf16_linears = 0, fp8_linears = 0, dequantized_on_device = 0;
+    std::int32_t fp4_converted = 0, fp4_inexact = 0;
+    std::int64_t bf16_bytes = 0, fp8_bytes = 0;  // values and scales
+  };
+  WeightSummary weight_summary() const;
+  // The FP8 dense GEMMs that asked cuBLASLt so far (ran there, or refused and
+  // took the grouped kernel): says which path ran.
+  Fp8GemmCounts fp8_gemm_counts() const;
 
   struct Weights;  // device copies (deepseek_v4_forward.cpp)
   struct Runtime;  // the scratch arena, staging and GEMM handles of forward()

@@ -98,7 +98,7 @@ __global__ void moe_combine_kernel(V4MoeCombineArgs a) {
   float sum = a.out[i];
   for (int j = 0; j < a.k; ++j) {
     const std::int64_t slot = a.slot_of_pair[r * a.k + j];
-    sum = fmaf(a.weights[r * a.k + j], a.y[slot * a.hidden + c], sum);
+    sum = fmaf(a.weights[r * a.k + j], load_f(a.y, a.y_dt, slot * a.hidden + c), sum);
   }
   a.out[i] = sum;
 }
@@ -180,6 +180,7 @@ void launch_v4_quantize_e4m3_rows(const float* in, std::int64_t rows, std::int32
 
 void launch_v4_moe_combine(const V4MoeCombineArgs& a, cudaStream_t stream) {
   SLUICE_CHECK(a.k > 0 && a.hidden > 0 && a.rows >= 0);
+  SLUICE_CHECK(a.y_dt == Dt::f32 || a.y_dt == Dt::bf16);
   const std::int64_t n = static_cast<std::int64_t>(a.rows) * a.hidden;
   if (n == 0) return;
   moe_combine_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(a);

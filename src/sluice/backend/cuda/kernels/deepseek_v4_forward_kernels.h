@@ -43,9 +43,10 @@ void launch_v4_quantize_e4m3_rows(const float* in, std::int64_t rows, std::int32
 
 // The routed experts' sum (after launch_grouped_gemm's down projection, by
 // slot): out[r, :] += sum_j weights[r, j] * y[slot_of_pair[r * k + j], :]
-// (j in order), all f32; out holds the shared expert's output before.
+// (j in order), f32 sums; out holds the shared expert's output before.
 struct V4MoeCombineArgs {
-  const float* y = nullptr;                    // [rows * k, hidden], by slot
+  const void* y = nullptr;                     // y_dt [rows * k, hidden], by slot
+  Dt y_dt{};                                   // f32, or bf16 (the FP8 grouped GEMM's output)
   const std::int32_t* slot_of_pair = nullptr;  // [rows * k] (launch_moe_plan)
   const float* weights = nullptr;              // [rows, k]
   float* out = nullptr;                        // [rows, hidden]
