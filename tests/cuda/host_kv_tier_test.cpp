@@ -7,7 +7,9 @@
 // and reading their events never waits for the compute stream. Then the
 // engine on CUDA (a tiny random Llama): a prompt whose prefix comes back from
 // the host tier generates exactly what the same prompt generates from a
-// device prefix hit, and the greedy tokens of a cold run.
+// device prefix hit, and the greedy tokens of a cold run; and two step loops
+// (--decode-lane: a second CudaOps over the same pages and weights, at high
+// priority or on SMs of its own) generate the one loop's greedy tokens.
 //
 // The compute stream is held up by a gate (a host function spinning on a
 // flag the test opens), so "the copy has not run yet" is a certainty, not a
@@ -242,8 +244,11 @@ std::string tiny_model_dir() {
   return dir;
 }
 
-std::unique_ptr<Backend> cuda_backend(std::int32_t num_kv_blocks) {
-  auto ops = make_cuda_ops({.scratch_bytes = 64LL << 20});
+// stream_sms < 0: the backend's stream on every SM but -stream_sms (a decode lane's are the others).
+std::unique_ptr<Backend> cuda_backend(std::int32_t num_kv_blocks, std::int32_t stream_sms = 0) {
+  CudaOptions options{.scratch_bytes = 64LL << 20};
+  options.stream_sms = stream_sms;
+  auto ops = make_cuda_ops(options);
   EXPECT_TRUE(ops.ok()) << ops.error_message();
   auto backend = make_model_runner(tiny_model_dir(), std::move(ops).value(),
                                    {.block_size_tokens = kBlockTokens, .num_kv_blocks = num_kv_blocks});
@@ -310,6 +315,78 @@ TEST(EngineOnCuda, HostTierHitEqualsADeviceHitAndTheColdRunsGreedyTokens) {
     ++num_compared;
   }
   EXPECT_GT(num_compared, 0u) << "the first step was not decisive: the comparison says nothing";
+}
+
+// Four prompts of 40-500 tokens at once, chunked by 64 tokens: the first to
+// finish its prompt decodes on the decode lane beside the others' chunks.
+// Batches differ from the one loop's (decodes alone, chunks alone), so bf16
+// may move logits slightly: each request's greedy tokens must agree up to its
+// first step that is not decisive in the one loop's run.
+TEST(EngineOnCuda, DecodeLaneGivesTheOneLoopsGreedyTokens) {
+  SplitMix64 rng(57);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int length : {40, 150, 300, 500}) {
+    std::vector<TokenId> p;
+    for (int i = 0; i < length; ++i) p.push_back(static_cast<TokenId>(rng.next() % kVocab));
+    prompts.push_back(std::move(p));
+  }
+  auto run = [&](Engine& engine) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      EngineRequest r{.request_id = "r" + std::to_string(i), .prompt_token_ids = prompts[i], .max_tokens = kNewTokens};
+      r.sampling.num_top_logprobs = 2;
+      r.ignore_eos = true;
+      auto s = engine.submit(std::move(r));
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      streams.push_back(*s);
+    }
+    for (int step = 0; step < 2000 && engine.has_work(); ++step) {
+      engine.step();
+      engine.check_invariants();
+    }
+    std::vector<Generated> out(prompts.size());
+    for (std::size_t i = 0; i < streams.size(); ++i)
+      while (auto o = streams[i]->poll())
+        for (const GeneratedToken& t : o->tokens) {
+          out[i].tokens.push_back(t.token);
+          out[i].logprobs.push_back(t.logprob);
+          for (const TokenLogprob& top : t.top_logprobs) out[i].logprobs.push_back(top.logprob);
+        }
+    return out;
+  };
+  EngineConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 64;
+  config.kv_reserve_fraction = 0.0;
+  config.enable_prefix_caching = false;
+  Engine one_loop(cuda_backend(128), nullptr, config);
+  const std::vector<Generated> reference = run(one_loop);
+  for (const auto& [lane_mode, sms] : {std::pair{DecodeLane::kHighPriority, 0}, std::pair{DecodeLane::kSms, 16}}) {
+    EngineConfig lanes = config;
+    lanes.decode_lane = lane_mode;
+    lanes.decode_lane_sms = sms;
+    std::unique_ptr<Backend> backend = cuda_backend(128, -sms);
+    auto lane = make_decode_lane(*backend, lanes);
+    ASSERT_TRUE(lane.ok()) << lane.error_message();
+    Engine two_loops(std::move(backend), nullptr, lanes, std::move(lane).value());
+    const std::vector<Generated> got = run(two_loops);
+    const EngineStats stats = two_loops.stats();
+    EXPECT_GT(stats.num_decode_lane_steps, 0) << to_string(lane_mode, sms);
+    EXPECT_GT(stats.num_steps_beside_other_lane, 0) << to_string(lane_mode, sms);
+    EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+    std::size_t num_compared = 0;
+    for (std::size_t r = 0; r < prompts.size(); ++r) {
+      ASSERT_EQ(got[r].tokens.size(), static_cast<std::size_t>(kNewTokens)) << to_string(lane_mode, sms) << " r" << r;
+      ASSERT_EQ(reference[r].tokens.size(), static_cast<std::size_t>(kNewTokens));
+      for (std::size_t i = 0; i < reference[r].tokens.size(); ++i) {
+        const float margin = reference[r].logprobs[3 * i + 1] - reference[r].logprobs[3 * i + 2];
+        if (margin <= kDecisiveMargin) break;
+        EXPECT_EQ(got[r].tokens[i], reference[r].tokens[i]) << to_string(lane_mode, sms) << " r" << r << " step " << i;
+        ++num_compared;
+      }
+    }
+    EXPECT_GT(num_compared, 8u) << "too few decisive steps: the comparison says little";
+  }
 }
 
 }  // namespace

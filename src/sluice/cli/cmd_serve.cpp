@@ -48,7 +48,7 @@ struct ServeArgs {
   std::vector<std::string> served_model_names;
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
-  std::string decode_lane = "off";
+  std::string decode_lane = "auto";
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
@@ -77,6 +77,18 @@ std::string default_model_dir() {
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "default-model";
   return (exe.parent_path() / "default-model").string();
+}
+
+// --decode-lane auto: two step loops where they are measured (one GPU, the
+// dense family on CUDA: docs/benchmarks.md, session 13), one elsewhere.
+constexpr const char* kAutoDecodeLane = "high-priority";
+std::string resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
+  if (args.decode_lane != "auto") return args.decode_lane;
+  // The other policies emulate other engines' single loops.
+  const bool two_loops = args.device == "cuda" && args.tensor_parallel_size == 1 &&
+                         args.scheduling_policy == "sluice" && !args.engine.async_scheduling &&
+                         !model_type.starts_with("deepseek");
+  return two_loops ? kAutoDecodeLane : "off";
 }
 
 Result<std::string> read_model_type(const std::string& model_dir) {
@@ -137,7 +149,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                                      *eos) == context->eos_token_ids.end())
     context->eos_token_ids.push_back(*eos);
 
-  SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(args.decode_lane));
+  SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(resolve_decode_lane(args, model_type)));
   CudaOptions cuda = cuda_options(args.cuda);
   // A decode lane on N SMs of its own: the prefill lane (the backend's own
   // stream) on every other one.
@@ -427,9 +439,10 @@ void add_serve_command(CLI::App& app) {
                   "write one JSON line per engine step (shape, measured and predicted ms) to this file, for "
                   "`sluice calibrate`");
   cmd->add_option("--decode-lane", a.decode_lane,
-                  "off; stream, high-priority or sms:N: decodes run on a second step loop of their own (a stream, "
-                  "one at the highest priority, or one on N SMs with the prefill on the others) beside prefill "
-                  "chunks of --max-num-batched-tokens");
+                  "auto, off, stream, high-priority or sms:N: decodes run on a second step loop of their own (a "
+                  "stream, one at the highest priority, or one on N SMs with the prefill on the others) beside "
+                  "prefill chunks of --max-num-batched-tokens; auto: high-priority with one GPU on cuda for the "
+                  "dense family under --scheduling-policy sluice, off otherwise");
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")

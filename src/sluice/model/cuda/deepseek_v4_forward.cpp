@@ -286,7 +286,7 @@ struct DeepseekV4DeviceForward::Runtime {
   std::unique_ptr<Fp8Matmul> fp8;
   // Fp8Matmul's quantized activations: reset before each FP8 linear (one
   // stream: the previous GEMM has read its bytes before the next quantize).
-  ScratchArena fp8_scratch{kFp8ScratchBytes};
+  std::unique_ptr<ScratchArena> fp8_scratch;  // in the bound stream's order
 
   // The cuBLASLt handles are made for one stream; a call on another remakes them.
   void bind(cudaStream_t s, Fp8DenseGemm fp8_dense) {
@@ -294,6 +294,7 @@ struct DeepseekV4DeviceForward::Runtime {
     gemm = std::make_unique<LtGemm>(s, kGemmWorkspaceBytes);
     batched = std::make_unique<LtBatchedGemm>(s);
     fp8 = std::make_unique<Fp8Matmul>(*gemm, fp8_dense);
+    fp8_scratch = std::make_unique<ScratchArena>(kFp8ScratchBytes, s);
     stream = s;
   }
   static constexpr std::int64_t kGemmWorkspaceBytes = 32LL << 20;
@@ -1264,7 +1265,7 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   step.ints.upload(rt.scratch, rt.staging, s);
 
   const Pass pass{.w = w, .step = step, .blocks = blocks, .scratch = rt.scratch, .gemm = *rt.gemm,
-                  .batched = *rt.batched, .fp8 = *rt.fp8, .fp8_scratch = rt.fp8_scratch, .s = s, .n = n};
+                  .batched = *rt.batched, .fp8 = *rt.fp8, .fp8_scratch = *rt.fp8_scratch, .s = s, .n = n};
   // Every stream starts as the token's embedding.
   float* streams = pass.alloc<float>(std::int64_t{n} * hc * hidden);
   launch_v4_embed_streams(w.embed.get(), step.ints[step.tokens], n, hc, hidden, streams, s);
