@@ -19,21 +19,7 @@ for run in "2 1" "2 3" "2 2" "0 1" "0 2"; do
   timeout 45 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
     "$bin/deepseek_v4_forward_bench" --flash-formats 4 32768 64 $mode $f >"$out/ncu_${f}_$mode.csv" 2>"$out/ncu_${f}_$mode.err"
   echo "ncu format $f mode $mode rc $? at $(( $(date +%s) - t0 )) s"
-  python3 - "$out/ncu_${f}_$mode.csv" >"$out/profile_${f}_$mode.txt" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows:
-    sys.exit("no kernels in the ncu output")
-head, rows = rows[0], rows[1:]
-ki, vi = head.index("Kernel Name"), head.index("Metric Value")
-tot = collections.defaultdict(float); cnt = collections.Counter()
-for r in rows:
-    name = r[ki].split("(")[0][:80]
-    tot[name] += float(r[vi].replace(",", "")) / 1e3; cnt[name] += 1
-print(f"{len(rows)} kernels, {sum(tot.values()):.0f} us of kernel time")
-for name, us in sorted(tot.items(), key=lambda x: -x[1])[:22]:
-    print(f"{us:9.1f} us  x{cnt[name]:4d}  {name}")
-PY
+  python3 "$(dirname "$0")/ncu_kernel_table.py" "$out/ncu_${f}_$mode.csv" 22 >"$out/profile_${f}_$mode.txt"
 done
 cd "$out" && tar -czf ncu.tgz ncu_*.csv ncu_*.err && rm -f ncu_*.csv ncu_*.err && cd - >/dev/null
 for p in "$out"/profile_*.txt; do echo "=== $(basename "$p") ==="; cat "$p"; done

@@ -39,21 +39,7 @@ if [ $profile = 1 ]; then
     timeout 60 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
       "$bin/deepseek_v4_forward_bench" --flash 4 8192 8 $mode >"$out/ncu$mode.csv" 2>"$out/ncu$mode.err"
     echo "ncu mode $mode rc $? at $(( $(date +%s) - t0 )) s"
-    python3 - "$out/ncu$mode.csv" >"$out/profile$mode.txt" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows:
-    sys.exit("no kernels in the ncu output")
-head, rows = rows[0], rows[1:]
-ki, vi = head.index("Kernel Name"), head.index("Metric Value")
-tot = collections.defaultdict(float); cnt = collections.Counter()
-for r in rows:
-    name = r[ki].split("(")[0][:80]
-    tot[name] += float(r[vi].replace(",", "")) / 1e3; cnt[name] += 1
-print(f"{len(rows)} kernels, {sum(tot.values()):.0f} us of kernel time")
-for name, us in sorted(tot.items(), key=lambda x: -x[1])[:25]:
-    print(f"{us:9.1f} us  x{cnt[name]:4d}  {name}")
-PY
+    python3 "$(dirname "$0")/ncu_kernel_table.py" "$out/ncu$mode.csv" 25 >"$out/profile$mode.txt"
   done
   echo "=== decode step (batch 1, V4-Flash width, 4 layers, at 8k) ==="; cat "$out/profile1.txt"
   echo "=== prefill chunk (8192 rows from 0) ==="; cat "$out/profile2.txt"
