@@ -48,7 +48,7 @@ struct ServeArgs {
   std::vector<std::string> served_model_names;
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
-  std::string decode_lane = "auto";
+  std::string decode_lane = "off";
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
@@ -80,8 +80,11 @@ std::string default_model_dir() {
 }
 
 // --decode-lane auto: two step loops where they are measured (one GPU, the
-// dense family on CUDA: docs/benchmarks.md, session 13), one elsewhere.
-constexpr const char* kAutoDecodeLane = "high-priority";
+// dense family on CUDA), one elsewhere. sms:16 keeps the chats above 20 tok/s
+// beside deep prefixes, where high priority on shared SMs gave them 10
+// (S13-lead-2, docs/benchmarks.md). Not the default yet: cuDNN plan builds
+// stall the decode lane for ~1 s (docs/architecture.md).
+constexpr const char* kAutoDecodeLane = "sms:16";
 std::string resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
   if (args.decode_lane != "auto") return args.decode_lane;
   // The other policies emulate other engines' single loops.
@@ -441,7 +444,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--decode-lane", a.decode_lane,
                   "auto, off, stream, high-priority or sms:N: decodes run on a second step loop of their own (a "
                   "stream, one at the highest priority, or one on N SMs with the prefill on the others) beside "
-                  "prefill chunks of --max-num-batched-tokens; auto: high-priority with one GPU on cuda for the "
+                  "prefill chunks of --max-num-batched-tokens; auto: sms:16 with one GPU on cuda for the "
                   "dense family under --scheduling-policy sluice, off otherwise");
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
