@@ -31,8 +31,9 @@ import argparse
 import bisect
 import collections
 import heapq
-import json
 import math
+
+from trace_half import read_requests
 
 
 def full_ids(r):
@@ -235,11 +236,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=1367)
     ap.add_argument("policies", nargs="+")
     a = ap.parse_args()
-    reqs = [json.loads(line) for line in open(a.trace) if line.strip()]
-    if a.half == "first":
-        reqs = reqs[: len(reqs) // 2]
-    elif a.half == "second":
-        reqs = reqs[len(reqs) // 2 :]
+    reqs = read_requests(a.trace, a.half)
     total = sum(r["input_length"] for r in reqs)
     for p in a.policies:
         print(f"{p:24s} {100.0 * run(reqs, a.blocks, p) * 512 / total:6.2f}% of prompt tokens from cache", flush=True)

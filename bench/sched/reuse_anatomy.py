@@ -31,9 +31,10 @@ import argparse
 import bisect
 import collections
 import heapq
-import json
 import math
 import random
+
+from trace_half import read_requests
 
 
 def full_ids(r):
@@ -316,11 +317,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=1367)
     ap.add_argument("reports", nargs="+")
     a = ap.parse_args()
-    reqs = [json.loads(line) for line in open(a.trace) if line.strip()]
-    if a.half == "first":
-        reqs = reqs[: len(reqs) // 2]
-    elif a.half == "second":
-        reqs = reqs[len(reqs) // 2 :]
+    reqs = read_requests(a.trace, a.half)
     total = sum(r["input_length"] for r in reqs)
     for report in a.reports:
         name, *args = report.split(":")

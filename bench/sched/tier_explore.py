@@ -23,8 +23,9 @@ longest prefix found in either tier. POLICY orders (and admits to) the host:
 import argparse
 import collections
 import heapq
-import json
 import math
+
+from trace_half import read_requests
 
 
 def full_ids(r):
@@ -176,11 +177,7 @@ def main():
     ap.add_argument("--host-blocks", type=int, default=15625)
     ap.add_argument("policies", nargs="+")
     a = ap.parse_args()
-    reqs = [json.loads(line) for line in open(a.trace) if line.strip()]
-    if a.half == "first":
-        reqs = reqs[: len(reqs) // 2]
-    elif a.half == "second":
-        reqs = reqs[len(reqs) // 2 :]
+    reqs = read_requests(a.trace, a.half)
     total = sum(r["input_length"] for r in reqs)
     for p in a.policies:
         h, hh = run(reqs, a.device_blocks, a.host_blocks, p)
