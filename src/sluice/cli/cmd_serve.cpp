@@ -157,7 +157,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   // A decode lane on N SMs of its own: the prefill lane (the backend's own
   // stream) on every other one.
   if (decode_lane_setting.lane == DecodeLane::kSms) cuda.stream_sms = -decode_lane_setting.num_sms;
-  SLUICE_TRY_ASSIGN(served, make_serve_backend({.device = args.device,
+  auto made = make_serve_backend({.device = args.device,
                                                  .model_dir = dir,
                                                  .block_size_tokens = args.block_size_tokens,
                                                  .max_model_len_tokens = args.engine.max_model_len_tokens,
@@ -173,7 +173,12 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                  .sim_speed = args.sim_speed,
                                                  .sim_eos_every = args.sim_eos_every,
                                                  .show_progress = isatty(2) != 0},
-                                                context->tokenizer, context->eos_token_ids));
+                                                context->tokenizer, context->eos_token_ids);
+  // The prefill lane's partition is made with the backend: a refusal there names the flag.
+  if (!made.ok() && decode_lane_setting.lane == DecodeLane::kSms)
+    return Error{"--decode-lane " + to_string(DecodeLane::kSms, decode_lane_setting.num_sms) + ": " +
+                 made.error_message()};
+  SLUICE_TRY_ASSIGN(served, std::move(made));
   std::unique_ptr<Backend> backend = std::move(served.backend);
   EngineConfig engine_config = args.engine;
   SLUICE_TRY_ASSIGN(scheduling, parse_scheduling_policy(args.scheduling_policy));

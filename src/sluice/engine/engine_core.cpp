@@ -289,10 +289,7 @@ SchedState EngineCore::build_sched_state(double now_ms, int lane) {
       continue;
     }
     if (has_decode_lane()) {
-      // A decode runs its last sampled token; a prompt's last token is a prefill.
-      const bool decodes =
-          r.num_scheduled_tokens() - r.num_computed_tokens == 1 && r.num_tokens() > r.num_prompt_tokens;
-      if (r.num_inflight_tokens > 0 || decodes != (lane == kDecode)) {
+      if (r.num_inflight_tokens > 0 || r.decodes_next() != (lane == kDecode)) {
         ++num_other_lane;
         continue;
       }
@@ -306,19 +303,20 @@ SchedState EngineCore::build_sched_state(double now_ms, int lane) {
     });
   }
   // The decode lane admits nobody.
-  const bool admits = !has_decode_lane() || lane == kMain;
-  if (admits) refresh_prefix_probes();
-  for (SequenceId id : admits ? waiting_ : std::deque<SequenceId>{}) {
-    const RequestState& r = *requests_.at(id);
-    const PrefixProbe& probe = r.probe;
-    sched_waiting_.push_back(SchedRequest{
-        .seq_id = id,
-        .num_tokens = r.num_tokens(),
-        .num_cached_tokens = probe.num_hit_blocks * kv_.block_size_tokens(),
-        .num_hit_free_blocks = probe.num_hit_free_blocks,
-        .num_host_hit_tokens = probe.num_host_hit_blocks * kv_.block_size_tokens(),
-        .arrival_ms = r.timeline.arrival_ms,
-    });
+  if (!has_decode_lane() || lane == kMain) {
+    refresh_prefix_probes();
+    for (SequenceId id : waiting_) {
+      const RequestState& r = *requests_.at(id);
+      const PrefixProbe& probe = r.probe;
+      sched_waiting_.push_back(SchedRequest{
+          .seq_id = id,
+          .num_tokens = r.num_tokens(),
+          .num_cached_tokens = probe.num_hit_blocks * kv_.block_size_tokens(),
+          .num_hit_free_blocks = probe.num_hit_free_blocks,
+          .num_host_hit_tokens = probe.num_host_hit_blocks * kv_.block_size_tokens(),
+          .arrival_ms = r.timeline.arrival_ms,
+      });
+    }
   }
   return SchedState{.running = sched_running_,
                     .waiting = sched_waiting_,
@@ -403,7 +401,7 @@ void EngineCore::add_to_step(RequestState& r, std::int32_t num_new_tokens, NextS
                                                        : std::span<const std::uint64_t>(),
   });
   // A decode runs the last sampled token; anything else is (part of) a prefill.
-  const bool is_decode = num_new_tokens == 1 && sample && r.num_scheduled_tokens() > r.num_prompt_tokens;
+  const bool is_decode = r.decodes_next();
   next.record.entries.push_back({.seq_id = r.seq_id,
                                  .num_computed_tokens = r.num_computed_tokens,
                                  .num_new_tokens = num_new_tokens,

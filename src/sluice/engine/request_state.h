@@ -62,6 +62,11 @@ struct RequestState {
   // Its last token is still being sampled and is the last it may have: it runs
   // nothing more, and ends (length) when that step is collected.
   bool is_finishing() const { return num_pending_tokens > 0 && num_scheduled_tokens() >= max_num_tokens; }
+  // Its next step is a decode: one token left to run, a sampled one (a
+  // prompt's last token is the end of its prefill).
+  bool decodes_next() const {
+    return num_scheduled_tokens() - num_computed_tokens == 1 && num_scheduled_tokens() > num_prompt_tokens;
+  }
 
   // Whether the token just appended ends the request, and why.
   struct Stop {
