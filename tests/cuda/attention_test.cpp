@@ -47,6 +47,9 @@ struct AttentionCase {
   // cuDNN plans on the builder thread: the steps run once before their plans
   // exist (declined: our kernels), then again after they are built.
   bool cudnn_plans_in_background = false;
+  // The server's bounds (cuda_options.h): plans built at allocate_kv_cache,
+  // so steps within them run on cuDNN from the first.
+  cuda::SdpaServingBounds cudnn_serving_bounds;
 };
 
 const RopeParams kLlama3Rope{.head_dim = 0, .theta = 500000.0f, .llama3_factor = 8.0f};
@@ -97,6 +100,7 @@ class AttentionHarness {
     CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = c.decode_steps_with_graphs};
     options.prefill_attention = c.prefill_attention;
     options.cudnn_plans_in_background = c.cudnn_plans_in_background;
+    options.cudnn_serving_bounds = c.cudnn_serving_bounds;
     auto ops = make_cuda_ops(options);
     SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
     ops_ = std::move(ops).value();
@@ -219,10 +223,17 @@ class AttentionHarness {
       EXPECT_TRUE(finite) << "prefix step, layer " << layer;
       EXPECT_LE(prefix_error, 1e-2) << "prefix step, layer " << layer;
       if (!c_.decode_steps_with_graphs) {
+        Result<std::int64_t> runs_before = cuda_cudnn_sdpa_runs(*ops_);
+        ASSERT_TRUE(runs_before.ok()) << runs_before.error_message();
         const double error = run_step(layer, under_test, &finite);
         EXPECT_TRUE(finite) << "step under test, layer " << layer;
         EXPECT_LE(error, 1e-2) << "step under test, layer " << layer;
-        if (c_.cudnn_plans_in_background && pass == 0 && layer == 1) {
+        if (c_.cudnn_serving_bounds.max_step_rows > 0 && pass == 0) {
+          // Every plan was built before the first step: this one ran on cuDNN.
+          Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
+          ASSERT_TRUE(runs.ok()) << runs.error_message();
+          EXPECT_GT(*runs, *runs_before) << "a step within the bounds did not run on cuDNN at once, layer " << layer;
+        } else if (c_.cudnn_plans_in_background && pass == 0 && layer == 1) {
           // The first step of each shape class asks for its plan and cannot
           // find it built: nothing has run on cuDNN yet.
           Result<std::int64_t> runs = cuda_cudnn_sdpa_runs(*ops_);
@@ -442,6 +453,25 @@ TEST(CudnnPlansInBackground, StepsWaitForNoPlanAndRunOnCudnnOnceBuilt) {
   split.prefill_attention = cuda::PrefillAttention::automatic;
   split.cudnn_plans_in_background = true;
   AttentionHarness(split, 51).run_case();
+}
+
+// The server's bounds set: every plan its steps can ask for is built (and
+// run once) when the cache is allocated, so the first step of each shape runs
+// on cuDNN and is right. Whole (fresh prompts, then chunks over prefixes,
+// three sequences padded to four) and split.
+TEST(CudnnPlansBeforeServing, StepsWithinTheBoundsRunOnCudnnFromTheFirst) {
+  const cuda::SdpaServingBounds bounds{.num_q_heads = 32, .max_step_rows = 4096, .max_keys = 32768,
+                                       .max_sequences = 4};
+  AttentionCase whole{32, 8, 128, 16, {{0, 2048}, {3000, 1000}, {100, 300}}};
+  whole.prefill_attention = cuda::PrefillAttention::cudnn;
+  whole.cudnn_plans_in_background = true;
+  whole.cudnn_serving_bounds = bounds;
+  AttentionHarness(whole, 60).run_case();
+  AttentionCase split{32, 8, 128, 16, {{20000, 256}, {9000, 100}}, 12};
+  split.prefill_attention = cuda::PrefillAttention::automatic;
+  split.cudnn_plans_in_background = true;
+  split.cudnn_serving_bounds = bounds;
+  AttentionHarness(split, 61).run_case();
 }
 
 // Decode rows on the default prefill kernel, aimed at the tensor-core

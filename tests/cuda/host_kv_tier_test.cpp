@@ -373,6 +373,8 @@ TEST(EngineOnCuda, DecodeLaneGivesTheOneLoopsGreedyTokens) {
     const EngineStats stats = two_loops.stats();
     EXPECT_GT(stats.num_decode_lane_steps, 0) << to_string(lane_mode, sms);
     EXPECT_GT(stats.num_steps_beside_other_lane, 0) << to_string(lane_mode, sms);
+    // The last decodes, with no prompt left, ran on the main lane.
+    EXPECT_GT(stats.num_main_lane_decode_steps, 0) << to_string(lane_mode, sms);
     EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
     std::size_t num_compared = 0;
     for (std::size_t r = 0; r < prompts.size(); ++r) {

@@ -166,15 +166,18 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   }
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
   if (decode_lane != DecodeLane::kOff) {
-    // The decodes ran on their lane; with chunked prompts (one or two
-    // requests' worth a step) the first to finish its prompt decodes beside
-    // the chunks of the others. Whole prompts all prefill in one step.
-    EXPECT_GT(stats.num_decode_lane_steps, 0);
+    // Once no prompt is left to prefill, the main lane runs the decodes (the
+    // last steps of every run). With chunked prompts (one or two requests'
+    // worth a step) the first to finish its prompt decodes on the decode
+    // lane, beside the chunks of the others. Whole prompts all prefill in one step.
+    EXPECT_GT(stats.num_main_lane_decode_steps, 0);
     if (max_num_batched_tokens < 32) {
+      EXPECT_GT(stats.num_decode_lane_steps, 0);
       EXPECT_GT(stats.num_steps_beside_other_lane, 0);
     }
   } else {
     EXPECT_EQ(stats.num_decode_lane_steps, 0);
+    EXPECT_EQ(stats.num_main_lane_decode_steps, 0);
   }
   return out;
 }

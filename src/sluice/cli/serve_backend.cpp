@@ -1,5 +1,6 @@
 #include "sluice/cli/serve_backend.h"
 
+#include <algorithm>
 #include <climits>
 
 #include <fmt/format.h>
@@ -61,7 +62,16 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(options.model_dir));
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
   spdlog::info("cuda: {}", describe(options.cuda));
-  SLUICE_TRY_ASSIGN(ops, make_cuda_ops(options.cuda));
+  // cuDNN's prefill plans for every step this server can run, built before it
+  // serves (cuda_options.h): prefill rows up to --max-num-batched-tokens, keys
+  // up to --max-model-len, up to 8 prompts a step (more are rare; their plans
+  // are built in the background).
+  CudaOptions cuda = options.cuda;
+  cuda.cudnn_serving_bounds = {.num_q_heads = profile.num_attention_heads,
+                               .max_step_rows = options.max_num_batched_tokens,
+                               .max_keys = options.max_model_len_tokens,
+                               .max_sequences = std::min(8, options.max_num_seqs)};
+  SLUICE_TRY_ASSIGN(ops, make_cuda_ops(cuda));
   register_cuda_deepseek_v4_runner();  // deepseek_v4 models run model/cuda/deepseek_v4_forward.h
   std::size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)

@@ -264,9 +264,11 @@ struct EngineStats {
   // that had to wait for the one in flight before planning (a preemption).
   std::int64_t num_dropped_sequence_steps = 0;
   std::int64_t num_pipeline_waits = 0;
-  // --decode-lane: of num_steps, those the decode lane ran, and those (either
+  // --decode-lane: of num_steps, those the decode lane ran, the decode-only
+  // steps the main lane ran (it had nothing to prefill), and those (either
   // lane's) submitted while the other lane had a step in flight.
   std::int64_t num_decode_lane_steps = 0;
+  std::int64_t num_main_lane_decode_steps = 0;
   std::int64_t num_steps_beside_other_lane = 0;
   // Measured over predicted, per cost term (CostTerms order: gemm compute,
   // gemm memory, attention compute, attention memory, fixed); all 1 while the

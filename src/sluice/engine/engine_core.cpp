@@ -164,11 +164,27 @@ StepReport EngineCore::step_lanes(double now_ms) {
   StepReport report{.start_ms = now_ms, .end_ms = now_ms};
   kv_.start_demotions();
   auto busy = [&](int lane) { return pipeline(lane).num_in_flight() > 0; };
+  // With nothing to prefill, the main lane runs the decodes: on every SM it
+  // has (the decode lane may have a few), e.g. the long prompts' own decodes
+  // once the last chunk is done.
+  decodes_on_main_lane_ = !busy(kMain) && nothing_to_prefill();
   // Decodes first: they take their blocks before admissions do.
   for (const int lane : {kDecode, kMain})
-    if (!busy(lane)) plan_and_submit(lane, now_ms, clock, report);
+    if (!busy(lane) && !(lane == kDecode && decodes_on_main_lane_)) plan_and_submit(lane, now_ms, clock, report);
   if (in_flight_.empty()) return report;
   return stream(collect(clock, wait_for_a_lane()));
+}
+
+bool EngineCore::nothing_to_prefill() const {
+  if (!waiting_.empty() || kv_.num_copies_in_flight() > 0) return false;
+  return std::all_of(running_.begin(), running_.end(), [&](SequenceId id) {
+    const RequestState& r = *requests_.at(id);
+    return r.is_finishing() || (r.decodes_next() && !kv_.is_loading(id));
+  });
+}
+
+int EngineCore::lane_of(const RequestState& r) const {
+  return r.decodes_next() && !decodes_on_main_lane_ ? kDecode : kMain;
 }
 
 int EngineCore::wait_for_a_lane() {
@@ -289,7 +305,7 @@ SchedState EngineCore::build_sched_state(double now_ms, int lane) {
       continue;
     }
     if (has_decode_lane()) {
-      if (r.num_inflight_tokens > 0 || r.decodes_next() != (lane == kDecode)) {
+      if (r.num_inflight_tokens > 0 || lane_of(r) != lane) {
         ++num_other_lane;
         continue;
       }
@@ -589,6 +605,10 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock, int lane) 
 
   ++num_steps_;
   if (lane == kDecode) ++num_decode_lane_steps_;
+  if (lane == kMain && has_decode_lane() && !step.entries.empty() &&
+      std::all_of(step.entries.begin(), step.entries.end(),
+                  [](const InFlightStep::Entry& e) { return e.num_new_tokens == 1 && e.num_computed_tokens > 0; }))
+    ++num_main_lane_decode_steps_;
   last_step_ms_ = report.step_ms;
   max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);
   total_step_ms_ += last_step_ms_;
@@ -714,6 +734,7 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.num_dropped_sequence_steps = num_dropped_sequence_steps_;
   stats.num_pipeline_waits = num_pipeline_waits_;
   stats.num_decode_lane_steps = num_decode_lane_steps_;
+  stats.num_main_lane_decode_steps = num_main_lane_decode_steps_;
   stats.num_steps_beside_other_lane = num_steps_beside_other_lane_;
   if (online_cost_model_) stats.cost_correction_factors = online_cost_model_->factors();
   stats.num_requests_finished = num_finished_;

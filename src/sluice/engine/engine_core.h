@@ -117,6 +117,11 @@ class EngineCore {
   StepReport step_lanes(double now_ms);
   // The lane whose step in flight finished first (waits for one).
   int wait_for_a_lane();
+  // No request waits, loads or has prompt left: only decodes (and finishing).
+  bool nothing_to_prefill() const;
+  // The lane a running request's next step belongs to: decodes on the decode
+  // lane, unless the main lane takes them this round (decodes_on_main_lane_).
+  int lane_of(const RequestState& r) const;
 
   // The phases of a step, in order.
   StepPlan schedule(double now_ms, int lane);
@@ -169,6 +174,8 @@ class EngineCore {
   // back once that step is collected, so no step of the other lane is given
   // a block this one still writes.
   std::vector<SequenceId> frees_after_collect_;
+  // This round's: the main lane was idle with nothing to prefill, so it runs the decodes.
+  bool decodes_on_main_lane_ = false;
   std::shared_ptr<const CostModel> cost_model_;  // what the planner prices steps with
   // The same model when the online correction is on (config.online_cost_correction), else null.
   std::shared_ptr<OnlineCostModel> online_cost_model_;
@@ -200,6 +207,7 @@ class EngineCore {
   std::int64_t num_dropped_sequence_steps_ = 0;
   std::int64_t num_pipeline_waits_ = 0;
   std::int64_t num_decode_lane_steps_ = 0;
+  std::int64_t num_main_lane_decode_steps_ = 0;
   std::int64_t num_steps_beside_other_lane_ = 0;
   std::int64_t num_finished_ = 0;
   std::int64_t num_aborted_ = 0;

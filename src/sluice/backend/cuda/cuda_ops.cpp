@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <thread>
 #include <array>
 #include <optional>
 #include <vector>
@@ -149,6 +150,37 @@ class CudaOps final : public Ops {
     // inside the first prefill step.
     if (cuda::uses_cudnn(options_.prefill_attention) && options_.cudnn_plans_in_background && !model_defined)
       open_cudnn();
+    if (spec.layout == KvCacheLayout::key_value) SLUICE_TRY(build_cudnn_plans_before_serving());
+    return Ok{};
+  }
+
+  // Every cuDNN plan the server's steps can ask for (cuda_options.h's
+  // cudnn_serving_bounds), built and loaded now.
+  Status build_cudnn_plans_before_serving() {
+    cuda::SdpaServingBounds bounds = options_.cudnn_serving_bounds;
+    if (cudnn_ == nullptr || bounds.max_step_rows <= 0 || !cuda::prefill_kernel_supports(kv_spec_.head_dim)) return Ok{};
+    // No sequence holds more keys than the cache.
+    const std::int64_t capacity = kv_spec_.num_blocks * static_cast<std::int64_t>(kv_spec_.block_size_tokens);
+    bounds.max_keys = static_cast<std::int32_t>(
+        bounds.max_keys > 0 ? std::min<std::int64_t>(bounds.max_keys, capacity) : std::min<std::int64_t>(capacity, 1 << 30));
+    const std::int32_t hd = kv_spec_.head_dim, hk = kv_spec_.num_kv_heads;
+    if (!cuda::cudnn_sdpa_unsupported(bounds.num_q_heads, hk, hd, hd, kv_spec_.block_size_tokens).empty()) return Ok{};
+    const auto threads = static_cast<std::int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+    const std::int64_t row_elems = static_cast<std::int64_t>(bounds.num_q_heads) * hd;
+    SLUICE_TRY_ASSIGN(done, cudnn_->build_plans_before_serving(
+                                {.q_row_elems = row_elems, .out_row_elems = row_elems,
+                                 .kv_row_elems = static_cast<std::int64_t>(hk) * hd,
+                                 .block_size = kv_spec_.block_size_tokens, .num_q_heads = bounds.num_q_heads,
+                                 .num_kv_heads = hk, .head_dim_qk = hd, .head_dim_v = hd, .num_sms = num_sms_,
+                                 .num_blocks = kv_spec_.num_blocks},
+                                bounds, threads));
+    spdlog::info("prefill attention cudnn: {} plans built before serving (steps of <= {} rows, {} sequences, {} keys) "
+                 "in {:.1f} s on {} threads, each run once: {:.1f} s in all{}",
+                 done.num_built, bounds.max_step_rows, bounds.max_sequences, bounds.max_keys, done.build_s,
+                 done.num_threads, done.total_s,
+                 done.num_refused == 0 ? std::string()
+                                       : fmt::format("; {} refused, the first: {}", done.num_refused,
+                                                     done.first_refusal));
     return Ok{};
   }
 

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <utility>
 
+#include "sluice/backend/cuda/cudnn_plan_classes.h"
+
 namespace sluice {
 namespace cuda {
 
@@ -212,6 +214,11 @@ struct CudaOptions {
   // 1.3 s chat gap). The server sets it; tests and benchmarks build in line
   // so that every step they check or time runs on cuDNN.
   bool cudnn_plans_in_background = false;
+  // The steps a server will run (cudnn_plan_classes.h): where set (the
+  // server sets it), allocate_kv_cache builds every cuDNN plan they can ask
+  // for before serving, so no plan is built while a prefill chunk runs beside
+  // decodes (S13-lead-2's 0.5-1.3 s decode stalls).
+  cuda::SdpaServingBounds cudnn_serving_bounds;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
   // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).

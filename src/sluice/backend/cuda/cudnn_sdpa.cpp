@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/cudnn_plan_classes.h"
 #include "sluice/backend/cuda/cudnn_split_plan.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
 
@@ -312,6 +316,7 @@ CudnnSdpa::~CudnnSdpa() {
   built_.clear();
   api_->destroy(static_cast<cudnnHandle_t>(handle_));
   if (build_handle_ != nullptr) api_->destroy(static_cast<cudnnHandle_t>(build_handle_));
+  for (void* handle : serving_handles_) api_->destroy(static_cast<cudnnHandle_t>(handle));
 }
 
 std::int64_t CudnnSdpa::version() const { return static_cast<std::int64_t>(api_->get_version()); }
@@ -322,13 +327,9 @@ std::int64_t CudnnSdpa::add_section(std::int64_t count) {
   return at;
 }
 
-CudnnSdpa::Call CudnnSdpa::add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats,
-                                    bool pad_batch) {
+CudnnSdpa::Call CudnnSdpa::add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats) {
   Call call{.paged = paged, .causal = causal, .stats = stats};
   const auto n = static_cast<std::int64_t>(entries.size());
-  // A split call's batch is padded to a power of two with empty entries (cuDNN
-  // skips sequences of length 0), so its plans are few.
-  call.b = pad_batch ? pow2_at_least(n, 1) : n;
   std::int64_t max_rows = 0, max_keys = 0, end_q = 0, end_out = 0;
   for (const Entry& e : entries) {
     max_rows = std::max<std::int64_t>(max_rows, e.num_rows);
@@ -336,9 +337,12 @@ CudnnSdpa::Call CudnnSdpa::add_call(std::span<const Entry> entries, bool paged, 
     end_q = std::max<std::int64_t>(end_q, e.q_row + e.num_rows);
     end_out = std::max<std::int64_t>(end_out, e.out_row + e.num_rows);
   }
+  // The batch padded with empty entries, rows and keys rounded up: the plan's class.
+  const SdpaCallClass shape_class = sdpa_call_class(paged, causal, stats, n, max_rows, max_keys, shape_.block_size);
+  call.b = shape_class.b;
+  call.sq = shape_class.sq;
+  call.skv = shape_class.skv;
   const std::int64_t bs = shape_.block_size;
-  call.sq = pow2_at_least(max_rows, 64);
-  call.skv = pow2_at_least(max_keys, std::max<std::int64_t>(64, bs));
   call.table = paged ? call.skv / bs : 0;
   call.seq_len_q = add_section(call.b);
   call.seq_len_kv = add_section(call.b);
@@ -398,7 +402,7 @@ Result<bool> CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, const S
     for (const SdpaSequence& s : sequences)
       entries.push_back({.q_row = s.row_begin, .out_row = s.row_begin, .num_rows = s.num_rows, .key_begin = 0,
                          .key_end = s.num_keys, .block_table = s.block_table});
-    whole_ = add_call(entries, /*paged=*/!fresh, /*causal=*/true, /*stats=*/false, /*pad_batch=*/false);
+    whole_ = add_call(entries, /*paged=*/!fresh, /*causal=*/true, /*stats=*/false);
   } else {
     // Pieces: every row of the sequence over whole blocks of its prefix, into
     // partial_out_ one piece after another. Tails: the rest, causal, into out.
@@ -419,8 +423,8 @@ Result<bool> CudnnSdpa::prepare(std::span<const SdpaSequence> sequences, const S
       tails.push_back({.q_row = s.row_begin, .out_row = s.row_begin, .num_rows = s.num_rows,
                        .key_begin = routing.tail_begin[i], .key_end = s.num_keys, .block_table = s.block_table});
     }
-    pieces_ = add_call(pieces, /*paged=*/true, /*causal=*/false, /*stats=*/true, /*pad_batch=*/true);
-    tails_ = add_call(tails, /*paged=*/true, /*causal=*/true, /*stats=*/true, /*pad_batch=*/true);
+    pieces_ = add_call(pieces, /*paged=*/true, /*causal=*/false, /*stats=*/true);
+    tails_ = add_call(tails, /*paged=*/true, /*causal=*/true, /*stats=*/true);
     // The combine's rows: each row of a split sequence.
     combine_rows_ = 0;
     for (std::size_t i = 0; i < sequences.size(); ++i)
@@ -520,7 +524,76 @@ void CudnnSdpa::wait_for_plans() {
   idle_.wait(lock, [&] { return queue_.empty() && !building_; });
 }
 
-Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp, void* handle) {
+Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepShape& shape,
+                                                              const SdpaServingBounds& bounds,
+                                                              std::int32_t num_threads) {
+  const auto start = std::chrono::steady_clock::now();
+  shape_ = shape;
+  std::vector<GraphSpec> specs;
+  for (const SdpaCallClass& c : sdpa_serving_classes(bounds, shape.block_size, shape.num_sms)) {
+    const GraphSpec spec = spec_of({.b = c.b, .sq = c.sq, .skv = c.skv,
+                                    .table = c.paged ? c.skv / shape.block_size : 0,
+                                    .paged = c.paged, .causal = c.causal, .stats = c.stats});
+    if (!plans_.contains(spec.key()) && !failed_.contains(spec.key())) specs.push_back(spec);
+  }
+  // Threads of a handle each (a cuDNN handle is not shared between threads);
+  // the handles live as long as the plans made with them.
+  std::vector<std::optional<Result<std::unique_ptr<Plan>>>> made(specs.size());
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  const auto wanted = static_cast<std::size_t>(std::max(1, num_threads));
+  for (std::size_t t = 0; t < std::min(wanted, specs.size()); ++t) {
+    cudnnHandle_t handle = nullptr;
+    if (const cudnnStatus_t s = api_->create(&handle); s != CUDNN_STATUS_SUCCESS) {
+      if (t == 0) return Error{api_->describe("create (plans before serving)", s)};
+      break;
+    }
+    serving_handles_.push_back(handle);
+    threads.emplace_back([&, handle] {
+      for (std::size_t i = next++; i < specs.size(); i = next++) made[i] = build_plan(specs[i], handle, /*log=*/false);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  SdpaServingPlans result{.num_threads = static_cast<std::int32_t>(threads.size())};
+  std::int64_t most_tensor_ints = 0;
+  std::string first_refusal;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    Result<std::unique_ptr<Plan>>& plan = *made[i];
+    if (!plan.ok()) {
+      if (first_refusal.empty()) first_refusal = plan.error_message();
+      failed_.emplace(specs[i].key(), plan.error_message());
+      ++result.num_refused;
+      continue;
+    }
+    plans_.emplace(specs[i].key(), std::move(plan).value());
+    most_tensor_ints = std::max(most_tensor_ints, specs[i].b * std::max<std::int64_t>(specs[i].table, 4) + 16);
+    ++result.num_built;
+  }
+  result.build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Each plan runs once over empty sequences (every length 0: nothing is read
+  // or written), so its kernels are loaded now rather than at its first step.
+  DeviceBuffer zeros;
+  zeros.ensure(most_tensor_ints * static_cast<std::int64_t>(sizeof(std::int32_t)), stream_);
+  SLUICE_CUDA_CHECK(cudaMemsetAsync(zeros.data(), 0, static_cast<std::size_t>(most_tensor_ints) * sizeof(std::int32_t),
+                                    stream_));
+  auto* z = static_cast<std::int32_t*>(zeros.data());
+  const SdpaLayer empty{.q = z, .out = z, .k = z, .v = z, .k_cache = z, .v_cache = z};
+  const std::int64_t runs_before = num_runs_;
+  scale_ = 1.0f;
+  for (const GraphSpec& spec : specs) {
+    if (!plans_.contains(spec.key())) continue;
+    const Call call{.b = spec.b, .sq = spec.sq, .skv = spec.skv, .table = spec.table, .paged = spec.paged != 0,
+                    .causal = spec.causal != 0, .stats = spec.stats != 0};
+    SLUICE_TRY(run_call(call, empty, z, z, z));
+  }
+  num_runs_ = runs_before;
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  result.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.first_refusal = first_refusal;
+  return result;
+}
+
+Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp, void* handle, bool log) {
   const auto start = std::chrono::steady_clock::now();
   auto plan = std::make_unique<Plan>();
   plan->api = api_.get();
@@ -686,7 +759,8 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
       s != CUDNN_STATUS_SUCCESS)
     return Error{api_->describe("plan workspace size", s)};
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("cuDNN SDPA plan ({} K/V{}{}): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms{}, "
+  if (log)
+    spdlog::info("cuDNN SDPA plan ({} K/V{}{}): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms{}, "
                "engine config {}, workspace {} bytes",
                sp.paged ? "paged" : "packed", sp.causal ? ", causal" : "", sp.stats ? ", stats" : "", sp.b, sp.sq,
                sp.skv, sp.hq, sp.hk, sp.dqk, sp.dv, ms, handle == handle_ ? "" : " (in the background)",
@@ -745,8 +819,7 @@ CudnnSdpa::GraphSpec CudnnSdpa::spec_of(const Call& call) const {
   return spec;
 }
 
-Status CudnnSdpa::run_call(const Call& call, const SdpaLayer& l, void* out, void* stats) {
-  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+Status CudnnSdpa::run_call(const Call& call, const SdpaLayer& l, void* out, void* stats, std::int32_t* base) {
   std::vector<std::int64_t> uids = {kQ, kK, kV, kO, kSeqLenQ, kSeqLenKv, kQOffsets, kOOffsets, kScale,
                                     kNegativeInfinity};
   std::vector<void*> pointers = {const_cast<void*>(l.q), nullptr, nullptr, out, base + call.seq_len_q,
@@ -786,13 +859,13 @@ Status CudnnSdpa::run(const SdpaLayer& l) {
     return Error{"cuDNN SDPA: row widths differ from prepare()"};
   scale_ = l.scale;
   if (!split_) {
-    SLUICE_TRY(run_call(whole_, l, l.out, nullptr));
+    SLUICE_TRY(run_call(whole_, l, l.out, nullptr, static_cast<std::int32_t*>(step_tensors_.data())));
     ++num_runs_;
     return Ok{};
   }
-  SLUICE_TRY(run_call(pieces_, l, partial_out_.data(), piece_lse_.data()));
-  SLUICE_TRY(run_call(tails_, l, l.out, tail_lse_.data()));
   auto* base = static_cast<std::int32_t*>(step_tensors_.data());
+  SLUICE_TRY(run_call(pieces_, l, partial_out_.data(), piece_lse_.data(), base));
+  SLUICE_TRY(run_call(tails_, l, l.out, tail_lse_.data(), base));
   launch_sdpa_split_combine({.out = l.out,
                              .partial = partial_out_.data(),
                              .tail_lse = static_cast<const float*>(tail_lse_.data()),

@@ -24,12 +24,13 @@
 // prefixes' pieces and a causal one over the tails, both writing their rows'
 // log-sum-exp, then kernels/sdpa_split_combine.cu; or declined (auto).
 //
-// Plans are cached by shape class: the batch (sequences of more than one row;
-// a split call's padded to a power of two with empty entries), the longest
-// chunk and the longest key range each rounded up to a power of two (at least
-// 64); the actual lengths go in seq_len tensors, so a burst of chunks over
-// growing prefixes reuses a few dozen plans. A server builds them on a thread
-// of its own (open()'s background_plans).
+// Plans are cached by shape class (cudnn_plan_classes.h): the batch padded to
+// a power of two with empty entries, the longest chunk and the longest key
+// range each rounded up to a power of two (at least 64); the actual lengths
+// go in seq_len tensors, so a burst of chunks over growing prefixes reuses a
+// few dozen plans. A server builds every class its steps can ask for before
+// it serves (build_plans_before_serving), and any other on a thread of its
+// own (open()'s background_plans).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,10 +44,12 @@
 #include <set>
 #include <thread>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "sluice/backend/cuda/cudnn_plan_classes.h"
 #include "sluice/backend/cuda/device_buffer.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
@@ -106,6 +109,14 @@ struct SdpaStepShape {
   bool may_decline = false;
 };
 
+// What build_plans_before_serving did.
+struct SdpaServingPlans {
+  std::int64_t num_built = 0, num_refused = 0;
+  std::int32_t num_threads = 0;
+  double build_s = 0.0, total_s = 0.0;  // building; and running each once
+  std::string first_refusal;
+};
+
 class CudnnSdpa {
  public:
   // Opens libcudnn.so.9 and makes a handle on `stream`; an error says why not.
@@ -135,6 +146,12 @@ class CudnnSdpa {
   std::int64_t num_plans() const { return static_cast<std::int64_t>(plans_.size()); }
   // Blocks until every plan asked for so far is built or refused (tests).
   void wait_for_plans();
+  // Builds the plan of every class the steps within `bounds` can ask for
+  // (cudnn_plan_classes.h), on `num_threads` threads, and runs each once over
+  // empty sequences so its kernels are loaded: a plan built or first run
+  // while serving waits for the whole device (cudnn_plan_classes.h). Blocks.
+  Result<SdpaServingPlans> build_plans_before_serving(const SdpaStepShape& shape, const SdpaServingBounds& bounds,
+                                                      std::int32_t num_threads);
 
   struct Api;
   struct Plan;
@@ -167,15 +184,16 @@ class CudnnSdpa {
     std::int32_t q_row = 0, out_row = 0, num_rows = 0, key_begin = 0, key_end = 0;
     std::span<const BlockId> block_table;
   };
-  Call add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats, bool pad_batch);
+  Call add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats);
   std::int64_t add_section(std::int64_t count);  // int32 elements, 16-byte aligned
   GraphSpec spec_of(const Call& call) const;
-  Status run_call(const Call& call, const SdpaLayer& l, void* out, void* stats);
+  // `tensors`: the int32 sections the call's offsets point into.
+  Status run_call(const Call& call, const SdpaLayer& l, void* out, void* stats, std::int32_t* tensors);
 
   // The plan of a shape class; null while the builder thread makes it
   // (`may_defer`; else it is built here, in line).
   Result<const Plan*> plan_for(const GraphSpec& spec, bool may_defer = true);
-  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec, void* handle);
+  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec, void* handle, bool log = true);
   void build_queued_plans();  // the builder thread
   Status execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers);
 
@@ -197,6 +215,7 @@ class CudnnSdpa {
   std::map<Key, std::unique_ptr<Plan>> built_;
   std::map<Key, std::string> refused_;
   bool building_ = false, stopping_ = false;
+  std::vector<void*> serving_handles_;  // build_plans_before_serving's, one a thread
 
   // The prepared step: one whole call, or a split (pieces, tails, combine).
   SdpaStepShape shape_;
