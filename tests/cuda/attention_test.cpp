@@ -101,6 +101,7 @@ class AttentionHarness {
     options.prefill_attention = c.prefill_attention;
     options.cudnn_plans_in_background = c.cudnn_plans_in_background;
     options.cudnn_serving_bounds = c.cudnn_serving_bounds;
+    options.cudnn_serving_wait_s = 600.0;  // every class built before the first step
     auto ops = make_cuda_ops(options);
     SLUICE_CHECK_MSG(ops.ok(), ops.error_message());
     ops_ = std::move(ops).value();
@@ -458,16 +459,17 @@ TEST(CudnnPlansInBackground, StepsWaitForNoPlanAndRunOnCudnnOnceBuilt) {
 // The server's bounds set: every plan its steps can ask for is built (and
 // run once) when the cache is allocated, so the first step of each shape runs
 // on cuDNN and is right. Whole (fresh prompts, then chunks over prefixes,
-// three sequences padded to four) and split.
+// three sequences padded to four) and split. The prefix steps (up to 12,000
+// rows) are past the bounds: their plans come from the builder thread.
 TEST(CudnnPlansBeforeServing, StepsWithinTheBoundsRunOnCudnnFromTheFirst) {
-  const cuda::SdpaServingBounds bounds{.num_q_heads = 32, .max_step_rows = 4096, .max_keys = 32768,
-                                       .max_sequences = 4};
-  AttentionCase whole{32, 8, 128, 16, {{0, 2048}, {3000, 1000}, {100, 300}}};
+  const cuda::SdpaServingBounds bounds{.num_q_heads = 32, .max_step_rows = 2048, .max_keys = 16384,
+                                       .max_sequences = 3};
+  AttentionCase whole{32, 8, 128, 16, {{0, 1024}, {3000, 600}, {100, 300}}};
   whole.prefill_attention = cuda::PrefillAttention::cudnn;
   whole.cudnn_plans_in_background = true;
   whole.cudnn_serving_bounds = bounds;
   AttentionHarness(whole, 60).run_case();
-  AttentionCase split{32, 8, 128, 16, {{20000, 256}, {9000, 100}}, 12};
+  AttentionCase split{32, 8, 128, 16, {{12000, 256}, {9000, 100}}, 12};
   split.prefill_attention = cuda::PrefillAttention::automatic;
   split.cudnn_plans_in_background = true;
   split.cudnn_serving_bounds = bounds;

@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <thread>
 #include <array>
 #include <optional>
 #include <vector>
@@ -165,7 +164,6 @@ class CudaOps final : public Ops {
         bounds.max_keys > 0 ? std::min<std::int64_t>(bounds.max_keys, capacity) : std::min<std::int64_t>(capacity, 1 << 30));
     const std::int32_t hd = kv_spec_.head_dim, hk = kv_spec_.num_kv_heads;
     if (!cuda::cudnn_sdpa_unsupported(bounds.num_q_heads, hk, hd, hd, kv_spec_.block_size_tokens).empty()) return Ok{};
-    const auto threads = static_cast<std::int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
     const std::int64_t row_elems = static_cast<std::int64_t>(bounds.num_q_heads) * hd;
     SLUICE_TRY_ASSIGN(done, cudnn_->build_plans_before_serving(
                                 {.q_row_elems = row_elems, .out_row_elems = row_elems,
@@ -173,11 +171,11 @@ class CudaOps final : public Ops {
                                  .block_size = kv_spec_.block_size_tokens, .num_q_heads = bounds.num_q_heads,
                                  .num_kv_heads = hk, .head_dim_qk = hd, .head_dim_v = hd, .num_sms = num_sms_,
                                  .num_blocks = kv_spec_.num_blocks},
-                                bounds, threads));
-    spdlog::info("prefill attention cudnn: {} plans built before serving (steps of <= {} rows, {} sequences, {} keys) "
-                 "in {:.1f} s on {} threads, each run once: {:.1f} s in all{}",
-                 done.num_built, bounds.max_step_rows, bounds.max_sequences, bounds.max_keys, done.build_s,
-                 done.num_threads, done.total_s,
+                                bounds, options_.cudnn_serving_wait_s));
+    spdlog::info("prefill attention cudnn: {} of {} plans built before serving (steps of <= {} rows, {} sequences, "
+                 "{} keys) in {:.1f} s, each run once: {:.1f} s in all; {} left to build while serving{}",
+                 done.num_built, done.num_classes, bounds.max_step_rows, bounds.max_sequences, bounds.max_keys,
+                 done.build_s, done.total_s, done.num_left,
                  done.num_refused == 0 ? std::string()
                                        : fmt::format("; {} refused, the first: {}", done.num_refused,
                                                      done.first_refusal));

@@ -219,6 +219,9 @@ struct CudaOptions {
   // for before serving, so no plan is built while a prefill chunk runs beside
   // decodes (S13-lead-2's 0.5-1.3 s decode stalls).
   cuda::SdpaServingBounds cudnn_serving_bounds;
+  // How long start-up waits for them; the builder thread makes the rest
+  // while serving (the likeliest classes come first).
+  double cudnn_serving_wait_s = 60.0;
   // Programmatic dependent launch on every step kernel (kernels/launch.cuh):
   // a kernel starts while the previous one drains. Measured within run-to-run
   // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).

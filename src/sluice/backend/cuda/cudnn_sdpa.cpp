@@ -6,12 +6,10 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -316,7 +314,6 @@ CudnnSdpa::~CudnnSdpa() {
   built_.clear();
   api_->destroy(static_cast<cudnnHandle_t>(handle_));
   if (build_handle_ != nullptr) api_->destroy(static_cast<cudnnHandle_t>(build_handle_));
-  for (void* handle : serving_handles_) api_->destroy(static_cast<cudnnHandle_t>(handle));
 }
 
 std::int64_t CudnnSdpa::version() const { return static_cast<std::int64_t>(api_->get_version()); }
@@ -525,53 +522,48 @@ void CudnnSdpa::wait_for_plans() {
 }
 
 Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepShape& shape,
-                                                              const SdpaServingBounds& bounds,
-                                                              std::int32_t num_threads) {
+                                                              const SdpaServingBounds& bounds, double max_wait_s) {
   const auto start = std::chrono::steady_clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   shape_ = shape;
   std::vector<GraphSpec> specs;
-  for (const SdpaCallClass& c : sdpa_serving_classes(bounds, shape.block_size, shape.num_sms)) {
-    const GraphSpec spec = spec_of({.b = c.b, .sq = c.sq, .skv = c.skv,
-                                    .table = c.paged ? c.skv / shape.block_size : 0,
-                                    .paged = c.paged, .causal = c.causal, .stats = c.stats});
-    if (!plans_.contains(spec.key()) && !failed_.contains(spec.key())) specs.push_back(spec);
-  }
-  // Threads of a handle each (a cuDNN handle is not shared between threads);
-  // the handles live as long as the plans made with them.
-  std::vector<std::optional<Result<std::unique_ptr<Plan>>>> made(specs.size());
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> threads;
-  const auto wanted = static_cast<std::size_t>(std::max(1, num_threads));
-  for (std::size_t t = 0; t < std::min(wanted, specs.size()); ++t) {
-    cudnnHandle_t handle = nullptr;
-    if (const cudnnStatus_t s = api_->create(&handle); s != CUDNN_STATUS_SUCCESS) {
-      if (t == 0) return Error{api_->describe("create (plans before serving)", s)};
-      break;
+  for (const SdpaCallClass& c : sdpa_serving_classes(bounds, shape.block_size, shape.num_sms))
+    specs.push_back(spec_of({.b = c.b, .sq = c.sq, .skv = c.skv, .table = c.paged ? c.skv / shape.block_size : 0,
+                             .paged = c.paged, .causal = c.causal, .stats = c.stats}));
+  // The likeliest first: few sequences a step (a split's pieces are several a
+  // sequence), then the longest chunks.
+  auto rank = [](const GraphSpec& g) { return std::pair{g.stats != 0 && g.causal == 0 ? g.b / 4 : g.b, -g.sq}; };
+  std::stable_sort(specs.begin(), specs.end(), [&](const GraphSpec& a, const GraphSpec& b) { return rank(a) < rank(b); });
+  SdpaServingPlans result{.num_classes = static_cast<std::int64_t>(specs.size())};
+  if (build_handle_ == nullptr) {
+    // No builder thread: in line, until the time is up.
+    for (const GraphSpec& spec : specs) {
+      if (elapsed_s() > max_wait_s) break;
+      auto plan = plan_for(spec, /*may_defer=*/false);
+      if (!plan.ok() && result.first_refusal.empty()) result.first_refusal = plan.error_message();
     }
-    serving_handles_.push_back(handle);
-    threads.emplace_back([&, handle] {
-      for (std::size_t i = next++; i < specs.size(); i = next++) made[i] = build_plan(specs[i], handle, /*log=*/false);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  SdpaServingPlans result{.num_threads = static_cast<std::int32_t>(threads.size())};
-  std::int64_t most_tensor_ints = 0;
-  std::string first_refusal;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    Result<std::unique_ptr<Plan>>& plan = *made[i];
-    if (!plan.ok()) {
-      if (first_refusal.empty()) first_refusal = plan.error_message();
-      failed_.emplace(specs[i].key(), plan.error_message());
-      ++result.num_refused;
-      continue;
+  } else {
+    // The builder thread takes them in order; what it has not built when the
+    // time is up it builds while serving (a step that needs one declines).
+    std::unique_lock lock(mutex_);
+    for (const GraphSpec& spec : specs)
+      if (!plans_.contains(spec.key()) && asked_.insert(spec.key()).second) queue_.push_back(spec);
+    wake_.notify_one();
+    idle_.wait_for(lock, std::chrono::duration<double>(max_wait_s), [&] { return queue_.empty() && !building_; });
+    for (auto& [key, plan] : built_) plans_.emplace(key, std::move(plan));
+    built_.clear();
+    for (const auto& [key, why] : refused_) {
+      if (result.first_refusal.empty()) result.first_refusal = why;
+      failed_.emplace(key, why);
     }
-    plans_.emplace(specs[i].key(), std::move(plan).value());
-    most_tensor_ints = std::max(most_tensor_ints, specs[i].b * std::max<std::int64_t>(specs[i].table, 4) + 16);
-    ++result.num_built;
+    result.num_left = static_cast<std::int64_t>(queue_.size());
   }
-  result.build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.build_s = elapsed_s();
   // Each plan runs once over empty sequences (every length 0: nothing is read
   // or written), so its kernels are loaded now rather than at its first step.
+  std::int64_t most_tensor_ints = 16;
+  for (const GraphSpec& spec : specs)
+    most_tensor_ints = std::max(most_tensor_ints, spec.b * std::max<std::int64_t>(spec.table, 4) + 16);
   DeviceBuffer zeros;
   zeros.ensure(most_tensor_ints * static_cast<std::int64_t>(sizeof(std::int32_t)), stream_);
   SLUICE_CUDA_CHECK(cudaMemsetAsync(zeros.data(), 0, static_cast<std::size_t>(most_tensor_ints) * sizeof(std::int32_t),
@@ -585,11 +577,12 @@ Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepSha
     const Call call{.b = spec.b, .sq = spec.sq, .skv = spec.skv, .table = spec.table, .paged = spec.paged != 0,
                     .causal = spec.causal != 0, .stats = spec.stats != 0};
     SLUICE_TRY(run_call(call, empty, z, z, z));
+    ++result.num_built;
   }
   num_runs_ = runs_before;
   SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  result.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.first_refusal = first_refusal;
+  result.num_refused = static_cast<std::int64_t>(failed_.size());
+  result.total_s = elapsed_s();
   return result;
 }
 

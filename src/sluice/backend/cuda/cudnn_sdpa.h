@@ -44,7 +44,6 @@
 #include <set>
 #include <thread>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -111,8 +110,9 @@ struct SdpaStepShape {
 
 // What build_plans_before_serving did.
 struct SdpaServingPlans {
+  std::int64_t num_classes = 0;  // the bounds' classes
   std::int64_t num_built = 0, num_refused = 0;
-  std::int32_t num_threads = 0;
+  std::int64_t num_left = 0;  // to the builder thread, while serving
   double build_s = 0.0, total_s = 0.0;  // building; and running each once
   std::string first_refusal;
 };
@@ -147,11 +147,14 @@ class CudnnSdpa {
   // Blocks until every plan asked for so far is built or refused (tests).
   void wait_for_plans();
   // Builds the plan of every class the steps within `bounds` can ask for
-  // (cudnn_plan_classes.h), on `num_threads` threads, and runs each once over
+  // (cudnn_plan_classes.h), the likeliest first, and runs each once over
   // empty sequences so its kernels are loaded: a plan built or first run
-  // while serving waits for the whole device (cudnn_plan_classes.h). Blocks.
+  // while serving waits for the whole device (cudnn_plan_classes.h). Blocks
+  // up to `max_wait_s`; the builder thread (background_plans) builds the
+  // rest while serving. One thread: cuDNN compiles a kernel for the first
+  // plan of each kind (~1 s) and builds the rest in ~70 ms (S14-lead-1).
   Result<SdpaServingPlans> build_plans_before_serving(const SdpaStepShape& shape, const SdpaServingBounds& bounds,
-                                                      std::int32_t num_threads);
+                                                      double max_wait_s);
 
   struct Api;
   struct Plan;
@@ -215,7 +218,6 @@ class CudnnSdpa {
   std::map<Key, std::unique_ptr<Plan>> built_;
   std::map<Key, std::string> refused_;
   bool building_ = false, stopping_ = false;
-  std::vector<void*> serving_handles_;  // build_plans_before_serving's, one a thread
 
   // The prepared step: one whole call, or a split (pieces, tails, combine).
   SdpaStepShape shape_;
