@@ -1,7 +1,8 @@
 // cuda_bench --fp8-gemv: the decode-size FP8 block-scaled GEMMs of the
 // DeepSeek dense linears (V4-Flash's and V3's shapes) at m = 1, 4, 16 rows,
 // three ways: the split-K FP8 GEMV (kernels/fp8_gemv.h; its heuristic's
-// split, then each forced split for calibration), the grouped kernel in its
+// split, then each forced split of K parts x stripes for calibration, the
+// sweep to stderr), the grouped kernel in its
 // one-group form (Fp8DenseGemm::kernel's path), and cuBLASLt's block-scaled
 // FP8 GEMM (the rows quantized per 1x128 block, padded to 4: the quantize
 // kernel is timed with it, as Fp8Matmul runs both).
@@ -106,7 +107,7 @@ void bench_fp8_gemv() {
   cuda::LtGemm lt(stream, 32LL << 20);
   const cuda::Launch launch{.stream = stream, .programmatic = true};
   constexpr std::int64_t kMaxRows = 16;
-  std::printf("| shape (n x k) | m | FP8 GEMV (auto parts) | best forced parts | grouped kernel | cuBLASLt FP8 "
+  std::printf("| shape (n x k) | m | FP8 GEMV (its split: parts x stripes) | best forced split | grouped kernel | cuBLASLt FP8 "
               "(quantize + GEMM) | GEMV vs grouped / cuBLASLt |\n|---|---|---|---|---|---|---|\n");
   std::uint64_t seed = 700;
   for (const GemvShape& s : shapes) {
@@ -123,8 +124,8 @@ void bench_fp8_gemv() {
     check(cudaMalloc(&q, kMaxRows * s.k), "q");
     check(cudaMalloc(reinterpret_cast<void**>(&q_scales), static_cast<std::size_t>(kMaxRows * ((s.k + 127) / 128) * 4)), "q scales");
     for (std::int64_t m : {1, 4, 16}) {
-      auto gemv = [&](std::int32_t parts) {
-        return [&, parts](int i) {
+      auto gemv = [&](cuda::Fp8GemvSplit split) {
+        return [&, split](int i) {
           cuda::launch_fp8_gemv({.x = x.data,
                                  .w = static_cast<const std::uint8_t*>(w[i].data),
                                  .w_scales = w[i].scales.data,
@@ -134,25 +135,28 @@ void bench_fp8_gemv() {
                                  .k = s.k,
                                  .out = out.data,
                                  .out_dt = cuda::dt_of(DType::bf16),
-                                 .k_parts = parts},
+                                 .k_parts = split.k_parts,
+                                 .stripes = split.stripes},
                                 launch);
         };
       };
-      const double t_auto = time_per_launch(stream, copies, gemv(0));
+      const cuda::Fp8GemvSplit chosen = cuda::fp8_gemv_split_on_device(m, s.n, s.k);
+      const double t_auto = time_per_launch(stream, copies, gemv({.k_parts = 0, .stripes = 0}));
       double t_best = 1e30;
-      int best_parts = 0;
+      cuda::Fp8GemvSplit best{};
       std::string sweep;
-      for (std::int32_t parts : {1, 2, 4, 8, 12, 16}) {
-        if (parts > (s.k + 127) / 128) continue;
-        const double t = time_per_launch(stream, copies, gemv(parts));
-        char buf[48];
-        std::snprintf(buf, sizeof buf, " %d:%.1f", parts, t * 1e6);
-        sweep += buf;
-        if (t < t_best) {
-          t_best = t;
-          best_parts = parts;
+      for (std::int32_t stripes : {1, 2, 4})
+        for (std::int32_t parts : {1, 2, 4, 6, 8, 12, 16}) {
+          if (parts > (s.k + 127) / 128 || parts * stripes > cuda::kFp8GemvMaxBlockWarps) continue;
+          const double t = time_per_launch(stream, copies, gemv({.k_parts = parts, .stripes = stripes}));
+          char buf[48];
+          std::snprintf(buf, sizeof buf, " %dx%d:%.1f", parts, stripes, t * 1e6);
+          sweep += buf;
+          if (t < t_best) {
+            t_best = t;
+            best = {.k_parts = parts, .stripes = stripes};
+          }
         }
-      }
       const double t_grouped = time_per_launch(stream, copies, [&](int i) {
         cuda::launch_grouped_gemm({.x = x.data,
                                    .w = w[i].data,
@@ -190,11 +194,13 @@ void bench_fp8_gemv() {
                       100.0 * bytes / t / kHbmBytesPerSecond);
         return std::string(buf);
       };
-      std::printf("| %s %lldx%lld | %lld | %s, %d parts | %d: %s (%s) | %s | %s | %.2fx / %.2fx |\n", s.name,
+      std::printf("| %s %lldx%lld | %lld | %s, %dx%d | %dx%d: %s | %s | %s | %.2fx / %.2fx |\n", s.name,
                   static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
-                  cell(t_auto).c_str(), cuda::fp8_gemv_k_parts(s.n, s.k), best_parts, cell(t_best).c_str(),
-                  sweep.c_str(), cell(t_grouped).c_str(), lt_ran ? cell(t_lt).c_str() : "refused",
+                  cell(t_auto).c_str(), chosen.k_parts, chosen.stripes, best.k_parts, best.stripes,
+                  cell(t_best).c_str(), cell(t_grouped).c_str(), lt_ran ? cell(t_lt).c_str() : "refused",
                   t_grouped / t_auto, t_lt / t_auto);
+      std::fprintf(stderr, "sweep %s %lldx%lld m=%lld (parts x stripes: us):%s\n", s.name,
+                   static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m), sweep.c_str());
       std::fflush(stdout);
     }
     cudaFree(q);

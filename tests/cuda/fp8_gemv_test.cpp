@@ -6,6 +6,7 @@
 // ulp is 2^-9 ~ 2e-3 of each value).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -64,25 +65,27 @@ T* upload(const std::vector<T>& host) {
 
 struct Case {
   std::int64_t n, k;
-  std::int32_t k_parts;  // 0: the heuristic's
+  std::int32_t k_parts = 0, stripes = 0;  // 0: the heuristic's
 };
 
-// N not a multiple of the 16-row block or the 128-row scale block, K not a
+// N not a multiple of the 16-row stripe or the 128-row scale block, K not a
 // multiple of the 128-wide chunk (K % 16 == 0 is the format's requirement for
-// 16-byte loads), rows 1..16 across both instances (<= 8 and > 8), and K split
-// 1, 3 and 16 ways (a part with no chunk included: 16 parts of K = 400's 4 chunks).
+// 16-byte loads), rows 1..16 across both instances (<= 8 and > 8), K split 1,
+// 3 and 16 ways (a part with no chunk included: 16 parts of K = 400's 4
+// chunks), and 2 or 4 stripes a block (the last block partly past N).
 TEST(CudaFp8Gemv, MatchesTheFloat64ProductOfTheFp8Bytes) {
   std::uint64_t seed = 31000;
-  for (Case c : {Case{.n = 1, .k = 16, .k_parts = 0}, Case{.n = 300, .k = 400, .k_parts = 1},
-                 Case{.n = 300, .k = 400, .k_parts = 3}, Case{.n = 300, .k = 400, .k_parts = 16},
-                 Case{.n = 129, .k = 1040, .k_parts = 0}, Case{.n = 576, .k = 7168, .k_parts = 0},
-                 Case{.n = 2048, .k = 512, .k_parts = 0}}) {
+  for (Case c : {Case{.n = 1, .k = 16}, Case{.n = 300, .k = 400, .k_parts = 1, .stripes = 1},
+                 Case{.n = 300, .k = 400, .k_parts = 3, .stripes = 2}, Case{.n = 300, .k = 400, .k_parts = 16, .stripes = 1},
+                 Case{.n = 129, .k = 1040}, Case{.n = 576, .k = 7168}, Case{.n = 2048, .k = 512},
+                 Case{.n = 200, .k = 1024, .k_parts = 4, .stripes = 4}, Case{.n = 520, .k = 272, .k_parts = 1, .stripes = 4}}) {
     const Fp8Matrix w(c.n, c.k, ++seed);
     std::uint8_t* dw = upload(w.bytes);
     float* dscales = upload(w.scales);
     for (std::int64_t m : {1, 2, 5, 8, 9, 16}) {
       for (DType out_dtype : {DType::bf16, DType::f32}) {
         SCOPED_TRACE(::testing::Message() << "m " << m << ", " << c.n << " x " << c.k << ", k_parts " << c.k_parts
+                                          << ", stripes " << c.stripes
                                           << (out_dtype == DType::bf16 ? ", bf16 out" : ", f32 out"));
         const std::vector<float> x = random_bf16(static_cast<std::size_t>(m * c.k), ++seed, 4.0f);
         DeviceArray dx(x, DType::bf16, {m, c.k});
@@ -98,7 +101,8 @@ TEST(CudaFp8Gemv, MatchesTheFloat64ProductOfTheFp8Bytes) {
                                .k = c.k,
                                .out = out.data,
                                .out_dt = cuda::dt_of(out_dtype),
-                               .k_parts = c.k_parts},
+                               .k_parts = c.k_parts,
+                               .stripes = c.stripes},
                               {.stream = nullptr, .programmatic = false});
         ASSERT_EQ(cudaGetLastError(), cudaSuccess);
         const std::vector<float> got = download(out);
@@ -112,15 +116,28 @@ TEST(CudaFp8Gemv, MatchesTheFloat64ProductOfTheFp8Bytes) {
   }
 }
 
-// The split the heuristic picks: within [1, 16], never more parts than
-// 128-wide chunks, and a split for weights of few rows but not for many.
-TEST(CudaFp8Gemv, SplitsKOnlyWhereRowsDoNotFillTheDevice) {
-  EXPECT_EQ(cuda::fp8_gemv_k_parts(4096, 128), 1);
-  EXPECT_EQ(cuda::fp8_gemv_k_parts(1 << 20, 7168), 1);
-  EXPECT_GT(cuda::fp8_gemv_k_parts(4096, 4096), 1);
-  EXPECT_GE(cuda::fp8_gemv_k_parts(512, 7168), 12);  // 56 chunks in runs of 4: 14
-  EXPECT_LE(cuda::fp8_gemv_k_parts(512, 7168), cuda::kFp8GemvMaxKParts);
-  EXPECT_LE(cuda::fp8_gemv_k_parts(2048, 400), 4);
+// The split the heuristic picks, on an H200-like occupancy (132
+// multiprocessors, 25 warps of 80 registers, at most 32 blocks): within the
+// block's 16 warps and the chunks, no split where K is one chunk, a deep one
+// for weights of few rows, a shallow one for many rows.
+TEST(CudaFp8Gemv, SplitsKWhereRowsDoNotFillTheDevice) {
+  cuda::Fp8GemvOccupancy h200{.num_sms = 132};
+  for (int warps = 1; warps <= cuda::kFp8GemvMaxBlockWarps; ++warps) h200.blocks_per_sm[warps] = std::min(32, 25 / warps);
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (Shape s : {Shape{1, 4096, 128}, Shape{1, 1 << 20, 7168}, Shape{16, 4096, 4096}, Shape{4, 512, 7168},
+                  Shape{1, 32768, 512}, Shape{9, 7168, 16384}, Shape{1, 2048, 400}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
+    const cuda::Fp8GemvSplit split = cuda::fp8_gemv_split(s.m, s.n, s.k, h200);
+    EXPECT_GE(split.k_parts, 1);
+    EXPECT_GE(split.stripes, 1);
+    EXPECT_LE(split.k_parts, (s.k + 127) / 128);
+    EXPECT_LE(split.k_parts * split.stripes, cuda::kFp8GemvMaxBlockWarps);
+  }
+  EXPECT_EQ(cuda::fp8_gemv_split(1, 4096, 128, h200).k_parts, 1);
+  EXPECT_LE(cuda::fp8_gemv_split(1, 1 << 20, 7168, h200).k_parts, 2);
+  EXPECT_GE(cuda::fp8_gemv_split(4, 512, 7168, h200).k_parts, 8);
 }
 
 }  // namespace

@@ -19,9 +19,13 @@
 // math (e4m3 value x scale) with bf16 activations and f32 sums, and the
 // weight never rounded to bf16 after scaling.
 //
-// Split K: a block is kParts warps over the same tiles, each taking a
+// Split K: a stripe of 16 weight rows is `parts` warps, each taking a
 // contiguous run of chunks; parts 1.. add into part 0 through shared memory.
-// fp8_gemv_k_parts() picks enough parts that the grid fills the device.
+// A block holds `stripes` stripes: warps of the same part read the same
+// activations, which L1 then serves once (weights are loaded past L1). At
+// one stripe a block and m <= 8 every weight byte also pulls a byte of
+// activations from L2 (16 at m = 16), so stripes cut the L2 traffic that
+// 2 tiles a warp costs. fp8_gemv_split() picks both from an occupancy table.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -40,15 +44,15 @@ namespace {
 
 constexpr int kChunk = 128;  // K a chunk: one scale block
 constexpr int kTiles = 2;    // tiles of 8 weight rows a warp
-constexpr int kRowsPerBlock = 8 * kTiles;
-constexpr int kMaxThreads = kFp8GemvMaxKParts * 32;  // 512: up to 128 registers, no spills
+constexpr int kRowsPerStripe = 8 * kTiles;
+constexpr int kMaxThreads = kFp8GemvMaxBlockWarps * 32;  // 512: up to 128 registers, no spills
 
 struct Params {
   const __nv_bfloat16* x;
   const std::uint8_t* w;
   const float* w_scales;
   void* out;
-  int m, n, k, scale_row_stride, num_chunks;
+  int m, n, k, scale_row_stride, num_chunks, parts;
   Dt out_dt;
 };
 
@@ -103,13 +107,14 @@ __device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// kTwoRowGroups: m > 8, so activation rows g + 8 are loaded too.
-template <bool kTwoRowGroups>
+// kRowsAbove8: m > 8, so activation rows g + 8 are loaded too.
+template <bool kRowsAbove8>
 __global__ void __launch_bounds__(kMaxThreads) fp8_gemv_kernel(Params p) {
-  extern __shared__ float s_partial[];  // [parts - 1][kTiles * 4][32]
-  const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, parts = blockDim.x >> 5;
+  extern __shared__ float s_partial[];  // [stripes][parts - 1][kTiles * 4][32]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, parts = p.parts;
+  const int part = warp % parts, stripe = warp / parts, stripes = (blockDim.x >> 5) / parts;
   const int g = lane >> 2, q = lane & 3;
-  const int row0 = blockIdx.x * kRowsPerBlock;
+  const int row0 = (blockIdx.x * stripes + stripe) * kRowsPerStripe;
   const int chunk_begin = part * p.num_chunks / parts, chunk_end = (part + 1) * p.num_chunks / parts;
   pdl_launch_dependents();
   // The first chunk's weights before the wait: they never change.
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(kMaxThreads) fp8_gemv_kernel(Params p) {
     if (chunk + 1 < chunk_end) next = load_chunk(p, row0, chunk + 1, g, q);
     uint4 a_lo[4], a_hi[4] = {};
     load_activations(p, g, chunk, q, a_lo);
-    if constexpr (kTwoRowGroups) load_activations(p, g + 8, chunk, q, a_hi);
+    if constexpr (kRowsAbove8) load_activations(p, g + 8, chunk, q, a_hi);
     float block_acc[kTiles][4] = {};
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
@@ -149,7 +154,7 @@ __global__ void __launch_bounds__(kMaxThreads) fp8_gemv_kernel(Params p) {
   }
 
   if (part > 0) {
-    float* mine = s_partial + (part - 1) * kTiles * 4 * 32;
+    float* mine = s_partial + (stripe * (parts - 1) + part - 1) * kTiles * 4 * 32;
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(kMaxThreads) fp8_gemv_kernel(Params p) {
   __syncthreads();
   if (part > 0) return;
   for (int other = 0; other < parts - 1; ++other) {
-    const float* theirs = s_partial + other * kTiles * 4 * 32;
+    const float* theirs = s_partial + (stripe * (parts - 1) + other) * kTiles * 4 * 32;
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
@@ -174,6 +179,26 @@ __global__ void __launch_bounds__(kMaxThreads) fp8_gemv_kernel(Params p) {
     }
 }
 
+// Blocks resident a multiprocessor for each block size (warps 1..16) of the
+// instance for m rows: the launch's occupancy table, asked once.
+const Fp8GemvOccupancy& occupancy_of(bool rows_above_8) {
+  static const auto make = [](auto kernel) {
+    Fp8GemvOccupancy o;
+    int device = 0;
+    SLUICE_CUDA_CHECK(cudaGetDevice(&device));
+    SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&o.num_sms, cudaDevAttrMultiProcessorCount, device));
+    for (int warps = 1; warps <= kFp8GemvMaxBlockWarps; ++warps) {
+      const std::size_t smem = static_cast<std::size_t>(warps) * kTiles * 4 * 32 * sizeof(float);
+      SLUICE_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm[warps], kernel, warps * 32, smem));
+    }
+    return o;
+  };
+  static const Fp8GemvOccupancy above_8 = make(fp8_gemv_kernel<true>);
+  static const Fp8GemvOccupancy up_to_8 = make(fp8_gemv_kernel<false>);
+  return rows_above_8 ? above_8 : up_to_8;
+}
+
 }  // namespace
 
 bool fp8_gemv_supports(std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -181,23 +206,33 @@ bool fp8_gemv_supports(std::int64_t m, std::int64_t n, std::int64_t k) {
          n < (1LL << 30) && k < (1LL << 30);
 }
 
-// The most parts that keep the grid in one wave: at 74-86 registers a
-// multiprocessor holds ~24 warps, so blocks of P parts fit floor(24 / P) to
-// a multiprocessor; then the chunks are dealt evenly. 4096 x 4096: 256
-// blocks, P <= 12, 32 chunks in runs of 3 -> 11 parts. Weights of few rows
-// (1024 x 4096: 64 blocks) leave multiprocessors idle even at 16 parts.
-std::int32_t fp8_gemv_k_parts(std::int64_t n, std::int64_t k) {
-  constexpr std::int64_t kSms = 132, kResidentWarpsPerSm = 24;
-  const std::int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+// Cost = waves x chunks a part x (1 + activation bytes / weight bytes a
+// stripe pulls from L2), the least over parts 1..16 and stripes 1, 2, 4: the
+// first term is the serial chain of a warp (a wave's warps stream
+// together), the second what the stripes' shared activations save. Ties go
+// to fewer warps. Session 14's sweep (docs/benchmarks.md) calibrates it.
+Fp8GemvSplit fp8_gemv_split(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8GemvOccupancy& occupancy) {
   const std::int64_t chunks = (k + kChunk - 1) / kChunk;
-  std::int64_t wanted = 1;
-  for (std::int64_t parts = std::min<std::int64_t>(kFp8GemvMaxKParts, chunks); parts > 1; --parts)
-    if (blocks <= kSms * (kResidentWarpsPerSm / parts)) {
-      wanted = parts;
-      break;
+  const double activation_ratio = m > 8 ? 2.0 : 1.0;
+  Fp8GemvSplit best{.k_parts = 1, .stripes = 1};
+  double best_cost = 1e300;
+  for (std::int32_t stripes : {1, 2, 4})
+    for (std::int32_t parts = 1; parts <= std::min<std::int64_t>(chunks, kFp8GemvMaxBlockWarps / stripes); ++parts) {
+      const std::int64_t per_sm = occupancy.blocks_per_sm[parts * stripes];
+      if (per_sm < 1) continue;
+      const std::int64_t blocks = (n + kRowsPerStripe * stripes - 1) / (kRowsPerStripe * stripes);
+      const std::int64_t waves = (blocks + occupancy.num_sms * per_sm - 1) / (occupancy.num_sms * per_sm);
+      const double cost = static_cast<double>(waves) * chunks / parts * (1.0 + activation_ratio / stripes);
+      if (cost < best_cost * (1.0 - 1e-9)) {
+        best_cost = cost;
+        best = {.k_parts = parts, .stripes = stripes};
+      }
     }
-  const std::int64_t chunks_per_part = (chunks + wanted - 1) / wanted;
-  return static_cast<std::int32_t>((chunks + chunks_per_part - 1) / chunks_per_part);
+  return best;
+}
+
+Fp8GemvSplit fp8_gemv_split_on_device(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return fp8_gemv_split(m, n, k, occupancy_of(m > 8));
 }
 
 void launch_fp8_gemv(const Fp8GemvArgs& a, const Launch& launch) {
@@ -205,8 +240,14 @@ void launch_fp8_gemv(const Fp8GemvArgs& a, const Launch& launch) {
   SLUICE_CHECK(a.out_dt == Dt::bf16 || a.out_dt == Dt::f32);
   const int num_chunks = static_cast<int>((a.k + kChunk - 1) / kChunk);
   SLUICE_CHECK(a.w_scale_row_stride >= num_chunks);
-  const int parts = a.k_parts > 0 ? std::min<int>(a.k_parts, std::min<int>(kFp8GemvMaxKParts, num_chunks))
-                                  : fp8_gemv_k_parts(a.n, a.k);
+  const bool rows_above_8 = a.m > 8;
+  Fp8GemvSplit split = fp8_gemv_split_on_device(a.m, a.n, a.k);
+  if (a.k_parts > 0) {
+    split.k_parts = std::min(a.k_parts, num_chunks);
+    split.stripes = std::max(1, std::min(split.stripes, kFp8GemvMaxBlockWarps / split.k_parts));
+  }
+  if (a.stripes > 0) split.stripes = a.stripes;
+  SLUICE_CHECK(split.k_parts * split.stripes <= kFp8GemvMaxBlockWarps);
   const Params p{.x = static_cast<const __nv_bfloat16*>(a.x),
                  .w = a.w,
                  .w_scales = a.w_scales,
@@ -216,11 +257,14 @@ void launch_fp8_gemv(const Fp8GemvArgs& a, const Launch& launch) {
                  .k = static_cast<int>(a.k),
                  .scale_row_stride = static_cast<int>(a.w_scale_row_stride),
                  .num_chunks = num_chunks,
+                 .parts = split.k_parts,
                  .out_dt = a.out_dt};
-  const dim3 grid(static_cast<unsigned>((a.n + kRowsPerBlock - 1) / kRowsPerBlock));
-  const dim3 block(static_cast<unsigned>(parts * 32));
-  const std::size_t smem = static_cast<std::size_t>(parts - 1) * kTiles * 4 * 32 * sizeof(float);
-  if (a.m > 8)
+  const std::int64_t rows_per_block = kRowsPerStripe * split.stripes;
+  const dim3 grid(static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block));
+  const dim3 block(static_cast<unsigned>(split.k_parts * split.stripes * 32));
+  const std::size_t smem =
+      static_cast<std::size_t>(split.stripes * (split.k_parts - 1)) * kTiles * 4 * 32 * sizeof(float);
+  if (rows_above_8)
     launch_kernel(fp8_gemv_kernel<true>, grid, block, smem, launch, p);
   else
     launch_kernel(fp8_gemv_kernel<false>, grid, block, smem, launch, p);
