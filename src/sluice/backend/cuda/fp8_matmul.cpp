@@ -23,6 +23,10 @@ Fp8MatmulPath fp8_matmul_path(Fp8DenseGemm asked, std::int64_t m, std::int64_t n
   return Fp8MatmulPath::cublaslt;
 }
 
+Fp8Matmul::Fp8Matmul(LtGemm& gemm, Fp8DenseGemm asked) : gemm_(gemm), asked_(asked) {
+  prepare_fp8_gemv();  // its occupancy table, before any decode graph is captured
+}
+
 void Fp8Matmul::run(const Tensor& x, const Tensor& w, const Tensor& out, ScratchArena& scratch,
                     bool launch_kernels, const Launch& launch) {
   SLUICE_CHECK_MSG(x.dtype == DType::bf16, "CUDA FP8 matmul takes bf16 activations");

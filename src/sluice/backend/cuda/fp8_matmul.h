@@ -26,7 +26,7 @@ Fp8MatmulPath fp8_matmul_path(Fp8DenseGemm asked, std::int64_t m, std::int64_t n
 
 class Fp8Matmul {
  public:
-  Fp8Matmul(LtGemm& gemm, Fp8DenseGemm asked) : gemm_(gemm), asked_(asked) {}
+  Fp8Matmul(LtGemm& gemm, Fp8DenseGemm asked);
 
   // out[m, n] = x[m, k] . w[n, k]^T with x bf16, out bf16 or f32. Takes its
   // scratch first (replayed graphs need the same addresses), then enqueues

@@ -48,6 +48,9 @@ struct Fp8GemvOccupancy {
 // (fp8_gemv.cu says the cost it minimises); k_parts <= ceil(k / 128).
 Fp8GemvSplit fp8_gemv_split(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8GemvOccupancy& occupancy);
 
+// Asks the device's occupancy table (fp8_gemv_split's input) now, outside
+// any graph capture: Fp8Matmul's constructor calls it. Idempotent.
+void prepare_fp8_gemv();
 // The split launch_fp8_gemv() takes for the shape (k_parts and stripes 0)
 // on the current device.
 Fp8GemvSplit fp8_gemv_split_on_device(std::int64_t m, std::int64_t n, std::int64_t k);
