@@ -23,9 +23,16 @@
 // contiguous run of chunks; parts 1.. add into part 0 through shared memory.
 // A block holds `stripes` stripes: warps of the same part read the same
 // activations, which L1 then serves once (weights are loaded past L1). At
-// one stripe a block and m <= 8 every weight byte also pulls a byte of
-// activations from L2 (16 at m = 16), so stripes cut the L2 traffic that
-// 2 tiles a warp costs. fp8_gemv_split() picks both from an occupancy table.
+// one stripe a block every weight byte also pulls a byte of activations
+// from L2 at m <= 8 (two at m > 8), the cost of 2 tiles a warp.
+// fp8_gemv_split() picks both from an occupancy table.
+//
+// Measured (docs/benchmarks.md, session 14): 1.6-9.6x the grouped kernel on
+// V4-Flash's and V3's dense shapes; ~65% of HBM on large weights at m <= 4,
+// 35-49% at m = 16; a ~4.4 us floor on 2-4 MB weights. Stripes gained 2%
+// (m <= 4) to 25% (m = 16) but did not lift the 65%: the likely limit is
+// bytes in flight (one chunk ahead a lane, ~24 warps a multiprocessor at
+// 74-86 registers), not yet confirmed with ncu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
