@@ -7,7 +7,7 @@
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
 //                   --decode1 | --chunk | --decode-sweep[-plans] [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
 //                   --deepseek-moe-fp8 | --burst-step |
-//                   --profile-burst | --gemm-rows | --overlap | --deepseek-v4-kernels]
+//                   --profile-burst | --gemm-rows | --overlap | --deepseek-v4-kernels | --fp8-gemv]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention [NAMES]: prefill attention alone under each
@@ -26,6 +26,7 @@
 // every 128-slot kernel or the one named (grouped_gemm_fp8_kernel.h's name_of;
 // decode, then prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
+// --fp8-gemv: decode-size FP8 block-scaled GEMMs of V4-Flash and V3 (fp8_gemv_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst [N]: the
 // same steps eagerly, twice each (or only shape N's mixed step), for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
 // at decode and mixed-step row counts; --overlap: the chats' decodes beside a
@@ -1294,11 +1295,16 @@ void bench_overlap(std::int32_t chunk_rows) {
 
 namespace sluice {
 void bench_deepseek_v4_kernels();  // deepseek_v4_bench.cpp
+void bench_fp8_gemv();             // fp8_gemv_bench.cpp
 }  // namespace sluice
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--deepseek-v4-kernels") == 0) {  // issue 18 stage 3's kernels alone
     sluice::bench_deepseek_v4_kernels();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--fp8-gemv") == 0) {  // decode-size FP8 GEMMs: GEMV, grouped, cuBLASLt
+    sluice::bench_fp8_gemv();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--overlap") == 0) {

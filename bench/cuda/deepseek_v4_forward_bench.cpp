@@ -31,7 +31,9 @@
 //     values of the FP8 / FP4 ones (the session-12 path), FP8 dense + FP4
 //     experts turned FP8 at load under the bf16-activation FP8 GEMMs (the
 //     grouped kernel, mma.sync), and the same under the default FP8 GEMMs
-//     (cuBLASLt block-scaled, wgmma e4m3). Per format: the weights' device
+//     (cuBLASLt block-scaled, wgmma e4m3; at decode the dense linears take the
+//     FP8 GEMV), then the default with the dense linears on the grouped kernel
+//     (the GEMV's A/B). Per format: the weights' device
 //     bytes and the time to make them, prefill of one prompt to `context`
 //     in chunks of 8,192 (the first chunk's rate: "prefill 8k"), decode at
 //     batch 1 after it, and decode at `decode_batch` sequences at position
@@ -44,7 +46,7 @@
 //
 //   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMAT]
 //     Only format FORMAT (0 bf16, 1 grouped / mma.sync, 2 cuBLASLt / wgmma,
-//     the default 2), one step between cudaProfilerStart and cudaProfilerStop
+//     3 grouped dense / wgmma; the default 2), one step between cudaProfilerStart and cudaProfilerStop
 //     after a warm-up step of the same shape (for ncu --profile-from-start
 //     off): PROFILE 1 a decode step of BATCH sequences at CONTEXT, 2 the first
 //     prefill chunk of 8,192 rows, 3 a decode step of one sequence at CONTEXT
@@ -440,6 +442,10 @@ int flash_formats(int argc, char** argv) {
       {"FP8 dense + FP4->FP8 experts, grouped kernel + mma.sync (bf16 activations)", false,
        {.fp8_dense_gemm = cuda::Fp8DenseGemm::kernel, .moe_expert_gemm = cuda::MoeExpertGemm::grouped}},
       {"FP8 dense + FP4->FP8 experts, cuBLASLt + wgmma (e4m3 activations; the default)", false, {}},
+      // The default but for the dense linears on the grouped kernel at every size: at decode (<= 16
+      // rows) the A/B row of the FP8 GEMV the default takes there (session 14).
+      {"FP8 dense on the grouped kernel + FP4->FP8 experts on wgmma", false,
+       {.fp8_dense_gemm = cuda::Fp8DenseGemm::kernel, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma}},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

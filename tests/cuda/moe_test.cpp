@@ -370,7 +370,10 @@ TEST(CudaMoe, Fp8MatmulMatchesTheDequantizedWeight) {
       const bool quantized = cuda::fp8_matmul_path(path, c.m, c.n, c.k) == cuda::Fp8MatmulPath::cublaslt;
       SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " "
                                         << cuda::name_of(path, cuda::kFp8DenseGemmNames)
-                                        << (quantized ? " (cuBLASLt)" : " (grouped kernel)"));
+                                        << (quantized ? " (cuBLASLt)"
+                                            : cuda::fp8_matmul_path(path, c.m, c.n, c.k) == cuda::Fp8MatmulPath::gemv
+                                                ? " (FP8 GEMV)"
+                                                : " (grouped kernel)"));
       HostFp8Weight w(c.n, c.k, ++seed, 1e-2f);
       const std::vector<float> x = random_bf16(static_cast<std::size_t>(c.m * c.k), ++seed, 2.0f);
       auto dw = ops->upload_weight(w.tensor());

@@ -152,15 +152,18 @@ enum class MlaKernels {
   wgmma,
 };
 
-// Dense matmuls whose weight is FP8 with 128x128 block scales, above
-// kFp8KernelMaxRows rows (fewer always take the grouped kernel: a weight stream).
+// Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
+// kFp8KernelMaxRows rows (decode) the default takes the split-K FP8 GEMV
+// (kernels/fp8_gemv.h, bf16 activations), `kernel` the grouped kernel.
 enum class Fp8DenseGemm {
   // cuBLASLt block scaling (activations quantized per 1x128 block, VEC128_32F
   // x BLK128x128_32F, cuBLASLt 12.9+); the grouped kernel where cuBLASLt has
   // no algorithm for the shape. Not yet measured (issue 15).
   cublaslt,
-  // Our grouped kernel (grouped_gemm.cu): the weight dequantized to bf16 in
-  // registers, bf16 activations: the correct-first path and the A/B row.
+  // Our grouped kernel (grouped_gemm.cu) at every size, decode included: the
+  // weight dequantized to bf16 in registers, bf16 activations: the
+  // correct-first path and the A/B row (against cuBLASLt above 16 rows, the
+  // FP8 GEMV up to 16).
   kernel,
 };
 

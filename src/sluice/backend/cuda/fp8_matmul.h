@@ -1,7 +1,8 @@
 // Ops::matmul with an FP8 block-scaled weight (Tensor::scales, 128x128) on
-// CUDA: a pure choice of path (fp8_matmul_path), then either the grouped
-// kernel in its one-group form (decode sizes, and the fallback) or the
-// activations quantized per 1x128 block and cuBLASLt's block-scaled GEMM.
+// CUDA: a pure choice of path (fp8_matmul_path), then the split-K FP8 GEMV
+// (decode sizes, kernels/fp8_gemv.h), the grouped kernel in its one-group
+// form (Fp8DenseGemm::kernel, and the fallback) or the activations quantized
+// per 1x128 block and cuBLASLt's block-scaled GEMM.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +15,18 @@
 
 namespace sluice::cuda {
 
-// Rows up to which the grouped kernel runs whatever the options say: the
-// GEMM streams the weight once and quantizing the activations would only add a kernel.
+// Rows up to which a bf16-activation kernel runs whatever the options say
+// (the FP8 GEMV, or the grouped kernel under Fp8DenseGemm::kernel or where
+// the GEMV does not take K): the GEMM streams the weight once and quantizing
+// the activations would only add a kernel.
 inline constexpr std::int64_t kFp8KernelMaxRows = 16;
 
-enum class Fp8MatmulPath { grouped_kernel, cublaslt };
+enum class Fp8MatmulPath { gemv, grouped_kernel, cublaslt };
 Fp8MatmulPath fp8_matmul_path(Fp8DenseGemm asked, std::int64_t m, std::int64_t n, std::int64_t k);
 
 class Fp8Matmul {
  public:
-  Fp8Matmul(LtGemm& gemm, Fp8DenseGemm asked) : gemm_(gemm), asked_(asked) {}
+  Fp8Matmul(LtGemm& gemm, Fp8DenseGemm asked);
 
   // out[m, n] = x[m, k] . w[n, k]^T with x bf16, out bf16 or f32. Takes its
   // scratch first (replayed graphs need the same addresses), then enqueues

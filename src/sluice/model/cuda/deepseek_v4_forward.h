@@ -18,8 +18,9 @@
 // Weights: linears stored FP8 (128x128 block scales) stay FP8 on the device
 // when the reference was loaded with keep_quantized (the runner does), and
 // run through the FP8 GEMMs: dense ones through Fp8Matmul (fp8_matmul.h:
-// the grouped kernel up to 16 rows or under Fp8DenseGemm::kernel, else
-// cuBLASLt's block-scaled GEMM on activations quantized per 1x128), the
+// the split-K FP8 GEMV up to 16 rows, the grouped kernel under
+// Fp8DenseGemm::kernel, else cuBLASLt's block-scaled GEMM on activations
+// quantized per 1x128), the
 // routed experts through the grouped GEMMs (moe_kernels.h: mma.sync on the
 // weight dequantized in registers under MoeExpertGemm::grouped, wgmma e4m3
 // on quantized activations under fp8_wgmma). FP4 experts are uploaded as
