@@ -54,6 +54,7 @@
 
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
+#include "bench_must.h"
 
 namespace sluice {
 namespace {
@@ -61,15 +62,6 @@ namespace {
 constexpr double kHbmBytesPerSecond = 4.31e12;  // device copy, read + write counted
 constexpr double kHbmSpecBytesPerSecond = 4.8e12;  // the H200's HBM3e, NVIDIA's figure
 constexpr double kBf16FlopsPerSecond = 790e12;  // cuBLASLt 8192^3, random data
-
-template <class T>
-T must(Result<T> r) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "error: %s\n", r.error_message().c_str());
-    std::exit(1);
-  }
-  return std::move(r).value();
-}
 
 void sync() {
   const cudaError_t e = cudaDeviceSynchronize();

@@ -28,6 +28,7 @@
 #include "sluice/backend/cuda/kernels/fp8_gemv.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
+#include "bench_must.h"
 
 namespace sluice {
 namespace {
@@ -40,15 +41,6 @@ void check(cudaError_t e, const char* what) {
     std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
-}
-
-template <class T>
-T must(Result<T> r) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "error: %s\n", r.error_message().c_str());
-    std::exit(1);
-  }
-  return std::move(r).value();
 }
 
 // Median seconds per launch of `enqueue(copy)` over a graph of kLaunches launches.

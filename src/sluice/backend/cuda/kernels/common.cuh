@@ -28,6 +28,16 @@ __device__ __forceinline__ void store_f(void* p, Dt dt, std::int64_t i, float v)
   }
 }
 
+// A weight vector, read once: past L1 (no_allocate), so the streamed weights
+// do not evict the activations, which every warp of the multiprocessor reads again.
+__device__ __forceinline__ uint4 load_weight(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -63,15 +63,6 @@ struct Params {
   Dt out_dt;
 };
 
-// A weight vector, read once: past L1, so the activations stay there.
-__device__ __forceinline__ uint4 load_weight(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Two e4m3 (low byte first) -> bf16x2, exactly (e4m3 -> f16 is exact, and
 // every e4m3 value is a bf16).
 __device__ __forceinline__ std::uint32_t e4m3x2_to_bf16x2(std::uint32_t bits) {

@@ -57,16 +57,6 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// A weight vector, read once: past L1 (no_allocate), so the streamed weights
-// do not evict x, which every warp of the multiprocessor reads again.
-__device__ __forceinline__ uint4 load_weight(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 struct SwiGluParams {
   const uint4* x;  // [m, k_vecs]
   const uint4* w;  // [2 * inter, k_vecs]: the gate rows, then the up rows
