@@ -456,8 +456,8 @@ TEST(CudnnPlansInBackground, StepsWaitForNoPlanAndRunOnCudnnOnceBuilt) {
   AttentionHarness(split, 51).run_case();
 }
 
-// The server's bounds set: every plan its steps can ask for is built (and
-// run once) when the cache is allocated, so the first step of each shape runs
+// The server's bounds set: every plan its steps can ask for is built when
+// the cache is allocated, so the first step of each shape runs
 // on cuDNN and is right. Whole (fresh prompts, then chunks over prefixes,
 // three sequences padded to four) and split. The prefix steps (up to 12,000
 // rows) are past the bounds: their plans come from the builder thread.

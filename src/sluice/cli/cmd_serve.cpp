@@ -157,6 +157,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   // A decode lane on N SMs of its own: the prefill lane (the backend's own
   // stream) on every other one.
   if (decode_lane_setting.lane == DecodeLane::kSms) cuda.stream_sms = -decode_lane_setting.num_sms;
+  cuda.cudnn_plans_before_serving = decode_lane_setting.lane != DecodeLane::kOff;
   auto made = make_serve_backend({.device = args.device,
                                                  .model_dir = dir,
                                                  .block_size_tokens = args.block_size_tokens,

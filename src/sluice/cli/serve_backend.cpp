@@ -63,14 +63,15 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
   spdlog::info("cuda: {}", describe(options.cuda));
   // cuDNN's prefill plans for every step this server can run, built before it
-  // serves (cuda_options.h): prefill rows up to --max-num-batched-tokens, keys
-  // up to --max-model-len, up to 8 prompts a step (more are rare; their plans
-  // are built in the background).
+  // serves where asked (cuda_options.h): prefill rows up to
+  // --max-num-batched-tokens, keys up to --max-model-len, up to 8 prompts a
+  // step (more are rare; their plans are built in the background).
   CudaOptions cuda = options.cuda;
-  cuda.cudnn_serving_bounds = {.num_q_heads = profile.num_attention_heads,
-                               .max_step_rows = options.max_num_batched_tokens,
-                               .max_keys = options.max_model_len_tokens,
-                               .max_sequences = std::min(8, options.max_num_seqs)};
+  if (cuda.cudnn_plans_before_serving)
+    cuda.cudnn_serving_bounds = {.num_q_heads = profile.num_attention_heads,
+                                 .max_step_rows = options.max_num_batched_tokens,
+                                 .max_keys = options.max_model_len_tokens,
+                                 .max_sequences = std::min(8, options.max_num_seqs)};
   SLUICE_TRY_ASSIGN(ops, make_cuda_ops(cuda));
   register_cuda_deepseek_v4_runner();  // deepseek_v4 models run model/cuda/deepseek_v4_forward.h
   std::size_t free_bytes = 0, total_bytes = 0;

@@ -173,9 +173,9 @@ class CudaOps final : public Ops {
                                  .num_blocks = kv_spec_.num_blocks},
                                 bounds, options_.cudnn_serving_wait_s));
     spdlog::info("prefill attention cudnn: {} of {} plans built before serving (steps of <= {} rows, {} sequences, "
-                 "{} keys) in {:.1f} s, each run once: {:.1f} s in all; {} left to build while serving{}",
+                 "{} keys) in {:.1f} s; {} left to build while serving{}",
                  done.num_built, done.num_classes, bounds.max_step_rows, bounds.max_sequences, bounds.max_keys,
-                 done.build_s, done.total_s, done.num_left,
+                 done.build_s, done.num_left,
                  done.num_refused == 0 ? std::string()
                                        : fmt::format("; {} refused, the first: {}", done.num_refused,
                                                      done.first_refusal));

@@ -217,10 +217,13 @@ struct CudaOptions {
   // 1.3 s chat gap). The server sets it; tests and benchmarks build in line
   // so that every step they check or time runs on cuDNN.
   bool cudnn_plans_in_background = false;
-  // The steps a server will run (cudnn_plan_classes.h): where set (the
-  // server sets it), allocate_kv_cache builds every cuDNN plan they can ask
-  // for before serving, so no plan is built while a prefill chunk runs beside
-  // decodes (S13-lead-2's 0.5-1.3 s decode stalls).
+  // Whether a server builds its cuDNN plans before serving: set by serve with
+  // --decode-lane, where a plan built while a prefill chunk runs holds the
+  // decode lane's launches (S13-lead-2's 0.5-1.3 s decode stalls); one loop
+  // runs no kernel beside the chunk, so it keeps the quick start.
+  bool cudnn_plans_before_serving = false;
+  // The steps that server will run (cudnn_plan_classes.h): where set,
+  // allocate_kv_cache builds every cuDNN plan they can ask for.
   cuda::SdpaServingBounds cudnn_serving_bounds;
   // How long start-up waits for them; the builder thread makes the rest
   // while serving (the likeliest classes come first).

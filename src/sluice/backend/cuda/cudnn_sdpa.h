@@ -113,7 +113,7 @@ struct SdpaServingPlans {
   std::int64_t num_classes = 0;  // the bounds' classes
   std::int64_t num_built = 0, num_refused = 0;
   std::int64_t num_left = 0;  // to the builder thread, while serving
-  double build_s = 0.0, total_s = 0.0;  // building; and running each once
+  double build_s = 0.0;
   std::string first_refusal;
 };
 
@@ -147,12 +147,12 @@ class CudnnSdpa {
   // Blocks until every plan asked for so far is built or refused (tests).
   void wait_for_plans();
   // Builds the plan of every class the steps within `bounds` can ask for
-  // (cudnn_plan_classes.h), the likeliest first, and runs each once over
-  // empty sequences so its kernels are loaded: a plan built or first run
-  // while serving waits for the whole device (cudnn_plan_classes.h). Blocks
-  // up to `max_wait_s`; the builder thread (background_plans) builds the
-  // rest while serving. One thread: cuDNN compiles a kernel for the first
-  // plan of each kind (~1 s) and builds the rest in ~70 ms (S14-lead-1).
+  // (cudnn_plan_classes.h), the likeliest first: a plan built while serving
+  // waits for the whole device (cudnn_plan_classes.h). Blocks up to
+  // `max_wait_s`; the builder thread (background_plans) builds the rest while
+  // serving. One thread: cuDNN compiles a kernel for the first plan of each
+  // kind (1.0-1.3 s) and builds the rest in 45-71 ms (S14-lead-2: 288 plans
+  // in 24 s).
   Result<SdpaServingPlans> build_plans_before_serving(const SdpaStepShape& shape, const SdpaServingBounds& bounds,
                                                       double max_wait_s);
 
