@@ -229,8 +229,9 @@ TEST(EngineOnCpu, DecodeLaneEqualsSingleSequenceGeneration) {
       << "decode lane, with prefix hits";
 }
 
-// Aborting a request while the lanes run: a long prompt prefills in chunks on
-// the main lane while a short one decodes on the decode lane; the long one is
+// Aborting a request while the lanes run: a short prompt decodes alone (on
+// the main lane: nothing to prefill), then a long prompt prefills in chunks on
+// the main lane while the short one decodes on the decode lane; the long one is
 // aborted between steps (its chunk most likely still in flight: its blocks
 // wait for that step's collection). The short one still gets the
 // single-sequence tokens, every step keeps the invariants, and every block
@@ -250,6 +251,11 @@ TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
                                                   .sampling = short_case.sampling, .max_tokens = kNewTokens});
   ASSERT_TRUE(short_stream.ok()) << short_stream.error_message();
   for (int step = 0; step < 100 && engine.stats().num_generated_tokens == 0; ++step) engine.step();
+  // Alone, with nothing to prefill, the short one decodes on the main lane.
+  engine.step();
+  engine.step();
+  EXPECT_EQ(engine.stats().num_decode_lane_steps, 0);
+  EXPECT_EQ(engine.stats().num_main_lane_decode_steps, 2);
   std::vector<TokenId> long_prompt(300);
   for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
   auto long_stream =
@@ -274,6 +280,7 @@ TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
   EXPECT_EQ(long_end, FinishReason::kAbort);
   const EngineStats stats = engine.stats();
   EXPECT_GT(stats.num_steps_beside_other_lane, 0) << "the long prompt's chunks ran beside the short one's decodes";
+  EXPECT_GT(stats.num_decode_lane_steps, 0) << "the short one decoded on its lane while the long one prefilled";
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
 }
 
