@@ -606,8 +606,7 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock, int lane) 
   ++num_steps_;
   if (lane == kDecode) ++num_decode_lane_steps_;
   if (lane == kMain && has_decode_lane() && !step.entries.empty() &&
-      std::all_of(step.entries.begin(), step.entries.end(),
-                  [](const InFlightStep::Entry& e) { return e.num_new_tokens == 1 && e.num_computed_tokens > 0; }))
+      std::all_of(step.entries.begin(), step.entries.end(), [](const InFlightStep::Entry& e) { return e.is_decode; }))
     ++num_main_lane_decode_steps_;
   last_step_ms_ = report.step_ms;
   max_step_ms_seen_ = std::max(max_step_ms_seen_, last_step_ms_);

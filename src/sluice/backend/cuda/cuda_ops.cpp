@@ -154,10 +154,12 @@ class CudaOps final : public Ops {
   }
 
   // Every cuDNN plan the server's steps can ask for (cuda_options.h's
-  // cudnn_serving_bounds), built and loaded now.
+  // cudnn_serving_bounds), built now.
   Status build_cudnn_plans_before_serving() {
     cuda::SdpaServingBounds bounds = options_.cudnn_serving_bounds;
-    if (cudnn_ == nullptr || bounds.max_step_rows <= 0 || !cuda::prefill_kernel_supports(kv_spec_.head_dim)) return Ok{};
+    if (cudnn_ == nullptr || !options_.cudnn_plans_in_background || bounds.max_step_rows <= 0 ||
+        !cuda::prefill_kernel_supports(kv_spec_.head_dim))
+      return Ok{};
     // No sequence holds more keys than the cache.
     const std::int64_t capacity = kv_spec_.num_blocks * static_cast<std::int64_t>(kv_spec_.block_size_tokens);
     bounds.max_keys = static_cast<std::int32_t>(

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -523,8 +522,9 @@ void CudnnSdpa::wait_for_plans() {
 
 Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepShape& shape,
                                                               const SdpaServingBounds& bounds, double max_wait_s) {
+  if (build_handle_ == nullptr)
+    return Error{"cuDNN SDPA: plans before serving need the builder thread (open()'s background_plans)"};
   const auto start = std::chrono::steady_clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   shape_ = shape;
   std::vector<GraphSpec> specs;
   for (const SdpaCallClass& c : sdpa_serving_classes(bounds, shape.block_size, shape.num_sms))
@@ -534,39 +534,31 @@ Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepSha
   // sequence), then the longest chunks.
   auto rank = [](const GraphSpec& g) { return std::pair{g.stats != 0 && g.causal == 0 ? g.b / 4 : g.b, -g.sq}; };
   std::stable_sort(specs.begin(), specs.end(), [&](const GraphSpec& a, const GraphSpec& b) { return rank(a) < rank(b); });
-  SdpaServingPlans result{.num_classes = static_cast<std::int64_t>(specs.size())};
-  if (build_handle_ == nullptr) {
-    // No builder thread: in line, until the time is up.
-    for (const GraphSpec& spec : specs) {
-      if (elapsed_s() > max_wait_s) break;
-      auto plan = plan_for(spec, /*may_defer=*/false);
-      if (!plan.ok() && result.first_refusal.empty()) result.first_refusal = plan.error_message();
-    }
-  } else {
-    // The builder thread takes them in order; what it has not built when the
-    // time is up it builds while serving (a step that needs one declines).
-    std::unique_lock lock(mutex_);
-    for (const GraphSpec& spec : specs)
-      if (!plans_.contains(spec.key()) && asked_.insert(spec.key()).second) queue_.push_back(spec);
-    wake_.notify_one();
-    idle_.wait_for(lock, std::chrono::duration<double>(max_wait_s), [&] { return queue_.empty() && !building_; });
-    for (auto& [key, plan] : built_) plans_.emplace(key, std::move(plan));
-    built_.clear();
-    for (const auto& [key, why] : refused_) {
-      if (result.first_refusal.empty()) result.first_refusal = why;
-      failed_.emplace(key, why);
-    }
-    result.num_left = static_cast<std::int64_t>(queue_.size());
-  }
-  result.build_s = elapsed_s();
+  // The builder thread takes them in order; plan_for hands each over at its
+  // first step. What is not built when the time is up is built while serving
+  // (a step that needs it declines meanwhile).
+  std::unique_lock lock(mutex_);
+  for (const GraphSpec& spec : specs)
+    if (!plans_.contains(spec.key()) && asked_.insert(spec.key()).second) queue_.push_back(spec);
+  wake_.notify_one();
+  idle_.wait_for(lock, std::chrono::duration<double>(max_wait_s), [&] { return queue_.empty() && !building_; });
   // Not run once here to load their kernels: a run over empty sequences (every
   // length 0) never returned on the H200 (S14-lead-2).
-  for (const GraphSpec& spec : specs) result.num_built += plans_.contains(spec.key()) ? 1 : 0;
-  result.num_refused = static_cast<std::int64_t>(failed_.size());
+  SdpaServingPlans result{.num_classes = static_cast<std::int64_t>(specs.size()),
+                          .num_left = static_cast<std::int64_t>(queue_.size()),
+                          .build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  for (const GraphSpec& spec : specs) {
+    const Key key = spec.key();
+    if (plans_.contains(key) || built_.contains(key)) ++result.num_built;
+    if (auto it = refused_.find(key); it != refused_.end()) {
+      if (result.first_refusal.empty()) result.first_refusal = it->second;
+      ++result.num_refused;
+    }
+  }
   return result;
 }
 
-Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp, void* handle, bool log) {
+Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp, void* handle) {
   const auto start = std::chrono::steady_clock::now();
   auto plan = std::make_unique<Plan>();
   plan->api = api_.get();
@@ -732,8 +724,7 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
       s != CUDNN_STATUS_SUCCESS)
     return Error{api_->describe("plan workspace size", s)};
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (log)
-    spdlog::info("cuDNN SDPA plan ({} K/V{}{}): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms{}, "
+  spdlog::info("cuDNN SDPA plan ({} K/V{}{}): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms{}, "
                "engine config {}, workspace {} bytes",
                sp.paged ? "paged" : "packed", sp.causal ? ", causal" : "", sp.stats ? ", stats" : "", sp.b, sp.sq,
                sp.skv, sp.hq, sp.hk, sp.dqk, sp.dv, ms, handle == handle_ ? "" : " (in the background)",
@@ -792,7 +783,8 @@ CudnnSdpa::GraphSpec CudnnSdpa::spec_of(const Call& call) const {
   return spec;
 }
 
-Status CudnnSdpa::run_call(const Call& call, const SdpaLayer& l, void* out, void* stats, std::int32_t* base) {
+Status CudnnSdpa::run_call(const Call& call, const SdpaLayer& l, void* out, void* stats) {
+  auto* base = static_cast<std::int32_t*>(step_tensors_.data());
   std::vector<std::int64_t> uids = {kQ, kK, kV, kO, kSeqLenQ, kSeqLenKv, kQOffsets, kOOffsets, kScale,
                                     kNegativeInfinity};
   std::vector<void*> pointers = {const_cast<void*>(l.q), nullptr, nullptr, out, base + call.seq_len_q,
@@ -832,13 +824,13 @@ Status CudnnSdpa::run(const SdpaLayer& l) {
     return Error{"cuDNN SDPA: row widths differ from prepare()"};
   scale_ = l.scale;
   if (!split_) {
-    SLUICE_TRY(run_call(whole_, l, l.out, nullptr, static_cast<std::int32_t*>(step_tensors_.data())));
+    SLUICE_TRY(run_call(whole_, l, l.out, nullptr));
     ++num_runs_;
     return Ok{};
   }
+  SLUICE_TRY(run_call(pieces_, l, partial_out_.data(), piece_lse_.data()));
+  SLUICE_TRY(run_call(tails_, l, l.out, tail_lse_.data()));
   auto* base = static_cast<std::int32_t*>(step_tensors_.data());
-  SLUICE_TRY(run_call(pieces_, l, partial_out_.data(), piece_lse_.data(), base));
-  SLUICE_TRY(run_call(tails_, l, l.out, tail_lse_.data(), base));
   launch_sdpa_split_combine({.out = l.out,
                              .partial = partial_out_.data(),
                              .tail_lse = static_cast<const float*>(tail_lse_.data()),

@@ -148,9 +148,9 @@ class CudnnSdpa {
   void wait_for_plans();
   // Builds the plan of every class the steps within `bounds` can ask for
   // (cudnn_plan_classes.h), the likeliest first: a plan built while serving
-  // waits for the whole device (cudnn_plan_classes.h). Blocks up to
-  // `max_wait_s`; the builder thread (background_plans) builds the rest while
-  // serving. One thread: cuDNN compiles a kernel for the first plan of each
+  // waits for the whole device (cudnn_plan_classes.h). Needs open()'s
+  // background_plans: the builder thread takes them; this blocks up to
+  // `max_wait_s`, and the builder makes the rest while serving. One thread: cuDNN compiles a kernel for the first plan of each
   // kind (1.0-1.3 s) and builds the rest in 45-71 ms (S14-lead-2: 288 plans
   // in 24 s).
   Result<SdpaServingPlans> build_plans_before_serving(const SdpaStepShape& shape, const SdpaServingBounds& bounds,
@@ -190,13 +190,12 @@ class CudnnSdpa {
   Call add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats);
   std::int64_t add_section(std::int64_t count);  // int32 elements, 16-byte aligned
   GraphSpec spec_of(const Call& call) const;
-  // `tensors`: the int32 sections the call's offsets point into.
-  Status run_call(const Call& call, const SdpaLayer& l, void* out, void* stats, std::int32_t* tensors);
+  Status run_call(const Call& call, const SdpaLayer& l, void* out, void* stats);
 
   // The plan of a shape class; null while the builder thread makes it
   // (`may_defer`; else it is built here, in line).
   Result<const Plan*> plan_for(const GraphSpec& spec, bool may_defer = true);
-  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec, void* handle, bool log = true);
+  Result<std::unique_ptr<Plan>> build_plan(const GraphSpec& spec, void* handle);
   void build_queued_plans();  // the builder thread
   Status execute(const Plan& plan, std::span<const std::int64_t> uids, std::span<void* const> pointers);
 
