@@ -124,6 +124,27 @@ TEST(CostCalibration, LeavesOutliersAndUnseenTerms) {
   EXPECT_GT(fit.prior.median, 0.3);
 }
 
+TEST(CostCalibration, EachStepKeepsTheLaneItRanOn) {
+  const std::string path = scratch_file("lanes.jsonl");
+  const StepShape decode{.sequences = {{.num_new_tokens = 1, .num_computed_tokens = 700}}};
+  const StepShape chunk{.sequences = {{.num_new_tokens = 2048, .num_computed_tokens = 4096}}};
+  {
+    auto writer = StepTraceWriter::open(path);
+    ASSERT_TRUE(writer.ok()) << writer.error_message();
+    (*writer)->write(0.0, 5.0, 4.0, decode);
+    (*writer)->write(5.0, 300.0, 250.0, chunk, "main");
+    (*writer)->write(6.0, 12.0, 4.0, decode, "decode");
+  }
+  auto steps = read_step_trace(path);
+  ASSERT_TRUE(steps.ok()) << steps.error_message();
+  ASSERT_EQ(steps->size(), 3u);
+  EXPECT_EQ((*steps)[0].lane, "");
+  EXPECT_EQ((*steps)[1].lane, "main");
+  EXPECT_EQ((*steps)[1].shape.sequences[0].num_new_tokens, 2048);
+  EXPECT_EQ((*steps)[2].lane, "decode");
+  EXPECT_EQ((*steps)[2].measured_ms, 12.0);
+}
+
 TEST(CostCalibration, ABadTraceLineIsNamed) {
   const std::string path = scratch_file("bad.jsonl");
   std::ofstream(path) << R"({"measured_ms":1,"seqs":[[1,2]]})" << "\n" << R"({"measured_ms":1,"seqs":[[1]]})" << "\n";

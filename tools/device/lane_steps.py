@@ -29,3 +29,26 @@ for path in sys.argv[1:]:
     print(f"{path}: {len(prefill)} prefill steps over {(last_end - first) / 1e3:.1f} s, busy "
           f"{busy / 1e3:.1f} s (idle {(last_end - first - busy) / 1e3:.1f} s); {len(decode)} decode steps, "
           f"median {median:.1f} ms; after the last prefill step: {len(tail)} decode steps, {(end - last_end) / 1e3:.1f} s")
+
+    lane_steps = [s for s in steps if s.get("lane") == "decode"]
+    if not lane_steps:
+        continue
+    main = [s for s in steps if s.get("lane") == "main"]
+
+    def beside(t):
+        for m in main:
+            if m["start_ms"] <= t <= m["start_ms"] + m["measured_ms"]:
+                rows = sum(q[0] for q in m["seqs"])
+                deepest = max(q[1] for q in m["seqs"])
+                return f"main: {rows} rows, prefix <= {deepest}, {m['measured_ms']:.0f} ms"
+        return "main: idle"
+
+    slow = sorted(lane_steps, key=lambda s: -s["measured_ms"])[:8]
+    print(f"  decode lane: {len(lane_steps)} steps, {sum(s['measured_ms'] > 150 for s in lane_steps)} over 150 ms")
+    for s in slow:
+        print(f"    step at {s['start_ms'] / 1e3:.2f} s: {s['measured_ms']:.0f} ms, {len(s['seqs'])} seqs, "
+              f"longest context {max(q[1] for q in s['seqs'])} ({beside(s['start_ms'])})")
+    waits = sorted(((b["start_ms"] - (a["start_ms"] + a["measured_ms"]), b) for a, b in zip(lane_steps, lane_steps[1:])),
+                   key=lambda w: -w[0])[:5]
+    for wait, s in waits:
+        print(f"    waited {wait:.0f} ms before the step at {s['start_ms'] / 1e3:.2f} s ({beside(s['start_ms'] - wait)})")

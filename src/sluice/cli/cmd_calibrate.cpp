@@ -46,6 +46,11 @@ Status run_calibrate(const CalibrateOptions& o) {
     profile = *builtin;
   }
   SLUICE_TRY_ASSIGN(steps, sim::read_step_trace(o.trace_path));
+  // A decode lane's steps ran beside prefill chunks: their times are shared.
+  const auto num_decode_lane = std::erase_if(steps, [](const sim::TracedStep& s) { return s.lane == "decode"; });
+  if (num_decode_lane > 0)
+    std::printf("sluice calibrate: %zu decode-lane steps left out (they shared the GPU with prefill chunks)\n",
+                static_cast<std::size_t>(num_decode_lane));
   if (steps.empty()) return Error{o.trace_path + ": no steps"};
   // The prior `serve --device cuda` plans with: one GPU, our kernels' efficiencies.
   const sim::HardwareSpec hardware = sim::h200_sluice_cuda();

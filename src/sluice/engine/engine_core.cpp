@@ -245,7 +245,9 @@ void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, doub
   shape.sequences.reserve(step.entries.size());
   for (const InFlightStep::Entry& e : step.entries)
     shape.sequences.push_back({.num_new_tokens = e.num_new_tokens, .num_computed_tokens = e.num_computed_tokens});
-  if (step_trace_) step_trace_->write(start_ms, measured_ms, step.predicted_step_ms, shape);
+  if (step_trace_)
+    step_trace_->write(start_ms, measured_ms, step.predicted_step_ms, shape,
+                       !has_decode_lane() ? nullptr : step.lane == kDecode ? "decode" : "main");
   if (online_cost_model_ && alone) online_cost_model_->observe(shape, measured_ms);
 }
 

@@ -15,10 +15,13 @@ Result<std::unique_ptr<StepTraceWriter>> StepTraceWriter::open(const std::string
 
 StepTraceWriter::~StepTraceWriter() { std::fclose(file_); }
 
-void StepTraceWriter::write(double start_ms, double measured_ms, double predicted_ms, const StepShape& shape) {
+void StepTraceWriter::write(double start_ms, double measured_ms, double predicted_ms, const StepShape& shape,
+                            const char* lane) {
   line_.clear();
-  fmt::format_to(std::back_inserter(line_), R"({{"start_ms":{:.3f},"measured_ms":{:.4f},"predicted_ms":{:.4f},"seqs":[)",
+  fmt::format_to(std::back_inserter(line_), R"({{"start_ms":{:.3f},"measured_ms":{:.4f},"predicted_ms":{:.4f},)",
                  start_ms, measured_ms, predicted_ms);
+  if (lane != nullptr) fmt::format_to(std::back_inserter(line_), R"("lane":"{}",)", lane);
+  line_ += R"("seqs":[)";
   for (std::size_t i = 0; i < shape.sequences.size(); ++i)
     fmt::format_to(std::back_inserter(line_), "{}[{},{}]", i == 0 ? "" : ",", shape.sequences[i].num_new_tokens,
                    shape.sequences[i].num_computed_tokens);

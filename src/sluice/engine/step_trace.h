@@ -5,6 +5,9 @@
 //
 //   {"start_ms":12.5,"measured_ms":48.1,"predicted_ms":45.0,"seqs":[[1,812],[256,100352]]}
 //
+// With two step loops (--decode-lane) each line also names its lane:
+// "lane":"main" or "lane":"decode".
+//
 // sim/cost_calibration.h reads it back.
 #pragma once
 
@@ -25,7 +28,9 @@ class StepTraceWriter {
   StepTraceWriter(const StepTraceWriter&) = delete;
   StepTraceWriter& operator=(const StepTraceWriter&) = delete;
 
-  void write(double start_ms, double measured_ms, double predicted_ms, const StepShape& shape);
+  // `lane`: nullptr with one step loop.
+  void write(double start_ms, double measured_ms, double predicted_ms, const StepShape& shape,
+             const char* lane = nullptr);
 
  private:
   explicit StepTraceWriter(std::FILE* file) : file_(file) {}

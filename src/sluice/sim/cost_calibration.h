@@ -23,6 +23,9 @@ struct TracedStep {
   double measured_ms = 0;
   double predicted_ms = 0;  // what the planner believed (after its online correction)
   StepShape shape;
+  // "main" or "decode" with two step loops, empty with one. A decode lane's
+  // step shares the GPU with a prefill chunk: its time is not the step's alone.
+  std::string lane;
 };
 
 // One TracedStep per line of `path`; the error names the line.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
 
@@ -52,6 +54,7 @@ void DecodeGraphs::begin(const GraphKey& key) {
     SLUICE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     mode_ = Mode::capturing;
     capture_key_ = key;
+    capture_start_ = std::chrono::steady_clock::now();
   }
 }
 
@@ -73,6 +76,12 @@ void DecodeGraphs::finish() {
     }
     graphs_.emplace(capture_key_, exec);
     replay_ = exec;
+    // A capture runs on the step's path: a slow one shows as a decode gap.
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - capture_start_).count();
+    if (ms > kSlowCaptureMs)
+      spdlog::info("decode graph of {} rows, context <= {}, captured and instantiated in {:.1f} ms ({} kept)",
+                   capture_key_.num_rows, capture_key_.context_bucket, ms, graphs_.size());
   }
   if (mode_ != Mode::eager) SLUICE_CUDA_CHECK(cudaGraphLaunch(replay_, stream_));
   mode_ = Mode::eager;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <compare>
 #include <cstdint>
 #include <map>
@@ -60,9 +61,11 @@ class DecodeGraphs {
   void abort_capture();
 
  private:
+  static constexpr double kSlowCaptureMs = 20.0;  // logged above this
   cudaStream_t stream_;
   Mode mode_ = Mode::eager;
   GraphKey capture_key_{};
+  std::chrono::steady_clock::time_point capture_start_;
   cudaGraphExec_t replay_ = nullptr;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
 };

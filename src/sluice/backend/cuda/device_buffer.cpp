@@ -1,33 +1,28 @@
 #include "sluice/backend/cuda/device_buffer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+
+#include <spdlog/spdlog.h>
 
 #include "sluice/backend/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 
-PinnedBuffer::~PinnedBuffer() { cudaFreeHost(data_); }
-
-void* PinnedBuffer::ensure(std::int64_t bytes) {
-  if (bytes > capacity_) {
-    cudaFreeHost(data_);
-    capacity_ = std::max(bytes, 2 * capacity_);
-    SLUICE_CUDA_CHECK(cudaMallocHost(&data_, static_cast<std::size_t>(capacity_)));
-  }
-  return data_;
-}
-
 namespace {
 
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SLUICE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  return status != cudaStreamCaptureStatusNone;
+// A growth slower than this is logged: a page-locked allocation is an
+// implicit synchronisation point, so it may have waited for another lane.
+constexpr double kSlowGrowthMs = 5.0;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Keeps what stream-ordered frees give back for the next allocation instead
-// of returning it to the driver at every synchronisation.
+// of returning it to the driver at every synchronisation, without making
+// streams wait for each other.
 void keep_freed_memory_pooled() {
   static const bool done = [] {
     int device = 0;
@@ -36,34 +31,98 @@ void keep_freed_memory_pooled() {
     SLUICE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
     std::uint64_t threshold = UINT64_MAX;
     SLUICE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    // Nor may one lane's allocation reuse memory that the other lane freed
+    // behind work still queued: the pool would make the allocating stream
+    // wait for the freeing one (a decode step for a prefill chunk). Frees
+    // already done are reused either way.
+    int no = 0;
+    SLUICE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no));
     return true;
   }();
   (void)done;
 }
 
+// A stream of its own for allocations made while another stream is being
+// captured: an allocation on the captured stream would become a node of its
+// graph, and cudaMalloc may wait for every stream of the device.
+cudaStream_t allocation_stream() {
+  static const cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    SLUICE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }();
+  return stream;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SLUICE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
+PinnedBuffer::~PinnedBuffer() {
+  for (void* p : retired_) cudaFreeHost(p);
+  cudaFreeHost(data_);
+}
+
+void* PinnedBuffer::ensure(std::int64_t bytes) {
+  if (bytes > capacity_) {
+    const auto start = std::chrono::steady_clock::now();
+    // cudaFreeHost waits for every stream of the device, i.e. for the other
+    // lane's step: the old buffer is kept until teardown instead (growth
+    // doubles, so they add up to less than the live one).
+    if (data_ != nullptr) retired_.push_back(data_);
+    const std::int64_t old_capacity = capacity_;
+    capacity_ = std::max({bytes, 2 * capacity_, kMinPinnedBytes});
+    SLUICE_CUDA_CHECK(cudaMallocHost(&data_, static_cast<std::size_t>(capacity_)));
+    if (const double ms = ms_since(start); ms > kSlowGrowthMs)
+      spdlog::warn("a pinned step buffer grew from {} to {} bytes in {:.1f} ms", old_capacity, capacity_, ms);
+  }
+  return data_;
+}
+
 cudaError_t malloc_in_stream_order(void** data, std::int64_t bytes, cudaStream_t stream) {
-  // A capture would turn the allocation into a node of its graph.
-  if (capturing(stream)) return cudaMalloc(data, static_cast<std::size_t>(bytes));
   keep_freed_memory_pooled();
-  return cudaMallocAsync(data, static_cast<std::size_t>(bytes), stream);
+  if (!capturing(stream)) return cudaMallocAsync(data, static_cast<std::size_t>(bytes), stream);
+  // From the same pool, on the allocation stream, complete before the
+  // captured kernels can use it.
+  const auto start = std::chrono::steady_clock::now();
+  const cudaError_t status = cudaMallocAsync(data, static_cast<std::size_t>(bytes), allocation_stream());
+  if (status != cudaSuccess) return status;
+  const cudaError_t synced = cudaStreamSynchronize(allocation_stream());
+  if (const double ms = ms_since(start); ms > kSlowGrowthMs)
+    spdlog::warn("a device allocation of {} bytes during a graph capture took {:.1f} ms", bytes, ms);
+  return synced;
 }
 
 void free_in_stream_order(void* data, cudaStream_t stream) {
   if (data == nullptr) return;
-  if (capturing(stream)) {
-    SLUICE_CUDA_CHECK(cudaFree(data));
-    return;
-  }
+  // A free under a capture would become a node of the graph; the buffers
+  // that grow under one (DeviceBuffer) free after it.
+  SLUICE_CHECK_MSG(!capturing(stream), "free_in_stream_order on a stream being captured");
   SLUICE_CUDA_CHECK(cudaFreeAsync(data, stream));
 }
 
-DeviceBuffer::~DeviceBuffer() { cudaFree(data_); }
+// Teardown: the owner has synchronised its stream.
+DeviceBuffer::~DeviceBuffer() {
+  for (void* p : retired_) cudaFree(p);
+  cudaFree(data_);
+}
 
 bool DeviceBuffer::ensure(std::int64_t bytes, cudaStream_t stream) {
+  const bool captured = capturing(stream);
+  if (!captured) {
+    for (void* p : retired_) free_in_stream_order(p, stream);
+    retired_.clear();
+  }
   if (bytes <= capacity_) return false;
-  free_in_stream_order(data_, stream);
+  if (captured) {
+    if (data_ != nullptr) retired_.push_back(data_);
+  } else {
+    free_in_stream_order(data_, stream);
+  }
   capacity_ = std::max(bytes, 2 * capacity_);
   SLUICE_CUDA_CHECK(malloc_in_stream_order(&data_, capacity_, stream));
   return true;

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace sluice::cuda {
 
@@ -17,7 +18,8 @@ constexpr std::int64_t align_up(std::int64_t n, std::int64_t a) { return (n + a 
 // Device memory allocated and freed in a stream's order (the default memory
 // pool): unlike cudaMalloc/cudaFree, which wait for every stream of the
 // device, they never hold one lane's step behind another's (two step loops,
-// engine_core.h). Under a capture they fall back to cudaMalloc/cudaFree.
+// engine_core.h). Under a capture the allocation comes from the same pool on
+// a stream of its own, and a free is an error (DeviceBuffer frees after).
 cudaError_t malloc_in_stream_order(void** data, std::int64_t bytes, cudaStream_t stream);
 void free_in_stream_order(void* data, cudaStream_t stream);
 
@@ -27,12 +29,16 @@ class PinnedBuffer {
   ~PinnedBuffer();
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  // At least `bytes`; the contents are not kept when it grows.
+  // At least `bytes` (at least kMinPinnedBytes); the contents are not kept
+  // when it grows.
   void* ensure(std::int64_t bytes);
 
  private:
+  // Most steps' metadata fits from the first, so few steps page-lock memory.
+  static constexpr std::int64_t kMinPinnedBytes = 1 << 20;
   void* data_ = nullptr;
   std::int64_t capacity_ = 0;
+  std::vector<void*> retired_;  // outgrown, freed at teardown
 };
 
 class DeviceBuffer {
@@ -50,6 +56,7 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   std::int64_t capacity_ = 0;
+  std::vector<void*> retired_;  // outgrown under a capture, freed at the next ensure outside one
 };
 
 }  // namespace sluice::cuda
