@@ -311,6 +311,12 @@ class Ops {
   // Chooses one token per row of logits [num_sample_rows, vocab].
   virtual std::vector<SampleResult> sample(const Tensor& logits,
                                            std::span<const SampleRequest> requests) = 0;
+  // Returns once the step's work has run, for a step that sampled nothing
+  // (sample() returns only after it). A device that queues work would
+  // otherwise take the next steps before this one ran: the step's measured
+  // time would be its launches', and a queue of chunks would hold back the
+  // decode lane's launches.
+  virtual void end_step() {}
 };
 
 }  // namespace sluice

@@ -94,7 +94,11 @@ class ModelRunner final : public Backend {
                                        .return_logits = seq.return_logits});
     }
     std::vector<SampleResult> samples;
-    if (!requests.empty()) samples = ops_->sample(logits, requests);
+    if (!requests.empty()) {
+      samples = ops_->sample(logits, requests);
+    } else {
+      for (Rank& rank : ranks_) rank.ops->end_step();
+    }
 
     StepOutput output;
     std::size_t next_sample = 0;

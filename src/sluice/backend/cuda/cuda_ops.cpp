@@ -754,6 +754,11 @@ class CudaOps final : public Ops {
                       r.inv_freq, launch_);
   }
 
+  void end_step() override {
+    finish_step_graph();
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
   // Ends a capture (after launching a deferred RoPE) or a replay by launching
   // the step's graph; a no-op for eager steps.
   void finish_step_graph() {
