@@ -221,5 +221,41 @@ TEST(TensorParallel, ARankThatThrowsFailsTheStepCleanly) {
   }
 }
 
+// A step that samples nothing (a prefill chunk) returns only once every rank
+// has run it (Ops::end_step), so its measured time is its own and a device
+// queue never holds several chunks; a step that samples has waited in sample().
+TEST(TensorParallel, AStepThatSamplesNothingWaitsForEveryRank) {
+  const std::string dir = make_tiny({"end_step", tiny(Architecture::llama, 8, 4, 7)});
+  std::atomic<bool> never{false};
+  std::vector<std::unique_ptr<Ops>> ops;
+  std::vector<const testing::ThrowingOps*> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto rank = std::make_unique<testing::ThrowingOps>(never);
+    ranks.push_back(rank.get());
+    ops.push_back(std::move(rank));
+  }
+  auto backend = make_tensor_parallel_model_runner(dir, std::move(ops), kRunnerOptions);
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6};
+  const std::vector<BlockId> blocks = {0, 1};
+  auto step = [&](std::int32_t computed, std::int32_t num_new, bool sample) {
+    Batch batch;
+    batch.sequences.push_back(SequenceStep{.seq_id = 1,
+                                           .tokens = tokens,
+                                           .num_prompt_tokens = 6,
+                                           .num_computed_tokens = computed,
+                                           .num_new_tokens = num_new,
+                                           .block_table = blocks,
+                                           .sample = sample});
+    return (*backend)->execute(batch);
+  };
+  ASSERT_TRUE(step(0, 4, false).ok());
+  for (const testing::ThrowingOps* rank : ranks) EXPECT_EQ(rank->num_end_steps(), 1);
+  auto last = step(4, 2, true);
+  ASSERT_TRUE(last.ok()) << last.error_message();
+  EXPECT_TRUE(last->sequences[0].token.has_value());
+  for (const testing::ThrowingOps* rank : ranks) EXPECT_EQ(rank->num_end_steps(), 1);
+}
+
 }  // namespace
 }  // namespace sluice

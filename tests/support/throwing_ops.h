@@ -1,7 +1,8 @@
 // A rank that fails on cue: CPU ops whose matmul throws once armed, so a
 // tensor-parallel rank fails mid-forward while the other ranks go on to wait
 // for it in a collective. The test hook for rank failure: the test hands it
-// to make_tensor_parallel_model_runner as one rank's Ops.
+// to make_tensor_parallel_model_runner as one rank's Ops. It also counts the
+// steps it was told to finish (end_step).
 #pragma once
 
 #include <atomic>
@@ -63,8 +64,11 @@ class ThrowingOps final : public Ops {
   std::vector<SampleResult> sample(const Tensor& logits, std::span<const SampleRequest> requests) override {
     return inner_->sample(logits, requests);
   }
+  void end_step() override { ++num_end_steps_; }
+  int num_end_steps() const { return num_end_steps_; }
 
  private:
+  int num_end_steps_ = 0;
   std::unique_ptr<Ops> inner_;
   std::atomic<bool>& armed_;
 };
