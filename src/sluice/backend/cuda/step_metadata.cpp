@@ -73,8 +73,11 @@ const StepDeviceView& StepMetadata::upload(const StepLayout& layout, const StepA
 
   // The previous step's copy must be done before the pinned buffer is rewritten.
   SLUICE_CUDA_CHECK(cudaEventSynchronize(upload_done_));
-  auto* host = static_cast<std::int32_t*>(host_.ensure(bytes));
-  if (device_.ensure(bytes, stream_)) ++generation_;
+  // Room for most steps from the first: each growth moves the buffer, which
+  // drops every decode graph (they hold its address) for a new capture.
+  const std::int64_t reserved = std::max(bytes, kReservedBytes);
+  auto* host = static_cast<std::int32_t*>(host_.ensure(reserved));
+  if (device_.ensure(reserved, stream_)) ++generation_;
   std::int32_t* h[12];
   for (std::size_t i = 0; i < sizes.size(); ++i) h[i] = host + offsets[i];
   std::copy(layout.token_ids.begin(), layout.token_ids.end(), h[0]);

@@ -40,6 +40,8 @@ class StepMetadata {
   std::uint64_t generation() const { return generation_; }
 
  private:
+  // 16 sequences of 128k tokens in blocks of 16 take 512 KiB of block tables.
+  static constexpr std::int64_t kReservedBytes = 4 << 20;
   cudaStream_t stream_;
   PinnedBuffer host_;
   DeviceBuffer device_;
