@@ -17,6 +17,7 @@
 #include "engine_test_support.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/common/rng.h"
+#include "sluice/engine/decode_lane_warmup.h"
 #include "sluice/engine/engine.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/make_model.h"
@@ -120,7 +121,8 @@ std::vector<Case> cases() {
 std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, std::int32_t max_num_batched_tokens,
                                                           bool async_scheduling = false,
                                                           const Served& served = {},
-                                                          DecodeLane decode_lane = DecodeLane::kOff) {
+                                                          DecodeLane decode_lane = DecodeLane::kOff,
+                                                          bool warm_the_lane = false) {
   EngineConfig config;
   config.async_scheduling = async_scheduling;
   config.max_num_seqs = 8;
@@ -133,6 +135,15 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   std::unique_ptr<Backend> backend = cpu_backend(4, 256, served);
   auto lane = make_decode_lane(*backend, config);
   EXPECT_TRUE(lane.ok()) << lane.error_message();
+  if (warm_the_lane) {
+    // Contexts 128 and 512 (the model's limit) over 1,024 tokens of cache.
+    EXPECT_EQ(backend->info().max_model_len_tokens, 512);
+    auto warmed = warm_decode_lane(**lane, backend->info(), config.max_num_seqs, 512);
+    EXPECT_TRUE(warmed.ok()) << warmed.error_message();
+    EXPECT_EQ(warmed->contexts, (std::vector<std::int32_t>{128, 512}));
+    // 1-8 sequences at 128 (8 steps), 1-2 at 512 (2), one at 512 beside 1-4 at 128 (4).
+    EXPECT_EQ(warmed->num_steps, 14);
+  }
   Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   std::map<std::string, std::vector<TokenId>> out;
@@ -227,6 +238,29 @@ TEST(EngineOnCpu, DecodeLaneEqualsSingleSequenceGeneration) {
                            DecodeLane::kHighPriority),
             reference)
       << "decode lane, with prefix hits";
+}
+
+// The decode lane's warm-up before serving writes KV into free blocks: what
+// it leaves there is overwritten before any request reads it.
+TEST(EngineOnCpu, AWarmedDecodeLaneEqualsSingleSequenceGeneration) {
+  const auto reference = single_sequence();
+  EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false, {},
+                           DecodeLane::kStream, /*warm_the_lane=*/true),
+            reference);
+}
+
+TEST(DecodeLaneWarmup, CoversEveryBatchSizeToSixteenThenHalfOctaves) {
+  std::vector<std::int32_t> to_sixteen;
+  for (std::int32_t n = 1; n <= 16; ++n) to_sixteen.push_back(n);
+  auto with = [&](std::vector<std::int32_t> more) {
+    std::vector<std::int32_t> all = to_sixteen;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  EXPECT_EQ(warmup_batch_sizes(64), with({24, 32, 48, 64}));
+  EXPECT_EQ(warmup_batch_sizes(20), with({20}));
+  EXPECT_EQ(warmup_batch_sizes(256), with({24, 32, 48, 64, 96, 128, 192, 256}));
+  EXPECT_EQ(warmup_batch_sizes(3), (std::vector<std::int32_t>{1, 2, 3}));
 }
 
 // Aborting a request while the lanes run: a short prompt decodes alone (on

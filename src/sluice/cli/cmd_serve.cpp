@@ -18,6 +18,7 @@
 #include "sluice/cli/serve_backend.h"
 #include "sluice/cli/vllm_flags.h"
 #include "sluice/common/io.h"
+#include "sluice/engine/decode_lane_warmup.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
@@ -193,6 +194,13 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
   SLUICE_TRY(validate(engine_config, backend->info()));
   SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
+  if (decode_lane) {
+    const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
+                                                                         : backend->info().max_model_len_tokens;
+    SLUICE_TRY_ASSIGN(warmed, warm_decode_lane(*decode_lane, backend->info(), engine_config.max_num_seqs, max_len));
+    spdlog::info("decode lane warmed before serving: {} steps of 1-{} sequences at up to {} tokens in {:.1f} s",
+                 warmed.num_steps, warmed.batch_sizes.back(), warmed.contexts.back(), warmed.seconds);
+  }
   // JSON mode's vocabulary index: built once here (a few hundred ms for 128k
   // tokens) so no request pays for it.
   context->json_vocabulary = structured::make_json_vocabulary(context->tokenizer, backend->info().vocab_size);
