@@ -76,8 +76,13 @@ Result<DecodeLaneWarmup> warm_decode_lane(Backend& lane, const BackendInfo& info
     ++done.num_steps;
     return Ok{};
   };
-  for (std::int32_t rows : done.batch_sizes) {
-    for (std::int32_t context : done.contexts) {
+  // Largest first, batch and context: a buffer that grows moves, which drops
+  // every graph captured before (S15-lead-4, smallest first: the first
+  // 64-row step dropped the 84 graphs captured before it).
+  for (auto rows_it = done.batch_sizes.rbegin(); rows_it != done.batch_sizes.rend(); ++rows_it) {
+    const std::int32_t rows = *rows_it;
+    for (auto context_it = done.contexts.rbegin(); context_it != done.contexts.rend(); ++context_it) {
+      const std::int32_t context = *context_it;
       SLUICE_TRY(warm(std::vector<std::int32_t>(static_cast<std::size_t>(rows), context)));
       if (rows == 1 || context == shortest) continue;
       std::vector<std::int32_t> uneven(static_cast<std::size_t>(rows), shortest);
