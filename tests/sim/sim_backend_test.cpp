@@ -248,3 +248,66 @@ TEST(SimBackendCopies, MadeBackendsStateBlockBytesAndLinkRate) {
 
 }  // namespace
 }  // namespace sluice::sim
+
+namespace sluice::sim {
+namespace {
+
+// --decode-lane sms:N on the sim: the lane's steps priced on N of the H200's
+// 132 SMs (compute by 132/N, memory by the 0.31 share 16 SMs reached in
+// S15-lead-1/3), the backend's own on the other 132 - N.
+TEST(SimBackendLanes, AnSmLaneIsPricedOnItsShareAndTheBackendOnTheRest) {
+  const ModelProfile llama = *find_profile("llama-3-8b");
+  auto backend = make_sim_backend(llama, h200_sluice_cuda(), {}, {});
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  const StepShape decode{.sequences = std::vector<StepShape::Sequence>(8, {.num_new_tokens = 1, .num_computed_tokens = 1000})};
+  const StepShape chunk{.sequences = {{.num_new_tokens = 8192, .num_computed_tokens = 65536}}};
+  const auto whole_decode = (*backend)->cost_model().predict_terms(decode).values();
+  const auto whole_chunk = (*backend)->cost_model().predict_terms(chunk).values();
+
+  auto lane = (*backend)->make_sm_lane({.num_sms = 16});
+  ASSERT_TRUE(lane.ok()) << lane.error_message();
+  const auto lane_decode = (*lane)->cost_model().predict_terms(decode).values();
+  const auto rest_chunk = (*backend)->cost_model().predict_terms(chunk).values();
+  const double compute = 132.0 / 16, memory = 1.0 / 0.31;
+  const std::array<double, CostTerms::kNumTerms> lane_factors = {compute, memory, compute, memory, 1.0};
+  const std::array<double, CostTerms::kNumTerms> rest_factors = {132.0 / 116, 1.0, 132.0 / 116, 1.0, 1.0};
+  for (std::size_t i = 0; i < CostTerms::kNumTerms; ++i) {
+    EXPECT_NEAR(lane_decode[i], whole_decode[i] * lane_factors[i], 1e-9 * (1 + whole_decode[i])) << "term " << i;
+    EXPECT_NEAR(rest_chunk[i], whole_chunk[i] * rest_factors[i], 1e-9 * (1 + whole_chunk[i])) << "term " << i;
+  }
+  // The decode step is memory-bound: about 3x slower on 16 SMs, not 8x.
+  const double slowdown =
+      (*lane)->cost_model().predict_step_ms(decode) / std::accumulate(whole_decode.begin(), whole_decode.end(), 0.0);
+  EXPECT_GT(slowdown, 2.0);
+  EXPECT_LT(slowdown, 4.0);
+  // The lane runs steps on its own clock and copies nothing.
+  const SeqFixture s = fixture(1001);
+  Batch batch;
+  batch.sequences = {s.step(1, 1000, 1, true)};
+  auto ran = (*lane)->execute(batch);
+  ASSERT_TRUE(ran.ok()) << ran.error_message();
+  EXPECT_TRUE(ran->sequences[0].token.has_value());
+  EXPECT_GT((*lane)->now_ms(), 0.0);
+  EXPECT_EQ((*backend)->now_ms(), 0.0);
+  EXPECT_EQ((*lane)->info().kv_bytes_per_block, 0);
+}
+
+TEST(SimBackendLanes, LanesThatShareEverySmOrCannotSplitAreRefused) {
+  const ModelProfile llama = *find_profile("llama-3-8b");
+  auto backend = make_sim_backend(llama, h200_sluice_cuda(), {}, {});
+  ASSERT_TRUE(backend.ok());
+  auto shared = (*backend)->make_lane({.high_priority = true});
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.error_message().find("sms:N"), std::string::npos) << shared.error_message();
+  auto all = (*backend)->make_lane({.num_sms = 132});
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.error_message().find("132 SMs"), std::string::npos) << all.error_message();
+  ASSERT_TRUE((*backend)->make_lane({.num_sms = 16}).ok());
+  EXPECT_FALSE((*backend)->make_lane({.num_sms = 16}).ok()) << "split once";
+  auto two_gpus = make_sim_backend(llama, h200_sluice_cuda(), {.num_gpus = 2, .tensor_parallel = 2}, {});
+  ASSERT_TRUE(two_gpus.ok()) << two_gpus.error_message();
+  EXPECT_FALSE((*two_gpus)->make_lane({.num_sms = 16}).ok());
+}
+
+}  // namespace
+}  // namespace sluice::sim

@@ -194,7 +194,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
   SLUICE_TRY(validate(engine_config, backend->info()));
   SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
-  if (decode_lane) {
+  // Kernels load lazily on a GPU only; the sim and the CPU have none to load.
+  if (decode_lane && args.device == "cuda") {
     const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
                                                                          : backend->info().max_model_len_tokens;
     SLUICE_TRY_ASSIGN(warmed, warm_decode_lane(*decode_lane, backend->info(), engine_config.max_num_seqs, max_len));

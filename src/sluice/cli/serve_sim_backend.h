@@ -39,6 +39,8 @@ class PacedSimBackend final : public Backend {
   Result<StepOutput> execute(const Batch& batch) override;
   // The sim's host tier (its copy engines: sim_backend.h), for --kv-offloading-size.
   Status allocate_host_kv_cache(std::int32_t num_blocks) override { return sim_->allocate_host_kv_cache(num_blocks); }
+  // --decode-lane sms:N: the sim's lane (sim_backend.h), paced and tokenised as this one.
+  Result<std::unique_ptr<Backend>> make_lane(const LaneOptions& options) override;
 
  private:
   TokenId first_allowed(std::span<const std::uint64_t> allowed, std::size_t start) const;

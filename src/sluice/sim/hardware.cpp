@@ -15,6 +15,12 @@ HardwareSpec h200() {
   spec.hbm_capacity_bytes = 141e9;    // datasheet 141 GB (nvidia-smi total 143771 MiB)
   spec.host_link_bytes_per_s = 55e9;  // measured pinned copy, each way
   spec.nvlink_bytes_per_s = 450e9;    // NVLink 4: 900 GB/s bidirectional
+  spec.num_sms = 132;
+  // The 8 chats' decode steps (Llama-3-8B, ~16 GB of weights a step) took a
+  // median 16.9 ms on a 16-SM lane beside prefill chunks and 5.2-5.3 ms on
+  // every SM (S15-lead-1/3, docs/benchmarks.md): 16 SMs reach 0.31 of what
+  // the whole device does.
+  spec.hbm_share_per_sm = 0.31 / 16;
   return spec;
 }
 

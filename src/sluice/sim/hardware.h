@@ -64,6 +64,11 @@ struct HardwareSpec {
   // slow in the simulator (S10-lead-4's calibration).
   std::int32_t attention_long_chunk_rows = 0;
   double attention_compute_long_chunks = 0.0;
+  // A step confined to some of the SMs (a green-context lane, --decode-lane
+  // sms:N): its compute scales with its share of num_sms, its memory traffic
+  // with min(1, N x hbm_share_per_sm). 0: the device cannot be split.
+  std::int32_t num_sms = 0;
+  double hbm_share_per_sm = 0.0;
 };
 
 // NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,

@@ -175,7 +175,48 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
   tokens.vocab_size = profile.vocab_size;
   std::shared_ptr<const CostModel> cost = std::make_shared<const RooflineCostModel>(profile, hardware, parallelism);
   if (options.truth_skew) cost = std::make_shared<const SkewedCostModel>(std::move(cost), *options.truth_skew);
-  return std::make_unique<SimBackend>(std::move(cost), std::move(info), tokens);
+  auto backend = std::make_unique<SimBackend>(std::move(cost), std::move(info), tokens);
+  if (parallelism.num_gpus == 1) backend->set_sm_partition(hardware.num_sms, hardware.hbm_share_per_sm);
+  return backend;
+}
+
+namespace {
+
+// A step on `sms` of `num_sms` SMs: compute terms slower by the SM share,
+// memory terms by the HBM share those SMs reach, the fixed term as it was.
+CostSkew confined_to(std::int32_t sms, std::int32_t num_sms, double hbm_share_per_sm) {
+  const double compute = static_cast<double>(num_sms) / sms;
+  const double memory = 1.0 / std::min(1.0, sms * hbm_share_per_sm);
+  return {.term_factors = {compute, memory, compute, memory, 1.0}};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SimBackend>> SimBackend::make_sm_lane(const LaneOptions& options) {
+  if (options.num_sms <= 0)
+    return Error{"the sim backend prices each step alone; a decode lane sharing every SM with prefill chunks "
+                 "slowed 6-12x beside them on the H200, which it cannot know (use sms:N)"};
+  if (num_sms_ <= 0) return Error{"the simulated device has no SM count to split (one GPU only)"};
+  if (options.num_sms >= num_sms_)
+    return Error{"an SM partition of " + std::to_string(options.num_sms) + " on a device of " +
+                 std::to_string(num_sms_) + " SMs"};
+  const std::shared_ptr<const CostModel> whole = cost_model_;
+  // The lane copies no KV: host-tier copies stay with this backend.
+  BackendInfo lane_info = info_;
+  lane_info.kv_bytes_per_block = 0;
+  lane_info.host_link_bytes_per_s = 0.0;
+  auto lane = std::make_unique<SimBackend>(
+      std::make_shared<const SkewedCostModel>(whole, confined_to(options.num_sms, num_sms_, hbm_share_per_sm_)),
+      std::move(lane_info), tokens_);
+  cost_model_ = std::make_shared<const SkewedCostModel>(
+      whole, confined_to(num_sms_ - options.num_sms, num_sms_, hbm_share_per_sm_));
+  num_sms_ = 0;  // split once
+  return lane;
+}
+
+Result<std::unique_ptr<Backend>> SimBackend::make_lane(const LaneOptions& options) {
+  SLUICE_TRY_ASSIGN(lane, make_sm_lane(options));
+  return std::unique_ptr<Backend>(std::move(lane));
 }
 
 }  // namespace sluice::sim

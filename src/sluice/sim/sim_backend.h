@@ -45,6 +45,21 @@ class SimBackend final : public Backend {
   // with an error; otherwise advances the clock and samples.
   Result<StepOutput> execute(const Batch& batch) override;
 
+  // A decode lane on `options.num_sms` of the device's SMs, priced by this
+  // backend's truth scaled to them (hardware.h: compute by the SM share,
+  // memory by the HBM share they reach); this backend's own steps are then
+  // priced on the rest. Each lane keeps its own clock: on the wall clock
+  // (serve's pacing) the two run at once. Refused for lanes that share every
+  // SM (`stream`, `high-priority`): beside deep chunks their decode steps
+  // slowed 6-12x on the H200 (S13-lead-1), which a price per step cannot know.
+  Result<std::unique_ptr<SimBackend>> make_sm_lane(const LaneOptions& options);
+  Result<std::unique_ptr<Backend>> make_lane(const LaneOptions& options) override;
+  // Set by make_sim_backend from the hardware; 0 SMs: no lanes.
+  void set_sm_partition(std::int32_t num_sms, double hbm_share_per_sm) {
+    num_sms_ = num_sms;
+    hbm_share_per_sm_ = hbm_share_per_sm;
+  }
+
   double now_ms() const { return now_ms_; }
   Status allocate_host_kv_cache(std::int32_t num_blocks) override;
   std::int32_t num_copies_in_flight() const { return static_cast<std::int32_t>(copies_.size()); }
@@ -67,6 +82,8 @@ class SimBackend final : public Backend {
     KvCopyId id = 0;
     double end_ms = 0;
   };
+  std::int32_t num_sms_ = 0;
+  double hbm_share_per_sm_ = 0.0;
   double now_ms_ = 0;
   std::int64_t num_steps_ = 0;
   std::int32_t num_host_blocks_ = 0;
