@@ -183,6 +183,22 @@ TEST(TensorParallel, KvHeadsThatDoNotSplitAreRefusedByName) {
   EXPECT_NE(sharded.error_message().find("num_key_value_heads (2)"), std::string::npos) << sharded.error_message();
 }
 
+// One step of sequence 1 over the tokens 1-6 in blocks 0 and 1.
+Result<StepOutput> step_of_six_tokens(Backend& backend, std::int32_t computed, std::int32_t num_new,
+                                      std::int32_t num_prompt, bool sample) {
+  static const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6};
+  static const std::vector<BlockId> blocks = {0, 1};
+  Batch batch;
+  batch.sequences.push_back(SequenceStep{.seq_id = 1,
+                                         .tokens = tokens,
+                                         .num_prompt_tokens = num_prompt,
+                                         .num_computed_tokens = computed,
+                                         .num_new_tokens = num_new,
+                                         .block_table = blocks,
+                                         .sample = sample});
+  return backend.execute(batch);
+}
+
 // Rank 1 throws in the second step: that step fails with its reason (no
 // rank hangs: ctest's timeout would report one), and the group stays down,
 // so the next step fails at once instead of running on a broken group.
@@ -194,18 +210,8 @@ TEST(TensorParallel, ARankThatThrowsFailsTheStepCleanly) {
     ops[1] = std::make_unique<testing::ThrowingOps>(armed);
     auto backend = make_tensor_parallel_model_runner(dir, std::move(ops), kRunnerOptions);
     ASSERT_TRUE(backend.ok()) << backend.error_message();
-    const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6};
-    const std::vector<BlockId> blocks = {0, 1};
     auto step = [&](std::int32_t computed, std::int32_t num_new) {
-      Batch batch;
-      batch.sequences.push_back(SequenceStep{.seq_id = 1,
-                                             .tokens = tokens,
-                                             .num_prompt_tokens = 4,
-                                             .num_computed_tokens = computed,
-                                             .num_new_tokens = num_new,
-                                             .block_table = blocks,
-                                             .sample = true});
-      return (*backend)->execute(batch);
+      return step_of_six_tokens(**backend, computed, num_new, /*num_prompt=*/4, /*sample=*/true);
     };
     auto first = step(0, 4);
     ASSERT_TRUE(first.ok()) << first.error_message();
@@ -236,22 +242,9 @@ TEST(TensorParallel, AStepThatSamplesNothingWaitsForEveryRank) {
   }
   auto backend = make_tensor_parallel_model_runner(dir, std::move(ops), kRunnerOptions);
   ASSERT_TRUE(backend.ok()) << backend.error_message();
-  const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6};
-  const std::vector<BlockId> blocks = {0, 1};
-  auto step = [&](std::int32_t computed, std::int32_t num_new, bool sample) {
-    Batch batch;
-    batch.sequences.push_back(SequenceStep{.seq_id = 1,
-                                           .tokens = tokens,
-                                           .num_prompt_tokens = 6,
-                                           .num_computed_tokens = computed,
-                                           .num_new_tokens = num_new,
-                                           .block_table = blocks,
-                                           .sample = sample});
-    return (*backend)->execute(batch);
-  };
-  ASSERT_TRUE(step(0, 4, false).ok());
+  ASSERT_TRUE(step_of_six_tokens(**backend, 0, 4, /*num_prompt=*/6, /*sample=*/false).ok());
   for (const testing::ThrowingOps* rank : ranks) EXPECT_EQ(rank->num_end_steps(), 1);
-  auto last = step(4, 2, true);
+  auto last = step_of_six_tokens(**backend, 4, 2, /*num_prompt=*/6, /*sample=*/true);
   ASSERT_TRUE(last.ok()) << last.error_message();
   EXPECT_TRUE(last->sequences[0].token.has_value());
   for (const testing::ThrowingOps* rank : ranks) EXPECT_EQ(rank->num_end_steps(), 1);
