@@ -83,8 +83,9 @@ std::string default_model_dir() {
 // --decode-lane auto: two step loops where they are measured (one GPU, the
 // dense family on CUDA), one elsewhere. sms:16 keeps the chats above 20 tok/s
 // beside deep prefixes, where high priority on shared SMs gave them 10
-// (S13-lead-2, docs/benchmarks.md). Not the default yet: cuDNN plan builds
-// stall the decode lane for ~1 s (docs/architecture.md).
+// (S13-lead-2, docs/benchmarks.md). Not the default yet: the 32-layer burst
+// still showed decode stalls of 0.25-0.7 s (S15-lead-3), and the warm-up made
+// for them is measured on 8 layers only (S15-lead-4).
 constexpr const char* kAutoDecodeLane = "sms:16";
 std::string resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
   if (args.decode_lane != "auto") return args.decode_lane;
