@@ -156,8 +156,6 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
   if (c.decode_lane != DecodeLane::kOff && c.async_scheduling)
     return bad("--decode-lane runs each lane's step to its end before planning the lane's next: it does not "
                "combine with --async-scheduling");
-  if (c.decode_lane != DecodeLane::kOff && c.clock != ClockMode::kWall)
-    return bad("--decode-lane needs the wall clock (the virtual clock does not model two lanes at once)");
   if (c.kv_offloading_eviction == EvictionPolicy::kPrefixAware) {
     return bad("--kv-offloading-eviction: the host KV tier evicts lru, slru, reuse-history or adaptive-reuse "
                "(prefix-aware ranks device blocks by the request that freed them)");

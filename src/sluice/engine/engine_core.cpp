@@ -82,7 +82,7 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
     SLUICE_CHECK_MSG(allocated.ok(), allocated.error_message());
   }
   // validate() refuses these with a message; here they would be bugs.
-  SLUICE_CHECK(!has_decode_lane() || (!config.async_scheduling && config.clock == ClockMode::kWall));
+  SLUICE_CHECK(!has_decode_lane() || !config.async_scheduling);
 }
 
 RequestState* EngineCore::find(SequenceId seq_id) {
@@ -172,7 +172,7 @@ StepReport EngineCore::step_lanes(double now_ms) {
   for (const int lane : {kDecode, kMain})
     if (!busy(lane) && !(lane == kDecode && decodes_on_main_lane_)) plan_and_submit(lane, now_ms, clock, report);
   if (in_flight_.empty()) return report;
-  return stream(collect(clock, wait_for_a_lane()));
+  return stream(collect(clock, next_lane_to_collect()));
 }
 
 bool EngineCore::nothing_to_prefill() const {
@@ -185,6 +185,39 @@ bool EngineCore::nothing_to_prefill() const {
 
 int EngineCore::lane_of(const RequestState& r) const {
   return r.decodes_next() && !decodes_on_main_lane_ ? kDecode : kMain;
+}
+
+int EngineCore::next_lane_to_collect() {
+  return config_.clock == ClockMode::kVirtual ? first_to_end_on_the_clock() : wait_for_a_lane();
+}
+
+int EngineCore::first_to_end_on_the_clock() {
+  // Every lane's step in flight runs to its end (a sim step at once); then
+  // the one that ends first on the virtual clock is collected first, as the
+  // device would finish it first.
+  for (;;) {
+    const std::uint64_t seen = done_signal_->count();
+    bool all_done = true;
+    for (const int lane : {kDecode, kMain})
+      all_done = all_done && (pipeline(lane).num_in_flight() == 0 || pipeline(lane).has_done());
+    if (all_done) break;
+    done_signal_->wait_past(seen);
+  }
+  int first = -1;
+  double first_end_ms = std::numeric_limits<double>::infinity();
+  for (const int lane : {kDecode, kMain}) {  // a tie goes to the decodes
+    if (pipeline(lane).num_in_flight() == 0) continue;
+    const auto it =
+        std::find_if(in_flight_.begin(), in_flight_.end(), [&](const InFlightStep& s) { return s.lane == lane; });
+    SLUICE_CHECK(it != in_flight_.end());
+    const double end_ms = std::max(it->submit_ms, last_step_end_ms_[lane]) + pipeline(lane).next_step_time_ms();
+    if (end_ms < first_end_ms) {
+      first_end_ms = end_ms;
+      first = lane;
+    }
+  }
+  SLUICE_CHECK(first >= 0);
+  return first;
 }
 
 int EngineCore::wait_for_a_lane() {
@@ -210,7 +243,7 @@ bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock
     if (!plan.preempted.empty() && !in_flight_.empty()) {
       ++num_pipeline_waits_;
       while (!in_flight_.empty())
-        report = stream(collect(clock, has_decode_lane() ? wait_for_a_lane() : in_flight_.front().lane));
+        report = stream(collect(clock, has_decode_lane() ? next_lane_to_collect() : in_flight_.front().lane));
       plan = schedule(now_ms, lane);
     }
     for (SequenceId id : plan.preempted) {

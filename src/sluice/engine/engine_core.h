@@ -117,6 +117,10 @@ class EngineCore {
   StepReport step_lanes(double now_ms);
   // The lane whose step in flight finished first (waits for one).
   int wait_for_a_lane();
+  // Under the virtual clock: waits for every lane's step in flight, then the
+  // lane whose step ends first on the clock. Else wait_for_a_lane().
+  int first_to_end_on_the_clock();
+  int next_lane_to_collect();
   // No request waits, loads or has prompt left: only decodes (and finishing).
   bool nothing_to_prefill() const;
   // The lane a running request's next step belongs to: decodes on the decode

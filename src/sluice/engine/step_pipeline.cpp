@@ -78,6 +78,13 @@ bool StepPipeline::has_done() const {
   return !done_.empty();
 }
 
+double StepPipeline::next_step_time_ms() const {
+  SLUICE_CHECK(worker_.joinable());
+  std::lock_guard lock(mutex_);
+  SLUICE_CHECK(!done_.empty());
+  return done_.front().step_time_ms;
+}
+
 StepPipeline::~StepPipeline() {
   if (!worker_.joinable()) return;
   {

@@ -105,6 +105,8 @@ class StepPipeline {
   std::size_t num_in_flight() const { return num_in_flight_; }
   // With a worker: whether collect() would return at once.
   bool has_done() const;
+  // With a worker and has_done(): the step time of the batch collect() returns next.
+  double next_step_time_ms() const;
 
  private:
   // Points the sequences into their logs, runs the batch (isolating failing
