@@ -143,6 +143,13 @@ TEST(PlanCli, FlagsTakeEffect) {
   EXPECT_TRUE(contains(tp2.output, "tensor parallel 2, expert parallel 1, 2 attention replicas")) << tp2.output;
   const RunResult step = run("--profile llama-3-8b --max-model-len 32768 --max-step-ms 20");
   EXPECT_TRUE(contains(step.output, "step target 20 ms")) << step.output;
+  // Two step loops: the same workload, the decodes on 16 SMs, another run.
+  const RunResult lanes = run("--profile llama-3-8b --max-model-len 32768 --decode-lane sms:16");
+  ASSERT_EQ(lanes.exit_code, 0) << lanes.output;
+  EXPECT_TRUE(contains(lanes.output, "two step loops, decodes on --decode-lane sms:16")) << lanes.output;
+  EXPECT_TRUE(contains(lanes.output, "16 requests served")) << lanes.output;
+  const auto makespan = [](const std::string& out) { return out.substr(out.find("requests served")); };
+  EXPECT_NE(makespan(lanes.output), makespan(auto_kv.output));
 }
 
 TEST(PlanCli, BadFlagsAreRejected) {
@@ -165,6 +172,9 @@ TEST(PlanCli, BadFlagsAreRejected) {
       {"--profile llama-3-8b --max-model-len 32768 --max-num-seqs 64 --max-num-batched-tokens 32",
        "--max-num-batched-tokens (32) must be >= --max-num-seqs (64)"},
       {"--model /nonexistent-model-dir", "nonexistent-model-dir"},
+      {"--profile llama-3-8b --max-model-len 32768 --decode-lane high-priority", "sms:N"},
+      {"--profile llama-3-8b --max-model-len 32768 --decode-lane sms:x", "--decode-lane"},
+      {"--profile llama-3-8b --max-model-len 8192 --gpus 2 --decode-lane sms:16", "SM count"},
   };
   for (const auto& c : cases) {
     const RunResult r = run(c.args);

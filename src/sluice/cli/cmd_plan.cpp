@@ -45,6 +45,7 @@ struct PlanOptions {
   std::string workload_path;
   std::int64_t num_requests = 0;
   double max_step_ms = 50;
+  std::string decode_lane = "off";  // off | sms:N (serve's --decode-lane on the simulated device)
 };
 
 [[noreturn]] void fail(int code, const std::string& message) {
@@ -139,6 +140,7 @@ Workload load_workload(const PlanOptions& o, std::int32_t max_model_len) {
     w.title = o.workload_path + " (" + std::to_string(w.requests.size()) + " requests)";
   }
   w.title += "; the engine's sluice policy, step target " + std::to_string(static_cast<int>(o.max_step_ms)) + " ms";
+  if (o.decode_lane != "off") w.title += "; two step loops, decodes on --decode-lane " + o.decode_lane;
   return w;
 }
 
@@ -150,6 +152,10 @@ EngineConfig engine_config(const PlanOptions& o, std::int32_t max_model_len) {
   c.max_step_ms = o.max_step_ms;
   c.max_model_len_tokens = max_model_len;
   c.clock = ClockMode::kVirtual;
+  auto lane = parse_decode_lane(o.decode_lane);
+  if (!lane) fail(kExitBadInput, lane.error_message());
+  c.decode_lane = lane->lane;
+  c.decode_lane_sms = lane->num_sms;
   return c;
 }
 
@@ -281,6 +287,7 @@ void run_plan(const PlanOptions& o) {
   // fits at all), and the workload file.
   const EngineConfig config = engine_config(o, max_model_len);
   std::unique_ptr<sim::SimBackend> backend;
+  std::unique_ptr<Backend> lane;  // --decode-lane's
   if (mem.fits()) {
     auto made = sim::make_sim_backend(profile, hardware, par,
                                       {.memory = memory_options, .max_model_len_tokens = max_model_len});
@@ -288,6 +295,10 @@ void run_plan(const PlanOptions& o) {
     backend = std::move(made).value();
     SLUICE_CHECK_EQ(backend->info().num_kv_blocks, mem.num_kv_blocks);
     if (auto status = validate(config, backend->info()); !status) fail(kExitBadInput, status.error_message());
+    // The sim's lane (sim_backend.h): the decodes priced on their SMs, the prefill on the rest.
+    auto made_lane = make_decode_lane(*backend, config);
+    if (!made_lane) fail(kExitBadInput, made_lane.error_message());
+    lane = std::move(made_lane).value();
   }
   const Workload workload = load_workload(o, max_model_len);
 
@@ -347,7 +358,7 @@ void run_plan(const PlanOptions& o) {
   const auto cost_model = std::make_shared<const sim::RooflineCostModel>(profile, hardware, par);
   print_step_times(*cost_model, max_model_len, o.max_num_seqs);
 
-  Engine engine(std::move(backend), cost_model, config);
+  Engine engine(std::move(backend), cost_model, config, std::move(lane));
   const sim::ReplayOutcome outcome = replay_workload(engine, workload.requests);
   print_workload(workload, outcome, workload.requests.size() <= 64);
 }
@@ -380,6 +391,9 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   cmd->add_option("--max-step-ms", o->max_step_ms, "predicted step-time target (inter-token latency)")
       ->check(CLI::Range(0.1, 1e6));
+  cmd->add_option("--decode-lane", o->decode_lane,
+                  "off | sms:N: the workload with serve's two step loops, the decodes on N of the GPU's SMs and the "
+                  "prefill on the rest (one GPU)");
   cmd->callback([o] { run_plan(*o); });
 }
 
