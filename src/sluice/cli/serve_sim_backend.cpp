@@ -50,11 +50,8 @@ PacedSimBackend::PacedSimBackend(std::unique_ptr<sim::SimBackend> sim, BackendIn
 
 Result<std::unique_ptr<Backend>> PacedSimBackend::make_lane(const LaneOptions& options) {
   SLUICE_TRY_ASSIGN(lane, sim_->make_sm_lane(options));
-  BackendInfo lane_info = info_;
-  lane_info.kv_bytes_per_block = 0;
-  lane_info.host_link_bytes_per_s = 0.0;
   return std::unique_ptr<Backend>(
-      new PacedSimBackend(std::move(lane), std::move(lane_info), emittable_, eos_token_ids_, options_));
+      new PacedSimBackend(std::move(lane), lane_info_of(info_), emittable_, eos_token_ids_, options_));
 }
 
 // Structured output: the first allowed ordinary id at or after the sim's pick

@@ -22,4 +22,12 @@ struct BackendInfo {
   double host_link_bytes_per_s = 0;
 };
 
+// A lane's (Backend::make_lane) info: the backend's, without a host tier (its
+// copies stay with the backend the lane was made from).
+inline BackendInfo lane_info_of(BackendInfo info) {
+  info.kv_bytes_per_block = 0;
+  info.host_link_bytes_per_s = 0;
+  return info;
+}
+
 }  // namespace sluice

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -11,23 +12,23 @@ namespace {
 constexpr std::int32_t kShortContext = 512;
 constexpr std::int32_t kMidContext = 8192;
 
-// One greedy decode step: sequence i at contexts[i], its block table cycling
-// over the cache's blocks (reads of free blocks, one write per sequence).
-Status run_step(Backend& lane, const BackendInfo& info, const std::vector<std::int32_t>& contexts) {
+// One greedy decode step: sequence i at contexts[i] (the first contexts[i] of
+// `zeros`), its block table cycling over the cache's blocks (reads of free
+// blocks, one write per sequence).
+Status run_step(Backend& lane, const BackendInfo& info, std::span<const TokenId> zeros,
+                const std::vector<std::int32_t>& contexts) {
   const std::int32_t bs = info.block_size_tokens;
-  std::vector<std::vector<TokenId>> tokens(contexts.size());
   std::vector<std::vector<BlockId>> tables(contexts.size());
   Batch batch;
   BlockId next_block = 0;
   for (std::size_t i = 0; i < contexts.size(); ++i) {
     const std::int32_t context = contexts[i];
-    tokens[i].assign(static_cast<std::size_t>(context), 0);
     for (std::int32_t b = 0; b < (context + bs - 1) / bs; ++b) {
       tables[i].push_back(next_block);
       next_block = (next_block + 1) % info.num_kv_blocks;
     }
     batch.sequences.push_back(SequenceStep{.seq_id = static_cast<SequenceId>(i + 1),
-                                           .tokens = tokens[i],
+                                           .tokens = zeros.first(static_cast<std::size_t>(context)),
                                            .num_prompt_tokens = context - 1,
                                            .num_computed_tokens = context - 1,
                                            .num_new_tokens = 1,
@@ -63,6 +64,7 @@ Result<DecodeLaneWarmup> warm_decode_lane(Backend& lane, const BackendInfo& info
     if (c = std::min(c, max_model_len); std::find(done.contexts.begin(), done.contexts.end(), c) == done.contexts.end())
       done.contexts.push_back(c);
   const std::int32_t shortest = done.contexts.front();
+  const std::vector<TokenId> zeros(static_cast<std::size_t>(done.contexts.back()), 0);
   // A step no server could run (more KV than the cache holds) is not warmed:
   // reading its cycled blocks would take seconds.
   const std::int64_t capacity = static_cast<std::int64_t>(info.num_kv_blocks) * info.block_size_tokens;
@@ -70,7 +72,7 @@ Result<DecodeLaneWarmup> warm_decode_lane(Backend& lane, const BackendInfo& info
     std::int64_t total = 0;
     for (std::int32_t c : contexts) total += c;
     if (total > capacity) return Ok{};
-    if (Status ran = run_step(lane, info, contexts); !ran.ok())
+    if (Status ran = run_step(lane, info, zeros, contexts); !ran.ok())
       return Error{fmt::format("decode lane warm-up, {} sequences, the longest at {} tokens: {}", contexts.size(),
                                contexts.front(), ran.error_message())};
     ++done.num_steps;

@@ -187,6 +187,12 @@ int EngineCore::lane_of(const RequestState& r) const {
   return r.decodes_next() && !decodes_on_main_lane_ ? kDecode : kMain;
 }
 
+std::deque<EngineCore::InFlightStep>::iterator EngineCore::oldest_in_flight(int lane) {
+  const auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const InFlightStep& s) { return s.lane == lane; });
+  SLUICE_CHECK(it != in_flight_.end());
+  return it;
+}
+
 int EngineCore::next_lane_to_collect() {
   return config_.clock == ClockMode::kVirtual ? first_to_end_on_the_clock() : wait_for_a_lane();
 }
@@ -207,10 +213,8 @@ int EngineCore::first_to_end_on_the_clock() {
   double first_end_ms = std::numeric_limits<double>::infinity();
   for (const int lane : {kDecode, kMain}) {  // a tie goes to the decodes
     if (pipeline(lane).num_in_flight() == 0) continue;
-    const auto it =
-        std::find_if(in_flight_.begin(), in_flight_.end(), [&](const InFlightStep& s) { return s.lane == lane; });
-    SLUICE_CHECK(it != in_flight_.end());
-    const double end_ms = std::max(it->submit_ms, last_step_end_ms_[lane]) + pipeline(lane).next_step_time_ms();
+    const InFlightStep& oldest = *oldest_in_flight(lane);
+    const double end_ms = std::max(oldest.submit_ms, last_step_end_ms_[lane]) + pipeline(lane).next_step_time_ms();
     if (end_ms < first_end_ms) {
       first_end_ms = end_ms;
       first = lane;
@@ -577,8 +581,7 @@ void EngineCore::settle_loads(double now_ms) {
 
 EngineCore::CollectedStep EngineCore::collect(const StepClock& clock, int lane) {
   // A lane's steps are collected in its submission order.
-  const auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const InFlightStep& s) { return s.lane == lane; });
-  SLUICE_CHECK(it != in_flight_.end());
+  const auto it = oldest_in_flight(lane);
   CollectedStep collected{.record = std::move(*it), .executed = pipeline(lane).collect()};
   in_flight_.erase(it);
   const InFlightStep& step = collected.record;

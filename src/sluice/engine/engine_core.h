@@ -121,6 +121,8 @@ class EngineCore {
   // lane whose step ends first on the clock. Else wait_for_a_lane().
   int first_to_end_on_the_clock();
   int next_lane_to_collect();
+  // The lane's oldest step in flight (there must be one).
+  std::deque<InFlightStep>::iterator oldest_in_flight(int lane);
   // No request waits, loads or has prompt left: only decodes (and finishing).
   bool nothing_to_prefill() const;
   // The lane a running request's next step belongs to: decodes on the decode

@@ -59,11 +59,8 @@ class ModelRunner final : public Backend {
     SLUICE_TRY_ASSIGN(lane_ops, rank.ops->make_lane(options));
     std::vector<Rank> lane_ranks;
     lane_ranks.push_back(Rank{.ops = std::move(lane_ops), .model = rank.model});
-    BackendInfo lane_info = info_;
-    lane_info.kv_bytes_per_block = 0;  // no host tier: the copies stay with this backend
-    lane_info.host_link_bytes_per_s = 0.0;
     return std::unique_ptr<Backend>(
-        std::make_unique<ModelRunner>(std::move(lane_ranks), nullptr, checkpoint_, std::move(lane_info)));
+        std::make_unique<ModelRunner>(std::move(lane_ranks), nullptr, checkpoint_, lane_info_of(info_)));
   }
 
   Result<StepOutput> execute(const Batch& batch) override {

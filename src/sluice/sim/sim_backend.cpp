@@ -201,13 +201,9 @@ Result<std::unique_ptr<SimBackend>> SimBackend::make_sm_lane(const LaneOptions& 
     return Error{"an SM partition of " + std::to_string(options.num_sms) + " on a device of " +
                  std::to_string(num_sms_) + " SMs"};
   const std::shared_ptr<const CostModel> whole = cost_model_;
-  // The lane copies no KV: host-tier copies stay with this backend.
-  BackendInfo lane_info = info_;
-  lane_info.kv_bytes_per_block = 0;
-  lane_info.host_link_bytes_per_s = 0.0;
   auto lane = std::make_unique<SimBackend>(
       std::make_shared<const SkewedCostModel>(whole, confined_to(options.num_sms, num_sms_, hbm_share_per_sm_)),
-      std::move(lane_info), tokens_);
+      lane_info_of(info_), tokens_);
   cost_model_ = std::make_shared<const SkewedCostModel>(
       whole, confined_to(num_sms_ - options.num_sms, num_sms_, hbm_share_per_sm_));
   num_sms_ = 0;  // split once

@@ -150,9 +150,9 @@ class CudnnSdpa {
   // (cudnn_plan_classes.h), the likeliest first: a plan built while serving
   // waits for the whole device (cudnn_plan_classes.h). Needs open()'s
   // background_plans: the builder thread takes them; this blocks up to
-  // `max_wait_s`, and the builder makes the rest while serving. One thread: cuDNN compiles a kernel for the first plan of each
-  // kind (1.0-1.3 s) and builds the rest in 45-71 ms (S14-lead-2: 288 plans
-  // in 24 s).
+  // `max_wait_s`, and the builder makes the rest while serving. One thread:
+  // cuDNN compiles a kernel for the first plan of each kind (1.0-1.3 s) and
+  // builds the rest in 45-71 ms (S14-lead-2: 288 plans in 24 s).
   Result<SdpaServingPlans> build_plans_before_serving(const SdpaStepShape& shape, const SdpaServingBounds& bounds,
                                                       double max_wait_s);
 

@@ -112,6 +112,7 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 bool DeviceBuffer::ensure(std::int64_t bytes, cudaStream_t stream) {
+  if (bytes <= capacity_ && retired_.empty()) return false;
   const bool captured = capturing(stream);
   if (!captured) {
     for (void* p : retired_) free_in_stream_order(p, stream);
