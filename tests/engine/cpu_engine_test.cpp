@@ -136,13 +136,14 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   auto lane = make_decode_lane(*backend, config);
   EXPECT_TRUE(lane.ok()) << lane.error_message();
   if (warm_the_lane) {
-    // Contexts 128 and 512 (the model's limit) over 1,024 tokens of cache.
+    // Contexts 128, 256 and 512 (the model's limit) over 1,024 tokens of cache.
     EXPECT_EQ(backend->info().max_model_len_tokens, 512);
     auto warmed = warm_decode_lane(**lane, backend->info(), config.max_num_seqs, 512);
     EXPECT_TRUE(warmed.ok()) << warmed.error_message();
-    EXPECT_EQ(warmed->contexts, (std::vector<std::int32_t>{128, 512}));
-    // 1-8 sequences at 128 (8 steps), 1-2 at 512 (2), one at 512 beside 1-4 at 128 (4).
-    EXPECT_EQ(warmed->num_steps, 14);
+    EXPECT_EQ(warmed->contexts, (std::vector<std::int32_t>{128, 256, 512}));
+    // 1-8 sequences at 128 (8 steps), 1-4 at 256 (4), one at 256 beside 1-6 at
+    // 128 (6), 1-2 at 512 (2), one at 512 beside 1-4 at 128 (4).
+    EXPECT_EQ(warmed->num_steps, 24);
   }
   Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
@@ -315,6 +316,57 @@ TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
   const EngineStats stats = engine.stats();
   EXPECT_GT(stats.num_steps_beside_other_lane, 0) << "the long prompt's chunks ran beside the short one's decodes";
   EXPECT_GT(stats.num_decode_lane_steps, 0) << "the short one decoded on its lane while the long one prefilled";
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+}
+
+// A decode over a context longer than the lane's bound runs in the prefill
+// lane's steps, beside its chunks: the short request (27 tokens, over a bound
+// of 20) keeps decoding while the long prompt prefills, never on the decode
+// lane, with the single-sequence tokens.
+TEST(EngineOnCpu, ADecodeLongerThanTheLaneBoundRidesThePrefillLanesChunks) {
+  EngineConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 8;
+  config.kv_reserve_fraction = 0.0;
+  config.decode_lane = DecodeLane::kStream;
+  config.decode_lane_max_context = 20;
+  std::unique_ptr<Backend> backend = cpu_backend(4, 256);
+  auto lane = make_decode_lane(*backend, config);
+  ASSERT_TRUE(lane.ok()) << lane.error_message();
+  Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
+  const Case short_case = cases().front();
+  ASSERT_GT(short_case.prompt.size(), 20u);
+  auto short_stream = engine.submit(EngineRequest{.request_id = "short", .prompt_token_ids = short_case.prompt,
+                                                  .sampling = short_case.sampling, .max_tokens = kNewTokens});
+  ASSERT_TRUE(short_stream.ok()) << short_stream.error_message();
+  std::vector<TokenId> tokens;
+  auto drain_short = [&] {
+    while (auto o = (*short_stream)->poll())
+      for (const GeneratedToken& t : o->tokens) tokens.push_back(t.token);
+  };
+  for (int step = 0; step < 100 && tokens.empty(); ++step) {
+    engine.step();
+    drain_short();
+  }
+  std::vector<TokenId> long_prompt(300);
+  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  auto long_stream =
+      engine.submit(EngineRequest{.request_id = "long", .prompt_token_ids = long_prompt, .max_tokens = 4});
+  ASSERT_TRUE(long_stream.ok()) << long_stream.error_message();
+  const std::size_t before_long = tokens.size();
+  bool long_started = false;
+  std::size_t during_long_prefill = 0;
+  for (int step = 0; step < 1000 && engine.has_work(); ++step) {
+    engine.step();
+    engine.check_invariants();
+    drain_short();
+    while (auto o = (*long_stream)->poll()) long_started = long_started || !o->tokens.empty();
+    if (!long_started) during_long_prefill = tokens.size() - before_long;
+  }
+  EXPECT_EQ(tokens, single_sequence().at(short_case.id));
+  EXPECT_GE(during_long_prefill, 5u) << "the short one decodes beside the long prompt's 38 chunks";
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.num_decode_lane_steps, 0) << "no decode was within the bound";
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
 }
 

@@ -501,6 +501,14 @@ TEST(EngineConfigNames, DecodeLaneParsesAndIsRefusedWhereItCannotRun) {
   EngineConfig no_sms;
   no_sms.decode_lane = DecodeLane::kSms;
   EXPECT_FALSE(validate(no_sms, info).ok());
+  // The lane's context bound goes with a lane only, and is not negative.
+  lanes.decode_lane_max_context = 64;
+  EXPECT_TRUE(validate(lanes, info).ok()) << validate(lanes, info).error_message();
+  lanes.decode_lane_max_context = -1;
+  EXPECT_NE(validate(lanes, info).error_message().find("--decode-lane-max-context must be >= 0"), std::string::npos);
+  EngineConfig bound_without_lane;
+  bound_without_lane.decode_lane_max_context = 64;
+  EXPECT_NE(validate(bound_without_lane, info).error_message().find("it needs --decode-lane"), std::string::npos);
 }
 
 TEST(EngineConfigNames, ParseAndPrintRoundTrip) {

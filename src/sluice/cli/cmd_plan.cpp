@@ -46,6 +46,7 @@ struct PlanOptions {
   std::int64_t num_requests = 0;
   double max_step_ms = 50;
   std::string decode_lane = "off";  // off | sms:N (serve's --decode-lane on the simulated device)
+  std::int32_t decode_lane_max_context = 0;  // serve's --decode-lane-max-context
 };
 
 [[noreturn]] void fail(int code, const std::string& message) {
@@ -156,6 +157,7 @@ EngineConfig engine_config(const PlanOptions& o, std::int32_t max_model_len) {
   if (!lane) fail(kExitBadInput, lane.error_message());
   c.decode_lane = lane->lane;
   c.decode_lane_sms = lane->num_sms;
+  c.decode_lane_max_context = o.decode_lane_max_context;
   return c;
 }
 
@@ -394,6 +396,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--decode-lane", o->decode_lane,
                   "off | sms:N: the workload with serve's two step loops, the decodes on N of the GPU's SMs and the "
                   "prefill on the rest (one GPU)");
+  cmd->add_option("--decode-lane-max-context", o->decode_lane_max_context,
+                  "as serve's: the longest context a decode on the decode lane may have (0 = from the cost model)");
   cmd->callback([o] { run_plan(*o); });
 }
 

@@ -19,6 +19,7 @@
 #include "sluice/cli/vllm_flags.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/decode_lane_warmup.h"
+#include "sluice/sched/decode_lane_bound.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
@@ -190,6 +191,10 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.eviction = eviction;
   engine_config.decode_lane = decode_lane_setting.lane;
   engine_config.decode_lane_sms = decode_lane_setting.num_sms;
+  const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
+                                                                       : backend->info().max_model_len_tokens;
+  if (engine_config.decode_lane != DecodeLane::kOff && engine_config.decode_lane_max_context == 0 && served.cost_model)
+    engine_config.decode_lane_max_context = auto_decode_lane_max_context(*served.cost_model, max_len);
   SLUICE_TRY_ASSIGN(host_eviction, parse_eviction_policy(args.kv_offloading_eviction));
   engine_config.kv_offloading_eviction = host_eviction;
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
@@ -197,9 +202,10 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
   // Kernels load lazily on a GPU only; the sim and the CPU have none to load.
   if (decode_lane && args.device == "cuda") {
-    const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
-                                                                         : backend->info().max_model_len_tokens;
-    SLUICE_TRY_ASSIGN(warmed, warm_decode_lane(*decode_lane, backend->info(), engine_config.max_num_seqs, max_len));
+    const std::int32_t lane_len = engine_config.decode_lane_max_context > 0
+                                      ? std::min(engine_config.decode_lane_max_context, max_len)
+                                      : max_len;
+    SLUICE_TRY_ASSIGN(warmed, warm_decode_lane(*decode_lane, backend->info(), engine_config.max_num_seqs, lane_len));
     spdlog::info("decode lane warmed before serving: {} steps of 1-{} sequences at up to {} tokens in {:.1f} s",
                  warmed.num_steps, warmed.batch_sizes.back(), warmed.contexts.back(), warmed.seconds);
   }
@@ -209,7 +215,9 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   context->engine = std::make_unique<Engine>(std::move(backend), std::move(served.cost_model), engine_config,
                                              std::move(decode_lane));
   if (engine_config.decode_lane != DecodeLane::kOff)
-    spdlog::info("two step loops: decodes on a second lane ({}), prefill chunks up to {} tokens on the first",
+    spdlog::info("two step loops: decodes of contexts up to {} tokens on a second lane ({}), prefill chunks up to "
+                 "{} tokens and longer decodes on the first",
+                 engine_config.decode_lane_max_context > 0 ? engine_config.decode_lane_max_context : max_len,
                  to_string(engine_config.decode_lane, engine_config.decode_lane_sms),
                  engine_config.max_num_batched_tokens);
   const BackendInfo& info = context->engine->backend_info();
@@ -462,6 +470,10 @@ void add_serve_command(CLI::App& app) {
                   "stream, one at the highest priority, or one on N SMs with the prefill on the others) beside "
                   "prefill chunks of --max-num-batched-tokens; auto: sms:16 with one GPU on cuda for the "
                   "dense family under --scheduling-policy sluice, off otherwise");
+  cmd->add_option("--decode-lane-max-context", a.engine.decode_lane_max_context,
+                  "the longest context a decode on the decode lane may have; longer ones decode in the prefill "
+                  "lane's steps (0 = where one sequence's KV read costs a quarter of the weights' read, by the "
+                  "cost model)");
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")

@@ -9,8 +9,12 @@
 namespace sluice {
 namespace {
 
-constexpr std::int32_t kShortContext = 512;
-constexpr std::int32_t kMidContext = 8192;
+// The shortest context warmed, and the step between two: the CUDA lane's
+// graphs and kernel choices go by the context in powers of two from 256
+// (backend/cuda/decode_graphs.h), and a context class first seen while
+// serving stalled the chats (S16-lead-1: the first step at <= 2048 tokens,
+// 287 ms, where the warm-up had covered 512, 8192 and 131072 only).
+constexpr std::int32_t kShortestContext = 256;
 
 // One greedy decode step: sequence i at contexts[i] (the first contexts[i] of
 // `zeros`), its block table cycling over the cache's blocks (reads of free
@@ -54,15 +58,16 @@ std::vector<std::int32_t> warmup_batch_sizes(std::int32_t max_num_seqs) {
 }
 
 Result<DecodeLaneWarmup> warm_decode_lane(Backend& lane, const BackendInfo& info, std::int32_t max_num_seqs,
-                                          std::int32_t max_model_len) {
-  if (max_num_seqs <= 0 || max_model_len <= 1 || info.num_kv_blocks <= 0 || info.block_size_tokens <= 0)
+                                          std::int32_t max_context) {
+  if (max_num_seqs <= 0 || max_context <= 1 || info.num_kv_blocks <= 0 || info.block_size_tokens <= 0)
     return Error{"decode lane warm-up: no batch or no context to warm"};
   const auto start = std::chrono::steady_clock::now();
   DecodeLaneWarmup done{.batch_sizes = warmup_batch_sizes(max_num_seqs), .contexts = {}};
-  // A short context below the longest, so a long sequence has short ones beside it.
-  for (std::int32_t c : {std::min(kShortContext, std::max(1, max_model_len / 4)), kMidContext, max_model_len})
-    if (c = std::min(c, max_model_len); std::find(done.contexts.begin(), done.contexts.end(), c) == done.contexts.end())
-      done.contexts.push_back(c);
+  // Every doubling to the longest, from a short context below it (so a long
+  // sequence has short ones beside it).
+  for (std::int32_t c = std::min(kShortestContext, std::max(1, max_context / 4)); c < max_context; c *= 2)
+    done.contexts.push_back(c);
+  done.contexts.push_back(max_context);
   const std::int32_t shortest = done.contexts.front();
   const std::vector<TokenId> zeros(static_cast<std::size_t>(done.contexts.back()), 0);
   // A step no server could run (more KV than the cache holds) is not warmed:

@@ -118,6 +118,10 @@ struct EngineConfig {
   // "Decodes beside prefill"). Wall clock, without async scheduling.
   DecodeLane decode_lane = DecodeLane::kOff;
   std::int32_t decode_lane_sms = 0;  // kSms: the decode lane's SMs
+  // The longest context a decode on the decode lane may have; a longer one
+  // decodes in the prefill lane's steps (sched/decode_lane_bound.h says why).
+  // 0: auto_decode_lane_max_context of the cost model.
+  std::int32_t decode_lane_max_context = 0;
   ClockMode clock = ClockMode::kWall;
   // One JSON line per executed step (engine/step_trace.h), for calibrating the
   // cost model offline (`sluice calibrate`); empty = off.

@@ -153,6 +153,9 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
   if (c.kv_offloading_admission.min_hits < 0) return bad("--kv-offloading-min-hits must be >= 0");
   if ((c.decode_lane == DecodeLane::kSms) != (c.decode_lane_sms > 0))
     return bad("--decode-lane sms:N needs N > 0, and N only goes with sms");
+  if (c.decode_lane_max_context < 0) return bad("--decode-lane-max-context must be >= 0 (0 = from the cost model)");
+  if (c.decode_lane == DecodeLane::kOff && c.decode_lane_max_context > 0)
+    return bad("--decode-lane-max-context bounds the decode lane's contexts: it needs --decode-lane");
   if (c.decode_lane != DecodeLane::kOff && c.async_scheduling)
     return bad("--decode-lane runs each lane's step to its end before planning the lane's next: it does not "
                "combine with --async-scheduling");

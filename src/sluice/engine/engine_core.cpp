@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "sluice/common/check.h"
+#include "sluice/sched/decode_lane_bound.h"
 #include "sluice/sched/token_count_cost_model.h"
 
 namespace sluice {
@@ -80,6 +81,13 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
   if (kv_.has_host_tier()) {
     const Status allocated = backend_->allocate_host_kv_cache(kv_.num_host_blocks());
     SLUICE_CHECK_MSG(allocated.ok(), allocated.error_message());
+  }
+  if (has_decode_lane()) {
+    const std::int32_t max_len =
+        config.max_model_len_tokens > 0 ? config.max_model_len_tokens : backend_->info().max_model_len_tokens;
+    decode_lane_max_context_ = config.decode_lane_max_context > 0
+                                   ? config.decode_lane_max_context
+                                   : auto_decode_lane_max_context(*cost_model_, std::max(max_len, 1));
   }
   // validate() refuses these with a message; here they would be bugs.
   SLUICE_CHECK(!has_decode_lane() || !config.async_scheduling);
@@ -184,7 +192,8 @@ bool EngineCore::nothing_to_prefill() const {
 }
 
 int EngineCore::lane_of(const RequestState& r) const {
-  return r.decodes_next() && !decodes_on_main_lane_ ? kDecode : kMain;
+  if (!r.decodes_next() || decodes_on_main_lane_) return kMain;
+  return r.num_computed_tokens < decode_lane_max_context_ ? kDecode : kMain;
 }
 
 std::deque<EngineCore::InFlightStep>::iterator EngineCore::oldest_in_flight(int lane) {

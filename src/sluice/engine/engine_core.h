@@ -182,6 +182,8 @@ class EngineCore {
   std::vector<SequenceId> frees_after_collect_;
   // This round's: the main lane was idle with nothing to prefill, so it runs the decodes.
   bool decodes_on_main_lane_ = false;
+  // A decode longer than this runs on the main lane (EngineConfig::decode_lane_max_context, resolved).
+  std::int32_t decode_lane_max_context_ = 0;
   std::shared_ptr<const CostModel> cost_model_;  // what the planner prices steps with
   // The same model when the online correction is on (config.online_cost_correction), else null.
   std::shared_ptr<OnlineCostModel> online_cost_model_;
