@@ -12,8 +12,19 @@ that a burst's last prompt spends decoding.
 import json
 import sys
 
+def read_steps(path):
+    # A server stopped mid-write leaves a partial last line.
+    steps = []
+    for line in open(path):
+        try:
+            steps.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return steps
+
+
 for path in sys.argv[1:]:
-    steps = [json.loads(line) for line in open(path)]
+    steps = read_steps(path)
     prefill = [s for s in steps if any(q[0] > 1 for q in s["seqs"])]
     decode = [s for s in steps if s["seqs"] and all(q[0] == 1 for q in s["seqs"])]
     big = [s for s in prefill if sum(q[0] for q in s["seqs"]) >= 2048]
