@@ -679,11 +679,6 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   g.set(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heur graph");
   g.set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heur mode");
-  // The SMs this stream may use (a green context's), as for cuBLASLt
-  // (lt_gemm.h). A cuDNN that does not take it plans for the whole device.
-  const std::int32_t sm_count = shape_.num_sms;
-  if (sm_count > 0)
-    (void)api_->set_attribute(heuristics, CUDNN_ATTR_ENGINEHEUR_SM_COUNT_TARGET, CUDNN_TYPE_INT32, 1, &sm_count);
   g.finalize(heuristics, "heuristics");
   if (!g.ok()) return Error{"cuDNN SDPA graph: " + g.error()};
   std::int64_t num_configs = 0;
