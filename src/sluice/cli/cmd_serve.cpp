@@ -50,7 +50,8 @@ struct ServeArgs {
   std::vector<std::string> served_model_names;
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
-  std::string decode_lane = "off";
+  std::string decode_lane = "auto";
+  bool step_time_flags_given = false;  // --max-step-ms or --min-prefill-share on the command line
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
@@ -81,19 +82,23 @@ std::string default_model_dir() {
   return (exe.parent_path() / "default-model").string();
 }
 
-// --decode-lane auto: two step loops where they are measured (one GPU, the
-// dense family on CUDA), one elsewhere. sms:16 keeps the chats above 20 tok/s
-// beside deep prefixes, where high priority on shared SMs gave them 10
-// (S13-lead-2, docs/benchmarks.md). Not the default yet: the 32-layer burst
-// still showed decode stalls of 0.25-0.7 s (S15-lead-3), and the warm-up made
-// for them is measured on 8 layers only (S15-lead-4).
+// --decode-lane auto (the default): two step loops where they are measured
+// (one GPU, the dense family on CUDA), one elsewhere. sms:16 keeps the chats
+// above 20 tok/s beside deep prefixes, where high priority on shared SMs gave
+// them 10 (S13-lead-2, docs/benchmarks.md). On the 32-layer burst (S16-lead-2)
+// every chat got 47 tok/s or more with no gap over 150 ms, and the first
+// tokens came sooner than one loop's or prefill-first's; the burst ends at
+// 1.2x prefill-first's time, as one loop's did (S12-lead-1).
 constexpr const char* kAutoDecodeLane = "sms:16";
+// --max-step-ms and --min-prefill-share size the steps of one loop (the
+// prefill lane's chunks go by --max-num-batched-tokens), so giving either
+// keeps auto at one loop.
 std::string resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
   if (args.decode_lane != "auto") return args.decode_lane;
   // The other policies emulate other engines' single loops.
   const bool two_loops = args.device == "cuda" && args.tensor_parallel_size == 1 &&
                          args.scheduling_policy == "sluice" && !args.engine.async_scheduling &&
-                         !model_type.starts_with("deepseek");
+                         !model_type.starts_with("deepseek") && !args.step_time_flags_given;
   return two_loops ? kAutoDecodeLane : "off";
 }
 
@@ -379,6 +384,7 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   log_flags(cmd);
   SLUICE_TRY(check_inert_flags(args, cmd));
+  args.step_time_flags_given = cmd.count("--max-step-ms") + cmd.count("--min-prefill-share") > 0;
   if (!args.model_positional.empty()) {
     if (!args.model_dir.empty() && args.model_dir != args.model_positional)
       return Error{fmt::format("two models given: {} (positional) and --model {}", args.model_positional,
@@ -469,7 +475,8 @@ void add_serve_command(CLI::App& app) {
                   "auto, off, stream, high-priority or sms:N: decodes run on a second step loop of their own (a "
                   "stream, one at the highest priority, or one on N SMs with the prefill on the others) beside "
                   "prefill chunks of --max-num-batched-tokens; auto: sms:16 with one GPU on cuda for the "
-                  "dense family under --scheduling-policy sluice, off otherwise");
+                  "dense family under --scheduling-policy sluice unless --max-step-ms or --min-prefill-share is "
+                  "given, off otherwise (the default)");
   cmd->add_option("--decode-lane-max-context", a.engine.decode_lane_max_context,
                   "the longest context a decode on the decode lane may have; longer ones decode in the prefill "
                   "lane's steps (0 = where one sequence's KV read costs a quarter of the weights' read, by the "
