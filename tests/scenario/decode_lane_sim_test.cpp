@@ -8,7 +8,8 @@
 //     tokens and every block comes back.
 //   - On the virtual clock: the issue-14 burst at a smaller scale (8 chats,
 //     then 4 prompts of 16k-64k), two lanes against prefill-first's one loop,
-//     replayed twice for the same timelines.
+//     replayed twice for the same timelines; and the long prompts' decodes
+//     off a lane of 8 SMs against on it.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -77,7 +78,12 @@ TEST(DecodeLaneOnTheSim, ChatsDecodeOnTheirLaneWhileALongPromptPrefills) {
 
 // The burst on the virtual clock: 8 chats of 512-token prompts decoding 600
 // tokens, then 4 long prompts (16k, 64k, 32k, 48k) within 2 s, 16 tokens each.
-sim::ReplayOutcome burst(SchedulingPolicy policy, DecodeLane lane) {
+struct BurstShape {
+  std::int32_t lane_sms = 16;
+  std::int32_t decode_lane_max_context = 0;  // 0: from the cost model (about 30k here)
+  std::int32_t long_output_tokens = 16;
+};
+sim::ReplayOutcome burst(SchedulingPolicy policy, DecodeLane lane, BurstShape shape = {}) {
   const sim::ModelProfile llama = *sim::find_profile("llama-3-8b");
   const sim::HardwareSpec hardware = sim::h200_sluice_cuda();
   auto backend = sim::make_sim_backend(llama, hardware, {}, {});
@@ -87,7 +93,8 @@ sim::ReplayOutcome burst(SchedulingPolicy policy, DecodeLane lane) {
   config.max_num_batched_tokens = 8192;
   config.scheduling = policy;
   config.decode_lane = lane;
-  config.decode_lane_sms = lane == DecodeLane::kSms ? 16 : 0;
+  config.decode_lane_sms = lane == DecodeLane::kSms ? shape.lane_sms : 0;
+  config.decode_lane_max_context = shape.decode_lane_max_context;
   config.clock = ClockMode::kVirtual;
   std::unique_ptr<Backend> main = std::move(backend).value();
   auto made = make_decode_lane(*main, config);
@@ -105,7 +112,7 @@ sim::ReplayOutcome burst(SchedulingPolicy policy, DecodeLane lane) {
     workload.push_back({.arrival_ms = 1000.0 + 500.0 * p,
                         .request = {.request_id = "long" + std::to_string(p),
                                     .prompt_token_ids = sim::synthetic_tokens(100 + p, lengths[p], 32000),
-                                    .max_tokens = 16}});
+                                    .max_tokens = shape.long_output_tokens}});
   sim::ReplayOutcome outcome = sim::replay(engine, std::move(workload), 200000);
   EXPECT_TRUE(outcome.drained);
   EXPECT_EQ(outcome.timelines.size(), 12u);
@@ -156,6 +163,47 @@ TEST(DecodeLaneOnTheSim, TheBurstOnTheVirtualClockKeepsChatsFlowingNearPrefillFi
     EXPECT_EQ(again.timelines.at(id).first_token_ms, t.first_token_ms) << id;
     EXPECT_EQ(again.timelines.at(id).token_ms, t.token_ms) << id;
   }
+}
+
+// The chats' mean time between tokens while the long prompts decode (from
+// the first long prompt's first token to the last one's end).
+double chat_itl_while_long_prompts_decode_ms(const sim::ReplayOutcome& outcome) {
+  double from = 1e300, to = 0.0;
+  for (const auto& [id, t] : outcome.timelines)
+    if (id.starts_with("long")) {
+      from = std::min(from, *t.first_token_ms);
+      to = std::max(to, t.token_ms.back());
+    }
+  double sum = 0.0;
+  int n = 0;
+  for (const auto& [id, t] : outcome.timelines)
+    if (id.starts_with("chat"))
+      for (std::size_t i = 1; i < t.token_ms.size(); ++i)
+        if (t.token_ms[i - 1] >= from && t.token_ms[i] <= to) {
+          sum += t.token_ms[i] - t.token_ms[i - 1];
+          ++n;
+        }
+  EXPECT_GT(n, 100) << "the chats decode through the long prompts' decodes";
+  return n > 0 ? sum / n : 0.0;
+}
+
+// On a lane of 8 SMs, the long prompts' decodes (32k-64k contexts, past the
+// cost model's bound of about 30k) slow every chat's step beside them; in the
+// prefill lane's chunks they do not. The 16k prompt's decode stays on the lane.
+TEST(DecodeLaneOnTheSim, LongContextDecodesOffTheLaneKeepTheChatsFast) {
+  const BurstShape bounded{.lane_sms = 8, .decode_lane_max_context = 0, .long_output_tokens = 64};
+  BurstShape unbounded = bounded;
+  unbounded.decode_lane_max_context = 1 << 20;
+  const sim::ReplayOutcome off_lane = burst(SchedulingPolicy::kSluice, DecodeLane::kSms, bounded);
+  const sim::ReplayOutcome on_lane = burst(SchedulingPolicy::kSluice, DecodeLane::kSms, unbounded);
+  const double off_ms = chat_itl_while_long_prompts_decode_ms(off_lane);
+  const double on_ms = chat_itl_while_long_prompts_decode_ms(on_lane);
+  std::printf("chats' mean inter-token time while the long prompts decode, sms:8: %.1f ms with them off the lane, "
+              "%.1f ms on it\n", off_ms, on_ms);
+  EXPECT_LT(off_ms, 0.9 * on_ms);
+  // Their first tokens do not suffer for it: the long decodes cost the chunks little.
+  const BurstSummary off = summarize(off_lane), on = summarize(on_lane);
+  EXPECT_LT(off.mean_ttft_ms, 1.05 * on.mean_ttft_ms);
 }
 
 }  // namespace
