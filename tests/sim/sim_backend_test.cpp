@@ -254,7 +254,8 @@ namespace {
 
 // --decode-lane sms:N on the sim: the lane's steps priced on N of the H200's
 // 132 SMs (compute by 132/N, memory by the 0.31 share 16 SMs reached in
-// S15-lead-1/3), the backend's own on the other 132 - N.
+// S15-lead-1/3), the backend's own on the other 132 - N, its compute 1.08x
+// more (the chunks' measured slowdown beside a lane, S16).
 TEST(SimBackendLanes, AnSmLaneIsPricedOnItsShareAndTheBackendOnTheRest) {
   const ModelProfile llama = *find_profile("llama-3-8b");
   auto backend = make_sim_backend(llama, h200_sluice_cuda(), {}, {});
@@ -270,7 +271,8 @@ TEST(SimBackendLanes, AnSmLaneIsPricedOnItsShareAndTheBackendOnTheRest) {
   const auto rest_chunk = (*backend)->cost_model().predict_terms(chunk).values();
   const double compute = 132.0 / 16, memory = 1.0 / 0.31;
   const std::array<double, CostTerms::kNumTerms> lane_factors = {compute, memory, compute, memory, 1.0};
-  const std::array<double, CostTerms::kNumTerms> rest_factors = {132.0 / 116, 1.0, 132.0 / 116, 1.0, 1.0};
+  const double rest_compute = 1.08 * 132.0 / 116;
+  const std::array<double, CostTerms::kNumTerms> rest_factors = {rest_compute, 1.0, rest_compute, 1.0, 1.0};
   for (std::size_t i = 0; i < CostTerms::kNumTerms; ++i) {
     EXPECT_NEAR(lane_decode[i], whole_decode[i] * lane_factors[i], 1e-9 * (1 + whole_decode[i])) << "term " << i;
     EXPECT_NEAR(rest_chunk[i], whole_chunk[i] * rest_factors[i], 1e-9 * (1 + whole_chunk[i])) << "term " << i;
@@ -290,6 +292,29 @@ TEST(SimBackendLanes, AnSmLaneIsPricedOnItsShareAndTheBackendOnTheRest) {
   EXPECT_GT((*lane)->now_ms(), 0.0);
   EXPECT_EQ((*backend)->now_ms(), 0.0);
   EXPECT_EQ((*lane)->info().kv_bytes_per_block, 0);
+}
+
+// The H200's driver makes SM groups of 8: a lane of 12 runs on 16
+// (S16-lead-2), priced so, and the rest on 116.
+TEST(SimBackendLanes, AnSmGroupIsRoundedUpToTheDriversGranularity) {
+  const ModelProfile llama = *find_profile("llama-3-8b");
+  const StepShape decode{.sequences = std::vector<StepShape::Sequence>(8, {.num_new_tokens = 1, .num_computed_tokens = 1000})};
+  const StepShape chunk{.sequences = {{.num_new_tokens = 8192, .num_computed_tokens = 65536}}};
+  auto priced = [&](std::int32_t sms) {
+    auto backend = make_sim_backend(llama, h200_sluice_cuda(), {}, {});
+    EXPECT_TRUE(backend.ok()) << backend.error_message();
+    auto lane = (*backend)->make_sm_lane({.num_sms = sms});
+    EXPECT_TRUE(lane.ok()) << lane.error_message();
+    return std::pair{(*lane)->cost_model().predict_step_ms(decode), (*backend)->cost_model().predict_step_ms(chunk)};
+  };
+  EXPECT_EQ(priced(12), priced(16));
+  EXPECT_EQ(priced(9), priced(16));
+  EXPECT_NE(priced(8), priced(16));
+  auto backend = make_sim_backend(llama, h200_sluice_cuda(), {}, {});
+  ASSERT_TRUE(backend.ok());
+  auto too_many = (*backend)->make_sm_lane({.num_sms = 130});
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.error_message().find("an SM partition of 136"), std::string::npos) << too_many.error_message();
 }
 
 TEST(SimBackendLanes, LanesThatShareEverySmOrCannotSplitAreRefused) {

@@ -21,6 +21,13 @@ HardwareSpec h200() {
   // every SM (S15-lead-1/3, docs/benchmarks.md): 16 SMs reach 0.31 of what
   // the whole device does.
   spec.hbm_share_per_sm = 0.31 / 16;
+  // S16-lead-2: sms:12's decode steps and chunks took what sms:16's did
+  // (median 16.6 against 16.5 ms; sms:8's 30.6 ms).
+  spec.sm_group_granularity = 8;
+  // S16-lead-1/2: 8,192-row chunks took 1.17x prefill-first's time beside a
+  // lane of 8 SMs (the SMs alone: 1.065x) and 1.20-1.22x beside 16 (1.14x):
+  // 1.06-1.10x more; the middle.
+  spec.prefill_lane_compute_factor = 1.08;
   return spec;
 }
 

@@ -69,6 +69,13 @@ struct HardwareSpec {
   // with min(1, N x hbm_share_per_sm). 0: the device cannot be split.
   std::int32_t num_sms = 0;
   double hbm_share_per_sm = 0.0;
+  // The driver makes an SM group a multiple of this many SMs: sms:N runs on
+  // N rounded up.
+  std::int32_t sm_group_granularity = 1;
+  // The prefill lane's compute beside a decode lane costs this much more than
+  // its share of the SMs says (contention, or the partition itself: not yet
+  // told apart).
+  double prefill_lane_compute_factor = 1.0;
 };
 
 // NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "sluice/common/rng.h"
 #include "sluice/sim/roofline_cost_model.h"
 #include "sluice/sim/skewed_cost_model.h"
@@ -176,16 +178,17 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
   std::shared_ptr<const CostModel> cost = std::make_shared<const RooflineCostModel>(profile, hardware, parallelism);
   if (options.truth_skew) cost = std::make_shared<const SkewedCostModel>(std::move(cost), *options.truth_skew);
   auto backend = std::make_unique<SimBackend>(std::move(cost), std::move(info), tokens);
-  if (parallelism.num_gpus == 1) backend->set_sm_partition(hardware.num_sms, hardware.hbm_share_per_sm);
+  if (parallelism.num_gpus == 1) backend->set_sm_partition(hardware);
   return backend;
 }
 
 namespace {
 
-// A step on `sms` of `num_sms` SMs: compute terms slower by the SM share,
-// memory terms by the HBM share those SMs reach, the fixed term as it was.
-CostSkew confined_to(std::int32_t sms, std::int32_t num_sms, double hbm_share_per_sm) {
-  const double compute = static_cast<double>(num_sms) / sms;
+// A step on `sms` of `num_sms` SMs: compute terms slower by the SM share
+// (and by `compute_factor` more), memory terms by the HBM share those SMs
+// reach, the fixed term as it was.
+CostSkew confined_to(std::int32_t sms, std::int32_t num_sms, double hbm_share_per_sm, double compute_factor = 1.0) {
+  const double compute = compute_factor * num_sms / sms;
   const double memory = 1.0 / std::min(1.0, sms * hbm_share_per_sm);
   return {.term_factors = {compute, memory, compute, memory, 1.0}};
 }
@@ -196,17 +199,22 @@ Result<std::unique_ptr<SimBackend>> SimBackend::make_sm_lane(const LaneOptions& 
   if (options.num_sms <= 0)
     return Error{"the sim backend prices each step alone; a decode lane sharing every SM with prefill chunks "
                  "slowed 6-12x beside them on the H200, which it cannot know (use sms:N)"};
-  if (num_sms_ <= 0) return Error{"the simulated device has no SM count to split (one GPU only)"};
-  if (options.num_sms >= num_sms_)
-    return Error{"an SM partition of " + std::to_string(options.num_sms) + " on a device of " +
-                 std::to_string(num_sms_) + " SMs"};
+  const std::int32_t num_sms = partition_.num_sms;
+  if (num_sms <= 0) return Error{"the simulated device has no SM count to split (one GPU only)"};
+  const std::int32_t granularity = std::max(1, partition_.sm_group_granularity);
+  const std::int32_t sms = (options.num_sms + granularity - 1) / granularity * granularity;
+  if (sms >= num_sms)
+    return Error{"an SM partition of " + std::to_string(sms) + " on a device of " + std::to_string(num_sms) + " SMs"};
+  if (sms != options.num_sms)
+    spdlog::warn("an SM group of {} was asked for; the simulated driver makes one of {} (the other group has {})",
+                 options.num_sms, sms, num_sms - sms);
   const std::shared_ptr<const CostModel> whole = cost_model_;
   auto lane = std::make_unique<SimBackend>(
-      std::make_shared<const SkewedCostModel>(whole, confined_to(options.num_sms, num_sms_, hbm_share_per_sm_)),
+      std::make_shared<const SkewedCostModel>(whole, confined_to(sms, num_sms, partition_.hbm_share_per_sm)),
       lane_info_of(info_), tokens_);
   cost_model_ = std::make_shared<const SkewedCostModel>(
-      whole, confined_to(num_sms_ - options.num_sms, num_sms_, hbm_share_per_sm_));
-  num_sms_ = 0;  // split once
+      whole, confined_to(num_sms - sms, num_sms, partition_.hbm_share_per_sm, partition_.prefill_lane_compute_factor));
+  partition_.num_sms = 0;  // split once
   return lane;
 }
 

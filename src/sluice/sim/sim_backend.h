@@ -54,11 +54,9 @@ class SimBackend final : public Backend {
   // slowed 6-12x on the H200 (S13-lead-1), which a price per step cannot know.
   Result<std::unique_ptr<SimBackend>> make_sm_lane(const LaneOptions& options);
   Result<std::unique_ptr<Backend>> make_lane(const LaneOptions& options) override;
-  // Set by make_sim_backend from the hardware; 0 SMs: no lanes.
-  void set_sm_partition(std::int32_t num_sms, double hbm_share_per_sm) {
-    num_sms_ = num_sms;
-    hbm_share_per_sm_ = hbm_share_per_sm;
-  }
+  // Set by make_sim_backend from the hardware (num_sms, hbm_share_per_sm,
+  // sm_group_granularity, prefill_lane_compute_factor); 0 SMs: no lanes.
+  void set_sm_partition(const HardwareSpec& hardware) { partition_ = hardware; }
 
   double now_ms() const { return now_ms_; }
   Status allocate_host_kv_cache(std::int32_t num_blocks) override;
@@ -82,8 +80,7 @@ class SimBackend final : public Backend {
     KvCopyId id = 0;
     double end_ms = 0;
   };
-  std::int32_t num_sms_ = 0;
-  double hbm_share_per_sm_ = 0.0;
+  HardwareSpec partition_;  // its SM fields; num_sms 0 once split (or never splittable)
   double now_ms_ = 0;
   std::int64_t num_steps_ = 0;
   std::int32_t num_host_blocks_ = 0;
