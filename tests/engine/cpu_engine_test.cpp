@@ -264,6 +264,21 @@ TEST(DecodeLaneWarmup, CoversEveryBatchSizeToSixteenThenHalfOctaves) {
   EXPECT_EQ(warmup_batch_sizes(3), (std::vector<std::int32_t>{1, 2, 3}));
 }
 
+// Two lanes (a stream of their own), prompts in chunks of 8 tokens, 256 KV
+// blocks of 4 tokens.
+std::unique_ptr<Engine> engine_with_a_lane_and_small_chunks(std::int32_t decode_lane_max_context = 0) {
+  EngineConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 8;
+  config.kv_reserve_fraction = 0.0;
+  config.decode_lane = DecodeLane::kStream;
+  config.decode_lane_max_context = decode_lane_max_context;
+  std::unique_ptr<Backend> backend = cpu_backend(4, 256);
+  auto lane = make_decode_lane(*backend, config);
+  EXPECT_TRUE(lane.ok()) << lane.error_message();
+  return std::make_unique<Engine>(std::move(backend), nullptr, config, std::move(lane).value());
+}
+
 // Aborting a request while the lanes run: a short prompt decodes alone (on
 // the main lane: nothing to prefill), then a long prompt prefills in chunks on
 // the main lane while the short one decodes on the decode lane; the long one is
@@ -272,15 +287,8 @@ TEST(DecodeLaneWarmup, CoversEveryBatchSizeToSixteenThenHalfOctaves) {
 // single-sequence tokens, every step keeps the invariants, and every block
 // comes back.
 TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
-  EngineConfig config;
-  config.max_num_seqs = 8;
-  config.max_num_batched_tokens = 8;
-  config.kv_reserve_fraction = 0.0;
-  config.decode_lane = DecodeLane::kStream;
-  std::unique_ptr<Backend> backend = cpu_backend(4, 256);
-  auto lane = make_decode_lane(*backend, config);
-  ASSERT_TRUE(lane.ok()) << lane.error_message();
-  Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
+  const std::unique_ptr<Engine> made = engine_with_a_lane_and_small_chunks();
+  Engine& engine = *made;
   const Case short_case = cases().front();
   auto short_stream = engine.submit(EngineRequest{.request_id = "short", .prompt_token_ids = short_case.prompt,
                                                   .sampling = short_case.sampling, .max_tokens = kNewTokens});
@@ -324,16 +332,8 @@ TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
 // of 20) keeps decoding while the long prompt prefills, never on the decode
 // lane, with the single-sequence tokens.
 TEST(EngineOnCpu, ADecodeLongerThanTheLaneBoundRidesThePrefillLanesChunks) {
-  EngineConfig config;
-  config.max_num_seqs = 8;
-  config.max_num_batched_tokens = 8;
-  config.kv_reserve_fraction = 0.0;
-  config.decode_lane = DecodeLane::kStream;
-  config.decode_lane_max_context = 20;
-  std::unique_ptr<Backend> backend = cpu_backend(4, 256);
-  auto lane = make_decode_lane(*backend, config);
-  ASSERT_TRUE(lane.ok()) << lane.error_message();
-  Engine engine(std::move(backend), nullptr, config, std::move(lane).value());
+  const std::unique_ptr<Engine> made = engine_with_a_lane_and_small_chunks(/*decode_lane_max_context=*/20);
+  Engine& engine = *made;
   const Case short_case = cases().front();
   ASSERT_GT(short_case.prompt.size(), 20u);
   auto short_stream = engine.submit(EngineRequest{.request_id = "short", .prompt_token_ids = short_case.prompt,
