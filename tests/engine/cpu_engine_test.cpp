@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -266,13 +267,15 @@ TEST(DecodeLaneWarmup, CoversEveryBatchSizeToSixteenThenHalfOctaves) {
 
 // Two lanes (a stream of their own), prompts in chunks of 8 tokens, 256 KV
 // blocks of 4 tokens.
-std::unique_ptr<Engine> engine_with_a_lane_and_small_chunks(std::int32_t decode_lane_max_context = 0) {
+std::unique_ptr<Engine> engine_with_a_lane_and_small_chunks(std::int32_t decode_lane_max_context = 0,
+                                                            double decode_lane_interval_ms = 0.0) {
   EngineConfig config;
   config.max_num_seqs = 8;
   config.max_num_batched_tokens = 8;
   config.kv_reserve_fraction = 0.0;
   config.decode_lane = DecodeLane::kStream;
   config.decode_lane_max_context = decode_lane_max_context;
+  config.decode_lane_interval_ms = decode_lane_interval_ms;
   std::unique_ptr<Backend> backend = cpu_backend(4, 256);
   auto lane = make_decode_lane(*backend, config);
   EXPECT_TRUE(lane.ok()) << lane.error_message();
@@ -368,6 +371,59 @@ TEST(EngineOnCpu, ADecodeLongerThanTheLaneBoundRidesThePrefillLanesChunks) {
   const EngineStats stats = engine.stats();
   EXPECT_EQ(stats.num_decode_lane_steps, 0) << "no decode was within the bound";
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+}
+
+// A paced decode lane (--decode-lane-interval-ms) on the wall clock: while a
+// long prompt prefills in chunks, the short request's tokens come no faster
+// than one per interval (the engine waits for a chunk or the lane's turn,
+// whichever comes first), and they are still the single-sequence tokens.
+TEST(EngineOnCpu, APacedDecodeLaneWaitsForItsTurnOnTheWallClock) {
+  constexpr double kIntervalMs = 5.0;
+  const std::unique_ptr<Engine> made = engine_with_a_lane_and_small_chunks(0, kIntervalMs);
+  Engine& engine = *made;
+  const Case short_case = cases().front();
+  auto short_stream = engine.submit(EngineRequest{.request_id = "short", .prompt_token_ids = short_case.prompt,
+                                                  .sampling = short_case.sampling, .max_tokens = kNewTokens});
+  ASSERT_TRUE(short_stream.ok()) << short_stream.error_message();
+  std::vector<TokenId> tokens;
+  std::vector<std::chrono::steady_clock::time_point> arrivals;
+  auto drain_short = [&] {
+    while (auto o = (*short_stream)->poll())
+      for (const GeneratedToken& t : o->tokens) {
+        tokens.push_back(t.token);
+        arrivals.push_back(std::chrono::steady_clock::now());
+      }
+  };
+  for (int step = 0; step < 100 && tokens.empty(); ++step) {
+    engine.step();
+    drain_short();
+  }
+  std::vector<TokenId> long_prompt(480);  // 60 chunks
+  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  auto long_stream =
+      engine.submit(EngineRequest{.request_id = "long", .prompt_token_ids = long_prompt, .max_tokens = 1});
+  ASSERT_TRUE(long_stream.ok()) << long_stream.error_message();
+  const std::size_t first = tokens.size();
+  bool long_started = false;
+  std::size_t last_during_prefill = first;
+  for (int step = 0; step < 100000 && engine.has_work(); ++step) {
+    engine.step();
+    engine.check_invariants();
+    drain_short();
+    while (auto o = (*long_stream)->poll()) long_started = long_started || !o->tokens.empty();
+    if (!long_started) last_during_prefill = tokens.size();
+  }
+  EXPECT_EQ(tokens, single_sequence().at(short_case.id));
+  ASSERT_GE(last_during_prefill, first + 3) << "the short one decoded on its lane during the long prefill";
+  // The lane's steps began an interval apart, so n tokens span (n - 1)
+  // intervals. A token is seen when the test polls, after the step that
+  // collected it (a chunk may come first): the first and the last sighting
+  // may each be late by a chunk's time, a millisecond or two here.
+  using Ms = std::chrono::duration<double, std::milli>;
+  const double span_ms = Ms(arrivals[last_during_prefill - 1] - arrivals[first]).count();
+  EXPECT_GE(span_ms, static_cast<double>(last_during_prefill - 1 - first) * kIntervalMs - 4.0)
+      << last_during_prefill - first << " tokens while the long prompt prefilled";
+  EXPECT_GT(engine.stats().num_decode_lane_steps, 0);
 }
 
 // A lane of a tensor-parallel group, or one confined to SMs on the CPU, is

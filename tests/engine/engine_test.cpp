@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <map>
 #include <thread>
 
@@ -509,6 +511,18 @@ TEST(EngineConfigNames, DecodeLaneParsesAndIsRefusedWhereItCannotRun) {
   EngineConfig bound_without_lane;
   bound_without_lane.decode_lane_max_context = 64;
   EXPECT_NE(validate(bound_without_lane, info).error_message().find("it needs --decode-lane"), std::string::npos);
+  // So does its pace, within [0, 10 s].
+  lanes.decode_lane_max_context = 0;
+  lanes.decode_lane_interval_ms = 40.0;
+  EXPECT_TRUE(validate(lanes, info).ok()) << validate(lanes, info).error_message();
+  for (const double bad : {-1.0, 20000.0, std::nan("")}) {
+    lanes.decode_lane_interval_ms = bad;
+    EXPECT_NE(validate(lanes, info).error_message().find("--decode-lane-interval-ms must be in"), std::string::npos)
+        << bad;
+  }
+  EngineConfig pace_without_lane;
+  pace_without_lane.decode_lane_interval_ms = 40.0;
+  EXPECT_NE(validate(pace_without_lane, info).error_message().find("it needs --decode-lane"), std::string::npos);
 }
 
 TEST(EngineConfigNames, ParseAndPrintRoundTrip) {

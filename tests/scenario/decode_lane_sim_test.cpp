@@ -82,6 +82,7 @@ struct BurstShape {
   std::int32_t lane_sms = 16;
   std::int32_t decode_lane_max_context = 0;  // 0: from the cost model (about 30k here)
   std::int32_t long_output_tokens = 16;
+  double decode_lane_interval_ms = 0.0;
 };
 sim::ReplayOutcome burst(SchedulingPolicy policy, DecodeLane lane, BurstShape shape = {}) {
   const sim::ModelProfile llama = *sim::find_profile("llama-3-8b");
@@ -95,6 +96,7 @@ sim::ReplayOutcome burst(SchedulingPolicy policy, DecodeLane lane, BurstShape sh
   config.decode_lane = lane;
   config.decode_lane_sms = lane == DecodeLane::kSms ? shape.lane_sms : 0;
   config.decode_lane_max_context = shape.decode_lane_max_context;
+  config.decode_lane_interval_ms = shape.decode_lane_interval_ms;
   config.clock = ClockMode::kVirtual;
   std::unique_ptr<Backend> main = std::move(backend).value();
   auto made = make_decode_lane(*main, config);
@@ -206,6 +208,41 @@ TEST(DecodeLaneOnTheSim, LongContextDecodesOffTheLaneKeepTheChatsFast) {
   // Their first tokens do not suffer for it: the long decodes cost the chunks little.
   const BurstSummary off = summarize(off_lane), on = summarize(on_lane);
   EXPECT_LT(off.mean_ttft_ms, 1.05 * on.mean_ttft_ms);
+}
+
+// A paced lane (--decode-lane-interval-ms 40) starts a step no sooner than
+// 40 ms after the last one began: the chats get a token every 40 ms at most
+// while the long prompts prefill, where back to back they get one every
+// ~17 ms; every chat still finishes, and the same replay gives the same
+// timelines.
+TEST(DecodeLaneOnTheSim, APacedLaneGivesTheChatsATokenPerInterval) {
+  const sim::ReplayOutcome paced =
+      burst(SchedulingPolicy::kSluice, DecodeLane::kSms, {.decode_lane_interval_ms = 40.0});
+  const sim::ReplayOutcome back_to_back = burst(SchedulingPolicy::kSluice, DecodeLane::kSms);
+  const double paced_ms = chat_itl_while_long_prompts_decode_ms(paced);
+  const double back_to_back_ms = chat_itl_while_long_prompts_decode_ms(back_to_back);
+  std::printf("chats' mean inter-token time while the long prompts decode: %.1f ms paced at 40, %.1f back to back\n",
+              paced_ms, back_to_back_ms);
+  EXPECT_LT(back_to_back_ms, 30.0);
+  EXPECT_GT(paced_ms, 39.5);
+  EXPECT_LT(paced_ms, 45.0);
+  // While the long prompts prefill (from just after the first arrives, at
+  // 1 s: the main lane's decode step then in flight is not paced), the chats
+  // decode on the lane only. Steps start 40 ms apart and a token comes at a
+  // step's end, so two tokens are 40 ms apart give or take the difference of
+  // two steps' times (a few ms).
+  for (const auto& [id, t] : paced.timelines) {
+    if (!id.starts_with("chat")) continue;
+    EXPECT_EQ(t.token_ms.size(), 600u) << id;
+    for (std::size_t i = 1; i < t.token_ms.size(); ++i) {
+      if (t.token_ms[i - 1] > 1100.0 && t.token_ms[i] < summarize(paced).last_first_token_ms) {
+        ASSERT_GE(t.token_ms[i] - t.token_ms[i - 1], 35.0) << id << " token " << i << " at " << t.token_ms[i];
+      }
+    }
+  }
+  const sim::ReplayOutcome again =
+      burst(SchedulingPolicy::kSluice, DecodeLane::kSms, {.decode_lane_interval_ms = 40.0});
+  for (const auto& [id, t] : paced.timelines) EXPECT_EQ(again.timelines.at(id).token_ms, t.token_ms) << id;
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ struct PlanOptions {
   double max_step_ms = 50;
   std::string decode_lane = "off";  // off | sms:N (serve's --decode-lane on the simulated device)
   std::int32_t decode_lane_max_context = 0;  // serve's --decode-lane-max-context
+  double decode_lane_interval_ms = 0.0;      // serve's --decode-lane-interval-ms
 };
 
 [[noreturn]] void fail(int code, const std::string& message) {
@@ -158,6 +159,7 @@ EngineConfig engine_config(const PlanOptions& o, std::int32_t max_model_len) {
   c.decode_lane = lane->lane;
   c.decode_lane_sms = lane->num_sms;
   c.decode_lane_max_context = o.decode_lane_max_context;
+  c.decode_lane_interval_ms = o.decode_lane_interval_ms;
   return c;
 }
 
@@ -398,6 +400,8 @@ void add_plan_command(CLI::App& app) {
                   "prefill on the rest (one GPU)");
   cmd->add_option("--decode-lane-max-context", o->decode_lane_max_context,
                   "as serve's: the longest context a decode on the decode lane may have (0 = from the cost model)");
+  cmd->add_option("--decode-lane-interval-ms", o->decode_lane_interval_ms,
+                  "as serve's: the least time between the starts of two decode-lane steps (0 = back to back)");
   cmd->callback([o] { run_plan(*o); });
 }
 

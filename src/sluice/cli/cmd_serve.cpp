@@ -481,6 +481,9 @@ void add_serve_command(CLI::App& app) {
                   "the longest context a decode on the decode lane may have; longer ones decode in the prefill "
                   "lane's steps (0 = where one sequence's KV read costs a quarter of the weights' read, by the "
                   "cost model)");
+  cmd->add_option("--decode-lane-interval-ms", a.engine.decode_lane_interval_ms,
+                  "the least time between the starts of two decode-lane steps, the chats' inter-token target with "
+                  "two loops (0 = back to back, which takes HBM bandwidth from the prefill beside them)");
   cmd->add_flag("--async-scheduling,!--no-async-scheduling", a.engine.async_scheduling,
                 "plan and submit the next step while the backend runs the current one (stops are seen a step late)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "seconds to drain on SIGTERM before aborting")

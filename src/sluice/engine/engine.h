@@ -122,6 +122,12 @@ struct EngineConfig {
   // decodes in the prefill lane's steps (sched/decode_lane_bound.h says why).
   // 0: auto_decode_lane_max_context of the cost model.
   std::int32_t decode_lane_max_context = 0;
+  // The least time from the start of one decode-lane step to the next: the
+  // chats' inter-token target with two loops (0: back to back). A lane that
+  // runs back to back gives the chats more tokens than the target and takes
+  // HBM from the chunk beside it (S16-lead-4: a lane of 16 SMs back to back
+  // cost an 8,192-row chunk 10%, paced at 50 ms 3%).
+  double decode_lane_interval_ms = 0.0;
   ClockMode clock = ClockMode::kWall;
   // One JSON line per executed step (engine/step_trace.h), for calibrating the
   // cost model offline (`sluice calibrate`); empty = off.

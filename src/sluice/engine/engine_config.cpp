@@ -156,6 +156,10 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
   if (c.decode_lane_max_context < 0) return bad("--decode-lane-max-context must be >= 0 (0 = from the cost model)");
   if (c.decode_lane == DecodeLane::kOff && c.decode_lane_max_context > 0)
     return bad("--decode-lane-max-context bounds the decode lane's contexts: it needs --decode-lane");
+  if (!(c.decode_lane_interval_ms >= 0.0) || c.decode_lane_interval_ms > 10000.0)
+    return bad("--decode-lane-interval-ms must be in [0, 10000] (0 = back to back)");
+  if (c.decode_lane == DecodeLane::kOff && c.decode_lane_interval_ms > 0.0)
+    return bad("--decode-lane-interval-ms paces the decode lane's steps: it needs --decode-lane");
   if (c.decode_lane != DecodeLane::kOff && c.async_scheduling)
     return bad("--decode-lane runs each lane's step to its end before planning the lane's next: it does not "
                "combine with --async-scheduling");

@@ -176,11 +176,28 @@ StepReport EngineCore::step_lanes(double now_ms) {
   // has (the decode lane may have a few), e.g. the long prompts' own decodes
   // once the last chunk is done.
   decodes_on_main_lane_ = !busy(kMain) && nothing_to_prefill();
+  // On the wall clock a paced decode lane is planned once it is due, on what
+  // the engine knows then; the virtual clock starts its step when due instead
+  // (InFlightStep::not_before_ms).
+  const bool decode_lane_waits = config_.clock == ClockMode::kWall && now_ms < decode_lane_due_ms();
   // Decodes first: they take their blocks before admissions do.
   for (const int lane : {kDecode, kMain})
-    if (!busy(lane) && !(lane == kDecode && decodes_on_main_lane_)) plan_and_submit(lane, now_ms, clock, report);
+    if (!busy(lane) && !(lane == kDecode && (decodes_on_main_lane_ || decode_lane_waits)))
+      plan_and_submit(lane, now_ms, clock, report);
   if (in_flight_.empty()) return report;
+  if (decode_lane_waits && !busy(kDecode) && !decodes_on_main_lane_) {
+    // Not past the decode lane's turn: the next round plans it.
+    const int lane = wait_for_a_lane_until(clock, decode_lane_due_ms());
+    if (lane >= 0) return stream(collect(clock, lane));
+    report.idle = false;  // the decode lane is due: plan it at once
+    return report;
+  }
   return stream(collect(clock, next_lane_to_collect()));
+}
+
+double EngineCore::decode_lane_due_ms() const {
+  return config_.decode_lane_interval_ms > 0.0 ? last_step_begin_ms_[kDecode] + config_.decode_lane_interval_ms
+                                               : -1e300;
 }
 
 bool EngineCore::nothing_to_prefill() const {
@@ -223,7 +240,8 @@ int EngineCore::first_to_end_on_the_clock() {
   for (const int lane : {kDecode, kMain}) {  // a tie goes to the decodes
     if (pipeline(lane).num_in_flight() == 0) continue;
     const InFlightStep& oldest = *oldest_in_flight(lane);
-    const double end_ms = std::max(oldest.submit_ms, last_step_end_ms_[lane]) + pipeline(lane).next_step_time_ms();
+    const double end_ms = std::max({oldest.submit_ms, oldest.not_before_ms, last_step_end_ms_[lane]}) +
+                          pipeline(lane).next_step_time_ms();
     if (end_ms < first_end_ms) {
       first_end_ms = end_ms;
       first = lane;
@@ -239,6 +257,18 @@ int EngineCore::wait_for_a_lane() {
     for (const int lane : {kDecode, kMain})
       if (pipeline(lane).num_in_flight() > 0 && pipeline(lane).has_done()) return lane;
     done_signal_->wait_past(seen);
+  }
+}
+
+int EngineCore::wait_for_a_lane_until(const StepClock& clock, double until_ms) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double, std::milli>(std::max(0.0, until_ms - clock.now_ms())));
+  for (;;) {
+    const std::uint64_t seen = done_signal_->count();
+    for (const int lane : {kDecode, kMain})
+      if (pipeline(lane).num_in_flight() > 0 && pipeline(lane).has_done()) return lane;
+    if (!done_signal_->wait_past_until(seen, deadline)) return -1;
   }
 }
 
@@ -278,6 +308,7 @@ bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock
   const bool submitted = !next.batch.sequences.empty() || !next.batch.copies.empty() || waits_for_copies;
   if (submitted) {
     next.record.submit_ms = clock.now_ms();
+    if (lane == kDecode) next.record.not_before_ms = decode_lane_due_ms();
     if (has_decode_lane() && pipeline(lane == kMain ? kDecode : kMain).num_in_flight() > 0)
       ++num_steps_beside_other_lane_;
     submit(std::move(next));
@@ -596,9 +627,10 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock, int lane) 
   const InFlightStep& step = collected.record;
   const ExecutedStep& executed = collected.executed;
   SLUICE_CHECK_EQ(executed.outputs.size(), step.entries.size());
-  const double begin_ms = std::max(step.submit_ms, last_step_end_ms_[lane]);
+  const double begin_ms = std::max({step.submit_ms, step.not_before_ms, last_step_end_ms_[lane]});
   const double end_ms = clock.end_ms(begin_ms, executed.step_time_ms);
   last_step_end_ms_[lane] = end_ms;
+  last_step_begin_ms_[lane] = begin_ms;
 
   StepReport& report = collected.report;
   report = {.start_ms = begin_ms,

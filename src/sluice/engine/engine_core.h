@@ -92,6 +92,7 @@ class EngineCore {
     };
     std::vector<Entry> entries;  // batch order
     double submit_ms = 0.0;
+    double not_before_ms = 0.0;  // a paced decode-lane step starts no sooner (EngineConfig::decode_lane_interval_ms)
     double predicted_step_ms = 0.0;
     std::int32_t num_preempted = 0;
     int lane = kMain;
@@ -117,6 +118,10 @@ class EngineCore {
   StepReport step_lanes(double now_ms);
   // The lane whose step in flight finished first (waits for one).
   int wait_for_a_lane();
+  // The same, or -1 once the clock reaches until_ms first.
+  int wait_for_a_lane_until(const StepClock& clock, double until_ms);
+  // When the decode lane may start its next step (its last start plus the interval).
+  double decode_lane_due_ms() const;
   // Under the virtual clock: waits for every lane's step in flight, then the
   // lane whose step ends first on the clock. Else wait_for_a_lane().
   int first_to_end_on_the_clock();
@@ -176,6 +181,7 @@ class EngineCore {
   std::unique_ptr<StepPipeline> decode_pipeline_;  // runs batches on decode_backend_
   std::deque<InFlightStep> in_flight_;  // submitted, not collected; oldest first
   double last_step_end_ms_[2] = {0.0, 0.0};  // per lane: when the step it collected last ended
+  double last_step_begin_ms_[2] = {-1e300, -1e300};  // per lane: when the step it collected last began
   // Requests that ended while a lane still computes them: their blocks go
   // back once that step is collected, so no step of the other lane is given
   // a block this one still writes.

@@ -58,6 +58,11 @@ void DoneSignal::wait_past(std::uint64_t seen) {
   changed_.wait(lock, [&] { return count_ > seen; });
 }
 
+bool DoneSignal::wait_past_until(std::uint64_t seen, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_until(lock, deadline, [&] { return count_ > seen; });
+}
+
 void DoneSignal::notify() {
   {
     std::lock_guard lock(mutex_);

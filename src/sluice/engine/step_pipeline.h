@@ -20,6 +20,7 @@
 // each sampled token back to its constraint right after the step.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -83,6 +84,8 @@ class DoneSignal {
   std::uint64_t count() const;
   // Returns once count() > seen.
   void wait_past(std::uint64_t seen);
+  // The same, or at `deadline`: false when the deadline came first.
+  bool wait_past_until(std::uint64_t seen, std::chrono::steady_clock::time_point deadline);
   void notify();
 
  private:
