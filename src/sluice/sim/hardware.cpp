@@ -26,7 +26,8 @@ HardwareSpec h200() {
   spec.sm_group_granularity = 8;
   // S16-lead-1/2: 8,192-row chunks took 1.17x prefill-first's time beside a
   // lane of 8 SMs (the SMs alone: 1.065x) and 1.20-1.22x beside 16 (1.14x):
-  // 1.06-1.10x more; the middle.
+  // 1.06-1.10x more; the middle. That lane ran back to back; paced at 50 ms
+  // it cost a chunk 1.03x (S16-lead-4), which the sim does not model yet.
   spec.prefill_lane_compute_factor = 1.08;
   return spec;
 }

@@ -73,8 +73,8 @@ struct HardwareSpec {
   // N rounded up.
   std::int32_t sm_group_granularity = 1;
   // The prefill lane's compute beside a decode lane costs this much more than
-  // its share of the SMs says (contention, or the partition itself: not yet
-  // told apart).
+  // its share of the SMs says: the decode lane's HBM traffic (the partition
+  // alone costs nothing more, S16-lead-4).
   double prefill_lane_compute_factor = 1.0;
 };
 
