@@ -265,6 +265,13 @@ TEST(DecodeLaneWarmup, CoversEveryBatchSizeToSixteenThenHalfOctaves) {
   EXPECT_EQ(warmup_batch_sizes(3), (std::vector<std::int32_t>{1, 2, 3}));
 }
 
+// A prompt of `length` tokens that no case shares a prefix with.
+std::vector<TokenId> patterned_prompt(std::size_t length) {
+  std::vector<TokenId> prompt(length);
+  for (std::size_t i = 0; i < length; ++i) prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  return prompt;
+}
+
 // Two lanes (a stream of their own), prompts in chunks of 8 tokens, 256 KV
 // blocks of 4 tokens.
 std::unique_ptr<Engine> engine_with_a_lane_and_small_chunks(std::int32_t decode_lane_max_context = 0,
@@ -302,8 +309,7 @@ TEST(EngineOnCpu, DecodeLaneAbortMidPrefillLosesNothing) {
   engine.step();
   EXPECT_EQ(engine.stats().num_decode_lane_steps, 0);
   EXPECT_EQ(engine.stats().num_main_lane_decode_steps, 2);
-  std::vector<TokenId> long_prompt(300);
-  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  const std::vector<TokenId> long_prompt = patterned_prompt(300);
   auto long_stream =
       engine.submit(EngineRequest{.request_id = "long", .prompt_token_ids = long_prompt, .max_tokens = 4});
   ASSERT_TRUE(long_stream.ok()) << long_stream.error_message();
@@ -351,8 +357,7 @@ TEST(EngineOnCpu, ADecodeLongerThanTheLaneBoundRidesThePrefillLanesChunks) {
     engine.step();
     drain_short();
   }
-  std::vector<TokenId> long_prompt(300);
-  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  const std::vector<TokenId> long_prompt = patterned_prompt(300);
   auto long_stream =
       engine.submit(EngineRequest{.request_id = "long", .prompt_token_ids = long_prompt, .max_tokens = 4});
   ASSERT_TRUE(long_stream.ok()) << long_stream.error_message();
@@ -398,8 +403,7 @@ TEST(EngineOnCpu, APacedDecodeLaneWaitsForItsTurnOnTheWallClock) {
     engine.step();
     drain_short();
   }
-  std::vector<TokenId> long_prompt(480);  // 60 chunks
-  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<TokenId>((i * 37) % kVocab);
+  const std::vector<TokenId> long_prompt = patterned_prompt(480);  // 60 chunks
   auto long_stream =
       engine.submit(EngineRequest{.request_id = "long", .prompt_token_ids = long_prompt, .max_tokens = 1});
   ASSERT_TRUE(long_stream.ok()) << long_stream.error_message();
