@@ -146,7 +146,8 @@ TEST(PlanCli, FlagsTakeEffect) {
   // Two step loops: the same workload, the decodes on 16 SMs, another run.
   const RunResult lanes = run("--profile llama-3-8b --max-model-len 32768 --decode-lane sms:16");
   ASSERT_EQ(lanes.exit_code, 0) << lanes.output;
-  EXPECT_TRUE(contains(lanes.output, "two step loops, decodes on --decode-lane sms:16")) << lanes.output;
+  EXPECT_TRUE(contains(lanes.output, "two step loops, decodes on --decode-lane sms:16, a step at most every 40 ms"))
+      << lanes.output;
   EXPECT_TRUE(contains(lanes.output, "16 requests served")) << lanes.output;
   const auto makespan = [](const std::string& out) { return out.substr(out.find("requests served")); };
   EXPECT_NE(makespan(lanes.output), makespan(auto_kv.output));

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "sluice/cli/commands.h"
 #include "sluice/common/check.h"
 #include "sluice/engine/engine.h"
@@ -47,7 +49,7 @@ struct PlanOptions {
   double max_step_ms = 50;
   std::string decode_lane = "off";  // off | sms:N (serve's --decode-lane on the simulated device)
   std::int32_t decode_lane_max_context = 0;  // serve's --decode-lane-max-context
-  double decode_lane_interval_ms = 0.0;      // serve's --decode-lane-interval-ms
+  std::optional<double> decode_lane_interval_ms;  // serve's --decode-lane-interval-ms
 };
 
 [[noreturn]] void fail(int code, const std::string& message) {
@@ -142,7 +144,9 @@ Workload load_workload(const PlanOptions& o, std::int32_t max_model_len) {
     w.title = o.workload_path + " (" + std::to_string(w.requests.size()) + " requests)";
   }
   w.title += "; the engine's sluice policy, step target " + std::to_string(static_cast<int>(o.max_step_ms)) + " ms";
-  if (o.decode_lane != "off") w.title += "; two step loops, decodes on --decode-lane " + o.decode_lane;
+  if (o.decode_lane != "off")
+    w.title += fmt::format("; two step loops, decodes on --decode-lane {}, a step at most every {:g} ms", o.decode_lane,
+                           o.decode_lane_interval_ms.value_or(kDefaultDecodeLaneIntervalMs));
   return w;
 }
 
@@ -159,7 +163,8 @@ EngineConfig engine_config(const PlanOptions& o, std::int32_t max_model_len) {
   c.decode_lane = lane->lane;
   c.decode_lane_sms = lane->num_sms;
   c.decode_lane_max_context = o.decode_lane_max_context;
-  c.decode_lane_interval_ms = o.decode_lane_interval_ms;
+  c.decode_lane_interval_ms =
+      o.decode_lane_interval_ms.value_or(c.decode_lane != DecodeLane::kOff ? kDefaultDecodeLaneIntervalMs : 0.0);
   return c;
 }
 
@@ -401,7 +406,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--decode-lane-max-context", o->decode_lane_max_context,
                   "as serve's: the longest context a decode on the decode lane may have (0 = from the cost model)");
   cmd->add_option("--decode-lane-interval-ms", o->decode_lane_interval_ms,
-                  "as serve's: the least time between the starts of two decode-lane steps (0 = back to back)");
+                  "as serve's: the least time between the starts of two decode-lane steps (default 40 with a decode "
+                  "lane; 0 = back to back)");
   cmd->callback([o] { run_plan(*o); });
 }
 

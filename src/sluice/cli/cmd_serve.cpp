@@ -53,7 +53,7 @@ struct ServeArgs {
   std::string scheduling_policy = "sluice";
   std::string decode_lane = "auto";
   bool step_time_flags_given = false;  // --max-step-ms or --min-prefill-share on the command line
-  std::optional<double> decode_lane_interval_ms;  // unset: kDecodeLaneIntervalMs with a decode lane
+  std::optional<double> decode_lane_interval_ms;  // unset: kDefaultDecodeLaneIntervalMs with a decode lane
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
@@ -92,10 +92,6 @@ std::string default_model_dir() {
 // tokens came sooner than one loop's or prefill-first's; the burst ends at
 // 1.2x prefill-first's time, as one loop's did (S12-lead-1).
 constexpr const char* kAutoDecodeLane = "sms:16";
-// A decode lane's steps start at most every 40 ms (25 tok/s, over the 20 the
-// chats are promised): back to back they ran at 47-56 tok/s and took HBM from
-// the chunks beside them (S16-lead-4: 10% of a chunk beside 16 SMs, 3% paced).
-constexpr double kDecodeLaneIntervalMs = 40.0;
 // --max-step-ms and --min-prefill-share size the steps of one loop (the
 // prefill lane's chunks go by --max-num-batched-tokens), so giving either
 // keeps auto at one loop.
@@ -203,7 +199,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.decode_lane = decode_lane_setting.lane;
   engine_config.decode_lane_sms = decode_lane_setting.num_sms;
   engine_config.decode_lane_interval_ms =
-      args.decode_lane_interval_ms.value_or(engine_config.decode_lane != DecodeLane::kOff ? kDecodeLaneIntervalMs : 0.0);
+      args.decode_lane_interval_ms.value_or(engine_config.decode_lane != DecodeLane::kOff ? kDefaultDecodeLaneIntervalMs
+                                                                                          : 0.0);
   const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
                                                                        : backend->info().max_model_len_tokens;
   if (engine_config.decode_lane != DecodeLane::kOff && engine_config.decode_lane_max_context == 0 && served.cost_model)
