@@ -100,6 +100,12 @@ export const tests = {
         /unknown eviction policy 'fifo'/],
       [['--device', 'cpu', '--kv-offloading-size', '1', '--kv-offloading-eviction', 'prefix-aware'],
         /--kv-offloading-eviction: the host KV tier evicts lru, slru, reuse-history or adaptive-reuse/],
+      // --decode-lane auto is one loop on the CPU: nothing to pace.
+      [['--device', 'cpu', '--decode-lane-interval-ms', '40'], /--decode-lane-interval-ms .*it needs --decode-lane/],
+      [['--device', 'cpu', '--decode-lane-max-context', '4096'], /--decode-lane-max-context .*it needs --decode-lane/],
+      // The pace is device time: an unpaced sim has none on the wall clock.
+      [['--device', 'sim', '--sim-profile', 'llama-3-8b', '--decode-lane', 'sms:16', '--sim-speed', '0',
+        '--decode-lane-interval-ms', '40'], /the sim needs --sim-speed > 0/],
     ]) {
       const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', ...args],
         { encoding: 'utf8', timeout: 30_000 });

@@ -201,6 +201,20 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.decode_lane_interval_ms =
       args.decode_lane_interval_ms.value_or(engine_config.decode_lane != DecodeLane::kOff ? kDefaultDecodeLaneIntervalMs
                                                                                           : 0.0);
+  // The pace is device time; the engine waits on the wall clock, which a sim
+  // paced at --sim-speed S runs S times faster than the device. An unpaced
+  // sim (speed 0) has no device time on the wall clock to pace against.
+  if (args.device == "sim" && engine_config.decode_lane_interval_ms > 0.0) {
+    if (args.sim_speed > 0.0) {
+      engine_config.decode_lane_interval_ms /= args.sim_speed;
+    } else if (args.decode_lane_interval_ms) {
+      return Error{"--decode-lane-interval-ms paces on the device's time: the sim needs --sim-speed > 0 for it"};
+    } else {
+      engine_config.decode_lane_interval_ms = 0.0;
+      spdlog::info("--sim-speed 0: the decode lane runs back to back (its pace is device time, which an unpaced "
+                   "sim has none of on the wall clock)");
+    }
+  }
   const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
                                                                        : backend->info().max_model_len_tokens;
   if (engine_config.decode_lane != DecodeLane::kOff && engine_config.decode_lane_max_context == 0 && served.cost_model)
@@ -229,7 +243,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                  "{} ms), prefill chunks up to {} tokens and longer decodes on the first",
                  engine_config.decode_lane_max_context > 0 ? engine_config.decode_lane_max_context : max_len,
                  to_string(engine_config.decode_lane, engine_config.decode_lane_sms),
-                 engine_config.decode_lane_interval_ms, engine_config.max_num_batched_tokens);
+                 engine_config.decode_lane_interval_ms * (args.device == "sim" && args.sim_speed > 0.0 ? args.sim_speed : 1.0),
+                 engine_config.max_num_batched_tokens);
   const BackendInfo& info = context->engine->backend_info();
   spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
                dir, model_type, args.device, config.num_layers, info.vocab_size,
