@@ -22,6 +22,10 @@ struct LaneOptions {
   // > 0: its stream confined to this many SMs (a green context; the backend
   // it was made from should then run on the others). 0: every SM.
   std::int32_t num_sms = 0;
+  // The engine starts the lane's steps at least this far apart (its pace,
+  // EngineConfig::decode_lane_interval_ms; 0: back to back). A backend that
+  // prices time (the sim) prices the other lane's contention with it.
+  double step_interval_ms = 0.0;
 };
 
 class Backend {

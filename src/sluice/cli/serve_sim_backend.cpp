@@ -49,7 +49,10 @@ PacedSimBackend::PacedSimBackend(std::unique_ptr<sim::SimBackend> sim, BackendIn
       options_(options) {}
 
 Result<std::unique_ptr<Backend>> PacedSimBackend::make_lane(const LaneOptions& options) {
-  SLUICE_TRY_ASSIGN(lane, sim_->make_sm_lane(options));
+  // The engine paces on the wall clock, which runs `speed` times faster than the sim's.
+  LaneOptions in_sim_time = options;
+  if (options_.speed > 0) in_sim_time.step_interval_ms *= options_.speed;
+  SLUICE_TRY_ASSIGN(lane, sim_->make_sm_lane(in_sim_time));
   return std::unique_ptr<Backend>(
       new PacedSimBackend(std::move(lane), lane_info_of(info_), emittable_, eos_token_ids_, options_));
 }

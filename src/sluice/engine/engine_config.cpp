@@ -68,7 +68,8 @@ Result<DecodeLaneSetting> parse_decode_lane(std::string_view text) {
 Result<std::unique_ptr<Backend>> make_decode_lane(Backend& backend, const EngineConfig& config) {
   if (config.decode_lane == DecodeLane::kOff) return std::unique_ptr<Backend>();
   auto lane = backend.make_lane({.high_priority = config.decode_lane == DecodeLane::kHighPriority,
-                                 .num_sms = config.decode_lane == DecodeLane::kSms ? config.decode_lane_sms : 0});
+                                 .num_sms = config.decode_lane == DecodeLane::kSms ? config.decode_lane_sms : 0,
+                                 .step_interval_ms = config.decode_lane_interval_ms});
   if (!lane.ok())
     return Error{"--decode-lane " + to_string(config.decode_lane, config.decode_lane_sms) + ": " + lane.error_message()};
   return lane;

@@ -24,11 +24,16 @@ HardwareSpec h200() {
   // S16-lead-2: sms:12's decode steps and chunks took what sms:16's did
   // (median 16.6 against 16.5 ms; sms:8's 30.6 ms).
   spec.sm_group_granularity = 8;
-  // S16-lead-1/2: 8,192-row chunks took 1.17x prefill-first's time beside a
-  // lane of 8 SMs (the SMs alone: 1.065x) and 1.20-1.22x beside 16 (1.14x):
-  // 1.06-1.10x more; the middle. That lane ran back to back; paced at 50 ms
-  // it cost a chunk 1.03x (S16-lead-4), which the sim does not model yet.
-  spec.prefill_lane_compute_factor = 1.08;
+  // S16-lead-4 (cuda_bench --overlap 8192): the 8 chats' decode steps back
+  // to back on 8, 16 and 32 SMs (about 0.56, 1.03 and 1.67 TB/s of weight
+  // reads) slowed an 8,192-row chunk on the other SMs by 5.4%, 10.2% and
+  // 18.1%; paced at one step per 50 ms (0.32 TB/s), by 3.0%: about 10% per
+  // TB/s. The sim counts the lane's traffic from its own prices (1.27 TB/s
+  // for a 16-SM lane back to back) and scales every compute term of the
+  // chunk by the SM share, where the chunk alone on 116 SMs took only 1.09x:
+  // so the slope is set for the burst's chunks instead, an unpaced 16-SM lane
+  // costing them 1.08x (which put the sim within 5% of S16-lead-2's burst).
+  spec.prefill_slowdown_per_decode_tb_per_s = 0.063;
   return spec;
 }
 

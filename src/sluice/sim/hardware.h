@@ -72,10 +72,10 @@ struct HardwareSpec {
   // The driver makes an SM group a multiple of this many SMs: sms:N runs on
   // N rounded up.
   std::int32_t sm_group_granularity = 1;
-  // The prefill lane's compute beside a decode lane costs this much more than
-  // its share of the SMs says: the decode lane's HBM traffic (the partition
-  // alone costs nothing more, S16-lead-4).
-  double prefill_lane_compute_factor = 1.0;
+  // The prefill lane's compute beside a decode lane costs this much more per
+  // TB/s of the decode lane's HBM traffic (the partition alone costs nothing
+  // more, S16-lead-4).
+  double prefill_slowdown_per_decode_tb_per_s = 0.0;
 };
 
 // NVIDIA H200 SXM: 790 TFLOP/s bf16 (measured, random data), 4.3 TB/s HBM,

@@ -185,8 +185,8 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
 namespace {
 
 // A step on `sms` of `num_sms` SMs: compute terms slower by the SM share
-// (and by `compute_factor` more), memory terms by the HBM share those SMs
-// reach, the fixed term as it was.
+// (and by `compute_factor` more: the other lane's contention), memory terms
+// by the HBM share those SMs reach, the fixed term as it was.
 CostSkew confined_to(std::int32_t sms, std::int32_t num_sms, double hbm_share_per_sm, double compute_factor = 1.0) {
   const double compute = compute_factor * num_sms / sms;
   const double memory = 1.0 / std::min(1.0, sms * hbm_share_per_sm);
@@ -209,11 +209,18 @@ Result<std::unique_ptr<SimBackend>> SimBackend::make_sm_lane(const LaneOptions& 
     spdlog::warn("an SM group of {} was asked for; the simulated driver makes one of {} (the other group has {})",
                  options.num_sms, sms, num_sms - sms);
   const std::shared_ptr<const CostModel> whole = cost_model_;
-  auto lane = std::make_unique<SimBackend>(
-      std::make_shared<const SkewedCostModel>(whole, confined_to(sms, num_sms, partition_.hbm_share_per_sm)),
-      lane_info_of(info_), tokens_);
+  auto lane_cost = std::make_shared<const SkewedCostModel>(whole, confined_to(sms, num_sms, partition_.hbm_share_per_sm));
+  // The lane's HBM traffic as the chats make it: a decode step reads the
+  // weights once (priced here on the whole device), a step every lane step
+  // time or every pace, whichever is longer.
+  const StepShape chat_step{.sequences = {{.num_new_tokens = 1, .num_computed_tokens = 1024}}};
+  const double weight_bytes = whole->predict_terms(chat_step).gemm_memory_ms * 1e-3 * partition_.hbm_bytes_per_s;
+  const double step_s = std::max(lane_cost->predict_step_ms(chat_step), options.step_interval_ms) * 1e-3;
+  const double traffic_tb_per_s = step_s > 0 ? weight_bytes / step_s / 1e12 : 0.0;
+  const double contention = 1.0 + partition_.prefill_slowdown_per_decode_tb_per_s * traffic_tb_per_s;
+  auto lane = std::make_unique<SimBackend>(lane_cost, lane_info_of(info_), tokens_);
   cost_model_ = std::make_shared<const SkewedCostModel>(
-      whole, confined_to(num_sms - sms, num_sms, partition_.hbm_share_per_sm, partition_.prefill_lane_compute_factor));
+      whole, confined_to(num_sms - sms, num_sms, partition_.hbm_share_per_sm, contention));
   partition_.num_sms = 0;  // split once
   return lane;
 }
