@@ -168,27 +168,39 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   // stream) on every other one.
   if (decode_lane_setting.lane == DecodeLane::kSms) cuda.stream_sms = -decode_lane_setting.num_sms;
   cuda.cudnn_plans_before_serving = decode_lane_setting.lane != DecodeLane::kOff;
-  auto made = make_serve_backend({.device = args.device,
-                                                 .model_dir = dir,
-                                                 .block_size_tokens = args.block_size_tokens,
-                                                 .max_model_len_tokens = args.engine.max_model_len_tokens,
-                                                 .max_num_seqs = args.engine.max_num_seqs,
-                                                 .max_num_batched_tokens = args.engine.max_num_batched_tokens,
-                                                 .kv_cache_memory_bytes = args.kv_cache_memory_bytes,
-                                                 .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
-                                                 .tensor_parallel_size = args.tensor_parallel_size,
-                                                 .enable_expert_parallel = args.enable_expert_parallel,
-                                                 .cuda = cuda,
-                                                 .num_threads = args.num_threads,
-                                                 .sim_profile = args.sim_profile,
-                                                 .sim_speed = args.sim_speed,
-                                                 .sim_eos_every = args.sim_eos_every,
-                                                 .show_progress = isatty(2) != 0},
-                                                context->tokenizer, context->eos_token_ids);
-  // The prefill lane's partition is made with the backend: a refusal there names the flag.
-  if (!made.ok() && decode_lane_setting.lane == DecodeLane::kSms)
-    return Error{"--decode-lane " + to_string(DecodeLane::kSms, decode_lane_setting.num_sms) + ": " +
-                 made.error_message()};
+  auto make_backend = [&](const CudaOptions& cuda_options) {
+    return make_serve_backend({.device = args.device,
+                               .model_dir = dir,
+                               .block_size_tokens = args.block_size_tokens,
+                               .max_model_len_tokens = args.engine.max_model_len_tokens,
+                               .max_num_seqs = args.engine.max_num_seqs,
+                               .max_num_batched_tokens = args.engine.max_num_batched_tokens,
+                               .kv_cache_memory_bytes = args.kv_cache_memory_bytes,
+                               .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
+                               .tensor_parallel_size = args.tensor_parallel_size,
+                               .enable_expert_parallel = args.enable_expert_parallel,
+                               .cuda = cuda_options,
+                               .num_threads = args.num_threads,
+                               .sim_profile = args.sim_profile,
+                               .sim_speed = args.sim_speed,
+                               .sim_eos_every = args.sim_eos_every,
+                               .show_progress = isatty(2) != 0},
+                              context->tokenizer, context->eos_token_ids);
+  };
+  auto made = make_backend(cuda);
+  // The prefill lane's partition is made with the backend. Asked for, a
+  // refusal there names the flag; chosen by auto (a GPU or driver without
+  // green contexts), the server runs one loop instead.
+  if (!made.ok() && decode_lane_setting.lane == DecodeLane::kSms) {
+    const std::string why = "--decode-lane " + to_string(DecodeLane::kSms, decode_lane_setting.num_sms) + ": " +
+                            made.error_message();
+    if (args.decode_lane != "auto") return Error{why};
+    spdlog::warn("--decode-lane auto: {}; serving with one step loop", why);
+    decode_lane_setting = DecodeLaneSetting{};
+    cuda.stream_sms = 0;
+    cuda.cudnn_plans_before_serving = false;
+    made = make_backend(cuda);
+  }
   SLUICE_TRY_ASSIGN(served, std::move(made));
   std::unique_ptr<Backend> backend = std::move(served.backend);
   EngineConfig engine_config = args.engine;
