@@ -31,7 +31,7 @@ for arrangement in "${arrangements[@]}"; do
     "$(grep -c 'decode graph of' "$dir/logs.txt")"
   for f in "$dir"/burst-*.json; do [ -f "$f" ] && python3 tools/device/burst_chat_rates.py "$f"; done
   for f in "$dir"/steps-*.jsonl; do [ -f "$f" ] && python3 tools/device/lane_steps.py "$f"; done
-  rm -f "$dir"/*.svg
+  # The SVG plots stay in the tarball, for docs/plots.
   tar -cJf "$out/$label.tar.xz" -C "$work" "$label"
 done
 rm -rf "$work"
