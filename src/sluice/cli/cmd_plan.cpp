@@ -163,8 +163,7 @@ EngineConfig engine_config(const PlanOptions& o, std::int32_t max_model_len) {
   c.decode_lane = lane->lane;
   c.decode_lane_sms = lane->num_sms;
   c.decode_lane_max_context = o.decode_lane_max_context;
-  c.decode_lane_interval_ms =
-      o.decode_lane_interval_ms.value_or(c.decode_lane != DecodeLane::kOff ? kDefaultDecodeLaneIntervalMs : 0.0);
+  c.decode_lane_interval_ms = decode_lane_interval_or_default(o.decode_lane_interval_ms, c.decode_lane);
   return c;
 }
 

@@ -20,7 +20,6 @@
 #include "sluice/cli/vllm_flags.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/decode_lane_warmup.h"
-#include "sluice/sched/decode_lane_bound.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
@@ -210,27 +209,21 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.eviction = eviction;
   engine_config.decode_lane = decode_lane_setting.lane;
   engine_config.decode_lane_sms = decode_lane_setting.num_sms;
-  engine_config.decode_lane_interval_ms =
-      args.decode_lane_interval_ms.value_or(engine_config.decode_lane != DecodeLane::kOff ? kDefaultDecodeLaneIntervalMs
-                                                                                          : 0.0);
   // The pace is device time; the engine waits on the wall clock, which a sim
   // paced at --sim-speed S runs S times faster than the device. An unpaced
   // sim (speed 0) has no device time on the wall clock to pace against.
-  if (args.device == "sim" && engine_config.decode_lane_interval_ms > 0.0) {
-    if (args.sim_speed > 0.0) {
-      engine_config.decode_lane_interval_ms /= args.sim_speed;
-    } else if (args.decode_lane_interval_ms) {
+  double pace_ms = decode_lane_interval_or_default(args.decode_lane_interval_ms, decode_lane_setting.lane);
+  if (args.device == "sim" && pace_ms > 0.0 && args.sim_speed <= 0.0) {
+    if (args.decode_lane_interval_ms)
       return Error{"--decode-lane-interval-ms paces on the device's time: the sim needs --sim-speed > 0 for it"};
-    } else {
-      engine_config.decode_lane_interval_ms = 0.0;
-      spdlog::info("--sim-speed 0: the decode lane runs back to back (its pace is device time, which an unpaced "
-                   "sim has none of on the wall clock)");
-    }
+    pace_ms = 0.0;
+    spdlog::info("--sim-speed 0: the decode lane runs back to back (its pace is device time, which an unpaced "
+                 "sim has none of on the wall clock)");
   }
-  const std::int32_t max_len = engine_config.max_model_len_tokens > 0 ? engine_config.max_model_len_tokens
-                                                                       : backend->info().max_model_len_tokens;
-  if (engine_config.decode_lane != DecodeLane::kOff && engine_config.decode_lane_max_context == 0 && served.cost_model)
-    engine_config.decode_lane_max_context = auto_decode_lane_max_context(*served.cost_model, max_len);
+  engine_config.decode_lane_interval_ms = args.device == "sim" && pace_ms > 0.0 ? pace_ms / args.sim_speed : pace_ms;
+  if (engine_config.decode_lane != DecodeLane::kOff)
+    engine_config.decode_lane_max_context =
+        decode_lane_max_context(engine_config, backend->info(), served.cost_model.get());
   SLUICE_TRY_ASSIGN(host_eviction, parse_eviction_policy(args.kv_offloading_eviction));
   engine_config.kv_offloading_eviction = host_eviction;
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
@@ -238,10 +231,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
   // Kernels load lazily on a GPU only; the sim and the CPU have none to load.
   if (decode_lane && args.device == "cuda") {
-    const std::int32_t lane_len = engine_config.decode_lane_max_context > 0
-                                      ? std::min(engine_config.decode_lane_max_context, max_len)
-                                      : max_len;
-    SLUICE_TRY_ASSIGN(warmed, warm_decode_lane(*decode_lane, backend->info(), engine_config.max_num_seqs, lane_len));
+    SLUICE_TRY_ASSIGN(warmed, warm_decode_lane(*decode_lane, backend->info(), engine_config.max_num_seqs,
+                                               engine_config.decode_lane_max_context));
     spdlog::info("decode lane warmed before serving: {} steps of 1-{} sequences at up to {} tokens in {:.1f} s",
                  warmed.num_steps, warmed.batch_sizes.back(), warmed.contexts.back(), warmed.seconds);
   }
@@ -253,9 +244,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   if (engine_config.decode_lane != DecodeLane::kOff)
     spdlog::info("two step loops: decodes of contexts up to {} tokens on a second lane ({}, a step at most every "
                  "{} ms), prefill chunks up to {} tokens and longer decodes on the first",
-                 engine_config.decode_lane_max_context > 0 ? engine_config.decode_lane_max_context : max_len,
-                 to_string(engine_config.decode_lane, engine_config.decode_lane_sms),
-                 engine_config.decode_lane_interval_ms * (args.device == "sim" && args.sim_speed > 0.0 ? args.sim_speed : 1.0),
+                 engine_config.decode_lane_max_context,
+                 to_string(engine_config.decode_lane, engine_config.decode_lane_sms), pace_ms,
                  engine_config.max_num_batched_tokens);
   const BackendInfo& info = context->engine->backend_info();
   spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",

@@ -140,6 +140,10 @@ struct EngineConfig {
 // from the chunks beside them (S16-lead-4: 10% of a chunk beside 16 SMs, 3%
 // paced).
 inline constexpr double kDefaultDecodeLaneIntervalMs = 40.0;
+// The pace a flag asked for, else the default with a decode lane (0 without).
+inline double decode_lane_interval_or_default(std::optional<double> asked, DecodeLane lane) {
+  return asked.value_or(lane != DecodeLane::kOff ? kDefaultDecodeLaneIntervalMs : 0.0);
+}
 
 // Checks every field against the backend it will run on; the message names the
 // field and the bound. The Engine constructor asserts it passed, so callers
@@ -148,6 +152,11 @@ Status validate(const EngineConfig& config, const BackendInfo& backend);
 // The decode lane config.decode_lane asks for, made from `backend` (null when
 // off); the error names the flag.
 Result<std::unique_ptr<Backend>> make_decode_lane(Backend& backend, const EngineConfig& config);
+// The longest context a decode on the decode lane may have: the config's, or
+// (0) auto_decode_lane_max_context of the cost model (none: no bound), never
+// past the engine's max_model_len.
+std::int32_t decode_lane_max_context(const EngineConfig& config, const BackendInfo& backend,
+                                     const CostModel* cost_model);
 
 struct EngineRequest {
   std::string request_id;  // unique among live requests; abort() uses it

@@ -1,10 +1,12 @@
 // Names and validation of the engine's settings. Every bound is checked here,
 // once, with a message naming the flag, so a bad setting fails at start.
+#include <algorithm>
 #include <string>
 
 #include "sluice/backend/backend.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/step_trace.h"
+#include "sluice/sched/decode_lane_bound.h"
 
 namespace sluice {
 namespace {
@@ -63,6 +65,14 @@ Result<DecodeLaneSetting> parse_decode_lane(std::string_view text) {
       return DecodeLaneSetting{.lane = DecodeLane::kSms, .num_sms = std::stoi(digits)};
   }
   return Error{"--decode-lane: '" + std::string(text) + "' is not off, stream, high-priority or sms:N (N > 0)"};
+}
+
+std::int32_t decode_lane_max_context(const EngineConfig& config, const BackendInfo& backend,
+                                     const CostModel* cost_model) {
+  const std::int32_t max_len =
+      std::max(1, config.max_model_len_tokens > 0 ? config.max_model_len_tokens : backend.max_model_len_tokens);
+  if (config.decode_lane_max_context > 0) return std::min(config.decode_lane_max_context, max_len);
+  return cost_model != nullptr ? auto_decode_lane_max_context(*cost_model, max_len) : max_len;
 }
 
 Result<std::unique_ptr<Backend>> make_decode_lane(Backend& backend, const EngineConfig& config) {

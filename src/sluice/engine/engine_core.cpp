@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "sluice/common/check.h"
-#include "sluice/sched/decode_lane_bound.h"
 #include "sluice/sched/token_count_cost_model.h"
 
 namespace sluice {
@@ -82,13 +81,7 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, std::shared_ptr<const C
     const Status allocated = backend_->allocate_host_kv_cache(kv_.num_host_blocks());
     SLUICE_CHECK_MSG(allocated.ok(), allocated.error_message());
   }
-  if (has_decode_lane()) {
-    const std::int32_t max_len =
-        config.max_model_len_tokens > 0 ? config.max_model_len_tokens : backend_->info().max_model_len_tokens;
-    decode_lane_max_context_ = config.decode_lane_max_context > 0
-                                   ? config.decode_lane_max_context
-                                   : auto_decode_lane_max_context(*cost_model_, std::max(max_len, 1));
-  }
+  if (has_decode_lane()) decode_lane_max_context_ = decode_lane_max_context(config, backend_->info(), cost_model_.get());
   // validate() refuses these with a message; here they would be bugs.
   SLUICE_CHECK(!has_decode_lane() || !config.async_scheduling);
 }
