@@ -1207,10 +1207,11 @@ void bench_burst_steps(bool profile, int only_shape) {
 // prefill-first's per FLOP, S12-lead-1, and none of it is the chats.) Two Ops
 // with a model and KV each: one runs a chunk of 2,048 rows over 64k, the
 // other the 8 chats' decode steps, on two host threads, under five stream
-// arrangements (`--overlap ROWS` sets the chunk's rows). Per arrangement: the chunk's step alone and beside the
+// arrangements (`--overlap ROWS [PREFIX]` sets the chunk's rows and prefix;
+// prefix 0 is a chunk of GEMMs, 64k one of attention). Per arrangement: the chunk's step alone and beside the
 // decodes, the decode step alone and beside the chunk (back to back, then
 // paced at one step per 50 ms, what 20 tok/s needs), the longest decode step.
-void bench_overlap(std::int32_t chunk_rows) {
+void bench_overlap(std::int32_t chunk_rows, std::int32_t prefix_tokens) {
   struct Arrangement {
     const char* name;
     std::int32_t decode_sms;
@@ -1223,7 +1224,7 @@ void bench_overlap(std::int32_t chunk_rows) {
                                       {"decodes on 16 SMs, the chunk on the rest", 16, false, -16},
                                       {"decodes on 32 SMs, the chunk on the rest", 32, false, -32}};
   constexpr std::int32_t kBlock = 16;
-  const BurstStepShape chunk_shape{chunk_rows, 64000, {}};
+  const BurstStepShape chunk_shape{chunk_rows, prefix_tokens, {}};
   const BurstStepShape chats_shape{0, 0, std::vector<std::int32_t>(8, 700)};
   const StepLayout chunk = make_burst_step(chunk_shape, kBlock, true, false);
   const StepLayout chats = make_burst_step(chats_shape, kBlock, false, true);
@@ -1272,7 +1273,8 @@ void bench_overlap(std::int32_t chunk_rows) {
       std::sort(decode_ms.begin(), decode_ms.end());
       const double chunk_beside = chunk_total / kChunks;
       char name[200], value[160];
-      std::snprintf(name, sizeof name, "overlap %d rows: %s, decodes %s", chunk_rows, a.name, pace_ms > 0 ? "every 50 ms" : "back to back");
+      std::snprintf(name, sizeof name, "overlap %d rows over %d: %s, decodes %s", chunk_rows, prefix_tokens, a.name,
+                    pace_ms > 0 ? "every 50 ms" : "back to back");
       std::snprintf(value, sizeof value,
                     "chunk %.1f ms (alone %.1f: x%.3f); decode step p50 %.1f ms, max %.1f (alone %.2f), %zu steps",
                     chunk_beside, chunk_alone, chunk_beside / chunk_alone, decode_ms[decode_ms.size() / 2],
@@ -1300,7 +1302,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--overlap") == 0) {
-    sluice::bench_overlap(argc > 2 ? std::atoi(argv[2]) : 2048);
+    sluice::bench_overlap(argc > 2 ? std::atoi(argv[2]) : 2048, argc > 3 ? std::atoi(argv[3]) : 64000);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--sampling") == 0) {

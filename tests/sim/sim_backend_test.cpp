@@ -253,8 +253,8 @@ namespace sluice::sim {
 namespace {
 
 // --decode-lane sms:N on the sim: the lane's steps priced on N of the H200's
-// 132 SMs (compute by 132/N, memory by the 0.31 share 16 SMs reached in
-// S15-lead-1/3), the backend's own on the other 132 - N, its compute more
+// 132 SMs (compute by 132/N, memory by the 0.0206 share per SM of
+// S17-lead-1), the backend's own on the other 132 - N, its compute more
 // again by the lane's HBM traffic (hardware.h): 1.08x beside 16 SMs back to
 // back, as the burst's chunks were fit (S16).
 TEST(SimBackendLanes, AnSmLaneIsPricedOnItsShareAndTheBackendOnTheRest) {
@@ -270,7 +270,7 @@ TEST(SimBackendLanes, AnSmLaneIsPricedOnItsShareAndTheBackendOnTheRest) {
   ASSERT_TRUE(lane.ok()) << lane.error_message();
   const auto lane_decode = (*lane)->cost_model().predict_terms(decode).values();
   const auto rest_chunk = (*backend)->cost_model().predict_terms(chunk).values();
-  const double compute = 132.0 / 16, memory = 1.0 / 0.31;
+  const double compute = 132.0 / 16, memory = 1.0 / (16 * 0.0206);
   const std::array<double, CostTerms::kNumTerms> lane_factors = {compute, memory, compute, memory, 1.0};
   const double rest_compute = rest_chunk[0] / whole_chunk[0];
   EXPECT_NEAR(rest_compute / (132.0 / 116), 1.08, 0.005);

@@ -84,23 +84,34 @@ std::string default_model_dir() {
 }
 
 // --decode-lane auto (the default): two step loops where they are measured
-// (one GPU, the dense family on CUDA), one elsewhere. sms:16 keeps the chats
-// above 20 tok/s beside deep prefixes, where high priority on shared SMs gave
-// them 10 (S13-lead-2, docs/benchmarks.md). On the 32-layer burst (S16-lead-2)
-// every chat got 47 tok/s or more with no gap over 150 ms, and the first
-// tokens came sooner than one loop's or prefill-first's; the burst ends at
-// 1.2x prefill-first's time, as one loop's did (S12-lead-1).
-constexpr const char* kAutoDecodeLane = "sms:16";
+// (one GPU, the dense family on CUDA), one elsewhere. The lane gets the fewest
+// SMs on which the chats' step keeps the pace (auto_decode_lane_sms): 8 for
+// Llama-3-8B, where S17-lead-1 measured the burst at 1.10x prefill-first's
+// time and a 26.4 s mean first token, against 1.13x and 27.2 s on 16 SMs,
+// every chat above 24 tok/s with no gap over 150 ms on both
+// (docs/benchmarks.md). High priority on shared SMs gave the chats 10 tok/s
+// beside deep prefixes (S13-lead-2).
 // --max-step-ms and --min-prefill-share size the steps of one loop (the
 // prefill lane's chunks go by --max-num-batched-tokens), so giving either
 // keeps auto at one loop.
-std::string resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
+Result<std::string> resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
   if (args.decode_lane != "auto") return args.decode_lane;
   // The other policies emulate other engines' single loops.
   const bool two_loops = args.device == "cuda" && args.tensor_parallel_size == 1 &&
                          args.scheduling_policy == "sluice" && !args.engine.async_scheduling &&
                          !model_type.starts_with("deepseek") && !args.step_time_flags_given;
-  return two_loops ? kAutoDecodeLane : "off";
+  if (!two_loops) return std::string("off");
+  // An unpaced lane is still sized for the default pace: what the chats need.
+  const double pace_ms = args.decode_lane_interval_ms.value_or(0.0) > 0.0 ? *args.decode_lane_interval_ms
+                                                                          : kDefaultDecodeLaneIntervalMs;
+  SLUICE_TRY_ASSIGN(sms, auto_decode_lane_sms(args.model_dir, pace_ms));
+  if (sms == 0) {
+    spdlog::warn("--decode-lane auto: no lane of up to half the SMs decodes this model's chats within {} ms; "
+                 "serving with one step loop",
+                 pace_ms);
+    return std::string("off");
+  }
+  return "sms:" + std::to_string(sms);
 }
 
 Result<std::string> read_model_type(const std::string& model_dir) {
@@ -161,7 +172,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                                      *eos) == context->eos_token_ids.end())
     context->eos_token_ids.push_back(*eos);
 
-  SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(resolve_decode_lane(args, model_type)));
+  SLUICE_TRY_ASSIGN(decode_lane_name, resolve_decode_lane(args, model_type));
+  SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(decode_lane_name));
   CudaOptions cuda = cuda_options(args.cuda);
   // A decode lane on N SMs of its own: the prefill lane (the backend's own
   // stream) on every other one.

@@ -15,6 +15,7 @@
 #include "sluice/sim/model_profile.h"
 #include "sluice/sim/roofline_cost_model.h"
 #include "sluice/sim/sim_backend.h"
+#include "sluice/sim/sm_partition_cost.h"
 #if SLUICE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -171,6 +172,20 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
 }
 
 }  // namespace
+
+Result<std::int32_t> auto_decode_lane_sms([[maybe_unused]] const std::string& model_dir,
+                                          [[maybe_unused]] double pace_ms) {
+#if SLUICE_HAVE_CUDA
+  SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(model_dir));
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
+  // A step may fill 0.9 of the pace: the pace is itself 0.8 of the 50 ms that
+  // 20 tok/s allows, and S17-lead-1's 8-SM lane (30.3 ms steps at 40 ms) kept
+  // every chat at 24.6 tok/s or more.
+  return sim::fewest_decode_lane_sms(*cost_model, sim::h200_sluice_cuda(), pace_ms, 0.9);
+#else
+  return 0;
+#endif
+}
 
 Result<ServeBackend> make_serve_backend(const ServeBackendOptions& options, const Tokenizer& tokenizer,
                                         const std::vector<TokenId>& eos_token_ids) {

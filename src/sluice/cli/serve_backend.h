@@ -50,6 +50,12 @@ struct ServeBackend {
   std::string cost_model_description;           // for the start-up log
 };
 
+// --decode-lane auto's SMs on --device cuda: the fewest on which the model
+// directory's chats' decode step, priced by the roofline model of one H200
+// as sluice's kernels run (sim::fewest_decode_lane_sms), takes at most 0.9 of
+// `pace_ms`. 0 when even half the GPU cannot, or this build has no CUDA.
+Result<std::int32_t> auto_decode_lane_sms(const std::string& model_dir, double pace_ms);
+
 // `tokenizer` and `eos_token_ids` are the model directory's (the sim emits
 // only ids the tokenizer can decode).
 Result<ServeBackend> make_serve_backend(const ServeBackendOptions& options, const Tokenizer& tokenizer,

@@ -19,8 +19,9 @@ HardwareSpec h200() {
   // The 8 chats' decode steps (Llama-3-8B, ~16 GB of weights a step) took a
   // median 16.9 ms on a 16-SM lane beside prefill chunks and 5.2-5.3 ms on
   // every SM (S15-lead-1/3, docs/benchmarks.md): 16 SMs reach 0.31 of what
-  // the whole device does.
-  spec.hbm_share_per_sm = 0.31 / 16;
+  // the whole device does. S17-lead-1 (paced lanes): 30.3 ms on 8 SMs, 16.1
+  // on 16; the share per SM that fits both within 3.5%.
+  spec.hbm_share_per_sm = 0.0206;
   // S16-lead-2: sms:12's decode steps and chunks took what sms:16's did
   // (median 16.6 against 16.5 ms; sms:8's 30.6 ms).
   spec.sm_group_granularity = 8;
@@ -33,7 +34,8 @@ HardwareSpec h200() {
   // chunk by the SM share, where the chunk alone on 116 SMs took only 1.09x:
   // so the slope is set for the burst's chunks instead, an unpaced 16-SM lane
   // costing them 1.08x (which put the sim within 5% of S16-lead-2's burst).
-  spec.prefill_slowdown_per_decode_tb_per_s = 0.063;
+  // (0.063 per TB/s at the 16-SM share of S16; 0.059 at S17's, the same 1.08x.)
+  spec.prefill_slowdown_per_decode_tb_per_s = 0.059;
   return spec;
 }
 

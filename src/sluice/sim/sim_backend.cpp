@@ -9,6 +9,7 @@
 #include "sluice/common/rng.h"
 #include "sluice/sim/roofline_cost_model.h"
 #include "sluice/sim/skewed_cost_model.h"
+#include "sluice/sim/sm_partition_cost.h"
 
 namespace sluice::sim {
 
@@ -181,19 +182,6 @@ Result<std::unique_ptr<SimBackend>> make_sim_backend(const ModelProfile& request
   if (parallelism.num_gpus == 1) backend->set_sm_partition(hardware);
   return backend;
 }
-
-namespace {
-
-// A step on `sms` of `num_sms` SMs: compute terms slower by the SM share
-// (and by `compute_factor` more: the other lane's contention), memory terms
-// by the HBM share those SMs reach, the fixed term as it was.
-CostSkew confined_to(std::int32_t sms, std::int32_t num_sms, double hbm_share_per_sm, double compute_factor = 1.0) {
-  const double compute = compute_factor * num_sms / sms;
-  const double memory = 1.0 / std::min(1.0, sms * hbm_share_per_sm);
-  return {.term_factors = {compute, memory, compute, memory, 1.0}};
-}
-
-}  // namespace
 
 Result<std::unique_ptr<SimBackend>> SimBackend::make_sm_lane(const LaneOptions& options) {
   if (options.num_sms <= 0)
