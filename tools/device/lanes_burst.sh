@@ -26,7 +26,7 @@ for arrangement in "${arrangements[@]}"; do
   started=$(date +%s)
   POLICIES=$policy SERVE_FLAGS="$flags" OUT="$dir" timeout "${RUN_S:-300}" tools/device/burst_bench.sh >"$dir/run.log" 2>&1
   echo "$label ($policy $flags): rc=$? $(($(date +%s) - started)) s"
-  grep -h "plans built before serving\|warmed before serving\|an SM group of" "$dir/logs.txt" | sed 's/^\[[^]]*\] \[info\] /  /'
+  grep -h "plans built before serving\|warmed before serving\|an SM group of\|two step loops" "$dir/logs.txt" | sed 's/^\[[^]]*\] \[info\] /  /'
   echo "  slow growths: $(grep -c 'step buffer grew\|during a graph capture' "$dir/logs.txt"), slow captures:" \
     "$(grep -c 'decode graph of' "$dir/logs.txt")"
   for f in "$dir"/burst-*.json; do [ -f "$f" ] && python3 tools/device/burst_chat_rates.py "$f"; done
