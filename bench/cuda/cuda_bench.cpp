@@ -810,8 +810,8 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
             hbm_shares(latent_bytes(1, long_context) / t_long));
       }
     }
-    // wgmma differs from tensor_core in decode only.
-    if (decode_only || kernel == cuda::MlaKernels::wgmma) continue;
+    // wgmma and wgmma-tma differ from tensor_core in decode only.
+    if (decode_only || kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma) continue;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;

@@ -209,11 +209,17 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   constexpr std::int32_t kMaxSplits = 64;
   const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
-  if (kernels == MlaKernels::wgmma)
+  if (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma)
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
   return std::clamp(std::min(for_waves, by_length), 1, kMaxSplits);
+}
+
+MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size) {
+  // A TMA box is 8 to 64 rows of one page starting on a 1024-byte line of the
+  // swizzled tile (the swizzle's period): pages of a multiple of 8 rows.
+  return kernels == MlaKernels::wgmma_tma && block_size % 8 == 0 ? MlaTileLoads::tma : MlaTileLoads::cp_async;
 }
 
 void launch_mla_decode_list(const StepDeviceView& step, std::int32_t* decode_seqs, const Launch& launch) {
@@ -232,8 +238,8 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   if (args.num_decode == 0) return;
   SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
-  if (latent_dims && kernels == MlaKernels::wgmma) {
-    launch_mla_decode_attention_wgmma(step, args, launch);
+  if (latent_dims && (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma)) {
+    launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
     if (args.num_splits == 1) return;  // it wrote o_latent itself
   } else if (latent_dims && kernels == MlaKernels::tensor_core) {
     launch_mla_decode_attention_mma(step, args, launch);
