@@ -153,7 +153,9 @@ enum class MlaKernels {
   // wgmma's decode with the latent tiles loaded by TMA (one thread issues a
   // tile's page boxes; mbarriers and named barriers in place of the block's
   // barrier a tile), where the cache's block size is a multiple of 8 (else
-  // wgmma's cp.async loads). Session 17; kernels/mla_decode_wgmma.cu.
+  // wgmma's cp.async loads). Session 17: the MLA suite passes under it, but
+  // it runs at wgmma's speed (64 x 8k whole op 1.398 vs 1.400 TB/s, run
+  // S17-mla-2), so it is not the default; the base for per-panel barriers.
   wgmma_tma,
 };
 

@@ -24,8 +24,9 @@
 // columns, already in the swizzle) completing on the stage's mbarrier, and
 // the warpgroups hand over with named barriers only: warpgroup 0 starts
 // S of the next tile without waiting for warpgroup 1's P V, and warpgroup 1
-// no longer issues ~430 copy instructions a warp a tile on the schedulers
-// warpgroup 0's MMAs need (run S9-3: 31% of the stall samples).
+// no longer issues ~430 copy instructions a warp a tile (run S9-3: 31% of
+// the stall samples). Measured equal to cp.async (run S17-mla-2: 341.5 vs
+// 342 us at 64 x 8k): the copies were not on warpgroup 0's critical path.
 // The split's unnormalised O and (max, sum) go to the partials that
 // mla_decode.cu's combine merges, in the simple kernel's format; with one
 // split (batch 64 x 8k on 132 SMs) the block writes O / l to o_latent itself
