@@ -27,6 +27,8 @@
 // no longer issues ~430 copy instructions a warp a tile (run S9-3: 31% of
 // the stall samples). Measured equal to cp.async (run S17-mla-2: 341.5 vs
 // 342 us at 64 x 8k): the copies were not on warpgroup 0's critical path.
+// Since then each panel of a stage lands on its own mbarrier and S waits
+// panel by panel (not yet run on a device: cuda/NOTES.md, Session 17).
 // The split's unnormalised O and (max, sum) go to the partials that
 // mla_decode.cu's combine merges, in the simple kernel's format; with one
 // split (batch 64 x 8k on 132 SMs) the block writes O / l to o_latent itself
@@ -66,8 +68,9 @@ constexpr int kTileBytes = kPanels * kTilePanelBytes;
 constexpr int kPStride = kBlockN + 8;  // bf16: padded rows, conflict-free stores and ldmatrix
 constexpr int kPBytes = kHeads * kPStride * 2;
 constexpr int kVPanels = kRank / kWgmmaPanelCols;  // 8: the tile's panels P V reads
-// 1024: alignment slack; the TMA loads' mbarriers (one a stage) at the end.
-constexpr int kSmemBytes = 1024 + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4 + kStages * 8;
+constexpr int kMaxBoxes = kBlockN / 8;  // (tma) boxes a tile at the smallest box, 8 rows
+// 1024: alignment slack; the TMA loads' mbarriers (one a stage and panel) at the end.
+constexpr int kSmemBytes = 1024 + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4 + kStages * kPanels * 8;
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM: Hopper's opt-in shared memory");
 // Named barriers (warpgroup 0 and 1, one side arrives, the other syncs).
 constexpr int kPReadyBarrier = 1;     // warpgroup 0's P and rescale factors are in shared memory
@@ -93,7 +96,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t s_tiles = smem_base + kQBytes;  // [kStages][kPanels][kBlockN][64]
   auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + kQBytes + kStages * kTileBytes);  // [kHeads][kPStride]
   auto* s_correction = reinterpret_cast<float*>(smem + kQBytes + kStages * kTileBytes + kPBytes);  // [kHeads]
-  const std::uint32_t s_full = smem_base + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4;  // [kStages] (tma)
+  // (tma) [kStages][kPanels] mbarriers: panel p of the stage's tile has landed.
+  const std::uint32_t s_full = smem_base + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4;
+  auto panel_full = [&](int stage, int panel) { return s_full + 8 * (stage * kPanels + panel); };
 
   const int tid = threadIdx.x, lane = tid % 32;
   // Through a shuffle so the compiler knows it is uniform across the warp
@@ -107,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kTma) {
     if (tid == 0) {
 #pragma unroll
-      for (int stage = 0; stage < kStages; ++stage) mbarrier_init(s_full + 8 * stage, 1);
+      for (int b = 0; b < kStages * kPanels; ++b) mbarrier_init(s_full + 8 * b, 1);
       fence_mbarrier_init_cluster();
     }
     if (tid == kProducerThread) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&cache_map) : "memory");
@@ -157,22 +162,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   // box_rows keys of one page (the split starts on a multiple of kBlockN, so
   // on one of box_rows) a panel, only the boxes that hold a key of the range.
   // Rows past the range's end are stale (the rest of the page, or an earlier
-  // tile): warpgroup 0 zeroes them before P V reads them as V.
+  // tile): warpgroup 0 zeroes them before P V reads them as V. Panel by
+  // panel, each on its own mbarrier, so S can start on panel 0 while the
+  // later panels land (FlashMLA's order).
   auto issue_tile_tma = [&](int tile) {
     const int stage = tile % kStages;
-    const std::uint32_t bar = s_full + 8 * stage;
     const int first_key = block.range.begin + tile * kBlockN;
     const int num_boxes = (min(kBlockN, block.range.end - first_key) + box_rows - 1) / box_rows;
-    mbarrier_expect_tx(bar, num_boxes * kPanels * box_rows * kWgmmaLineBytes);
-    for (int box = 0; box < num_boxes; ++box) {
-      const int key = first_key + box * box_rows;
-      const int slot = block.table[key / block_size] * block_size + key % block_size;
-      const std::uint32_t dst = s_tiles + stage * kTileBytes + box * box_rows * kWgmmaLineBytes;
+    int slot[kMaxBoxes];  // the boxes' first cache rows, looked up once a tile
 #pragma unroll
-      for (int p = 0; p < kPanels; ++p)
-        tma_load_2d(dst + p * kTilePanelBytes, &cache_map, p * kWgmmaPanelCols, slot, bar);
+    for (int box = 0; box < kMaxBoxes; ++box) {
+      const int key = first_key + box * box_rows;
+      slot[box] = box < num_boxes ? block.table[key / block_size] * block_size + key % block_size : 0;
     }
-    mbarrier_arrive(bar);
+#pragma unroll
+    for (int p = 0; p < kPanels; ++p) {
+      const std::uint32_t bar = panel_full(stage, p);
+      mbarrier_expect_tx(bar, num_boxes * box_rows * kWgmmaLineBytes);
+#pragma unroll
+      for (int box = 0; box < kMaxBoxes; ++box)
+        if (box < num_boxes)
+          tma_load_2d(s_tiles + stage * kTileBytes + p * kTilePanelBytes + box * box_rows * kWgmmaLineBytes,
+                      &cache_map, p * kWgmmaPanelCols, slot[box], bar);
+      mbarrier_arrive(bar);
+    }
   };
   if constexpr (kTma) {
     if (tid == kProducerThread && num_tiles > 0) issue_tile_tma(0);
@@ -235,14 +248,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::uint32_t s_k = s_tiles + stage * kTileBytes;
 
     if (warpgroup == 0) {
-      if constexpr (kTma) mbarrier_wait(s_full + 8 * stage, full_parity);
       // S = Q K^T: 36 k-steps of 16 dims; within a 128-byte line a k-step is
       // a 32-byte advance of the start address (the swizzle uses address bits).
+      // (tma) Each panel's MMAs wait for that panel only.
       float s[32];
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kWidth / 16; ++ks) {
         const int panel = ks / 4, within = (ks % 4) * 32;
+        if constexpr (kTma) {
+          if (ks % 4 == 0) mbarrier_wait(panel_full(stage, panel), full_parity);
+        }
         wgmma_m64n64k16_ss(s, smem_desc(s_q + panel * kQPanelBytes + within, 16, 1024),
                            smem_desc(s_k + panel * kTilePanelBytes + within, 16, 1024), ks > 0);
       }
@@ -320,7 +336,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // P V of it is done (this warpgroup's own is waited for).
         if (tile > 0 && more) named_barrier_sync(kStageFreeBarrier + (tile - 1) % 2, kThreads);
         if (tid == kProducerThread && more) issue_tile_tma(tile + 1);
-        mbarrier_wait(s_full + 8 * stage, full_parity);  // the TMA's writes, seen by this warpgroup's MMAs
+        // The TMA's writes of this warpgroup's V panels, seen by its MMAs.
+#pragma unroll
+        for (int p = 0; p < kPanelsPerGroup; ++p) mbarrier_wait(panel_full(stage, kPanelsPerGroup + p), full_parity);
       }
       named_barrier_sync(kPReadyBarrier, kThreads);
       const float correction[2] = {s_correction[row0], s_correction[row0 + 8]};
