@@ -427,7 +427,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     cudaDriverEntryPointQueryResult found{};
     void* fn = nullptr;
-    SLUICE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    SLUICE_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
     SLUICE_CHECK_MSG(found == cudaDriverEntryPointSuccess && fn != nullptr,
                      "MLA decode: the driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
