@@ -736,9 +736,16 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
                                                           0.05f))};
   };
   // The whole decode op at batch x context (context keys a row), seconds.
-  auto time_decode = [&](const CudaOptions& options, std::int32_t batch, std::int32_t context) {
+  // shared_pages: every row's block table names the first row's pages (one
+  // sequence's latents, 9.4 MB at 8k, which stay in the 60 MB L2): the same
+  // kernel work without HBM's latency and bandwidth, a probe of what bounds
+  // the attention kernel. (The rows' new latents all go to one slot.)
+  auto time_decode = [&](const CudaOptions& options, std::int32_t batch, std::int32_t context,
+                         bool shared_pages = false) {
     auto ops = new_ops(options);
-    const StepLayout layout = make_step(batch, context - 1, 1, kBlock);
+    StepLayout layout = make_step(batch, context - 1, 1, kBlock);
+    if (shared_pages)
+      for (SequenceLayout& seq : layout.sequences) seq.block_table = layout.sequences.front().block_table;
     must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * ((context + kBlock - 1) / kBlock),
                                     .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
                                     .layout = KvCacheLayout::latent}));
@@ -802,6 +809,14 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
         row(name, attention_bytes / (t - t_fixed) / 1e12, "TB/s",
             hbm_shares(attention_bytes / (t - t_fixed)) + "; fixed " + std::to_string(static_cast<int>(t_fixed * 1e6)) +
                 " of " + std::to_string(static_cast<int>(t * 1e6)) + " us");
+        if (kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma) {
+          const double t_shared = time_decode(options, batch, context, /*shared_pages=*/true);
+          std::snprintf(name, sizeof name,
+                        "MLA decode %s %d x %dk over one sequence's pages (L2-resident), attention only",
+                        label.c_str(), batch, context / 1024);
+          row(name, attention_bytes / (t_shared - t_fixed) / 1e12, "TB/s",
+              "the same work read from L2: near the row above, the kernel is bound by its own chain");
+        }
         const std::int32_t long_context = quick ? 8192 : 32768;
         const double t_long = time_decode(options, 1, long_context);
         std::snprintf(name, sizeof name, "MLA decode %s 1 x %dk, 128 heads (latent bytes; whole op)", label.c_str(),
@@ -810,8 +825,8 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
             hbm_shares(latent_bytes(1, long_context) / t_long));
       }
     }
-    // wgmma differs from tensor_core in decode only.
-    if (decode_only || kernel == cuda::MlaKernels::wgmma) continue;
+    // wgmma and wgmma-tma differ from tensor_core in decode only.
+    if (decode_only || kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma) continue;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;

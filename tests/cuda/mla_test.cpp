@@ -441,12 +441,13 @@ TEST_F(CudaMlaCudnnPrefill, AllHeadsLongerPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
-                                           cuda::MlaKernels::wgmma),
+                                           cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
                            switch (info.param) {
                              case cuda::MlaKernels::simple: return std::string("simple");
                              case cuda::MlaKernels::tensor_core: return std::string("tensor_core");
                              case cuda::MlaKernels::wgmma: return std::string("wgmma");
+                             case cuda::MlaKernels::wgmma_tma: return std::string("wgmma_tma");
                            }
                            return std::string("unknown");
                          });

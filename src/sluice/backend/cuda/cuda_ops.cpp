@@ -453,7 +453,8 @@ class CudaOps final : public Ops {
     const cuda::LatentCache cache{.data = static_cast<std::uint16_t*>(kv_cache_) + layer * layer_elems,
                                   .width = kv_spec_.head_dim,
                                   .kv_lora_rank = shape.kv_lora_rank,
-                                  .block_size = kv_spec_.block_size_tokens};
+                                  .block_size = kv_spec_.block_size_tokens,
+                                  .num_blocks = kv_spec_.num_blocks};
     const bool replay = !launching();
     const bool cudnn = cuda::uses_cudnn(options_.prefill_attention) && !replay &&
                        graphs_.mode() == cuda::DecodeGraphs::Mode::eager &&

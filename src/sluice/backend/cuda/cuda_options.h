@@ -150,6 +150,13 @@ enum class MlaKernels {
   // warpgroup, O's 512 columns split between two, the latent tile read once
   // a block for K and V; prefill as tensor_core. The default.
   wgmma,
+  // wgmma's decode with the latent tiles loaded by TMA (one thread issues a
+  // tile's page boxes; mbarriers and named barriers in place of the block's
+  // barrier a tile), where the cache's block size is a multiple of 8 (else
+  // wgmma's cp.async loads). Session 17: the MLA suite passes under it, but
+  // it runs at wgmma's speed (64 x 8k whole op 1.398 vs 1.400 TB/s, run
+  // S17-mla-2), so it is not the default; the base for per-panel barriers.
+  wgmma_tma,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
@@ -273,8 +280,11 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitMerge>, 2> kD
     {{"in-split-kernel", DecodeSplitMerge::in_split_kernel}, {"combine-kernel", DecodeSplitMerge::combine_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 3> kMlaKernelsNames = {
-    {{"simple", MlaKernels::simple}, {"tensor-core", MlaKernels::tensor_core}, {"wgmma", MlaKernels::wgmma}}};
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 4> kMlaKernelsNames = {
+    {{"simple", MlaKernels::simple},
+     {"tensor-core", MlaKernels::tensor_core},
+     {"wgmma", MlaKernels::wgmma},
+     {"wgmma-tma", MlaKernels::wgmma_tma}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {

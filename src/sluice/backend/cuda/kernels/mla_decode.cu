@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -30,13 +31,52 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRankPerLane = kMlaDecodeMaxRank / 32;
 
+// One warp, 32 sequences a round in order: a ballot and a prefix count
+// place each decode sequence. (One thread walking the sequences was a chain
+// of dependent loads: 6 us at 64 sequences, run S17-mla-2.)
 __global__ void decode_list_kernel(StepDeviceView step, std::int32_t* decode_seqs) {
   pdl_launch_dependents();
   pdl_wait();
-  if (threadIdx.x != 0) return;
+  const int lane = threadIdx.x;
   int n = 0;
-  for (int s = 0; s < step.num_sequences; ++s)
-    if (step.seq_num_rows[s] == 1) decode_seqs[n++] = s;
+  for (int base = 0; base < step.num_sequences; base += 32) {
+    const int s = base + lane;
+    const bool decode = s < step.num_sequences && step.seq_num_rows[s] == 1;
+    const unsigned mask = __ballot_sync(0xffffffffu, decode);
+    if (decode) decode_seqs[n + __popc(mask & ((1u << lane) - 1u))] = s;
+    n += __popc(mask);
+  }
+}
+
+// The 16-byte chunk paths below need every dim a multiple of 8 bf16 and
+// 16-byte aligned tensors (DeepSeek-V3's: nope 128, rope 64, rank 512);
+// other shapes take the element-by-element kernels.
+bool chunks_fit(std::initializer_list<std::int64_t> dims, std::initializer_list<const void*> tensors) {
+  for (const std::int64_t d : dims)
+    if (d % 8 != 0) return false;
+  for (const void* t : tensors)
+    if (reinterpret_cast<std::uintptr_t>(t) % 16 != 0) return false;
+  return true;
+}
+
+// One thread a 16-byte chunk of a decode row's queries: blockIdx.x the row,
+// blockIdx.y * kThreads + threadIdx.x the chunk over its heads. (One block a
+// (row, head) copying 2-byte elements took 12 us at 64 x 128 heads, S17-mla-2.)
+__global__ void __launch_bounds__(kThreads) gather_q_chunks_kernel(StepDeviceView step, MlaDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int qk = a.nope_dim + a.rope_dim, width = a.kv_lora_rank + a.rope_dim;
+  const int chunks_per_head = qk / 8;
+  const int c = blockIdx.y * kThreads + threadIdx.x;
+  if (c >= a.num_heads * chunks_per_head) return;
+  const int i = blockIdx.x, h = c / chunks_per_head, d = c % chunks_per_head * 8;
+  const int row = step.seq_row_begin[a.decode_seqs[i]];
+  const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.q) +
+                                                  (static_cast<std::int64_t>(row) * a.num_heads + h) * qk + d);
+  const std::int64_t item = static_cast<std::int64_t>(i) * a.num_heads + h;
+  auto* dst = d < a.nope_dim ? static_cast<__nv_bfloat16*>(a.q_nope) + item * a.nope_dim + d
+                             : static_cast<__nv_bfloat16*>(a.q_latent) + item * width + a.kv_lora_rank + d - a.nope_dim;
+  *reinterpret_cast<uint4*>(dst) = v;
 }
 
 // One block a (decode row, head).
@@ -152,6 +192,22 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(MlaDecodeArgs a) {
   }
 }
 
+// One thread a 16-byte chunk: blockIdx.x the decode row, blockIdx.y *
+// kThreads + threadIdx.x the chunk. (One block a row copying 2-byte elements
+// took 50 us at 64 rows x 128 heads x 128, run S17-mla-2: the op's largest
+// fixed cost.)
+__global__ void __launch_bounds__(kThreads) scatter_out_chunks_kernel(StepDeviceView step, MlaDecodeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const std::int64_t cols = static_cast<std::int64_t>(a.num_heads) * a.v_dim;
+  const std::int64_t d = (static_cast<std::int64_t>(blockIdx.y) * kThreads + threadIdx.x) * 8;
+  if (d >= cols) return;
+  const int i = blockIdx.x;
+  const int row = step.seq_row_begin[a.decode_seqs[i]];
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.out) + row * cols + d) =
+      *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.o_decode) + i * cols + d);
+}
+
 // One block a decode row.
 __global__ void __launch_bounds__(kThreads) scatter_out_kernel(StepDeviceView step, MlaDecodeArgs a) {
   pdl_launch_dependents();
@@ -209,11 +265,17 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   constexpr std::int32_t kMaxSplits = 64;
   const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
-  if (kernels == MlaKernels::wgmma)
+  if (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma)
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
   return std::clamp(std::min(for_waves, by_length), 1, kMaxSplits);
+}
+
+MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size) {
+  // A TMA box is 8 to 64 rows of one page starting on a 1024-byte line of the
+  // swizzled tile (the swizzle's period): pages of a multiple of 8 rows.
+  return kernels == MlaKernels::wgmma_tma && block_size % 8 == 0 ? MlaTileLoads::tma : MlaTileLoads::cp_async;
 }
 
 void launch_mla_decode_list(const StepDeviceView& step, std::int32_t* decode_seqs, const Launch& launch) {
@@ -223,7 +285,13 @@ void launch_mla_decode_list(const StepDeviceView& step, std::int32_t* decode_seq
 
 void launch_mla_decode_gather_q(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch) {
   if (args.num_decode == 0) return;
-  launch_kernel(gather_q_kernel, dim3(args.num_decode, args.num_heads), dim3(kThreads), 0, launch, step, args);
+  if (chunks_fit({args.nope_dim, args.rope_dim, args.kv_lora_rank}, {args.q, args.q_nope, args.q_latent})) {
+    const std::int32_t chunks = args.num_heads * ((args.nope_dim + args.rope_dim) / 8);
+    launch_kernel(gather_q_chunks_kernel, dim3(args.num_decode, (chunks + kThreads - 1) / kThreads), dim3(kThreads), 0,
+                  launch, step, args);
+  } else {
+    launch_kernel(gather_q_kernel, dim3(args.num_decode, args.num_heads), dim3(kThreads), 0, launch, step, args);
+  }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -232,8 +300,8 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   if (args.num_decode == 0) return;
   SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
-  if (latent_dims && kernels == MlaKernels::wgmma) {
-    launch_mla_decode_attention_wgmma(step, args, launch);
+  if (latent_dims && (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma)) {
+    launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
     if (args.num_splits == 1) return;  // it wrote o_latent itself
   } else if (latent_dims && kernels == MlaKernels::tensor_core) {
     launch_mla_decode_attention_mma(step, args, launch);
@@ -248,7 +316,15 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
 
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch) {
   if (args.num_decode == 0) return;
-  launch_kernel(scatter_out_kernel, dim3(args.num_decode), dim3(kThreads), 0, launch, step, args);
+  const std::int64_t cols = static_cast<std::int64_t>(args.num_heads) * args.v_dim;
+  if (chunks_fit({cols}, {args.o_decode, args.out})) {
+    const std::int64_t chunks = cols / 8;
+    launch_kernel(scatter_out_chunks_kernel,
+                  dim3(args.num_decode, static_cast<unsigned>((chunks + kThreads - 1) / kThreads)), dim3(kThreads), 0,
+                  launch, step, args);
+  } else {
+    launch_kernel(scatter_out_kernel, dim3(args.num_decode), dim3(kThreads), 0, launch, step, args);
+  }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

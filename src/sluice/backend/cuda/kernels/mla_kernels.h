@@ -32,6 +32,7 @@ struct LatentCache {
   std::int32_t width = 0;   // kv_lora_rank + qk_rope_head_dim
   std::int32_t kv_lora_rank = 0;
   std::int32_t block_size = 0;
+  std::int32_t num_blocks = 0;  // pages in the layer: the rows of the TMA decode's tensor map
 };
 // Every row's latent (bf16 [num_rows, rank]) and k_rope (bf16 [num_rows,
 // width - rank]) into its slot at position num_computed + (row - row_begin).
@@ -113,9 +114,15 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
                                  const Launch& launch);
 // The tensor-core kernel's partials (mla_decode_mma.cu), where mla_decode_mma_supports().
 void launch_mla_decode_attention_mma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
+// How the wgmma decode fills its latent tiles: cp.async by a warpgroup
+// (MlaKernels::wgmma, and any block size), or TMA boxes of whole 8-row
+// groups (MlaKernels::wgmma_tma where the block size is a multiple of 8).
+enum class MlaTileLoads { cp_async, tma };
+MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size);
 // The wgmma kernel's partials (mla_decode_wgmma.cu), where mla_decode_mma_supports();
 // with num_splits 1, o_latent itself (no combine needed).
-void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
+void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, MlaTileLoads loads,
+                                       const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 
