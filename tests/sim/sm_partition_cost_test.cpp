@@ -46,5 +46,31 @@ TEST(DecodeLaneSms, NoneWhenHalfTheGpuCannotKeepThePace) {
   EXPECT_EQ(fewest_decode_lane_sms(h200_model("llama-3-8b"), unsplittable, 1000.0, 0.9), 0);
 }
 
+// What a lane sized for short chats holds: by the S17 estimate (8 SMs read
+// KV at ~0.57 TB/s beside a 30.7 ms weight read) 8 chats keep 20 tok/s
+// (50 ms steps) up to ~10k tokens of context each on 8 SMs; twice the SMs
+// reach about 3.5x further.
+TEST(DecodeLaneSms, TheChatContextALaneHoldsAtThePromisedRate) {
+  const RooflineCostModel llama8b = h200_model("llama-3-8b");
+  const HardwareSpec h = h200_sluice_cuda();
+  const std::int32_t on8 = decode_lane_chat_context(llama8b, h, 8, 50.0, 131072);
+  const std::int32_t on16 = decode_lane_chat_context(llama8b, h, 16, 50.0, 131072);
+  std::printf("8 chats at 20 tok/s up to %d tokens of context on 8 SMs, %d on 16\n", on8, on16);
+  EXPECT_GT(on8, 8000);
+  EXPECT_LT(on8, 13000);
+  EXPECT_GT(on16, 3 * on8);
+  // The answer is the boundary: one token more does not fit.
+  const std::shared_ptr<const CostModel> believed(std::shared_ptr<const CostModel>(), &llama8b);
+  const SkewedCostModel lane8(believed, confined_to(8, h.num_sms, h.hbm_share_per_sm));
+  StepShape at = chats_decode_step();
+  for (auto& s : at.sequences) s.num_computed_tokens = on8;
+  EXPECT_LE(lane8.predict_step_ms(at), 50.0);
+  for (auto& s : at.sequences) s.num_computed_tokens = on8 + 1;
+  EXPECT_GT(lane8.predict_step_ms(at), 50.0);
+  // Capped, and none when even short chats miss the step.
+  EXPECT_EQ(decode_lane_chat_context(llama8b, h, 64, 50.0, 4096), 4096);
+  EXPECT_EQ(decode_lane_chat_context(llama8b, h, 8, 5.0, 131072), 0);
+}
+
 }  // namespace
 }  // namespace sluice::sim

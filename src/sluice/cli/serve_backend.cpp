@@ -173,17 +173,23 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
 
 }  // namespace
 
-Result<std::int32_t> auto_decode_lane_sms([[maybe_unused]] const std::string& model_dir,
-                                          [[maybe_unused]] double pace_ms) {
+Result<AutoDecodeLane> auto_decode_lane([[maybe_unused]] const std::string& model_dir,
+                                       [[maybe_unused]] double pace_ms, [[maybe_unused]] std::int32_t max_context) {
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(model_dir));
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
+  const sim::HardwareSpec hardware = sim::h200_sluice_cuda();
   // A step may fill 0.9 of the pace: the pace is itself 0.8 of the 50 ms that
   // 20 tok/s allows, and S17-lead-1's 8-SM lane (30.3 ms steps at 40 ms) kept
   // every chat at 24.6 tok/s or more.
-  return sim::fewest_decode_lane_sms(*cost_model, sim::h200_sluice_cuda(), pace_ms, 0.9);
+  AutoDecodeLane lane{.num_sms = sim::fewest_decode_lane_sms(*cost_model, hardware, pace_ms, 0.9)};
+  constexpr double kPromisedTokenIntervalMs = 1000.0 / 20;
+  if (lane.num_sms > 0)
+    lane.chats_context_at_20_tok_s =
+        sim::decode_lane_chat_context(*cost_model, hardware, lane.num_sms, kPromisedTokenIntervalMs, max_context);
+  return lane;
 #else
-  return 0;
+  return AutoDecodeLane{};
 #endif
 }
 

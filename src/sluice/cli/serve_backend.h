@@ -53,8 +53,14 @@ struct ServeBackend {
 // --decode-lane auto's SMs on --device cuda: the fewest on which the model
 // directory's chats' decode step, priced by the roofline model of one H200
 // as sluice's kernels run (sim::fewest_decode_lane_sms), takes at most 0.9 of
-// `pace_ms`. 0 when even half the GPU cannot, or this build has no CUDA.
-Result<std::int32_t> auto_decode_lane_sms(const std::string& model_dir, double pace_ms);
+// `pace_ms` (num_sms 0 when even half the GPU cannot, or this build has no
+// CUDA); and the context up to which 8 chats on them still get 20 tok/s
+// (sim::decode_lane_chat_context), for the start-up log.
+struct AutoDecodeLane {
+  std::int32_t num_sms = 0;
+  std::int32_t chats_context_at_20_tok_s = 0;
+};
+Result<AutoDecodeLane> auto_decode_lane(const std::string& model_dir, double pace_ms, std::int32_t max_context);
 
 // `tokenizer` and `eos_token_ids` are the model directory's (the sim emits
 // only ids the tokenizer can decode).

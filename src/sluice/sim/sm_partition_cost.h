@@ -29,4 +29,11 @@ StepShape chats_decode_step();
 std::int32_t fewest_decode_lane_sms(const CostModel& whole, const HardwareSpec& hardware, double pace_ms,
                                     double fill);
 
+// The longest context at which chats_decode_step()'s 8 chats, all at that
+// context, still step within `step_ms` on `sms` SMs (up to `max_context`):
+// what a lane sized for short chats holds at the promised rate. 0 when not
+// even short chats do.
+std::int32_t decode_lane_chat_context(const CostModel& whole, const HardwareSpec& hardware, std::int32_t sms,
+                                      double step_ms, std::int32_t max_context);
+
 }  // namespace sluice::sim
