@@ -1232,12 +1232,16 @@ void bench_overlap(std::int32_t chunk_rows, std::int32_t prefix_tokens) {
     std::int32_t decode_sms;
     bool decode_high_priority;
     std::int32_t chunk_sms;
+    bool gemm_sm_count_target = false;
   };
-  const Arrangement arrangements[] = {{"two streams", 0, false, 0},
-                                      {"decodes at high priority", 0, true, 0},
-                                      {"decodes on 8 SMs, the chunk on the rest", 8, false, -8},
-                                      {"decodes on 16 SMs, the chunk on the rest", 16, false, -16},
-                                      {"decodes on 32 SMs, the chunk on the rest", 32, false, -32}};
+  const Arrangement arrangements[] = {
+      {"two streams", 0, false, 0},
+      {"decodes at high priority", 0, true, 0},
+      {"decodes on 8 SMs, the chunk on the rest", 8, false, -8},
+      {"decodes on 8 SMs, the chunk on the rest, cuBLASLt planned for its SMs", 8, false, -8, true},
+      {"decodes on 16 SMs, the chunk on the rest", 16, false, -16},
+      {"decodes on 16 SMs, the chunk on the rest, cuBLASLt planned for its SMs", 16, false, -16, true},
+      {"decodes on 32 SMs, the chunk on the rest", 32, false, -32}};
   constexpr std::int32_t kBlock = 16;
   const BurstStepShape chunk_shape{chunk_rows, prefix_tokens, {}};
   const BurstStepShape chats_shape{0, 0, std::vector<std::int32_t>(8, 700)};
@@ -1248,6 +1252,7 @@ void bench_overlap(std::int32_t chunk_rows, std::int32_t prefix_tokens) {
   for (const Arrangement& a : arrangements) {
     CudaOptions chunk_options = bench_options(), decode_options = bench_options();
     chunk_options.stream_sms = a.chunk_sms;
+    chunk_options.gemm_sm_count_target = a.gemm_sm_count_target;
     decode_options.stream_sms = a.decode_sms;
     decode_options.stream_high_priority = a.decode_high_priority;
     auto chunk_ops_result = make_cuda_ops(chunk_options);

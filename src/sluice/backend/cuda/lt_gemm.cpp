@@ -115,6 +115,7 @@ LtGemm::Plan& LtGemm::plan_for(Kind kind, std::int64_t m, std::int64_t n, std::i
   SLUICE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  if (sm_count_target_ > 0) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, sm_count_target_);
   const bool fp8 = kind == Kind::fp8_block_scaled;
   SLUICE_CHECK(fp8 == (fp8_operands != nullptr));
   if (fp8) {

@@ -58,6 +58,10 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
+  // The SMs the stream's kernels may use (a green context's), for plans made
+  // from now on; 0: the device's count (CudaOptions::gemm_sm_count_target).
+  void set_sm_count_target(std::int32_t num_sms) { sm_count_target_ = num_sms; }
+
   // x: bf16 [m, k], w: bf16 [n, k], out: bf16 or f32 [m, n].
   void run(const void* x, const void* w, void* out, DType out_dtype, std::int64_t m,
            std::int64_t n, std::int64_t k);
@@ -102,6 +106,7 @@ class LtGemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::int64_t workspace_bytes_;
+  std::int32_t sm_count_target_ = 0;
   std::map<Key, Plan> plans_;
   Fp8GemmCounts fp8_counts_;
 };
