@@ -179,6 +179,9 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
 
   SLUICE_TRY_ASSIGN(decode_lane_name, resolve_decode_lane(args, model_type));
   SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(decode_lane_name));
+  if (args.cuda.gemm_sm_count_target && decode_lane_setting.lane != DecodeLane::kSms)
+    return Error{"--cuda-gemm-sm-count-target plans the prefill lane's GEMMs for its SMs: it needs --decode-lane "
+                 "sms:N (the decode lane here is " + decode_lane_name + ")"};
   CudaOptions cuda = cuda_options(args.cuda);
   // A decode lane on N SMs of its own: the prefill lane (the backend's own
   // stream) on every other one.

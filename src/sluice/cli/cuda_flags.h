@@ -19,6 +19,7 @@ namespace sluice::cli {
 struct CudaFlags {
   std::string prefill_attention = "auto";  // a name of cuda::kPrefillAttentionNames
   bool programmatic_launch = true;
+  bool gemm_sm_count_target = false;
   std::string decode_split_plan = "adaptive";  // a name of cuda::kDecodeSplitPlanNames
 };
 

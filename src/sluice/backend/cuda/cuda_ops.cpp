@@ -50,7 +50,7 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOptions& options, cuda::PartitionedStream partitioned)
       : CudaOps(options, partitioned.stream) {
     num_sms_ = partitioned.num_sms;
-    if (options.gemm_sm_count_target) gemm_.set_sm_count_target(num_sms_);
+    if (options.gemm_sm_count_target && options.stream_sms < 0) gemm_.set_sm_count_target(num_sms_);
   }
   CudaOps(const CudaOptions& options, cudaStream_t stream)
       : owned_stream_{stream}, options_(options), stream_(stream), launch_{.stream = stream, .programmatic = options.programmatic_launch},

@@ -257,10 +257,12 @@ struct CudaOptions {
   // whole-device stream of default priority, as everywhere else.
   std::int32_t stream_sms = 0;
   bool stream_high_priority = false;
-  // With stream_sms: cuBLASLt plans for the partition's SM count
-  // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) instead of the device's. Opt-in
-  // until measured (cuda_bench --overlap): on 124 SMs a chunk of GEMMs took
-  // 1.086x its time on 132 where the SM share is 1.065x (S17-lead-2).
+  // With stream_sms < 0 (the prefill lane beside a decode lane): cuBLASLt
+  // plans for the partition's SM count (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET)
+  // instead of the device's. On 124 SMs a chunk of GEMMs took 1.098x its
+  // time on 132 without it, 1.061x with it (share 1.065); on 116 SMs it was
+  // 3% slower with it (S17-lead-3), so it is opt-in (serve's
+  // --cuda-gemm-sm-count-target).
   bool gemm_sm_count_target = false;
 };
 
