@@ -213,7 +213,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   if (!made.ok() && decode_lane_setting.lane == DecodeLane::kSms) {
     const std::string why = "--decode-lane " + to_string(DecodeLane::kSms, decode_lane_setting.num_sms) + ": " +
                             made.error_message();
-    if (args.decode_lane != "auto") return Error{why};
+    if (args.decode_lane != "auto" || args.cuda.gemm_sm_count_target)
+      return Error{args.decode_lane != "auto" ? why : "--cuda-gemm-sm-count-target needs the decode lane's SMs: " + why};
     spdlog::warn("--decode-lane auto: {}; serving with one step loop", why);
     decode_lane_setting = DecodeLaneSetting{};
     cuda.stream_sms = 0;
