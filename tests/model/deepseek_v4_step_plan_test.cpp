@@ -277,8 +277,8 @@ TEST(DeepseekV4IndexPlan, EachRowSeesItsSequencesEntriesUpToItsOwnWindow) {
   const DeepseekV4IndexPlan plan = DeepseekV4IndexPlan::make(DeepseekV4StepTables::make(step), 4);
   EXPECT_EQ(plan.row_num_visible, (std::vector<std::int32_t>{0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 10}));
   EXPECT_EQ(plan.row_key_begin, (std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}));
-  EXPECT_EQ(plan.key_sequence, (std::vector<std::int32_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
-  EXPECT_EQ(plan.key_entry, (std::vector<std::int32_t>{0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(plan.sequence_key_begin, (std::vector<std::int32_t>{0, 2, 12}));
+  EXPECT_EQ(plan.num_keys(), 12);
   EXPECT_EQ(plan.max_visible, 10);
 }
 

@@ -76,20 +76,15 @@ DeepseekV4IndexPlan DeepseekV4IndexPlan::make(const DeepseekV4StepTables& tables
   SLUICE_CHECK(rate > 0);
   DeepseekV4IndexPlan plan;
   const std::size_t sequences = tables.sequence_first_position.size();
-  std::vector<std::int32_t> last_position(sequences, -1), key_begin(sequences, 0);
+  std::vector<std::int32_t> last_position(sequences, -1);
   for (std::size_t row = 0; row < tables.positions.size(); ++row)
     last_position[static_cast<std::size_t>(tables.row_sequence[row])] = tables.positions[row];
-  for (std::size_t s = 0; s < sequences; ++s) {
-    key_begin[s] = static_cast<std::int32_t>(plan.key_entry.size());
-    const std::int32_t visible = (last_position[s] + 1) / rate;  // its last row sees the most
-    for (std::int32_t e = 0; e < visible; ++e) {
-      plan.key_sequence.push_back(static_cast<std::int32_t>(s));
-      plan.key_entry.push_back(e);
-    }
-  }
+  plan.sequence_key_begin.assign(sequences + 1, 0);
+  for (std::size_t s = 0; s < sequences; ++s)  // its last row sees the most
+    plan.sequence_key_begin[s + 1] = plan.sequence_key_begin[s] + (last_position[s] + 1) / rate;
   for (std::size_t row = 0; row < tables.positions.size(); ++row) {
     const std::int32_t visible = (tables.positions[row] + 1) / rate;
-    plan.row_key_begin.push_back(key_begin[static_cast<std::size_t>(tables.row_sequence[row])]);
+    plan.row_key_begin.push_back(plan.sequence_key_begin[static_cast<std::size_t>(tables.row_sequence[row])]);
     plan.row_num_visible.push_back(visible);
     plan.max_visible = std::max(plan.max_visible, visible);
   }

@@ -60,12 +60,18 @@ struct DeepseekV4CompressPlan {
 // every sequence's visible index keys gathered into one pool, after the
 // step's compression wrote the entries its rows complete (a row sees the
 // entries of windows that ended at or before it, its own included:
-// (position + 1) / rate of them), and each row's slice of that pool.
+// (position + 1) / rate of them), and each row's slice of that pool. The
+// pool is described per sequence, not per key: at batch 64 x 32k a list of
+// its 524,288 keys took ~21 ms of host time a step (S13-v4fp8); the device
+// expands it (launch_v4_gather_index_keys).
 struct DeepseekV4IndexPlan {
-  // The pool's keys, sequence after sequence: launch_v4_paged_copy items (site entry).
-  std::vector<std::int32_t> key_sequence, key_entry;
+  // Sequence s's keys are pool rows [sequence_key_begin[s], sequence_key_begin[s + 1]),
+  // its entries 0, 1, ... in order; [sequences + 1].
+  std::vector<std::int32_t> sequence_key_begin;
   std::vector<std::int32_t> row_key_begin, row_num_visible;  // [rows]
   std::int32_t max_visible = 0;                              // the scores workspace's width
+
+  std::int32_t num_keys() const { return sequence_key_begin.empty() ? 0 : sequence_key_begin.back(); }
 
   static DeepseekV4IndexPlan make(const DeepseekV4StepTables& tables, std::int32_t rate);
 };

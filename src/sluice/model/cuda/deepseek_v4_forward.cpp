@@ -803,15 +803,15 @@ struct CompressOnDevice {
 // One indexer rate's key pool for the step, its arrays staged.
 struct IndexOnDevice {
   DeepseekV4IndexPlan plan;
-  StepInts::Handle key_entry = 0, key_begin = 0, visible = 0;
-  ItemTables key_tables;
+  StepInts::Handle sequence_key_begin = 0, key_begin = 0, visible = 0;
 };
 
 // The step's host plans and their device arrays.
 struct Step {
   DeepseekV4StepTables t;
   StepInts ints;
-  StepInts::Handle block_ids = 0, tokens = 0, positions = 0, row_table_begin = 0, row_table_len = 0, sample_rows = 0;
+  StepInts::Handle block_ids = 0, tokens = 0, positions = 0, row_table_begin = 0, row_table_len = 0, sample_rows = 0,
+                   sequence_table_begin = 0, sequence_table_len = 0;
   std::map<std::pair<std::int32_t, bool>, CompressOnDevice> compress;  // by (rate, overlapping)
   std::map<std::int32_t, IndexOnDevice> index;                         // by rate
   std::map<std::int32_t, std::int32_t> most_entries;                   // HCA: the most entries a row sees, by rate
@@ -826,6 +826,9 @@ struct Step {
   }
   V4BlockTables view(const ItemTables& it) const { return {ints[block_ids], ints[it.begin], ints[it.len]}; }
   V4BlockTables rows_view() const { return {ints[block_ids], ints[row_table_begin], ints[row_table_len]}; }
+  V4BlockTables sequences_view() const {
+    return {ints[block_ids], ints[sequence_table_begin], ints[sequence_table_len]};
+  }
 
   void plan_compressor(std::int32_t rate, bool overlapping, std::int32_t block_size) {
     const auto key = std::pair{rate, overlapping};
@@ -857,10 +860,9 @@ struct Step {
     if (index.contains(rate)) return;
     IndexOnDevice& x = index[rate];
     x.plan = DeepseekV4IndexPlan::make(t, rate);
-    x.key_entry = ints.add(x.plan.key_entry);
+    x.sequence_key_begin = ints.add(x.plan.sequence_key_begin);
     x.key_begin = ints.add(x.plan.row_key_begin);
     x.visible = ints.add(x.plan.row_num_visible);
-    x.key_tables = tables_of(x.plan.key_sequence);
   }
 };
 
@@ -1018,13 +1020,15 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
     if (ix.plan.max_visible == 0) {
       SLUICE_CUDA_CHECK(cudaMemsetAsync(num_selected, 0, static_cast<std::size_t>(n) * sizeof(std::int32_t), s));
     } else {
-      const auto pool = static_cast<std::int32_t>(ix.plan.key_entry.size());
+      const std::int32_t pool = ix.plan.num_keys();
       float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
       float* key_scale = p.alloc<float>(pool);
-      launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(ix.key_tables),
-                            .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
-                            .index = ints[ix.key_entry], .dense = keys, .dense_dt = kF32Dt, .items = pool},
-                           s);
+      launch_v4_gather_index_keys({.blocks = p.blocks, .tables = p.step.sequences_view(),
+                                   .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
+                                   .sequence_key_begin = ints[ix.sequence_key_begin],
+                                   .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
+                                   .num_keys = pool, .keys = keys},
+                                  s);
       auto* keys_e4m3 = p.alloc<std::uint8_t>(std::int64_t{pool} * ihd);
       launch_v4_quantize_e4m3_rows(keys, pool, ihd, keys_e4m3, key_scale, s);
       auto* q_e4m3 = p.alloc<std::uint8_t>(std::int64_t{n} * ih * ihd);
@@ -1245,6 +1249,8 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   step.positions = step.ints.add(step.t.positions);
   step.row_table_begin = step.ints.add(row_begin);
   step.row_table_len = step.ints.add(row_len);
+  step.sequence_table_begin = step.ints.add(step.t.sequence_table_begin);
+  step.sequence_table_len = step.ints.add(step.t.sequence_table_len);
   step.sample_rows = step.ints.add(layout.sample_rows);
   for (const Weights::Layer& L : w.layers) {
     if (L.compressor) {

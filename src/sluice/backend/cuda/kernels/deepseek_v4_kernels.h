@@ -237,6 +237,20 @@ struct V4PagedCopyArgs {
 };
 void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream);
 
+// The indexer's key pool (DeepseekV4IndexPlan) read from the blocks: pool row
+// i is entry i - sequence_key_begin[s] of the sequence s whose range holds it
+// (tables indexed by sequence), written as f32 [num_keys, region.count]. The
+// pool is described per sequence, so the host lists no key.
+struct V4IndexKeysArgs {
+  V4PagedBlocks blocks;
+  V4BlockTables tables;  // [sequences]
+  V4PagedRegion region;  // site entry
+  const std::int32_t* sequence_key_begin = nullptr;  // [sequences + 1], ascending
+  std::int32_t num_sequences = 0, num_keys = 0;
+  float* keys = nullptr;
+};
+void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t stream);
+
 // The key set of each query row for launch_v4_sparse_attention, in the
 // reference's order (DeepseekV4Reference::run_attention): the window (the
 // last sliding_window positions up to the row's own, ascending), then the

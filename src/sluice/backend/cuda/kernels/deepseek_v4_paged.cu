@@ -55,6 +55,20 @@ __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs
   }
 }
 
+__global__ void __launch_bounds__(kThreads) v4_gather_index_keys_kernel(V4IndexKeysArgs a) {
+  const int key = blockIdx.x;
+  // The last sequence whose range begins at or before the key (a few hundred at most).
+  int lo = 0, hi = a.num_sequences - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.sequence_key_begin[mid] <= key) lo = mid;
+    else hi = mid - 1;
+  }
+  const float* src = paged_item(a.blocks, a.tables, lo, a.region, key - a.sequence_key_begin[lo]);
+  for (int c = threadIdx.x; c < a.region.count; c += kThreads)
+    a.keys[static_cast<std::int64_t>(key) * a.region.count + c] = src[c];
+}
+
 // Block (j, r): key j of query row r, or (the first of a row's blocks) its count.
 __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysArgs a) {
   const int r = blockIdx.y, j = blockIdx.x;
@@ -102,6 +116,17 @@ void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.items >= 0 && args.index != nullptr && args.dense != nullptr);
   if (args.items == 0) return;
   v4_paged_copy_kernel<<<static_cast<unsigned>(args.items), kThreads, 0, stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t stream) {
+  check_blocks(args.blocks, args.tables);
+  check_region(args.region, args.blocks.floats_per_block);
+  SLUICE_CHECK(args.region.site == V4PagedSite::entry);
+  SLUICE_CHECK(args.num_keys >= 0 && args.num_sequences > 0 && args.sequence_key_begin != nullptr &&
+               args.keys != nullptr);
+  if (args.num_keys == 0) return;
+  v4_gather_index_keys_kernel<<<static_cast<unsigned>(args.num_keys), kThreads, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
