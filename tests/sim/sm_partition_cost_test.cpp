@@ -16,10 +16,14 @@ RooflineCostModel h200_model(const char* profile) {
   return RooflineCostModel(*find_profile(profile), h200_sluice_cuda(), Parallelism{});
 }
 
-double lane_step_ms(const CostModel& whole, std::int32_t sms) {
+// The 8 chats' step, each at `context` (the default: chats_decode_step's), on `sms` SMs.
+double lane_step_ms(const CostModel& whole, std::int32_t sms, std::int32_t context = 0) {
   const HardwareSpec h = h200_sluice_cuda();
   const std::shared_ptr<const CostModel> believed(std::shared_ptr<const CostModel>(), &whole);
-  return SkewedCostModel(believed, confined_to(sms, h.num_sms, h.hbm_share_per_sm)).predict_step_ms(chats_decode_step());
+  StepShape chats = chats_decode_step();
+  if (context > 0)
+    for (auto& s : chats.sequences) s.num_computed_tokens = context;
+  return SkewedCostModel(believed, confined_to(sms, h.num_sms, h.hbm_share_per_sm)).predict_step_ms(chats);
 }
 
 TEST(DecodeLaneSms, TheFewestGroupsWhoseChatStepFitsThePace) {
@@ -60,13 +64,8 @@ TEST(DecodeLaneSms, TheChatContextALaneHoldsAtThePromisedRate) {
   EXPECT_LT(on8, 13000);
   EXPECT_GT(on16, 3 * on8);
   // The answer is the boundary: one token more does not fit.
-  const std::shared_ptr<const CostModel> believed(std::shared_ptr<const CostModel>(), &llama8b);
-  const SkewedCostModel lane8(believed, confined_to(8, h.num_sms, h.hbm_share_per_sm));
-  StepShape at = chats_decode_step();
-  for (auto& s : at.sequences) s.num_computed_tokens = on8;
-  EXPECT_LE(lane8.predict_step_ms(at), 50.0);
-  for (auto& s : at.sequences) s.num_computed_tokens = on8 + 1;
-  EXPECT_GT(lane8.predict_step_ms(at), 50.0);
+  EXPECT_LE(lane_step_ms(llama8b, 8, on8), 50.0);
+  EXPECT_GT(lane_step_ms(llama8b, 8, on8 + 1), 50.0);
   // Capped, and none when even short chats miss the step.
   EXPECT_EQ(decode_lane_chat_context(llama8b, h, 64, 50.0, 4096), 4096);
   EXPECT_EQ(decode_lane_chat_context(llama8b, h, 8, 5.0, 131072), 0);

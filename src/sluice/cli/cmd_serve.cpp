@@ -94,7 +94,8 @@ std::string default_model_dir() {
 // --max-step-ms and --min-prefill-share size the steps of one loop (the
 // prefill lane's chunks go by --max-num-batched-tokens), so giving either
 // keeps auto at one loop.
-Result<std::string> resolve_decode_lane(const ServeArgs& args, const std::string& model_type) {
+Result<std::string> resolve_decode_lane(const ServeArgs& args, const ModelConfig& config,
+                                        const std::string& model_type) {
   if (args.decode_lane != "auto") return args.decode_lane;
   // The other policies emulate other engines' single loops.
   const bool two_loops = args.device == "cuda" && args.tensor_parallel_size == 1 &&
@@ -104,7 +105,8 @@ Result<std::string> resolve_decode_lane(const ServeArgs& args, const std::string
   // An unpaced lane is still sized for the default pace: what the chats need.
   const double pace_ms = args.decode_lane_interval_ms.value_or(0.0) > 0.0 ? *args.decode_lane_interval_ms
                                                                           : kDefaultDecodeLaneIntervalMs;
-  const std::int32_t max_context = args.engine.max_model_len_tokens > 0 ? args.engine.max_model_len_tokens : 131072;
+  const std::int32_t max_context =
+      args.engine.max_model_len_tokens > 0 ? args.engine.max_model_len_tokens : config.max_position_embeddings;
   SLUICE_TRY_ASSIGN(lane, auto_decode_lane(args.model_dir, pace_ms, max_context));
   if (lane.num_sms == 0) {
     spdlog::warn("--decode-lane auto: no lane of up to half the SMs decodes this model's chats within {} ms; "
@@ -177,7 +179,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                                                      *eos) == context->eos_token_ids.end())
     context->eos_token_ids.push_back(*eos);
 
-  SLUICE_TRY_ASSIGN(decode_lane_name, resolve_decode_lane(args, model_type));
+  SLUICE_TRY_ASSIGN(decode_lane_name, resolve_decode_lane(args, config, model_type));
   SLUICE_TRY_ASSIGN(decode_lane_setting, parse_decode_lane(decode_lane_name));
   if (args.cuda.gemm_sm_count_target && decode_lane_setting.lane != DecodeLane::kSms)
     return Error{"--cuda-gemm-sm-count-target plans the prefill lane's GEMMs for its SMs: it needs --decode-lane "
@@ -213,8 +215,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   if (!made.ok() && decode_lane_setting.lane == DecodeLane::kSms) {
     const std::string why = "--decode-lane " + to_string(DecodeLane::kSms, decode_lane_setting.num_sms) + ": " +
                             made.error_message();
-    if (args.decode_lane != "auto" || args.cuda.gemm_sm_count_target)
-      return Error{args.decode_lane != "auto" ? why : "--cuda-gemm-sm-count-target needs the decode lane's SMs: " + why};
+    if (args.decode_lane != "auto") return Error{why};
+    if (args.cuda.gemm_sm_count_target) return Error{"--cuda-gemm-sm-count-target needs the decode lane's SMs: " + why};
     spdlog::warn("--decode-lane auto: {}; serving with one step loop", why);
     decode_lane_setting = DecodeLaneSetting{};
     cuda.stream_sms = 0;
