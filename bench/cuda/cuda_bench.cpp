@@ -7,7 +7,8 @@
 // Usage: cuda_bench [--quick | --profile | --sampling | --attention | --prefill-attention | --decode |
 //                   --decode1 | --chunk | --decode-sweep[-plans] [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
 //                   --deepseek-moe-fp8 | --burst-step |
-//                   --profile-burst | --gemm-rows | --overlap | --deepseek-v4-kernels | --fp8-gemv]
+//                   --profile-burst | --gemm-rows | --overlap | --lane-decode | --chunk-pages |
+//                   --deepseek-v4-kernels | --fp8-gemv]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention [NAMES]: prefill attention alone under each
@@ -30,7 +31,10 @@
 // --burst-step: the burst's mixed steps and their parts; --profile-burst [N]: the
 // same steps eagerly, twice each (or only shape N's mixed step), for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
 // at decode and mixed-step row counts; --overlap: the chats' decodes beside a
-// 2,048-row chunk on two streams, by priority or SM partition).
+// 2,048-row chunk on two streams, by priority or SM partition; --lane-decode: the
+// chats' decode step on a lane's SMs at 1-8 rows, GEMV against cuBLASLt;
+// --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
+// --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -531,8 +535,9 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // time, with the step's metadata upload (begin_step) inside and outside the
 // timed loop. `case_filter` (a case's name, e.g. "8 x 8k"; empty: all) runs
 // one case, e.g. under ncu.
-void bench_decode_sweep(std::string_view case_filter) {
-  constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
+void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, bool default_only = false) {
+  constexpr std::int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
+  const std::int32_t kBlock = block;
   struct Case {
     std::string name;
     std::vector<std::int32_t> contexts;
@@ -561,6 +566,7 @@ void bench_decode_sweep(std::string_view case_filter) {
   std::vector<Variant> variants = {{"adaptive", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel},
                                    {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive,
                                     cuda::DecodeSplitMerge::combine_kernel}};
+  if (default_only) variants.resize(1);
   if (g_decode_sweep_plans)
     for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
       if (plan != cuda::DecodeSplitPlan::adaptive)
@@ -606,7 +612,8 @@ void bench_decode_sweep(std::string_view case_filter) {
     });
     ops->begin_step(layout);
     const double kernel_only = time_back_to_back(20, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-    const std::string what = "decode attention " + c.name + ", 32/8 heads, split plan " + variant.name;
+    const std::string what = "decode attention " + c.name + ", 32/8 heads, pages of " + std::to_string(block) +
+                             ", split plan " + variant.name;
     char us[32];
     std::snprintf(us, sizeof us, ", %.1f us", kernel_only * 1e6);
     row(what + ", kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
@@ -1086,62 +1093,77 @@ void profile_run() {
   bench_attention(false, AttentionRows::decode_only);
 }
 
+// Attention of one prefill chunk of `chunk` rows over `prefix` cached tokens
+// in pages of `block` tokens, under `kernel`: one row of TFLOP/s.
+void chunk_attention_row(std::string_view kernel_name, cuda::PrefillAttention kernel, std::int32_t prefix,
+                         std::int32_t chunk, std::int32_t block) {
+  constexpr std::int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
+  CudaOptions options = bench_options();
+  options.prefill_attention = kernel;
+  auto ops = new_ops(options);
+  const std::int32_t total = prefix + chunk;
+  const std::int32_t blocks = (total + block - 1) / block;
+  if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = block,
+                               .num_kv_heads = kKvHeads, .head_dim = kDim}).ok())
+    std::exit(1);
+  if (!cuda_fill_kv_cache_random(*ops, 21).ok()) std::exit(1);
+  StepLayout layout;
+  SequenceLayout seq{.row_begin = 0, .num_rows = chunk, .num_computed_tokens = prefix, .block_table = {}};
+  for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
+  layout.sequences.push_back(seq);
+  for (std::int32_t t = 0; t < chunk; ++t) {
+    layout.token_ids.push_back(0);
+    layout.positions.push_back(prefix + t);
+  }
+  const Tensor q = must(cuda_random_weight(*ops, {chunk, kHeads * kDim}, DType::bf16, 11, 1.0f));
+  const Tensor k = must(cuda_random_weight(*ops, {chunk, kKvHeads * kDim}, DType::bf16, 12, 1.0f));
+  const Tensor v = must(cuda_random_weight(*ops, {chunk, kKvHeads * kDim}, DType::bf16, 13, 1.0f));
+  const Tensor out = must(cuda_random_weight(*ops, {chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
+  ops->begin_step(layout);
+  const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
+  // Which path ran under the cuDNN choices: split over keys, whole, or ours.
+  const char* path = !cuda::uses_cudnn(kernel)                   ? ""
+                     : must(cuda_cudnn_sdpa_split_runs(*ops)) > 0 ? " [cuDNN split]"
+                     : must(cuda_cudnn_sdpa_runs(*ops)) > 0       ? " [cuDNN whole]"
+                                                                  : " [wgmma-ws]";
+  const double flops = 4.0 * kHeads * kDim * chunk * (prefix + (chunk + 1) / 2.0);
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s%s chunk %d over %dk prefix, pages of %d, 32/8 heads x 128 (%.3f ms)",
+                std::string(kernel_name).c_str(), path, chunk, prefix / 1000, block, t * 1e3);
+  row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
+}
+
 // Attention of a short prefill chunk over a long cached prefix (the mixed steps
 // of a long prompt: a few hundred rows a step at 100k keys), with the prefix
 // split over several blocks where too few tiles would fill the GPU (without
 // the split, 256 rows over 100k keys took 2.5x as long: docs/benchmarks.md).
 void bench_chunk_over_prefix() {
-  constexpr std::int32_t kBlock = 16, kHeads = 32, kKvHeads = 8, kDim = 128;
   struct Shape {
     std::int32_t prefix, chunk;
   };
   for (const auto& [kernel_name, kernel] : cuda::kPrefillAttentionNames) {
-  if (!prefill_kernel_wanted(kernel_name)) continue;
-  // Issue 14's shapes (chunks of 256-2048 rows over 32k-128k prefixes), and
-  // the 256-row chunk over 100k of the earlier runs.
-  for (const Shape shape : {Shape{32768, 256}, Shape{32768, 1024}, Shape{32768, 2048}, Shape{65536, 256},
-                            Shape{65536, 1024}, Shape{65536, 2048}, Shape{131072, 256}, Shape{131072, 1024},
-                            Shape{131072, 2048}, Shape{100000, 256}, Shape{100000, 128}, Shape{100000, 512},
-                            Shape{16384, 512}, Shape{32768, 640}, Shape{50000, 384}, Shape{16000, 1100},
-                            Shape{50000, 768}}) {
-    CudaOptions options = bench_options();
-    options.prefill_attention = kernel;
-    auto ops = new_ops(options);
-    const std::int32_t total = shape.prefix + shape.chunk;
-    const std::int32_t blocks = (total + kBlock - 1) / kBlock;
-    if (!ops->allocate_kv_cache({.num_layers = 1, .num_blocks = blocks, .block_size_tokens = kBlock,
-                                 .num_kv_heads = kKvHeads, .head_dim = kDim}).ok())
-      std::exit(1);
-    if (!cuda_fill_kv_cache_random(*ops, 21).ok()) std::exit(1);
-    StepLayout layout;
-    SequenceLayout seq{.row_begin = 0, .num_rows = shape.chunk, .num_computed_tokens = shape.prefix,
-                       .block_table = {}};
-    for (std::int32_t b = 0; b < blocks; ++b) seq.block_table.push_back(b);
-    layout.sequences.push_back(seq);
-    for (std::int32_t t = 0; t < shape.chunk; ++t) {
-      layout.token_ids.push_back(0);
-      layout.positions.push_back(shape.prefix + t);
-    }
-    const Tensor q = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 11, 1.0f));
-    const Tensor k = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 12, 1.0f));
-    const Tensor v = must(cuda_random_weight(*ops, {shape.chunk, kKvHeads * kDim}, DType::bf16, 13, 1.0f));
-    const Tensor out = must(cuda_random_weight(*ops, {shape.chunk, kHeads * kDim}, DType::bf16, 14, 1.0f));
-    ops->begin_step(layout);
-    const double t = time_median(2, 7, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
-    // Which path ran under the cuDNN choices: split over keys, whole, or ours.
-    const char* path = !cuda::uses_cudnn(kernel)                   ? ""
-                       : must(cuda_cudnn_sdpa_split_runs(*ops)) > 0 ? " [cuDNN split]"
-                       : must(cuda_cudnn_sdpa_runs(*ops)) > 0       ? " [cuDNN whole]"
-                                                                    : " [wgmma-ws]";
-    const double flops = 4.0 * kHeads * kDim * shape.chunk * (shape.prefix + (shape.chunk + 1) / 2.0);
-    char name[160];
-    std::snprintf(name, sizeof name, "attention %s%s chunk %d over %dk prefix, 32/8 heads x 128 (%.3f ms)",
-                  std::string(kernel_name).c_str(), path, shape.chunk, shape.prefix / 1000, t * 1e3);
-    row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
-  }
+    if (!prefill_kernel_wanted(kernel_name)) continue;
+    // Issue 14's shapes (chunks of 256-2048 rows over 32k-128k prefixes), and
+    // the 256-row chunk over 100k of the earlier runs.
+    for (const Shape shape : {Shape{32768, 256}, Shape{32768, 1024}, Shape{32768, 2048}, Shape{65536, 256},
+                              Shape{65536, 1024}, Shape{65536, 2048}, Shape{131072, 256}, Shape{131072, 1024},
+                              Shape{131072, 2048}, Shape{100000, 256}, Shape{100000, 128}, Shape{100000, 512},
+                              Shape{16384, 512}, Shape{32768, 640}, Shape{50000, 384}, Shape{16000, 1100},
+                              Shape{50000, 768}})
+      chunk_attention_row(kernel_name, kernel, shape.prefix, shape.chunk, 16);
   }
 }
 
+// --chunk-pages: the burst's prefill-lane chunks (8,192 rows over 0-100k)
+// under the default attention, by KV page size: is 16 tokens a page what
+// keeps cuDNN below its 593 TFLOP/s on whole causal prompts (DEVICE.md)?
+void bench_chunk_pages() {
+  const CudaOptions defaults;
+  const auto kernel = defaults.prefill_attention;
+  const std::string_view kernel_name = cuda::name_of(kernel, cuda::kPrefillAttentionNames);
+  for (const std::int32_t prefix : {0, 16384, 65536, 100000})
+    for (const std::int32_t block : {16, 32, 64, 128, 256}) chunk_attention_row(kernel_name, kernel, prefix, 8192, block);
+}
 
 // Mixed steps of the long-prompt burst (burst_bench.sh) as the engine runs
 // them, eagerly: one prefill chunk over a long prefix plus the chats' decodes,
@@ -1304,6 +1326,40 @@ void bench_overlap(std::int32_t chunk_rows, std::int32_t prefix_tokens) {
     }
   }
 }
+
+// --lane-decode: the chats' decode step alone on a decode lane's SMs (8, 16,
+// or the whole GPU) at 1-8 rows, with the small batches on the GEMV kernels
+// and on cuBLASLt (CudaOptions::gemv_max_rows). In S18-lead-1 a 2-row
+// step on 8 SMs took 61-91 ms where 8 rows took 30.
+void bench_lane_decode() {
+  constexpr std::int32_t kBlock = 16;
+  for (const std::int32_t sms : {8, 16, 0}) {
+    for (const bool gemv : {true, false}) {
+      CudaOptions options = bench_options();
+      options.stream_sms = sms;
+      options.gemv_max_rows = gemv ? static_cast<std::int32_t>(cuda::kGemvMaxRows) : 0;
+      auto ops_result = make_cuda_ops(options);
+      if (!ops_result.ok()) {
+        std::printf("| lane decode on %d SMs | refused: %s | |\n", sms, ops_result.error_message().c_str());
+        continue;
+      }
+      auto ops = std::move(ops_result).value();
+      const Llama8B model(*ops);
+      const BurstStepShape most{0, 0, std::vector<std::int32_t>(8, 700)};
+      allocate_model_kv(*ops, make_burst_step(most, kBlock, false, true).sequences.back().block_table.back() + 1);
+      for (const std::int32_t rows : {1, 2, 3, 4, 5, 8}) {
+        const BurstStepShape shape{0, 0, std::vector<std::int32_t>(rows, 700)};
+        const StepLayout chats = make_burst_step(shape, kBlock, false, true);
+        const double t = time_median(3, 9, [&] { run_model_step(*ops, model, chats); });
+        char name[160];
+        std::snprintf(name, sizeof name, "lane decode step, %d rows at 700, on %s, small batches on %s", rows,
+                      sms > 0 ? (std::to_string(sms) + " SMs").c_str() : "every SM", gemv ? "GEMV" : "cuBLASLt");
+        const double weight_bytes = 2.0 * 7.5e9;  // Llama-3-8B's bf16 weights a step reads, roughly
+        row(name, t * 1e3, "ms", pct(weight_bytes / t / kHbmSpecBytesPerSecond) + " of HBM");
+      }
+    }
+  }
+}
 }  // namespace
 }  // namespace sluice
 
@@ -1319,6 +1375,21 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--fp8-gemv") == 0) {  // decode-size FP8 GEMMs: GEMV, grouped, cuBLASLt
     sluice::bench_fp8_gemv();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--lane-decode") == 0) {
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_lane_decode();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-pages") == 0) {  // the sweep's default at 16 and 64 a page
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    for (const std::int32_t block : {16, 64}) sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, true);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--chunk-pages") == 0) {
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_chunk_pages();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--overlap") == 0) {

@@ -544,6 +544,7 @@ TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
       CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = true};
       options.decode_rope_fusion =
           i == 0 ? cuda::DecodeRopeFusion::qkv_epilogue : cuda::DecodeRopeFusion::kv_write_kernel;
+      options.gemv_max_rows = static_cast<std::int32_t>(cuda::kGemvMaxRows);  // every row count the kernel has, 4 included
       auto made = make_cuda_ops(options);
       ASSERT_TRUE(made.ok()) << made.error_message();
       ops[i] = std::move(made).value();

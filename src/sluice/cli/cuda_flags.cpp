@@ -20,10 +20,13 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");
-  cmd.add_flag("--cuda-gemm-sm-count-target,!--no-cuda-gemm-sm-count-target", flags.gemm_sm_count_target,
-               "cuda, with --decode-lane sms:N: cuBLASLt plans the prefill lane's GEMMs for its SMs instead of the "
-               "device's (beside an 8-SM lane a chunk of GEMMs ran 3.4% faster, attention chunks 1%; beside 16 SMs "
-               "1-3% slower: docs/benchmarks.md, S17-lead-3)");
+  cmd.add_flag_function(
+      "--cuda-gemm-sm-count-target,!--no-cuda-gemm-sm-count-target",
+      [&flags](std::int64_t count) { flags.gemm_sm_count_target = count > 0; },
+      "cuda, with --decode-lane sms:N: cuBLASLt plans the prefill lane's GEMMs for its SMs instead of the "
+      "device's. On by default beside an 8-SM lane (a chunk of GEMMs ran 3.4% faster, attention chunks 1%; the "
+      "burst's mean first token 26.4 -> 25.9 s), off beside larger ones (16 SMs: 1-3% slower): docs/benchmarks.md, "
+      "S17-lead-3 and S18-lead-1");
   std::vector<std::string> plans;
   for (const auto& [name, plan] : cuda::kDecodeSplitPlanNames) plans.emplace_back(name);
   cmd.add_option("--cuda-decode-split-plan", flags.decode_split_plan,
@@ -50,7 +53,7 @@ CudaOptions cuda_options(const CudaFlags& flags) {
   SLUICE_CHECK_MSG(kernel.has_value(), "--cuda-prefill-attention " + flags.prefill_attention);
   options.prefill_attention = *kernel;
   options.programmatic_launch = flags.programmatic_launch;
-  options.gemm_sm_count_target = flags.gemm_sm_count_target;
+  options.gemm_sm_count_target = flags.gemm_sm_count_target.value_or(false);  // serve resolves the default
   // A server never waits for a cuDNN plan inside a step (cuda_options.h).
   options.cudnn_plans_in_background = true;
   const auto plan = cuda::parse_name(flags.decode_split_plan, cuda::kDecodeSplitPlanNames);

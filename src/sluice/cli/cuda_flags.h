@@ -6,6 +6,7 @@
 // and MoE GEMM paths) have no flag: cuda_bench sets them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,7 +20,8 @@ namespace sluice::cli {
 struct CudaFlags {
   std::string prefill_attention = "auto";  // a name of cuda::kPrefillAttentionNames
   bool programmatic_launch = true;
-  bool gemm_sm_count_target = false;
+  // Given: on or off; not given: serve decides (on beside an 8-SM decode lane).
+  std::optional<bool> gemm_sm_count_target;
   std::string decode_split_plan = "adaptive";  // a name of cuda::kDecodeSplitPlanNames
 };
 

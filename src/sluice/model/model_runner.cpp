@@ -1,5 +1,6 @@
 #include "sluice/model/model_runner.h"
 
+#include <array>
 #include <chrono>
 #include <algorithm>
 #include <climits>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sluice/dist/cpu_communicator.h"
 #include "sluice/model/decoder_model.h"
@@ -77,8 +79,10 @@ class ModelRunner final : public Backend {
     check_batch(batch);
     const StepLayout layout = StepLayout::from_batch(batch);
     SLUICE_TRY_ASSIGN(logits, forward(layout));
+    const double launched_ms = elapsed_ms(start);
     // On the GPU the forward is in flight here: the masks are computed under it.
     batch.fill_late_masks();
+    const double masked_ms = elapsed_ms(start);
 
     std::vector<SampleRequest> requests;
     for (const SequenceStep& seq : batch.sequences) {
@@ -96,6 +100,7 @@ class ModelRunner final : public Backend {
     } else {
       for (Rank& rank : ranks_) rank.ops->end_step();
     }
+    const double sampled_ms = elapsed_ms(start);
 
     StepOutput output;
     std::size_t next_sample = 0;
@@ -116,6 +121,7 @@ class ModelRunner final : public Backend {
       output.completed_copies.insert(output.completed_copies.end(), more.begin(), more.end());
     }
     output.step_time_ms = elapsed_ms(start);
+    log_slow_decode_step(batch, output.step_time_ms, {launched_ms, masked_ms, sampled_ms});
     return output;
   }
 
@@ -169,6 +175,19 @@ class ModelRunner final : public Backend {
   // Batches come from the engine, which validated every request
   // (engine/request_validation.h), or from generate_sequence, which checks its
   // prompt: a malformed one is a bug there, and would write other sequences' KV.
+  // A decode-only step over kSlowDecodeStepMs breaks a chat's 150 ms promise:
+  // say where its time went (S18-lead-1 saw a decode lane's 2-row step take
+  // 465 ms, as long as the other lane's chunk beside it).
+  static void log_slow_decode_step(const Batch& batch, double step_ms, std::array<double, 3> phases_ms) {
+    constexpr double kSlowDecodeStepMs = 150.0;
+    if (step_ms <= kSlowDecodeStepMs) return;
+    for (const SequenceStep& s : batch.sequences)
+      if (s.num_new_tokens != 1) return;
+    spdlog::warn("a decode step of {} rows took {:.1f} ms: forward launched by {:.1f} ms, masks by {:.1f}, sampled by "
+                 "{:.1f}",
+                 batch.sequences.size(), step_ms, phases_ms[0], phases_ms[1], phases_ms[2]);
+  }
+
   static double elapsed_ms(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }

@@ -80,6 +80,7 @@ class CudaOps final : public Ops {
     CudaOptions options = options_;
     options.stream_high_priority = lane_options.high_priority;
     options.stream_sms = lane_options.num_sms;
+    if (lane_options.num_sms > 0) options.gemv_max_rows = 0;  // cuBLASLt reaches HBM speed on few SMs, the GEMV not
     SLUICE_TRY_ASSIGN(stream, cuda::make_partitioned_stream(
                                   options.device_index,
                                   {.sms = lane_options.num_sms, .high_priority = lane_options.high_priority}));
@@ -284,7 +285,8 @@ class CudaOps final : public Ops {
     gemv_out.cols[0] = w.rows();
     gemv_out.num_parts = 1;
     gemv_out.dt = dt_of(out.dtype);
-    if (!cuda::launch_gemv(x.data, w.data, gemv_out, x.rows(), x.cols(), options_.gemv_split_k, launch_))
+    if (x.rows() > options_.gemv_max_rows ||
+        !cuda::launch_gemv(x.data, w.data, gemv_out, x.rows(), x.cols(), options_.gemv_split_k, launch_))
       gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
     if (bias.data != nullptr) {
       SLUICE_CHECK_EQ(bias.numel(), w.rows());
@@ -297,7 +299,7 @@ class CudaOps final : public Ops {
   // q|k|v weight writing q, k and v; larger batches: the three GEMMs.
   void qkv_projection(const Tensor& x, const Tensor& w_qkv, std::span<const Tensor, 3> biases, Tensor q,
                       Tensor k, Tensor v) override {
-    const bool fused = x.rows() <= cuda::kGemvMaxRows && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
+    const bool fused = x.rows() <= options_.gemv_max_rows && x.rows() <= cuda::kGemvMaxRows && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
                        w_qkv.dtype == DType::bf16 && q.dtype == k.dtype && q.dtype == v.dtype;
     if (!fused) {
       Ops::qkv_projection(x, w_qkv, biases, q, k, v);
@@ -335,7 +337,7 @@ class CudaOps final : public Ops {
   // Decode batches: the SwiGLU is the GEMV's epilogue (no [rows, 2I]
   // intermediate, no silu kernel); larger batches: GEMM then silu_mul.
   void gate_up_silu(const Tensor& x, const Tensor& w_gate_up, Tensor gate_up, Tensor out) override {
-    const bool fused = x.rows() <= cuda::kGemvMaxRows && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
+    const bool fused = x.rows() <= options_.gemv_max_rows && x.rows() <= cuda::kGemvMaxRows && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
                        w_gate_up.dtype == DType::bf16 &&
                        (out.dtype == DType::bf16 || out.dtype == DType::f32);
     if (!fused) {

@@ -241,6 +241,13 @@ struct CudaOptions {
   bool programmatic_launch = true;
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
   cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
+  // Decode batches of at most this many rows (<= kGemvMaxRows) run their
+  // linears on the GEMV kernels (gemv.cu), larger ones on cuBLASLt. On every
+  // SM a Llama-3-8B decode step took 4.68 / 4.87 / 5.38 / 7.01 ms at 1-4 rows
+  // on the GEMV against 5.24 / 5.32 / 5.37 / 5.41 on cuBLASLt (S18-lead-2),
+  // so 3. A decode lane on a few SMs of its own takes 0: the GEMV needs the
+  // whole GPU's warps to reach HBM speed (8 SMs: 37-95 ms against 20-22).
+  std::int32_t gemv_max_rows = 3;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
   cuda::DecodeSplitMerge decode_split_merge = cuda::DecodeSplitMerge::in_split_kernel;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
@@ -326,7 +333,7 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.prefill_attention, cuda::kPrefillAttentionNames);
   out += ", programmatic launch ";
   out += options.programmatic_launch ? "on" : "off";
-  out += ", GEMV split K ";
+  out += ", GEMV up to " + std::to_string(options.gemv_max_rows) + " rows, split K ";
   out += cuda::name_of(options.gemv_split_k, cuda::kGemvSplitKNames);
   out += ", decode split plan ";
   out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
