@@ -107,6 +107,8 @@ struct IndexerCase {
   std::int32_t top_k = 512;
   std::int32_t prototypes = 0;  // > 0: every key is a copy of one of these (ties on purpose)
   std::uint64_t seed = 1;
+  // The scores kernel under test: CUDA cores, or tensor cores (launch_v4_indexer_scores_mma).
+  void (*scores)(const cuda::V4IndexerArgs&, cudaStream_t) = cuda::launch_v4_indexer_scores;
 };
 
 std::uint8_t random_e4m3(SplitMix64& rng, float scale) {
@@ -157,7 +159,7 @@ void check_indexer(const IndexerCase& c) {
                                  .key_scale = dks.get(), .key_begin = dbegin.get(), .num_visible = dvisible.get(),
                                  .scores = dscores.get(), .selected = dselected.get(), .num_selected = dcount.get(),
                                  .rows = rows, .num_heads = c.heads, .max_visible = max_visible, .top_k = c.top_k};
-  cuda::launch_v4_indexer_scores(args, nullptr);
+  c.scores(args, nullptr);
   cuda::launch_v4_indexer_top_k(args, nullptr);
   const std::vector<float> scores = dscores.host();
   const std::vector<std::int32_t> selected = dselected.host(), count = dcount.host();
@@ -222,6 +224,18 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   // 3000 keys that are copies of 37 prototypes: the 512th score falls inside a run of equal scores.
   check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22});
   check_indexer({.heads = 7, .num_visible = {900, 40}, .top_k = 16, .prototypes = 5, .seed = 23});
+}
+
+// The tensor-core scores under the same checks: the same scores within the
+// reference's bound, the same sets, copies of a key scoring bit-equal wherever
+// they sit in a tile (the tie cases); heads that fill no tile (7) or part of a
+// second one (20), key counts off the block's 256.
+TEST(DeepseekV4CudaKernels, IndexerScoresOnTensorCoresSelectTheReferenceSets) {
+  const auto mma = cuda::launch_v4_indexer_scores_mma;
+  check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21, .scores = mma});
+  check_indexer({.heads = 20, .num_visible = {700, 257, 1, 255}, .top_k = 64, .seed = 24, .scores = mma});
+  check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22, .scores = mma});
+  check_indexer({.heads = 7, .num_visible = {900, 40}, .top_k = 16, .prototypes = 5, .seed = 23, .scores = mma});
 }
 
 }  // namespace

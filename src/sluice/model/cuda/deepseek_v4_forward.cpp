@@ -1021,16 +1021,22 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       SLUICE_CUDA_CHECK(cudaMemsetAsync(num_selected, 0, static_cast<std::size_t>(n) * sizeof(std::int32_t), s));
     } else {
       const std::int32_t pool = ix.plan.num_keys();
-      float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
-      float* key_scale = p.alloc<float>(pool);
-      launch_v4_gather_index_keys({.blocks = p.blocks, .tables = p.step.sequences_view(),
-                                   .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
-                                   .sequence_key_begin = ints[ix.sequence_key_begin],
-                                   .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
-                                   .num_keys = pool, .keys = keys},
-                                  s);
+      const bool session17 = p.w.options.indexer == DeepseekV4IndexerKernels::f32_pool_cuda_cores;
       auto* keys_e4m3 = p.alloc<std::uint8_t>(std::int64_t{pool} * ihd);
-      launch_v4_quantize_e4m3_rows(keys, pool, ihd, keys_e4m3, key_scale, s);
+      float* key_scale = p.alloc<float>(pool);
+      V4IndexKeysArgs pool_args{.blocks = p.blocks, .tables = p.step.sequences_view(),
+                                .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
+                                .sequence_key_begin = ints[ix.sequence_key_begin],
+                                .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
+                                .num_keys = pool, .codes = keys_e4m3, .scales = key_scale};
+      if (session17) {
+        float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
+        pool_args.keys = keys;
+        launch_v4_gather_index_keys(pool_args, s);
+        launch_v4_quantize_e4m3_rows(keys, pool, ihd, keys_e4m3, key_scale, s);
+      } else {
+        launch_v4_gather_index_keys_e4m3(pool_args, s);
+      }
       auto* q_e4m3 = p.alloc<std::uint8_t>(std::int64_t{n} * ih * ihd);
       float* q_scale = p.alloc<float>(std::int64_t{n} * ih);
       launch_v4_quantize_e4m3_rows(index_q, std::int64_t{n} * ih, ihd, q_e4m3, q_scale, s);
@@ -1040,7 +1046,8 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
-      launch_v4_indexer_scores(args, s);
+      if (session17) launch_v4_indexer_scores(args, s);
+      else launch_v4_indexer_scores_mma(args, s);
       launch_v4_indexer_top_k(args, s);
     }
   }

@@ -85,6 +85,11 @@ struct V4IndexerArgs {
   std::int32_t rows = 0, num_heads = 0, max_visible = 0, top_k = 0;
 };
 void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream);
+// The same scores on tensor cores (mma.sync m16n8k16, f16 operands, f32
+// accumulation): every e4m3 code is exact in f16 and every product exact in
+// f32, so only the sums' order and rounding differ from the CUDA-core kernel
+// above (which stays as its reference). Same arguments, same scores layout.
+void launch_v4_indexer_scores_mma(const V4IndexerArgs& args, cudaStream_t stream);
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
 
 // One compressed entry per item (DeepseekV4Reference::emit_entry): the
@@ -239,17 +244,27 @@ void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream);
 
 // The indexer's key pool (DeepseekV4IndexPlan) read from the blocks: pool row
 // i is entry i - sequence_key_begin[s] of the sequence s whose range holds it
-// (tables indexed by sequence), written as f32 [num_keys, region.count]. The
-// pool is described per sequence, so the host lists no key.
+// (tables indexed by sequence). The pool is described per sequence, so the
+// host lists no key.
+//   launch_v4_gather_index_keys       f32 keys [num_keys, region.count] (then
+//                                     launch_v4_quantize_e4m3_rows; session 17);
+//   launch_v4_gather_index_keys_e4m3  the indexer's 132 B records directly: e4m3
+//                                     codes [num_keys, 128] and one f32 scale a
+//                                     key, bit-equal to the two steps above, in
+//                                     one pass (the f32 keys are read once and
+//                                     never written back).
 struct V4IndexKeysArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;  // [sequences]
   V4PagedRegion region;  // site entry
   const std::int32_t* sequence_key_begin = nullptr;  // [sequences + 1], ascending
   std::int32_t num_sequences = 0, num_keys = 0;
-  float* keys = nullptr;
+  float* keys = nullptr;            // f32 [num_keys, region.count] (launch_v4_gather_index_keys)
+  std::uint8_t* codes = nullptr;    // e4m3 [num_keys, 128] (launch_v4_gather_index_keys_e4m3)
+  float* scales = nullptr;          // [num_keys]: amax / 448, 1 for a zero key (with codes)
 };
 void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t stream);
+void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t stream);
 
 // The key set of each query row for launch_v4_sparse_attention, in the
 // reference's order (DeepseekV4Reference::run_attention): the window (the

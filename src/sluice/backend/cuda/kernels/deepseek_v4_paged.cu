@@ -1,10 +1,14 @@
 // DeepSeek-V4's paged KV layout on the device (deepseek_v4_kernels.h,
 // V4Paged*): the addressing of DeepseekV4PagedState (model/deepseek_v4_paged_state.cpp)
 // in device code, a copy between dense rows and their places in the blocks,
-// and the gather of each query row's key set for the sparse attention. One
-// block per item (or per (key, row)), threads over the item's floats: these
-// move bytes, nothing else.
+// the gather of each query row's key set for the sparse attention, and the
+// indexer's key pool (f32, or its e4m3 records in one pass). One block per
+// item (or per (key, row); a warp per key for the records), threads over the
+// item's floats: these move bytes, and the records' quantization.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -14,6 +18,7 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kIndexKeyWarps = 8;  // keys a block of launch_v4_gather_index_keys_e4m3
 
 // The floats of `index` (a position, or an entry index) in its block, as
 // DeepseekV4PagedState::{window_latent, pending, entry} place them.
@@ -55,18 +60,49 @@ __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs
   }
 }
 
-__global__ void __launch_bounds__(kThreads) v4_gather_index_keys_kernel(V4IndexKeysArgs a) {
-  const int key = blockIdx.x;
-  // The last sequence whose range begins at or before the key (a few hundred at most).
+// The last sequence whose range begins at or before `key` (a few hundred at most).
+__device__ __forceinline__ int sequence_of_key(const V4IndexKeysArgs& a, int key) {
   int lo = 0, hi = a.num_sequences - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (a.sequence_key_begin[mid] <= key) lo = mid;
     else hi = mid - 1;
   }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads) v4_gather_index_keys_kernel(V4IndexKeysArgs a) {
+  const int key = blockIdx.x;
+  const int lo = sequence_of_key(a, key);
   const float* src = paged_item(a.blocks, a.tables, lo, a.region, key - a.sequence_key_begin[lo]);
   for (int c = threadIdx.x; c < a.region.count; c += kThreads)
     a.keys[static_cast<std::int64_t>(key) * a.region.count + c] = src[c];
+}
+
+// A warp a key: 32 lanes x 4 floats are the key's 128, so the amax is one
+// warp reduction and each lane stores 4 codes as one word (a 128 B row per
+// warp). The scale and codes are launch_v4_quantize_e4m3_rows' arithmetic,
+// operation for operation, so the records are bit-equal to gather + quantize.
+__global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3_kernel(V4IndexKeysArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int key = blockIdx.x * kIndexKeyWarps + (threadIdx.x >> 5);
+  if (key >= a.num_keys) return;
+  const int sequence = sequence_of_key(a, key);
+  const float* src = paged_item(a.blocks, a.tables, sequence, a.region, key - a.sequence_key_begin[sequence]);
+  float4 v;
+  if ((reinterpret_cast<std::uintptr_t>(src) & 15u) == 0) {
+    v = __ldg(reinterpret_cast<const float4*>(src) + lane);
+  } else {  // a layout whose entries are not 16 B aligned: the same values, 4 B at a time
+    v = make_float4(src[4 * lane], src[4 * lane + 1], src[4 * lane + 2], src[4 * lane + 3]);
+  }
+  const float amax = warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const std::uint32_t word = static_cast<std::uint32_t>(__nv_fp8_e4m3(v.x / s).__x) |
+                             static_cast<std::uint32_t>(__nv_fp8_e4m3(v.y / s).__x) << 8 |
+                             static_cast<std::uint32_t>(__nv_fp8_e4m3(v.z / s).__x) << 16 |
+                             static_cast<std::uint32_t>(__nv_fp8_e4m3(v.w / s).__x) << 24;
+  reinterpret_cast<std::uint32_t*>(a.codes + static_cast<std::int64_t>(key) * kV4IndexHeadDim)[lane] = word;
+  if (lane == 0) a.scales[key] = s;
 }
 
 // Block (j, r): key j of query row r, or (the first of a row's blocks) its count.
@@ -127,6 +163,19 @@ void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t strea
                args.keys != nullptr);
   if (args.num_keys == 0) return;
   v4_gather_index_keys_kernel<<<static_cast<unsigned>(args.num_keys), kThreads, 0, stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t stream) {
+  check_blocks(args.blocks, args.tables);
+  check_region(args.region, args.blocks.floats_per_block);
+  SLUICE_CHECK(args.region.site == V4PagedSite::entry && args.region.count == kV4IndexHeadDim);
+  SLUICE_CHECK(args.num_keys >= 0 && args.num_sequences > 0 && args.sequence_key_begin != nullptr &&
+               args.codes != nullptr && args.scales != nullptr);
+  SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.codes) % 4 == 0);
+  if (args.num_keys == 0) return;
+  const unsigned grid = static_cast<unsigned>((args.num_keys + kIndexKeyWarps - 1) / kIndexKeyWarps);
+  v4_gather_index_keys_e4m3_kernel<<<grid, kIndexKeyWarps * 32, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
