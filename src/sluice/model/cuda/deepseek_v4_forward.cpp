@@ -1286,11 +1286,17 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   float* y = pass.alloc<float>(std::int64_t{n} * hidden);
   float* post = pass.alloc<float>(std::int64_t{n} * hc);
   float* comb = pass.alloc<float>(std::int64_t{n} * hc * hc);
+  // hc_pre's split dot products (null where the width does not split: a block a row).
+  auto hc_pre_workspace = [&](std::int32_t rows) -> float* {
+    const std::int64_t floats = v4_hc_pre_workspace_floats(rows, hc, hidden);
+    return floats > 0 ? pass.alloc<float>(floats) : nullptr;
+  };
   auto sub_layer = [&](const Weights::Hc& site, const DeviceArray<float>& norm, auto&& run) {
     const StepScratch::Mark mark = rt.scratch.mark();
     launch_v4_hc_pre({.streams = streams, .w = site.view(), .post = post, .comb = comb, .collapsed = x,
                       .out_dt = kF32Dt, .rows = n, .hc = hc, .hidden = hidden,
-                      .sinkhorn_iters = ds.hc_sinkhorn_iters, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps},
+                      .sinkhorn_iters = ds.hc_sinkhorn_iters, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
+                      .workspace = hc_pre_workspace(n)},
                      s);
     launch_v4_rms_norm_f32(x, n, hidden, norm.get(), cfg.rms_norm_eps, s);
     run(pass.bf16(x, std::int64_t{n} * hidden));
@@ -1312,7 +1318,7 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
     launch_v4_copy_rows(streams, step.ints[step.sample_rows], picked, nullptr, sampled, hc * hidden, s);
     launch_v4_hc_pre({.streams = picked, .w = w.hc_head.view(), .collapsed = last, .out_dt = kF32Dt,
                       .rows = sampled, .hc = hc, .hidden = hidden, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
-                      .head = true},
+                      .head = true, .workspace = hc_pre_workspace(sampled)},
                      s);
     launch_v4_rms_norm_f32(last, sampled, hidden, w.final_norm.get(), cfg.rms_norm_eps, s);
     float* logits = pass.alloc<float>(std::int64_t{sampled} * vocab);

@@ -131,8 +131,14 @@ struct V4HcPreArgs {
   std::int32_t rows = 0, hc = 0, hidden = 0, sinkhorn_iters = 0;
   float hc_eps = 1e-6f, norm_eps = 1e-6f;
   bool head = false;  // hc_head: hc mixes, collapse only (post and comb unused)
+  // v4_hc_pre_workspace_floats(rows, hc, hidden) floats, or null: with it the
+  // mixes' dot products are split over the width across the SMs (two
+  // launches), else a block a row does the whole row (its latency is the call's).
+  float* workspace = nullptr;
 };
 void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream);
+// 0 where the split form does not apply (hc * hidden not a multiple of 512).
+std::int64_t v4_hc_pre_workspace_floats(std::int32_t rows, std::int32_t hc, std::int32_t hidden);
 struct V4HcPostArgs {
   float* streams = nullptr;  // [rows, hc, hidden], updated in place
   const void* y = nullptr;   // y_dt [rows, hidden]
