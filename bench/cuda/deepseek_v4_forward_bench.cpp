@@ -33,7 +33,8 @@
 //     grouped kernel, mma.sync), and the same under the default FP8 GEMMs
 //     (cuBLASLt block-scaled, wgmma e4m3; at decode the dense linears take the
 //     FP8 GEMV), then the default with the dense linears on the grouped kernel
-//     (the GEMV's A/B). Per format: the weights' device
+//     (the GEMV's A/B), then the default with session 17's indexer kernels, with
+//     the CUDA-core sparse attention, and with both (session 18's A/Bs). Per format: the weights' device
 //     bytes and the time to make them, prefill of one prompt to `context`
 //     in chunks of 8,192 (the first chunk's rate: "prefill 8k"), decode at
 //     batch 1 after it, and decode at `decode_batch` sequences at position
@@ -47,7 +48,7 @@
 //   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMATS]
 //     Only the formats FORMATS (a comma list: 0 bf16, 1 grouped / mma.sync,
 //     2 cuBLASLt / wgmma, 3 grouped dense / wgmma, 4 the default with session
-//     17's indexer; the default 2), one step between cudaProfilerStart and
+//     17's indexer, 5 with the CUDA-core attention, 6 with both; the default 2), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
 //     --profile-from-start off; the first format listed): PROFILE 1 a decode
 //     step of BATCH sequences at CONTEXT, 2 the first prefill chunk of 8,192
@@ -488,6 +489,12 @@ int flash_formats(int argc, char** argv) {
       // scores): the A/B of the one-pass records and the tensor-core scores (session 18).
       {"FP8 default, session-17 indexer (f32 pool + quantize, CUDA-core scores)", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores}},
+      // The default but for the CUDA-core sparse attention (session 11's kernel): the A/B of the tensor-core one.
+      {"FP8 default, CUDA-core sparse attention", false, {.attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
+      // Both of session 17's kernels.
+      {"FP8 default, session-17 indexer and CUDA-core attention", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
+        .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

@@ -19,8 +19,10 @@ namespace {
 
 using namespace sluice::v4_testing;
 
+using AttentionLauncher = void (*)(const cuda::V4SparseAttentionArgs&, cudaStream_t);
+
 void check_sparse_attention(std::int32_t heads, const std::vector<std::int32_t>& num_keys, bool rope, Dt out_dt,
-                            double tolerance) {
+                            double tolerance, AttentionLauncher attention = cuda::launch_v4_sparse_attention) {
   constexpr std::int64_t d = cuda::kV4LatentDim;
   const auto rows = static_cast<std::int32_t>(num_keys.size());
   const std::int32_t max_keys = std::max(1, *std::max_element(num_keys.begin(), num_keys.end()));
@@ -51,7 +53,7 @@ void check_sparse_attention(std::int32_t heads, const std::vector<std::int32_t>&
                                    .out = out_dt == kF32 ? static_cast<void*>(dout_f32.get()) : dout_bf16.get(),
                                    .out_dt = out_dt, .rows = rows, .num_heads = heads, .max_keys = max_keys,
                                    .softmax_scale = softmax_scale};
-  cuda::launch_v4_sparse_attention(args, nullptr);
+  attention(args, nullptr);
   std::vector<float> got;
   if (out_dt == kF32) {
     got = dout_f32.host();
@@ -98,6 +100,21 @@ TEST(DeepseekV4CudaKernels, SparseAttentionPrefillRowsEachWithTheirOwnKeys) {
   std::vector<std::int32_t> num_keys;
   for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
   check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5);
+}
+
+// The tensor-core kernel on the same cases and bounds: its scores are exact
+// products summed in f32 and its softmax weights enter P V as two bf16 terms
+// (2^-17 of each), so the f32 reference's 2e-5 holds; heads past the block's
+// 64 (100: a second, partial block), rows without keys, tiles cut short.
+TEST(DeepseekV4CudaKernels, SparseAttentionOnTensorCoresMatchesTheReference) {
+  const AttentionLauncher mma = cuda::launch_v4_sparse_attention_mma;
+  check_sparse_attention(64, {128, 640, 1152, 1, 0, 31, 33}, /*rope=*/true, kF32, 2e-5, mma);
+  check_sparse_attention(20, {5, 640, 200}, /*rope=*/false, kF32, 2e-5, mma);
+  check_sparse_attention(100, {300, 17}, /*rope=*/true, kF32, 2e-5, mma);
+  check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3, mma);
+  std::vector<std::int32_t> num_keys;
+  for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
+  check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5, mma);
 }
 
 

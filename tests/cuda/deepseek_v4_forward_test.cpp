@@ -90,6 +90,8 @@ struct Case {
   testing::DeepseekV4GoldenBounds bounds() const { return testing::deepseek_v4_device_bounds(weights, e4m3()); }
   std::string name() const {
     std::string n = testing::deepseek_v4_golden_name(weights);
+    if (options.attention == cuda::DeepseekV4AttentionKernel::cuda_cores) n += "_cuda_core_attention";
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
     if (!keep_quantized) return n + "_host_bf16";
     return n + (e4m3() ? "_kept_e4m3" : "_kept_bf16_activations");
@@ -310,6 +312,10 @@ TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
 INSTANTIATE_TEST_SUITE_P(
     Weights, DeepseekV4DeviceForwardTest,
     ::testing::Values(Case{.weights = DeepseekV4GoldenWeights::f32},
+                      // Session 17's kernels for the attention and the indexer (the A/B rows of the bench).
+                      Case{.weights = DeepseekV4GoldenWeights::f32,
+                           .options = {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
+                                       .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts, .keep_quantized = true,
                            .options = kBf16Activations},

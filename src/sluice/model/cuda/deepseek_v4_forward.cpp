@@ -1128,11 +1128,14 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   }
   launch_v4_gather_keys(gather, s);
   auto* attn16 = p.alloc<std::uint16_t>(q_size);  // bf16: wo_a's input
-  launch_v4_sparse_attention({.q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys,
-                              .sinks = L.sinks.get(), .positions = positions, .rope = rope, .out = attn16,
-                              .out_dt = kBf16Dt, .rows = n, .num_heads = heads, .max_keys = max_keys,
-                              .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))},
-                             s);
+  const V4SparseAttentionArgs attention_args{
+      .q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys, .sinks = L.sinks.get(),
+      .positions = positions, .rope = rope, .out = attn16, .out_dt = kBf16Dt, .rows = n, .num_heads = heads,
+      .max_keys = max_keys, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))};
+  if (p.w.options.attention == DeepseekV4AttentionKernel::tensor_cores)
+    launch_v4_sparse_attention_mma(attention_args, s);
+  else
+    launch_v4_sparse_attention(attention_args, s);
   // Grouped output: group g's heads [n, group_in] (columns g * group_in of attn) times its block of
   // wo_a [o_lora, group_in]^T, all groups as one strided-batched GEMM into [n, groups * o_lora]
   // (bf16: wo_b's input), then wo_b.

@@ -70,11 +70,16 @@ namespace sluice::cuda {
 // records; the scores differ only in the order of their sums.
 enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma };
 
-// The FP8 GEMMs' choices (CudaOptions' fields of the same names), and the indexer's kernels.
+// The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
+// the reference) or tensor cores (the default).
+enum class DeepseekV4AttentionKernel { cuda_cores, tensor_cores };
+
+// The FP8 GEMMs' choices (CudaOptions' fields of the same names), the indexer's and the attention's kernels.
 struct DeepseekV4DeviceOptions {
   Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
   MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
   DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_mma;
+  DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::tensor_cores;
 };
 
 // The weights random() makes: bf16 uniform (session 12's bench), or as

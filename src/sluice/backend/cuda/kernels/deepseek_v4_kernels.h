@@ -63,6 +63,10 @@ struct V4SparseAttentionArgs {
   float softmax_scale = 1.0f;
 };
 void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t stream);
+// The same op on tensor cores (deepseek_v4_attention_mma.cu: a block a row and
+// 64 heads, mma.sync bf16 with the softmax weights split in two bf16 terms);
+// the CUDA-core kernel above stays as its reference. q and kv 16 B aligned.
+void launch_v4_sparse_attention_mma(const V4SparseAttentionArgs& args, cudaStream_t stream);
 
 // The lightning indexer (DeepseekV4Kernels::indexer_top_k) on FP8 records:
 // index keys are e4m3 [128] with one f32 scale each (the 132 B record of
