@@ -288,9 +288,11 @@ void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   const bool vec = (args.hc * args.hidden) % 4 == 0 && reinterpret_cast<std::uintptr_t>(args.streams) % 16 == 0 &&
                    reinterpret_cast<std::uintptr_t>(args.w.fn) % 16 == 0;
-  if (args.workspace != nullptr && vec && v4_hc_pre_workspace_floats(args.rows, args.hc, args.hidden) > 0) {
+  const int row_groups = (args.rows + kSplitRows - 1) / kSplitRows;
+  if (args.workspace != nullptr && vec && v4_hc_pre_workspace_floats(args.rows, args.hc, args.hidden) > 0 &&
+      row_groups <= 65535) {
     const dim3 grid(static_cast<unsigned>(args.hc * args.hidden / kSliceWidth),
-                    static_cast<unsigned>((args.rows + kSplitRows - 1) / kSplitRows));
+                    static_cast<unsigned>(row_groups));
     v4_hc_pre_partials_kernel<<<grid, kSplitThreads, 0, stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
     v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
