@@ -544,11 +544,24 @@ int flash_formats(int argc, char** argv) {
         const DecodeParams pb = decode_params(*config, batch);
         const double weights = pb.quantized * (f.as_bf16 ? 2.0 : 1.0) + pb.bf16 * 2;
         const double kv = decode_kv_bytes(*config, context, batch);
+        // What the step's return costs alone: its logits [batch, vocab] f32 copied into a new host vector.
+        const std::size_t logits_floats = static_cast<std::size_t>(batch) * config->vocab_size;
+        float* device_logits = nullptr;
+        double copy_s = 0;
+        if (cudaMalloc(reinterpret_cast<void**>(&device_logits), logits_floats * 4) == cudaSuccess) {
+          for (int i = 0; i < kDecodeSteps; ++i) {
+            const auto t = Clock::now();
+            std::vector<float> host(logits_floats);
+            cudaMemcpy(host.data(), device_logits, logits_floats * 4, cudaMemcpyDeviceToHost);
+            copy_s += seconds_since(t);
+          }
+          cudaFree(device_logits);
+        }
         std::printf("| %s | decode batch %d at %d, %d layers | %.2f ms, %.0f tok/s | weights %.2f GB: %.1f%% of HBM | "
-                    "weights + KV read %.2f GB: %.1f%% of HBM |\n",
+                    "weights + KV read %.2f GB: %.1f%% of HBM | logits to the host alone %.2f ms |\n",
                     f.name, batch, context, layers, decode_b * 1e3, batch / decode_b, weights / 1e9,
                     100 * weights / decode_b / kHbmBytesPerS, (weights + kv) / 1e9,
-                    100 * (weights + kv) / decode_b / kHbmBytesPerS);
+                    100 * (weights + kv) / decode_b / kHbmBytesPerS, copy_s / kDecodeSteps * 1e3);
         std::fflush(stdout);
         continue;
       }
