@@ -1079,7 +1079,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       SLUICE_CUDA_CHECK(cudaMemsetAsync(num_selected, 0, static_cast<std::size_t>(n) * sizeof(std::int32_t), s));
     } else {
       const std::int32_t pool = ix.plan.num_keys();
-      const bool session17 = p.w.options.indexer == DeepseekV4IndexerKernels::f32_pool_cuda_cores;
+      const bool f32_pool = p.w.options.indexer == DeepseekV4IndexerKernels::f32_pool_cuda_cores;
       auto* keys_e4m3 = p.alloc<std::uint8_t>(std::int64_t{pool} * ihd);
       float* key_scale = p.alloc<float>(pool);
       V4IndexKeysArgs pool_args{.blocks = p.blocks, .tables = p.step.sequences_view(),
@@ -1087,7 +1087,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                 .sequence_key_begin = ints[ix.sequence_key_begin],
                                 .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
                                 .num_keys = pool, .codes = keys_e4m3, .scales = key_scale};
-      if (session17) {
+      if (f32_pool) {
         float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
         pool_args.keys = keys;
         launch_v4_gather_index_keys(pool_args, s);
@@ -1104,7 +1104,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
-      if (session17) launch_v4_indexer_scores(args, s);
+      if (f32_pool) launch_v4_indexer_scores(args, s);
       else launch_v4_indexer_scores_mma(args, s);
       launch_v4_indexer_top_k(args, s);
     }
@@ -1137,8 +1137,9 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   else
     launch_v4_sparse_attention(attention_args, s);
   // Grouped output: group g's heads [n, group_in] (columns g * group_in of attn) times its block of
-  // wo_a [o_lora, group_in]^T, all groups as one strided-batched GEMM into [n, groups * o_lora]
-  // (bf16: wo_b's input), then wo_b.
+  // wo_a [o_lora, group_in]^T into [n, groups * o_lora] (bf16: wo_b's input), then wo_b. All groups
+  // as one GEMM: strided-batched (bf16 wo_a) or grouped (FP8, wo_a_grouped_fp8); else (FP8 at the
+  // GEMV's sizes or under Fp8DenseGemm::kernel) a GEMM a group.
   const std::int32_t groups = ds.o_groups, group_in = heads * hd / groups, o_lora = ds.o_lora_rank;
   auto* grouped16 = p.alloc<std::uint16_t>(std::int64_t{n} * groups * o_lora);
   if (L.wo_a.fp8() && p.step.wo_a_grouped) {
