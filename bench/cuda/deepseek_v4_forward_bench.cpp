@@ -33,7 +33,8 @@
 //     grouped kernel, mma.sync), and the same under the default FP8 GEMMs
 //     (cuBLASLt block-scaled, wgmma e4m3; at decode the dense linears take the
 //     FP8 GEMV), then the default with the dense linears on the grouped kernel
-//     (the GEMV's A/B). Per format: the weights' device
+//     (the GEMV's A/B), then the default with session 17's indexer kernels, with
+//     the CUDA-core sparse attention, and with both (session 18's A/Bs). Per format: the weights' device
 //     bytes and the time to make them, prefill of one prompt to `context`
 //     in chunks of 8,192 (the first chunk's rate: "prefill 8k"), decode at
 //     batch 1 after it, and decode at `decode_batch` sequences at position
@@ -44,13 +45,18 @@
 //     over 4.3 TB/s); the first chunk's and a batch-1 decode step's logits
 //     against the bf16 format's (max |d| / max |logit|).
 //
-//   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMAT]
-//     Only format FORMAT (0 bf16, 1 grouped / mma.sync, 2 cuBLASLt / wgmma,
-//     3 grouped dense / wgmma; the default 2), one step between cudaProfilerStart and cudaProfilerStop
-//     after a warm-up step of the same shape (for ncu --profile-from-start
-//     off): PROFILE 1 a decode step of BATCH sequences at CONTEXT, 2 the first
-//     prefill chunk of 8,192 rows, 3 a decode step of one sequence at CONTEXT
-//     (decode over KV blocks never written, as above).
+//   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMATS]
+//     Only the formats FORMATS (a comma list: 0 bf16, 1 grouped / mma.sync,
+//     2 cuBLASLt / wgmma, 3 grouped dense / wgmma, 4 the default with session
+//     17's indexer, 5 with the CUDA-core attention, 6 with both; the default 2), one step between cudaProfilerStart and
+//     cudaProfilerStop after a warm-up step of the same shape (for ncu
+//     --profile-from-start off; the first format listed): PROFILE 1 a decode
+//     step of BATCH sequences at CONTEXT, 2 the first prefill chunk of 8,192
+//     rows, 3 a decode step of one sequence at CONTEXT (decode over KV blocks
+//     never written, as above). PROFILE 4: no profiler and no prefill, each
+//     listed format's decode at BATCH x CONTEXT timed over 16 steps, its share
+//     of HBM on the weights and on the weights plus the KV it reads (the
+//     sizes whose prefill would take too long, 64 x 131072).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -61,6 +67,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -415,12 +422,44 @@ DecodeParams decode_params(const ModelConfig& c, int batch) {
   return p;
 }
 
+// Bytes of the f32 cache a decode step of `batch` rows at position `context`
+// reads (KV not counted in decode_params): each row's window latents, and per
+// CSA layer its visible index keys (the indexer scores all of them) and its
+// top-k entries, per HCA layer every visible entry. Pending rings and the
+// step's own writes are left out.
+double decode_kv_bytes(const ModelConfig& c, std::int64_t context, int batch) {
+  const DeepseekV4Config& ds = *c.deepseek_v4;
+  const double hd = c.head_dim, p = static_cast<double>(context + 1);
+  double floats = 0;
+  for (DeepseekV4Attention type : ds.layer_types) {
+    floats += std::min<double>(p, ds.sliding_window) * hd;
+    if (type == DeepseekV4Attention::compressed_sparse) {
+      const double visible = std::floor(p / ds.csa_compress_rate);
+      floats += visible * ds.index_head_dim + std::min<double>(visible, ds.index_topk) * hd;
+    } else if (type == DeepseekV4Attention::heavily_compressed) {
+      floats += std::floor(p / ds.hca_compress_rate) * hd;
+    }
+  }
+  return 4.0 * floats * batch;
+}
+
+// A comma-separated list of format numbers ("2,4").
+std::vector<int> format_list(const std::string& arg) {
+  std::vector<int> out;
+  for (std::size_t begin = 0;;) {
+    const std::size_t comma = arg.find(',', begin);
+    out.push_back(std::atoi(arg.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin).c_str()));
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
+}
+
 int flash_formats(int argc, char** argv) {
   const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int context = argc > 3 ? std::atoi(argv[3]) : 32768;
   const int batch = argc > 4 ? std::atoi(argv[4]) : 64;
   const int profile = argc > 5 ? std::atoi(argv[5]) : 0;
-  const int only_format = argc > 6 ? std::atoi(argv[6]) : 2;
+  const std::vector<int> only_formats = argc > 6 ? format_list(argv[6]) : std::vector<int>{2};
   constexpr int kChunk = 8192, kDecodeSteps = 16;
   constexpr double kFp8PeakFlops = 1979e12;  // H200 dense FP8, the spec sheet
   auto config = parse_model_config(flash_config_json(layers), "deepseek_v4_forward_bench --flash-formats");
@@ -446,6 +485,16 @@ int flash_formats(int argc, char** argv) {
       // rows) the A/B row of the FP8 GEMV the default takes there (session 14).
       {"FP8 dense on the grouped kernel + FP4->FP8 experts on wgmma", false,
        {.fp8_dense_gemm = cuda::Fp8DenseGemm::kernel, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma}},
+      // The default but for session 17's indexer (the f32 key pool, quantized apart, CUDA-core
+      // scores): the A/B of the one-pass records and the tensor-core scores (session 18).
+      {"FP8 default, session-17 indexer (f32 pool + quantize, CUDA-core scores)", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores}},
+      // The default but for the CUDA-core sparse attention (session 11's kernel): the A/B of the tensor-core one.
+      {"FP8 default, CUDA-core sparse attention", false, {.attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
+      // Both of session 17's kernels.
+      {"FP8 default, session-17 indexer and CUDA-core attention", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
+        .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;
@@ -462,7 +511,7 @@ int flash_formats(int argc, char** argv) {
               context, context, batch, context);
   for (std::size_t fi = 0; fi < std::size(formats); ++fi) {
     const Format& f = formats[fi];
-    if (profile != 0 && static_cast<int>(fi) != only_format) continue;
+    if (profile != 0 && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end()) continue;
     const auto t0 = Clock::now();
     auto device = cuda::DeepseekV4DeviceForward::random(
         *config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts, f.as_bf16, f.options);
@@ -480,11 +529,42 @@ int flash_formats(int argc, char** argv) {
     std::vector<float> first_logits, decode_logits;
     if (profile != 0) {
       Harness h(**device, *layout, config->vocab_size, kBlock);
-      std::vector<std::int32_t> tokens = {context + kDecodeSteps};
+      // Mode 4 never runs sequence 0 (the prefill one): one block for it.
+      std::vector<std::int32_t> tokens = {profile == 4 ? 1 : context + kDecodeSteps};
       for (int s = 0; s < batch; ++s) tokens.push_back(context + kDecodeSteps + 1);
       if (!h.allocate(tokens)) return 1;
       std::vector<int> all;
       for (int s = 1; s <= batch; ++s) all.push_back(s);
+      if (profile == 4) {
+        (void)h.timed(h.step_of(all, std::vector<int>(all.size(), context), 1));  // warm-up
+        double decode_b = 0;
+        for (int i = 0; i < kDecodeSteps; ++i)
+          decode_b += h.timed(h.step_of(all, std::vector<int>(all.size(), context + 1 + i), 1));
+        decode_b /= kDecodeSteps;
+        const DecodeParams pb = decode_params(*config, batch);
+        const double weights = pb.quantized * (f.as_bf16 ? 2.0 : 1.0) + pb.bf16 * 2;
+        const double kv = decode_kv_bytes(*config, context, batch);
+        // What the step's return costs alone: its logits [batch, vocab] f32 copied into a new host vector.
+        const std::size_t logits_floats = static_cast<std::size_t>(batch) * config->vocab_size;
+        float* device_logits = nullptr;
+        double copy_s = 0;
+        if (cudaMalloc(reinterpret_cast<void**>(&device_logits), logits_floats * 4) == cudaSuccess) {
+          for (int i = 0; i < kDecodeSteps; ++i) {
+            const auto t = Clock::now();
+            std::vector<float> host(logits_floats);
+            cudaMemcpy(host.data(), device_logits, logits_floats * 4, cudaMemcpyDeviceToHost);
+            copy_s += seconds_since(t);
+          }
+          cudaFree(device_logits);
+        }
+        std::printf("| %s | decode batch %d at %d, %d layers | %.2f ms, %.0f tok/s | weights %.2f GB: %.1f%% of HBM | "
+                    "weights + KV read %.2f GB: %.1f%% of HBM | logits to the host alone %.2f ms |\n",
+                    f.name, batch, context, layers, decode_b * 1e3, batch / decode_b, weights / 1e9,
+                    100 * weights / decode_b / kHbmBytesPerS, (weights + kv) / 1e9,
+                    100 * (weights + kv) / decode_b / kHbmBytesPerS, copy_s / kDecodeSteps * 1e3);
+        std::fflush(stdout);
+        continue;
+      }
       const StepLayout step = profile == 2   ? h.step_of({0}, {0}, kChunk)
                               : profile == 1 ? h.step_of(all, std::vector<int>(all.size(), context), 1)
                                              : h.step_of({0}, {context}, 1);

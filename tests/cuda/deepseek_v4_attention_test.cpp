@@ -19,8 +19,10 @@ namespace {
 
 using namespace sluice::v4_testing;
 
+using AttentionLauncher = void (*)(const cuda::V4SparseAttentionArgs&, cudaStream_t);
+
 void check_sparse_attention(std::int32_t heads, const std::vector<std::int32_t>& num_keys, bool rope, Dt out_dt,
-                            double tolerance) {
+                            double tolerance, AttentionLauncher attention = cuda::launch_v4_sparse_attention) {
   constexpr std::int64_t d = cuda::kV4LatentDim;
   const auto rows = static_cast<std::int32_t>(num_keys.size());
   const std::int32_t max_keys = std::max(1, *std::max_element(num_keys.begin(), num_keys.end()));
@@ -51,7 +53,7 @@ void check_sparse_attention(std::int32_t heads, const std::vector<std::int32_t>&
                                    .out = out_dt == kF32 ? static_cast<void*>(dout_f32.get()) : dout_bf16.get(),
                                    .out_dt = out_dt, .rows = rows, .num_heads = heads, .max_keys = max_keys,
                                    .softmax_scale = softmax_scale};
-  cuda::launch_v4_sparse_attention(args, nullptr);
+  attention(args, nullptr);
   std::vector<float> got;
   if (out_dt == kF32) {
     got = dout_f32.host();
@@ -100,6 +102,21 @@ TEST(DeepseekV4CudaKernels, SparseAttentionPrefillRowsEachWithTheirOwnKeys) {
   check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5);
 }
 
+// The tensor-core kernel on the same cases and bounds: its scores are exact
+// products summed in f32 and its softmax weights enter P V as two bf16 terms
+// (2^-17 of each), so the f32 reference's 2e-5 holds; heads past the block's
+// 64 (100: a second, partial block), rows without keys, tiles cut short.
+TEST(DeepseekV4CudaKernels, SparseAttentionOnTensorCoresMatchesTheReference) {
+  const AttentionLauncher mma = cuda::launch_v4_sparse_attention_mma;
+  check_sparse_attention(64, {128, 640, 1152, 1, 0, 31, 33}, /*rope=*/true, kF32, 2e-5, mma);
+  check_sparse_attention(20, {5, 640, 200}, /*rope=*/false, kF32, 2e-5, mma);
+  check_sparse_attention(100, {300, 17}, /*rope=*/true, kF32, 2e-5, mma);
+  check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3, mma);
+  std::vector<std::int32_t> num_keys;
+  for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
+  check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5, mma);
+}
+
 
 struct IndexerCase {
   std::int32_t heads = 64;
@@ -107,6 +124,8 @@ struct IndexerCase {
   std::int32_t top_k = 512;
   std::int32_t prototypes = 0;  // > 0: every key is a copy of one of these (ties on purpose)
   std::uint64_t seed = 1;
+  // The scores kernel under test: CUDA cores, or tensor cores (launch_v4_indexer_scores_mma).
+  void (*scores)(const cuda::V4IndexerArgs&, cudaStream_t) = cuda::launch_v4_indexer_scores;
 };
 
 std::uint8_t random_e4m3(SplitMix64& rng, float scale) {
@@ -157,7 +176,7 @@ void check_indexer(const IndexerCase& c) {
                                  .key_scale = dks.get(), .key_begin = dbegin.get(), .num_visible = dvisible.get(),
                                  .scores = dscores.get(), .selected = dselected.get(), .num_selected = dcount.get(),
                                  .rows = rows, .num_heads = c.heads, .max_visible = max_visible, .top_k = c.top_k};
-  cuda::launch_v4_indexer_scores(args, nullptr);
+  c.scores(args, nullptr);
   cuda::launch_v4_indexer_top_k(args, nullptr);
   const std::vector<float> scores = dscores.host();
   const std::vector<std::int32_t> selected = dselected.host(), count = dcount.host();
@@ -222,6 +241,18 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   // 3000 keys that are copies of 37 prototypes: the 512th score falls inside a run of equal scores.
   check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22});
   check_indexer({.heads = 7, .num_visible = {900, 40}, .top_k = 16, .prototypes = 5, .seed = 23});
+}
+
+// The tensor-core scores under the same checks: the same scores within the
+// reference's bound, the same sets, copies of a key scoring bit-equal wherever
+// they sit in a tile (the tie cases); heads that fill no tile (7) or part of a
+// second one (20), key counts off the block's 256.
+TEST(DeepseekV4CudaKernels, IndexerScoresOnTensorCoresSelectTheReferenceSets) {
+  const auto mma = cuda::launch_v4_indexer_scores_mma;
+  check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21, .scores = mma});
+  check_indexer({.heads = 20, .num_visible = {700, 257, 1, 255}, .top_k = 64, .seed = 24, .scores = mma});
+  check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22, .scores = mma});
+  check_indexer({.heads = 7, .num_visible = {900, 40}, .top_k = 16, .prototypes = 5, .seed = 23, .scores = mma});
 }
 
 }  // namespace

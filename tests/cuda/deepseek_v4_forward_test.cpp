@@ -90,6 +90,8 @@ struct Case {
   testing::DeepseekV4GoldenBounds bounds() const { return testing::deepseek_v4_device_bounds(weights, e4m3()); }
   std::string name() const {
     std::string n = testing::deepseek_v4_golden_name(weights);
+    if (options.attention == cuda::DeepseekV4AttentionKernel::cuda_cores) n += "_cuda_core_attention";
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
     if (!keep_quantized) return n + "_host_bf16";
     return n + (e4m3() ? "_kept_e4m3" : "_kept_bf16_activations");
@@ -310,6 +312,10 @@ TEST_P(DeepseekV4DeviceForwardTest, PrefixCacheHitMatchesTheColdRun) {
 INSTANTIATE_TEST_SUITE_P(
     Weights, DeepseekV4DeviceForwardTest,
     ::testing::Values(Case{.weights = DeepseekV4GoldenWeights::f32},
+                      // Session 17's kernels for the attention and the indexer (the A/B rows of the bench).
+                      Case{.weights = DeepseekV4GoldenWeights::f32,
+                           .options = {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
+                                       .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts, .keep_quantized = true,
                            .options = kBf16Activations},
@@ -341,20 +347,27 @@ TEST(DeepseekV4DeviceForwardEngine, GreedyGenerationOnCudaOpsIsTheCpuBackends) {
   ASSERT_EQ(got->tokens.size(), want->tokens.size());
   ASSERT_EQ(got->logits.size(), want->tokens.size());
   ASSERT_EQ(want->logits.size(), want->tokens.size());
+  // Step i's logits within max(kLogitBound, twice what one f32 ulp of noise moves
+  // the rounded reference there): step 10 of this generation sits near a flip
+  // (tests/support/deepseek_v4_device_rounding.h, kDeepseekV4EngineFlowSpreadF32).
+  ASSERT_EQ(got->tokens.size(), testing::kDeepseekV4EngineFlowSpreadF32.size());
   std::size_t compared = 0;
-  float worst = 0.0f;
+  float worst = 0.0f, worst_of_bound = 0.0f;
   for (; compared < got->tokens.size(); ++compared) {
-    worst = std::max(worst, scaled_error(got->logits[compared], want->logits[compared]));
+    const float error = scaled_error(got->logits[compared], want->logits[compared]);
+    const float bound = std::max(kLogitBound, 2 * testing::kDeepseekV4EngineFlowSpreadF32[compared]);
+    EXPECT_LE(error, bound) << "step " << compared;
+    worst = std::max(worst, error);
+    worst_of_bound = std::max(worst_of_bound, error / bound);
     if (got->tokens[compared] != want->tokens[compared]) {
       EXPECT_LE(testing::greedy_margin(want->logits[compared]), 2 * kLogitBound) << "token " << compared;
       ++compared;
       break;
     }
   }
-  EXPECT_LE(worst, kLogitBound);
   std::printf("[ v4 forward ] engine: %zu of %zu greedy tokens compared (equal up to a near tie), worst "
-              "max|dlogit| / max|logit| %.3g\n",
-              compared, got->tokens.size(), worst);
+              "max|dlogit| / max|logit| %.3g (%.2f of its step's bound)\n",
+              compared, got->tokens.size(), worst, worst_of_bound);
 }
 
 // The runner on an FP8 + FP4-experts checkpoint: loaded with keep_quantized

@@ -82,7 +82,9 @@ TEST(DeepseekV4CudaKernels, CompressorsMatchTheReferenceEntries) {
 }
 
 
-TEST(DeepseekV4CudaKernels, HyperConnectionsMatchTheReference) {
+// hc_pre in either form: a block a row, or (split) with a workspace, its dot
+// products split over the width across blocks first.
+void check_hyper_connections(bool split) {
   const HyperConnectionShape shape{.hc_mult = 4, .hidden = 4096, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-6f};
   const std::int32_t rows = 5, hc = 4, hidden = 4096, mixes = (2 + hc) * hc;
   const std::vector<float> streams = uniform(static_cast<std::size_t>(rows) * hc * hidden, 41, -3.0f, 3.0f);
@@ -94,16 +96,20 @@ TEST(DeepseekV4CudaKernels, HyperConnectionsMatchTheReference) {
   const std::vector<float> head_fn(fn.begin(), fn.begin() + static_cast<std::int64_t>(hc) * hc * hidden);
   const std::vector<float> head_base(base.begin(), base.begin() + hc), head_scale(scale.begin(), scale.begin() + 1);
 
+  const std::int64_t workspace_floats = cuda::v4_hc_pre_workspace_floats(rows, hc, hidden);
+  ASSERT_GT(workspace_floats, 0);
+  Dev<float> dworkspace(static_cast<std::size_t>(workspace_floats));
+  float* workspace = split ? dworkspace.get() : nullptr;
   Dev<float> dstreams(streams), dfn(fn), dbase(base), dscale(scale), dy(y);
   Dev<float> dpost(static_cast<std::size_t>(rows) * hc), dcomb(static_cast<std::size_t>(rows) * hc * hc);
   Dev<float> dcollapsed(static_cast<std::size_t>(rows) * hidden), dhead(static_cast<std::size_t>(rows) * hidden);
   cuda::launch_v4_hc_pre({.streams = dstreams.get(), .w = {dfn.get(), dbase.get(), dscale.get()}, .post = dpost.get(),
                           .comb = dcomb.get(), .collapsed = dcollapsed.get(), .out_dt = kF32, .rows = rows, .hc = hc,
-                          .hidden = hidden, .sinkhorn_iters = 20},
+                          .hidden = hidden, .sinkhorn_iters = 20, .workspace = workspace},
                          nullptr);
   cuda::launch_v4_hc_pre({.streams = dstreams.get(), .w = {dfn.get(), dbase.get(), dscale.get()},
                           .collapsed = dhead.get(), .out_dt = kF32, .rows = rows, .hc = hc, .hidden = hidden,
-                          .head = true},
+                          .head = true, .workspace = workspace},
                          nullptr);
   const std::vector<float> post = dpost.host(), comb = dcomb.host(), collapsed = dcollapsed.host(), head = dhead.host();
   cuda::launch_v4_hc_post({.streams = dstreams.get(), .y = dy.get(), .y_dt = kF32, .post = dpost.get(),
@@ -141,6 +147,12 @@ TEST(DeepseekV4CudaKernels, HyperConnectionsMatchTheReference) {
       for (std::int32_t j = 0; j < hc; ++j) column += comb[(r * hc + j) * hc + k];
       EXPECT_NEAR(column, 1.0, 1e-4);
     }
+}
+
+TEST(DeepseekV4CudaKernels, HyperConnectionsMatchTheReference) { check_hyper_connections(/*split=*/false); }
+
+TEST(DeepseekV4CudaKernels, HyperConnectionsSplitOverTheWidthMatchTheReference) {
+  check_hyper_connections(/*split=*/true);
 }
 
 

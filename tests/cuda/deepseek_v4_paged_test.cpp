@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -29,6 +31,7 @@
 #include "deepseek_v4_test_util.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/deepseek_v4_paged_state.h"
@@ -334,6 +337,83 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
     EXPECT_LT(v4_testing::relative_error(got_attn, want_attn), 2e-5)
         << "max |delta| " << v4_testing::max_abs_difference(got_attn, want_attn);
   }
+}
+
+// The indexer's key pool of both CSA layers (A's first 150 keys, B's 160,
+// one of A's keys all zeros, the values spanning many exponents): the records
+// made in one pass are the bytes of the f32 gather followed by the separate
+// quantization (session 17's path), and both are the host's quantization of
+// the host state's entries (amax / 448 a key, round to nearest even).
+TEST_F(DeepseekV4PagedCuda, IndexKeyRecordsInOnePassAreTheGatherThenQuantizeBytes) {
+  std::vector<float> image = v4_testing::uniform(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 8, -1.0f, 1.0f);
+  SplitMix64 rng(9);
+  for (float& v : image) v = std::ldexp(v, static_cast<int>(rng.next() % 24) - 12);
+  set_host_image(image);
+  constexpr std::int64_t kZeroKey = 17;
+  const std::vector<std::int32_t> sequence_key_begin = {0, 150, 310};
+  const std::int32_t num_keys = sequence_key_begin.back();
+  const Tables t = tables_for({false, true});
+  const Dev<std::int32_t> d_begin(sequence_key_begin);
+  std::int32_t layers_checked = 0;
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    if (!lr.indexer) continue;
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    const std::int64_t d = lr.indexer->dim;
+    ASSERT_EQ(d, cuda::kV4IndexHeadDim);
+    {
+      DeepseekV4PagedState a = state(false);
+      std::ranges::fill(a.entry(l, DeepseekV4Pool::indexer, kZeroKey), 0.0f);
+    }
+    set_device_image(host_image());
+    // The host's records, key by key.
+    std::vector<std::uint8_t> want_codes;
+    std::vector<float> want_scales;
+    for (std::int32_t sq = 0; sq < 2; ++sq) {
+      DeepseekV4PagedState st = state(sq == 1);
+      for (std::int32_t e = 0; e < sequence_key_begin[sq + 1] - sequence_key_begin[sq]; ++e) {
+        const std::span<float> key = st.entry(l, DeepseekV4Pool::indexer, e);
+        float amax = 0.0f;
+        for (float v : key) amax = std::max(amax, std::fabs(v));
+        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+        want_scales.push_back(scale);
+        for (float v : key) want_codes.push_back(f32_to_fp8_e4m3(v / scale));
+      }
+    }
+    ASSERT_EQ(want_scales[kZeroKey], 1.0f);
+    const cuda::V4IndexKeysArgs base{.blocks = blocks(), .tables = device_tables(t),
+                                     .region = pool_region(*lr.indexer, V4PagedSite::entry),
+                                     .sequence_key_begin = d_begin.get(), .num_sequences = 2, .num_keys = num_keys};
+    // Session 17's two steps.
+    Dev<float> keys(static_cast<std::size_t>(num_keys * d));
+    Dev<std::uint8_t> two_step_codes(static_cast<std::size_t>(num_keys * d));
+    Dev<float> two_step_scales(static_cast<std::size_t>(num_keys));
+    cuda::V4IndexKeysArgs f32_args = base;
+    f32_args.keys = keys.get();
+    cuda::launch_v4_gather_index_keys(f32_args, nullptr);
+    cuda::launch_v4_quantize_e4m3_rows(keys.get(), num_keys, static_cast<std::int32_t>(d), two_step_codes.get(),
+                                       two_step_scales.get(), nullptr);
+    // One pass, into poisoned buffers (every byte must be written).
+    Dev<std::uint8_t> codes(std::vector<std::uint8_t>(static_cast<std::size_t>(num_keys * d), 0x7f));
+    Dev<float> scales(std::vector<float>(static_cast<std::size_t>(num_keys), NAN));
+    cuda::V4IndexKeysArgs e4m3_args = base;
+    e4m3_args.codes = codes.get();
+    e4m3_args.scales = scales.get();
+    cuda::launch_v4_gather_index_keys_e4m3(e4m3_args, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<std::uint8_t> got_codes = codes.host();
+    const std::vector<float> got_scales = scales.host();
+    EXPECT_EQ(got_codes, two_step_codes.host());
+    EXPECT_EQ(got_codes, want_codes);
+    const std::vector<float> two_step = two_step_scales.host();
+    ASSERT_EQ(got_scales.size(), want_scales.size());
+    for (std::size_t k = 0; k < got_scales.size(); ++k) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got_scales[k]), std::bit_cast<std::uint32_t>(two_step[k])) << "key " << k;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got_scales[k]), std::bit_cast<std::uint32_t>(want_scales[k])) << "key " << k;
+    }
+    ++layers_checked;
+  }
+  EXPECT_EQ(layers_checked, 2);
 }
 
 // CSA's compressor and indexer (layer 1) and HCA's compressor (layer 2), A and

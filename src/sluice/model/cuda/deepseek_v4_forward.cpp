@@ -815,6 +815,10 @@ struct Step {
   std::map<std::pair<std::int32_t, bool>, CompressOnDevice> compress;  // by (rate, overlapping)
   std::map<std::int32_t, IndexOnDevice> index;                         // by rate
   std::map<std::int32_t, std::int32_t> most_entries;                   // HCA: the most entries a row sees, by rate
+  // wo_a in FP8 as one grouped GEMM (wo_a_takes_grouped_gemm): the group of each
+  // (row, group) pair, [rows * o_groups], g at r * o_groups + g.
+  bool wo_a_grouped = false;
+  StepInts::Handle wo_a_group_of_pair = 0;
 
   ItemTables tables_of(const std::vector<std::int32_t>& sequences) {
     std::vector<std::int32_t> begin, len;
@@ -968,6 +972,60 @@ void compress_step(const Pass& p, const Weights::Compressor& c, const std::uint1
   }
 }
 
+// Whether an FP8 wo_a runs as one grouped GEMM over its groups (wo_a_grouped_fp8)
+// for a step of `rows`: where a GEMM a group would take cuBLASLt on e4m3
+// activations anyway (the default options above the GEMV's rows), so the
+// activations' rounding is the same and only the sums' order differs.
+bool wo_a_takes_grouped_gemm(const Weights& w, std::int64_t rows) {
+  const DeepseekV4Config& ds = w.ds;
+  const std::int64_t o_lora = ds.o_lora_rank, group_in = std::int64_t{w.config.num_heads} * w.config.head_dim / ds.o_groups;
+  return w.options.moe_expert_gemm == MoeExpertGemm::fp8_wgmma &&
+         fp8_matmul_path(w.options.fp8_dense_gemm, rows, o_lora, group_in) == Fp8MatmulPath::cublaslt &&
+         grouped_gemm_fp8_supports(o_lora, group_in) &&
+         std::ranges::any_of(w.layers, [](const Weights::Layer& L) { return L.wo_a.fp8(); });
+}
+
+// wo_a in FP8 as the MoE's grouped GEMM with a group an expert, instead of a
+// GEMM a group with its input and output columns copied apart (8 GEMMs of
+// 64 rows at ~0.3 TB/s, 16 copies and 8 quantizations a layer at decode batch
+// 64): attn [n, groups * group_in] is [n * groups, group_in], row r * groups + g
+// group g's input, quantized per 1x128 block in one launch; pair r * groups + g
+// goes to expert g (k = 1, so the plan's row of a slot is its pair); the
+// outputs, by slot, go back to pair order, which is grouped's [n, groups * o_lora].
+void wo_a_grouped_fp8(const Pass& p, const Weights::Layer& L, const std::uint16_t* attn16, std::uint16_t* grouped16) {
+  const DeepseekV4Config& ds = p.w.ds;
+  const std::int32_t groups = ds.o_groups, o_lora = ds.o_lora_rank;
+  const std::int32_t group_in = p.w.config.num_heads * p.w.config.head_dim / groups;
+  const std::int32_t pairs = p.n * groups;
+  const Launch launch{.stream = p.s, .programmatic = false};
+  const std::int32_t tile_rows = grouped_gemm_fp8_tile_rows(pairs, groups);
+  const std::int32_t max_tiles = moe_max_tiles(pairs, groups, tile_rows);
+  auto* expert_offsets = p.alloc<std::int32_t>(groups + 1);
+  auto* slot_of_pair = p.alloc<std::int32_t>(pairs);
+  auto* row_of_slot = p.alloc<std::int32_t>(pairs);
+  auto* tile_expert = p.alloc<std::int32_t>(max_tiles);
+  auto* tile_first_slot = p.alloc<std::int32_t>(max_tiles);
+  launch_moe_plan({.expert_ids = p.step.ints[p.step.wo_a_group_of_pair], .num_pairs = pairs, .k = 1,
+                   .num_experts = groups, .tile_rows = tile_rows, .max_tiles = max_tiles,
+                   .expert_offsets = expert_offsets, .slot_of_pair = slot_of_pair, .row_of_slot = row_of_slot,
+                   .tile_expert = tile_expert, .tile_first_slot = tile_first_slot},
+                  launch);
+  auto* a_q = p.alloc<std::uint8_t>(std::int64_t{pairs} * group_in);
+  float* a_scales = p.alloc<float>(std::int64_t{pairs} * (group_in / Matrix::kFp8Block));
+  launch_quantize_fp8_rows({.x = attn16, .rows = pairs, .k = group_in, .q = a_q, .scales = a_scales}, launch);
+  auto* y16 = p.alloc<std::uint16_t>(std::int64_t{pairs} * o_lora);  // by slot
+  launch_grouped_gemm_fp8({.a = a_q, .a_scales = a_scales, .a_scale_stride = pairs, .row_of_slot = row_of_slot,
+                           .w = L.wo_a.ptr(), .w_rows = L.wo_a.rows, .w_scales = L.wo_a.scales.get(),
+                           .w_scale_row_stride = L.wo_a.scale_row_stride, .tile_expert = tile_expert,
+                           .tile_first_slot = tile_first_slot, .expert_offsets = expert_offsets,
+                           .max_tiles = max_tiles, .tile_rows = tile_rows, .n = o_lora, .k = group_in,
+                           .epilogue = GroupedEpilogue::store, .out = y16},
+                          launch);
+  // Pair i's row of grouped is slot slot_of_pair[i]'s output (o_lora bf16, moved as o_lora / 2 floats).
+  launch_v4_copy_rows(reinterpret_cast<const float*>(y16), slot_of_pair, reinterpret_cast<float*>(grouped16), nullptr,
+                      pairs, o_lora / 2, p.s);
+}
+
 // DeepseekV4Reference::run_attention for every row: x [n, hidden] (and its bf16 copy) -> out [n, hidden].
 void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float* out) {
   const ModelConfig& cfg = p.w.config;
@@ -1021,16 +1079,22 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       SLUICE_CUDA_CHECK(cudaMemsetAsync(num_selected, 0, static_cast<std::size_t>(n) * sizeof(std::int32_t), s));
     } else {
       const std::int32_t pool = ix.plan.num_keys();
-      float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
-      float* key_scale = p.alloc<float>(pool);
-      launch_v4_gather_index_keys({.blocks = p.blocks, .tables = p.step.sequences_view(),
-                                   .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
-                                   .sequence_key_begin = ints[ix.sequence_key_begin],
-                                   .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
-                                   .num_keys = pool, .keys = keys},
-                                  s);
+      const bool f32_pool = p.w.options.indexer == DeepseekV4IndexerKernels::f32_pool_cuda_cores;
       auto* keys_e4m3 = p.alloc<std::uint8_t>(std::int64_t{pool} * ihd);
-      launch_v4_quantize_e4m3_rows(keys, pool, ihd, keys_e4m3, key_scale, s);
+      float* key_scale = p.alloc<float>(pool);
+      V4IndexKeysArgs pool_args{.blocks = p.blocks, .tables = p.step.sequences_view(),
+                                .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
+                                .sequence_key_begin = ints[ix.sequence_key_begin],
+                                .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
+                                .num_keys = pool, .codes = keys_e4m3, .scales = key_scale};
+      if (f32_pool) {
+        float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
+        pool_args.keys = keys;
+        launch_v4_gather_index_keys(pool_args, s);
+        launch_v4_quantize_e4m3_rows(keys, pool, ihd, keys_e4m3, key_scale, s);
+      } else {
+        launch_v4_gather_index_keys_e4m3(pool_args, s);
+      }
       auto* q_e4m3 = p.alloc<std::uint8_t>(std::int64_t{n} * ih * ihd);
       float* q_scale = p.alloc<float>(std::int64_t{n} * ih);
       launch_v4_quantize_e4m3_rows(index_q, std::int64_t{n} * ih, ihd, q_e4m3, q_scale, s);
@@ -1040,7 +1104,8 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
-      launch_v4_indexer_scores(args, s);
+      if (f32_pool) launch_v4_indexer_scores(args, s);
+      else launch_v4_indexer_scores_mma(args, s);
       launch_v4_indexer_top_k(args, s);
     }
   }
@@ -1063,17 +1128,23 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   }
   launch_v4_gather_keys(gather, s);
   auto* attn16 = p.alloc<std::uint16_t>(q_size);  // bf16: wo_a's input
-  launch_v4_sparse_attention({.q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys,
-                              .sinks = L.sinks.get(), .positions = positions, .rope = rope, .out = attn16,
-                              .out_dt = kBf16Dt, .rows = n, .num_heads = heads, .max_keys = max_keys,
-                              .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))},
-                             s);
+  const V4SparseAttentionArgs attention_args{
+      .q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys, .sinks = L.sinks.get(),
+      .positions = positions, .rope = rope, .out = attn16, .out_dt = kBf16Dt, .rows = n, .num_heads = heads,
+      .max_keys = max_keys, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))};
+  if (p.w.options.attention == DeepseekV4AttentionKernel::tensor_cores)
+    launch_v4_sparse_attention_mma(attention_args, s);
+  else
+    launch_v4_sparse_attention(attention_args, s);
   // Grouped output: group g's heads [n, group_in] (columns g * group_in of attn) times its block of
-  // wo_a [o_lora, group_in]^T, all groups as one strided-batched GEMM into [n, groups * o_lora]
-  // (bf16: wo_b's input), then wo_b.
+  // wo_a [o_lora, group_in]^T into [n, groups * o_lora] (bf16: wo_b's input), then wo_b. All groups
+  // as one GEMM: strided-batched (bf16 wo_a) or grouped (FP8, wo_a_grouped_fp8); else (FP8 at the
+  // GEMV's sizes or under Fp8DenseGemm::kernel) a GEMM a group.
   const std::int32_t groups = ds.o_groups, group_in = heads * hd / groups, o_lora = ds.o_lora_rank;
   auto* grouped16 = p.alloc<std::uint16_t>(std::int64_t{n} * groups * o_lora);
-  if (!L.wo_a.fp8()) {
+  if (L.wo_a.fp8() && p.step.wo_a_grouped) {
+    wo_a_grouped_fp8(p, L, attn16, grouped16);
+  } else if (!L.wo_a.fp8()) {
     p.batched.run({.m = o_lora, .n = n, .k = group_in, .transpose_a = true, .lda = group_in,
                    .ldb = std::int64_t{heads} * hd, .ldc = std::int64_t{groups} * o_lora,
                    .stride_a = std::int64_t{o_lora} * group_in, .stride_b = group_in, .stride_c = o_lora,
@@ -1268,6 +1339,12 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
       step.plan_indexer(static_cast<std::int32_t>(r.rate));
     }
   }
+  if (wo_a_takes_grouped_gemm(w, n)) {
+    std::vector<std::int32_t> group_of_pair(static_cast<std::size_t>(n) * ds.o_groups);
+    for (std::size_t i = 0; i < group_of_pair.size(); ++i) group_of_pair[i] = static_cast<std::int32_t>(i % ds.o_groups);
+    step.wo_a_grouped = true;
+    step.wo_a_group_of_pair = step.ints.add(group_of_pair);
+  }
   step.ints.upload(rt.scratch, rt.staging, s);
 
   const Pass pass{.w = w, .step = step, .blocks = blocks, .scratch = rt.scratch, .gemm = *rt.gemm,
@@ -1279,11 +1356,17 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   float* y = pass.alloc<float>(std::int64_t{n} * hidden);
   float* post = pass.alloc<float>(std::int64_t{n} * hc);
   float* comb = pass.alloc<float>(std::int64_t{n} * hc * hc);
+  // hc_pre's split dot products (null where the width does not split: a block a row).
+  auto hc_pre_workspace = [&](std::int32_t rows) -> float* {
+    const std::int64_t floats = v4_hc_pre_workspace_floats(rows, hc, hidden);
+    return floats > 0 ? pass.alloc<float>(floats) : nullptr;
+  };
   auto sub_layer = [&](const Weights::Hc& site, const DeviceArray<float>& norm, auto&& run) {
     const StepScratch::Mark mark = rt.scratch.mark();
     launch_v4_hc_pre({.streams = streams, .w = site.view(), .post = post, .comb = comb, .collapsed = x,
                       .out_dt = kF32Dt, .rows = n, .hc = hc, .hidden = hidden,
-                      .sinkhorn_iters = ds.hc_sinkhorn_iters, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps},
+                      .sinkhorn_iters = ds.hc_sinkhorn_iters, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
+                      .workspace = hc_pre_workspace(n)},
                      s);
     launch_v4_rms_norm_f32(x, n, hidden, norm.get(), cfg.rms_norm_eps, s);
     run(pass.bf16(x, std::int64_t{n} * hidden));
@@ -1305,7 +1388,7 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
     launch_v4_copy_rows(streams, step.ints[step.sample_rows], picked, nullptr, sampled, hc * hidden, s);
     launch_v4_hc_pre({.streams = picked, .w = w.hc_head.view(), .collapsed = last, .out_dt = kF32Dt,
                       .rows = sampled, .hc = hc, .hidden = hidden, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
-                      .head = true},
+                      .head = true, .workspace = hc_pre_workspace(sampled)},
                      s);
     launch_v4_rms_norm_f32(last, sampled, hidden, w.final_norm.get(), cfg.rms_norm_eps, s);
     float* logits = pass.alloc<float>(std::int64_t{sampled} * vocab);

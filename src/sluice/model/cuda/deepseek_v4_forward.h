@@ -63,10 +63,23 @@
 
 namespace sluice::cuda {
 
-// The FP8 GEMMs' choices (CudaOptions' fields of the same names).
+// How CSA's indexer makes its key records and scores them: the pool gathered
+// as f32, quantized to e4m3 by a second kernel and scored on CUDA cores
+// (session 17, kept as the A/B), or the records made in one pass from the
+// blocks and scored on tensor cores (the default). Both pick from the same
+// records; the scores differ only in the order of their sums.
+enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma };
+
+// The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
+// the reference) or tensor cores (the default).
+enum class DeepseekV4AttentionKernel { cuda_cores, tensor_cores };
+
+// The FP8 GEMMs' choices (CudaOptions' fields of the same names), the indexer's and the attention's kernels.
 struct DeepseekV4DeviceOptions {
   Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
   MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
+  DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_mma;
+  DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::tensor_cores;
 };
 
 // The weights random() makes: bf16 uniform (session 12's bench), or as

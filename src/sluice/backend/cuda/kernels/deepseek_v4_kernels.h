@@ -63,6 +63,10 @@ struct V4SparseAttentionArgs {
   float softmax_scale = 1.0f;
 };
 void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t stream);
+// The same op on tensor cores (deepseek_v4_attention_mma.cu: a block a row and
+// 64 heads, mma.sync bf16 with the softmax weights split in two bf16 terms);
+// the CUDA-core kernel above stays as its reference. q and kv 16 B aligned.
+void launch_v4_sparse_attention_mma(const V4SparseAttentionArgs& args, cudaStream_t stream);
 
 // The lightning indexer (DeepseekV4Kernels::indexer_top_k) on FP8 records:
 // index keys are e4m3 [128] with one f32 scale each (the 132 B record of
@@ -85,6 +89,11 @@ struct V4IndexerArgs {
   std::int32_t rows = 0, num_heads = 0, max_visible = 0, top_k = 0;
 };
 void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream);
+// The same scores on tensor cores (mma.sync m16n8k16, f16 operands, f32
+// accumulation): every e4m3 code is exact in f16 and every product exact in
+// f32, so only the sums' order and rounding differ from the CUDA-core kernel
+// above (which stays as its reference). Same arguments, same scores layout.
+void launch_v4_indexer_scores_mma(const V4IndexerArgs& args, cudaStream_t stream);
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
 
 // One compressed entry per item (DeepseekV4Reference::emit_entry): the
@@ -126,8 +135,14 @@ struct V4HcPreArgs {
   std::int32_t rows = 0, hc = 0, hidden = 0, sinkhorn_iters = 0;
   float hc_eps = 1e-6f, norm_eps = 1e-6f;
   bool head = false;  // hc_head: hc mixes, collapse only (post and comb unused)
+  // v4_hc_pre_workspace_floats(rows, hc, hidden) floats, or null: with it the
+  // mixes' dot products are split over the width across the SMs (two
+  // launches), else a block a row does the whole row (its latency is the call's).
+  float* workspace = nullptr;
 };
 void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream);
+// 0 where the split form does not apply (hc * hidden not a multiple of 512).
+std::int64_t v4_hc_pre_workspace_floats(std::int32_t rows, std::int32_t hc, std::int32_t hidden);
 struct V4HcPostArgs {
   float* streams = nullptr;  // [rows, hc, hidden], updated in place
   const void* y = nullptr;   // y_dt [rows, hidden]
@@ -239,17 +254,27 @@ void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream);
 
 // The indexer's key pool (DeepseekV4IndexPlan) read from the blocks: pool row
 // i is entry i - sequence_key_begin[s] of the sequence s whose range holds it
-// (tables indexed by sequence), written as f32 [num_keys, region.count]. The
-// pool is described per sequence, so the host lists no key.
+// (tables indexed by sequence). The pool is described per sequence, so the
+// host lists no key.
+//   launch_v4_gather_index_keys       f32 keys [num_keys, region.count] (then
+//                                     launch_v4_quantize_e4m3_rows; session 17);
+//   launch_v4_gather_index_keys_e4m3  the indexer's 132 B records directly: e4m3
+//                                     codes [num_keys, 128] and one f32 scale a
+//                                     key, bit-equal to the two steps above, in
+//                                     one pass (the f32 keys are read once and
+//                                     never written back).
 struct V4IndexKeysArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;  // [sequences]
   V4PagedRegion region;  // site entry
   const std::int32_t* sequence_key_begin = nullptr;  // [sequences + 1], ascending
   std::int32_t num_sequences = 0, num_keys = 0;
-  float* keys = nullptr;
+  float* keys = nullptr;            // f32 [num_keys, region.count] (launch_v4_gather_index_keys)
+  std::uint8_t* codes = nullptr;    // e4m3 [num_keys, 128] (launch_v4_gather_index_keys_e4m3)
+  float* scales = nullptr;          // [num_keys]: amax / 448, 1 for a zero key (with codes)
 };
 void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t stream);
+void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t stream);
 
 // The key set of each query row for launch_v4_sparse_attention, in the
 // reference's order (DeepseekV4Reference::run_attention): the window (the

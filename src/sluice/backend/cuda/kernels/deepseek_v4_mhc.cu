@@ -1,4 +1,5 @@
-// mHC on the device (deepseek_v4_kernels.h), one block per row.
+// mHC on the device (deepseek_v4_kernels.h), one block per row (hc_pre with
+// a workspace: its dot products split over the width first, see below).
 //
 // hc_pre: the flattened streams' RMS (a block sum), the (2 + hc) * hc mixes
 // fn . (streams * inv_rms) (each thread's partial dot products, four channels
@@ -25,6 +26,12 @@ namespace {
 constexpr int kHc = kV4MaxHcMult;
 constexpr int kMaxMixes = (2 + kHc) * kHc;  // 24
 constexpr int kPreThreads = 512;   // hc_pre: a row's mix dot products are its whole cost at decode
+// The split form: threads a block, channels a slice (a float4 a thread), rows a
+// block, and the values a (row, slice) leaves: 24 mixes and the sum of squares.
+constexpr int kSplitThreads = 128;
+constexpr int kSliceWidth = kSplitThreads * 4;
+constexpr int kSplitRows = 2;
+constexpr int kSplitValues = kMaxMixes + 1;
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -76,38 +83,13 @@ __device__ __forceinline__ void mix_dots(const float* streams, const float* fn, 
   }
 }
 
-// One block a row. The reference's pre / post / comb arithmetic (double,
-// the same sums in the same order) runs on hc * hc threads at once: a
-// thread an entry of comb, the row and column sums read from shared memory.
-template <bool kVec>
-__global__ void __launch_bounds__(kPreThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
-  __shared__ float scratch[32];
-  __shared__ float partial[kMaxMixes][kPreThreads / 32];
-  __shared__ float mixes[kMaxMixes];
-  __shared__ float pre[kHc];
-  __shared__ double comb[kHc * kHc];
-  const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int hc = a.hc, width = a.hc * a.hidden;
-  const int num_mixes = a.head ? hc : (2 + hc) * hc;
-  const float* streams = a.streams + static_cast<std::int64_t>(row) * width;
-  const float inv_rms =
-      rsqrtf(block_sum(row_sum_sq<kVec>(streams, width), scratch) / static_cast<float>(width) + a.norm_eps);
-  float dots[kMaxMixes];
-#pragma unroll
-  for (int m = 0; m < kMaxMixes; ++m) dots[m] = 0.0f;
-  mix_dots<kVec>(streams, a.w.fn, width, num_mixes, inv_rms, dots);
-#pragma unroll
-  for (int m = 0; m < kMaxMixes; ++m) {
-    const float v = warp_sum(dots[m]);
-    if (lane == 0 && m < num_mixes) partial[m][warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x < num_mixes) {
-    float v = 0.0f;
-    for (int w = 0; w < kPreThreads / 32; ++w) v += partial[threadIdx.x][w];
-    mixes[threadIdx.x] = v;
-  }
-  __syncthreads();
+// pre / post / comb from a row's mixes (in shared memory), then the collapse:
+// the reference's arithmetic, shared by both forms of hc_pre. Every thread of
+// the block (kPreThreads) calls it; pre and comb are the block's shared arrays.
+__device__ __forceinline__ void hc_pre_finish(const V4HcPreArgs& a, int row, const float* streams,
+                                              const float* mixes, float* pre, double* comb) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hc = a.hc;
   const std::int64_t r = row;
   if (threadIdx.x < hc) {
     const int j = threadIdx.x;
@@ -164,6 +146,110 @@ __global__ void __launch_bounds__(kPreThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
   }
 }
 
+// One block a row. The reference's pre / post / comb arithmetic (double,
+// the same sums in the same order) runs on hc * hc threads at once: a
+// thread an entry of comb, the row and column sums read from shared memory.
+template <bool kVec>
+__global__ void __launch_bounds__(kPreThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
+  __shared__ float scratch[32];
+  __shared__ float partial[kMaxMixes][kPreThreads / 32];
+  __shared__ float mixes[kMaxMixes];
+  __shared__ float pre[kHc];
+  __shared__ double comb[kHc * kHc];
+  const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hc = a.hc, width = a.hc * a.hidden;
+  const int num_mixes = a.head ? hc : (2 + hc) * hc;
+  const float* streams = a.streams + static_cast<std::int64_t>(row) * width;
+  const float inv_rms =
+      rsqrtf(block_sum(row_sum_sq<kVec>(streams, width), scratch) / static_cast<float>(width) + a.norm_eps);
+  float dots[kMaxMixes];
+#pragma unroll
+  for (int m = 0; m < kMaxMixes; ++m) dots[m] = 0.0f;
+  mix_dots<kVec>(streams, a.w.fn, width, num_mixes, inv_rms, dots);
+#pragma unroll
+  for (int m = 0; m < kMaxMixes; ++m) {
+    const float v = warp_sum(dots[m]);
+    if (lane == 0 && m < num_mixes) partial[m][warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < num_mixes) {
+    float v = 0.0f;
+    for (int w = 0; w < kPreThreads / 32; ++w) v += partial[threadIdx.x][w];
+    mixes[threadIdx.x] = v;
+  }
+  __syncthreads();
+  hc_pre_finish(a, row, streams, mixes, pre, comb);
+}
+
+// The split form (a workspace given): the mixes' dot products spread over
+// every SM instead of one block a row (whose latency was the call's: 82 us at
+// hc 4 x 4096, batch 1 and 64 alike). Block (slice, rows): a 512-channel slice
+// of the flattened streams for kSplitRows rows, a float4 a thread, each fn
+// float4 read once for all the rows; each (row, slice) writes its 24 partial
+// dots of fn . streams and its sum of squares. Then a block a row sums the
+// slices in order, scales by the inverse RMS (the reference scales the
+// streams before the dot; the same value up to rounding), and finishes as above.
+__global__ void __launch_bounds__(kSplitThreads) v4_hc_pre_partials_kernel(V4HcPreArgs a) {
+  __shared__ float warp_part[kSplitThreads / 32][kSplitRows][kSplitValues];
+  const int slice = blockIdx.x, row0 = blockIdx.y * kSplitRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int width4 = a.hc * a.hidden / 4, num_slices = width4 * 4 / kSliceWidth;
+  const int num_mixes = a.head ? a.hc : (2 + a.hc) * a.hc;
+  const int c4 = slice * kSplitThreads + threadIdx.x;
+  const float4* s4 = reinterpret_cast<const float4*>(a.streams);
+  const float4* f4 = reinterpret_cast<const float4*>(a.w.fn);
+  float4 x[kSplitRows];
+  float dots[kSplitRows][kSplitValues];
+#pragma unroll
+  for (int r = 0; r < kSplitRows; ++r) {
+    x[r] = row0 + r < a.rows ? s4[static_cast<std::int64_t>(row0 + r) * width4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    dots[r][kMaxMixes] = fmaf(x[r].x, x[r].x, fmaf(x[r].y, x[r].y, fmaf(x[r].z, x[r].z, x[r].w * x[r].w)));
+  }
+#pragma unroll
+  for (int m = 0; m < kMaxMixes; ++m) {
+    const float4 f = m < num_mixes ? f4[static_cast<std::int64_t>(m) * width4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < kSplitRows; ++r)
+      dots[r][m] = fmaf(f.x, x[r].x, fmaf(f.y, x[r].y, fmaf(f.z, x[r].z, f.w * x[r].w)));
+  }
+#pragma unroll
+  for (int r = 0; r < kSplitRows; ++r)
+#pragma unroll
+    for (int m = 0; m < kSplitValues; ++m) {
+      const float v = warp_sum(dots[r][m]);
+      if (lane == 0) warp_part[warp][r][m] = v;
+    }
+  __syncthreads();
+  for (int t = threadIdx.x; t < kSplitRows * kSplitValues; t += kSplitThreads) {
+    const int r = t / kSplitValues, m = t % kSplitValues;
+    if (row0 + r >= a.rows) continue;
+    float v = 0.0f;
+    for (int w = 0; w < kSplitThreads / 32; ++w) v += warp_part[w][r][m];
+    a.workspace[(static_cast<std::int64_t>(row0 + r) * num_slices + slice) * kSplitValues + m] = v;
+  }
+}
+
+__global__ void __launch_bounds__(kPreThreads) v4_hc_pre_finish_kernel(V4HcPreArgs a) {
+  __shared__ float sums[kSplitValues];
+  __shared__ float mixes[kMaxMixes];
+  __shared__ float pre[kHc];
+  __shared__ double comb[kHc * kHc];
+  const int row = blockIdx.x;
+  const int width = a.hc * a.hidden, num_slices = width / kSliceWidth;
+  const int num_mixes = a.head ? a.hc : (2 + a.hc) * a.hc;
+  if (threadIdx.x < kSplitValues) {
+    const float* part = a.workspace + static_cast<std::int64_t>(row) * num_slices * kSplitValues + threadIdx.x;
+    float v = 0.0f;
+    for (int sl = 0; sl < num_slices; ++sl) v += part[static_cast<std::int64_t>(sl) * kSplitValues];
+    sums[threadIdx.x] = v;
+  }
+  __syncthreads();
+  const float inv_rms = rsqrtf(sums[kMaxMixes] / static_cast<float>(width) + a.norm_eps);
+  if (threadIdx.x < num_mixes) mixes[threadIdx.x] = sums[threadIdx.x] * inv_rms;
+  __syncthreads();
+  hc_pre_finish(a, row, a.streams + static_cast<std::int64_t>(row) * width, mixes, pre, comb);
+}
+
 __global__ void v4_hc_post_kernel(V4HcPostArgs a) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<std::int64_t>(a.rows) * a.hidden) return;
@@ -188,6 +274,12 @@ __global__ void v4_hc_post_kernel(V4HcPostArgs a) {
 
 }  // namespace
 
+std::int64_t v4_hc_pre_workspace_floats(std::int32_t rows, std::int32_t hc, std::int32_t hidden) {
+  const std::int64_t width = std::int64_t{hc} * hidden;
+  if (width % kSliceWidth != 0) return 0;
+  return std::int64_t{rows} * (width / kSliceWidth) * kSplitValues;
+}
+
 void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.hc > 0 && args.hc <= kHc && args.hidden > 0);
   SLUICE_CHECK(args.streams != nullptr && args.w.fn != nullptr && args.w.base != nullptr && args.w.scale != nullptr &&
@@ -196,6 +288,17 @@ void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   const bool vec = (args.hc * args.hidden) % 4 == 0 && reinterpret_cast<std::uintptr_t>(args.streams) % 16 == 0 &&
                    reinterpret_cast<std::uintptr_t>(args.w.fn) % 16 == 0;
+  const int row_groups = (args.rows + kSplitRows - 1) / kSplitRows;
+  if (args.workspace != nullptr && vec && v4_hc_pre_workspace_floats(args.rows, args.hc, args.hidden) > 0 &&
+      row_groups <= 65535) {
+    const dim3 grid(static_cast<unsigned>(args.hc * args.hidden / kSliceWidth),
+                    static_cast<unsigned>(row_groups));
+    v4_hc_pre_partials_kernel<<<grid, kSplitThreads, 0, stream>>>(args);
+    SLUICE_CUDA_CHECK_LAUNCH();
+    v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
+    SLUICE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (vec)
     v4_hc_pre_kernel<true><<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
   else

@@ -1,10 +1,14 @@
 // DeepSeek-V4's paged KV layout on the device (deepseek_v4_kernels.h,
 // V4Paged*): the addressing of DeepseekV4PagedState (model/deepseek_v4_paged_state.cpp)
 // in device code, a copy between dense rows and their places in the blocks,
-// and the gather of each query row's key set for the sparse attention. One
-// block per item (or per (key, row)), threads over the item's floats: these
-// move bytes, nothing else.
+// the gather of each query row's key set for the sparse attention, and the
+// indexer's key pool (f32, or its e4m3 records in one pass). One block per
+// item (or per (key, row); a warp per key for the records), threads over the
+// item's floats: these move bytes, and the records' quantization.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -14,6 +18,10 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+// launch_v4_gather_index_keys_e4m3: warps a block, keys a warp, keys a warp loads before it reduces.
+constexpr int kIndexKeyWarps = 8;
+constexpr int kIndexKeysPerWarp = 32;
+constexpr int kIndexKeysInFlight = 8;
 
 // The floats of `index` (a position, or an entry index) in its block, as
 // DeepseekV4PagedState::{window_latent, pending, entry} place them.
@@ -55,18 +63,73 @@ __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs
   }
 }
 
-__global__ void __launch_bounds__(kThreads) v4_gather_index_keys_kernel(V4IndexKeysArgs a) {
-  const int key = blockIdx.x;
-  // The last sequence whose range begins at or before the key (a few hundred at most).
+// The last sequence whose range begins at or before `key` (a few hundred at most).
+__device__ __forceinline__ int sequence_of_key(const V4IndexKeysArgs& a, int key) {
   int lo = 0, hi = a.num_sequences - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (a.sequence_key_begin[mid] <= key) lo = mid;
     else hi = mid - 1;
   }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads) v4_gather_index_keys_kernel(V4IndexKeysArgs a) {
+  const int key = blockIdx.x;
+  const int lo = sequence_of_key(a, key);
   const float* src = paged_item(a.blocks, a.tables, lo, a.region, key - a.sequence_key_begin[lo]);
   for (int c = threadIdx.x; c < a.region.count; c += kThreads)
     a.keys[static_cast<std::int64_t>(key) * a.region.count + c] = src[c];
+}
+
+// A warp a run of 32 keys. A key's address is a chain of dependent loads
+// (its sequence's range, block table, block id), so each lane resolves one
+// key's address, all 32 at once, and the warp then streams the keys 8 at a
+// time with every load in flight before the first reduction (one key a warp,
+// each waiting on its own chain, ran at 0.6 TB/s). A key is 32 lanes x 4
+// floats: its amax is one warp reduction and each lane stores 4 codes as one
+// word. The scale and codes are launch_v4_quantize_e4m3_rows' arithmetic,
+// operation for operation, so the records are bit-equal to gather + quantize.
+__global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3_kernel(V4IndexKeysArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int first = (blockIdx.x * kIndexKeyWarps + (threadIdx.x >> 5)) * kIndexKeysPerWarp;
+  if (first >= a.num_keys) return;
+  const int count = min(kIndexKeysPerWarp, a.num_keys - first);
+  const float* mine = nullptr;
+  if (lane < count) {
+    const int key = first + lane;
+    const int sequence = sequence_of_key(a, key);
+    mine = paged_item(a.blocks, a.tables, sequence, a.region, key - a.sequence_key_begin[sequence]);
+  }
+  for (int batch = 0; batch < count; batch += kIndexKeysInFlight) {
+    float4 v[kIndexKeysInFlight];
+#pragma unroll
+    for (int i = 0; i < kIndexKeysInFlight; ++i) {
+      const auto* src = reinterpret_cast<const float*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), (batch + i) & 31));
+      if (batch + i >= count) {
+        v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      } else if ((reinterpret_cast<std::uintptr_t>(src) & 15u) == 0) {
+        v[i] = __ldg(reinterpret_cast<const float4*>(src) + lane);
+      } else {  // a layout whose entries are not 16 B aligned: the same values, 4 B at a time
+        v[i] = make_float4(src[4 * lane], src[4 * lane + 1], src[4 * lane + 2], src[4 * lane + 3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kIndexKeysInFlight; ++i) {
+      if (batch + i >= count) break;  // warp-uniform
+      const int key = first + batch + i;
+      const float amax =
+          warp_max(fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      const std::uint32_t word = static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].x / s).__x) |
+                                 static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].y / s).__x) << 8 |
+                                 static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].z / s).__x) << 16 |
+                                 static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].w / s).__x) << 24;
+      reinterpret_cast<std::uint32_t*>(a.codes + static_cast<std::int64_t>(key) * kV4IndexHeadDim)[lane] = word;
+      if (lane == 0) a.scales[key] = s;
+    }
+  }
 }
 
 // Block (j, r): key j of query row r, or (the first of a row's blocks) its count.
@@ -127,6 +190,20 @@ void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t strea
                args.keys != nullptr);
   if (args.num_keys == 0) return;
   v4_gather_index_keys_kernel<<<static_cast<unsigned>(args.num_keys), kThreads, 0, stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t stream) {
+  check_blocks(args.blocks, args.tables);
+  check_region(args.region, args.blocks.floats_per_block);
+  SLUICE_CHECK(args.region.site == V4PagedSite::entry && args.region.count == kV4IndexHeadDim);
+  SLUICE_CHECK(args.num_keys >= 0 && args.num_sequences > 0 && args.sequence_key_begin != nullptr &&
+               args.codes != nullptr && args.scales != nullptr);
+  SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.codes) % 4 == 0);
+  if (args.num_keys == 0) return;
+  constexpr int kKeysPerBlock = kIndexKeyWarps * kIndexKeysPerWarp;
+  const unsigned grid = static_cast<unsigned>((args.num_keys + kKeysPerBlock - 1) / kKeysPerBlock);
+  v4_gather_index_keys_e4m3_kernel<<<grid, kIndexKeyWarps * 32, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
