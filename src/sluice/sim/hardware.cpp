@@ -62,8 +62,12 @@ HardwareSpec h200_sluice_cuda() {
   // fill the GPU whole on cuDNN: 477-538 TFLOP/s on 1-2k-row chunks over
   // 32k-131k, 534-621 on whole prompts (S10-lead-1, S9-C2): 0.68 from 1024
   // rows (32 heads: 256 tiles). Shorter chunks keep attention_compute above.
+  // Since session 18 cuda's pages hold 64 tokens, where the burst's 8k-row
+  // chunks over 16k-100k prefixes ran at 563-621 TFLOP/s against 515-554 in
+  // pages of 16 (S18-lead-2): 0.72 (and the sim then within 3% of
+  // S18-lead-3's first tokens and burst end, both policies).
   spec.attention_long_chunk_rows = 1024;
-  spec.attention_compute_long_chunks = 0.68;
+  spec.attention_compute_long_chunks = 0.72;
   return spec;
 }
 
