@@ -53,11 +53,10 @@ class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
     SLUICE_TRY_ASSIGN(blocks, cuda_model_defined_kv(ops));
     // CudaOps' own stream may still write the blocks (a host-tier copy): the forward runs after it.
     SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
-    SLUICE_TRY_ASSIGN(logits, device_->forward(step, blocks, nullptr));
     Tensor out = ops.scratch({static_cast<std::int64_t>(step.sample_rows.size()), reference_->config().vocab_size},
                              DType::f32);
-    if (!logits.empty())
-      SLUICE_CUDA_CHECK(cudaMemcpy(out.data, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+    // The logits stay on the device for the sampler (the forward synchronises before it returns).
+    SLUICE_TRY(device_->forward_into(step, blocks, static_cast<float*>(out.data), nullptr));
     return out;
   }
 

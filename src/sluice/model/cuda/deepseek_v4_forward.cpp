@@ -1283,15 +1283,15 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
 
 }  // namespace
 
-Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& layout, const V4PagedBlocks& blocks,
-                                                            cudaStream_t s) const {
+Result<const float*> DeepseekV4DeviceForward::run_step(const StepLayout& layout, const V4PagedBlocks& blocks,
+                                                       cudaStream_t s) const {
   const Weights& w = *w_;
   const ModelConfig& cfg = w.config;
   const DeepseekV4Config& ds = w.ds;
   if (blocks.block_size != w.layout->block_size_tokens() || blocks.floats_per_block < w.layout->floats_per_block())
     return Error{"deepseek_v4 on CUDA: the blocks do not match the KV layout", ErrorCode::kInvalidArgument};
   const std::int32_t n = layout.num_rows(), hidden = cfg.hidden_size, hc = ds.hc_mult, vocab = cfg.vocab_size;
-  if (n == 0) return std::vector<float>{};
+  if (n == 0) return static_cast<const float*>(nullptr);
   for (TokenId t : layout.token_ids)
     if (t < 0 || t >= vocab)
       return Error{fmt::format("deepseek_v4: token id {} is outside the vocabulary of {}", t, vocab)};
@@ -1381,23 +1381,40 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   }
   // The sampled rows: hc_head, the final norm, the LM head.
   const auto sampled = static_cast<std::int32_t>(layout.sample_rows.size());
-  std::vector<float> host(static_cast<std::size_t>(sampled) * vocab);
-  if (sampled > 0) {
-    float* picked = pass.alloc<float>(std::int64_t{sampled} * hc * hidden);
-    float* last = pass.alloc<float>(std::int64_t{sampled} * hidden);
-    launch_v4_copy_rows(streams, step.ints[step.sample_rows], picked, nullptr, sampled, hc * hidden, s);
-    launch_v4_hc_pre({.streams = picked, .w = w.hc_head.view(), .collapsed = last, .out_dt = kF32Dt,
-                      .rows = sampled, .hc = hc, .hidden = hidden, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
-                      .head = true, .workspace = hc_pre_workspace(sampled)},
-                     s);
-    launch_v4_rms_norm_f32(last, sampled, hidden, w.final_norm.get(), cfg.rms_norm_eps, s);
-    float* logits = pass.alloc<float>(std::int64_t{sampled} * vocab);
-    pass.linear(pass.bf16(last, std::int64_t{sampled} * hidden), w.head, sampled, logits);
-    SLUICE_CUDA_CHECK(
-        cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
-  }
+  if (sampled == 0) return static_cast<const float*>(nullptr);
+  float* picked = pass.alloc<float>(std::int64_t{sampled} * hc * hidden);
+  float* last = pass.alloc<float>(std::int64_t{sampled} * hidden);
+  launch_v4_copy_rows(streams, step.ints[step.sample_rows], picked, nullptr, sampled, hc * hidden, s);
+  launch_v4_hc_pre({.streams = picked, .w = w.hc_head.view(), .collapsed = last, .out_dt = kF32Dt,
+                    .rows = sampled, .hc = hc, .hidden = hidden, .hc_eps = ds.hc_eps, .norm_eps = cfg.rms_norm_eps,
+                    .head = true, .workspace = hc_pre_workspace(sampled)},
+                   s);
+  launch_v4_rms_norm_f32(last, sampled, hidden, w.final_norm.get(), cfg.rms_norm_eps, s);
+  float* logits = pass.alloc<float>(std::int64_t{sampled} * vocab);
+  pass.linear(pass.bf16(last, std::int64_t{sampled} * hidden), w.head, sampled, logits);
+  return static_cast<const float*>(logits);
+}
+
+Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& layout, const V4PagedBlocks& blocks,
+                                                            cudaStream_t s) const {
+  SLUICE_TRY_ASSIGN(logits, run_step(layout, blocks, s));
+  std::vector<float> host(layout.sample_rows.size() * static_cast<std::size_t>(w_->config.vocab_size));
+  if (logits != nullptr)
+    SLUICE_CUDA_CHECK(cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
   SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
   return host;
+}
+
+Status DeepseekV4DeviceForward::forward_into(const StepLayout& layout, const V4PagedBlocks& blocks,
+                                             float* device_logits, cudaStream_t s) const {
+  SLUICE_TRY_ASSIGN(logits, run_step(layout, blocks, s));
+  if (logits != nullptr)
+    SLUICE_CUDA_CHECK(cudaMemcpyAsync(device_logits, logits,
+                                      layout.sample_rows.size() * static_cast<std::size_t>(w_->config.vocab_size) *
+                                          sizeof(float),
+                                      cudaMemcpyDeviceToDevice, s));
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
+  return Ok{};
 }
 
 }  // namespace sluice::cuda
