@@ -95,6 +95,7 @@ export const tests = {
       [['--device', 'sim', '--cuda-decode-split-plan', 'by-step-work'],
         /--cuda-decode-split-plan has no effect with --device sim/],
       [['--device', 'cpu', '--cuda-gemm-sm-count-target'], /--cuda-gemm-sm-count-target has no effect with --device cpu/],
+      [['--device', 'sim', '--no-cuda-gemm-sm-count-target'], /--cuda-gemm-sm-count-target has no effect with --device sim/],
       [['--device', 'cuda', '--decode-lane', 'off', '--cuda-gemm-sm-count-target'],
         /--cuda-gemm-sm-count-target .*it needs --decode-lane sms:N \(the decode lane here is off\)/],
       [['--device', 'cpu', '--kv-offloading-eviction', 'adaptive-reuse'],
