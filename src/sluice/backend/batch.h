@@ -60,6 +60,9 @@ struct Batch {
   // backend calls fill_late_masks() after launching the forward and before it
   // reads any mask. Calling it again does nothing.
   std::function<void()> late_masks;
+  // A start-up run (the decode lane's warm-up): nobody waits on its tokens,
+  // so its time is no stall to report.
+  bool warm_up = false;
 
   void fill_late_masks() const {
     if (late_masks) late_masks();

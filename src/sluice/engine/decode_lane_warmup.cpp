@@ -23,7 +23,7 @@ Status run_step(Backend& lane, const BackendInfo& info, std::span<const TokenId>
                 const std::vector<std::int32_t>& contexts) {
   const std::int32_t bs = info.block_size_tokens;
   std::vector<std::vector<BlockId>> tables(contexts.size());
-  Batch batch;
+  Batch batch{.warm_up = true};
   BlockId next_block = 0;
   for (std::size_t i = 0; i < contexts.size(); ++i) {
     const std::int32_t context = contexts[i];

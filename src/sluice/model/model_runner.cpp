@@ -180,7 +180,7 @@ class ModelRunner final : public Backend {
   // 465 ms, as long as the other lane's chunk beside it).
   static void log_slow_decode_step(const Batch& batch, double step_ms, std::array<double, 3> phases_ms) {
     constexpr double kSlowDecodeStepMs = 150.0;
-    if (step_ms <= kSlowDecodeStepMs) return;
+    if (step_ms <= kSlowDecodeStepMs || batch.warm_up) return;
     for (const SequenceStep& s : batch.sequences)
       if (s.num_new_tokens != 1) return;
     spdlog::warn("a decode step of {} rows took {:.1f} ms: forward launched by {:.1f} ms, masks by {:.1f}, sampled by "
