@@ -27,6 +27,7 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/backend/cuda/kernels/latent_decode_tile.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 
 namespace sluice::cuda {
@@ -119,27 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_mma_kernel(V4
     const __nv_bfloat16* kt = s_tiles + (tile % kStages) * kBlockN * kStride;
 
     // S block [16 heads, 16 keys] over the 512 dims.
-    float s[2][4];
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) s[n][k] = 0.0f;
-#pragma unroll 4
-    for (int ks = 0; ks < kWidth / 16; ++ks) {
-      std::uint32_t q_frag[4], b[4];
-      ldmatrix_x4(q_frag, s_q + (s_rows + (lane % 16)) * kStride + ks * 16 + (lane / 16) * 8);
-      ldmatrix_x4(b, kt + (s_keys + (lane % 8) + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
-      mma_16816(s[0], q_frag, b[0], b[1]);
-      mma_16816(s[1], q_frag, b[2], b[3]);
-    }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int head = s_rows + lane / 4 + (k / 2) * 8;
-        const int key = s_keys + n * 8 + (lane % 4) * 2 + (k & 1);
-        s_scores[head * kScoreStride + key] = s[n][k];
-      }
+    warp_score_block<kWidth, kStride, kScoreStride>(s_q, kt, s_rows, s_keys, lane, s_scores);
     __syncthreads();
 
     // Online softmax: four threads a head, eight keys each.
@@ -181,15 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_mma_kernel(V4
     __syncthreads();
 
     // O block [16 heads, 256 dims] += (P_hi + P_lo) [16, 32] V [32, 256].
-    const float correction0 = s_correction[o_rows + lane / 4];
-    const float correction1 = s_correction[o_rows + lane / 4 + 8];
-#pragma unroll
-    for (int n = 0; n < kNTilesO; ++n) {
-      o_acc[n][0] *= correction0;
-      o_acc[n][1] *= correction0;
-      o_acc[n][2] *= correction1;
-      o_acc[n][3] *= correction1;
-    }
+    rescale_output_block(o_acc, s_correction, o_rows, lane);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       std::uint32_t p_hi[4], p_lo[4];
