@@ -223,15 +223,10 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                .show_progress = isatty(2) != 0},
                               context->tokenizer, context->eos_token_ids);
   };
-  // With two loops every kernel loads before serving: a kernel loaded lazily
-  // on first use (a cuBLASLt GEMM of a new row count, the GEMV of a first
-  // 1-row sample) waits for the whole context, so the decode lane's step
-  // beside it waited for the prefill lane's chunk (250-465 ms gaps in
-  // S18-lead-1..3). Before the first CUDA call; an operator's setting wins.
-  if (args.device == "cuda" && decode_lane_setting.lane != DecodeLane::kOff &&
-      setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0) == 0)
-    spdlog::info("two step loops: CUDA_MODULE_LOADING={} (kernels loaded before serving)",
-                 std::getenv("CUDA_MODULE_LOADING"));
+  if (args.device == "cuda" && decode_lane_setting.lane != DecodeLane::kOff) {
+    const char* loading = std::getenv("CUDA_MODULE_LOADING");
+    spdlog::info("two step loops: CUDA_MODULE_LOADING={}", loading != nullptr ? loading : "unset (lazy)");
+  }
   auto made = make_backend(cuda);
   // The prefill lane's partition is made with the backend. Asked for, a
   // refusal there names the flag; chosen by auto (a GPU or driver without
@@ -483,6 +478,14 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   args.server.shutdown_timeout = to_ms(args.shutdown_timeout_s);
   args.server.service.keepalive_interval = to_ms(args.keepalive_interval_s);
   args.server.stats_log_interval = to_ms(args.stats_log_interval_s);
+  // Two step loops load every kernel before serving: a kernel loaded lazily
+  // on first use (a cuBLASLt GEMM of a new row count, the GEMV of a first
+  // 1-row sample) waits for the whole context, so the decode lane's step
+  // beside it waited for the prefill lane's chunk (250-465 ms gaps in
+  // S18-lead-1..3; none in S18-lead-4). Set here, before the first CUDA call
+  // and before the server's threads start (setenv is unsafe beside them),
+  // wherever the decode lane may be on; an operator's own setting wins.
+  if (args.device == "cuda" && args.decode_lane != "off") setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   if (args.check_only) {
     SLUICE_TRY_ASSIGN(context, load_model(args));
     spdlog::info("--check-only: flags and model ok; serving {} not started", context->served_model_names.front());
