@@ -95,14 +95,17 @@ std::string default_model_dir() {
 // --max-step-ms and --min-prefill-share size the steps of one loop (the
 // prefill lane's chunks go by --max-num-batched-tokens), so giving either
 // keeps auto at one loop.
+// Whether auto may give two loops (the lane's size decides the rest). The
+// other policies emulate other engines' single loops.
+bool auto_may_give_two_loops(const ServeArgs& args, const std::string& model_type) {
+  return args.device == "cuda" && args.tensor_parallel_size == 1 && args.scheduling_policy == "sluice" &&
+         !args.engine.async_scheduling && !model_type.starts_with("deepseek") && !args.step_time_flags_given;
+}
+
 Result<std::string> resolve_decode_lane(const ServeArgs& args, const ModelConfig& config,
                                         const std::string& model_type) {
   if (args.decode_lane != "auto") return args.decode_lane;
-  // The other policies emulate other engines' single loops.
-  const bool two_loops = args.device == "cuda" && args.tensor_parallel_size == 1 &&
-                         args.scheduling_policy == "sluice" && !args.engine.async_scheduling &&
-                         !model_type.starts_with("deepseek") && !args.step_time_flags_given;
-  if (!two_loops) return std::string("off");
+  if (!auto_may_give_two_loops(args, model_type)) return std::string("off");
   // An unpaced lane is still sized for the default pace: what the chats need.
   const double pace_ms = args.decode_lane_interval_ms.value_or(0.0) > 0.0 ? *args.decode_lane_interval_ms
                                                                           : kDefaultDecodeLaneIntervalMs;
@@ -485,7 +488,12 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   // S18-lead-1..3; none in S18-lead-4). Set here, before the first CUDA call
   // and before the server's threads start (setenv is unsafe beside them),
   // wherever the decode lane may be on; an operator's own setting wins.
-  if (args.device == "cuda" && args.decode_lane != "off") setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  if (args.device == "cuda" && args.decode_lane != "off") {
+    const Result<std::string> model_type = read_model_type(args.model_dir);  // a failure is load_model's to report
+    const bool may_have_lanes =
+        args.decode_lane != "auto" || (model_type.ok() && auto_may_give_two_loops(args, model_type.value()));
+    if (may_have_lanes) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  }
   if (args.check_only) {
     SLUICE_TRY_ASSIGN(context, load_model(args));
     spdlog::info("--check-only: flags and model ok; serving {} not started", context->served_model_names.front());
