@@ -149,6 +149,42 @@ TEST_P(DeepseekV4DeviceRounding, CostAndSpreadStayWithinTheDeviceGoldensBounds) 
               worst_e4m3, worst_e4m3_spread, least_margin);
 }
 
+// The engine golden's generation (a 61-token prompt in chunks of 23, then
+// greedy steps on the exact reference's picks) through `exact` and `rounded`
+// side by side: the logits of both after the prompt and after each of the
+// first steps - 1 tokens. Empty when a step fails.
+struct FlowLogits {
+  std::vector<std::vector<float>> want, got;  // exact, rounded; one a step
+};
+FlowLogits engine_flow_logits(DeepseekV4Reference& exact, DeepseekV4Reference& rounded, std::size_t steps) {
+  auto e = exact.start_sequence();
+  auto r = rounded.start_sequence();
+  const std::vector<TokenId> prompt = tokens_of(61, 41, 5);
+  std::vector<float> want, got;
+  for (std::size_t at = 0; at < prompt.size(); at += 23) {
+    const std::vector<TokenId> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(at),
+                                     prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), at + 23)));
+    auto w = exact.append(e, chunk);
+    auto g = rounded.append(r, chunk);
+    if (!w.ok() || !g.ok()) return {};
+    want = *w;
+    got = *g;
+  }
+  FlowLogits flow;
+  for (std::size_t i = 0; i < steps; ++i) {
+    flow.want.push_back(want);
+    flow.got.push_back(got);
+    if (i + 1 == steps) break;
+    const TokenId next = argmax(want);
+    auto w = exact.append(e, std::vector<TokenId>{next});
+    auto g = rounded.append(r, std::vector<TokenId>{next});
+    if (!w.ok() || !g.ok()) return {};
+    want = *w;
+    got = *g;
+  }
+  return flow;
+}
+
 // The device engine golden's generation (GreedyGenerationOnCudaOpsIsTheCpuBackends:
 // a 61-token prompt in chunks of 23, then 12 greedy tokens): the rounded
 // reference picks the exact one's tokens, within the bound (the least margin
@@ -166,30 +202,13 @@ TEST(DeepseekV4DeviceRoundingGeneration, KeepsTheEngineGoldensGreedyTokens) {
   auto exact = DeepseekV4Reference::load(*config, *checkpoint, exact_kernels);
   auto rounded = DeepseekV4Reference::load(*config, *checkpoint, rounding_kernels);
   ASSERT_TRUE(exact.ok() && rounded.ok());
-  auto e = (*exact)->start_sequence();
-  auto r = (*rounded)->start_sequence();
-  const std::vector<TokenId> prompt = tokens_of(61, 41, 5);
-  std::vector<float> want, got;
-  for (std::size_t at = 0; at < prompt.size(); at += 23) {
-    const std::vector<TokenId> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(at),
-                                     prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), at + 23)));
-    auto w = (*exact)->append(e, chunk);
-    auto g = (*rounded)->append(r, chunk);
-    ASSERT_TRUE(w.ok() && g.ok());
-    want = *w;
-    got = *g;
-  }
+  const FlowLogits flow = engine_flow_logits(**exact, **rounded, 12);
+  ASSERT_EQ(flow.want.size(), 12u);
   float worst = 0.0f, least_margin = 1.0f;
-  for (int i = 0; i < 12; ++i) {
-    worst = std::max(worst, scaled_error(got, want));
-    least_margin = std::min(least_margin, testing::greedy_margin(want));
-    const TokenId next = argmax(want);
-    ASSERT_EQ(argmax(got), next) << "token " << i;
-    auto w = (*exact)->append(e, std::vector<TokenId>{next});
-    auto g = (*rounded)->append(r, std::vector<TokenId>{next});
-    ASSERT_TRUE(w.ok() && g.ok());
-    want = *w;
-    got = *g;
+  for (std::size_t i = 0; i < flow.want.size(); ++i) {
+    worst = std::max(worst, scaled_error(flow.got[i], flow.want[i]));
+    least_margin = std::min(least_margin, testing::greedy_margin(flow.want[i]));
+    ASSERT_EQ(argmax(flow.got[i]), argmax(flow.want[i])) << "token " << i;
   }
   EXPECT_LE(worst, testing::kDeepseekV4DeviceRoundingBoundF32 / 2);
   std::printf("[ v4 rounding ] engine golden's generation: 12 greedy tokens equal, worst %.3g, least margin %.3g\n",
@@ -210,33 +229,15 @@ TEST(DeepseekV4DeviceRoundingGeneration, EngineFlowSpreadStaysWithinItsRecord) {
   cpu::DeepseekV4CpuKernels exact_kernels;
   auto exact = DeepseekV4Reference::load(*config, *checkpoint, exact_kernels);
   ASSERT_TRUE(exact.ok());
-  const std::vector<TokenId> prompt = tokens_of(61, 41, 5);
   std::array<float, 12> spread{};
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     testing::DeviceRoundingKernels noisy(seed);
     auto rounded = DeepseekV4Reference::load(*config, *checkpoint, noisy);
     ASSERT_TRUE(rounded.ok());
-    auto e = (*exact)->start_sequence();
-    auto r = (*rounded)->start_sequence();
-    std::vector<float> want, got;
-    for (std::size_t at = 0; at < prompt.size(); at += 23) {
-      const std::vector<TokenId> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(at),
-                                       prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), at + 23)));
-      auto w = (*exact)->append(e, chunk);
-      auto g = (*rounded)->append(r, chunk);
-      ASSERT_TRUE(w.ok() && g.ok());
-      want = *w;
-      got = *g;
-    }
-    for (std::size_t i = 0; i < spread.size(); ++i) {
-      spread[i] = std::max(spread[i], scaled_error(got, want));
-      const TokenId next = argmax(want);
-      auto w = (*exact)->append(e, std::vector<TokenId>{next});
-      auto g = (*rounded)->append(r, std::vector<TokenId>{next});
-      ASSERT_TRUE(w.ok() && g.ok());
-      want = *w;
-      got = *g;
-    }
+    const FlowLogits flow = engine_flow_logits(**exact, **rounded, spread.size());
+    ASSERT_EQ(flow.want.size(), spread.size()) << "seed " << seed;
+    for (std::size_t i = 0; i < spread.size(); ++i)
+      spread[i] = std::max(spread[i], scaled_error(flow.got[i], flow.want[i]));
   }
   std::string measured;
   for (std::size_t i = 0; i < spread.size(); ++i) {
