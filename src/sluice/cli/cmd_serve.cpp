@@ -226,10 +226,6 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                .show_progress = isatty(2) != 0},
                               context->tokenizer, context->eos_token_ids);
   };
-  if (args.device == "cuda" && decode_lane_setting.lane != DecodeLane::kOff) {
-    const char* loading = std::getenv("CUDA_MODULE_LOADING");
-    spdlog::info("two step loops: CUDA_MODULE_LOADING={}", loading != nullptr ? loading : "unset (lazy)");
-  }
   auto made = make_backend(cuda);
   // The prefill lane's partition is made with the backend. Asked for, a
   // refusal there names the flag; chosen by auto (a GPU or driver without
@@ -492,7 +488,9 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
     const Result<std::string> model_type = read_model_type(args.model_dir);  // a failure is load_model's to report
     const bool may_have_lanes =
         args.decode_lane != "auto" || (model_type.ok() && auto_may_give_two_loops(args, model_type.value()));
-    if (may_have_lanes) setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+    if (may_have_lanes && setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0) == 0)
+      spdlog::info("two step loops may run: CUDA kernels load before serving (CUDA_MODULE_LOADING=EAGER unless "
+                   "the environment sets it)");
   }
   if (args.check_only) {
     SLUICE_TRY_ASSIGN(context, load_model(args));

@@ -177,8 +177,8 @@ Result<AutoDecodeLane> auto_decode_lane([[maybe_unused]] const std::string& mode
                                        [[maybe_unused]] double pace_ms, [[maybe_unused]] std::int32_t max_context) {
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(model_dir));
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
   const sim::HardwareSpec hardware = sim::h200_sluice_cuda();
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, hardware, sim::Parallelism{}));
   // A step may fill 0.9 of the pace: the pace is itself 0.8 of the 50 ms that
   // 20 tok/s allows, and S17-lead-1's 8-SM lane (30.3 ms steps at 40 ms) kept
   // every chat at 24.6 tok/s or more.

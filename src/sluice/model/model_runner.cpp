@@ -172,9 +172,6 @@ class ModelRunner final : public Backend {
     }
   }
 
-  // Batches come from the engine, which validated every request
-  // (engine/request_validation.h), or from generate_sequence, which checks its
-  // prompt: a malformed one is a bug there, and would write other sequences' KV.
   // A decode-only step over kSlowDecodeStepMs breaks a chat's 150 ms promise:
   // say where its time went (S18-lead-1 saw a decode lane's 2-row step take
   // 465 ms, as long as the other lane's chunk beside it).
@@ -192,6 +189,9 @@ class ModelRunner final : public Backend {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
 
+  // Batches come from the engine, which validated every request
+  // (engine/request_validation.h), or from generate_sequence, which checks its
+  // prompt: a malformed one is a bug there, and would write other sequences' KV.
   void check_batch(const Batch& batch) const {
     const std::int32_t block_size = info_.block_size_tokens;
     for (const SequenceStep& seq : batch.sequences) {

@@ -285,7 +285,7 @@ class CudaOps final : public Ops {
     gemv_out.cols[0] = w.rows();
     gemv_out.num_parts = 1;
     gemv_out.dt = dt_of(out.dtype);
-    if (x.rows() > options_.gemv_max_rows ||
+    if (!gemv_takes(x.rows()) ||
         !cuda::launch_gemv(x.data, w.data, gemv_out, x.rows(), x.cols(), options_.gemv_split_k, launch_))
       gemm_.run(x.data, w.data, out.data, out.dtype, x.rows(), w.rows(), x.cols());
     if (bias.data != nullptr) {
@@ -295,11 +295,17 @@ class CudaOps final : public Ops {
     }
   }
 
-  // Decode batches (<= kGemvMaxRows rows): one GEMV pass over the stacked
+  // Whether a batch of `rows` runs its linears on the GEMV kernels
+  // (CudaOptions::gemv_max_rows, at most the kernels' kGemvMaxRows).
+  bool gemv_takes(std::int64_t rows) const {
+    return rows <= std::min<std::int64_t>(options_.gemv_max_rows, cuda::kGemvMaxRows);
+  }
+
+  // Decode batches (<= gemv_max_rows rows): one GEMV pass over the stacked
   // q|k|v weight writing q, k and v; larger batches: the three GEMMs.
   void qkv_projection(const Tensor& x, const Tensor& w_qkv, std::span<const Tensor, 3> biases, Tensor q,
                       Tensor k, Tensor v) override {
-    const bool fused = x.rows() <= options_.gemv_max_rows && x.rows() <= cuda::kGemvMaxRows && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
+    const bool fused = gemv_takes(x.rows()) && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
                        w_qkv.dtype == DType::bf16 && q.dtype == k.dtype && q.dtype == v.dtype;
     if (!fused) {
       Ops::qkv_projection(x, w_qkv, biases, q, k, v);
@@ -337,7 +343,7 @@ class CudaOps final : public Ops {
   // Decode batches: the SwiGLU is the GEMV's epilogue (no [rows, 2I]
   // intermediate, no silu kernel); larger batches: GEMM then silu_mul.
   void gate_up_silu(const Tensor& x, const Tensor& w_gate_up, Tensor gate_up, Tensor out) override {
-    const bool fused = x.rows() <= options_.gemv_max_rows && x.rows() <= cuda::kGemvMaxRows && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
+    const bool fused = gemv_takes(x.rows()) && x.cols() % 8 == 0 && x.dtype == DType::bf16 &&
                        w_gate_up.dtype == DType::bf16 &&
                        (out.dtype == DType::bf16 || out.dtype == DType::f32);
     if (!fused) {

@@ -268,8 +268,8 @@ struct CudaOptions {
   // plans for the partition's SM count (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET)
   // instead of the device's. On 124 SMs a chunk of GEMMs took 1.098x its
   // time on 132 without it, 1.061x with it (share 1.065); on 116 SMs it was
-  // 3% slower with it (S17-lead-3), so it is opt-in (serve's
-  // --cuda-gemm-sm-count-target).
+  // 3% slower with it (S17-lead-3), so serve turns it on beside an 8-SM
+  // lane only (--cuda-gemm-sm-count-target overrides).
   bool gemm_sm_count_target = false;
 };
 

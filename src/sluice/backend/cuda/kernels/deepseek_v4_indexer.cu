@@ -319,15 +319,20 @@ __global__ void __launch_bounds__(kTopKThreads) v4_indexer_top_k_kernel(V4Indexe
   }
 }
 
-}  // namespace
-
-void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream) {
+// What both score kernels need of their arguments.
+void check_indexer_args(const V4IndexerArgs& args) {
   SLUICE_CHECK(args.num_heads > 0 && args.num_heads <= kMaxHeads);
   SLUICE_CHECK(args.max_visible >= 0);
   SLUICE_CHECK(args.q != nullptr && args.q_scale != nullptr && args.weights != nullptr && args.keys != nullptr &&
                args.key_scale != nullptr && args.key_begin != nullptr && args.num_visible != nullptr &&
                args.scores != nullptr);
   SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.keys) % 16 == 0);
+}
+
+}  // namespace
+
+void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream) {
+  check_indexer_args(args);
   if (args.rows == 0 || args.max_visible == 0) return;
   const int chunks = (args.max_visible + kScoreThreads - 1) / kScoreThreads;
   SLUICE_CHECK(chunks <= 65535);
@@ -337,12 +342,7 @@ void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream) {
 }
 
 void launch_v4_indexer_scores_mma(const V4IndexerArgs& args, cudaStream_t stream) {
-  SLUICE_CHECK(args.num_heads > 0 && args.num_heads <= kMaxHeads);
-  SLUICE_CHECK(args.max_visible >= 0);
-  SLUICE_CHECK(args.q != nullptr && args.q_scale != nullptr && args.weights != nullptr && args.keys != nullptr &&
-               args.key_scale != nullptr && args.key_begin != nullptr && args.num_visible != nullptr &&
-               args.scores != nullptr);
-  SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.keys) % 16 == 0);
+  check_indexer_args(args);
   if (args.rows == 0 || args.max_visible == 0) return;
   const int chunks = (args.max_visible + kMmaKeys - 1) / kMmaKeys;
   SLUICE_CHECK(chunks <= 65535);
