@@ -118,6 +118,24 @@ export const tests = {
     }
   },
 
+  // A kernel loaded lazily while serving stalled the decode lane (S18); the
+  // rule is auto's own, decided before any CUDA call (so it shows without a GPU).
+  async 'on cuda, kernels load before serving wherever two step loops may run'(ctx) {
+    const eager = /CUDA kernels load before serving \(CUDA_MODULE_LOADING=EAGER/;
+    for (const [args, expected] of [
+      [[], true],
+      [['--decode-lane', 'sms:16'], true],
+      [['--decode-lane', 'off'], false],
+      [['--max-step-ms', '50'], false],
+      [['--scheduling-policy', 'prefill-first'], false],
+    ]) {
+      const r = spawnSync(ctx.sluice, ['serve', '--model', ctx.modelDir, '--port', '0', '--device', 'cuda',
+        '--check-only', ...args], { encoding: 'utf8', timeout: 60_000 });
+      const out = r.stdout + r.stderr;
+      assert.equal(eager.test(out), expected, `${args.join(' ') || '(defaults)'}:\n${out}`);
+    }
+  },
+
   async 'the sim replays an 8-GPU expert-parallel launch with the KV cache its memory plan leaves'(ctx) {
     const plan = spawnSync(ctx.sluice, ['plan', '--profile', 'deepseek-v4.1-flash', '--gpus', '8',
       '--enable-expert-parallel', '--max-model-len', '131072'], { encoding: 'utf8', timeout: 30_000 });
