@@ -34,7 +34,7 @@
 // 2,048-row chunk on two streams, by priority or SM partition; --lane-decode: the
 // chats' decode step on a lane's SMs at 1-8 rows, GEMV against cuBLASLt;
 // --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
-// --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page).
+// --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -562,11 +562,17 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, b
     std::string name;
     cuda::DecodeSplitPlan plan;
     cuda::DecodeSplitMerge merge;
+    cuda::DecodeSplitTiles tiles = CudaOptions{}.decode_split_tiles;
   };
-  std::vector<Variant> variants = {{"adaptive", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel},
-                                   {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive,
-                                    cuda::DecodeSplitMerge::combine_kernel}};
-  if (default_only) variants.resize(1);
+  const cuda::DecodeSplitTiles other_tiles = CudaOptions{}.decode_split_tiles == cuda::DecodeSplitTiles::keys_as_rows
+                                                 ? cuda::DecodeSplitTiles::heads_as_rows
+                                                 : cuda::DecodeSplitTiles::keys_as_rows;
+  std::vector<Variant> variants = {
+      {"adaptive", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel},
+      {"adaptive, " + std::string(cuda::name_of(other_tiles, cuda::kDecodeSplitTilesNames)),
+       cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel, other_tiles},
+      {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::combine_kernel}};
+  if (default_only) variants.resize(2);
   if (g_decode_sweep_plans)
     for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
       if (plan != cuda::DecodeSplitPlan::adaptive)
@@ -578,6 +584,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, b
     options.use_cuda_graphs = false;
     options.decode_split_plan = variant.plan;
     options.decode_split_merge = variant.merge;
+    options.decode_split_tiles = variant.tiles;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -977,6 +984,8 @@ void bench_decode_variants(bool quick) {
        true},
       {"GEMV split K in at most 2 parts", with([](CudaOptions& o) { o.gemv_split_k = cuda::GemvSplitK::two_parts; }),
        false, true, true},
+      {"split-KV with heads as the mma's rows (session 19's tiles)",
+       with([](CudaOptions& o) { o.decode_split_tiles = cuda::DecodeSplitTiles::heads_as_rows; }), false, true, true},
       {"default, again", bench_options(), false, false, true},
       {"session 11 kernels, again", session11, false, false, true},
       {"eighth-octave graph buckets", with([](CudaOptions& o) { o.graph_buckets = cuda::GraphBuckets::eighth_octave; }),

@@ -44,6 +44,7 @@ struct AttentionCase {
   // graphs the decode steps run it fused with the KV page write.
   bool rope = false;
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
+  cuda::DecodeSplitTiles decode_split_tiles = CudaOptions{}.decode_split_tiles;
   // cuDNN plans on the builder thread: the steps run once before their plans
   // exist (declined: our kernels), then again after they are built.
   bool cudnn_plans_in_background = false;
@@ -99,6 +100,7 @@ class AttentionHarness {
     }
     CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = c.decode_steps_with_graphs};
     options.prefill_attention = c.prefill_attention;
+    options.decode_split_tiles = c.decode_split_tiles;
     options.cudnn_plans_in_background = c.cudnn_plans_in_background;
     options.cudnn_serving_bounds = c.cudnn_serving_bounds;
     options.cudnn_serving_wait_s = 600.0;  // every class built before the first step
@@ -477,15 +479,19 @@ TEST(CudnnPlansBeforeServing, StepsWithinTheBoundsRunOnCudnnFromTheFirst) {
 }
 
 // Decode rows on the default prefill kernel, aimed at the tensor-core
-// split-KV kernel: groups of 4, 7 and 16 heads at head_dim 128 and 64, uneven
-// batches (by-step-work splits), contexts on both sides of its 64-key tile and
-// of a page (of 16 keys, found by shift and mask, and of 7, by division),
-// splits at their edges, and graph replays.
+// split-KV kernels (each case under both tile layouts, CudaOptions::
+// decode_split_tiles): groups of 4, 7 and 16 heads at head_dim 128 and 64,
+// uneven batches (by-step-work splits), contexts on both sides of its 64-key
+// tile and of a page (of 16 keys, found by shift and mask, and of 7, by
+// division), splits at their edges, and graph replays.
 void run_decode_case(AttentionCase c, std::uint64_t seed) {
   c.prefill_attention = CudaOptions{}.prefill_attention;
-  SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
-                                    << c.head_dim << " block " << c.block_size);
-  AttentionHarness(c, seed).run_case();
+  for (const auto& [tiles_name, tiles] : cuda::kDecodeSplitTilesNames) {
+    c.decode_split_tiles = tiles;
+    SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
+                                      << c.head_dim << " block " << c.block_size << " tiles " << tiles_name);
+    AttentionHarness(c, seed).run_case();
+  }
 }
 
 // Tile and page edges: 15/16/17, 31/32/33, 63/64/65 keys, beside rows long
@@ -502,6 +508,10 @@ TEST(CudaDecodeAttention, HeadDim64OddPages) { run_decode_case({16, 4, 64, 7, kD
 TEST(CudaDecodeAttention, GroupsOfSevenAndSixteen) {
   run_decode_case({28, 4, 128, 16, {{0, 1}, {33, 1}, {5000, 1}, {777, 3}}}, 53);
   run_decode_case({32, 2, 64, 16, {{20000, 1}, {777, 1}, {3000, 2}}, 16}, 54);
+}
+TEST(CudaDecodeAttention, GroupsOfTwoAndEightPagesOf64) {
+  run_decode_case({16, 8, 128, 64, {{0, 1}, {63, 1}, {64, 1}, {5000, 1}, {9000, 1}, {130, 2}}}, 57);
+  run_decode_case({32, 4, 64, 64, {{0, 1}, {130, 1}, {7000, 1}, {20000, 1}}}, 58);
 }
 TEST(CudaDecodeAttention, SplitEdges) { run_decode_case({32, 8, 128, 16, kSplitEdges}, 55); }
 TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {

@@ -10,7 +10,9 @@
 #   CARRY_DIR=.devcarry/gqadec tools/device/gqadec_check.sh [--bench-only]
 #
 # 1. cuda_bench --decode-sweep (GQA decode attention, each case merged in the
-#    split kernel and in the combine kernel) and --decode1 (the GEMV rows and
+#    split kernel and in the combine kernel, and under the other tile layout),
+#    --decode-sweep-pages (the default and the other tile layout at pages of
+#    16 and 64) and --decode1 (the GEMV rows and
 #    batch-1 decode under each fusion off, and session 11's kernels), first,
 #    so that a failing test leaves the timings standing;
 # 2. cuda_kernel_test: CudaOps.*, the decode attention suite
@@ -34,6 +36,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 summary=""
 timeout 60 "$bin/cuda_bench" --decode-sweep > "$out/logs/sweep.md" 2>&1
 summary="$summary sweep rc $?;"
+timeout 90 "$bin/cuda_bench" --decode-sweep-pages > "$out/logs/sweep_pages.md" 2>&1
+summary="$summary sweep_pages rc $?;"
 timeout 90 "$bin/cuda_bench" --decode1 > "$out/logs/decode1.md" 2>&1
 summary="$summary decode1 rc $?;"
 if [ $tests = 1 ]; then
@@ -52,7 +56,8 @@ fi
 tar -czf "$out/logs.tgz" -C "$out" logs
 echo
 echo "=== table ==="
-grep -h -E "kernels only|Llama-3-8B decode step|GEMV" "$out/logs/sweep.md" "$out/logs/decode1.md" |
-  sed -E 's/, 32\/8 heads, split plan/,/; s/ \(K\+V bytes\)//' | tee "$out/table.md"
+grep -h -E "kernels only|Llama-3-8B decode step|GEMV" "$out/logs/sweep.md" "$out/logs/sweep_pages.md" \
+  "$out/logs/decode1.md" | sed -E 's/decode attention //; s/, 32\/8 heads//; s/, split plan adaptive//; s/ \(K\+V bytes\)//' |
+  tee "$out/table.md"
 grep -h -E "^\[  (PASSED|FAILED) |tests? ran|FAILED TEST" "$out"/logs/*_test.log 2>/dev/null | sort | uniq -c
 echo "$summary"

@@ -400,6 +400,7 @@ class CudaOps final : public Ops {
     cuda::AttentionArgs args = attention_args(q, out, layer, scale);
     args.prefill_attention = options_.prefill_attention;
     args.decode_split_plan = options_.decode_split_plan;
+    args.decode_split_tiles = options_.decode_split_tiles;
     // Allocated when replaying too: later scratch must land where it was captured.
     if (view_.num_split_rows > 0)
       args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));

@@ -105,6 +105,16 @@ enum class DecodeSplitPlan {
   by_step_work,
 };
 
+// How the tensor-core split-KV decode kernel lays a GQA group on the mma
+// tiles (attention_split.cu).
+enum class DecodeSplitTiles {
+  // Keys as the mma's rows, the group's heads (up to 8) as its columns:
+  // half the mma and softmax work a key of heads_as_rows at groups of <= 8.
+  keys_as_rows,
+  // The group's heads (up to 16) as the mma's rows: groups of 9-16 always.
+  heads_as_rows,
+};
+
 // Where the split-KV decode kernel's partials are merged (attention_split.cu).
 enum class DecodeSplitMerge {
   // In the split kernel: the last block of a row's splits to finish merges
@@ -211,7 +221,7 @@ struct CudaOptions {
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl,
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // decode_split_merge, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
+  // decode_split_merge, decode_split_tiles, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
   // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
@@ -250,6 +260,7 @@ struct CudaOptions {
   std::int32_t gemv_max_rows = 3;
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
   cuda::DecodeSplitMerge decode_split_merge = cuda::DecodeSplitMerge::in_split_kernel;
+  cuda::DecodeSplitTiles decode_split_tiles = cuda::DecodeSplitTiles::keys_as_rows;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
@@ -292,6 +303,8 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitPlan>, 3> kDe
      {"by-step-work", DecodeSplitPlan::by_step_work}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitMerge>, 2> kDecodeSplitMergeNames = {
     {{"in-split-kernel", DecodeSplitMerge::in_split_kernel}, {"combine-kernel", DecodeSplitMerge::combine_kernel}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeSplitTiles>, 2> kDecodeSplitTilesNames = {
+    {{"keys-as-rows", DecodeSplitTiles::keys_as_rows}, {"heads-as-rows", DecodeSplitTiles::heads_as_rows}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 4> kMlaKernelsNames = {
@@ -339,6 +352,8 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.decode_split_plan, cuda::kDecodeSplitPlanNames);
   out += ", decode split merge ";
   out += cuda::name_of(options.decode_split_merge, cuda::kDecodeSplitMergeNames);
+  out += ", decode split tiles ";
+  out += cuda::name_of(options.decode_split_tiles, cuda::kDecodeSplitTilesNames);
   out += ", decode RoPE fusion ";
   out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
   out += ", MLA kernels ";

@@ -498,88 +498,170 @@ constexpr int kMmaWarps = 4;
 // 7% (run 9: 512 blocks in 396 slots, a second wave a third full).
 constexpr int kMmaStages = 2;
 
-template <int D, int kW>
+// Shared memory of a tensor-core split block: the K/V ring, or (reused once
+// the keys are done) the warps' partial states, plus the Q tile of kQRows heads.
+template <int D, int kW, int kQRows>
 constexpr int mma_smem_bytes() {
   const int ring = 2 * kMmaStages * 16 * kW * (D + 8) * 2;
-  const int merge = kW * 16 * D * 4 + 2 * kW * 16 * 4;
-  return (ring > merge ? ring : merge) + 16 * (D + 8) * 2;  // + the Q tile
+  const int merge = kW * kQRows * D * 4 + 2 * kW * kQRows * 4;
+  return (ring > merge ? ring : merge) + kQRows * (D + 8) * 2;
+}
+
+// The tensor-core kernels' first steps after pdl_wait(): the kQRows query
+// heads from head_begin (zero rows past num_heads) into s_q ([kQRows][D + 8]).
+template <int D, int kThreads, int kQRows>
+__device__ __forceinline__ void copy_q_rows(const SplitParams& p, int row, int head_begin, int num_heads,
+                                            __nv_bfloat16* s_q) {
+  constexpr int kChunksPerRow = D / 8;
+  for (int c = threadIdx.x; c < kQRows * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const bool valid = r < num_heads;
+    cp_async_16(s_q + r * (D + 8) + col,
+                p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + (valid ? r : 0)) * D + col,
+                valid);
+  }
+}
+
+// One K/V tile of kTileKeys keys from key `first` (keys from key_end on read
+// as zeros) into a ring stage of [kTileKeys][D + 8] rows. A thread copies the
+// same 16-byte column of kPasses rows; every page-table read comes first,
+// then the copies: one dependent round trip a tile, not one a row.
+template <int D, int kThreads, int kTileKeys>
+__device__ __forceinline__ void copy_kv_tile(const SplitParams& p, const std::int32_t* table, int kv_head, int first,
+                                             int key_end, __nv_bfloat16* s_k, __nv_bfloat16* s_v) {
+  constexpr int kStride = D + 8;
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // tile rows one pass of the block copies
+  constexpr int kPasses = kTileKeys / kRowsPerPass;
+  static_assert(kThreads % kChunksPerRow == 0 && kTileKeys % kRowsPerPass == 0, "tile copy must be even");
+  const int copy_row = threadIdx.x / kChunksPerRow, copy_col = (threadIdx.x % kChunksPerRow) * 8;
+  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
+  std::int64_t off[kPasses];
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int key = first + copy_row + i * kRowsPerPass;
+    off[i] = key < key_end ? slot_of(table, key, p) * key_stride + kv_head * D + copy_col : -1;
+  }
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int r = copy_row + i * kRowsPerPass;
+    const bool valid = off[i] >= 0;
+    const std::int64_t src = valid ? off[i] : 0;
+    cp_async_16(s_k + r * kStride + copy_col, p.k_cache + src, valid);
+    cp_async_16(s_v + r * kStride + copy_col, p.v_cache + src, valid);
+  }
+}
+
+// The tensor-core kernels' end: each warp has put its unnormalised O, running
+// max and sum for the block's heads in sm_o [kW][kQRows][D], sm_m and sm_l
+// [kW][kQRows]; the block merges them and writes the row's output (one
+// split) or this split's partial, then merges the row's splits if it is the
+// last block to arrive.
+template <int D, int kW, int kQRows>
+__device__ void finish_split_block(const StepDeviceView& step, const SplitParams& p, int row, int row_index,
+                                   int head_begin, int num_heads, int num_splits, const float* sm_o,
+                                   const float* sm_m, const float* sm_l) {
+  constexpr int kThreads = kW * 32;
+  for (int e = threadIdx.x; e < num_heads * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) m_all = fmaxf(m_all, sm_m[w * kQRows + g]);
+    float l_all = 0.0f, a_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      const float c = m_all == -INFINITY ? 0.0f : exp2f(sm_m[w * kQRows + g] - m_all);
+      l_all += sm_l[w * kQRows + g] * c;
+      a_all += sm_o[(w * kQRows + g) * D + d] * c;
+    }
+    const int head = head_begin + g;
+    if (num_splits == 1) {
+      p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] = __float2bfloat16(a_all / l_all);
+    } else {
+      const std::int64_t part =
+          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.max_splits + blockIdx.x;
+      p.ws_acc[part * D + d] = a_all;
+      if (d == 0) {
+        p.ws_ml[part * 2] = m_all;
+        p.ws_ml[part * 2 + 1] = l_all;
+      }
+    }
+  }
+  if (num_splits == 1 || p.arrivals == nullptr || !last_to_arrive(p, row_index, num_splits)) return;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  merge_splits<D, kThreads>(p, row, row_index, head_begin, num_heads, num_splits, reinterpret_cast<float*>(smem_raw));
+}
+
+// Where a tensor-core split block starts: its row, split, kv head, the
+// kQRows query heads from head_begin (num_heads of them real) and its keys.
+// start_mma_block() computes it, waits for the previous kernel, and starts
+// the copies of Q and of the ring's first kMmaStages - 1 tiles (one commit
+// group each, the first also carrying Q); num_tiles < 0: the row has fewer
+// splits than the grid, and the block has nothing to do.
+struct MmaBlock {
+  int row, kv_head, head_begin, num_heads, key_begin, key_end, num_tiles;
+  RowSplit split;
+  const std::int32_t* table;
+};
+template <int D, int kW, int kQRows>
+__device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
+                                                    __nv_bfloat16* s_q, __nv_bfloat16* s_k, __nv_bfloat16* s_v) {
+  constexpr int kTileKeys = 16 * kW;
+  constexpr int kStride = D + 8;
+  MmaBlock b;
+  b.row = step.split_rows[blockIdx.z];
+  const int seq = step.row_sequence[b.row];
+  const int kv_len = step.positions[b.row] + 1;
+  b.split = split_of(kv_len, step_split(step, p), p);
+  if (static_cast<int>(blockIdx.x) >= b.split.num_splits) {
+    pdl_wait();
+    b.num_tiles = -1;
+    return b;
+  }
+  b.kv_head = blockIdx.y / p.head_chunks;
+  const int group_size = p.num_q_heads / p.num_kv_heads;
+  b.head_begin = b.kv_head * group_size + (blockIdx.y % p.head_chunks) * kQRows;
+  b.num_heads = min(kQRows, b.kv_head * group_size + group_size - b.head_begin);
+  b.key_begin = blockIdx.x * b.split.split_tokens;
+  b.key_end = min(b.key_begin + b.split.split_tokens, kv_len);
+  b.table = step.block_tables + step.seq_block_offset[seq];
+  b.num_tiles = (b.key_end - b.key_begin + kTileKeys - 1) / kTileKeys;
+  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kMmaStages - 1) * kTileKeys);
+  pdl_wait();
+  copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, s_q);
+#pragma unroll
+  for (int t = 0; t < kMmaStages - 1; ++t) {
+    if (t < b.num_tiles)
+      copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, b.key_begin + t * kTileKeys, b.key_end,
+                                          s_k + t * kTileKeys * kStride, s_v + t * kTileKeys * kStride);
+    cp_async_commit();
+  }
+  return b;
 }
 
 template <int D, int kW>
 __global__ void __launch_bounds__(kW * 32)
     split_mma_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
-  constexpr int kThreads = kW * 32;
   constexpr int kTileKeys = 16 * kW;
   constexpr int kStride = D + 8;
-  constexpr int kChunksPerRow = D / 8;
-  constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // tile rows one pass of the block copies
-  constexpr int kPasses = kTileKeys / kRowsPerPass;
   constexpr int kKSteps = D / 16;
   constexpr int kNTilesO = D / 8;
-  static_assert(kThreads % kChunksPerRow == 0 && kTileKeys % kRowsPerPass == 0, "tile copy must be even");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kStride]
   auto* s_k = s_q + 16 * kStride;                           // [kMmaStages][kTileKeys][kStride]
   auto* s_v = s_k + kMmaStages * kTileKeys * kStride;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  const int row_index = blockIdx.z;
-  const int row = step.split_rows[row_index];
-  const int seq = step.row_sequence[row];
-  const int kv_len = step.positions[row] + 1;
-  const RowSplit split = split_of(kv_len, step_split(step, p), p);
-  if (static_cast<int>(blockIdx.x) >= split.num_splits) {  // this row needs fewer splits than the grid has
-    pdl_wait();
-    return;
-  }
-  const int kv_head = blockIdx.y / p.head_chunks;
-  const int group_size = p.num_q_heads / p.num_kv_heads;
-  const int head_begin = kv_head * group_size + (blockIdx.y % p.head_chunks) * 16;
-  const int num_heads_here = min(16, kv_head * group_size + group_size - head_begin);
-  const int key_begin = blockIdx.x * split.split_tokens;
-  const int key_end = min(key_begin + split.split_tokens, kv_len);
-  const std::int32_t* table = step.block_tables + step.seq_block_offset[seq];
-  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
-  const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
-  prefetch_old_keys(step, p, seq, kv_head * D, D, key_begin, key_end, (kMmaStages - 1) * kTileKeys);
-  pdl_wait();
-
-  // Q: the group's heads as rows, zero rows past the group.
-  for (int c = tid; c < 16 * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const bool valid = r < num_heads_here;
-    cp_async_16(s_q + r * kStride + col,
-                p.q + (static_cast<std::int64_t>(row) * p.num_q_heads + head_begin + (valid ? r : 0)) * D + col,
-                valid);
-  }
-  // A thread copies the same 16-byte column of kPasses rows. Every page-table
-  // read comes first, then the copies: one dependent round trip a tile, not
-  // one a row.
-  const int copy_row = tid / kChunksPerRow, copy_col = (tid % kChunksPerRow) * 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const MmaBlock b = start_mma_block<D, kW, 16>(step, p, s_q, s_k, s_v);
+  if (b.num_tiles < 0) return;
+  const int row = b.row, row_index = blockIdx.z, head_begin = b.head_begin, num_heads_here = b.num_heads;
+  const int key_begin = b.key_begin, key_end = b.key_end, num_tiles = b.num_tiles;
+  const RowSplit split = b.split;
   auto load_tile = [&](int tile) {
     const int stage = tile % kMmaStages;
-    const int key0 = key_begin + tile * kTileKeys + copy_row;
-    std::int64_t off[kPasses];
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int key = key0 + i * kRowsPerPass;
-      off[i] = key < key_end ? slot_of(table, key, p) * key_stride + kv_head * D + copy_col : -1;
-    }
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int r = copy_row + i * kRowsPerPass;
-      const bool valid = off[i] >= 0;
-      const std::int64_t src = valid ? off[i] : 0;
-      cp_async_16(s_k + (stage * kTileKeys + r) * kStride + copy_col, p.k_cache + src, valid);
-      cp_async_16(s_v + (stage * kTileKeys + r) * kStride + copy_col, p.v_cache + src, valid);
-    }
+    copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, key_begin + tile * kTileKeys, key_end,
+                                        s_k + stage * kTileKeys * kStride, s_v + stage * kTileKeys * kStride);
   };
-#pragma unroll
-  for (int t = 0; t < kMmaStages - 1; ++t) {
-    if (t < num_tiles) load_tile(t);
-    cp_async_commit();  // the first group also carries Q
-  }
 
   std::uint32_t q_frag[kKSteps][4];
   float o_acc[kNTilesO][4];
@@ -697,61 +779,195 @@ __global__ void __launch_bounds__(kW * 32)
     }
   }
   __syncthreads();
-  for (int e = tid; e < num_heads_here * D; e += kThreads) {
-    const int g = e / D, d = e % D;
-    float m_all = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kW; ++w) m_all = fmaxf(m_all, sm_m[w * 16 + g]);
-    float l_all = 0.0f, a_all = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kW; ++w) {
-      const float c = m_all == -INFINITY ? 0.0f : exp2f(sm_m[w * 16 + g] - m_all);
-      l_all += sm_l[w * 16 + g] * c;
-      a_all += sm_o[(w * 16 + g) * D + d] * c;
-    }
-    const int head = head_begin + g;
-    if (split.num_splits == 1) {
-      p.out[(static_cast<std::int64_t>(row) * p.num_q_heads + head) * D + d] =
-          __float2bfloat16(a_all / l_all);
-    } else {
-      const std::int64_t part =
-          (static_cast<std::int64_t>(row_index) * p.num_q_heads + head) * p.max_splits + blockIdx.x;
-      p.ws_acc[part * D + d] = a_all;
-      if (d == 0) {
-        p.ws_ml[part * 2] = m_all;
-        p.ws_ml[part * 2 + 1] = l_all;
-      }
-    }
-  }
-  if (split.num_splits == 1 || p.arrivals == nullptr || !last_to_arrive(p, row_index, split.num_splits)) return;
-  merge_splits<D, kThreads>(p, row, row_index, head_begin, num_heads_here, split.num_splits,
-                            reinterpret_cast<float*>(smem_raw));
+  finish_split_block<D, kW, 16>(step, p, row, row_index, head_begin, num_heads_here, split.num_splits, sm_o, sm_m,
+                                sm_l);
 }
 
-template <int D>
+// The same block with keys as the mma's rows, for groups of up to 8 heads:
+// S^T = K Q^T and O^T = V^T P^T on m16n8k16, a warp's 16 keys as M and the
+// group's heads (zero-padded to 8) as N. With the heads as M (above) a group
+// of 4 fills 4 of 16 rows, so three quarters of every QK and PV mma, of the
+// exponentials and of the O registers were padding, in a kernel bound by its
+// instruction issue (session 10's ncu); here half as many mma a key, half the
+// softmax, and O in D / 4 registers instead of D / 2. P^T's accumulator
+// fragment becomes the PV mma's B operand by two movmatrix transposes.
+template <int D, int kW>
+__global__ void __launch_bounds__(kW * 32)
+    split_mma_keys_kernel(StepDeviceView step, SplitParams p) {
+  pdl_launch_dependents();
+  constexpr int kTileKeys = 16 * kW;
+  constexpr int kStride = D + 8;
+  constexpr int kKSteps = D / 16;
+  constexpr int kDimTiles = D / 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [8][kStride]
+  auto* s_k = s_q + 8 * kStride;                            // [kMmaStages][kTileKeys][kStride]
+  auto* s_v = s_k + kMmaStages * kTileKeys * kStride;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const MmaBlock b = start_mma_block<D, kW, 8>(step, p, s_q, s_k, s_v);
+  if (b.num_tiles < 0) return;
+  auto load_tile = [&](int tile) {
+    const int stage = tile % kMmaStages;
+    copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, b.key_begin + tile * kTileKeys, b.key_end,
+                                        s_k + stage * kTileKeys * kStride, s_v + stage * kTileKeys * kStride);
+  };
+
+  // This thread's accumulator columns are heads 2 (lane % 4) and + 1; its
+  // rows keys lane / 4 and + 8 of the warp's 16 (S^T), dims lane / 4 and + 8
+  // of each 16-dim tile (O^T). m_run and l_run follow its two heads.
+  std::uint32_t q_frag[kKSteps][2];
+  float o_acc[kDimTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  for (int tile = 0; tile < b.num_tiles; ++tile) {
+    if (tile + kMmaStages - 1 < b.num_tiles) load_tile(tile + kMmaStages - 1);
+    cp_async_commit();
+    cp_async_wait<kMmaStages - 1>();
+    __syncthreads();
+    if (tile == 0) {  // Q^T as B: a head's dims are a B column
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ks += 2) {
+        std::uint32_t r[4];
+        ldmatrix_x4(r, s_q + (lane % 8) * kStride + ks * 16 + (lane / 8) * 8);
+        q_frag[ks][0] = r[0];
+        q_frag[ks][1] = r[1];
+        q_frag[ks + 1][0] = r[2];
+        q_frag[ks + 1][1] = r[3];
+      }
+    }
+    const int stage = tile % kMmaStages;
+    const __nv_bfloat16* sk = s_k + (stage * kTileKeys + warp * 16) * kStride;
+    const __nv_bfloat16* sv = s_v + (stage * kTileKeys + warp * 16) * kStride;
+    const int key0 = b.key_begin + tile * kTileKeys + warp * 16 + lane / 4;
+
+    // Two accumulators over alternate k-steps: two independent mma chains.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      std::uint32_t a[4];
+      ldmatrix_x4(a, sk + ((lane % 8) + ((lane / 8) % 2) * 8) * kStride + ks * 16 + (lane / 16) * 8);
+      mma_16816(s[ks % 2], a, q_frag[ks][0], q_frag[ks][1]);
+    }
+    float col_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = key0 + (i / 2) * 8;
+      const float v = key < b.key_end ? (s[0][i] + s[1][i]) * p.scale_log2 : -INFINITY;
+      s[0][i] = v;
+      col_max[i % 2] = fmaxf(col_max[i % 2], v);
+    }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int offset = 4; offset < 32; offset <<= 1)
+        col_max[h] = fmaxf(col_max[h], __shfl_xor_sync(0xffffffffu, col_max[h], offset));
+      const float m_new = fmaxf(m_run[h], col_max[h]);
+      correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
+      m_run[h] = m_new;
+    }
+    float col_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float m = m_run[i % 2];
+      const float pr = m == -INFINITY ? 0.0f : exp2f(s[0][i] - m);
+      s[0][i] = pr;
+      col_sum[i % 2] += pr;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * correction[h] + col_sum[h];
+    // Rescaled only when a running max moved, as in the kernel above.
+    if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < kDimTiles; ++n) {
+        o_acc[n][0] *= correction[0];
+        o_acc[n][1] *= correction[1];
+        o_acc[n][2] *= correction[0];
+        o_acc[n][3] *= correction[1];
+      }
+    }
+    // P^T (keys x heads) as B: keys 0-7 and 8-15 of the warp, each an 8x8
+    // half of the accumulator, transposed into B's layout.
+    const std::uint32_t p_lo = movmatrix_trans(pack_bf16(s[0][0], s[0][1]));
+    const std::uint32_t p_hi = movmatrix_trans(pack_bf16(s[0][2], s[0][3]));
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {  // V^T as A: ldmatrix's transpose of V's [key][dim] rows
+      std::uint32_t a[4];
+      ldmatrix_x4_trans(a, sv + ((lane % 8) + (lane / 16) * 8) * kStride + n * 16 + ((lane / 8) % 2) * 8);
+      mma_16816(o_acc[n], a, p_lo, p_hi);
+    }
+    __syncthreads();  // the stage is rewritten kMmaStages - 1 tiles later
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int offset = 4; offset < 32; offset <<= 1) l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], offset);
+  // Merge the warps' states through shared memory (the ring is free now).
+  __syncthreads();
+  float* sm_o = reinterpret_cast<float*>(s_k);  // [kW][8][D]
+  float* sm_m = sm_o + kW * 8 * D;              // [kW][8]
+  float* sm_l = sm_m + kW * 8;
+  const int head0 = (lane % 4) * 2;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      sm_o[(warp * 8 + head0 + i % 2) * D + n * 16 + lane / 4 + (i / 2) * 8] = o_acc[n][i];
+  if (lane < 4) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sm_m[warp * 8 + head0 + h] = m_run[h];
+      sm_l[warp * 8 + head0 + h] = l_run[h];
+    }
+  }
+  __syncthreads();
+  finish_split_block<D, kW, 8>(step, p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o, sm_m,
+                               sm_l);
+}
+
+// The tensor-core kernels: heads as the mma's rows (groups of up to 16) or
+// keys (up to 8).
+template <int D, bool kKeysAsRows>
+constexpr auto* split_mma_kernel_for() {
+  if constexpr (kKeysAsRows)
+    return &split_mma_keys_kernel<D, kMmaWarps>;
+  else
+    return &split_mma_kernel<D, kMmaWarps>;
+}
+template <int D, bool kKeysAsRows>
+constexpr int split_mma_smem_bytes() {
+  return mma_smem_bytes<D, kMmaWarps, kKeysAsRows ? 8 : 16>();
+}
+
+template <int D, bool kKeysAsRows>
 void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = mma_smem_bytes<D, kMmaWarps>();
+  constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows>();
   static_assert(kSmemBytes <= 227 * 1024, "one block must fit a multiprocessor");
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaWarps>,
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows>(),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel<D, kMmaWarps>, grid, dim3(kMmaWarps * 32), kSmemBytes, launch, step, p);
+  launch_kernel(split_mma_kernel_for<D, kKeysAsRows>(), grid, dim3(kMmaWarps * 32), kSmemBytes, launch, step, p);
 }
 
-// Blocks of the tensor-core kernel resident on the whole GPU (its shared
+// Blocks of a tensor-core kernel resident on the whole GPU (its shared
 // memory bounds them: 3 a multiprocessor at head_dim 128).
-template <int D>
+template <int D, bool kKeysAsRows>
 int mma_resident_blocks() {
   static const int blocks = [] {
-    constexpr int kSmemBytes = mma_smem_bytes<D, kMmaWarps>();
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel<D, kMmaWarps>,
+    constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows>();
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows>(),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     int per_sm = 0, device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, split_mma_kernel<D, kMmaWarps>, kMmaWarps * 32, kSmemBytes));
+        &per_sm, split_mma_kernel_for<D, kKeysAsRows>(), kMmaWarps * 32, kSmemBytes));
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return std::max(1, per_sm * sms);
@@ -759,7 +975,10 @@ int mma_resident_blocks() {
   return blocks;
 }
 
-int mma_resident_blocks(int head_dim) { return head_dim == 64 ? mma_resident_blocks<64>() : mma_resident_blocks<128>(); }
+int mma_resident_blocks(int head_dim, bool keys_as_rows) {
+  if (keys_as_rows) return head_dim == 64 ? mma_resident_blocks<64, true>() : mma_resident_blocks<128, true>();
+  return head_dim == 64 ? mma_resident_blocks<64, false>() : mma_resident_blocks<128, false>();
+}
 
 // One block per (row, query head): merges the splits. kParts groups of D
 // threads each sum every kParts-th split (a long context has up to hundreds
@@ -815,6 +1034,7 @@ __global__ void __launch_bounds__(D * combine_parts<D>()) combine_kernel(StepDev
 
 struct SplitPlan {
   int max_splits, min_split_tokens, split_align, head_chunks, group;
+  bool keys_as_rows;  // tensor cores, keys as the mma rows: split_mma_keys_kernel (groups <= 8)
   int target_blocks, pairs_per_row;  // SplitParams' (0, 0 under uniform_waves)
   int uniform_max_splits;
 };
@@ -845,7 +1065,10 @@ int splits_by_waves(std::int64_t pairs, int by_len, int resident_blocks) {
 SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int group_size = args.num_q_heads / args.num_kv_heads;
   const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
-  const int kernel_group = tensor_cores ? 16
+  const bool keys_as_rows =
+      tensor_cores && group_size <= 8 && args.decode_split_tiles == DecodeSplitTiles::keys_as_rows;
+  const int kernel_group = keys_as_rows  ? 8
+                           : tensor_cores ? 16
                            : group_size <= 1 ? 1
                            : group_size <= 2 ? 2
                            : group_size <= 4 ? 4
@@ -861,7 +1084,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
   int uniform_splits = 1;
   if (tensor_cores) {
-    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim));
+    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, keys_as_rows));
   } else {
     // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
     constexpr int kTargetBlocks = 132 * 4;
@@ -871,11 +1094,11 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const bool by_step_work = args.decode_split_plan == DecodeSplitPlan::by_step_work ||
                             (args.decode_split_plan == DecodeSplitPlan::adaptive && step.uneven_split_rows);
   if (!by_step_work)
-    return {uniform_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, 0, 0, uniform_splits};
+    return {uniform_splits, min_split_tokens, tile_keys, head_chunks, kernel_group, keys_as_rows, 0, 0, uniform_splits};
   // Uneven steps: the step's keys over about four waves of tensor-core blocks
   // (or four CUDA-core blocks per multiprocessor), however they are spread
   // over rows.
-  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim) : 132 * 4;
+  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim, keys_as_rows) : 132 * 4;
   int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
   if (step.total_split_kv_tokens > 0) {
     // An eager step: the longest row's splits under step_split()'s length are
@@ -885,7 +1108,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
                                                      target_blocks);
     by_work = std::max(1, std::min(by_work, static_cast<int>((max_kv + split_tokens - 1) / split_tokens)));
   }
-  return {std::max(uniform_splits, by_work), min_split_tokens, tile_keys, head_chunks, kernel_group,
+  return {std::max(uniform_splits, by_work), min_split_tokens, tile_keys, head_chunks, kernel_group, keys_as_rows,
           target_blocks, pairs_per_row, uniform_splits};
 }
 
@@ -923,14 +1146,18 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
                            plan.max_splits <= kFusedMergeMaxSplits &&
                            static_cast<std::int64_t>(grid.y) * grid.z <= args.split_arrivals_capacity;
   p.arrivals = fused_merge ? args.split_arrivals : nullptr;
-  switch (plan.group) {
-    case 16:
-      if constexpr (D == 64 || D == 128) launch_split_mma<D>(grid, launch, step, p);
-      break;
-    case 1: launch_split<D, 1>(grid, launch, step, p); break;
-    case 2: launch_split<D, 2>(grid, launch, step, p); break;
-    case 4: launch_split<D, 4>(grid, launch, step, p); break;
-    default: launch_split<D, 8>(grid, launch, step, p); break;
+  if (plan.keys_as_rows) {
+    if constexpr (D == 64 || D == 128) launch_split_mma<D, true>(grid, launch, step, p);
+  } else {
+    switch (plan.group) {
+      case 16:
+        if constexpr (D == 64 || D == 128) launch_split_mma<D, false>(grid, launch, step, p);
+        break;
+      case 1: launch_split<D, 1>(grid, launch, step, p); break;
+      case 2: launch_split<D, 2>(grid, launch, step, p); break;
+      case 4: launch_split<D, 4>(grid, launch, step, p); break;
+      default: launch_split<D, 8>(grid, launch, step, p); break;
+    }
   }
   SLUICE_CUDA_CHECK_LAUNCH();
   if (plan.max_splits > 1 && !fused_merge) {

@@ -97,6 +97,7 @@ struct AttentionArgs {
   // The kernel asked for whole prefill tiles; prefill_kernel_for() decides.
   PrefillAttention prefill_attention = PrefillAttention::mma;
   DecodeSplitPlan decode_split_plan = DecodeSplitPlan::adaptive;
+  DecodeSplitTiles decode_split_tiles = DecodeSplitTiles::heads_as_rows;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).

@@ -36,6 +36,16 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], 
                : "r"(smem_addr(p)));
 }
 
+// The transpose of an 8x8 b16 matrix held as mma fragments (thread t holds
+// row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1): an accumulator tile's
+// half, packed to bf16, becomes the B operand of the next mma with its rows
+// and columns swapped, without a trip through shared memory.
+static __device__ __forceinline__ std::uint32_t movmatrix_trans(std::uint32_t a) {
+  std::uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+  return d;
+}
+
 // c += a · b for one m16n8k16 tile.
 static __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4],
                                           std::uint32_t b0, std::uint32_t b1) {
