@@ -34,7 +34,8 @@
 // 2,048-row chunk on two streams, by priority or SM partition; --lane-decode: the
 // chats' decode step on a lane's SMs at 1-8 rows, GEMV against cuBLASLt;
 // --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
-// --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout).
+// --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout;
+// --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -535,7 +536,13 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // time, with the step's metadata upload (begin_step) inside and outside the
 // timed loop. `case_filter` (a case's name, e.g. "8 x 8k"; empty: all) runs
 // one case, e.g. under ncu.
-void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, bool default_only = false) {
+// Which rows bench_decode_sweep() runs: every variant (--decode-sweep), the
+// default beside the other tile layout (--decode-sweep-pages), or the
+// uniform plan's splits fixed at several counts, twice over, under both tile
+// layouts (--decode-split-counts).
+enum class SweepRows { all, default_and_tiles, split_counts };
+
+void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all) {
   constexpr std::int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
   const std::int32_t kBlock = block;
   struct Case {
@@ -563,6 +570,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, b
     cuda::DecodeSplitPlan plan;
     cuda::DecodeSplitMerge merge;
     cuda::DecodeSplitTiles tiles = CudaOptions{}.decode_split_tiles;
+    std::int32_t split_count = 0;
   };
   const cuda::DecodeSplitTiles other_tiles = CudaOptions{}.decode_split_tiles == cuda::DecodeSplitTiles::keys_as_rows
                                                  ? cuda::DecodeSplitTiles::heads_as_rows
@@ -572,7 +580,15 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, b
       {"adaptive, " + std::string(cuda::name_of(other_tiles, cuda::kDecodeSplitTilesNames)),
        cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel, other_tiles},
       {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::combine_kernel}};
-  if (default_only) variants.resize(2);
+  if (rows == SweepRows::default_and_tiles) variants.resize(2);
+  if (rows == SweepRows::split_counts) {
+    variants.clear();
+    for (int round = 0; round < 2; ++round)
+      for (const auto& [tiles_name, tiles] : cuda::kDecodeSplitTilesNames)
+        for (const std::int32_t count : {0, 4, 6, 8, 12, 16, 24})
+          variants.push_back({std::string(tiles_name) + ", " + (count == 0 ? "splits by waves" : std::to_string(count) + " splits"),
+                              cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel, tiles, count});
+  }
   if (g_decode_sweep_plans)
     for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
       if (plan != cuda::DecodeSplitPlan::adaptive)
@@ -585,6 +601,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, b
     options.decode_split_plan = variant.plan;
     options.decode_split_merge = variant.merge;
     options.decode_split_tiles = variant.tiles;
+    options.decode_split_count = variant.split_count;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -982,8 +999,8 @@ void bench_decode_variants(bool quick) {
       {"RoPE and KV write in their own kernel",
        with([](CudaOptions& o) { o.decode_rope_fusion = cuda::DecodeRopeFusion::kv_write_kernel; }), false, true,
        true},
-      {"GEMV split K in at most 2 parts", with([](CudaOptions& o) { o.gemv_split_k = cuda::GemvSplitK::two_parts; }),
-       false, true, true},
+      {"GEMV split K by waves (q|k|v in 4 parts)",
+       with([](CudaOptions& o) { o.gemv_split_k = cuda::GemvSplitK::by_waves; }), false, true, true},
       {"split-KV with heads as the mma's rows (session 19's tiles)",
        with([](CudaOptions& o) { o.decode_split_tiles = cuda::DecodeSplitTiles::heads_as_rows; }), false, true, true},
       {"default, again", bench_options(), false, false, true},
@@ -1393,7 +1410,14 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-pages") == 0) {  // the sweep's default at 16 and 64 a page
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    for (const std::int32_t block : {16, 64}) sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, true);
+    for (const std::int32_t block : {16, 64})
+      sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::default_and_tiles);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-split-counts") == 0) {  // [CASE], "8 x 8k" if none
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    for (const std::int32_t block : {16, 64})
+      sluice::bench_decode_sweep(argc > 2 ? argv[2] : "8 x 8k", block, sluice::SweepRows::split_counts);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--chunk-pages") == 0) {

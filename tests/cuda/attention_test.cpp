@@ -527,16 +527,18 @@ TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
 // weights and inputs. Each step attends to the pages the earlier steps
 // wrote, and rows at a few keys weigh the new key heavily, so a wrong or
 // missing page write shows in that row's output. Shapes: the GEMV's split K
-// in 4, 2 and 1 parts (hidden 4096, 2048, 256), 1 to 4 rows, pages of 16 and 7.
+// in 4, 2 and 1 parts (hidden 4096 under GemvSplitK::by_waves, 4096 and 2048
+// under two_parts, 256), 1 to 4 rows, pages of 16 and 7.
 TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
   struct Case {
     std::int32_t num_q_heads, num_kv_heads, head_dim, block_size, hidden, rows;
+    cuda::GemvSplitK split_k = cuda::GemvSplitK::two_parts;
   };
   constexpr std::int32_t kSteps = 4;
   const std::int32_t first_positions[4] = {2, 4000, 17, 0};
   std::uint64_t seed = 700;
-  for (const Case c : {Case{32, 8, 128, 16, 4096, 1}, Case{32, 8, 128, 16, 4096, 3}, Case{16, 4, 128, 16, 2048, 2},
-                       Case{8, 2, 64, 7, 256, 4}}) {
+  for (const Case c : {Case{32, 8, 128, 16, 4096, 1}, Case{32, 8, 128, 16, 4096, 3, cuda::GemvSplitK::by_waves},
+                       Case{16, 4, 128, 16, 2048, 2}, Case{8, 2, 64, 7, 256, 4}}) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " x " << c.head_dim
                                       << ", hidden " << c.hidden << ", " << c.rows << " rows, pages of "
                                       << c.block_size);
@@ -555,6 +557,7 @@ TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
       options.decode_rope_fusion =
           i == 0 ? cuda::DecodeRopeFusion::qkv_epilogue : cuda::DecodeRopeFusion::kv_write_kernel;
       options.gemv_max_rows = static_cast<std::int32_t>(cuda::kGemvMaxRows);  // every row count the kernel has, 4 included
+      options.gemv_split_k = c.split_k;
       auto made = make_cuda_ops(options);
       ASSERT_TRUE(made.ok()) << made.error_message();
       ops[i] = std::move(made).value();

@@ -85,8 +85,23 @@ TEST(CudaOps, AddRmsNormUpdatesResidualAndNormalises) {
   }
 }
 
-TEST(CudaOps, MatmulMatchesFloat64) {
-  auto ops = make_test_ops();
+// Under both split-K choices of the GEMV (CudaOptions::gemv_split_k): the
+// 4-part loop runs only under by_waves.
+class CudaOpsSplitK : public ::testing::TestWithParam<cuda::GemvSplitK> {};
+INSTANTIATE_TEST_SUITE_P(GemvSplitK, CudaOpsSplitK,
+                         ::testing::Values(cuda::GemvSplitK::by_waves, cuda::GemvSplitK::two_parts),
+                         [](const ::testing::TestParamInfo<cuda::GemvSplitK>& info) {
+                           std::string name(cuda::name_of(info.param, cuda::kGemvSplitKNames));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST_P(CudaOpsSplitK, MatmulMatchesFloat64) {
+  CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = false};
+  options.gemv_split_k = GetParam();
+  auto made = make_cuda_ops(options);
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  auto ops = std::move(made).value();
   std::uint64_t seed = 300;
   struct Case {
     std::int64_t m, n, k;

@@ -401,6 +401,7 @@ class CudaOps final : public Ops {
     args.prefill_attention = options_.prefill_attention;
     args.decode_split_plan = options_.decode_split_plan;
     args.decode_split_tiles = options_.decode_split_tiles;
+    args.decode_split_count = options_.decode_split_count;
     // Allocated when replaying too: later scratch must land where it was captured.
     if (view_.num_split_rows > 0)
       args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));

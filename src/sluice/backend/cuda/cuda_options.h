@@ -76,8 +76,10 @@ enum class GraphBuckets {
 enum class GemvSplitK {
   // 2 or 4 warps a row, whichever fills its last wave better (q|k|v: 4).
   by_waves,
-  // 2 warps a row everywhere: the A/B row for the 4-part q|k|v GEMV, which
-  // has not yet run on a device (session 4).
+  // 2 warps a row everywhere. The default since session 20: batch 1 at 4k
+  // 4,404 us a step against 4,450-4,487 for by_waves, at 0 context 4,281
+  // against 4,384-4,431, with the batch-1 rows run before any batch-64 row
+  // (S20-1; session 11's "8% slower" came right after one).
   two_parts,
 };
 
@@ -221,7 +223,7 @@ struct CudaOptions {
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl,
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // decode_split_merge, decode_split_tiles, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
+  // decode_split_merge, decode_split_tiles, decode_split_count, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
   // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
@@ -250,7 +252,7 @@ struct CudaOptions {
   // noise (batch 1: +5.0%, +4.7%, -3.7% at 0 context; ~0 at 4k; runs 8-10).
   bool programmatic_launch = true;
   cuda::GraphBuckets graph_buckets = cuda::GraphBuckets::power_of_two;
-  cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::by_waves;
+  cuda::GemvSplitK gemv_split_k = cuda::GemvSplitK::two_parts;
   // Decode batches of at most this many rows (<= kGemvMaxRows) run their
   // linears on the GEMV kernels (gemv.cu), larger ones on cuBLASLt. On every
   // SM a Llama-3-8B decode step took 4.68 / 4.87 / 5.38 / 7.01 ms at 1-4 rows
@@ -261,6 +263,8 @@ struct CudaOptions {
   cuda::DecodeSplitPlan decode_split_plan = cuda::DecodeSplitPlan::adaptive;
   cuda::DecodeSplitMerge decode_split_merge = cuda::DecodeSplitMerge::in_split_kernel;
   cuda::DecodeSplitTiles decode_split_tiles = cuda::DecodeSplitTiles::keys_as_rows;
+  // The uniform split plan's splits a row, fixed (0: by waves). Benchmark-only.
+  std::int32_t decode_split_count = 0;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
@@ -354,6 +358,7 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.decode_split_merge, cuda::kDecodeSplitMergeNames);
   out += ", decode split tiles ";
   out += cuda::name_of(options.decode_split_tiles, cuda::kDecodeSplitTilesNames);
+  if (options.decode_split_count > 0) out += ", " + std::to_string(options.decode_split_count) + " splits a row";
   out += ", decode RoPE fusion ";
   out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
   out += ", MLA kernels ";

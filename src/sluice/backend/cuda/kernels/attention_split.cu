@@ -1091,6 +1091,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
     const int by_fill = static_cast<int>((kTargetBlocks + pairs - 1) / pairs);
     uniform_splits = std::max(1, std::min(by_fill, by_len));
   }
+  if (args.decode_split_count > 0) uniform_splits = std::min(args.decode_split_count, by_len);
   const bool by_step_work = args.decode_split_plan == DecodeSplitPlan::by_step_work ||
                             (args.decode_split_plan == DecodeSplitPlan::adaptive && step.uneven_split_rows);
   if (!by_step_work)

@@ -98,6 +98,8 @@ struct AttentionArgs {
   PrefillAttention prefill_attention = PrefillAttention::mma;
   DecodeSplitPlan decode_split_plan = DecodeSplitPlan::adaptive;
   DecodeSplitTiles decode_split_tiles = DecodeSplitTiles::heads_as_rows;
+  // Splits of the uniform plan instead of splits_by_waves()'s (0: the plan's).
+  std::int32_t decode_split_count = 0;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
