@@ -571,6 +571,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     cuda::DecodeSplitMerge merge;
     cuda::DecodeSplitTiles tiles = CudaOptions{}.decode_split_tiles;
     std::int32_t split_count = 0;
+    std::int32_t stages = 2;
   };
   const cuda::DecodeSplitTiles other_tiles = CudaOptions{}.decode_split_tiles == cuda::DecodeSplitTiles::keys_as_rows
                                                  ? cuda::DecodeSplitTiles::heads_as_rows
@@ -579,7 +580,9 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
       {"adaptive", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel},
       {"adaptive, " + std::string(cuda::name_of(other_tiles, cuda::kDecodeSplitTilesNames)),
        cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel, other_tiles},
-      {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::combine_kernel}};
+      {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::combine_kernel},
+      {"adaptive, keys-as-rows, 3 stages", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
+       cuda::DecodeSplitTiles::keys_as_rows, 0, 3}};
   if (rows == SweepRows::default_and_tiles) variants.resize(2);
   if (rows == SweepRows::split_counts) {
     variants.clear();
@@ -588,6 +591,12 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
         for (const std::int32_t count : {0, 4, 6, 8, 12, 16, 24})
           variants.push_back({std::string(tiles_name) + ", " + (count == 0 ? "splits by waves" : std::to_string(count) + " splits"),
                               cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel, tiles, count});
+    for (int round = 0; round < 2; ++round)
+      for (const std::int32_t count : {0, 4, 6})
+        variants.push_back({std::string("keys-as-rows, 3 stages, ") +
+                                (count == 0 ? "splits by waves" : std::to_string(count) + " splits"),
+                            cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
+                            cuda::DecodeSplitTiles::keys_as_rows, count, 3});
   }
   if (g_decode_sweep_plans)
     for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
@@ -602,6 +611,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     options.decode_split_merge = variant.merge;
     options.decode_split_tiles = variant.tiles;
     options.decode_split_count = variant.split_count;
+    options.decode_split_stages = variant.stages;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;

@@ -45,6 +45,7 @@ struct AttentionCase {
   bool rope = false;
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   cuda::DecodeSplitTiles decode_split_tiles = CudaOptions{}.decode_split_tiles;
+  std::int32_t decode_split_stages = CudaOptions{}.decode_split_stages;
   // cuDNN plans on the builder thread: the steps run once before their plans
   // exist (declined: our kernels), then again after they are built.
   bool cudnn_plans_in_background = false;
@@ -101,6 +102,7 @@ class AttentionHarness {
     CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = c.decode_steps_with_graphs};
     options.prefill_attention = c.prefill_attention;
     options.decode_split_tiles = c.decode_split_tiles;
+    options.decode_split_stages = c.decode_split_stages;
     options.cudnn_plans_in_background = c.cudnn_plans_in_background;
     options.cudnn_serving_bounds = c.cudnn_serving_bounds;
     options.cudnn_serving_wait_s = 600.0;  // every class built before the first step
@@ -480,16 +482,23 @@ TEST(CudnnPlansBeforeServing, StepsWithinTheBoundsRunOnCudnnFromTheFirst) {
 
 // Decode rows on the default prefill kernel, aimed at the tensor-core
 // split-KV kernels (each case under both tile layouts, CudaOptions::
-// decode_split_tiles): groups of 4, 7 and 16 heads at head_dim 128 and 64,
-// uneven batches (by-step-work splits), contexts on both sides of its 64-key
-// tile and of a page (of 16 keys, found by shift and mask, and of 7, by
-// division), splits at their edges, and graph replays.
+// decode_split_tiles, and keys-as-rows with a 3-tile ring): groups of 4, 7
+// and 16 heads at head_dim 128 and 64, uneven batches (by-step-work splits),
+// contexts on both sides of its 64-key tile and of a page (of 16 keys, found
+// by shift and mask, and of 7, by division), splits at their edges, and graph
+// replays.
 void run_decode_case(AttentionCase c, std::uint64_t seed) {
   c.prefill_attention = CudaOptions{}.prefill_attention;
-  for (const auto& [tiles_name, tiles] : cuda::kDecodeSplitTilesNames) {
+  const std::pair<cuda::DecodeSplitTiles, std::int32_t> kernels[] = {
+      {cuda::DecodeSplitTiles::keys_as_rows, 2}, {cuda::DecodeSplitTiles::keys_as_rows, 3},
+      {cuda::DecodeSplitTiles::heads_as_rows, 2}};
+  for (const auto& [tiles, stages] : kernels) {
     c.decode_split_tiles = tiles;
+    c.decode_split_stages = stages;
     SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
-                                      << c.head_dim << " block " << c.block_size << " tiles " << tiles_name);
+                                      << c.head_dim << " block " << c.block_size << " tiles "
+                                      << cuda::name_of(tiles, cuda::kDecodeSplitTilesNames) << ", " << stages
+                                      << " stages");
     AttentionHarness(c, seed).run_case();
   }
 }

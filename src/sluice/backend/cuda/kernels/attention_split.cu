@@ -500,9 +500,9 @@ constexpr int kMmaStages = 2;
 
 // Shared memory of a tensor-core split block: the K/V ring, or (reused once
 // the keys are done) the warps' partial states, plus the Q tile of kQRows heads.
-template <int D, int kW, int kQRows>
+template <int D, int kW, int kQRows, int kRing>
 constexpr int mma_smem_bytes() {
-  const int ring = 2 * kMmaStages * 16 * kW * (D + 8) * 2;
+  const int ring = 2 * kRing * 16 * kW * (D + 8) * 2;
   const int merge = kW * kQRows * D * 4 + 2 * kW * kQRows * 4;
   return (ring > merge ? ring : merge) + kQRows * (D + 8) * 2;
 }
@@ -595,7 +595,7 @@ __device__ void finish_split_block(const StepDeviceView& step, const SplitParams
 // Where a tensor-core split block starts: its row, split, kv head, the
 // kQRows query heads from head_begin (num_heads of them real) and its keys.
 // start_mma_block() computes it, waits for the previous kernel, and starts
-// the copies of Q and of the ring's first kMmaStages - 1 tiles (one commit
+// the copies of Q and of the ring's first kRing - 1 tiles (one commit
 // group each, the first also carrying Q); num_tiles < 0: the row has fewer
 // splits than the grid, and the block has nothing to do.
 struct MmaBlock {
@@ -603,7 +603,7 @@ struct MmaBlock {
   RowSplit split;
   const std::int32_t* table;
 };
-template <int D, int kW, int kQRows>
+template <int D, int kW, int kQRows, int kRing>
 __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
                                                     __nv_bfloat16* s_q, __nv_bfloat16* s_k, __nv_bfloat16* s_v) {
   constexpr int kTileKeys = 16 * kW;
@@ -626,11 +626,11 @@ __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, 
   b.key_end = min(b.key_begin + b.split.split_tokens, kv_len);
   b.table = step.block_tables + step.seq_block_offset[seq];
   b.num_tiles = (b.key_end - b.key_begin + kTileKeys - 1) / kTileKeys;
-  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kMmaStages - 1) * kTileKeys);
+  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kRing - 1) * kTileKeys);
   pdl_wait();
   copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, s_q);
 #pragma unroll
-  for (int t = 0; t < kMmaStages - 1; ++t) {
+  for (int t = 0; t < kRing - 1; ++t) {
     if (t < b.num_tiles)
       copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, b.key_begin + t * kTileKeys, b.key_end,
                                           s_k + t * kTileKeys * kStride, s_v + t * kTileKeys * kStride);
@@ -652,7 +652,7 @@ __global__ void __launch_bounds__(kW * 32)
   auto* s_k = s_q + 16 * kStride;                           // [kMmaStages][kTileKeys][kStride]
   auto* s_v = s_k + kMmaStages * kTileKeys * kStride;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MmaBlock b = start_mma_block<D, kW, 16>(step, p, s_q, s_k, s_v);
+  const MmaBlock b = start_mma_block<D, kW, 16, kMmaStages>(step, p, s_q, s_k, s_v);
   if (b.num_tiles < 0) return;
   const int row = b.row, row_index = blockIdx.z, head_begin = b.head_begin, num_heads_here = b.num_heads;
   const int key_begin = b.key_begin, key_end = b.key_end, num_tiles = b.num_tiles;
@@ -791,7 +791,7 @@ __global__ void __launch_bounds__(kW * 32)
 // instruction issue (session 10's ncu); here half as many mma a key, half the
 // softmax, and O in D / 4 registers instead of D / 2. P^T's accumulator
 // fragment becomes the PV mma's B operand by two movmatrix transposes.
-template <int D, int kW>
+template <int D, int kW, int kRing>
 __global__ void __launch_bounds__(kW * 32)
     split_mma_keys_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
@@ -801,13 +801,13 @@ __global__ void __launch_bounds__(kW * 32)
   constexpr int kDimTiles = D / 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [8][kStride]
-  auto* s_k = s_q + 8 * kStride;                            // [kMmaStages][kTileKeys][kStride]
-  auto* s_v = s_k + kMmaStages * kTileKeys * kStride;
+  auto* s_k = s_q + 8 * kStride;                            // [kRing][kTileKeys][kStride]
+  auto* s_v = s_k + kRing * kTileKeys * kStride;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MmaBlock b = start_mma_block<D, kW, 8>(step, p, s_q, s_k, s_v);
+  const MmaBlock b = start_mma_block<D, kW, 8, kRing>(step, p, s_q, s_k, s_v);
   if (b.num_tiles < 0) return;
   auto load_tile = [&](int tile) {
-    const int stage = tile % kMmaStages;
+    const int stage = tile % kRing;
     copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, b.key_begin + tile * kTileKeys, b.key_end,
                                         s_k + stage * kTileKeys * kStride, s_v + stage * kTileKeys * kStride);
   };
@@ -824,9 +824,9 @@ __global__ void __launch_bounds__(kW * 32)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < b.num_tiles; ++tile) {
-    if (tile + kMmaStages - 1 < b.num_tiles) load_tile(tile + kMmaStages - 1);
+    if (tile + kRing - 1 < b.num_tiles) load_tile(tile + kRing - 1);
     cp_async_commit();
-    cp_async_wait<kMmaStages - 1>();
+    cp_async_wait<kRing - 1>();
     __syncthreads();
     if (tile == 0) {  // Q^T as B: a head's dims are a B column
 #pragma unroll
@@ -839,7 +839,7 @@ __global__ void __launch_bounds__(kW * 32)
         q_frag[ks + 1][1] = r[3];
       }
     }
-    const int stage = tile % kMmaStages;
+    const int stage = tile % kRing;
     const __nv_bfloat16* sk = s_k + (stage * kTileKeys + warp * 16) * kStride;
     const __nv_bfloat16* sv = s_v + (stage * kTileKeys + warp * 16) * kStride;
     const int key0 = b.key_begin + tile * kTileKeys + warp * 16 + lane / 4;
@@ -900,7 +900,7 @@ __global__ void __launch_bounds__(kW * 32)
       ldmatrix_x4_trans(a, sv + ((lane % 8) + (lane / 16) * 8) * kStride + n * 16 + ((lane / 8) % 2) * 8);
       mma_16816(o_acc[n], a, p_lo, p_hi);
     }
-    __syncthreads();  // the stage is rewritten kMmaStages - 1 tiles later
+    __syncthreads();  // the stage is rewritten kRing - 1 tiles later
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -931,43 +931,44 @@ __global__ void __launch_bounds__(kW * 32)
 }
 
 // The tensor-core kernels: heads as the mma's rows (groups of up to 16) or
-// keys (up to 8).
-template <int D, bool kKeysAsRows>
+// keys (up to 8, with a ring of kRing tiles).
+template <int D, bool kKeysAsRows, int kRing>
 constexpr auto* split_mma_kernel_for() {
   if constexpr (kKeysAsRows)
-    return &split_mma_keys_kernel<D, kMmaWarps>;
+    return &split_mma_keys_kernel<D, kMmaWarps, kRing>;
   else
     return &split_mma_kernel<D, kMmaWarps>;
 }
-template <int D, bool kKeysAsRows>
+template <int D, bool kKeysAsRows, int kRing>
 constexpr int split_mma_smem_bytes() {
-  return mma_smem_bytes<D, kMmaWarps, kKeysAsRows ? 8 : 16>();
+  return mma_smem_bytes<D, kMmaWarps, kKeysAsRows ? 8 : 16, kRing>();
 }
 
-template <int D, bool kKeysAsRows>
+template <int D, bool kKeysAsRows, int kRing>
 void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows>();
+  constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows, kRing>();
   static_assert(kSmemBytes <= 227 * 1024, "one block must fit a multiprocessor");
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows>(),
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows, kRing>(),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel_for<D, kKeysAsRows>(), grid, dim3(kMmaWarps * 32), kSmemBytes, launch, step, p);
+  launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing>(), grid, dim3(kMmaWarps * 32), kSmemBytes, launch,
+                step, p);
 }
 
 // Blocks of a tensor-core kernel resident on the whole GPU (its shared
-// memory bounds them: 3 a multiprocessor at head_dim 128).
-template <int D, bool kKeysAsRows>
+// memory bounds them: 3 a multiprocessor at head_dim 128 with 2 stages).
+template <int D, bool kKeysAsRows, int kRing>
 int mma_resident_blocks() {
   static const int blocks = [] {
-    constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows>();
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows>(),
+    constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows, kRing>();
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows, kRing>(),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     int per_sm = 0, device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, split_mma_kernel_for<D, kKeysAsRows>(), kMmaWarps * 32, kSmemBytes));
+        &per_sm, split_mma_kernel_for<D, kKeysAsRows, kRing>(), kMmaWarps * 32, kSmemBytes));
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return std::max(1, per_sm * sms);
@@ -975,9 +976,11 @@ int mma_resident_blocks() {
   return blocks;
 }
 
-int mma_resident_blocks(int head_dim, bool keys_as_rows) {
-  if (keys_as_rows) return head_dim == 64 ? mma_resident_blocks<64, true>() : mma_resident_blocks<128, true>();
-  return head_dim == 64 ? mma_resident_blocks<64, false>() : mma_resident_blocks<128, false>();
+int mma_resident_blocks(int head_dim, bool keys_as_rows, int stages) {
+  if (!keys_as_rows) return head_dim == 64 ? mma_resident_blocks<64, false, kMmaStages>()
+                                           : mma_resident_blocks<128, false, kMmaStages>();
+  if (stages == 3) return head_dim == 64 ? mma_resident_blocks<64, true, 3>() : mma_resident_blocks<128, true, 3>();
+  return head_dim == 64 ? mma_resident_blocks<64, true, kMmaStages>() : mma_resident_blocks<128, true, kMmaStages>();
 }
 
 // One block per (row, query head): merges the splits. kParts groups of D
@@ -1084,7 +1087,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
   int uniform_splits = 1;
   if (tensor_cores) {
-    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, keys_as_rows));
+    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, keys_as_rows, args.decode_split_stages));
   } else {
     // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
     constexpr int kTargetBlocks = 132 * 4;
@@ -1099,7 +1102,7 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   // Uneven steps: the step's keys over about four waves of tensor-core blocks
   // (or four CUDA-core blocks per multiprocessor), however they are spread
   // over rows.
-  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim, keys_as_rows) : 132 * 4;
+  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim, keys_as_rows, args.decode_split_stages) : 132 * 4;
   int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
   if (step.total_split_kv_tokens > 0) {
     // An eager step: the longest row's splits under step_split()'s length are
@@ -1148,11 +1151,16 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
                            static_cast<std::int64_t>(grid.y) * grid.z <= args.split_arrivals_capacity;
   p.arrivals = fused_merge ? args.split_arrivals : nullptr;
   if (plan.keys_as_rows) {
-    if constexpr (D == 64 || D == 128) launch_split_mma<D, true>(grid, launch, step, p);
+    if constexpr (D == 64 || D == 128) {
+      if (args.decode_split_stages == 3)
+        launch_split_mma<D, true, 3>(grid, launch, step, p);
+      else
+        launch_split_mma<D, true, kMmaStages>(grid, launch, step, p);
+    }
   } else {
     switch (plan.group) {
       case 16:
-        if constexpr (D == 64 || D == 128) launch_split_mma<D, false>(grid, launch, step, p);
+        if constexpr (D == 64 || D == 128) launch_split_mma<D, false, kMmaStages>(grid, launch, step, p);
         break;
       case 1: launch_split<D, 1>(grid, launch, step, p); break;
       case 2: launch_split<D, 2>(grid, launch, step, p); break;

@@ -100,6 +100,9 @@ struct AttentionArgs {
   DecodeSplitTiles decode_split_tiles = DecodeSplitTiles::heads_as_rows;
   // Splits of the uniform plan instead of splits_by_waves()'s (0: the plan's).
   std::int32_t decode_split_count = 0;
+  // Tiles in the keys-as-rows kernel's K/V ring: 2, or 3 (two blocks a
+  // multiprocessor instead of three).
+  std::int32_t decode_split_stages = 2;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
