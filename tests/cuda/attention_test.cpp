@@ -482,17 +482,17 @@ TEST(CudnnPlansBeforeServing, StepsWithinTheBoundsRunOnCudnnFromTheFirst) {
 
 // Decode rows on the default prefill kernel, aimed at the tensor-core
 // split-KV kernels (each case under both tile layouts, CudaOptions::
-// decode_split_tiles, and keys-as-rows with a 3-tile ring): groups of 4, 7
-// and 16 heads at head_dim 128 and 64, uneven batches (by-step-work splits),
-// contexts on both sides of its 64-key tile and of a page (of 16 keys, found
-// by shift and mask, and of 7, by division), splits at their edges, and graph
-// replays.
-void run_decode_case(AttentionCase c, std::uint64_t seed) {
+// decode_split_tiles; DecodeSplitRingOfThree below takes the 3-tile ring):
+// groups of 4, 7 and 16 heads at head_dim 128 and 64, uneven batches
+// (by-step-work splits), contexts on both sides of its 64-key tile and of a
+// page (of 16 keys, found by shift and mask, and of 7, by division), splits at
+// their edges, and graph replays.
+void run_decode_case(AttentionCase c, std::uint64_t seed, std::int32_t stages_of_keys_kernel = 2) {
   c.prefill_attention = CudaOptions{}.prefill_attention;
   const std::pair<cuda::DecodeSplitTiles, std::int32_t> kernels[] = {
-      {cuda::DecodeSplitTiles::keys_as_rows, 2}, {cuda::DecodeSplitTiles::keys_as_rows, 3},
-      {cuda::DecodeSplitTiles::heads_as_rows, 2}};
+      {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel}, {cuda::DecodeSplitTiles::heads_as_rows, 2}};
   for (const auto& [tiles, stages] : kernels) {
+    if (stages_of_keys_kernel != 2 && tiles == cuda::DecodeSplitTiles::heads_as_rows) continue;  // run above
     c.decode_split_tiles = tiles;
     c.decode_split_stages = stages;
     SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
@@ -523,6 +523,15 @@ TEST(CudaDecodeAttention, GroupsOfTwoAndEightPagesOf64) {
   run_decode_case({32, 4, 64, 64, {{0, 1}, {130, 1}, {7000, 1}, {20000, 1}}}, 58);
 }
 TEST(CudaDecodeAttention, SplitEdges) { run_decode_case({32, 8, 128, 16, kSplitEdges}, 55); }
+// The keys-as-rows kernel with a ring of three tiles (CudaOptions::
+// decode_split_stages, cuda_bench's A/B): tile and split edges, a graph replay.
+TEST(CudaDecodeAttention, DecodeSplitRingOfThree) {
+  run_decode_case({32, 8, 128, 16, kDecodeTileEdges, 64}, 60, 3);
+  run_decode_case({16, 4, 64, 64, kSplitEdges}, 61, 3);
+  AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
+  c.decode_steps_with_graphs = true;
+  run_decode_case(c, 62, 3);
+}
 TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
   AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
   c.decode_steps_with_graphs = true;
