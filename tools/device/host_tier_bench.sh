@@ -96,11 +96,14 @@ for run in $runs; do
     # The GPU run's KV, when it ran: the simulator models the same device tier.
     kv_bytes=${SIM_KV_BYTES:-}
     if [ -z "$kv_bytes" ] && [ -f "$out/metrics-cuda-tier.txt" ]; then
-      kv_bytes=$(python3 - "$out/metrics-cuda-tier.txt" <<'PY'
-import re, sys
+      kv_bytes=$(python3 - "$out/metrics-cuda-tier.txt" "$out/serve-cuda-tier.log" <<'PY'
+import os, re, sys
 t = open(sys.argv[1]).read()
 blocks = re.search(r'(?m)^sluice:kv_cache_tier_capacity_blocks\{[^}]*tier="device"[^}]*\} ([0-9.e+]+)$', t)
-print(int(float(blocks.group(1)) * 16 * 131072) if blocks else "")
+# Tokens a block: serve's start-up line (cuda pages by 64 since session 18), else 16.
+log = open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else ""
+size = re.search(r"KV blocks of ([0-9]+) tokens", log)
+print(int(float(blocks.group(1)) * (int(size.group(1)) if size else 16) * 131072) if blocks else "")
 PY
 )
     fi
@@ -153,6 +156,10 @@ for run in runs:
     report = json.load(open(jpath))
     text = open(mpath).read() if os.path.exists(mpath) else ""
     blocks = metric(text, "sluice:kv_cache_tier_capacity_blocks", 'tier="device"')
+    # Tokens a block, from serve's start-up line (cuda pages by 64 since session 18), else 16.
+    lpath = os.path.join(out, f"serve-{run}.log")
+    size = re.search(r"KV blocks of ([0-9]+) tokens", open(lpath).read()) if os.path.exists(lpath) else None
+    block_tokens = int(size.group(1)) if size else 16
     loaded = metric(text, "sluice:kv_host_loaded_bytes_total") or 0.0
     load_s = metric(text, "sluice:kv_host_load_seconds_total") or 0.0
     # Load seconds are the server's wall clock; a paced sim runs sim_speed times faster than it models.
@@ -178,7 +185,7 @@ for run in runs:
     p50 = lambda v: v[len(v) // 2] if v else float("nan")
     s = report["summary"]
     rows[run] = {"back": p50(back), "rate": rate}
-    print(f"| {run} | {blocks * 16 * 131072 / 2**30 if blocks else float('nan'):.1f} | {loaded / 2**30:.1f} "
+    print(f"| {run} | {blocks * block_tokens * 131072 / 2**30 if blocks else float('nan'):.1f} | {loaded / 2**30:.1f} "
           f"| {rate if rate else float('nan'):.1f} | {100 * rate / (link or sim_link) if rate else float('nan'):.0f}% "
           f"| {p50(back):.2f} / {max(back) if back else float('nan'):.2f} | {p50(first):.2f} | {gap:.0f} | {gap_loading:.0f} "
           f"| {s['num_completed']}/{s['num_foreground']} |")
