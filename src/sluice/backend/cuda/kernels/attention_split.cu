@@ -592,12 +592,41 @@ __device__ void finish_split_block(const StepDeviceView& step, const SplitParams
   merge_splits<D, kThreads>(p, row, row_index, head_begin, num_heads, num_splits, reinterpret_cast<float*>(smem_raw));
 }
 
+// A tensor-core split block's shared memory: the Q tile of kQRows heads,
+// then a ring of kRing K and V tiles of 16 keys a warp ([kTileKeys][D + 8]
+// rows each: the padding keeps ldmatrix free of bank conflicts).
+template <int D, int kW, int kQRows, int kRing>
+struct MmaRing {
+  static constexpr int kTileKeys = 16 * kW;
+  static constexpr int kStride = D + 8;
+  __nv_bfloat16* q;
+  __nv_bfloat16* k;
+  __nv_bfloat16* v;
+  __device__ explicit MmaRing(unsigned char* smem)
+      : q(reinterpret_cast<__nv_bfloat16*>(smem)), k(q + kQRows * kStride), v(k + kRing * kTileKeys * kStride) {}
+  // Warp `warp`'s 16 rows of tile `tile`'s stage.
+  __device__ const __nv_bfloat16* k_rows(int tile, int warp) const {
+    return k + ((tile % kRing) * kTileKeys + warp * 16) * kStride;
+  }
+  __device__ const __nv_bfloat16* v_rows(int tile, int warp) const {
+    return v + ((tile % kRing) * kTileKeys + warp * 16) * kStride;
+  }
+  // Starts the copy of tile `tile` of keys [key_begin, key_end) into its stage.
+  __device__ void load(const SplitParams& p, const std::int32_t* table, int kv_head, int key_begin, int key_end,
+                       int tile) const {
+    const int stage = tile % kRing;
+    copy_kv_tile<D, kW * 32, kTileKeys>(p, table, kv_head, key_begin + tile * kTileKeys, key_end,
+                                        k + stage * kTileKeys * kStride, v + stage * kTileKeys * kStride);
+  }
+};
+
 // Where a tensor-core split block starts: its row, split, kv head, the
 // kQRows query heads from head_begin (num_heads of them real) and its keys.
 // start_mma_block() computes it, waits for the previous kernel, and starts
 // the copies of Q and of the ring's first kRing - 1 tiles (one commit
 // group each, the first also carrying Q); num_tiles < 0: the row has fewer
-// splits than the grid, and the block has nothing to do.
+// splits than the grid, and the block has nothing to do. next_tile() then
+// starts tile + kRing - 1's copy and waits for `tile`'s.
 struct MmaBlock {
   int row, kv_head, head_begin, num_heads, key_begin, key_end, num_tiles;
   RowSplit split;
@@ -605,9 +634,8 @@ struct MmaBlock {
 };
 template <int D, int kW, int kQRows, int kRing>
 __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
-                                                    __nv_bfloat16* s_q, __nv_bfloat16* s_k, __nv_bfloat16* s_v) {
+                                                    const MmaRing<D, kW, kQRows, kRing>& ring) {
   constexpr int kTileKeys = 16 * kW;
-  constexpr int kStride = D + 8;
   MmaBlock b;
   b.row = step.split_rows[blockIdx.z];
   const int seq = step.row_sequence[b.row];
@@ -628,40 +656,38 @@ __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, 
   b.num_tiles = (b.key_end - b.key_begin + kTileKeys - 1) / kTileKeys;
   prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kRing - 1) * kTileKeys);
   pdl_wait();
-  copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, s_q);
+  copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, ring.q);
 #pragma unroll
   for (int t = 0; t < kRing - 1; ++t) {
-    if (t < b.num_tiles)
-      copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, b.key_begin + t * kTileKeys, b.key_end,
-                                          s_k + t * kTileKeys * kStride, s_v + t * kTileKeys * kStride);
+    if (t < b.num_tiles) ring.load(p, b.table, b.kv_head, b.key_begin, b.key_end, t);
     cp_async_commit();
   }
   return b;
+}
+template <int D, int kW, int kQRows, int kRing>
+__device__ __forceinline__ void next_tile(const SplitParams& p, const MmaBlock& b,
+                                          const MmaRing<D, kW, kQRows, kRing>& ring, int tile) {
+  if (tile + kRing - 1 < b.num_tiles) ring.load(p, b.table, b.kv_head, b.key_begin, b.key_end, tile + kRing - 1);
+  cp_async_commit();
+  cp_async_wait<kRing - 1>();
+  __syncthreads();
 }
 
 template <int D, int kW>
 __global__ void __launch_bounds__(kW * 32)
     split_mma_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
-  constexpr int kTileKeys = 16 * kW;
-  constexpr int kStride = D + 8;
+  using Ring = MmaRing<D, kW, 16, kMmaStages>;
+  constexpr int kTileKeys = Ring::kTileKeys;
+  constexpr int kStride = Ring::kStride;
   constexpr int kKSteps = D / 16;
   constexpr int kNTilesO = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kStride]
-  auto* s_k = s_q + 16 * kStride;                           // [kMmaStages][kTileKeys][kStride]
-  auto* s_v = s_k + kMmaStages * kTileKeys * kStride;
+  const Ring ring(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MmaBlock b = start_mma_block<D, kW, 16, kMmaStages>(step, p, s_q, s_k, s_v);
+  const MmaBlock b = start_mma_block(step, p, ring);
   if (b.num_tiles < 0) return;
-  const int row = b.row, row_index = blockIdx.z, head_begin = b.head_begin, num_heads_here = b.num_heads;
-  const int key_begin = b.key_begin, key_end = b.key_end, num_tiles = b.num_tiles;
-  const RowSplit split = b.split;
-  auto load_tile = [&](int tile) {
-    const int stage = tile % kMmaStages;
-    copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, key_begin + tile * kTileKeys, key_end,
-                                        s_k + stage * kTileKeys * kStride, s_v + stage * kTileKeys * kStride);
-  };
+  const int key_begin = b.key_begin, key_end = b.key_end;
 
   std::uint32_t q_frag[kKSteps][4];
   float o_acc[kNTilesO][4];
@@ -671,19 +697,15 @@ __global__ void __launch_bounds__(kW * 32)
     for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    if (tile + kMmaStages - 1 < num_tiles) load_tile(tile + kMmaStages - 1);
-    cp_async_commit();
-    cp_async_wait<kMmaStages - 1>();
-    __syncthreads();
+  for (int tile = 0; tile < b.num_tiles; ++tile) {
+    next_tile(p, b, ring, tile);
     if (tile == 0) {
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
-        ldmatrix_x4(q_frag[ks], s_q + (lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
+        ldmatrix_x4(q_frag[ks], ring.q + (lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
     }
-    const int stage = tile % kMmaStages;
-    const __nv_bfloat16* sk = s_k + (stage * kTileKeys + warp * 16) * kStride;
-    const __nv_bfloat16* sv = s_v + (stage * kTileKeys + warp * 16) * kStride;
+    const __nv_bfloat16* sk = ring.k_rows(tile, warp);
+    const __nv_bfloat16* sv = ring.v_rows(tile, warp);
     const int key0 = key_begin + tile * kTileKeys + warp * 16;
 
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -761,7 +783,7 @@ __global__ void __launch_bounds__(kW * 32)
   }
   // Merge the warps' states through shared memory (the ring is free now).
   __syncthreads();
-  float* sm_o = reinterpret_cast<float*>(s_k);  // [kW][16][D]
+  float* sm_o = reinterpret_cast<float*>(ring.k);  // [kW][16][D]
   float* sm_m = sm_o + kW * 16 * D;             // [kW][16]
   float* sm_l = sm_m + kW * 16;
 #pragma unroll
@@ -779,8 +801,8 @@ __global__ void __launch_bounds__(kW * 32)
     }
   }
   __syncthreads();
-  finish_split_block<D, kW, 16>(step, p, row, row_index, head_begin, num_heads_here, split.num_splits, sm_o, sm_m,
-                                sm_l);
+  finish_split_block<D, kW, 16>(step, p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o,
+                                sm_m, sm_l);
 }
 
 // The same block with keys as the mma's rows, for groups of up to 8 heads:
@@ -795,22 +817,16 @@ template <int D, int kW, int kRing>
 __global__ void __launch_bounds__(kW * 32)
     split_mma_keys_kernel(StepDeviceView step, SplitParams p) {
   pdl_launch_dependents();
-  constexpr int kTileKeys = 16 * kW;
-  constexpr int kStride = D + 8;
+  using Ring = MmaRing<D, kW, 8, kRing>;
+  constexpr int kTileKeys = Ring::kTileKeys;
+  constexpr int kStride = Ring::kStride;
   constexpr int kKSteps = D / 16;
   constexpr int kDimTiles = D / 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [8][kStride]
-  auto* s_k = s_q + 8 * kStride;                            // [kRing][kTileKeys][kStride]
-  auto* s_v = s_k + kRing * kTileKeys * kStride;
+  const Ring ring(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MmaBlock b = start_mma_block<D, kW, 8, kRing>(step, p, s_q, s_k, s_v);
+  const MmaBlock b = start_mma_block(step, p, ring);
   if (b.num_tiles < 0) return;
-  auto load_tile = [&](int tile) {
-    const int stage = tile % kRing;
-    copy_kv_tile<D, kW * 32, kTileKeys>(p, b.table, b.kv_head, b.key_begin + tile * kTileKeys, b.key_end,
-                                        s_k + stage * kTileKeys * kStride, s_v + stage * kTileKeys * kStride);
-  };
 
   // This thread's accumulator columns are heads 2 (lane % 4) and + 1; its
   // rows keys lane / 4 and + 8 of the warp's 16 (S^T), dims lane / 4 and + 8
@@ -824,24 +840,20 @@ __global__ void __launch_bounds__(kW * 32)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < b.num_tiles; ++tile) {
-    if (tile + kRing - 1 < b.num_tiles) load_tile(tile + kRing - 1);
-    cp_async_commit();
-    cp_async_wait<kRing - 1>();
-    __syncthreads();
+    next_tile(p, b, ring, tile);
     if (tile == 0) {  // Q^T as B: a head's dims are a B column
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ks += 2) {
         std::uint32_t r[4];
-        ldmatrix_x4(r, s_q + (lane % 8) * kStride + ks * 16 + (lane / 8) * 8);
+        ldmatrix_x4(r, ring.q + (lane % 8) * kStride + ks * 16 + (lane / 8) * 8);
         q_frag[ks][0] = r[0];
         q_frag[ks][1] = r[1];
         q_frag[ks + 1][0] = r[2];
         q_frag[ks + 1][1] = r[3];
       }
     }
-    const int stage = tile % kRing;
-    const __nv_bfloat16* sk = s_k + (stage * kTileKeys + warp * 16) * kStride;
-    const __nv_bfloat16* sv = s_v + (stage * kTileKeys + warp * 16) * kStride;
+    const __nv_bfloat16* sk = ring.k_rows(tile, warp);
+    const __nv_bfloat16* sv = ring.v_rows(tile, warp);
     const int key0 = b.key_begin + tile * kTileKeys + warp * 16 + lane / 4;
 
     // Two accumulators over alternate k-steps: two independent mma chains.
@@ -909,7 +921,7 @@ __global__ void __launch_bounds__(kW * 32)
     for (int offset = 4; offset < 32; offset <<= 1) l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], offset);
   // Merge the warps' states through shared memory (the ring is free now).
   __syncthreads();
-  float* sm_o = reinterpret_cast<float*>(s_k);  // [kW][8][D]
+  float* sm_o = reinterpret_cast<float*>(ring.k);  // [kW][8][D]
   float* sm_m = sm_o + kW * 8 * D;              // [kW][8]
   float* sm_l = sm_m + kW * 8;
   const int head0 = (lane % 4) * 2;
