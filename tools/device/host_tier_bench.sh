@@ -107,7 +107,11 @@ print(int(float(blocks.group(1)) * (int(size.group(1)) if size else 16) * 131072
 PY
 )
     fi
-    serve_args+=(--device sim --sim-profile llama-3-8b --sim-speed "$sim_speed" --kv-cache-memory "${kv_bytes:-21474836480}")
+    # Pages of 64 as cuda's (session 18): the tier moves a page a copy. Not
+    # the decode lane cuda's serve adds: under it the sim's loads ran at 28%
+    # of the link against 97% on the H200 (S20-5), a sim fault not yet found.
+    serve_args+=(--device sim --sim-profile llama-3-8b --sim-speed "$sim_speed" --kv-cache-memory "${kv_bytes:-21474836480}"
+                 --block-size 64)
     bench_speedup=$sim_speed
   fi
   say "$run: $bin ${serve_args[*]}"
