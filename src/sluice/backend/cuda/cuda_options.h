@@ -223,7 +223,8 @@ struct CudaOptions {
   // Kernel choices. CLI flags: --cuda-prefill-attention, --[no-]cuda-pdl,
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
-  // decode_split_merge, decode_split_tiles, decode_split_count, decode_split_stages, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
+  // decode_split_merge, decode_split_tiles, decode_split_count,
+  // decode_split_stages, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
   // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
@@ -361,7 +362,7 @@ inline std::string describe(const CudaOptions& options) {
   out += ", decode split tiles ";
   out += cuda::name_of(options.decode_split_tiles, cuda::kDecodeSplitTilesNames);
   if (options.decode_split_count > 0) out += ", " + std::to_string(options.decode_split_count) + " splits a row";
-  out += ", " + std::to_string(options.decode_split_stages) + " stages";
+  out += ", decode split ring of " + std::to_string(options.decode_split_stages) + " tiles";
   out += ", decode RoPE fusion ";
   out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
   out += ", MLA kernels ";

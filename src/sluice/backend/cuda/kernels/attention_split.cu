@@ -498,15 +498,6 @@ constexpr int kMmaWarps = 4;
 // 7% (run 9: 512 blocks in 396 slots, a second wave a third full).
 constexpr int kMmaStages = 2;
 
-// Shared memory of a tensor-core split block: the K/V ring, or (reused once
-// the keys are done) the warps' partial states, plus the Q tile of kQRows heads.
-template <int D, int kW, int kQRows, int kRing>
-constexpr int mma_smem_bytes() {
-  const int ring = 2 * kRing * 16 * kW * (D + 8) * 2;
-  const int merge = kW * kQRows * D * 4 + 2 * kW * kQRows * 4;
-  return (ring > merge ? ring : merge) + kQRows * (D + 8) * 2;
-}
-
 // The tensor-core kernels' first steps after pdl_wait(): the kQRows query
 // heads from head_begin (zero rows past num_heads) into s_q ([kQRows][D + 8]).
 template <int D, int kThreads, int kQRows>
@@ -558,7 +549,7 @@ __device__ __forceinline__ void copy_kv_tile(const SplitParams& p, const std::in
 // split) or this split's partial, then merges the row's splits if it is the
 // last block to arrive.
 template <int D, int kW, int kQRows>
-__device__ void finish_split_block(const StepDeviceView& step, const SplitParams& p, int row, int row_index,
+__device__ void finish_split_block(const SplitParams& p, int row, int row_index,
                                    int head_begin, int num_heads, int num_splits, const float* sm_o,
                                    const float* sm_m, const float* sm_l) {
   constexpr int kThreads = kW * 32;
@@ -602,6 +593,13 @@ struct MmaRing {
   __nv_bfloat16* q;
   __nv_bfloat16* k;
   __nv_bfloat16* v;
+  // Its bytes: the Q tile, then the ring, or (reused once the keys are done)
+  // the warps' partial states, whichever is larger.
+  static constexpr int kSmemBytes = [] {
+    const int ring = 2 * kRing * kTileKeys * kStride * 2;
+    const int merge = kW * kQRows * D * 4 + 2 * kW * kQRows * 4;
+    return kQRows * kStride * 2 + (ring > merge ? ring : merge);
+  }();
   __device__ explicit MmaRing(unsigned char* smem)
       : q(reinterpret_cast<__nv_bfloat16*>(smem)), k(q + kQRows * kStride), v(k + kRing * kTileKeys * kStride) {}
   // Warp `warp`'s 16 rows of tile `tile`'s stage.
@@ -635,7 +633,7 @@ struct MmaBlock {
 template <int D, int kW, int kQRows, int kRing>
 __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
                                                     const MmaRing<D, kW, kQRows, kRing>& ring) {
-  constexpr int kTileKeys = 16 * kW;
+  constexpr int kTileKeys = MmaRing<D, kW, kQRows, kRing>::kTileKeys;
   MmaBlock b;
   b.row = step.split_rows[blockIdx.z];
   const int seq = step.row_sequence[b.row];
@@ -801,7 +799,7 @@ __global__ void __launch_bounds__(kW * 32)
     }
   }
   __syncthreads();
-  finish_split_block<D, kW, 16>(step, p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o,
+  finish_split_block<D, kW, 16>(p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o,
                                 sm_m, sm_l);
 }
 
@@ -938,7 +936,7 @@ __global__ void __launch_bounds__(kW * 32)
     }
   }
   __syncthreads();
-  finish_split_block<D, kW, 8>(step, p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o, sm_m,
+  finish_split_block<D, kW, 8>(p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o, sm_m,
                                sm_l);
 }
 
@@ -953,7 +951,7 @@ constexpr auto* split_mma_kernel_for() {
 }
 template <int D, bool kKeysAsRows, int kRing>
 constexpr int split_mma_smem_bytes() {
-  return mma_smem_bytes<D, kMmaWarps, kKeysAsRows ? 8 : 16, kRing>();
+  return MmaRing<D, kMmaWarps, kKeysAsRows ? 8 : 16, kRing>::kSmemBytes;
 }
 
 template <int D, bool kKeysAsRows, int kRing>
@@ -1080,6 +1078,8 @@ int splits_by_waves(std::int64_t pairs, int by_len, int resident_blocks) {
 SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int group_size = args.num_q_heads / args.num_kv_heads;
   const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
+  SLUICE_CHECK_MSG(args.decode_split_stages == 2 || args.decode_split_stages == 3,
+                   "split attention: the keys-as-rows ring holds 2 or 3 tiles");
   const bool keys_as_rows =
       tensor_cores && group_size <= 8 && args.decode_split_tiles == DecodeSplitTiles::keys_as_rows;
   const int kernel_group = keys_as_rows  ? 8
