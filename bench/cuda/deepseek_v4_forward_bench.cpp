@@ -56,7 +56,14 @@
 //     never written, as above). PROFILE 4: no profiler and no prefill, each
 //     listed format's decode at BATCH x CONTEXT timed over 16 steps, its share
 //     of HBM on the weights and on the weights plus the KV it reads (the
-//     sizes whose prefill would take too long, 64 x 131072).
+//     sizes whose prefill would take too long, 64 x 131072), the host's time
+//     to enqueue a step, and the same steps through forward() (logits into a
+//     host vector) beside them.
+//
+// Every step is timed as the engine's runner runs it (since session 21):
+// enqueue_into() with the logits copied into a device buffer for a sampler
+// there, then one synchronisation; up to session 20 the bench timed
+// forward(), whose 33 MB of batch-64 logits went into a new host vector.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -94,7 +101,10 @@ class Harness {
   Harness(const cuda::DeepseekV4DeviceForward& device, const DeepseekV4KvLayout& layout, std::int32_t vocab,
           std::int32_t block)
       : device_(device), layout_(layout), vocab_(vocab), block_(block) {}
-  ~Harness() { cudaFree(blocks_); }
+  ~Harness() {
+    cudaFree(blocks_);
+    cudaFree(logits_);
+  }
 
   // Block tables for sequences of these token counts; false when the pool does not fit.
   bool allocate(const std::vector<std::int32_t>& tokens) {
@@ -124,30 +134,67 @@ class Harness {
     }
     return step;
   }
-  double timed(const StepLayout& step, std::vector<float>* logits_out = nullptr) const {
-    const cuda::V4PagedBlocks pb{.data = blocks_, .floats_per_block = fpb_, .num_blocks = num_blocks_,
-                                 .block_size = block_};
+  // One step as the engine's runner takes it: the logits copied into a device
+  // buffer for the sampler there, one synchronisation at the end. Returns the
+  // step's wall time; adds the host's share (until the step is enqueued) to
+  // enqueue_seconds().
+  double timed(const StepLayout& step, std::vector<float>* logits_out = nullptr) {
+    const cuda::V4PagedBlocks pb = paged();
+    const std::size_t floats = step.sample_rows.size() * static_cast<std::size_t>(vocab_);
+    if (floats > logits_floats_) {
+      cudaFree(logits_);
+      if (cudaMalloc(reinterpret_cast<void**>(&logits_), floats * sizeof(float)) != cudaSuccess) {
+        std::fprintf(stderr, "cudaMalloc of the logits (%zu floats) failed\n", floats);
+        std::exit(1);
+      }
+      logits_floats_ = floats;
+    }
     const auto t = Clock::now();
-    auto logits = device_.forward(step, pb, nullptr);
-    if (!logits.ok()) {
-      std::fprintf(stderr, "forward: %s\n", logits.error_message().c_str());
+    if (Status s = device_.enqueue_into(step, pb, logits_, nullptr); !s.ok()) {
+      std::fprintf(stderr, "forward: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+    enqueue_s_ += seconds_since(t);
+    if (cudaError_t e = cudaStreamSynchronize(nullptr); e != cudaSuccess) {
+      std::fprintf(stderr, "forward: %s\n", cudaGetErrorString(e));
       std::exit(1);
     }
     const double s = seconds_since(t);
-    if (logits_out != nullptr) *logits_out = *logits;
-    if (std::any_of(logits->begin(), logits->end(), [](float v) { return !std::isfinite(v); }))
-      std::printf("warning: a logit is not finite (random weights); the timing stands\n");
+    if (logits_out != nullptr) {
+      logits_out->resize(floats);
+      cudaMemcpy(logits_out->data(), logits_, floats * sizeof(float), cudaMemcpyDeviceToHost);
+      if (std::any_of(logits_out->begin(), logits_out->end(), [](float v) { return !std::isfinite(v); }))
+        std::printf("warning: a logit is not finite (random weights); the timing stands\n");
+    }
     return s;
   }
+  // The same step through forward(): its logits into a new host vector (what
+  // this bench timed up to session 20).
+  double timed_to_host(const StepLayout& step) const {
+    const auto t = Clock::now();
+    if (auto logits = device_.forward(step, paged(), nullptr); !logits.ok()) {
+      std::fprintf(stderr, "forward: %s\n", logits.error_message().c_str());
+      std::exit(1);
+    }
+    return seconds_since(t);
+  }
+  double enqueue_seconds() const { return enqueue_s_; }
+  void reset_enqueue_seconds() { enqueue_s_ = 0; }
 
  private:
   const cuda::DeepseekV4DeviceForward& device_;
   const DeepseekV4KvLayout& layout_;
   std::int32_t vocab_, block_;
   std::vector<std::vector<BlockId>> tables_;
+  cuda::V4PagedBlocks paged() const {
+    return {.data = blocks_, .floats_per_block = fpb_, .num_blocks = num_blocks_, .block_size = block_};
+  }
   float* blocks_ = nullptr;
   std::int64_t fpb_ = 0;
   std::int32_t num_blocks_ = 0;
+  float* logits_ = nullptr;
+  std::size_t logits_floats_ = 0;
+  double enqueue_s_ = 0;
 };
 
 int baseline(int argc, char** argv) {
@@ -537,31 +584,25 @@ int flash_formats(int argc, char** argv) {
       for (int s = 1; s <= batch; ++s) all.push_back(s);
       if (profile == 4) {
         (void)h.timed(h.step_of(all, std::vector<int>(all.size(), context), 1));  // warm-up
-        double decode_b = 0;
+        h.reset_enqueue_seconds();
+        double decode_b = 0, to_host = 0;
         for (int i = 0; i < kDecodeSteps; ++i)
           decode_b += h.timed(h.step_of(all, std::vector<int>(all.size(), context + 1 + i), 1));
         decode_b /= kDecodeSteps;
+        const double enqueue = h.enqueue_seconds() / kDecodeSteps;
+        // The same steps (positions written again) with the logits copied into a new host vector.
+        for (int i = 0; i < kDecodeSteps; ++i)
+          to_host += h.timed_to_host(h.step_of(all, std::vector<int>(all.size(), context + 1 + i), 1));
+        to_host /= kDecodeSteps;
         const DecodeParams pb = decode_params(*config, batch);
         const double weights = pb.quantized * (f.as_bf16 ? 2.0 : 1.0) + pb.bf16 * 2;
         const double kv = decode_kv_bytes(*config, context, batch);
-        // What the step's return costs alone: its logits [batch, vocab] f32 copied into a new host vector.
-        const std::size_t logits_floats = static_cast<std::size_t>(batch) * config->vocab_size;
-        float* device_logits = nullptr;
-        double copy_s = 0;
-        if (cudaMalloc(reinterpret_cast<void**>(&device_logits), logits_floats * 4) == cudaSuccess) {
-          for (int i = 0; i < kDecodeSteps; ++i) {
-            const auto t = Clock::now();
-            std::vector<float> host(logits_floats);
-            cudaMemcpy(host.data(), device_logits, logits_floats * 4, cudaMemcpyDeviceToHost);
-            copy_s += seconds_since(t);
-          }
-          cudaFree(device_logits);
-        }
-        std::printf("| %s | decode batch %d at %d, %d layers | %.2f ms, %.0f tok/s | weights %.2f GB: %.1f%% of HBM | "
-                    "weights + KV read %.2f GB: %.1f%% of HBM | logits to the host alone %.2f ms |\n",
-                    f.name, batch, context, layers, decode_b * 1e3, batch / decode_b, weights / 1e9,
+        std::printf("| %s | decode batch %d at %d, %d layers | %.2f ms, %.0f tok/s (host enqueue %.2f ms) | "
+                    "weights %.2f GB: %.1f%% of HBM | weights + KV read %.2f GB: %.1f%% of HBM | "
+                    "logits to a host vector (forward()): %.2f ms |\n",
+                    f.name, batch, context, layers, decode_b * 1e3, batch / decode_b, enqueue * 1e3, weights / 1e9,
                     100 * weights / decode_b / kHbmBytesPerS, (weights + kv) / 1e9,
-                    100 * (weights + kv) / decode_b / kHbmBytesPerS, copy_s / kDecodeSteps * 1e3);
+                    100 * (weights + kv) / decode_b / kHbmBytesPerS, to_host * 1e3);
         std::fflush(stdout);
         continue;
       }

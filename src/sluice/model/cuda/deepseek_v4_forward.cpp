@@ -1405,7 +1405,7 @@ Result<std::vector<float>> DeepseekV4DeviceForward::forward(const StepLayout& la
   return host;
 }
 
-Status DeepseekV4DeviceForward::forward_into(const StepLayout& layout, const V4PagedBlocks& blocks,
+Status DeepseekV4DeviceForward::enqueue_into(const StepLayout& layout, const V4PagedBlocks& blocks,
                                              float* device_logits, cudaStream_t s) const {
   SLUICE_TRY_ASSIGN(logits, run_step(layout, blocks, s));
   if (logits != nullptr)
@@ -1413,6 +1413,12 @@ Status DeepseekV4DeviceForward::forward_into(const StepLayout& layout, const V4P
                                       layout.sample_rows.size() * static_cast<std::size_t>(w_->config.vocab_size) *
                                           sizeof(float),
                                       cudaMemcpyDeviceToDevice, s));
+  return Ok{};
+}
+
+Status DeepseekV4DeviceForward::forward_into(const StepLayout& layout, const V4PagedBlocks& blocks,
+                                             float* device_logits, cudaStream_t s) const {
+  SLUICE_TRY(enqueue_into(layout, blocks, device_logits, s));
   SLUICE_CUDA_CHECK(cudaStreamSynchronize(s));
   return Ok{};
 }

@@ -118,6 +118,10 @@ class DeepseekV4DeviceForward {
   // the copy to a host vector took 4.7 ms of a 10.1 ms decode step (S18 v4idx).
   Status forward_into(const StepLayout& step, const V4PagedBlocks& blocks, float* device_logits,
                       cudaStream_t stream) const;
+  // forward_into() without its synchronisation: returns once the step is
+  // enqueued on `stream` (the host's share of a step, timed apart by the bench).
+  Status enqueue_into(const StepLayout& step, const V4PagedBlocks& blocks, float* device_logits,
+                      cudaStream_t stream) const;
 
   // Device bytes of the weights.
   std::int64_t weight_bytes() const;
