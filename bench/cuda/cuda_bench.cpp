@@ -35,8 +35,7 @@
 // chats' decode step on a lane's SMs at 1-8 rows, GEMV against cuBLASLt;
 // --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
 // --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout;
-// --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts;
-// --decode-sweep-prefetch [CASE]: the sweep's default with 0-3 tiles prefetched into L2 past the ring, twice over).
+// --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -540,9 +539,8 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // Which rows bench_decode_sweep() runs: every variant (--decode-sweep), the
 // default beside the other tile layout (--decode-sweep-pages), or the
 // uniform plan's splits fixed at several counts, twice over, under both tile
-// layouts (--decode-split-counts), or the default with 0-3 tiles prefetched
-// into L2 past the ring, twice over (--decode-sweep-prefetch).
-enum class SweepRows { all, default_and_tiles, split_counts, prefetch };
+// layouts (--decode-split-counts).
+enum class SweepRows { all, default_and_tiles, split_counts };
 
 void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all) {
   constexpr std::int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
@@ -574,7 +572,6 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     cuda::DecodeSplitTiles tiles = CudaOptions{}.decode_split_tiles;
     std::int32_t split_count = 0;
     std::int32_t stages = 2;
-    std::int32_t prefetch = 0;
   };
   const cuda::DecodeSplitTiles other_tiles = CudaOptions{}.decode_split_tiles == cuda::DecodeSplitTiles::keys_as_rows
                                                  ? cuda::DecodeSplitTiles::heads_as_rows
@@ -601,14 +598,6 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
                             cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
                             cuda::DecodeSplitTiles::keys_as_rows, count, 3});
   }
-  if (rows == SweepRows::prefetch) {
-    variants.clear();
-    for (int round = 0; round < 2; ++round)
-      for (const std::int32_t tiles : {0, 1, 2, 3})
-        variants.push_back({"adaptive, " + std::to_string(tiles) + " tiles prefetched to L2",
-                            cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
-                            CudaOptions{}.decode_split_tiles, 0, 2, tiles});
-  }
   if (g_decode_sweep_plans)
     for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
       if (plan != cuda::DecodeSplitPlan::adaptive)
@@ -623,7 +612,6 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     options.decode_split_tiles = variant.tiles;
     options.decode_split_count = variant.split_count;
     options.decode_split_stages = variant.stages;
-    options.decode_split_prefetch = variant.prefetch;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -1440,12 +1428,6 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     for (const std::int32_t block : {16, 64})
       sluice::bench_decode_sweep(argc > 2 ? argv[2] : "8 x 8k", block, sluice::SweepRows::split_counts);
-    return 0;
-  }
-  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-prefetch") == 0) {  // [CASE], every case if none
-    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
-    for (const std::int32_t block : {16, 64})
-      sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::prefetch);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--chunk-pages") == 0) {

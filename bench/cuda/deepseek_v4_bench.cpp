@@ -2,8 +2,9 @@
 // (backend/cuda/kernels/deepseek_v4_kernels.h) timed alone at V4-Flash's full
 // width (hidden 4096, 64 heads x 512, index 64 heads x 128 and top-512, 256
 // experts top-6 with FP4 experts of 2048), contexts of 128k, with its share of
-// HBM (bytes it must touch) or of the tensor peak (FLOPs). The kernels are
-// the simple CUDA-core stage-3 versions: these rows record where they stand.
+// HBM (bytes it must touch) or of the tensor peak (FLOPs). The sparse
+// attention and the indexer's scores run twice: on tensor cores (the
+// forward's default since session 18) and as the CUDA-core stage-3 kernels.
 // Inputs are filled on the device with patterns or random bytes (values do
 // not change these kernels' work, except the top-k's, which gets random keys).
 #include <cuda_runtime_api.h>
@@ -133,14 +134,23 @@ void bench_attention(std::int32_t rows, std::int32_t entries, std::int32_t seque
                                          .positions = dpos, .rope = {.inv_freq = dfreq, .rope_dim = 64},
                                          .out = out, .out_dt = kBf16, .rows = rows, .num_heads = heads,
                                          .max_keys = max_keys, .softmax_scale = 1.0f / std::sqrt(512.0f)};
-  const double s = time_median(5, [&] { cuda::launch_v4_sparse_attention(args, nullptr); });
   const double flops = 4.0 * rows * heads * static_cast<double>(max_keys) * d;
   // Bytes: each row's gathered latents (bf16 here; FP8 fp8_ds_mla would be 584 B) + q + out.
   const double bytes = static_cast<double>(rows) * max_keys * d * 2 + 2.0 * rows * heads * d * 2;
-  row(what, s, tflops(flops, s) + ", " + tbs(bytes, s),
-      pct(flops / s / kBf16Peak) + " of bf16 peak; " +
-          (prefill ? pct(flops / s / kFlashMlaSparsePrefill) + " of FlashMLA sparse prefill (640)"
-                   : pct(flops / s / kFlashMlaSparseDecode) + " of FlashMLA sparse decode (410); " + hbm_share(bytes, s)));
+  // The tensor-core kernel (the forward's default since session 18), then the CUDA-core one.
+  for (const bool tensor_cores : {true, false}) {
+    const double s = time_median(5, [&] {
+      if (tensor_cores)
+        cuda::launch_v4_sparse_attention_mma(args, nullptr);
+      else
+        cuda::launch_v4_sparse_attention(args, nullptr);
+    });
+    row(what + (tensor_cores ? ", tensor cores" : ", CUDA cores"), s, tflops(flops, s) + ", " + tbs(bytes, s),
+        pct(flops / s / kBf16Peak) + " of bf16 peak; " +
+            (prefill ? pct(flops / s / kFlashMlaSparsePrefill) + " of FlashMLA sparse prefill (640)"
+                     : pct(flops / s / kFlashMlaSparseDecode) + " of FlashMLA sparse decode (410); " +
+                           hbm_share(bytes, s)));
+  }
   for (void* p : {static_cast<void*>(kv), static_cast<void*>(q), static_cast<void*>(out), static_cast<void*>(dkey_rows),
                   static_cast<void*>(dnum), static_cast<void*>(dpos), static_cast<void*>(dsinks), static_cast<void*>(dfreq)})
     cudaFree(p);
@@ -183,11 +193,14 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
                                  .key_begin = dbegin, .num_visible = dvisible, .scores = scores, .selected = selected,
                                  .num_selected = count, .rows = rows, .num_heads = heads, .max_visible = visible,
                                  .top_k = top_k};
+  const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   const double flops = 2.0 * rows * static_cast<double>(visible) * heads * d;
   const double bytes = static_cast<double>(sequences) * visible * (d + 4) + static_cast<double>(rows) * visible * 4;
-  row(what + ": FP8 scores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),
+  row(what + ": FP8 scores, tensor cores", s_scores_mma, tflops(flops, s_scores_mma) + ", " + tbs(bytes, s_scores_mma),
+      pct(flops / s_scores_mma / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores_mma));
+  row(what + ": FP8 scores, CUDA cores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),
       pct(flops / s_scores / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores));
   const double topk_bytes = static_cast<double>(rows) * visible * 4 * 5;  // 4 radix passes + the sweep
   row(what + ": top-512", s_top_k, tbs(topk_bytes, s_top_k), hbm_share(topk_bytes, s_top_k) + " (5 reads of the scores)");

@@ -46,7 +46,6 @@ struct AttentionCase {
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   cuda::DecodeSplitTiles decode_split_tiles = CudaOptions{}.decode_split_tiles;
   std::int32_t decode_split_stages = CudaOptions{}.decode_split_stages;
-  std::int32_t decode_split_prefetch = CudaOptions{}.decode_split_prefetch;
   // cuDNN plans on the builder thread: the steps run once before their plans
   // exist (declined: our kernels), then again after they are built.
   bool cudnn_plans_in_background = false;
@@ -104,7 +103,6 @@ class AttentionHarness {
     options.prefill_attention = c.prefill_attention;
     options.decode_split_tiles = c.decode_split_tiles;
     options.decode_split_stages = c.decode_split_stages;
-    options.decode_split_prefetch = c.decode_split_prefetch;
     options.cudnn_plans_in_background = c.cudnn_plans_in_background;
     options.cudnn_serving_bounds = c.cudnn_serving_bounds;
     options.cudnn_serving_wait_s = 600.0;  // every class built before the first step
@@ -533,23 +531,6 @@ TEST(CudaDecodeAttention, DecodeSplitRingOfThree) {
   AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
   c.decode_steps_with_graphs = true;
   run_decode_case(c, 62, 3);
-}
-// Tiles pulled into L2 ahead of the ring (decode_split_prefetch): the same
-// outputs, and no prefetch past a split's keys or its block table (an address
-// there would fault the launch).
-TEST(CudaDecodeAttention, DecodeSplitPrefetchedTiles) {
-  for (const std::int32_t tiles : {1, 3}) {
-    AttentionCase edges{32, 8, 128, 16, kDecodeTileEdges, 64};
-    edges.decode_split_prefetch = tiles;
-    run_decode_case(edges, 63);
-    AttentionCase small_dim{16, 4, 64, 64, kSplitEdges};
-    small_dim.decode_split_prefetch = tiles;
-    run_decode_case(small_dim, 64);
-  }
-  AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
-  c.decode_steps_with_graphs = true;
-  c.decode_split_prefetch = 2;
-  run_decode_case(c, 65);
 }
 TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
   AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};

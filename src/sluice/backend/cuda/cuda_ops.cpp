@@ -402,7 +402,6 @@ class CudaOps final : public Ops {
     args.decode_split_plan = options_.decode_split_plan;
     args.decode_split_tiles = options_.decode_split_tiles;
     args.decode_split_count = options_.decode_split_count;
-    args.decode_split_prefetch = options_.decode_split_prefetch;
     args.decode_split_stages = options_.decode_split_stages;
     // Allocated when replaying too: later scratch must land where it was captured.
     if (view_.num_split_rows > 0)

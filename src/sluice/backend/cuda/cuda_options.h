@@ -224,7 +224,7 @@ struct CudaOptions {
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
   // decode_split_merge, decode_split_tiles, decode_split_count,
-  // decode_split_stages, decode_split_prefetch, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
+  // decode_split_stages, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
   // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
@@ -268,9 +268,6 @@ struct CudaOptions {
   std::int32_t decode_split_count = 0;
   // Tiles in the keys-as-rows split kernel's ring: 2, or 3. Benchmark-only.
   std::int32_t decode_split_stages = 2;
-  // Tiles past the ring the tensor-core split kernels pull into L2 ahead of
-  // their copies (0-4; 0: none). Benchmark-only.
-  std::int32_t decode_split_prefetch = 0;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
@@ -366,8 +363,6 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.decode_split_tiles, cuda::kDecodeSplitTilesNames);
   if (options.decode_split_count > 0) out += ", " + std::to_string(options.decode_split_count) + " splits a row";
   out += ", decode split ring of " + std::to_string(options.decode_split_stages) + " tiles";
-  if (options.decode_split_prefetch > 0)
-    out += ", " + std::to_string(options.decode_split_prefetch) + " tiles prefetched to L2";
   out += ", decode RoPE fusion ";
   out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
   out += ", MLA kernels ";

@@ -55,9 +55,6 @@ struct SplitParams {
   // CUDA graphs), the shortest split a row is cut into, and the multiple of
   // keys (the kernel's tile) split lengths round up to.
   int max_splits, min_split_tokens, split_align;
-  // Tiles past the K/V ring that the tensor-core kernels pull into L2 ahead
-  // of their copies (AttentionArgs::decode_split_prefetch).
-  int prefetch_tiles;
   // DecodeSplitPlan::by_step_work: the step's keys (all split rows, summed on
   // the device) are cut into about target_blocks blocks of pairs_per_row
   // (kv head, head chunk) pairs each, so a row's split length follows the
@@ -546,24 +543,6 @@ __device__ __forceinline__ void copy_kv_tile(const SplitParams& p, const std::in
   }
 }
 
-// Pulls tile keys [first, min(first + kTileKeys, key_end)) of K and V into
-// L2: more bytes in flight than the ring alone holds, with no shared memory
-// (the ring sets how many blocks share a multiprocessor). Only after
-// pdl_wait(): the tile may hold this step's new key.
-template <int D, int kThreads, int kTileKeys>
-__device__ __forceinline__ void prefetch_tile_l2(const SplitParams& p, const std::int32_t* table, int kv_head,
-                                                 int first, int key_end) {
-  constexpr int kLinesPerKey = D * 2 / 128 > 0 ? D * 2 / 128 : 1;
-  const std::int64_t key_stride = static_cast<std::int64_t>(p.num_kv_heads) * D;
-  const int keys = min(kTileKeys, key_end - first);
-  for (int i = threadIdx.x; i < keys * kLinesPerKey; i += kThreads) {
-    const std::int64_t off =
-        slot_of(table, first + i / kLinesPerKey, p) * key_stride + kv_head * D + (i % kLinesPerKey) * 64;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.k_cache + off));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.v_cache + off));
-  }
-}
-
 // The tensor-core kernels' end: each warp has put its unnormalised O, running
 // max and sum for the block's heads in sm_o [kW][kQRows][D], sm_m and sm_l
 // [kW][kQRows]; the block merges them and writes the row's output (one
@@ -673,8 +652,7 @@ __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, 
   b.key_end = min(b.key_begin + b.split.split_tokens, kv_len);
   b.table = step.block_tables + step.seq_block_offset[seq];
   b.num_tiles = (b.key_end - b.key_begin + kTileKeys - 1) / kTileKeys;
-  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end,
-                    (kRing - 1 + p.prefetch_tiles) * kTileKeys);
+  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kRing - 1) * kTileKeys);
   pdl_wait();
   copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, ring.q);
 #pragma unroll
@@ -688,10 +666,6 @@ template <int D, int kW, int kQRows, int kRing>
 __device__ __forceinline__ void next_tile(const SplitParams& p, const MmaBlock& b,
                                           const MmaRing<D, kW, kQRows, kRing>& ring, int tile) {
   if (tile + kRing - 1 < b.num_tiles) ring.load(p, b.table, b.kv_head, b.key_begin, b.key_end, tile + kRing - 1);
-  // The tile entering the prefetch window (the first ones were pulled before pdl_wait(), except this step's key).
-  if (const int ahead = tile + kRing - 1 + p.prefetch_tiles; p.prefetch_tiles > 0 && ahead < b.num_tiles)
-    prefetch_tile_l2<D, kW * 32, MmaRing<D, kW, kQRows, kRing>::kTileKeys>(
-        p, b.table, b.kv_head, b.key_begin + ahead * MmaRing<D, kW, kQRows, kRing>::kTileKeys, b.key_end);
   cp_async_commit();
   cp_async_wait<kRing - 1>();
   __syncthreads();
@@ -1106,8 +1080,6 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
   SLUICE_CHECK_MSG(args.decode_split_stages == 2 || args.decode_split_stages == 3,
                    "split attention: the keys-as-rows ring holds 2 or 3 tiles");
-  SLUICE_CHECK_MSG(args.decode_split_prefetch >= 0 && args.decode_split_prefetch <= 4,
-                   "split attention: prefetch 0 to 4 tiles into L2");
   const bool keys_as_rows =
       tensor_cores && group_size <= 8 && args.decode_split_tiles == DecodeSplitTiles::keys_as_rows;
   const int kernel_group = keys_as_rows  ? 8
@@ -1182,7 +1154,6 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   p.pairs_per_row = plan.pairs_per_row;
   p.uniform_max_splits = plan.uniform_max_splits;
   p.scale_log2 = args.scale * kLog2e;
-  p.prefetch_tiles = args.decode_split_prefetch;
   const dim3 grid(plan.max_splits, args.num_kv_heads * plan.head_chunks, step.num_split_rows);
   // The split kernels merge their own splits where the caller gave counters
   // enough and the rows have few splits (the last block's merge is serial

@@ -103,8 +103,6 @@ struct AttentionArgs {
   // Tiles in the keys-as-rows kernel's K/V ring: 2, or 3 (two blocks a
   // multiprocessor instead of three).
   std::int32_t decode_split_stages = 2;
-  // Tiles past the ring the tensor-core split kernels prefetch into L2 (0-4).
-  std::int32_t decode_split_prefetch = 0;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
