@@ -195,7 +195,7 @@ namespace {
 
 // Copies on the sim: 1 MB blocks over a 1 GB/s link take 1 ms each, queue
 // behind each other per direction, overlap compute, and a batch without
-// sequences waits for the next one.
+// sequences waits for the rest of a batch in flight.
 TEST(SimBackendCopies, QueuePerDirectionOverlapComputeAndWait) {
   BackendInfo i;
   i.block_size_tokens = 16;

@@ -85,7 +85,7 @@ class SimBackend final : public Backend {
 
   struct InFlightCopy {
     KvCopyId id = 0;
-    std::int64_t batch = 0;  // the execute() call that started it
+    std::int64_t batch = 0;  // the start_copies() call that started it
     double end_ms = 0;
   };
   HardwareSpec partition_;  // its SM fields; num_sms 0 once split (or never splittable)
