@@ -251,5 +251,85 @@ TEST(DecodeLaneOnTheSim, APacedLaneGivesTheChatsATokenPerInterval) {
   for (const auto& [id, t] : paced.timelines) EXPECT_EQ(again.timelines.at(id).token_ms, t.token_ms) << id;
 }
 
+// A returning prefix loads from the host tier while two chats decode on the
+// decode lane (issue 17's sessions at a small scale: 64-token pages, as
+// serve's). With nothing to compute, the main lane waits for the copies; the
+// sim lands a whole batch of them per wait, as the CUDA backend does (one
+// event a batch), so the load costs the engine a few rounds. Waiting per
+// block cost a round per block (640 for a 40k prefix), each with host time
+// that serve's paced sim added to the load: S20-5's sim loaded at 28% of the
+// link under the lane, the H200 at 97%.
+TEST(DecodeLaneOnTheSim, AHostLoadTakesTheEngineAFewRoundsNotOnePerBlock) {
+  constexpr std::int32_t kBlockTokens = 64, kPrefixTokens = 16384;  // 256 pages
+  const sim::ModelProfile llama = *sim::find_profile("llama-3-8b");
+  const sim::HardwareSpec hardware = sim::h200_sluice_cuda();
+  sim::SimBackendOptions options;
+  options.memory.block_size_tokens = kBlockTokens;
+  options.num_kv_blocks_override = 384;  // 24k tokens: the prefix and the next prompt do not fit together
+  auto backend = sim::make_sim_backend(llama, hardware, {}, options);
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  EngineConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 4096;
+  config.decode_lane = DecodeLane::kSms;
+  config.decode_lane_sms = 8;
+  config.clock = ClockMode::kVirtual;
+  std::unique_ptr<Backend> main = std::move(backend).value();
+  config.kv_offloading_bytes = 1024 * main->info().kv_bytes_per_block;
+  const double copy_ms = static_cast<double>(main->info().kv_bytes_per_block) / main->info().host_link_bytes_per_s * 1e3;
+  auto lane = make_decode_lane(*main, config);
+  ASSERT_TRUE(lane.ok()) << lane.error_message();
+  Engine engine(std::move(main), std::make_shared<sim::RooflineCostModel>(llama, hardware, sim::Parallelism{}), config,
+                std::move(lane).value());
+
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  auto submit = [&](const std::string& id, std::vector<TokenId> prompt, std::int32_t max_tokens) {
+    auto s = engine.submit({.request_id = id, .prompt_token_ids = std::move(prompt), .max_tokens = max_tokens});
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    streams[id] = *s;
+  };
+  auto step_until = [&](auto done) {
+    for (int round = 0; round < 100000 && !done(); ++round) {
+      engine.step();
+      engine.check_invariants();
+    }
+    ASSERT_TRUE(done());
+  };
+  const std::vector<TokenId> prefix = sim::synthetic_tokens(7, kPrefixTokens, 32000);
+  for (int c = 0; c < 2; ++c) submit("chat" + std::to_string(c), sim::synthetic_tokens(c, 512, 32000), 4000);
+  submit("first", prefix, 1);
+  step_until([&] { return streams["first"]->finished(); });
+  // Another prompt of the prefix's size takes its pages: demotion moves them to the host.
+  submit("other", sim::synthetic_tokens(8, kPrefixTokens, 32000), 1);
+  step_until([&] { return streams["other"]->finished(); });
+
+  std::vector<TokenId> returning = prefix;
+  const std::vector<TokenId> message = sim::synthetic_tokens(9, kBlockTokens, 32000);
+  returning.insert(returning.end(), message.begin(), message.end());
+  submit("return", returning, 1);
+  step_until([&] { return engine.stats().host_loaded_blocks > 0; });
+  const std::int64_t num_loaded_blocks = engine.stats().host_loaded_blocks;
+  std::int64_t num_rounds = 0;
+  for (; num_rounds < 100000 && engine.stats().host_num_loads == 0; ++num_rounds) {
+    engine.step();
+    engine.check_invariants();
+  }
+  const EngineStats loaded = engine.stats();
+  std::printf("a load of %lld pages under the decode lane: %lld rounds of the engine, %.1f ms (the link: %.1f ms)\n",
+              static_cast<long long>(num_loaded_blocks), static_cast<long long>(num_rounds), loaded.host_load_ms_total,
+              static_cast<double>(num_loaded_blocks) * copy_ms);
+  ASSERT_EQ(loaded.host_num_loads, 1);
+  EXPECT_GE(num_loaded_blocks, kPrefixTokens / kBlockTokens / 2) << "most of the prefix must come from the host";
+  // A wait per batch of copies: a handful of rounds (the chats' decode-lane
+  // steps among them), however many pages; a wait per page took one each.
+  EXPECT_LE(num_rounds, 16);
+  EXPECT_LT(loaded.host_load_ms_total, 1.25 * static_cast<double>(num_loaded_blocks) * copy_ms + 40.0)
+      << "the load runs at about the link's rate (one decode-lane step of slack)";
+
+  for (auto& [id, s] : streams) engine.abort(id);
+  step_until([&] { return !engine.has_work(); });
+  EXPECT_EQ(engine.stats().num_free_kv_blocks, engine.stats().num_kv_blocks);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -195,7 +195,7 @@ namespace {
 
 // Copies on the sim: 1 MB blocks over a 1 GB/s link take 1 ms each, queue
 // behind each other per direction, overlap compute, and a batch without
-// sequences waits for the next one.
+// sequences waits for the rest of a batch in flight.
 TEST(SimBackendCopies, QueuePerDirectionOverlapComputeAndWait) {
   BackendInfo i;
   i.block_size_tokens = 16;
@@ -235,6 +235,63 @@ TEST(SimBackendCopies, QueuePerDirectionOverlapComputeAndWait) {
   Result<StepOutput> idle = sim.execute(Batch{});
   ASSERT_TRUE(idle.ok());
   EXPECT_DOUBLE_EQ(idle->step_time_ms, 0.0) << "nothing in flight: no wait";
+}
+
+// A batch without sequences waits until a whole batch of copies has landed,
+// the first to land in full, as the CUDA backend waits for its oldest batch's
+// event: a load of many blocks is one wait, not one per block (issue 17,
+// S20-5: a wait per block gave the engine a round per block, and the paced
+// sim's loads under the decode lane ran at 28% of the link).
+TEST(SimBackendCopies, AWaitLandsAWholeBatch) {
+  BackendInfo i;
+  i.block_size_tokens = 16;
+  i.num_kv_blocks = 64;
+  i.max_model_len_tokens = 4096;
+  i.kv_bytes_per_block = 1'000'000;
+  i.host_link_bytes_per_s = 1e9;  // 1 ms a copy
+  SimBackend sim(std::make_shared<LinearCost>(), i, {});
+  ASSERT_TRUE(sim.allocate_host_kv_cache(16).ok());
+  auto ids_of = [](const StepOutput& out) {
+    std::vector<KvCopyId> ids;
+    for (const KvCopyCompletion& c : out.completed_copies) ids.push_back(c.id);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+
+  // Eight loads and nothing to compute: one wait of 8 ms lands all of them.
+  Batch load;
+  for (KvCopyId id = 1; id <= 8; ++id)
+    load.copies.push_back({.id = id, .direction = KvCopyDirection::kHostToDevice,
+                           .device_block = static_cast<BlockId>(id), .host_block = static_cast<BlockId>(id)});
+  Result<StepOutput> waited = sim.execute(load);
+  ASSERT_TRUE(waited.ok()) << waited.error_message();
+  EXPECT_DOUBLE_EQ(waited->step_time_ms, 8.0);
+  EXPECT_EQ(ids_of(*waited), (std::vector<KvCopyId>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(sim.num_copies_in_flight(), 0);
+
+  // Four stores start with a 2.5 ms step (ends 9, 10, 11, 12 ms; two land in
+  // it); then a load of one block (ends 11.5 ms) and nothing to compute: the
+  // load's batch lands in full first, so the wait ends there with store 11.
+  std::vector<TokenId> tokens = {1, 2, 3};
+  std::vector<BlockId> table = {0};
+  Batch step;
+  step.sequences.push_back({.seq_id = 7, .tokens = tokens, .num_prompt_tokens = 3, .num_new_tokens = 3,
+                            .block_table = table});
+  for (KvCopyId id = 11; id <= 14; ++id)
+    step.copies.push_back({.id = id, .direction = KvCopyDirection::kDeviceToHost,
+                           .device_block = static_cast<BlockId>(id), .host_block = static_cast<BlockId>(id)});
+  Result<StepOutput> computed = sim.execute(step);
+  ASSERT_TRUE(computed.ok()) << computed.error_message();
+  EXPECT_EQ(ids_of(*computed), (std::vector<KvCopyId>{11, 12}));
+  Result<StepOutput> first = sim.execute(Batch{.copies = {{.id = 21, .direction = KvCopyDirection::kHostToDevice,
+                                                           .device_block = 21, .host_block = 1}}});
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  EXPECT_DOUBLE_EQ(sim.now_ms(), 11.5);
+  EXPECT_EQ(ids_of(*first), (std::vector<KvCopyId>{13, 21}));
+  Result<StepOutput> second = sim.execute(Batch{});
+  ASSERT_TRUE(second.ok()) << second.error_message();
+  EXPECT_DOUBLE_EQ(sim.now_ms(), 12.0);
+  EXPECT_EQ(ids_of(*second), (std::vector<KvCopyId>{14}));
 }
 
 TEST(SimBackendCopies, MadeBackendsStateBlockBytesAndLinkRate) {

@@ -35,7 +35,9 @@
 # GPU_MEMORY_UTILIZATION (0.265: weights 16 GB + activations 3.4 GB + ~20 GB of KV of
 # the 150 GB; the table reports the KV it got), OFFLOAD_GIB (60), RUNS
 # ("cuda-tier cuda-recompute sim-tier sim-recompute"), SIM_SPEED (4),
-# MODEL_DIR, SIM_MODEL_DIR, SERVE_FLAGS (more flags for every run).
+# MODEL_DIR, SIM_MODEL_DIR, SERVE_FLAGS (more flags for every run),
+# SIM_DECODE_LANE (sms:8, what cuda's serve resolves `auto` to for this model;
+# "off" runs the sim arms on one loop).
 set -uo pipefail
 
 sessions=${SESSIONS:-12}
@@ -107,11 +109,10 @@ print(int(float(blocks.group(1)) * (int(size.group(1)) if size else 16) * 131072
 PY
 )
     fi
-    # Pages of 64 as cuda's (session 18): the tier moves a page a copy. Not
-    # the decode lane cuda's serve adds: under it the sim's loads ran at 28%
-    # of the link against 97% on the H200 (S20-5), a sim fault not yet found.
+    # Pages of 64 and the decode lane on 8 SMs, as cuda's serve runs (session
+    # 18's defaults): the tier moves a page a copy.
     serve_args+=(--device sim --sim-profile llama-3-8b --sim-speed "$sim_speed" --kv-cache-memory "${kv_bytes:-21474836480}"
-                 --block-size 64)
+                 --block-size 64 --decode-lane "${SIM_DECODE_LANE:-sms:8}")
     bench_speedup=$sim_speed
   fi
   say "$run: $bin ${serve_args[*]}"

@@ -1,6 +1,7 @@
 #include "sluice/sim/sim_backend.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -56,6 +57,7 @@ Status SimBackend::allocate_host_kv_cache(std::int32_t num_blocks) {
 
 void SimBackend::start_copies(std::span<const KvBlockCopy> copies) {
   const double copy_ms = static_cast<double>(info_.kv_bytes_per_block) / info_.host_link_bytes_per_s * 1000.0;
+  const std::int64_t batch = ++num_copy_batches_;
   for (const KvBlockCopy& c : copies) {
     SLUICE_CHECK_MSG(c.host_block >= 0 && c.host_block < num_host_blocks_, "a copy outside the host tier");
     SLUICE_CHECK(c.device_block >= 0 && c.device_block < info_.num_kv_blocks);
@@ -63,8 +65,22 @@ void SimBackend::start_copies(std::span<const KvBlockCopy> copies) {
     double& free_ms =
         c.direction == KvCopyDirection::kDeviceToHost ? device_to_host_free_ms_ : host_to_device_free_ms_;
     free_ms = std::max(free_ms, now_ms_) + copy_ms;
-    copies_.push_back({.id = c.id, .end_ms = free_ms});
+    copies_.push_back({.id = c.id, .batch = batch, .end_ms = free_ms});
   }
+}
+
+double SimBackend::first_batch_end_ms() const {
+  // copies_ keeps start order, so a batch's copies are contiguous.
+  double first_ms = copies_.empty() ? now_ms_ : std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < copies_.size();) {
+    double batch_end_ms = 0;
+    std::size_t j = i;
+    for (; j < copies_.size() && copies_[j].batch == copies_[i].batch; ++j)
+      batch_end_ms = std::max(batch_end_ms, copies_[j].end_ms);
+    first_ms = std::min(first_ms, batch_end_ms);
+    i = j;
+  }
+  return first_ms;
 }
 
 std::vector<KvCopyCompletion> SimBackend::take_completed() {
@@ -80,11 +96,9 @@ std::vector<KvCopyCompletion> SimBackend::take_completed() {
 Result<StepOutput> SimBackend::execute(const Batch& batch) {
   batch.fill_late_masks();  // nothing to overlap them with
   start_copies(batch.copies);
-  if (batch.sequences.empty()) {  // a wait for the next copy to land
+  if (batch.sequences.empty()) {  // a wait for a batch of copies to land
     StepOutput out;
-    const auto next = std::min_element(copies_.begin(), copies_.end(),
-                                       [](const InFlightCopy& a, const InFlightCopy& b) { return a.end_ms < b.end_ms; });
-    out.step_time_ms = next == copies_.end() ? 0.0 : std::max(0.0, next->end_ms - now_ms_);
+    out.step_time_ms = std::max(0.0, first_batch_end_ms() - now_ms_);
     now_ms_ += out.step_time_ms;
     out.completed_copies = take_completed();
     return out;

@@ -7,8 +7,12 @@
 // copy engine that moves BackendInfo::kv_bytes_per_block per copy at
 // host_link_bytes_per_s, copies queue behind each other in their direction
 // and overlap compute completely (their own stream; PCIe is full duplex). A
-// copy completes when the virtual clock passes its end; a batch with no
-// sequences advances the clock to the next completion.
+// copy completes when the virtual clock passes its end. A batch with no
+// sequences advances the clock until a whole batch of copies has landed (the
+// first to land in full), as the CUDA backend's wait does (one event a batch,
+// backend/cuda/host_kv_tier.h): a load of a 40k-token prefix is one wait, not
+// 640. Waiting per copy gave the engine a round per block, whose host time the
+// paced sim adds to the load (S20-5: 28% of the link under the decode lane).
 #pragma once
 
 #include <cstdint>
@@ -76,13 +80,18 @@ class SimBackend final : public Backend {
   // Copies whose end the clock has passed, taken out.
   std::vector<KvCopyCompletion> take_completed();
 
+  // The end of the first batch of copies in flight to land in full (now if none).
+  double first_batch_end_ms() const;
+
   struct InFlightCopy {
     KvCopyId id = 0;
+    std::int64_t batch = 0;  // the start_copies() call that started it
     double end_ms = 0;
   };
   HardwareSpec partition_;  // its SM fields; num_sms 0 once split (or never splittable)
   double now_ms_ = 0;
   std::int64_t num_steps_ = 0;
+  std::int64_t num_copy_batches_ = 0;  // start_copies() calls so far: numbers each one's copies
   std::int32_t num_host_blocks_ = 0;
   std::vector<InFlightCopy> copies_;
   double device_to_host_free_ms_ = 0;  // when each direction's engine is next idle
