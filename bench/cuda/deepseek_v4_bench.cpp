@@ -3,8 +3,9 @@
 // width (hidden 4096, 64 heads x 512, index 64 heads x 128 and top-512, 256
 // experts top-6 with FP4 experts of 2048), contexts of 128k, with its share of
 // HBM (bytes it must touch) or of the tensor peak (FLOPs). The sparse
-// attention and the indexer's scores run twice: on tensor cores (the
-// forward's default since session 18) and as the CUDA-core stage-3 kernels.
+// attention runs on tensor cores (the forward's default since session 18) and
+// as the CUDA-core stage-3 kernel; the indexer's scores on warpgroup MMA
+// (session 21, prefill's), mma.sync (session 18, decode's) and CUDA cores.
 // Inputs are filled on the device with patterns or random bytes (values do
 // not change these kernels' work, except the top-k's, which gets random keys).
 #include <cuda_runtime_api.h>
@@ -28,6 +29,7 @@ namespace {
 constexpr double kHbmSpec = 4.8e12;         // H200 HBM3e (NVIDIA)
 constexpr double kHbmCopy = 4.31e12;        // the measured device copy (../shared/DEVICE.md)
 constexpr double kBf16Peak = 989e12;        // H200 dense bf16 (spec)
+constexpr double kFp8Peak = 1979e12;                // H200 dense FP8, the spec sheet
 constexpr double kFlashMlaSparsePrefill = 640e12;  // FlashMLA sparse prefill on H800 (same dense peak as H200)
 constexpr double kFlashMlaSparseDecode = 410e12;   // FlashMLA sparse decode, FP8 KV, H800
 
@@ -193,11 +195,15 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
                                  .key_begin = dbegin, .num_visible = dvisible, .scores = scores, .selected = selected,
                                  .num_selected = count, .rows = rows, .num_heads = heads, .max_visible = visible,
                                  .top_k = top_k};
+  const double s_scores_wgmma = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma(args, nullptr); });
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   const double flops = 2.0 * rows * static_cast<double>(visible) * heads * d;
   const double bytes = static_cast<double>(sequences) * visible * (d + 4) + static_cast<double>(rows) * visible * 4;
+  row(what + ": FP8 scores, warpgroup MMA (e4m3)", s_scores_wgmma,
+      tflops(flops, s_scores_wgmma) + ", " + tbs(bytes, s_scores_wgmma),
+      pct(flops / s_scores_wgmma / kFp8Peak) + " of FP8 peak; " + hbm_share(bytes, s_scores_wgmma));
   row(what + ": FP8 scores, tensor cores", s_scores_mma, tflops(flops, s_scores_mma) + ", " + tbs(bytes, s_scores_mma),
       pct(flops / s_scores_mma / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores_mma));
   row(what + ": FP8 scores, CUDA cores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),

@@ -33,8 +33,10 @@
 //     grouped kernel, mma.sync), and the same under the default FP8 GEMMs
 //     (cuBLASLt block-scaled, wgmma e4m3; at decode the dense linears take the
 //     FP8 GEMV), then the default with the dense linears on the grouped kernel
-//     (the GEMV's A/B), then the default with session 17's indexer kernels, with
-//     the CUDA-core sparse attention, and with both (session 18's A/Bs). Per format: the weights' device
+//     (the GEMV's A/B), then the default with session 17's indexer kernels,
+//     with session 18's indexer scores at prefill (session 21's A/B), with
+//     the CUDA-core sparse attention, and with both of session 17's (session
+//     18's A/Bs). Per format: the weights' device
 //     bytes and the time to make them, prefill of one prompt to `context`
 //     in chunks of 8,192 (the first chunk's rate: "prefill 8k"), decode at
 //     batch 1 after it, and decode at `decode_batch` sequences at position
@@ -48,7 +50,9 @@
 //   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMATS]
 //     Only the formats FORMATS (a comma list: 0 bf16, 1 grouped / mma.sync,
 //     2 cuBLASLt / wgmma, 3 grouped dense / wgmma, 4 the default with session
-//     17's indexer, 5 with the CUDA-core attention, 6 with both; the default 2), one step between cudaProfilerStart and
+//     17's indexer, 5 with session 18's indexer scores at prefill, 6 with the
+//     CUDA-core attention, 7 with 4 and 6; the default 2; up to session 20, 5
+//     and 6 were today's 6 and 7), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
 //     --profile-from-start off; the first format listed): PROFILE 1 a decode
 //     step of BATCH sequences at CONTEXT, 2 the first prefill chunk of 8,192
@@ -56,7 +60,9 @@
 //     never written, as above). PROFILE 4: no profiler and no prefill, each
 //     listed format's decode at BATCH x CONTEXT timed over 16 steps, its share
 //     of HBM on the weights and on the weights plus the KV it reads (the
-//     sizes whose prefill would take too long, 64 x 131072), the host's time
+//     sizes whose prefill would take too long, 64 x 131072). PROFILE 0 with
+//     FORMATS: the whole row (prefill, decode) of the listed formats only.
+//     Mode 4 also prints the host's time
 //     to enqueue a step, and the same steps through forward() (logits into a
 //     host vector) beside them.
 //
@@ -536,6 +542,10 @@ int flash_formats(int argc, char** argv) {
       // scores): the A/B of the one-pass records and the tensor-core scores (session 18).
       {"FP8 default, session-17 indexer (f32 pool + quantize, CUDA-core scores)", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores}},
+      // The default but for session 18's indexer scores at prefill too (mma.sync on f16): the A/B of the
+      // warpgroup-MMA scores (session 21).
+      {"FP8 default, session-18 indexer scores (mma.sync) at prefill", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_mma}},
       // The default but for the CUDA-core sparse attention (session 11's kernel): the A/B of the tensor-core one.
       {"FP8 default, CUDA-core sparse attention", false, {.attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
       // Both of session 17's kernels.
@@ -558,7 +568,8 @@ int flash_formats(int argc, char** argv) {
               context, context, batch, context);
   for (std::size_t fi = 0; fi < std::size(formats); ++fi) {
     const Format& f = formats[fi];
-    if (profile != 0 && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end()) continue;
+    if ((profile != 0 || argc > 6) && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end())
+      continue;
     const auto t0 = Clock::now();
     auto device = cuda::DeepseekV4DeviceForward::random(
         *config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts, f.as_bf16, f.options);
@@ -573,6 +584,7 @@ int flash_formats(int argc, char** argv) {
                  f.name, summary.fp8_linears, summary.fp8_bytes / 1e9, summary.bf16_linears, summary.bf16_bytes / 1e9,
                  summary.fp4_converted, summary.fp4_inexact, make_s);
     double prefill8k = 0, prefill_all = 0, decode1 = 0, decode_b = 0;
+    std::vector<double> chunk_ms;  // each prefill chunk's time, in order
     std::vector<float> first_logits, decode_logits;
     if (profile != 0) {
       Harness h(**device, *layout, config->vocab_size, kBlock);
@@ -627,6 +639,7 @@ int flash_formats(int argc, char** argv) {
                                  done == 0 ? &first_logits : nullptr);
         if (done == 0) prefill8k = s;
         prefill_all += s;
+        chunk_ms.push_back(s * 1e3);
       }
       for (int i = 0; i < kDecodeSteps; ++i)
         decode1 += h.timed(h.step_of({0}, {context + i}, 1), i == 0 ? &decode_logits : nullptr);
@@ -667,6 +680,9 @@ int flash_formats(int argc, char** argv) {
                 100 * flops8k / prefill8k / kFp8PeakFlops, context / prefill_all, flops_all / prefill_all / 1e12,
                 decode1 * 1e3, 1 / decode1, 100 * bytes1 / decode1 / kHbmBytesPerS, bytes1 / 1e9, decode_b * 1e3,
                 batch / decode_b, 100 * bytesb / decode_b / kHbmBytesPerS, bytesb / 1e9, compare.c_str());
+    std::string chunks;
+    for (double ms : chunk_ms) chunks += fmt::format(" {:.1f}", ms);
+    std::printf("prefill chunks of %d (ms, in order):%s\n", kChunk, chunks.c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -92,6 +92,7 @@ struct Case {
     std::string n = testing::deepseek_v4_golden_name(weights);
     if (options.attention == cuda::DeepseekV4AttentionKernel::cuda_cores) n += "_cuda_core_attention";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_mma) n += "_session18_indexer";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
     if (!keep_quantized) return n + "_host_bf16";
     return n + (e4m3() ? "_kept_e4m3" : "_kept_bf16_activations");
@@ -316,6 +317,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
                                        .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
+                      // Session 18's indexer scores (mma.sync at prefill too).
+                      Case{.weights = DeepseekV4GoldenWeights::f32,
+                           .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_mma}},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts, .keep_quantized = true,
                            .options = kBf16Activations},

@@ -1104,8 +1104,13 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
-      if (f32_pool) launch_v4_indexer_scores(args, s);
-      else launch_v4_indexer_scores_mma(args, s);
+      const auto sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size());
+      if (f32_pool)
+        launch_v4_indexer_scores(args, s);
+      else if (p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill && n >= 4 * sequences)
+        launch_v4_indexer_scores_wgmma(args, s);
+      else
+        launch_v4_indexer_scores_mma(args, s);
       launch_v4_indexer_top_k(args, s);
     }
   }

@@ -66,9 +66,12 @@ namespace sluice::cuda {
 // How CSA's indexer makes its key records and scores them: the pool gathered
 // as f32, quantized to e4m3 by a second kernel and scored on CUDA cores
 // (session 17, kept as the A/B), or the records made in one pass from the
-// blocks and scored on tensor cores (the default). Both pick from the same
-// records; the scores differ only in the order of their sums.
-enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma };
+// blocks and scored on tensor cores: mma.sync on the codes as f16 (session
+// 18), or that at decode and warpgroup MMA on e4m3 where a step's rows share
+// their keys (>= 4 rows a sequence: prefill; session 21, the default). All
+// pick from the same records; the mma.sync scores differ from the CUDA-core
+// ones only in the order of their sums, the wgmma ones by FP8 accumulation.
+enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma, e4m3_pool_wgmma_prefill };
 
 // The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
 // the reference) or tensor cores (the default).
@@ -78,7 +81,7 @@ enum class DeepseekV4AttentionKernel { cuda_cores, tensor_cores };
 struct DeepseekV4DeviceOptions {
   Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
   MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
-  DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_mma;
+  DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill;
   DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::tensor_cores;
 };
 

@@ -94,6 +94,14 @@ void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream);
 // f32, so only the sums' order and rounding differ from the CUDA-core kernel
 // above (which stays as its reference). Same arguments, same scores layout.
 void launch_v4_indexer_scores_mma(const V4IndexerArgs& args, cudaStream_t stream);
+// The same scores on warpgroup MMA over e4m3 (deepseek_v4_indexer_wgmma.cu),
+// for prefill: a block runs up to 64 consecutive rows over one tile of 256
+// keys, loaded once while its rows share a sequence (key_begin), again where
+// the sequence changes, so it pays where many rows share their keys. Hopper's
+// FP8 MMA sums with a narrower accumulator than f32: scores may differ from
+// the kernels above by ~2^-13 of the sum of |q . k| products a head. q and
+// keys 16 B aligned.
+void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stream);
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
 
 // One compressed entry per item (DeepseekV4Reference::emit_entry): the
