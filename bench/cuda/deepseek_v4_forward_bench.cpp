@@ -57,7 +57,9 @@
 //     --profile-from-start off; the first format listed): PROFILE 1 a decode
 //     step of BATCH sequences at CONTEXT, 2 the first prefill chunk of 8,192
 //     rows, 3 a decode step of one sequence at CONTEXT (decode over KV blocks
-//     never written, as above). PROFILE 4: no profiler and no prefill, each
+//     never written, as above), 5 the last prefill chunk of a prompt of
+//     CONTEXT tokens (the chunks before it run unprofiled; BATCH 1 keeps the
+//     decode sequences' blocks small). PROFILE 4: no profiler and no prefill, each
 //     listed format's decode at BATCH x CONTEXT timed over 16 steps, its share
 //     of HBM on the weights and on the weights plus the KV it reads (the
 //     sizes whose prefill would take too long, 64 x 131072). PROFILE 0 with
@@ -618,7 +620,10 @@ int flash_formats(int argc, char** argv) {
         std::fflush(stdout);
         continue;
       }
+      if (profile == 5)  // the prompt up to its last chunk, unprofiled
+        for (int done = 0; done + kChunk < context; done += kChunk) (void)h.timed(h.step_of({0}, {done}, kChunk));
       const StepLayout step = profile == 2   ? h.step_of({0}, {0}, kChunk)
+                              : profile == 5 ? h.step_of({0}, {context - kChunk}, kChunk)
                               : profile == 1 ? h.step_of(all, std::vector<int>(all.size(), context), 1)
                                              : h.step_of({0}, {context}, 1);
       (void)h.timed(step);  // warm-up
