@@ -239,6 +239,33 @@ const std::vector<Item> kQueryRows = {{false, 0},   {false, 2},   {false, 3},   
                                       {false, 128}, {false, 255}, {false, 383}, {false, 767}, {true, 0},
                                       {true, 64},   {true, 131},  {true, 639}};
 
+// CSA: picks as the indexer leaves them (ascending, -1 past the count), a
+// random subset of the visible entries (all of them for some rows); HCA:
+// every visible entry; sliding layers: none.
+struct RowPicks {
+  std::vector<std::int32_t> selected, num_selected;
+  std::vector<std::vector<std::int64_t>> picks;
+  std::int32_t max_entries = 0;
+};
+RowPicks random_picks(const DeepseekV4LayerRegion& lr, std::int32_t top_k, SplitMix64& rng) {
+  const auto rows = static_cast<std::int32_t>(kQueryRows.size());
+  const bool csa = lr.indexer.has_value();
+  RowPicks out{.selected = std::vector<std::int32_t>(static_cast<std::size_t>(rows * top_k), -1),
+               .num_selected = std::vector<std::int32_t>(rows, 0),
+               .picks = std::vector<std::vector<std::int64_t>>(rows)};
+  for (std::int32_t r = 0; r < rows; ++r) {
+    if (!lr.compressor) continue;
+    const std::int64_t visible = (kQueryRows[r].index + 1) / lr.compressor->rate;
+    for (std::int64_t e = 0; e < visible; ++e)
+      if (!csa || r % 3 == 0 || rng.uniform() < 0.5) out.picks[r].push_back(e);
+    out.num_selected[r] = static_cast<std::int32_t>(out.picks[r].size());
+    for (std::size_t j = 0; j < out.picks[r].size(); ++j)
+      out.selected[r * top_k + j] = static_cast<std::int32_t>(out.picks[r][j]);
+    out.max_entries = std::max(out.max_entries, out.num_selected[r]);
+  }
+  return out;
+}
+
 TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
   const std::vector<float> image = v4_testing::uniform(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 7,
                                                        -3.0f, 3.0f);
@@ -261,22 +288,10 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
     SCOPED_TRACE(::testing::Message() << "layer " << l);
     const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
     const bool csa = lr.indexer.has_value();
-    // CSA: picks as the indexer leaves them (ascending, -1 past the count), a
-    // random subset of the visible entries (all of them for some rows).
-    std::vector<std::int32_t> selected(static_cast<std::size_t>(rows * top_k), -1), num_selected(rows, 0);
-    std::vector<std::vector<std::int64_t>> picks(rows);
-    std::int32_t max_entries = 0;
-    for (std::int32_t r = 0; r < rows; ++r) {
-      if (!lr.compressor) continue;
-      const std::int64_t visible = (kQueryRows[r].index + 1) / lr.compressor->rate;
-      for (std::int64_t e = 0; e < visible; ++e)
-        if (!csa || r % 3 == 0 || rng.uniform() < 0.5) picks[r].push_back(e);
-      num_selected[r] = static_cast<std::int32_t>(picks[r].size());
-      for (std::size_t j = 0; j < picks[r].size(); ++j) selected[r * top_k + j] = static_cast<std::int32_t>(picks[r][j]);
-      max_entries = std::max(max_entries, num_selected[r]);
-    }
-    const std::int32_t max_keys = window + (csa ? top_k : max_entries);
-    const Dev<std::int32_t> d_selected(selected), d_num_selected(num_selected);
+    const RowPicks rp = random_picks(lr, top_k, rng);
+    const std::vector<std::vector<std::int64_t>>& picks = rp.picks;
+    const std::int32_t max_keys = window + (csa ? top_k : rp.max_entries);
+    const Dev<std::int32_t> d_selected(rp.selected), d_num_selected(rp.num_selected);
     Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
     Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
     cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = device_tables(t), .positions = d_positions.get(),
@@ -336,6 +351,89 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
     const std::vector<float> got_attn = d_attn.host();
     EXPECT_LT(v4_testing::relative_error(got_attn, want_attn), 2e-5)
         << "max |delta| " << v4_testing::max_abs_difference(got_attn, want_attn);
+  }
+}
+
+// The pooled gather (rows that share their sequence's keys, each key once)
+// hands the attention the same key set, row by row and key by key, bit-equal
+// to the per-row gather above, the rows of two sequences mixed.
+TEST_F(DeepseekV4PagedCuda, PooledKeysAreThePerRowKeySets) {
+  const std::vector<float> image = v4_testing::uniform(static_cast<std::size_t>(kNumBlocks * floats_per_block_), 8,
+                                                       -3.0f, 3.0f);
+  set_device_image(image);
+  const std::int64_t hd = layout_->head_dim();
+  const std::int32_t window = config_.deepseek_v4->sliding_window;
+  const std::int32_t top_k = config_.deepseek_v4->index_topk;
+  const auto rows = static_cast<std::int32_t>(kQueryRows.size());
+  std::vector<std::int32_t> positions, row_sequence;
+  std::vector<bool> in_b;
+  for (const Item& q : kQueryRows) {
+    positions.push_back(static_cast<std::int32_t>(q.index));
+    in_b.push_back(q.in_b);
+    row_sequence.push_back(q.in_b ? 1 : 0);
+  }
+  const Tables row_tables = tables_for(in_b), sequence_tables = tables_for({false, true});
+  const Dev<std::int32_t> d_positions(positions), d_row_sequence(row_sequence);
+  SplitMix64 rng(4);
+  for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
+    const bool csa = lr.indexer.has_value();
+    const RowPicks rp = random_picks(lr, top_k, rng);
+    const std::int32_t max_keys = window + (csa ? top_k : rp.max_entries);
+    // Each sequence's window span and entries, as the forward plans them.
+    const std::int32_t rate = lr.compressor ? static_cast<std::int32_t>(lr.compressor->rate) : 0;
+    std::vector<std::int32_t> pool_begin{0}, window_first, window_count;
+    for (std::int32_t q = 0; q < 2; ++q) {
+      std::int32_t lo = 1 << 30, hi = -1;
+      for (std::int32_t r = 0; r < rows; ++r)
+        if (row_sequence[r] == q) {
+          lo = std::min(lo, positions[r]);
+          hi = std::max(hi, positions[r]);
+        }
+      window_first.push_back(std::max(0, lo - window + 1));
+      window_count.push_back(hi - window_first.back() + 1);
+      pool_begin.push_back(pool_begin.back() + window_count.back() + (rate > 0 ? (hi + 1) / rate : 0));
+    }
+    const Dev<std::int32_t> d_selected(rp.selected), d_num_selected(rp.num_selected);
+    const Dev<std::int32_t> d_pool_begin(pool_begin), d_window_first(window_first), d_window_count(window_count);
+    Dev<std::uint16_t> per_row_keys(static_cast<std::size_t>(rows) * max_keys * hd);
+    Dev<std::uint16_t> pool_keys(static_cast<std::size_t>(pool_begin.back()) * hd);
+    Dev<std::int32_t> per_row_rows(static_cast<std::size_t>(rows) * max_keys), pool_rows(static_cast<std::size_t>(rows) * max_keys);
+    Dev<std::int32_t> per_row_num(static_cast<std::size_t>(rows)), pool_num(static_cast<std::size_t>(rows));
+    cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = device_tables(row_tables), .positions = d_positions.get(),
+                                .window = window_region(lr, hd), .sliding_window = window,
+                                .keys = per_row_keys.get(), .key_rows = per_row_rows.get(),
+                                .num_keys = per_row_num.get(), .rows = rows, .max_keys = max_keys};
+    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
+    if (csa) {
+      args.selected = d_selected.get();
+      args.num_selected = d_num_selected.get();
+      args.top_k = top_k;
+    }
+    cuda::launch_v4_gather_keys(args, nullptr);
+    args.keys = pool_keys.get();
+    args.key_rows = pool_rows.get();
+    args.num_keys = pool_num.get();
+    cuda::launch_v4_gather_keys_pooled(
+        args,
+        {.tables = device_tables(sequence_tables), .row_sequence = d_row_sequence.get(),
+         .pool_begin = d_pool_begin.get(), .window_first = d_window_first.get(),
+         .window_count = d_window_count.get(), .num_sequences = 2, .pool_rows = pool_begin.back()},
+        nullptr);
+    const std::vector<std::uint16_t> want = per_row_keys.host(), got = pool_keys.host();
+    const std::vector<std::int32_t> want_rows = per_row_rows.host(), got_rows = pool_rows.host();
+    ASSERT_EQ(pool_num.host(), per_row_num.host());
+    const std::vector<std::int32_t> num = per_row_num.host();
+    for (std::int32_t r = 0; r < rows; ++r)
+      for (std::int32_t j = 0; j < num[r]; ++j) {
+        const std::int64_t at = static_cast<std::int64_t>(r) * max_keys + j;
+        ASSERT_GE(got_rows[at], pool_begin[row_sequence[r]]) << "row " << r << " key " << j;
+        ASSERT_LT(got_rows[at], pool_begin[row_sequence[r] + 1]) << "row " << r << " key " << j;
+        ASSERT_TRUE(std::equal(got.begin() + got_rows[at] * hd, got.begin() + (got_rows[at] + 1) * hd,
+                               want.begin() + want_rows[at] * hd))
+            << "row " << r << " key " << j;
+      }
   }
 }
 

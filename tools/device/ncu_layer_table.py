@@ -20,13 +20,12 @@ head, rows = rows[0], rows[1:]
 ki, vi, ii = head.index("Kernel Name"), head.index("Metric Value"), head.index("ID")
 layers = int(sys.argv[2])
 kernels = sorted(((int(r[ii]), r[ki].split("(")[0], float(r[vi].replace(",", "")) / 1e3) for r in rows))
-segments = [[]]
+prologue, segments = [], []  # the kernels before the first hc_pre (the embedding), then the sub-layers
 for _, name, us in kernels:
-    starts = name.startswith("v4_hc_pre_kernel") or name.startswith("v4_hc_pre_partials")
-    if starts and segments[-1]:
+    if "v4_hc_pre_kernel" in name or "v4_hc_pre_partials" in name:
         segments.append([])
-    segments[-1].append((name, us))
-print(f"{len(kernels)} kernels, {sum(us for _, _, us in kernels):.0f} us")
+    (segments[-1] if segments else prologue).append((name, us))
+print(f"{len(kernels)} kernels, {sum(us for _, _, us in kernels):.0f} us; before the first layer {sum(us for _, us in prologue):.0f} us")
 print("| sub-layer | kernel time | indexer scores + top-k | + index-key records | share of its layer |")
 print("|---|---|---|---|---|")
 layer_us = {}

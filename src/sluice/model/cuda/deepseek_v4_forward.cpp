@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -148,6 +149,10 @@ class StepScratch {
   StepScratch& operator=(const StepScratch&) = delete;
 
   // Starts a step; the previous one must have finished on the device (forward() ends in a sync).
+  // A step that overflowed into more chunks leaves one chunk of their sum and
+  // an eighth more: a long prompt's chunks need ~67 MB more scores each (8,192
+  // rows x 2,048 more entries), and regrowing to the exact sum cost every
+  // chunk past 106k two cudaMallocs of ~1 GB, ~45 ms of a 135 ms step (S21-4).
   void reset() {
     if (chunks_.size() > 1) {
       std::int64_t total = 0;
@@ -156,7 +161,7 @@ class StepScratch {
         SLUICE_CUDA_CHECK(cudaFree(c.base));
       }
       chunks_.clear();
-      add_chunk(total);
+      add_chunk(total + total / 8);
     }
     for (auto& c : chunks_) c.used = 0;
     current_ = 0;
@@ -806,6 +811,12 @@ struct IndexOnDevice {
   StepInts::Handle sequence_key_begin = 0, key_begin = 0, visible = 0;
 };
 
+// One layer kind's key pool for the step (launch_v4_gather_keys_pooled), its arrays staged.
+struct KeyPoolOnDevice {
+  StepInts::Handle pool_begin = 0, window_first = 0, window_count = 0;
+  std::int32_t pool_rows = 0;
+};
+
 // The step's host plans and their device arrays.
 struct Step {
   DeepseekV4StepTables t;
@@ -815,6 +826,8 @@ struct Step {
   std::map<std::pair<std::int32_t, bool>, CompressOnDevice> compress;  // by (rate, overlapping)
   std::map<std::int32_t, IndexOnDevice> index;                         // by rate
   std::map<std::int32_t, std::int32_t> most_entries;                   // HCA: the most entries a row sees, by rate
+  std::map<std::int32_t, KeyPoolOnDevice> key_pools;                   // by entry rate (0: sliding layers)
+  StepInts::Handle row_sequence = 0;
   // wo_a in FP8 as one grouped GEMM (wo_a_takes_grouped_gemm): the group of each
   // (row, group) pair, [rows * o_groups], g at r * o_groups + g.
   bool wo_a_grouped = false;
@@ -859,6 +872,33 @@ struct Step {
     c.store_rows = ints.add(store_buffer_row);
     c.store_tables = tables_of(store_sequence);
     c.num_stores = static_cast<std::int32_t>(store_position.size());
+  }
+  // Each sequence's window span (its first row's window through its last
+  // row) and, for a compressed layer, its entries up to its last row's.
+  void plan_key_pool(std::int32_t rate, std::int32_t window) {
+    if (key_pools.contains(rate)) return;
+    const std::size_t sequences = t.sequence_table_begin.size();
+    std::vector<std::int32_t> lo(sequences, std::numeric_limits<std::int32_t>::max()), hi(sequences, -1);
+    for (std::size_t r = 0; r < t.positions.size(); ++r) {
+      const auto q = static_cast<std::size_t>(t.row_sequence[r]);
+      lo[q] = std::min(lo[q], t.positions[r]);
+      hi[q] = std::max(hi[q], t.positions[r]);
+    }
+    std::vector<std::int32_t> begin{0}, first(sequences, 0), count(sequences, 0);
+    for (std::size_t q = 0; q < sequences; ++q) {
+      std::int32_t entries = 0;
+      if (hi[q] >= 0) {
+        first[q] = std::max(0, lo[q] - window + 1);
+        count[q] = hi[q] - first[q] + 1;
+        entries = rate > 0 ? (hi[q] + 1) / rate : 0;
+      }
+      begin.push_back(begin.back() + count[q] + entries);
+    }
+    KeyPoolOnDevice& k = key_pools[rate];
+    k.pool_begin = ints.add(begin);
+    k.window_first = ints.add(first);
+    k.window_count = ints.add(count);
+    k.pool_rows = begin.back();
   }
   void plan_indexer(std::int32_t rate) {
     if (index.contains(rate)) return;
@@ -1119,7 +1159,12 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   std::int32_t max_keys = ds.sliding_window;
   if (L.index_compressor) max_keys += top_k;
   else if (L.compressor) max_keys += p.step.most_entries.at(static_cast<std::int32_t>(L.compressor->region.rate));
-  auto* keys = p.alloc<std::uint16_t>(std::int64_t{n} * max_keys * hd);
+  // Rows that share their sequence's keys (prefill) gather each key once into
+  // a pool; rows of their own (decode) gather their own sets, fewer rows.
+  const KeyPoolOnDevice& pool =
+      p.step.key_pools.at(L.compressor ? static_cast<std::int32_t>(L.compressor->region.rate) : 0);
+  const bool pooled = pool.pool_rows < std::int64_t{n} * max_keys;
+  auto* keys = p.alloc<std::uint16_t>((pooled ? pool.pool_rows : std::int64_t{n} * max_keys) * hd);
   auto* key_rows = p.alloc<std::int32_t>(std::int64_t{n} * max_keys);
   auto* num_keys = p.alloc<std::int32_t>(n);
   V4GatherKeysArgs gather{.blocks = p.blocks, .tables = p.step.rows_view(), .positions = positions,
@@ -1131,7 +1176,17 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
     gather.num_selected = num_selected;
     gather.top_k = top_k;
   }
-  launch_v4_gather_keys(gather, s);
+  if (pooled) {
+    const auto sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size());
+    launch_v4_gather_keys_pooled(gather,
+                                 {.tables = p.step.sequences_view(), .row_sequence = ints[p.step.row_sequence],
+                                  .pool_begin = ints[pool.pool_begin], .window_first = ints[pool.window_first],
+                                  .window_count = ints[pool.window_count], .num_sequences = sequences,
+                                  .pool_rows = pool.pool_rows},
+                                 s);
+  } else {
+    launch_v4_gather_keys(gather, s);
+  }
   auto* attn16 = p.alloc<std::uint16_t>(q_size);  // bf16: wo_a's input
   const V4SparseAttentionArgs attention_args{
       .q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys, .sinks = L.sinks.get(),
@@ -1328,7 +1383,9 @@ Result<const float*> DeepseekV4DeviceForward::run_step(const StepLayout& layout,
   step.sequence_table_begin = step.ints.add(step.t.sequence_table_begin);
   step.sequence_table_len = step.ints.add(step.t.sequence_table_len);
   step.sample_rows = step.ints.add(layout.sample_rows);
+  step.row_sequence = step.ints.add(step.t.row_sequence);
   for (const Weights::Layer& L : w.layers) {
+    step.plan_key_pool(L.compressor ? static_cast<std::int32_t>(L.compressor->region.rate) : 0, ds.sliding_window);
     if (L.compressor) {
       const DeepseekV4PoolRegion& r = L.compressor->region;
       step.plan_compressor(static_cast<std::int32_t>(r.rate), r.overlapping(), blocks.block_size);

@@ -310,4 +310,22 @@ struct V4GatherKeysArgs {
 };
 void launch_v4_gather_keys(const V4GatherKeysArgs& args, cudaStream_t stream);
 
+// The same key sets for rows that share their sequence's keys (a prefill
+// chunk), each key gathered once: a pool of every sequence's window span (the
+// window of its first row through its last row's position) and, past it, its
+// entries [0, (last position + 1) / rate) (none for sliding layers), as bf16
+// into args.keys [pool rows, head_dim]; key_rows[r, j] then points into the
+// pool (0 past num_keys[r]). args.tables are unused: the pool reads through
+// the sequences' tables. At 128k a chunk of 8,192 rows copied 5-9 GB a layer
+// row by row, and a pool of ~41k rows does (S21-4).
+struct V4KeyPool {
+  V4BlockTables tables;                        // per sequence
+  const std::int32_t* row_sequence = nullptr;  // [rows]
+  const std::int32_t* pool_begin = nullptr;    // [sequences + 1], ascending
+  const std::int32_t* window_first = nullptr;  // [sequences]: the first position in its window span
+  const std::int32_t* window_count = nullptr;  // [sequences]: the span's positions; its entries follow them
+  std::int32_t num_sequences = 0, pool_rows = 0;
+};
+void launch_v4_gather_keys_pooled(const V4GatherKeysArgs& args, const V4KeyPool& pool, cudaStream_t stream);
+
 }  // namespace sluice::cuda

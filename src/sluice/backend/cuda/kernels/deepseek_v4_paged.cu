@@ -160,6 +160,51 @@ __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysAr
   for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, out_row * dim + c, src[c]);
 }
 
+// Block i: pool row i, of the last sequence whose pool begins at or before it.
+__global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs a, V4KeyPool k) {
+  const int i = blockIdx.x;
+  int lo = 0, hi = k.num_sequences;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (k.pool_begin[mid] <= i) lo = mid;
+    else hi = mid;
+  }
+  const int local = i - k.pool_begin[lo];
+  const float* src = local < k.window_count[lo]
+                         ? paged_item(a.blocks, k.tables, lo, a.window, k.window_first[lo] + local)
+                         : paged_item(a.blocks, k.tables, lo, a.entries, local - k.window_count[lo]);
+  const int dim = a.window.count;
+  for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c, src[c]);
+}
+
+// Block (j / kThreads, r): row r's key rows in the pool, in v4_gather_keys_kernel's order.
+__global__ void __launch_bounds__(kThreads) v4_pooled_key_rows_kernel(V4GatherKeysArgs a, V4KeyPool k) {
+  const int r = blockIdx.y, j = blockIdx.x * kThreads + threadIdx.x;
+  const std::int64_t p = a.positions[r];
+  const std::int64_t first = p - a.sliding_window + 1 > 0 ? p - a.sliding_window + 1 : 0;
+  const std::int64_t window_keys = p - first + 1;
+  std::int64_t entry_keys = 0;
+  if (a.entries.count > 0) entry_keys = a.selected != nullptr ? a.num_selected[r] : (p + 1) / a.entries.rate;
+  const std::int64_t total = window_keys + entry_keys;
+  if (total > a.max_keys || (a.selected != nullptr && entry_keys > a.top_k)) __trap();
+  const int q = k.row_sequence[r];
+  const std::int64_t begin = k.pool_begin[q], span = k.window_count[q];
+  // The row's window inside its sequence's span, its entries inside the sequence's.
+  if (first < k.window_first[q] || p >= k.window_first[q] + span) __trap();
+  if (j == 0) a.num_keys[r] = static_cast<std::int32_t>(total);
+  if (j >= a.max_keys) return;
+  std::int64_t row = 0;
+  if (j < window_keys) {
+    row = begin + (first + j - k.window_first[q]);
+  } else if (j < total) {
+    const std::int64_t e = j - window_keys;
+    const std::int64_t index = a.selected != nullptr ? a.selected[static_cast<std::int64_t>(r) * a.top_k + e] : e;
+    if (index < 0 || begin + span + index >= k.pool_begin[q + 1]) __trap();
+    row = begin + span + index;
+  }
+  a.key_rows[static_cast<std::int64_t>(r) * a.max_keys + j] = static_cast<std::int32_t>(row);
+}
+
 void check_blocks(const V4PagedBlocks& b, const V4BlockTables& t) {
   SLUICE_CHECK(b.data != nullptr && b.floats_per_block > 0 && b.num_blocks > 0 && b.block_size > 0);
   SLUICE_CHECK(t.block_ids != nullptr && t.table_begin != nullptr && t.table_len != nullptr);
@@ -169,6 +214,20 @@ void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
   SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
   if (r.site != V4PagedSite::window) SLUICE_CHECK(r.rate > 0);
   if (r.site == V4PagedSite::pending_kv || r.site == V4PagedSite::pending_gate) SLUICE_CHECK(r.ring_windows > 0);
+}
+
+// What both gathers need of their arguments but the tables.
+void check_gather_keys_args(const V4GatherKeysArgs& args) {
+  check_region(args.window, args.blocks.floats_per_block);
+  SLUICE_CHECK(args.window.site == V4PagedSite::window && args.sliding_window > 0);
+  if (args.entries.count > 0) {
+    check_region(args.entries, args.blocks.floats_per_block);
+    SLUICE_CHECK(args.entries.site == V4PagedSite::entry && args.entries.count == args.window.count);
+    SLUICE_CHECK(args.selected == nullptr || (args.num_selected != nullptr && args.top_k > 0));
+  }
+  SLUICE_CHECK(args.positions != nullptr && args.keys != nullptr && args.key_rows != nullptr &&
+               args.num_keys != nullptr);
+  SLUICE_CHECK(args.rows >= 0 && args.max_keys >= args.sliding_window);
 }
 
 }  // namespace
@@ -209,19 +268,25 @@ void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t 
 
 void launch_v4_gather_keys(const V4GatherKeysArgs& args, cudaStream_t stream) {
   check_blocks(args.blocks, args.tables);
-  check_region(args.window, args.blocks.floats_per_block);
-  SLUICE_CHECK(args.window.site == V4PagedSite::window && args.sliding_window > 0);
-  if (args.entries.count > 0) {
-    check_region(args.entries, args.blocks.floats_per_block);
-    SLUICE_CHECK(args.entries.site == V4PagedSite::entry && args.entries.count == args.window.count);
-    SLUICE_CHECK(args.selected == nullptr || (args.num_selected != nullptr && args.top_k > 0));
-  }
-  SLUICE_CHECK(args.positions != nullptr && args.keys != nullptr && args.key_rows != nullptr &&
-               args.num_keys != nullptr);
-  SLUICE_CHECK(args.rows >= 0 && args.max_keys >= args.sliding_window);
+  check_gather_keys_args(args);
   if (args.rows == 0) return;
   v4_gather_keys_kernel<<<dim3(static_cast<unsigned>(args.max_keys), static_cast<unsigned>(args.rows)), kThreads, 0,
                           stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_v4_gather_keys_pooled(const V4GatherKeysArgs& args, const V4KeyPool& pool, cudaStream_t stream) {
+  check_blocks(args.blocks, pool.tables);
+  check_gather_keys_args(args);
+  SLUICE_CHECK(pool.row_sequence != nullptr && pool.pool_begin != nullptr && pool.window_first != nullptr &&
+               pool.window_count != nullptr && pool.num_sequences > 0 && pool.pool_rows >= 0);
+  if (args.rows == 0) return;
+  if (pool.pool_rows > 0) {
+    v4_pool_keys_kernel<<<static_cast<unsigned>(pool.pool_rows), kThreads, 0, stream>>>(args, pool);
+    SLUICE_CUDA_CHECK_LAUNCH();
+  }
+  const dim3 grid(static_cast<unsigned>((args.max_keys + kThreads - 1) / kThreads), static_cast<unsigned>(args.rows));
+  v4_pooled_key_rows_kernel<<<grid, kThreads, 0, stream>>>(args, pool);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
