@@ -276,6 +276,8 @@ void check_indexer(const IndexerCase& c) {
 TEST(DeepseekV4CudaKernels, IndexerTopKSelectsTheReferenceSetsOnRandomFp8Keys) {
   // 32768 entries: a 128k context at CSA's ratio 4. Then fewer than, exactly and just over top_k, and none.
   check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
+  // Rows longer than the top-k's shared-memory copy (40,960 scores): selected in place.
+  check_indexer({.num_visible = {41000, 513}, .seed = 25});
 }
 
 TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) {
