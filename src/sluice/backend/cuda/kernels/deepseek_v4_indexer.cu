@@ -19,8 +19,9 @@
 // queries are read with the same permutation of the dims.
 //
 // Top-k: one block per row, a radix select over the scores' order-preserving
-// bit patterns (4 passes of 8 bits) finds the k-th largest value v; then one
-// ordered sweep keeps every score > v and the first (k - count(> v)) scores
+// bit patterns (4 passes of 8 bits, each bin found by a warp's scan) finds the
+// k-th largest value v; then an ordered sweep (a slice a warp, counted by
+// ballots) keeps every score > v and the first (k - count(> v)) scores
 // == v in index order, which is the reference's rule (larger first, ties to
 // the lower index), and writes them in ascending index order.
 #include <cuda_fp16.h>
@@ -231,33 +232,6 @@ __device__ __forceinline__ std::uint32_t order_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Exclusive prefix sum over the block of `v` (kTopKThreads threads); *total gets the sum.
-__device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int inclusive = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += n;
-  }
-  __syncthreads();
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int w = lane < kTopKThreads / 32 ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += n;
-    }
-    warp_sums[lane] = w;  // inclusive sums of the warps
-  }
-  __syncthreads();
-  const int warp_base = warp == 0 ? 0 : warp_sums[warp - 1];
-  *total = warp_sums[kTopKThreads / 32 - 1];
-  return warp_base + inclusive - v;
-}
-
 __global__ void __launch_bounds__(kTopKThreads) v4_indexer_top_k_kernel(V4IndexerArgs args) {
   __shared__ int histogram[256];
   __shared__ int warp_sums[32];
@@ -280,28 +254,39 @@ __global__ void __launch_bounds__(kTopKThreads) v4_indexer_top_k_kernel(V4Indexe
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kTopKThreads) histogram[i] = 0;
     __syncthreads();
-    // Scores of one magnitude share their top byte, so most of a pass's
-    // counts land in one bin: a warp adds each bin once (its lanes in that
-    // bin counted), not once a lane (S21-6: 89 us a row at 32,768 scores).
-    for (int base = 0; base < n; base += kTopKThreads) {
-      const int i = base + threadIdx.x;
-      std::uint32_t bin = 256;  // none
-      if (i < n) {
-        const std::uint32_t key = order_key(scores[i]);
-        if ((key & prefix_mask) == prefix) bin = (key >> shift) & 0xffu;
-      }
-      const std::uint32_t peers = __match_any_sync(0xffffffffu, bin);
-      if (bin < 256 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[bin], __popc(peers));
+    for (int i = threadIdx.x; i < n; i += kTopKThreads) {
+      const std::uint32_t key = order_key(scores[i]);
+      if ((key & prefix_mask) == prefix) atomicAdd(&histogram[(key >> shift) & 0xffu], 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int r = remaining, bin = 255;
-      for (; bin > 0; --bin) {
-        if (histogram[bin] >= r) break;
-        r -= histogram[bin];
+    if (threadIdx.x < 32) {
+      // The bin holding the remaining-th largest, from the top: lane l sums
+      // bins 255 - 8 l down to 248 - 8 l, a scan over the lanes finds the
+      // lane, that lane its bin (bin 0 takes what is left, as a serial walk would).
+      const int lane = threadIdx.x;
+      int counts[8], sum = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        counts[b] = histogram[255 - 8 * lane - b];
+        sum += counts[b];
       }
-      s_prefix = prefix | (static_cast<std::uint32_t>(bin) << shift);
-      s_remaining = r;
+      int inclusive = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += v;
+      }
+      const unsigned reached = __ballot_sync(0xffffffffu, inclusive >= remaining);
+      const int owner = reached != 0 ? __ffs(reached) - 1 : 31;
+      if (lane == owner) {
+        int r = remaining - (inclusive - sum), b = 0;
+        for (; b < 7; ++b) {
+          if (counts[b] >= r) break;
+          r -= counts[b];
+        }
+        s_prefix = prefix | (static_cast<std::uint32_t>(255 - 8 * lane - b) << shift);
+        s_remaining = r;
+      }
     }
     __syncthreads();
     prefix = s_prefix;
@@ -309,22 +294,44 @@ __global__ void __launch_bounds__(kTopKThreads) v4_indexer_top_k_kernel(V4Indexe
     prefix_mask |= 0xffu << shift;
     __syncthreads();
   }
-  // prefix is the k-th largest key; `remaining` of the entries equal to it are taken, the lowest indices.
+  // prefix is the k-th largest key; `remaining` of the entries equal to it are
+  // taken, the lowest indices. Warp w sweeps the w-th slice of the scores
+  // twice (coalesced, counts by ballot): its counts, then, with the counts of
+  // the warps before it, its picks in index order.
   const std::uint32_t threshold = prefix;
   const int ties_taken = remaining;
-  int ties_before = 0, written = 0;
-  for (int base = 0; base < n; base += kTopKThreads) {
-    const int i = base + threadIdx.x;
-    const std::uint32_t key = i < n ? order_key(scores[i]) : 0u;
-    const bool tie = i < n && key == threshold;
-    int total_ties = 0;
-    const int tie_rank = ties_before + block_exclusive_scan(tie ? 1 : 0, warp_sums, &total_ties);
-    const bool take = i < n && (key > threshold || (tie && tie_rank < ties_taken));
-    int total_taken = 0;
-    const int slot = written + block_exclusive_scan(take ? 1 : 0, warp_sums, &total_taken);
-    if (take) selected[slot] = i;
-    ties_before += total_ties;
-    written += total_taken;
+  constexpr int kWarps = kTopKThreads / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int per_warp = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int lo = min(n, warp * per_warp), hi = min(n, lo + per_warp);
+  int greater = 0, ties = 0;
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const std::uint32_t key = i < hi ? order_key(scores[i]) : 0u;
+    greater += __popc(__ballot_sync(0xffffffffu, i < hi && key > threshold));
+    ties += __popc(__ballot_sync(0xffffffffu, i < hi && key == threshold));
+  }
+  if (lane == 0) warp_sums[warp] = ties;
+  __syncthreads();
+  int tie_rank = 0;
+  for (int w = 0; w < warp; ++w) tie_rank += warp_sums[w];
+  const int ties_here = min(max(ties_taken - tie_rank, 0), ties);
+  __syncthreads();
+  if (lane == 0) warp_sums[warp] = greater + ties_here;
+  __syncthreads();
+  int slot = 0;
+  for (int w = 0; w < warp; ++w) slot += warp_sums[w];
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const std::uint32_t key = i < hi ? order_key(scores[i]) : 0u;
+    const bool tie = i < hi && key == threshold;
+    const unsigned tie_lanes = __ballot_sync(0xffffffffu, tie);
+    const bool take = i < hi && (key > threshold || (tie && tie_rank + __popc(tie_lanes & lanes_below) < ties_taken));
+    const unsigned take_lanes = __ballot_sync(0xffffffffu, take);
+    if (take) selected[slot + __popc(take_lanes & lanes_below)] = i;
+    slot += __popc(take_lanes);
+    tie_rank += __popc(tie_lanes);
   }
 }
 
