@@ -102,20 +102,13 @@ __global__ void __launch_bounds__(kThreads) v4_indexer_scores_wgmma_kernel(V4Ind
   float key_scale[2][2] = {};
   load_q(row0, 0);
   load_factors(row0, 0);
-  // The next row's sequence and count, loaded a row ahead: not a round trip
-  // to L2 between each row's barrier and its MMAs.
-  int next_begin = row0 < row_end ? args.key_begin[row0] : 0;
-  int next_visible = row0 < row_end ? args.num_visible[row0] : 0;
   for (int row = row0; row < row_end; ++row) {
     const int stage = (row - row0) & 1;
-    const int begin = next_begin, visible = next_visible;
-    if (row + 1 < row_end) {
-      next_begin = args.key_begin[row + 1];
-      next_visible = args.num_visible[row + 1];
-    }
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // the row's queries and factors are in; every MMA on the other stage is done
+    const int begin = args.key_begin[row];
+    const int visible = args.num_visible[row];
     const bool active = visible > t0;
     if (active && begin != loaded_begin) {
       // The keys this block's rows of that sequence see: up to the most any of them sees.
