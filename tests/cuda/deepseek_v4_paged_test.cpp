@@ -136,6 +136,23 @@ class DeepseekV4PagedCuda : public ::testing::Test {
             .rate = static_cast<std::int32_t>(r.rate),
             .ring_windows = static_cast<std::int32_t>(r.ring_windows)};
   }
+  // A gather of layer lr's key sets (the window, its entries, CSA's picks);
+  // the caller points keys, key_rows and num_keys at its buffers.
+  cuda::V4GatherKeysArgs gather_args(const DeepseekV4LayerRegion& lr, const cuda::V4BlockTables& tables,
+                                     const std::int32_t* positions, std::int32_t rows, std::int32_t max_keys,
+                                     const std::int32_t* selected, const std::int32_t* num_selected) const {
+    cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = tables, .positions = positions,
+                                .window = window_region(lr, layout_->head_dim()),
+                                .sliding_window = config_.deepseek_v4->sliding_window, .rows = rows,
+                                .max_keys = max_keys};
+    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
+    if (lr.indexer) {
+      args.selected = selected;
+      args.num_selected = num_selected;
+      args.top_k = config_.deepseek_v4->index_topk;
+    }
+    return args;
+  }
 
   ModelConfig config_;
   std::optional<DeepseekV4KvLayout> layout_;
@@ -294,16 +311,11 @@ TEST_F(DeepseekV4PagedCuda, GatheredKeysAreTheReferenceKeySetInItsOrder) {
     const Dev<std::int32_t> d_selected(rp.selected), d_num_selected(rp.num_selected);
     Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
     Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
-    cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = device_tables(t), .positions = d_positions.get(),
-                                .window = window_region(lr, hd), .sliding_window = window,
-                                .keys = keys.get(), .key_rows = key_rows.get(), .num_keys = num_keys.get(),
-                                .rows = rows, .max_keys = max_keys};
-    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
-    if (csa) {
-      args.selected = d_selected.get();
-      args.num_selected = d_num_selected.get();
-      args.top_k = top_k;
-    }
+    cuda::V4GatherKeysArgs args = gather_args(lr, device_tables(t), d_positions.get(), rows, max_keys,
+                                              d_selected.get(), d_num_selected.get());
+    args.keys = keys.get();
+    args.key_rows = key_rows.get();
+    args.num_keys = num_keys.get();
     cuda::launch_v4_gather_keys(args, nullptr);
     // The gathered set is the sparse attention's input as it is (64 heads, sinks, the inverse rope).
     const std::int64_t heads = 64;
@@ -401,16 +413,11 @@ TEST_F(DeepseekV4PagedCuda, PooledKeysAreThePerRowKeySets) {
     Dev<std::uint16_t> pool_keys(static_cast<std::size_t>(pool_begin.back()) * hd);
     Dev<std::int32_t> per_row_rows(static_cast<std::size_t>(rows) * max_keys), pool_rows(static_cast<std::size_t>(rows) * max_keys);
     Dev<std::int32_t> per_row_num(static_cast<std::size_t>(rows)), pool_num(static_cast<std::size_t>(rows));
-    cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = device_tables(row_tables), .positions = d_positions.get(),
-                                .window = window_region(lr, hd), .sliding_window = window,
-                                .keys = per_row_keys.get(), .key_rows = per_row_rows.get(),
-                                .num_keys = per_row_num.get(), .rows = rows, .max_keys = max_keys};
-    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
-    if (csa) {
-      args.selected = d_selected.get();
-      args.num_selected = d_num_selected.get();
-      args.top_k = top_k;
-    }
+    cuda::V4GatherKeysArgs args = gather_args(lr, device_tables(row_tables), d_positions.get(), rows, max_keys,
+                                              d_selected.get(), d_num_selected.get());
+    args.keys = per_row_keys.get();
+    args.key_rows = per_row_rows.get();
+    args.num_keys = per_row_num.get();
     cuda::launch_v4_gather_keys(args, nullptr);
     args.keys = pool_keys.get();
     args.key_rows = pool_rows.get();

@@ -132,16 +132,26 @@ __global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3
   }
 }
 
-// Block (j, r): key j of query row r, or (the first of a row's blocks) its count.
-__global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysArgs a) {
-  const int r = blockIdx.y, j = blockIdx.x;
+// Query row r's key set: its window's first position and length, and its keys
+// in all (window, then entries); traps past max_keys or top_k.
+struct RowKeys {
+  std::int64_t position, first, window_keys, total;
+};
+__device__ __forceinline__ RowKeys row_keys(const V4GatherKeysArgs& a, int r) {
   const std::int64_t p = a.positions[r];
   const std::int64_t first = p - a.sliding_window + 1 > 0 ? p - a.sliding_window + 1 : 0;
   const std::int64_t window_keys = p - first + 1;
   std::int64_t entry_keys = 0;
   if (a.entries.count > 0) entry_keys = a.selected != nullptr ? a.num_selected[r] : (p + 1) / a.entries.rate;
-  const std::int64_t total = window_keys + entry_keys;
-  if (total > a.max_keys || (a.selected != nullptr && entry_keys > a.top_k)) __trap();
+  if (window_keys + entry_keys > a.max_keys || (a.selected != nullptr && entry_keys > a.top_k)) __trap();
+  return {p, first, window_keys, window_keys + entry_keys};
+}
+
+// Block (j, r): key j of query row r, or (the first of a row's blocks) its count.
+__global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysArgs a) {
+  const int r = blockIdx.y, j = blockIdx.x;
+  const auto [p, first, window_keys, total] = row_keys(a, r);
+  (void)p;
   const std::int64_t out_row = static_cast<std::int64_t>(r) * a.max_keys + j;
   if (threadIdx.x == 0) {
     a.key_rows[out_row] = static_cast<std::int32_t>(out_row);
@@ -180,13 +190,7 @@ __global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs
 // Block (j / kThreads, r): row r's key rows in the pool, in v4_gather_keys_kernel's order.
 __global__ void __launch_bounds__(kThreads) v4_pooled_key_rows_kernel(V4GatherKeysArgs a, V4KeyPool k) {
   const int r = blockIdx.y, j = blockIdx.x * kThreads + threadIdx.x;
-  const std::int64_t p = a.positions[r];
-  const std::int64_t first = p - a.sliding_window + 1 > 0 ? p - a.sliding_window + 1 : 0;
-  const std::int64_t window_keys = p - first + 1;
-  std::int64_t entry_keys = 0;
-  if (a.entries.count > 0) entry_keys = a.selected != nullptr ? a.num_selected[r] : (p + 1) / a.entries.rate;
-  const std::int64_t total = window_keys + entry_keys;
-  if (total > a.max_keys || (a.selected != nullptr && entry_keys > a.top_k)) __trap();
+  const auto [p, first, window_keys, total] = row_keys(a, r);
   const int q = k.row_sequence[r];
   const std::int64_t begin = k.pool_begin[q], span = k.window_count[q];
   // The row's window inside its sequence's span, its entries inside the sequence's.
