@@ -22,7 +22,7 @@
 // --mla-prefill: its prefill rows on tensor_core and through cuDNN;
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
-// --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes;
+// --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes; --deepseek-gemm: the FP8 GEMM rows only;
 // --deepseek-moe-fp8 [KERNEL]: its MoE layer rows under fp8_wgmma only, under
 // every 128-slot kernel or the one named (grouped_gemm_fp8_kernel.h's name_of;
 // decode, then prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
@@ -59,6 +59,7 @@
 
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
+#include "sluice/backend/cuda/lt_gemm.h"
 #include "bench_must.h"
 
 namespace sluice {
@@ -243,9 +244,12 @@ void bench_deepseek_gemm(bool quick) {
   for (Nk s : {Nk{18432, 7168}, Nk{7168, 18432}}) {
     double t_bf16 = 0.0;
     const double flops = 2.0 * m * s.n * s.k;
-    for (int variant = 0; variant < 3; ++variant) {  // bf16, FP8 cuBLASLt, FP8 kernel
+    // bf16, FP8 cuBLASLt (the heuristic's first algorithm), FP8 grouped kernel, FP8 cuBLASLt with the
+    // fastest of the heuristic's first 8 algorithms (timed on the first call).
+    for (int variant = 0; variant < 4; ++variant) {
       CudaOptions options = bench_options();
       options.fp8_dense_gemm = variant == 2 ? cuda::Fp8DenseGemm::kernel : cuda::Fp8DenseGemm::cublaslt;
+      cuda::set_lt_fp8_autotune_candidates(variant == 3 ? 8 : 1);
       auto ops = new_ops(options);
       StepLayout layout;
       ops->begin_step(layout);
@@ -259,7 +263,8 @@ void bench_deepseek_gemm(bool quick) {
         ops->matmul(x, w, Tensor{}, out);
       });
       char name[128];
-      static const char* kVariant[] = {"bf16", "FP8 block-scaled, cuBLASLt", "FP8 block-scaled, grouped kernel"};
+      static const char* kVariant[] = {"bf16", "FP8 block-scaled, cuBLASLt", "FP8 block-scaled, grouped kernel",
+                                       "FP8 block-scaled, cuBLASLt, fastest of 8 algorithms"};
       std::snprintf(name, sizeof name, "DeepSeek GEMM %lldx%lldx%lld %s", static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), kVariant[variant]);
       if (variant == 0) {
@@ -273,6 +278,7 @@ void bench_deepseek_gemm(bool quick) {
       }
     }
   }
+  cuda::set_lt_fp8_autotune_candidates(1);
 }
 
 void bench_deepseek_moe(bool quick) {
@@ -1459,6 +1465,11 @@ int main(int argc, char** argv) {
     if (argc > 2) sluice::g_moe_fp8_kernel = argv[2];
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_deepseek_moe(false);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--deepseek-gemm") == 0) {  // the dense FP8 GEMMs only
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_deepseek_gemm(false);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--deepseek") == 0) {  // FP8 GEMMs and the MoE layer only
