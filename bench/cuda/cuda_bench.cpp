@@ -59,7 +59,6 @@
 
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
-#include "sluice/backend/cuda/lt_gemm.h"
 #include "bench_must.h"
 
 namespace sluice {
@@ -244,12 +243,9 @@ void bench_deepseek_gemm(bool quick) {
   for (Nk s : {Nk{18432, 7168}, Nk{7168, 18432}}) {
     double t_bf16 = 0.0;
     const double flops = 2.0 * m * s.n * s.k;
-    // bf16, FP8 cuBLASLt (the heuristic's first algorithm), FP8 grouped kernel, FP8 cuBLASLt with the
-    // fastest of the heuristic's first 8 algorithms (timed on the first call).
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 3; ++variant) {  // bf16, FP8 cuBLASLt, FP8 kernel
       CudaOptions options = bench_options();
       options.fp8_dense_gemm = variant == 2 ? cuda::Fp8DenseGemm::kernel : cuda::Fp8DenseGemm::cublaslt;
-      cuda::set_lt_fp8_autotune_candidates(variant == 3 ? 8 : 1);
       auto ops = new_ops(options);
       StepLayout layout;
       ops->begin_step(layout);
@@ -263,8 +259,7 @@ void bench_deepseek_gemm(bool quick) {
         ops->matmul(x, w, Tensor{}, out);
       });
       char name[128];
-      static const char* kVariant[] = {"bf16", "FP8 block-scaled, cuBLASLt", "FP8 block-scaled, grouped kernel",
-                                       "FP8 block-scaled, cuBLASLt, fastest of 8 algorithms"};
+      static const char* kVariant[] = {"bf16", "FP8 block-scaled, cuBLASLt", "FP8 block-scaled, grouped kernel"};
       std::snprintf(name, sizeof name, "DeepSeek GEMM %lldx%lldx%lld %s", static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), kVariant[variant]);
       if (variant == 0) {
@@ -278,7 +273,6 @@ void bench_deepseek_gemm(bool quick) {
       }
     }
   }
-  cuda::set_lt_fp8_autotune_candidates(1);
 }
 
 void bench_deepseek_moe(bool quick) {

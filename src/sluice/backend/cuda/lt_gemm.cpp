@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -71,12 +69,7 @@ std::string lt_log_of(const Query& query) {
   return log.empty() ? std::string("\n  (cuBLASLt logged nothing)") : log;
 }
 
-std::atomic<int> g_fp8_autotune_candidates{1};
-
 }  // namespace
-
-void set_lt_fp8_autotune_candidates(int candidates) { g_fp8_autotune_candidates.store(std::max(1, candidates)); }
-int lt_fp8_autotune_candidates() { return g_fp8_autotune_candidates.load(); }
 
 std::size_t lt_runtime_version() { return cublasLtGetVersion(); }
 
@@ -149,18 +142,16 @@ LtGemm::Plan& LtGemm::plan_for(Kind kind, std::int64_t m, std::int64_t n, std::i
   const std::uint64_t ws = static_cast<std::uint64_t>(workspace_bytes_);
   SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const int wanted = fp8 ? lt_fp8_autotune_candidates() : 1;
-  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(wanted));
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const auto query = [&] {
-    return cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, wanted,
-                                          results.data(), &found);
+    return cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result,
+                                          &found);
   };
   // An unsupported FP8 combination is a status, not an invariant: the caller falls back.
   const cublasStatus_t status = query();
   if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-    plan.algo = results[0].algo;
-    for (int i = 1; i < found; ++i) plan.untimed.push_back(results[static_cast<std::size_t>(i)].algo);
+    plan.algo = result.algo;
   } else if (fp8) {
     plan.refusal = fmt::format("cublasLtMatmulAlgoGetHeuristic returned {} with {} algorithms (workspace {} bytes): {}",
                                cublasLtGetStatusName(status), found, workspace_bytes_, describe(*fp8_operands));
@@ -204,7 +195,6 @@ bool LtGemm::run_fp8_block_scaled(const Fp8Operands& o) {
   if (!plan.algo) return refuse(plan.refusal);
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(o.w_scales));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(o.q_scales));
-  if (!plan.untimed.empty()) autotune(plan, o);
   const float alpha = 1.0f, beta = 0.0f;
   const auto matmul = [&] {
     return cublasLtMatmul(handle_, plan.desc, &alpha, o.w, plan.a, o.q, plan.b, &beta, o.out, plan.c, o.out,
@@ -225,41 +215,6 @@ bool LtGemm::run_fp8_block_scaled(const Fp8Operands& o) {
   SLUICE_CUBLAS_CHECK(status);
   ++fp8_counts_.num_cublaslt;
   return true;
-}
-
-void LtGemm::autotune(Plan& plan, const Fp8Operands& o) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  SLUICE_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return;  // time it on a later eager call
-  std::vector<cublasLtMatmulAlgo_t> candidates{*plan.algo};
-  candidates.insert(candidates.end(), plan.untimed.begin(), plan.untimed.end());
-  plan.untimed.clear();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  SLUICE_CUDA_CHECK(cudaEventCreate(&start));
-  SLUICE_CUDA_CHECK(cudaEventCreate(&stop));
-  const float alpha = 1.0f, beta = 0.0f;
-  float best_ms = 0.0f;
-  for (const cublasLtMatmulAlgo_t& algo : candidates) {
-    float fastest = -1.0f;
-    for (int run = 0; run < 3; ++run) {
-      SLUICE_CUDA_CHECK(cudaEventRecord(start, stream_));
-      const cublasStatus_t status =
-          cublasLtMatmul(handle_, plan.desc, &alpha, o.w, plan.a, o.q, plan.b, &beta, o.out, plan.c, o.out, plan.c,
-                         &algo, workspace_, static_cast<std::size_t>(workspace_bytes_), stream_);
-      SLUICE_CUDA_CHECK(cudaEventRecord(stop, stream_));
-      if (status != CUBLAS_STATUS_SUCCESS) break;  // this one refuses the operands: never kept
-      SLUICE_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0.0f;
-      SLUICE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      fastest = fastest < 0.0f ? ms : std::min(fastest, ms);
-    }
-    if (fastest >= 0.0f && (best_ms == 0.0f || fastest < best_ms)) {
-      best_ms = fastest;
-      plan.algo = algo;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 }  // namespace sluice::cuda

@@ -35,7 +35,6 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "sluice/backend/cuda/fp8_gemm_counts.h"
 #include "sluice/backend/tensor.h"
@@ -94,9 +93,6 @@ class LtGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     std::optional<cublasLtMatmulAlgo_t> algo;  // none: cuBLASLt has no kernel for it
     std::string refusal;                       // why not, when algo is none
-    // FP8: the heuristic's other algorithms, timed against algo on the first
-    // call (set_lt_fp8_autotune_candidates), then cleared.
-    std::vector<cublasLtMatmulAlgo_t> untimed;
   };
   using Key = std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, DType>;
   // fp8 (kind fp8_block_scaled only): the operands whose scale pointers the
@@ -105,9 +101,6 @@ class LtGemm {
                  const Fp8Operands* fp8 = nullptr);
   // Counts a refusal and keeps its reason; returns false.
   bool refuse(const std::string& reason);
-  // Times plan.algo and plan.untimed on these operands (three runs each, the
-  // fastest kept) and keeps the fastest as plan.algo.
-  void autotune(Plan& plan, const Fp8Operands& operands);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
@@ -117,13 +110,6 @@ class LtGemm {
   std::map<Key, Plan> plans_;
   Fp8GemmCounts fp8_counts_;
 };
-
-// How many of the heuristic's algorithms an FP8 block-scaled plan times on its
-// first call (the fastest of three runs each is kept); 1: the heuristic's first,
-// untimed. A process-wide switch for the benchmark's A/B rows; plans made
-// before a change keep their algorithm. Calls under stream capture never time.
-void set_lt_fp8_autotune_candidates(int candidates);
-int lt_fp8_autotune_candidates();
 
 // Which of cuBLAS's block-scaling rules (dims, alignment) the operands break,
 // in words; nullopt when they keep them all. Pure: the heuristic is not asked.
