@@ -122,45 +122,43 @@ __global__ void __launch_bounds__(kThreads) v4_indexer_scores_wgmma_kernel(V4Ind
     const std::uint32_t a_base = smem.addr + static_cast<std::uint32_t>(wg * kKeysPerWarpgroup * kDim);
     const std::uint32_t b_base = smem_addr(q_stage(stage));
     wgmma_fence();
-    // The two M tiles in two commit groups: the first tile's epilogue runs while the second's MMAs do.
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int ks = 0; ks < kDim / 32; ++ks)
         wgmma_m64n64k32_e4m3(acc[mt], smem_desc(a_base + mt * kTileKeys * kDim + ks * 32, 16, 1024),
                              smem_desc(b_base + ks * 32, 16, 1024), ks > 0);
-      wgmma_commit();
-    }
+    wgmma_commit();
     if (row + 1 < row_end) load_factors(row + 1, stage ^ 1);  // while the MMAs run
-    const float dim_scale = rsqrtf(static_cast<float>(kDim));
-    const float* f = factor + stage * kHeads + 2 * tig;
-    float* out = args.scores + static_cast<std::int64_t>(row) * args.max_visible;
+    wgmma_wait<0>();
+    fence_registers(acc[0]);
+    fence_registers(acc[1]);
     // acc[mt][4 j + e] is key g, head 8 j + 2 tig + e; acc[mt][4 j + 2 + e] key g + 8.
-    auto epilogue = [&](const float (&tile)[32], int mt) {
-      float score[2] = {};
+    float score[2][2] = {};
+    const float* f = factor + stage * kHeads + 2 * tig;
 #pragma unroll
-      for (int j = 0; j < kHeads / 8; ++j) {
-        const float2 fj = *reinterpret_cast<const float2*>(f + 8 * j);
-        score[0] = fmaf(fmaxf(tile[4 * j], 0.0f), fj.x, score[0]);
-        score[0] = fmaf(fmaxf(tile[4 * j + 1], 0.0f), fj.y, score[0]);
-        score[1] = fmaf(fmaxf(tile[4 * j + 2], 0.0f), fj.x, score[1]);
-        score[1] = fmaf(fmaxf(tile[4 * j + 3], 0.0f), fj.y, score[1]);
+    for (int j = 0; j < kHeads / 8; ++j) {
+      const float2 fj = *reinterpret_cast<const float2*>(f + 8 * j);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        score[mt][0] = fmaf(fmaxf(acc[mt][4 * j], 0.0f), fj.x, score[mt][0]);
+        score[mt][0] = fmaf(fmaxf(acc[mt][4 * j + 1], 0.0f), fj.y, score[mt][0]);
+        score[mt][1] = fmaf(fmaxf(acc[mt][4 * j + 2], 0.0f), fj.x, score[mt][1]);
+        score[mt][1] = fmaf(fmaxf(acc[mt][4 * j + 3], 0.0f), fj.y, score[mt][1]);
       }
+    }
+    const float dim_scale = rsqrtf(static_cast<float>(kDim));
+    float* out = args.scores + static_cast<std::int64_t>(row) * args.max_visible;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float v = score[half];
+        float v = score[mt][half];
         v += __shfl_xor_sync(0xffffffffu, v, 1);
         v += __shfl_xor_sync(0xffffffffu, v, 2);
         const int t = t0 + wg * kKeysPerWarpgroup + mt * kTileKeys + warp * 16 + g + 8 * half;
         if (tig == half && t < visible) out[t] = v * dim_scale * key_scale[mt][half];
       }
-    };
-    wgmma_wait<1>();
-    fence_registers(acc[0]);
-    epilogue(acc[0], 0);
-    wgmma_wait<0>();
-    fence_registers(acc[1]);
-    epilogue(acc[1], 1);
   }
 }
 
