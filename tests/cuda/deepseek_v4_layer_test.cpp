@@ -155,6 +155,40 @@ TEST(DeepseekV4CudaKernels, HyperConnectionsSplitOverTheWidthMatchTheReference) 
   check_hyper_connections(/*split=*/true);
 }
 
+// Prefill's split form (more than 1,024 rows: 16 rows a block, fn read once
+// for them) leaves the same bits as decode's (2 rows a block) on every row,
+// a last block of 5 rows included: each row's dot products keep their order.
+TEST(DeepseekV4CudaKernels, HyperConnectionsSplitForPrefillEqualsTheDecodeForm) {
+  const std::int32_t rows = 1029, first = 1000, hc = 4, hidden = 4096, mixes = (2 + hc) * hc;
+  const std::vector<float> streams = uniform(static_cast<std::size_t>(rows) * hc * hidden, 46, -3.0f, 3.0f);
+  const float fn_scale = 1.0f / std::sqrt(static_cast<float>(hc * hidden));
+  const std::vector<float> fn = uniform(static_cast<std::size_t>(mixes) * hc * hidden, 47, -2 * fn_scale, 2 * fn_scale);
+  const std::vector<float> base = uniform(static_cast<std::size_t>(mixes), 48, -1.0f, 1.0f);
+  const std::vector<float> scale = uniform(3, 49, 0.5f, 2.0f);
+  Dev<float> dstreams(streams), dfn(fn), dbase(base), dscale(scale);
+  Dev<float> dworkspace(static_cast<std::size_t>(cuda::v4_hc_pre_workspace_floats(rows, hc, hidden)));
+  auto run = [&](std::int32_t row0, std::int32_t n, Dev<float>& post, Dev<float>& comb, Dev<float>& collapsed) {
+    cuda::launch_v4_hc_pre({.streams = dstreams.get() + static_cast<std::int64_t>(row0) * hc * hidden,
+                            .w = {dfn.get(), dbase.get(), dscale.get()},
+                            .post = post.get() + static_cast<std::int64_t>(row0) * hc,
+                            .comb = comb.get() + static_cast<std::int64_t>(row0) * hc * hc,
+                            .collapsed = collapsed.get() + static_cast<std::int64_t>(row0) * hidden, .out_dt = kF32,
+                            .rows = n, .hc = hc, .hidden = hidden, .sinkhorn_iters = 20,
+                            .workspace = dworkspace.get()},
+                           nullptr);
+  };
+  Dev<float> post(static_cast<std::size_t>(rows) * hc), comb(static_cast<std::size_t>(rows) * hc * hc),
+      collapsed(static_cast<std::size_t>(rows) * hidden);
+  Dev<float> post2(static_cast<std::size_t>(rows) * hc), comb2(static_cast<std::size_t>(rows) * hc * hc),
+      collapsed2(static_cast<std::size_t>(rows) * hidden);
+  run(0, rows, post, comb, collapsed);  // prefill's form
+  run(0, first, post2, comb2, collapsed2);  // decode's form, in two calls of <= 1,024 rows
+  run(first, rows - first, post2, comb2, collapsed2);
+  EXPECT_EQ(post.host(), post2.host());
+  EXPECT_EQ(comb.host(), comb2.host());
+  EXPECT_EQ(collapsed.host(), collapsed2.host());
+}
+
 
 TEST(DeepseekV4CudaKernels, SqrtSoftplusRoutingPicksTheReferenceExperts) {
   const std::int32_t rows = 64, experts = 256, k = 6;

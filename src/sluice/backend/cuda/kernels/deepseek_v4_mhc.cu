@@ -31,6 +31,7 @@ constexpr int kPreThreads = 512;   // hc_pre: a row's mix dot products are its w
 constexpr int kSplitThreads = 128;
 constexpr int kSliceWidth = kSplitThreads * 4;
 constexpr int kSplitRows = 2;
+constexpr int kPrefillSplitRows = 16;
 constexpr int kSplitValues = kMaxMixes + 1;
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -184,48 +185,57 @@ __global__ void __launch_bounds__(kPreThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
 // The split form (a workspace given): the mixes' dot products spread over
 // every SM instead of one block a row (whose latency was the call's: 82 us at
 // hc 4 x 4096, batch 1 and 64 alike). Block (slice, rows): a 512-channel slice
-// of the flattened streams for kSplitRows rows, a float4 a thread, each fn
-// float4 read once for all the rows; each (row, slice) writes its 24 partial
-// dots of fn . streams and its sum of squares. Then a block a row sums the
+// of the flattened streams for kRows rows, a float4 a thread. A thread holds
+// its channels of the 24 fn rows in registers and runs the block's rows past
+// them two at a time, so fn is read once a block; each (row, slice) writes its
+// 24 partial dots of fn . streams and its sum of squares. Prefill takes 16
+// rows a block: at 2, each block re-read its 48 KB of fn from L2 for 4 KB of
+// streams (0.75 ms a call at 8,192 rows, S21-4). Then a block a row sums the
 // slices in order, scales by the inverse RMS (the reference scales the
 // streams before the dot; the same value up to rounding), and finishes as above.
+template <int kRows>
 __global__ void __launch_bounds__(kSplitThreads) v4_hc_pre_partials_kernel(V4HcPreArgs a) {
-  __shared__ float warp_part[kSplitThreads / 32][kSplitRows][kSplitValues];
-  const int slice = blockIdx.x, row0 = blockIdx.y * kSplitRows;
+  static_assert(kRows % kSplitRows == 0, "rows in pairs");
+  __shared__ float warp_part[kSplitThreads / 32][kRows][kSplitValues];
+  const int slice = blockIdx.x, row_begin = blockIdx.y * kRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int width4 = a.hc * a.hidden / 4, num_slices = width4 * 4 / kSliceWidth;
   const int num_mixes = a.head ? a.hc : (2 + a.hc) * a.hc;
   const int c4 = slice * kSplitThreads + threadIdx.x;
   const float4* s4 = reinterpret_cast<const float4*>(a.streams);
   const float4* f4 = reinterpret_cast<const float4*>(a.w.fn);
-  float4 x[kSplitRows];
-  float dots[kSplitRows][kSplitValues];
+  float4 f[kMaxMixes];
 #pragma unroll
-  for (int r = 0; r < kSplitRows; ++r) {
-    x[r] = row0 + r < a.rows ? s4[static_cast<std::int64_t>(row0 + r) * width4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
-    dots[r][kMaxMixes] = fmaf(x[r].x, x[r].x, fmaf(x[r].y, x[r].y, fmaf(x[r].z, x[r].z, x[r].w * x[r].w)));
-  }
+  for (int m = 0; m < kMaxMixes; ++m)
+    f[m] = m < num_mixes ? f4[static_cast<std::int64_t>(m) * width4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int row0 = row_begin; row0 < row_begin + kRows; row0 += kSplitRows) {
+    float4 x[kSplitRows];
+    float dots[kSplitRows][kSplitValues];
 #pragma unroll
-  for (int m = 0; m < kMaxMixes; ++m) {
-    const float4 f = m < num_mixes ? f4[static_cast<std::int64_t>(m) * width4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int r = 0; r < kSplitRows; ++r) {
+      x[r] = row0 + r < a.rows ? s4[static_cast<std::int64_t>(row0 + r) * width4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      dots[r][kMaxMixes] = fmaf(x[r].x, x[r].x, fmaf(x[r].y, x[r].y, fmaf(x[r].z, x[r].z, x[r].w * x[r].w)));
+    }
+#pragma unroll
+    for (int m = 0; m < kMaxMixes; ++m)
+#pragma unroll
+      for (int r = 0; r < kSplitRows; ++r)
+        dots[r][m] = fmaf(f[m].x, x[r].x, fmaf(f[m].y, x[r].y, fmaf(f[m].z, x[r].z, f[m].w * x[r].w)));
 #pragma unroll
     for (int r = 0; r < kSplitRows; ++r)
-      dots[r][m] = fmaf(f.x, x[r].x, fmaf(f.y, x[r].y, fmaf(f.z, x[r].z, f.w * x[r].w)));
+#pragma unroll
+      for (int m = 0; m < kSplitValues; ++m) {
+        const float v = warp_sum(dots[r][m]);
+        if (lane == 0) warp_part[warp][row0 - row_begin + r][m] = v;
+      }
   }
-#pragma unroll
-  for (int r = 0; r < kSplitRows; ++r)
-#pragma unroll
-    for (int m = 0; m < kSplitValues; ++m) {
-      const float v = warp_sum(dots[r][m]);
-      if (lane == 0) warp_part[warp][r][m] = v;
-    }
   __syncthreads();
-  for (int t = threadIdx.x; t < kSplitRows * kSplitValues; t += kSplitThreads) {
+  for (int t = threadIdx.x; t < kRows * kSplitValues; t += kSplitThreads) {
     const int r = t / kSplitValues, m = t % kSplitValues;
-    if (row0 + r >= a.rows) continue;
+    if (row_begin + r >= a.rows) continue;
     float v = 0.0f;
     for (int w = 0; w < kSplitThreads / 32; ++w) v += warp_part[w][r][m];
-    a.workspace[(static_cast<std::int64_t>(row0 + r) * num_slices + slice) * kSplitValues + m] = v;
+    a.workspace[(static_cast<std::int64_t>(row_begin + r) * num_slices + slice) * kSplitValues + m] = v;
   }
 }
 
@@ -288,12 +298,17 @@ void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   const bool vec = (args.hc * args.hidden) % 4 == 0 && reinterpret_cast<std::uintptr_t>(args.streams) % 16 == 0 &&
                    reinterpret_cast<std::uintptr_t>(args.w.fn) % 16 == 0;
-  const int row_groups = (args.rows + kSplitRows - 1) / kSplitRows;
+  // Many rows (prefill): 16 a block, fn read once for them; few (decode): 2, more blocks to spread.
+  const int rows_a_block = args.rows > 1024 ? kPrefillSplitRows : kSplitRows;
+  const int row_groups = (args.rows + rows_a_block - 1) / rows_a_block;
   if (args.workspace != nullptr && vec && v4_hc_pre_workspace_floats(args.rows, args.hc, args.hidden) > 0 &&
       row_groups <= 65535) {
     const dim3 grid(static_cast<unsigned>(args.hc * args.hidden / kSliceWidth),
                     static_cast<unsigned>(row_groups));
-    v4_hc_pre_partials_kernel<<<grid, kSplitThreads, 0, stream>>>(args);
+    if (rows_a_block == kPrefillSplitRows)
+      v4_hc_pre_partials_kernel<kPrefillSplitRows><<<grid, kSplitThreads, 0, stream>>>(args);
+    else
+      v4_hc_pre_partials_kernel<kSplitRows><<<grid, kSplitThreads, 0, stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
     v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
