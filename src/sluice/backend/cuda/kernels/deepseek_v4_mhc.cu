@@ -196,7 +196,11 @@ __global__ void __launch_bounds__(kPreThreads) v4_hc_pre_kernel(V4HcPreArgs a) {
 template <int kRows>
 __global__ void __launch_bounds__(kSplitThreads) v4_hc_pre_partials_kernel(V4HcPreArgs a) {
   static_assert(kRows % kSplitRows == 0, "rows in pairs");
+  constexpr int kPairValues = kSplitRows * kSplitValues;  // 50
   __shared__ float warp_part[kSplitThreads / 32][kRows][kSplitValues];
+  // A warp's lanes' values of a row pair, a value a row (33 wide: a lane's
+  // column reads fall in distinct banks).
+  __shared__ float lane_part[kSplitThreads / 32][kPairValues][33];
   const int slice = blockIdx.x, row_begin = blockIdx.y * kRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int width4 = a.hc * a.hidden / 4, num_slices = width4 * 4 / kSliceWidth;
@@ -221,13 +225,21 @@ __global__ void __launch_bounds__(kSplitThreads) v4_hc_pre_partials_kernel(V4HcP
 #pragma unroll
       for (int r = 0; r < kSplitRows; ++r)
         dots[r][m] = fmaf(f[m].x, x[r].x, fmaf(f[m].y, x[r].y, fmaf(f[m].z, x[r].z, f[m].w * x[r].w)));
+    // The warp's sums of its 50 values: through shared memory, a lane a
+    // value (50 x 5 shuffles a pair was the kernel's bound: SHFL issues at
+    // one warp a cycle a multiprocessor).
 #pragma unroll
     for (int r = 0; r < kSplitRows; ++r)
 #pragma unroll
-      for (int m = 0; m < kSplitValues; ++m) {
-        const float v = warp_sum(dots[r][m]);
-        if (lane == 0) warp_part[warp][row0 - row_begin + r][m] = v;
-      }
+      for (int m = 0; m < kSplitValues; ++m) lane_part[warp][r * kSplitValues + m][lane] = dots[r][m];
+    __syncwarp();
+    for (int v = lane; v < kPairValues; v += 32) {
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int l = 0; l < 32; ++l) sum += lane_part[warp][v][l];
+      warp_part[warp][row0 - row_begin + v / kSplitValues][v % kSplitValues] = sum;
+    }
+    __syncwarp();  // before the next pair's values overwrite lane_part
   }
   __syncthreads();
   for (int t = threadIdx.x; t < kRows * kSplitValues; t += kSplitThreads) {
