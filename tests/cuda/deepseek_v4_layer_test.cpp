@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "deepseek_v4_test_util.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 
 #include "sluice/model/fp4_weights.h"
@@ -189,6 +190,32 @@ TEST(DeepseekV4CudaKernels, HyperConnectionsSplitForPrefillEqualsTheDecodeForm) 
   EXPECT_EQ(collapsed.host(), collapsed2.host());
 }
 
+
+// The forward's RMS norm at each width it takes apart (512 and 1,024 a warp a
+// piece, 4,096 a block a piece, in registers) and one it does not (96), with
+// and without a weight, piece counts off the block's 8 warps, against the
+// norm in double.
+TEST(DeepseekV4CudaKernels, RmsNormMatchesTheNormInDouble) {
+  for (const std::int32_t dim : {512, 1024, 4096, 96})
+    for (const bool weighted : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << (weighted ? ", weighted" : ""));
+      const std::int64_t pieces = 37;
+      const std::vector<float> x = uniform(static_cast<std::size_t>(pieces * dim), 61 + dim, -4.0f, 4.0f);
+      const std::vector<float> w = uniform(static_cast<std::size_t>(dim), 62, 0.5f, 1.5f);
+      Dev<float> dx(x), dw(w);
+      cuda::launch_v4_rms_norm_f32(dx.get(), pieces, dim, weighted ? dw.get() : nullptr, 1e-6f, nullptr);
+      const std::vector<float> got = dx.host();
+      std::vector<float> want(x.size());
+      for (std::int64_t p = 0; p < pieces; ++p) {
+        double sum_sq = 0.0;
+        for (std::int32_t i = 0; i < dim; ++i) sum_sq += static_cast<double>(x[p * dim + i]) * x[p * dim + i];
+        const double inv = 1.0 / std::sqrt(sum_sq / dim + 1e-6);
+        for (std::int32_t i = 0; i < dim; ++i)
+          want[p * dim + i] = static_cast<float>(x[p * dim + i] * inv * (weighted ? w[i] : 1.0f));
+      }
+      EXPECT_LT(relative_error(got, want), 1e-6);
+    }
+}
 
 TEST(DeepseekV4CudaKernels, SqrtSoftplusRoutingPicksTheReferenceExperts) {
   const std::int32_t rows = 64, experts = 256, k = 6;
