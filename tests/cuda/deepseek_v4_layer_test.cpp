@@ -217,6 +217,22 @@ TEST(DeepseekV4CudaKernels, RmsNormMatchesTheNormInDouble) {
     }
 }
 
+// f32 -> bf16, four at a time where the buffers allow it, else one: both give
+// the host's round-to-nearest-even bits.
+TEST(DeepseekV4CudaKernels, ToBf16RoundsAsTheHost) {
+  const std::vector<float> x = uniform(4001, 63, -1000.0f, 1000.0f);
+  const std::vector<std::uint16_t> want = to_bf16(x);
+  Dev<float> dx(x);
+  Dev<std::uint16_t> out(x.size());
+  cuda::launch_v4_f32_to_bf16(dx.get(), out.get(), 4000, nullptr);  // four at a time
+  cuda::launch_v4_f32_to_bf16(dx.get() + 4000, out.get() + 4000, 1, nullptr);
+  EXPECT_EQ(out.host(), want);
+  Dev<std::uint16_t> odd(x.size());
+  cuda::launch_v4_f32_to_bf16(dx.get() + 1, odd.get(), 4000, nullptr);  // misaligned: one at a time
+  const std::vector<std::uint16_t> got = odd.host();
+  EXPECT_TRUE(std::equal(want.begin() + 1, want.end(), got.begin()));
+}
+
 TEST(DeepseekV4CudaKernels, SqrtSoftplusRoutingPicksTheReferenceExperts) {
   const std::int32_t rows = 64, experts = 256, k = 6;
   std::vector<float> logits = uniform(static_cast<std::size_t>(rows) * experts, 51, -6.0f, 25.0f);  // past softplus' 20

@@ -120,6 +120,15 @@ __global__ void to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16(in[i]);
 }
+// Four values a thread (16-byte loads, 8-byte stores): the scalar form moved
+// ~0.9 TB/s on a prefill chunk's activations (13 calls, 2.8 ms of a 128k chunk).
+__global__ void to_bf16_x4_kernel(const float4* in, uint2* out, std::int64_t n4) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 v = in[i];
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  out[i] = make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+}
 
 __global__ void quantize_e4m3_kernel(const float* in, std::int32_t width, std::uint8_t* out, float* scale) {
   __shared__ float scratch[32];
@@ -225,7 +234,11 @@ void launch_v4_scale_f32(float* x, std::int64_t n, float factor, cudaStream_t st
 
 void launch_v4_f32_to_bf16(const float* in, void* out_bf16, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out_bf16), n);
+  if (n % 4 == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out_bf16) % 8 == 0)
+    to_bf16_x4_kernel<<<blocks_for(n / 4, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const float4*>(in),
+                                                                              static_cast<uint2*>(out_bf16), n / 4);
+  else
+    to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out_bf16), n);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
