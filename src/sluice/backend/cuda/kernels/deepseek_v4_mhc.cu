@@ -86,7 +86,7 @@ __device__ __forceinline__ void mix_dots(const float* streams, const float* fn, 
 
 // pre / post / comb from a row's mixes (in shared memory), then the collapse:
 // the reference's arithmetic, shared by both forms of hc_pre. Every thread of
-// the block (kPreThreads) calls it; pre and comb are the block's shared arrays.
+// the block (any multiple of 32 threads) calls it; pre and comb are the block's shared arrays.
 __device__ __forceinline__ void hc_pre_finish(const V4HcPreArgs& a, int row, const float* streams,
                                               const float* mixes, float* pre, double* comb) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -140,7 +140,7 @@ __device__ __forceinline__ void hc_pre_finish(const V4HcPreArgs& a, int row, con
     if (mine) a.comb[r * hc * hc + t] = static_cast<float>(c);
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < a.hidden; d += kPreThreads) {
+  for (int d = threadIdx.x; d < a.hidden; d += blockDim.x) {
     float sum = 0.0f;
     for (int j = 0; j < hc; ++j) sum = fmaf(pre[j], streams[static_cast<std::int64_t>(j) * a.hidden + d], sum);
     store_f(a.collapsed, a.out_dt, static_cast<std::int64_t>(row) * a.hidden + d, sum);
@@ -322,7 +322,11 @@ void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
     else
       v4_hc_pre_partials_kernel<kSplitRows><<<grid, kSplitThreads, 0, stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
-    v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), kPreThreads, 0, stream>>>(args);
+    // Prefill's rows finish 128 threads a row: the Sinkhorn rounds run on one
+    // warp in double, so more rows at once hide them better (0.35 ms a call at
+    // 8,192 rows with 512 threads, S21-20); decode's few rows keep 512 for the collapse.
+    v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), rows_a_block == kPrefillSplitRows ? 128 : kPreThreads,
+                              0, stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
     return;
   }
