@@ -843,6 +843,7 @@ struct Step {
   }
   V4BlockTables view(const ItemTables& it) const { return {ints[block_ids], ints[it.begin], ints[it.len]}; }
   V4BlockTables rows_view() const { return {ints[block_ids], ints[row_table_begin], ints[row_table_len]}; }
+  std::int32_t num_sequences() const { return static_cast<std::int32_t>(t.sequence_table_begin.size()); }
   V4BlockTables sequences_view() const {
     return {ints[block_ids], ints[sequence_table_begin], ints[sequence_table_len]};
   }
@@ -1125,7 +1126,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       V4IndexKeysArgs pool_args{.blocks = p.blocks, .tables = p.step.sequences_view(),
                                 .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
                                 .sequence_key_begin = ints[ix.sequence_key_begin],
-                                .num_sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size()),
+                                .num_sequences = p.step.num_sequences(),
                                 .num_keys = pool, .codes = keys_e4m3, .scales = key_scale};
       if (f32_pool) {
         float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
@@ -1144,10 +1145,12 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
-      const auto sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size());
+      // Prefill (rows sharing their sequence's keys) on warpgroup MMA, decode on mma.sync.
+      constexpr std::int32_t kWgmmaRowsPerSequence = 4;
       if (f32_pool)
         launch_v4_indexer_scores(args, s);
-      else if (p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill && n >= 4 * sequences)
+      else if (p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill &&
+               n >= kWgmmaRowsPerSequence * p.step.num_sequences())
         launch_v4_indexer_scores_wgmma(args, s);
       else
         launch_v4_indexer_scores_mma(args, s);
@@ -1177,11 +1180,10 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
     gather.top_k = top_k;
   }
   if (pooled) {
-    const auto sequences = static_cast<std::int32_t>(p.step.t.sequence_table_begin.size());
     launch_v4_gather_keys_pooled(gather,
                                  {.tables = p.step.sequences_view(), .row_sequence = ints[p.step.row_sequence],
                                   .pool_begin = ints[pool.pool_begin], .window_first = ints[pool.window_first],
-                                  .window_count = ints[pool.window_count], .num_sequences = sequences,
+                                  .window_count = ints[pool.window_count], .num_sequences = p.step.num_sequences(),
                                   .pool_rows = pool.pool_rows},
                                  s);
   } else {

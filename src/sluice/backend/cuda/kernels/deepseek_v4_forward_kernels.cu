@@ -29,51 +29,38 @@ __global__ void rms_norm_kernel(float* x, std::int32_t dim, const float* weight,
   for (int i = threadIdx.x; i < dim; i += blockDim.x) p[i] = p[i] * inv * (weight != nullptr ? weight[i] : 1.0f);
 }
 
-// The same norm with the piece in registers, read once, as float4s: a warp a
-// piece of kVec * 128 floats (the per-head and latent norms, 512 wide, ran a
-// 256-thread block a piece with two block barriers), or a block a piece of
-// kVec * 4 * kThreads floats (the hidden norms, 4096 wide).
-template <int kVec>
-__global__ void __launch_bounds__(kThreads) rms_norm_warp_kernel(float* x, std::int64_t pieces, std::int32_t dim,
+// The same norm with the piece in registers, read once, as float4s (the
+// per-head and latent norms, 512 wide, ran a 256-thread block a piece with
+// two block barriers): a warp a piece of kVec * 128 floats, or (kBlockPiece)
+// a block a piece of kVec * 4 * kThreads floats (the hidden norms, 4096 wide).
+template <int kVec, bool kBlockPiece>
+__global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(float* x, std::int64_t pieces, std::int32_t dim,
                                                                  const float* weight, float eps) {
-  const std::int64_t piece = static_cast<std::int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
-  if (piece >= pieces) return;
-  const int lane = threadIdx.x & 31;
+  constexpr int kLanes = kBlockPiece ? kThreads : 32;  // threads sharing a piece
+  const std::int64_t piece =
+      kBlockPiece ? blockIdx.x : static_cast<std::int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  if (piece >= pieces) return;  // whole warps (a warp a piece) or whole blocks
+  const int lane = threadIdx.x % kLanes;
   float4* p = reinterpret_cast<float4*>(x + piece * dim);
   float4 v[kVec];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    v[i] = p[lane + 32 * i];
+    v[i] = p[lane + kLanes * i];
     sum_sq = fmaf(v[i].x, v[i].x, fmaf(v[i].y, v[i].y, fmaf(v[i].z, v[i].z, fmaf(v[i].w, v[i].w, sum_sq))));
   }
-  const float inv = rsqrtf(warp_sum(sum_sq) / static_cast<float>(dim) + eps);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const float4 w = weight != nullptr ? reinterpret_cast<const float4*>(weight)[lane + 32 * i]
-                                       : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    p[lane + 32 * i] = make_float4(v[i].x * inv * w.x, v[i].y * inv * w.y, v[i].z * inv * w.z, v[i].w * inv * w.w);
+  if constexpr (kBlockPiece) {
+    __shared__ float scratch[32];
+    sum_sq = block_sum(sum_sq, scratch);
+  } else {
+    sum_sq = warp_sum(sum_sq);
   }
-}
-template <int kVec>
-__global__ void __launch_bounds__(kThreads) rms_norm_block_kernel(float* x, std::int32_t dim, const float* weight,
-                                                                  float eps) {
-  __shared__ float scratch[32];
-  float4* p = reinterpret_cast<float4*>(x + static_cast<std::int64_t>(blockIdx.x) * dim);
-  float4 v[kVec];
-  float sum_sq = 0.0f;
+  const float inv = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    v[i] = p[threadIdx.x + kThreads * i];
-    sum_sq = fmaf(v[i].x, v[i].x, fmaf(v[i].y, v[i].y, fmaf(v[i].z, v[i].z, fmaf(v[i].w, v[i].w, sum_sq))));
-  }
-  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(dim) + eps);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const float4 w = weight != nullptr ? reinterpret_cast<const float4*>(weight)[threadIdx.x + kThreads * i]
+    const float4 w = weight != nullptr ? reinterpret_cast<const float4*>(weight)[lane + kLanes * i]
                                        : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    p[threadIdx.x + kThreads * i] =
-        make_float4(v[i].x * inv * w.x, v[i].y * inv * w.y, v[i].z * inv * w.z, v[i].w * inv * w.w);
+    p[lane + kLanes * i] = make_float4(v[i].x * inv * w.x, v[i].y * inv * w.y, v[i].z * inv * w.z, v[i].w * inv * w.w);
   }
 }
 
@@ -187,13 +174,13 @@ void launch_v4_rms_norm_f32(float* x, std::int64_t pieces, std::int32_t dim, con
   if (pieces == 0) return;
   const bool aligned = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;  // null is aligned
-  const unsigned warp_blocks = blocks_for(pieces, kThreads / 32);
-  if (aligned && dim == 512) {
-    rms_norm_warp_kernel<4><<<warp_blocks, kThreads, 0, stream>>>(x, pieces, dim, weight, eps);
-  } else if (aligned && dim == 1024) {
-    rms_norm_warp_kernel<8><<<warp_blocks, kThreads, 0, stream>>>(x, pieces, dim, weight, eps);
+  const unsigned warp_blocks = blocks_for(pieces, kThreads / 32), block_pieces = static_cast<unsigned>(pieces);
+  if (aligned && dim == 4 * 32 * 4) {
+    rms_norm_regs_kernel<4, false><<<warp_blocks, kThreads, 0, stream>>>(x, pieces, dim, weight, eps);
+  } else if (aligned && dim == 8 * 32 * 4) {
+    rms_norm_regs_kernel<8, false><<<warp_blocks, kThreads, 0, stream>>>(x, pieces, dim, weight, eps);
   } else if (aligned && dim == 4 * kThreads * 4) {
-    rms_norm_block_kernel<4><<<static_cast<unsigned>(pieces), kThreads, 0, stream>>>(x, dim, weight, eps);
+    rms_norm_regs_kernel<4, true><<<block_pieces, kThreads, 0, stream>>>(x, pieces, dim, weight, eps);
   } else {
     rms_norm_kernel<<<static_cast<unsigned>(pieces), kThreads, 0, stream>>>(x, dim, weight, eps);
   }

@@ -31,7 +31,12 @@ constexpr int kPreThreads = 512;   // hc_pre: a row's mix dot products are its w
 constexpr int kSplitThreads = 128;
 constexpr int kSliceWidth = kSplitThreads * 4;
 constexpr int kSplitRows = 2;
+// Prefill's calls (more than kPrefillRows rows): 16 rows a partials block, fn
+// read once for them, and 128 threads a row to finish, so more rows at once
+// hide the one-warp Sinkhorn rounds; decode's few rows keep 2 and kPreThreads.
+constexpr int kPrefillRows = 1024;
 constexpr int kPrefillSplitRows = 16;
+constexpr int kPrefillFinishThreads = 128;
 constexpr int kSplitValues = kMaxMixes + 1;
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -310,23 +315,21 @@ void launch_v4_hc_pre(const V4HcPreArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   const bool vec = (args.hc * args.hidden) % 4 == 0 && reinterpret_cast<std::uintptr_t>(args.streams) % 16 == 0 &&
                    reinterpret_cast<std::uintptr_t>(args.w.fn) % 16 == 0;
-  // Many rows (prefill): 16 a block, fn read once for them; few (decode): 2, more blocks to spread.
-  const int rows_a_block = args.rows > 1024 ? kPrefillSplitRows : kSplitRows;
+  const bool prefill = args.rows > kPrefillRows;
+  const int rows_a_block = prefill ? kPrefillSplitRows : kSplitRows;
   const int row_groups = (args.rows + rows_a_block - 1) / rows_a_block;
   if (args.workspace != nullptr && vec && v4_hc_pre_workspace_floats(args.rows, args.hc, args.hidden) > 0 &&
       row_groups <= 65535) {
     const dim3 grid(static_cast<unsigned>(args.hc * args.hidden / kSliceWidth),
                     static_cast<unsigned>(row_groups));
-    if (rows_a_block == kPrefillSplitRows)
+    if (prefill)
       v4_hc_pre_partials_kernel<kPrefillSplitRows><<<grid, kSplitThreads, 0, stream>>>(args);
     else
       v4_hc_pre_partials_kernel<kSplitRows><<<grid, kSplitThreads, 0, stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
-    // Prefill's rows finish 128 threads a row: the Sinkhorn rounds run on one
-    // warp in double, so more rows at once hide them better (0.35 ms a call at
-    // 8,192 rows with 512 threads, S21-20); decode's few rows keep 512 for the collapse.
-    v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), rows_a_block == kPrefillSplitRows ? 128 : kPreThreads,
-                              0, stream>>>(args);
+    // 0.35 ms a call at 8,192 rows with 512 threads, 0.21 with 128 (S21-21).
+    v4_hc_pre_finish_kernel<<<static_cast<unsigned>(args.rows), prefill ? kPrefillFinishThreads : kPreThreads, 0,
+                              stream>>>(args);
     SLUICE_CUDA_CHECK_LAUNCH();
     return;
   }
