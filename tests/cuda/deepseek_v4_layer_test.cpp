@@ -362,6 +362,7 @@ TEST(DeepseekV4CudaKernels, Fp4ExpertGemmMatchesTheCpuDequantization) {
 TEST(DeepseekV4CudaKernels, LaunchersRejectShapesTheyAreNotBuiltFor) {
   EXPECT_DEATH(cuda::launch_v4_fp4_gemm({.num_experts = 1, .n_out = 64, .k_in = 100}, nullptr), "");
   EXPECT_DEATH(cuda::launch_v4_indexer_scores({.num_heads = 65}, nullptr), "");
+  EXPECT_DEATH(cuda::launch_v4_indexer_scores_wgmma({.num_heads = 65}, nullptr), "");
   EXPECT_DEATH(cuda::launch_v4_compress({.dim = 512, .width = 700, .rate = 4}, nullptr), "");
 }
 
