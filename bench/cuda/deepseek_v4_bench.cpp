@@ -3,8 +3,8 @@
 // width (hidden 4096, 64 heads x 512, index 64 heads x 128 and top-512, 256
 // experts top-6 with FP4 experts of 2048), contexts of 128k, with its share of
 // HBM (bytes it must touch) or of the tensor peak (FLOPs). The sparse
-// attention runs on tensor cores (the forward's default since session 18) and
-// as the CUDA-core stage-3 kernel; the indexer's scores on warpgroup MMA
+// attention runs on warpgroup MMA (session 22, two bf16 softmax terms or one),
+// mma.sync (session 18) and CUDA cores (stage 3); the indexer's scores on warpgroup MMA
 // (session 21, prefill's), mma.sync (session 18, decode's) and CUDA cores.
 // Inputs are filled on the device with patterns or random bytes (values do
 // not change these kernels' work, except the top-k's, which gets random keys).
@@ -17,6 +17,7 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_dtype.h"
@@ -139,15 +140,19 @@ void bench_attention(std::int32_t rows, std::int32_t entries, std::int32_t seque
   const double flops = 4.0 * rows * heads * static_cast<double>(max_keys) * d;
   // Bytes: each row's gathered latents (bf16 here; FP8 fp8_ds_mla would be 584 B) + q + out.
   const double bytes = static_cast<double>(rows) * max_keys * d * 2 + 2.0 * rows * heads * d * 2;
-  // The tensor-core kernel (the forward's default since session 18), then the CUDA-core one.
-  for (const bool tensor_cores : {true, false}) {
-    const double s = time_median(5, [&] {
-      if (tensor_cores)
-        cuda::launch_v4_sparse_attention_mma(args, nullptr);
-      else
-        cuda::launch_v4_sparse_attention(args, nullptr);
-    });
-    row(what + (tensor_cores ? ", tensor cores" : ", CUDA cores"), s, tflops(flops, s) + ", " + tbs(bytes, s),
+  // Warpgroup MMA (session 22) with the softmax weights as two bf16 terms and as one, mma.sync
+  // (session 18), then the CUDA-core stage-3 kernel.
+  const std::pair<const char*, std::function<void()>> kernels[] = {
+      {", wgmma (two bf16 terms)",
+       [&] { cuda::launch_v4_sparse_attention_wgmma(args, cuda::V4SoftmaxWeights::two_bf16_terms, nullptr); }},
+      {", wgmma (one bf16 term)",
+       [&] { cuda::launch_v4_sparse_attention_wgmma(args, cuda::V4SoftmaxWeights::one_bf16, nullptr); }},
+      {", mma.sync", [&] { cuda::launch_v4_sparse_attention_mma(args, nullptr); }},
+      {", CUDA cores", [&] { cuda::launch_v4_sparse_attention(args, nullptr); }},
+  };
+  for (const auto& [name, launch] : kernels) {
+    const double s = time_median(5, launch);
+    row(what + name, s, tflops(flops, s) + ", " + tbs(bytes, s),
         pct(flops / s / kBf16Peak) + " of bf16 peak; " +
             (prefill ? pct(flops / s / kFlashMlaSparsePrefill) + " of FlashMLA sparse prefill (640)"
                      : pct(flops / s / kFlashMlaSparseDecode) + " of FlashMLA sparse decode (410); " +
@@ -373,6 +378,7 @@ void bench_deepseek_v4_kernels() {
   bench_attention(64, 1024, 64, "sparse attention decode, 64 seqs x (128 window + 1024 HCA entries) at 128k", false);
   bench_attention(1, 512, 1, "sparse attention decode, 1 seq x (128 + 512)", false);
   bench_attention(4096, 512, 1, "sparse attention prefill, 4096 rows x (128 + 512) at 128k", true);
+  bench_attention(8192, 1024, 1, "sparse attention prefill (HCA), 8192 rows x (128 + 1024) at 128k", true);
   bench_indexer(64, 64, 32768, "indexer decode, 64 seqs at 128k (32768 entries)");
   bench_indexer(1024, 1, 32768, "indexer prefill chunk, 1024 rows of one 128k seq");
   bench_compress(32768, 512, 1024, 4, "CSA compressor, 32768 entries (a 128k prefill)");

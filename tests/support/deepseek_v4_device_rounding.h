@@ -53,6 +53,12 @@ namespace sluice::testing {
 //   FP8 + FP8 experts (widths 128), bf16:     cost 2.17e-1, spread 4.86e-2
 //   FP8 + FP4 experts, e4m3 activations:      cost 3.80e-1, spread 5.30e-1
 //   FP8 + FP8 experts, e4m3 activations:      cost 3.83e-1, spread 3.84e-1
+// The FP8 + FP8 bf16 row is chaotic too, at some steps: over 16 seeds
+// (2026-12-04) one ulp moves its logits by 0.218-0.230 at prefill 2 B (5
+// seeds) and decode 0 A (2 seeds; seeds 12 and 14), 0.049 at most over the
+// first 3. Session 22's warpgroup-MMA attention (another summation order)
+// lands there on the H200: 0.231 at decode 0 A. Its spread bound is twice
+// the 16 seeds' 0.23.
 // The bf16 rows are what the device's FP8 weights give with bf16 activations
 // (Fp8DenseGemm::kernel, MoeExpertGemm::grouped): e4m3 x 2^k is a bf16, so
 // those GEMMs compute the bf16 path's numbers. Under e4m3 activations these
@@ -74,7 +80,7 @@ inline DeepseekV4GoldenBounds deepseek_v4_device_bounds(DeepseekV4GoldenWeights 
     case DeepseekV4GoldenWeights::fp8_fp4_experts: return e4m3 ? DeepseekV4GoldenBounds{1.0f, 1.2f}
                                                                : DeepseekV4GoldenBounds{1e-1f, 6e-2f};
     case DeepseekV4GoldenWeights::fp8_fp8_experts: return e4m3 ? DeepseekV4GoldenBounds{1.0f, 1.0f}
-                                                               : DeepseekV4GoldenBounds{5e-1f, 1.2e-1f};
+                                                               : DeepseekV4GoldenBounds{5e-1f, 5e-1f};
   }
   return {};
 }

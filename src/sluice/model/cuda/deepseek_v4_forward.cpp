@@ -1194,10 +1194,13 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       .q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys, .sinks = L.sinks.get(),
       .positions = positions, .rope = rope, .out = attn16, .out_dt = kBf16Dt, .rows = n, .num_heads = heads,
       .max_keys = max_keys, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))};
-  if (p.w.options.attention == DeepseekV4AttentionKernel::tensor_cores)
-    launch_v4_sparse_attention_mma(attention_args, s);
-  else
-    launch_v4_sparse_attention(attention_args, s);
+  switch (p.w.options.attention) {
+    case DeepseekV4AttentionKernel::wgmma:
+      launch_v4_sparse_attention_wgmma(attention_args, V4SoftmaxWeights::two_bf16_terms, s);
+      break;
+    case DeepseekV4AttentionKernel::mma_sync: launch_v4_sparse_attention_mma(attention_args, s); break;
+    case DeepseekV4AttentionKernel::cuda_cores: launch_v4_sparse_attention(attention_args, s); break;
+  }
   // Grouped output: group g's heads [n, group_in] (columns g * group_in of attn) times its block of
   // wo_a [o_lora, group_in]^T into [n, groups * o_lora] (bf16: wo_b's input), then wo_b. All groups
   // as one GEMM: strided-batched (bf16 wo_a) or grouped (FP8, wo_a_grouped_fp8); else (FP8 at the

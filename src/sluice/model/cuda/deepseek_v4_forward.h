@@ -74,15 +74,17 @@ namespace sluice::cuda {
 enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma, e4m3_pool_wgmma_prefill };
 
 // The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
-// the reference) or tensor cores (the default).
-enum class DeepseekV4AttentionKernel { cuda_cores, tensor_cores };
+// the reference), mma.sync (session 18) or warpgroup MMA with the softmax
+// weights as two bf16 terms (session 22, the default); the latter two match
+// the f32 reference to the same bound.
+enum class DeepseekV4AttentionKernel { cuda_cores, mma_sync, wgmma };
 
 // The FP8 GEMMs' choices (CudaOptions' fields of the same names), the indexer's and the attention's kernels.
 struct DeepseekV4DeviceOptions {
   Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
   MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
   DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill;
-  DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::tensor_cores;
+  DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::wgmma;
 };
 
 // The weights random() makes: bf16 uniform (session 12's bench), or as

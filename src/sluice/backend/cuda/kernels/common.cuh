@@ -28,6 +28,15 @@ __device__ __forceinline__ void store_f(void* p, Dt dt, std::int64_t i, float v)
   }
 }
 
+// Elements i and i + 1 (i even) in one store.
+__device__ __forceinline__ void store_f2(void* p, Dt dt, std::int64_t i, float a, float b) {
+  switch (dt) {
+    case Dt::f32: *reinterpret_cast<float2*>(static_cast<float*>(p) + i) = make_float2(a, b); break;
+    case Dt::bf16: *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p) + i) = __floats2bfloat162_rn(a, b); break;
+    default: *reinterpret_cast<__half2*>(static_cast<__half*>(p) + i) = __floats2half2_rn(a, b); break;
+  }
+}
+
 // A weight vector, read once: past L1 (no_allocate), so the streamed weights
 // do not evict the activations, which every warp of the multiprocessor reads again.
 __device__ __forceinline__ uint4 load_weight(const uint4* p) {

@@ -128,13 +128,17 @@ __global__ void __launch_bounds__(kThreads) v4_sparse_attention_kernel(V4SparseA
 
 }  // namespace
 
-void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t stream) {
+void check_v4_sparse_attention_args(const V4SparseAttentionArgs& args) {
   SLUICE_CHECK(args.num_heads > 0 && args.max_keys >= 0);
   SLUICE_CHECK(args.q != nullptr && args.kv != nullptr && args.sinks != nullptr && args.out != nullptr);
   SLUICE_CHECK(args.num_keys != nullptr && (args.key_rows != nullptr || args.max_keys == 0));
   if (args.rope.inv_freq != nullptr)
     SLUICE_CHECK(args.positions != nullptr && args.rope.rope_dim > 0 && args.rope.rope_dim % 2 == 0 &&
                  args.rope.rope_dim <= kDim);
+}
+
+void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t stream) {
+  check_v4_sparse_attention_args(args);
   if (args.rows == 0) return;
   constexpr auto smem = static_cast<int>(sizeof(Smem));
   static const bool configured = [] {

@@ -214,12 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_mma_kernel(V4
 }  // namespace
 
 void launch_v4_sparse_attention_mma(const V4SparseAttentionArgs& args, cudaStream_t stream) {
-  SLUICE_CHECK(args.num_heads > 0 && args.max_keys >= 0);
-  SLUICE_CHECK(args.q != nullptr && args.kv != nullptr && args.sinks != nullptr && args.out != nullptr);
-  SLUICE_CHECK(args.num_keys != nullptr && (args.key_rows != nullptr || args.max_keys == 0));
-  if (args.rope.inv_freq != nullptr)
-    SLUICE_CHECK(args.positions != nullptr && args.rope.rope_dim > 0 && args.rope.rope_dim % 2 == 0 &&
-                 args.rope.rope_dim <= kWidth);
+  check_v4_sparse_attention_args(args);
   SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0 && reinterpret_cast<std::uintptr_t>(args.kv) % 16 == 0);
   if (args.rows == 0) return;
   static const bool configured = [] {

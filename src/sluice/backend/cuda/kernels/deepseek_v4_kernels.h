@@ -67,6 +67,15 @@ void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t 
 // 64 heads, mma.sync bf16 with the softmax weights split in two bf16 terms);
 // the CUDA-core kernel above stays as its reference. q and kv 16 B aligned.
 void launch_v4_sparse_attention_mma(const V4SparseAttentionArgs& args, cudaStream_t stream);
+// The same op on warpgroup MMA (deepseek_v4_attention_wgmma.cu: a block a row
+// and 64 heads, 64-key tiles, sm_90a), for prefill. The softmax weights enter
+// P V as two bf16 terms (to 2^-17 of each: the f32 reference's bound) or as
+// one (FlashMLA's precision, 2^-9 of each, half the P V work). q and kv 16 B aligned.
+enum class V4SoftmaxWeights { two_bf16_terms, one_bf16 };
+void launch_v4_sparse_attention_wgmma(const V4SparseAttentionArgs& args, V4SoftmaxWeights weights,
+                                      cudaStream_t stream);
+// The argument checks every sparse attention launcher makes.
+void check_v4_sparse_attention_args(const V4SparseAttentionArgs& args);
 
 // The lightning indexer (DeepseekV4Kernels::indexer_top_k) on FP8 records:
 // index keys are e4m3 [128] with one f32 scale each (the 132 B record of
