@@ -17,6 +17,11 @@ static __device__ __forceinline__ void cp_async_16(void* dst, const void* src, b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
                "l"(src), "r"(src_bytes));
 }
+// 4 bytes (cp.async.ca: the L1-allocating form, the only one below 16 bytes).
+static __device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n"); }
 // Waits until at most kPending committed groups are still in flight.
