@@ -51,9 +51,10 @@
 //     Only the formats FORMATS (a comma list: 0 bf16, 1 grouped / mma.sync,
 //     2 cuBLASLt / wgmma, 3 grouped dense / wgmma, 4 the default with session
 //     17's indexer, 5 with session 18's indexer scores at prefill, 6 with the
-//     CUDA-core attention, 7 with session 18's mma.sync attention, 8 with 4
-//     and 6; the default 2; up to session 20, 5 and 6 were today's 6 and 8,
-//     in session 21 7 was today's 8), one step between cudaProfilerStart and
+//     CUDA-core attention, 7 with session 18's mma.sync attention, 8 with
+//     the wgmma attention's two bf16 softmax terms, 9 with 4 and 6; the
+//     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
+//     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
 //     --profile-from-start off; the first format listed): PROFILE 1 a decode
 //     step of BATCH sequences at CONTEXT, 2 the first prefill chunk of 8,192
@@ -554,6 +555,9 @@ int flash_formats(int argc, char** argv) {
       // The default but for session 18's mma.sync sparse attention: the A/B of the warpgroup-MMA one (session 22).
       {"FP8 default, session-18 sparse attention (mma.sync)", false,
        {.attention = cuda::DeepseekV4AttentionKernel::mma_sync}},
+      // The default but for the softmax weights as two bf16 terms (the f32 reference's precision).
+      {"FP8 default, wgmma sparse attention with two bf16 softmax terms", false,
+       {.attention = cuda::DeepseekV4AttentionKernel::wgmma_two_terms}},
       // Both of session 17's kernels.
       {"FP8 default, session-17 indexer and CUDA-core attention", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,

@@ -91,6 +91,7 @@ struct Case {
   std::string name() const {
     std::string n = testing::deepseek_v4_golden_name(weights);
     if (options.attention == cuda::DeepseekV4AttentionKernel::cuda_cores) n += "_cuda_core_attention";
+    if (options.attention == cuda::DeepseekV4AttentionKernel::wgmma_two_terms) n += "_two_term_attention";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_mma) n += "_session18_indexer";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
@@ -317,6 +318,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
                                        .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
+                      // The wgmma attention's softmax weights as two bf16 terms (the default takes one).
+                      Case{.weights = DeepseekV4GoldenWeights::f32,
+                           .options = {.attention = cuda::DeepseekV4AttentionKernel::wgmma_two_terms}},
                       // Session 18's indexer scores (mma.sync at prefill too).
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_mma}},

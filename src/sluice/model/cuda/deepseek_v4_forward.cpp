@@ -1196,6 +1196,9 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       .max_keys = max_keys, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd))};
   switch (p.w.options.attention) {
     case DeepseekV4AttentionKernel::wgmma:
+      launch_v4_sparse_attention_wgmma(attention_args, V4SoftmaxWeights::one_bf16, s);
+      break;
+    case DeepseekV4AttentionKernel::wgmma_two_terms:
       launch_v4_sparse_attention_wgmma(attention_args, V4SoftmaxWeights::two_bf16_terms, s);
       break;
     case DeepseekV4AttentionKernel::mma_sync: launch_v4_sparse_attention_mma(attention_args, s); break;

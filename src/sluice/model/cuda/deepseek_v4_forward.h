@@ -74,10 +74,12 @@ namespace sluice::cuda {
 enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma, e4m3_pool_wgmma_prefill };
 
 // The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
-// the reference), mma.sync (session 18) or warpgroup MMA with the softmax
-// weights as two bf16 terms (session 22, the default); the latter two match
-// the f32 reference to the same bound.
-enum class DeepseekV4AttentionKernel { cuda_cores, mma_sync, wgmma };
+// the reference), mma.sync (session 18), warpgroup MMA with the softmax
+// weights as two bf16 terms (session 22; these three match the f32
+// reference to the same bound) or as one (session 22, the default:
+// FlashMLA's precision, each weight to 2^-9 of itself, about what rounding
+// the output to bf16 for wo_a costs anyway).
+enum class DeepseekV4AttentionKernel { cuda_cores, mma_sync, wgmma_two_terms, wgmma };
 
 // The FP8 GEMMs' choices (CudaOptions' fields of the same names), the indexer's and the attention's kernels.
 struct DeepseekV4DeviceOptions {
