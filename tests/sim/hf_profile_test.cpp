@@ -87,7 +87,8 @@ TEST(HfProfile, DeepseekV3ConfigHasItsPublishedSizes) {
 // layers x 584 / 128 = 3850.25 B per token; per sequence, 43 window rings of
 // 128 x 584 B and the compressors' pending projections in f32 (CSA 2 windows
 // x kv and gate x 4 tokens x 1024, its indexer at 256; HCA 1 x 2 x 128 x 512).
-// Planning takes it; serving on the simulator refuses it.
+// Planning and serving take it (at its kernels' measured efficiencies:
+// tests/sim/deepseek_v4_cost_test.cpp).
 TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
   const std::string dir = write_model_dir("deepseek_v4_flash", testing::deepseek_v4_flash_config_json().dump());
   auto profile = plan_profile_from_hf_dir(dir);
@@ -102,9 +103,9 @@ TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
   EXPECT_EQ(profile->max_tensor_parallel, 8);
 
   auto served = profile_from_hf_dir(dir);
-  ASSERT_FALSE(served.ok());
-  EXPECT_NE(served.error_message().find("deepseek_v4 has no serving cost profile yet"), std::string::npos)
-      << served.error_message();
+  ASSERT_TRUE(served.ok()) << served.error_message();
+  EXPECT_TRUE(served->deepseek_v4_kernels);
+  EXPECT_EQ(served->kv_bytes_per_token, profile->kv_bytes_per_token);
 }
 
 TEST(HfProfile, RejectsWhatItCannotModel) {

@@ -53,7 +53,7 @@ Status run_calibrate(const CalibrateOptions& o) {
                 static_cast<std::size_t>(num_decode_lane));
   if (steps.empty()) return Error{o.trace_path + ": no steps"};
   // The prior `serve --device cuda` plans with: one GPU, our kernels' efficiencies.
-  const sim::HardwareSpec hardware = sim::h200_sluice_cuda();
+  const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(profile);
   const sim::RooflineCostModel model(profile, hardware, sim::Parallelism{});
   const sim::TermFactorFit fit = sim::fit_term_factors(model, steps);
 

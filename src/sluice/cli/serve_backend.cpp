@@ -61,7 +61,8 @@ Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
 Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& options) {
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(options.model_dir));
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), sim::Parallelism{}));
+  const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(profile);
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, hardware, sim::Parallelism{}));
   spdlog::info("cuda: {}", describe(options.cuda));
   // cuDNN's prefill plans for every step this server can run, built before it
   // serves where asked (cuda_options.h): prefill rows up to
@@ -82,7 +83,7 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   // Weights (and whatever else is resident) are measured after the upload;
   // activations are not resident yet, so their planned size is reserved here.
   const sim::MemoryPlan plan =
-      sim::plan_memory(profile, sim::h200_sluice_cuda(), sim::Parallelism{},
+      sim::plan_memory(profile, hardware, sim::Parallelism{},
                        {.gpu_memory_utilization = options.gpu_memory_utilization,
                         .max_num_seqs = options.max_num_seqs,
                         .max_num_batched_tokens = options.max_num_batched_tokens,
@@ -129,7 +130,8 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
   const sim::Parallelism parallelism{.num_gpus = options.tensor_parallel_size,
                                      .tensor_parallel = options.tensor_parallel_size,
                                      .expert_parallel = options.enable_expert_parallel ? options.tensor_parallel_size : 1};
-  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, sim::h200_sluice_cuda(), parallelism));
+  const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(profile);
+  SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, hardware, parallelism));
   // The same question `sluice plan` answers: a launch whose weights and
   // activations leave no room for KV is refused, whatever --kv-cache-memory says.
   const sim::MemoryOptions memory{.gpu_memory_utilization = options.gpu_memory_utilization,
@@ -137,10 +139,10 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
                                   .max_num_batched_tokens = options.max_num_batched_tokens,
                                   .block_size_tokens = options.block_size_tokens,
                                   .max_model_len_tokens = options.max_model_len_tokens};
-  const sim::MemoryPlan plan = sim::plan_memory(profile, sim::h200_sluice_cuda(), parallelism, memory);
+  const sim::MemoryPlan plan = sim::plan_memory(profile, hardware, parallelism, memory);
   if (!plan.fits())
     return Error{fmt::format("{} does not fit on {} x {} (--tensor-parallel-size {}{}): {}", profile.name,
-                             parallelism.num_gpus, sim::h200_sluice_cuda().name, parallelism.tensor_parallel,
+                             parallelism.num_gpus, hardware.name, parallelism.tensor_parallel,
                              options.enable_expert_parallel ? ", --enable-expert-parallel" : "",
                              sim::describe_shortfall(plan))};
   // The plan's blocks unless --kv-cache-memory sets them: make_sim_backend
@@ -155,7 +157,7 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
                                *options.kv_cache_memory_bytes, num_blocks, profile.name, bytes_per_block, INT32_MAX)};
     num_kv_blocks = static_cast<std::int32_t>(num_blocks);
   }
-  SLUICE_TRY_ASSIGN(simulated, sim::make_sim_backend(profile, sim::h200_sluice_cuda(), parallelism,
+  SLUICE_TRY_ASSIGN(simulated, sim::make_sim_backend(profile, hardware, parallelism,
                                                      {.memory = memory,
                                                       .max_model_len_tokens = options.max_model_len_tokens,
                                                       .num_kv_blocks_override = num_kv_blocks}));
@@ -177,7 +179,7 @@ Result<AutoDecodeLane> auto_decode_lane([[maybe_unused]] const std::string& mode
                                        [[maybe_unused]] double pace_ms, [[maybe_unused]] std::int32_t max_context) {
 #if SLUICE_HAVE_CUDA
   SLUICE_TRY_ASSIGN(profile, sim::profile_from_hf_dir(model_dir));
-  const sim::HardwareSpec hardware = sim::h200_sluice_cuda();
+  const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(profile);
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, hardware, sim::Parallelism{}));
   // A step may fill 0.9 of the pace: the pace is itself 0.8 of the 50 ms that
   // 20 tok/s allows, and S17-lead-1's 8-SM lane (30.3 ms steps at 40 ms) kept

@@ -184,6 +184,7 @@ ModelProfile deepseek_v41_flash() {
   p.residual_streams = 4;     // mHC
   p.weight_dtype_bytes = 1;
   p.gemm_uses_fp8 = true;     // FP8 dense, FP4 experts unpacked to FP8 MMA on SM90
+  p.deepseek_v4_kernels = true;  // V4's sparse attention, indexer and mHC (V4.1 keeps them)
 
   p.layer_groups = {encoder(), decoder()};
   p.decoder_replay_tokens = 128;

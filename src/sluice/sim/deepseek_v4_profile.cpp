@@ -11,9 +11,6 @@ namespace {
 
 constexpr double kBf16Bytes = 2.0;
 constexpr double kF32Bytes = 4.0;
-// FP4 e2m1 experts with one 8-bit scale per 32 values (MXFP4; the V4 group
-// size, 16 or 32, is unresolved in the spec: the difference is 1/32 B a weight).
-constexpr double kFp4ExpertBytes = 0.5 + 1.0 / 32;
 
 struct LayerCost {
   std::int64_t linear_params = 0;  // at the checkpoint's linear weight bytes
@@ -47,6 +44,7 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   p.residual_streams = ds.hc_mult;
   p.weight_dtype_bytes = linear_bytes;
   p.gemm_uses_fp8 = config.fp8.has_value();
+  p.deepseek_v4_kernels = true;
 
   // Every layer: q_a/q_b, the latent, grouped wo_a/wo_b, the shared expert;
   // router, norms and mHC.
@@ -72,7 +70,10 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
     g.num_routed_experts = ds.n_routed_experts;
     g.num_experts_per_token = ds.num_experts_per_tok;
     g.expert_params = 3 * hidden * inter;
-    g.expert_weight_bytes = static_cast<double>(g.expert_params) * (ds.fp4_experts ? kFp4ExpertBytes : linear_bytes);
+    // FP4 experts are held as FP8 on the device: SM90 has no FP4 MMA, and
+    // sluice's CUDA forward widens them to e4m3 at load (one byte a weight,
+    // as the FP8 experts of an FP8 checkpoint).
+    g.expert_weight_bytes = static_cast<double>(g.expert_params) * linear_bytes;
     // Every query attends its window; the per-kind terms are added below.
     g.attention.flops_per_query = flops_per_entry * static_cast<double>(window) * num_layers;
     g.attention.gather_bytes_per_query = records.latent_bytes * static_cast<double>(window) * num_layers;

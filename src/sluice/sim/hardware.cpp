@@ -1,5 +1,7 @@
 #include "sluice/sim/hardware.h"
 
+#include "sluice/sim/model_profile.h"
+
 namespace sluice::sim {
 
 HardwareSpec h200() {
@@ -74,6 +76,47 @@ HardwareSpec h200_sluice_cuda() {
   // 0.90 of h200() came from S7-5's 16-token pages.
   spec.efficiency.host_link = 0.97;
   return spec;
+}
+
+HardwareSpec h200_sluice_cuda_deepseek_v4() {
+  HardwareSpec spec = h200_sluice_cuda();
+  spec.name = "H200 (sluice CUDA kernels on DeepSeek-V4, as measured)";
+  // Session 22's V4-Flash-width forward (3 layers: sliding, CSA, HCA; FP8
+  // dense linears, FP4 experts held as FP8; deepseek_v4_forward_bench
+  // --flash-formats 3 131072 64), split by ncu over the last 8k chunk of a
+  // 128k prompt (S22-5, 54.5 ms of kernels), against make_deepseek_v4_profile's
+  // FLOPs at h200()'s peaks (FP8 1580 TFLOP/s):
+  //  - dense linears 4.4 ms of FP8 FLOPs took 19.0 ms with what runs per
+  //    token around them (cuBLASLt 5.2, FP8 quantization 3.4, bf16
+  //    conversions 1.4, hc_pre / hc_post 6.3, norms 1.9, rope, copies, the
+  //    embedding): 0.23;
+  //  - routed and shared experts 4.7 ms took 18.3 ms (the grouped FP8 GEMM
+  //    15.3, clamped SwiGLU 1.8, combine 0.9, plan 0.4): 0.26;
+  //  - attention 5.26 ms (sparse attention at bf16 peak, the indexer's scan
+  //    at FP8 peak) took ~15 ms (sparse attention 6.3 with one bf16 softmax
+  //    term, scores 6.3, top-k 1.6, compressors, key pools): 0.35.
+  spec.efficiency.gemm_compute = 0.23;
+  spec.efficiency.moe_compute = 0.26;
+  spec.efficiency.attention_compute = 0.35;
+  // A block a query row: no query tile to fill, no long-chunk kernel.
+  spec.attention_query_tile_rows = 1;
+  spec.attention_long_chunk_rows = 0;
+  spec.attention_compute_long_chunks = 0.0;
+  // Decode at batch 64 over 128k (S22-7): 6.27 ms for 16.6 GB of touched
+  // experts, dense weights and KV: 0.62 of 4.3 TB/s (the bench's 61.5%
+  // counts the same bytes against 4.31).
+  spec.efficiency.weight_bandwidth = 0.62;
+  spec.efficiency.kv_bandwidth = 0.62;
+  // The forward is not captured in CUDA graphs: batch 1 at 128k took 1.77-
+  // 1.85 ms a step (the second and later formats of a run; the first, 2.58)
+  // for 0.75 ms of GPU work: the host's enqueue, ~0.6 ms a layer, sets it.
+  spec.overhead.per_step_ms = 0.0;
+  spec.overhead.host_per_layer_ms = 0.6;
+  return spec;
+}
+
+HardwareSpec sluice_cuda_hardware(const ModelProfile& profile) {
+  return profile.deepseek_v4_kernels ? h200_sluice_cuda_deepseek_v4() : h200_sluice_cuda();
 }
 
 }  // namespace sluice::sim

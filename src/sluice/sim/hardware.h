@@ -10,6 +10,8 @@
 
 namespace sluice::sim {
 
+struct ModelProfile;
+
 // Fraction of each ceiling a good engine reaches. One struct, so a calibration
 // run can replace them together.
 struct Efficiency {
@@ -37,6 +39,10 @@ struct Efficiency {
 // Fixed costs of a step that no roofline sees.
 struct StepOverhead {
   double per_step_ms = 0.50;          // scheduling, launch (CUDA graphs), input copies
+  // The host's time to enqueue one layer's kernels (a forward without CUDA
+  // graphs): a step takes at least layers x this, however little the GPU has
+  // to do, and no more where the GPU takes longer (the enqueue runs ahead).
+  double host_per_layer_ms = 0.0;
   double per_sequence_ms = 0.005;     // sampling and bookkeeping per sampled sequence
   double per_collective_ms = 0.010;   // NCCL latency of one small collective on NVLink
 };
@@ -86,5 +92,10 @@ HardwareSpec h200();
 // sizes prefill chunks with, and what `serve --device sim` predicts. h200()
 // keeps the efficiencies a good engine reaches (cuDNN, cuBLAS), for plans.
 HardwareSpec h200_sluice_cuda();
+// The same H200 running DeepSeek-V4's kernels (the V4-Flash-width forward,
+// measured in session 22: docs/cost-model.md "DeepSeek-V4").
+HardwareSpec h200_sluice_cuda_deepseek_v4();
+// The measured spec for the kernels `profile` runs (the two above).
+HardwareSpec sluice_cuda_hardware(const ModelProfile& profile);
 
 }  // namespace sluice::sim

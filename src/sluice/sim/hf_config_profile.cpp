@@ -40,12 +40,13 @@ ModelProfile deepseek_v3_profile(const std::string& dir, const ModelConfig& conf
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir) {
   SLUICE_TRY_ASSIGN(config, load_model_config(dir));
   if (config.architecture == Architecture::deepseek_v3) return deepseek_v3_profile(dir, config);
-  // Serving it on the simulator (and CUDA's step sizing) waits for measured
-  // per-layer costs; plan_profile_from_hf_dir sizes its memory from its KV layout.
-  if (config.architecture == Architecture::deepseek_v4)
-    return Error{dir + "/config.json: deepseek_v4 has no serving cost profile yet (--device sim and cuda: its "
-                       "per-layer costs are issue 18 stage 4; --device cpu serves it; `sluice plan --model` reports "
-                       "its KV layout and memory)"};
+  if (config.architecture == Architecture::deepseek_v4) {
+    ModelProfile profile = make_deepseek_v4_profile(dir, config);
+    profile.source = dir + "/config.json (deepseek_v4, " + (config.fp8 ? "fp8" : "bf16") +
+                     " weights; KV as its paged layout stores it with CUDA's fp8_ds_mla records and FP8 index keys; "
+                     "costs from shapes at the efficiencies its kernels were measured at on the H200)";
+    return profile;
+  }
   DenseShape shape;
   shape.name = dir;
   shape.num_layers = config.num_layers;
@@ -63,14 +64,6 @@ Result<ModelProfile> profile_from_hf_dir(const std::string& dir) {
   return profile;
 }
 
-Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir) {
-  SLUICE_TRY_ASSIGN(config, load_model_config(dir));
-  if (config.architecture != Architecture::deepseek_v4) return profile_from_hf_dir(dir);
-  ModelProfile profile = make_deepseek_v4_profile(dir, config);
-  profile.source = dir + "/config.json (deepseek_v4, " + (config.fp8 ? "fp8" : "bf16") +
-                   " weights; KV as its paged layout stores it with CUDA's fp8_ds_mla records and FP8 index keys; "
-                   "costs assumed from shapes, not measured)";
-  return profile;
-}
+Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir) { return profile_from_hf_dir(dir); }
 
 }  // namespace sluice::sim

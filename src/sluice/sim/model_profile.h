@@ -79,6 +79,10 @@ struct ModelProfile {
   std::int32_t residual_streams = 1;    // hyper-connection copies of the hidden state
   double weight_dtype_bytes = 2;        // dense weights (2 = bf16, 1 = fp8)
   bool gemm_uses_fp8 = false;           // GEMMs run on FP8 MMA (fp8/fp4 checkpoints)
+  // Runs DeepSeek-V4's kernels (sparse CSA/HCA attention, the indexer, mHC,
+  // hash/sqrtsoftplus MoE): sluice_cuda_hardware() prices it with their
+  // measured efficiencies, not the dense family's.
+  bool deepseek_v4_kernels = false;
 
   std::vector<LayerGroup> layer_groups;
   // CED decoder replay: a kReplayTail group runs on this many last tokens of
@@ -174,17 +178,18 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape);
 // HCA), and the KV cache of its paged layout (model/deepseek_v4_kv_layout.h)
 // with the CUDA kernels' records (fp8_ds_mla entries, FP8 index keys):
 // compressed entries and index keys per token, the window ring and the
-// compressors' pending projections per sequence. Costs from shapes, none
-// measured (issue 18 stage 4).
+// compressors' pending projections per sequence. Its FLOPs and bytes come
+// from shapes; h200_sluice_cuda_deepseek_v4() holds the efficiencies its
+// kernels were measured at (deepseek_v4_kernels is set).
 ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig& config);
 
-// Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3;
-// model/config.h) into a profile: dense family in bf16, DeepSeek-V3 with its
-// checkpoint's FP8 linear weights at one byte. Refuses deepseek_v4: the
-// simulator does not serve it until its costs are measured.
+// Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3,
+// deepseek_v4; model/config.h) into a profile: dense family in bf16,
+// DeepSeek-V3 with its checkpoint's FP8 linear weights at one byte,
+// DeepSeek-V4 as make_deepseek_v4_profile builds it.
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir);
-// As profile_from_hf_dir, deepseek_v4 included (make_deepseek_v4_profile):
-// `sluice plan`'s memory and capacity numbers for it rest on its KV layout.
+// profile_from_hf_dir for `sluice plan` (the same profiles since DeepSeek-V4
+// is served: session 22).
 Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir);
 
 }  // namespace sluice::sim

@@ -1,0 +1,97 @@
+// DeepSeek-V4 on the simulator: make_deepseek_v4_profile's FLOPs and bytes
+// at h200_sluice_cuda_deepseek_v4()'s efficiencies against what sluice's CUDA
+// forward measured on the H200 at V4-Flash's width (session 22,
+// docs/benchmarks.md S22-5 and S22-7: deepseek_v4_forward_bench
+// --flash-formats 3 131072 64, 3 layers: sliding, CSA, HCA; FP8 dense
+// linears, FP4 experts held as FP8). The efficiencies were fitted to the
+// kernel split of one chunk (ncu), so these check the whole: other chunks,
+// a whole prompt, decode at two batch sizes, and the host-bound step.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../support/deepseek_v4_flash_config.h"
+#include "sluice/model/config.h"
+#include "sluice/sim/hardware.h"
+#include "sluice/sim/model_profile.h"
+#include "sluice/sim/roofline_cost_model.h"
+
+namespace sluice::sim {
+namespace {
+
+// The bench's model: V4-Flash's config cut to 3 layers.
+ModelProfile bench_profile() {
+  nlohmann::json j = testing::deepseek_v4_flash_config_json();
+  j["num_hidden_layers"] = 3;
+  j["compress_ratios"] = {0, 4, 128, 0};
+  j["num_hash_layers"] = 1;
+  auto config = parse_model_config(j.dump(), "config.json");
+  SLUICE_CHECK_MSG(config.ok(), config.error_message());
+  return make_deepseek_v4_profile("deepseek-v4-flash-3-layers", *config);
+}
+
+StepShape decode(int batch, std::int32_t context) {
+  StepShape s;
+  for (int i = 0; i < batch; ++i) s.sequences.push_back({.num_new_tokens = 1, .num_computed_tokens = context});
+  return s;
+}
+StepShape chunk(std::int32_t rows, std::int32_t context) {
+  return StepShape{{{.num_new_tokens = rows, .num_computed_tokens = context}}};
+}
+
+// Measured on the H200 (2026-12-04).
+constexpr double kFirstChunkMs = 8192 / 168537.0 * 1e3;  // S22-7: the first 8k of a prompt, 168.5k tok/s
+constexpr double kPromptMs = 131072 / 162054.0 * 1e3;    // S22-7: 128k in chunks of 8k, 162.1k tok/s
+constexpr double kLastChunkMs = 54.5;                    // S22-5: ncu's kernels of the last chunk
+constexpr double kDecode64Ms = 6.27;                     // S22-7: batch 64 at 128k
+constexpr double kDecode1Ms = 1.77;                      // S22-7: batch 1 at 128k (host-bound)
+
+TEST(DeepseekV4Cost, PredictsTheForwardMeasuredOnTheH200) {
+  const RooflineCostModel model(bench_profile(), h200_sluice_cuda_deepseek_v4(), Parallelism{});
+  double prompt = 0;
+  for (int c = 0; c < 16; ++c) prompt += model.predict_step_ms(chunk(8192, c * 8192));
+  EXPECT_NEAR(prompt / kPromptMs, 1.0, 0.10) << prompt;
+  EXPECT_NEAR(model.predict_step_ms(chunk(8192, 122880)) / kLastChunkMs, 1.0, 0.10);
+  // The first chunk ran 15% slower than its kernels' rates predict (the
+  // step arena's first allocations are in it); the bound says so.
+  EXPECT_NEAR(model.predict_step_ms(chunk(8192, 0)) / kFirstChunkMs, 1.0, 0.20);
+  EXPECT_NEAR(model.predict_step_ms(decode(64, 131072)) / kDecode64Ms, 1.0, 0.10);
+  EXPECT_NEAR(model.predict_step_ms(decode(1, 131072)) / kDecode1Ms, 1.0, 0.10);
+}
+
+// Batch 1 waits on the host's enqueue (no CUDA graphs yet), batch 64 and a
+// prefill chunk on the GPU: the enqueue adds nothing there.
+TEST(DeepseekV4Cost, TheHostsEnqueueBoundsOnlyTheSmallSteps) {
+  const HardwareSpec hw = h200_sluice_cuda_deepseek_v4();
+  const RooflineCostModel model(bench_profile(), hw, Parallelism{});
+  const StepCost one = model.predict(decode(1, 131072));
+  EXPECT_DOUBLE_EQ(one.host_enqueue_ms, 3 * hw.overhead.host_per_layer_ms);
+  EXPECT_GT(one.host_bound_excess_ms(), 0.0);
+  EXPECT_DOUBLE_EQ(one.total_ms(), one.host_enqueue_ms + one.overhead_ms);
+  const CostTerms terms = model.predict_terms(decode(1, 131072));
+  EXPECT_NEAR(terms.total_ms(), one.total_ms(), 1e-9);
+  for (const StepShape& gpu_bound : {decode(64, 131072), chunk(8192, 0)}) {
+    const StepCost c = model.predict(gpu_bound);
+    EXPECT_EQ(c.host_bound_excess_ms(), 0.0);
+    EXPECT_DOUBLE_EQ(c.total_ms(), c.device_ms() + c.overhead_ms);
+  }
+}
+
+// What the server and `sluice calibrate` price a model with.
+TEST(DeepseekV4Cost, ServingPicksTheSpecOfTheKernelsAModelRuns) {
+  EXPECT_EQ(sluice_cuda_hardware(bench_profile()).name, h200_sluice_cuda_deepseek_v4().name);
+  EXPECT_EQ(sluice_cuda_hardware(*find_profile("deepseek-v4.1-flash")).name, h200_sluice_cuda_deepseek_v4().name);
+  EXPECT_EQ(sluice_cuda_hardware(*find_profile("llama-3-8b")).name, h200_sluice_cuda().name);
+  // The dense family's spec has no enqueue floor: CUDA graphs carry its decode.
+  EXPECT_EQ(h200_sluice_cuda().overhead.host_per_layer_ms, 0.0);
+}
+
+// FP4 experts are priced as the FP8 the device holds them in.
+TEST(DeepseekV4Cost, Fp4ExpertsWeighWhatTheDeviceHolds) {
+  const ModelProfile p = bench_profile();
+  for (const LayerGroup& g : p.layer_groups)
+    EXPECT_DOUBLE_EQ(g.expert_weight_bytes, static_cast<double>(g.expert_params)) << g.name;
+}
+
+}  // namespace
+}  // namespace sluice::sim
