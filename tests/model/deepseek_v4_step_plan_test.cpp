@@ -87,6 +87,23 @@ std::vector<float> pool_entry(const Pool& p, const RowOf& prev, const RowOf& pre
   return entry;
 }
 
+// The cache a runner sizes by budget holds the layout's f32 floats on a bf16
+// backend too (CUDA): sized at the activations' 2 bytes, `serve --device
+// cuda` asked CudaOps for twice the device's memory (session 22, on the H200).
+TEST(DeepseekV4KvBlock, AModelDefinedBlockIsF32WhateverTheActivations) {
+  auto layout = DeepseekV4KvLayout::make(small_config(), 64);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  const KvCacheSpec spec{.num_layers = 1, .num_blocks = 1, .block_size_tokens = 64, .num_kv_heads = 1,
+                         .head_dim = static_cast<std::int32_t>((layout->floats_per_block() + 63) / 64),
+                         .layout = KvCacheLayout::model_defined};
+  for (DType activations : {DType::bf16, DType::f32}) {
+    EXPECT_EQ(spec.value_dtype(activations), DType::f32);
+    EXPECT_GE(spec.bytes_per_block(spec.value_dtype(activations)), layout->floats_per_block() * 4);
+  }
+  const KvCacheSpec dense{.num_layers = 2, .num_blocks = 1, .block_size_tokens = 16, .num_kv_heads = 8, .head_dim = 128};
+  EXPECT_EQ(dense.value_dtype(DType::bf16), DType::bf16);
+}
+
 class DeepseekV4StepPlanTest : public ::testing::TestWithParam<std::int32_t> {};
 
 TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {

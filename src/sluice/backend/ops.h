@@ -73,6 +73,10 @@ struct KvCacheSpec {
     return values_per_token_per_layer() * num_layers * block_size_tokens *
            static_cast<std::int64_t>(dtype_size_bytes(dtype));
   }
+  // The type a backend whose activations are `activation` stores the values
+  // in: a model-defined area is f32 on every backend (the CPU's bytes, so the
+  // prefix cache and the host tier move the same state everywhere).
+  DType value_dtype(DType activation) const { return layout == KvCacheLayout::model_defined ? DType::f32 : activation; }
 };
 
 struct RopeParams {

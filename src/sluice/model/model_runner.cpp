@@ -264,8 +264,9 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
                                                                             : config.max_position_embeddings};
   // A block's bytes over all ranks (each holds its share of the KV heads, or
   // MLA's whole latent): kv_cache_bytes is the whole cache's.
+  const KvCacheSpec block_spec = model.kv_cache_spec(1, options.block_size_tokens);
   const std::int64_t bytes_per_block =
-      model.kv_cache_spec(1, options.block_size_tokens).bytes_per_block(ops.activation_dtype()) * num_ranks;
+      block_spec.bytes_per_block(block_spec.value_dtype(ops.activation_dtype())) * num_ranks;
   std::int64_t kv_cache_bytes = options.kv_cache_bytes;
   if (options.device_memory_budget_bytes > 0) {
     const std::optional<std::int64_t> free_bytes = ops.device_memory_free_bytes();

@@ -129,7 +129,7 @@ class CudaOps final : public Ops {
     if (spec.num_kv_heads <= 0 || spec.num_layers <= 0 || spec.num_blocks <= 0 ||
         spec.block_size_tokens <= 0 || spec.head_dim <= 0)
       return Error{"CUDA backend: KV cache spec has a zero dimension"};
-    const DType cache_dtype = model_defined ? DType::f32 : DType::bf16;
+    const DType cache_dtype = spec.value_dtype(DType::bf16);
     const std::int64_t bytes = spec.bytes_per_block(cache_dtype) * spec.num_blocks;
     if (!owns_kv_cache_) return Error{"CUDA backend: a lane reads the KV cache of the Ops it was made from"};
     if (kv_cache_ != nullptr) SLUICE_CUDA_CHECK(cudaFree(kv_cache_));
