@@ -5,7 +5,7 @@
 // --flash-formats 3 131072 64, 3 layers: sliding, CSA, HCA; FP8 dense
 // linears, FP4 experts held as FP8). The efficiencies were fitted to the
 // kernel split of one chunk (ncu), so these check the whole: other chunks,
-// a whole prompt, decode at two batch sizes, and the host-bound step.
+// a whole prompt, decode at two batch sizes, and the step held at its floor.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -44,7 +44,7 @@ constexpr double kFirstChunkMs = 8192 / 168537.0 * 1e3;  // S22-7: the first 8k 
 constexpr double kPromptMs = 131072 / 162054.0 * 1e3;    // S22-7: 128k in chunks of 8k, 162.1k tok/s
 constexpr double kLastChunkMs = 54.5;                    // S22-5: ncu's kernels of the last chunk
 constexpr double kDecode64Ms = 6.27;                     // S22-7: batch 64 at 128k
-constexpr double kDecode1Ms = 1.77;                      // S22-7: batch 1 at 128k (host-bound)
+constexpr double kDecode1Ms = 1.77;                      // S22-7: batch 1 at 128k (at its layers' floor)
 
 TEST(DeepseekV4Cost, PredictsTheForwardMeasuredOnTheH200) {
   const RooflineCostModel model(bench_profile(), h200_sluice_cuda_deepseek_v4(), Parallelism{});
@@ -59,20 +59,21 @@ TEST(DeepseekV4Cost, PredictsTheForwardMeasuredOnTheH200) {
   EXPECT_NEAR(model.predict_step_ms(decode(1, 131072)) / kDecode1Ms, 1.0, 0.10);
 }
 
-// Batch 1 waits on the host's enqueue (no CUDA graphs yet), batch 64 and a
-// prefill chunk on the GPU: the enqueue adds nothing there.
-TEST(DeepseekV4Cost, TheHostsEnqueueBoundsOnlyTheSmallSteps) {
+// Batch 1 is held at its layers' floor (many small kernels, no CUDA graphs),
+// batch 64 and a prefill chunk by their bytes and FLOPs: the floor adds
+// nothing there.
+TEST(DeepseekV4Cost, TheLayersFloorBoundsOnlyTheSmallSteps) {
   const HardwareSpec hw = h200_sluice_cuda_deepseek_v4();
   const RooflineCostModel model(bench_profile(), hw, Parallelism{});
   const StepCost one = model.predict(decode(1, 131072));
-  EXPECT_DOUBLE_EQ(one.host_enqueue_ms, 3 * hw.overhead.host_per_layer_ms);
-  EXPECT_GT(one.host_bound_excess_ms(), 0.0);
-  EXPECT_DOUBLE_EQ(one.total_ms(), one.host_enqueue_ms + one.overhead_ms);
+  EXPECT_DOUBLE_EQ(one.layer_floor_ms, 3 * hw.overhead.per_layer_floor_ms);
+  EXPECT_GT(one.floor_excess_ms(), 0.0);
+  EXPECT_DOUBLE_EQ(one.total_ms(), one.layer_floor_ms + one.overhead_ms);
   const CostTerms terms = model.predict_terms(decode(1, 131072));
   EXPECT_NEAR(terms.total_ms(), one.total_ms(), 1e-9);
   for (const StepShape& gpu_bound : {decode(64, 131072), chunk(8192, 0)}) {
     const StepCost c = model.predict(gpu_bound);
-    EXPECT_EQ(c.host_bound_excess_ms(), 0.0);
+    EXPECT_EQ(c.floor_excess_ms(), 0.0);
     EXPECT_DOUBLE_EQ(c.total_ms(), c.device_ms() + c.overhead_ms);
   }
 }
@@ -82,8 +83,8 @@ TEST(DeepseekV4Cost, ServingPicksTheSpecOfTheKernelsAModelRuns) {
   EXPECT_EQ(sluice_cuda_hardware(bench_profile()).name, h200_sluice_cuda_deepseek_v4().name);
   EXPECT_EQ(sluice_cuda_hardware(*find_profile("deepseek-v4.1-flash")).name, h200_sluice_cuda_deepseek_v4().name);
   EXPECT_EQ(sluice_cuda_hardware(*find_profile("llama-3-8b")).name, h200_sluice_cuda().name);
-  // The dense family's spec has no enqueue floor: CUDA graphs carry its decode.
-  EXPECT_EQ(h200_sluice_cuda().overhead.host_per_layer_ms, 0.0);
+  // The dense family's spec has no layer floor: CUDA graphs carry its decode.
+  EXPECT_EQ(h200_sluice_cuda().overhead.per_layer_floor_ms, 0.0);
 }
 
 // FP4 experts are priced as the FP8 the device holds them in.

@@ -107,11 +107,12 @@ HardwareSpec h200_sluice_cuda_deepseek_v4() {
   // counts the same bytes against 4.31).
   spec.efficiency.weight_bandwidth = 0.62;
   spec.efficiency.kv_bandwidth = 0.62;
-  // The forward is not captured in CUDA graphs: batch 1 at 128k took 1.77-
-  // 1.85 ms a step (the second and later formats of a run; the first, 2.58)
-  // for 0.75 ms of GPU work: the host's enqueue, ~0.6 ms a layer, sets it.
+  // Batch 1 at 128k took 1.77-1.85 ms a step (the second and later formats
+  // of a run; the first, 2.58) for 0.75 ms of weight and KV reads at this
+  // bandwidth: ~60 small kernels a layer, not in CUDA graphs, hold a layer
+  // to ~0.6 ms (session 21 measured 1.77 ms of kernels in such a step).
   spec.overhead.per_step_ms = 0.0;
-  spec.overhead.host_per_layer_ms = 0.6;
+  spec.overhead.per_layer_floor_ms = 0.6;
   return spec;
 }
 

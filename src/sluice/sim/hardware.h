@@ -39,10 +39,11 @@ struct Efficiency {
 // Fixed costs of a step that no roofline sees.
 struct StepOverhead {
   double per_step_ms = 0.50;          // scheduling, launch (CUDA graphs), input copies
-  // The host's time to enqueue one layer's kernels (a forward without CUDA
-  // graphs): a step takes at least layers x this, however little the GPU has
-  // to do, and no more where the GPU takes longer (the enqueue runs ahead).
-  double host_per_layer_ms = 0.0;
+  // The least time one layer's kernels take however little they move (a
+  // forward of many small kernels, not in CUDA graphs: their launches and
+  // latencies): a step takes at least layers x this, and no more where its
+  // FLOPs and bytes take longer (the floor overlaps them).
+  double per_layer_floor_ms = 0.0;
   double per_sequence_ms = 0.005;     // sampling and bookkeeping per sampled sequence
   double per_collective_ms = 0.010;   // NCCL latency of one small collective on NVLink
 };

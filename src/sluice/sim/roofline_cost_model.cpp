@@ -99,7 +99,7 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
     }
     if (tokens <= 0) continue;  // weights of a group nobody runs are not read
     any_group_ran = true;
-    cost.host_enqueue_ms += g.num_layers * hw.overhead.host_per_layer_ms;
+    cost.layer_floor_ms += g.num_layers * hw.overhead.per_layer_floor_ms;
 
     dense_flops += 2.0 * static_cast<double>(g.dense_params) * tokens;
     cost.weight_bytes_per_gpu += g.dense_weight_bytes / tp;
@@ -182,8 +182,8 @@ double RooflineCostModel::predict_step_ms(const StepShape& shape) const { return
 
 CostTerms RooflineCostModel::predict_terms(const StepShape& shape) const {
   const StepCost cost = predict(shape);
-  // A host-bound step's excess over the GPU's work is a fixed cost too.
-  CostTerms terms{.fixed_ms = cost.comm_ms + cost.host_ms + cost.overhead_ms + cost.host_bound_excess_ms()};
+  // A step held at its layers' floor: the excess is a fixed cost too.
+  CostTerms terms{.fixed_ms = cost.comm_ms + cost.host_ms + cost.overhead_ms + cost.floor_excess_ms()};
   (cost.gemm_memory_bound ? terms.gemm_memory_ms : terms.gemm_compute_ms) = cost.gemm_ms;
   (cost.attention_memory_bound ? terms.attention_memory_ms : terms.attention_compute_ms) = cost.attention_ms;
   return terms;

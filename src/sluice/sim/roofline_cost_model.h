@@ -31,12 +31,12 @@ struct StepCost {
   double comm_ms = 0;
   double host_ms = 0;
   double overhead_ms = 0;
-  double host_enqueue_ms = 0;  // the host's enqueue of the layers run (HardwareSpec::overhead.host_per_layer_ms)
+  double layer_floor_ms = 0;  // the layers run x HardwareSpec::overhead.per_layer_floor_ms
 
   double device_ms() const { return gemm_ms + attention_ms + comm_ms + host_ms; }
-  // The enqueue runs ahead of the GPU: it sets the step only where it is longer.
-  double host_bound_excess_ms() const { return std::max(0.0, host_enqueue_ms - device_ms()); }
-  double total_ms() const { return device_ms() + host_bound_excess_ms() + overhead_ms; }
+  // The floor sets the step only where it is longer than the FLOPs and bytes.
+  double floor_excess_ms() const { return std::max(0.0, layer_floor_ms - device_ms()); }
+  double total_ms() const { return device_ms() + floor_excess_ms() + overhead_ms; }
 };
 
 // Expected number of distinct experts that `num_tokens` tokens touch when each
