@@ -602,3 +602,72 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
                          });
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+using namespace sluice::testing;
+
+// The activations' FP8 quantization against the host's rule, bit for bit:
+// scale = amax / 448 a 1x128 block (1 for an all-zero block), q =
+// e4m3(x / scale) rounded to nearest even and saturated. k whole blocks (the
+// half-warp path: 8 values a lane, two blocks a pass) and not (a warp a
+// block); padding rows zeros with scale 1; the grouped scale layout.
+void check_quantize(std::int64_t rows, std::int64_t padded_rows, std::int64_t k,
+                    const std::vector<std::int32_t>& group_offsets) {
+  std::vector<float> x = random_bf16(static_cast<std::size_t>(rows * k), 31, 3.0f);
+  for (std::int64_t c = 0; c < std::min<std::int64_t>(k, 128); ++c) x[static_cast<std::size_t>(c)] = 0.0f;  // a zero block
+  DeviceArray dx(x, DType::bf16, Shape{rows, k});
+  const std::int64_t col_blocks = (k + 127) / 128, m = padded_rows;
+  std::uint8_t* dq = nullptr;
+  float* dscales = nullptr;
+  std::int32_t* doffsets = nullptr;
+  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dq), static_cast<std::size_t>(m * k)) == cudaSuccess);
+  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dscales), static_cast<std::size_t>(m * col_blocks) * 4) == cudaSuccess);
+  SLUICE_CHECK(cudaMemset(dq, 0x7f, static_cast<std::size_t>(m * k)) == cudaSuccess);  // NaN codes: unwritten bytes show
+  if (!group_offsets.empty()) {
+    SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&doffsets), group_offsets.size() * 4) == cudaSuccess);
+    SLUICE_CHECK(cudaMemcpy(doffsets, group_offsets.data(), group_offsets.size() * 4, cudaMemcpyHostToDevice) ==
+                 cudaSuccess);
+  }
+  cuda::launch_quantize_fp8_rows({.x = dx.tensor().data, .rows = rows, .padded_rows = padded_rows, .k = k, .q = dq,
+                                  .scales = dscales, .group_offsets = doffsets,
+                                  .num_groups = static_cast<std::int32_t>(group_offsets.empty() ? 0 : group_offsets.size() - 1)},
+                                 {});
+  sync();
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(m * k));
+  std::vector<float> scales(static_cast<std::size_t>(m * col_blocks));
+  SLUICE_CHECK(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  SLUICE_CHECK(cudaMemcpy(scales.data(), dscales, scales.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaFree(dq);
+  cudaFree(dscales);
+  cudaFree(doffsets);
+  for (std::int64_t r = 0; r < m; ++r) {
+    std::int64_t first = 0, count = m;
+    for (std::size_t g = 0; g + 1 < group_offsets.size(); ++g)
+      if (group_offsets[g] <= r && r < group_offsets[g + 1]) first = group_offsets[g], count = group_offsets[g + 1] - first;
+    for (std::int64_t b = 0; b < col_blocks; ++b) {
+      float amax = 0.0f;
+      for (std::int64_t c = b * 128; c < std::min(k, (b + 1) * 128); ++c)
+        if (r < rows) amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * k + c)]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      ASSERT_EQ(scales[static_cast<std::size_t>(col_blocks * first + b * count + (r - first))], scale)
+          << "row " << r << " block " << b << " k " << k;
+      for (std::int64_t c = b * 128; c < std::min(k, (b + 1) * 128); ++c) {
+        const float v = r < rows ? x[static_cast<std::size_t>(r * k + c)] : 0.0f;
+        ASSERT_EQ(q[static_cast<std::size_t>(r * k + c)], f32_to_fp8_e4m3(v / scale)) << "row " << r << " col " << c;
+      }
+    }
+  }
+}
+
+TEST(CudaFp8Quantize, MatchesTheHostsRuleBitForBit) {
+  check_quantize(37, 40, 4096, {});  // whole blocks, padding rows, an odd number of blocks' pairs at the end
+  check_quantize(5, 5, 1152, {});    // 9 blocks a row: pairs across rows
+  check_quantize(3, 3, 128, {});     // one block a row
+  check_quantize(7, 9, 200, {});     // not whole: a warp a block, columns checked
+  check_quantize(12, 12, 384, {0, 5, 5, 12});  // grouped scales (an empty group)
+}
+
+}  // namespace
+}  // namespace sluice
