@@ -3,7 +3,7 @@
 // windows hit the prefix cache, and one whose prefix comes back from the
 // host KV tier, and they generate the same tokens and log-probabilities (top
 // 5 included) as the same prompts run cold; several requests batched in one
-// step equal each run alone. The simulator still refuses the architecture.
+// step equal each run alone. The simulator serves it too.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,7 +15,9 @@
 #include "sluice/engine/engine.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/model_runner.h"
+#include "sluice/sim/hardware.h"
 #include "sluice/sim/model_profile.h"
+#include "sluice/sim/sim_backend.h"
 
 namespace sluice {
 namespace {
@@ -135,10 +137,19 @@ TEST(DeepseekV4OnEngine, BatchedEqualsAlone) {
   }
 }
 
-TEST(DeepseekV4OnEngine, SimulatorRefusesIt) {
+// Since session 22 the simulator serves it, at its kernels' measured
+// efficiencies (tests/sim/deepseek_v4_cost_test.cpp), with the KV of its
+// paged layout.
+TEST(DeepseekV4OnEngine, SimulatorServesItAtItsKernelsCosts) {
   auto profile = sim::profile_from_hf_dir(tiny_v4_dir());
-  ASSERT_FALSE(profile.ok());
-  EXPECT_NE(profile.error_message().find("deepseek_v4"), std::string::npos) << profile.error_message();
+  ASSERT_TRUE(profile.ok()) << profile.error_message();
+  EXPECT_TRUE(profile->deepseek_v4_kernels);
+  EXPECT_GT(profile->kv_bytes_per_token, 0.0);
+  const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(*profile);
+  EXPECT_EQ(hardware.name, sim::h200_sluice_cuda_deepseek_v4().name);
+  auto backend = sim::make_sim_backend(*profile, hardware, {}, {});
+  ASSERT_TRUE(backend.ok()) << backend.error_message();
+  EXPECT_GT((*backend)->info().num_kv_blocks, 0);
 }
 
 }  // namespace
