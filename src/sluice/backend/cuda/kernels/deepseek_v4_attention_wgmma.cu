@@ -29,6 +29,7 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/backend/cuda/kernels/latent_wgmma_softmax.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
@@ -148,14 +149,6 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_wgmma_kernel(
         wgmma_m64n64k16_rs_tb(o_acc[p], pa[kk],
                               smem_desc(s_v + p * kTilePanelBytes + kk * 16 * kWgmmaLineBytes, 1024, 1024));
   };
-  // Skipped, exactly, where no head of the warp raised its max this tile.
-  auto rescale_o = [&](const float (&correction)[2]) {
-    if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
-#pragma unroll
-    for (int p = 0; p < kPanelsPerGroup; ++p)
-#pragma unroll
-      for (int k = 0; k < 32; ++k) o_acc[p][k] *= correction[(k % 4) / 2];
-  };
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     cp_async_wait<0>();
@@ -182,29 +175,9 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_wgmma_kernel(
       wgmma_wait<0>();
       fence_registers(s);
 
-      // s[4j + i]: head row0 + 8 (i / 2), key 8j + 2 (lane % 4) + (i % 2) of the tile.
-      const int valid_keys = num_keys - tile * kBlockN;
-      if (valid_keys < kBlockN) {
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            if (8 * j + 2 * (lane % 4) + (k % 2) >= valid_keys) s[4 * j + k] = -INFINITY;
-      }
-      float row_max[2] = {-INFINITY, -INFINITY};  // unscaled: the scale is folded into the exponent
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) row_max[k / 2] = fmaxf(row_max[k / 2], s[4 * j + k]);
+      // The running max is finite from the start: it starts at the sink.
       float correction[2], row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-        const float m_new = fmaxf(m_run[h], row_max[h] * scale_log2);  // finite: it starts at the sink
-        correction[h] = exp2f(m_run[h] - m_new);
-        m_run[h] = m_new;
-      }
+      raise_running_max<kBlockN>(s, num_keys - tile * kBlockN, lane, scale_log2, m_run, correction);
       // The sum is of the weights P V multiplies (bf16, or hi + lo).
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j)
@@ -240,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_wgmma_kernel(
       named_barrier_arrive(kPReadyBarrier, kThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * correction[h] + row_sum[h];
-      rescale_o(correction);
+      rescale_panels(o_acc, correction);
     } else {
       named_barrier_sync(kPReadyBarrier, kThreads);
       const float correction[2] = {s_correction[row0], s_correction[row0 + 8]};
@@ -250,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_wgmma_kernel(
         ldmatrix_x4(pa_hi[kk], s_p_hi + p_row + kk * 16);
         if constexpr (kTwoTerms) ldmatrix_x4(pa_lo[kk], s_p_lo + p_row + kk * 16);
       }
-      rescale_o(correction);
+      rescale_panels(o_acc, correction);
     }
 #pragma unroll
     for (int p = 0; p < kPanelsPerGroup; ++p) fence_registers(o_acc[p]);

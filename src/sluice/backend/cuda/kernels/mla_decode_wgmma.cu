@@ -42,6 +42,7 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/latent_wgmma_softmax.cuh"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mbarrier.cuh"
@@ -221,16 +222,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                               smem_desc(s_v + p * kTilePanelBytes + kk * 16 * kWgmmaLineBytes, 1024, 1024));
     wgmma_commit();
   };
-  // Skipped, exactly, where no head of the warp raised its max this tile (every
-  // factor 1): on most tiles once the max has settled, and the 128 multiplies
-  // sit between the softmax and the P V MMAs, where the tensor cores idle.
-  auto rescale_o = [&](const float (&correction)[2]) {
-    if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
-#pragma unroll
-    for (int p = 0; p < kPanelsPerGroup; ++p)
-#pragma unroll
-      for (int k = 0; k < 32; ++k) o_acc[p][k] *= correction[(k % 4) / 2];
-  };
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
@@ -266,30 +257,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_registers(s);
 
-      // s[4j + i]: head row0 + 8 (i / 2), key 8j + 2 (lane % 4) + (i % 2) of the tile.
+      // m is finite from the first tile on: every tile holds a key of the range.
       const int valid_keys = block.range.end - (block.range.begin + tile * kBlockN);
-      if (valid_keys < kBlockN) {
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            if (8 * j + 2 * (lane % 4) + (k % 2) >= valid_keys) s[4 * j + k] = -INFINITY;
-      }
-      float row_max[2] = {-INFINITY, -INFINITY};  // unscaled: the scale is folded into the exponent
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) row_max[k / 2] = fmaxf(row_max[k / 2], s[4 * j + k]);
       float correction[2], row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-        const float m_new = fmaxf(m_run[h], row_max[h] * scale_log2);
-        // m is finite from the first tile on: every tile holds a key of the range.
-        correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
-        m_run[h] = m_new;
-      }
+      raise_running_max<kBlockN>(s, valid_keys, lane, scale_log2, m_run, correction);
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         float pr[4];
@@ -329,7 +300,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier_arrive(kPReadyBarrier, kThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * correction[h] + row_sum[h];
-      rescale_o(correction);
+      // The 128 multiplies sit between the softmax and the P V MMAs, where the tensor cores idle.
+      rescale_panels(o_acc, correction);
     } else {
       if constexpr (kTma) {
         // The next tile goes to the stage of tile - 1 once warpgroup 0's
@@ -348,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kTma) {
         if (more) named_barrier_arrive(kPConsumedBarrier, kThreads);
       }
-      rescale_o(correction);
+      rescale_panels(o_acc, correction);
     }
 #pragma unroll
     for (int p = 0; p < kPanelsPerGroup; ++p) fence_registers(o_acc[p]);
