@@ -68,7 +68,8 @@ void launch_v4_sparse_attention(const V4SparseAttentionArgs& args, cudaStream_t 
 // the CUDA-core kernel above stays as its reference. q and kv 16 B aligned.
 void launch_v4_sparse_attention_mma(const V4SparseAttentionArgs& args, cudaStream_t stream);
 // The same op on warpgroup MMA (deepseek_v4_attention_wgmma.cu: a block a row
-// and 64 heads, 64-key tiles, sm_90a), for prefill. The softmax weights enter
+// and 64 heads, 64-key tiles, sm_90a): the forward's, prefill and decode
+// rows alike, since session 22 (2.4-3.5x mma.sync's rate). The softmax weights enter
 // P V as two bf16 terms (to 2^-17 of each: the f32 reference's bound) or as
 // one (FlashMLA's precision, 2^-9 of each, half the P V work). q and kv 16 B aligned.
 enum class V4SoftmaxWeights { two_bf16_terms, one_bf16 };
