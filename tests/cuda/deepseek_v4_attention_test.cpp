@@ -97,11 +97,25 @@ TEST(DeepseekV4CudaKernels, SparseAttentionHeadsNotAMultipleOfTheBlockAndBf16Out
   check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3);
 }
 
-TEST(DeepseekV4CudaKernels, SparseAttentionPrefillRowsEachWithTheirOwnKeys) {
-  // A prefill chunk: row i sees min(i + 1, 128) window latents plus (i + 1) / 4 entries.
+// A prefill chunk: row i sees min(i + 1, 128) window latents plus (i + 1) / 4 entries.
+std::vector<std::int32_t> prefill_chunk_keys() {
   std::vector<std::int32_t> num_keys;
   for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
-  check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5);
+  return num_keys;
+}
+
+TEST(DeepseekV4CudaKernels, SparseAttentionPrefillRowsEachWithTheirOwnKeys) {
+  check_sparse_attention(64, prefill_chunk_keys(), /*rope=*/true, kF32, 2e-5);
+}
+
+// A tensor-core kernel on the CUDA-core kernel's cases and the f32
+// reference's 2e-5 (bf16 output: 6e-3); `decode_keys`: the first case's rows.
+void check_tensor_core_cases(AttentionLauncher attention, const std::vector<std::int32_t>& decode_keys) {
+  check_sparse_attention(64, decode_keys, /*rope=*/true, kF32, 2e-5, attention);
+  check_sparse_attention(20, {5, 640, 200}, /*rope=*/false, kF32, 2e-5, attention);
+  check_sparse_attention(100, {300, 17}, /*rope=*/true, kF32, 2e-5, attention);
+  check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3, attention);
+  check_sparse_attention(64, prefill_chunk_keys(), /*rope=*/true, kF32, 2e-5, attention);
 }
 
 // The tensor-core kernel on the same cases and bounds: its scores are exact
@@ -109,14 +123,7 @@ TEST(DeepseekV4CudaKernels, SparseAttentionPrefillRowsEachWithTheirOwnKeys) {
 // (2^-17 of each), so the f32 reference's 2e-5 holds; heads past the block's
 // 64 (100: a second, partial block), rows without keys, tiles cut short.
 TEST(DeepseekV4CudaKernels, SparseAttentionOnTensorCoresMatchesTheReference) {
-  const AttentionLauncher mma = cuda::launch_v4_sparse_attention_mma;
-  check_sparse_attention(64, {128, 640, 1152, 1, 0, 31, 33}, /*rope=*/true, kF32, 2e-5, mma);
-  check_sparse_attention(20, {5, 640, 200}, /*rope=*/false, kF32, 2e-5, mma);
-  check_sparse_attention(100, {300, 17}, /*rope=*/true, kF32, 2e-5, mma);
-  check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3, mma);
-  std::vector<std::int32_t> num_keys;
-  for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
-  check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5, mma);
+  check_tensor_core_cases(cuda::launch_v4_sparse_attention_mma, {128, 640, 1152, 1, 0, 31, 33});
 }
 
 void wgmma_two_terms(const cuda::V4SparseAttentionArgs& args, cudaStream_t stream) {
@@ -130,14 +137,7 @@ void wgmma_one_term(const cuda::V4SparseAttentionArgs& args, cudaStream_t stream
 // the f32 reference's 2e-5 holds, as for mma.sync; 64-key tiles cut short
 // (1, 31, 33, 65, 127), several tiles, heads past the block's 64, no keys.
 TEST(DeepseekV4CudaKernels, SparseAttentionOnWarpgroupMmaMatchesTheReference) {
-  const AttentionLauncher wgmma = wgmma_two_terms;
-  check_sparse_attention(64, {128, 640, 1152, 1, 0, 31, 33, 65, 127}, /*rope=*/true, kF32, 2e-5, wgmma);
-  check_sparse_attention(20, {5, 640, 200}, /*rope=*/false, kF32, 2e-5, wgmma);
-  check_sparse_attention(100, {300, 17}, /*rope=*/true, kF32, 2e-5, wgmma);
-  check_sparse_attention(64, {640, 64}, /*rope=*/true, kBf16, 6e-3, wgmma);
-  std::vector<std::int32_t> num_keys;
-  for (std::int32_t i = 0; i < 40; ++i) num_keys.push_back(std::min(i + 1, 128) + (i + 1) / 4 + 7 * i);
-  check_sparse_attention(64, num_keys, /*rope=*/true, kF32, 2e-5, wgmma);
+  check_tensor_core_cases(wgmma_two_terms, {128, 640, 1152, 1, 0, 31, 33, 65, 127});
 }
 
 // With one bf16 term a weight (FlashMLA's precision) each weight is off by up

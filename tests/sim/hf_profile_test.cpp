@@ -91,7 +91,7 @@ TEST(HfProfile, DeepseekV3ConfigHasItsPublishedSizes) {
 // tests/sim/deepseek_v4_cost_test.cpp).
 TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
   const std::string dir = write_model_dir("deepseek_v4_flash", testing::deepseek_v4_flash_config_json().dump());
-  auto profile = plan_profile_from_hf_dir(dir);
+  auto profile = profile_from_hf_dir(dir);
   ASSERT_TRUE(profile.ok()) << profile.error_message();
   EXPECT_NEAR(static_cast<double>(profile->total_params()), 284e9, 1e9);
   EXPECT_NEAR(static_cast<double>(profile->active_params_per_output_token()), 13e9, 0.5e9);
@@ -101,11 +101,7 @@ TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
                    43.0 * 128 * 584 + 4.0 * (21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512));
   EXPECT_EQ(profile->kv_block_alignment_tokens, 128);
   EXPECT_EQ(profile->max_tensor_parallel, 8);
-
-  auto served = profile_from_hf_dir(dir);
-  ASSERT_TRUE(served.ok()) << served.error_message();
-  EXPECT_TRUE(served->deepseek_v4_kernels);
-  EXPECT_EQ(served->kv_bytes_per_token, profile->kv_bytes_per_token);
+  EXPECT_TRUE(profile->deepseek_v4_kernels);
 }
 
 TEST(HfProfile, RejectsWhatItCannotModel) {

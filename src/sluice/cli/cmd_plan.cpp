@@ -71,7 +71,7 @@ void print_profiles() {
 
 sim::ModelProfile resolve_profile(const PlanOptions& o) {
   if (!o.model_dir.empty()) {
-    auto profile = sim::plan_profile_from_hf_dir(o.model_dir);
+    auto profile = sim::profile_from_hf_dir(o.model_dir);
     if (!profile) fail(kExitBadInput, profile.error_message());
     return std::move(profile).value();
   }

@@ -64,6 +64,5 @@ Result<ModelProfile> profile_from_hf_dir(const std::string& dir) {
   return profile;
 }
 
-Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir) { return profile_from_hf_dir(dir); }
 
 }  // namespace sluice::sim

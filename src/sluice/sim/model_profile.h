@@ -188,8 +188,5 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
 // DeepSeek-V3 with its checkpoint's FP8 linear weights at one byte,
 // DeepSeek-V4 as make_deepseek_v4_profile builds it.
 Result<ModelProfile> profile_from_hf_dir(const std::string& dir);
-// profile_from_hf_dir for `sluice plan` (the same profiles since DeepSeek-V4
-// is served: session 22).
-Result<ModelProfile> plan_profile_from_hf_dir(const std::string& dir);
 
 }  // namespace sluice::sim

@@ -29,7 +29,7 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
-#include "sluice/backend/cuda/kernels/latent_wgmma_softmax.cuh"
+#include "sluice/backend/cuda/kernels/latent_wgmma_tile.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
@@ -41,7 +41,6 @@ constexpr int kHeads = 64;     // heads a block: wgmma's M
 constexpr int kBlockN = 64;    // latents (keys) a tile
 constexpr int kStages = 2;     // the tile multiplied and the one loading
 constexpr int kWidth = kV4LatentDim;
-constexpr int kChunks = kWidth / 8;                           // 16-byte chunks a row
 constexpr int kPanels = kWidth / kWgmmaPanelCols;             // 8: QK's K dimension
 constexpr int kPanelsPerGroup = kPanels / 2;                  // 4: O columns a warpgroup owns
 constexpr int kQPanelBytes = kHeads * kWgmmaLineBytes;
@@ -84,38 +83,20 @@ __global__ void __launch_bounds__(kThreads, 1) v4_sparse_attention_wgmma_kernel(
   const int num_keys = a.num_keys[row];
   const std::int32_t* key_rows = a.key_rows + static_cast<std::int64_t>(row) * a.max_keys;
 
-  // Queries of heads past num_heads are zeros: finite scores, never written.
-  for (int c = tid; c < kHeads * kChunks; c += kThreads) {
-    const int r = c / kChunks, chunk = c % kChunks;
-    const bool valid = first_head + r < a.num_heads;
-    cp_async_16(smem + swizzled_offset(r, chunk, kHeads),
-                q + (valid ? static_cast<std::int64_t>(r) * kWidth + chunk * 8 : 0), valid);
-  }
+  load_latent_queries<kHeads, kWidth, kThreads>(smem, q, a.num_heads - first_head);
   const int num_tiles = (num_keys + kBlockN - 1) / kBlockN;
   // Warpgroup 1 gathers the tiles (warpgroup 0's S and softmax are the
   // critical path): warp w copies the tile's rows [16 w, 16 w + 16), lane
-  // l < 16 reads row 16 w + l's pool row once, and each copy takes it from
-  // that lane by a shuffle; a copy instruction reads 512 consecutive bytes of
-  // one latent. Keys past num_keys are zero-filled: their P is 0 and their V
-  // must be finite.
+  // l < 16 reading row 16 w + l's pool row. Keys past num_keys are zeros:
+  // their P is 0 and their V must be finite.
   constexpr int kRowsPerWarp = kBlockN / 4;
-  constexpr int kCopiesPerLane = kRowsPerWarp * kChunks / 32;
-  static_assert(kRowsPerWarp * kChunks % 32 == 0 && kRowsPerWarp <= 32, "whole copies a lane");
   auto load_tile = [&](int tile) {
     if (warpgroup != 1 || tile >= num_tiles) return;
-    unsigned char* dst = smem + kQBytes + (tile % kStages) * kTileBytes;
     const int first_row = warp_in_group * kRowsPerWarp;
     const int key = tile * kBlockN + first_row + lane;
-    const std::int32_t source = lane < kRowsPerWarp && key < num_keys ? key_rows[key] : -1;
-#pragma unroll 8
-    for (int k = 0; k < kCopiesPerLane; ++k) {
-      const int c = lane + 32 * k;  // [0, kRowsPerWarp * kChunks): (row, chunk) of the warp's rows
-      const int r = c / kChunks, chunk = c % kChunks;
-      const std::int32_t row_source = __shfl_sync(0xffffffffu, source, r);
-      const bool valid = row_source >= 0;
-      cp_async_16(dst + swizzled_offset(first_row + r, chunk, kBlockN),
-                  kv + (valid ? static_cast<std::int64_t>(row_source) * kWidth + chunk * 8 : 0), valid);
-    }
+    gather_latent_rows<kBlockN, kRowsPerWarp, kWidth, 8>(smem + kQBytes + (tile % kStages) * kTileBytes, kv,
+                                                         first_row, lane < kRowsPerWarp && key < num_keys ? key_rows[key] : -1,
+                                                         lane);
   };
   load_tile(0);  // one commit group a tile, the first carrying Q too
   cp_async_commit();

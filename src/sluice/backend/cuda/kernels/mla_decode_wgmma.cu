@@ -42,7 +42,7 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
-#include "sluice/backend/cuda/kernels/latent_wgmma_softmax.cuh"
+#include "sluice/backend/cuda/kernels/latent_wgmma_tile.cuh"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mbarrier.cuh"
@@ -59,7 +59,6 @@ constexpr int kHeads = 64;     // heads a block: wgmma's M
 constexpr int kBlockN = 64;    // latent rows (keys) a tile
 constexpr int kStages = 2;     // the tile multiplied and the one loading
 constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
-constexpr int kChunks = kWidth / 8;                              // 16-byte chunks a row
 constexpr int kPanels = kWidth / kWgmmaPanelCols;                // 9: QK's K dimension
 constexpr int kPanelsPerGroup = kRank / kWgmmaPanelCols / 2;     // 4: O columns a warpgroup owns
 constexpr int kQPanelBytes = kHeads * kWgmmaLineBytes;
@@ -120,13 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the barriers' init before any wait or TMA completion
   }
 
-  // Queries of heads past num_heads are zeros: finite scores, never written.
-  for (int c = tid; c < kHeads * kChunks; c += kThreads) {
-    const int r = c / kChunks, chunk = c % kChunks;
-    const bool valid = first_head + r < a.num_heads;
-    cp_async_16(smem + swizzled_offset(r, chunk, kHeads),
-                block.q + (valid ? static_cast<std::int64_t>(r) * kWidth + chunk * 8 : 0), valid);
-  }
+  load_latent_queries<kHeads, kWidth, kThreads>(smem, block.q, a.num_heads - first_head);
   const int num_tiles = (block.range.end - block.range.begin + kBlockN - 1) / kBlockN;
   // Warpgroup 1 loads the tiles: warpgroup 0's S and softmax are the
   // critical path, and warpgroup 1 waits for P anyway. Warp w of it copies
@@ -139,25 +132,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // rows. Keys past the range are zero-filled: their P is 0 and their V must
   // be finite.
   constexpr int kRowsPerWarp = kBlockN / 4;
-  constexpr int kCopiesPerLane = kRowsPerWarp * kChunks / 32;
-  static_assert(kRowsPerWarp * kChunks % 32 == 0 && kRowsPerWarp <= 32, "whole copies a lane");
   auto load_tile = [&](int tile) {
     if (warpgroup != 1 || tile >= num_tiles) return;
-    unsigned char* dst = smem + kQBytes + (tile % kStages) * kTileBytes;
     const int first_row = warp_in_group * kRowsPerWarp;
     const int key = block.range.begin + tile * kBlockN + first_row + lane;
     std::int32_t slot = -1;  // this lane's row's slot in the cache; -1: past the range
     if (lane < kRowsPerWarp && key < block.range.end)
       slot = block.table[key / block_size] * block_size + key % block_size;
-#pragma unroll 12  // 3 iterations: unrolled fully, the addresses would spill
-    for (int k = 0; k < kCopiesPerLane; ++k) {
-      const int c = lane + 32 * k;  // [0, kRowsPerWarp * kChunks): (row, chunk) of the warp's rows
-      const int r = c / kChunks, chunk = c % kChunks;
-      const std::int32_t row_slot = __shfl_sync(0xffffffffu, slot, r);
-      const bool valid = row_slot >= 0;
-      cp_async_16(dst + swizzled_offset(first_row + r, chunk, kBlockN),
-                  cache + (valid ? static_cast<std::int64_t>(row_slot) * kWidth + chunk * 8 : 0), valid);
-    }
+    // 12 of 36 copies a lane unrolled: unrolled fully, the addresses would spill.
+    gather_latent_rows<kBlockN, kRowsPerWarp, kWidth, 12>(smem + kQBytes + (tile % kStages) * kTileBytes, cache,
+                                                          first_row, slot, lane);
   };
   // (tma, kProducerThread only) Tile `tile` into its stage: a box of
   // box_rows keys of one page (the split starts on a multiple of kBlockN, so

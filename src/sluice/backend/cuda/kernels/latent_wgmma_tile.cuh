@@ -1,0 +1,98 @@
+// What the latent-attention kernels on warpgroup MMA (mla_decode_wgmma.cu,
+// deepseek_v4_attention_wgmma.cu) share: the gather of a tile's latent rows
+// into wgmma's 128-byte swizzle, and the online softmax's bookkeeping. A
+// block's 64 heads are wgmma's M, a tile's keys its N, so S sits in the
+// accumulator layout: s[4j + i] is head row0 + 8 (i / 2), key
+// 8j + 2 (lane % 4) + (i % 2) of the tile, the four lanes of a head together.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma.cuh"
+
+namespace sluice::cuda {
+
+// A block's queries [kHeads, kWidth] (q: its first head's) by cp.async into
+// the swizzled tile at dst, all kThreads threads; heads from `heads` on are
+// zeros: finite scores, never written.
+template <int kHeads, int kWidth, int kThreads>
+static __device__ __forceinline__ void load_latent_queries(unsigned char* dst, const __nv_bfloat16* q, int heads) {
+  constexpr int kChunks = kWidth / 8;
+  for (int c = static_cast<int>(threadIdx.x); c < kHeads * kChunks; c += kThreads) {
+    const int r = c / kChunks, chunk = c % kChunks;
+    const bool valid = r < heads;
+    cp_async_16(dst + swizzled_offset(r, chunk, kHeads), q + (valid ? static_cast<std::int64_t>(r) * kWidth + chunk * 8 : 0),
+                valid);
+  }
+}
+
+// One warp's kRows consecutive rows (first_row on) of a tile of kTileRows
+// latents, kWidth bf16 each, by cp.async into the swizzled tile at dst: lane
+// l < kRows holds the source row of tile row first_row + l in src (-1: zeros,
+// so a key past the range has a finite V), each copy takes it from that lane
+// by a shuffle, and a warp's copy instruction reads 512 consecutive bytes.
+// kUnroll copies a lane unrolled (all of them would spill the addresses).
+template <int kTileRows, int kRows, int kWidth, int kUnroll>
+static __device__ __forceinline__ void gather_latent_rows(unsigned char* dst, const __nv_bfloat16* src,
+                                                          int first_row, std::int32_t source, int lane) {
+  constexpr int kChunks = kWidth / 8;  // 16-byte chunks a row
+  constexpr int kCopiesPerLane = kRows * kChunks / 32;
+  static_assert(kRows * kChunks % 32 == 0 && kRows <= 32, "whole copies a lane");
+#pragma unroll kUnroll
+  for (int k = 0; k < kCopiesPerLane; ++k) {
+    const int c = lane + 32 * k;  // [0, kRows * kChunks): (row, chunk) of the warp's rows
+    const int r = c / kChunks, chunk = c % kChunks;
+    const std::int32_t row_source = __shfl_sync(0xffffffffu, source, r);
+    const bool valid = row_source >= 0;
+    cp_async_16(dst + swizzled_offset(first_row + r, chunk, kTileRows),
+                src + (valid ? static_cast<std::int64_t>(row_source) * kWidth + chunk * 8 : 0), valid);
+  }
+}
+
+// Keys from valid_keys on become -inf; each of the thread's two heads' running
+// max (log2 units: the scale is folded into the exponent, not applied to s)
+// rises to the tile's, and correction is what its old sum and O are scaled
+// by (1 while the max is still -inf).
+template <int kKeys>
+static __device__ __forceinline__ void raise_running_max(float (&s)[kKeys / 2], int valid_keys, int lane,
+                                                         float scale_log2, float (&m_run)[2],
+                                                         float (&correction)[2]) {
+  if (valid_keys < kKeys) {
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (8 * j + 2 * (lane % 4) + (k % 2) >= valid_keys) s[4 * j + k] = -INFINITY;
+  }
+  float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) row_max[k / 2] = fmaxf(row_max[k / 2], s[4 * j + k]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
+    const float m_new = fmaxf(m_run[h], row_max[h] * scale_log2);
+    correction[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
+    m_run[h] = m_new;
+  }
+}
+
+// O (a warpgroup's panels of 64 columns, the accumulator layout) scaled by its
+// heads' correction; skipped, exactly, where no head of the warp raised its
+// max this tile (every factor 1): on most tiles once the max has settled.
+template <int kPanels>
+static __device__ __forceinline__ void rescale_panels(float (&o)[kPanels][32], const float (&correction)[2]) {
+  if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
+#pragma unroll
+  for (int p = 0; p < kPanels; ++p)
+#pragma unroll
+    for (int k = 0; k < 32; ++k) o[p][k] *= correction[(k % 4) / 2];
+}
+
+}  // namespace sluice::cuda
