@@ -182,8 +182,9 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   random_codes(keys);
   random_codes(q);
   std::vector<float> key_scale(static_cast<std::size_t>(sequences) * visible, 1e-3f), q_scale(static_cast<std::size_t>(rows) * heads, 1e-3f);
-  std::vector<float> weights(static_cast<std::size_t>(rows) * heads);
+  std::vector<float> weights(static_cast<std::size_t>(rows) * heads), factors(weights.size());
   for (float& w : weights) w = static_cast<float>(rng.uniform() - 0.3);
+  for (std::size_t i = 0; i < weights.size(); ++i) factors[i] = q_scale[i] * weights[i];
   std::vector<std::int32_t> key_begin(rows), num_visible(rows, visible);
   for (std::int32_t r = 0; r < rows; ++r) key_begin[r] = (r % sequences) * visible;
   auto* dkeys = upload(keys);
@@ -191,12 +192,14 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   float* dks = upload(key_scale);
   float* dqs = upload(q_scale);
   float* dw = upload(weights);
+  float* dfactors = upload(factors);
   std::int32_t* dbegin = upload(key_begin);
   std::int32_t* dvisible = upload(num_visible);
   float* scores = alloc<float>(static_cast<std::size_t>(rows) * visible);
   std::int32_t* selected = alloc<std::int32_t>(static_cast<std::size_t>(rows) * top_k);
   std::int32_t* count = alloc<std::int32_t>(static_cast<std::size_t>(rows));
-  const cuda::V4IndexerArgs args{.q = dq, .q_scale = dqs, .weights = dw, .keys = dkeys, .key_scale = dks,
+  const cuda::V4IndexerArgs args{.q = dq, .q_scale = dqs, .weights = dw, .head_factors = dfactors, .keys = dkeys,
+                                 .key_scale = dks,
                                  .key_begin = dbegin, .num_visible = dvisible, .scores = scores, .selected = selected,
                                  .num_selected = count, .rows = rows, .num_heads = heads, .max_visible = visible,
                                  .top_k = top_k};
@@ -204,6 +207,9 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_sampled(false);
+  const double s_top_k_full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_sampled(true);
   const double flops = 2.0 * rows * static_cast<double>(visible) * heads * d;
   const double bytes = static_cast<double>(sequences) * visible * (d + 4) + static_cast<double>(rows) * visible * 4;
   row(what + ": FP8 scores, warpgroup MMA (e4m3)", s_scores_wgmma,
@@ -213,10 +219,13 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
       pct(flops / s_scores_mma / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores_mma));
   row(what + ": FP8 scores, CUDA cores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),
       pct(flops / s_scores / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores));
-  const double topk_bytes = static_cast<double>(rows) * visible * 4 * 5;  // 4 radix passes + the sweep
-  row(what + ": top-512", s_top_k, tbs(topk_bytes, s_top_k), hbm_share(topk_bytes, s_top_k) + " (5 reads of the scores)");
+  const double score_bytes = static_cast<double>(rows) * visible * 4;
+  row(what + ": top-512, sampled threshold", s_top_k, tbs(score_bytes, s_top_k),
+      hbm_share(score_bytes, s_top_k) + " (the scores once)");
+  row(what + ": top-512, full selection (session 22)", s_top_k_full, tbs(6 * score_bytes, s_top_k_full),
+      hbm_share(6 * score_bytes, s_top_k_full) + " (6 reads of the scores)");
   for (void* p : {static_cast<void*>(dkeys), static_cast<void*>(dq), static_cast<void*>(dks), static_cast<void*>(dqs),
-                  static_cast<void*>(dw), static_cast<void*>(dbegin), static_cast<void*>(dvisible),
+                  static_cast<void*>(dw), static_cast<void*>(dfactors), static_cast<void*>(dbegin), static_cast<void*>(dvisible),
                   static_cast<void*>(scores), static_cast<void*>(selected), static_cast<void*>(count)})
     cudaFree(p);
 }
@@ -381,6 +390,7 @@ void bench_deepseek_v4_kernels() {
   bench_attention(8192, 1024, 1, "sparse attention prefill (HCA), 8192 rows x (128 + 1024) at 128k", true);
   bench_indexer(64, 64, 32768, "indexer decode, 64 seqs at 128k (32768 entries)");
   bench_indexer(1024, 1, 32768, "indexer prefill chunk, 1024 rows of one 128k seq");
+  bench_indexer(8192, 1, 32768, "indexer prefill chunk, 8192 rows of one 128k seq");
   bench_compress(32768, 512, 1024, 4, "CSA compressor, 32768 entries (a 128k prefill)");
   bench_compress(1024, 512, 512, 128, "HCA compressor, 1024 entries (a 128k prefill)");
   bench_compress(32768, 128, 256, 4, "indexer compressor, 32768 entries (a 128k prefill)");

@@ -220,11 +220,14 @@ void check_indexer(const IndexerCase& c) {
   const std::vector<float> weights = uniform(static_cast<std::size_t>(rows) * c.heads, c.seed + 2, -0.1f, 0.2f);
 
   Dev<std::uint8_t> dq(q), dkeys(keys);
-  Dev<float> dqs(q_scale), dw(weights), dks(key_scale);
+  std::vector<float> head_factors(q_scale.size());
+  for (std::size_t i = 0; i < head_factors.size(); ++i) head_factors[i] = q_scale[i] * weights[i];
+  Dev<float> dqs(q_scale), dw(weights), dfactors(head_factors), dks(key_scale);
   Dev<std::int32_t> dbegin(key_begin), dvisible(c.num_visible);
   Dev<float> dscores(static_cast<std::size_t>(rows) * max_visible);
   Dev<std::int32_t> dselected(static_cast<std::size_t>(rows) * c.top_k), dcount(static_cast<std::size_t>(rows));
-  const cuda::V4IndexerArgs args{.q = dq.get(), .q_scale = dqs.get(), .weights = dw.get(), .keys = dkeys.get(),
+  const cuda::V4IndexerArgs args{.q = dq.get(), .q_scale = dqs.get(), .weights = dw.get(),
+                                 .head_factors = dfactors.get(), .keys = dkeys.get(),
                                  .key_scale = dks.get(), .key_begin = dbegin.get(), .num_visible = dvisible.get(),
                                  .scores = dscores.get(), .selected = dselected.get(), .num_selected = dcount.get(),
                                  .rows = rows, .num_heads = c.heads, .max_visible = max_visible, .top_k = c.top_k};
@@ -318,6 +321,17 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   // 3000 keys that are copies of 37 prototypes: the 512th score falls inside a run of equal scores.
   check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22});
   check_indexer({.heads = 7, .num_visible = {900, 40}, .top_k = 16, .prototypes = 5, .seed = 23});
+  // Rows long enough to sample: the ties among the candidates, 97 and 8 prototypes (a warp's list overflows).
+  check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
+  check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
+}
+
+// Every row through the full selection (the fallback of a sample that misses) on the same cases.
+TEST(DeepseekV4CudaKernels, IndexerTopKWithoutSamplingSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_sampled(false);
+  check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
+  check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
+  cuda::set_v4_indexer_top_k_sampled(true);
 }
 
 // The tensor-core scores under the same checks: the same scores within the
@@ -337,8 +351,7 @@ TEST(DeepseekV4CudaKernels, IndexerScoresOnTensorCoresSelectTheReferenceSets) {
 // and row groups of 64 crossed, sequences that change inside a row group,
 // heads that fill part of N (7, 20) and none of it past the first tile, a row
 // that sees nothing.
-TEST(DeepseekV4CudaKernels, IndexerScoresOnWarpgroupMmaSelectWithinTheFp8Bounds) {
-  const auto wgmma = cuda::launch_v4_indexer_scores_wgmma;
+void check_indexer_on_warpgroup_mma(void (*wgmma)(const cuda::V4IndexerArgs&, cudaStream_t)) {
   std::vector<std::int32_t> chunk;  // 150 rows of one sequence at positions 12000-12149, ratio 4
   for (std::int32_t i = 0; i < 150; ++i) chunk.push_back((12000 + i + 1) / 4);
   check_indexer({.num_visible = chunk, .seed = 31, .scores = wgmma, .rows_per_sequence = 150,
@@ -353,6 +366,22 @@ TEST(DeepseekV4CudaKernels, IndexerScoresOnWarpgroupMmaSelectWithinTheFp8Bounds)
                  .fp8_accumulation = true});
   check_indexer({.heads = 7, .num_visible = {900, 40, 900, 40}, .top_k = 16, .prototypes = 5, .seed = 23,
                  .scores = wgmma, .rows_per_sequence = 2, .fp8_accumulation = true});
+}
+
+TEST(DeepseekV4CudaKernels, IndexerScoresOnWarpgroupMmaSelectWithinTheFp8Bounds) {
+  check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma);
+}
+
+// The persistent kernel with one and with three blocks: each walks many work
+// items, its query ring wraps many times, and the key tile is reloaded while
+// rows of the last epoch are still in the ring.
+TEST(DeepseekV4CudaKernels, IndexerScoresOnWarpgroupMmaWithFewBlocks) {
+  for (const int blocks : {1, 3}) {
+    SCOPED_TRACE(blocks);
+    cuda::set_v4_indexer_scores_wgmma_grid_limit(blocks);
+    check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma);
+  }
+  cuda::set_v4_indexer_scores_wgmma_grid_limit(0);
 }
 
 }  // namespace

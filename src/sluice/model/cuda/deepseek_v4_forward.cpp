@@ -1139,18 +1139,25 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       auto* q_e4m3 = p.alloc<std::uint8_t>(std::int64_t{n} * ih * ihd);
       float* q_scale = p.alloc<float>(std::int64_t{n} * ih);
       launch_v4_quantize_e4m3_rows(index_q, std::int64_t{n} * ih, ihd, q_e4m3, q_scale, s);
+      // Prefill (rows sharing their sequence's keys) on warpgroup MMA, decode on mma.sync.
+      constexpr std::int32_t kWgmmaRowsPerSequence = 4;
+      const bool wgmma = !f32_pool && p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill &&
+                         n >= kWgmmaRowsPerSequence * p.step.num_sequences();
+      // The warpgroup-MMA scores read each head's q_scale x weight as one factor.
+      float* head_factors = nullptr;
+      if (wgmma) {
+        head_factors = p.alloc<float>(std::int64_t{n} * ih);
+        launch_v4_multiply_f32(q_scale, weights, head_factors, std::int64_t{n} * ih, s);
+      }
       float* scores = p.alloc<float>(std::int64_t{n} * ix.plan.max_visible);
-      const V4IndexerArgs args{.q = q_e4m3, .q_scale = q_scale, .weights = weights, .keys = keys_e4m3,
-                               .key_scale = key_scale, .key_begin = ints[ix.key_begin],
+      const V4IndexerArgs args{.q = q_e4m3, .q_scale = q_scale, .weights = weights, .head_factors = head_factors,
+                               .keys = keys_e4m3, .key_scale = key_scale, .key_begin = ints[ix.key_begin],
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
-      // Prefill (rows sharing their sequence's keys) on warpgroup MMA, decode on mma.sync.
-      constexpr std::int32_t kWgmmaRowsPerSequence = 4;
       if (f32_pool)
         launch_v4_indexer_scores(args, s);
-      else if (p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill &&
-               n >= kWgmmaRowsPerSequence * p.step.num_sequences())
+      else if (wgmma)
         launch_v4_indexer_scores_wgmma(args, s);
       else
         launch_v4_indexer_scores_mma(args, s);

@@ -103,6 +103,11 @@ __global__ void scale_kernel(float* x, std::int64_t n, float factor) {
   if (i < n) x[i] *= factor;
 }
 
+__global__ void multiply_kernel(const float* a, const float* b, float* out, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] * b[i];
+}
+
 __global__ void to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16(in[i]);
@@ -216,6 +221,12 @@ void launch_v4_copy_rows(const float* src, const std::int32_t* src_rows, float* 
 void launch_v4_scale_f32(float* x, std::int64_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, factor);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_v4_multiply_f32(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  multiply_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,6 +34,8 @@ void launch_v4_copy_rows(const float* src, const std::int32_t* src_rows, float* 
                          std::int32_t items, std::int32_t width, cudaStream_t stream);
 
 void launch_v4_scale_f32(float* x, std::int64_t n, float factor, cudaStream_t stream);
+// out[i] = a[i] * b[i] (out may be a or b).
+void launch_v4_multiply_f32(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream);
 void launch_v4_f32_to_bf16(const float* in, void* out_bf16, std::int64_t n, cudaStream_t stream);
 
 // Each row of `width` floats to e4m3 with one f32 scale (amax / 448; 1 for a

@@ -1,5 +1,5 @@
-// The lightning indexer (deepseek_v4_kernels.h): FP8 scores, then an exact
-// top-k per query row.
+// The lightning indexer's FP8 scores (deepseek_v4_kernels.h) on CUDA cores
+// and on mma.sync.
 //
 // Scores: one block per (row, 128 keys), a thread per key. The row's query
 // codes (e4m3, exact in f32) sit in shared memory; each thread streams its
@@ -18,12 +18,7 @@
 // so each lane loads its keys' bytes in two coalesced 16 B pieces and the
 // queries are read with the same permutation of the dims.
 //
-// Top-k: one block per row, a radix select over the scores' order-preserving
-// bit patterns (4 passes of 8 bits, each bin found by a warp's scan) finds the
-// k-th largest value v; then an ordered sweep (a slice a warp, counted by
-// ballots) keeps every score > v and the first (k - count(> v)) scores
-// == v in index order, which is the reference's rule (larger first, ties to
-// the lower index), and writes them in ascending index order.
+// Top-k: deepseek_v4_indexer_top_k.cu.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -40,7 +35,6 @@ namespace {
 constexpr int kDim = kV4IndexHeadDim;
 constexpr int kMaxHeads = kV4MaxIndexHeads;
 constexpr int kScoreThreads = 128;
-constexpr int kTopKThreads = 1024;
 
 // e4m3 (bias 7, no infinities, 0x7f / 0xff NaN) to f32, exactly.
 __device__ __forceinline__ float e4m3_to_f32(std::uint32_t b) {
@@ -225,116 +219,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) v4_indexer_scores_mma_kerne
     }
 }
 
-// A float's bits, reordered so that unsigned order is float order (-0 and +0 alike).
-__device__ __forceinline__ std::uint32_t order_key(float f) {
-  if (f == 0.0f) f = 0.0f;
-  const std::uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-__global__ void __launch_bounds__(kTopKThreads) v4_indexer_top_k_kernel(V4IndexerArgs args) {
-  __shared__ int histogram[256];
-  __shared__ int warp_sums[32];
-  __shared__ std::uint32_t s_prefix;
-  __shared__ int s_remaining;
-  const int row = blockIdx.x;
-  const int n = args.num_visible[row];
-  const int k = min(args.top_k, n);
-  const float* scores = args.scores + static_cast<std::int64_t>(row) * args.max_visible;
-  std::int32_t* selected = args.selected + static_cast<std::int64_t>(row) * args.top_k;
-  for (int i = k + threadIdx.x; i < args.top_k; i += kTopKThreads) selected[i] = -1;
-  if (threadIdx.x == 0) args.num_selected[row] = k;
-  if (k == n) {  // every visible entry
-    for (int i = threadIdx.x; i < n; i += kTopKThreads) selected[i] = i;
-    return;
-  }
-  // Radix select: the bits of the k-th largest key, 8 at a time from the top.
-  std::uint32_t prefix = 0, prefix_mask = 0;
-  int remaining = k;  // how many of the entries matching prefix still to take, from the top
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += kTopKThreads) histogram[i] = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += kTopKThreads) {
-      const std::uint32_t key = order_key(scores[i]);
-      if ((key & prefix_mask) == prefix) atomicAdd(&histogram[(key >> shift) & 0xffu], 1);
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      // The bin holding the remaining-th largest, from the top: lane l sums
-      // bins 255 - 8 l down to 248 - 8 l, a scan over the lanes finds the
-      // lane, that lane its bin (bin 0 takes what is left, as a serial walk would).
-      const int lane = threadIdx.x;
-      int counts[8], sum = 0;
-#pragma unroll
-      for (int b = 0; b < 8; ++b) {
-        counts[b] = histogram[255 - 8 * lane - b];
-        sum += counts[b];
-      }
-      int inclusive = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
-        if (lane >= o) inclusive += v;
-      }
-      const unsigned reached = __ballot_sync(0xffffffffu, inclusive >= remaining);
-      const int owner = reached != 0 ? __ffs(reached) - 1 : 31;
-      if (lane == owner) {
-        int r = remaining - (inclusive - sum), b = 0;
-        for (; b < 7; ++b) {
-          if (counts[b] >= r) break;
-          r -= counts[b];
-        }
-        s_prefix = prefix | (static_cast<std::uint32_t>(255 - 8 * lane - b) << shift);
-        s_remaining = r;
-      }
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    remaining = s_remaining;
-    prefix_mask |= 0xffu << shift;
-    __syncthreads();
-  }
-  // prefix is the k-th largest key; `remaining` of the entries equal to it are
-  // taken, the lowest indices. Warp w sweeps the w-th slice of the scores
-  // twice (coalesced, counts by ballot): its counts, then, with the counts of
-  // the warps before it, its picks in index order.
-  const std::uint32_t threshold = prefix;
-  const int ties_taken = remaining;
-  constexpr int kWarps = kTopKThreads / 32;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const unsigned lanes_below = (1u << lane) - 1u;
-  const int per_warp = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int lo = min(n, warp * per_warp), hi = min(n, lo + per_warp);
-  int greater = 0, ties = 0;
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const std::uint32_t key = i < hi ? order_key(scores[i]) : 0u;
-    greater += __popc(__ballot_sync(0xffffffffu, i < hi && key > threshold));
-    ties += __popc(__ballot_sync(0xffffffffu, i < hi && key == threshold));
-  }
-  if (lane == 0) warp_sums[warp] = ties;
-  __syncthreads();
-  int tie_rank = 0;
-  for (int w = 0; w < warp; ++w) tie_rank += warp_sums[w];
-  const int ties_here = min(max(ties_taken - tie_rank, 0), ties);
-  __syncthreads();
-  if (lane == 0) warp_sums[warp] = greater + ties_here;
-  __syncthreads();
-  int slot = 0;
-  for (int w = 0; w < warp; ++w) slot += warp_sums[w];
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const std::uint32_t key = i < hi ? order_key(scores[i]) : 0u;
-    const bool tie = i < hi && key == threshold;
-    const unsigned tie_lanes = __ballot_sync(0xffffffffu, tie);
-    const bool take = i < hi && (key > threshold || (tie && tie_rank + __popc(tie_lanes & lanes_below) < ties_taken));
-    const unsigned take_lanes = __ballot_sync(0xffffffffu, take);
-    if (take) selected[slot + __popc(take_lanes & lanes_below)] = i;
-    slot += __popc(take_lanes);
-    tie_rank += __popc(tie_lanes);
-  }
-}
-
 // What both score kernels need of their arguments.
 void check_indexer_args(const V4IndexerArgs& args) {
   SLUICE_CHECK(args.num_heads > 0 && args.num_heads <= kMaxHeads);
@@ -364,15 +248,6 @@ void launch_v4_indexer_scores_mma(const V4IndexerArgs& args, cudaStream_t stream
   SLUICE_CHECK(chunks <= 65535);
   const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(chunks));
   v4_indexer_scores_mma_kernel<<<grid, kMmaWarps * 32, 0, stream>>>(args);
-  SLUICE_CUDA_CHECK_LAUNCH();
-}
-
-void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
-  SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
-  SLUICE_CHECK(args.scores != nullptr && args.selected != nullptr && args.num_selected != nullptr &&
-               args.num_visible != nullptr);
-  if (args.rows == 0) return;
-  v4_indexer_top_k_kernel<<<static_cast<unsigned>(args.rows), kTopKThreads, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

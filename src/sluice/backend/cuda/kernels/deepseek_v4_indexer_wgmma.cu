@@ -1,19 +1,44 @@
 // The lightning indexer's FP8 scores on warpgroup MMA (launch_v4_indexer_scores_wgmma,
 // deepseek_v4_kernels.h), for prefill: many query rows of one sequence score
-// the same keys, so a block holds a tile of 256 keys in shared memory and runs
-// every query row of its row group over it.
+// the same keys, so a block holds a tile of 256 keys and runs many of the
+// sequence's query rows over it.
 //
 // The keys are wgmma's A (M: 64 keys a tile, two tiles a warpgroup, two
 // warpgroups), a row's index heads its B (N: 64 heads), the 128 index dims
 // its K (four k32 steps); both e4m3, K-major, in the 128-byte swizzle (a
-// record's 128 codes are one line). So the accumulator holds, for each of a
-// thread's keys, 16 of the row's heads: relu and the head weights are summed
-// in registers, then over the 4 lanes that share the key (two shuffles). The
-// rows' queries come in groups of 4 through a two-group ring, the next
-// group's copies in flight while this one multiplies, and each warpgroup
-// keeps two rows in flight (two accumulator sets): row j + 1's MMAs run
-// while row j's epilogue does (session 22; one row at a time, the tensor
-// cores idled through every epilogue and the block barrier a row).
+// record's 128 codes are one line). The keys stay in registers as A
+// fragments for all of a block's rows. So the accumulator holds, for each of
+// a thread's 4 keys, 16 of the row's heads: relu and the head factors are
+// summed in registers, then over the 4 lanes that share the keys.
+//
+// Warp specialised and persistent. Session 22's kernel met at a block barrier
+// every 4 rows, and with 205 registers a thread one block fills a
+// multiprocessor, so every barrier drained the tensor cores (ncu: tensor pipe
+// 34%, "wait" the top stall). Here a producer warpgroup feeds the two
+// consumer warpgroups through a ring of query slots with mbarriers, and the
+// consumers never meet:
+//   producer  (its registers given to the consumers) walks the block's work
+//             items (256 keys x 64 rows, keys fastest), finds each item's runs
+//             of rows sharing a sequence, and for each run that sees the
+//             item's keys (an epoch) copies the key tile with the run's first
+//             row, then one row a slot: queries, head factors and the slot's
+//             SlotInfo. An epoch's slots are padded to a multiple of
+//             kGroupRows (padding slots: row -1, their queries stale, their
+//             scores dropped). It signals slot j's `full` once slot j + kLag
+//             is issued (the grouped GEMM's protocol, grouped_gemm_fp8_ws.cu),
+//             and all of them before it waits for the key tile to be free.
+//   consumers take the slots in order, two rows in flight a warpgroup: at an
+//             epoch's first slot they load their key fragments (then free the
+//             key tile), then row j + 1's MMAs run while row j's epilogue
+//             does, in groups of kGroupRows drained at their end: ptxas
+//             serializes every wgmma of a loop whose back edge has one in
+//             flight (C7514). The two warpgroups never meet, so one's drain
+//             runs under the other's MMAs.
+// A row's fixed work is a large part of its epilogue (session 23: four
+// consumer warpgroups of one tile each ran 34% slower), so it is kept small:
+// the head factors come premultiplied (q_scale x weights), the B descriptors
+// are one add from a base, and the 4 key sums reduce in 3 shuffles with each
+// lane storing one of them.
 //
 // Precision: the products of two e4m3 codes are exact, but Hopper's FP8 MMA
 // sums them with a narrower accumulator than f32 (DeepSeek-V3's report puts
@@ -22,10 +47,12 @@
 // DeepSeek's own indexer kernels score on FP8 tensor cores too.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda {
@@ -33,210 +60,291 @@ namespace {
 
 constexpr int kDim = kV4IndexHeadDim;  // 128 codes: one swizzled line a record
 constexpr int kHeads = kV4MaxIndexHeads;
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = kWarpgroups * 128;
-constexpr int kTileKeys = 64;                                    // wgmma's M
-constexpr int kKeysPerWarpgroup = 2 * kTileKeys;                 // two M tiles
-constexpr int kBlockKeys = kWarpgroups * kKeysPerWarpgroup;      // 256
-constexpr int kKeyTileBytes = kBlockKeys * kDim;                 // 32 KB
-constexpr int kQStageBytes = kHeads * kDim;                      // 8 KB: a row's queries
-constexpr int kGroupRows = 4;                                    // rows a group: MMAs back to back
-constexpr int kQStages = 2 * kGroupRows;                         // the group multiplied and the next loading
-constexpr int kRowsPerBlock = 64;                                // query rows a block runs over its keys
-constexpr int kSmemBytes =
-    1024 + kKeyTileBytes + kQStages * kQStageBytes + 2 * kQStages * kHeads * 4 + 2 * kRowsPerBlock * 4;
 static_assert(kDim == 128 && kHeads == 64, "one 128-byte line a record, N = 64 heads");
+constexpr int kTileKeys = 64;                               // wgmma's M
+constexpr int kTiles = 2;                                   // M tiles a warpgroup
+constexpr int kConsumerGroups = 2;
+constexpr int kGroupKeys = kTiles * kTileKeys;              // 128
+constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;    // 256
+constexpr int kKeyTileBytes = kBlockKeys * kDim;            // 32 KB
+constexpr int kQStageBytes = kHeads * kDim;                 // 8 KB: a row's queries
+constexpr int kConsumerThreads = kConsumerGroups * 128;
+constexpr int kProducerThreads = 128;  // a warpgroup: setmaxnreg works on whole warpgroups
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
+// setmaxnreg moves registers within the block's launch allocation (65536 /
+// threads, rounded down to 8, a thread): the producer's 128 threads give 112
+// each to the 256 consumers.
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
+static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
+                  kLaunchRegisters * kThreads,
+              "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
+constexpr int kSlots = 8;
+constexpr int kLag = 2;
+// The consumers hold at most two slots while they wait for the next; the
+// producer waits for slot g - kSlots with g - kLag signalled.
+static_assert(kSlots >= kLag + 3, "the consumers must be able to free the slot the producer waits for");
+constexpr int kItemRows = 64;
+constexpr int kGroupRows = 8;
+static_assert(kItemRows % kGroupRows == 0, "a single-sequence item needs no padding");
+constexpr int kPaddingRow = -1;
+constexpr int kEndOfWork = -2;
+struct SlotInfo {
+  int row;         // the query row, kPaddingRow, or kEndOfWork
+  int visible;     // the row's visible keys
+  int epoch_rows;  // at an epoch's first slot: its slots (a multiple of kGroupRows)
+  int t0;          // the item's first key
+};
+constexpr int kSmemBytes = 1024 + kKeyTileBytes + kSlots * kQStageBytes + kBlockKeys * 4 + kSlots * kHeads * 4 +
+                           kSlots * static_cast<int>(sizeof(SlotInfo)) + (2 * kSlots + 1) * 8;
 
-// Copies `lines` 128-byte records from src (line i at src + i * 128; lines from
-// `valid` on are zeros) into a swizzled tile: thread t moves chunk t % 8 of
-// lines t / 8 + 32 i.
-__device__ __forceinline__ void copy_lines(unsigned char* tile, const std::uint8_t* src, int lines, int valid) {
-  const int chunk = threadIdx.x & 7, line0 = threadIdx.x >> 3;
-  const std::uint32_t swizzled = static_cast<std::uint32_t>((chunk ^ (line0 & 7)) << 4);
-  for (int line = line0; line < lines; line += kThreads / 8) {
+int g_grid_limit = 0;  // set_v4_indexer_scores_wgmma_grid_limit(); 0: one block a multiprocessor
+
+// Copies `lines` 128-byte records from src (line i at src + i * 128; lines
+// from `valid` on are zeros) into a swizzled tile: producer thread p moves
+// chunk p % 8 of lines p / 8 + 16 i.
+__device__ __forceinline__ void copy_lines(unsigned char* tile, const std::uint8_t* src, int lines, int valid, int p) {
+  const int chunk = p & 7;
+  for (int line = p >> 3; line < lines; line += kProducerThreads / 8) {
     const bool ok = line < valid;
-    cp_async_16(tile + line * kDim + swizzled, ok ? src + static_cast<std::int64_t>(line) * kDim + chunk * 16 : src,
-                ok);
+    cp_async_16(tile + line * kDim + ((chunk ^ (line & 7)) << 4),
+                ok ? src + static_cast<std::int64_t>(line) * kDim + chunk * 16 : src, ok);
   }
 }
 
-__global__ void __launch_bounds__(kThreads) v4_indexer_scores_wgmma_kernel(V4IndexerArgs args) {
+__global__ void __launch_bounds__(kThreads, 1)
+    v4_indexer_scores_wgmma_kernel(V4IndexerArgs args, int key_blocks, int num_items) {
   extern __shared__ unsigned char smem_window[];
   const AlignedSmem smem = align_smem_1024(smem_window);
-  unsigned char* key_tile = smem.ptr;
-  // The query ring: two halves of kGroupRows slots, a group's rows in one.
+  unsigned char* const key_tile = smem.ptr;
   auto q_slot = [&](int slot) { return key_tile + kKeyTileBytes + slot * kQStageBytes; };
-  // Per slot: its row's q_scale and head weights (heads past num_heads: 0).
-  float* q_scales = reinterpret_cast<float*>(key_tile + kKeyTileBytes + kQStages * kQStageBytes);  // [slot][kHeads]
-  float* head_weights = q_scales + kQStages * kHeads;                                               // [slot][kHeads]
-  // The block's rows' sequences and visible counts, read once (a scan of them
-  // in global memory waits out a load's latency a row).
-  int* s_begin = reinterpret_cast<int*>(head_weights + kQStages * kHeads);  // [kRowsPerBlock]
-  int* s_visible = s_begin + kRowsPerBlock;                                 // [kRowsPerBlock]
-
-  const int t0 = blockIdx.x * kBlockKeys;
-  const int row0 = blockIdx.y * kRowsPerBlock;
-  const int row_end = min(row0 + kRowsPerBlock, args.rows);
-  const int heads = args.num_heads;
-  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int g = lane >> 2, tig = lane & 3;
-
-  if (threadIdx.x < kRowsPerBlock) {
-    const int row = row0 + threadIdx.x;
-    s_begin[threadIdx.x] = row < row_end ? args.key_begin[row] : -1;
-    s_visible[threadIdx.x] = row < row_end ? args.num_visible[row] : 0;
+  float* const key_scales = reinterpret_cast<float*>(key_tile + kKeyTileBytes + kSlots * kQStageBytes);  // [256]
+  float* const factors = key_scales + kBlockKeys;  // [slot][kHeads]: q_scale x weights (0 past num_heads)
+  SlotInfo* const infos = reinterpret_cast<SlotInfo*>(factors + kSlots * kHeads);
+  const std::uint32_t barriers = smem_addr(infos + kSlots);
+  auto full = [&](int slot) { return barriers + 8 * slot; };
+  auto empty = [&](int slot) { return barriers + 8 * (kSlots + slot); };
+  const std::uint32_t key_empty = barriers + 8 * (2 * kSlots);
+  constexpr int kConsumerWarps = kConsumerThreads / 32;
+  if (threadIdx.x == 0) {
+    for (int slot = 0; slot < kSlots; ++slot) {
+      mbarrier_init(full(slot), kProducerThreads);
+      mbarrier_init(empty(slot), kConsumerWarps);
+    }
+    mbarrier_init(key_empty, kConsumerWarps);
   }
   __syncthreads();
-  // The queries of rows [first, min(first + kGroupRows, end)) into a ring
-  // half and their q_scale and head weights, all by cp.async (one commit
-  // group; a warp that waited on a plain load here would hold its
-  // warpgroup's MMAs), read after a barrier.
-  auto load_group = [&](int first, int end, int half) {
-    for (int j = 0; j < kGroupRows && first + j < end; ++j) {
-      const int row = first + j, slot = half * kGroupRows + j;
-      copy_lines(q_slot(slot), args.q + static_cast<std::int64_t>(row) * heads * kDim, kHeads, heads);
-      if (threadIdx.x < kHeads) {
-        const bool valid = static_cast<int>(threadIdx.x) < heads;
-        const std::int64_t at = valid ? static_cast<std::int64_t>(row) * heads + threadIdx.x : 0;
-        cp_async_4(q_scales + slot * kHeads + threadIdx.x, args.q_scale + at, valid);
-        cp_async_4(head_weights + slot * kHeads + threadIdx.x, args.weights + at, valid);
+  const int heads = args.num_heads;
+  const int lane = threadIdx.x & 31;
+
+  if (threadIdx.x >= kConsumerThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    const int p = threadIdx.x - kConsumerThreads;
+    int g = 0, signalled = 0, epoch = 0;
+    auto commit_slot = [&] {
+      cp_async_commit();
+      ++g;
+      if (g - signalled > kLag) {
+        cp_async_wait<kLag>();
+        fence_proxy_async();
+        mbarrier_arrive(full(signalled % kSlots));
+        ++signalled;
+      }
+    };
+    auto signal_all = [&] {
+      cp_async_wait<0>();
+      fence_proxy_async();
+      for (; signalled < g; ++signalled) mbarrier_arrive(full(signalled % kSlots));
+    };
+    auto next_slot = [&] {
+      const int slot = g % kSlots;
+      if (g >= kSlots) mbarrier_wait(empty(slot), ((g / kSlots) - 1) & 1);
+      return slot;
+    };
+    for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
+      const int t0 = (item % key_blocks) * kBlockKeys;
+      const int row0 = (item / key_blocks) * kItemRows;
+      const int row_end = min(row0 + kItemRows, args.rows);
+      for (int run = row0; run < row_end;) {
+        // The run of rows from `run` that share its sequence, 32 at a time (each warp alike).
+        const int begin = args.key_begin[run];
+        int run_end = run, count = 0;
+        for (;;) {
+          const int r = run_end + lane;
+          const bool same = r < row_end && args.key_begin[r] == begin;
+          const unsigned mask = __ballot_sync(0xffffffffu, same);
+          const int taken = mask == 0xffffffffu ? 32 : __ffs(~mask) - 1;
+          const int visible = lane < taken ? args.num_visible[r] : 0;
+          count = max(count, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(visible))));
+          run_end += taken;
+          if (taken < 32) break;
+        }
+        if (count > t0) {
+          // An epoch: the key tile is free once every consumer warp loaded the last one's fragments.
+          if (epoch > 0) {
+            signal_all();
+            mbarrier_wait(key_empty, (epoch - 1) & 1);
+          }
+          const int rows = run_end - run, slots = (rows + kGroupRows - 1) / kGroupRows * kGroupRows;
+          for (int j = 0; j < slots; ++j) {
+            const int slot = next_slot();
+            if (j == 0) {
+              copy_lines(key_tile, args.keys + (static_cast<std::int64_t>(begin) + t0) * kDim, kBlockKeys, count - t0,
+                         p);
+              for (int i = p; i < kBlockKeys; i += kProducerThreads) {
+                const bool valid = t0 + i < count;
+                cp_async_4(key_scales + i, args.key_scale + (valid ? begin + t0 + i : 0), valid);
+              }
+            }
+            const int row = j < rows ? run + j : kPaddingRow;
+            if (row >= 0) {
+              copy_lines(q_slot(slot), args.q + static_cast<std::int64_t>(row) * heads * kDim, kHeads, heads, p);
+              if (p < kHeads) {
+                const bool valid = p < heads;
+                cp_async_4(factors + slot * kHeads + p,
+                           args.head_factors + (valid ? static_cast<std::int64_t>(row) * heads + p : 0), valid);
+              }
+            }
+            if (p == 0) infos[slot] = SlotInfo{row, row >= 0 ? args.num_visible[row] : 0, j == 0 ? slots : 0, t0};
+            commit_slot();
+          }
+          ++epoch;
+        }
+        run = run_end;
       }
     }
-    cp_async_commit();
+    const int slot = next_slot();
+    if (p == 0) infos[slot].row = kEndOfWork;
+    commit_slot();
+    signal_all();
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+  const int g8 = lane >> 2, tig = lane & 3;
+  // The key this lane stores once the quad's sums are reduced: tile tig / 2, row g8 + 8 (tig % 2).
+  const int my_key = wg * kGroupKeys + (tig >> 1) * kTileKeys + warp * 16 + g8 + 8 * (tig & 1);
+  auto release = [&](std::uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(bar);
   };
-  // The warpgroup's keys as A fragments in registers, loaded once a run: from
-  // shared memory every MMA would read its keys again, and A and B together
-  // need all of shared memory's bandwidth at the FP8 MMA's rate (4 KB a
-  // m64n64k32 step). ldmatrix x4's matrices are a fragment's rows g and
-  // g + 8 of k [0, 16) and [16, 32).
-  std::uint32_t key_frag[2][kDim / 32][4];
-  auto load_key_fragments = [&]() {
-    const int m = lane >> 3;  // this lane's address goes to matrix m
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kDim / 32; ++ks) {
-        const int line = wg * kKeysPerWarpgroup + mt * kTileKeys + warp * 16 + (m & 1) * 8 + (lane & 7);
-        const int chunk = ks * 2 + (m >> 1);
-        ldmatrix_x4(key_frag[mt][ks], key_tile + line * kDim + ((chunk ^ (line & 7)) << 4));
-      }
-  };
-  auto issue_mma = [&](int slot, float (&acc)[2][32]) {
-    const std::uint32_t b_base = smem_addr(q_slot(slot));
+  std::uint32_t key_frag[kTiles][kDim / 32][4];
+  // Slot 0's B descriptor at k step 0; slot s, step ks adds (s * 8 KB + ks * 32) >> 4.
+  const std::uint64_t desc0 = smem_desc(smem_addr(q_slot(0)), 16, 1024);
+  auto issue_mma = [&](int slot, float (&acc)[kTiles][32]) {
+    const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(slot * (kQStageBytes >> 4));
     wgmma_fence();
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
       for (int ks = 0; ks < kDim / 32; ++ks)
-        wgmma_m64n64k32_e4m3_rs(acc[mt], key_frag[mt][ks], smem_desc(b_base + ks * 32, 16, 1024), ks > 0);
+        wgmma_m64n64k32_e4m3_rs(acc[mt], key_frag[mt][ks], desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
     wgmma_commit();
   };
-  float key_scale[2][2] = {};
-  // acc[mt][4 j + e] is key g, head 8 j + 2 tig + e; acc[mt][4 j + 2 + e] key g + 8:
-  // relu and the head factors summed in registers, then over the 4 lanes of a key.
-  auto epilogue = [&](int row, int slot, const float (&acc)[2][32]) {
-    float score[2][2] = {};
-    const float* qs = q_scales + slot * kHeads + 2 * tig;
-    const float* w = head_weights + slot * kHeads + 2 * tig;
+  float key_factor = 0.0f;  // my_key's key scale x 128^-0.5
+  // acc[mt][4 j + e] is key g8, head 8 j + 2 tig + e; acc[mt][4 j + 2 + e] key g8 + 8.
+  auto epilogue = [&](int slot, const float (&acc)[kTiles][32]) {
+    const SlotInfo info = infos[slot];
+    if (info.row < 0) return;
+    float score[kTiles][2] = {};
+    const float* f = factors + slot * kHeads + 2 * tig;
 #pragma unroll
     for (int j = 0; j < kHeads / 8; ++j) {
-      const float2 qj = *reinterpret_cast<const float2*>(qs + 8 * j), wj = *reinterpret_cast<const float2*>(w + 8 * j);
-      const float2 fj = make_float2(qj.x * wj.x, qj.y * wj.y);
+      const float2 fj = *reinterpret_cast<const float2*>(f + 8 * j);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < kTiles; ++mt) {
         score[mt][0] = fmaf(fmaxf(acc[mt][4 * j], 0.0f), fj.x, score[mt][0]);
         score[mt][0] = fmaf(fmaxf(acc[mt][4 * j + 1], 0.0f), fj.y, score[mt][0]);
         score[mt][1] = fmaf(fmaxf(acc[mt][4 * j + 2], 0.0f), fj.x, score[mt][1]);
         score[mt][1] = fmaf(fmaxf(acc[mt][4 * j + 3], 0.0f), fj.y, score[mt][1]);
       }
     }
-    const float dim_scale = rsqrtf(static_cast<float>(kDim));
-    const int visible = s_visible[row - row0];
-    float* out = args.scores + static_cast<std::int64_t>(row) * args.max_visible;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float v = score[mt][half];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        const int t = t0 + wg * kKeysPerWarpgroup + mt * kTileKeys + warp * 16 + g + 8 * half;
-        if (tig == half && t < visible) out[t] = v * dim_scale * key_scale[mt][half];
-      }
+    // The quad's 4 sums (index 2 mt + half), each over its 4 lanes: lanes
+    // with tig bit 1 set keep sums 2 and 3 and pass 0 and 1 (and the
+    // reverse), then bit 0 picks one of the two. Lane tig ends with sum tig.
+    const bool hi = tig & 2, odd = tig & 1;
+    float keep0 = hi ? score[1][0] : score[0][0], keep1 = hi ? score[1][1] : score[0][1];
+    const float pass0 = hi ? score[0][0] : score[1][0], pass1 = hi ? score[0][1] : score[1][1];
+    keep0 += __shfl_xor_sync(0xffffffffu, pass0, 2);
+    keep1 += __shfl_xor_sync(0xffffffffu, pass1, 2);
+    const float mine = odd ? keep1 : keep0, other = odd ? keep0 : keep1;
+    const float sum = mine + __shfl_xor_sync(0xffffffffu, other, 1);
+    const int t = info.t0 + my_key;
+    if (t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
   };
+  auto wait_full = [&](int g) { mbarrier_wait(full(g % kSlots), (g / kSlots) & 1); };
 
-  float acc[2][2][32];  // two rows in flight a warpgroup
-  // Runs of consecutive rows of one sequence (key_begin): the keys loaded once a run.
-  for (int run = row0; run < row_end;) {
-    const int begin = s_begin[run - row0];
-    int run_end = run + 1, count = s_visible[run - row0];
-    while (run_end < row_end && s_begin[run_end - row0] == begin) count = max(count, s_visible[run_end++ - row0]);
-    if (count > t0) {
-      __syncthreads();  // every warp is done with the last run's keys and queries
-      copy_lines(key_tile, args.keys + (static_cast<std::int64_t>(begin) + t0) * kDim, kBlockKeys, count - t0);
+  float acc[2][kTiles][32];
+  for (int g = 0;;) {
+    wait_full(g);
+    const int first = g % kSlots;
+    if (infos[first].row == kEndOfWork) break;
+    const int slots = infos[first].epoch_rows;
+    // The key fragments (ldmatrix x4's matrices: rows g8 and g8 + 8 of k
+    // [0, 16) and [16, 32)) and this lane's key scale, then the key tile is free.
+    const int m = lane >> 3;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int t = t0 + wg * kKeysPerWarpgroup + mt * kTileKeys + warp * 16 + g + 8 * half;
-          key_scale[mt][half] = t < count ? args.key_scale[begin + t] : 0.0f;
+      for (int ks = 0; ks < kDim / 32; ++ks) {
+        const int line = wg * kGroupKeys + mt * kTileKeys + warp * 16 + (m & 1) * 8 + (lane & 7);
+        const int chunk = ks * 2 + (m >> 1);
+        ldmatrix_x4(key_frag[mt][ks], key_tile + line * kDim + ((chunk ^ (line & 7)) << 4));
+      }
+    key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
+    release(key_empty);
+    for (int j = 0; j < slots; j += kGroupRows) {
+      wait_full(g + j);
+      issue_mma((g + j) % kSlots, acc[0]);
+#pragma unroll
+      for (int i = 0; i < kGroupRows; ++i) {
+        const int slot = (g + j + i) % kSlots;
+        if (i + 1 < kGroupRows) {
+          wait_full(g + j + i + 1);
+          issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
         }
-      load_group(run, run_end, 0);  // with the keys' copies, one commit group
-      for (int first = run, half = 0; first < run_end; first += kGroupRows, half ^= 1) {
-        // This group's queries have landed, and every warp is done with the
-        // last group's MMAs and epilogues: the other half takes the next group.
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-        if (first == run) load_key_fragments();
-        load_group(first + kGroupRows, run_end, half ^ 1);
-        // Row j + 1's MMAs run while row j's epilogue does. Every row of the
-        // group is multiplied (a slot past the run's end holds a stale query:
-        // its scores are dropped), so each wait is unconditional and ptxas
-        // sees no accumulator read while its MMAs are in flight (else it
-        // serializes them all); no MMA is in flight past the group.
-        issue_mma(half * kGroupRows, acc[0]);
 #pragma unroll
-        for (int j = 0; j < kGroupRows; ++j) {
-          if (j + 1 < kGroupRows) {
-            issue_mma(half * kGroupRows + j + 1, acc[(j + 1) % 2]);
-            wgmma_wait<1>();
-          } else {
-            wgmma_wait<0>();
-          }
-          fence_registers(acc[j % 2][0]);
-          fence_registers(acc[j % 2][1]);
-          const int row = first + j;
-          if (row < run_end && s_visible[row - row0] > t0) epilogue(row, half * kGroupRows + j, acc[j % 2]);
-        }
+        for (int mt = 0; mt < kTiles; ++mt) fence_registers(acc[i % 2][mt]);
+        epilogue(slot, acc[i % 2]);
+        release(empty(slot));
       }
     }
-    run = run_end;
+    g += slots;
   }
 }
 
 }  // namespace
 
+void set_v4_indexer_scores_wgmma_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
+
 void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.num_heads > 0 && args.num_heads <= kHeads);
   SLUICE_CHECK(args.max_visible >= 0);
-  SLUICE_CHECK(args.q != nullptr && args.q_scale != nullptr && args.weights != nullptr && args.keys != nullptr &&
-               args.key_scale != nullptr && args.key_begin != nullptr && args.num_visible != nullptr &&
-               args.scores != nullptr);
+  SLUICE_CHECK_MSG(args.head_factors != nullptr, "the warpgroup-MMA indexer reads head_factors (q_scale x weights)");
+  SLUICE_CHECK(args.q != nullptr && args.keys != nullptr && args.key_scale != nullptr && args.key_begin != nullptr &&
+               args.num_visible != nullptr && args.scores != nullptr);
   SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.keys) % 16 == 0 &&
                reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0);
   if (args.rows == 0 || args.max_visible == 0) return;
-  static const bool smem_raised = [] {
+  static const int sm_count = [] {
     SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    return true;
+    int device = 0, sms = 0;
+    SLUICE_CUDA_CHECK(cudaGetDevice(&device));
+    SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
   }();
-  (void)smem_raised;
-  const int key_blocks = (args.max_visible + kBlockKeys - 1) / kBlockKeys;
-  const int row_blocks = (args.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  SLUICE_CHECK(row_blocks <= 65535);
-  const dim3 grid(static_cast<unsigned>(key_blocks), static_cast<unsigned>(row_blocks));
-  v4_indexer_scores_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  const std::int64_t key_blocks = (args.max_visible + kBlockKeys - 1) / kBlockKeys;
+  const std::int64_t items = key_blocks * ((args.rows + kItemRows - 1) / kItemRows);
+  SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "indexer scores: too many work items");
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(items, g_grid_limit > 0 ? g_grid_limit : sm_count));
+  v4_indexer_scores_wgmma_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(args, static_cast<int>(key_blocks),
+                                                                          static_cast<int>(items));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

@@ -89,6 +89,7 @@ struct V4IndexerArgs {
   const std::uint8_t* q = nullptr;        // e4m3 [rows, num_heads, 128]
   const float* q_scale = nullptr;         // [rows, num_heads]
   const float* weights = nullptr;         // [rows, num_heads] (weights_proj(x) * num_heads^-0.5)
+  const float* head_factors = nullptr;    // [rows, num_heads]: q_scale * weights (what the wgmma kernel reads)
   const std::uint8_t* keys = nullptr;     // e4m3 [pool_rows, 128]
   const float* key_scale = nullptr;       // [pool_rows]
   const std::int32_t* key_begin = nullptr;    // [rows]: the row's sequence's first key
@@ -105,14 +106,23 @@ void launch_v4_indexer_scores(const V4IndexerArgs& args, cudaStream_t stream);
 // above (which stays as its reference). Same arguments, same scores layout.
 void launch_v4_indexer_scores_mma(const V4IndexerArgs& args, cudaStream_t stream);
 // The same scores on warpgroup MMA over e4m3 (deepseek_v4_indexer_wgmma.cu),
-// for prefill: a block runs up to 64 consecutive rows over one tile of 256
-// keys, loaded once while its rows share a sequence (key_begin), again where
-// the sequence changes, so it pays where many rows share their keys. Hopper's
-// FP8 MMA sums with a narrower accumulator than f32: scores may differ from
-// the kernels above by ~2^-13 of the sum of |q . k| products a head. q and
-// keys 16 B aligned.
+// for prefill: a block runs many consecutive rows over one tile of 256 keys,
+// loaded once while its rows share a sequence (key_begin), again where the
+// sequence changes, so it pays where many rows share their keys. It reads
+// head_factors, not q_scale and weights. Hopper's FP8 MMA sums with a
+// narrower accumulator than f32: scores may differ from the kernels above by
+// ~2^-13 of the sum of |q . k| products a head. q and keys 16 B aligned.
 void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stream);
+// Tests: at most `blocks` blocks (each then walks many work items); 0 (the
+// default): one a multiprocessor.
+void set_v4_indexer_scores_wgmma_grid_limit(int blocks);
+// The exact top-k of the scores above (deepseek_v4_indexer_top_k.cu): rows
+// of 4,096 to 40,960 scores are read about once (a sampled threshold, then
+// one sweep keeping the candidates above it), others and rows whose sample
+// misses by the full selection (a radix select over all of the row's scores).
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
+// Tests and the bench: false sends every row through the full selection.
+void set_v4_indexer_top_k_sampled(bool sampled);
 
 // One compressed entry per item (DeepseekV4Reference::emit_entry): the
 // softmax pool over its window's slots of the pending projections (gate +

@@ -1,0 +1,281 @@
+// The lightning indexer's exact top-k per query row (launch_v4_indexer_top_k,
+// deepseek_v4_kernels.h): the top min(top_k, n) scores, ties to the lower
+// entry, written in ascending entry order.
+//
+// One block per row. The scores live in global memory (a 128k row: 32,768
+// floats), so what a row costs is how often they are read. Session 22's
+// selection read them six times: a radix select of 4 passes of 8 bits (each
+// bin found by a warp's scan) for the k-th largest value, then an ordered
+// sweep that counts, and one that writes.
+//
+// Now a row reads them about once:
+//   1. a sample (8 of every 128 scores, 1/16 of the bytes) gives a threshold
+//      the row's top ~2k clear: the top 16 bits of the sample's
+//      (2k n_sample / n)-th largest;
+//   2. one sweep keeps every score at or above it as a candidate, each warp
+//      in its own list over its own slice, so the lists hold the candidates
+//      in entry order;
+//   3. the same radix select over the candidates (in shared memory) finds
+//      the k-th largest, and an ordered walk of the lists writes the picks.
+// When the threshold was too high (fewer than k candidates) or a warp's list
+// overflows, the row falls back to session 22's selection over all of its
+// scores, so the result is exact either way; the sample only sets the speed.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kWarpCandidates = 128;  // a warp's list (32 KB of keys and entries for the block)
+constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
+constexpr int kSampleStride = 128;    // ... of every 128
+constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
+// Rows shorter than this, or whose k is a large part of them, gain nothing from sampling.
+constexpr int kMinSampledRow = 4096;
+bool g_sampled = true;  // set_v4_indexer_top_k_sampled()
+
+// A float's bits, reordered so that unsigned order is float order (-0 and +0 alike).
+__device__ __forceinline__ std::uint32_t order_key(float f) {
+  if (f == 0.0f) f = 0.0f;
+  const std::uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+struct SelectScratch {
+  int histogram[256];
+  int warp_sums[kWarps];
+  std::uint32_t prefix;
+  int remaining;
+};
+
+// The k-th largest of the keys `for_each_key` hands this thread (every
+// thread of the block calls it; each key once over the block), and how many
+// of the keys equal to it the top k takes: 4 passes of 8 bits from the top,
+// each pass's bin found by a warp's scan over the 256 bins.
+struct Threshold {
+  std::uint32_t key;
+  int ties_taken;
+};
+// kLastShift 16 stops after the top 16 bits: `key` is then the k-th largest
+// key's top half (low bits 0), a bound at or below it, and ties_taken moot.
+template <int kLastShift = 0, typename ForEachKey>
+__device__ Threshold radix_select(ForEachKey for_each_key, int k, SelectScratch& s) {
+  std::uint32_t prefix = 0, prefix_mask = 0;
+  int remaining = k;  // how many of the keys matching prefix still to take, from the top
+  for (int shift = 24; shift >= kLastShift; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kThreads) s.histogram[i] = 0;
+    __syncthreads();
+    for_each_key([&](std::uint32_t key) {
+      if ((key & prefix_mask) == prefix) atomicAdd(&s.histogram[(key >> shift) & 0xffu], 1);
+    });
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l sums bins 255 - 8 l down to 248 - 8 l; a scan over the lanes
+      // finds the lane holding the remaining-th largest, that lane its bin
+      // (bin 0 takes what is left, as a serial walk would).
+      const int lane = threadIdx.x;
+      int counts[8], sum = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        counts[b] = s.histogram[255 - 8 * lane - b];
+        sum += counts[b];
+      }
+      int inclusive = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += v;
+      }
+      const unsigned reached = __ballot_sync(0xffffffffu, inclusive >= remaining);
+      const int owner = reached != 0 ? __ffs(reached) - 1 : 31;
+      if (lane == owner) {
+        int r = remaining - (inclusive - sum), b = 0;
+        for (; b < 7; ++b) {
+          if (counts[b] >= r) break;
+          r -= counts[b];
+        }
+        s.prefix = prefix | (static_cast<std::uint32_t>(255 - 8 * lane - b) << shift);
+        s.remaining = r;
+      }
+    }
+    __syncthreads();
+    prefix = s.prefix;
+    remaining = s.remaining;
+    prefix_mask |= 0xffu << shift;
+    __syncthreads();
+  }
+  return {prefix, remaining};
+}
+
+// Writes the picks of a threshold in ascending entry order. Warp w walks its
+// keys (`walk_warp(key_at)` calls key_at(position) for its positions in entry
+// order, 32 at a time, and returns their entries through `entry_at`) twice:
+// to count, then, with the counts of the warps before it, to write.
+template <typename Count, typename KeyAt, typename EntryAt>
+__device__ void write_picks(Threshold t, Count warp_count, KeyAt key_at, EntryAt entry_at, std::int32_t* selected,
+                            SelectScratch& s) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int n_here = warp_count();
+  int greater = 0, ties = 0;
+  for (int base = 0; base < n_here; base += 32) {
+    const int i = base + lane;
+    const std::uint32_t key = i < n_here ? key_at(i) : 0u;
+    greater += __popc(__ballot_sync(0xffffffffu, i < n_here && key > t.key));
+    ties += __popc(__ballot_sync(0xffffffffu, i < n_here && key == t.key));
+  }
+  if (lane == 0) s.warp_sums[warp] = ties;
+  __syncthreads();
+  int tie_rank = 0;
+  for (int w = 0; w < warp; ++w) tie_rank += s.warp_sums[w];
+  const int ties_here = min(max(t.ties_taken - tie_rank, 0), ties);
+  __syncthreads();
+  if (lane == 0) s.warp_sums[warp] = greater + ties_here;
+  __syncthreads();
+  int slot = 0;
+  for (int w = 0; w < warp; ++w) slot += s.warp_sums[w];
+  for (int base = 0; base < n_here; base += 32) {
+    const int i = base + lane;
+    const std::uint32_t key = i < n_here ? key_at(i) : 0u;
+    const bool tie = i < n_here && key == t.key;
+    const unsigned tie_lanes = __ballot_sync(0xffffffffu, tie);
+    const bool take =
+        i < n_here && (key > t.key || (tie && tie_rank + __popc(tie_lanes & lanes_below) < t.ties_taken));
+    const unsigned take_lanes = __ballot_sync(0xffffffffu, take);
+    if (take) selected[slot + __popc(take_lanes & lanes_below)] = entry_at(i);
+    slot += __popc(take_lanes);
+    tie_rank += __popc(tie_lanes);
+  }
+}
+
+// Warp w's slice of n entries: [lo, lo + len), whole groups of 32 but the last.
+struct Slice {
+  int lo, len;
+};
+__device__ __forceinline__ Slice warp_slice(int n) {
+  const int per_warp = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int lo = min(n, (threadIdx.x >> 5) * per_warp);
+  return {lo, min(n, lo + per_warp) - lo};
+}
+
+// Session 22's selection over all of a row's scores in global memory.
+__device__ void select_from_scores(const float* scores, int n, int k, std::int32_t* selected, SelectScratch& s) {
+  const Threshold t = radix_select(
+      [&](auto&& f) {
+        for (int i = threadIdx.x; i < n; i += kThreads) f(order_key(scores[i]));
+      },
+      k, s);
+  const Slice slice = warp_slice(n);
+  write_picks(
+      t, [&] { return slice.len; }, [&](int i) { return order_key(scores[slice.lo + i]); },
+      [&](int i) { return slice.lo + i; }, selected, s);
+}
+
+__global__ void __launch_bounds__(kThreads, 2) v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
+  __shared__ SelectScratch scratch;
+  __shared__ std::uint32_t sample[kMaxSample];
+  __shared__ std::uint32_t candidate_key[kWarps][kWarpCandidates];
+  __shared__ std::int32_t candidate_entry[kWarps][kWarpCandidates];
+  __shared__ int candidate_count[kWarps];
+  __shared__ int fallback;
+  const int row = blockIdx.x;
+  const int n = args.num_visible[row];
+  const int k = min(args.top_k, n);
+  const float* scores = args.scores + static_cast<std::int64_t>(row) * args.max_visible;
+  std::int32_t* selected = args.selected + static_cast<std::int64_t>(row) * args.top_k;
+  for (int i = k + threadIdx.x; i < args.top_k; i += kThreads) selected[i] = -1;
+  if (threadIdx.x == 0) args.num_selected[row] = k;
+  if (k == n) {  // every visible entry
+    for (int i = threadIdx.x; i < n; i += kThreads) selected[i] = i;
+    return;
+  }
+  const int sampled = n / kSampleStride * kSampleRun;
+  // The sample's rank whose value ~2k scores of the row clear.
+  const int sample_rank = static_cast<int>((2LL * k * sampled + n - 1) / n);
+  if (!sampled_rows || n < kMinSampledRow || sampled > kMaxSample || sample_rank < 1 || sample_rank >= sampled) {
+    select_from_scores(scores, n, k, selected, scratch);
+    return;
+  }
+  // 1. The threshold from the sample.
+  for (int i = threadIdx.x; i < sampled; i += kThreads)
+    sample[i] = order_key(scores[i / kSampleRun * kSampleStride + i % kSampleRun]);
+  __syncthreads();
+  // Its top 16 bits suffice: a lower bar only lists a few more candidates.
+  const Threshold bar = radix_select<16>(
+      [&](auto&& f) {
+        for (int i = threadIdx.x; i < sampled; i += kThreads) f(sample[i]);
+      },
+      sample_rank, scratch);
+  // 2. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const Slice slice = warp_slice(n);
+  int listed = 0;
+  // kSweepLoads loads a lane in flight before their keys are listed (one at
+  // a time, the sweep ran at a load's latency: 1.15 TB/s).
+  constexpr int kSweepLoads = 4;
+  for (int base = 0; base < slice.len; base += 32 * kSweepLoads) {
+    std::uint32_t keys[kSweepLoads];
+#pragma unroll
+    for (int u = 0; u < kSweepLoads; ++u) {
+      const int i = base + 32 * u + lane;
+      keys[u] = i < slice.len ? order_key(scores[slice.lo + i]) : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < kSweepLoads; ++u) {
+      const int i = base + 32 * u + lane;
+      const bool keep = i < slice.len && keys[u] >= bar.key;
+      const unsigned keep_lanes = __ballot_sync(0xffffffffu, keep);
+      const int at = listed + __popc(keep_lanes & lanes_below);
+      if (keep && at < kWarpCandidates) {
+        candidate_key[warp][at] = keys[u];
+        candidate_entry[warp][at] = slice.lo + i;
+      }
+      listed += __popc(keep_lanes);
+    }
+  }
+  if (lane == 0) candidate_count[warp] = listed;
+  if (threadIdx.x == 0) fallback = 0;
+  __syncthreads();
+  if (threadIdx.x < kWarps) {
+    const int c = candidate_count[threadIdx.x];
+    const int total = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(c));
+    const bool overflow = __any_sync(0xffffffffu, c > kWarpCandidates);
+    if (threadIdx.x == 0) fallback = overflow || total < k;
+  }
+  __syncthreads();
+  if (fallback) {
+    select_from_scores(scores, n, k, selected, scratch);
+    return;
+  }
+  // 3. The exact selection among the candidates, written in entry order.
+  const Threshold t = radix_select(
+      [&](auto&& f) {
+        for (int j = lane; j < candidate_count[warp]; j += 32) f(candidate_key[warp][j]);
+      },
+      k, scratch);
+  write_picks(
+      t, [&] { return candidate_count[warp]; }, [&](int j) { return candidate_key[warp][j]; },
+      [&](int j) { return candidate_entry[warp][j]; }, selected, scratch);
+}
+
+}  // namespace
+
+void set_v4_indexer_top_k_sampled(bool sampled) { g_sampled = sampled; }
+
+void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
+  SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
+  SLUICE_CHECK(args.scores != nullptr && args.selected != nullptr && args.num_selected != nullptr &&
+               args.num_visible != nullptr);
+  if (args.rows == 0) return;
+  v4_indexer_top_k_kernel<<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda
