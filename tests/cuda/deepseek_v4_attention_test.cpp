@@ -348,7 +348,7 @@ TEST(DeepseekV4CudaKernels, IndexerScoresOnTensorCoresSelectTheReferenceSets) {
 
 // The warpgroup-MMA scores (prefill): rows sharing a sequence's keys, causal
 // counts (a chunk's rows see one more key every 4 rows), tiles of 256 keys
-// and row groups of 64 crossed, sequences that change inside a row group,
+// and work items of 128 rows crossed, sequences that change inside an item,
 // heads that fill part of N (7, 20) and none of it past the first tile, a row
 // that sees nothing.
 void check_indexer_on_warpgroup_mma(void (*wgmma)(const cuda::V4IndexerArgs&, cudaStream_t)) {

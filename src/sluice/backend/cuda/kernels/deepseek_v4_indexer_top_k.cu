@@ -30,9 +30,12 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+// 512 threads and 28 KB of shared memory: 4 blocks a multiprocessor, so one
+// row's barrier-bound selection runs under the others' sweeps.
+constexpr int kThreads = 512;
+constexpr int kBlocksPerSm = 4;
 constexpr int kWarps = kThreads / 32;
-constexpr int kWarpCandidates = 128;  // a warp's list (32 KB of keys and entries for the block)
+constexpr int kWarpCandidates = 128;  // a warp's list (16 KB of keys and entries for the block)
 constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
 constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
@@ -177,7 +180,7 @@ __device__ void select_from_scores(const float* scores, int n, int k, std::int32
       [&](int i) { return slice.lo + i; }, selected, s);
 }
 
-__global__ void __launch_bounds__(kThreads, 2) v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
   __shared__ SelectScratch scratch;
   __shared__ std::uint32_t sample[kMaxSample];
   __shared__ std::uint32_t candidate_key[kWarps][kWarpCandidates];
@@ -243,8 +246,8 @@ __global__ void __launch_bounds__(kThreads, 2) v4_indexer_top_k_kernel(V4Indexer
   if (lane == 0) candidate_count[warp] = listed;
   if (threadIdx.x == 0) fallback = 0;
   __syncthreads();
-  if (threadIdx.x < kWarps) {
-    const int c = candidate_count[threadIdx.x];
+  if (threadIdx.x < 32) {
+    const int c = threadIdx.x < kWarps ? candidate_count[threadIdx.x] : 0;
     const int total = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(c));
     const bool overflow = __any_sync(0xffffffffu, c > kWarpCandidates);
     if (threadIdx.x == 0) fallback = overflow || total < k;

@@ -18,7 +18,7 @@
 // consumer warpgroups through a ring of query slots with mbarriers, and the
 // consumers never meet:
 //   producer  (its registers given to the consumers) walks the block's work
-//             items (256 keys x 64 rows, keys fastest), finds each item's runs
+//             items (256 keys x 128 rows, keys fastest), finds each item's runs
 //             of rows sharing a sequence, and for each run that sees the
 //             item's keys (an epoch) copies the key tile with the run's first
 //             row, then one row a slot: queries, head factors and the slot's
@@ -85,7 +85,7 @@ constexpr int kLag = 2;
 // The consumers hold at most two slots while they wait for the next; the
 // producer waits for slot g - kSlots with g - kLag signalled.
 static_assert(kSlots >= kLag + 3, "the consumers must be able to free the slot the producer waits for");
-constexpr int kItemRows = 64;
+constexpr int kItemRows = 128;
 constexpr int kGroupRows = 8;
 static_assert(kItemRows % kGroupRows == 0, "a single-sequence item needs no padding");
 constexpr int kPaddingRow = -1;
