@@ -1,7 +1,7 @@
 // DeepSeek-V4 on the simulator: make_deepseek_v4_profile's FLOPs and bytes
 // at h200_sluice_cuda_deepseek_v4()'s efficiencies against what sluice's CUDA
-// forward measured on the H200 at V4-Flash's width (session 22,
-// docs/benchmarks.md S22-5 and S22-7: deepseek_v4_forward_bench
+// forward measured on the H200 at V4-Flash's width (sessions 22 and 23,
+// docs/benchmarks.md S22-5, S23-6: deepseek_v4_forward_bench
 // --flash-formats 3 131072 64, 3 layers: sliding, CSA, HCA; FP8 dense
 // linears, FP4 experts held as FP8). The efficiencies were fitted to the
 // kernel split of one chunk (ncu), so these check the whole: other chunks,
@@ -39,12 +39,12 @@ StepShape chunk(std::int32_t rows, std::int32_t context) {
   return StepShape{{{.num_new_tokens = rows, .num_computed_tokens = context}}};
 }
 
-// Measured on the H200 (2026-12-04).
-constexpr double kFirstChunkMs = 8192 / 168537.0 * 1e3;  // S22-7: the first 8k of a prompt, 168.5k tok/s
-constexpr double kPromptMs = 131072 / 162054.0 * 1e3;    // S22-7: 128k in chunks of 8k, 162.1k tok/s
-constexpr double kLastChunkMs = 54.5;                    // S22-5: ncu's kernels of the last chunk
-constexpr double kDecode64Ms = 6.27;                     // S22-7: batch 64 at 128k
-constexpr double kDecode1Ms = 1.77;                      // S22-7: batch 1 at 128k (at its layers' floor)
+// Measured on the H200 (2026-12-04, S23-6).
+constexpr double kFirstChunkMs = 8192 / 173208.0 * 1e3;  // the first 8k of a prompt, 173.2k tok/s
+constexpr double kPromptMs = 131072 / 168511.0 * 1e3;    // 128k in chunks of 8k, 168.5k tok/s
+constexpr double kLastChunkMs = 50.2;                    // ncu's kernels of the last chunk
+constexpr double kDecode64Ms = 6.35;                     // batch 64 at 128k
+constexpr double kDecode1Ms = 1.66;                      // batch 1 at 128k (at its layers' floor)
 
 TEST(DeepseekV4Cost, PredictsTheForwardMeasuredOnTheH200) {
   const RooflineCostModel model(bench_profile(), h200_sluice_cuda_deepseek_v4(), Parallelism{});

@@ -93,11 +93,12 @@ HardwareSpec h200_sluice_cuda_deepseek_v4() {
   //  - routed and shared experts 4.7 ms took 18.3 ms (the grouped FP8 GEMM
   //    15.3, clamped SwiGLU 1.8, combine 0.9, plan 0.4): 0.26;
   //  - attention 5.26 ms (sparse attention at bf16 peak, the indexer's scan
-  //    at FP8 peak) took ~15 ms (sparse attention 6.3 with one bf16 softmax
-  //    term, scores 6.3, top-k 1.6, compressors, key pools): 0.35.
+  //    at FP8 peak) took ~15 ms in session 22 and 12.7 ms in session 23
+  //    (S23-6, 50.2 ms of kernels: sparse attention 6.3, the warp-specialised
+  //    scores 5.0, the sampled top-k 0.54, compressors and key pools 0.8): 0.41.
   spec.efficiency.gemm_compute = 0.23;
   spec.efficiency.moe_compute = 0.26;
-  spec.efficiency.attention_compute = 0.35;
+  spec.efficiency.attention_compute = 0.41;
   // A block a query row: no query tile to fill, no long-chunk kernel.
   spec.attention_query_tile_rows = 1;
   spec.attention_long_chunk_rows = 0;
@@ -107,12 +108,11 @@ HardwareSpec h200_sluice_cuda_deepseek_v4() {
   // counts the same bytes against 4.31).
   spec.efficiency.weight_bandwidth = 0.62;
   spec.efficiency.kv_bandwidth = 0.62;
-  // Batch 1 at 128k took 1.77-1.85 ms a step (the second and later formats
-  // of a run; the first, 2.58) for 0.75 ms of weight and KV reads at this
-  // bandwidth: ~60 small kernels a layer, not in CUDA graphs, hold a layer
-  // to ~0.6 ms (session 21 measured 1.77 ms of kernels in such a step).
+  // Batch 1 at 128k took 1.60-1.66 ms a step once the bench warmed it up
+  // (S23-5, S23-6) for 0.75 ms of weight and KV reads at this bandwidth:
+  // ~60 small kernels a layer, not in CUDA graphs, hold a layer to ~0.55 ms.
   spec.overhead.per_step_ms = 0.0;
-  spec.overhead.per_layer_floor_ms = 0.6;
+  spec.overhead.per_layer_floor_ms = 0.55;
   return spec;
 }
 
