@@ -14,12 +14,11 @@
 //      (2k n_sample / n)-th largest;
 //   2. one sweep keeps every score at or above it as a candidate, each warp
 //      in its own list over its own slice, so the lists hold the candidates
-//      in entry order (a list's room in the shared pool follows its slice's
-//      share of the sample's hits);
+//      in entry order;
 //   3. the same radix select over the candidates (in shared memory) finds
 //      the k-th largest, and an ordered walk of the lists writes the picks.
 // When the threshold was too high (fewer than k candidates) or a warp's list
-// overflows its room, the row falls back to session 22's selection over all of its
+// overflows, the row falls back to session 22's selection over all of its
 // scores, so the result is exact either way; the sample only sets the speed.
 #include <cuda_runtime.h>
 
@@ -36,11 +35,7 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kBlocksPerSm = 4;
 constexpr int kWarps = kThreads / 32;
-// The candidates' pool (32 KB of keys and entries): each warp's list gets a
-// share sized by how many of its slice's samples cleared the bar, so a row
-// whose top scores crowd into a few slices (recent tokens) still fits.
-constexpr int kPoolCandidates = 4096;
-constexpr int kMinListCandidates = 64;
+constexpr int kWarpCandidates = 128;  // a warp's list (16 KB of keys and entries for the block)
 constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
 constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
@@ -188,10 +183,9 @@ __device__ void select_from_scores(const float* scores, int n, int k, std::int32
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
   __shared__ SelectScratch scratch;
   __shared__ std::uint32_t sample[kMaxSample];
-  __shared__ std::uint32_t candidate_key[kPoolCandidates];
-  __shared__ std::int32_t candidate_entry[kPoolCandidates];
+  __shared__ std::uint32_t candidate_key[kWarps][kWarpCandidates];
+  __shared__ std::int32_t candidate_entry[kWarps][kWarpCandidates];
   __shared__ int candidate_count[kWarps];
-  __shared__ int list_base[kWarps], list_size[kWarps];  // a warp's list: [base, base + size) of the pool
   __shared__ int fallback;
   const int row = blockIdx.x;
   const int n = args.num_visible[row];
@@ -221,38 +215,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
         for (int i = threadIdx.x; i < sampled; i += kThreads) f(sample[i]);
       },
       sample_rank, scratch);
-  // 2. The lists' shares of the pool: a slice's sample hits, times the
-  // sampling rate, half again and kMinListCandidates more (scaled down to the
-  // pool if they overrun it).
+  // 2. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int per_warp = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;  // warp_slice's
-  if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < sampled; i += kThreads)
-    if (sample[i] >= bar.key) atomicAdd(&candidate_count[(i / kSampleRun * kSampleStride + i % kSampleRun) / per_warp], 1);
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int hits = lane < kWarps ? candidate_count[lane] : 0;
-    const int estimate = hits * (kSampleStride / kSampleRun);
-    int size = lane < kWarps ? estimate + estimate / 2 + kMinListCandidates : 0;
-    const int total = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(size)));
-    if (total > kPoolCandidates) size = static_cast<int>(static_cast<long long>(size) * kPoolCandidates / total);
-    int inclusive = size;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (lane >= o) inclusive += v;
-    }
-    if (lane < kWarps) {
-      list_base[lane] = inclusive - size;
-      list_size[lane] = size;
-    }
-  }
-  __syncthreads();
-  // 3. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
   const Slice slice = warp_slice(n);
-  const int my_base = list_base[warp], my_size = list_size[warp];
   int listed = 0;
   // kSweepLoads loads a lane in flight before their keys are listed (one at
   // a time, the sweep ran at a load's latency: 1.15 TB/s).
@@ -270,9 +236,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
       const bool keep = i < slice.len && keys[u] >= bar.key;
       const unsigned keep_lanes = __ballot_sync(0xffffffffu, keep);
       const int at = listed + __popc(keep_lanes & lanes_below);
-      if (keep && at < my_size) {
-        candidate_key[my_base + at] = keys[u];
-        candidate_entry[my_base + at] = slice.lo + i;
+      if (keep && at < kWarpCandidates) {
+        candidate_key[warp][at] = keys[u];
+        candidate_entry[warp][at] = slice.lo + i;
       }
       listed += __popc(keep_lanes);
     }
@@ -283,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
   if (threadIdx.x < 32) {
     const int c = threadIdx.x < kWarps ? candidate_count[threadIdx.x] : 0;
     const int total = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(c));
-    const bool overflow = __any_sync(0xffffffffu, threadIdx.x < kWarps && c > list_size[threadIdx.x]);
+    const bool overflow = __any_sync(0xffffffffu, c > kWarpCandidates);
     if (threadIdx.x == 0) fallback = overflow || total < k;
   }
   __syncthreads();
@@ -291,15 +257,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
     select_from_scores(scores, n, k, selected, scratch);
     return;
   }
-  // 4. The exact selection among the candidates, written in entry order.
+  // 3. The exact selection among the candidates, written in entry order.
   const Threshold t = radix_select(
       [&](auto&& f) {
-        for (int j = lane; j < listed; j += 32) f(candidate_key[my_base + j]);
+        for (int j = lane; j < candidate_count[warp]; j += 32) f(candidate_key[warp][j]);
       },
       k, scratch);
   write_picks(
-      t, [&] { return listed; }, [&](int j) { return candidate_key[my_base + j]; },
-      [&](int j) { return candidate_entry[my_base + j]; }, selected, scratch);
+      t, [&] { return candidate_count[warp]; }, [&](int j) { return candidate_key[warp][j]; },
+      [&](int j) { return candidate_entry[warp][j]; }, selected, scratch);
 }
 
 }  // namespace
