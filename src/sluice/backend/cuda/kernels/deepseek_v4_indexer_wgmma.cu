@@ -248,19 +248,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto epilogue = [&](int slot, const float (&acc)[kTiles][32]) {
     const SlotInfo info = infos[slot];
     if (info.row < 0) return;
-    float score[kTiles][2] = {};
+    // Two sums a key (even and odd heads): eight FMA chains, not four, so a
+    // chain's latency is not the epilogue's (ncu: "wait" the top stall).
+    float partial[kTiles][2][2] = {};
     const float* f = factors + slot * kHeads + 2 * tig;
 #pragma unroll
     for (int j = 0; j < kHeads / 8; ++j) {
       const float2 fj = *reinterpret_cast<const float2*>(f + 8 * j);
 #pragma unroll
       for (int mt = 0; mt < kTiles; ++mt) {
-        score[mt][0] = fmaf(fmaxf(acc[mt][4 * j], 0.0f), fj.x, score[mt][0]);
-        score[mt][0] = fmaf(fmaxf(acc[mt][4 * j + 1], 0.0f), fj.y, score[mt][0]);
-        score[mt][1] = fmaf(fmaxf(acc[mt][4 * j + 2], 0.0f), fj.x, score[mt][1]);
-        score[mt][1] = fmaf(fmaxf(acc[mt][4 * j + 3], 0.0f), fj.y, score[mt][1]);
+        partial[mt][0][0] = fmaf(fmaxf(acc[mt][4 * j], 0.0f), fj.x, partial[mt][0][0]);
+        partial[mt][0][1] = fmaf(fmaxf(acc[mt][4 * j + 1], 0.0f), fj.y, partial[mt][0][1]);
+        partial[mt][1][0] = fmaf(fmaxf(acc[mt][4 * j + 2], 0.0f), fj.x, partial[mt][1][0]);
+        partial[mt][1][1] = fmaf(fmaxf(acc[mt][4 * j + 3], 0.0f), fj.y, partial[mt][1][1]);
       }
     }
+    float score[kTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) score[mt][half] = partial[mt][half][0] + partial[mt][half][1];
     // The quad's 4 sums (index 2 mt + half), each over its 4 lanes: lanes
     // with tig bit 1 set keep sums 2 and 3 and pass 0 and 1 (and the
     // reverse), then bit 0 picks one of the two. Lane tig ends with sum tig.
