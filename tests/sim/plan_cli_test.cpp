@@ -64,6 +64,14 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
                                  "rings and compressor state, 15.4 MB per sequence"))
       << r.output;
   EXPECT_TRUE(contains(r.output, "blocks of 128)")) << r.output;
+  // The CUDA server's f32 blocks today hold at least every layer's f32 window
+  // latent per position (43 x 512 x 4 B), far above the design's 3850 B.
+  const std::string served_at = "holds this cache in f32 blocks today: ";
+  const std::size_t at = r.output.find(served_at);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double served = std::stod(r.output.substr(at + served_at.size()));
+  EXPECT_GE(served, 43.0 * 512 * 4) << r.output;
+  EXPECT_TRUE(contains(r.output, "x the layout above, which the capacity below assumes)")) << r.output;
   const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
   EXPECT_EQ(split.exit_code, 1) << split.output;
   EXPECT_TRUE(contains(split.output, "--block-size 64")) << split.output;

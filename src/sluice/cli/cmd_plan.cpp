@@ -325,6 +325,10 @@ void run_plan(const PlanOptions& o) {
                 profile.kv_state_bytes_per_sequence / 1e6);
   }
   std::printf("\n");
+  if (profile.kv_bytes_per_token_served > 0)
+    std::printf("  KV as served      sluice's CUDA server holds this cache in f32 blocks today: %.0f B per token "
+                "(%.1fx the layout above, which the capacity below assumes)\n",
+                profile.kv_bytes_per_token_served, profile.kv_bytes_per_token_served / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),
               gb(hardware.hbm_capacity_bytes), o.gpu_memory_utilization);
   std::printf("  weights           %8.1f GB\n", gb(mem.weight_bytes));

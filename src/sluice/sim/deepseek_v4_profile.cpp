@@ -133,6 +133,9 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   p.kv_window_tokens = ds.sliding_window;
   p.kv_state_bytes_per_sequence = footprint.window_ring_bytes_per_sequence + footprint.pending_bytes_per_sequence;
   p.kv_block_alignment_tokens = alignment;
+  // The CUDA forward still keeps the CPU's f32 block area (a block's floats
+  // over its tokens), not the records above.
+  p.kv_bytes_per_token_served = static_cast<double>(layout->floats_per_block()) * kF32Bytes / alignment;
   return p;
 }
 
