@@ -72,6 +72,28 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   const double served = std::stod(r.output.substr(at + served_at.size()));
   EXPECT_GE(served, 43.0 * 512 * 4) << r.output;
   EXPECT_TRUE(contains(r.output, "x the layout above, which the capacity below assumes)")) << r.output;
+  EXPECT_FALSE(contains(r.output, "as served today")) << r.output;  // 8 GPUs: the CUDA server runs V4 on one
+
+  // Four layers on one GPU: the capacity as served, in the same KV bytes, is
+  // the design's divided by the ratio printed above (>= 10x for V4-Flash's widths).
+  nlohmann::json small = sluice::testing::deepseek_v4_flash_config_json();
+  small["num_hidden_layers"] = 4;
+  small["compress_ratios"] = {0, 4, 128, 4, 0};
+  small["num_hash_layers"] = 1;
+  const std::string small_dir = std::string(SLUICE_BINARY_DIR) + "/test-scratch/plan-deepseek-v4-flash-4-layers";
+  std::filesystem::create_directories(small_dir);
+  std::ofstream(small_dir + "/config.json") << small.dump();
+  const RunResult one = run("--model " + small_dir + " --gpus 1 --max-model-len 65536");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto number_after = [&](const std::string& text) {
+    const std::size_t p = one.output.find(text);
+    EXPECT_NE(p, std::string::npos) << one.output;
+    return p == std::string::npos ? 0.0 : std::stod(one.output.substr(p + text.size()));
+  };
+  const double design_tokens = number_after("KV capacity         ");
+  const double served_tokens = number_after("as served today  ");
+  EXPECT_GT(served_tokens, 0.0) << one.output;
+  EXPECT_LT(served_tokens * 10, design_tokens) << one.output;
   const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
   EXPECT_EQ(split.exit_code, 1) << split.output;
   EXPECT_TRUE(contains(split.output, "--block-size 64")) << split.output;

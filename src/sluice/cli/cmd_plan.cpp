@@ -349,6 +349,9 @@ void run_plan(const PlanOptions& o) {
   }
   std::printf("KV capacity         %lld tokens (%d blocks of %d)\n", static_cast<long long>(mem.kv_capacity_tokens),
               mem.num_kv_blocks, block_size);
+  if (profile.kv_bytes_per_token_served > 0 && par.num_gpus == 1)
+    std::printf("  as served today  %lld tokens in the same %.1f GB (sluice's CUDA server, one GPU)\n",
+                static_cast<long long>(mem.kv_bytes / profile.kv_bytes_per_token_served), gb(mem.kv_bytes));
   const std::int64_t per_replica_tokens = mem.kv_capacity_tokens / par.data_parallel();
   if (per_replica_tokens < max_model_len) {
     std::printf("DOES NOT FIT: one sequence of --max-model-len %d tokens needs more KV than an attention replica "
