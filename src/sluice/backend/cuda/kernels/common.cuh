@@ -47,6 +47,14 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p) {
   return v;
 }
 
+// A float's bits reordered so that unsigned order is float order, -0 and +0
+// equal (the top-k selections compare floats, so they tie).
+__device__ __forceinline__ std::uint32_t float_order_key(float v) {
+  std::uint32_t u = __float_as_uint(v);
+  if ((u << 1) == 0) u = 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 
 namespace sluice::cuda {
@@ -42,13 +43,6 @@ constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer
 // Rows shorter than this, or whose k is a large part of them, gain nothing from sampling.
 constexpr int kMinSampledRow = 4096;
 bool g_sampled = true;  // set_v4_indexer_top_k_sampled()
-
-// A float's bits, reordered so that unsigned order is float order (-0 and +0 alike).
-__device__ __forceinline__ std::uint32_t order_key(float f) {
-  if (f == 0.0f) f = 0.0f;
-  const std::uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 struct SelectScratch {
   int histogram[256];
@@ -116,16 +110,15 @@ __device__ Threshold radix_select(ForEachKey for_each_key, int k, SelectScratch&
   return {prefix, remaining};
 }
 
-// Writes the picks of a threshold in ascending entry order. Warp w walks its
-// keys (`walk_warp(key_at)` calls key_at(position) for its positions in entry
-// order, 32 at a time, and returns their entries through `entry_at`) twice:
-// to count, then, with the counts of the warps before it, to write.
-template <typename Count, typename KeyAt, typename EntryAt>
-__device__ void write_picks(Threshold t, Count warp_count, KeyAt key_at, EntryAt entry_at, std::int32_t* selected,
+// Writes the picks of a threshold in ascending entry order. Each warp holds
+// n_here keys in entry order (key_at(i), their entries entry_at(i), i <
+// n_here; warp w's all before warp w + 1's) and walks them twice, 32 at a
+// time: to count, then, with the counts of the warps before it, to write.
+template <typename KeyAt, typename EntryAt>
+__device__ void write_picks(Threshold t, int n_here, KeyAt key_at, EntryAt entry_at, std::int32_t* selected,
                             SelectScratch& s) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int n_here = warp_count();
   int greater = 0, ties = 0;
   for (int base = 0; base < n_here; base += 32) {
     const int i = base + lane;
@@ -171,12 +164,12 @@ __device__ __forceinline__ Slice warp_slice(int n) {
 __device__ void select_from_scores(const float* scores, int n, int k, std::int32_t* selected, SelectScratch& s) {
   const Threshold t = radix_select(
       [&](auto&& f) {
-        for (int i = threadIdx.x; i < n; i += kThreads) f(order_key(scores[i]));
+        for (int i = threadIdx.x; i < n; i += kThreads) f(float_order_key(scores[i]));
       },
       k, s);
   const Slice slice = warp_slice(n);
   write_picks(
-      t, [&] { return slice.len; }, [&](int i) { return order_key(scores[slice.lo + i]); },
+      t, slice.len, [&](int i) { return float_order_key(scores[slice.lo + i]); },
       [&](int i) { return slice.lo + i; }, selected, s);
 }
 
@@ -207,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
   }
   // 1. The threshold from the sample.
   for (int i = threadIdx.x; i < sampled; i += kThreads)
-    sample[i] = order_key(scores[i / kSampleRun * kSampleStride + i % kSampleRun]);
+    sample[i] = float_order_key(scores[i / kSampleRun * kSampleStride + i % kSampleRun]);
   __syncthreads();
   // Its top 16 bits suffice: a lower bar only lists a few more candidates.
   const Threshold bar = radix_select<16>(
@@ -228,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
 #pragma unroll
     for (int u = 0; u < kSweepLoads; ++u) {
       const int i = base + 32 * u + lane;
-      keys[u] = i < slice.len ? order_key(scores[slice.lo + i]) : 0u;
+      keys[u] = i < slice.len ? float_order_key(scores[slice.lo + i]) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < kSweepLoads; ++u) {
@@ -264,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
       },
       k, scratch);
   write_picks(
-      t, [&] { return candidate_count[warp]; }, [&](int j) { return candidate_key[warp][j]; },
+      t, candidate_count[warp], [&](int j) { return candidate_key[warp][j]; },
       [&](int j) { return candidate_entry[warp][j]; }, selected, scratch);
 }
 

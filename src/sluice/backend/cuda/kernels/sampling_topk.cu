@@ -55,14 +55,6 @@ constexpr float kFixedScale = 17592186044416.0f;  // 2^44
 constexpr double kFixedScaleD = 17592186044416.0;
 constexpr std::int64_t kMaxVocab = 1 << 20;
 
-// Monotone in the float order, with -0 and +0 equal (the reference compares
-// floats, so they tie and fall back to the id).
-__device__ __forceinline__ std::uint32_t order_key(float v) {
-  std::uint32_t u = __float_as_uint(v);
-  if ((u << 1) == 0) u = 0;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 __device__ __forceinline__ Fixed to_fixed(float w) { return __float2ull_rn(w * kFixedScale); }
 
 // Keeps the tokens at or ahead of (key, id) in the order (key desc, id asc);
@@ -447,7 +439,7 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
     unsigned run_count = 0;
     Fixed run_sum = 0;
     for_each_token(row.logits, row.vocab, [&](int t, float l) {
-      const std::uint32_t k = order_key(l);
+      const std::uint32_t k = float_order_key(l);
       if ((k & prefix_mask) != prefix) return;
       float w = 0.0f;
       if (!row.kept(set, t, l, k, kWantWeight, w)) return;
@@ -494,7 +486,7 @@ __device__ Position select_position(const Row& row, const Kept& set, double targ
     id = first_crossing_in_id_order(
         row,
         [&](int t, float l, float& v) {
-          const std::uint32_t k = order_key(l);
+          const std::uint32_t k = float_order_key(l);
           float w = 0.0f;
           if (k != key || !row.kept(set, t, l, k, false, w)) return false;
           v = 1.0f;
@@ -519,7 +511,7 @@ __device__ int draw(const Row& row, const DeviceSampleRow& p, Shared& sh) {
   if (p.top_p < 1.0f) {
     double total = 0.0;
     for_each_token(row.logits, row.vocab, [&](int t, float l) {
-      if (set.top_k.keeps(order_key(l), t)) total += row.weight(l);
+      if (set.top_k.keeps(float_order_key(l), t)) total += row.weight(l);
     });
     total = block_sum_double(total, sh);
     const double target_mass = static_cast<double>(p.top_p) * total;
@@ -529,7 +521,7 @@ __device__ int draw(const Row& row, const DeviceSampleRow& p, Shared& sh) {
     return select_position<Measure::weight>(row, set, target, true, sh).id;
   }
   return first_crossing_in_id_order(
-      row, [&](int t, float l, float& v) { return row.kept(set, t, l, order_key(l), true, v); },
+      row, [&](int t, float l, float& v) { return row.kept(set, t, l, float_order_key(l), true, v); },
       p.uniform, true, sh);
 }
 
@@ -604,7 +596,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
   if (threadIdx.x == 0) sh.num_top = 0;
   __syncthreads();
   for_each_token(work, vocab, [&](int t, float l) {
-    if (!cut.keeps(order_key(l), t)) return;
+    if (!cut.keeps(float_order_key(l), t)) return;
     const int i = atomicAdd(&sh.num_top, 1);
     if (i < kMaxDeviceTopLogprobs) sh.top_ids[i] = t;
   });
