@@ -125,8 +125,9 @@ class DeepseekV4PagedCuda : public ::testing::Test {
     return {.block_ids = block_ids_->get(), .table_begin = t.begin->get(), .table_len = t.len->get()};
   }
 
-  static V4PagedRegion window_region(const DeepseekV4LayerRegion& l, std::int64_t hd) {
-    return {.site = V4PagedSite::window, .offset = l.window_offset, .count = static_cast<std::int32_t>(hd)};
+  V4PagedRegion window_region(const DeepseekV4LayerRegion& l) const {
+    return {.site = V4PagedSite::window, .offset = l.window_offset,
+            .count = static_cast<std::int32_t>(layout_->head_dim()), .slots = layout_->window_slots()};
   }
   static V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
     const bool entry = site == V4PagedSite::entry;
@@ -142,7 +143,7 @@ class DeepseekV4PagedCuda : public ::testing::Test {
                                      const std::int32_t* positions, std::int32_t rows, std::int32_t max_keys,
                                      const std::int32_t* selected, const std::int32_t* num_selected) const {
     cuda::V4GatherKeysArgs args{.blocks = blocks(), .tables = tables, .positions = positions,
-                                .window = window_region(lr, layout_->head_dim()),
+                                .window = window_region(lr),
                                 .sliding_window = config_.deepseek_v4->sliding_window, .rows = rows,
                                 .max_keys = max_keys};
     if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
@@ -214,14 +215,13 @@ TEST_F(DeepseekV4PagedCuda, CopyWritesAndReadsEverySiteWhereTheHostStateDoes) {
     EXPECT_EQ(back.host(), values);
     ++sites_checked;
   };
-  const std::int64_t hd = layout_->head_dim();
   for (std::int32_t l = 0; l < static_cast<std::int32_t>(layout_->num_layers()); ++l) {
     const DeepseekV4LayerRegion& lr = layout_->layer(static_cast<std::size_t>(l));
     // Window latents: A's positions across its 6 blocks, B's across 5 (distinct places).
     std::vector<Item> window;
     for (std::int64_t p : {0, 1, 127, 128, 129, 300, 511, 512, 767}) window.push_back({false, p});
     for (std::int64_t p : {0, 5, 255, 256, 600, 639}) window.push_back({true, p});
-    run_site(l, DeepseekV4Pool::compressor, window_region(lr, hd), window);
+    run_site(l, DeepseekV4Pool::compressor, window_region(lr), window);
     for (DeepseekV4Pool pool : {DeepseekV4Pool::compressor, DeepseekV4Pool::indexer}) {
       const std::optional<DeepseekV4PoolRegion>& r = pool == DeepseekV4Pool::compressor ? lr.compressor : lr.indexer;
       if (!r) continue;

@@ -65,6 +65,31 @@ TEST(DeepseekV4KvLayout, FlashBytesMatchTheHandDerivation) {
                                             21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512);
 }
 
+// A block keeps its last window (128 latents a layer) whatever its size, so
+// at 1024 tokens (serve's default) the window costs an eighth of a latent a
+// token a layer, and a block is every region once: 36,688 B a token in f32.
+TEST(DeepseekV4KvLayout, ALargeBlockKeepsOnlyItsLastWindow) {
+  const ModelConfig config = flash_config();
+  EXPECT_EQ(deepseek_v4_default_block_size(config), 1024);
+  auto layout = DeepseekV4KvLayout::make(config, 1024);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  EXPECT_EQ(layout->window_slots(), 128);
+  EXPECT_DOUBLE_EQ(layout->footprint(DeepseekV4KvRecords::cuda_fp8(config)).window_bytes_per_token,
+                   43.0 * 584 * 128 / 1024);
+  const std::int64_t floats = 43 * 128 * 512 + 21 * (256 * 512 + 2 * 2 * 4 * 1024 + 256 * 128 + 2 * 2 * 4 * 256) +
+                              20 * (8 * 512 + 2 * 128 * 512);
+  EXPECT_EQ(layout->floats_per_block(), floats);
+  EXPECT_EQ(floats * 4 / 1024, 36688);
+  // A block smaller than the window keeps every position.
+  nlohmann::json wide = testing::deepseek_v4_flash_config_json();
+  wide["sliding_window"] = 512;
+  auto wide_config = parse_model_config(wide.dump(), "config.json");
+  ASSERT_TRUE(wide_config.ok()) << wide_config.error_message();
+  auto small = DeepseekV4KvLayout::make(*wide_config, 256);
+  ASSERT_TRUE(small.ok()) << small.error_message();
+  EXPECT_EQ(small->window_slots(), 256);
+}
+
 TEST(DeepseekV4KvLayout, RefusesBlocksThatSplitACompressionWindow) {
   const ModelConfig config = flash_config();
   EXPECT_EQ(deepseek_v4_block_alignment(config), 128);

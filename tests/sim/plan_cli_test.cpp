@@ -63,19 +63,23 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   EXPECT_TRUE(contains(r.output, "KV cache          3850 B per token (auto), whole model; plus 128-token window "
                                  "rings and compressor state, 15.4 MB per sequence"))
       << r.output;
-  EXPECT_TRUE(contains(r.output, "blocks of 128)")) << r.output;
-  // The CUDA server's f32 blocks today hold at least every layer's f32 window
-  // latent per position (43 x 512 x 4 B), far above the design's 3850 B.
-  const std::string served_at = "holds this cache in f32 blocks today: ";
+  EXPECT_TRUE(contains(r.output, "blocks of 1024)")) << r.output;  // serve's default for V4
+  // The CUDA server's f32 blocks of 1024 today: per layer the block's last
+  // window (128 latents of 512), CSA's entries and index keys (256 of 512 and
+  // of 128) and its two pending rings (2 windows x kv + gate x 4 tokens x 1024,
+  // and x 256), HCA's 8 entries and its ring (kv + gate x 128 x 512).
+  const double block_floats = 43.0 * 128 * 512 + 21.0 * (256 * 512 + 2 * 2 * 4 * 1024 + 256 * 128 + 2 * 2 * 4 * 256) +
+                              20.0 * (8 * 512 + 2 * 128 * 512);
+  const std::string served_at = "holds this cache in f32 blocks of 1024 today: ";
   const std::size_t at = r.output.find(served_at);
   ASSERT_NE(at, std::string::npos) << r.output;
   const double served = std::stod(r.output.substr(at + served_at.size()));
-  EXPECT_GE(served, 43.0 * 512 * 4) << r.output;
+  EXPECT_NEAR(served, block_floats * 4 / 1024, 0.5) << r.output;
   EXPECT_TRUE(contains(r.output, "x the layout above, which the capacity below assumes)")) << r.output;
   EXPECT_FALSE(contains(r.output, "as served today")) << r.output;  // 8 GPUs: the CUDA server runs V4 on one
 
   // Four layers on one GPU: the capacity as served, in the same KV bytes, is
-  // the design's divided by the ratio printed above (>= 10x for V4-Flash's widths).
+  // the design's in the ratio of their bytes a token (8.3x for these layers).
   nlohmann::json small = sluice::testing::deepseek_v4_flash_config_json();
   small["num_hidden_layers"] = 4;
   small["compress_ratios"] = {0, 4, 128, 4, 0};
@@ -92,8 +96,11 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   };
   const double design_tokens = number_after("KV capacity         ");
   const double served_tokens = number_after("as served today  ");
+  const double design_bytes = number_after("KV cache          ");  // a token, the model line
+  const double served_bytes = number_after("blocks of 1024 today: ");
   EXPECT_GT(served_tokens, 0.0) << one.output;
-  EXPECT_LT(served_tokens * 10, design_tokens) << one.output;
+  EXPECT_GT(served_bytes, 5 * design_bytes) << one.output;
+  EXPECT_NEAR(served_tokens * served_bytes / (design_tokens * design_bytes), 1.0, 0.01) << one.output;
   const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
   EXPECT_EQ(split.exit_code, 1) << split.output;
   EXPECT_TRUE(contains(split.output, "--block-size 64")) << split.output;

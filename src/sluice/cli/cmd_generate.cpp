@@ -17,6 +17,7 @@
 #include "sluice/cli/cpu_ranks.h"
 #include "sluice/cli/cuda_flags.h"
 #include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/model_runner.h"
 #include "sluice/tokenizer/tokenizer.h"
@@ -37,7 +38,7 @@ struct GenerateArgs {
   std::int32_t tensor_parallel_size = 1;  // cpu only: ranks as threads
   bool enable_expert_parallel = false;    // cpu only: routed experts whole over the ranks
   std::string device = "cpu";
-  std::int32_t block_size_tokens = 16;
+  std::optional<std::int32_t> block_size_tokens;  // unset: 16, or DeepSeek-V4's default
   std::int32_t prefill_chunk_tokens = 0;
   CudaFlags cuda;
 };
@@ -123,12 +124,13 @@ Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   sampling.seed = args.seed ? *args.seed : std::random_device{}();
   SLUICE_TRY(sampling.validate());
   SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
-  ModelRunnerOptions runner_options{.block_size_tokens = args.block_size_tokens,
+  const std::int32_t block_size = args.block_size_tokens.value_or(
+      config.deepseek_v4 != nullptr ? deepseek_v4_default_block_size(config) : 16);
+  ModelRunnerOptions runner_options{.block_size_tokens = block_size,
                                     .show_progress = isatty(2) != 0,
                                     .enable_expert_parallel = args.enable_expert_parallel};
   const std::int64_t needed_tokens = static_cast<std::int64_t>(prompt.size()) + args.max_tokens;
-  runner_options.num_kv_blocks =
-      static_cast<std::int32_t>((needed_tokens + args.block_size_tokens - 1) / args.block_size_tokens);
+  runner_options.num_kv_blocks = static_cast<std::int32_t>((needed_tokens + block_size - 1) / block_size);
   SLUICE_TRY_ASSIGN(ops, make_ops(args));
   SLUICE_TRY_ASSIGN(backend, make_tensor_parallel_model_runner(args.model_dir, std::move(ops), runner_options));
   GenerateOptions options{.max_new_tokens = args.max_tokens,
@@ -170,7 +172,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--enable-expert-parallel", args->enable_expert_parallel,
                 "cpu: MoE routed experts split whole over the --tensor-parallel-size ranks");
   cmd->add_option("--device", args->device, "cpu (the reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--block-size", args->block_size_tokens, "KV block size in tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", args->block_size_tokens,
+                  "KV block size in tokens (default 16; DeepSeek-V4: 1024, whole compression windows)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk_tokens, "prefill at most this many tokens per step")
       ->check(CLI::NonNegativeNumber);
   add_cuda_flags(*cmd, args->cuda);

@@ -80,11 +80,12 @@ sim::ModelProfile resolve_profile(const PlanOptions& o) {
   return *profile;
 }
 
-// --block-size, or 16 made a multiple of the model's alignment (DeepSeek-V4:
-// its compress rates); a size that splits a compression window is refused.
+// --block-size, or serve's default (DeepSeek-V4's), or 16 made a multiple of
+// the model's alignment; a size that splits a compression window is refused.
 std::int32_t block_size_for(const PlanOptions& o, const sim::ModelProfile& profile) {
   const std::int32_t alignment = profile.kv_block_alignment_tokens;
-  const std::int32_t block_size = o.block_size.value_or(std::lcm(16, alignment));
+  const std::int32_t block_size = o.block_size.value_or(
+      profile.kv_default_block_tokens > 0 ? profile.kv_default_block_tokens : std::lcm(16, alignment));
   if (block_size % alignment != 0)
     fail(kExitBadInput, "--block-size " + std::to_string(block_size) + ": " + profile.name + " needs a multiple of " +
                             std::to_string(alignment) + " (its compression windows)");
@@ -326,9 +327,10 @@ void run_plan(const PlanOptions& o) {
   }
   std::printf("\n");
   if (profile.kv_bytes_per_token_served > 0)
-    std::printf("  KV as served      sluice's CUDA server holds this cache in f32 blocks today: %.0f B per token "
-                "(%.1fx the layout above, which the capacity below assumes)\n",
-                profile.kv_bytes_per_token_served, profile.kv_bytes_per_token_served / profile.kv_bytes_per_token);
+    std::printf("  KV as served      sluice's CUDA server holds this cache in f32 blocks of %d today: %.0f B per "
+                "token (%.1fx the layout above, which the capacity below assumes)\n",
+                profile.kv_default_block_tokens, profile.kv_bytes_per_token_served,
+                profile.kv_bytes_per_token_served / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),
               gb(hardware.hbm_capacity_bytes), o.gpu_memory_utilization);
   std::printf("  weights           %8.1f GB\n", gb(mem.weight_bytes));

@@ -25,6 +25,7 @@
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
 #include "sluice/model/decoder_model.h"
+#include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/server/generation_defaults.h"
 #include "sluice/server/parser_names.h"
 #include "sluice/server/server.h"
@@ -129,9 +130,12 @@ Result<std::string> resolve_decode_lane(const ServeArgs& args, const ModelConfig
 // attention is cuDNN's paged SDPA: the burst's 8k-row chunks over 16k-100k
 // prefixes ran 9-14% faster than in vLLM's pages of 16, and the burst's mean
 // first token fell from 25.9 to 24.5 s (S18-lead-2). DeepSeek's attention is
-// its own (MLA, V4's compressed layout): 16, the others' default.
-std::int32_t block_size_tokens(const ServeArgs& args, const std::string& model_type) {
+// its own: 16, the others' default, for MLA; V4's compressed layout takes
+// blocks of whole compression windows, large ones
+// (deepseek_v4_default_block_size).
+std::int32_t block_size_tokens(const ServeArgs& args, const ModelConfig& config, const std::string& model_type) {
   if (args.block_size_tokens) return *args.block_size_tokens;
+  if (config.deepseek_v4 != nullptr) return deepseek_v4_default_block_size(config);
   return args.device == "cuda" && !model_type.starts_with("deepseek") ? 64 : 16;
 }
 
@@ -210,7 +214,7 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   auto make_backend = [&](const CudaOptions& cuda_options) {
     return make_serve_backend({.device = args.device,
                                .model_dir = dir,
-                               .block_size_tokens = block_size_tokens(args, model_type),
+                               .block_size_tokens = block_size_tokens(args, config, model_type),
                                .max_model_len_tokens = args.engine.max_model_len_tokens,
                                .max_num_seqs = args.engine.max_num_seqs,
                                .max_num_batched_tokens = args.engine.max_num_batched_tokens,
@@ -571,7 +575,8 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--block-size", a.block_size_tokens,
                   "KV block size in tokens (default: 64 on cuda, where cuDNN's paged attention runs 9-14% faster "
-                  "than at 16; 16 on cpu and sim and for DeepSeek)")
+                  "than at 16; 16 on cpu and sim and for DeepSeek-V3; DeepSeek-V4: 1024, whole compression "
+                  "windows)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--device", a.device, "cpu (the reference), cuda, or sim (steps simulated by the cost model)")
       ->check(CLI::IsMember({"cpu", "cuda", "sim"}));

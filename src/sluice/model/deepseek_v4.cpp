@@ -158,6 +158,7 @@ struct DeepseekV4Reference::StepRows {
   std::vector<std::int64_t> positions;             // [n]
   std::vector<TokenId> tokens;                     // [n]
   std::vector<DeepseekV4SequenceState*> states;    // [n]: the state of the row's sequence
+  std::vector<std::int64_t> first_row;             // [n]: the row of its sequence's first position this step
   std::vector<float> q_residual;                   // [n, q_lora_rank]: q_a_norm(wq_a x), the indexer's query input too
 
   std::int64_t size() const { return static_cast<std::int64_t>(positions.size()); }
@@ -420,13 +421,13 @@ void DeepseekV4Reference::run_attention(std::int32_t layer_index, StepRows& rows
   k.linear(rows.q_residual, a.wq_b, q_lora, q);
   k.rms_norm(q, hd, {}, eps);
   k.rope_tail(q, hd, heads, rows.positions, rope, false);
-  // The shared K=V latent of each new token joins its sequence's window.
+  // The shared K=V latent of each new token joins its sequence's window
+  // (stored after the attention: it may take the slot of a position the
+  // step's earlier rows still see).
   std::vector<float> kv(n * hd);
   k.linear(x, a.wkv, hidden, kv);
   k.rms_norm(kv, hd, a.kv_norm, eps);
   k.rope_tail(kv, hd, 1, rows.positions, rope, false);
-  for (std::int64_t r = 0; r < n; ++r)
-    std::ranges::copy(row(kv, r, hd), rows.states[r]->window_latent(layer_index, rows.positions[r]).begin());
 
   const std::int32_t rate = ds_.compress_rate(layer.type);
   const std::int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
@@ -464,8 +465,10 @@ void DeepseekV4Reference::run_attention(std::int32_t layer_index, StepRows& rows
     DeepseekV4SequenceState& state = *rows.states[r];
     const std::int64_t p = rows.positions[r];
     keys.clear();
+    const std::int64_t step_first = rows.first_row[r], step_first_position = rows.positions[step_first];
     for (std::int64_t t = std::max<std::int64_t>(0, p - ds_.sliding_window + 1); t <= p; ++t)
-      append_to(keys, state.window_latent(layer_index, t));
+      append_to(keys, t >= step_first_position ? row(kv, step_first + t - step_first_position, hd)
+                                               : state.window_latent(layer_index, t));
     if (a.compressor) {
       const std::int64_t num_visible = (p + 1) / rate;
       std::vector<std::int64_t> picked;
@@ -482,6 +485,8 @@ void DeepseekV4Reference::run_attention(std::int32_t layer_index, StepRows& rows
     }
     k.sink_attention(row(q, r, heads * hd), keys, a.sinks, shape, row(attn, r, heads * hd));
   }
+  for (std::int64_t r = 0; r < n; ++r)
+    std::ranges::copy(row(kv, r, hd), rows.states[r]->window_latent(layer_index, rows.positions[r]).begin());
   // The values carried their keys' rope: rotate the output back by the query's angle.
   k.rope_tail(attn, hd, heads, rows.positions, rope, true);
   // Grouped output: each group of heads to o_lora_rank by its block of wo_a, then wo_b.
@@ -543,12 +548,14 @@ Result<std::vector<float>> DeepseekV4Reference::forward(std::span<const StepSequ
   StepRows rows;
   for (const StepSequence& seq : sequences) {
     SLUICE_CHECK(seq.state != nullptr);
+    const std::int64_t first_row = rows.size();
     for (std::size_t i = 0; i < seq.tokens.size(); ++i) {
       if (seq.tokens[i] < 0 || seq.tokens[i] >= vocab)
         return Error{fmt::format("deepseek_v4: token id {} is outside the vocabulary of {}", seq.tokens[i], vocab)};
       rows.positions.push_back(seq.first_position + static_cast<std::int64_t>(i));
       rows.tokens.push_back(seq.tokens[i]);
       rows.states.push_back(seq.state);
+      rows.first_row.push_back(first_row);
     }
     seq.state->reserve(seq.first_position + static_cast<std::int64_t>(seq.tokens.size()));
   }

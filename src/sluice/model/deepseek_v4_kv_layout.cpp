@@ -1,5 +1,6 @@
 #include "sluice/model/deepseek_v4_kv_layout.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -40,6 +41,12 @@ std::int32_t deepseek_v4_block_alignment(const ModelConfig& config) {
   return alignment;
 }
 
+std::int32_t deepseek_v4_default_block_size(const ModelConfig& config) {
+  constexpr std::int32_t kDefaultBlockTokens = 1024;
+  const std::int32_t alignment = deepseek_v4_block_alignment(config);
+  return (kDefaultBlockTokens + alignment - 1) / alignment * alignment;
+}
+
 Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, std::int32_t block_size_tokens) {
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   const DeepseekV4Config& ds = *config.deepseek_v4;
@@ -54,6 +61,7 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
   layout.block_size_tokens_ = block_size_tokens;
   layout.head_dim_ = config.head_dim;
   layout.sliding_window_ = ds.sliding_window;
+  layout.window_slots_ = std::min(block_size_tokens, ds.sliding_window);
   const std::int64_t bs = block_size_tokens;
   std::int64_t offset = 0;
   auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap) {
@@ -66,7 +74,7 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
   };
   for (DeepseekV4Attention type : ds.layer_types) {
     DeepseekV4LayerRegion region{.type = type, .window_offset = offset};
-    offset += bs * config.head_dim;
+    offset += std::int64_t{layout.window_slots_} * config.head_dim;
     const std::int32_t rate = ds.compress_rate(type);
     if (type != DeepseekV4Attention::sliding) {
       const bool csa = type == DeepseekV4Attention::compressed_sparse;
@@ -82,7 +90,8 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
 DeepseekV4KvFootprint DeepseekV4KvLayout::footprint(const DeepseekV4KvRecords& records) const {
   DeepseekV4KvFootprint f;
   const auto num_layers = static_cast<double>(layers_.size());
-  f.window_bytes_per_token = num_layers * records.latent_bytes;
+  f.window_bytes_per_token =
+      num_layers * records.latent_bytes * window_slots_ / static_cast<double>(block_size_tokens_);
   f.window_ring_bytes_per_sequence = num_layers * sliding_window_ * records.latent_bytes;
   for (const DeepseekV4LayerRegion& layer : layers_) {
     if (layer.compressor) {

@@ -3,8 +3,14 @@
 // sequence.
 //
 // A block of block_size tokens holds, per layer, in this order:
-//   window   [block_size, head_dim]: each position's normed, roped latent (the
-//            sliding window's keys = values; every layer kind has one)
+//   window   [window_slots, head_dim]: the normed, roped latents (the sliding
+//            window's keys = values; every layer kind has one) of the block's
+//            last window_slots = min(block_size, sliding_window) positions,
+//            position p at slot p % window_slots. A query needs the latents of
+//            the sliding_window positions up to its own, which lie in its
+//            block and the one before, so a block never needs more; a step
+//            reads the positions before it from the blocks before writing its
+//            own (which may reuse their slots) and its own from its rows.
 //   CSA/HCA  entries [block_size / rate, head_dim]: the compressed entries
 //            whose windows lie in the block
 //            pending [ring_windows][2][rate, width]: the compressor's
@@ -70,8 +76,10 @@ struct DeepseekV4KvFootprint {
   // with context once the window is a per-sequence ring (the spec's ~3.85 KB
   // for V4-Flash with cuda_fp8 records).
   double compressed_bytes_per_token = 0;
-  // The window latent of one position, all layers: stored per position in
-  // the engine's blocks today (kv/ frees no out-of-window block yet).
+  // The window latents a block keeps (window_slots per layer), all layers,
+  // over the block's tokens: what the engine's blocks spend on the window per
+  // token of context (kv/ frees no out-of-window block, so each full block
+  // keeps its last window).
   double window_bytes_per_token = 0;
   // Per sequence, whatever its length: the window ring (sliding_window
   // latents per layer) and the compressors' pending projections.
@@ -87,23 +95,35 @@ class DeepseekV4KvLayout {
 
   std::int32_t block_size_tokens() const { return block_size_tokens_; }
   std::int64_t head_dim() const { return head_dim_; }
+  // Window latents a block keeps per layer: min(block_size, sliding_window).
+  std::int32_t window_slots() const { return window_slots_; }
   const DeepseekV4LayerRegion& layer(std::size_t l) const { return layers_[l]; }
   std::size_t num_layers() const { return layers_.size(); }
   // Every layer's regions together: one block's floats.
   std::int64_t floats_per_block() const { return floats_per_block_; }
 
-  // The footprint with these records (independent of the block size).
+  // The footprint with these records (window_bytes_per_token depends on the
+  // block size: a block keeps window_slots latents per layer).
   DeepseekV4KvFootprint footprint(const DeepseekV4KvRecords& records) const;
 
  private:
   std::int32_t block_size_tokens_ = 0;
   std::int64_t head_dim_ = 0;
   std::int32_t sliding_window_ = 0;
+  std::int32_t window_slots_ = 0;
   std::vector<DeepseekV4LayerRegion> layers_;
   std::int64_t floats_per_block_ = 0;
 };
 
 // The block size every compress rate of `config` divides: their least common multiple.
 std::int32_t deepseek_v4_block_alignment(const ModelConfig& config);
+
+// The block size serve, generate and plan give DeepSeek-V4 without
+// --block-size: the first multiple of the alignment from 1024 tokens. A block
+// keeps its last window and its compressors' pending rings whatever its size,
+// so larger blocks cost less a token (V4-Flash, f32 records: 197 KB at 128,
+// 59.6 KB at 512, 36.7 KB at 1024); a prefix hit then recomputes up to 1023
+// tokens past its last full block, little beside the long prompts V4 serves.
+std::int32_t deepseek_v4_default_block_size(const ModelConfig& config);
 
 }  // namespace sluice

@@ -11,7 +11,7 @@ void DeepseekV4PagedState::reserve(std::int64_t num_tokens) {
 
 std::span<float> DeepseekV4PagedState::window_latent(std::int32_t layer, std::int64_t position) {
   const std::int64_t hd = layout_->head_dim();
-  return at(position, layout_->layer(layer).window_offset + position % layout_->block_size_tokens() * hd, hd);
+  return at(position, layout_->layer(layer).window_offset + position % layout_->window_slots() * hd, hd);
 }
 
 const DeepseekV4PoolRegion& DeepseekV4PagedState::region(std::int32_t layer, DeepseekV4Pool pool) const {

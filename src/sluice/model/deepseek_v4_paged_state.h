@@ -1,7 +1,8 @@
 // One DeepSeek-V4 sequence's state in the engine's paged blocks: the
 // addressing of DeepseekV4KvLayout (deepseek_v4_kv_layout.h) behind the
 // interface the forward pass writes through. Position p is in block
-// block_table[p / block_size]; a compressed entry is in the block of its
+// block_table[p / block_size], its window latent at slot p % window_slots
+// (a block keeps its last sliding_window); a compressed entry is in the block of its
 // window's first position; a token's pending projections sit in its block's
 // ring at slot (p / rate) % ring_windows, so the previous window's stay
 // readable until the next window is compressed (CSA's overlap), in this

@@ -25,7 +25,10 @@ class DeepseekV4SequenceState {
   // anything is written (the reference grows; a paged state checks its
   // block table covers them).
   virtual void reserve(std::int64_t num_tokens) = 0;
-  // Layer `layer`'s window latent of `position` [head_dim].
+  // Layer `layer`'s window latent of `position` [head_dim]. A paged state
+  // keeps only each block's last sliding_window latents, so a position's slot
+  // is reused by the position sliding_window later in its block: a step reads
+  // the latents of positions before it first, and writes its own after.
   virtual std::span<float> window_latent(std::int32_t layer, std::int64_t position) = 0;
   // A compressor's projections of the token at `position`: kv [width] and
   // gate [width]. Readable from when they are written until the window after

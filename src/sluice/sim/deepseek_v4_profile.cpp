@@ -134,8 +134,12 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   p.kv_state_bytes_per_sequence = footprint.window_ring_bytes_per_sequence + footprint.pending_bytes_per_sequence;
   p.kv_block_alignment_tokens = alignment;
   // The CUDA forward still keeps the CPU's f32 block area (a block's floats
-  // over its tokens), not the records above.
-  p.kv_bytes_per_token_served = static_cast<double>(layout->floats_per_block()) * kF32Bytes / alignment;
+  // over its tokens), not the records above, in serve's default blocks.
+  p.kv_default_block_tokens = deepseek_v4_default_block_size(config);
+  auto served = DeepseekV4KvLayout::make(config, p.kv_default_block_tokens);
+  SLUICE_CHECK(served.ok());
+  p.kv_bytes_per_token_served =
+      static_cast<double>(served->floats_per_block()) * kF32Bytes / p.kv_default_block_tokens;
   return p;
 }
 

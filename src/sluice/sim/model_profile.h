@@ -103,9 +103,11 @@ struct ModelProfile {
   std::int32_t kv_window_tokens = 0;    // sliding window kept per sequence (0: none)
   double kv_state_bytes_per_sequence = 0;  // window rings and compressor tails, per sequence
   std::int32_t kv_block_alignment_tokens = 1;  // a block size must be a multiple (DeepSeek-V4: its compress rates)
-  // What sluice's CUDA server allocates a token today where that is not the
-  // layout above (DeepSeek-V4: the CPU's f32 block area, window latents and
-  // index keys included, docs/kv-v4.md); 0: the same.
+  std::int32_t kv_default_block_tokens = 0;    // serve's block size without --block-size (0: the engine's 16)
+  // What sluice's CUDA server allocates a token today, in blocks of
+  // kv_default_block_tokens, where that is not the layout above (DeepSeek-V4:
+  // the CPU's f32 block area, each block's last window and pending rings
+  // included, docs/kv-v4.md); 0: the same.
   double kv_bytes_per_token_served = 0;
 
   // Host-resident tables (DeepSeek Engram): held in host RAM, rows fetched per token.

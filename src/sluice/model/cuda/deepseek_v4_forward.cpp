@@ -828,6 +828,15 @@ struct Step {
   std::map<std::int32_t, std::int32_t> most_entries;                   // HCA: the most entries a row sees, by rate
   std::map<std::int32_t, KeyPoolOnDevice> key_pools;                   // by entry rate (0: sliding layers)
   StepInts::Handle row_sequence = 0;
+  // The row of each row's (and each sequence's) first position this step:
+  // where the gathers find the step's own latents.
+  StepInts::Handle row_first_row = 0, sequence_first_row = 0;
+  // The rows whose window latents are stored after the attention: of the rows
+  // that map to one slot of one block (a block keeps its last window_slots
+  // latents), the last, whose latent the reference's row-by-row stores leave.
+  StepInts::Handle window_store_position = 0, window_store_row = 0;
+  ItemTables window_store_tables;
+  std::int32_t num_window_stores = 0;
   // wo_a in FP8 as one grouped GEMM (wo_a_takes_grouped_gemm): the group of each
   // (row, group) pair, [rows * o_groups], g at r * o_groups + g.
   bool wo_a_grouped = false;
@@ -873,6 +882,33 @@ struct Step {
     c.store_rows = ints.add(store_buffer_row);
     c.store_tables = tables_of(store_sequence);
     c.num_stores = static_cast<std::int32_t>(store_position.size());
+  }
+  void plan_window_stores(std::int32_t window_slots, std::int32_t block_size) {
+    std::vector<std::int32_t> first_row_of_sequence, row_first, last_position, store_position, store_row,
+        store_sequence;
+    for (std::size_t r = 0; r < t.positions.size(); ++r) {
+      const auto q = static_cast<std::size_t>(t.row_sequence[r]);
+      if (q == first_row_of_sequence.size()) first_row_of_sequence.push_back(static_cast<std::int32_t>(r));
+      row_first.push_back(first_row_of_sequence[q]);
+    }
+    last_position.assign(first_row_of_sequence.size(), -1);
+    for (std::size_t r = 0; r < t.positions.size(); ++r)
+      last_position[static_cast<std::size_t>(t.row_sequence[r])] = t.positions[r];
+    for (std::size_t r = 0; r < t.positions.size(); ++r) {
+      const std::int32_t p = t.positions[r], q = t.row_sequence[r];
+      // Overwritten later this step: the row window_slots on is the sequence's and in this block.
+      const std::int32_t next = p + window_slots;
+      if (next <= last_position[static_cast<std::size_t>(q)] && next / block_size == p / block_size) continue;
+      store_position.push_back(p);
+      store_row.push_back(static_cast<std::int32_t>(r));
+      store_sequence.push_back(q);
+    }
+    row_first_row = ints.add(row_first);
+    sequence_first_row = ints.add(first_row_of_sequence);
+    window_store_position = ints.add(store_position);
+    window_store_row = ints.add(store_row);
+    window_store_tables = tables_of(store_sequence);
+    num_window_stores = static_cast<std::int32_t>(store_position.size());
   }
   // Each sequence's window span (its first row's window through its last
   // row) and, for a compressed layer, its entries up to its last row's.
@@ -1089,15 +1125,14 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   launch_v4_rms_norm_f32(q, std::int64_t{n} * heads, hd, nullptr, eps, s);
   launch_v4_rope_tail_f32(q, n, heads, hd, positions, rope, false, s);
   const std::uint16_t* q16 = p.bf16(q, q_size);
-  // The shared K=V latent of each new token joins its sequence's window.
+  // The shared K=V latent of each new token joins its sequence's window
+  // (stored after the key gather, which reads the step's own from here).
   float* kv = p.alloc<float>(std::int64_t{n} * hd);
   p.linear(x16, L.wkv, n, kv);
   launch_v4_rms_norm_f32(kv, n, hd, L.kv_norm.get(), eps, s);
   launch_v4_rope_tail_f32(kv, n, 1, hd, positions, rope, false, s);
-  const V4PagedRegion window_region{.site = V4PagedSite::window, .offset = L.window_offset, .count = hd};
-  launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.rows_view(), .region = window_region,
-                        .index = positions, .dense = kv, .dense_dt = kF32Dt, .items = n, .to_blocks = true},
-                       s);
+  const V4PagedRegion window_region{
+      .site = V4PagedSite::window, .offset = L.window_offset, .count = hd, .slots = p.w.layout->window_slots()};
   if (L.compressor) compress_step(p, *L.compressor, x16);
 
   // CSA: the indexer's picks among the visible entries.
@@ -1178,8 +1213,9 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   auto* key_rows = p.alloc<std::int32_t>(std::int64_t{n} * max_keys);
   auto* num_keys = p.alloc<std::int32_t>(n);
   V4GatherKeysArgs gather{.blocks = p.blocks, .tables = p.step.rows_view(), .positions = positions,
-                          .window = window_region, .sliding_window = ds.sliding_window, .keys = keys,
-                          .key_rows = key_rows, .num_keys = num_keys, .rows = n, .max_keys = max_keys};
+                          .window = window_region, .sliding_window = ds.sliding_window, .fresh = kv,
+                          .fresh_first_row = ints[p.step.row_first_row], .keys = keys, .key_rows = key_rows,
+                          .num_keys = num_keys, .rows = n, .max_keys = max_keys};
   if (L.compressor) gather.entries = pool_region(L.compressor->region, V4PagedSite::entry);
   if (L.index_compressor) {
     gather.selected = selected;
@@ -1190,12 +1226,18 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
     launch_v4_gather_keys_pooled(gather,
                                  {.tables = p.step.sequences_view(), .row_sequence = ints[p.step.row_sequence],
                                   .pool_begin = ints[pool.pool_begin], .window_first = ints[pool.window_first],
-                                  .window_count = ints[pool.window_count], .num_sequences = p.step.num_sequences(),
-                                  .pool_rows = pool.pool_rows},
+                                  .window_count = ints[pool.window_count],
+                                  .first_row = ints[p.step.sequence_first_row],
+                                  .num_sequences = p.step.num_sequences(), .pool_rows = pool.pool_rows},
                                  s);
   } else {
     launch_v4_gather_keys(gather, s);
   }
+  launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(p.step.window_store_tables),
+                        .region = window_region, .index = ints[p.step.window_store_position], .dense = kv,
+                        .dense_row = ints[p.step.window_store_row], .dense_dt = kF32Dt,
+                        .items = p.step.num_window_stores, .to_blocks = true},
+                       s);
   auto* attn16 = p.alloc<std::uint16_t>(q_size);  // bf16: wo_a's input
   const V4SparseAttentionArgs attention_args{
       .q = q16, .kv = keys, .key_rows = key_rows, .num_keys = num_keys, .sinks = L.sinks.get(),
@@ -1399,6 +1441,7 @@ Result<const float*> DeepseekV4DeviceForward::run_step(const StepLayout& layout,
   step.sequence_table_len = step.ints.add(step.t.sequence_table_len);
   step.sample_rows = step.ints.add(layout.sample_rows);
   step.row_sequence = step.ints.add(step.t.row_sequence);
+  step.plan_window_stores(w.layout->window_slots(), blocks.block_size);
   for (const Weights::Layer& L : w.layers) {
     step.plan_key_pool(L.compressor ? static_cast<std::int32_t>(L.compressor->region.rate) : 0, ds.sliding_window);
     if (L.compressor) {

@@ -247,7 +247,9 @@ struct V4BlockTables {
 };
 
 // What one item names in a layer's area (DeepseekV4PagedState's accessors):
-//   window        the latent of token `index` (a position), count = head_dim;
+//   window        the latent of token `index` (a position), count = head_dim,
+//                 at slot index % slots of its block (a block keeps its last
+//                 `slots` = min(block size, sliding window) latents);
 //   pending_kv /  a compressor's projection of token `index` in its block's
 //   pending_gate  ring of windows (slot index / rate % ring_windows), count = width;
 //   entry         compressed entry `index` (window index * rate is its first
@@ -259,6 +261,7 @@ struct V4PagedRegion {
   std::int32_t count = 0;   // floats an item
   std::int32_t rate = 0;    // pending and entry sites
   std::int32_t ring_windows = 0;  // pending sites
+  std::int32_t slots = 0;         // window site: DeepseekV4KvLayout::window_slots()
 };
 
 // Copies items between a dense buffer [items, count] and their places in the
@@ -312,7 +315,10 @@ void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t 
 // null), or none (sliding layers, entries.count 0). Gathered as bf16 into
 // keys [rows, max_keys, head_dim]; key_rows[r, j] = r * max_keys + j and
 // num_keys[r] are the attention's arguments. A row with more keys than
-// max_keys traps.
+// max_keys traps. The window keys of the step's own positions come from
+// `fresh`, the step's latents: a block keeps only its last window, so the
+// step stores its latents after this gather (they may take the slots of
+// earlier positions its rows still see).
 struct V4GatherKeysArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;                    // per query row
@@ -323,6 +329,11 @@ struct V4GatherKeysArgs {
   const std::int32_t* num_selected = nullptr;  // [rows] with selected
   std::int32_t top_k = 0;
   std::int32_t sliding_window = 0;
+  // The step's latents, f32 [rows, head_dim] (row r at positions[r]), and the
+  // row of each row's sequence's first position this step; positions from
+  // there on are read here. Null: every window key from the blocks.
+  const float* fresh = nullptr;
+  const std::int32_t* fresh_first_row = nullptr;  // [rows]
   void* keys = nullptr;  // bf16 [rows, max_keys, head_dim]
   std::int32_t* key_rows = nullptr;  // [rows, max_keys]
   std::int32_t* num_keys = nullptr;  // [rows]
@@ -344,6 +355,7 @@ struct V4KeyPool {
   const std::int32_t* pool_begin = nullptr;    // [sequences + 1], ascending
   const std::int32_t* window_first = nullptr;  // [sequences]: the first position in its window span
   const std::int32_t* window_count = nullptr;  // [sequences]: the span's positions; its entries follow them
+  const std::int32_t* first_row = nullptr;     // [sequences]: its first row this step (with args.fresh)
   std::int32_t num_sequences = 0, pool_rows = 0;
 };
 void launch_v4_gather_keys_pooled(const V4GatherKeysArgs& args, const V4KeyPool& pool, cudaStream_t stream);

@@ -30,7 +30,7 @@ __device__ __forceinline__ float* paged_item(const V4PagedBlocks& b, const V4Blo
   std::int64_t position = index, offset = r.offset;
   switch (r.site) {
     case V4PagedSite::window:
-      offset += position % b.block_size * r.count;
+      offset += position % r.slots * r.count;
       break;
     case V4PagedSite::pending_kv:
     case V4PagedSite::pending_gate: {
@@ -132,6 +132,15 @@ __global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3
   }
 }
 
+// The step's own latent of `position` when the sequence whose first row this
+// step is `first_row` has reached it this step, else null (read the blocks).
+__device__ __forceinline__ const float* fresh_latent(const V4GatherKeysArgs& a, int first_row, std::int64_t position) {
+  if (a.fresh == nullptr) return nullptr;
+  const std::int64_t first_position = a.positions[first_row];
+  if (position < first_position) return nullptr;
+  return a.fresh + (first_row + (position - first_position)) * static_cast<std::int64_t>(a.window.count);
+}
+
 // Query row r's key set: its window's first position and length, and its keys
 // in all (window, then entries); traps past max_keys or top_k.
 struct RowKeys {
@@ -160,7 +169,8 @@ __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysAr
   if (j >= total) return;
   const float* src;
   if (j < window_keys) {
-    src = paged_item(a.blocks, a.tables, r, a.window, first + j);
+    src = a.fresh != nullptr ? fresh_latent(a, a.fresh_first_row[r], first + j) : nullptr;
+    if (src == nullptr) src = paged_item(a.blocks, a.tables, r, a.window, first + j);
   } else {
     const std::int64_t e = j - window_keys;
     const std::int64_t index = a.selected != nullptr ? a.selected[static_cast<std::int64_t>(r) * a.top_k + e] : e;
@@ -180,9 +190,14 @@ __global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs
     else hi = mid;
   }
   const int local = i - k.pool_begin[lo];
-  const float* src = local < k.window_count[lo]
-                         ? paged_item(a.blocks, k.tables, lo, a.window, k.window_first[lo] + local)
-                         : paged_item(a.blocks, k.tables, lo, a.entries, local - k.window_count[lo]);
+  const float* src;
+  if (local < k.window_count[lo]) {
+    const std::int64_t position = k.window_first[lo] + local;
+    src = a.fresh != nullptr ? fresh_latent(a, k.first_row[lo], position) : nullptr;
+    if (src == nullptr) src = paged_item(a.blocks, k.tables, lo, a.window, position);
+  } else {
+    src = paged_item(a.blocks, k.tables, lo, a.entries, local - k.window_count[lo]);
+  }
   const int dim = a.window.count;
   for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c, src[c]);
 }
@@ -216,7 +231,8 @@ void check_blocks(const V4PagedBlocks& b, const V4BlockTables& t) {
 
 void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
   SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
-  if (r.site != V4PagedSite::window) SLUICE_CHECK(r.rate > 0);
+  if (r.site == V4PagedSite::window) SLUICE_CHECK(r.slots > 0);
+  else SLUICE_CHECK(r.rate > 0);
   if (r.site == V4PagedSite::pending_kv || r.site == V4PagedSite::pending_gate) SLUICE_CHECK(r.ring_windows > 0);
 }
 
@@ -232,6 +248,7 @@ void check_gather_keys_args(const V4GatherKeysArgs& args) {
   SLUICE_CHECK(args.positions != nullptr && args.keys != nullptr && args.key_rows != nullptr &&
                args.num_keys != nullptr);
   SLUICE_CHECK(args.rows >= 0 && args.max_keys >= args.sliding_window);
+  SLUICE_CHECK(args.fresh == nullptr || args.fresh_first_row != nullptr);
 }
 
 }  // namespace
@@ -284,6 +301,7 @@ void launch_v4_gather_keys_pooled(const V4GatherKeysArgs& args, const V4KeyPool&
   check_gather_keys_args(args);
   SLUICE_CHECK(pool.row_sequence != nullptr && pool.pool_begin != nullptr && pool.window_first != nullptr &&
                pool.window_count != nullptr && pool.num_sequences > 0 && pool.pool_rows >= 0);
+  SLUICE_CHECK(args.fresh == nullptr || pool.first_row != nullptr);
   if (args.rows == 0) return;
   if (pool.pool_rows > 0) {
     v4_pool_keys_kernel<<<static_cast<unsigned>(pool.pool_rows), kThreads, 0, stream>>>(args, pool);
