@@ -884,16 +884,15 @@ struct Step {
     c.num_stores = static_cast<std::int32_t>(store_position.size());
   }
   void plan_window_stores(std::int32_t window_slots, std::int32_t block_size) {
-    std::vector<std::int32_t> first_row_of_sequence, row_first, last_position, store_position, store_row,
-        store_sequence;
-    for (std::size_t r = 0; r < t.positions.size(); ++r) {
+    const std::size_t sequences = t.sequence_table_begin.size();
+    std::vector<std::int32_t> first_row_of_sequence(sequences, 0), last_position(sequences, -1), row_first,
+        store_position, store_row, store_sequence;
+    for (std::size_t r = 0; r < t.positions.size(); ++r) {  // a sequence's rows are consecutive
       const auto q = static_cast<std::size_t>(t.row_sequence[r]);
-      if (q == first_row_of_sequence.size()) first_row_of_sequence.push_back(static_cast<std::int32_t>(r));
+      if (last_position[q] < 0) first_row_of_sequence[q] = static_cast<std::int32_t>(r);
+      last_position[q] = t.positions[r];
       row_first.push_back(first_row_of_sequence[q]);
     }
-    last_position.assign(first_row_of_sequence.size(), -1);
-    for (std::size_t r = 0; r < t.positions.size(); ++r)
-      last_position[static_cast<std::size_t>(t.row_sequence[r])] = t.positions[r];
     for (std::size_t r = 0; r < t.positions.size(); ++r) {
       const std::int32_t p = t.positions[r], q = t.row_sequence[r];
       // Overwritten later this step: the row window_slots on is the sequence's and in this block.
