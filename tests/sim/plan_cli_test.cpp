@@ -101,6 +101,11 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   EXPECT_GT(served_tokens, 0.0) << one.output;
   EXPECT_GT(served_bytes, 5 * design_bytes) << one.output;
   EXPECT_NEAR(served_tokens * served_bytes / (design_tokens * design_bytes), 1.0, 0.01) << one.output;
+  // Blocks of 128 keep every position's window latent and a pending ring
+  // per 128 tokens: 25.2 MB a block, 197,184 B a token (session 23's figure).
+  const RunResult fine = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072 --block-size 128");
+  ASSERT_EQ(fine.exit_code, 0) << fine.output;
+  EXPECT_TRUE(contains(fine.output, "holds this cache in f32 blocks of 128 today: 197184 B per token")) << fine.output;
   const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
   EXPECT_EQ(split.exit_code, 1) << split.output;
   EXPECT_TRUE(contains(split.output, "--block-size 64")) << split.output;

@@ -16,6 +16,7 @@
 #include "sluice/cli/commands.h"
 #include "sluice/common/check.h"
 #include "sluice/engine/engine.h"
+#include "sluice/model/config.h"
 #include "sluice/sim/engine_replay.h"
 #include "sluice/sim/hardware.h"
 #include "sluice/sim/memory_plan.h"
@@ -284,6 +285,13 @@ void run_plan(const PlanOptions& o) {
     profile = std::move(fp8).value();
   }
   const std::int32_t block_size = block_size_for(o, profile);
+  // DeepSeek-V4's bytes as served depend on the block size (each block keeps
+  // one window and its pending rings): price the one asked for.
+  if (profile.kv_bytes_per_token_served > 0 && block_size != profile.kv_default_block_tokens) {
+    auto config = load_model_config(o.model_dir);
+    if (!config) fail(kExitBadInput, config.error_message());
+    profile.kv_bytes_per_token_served = sim::deepseek_v4_served_kv_bytes_per_token(*config, block_size);
+  }
   const sim::MemoryOptions memory_options{.gpu_memory_utilization = o.gpu_memory_utilization,
                                           .kv_cache_dtype = dtype,
                                           .max_num_seqs = o.max_num_seqs,
@@ -329,7 +337,7 @@ void run_plan(const PlanOptions& o) {
   if (profile.kv_bytes_per_token_served > 0)
     std::printf("  KV as served      sluice's CUDA server holds this cache in f32 blocks of %d today: %.0f B per "
                 "token (%.1fx the layout above, which the capacity below assumes)\n",
-                profile.kv_default_block_tokens, profile.kv_bytes_per_token_served,
+                block_size, profile.kv_bytes_per_token_served,
                 profile.kv_bytes_per_token_served / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),
               gb(hardware.hbm_capacity_bytes), o.gpu_memory_utilization);

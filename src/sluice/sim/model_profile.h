@@ -189,6 +189,11 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape);
 // kernels were measured at (deepseek_v4_kernels is set).
 ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig& config);
 
+// DeepSeek-V4's KV bytes a token as sluice's CUDA server holds them today, in
+// blocks of `block_size_tokens` (a multiple of its compress rates): the CPU's
+// f32 block area over the block's tokens (docs/kv-v4.md).
+double deepseek_v4_served_kv_bytes_per_token(const ModelConfig& config, std::int32_t block_size_tokens);
+
 // Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3,
 // deepseek_v4; model/config.h) into a profile: dense family in bf16,
 // DeepSeek-V3 with its checkpoint's FP8 linear weights at one byte,
