@@ -10,12 +10,15 @@
 //                      [--reuse-seen-weight W] [--reuse-depth-weight B]   (replay only;
 //                                                KvCacheConfig::reuse_seen_weight, reuse_depth_weight_blocks)
 //                      [--host-kv-tokens N] [--host-min-hits H] [--host-eviction lru|slru|reuse-history|adaptive-reuse]
+//                      [--block-size TOKENS]
 //
 // --host-kv-tokens: a host KV tier of N tokens below the --kv-tokens device
 //         pool (replay: copies complete at once; engine: the sim's copy
 //         engines at the H200's 55 GB/s x 0.9 per GPU, loads priced against
 //         recompute by the planner). Hit rates then count tokens from either
 //         tier; Belady gets both tiers' capacity as one cache.
+// --block-size: the engine's KV block (16 by default; a hit covers whole
+//         blocks, so larger blocks give back part of a hit: DeepSeek-V4's 1024).
 // --host-min-hits: per-tier admission, device hits a block needs to be stored.
 // --host-eviction: the host tier's order (KvCacheConfig::host_eviction; LRU by default).
 //
@@ -62,7 +65,6 @@ namespace sluice {
 namespace {
 
 constexpr std::int32_t kTraceBlockTokens = 512;
-constexpr std::int32_t kBlockTokens = 16;
 
 std::vector<TraceRequest> load(const std::string& path, std::int64_t max_requests) {
   std::ifstream in(path);
@@ -160,6 +162,7 @@ double g_prefix_hit_weight = KvCacheConfig{}.prefix_hit_weight;
 double g_reuse_seen_weight = KvCacheConfig{}.reuse_seen_weight;
 double g_reuse_depth_weight = KvCacheConfig{}.reuse_depth_weight_blocks;
 std::int64_t g_host_kv_tokens = 0;
+std::int32_t g_block_tokens = 16;  // the engine's KV block (--block-size)
 std::int32_t g_host_min_hits = 0;
 EvictionPolicy g_host_eviction = EvictionPolicy::kLru;
 std::string g_host_eviction_name = "lru";
@@ -170,14 +173,14 @@ void complete_copies(KvCacheManager& kv) {
 
 double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, EvictionPolicy eviction,
               double protected_fraction) {
-  KvCacheManager kv({.num_blocks = static_cast<std::int32_t>(kv_tokens / kBlockTokens),
-                     .block_size_tokens = kBlockTokens,
+  KvCacheManager kv({.num_blocks = static_cast<std::int32_t>(kv_tokens / g_block_tokens),
+                     .block_size_tokens = g_block_tokens,
                      .eviction = eviction,
                      .slru_protected_fraction = protected_fraction,
                      .prefix_hit_weight = g_prefix_hit_weight,
                      .reuse_seen_weight = g_reuse_seen_weight,
                      .reuse_depth_weight_blocks = g_reuse_depth_weight,
-                     .num_host_blocks = static_cast<std::int32_t>(g_host_kv_tokens / kBlockTokens),
+                     .num_host_blocks = static_cast<std::int32_t>(g_host_kv_tokens / g_block_tokens),
                      .host_eviction = g_host_eviction,
                      .host_admission = {.min_hits = g_host_min_hits}});
   std::int64_t queried = 0, hit = 0;
@@ -187,9 +190,9 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     const TraceRequest& r = trace[t];
     const std::vector<TokenId> tokens = tokens_of(r);
     std::vector<BlockHash> hashes;
-    extend_block_hashes(hashes, tokens, kBlockTokens, 0);
+    extend_block_hashes(hashes, tokens, g_block_tokens, 0);
     const auto n = static_cast<std::int32_t>(tokens.size());
-    if (n / kBlockTokens + 1 > kv.num_blocks()) continue;
+    if (n / g_block_tokens + 1 > kv.num_blocks()) continue;
     // Room for the whole prompt is made through the host tier (the engine
     // makes it a step at a time); then the prefix is matched on both tiers.
     const std::int32_t num_device_hit_blocks = static_cast<std::int32_t>(kv.match_prefix(hashes, n - 1).blocks.size());
@@ -198,7 +201,7 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
     PrefixMatch match = kv.match_prefix(hashes, n - 1);
     queried += n;
     const std::int64_t num_hit_tokens =
-        match.num_cached_tokens + static_cast<std::int64_t>(match.host_blocks.size()) * kBlockTokens;
+        match.num_cached_tokens + static_cast<std::int64_t>(match.host_blocks.size()) * g_block_tokens;
     hit += num_hit_tokens;
     part_queried[part_of(t)] += n;
     part_hit[part_of(t)] += num_hit_tokens;
@@ -210,7 +213,7 @@ double replay(const std::vector<TraceRequest>& trace, std::int64_t kv_tokens, Ev
   }
   if (eviction == EvictionPolicy::kPrefixAware) {
     std::printf("  (prefix-aware admission window at the end: %d tokens)\n",
-                kv.pool().admit_window_blocks() * kBlockTokens);
+                kv.pool().admit_window_blocks() * g_block_tokens);
   }
   if (const LruCounterfactual* c = kv.pool().counterfactual()) {
     std::printf("  (adaptive reuse: scale %.3f at the end; device hits %lld blocks, the shadow LRU's %lld, the reuse "
@@ -258,7 +261,8 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   const sim::Parallelism parallelism{.num_gpus = 8, .tensor_parallel = 8, .expert_parallel = 8};
   sim::SimBackendOptions options;
   options.max_model_len_tokens = 1 << 20;
-  options.num_kv_blocks_override = static_cast<std::int32_t>(kv_tokens / kBlockTokens);
+  options.memory.block_size_tokens = g_block_tokens;
+  options.num_kv_blocks_override = static_cast<std::int32_t>(kv_tokens / g_block_tokens);
   auto backend = sim::make_sim_backend(profile, sim::h200(), parallelism, options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", backend.error_message().c_str());
@@ -270,7 +274,7 @@ EngineResult through_engine(const std::vector<TraceRequest>& trace, std::int64_t
   config.max_model_len_tokens = 1 << 20;
   config.max_step_ms = 50.0;
   config.clock = ClockMode::kVirtual;
-  config.kv_offloading_bytes = g_host_kv_tokens / kBlockTokens * (*backend)->info().kv_bytes_per_block;
+  config.kv_offloading_bytes = g_host_kv_tokens / g_block_tokens * (*backend)->info().kv_bytes_per_block;
   config.kv_offloading_admission.min_hits = g_host_min_hits;
   config.kv_offloading_eviction = g_host_eviction;
   Engine engine(std::move(backend).value(),
@@ -361,6 +365,8 @@ int main(int argc, char** argv) {
       g_reuse_seen_weight = std::stod(argv[i + 1]);
     } else if (flag == "--reuse-depth-weight") {
       g_reuse_depth_weight = std::stod(argv[i + 1]);
+    } else if (flag == "--block-size") {
+      g_block_tokens = static_cast<std::int32_t>(std::stol(argv[i + 1]));
     } else if (flag == "--host-kv-tokens") {
       g_host_kv_tokens = std::stoll(argv[i + 1]);
     } else if (flag == "--host-min-hits") {
