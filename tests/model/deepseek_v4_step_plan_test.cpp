@@ -6,11 +6,14 @@
 // that split windows, chunks of many windows, chunks across block boundaries),
 // CSA's overlapping compressors (rate 4, its indexer's too) and HCA's (rate 16),
 // blocks of 16 and 32 tokens. After every step the two caches are byte-equal:
-// the same entries, and the same rows in every ring.
+// the same entries, and the same rows in every ring. The same for the window
+// latents a block keeps (DeepseekV4WindowPlan).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
+#include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -255,6 +258,114 @@ TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BlockSizes, DeepseekV4StepPlanTest, ::testing::Values(16, 32));
+
+// The window plan against what each row must see: three sequences stepped in
+// random chunks, blocks of 16 and 32 tokens keeping their last 8 latents. Every
+// row's window, read as the device gathers it (positions before the step from
+// the blocks, the step's own from its rows), is the latents of its last 8
+// positions; and after the plan's stores the blocks are byte-equal to the
+// reference's row-by-row stores.
+TEST_P(DeepseekV4StepPlanTest, PlannedWindowsAreWhatEachRowSees) {
+  const std::int32_t block_size = GetParam();
+  const ModelConfig config = small_config();
+  auto layout = DeepseekV4KvLayout::make(config, block_size);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  const std::int32_t slots = layout->window_slots(), window = config.deepseek_v4->sliding_window;
+  ASSERT_EQ(slots, 8);
+  ASSERT_LT(slots, block_size);  // slots are reused within a block
+  const std::int64_t hd = layout->head_dim();
+  const std::int32_t blocks_per_sequence = (kMaxTokens + block_size - 1) / block_size;
+  const std::int32_t num_blocks = kSequences * blocks_per_sequence + 1;
+  const KvCacheSpec spec{.num_layers = 1, .num_blocks = num_blocks, .block_size_tokens = block_size,
+                         .num_kv_heads = 1,
+                         .head_dim = static_cast<std::int32_t>((layout->floats_per_block() + block_size - 1) / block_size),
+                         .layout = KvCacheLayout::model_defined};
+  std::unique_ptr<Ops> ref_ops = make_cpu_ops({.num_threads = 1}), plan_ops = make_cpu_ops({.num_threads = 1});
+  ASSERT_TRUE(ref_ops->allocate_kv_cache(spec).ok());
+  ASSERT_TRUE(plan_ops->allocate_kv_cache(spec).ok());
+  std::vector<std::vector<BlockId>> tables(kSequences);
+  for (std::int32_t s = 0; s < kSequences; ++s)
+    for (std::int32_t b = 0; b < blocks_per_sequence; ++b) tables[s].push_back(num_blocks - 1 - (b * kSequences + s));
+  std::vector<std::vector<float>> latents;  // [sequence][position * hd]
+  for (std::int32_t s = 0; s < kSequences; ++s) latents.push_back(uniform(static_cast<std::size_t>(kMaxTokens * hd), 100 + s));
+  auto latent = [&](std::int32_t s, std::int64_t position) {
+    return std::span<const float>(latents[static_cast<std::size_t>(s)]).subspan(static_cast<std::size_t>(position * hd),
+                                                                                 static_cast<std::size_t>(hd));
+  };
+
+  const std::vector<std::int32_t> sizes = {1, 1, 1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 0};
+  SplitMix64 rng(block_size + 7);
+  std::vector<std::int32_t> done(kSequences, 0);
+  std::int64_t steps = 0, rows_checked = 0, reused_slots = 0;
+  while (*std::min_element(done.begin(), done.end()) < kMaxTokens) {
+    StepLayout step;
+    std::vector<std::int32_t> ids;
+    for (std::int32_t s = 0; s < kSequences; ++s) {
+      const std::int32_t n = std::min(sizes[rng.next() % sizes.size()], kMaxTokens - done[s]);
+      if (n == 0) continue;
+      step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = n, .num_computed_tokens = done[s],
+                                .block_table = tables[s]});
+      ids.push_back(s);
+      for (std::int32_t i = 0; i < n; ++i) {
+        step.token_ids.push_back(0);
+        step.positions.push_back(done[s] + i);
+      }
+    }
+    if (step.sequences.empty()) continue;
+    const DeepseekV4StepTables t = DeepseekV4StepTables::make(step);
+    const DeepseekV4WindowPlan plan = DeepseekV4WindowPlan::make(t, slots, block_size);
+    ASSERT_EQ(plan.row_first_row.size(), t.positions.size());
+    // The gather: every row's window, the step's own positions from its rows.
+    for (std::size_t r = 0; r < t.positions.size(); ++r) {
+      const std::int32_t q = t.row_sequence[r], id = ids[static_cast<std::size_t>(q)];
+      const std::int32_t first_row = plan.row_first_row[r];
+      ASSERT_EQ(first_row, plan.sequence_first_row[static_cast<std::size_t>(q)]);
+      ASSERT_EQ(t.positions[static_cast<std::size_t>(first_row)], done[static_cast<std::size_t>(id)]);
+      DeepseekV4PagedState state(*layout, *plan_ops, tables[static_cast<std::size_t>(id)]);
+      const std::int64_t p = t.positions[r];
+      for (std::int64_t u = std::max<std::int64_t>(0, p - window + 1); u <= p; ++u) {
+        const std::span<const float> seen =
+            u >= t.positions[static_cast<std::size_t>(first_row)]
+                ? latent(id, u)  // the step's row first_row + (u - first position): this position's latent
+                : std::span<const float>(state.window_latent(0, u));
+        ASSERT_TRUE(std::ranges::equal(seen, latent(id, u))) << "row " << r << " position " << u;
+      }
+      ++rows_checked;
+    }
+    // The stores: the reference writes every row in order, the plan its store rows.
+    for (std::size_t r = 0; r < t.positions.size(); ++r) {
+      const std::int32_t id = ids[static_cast<std::size_t>(t.row_sequence[r])];
+      DeepseekV4PagedState state(*layout, *ref_ops, tables[static_cast<std::size_t>(id)]);
+      std::ranges::copy(latent(id, t.positions[r]), state.window_latent(0, t.positions[r]).begin());
+    }
+    for (std::int32_t r : plan.store_row) {
+      const std::int32_t id = ids[static_cast<std::size_t>(t.row_sequence[static_cast<std::size_t>(r)])];
+      DeepseekV4PagedState state(*layout, *plan_ops, tables[static_cast<std::size_t>(id)]);
+      const std::int64_t p = t.positions[static_cast<std::size_t>(r)];
+      std::ranges::copy(latent(id, p), state.window_latent(0, p).begin());
+    }
+    // One store per slot the step touches (the device stores them at once).
+    std::set<std::tuple<std::int32_t, std::int64_t, std::int64_t>> touched, stored;
+    for (std::size_t r = 0; r < t.positions.size(); ++r)
+      touched.emplace(t.row_sequence[r], t.positions[r] / block_size, t.positions[r] % slots);
+    for (std::int32_t r : plan.store_row) {
+      const std::int64_t p = t.positions[static_cast<std::size_t>(r)];
+      EXPECT_TRUE(stored.emplace(t.row_sequence[static_cast<std::size_t>(r)], p / block_size, p % slots).second)
+          << "two stores into one slot, row " << r;
+    }
+    EXPECT_EQ(stored, touched);
+    reused_slots += static_cast<std::int64_t>(t.positions.size() - plan.store_row.size());
+    for (std::size_t q = 0; q < ids.size(); ++q) done[static_cast<std::size_t>(ids[q])] += step.sequences[q].num_rows;
+    ++steps;
+    for (BlockId b = 0; b < num_blocks; ++b) {
+      const std::span<float> want = ref_ops->model_defined_kv_block(b), got = plan_ops->model_defined_kv_block(b);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size_bytes()), 0) << "block " << b << " after step " << steps;
+    }
+  }
+  EXPECT_GT(steps, 12);
+  EXPECT_EQ(rows_checked, kSequences * kMaxTokens);
+  EXPECT_GT(reused_slots, 0);  // some chunks had two rows for one slot of one block
+}
 
 TEST(DeepseekV4StepPlan, ADecodeRowThatClosesAWindowReadsTheRingItNeeds) {
   // One sequence's decode row at 11, CSA rate 4: it closes window 2, which

@@ -72,6 +72,29 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
   return plan;
 }
 
+DeepseekV4WindowPlan DeepseekV4WindowPlan::make(const DeepseekV4StepTables& tables, std::int32_t window_slots,
+                                                std::int32_t block_size) {
+  SLUICE_CHECK(window_slots > 0 && block_size > 0);
+  const std::size_t sequences = tables.sequence_first_position.size();
+  DeepseekV4WindowPlan plan;
+  plan.sequence_first_row.assign(sequences, 0);
+  std::vector<std::int32_t> last_position(sequences, -1);
+  for (std::size_t r = 0; r < tables.positions.size(); ++r) {  // a sequence's rows are consecutive
+    const auto q = static_cast<std::size_t>(tables.row_sequence[r]);
+    if (last_position[q] < 0) plan.sequence_first_row[q] = static_cast<std::int32_t>(r);
+    last_position[q] = tables.positions[r];
+    plan.row_first_row.push_back(plan.sequence_first_row[q]);
+  }
+  for (std::size_t r = 0; r < tables.positions.size(); ++r) {
+    const std::int32_t p = tables.positions[r];
+    const std::int32_t next = p + window_slots;  // the next position in p's slot of p's block
+    if (next <= last_position[static_cast<std::size_t>(tables.row_sequence[r])] && next / block_size == p / block_size)
+      continue;
+    plan.store_row.push_back(static_cast<std::int32_t>(r));
+  }
+  return plan;
+}
+
 DeepseekV4IndexPlan DeepseekV4IndexPlan::make(const DeepseekV4StepTables& tables, std::int32_t rate) {
   SLUICE_CHECK(rate > 0);
   DeepseekV4IndexPlan plan;

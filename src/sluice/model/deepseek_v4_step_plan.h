@@ -56,6 +56,22 @@ struct DeepseekV4CompressPlan {
                                      std::int32_t block_size);
 };
 
+// The window latents of a step (docs/kv-v4.md): a block keeps only its last
+// window_slots latents (slot position % window_slots), so a row's slot may be
+// taken later in the same step by the row window_slots on, which the rows
+// between still see. The device therefore reads the latents of positions
+// before the step from the blocks and the step's own from its rows (the
+// gather's `fresh` buffer), then stores, of the rows that map to one slot of
+// one block, only the last: the latent the reference's row-by-row stores leave.
+struct DeepseekV4WindowPlan {
+  std::vector<std::int32_t> row_first_row;       // [rows]: the row of its sequence's first position this step
+  std::vector<std::int32_t> sequence_first_row;  // [sequences]
+  std::vector<std::int32_t> store_row;           // the rows whose latents are stored, ascending
+
+  static DeepseekV4WindowPlan make(const DeepseekV4StepTables& tables, std::int32_t window_slots,
+                                   std::int32_t block_size);
+};
+
 // The CSA indexer's inputs for a step (launch_v4_indexer_scores / _top_k):
 // every sequence's visible index keys gathered into one pool, after the
 // step's compression wrote the entries its rows complete (a row sees the

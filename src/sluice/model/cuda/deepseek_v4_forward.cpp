@@ -831,9 +831,7 @@ struct Step {
   // The row of each row's (and each sequence's) first position this step:
   // where the gathers find the step's own latents.
   StepInts::Handle row_first_row = 0, sequence_first_row = 0;
-  // The rows whose window latents are stored after the attention: of the rows
-  // that map to one slot of one block (a block keeps its last window_slots
-  // latents), the last, whose latent the reference's row-by-row stores leave.
+  // The rows whose window latents are stored after the attention (DeepseekV4WindowPlan).
   StepInts::Handle window_store_position = 0, window_store_row = 0;
   ItemTables window_store_tables;
   std::int32_t num_window_stores = 0;
@@ -884,30 +882,18 @@ struct Step {
     c.num_stores = static_cast<std::int32_t>(store_position.size());
   }
   void plan_window_stores(std::int32_t window_slots, std::int32_t block_size) {
-    const std::size_t sequences = t.sequence_table_begin.size();
-    std::vector<std::int32_t> first_row_of_sequence(sequences, 0), last_position(sequences, -1), row_first,
-        store_position, store_row, store_sequence;
-    for (std::size_t r = 0; r < t.positions.size(); ++r) {  // a sequence's rows are consecutive
-      const auto q = static_cast<std::size_t>(t.row_sequence[r]);
-      if (last_position[q] < 0) first_row_of_sequence[q] = static_cast<std::int32_t>(r);
-      last_position[q] = t.positions[r];
-      row_first.push_back(first_row_of_sequence[q]);
+    const DeepseekV4WindowPlan plan = DeepseekV4WindowPlan::make(t, window_slots, block_size);
+    std::vector<std::int32_t> store_position, store_sequence;
+    for (std::int32_t row : plan.store_row) {
+      store_position.push_back(t.positions[static_cast<std::size_t>(row)]);
+      store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
     }
-    for (std::size_t r = 0; r < t.positions.size(); ++r) {
-      const std::int32_t p = t.positions[r], q = t.row_sequence[r];
-      // Overwritten later this step: the row window_slots on is the sequence's and in this block.
-      const std::int32_t next = p + window_slots;
-      if (next <= last_position[static_cast<std::size_t>(q)] && next / block_size == p / block_size) continue;
-      store_position.push_back(p);
-      store_row.push_back(static_cast<std::int32_t>(r));
-      store_sequence.push_back(q);
-    }
-    row_first_row = ints.add(row_first);
-    sequence_first_row = ints.add(first_row_of_sequence);
+    row_first_row = ints.add(plan.row_first_row);
+    sequence_first_row = ints.add(plan.sequence_first_row);
     window_store_position = ints.add(store_position);
-    window_store_row = ints.add(store_row);
+    window_store_row = ints.add(plan.store_row);
     window_store_tables = tables_of(store_sequence);
-    num_window_stores = static_cast<std::int32_t>(store_position.size());
+    num_window_stores = static_cast<std::int32_t>(plan.store_row.size());
   }
   // Each sequence's window span (its first row's window through its last
   // row) and, for a compressed layer, its entries up to its last row's.
