@@ -23,6 +23,7 @@
 #include "sluice/backend/cuda/cuda_dtype.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/common/rng.h"
+#include "sluice/model/deepseek_v4_step_plan.h"
 
 namespace sluice {
 namespace {
@@ -230,37 +231,63 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
     cudaFree(p);
 }
 
-void bench_compress(std::int32_t entries, std::int32_t dim, std::int32_t width, std::int32_t rate, const std::string& what) {
-  const std::int64_t pending = static_cast<std::int64_t>(entries) * rate;
-  float* kv = alloc<float>(static_cast<std::size_t>(pending) * width);
-  float* gate = alloc<float>(static_cast<std::size_t>(pending) * width);
+// A compressor's step (DeepseekV4CompressPlan + launch_v4_compress): `sequences`
+// sequences of `tokens` rows each from `first` on, in blocks of 1024; each
+// sequence's positions map to two blocks (the last one apart), so the states
+// read and stored stay in bounds.
+void bench_compress(std::int32_t sequences, std::int32_t tokens, std::int32_t first, std::int32_t dim,
+                    std::int32_t width, std::int32_t rate, const std::string& what) {
+  constexpr std::int32_t kBlock = 1024;
+  const bool overlap = width == 2 * dim;
+  const std::int32_t slots = overlap ? 2 : 1, rows = sequences * tokens;
+  StepLayout step;
+  for (std::int32_t q = 0; q < sequences; ++q) {
+    std::vector<BlockId> table((first + tokens) / kBlock + 1);
+    for (std::size_t b = 0; b < table.size(); ++b) table[b] = 2 * q + (b + 1 == table.size() ? 1 : 0);
+    step.sequences.push_back({.row_begin = step.num_rows(), .num_rows = tokens, .num_computed_tokens = first,
+                              .block_table = table});
+    for (std::int32_t i = 0; i < tokens; ++i) {
+      step.token_ids.push_back(0);
+      step.positions.push_back(first + i);
+    }
+  }
+  const DeepseekV4StepTables t = DeepseekV4StepTables::make(step);
+  const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(t, rate, overlap, kBlock);
+  std::vector<std::int32_t> begin, len;
+  for (std::int32_t q : plan.item_sequence) {
+    begin.push_back(t.sequence_table_begin[static_cast<std::size_t>(q)]);
+    len.push_back(t.sequence_table_len[static_cast<std::size_t>(q)]);
+  }
+  const std::int64_t floats_per_block = std::int64_t{slots} * 3 * dim;
+  float* blocks = upload(std::vector<float>(static_cast<std::size_t>(2 * sequences * floats_per_block), 0.0f));
+  float* kv = alloc<float>(static_cast<std::size_t>(rows) * width);
+  float* gate = alloc<float>(static_cast<std::size_t>(rows) * width);
   float* ape = alloc<float>(static_cast<std::size_t>(rate) * width);
   float* norm = upload(std::vector<float>(dim, 1.0f));
-  std::vector<float> inv_freq(32, 0.01f);
-  float* dfreq = upload(inv_freq);
-  std::vector<std::int32_t> window_row(entries), prev_row(entries), position(entries);
-  for (std::int32_t e = 0; e < entries; ++e) {
-    window_row[e] = e * rate;
-    prev_row[e] = e == 0 ? -1 : (e - 1) * rate;
-    position[e] = e * rate;
-  }
-  std::int32_t* dwin = upload(window_row);
-  std::int32_t* dprev = upload(prev_row);
-  std::int32_t* dpos = upload(position);
-  auto* out = alloc<std::uint16_t>(static_cast<std::size_t>(entries) * dim);
-  const cuda::V4CompressArgs args{.kv = kv, .gate = gate, .ape = ape, .norm = norm, .window_row = dwin,
-                                  .prev_window_row = dprev, .position = dpos, .rope = {.inv_freq = dfreq, .rope_dim = 64},
-                                  .out = out, .out_dt = kBf16, .entries = entries, .dim = dim, .width = width,
-                                  .rate = rate};
+  float* dfreq = upload(std::vector<float>(32, 0.01f));
+  float* start = alloc<float>(static_cast<std::size_t>(plan.num_items()) * 3 * dim);
+  auto* out = alloc<std::uint16_t>(static_cast<std::size_t>(std::max(plan.num_entries(), 1)) * dim);
+  std::vector<std::int32_t*> ints;
+  const std::vector<const std::vector<std::int32_t>*> arrays = {
+      &t.block_ids, &begin, &len, &plan.item_entry, &plan.item_first_row, &plan.item_first_token, &plan.item_count,
+      &plan.item_flags, &plan.item_emit_row};
+  for (const std::vector<std::int32_t>* v : arrays) ints.push_back(upload(*v));
+  const cuda::V4CompressArgs args{
+      .kv = kv, .gate = gate, .ape = ape, .norm = norm,
+      .blocks = {.data = blocks, .floats_per_block = floats_per_block, .num_blocks = 2 * sequences, .block_size = kBlock},
+      .tables = {.block_ids = ints[0], .table_begin = ints[1], .table_len = ints[2]},
+      .state_offset = 0, .slots = slots, .entry = ints[3], .first_row = ints[4], .first_token = ints[5],
+      .count = ints[6], .flags = ints[7], .emit_row = ints[8], .start_states = start,
+      .rope = {.inv_freq = dfreq, .rope_dim = 64}, .out = out, .out_dt = kBf16, .items = plan.num_items(),
+      .dim = dim, .width = width, .rate = rate};
   const double s = time_median(5, [&] { cuda::launch_v4_compress(args, nullptr); });
-  const std::int32_t slots = width == 2 * dim ? 2 * rate : rate;
-  // Each slot's kv and gate channels once (overlap: every pending row is read by two entries).
-  const double bytes = static_cast<double>(entries) * slots * dim * 2 * 4;
-  row(what, s, tbs(bytes, s), hbm_share(bytes, s) + " (each entry's slots read)");
-  for (void* p : {static_cast<void*>(kv), static_cast<void*>(gate), static_cast<void*>(ape), static_cast<void*>(norm),
-                  static_cast<void*>(dfreq), static_cast<void*>(dwin), static_cast<void*>(dprev), static_cast<void*>(dpos),
-                  static_cast<void*>(out)})
+  // Each row's kv and gate once (overlap: its halves go to two entries).
+  const double bytes = static_cast<double>(rows) * width * 2 * 4;
+  row(what, s, tbs(bytes, s), hbm_share(bytes, s) + " (the step's projections read)");
+  for (void* p : {static_cast<void*>(blocks), static_cast<void*>(kv), static_cast<void*>(gate), static_cast<void*>(ape),
+                  static_cast<void*>(norm), static_cast<void*>(dfreq), static_cast<void*>(start), static_cast<void*>(out)})
     cudaFree(p);
+  for (std::int32_t* p : ints) cudaFree(p);
 }
 
 void bench_mhc(std::int32_t rows) {
@@ -391,10 +418,10 @@ void bench_deepseek_v4_kernels() {
   bench_indexer(64, 64, 32768, "indexer decode, 64 seqs at 128k (32768 entries)");
   bench_indexer(1024, 1, 32768, "indexer prefill chunk, 1024 rows of one 128k seq");
   bench_indexer(8192, 1, 32768, "indexer prefill chunk, 8192 rows of one 128k seq");
-  bench_compress(32768, 512, 1024, 4, "CSA compressor, 32768 entries (a 128k prefill)");
-  bench_compress(1024, 512, 512, 128, "HCA compressor, 1024 entries (a 128k prefill)");
-  bench_compress(32768, 128, 256, 4, "indexer compressor, 32768 entries (a 128k prefill)");
-  bench_compress(64, 512, 1024, 4, "CSA compressor, 64 entries (a decode step of 64)");
+  bench_compress(1, 131072, 0, 512, 1024, 4, "CSA compressor, 32768 entries (a 128k prefill)");
+  bench_compress(1, 131072, 0, 512, 512, 128, "HCA compressor, 1024 entries (a 128k prefill)");
+  bench_compress(1, 131072, 0, 128, 256, 4, "indexer compressor, 32768 entries (a 128k prefill)");
+  bench_compress(64, 1, 131071, 512, 1024, 4, "CSA compressor, 64 entries (a decode step of 64)");
   bench_mhc(64);
   bench_mhc(8192);
   bench_route_and_swiglu(64);

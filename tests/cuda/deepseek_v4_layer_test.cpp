@@ -1,6 +1,6 @@
 // DeepSeek-V4's per-layer CUDA kernels (backend/cuda/kernels/
 // deepseek_v4_kernels.h) against the CPU reference ops
-// (backend/cpu/deepseek_v4_ops.cpp): the compressors (CSA's overlapping
+// (backend/cpu/deepseek_v4_ops.cpp, model/deepseek_v4_pool_fold.h): the compressors (CSA's overlapping
 // windows, HCA, the indexer's), mHC, routing (top-k with bias, ties, hash),
 // clamped SwiGLU and the FP4 expert GEMM against the CPU FP4 dequantization;
 // and the launchers' refusals.
@@ -15,6 +15,8 @@
 #include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 
+#include "sluice/model/deepseek_v4_pool_fold.h"
+#include "sluice/model/deepseek_v4_step_plan.h"
 #include "sluice/model/fp4_weights.h"
 
 namespace sluice {
@@ -22,66 +24,116 @@ namespace {
 
 using namespace sluice::v4_testing;
 
-// One entry as DeepseekV4Reference::emit_entry pools it, from the reference ops.
-std::vector<float> reference_entry(const std::vector<float>& kv, const std::vector<float>& gate,
-                                   const std::vector<float>& ape, const std::vector<float>& norm, std::int64_t dim,
-                                   std::int64_t width, std::int64_t rate, std::int64_t window_row,
-                                   std::int64_t prev_window_row, std::int64_t position, const RotaryTable& rope) {
-  std::vector<float> values, gates, entry(dim);
-  auto add_window = [&](std::int64_t first_row, std::int64_t half_offset) {
-    for (std::int64_t s = 0; s < rate; ++s)
-      for (std::int64_t ch = 0; ch < dim; ++ch) {
-        values.push_back(kv[(first_row + s) * width + half_offset + ch]);
-        gates.push_back(gate[(first_row + s) * width + half_offset + ch] + ape[s * width + half_offset + ch]);
-      }
-  };
-  const bool overlap = width == 2 * dim;
-  if (overlap && prev_window_row >= 0) add_window(prev_window_row, 0);
-  add_window(window_row, overlap ? dim : 0);
-  cpu_ops().softmax_pool(values, gates, dim, entry);
-  cpu_ops().rms_norm(entry, dim, norm, 1e-6f);
-  cpu_ops().rope_tail(entry, dim, 1, std::span(&position, 1), rope, false);
-  return entry;
-}
-
+// The compressors' fold (launch_v4_compress over a DeepseekV4CompressPlan)
+// against the host's fold of the same items (model/deepseek_v4_pool_fold.h,
+// as DeepseekV4Reference::compress): one sequence's step of `windows`
+// windows deep in a long context (rope at ~4096 windows), starting 3 tokens
+// into a window and crossing a block boundary, so items read a starting
+// state, store into both blocks and emit. Blocks of 16 windows: the table
+// sends every position before the boundary to block 0 (whose states start
+// random), every later one to block 1.
 void check_compress(std::int32_t dim, std::int32_t width, std::int32_t rate, std::int32_t windows) {
-  const std::int64_t pending_rows = static_cast<std::int64_t>(windows) * rate;
-  const std::vector<float> kv = uniform(static_cast<std::size_t>(pending_rows * width), 31, -2.0f, 2.0f);
-  const std::vector<float> gate = uniform(static_cast<std::size_t>(pending_rows * width), 32, -4.0f, 4.0f);
+  const bool overlap = width == 2 * dim;
+  const std::int32_t slots = overlap ? 2 : 1, block_size = 16 * rate, boundary = 4096 * rate;
+  const std::int32_t first = boundary - 2 * rate + 3, rows = windows * rate;
+  const std::int64_t state_floats = std::int64_t{slots} * 3 * dim, floats_per_block = state_floats + 64;
+  std::vector<float> blocks(static_cast<std::size_t>(2 * floats_per_block), 0.0f);
+  const std::vector<float> m0 = uniform(static_cast<std::size_t>(state_floats), 35, -2.0f, 2.0f);
+  const std::vector<float> s0 = uniform(static_cast<std::size_t>(state_floats), 36, 0.5f, 3.0f);
+  for (std::int64_t i = 0; i < state_floats; ++i) {  // [slot][m | s | a]: m and a from m0, s from s0
+    const std::int64_t part = i / dim % 3;
+    blocks[static_cast<std::size_t>(i)] = part == 1 ? s0[static_cast<std::size_t>(i)] : m0[static_cast<std::size_t>(i)];
+  }
+  const std::vector<float> kv = uniform(static_cast<std::size_t>(rows) * width, 31, -2.0f, 2.0f);
+  const std::vector<float> gate = uniform(static_cast<std::size_t>(rows) * width, 32, -4.0f, 4.0f);
   const std::vector<float> ape = uniform(static_cast<std::size_t>(rate) * width, 33, -1.0f, 1.0f);
   const std::vector<float> norm = uniform(static_cast<std::size_t>(dim), 34, 0.5f, 1.5f);
   const RotaryTable rope = test_rope(160000.0f);
-  std::vector<std::int32_t> window_row, prev_row, position;
-  for (std::int32_t w = 0; w < windows; ++w) {
-    window_row.push_back(w * rate);
-    prev_row.push_back(w == 0 ? -1 : (w - 1) * rate);
-    position.push_back(w * rate + 4096 * rate);  // entries deep in a long context
+  StepLayout step;
+  std::vector<BlockId> table((first + rows) / block_size + 1);
+  for (std::size_t b = 0; b < table.size(); ++b) table[b] = static_cast<std::int64_t>(b) * block_size < boundary ? 0 : 1;
+  step.sequences.push_back({.row_begin = 0, .num_rows = rows, .num_computed_tokens = first, .block_table = table});
+  for (std::int32_t r = 0; r < rows; ++r) {
+    step.token_ids.push_back(0);
+    step.positions.push_back(first + r);
   }
-  Dev<float> dkv(kv), dgate(gate), dape(ape), dnorm(norm), dfreq(rope.inv_freq);
-  Dev<std::int32_t> dwin(window_row), dprev(prev_row), dpos(position);
-  Dev<float> dout(static_cast<std::size_t>(windows) * dim);
-  cuda::launch_v4_compress({.kv = dkv.get(), .gate = dgate.get(), .ape = dape.get(), .norm = dnorm.get(),
-                            .window_row = dwin.get(), .prev_window_row = dprev.get(), .position = dpos.get(),
-                            .rope = {.inv_freq = dfreq.get(), .rope_dim = 64}, .out = dout.get(), .out_dt = kF32,
-                            .entries = windows, .dim = dim, .width = width, .rate = rate, .eps = 1e-6f},
-                           nullptr);
-  const std::vector<float> got = dout.host();
-  std::vector<float> want;
-  for (std::int32_t w = 0; w < windows; ++w) {
-    const std::vector<float> e =
-        reference_entry(kv, gate, ape, norm, dim, width, rate, window_row[w], prev_row[w], position[w], rope);
-    want.insert(want.end(), e.begin(), e.end());
+  const DeepseekV4StepTables t = DeepseekV4StepTables::make(step);
+  const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(t, rate, overlap, block_size);
+  ASSERT_GT(plan.num_entries(), 0);
+
+  // The host: every item from the states before the step.
+  auto state_at = [&](std::vector<float>& image, std::int64_t position, std::int32_t entry) {
+    const std::int64_t block = table[static_cast<std::size_t>(position / block_size)];
+    return std::span<float>(image).subspan(static_cast<std::size_t>(block * floats_per_block + entry % slots * 3 * dim),
+                                           static_cast<std::size_t>(3 * dim));
+  };
+  std::vector<float> before = blocks, want_blocks = blocks, want_out(static_cast<std::size_t>(plan.num_entries()) * dim);
+  std::int32_t reads = 0, stores_in_block0 = 0, stores_in_block1 = 0;
+  for (std::int32_t i = 0; i < plan.num_items(); ++i) {
+    const std::int32_t e = plan.item_entry[i], t0 = plan.item_first_token[i], flags = plan.item_flags[i];
+    std::vector<float> pool_state(static_cast<std::size_t>(3 * dim));
+    if (flags & DeepseekV4CompressPlan::kReadState) {
+      std::ranges::copy(state_at(before, t0 - 1, e), pool_state.begin());
+      ++reads;
+    } else {
+      deepseek_v4_pool_init(pool_state);
+    }
+    std::vector<float> values(static_cast<std::size_t>(dim)), gates(static_cast<std::size_t>(dim));
+    for (std::int32_t k = 0; k < plan.item_count[i]; ++k) {
+      const std::int64_t tok = t0 + k, row = plan.item_first_row[i] + k;
+      const std::int64_t half = overlap && tok / rate == e ? dim : 0;
+      for (std::int64_t c = 0; c < dim; ++c) {
+        values[static_cast<std::size_t>(c)] = kv[static_cast<std::size_t>(row * width + half + c)];
+        gates[static_cast<std::size_t>(c)] = gate[static_cast<std::size_t>(row * width + half + c)] +
+                                             ape[static_cast<std::size_t>(tok % rate * width + half + c)];
+      }
+      deepseek_v4_pool_fold(pool_state, values, gates);
+    }
+    const std::int64_t last = t0 + plan.item_count[i] - 1;
+    if (flags & DeepseekV4CompressPlan::kStoreState) {
+      std::ranges::copy(pool_state, state_at(want_blocks, last, e).begin());
+      (last < boundary ? stores_in_block0 : stores_in_block1) += 1;
+    }
+    if (flags & DeepseekV4CompressPlan::kEmit) {
+      std::vector<float> entry(static_cast<std::size_t>(dim));
+      deepseek_v4_pool_finish(pool_state, entry);
+      cpu_ops().rms_norm(entry, dim, norm, 1e-6f);
+      const std::int64_t position = std::int64_t{e} * rate;
+      cpu_ops().rope_tail(entry, dim, 1, std::span(&position, 1), rope, false);
+      std::ranges::copy(entry, want_out.begin() + std::int64_t{plan.item_emit_row[i]} * dim);
+    }
   }
-  EXPECT_LT(relative_error(got, want), 1e-5) << "dim " << dim << " width " << width << " rate " << rate
-                                             << " max |delta| " << max_abs_difference(got, want);
+  EXPECT_GT(reads, 0);
+  EXPECT_GT(stores_in_block0, 0);
+  EXPECT_GT(stores_in_block1, 0);
+
+  // The device.
+  std::vector<std::int32_t> ids(table.begin(), table.end()), begin(plan.item_sequence.size(), 0),
+      len(plan.item_sequence.size(), static_cast<std::int32_t>(table.size()));
+  Dev<float> d_blocks(blocks), d_kv(kv), d_gate(gate), d_ape(ape), d_norm(norm), d_freq(rope.inv_freq);
+  Dev<std::int32_t> d_ids(ids), d_begin(begin), d_len(len), d_entry(plan.item_entry), d_row(plan.item_first_row),
+      d_token(plan.item_first_token), d_count(plan.item_count), d_flags(plan.item_flags), d_emit(plan.item_emit_row);
+  Dev<float> d_out(want_out.size()), d_start(static_cast<std::size_t>(plan.num_items()) * 3 * dim);
+  cuda::launch_v4_compress(
+      {.kv = d_kv.get(), .gate = d_gate.get(), .ape = d_ape.get(), .norm = d_norm.get(),
+       .blocks = {.data = d_blocks.get(), .floats_per_block = floats_per_block, .num_blocks = 2, .block_size = block_size},
+       .tables = {.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()},
+       .state_offset = 0, .slots = slots, .entry = d_entry.get(), .first_row = d_row.get(),
+       .first_token = d_token.get(), .count = d_count.get(), .flags = d_flags.get(), .emit_row = d_emit.get(),
+       .start_states = d_start.get(), .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_out.get(),
+       .out_dt = kF32, .items = plan.num_items(), .dim = dim, .width = width, .rate = rate, .eps = 1e-6f},
+      nullptr);
+  EXPECT_LT(relative_error(d_out.host(), want_out), 1e-5)
+      << "dim " << dim << " width " << width << " rate " << rate << " max |delta| "
+      << max_abs_difference(d_out.host(), want_out);
+  EXPECT_LT(relative_error(d_blocks.host(), want_blocks), 1e-5) << "the stored states";
 }
 
 TEST(DeepseekV4CudaKernels, CompressorsMatchTheReferenceEntries) {
-  check_compress(512, 1024, 4, 9);     // CSA: overlapping windows, the first without a predecessor
-  check_compress(512, 512, 128, 3);    // HCA: disjoint windows of 128
-  check_compress(128, 256, 4, 6);      // the indexer's compressor (index_head_dim 128)
+  check_compress(512, 1024, 4, 9);   // CSA: overlapping windows
+  check_compress(512, 512, 128, 3);  // HCA: disjoint windows of 128
+  check_compress(128, 256, 4, 6);    // the indexer's compressor (index_head_dim 128)
 }
-
 
 // hc_pre in either form: a block a row, or (split) with a workspace, its dot
 // products split over the width across blocks first.

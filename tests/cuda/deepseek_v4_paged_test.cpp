@@ -3,8 +3,8 @@
 // addressing (DeepseekV4PagedState over the CPU backend's model-defined
 // cache), at V4-Flash's widths (head_dim 512, index keys 128, window 128,
 // CSA rate 4, HCA rate 128) in 5 layers of each kind, blocks of 128 tokens:
-//   - launch_v4_paged_copy writes every site (window latents, both pending
-//     rings' kv and gate rows, CSA/HCA entries, index keys) of every layer
+//   - launch_v4_paged_copy writes every site (window latents, CSA/HCA
+//     entries, index keys) of every layer
 //     where the host state writes them: the whole caches are byte-equal
 //     afterwards; and reads them back as the host state reads them;
 //   - launch_v4_gather_keys gives each query row the reference's key set in
@@ -13,9 +13,10 @@
 //     inside the first window, on block and window boundaries and deep in,
 //     and the sparse attention over that set, as it is, is the reference's;
 //   - the compression of batched steps on the device (a DeepseekV4CompressPlan:
-//     ring rows read back, launch_v4_compress over the dense buffer, entries
-//     and ring rows written back) leaves the blocks the reference's row-by-row
-//     compression leaves on the host, step after step;
+//     launch_v4_compress folding the step's rows into the entries' pool
+//     states, the states and the emitted entries written back) leaves the
+//     blocks the reference's row-by-row compression leaves on the host, step
+//     after step;
 //   - CudaOps allocates a model-defined cache (one f32 area a block) and its
 //     host tier moves such blocks byte-equal; the layouts it cannot hold are
 //     refused.
@@ -35,6 +36,7 @@
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/deepseek_v4_paged_state.h"
+#include "sluice/model/deepseek_v4_pool_fold.h"
 #include "sluice/model/deepseek_v4_step_plan.h"
 #include "../support/deepseek_v4_flash_config.h"
 
@@ -129,13 +131,9 @@ class DeepseekV4PagedCuda : public ::testing::Test {
     return {.site = V4PagedSite::window, .offset = l.window_offset,
             .count = static_cast<std::int32_t>(layout_->head_dim()), .slots = layout_->window_slots()};
   }
-  static V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
-    const bool entry = site == V4PagedSite::entry;
-    return {.site = site,
-            .offset = entry ? r.entries_offset : r.pending_offset,
-            .count = static_cast<std::int32_t>(entry ? r.dim : r.width),
-            .rate = static_cast<std::int32_t>(r.rate),
-            .ring_windows = static_cast<std::int32_t>(r.ring_windows)};
+  static V4PagedRegion entry_region(const DeepseekV4PoolRegion& r) {
+    return {.site = V4PagedSite::entry, .offset = r.entries_offset, .count = static_cast<std::int32_t>(r.dim),
+            .rate = static_cast<std::int32_t>(r.rate)};
   }
   // A gather of layer lr's key sets (the window, its entries, CSA's picks);
   // the caller points keys, key_rows and num_keys at its buffers.
@@ -146,7 +144,7 @@ class DeepseekV4PagedCuda : public ::testing::Test {
                                 .window = window_region(lr),
                                 .sliding_window = config_.deepseek_v4->sliding_window, .rows = rows,
                                 .max_keys = max_keys};
-    if (lr.compressor) args.entries = pool_region(*lr.compressor, V4PagedSite::entry);
+    if (lr.compressor) args.entries = entry_region(*lr.compressor);
     if (lr.indexer) {
       args.selected = selected;
       args.num_selected = num_selected;
@@ -174,8 +172,6 @@ std::span<float> host_site(DeepseekV4PagedState& s, std::int32_t layer, Deepseek
                            std::int64_t index) {
   switch (site) {
     case V4PagedSite::window: return s.window_latent(layer, index);
-    case V4PagedSite::pending_kv: return s.pending_kv(layer, pool, index);
-    case V4PagedSite::pending_gate: return s.pending_gate(layer, pool, index);
     case V4PagedSite::entry: return s.entry(layer, pool, index);
   }
   return {};
@@ -225,23 +221,15 @@ TEST_F(DeepseekV4PagedCuda, CopyWritesAndReadsEverySiteWhereTheHostStateDoes) {
     for (DeepseekV4Pool pool : {DeepseekV4Pool::compressor, DeepseekV4Pool::indexer}) {
       const std::optional<DeepseekV4PoolRegion>& r = pool == DeepseekV4Pool::compressor ? lr.compressor : lr.indexer;
       if (!r) continue;
-      // Pending rows: the ring's windows of one block (distinct slots), in A's 3rd block and B's 1st.
-      std::vector<Item> pending;
-      for (std::int64_t p = 0; p < r->rate * r->ring_windows; ++p) {
-        pending.push_back({false, 2 * kBlock + p + (r->rate < kBlock ? 3 * r->rate * r->ring_windows : 0)});
-        pending.push_back({true, p});
-      }
-      run_site(l, pool, pool_region(*r, V4PagedSite::pending_kv), pending);
-      run_site(l, pool, pool_region(*r, V4PagedSite::pending_gate), pending);
       // Entries: every window of A, the first and last ones of B.
       std::vector<Item> entries;
       for (std::int64_t e = 0; e < 6 * kBlock / r->rate; ++e) entries.push_back({false, e});
       entries.push_back({true, 0});
       entries.push_back({true, 5 * kBlock / r->rate - 1});
-      run_site(l, pool, pool_region(*r, V4PagedSite::entry), entries);
+      run_site(l, pool, entry_region(*r), entries);
     }
   }
-  EXPECT_EQ(sites_checked, 1 + 2 * (1 + 2 * 3) + 2 * (1 + 3));  // sliding; CSA: window + 2 pools x 3; HCA: window + 3
+  EXPECT_EQ(sites_checked, 1 + 2 * (1 + 2) + 2 * (1 + 1));  // sliding; CSA: window + 2 pools' entries; HCA: window + entries
   const std::vector<float> host = host_image();
   const std::vector<float> device = device_->host();
   ASSERT_EQ(host.size(), device.size());
@@ -487,7 +475,7 @@ TEST_F(DeepseekV4PagedCuda, IndexKeyRecordsInOnePassAreTheGatherThenQuantizeByte
     }
     ASSERT_EQ(want_scales[kZeroKey], 1.0f);
     const cuda::V4IndexKeysArgs base{.blocks = blocks(), .tables = device_tables(t),
-                                     .region = pool_region(*lr.indexer, V4PagedSite::entry),
+                                     .region = entry_region(*lr.indexer),
                                      .sequence_key_begin = d_begin.get(), .num_sequences = 2, .num_keys = num_keys};
     // Session 17's two steps.
     Dev<float> keys(static_cast<std::size_t>(num_keys * d));
@@ -586,108 +574,88 @@ TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBloc
     };
     for (const Pool& p : pools) {
       const DeepseekV4PoolRegion& r = p.r;
-      const auto width = static_cast<std::size_t>(r.width);
       // The host: DeepseekV4Reference::compress, row by row.
+      std::vector<float> values(static_cast<std::size_t>(r.dim)), gates(static_cast<std::size_t>(r.dim));
+      auto feed = [&](std::int32_t s, std::int64_t pos, std::int64_t e) {
+        const std::int64_t half = r.overlapping() && pos / r.rate == e ? r.dim : 0;
+        for (std::int64_t c = 0; c < r.dim; ++c) {
+          values[static_cast<std::size_t>(c)] = p.kv[s][static_cast<std::size_t>(pos * r.width + half + c)];
+          gates[static_cast<std::size_t>(c)] = p.gate[s][static_cast<std::size_t>(pos * r.width + half + c)] +
+                                               p.ape[static_cast<std::size_t>(pos % r.rate * r.width + half + c)];
+        }
+      };
       for (std::size_t row = 0; row < t.positions.size(); ++row) {
         const std::int32_t s = step.token_ids[row];
         DeepseekV4PagedState state = this->state(s == 1);
-        const std::int64_t pos = t.positions[row];
-        std::ranges::copy(std::span(p.kv[s]).subspan(pos * width, width), state.pending_kv(p.layer, p.which, pos).begin());
-        std::ranges::copy(std::span(p.gate[s]).subspan(pos * width, width), state.pending_gate(p.layer, p.which, pos).begin());
-        if ((pos + 1) % r.rate != 0) continue;
-        const std::int64_t w = pos / r.rate;
-        std::vector<float> values, gates, entry(static_cast<std::size_t>(r.dim));
-        auto add = [&](std::int64_t window, std::int64_t half) {
-          for (std::int64_t slot = 0; slot < r.rate; ++slot) {
-            const std::span<float> kv = state.pending_kv(p.layer, p.which, window * r.rate + slot);
-            const std::span<float> gate = state.pending_gate(p.layer, p.which, window * r.rate + slot);
-            for (std::int64_t c = 0; c < r.dim; ++c) {
-              values.push_back(kv[half + c]);
-              gates.push_back(gate[half + c] + p.ape[slot * r.width + half + c]);
-            }
+        const std::int64_t pos = t.positions[row], w = pos / r.rate;
+        for (std::int64_t e : {w, w + 1}) {
+          if (e == w + 1 && !r.overlapping()) continue;
+          const std::span<float> at = state.pool_state(p.layer, p.which, e, pos);
+          if (pos == r.first_token(e)) {
+            deepseek_v4_pool_init(at);
+          } else {
+            const std::span<float> before = state.pool_state(p.layer, p.which, e, pos - 1);
+            if (before.data() != at.data()) std::ranges::copy(before, at.begin());
           }
-        };
-        if (r.overlapping() && w > 0) add(w - 1, 0);
-        add(w, r.overlapping() ? r.dim : 0);
-        v4_testing::cpu_ops().softmax_pool(values, gates, r.dim, entry);
+          feed(s, pos, e);
+          deepseek_v4_pool_fold(at, values, gates);
+        }
+        if (pos != r.last_token(w)) continue;
+        std::vector<float> entry(static_cast<std::size_t>(r.dim));
+        deepseek_v4_pool_finish(state.pool_state(p.layer, p.which, w, pos), entry);
         v4_testing::cpu_ops().rms_norm(entry, r.dim, p.norm, 1e-6f);
         const std::int64_t first = w * r.rate;
         v4_testing::cpu_ops().rope_tail(entry, r.dim, 1, std::span(&first, 1), rope, false);
         std::ranges::copy(entry, state.entry(p.layer, p.which, w).begin());
       }
-      // The device: the plan.
+      // The device: the plan, the step's projections as the forward has them.
       const DeepseekV4CompressPlan plan =
           DeepseekV4CompressPlan::make(t, static_cast<std::int32_t>(r.rate), r.overlapping(), kBlock);
-      std::vector<float> kv(static_cast<std::size_t>(plan.buffer_rows) * width, NAN), gate(kv.size(), NAN);
+      std::vector<float> kv(t.positions.size() * static_cast<std::size_t>(r.width)), gate(kv.size());
       for (std::size_t row = 0; row < t.positions.size(); ++row) {
-        const std::int32_t s = t.row_sequence[row];
-        const auto src = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t.positions[row]) * width);
-        const auto dst = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(plan.new_buffer_row[row]) * width);
-        const std::int32_t id = step.token_ids[static_cast<std::size_t>(step.sequences[static_cast<std::size_t>(s)].row_begin)];
-        std::copy_n(p.kv[id].begin() + src, width, kv.begin() + dst);
-        std::copy_n(p.gate[id].begin() + src, width, gate.begin() + dst);
+        const std::int32_t id = step.token_ids[row];
+        const auto src = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t.positions[row]) * r.width);
+        const auto dst = static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(r.width));
+        std::copy_n(p.kv[id].begin() + src, r.width, kv.begin() + dst);
+        std::copy_n(p.gate[id].begin() + src, r.width, gate.begin() + dst);
       }
       const Dev<float> d_kv(kv), d_gate(gate), d_ape(p.ape), d_norm(p.norm);
-      const V4PagedRegion kv_region = pool_region(r, V4PagedSite::pending_kv);
-      const V4PagedRegion gate_region = pool_region(r, V4PagedSite::pending_gate);
-      if (!plan.read_position.empty()) {
-        const Tables tt = tables_of(plan.read_sequence);
-        const Dev<std::int32_t> d_index(plan.read_position), d_rows(plan.read_buffer_row);
-        for (const auto& [region, dense] : {std::pair{kv_region, d_kv.get()}, std::pair{gate_region, d_gate.get()}})
-          cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = region,
-                                      .index = d_index.get(), .dense = dense, .dense_row = d_rows.get(),
-                                      .dense_dt = kF32, .items = static_cast<std::int32_t>(plan.read_position.size())},
-                                     nullptr);
-      }
-      if (!plan.entry_index.empty()) {
-        const auto n = static_cast<std::int32_t>(plan.entry_index.size());
-        const Dev<std::int32_t> d_win(plan.window_row), d_prev(plan.prev_window_row), d_pos(plan.entry_position),
-            d_index(plan.entry_index);
-        const Dev<float> d_out(static_cast<std::size_t>(n) * static_cast<std::size_t>(r.dim));
-        cuda::launch_v4_compress({.kv = d_kv.get(), .gate = d_gate.get(), .ape = d_ape.get(), .norm = d_norm.get(),
-                                  .window_row = d_win.get(), .prev_window_row = d_prev.get(), .position = d_pos.get(),
-                                  .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_out.get(),
-                                  .out_dt = kF32, .entries = n, .dim = static_cast<std::int32_t>(r.dim),
-                                  .width = static_cast<std::int32_t>(r.width), .rate = static_cast<std::int32_t>(r.rate),
-                                  .eps = 1e-6f},
-                                 nullptr);
+      const auto n = plan.num_entries();
+      const Tables items = tables_of(plan.item_sequence);
+      const Dev<std::int32_t> d_entry(plan.item_entry), d_row(plan.item_first_row), d_token(plan.item_first_token),
+          d_count(plan.item_count), d_flags(plan.item_flags), d_emit(plan.item_emit_row), d_index(plan.entry_index);
+      const Dev<float> d_out(static_cast<std::size_t>(std::max(n, 1)) * static_cast<std::size_t>(r.dim)),
+          d_start(static_cast<std::size_t>(std::max(plan.num_items(), 1)) * 3 * static_cast<std::size_t>(r.dim));
+      cuda::launch_v4_compress({.kv = d_kv.get(), .gate = d_gate.get(), .ape = d_ape.get(), .norm = d_norm.get(),
+                                .blocks = blocks(), .tables = device_tables_of(items), .state_offset = r.state_offset,
+                                .slots = static_cast<std::int32_t>(r.slots), .entry = d_entry.get(),
+                                .first_row = d_row.get(), .first_token = d_token.get(), .count = d_count.get(),
+                                .flags = d_flags.get(), .emit_row = d_emit.get(), .start_states = d_start.get(),
+                                .rope = {.inv_freq = d_freq.get(), .rope_dim = 64}, .out = d_out.get(),
+                                .out_dt = kF32, .items = plan.num_items(), .dim = static_cast<std::int32_t>(r.dim),
+                                .width = static_cast<std::int32_t>(r.width), .rate = static_cast<std::int32_t>(r.rate),
+                                .eps = 1e-6f},
+                               nullptr);
+      if (n > 0) {
         const Tables tt = tables_of(plan.entry_sequence);
-        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt),
-                                    .region = pool_region(r, V4PagedSite::entry), .index = d_index.get(),
-                                    .dense = d_out.get(), .dense_dt = kF32, .items = n, .to_blocks = true},
-                                   nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // d_out is freed at the end of this scope
-        entries += n;
-      }
-      std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
-      for (std::int32_t row : plan.store_row) {
-        store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
-        store_position.push_back(t.positions[static_cast<std::size_t>(row)]);
-        store_buffer_row.push_back(plan.new_buffer_row[static_cast<std::size_t>(row)]);
-      }
-      const Tables tt = tables_of(store_sequence);
-      const Dev<std::int32_t> d_index(store_position), d_rows(store_buffer_row);
-      for (const auto& [region, dense] : {std::pair{kv_region, d_kv.get()}, std::pair{gate_region, d_gate.get()}})
-        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = region,
-                                    .index = d_index.get(), .dense = dense, .dense_row = d_rows.get(),
-                                    .dense_dt = kF32, .items = static_cast<std::int32_t>(store_position.size()),
+        cuda::launch_v4_paged_copy({.blocks = blocks(), .tables = device_tables_of(tt), .region = entry_region(r),
+                                    .index = d_index.get(), .dense = d_out.get(), .dense_dt = kF32, .items = n,
                                     .to_blocks = true},
                                    nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        entries += n;
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the buffers are freed at the end of this scope
     }
     done[0] += na;
     done[1] += nb;
-    // Ring rows byte-equal; entries within the compress kernel's own bound (its f32 sums run in another order).
+    // Pool states and entries within the kernel's own bound (expf against the host's exp).
     const std::vector<float> want = host_image(), got = device_->host();
     double worst = 0.0;
-    std::int64_t differing = 0;
     for (std::size_t i = 0; i < want.size(); ++i) {
       ASSERT_FALSE(std::isnan(got[i])) << "float " << i;
       worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
-      differing += got[i] != want[i];
     }
     EXPECT_LT(worst, 1e-4) << "after A " << done[0] << ", B " << done[1];
-    EXPECT_LT(differing, entries * 1024) << "only entries may differ";
   }
   // Every window of A's 393 and B's 272 tokens, once: CSA's two pools at rate 4, HCA's at 128.
   EXPECT_EQ(done, (std::vector<std::int32_t>{393, 272}));

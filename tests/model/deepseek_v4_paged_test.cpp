@@ -55,19 +55,19 @@ TEST(DeepseekV4KvLayout, FlashBytesMatchTheHandDerivation) {
   EXPECT_DOUBLE_EQ(f.compressed_bytes_per_token, 3850.25);
   EXPECT_DOUBLE_EQ(f.window_bytes_per_token, 43.0 * 584);
   EXPECT_DOUBLE_EQ(f.window_ring_bytes_per_sequence, 43.0 * 128 * 584);  // 3,214,336
-  // Pending projections in f32: CSA 2 windows x (kv + gate) x 4 tokens x 1024
-  // wide, its indexer the same at 256 wide; HCA 1 window x 2 x 128 x 512.
-  EXPECT_DOUBLE_EQ(f.pending_bytes_per_sequence, 4.0 * (21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512));
+  // The open entries' pool states in f32, 3 x dim each: CSA 2 (entries w and
+  // w + 1) x 512, its indexer 2 x 128; HCA 1 x 512.
+  EXPECT_DOUBLE_EQ(f.state_bytes_per_sequence, 4.0 * (21 * (2 * 3 * 512 + 2 * 3 * 128) + 20 * 3 * 512));
 
   // The CPU's block of 128 tokens, f32: windows 43 x 128 x 512, CSA entries
-  // 21 x 32 x 512 and keys 21 x 32 x 128, HCA entries 20 x 1 x 512, the rings above.
+  // 21 x 32 x 512 and keys 21 x 32 x 128, HCA entries 20 x 1 x 512, the states above.
   EXPECT_EQ(layout->floats_per_block(), 43 * 128 * 512 + 21 * 32 * 512 + 21 * 32 * 128 + 20 * 512 +
-                                            21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512);
+                                            21 * (2 * 3 * 512 + 2 * 3 * 128) + 20 * 3 * 512);
 }
 
 // A block keeps its last window (128 latents a layer) whatever its size, so
 // at 1024 tokens (serve's default) the window costs an eighth of a latent a
-// token a layer, and a block is every region once: 36,688 B a token in f32.
+// token a layer, and a block is every region once: 25,203 B a token in f32.
 TEST(DeepseekV4KvLayout, ALargeBlockKeepsOnlyItsLastWindow) {
   const ModelConfig config = flash_config();
   EXPECT_EQ(deepseek_v4_default_block_size(config), 1024);
@@ -76,10 +76,10 @@ TEST(DeepseekV4KvLayout, ALargeBlockKeepsOnlyItsLastWindow) {
   EXPECT_EQ(layout->window_slots(), 128);
   EXPECT_DOUBLE_EQ(layout->footprint(DeepseekV4KvRecords::cuda_fp8(config)).window_bytes_per_token,
                    43.0 * 584 * 128 / 1024);
-  const std::int64_t floats = 43 * 128 * 512 + 21 * (256 * 512 + 2 * 2 * 4 * 1024 + 256 * 128 + 2 * 2 * 4 * 256) +
-                              20 * (8 * 512 + 2 * 128 * 512);
+  const std::int64_t floats = 43 * 128 * 512 + 21 * (256 * 512 + 2 * 3 * 512 + 256 * 128 + 2 * 3 * 128) +
+                              20 * (8 * 512 + 3 * 512);
   EXPECT_EQ(layout->floats_per_block(), floats);
-  EXPECT_EQ(floats * 4 / 1024, 36688);
+  EXPECT_EQ(floats * 4 / 1024, 25203);
   // A block smaller than the window keeps every position.
   nlohmann::json wide = testing::deepseek_v4_flash_config_json();
   wide["sliding_window"] = 512;
@@ -149,7 +149,7 @@ std::vector<float> run(Backend& backend, const SequenceStep& s) {
 // The cold run prefills 70 tokens in chunks of 37 (splitting windows) into
 // blocks 0-4 and records the logits at every chunk end and at the last
 // token. A hit of h whole blocks (h = 1, 3, 4: 16, 48, 64 tokens; the CSA
-// entry after each boundary pools the previous block's pending projections)
+// entry after each boundary continues the pool state the previous block left)
 // is a sequence whose table starts with those blocks and continues in its
 // own; it computes only the rest, in one step, and must give the same logits.
 TEST(DeepseekV4Paged, PrefixHitEqualsTheColdRun) {

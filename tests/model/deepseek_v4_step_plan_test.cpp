@@ -6,8 +6,8 @@
 // that split windows, chunks of many windows, chunks across block boundaries),
 // CSA's overlapping compressors (rate 4, its indexer's too) and HCA's (rate 16),
 // blocks of 16 and 32 tokens. After every step the two caches are byte-equal:
-// the same entries, and the same rows in every ring. The same for the window
-// latents a block keeps (DeepseekV4WindowPlan).
+// the same entries, and the same pool states in every block. The same for
+// the window latents a block keeps (DeepseekV4WindowPlan).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +23,7 @@
 #include "sluice/common/rng.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/deepseek_v4_paged_state.h"
+#include "sluice/model/deepseek_v4_pool_fold.h"
 #include "sluice/model/deepseek_v4_step_plan.h"
 #include "../support/deepseek_v4_flash_config.h"
 
@@ -65,25 +66,33 @@ struct Pool {
   std::vector<std::vector<float>> kv, gate;  // [sequence][position * width]
 };
 
-using RowOf = std::function<std::span<const float>(std::int64_t)>;  // slot of a window -> its row [width]
+// A token's projections for entry `e` of its pool: its value and gate
+// (with the position bias) rows [dim], as DeepseekV4Reference::compress
+// takes them.
+struct TokenFeed {
+  std::span<const float> values;
+  std::vector<float> gates;
+};
+TokenFeed feed_of(const Pool& p, std::size_t sequence, std::int64_t t, std::int64_t e) {
+  const DeepseekV4PoolRegion& r = p.region;
+  const std::int64_t half = r.overlapping() && t / r.rate == e ? r.dim : 0;
+  const std::int64_t slot = t % r.rate;
+  TokenFeed f{.values = std::span<const float>(p.kv[sequence]).subspan(static_cast<std::size_t>(t * r.width + half),
+                                                                      static_cast<std::size_t>(r.dim)),
+              .gates = std::vector<float>(static_cast<std::size_t>(r.dim))};
+  for (std::int64_t c = 0; c < r.dim; ++c)
+    f.gates[static_cast<std::size_t>(c)] = p.gate[sequence][static_cast<std::size_t>(t * r.width + half + c)] +
+                                           p.ape[static_cast<std::size_t>(slot * r.width + half + c)];
+  return f;
+}
 
-// emit_entry's arithmetic: the previous window's first half (overlap, when it
-// exists), then the window's own slots; pooled, normed, roped at its first position.
-std::vector<float> pool_entry(const Pool& p, const RowOf& prev, const RowOf& prev_gate, const RowOf& own,
-                              const RowOf& own_gate, std::int64_t window, const RotaryTable& rope) {
+// emit_entry's arithmetic: the pool's entry, normed, roped at its first position.
+std::vector<float> finish_entry(const Pool& p, std::span<const float> state, std::int64_t window,
+                                const RotaryTable& rope) {
   const cpu::DeepseekV4CpuKernels k;
   const DeepseekV4PoolRegion& r = p.region;
-  std::vector<float> values, gates, entry(static_cast<std::size_t>(r.dim));
-  auto add = [&](const RowOf& kv, const RowOf& gate, std::int64_t half) {
-    for (std::int64_t s = 0; s < r.rate; ++s)
-      for (std::int64_t c = 0; c < r.dim; ++c) {
-        values.push_back(kv(s)[half + c]);
-        gates.push_back(gate(s)[half + c] + p.ape[s * r.width + half + c]);
-      }
-  };
-  if (r.overlapping() && window > 0) add(prev, prev_gate, 0);
-  add(own, own_gate, r.overlapping() ? r.dim : 0);
-  k.softmax_pool(values, gates, r.dim, entry);
+  std::vector<float> entry(static_cast<std::size_t>(r.dim));
+  deepseek_v4_pool_finish(state, entry);
   k.rms_norm(entry, r.dim, p.norm, 1e-6f);
   const std::int64_t position = window * r.rate;
   k.rope_tail(entry, r.dim, 1, std::span(&position, 1), rope, false);
@@ -171,32 +180,33 @@ TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
     ASSERT_EQ(t.positions, step.positions);
     for (const Pool& p : pools) {
       const DeepseekV4PoolRegion& r = p.region;
-      const auto width = static_cast<std::size_t>(r.width);
-      // The reference: row by row, pooling each window as its last row arrives.
+      // The reference: row by row, each token into its entries' states, each
+      // entry emitted at its window's last token.
       for (const SequenceLayout& seq : step.sequences) {
-        const auto s = static_cast<std::size_t>(&seq - step.sequences.data());
-        const std::int32_t id = static_cast<std::int32_t>(std::find(tables.begin(), tables.end(), seq.block_table) - tables.begin());
+        const auto id = static_cast<std::size_t>(std::find(tables.begin(), tables.end(), seq.block_table) - tables.begin());
         DeepseekV4PagedState state(*layout, *ref_ops, tables[id]);
-        (void)s;
         for (std::int64_t pos = seq.num_computed_tokens; pos < seq.num_computed_tokens + seq.num_rows; ++pos) {
-          std::ranges::copy(std::span(p.kv[id]).subspan(pos * width, width), state.pending_kv(p.layer, p.which, pos).begin());
-          std::ranges::copy(std::span(p.gate[id]).subspan(pos * width, width), state.pending_gate(p.layer, p.which, pos).begin());
-          if ((pos + 1) % r.rate != 0) continue;
           const std::int64_t w = pos / r.rate;
-          auto at = [&](bool gate, std::int64_t window) -> RowOf {
-            return [&state, &p, gate, window, rate = r.rate](std::int64_t slot) -> std::span<const float> {
-              const std::int64_t q = window * rate + slot;
-              return gate ? state.pending_gate(p.layer, p.which, q) : state.pending_kv(p.layer, p.which, q);
-            };
-          };
-          const std::vector<float> entry = pool_entry(p, at(false, w - 1), at(true, w - 1), at(false, w), at(true, w), w, rope);
-          std::ranges::copy(entry, state.entry(p.layer, p.which, w).begin());
+          for (std::int64_t e : {w, w + 1}) {
+            if (e == w + 1 && !r.overlapping()) continue;
+            const std::span<float> at = state.pool_state(p.layer, p.which, e, pos);
+            if (pos == r.first_token(e)) {
+              deepseek_v4_pool_init(at);
+            } else {
+              const std::span<float> before = state.pool_state(p.layer, p.which, e, pos - 1);
+              if (before.data() != at.data()) std::ranges::copy(before, at.begin());
+            }
+            const TokenFeed f = feed_of(p, id, pos, e);
+            deepseek_v4_pool_fold(at, f.values, f.gates);
+          }
+          if (pos == r.last_token(w))
+            std::ranges::copy(finish_entry(p, state.pool_state(p.layer, p.which, w, pos), w, rope),
+                              state.entry(p.layer, p.which, w).begin());
         }
       }
-      // The plan: a dense buffer, the windows pooled from it, the ring rows stored back.
+      // The plan: every item from the blocks as they were before the step, then its stores and entries.
       const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(t, static_cast<std::int32_t>(r.rate),
                                                                        r.overlapping(), block_size);
-      std::vector<float> kv(plan.buffer_rows * width, NAN), gate(plan.buffer_rows * width, NAN);
       auto state_of = [&](std::int32_t sequence) {
         return DeepseekV4PagedState(*layout, *plan_ops, step.sequences[static_cast<std::size_t>(sequence)].block_table);
       };
@@ -205,40 +215,45 @@ TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
                                                   step.sequences[static_cast<std::size_t>(sequence)].block_table) -
                                         tables.begin());
       };
-      for (std::size_t i = 0; i < plan.read_buffer_row.size(); ++i) {
-        DeepseekV4PagedState state = state_of(plan.read_sequence[i]);
-        std::ranges::copy(state.pending_kv(p.layer, p.which, plan.read_position[i]), kv.begin() + plan.read_buffer_row[i] * width);
-        std::ranges::copy(state.pending_gate(p.layer, p.which, plan.read_position[i]), gate.begin() + plan.read_buffer_row[i] * width);
+      std::vector<std::vector<float>> folded;
+      for (std::int32_t i = 0; i < plan.num_items(); ++i) {
+        const std::int32_t q = plan.item_sequence[i], e = plan.item_entry[i], t0 = plan.item_first_token[i];
+        ASSERT_EQ(t.positions[static_cast<std::size_t>(plan.item_first_row[i])], t0);
+        ASSERT_EQ(t.row_sequence[static_cast<std::size_t>(plan.item_first_row[i] + plan.item_count[i] - 1)], q);
+        std::vector<float> pool_state(static_cast<std::size_t>(3 * r.dim));
+        if (plan.item_flags[i] & DeepseekV4CompressPlan::kReadState) {
+          DeepseekV4PagedState state = state_of(q);
+          std::ranges::copy(state.pool_state(p.layer, p.which, e, t0 - 1), pool_state.begin());
+        } else {
+          ASSERT_EQ(t0, r.first_token(e)) << "an item that opens its entry starts at its first token";
+          deepseek_v4_pool_init(pool_state);
+        }
+        for (std::int64_t tok = t0; tok < t0 + plan.item_count[i]; ++tok) {
+          const TokenFeed f = feed_of(p, id_of(q), tok, e);
+          deepseek_v4_pool_fold(pool_state, f.values, f.gates);
+        }
+        folded.push_back(std::move(pool_state));
       }
-      for (std::size_t row = 0; row < t.positions.size(); ++row) {
-        const std::size_t id = id_of(t.row_sequence[row]);
-        const auto src = static_cast<std::size_t>(t.positions[row]) * width;
-        std::copy_n(p.kv[id].begin() + static_cast<std::ptrdiff_t>(src), width, kv.begin() + plan.new_buffer_row[row] * width);
-        std::copy_n(p.gate[id].begin() + static_cast<std::ptrdiff_t>(src), width, gate.begin() + plan.new_buffer_row[row] * width);
-      }
-      for (std::size_t e = 0; e < plan.entry_index.size(); ++e) {
-        ASSERT_EQ(plan.entry_position[e], plan.entry_index[e] * r.rate);
-        auto buffer = [&](bool g, std::int32_t first_row) -> RowOf {
-          return [&, g, first_row](std::int64_t slot) -> std::span<const float> {
-            EXPECT_GE(first_row, 0);
-            const std::vector<float>& v = g ? gate : kv;
-            return std::span(v).subspan(static_cast<std::size_t>(first_row + slot) * width, width);
-          };
-        };
-        const std::vector<float> entry =
-            pool_entry(p, buffer(false, plan.prev_window_row[e]), buffer(true, plan.prev_window_row[e]),
-                       buffer(false, plan.window_row[e]), buffer(true, plan.window_row[e]), plan.entry_index[e], rope);
-        for (float v : entry) ASSERT_FALSE(std::isnan(v)) << "a buffer row the plan never filled";
-        DeepseekV4PagedState state = state_of(plan.entry_sequence[e]);
-        std::ranges::copy(entry, state.entry(p.layer, p.which, plan.entry_index[e]).begin());
-        ++entries;
-      }
-      for (std::int32_t row : plan.store_row) {
-        DeepseekV4PagedState state = state_of(t.row_sequence[static_cast<std::size_t>(row)]);
-        const std::int64_t pos = t.positions[static_cast<std::size_t>(row)];
-        const auto b = static_cast<std::ptrdiff_t>(plan.new_buffer_row[static_cast<std::size_t>(row)] * width);
-        std::copy_n(kv.begin() + b, width, state.pending_kv(p.layer, p.which, pos).begin());
-        std::copy_n(gate.begin() + b, width, state.pending_gate(p.layer, p.which, pos).begin());
+      std::set<std::tuple<std::int32_t, std::int64_t, std::int64_t>> stored;  // (sequence, block, slot)
+      for (std::int32_t i = 0; i < plan.num_items(); ++i) {
+        const std::int32_t q = plan.item_sequence[i], e = plan.item_entry[i];
+        const std::int64_t last = plan.item_first_token[i] + plan.item_count[i] - 1;
+        DeepseekV4PagedState state = state_of(q);
+        if (plan.item_flags[i] & DeepseekV4CompressPlan::kStoreState) {
+          EXPECT_TRUE(stored.emplace(q, last / block_size, e % r.slots).second) << "two stores into one slot";
+          std::ranges::copy(folded[static_cast<std::size_t>(i)], state.pool_state(p.layer, p.which, e, last).begin());
+        }
+        if (plan.item_flags[i] & DeepseekV4CompressPlan::kEmit) {
+          ASSERT_EQ(last, r.last_token(e));
+          const std::int32_t row = plan.item_emit_row[i];
+          ASSERT_EQ(plan.entry_index[static_cast<std::size_t>(row)], e);
+          ASSERT_EQ(plan.entry_position[static_cast<std::size_t>(row)], e * r.rate);
+          std::ranges::copy(finish_entry(p, folded[static_cast<std::size_t>(i)], e, rope),
+                            state.entry(p.layer, p.which, e).begin());
+          ++entries;
+        } else {
+          ASSERT_EQ(plan.item_emit_row[i], -1);
+        }
       }
     }
     for (const SequenceLayout& seq : step.sequences) {
@@ -367,29 +382,55 @@ TEST_P(DeepseekV4StepPlanTest, PlannedWindowsAreWhatEachRowSees) {
   EXPECT_GT(reused_slots, 0);  // some chunks had two rows for one slot of one block
 }
 
-TEST(DeepseekV4StepPlan, ADecodeRowThatClosesAWindowReadsTheRingItNeeds) {
-  // One sequence's decode row at 11, CSA rate 4: it closes window 2, which
-  // pools window 1's rows (4..7) and its own 8..10 from the ring, then the
-  // new row.
+TEST(DeepseekV4StepPlan, ADecodeRowFoldsIntoTheEntriesItFeeds) {
+  // One sequence's decode row at 11, CSA rate 4, blocks of 16: it continues
+  // entry 2 (opened at 4) and entry 3 (opened at 8) from their states before
+  // the step, stores both, and closes entry 2.
   StepLayout step;
   step.sequences.push_back({.row_begin = 0, .num_rows = 1, .num_computed_tokens = 11, .block_table = {3, 1}});
   step.token_ids = {0};
   step.positions = {11};
-  const DeepseekV4CompressPlan plan = DeepseekV4CompressPlan::make(DeepseekV4StepTables::make(step), 4, true, 16);
-  EXPECT_EQ(plan.read_position, (std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10}));
-  EXPECT_EQ(plan.new_buffer_row, (std::vector<std::int32_t>{7}));
+  using Plan = DeepseekV4CompressPlan;
+  const Plan plan = Plan::make(DeepseekV4StepTables::make(step), 4, true, 16);
+  EXPECT_EQ(plan.item_entry, (std::vector<std::int32_t>{2, 3}));
+  EXPECT_EQ(plan.item_first_token, (std::vector<std::int32_t>{11, 11}));
+  EXPECT_EQ(plan.item_count, (std::vector<std::int32_t>{1, 1}));
+  EXPECT_EQ(plan.item_flags, (std::vector<std::int32_t>{Plan::kReadState | Plan::kStoreState | Plan::kEmit,
+                                                        Plan::kReadState | Plan::kStoreState}));
   EXPECT_EQ(plan.entry_index, (std::vector<std::int32_t>{2}));
-  EXPECT_EQ(plan.window_row, (std::vector<std::int32_t>{4}));
-  EXPECT_EQ(plan.prev_window_row, (std::vector<std::int32_t>{0}));
-  EXPECT_EQ(plan.store_row, (std::vector<std::int32_t>{0}));
-  EXPECT_EQ(plan.buffer_rows, 8);
-  // The same row at 10 closes nothing: no reads, only its store.
-  step.sequences[0].num_computed_tokens = 10;
-  step.positions = {10};
-  const DeepseekV4CompressPlan quiet = DeepseekV4CompressPlan::make(DeepseekV4StepTables::make(step), 4, true, 16);
-  EXPECT_TRUE(quiet.read_position.empty());
-  EXPECT_TRUE(quiet.entry_index.empty());
-  EXPECT_EQ(quiet.store_row, (std::vector<std::int32_t>{0}));
+  // The row at 12 opens entry 4 (its first half) and continues entry 3.
+  step.sequences[0].num_computed_tokens = 12;
+  step.positions = {12};
+  const Plan opening = Plan::make(DeepseekV4StepTables::make(step), 4, true, 16);
+  EXPECT_EQ(opening.item_entry, (std::vector<std::int32_t>{3, 4}));
+  EXPECT_EQ(opening.item_flags, (std::vector<std::int32_t>{Plan::kReadState | Plan::kStoreState, Plan::kStoreState}));
+  EXPECT_TRUE(opening.entry_index.empty());
+  // A chunk 14..17 across the block boundary at 16: entry 4 (tokens 12..19)
+  // stores its state in both blocks; entry 3 closes at 15, and entry 5, in
+  // its slot, opens at 16 in the next block, so entry 3 stores too.
+  step.sequences[0].num_computed_tokens = 14;
+  step.sequences[0].num_rows = 4;
+  step.token_ids = {0, 0, 0, 0};
+  step.positions = {14, 15, 16, 17};
+  const Plan crossing = Plan::make(DeepseekV4StepTables::make(step), 4, true, 16);
+  EXPECT_EQ(crossing.item_entry, (std::vector<std::int32_t>{3, 4, 4, 5}));
+  EXPECT_EQ(crossing.item_first_token, (std::vector<std::int32_t>{14, 14, 14, 16}));
+  EXPECT_EQ(crossing.item_count, (std::vector<std::int32_t>{2, 2, 4, 2}));
+  EXPECT_EQ(crossing.item_flags,
+            (std::vector<std::int32_t>{Plan::kReadState | Plan::kStoreState | Plan::kEmit,
+                                       Plan::kReadState | Plan::kStoreState, Plan::kReadState | Plan::kStoreState,
+                                       Plan::kStoreState}));
+  // Within one block a closing entry's slot goes to the one that opens after
+  // it: 4..9 closes entry 1 at 7 (emitted, its state not stored), entry 3
+  // opens at 8 in its slot; entry 2 opens at 4, with the step.
+  step.sequences[0].num_computed_tokens = 4;
+  step.sequences[0].num_rows = 6;
+  step.token_ids.assign(6, 0);
+  step.positions = {4, 5, 6, 7, 8, 9};
+  const Plan inside = Plan::make(DeepseekV4StepTables::make(step), 4, true, 16);
+  EXPECT_EQ(inside.item_entry, (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_EQ(inside.item_flags,
+            (std::vector<std::int32_t>{Plan::kReadState | Plan::kEmit, Plan::kStoreState, Plan::kStoreState}));
 }
 
 TEST(DeepseekV4IndexPlan, EachRowSeesItsSequencesEntriesUpToItsOwnWindow) {

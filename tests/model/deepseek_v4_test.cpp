@@ -5,6 +5,7 @@
 // land on the same logits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -14,6 +15,7 @@
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/model/config.h"
 #include "sluice/model/deepseek_v4.h"
+#include "sluice/model/deepseek_v4_pool_fold.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/model_runner.h"
 #include "../support/tiny_deepseek_v4.h"
@@ -150,6 +152,42 @@ TEST(DeepseekV4Kernels, SinkJoinsTheDenominatorOnly) {
   k.sink_attention(q, keys, sinks, {.num_heads = 1, .head_dim = 2, .softmax_scale = 1.0f}, out);
   EXPECT_NEAR(out[0], 0.6f, 1e-6f);
   EXPECT_NEAR(out[1], 0.2f * 2.0f + 0.6f * 4.0f, 1e-6f);
+}
+
+// The online pool against the two-pass softmax in double: 11 tokens of 5
+// channels, gates spread over 60 (so the running max moves and the weights
+// span many orders), one channel's gates rising, one falling; a -inf gate
+// adds nothing; nothing folded gives 0.
+TEST(DeepseekV4PoolFold, IsTheSoftmaxPoolInOnePass) {
+  constexpr std::size_t kTokens = 11, kDim = 5;
+  std::vector<float> values(kTokens * kDim), gates(kTokens * kDim);
+  for (std::size_t t = 0; t < kTokens; ++t)
+    for (std::size_t c = 0; c < kDim; ++c) {
+      values[t * kDim + c] = std::sin(static_cast<float>(3 * t + c));
+      gates[t * kDim + c] = c == 0   ? 6.0f * static_cast<float>(t)
+                            : c == 1 ? -6.0f * static_cast<float>(t)
+                                     : 30.0f * std::cos(static_cast<float>(7 * t + c));
+    }
+  gates[4 * kDim + 2] = -std::numeric_limits<float>::infinity();
+  std::vector<float> state(3 * kDim), pooled(kDim);
+  deepseek_v4_pool_init(state);
+  for (std::size_t t = 0; t < kTokens; ++t)
+    deepseek_v4_pool_fold(state, std::span(values).subspan(t * kDim, kDim), std::span(gates).subspan(t * kDim, kDim));
+  deepseek_v4_pool_finish(state, pooled);
+  for (std::size_t c = 0; c < kDim; ++c) {
+    double top = -std::numeric_limits<double>::infinity(), sum = 0.0, weighted = 0.0;
+    for (std::size_t t = 0; t < kTokens; ++t) top = std::max(top, static_cast<double>(gates[t * kDim + c]));
+    for (std::size_t t = 0; t < kTokens; ++t) {
+      const double w = std::exp(static_cast<double>(gates[t * kDim + c]) - top);
+      sum += w;
+      weighted += w * values[t * kDim + c];
+    }
+    EXPECT_NEAR(pooled[c], weighted / sum, 1e-6) << "channel " << c;
+  }
+  std::vector<float> empty(3 * kDim), none(kDim, 1.0f);
+  deepseek_v4_pool_init(empty);
+  deepseek_v4_pool_finish(empty, none);
+  EXPECT_EQ(none, std::vector<float>(kDim, 0.0f));
 }
 
 TEST(DeepseekV4Kernels, SinkhornMakesCombDoublyStochastic) {

@@ -85,8 +85,8 @@ TEST(HfProfile, DeepseekV3ConfigHasItsPublishedSizes) {
 // KV cache as the paged layout stores it with CUDA's records (the hand
 // derivation is in docs/kv-v4.md): 21 CSA layers x (584 + 132) / 4 + 20 HCA
 // layers x 584 / 128 = 3850.25 B per token; per sequence, 43 window rings of
-// 128 x 584 B and the compressors' pending projections in f32 (CSA 2 windows
-// x kv and gate x 4 tokens x 1024, its indexer at 256; HCA 1 x 2 x 128 x 512).
+// 128 x 584 B and the compressors' open-entry pool states in f32 (3 x dim
+// each: CSA 2 x 512, its indexer 2 x 128; HCA 1 x 512).
 // Planning and serving take it (at its kernels' measured efficiencies:
 // tests/sim/deepseek_v4_cost_test.cpp).
 TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
@@ -98,7 +98,7 @@ TEST(HfProfile, DeepseekV4FlashPlansItsKvLayout) {
   EXPECT_DOUBLE_EQ(profile->kv_bytes_per_token, 3850.25);
   EXPECT_EQ(profile->kv_window_tokens, 128);
   EXPECT_DOUBLE_EQ(profile->kv_state_bytes_per_sequence,
-                   43.0 * 128 * 584 + 4.0 * (21 * (2 * 2 * 4 * 1024 + 2 * 2 * 4 * 256) + 20 * 2 * 128 * 512));
+                   43.0 * 128 * 584 + 4.0 * (21 * (2 * 3 * 512 + 2 * 3 * 128) + 20 * 3 * 512));
   EXPECT_EQ(profile->kv_block_alignment_tokens, 128);
   EXPECT_EQ(profile->max_tensor_parallel, 8);
   EXPECT_TRUE(profile->deepseek_v4_kernels);

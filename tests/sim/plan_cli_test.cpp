@@ -51,7 +51,7 @@ TEST(PlanCli, DeepSeekOnEightH200) {
 }
 
 // A DeepSeek-V4 config: plan prints the KV layout's bytes (3850 B per token,
-// 15.4 MB of window rings and compressor state per sequence; hf_profile_test
+// 3.7 MB of window rings and compressor state per sequence; hf_profile_test
 // derives them), sizes blocks by its compression windows, and refuses a block
 // size that splits one.
 TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
@@ -61,15 +61,15 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   const RunResult r = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "KV cache          3850 B per token (auto), whole model; plus 128-token window "
-                                 "rings and compressor state, 15.4 MB per sequence"))
+                                 "rings and compressor state, 3.7 MB per sequence"))
       << r.output;
   EXPECT_TRUE(contains(r.output, "blocks of 1024)")) << r.output;  // serve's default for V4
   // The CUDA server's f32 blocks of 1024 today: per layer the block's last
   // window (128 latents of 512), CSA's entries and index keys (256 of 512 and
-  // of 128) and its two pending rings (2 windows x kv + gate x 4 tokens x 1024,
-  // and x 256), HCA's 8 entries and its ring (kv + gate x 128 x 512).
-  const double block_floats = 43.0 * 128 * 512 + 21.0 * (256 * 512 + 2 * 2 * 4 * 1024 + 256 * 128 + 2 * 2 * 4 * 256) +
-                              20.0 * (8 * 512 + 2 * 128 * 512);
+  // of 128) and its two open entries' pool states (2 x 3 x 512, and x 128),
+  // HCA's 8 entries and its one state (3 x 512).
+  const double block_floats = 43.0 * 128 * 512 + 21.0 * (256 * 512 + 2 * 3 * 512 + 256 * 128 + 2 * 3 * 128) +
+                              20.0 * (8 * 512 + 3 * 512);
   const std::string served_at = "holds this cache in f32 blocks of 1024 today: ";
   const std::size_t at = r.output.find(served_at);
   ASSERT_NE(at, std::string::npos) << r.output;
@@ -101,11 +101,10 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   EXPECT_GT(served_tokens, 0.0) << one.output;
   EXPECT_GT(served_bytes, 5 * design_bytes) << one.output;
   EXPECT_NEAR(served_tokens * served_bytes / (design_tokens * design_bytes), 1.0, 0.01) << one.output;
-  // Blocks of 128 keep every position's window latent and a pending ring
-  // per 128 tokens: 25.2 MB a block, 197,184 B a token (session 23's figure).
+  // Blocks of 128 keep every position's window latent: 13.5 MB a block, 105,304 B a token.
   const RunResult fine = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072 --block-size 128");
   ASSERT_EQ(fine.exit_code, 0) << fine.output;
-  EXPECT_TRUE(contains(fine.output, "holds this cache in f32 blocks of 128 today: 197184 B per token")) << fine.output;
+  EXPECT_TRUE(contains(fine.output, "holds this cache in f32 blocks of 128 today: 105304 B per token")) << fine.output;
   const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
   EXPECT_EQ(split.exit_code, 1) << split.output;
   EXPECT_TRUE(contains(split.output, "--block-size 64")) << split.output;

@@ -230,10 +230,6 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
                std::span<float> out) const override {
     k_.hc_head(streams, w, shape, out);
   }
-  void softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
-                    std::span<float> out) const override {
-    k_.softmax_pool(values, gates, dim, out);
-  }
   std::vector<std::int64_t> indexer_top_k(std::span<const float> q, std::span<const float> weights,
                                           std::span<const float> keys, std::int64_t head_dim, std::int64_t visible,
                                           std::int64_t top_k) const override {

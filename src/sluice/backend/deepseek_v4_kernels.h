@@ -76,11 +76,6 @@ class DeepseekV4Kernels {
   virtual void hc_head(std::span<const float> streams, const HyperConnectionWeights& w,
                        const HyperConnectionShape& shape, std::span<float> out) const = 0;
 
-  // One compressed entry: out[c] = sum_s softmax_s(gates[s, c]) * values[s, c]
-  // over `slots` rows of `dim`; a gate of -inf gives its slot no weight.
-  virtual void softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
-                            std::span<float> out) const = 0;
-
   // The lightning indexer for one query: score_t = sum_h relu(q_h . k_t) *
   // head_dim^-0.5 * weights_h over the first num_visible keys [T, head_dim],
   // then the top min(top_k, num_visible) entries (ascending entry order).

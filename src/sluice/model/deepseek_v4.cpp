@@ -8,6 +8,7 @@
 
 #include "sluice/backend/float_convert.h"
 #include "sluice/backend/rope.h"
+#include "sluice/model/deepseek_v4_pool_fold.h"
 #include "sluice/model/fp4_weights.h"
 #include "sluice/model/fp8_weights.h"
 
@@ -324,8 +325,7 @@ void DeepseekV4Reference::Sequence::reserve(std::int64_t tokens) {
     l.window.resize(tokens * l.head_dim);
     for (std::optional<Pool>* pool : {&l.compressor, &l.indexer}) {
       if (!*pool) continue;
-      (*pool)->kv.resize(tokens * (*pool)->width);
-      (*pool)->gate.resize(tokens * (*pool)->width);
+      (*pool)->states.resize((tokens / (*pool)->rate + 2) * 3 * (*pool)->dim);
       (*pool)->entries.resize(tokens / (*pool)->rate * (*pool)->dim);
     }
   }
@@ -341,16 +341,10 @@ std::span<float> DeepseekV4Reference::Sequence::window_latent(std::int32_t layer
   return row(layers_[layer].window, position, layers_[layer].head_dim);
 }
 
-std::span<float> DeepseekV4Reference::Sequence::pending_kv(std::int32_t layer, DeepseekV4Pool which,
-                                                           std::int64_t position) {
+std::span<float> DeepseekV4Reference::Sequence::pool_state(std::int32_t layer, DeepseekV4Pool which,
+                                                           std::int64_t index, std::int64_t /*position*/) {
   Pool& p = pool(layer, which);
-  return row(p.kv, position, p.width);
-}
-
-std::span<float> DeepseekV4Reference::Sequence::pending_gate(std::int32_t layer, DeepseekV4Pool which,
-                                                             std::int64_t position) {
-  Pool& p = pool(layer, which);
-  return row(p.gate, position, p.width);
+  return row(p.states, index, 3 * p.dim);
 }
 
 std::span<float> DeepseekV4Reference::Sequence::entry(std::int32_t layer, DeepseekV4Pool which, std::int64_t index) {
@@ -358,48 +352,50 @@ std::span<float> DeepseekV4Reference::Sequence::entry(std::int32_t layer, Deepse
   return row(p.entries, index, p.dim);
 }
 
-// Pools window `window` of a compressor into its entry. Disjoint windows
-// (HCA): the `dim`-wide projections of its own tokens. Overlapping windows
-// (CSA, width 2 * dim): the first half of window - 1's projections (none
-// before window 0) and the second half of window's, 2 * rate slots. Each
-// slot's gate carries the position bias (ape) of its place in its window.
-// The entry is normed, then roped at the window's first token.
+// Emits entry `window` of a compressor from its pool state as of `position`,
+// the window's last token (deepseek_v4_pool_fold.h): normed, then roped at
+// the window's first token.
 void DeepseekV4Reference::emit_entry(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& c,
                                      std::int64_t dim, DeepseekV4SequenceState& state, std::int64_t window) const {
   const std::int64_t width = static_cast<std::int64_t>(c.wkv.size()) / config_.hidden_size;
   const std::int64_t rate = static_cast<std::int64_t>(c.ape.size()) / width;  // ape is [rate, width]
-  const bool overlap = width == 2 * dim;
-  std::vector<float> values, gates, entry(dim);
-  auto add_window = [&](std::int64_t w, std::int64_t half_offset) {
-    for (std::int64_t s = 0; s < rate; ++s) {
-      const std::span<const float> kv = state.pending_kv(layer_index, pool, w * rate + s);
-      const std::span<const float> gate = state.pending_gate(layer_index, pool, w * rate + s);
-      for (std::int64_t ch = 0; ch < dim; ++ch) {
-        values.push_back(kv[half_offset + ch]);
-        gates.push_back(gate[half_offset + ch] + c.ape[s * width + half_offset + ch]);
-      }
-    }
-  };
-  if (overlap && window > 0) add_window(window - 1, 0);
-  add_window(window, overlap ? dim : 0);
-  kernels_->softmax_pool(values, gates, dim, entry);
+  std::vector<float> entry(dim);
+  deepseek_v4_pool_finish(state.pool_state(layer_index, pool, window, (window + 1) * rate - 1), entry);
   kernels_->rms_norm(entry, dim, c.norm, config_.rms_norm_eps);
   const std::int64_t position = window * rate;
   kernels_->rope_tail(entry, dim, 1, std::span(&position, 1), compress_rope_, false);
   std::ranges::copy(entry, state.entry(layer_index, pool, window).begin());
 }
 
+// Each token feeds the entry of its own window (disjoint windows, HCA: all
+// `dim` channels; overlapping, CSA: its second half) and, overlapping, the
+// next window's entry (its first half), whose pool opens at the window's
+// first token. A token continues the state its predecessor left.
 void DeepseekV4Reference::compress(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& c,
                                    std::int64_t dim, const StepRows& rows, std::span<const float> kv,
                                    std::span<const float> gate) const {
   const std::int64_t width = static_cast<std::int64_t>(kv.size()) / rows.size();
   const std::int64_t rate = static_cast<std::int64_t>(c.ape.size()) / width;
+  const bool overlap = width == 2 * dim;
+  std::vector<float> gates(dim);
   for (std::int64_t r = 0; r < rows.size(); ++r) {
     DeepseekV4SequenceState& state = *rows.states[r];
-    const std::int64_t p = rows.positions[r];
-    std::ranges::copy(kv.subspan(r * width, width), state.pending_kv(layer_index, pool, p).begin());
-    std::ranges::copy(gate.subspan(r * width, width), state.pending_gate(layer_index, pool, p).begin());
-    if ((p + 1) % rate == 0) emit_entry(layer_index, pool, c, dim, state, p / rate);
+    const std::int64_t p = rows.positions[r], w = p / rate, slot = p % rate;
+    auto feed = [&](std::int64_t entry, std::int64_t half) {
+      const std::span<float> pool_state = state.pool_state(layer_index, pool, entry, p);
+      const std::int64_t first = overlap && entry > 0 ? (entry - 1) * rate : entry * rate;
+      if (p == first) {
+        deepseek_v4_pool_init(pool_state);
+      } else {
+        const std::span<float> before = state.pool_state(layer_index, pool, entry, p - 1);
+        if (before.data() != pool_state.data()) std::ranges::copy(before, pool_state.begin());
+      }
+      for (std::int64_t ch = 0; ch < dim; ++ch) gates[ch] = gate[r * width + half + ch] + c.ape[slot * width + half + ch];
+      deepseek_v4_pool_fold(pool_state, kv.subspan(r * width + half, dim), gates);
+    };
+    feed(w, overlap ? dim : 0);
+    if (overlap) feed(w + 1, 0);
+    if ((p + 1) % rate == 0) emit_entry(layer_index, pool, c, dim, state, w);
   }
 }
 

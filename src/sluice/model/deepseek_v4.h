@@ -85,24 +85,24 @@ class DeepseekV4Reference {
   // loaded with keep_quantized and stored FP8 or FP4; null otherwise.
   const DeepseekV4QuantizedLinear* quantized(const std::string& name) const;
 
-  // The reference's own sequence state: every position's window latent and
-  // compressor projections, and every compressed entry, never evicted.
+  // The reference's own sequence state: every position's window latent,
+  // every entry's pool state and every compressed entry, never evicted.
   class Sequence final : public DeepseekV4SequenceState {
    public:
     std::int64_t num_tokens = 0;  // positions run so far
 
     void reserve(std::int64_t num_tokens) override;
     std::span<float> window_latent(std::int32_t layer, std::int64_t position) override;
-    std::span<float> pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
-    std::span<float> pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
+    std::span<float> pool_state(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index,
+                                std::int64_t position) override;
     std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) override;
 
    private:
     friend class DeepseekV4Reference;
     struct Pool {
       std::int64_t dim = 0, width = 0, rate = 0;
-      std::vector<float> kv, gate;  // [tokens, width]
-      std::vector<float> entries;   // [tokens / rate, dim]
+      std::vector<float> states;   // [tokens / rate + 2, 3 * dim]: every entry opened so far
+      std::vector<float> entries;  // [tokens / rate, dim]
     };
     struct Layer {
       std::int64_t head_dim = 0;
@@ -172,8 +172,9 @@ class DeepseekV4Reference {
 
   void run_attention(std::int32_t layer_index, StepRows& rows, std::span<const float> x, std::span<float> out) const;
   void run_moe(const Layer& layer, const StepRows& rows, std::span<const float> x, std::span<float> out) const;
-  // Stores each row's projections [rows, width] of one compressor as its
-  // pending state, pooling each window as its last token arrives.
+  // Folds each row's projections [rows, width] of one compressor into the
+  // pool states of the entries it feeds, emitting each entry at its window's
+  // last token.
   void compress(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& compressor, std::int64_t dim,
                 const StepRows& rows, std::span<const float> kv, std::span<const float> gate) const;
   void emit_entry(std::int32_t layer_index, DeepseekV4Pool pool, const Compressor& compressor, std::int64_t dim,

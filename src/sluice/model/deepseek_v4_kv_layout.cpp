@@ -19,7 +19,7 @@ constexpr std::int64_t kScalePadBytes = 8;     // ... its scales padded to 8 byt
 DeepseekV4KvRecords DeepseekV4KvRecords::cpu_f32(const ModelConfig& config) {
   return {.latent_bytes = kF32Bytes * config.head_dim,
           .index_key_bytes = kF32Bytes * config.deepseek_v4->index_head_dim,
-          .pending_value_bytes = kF32Bytes};
+          .state_value_bytes = kF32Bytes};
 }
 
 DeepseekV4KvRecords DeepseekV4KvRecords::cuda_fp8(const ModelConfig& config) {
@@ -29,7 +29,7 @@ DeepseekV4KvRecords DeepseekV4KvRecords::cuda_fp8(const ModelConfig& config) {
   const std::int64_t scale_bytes = (scales + kScalePadBytes - 1) / kScalePadBytes * kScalePadBytes;
   return {.latent_bytes = static_cast<double>(nope + scale_bytes + 2 * rope),
           .index_key_bytes = static_cast<double>(config.deepseek_v4->index_head_dim) + kF32Bytes,
-          .pending_value_bytes = kF32Bytes};
+          .state_value_bytes = kF32Bytes};
 }
 
 std::int32_t deepseek_v4_block_alignment(const ModelConfig& config) {
@@ -65,11 +65,11 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
   const std::int64_t bs = block_size_tokens;
   std::int64_t offset = 0;
   auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap) {
-    DeepseekV4PoolRegion r{.dim = dim, .width = overlap ? 2 * dim : dim, .rate = rate, .ring_windows = overlap ? 2 : 1};
+    DeepseekV4PoolRegion r{.dim = dim, .width = overlap ? 2 * dim : dim, .rate = rate, .slots = overlap ? 2 : 1};
     r.entries_offset = offset;
     offset += bs / rate * dim;
-    r.pending_offset = offset;
-    offset += r.pending_floats();
+    r.state_offset = offset;
+    offset += r.state_floats();
     return r;
   };
   for (DeepseekV4Attention type : ds.layer_types) {
@@ -97,13 +97,13 @@ DeepseekV4KvFootprint DeepseekV4KvLayout::footprint(const DeepseekV4KvRecords& r
     if (layer.compressor) {
       const auto rate = static_cast<double>(layer.compressor->rate);
       f.compressed_bytes_per_token += records.latent_bytes / rate;
-      f.pending_bytes_per_sequence +=
-          static_cast<double>(layer.compressor->pending_floats()) * records.pending_value_bytes;
+      f.state_bytes_per_sequence +=
+          static_cast<double>(layer.compressor->state_floats()) * records.state_value_bytes;
     }
     if (layer.indexer) {
       f.compressed_bytes_per_token += records.index_key_bytes / static_cast<double>(layer.indexer->rate);
-      f.pending_bytes_per_sequence +=
-          static_cast<double>(layer.indexer->pending_floats()) * records.pending_value_bytes;
+      f.state_bytes_per_sequence +=
+          static_cast<double>(layer.indexer->state_floats()) * records.state_value_bytes;
     }
   }
   return f;

@@ -13,17 +13,18 @@
 //            own (which may reuse their slots) and its own from its rows.
 //   CSA/HCA  entries [block_size / rate, head_dim]: the compressed entries
 //            whose windows lie in the block
-//            pending [ring_windows][2][rate, width]: the compressor's
-//            projections (kv rows, then gate rows) of the latest window(s),
-//            the state a window that is not yet compressed needs; CSA keeps
-//            two windows (its entries pool the first half of the previous
-//            window too), HCA one
+//            state [slots][3][dim]: the open entries' online-softmax pools
+//            (per channel the running max, the sum of weights and the
+//            weighted sum of values; deepseek_v4_pool_fold.h), slot entry %
+//            slots, each as of the last of its tokens in this block. CSA keeps
+//            two (a token of window w feeds entry w with its second half and
+//            entry w + 1 with its first), HCA one
 //   CSA only index keys [block_size / rate, index_head_dim] and the indexer
-//            compressor's pending ring, as above
+//            compressor's state, as above
 // block_size must be a multiple of every compress rate, so that each
 // compression window lies in one block and every block boundary is a window
 // boundary: a prefix-cache hit (whole blocks) then restores exactly the state
-// a cold run has, the pending projections of the previous window included.
+// a cold run has, CSA's entry that the previous window opened included.
 #pragma once
 
 #include <cstdint>
@@ -37,15 +38,18 @@ namespace sluice {
 
 // One compressor's geometry and where its regions sit in a layer's area.
 struct DeepseekV4PoolRegion {
-  std::int64_t dim = 0;           // one entry's values (head_dim, or index_head_dim for the indexer)
-  std::int64_t width = 0;         // one token's projection: 2 * dim when windows overlap (CSA), else dim
-  std::int64_t rate = 0;          // tokens per window
-  std::int64_t ring_windows = 0;  // pending windows kept: 2 with overlap, else 1
+  std::int64_t dim = 0;    // one entry's values (head_dim, or index_head_dim for the indexer)
+  std::int64_t width = 0;  // one token's projection: 2 * dim when windows overlap (CSA), else dim
+  std::int64_t rate = 0;   // tokens per window
+  std::int64_t slots = 0;  // open entries' states kept: 2 with overlap, else 1
   std::int64_t entries_offset = 0;  // floats from the block's start
-  std::int64_t pending_offset = 0;
+  std::int64_t state_offset = 0;
 
   bool overlapping() const { return width == 2 * dim; }
-  std::int64_t pending_floats() const { return ring_windows * 2 * rate * width; }
+  std::int64_t state_floats() const { return slots * 3 * dim; }
+  // The first and last position whose projections entry `e` pools.
+  std::int64_t first_token(std::int64_t e) const { return overlapping() && e > 0 ? (e - 1) * rate : e * rate; }
+  std::int64_t last_token(std::int64_t e) const { return (e + 1) * rate - 1; }
 };
 
 struct DeepseekV4LayerRegion {
@@ -59,14 +63,14 @@ struct DeepseekV4LayerRegion {
 struct DeepseekV4KvRecords {
   double latent_bytes = 0;     // one window latent or one compressed entry [head_dim]
   double index_key_bytes = 0;  // one index key [index_head_dim]
-  double pending_value_bytes = 0;  // one value of a compressor's pending projections
+  double state_value_bytes = 0;  // one value of a compressor's open-entry state
 
   // What the CPU backend stores: f32 everywhere.
   static DeepseekV4KvRecords cpu_f32(const ModelConfig& config);
   // What the CUDA kernels (issue 18 stage 3) are to store, as FlashMLA's
   // fp8_ds_mla: the non-rope dims in e4m3 with one ue8m0 scale per 64 (padded
   // to 8 bytes), the rope dims in bf16 (584 B at head_dim 512, rope 64); index
-  // keys e4m3 with one f32 scale (132 B at 128 dims); pending projections f32.
+  // keys e4m3 with one f32 scale (132 B at 128 dims); the compressors' state f32.
   static DeepseekV4KvRecords cuda_fp8(const ModelConfig& config);
 };
 
@@ -82,9 +86,9 @@ struct DeepseekV4KvFootprint {
   // keeps its last window).
   double window_bytes_per_token = 0;
   // Per sequence, whatever its length: the window ring (sliding_window
-  // latents per layer) and the compressors' pending projections.
+  // latents per layer) and the compressors' open entries.
   double window_ring_bytes_per_sequence = 0;
-  double pending_bytes_per_sequence = 0;
+  double state_bytes_per_sequence = 0;
 };
 
 class DeepseekV4KvLayout {
@@ -120,9 +124,9 @@ std::int32_t deepseek_v4_block_alignment(const ModelConfig& config);
 
 // The block size serve, generate and plan give DeepSeek-V4 without
 // --block-size: the first multiple of the alignment from 1024 tokens. A block
-// keeps its last window and its compressors' pending rings whatever its size,
-// so larger blocks cost less a token (V4-Flash, f32 records: 197 KB at 128,
-// 59.6 KB at 512, 36.7 KB at 1024); a prefix hit then recomputes up to 1023
+// keeps its last window and its compressors' state whatever its size, so
+// larger blocks cost less a token (V4-Flash, f32 records: 105 KB at 128,
+// 36.6 KB at 512, 25.2 KB at 1024); a prefix hit then recomputes up to 1023
 // tokens past its last full block, little beside the long prompts V4 serves.
 std::int32_t deepseek_v4_default_block_size(const ModelConfig& config);
 

@@ -21,22 +21,11 @@ const DeepseekV4PoolRegion& DeepseekV4PagedState::region(std::int32_t layer, Dee
   return *r;
 }
 
-std::span<float> DeepseekV4PagedState::pending(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position,
-                                               bool gate) {
+std::span<float> DeepseekV4PagedState::pool_state(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index,
+                                                  std::int64_t position) {
   const DeepseekV4PoolRegion& r = region(layer, pool);
-  const std::int64_t ring_slot = position / r.rate % r.ring_windows;
-  const std::int64_t window_floats = 2 * r.rate * r.width;  // kv rows, then gate rows
-  const std::int64_t offset = r.pending_offset + ring_slot * window_floats + (gate ? r.rate * r.width : 0) +
-                              position % r.rate * r.width;
-  return at(position, offset, r.width);
-}
-
-std::span<float> DeepseekV4PagedState::pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) {
-  return pending(layer, pool, position, false);
-}
-
-std::span<float> DeepseekV4PagedState::pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) {
-  return pending(layer, pool, position, true);
+  SLUICE_CHECK(position >= r.first_token(index) && position <= r.last_token(index));
+  return at(position, r.state_offset + index % r.slots * 3 * r.dim, 3 * r.dim);
 }
 
 std::span<float> DeepseekV4PagedState::entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) {

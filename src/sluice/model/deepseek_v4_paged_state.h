@@ -2,11 +2,9 @@
 // addressing of DeepseekV4KvLayout (deepseek_v4_kv_layout.h) behind the
 // interface the forward pass writes through. Position p is in block
 // block_table[p / block_size], its window latent at slot p % window_slots
-// (a block keeps its last sliding_window); a compressed entry is in the block of its
-// window's first position; a token's pending projections sit in its block's
-// ring at slot (p / rate) % ring_windows, so the previous window's stay
-// readable until the next window is compressed (CSA's overlap), in this
-// block or the one before.
+// (a block keeps its last sliding_window); a compressed entry is in the block
+// of its window's first position; an open entry's pool state as of token p
+// is in p's block, slot entry % slots.
 #pragma once
 
 #include <span>
@@ -26,13 +24,12 @@ class DeepseekV4PagedState final : public DeepseekV4SequenceState {
 
   void reserve(std::int64_t num_tokens) override;
   std::span<float> window_latent(std::int32_t layer, std::int64_t position) override;
-  std::span<float> pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
-  std::span<float> pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) override;
+  std::span<float> pool_state(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index,
+                              std::int64_t position) override;
   std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) override;
 
  private:
   const DeepseekV4PoolRegion& region(std::int32_t layer, DeepseekV4Pool pool) const;
-  std::span<float> pending(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position, bool gate);
   // `count` floats at `offset` in the block that holds `position`.
   std::span<float> at(std::int64_t position, std::int64_t offset, std::int64_t count);
 

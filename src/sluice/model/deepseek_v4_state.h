@@ -6,7 +6,8 @@
 //
 // Positions are absolute. A compressed entry `index` of a layer pools the
 // window [index * rate, (index + 1) * rate) (with the previous window's first
-// half when windows overlap, CSA). Every span is host f32.
+// half when windows overlap, CSA), token by token into a pool state that
+// stays open until the window's last token. Every span is host f32.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,13 @@ class DeepseekV4SequenceState {
   // is reused by the position sliding_window later in its block: a step reads
   // the latents of positions before it first, and writes its own after.
   virtual std::span<float> window_latent(std::int32_t layer, std::int64_t position) = 0;
-  // A compressor's projections of the token at `position`: kv [width] and
-  // gate [width]. Readable from when they are written until the window after
-  // the token's own has been compressed (a paged state keeps no more).
-  virtual std::span<float> pending_kv(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) = 0;
-  virtual std::span<float> pending_gate(std::int32_t layer, DeepseekV4Pool pool, std::int64_t position) = 0;
+  // The pool state [3][dim] (deepseek_v4_pool_fold.h) of a compressor's open
+  // entry `index` as of the token at `position`, one of its tokens. A paged
+  // state keeps it in the block of `position` (slot index % slots): a token
+  // reads the state its predecessor left and writes its own, so a full block
+  // keeps the state as of its last token; the reference keeps one per entry.
+  virtual std::span<float> pool_state(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index,
+                                      std::int64_t position) = 0;
   // A compressed entry [dim]: normed, roped at its window's first position
   // (the indexer's: an index key).
   virtual std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) = 0;

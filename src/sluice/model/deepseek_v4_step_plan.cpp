@@ -29,9 +29,7 @@ DeepseekV4StepTables DeepseekV4StepTables::make(const StepLayout& layout) {
 DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& tables, std::int32_t rate,
                                                     bool overlap, std::int32_t block_size) {
   SLUICE_CHECK(rate > 0 && block_size > 0 && block_size % rate == 0);
-  const std::int64_t ring_span = static_cast<std::int64_t>(overlap ? 2 : 1) * rate;  // positions a ring place repeats after
   DeepseekV4CompressPlan plan;
-  plan.new_buffer_row.resize(tables.positions.size());
   std::int32_t row = 0;  // the step row of the sequence's first new token
   for (std::size_t s = 0; s < tables.sequence_first_position.size(); ++s) {
     const std::int64_t first = tables.sequence_first_position[s];
@@ -40,33 +38,31 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
            tables.row_sequence[static_cast<std::size_t>(row + count)] == static_cast<std::int32_t>(s))
       ++count;
     const std::int64_t end = first + count;  // the next step's first position
-    // Windows completed: those whose last token is in [first, end).
-    const std::int64_t first_window = first / rate, end_window = end / rate;  // [first_window, end_window)
-    // The ring rows the first completed window needs: its rows before `first`,
-    // and (overlap) the whole previous window.
-    std::int64_t read_from = first;
-    if (end_window > first_window) read_from = overlap && first_window > 0 ? (first_window - 1) * rate : first_window * rate;
-    const std::int64_t base = plan.buffer_rows;  // the buffer row of position read_from
-    for (std::int64_t p = read_from; p < first; ++p) {
-      plan.read_buffer_row.push_back(static_cast<std::int32_t>(base + p - read_from));
-      plan.read_sequence.push_back(static_cast<std::int32_t>(s));
-      plan.read_position.push_back(static_cast<std::int32_t>(p));
+    // The entries the step's tokens feed: their own windows' and, overlapping, the next.
+    const std::int64_t last_entry = count == 0 ? first / rate - 1 : (end - 1) / rate + (overlap ? 1 : 0);
+    for (std::int64_t e = first / rate; e <= last_entry; ++e) {
+      const std::int64_t opens = overlap && e > 0 ? (e - 1) * rate : e * rate, closes = (e + 1) * rate - 1;
+      const std::int64_t t0 = std::max(opens, first), t_end = std::min(closes, end - 1);
+      if (t0 > t_end) continue;
+      for (std::int64_t b = t0 / block_size; b <= t_end / block_size; ++b) {
+        const std::int64_t last = std::min(t_end, (b + 1) * block_size - 1);
+        const bool emit = last == closes;
+        // The entry that takes this slot next opens at closes + 1; in this step and block, it stores.
+        const bool store = !(emit && closes + 1 < end && (closes + 1) / block_size == closes / block_size);
+        plan.item_sequence.push_back(static_cast<std::int32_t>(s));
+        plan.item_entry.push_back(static_cast<std::int32_t>(e));
+        plan.item_first_row.push_back(static_cast<std::int32_t>(row + t0 - first));
+        plan.item_first_token.push_back(static_cast<std::int32_t>(t0));
+        plan.item_count.push_back(static_cast<std::int32_t>(last - t0 + 1));
+        plan.item_flags.push_back((opens < first ? kReadState : 0) | (store ? kStoreState : 0) | (emit ? kEmit : 0));
+        plan.item_emit_row.push_back(emit ? plan.num_entries() : -1);
+        if (emit) {
+          plan.entry_sequence.push_back(static_cast<std::int32_t>(s));
+          plan.entry_index.push_back(static_cast<std::int32_t>(e));
+          plan.entry_position.push_back(static_cast<std::int32_t>(e * rate));
+        }
+      }
     }
-    for (std::int64_t i = 0; i < count; ++i)
-      plan.new_buffer_row[static_cast<std::size_t>(row + i)] = static_cast<std::int32_t>(base + first - read_from + i);
-    for (std::int64_t w = first_window; w < end_window; ++w) {
-      plan.entry_sequence.push_back(static_cast<std::int32_t>(s));
-      plan.entry_index.push_back(static_cast<std::int32_t>(w));
-      plan.window_row.push_back(static_cast<std::int32_t>(base + w * rate - read_from));
-      plan.prev_window_row.push_back(overlap && w > 0 ? static_cast<std::int32_t>(base + (w - 1) * rate - read_from) : -1);
-      plan.entry_position.push_back(static_cast<std::int32_t>(w * rate));
-    }
-    // A row's ring place comes back every ring_span positions within its block.
-    for (std::int64_t p = first; p < end; ++p) {
-      const std::int64_t next = p + ring_span;
-      if (next >= end || next / block_size != p / block_size) plan.store_row.push_back(static_cast<std::int32_t>(row + p - first));
-    }
-    plan.buffer_rows += static_cast<std::int32_t>(end - read_from);
     row += static_cast<std::int32_t>(count);
   }
   return plan;

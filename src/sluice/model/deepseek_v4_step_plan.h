@@ -6,14 +6,12 @@
 // host and lands on the bytes DeepseekV4Reference's per-row compression
 // leaves in the blocks).
 //
-// Why a plan: the reference stores each row's compressor projections into its
-// block's ring (DeepseekV4PagedState: one window, two with CSA's overlap) and
-// pools a window the moment its last row arrives, one row after another. A
-// batched step cannot: a prefill chunk of many windows would overwrite the
-// ring before pooling it. So the projections of a step go to a dense buffer,
-// per sequence [the ring rows its first completed window still needs][its new
-// rows], the windows the step completes are pooled from that buffer, and only
-// the rows the reference would leave in the ring are stored back.
+// Why a plan: the reference folds each row's compressor projections into the
+// pool states of the entries it feeds (deepseek_v4_pool_fold.h), one row
+// after another, each state kept in the block of its latest token. A batched
+// step instead folds, for each entry the step touches, the step's rows in
+// order from the state before the step, as independent items, and stores
+// only the states the reference's row-by-row writes leave in the blocks.
 #pragma once
 
 #include <cstdint>
@@ -35,22 +33,31 @@ struct DeepseekV4StepTables {
   static DeepseekV4StepTables make(const StepLayout& layout);
 };
 
-// One compressor kind's plan (every layer with this rate and overlap shares it).
+// One compressor kind's plan (every layer with this rate and overlap shares
+// it): the batched form of DeepseekV4Reference::compress. An item folds one
+// sequence's step rows [first_row, first_row + count), positions
+// first_token on, into one entry's pool state: from the state the block of
+// first_token - 1 holds (kReadState: the entry opened before the step) or
+// from empty. Token t gives entry e its second half when t is in window e
+// of overlapping windows, its first half when in window e - 1, all of it for
+// disjoint windows; the position bias is ape's row t % rate. Then it stores
+// the state into the block of its last token, slot entry % slots
+// (kStoreState), and/or emits the entry there (kEmit: its window's last
+// token). No item reads what the step stores, so a device runs them at once;
+// an entry gets an item for each block it has tokens in this step (the state
+// the reference leaves there), and of two items that would store one slot of
+// one block only the later token's stores.
 struct DeepseekV4CompressPlan {
-  std::int32_t buffer_rows = 0;  // the dense pending buffer: [buffer_rows, width] kv, the same for gates
-  // Ring rows read back into the buffer (paged copies, sites pending_kv and pending_gate).
-  std::vector<std::int32_t> read_buffer_row, read_sequence, read_position;
-  // The buffer row of each step row's projections.
-  std::vector<std::int32_t> new_buffer_row;  // [rows]
-  // The entries the step completes, in (sequence, window) order: launch_v4_compress's
-  // items (window_row, prev_window_row, position) and where they go (sequence, index).
-  std::vector<std::int32_t> entry_sequence, entry_index, window_row, prev_window_row, entry_position;
-  // The step rows whose projections are stored into the ring afterwards: for
-  // each ring place the step touches, the last row that maps to it (the bytes
-  // the reference's row-by-row stores leave).
-  std::vector<std::int32_t> store_row;
+  static constexpr std::int32_t kReadState = 1, kStoreState = 2, kEmit = 4;
+  std::vector<std::int32_t> item_sequence, item_entry, item_first_row, item_first_token, item_count, item_flags;
+  std::vector<std::int32_t> item_emit_row;  // [items]: the emitted entry's row (kEmit), else -1
+  // The emitted entries by row: their sequence, index and first position (index * rate).
+  std::vector<std::int32_t> entry_sequence, entry_index, entry_position;
 
-  // rate: tokens a window; overlap: CSA's (ring of 2 windows, the previous
+  std::int32_t num_items() const { return static_cast<std::int32_t>(item_entry.size()); }
+  std::int32_t num_entries() const { return static_cast<std::int32_t>(entry_index.size()); }
+
+  // rate: tokens a window; overlap: CSA's (two states open, the previous
   // window's first half pooled too); block_size: the KV blocks' tokens.
   static DeepseekV4CompressPlan make(const DeepseekV4StepTables& tables, std::int32_t rate, bool overlap,
                                      std::int32_t block_size);

@@ -131,7 +131,7 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   const DeepseekV4KvFootprint footprint = layout->footprint(records);
   p.kv_bytes_per_token = footprint.compressed_bytes_per_token;
   p.kv_window_tokens = ds.sliding_window;
-  p.kv_state_bytes_per_sequence = footprint.window_ring_bytes_per_sequence + footprint.pending_bytes_per_sequence;
+  p.kv_state_bytes_per_sequence = footprint.window_ring_bytes_per_sequence + footprint.state_bytes_per_sequence;
   p.kv_block_alignment_tokens = alignment;
   // The CUDA forward still keeps the CPU's f32 block area, not the records
   // above, in serve's default blocks.

@@ -161,24 +161,6 @@ void DeepseekV4CpuKernels::hc_head(std::span<const float> streams, const HyperCo
   }
 }
 
-void DeepseekV4CpuKernels::softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
-                                        std::span<float> out) const {
-  SLUICE_CHECK(values.size() == gates.size() && values.size() % dim == 0);
-  const auto slots = static_cast<std::int64_t>(values.size()) / dim;
-  for (std::int64_t c = 0; c < dim; ++c) {
-    double gate_max = -std::numeric_limits<double>::infinity();
-    for (std::int64_t s = 0; s < slots; ++s) gate_max = std::max(gate_max, static_cast<double>(gates[s * dim + c]));
-    SLUICE_CHECK(std::isfinite(gate_max));
-    double weight_sum = 0.0, sum = 0.0;
-    for (std::int64_t s = 0; s < slots; ++s) {
-      const double weight = std::exp(gates[s * dim + c] - gate_max);
-      weight_sum += weight;
-      sum += weight * values[s * dim + c];
-    }
-    out[c] = static_cast<float>(sum / weight_sum);
-  }
-}
-
 std::vector<std::int64_t> DeepseekV4CpuKernels::indexer_top_k(std::span<const float> q, std::span<const float> weights,
                                                               std::span<const float> keys, std::int64_t head_dim,
                                                               std::int64_t num_visible, std::int64_t top_k) const {

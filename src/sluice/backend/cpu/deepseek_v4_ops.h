@@ -19,8 +19,6 @@ class DeepseekV4CpuKernels final : public DeepseekV4Kernels {
                const HyperConnectionShape& shape) const override;
   void hc_head(std::span<const float> streams, const HyperConnectionWeights& w, const HyperConnectionShape& shape,
                std::span<float> out) const override;
-  void softmax_pool(std::span<const float> values, std::span<const float> gates, std::int64_t dim,
-                    std::span<float> out) const override;
   std::vector<std::int64_t> indexer_top_k(std::span<const float> q, std::span<const float> weights,
                                           std::span<const float> keys, std::int64_t head_dim,
                                           std::int64_t num_visible, std::int64_t top_k) const override;

@@ -796,13 +796,11 @@ struct ItemTables {
   StepInts::Handle begin = 0, len = 0;
 };
 
-// One compressor rate's plan for the step, its arrays staged.
+// One compressor kind's plan for the step, its arrays staged.
 struct CompressOnDevice {
   DeepseekV4CompressPlan plan;
-  StepInts::Handle new_rows = 0, read_index = 0, read_rows = 0, window_row = 0, prev_window_row = 0, position = 0,
-                   entry_index = 0, store_index = 0, store_rows = 0;
-  ItemTables read_tables, entry_tables, store_tables;
-  std::int32_t num_stores = 0;
+  StepInts::Handle entry = 0, first_row = 0, first_token = 0, count = 0, flags = 0, emit_row = 0, entry_index = 0;
+  ItemTables item_tables, entry_tables;
 };
 
 // One indexer rate's key pool for the step, its arrays staged.
@@ -861,25 +859,15 @@ struct Step {
     CompressOnDevice& c = compress[key];
     c.plan = DeepseekV4CompressPlan::make(t, rate, overlapping, block_size);
     const DeepseekV4CompressPlan& p = c.plan;
-    c.new_rows = ints.add(p.new_buffer_row);
-    c.read_index = ints.add(p.read_position);
-    c.read_rows = ints.add(p.read_buffer_row);
-    c.read_tables = tables_of(p.read_sequence);
-    c.window_row = ints.add(p.window_row);
-    c.prev_window_row = ints.add(p.prev_window_row);
-    c.position = ints.add(p.entry_position);
+    c.entry = ints.add(p.item_entry);
+    c.first_row = ints.add(p.item_first_row);
+    c.first_token = ints.add(p.item_first_token);
+    c.count = ints.add(p.item_count);
+    c.flags = ints.add(p.item_flags);
+    c.emit_row = ints.add(p.item_emit_row);
+    c.item_tables = tables_of(p.item_sequence);
     c.entry_index = ints.add(p.entry_index);
     c.entry_tables = tables_of(p.entry_sequence);
-    std::vector<std::int32_t> store_sequence, store_position, store_buffer_row;
-    for (std::int32_t row : p.store_row) {
-      store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
-      store_position.push_back(t.positions[static_cast<std::size_t>(row)]);
-      store_buffer_row.push_back(p.new_buffer_row[static_cast<std::size_t>(row)]);
-    }
-    c.store_index = ints.add(store_position);
-    c.store_rows = ints.add(store_buffer_row);
-    c.store_tables = tables_of(store_sequence);
-    c.num_stores = static_cast<std::int32_t>(store_position.size());
   }
   void plan_window_stores(std::int32_t window_slots, std::int32_t block_size) {
     const DeepseekV4WindowPlan plan = DeepseekV4WindowPlan::make(t, window_slots, block_size);
@@ -932,13 +920,12 @@ struct Step {
   }
 };
 
-V4PagedRegion pool_region(const DeepseekV4PoolRegion& r, V4PagedSite site) {
-  const bool entry = site == V4PagedSite::entry;
-  return {.site = site,
-          .offset = entry ? r.entries_offset : r.pending_offset,
-          .count = static_cast<std::int32_t>(entry ? r.dim : r.width),
-          .rate = static_cast<std::int32_t>(r.rate),
-          .ring_windows = static_cast<std::int32_t>(r.ring_windows)};
+// A compressor's entries (an index key's for the indexer) as a paged site.
+V4PagedRegion entry_region(const DeepseekV4PoolRegion& r) {
+  return {.site = V4PagedSite::entry,
+          .offset = r.entries_offset,
+          .count = static_cast<std::int32_t>(r.dim),
+          .rate = static_cast<std::int32_t>(r.rate)};
 }
 
 // What every sub-layer needs: weights, the step, the blocks, scratch, GEMMs, the stream.
@@ -983,55 +970,42 @@ struct Pass {
   }
 };
 
+static_assert(DeepseekV4CompressPlan::kReadState == kV4CompressRead &&
+              DeepseekV4CompressPlan::kStoreState == kV4CompressStore && DeepseekV4CompressPlan::kEmit == kV4CompressEmit);
+
 // One compressor's share of a step (DeepseekV4Reference::compress): the
-// projections of the step's rows and the ring rows the plan reads back in a
-// dense buffer, the windows the step completes pooled into entries, then the
-// rows the reference leaves in the ring stored back.
+// projections of the step's rows, each entry they feed folded from its state
+// before the step (DeepseekV4CompressPlan), the states the reference leaves
+// stored, the entries that close emitted and stored.
 void compress_step(const Pass& p, const Weights::Compressor& c, const std::uint16_t* x16) {
   const DeepseekV4PoolRegion& r = c.region;
   const CompressOnDevice& cd = p.step.compress.at({static_cast<std::int32_t>(r.rate), r.overlapping()});
   const DeepseekV4CompressPlan& plan = cd.plan;
+  if (plan.num_items() == 0) return;
   const StepInts& ints = p.step.ints;
   const auto width = static_cast<std::int32_t>(r.width);
   const std::int32_t n = p.n;
-  float* fresh = p.alloc<float>(std::int64_t{n} * 2 * width);  // [kv rows | gate rows]
-  float* kv = p.alloc<float>(std::int64_t{plan.buffer_rows} * width);
-  float* gate = p.alloc<float>(std::int64_t{plan.buffer_rows} * width);
-  float* fresh_gate = fresh + std::int64_t{n} * width;
-  p.linear(x16, c.wkv, n, fresh);
-  p.linear(x16, c.wgate, n, fresh_gate);
-  launch_v4_copy_rows(fresh, nullptr, kv, ints[cd.new_rows], n, width, p.s);
-  launch_v4_copy_rows(fresh_gate, nullptr, gate, ints[cd.new_rows], n, width, p.s);
-  const V4PagedRegion kv_region = pool_region(r, V4PagedSite::pending_kv);
-  const V4PagedRegion gate_region = pool_region(r, V4PagedSite::pending_gate);
-  if (!plan.read_position.empty()) {
-    for (const auto& [region, dense] : {std::pair{kv_region, kv}, std::pair{gate_region, gate}})
-      launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.read_tables), .region = region,
-                            .index = ints[cd.read_index], .dense = dense, .dense_row = ints[cd.read_rows],
-                            .dense_dt = kF32Dt, .items = static_cast<std::int32_t>(plan.read_position.size())},
-                           p.s);
-  }
-  if (!plan.entry_index.empty()) {
-    const auto entries = static_cast<std::int32_t>(plan.entry_index.size());
-    float* out = p.alloc<float>(std::int64_t{entries} * r.dim);
-    launch_v4_compress({.kv = kv, .gate = gate, .ape = c.ape.get(), .norm = c.norm.get(),
-                        .window_row = ints[cd.window_row], .prev_window_row = ints[cd.prev_window_row],
-                        .position = ints[cd.position], .rope = p.w.compress_rope(), .out = out, .out_dt = kF32Dt,
-                        .entries = entries, .dim = static_cast<std::int32_t>(r.dim), .width = width,
-                        .rate = static_cast<std::int32_t>(r.rate), .eps = p.w.config.rms_norm_eps},
-                       p.s);
-    launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.entry_tables),
-                          .region = pool_region(r, V4PagedSite::entry), .index = ints[cd.entry_index], .dense = out,
-                          .dense_dt = kF32Dt, .items = entries, .to_blocks = true},
+  float* kv = p.alloc<float>(std::int64_t{n} * width);
+  float* gate = p.alloc<float>(std::int64_t{n} * width);
+  p.linear(x16, c.wkv, n, kv);
+  p.linear(x16, c.wgate, n, gate);
+  const std::int32_t entries = plan.num_entries();
+  float* out = entries > 0 ? p.alloc<float>(std::int64_t{entries} * r.dim) : nullptr;
+  float* start_states = p.alloc<float>(std::int64_t{plan.num_items()} * 3 * r.dim);
+  launch_v4_compress({.kv = kv, .gate = gate, .ape = c.ape.get(), .norm = c.norm.get(), .blocks = p.blocks,
+                      .tables = p.step.view(cd.item_tables), .state_offset = r.state_offset,
+                      .slots = static_cast<std::int32_t>(r.slots), .entry = ints[cd.entry],
+                      .first_row = ints[cd.first_row], .first_token = ints[cd.first_token], .count = ints[cd.count],
+                      .flags = ints[cd.flags], .emit_row = ints[cd.emit_row], .start_states = start_states,
+                      .rope = p.w.compress_rope(),
+                      .out = out, .out_dt = kF32Dt, .items = plan.num_items(), .dim = static_cast<std::int32_t>(r.dim),
+                      .width = width, .rate = static_cast<std::int32_t>(r.rate), .eps = p.w.config.rms_norm_eps},
+                     p.s);
+  if (entries > 0)
+    launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.entry_tables), .region = entry_region(r),
+                          .index = ints[cd.entry_index], .dense = out, .dense_dt = kF32Dt, .items = entries,
+                          .to_blocks = true},
                          p.s);
-  }
-  if (cd.num_stores > 0) {
-    for (const auto& [region, dense] : {std::pair{kv_region, kv}, std::pair{gate_region, gate}})
-      launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.store_tables), .region = region,
-                            .index = ints[cd.store_index], .dense = dense, .dense_row = ints[cd.store_rows],
-                            .dense_dt = kF32Dt, .items = cd.num_stores, .to_blocks = true},
-                           p.s);
-  }
 }
 
 // Whether an FP8 wo_a runs as one grouped GEMM over its groups (wo_a_grouped_fp8)
@@ -1144,7 +1118,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       auto* keys_e4m3 = p.alloc<std::uint8_t>(std::int64_t{pool} * ihd);
       float* key_scale = p.alloc<float>(pool);
       V4IndexKeysArgs pool_args{.blocks = p.blocks, .tables = p.step.sequences_view(),
-                                .region = pool_region(L.index_compressor->region, V4PagedSite::entry),
+                                .region = entry_region(L.index_compressor->region),
                                 .sequence_key_begin = ints[ix.sequence_key_begin],
                                 .num_sequences = p.step.num_sequences(),
                                 .num_keys = pool, .codes = keys_e4m3, .scales = key_scale};
@@ -1201,7 +1175,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                           .window = window_region, .sliding_window = ds.sliding_window, .fresh = kv,
                           .fresh_first_row = ints[p.step.row_first_row], .keys = keys, .key_rows = key_rows,
                           .num_keys = num_keys, .rows = n, .max_keys = max_keys};
-  if (L.compressor) gather.entries = pool_region(L.compressor->region, V4PagedSite::entry);
+  if (L.compressor) gather.entries = entry_region(L.compressor->region);
   if (L.index_compressor) {
     gather.selected = selected;
     gather.num_selected = num_selected;

@@ -1,9 +1,11 @@
-// The compressors' entries (deepseek_v4_kernels.h): one block per entry, a
-// thread per channel pair. Each channel's softmax over its slots is two
-// passes over the window's pending rows (max, then the weighted sums), as the
-// reference's softmax_pool; then the entry's RMSNorm (a block sum) with its
-// weight, then the rope of the trailing rope_dim at the window's first
-// position. The pairs of the rope are the thread's own two channels.
+// The compressors' share of a step (deepseek_v4_kernels.h, V4CompressArgs):
+// the items' starting states copied out of the blocks, then one block per
+// item, a thread per channel pair. Each channel folds its
+// tokens into the entry's online-softmax state one after another, in token
+// order (model/deepseek_v4_pool_fold.h's operations); an emitted entry is
+// the pool, then its RMSNorm (a block sum) with its weight, then the rope of
+// the trailing rope_dim at the window's first position. The pairs of the rope
+// are the thread's own two channels.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,33 +20,37 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxPairsPerThread = 4;  // dim <= 2 * 256 * 4 = 2048
 
-// The slot's row and column offset: overlap windows take slots [0, rate) from
-// the previous window's first half, [rate, 2 * rate) from their own second half.
-struct Slot {
-  std::int64_t row;
-  int column;
-};
+// The item's entry state [3][dim] in the block that holds `position`.
+__device__ __forceinline__ float* state_at(const V4CompressArgs& a, int item, std::int64_t position) {
+  const std::int64_t block_index = position / a.blocks.block_size;
+  if (position < 0 || block_index >= a.tables.table_len[item]) __trap();
+  const std::int32_t block = a.tables.block_ids[a.tables.table_begin[item] + block_index];
+  if (block < 0 || block >= a.blocks.num_blocks) __trap();
+  return a.blocks.data + static_cast<std::int64_t>(block) * a.blocks.floats_per_block + a.state_offset +
+         static_cast<std::int64_t>(a.entry[item] % a.slots) * 3 * a.dim;
+}
 
-__device__ __forceinline__ bool slot_of(const V4CompressArgs& a, int entry, int s, bool overlap, Slot* out) {
-  if (overlap) {
-    if (s < a.rate) {
-      const int prev = a.prev_window_row[entry];
-      if (prev < 0) return false;
-      *out = Slot{static_cast<std::int64_t>(prev) + s, 0};
-      return true;
-    }
-    *out = Slot{static_cast<std::int64_t>(a.window_row[entry]) + s - a.rate, a.dim};
-    return true;
-  }
-  *out = Slot{static_cast<std::int64_t>(a.window_row[entry]) + s, 0};
-  return true;
+// The states the items start from, copied out first: an item may store into
+// the slot another item of the same step starts from (an entry that closes
+// and the one that opens after it in its slot, in one block).
+__global__ void __launch_bounds__(kThreads) v4_compress_start_states_kernel(V4CompressArgs a) {
+  const int item = blockIdx.x;
+  if ((a.flags[item] & kV4CompressRead) == 0) return;
+  const float* from = state_at(a, item, static_cast<std::int64_t>(a.first_token[item]) - 1);
+  float* to = a.start_states + static_cast<std::int64_t>(item) * 3 * a.dim;
+  for (int i = threadIdx.x; i < 3 * a.dim; i += kThreads) to[i] = from[i];
 }
 
 __global__ void __launch_bounds__(kThreads) v4_compress_kernel(V4CompressArgs a) {
   __shared__ float scratch[32];
-  const int entry = blockIdx.x;
+  const int item = blockIdx.x;
   const bool overlap = a.width == 2 * a.dim;
-  const int slots = overlap ? 2 * a.rate : a.rate;
+  const int entry = a.entry[item], flags = a.flags[item];
+  const std::int64_t first_token = a.first_token[item], first_row = a.first_row[item];
+  const int count = a.count[item];
+  const float* before =
+      (flags & kV4CompressRead) != 0 ? a.start_states + static_cast<std::int64_t>(item) * 3 * a.dim : nullptr;
+  float* after = (flags & kV4CompressStore) != 0 ? state_at(a, item, first_token + count - 1) : nullptr;
   float pooled[2 * kMaxPairsPerThread];
   float sum_sq = 0.0f;
 #pragma unroll
@@ -54,33 +60,39 @@ __global__ void __launch_bounds__(kThreads) v4_compress_kernel(V4CompressArgs a)
       const int c = c0 + half;
       float value = 0.0f;
       if (c < a.dim) {
-        float gate_max = -INFINITY;
-        for (int s = 0; s < slots; ++s) {
-          Slot slot;
-          if (!slot_of(a, entry, s, overlap, &slot)) continue;
-          const int slot_in_window = s % a.rate;
-          const float g = a.gate[slot.row * a.width + slot.column + c] + a.ape[slot_in_window * a.width + slot.column + c];
-          gate_max = fmaxf(gate_max, g);
+        float m = -INFINITY, s = 0.0f, acc = 0.0f;
+        if (before != nullptr) {
+          m = before[c];
+          s = before[a.dim + c];
+          acc = before[2 * a.dim + c];
         }
-        float weight_sum = 0.0f, sum = 0.0f;
-        for (int s = 0; s < slots; ++s) {
-          Slot slot;
-          if (!slot_of(a, entry, s, overlap, &slot)) continue;
-          const int slot_in_window = s % a.rate;
-          const float g = a.gate[slot.row * a.width + slot.column + c] + a.ape[slot_in_window * a.width + slot.column + c];
-          const float w = expf(g - gate_max);
-          weight_sum += w;
-          sum = fmaf(w, a.kv[slot.row * a.width + slot.column + c], sum);
+        for (int k = 0; k < count; ++k) {
+          const std::int64_t t = first_token + k, row = first_row + k;
+          const int column = overlap && t / a.rate == entry ? a.dim : 0;
+          const float g = a.gate[row * a.width + column + c] + a.ape[(t % a.rate) * a.width + column + c];
+          if (g == -INFINITY) continue;
+          const float m_new = fmaxf(m, g);
+          const float scale = expf(m - m_new), weight = expf(g - m_new);
+          s = s * scale + weight;
+          acc = acc * scale + a.kv[row * a.width + column + c] * weight;
+          m = m_new;
         }
-        value = sum / weight_sum;
+        if (after != nullptr) {
+          after[c] = m;
+          after[a.dim + c] = s;
+          after[2 * a.dim + c] = acc;
+        }
+        value = s > 0.0f ? acc / s : 0.0f;
       }
       pooled[2 * i + half] = value;
       sum_sq = fmaf(value, value, sum_sq);
     }
   }
+  if ((flags & kV4CompressEmit) == 0) return;  // uniform across the block
   const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(a.dim) + a.eps);
   const int rope_begin = a.dim - a.rope.rope_dim;
-  const float position = static_cast<float>(a.position[entry]);
+  const float position = static_cast<float>(static_cast<std::int64_t>(entry) * a.rate);
+  const std::int64_t out_row = a.emit_row[item];
 #pragma unroll
   for (int i = 0; i < kMaxPairsPerThread; ++i) {
     const int c = 2 * (threadIdx.x + i * kThreads);
@@ -93,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) v4_compress_kernel(V4CompressArgs a)
       even = e;
       odd = o;
     }
-    const std::int64_t base = static_cast<std::int64_t>(entry) * a.dim + c;
+    const std::int64_t base = out_row * a.dim + c;
     store_f(a.out, a.out_dt, base, even);
     store_f(a.out, a.out_dt, base + 1, odd);
   }
@@ -104,14 +116,21 @@ __global__ void __launch_bounds__(kThreads) v4_compress_kernel(V4CompressArgs a)
 void launch_v4_compress(const V4CompressArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.dim > 0 && args.dim % 2 == 0 && args.dim <= 2 * kThreads * kMaxPairsPerThread);
   SLUICE_CHECK(args.width == args.dim || args.width == 2 * args.dim);
-  SLUICE_CHECK(args.rate > 0);
+  SLUICE_CHECK(args.rate > 0 && args.slots == (args.width == args.dim ? 1 : 2));
   SLUICE_CHECK(args.kv != nullptr && args.gate != nullptr && args.ape != nullptr && args.norm != nullptr &&
-               args.window_row != nullptr && args.position != nullptr && args.out != nullptr);
-  SLUICE_CHECK(args.width == args.dim || args.prev_window_row != nullptr);
+               args.entry != nullptr && args.first_row != nullptr && args.first_token != nullptr &&
+               args.count != nullptr && args.flags != nullptr && args.emit_row != nullptr);
+  SLUICE_CHECK(args.blocks.data != nullptr && args.blocks.block_size > 0 && args.blocks.num_blocks > 0 &&
+               args.state_offset >= 0 && args.state_offset + 3LL * args.slots * args.dim <= args.blocks.floats_per_block);
+  SLUICE_CHECK(args.tables.block_ids != nullptr && args.tables.table_begin != nullptr &&
+               args.tables.table_len != nullptr);
   if (args.rope.inv_freq != nullptr)
     SLUICE_CHECK(args.rope.rope_dim > 0 && args.rope.rope_dim % 2 == 0 && args.rope.rope_dim <= args.dim);
-  if (args.entries == 0) return;
-  v4_compress_kernel<<<static_cast<unsigned>(args.entries), kThreads, 0, stream>>>(args);
+  SLUICE_CHECK(args.start_states != nullptr);
+  if (args.items == 0) return;
+  v4_compress_start_states_kernel<<<static_cast<unsigned>(args.items), kThreads, 0, stream>>>(args);
+  SLUICE_CUDA_CHECK_LAUNCH();
+  v4_compress_kernel<<<static_cast<unsigned>(args.items), kThreads, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

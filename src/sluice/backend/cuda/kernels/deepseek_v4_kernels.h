@@ -124,29 +124,6 @@ void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
 // Tests and the bench: false sends every row through the full selection.
 void set_v4_indexer_top_k_sampled(bool sampled);
 
-// One compressed entry per item (DeepseekV4Reference::emit_entry): the
-// softmax pool over its window's slots of the pending projections (gate +
-// ape, per channel), the weighted RMSNorm, then the rope at the window's
-// first position. Disjoint windows (HCA, width = dim): the window's `rate`
-// rows. Overlapping windows (CSA, width = 2 * dim): the first half of the
-// previous window's rows (none before window 0), then the second half of
-// its own, 2 * rate slots.
-struct V4CompressArgs {
-  const float* kv = nullptr;    // [pending_rows, width]
-  const float* gate = nullptr;  // [pending_rows, width]
-  const float* ape = nullptr;   // [rate, width]
-  const float* norm = nullptr;  // [dim]
-  const std::int32_t* window_row = nullptr;       // [entries]: the pending row of the window's first token
-  const std::int32_t* prev_window_row = nullptr;  // [entries]: the previous window's first row, -1 if none (overlap)
-  const std::int32_t* position = nullptr;         // [entries]: window * rate
-  V4Rope rope;
-  void* out = nullptr;  // out_dt [entries, dim]
-  Dt out_dt{};
-  std::int32_t entries = 0, dim = 0, width = 0, rate = 0;
-  float eps = 1e-6f;
-};
-void launch_v4_compress(const V4CompressArgs& args, cudaStream_t stream);
-
 // mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
 struct V4HcWeights {
   const float* fn = nullptr;     // [mixes, hc * hidden]
@@ -250,31 +227,27 @@ struct V4BlockTables {
 //   window        the latent of token `index` (a position), count = head_dim,
 //                 at slot index % slots of its block (a block keeps its last
 //                 `slots` = min(block size, sliding window) latents);
-//   pending_kv /  a compressor's projection of token `index` in its block's
-//   pending_gate  ring of windows (slot index / rate % ring_windows), count = width;
 //   entry         compressed entry `index` (window index * rate is its first
 //                 position), count = dim: a CSA/HCA entry or an index key.
-enum class V4PagedSite : std::int32_t { window, pending_kv, pending_gate, entry };
+enum class V4PagedSite : std::int32_t { window, entry };
 struct V4PagedRegion {
   V4PagedSite site = V4PagedSite::window;
-  std::int64_t offset = 0;  // window_offset, pending_offset or entries_offset (floats from the block's start)
+  std::int64_t offset = 0;  // window_offset or entries_offset (floats from the block's start)
   std::int32_t count = 0;   // floats an item
-  std::int32_t rate = 0;    // pending and entry sites
-  std::int32_t ring_windows = 0;  // pending sites
-  std::int32_t slots = 0;         // window site: DeepseekV4KvLayout::window_slots()
+  std::int32_t rate = 0;    // entry sites
+  std::int32_t slots = 0;   // window site: DeepseekV4KvLayout::window_slots()
 };
 
 // Copies items between a dense buffer [items, count] and their places in the
-// blocks: to_blocks writes (a step's new window latents, its compressors'
-// projections, the entries launch_v4_compress pooled), else reads (a window's
-// pending rows for launch_v4_compress, index keys for the indexer). With
-// dense_row, items scatter into (or gather from) rows of a larger buffer: the
-// ring rows and the rows stored back of a DeepseekV4CompressPlan.
+// blocks: to_blocks writes (a step's window latents, the entries
+// launch_v4_compress emitted), else reads. With dense_row, items scatter into
+// (or gather from) rows of a larger buffer: the window latents a
+// DeepseekV4WindowPlan stores.
 struct V4PagedCopyArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;
   V4PagedRegion region;
-  const std::int32_t* index = nullptr;  // [items]: positions (window, pending) or entry indices
+  const std::int32_t* index = nullptr;  // [items]: positions (window) or entry indices
   void* dense = nullptr;                // dense_dt [items, count], or [*, count] with dense_row
   const std::int32_t* dense_row = nullptr;  // [items] or null: item i's row of dense (else row i)
   Dt dense_dt{};
@@ -282,6 +255,45 @@ struct V4PagedCopyArgs {
   bool to_blocks = false;
 };
 void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream);
+
+// The compressors' share of a step (DeepseekV4CompressPlan, model/
+// deepseek_v4_step_plan.h; the fold of model/deepseek_v4_pool_fold.h): per
+// item, one open entry's pool state [3][dim] (running max, sum of weights,
+// weighted sum, per channel), read from the block of first_token - 1 (flag
+// kV4CompressRead) or empty, folded with `count` of the step's rows from
+// first_row (token t gives entry e its second half of the projections in
+// window e of overlapping windows, its first half in window e - 1, all of
+// them for disjoint windows; gate + ape row t % rate), then stored into the
+// block of its last token, slot entry % slots (kV4CompressStore), and/or
+// emitted (kV4CompressEmit): the pool, its weighted RMSNorm, the rope at position entry * rate,
+// into out row emit_row. Items are independent: the starting states are
+// copied to start_states before any item stores (an item may store into the
+// slot another starts from), and no two items store one slot of one block.
+struct V4CompressArgs {
+  const float* kv = nullptr;    // [rows, width]: the step's projections
+  const float* gate = nullptr;  // [rows, width]
+  const float* ape = nullptr;   // [rate, width]
+  const float* norm = nullptr;  // [dim]
+  V4PagedBlocks blocks;         // the pool states' blocks
+  V4BlockTables tables;         // per item
+  std::int64_t state_offset = 0;  // floats from a block's start (DeepseekV4PoolRegion::state_offset)
+  std::int32_t slots = 0;         // states a block keeps (2 overlapping, 1 disjoint)
+  const std::int32_t* entry = nullptr;        // [items]
+  const std::int32_t* first_row = nullptr;    // [items]
+  const std::int32_t* first_token = nullptr;  // [items]
+  const std::int32_t* count = nullptr;        // [items], >= 1
+  const std::int32_t* flags = nullptr;        // [items]: kV4CompressRead | kV4CompressStore | kV4CompressEmit
+  const std::int32_t* emit_row = nullptr;     // [items]: out's row of an emitted entry
+  float* start_states = nullptr;              // scratch [items, 3 * dim]
+  V4Rope rope;
+  void* out = nullptr;  // out_dt [emitted entries, dim]
+  Dt out_dt{};
+  std::int32_t items = 0, dim = 0, width = 0, rate = 0;
+  float eps = 1e-6f;
+};
+// DeepseekV4CompressPlan's flags (kReadState, kStoreState, kEmit).
+constexpr std::int32_t kV4CompressRead = 1, kV4CompressStore = 2, kV4CompressEmit = 4;
+void launch_v4_compress(const V4CompressArgs& args, cudaStream_t stream);
 
 // The indexer's key pool (DeepseekV4IndexPlan) read from the blocks: pool row
 // i is entry i - sequence_key_begin[s] of the sequence s whose range holds it

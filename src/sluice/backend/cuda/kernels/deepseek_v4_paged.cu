@@ -24,7 +24,7 @@ constexpr int kIndexKeysPerWarp = 32;
 constexpr int kIndexKeysInFlight = 8;
 
 // The floats of `index` (a position, or an entry index) in its block, as
-// DeepseekV4PagedState::{window_latent, pending, entry} place them.
+// DeepseekV4PagedState::{window_latent, entry} place them.
 __device__ __forceinline__ float* paged_item(const V4PagedBlocks& b, const V4BlockTables& t, int table,
                                              const V4PagedRegion& r, std::int64_t index) {
   std::int64_t position = index, offset = r.offset;
@@ -32,13 +32,6 @@ __device__ __forceinline__ float* paged_item(const V4PagedBlocks& b, const V4Blo
     case V4PagedSite::window:
       offset += position % r.slots * r.count;
       break;
-    case V4PagedSite::pending_kv:
-    case V4PagedSite::pending_gate: {
-      const std::int64_t ring_slot = position / r.rate % r.ring_windows;
-      offset += ring_slot * 2 * r.rate * r.count + (r.site == V4PagedSite::pending_gate ? r.rate * r.count : 0) +
-                position % r.rate * r.count;
-      break;
-    }
     case V4PagedSite::entry:
       position = index * r.rate;
       offset += position % b.block_size / r.rate * r.count;
@@ -233,7 +226,6 @@ void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
   SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
   if (r.site == V4PagedSite::window) SLUICE_CHECK(r.slots > 0);
   else SLUICE_CHECK(r.rate > 0);
-  if (r.site == V4PagedSite::pending_kv || r.site == V4PagedSite::pending_gate) SLUICE_CHECK(r.ring_windows > 0);
 }
 
 // What both gathers need of their arguments but the tables.
