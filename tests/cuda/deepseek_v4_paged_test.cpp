@@ -590,13 +590,7 @@ TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBloc
         const std::int64_t pos = t.positions[row], w = pos / r.rate;
         for (std::int64_t e : {w, w + 1}) {
           if (e == w + 1 && !r.overlapping()) continue;
-          const std::span<float> at = state.pool_state(p.layer, p.which, e, pos);
-          if (pos == r.first_token(e)) {
-            deepseek_v4_pool_init(at);
-          } else {
-            const std::span<float> before = state.pool_state(p.layer, p.which, e, pos - 1);
-            if (before.data() != at.data()) std::ranges::copy(before, at.begin());
-          }
+          const std::span<float> at = continue_pool_state(state, p.layer, p.which, e, pos, r.first_token(e));
           feed(s, pos, e);
           deepseek_v4_pool_fold(at, values, gates);
         }

@@ -116,6 +116,31 @@ TEST(DeepseekV4KvBlock, AModelDefinedBlockIsF32WhateverTheActivations) {
   EXPECT_EQ(dense.value_dtype(DType::bf16), DType::bf16);
 }
 
+// Two CPU caches of the layout's blocks, one the reference writes row by
+// row and one a plan writes, and each sequence's block table: every third
+// block from the top (shuffled; the lowest blocks unused). plan_ops is null
+// when a cache could not be allocated.
+struct TwoCaches {
+  explicit TwoCaches(const DeepseekV4KvLayout& layout) {
+    const std::int32_t block_size = layout.block_size_tokens();
+    const std::int32_t blocks_per_sequence = (kMaxTokens + block_size - 1) / block_size;
+    num_blocks = kSequences * blocks_per_sequence + 2;
+    const KvCacheSpec spec{.num_layers = 1, .num_blocks = num_blocks, .block_size_tokens = block_size,
+                           .num_kv_heads = 1,
+                           .head_dim = static_cast<std::int32_t>((layout.floats_per_block() + block_size - 1) / block_size),
+                           .layout = KvCacheLayout::model_defined};
+    reference_ops = make_cpu_ops({.num_threads = 1});
+    plan_ops = make_cpu_ops({.num_threads = 1});
+    if (!reference_ops->allocate_kv_cache(spec).ok() || !plan_ops->allocate_kv_cache(spec).ok()) plan_ops.reset();
+    tables.resize(kSequences);
+    for (std::int32_t s = 0; s < kSequences; ++s)
+      for (std::int32_t b = 0; b < blocks_per_sequence; ++b) tables[s].push_back(num_blocks - 1 - (b * kSequences + s));
+  }
+  std::int32_t num_blocks = 0;
+  std::unique_ptr<Ops> reference_ops, plan_ops;
+  std::vector<std::vector<BlockId>> tables;
+};
+
 class DeepseekV4StepPlanTest : public ::testing::TestWithParam<std::int32_t> {};
 
 TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
@@ -123,19 +148,9 @@ TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
   const ModelConfig config = small_config();
   auto layout = DeepseekV4KvLayout::make(config, block_size);
   ASSERT_TRUE(layout.ok()) << layout.error_message();
-  const std::int32_t blocks_per_sequence = (kMaxTokens + block_size - 1) / block_size;
-  const std::int32_t num_blocks = kSequences * blocks_per_sequence + 2;
-  const KvCacheSpec spec{.num_layers = 1, .num_blocks = num_blocks, .block_size_tokens = block_size,
-                         .num_kv_heads = 1,
-                         .head_dim = static_cast<std::int32_t>((layout->floats_per_block() + block_size - 1) / block_size),
-                         .layout = KvCacheLayout::model_defined};
-  std::unique_ptr<Ops> ref_ops = make_cpu_ops({.num_threads = 1}), plan_ops = make_cpu_ops({.num_threads = 1});
-  ASSERT_TRUE(ref_ops->allocate_kv_cache(spec).ok());
-  ASSERT_TRUE(plan_ops->allocate_kv_cache(spec).ok());
-  // Block tables: sequence s takes every third block from s + 1 (shuffled, block 0 unused).
-  std::vector<std::vector<BlockId>> tables(kSequences);
-  for (std::int32_t s = 0; s < kSequences; ++s)
-    for (std::int32_t b = 0; b < blocks_per_sequence; ++b) tables[s].push_back(num_blocks - 1 - (b * kSequences + s));
+  TwoCaches caches(*layout);
+  ASSERT_NE(caches.plan_ops, nullptr);
+  auto& [num_blocks, ref_ops, plan_ops, tables] = caches;
 
   std::vector<Pool> pools;
   std::uint64_t seed = 1;
@@ -189,13 +204,7 @@ TEST_P(DeepseekV4StepPlanTest, PlannedStepsLeaveTheReferencesBytes) {
           const std::int64_t w = pos / r.rate;
           for (std::int64_t e : {w, w + 1}) {
             if (e == w + 1 && !r.overlapping()) continue;
-            const std::span<float> at = state.pool_state(p.layer, p.which, e, pos);
-            if (pos == r.first_token(e)) {
-              deepseek_v4_pool_init(at);
-            } else {
-              const std::span<float> before = state.pool_state(p.layer, p.which, e, pos - 1);
-              if (before.data() != at.data()) std::ranges::copy(before, at.begin());
-            }
+            const std::span<float> at = continue_pool_state(state, p.layer, p.which, e, pos, r.first_token(e));
             const TokenFeed f = feed_of(p, id, pos, e);
             deepseek_v4_pool_fold(at, f.values, f.gates);
           }
@@ -289,18 +298,9 @@ TEST_P(DeepseekV4StepPlanTest, PlannedWindowsAreWhatEachRowSees) {
   ASSERT_EQ(slots, 8);
   ASSERT_LT(slots, block_size);  // slots are reused within a block
   const std::int64_t hd = layout->head_dim();
-  const std::int32_t blocks_per_sequence = (kMaxTokens + block_size - 1) / block_size;
-  const std::int32_t num_blocks = kSequences * blocks_per_sequence + 1;
-  const KvCacheSpec spec{.num_layers = 1, .num_blocks = num_blocks, .block_size_tokens = block_size,
-                         .num_kv_heads = 1,
-                         .head_dim = static_cast<std::int32_t>((layout->floats_per_block() + block_size - 1) / block_size),
-                         .layout = KvCacheLayout::model_defined};
-  std::unique_ptr<Ops> ref_ops = make_cpu_ops({.num_threads = 1}), plan_ops = make_cpu_ops({.num_threads = 1});
-  ASSERT_TRUE(ref_ops->allocate_kv_cache(spec).ok());
-  ASSERT_TRUE(plan_ops->allocate_kv_cache(spec).ok());
-  std::vector<std::vector<BlockId>> tables(kSequences);
-  for (std::int32_t s = 0; s < kSequences; ++s)
-    for (std::int32_t b = 0; b < blocks_per_sequence; ++b) tables[s].push_back(num_blocks - 1 - (b * kSequences + s));
+  TwoCaches caches(*layout);
+  ASSERT_NE(caches.plan_ops, nullptr);
+  auto& [num_blocks, ref_ops, plan_ops, tables] = caches;
   std::vector<std::vector<float>> latents;  // [sequence][position * hd]
   for (std::int32_t s = 0; s < kSequences; ++s) latents.push_back(uniform(static_cast<std::size_t>(kMaxTokens * hd), 100 + s));
   auto latent = [&](std::int32_t s, std::int64_t position) {

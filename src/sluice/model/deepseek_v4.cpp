@@ -382,14 +382,8 @@ void DeepseekV4Reference::compress(std::int32_t layer_index, DeepseekV4Pool pool
     DeepseekV4SequenceState& state = *rows.states[r];
     const std::int64_t p = rows.positions[r], w = p / rate, slot = p % rate;
     auto feed = [&](std::int64_t entry, std::int64_t half) {
-      const std::span<float> pool_state = state.pool_state(layer_index, pool, entry, p);
       const std::int64_t first = overlap && entry > 0 ? (entry - 1) * rate : entry * rate;
-      if (p == first) {
-        deepseek_v4_pool_init(pool_state);
-      } else {
-        const std::span<float> before = state.pool_state(layer_index, pool, entry, p - 1);
-        if (before.data() != pool_state.data()) std::ranges::copy(before, pool_state.begin());
-      }
+      const std::span<float> pool_state = continue_pool_state(state, layer_index, pool, entry, p, first);
       for (std::int64_t ch = 0; ch < dim; ++ch) gates[ch] = gate[r * width + half + ch] + c.ape[slot * width + half + ch];
       deepseek_v4_pool_fold(pool_state, kv.subspan(r * width + half, dim), gates);
     };

@@ -10,8 +10,11 @@
 // stays open until the window's last token. Every span is host f32.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
+
+#include "sluice/model/deepseek_v4_pool_fold.h"
 
 namespace sluice {
 
@@ -42,5 +45,21 @@ class DeepseekV4SequenceState {
   // (the indexer's: an index key).
   virtual std::span<float> entry(std::int32_t layer, DeepseekV4Pool pool, std::int64_t index) = 0;
 };
+
+// The pool state of entry `index` at `position`, ready to fold that token in:
+// opened empty when `position` is the entry's first token (first_token), else
+// continuing what the token before left (copied into `position`'s block when
+// a paged state keeps it in another).
+inline std::span<float> continue_pool_state(DeepseekV4SequenceState& state, std::int32_t layer, DeepseekV4Pool pool,
+                                            std::int64_t index, std::int64_t position, std::int64_t first_token) {
+  const std::span<float> at = state.pool_state(layer, pool, index, position);
+  if (position == first_token) {
+    deepseek_v4_pool_init(at);
+  } else {
+    const std::span<float> before = state.pool_state(layer, pool, index, position - 1);
+    if (before.data() != at.data()) std::copy(before.begin(), before.end(), at.begin());
+  }
+  return at;
+}
 
 }  // namespace sluice
