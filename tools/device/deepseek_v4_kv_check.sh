@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root: session
+# 24's DeepSeek-V4 KV layout on the device, which was compiled but not run
+# there (each block keeps one window; the compressors' pool states), in one
+# call:
+#   1. cuda_kernel_test 'DeepseekV4*' (the planned compression and the
+#      compressor kernel against the host's fold, the gathers, the paged copy);
+#   2. cuda_deepseek_v4_forward_test (the goldens through the device forward,
+#      a window of 8 in blocks of 16: slots reused, the step's own latents);
+#   3. cuda_bench --deepseek-v4-kernels (the compressor rows time the plan);
+#   4. deepseek_v4_forward_bench --flash-formats 3 131072 64 0 2 (session 23's
+#      model rows: prefill to 128k, decode b1 and b64).
+# Binaries (stripped, with their non-CUDA libraries) come prebuilt in
+# CARRY_DIR, as a directory or as CARRY_DIR/bin.tar.xz. Logs go to $OUT; a
+# short table is printed last.
+#
+#   CARRY_DIR=.devcarry/s25 tools/device/deepseek_v4_kv_check.sh
+set -uo pipefail
+out=${OUT:-/tmp/v4kv}
+mkdir -p "$out"
+bin=${CARRY_DIR:-.devcarry/cuda}
+if [ -f "$bin/bin.tar.xz" ]; then
+  mkdir -p "$bin/unpacked" && tar -xJf "$bin/bin.tar.xz" -C "$bin/unpacked" && bin=$bin/unpacked
+fi
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
+# The tests look for fixtures under the development checkout's path.
+src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_kernel_test" | head -1 | sed 's|/build$||')
+[ -n "$src" ] && [ ! -e "$src/tests/fixtures" ] && mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"
+t0=$(date +%s)
+timeout 150 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*' >"$out/kernel_test.log" 2>&1
+echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
+timeout 120 "$bin/cuda_deepseek_v4_forward_test" >"$out/forward_test.log" 2>&1
+echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
+timeout 60 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels.log" 2>&1
+echo "kernel bench rc $? at $(( $(date +%s) - t0 )) s"
+timeout 120 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2 >"$out/model.log" 2>&1
+echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
+for log in kernel_test forward_test; do
+  echo "=== $log"
+  grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure" "$out/$log.log" | head -12
+done
+echo "=== kernels"; grep -iE "compressor|indexer prefill chunk, 8192" "$out/kernels.log" | cut -c1-180
+echo "=== model"; grep -E "^\| FP8" "$out/model.log" | cut -c1-300
