@@ -254,7 +254,7 @@ int baseline(int argc, char** argv) {
     return 1;
   }
   constexpr std::int32_t kBlock = 128;
-  auto layout = DeepseekV4KvLayout::make(*config, kBlock);
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4LatentFormat::bf16);
   auto device = cuda::DeepseekV4DeviceForward::upload(**reference, *layout);
   if (!device.ok()) {
     std::fprintf(stderr, "upload: %s\n", device.error_message().c_str());
@@ -367,7 +367,7 @@ int flash(int argc, char** argv) {
     return 1;
   }
   constexpr std::int32_t kBlock = 128;
-  auto layout = DeepseekV4KvLayout::make(*config, kBlock);
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4LatentFormat::bf16);
   if (!layout.ok()) {
     std::fprintf(stderr, "layout: %s\n", layout.error_message().c_str());
     return 1;
@@ -525,7 +525,7 @@ int flash_formats(int argc, char** argv) {
     return 1;
   }
   constexpr std::int32_t kBlock = 128;
-  auto layout = DeepseekV4KvLayout::make(*config, kBlock);
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4LatentFormat::bf16);
   if (!layout.ok()) return 1;
   const DeepseekV4Config& ds = *config->deepseek_v4;
   struct Format {

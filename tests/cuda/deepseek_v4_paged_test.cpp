@@ -17,6 +17,8 @@
 //     states, the states and the emitted entries written back) leaves the
 //     blocks the reference's row-by-row compression leaves on the host, step
 //     after step;
+//   - the forward's own layout (bf16 latents and entries) holds and gathers
+//     the values rounded to bf16;
 //   - CudaOps allocates a model-defined cache (one f32 area a block) and its
 //     host tier moves such blocks byte-equal; the layouts it cannot hold are
 //     refused.
@@ -30,6 +32,7 @@
 #include <set>
 
 #include "deepseek_v4_test_util.h"
+#include "sluice/backend/float_convert.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
@@ -46,6 +49,7 @@ namespace {
 using cuda::V4PagedRegion;
 using cuda::V4PagedSite;
 using v4_testing::Dev;
+using v4_testing::kBf16;
 using v4_testing::kF32;
 
 constexpr std::int32_t kBlock = 128;
@@ -654,6 +658,90 @@ TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBloc
   // Every window of A's 393 and B's 272 tokens, once: CSA's two pools at rate 4, HCA's at 128.
   EXPECT_EQ(done, (std::vector<std::int32_t>{393, 272}));
   EXPECT_EQ(entries, 2 * (393 / 4 + 272 / 4) + (393 / 128 + 272 / 128));
+}
+
+// The CUDA forward's own layout (DeepseekV4LatentFormat::bf16): window
+// latents and CSA/HCA entries stored as bf16, index keys f32. An HCA layer
+// and a CSA layer of V4-Flash in two blocks of 128: the sites read back as
+// their values rounded to bf16 (index keys exact), and the gather hands the
+// sparse attention those same bf16 values, window then every visible entry.
+TEST(DeepseekV4PagedBf16, SitesHoldBf16AndTheGatherReadsThem) {
+  const ModelConfig config = five_layer_flash();
+  auto layout = DeepseekV4KvLayout::make(config, kBlock, DeepseekV4LatentFormat::bf16);
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  const std::int32_t hd = static_cast<std::int32_t>(layout->head_dim()), window = config.deepseek_v4->sliding_window;
+  const Dev<float> area(std::vector<float>(static_cast<std::size_t>(2 * layout->floats_per_block()), 0.0f));
+  const cuda::V4PagedBlocks blocks{.data = area.get(), .floats_per_block = layout->floats_per_block(), .num_blocks = 2,
+                                   .block_size = kBlock};
+  const auto bf16 = [](const std::vector<float>& v) {
+    std::vector<float> out;
+    for (float x : v) out.push_back(bf16_to_f32(f32_to_bf16(x)));
+    return out;
+  };
+  // Writes `items` values of a site from f32, reads them back; returns what was written.
+  auto write_and_read = [&](const V4PagedRegion& region, std::int32_t items, std::uint64_t seed, bool exact) {
+    std::vector<std::int32_t> index(static_cast<std::size_t>(items)), begin(index.size(), 0), len(index.size(), 2);
+    std::iota(index.begin(), index.end(), 0);
+    const std::vector<std::int32_t> ids = {0, 1};
+    const Dev<std::int32_t> d_index(index), d_begin(begin), d_len(len), d_ids(ids);
+    const cuda::V4BlockTables tables{.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()};
+    const std::vector<float> values =
+        v4_testing::uniform(static_cast<std::size_t>(items) * static_cast<std::size_t>(region.count), seed, -3.0f, 3.0f);
+    const Dev<float> dense(values), back(values.size());
+    cuda::launch_v4_paged_copy({.blocks = blocks, .tables = tables, .region = region, .index = d_index.get(),
+                                .dense = dense.get(), .dense_dt = kF32, .items = items, .to_blocks = true},
+                               nullptr);
+    cuda::launch_v4_paged_copy({.blocks = blocks, .tables = tables, .region = region, .index = d_index.get(),
+                                .dense = back.get(), .dense_dt = kF32, .items = items, .to_blocks = false},
+                               nullptr);
+    EXPECT_EQ(back.host(), exact ? values : bf16(values)) << "site " << static_cast<int>(region.site);
+    return exact ? values : bf16(values);
+  };
+  const DeepseekV4LayerRegion& csa = layout->layer(1);
+  const DeepseekV4LayerRegion& hca = layout->layer(2);
+  ASSERT_TRUE(csa.indexer.has_value() && hca.compressor.has_value() && !hca.indexer.has_value());
+  auto entries_of = [](const DeepseekV4PoolRegion& r, cuda::Dt dt) {
+    return V4PagedRegion{.site = V4PagedSite::entry, .offset = r.entries_offset, .count = static_cast<std::int32_t>(r.dim),
+                         .rate = static_cast<std::int32_t>(r.rate), .dt = dt};
+  };
+  auto window_of = [&](const DeepseekV4LayerRegion& l) {
+    return V4PagedRegion{.site = V4PagedSite::window, .offset = l.window_offset, .count = hd,
+                         .slots = layout->window_slots(), .dt = kBf16};
+  };
+  write_and_read(window_of(csa), 2 * kBlock, 61, false);
+  write_and_read(entries_of(*csa.compressor, kBf16), 2 * kBlock / 4, 62, false);
+  write_and_read(entries_of(*csa.indexer, kF32), 2 * kBlock / 4, 63, true);
+  const std::vector<float> latents = write_and_read(window_of(hca), 2 * kBlock, 64, false);
+  const std::vector<float> entries = write_and_read(entries_of(*hca.compressor, kBf16), 2, 65, false);
+
+  // The HCA layer's key sets for rows at 127, 200 and 255, from the blocks.
+  const std::vector<std::int32_t> positions = {127, 200, 255}, ids = {0, 1}, begin(3, 0), len(3, 2);
+  const std::int32_t rows = 3, max_keys = window + 2;
+  const Dev<std::int32_t> d_positions(positions), d_ids(ids), d_begin(begin), d_len(len);
+  Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
+  Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
+  cuda::launch_v4_gather_keys(
+      {.blocks = blocks, .tables = {.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()},
+       .positions = d_positions.get(), .window = window_of(hca), .entries = entries_of(*hca.compressor, kBf16),
+       .sliding_window = window, .keys = keys.get(), .key_rows = key_rows.get(), .num_keys = num_keys.get(),
+       .rows = rows, .max_keys = max_keys},
+      nullptr);
+  const std::vector<std::uint16_t> got = keys.host();
+  const std::vector<std::int32_t> got_num = num_keys.host();
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const std::int64_t p = positions[static_cast<std::size_t>(r)];
+    std::vector<std::span<const float>> expected;
+    for (std::int64_t u = std::max<std::int64_t>(0, p - window + 1); u <= p; ++u)
+      expected.push_back(std::span(latents).subspan(static_cast<std::size_t>(u * hd), static_cast<std::size_t>(hd)));
+    for (std::int64_t e = 0; e < (p + 1) / 128; ++e)
+      expected.push_back(std::span(entries).subspan(static_cast<std::size_t>(e * hd), static_cast<std::size_t>(hd)));
+    ASSERT_EQ(got_num[static_cast<std::size_t>(r)], static_cast<std::int32_t>(expected.size())) << "row " << r;
+    for (std::size_t j = 0; j < expected.size(); ++j)
+      for (std::int32_t c = 0; c < hd; ++c)
+        ASSERT_EQ(bf16_to_f32(got[(static_cast<std::size_t>(r) * max_keys + j) * hd + static_cast<std::size_t>(c)]),
+                  expected[j][static_cast<std::size_t>(c)])
+            << "row " << r << " key " << j << " channel " << c;
+  }
 }
 
 TEST(DeepseekV4PagedCudaOps, ModelDefinedCacheAndItsHostTierMoveBlocksByteEqual) {

@@ -335,8 +335,8 @@ void run_plan(const PlanOptions& o) {
   }
   std::printf("\n");
   if (profile.kv_bytes_per_token_served > 0)
-    std::printf("  KV as served      sluice's CUDA server holds this cache in f32 blocks of %d today: %.0f B per "
-                "token (%.1fx the layout above, which the capacity below assumes)\n",
+    std::printf("  KV as served      sluice's CUDA server holds this cache in blocks of %d today (bf16 latents, f32 "
+                "index keys): %.0f B per token (%.1fx the layout above, which the capacity below assumes)\n",
                 block_size, profile.kv_bytes_per_token_served,
                 profile.kv_bytes_per_token_served / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),

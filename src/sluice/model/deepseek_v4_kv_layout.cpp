@@ -47,7 +47,8 @@ std::int32_t deepseek_v4_default_block_size(const ModelConfig& config) {
   return (kDefaultBlockTokens + alignment - 1) / alignment * alignment;
 }
 
-Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, std::int32_t block_size_tokens) {
+Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, std::int32_t block_size_tokens,
+                                                    DeepseekV4LatentFormat latents) {
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   const DeepseekV4Config& ds = *config.deepseek_v4;
   const std::int32_t alignment = deepseek_v4_block_alignment(config);
@@ -62,24 +63,30 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
   layout.head_dim_ = config.head_dim;
   layout.sliding_window_ = ds.sliding_window;
   layout.window_slots_ = std::min(block_size_tokens, ds.sliding_window);
+  layout.latent_format_ = latents;
   const std::int64_t bs = block_size_tokens;
+  // Floats of `values` latents or entries in `format` (bf16: two a float, rounded up).
+  auto floats = [](std::int64_t values, DeepseekV4LatentFormat format) {
+    return format == DeepseekV4LatentFormat::bf16 ? (values + 1) / 2 : values;
+  };
   std::int64_t offset = 0;
-  auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap) {
+  auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap, DeepseekV4LatentFormat format) {
     DeepseekV4PoolRegion r{.dim = dim, .width = overlap ? 2 * dim : dim, .rate = rate, .slots = overlap ? 2 : 1};
     r.entries_offset = offset;
-    offset += bs / rate * dim;
+    r.entries_format = format;
+    offset += floats(bs / rate * dim, format);
     r.state_offset = offset;
     offset += r.state_floats();
     return r;
   };
   for (DeepseekV4Attention type : ds.layer_types) {
     DeepseekV4LayerRegion region{.type = type, .window_offset = offset};
-    offset += std::int64_t{layout.window_slots_} * config.head_dim;
+    offset += floats(std::int64_t{layout.window_slots_} * config.head_dim, latents);
     const std::int32_t rate = ds.compress_rate(type);
     if (type != DeepseekV4Attention::sliding) {
       const bool csa = type == DeepseekV4Attention::compressed_sparse;
-      region.compressor = pool(config.head_dim, rate, csa);
-      if (csa) region.indexer = pool(ds.index_head_dim, rate, true);
+      region.compressor = pool(config.head_dim, rate, csa, latents);
+      if (csa) region.indexer = pool(ds.index_head_dim, rate, true, DeepseekV4LatentFormat::f32);
     }
     layout.layers_.push_back(region);
   }

@@ -36,6 +36,13 @@
 
 namespace sluice {
 
+// How a block stores the window latents and the compressors' entries (not
+// the indexer's keys nor the pool states, f32 on every backend): f32 (the
+// CPU reference's spans), or bf16 (CUDA's: its attention reads them as bf16,
+// so storing them rounded changes no value it computes with). Regions stay
+// in f32 units: a bf16 region packs two values a float.
+enum class DeepseekV4LatentFormat { f32, bf16 };
+
 // One compressor's geometry and where its regions sit in a layer's area.
 struct DeepseekV4PoolRegion {
   std::int64_t dim = 0;    // one entry's values (head_dim, or index_head_dim for the indexer)
@@ -44,6 +51,7 @@ struct DeepseekV4PoolRegion {
   std::int64_t slots = 0;  // open entries' states kept: 2 with overlap, else 1
   std::int64_t entries_offset = 0;  // floats from the block's start
   std::int64_t state_offset = 0;
+  DeepseekV4LatentFormat entries_format = DeepseekV4LatentFormat::f32;
 
   bool overlapping() const { return width == 2 * dim; }
   std::int64_t state_floats() const { return slots * 3 * dim; }
@@ -95,12 +103,14 @@ class DeepseekV4KvLayout {
  public:
   // Fails, naming the rates, when block_size_tokens is not a multiple of
   // every compress rate the model's layers use.
-  static Result<DeepseekV4KvLayout> make(const ModelConfig& config, std::int32_t block_size_tokens);
+  static Result<DeepseekV4KvLayout> make(const ModelConfig& config, std::int32_t block_size_tokens,
+                                         DeepseekV4LatentFormat latents = DeepseekV4LatentFormat::f32);
 
   std::int32_t block_size_tokens() const { return block_size_tokens_; }
   std::int64_t head_dim() const { return head_dim_; }
   // Window latents a block keeps per layer: min(block_size, sliding_window).
   std::int32_t window_slots() const { return window_slots_; }
+  DeepseekV4LatentFormat latent_format() const { return latent_format_; }
   const DeepseekV4LayerRegion& layer(std::size_t l) const { return layers_[l]; }
   std::size_t num_layers() const { return layers_.size(); }
   // Every layer's regions together: one block's floats.
@@ -115,6 +125,7 @@ class DeepseekV4KvLayout {
   std::int64_t head_dim_ = 0;
   std::int32_t sliding_window_ = 0;
   std::int32_t window_slots_ = 0;
+  DeepseekV4LatentFormat latent_format_ = DeepseekV4LatentFormat::f32;
   std::vector<DeepseekV4LayerRegion> layers_;
   std::int64_t floats_per_block_ = 0;
 };

@@ -4,6 +4,12 @@
 
 namespace sluice {
 
+DeepseekV4PagedState::DeepseekV4PagedState(const DeepseekV4KvLayout& layout, Ops& ops,
+                                           std::span<const BlockId> block_table)
+    : layout_(&layout), ops_(&ops), block_table_(block_table) {
+  SLUICE_CHECK(layout.latent_format() == DeepseekV4LatentFormat::f32);
+}
+
 void DeepseekV4PagedState::reserve(std::int64_t num_tokens) {
   const std::int64_t bs = layout_->block_size_tokens();
   SLUICE_CHECK_LE((num_tokens + bs - 1) / bs, static_cast<std::int64_t>(block_table_.size()));

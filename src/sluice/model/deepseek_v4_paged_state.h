@@ -17,10 +17,10 @@ namespace sluice {
 
 class DeepseekV4PagedState final : public DeepseekV4SequenceState {
  public:
-  // `layout`, `ops` (whose model-defined KV cache holds the blocks) and the
-  // table must outlive this view; it holds no state of its own.
-  DeepseekV4PagedState(const DeepseekV4KvLayout& layout, Ops& ops, std::span<const BlockId> block_table)
-      : layout_(&layout), ops_(&ops), block_table_(block_table) {}
+  // `layout` (f32 latents: this view hands out f32 spans), `ops` (whose
+  // model-defined KV cache holds the blocks) and the table must outlive this
+  // view; it holds no state of its own.
+  DeepseekV4PagedState(const DeepseekV4KvLayout& layout, Ops& ops, std::span<const BlockId> block_table);
 
   void reserve(std::int64_t num_tokens) override;
   std::span<float> window_latent(std::int32_t layer, std::int64_t position) override;

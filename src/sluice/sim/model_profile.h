@@ -106,8 +106,8 @@ struct ModelProfile {
   std::int32_t kv_default_block_tokens = 0;    // serve's block size without --block-size (0: the engine's 16)
   // What sluice's CUDA server allocates a token today, in blocks of
   // kv_default_block_tokens, where that is not the layout above (DeepSeek-V4:
-  // the CPU's f32 block area, each block's last window and pending rings
-  // included, docs/kv-v4.md); 0: the same.
+  // its block area, each block's last window and pool states included,
+  // docs/kv-v4.md); 0: the same.
   double kv_bytes_per_token_served = 0;
 
   // Host-resident tables (DeepSeek Engram): held in host RAM, rows fetched per token.
@@ -190,8 +190,9 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape);
 ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig& config);
 
 // DeepSeek-V4's KV bytes a token as sluice's CUDA server holds them today, in
-// blocks of `block_size_tokens` (a multiple of its compress rates): the CPU's
-// f32 block area over the block's tokens (docs/kv-v4.md).
+// blocks of `block_size_tokens` (a multiple of its compress rates): its block
+// area (bf16 latents and entries, f32 index keys and pool states) over the
+// block's tokens (docs/kv-v4.md).
 double deepseek_v4_served_kv_bytes_per_token(const ModelConfig& config, std::int32_t block_size_tokens);
 
 // Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3,

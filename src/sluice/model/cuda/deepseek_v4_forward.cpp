@@ -920,12 +920,15 @@ struct Step {
   }
 };
 
+Dt latent_dt(DeepseekV4LatentFormat format) { return format == DeepseekV4LatentFormat::bf16 ? kBf16Dt : kF32Dt; }
+
 // A compressor's entries (an index key's for the indexer) as a paged site.
 V4PagedRegion entry_region(const DeepseekV4PoolRegion& r) {
   return {.site = V4PagedSite::entry,
           .offset = r.entries_offset,
           .count = static_cast<std::int32_t>(r.dim),
-          .rate = static_cast<std::int32_t>(r.rate)};
+          .rate = static_cast<std::int32_t>(r.rate),
+          .dt = latent_dt(r.entries_format)};
 }
 
 // What every sub-layer needs: weights, the step, the blocks, scratch, GEMMs, the stream.
@@ -1090,8 +1093,11 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   p.linear(x16, L.wkv, n, kv);
   launch_v4_rms_norm_f32(kv, n, hd, L.kv_norm.get(), eps, s);
   launch_v4_rope_tail_f32(kv, n, 1, hd, positions, rope, false, s);
-  const V4PagedRegion window_region{
-      .site = V4PagedSite::window, .offset = L.window_offset, .count = hd, .slots = p.w.layout->window_slots()};
+  const V4PagedRegion window_region{.site = V4PagedSite::window,
+                                    .offset = L.window_offset,
+                                    .count = hd,
+                                    .slots = p.w.layout->window_slots(),
+                                    .dt = latent_dt(p.w.layout->latent_format())};
   if (L.compressor) compress_step(p, *L.compressor, x16);
 
   // CSA: the indexer's picks among the visible entries.

@@ -229,6 +229,8 @@ struct V4BlockTables {
 //                 `slots` = min(block size, sliding window) latents);
 //   entry         compressed entry `index` (window index * rate is its first
 //                 position), count = dim: a CSA/HCA entry or an index key.
+// Values are `dt` (an index key's f32), `count` of them an item, items packed
+// from `offset` (in floats) on.
 enum class V4PagedSite : std::int32_t { window, entry };
 struct V4PagedRegion {
   V4PagedSite site = V4PagedSite::window;
@@ -236,6 +238,7 @@ struct V4PagedRegion {
   std::int32_t count = 0;   // floats an item
   std::int32_t rate = 0;    // entry sites
   std::int32_t slots = 0;   // window site: DeepseekV4KvLayout::window_slots()
+  Dt dt{};                  // how the values are stored: f32 (value-initialised) or bf16 (DeepseekV4LatentFormat)
 };
 
 // Copies items between a dense buffer [items, count] and their places in the

@@ -23,36 +23,40 @@ constexpr int kIndexKeyWarps = 8;
 constexpr int kIndexKeysPerWarp = 32;
 constexpr int kIndexKeysInFlight = 8;
 
-// The floats of `index` (a position, or an entry index) in its block, as
-// DeepseekV4PagedState::{window_latent, entry} place them.
-__device__ __forceinline__ float* paged_item(const V4PagedBlocks& b, const V4BlockTables& t, int table,
-                                             const V4PagedRegion& r, std::int64_t index) {
-  std::int64_t position = index, offset = r.offset;
+__device__ __forceinline__ int value_bytes(Dt dt) { return dt == Dt::f32 ? 4 : 2; }
+
+// The values (r.dt) of `index` (a position, or an entry index) in its block,
+// as DeepseekV4PagedState::{window_latent, entry} place them.
+__device__ __forceinline__ void* paged_item(const V4PagedBlocks& b, const V4BlockTables& t, int table,
+                                            const V4PagedRegion& r, std::int64_t index) {
+  std::int64_t position = index, slot = 0;
   switch (r.site) {
     case V4PagedSite::window:
-      offset += position % r.slots * r.count;
+      slot = position % r.slots;
       break;
     case V4PagedSite::entry:
       position = index * r.rate;
-      offset += position % b.block_size / r.rate * r.count;
+      slot = position % b.block_size / r.rate;
       break;
   }
+  const std::int64_t item_bytes = static_cast<std::int64_t>(r.count) * value_bytes(r.dt);
+  const std::int64_t offset = r.offset * 4 + slot * item_bytes;
   const std::int64_t block_index = position / b.block_size;
-  if (position < 0 || block_index >= t.table_len[table] || offset + r.count > b.floats_per_block) __trap();
+  if (position < 0 || block_index >= t.table_len[table] || offset + item_bytes > b.floats_per_block * 4) __trap();
   const std::int32_t block = t.block_ids[t.table_begin[table] + block_index];
   if (block < 0 || block >= b.num_blocks) __trap();
-  return b.data + static_cast<std::int64_t>(block) * b.floats_per_block + offset;
+  return reinterpret_cast<char*>(b.data + static_cast<std::int64_t>(block) * b.floats_per_block) + offset;
 }
 
 __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs a) {
   const int item = blockIdx.x;
-  float* paged = paged_item(a.blocks, a.tables, item, a.region, a.index[item]);
+  void* paged = paged_item(a.blocks, a.tables, item, a.region, a.index[item]);
   const std::int64_t base = static_cast<std::int64_t>(a.dense_row != nullptr ? a.dense_row[item] : item) * a.region.count;
   for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
     if (a.to_blocks)
-      paged[c] = load_f(a.dense, a.dense_dt, base + c);
+      store_f(paged, a.region.dt, c, load_f(a.dense, a.dense_dt, base + c));
     else
-      store_f(a.dense, a.dense_dt, base + c, paged[c]);
+      store_f(a.dense, a.dense_dt, base + c, load_f(paged, a.region.dt, c));
   }
 }
 
@@ -70,7 +74,7 @@ __device__ __forceinline__ int sequence_of_key(const V4IndexKeysArgs& a, int key
 __global__ void __launch_bounds__(kThreads) v4_gather_index_keys_kernel(V4IndexKeysArgs a) {
   const int key = blockIdx.x;
   const int lo = sequence_of_key(a, key);
-  const float* src = paged_item(a.blocks, a.tables, lo, a.region, key - a.sequence_key_begin[lo]);
+  const auto* src = static_cast<const float*>(paged_item(a.blocks, a.tables, lo, a.region, key - a.sequence_key_begin[lo]));
   for (int c = threadIdx.x; c < a.region.count; c += kThreads)
     a.keys[static_cast<std::int64_t>(key) * a.region.count + c] = src[c];
 }
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3
   if (lane < count) {
     const int key = first + lane;
     const int sequence = sequence_of_key(a, key);
-    mine = paged_item(a.blocks, a.tables, sequence, a.region, key - a.sequence_key_begin[sequence]);
+    mine = static_cast<const float*>(paged_item(a.blocks, a.tables, sequence, a.region, key - a.sequence_key_begin[sequence]));
   }
   for (int batch = 0; batch < count; batch += kIndexKeysInFlight) {
     float4 v[kIndexKeysInFlight];
@@ -160,17 +164,22 @@ __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysAr
     if (j == 0) a.num_keys[r] = static_cast<std::int32_t>(total);
   }
   if (j >= total) return;
-  const float* src;
+  const void* src;
+  Dt dt = Dt::f32;
   if (j < window_keys) {
     src = a.fresh != nullptr ? fresh_latent(a, a.fresh_first_row[r], first + j) : nullptr;
-    if (src == nullptr) src = paged_item(a.blocks, a.tables, r, a.window, first + j);
+    if (src == nullptr) {
+      src = paged_item(a.blocks, a.tables, r, a.window, first + j);
+      dt = a.window.dt;
+    }
   } else {
     const std::int64_t e = j - window_keys;
     const std::int64_t index = a.selected != nullptr ? a.selected[static_cast<std::int64_t>(r) * a.top_k + e] : e;
     src = paged_item(a.blocks, a.tables, r, a.entries, index);
+    dt = a.entries.dt;
   }
   const int dim = a.window.count;
-  for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, out_row * dim + c, src[c]);
+  for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, out_row * dim + c, load_f(src, dt, c));
 }
 
 // Block i: pool row i, of the last sequence whose pool begins at or before it.
@@ -183,16 +192,22 @@ __global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs
     else hi = mid;
   }
   const int local = i - k.pool_begin[lo];
-  const float* src;
+  const void* src;
+  Dt dt = Dt::f32;
   if (local < k.window_count[lo]) {
     const std::int64_t position = k.window_first[lo] + local;
     src = a.fresh != nullptr ? fresh_latent(a, k.first_row[lo], position) : nullptr;
-    if (src == nullptr) src = paged_item(a.blocks, k.tables, lo, a.window, position);
+    if (src == nullptr) {
+      src = paged_item(a.blocks, k.tables, lo, a.window, position);
+      dt = a.window.dt;
+    }
   } else {
     src = paged_item(a.blocks, k.tables, lo, a.entries, local - k.window_count[lo]);
+    dt = a.entries.dt;
   }
   const int dim = a.window.count;
-  for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c, src[c]);
+  for (int c = threadIdx.x; c < dim; c += kThreads)
+    store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c, load_f(src, dt, c));
 }
 
 // Block (j / kThreads, r): row r's key rows in the pool, in v4_gather_keys_kernel's order.
@@ -224,6 +239,7 @@ void check_blocks(const V4PagedBlocks& b, const V4BlockTables& t) {
 
 void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
   SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
+  SLUICE_CHECK(r.dt == Dt::f32 || (r.dt == Dt::bf16 && r.count % 2 == 0));  // items stay 4-byte aligned
   if (r.site == V4PagedSite::window) SLUICE_CHECK(r.slots > 0);
   else SLUICE_CHECK(r.rate > 0);
 }
@@ -257,7 +273,7 @@ void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream) {
 void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t stream) {
   check_blocks(args.blocks, args.tables);
   check_region(args.region, args.blocks.floats_per_block);
-  SLUICE_CHECK(args.region.site == V4PagedSite::entry);
+  SLUICE_CHECK(args.region.site == V4PagedSite::entry && args.region.dt == Dt::f32);
   SLUICE_CHECK(args.num_keys >= 0 && args.num_sequences > 0 && args.sequence_key_begin != nullptr &&
                args.keys != nullptr);
   if (args.num_keys == 0) return;
@@ -268,7 +284,8 @@ void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t strea
 void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t stream) {
   check_blocks(args.blocks, args.tables);
   check_region(args.region, args.blocks.floats_per_block);
-  SLUICE_CHECK(args.region.site == V4PagedSite::entry && args.region.count == kV4IndexHeadDim);
+  SLUICE_CHECK(args.region.site == V4PagedSite::entry && args.region.count == kV4IndexHeadDim &&
+               args.region.dt == Dt::f32);
   SLUICE_CHECK(args.num_keys >= 0 && args.num_sequences > 0 && args.sequence_key_begin != nullptr &&
                args.codes != nullptr && args.scales != nullptr);
   SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.codes) % 4 == 0);
