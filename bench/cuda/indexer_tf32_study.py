@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 # The DeepSeek-V4 indexer's head sum with tf32 inputs (docs/deepseek-v4-cuda.md,
 # session 24: a tensor-core head sum would feed the relu'd scores to a tf32 MMA,
 # which reads 10 mantissa bits): on random rows of V4-Flash's shape (64 heads x
