@@ -16,7 +16,6 @@
 #include "sluice/cli/commands.h"
 #include "sluice/common/check.h"
 #include "sluice/engine/engine.h"
-#include "sluice/model/config.h"
 #include "sluice/sim/engine_replay.h"
 #include "sluice/sim/hardware.h"
 #include "sluice/sim/memory_plan.h"
@@ -286,12 +285,9 @@ void run_plan(const PlanOptions& o) {
   }
   const std::int32_t block_size = block_size_for(o, profile);
   // DeepSeek-V4's bytes as served depend on the block size (each block keeps
-  // one window and its pending rings): price the one asked for.
-  if (profile.kv_bytes_per_token_served > 0 && block_size != profile.kv_default_block_tokens) {
-    auto config = load_model_config(o.model_dir);
-    if (!config) fail(kExitBadInput, config.error_message());
-    profile.kv_bytes_per_token_served = sim::deepseek_v4_served_kv_bytes_per_token(*config, block_size);
-  }
+  // one window and its pool states): priced at the one asked for.
+  const double served_bytes_per_token =
+      profile.kv_bytes_per_token_served ? profile.kv_bytes_per_token_served(block_size) : 0.0;
   const sim::MemoryOptions memory_options{.gpu_memory_utilization = o.gpu_memory_utilization,
                                           .kv_cache_dtype = dtype,
                                           .max_num_seqs = o.max_num_seqs,
@@ -334,11 +330,10 @@ void run_plan(const PlanOptions& o) {
                 profile.kv_state_bytes_per_sequence / 1e6);
   }
   std::printf("\n");
-  if (profile.kv_bytes_per_token_served > 0)
+  if (served_bytes_per_token > 0)
     std::printf("  KV as served      sluice's CUDA server holds this cache in blocks of %d today (bf16 latents, f32 "
                 "index keys): %.0f B per token (%.1fx the layout above, which the capacity below assumes)\n",
-                block_size, profile.kv_bytes_per_token_served,
-                profile.kv_bytes_per_token_served / profile.kv_bytes_per_token);
+                block_size, served_bytes_per_token, served_bytes_per_token / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),
               gb(hardware.hbm_capacity_bytes), o.gpu_memory_utilization);
   std::printf("  weights           %8.1f GB\n", gb(mem.weight_bytes));
@@ -359,9 +354,9 @@ void run_plan(const PlanOptions& o) {
   }
   std::printf("KV capacity         %lld tokens (%d blocks of %d)\n", static_cast<long long>(mem.kv_capacity_tokens),
               mem.num_kv_blocks, block_size);
-  if (profile.kv_bytes_per_token_served > 0 && par.num_gpus == 1)
+  if (served_bytes_per_token > 0 && par.num_gpus == 1)
     std::printf("  as served today  %lld tokens in the same %.1f GB (sluice's CUDA server, one GPU)\n",
-                static_cast<long long>(mem.kv_bytes / profile.kv_bytes_per_token_served), gb(mem.kv_bytes));
+                static_cast<long long>(mem.kv_bytes / served_bytes_per_token), gb(mem.kv_bytes));
   const std::int64_t per_replica_tokens = mem.kv_capacity_tokens / par.data_parallel();
   if (per_replica_tokens < max_model_len) {
     std::printf("DOES NOT FIT: one sequence of --max-model-len %d tokens needs more KV than an attention replica "

@@ -136,14 +136,12 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   // The CUDA forward keeps its own block area (bf16 latents and entries, f32
   // index keys and pool states), not the records above, in serve's default blocks.
   p.kv_default_block_tokens = deepseek_v4_default_block_size(config);
-  p.kv_bytes_per_token_served = deepseek_v4_served_kv_bytes_per_token(config, p.kv_default_block_tokens);
+  p.kv_bytes_per_token_served = [config](std::int32_t block_size_tokens) {
+    auto served = DeepseekV4KvLayout::make(config, block_size_tokens, DeepseekV4LatentFormat::bf16);
+    SLUICE_CHECK(served.ok());
+    return static_cast<double>(served->floats_per_block()) * kF32Bytes / block_size_tokens;
+  };
   return p;
-}
-
-double deepseek_v4_served_kv_bytes_per_token(const ModelConfig& config, std::int32_t block_size_tokens) {
-  auto layout = DeepseekV4KvLayout::make(config, block_size_tokens, DeepseekV4LatentFormat::bf16);
-  SLUICE_CHECK(layout.ok());
-  return static_cast<double>(layout->floats_per_block()) * kF32Bytes / block_size_tokens;
 }
 
 }  // namespace sluice::sim

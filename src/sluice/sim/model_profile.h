@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -104,11 +105,11 @@ struct ModelProfile {
   double kv_state_bytes_per_sequence = 0;  // window rings and compressor tails, per sequence
   std::int32_t kv_block_alignment_tokens = 1;  // a block size must be a multiple (DeepSeek-V4: its compress rates)
   std::int32_t kv_default_block_tokens = 0;    // serve's block size without --block-size (0: the engine's 16)
-  // What sluice's CUDA server allocates a token today, in blocks of
-  // kv_default_block_tokens, where that is not the layout above (DeepSeek-V4:
-  // its block area, each block's last window and pool states included,
-  // docs/kv-v4.md); 0: the same.
-  double kv_bytes_per_token_served = 0;
+  // What sluice's CUDA server allocates a token today in blocks of the given
+  // size, where that is not the layout above (DeepSeek-V4: its block area,
+  // each block's last window and pool states included, docs/kv-v4.md); empty:
+  // the same.
+  std::function<double(std::int32_t block_size_tokens)> kv_bytes_per_token_served;
 
   // Host-resident tables (DeepSeek Engram): held in host RAM, rows fetched per token.
   double host_table_bytes = 0;
@@ -189,11 +190,6 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape);
 // kernels were measured at (deepseek_v4_kernels is set).
 ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig& config);
 
-// DeepSeek-V4's KV bytes a token as sluice's CUDA server holds them today, in
-// blocks of `block_size_tokens` (a multiple of its compress rates): its block
-// area (bf16 latents and entries, f32 index keys and pool states) over the
-// block's tokens (docs/kv-v4.md).
-double deepseek_v4_served_kv_bytes_per_token(const ModelConfig& config, std::int32_t block_size_tokens);
 
 // Reads DIR/config.json (llama, mistral, qwen2, qwen3, deepseek_v3,
 // deepseek_v4; model/config.h) into a profile: dense family in bf16,
