@@ -382,8 +382,8 @@ void DeepseekV4Reference::compress(std::int32_t layer_index, DeepseekV4Pool pool
     DeepseekV4SequenceState& state = *rows.states[r];
     const std::int64_t p = rows.positions[r], w = p / rate, slot = p % rate;
     auto feed = [&](std::int64_t entry, std::int64_t half) {
-      const std::int64_t first = overlap && entry > 0 ? (entry - 1) * rate : entry * rate;
-      const std::span<float> pool_state = continue_pool_state(state, layer_index, pool, entry, p, first);
+      const std::span<float> pool_state = continue_pool_state(
+          state, layer_index, pool, entry, p, deepseek_v4_entry_first_token(entry, rate, overlap));
       for (std::int64_t ch = 0; ch < dim; ++ch) gates[ch] = gate[r * width + half + ch] + c.ape[slot * width + half + ch];
       deepseek_v4_pool_fold(pool_state, kv.subspan(r * width + half, dim), gates);
     };

@@ -33,6 +33,7 @@
 
 #include "sluice/common/result.h"
 #include "sluice/model/config.h"
+#include "sluice/model/deepseek_v4_pool_fold.h"
 
 namespace sluice {
 
@@ -56,7 +57,7 @@ struct DeepseekV4PoolRegion {
   bool overlapping() const { return width == 2 * dim; }
   std::int64_t state_floats() const { return slots * 3 * dim; }
   // The first and last position whose projections entry `e` pools.
-  std::int64_t first_token(std::int64_t e) const { return overlapping() && e > 0 ? (e - 1) * rate : e * rate; }
+  std::int64_t first_token(std::int64_t e) const { return deepseek_v4_entry_first_token(e, rate, overlapping()); }
   std::int64_t last_token(std::int64_t e) const { return (e + 1) * rate - 1; }
 };
 

@@ -16,6 +16,13 @@
 
 namespace sluice {
 
+// The first position whose projections entry `e` pools: its window's first,
+// or with overlapping windows (CSA) the previous window's. Its last is its
+// window's last, (e + 1) * rate - 1.
+inline std::int64_t deepseek_v4_entry_first_token(std::int64_t e, std::int64_t rate, bool overlap) {
+  return overlap && e > 0 ? (e - 1) * rate : e * rate;
+}
+
 // An open entry before its first token.
 inline void deepseek_v4_pool_init(std::span<float> state) {
   const std::size_t dim = state.size() / 3;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sluice/common/check.h"
+#include "sluice/model/deepseek_v4_pool_fold.h"
 
 namespace sluice {
 
@@ -41,7 +42,7 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
     // The entries the step's tokens feed: their own windows' and, overlapping, the next.
     const std::int64_t last_entry = count == 0 ? first / rate - 1 : (end - 1) / rate + (overlap ? 1 : 0);
     for (std::int64_t e = first / rate; e <= last_entry; ++e) {
-      const std::int64_t opens = overlap && e > 0 ? (e - 1) * rate : e * rate, closes = (e + 1) * rate - 1;
+      const std::int64_t opens = deepseek_v4_entry_first_token(e, rate, overlap), closes = (e + 1) * rate - 1;
       const std::int64_t t0 = std::max(opens, first), t_end = std::min(closes, end - 1);
       if (t0 > t_end) continue;
       for (std::int64_t b = t0 / block_size; b <= t_end / block_size; ++b) {
