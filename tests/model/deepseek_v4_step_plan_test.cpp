@@ -334,7 +334,7 @@ TEST_P(DeepseekV4StepPlanTest, PlannedWindowsAreWhatEachRowSees) {
     for (std::size_t r = 0; r < t.positions.size(); ++r) {
       const std::int32_t q = t.row_sequence[r], id = ids[static_cast<std::size_t>(q)];
       const std::int32_t first_row = plan.row_first_row[r];
-      ASSERT_EQ(first_row, plan.sequence_first_row[static_cast<std::size_t>(q)]);
+      ASSERT_EQ(first_row, t.sequence_row_begin[static_cast<std::size_t>(q)]);
       ASSERT_EQ(t.positions[static_cast<std::size_t>(first_row)], done[static_cast<std::size_t>(id)]);
       DeepseekV4PagedState state(*layout, *plan_ops, tables[static_cast<std::size_t>(id)]);
       const std::int64_t p = t.positions[r];

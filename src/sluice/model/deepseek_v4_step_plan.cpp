@@ -13,6 +13,7 @@ DeepseekV4StepTables DeepseekV4StepTables::make(const StepLayout& layout) {
   for (std::size_t s = 0; s < layout.sequences.size(); ++s) {
     const SequenceLayout& seq = layout.sequences[s];
     SLUICE_CHECK_EQ(seq.row_begin, next_row);  // rows in sequence order, as the forward numbers them
+    t.sequence_row_begin.push_back(next_row);
     next_row += seq.num_rows;
     t.sequence_table_begin.push_back(static_cast<std::int32_t>(t.block_ids.size()));
     t.sequence_table_len.push_back(static_cast<std::int32_t>(seq.block_table.size()));
@@ -24,6 +25,7 @@ DeepseekV4StepTables DeepseekV4StepTables::make(const StepLayout& layout) {
     }
   }
   SLUICE_CHECK_EQ(next_row, layout.num_rows());
+  t.sequence_row_begin.push_back(next_row);
   return t;
 }
 
@@ -31,13 +33,10 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
                                                     bool overlap, std::int32_t block_size) {
   SLUICE_CHECK(rate > 0 && block_size > 0 && block_size % rate == 0);
   DeepseekV4CompressPlan plan;
-  std::int32_t row = 0;  // the step row of the sequence's first new token
   for (std::size_t s = 0; s < tables.sequence_first_position.size(); ++s) {
     const std::int64_t first = tables.sequence_first_position[s];
-    std::int64_t count = 0;
-    while (row + count < static_cast<std::int64_t>(tables.row_sequence.size()) &&
-           tables.row_sequence[static_cast<std::size_t>(row + count)] == static_cast<std::int32_t>(s))
-      ++count;
+    const std::int32_t row = tables.sequence_row_begin[s];  // the step row of the sequence's first new token
+    const std::int64_t count = tables.sequence_row_begin[s + 1] - row;
     const std::int64_t end = first + count;  // the next step's first position
     // The entries the step's tokens feed: their own windows' and, overlapping, the next.
     const std::int64_t last_entry = count == 0 ? first / rate - 1 : (end - 1) / rate + (overlap ? 1 : 0);
@@ -64,7 +63,6 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
         }
       }
     }
-    row += static_cast<std::int32_t>(count);
   }
   return plan;
 }
@@ -72,21 +70,15 @@ DeepseekV4CompressPlan DeepseekV4CompressPlan::make(const DeepseekV4StepTables& 
 DeepseekV4WindowPlan DeepseekV4WindowPlan::make(const DeepseekV4StepTables& tables, std::int32_t window_slots,
                                                 std::int32_t block_size) {
   SLUICE_CHECK(window_slots > 0 && block_size > 0);
-  const std::size_t sequences = tables.sequence_first_position.size();
   DeepseekV4WindowPlan plan;
-  plan.sequence_first_row.assign(sequences, 0);
-  std::vector<std::int32_t> last_position(sequences, -1);
-  for (std::size_t r = 0; r < tables.positions.size(); ++r) {  // a sequence's rows are consecutive
-    const auto q = static_cast<std::size_t>(tables.row_sequence[r]);
-    if (last_position[q] < 0) plan.sequence_first_row[q] = static_cast<std::int32_t>(r);
-    last_position[q] = tables.positions[r];
-    plan.row_first_row.push_back(plan.sequence_first_row[q]);
-  }
   for (std::size_t r = 0; r < tables.positions.size(); ++r) {
+    const auto q = static_cast<std::size_t>(tables.row_sequence[r]);
+    const std::int32_t first_row = tables.sequence_row_begin[q];
+    const std::int32_t last_position = tables.sequence_first_position[q] + tables.sequence_row_begin[q + 1] - first_row - 1;
+    plan.row_first_row.push_back(first_row);
     const std::int32_t p = tables.positions[r];
     const std::int32_t next = p + window_slots;  // the next position in p's slot of p's block
-    if (next <= last_position[static_cast<std::size_t>(tables.row_sequence[r])] && next / block_size == p / block_size)
-      continue;
+    if (next <= last_position && next / block_size == p / block_size) continue;
     plan.store_row.push_back(static_cast<std::int32_t>(r));
   }
   return plan;

@@ -27,6 +27,7 @@ struct DeepseekV4StepTables {
   std::vector<std::int32_t> sequence_table_begin;  // [sequences]
   std::vector<std::int32_t> sequence_table_len;    // [sequences]
   std::vector<std::int32_t> sequence_first_position;  // [sequences]: num_computed_tokens
+  std::vector<std::int32_t> sequence_row_begin;    // [sequences + 1]: sequence s has rows [begin[s], begin[s + 1])
   std::vector<std::int32_t> row_sequence;          // [rows]
   std::vector<std::int32_t> positions;             // [rows]
 
@@ -70,10 +71,10 @@ struct DeepseekV4CompressPlan {
 // before the step from the blocks and the step's own from its rows (the
 // gather's `fresh` buffer), then stores, of the rows that map to one slot of
 // one block, only the last: the latent the reference's row-by-row stores leave.
+// (A sequence's first row is DeepseekV4StepTables::sequence_row_begin.)
 struct DeepseekV4WindowPlan {
-  std::vector<std::int32_t> row_first_row;       // [rows]: the row of its sequence's first position this step
-  std::vector<std::int32_t> sequence_first_row;  // [sequences]
-  std::vector<std::int32_t> store_row;           // the rows whose latents are stored, ascending
+  std::vector<std::int32_t> row_first_row;  // [rows]: the row of its sequence's first position this step
+  std::vector<std::int32_t> store_row;      // the rows whose latents are stored, ascending
 
   static DeepseekV4WindowPlan make(const DeepseekV4StepTables& tables, std::int32_t window_slots,
                                    std::int32_t block_size);

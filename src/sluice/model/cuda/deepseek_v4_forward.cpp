@@ -877,7 +877,7 @@ struct Step {
       store_sequence.push_back(t.row_sequence[static_cast<std::size_t>(row)]);
     }
     row_first_row = ints.add(plan.row_first_row);
-    sequence_first_row = ints.add(plan.sequence_first_row);
+    sequence_first_row = ints.add(t.sequence_row_begin);
     window_store_position = ints.add(store_position);
     window_store_row = ints.add(plan.store_row);
     window_store_tables = tables_of(store_sequence);
