@@ -47,6 +47,10 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p) {
   return v;
 }
 
+// The scale of a block of values quantized to e4m3: its amax over e4m3's
+// largest, 448 (1 for an all-zero block).
+__device__ __forceinline__ float e4m3_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
+
 // A float's bits reordered so that unsigned order is float order, -0 and +0
 // equal (the top-k selections compare floats, so they tie).
 __device__ __forceinline__ std::uint32_t float_order_key(float v) {

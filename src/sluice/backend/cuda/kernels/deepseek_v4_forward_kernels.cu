@@ -134,7 +134,7 @@ __global__ void quantize_e4m3_kernel(const float* in, std::int32_t width, std::u
   __syncthreads();
   float top = 0.0f;
   for (int w = 0; w < static_cast<int>((blockDim.x + 31) / 32); ++w) top = fmaxf(top, scratch[w]);
-  const float s = top > 0.0f ? top / 448.0f : 1.0f;
+  const float s = e4m3_scale(top);
   for (int i = threadIdx.x; i < width; i += blockDim.x)
     out[row * width + i] = __nv_fp8_e4m3(p[i] / s).__x;
   if (threadIdx.x == 0) scale[row] = s;

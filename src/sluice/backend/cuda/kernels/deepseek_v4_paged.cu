@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3
       const int key = first + batch + i;
       const float amax =
           warp_max(fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      const float s = e4m3_scale(amax);
       const std::uint32_t word = static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].x / s).__x) |
                                  static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].y / s).__x) << 8 |
                                  static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].z / s).__x) << 16 |
@@ -130,9 +130,11 @@ __global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3
 }
 
 // The step's own latent of `position` when the sequence whose first row this
-// step is `first_row` has reached it this step, else null (read the blocks).
-__device__ __forceinline__ const float* fresh_latent(const V4GatherKeysArgs& a, int first_row, std::int64_t position) {
+// step is first_rows[i] has reached it this step, else null (read the blocks).
+__device__ __forceinline__ const float* fresh_latent(const V4GatherKeysArgs& a, const std::int32_t* first_rows, int i,
+                                                     std::int64_t position) {
   if (a.fresh == nullptr) return nullptr;
+  const int first_row = first_rows[i];
   const std::int64_t first_position = a.positions[first_row];
   if (position < first_position) return nullptr;
   return a.fresh + (first_row + (position - first_position)) * static_cast<std::int64_t>(a.window.count);
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysAr
   const void* src;
   Dt dt = Dt::f32;
   if (j < window_keys) {
-    src = a.fresh != nullptr ? fresh_latent(a, a.fresh_first_row[r], first + j) : nullptr;
+    src = fresh_latent(a, a.fresh_first_row, r, first + j);
     if (src == nullptr) {
       src = paged_item(a.blocks, a.tables, r, a.window, first + j);
       dt = a.window.dt;
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs
   Dt dt = Dt::f32;
   if (local < k.window_count[lo]) {
     const std::int64_t position = k.window_first[lo] + local;
-    src = a.fresh != nullptr ? fresh_latent(a, k.first_row[lo], position) : nullptr;
+    src = fresh_latent(a, k.first_row, lo, position);
     if (src == nullptr) {
       src = paged_item(a.blocks, k.tables, lo, a.window, position);
       dt = a.window.dt;

@@ -37,9 +37,6 @@ __device__ __forceinline__ std::int64_t scale_index(std::int64_t row, std::int64
   return num_col_blocks * first + col_block * count + (row - first);
 }
 
-// A 1x128 block's scale: amax over e4m3's largest (1 for a zero block), the host's rule.
-__device__ __forceinline__ float block_scale(float amax) { return amax > 0.0f ? amax / kFp8E4m3Max : 1.0f; }
-
 // k a multiple of 128 (the GEMMs' case): a half-warp a 1x128 block, 8 values
 // a lane (one 16-byte load, one 8-byte store), kPassesPerWarp blocks a
 // half-warp with every load issued before any block is reduced: a warp of
@@ -83,7 +80,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));  // within the half
     if (item >= items) continue;
-    const float scale = block_scale(amax);
+    const float scale = e4m3_scale(amax);
     std::uint32_t packed[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -116,7 +113,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
-  const float scale = block_scale(amax);
+  const float scale = e4m3_scale(amax);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::int64_t col = col_block * kBlockCols + i * 32 + lane;
