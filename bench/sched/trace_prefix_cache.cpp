@@ -367,6 +367,10 @@ int main(int argc, char** argv) {
       g_reuse_depth_weight = std::stod(argv[i + 1]);
     } else if (flag == "--block-size") {
       g_block_tokens = static_cast<std::int32_t>(std::stol(argv[i + 1]));
+      if (g_block_tokens <= 0) {
+        std::fprintf(stderr, "--block-size must be a positive number of tokens\n");
+        return 2;
+      }
     } else if (flag == "--host-kv-tokens") {
       g_host_kv_tokens = std::stoll(argv[i + 1]);
     } else if (flag == "--host-min-hits") {

@@ -117,6 +117,25 @@ TEST_F(Cli, DeepseekV4CheckpointGeneratesOnCpu) {
       << split.output;
 }
 
+// serve gives DeepSeek-V4 blocks of 1024 tokens unless --block-size says
+// otherwise (deepseek_v4_default_block_size; docs/kv-v4.md), and refuses one
+// that splits a compression window.
+TEST_F(Cli, ServeGivesDeepseekV4ItsDefaultBlockSize) {
+  const std::string dir = testing::scratch_dir("cli-deepseek-v4-serve");
+  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
+                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto by_default = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only");
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.output;
+  EXPECT_NE(by_default.output.find("KV blocks of 1024 tokens"), std::string::npos) << by_default.output;
+  auto asked = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only --block-size 32");
+  ASSERT_EQ(asked.exit_code, 0) << asked.output;
+  EXPECT_NE(asked.output.find("KV blocks of 32 tokens"), std::string::npos) << asked.output;
+  auto split = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only --block-size 8");
+  EXPECT_NE(split.exit_code, 0);
+  EXPECT_NE(split.output.find("--block-size 8: deepseek_v4 needs a multiple of 16"), std::string::npos) << split.output;
+}
+
 TEST_F(Cli, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + *model_dir_ +
                            " --prompt-ids 9,8,7 --max-tokens 12 --ignore-eos --temperature 1.0 --top-p 0.9 --seed ";
