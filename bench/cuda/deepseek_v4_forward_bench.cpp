@@ -254,7 +254,7 @@ int baseline(int argc, char** argv) {
     return 1;
   }
   constexpr std::int32_t kBlock = 128;
-  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4LatentFormat::bf16);
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4KvFormats::cuda());
   auto device = cuda::DeepseekV4DeviceForward::upload(**reference, *layout);
   if (!device.ok()) {
     std::fprintf(stderr, "upload: %s\n", device.error_message().c_str());
@@ -367,7 +367,7 @@ int flash(int argc, char** argv) {
     return 1;
   }
   constexpr std::int32_t kBlock = 128;
-  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4LatentFormat::bf16);
+  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4KvFormats::cuda());
   if (!layout.ok()) {
     std::fprintf(stderr, "layout: %s\n", layout.error_message().c_str());
     return 1;
@@ -525,13 +525,15 @@ int flash_formats(int argc, char** argv) {
     return 1;
   }
   constexpr std::int32_t kBlock = 128;
-  auto layout = DeepseekV4KvLayout::make(*config, kBlock, DeepseekV4LatentFormat::bf16);
-  if (!layout.ok()) return 1;
   const DeepseekV4Config& ds = *config->deepseek_v4;
+  // The session-17 indexer reads f32 index keys; the others the served e4m3 records.
+  constexpr DeepseekV4KvFormats kF32IndexKeys{.latents = DeepseekV4ValueFormat::bf16,
+                                              .index_keys = DeepseekV4ValueFormat::f32};
   struct Format {
     const char* name;
     bool as_bf16;
     cuda::DeepseekV4DeviceOptions options;
+    DeepseekV4KvFormats kv = DeepseekV4KvFormats::cuda();
   };
   const Format formats[] = {
       {"bf16 (the FP8/FP4 values)", true, {}},
@@ -545,7 +547,7 @@ int flash_formats(int argc, char** argv) {
       // The default but for session 17's indexer (the f32 key pool, quantized apart, CUDA-core
       // scores): the A/B of the one-pass records and the tensor-core scores (session 18).
       {"FP8 default, session-17 indexer (f32 pool + quantize, CUDA-core scores)", false,
-       {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores}},
+       {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores}, kF32IndexKeys},
       // The default but for session 18's indexer scores at prefill too (mma.sync on f16): the A/B of the
       // warpgroup-MMA scores (session 21).
       {"FP8 default, session-18 indexer scores (mma.sync) at prefill", false,
@@ -561,7 +563,11 @@ int flash_formats(int argc, char** argv) {
       // Both of session 17's kernels.
       {"FP8 default, session-17 indexer and CUDA-core attention", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores,
-        .attention = cuda::DeepseekV4AttentionKernel::cuda_cores}},
+        .attention = cuda::DeepseekV4AttentionKernel::cuda_cores},
+       kF32IndexKeys},
+      // The default over f32 index keys, its records made from them at every step's gather (sessions
+      // 18-24): the A/B of the records stored once as entries are emitted (session 25).
+      {"FP8 default, f32 index keys quantized at the gather", false, {}, kF32IndexKeys},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;
@@ -581,6 +587,8 @@ int flash_formats(int argc, char** argv) {
     if ((profile != 0 || argc > 6) && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end())
       continue;
     const auto t0 = Clock::now();
+    auto layout = DeepseekV4KvLayout::make(*config, kBlock, f.kv);
+    if (!layout.ok()) return 1;
     auto device = cuda::DeepseekV4DeviceForward::random(
         *config, *layout, 7, cuda::DeepseekV4RandomWeights::fp8_fp4_experts, f.as_bf16, f.options);
     if (!device.ok()) {

@@ -182,7 +182,12 @@ class DeepseekV4DeviceForwardTest : public ::testing::TestWithParam<Case> {
     const Status made = make_model(testing::deepseek_v4_golden_options(dir, kVocab, c.weights));
     ASSERT_TRUE(made.ok()) << made.error_message();
     model_ = load(dir, c.e4m3());
-    auto layout = DeepseekV4KvLayout::make(model_->config, kBlock);
+    // The served formats (bf16 latents, e4m3 index records), but f32 index keys for the
+    // session-17 indexer, which reads them.
+    DeepseekV4KvFormats formats = DeepseekV4KvFormats::cuda();
+    if (c.options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores)
+      formats.index_keys = DeepseekV4ValueFormat::f32;
+    auto layout = DeepseekV4KvLayout::make(model_->config, kBlock, formats);
     ASSERT_TRUE(layout.ok()) << layout.error_message();
     layout_ = std::move(*layout);
     auto device = cuda::DeepseekV4DeviceForward::upload(c.keep_quantized ? *model_->quantized : *model_->reference,

@@ -50,6 +50,7 @@ using cuda::V4PagedRegion;
 using cuda::V4PagedSite;
 using v4_testing::Dev;
 using v4_testing::kBf16;
+using v4_testing::kE4m3;
 using v4_testing::kF32;
 
 constexpr std::int32_t kBlock = 128;
@@ -660,14 +661,15 @@ TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBloc
   EXPECT_EQ(entries, 2 * (393 / 4 + 272 / 4) + (393 / 128 + 272 / 128));
 }
 
-// The CUDA forward's own layout (DeepseekV4LatentFormat::bf16): window
-// latents and CSA/HCA entries stored as bf16, index keys f32. An HCA layer
-// and a CSA layer of V4-Flash in two blocks of 128: the sites read back as
-// their values rounded to bf16 (index keys exact), and the gather hands the
-// sparse attention those same bf16 values, window then every visible entry.
+// The CUDA forward's own layout (DeepseekV4KvFormats::cuda()): window
+// latents and CSA/HCA entries stored as bf16, index keys as e4m3 records. An
+// HCA layer and a CSA layer of V4-Flash in two blocks of 128: the sites read
+// back as their values rounded to bf16, the gather hands the sparse attention
+// those same bf16 values, window then every visible entry, and the indexer's
+// gather copies out the records launch_v4_quantize_e4m3_rows made, bit for bit.
 TEST(DeepseekV4PagedBf16, SitesHoldBf16AndTheGatherReadsThem) {
   const ModelConfig config = five_layer_flash();
-  auto layout = DeepseekV4KvLayout::make(config, kBlock, DeepseekV4LatentFormat::bf16);
+  auto layout = DeepseekV4KvLayout::make(config, kBlock, DeepseekV4KvFormats::cuda());
   ASSERT_TRUE(layout.ok()) << layout.error_message();
   const std::int32_t hd = static_cast<std::int32_t>(layout->head_dim()), window = config.deepseek_v4->sliding_window;
   const Dev<float> area(std::vector<float>(static_cast<std::size_t>(2 * layout->floats_per_block()), 0.0f));
@@ -709,10 +711,61 @@ TEST(DeepseekV4PagedBf16, SitesHoldBf16AndTheGatherReadsThem) {
                          .slots = layout->window_slots(), .dt = kBf16};
   };
   write_and_read(window_of(csa), 2 * kBlock, 61, false);
-  write_and_read(entries_of(*csa.compressor, kBf16), 2 * kBlock / 4, 62, false);
-  write_and_read(entries_of(*csa.indexer, kF32), 2 * kBlock / 4, 63, true);
+  const std::vector<float> csa_entries = write_and_read(entries_of(*csa.compressor, kBf16), 2 * kBlock / 4, 62, false);
   const std::vector<float> latents = write_and_read(window_of(hca), 2 * kBlock, 64, false);
   const std::vector<float> entries = write_and_read(entries_of(*hca.compressor, kBf16), 2, 65, false);
+
+  // The CSA layer's index keys: stored as records, then gathered for two
+  // sequences over the same blocks (keys 0-9 the first's entries 0-9, keys
+  // 10-73 the second's 0-63).
+  {
+    const DeepseekV4PoolRegion& ix = *csa.indexer;
+    ASSERT_EQ(ix.entries_format, DeepseekV4ValueFormat::e4m3_scaled);
+    const std::int32_t n = 2 * kBlock / 4, dim = static_cast<std::int32_t>(ix.dim);
+    const Dev<float> f32_keys(v4_testing::uniform(static_cast<std::size_t>(n) * dim, 63, -3.0f, 3.0f));
+    const Dev<std::uint8_t> codes(static_cast<std::size_t>(n) * dim);
+    const Dev<float> scales(static_cast<std::size_t>(n));
+    cuda::launch_v4_quantize_e4m3_rows(f32_keys.get(), n, dim, codes.get(), scales.get(), nullptr);
+    std::vector<std::int32_t> index(static_cast<std::size_t>(n));
+    std::iota(index.begin(), index.end(), 0);
+    const std::vector<std::int32_t> ids = {0, 1}, begin(index.size(), 0), len(index.size(), 2);
+    const Dev<std::int32_t> d_index(index), d_ids(ids), d_begin(begin), d_len(len);
+    const cuda::V4BlockTables tables{.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()};
+    const V4PagedRegion code_region = entries_of(ix, kE4m3);
+    const V4PagedRegion scale_region{.site = V4PagedSite::entry, .offset = ix.scales_offset, .count = 1,
+                                     .rate = static_cast<std::int32_t>(ix.rate), .dt = kF32};
+    cuda::launch_v4_paged_copy({.blocks = blocks, .tables = tables, .region = code_region, .index = d_index.get(),
+                                .dense = codes.get(), .dense_dt = kE4m3, .items = n, .to_blocks = true},
+                               nullptr);
+    cuda::launch_v4_paged_copy({.blocks = blocks, .tables = tables, .region = scale_region, .index = d_index.get(),
+                                .dense = scales.get(), .dense_dt = kF32, .items = n, .to_blocks = true},
+                               nullptr);
+    const std::int32_t first = 10, num_keys = first + n;
+    const std::vector<std::int32_t> key_begin = {0, first, num_keys};
+    const Dev<std::int32_t> d_key_begin(key_begin);
+    const Dev<std::uint8_t> got_codes(static_cast<std::size_t>(num_keys) * dim);
+    const Dev<float> got_scales(static_cast<std::size_t>(num_keys));
+    cuda::launch_v4_gather_index_keys_e4m3({.blocks = blocks, .tables = tables, .region = code_region,
+                                            .scales_region = scale_region, .sequence_key_begin = d_key_begin.get(),
+                                            .num_sequences = 2, .num_keys = num_keys, .codes = got_codes.get(),
+                                            .scales = got_scales.get()},
+                                           nullptr);
+    const std::vector<std::uint8_t> made = codes.host(), got = got_codes.host();
+    const std::vector<float> made_scales = scales.host(), got_scale = got_scales.host();
+    std::vector<std::uint8_t> want(made.begin(), made.begin() + static_cast<std::ptrdiff_t>(first) * dim);
+    want.insert(want.end(), made.begin(), made.end());
+    std::vector<float> want_scales(made_scales.begin(), made_scales.begin() + first);
+    want_scales.insert(want_scales.end(), made_scales.begin(), made_scales.end());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got_scale, want_scales);
+    // The records share the blocks with the other sites: the CSA entries stored before read back unchanged.
+    const Dev<float> back(csa_entries.size());
+    cuda::launch_v4_paged_copy({.blocks = blocks, .tables = tables, .region = entries_of(*csa.compressor, kBf16),
+                                .index = d_index.get(), .dense = back.get(), .dense_dt = kF32, .items = n,
+                                .to_blocks = false},
+                               nullptr);
+    EXPECT_EQ(back.host(), csa_entries);
+  }
 
   // The HCA layer's key sets for rows at 127, 200 and 255, from the blocks.
   const std::vector<std::int32_t> positions = {127, 200, 255}, ids = {0, 1}, begin(3, 0), len(3, 2);

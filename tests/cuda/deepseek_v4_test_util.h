@@ -20,6 +20,7 @@ namespace sluice::v4_testing {
 using cuda::Dt;
 inline const Dt kF32 = cuda::dt_of(DType::f32);
 inline const Dt kBf16 = cuda::dt_of(DType::bf16);
+inline const Dt kE4m3 = cuda::dt_of(DType::f8_e4m3);
 
 // A device copy of a host vector.
 template <class T>

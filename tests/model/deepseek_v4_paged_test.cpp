@@ -90,6 +90,54 @@ TEST(DeepseekV4KvLayout, ALargeBlockKeepsOnlyItsLastWindow) {
   EXPECT_EQ(small->window_slots(), 256);
 }
 
+// CUDA's formats (DeepseekV4KvFormats::cuda()): latents and entries bf16, each
+// CSA index key as 128 e4m3 codes then, after all of a block's codes, one f32
+// scale: 12,168 B a token at 1024 (the f32 keys took 1,995 more). Every region
+// in turn, none overlapping, the codes 16-byte aligned where the block is.
+TEST(DeepseekV4KvLayout, CudaFormatsStoreIndexKeysAsE4m3Records) {
+  const ModelConfig config = flash_config();
+  auto layout = DeepseekV4KvLayout::make(config, 1024, DeepseekV4KvFormats::cuda());
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  EXPECT_EQ(layout->formats(), DeepseekV4KvFormats::cuda());
+  const std::int64_t floats = 43 * 128 * 512 / 2 + 21 * (256 * 512 / 2 + 2 * 3 * 512 + 256 * 128 / 4 + 256 + 2 * 3 * 128) +
+                              20 * (8 * 512 / 2 + 3 * 512);
+  EXPECT_EQ(layout->floats_per_block(), floats);
+  EXPECT_EQ(floats * 4 / 1024, 12168);
+  std::int64_t next = 0;  // the float after the last region seen
+  for (std::size_t l = 0; l < layout->num_layers(); ++l) {
+    const DeepseekV4LayerRegion& r = layout->layer(l);
+    EXPECT_EQ(r.window_offset, next) << "layer " << l;
+    next = r.window_offset + 128 * 512 / 2;
+    for (const std::optional<DeepseekV4PoolRegion>* pool : {&r.compressor, &r.indexer}) {
+      if (!pool->has_value()) continue;
+      const DeepseekV4PoolRegion& p = **pool;
+      const std::int64_t entries = 1024 / p.rate;
+      EXPECT_EQ(p.entries_offset, next) << "layer " << l;
+      if (pool == &r.indexer) {
+        EXPECT_EQ(p.entries_format, DeepseekV4ValueFormat::e4m3_scaled);
+        EXPECT_EQ(p.entries_offset % 4, 0) << "layer " << l;
+        EXPECT_EQ(p.scales_offset, p.entries_offset + entries * 128 / 4) << "layer " << l;
+        next = p.scales_offset + entries;
+      } else {
+        EXPECT_EQ(p.entries_format, DeepseekV4ValueFormat::bf16);
+        next = p.entries_offset + entries * 512 / 2;
+      }
+      EXPECT_EQ(p.state_offset, next) << "layer " << l;
+      next = p.state_offset + p.state_floats();
+    }
+  }
+  EXPECT_EQ(next, layout->floats_per_block());
+
+  // The kinds each value takes: latents f32 or bf16, index keys f32 or e4m3 records.
+  auto refused = DeepseekV4KvLayout::make(config, 1024, {.index_keys = DeepseekV4ValueFormat::bf16});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error_message().find("index keys are f32 or e4m3"), std::string::npos) << refused.error_message();
+  refused = DeepseekV4KvLayout::make(config, 1024, {.latents = DeepseekV4ValueFormat::e4m3_scaled});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error_message().find("latents and entries are f32 or bf16"), std::string::npos)
+      << refused.error_message();
+}
+
 TEST(DeepseekV4KvLayout, RefusesBlocksThatSplitACompressionWindow) {
   const ModelConfig config = flash_config();
   EXPECT_EQ(deepseek_v4_block_alignment(config), 128);

@@ -66,11 +66,12 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   EXPECT_TRUE(contains(r.output, "blocks of 1024)")) << r.output;  // serve's default for V4
   // The CUDA server's blocks of 1024 today: per layer the block's last window
   // (128 latents of 512, bf16), CSA's entries (256 of 512, bf16) and index
-  // keys (256 of 128, f32) and its two open entries' pool states (2 x 3 x 512,
-  // and x 128, f32), HCA's 8 entries (bf16) and its one state (3 x 512).
-  const double block_bytes = 2.0 * 43 * 128 * 512 + 2.0 * 21 * 256 * 512 + 4.0 * 21 * (2 * 3 * 512 + 256 * 128 + 2 * 3 * 128) +
-                             2.0 * 20 * 8 * 512 + 4.0 * 20 * 3 * 512;
-  const std::string served_at = "holds this cache in blocks of 1024 today (bf16 latents, f32 index keys): ";
+  // keys (256 of 128 e4m3 codes and an f32 scale each) and its two open
+  // entries' pool states (2 x 3 x 512, and x 128, f32), HCA's 8 entries (bf16)
+  // and its one state (3 x 512).
+  const double block_bytes = 2.0 * 43 * 128 * 512 + 2.0 * 21 * 256 * 512 + 21.0 * 256 * (128 + 4) +
+                             4.0 * 21 * (2 * 3 * 512 + 2 * 3 * 128) + 2.0 * 20 * 8 * 512 + 4.0 * 20 * 3 * 512;
+  const std::string served_at = "holds this cache in blocks of 1024 today (bf16 latents, e4m3 index keys): ";
   const std::size_t at = r.output.find(served_at);
   ASSERT_NE(at, std::string::npos) << r.output;
   const double served = std::stod(r.output.substr(at + served_at.size()));
@@ -97,14 +98,14 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   const double design_tokens = number_after("KV capacity         ");
   const double served_tokens = number_after("as served today  ");
   const double design_bytes = number_after("KV cache          ");  // a token, the model line
-  const double served_bytes = number_after("blocks of 1024 today (bf16 latents, f32 index keys): ");
+  const double served_bytes = number_after("blocks of 1024 today (bf16 latents, e4m3 index keys): ");
   EXPECT_GT(served_tokens, 0.0) << one.output;
   EXPECT_GT(served_bytes, 2 * design_bytes) << one.output;
   EXPECT_NEAR(served_tokens * served_bytes / (design_tokens * design_bytes), 1.0, 0.01) << one.output;
-  // Blocks of 128 keep every position's window latent: 7.1 MB a block, 55,736 B a token.
+  // Blocks of 128 keep every position's window latent: 6.9 MB a block, 53,741 B a token.
   const RunResult fine = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072 --block-size 128");
   ASSERT_EQ(fine.exit_code, 0) << fine.output;
-  EXPECT_TRUE(contains(fine.output, "blocks of 128 today (bf16 latents, f32 index keys): 55736 B per token"))
+  EXPECT_TRUE(contains(fine.output, "blocks of 128 today (bf16 latents, e4m3 index keys): 53741 B per token"))
       << fine.output;
   const RunResult split = run("--model " + dir + " --gpus 8 --block-size 64");
   EXPECT_EQ(split.exit_code, 1) << split.output;

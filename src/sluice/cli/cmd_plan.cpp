@@ -331,7 +331,7 @@ void run_plan(const PlanOptions& o) {
   }
   std::printf("\n");
   if (served_bytes_per_token > 0)
-    std::printf("  KV as served      sluice's CUDA server holds this cache in blocks of %d today (bf16 latents, f32 "
+    std::printf("  KV as served      sluice's CUDA server holds this cache in blocks of %d today (bf16 latents, e4m3 "
                 "index keys): %.0f B per token (%.1fx the layout above, which the capacity below assumes)\n",
                 block_size, served_bytes_per_token, served_bytes_per_token / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),

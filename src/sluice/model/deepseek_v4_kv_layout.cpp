@@ -48,7 +48,7 @@ std::int32_t deepseek_v4_default_block_size(const ModelConfig& config) {
 }
 
 Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, std::int32_t block_size_tokens,
-                                                    DeepseekV4LatentFormat latents) {
+                                                    DeepseekV4KvFormats formats) {
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   const DeepseekV4Config& ds = *config.deepseek_v4;
   const std::int32_t alignment = deepseek_v4_block_alignment(config);
@@ -58,35 +58,53 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
                              "restores the compressors' state exactly",
                              block_size_tokens, alignment, ds.csa_compress_rate, ds.hca_compress_rate),
                  ErrorCode::kInvalidArgument};
+  if (formats.latents == DeepseekV4ValueFormat::e4m3_scaled)
+    return Error{"deepseek_v4 KV layout: latents and entries are f32 or bf16, not e4m3 with a scale a latent",
+                 ErrorCode::kInvalidArgument};
+  if (formats.index_keys == DeepseekV4ValueFormat::bf16)
+    return Error{"deepseek_v4 KV layout: index keys are f32 or e4m3 with a scale a key, not bf16",
+                 ErrorCode::kInvalidArgument};
+  // An e4m3 record's codes stay 4-byte aligned, so that a lane reads four of them as one word.
+  if (formats.index_keys == DeepseekV4ValueFormat::e4m3_scaled && ds.index_head_dim % 4 != 0)
+    return Error{fmt::format("deepseek_v4 KV layout: e4m3 index keys need index_head_dim a multiple of 4, not {}",
+                             ds.index_head_dim),
+                 ErrorCode::kInvalidArgument};
   DeepseekV4KvLayout layout;
   layout.block_size_tokens_ = block_size_tokens;
   layout.head_dim_ = config.head_dim;
   layout.sliding_window_ = ds.sliding_window;
   layout.window_slots_ = std::min(block_size_tokens, ds.sliding_window);
-  layout.latent_format_ = latents;
+  layout.formats_ = formats;
   const std::int64_t bs = block_size_tokens;
-  // Floats of `values` latents or entries in `format` (bf16: two a float, rounded up).
-  auto floats = [](std::int64_t values, DeepseekV4LatentFormat format) {
-    return format == DeepseekV4LatentFormat::bf16 ? (values + 1) / 2 : values;
+  // Floats of `items` items of `dim` values in `format` (bf16: two a float, rounded up).
+  auto floats = [](std::int64_t items, std::int64_t dim, DeepseekV4ValueFormat format) {
+    switch (format) {
+      case DeepseekV4ValueFormat::f32: return items * dim;
+      case DeepseekV4ValueFormat::bf16: return (items * dim + 1) / 2;
+      case DeepseekV4ValueFormat::e4m3_scaled: return items * dim / 4 + items;
+    }
+    return items * dim;
   };
   std::int64_t offset = 0;
-  auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap, DeepseekV4LatentFormat format) {
+  auto pool = [&](std::int64_t dim, std::int64_t rate, bool overlap, DeepseekV4ValueFormat format) {
     DeepseekV4PoolRegion r{.dim = dim, .width = overlap ? 2 * dim : dim, .rate = rate, .slots = overlap ? 2 : 1};
+    const std::int64_t entries = bs / rate;
     r.entries_offset = offset;
     r.entries_format = format;
-    offset += floats(bs / rate * dim, format);
+    if (format == DeepseekV4ValueFormat::e4m3_scaled) r.scales_offset = offset + entries * dim / 4;
+    offset += floats(entries, dim, format);
     r.state_offset = offset;
     offset += r.state_floats();
     return r;
   };
   for (DeepseekV4Attention type : ds.layer_types) {
     DeepseekV4LayerRegion region{.type = type, .window_offset = offset};
-    offset += floats(std::int64_t{layout.window_slots_} * config.head_dim, latents);
+    offset += floats(layout.window_slots_, config.head_dim, formats.latents);
     const std::int32_t rate = ds.compress_rate(type);
     if (type != DeepseekV4Attention::sliding) {
       const bool csa = type == DeepseekV4Attention::compressed_sparse;
-      region.compressor = pool(config.head_dim, rate, csa, latents);
-      if (csa) region.indexer = pool(ds.index_head_dim, rate, true, DeepseekV4LatentFormat::f32);
+      region.compressor = pool(config.head_dim, rate, csa, formats.latents);
+      if (csa) region.indexer = pool(ds.index_head_dim, rate, true, formats.index_keys);
     }
     layout.layers_.push_back(region);
   }

@@ -21,6 +21,7 @@
 //            entry w + 1 with its first), HCA one
 //   CSA only index keys [block_size / rate, index_head_dim] and the indexer
 //            compressor's state, as above
+// in the backend's formats (DeepseekV4KvFormats).
 // block_size must be a multiple of every compress rate, so that each
 // compression window lies in one block and every block boundary is a window
 // boundary: a prefix-cache hit (whole blocks) then restores exactly the state
@@ -37,12 +38,29 @@
 
 namespace sluice {
 
-// How a block stores the window latents and the compressors' entries (not
-// the indexer's keys nor the pool states, f32 on every backend): f32 (the
-// CPU reference's spans), or bf16 (CUDA's: its attention reads them as bf16,
-// so storing them rounded changes no value it computes with). Regions stay
-// in f32 units: a bf16 region packs two values a float.
-enum class DeepseekV4LatentFormat { f32, bf16 };
+// How a block stores one kind of value. Regions stay in f32 units.
+enum class DeepseekV4ValueFormat {
+  f32,
+  bf16,         // two values a float
+  e4m3_scaled,  // an item's values as e4m3 codes ([items][dim] bytes), then
+                // one f32 scale an item ([items]): value = code x scale
+};
+
+// The formats a backend's blocks use. The pool states are f32 on every backend.
+struct DeepseekV4KvFormats {
+  DeepseekV4ValueFormat latents = DeepseekV4ValueFormat::f32;     // window latents, CSA/HCA entries: f32 or bf16
+  DeepseekV4ValueFormat index_keys = DeepseekV4ValueFormat::f32;  // the indexer's keys: f32 or e4m3_scaled
+
+  // The CPU reference's spans: f32 everywhere.
+  static constexpr DeepseekV4KvFormats cpu() { return {}; }
+  // CUDA's: its sparse attention reads latents and entries as bf16, and its
+  // indexer scores e4m3 keys with one scale a key (launch_v4_quantize_e4m3_rows'
+  // records), so storing them so changes no value either computes with.
+  static constexpr DeepseekV4KvFormats cuda() {
+    return {.latents = DeepseekV4ValueFormat::bf16, .index_keys = DeepseekV4ValueFormat::e4m3_scaled};
+  }
+  bool operator==(const DeepseekV4KvFormats&) const = default;
+};
 
 // One compressor's geometry and where its regions sit in a layer's area.
 struct DeepseekV4PoolRegion {
@@ -52,7 +70,8 @@ struct DeepseekV4PoolRegion {
   std::int64_t slots = 0;  // open entries' states kept: 2 with overlap, else 1
   std::int64_t entries_offset = 0;  // floats from the block's start
   std::int64_t state_offset = 0;
-  DeepseekV4LatentFormat entries_format = DeepseekV4LatentFormat::f32;
+  DeepseekV4ValueFormat entries_format = DeepseekV4ValueFormat::f32;
+  std::int64_t scales_offset = 0;  // e4m3_scaled entries: their scales' first float
 
   bool overlapping() const { return width == 2 * dim; }
   std::int64_t state_floats() const { return slots * 3 * dim; }
@@ -103,15 +122,16 @@ struct DeepseekV4KvFootprint {
 class DeepseekV4KvLayout {
  public:
   // Fails, naming the rates, when block_size_tokens is not a multiple of
-  // every compress rate the model's layers use.
+  // every compress rate the model's layers use, or naming the format a kind
+  // of value cannot take.
   static Result<DeepseekV4KvLayout> make(const ModelConfig& config, std::int32_t block_size_tokens,
-                                         DeepseekV4LatentFormat latents = DeepseekV4LatentFormat::f32);
+                                         DeepseekV4KvFormats formats = DeepseekV4KvFormats::cpu());
 
   std::int32_t block_size_tokens() const { return block_size_tokens_; }
   std::int64_t head_dim() const { return head_dim_; }
   // Window latents a block keeps per layer: min(block_size, sliding_window).
   std::int32_t window_slots() const { return window_slots_; }
-  DeepseekV4LatentFormat latent_format() const { return latent_format_; }
+  const DeepseekV4KvFormats& formats() const { return formats_; }
   const DeepseekV4LayerRegion& layer(std::size_t l) const { return layers_[l]; }
   std::size_t num_layers() const { return layers_.size(); }
   // Every layer's regions together: one block's floats.
@@ -126,7 +146,7 @@ class DeepseekV4KvLayout {
   std::int64_t head_dim_ = 0;
   std::int32_t sliding_window_ = 0;
   std::int32_t window_slots_ = 0;
-  DeepseekV4LatentFormat latent_format_ = DeepseekV4LatentFormat::f32;
+  DeepseekV4KvFormats formats_;
   std::vector<DeepseekV4LayerRegion> layers_;
   std::int64_t floats_per_block_ = 0;
 };

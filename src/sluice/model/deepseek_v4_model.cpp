@@ -33,7 +33,7 @@ Result<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const ModelConfig
 
 Status DeepseekV4Model::set_kv_block_size(std::int32_t block_size_tokens) {
   SLUICE_TRY_ASSIGN(layout, DeepseekV4KvLayout::make(config(), block_size_tokens,
-                                                     device_ ? device_->latent_format() : DeepseekV4LatentFormat::f32));
+                                                     device_ ? device_->kv_formats() : DeepseekV4KvFormats::cpu()));
   kv_layout_ = std::move(layout);
   if (device_) return device_->set_kv_layout(*kv_layout_);
   return Ok{};

@@ -27,8 +27,8 @@ class DeepseekV4DeviceRunner {
  public:
   virtual ~DeepseekV4DeviceRunner() = default;
   virtual const DeepseekV4Reference& reference() const = 0;  // the loaded weights and config
-  // How the backend's blocks hold latents and entries (the layout it is given).
-  virtual DeepseekV4LatentFormat latent_format() const { return DeepseekV4LatentFormat::f32; }
+  // How the backend's blocks hold latents, entries and index keys (the layout it is given).
+  virtual DeepseekV4KvFormats kv_formats() const { return DeepseekV4KvFormats::cpu(); }
   virtual Status set_kv_layout(const DeepseekV4KvLayout& layout) = 0;
   // Logits [step.sample_rows.size(), vocab] f32 in a scratch tensor of `ops`.
   virtual Result<Tensor> forward(Ops& ops, const StepLayout& step) const = 0;

@@ -7,7 +7,7 @@ namespace sluice {
 DeepseekV4PagedState::DeepseekV4PagedState(const DeepseekV4KvLayout& layout, Ops& ops,
                                            std::span<const BlockId> block_table)
     : layout_(&layout), ops_(&ops), block_table_(block_table) {
-  SLUICE_CHECK(layout.latent_format() == DeepseekV4LatentFormat::f32);
+  SLUICE_CHECK(layout.formats() == DeepseekV4KvFormats::cpu());
 }
 
 void DeepseekV4PagedState::reserve(std::int64_t num_tokens) {

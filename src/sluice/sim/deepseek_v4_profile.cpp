@@ -133,11 +133,11 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   p.kv_window_tokens = ds.sliding_window;
   p.kv_state_bytes_per_sequence = footprint.window_ring_bytes_per_sequence + footprint.state_bytes_per_sequence;
   p.kv_block_alignment_tokens = alignment;
-  // The CUDA forward keeps its own block area (bf16 latents and entries, f32
-  // index keys and pool states), not the records above, in serve's default blocks.
+  // The CUDA forward keeps its own block area (bf16 latents and entries, e4m3
+  // index keys, f32 pool states), not the records above, in serve's default blocks.
   p.kv_default_block_tokens = deepseek_v4_default_block_size(config);
   p.kv_bytes_per_token_served = [config](std::int32_t block_size_tokens) {
-    auto served = DeepseekV4KvLayout::make(config, block_size_tokens, DeepseekV4LatentFormat::bf16);
+    auto served = DeepseekV4KvLayout::make(config, block_size_tokens, DeepseekV4KvFormats::cuda());
     SLUICE_CHECK(served.ok());
     return static_cast<double>(served->floats_per_block()) * kF32Bytes / block_size_tokens;
   };

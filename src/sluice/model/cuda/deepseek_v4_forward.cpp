@@ -329,6 +329,17 @@ Status check_widths(const ModelConfig& config, const DeepseekV4Config& ds) {
   return Ok{};
 }
 
+// The layout's formats the kernels read: latents f32 or bf16, index keys f32
+// or e4m3 records; the session-17 indexer quantizes f32 keys itself.
+Status check_layout(const DeepseekV4KvLayout& layout, const DeepseekV4DeviceOptions& options) {
+  if (options.indexer == DeepseekV4IndexerKernels::f32_pool_cuda_cores &&
+      layout.formats().index_keys != DeepseekV4ValueFormat::f32)
+    return Error{"deepseek_v4 on CUDA: the f32-pool indexer (session 17's) reads f32 index keys; this layout stores "
+                 "e4m3 records",
+                 ErrorCode::kInvalidArgument};
+  return Ok{};
+}
+
 // The reference's rotary tables (DeepseekV4Reference::load makes the same from the config).
 std::vector<float> inverse_frequencies(const DeepseekV4Rope& rope, std::int32_t rope_dim) {
   return rope_inverse_frequencies(deepseek_v4_rope_params(rope, rope_dim));
@@ -471,6 +482,7 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
   const ModelConfig& config = ref.config_;
   const DeepseekV4Config& ds = ref.ds_;
   SLUICE_TRY(check_widths(config, ds));
+  SLUICE_TRY(check_layout(layout, options));
   prepare_grouped_gemm();
   prepare_grouped_gemm_fp8();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
@@ -610,6 +622,7 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   const DeepseekV4Config& ds = *config.deepseek_v4;
   SLUICE_TRY(check_widths(config, ds));
+  SLUICE_TRY(check_layout(layout, options));
   prepare_grouped_gemm();
   prepare_grouped_gemm_fp8();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
@@ -920,15 +933,31 @@ struct Step {
   }
 };
 
-Dt latent_dt(DeepseekV4LatentFormat format) { return format == DeepseekV4LatentFormat::bf16 ? kBf16Dt : kF32Dt; }
+// How a block's values of `format` are tagged (an e4m3_scaled region's codes: e4m3).
+Dt stored_dt(DeepseekV4ValueFormat format) {
+  switch (format) {
+    case DeepseekV4ValueFormat::f32: return kF32Dt;
+    case DeepseekV4ValueFormat::bf16: return kBf16Dt;
+    case DeepseekV4ValueFormat::e4m3_scaled: return dt_of(DType::f8_e4m3);
+  }
+  return kF32Dt;
+}
 
-// A compressor's entries (an index key's for the indexer) as a paged site.
+// A compressor's entries (an index key's for the indexer) as a paged site:
+// the values, or an e4m3_scaled region's codes.
 V4PagedRegion entry_region(const DeepseekV4PoolRegion& r) {
   return {.site = V4PagedSite::entry,
           .offset = r.entries_offset,
           .count = static_cast<std::int32_t>(r.dim),
           .rate = static_cast<std::int32_t>(r.rate),
-          .dt = latent_dt(r.entries_format)};
+          .dt = stored_dt(r.entries_format)};
+}
+
+// An e4m3_scaled region's scales, one f32 an entry.
+V4PagedRegion entry_scales_region(const DeepseekV4PoolRegion& r) {
+  SLUICE_CHECK(r.entries_format == DeepseekV4ValueFormat::e4m3_scaled);
+  return {.site = V4PagedSite::entry, .offset = r.scales_offset, .count = 1,
+          .rate = static_cast<std::int32_t>(r.rate), .dt = kF32Dt};
 }
 
 // What every sub-layer needs: weights, the step, the blocks, scratch, GEMMs, the stream.
@@ -1004,11 +1033,27 @@ void compress_step(const Pass& p, const Weights::Compressor& c, const std::uint1
                       .out = out, .out_dt = kF32Dt, .items = plan.num_items(), .dim = static_cast<std::int32_t>(r.dim),
                       .width = width, .rate = static_cast<std::int32_t>(r.rate), .eps = p.w.config.rms_norm_eps},
                      p.s);
-  if (entries > 0)
-    launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(cd.entry_tables), .region = entry_region(r),
-                          .index = ints[cd.entry_index], .dense = out, .dense_dt = kF32Dt, .items = entries,
-                          .to_blocks = true},
-                         p.s);
+  if (entries == 0) return;
+  const V4PagedCopyArgs store{.blocks = p.blocks, .tables = p.step.view(cd.entry_tables), .region = entry_region(r),
+                              .index = ints[cd.entry_index], .dense = out, .dense_dt = kF32Dt, .items = entries,
+                              .to_blocks = true};
+  if (r.entries_format != DeepseekV4ValueFormat::e4m3_scaled) {
+    launch_v4_paged_copy(store, p.s);
+    return;
+  }
+  // The indexer's records, made once as they are emitted: launch_v4_quantize_e4m3_rows'
+  // codes and scales, which the f32 layout's gather makes from the same keys every step.
+  auto* codes = p.alloc<std::uint8_t>(std::int64_t{entries} * r.dim);
+  float* scales = p.alloc<float>(entries);
+  launch_v4_quantize_e4m3_rows(out, entries, static_cast<std::int32_t>(r.dim), codes, scales, p.s);
+  V4PagedCopyArgs store_codes = store;
+  store_codes.dense = codes;
+  store_codes.dense_dt = stored_dt(DeepseekV4ValueFormat::e4m3_scaled);
+  launch_v4_paged_copy(store_codes, p.s);
+  V4PagedCopyArgs store_scales = store;
+  store_scales.region = entry_scales_region(r);
+  store_scales.dense = scales;
+  launch_v4_paged_copy(store_scales, p.s);
 }
 
 // Whether an FP8 wo_a runs as one grouped GEMM over its groups (wo_a_grouped_fp8)
@@ -1097,7 +1142,7 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                     .offset = L.window_offset,
                                     .count = hd,
                                     .slots = p.w.layout->window_slots(),
-                                    .dt = latent_dt(p.w.layout->latent_format())};
+                                    .dt = stored_dt(p.w.layout->formats().latents)};
   if (L.compressor) compress_step(p, *L.compressor, x16);
 
   // CSA: the indexer's picks among the visible entries.
@@ -1128,6 +1173,8 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                 .sequence_key_begin = ints[ix.sequence_key_begin],
                                 .num_sequences = p.step.num_sequences(),
                                 .num_keys = pool, .codes = keys_e4m3, .scales = key_scale};
+      if (L.index_compressor->region.entries_format == DeepseekV4ValueFormat::e4m3_scaled)
+        pool_args.scales_region = entry_scales_region(L.index_compressor->region);
       if (f32_pool) {
         float* keys = p.alloc<float>(std::int64_t{pool} * ihd);
         pool_args.keys = keys;

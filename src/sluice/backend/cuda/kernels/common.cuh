@@ -9,8 +9,10 @@
 
 namespace sluice::cuda {
 
-// Mirrors sluice::DType's values (f32 = 0, f16 = 1, bf16 = 2, i32 = 3).
-enum class Dt : std::int32_t { f32 = 0, f16 = 1, bf16 = 2 };
+// Mirrors sluice::DType's values (f32 = 0, f16 = 1, bf16 = 2, i32 = 3,
+// f8_e4m3 = 4). load_f and store_f take the float types; e4m3 tags codes that
+// only move as bytes (a scaled record's, DeepSeek-V4's paged index keys).
+enum class Dt : std::int32_t { f32 = 0, f16 = 1, bf16 = 2, e4m3 = 4 };
 
 __device__ __forceinline__ float load_f(const void* p, Dt dt, std::int64_t i) {
   switch (dt) {

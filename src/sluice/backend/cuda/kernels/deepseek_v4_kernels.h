@@ -229,23 +229,25 @@ struct V4BlockTables {
 //                 `slots` = min(block size, sliding window) latents);
 //   entry         compressed entry `index` (window index * rate is its first
 //                 position), count = dim: a CSA/HCA entry or an index key.
-// Values are `dt` (an index key's f32), `count` of them an item, items packed
-// from `offset` (in floats) on.
+// Values are `dt`, `count` of them an item, items packed from `offset` (in
+// floats) on: f32 or bf16 values, or e4m3 codes (an e4m3_scaled region's, its
+// scales a second region of one f32 an item; DeepseekV4PoolRegion::scales_offset).
 enum class V4PagedSite : std::int32_t { window, entry };
 struct V4PagedRegion {
   V4PagedSite site = V4PagedSite::window;
   std::int64_t offset = 0;  // window_offset or entries_offset (floats from the block's start)
-  std::int32_t count = 0;   // floats an item
+  std::int32_t count = 0;   // values an item
   std::int32_t rate = 0;    // entry sites
   std::int32_t slots = 0;   // window site: DeepseekV4KvLayout::window_slots()
-  Dt dt{};                  // how the values are stored: f32 (value-initialised) or bf16 (DeepseekV4LatentFormat)
+  Dt dt{};                  // f32 (value-initialised), bf16 or e4m3 (DeepseekV4ValueFormat)
 };
 
 // Copies items between a dense buffer [items, count] and their places in the
 // blocks: to_blocks writes (a step's window latents, the entries
 // launch_v4_compress emitted), else reads. With dense_row, items scatter into
 // (or gather from) rows of a larger buffer: the window latents a
-// DeepseekV4WindowPlan stores.
+// DeepseekV4WindowPlan stores. An e4m3 region's codes move as they are, to or
+// from e4m3 dense rows.
 struct V4PagedCopyArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;
@@ -306,13 +308,17 @@ void launch_v4_compress(const V4CompressArgs& args, cudaStream_t stream);
 //                                     launch_v4_quantize_e4m3_rows; session 17);
 //   launch_v4_gather_index_keys_e4m3  the indexer's 132 B records directly: e4m3
 //                                     codes [num_keys, 128] and one f32 scale a
-//                                     key, bit-equal to the two steps above, in
-//                                     one pass (the f32 keys are read once and
-//                                     never written back).
+//                                     key. From f32 keys (region f32) bit-equal
+//                                     to the two steps above, in one pass (the
+//                                     f32 keys are read once and never written
+//                                     back); from stored records (region e4m3,
+//                                     scales in scales_region: the blocks of
+//                                     DeepseekV4KvFormats::cuda()), copied.
 struct V4IndexKeysArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;  // [sequences]
   V4PagedRegion region;  // site entry
+  V4PagedRegion scales_region;  // site entry, count 1, f32: stored records' scales (region e4m3)
   const std::int32_t* sequence_key_begin = nullptr;  // [sequences + 1], ascending
   std::int32_t num_sequences = 0, num_keys = 0;
   float* keys = nullptr;            // f32 [num_keys, region.count] (launch_v4_gather_index_keys)

@@ -2,9 +2,10 @@
 // V4Paged*): the addressing of DeepseekV4PagedState (model/deepseek_v4_paged_state.cpp)
 // in device code, a copy between dense rows and their places in the blocks,
 // the gather of each query row's key set for the sparse attention, and the
-// indexer's key pool (f32, or its e4m3 records in one pass). One block per
-// item (or per (key, row); a warp per key for the records), threads over the
-// item's floats: these move bytes, and the records' quantization.
+// indexer's key pool (f32, or its e4m3 records: quantized from f32 keys in one
+// pass, or copied as stored). One block per item (or per (key, row); a warp
+// per key for the records), threads over the item's values: these move bytes,
+// and the records' quantization.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -23,7 +24,7 @@ constexpr int kIndexKeyWarps = 8;
 constexpr int kIndexKeysPerWarp = 32;
 constexpr int kIndexKeysInFlight = 8;
 
-__device__ __forceinline__ int value_bytes(Dt dt) { return dt == Dt::f32 ? 4 : 2; }
+__device__ __forceinline__ int value_bytes(Dt dt) { return dt == Dt::f32 ? 4 : dt == Dt::e4m3 ? 1 : 2; }
 
 // The values (r.dt) of `index` (a position, or an entry index) in its block,
 // as DeepseekV4PagedState::{window_latent, entry} place them.
@@ -52,6 +53,15 @@ __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs
   const int item = blockIdx.x;
   void* paged = paged_item(a.blocks, a.tables, item, a.region, a.index[item]);
   const std::int64_t base = static_cast<std::int64_t>(a.dense_row != nullptr ? a.dense_row[item] : item) * a.region.count;
+  if (a.region.dt == Dt::e4m3) {  // codes move as they are (dense e4m3 too: launch_v4_paged_copy)
+    auto* codes = static_cast<std::uint8_t*>(paged);
+    auto* dense = static_cast<std::uint8_t*>(a.dense) + base;
+    for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
+      if (a.to_blocks) codes[c] = dense[c];
+      else dense[c] = codes[c];
+    }
+    return;
+  }
   for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
     if (a.to_blocks)
       store_f(paged, a.region.dt, c, load_f(a.dense, a.dense_dt, base + c));
@@ -125,6 +135,40 @@ __global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_keys_e4m3
                                  static_cast<std::uint32_t>(__nv_fp8_e4m3(v[i].w / s).__x) << 24;
       reinterpret_cast<std::uint32_t*>(a.codes + static_cast<std::int64_t>(key) * kV4IndexHeadDim)[lane] = word;
       if (lane == 0) a.scales[key] = s;
+    }
+  }
+}
+
+// Stored records (an e4m3_scaled region: codes in `region`, scales in
+// `scales_region`) copied out, a warp a run of 32 keys as above: each lane
+// resolves one key's codes and copies its scale, then the warp copies the
+// codes 8 keys at a time, a word of each a lane (a key's 128 codes are 32 words).
+__global__ void __launch_bounds__(kIndexKeyWarps * 32) v4_gather_index_records_kernel(V4IndexKeysArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int first = (blockIdx.x * kIndexKeyWarps + (threadIdx.x >> 5)) * kIndexKeysPerWarp;
+  if (first >= a.num_keys) return;
+  const int count = min(kIndexKeysPerWarp, a.num_keys - first);
+  const std::uint32_t* mine = nullptr;
+  if (lane < count) {
+    const int key = first + lane;
+    const int sequence = sequence_of_key(a, key);
+    const std::int64_t entry = key - a.sequence_key_begin[sequence];
+    mine = static_cast<const std::uint32_t*>(paged_item(a.blocks, a.tables, sequence, a.region, entry));
+    a.scales[key] = *static_cast<const float*>(paged_item(a.blocks, a.tables, sequence, a.scales_region, entry));
+  }
+  for (int batch = 0; batch < count; batch += kIndexKeysInFlight) {
+    std::uint32_t words[kIndexKeysInFlight];
+#pragma unroll
+    for (int i = 0; i < kIndexKeysInFlight; ++i) {
+      const auto* src = reinterpret_cast<const std::uint32_t*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), (batch + i) & 31));
+      words[i] = batch + i < count ? __ldg(src + lane) : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < kIndexKeysInFlight; ++i) {
+      if (batch + i >= count) break;  // warp-uniform
+      const std::int64_t key = first + batch + i;
+      reinterpret_cast<std::uint32_t*>(a.codes + key * kV4IndexHeadDim)[lane] = words[i];
     }
   }
 }
@@ -241,7 +285,8 @@ void check_blocks(const V4PagedBlocks& b, const V4BlockTables& t) {
 
 void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
   SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
-  SLUICE_CHECK(r.dt == Dt::f32 || (r.dt == Dt::bf16 && r.count % 2 == 0));  // items stay 4-byte aligned
+  // items stay 4-byte aligned
+  SLUICE_CHECK(r.dt == Dt::f32 || (r.dt == Dt::bf16 && r.count % 2 == 0) || (r.dt == Dt::e4m3 && r.count % 4 == 0));
   if (r.site == V4PagedSite::window) SLUICE_CHECK(r.slots > 0);
   else SLUICE_CHECK(r.rate > 0);
 }
@@ -267,6 +312,7 @@ void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream) {
   check_blocks(args.blocks, args.tables);
   check_region(args.region, args.blocks.floats_per_block);
   SLUICE_CHECK(args.items >= 0 && args.index != nullptr && args.dense != nullptr);
+  SLUICE_CHECK((args.region.dt == Dt::e4m3) == (args.dense_dt == Dt::e4m3));  // codes move only as codes
   if (args.items == 0) return;
   v4_paged_copy_kernel<<<static_cast<unsigned>(args.items), kThreads, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -286,15 +332,24 @@ void launch_v4_gather_index_keys(const V4IndexKeysArgs& args, cudaStream_t strea
 void launch_v4_gather_index_keys_e4m3(const V4IndexKeysArgs& args, cudaStream_t stream) {
   check_blocks(args.blocks, args.tables);
   check_region(args.region, args.blocks.floats_per_block);
+  const bool records = args.region.dt == Dt::e4m3;
   SLUICE_CHECK(args.region.site == V4PagedSite::entry && args.region.count == kV4IndexHeadDim &&
-               args.region.dt == Dt::f32);
+               (records || args.region.dt == Dt::f32));
+  if (records) {
+    check_region(args.scales_region, args.blocks.floats_per_block);
+    SLUICE_CHECK(args.scales_region.site == V4PagedSite::entry && args.scales_region.count == 1 &&
+                 args.scales_region.dt == Dt::f32 && args.scales_region.rate == args.region.rate);
+  }
   SLUICE_CHECK(args.num_keys >= 0 && args.num_sequences > 0 && args.sequence_key_begin != nullptr &&
                args.codes != nullptr && args.scales != nullptr);
   SLUICE_CHECK(reinterpret_cast<std::uintptr_t>(args.codes) % 4 == 0);
   if (args.num_keys == 0) return;
   constexpr int kKeysPerBlock = kIndexKeyWarps * kIndexKeysPerWarp;
   const unsigned grid = static_cast<unsigned>((args.num_keys + kKeysPerBlock - 1) / kKeysPerBlock);
-  v4_gather_index_keys_e4m3_kernel<<<grid, kIndexKeyWarps * 32, 0, stream>>>(args);
+  if (records)
+    v4_gather_index_records_kernel<<<grid, kIndexKeyWarps * 32, 0, stream>>>(args);
+  else
+    v4_gather_index_keys_e4m3_kernel<<<grid, kIndexKeyWarps * 32, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
