@@ -34,7 +34,7 @@ for i, seg in enumerate(segments[: 2 * layers]):
 for i, seg in enumerate(segments):
     total = sum(us for _, us in seg)
     scores = sum(us for name, us in seg if "indexer_scores" in name or "indexer_top_k" in name)
-    records = scores + sum(us for name, us in seg if "gather_index_keys" in name)
+    records = scores + sum(us for name, us in seg if "gather_index_keys" in name or "gather_index_records" in name)
     layer = i // 2
     what = f"layer {layer} {'attention' if i % 2 == 0 else 'MoE'}" if layer < layers else "head"
     share = f"{100 * scores / layer_us[layer]:.1f}% / {100 * records / layer_us[layer]:.1f}%" if scores and layer < layers else ""
