@@ -248,6 +248,77 @@ TEST(DeepseekV4DeviceRoundingGeneration, EngineFlowSpreadStaysWithinItsRecord) {
   std::printf("[ v4 rounding ] engine golden's generation under one ulp of noise, per step:%s\n", measured.c_str());
 }
 
+// --kv-cache-dtype fp8 (DeepseekV4KvFormats::cuda_fp8()): the device golden's
+// steps on the f32 checkpoint with the attention's keys as fp8_ds_mla records
+// hold them, on top of the bf16 roundings: against the exact reference (the
+// records' cost) and, with one f32 ulp of noise, against itself (the spread
+// the device can show against this emulation; an e4m3 code can flip where a
+// value lies near a rounding boundary).
+TEST(DeepseekV4DeviceRoundingFp8Kv, CostAndSpreadStayWithinTheirBounds) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sluice-v4-rounding-fp8-kv";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(make_model(testing::deepseek_v4_golden_options(dir.string(), kVocab, DeepseekV4GoldenWeights::f32)).ok());
+  auto config = load_model_config(dir.string());
+  auto checkpoint = Checkpoint::open(dir.string());
+  ASSERT_TRUE(config.ok() && checkpoint.ok());
+  const std::int64_t rope_dim = config->deepseek_v4->qk_rope_head_dim;
+  cpu::DeepseekV4CpuKernels exact_kernels;
+  testing::DeviceRoundingKernels fp8_kernels;
+  fp8_kernels.set_fp8_kv_records(rope_dim);
+  std::vector<std::unique_ptr<testing::DeviceRoundingKernels>> noisy_kernels;
+  auto exact = DeepseekV4Reference::load(*config, *checkpoint, exact_kernels);
+  auto fp8 = DeepseekV4Reference::load(*config, *checkpoint, fp8_kernels);
+  ASSERT_TRUE(exact.ok() && fp8.ok());
+  std::vector<std::unique_ptr<DeepseekV4Reference>> noisy;
+  for (int seed = 1; seed <= kNoiseSeeds; ++seed) {
+    noisy_kernels.push_back(std::make_unique<testing::DeviceRoundingKernels>(seed));
+    noisy_kernels.back()->set_fp8_kv_records(rope_dim);
+    auto n = DeepseekV4Reference::load(*config, *checkpoint, *noisy_kernels.back());
+    ASSERT_TRUE(n.ok());
+    noisy.push_back(std::move(*n));
+  }
+  const testing::DeepseekV4GoldenBounds bounds = testing::kDeepseekV4DeviceBoundsFp8Kv;
+  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
+  using Sequences = std::vector<DeepseekV4Reference::Sequence>;
+  Sequences e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
+  Sequences f = {(*fp8)->start_sequence(), (*fp8)->start_sequence()};
+  std::vector<Sequences> z;
+  for (const auto& n : noisy) z.push_back({n->start_sequence(), n->start_sequence()});
+  float worst = 0.0f, worst_spread = 0.0f;
+  std::vector<TokenId> next(2);
+  auto step = [&](const std::vector<TokenId>& ta, const std::vector<TokenId>& tb, const std::string& what) {
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<TokenId>& tokens = s == 0 ? ta : tb;
+      const std::string where = what + (s == 0 ? " A" : " B");
+      auto want = (*exact)->append(e[s], tokens);
+      auto got = (*fp8)->append(f[s], tokens);
+      ASSERT_TRUE(want.ok() && got.ok());
+      const float err = scaled_error(*got, *want);
+      EXPECT_LE(err, bounds.cost / 2) << where;
+      worst = std::max(worst, err);
+      for (std::size_t i = 0; i < noisy.size(); ++i) {
+        auto shaken = noisy[i]->append(z[i][s], tokens);
+        ASSERT_TRUE(shaken.ok());
+        const float spread = scaled_error(*shaken, *got);
+        EXPECT_LE(spread, bounds.spread / 2) << where << " seed " << i + 1;
+        worst_spread = std::max(worst_spread, spread);
+      }
+      next[s] = argmax(*want);
+      if (testing::greedy_margin(*want) > 2 * bounds.cost) {
+        EXPECT_EQ(argmax(*got), next[s]) << where;
+      }
+    }
+  };
+  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
+       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
+  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
+       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
+  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+  std::printf("[ v4 rounding ] f32 with fp8_ds_mla KV records over 8 steps, max|dlogit| / max|logit|: cost %.3g, "
+              "spread of one f32 ulp of noise %.3g (%d seeds)\n",
+              worst, worst_spread, kNoiseSeeds);
+}
+
 INSTANTIATE_TEST_SUITE_P(Weights, DeepseekV4DeviceRounding,
                          ::testing::Values(DeepseekV4GoldenWeights::f32, DeepseekV4GoldenWeights::fp8_fp4_experts,
                                            DeepseekV4GoldenWeights::fp8_fp8_experts),

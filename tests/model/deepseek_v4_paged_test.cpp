@@ -17,6 +17,8 @@
 
 #include "sluice/common/io.h"
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
+#include "sluice/backend/float_convert.h"
+#include "sluice/model/deepseek_v4_fp8_ds_mla.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/deepseek_v4_model.h"
 #include "sluice/model/generate.h"
@@ -128,14 +130,59 @@ TEST(DeepseekV4KvLayout, CudaFormatsStoreIndexKeysAsE4m3Records) {
   }
   EXPECT_EQ(next, layout->floats_per_block());
 
-  // The kinds each value takes: latents f32 or bf16, index keys f32 or e4m3 records.
+  // The kinds each value takes: latents f32, bf16 or fp8_ds_mla records, index keys f32 or e4m3 records.
   auto refused = DeepseekV4KvLayout::make(config, 1024, {.index_keys = DeepseekV4ValueFormat::bf16});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error_message().find("index keys are f32 or e4m3"), std::string::npos) << refused.error_message();
   refused = DeepseekV4KvLayout::make(config, 1024, {.latents = DeepseekV4ValueFormat::e4m3_scaled});
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error_message().find("latents and entries are f32 or bf16"), std::string::npos)
+  EXPECT_NE(refused.error_message().find("latents and entries are f32, bf16 or fp8_ds_mla"), std::string::npos)
       << refused.error_message();
+}
+
+// The fp8_ds_mla record of a V4-Flash latent (448 nope values, 64 rope):
+// 584 bytes, values worked by hand. Group 0 has amax 1: its scale is the
+// power of two above 1 / 448, 2^-8 (code 119), so 1 is code 256 x 2^-8 and
+// 0.3 (76.8 x 2^-8) rounds to 80 x 2^-8, e4m3's step between 64 and 128
+// being 8. A zero group takes the scale of the 1e-4 floor and decodes to 0.
+// Rope values are bf16. Then the layout's bytes with these records.
+TEST(DeepseekV4KvLayout, Fp8DsMlaRecordsHoldWhatTheFormatSays) {
+  const Fp8DsMlaShape shape{.head_dim = 512, .rope_dim = 64};
+  ASSERT_TRUE(shape.valid());
+  EXPECT_EQ(shape.bytes(), 584);
+  std::vector<float> latent(512, 0.0f);
+  latent[0] = 1.0f;
+  latent[1] = 0.3f;
+  latent[2] = -0.3f;
+  for (int c = 64; c < 128; ++c) latent[static_cast<std::size_t>(c)] = 1000.0f * (c % 2 == 0 ? 1.0f : -0.5f);
+  latent[448] = 1.0f / 3.0f;
+  std::vector<std::uint8_t> record(584, 0xaa);
+  fp8_ds_mla_encode(shape, latent, record);
+  EXPECT_EQ(record[576], 119);            // 2^-8
+  EXPECT_EQ(record[578], f32_to_e8m0_ceil(1e-4f / 448.0f));  // a zero group
+  EXPECT_EQ(record[583], 0);              // the pad
+  std::vector<float> back(512);
+  fp8_ds_mla_decode(shape, record, back);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 80.0f / 256.0f);
+  EXPECT_EQ(back[2], -80.0f / 256.0f);
+  EXPECT_EQ(back[3], 0.0f);
+  EXPECT_EQ(back[130], 0.0f);
+  // Group 1: amax 1000, scale 4 (1000 / 448 = 2.23 up to 4); 1000 / 4 = 250
+  // lies between e4m3's 240 and 256 (step 16), nearer 256: 1024; -500 / 4 = -125 rounds to -128: -512.
+  EXPECT_EQ(back[64], 1024.0f);
+  EXPECT_EQ(back[65], -512.0f);
+  EXPECT_EQ(back[448], bf16_to_f32(f32_to_bf16(1.0f / 3.0f)));
+  EXPECT_NE(back[448], 1.0f / 3.0f);
+
+  auto layout = DeepseekV4KvLayout::make(flash_config(), 1024, DeepseekV4KvFormats::cuda_fp8());
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  // Per block: windows 43 x 128 records, CSA 256 entry records + 256 index
+  // records of 132 B + the states, HCA 8 entry records + its state.
+  const std::int64_t bytes = 43LL * 128 * 584 + 21LL * (256 * 584 + 256 * 132 + 4 * (2 * 3 * 512 + 2 * 3 * 128)) +
+                             20LL * (8 * 584 + 4 * 3 * 512);
+  EXPECT_EQ(layout->floats_per_block() * 4, bytes);
+  EXPECT_EQ(bytes / 1024, 7424);
 }
 
 TEST(DeepseekV4KvLayout, RefusesBlocksThatSplitACompressionWindow) {

@@ -35,6 +35,7 @@
 
 #include "sluice/backend/cpu/deepseek_v4_ops.h"
 #include "sluice/backend/float_convert.h"
+#include "sluice/model/deepseek_v4_fp8_ds_mla.h"
 #include "sluice/model/make_model.h"
 
 namespace sluice::testing {
@@ -85,6 +86,15 @@ inline DeepseekV4GoldenBounds deepseek_v4_device_bounds(DeepseekV4GoldenWeights 
   return {};
 }
 inline constexpr float kDeepseekV4DeviceRoundingBoundF32 = 4e-2f;  // the f32 checkpoint's cost (engine goldens)
+// The f32 checkpoint with fp8_ds_mla KV records on top of the bf16 roundings
+// (DeviceRoundingKernels::set_fp8_kv_records; DeepseekV4DeviceRoundingFp8Kv
+// measures it). On the CPU (2026-12-05): cost 0.383 (0.058-0.123 at 15 of the
+// golden's 16 sequence steps, 0.383 at decode 0 B, the step the FP8 rows show
+// chaotic too), spread 0.124 over 16 noise seeds (at that step; 0.04 at most
+// elsewhere). This random model was not trained with FP8 keys, as DeepSeek's
+// are, so the cost says what the records do to its attention, not what they
+// do to V4-Flash's; the spread is what holds the device to the emulation.
+inline constexpr DeepseekV4GoldenBounds kDeepseekV4DeviceBoundsFp8Kv{0.8f, 0.25f};  // the f32 checkpoint's cost (engine goldens)
 
 // The engine golden's generation (the f32 checkpoint, a 61-token prompt in
 // chunks of 23, then 12 greedy steps) is chaotic at one step: one f32 ulp of
@@ -200,6 +210,11 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
     k->e4m3_ = true;
     return k;
   }
+  // The sparse attention's keys as fp8_ds_mla records hold them (CUDA's
+  // blocks under --kv-cache-dtype fp8, DeepseekV4KvFormats::cuda_fp8()): every
+  // window latent and compressed entry encoded and decoded
+  // (model/deepseek_v4_fp8_ds_mla.h), its last rope_dim values roped.
+  void set_fp8_kv_records(std::int64_t rope_dim) { fp8_kv_rope_dim_ = rope_dim; }
 
   void linear(std::span<const float> x, std::span<const float> w, std::int64_t in, std::span<float> y) const override {
     // The reference runs wo_a a row at a time; the device over the step's
@@ -237,7 +252,8 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
   }
   void sink_attention(std::span<const float> q, std::span<const float> keys, std::span<const float> sinks,
                       const SinkAttentionShape& shape, std::span<float> out) const override {
-    k_.sink_attention(bf16(q), bf16(keys), sinks, shape, out);
+    k_.sink_attention(bf16(q), fp8_kv_rope_dim_ >= 0 ? fp8_ds_mla_keys(keys, shape.head_dim) : bf16(keys), sinks,
+                      shape, out);
     add_noise(out);
   }
   void route_sqrtsoftplus(std::span<const float> logits, std::span<const float> bias,
@@ -302,6 +318,16 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
     }
     return true;
   }
+  std::vector<float> fp8_ds_mla_keys(std::span<const float> keys, std::int64_t head_dim) const {
+    const Fp8DsMlaShape shape{.head_dim = head_dim, .rope_dim = fp8_kv_rope_dim_};
+    std::vector<float> out(keys.size());
+    std::vector<std::uint8_t> record(static_cast<std::size_t>(shape.bytes()));
+    for (std::size_t k = 0; k < keys.size(); k += static_cast<std::size_t>(head_dim)) {
+      fp8_ds_mla_encode(shape, keys.subspan(k, static_cast<std::size_t>(head_dim)), record);
+      fp8_ds_mla_decode(shape, record, std::span(out).subspan(k, static_cast<std::size_t>(head_dim)));
+    }
+    return out;
+  }
   static constexpr std::int64_t kBlock = 128;
   static constexpr std::int64_t kKernelMaxRows = 16;  // fp8_matmul.h's kFp8KernelMaxRows
   static std::vector<float> bf16(std::span<const float> v) {
@@ -317,6 +343,7 @@ class DeviceRoundingKernels final : public DeepseekV4Kernels {
   cpu::DeepseekV4CpuKernels k_;
   bool noisy_ = false;
   bool e4m3_ = false;
+  std::int64_t fp8_kv_rope_dim_ = -1;  // >= 0: the attention's keys as fp8_ds_mla records
   mutable std::int64_t step_rows_ = 0;  // rows of the last linear over more than one: the step's
   mutable std::mt19937_64 rng_;
 };

@@ -6,13 +6,12 @@
 #include <fmt/format.h>
 
 #include "sluice/common/check.h"
+#include "sluice/model/deepseek_v4_fp8_ds_mla.h"
 
 namespace sluice {
 namespace {
 
 constexpr double kF32Bytes = 4.0;
-constexpr std::int64_t kDimsPerFp8Scale = 64;  // fp8_ds_mla: one ue8m0 scale per 64 non-rope dims
-constexpr std::int64_t kScalePadBytes = 8;     // ... its scales padded to 8 bytes
 
 }  // namespace
 
@@ -23,11 +22,8 @@ DeepseekV4KvRecords DeepseekV4KvRecords::cpu_f32(const ModelConfig& config) {
 }
 
 DeepseekV4KvRecords DeepseekV4KvRecords::cuda_fp8(const ModelConfig& config) {
-  const std::int64_t rope = config.deepseek_v4->qk_rope_head_dim;
-  const std::int64_t nope = config.head_dim - rope;
-  const std::int64_t scales = (nope + kDimsPerFp8Scale - 1) / kDimsPerFp8Scale;
-  const std::int64_t scale_bytes = (scales + kScalePadBytes - 1) / kScalePadBytes * kScalePadBytes;
-  return {.latent_bytes = static_cast<double>(nope + scale_bytes + 2 * rope),
+  const Fp8DsMlaShape record{.head_dim = config.head_dim, .rope_dim = config.deepseek_v4->qk_rope_head_dim};
+  return {.latent_bytes = static_cast<double>(record.bytes()),
           .index_key_bytes = static_cast<double>(config.deepseek_v4->index_head_dim) + kF32Bytes,
           .state_value_bytes = kF32Bytes};
 }
@@ -59,10 +55,17 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
                              block_size_tokens, alignment, ds.csa_compress_rate, ds.hca_compress_rate),
                  ErrorCode::kInvalidArgument};
   if (formats.latents == DeepseekV4ValueFormat::e4m3_scaled)
-    return Error{"deepseek_v4 KV layout: latents and entries are f32 or bf16, not e4m3 with a scale a latent",
+    return Error{"deepseek_v4 KV layout: latents and entries are f32, bf16 or fp8_ds_mla records, not e4m3 with "
+                 "a scale a latent",
                  ErrorCode::kInvalidArgument};
-  if (formats.index_keys == DeepseekV4ValueFormat::bf16)
-    return Error{"deepseek_v4 KV layout: index keys are f32 or e4m3 with a scale a key, not bf16",
+  if (formats.index_keys == DeepseekV4ValueFormat::bf16 || formats.index_keys == DeepseekV4ValueFormat::fp8_ds_mla)
+    return Error{"deepseek_v4 KV layout: index keys are f32 or e4m3 with a scale a key, not bf16 or fp8_ds_mla",
+                 ErrorCode::kInvalidArgument};
+  const Fp8DsMlaShape record{.head_dim = config.head_dim, .rope_dim = ds.qk_rope_head_dim};
+  if (formats.latents == DeepseekV4ValueFormat::fp8_ds_mla && !record.valid())
+    return Error{fmt::format("deepseek_v4 KV layout: fp8_ds_mla records need head_dim minus the {} rope dims a "
+                             "multiple of {}; head_dim is {}",
+                             ds.qk_rope_head_dim, kFp8DsMlaGroup, config.head_dim),
                  ErrorCode::kInvalidArgument};
   // An e4m3 record's codes stay 4-byte aligned, so that a lane reads four of them as one word.
   if (formats.index_keys == DeepseekV4ValueFormat::e4m3_scaled && ds.index_head_dim % 4 != 0)
@@ -77,11 +80,12 @@ Result<DeepseekV4KvLayout> DeepseekV4KvLayout::make(const ModelConfig& config, s
   layout.formats_ = formats;
   const std::int64_t bs = block_size_tokens;
   // Floats of `items` items of `dim` values in `format` (bf16: two a float, rounded up).
-  auto floats = [](std::int64_t items, std::int64_t dim, DeepseekV4ValueFormat format) {
+  auto floats = [&record](std::int64_t items, std::int64_t dim, DeepseekV4ValueFormat format) {
     switch (format) {
       case DeepseekV4ValueFormat::f32: return items * dim;
       case DeepseekV4ValueFormat::bf16: return (items * dim + 1) / 2;
       case DeepseekV4ValueFormat::e4m3_scaled: return items * dim / 4 + items;
+      case DeepseekV4ValueFormat::fp8_ds_mla: return items * record.bytes() / 4;
     }
     return items * dim;
   };

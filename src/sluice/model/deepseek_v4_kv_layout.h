@@ -44,11 +44,13 @@ enum class DeepseekV4ValueFormat {
   bf16,         // two values a float
   e4m3_scaled,  // an item's values as e4m3 codes ([items][dim] bytes), then
                 // one f32 scale an item ([items]): value = code x scale
+  fp8_ds_mla,   // a latent's record (deepseek_v4_fp8_ds_mla.h): e4m3 nope
+                // values with a ue8m0 scale a 64, bf16 rope values
 };
 
 // The formats a backend's blocks use. The pool states are f32 on every backend.
 struct DeepseekV4KvFormats {
-  DeepseekV4ValueFormat latents = DeepseekV4ValueFormat::f32;     // window latents, CSA/HCA entries: f32 or bf16
+  DeepseekV4ValueFormat latents = DeepseekV4ValueFormat::f32;     // window latents, CSA/HCA entries: f32, bf16 or fp8_ds_mla
   DeepseekV4ValueFormat index_keys = DeepseekV4ValueFormat::f32;  // the indexer's keys: f32 or e4m3_scaled
 
   // The CPU reference's spans: f32 everywhere.
@@ -58,6 +60,11 @@ struct DeepseekV4KvFormats {
   // records), so storing them so changes no value either computes with.
   static constexpr DeepseekV4KvFormats cuda() {
     return {.latents = DeepseekV4ValueFormat::bf16, .index_keys = DeepseekV4ValueFormat::e4m3_scaled};
+  }
+  // CUDA's with --kv-cache-dtype fp8: latents and entries as fp8_ds_mla
+  // records, which the sparse attention reads as the bf16 values they hold.
+  static constexpr DeepseekV4KvFormats cuda_fp8() {
+    return {.latents = DeepseekV4ValueFormat::fp8_ds_mla, .index_keys = DeepseekV4ValueFormat::e4m3_scaled};
   }
   bool operator==(const DeepseekV4KvFormats&) const = default;
 };

@@ -329,9 +329,15 @@ Status check_widths(const ModelConfig& config, const DeepseekV4Config& ds) {
   return Ok{};
 }
 
-// The layout's formats the kernels read: latents f32 or bf16, index keys f32
-// or e4m3 records; the session-17 indexer quantizes f32 keys itself.
-Status check_layout(const DeepseekV4KvLayout& layout, const DeepseekV4DeviceOptions& options) {
+// The layout's formats the kernels read: latents f32, bf16 or fp8_ds_mla
+// records (at the kernels' 64 rope dims), index keys f32 or e4m3 records; the
+// session-17 indexer quantizes f32 keys itself.
+Status check_layout(const DeepseekV4KvLayout& layout, const DeepseekV4Config& ds,
+                    const DeepseekV4DeviceOptions& options) {
+  if (layout.formats().latents == DeepseekV4ValueFormat::fp8_ds_mla && ds.qk_rope_head_dim != kV4RopeDim)
+    return Error{fmt::format("deepseek_v4 on CUDA: fp8_ds_mla records are built for {} rope dims; this model has {}",
+                             kV4RopeDim, ds.qk_rope_head_dim),
+                 ErrorCode::kInvalidArgument};
   if (options.indexer == DeepseekV4IndexerKernels::f32_pool_cuda_cores &&
       layout.formats().index_keys != DeepseekV4ValueFormat::f32)
     return Error{"deepseek_v4 on CUDA: the f32-pool indexer (session 17's) reads f32 index keys; this layout stores "
@@ -482,7 +488,7 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::upload
   const ModelConfig& config = ref.config_;
   const DeepseekV4Config& ds = ref.ds_;
   SLUICE_TRY(check_widths(config, ds));
-  SLUICE_TRY(check_layout(layout, options));
+  SLUICE_TRY(check_layout(layout, ds, options));
   prepare_grouped_gemm();
   prepare_grouped_gemm_fp8();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
@@ -622,7 +628,7 @@ Result<std::unique_ptr<DeepseekV4DeviceForward>> DeepseekV4DeviceForward::random
   SLUICE_CHECK(config.deepseek_v4 != nullptr);
   const DeepseekV4Config& ds = *config.deepseek_v4;
   SLUICE_TRY(check_widths(config, ds));
-  SLUICE_TRY(check_layout(layout, options));
+  SLUICE_TRY(check_layout(layout, ds, options));
   prepare_grouped_gemm();
   prepare_grouped_gemm_fp8();
   auto owned = std::unique_ptr<DeepseekV4DeviceForward>(new DeepseekV4DeviceForward());
@@ -933,12 +939,16 @@ struct Step {
   }
 };
 
-// How a block's values of `format` are tagged (an e4m3_scaled region's codes: e4m3).
+const Dt kE4m3Dt = dt_of(DType::f8_e4m3);  // codes and records, moved as bytes
+
+// How a block's values of `format` are tagged (an e4m3_scaled region's codes:
+// e4m3; fp8_ds_mla records say so in the region instead).
 Dt stored_dt(DeepseekV4ValueFormat format) {
   switch (format) {
     case DeepseekV4ValueFormat::f32: return kF32Dt;
     case DeepseekV4ValueFormat::bf16: return kBf16Dt;
-    case DeepseekV4ValueFormat::e4m3_scaled: return dt_of(DType::f8_e4m3);
+    case DeepseekV4ValueFormat::e4m3_scaled:
+    case DeepseekV4ValueFormat::fp8_ds_mla: return kE4m3Dt;
   }
   return kF32Dt;
 }
@@ -950,7 +960,8 @@ V4PagedRegion entry_region(const DeepseekV4PoolRegion& r) {
           .offset = r.entries_offset,
           .count = static_cast<std::int32_t>(r.dim),
           .rate = static_cast<std::int32_t>(r.rate),
-          .dt = stored_dt(r.entries_format)};
+          .dt = stored_dt(r.entries_format),
+          .fp8_ds_mla = r.entries_format == DeepseekV4ValueFormat::fp8_ds_mla};
 }
 
 // An e4m3_scaled region's scales, one f32 an entry.
@@ -1037,6 +1048,15 @@ void compress_step(const Pass& p, const Weights::Compressor& c, const std::uint1
   const V4PagedCopyArgs store{.blocks = p.blocks, .tables = p.step.view(cd.entry_tables), .region = entry_region(r),
                               .index = ints[cd.entry_index], .dense = out, .dense_dt = kF32Dt, .items = entries,
                               .to_blocks = true};
+  if (r.entries_format == DeepseekV4ValueFormat::fp8_ds_mla) {  // the entries' records, stored as made
+    auto* records = p.alloc<std::uint8_t>(std::int64_t{entries} * kV4Fp8DsMlaBytes);
+    launch_v4_quantize_fp8_ds_mla_rows(out, entries, records, p.s);
+    V4PagedCopyArgs store_records = store;
+    store_records.dense = records;
+    store_records.dense_dt = kE4m3Dt;
+    launch_v4_paged_copy(store_records, p.s);
+    return;
+  }
   if (r.entries_format != DeepseekV4ValueFormat::e4m3_scaled) {
     launch_v4_paged_copy(store, p.s);
     return;
@@ -1048,7 +1068,7 @@ void compress_step(const Pass& p, const Weights::Compressor& c, const std::uint1
   launch_v4_quantize_e4m3_rows(out, entries, static_cast<std::int32_t>(r.dim), codes, scales, p.s);
   V4PagedCopyArgs store_codes = store;
   store_codes.dense = codes;
-  store_codes.dense_dt = stored_dt(DeepseekV4ValueFormat::e4m3_scaled);
+  store_codes.dense_dt = kE4m3Dt;
   launch_v4_paged_copy(store_codes, p.s);
   V4PagedCopyArgs store_scales = store;
   store_scales.region = entry_scales_region(r);
@@ -1138,11 +1158,21 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
   p.linear(x16, L.wkv, n, kv);
   launch_v4_rms_norm_f32(kv, n, hd, L.kv_norm.get(), eps, s);
   launch_v4_rope_tail_f32(kv, n, 1, hd, positions, rope, false, s);
+  const DeepseekV4ValueFormat latents = p.w.layout->formats().latents;
   const V4PagedRegion window_region{.site = V4PagedSite::window,
                                     .offset = L.window_offset,
                                     .count = hd,
                                     .slots = p.w.layout->window_slots(),
-                                    .dt = stored_dt(p.w.layout->formats().latents)};
+                                    .dt = stored_dt(latents),
+                                    .fp8_ds_mla = latents == DeepseekV4ValueFormat::fp8_ds_mla};
+  // fp8_ds_mla blocks: the step's latents become what their records hold
+  // (its own keys then read as the blocks will give them later), and the
+  // records are what the window store copies.
+  std::uint8_t* kv_records = nullptr;
+  if (window_region.fp8_ds_mla) {
+    kv_records = p.alloc<std::uint8_t>(std::int64_t{n} * kV4Fp8DsMlaBytes);
+    launch_v4_quantize_fp8_ds_mla_rows(kv, n, kv_records, s);
+  }
   if (L.compressor) compress_step(p, *L.compressor, x16);
 
   // CSA: the indexer's picks among the visible entries.
@@ -1246,8 +1276,10 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
     launch_v4_gather_keys(gather, s);
   }
   launch_v4_paged_copy({.blocks = p.blocks, .tables = p.step.view(p.step.window_store_tables),
-                        .region = window_region, .index = ints[p.step.window_store_position], .dense = kv,
-                        .dense_row = ints[p.step.window_store_row], .dense_dt = kF32Dt,
+                        .region = window_region, .index = ints[p.step.window_store_position],
+                        .dense = kv_records != nullptr ? static_cast<void*>(kv_records) : kv,
+                        .dense_row = ints[p.step.window_store_row],
+                        .dense_dt = kv_records != nullptr ? kE4m3Dt : kF32Dt,
                         .items = p.step.num_window_stores, .to_blocks = true},
                        s);
   auto* attn16 = p.alloc<std::uint16_t>(q_size);  // bf16: wo_a's input

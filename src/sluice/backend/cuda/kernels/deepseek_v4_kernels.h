@@ -29,6 +29,14 @@ enum class Dt : std::int32_t;
 // the CPU reference use others, which the CUDA forward will not serve).
 inline constexpr std::int32_t kV4LatentDim = 512;      // head_dim: K = V = the latent
 inline constexpr std::int32_t kV4IndexHeadDim = 128;   // index_head_dim
+inline constexpr std::int32_t kV4RopeDim = 64;         // qk_rope_head_dim: the latent's last 64 values are roped
+inline constexpr std::int32_t kV4NopeDim = kV4LatentDim - kV4RopeDim;
+// A latent's fp8_ds_mla record (model/deepseek_v4_fp8_ds_mla.h): 448 e4m3
+// codes, the 64 rope values in bf16, one ue8m0 scale a 64 codes (7) and a pad.
+inline constexpr std::int32_t kV4Fp8DsMlaGroup = 64;
+inline constexpr std::int32_t kV4Fp8DsMlaRopeOffset = kV4NopeDim;
+inline constexpr std::int32_t kV4Fp8DsMlaScalesOffset = kV4NopeDim + 2 * kV4RopeDim;
+inline constexpr std::int32_t kV4Fp8DsMlaBytes = kV4Fp8DsMlaScalesOffset + 8;
 inline constexpr std::int32_t kV4MaxIndexHeads = 64;   // index_n_heads
 inline constexpr std::int32_t kV4MaxHcMult = 4;        // hc_mult
 inline constexpr std::int32_t kV4MaxExperts = 1024;
@@ -240,14 +248,16 @@ struct V4PagedRegion {
   std::int32_t rate = 0;    // entry sites
   std::int32_t slots = 0;   // window site: DeepseekV4KvLayout::window_slots()
   Dt dt{};                  // f32 (value-initialised), bf16 or e4m3 (DeepseekV4ValueFormat)
+  bool fp8_ds_mla = false;  // items are kV4Fp8DsMlaBytes records of count = kV4LatentDim values (dt unused)
 };
 
 // Copies items between a dense buffer [items, count] and their places in the
 // blocks: to_blocks writes (a step's window latents, the entries
 // launch_v4_compress emitted), else reads. With dense_row, items scatter into
 // (or gather from) rows of a larger buffer: the window latents a
-// DeepseekV4WindowPlan stores. An e4m3 region's codes move as they are, to or
-// from e4m3 dense rows.
+// DeepseekV4WindowPlan stores. An e4m3 region's codes and an fp8_ds_mla
+// region's records move as they are, to or from dense rows of them (dense_dt
+// e4m3: bytes).
 struct V4PagedCopyArgs {
   V4PagedBlocks blocks;
   V4BlockTables tables;
@@ -260,6 +270,14 @@ struct V4PagedCopyArgs {
   bool to_blocks = false;
 };
 void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream);
+
+// Latents (or emitted entries) f32 [rows, kV4LatentDim] into their
+// fp8_ds_mla records [rows, kV4Fp8DsMlaBytes] (model/deepseek_v4_fp8_ds_mla.h's
+// encoding, byte for byte), and each row replaced by the values its record
+// holds, so that the step's own keys read as they will from the blocks. A
+// block a row: a warp a group of 64 nope values, the eighth the rope values.
+void launch_v4_quantize_fp8_ds_mla_rows(float* rows, std::int64_t num_rows, std::uint8_t* records,
+                                        cudaStream_t stream);
 
 // The compressors' share of a step (DeepseekV4CompressPlan, model/
 // deepseek_v4_step_plan.h; the fold of model/deepseek_v4_pool_fold.h): per
@@ -352,7 +370,9 @@ struct V4GatherKeysArgs {
   std::int32_t sliding_window = 0;
   // The step's latents, f32 [rows, head_dim] (row r at positions[r]), and the
   // row of each row's sequence's first position this step; positions from
-  // there on are read here. Null: every window key from the blocks.
+  // there on are read here. Null: every window key from the blocks. Over
+  // fp8_ds_mla blocks they hold what the records hold
+  // (launch_v4_quantize_fp8_ds_mla_rows), so a key reads the same wherever it is.
   const float* fresh = nullptr;
   const std::int32_t* fresh_first_row = nullptr;  // [rows]
   void* keys = nullptr;  // bf16 [rows, max_keys, head_dim]

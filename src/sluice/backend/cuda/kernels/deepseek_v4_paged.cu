@@ -13,6 +13,7 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/deepseek_v4_fp8_ds_mla.cuh"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 
 namespace sluice::cuda {
@@ -25,6 +26,15 @@ constexpr int kIndexKeysPerWarp = 32;
 constexpr int kIndexKeysInFlight = 8;
 
 __device__ __forceinline__ int value_bytes(Dt dt) { return dt == Dt::f32 ? 4 : dt == Dt::e4m3 ? 1 : 2; }
+
+__device__ __forceinline__ std::int64_t item_bytes(const V4PagedRegion& r) {
+  return r.fp8_ds_mla ? kV4Fp8DsMlaBytes : static_cast<std::int64_t>(r.count) * value_bytes(r.dt);
+}
+
+// Value c of a latent or entry stored in `r`'s format.
+__device__ __forceinline__ float load_latent(const void* item, const V4PagedRegion& r, int c) {
+  return r.fp8_ds_mla ? fp8_ds_mla_value(item, c) : load_f(item, r.dt, c);
+}
 
 // The values (r.dt) of `index` (a position, or an entry index) in its block,
 // as DeepseekV4PagedState::{window_latent, entry} place them.
@@ -40,10 +50,10 @@ __device__ __forceinline__ void* paged_item(const V4PagedBlocks& b, const V4Bloc
       slot = position % b.block_size / r.rate;
       break;
   }
-  const std::int64_t item_bytes = static_cast<std::int64_t>(r.count) * value_bytes(r.dt);
-  const std::int64_t offset = r.offset * 4 + slot * item_bytes;
+  const std::int64_t bytes = item_bytes(r);
+  const std::int64_t offset = r.offset * 4 + slot * bytes;
   const std::int64_t block_index = position / b.block_size;
-  if (position < 0 || block_index >= t.table_len[table] || offset + item_bytes > b.floats_per_block * 4) __trap();
+  if (position < 0 || block_index >= t.table_len[table] || offset + bytes > b.floats_per_block * 4) __trap();
   const std::int32_t block = t.block_ids[t.table_begin[table] + block_index];
   if (block < 0 || block >= b.num_blocks) __trap();
   return reinterpret_cast<char*>(b.data + static_cast<std::int64_t>(block) * b.floats_per_block) + offset;
@@ -52,16 +62,18 @@ __device__ __forceinline__ void* paged_item(const V4PagedBlocks& b, const V4Bloc
 __global__ void __launch_bounds__(kThreads) v4_paged_copy_kernel(V4PagedCopyArgs a) {
   const int item = blockIdx.x;
   void* paged = paged_item(a.blocks, a.tables, item, a.region, a.index[item]);
-  const std::int64_t base = static_cast<std::int64_t>(a.dense_row != nullptr ? a.dense_row[item] : item) * a.region.count;
-  if (a.region.dt == Dt::e4m3) {  // codes move as they are (dense e4m3 too: launch_v4_paged_copy)
-    auto* codes = static_cast<std::uint8_t*>(paged);
-    auto* dense = static_cast<std::uint8_t*>(a.dense) + base;
-    for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
-      if (a.to_blocks) codes[c] = dense[c];
-      else dense[c] = codes[c];
+  const std::int64_t row = a.dense_row != nullptr ? a.dense_row[item] : item;
+  if (a.region.dt == Dt::e4m3 || a.region.fp8_ds_mla) {  // codes and records move as they are (dense too)
+    const std::int64_t bytes = item_bytes(a.region);
+    auto* stored = static_cast<std::uint8_t*>(paged);
+    auto* dense = static_cast<std::uint8_t*>(a.dense) + row * bytes;
+    for (std::int64_t c = threadIdx.x; c < bytes; c += kThreads) {
+      if (a.to_blocks) stored[c] = dense[c];
+      else dense[c] = stored[c];
     }
     return;
   }
+  const std::int64_t base = row * a.region.count;
   for (int c = threadIdx.x; c < a.region.count; c += kThreads) {
     if (a.to_blocks)
       store_f(paged, a.region.dt, c, load_f(a.dense, a.dense_dt, base + c));
@@ -211,21 +223,23 @@ __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysAr
   }
   if (j >= total) return;
   const void* src;
-  Dt dt = Dt::f32;
+  const V4PagedRegion* stored = nullptr;  // null: the step's own f32 row
   if (j < window_keys) {
     src = fresh_latent(a, a.fresh_first_row, r, first + j);
     if (src == nullptr) {
       src = paged_item(a.blocks, a.tables, r, a.window, first + j);
-      dt = a.window.dt;
+      stored = &a.window;
     }
   } else {
     const std::int64_t e = j - window_keys;
     const std::int64_t index = a.selected != nullptr ? a.selected[static_cast<std::int64_t>(r) * a.top_k + e] : e;
     src = paged_item(a.blocks, a.tables, r, a.entries, index);
-    dt = a.entries.dt;
+    stored = &a.entries;
   }
   const int dim = a.window.count;
-  for (int c = threadIdx.x; c < dim; c += kThreads) store_f(a.keys, Dt::bf16, out_row * dim + c, load_f(src, dt, c));
+  for (int c = threadIdx.x; c < dim; c += kThreads)
+    store_f(a.keys, Dt::bf16, out_row * dim + c,
+            stored != nullptr ? load_latent(src, *stored, c) : static_cast<const float*>(src)[c]);
 }
 
 // Block i: pool row i, of the last sequence whose pool begins at or before it.
@@ -239,21 +253,22 @@ __global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs
   }
   const int local = i - k.pool_begin[lo];
   const void* src;
-  Dt dt = Dt::f32;
+  const V4PagedRegion* stored = nullptr;  // null: the step's own f32 row
   if (local < k.window_count[lo]) {
     const std::int64_t position = k.window_first[lo] + local;
     src = fresh_latent(a, k.first_row, lo, position);
     if (src == nullptr) {
       src = paged_item(a.blocks, k.tables, lo, a.window, position);
-      dt = a.window.dt;
+      stored = &a.window;
     }
   } else {
     src = paged_item(a.blocks, k.tables, lo, a.entries, local - k.window_count[lo]);
-    dt = a.entries.dt;
+    stored = &a.entries;
   }
   const int dim = a.window.count;
   for (int c = threadIdx.x; c < dim; c += kThreads)
-    store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c, load_f(src, dt, c));
+    store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c,
+            stored != nullptr ? load_latent(src, *stored, c) : static_cast<const float*>(src)[c]);
 }
 
 // Block (j / kThreads, r): row r's key rows in the pool, in v4_gather_keys_kernel's order.
@@ -286,7 +301,8 @@ void check_blocks(const V4PagedBlocks& b, const V4BlockTables& t) {
 void check_region(const V4PagedRegion& r, std::int64_t floats_per_block) {
   SLUICE_CHECK(r.count > 0 && r.offset >= 0 && r.offset < floats_per_block);
   // items stay 4-byte aligned
-  SLUICE_CHECK(r.dt == Dt::f32 || (r.dt == Dt::bf16 && r.count % 2 == 0) || (r.dt == Dt::e4m3 && r.count % 4 == 0));
+  if (r.fp8_ds_mla) SLUICE_CHECK(r.count == kV4LatentDim);
+  else SLUICE_CHECK(r.dt == Dt::f32 || (r.dt == Dt::bf16 && r.count % 2 == 0) || (r.dt == Dt::e4m3 && r.count % 4 == 0));
   if (r.site == V4PagedSite::window) SLUICE_CHECK(r.slots > 0);
   else SLUICE_CHECK(r.rate > 0);
 }
@@ -312,7 +328,8 @@ void launch_v4_paged_copy(const V4PagedCopyArgs& args, cudaStream_t stream) {
   check_blocks(args.blocks, args.tables);
   check_region(args.region, args.blocks.floats_per_block);
   SLUICE_CHECK(args.items >= 0 && args.index != nullptr && args.dense != nullptr);
-  SLUICE_CHECK((args.region.dt == Dt::e4m3) == (args.dense_dt == Dt::e4m3));  // codes move only as codes
+  // codes and records move only as themselves
+  SLUICE_CHECK((args.region.dt == Dt::e4m3 || args.region.fp8_ds_mla) == (args.dense_dt == Dt::e4m3));
   if (args.items == 0) return;
   v4_paged_copy_kernel<<<static_cast<unsigned>(args.items), kThreads, 0, stream>>>(args);
   SLUICE_CUDA_CHECK_LAUNCH();
