@@ -83,17 +83,21 @@ struct Case {
   DeepseekV4GoldenWeights weights = DeepseekV4GoldenWeights::f32;
   bool keep_quantized = false;  // FP8 / FP4 kept as stored (the runner's way); else the host's f32, rounded to bf16
   cuda::DeepseekV4DeviceOptions options{};
+  bool fp8_kv = false;  // fp8_ds_mla latent records (--kv-cache-dtype fp8), on the f32 checkpoint
   bool e4m3() const {
     return keep_quantized && options.fp8_dense_gemm == cuda::Fp8DenseGemm::cublaslt &&
            options.moe_expert_gemm == cuda::MoeExpertGemm::fp8_wgmma;
   }
-  testing::DeepseekV4GoldenBounds bounds() const { return testing::deepseek_v4_device_bounds(weights, e4m3()); }
+  testing::DeepseekV4GoldenBounds bounds() const {
+    return fp8_kv ? testing::kDeepseekV4DeviceBoundsFp8Kv : testing::deepseek_v4_device_bounds(weights, e4m3());
+  }
   std::string name() const {
     std::string n = testing::deepseek_v4_golden_name(weights);
     if (options.attention == cuda::DeepseekV4AttentionKernel::cuda_cores) n += "_cuda_core_attention";
     if (options.attention == cuda::DeepseekV4AttentionKernel::wgmma_two_terms) n += "_two_term_attention";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_mma) n += "_session18_indexer";
+    if (fp8_kv) n += "_fp8_kv";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
     if (!keep_quantized) return n + "_host_bf16";
     return n + (e4m3() ? "_kept_e4m3" : "_kept_bf16_activations");
@@ -123,8 +127,9 @@ struct Loaded {
   std::unique_ptr<DeepseekV4Reference> quantized;  // keep_quantized: what the device uploads (not run)
 };
 
-// `e4m3`: the emulating reference takes the default FP8 GEMMs' roundings.
-std::unique_ptr<Loaded> load(const std::string& dir, bool e4m3 = false) {
+// `e4m3`: the emulating reference takes the default FP8 GEMMs' roundings;
+// `fp8_kv`: its attention's keys as fp8_ds_mla records hold them.
+std::unique_ptr<Loaded> load(const std::string& dir, bool e4m3 = false, bool fp8_kv = false) {
   auto loaded = std::make_unique<Loaded>();
   auto config = load_model_config(dir);
   SLUICE_CHECK_MSG(config.ok(), config.error_message());
@@ -136,6 +141,7 @@ std::unique_ptr<Loaded> load(const std::string& dir, bool e4m3 = false) {
   loaded->reference = std::move(*reference);
   loaded->rounding_kernels = e4m3 ? testing::DeviceRoundingKernels::e4m3_activations()
                                   : std::make_unique<testing::DeviceRoundingKernels>();
+  if (fp8_kv) loaded->rounding_kernels->set_fp8_kv_records(loaded->config.deepseek_v4->qk_rope_head_dim);
   auto emulated = DeepseekV4Reference::load(loaded->config, *checkpoint, *loaded->rounding_kernels);
   SLUICE_CHECK_MSG(emulated.ok(), emulated.error_message());
   loaded->emulated = std::move(*emulated);
@@ -181,10 +187,10 @@ class DeepseekV4DeviceForwardTest : public ::testing::TestWithParam<Case> {
     const std::string dir = scratch(std::string("flash-width-") + c.name());
     const Status made = make_model(testing::deepseek_v4_golden_options(dir, kVocab, c.weights));
     ASSERT_TRUE(made.ok()) << made.error_message();
-    model_ = load(dir, c.e4m3());
+    model_ = load(dir, c.e4m3(), c.fp8_kv);
     // The served formats (bf16 latents, e4m3 index records), but f32 index keys for the
     // session-17 indexer, which reads them.
-    DeepseekV4KvFormats formats = DeepseekV4KvFormats::cuda();
+    DeepseekV4KvFormats formats = c.fp8_kv ? DeepseekV4KvFormats::cuda_fp8() : DeepseekV4KvFormats::cuda();
     if (c.options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores)
       formats.index_keys = DeepseekV4ValueFormat::f32;
     auto layout = DeepseekV4KvLayout::make(model_->config, kBlock, formats);
@@ -326,6 +332,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // The wgmma attention's softmax weights as two bf16 terms (the default takes one).
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.attention = cuda::DeepseekV4AttentionKernel::wgmma_two_terms}},
+                      // --kv-cache-dtype fp8: the latents and entries as fp8_ds_mla records.
+                      Case{.weights = DeepseekV4GoldenWeights::f32, .fp8_kv = true},
                       // Session 18's indexer scores (mma.sync at prefill too).
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_mma}},

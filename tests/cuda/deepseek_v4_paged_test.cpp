@@ -28,6 +28,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <set>
 
@@ -37,6 +38,7 @@
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/model/deepseek_v4_fp8_ds_mla.h"
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/deepseek_v4_paged_state.h"
 #include "sluice/model/deepseek_v4_pool_fold.h"
@@ -661,6 +663,41 @@ TEST_F(DeepseekV4PagedCuda, PlannedCompressionOnTheDeviceLeavesTheReferencesBloc
   EXPECT_EQ(entries, 2 * (393 / 4 + 272 / 4) + (393 / 128 + 272 / 128));
 }
 
+// The key sets of an HCA layer's rows at 127, 200 and 255 gathered from two
+// blocks of 128: each key reads as `latents` (positions 0-255) and `entries`
+// hold it, bit for bit, the window then every visible entry.
+void expect_hca_key_sets(const cuda::V4PagedBlocks& blocks, const V4PagedRegion& window_region,
+                         const V4PagedRegion& entry_region, std::span<const float> latents,
+                         std::span<const float> entries, std::int32_t hd, std::int32_t window) {
+  const std::vector<std::int32_t> positions = {127, 200, 255}, ids = {0, 1}, begin(3, 0), len(3, 2);
+  const std::int32_t rows = 3, max_keys = window + 2;
+  const Dev<std::int32_t> d_positions(positions), d_ids(ids), d_begin(begin), d_len(len);
+  Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
+  Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
+  cuda::launch_v4_gather_keys(
+      {.blocks = blocks, .tables = {.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()},
+       .positions = d_positions.get(), .window = window_region, .entries = entry_region, .sliding_window = window,
+       .keys = keys.get(), .key_rows = key_rows.get(), .num_keys = num_keys.get(), .rows = rows,
+       .max_keys = max_keys},
+      nullptr);
+  const std::vector<std::uint16_t> got = keys.host();
+  const std::vector<std::int32_t> got_num = num_keys.host();
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const std::int64_t p = positions[static_cast<std::size_t>(r)];
+    std::vector<std::span<const float>> expected;
+    for (std::int64_t u = std::max<std::int64_t>(0, p - window + 1); u <= p; ++u)
+      expected.push_back(latents.subspan(static_cast<std::size_t>(u * hd), static_cast<std::size_t>(hd)));
+    for (std::int64_t e = 0; e < (p + 1) / 128; ++e)
+      expected.push_back(entries.subspan(static_cast<std::size_t>(e * hd), static_cast<std::size_t>(hd)));
+    ASSERT_EQ(got_num[static_cast<std::size_t>(r)], static_cast<std::int32_t>(expected.size())) << "row " << r;
+    for (std::size_t j = 0; j < expected.size(); ++j)
+      for (std::int32_t c = 0; c < hd; ++c)
+        ASSERT_EQ(bf16_to_f32(got[(static_cast<std::size_t>(r) * max_keys + j) * hd + static_cast<std::size_t>(c)]),
+                  expected[j][static_cast<std::size_t>(c)])
+            << "row " << r << " key " << j << " channel " << c;
+  }
+}
+
 // The CUDA forward's own layout (DeepseekV4KvFormats::cuda()): window
 // latents and CSA/HCA entries stored as bf16, index keys as e4m3 records. An
 // HCA layer and a CSA layer of V4-Flash in two blocks of 128: the sites read
@@ -767,34 +804,75 @@ TEST(DeepseekV4PagedBf16, SitesHoldBf16AndTheGatherReadsThem) {
     EXPECT_EQ(back.host(), csa_entries);
   }
 
-  // The HCA layer's key sets for rows at 127, 200 and 255, from the blocks.
-  const std::vector<std::int32_t> positions = {127, 200, 255}, ids = {0, 1}, begin(3, 0), len(3, 2);
-  const std::int32_t rows = 3, max_keys = window + 2;
-  const Dev<std::int32_t> d_positions(positions), d_ids(ids), d_begin(begin), d_len(len);
-  Dev<std::uint16_t> keys(static_cast<std::size_t>(rows) * max_keys * hd);
-  Dev<std::int32_t> key_rows(static_cast<std::size_t>(rows) * max_keys), num_keys(static_cast<std::size_t>(rows));
-  cuda::launch_v4_gather_keys(
-      {.blocks = blocks, .tables = {.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()},
-       .positions = d_positions.get(), .window = window_of(hca), .entries = entries_of(*hca.compressor, kBf16),
-       .sliding_window = window, .keys = keys.get(), .key_rows = key_rows.get(), .num_keys = num_keys.get(),
-       .rows = rows, .max_keys = max_keys},
-      nullptr);
-  const std::vector<std::uint16_t> got = keys.host();
-  const std::vector<std::int32_t> got_num = num_keys.host();
-  for (std::int32_t r = 0; r < rows; ++r) {
-    const std::int64_t p = positions[static_cast<std::size_t>(r)];
-    std::vector<std::span<const float>> expected;
-    for (std::int64_t u = std::max<std::int64_t>(0, p - window + 1); u <= p; ++u)
-      expected.push_back(std::span(latents).subspan(static_cast<std::size_t>(u * hd), static_cast<std::size_t>(hd)));
-    for (std::int64_t e = 0; e < (p + 1) / 128; ++e)
-      expected.push_back(std::span(entries).subspan(static_cast<std::size_t>(e * hd), static_cast<std::size_t>(hd)));
-    ASSERT_EQ(got_num[static_cast<std::size_t>(r)], static_cast<std::int32_t>(expected.size())) << "row " << r;
-    for (std::size_t j = 0; j < expected.size(); ++j)
-      for (std::int32_t c = 0; c < hd; ++c)
-        ASSERT_EQ(bf16_to_f32(got[(static_cast<std::size_t>(r) * max_keys + j) * hd + static_cast<std::size_t>(c)]),
-                  expected[j][static_cast<std::size_t>(c)])
-            << "row " << r << " key " << j << " channel " << c;
-  }
+  // The HCA layer's key sets, from the blocks.
+  expect_hca_key_sets(blocks, window_of(hca), entries_of(*hca.compressor, kBf16), latents, entries, hd, window);
+}
+
+// --kv-cache-dtype fp8's layout (DeepseekV4KvFormats::cuda_fp8()): the
+// quantizer makes the host codec's records byte for byte and leaves each row
+// what its record holds (a zero row and rows of large values included); an
+// HCA layer's window and entries stored as those records, in two blocks of
+// 128, gather as the values they hold, window then every visible entry.
+TEST(DeepseekV4PagedFp8DsMla, RecordsAreTheHostCodecsAndTheGatherReadsThem) {
+  const ModelConfig config = five_layer_flash();
+  auto layout = DeepseekV4KvLayout::make(config, kBlock, DeepseekV4KvFormats::cuda_fp8());
+  ASSERT_TRUE(layout.ok()) << layout.error_message();
+  const std::int32_t hd = static_cast<std::int32_t>(layout->head_dim()), window = config.deepseek_v4->sliding_window;
+  const Fp8DsMlaShape shape{.head_dim = hd, .rope_dim = config.deepseek_v4->qk_rope_head_dim};
+  ASSERT_EQ(shape.bytes(), cuda::kV4Fp8DsMlaBytes);
+  // Latents of positions 0-255 and the two HCA entries, quantized on the device; checked against the host.
+  auto quantize = [&](std::int32_t rows, std::uint64_t seed, std::vector<float>& decoded) {
+    std::vector<float> values = v4_testing::uniform(static_cast<std::size_t>(rows) * hd, seed, -3.0f, 3.0f);
+    std::fill_n(values.begin(), hd, 0.0f);                                       // a zero row
+    for (std::int32_t c = 0; c < hd; ++c) values[static_cast<std::size_t>(hd + c)] *= 1000.0f;  // large values
+    Dev<float> d_rows(values);
+    auto records = std::make_unique<Dev<std::uint8_t>>(static_cast<std::size_t>(rows) * shape.bytes());
+    cuda::launch_v4_quantize_fp8_ds_mla_rows(d_rows.get(), rows, records->get(), nullptr);
+    const std::vector<std::uint8_t> got = records->host();
+    const std::vector<float> got_rows = d_rows.host();
+    decoded.assign(values.size(), 0.0f);
+    std::vector<std::uint8_t> want(static_cast<std::size_t>(shape.bytes()));
+    for (std::int32_t r = 0; r < rows; ++r) {
+      const auto at = static_cast<std::size_t>(r);
+      fp8_ds_mla_encode(shape, std::span(values).subspan(at * hd, hd), want);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<std::ptrdiff_t>(at * want.size())))
+          << "record " << r;
+      fp8_ds_mla_decode(shape, want, std::span(decoded).subspan(at * hd, hd));
+    }
+    EXPECT_EQ(got_rows, decoded);
+    return records;
+  };
+  std::vector<float> latents, entries;
+  const auto latent_records = quantize(2 * kBlock, 71, latents);
+  const auto entry_records = quantize(2, 72, entries);
+
+  const Dev<float> area(std::vector<float>(static_cast<std::size_t>(2 * layout->floats_per_block()), 0.0f));
+  const cuda::V4PagedBlocks blocks{.data = area.get(), .floats_per_block = layout->floats_per_block(), .num_blocks = 2,
+                                   .block_size = kBlock};
+  const DeepseekV4LayerRegion& hca = layout->layer(2);
+  ASSERT_TRUE(hca.compressor.has_value());
+  ASSERT_EQ(hca.compressor->entries_format, DeepseekV4ValueFormat::fp8_ds_mla);
+  const V4PagedRegion window_region{.site = V4PagedSite::window, .offset = hca.window_offset, .count = hd,
+                                    .slots = layout->window_slots(), .dt = kE4m3, .fp8_ds_mla = true};
+  const V4PagedRegion entry_region{.site = V4PagedSite::entry, .offset = hca.compressor->entries_offset, .count = hd,
+                                   .rate = static_cast<std::int32_t>(hca.compressor->rate), .dt = kE4m3,
+                                   .fp8_ds_mla = true};
+  auto store = [&](const V4PagedRegion& region, const Dev<std::uint8_t>& records, std::int32_t items) {
+    std::vector<std::int32_t> index(static_cast<std::size_t>(items)), begin(index.size(), 0), len(index.size(), 2);
+    std::iota(index.begin(), index.end(), 0);
+    const std::vector<std::int32_t> ids = {0, 1};
+    const Dev<std::int32_t> d_index(index), d_begin(begin), d_len(len), d_ids(ids);
+    cuda::launch_v4_paged_copy(
+        {.blocks = blocks, .tables = {.block_ids = d_ids.get(), .table_begin = d_begin.get(), .table_len = d_len.get()},
+         .region = region, .index = d_index.get(), .dense = records.get(), .dense_dt = kE4m3, .items = items,
+         .to_blocks = true},
+        nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  store(window_region, *latent_records, 2 * kBlock);
+  store(entry_region, *entry_records, 2);
+
+  expect_hca_key_sets(blocks, window_region, entry_region, latents, entries, hd, window);
 }
 
 TEST(DeepseekV4PagedCudaOps, ModelDefinedCacheAndItsHostTierMoveBlocksByteEqual) {

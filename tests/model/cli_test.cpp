@@ -136,6 +136,40 @@ TEST_F(Cli, ServeGivesDeepseekV4ItsDefaultBlockSize) {
   EXPECT_NE(split.output.find("--block-size 8: deepseek_v4 needs a multiple of 16"), std::string::npos) << split.output;
 }
 
+// --kv-cache-dtype fp8 (or vLLM's fp8_e4m3 / fp8_ds_mla) is refused at start
+// where no FP8 layout exists: a V4 model on the CPU (the reference keeps f32),
+// a llama model on CUDA (checked with the flags, before any device is asked
+// for), the simulator; auto starts. Values vLLM has and sluice does not are refused by name.
+TEST_F(Cli, ServeRefusesAnFp8KvCacheWhereNoFp8LayoutExists) {
+  const std::string dir = testing::scratch_dir("cli-deepseek-v4-fp8-kv");
+  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
+                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string start = "serve --port 0 --check-only ";
+  auto on_cpu = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype fp8_ds_mla");
+  EXPECT_NE(on_cpu.exit_code, 0);
+  EXPECT_NE(on_cpu.output.find("--kv-cache-dtype fp8_ds_mla: --device cpu keeps the KV cache in the model's dtype"),
+            std::string::npos)
+      << on_cpu.output;
+  auto llama_on_cuda = run(start + "--model " + *model_dir_ + " --device cuda --kv-cache-dtype fp8");
+  EXPECT_NE(llama_on_cuda.exit_code, 0);
+  EXPECT_NE(llama_on_cuda.output.find("--kv-cache-dtype fp8: on --device cuda only deepseek_v4 stores its KV cache in "
+                                      "FP8 (fp8_ds_mla records); model_type llama keeps bf16"),
+            std::string::npos)
+      << llama_on_cuda.output;
+  auto on_sim = run(start + "--model " + dir + " --device sim --kv-cache-dtype fp8_e4m3");
+  EXPECT_NE(on_sim.exit_code, 0);
+  EXPECT_NE(on_sim.output.find("--kv-cache-dtype fp8_e4m3: --device sim prices the profile's own KV layout"),
+            std::string::npos)
+      << on_sim.output;
+  auto e5m2 = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype fp8_e5m2");
+  EXPECT_NE(e5m2.exit_code, 0);
+  EXPECT_NE(e5m2.output.find("--kv-cache-dtype"), std::string::npos) << e5m2.output;
+  EXPECT_NE(e5m2.output.find("fp8_e5m2"), std::string::npos) << e5m2.output;
+  auto by_default = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype auto");
+  EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
+}
+
 TEST_F(Cli, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + *model_dir_ +
                            " --prompt-ids 9,8,7 --max-tokens 12 --ignore-eos --temperature 1.0 --top-p 0.9 --seed ";

@@ -295,6 +295,7 @@ class RecordingRunner final : public DeepseekV4DeviceRunner {
  public:
   static inline int made = 0;
   static inline std::int32_t block_size = 0;
+  static inline DeepseekV4KvFormats formats;  // the last layout's
 
   static Result<std::unique_ptr<DeepseekV4DeviceRunner>> make(const ModelConfig& config, const Checkpoint& checkpoint,
                                                               Ops& /*ops*/) {
@@ -307,6 +308,7 @@ class RecordingRunner final : public DeepseekV4DeviceRunner {
   const DeepseekV4Reference& reference() const override { return *reference_; }
   Status set_kv_layout(const DeepseekV4KvLayout& layout) override {
     block_size = layout.block_size_tokens();
+    formats = layout.formats();
     return Ok{};
   }
   Result<Tensor> forward(Ops& ops, const StepLayout& step) const override {
@@ -343,8 +345,14 @@ TEST(DeepseekV4Model, RunsARegisteredDeviceRunnerWhereTheOpsHaveNoV4Kernels) {
   ASSERT_TRUE(model.ok()) << model.error_message();
   EXPECT_EQ(RecordingRunner::made, 1);
   EXPECT_EQ((*model)->config().vocab_size, testing::kTinyDeepseekV4Vocab);
+  // A runner with no FP8 layout (the base's kv_formats): --kv-cache-dtype fp8 refused, auto its formats.
+  const Status fp8 = (*model)->set_kv_cache_dtype(KvCacheDtype::kFp8);
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_NE(fp8.error_message().find("no FP8 KV layout"), std::string::npos) << fp8.error_message();
+  ASSERT_TRUE((*model)->set_kv_cache_dtype(KvCacheDtype::kAuto).ok());
   ASSERT_TRUE((*model)->set_kv_block_size(32).ok());
   EXPECT_EQ(RecordingRunner::block_size, 32);
+  EXPECT_EQ(RecordingRunner::formats, DeepseekV4KvFormats::cpu());
   StepLayout step;
   step.sequences.push_back({.row_begin = 0, .num_rows = 5, .num_computed_tokens = 0, .block_table = {0}});
   step.token_ids = {1, 2, 3, 4, 5};
@@ -359,6 +367,9 @@ TEST(DeepseekV4Model, RunsARegisteredDeviceRunnerWhereTheOpsHaveNoV4Kernels) {
   auto on_cpu = DeepseekV4Model::load(*config, *checkpoint, *cpu_ops);
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.error_message();
   EXPECT_EQ(RecordingRunner::made, 1);  // the CPU's host kernels win
+  const Status cpu_fp8 = (*on_cpu)->set_kv_cache_dtype(KvCacheDtype::kFp8);
+  ASSERT_FALSE(cpu_fp8.ok());
+  EXPECT_NE(cpu_fp8.error_message().find("keeps its KV cache in f32"), std::string::npos) << cpu_fp8.error_message();
   set_deepseek_v4_device_runner_maker(nullptr);
 }
 

@@ -59,6 +59,7 @@ struct ServeArgs {
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
   std::string kv_offloading_backend = "native";  // vLLM's; only its native (CPU memory) tier exists here
   std::string kv_offloading_eviction = "lru";    // the host tier's order (sluice's own flag)
+  std::string kv_cache_dtype = "auto";           // vLLM's; fp8, fp8_e4m3 and fp8_ds_mla name the one FP8 layout
   EngineConfig engine;
   std::optional<std::int32_t> block_size_tokens;  // unset: block_size_tokens() picks it
   std::string device = "cpu";
@@ -222,6 +223,8 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                                .gpu_memory_utilization = args.gpu_memory_utilization.value_or(0.9),
                                .tensor_parallel_size = args.tensor_parallel_size,
                                .enable_expert_parallel = args.enable_expert_parallel,
+                               .kv_cache_dtype = args.kv_cache_dtype == "auto" ? KvCacheDtype::kAuto
+                                                                                : KvCacheDtype::kFp8,
                                .cuda = cuda_options,
                                .num_threads = args.num_threads,
                                .sim_profile = args.sim_profile,
@@ -429,6 +432,24 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
                                            given("--kv-offloading-eviction")))
     errors.push_back("--kv-offloading-backend, --kv-offloading-min-hits and --kv-offloading-eviction have no effect "
                      "without --kv-offloading-size");
+  if (args.kv_cache_dtype != "auto") {
+    // Refused with the other flags where no FP8 layout exists; the model
+    // checks again at load (DecoderModel::set_kv_cache_dtype).
+    const std::string& dir = args.model_positional.empty() ? args.model_dir : args.model_positional;
+    if (args.device == "cpu") {
+      errors.push_back(fmt::format("--kv-cache-dtype {}: --device cpu keeps the KV cache in the model's dtype (f32); "
+                                   "only deepseek_v4 on --device cuda stores FP8 (fp8_ds_mla records)",
+                                   args.kv_cache_dtype));
+    } else if (args.device == "sim") {
+      errors.push_back(fmt::format("--kv-cache-dtype {}: --device sim prices the profile's own KV layout; sluice "
+                                   "plan --kv-cache-dtype fp8 answers what FP8 holds",
+                                   args.kv_cache_dtype));
+    } else if (auto model_type = read_model_type(dir); model_type.ok() && *model_type != "deepseek_v4") {
+      errors.push_back(fmt::format("--kv-cache-dtype {}: on --device cuda only deepseek_v4 stores its KV cache in FP8 "
+                                   "(fp8_ds_mla records); model_type {} keeps bf16",
+                                   args.kv_cache_dtype, *model_type));
+    }
+  }
   refuse(server::check_parser_names({.reasoning = args.reasoning_parser, .tool_call = args.tool_call_parser}));
   if (errors.empty()) return Ok{};
   std::string message;
@@ -536,6 +557,10 @@ void add_serve_command(CLI::App& app) {
                   "GiB of host memory for a KV tier below the device (0 = none): evicted prefixes are kept there "
                   "and loaded back when that is cheaper than recomputing");
   cmd->add_option("--kv-offloading-backend", a.kv_offloading_backend, "native (the only one)");
+  cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                  "auto (the model's dtype) | fp8 | fp8_e4m3 | fp8_ds_mla: DeepSeek-V4 on --device cuda stores its "
+                  "latents and compressed entries as fp8_ds_mla records (584 B against bf16's 1024)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3", "fp8_ds_mla"}));
   cmd->add_option("--kv-offloading-eviction", a.kv_offloading_eviction,
                   "host tier eviction: lru (default), slru, reuse-history or adaptive-reuse (ranked by how many "
                   "requests used a block's key, learnt against LRU)");

@@ -49,7 +49,8 @@ Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
                             .kv_cache_bytes = options.kv_cache_memory_bytes.value_or(kDefaultCpuKvCacheBytes),
                             .max_model_len_tokens = options.max_model_len_tokens,
                             .show_progress = options.show_progress,
-                            .enable_expert_parallel = options.enable_expert_parallel};
+                            .enable_expert_parallel = options.enable_expert_parallel,
+                            .kv_cache_dtype = options.kv_cache_dtype};
   SLUICE_TRY_ASSIGN(backend, make_tensor_parallel_model_runner(
                                  options.model_dir, cpu_ops_per_rank(options.num_threads, options.tensor_parallel_size),
                                  runner));
@@ -101,7 +102,8 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
                             .max_model_len_tokens = options.max_model_len_tokens,
                             .show_progress = options.show_progress,
                             .device_memory_budget_bytes = budget_bytes,
-                            .device_memory_total_bytes = total};
+                            .device_memory_total_bytes = total,
+                            .kv_cache_dtype = options.kv_cache_dtype};
   SLUICE_TRY_ASSIGN(backend, make_model_runner(options.model_dir, std::move(ops), runner));
   std::string description = describe(*cost_model);
   return ServeBackend{.backend = std::move(backend),

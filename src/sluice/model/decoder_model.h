@@ -9,6 +9,7 @@
 #include "sluice/backend/ops.h"
 #include "sluice/dist/communicator.h"
 #include "sluice/model/config.h"
+#include "sluice/model/kv_cache_dtype.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/weight_binder.h"
 
@@ -25,6 +26,14 @@ class DecoderModel {
   virtual Status set_kv_block_size(std::int32_t block_size_tokens) {
     (void)block_size_tokens;
     return Ok{};
+  }
+  // (optional) How the KV cache stores its values, before set_kv_block_size:
+  // an architecture (or backend) without an FP8 layout refuses kFp8.
+  virtual Status set_kv_cache_dtype(KvCacheDtype dtype) {
+    if (dtype == KvCacheDtype::kAuto) return Ok{};
+    return Error{"--kv-cache-dtype fp8: this architecture keeps its KV cache in the model's dtype (only deepseek_v4 "
+                 "on --device cuda has an FP8 layout: fp8_ds_mla records)",
+                 ErrorCode::kInvalidArgument};
   }
   // The paged cache this architecture writes: K and V per head (dense), one
   // latent per position (MLA) or an area it lays out itself (DeepSeek-V4).

@@ -31,9 +31,26 @@ Result<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const ModelConfig
   return model;
 }
 
+Status DeepseekV4Model::set_kv_cache_dtype(KvCacheDtype dtype) {
+  if (!device_) {
+    if (dtype == KvCacheDtype::kAuto) return Ok{};
+    return Error{"--kv-cache-dtype fp8: deepseek_v4 on the CPU backend runs the reference, which keeps its KV cache "
+                 "in f32; --device cuda stores fp8_ds_mla records",
+                 ErrorCode::kInvalidArgument};
+  }
+  const std::optional<DeepseekV4KvFormats> formats = device_->kv_formats(dtype);
+  if (!formats)
+    return Error{"--kv-cache-dtype fp8: this backend's deepseek_v4 forward has no FP8 KV layout",
+                 ErrorCode::kInvalidArgument};
+  kv_formats_ = *formats;
+  return Ok{};
+}
+
 Status DeepseekV4Model::set_kv_block_size(std::int32_t block_size_tokens) {
-  SLUICE_TRY_ASSIGN(layout, DeepseekV4KvLayout::make(config(), block_size_tokens,
-                                                     device_ ? device_->kv_formats() : DeepseekV4KvFormats::cpu()));
+  DeepseekV4KvFormats formats = DeepseekV4KvFormats::cpu();
+  if (kv_formats_) formats = *kv_formats_;
+  else if (device_) formats = device_->kv_formats(KvCacheDtype::kAuto).value_or(formats);
+  SLUICE_TRY_ASSIGN(layout, DeepseekV4KvLayout::make(config(), block_size_tokens, formats));
   kv_layout_ = std::move(layout);
   if (device_) return device_->set_kv_layout(*kv_layout_);
   return Ok{};

@@ -27,8 +27,12 @@ class DeepseekV4DeviceRunner {
  public:
   virtual ~DeepseekV4DeviceRunner() = default;
   virtual const DeepseekV4Reference& reference() const = 0;  // the loaded weights and config
-  // How the backend's blocks hold latents, entries and index keys (the layout it is given).
-  virtual DeepseekV4KvFormats kv_formats() const { return DeepseekV4KvFormats::cpu(); }
+  // How the backend's blocks hold latents, entries and index keys (the layout
+  // it is given) for --kv-cache-dtype `dtype`; none where it has no such layout.
+  virtual std::optional<DeepseekV4KvFormats> kv_formats(KvCacheDtype dtype) const {
+    if (dtype == KvCacheDtype::kAuto) return DeepseekV4KvFormats::cpu();
+    return std::nullopt;
+  }
   virtual Status set_kv_layout(const DeepseekV4KvLayout& layout) = 0;
   // Logits [step.sample_rows.size(), vocab] f32 in a scratch tensor of `ops`.
   virtual Result<Tensor> forward(Ops& ops, const StepLayout& step) const = 0;
@@ -46,6 +50,7 @@ class DeepseekV4Model final : public DecoderModel {
   const ModelConfig& config() const override {
     return device_ ? device_->reference().config() : reference_->config();
   }
+  Status set_kv_cache_dtype(KvCacheDtype dtype) override;
   Status set_kv_block_size(std::int32_t block_size_tokens) override;
   KvCacheSpec kv_cache_spec(std::int32_t num_blocks, std::int32_t block_size_tokens) const override;
   Result<Tensor> forward(Ops& ops, const StepLayout& layout) const override;
@@ -54,6 +59,7 @@ class DeepseekV4Model final : public DecoderModel {
   std::unique_ptr<DeepseekV4Reference> reference_;  // the host forward, where the Ops have V4 kernels
   std::unique_ptr<DeepseekV4DeviceRunner> device_;   // else the backend's
   std::optional<DeepseekV4KvLayout> kv_layout_;  // set by set_kv_block_size
+  std::optional<DeepseekV4KvFormats> kv_formats_;  // set_kv_cache_dtype's; unset: the backend's for auto
 };
 
 }  // namespace sluice

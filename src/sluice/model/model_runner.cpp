@@ -252,6 +252,7 @@ Result<std::unique_ptr<Backend>> make_tensor_parallel_model_runner(const std::st
     SLUICE_TRY_ASSIGN(model, load_decoder_model(config, checkpoint, *rank.ops,
                                                 progress ? LoadProgress(print_progress) : LoadProgress(),
                                                 group ? &group->rank(r) : nullptr, options.enable_expert_parallel));
+    SLUICE_TRY(model->set_kv_cache_dtype(options.kv_cache_dtype));
     SLUICE_TRY(model->set_kv_block_size(options.block_size_tokens));
     rank.model = std::move(model);
   }

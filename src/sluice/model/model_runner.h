@@ -9,6 +9,7 @@
 
 #include "sluice/backend/backend.h"
 #include "sluice/backend/ops.h"
+#include "sluice/model/kv_cache_dtype.h"
 
 namespace sluice {
 
@@ -28,6 +29,8 @@ struct ModelRunnerOptions {
   // With several ranks, MoE routed experts split whole over them (vLLM's
   // --enable-expert-parallel) instead of each expert's width.
   bool enable_expert_parallel = false;
+  // --kv-cache-dtype: FP8 where the architecture and backend have an FP8 layout, else refused.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
 };
 
 Result<std::unique_ptr<Backend>> make_model_runner(const std::string& model_dir, std::unique_ptr<Ops> ops,

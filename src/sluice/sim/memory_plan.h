@@ -3,6 +3,7 @@
 // Shared by the sim backend (its num_kv_blocks) and `sluice plan`.
 #pragma once
 
+#include "sluice/model/kv_cache_dtype.h"
 #include <cstdint>
 #include <string>
 
@@ -12,7 +13,7 @@
 
 namespace sluice::sim {
 
-enum class KvCacheDtype { kAuto, kFp8 };
+using sluice::KvCacheDtype;
 
 struct MemoryOptions {
   double gpu_memory_utilization = 0.9;   // share of HBM sluice may use

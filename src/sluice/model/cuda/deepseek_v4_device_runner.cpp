@@ -31,7 +31,9 @@ class CudaDeepseekV4Runner final : public DeepseekV4DeviceRunner {
 
   const DeepseekV4Reference& reference() const override { return *reference_; }
   // The attention reads latents and entries as bf16: stored so, at half the bytes.
-  DeepseekV4KvFormats kv_formats() const override { return DeepseekV4KvFormats::cuda(); }
+  std::optional<DeepseekV4KvFormats> kv_formats(KvCacheDtype dtype) const override {
+    return dtype == KvCacheDtype::kFp8 ? DeepseekV4KvFormats::cuda_fp8() : DeepseekV4KvFormats::cuda();
+  }
 
   // Uploads the weights (FP8 / FP4 as stored, see deepseek_v4_forward.h) and then drops the host copy: the
   // reference keeps only its config, so a later layout must have the same
