@@ -102,6 +102,18 @@ TEST(PlanCli, DeepSeekV4FlashReportsItsKvLayout) {
   EXPECT_GT(served_tokens, 0.0) << one.output;
   EXPECT_GT(served_bytes, 2 * design_bytes) << one.output;
   EXPECT_NEAR(served_tokens * served_bytes / (design_tokens * design_bytes), 1.0, 0.01) << one.output;
+  // --kv-cache-dtype fp8 (or fp8_ds_mla, vLLM's name): the same design (its
+  // records are FP8), the served blocks' latents and entries as fp8_ds_mla
+  // records of 584 B: 7,424 B a token at 1024.
+  for (const char* fp8_name : {"fp8", "fp8_ds_mla"}) {
+    const RunResult fp8 = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072 --kv-cache-dtype " +
+                              fp8_name);
+    ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
+    EXPECT_TRUE(contains(fp8.output, "KV cache          3850 B per token (" + std::string(fp8_name) + ")"))
+        << fp8.output;
+    EXPECT_TRUE(contains(fp8.output, "blocks of 1024 today (fp8_ds_mla latents, e4m3 index keys): 7424 B per token"))
+        << fp8.output;
+  }
   // Blocks of 128 keep every position's window latent: 6.9 MB a block, 53,741 B a token.
   const RunResult fine = run("--model " + dir + " --gpus 8 --expert-parallel --max-model-len 131072 --block-size 128");
   ASSERT_EQ(fine.exit_code, 0) << fine.output;

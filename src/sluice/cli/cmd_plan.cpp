@@ -277,7 +277,7 @@ void run_plan(const PlanOptions& o) {
     fail(kExitBadInput, "--max-model-len " + std::to_string(max_model_len) + " exceeds " + profile.name + "'s " +
                             std::to_string(profile.max_position_embeddings) + " positions");
   }
-  const auto dtype = o.kv_cache_dtype == "fp8" ? sim::KvCacheDtype::kFp8 : sim::KvCacheDtype::kAuto;
+  const auto dtype = o.kv_cache_dtype == "auto" ? sim::KvCacheDtype::kAuto : sim::KvCacheDtype::kFp8;
   if (dtype == sim::KvCacheDtype::kFp8) {
     auto fp8 = sim::with_fp8_kv_cache(profile);
     if (!fp8) fail(kExitBadInput, fp8.error_message());
@@ -287,7 +287,7 @@ void run_plan(const PlanOptions& o) {
   // DeepSeek-V4's bytes as served depend on the block size (each block keeps
   // one window and its pool states): priced at the one asked for.
   const double served_bytes_per_token =
-      profile.kv_bytes_per_token_served ? profile.kv_bytes_per_token_served(block_size) : 0.0;
+      profile.kv_bytes_per_token_served ? profile.kv_bytes_per_token_served(block_size, dtype) : 0.0;
   const sim::MemoryOptions memory_options{.gpu_memory_utilization = o.gpu_memory_utilization,
                                           .kv_cache_dtype = dtype,
                                           .max_num_seqs = o.max_num_seqs,
@@ -331,9 +331,10 @@ void run_plan(const PlanOptions& o) {
   }
   std::printf("\n");
   if (served_bytes_per_token > 0)
-    std::printf("  KV as served      sluice's CUDA server holds this cache in blocks of %d today (bf16 latents, e4m3 "
+    std::printf("  KV as served      sluice's CUDA server holds this cache in blocks of %d today (%s latents, e4m3 "
                 "index keys): %.0f B per token (%.1fx the layout above, which the capacity below assumes)\n",
-                block_size, served_bytes_per_token, served_bytes_per_token / profile.kv_bytes_per_token);
+                block_size, dtype == sim::KvCacheDtype::kFp8 ? "fp8_ds_mla" : "bf16", served_bytes_per_token,
+                served_bytes_per_token / profile.kv_bytes_per_token);
   std::printf("memory per GPU (budget %.1f GB = %.1f GB x %.2f)\n", gb(mem.budget_bytes),
               gb(hardware.hbm_capacity_bytes), o.gpu_memory_utilization);
   std::printf("  weights           %8.1f GB\n", gb(mem.weight_bytes));
@@ -401,7 +402,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--max-num-seqs", o->max_num_seqs)->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization)->check(CLI::Range(0.01, 1.0));
-  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8")->check(CLI::IsMember({"auto", "fp8"}));
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8 (fp8_e4m3 and fp8_ds_mla name it too, as in serve)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3", "fp8_ds_mla"}));
   cmd->add_option("--block-size", o->block_size, "KV block size in tokens (default 16, or a multiple of the model's "
                                                  "compression windows)")
       ->check(CLI::Range(1, 4096));

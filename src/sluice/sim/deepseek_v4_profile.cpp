@@ -130,14 +130,20 @@ ModelProfile make_deepseek_v4_profile(const std::string& name, const ModelConfig
   SLUICE_CHECK(layout.ok());
   const DeepseekV4KvFootprint footprint = layout->footprint(records);
   p.kv_bytes_per_token = footprint.compressed_bytes_per_token;
+  // Those records are FP8 already: --kv-cache-dtype fp8 prices the same
+  // design, and only the served area below changes (fp8_ds_mla latents).
+  p.kv_bytes_per_token_fp8 = p.kv_bytes_per_token;
   p.kv_window_tokens = ds.sliding_window;
   p.kv_state_bytes_per_sequence = footprint.window_ring_bytes_per_sequence + footprint.state_bytes_per_sequence;
   p.kv_block_alignment_tokens = alignment;
-  // The CUDA forward keeps its own block area (bf16 latents and entries, e4m3
-  // index keys, f32 pool states), not the records above, in serve's default blocks.
+  // The CUDA forward keeps its own block area (bf16 latents and entries, or
+  // fp8_ds_mla ones with --kv-cache-dtype fp8; e4m3 index keys, f32 pool
+  // states), not the records above, in serve's default blocks.
   p.kv_default_block_tokens = deepseek_v4_default_block_size(config);
-  p.kv_bytes_per_token_served = [config](std::int32_t block_size_tokens) {
-    auto served = DeepseekV4KvLayout::make(config, block_size_tokens, DeepseekV4KvFormats::cuda());
+  p.kv_bytes_per_token_served = [config](std::int32_t block_size_tokens, KvCacheDtype dtype) {
+    auto served = DeepseekV4KvLayout::make(
+        config, block_size_tokens,
+        dtype == KvCacheDtype::kFp8 ? DeepseekV4KvFormats::cuda_fp8() : DeepseekV4KvFormats::cuda());
     SLUICE_CHECK(served.ok());
     return static_cast<double>(served->floats_per_block()) * kF32Bytes / block_size_tokens;
   };

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/model/kv_cache_dtype.h"
 #include "sluice/common/result.h"
 
 namespace sluice {
@@ -106,10 +107,10 @@ struct ModelProfile {
   std::int32_t kv_block_alignment_tokens = 1;  // a block size must be a multiple (DeepSeek-V4: its compress rates)
   std::int32_t kv_default_block_tokens = 0;    // serve's block size without --block-size (0: the engine's 16)
   // What sluice's CUDA server allocates a token today in blocks of the given
-  // size, where that is not the layout above (DeepSeek-V4: its block area,
-  // each block's last window and pool states included, docs/kv-v4.md); empty:
-  // the same.
-  std::function<double(std::int32_t block_size_tokens)> kv_bytes_per_token_served;
+  // size with --kv-cache-dtype `dtype`, where that is not the layout above
+  // (DeepSeek-V4: its block area, each block's last window and pool states
+  // included, docs/kv-v4.md); empty: the same.
+  std::function<double(std::int32_t block_size_tokens, KvCacheDtype dtype)> kv_bytes_per_token_served;
 
   // Host-resident tables (DeepSeek Engram): held in host RAM, rows fetched per token.
   double host_table_bytes = 0;
