@@ -52,7 +52,9 @@
 //     2 cuBLASLt / wgmma, 3 grouped dense / wgmma, 4 the default with session
 //     17's indexer, 5 with session 18's indexer scores at prefill, 6 with the
 //     CUDA-core attention, 7 with session 18's mma.sync attention, 8 with
-//     the wgmma attention's two bf16 softmax terms, 9 with 4 and 6; the
+//     the wgmma attention's two bf16 softmax terms, 9 with 4 and 6, 10 the
+//     default over f32 index keys (quantized at the gather, as to session
+//     24), 11 the default with fp8_ds_mla latents (--kv-cache-dtype fp8); the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -568,6 +570,9 @@ int flash_formats(int argc, char** argv) {
       // The default over f32 index keys, its records made from them at every step's gather (sessions
       // 18-24): the A/B of the records stored once as entries are emitted (session 25).
       {"FP8 default, f32 index keys quantized at the gather", false, {}, kF32IndexKeys},
+      // The default with the latents and entries as fp8_ds_mla records (--kv-cache-dtype fp8): the
+      // A/B of bf16 ones, in time and in logits against the bf16 format's.
+      {"FP8 default, fp8_ds_mla KV records", false, {}, DeepseekV4KvFormats::cuda_fp8()},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (device tool), from the repository root: session
-# 24's DeepSeek-V4 KV layout on the device, which was compiled but not run
-# there (each block keeps one window; the compressors' pool states), in one
-# call:
+# Runs on the GPU machine (device tool), from the repository root: sessions
+# 24 and 25's DeepSeek-V4 KV layout on the device, which was compiled but not
+# run there (each block keeps one window; the compressors' pool states; e4m3
+# index-key records; fp8_ds_mla latent records), in one call:
 #   1. cuda_kernel_test 'DeepseekV4*' (the planned compression and the
 #      compressor kernel against the host's fold, the gathers, the paged copy);
 #   2. cuda_deepseek_v4_forward_test (the goldens through the device forward,
 #      a window of 8 in blocks of 16: slots reused, the step's own latents);
 #   3. cuda_bench --deepseek-v4-kernels (the compressor rows time the plan);
-#   4. deepseek_v4_forward_bench --flash-formats 3 131072 64 0 2 (session 23's
-#      model rows: prefill to 128k, decode b1 and b64).
+#   4. deepseek_v4_forward_bench --flash-formats 3 131072 64 0 2,10,11 (session
+#      23's model rows: prefill to 128k, decode b1 and b64; the default, over
+#      f32 index keys, with fp8_ds_mla latents).
 # Binaries (stripped, with their non-CUDA libraries) come prebuilt in
 # CARRY_DIR, as a directory or as CARRY_DIR/bin.tar.xz. Logs go to $OUT; a
 # short table is printed last.
@@ -33,7 +34,7 @@ timeout 120 "$bin/cuda_deepseek_v4_forward_test" >"$out/forward_test.log" 2>&1
 echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
 timeout 60 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels.log" 2>&1
 echo "kernel bench rc $? at $(( $(date +%s) - t0 )) s"
-timeout 120 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2 >"$out/model.log" 2>&1
+timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,10,11 >"$out/model.log" 2>&1
 echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
 for log in kernel_test forward_test; do
   echo "=== $log"
