@@ -296,6 +296,7 @@ class RecordingRunner final : public DeepseekV4DeviceRunner {
   static inline int made = 0;
   static inline std::int32_t block_size = 0;
   static inline DeepseekV4KvFormats formats;  // the last layout's
+  static inline bool offers_fp8 = false;      // kv_formats(kFp8): CUDA's FP8 formats, as its runner's
 
   static Result<std::unique_ptr<DeepseekV4DeviceRunner>> make(const ModelConfig& config, const Checkpoint& checkpoint,
                                                               Ops& /*ops*/) {
@@ -306,6 +307,10 @@ class RecordingRunner final : public DeepseekV4DeviceRunner {
     return std::unique_ptr<DeepseekV4DeviceRunner>(std::move(runner));
   }
   const DeepseekV4Reference& reference() const override { return *reference_; }
+  std::optional<DeepseekV4KvFormats> kv_formats(KvCacheDtype dtype) const override {
+    if (dtype == KvCacheDtype::kFp8 && offers_fp8) return DeepseekV4KvFormats::cuda_fp8();
+    return DeepseekV4DeviceRunner::kv_formats(dtype);
+  }
   Status set_kv_layout(const DeepseekV4KvLayout& layout) override {
     block_size = layout.block_size_tokens();
     formats = layout.formats();
@@ -353,6 +358,17 @@ TEST(DeepseekV4Model, RunsARegisteredDeviceRunnerWhereTheOpsHaveNoV4Kernels) {
   ASSERT_TRUE((*model)->set_kv_block_size(32).ok());
   EXPECT_EQ(RecordingRunner::block_size, 32);
   EXPECT_EQ(RecordingRunner::formats, DeepseekV4KvFormats::cpu());
+  // A runner with one: the dtype reaches the layout, which checks the records fit this model's
+  // latents (16 wide here: no group of 64 nope values).
+  RecordingRunner::offers_fp8 = true;
+  auto fp8_model = DeepseekV4Model::load(*config, *checkpoint, ops);
+  ASSERT_TRUE(fp8_model.ok()) << fp8_model.error_message();
+  ASSERT_TRUE((*fp8_model)->set_kv_cache_dtype(KvCacheDtype::kFp8).ok());
+  const Status misfit = (*fp8_model)->set_kv_block_size(32);
+  ASSERT_FALSE(misfit.ok());
+  EXPECT_NE(misfit.error_message().find("fp8_ds_mla records need head_dim"), std::string::npos)
+      << misfit.error_message();
+  RecordingRunner::offers_fp8 = false;
   StepLayout step;
   step.sequences.push_back({.row_begin = 0, .num_rows = 5, .num_computed_tokens = 0, .block_table = {0}});
   step.token_ids = {1, 2, 3, 4, 5};
@@ -366,7 +382,7 @@ TEST(DeepseekV4Model, RunsARegisteredDeviceRunnerWhereTheOpsHaveNoV4Kernels) {
   auto cpu_ops = make_cpu_ops({.num_threads = 1});
   auto on_cpu = DeepseekV4Model::load(*config, *checkpoint, *cpu_ops);
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.error_message();
-  EXPECT_EQ(RecordingRunner::made, 1);  // the CPU's host kernels win
+  EXPECT_EQ(RecordingRunner::made, 2);  // the CPU's host kernels win
   const Status cpu_fp8 = (*on_cpu)->set_kv_cache_dtype(KvCacheDtype::kFp8);
   ASSERT_FALSE(cpu_fp8.ok());
   EXPECT_NE(cpu_fp8.error_message().find("keeps its KV cache in f32"), std::string::npos) << cpu_fp8.error_message();
