@@ -127,7 +127,8 @@ TEST_F(Cli, ServeGivesDeepseekV4ItsDefaultBlockSize) {
   ASSERT_EQ(made.exit_code, 0) << made.output;
   auto by_default = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only");
   ASSERT_EQ(by_default.exit_code, 0) << by_default.output;
-  EXPECT_NE(by_default.output.find("KV blocks of 1024 tokens"), std::string::npos) << by_default.output;
+  EXPECT_NE(by_default.output.find("KV blocks of 1024 tokens ("), std::string::npos) << by_default.output;
+  EXPECT_NE(by_default.output.find(" B a token, --kv-cache-dtype auto)"), std::string::npos) << by_default.output;
   auto asked = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only --block-size 32");
   ASSERT_EQ(asked.exit_code, 0) << asked.output;
   EXPECT_NE(asked.output.find("KV blocks of 32 tokens"), std::string::npos) << asked.output;

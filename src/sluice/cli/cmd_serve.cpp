@@ -298,10 +298,17 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                  engine_config.max_num_batched_tokens,
                  cuda.gemm_sm_count_target ? " (cuBLASLt planned for its SMs)" : "");
   const BackendInfo& info = context->engine->backend_info();
-  spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens, output format {}",
+  // The KV bytes a token as the backend lays its blocks out (DeepSeek-V4: --kv-cache-dtype's records).
+  const std::string kv_bytes =
+      info.kv_bytes_per_block > 0 && info.block_size_tokens > 0
+          ? fmt::format(" ({} B a token, --kv-cache-dtype {})", info.kv_bytes_per_block / info.block_size_tokens,
+                        args.kv_cache_dtype)
+          : std::string();
+  spdlog::info("model {} ({}) on {}: {} layers, vocab {}, max_model_len {}, {} KV blocks of {} tokens{}, output "
+               "format {}",
                dir, model_type, args.device, config.num_layers, info.vocab_size,
                context->engine->request_limits().max_model_len_tokens, info.num_kv_blocks, info.block_size_tokens,
-               context->output_format.name);
+               kv_bytes, context->output_format.name);
   spdlog::info("cost model: {}", served.cost_model_description);
   spdlog::info("request defaults from --generation-config {}: {}", args.generation_config,
                server::describe(context->request_defaults));
