@@ -171,8 +171,11 @@ TEST_F(VllmFlags, ReportCommandOne) {
   expect_every_flag_accounted_for(argv, v);
   for (const char* flag : {"--speculative-config", "--kv-cache-dtype", "--tensor-parallel-size",
                            "--enable-expert-parallel", "--compilation-config", "--mm-encoder-tp-mode",
-                           "--tokenizer-mode", "--tool-call-parser", "--reasoning-parser"})
+                           "--tokenizer-mode"})
     EXPECT_TRUE(refused(v, flag)) << flag;
+  // V4.1's DSML tool calls and <think> block are read (deepseek_v41); this tiny llama writes neither.
+  EXPECT_TRUE(logged(v, "--tool-call-parser", "deepseek_v41")) << v.started_output;
+  EXPECT_TRUE(logged(v, "--reasoning-parser", "deepseek_v41")) << v.started_output;
   EXPECT_TRUE(logged(v, "--seed", "0")) << v.started_output;
   EXPECT_TRUE(logged(v, "--trust-remote-code", "")) << v.started_output;
   EXPECT_TRUE(logged(v, "--enable-prompt-tokens-details", "")) << v.started_output;
@@ -425,7 +428,9 @@ TEST_F(VllmFlags, ParserNames) {
                                      {"qwen3", "qwen3"},
                                      {"qwen3_coder", "qwen3_coder"},
                                      {"deepseek_v3", "deepseek_v3"},
-                                     {"deepseek_v31", "deepseek_v31"}}) {
+                                     {"deepseek_v31", "deepseek_v31"},
+                                     {"deepseek_v4", "deepseek_v4"},
+                                     {"deepseek_v41", "deepseek_v41"}}) {
     auto r = testing::run_sluice(serve + " --tool-call-parser " + name + " --enable-auto-tool-choice");
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     EXPECT_NE(r.output.find("output format " + format + "\n"), std::string::npos) << r.output;
@@ -435,7 +440,7 @@ TEST_F(VllmFlags, ParserNames) {
       << coder.output;
   // As reasoning parsers: vLLM has qwen3, deepseek_r1 and deepseek_v3; the tool-call-only names are
   // refused with the reasoning parser to use.
-  for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3"}) {
+  for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v4", "deepseek_v41"}) {
     auto r = testing::run_sluice(serve + " --reasoning-parser " + name);
     EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
   }
@@ -450,7 +455,7 @@ TEST_F(VllmFlags, ParserNames) {
         << r.output;
     EXPECT_NE(r.output.find(instead), std::string::npos) << r.output;
   }
-  auto unknown = testing::run_sluice(serve + " --reasoning-parser deepseek_v41");
+  auto unknown = testing::run_sluice(serve + " --reasoning-parser deepseek_v5");
   EXPECT_TRUE(refused_naming(unknown, "--reasoning-parser")) << unknown.output;
   EXPECT_NE(unknown.output.find("it has auto (by the model's model_type), none, qwen3"), std::string::npos);
   // Auto tool choice needs a format that parses tool calls: the tiny llama has none of its own.

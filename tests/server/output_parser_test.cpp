@@ -4,6 +4,7 @@
 #include "sluice/server/output_parser.h"
 
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -126,6 +127,58 @@ TEST(OutputParser, DeepSeekV31ToolCalls) {
   EXPECT_EQ(got.content, " done");
 }
 
+// DeepSeek-V4's DSML (../shared/models/deepseek-v41-flash.md §5), written as
+// its encoder writes calls back into a prompt: a string parameter is the
+// string, string="false" is JSON. V4.1's dialect names the block `calls` and
+// puts a space after the second ｜ of every tag.
+const std::string kDsml = "\uFF5CDSML\uFF5C";
+std::string dsml_calls(const std::string& dsml, const std::string& block) {
+  return "<" + dsml + block + ">\n<" + dsml + "invoke name=\"get_weather\">\n<" + dsml +
+         "parameter name=\"city\" string=\"true\">Paris, \"FR\"</" + dsml + "parameter>\n<" + dsml +
+         "parameter name=\"days\" string=\"false\">3</" + dsml + "parameter>\n<" + dsml +
+         "parameter name=\"units\" string=\"false\">{\"t\": \"C\", \"list\": [1, 2.5]}</" + dsml + "parameter>\n</" +
+         dsml + "invoke>\n<" + dsml + "invoke name=\"ns::now\">\n\n</" + dsml + "invoke>\n</" + dsml + block + ">";
+}
+
+TEST(OutputParser, DeepSeekV4DsmlToolCalls) {
+  for (const auto& [format, dsml, block] :
+       {std::tuple<std::string, std::string, std::string>{"deepseek_v4", kDsml, "tool_calls"},
+        std::tuple<std::string, std::string, std::string>{"deepseek_v41", kDsml + " ", "calls"}}) {
+    const std::string text = "<think>Weather, then time.</think>Checking." + dsml_calls(dsml, block) + "\n";
+    const Collected got = parse(format, {text}, with_tools());
+    EXPECT_EQ(got.reasoning, "Weather, then time.") << format;
+    EXPECT_EQ(got.content, "Checking.") << format;
+    ASSERT_EQ(got.names.size(), 2u) << format;
+    EXPECT_EQ(got.names[0], "get_weather");
+    EXPECT_EQ(got.arguments[0], R"({"city":"Paris, \"FR\"","days":3,"units":{"t":"C","list":[1,2.5]}})");
+    EXPECT_EQ(got.names[1], "ns::now");
+    EXPECT_EQ(got.arguments[1], "{}");
+  }
+  // The other dialect's tags are text to each.
+  const Collected crossed = parse("deepseek_v41", {dsml_calls(kDsml, "tool_calls")}, with_tools());
+  EXPECT_TRUE(crossed.names.empty());
+  EXPECT_EQ(crossed.content, dsml_calls(kDsml, "tool_calls"));
+}
+
+// What is not a well-formed invoke stays text; JSON that does not parse stays the string it was.
+TEST(OutputParser, DeepSeekV4MalformedInvokesAreText) {
+  const std::string open = "<" + kDsml + "tool_calls>\n", close = "</" + kDsml + "tool_calls>";
+  const std::string invoke = "<" + kDsml + "invoke", end = "</" + kDsml + "invoke>";
+  const std::string p = "<" + kDsml + "parameter", pe = "</" + kDsml + "parameter>";
+  const std::string twice = invoke + " name=\"f\">\n" + p + " name=\"a\" string=\"true\">1" + pe + "\n" + p +
+                            " name=\"a\" string=\"true\">2" + pe + "\n" + end;
+  const std::string loose = invoke + " name=\"g\">\n" + p + " name=\"when\" string=\"false\">next monday" + pe +
+                            "\n" + end;
+  const Collected got = parse("deepseek_v4", {open + twice + "\n" + loose + "\n" + close + " after"}, with_tools());
+  ASSERT_EQ(got.names.size(), 1u);
+  EXPECT_EQ(got.names[0], "g");
+  EXPECT_EQ(got.arguments[0], R"({"when":"next monday"})");
+  EXPECT_EQ(got.content, twice + " after");
+  const Collected unclosed = parse("deepseek_v4", {"x" + open + invoke + " name=\"f\">"}, with_tools());
+  EXPECT_TRUE(unclosed.names.empty());
+  EXPECT_EQ(unclosed.content, "x" + invoke + " name=\"f\">");
+}
+
 TEST(OutputParser, DeepSeekArgumentsStreamBeforeTheCallEnds) {
   OutputParser parser(output_format_by_name("deepseek_v3").value(), with_tools());
   ParsedDelta first;
@@ -149,6 +202,8 @@ TEST(OutputParser, RandomChunkingsEqualWhole) {
                       "</tool_call>\n<tool_call><function=g></tool_call>b"},
       {"deepseek_v31", "x" + kDsCallsBegin + kDsCallBegin + "f" + kDsSep + "{\"a\":[1,2]}" + kDsCallEnd +
                            kDsCallBegin + "g" + kDsSep + "{}" + kDsCallEnd + kDsCallsEnd},
+      {"deepseek_v4", "<think>r <" + kDsml + "</think>c " + dsml_calls(kDsml, "tool_calls") + " tail"},
+      {"deepseek_v41", "a" + dsml_calls(kDsml + " ", "calls") + "\n"},
   };
   std::mt19937 rng(11);
   for (const auto& [format, text] : cases) {
@@ -319,6 +374,7 @@ TEST(OutputParser, FormatsByNameAndModelType) {
   EXPECT_EQ(output_format_by_name("qwen3_coder").value().tool_syntax, ToolCallSyntax::kTaggedXml);
   EXPECT_EQ(output_format_for_model_type("qwen3").name, "qwen3");
   EXPECT_EQ(output_format_for_model_type("deepseek_v3").name, "deepseek_v3");
+  EXPECT_EQ(output_format_for_model_type("deepseek_v4").name, "deepseek_v4");
   EXPECT_EQ(output_format_for_model_type("llama").name, "none");
 }
 

@@ -42,7 +42,8 @@ TEST(ParserNames, EveryListedNameIsAToolCallParser) {
   const std::pair<const char*, ToolCallSyntax> names[] = {
       {"hermes", ToolCallSyntax::kTaggedJson},       {"qwen3", ToolCallSyntax::kTaggedJson},
       {"qwen3_coder", ToolCallSyntax::kTaggedXml},   {"llama3_json", ToolCallSyntax::kBareJson},
-      {"deepseek_v3", ToolCallSyntax::kDeepSeek},    {"deepseek_v31", ToolCallSyntax::kDeepSeek}};
+      {"deepseek_v3", ToolCallSyntax::kDeepSeek},    {"deepseek_v31", ToolCallSyntax::kDeepSeek},
+      {"deepseek_v4", ToolCallSyntax::kDsml},        {"deepseek_v41", ToolCallSyntax::kDsml}};
   for (const auto& [name, syntax] : names) {
     ASSERT_TRUE(check_parser_names({.tool_call = name}).ok()) << name;
     EXPECT_EQ(output_format_for_parsers({.tool_call = name}, "llama").value().tool_syntax, syntax) << name;
@@ -57,7 +58,7 @@ TEST(ParserNames, EveryListedNameIsAToolCallParser) {
 }
 
 TEST(ParserNames, ReasoningNamesAreVllmsReasoningParsers) {
-  for (const char* name : {"none", "qwen3", "deepseek_r1", "deepseek_v3"})
+  for (const char* name : {"none", "qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v4", "deepseek_v41"})
     EXPECT_TRUE(check_parser_names({.reasoning = name}).ok()) << name;
   // vLLM has these only as tool-call parsers: refused, with the reasoning parser to use.
   const std::pair<const char*, const char*> tool_call_only[] = {{"hermes", "--reasoning-parser qwen3"},
@@ -79,10 +80,10 @@ TEST(ParserNames, MissingNamesAreRefusedWithWhatExists) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("it has none, hermes, qwen3, qwen3_coder, llama3_json"), std::string::npos)
       << missing.error().message;
-  const Status both = check_parser_names({.reasoning = "deepseek_v41", .tool_call = "deepseek_v41"});
+  const Status both = check_parser_names({.reasoning = "deepseek_v5", .tool_call = "deepseek_v5"});
   ASSERT_FALSE(both.ok());
-  EXPECT_NE(both.error().message.find("--reasoning-parser deepseek_v41"), std::string::npos);
-  EXPECT_NE(both.error().message.find("\n--tool-call-parser deepseek_v41"), std::string::npos);
+  EXPECT_NE(both.error().message.find("--reasoning-parser deepseek_v5"), std::string::npos);
+  EXPECT_NE(both.error().message.find("\n--tool-call-parser deepseek_v5"), std::string::npos);
   EXPECT_FALSE(output_format_for_parsers({.reasoning = "hermes_json"}, "llama").ok());
 }
 

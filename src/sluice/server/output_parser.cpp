@@ -115,13 +115,33 @@ Result<OutputFormat> output_format_by_name(std::string_view name) {
     f.header_end = ds_sep;
     return f;
   }
+  if (name == "deepseek_v4" || name == "deepseek_v41") {
+    // DeepSeek-V4's DSML (../shared/models/deepseek-v41-flash.md, §5): <｜DSML｜tool_calls>
+    // [<｜DSML｜invoke name="F"> <｜DSML｜parameter ...>V</｜DSML｜parameter> </｜DSML｜invoke>]*
+    // </｜DSML｜tool_calls>; V4.1 names the block `calls` and writes a space after the
+    // second ｜ of every tag.
+    const std::string dsml = name == "deepseek_v4" ? "\uFF5CDSML\uFF5C" : "\uFF5CDSML\uFF5C ";
+    const std::string block = name == "deepseek_v4" ? "tool_calls" : "calls";
+    f.reasoning_begin = "<think>";
+    f.reasoning_end = "</think>";
+    f.tool_syntax = ToolCallSyntax::kDsml;
+    f.section_begin = "<" + dsml + block + ">";
+    f.section_end = "</" + dsml + block + ">";
+    f.call_begin = "<" + dsml + "invoke";
+    f.call_end = "</" + dsml + "invoke>";
+    f.parameter_begin = "<" + dsml + "parameter";
+    f.parameter_end = "</" + dsml + "parameter>";
+    return f;
+  }
   return Error{"unknown output format '" + std::string(name) +
-               "'; known: none, qwen3, hermes, qwen3_coder, llama3_json, deepseek_r1, deepseek_v3, deepseek_v31"};
+               "'; known: none, qwen3, hermes, qwen3_coder, llama3_json, deepseek_r1, deepseek_v3, deepseek_v31, "
+               "deepseek_v4, deepseek_v41"};
 }
 
 OutputFormat output_format_for_model_type(std::string_view model_type) {
   if (model_type == "qwen3" || model_type == "qwen3_moe") return output_format_by_name("qwen3").value();
   if (model_type == "deepseek_v3") return output_format_by_name("deepseek_v3").value();
+  if (model_type == "deepseek_v4") return output_format_by_name("deepseek_v4").value();
   return output_format_by_name("none").value();
 }
 
@@ -179,9 +199,10 @@ bool OutputParser::step_content(ParsedDelta& out, bool at_end) {
   if (options_.parse_tool_calls && format_.tool_syntax == ToolCallSyntax::kBareJson)
     if (const std::optional<bool> started = start_bare_json_call(at_end)) return *started;
   static const std::string kNone;
-  const std::string& tool_begin = !options_.parse_tool_calls                          ? kNone
-                                  : format_.tool_syntax == ToolCallSyntax::kDeepSeek ? format_.section_begin
-                                                                                     : format_.call_begin;
+  const bool sections = format_.tool_syntax == ToolCallSyntax::kDeepSeek || format_.tool_syntax == ToolCallSyntax::kDsml;
+  const std::string& tool_begin = !options_.parse_tool_calls ? kNone
+                                  : sections                 ? format_.section_begin
+                                                             : format_.call_begin;
   const Found found = find_first(pending_, {&format_.reasoning_begin, &tool_begin});
   const std::size_t end = found.marker ? found.pos
                           : at_end     ? pending_.size()
@@ -204,7 +225,8 @@ bool OutputParser::step_content(ParsedDelta& out, bool at_end) {
     return true;
   }
   switch (format_.tool_syntax) {
-    case ToolCallSyntax::kDeepSeek: state_ = State::kSection; break;
+    case ToolCallSyntax::kDeepSeek:
+    case ToolCallSyntax::kDsml: state_ = State::kSection; break;
     case ToolCallSyntax::kBareJson:
       raw_call_ = *found.marker;
       state_ = State::kJsonCall;
@@ -301,10 +323,14 @@ bool OutputParser::step_tagged_call(ParsedDelta& out, bool at_end) {
   }
   const std::string body = pending_.substr(0, pos);
   pending_.erase(0, pos + format_.call_end.size());
-  state_ = State::kContent;
-  std::optional<ToolCallBody> call = format_.tool_syntax == ToolCallSyntax::kTaggedXml
-                                         ? xml_tool_call(body, options_.tools)
-                                         : json_tool_call(body, /*arguments_required=*/false);
+  // A DSML invoke sits in a section: the next invoke or the section's end follows.
+  state_ = format_.tool_syntax == ToolCallSyntax::kDsml ? State::kSection : State::kContent;
+  std::optional<ToolCallBody> call;
+  switch (format_.tool_syntax) {
+    case ToolCallSyntax::kTaggedXml: call = xml_tool_call(body, options_.tools); break;
+    case ToolCallSyntax::kDsml: call = dsml_tool_call(body, format_.parameter_begin, format_.parameter_end); break;
+    default: call = json_tool_call(body, /*arguments_required=*/false); break;
+  }
   if (call) {
     emit_tool_call(out, std::move(call->name), std::move(call->arguments));
   } else {
@@ -318,7 +344,7 @@ bool OutputParser::step_section(ParsedDelta& /*out*/, bool at_end) {
   const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(pending_).substr(first);
   if (rest.starts_with(format_.call_begin)) {
     pending_.erase(0, first + format_.call_begin.size());
-    state_ = State::kCallHeader;
+    state_ = format_.tool_syntax == ToolCallSyntax::kDsml ? State::kTaggedCall : State::kCallHeader;
     return true;
   }
   if (rest.starts_with(format_.section_end)) {

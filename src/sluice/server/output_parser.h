@@ -59,6 +59,10 @@ enum class ToolCallSyntax {
   // (or of the content after reasoning). A call ends with its object, so it
   // goes out in one fragment when the closing brace arrives.
   kBareJson,
+  // DeepSeek-V4's DSML: a section of invokes, each read whole like kTaggedXml
+  // (tool_call_body.h, dsml_tool_call), its parameters typed by their own
+  // string="true|false" attribute; one fragment a call.
+  kDsml,
 };
 
 struct OutputFormat {
@@ -70,17 +74,21 @@ struct OutputFormat {
   // kBareJson: call_begin before the first object, call_separator between objects.
   // kDeepSeek: section_begin [call_begin HEADER header_end ARGS call_end]* section_end,
   // where the function name is HEADER after name_after (or all of it if empty).
+  // kDsml: section_begin [call_begin BODY call_end]* section_end, the BODY's
+  // parameters between parameter_begin and parameter_end.
   std::string section_begin, section_end;
   std::string call_begin, call_end;
   std::string header_end, name_after;
   std::string call_separator;
+  std::string parameter_begin, parameter_end;
 };
 
 // Known formats by name: "none", "qwen3", "hermes", "qwen3_coder", "llama3_json",
-// "deepseek_r1", "deepseek_v3", "deepseek_v31". The error lists them.
+// "deepseek_r1", "deepseek_v3", "deepseek_v31", "deepseek_v4", "deepseek_v41".
+// The error lists them.
 Result<OutputFormat> output_format_by_name(std::string_view name);
 // The format for a config.json model_type ("qwen3" -> qwen3, "deepseek_v3" ->
-// deepseek_v3, anything else -> none).
+// deepseek_v3, "deepseek_v4" -> deepseek_v4, anything else -> none).
 OutputFormat output_format_for_model_type(std::string_view model_type);
 
 class OutputParser {

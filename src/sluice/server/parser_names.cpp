@@ -8,14 +8,17 @@ namespace sluice::server {
 namespace {
 
 // Reasoning parsers, the ones vLLM has under these names: each reads
-// <think>...</think> (DeepSeek-R1, V3 and V3.1 and Qwen3 share the markers).
-constexpr std::array<std::string_view, 4> kReasoningNames = {"none", "qwen3", "deepseek_r1", "deepseek_v3"};
+// <think>...</think> (DeepSeek-R1, V3, V3.1, V4 and V4.1 and Qwen3 share the markers).
+constexpr std::array<std::string_view, 6> kReasoningNames = {"none",        "qwen3",       "deepseek_r1",
+                                                             "deepseek_v3", "deepseek_v4", "deepseek_v41"};
 // Tool-call parsers: hermes (and qwen3, its alias here) read
 // <tool_call>{json}</tool_call>, qwen3_coder <tool_call><function=...>,
 // llama3_json bare JSON objects; deepseek_v3 and deepseek_v31 the DeepSeek
-// sections (deepseek_r1 writes V3's).
-constexpr std::array<std::string_view, 8> kToolCallNames = {"none",        "hermes",      "qwen3",       "qwen3_coder",
-                                                            "llama3_json", "deepseek_r1", "deepseek_v3", "deepseek_v31"};
+// sections (deepseek_r1 writes V3's); deepseek_v4 and deepseek_v41 the DSML
+// blocks of V4 and V4.1.
+constexpr std::array<std::string_view, 10> kToolCallNames = {
+    "none",        "hermes",      "qwen3",        "qwen3_coder", "llama3_json",
+    "deepseek_r1", "deepseek_v3", "deepseek_v31", "deepseek_v4", "deepseek_v41"};
 // Tool-call parser names that vLLM has no reasoning parser for, with the one to use.
 struct NotReasoning {
   std::string_view name;
