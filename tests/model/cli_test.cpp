@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "sluice/common/io.h"
 #include "../support/run_command.h"
 #include "test_models.h"
 
@@ -169,6 +173,27 @@ TEST_F(Cli, ServeRefusesAnFp8KvCacheWhereNoFp8LayoutExists) {
   EXPECT_NE(e5m2.output.find("fp8_e5m2"), std::string::npos) << e5m2.output;
   auto by_default = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype auto");
   EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
+}
+
+// A DeepSeek-V4 checkpoint ships its chat encoder as Python, no template:
+// serve renders its chats with sluice's encoding (api/deepseek_v4_chat.h) and
+// reads its output as deepseek_v4 (<think>, DSML tool calls).
+TEST_F(Cli, ServeEncodesDeepseekV4ChatsWithoutATemplate) {
+  const std::string dir = testing::scratch_dir("cli-deepseek-v4-no-template");
+  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
+                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto text = read_file(dir + "/tokenizer_config.json");
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  nlohmann::json tokenizer_config = nlohmann::json::parse(*text);
+  ASSERT_TRUE(tokenizer_config.contains("chat_template"));  // make-model writes one: take it away
+  tokenizer_config.erase("chat_template");
+  std::ofstream(dir + "/tokenizer_config.json") << tokenizer_config.dump();
+  auto served = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only");
+  ASSERT_EQ(served.exit_code, 0) << served.output;
+  EXPECT_NE(served.output.find("chat template from sluice's DeepSeek-V4 encoding"), std::string::npos)
+      << served.output;
+  EXPECT_NE(served.output.find("output format deepseek_v4"), std::string::npos) << served.output;
 }
 
 TEST_F(Cli, SeededSamplingIsReproducible) {

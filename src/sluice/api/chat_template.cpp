@@ -76,9 +76,14 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   }
 }
 
+std::string python_json_dumps(const nlohmann::ordered_json& value) {
+  return jinja::json_dumps(to_value(value), jinja::JsonDumpOptions{});
+}
+
 Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
                                          const ChatRenderOptions& options) const {
   if (!messages.is_array()) return Error{"chat template: messages must be a JSON array"};
+  if (encoder_ != nullptr) return encoder_(messages, options);
   if (!options.extra_kwargs.is_null() && !options.extra_kwargs.is_object()) {
     return Error{"chat template: extra keyword arguments must be a JSON object"};
   }

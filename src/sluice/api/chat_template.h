@@ -41,9 +41,14 @@ struct ChatRenderOptions {
 
 class ChatTemplate {
  public:
+  // A model's chat encoding written in C++, for checkpoints that ship a
+  // program instead of a Jinja template (DeepSeek-V4: deepseek_v4_chat.h).
+  using Encoder = Result<std::string> (*)(const nlohmann::ordered_json& messages, const ChatRenderOptions& options);
+
   // Parse errors name the template line and column, e.g.
   // "chat template line 3, column 5: encountered unknown tag 'foo'".
   static Result<ChatTemplate> parse(std::string_view source);
+  static ChatTemplate native(Encoder encoder) { return ChatTemplate(encoder); }
 
   // `messages` is the OpenAI/HF message list, passed through as given: system,
   // user, assistant (tool_calls, reasoning_content), tool (tool_call_id); content
@@ -53,7 +58,13 @@ class ChatTemplate {
 
  private:
   explicit ChatTemplate(std::shared_ptr<const jinja::Template> tmpl) : template_(std::move(tmpl)) {}
+  explicit ChatTemplate(Encoder encoder) : encoder_(encoder) {}
   std::shared_ptr<const jinja::Template> template_;
+  Encoder encoder_ = nullptr;  // set: render() runs it instead of a template
 };
+
+// Python's json.dumps(value, ensure_ascii=False): the spelling chat encoders
+// and HF's tojson write JSON in (", " and ": " separators, Python's floats).
+std::string python_json_dumps(const nlohmann::ordered_json& value);
 
 }  // namespace sluice::api

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "sluice/api/deepseek_v4_chat.h"
 #include "sluice/cli/commands.h"
 #include "sluice/cli/cuda_flags.h"
 #include "sluice/cli/serve_backend.h"
@@ -169,6 +170,9 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
       return Error{(args.chat_template_path.empty() ? dir : args.chat_template_path) +
                    ": chat template: " + parsed.error().message};
     context->chat_template = std::move(parsed).value();
+  } else if (model_type == "deepseek_v4") {
+    // DeepSeek-V4 ships its Python encoder, not a template: sluice's rendering of it.
+    context->chat_template = api::ChatTemplate::native(&api::render_deepseek_v4_chat);
   } else {
     spdlog::warn("{} has no chat template: /v1/chat/completions will refuse requests", dir);
   }
@@ -314,7 +318,9 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
                server::describe(context->request_defaults));
   spdlog::info("tokenizer from {}, chat template from {}", args.tokenizer_dir.empty() ? dir : args.tokenizer_dir,
                !args.chat_template_path.empty() ? args.chat_template_path
-               : chat_template.empty()          ? std::string("nowhere (none)")
+               : chat_template.empty() && model_type == "deepseek_v4"
+                   ? std::string("sluice's DeepSeek-V4 encoding (the checkpoint ships none)")
+               : chat_template.empty() ? std::string("nowhere (none)")
                                                 : std::string("the tokenizer config"));
   context->created_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -1,0 +1,78 @@
+// DeepSeek-V4's chat encoding (api/deepseek_v4_chat.h) against DeepSeek's own
+// encoder: every case of deepseek_v4_chat_cases.json renders byte for byte
+// the prompt encoding_dsv4.py wrote for it (deepseek_v4_chat_expected.json, from
+// tools/reference/deepseek_v4_chat_fixtures.py; a missing fixture fails). Then
+// what the encoder has no case for: no generation prompt, bad input refused.
+#include "sluice/api/deepseek_v4_chat.h"
+
+#include <gtest/gtest.h>
+
+#include "sluice/common/io.h"
+
+namespace sluice::api {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json read_json(const std::string& name) {
+  auto text = read_file(std::string(SLUICE_SOURCE_DIR) + "/tests/api/" + name);
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  return text.ok() ? Json::parse(*text) : Json();
+}
+
+ChatRenderOptions options_of(const Json& c) {
+  ChatRenderOptions options;
+  if (c.contains("tools")) options.tools = c["tools"];
+  options.extra_kwargs = c.value("kwargs", Json::object());
+  return options;
+}
+
+TEST(DeepseekV4Chat, RendersWhatDeepSeeksEncoderWrites) {
+  const Json cases = read_json("deepseek_v4_chat_cases.json");
+  const Json expected = read_json("deepseek_v4_chat_expected.json");
+  ASSERT_TRUE(cases.is_array());
+  ASSERT_EQ(expected["prompts"].size(), cases.size()) << "regenerate the fixture";
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Json& c = cases[i];
+    ASSERT_EQ(expected["prompts"][i]["name"], c["name"]);
+    auto prompt = render_deepseek_v4_chat(c["messages"], options_of(c));
+    ASSERT_TRUE(prompt.ok()) << c["name"] << ": " << prompt.error_message();
+    EXPECT_EQ(*prompt, expected["prompts"][i]["prompt"].get<std::string>()) << c["name"];
+  }
+}
+
+TEST(DeepseekV4Chat, ThroughTheChatTemplateInterface) {
+  const ChatTemplate native = ChatTemplate::native(&render_deepseek_v4_chat);
+  const Json messages = Json::array({{{"role", "user"}, {"content", "Hi"}}});
+  auto prompt = native.render(messages, {});
+  ASSERT_TRUE(prompt.ok()) << prompt.error_message();
+  EXPECT_EQ(*prompt, "<\uFF5Cbegin\u2581of\u2581sentence\uFF5C><\uFF5CUser\uFF5C>Hi<\uFF5CAssistant\uFF5C></think>");
+  // Without a generation prompt the user turn is the end.
+  auto bare = native.render(messages, {.add_generation_prompt = false});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(*bare, "<\uFF5Cbegin\u2581of\u2581sentence\uFF5C><\uFF5CUser\uFF5C>Hi");
+}
+
+TEST(DeepseekV4Chat, RefusesWhatItCannotEncode) {
+  const std::vector<std::pair<Json, std::string>> bad = {
+      {Json::array({{{"role", "narrator"}, {"content", "x"}}}), "unknown role 'narrator'"},
+      {Json::array({{{"content", "x"}}}), "each message needs a role"},
+      {Json::array({{{"role", "user"}, {"content", Json::array({{{"type", "image_url"}}})}}}), "only text content parts"},
+      {Json::array({{{"role", "assistant"},
+                     {"tool_calls", Json::array({{{"function", {{"name", "f"}, {"arguments", "[1, 2]"}}}}})}}}),
+       "tool call arguments must be a JSON object"},
+      {Json::array({{{"role", "developer"}, {"content", ""}}}), "a developer message needs content"},
+  };
+  for (const auto& [messages, message] : bad) {
+    auto prompt = render_deepseek_v4_chat(messages, {});
+    ASSERT_FALSE(prompt.ok()) << messages.dump();
+    EXPECT_NE(prompt.error_message().find(message), std::string::npos) << prompt.error_message();
+  }
+  auto effort = render_deepseek_v4_chat(Json::array({{{"role", "user"}, {"content", "x"}}}),
+                                        {.extra_kwargs = {{"thinking", true}, {"reasoning_effort", "extreme"}}});
+  ASSERT_FALSE(effort.ok());
+  EXPECT_NE(effort.error_message().find("reasoning_effort must be low, medium, high"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::api
