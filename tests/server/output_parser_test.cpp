@@ -144,16 +144,18 @@ TEST(OutputParser, DeepSeekV4DsmlToolCalls) {
   for (const auto& [format, dsml, block] :
        {std::tuple<std::string, std::string, std::string>{"deepseek_v4", kDsml, "tool_calls"},
         std::tuple<std::string, std::string, std::string>{"deepseek_v41", kDsml + " ", "calls"}}) {
-    const std::string text = "<think>Weather, then time.</think>Checking." + dsml_calls(dsml, block) + "\n";
+    const std::string text = "<think>Weather, then time.</think>Checking.\n\n" + dsml_calls(dsml, block) + "\n";
     const Collected got = parse(format, {text}, with_tools());
     EXPECT_EQ(got.reasoning, "Weather, then time.") << format;
-    EXPECT_EQ(got.content, "Checking.") << format;
+    EXPECT_EQ(got.content, "Checking.") << format;  // the blank line before the block is layout
     ASSERT_EQ(got.names.size(), 2u) << format;
     EXPECT_EQ(got.names[0], "get_weather");
     EXPECT_EQ(got.arguments[0], R"({"city":"Paris, \"FR\"","days":3,"units":{"t":"C","list":[1,2.5]}})");
     EXPECT_EQ(got.names[1], "ns::now");
     EXPECT_EQ(got.arguments[1], "{}");
   }
+  // Whitespace that no block follows is content.
+  EXPECT_EQ(parse("deepseek_v4", {"a \n", "b\n\n"}, with_tools()).content, "a \nb\n\n");
   // The other dialect's tags are text to each.
   const Collected crossed = parse("deepseek_v41", {dsml_calls(kDsml, "tool_calls")}, with_tools());
   EXPECT_TRUE(crossed.names.empty());
@@ -203,7 +205,8 @@ TEST(OutputParser, RandomChunkingsEqualWhole) {
       {"deepseek_v31", "x" + kDsCallsBegin + kDsCallBegin + "f" + kDsSep + "{\"a\":[1,2]}" + kDsCallEnd +
                            kDsCallBegin + "g" + kDsSep + "{}" + kDsCallEnd + kDsCallsEnd},
       {"deepseek_v4", "<think>r <" + kDsml + "</think>c " + dsml_calls(kDsml, "tool_calls") + " tail"},
-      {"deepseek_v41", "a" + dsml_calls(kDsml + " ", "calls") + "\n"},
+      {"deepseek_v41", "a \n\n" + dsml_calls(kDsml + " ", "calls") + "\n"},
+      {"deepseek_v4", "keep  \n these spaces \n"},
   };
   std::mt19937 rng(11);
   for (const auto& [format, text] : cases) {

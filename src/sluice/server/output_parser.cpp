@@ -204,10 +204,20 @@ bool OutputParser::step_content(ParsedDelta& out, bool at_end) {
                                   : sections                 ? format_.section_begin
                                                              : format_.call_begin;
   const Found found = find_first(pending_, {&format_.reasoning_begin, &tool_begin});
-  const std::size_t end = found.marker ? found.pos
-                          : at_end     ? pending_.size()
-                                       : pending_.size() - partial_marker_bytes(pending_, {&format_.reasoning_begin, &tool_begin});
-  const std::string_view text = std::string_view(pending_).substr(0, end);
+  std::size_t end = found.marker ? found.pos
+                    : at_end     ? pending_.size()
+                                 : pending_.size() - partial_marker_bytes(pending_, {&format_.reasoning_begin, &tool_begin});
+  std::string_view text = std::string_view(pending_).substr(0, end);
+  // DeepSeek-V4 writes a blank line before its DSML block: layout, not content
+  // (its encoder writes it back). Trailing whitespace waits until what follows decides.
+  if (format_.tool_syntax == ToolCallSyntax::kDsml && options_.parse_tool_calls &&
+      (found.marker == &tool_begin || (!found.marker && !at_end))) {
+    const std::size_t last = text.find_last_not_of(kSpace);
+    const std::size_t kept = last == std::string_view::npos ? 0 : last + 1;
+    if (found.marker) pending_.erase(kept, end - kept);  // before the block: dropped
+    end = kept;
+    text = std::string_view(pending_).substr(0, end);
+  }
   // Whitespace between tool calls (and after the last) is layout, not content.
   // It is held until non-space text shows it belongs to content, so the result
   // does not depend on how the text was chunked.
