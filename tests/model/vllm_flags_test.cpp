@@ -212,7 +212,10 @@ TEST_F(VllmFlags, CommonLinesStart) {
        {std::string("--max-model-len 4k --disable-log-requests --disable-log-stats --enable-chunked-prefill"),
         std::string("--max-model-len 2K --served-model-name a b --kv-cache-dtype auto --dtype auto"),
         std::string("--load-format safetensors --tokenizer-mode auto --tool-call-parser hermes "
-                    "--enable-auto-tool-choice --max-model-len=100")}) {
+                    "--enable-auto-tool-choice --max-model-len=100"),
+        // vLLM's DeepSeek-V4-Flash recipe.
+        std::string("--tokenizer-mode deepseek_v4 --tool-call-parser deepseek_v4 --enable-auto-tool-choice "
+                    "--reasoning-parser deepseek_v4")}) {
     const auto argv = words(*model_dir_ + " " + line);
     const RunResult r = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + shell_line(argv));
     ASSERT_EQ(r.exit_code, 0) << line << "\n" << r.output;
@@ -224,6 +227,9 @@ TEST_F(VllmFlags, CommonLinesStart) {
   EXPECT_NE(four_k.output.find("max_model_len 4000,"), std::string::npos) << four_k.output;
   auto two_k = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --max-model-len 2K");
   EXPECT_NE(two_k.output.find("max_model_len 2048,"), std::string::npos) << two_k.output;
+  auto dsml = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ +
+                                  " --tool-call-parser deepseek_v4 --reasoning-parser deepseek_v4");
+  EXPECT_NE(dsml.output.find("output format deepseek_v4"), std::string::npos) << dsml.output;
   auto hermes = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --tool-call-parser hermes");
   EXPECT_NE(hermes.output.find("output format hermes"), std::string::npos) << hermes.output;
   auto quiet = testing::run_sluice("serve --check-only --kv-cache-memory 1048576 " + *model_dir_ + " --disable-log-stats");

@@ -61,7 +61,7 @@ inline constexpr std::array kVllmFlags = {
     VllmFlag{"--dtype", true, VllmFlagKind::kSame, "", "auto; bfloat16 with --device cuda (what it computes in), float32 with --device cpu (what it computes in); anything else is refused with the device's reason"},
     VllmFlag{"--quantization", true, VllmFlagKind::kRefused, "", "sluice reads the quantization from the checkpoint's config.json; no override"},
     VllmFlag{"--load-format", true, VllmFlagKind::kRefused, "auto|safetensors", "only safetensors checkpoints load"},
-    VllmFlag{"--tokenizer-mode", true, VllmFlagKind::kRefused, "auto", "sluice always reads the model directory's tokenizer.json"},
+    VllmFlag{"--tokenizer-mode", true, VllmFlagKind::kRefused, "auto|deepseek_v4", "sluice always reads the model directory's tokenizer.json; a deepseek_v4 model without a chat template is encoded as DeepSeek's encoding_dsv4.py does, the mode vLLM names deepseek_v4 (V4.1's deepseek_v41 encoder is not implemented)"},
     VllmFlag{"--tokenizer", true, VllmFlagKind::kSame, "", "a directory with tokenizer.json (and its chat template)"},
     VllmFlag{"--chat-template", true, VllmFlagKind::kSame, "", "a Jinja file; an inline template string is not taken"},
     VllmFlag{"--default-chat-template-kwargs", true, VllmFlagKind::kSame, "", "a request's chat_template_kwargs override it key by key"},
