@@ -20,6 +20,12 @@ using testing::RunResult;
 
 RunResult run(const std::string& args) { return testing::run_sluice(args); }
 
+// Three DeepSeek-V4 layers (CSA, HCA, sliding), 16-wide heads: the CPU reference's size.
+RunResult make_tiny_deepseek_v4(const std::string& dir) {
+  return run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
+             "--vocab 300 --experts 4 --seed 6 --out " + dir);
+}
+
 class Cli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -105,8 +111,7 @@ TEST_F(Cli, DeepseekV3CheckpointGenerates) {
 // compression window refused with the sizes that work.
 TEST_F(Cli, DeepseekV4CheckpointGeneratesOnCpu) {
   const std::string dir = testing::scratch_dir("cli-deepseek-v4");
-  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
-                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  const RunResult made = make_tiny_deepseek_v4(dir);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const std::string prompt = " --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 --max-tokens 6 --ignore-eos";
   auto a = run("generate --model " + dir + prompt);
@@ -126,8 +131,7 @@ TEST_F(Cli, DeepseekV4CheckpointGeneratesOnCpu) {
 // that splits a compression window.
 TEST_F(Cli, ServeGivesDeepseekV4ItsDefaultBlockSize) {
   const std::string dir = testing::scratch_dir("cli-deepseek-v4-serve");
-  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
-                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  const RunResult made = make_tiny_deepseek_v4(dir);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   auto by_default = run("serve --model " + dir + " --port 0 --kv-cache-memory 67108864 --check-only");
   ASSERT_EQ(by_default.exit_code, 0) << by_default.output;
@@ -147,8 +151,7 @@ TEST_F(Cli, ServeGivesDeepseekV4ItsDefaultBlockSize) {
 // for), the simulator; auto starts. Values vLLM has and sluice does not are refused by name.
 TEST_F(Cli, ServeRefusesAnFp8KvCacheWhereNoFp8LayoutExists) {
   const std::string dir = testing::scratch_dir("cli-deepseek-v4-fp8-kv");
-  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
-                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  const RunResult made = make_tiny_deepseek_v4(dir);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const std::string start = "serve --port 0 --check-only ";
   auto on_cpu = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype fp8_ds_mla");
@@ -180,8 +183,7 @@ TEST_F(Cli, ServeRefusesAnFp8KvCacheWhereNoFp8LayoutExists) {
 // reads its output as deepseek_v4 (<think>, DSML tool calls).
 TEST_F(Cli, ServeEncodesDeepseekV4ChatsWithoutATemplate) {
   const std::string dir = testing::scratch_dir("cli-deepseek-v4-no-template");
-  auto made = run("make-model --arch deepseek_v4 --layers 3 --layer-types chs --hidden 32 --heads 2 --head-dim 16 "
-                  "--vocab 300 --experts 4 --seed 6 --out " + dir);
+  const RunResult made = make_tiny_deepseek_v4(dir);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   auto text = read_file(dir + "/tokenizer_config.json");
   ASSERT_TRUE(text.ok()) << text.error_message();

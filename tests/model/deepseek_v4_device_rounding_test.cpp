@@ -44,6 +44,19 @@ std::vector<TokenId> tokens_of(std::int32_t n, std::int32_t mul, std::int32_t ad
 
 constexpr int kNoiseSeeds = 3;
 
+// The device golden's 8 steps of two sequences (A, B): prompts of 70 and 45
+// tokens prefilled in two chunks that split CSA / HCA windows, then 6 greedy
+// decode steps on the tokens `step` leaves in `next`.
+template <typename Step>
+void run_device_golden_steps(Step&& step, const std::vector<TokenId>& next) {
+  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
+  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
+       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
+  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
+       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
+  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+}
+
 // The device golden's checkpoints: f32, and DeepSeek's formats (FP8 dense
 // linears with FP4 or FP8 routed experts, at the widths of 128 the FP8
 // kernels take: testing::deepseek_v4_flash_width_options).
@@ -88,7 +101,6 @@ TEST_P(DeepseekV4DeviceRounding, CostAndSpreadStayWithinTheDeviceGoldensBounds) 
     ASSERT_TRUE(ne.ok());
     noisy_e4m3.push_back(std::move(*ne));
   }
-  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
   using Sequences = std::vector<DeepseekV4Reference::Sequence>;
   Sequences e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
   Sequences r = {(*rounded)->start_sequence(), (*rounded)->start_sequence()};
@@ -137,11 +149,7 @@ TEST_P(DeepseekV4DeviceRounding, CostAndSpreadStayWithinTheDeviceGoldensBounds) 
       }
     }
   };
-  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
-       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
-  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
-       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
-  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+  run_device_golden_steps(step, next);
   std::printf("[ v4 rounding ] %s over 8 steps, max|dlogit| / max|logit|: the roundings' cost %.3g, the spread of "
               "one f32 ulp of noise through them %.3g (%d seeds); with e4m3 activations: cost %.3g, spread %.3g; "
               "least greedy margin %.3g\n",
@@ -278,7 +286,6 @@ TEST(DeepseekV4DeviceRoundingFp8Kv, CostAndSpreadStayWithinTheirBounds) {
     noisy.push_back(std::move(*n));
   }
   const testing::DeepseekV4GoldenBounds bounds = testing::kDeepseekV4DeviceBoundsFp8Kv;
-  const std::vector<TokenId> prompt_a = tokens_of(70, 37, 11), prompt_b = tokens_of(45, 53, 3);
   using Sequences = std::vector<DeepseekV4Reference::Sequence>;
   Sequences e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
   Sequences f = {(*fp8)->start_sequence(), (*fp8)->start_sequence()};
@@ -309,11 +316,7 @@ TEST(DeepseekV4DeviceRoundingFp8Kv, CostAndSpreadStayWithinTheirBounds) {
       }
     }
   };
-  step(std::vector<TokenId>(prompt_a.begin(), prompt_a.begin() + 37),
-       std::vector<TokenId>(prompt_b.begin(), prompt_b.begin() + 20), "prefill 1");
-  step(std::vector<TokenId>(prompt_a.begin() + 37, prompt_a.end()),
-       std::vector<TokenId>(prompt_b.begin() + 20, prompt_b.end()), "prefill 2");
-  for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
+  run_device_golden_steps(step, next);
   std::printf("[ v4 rounding ] f32 with fp8_ds_mla KV records over 8 steps, max|dlogit| / max|logit|: cost %.3g, "
               "spread of one f32 ulp of noise %.3g (%d seeds)\n",
               worst, worst_spread, kNoiseSeeds);
