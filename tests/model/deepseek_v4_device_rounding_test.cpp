@@ -57,6 +57,25 @@ void run_device_golden_steps(Step&& step, const std::vector<TokenId>& next) {
   for (int i = 0; i < 6; ++i) step({next[0]}, {next[1]}, "decode " + std::to_string(i));
 }
 
+using Sequences = std::vector<DeepseekV4Reference::Sequence>;
+
+// The noisy copies of an emulation appending `tokens` to sequence `s`: their
+// largest distance from its logits `got`, each held to half `bound`.
+float noisy_spread(const std::vector<std::unique_ptr<DeepseekV4Reference>>& noisy, std::vector<Sequences>& sequences,
+                   int s, const std::vector<TokenId>& tokens, const std::vector<float>& got, float bound,
+                   const std::string& where) {
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < noisy.size(); ++i) {
+    auto shaken = noisy[i]->append(sequences[i][static_cast<std::size_t>(s)], tokens);
+    EXPECT_TRUE(shaken.ok()) << where;
+    if (!shaken.ok()) return INFINITY;
+    const float spread = scaled_error(*shaken, got);
+    EXPECT_LE(spread, bound / 2) << where << " seed " << i + 1;
+    worst = std::max(worst, spread);
+  }
+  return worst;
+}
+
 // The device golden's checkpoints: f32, and DeepSeek's formats (FP8 dense
 // linears with FP4 or FP8 routed experts, at the widths of 128 the FP8
 // kernels take: testing::deepseek_v4_flash_width_options).
@@ -101,7 +120,6 @@ TEST_P(DeepseekV4DeviceRounding, CostAndSpreadStayWithinTheDeviceGoldensBounds) 
     ASSERT_TRUE(ne.ok());
     noisy_e4m3.push_back(std::move(*ne));
   }
-  using Sequences = std::vector<DeepseekV4Reference::Sequence>;
   Sequences e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
   Sequences r = {(*rounded)->start_sequence(), (*rounded)->start_sequence()};
   Sequences q = {(*e4m3)->start_sequence(), (*e4m3)->start_sequence()};
@@ -127,21 +145,10 @@ TEST_P(DeepseekV4DeviceRounding, CostAndSpreadStayWithinTheDeviceGoldensBounds) 
         const float err_e4m3 = scaled_error(*got_e4m3, *want);
         EXPECT_LE(err_e4m3, e4m3_bound / 2) << where;
         worst_e4m3 = std::max(worst_e4m3, err_e4m3);
-        for (std::size_t i = 0; i < noisy_e4m3.size(); ++i) {
-          auto shaken = noisy_e4m3[i]->append(ze[i][s], tokens);
-          ASSERT_TRUE(shaken.ok());
-          const float spread = scaled_error(*shaken, *got_e4m3);
-          EXPECT_LE(spread, e4m3_bounds.spread / 2) << where << " e4m3 seed " << i + 1;
-          worst_e4m3_spread = std::max(worst_e4m3_spread, spread);
-        }
+        worst_e4m3_spread = std::max(worst_e4m3_spread, noisy_spread(noisy_e4m3, ze, s, tokens, *got_e4m3,
+                                                                     e4m3_bounds.spread, where + " e4m3"));
       }
-      for (std::size_t i = 0; i < noisy.size(); ++i) {
-        auto shaken = noisy[i]->append(z[i][s], tokens);
-        ASSERT_TRUE(shaken.ok());
-        const float spread = scaled_error(*shaken, *got);
-        EXPECT_LE(spread, bounds.spread / 2) << where << " seed " << i + 1;
-        worst_spread = std::max(worst_spread, spread);
-      }
+      worst_spread = std::max(worst_spread, noisy_spread(noisy, z, s, tokens, *got, bounds.spread, where));
       next[s] = argmax(*want);
       least_margin = std::min(least_margin, testing::greedy_margin(*want));
       if (testing::greedy_margin(*want) > 2 * cost_bound) {
@@ -286,7 +293,6 @@ TEST(DeepseekV4DeviceRoundingFp8Kv, CostAndSpreadStayWithinTheirBounds) {
     noisy.push_back(std::move(*n));
   }
   const testing::DeepseekV4GoldenBounds bounds = testing::kDeepseekV4DeviceBoundsFp8Kv;
-  using Sequences = std::vector<DeepseekV4Reference::Sequence>;
   Sequences e = {(*exact)->start_sequence(), (*exact)->start_sequence()};
   Sequences f = {(*fp8)->start_sequence(), (*fp8)->start_sequence()};
   std::vector<Sequences> z;
@@ -303,13 +309,7 @@ TEST(DeepseekV4DeviceRoundingFp8Kv, CostAndSpreadStayWithinTheirBounds) {
       const float err = scaled_error(*got, *want);
       EXPECT_LE(err, bounds.cost / 2) << where;
       worst = std::max(worst, err);
-      for (std::size_t i = 0; i < noisy.size(); ++i) {
-        auto shaken = noisy[i]->append(z[i][s], tokens);
-        ASSERT_TRUE(shaken.ok());
-        const float spread = scaled_error(*shaken, *got);
-        EXPECT_LE(spread, bounds.spread / 2) << where << " seed " << i + 1;
-        worst_spread = std::max(worst_spread, spread);
-      }
+      worst_spread = std::max(worst_spread, noisy_spread(noisy, z, s, tokens, *got, bounds.spread, where));
       next[s] = argmax(*want);
       if (testing::greedy_margin(*want) > 2 * bounds.cost) {
         EXPECT_EQ(argmax(*got), next[s]) << where;
