@@ -447,20 +447,18 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
                      "without --kv-offloading-size");
   if (args.kv_cache_dtype != "auto") {
     // Refused with the other flags where no FP8 layout exists; the model
-    // checks again at load (DecoderModel::set_kv_cache_dtype).
+    // checks again at load (DecoderModel::set_kv_cache_dtype), the simulator's
+    // profile there (sim::with_fp8_kv_cache).
     const std::string& dir = args.model_positional.empty() ? args.model_dir : args.model_positional;
     if (args.device == "cpu") {
       errors.push_back(fmt::format("--kv-cache-dtype {}: --device cpu keeps the KV cache in the model's dtype (f32); "
                                    "only deepseek_v4 on --device cuda stores FP8 (fp8_ds_mla records)",
                                    args.kv_cache_dtype));
-    } else if (args.device == "sim") {
-      errors.push_back(fmt::format("--kv-cache-dtype {}: --device sim prices the profile's own KV layout; sluice "
-                                   "plan --kv-cache-dtype fp8 answers what FP8 holds",
-                                   args.kv_cache_dtype));
-    } else if (auto model_type = read_model_type(dir); model_type.ok() && *model_type != "deepseek_v4") {
-      errors.push_back(fmt::format("--kv-cache-dtype {}: on --device cuda only deepseek_v4 stores its KV cache in FP8 "
-                                   "(fp8_ds_mla records); model_type {} keeps bf16",
-                                   args.kv_cache_dtype, *model_type));
+    } else if (args.device == "cuda") {
+      if (auto model_type = read_model_type(dir); model_type.ok() && *model_type != "deepseek_v4")
+        errors.push_back(fmt::format("--kv-cache-dtype {}: on --device cuda only deepseek_v4 stores its KV cache in "
+                                     "FP8 (fp8_ds_mla records); model_type {} keeps bf16",
+                                     args.kv_cache_dtype, *model_type));
     }
   }
   refuse(server::check_parser_names({.reasoning = args.reasoning_parser, .tool_call = args.tool_call_parser}));

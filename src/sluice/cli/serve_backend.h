@@ -37,7 +37,7 @@ struct ServeBackendOptions {
   double gpu_memory_utilization = 0.9;                // cuda, sim
   std::int32_t tensor_parallel_size = 1;              // cpu (ranks as threads), sim; cuda: 1
   bool enable_expert_parallel = false;                // cpu, sim: routed experts over the TP ranks
-  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;   // cpu, cuda: --kv-cache-dtype (the model refuses what it lacks)
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;   // --kv-cache-dtype (the model, or the sim profile, refuses what it lacks)
   CudaOptions cuda;                                // cuda: from the --cuda-* flags
   int num_threads = 0;                             // cpu
   std::string sim_profile;  // sim: a builtin profile name; empty = from the model directory

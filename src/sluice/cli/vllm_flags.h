@@ -57,7 +57,7 @@ inline constexpr std::array kVllmFlags = {
     VllmFlag{"--no-enable-chunked-prefill", false, VllmFlagKind::kRefused, "", "sluice always chunks prefill, by predicted step time (--max-step-ms); it cannot be turned off"},
     VllmFlag{"--enable-prompt-tokens-details", false, VllmFlagKind::kSame, "", "usage.prompt_tokens_details.cached_tokens; on by default in sluice (--no-enable-prompt-tokens-details drops it)"},
     VllmFlag{"--enable-auto-tool-choice", false, VllmFlagKind::kSame, "", "without it tool_choice auto (the default when tools are sent) is a 400, as in vLLM; needs a format that parses tool calls"},
-    VllmFlag{"--kv-cache-dtype", true, VllmFlagKind::kSame, "", "auto (the model's dtype); fp8, fp8_e4m3 or fp8_ds_mla: DeepSeek-V4 on --device cuda stores fp8_ds_mla records (584 B a latent against bf16's 1024), refused for other models and devices"},
+    VllmFlag{"--kv-cache-dtype", true, VllmFlagKind::kSame, "", "auto (the model's dtype); fp8, fp8_e4m3 or fp8_ds_mla: DeepSeek-V4 on --device cuda stores fp8_ds_mla records (584 B a latent against bf16's 1024); --device sim prices a profile's FP8 layout; refused for other models, --device cpu and profiles without one"},
     VllmFlag{"--dtype", true, VllmFlagKind::kSame, "", "auto; bfloat16 with --device cuda (what it computes in), float32 with --device cpu (what it computes in); anything else is refused with the device's reason"},
     VllmFlag{"--quantization", true, VllmFlagKind::kRefused, "", "sluice reads the quantization from the checkpoint's config.json; no override"},
     VllmFlag{"--load-format", true, VllmFlagKind::kRefused, "auto|safetensors", "only safetensors checkpoints load"},
