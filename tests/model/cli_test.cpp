@@ -168,6 +168,17 @@ TEST_F(Cli, ServeRefusesAnFp8KvCacheWhereNoFp8LayoutExists) {
   // The simulator takes it where the profile has an FP8 layout: V4's records are FP8 already.
   auto on_sim = run(start + "--model " + dir + " --device sim --kv-cache-dtype fp8_e4m3");
   EXPECT_EQ(on_sim.exit_code, 0) << on_sim.output;
+  // Llama-3-8B's profile stores FP8 keys and values: twice the blocks in the same memory.
+  auto blocks_of = [](const std::string& output) {
+    const std::size_t at = output.find("sim: ");
+    return at == std::string::npos ? 0L : std::stol(output.substr(at + 5));
+  };
+  auto llama_auto = run(start + "--model " + *model_dir_ + " --device sim --sim-profile llama-3-8b");
+  auto llama_fp8 = run(start + "--model " + *model_dir_ + " --device sim --sim-profile llama-3-8b --kv-cache-dtype fp8");
+  ASSERT_EQ(llama_fp8.exit_code, 0) << llama_fp8.output;
+  ASSERT_GT(blocks_of(llama_auto.output), 0) << llama_auto.output;
+  EXPECT_NEAR(static_cast<double>(blocks_of(llama_fp8.output)) / static_cast<double>(blocks_of(llama_auto.output)), 2.0,
+              0.01);
   auto e5m2 = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype fp8_e5m2");
   EXPECT_NE(e5m2.exit_code, 0);
   EXPECT_NE(e5m2.output.find("--kv-cache-dtype"), std::string::npos) << e5m2.output;
