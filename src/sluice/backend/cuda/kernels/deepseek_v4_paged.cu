@@ -31,9 +31,9 @@ __device__ __forceinline__ std::int64_t item_bytes(const V4PagedRegion& r) {
   return r.fp8_ds_mla ? kV4Fp8DsMlaBytes : static_cast<std::int64_t>(r.count) * value_bytes(r.dt);
 }
 
-// Value c of a latent or entry stored in `r`'s format.
-__device__ __forceinline__ float load_latent(const void* item, const V4PagedRegion& r, int c) {
-  return r.fp8_ds_mla ? fp8_ds_mla_value(item, c) : load_f(item, r.dt, c);
+// Value c of a latent or entry stored as `dt` values, or as an fp8_ds_mla record.
+__device__ __forceinline__ float load_latent(const void* item, Dt dt, bool fp8_ds_mla, int c) {
+  return fp8_ds_mla ? fp8_ds_mla_value(item, c) : load_f(item, dt, c);
 }
 
 // The values (r.dt) of `index` (a position, or an entry index) in its block,
@@ -222,24 +222,27 @@ __global__ void __launch_bounds__(kThreads) v4_gather_keys_kernel(V4GatherKeysAr
     if (j == 0) a.num_keys[r] = static_cast<std::int32_t>(total);
   }
   if (j >= total) return;
+  // The step's own rows are f32; the blocks' values are their region's.
   const void* src;
-  const V4PagedRegion* stored = nullptr;  // null: the step's own f32 row
+  Dt dt = Dt::f32;
+  bool fp8 = false;
   if (j < window_keys) {
     src = fresh_latent(a, a.fresh_first_row, r, first + j);
     if (src == nullptr) {
       src = paged_item(a.blocks, a.tables, r, a.window, first + j);
-      stored = &a.window;
+      dt = a.window.dt;
+      fp8 = a.window.fp8_ds_mla;
     }
   } else {
     const std::int64_t e = j - window_keys;
     const std::int64_t index = a.selected != nullptr ? a.selected[static_cast<std::int64_t>(r) * a.top_k + e] : e;
     src = paged_item(a.blocks, a.tables, r, a.entries, index);
-    stored = &a.entries;
+    dt = a.entries.dt;
+    fp8 = a.entries.fp8_ds_mla;
   }
   const int dim = a.window.count;
   for (int c = threadIdx.x; c < dim; c += kThreads)
-    store_f(a.keys, Dt::bf16, out_row * dim + c,
-            stored != nullptr ? load_latent(src, *stored, c) : static_cast<const float*>(src)[c]);
+    store_f(a.keys, Dt::bf16, out_row * dim + c, load_latent(src, dt, fp8, c));
 }
 
 // Block i: pool row i, of the last sequence whose pool begins at or before it.
@@ -253,22 +256,24 @@ __global__ void __launch_bounds__(kThreads) v4_pool_keys_kernel(V4GatherKeysArgs
   }
   const int local = i - k.pool_begin[lo];
   const void* src;
-  const V4PagedRegion* stored = nullptr;  // null: the step's own f32 row
+  Dt dt = Dt::f32;  // the step's own rows are f32
+  bool fp8 = false;
   if (local < k.window_count[lo]) {
     const std::int64_t position = k.window_first[lo] + local;
     src = fresh_latent(a, k.first_row, lo, position);
     if (src == nullptr) {
       src = paged_item(a.blocks, k.tables, lo, a.window, position);
-      stored = &a.window;
+      dt = a.window.dt;
+      fp8 = a.window.fp8_ds_mla;
     }
   } else {
     src = paged_item(a.blocks, k.tables, lo, a.entries, local - k.window_count[lo]);
-    stored = &a.entries;
+    dt = a.entries.dt;
+    fp8 = a.entries.fp8_ds_mla;
   }
   const int dim = a.window.count;
   for (int c = threadIdx.x; c < dim; c += kThreads)
-    store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c,
-            stored != nullptr ? load_latent(src, *stored, c) : static_cast<const float*>(src)[c]);
+    store_f(a.keys, Dt::bf16, static_cast<std::int64_t>(i) * dim + c, load_latent(src, dt, fp8, c));
 }
 
 // Block (j / kThreads, r): row r's key rows in the pool, in v4_gather_keys_kernel's order.
