@@ -5,7 +5,7 @@
 // ids of the text the template must produce.
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -65,7 +65,58 @@ function logged(log, flag, value) {
     log.includes(`vllm flag ${flag}${value === '' ? '' : ` ${value}`} accepted, no effect: `);
 }
 
+// A tiny DeepSeek-V4 shipped as V4 checkpoints are: no chat template (DeepSeek's encoder is Python).
+function tinyDeepSeekV4(ctx) {
+  const dir = join(ctx.modelDir, '..', 'model-deepseek-v4');
+  if (!existsSync(join(dir, 'config.json'))) {
+    execFileSync(ctx.sluice, ['make-model', '--arch', 'deepseek_v4', '--layers', '3', '--layer-types', 'chs',
+      '--hidden', '32', '--heads', '2', '--head-dim', '16', '--vocab', '300', '--experts', '4', '--seed', '6',
+      '--out', dir], { stdio: 'ignore' });
+    const config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8'));
+    delete config.chat_template;
+    writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
+  }
+  return dir;
+}
+
 export const tests = {
+  async 'vLLM\'s DeepSeek-V4 line: the encoding without a template, thinking into reasoning_content, streamed too'(ctx) {
+    const server = await spawnServer(ctx, [tinyDeepSeekV4(ctx), '--served-model-name', 'v4', '--tokenizer-mode',
+      'deepseek_v4', '--tool-call-parser', 'deepseek_v4', '--enable-auto-tool-choice', '--reasoning-parser',
+      'deepseek_v4', '--block-size', '32', ...KV, '--threads', '1'], { logLevel: 'info' });
+    try {
+      assert.ok(server.log().includes("chat template from sluice's DeepSeek-V4 encoding"), server.log());
+      const openai = new OpenAI({ baseURL: `${server.baseURL}/v1`, apiKey: 'none', maxRetries: 0 });
+      const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }];
+      const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+      // Thinking mode: the prompt opens <think>, so what the model writes (up to 6 tokens, no
+      // </think> from this random model in the vocabulary's first 300 ids) is reasoning.
+      const thinking = await openai.chat.completions.create({ model: 'v4', messages, tools, max_tokens: 6,
+        temperature: 0, ignore_eos: true, chat_template_kwargs: { thinking: true } });
+      const said = thinking.choices[0].message;
+      assert.ok(said.reasoning_content.length > 0, JSON.stringify(said));
+      assert.equal(said.content ?? '', '');
+      assert.equal(thinking.usage.completion_tokens_details.reasoning_tokens, thinking.usage.completion_tokens);
+      // Chat mode: the same tokens are content.
+      const chat = await openai.chat.completions.create({ model: 'v4', messages, max_tokens: 6, temperature: 0,
+        ignore_eos: true });
+      assert.equal(chat.choices[0].message.reasoning_content, undefined);
+      assert.ok(chat.choices[0].message.content.length > 0);
+      // Streamed, the reasoning comes back whole.
+      const stream = await openai.chat.completions.create({ model: 'v4', messages, tools, max_tokens: 6,
+        temperature: 0, ignore_eos: true, chat_template_kwargs: { thinking: true }, stream: true });
+      let streamed = '';
+      for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.reasoning_content ?? '';
+      assert.equal(streamed, said.reasoning_content);
+      // Bad kwargs are a 400 naming the encoding's rule.
+      await assert.rejects(openai.chat.completions.create({ model: 'v4', messages, max_tokens: 1,
+        chat_template_kwargs: { thinking: true, reasoning_effort: 'extreme' } }),
+      (e) => e.status === 400 && /reasoning_effort must be low, medium, high/.test(e.message));
+    } finally {
+      await server.stop();
+    }
+  },
+
   async 'vllm launch line: positional model, aliases, chat template file and default kwargs'(ctx) {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-vllm-launch-'));
     const template = join(dir, 'template.jinja');
@@ -160,8 +211,9 @@ export const tests = {
     // (--tensor-parallel-size and --enable-expert-parallel are sluice flags, real on --device cpu and sim: 8
     // ranks cannot split this tiny model's 4 heads, refused in the second stage; without them
     // --enable-expert-parallel has no ranks to split the experts over, refused in the third.)
+    // (--tool-call-parser and --reasoning-parser deepseek_v41 are read: V4.1's DSML calls and <think>.)
     const rounds = [['--tokenizer-mode', '--mm-encoder-tp-mode', '--speculative-config'],
-      ['--tensor-parallel-size', '--gpu-memory-utilization', '--reasoning-parser', '--tool-call-parser'],
+      ['--tensor-parallel-size', '--gpu-memory-utilization'],
       ['--enable-expert-parallel']];
     for (const expected of rounds) {
       const errors = refusals(ctx, line);
@@ -197,17 +249,18 @@ export const tests = {
       '--default-chat-template-kwargs', '{"thinking": true, "reasoning_effort": "high"}',
       '--compilation-config', '{"mode":1,"cudagraph_mode":"FULL_DECODE_ONLY"}'];
     const { line: left, refused } = dropRefused(ctx, line);
-    // What cannot take effect on --device cpu: DeepSeek-V4.1's tokenizer mode and parsers, the FP8 MLA
-    // cache, the dspark drafter, torch.compile's settings, a multimodal encoder, 8 GPUs and their memory.
+    // What cannot take effect on --device cpu: DeepSeek-V4.1's tokenizer mode (its parsers are read), the
+    // FP8 cache, the dspark drafter, torch.compile's settings, a multimodal encoder, 8 GPUs and their memory.
     assert.deepEqual([...refused].sort(), ['--compilation-config', '--enable-expert-parallel', '--gpu-memory-utilization',
-      '--kv-cache-dtype', '--mm-encoder-tp-mode', '--reasoning-parser', '--speculative-config', '--tensor-parallel-size',
-      '--tokenizer-mode', '--tool-call-parser'].sort());
+      '--kv-cache-dtype', '--mm-encoder-tp-mode', '--speculative-config', '--tensor-parallel-size',
+      '--tokenizer-mode'].sort());
     const server = await spawnServer(ctx, [...left, ...KV, '--threads', '1'], { logLevel: 'info' });
     try {
       const log = server.log();
       for (const [flag, value] of [['--enable-auto-tool-choice', 'true'], ['--trust-remote-code', ''],
         ['--enable-prefix-caching', 'true'], ['--enable-prompt-tokens-details', 'true'], ['--max-num-seqs', '32'],
-        ['--seed', '0'], ['--default-chat-template-kwargs', '{"thinking": true, "reasoning_effort": "high"}']])
+        ['--seed', '0'], ['--default-chat-template-kwargs', '{"thinking": true, "reasoning_effort": "high"}'],
+        ['--tool-call-parser', 'deepseek_v41'], ['--reasoning-parser', 'deepseek_v41']])
         assert.ok(logged(log, flag, value), `${flag} ${value} not logged in effect:\n${log}`);
       const openai = new OpenAI({ baseURL: `${server.baseURL}/v1`, apiKey: 'none', maxRetries: 0 });
       const model = (await openai.models.list()).data[0].id;
