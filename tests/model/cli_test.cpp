@@ -205,6 +205,11 @@ TEST_F(Cli, ServeEncodesDeepseekV4ChatsWithoutATemplate) {
   EXPECT_NE(served.output.find("chat template from sluice's DeepSeek-V4 encoding"), std::string::npos)
       << served.output;
   EXPECT_NE(served.output.find("output format deepseek_v4"), std::string::npos) << served.output;
+  // generate --chat renders with it too.
+  const std::string chat = dir + "/chat.json";
+  std::ofstream(chat) << R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"thinking": true}})";
+  auto generated = run("generate --model " + dir + " --chat " + chat + " --max-tokens 2 --ignore-eos --block-size 32");
+  EXPECT_EQ(generated.exit_code, 0) << generated.output;
 }
 
 TEST_F(Cli, SeededSamplingIsReproducible) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "sluice/api/chat_template.h"
+#include "sluice/api/deepseek_v4_chat.h"
 #include "sluice/backend/cpu/cpu_ops.h"
 #if SLUICE_HAVE_CUDA
 #include "sluice/backend/cuda/cuda_ops.h"
@@ -62,8 +63,9 @@ Result<std::vector<TokenId>> parse_ids(const std::string& text) {
 }
 
 // --chat FILE: a JSON list of messages, or {"messages": [...], "tools": [...],
-// "chat_template_kwargs": {...}}, rendered with the model's chat template.
-Result<std::string> render_chat(const std::string& path, const Tokenizer& tokenizer) {
+// "chat_template_kwargs": {...}}, rendered with the model's chat template (a
+// DeepSeek-V4 model without one: sluice's encoding of DeepSeek's, as serve does).
+Result<std::string> render_chat(const std::string& path, const Tokenizer& tokenizer, bool deepseek_v4) {
   SLUICE_TRY_ASSIGN(text, read_file(path));
   auto conversation = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (conversation.is_discarded()) return Error{fmt::format("{}: not valid JSON", path)};
@@ -75,7 +77,10 @@ Result<std::string> render_chat(const std::string& path, const Tokenizer& tokeni
     if (conversation.contains("chat_template_kwargs")) options.extra_kwargs = conversation["chat_template_kwargs"];
   }
   if (!messages.is_array()) return Error{fmt::format("{}: expected a list of messages or {{\"messages\": [...]}}", path)};
-  if (tokenizer.chat_template().empty()) return Error{"the model's tokenizer_config.json has no chat_template"};
+  if (tokenizer.chat_template().empty()) {
+    if (deepseek_v4) return api::render_deepseek_v4_chat(messages, options);
+    return Error{"the model's tokenizer_config.json has no chat_template"};
+  }
   SLUICE_TRY_ASSIGN(chat_template, api::ChatTemplate::parse(tokenizer.chat_template()));
   return chat_template.render(messages, options);
 }
@@ -84,7 +89,8 @@ Result<std::string> render_chat(const std::string& path, const Tokenizer& tokeni
 Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::optional<Tokenizer>& tokenizer) {
   if (!args.prompt_ids.empty()) return parse_ids(args.prompt_ids);
   if (!args.prompt_text.empty()) return tokenizer->encode(args.prompt_text, /*add_special_tokens=*/true);
-  SLUICE_TRY_ASSIGN(rendered, render_chat(args.chat_file, *tokenizer));
+  SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
+  SLUICE_TRY_ASSIGN(rendered, render_chat(args.chat_file, *tokenizer, config.deepseek_v4 != nullptr));
   // The template writes BOS itself.
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
 }
