@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sluice/common/io.h"
 
 namespace sluice::api {
@@ -72,6 +74,51 @@ TEST(DeepseekV4Chat, RefusesWhatItCannotEncode) {
                                         {.extra_kwargs = {{"thinking", true}, {"reasoning_effort", "extreme"}}});
   ASSERT_FALSE(effort.ok());
   EXPECT_NE(effort.error_message().find("reasoning_effort must be low, medium, high"), std::string::npos);
+}
+
+// Random message lists (roles, contents, tool calls and results of every
+// JSON type, with and without tools and kwargs): each renders or is refused
+// with a message, none throws past the encoder.
+TEST(DeepseekV4Chat, RandomMessagesRenderOrAreRefused) {
+  std::mt19937 rng(25);
+  auto pick = [&rng](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  const std::vector<Json> values = {Json(), Json("text"), Json(""), Json(3), Json(2.5), Json(true),
+                                    Json::array({1, "a"}), Json::object({{"k", "v"}}),
+                                    Json::array({{{"type", "text"}, {"text", "part"}}})};
+  const std::vector<std::string> roles = {"system", "user", "assistant", "tool", "developer", "other"};
+  int rendered = 0, refused = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    Json messages = Json::array();
+    const std::size_t n = 1 + pick(6);
+    for (std::size_t i = 0; i < n; ++i) {
+      Json m = {{"role", roles[pick(roles.size())]}};
+      if (pick(4) != 0) m["content"] = values[pick(values.size())];
+      if (pick(3) == 0) m["reasoning_content"] = values[pick(values.size())];
+      if (pick(3) == 0) m["tool_call_id"] = pick(2) == 0 ? Json("c" + std::to_string(pick(3))) : values[pick(values.size())];
+      if (pick(3) == 0) {
+        Json calls = Json::array();
+        for (std::size_t c = pick(3); c > 0; --c)
+          calls.push_back({{"id", "c" + std::to_string(pick(3))},
+                           {"function", {{"name", "f"}, {"arguments", pick(2) == 0 ? Json(R"({"a": [1, {"b": null}]})")
+                                                                                   : values[pick(values.size())]}}}});
+        m["tool_calls"] = calls;
+      }
+      messages.push_back(std::move(m));
+    }
+    ChatRenderOptions options;
+    if (pick(2) == 0) options.tools = Json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+    if (pick(2) == 0) options.extra_kwargs = {{"thinking", pick(2) == 0}, {"drop_thinking", pick(2) == 0}};
+    const Result<std::string> prompt = render_deepseek_v4_chat(messages, options);
+    if (prompt.ok()) {
+      ++rendered;
+      EXPECT_TRUE(prompt->starts_with("<\uFF5Cbegin\u2581of\u2581sentence\uFF5C>"));
+    } else {
+      ++refused;
+      EXPECT_TRUE(prompt.error_message().starts_with("deepseek_v4 chat: ")) << prompt.error_message();
+    }
+  }
+  EXPECT_GT(rendered, 100);
+  EXPECT_GT(refused, 100);
 }
 
 }  // namespace
