@@ -150,7 +150,8 @@ TEST(OutputParser, DeepSeekV4DsmlToolCalls) {
     EXPECT_EQ(got.content, "Checking.") << format;  // the blank line before the block is layout
     ASSERT_EQ(got.names.size(), 2u) << format;
     EXPECT_EQ(got.names[0], "get_weather");
-    EXPECT_EQ(got.arguments[0], R"({"city":"Paris, \"FR\"","days":3,"units":{"t":"C","list":[1,2.5]}})");
+    // As DeepSeek's decoder writes them: a string quoted, other values as written.
+    EXPECT_EQ(got.arguments[0], R"({"city": "Paris, \"FR\"", "days": 3, "units": {"t": "C", "list": [1, 2.5]}})");
     EXPECT_EQ(got.names[1], "ns::now");
     EXPECT_EQ(got.arguments[1], "{}");
   }
@@ -162,23 +163,56 @@ TEST(OutputParser, DeepSeekV4DsmlToolCalls) {
   EXPECT_EQ(crossed.content, dsml_calls(kDsml, "tool_calls"));
 }
 
-// What is not a well-formed invoke stays text; JSON that does not parse stays the string it was.
-TEST(OutputParser, DeepSeekV4MalformedInvokesAreText) {
+// A value that is not JSON goes out as the string it was; a call whose next
+// parameter is malformed (or named twice) ends there, the rest is text; an
+// invoke tag without its name is text.
+TEST(OutputParser, DeepSeekV4MalformedInvokes) {
   const std::string open = "<" + kDsml + "tool_calls>\n", close = "</" + kDsml + "tool_calls>";
   const std::string invoke = "<" + kDsml + "invoke", end = "</" + kDsml + "invoke>";
   const std::string p = "<" + kDsml + "parameter", pe = "</" + kDsml + "parameter>";
-  const std::string twice = invoke + " name=\"f\">\n" + p + " name=\"a\" string=\"true\">1" + pe + "\n" + p +
-                            " name=\"a\" string=\"true\">2" + pe + "\n" + end;
-  const std::string loose = invoke + " name=\"g\">\n" + p + " name=\"when\" string=\"false\">next monday" + pe +
-                            "\n" + end;
-  const Collected got = parse("deepseek_v4", {open + twice + "\n" + loose + "\n" + close + " after"}, with_tools());
-  ASSERT_EQ(got.names.size(), 1u);
-  EXPECT_EQ(got.names[0], "g");
-  EXPECT_EQ(got.arguments[0], R"({"when":"next monday"})");
-  EXPECT_EQ(got.content, twice + " after");
-  const Collected unclosed = parse("deepseek_v4", {"x" + open + invoke + " name=\"f\">"}, with_tools());
-  EXPECT_TRUE(unclosed.names.empty());
-  EXPECT_EQ(unclosed.content, "x" + invoke + " name=\"f\">");
+  const Collected loose = parse("deepseek_v4", {open + invoke + " name=\"g\">\n" + p +
+                                                " name=\"when\" string=\"false\">next monday" + pe + "\n" + end +
+                                                "\n" + close + " after"},
+                                with_tools());
+  ASSERT_EQ(loose.names.size(), 1u);
+  EXPECT_EQ(loose.arguments[0], R"({"when": "next monday"})");
+  EXPECT_EQ(loose.content, " after");
+  const std::string second = p + " name=\"a\" string=\"true\">2" + pe + "\n" + end + "\n" + close;
+  const Collected twice =
+      parse("deepseek_v4", {open + invoke + " name=\"f\">\n" + p + " name=\"a\" string=\"true\">1" + pe + "\n" + second},
+            with_tools());
+  ASSERT_EQ(twice.names.size(), 1u);
+  EXPECT_EQ(twice.arguments[0], R"({"a": "1"})");
+  EXPECT_EQ(twice.content, "\n" + second);
+  const Collected unnamed = parse("deepseek_v4", {"x" + open + invoke + ">"}, with_tools());
+  EXPECT_TRUE(unnamed.names.empty());
+  EXPECT_EQ(unnamed.content, "x" + invoke + ">");
+}
+
+// A string value streams as the model writes it: a long file's content reaches the
+// client before the call ends.
+TEST(OutputParser, DeepSeekV4StringArgumentsStream) {
+  OutputParser parser(output_format_by_name("deepseek_v4").value(), with_tools());
+  ParsedDelta first;
+  parser.feed("<" + kDsml + "tool_calls>\n<" + kDsml + "invoke name=\"write\">\n<" + kDsml +
+                  "parameter name=\"text\" string=\"true\">line \"1\"\nline 2",
+              first);
+  ASSERT_EQ(first.tool_calls.size(), 1u);
+  EXPECT_EQ(first.tool_calls[0].name, "write");
+  EXPECT_EQ(first.tool_calls[0].arguments, R"({"text": "line \"1\"\nline 2)");
+  ParsedDelta rest;
+  parser.feed(" end</" + kDsml + "parameter>\n</" + kDsml + "invoke>", rest);
+  ASSERT_EQ(rest.tool_calls.size(), 1u);
+  EXPECT_TRUE(rest.tool_calls[0].id.empty());
+  EXPECT_EQ(rest.tool_calls[0].arguments, " end\"}");
+  // Whatever the string holds, the arguments are JSON whose value is that string.
+  const std::string value = "q\"uote \\ back\nslash\ttab \x01 \u00e9\u4e2d </x>";
+  const Collected got = parse("deepseek_v4", {"<" + kDsml + "tool_calls><" + kDsml + "invoke name=\"w\"><" + kDsml +
+                                              "parameter name=\"s\" string=\"true\">" + value + "</" + kDsml +
+                                              "parameter></" + kDsml + "invoke></" + kDsml + "tool_calls>"},
+                              with_tools());
+  ASSERT_EQ(got.arguments.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(got.arguments[0]), nlohmann::json({{"s", value}}));
 }
 
 TEST(OutputParser, DeepSeekArgumentsStreamBeforeTheCallEnds) {
@@ -207,6 +241,12 @@ TEST(OutputParser, RandomChunkingsEqualWhole) {
       {"deepseek_v4", "<think>r <" + kDsml + "</think>c " + dsml_calls(kDsml, "tool_calls") + " tail"},
       {"deepseek_v41", "a \n\n" + dsml_calls(kDsml + " ", "calls") + "\n"},
       {"deepseek_v4", "keep  \n these spaces \n"},
+      {"deepseek_v4", "<" + kDsml + "tool_calls><" + kDsml + "invoke name=\"w\"><" + kDsml +
+                          "parameter name=\"s\" string=\"true\">q\"\\ </" + kDsml + "par \u00e9\t\x01</" + kDsml +
+                          "parameter><" + kDsml + "parameter name=\"n\" string=\"false\"> [1, {\"a\": 2}] </" + kDsml +
+                          "parameter></" + kDsml + "invoke><" + kDsml + "invoke name=\"d\"><" + kDsml +
+                          "parameter name=\"k\" string=\"true\">1</" + kDsml + "parameter><" + kDsml +
+                          "parameter name=\"k\" string=\"true\">2</" + kDsml + "parameter></" + kDsml + "invoke>"},
   };
   std::mt19937 rng(11);
   for (const auto& [format, text] : cases) {

@@ -175,6 +175,9 @@ bool OutputParser::step(ParsedDelta& out, bool at_end) {
     case State::kCallHeader: return step_call_header(out, at_end);
     case State::kCallArguments: return step_call_arguments(out, at_end);
     case State::kJsonCall: return step_json_call(out, at_end);
+    case State::kDsmlInvoke: return step_dsml_invoke(out, at_end);
+    case State::kDsmlParameter: return step_dsml_parameter(out, at_end);
+    case State::kDsmlValue: return step_dsml_value(out, at_end);
   }
   return false;
 }
@@ -333,14 +336,10 @@ bool OutputParser::step_tagged_call(ParsedDelta& out, bool at_end) {
   }
   const std::string body = pending_.substr(0, pos);
   pending_.erase(0, pos + format_.call_end.size());
-  // A DSML invoke sits in a section: the next invoke or the section's end follows.
-  state_ = format_.tool_syntax == ToolCallSyntax::kDsml ? State::kSection : State::kContent;
-  std::optional<ToolCallBody> call;
-  switch (format_.tool_syntax) {
-    case ToolCallSyntax::kTaggedXml: call = xml_tool_call(body, options_.tools); break;
-    case ToolCallSyntax::kDsml: call = dsml_tool_call(body, format_.parameter_begin, format_.parameter_end); break;
-    default: call = json_tool_call(body, /*arguments_required=*/false); break;
-  }
+  state_ = State::kContent;
+  std::optional<ToolCallBody> call = format_.tool_syntax == ToolCallSyntax::kTaggedXml
+                                         ? xml_tool_call(body, options_.tools)
+                                         : json_tool_call(body, /*arguments_required=*/false);
   if (call) {
     emit_tool_call(out, std::move(call->name), std::move(call->arguments));
   } else {
@@ -354,7 +353,7 @@ bool OutputParser::step_section(ParsedDelta& /*out*/, bool at_end) {
   const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(pending_).substr(first);
   if (rest.starts_with(format_.call_begin)) {
     pending_.erase(0, first + format_.call_begin.size());
-    state_ = format_.tool_syntax == ToolCallSyntax::kDsml ? State::kTaggedCall : State::kCallHeader;
+    state_ = format_.tool_syntax == ToolCallSyntax::kDsml ? State::kDsmlInvoke : State::kCallHeader;
     return true;
   }
   if (rest.starts_with(format_.section_end)) {
@@ -409,6 +408,143 @@ bool OutputParser::step_call_arguments(ParsedDelta& out, bool at_end) {
   ++num_tool_calls_;
   state_ = State::kSection;
   return found.marker != nullptr;
+}
+
+namespace {
+
+// A string's bytes inside a JSON string literal: quote, backslash and control
+// characters escaped, every other byte as it is (UTF-8 passes through).
+std::string json_string_bytes(std::string_view text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          constexpr char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+// A JSON string of `text` (bytes that are not UTF-8 replaced, never thrown on).
+std::string json_string(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+bool OutputParser::close_dsml_call(ParsedDelta& out, State state) {
+  add_tool_delta(out, {.index = num_tool_calls_, .arguments = "}"});
+  ++num_tool_calls_;
+  dsml_keys_.clear();
+  state_ = state;
+  return true;
+}
+
+// ` name="F">`: the call goes out with its name and "{".
+bool OutputParser::step_dsml_invoke(ParsedDelta& out, bool at_end) {
+  static constexpr std::string_view kNameOpen = " name=\"";
+  const std::size_t close = pending_.find("\">");
+  const std::string_view head = std::string_view(pending_).substr(0, close);
+  const bool well_begun = head.starts_with(kNameOpen) || std::string_view(kNameOpen).starts_with(head);
+  if (close == std::string::npos && well_begun && !at_end) return false;
+  const std::string_view name =
+      close == std::string::npos || !head.starts_with(kNameOpen) ? std::string_view() : head.substr(kNameOpen.size());
+  if (name.empty() || name.find_first_of("\"<\n") != std::string_view::npos) {  // not an invoke: text
+    emit_content(out, format_.call_begin);
+    state_ = State::kContent;
+    return true;
+  }
+  const std::int32_t index = num_tool_calls_;
+  out.tool_calls.push_back({.index = index,
+                            .id = options_.tool_call_id_prefix + std::to_string(index),
+                            .name = std::string(name),
+                            .arguments = "{"});
+  pending_.erase(0, close + 2);
+  dsml_keys_.clear();
+  state_ = State::kDsmlParameter;
+  return true;
+}
+
+// The next parameter's ` name="K" string="true|false">`, or the invoke's end.
+// Anything else ends the call where it stands and is content.
+bool OutputParser::step_dsml_parameter(ParsedDelta& out, bool at_end) {
+  const std::size_t first = pending_.find_first_not_of(kSpace);
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(pending_).substr(first);
+  if (rest.starts_with(format_.call_end)) {
+    pending_.erase(0, first + format_.call_end.size());
+    return close_dsml_call(out, State::kSection);
+  }
+  if (rest.starts_with(format_.parameter_begin)) {
+    static constexpr std::string_view kName = " name=\"", kString = "\" string=\"";
+    std::string_view tag = rest.substr(format_.parameter_begin.size());
+    const std::size_t close = tag.find("\">");
+    if (close == std::string_view::npos && !at_end) return false;
+    tag = tag.substr(0, close);  // ` name="K" string="true`
+    const std::size_t attribute = tag.rfind(kString);
+    const bool well_formed = close != std::string_view::npos && tag.starts_with(kName) &&
+                             attribute != std::string_view::npos && attribute >= kName.size();
+    const std::string_view flag = well_formed ? tag.substr(attribute + kString.size()) : std::string_view();
+    const std::string key = well_formed ? std::string(tag.substr(kName.size(), attribute - kName.size())) : std::string();
+    if (!well_formed || (flag != "true" && flag != "false") || key.empty() ||
+        std::find(dsml_keys_.begin(), dsml_keys_.end(), key) != dsml_keys_.end())
+      return close_dsml_call(out, State::kContent);
+    dsml_string_value_ = flag == "true";
+    add_tool_delta(out, {.index = num_tool_calls_,
+                         .arguments = (dsml_keys_.empty() ? "" : ", ") + json_string(key) + ": " +
+                                      (dsml_string_value_ ? "\"" : "")});
+    dsml_keys_.push_back(key);
+    dsml_value_.clear();
+    pending_.erase(0, first + format_.parameter_begin.size() + close + 2);
+    state_ = State::kDsmlValue;
+    return true;
+  }
+  const bool undecided = std::string_view(format_.call_end).starts_with(rest) ||
+                         std::string_view(format_.parameter_begin).starts_with(rest);
+  if (undecided && !at_end) return false;
+  return close_dsml_call(out, State::kContent);
+}
+
+// A string value streams, escaped; any other waits for its end, then goes out
+// as its JSON, or as the string it was when it is none.
+bool OutputParser::step_dsml_value(ParsedDelta& out, bool at_end) {
+  const Found found = find_first(pending_, {&format_.parameter_end});
+  const std::size_t end = found.marker ? found.pos
+                          : at_end     ? pending_.size()
+                                       : pending_.size() - partial_marker_bytes(pending_, {&format_.parameter_end});
+  const std::string_view piece = std::string_view(pending_).substr(0, end);
+  if (dsml_string_value_) {
+    if (!piece.empty()) add_tool_delta(out, {.index = num_tool_calls_, .arguments = json_string_bytes(piece)});
+  } else {
+    dsml_value_.append(piece);
+  }
+  pending_.erase(0, end);
+  if (!found.marker && !at_end) return false;
+  if (dsml_string_value_) {
+    add_tool_delta(out, {.index = num_tool_calls_, .arguments = "\""});
+  } else {
+    const nlohmann::json parsed = nlohmann::json::parse(dsml_value_, nullptr, /*allow_exceptions=*/false);
+    add_tool_delta(out, {.index = num_tool_calls_,
+                         .arguments = parsed.is_discarded() ? json_string(dsml_value_) : dsml_value_});
+  }
+  if (!found.marker) return close_dsml_call(out, State::kContent);  // the output ended inside the value
+  pending_.erase(0, found.marker->size());
+  state_ = State::kDsmlParameter;
+  return true;
 }
 
 }  // namespace sluice::server

@@ -59,9 +59,10 @@ enum class ToolCallSyntax {
   // (or of the content after reasoning). A call ends with its object, so it
   // goes out in one fragment when the closing brace arrives.
   kBareJson,
-  // DeepSeek-V4's DSML: a section of invokes, each read whole like kTaggedXml
-  // (tool_call_body.h, dsml_tool_call), its parameters typed by their own
-  // string="true|false" attribute; one fragment a call.
+  // DeepSeek-V4's DSML: a section of invokes, each a name and parameters typed
+  // by their own string="true|false" attribute. The arguments stream as JSON
+  // as they come: a string value as it is written (escaped), any other value
+  // whole at its end (JSON, or the string it was when it does not parse).
   kDsml,
 };
 
@@ -111,7 +112,18 @@ class OutputParser {
   std::int32_t num_tool_calls() const { return num_tool_calls_; }
 
  private:
-  enum class State { kContent, kReasoning, kTaggedCall, kSection, kCallHeader, kCallArguments, kJsonCall };
+  enum class State {
+    kContent,
+    kReasoning,
+    kTaggedCall,
+    kSection,
+    kCallHeader,
+    kCallArguments,
+    kJsonCall,
+    kDsmlInvoke,     // after <｜DSML｜invoke: its name="F">
+    kDsmlParameter,  // in an invoke: the next parameter's tag, or the invoke's end
+    kDsmlValue,      // a parameter's value, up to its closing tag
+  };
   // Returns false when more text is needed.
   bool step(ParsedDelta& out, bool at_end);
   bool step_content(ParsedDelta& out, bool at_end);
@@ -121,6 +133,11 @@ class OutputParser {
   bool step_call_header(ParsedDelta& out, bool at_end);
   bool step_call_arguments(ParsedDelta& out, bool at_end);
   bool step_json_call(ParsedDelta& out, bool at_end);
+  bool step_dsml_invoke(ParsedDelta& out, bool at_end);
+  bool step_dsml_parameter(ParsedDelta& out, bool at_end);
+  bool step_dsml_value(ParsedDelta& out, bool at_end);
+  // Ends the DSML call being read ("}") and reads on from `state`.
+  bool close_dsml_call(ParsedDelta& out, State state);
   // kBareJson in kContent: whether a call opens at the start of pending_ (an
   // object before any content, or a separator right after a call); nullopt
   // when none can, false when more text is needed.
@@ -139,6 +156,11 @@ class OutputParser {
   bool content_started_ = false;  // content other than whitespace has gone out
   bool after_json_call_ = false;  // kBareJson: only whitespace since the last call (a separator may follow)
   std::int32_t num_tool_calls_ = 0;
+  // kDsml: the current call's parameter names, whether the value being read
+  // is a string, and a non-string value until its end.
+  std::vector<std::string> dsml_keys_;
+  bool dsml_string_value_ = false;
+  std::string dsml_value_;
 };
 
 }  // namespace sluice::server

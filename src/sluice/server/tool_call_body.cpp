@@ -150,46 +150,4 @@ std::optional<ToolCallBody> xml_tool_call(std::string_view text, const nlohmann:
   return ToolCallBody{.name = std::string(name), .arguments = arguments.dump()};
 }
 
-std::optional<ToolCallBody> dsml_tool_call(std::string_view text, std::string_view parameter_begin,
-                                           std::string_view parameter_end) {
-  constexpr std::string_view kNameOpen = "name=\"", kStringAttribute = "\" string=\"";
-  std::string_view rest = trim(text);
-  if (!rest.starts_with(kNameOpen)) return std::nullopt;
-  rest.remove_prefix(kNameOpen.size());
-  const std::size_t name_end = rest.find("\">");
-  if (name_end == std::string_view::npos) return std::nullopt;
-  const std::string_view name = rest.substr(0, name_end);
-  if (name.empty() || name.find_first_of("\"<\n") != std::string_view::npos) return std::nullopt;
-  rest.remove_prefix(name_end + 2);
-
-  Json arguments = Json::object();
-  for (rest = trim(rest); !rest.empty(); rest = trim(rest)) {
-    if (!rest.starts_with(parameter_begin)) return std::nullopt;
-    rest.remove_prefix(parameter_begin.size());
-    rest = trim(rest);
-    if (!rest.starts_with(kNameOpen)) return std::nullopt;
-    rest.remove_prefix(kNameOpen.size());
-    const std::size_t key_end = rest.find(kStringAttribute);
-    if (key_end == std::string_view::npos) return std::nullopt;
-    const std::string key(rest.substr(0, key_end));
-    rest.remove_prefix(key_end + kStringAttribute.size());
-    bool is_string;
-    if (rest.starts_with("true\">")) is_string = true;
-    else if (rest.starts_with("false\">")) is_string = false;
-    else return std::nullopt;
-    rest.remove_prefix(is_string ? 6 : 7);
-    const std::size_t value_end = rest.find(parameter_end);
-    if (value_end == std::string_view::npos || key.empty() || arguments.contains(key)) return std::nullopt;
-    const std::string value(rest.substr(0, value_end));
-    rest.remove_prefix(value_end + parameter_end.size());
-    if (is_string) {
-      arguments[key] = value;
-    } else {
-      Json parsed = Json::parse(value, nullptr, /*allow_exceptions=*/false);
-      arguments[key] = parsed.is_discarded() ? Json(value) : std::move(parsed);
-    }
-  }
-  return ToolCallBody{.name = std::string(name), .arguments = arguments.dump()};
-}
-
 }  // namespace sluice::server

@@ -37,18 +37,4 @@ std::optional<ToolCallBody> json_tool_call(std::string_view text, bool arguments
 // those, and anything that does not parse stays the string it was.
 std::optional<ToolCallBody> xml_tool_call(std::string_view text, const nlohmann::ordered_json& tools);
 
-// DeepSeek-V4's DSML invoke body: the text after the opening tag's
-// `<｜DSML｜invoke` up to its closing tag, in a dialect's parameter tags
-// (V4: `<｜DSML｜parameter`, `</｜DSML｜parameter>`; V4.1 a space after the
-// second ｜):
-//    name="NAME">
-//   <｜DSML｜parameter name="P" string="true">VALUE</｜DSML｜parameter>
-//   ...
-// string="true": VALUE is the string itself; string="false": VALUE is JSON (a
-// number, boolean, array, object or null), kept as the string it is when it
-// does not parse, so that the arguments stay JSON. The arguments keep the
-// parameters' order; a parameter named twice is not a call.
-std::optional<ToolCallBody> dsml_tool_call(std::string_view text, std::string_view parameter_begin,
-                                           std::string_view parameter_end);
-
 }  // namespace sluice::server
