@@ -70,10 +70,24 @@ TEST(DeepseekV4Chat, RefusesWhatItCannotEncode) {
     ASSERT_FALSE(prompt.ok()) << messages.dump();
     EXPECT_NE(prompt.error_message().find(message), std::string::npos) << prompt.error_message();
   }
-  auto effort = render_deepseek_v4_chat(Json::array({{{"role", "user"}, {"content", "x"}}}),
-                                        {.extra_kwargs = {{"thinking", true}, {"reasoning_effort", "extreme"}}});
-  ASSERT_FALSE(effort.ok());
-  EXPECT_NE(effort.error_message().find("reasoning_effort must be low, medium, high"), std::string::npos);
+}
+
+// reasoning_effort as gateways forward it: max and xhigh take the preamble, any other value
+// (OpenAI's none ... high, or one it does not know) renders as no effort given.
+TEST(DeepseekV4Chat, ReasoningEffortNeverRefused) {
+  const Json messages = Json::array({{{"role", "user"}, {"content", "x"}}});
+  auto with = [&](const Json& effort) {
+    auto prompt = render_deepseek_v4_chat(messages, {.extra_kwargs = {{"thinking", true}, {"reasoning_effort", effort}}});
+    EXPECT_TRUE(prompt.ok()) << effort.dump();
+    return prompt.ok() ? *prompt : std::string();
+  };
+  const std::string plain = with(Json());
+  const std::string max = with("max");
+  EXPECT_NE(max, plain);
+  EXPECT_TRUE(max.find("Reasoning Effort: Absolute maximum") != std::string::npos);
+  EXPECT_EQ(with("xhigh"), max);
+  for (const char* other : {"none", "minimal", "low", "medium", "high", "extreme"}) EXPECT_EQ(with(other), plain) << other;
+  EXPECT_EQ(with(7), plain);
 }
 
 // Random message lists (roles, contents, tool calls and results of every

@@ -108,10 +108,17 @@ export const tests = {
       let streamed = '';
       for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.reasoning_content ?? '';
       assert.equal(streamed, said.reasoning_content);
-      // Bad kwargs are a 400 naming the encoding's rule.
-      await assert.rejects(openai.chat.completions.create({ model: 'v4', messages, max_tokens: 1,
-        chat_template_kwargs: { thinking: true, reasoning_effort: 'extreme' } }),
-      (e) => e.status === 400 && /reasoning_effort must be low, medium, high/.test(e.message));
+      // OpenAI's reasoning_effort, forwarded by gateways as it is, is never refused.
+      const effort = await openai.chat.completions.create({ model: 'v4', messages, max_tokens: 1,
+        reasoning_effort: 'minimal', chat_template_kwargs: { thinking: true } });
+      assert.equal(effort.choices.length, 1);
+      // A message the encoding cannot write is a 400 that says why.
+      await assert.rejects(openai.chat.completions.create({ model: 'v4', max_tokens: 1, messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function',
+          function: { name: 'f', arguments: '[1, 2]' } }] },
+        { role: 'tool', tool_call_id: 'c', content: 'done' }] }),
+      (e) => e.status === 400 && /deepseek_v4 chat: tool call arguments must be a JSON object/.test(e.message));
     } finally {
       await server.stop();
     }

@@ -199,12 +199,11 @@ Mode mode_of(const Json& kwargs) {
   for (const char* key : {"thinking", "enable_thinking"})
     if (kwargs.contains(key)) m.thinking = truthy(kwargs[key]);
   if (kwargs.contains("drop_thinking")) m.drop_thinking = truthy(kwargs["drop_thinking"]);
-  if (kwargs.contains("reasoning_effort") && !kwargs["reasoning_effort"].is_null()) {
-    const Json& effort = kwargs["reasoning_effort"];
-    const std::string value = effort.is_string() ? effort.get<std::string>() : std::string();
-    if (value != "low" && value != "medium" && value != "high" && value != "max")
-      throw Invalid("deepseek_v4 chat: reasoning_effort must be low, medium, high (these three add nothing) or max");
-    m.max_effort = value == "max";
+  // Gateways forward OpenAI's reasoning_effort verbatim (none ... xhigh): DeepSeek's
+  // max (and OpenAI's xhigh) takes the preamble, any other value nothing.
+  if (kwargs.contains("reasoning_effort") && kwargs["reasoning_effort"].is_string()) {
+    const std::string value = kwargs["reasoning_effort"].get<std::string>();
+    m.max_effort = value == "max" || value == "xhigh";
   }
   return m;
 }

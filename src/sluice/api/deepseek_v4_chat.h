@@ -14,8 +14,9 @@
 //   in the order the assistant called them; consecutive user turns merge.
 // - chat_template_kwargs: `thinking` (or `enable_thinking`) true opens the
 //   reasoning block; earlier turns' reasoning is dropped unless tools are
-//   present (or `drop_thinking` is false). `reasoning_effort` "max" puts
-//   DeepSeek's maximum-effort preamble first; low, medium and high add nothing.
+//   present (or `drop_thinking` is false). `reasoning_effort` "max" (or
+//   OpenAI's "xhigh") puts DeepSeek's maximum-effort preamble first; any other
+//   value adds nothing (gateways forward OpenAI's values verbatim).
 #pragma once
 
 #include <string>
