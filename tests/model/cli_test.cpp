@@ -185,6 +185,12 @@ TEST_F(Cli, ServeRefusesAnFp8KvCacheWhereNoFp8LayoutExists) {
   EXPECT_NE(e5m2.output.find("fp8_e5m2"), std::string::npos) << e5m2.output;
   auto by_default = run(start + "--model " + dir + " --kv-cache-memory 67108864 --kv-cache-dtype auto");
   EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
+  // generate asks the model, which refuses it on the CPU (the reference keeps f32).
+  auto generated = run("generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 1 --kv-cache-dtype fp8");
+  EXPECT_NE(generated.exit_code, 0);
+  EXPECT_NE(generated.output.find("--kv-cache-dtype fp8: deepseek_v4 on the CPU backend runs the reference"),
+            std::string::npos)
+      << generated.output;
 }
 
 // A DeepSeek-V4 checkpoint ships its chat encoder as Python, no template:

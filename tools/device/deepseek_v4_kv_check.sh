@@ -10,7 +10,10 @@
 #   3. cuda_bench --deepseek-v4-kernels (the compressor rows time the plan);
 #   4. deepseek_v4_forward_bench --flash-formats 3 131072 64 0 2,10,11 (session
 #      23's model rows: prefill to 128k, decode b1 and b64; the default, over
-#      f32 index keys, with fp8_ds_mla latents).
+#      f32 index keys, with fp8_ds_mla latents);
+#   5. with the sluice binary carried too: `sluice generate` of a tiny V4 at the
+#      kernels' widths on the CPU, on CUDA, and on CUDA with --kv-cache-dtype
+#      fp8 (the flag through the model runner to the device's records).
 # Binaries (stripped, with their non-CUDA libraries) come prebuilt in
 # CARRY_DIR, as a directory or as CARRY_DIR/bin.tar.xz. Logs go to $OUT; a
 # short table is printed last.
@@ -36,9 +39,24 @@ timeout 60 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels.log" 2>&1
 echo "kernel bench rc $? at $(( $(date +%s) - t0 )) s"
 timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,10,11 >"$out/model.log" 2>&1
 echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
+if [ -x "$bin/sluice" ]; then
+  tiny=$HOME/v4-kv-check-model
+  "$bin/sluice" make-model --arch deepseek_v4 --layers 4 --layer-types schc --hidden 128 --heads 4 --head-dim 512 \
+    --qk-rope-head-dim 64 --index-heads 4 --index-head-dim 128 --index-topk 32 --sliding-window 8 --experts 8 \
+    --moe-intermediate 128 --vocab 320 --seed 5 --out "$tiny" >"$out/generate.log" 2>&1
+  ids=$(seq -s, 1 300)
+  for run in "cpu auto" "cuda auto" "cuda fp8"; do
+    set -- $run
+    echo "--- $run" >>"$out/generate.log"
+    timeout 120 "$bin/sluice" generate --model "$tiny" --device "$1" --kv-cache-dtype "$2" --prompt-ids "$ids" \
+      --max-tokens 16 --ignore-eos --block-size 128 --prefill-chunk 100 >>"$out/generate.log" 2>&1
+  done
+  echo "generate at $(( $(date +%s) - t0 )) s"
+fi
 for log in kernel_test forward_test; do
   echo "=== $log"
   grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure" "$out/$log.log" | head -12
 done
 echo "=== kernels"; grep -iE "compressor|indexer prefill chunk, 8192" "$out/kernels.log" | cut -c1-180
 echo "=== model"; grep -E "^\| FP8" "$out/model.log" | cut -c1-300
+[ -f "$out/generate.log" ] && { echo "=== generate (cpu, cuda, cuda fp8 KV)"; grep -E "^---|^[0-9]+(,[0-9]+)+$" "$out/generate.log"; }

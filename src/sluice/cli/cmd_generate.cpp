@@ -40,6 +40,7 @@ struct GenerateArgs {
   bool enable_expert_parallel = false;    // cpu only: routed experts whole over the ranks
   std::string device = "cpu";
   std::optional<std::int32_t> block_size_tokens;  // unset: 16, or DeepSeek-V4's default
+  std::string kv_cache_dtype = "auto";            // as serve's: fp8 names the one FP8 layout
   std::int32_t prefill_chunk_tokens = 0;
   CudaFlags cuda;
 };
@@ -132,9 +133,11 @@ Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
   const std::int32_t block_size = args.block_size_tokens.value_or(
       config.deepseek_v4 != nullptr ? deepseek_v4_default_block_size(config) : 16);
-  ModelRunnerOptions runner_options{.block_size_tokens = block_size,
-                                    .show_progress = isatty(2) != 0,
-                                    .enable_expert_parallel = args.enable_expert_parallel};
+  ModelRunnerOptions runner_options{
+      .block_size_tokens = block_size,
+      .show_progress = isatty(2) != 0,
+      .enable_expert_parallel = args.enable_expert_parallel,
+      .kv_cache_dtype = args.kv_cache_dtype == "auto" ? KvCacheDtype::kAuto : KvCacheDtype::kFp8};
   const std::int64_t needed_tokens = static_cast<std::int64_t>(prompt.size()) + args.max_tokens;
   runner_options.num_kv_blocks = static_cast<std::int32_t>((needed_tokens + block_size - 1) / block_size);
   SLUICE_TRY_ASSIGN(ops, make_ops(args));
@@ -181,6 +184,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--block-size", args->block_size_tokens,
                   "KV block size in tokens (default 16; DeepSeek-V4: 1024, whole compression windows)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                  "auto | fp8 | fp8_e4m3 | fp8_ds_mla: DeepSeek-V4 on --device cuda stores fp8_ds_mla latent records "
+                  "(the model refuses it elsewhere)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3", "fp8_ds_mla"}));
   cmd->add_option("--prefill-chunk", args->prefill_chunk_tokens, "prefill at most this many tokens per step")
       ->check(CLI::NonNegativeNumber);
   add_cuda_flags(*cmd, args->cuda);
