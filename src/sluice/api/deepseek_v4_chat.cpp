@@ -63,10 +63,17 @@ std::string content_text(const Json& content) {
   std::string out;
   for (const Json& part : content) {
     if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-      throw Invalid("deepseek_v4 chat: only text content parts are supported");
+      throw Invalid("only text content parts are supported");
     out += part["text"].get<std::string>();
   }
   return out;
+}
+
+// A message's content field, null when it has none.
+const Json& content_of(const Json& msg) {
+  static const Json kNone;
+  const auto it = msg.find("content");
+  return it == msg.end() ? kNone : *it;
 }
 
 // One assistant tool call's DSML invoke: each argument a parameter.
@@ -109,11 +116,11 @@ std::vector<Json> merge_tool_messages(const std::vector<Json>& messages) {
     if (role == "tool") {
       Json block = {{"type", "tool_result"},
                     {"tool_use_id", string_field(msg, "tool_call_id")},
-                    {"content", msg.contains("content") ? msg["content"] : Json("")}};
+                    {"content", msg.contains("content") ? content_of(msg) : Json("")}};
       if (open_user()) merged.back()["content_blocks"].push_back(std::move(block));
       else merged.push_back({{"role", "user"}, {"content_blocks", Json::array({std::move(block)})}});
     } else if (role == "user") {
-      Json block = {{"type", "text"}, {"text", content_text(msg.contains("content") ? msg["content"] : Json())}};
+      Json block = {{"type", "text"}, {"text", content_text(content_of(msg))}};
       if (open_user()) merged.back()["content_blocks"].push_back(std::move(block));
       else merged.push_back({{"role", "user"}, {"content_blocks", Json::array({std::move(block)})}});
     } else {
@@ -208,11 +215,11 @@ Mode mode_of(const Json& kwargs) {
   return m;
 }
 
-std::string render_message(std::size_t index, const std::vector<Json>& messages, const Mode& mode,
-                           bool drop_thinking, bool generation_prompt) {
+// Message `index` of `messages`, whose last user turn is `last_user` (last_user_index).
+std::string render_message(std::size_t index, const std::vector<Json>& messages, std::int64_t last_user,
+                           const Mode& mode, bool drop_thinking, bool generation_prompt) {
   const Json& msg = messages[index];
   const std::string role = msg.value("role", "");
-  const std::int64_t last_user = last_user_index(messages);
   const auto at = static_cast<std::int64_t>(index);
   std::string prompt;
   if (index == 0 && mode.thinking && mode.max_effort) prompt += kMaxEffortPreamble;
@@ -227,9 +234,9 @@ std::string render_message(std::size_t index, const std::vector<Json>& messages,
     return "\n\n" + tools_section(schemas);
   };
   if (role == "system") {
-    prompt += content_text(msg.contains("content") ? msg["content"] : Json()) + tools_of();
+    prompt += content_text(content_of(msg)) + tools_of();
   } else if (role == "developer") {
-    const std::string content = content_text(msg.contains("content") ? msg["content"] : Json());
+    const std::string content = content_text(content_of(msg));
     if (content.empty()) throw Invalid("a developer message needs content");
     prompt += kUser + content + tools_of();
   } else if (role == "user") {
@@ -270,9 +277,9 @@ std::string render_message(std::size_t index, const std::vector<Json>& messages,
     }
     std::string reasoning;
     if (mode.thinking && (!drop_thinking || at > last_user)) reasoning = string_field(msg, "reasoning_content") + kThinkEnd;
-    prompt += reasoning + content_text(msg.contains("content") ? msg["content"] : Json()) + calls + kEos;
+    prompt += reasoning + content_text(content_of(msg)) + calls + kEos;
   } else {
-    throw Invalid("deepseek_v4 chat: unknown role '" + role + "'");
+    throw Invalid("unknown role '" + role + "'");
   }
   // The assistant turn's opening after a user turn, when an assistant turn follows or this is the last message.
   if (index + 1 < messages.size() && messages[index + 1].value("role", "") != "assistant") return prompt;
@@ -307,8 +314,9 @@ Result<std::string> render_deepseek_v4_chat(const nlohmann::ordered_json& messag
     const bool drop = mode.drop_thinking && !has_tools;
     if (mode.thinking && drop) full = drop_thinking(full);
     std::string prompt = kBos;
+    const std::int64_t last_user = last_user_index(full);
     for (std::size_t i = 0; i < full.size(); ++i)
-      prompt += render_message(i, full, mode, drop, options.add_generation_prompt);
+      prompt += render_message(i, full, last_user, mode, drop, options.add_generation_prompt);
     if (prompt.size() > options.max_output_bytes) return Error{"deepseek_v4 chat: the prompt exceeds the output cap"};
     return prompt;
   } catch (const Invalid& e) {

@@ -87,10 +87,10 @@ Result<std::string> render_chat(const std::string& path, const Tokenizer& tokeni
 }
 
 // The prompt from whichever of --prompt-ids, --prompt, --chat was given.
-Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::optional<Tokenizer>& tokenizer) {
+Result<std::vector<TokenId>> prompt_tokens(const GenerateArgs& args, const std::optional<Tokenizer>& tokenizer,
+                                           const ModelConfig& config) {
   if (!args.prompt_ids.empty()) return parse_ids(args.prompt_ids);
   if (!args.prompt_text.empty()) return tokenizer->encode(args.prompt_text, /*add_special_tokens=*/true);
-  SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
   SLUICE_TRY_ASSIGN(rendered, render_chat(args.chat_file, *tokenizer, config.deepseek_v4 != nullptr));
   // The template writes BOS itself.
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
@@ -125,12 +125,12 @@ Status run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     SLUICE_TRY_ASSIGN(loaded, Tokenizer::load(args.model_dir));
     tokenizer = std::move(loaded);
   }
-  SLUICE_TRY_ASSIGN(prompt, prompt_tokens(args, tokenizer));
+  SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
+  SLUICE_TRY_ASSIGN(prompt, prompt_tokens(args, tokenizer, config));
   if (prompt.empty()) return Error{"the prompt encodes to no tokens"};
   SamplingParams sampling = args.sampling;
   sampling.seed = args.seed ? *args.seed : std::random_device{}();
   SLUICE_TRY(sampling.validate());
-  SLUICE_TRY_ASSIGN(config, load_model_config(args.model_dir));
   const std::int32_t block_size = args.block_size_tokens.value_or(
       config.deepseek_v4 != nullptr ? deepseek_v4_default_block_size(config) : 16);
   ModelRunnerOptions runner_options{
