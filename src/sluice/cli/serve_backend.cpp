@@ -129,7 +129,8 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
     }
     profile = *builtin;
   }
-  // --kv-cache-dtype fp8: the profile's FP8 layout in memory and in the attention's reads (refused without one).
+  // --kv-cache-dtype fp8: the profile's FP8 layout in memory and in the attention's reads (refused without one),
+  // once here for the cost model, the memory plan and the sim alike (their own dtype stays auto).
   if (options.kv_cache_dtype == KvCacheDtype::kFp8) {
     SLUICE_TRY_ASSIGN(fp8, sim::with_fp8_kv_cache(profile));
     profile = std::move(fp8);
@@ -142,7 +143,6 @@ Result<ServeBackend> make_sim(const ServeBackendOptions& options, const Tokenize
   // The same question `sluice plan` answers: a launch whose weights and
   // activations leave no room for KV is refused, whatever --kv-cache-memory says.
   const sim::MemoryOptions memory{.gpu_memory_utilization = options.gpu_memory_utilization,
-                                  .kv_cache_dtype = options.kv_cache_dtype,
                                   .max_num_seqs = options.max_num_seqs,
                                   .max_num_batched_tokens = options.max_num_batched_tokens,
                                   .block_size_tokens = options.block_size_tokens,

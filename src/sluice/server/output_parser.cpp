@@ -413,7 +413,9 @@ bool OutputParser::step_call_arguments(ParsedDelta& out, bool at_end) {
 namespace {
 
 // A string's bytes inside a JSON string literal: quote, backslash and control
-// characters escaped, every other byte as it is (UTF-8 passes through).
+// characters escaped, every other byte as it is (UTF-8 passes through). Byte
+// by byte, unlike the Jinja engine's json_escape: a streamed piece may end
+// inside a code point.
 std::string json_string_bytes(std::string_view text) {
   std::string out;
   for (const char ch : text) {
