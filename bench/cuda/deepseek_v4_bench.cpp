@@ -205,6 +205,7 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
                                  .num_selected = count, .rows = rows, .num_heads = heads, .max_visible = visible,
                                  .top_k = top_k};
   const double s_scores_wgmma = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma(args, nullptr); });
+  const double s_scores_tf32 = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
@@ -216,6 +217,9 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   row(what + ": FP8 scores, warpgroup MMA (e4m3)", s_scores_wgmma,
       tflops(flops, s_scores_wgmma) + ", " + tbs(bytes, s_scores_wgmma),
       pct(flops / s_scores_wgmma / kFp8Peak) + " of FP8 peak; " + hbm_share(bytes, s_scores_wgmma));
+  row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA", s_scores_tf32,
+      tflops(flops, s_scores_tf32) + ", " + tbs(bytes, s_scores_tf32),
+      pct(flops / s_scores_tf32 / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
   row(what + ": FP8 scores, tensor cores", s_scores_mma, tflops(flops, s_scores_mma) + ", " + tbs(bytes, s_scores_mma),
       pct(flops / s_scores_mma / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores_mma));
   row(what + ": FP8 scores, CUDA cores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),

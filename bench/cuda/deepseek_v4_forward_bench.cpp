@@ -54,7 +54,8 @@
 //     CUDA-core attention, 7 with session 18's mma.sync attention, 8 with
 //     the wgmma attention's two bf16 softmax terms, 9 with 4 and 6, 10 the
 //     default over f32 index keys (quantized at the gather, as to session
-//     24), 11 the default with fp8_ds_mla latents (--kv-cache-dtype fp8); the
+//     24), 11 the default with fp8_ds_mla latents (--kv-cache-dtype fp8), 12
+//     the default with the indexer's heads summed by a tf32 MMA; the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -573,6 +574,9 @@ int flash_formats(int argc, char** argv) {
       // The default with the latents and entries as fp8_ds_mla records (--kv-cache-dtype fp8): the
       // A/B of bf16 ones, in time and in logits against the bf16 format's.
       {"FP8 default, fp8_ds_mla KV records", false, {}, DeepseekV4KvFormats::cuda_fp8()},
+      // The default but for the indexer's heads summed by a tf32 MMA (session 26): its A/B.
+      {"FP8 default, indexer heads summed by a tf32 MMA", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

@@ -168,12 +168,18 @@ struct IndexerCase {
   // scores within kFp8AccumulationBound of each product sum a head, picks
   // checked against the reference within those bounds.
   bool fp8_accumulation = false;
+  // ... and sums over heads as a tf32 MMA (launch_v4_indexer_scores_wgmma_tf32):
+  // kTf32HeadSumBound more.
+  bool tf32_head_sum = false;
 };
 
 // Hopper's FP8 MMA keeps about 14 bits while it sums (DeepSeek-V3's report,
 // section 3.3.2); 2^-11 of the sum of |products| leaves room for the four k32
 // steps and the sum over heads.
 constexpr double kFp8AccumulationBound = 1.0 / 2048;
+// tf32 truncates both the relu'd scores and the head factors to 10 mantissa
+// bits: 2^-10 each of a term, 2^-9 of the sum of |terms|.
+constexpr double kTf32HeadSumBound = 1.0 / 512;
 
 std::uint8_t random_e4m3(SplitMix64& rng, float scale) {
   const float v = static_cast<float>((2.0 * rng.uniform() - 1.0) * scale);
@@ -261,7 +267,7 @@ void check_indexer(const IndexerCase& c) {
         b += magnitude / std::sqrt(static_cast<double>(d)) * std::fabs(w_row[h]);
       }
       ref_scores[t] = s;
-      bound[t] = b * kFp8AccumulationBound;
+      bound[t] = b * (kFp8AccumulationBound + (c.tf32_head_sum ? kTf32HeadSumBound : 0.0));
     }
     double score_scale = 1e-30;
     for (double s : ref_scores) score_scale = std::max(score_scale, std::fabs(s));
@@ -352,20 +358,21 @@ TEST(DeepseekV4CudaKernels, IndexerScoresOnTensorCoresSelectTheReferenceSets) {
 // heads that fill part of N (7, 20) and none of it past the first tile, a row
 // that sees nothing.
 void check_indexer_on_warpgroup_mma(void (*wgmma)(const cuda::V4IndexerArgs&, cudaStream_t)) {
+  const bool tf32 = wgmma == cuda::launch_v4_indexer_scores_wgmma_tf32;
   std::vector<std::int32_t> chunk;  // 150 rows of one sequence at positions 12000-12149, ratio 4
   for (std::int32_t i = 0; i < 150; ++i) chunk.push_back((12000 + i + 1) / 4);
   check_indexer({.num_visible = chunk, .seed = 31, .scores = wgmma, .rows_per_sequence = 150,
-                 .fp8_accumulation = true});
+                 .fp8_accumulation = true, .tf32_head_sum = tf32});
   // Three sequences of 40 rows (one changes inside the first row group of 64), one row seeing nothing.
   std::vector<std::int32_t> three;
   for (std::int32_t s = 0; s < 3; ++s)
     for (std::int32_t i = 0; i < 40; ++i) three.push_back(s == 1 && i == 0 ? 0 : 300 * (s + 1) + 7 * i);
   check_indexer({.num_visible = three, .top_k = 64, .seed = 32, .scores = wgmma, .rows_per_sequence = 40,
-                 .fp8_accumulation = true});
+                 .fp8_accumulation = true, .tf32_head_sum = tf32});
   check_indexer({.heads = 20, .num_visible = {700, 257, 1, 255}, .top_k = 64, .seed = 24, .scores = wgmma,
-                 .fp8_accumulation = true});
+                 .fp8_accumulation = true, .tf32_head_sum = tf32});
   check_indexer({.heads = 7, .num_visible = {900, 40, 900, 40}, .top_k = 16, .prototypes = 5, .seed = 23,
-                 .scores = wgmma, .rows_per_sequence = 2, .fp8_accumulation = true});
+                 .scores = wgmma, .rows_per_sequence = 2, .fp8_accumulation = true, .tf32_head_sum = tf32});
 }
 
 TEST(DeepseekV4CudaKernels, IndexerScoresOnWarpgroupMmaSelectWithinTheFp8Bounds) {
@@ -381,6 +388,14 @@ TEST(DeepseekV4CudaKernels, IndexerScoresOnWarpgroupMmaWithFewBlocks) {
     cuda::set_v4_indexer_scores_wgmma_grid_limit(blocks);
     check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma);
   }
+  cuda::set_v4_indexer_scores_wgmma_grid_limit(0);
+}
+
+// The same cases with the heads summed by the tf32 MMA, over the whole grid and three blocks.
+TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumSelectWithinItsBounds) {
+  check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma_tf32);
+  cuda::set_v4_indexer_scores_wgmma_grid_limit(3);
+  check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma_tf32);
   cuda::set_v4_indexer_scores_wgmma_grid_limit(0);
 }
 

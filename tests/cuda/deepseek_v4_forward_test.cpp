@@ -97,6 +97,7 @@ struct Case {
     if (options.attention == cuda::DeepseekV4AttentionKernel::wgmma_two_terms) n += "_two_term_attention";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_mma) n += "_session18_indexer";
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill) n += "_tf32_head_sum_indexer";
     if (fp8_kv) n += "_fp8_kv";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
     if (!keep_quantized) return n + "_host_bf16";
@@ -337,6 +338,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Session 18's indexer scores (mma.sync at prefill too).
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_mma}},
+                      // The indexer's heads summed by a tf32 MMA at prefill (session 26).
+                      Case{.weights = DeepseekV4GoldenWeights::f32,
+                           .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts, .keep_quantized = true,
                            .options = kBf16Activations},

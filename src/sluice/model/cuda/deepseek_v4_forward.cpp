@@ -1218,7 +1218,9 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       launch_v4_quantize_e4m3_rows(index_q, std::int64_t{n} * ih, ihd, q_e4m3, q_scale, s);
       // Prefill (rows sharing their sequence's keys) on warpgroup MMA, decode on mma.sync.
       constexpr std::int32_t kWgmmaRowsPerSequence = 4;
-      const bool wgmma = !f32_pool && p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill &&
+      const bool tf32_head_sum = p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill;
+      const bool wgmma = !f32_pool &&
+                         (tf32_head_sum || p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill) &&
                          n >= kWgmmaRowsPerSequence * p.step.num_sequences();
       // The warpgroup-MMA scores read each head's q_scale x weight as one factor.
       float* head_factors = nullptr;
@@ -1234,6 +1236,8 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
                                .max_visible = ix.plan.max_visible, .top_k = top_k};
       if (f32_pool)
         launch_v4_indexer_scores(args, s);
+      else if (wgmma && tf32_head_sum)
+        launch_v4_indexer_scores_wgmma_tf32(args, s);
       else if (wgmma)
         launch_v4_indexer_scores_wgmma(args, s);
       else

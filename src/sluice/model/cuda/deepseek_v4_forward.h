@@ -71,7 +71,14 @@ namespace sluice::cuda {
 // their keys (>= 4 rows a sequence: prefill; session 21, the default). All
 // pick from the same records; the mma.sync scores differ from the CUDA-core
 // ones only in the order of their sums, the wgmma ones by FP8 accumulation.
-enum class DeepseekV4IndexerKernels { f32_pool_cuda_cores, e4m3_pool_mma, e4m3_pool_wgmma_prefill };
+// e4m3_pool_wgmma_tf32_prefill: the warpgroup-MMA scores summed over heads by
+// a tf32 MMA (session 26), ~2^-9 of a score's terms coarser.
+enum class DeepseekV4IndexerKernels {
+  f32_pool_cuda_cores,
+  e4m3_pool_mma,
+  e4m3_pool_wgmma_prefill,
+  e4m3_pool_wgmma_tf32_prefill
+};
 
 // The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
 // the reference), mma.sync (session 18), warpgroup MMA with the softmax

@@ -98,6 +98,15 @@ struct SlotInfo {
 };
 constexpr int kSmemBytes = 1024 + kKeyTileBytes + kSlots * kQStageBytes + kBlockKeys * 4 + kSlots * kHeads * 4 +
                            kSlots * static_cast<int>(sizeof(SlotInfo)) + (2 * kSlots + 1) * 8;
+// The tf32 head sum's B operand a slot: the row's head factors as [8 columns,
+// all equal][64 heads] in tf32, K-major without swizzle, a k8 step two 8 x 16 B
+// core matrices (heads 8j + 2i in the first, 8j + 2i + 1 in the second: the
+// order the score accumulator holds them as A fragments, so no register moves).
+constexpr int kCoreBytes = 128;
+constexpr int kHeadSumStepBytes = 2 * kCoreBytes;
+constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
+constexpr int kTf32SmemBytes = kSmemBytes + 16 + kSlots * kHeadSumBBytes;
+static_assert(kTf32SmemBytes <= 227 * 1024, "one block an SM: Hopper's opt-in shared memory");
 
 int g_grid_limit = 0;  // set_v4_indexer_scores_wgmma_grid_limit(); 0: one block a multiprocessor
 
@@ -113,6 +122,9 @@ __device__ __forceinline__ void copy_lines(unsigned char* tile, const std::uint8
   }
 }
 
+// kTf32HeadSum: the heads' relu'd scores are summed by a second MMA (tf32,
+// m64n8k8, the score accumulator as its A) instead of an FMA a head and key.
+template <bool kTf32HeadSum>
 __global__ void __launch_bounds__(kThreads, 1)
     v4_indexer_scores_wgmma_kernel(V4IndexerArgs args, int key_blocks, int num_items) {
   extern __shared__ unsigned char smem_window[];
@@ -126,6 +138,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int slot) { return barriers + 8 * slot; };
   auto empty = [&](int slot) { return barriers + 8 * (kSlots + slot); };
   const std::uint32_t key_empty = barriers + 8 * (2 * kSlots);
+  // (tf32) the slots' B operands, after the barriers, 16-byte aligned.
+  unsigned char* const head_sum_b =
+      key_tile + ((reinterpret_cast<unsigned char*>(infos + kSlots) + (2 * kSlots + 1) * 8 - key_tile + 15) & ~15);
   constexpr int kConsumerWarps = kConsumerThreads / 32;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kSlots; ++slot) {
@@ -200,7 +215,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int row = j < rows ? run + j : kPaddingRow;
             if (row >= 0) {
               copy_lines(q_slot(slot), args.q + static_cast<std::int64_t>(row) * heads * kDim, kHeads, heads, p);
-              if (p < kHeads) {
+              if constexpr (kTf32HeadSum) {
+                // Thread p writes column p % 8 of step p / 16's core matrix (p / 8) % 2.
+                const int step = p >> 4, odd = (p >> 3) & 1;
+                float* const dst = reinterpret_cast<float*>(head_sum_b + slot * kHeadSumBBytes +
+                                                            step * kHeadSumStepBytes + odd * kCoreBytes + (p & 7) * 16);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  const int h = 8 * step + 2 * i + odd;
+                  const bool valid = h < heads;
+                  cp_async_4(dst + i, args.head_factors + (valid ? static_cast<std::int64_t>(row) * heads + h : 0),
+                             valid);
+                }
+              } else if (p < kHeads) {
                 const bool valid = p < heads;
                 cp_async_4(factors + slot * kHeads + p,
                            args.head_factors + (valid ? static_cast<std::int64_t>(row) * heads + p : 0), valid);
@@ -282,6 +309,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
   };
   auto wait_full = [&](int g) { mbarrier_wait(full(g % kSlots), (g / kSlots) & 1); };
+  // (tf32) relu in place, then the head sum as 8 k8 steps a tile: column n of
+  // the result is the same sum for every n, so lane tig keeps the one its key wants.
+  const std::uint64_t head_sum_desc0 = smem_desc_interleaved(smem_addr(head_sum_b), kCoreBytes, kCoreBytes);
+  auto issue_head_sum = [&](int slot, float (&acc)[kTiles][32], float (&sums)[kTiles][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt)
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc[mt][e] = fmaxf(acc[mt][e], 0.0f);
+    const std::uint64_t desc = head_sum_desc0 + static_cast<std::uint64_t>(slot * (kHeadSumBBytes >> 4));
+    wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < kHeads / 8; ++j)
+        wgmma_m64n8k8_tf32_rs(sums[mt], acc[mt][4 * j], acc[mt][4 * j + 2], acc[mt][4 * j + 1], acc[mt][4 * j + 3],
+                              desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)), j > 0);
+    wgmma_commit();
+  };
+  auto store_head_sum = [&](int slot, const float (&sums)[kTiles][4]) {
+    const SlotInfo info = infos[slot];
+    if (info.row < 0) return;
+    const float* tile_sums = (tig & 2) ? sums[1] : sums[0];
+    const float sum = (tig & 1) ? tile_sums[2] : tile_sums[0];
+    const int t = info.t0 + my_key;
+    if (t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
+  };
 
   float acc[2][kTiles][32];
   for (int g = 0;;) {
@@ -302,6 +355,42 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
     release(key_empty);
+    if constexpr (kTf32HeadSum) {
+      // Row i's scores (FP8), then its head sum (tf32), in order: row i + 1's
+      // scores are issued before row i's head sum, so the head sums run
+      // behind the next scores and row i is stored at the next row's wait.
+      float sums[kTiles][4] = {};
+      for (int j = 0; j < slots; j += kGroupRows) {
+        wait_full(g + j);
+        issue_mma((g + j) % kSlots, acc[0]);
+#pragma unroll
+        for (int i = 0; i < kGroupRows; ++i) {
+          const int slot = (g + j + i) % kSlots;
+          wgmma_wait<0>();
+#pragma unroll
+          for (int mt = 0; mt < kTiles; ++mt) {
+            fence_registers(acc[i % 2][mt]);
+            fence_registers(sums[mt]);
+          }
+          if (i > 0) {
+            store_head_sum((g + j + i - 1) % kSlots, sums);
+            release(empty((g + j + i - 1) % kSlots));
+          }
+          if (i + 1 < kGroupRows) {
+            wait_full(g + j + i + 1);
+            issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
+          }
+          issue_head_sum(slot, acc[i % 2], sums);
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < kTiles; ++mt) fence_registers(sums[mt]);
+        store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
+        release(empty((g + j + kGroupRows - 1) % kSlots));
+      }
+      g += slots;
+      continue;
+    }
     for (int j = 0; j < slots; j += kGroupRows) {
       wait_full(g + j);
       issue_mma((g + j) % kSlots, acc[0]);
@@ -329,7 +418,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 void set_v4_indexer_scores_wgmma_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
 
-void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stream) {
+namespace {
+
+void launch_scores(const V4IndexerArgs& args, bool tf32_head_sum, cudaStream_t stream) {
   SLUICE_CHECK(args.num_heads > 0 && args.num_heads <= kHeads);
   SLUICE_CHECK(args.max_visible >= 0);
   SLUICE_CHECK_MSG(args.head_factors != nullptr, "the warpgroup-MMA indexer reads head_factors (q_scale x weights)");
@@ -339,8 +430,10 @@ void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stre
                reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0);
   if (args.rows == 0 || args.max_visible == 0) return;
   static const int sm_count = [] {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel,
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel<false>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel<true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kTf32SmemBytes));
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -350,9 +443,23 @@ void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stre
   const std::int64_t items = key_blocks * ((args.rows + kItemRows - 1) / kItemRows);
   SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "indexer scores: too many work items");
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(items, g_grid_limit > 0 ? g_grid_limit : sm_count));
-  v4_indexer_scores_wgmma_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(args, static_cast<int>(key_blocks),
-                                                                          static_cast<int>(items));
+  if (tf32_head_sum)
+    v4_indexer_scores_wgmma_kernel<true><<<blocks, kThreads, kTf32SmemBytes, stream>>>(
+        args, static_cast<int>(key_blocks), static_cast<int>(items));
+  else
+    v4_indexer_scores_wgmma_kernel<false><<<blocks, kThreads, kSmemBytes, stream>>>(
+        args, static_cast<int>(key_blocks), static_cast<int>(items));
   SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stream) {
+  launch_scores(args, /*tf32_head_sum=*/false, stream);
+}
+
+void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream) {
+  launch_scores(args, /*tf32_head_sum=*/true, stream);
 }
 
 }  // namespace sluice::cuda

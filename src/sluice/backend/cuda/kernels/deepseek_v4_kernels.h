@@ -124,6 +124,11 @@ void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stre
 // Tests: at most `blocks` blocks (each then walks many work items); 0 (the
 // default): one a multiprocessor.
 void set_v4_indexer_scores_wgmma_grid_limit(int blocks);
+// The same with the sum over heads on the tensor cores (a tf32 MMA over the
+// relu'd scores) instead of an FMA a head and key, which bound the kernel's
+// issue (session 23). tf32 keeps 10 mantissa bits of each term and factor, so
+// scores may differ by ~2^-9 of the sum of |w relu(q . k)| more.
+void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream);
 // The exact top-k of the scores above (deepseek_v4_indexer_top_k.cu): rows
 // of 4,096 to 40,960 scores are read about once (a sampled threshold, then
 // one sweep keeping the candidates above it), others and rows whose sample

@@ -46,6 +46,15 @@ static __device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t addr, st
          (static_cast<std::uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of a tile without swizzle ("interleaved"): 8-row core
+// matrices of 16 bytes a row, 128 contiguous bytes each; lbo and sbo are the
+// byte distances between neighbouring core matrices along K and along M / N.
+static __device__ __forceinline__ std::uint64_t smem_desc_interleaved(std::uint32_t addr, std::uint32_t lbo_bytes,
+                                                                      std::uint32_t sbo_bytes) {
+  return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<std::uint64_t>(lbo_bytes >> 4) << 16) |
+         (static_cast<std::uint64_t>(sbo_bytes >> 4) << 32);
+}
+
 static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -155,6 +164,22 @@ static __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], c
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// d (+)= A B^T for one m64n8k8 step in tf32: A from registers as f32 bits
+// (the MMA reads their top 19 bits: truncation to tf32), in cute's
+// ALayout_64x8 (a warp's 16 rows: a0 (row g, k t), a1 (g + 8, t), a2 (g, t + 4),
+// a3 (g + 8, t + 4), g = lane / 4, t = lane % 4); B from shared memory,
+// K-major. d0..d3: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+static __device__ __forceinline__ void wgmma_m64n8k8_tf32_rs(float (&d)[4], float a0, float a1, float a2, float a3,
+                                                             std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), "r"(__float_as_uint(a3)),
+        "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
 // d (+)= A B for one m64n64k16 step, A and B from shared memory (both
