@@ -77,7 +77,13 @@ constexpr int kThreads = kConsumerThreads + kProducerThreads;
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = 224;
+// The tf32 head sum's producer also writes the B operands (56 registers spill).
+constexpr int kTf32ProducerRegisters = 64;
+constexpr int kTf32ConsumerRegisters = 216;
 static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
+                  kLaunchRegisters * kThreads,
+              "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
+static_assert(kTf32ProducerRegisters * kProducerThreads + kTf32ConsumerRegisters * kConsumerThreads <=
                   kLaunchRegisters * kThreads,
               "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
 constexpr int kSlots = 8;
@@ -154,7 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x & 31;
 
   if (threadIdx.x >= kConsumerThreads) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTf32HeadSum ? kTf32ProducerRegisters
+                                                                           : kProducerRegisters));
     const int p = threadIdx.x - kConsumerThreads;
     int g = 0, signalled = 0, epoch = 0;
     auto commit_slot = [&] {
@@ -216,17 +223,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (row >= 0) {
               copy_lines(q_slot(slot), args.q + static_cast<std::int64_t>(row) * heads * kDim, kHeads, heads, p);
               if constexpr (kTf32HeadSum) {
-                // Thread p writes column p % 8 of step p / 16's core matrix (p / 8) % 2.
-                const int step = p >> 4, odd = (p >> 3) & 1;
-                float* const dst = reinterpret_cast<float*>(head_sum_b + slot * kHeadSumBBytes +
-                                                            step * kHeadSumStepBytes + odd * kCoreBytes + (p & 7) * 16);
+                // Thread p writes column p % 8 of step p / 16's core matrix (p / 8) % 2: heads h0 + 2i.
+                const int h0 = 8 * (p >> 4) + ((p >> 3) & 1);
+                unsigned char* const dst = head_sum_b + slot * kHeadSumBBytes + (p >> 3) * kCoreBytes + (p & 7) * 16;
+                const float* const src = args.head_factors + static_cast<std::int64_t>(row) * heads;
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                  const int h = 8 * step + 2 * i + odd;
-                  const bool valid = h < heads;
-                  cp_async_4(dst + i, args.head_factors + (valid ? static_cast<std::int64_t>(row) * heads + h : 0),
-                             valid);
-                }
+                for (int i = 0; i < 4; ++i) cp_async_4(dst + 4 * i, src + (h0 + 2 * i < heads ? h0 + 2 * i : 0),
+                                                       h0 + 2 * i < heads);
               } else if (p < kHeads) {
                 const bool valid = p < heads;
                 cp_async_4(factors + slot * kHeads + p,
@@ -248,7 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTf32HeadSum ? kTf32ConsumerRegisters
+                                                                         : kConsumerRegisters));
   const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
   const int g8 = lane >> 2, tig = lane & 3;
   // The key this lane stores once the quad's sums are reduced: tile tig / 2, row g8 + 8 (tig % 2).
@@ -312,26 +316,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (tf32) relu in place, then the head sum as 8 k8 steps a tile: column n of
   // the result is the same sum for every n, so lane tig keeps the one its key wants.
   const std::uint64_t head_sum_desc0 = smem_desc_interleaved(smem_addr(head_sum_b), kCoreBytes, kCoreBytes);
-  auto issue_head_sum = [&](int slot, float (&acc)[kTiles][32], float (&sums)[kTiles][4]) {
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt)
-#pragma unroll
-      for (int e = 0; e < 32; ++e) acc[mt][e] = fmaxf(acc[mt][e], 0.0f);
+  auto issue_head_sum = [&](int slot, float (&tile)[32], float (&sum)[4]) {
     const std::uint64_t desc = head_sum_desc0 + static_cast<std::uint64_t>(slot * (kHeadSumBBytes >> 4));
     wgmma_fence();
 #pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt)
+    for (int j = 0; j < kHeads / 8; ++j)
+      wgmma_m64n8k8_tf32_rs(sum, tile[4 * j], tile[4 * j + 2], tile[4 * j + 1], tile[4 * j + 3],
+                            desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)), j > 0);
+    wgmma_commit();
+  };
+  // (tf32) one tile's scores of the row in `slot`, a commit group of its own.
+  auto issue_mma_tile = [&](int slot, int mt, float (&tile)[32]) {
+    const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(slot * (kQStageBytes >> 4));
+    wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kHeads / 8; ++j)
-        wgmma_m64n8k8_tf32_rs(sums[mt], acc[mt][4 * j], acc[mt][4 * j + 2], acc[mt][4 * j + 1], acc[mt][4 * j + 3],
-                              desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)), j > 0);
+    for (int ks = 0; ks < kDim / 32; ++ks)
+      wgmma_m64n64k32_e4m3_rs(tile, key_frag[mt][ks], desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
     wgmma_commit();
   };
   auto store_head_sum = [&](int slot, const float (&sums)[kTiles][4]) {
     const SlotInfo info = infos[slot];
     if (info.row < 0) return;
-    const float* tile_sums = (tig & 2) ? sums[1] : sums[0];
-    const float sum = (tig & 1) ? tile_sums[2] : tile_sums[0];
+    // Selects, not a pointer into the array: that would put the sums in local memory.
+    const float first = (tig & 1) ? sums[0][2] : sums[0][0], second = (tig & 1) ? sums[1][2] : sums[1][0];
+    const float sum = (tig & 2) ? second : first;
     const int t = info.t0 + my_key;
     if (t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
   };
@@ -356,31 +364,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
     release(key_empty);
     if constexpr (kTf32HeadSum) {
-      // Row i's scores (FP8), then its head sum (tf32), in order: row i + 1's
-      // scores are issued before row i's head sum, so the head sums run
-      // behind the next scores and row i is stored at the next row's wait.
+      // One accumulator (ptxas keeps the consumers in 168 registers: a second
+      // one, pinned as the head sum's A, would spill). Per row: its scores
+      // (FP8, both tiles), then tile by tile its relu and head sum (tf32),
+      // the next row's scores for a tile issued as soon as that tile's head
+      // sum has read it (groups retire in order: wait<1> is all but the
+      // latest). A row is stored at the next row's wait for everything: a
+      // read of the sums while any MMA is in flight serializes them (C7514).
+      float (&scores)[kTiles][32] = acc[0];
       float sums[kTiles][4] = {};
       for (int j = 0; j < slots; j += kGroupRows) {
         wait_full(g + j);
-        issue_mma((g + j) % kSlots, acc[0]);
+        issue_mma((g + j) % kSlots, scores);
 #pragma unroll
         for (int i = 0; i < kGroupRows; ++i) {
-          const int slot = (g + j + i) % kSlots;
+          const int slot = (g + j + i) % kSlots, next = (g + j + i + 1) % kSlots;
           wgmma_wait<0>();
 #pragma unroll
           for (int mt = 0; mt < kTiles; ++mt) {
-            fence_registers(acc[i % 2][mt]);
+            fence_registers(scores[mt]);
             fence_registers(sums[mt]);
           }
           if (i > 0) {
             store_head_sum((g + j + i - 1) % kSlots, sums);
             release(empty((g + j + i - 1) % kSlots));
           }
+#pragma unroll
+          for (int mt = 0; mt < kTiles; ++mt)
+#pragma unroll
+            for (int e = 0; e < 32; ++e) scores[mt][e] = fmaxf(scores[mt][e], 0.0f);
+#pragma unroll
+          for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
           if (i + 1 < kGroupRows) {
             wait_full(g + j + i + 1);
-            issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
+            wgmma_wait<1>();
+            issue_mma_tile(next, 0, scores[0]);
+            wgmma_wait<1>();
+            issue_mma_tile(next, 1, scores[1]);
           }
-          issue_head_sum(slot, acc[i % 2], sums);
         }
         wgmma_wait<0>();
 #pragma unroll
@@ -388,26 +409,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
         release(empty((g + j + kGroupRows - 1) % kSlots));
       }
-      g += slots;
-      continue;
-    }
-    for (int j = 0; j < slots; j += kGroupRows) {
-      wait_full(g + j);
-      issue_mma((g + j) % kSlots, acc[0]);
+    } else {
+      for (int j = 0; j < slots; j += kGroupRows) {
+        wait_full(g + j);
+        issue_mma((g + j) % kSlots, acc[0]);
 #pragma unroll
-      for (int i = 0; i < kGroupRows; ++i) {
-        const int slot = (g + j + i) % kSlots;
-        if (i + 1 < kGroupRows) {
-          wait_full(g + j + i + 1);
-          issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
-          wgmma_wait<1>();
-        } else {
-          wgmma_wait<0>();
+        for (int i = 0; i < kGroupRows; ++i) {
+          const int slot = (g + j + i) % kSlots;
+          if (i + 1 < kGroupRows) {
+            wait_full(g + j + i + 1);
+            issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+#pragma unroll
+          for (int mt = 0; mt < kTiles; ++mt) fence_registers(acc[i % 2][mt]);
+          epilogue(slot, acc[i % 2]);
+          release(empty(slot));
         }
-#pragma unroll
-        for (int mt = 0; mt < kTiles; ++mt) fence_registers(acc[i % 2][mt]);
-        epilogue(slot, acc[i % 2]);
-        release(empty(slot));
       }
     }
     g += slots;
