@@ -8,10 +8,15 @@
 #   2. cuda_deepseek_v4_forward_test (the goldens through the device forward,
 #      a window of 8 in blocks of 16: slots reused, the step's own latents);
 #   3. cuda_bench --deepseek-v4-kernels (the compressor rows time the plan);
-#   4. deepseek_v4_forward_bench --flash-formats 3 131072 64 0 2,10,11 (session
-#      23's model rows: prefill to 128k, decode b1 and b64; the default, over
-#      f32 index keys, with fp8_ds_mla latents);
-#   5. with the sluice binary carried too: `sluice generate` of a tiny V4 at the
+#   4. where ncu is installed: the kernel time of each sub-layer of the last
+#      8k chunk of a 128k prompt (tools/device/ncu_layer_table.py), for the
+#      default (format 2) and the indexer's tf32 head sum (format 12): the
+#      indexer's share of the CSA layer;
+#   5. deepseek_v4_forward_bench --flash-formats 3 131072 64 0 2,10,11,12
+#      (session 23's model rows: prefill to 128k, decode b1 and b64; the
+#      default, over f32 index keys, with fp8_ds_mla latents, with the tf32
+#      head sum);
+#   6. with the sluice binary carried too: `sluice generate` of a tiny V4 at the
 #      kernels' widths on the CPU, on CUDA, and on CUDA with --kv-cache-dtype
 #      fp8 (the flag through the model runner to the device's records).
 # Binaries (stripped, with their non-CUDA libraries) come prebuilt in
@@ -37,7 +42,15 @@ timeout 120 "$bin/cuda_deepseek_v4_forward_test" >"$out/forward_test.log" 2>&1
 echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
 timeout 60 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels.log" 2>&1
 echo "kernel bench rc $? at $(( $(date +%s) - t0 )) s"
-timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,10,11 >"$out/model.log" 2>&1
+if command -v ncu >/dev/null; then
+  for format in 2 12; do
+    timeout 150 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+      "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 1 5 "$format" >"$out/ncu_$format.csv" 2>"$out/ncu_$format.err"
+    echo "ncu format $format rc $? at $(( $(date +%s) - t0 )) s"
+    python3 tools/device/ncu_layer_table.py "$out/ncu_$format.csv" 3 >"$out/layers_$format.txt" 2>&1
+  done
+fi
+timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,10,11,12 >"$out/model.log" 2>&1
 echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
 if [ -x "$bin/sluice" ]; then
   tiny=$HOME/v4-kv-check-model
@@ -58,5 +71,8 @@ for log in kernel_test forward_test; do
   grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure" "$out/$log.log" | head -12
 done
 echo "=== kernels"; grep -iE "compressor|indexer prefill chunk, 8192" "$out/kernels.log" | cut -c1-180
+for format in 2 12; do
+  [ -f "$out/layers_$format.txt" ] && { echo "=== layers, format $format"; cat "$out/layers_$format.txt"; }
+done
 echo "=== model"; grep -E "^\| FP8" "$out/model.log" | cut -c1-300
 [ -f "$out/generate.log" ] && { echo "=== generate (cpu, cuda, cuda fp8 KV)"; grep -E "^---|^[0-9]+(,[0-9]+)+$" "$out/generate.log"; }
