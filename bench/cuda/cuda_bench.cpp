@@ -831,6 +831,8 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
     const std::string label(kernel_name);
+    const bool wgmma_decode = kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma ||
+                              kernel == cuda::MlaKernels::wgmma_seesaw;
     if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
       const double t = time_decode(options, batch, context);
@@ -850,7 +852,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
         row(name, attention_bytes / (t - t_fixed) / 1e12, "TB/s",
             hbm_shares(attention_bytes / (t - t_fixed)) + "; fixed " + std::to_string(static_cast<int>(t_fixed * 1e6)) +
                 " of " + std::to_string(static_cast<int>(t * 1e6)) + " us");
-        if (kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma) {
+        if (wgmma_decode) {
           const double t_shared = time_decode(options, batch, context, /*shared_pages=*/true);
           std::snprintf(name, sizeof name,
                         "MLA decode %s %d x %dk over one sequence's pages (L2-resident), attention only",
@@ -866,8 +868,8 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
             hbm_shares(latent_bytes(1, long_context) / t_long));
       }
     }
-    // wgmma and wgmma-tma differ from tensor_core in decode only.
-    if (decode_only || kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma) continue;
+    // The wgmma sets differ from tensor_core in decode only.
+    if (decode_only || wgmma_decode) continue;
     for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
       // The simple kernel at 32k takes seconds a call (~3 s predicted): 8k is its comparison row.
       if (kernel == cuda::MlaKernels::simple && tokens > 8192) continue;

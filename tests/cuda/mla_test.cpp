@@ -4,9 +4,9 @@
 // bf16-representable inputs: prefill from zero, chunks over cached prefixes
 // that cross blocks, decode at several contexts, mixed steps, decode steps
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
-// (the simple kernels' generic path). Every MLA case runs under both kernel
-// choices (CudaOptions::mla_kernels, the suite's parameter: .../simple,
-// .../tensor_core and .../wgmma).
+// (the simple kernels' generic path). Every MLA case runs under every kernel
+// set (CudaOptions::mla_kernels, the suite's parameter: .../simple,
+// .../tensor_core, .../wgmma, .../wgmma_tma and .../wgmma_seesaw).
 //
 // Tolerances. The CPU runs in f32; CUDA keeps bf16 (8 significant bits,
 // relative rounding <= 2^-9) at each of: the decompressed K/V (prefill) or the
@@ -328,11 +328,12 @@ TEST_P(CudaMlaAttention, DecodeWith128Heads) {
       8400);
 }
 
-// Decode steps the wgmma kernel runs in one split per (row, head group), so
-// its blocks write o_latent themselves (no combine): 128 heads at contexts
+// Decode steps the wgmma kernels run in one split per (row, head group), so
+// their blocks write o_latent themselves (no combine): 128 heads at contexts
 // within one 64-key tile, and 70 rows (>= 66 blocks: half the H200's SMs or
 // more, where a second split would cost a second wave) at contexts across
-// several tiles and block boundaries.
+// several tiles and block boundaries (the seesaw kernel's pairs of tiles:
+// 1 to 4 tiles, an odd count ending on a pair without its odd tile).
 TEST_P(CudaMlaAttention, DecodeInOneSplit) {
   run({.name = "decode, one tile",
        .num_heads = 128,
@@ -441,13 +442,15 @@ TEST_F(CudaMlaCudnnPrefill, AllHeadsLongerPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
-                                           cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma),
+                                           cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma,
+                                           cuda::MlaKernels::wgmma_seesaw),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
                            switch (info.param) {
                              case cuda::MlaKernels::simple: return std::string("simple");
                              case cuda::MlaKernels::tensor_core: return std::string("tensor_core");
                              case cuda::MlaKernels::wgmma: return std::string("wgmma");
                              case cuda::MlaKernels::wgmma_tma: return std::string("wgmma_tma");
+                             case cuda::MlaKernels::wgmma_seesaw: return std::string("wgmma_seesaw");
                            }
                            return std::string("unknown");
                          });

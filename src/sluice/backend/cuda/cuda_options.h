@@ -169,6 +169,13 @@ enum class MlaKernels {
   // it runs at wgmma's speed (64 x 8k whole op 1.398 vs 1.400 TB/s, run
   // S17-mla-2), so it is not the default; the base for per-panel barriers.
   wgmma_tma,
+  // wgmma's decode with FlashMLA's "seesaw" schedule: both warpgroups
+  // compute S, on alternating tiles (warpgroup 0 the even, 1 the odd), each
+  // multiplies both tiles' P by its half of V, the two maxima exchanged
+  // through shared memory (kernels/mla_decode_wgmma_seesaw.cu); cp.async
+  // loads on per-panel mbarriers, any block size. Compiled, not yet run on a
+  // device: opt-in until the MLA suite passes under it and it beats wgmma.
+  wgmma_seesaw,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
@@ -314,11 +321,12 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitTiles>, 2> kD
     {{"keys-as-rows", DecodeSplitTiles::keys_as_rows}, {"heads-as-rows", DecodeSplitTiles::heads_as_rows}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 4> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 5> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
-     {"wgmma-tma", MlaKernels::wgmma_tma}}};
+     {"wgmma-tma", MlaKernels::wgmma_tma},
+     {"wgmma-seesaw", MlaKernels::wgmma_seesaw}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {

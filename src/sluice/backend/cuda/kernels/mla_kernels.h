@@ -123,6 +123,10 @@ MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size);
 // with num_splits 1, o_latent itself (no combine needed).
 void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, MlaTileLoads loads,
                                        const Launch& launch);
+// The seesaw wgmma kernel (mla_decode_wgmma_seesaw.cu): the same partials,
+// splits and one-split o_latent as the wgmma kernel's.
+void launch_mla_decode_attention_wgmma_seesaw(const StepDeviceView& step, const MlaDecodeArgs& args,
+                                              const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 
