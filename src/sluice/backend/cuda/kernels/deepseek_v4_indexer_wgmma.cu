@@ -94,10 +94,6 @@ static_assert(kSlots >= kLag + 3, "the consumers must be able to free the slot t
 constexpr int kItemRows = 128;
 constexpr int kGroupRows = 8;
 static_assert(kItemRows % kGroupRows == 0, "a single-sequence item needs no padding");
-// (tf32) rows a drain: 4 or 8 keep too many values live beside the two
-// accumulators (ptxas serializes the MMAs for lack of registers, C7512).
-constexpr int kTf32GroupRows = 2;
-static_assert(kGroupRows % kTf32GroupRows == 0, "an epoch's slots are whole groups of both");
 constexpr int kPaddingRow = -1;
 constexpr int kEndOfWork = -2;
 struct SlotInfo {
@@ -329,18 +325,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                             desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)), j > 0);
     wgmma_commit();
   };
-  // (tf32) the row's scores with the keys read from the key tile in shared
-  // memory (their 32 registers a thread let two accumulators fit in 168).
-  const std::uint64_t keys_desc0 = smem_desc(smem_addr(key_tile + wg * kGroupKeys * kDim), 16, 1024);
-  auto issue_mma_smem_keys = [&](int slot, float (&acc)[kTiles][32]) {
+  // (tf32) one tile's scores of the row in `slot`, a commit group of its own.
+  auto issue_mma_tile = [&](int slot, int mt, float (&tile)[32]) {
     const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(slot * (kQStageBytes >> 4));
     wgmma_fence();
 #pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kDim / 32; ++ks)
-        wgmma_m64n64k32_e4m3(acc[mt], keys_desc0 + static_cast<std::uint64_t>(mt * (kTileKeys * kDim >> 4) + ks * 2),
-                             desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
+    for (int ks = 0; ks < kDim / 32; ++ks)
+      wgmma_m64n64k32_e4m3_rs(tile, key_frag[mt][ks], desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
     wgmma_commit();
   };
   auto store_head_sum = [&](int slot, const float (&sums)[kTiles][4]) {
@@ -362,59 +353,62 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The key fragments (ldmatrix x4's matrices: rows g8 and g8 + 8 of k
     // [0, 16) and [16, 32)) and this lane's key scale, then the key tile is free.
     const int m = lane >> 3;
-    if constexpr (!kTf32HeadSum) {
 #pragma unroll
-      for (int mt = 0; mt < kTiles; ++mt)
+    for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
-        for (int ks = 0; ks < kDim / 32; ++ks) {
-          const int line = wg * kGroupKeys + mt * kTileKeys + warp * 16 + (m & 1) * 8 + (lane & 7);
-          const int chunk = ks * 2 + (m >> 1);
-          ldmatrix_x4(key_frag[mt][ks], key_tile + line * kDim + ((chunk ^ (line & 7)) << 4));
-        }
-    }
+      for (int ks = 0; ks < kDim / 32; ++ks) {
+        const int line = wg * kGroupKeys + mt * kTileKeys + warp * 16 + (m & 1) * 8 + (lane & 7);
+        const int chunk = ks * 2 + (m >> 1);
+        ldmatrix_x4(key_frag[mt][ks], key_tile + line * kDim + ((chunk ^ (line & 7)) << 4));
+      }
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
-    // (tf32: the MMAs read the key tile itself, so it is freed at the epoch's end.)
-    if constexpr (!kTf32HeadSum) release(key_empty);
+    release(key_empty);
     if constexpr (kTf32HeadSum) {
-      // Two accumulators, as the FMA path: row i + 1's scores are issued
-      // before row i's relu and head sum, so they run under them; row i is
-      // stored at the next row's wait for everything (a read of the sums
-      // while any MMA is in flight serializes them, C7514).
+      // One accumulator (ptxas keeps the consumers in 168 registers: a second
+      // one, pinned as the head sum's A, would spill). Per row: its scores
+      // (FP8, both tiles), then tile by tile its relu and head sum (tf32),
+      // the next row's scores for a tile issued as soon as that tile's head
+      // sum has read it (groups retire in order: wait<1> is all but the
+      // latest). A row is stored at the next row's wait for everything: a
+      // read of the sums while any MMA is in flight serializes them (C7514).
+      float (&scores)[kTiles][32] = acc[0];
       float sums[kTiles][4] = {};
-      for (int j = 0; j < slots; j += kTf32GroupRows) {
+      for (int j = 0; j < slots; j += kGroupRows) {
         wait_full(g + j);
-        issue_mma_smem_keys((g + j) % kSlots, acc[0]);
+        issue_mma((g + j) % kSlots, scores);
 #pragma unroll
-        for (int i = 0; i < kTf32GroupRows; ++i) {
-          const int slot = (g + j + i) % kSlots;
+        for (int i = 0; i < kGroupRows; ++i) {
+          const int slot = (g + j + i) % kSlots, next = (g + j + i + 1) % kSlots;
           wgmma_wait<0>();
 #pragma unroll
           for (int mt = 0; mt < kTiles; ++mt) {
-            fence_registers(acc[i % 2][mt]);
+            fence_registers(scores[mt]);
             fence_registers(sums[mt]);
           }
           if (i > 0) {
             store_head_sum((g + j + i - 1) % kSlots, sums);
             release(empty((g + j + i - 1) % kSlots));
           }
-          if (i + 1 < kTf32GroupRows) {
-            wait_full(g + j + i + 1);
-            issue_mma_smem_keys((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
-          }
 #pragma unroll
           for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
-            for (int e = 0; e < 32; ++e) acc[i % 2][mt][e] = fmaxf(acc[i % 2][mt][e], 0.0f);
+            for (int e = 0; e < 32; ++e) scores[mt][e] = fmaxf(scores[mt][e], 0.0f);
 #pragma unroll
-          for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, acc[i % 2][mt], sums[mt]);
+          for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
+          if (i + 1 < kGroupRows) {
+            wait_full(g + j + i + 1);
+            wgmma_wait<1>();
+            issue_mma_tile(next, 0, scores[0]);
+            wgmma_wait<1>();
+            issue_mma_tile(next, 1, scores[1]);
+          }
         }
         wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < kTiles; ++mt) fence_registers(sums[mt]);
-        store_head_sum((g + j + kTf32GroupRows - 1) % kSlots, sums);
-        release(empty((g + j + kTf32GroupRows - 1) % kSlots));
+        store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
+        release(empty((g + j + kGroupRows - 1) % kSlots));
       }
-      release(key_empty);
     } else {
       for (int j = 0; j < slots; j += kGroupRows) {
         wait_full(g + j);
