@@ -756,12 +756,17 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
   const bool prefill_only = rows == MlaRows::prefill_only, decode_only = rows == MlaRows::decode_only;
   constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
   constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
-  const MlaShape shape{.num_heads = kHeads,
-                       .qk_nope_head_dim = kNope,
-                       .qk_rope_head_dim = kRope,
-                       .v_head_dim = kV,
-                       .kv_lora_rank = kRank,
-                       .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kQk))};
+  // 128 heads: one GPU holds the whole layer; 16: its share under tensor
+  // parallel 8, the usual DeepSeek-V3 deployment (same latent bytes, 1/8 of the MMAs).
+  auto shape_of = [&](std::int32_t heads) {
+    return MlaShape{.num_heads = heads,
+                    .qk_nope_head_dim = kNope,
+                    .qk_rope_head_dim = kRope,
+                    .v_head_dim = kV,
+                    .kv_lora_rank = kRank,
+                    .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kQk))};
+  };
+  const MlaShape shape = shape_of(kHeads);
   auto must_ok = [](const Status& s) {
     if (!s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.error_message().c_str());
@@ -769,11 +774,11 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     }
   };
   // Random inputs for `rows` new rows (seeds seed, seed + 1, ...).
-  auto random_inputs = [&](Ops& ops, std::int32_t rows, std::uint64_t seed) {
-    return MlaInputs{.q = must(cuda_random_weight(ops, {rows, kHeads * kQk}, DType::bf16, seed, 1.0f)),
+  auto random_inputs = [&](Ops& ops, std::int32_t rows, std::uint64_t seed, std::int32_t heads) {
+    return MlaInputs{.q = must(cuda_random_weight(ops, {rows, heads * kQk}, DType::bf16, seed, 1.0f)),
                      .latent = must(cuda_random_weight(ops, {rows, kRank}, DType::bf16, seed + 1, 1.0f)),
                      .k_rope = must(cuda_random_weight(ops, {rows, kRope}, DType::bf16, seed + 2, 1.0f)),
-                     .kv_b_proj = must(cuda_random_weight(ops, {kHeads * (kNope + kV), kRank}, DType::bf16, seed + 3,
+                     .kv_b_proj = must(cuda_random_weight(ops, {heads * (kNope + kV), kRank}, DType::bf16, seed + 3,
                                                           0.05f))};
   };
   // The whole decode op at batch x context (context keys a row), seconds.
@@ -782,7 +787,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
   // kernel work without HBM's latency and bandwidth, a probe of what bounds
   // the attention kernel. (The rows' new latents all go to one slot.)
   auto time_decode = [&](const CudaOptions& options, std::int32_t batch, std::int32_t context,
-                         bool shared_pages = false) {
+                         bool shared_pages, std::int32_t heads) {
     auto ops = new_ops(options);
     StepLayout layout = make_step(batch, context - 1, 1, kBlock);
     if (shared_pages)
@@ -791,11 +796,12 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
                                     .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
                                     .layout = KvCacheLayout::latent}));
     must_ok(cuda_fill_kv_cache_random(*ops, 5));
-    const MlaInputs in = random_inputs(*ops, batch, 31);
-    const Tensor out = must(cuda_random_weight(*ops, {batch, kHeads * kV}, DType::bf16, 35, 1.0f));
+    const MlaInputs in = random_inputs(*ops, batch, 31, heads);
+    const Tensor out = must(cuda_random_weight(*ops, {batch, heads * kV}, DType::bf16, 35, 1.0f));
+    const MlaShape heads_shape = shape_of(heads);
     return time_median(3, 15, [&] {
       ops->begin_step(layout);
-      must_ok(ops->mla_attention(0, in, shape, out));
+      must_ok(ops->mla_attention(0, in, heads_shape, out));
     });
   };
   auto latent_bytes = [](std::int32_t batch, std::int32_t context) {
@@ -810,7 +816,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     const StepLayout layout = make_step(1, 0, tokens, kBlock);
     must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
                                     .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
-    const MlaInputs in = random_inputs(*ops, tokens, 41);
+    const MlaInputs in = random_inputs(*ops, tokens, 41, kHeads);
     const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
     ops->begin_step(layout);
     const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
@@ -835,7 +841,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
                               kernel == cuda::MlaKernels::wgmma_seesaw;
     if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
-      const double t = time_decode(options, batch, context);
+      const double t = time_decode(options, batch, context, false, kHeads);
       const double bytes = latent_bytes(batch, context);
       char name[128];
       std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)", label.c_str(),
@@ -845,7 +851,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
         // The op's fixed costs (begin_step, the two batched GEMMs, gathers,
         // scatter, combine) measured at a 64-key context and taken off: what
         // the attention kernel itself streams.
-        const double t_fixed = time_decode(options, batch, 64);
+        const double t_fixed = time_decode(options, batch, 64, false, kHeads);
         const double attention_bytes = bytes - latent_bytes(batch, 64);
         std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, attention only (the op less the op at 64 keys)",
                       label.c_str(), batch, context / 1024);
@@ -853,15 +859,31 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
             hbm_shares(attention_bytes / (t - t_fixed)) + "; fixed " + std::to_string(static_cast<int>(t_fixed * 1e6)) +
                 " of " + std::to_string(static_cast<int>(t * 1e6)) + " us");
         if (wgmma_decode) {
-          const double t_shared = time_decode(options, batch, context, /*shared_pages=*/true);
+          const double t_shared = time_decode(options, batch, context, /*shared_pages=*/true, kHeads);
           std::snprintf(name, sizeof name,
                         "MLA decode %s %d x %dk over one sequence's pages (L2-resident), attention only",
                         label.c_str(), batch, context / 1024);
           row(name, attention_bytes / (t_shared - t_fixed) / 1e12, "TB/s",
               "the same work read from L2: near the row above, the kernel is bound by its own chain");
         }
+        if (kernel != cuda::MlaKernels::tensor_core) {
+          // One GPU's 16 heads under tensor parallel 8: the regime FlashMLA's 3000 GB/s
+          // (H800) anchor is measured in, where the latent stream, not the MMAs, bounds.
+          constexpr std::int32_t kTp8Heads = kHeads / 8;
+          const double t_tp8 = time_decode(options, batch, context, false, kTp8Heads);
+          const double t_tp8_fixed = time_decode(options, batch, 64, false, kTp8Heads);
+          std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 16 heads (TP8's share; latent bytes; whole op)",
+                        label.c_str(), batch, context / 1024);
+          row(name, bytes / t_tp8 / 1e12, "TB/s", hbm_shares(bytes / t_tp8));
+          std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 16 heads, attention only", label.c_str(), batch,
+                        context / 1024);
+          row(name, attention_bytes / (t_tp8 - t_tp8_fixed) / 1e12, "TB/s",
+              hbm_shares(attention_bytes / (t_tp8 - t_tp8_fixed)) + "; fixed " +
+                  std::to_string(static_cast<int>(t_tp8_fixed * 1e6)) + " of " +
+                  std::to_string(static_cast<int>(t_tp8 * 1e6)) + " us");
+        }
         const std::int32_t long_context = quick ? 8192 : 32768;
-        const double t_long = time_decode(options, 1, long_context);
+        const double t_long = time_decode(options, 1, long_context, false, kHeads);
         std::snprintf(name, sizeof name, "MLA decode %s 1 x %dk, 128 heads (latent bytes; whole op)", label.c_str(),
                       long_context / 1024);
         row(name, latent_bytes(1, long_context) / t_long / 1e12, "TB/s",
