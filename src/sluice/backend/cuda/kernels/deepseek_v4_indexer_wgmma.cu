@@ -40,6 +40,13 @@
 // are one add from a base, and the 4 key sums reduce in 3 shuffles with each
 // lane storing one of them.
 //
+// launch_v4_indexer_scores_wgmma_tf32 (session 26) sums the heads on the
+// tensor cores instead: relu in place, then wgmma m64n8k8 in tf32 with the
+// score accumulator as A (its registers already are tf32 A fragments, heads
+// in a permuted order the B tile repeats) and the row's head factors as B.
+// Measured equal to the FMAs (5.04-5.23 against 5.11-5.15 ms at 8192 x 32k):
+// the epilogue's issue was not what bounds the kernel. Kept as the A/B.
+//
 // Precision: the products of two e4m3 codes are exact, but Hopper's FP8 MMA
 // sums them with a narrower accumulator than f32 (DeepSeek-V3's report puts
 // it near 14 bits), so scores differ from the f32 kernels by up to about
