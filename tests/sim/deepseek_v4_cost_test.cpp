@@ -1,13 +1,14 @@
 // DeepSeek-V4 on the simulator: make_deepseek_v4_profile's FLOPs and bytes
 // at h200_sluice_cuda_deepseek_v4()'s efficiencies against what sluice's CUDA
-// forward measured on the H200 at V4-Flash's width (sessions 22 and 23,
-// docs/benchmarks.md S22-5, S23-6: deepseek_v4_forward_bench
+// forward measured on the H200 at V4-Flash's width (sessions 22, 23 and 26,
+// docs/benchmarks.md S22-5, S23-6, S26-1: deepseek_v4_forward_bench
 // --flash-formats 3 131072 64, 3 layers: sliding, CSA, HCA; FP8 dense
 // linears, FP4 experts held as FP8). The efficiencies were fitted to the
 // kernel split of one chunk (ncu), so these check the whole: other chunks,
 // a whole prompt, decode at two batch sizes, and the step held at its floor.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "../support/deepseek_v4_flash_config.h"
@@ -39,12 +40,12 @@ StepShape chunk(std::int32_t rows, std::int32_t context) {
   return StepShape{{{.num_new_tokens = rows, .num_computed_tokens = context}}};
 }
 
-// Measured on the H200 (2026-12-04, S23-6).
-constexpr double kFirstChunkMs = 8192 / 173208.0 * 1e3;  // the first 8k of a prompt, 173.2k tok/s
-constexpr double kPromptMs = 131072 / 168511.0 * 1e3;    // 128k in chunks of 8k, 168.5k tok/s
-constexpr double kLastChunkMs = 50.2;                    // ncu's kernels of the last chunk
-constexpr double kDecode64Ms = 6.35;                     // batch 64 at 128k
-constexpr double kDecode1Ms = 1.66;                      // batch 1 at 128k (at its layers' floor)
+// Measured on the H200 (2026-12-05, S26-1 and S26-3; the KV layout of sessions 24-25).
+constexpr double kFirstChunkMs = 8192 / 165058.0 * 1e3;  // the first 8k of a prompt, 161.6k-168.6k tok/s
+constexpr double kPromptMs = 131072 / 169736.0 * 1e3;    // 128k in chunks of 8k, 169.3k-170.2k tok/s
+constexpr double kLastChunkMs = 50.25;                   // ncu's kernels of the last chunk (50.13-50.36)
+constexpr double kDecode64Ms = 5.77;                     // batch 64 at 128k (5.75-5.79)
+constexpr double kDecode1Ms = 1.66;                      // batch 1 at 128k, at its layers' floor (1.57-1.74)
 
 TEST(DeepseekV4Cost, PredictsTheForwardMeasuredOnTheH200) {
   const RooflineCostModel model(bench_profile(), h200_sluice_cuda_deepseek_v4(), Parallelism{});
@@ -58,6 +59,11 @@ TEST(DeepseekV4Cost, PredictsTheForwardMeasuredOnTheH200) {
   EXPECT_NEAR(model.predict_step_ms(chunk(8192, 0)) / kFirstChunkMs, 1.0, 0.20);
   EXPECT_NEAR(model.predict_step_ms(decode(64, 131072)) / kDecode64Ms, 1.0, 0.10);
   EXPECT_NEAR(model.predict_step_ms(decode(1, 131072)) / kDecode1Ms, 1.0, 0.10);
+  std::printf("[ v4 sim ] prompt %.1f / %.1f ms, last chunk %.1f / %.1f, first chunk %.1f / %.1f, decode b64 %.2f / "
+              "%.2f, b1 %.2f / %.2f (predicted / measured)\n",
+              prompt, kPromptMs, model.predict_step_ms(chunk(8192, 122880)), kLastChunkMs,
+              model.predict_step_ms(chunk(8192, 0)), kFirstChunkMs, model.predict_step_ms(decode(64, 131072)),
+              kDecode64Ms, model.predict_step_ms(decode(1, 131072)), kDecode1Ms);
 }
 
 // Batch 1 is held at its layers' floor (many small kernels, no CUDA graphs),
