@@ -70,29 +70,9 @@ constexpr int kHeads = kV4MaxIndexHeads;
 static_assert(kDim == 128 && kHeads == 64, "one 128-byte line a record, N = 64 heads");
 constexpr int kTileKeys = 64;                               // wgmma's M
 constexpr int kTiles = 2;                                   // M tiles a warpgroup
-constexpr int kConsumerGroups = 2;
 constexpr int kGroupKeys = kTiles * kTileKeys;              // 128
-constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;    // 256
-constexpr int kKeyTileBytes = kBlockKeys * kDim;            // 32 KB
 constexpr int kQStageBytes = kHeads * kDim;                 // 8 KB: a row's queries
-constexpr int kConsumerThreads = kConsumerGroups * 128;
 constexpr int kProducerThreads = 128;  // a warpgroup: setmaxnreg works on whole warpgroups
-constexpr int kThreads = kConsumerThreads + kProducerThreads;
-// setmaxnreg moves registers within the block's launch allocation (65536 /
-// threads, rounded down to 8, a thread): the producer's 128 threads give 112
-// each to the 256 consumers.
-constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = 224;
-// The tf32 head sum's producer also writes the B operands (56 registers spill).
-constexpr int kTf32ProducerRegisters = 64;
-constexpr int kTf32ConsumerRegisters = 216;
-static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
-                  kLaunchRegisters * kThreads,
-              "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
-static_assert(kTf32ProducerRegisters * kProducerThreads + kTf32ConsumerRegisters * kConsumerThreads <=
-                  kLaunchRegisters * kThreads,
-              "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
 constexpr int kSlots = 8;
 constexpr int kLag = 2;
 // The consumers hold at most two slots while they wait for the next; the
@@ -109,8 +89,6 @@ struct SlotInfo {
   int epoch_rows;  // at an epoch's first slot: its slots (a multiple of kGroupRows)
   int t0;          // the item's first key
 };
-constexpr int kSmemBytes = 1024 + kKeyTileBytes + kSlots * kQStageBytes + kBlockKeys * 4 + kSlots * kHeads * 4 +
-                           kSlots * static_cast<int>(sizeof(SlotInfo)) + (2 * kSlots + 1) * 8;
 // The tf32 head sum's B operand a slot: the row's head factors as [8 columns,
 // all equal][64 heads] in tf32, K-major without swizzle, a k8 step two 8 x 16 B
 // core matrices (heads 8j + 2i in the first, 8j + 2i + 1 in the second: the
@@ -118,8 +96,34 @@ constexpr int kSmemBytes = 1024 + kKeyTileBytes + kSlots * kQStageBytes + kBlock
 constexpr int kCoreBytes = 128;
 constexpr int kHeadSumStepBytes = 2 * kCoreBytes;
 constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
-constexpr int kTf32SmemBytes = kSmemBytes + 16 + kSlots * kHeadSumBBytes;
-static_assert(kTf32SmemBytes <= 227 * 1024, "one block an SM: Hopper's opt-in shared memory");
+
+// A block's shape. The FMA head sum: two consumer warpgroups, each holding its
+// keys as A fragments and two accumulators (~180 registers, given by the
+// producer through setmaxnreg). The tf32 head sum: the keys stay in shared
+// memory and one accumulator suffices (~100 registers), so three consumer
+// warpgroups fit and hide each other's MMA latency (ncu, S26-4: one warp a
+// scheduler a warpgroup, 71% of cycles with none eligible).
+template <bool kTf32HeadSum>
+struct BlockShape {
+  static constexpr int kConsumerGroups = kTf32HeadSum ? 3 : 2;
+  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256 or 384
+  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32 or 48 KB
+  static constexpr int kConsumerThreads = kConsumerGroups * 128;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  // setmaxnreg moves registers within the block's launch allocation (65536 /
+  // threads, rounded down to 8, a thread): FMA, the producer's 128 threads
+  // give 112 each to the 256 consumers; tf32, 64 each to the 384.
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegisters = kTf32HeadSum ? 64 : 56;  // tf32: it also writes the B operands
+  static constexpr int kConsumerRegisters = kTf32HeadSum ? 144 : 224;
+  static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
+                    kLaunchRegisters * kThreads,
+                "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
+  static constexpr int kSmemBytes = 1024 + kKeyTileBytes + kSlots * kQStageBytes + kBlockKeys * 4 +
+                                    kSlots * kHeads * 4 + kSlots * static_cast<int>(sizeof(SlotInfo)) +
+                                    (2 * kSlots + 1) * 8 + (kTf32HeadSum ? 16 + kSlots * kHeadSumBBytes : 0);
+  static_assert(kSmemBytes <= 227 * 1024, "one block an SM: Hopper's opt-in shared memory");
+};
 
 int g_grid_limit = 0;  // set_v4_indexer_scores_wgmma_grid_limit(); 0: one block a multiprocessor
 
@@ -138,8 +142,11 @@ __device__ __forceinline__ void copy_lines(unsigned char* tile, const std::uint8
 // kTf32HeadSum: the heads' relu'd scores are summed by a second MMA (tf32,
 // m64n8k8, the score accumulator as its A) instead of an FMA a head and key.
 template <bool kTf32HeadSum>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
     v4_indexer_scores_wgmma_kernel(V4IndexerArgs args, int key_blocks, int num_items) {
+  using Shape = BlockShape<kTf32HeadSum>;
+  constexpr int kBlockKeys = Shape::kBlockKeys, kKeyTileBytes = Shape::kKeyTileBytes;
+  constexpr int kConsumerThreads = Shape::kConsumerThreads;
   extern __shared__ unsigned char smem_window[];
   const AlignedSmem smem = align_smem_1024(smem_window);
   unsigned char* const key_tile = smem.ptr;
@@ -167,8 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x & 31;
 
   if (threadIdx.x >= kConsumerThreads) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTf32HeadSum ? kTf32ProducerRegisters
-                                                                           : kProducerRegisters));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Shape::kProducerRegisters));
     const int p = threadIdx.x - kConsumerThreads;
     int g = 0, signalled = 0, epoch = 0;
     auto commit_slot = [&] {
@@ -258,8 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTf32HeadSum ? kTf32ConsumerRegisters
-                                                                         : kConsumerRegisters));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Shape::kConsumerRegisters));
   const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
   const int g8 = lane >> 2, tig = lane & 3;
   // The key this lane stores once the quad's sums are reduced: tile tig / 2, row g8 + 8 (tig % 2).
@@ -271,14 +276,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   std::uint32_t key_frag[kTiles][kDim / 32][4];
   // Slot 0's B descriptor at k step 0; slot s, step ks adds (s * 8 KB + ks * 32) >> 4.
   const std::uint64_t desc0 = smem_desc(smem_addr(q_slot(0)), 16, 1024);
-  auto issue_mma = [&](int slot, float (&acc)[kTiles][32]) {
+  // (tf32) the keys' A descriptor: this warpgroup's tiles of the key tile.
+  const std::uint64_t keys_desc0 = smem_desc(smem_addr(key_tile + wg * kGroupKeys * kDim), 16, 1024);
+  // One M tile's four k32 steps: keys from registers (FMA) or from the key tile (tf32).
+  auto issue_tile = [&](int slot, int mt, float (&tile)[32]) {
     const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(slot * (kQStageBytes >> 4));
+#pragma unroll
+    for (int ks = 0; ks < kDim / 32; ++ks) {
+      if constexpr (kTf32HeadSum)
+        wgmma_m64n64k32_e4m3(tile, keys_desc0 + static_cast<std::uint64_t>(mt * (kTileKeys * kDim >> 4) + ks * 2),
+                             desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
+      else
+        wgmma_m64n64k32_e4m3_rs(tile, key_frag[mt][ks], desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
+    }
+  };
+  auto issue_mma = [&](int slot, float (&acc)[kTiles][32]) {
     wgmma_fence();
 #pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kDim / 32; ++ks)
-        wgmma_m64n64k32_e4m3_rs(acc[mt], key_frag[mt][ks], desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
+    for (int mt = 0; mt < kTiles; ++mt) issue_tile(slot, mt, acc[mt]);
     wgmma_commit();
   };
   float key_factor = 0.0f;  // my_key's key scale x 128^-0.5
@@ -334,11 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // (tf32) one tile's scores of the row in `slot`, a commit group of its own.
   auto issue_mma_tile = [&](int slot, int mt, float (&tile)[32]) {
-    const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(slot * (kQStageBytes >> 4));
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kDim / 32; ++ks)
-      wgmma_m64n64k32_e4m3_rs(tile, key_frag[mt][ks], desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
+    issue_tile(slot, mt, tile);
     wgmma_commit();
   };
   auto store_head_sum = [&](int slot, const float (&sums)[kTiles][4]) {
@@ -360,16 +372,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The key fragments (ldmatrix x4's matrices: rows g8 and g8 + 8 of k
     // [0, 16) and [16, 32)) and this lane's key scale, then the key tile is free.
     const int m = lane >> 3;
+    if constexpr (!kTf32HeadSum) {
 #pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt)
+      for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
-      for (int ks = 0; ks < kDim / 32; ++ks) {
-        const int line = wg * kGroupKeys + mt * kTileKeys + warp * 16 + (m & 1) * 8 + (lane & 7);
-        const int chunk = ks * 2 + (m >> 1);
-        ldmatrix_x4(key_frag[mt][ks], key_tile + line * kDim + ((chunk ^ (line & 7)) << 4));
-      }
+        for (int ks = 0; ks < kDim / 32; ++ks) {
+          const int line = wg * kGroupKeys + mt * kTileKeys + warp * 16 + (m & 1) * 8 + (lane & 7);
+          const int chunk = ks * 2 + (m >> 1);
+          ldmatrix_x4(key_frag[mt][ks], key_tile + line * kDim + ((chunk ^ (line & 7)) << 4));
+        }
+    }
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
-    release(key_empty);
+    // (tf32: the MMAs read the key tile itself, so it is freed at the epoch's end.)
+    if constexpr (!kTf32HeadSum) release(key_empty);
     if constexpr (kTf32HeadSum) {
       // One accumulator (ptxas keeps the consumers in 168 registers: a second
       // one, pinned as the head sum's A, would spill). Per row: its scores
@@ -416,6 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
         release(empty((g + j + kGroupRows - 1) % kSlots));
       }
+      release(key_empty);
     } else {
       for (int j = 0; j < slots; j += kGroupRows) {
         wait_full(g + j);
@@ -458,24 +474,28 @@ void launch_scores(const V4IndexerArgs& args, bool tf32_head_sum, cudaStream_t s
   if (args.rows == 0 || args.max_visible == 0) return;
   static const int sm_count = [] {
     SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel<false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, BlockShape<false>::kSmemBytes));
     SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel<true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kTf32SmemBytes));
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, BlockShape<true>::kSmemBytes));
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return sms;
   }();
-  const std::int64_t key_blocks = (args.max_visible + kBlockKeys - 1) / kBlockKeys;
-  const std::int64_t items = key_blocks * ((args.rows + kItemRows - 1) / kItemRows);
-  SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "indexer scores: too many work items");
-  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(items, g_grid_limit > 0 ? g_grid_limit : sm_count));
+  auto launch = [&]<bool kTf32HeadSum>() {
+    using Shape = BlockShape<kTf32HeadSum>;
+    const std::int64_t key_blocks = (args.max_visible + Shape::kBlockKeys - 1) / Shape::kBlockKeys;
+    const std::int64_t items = key_blocks * ((args.rows + kItemRows - 1) / kItemRows);
+    SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "indexer scores: too many work items");
+    const auto blocks =
+        static_cast<unsigned>(std::min<std::int64_t>(items, g_grid_limit > 0 ? g_grid_limit : sm_count));
+    v4_indexer_scores_wgmma_kernel<kTf32HeadSum><<<blocks, Shape::kThreads, Shape::kSmemBytes, stream>>>(
+        args, static_cast<int>(key_blocks), static_cast<int>(items));
+  };
   if (tf32_head_sum)
-    v4_indexer_scores_wgmma_kernel<true><<<blocks, kThreads, kTf32SmemBytes, stream>>>(
-        args, static_cast<int>(key_blocks), static_cast<int>(items));
+    launch.template operator()<true>();
   else
-    v4_indexer_scores_wgmma_kernel<false><<<blocks, kThreads, kSmemBytes, stream>>>(
-        args, static_cast<int>(key_blocks), static_cast<int>(items));
+    launch.template operator()<false>();
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
