@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root: the
+# indexer's scores with the tf32 head sum (three consumer warpgroups, keys in
+# shared memory) against the FMA sum: the indexer tests, the tf32 forward
+# goldens, cuda_bench --deepseek-v4-kernels twice, ncu's layer table of the
+# last 8k chunk at 128k for formats 2 and 12, the model rows of both.
+# Binaries (cuda_kernel_test, cuda_deepseek_v4_forward_test, cuda_bench,
+# deepseek_v4_forward_bench; stripped, with their libraries) in CARRY_DIR/bin.tar.xz.
+#
+#   CARRY_DIR=.devcarry/s26 tools/device/deepseek_v4_indexer_check.sh
+set -uo pipefail
+out=${OUT:-/tmp/s26}; mkdir -p "$out"
+bin=${CARRY_DIR:-.devcarry/cuda}
+mkdir -p $bin/u && tar -xJf $bin/bin.tar.xz -C $bin/u && bin=$bin/u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
+src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_kernel_test" | head -1 | sed 's|/build$||')
+[ -n "$src" ] && [ ! -e "$src/tests/fixtures" ] && mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"
+t0=$(date +%s)
+timeout -s KILL 100 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
+echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
+timeout -s KILL 60 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='*tf32*:*Engine*' >"$out/forward_test.log" 2>&1
+echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
+for run in 1 2; do
+  timeout -s KILL 60 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels_$run.log" 2>&1
+  echo "kernel bench $run rc $? at $(( $(date +%s) - t0 )) s"
+done
+for format in 2 12; do
+  timeout 150 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 1 5 "$format" >"$out/ncu_$format.csv" 2>/dev/null
+  python3 tools/device/ncu_layer_table.py "$out/ncu_$format.csv" 3 >"$out/layers_$format.txt" 2>&1
+  echo "ncu $format at $(( $(date +%s) - t0 )) s"
+done
+rm -f "$out"/ncu_*.csv
+timeout 200 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12 >"$out/model.log" 2>&1
+echo "model rc $? at $(( $(date +%s) - t0 )) s"
+for log in kernel_test forward_test; do
+  echo "=== $log"; grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure|^\[  FAILED" "$out/$log.log" | head -20
+done
+echo "=== kernels"; grep -hiE "indexer prefill chunk" "$out"/kernels_*.log | grep -i "scores, warp" | cut -c1-150
+for format in 2 12; do echo "=== layers $format"; head -1 "$out/layers_$format.txt"; grep -E "layer 1 attention|^layer 1" "$out/layers_$format.txt"; done
+echo "=== model"; grep -E "^\| FP8" "$out/model.log" | cut -c1-330
