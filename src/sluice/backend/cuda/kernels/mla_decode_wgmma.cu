@@ -47,6 +47,7 @@
 #include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
+#include "sluice/backend/cuda/kernels/mla_wgmma_output.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 #include "sluice/backend/cuda/kernels/tma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
@@ -78,7 +79,6 @@ constexpr int kPConsumedBarrier = 2;  // (tma) warpgroup 1 has read them: P may 
 constexpr int kStageFreeBarrier = 3;  // (tma) + tile % 2: warpgroup 0's P V of the tile is done
 constexpr int kProducerThread = 128;  // (tma) warpgroup 1's first thread issues the tile loads
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // cache_map and box_rows: the TMA loads' tensor map over the layer's cache
 // (launch_mla_decode_attention_wgmma) and its box height, gcd(block size,
@@ -326,7 +326,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  const std::int64_t part_base = static_cast<std::int64_t>(i) * a.num_heads;
+  const MlaWgmmaOutputSite at{.first_head = first_head, .row0 = row0, .warpgroup = warpgroup, .lane = lane,
+                               .part_base = static_cast<std::int64_t>(i) * a.num_heads};
 
   if (a.num_splits == 1) {
     // The whole context in one block: O / l straight to o_latent (bf16), no
@@ -339,44 +340,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       s_correction[row0 + 8] = 1.0f / l_run[1];
     }
     __syncthreads();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int head = first_head + row0 + 8 * h;
-      if (head >= a.num_heads) continue;
-      const float inv_l = s_correction[row0 + 8 * h];
-      auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + (part_base + head) * kRank +
-                  warpgroup * kPanelsPerGroup * kWgmmaPanelCols;
-#pragma unroll
-      for (int p = 0; p < kPanelsPerGroup; ++p)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = p * kWgmmaPanelCols + 8 * j + 2 * (lane % 4);
-          *reinterpret_cast<__nv_bfloat162*>(dst + col) =
-              __floats2bfloat162_rn(o_acc[p][4 * j + 2 * h] * inv_l, o_acc[p][4 * j + 2 * h + 1] * inv_l);
-        }
-    }
+    const float inv_l[2] = {s_correction[row0], s_correction[row0 + 8]};
+    store_mla_o_latent(a, at, o_acc, inv_l);
     return;
   }
-  // Partials in the simple kernel's format: unnormalised O, (max, sum) with
-  // the max in natural-log units (the combine uses exp).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int head = first_head + row0 + 8 * h;
-    if (head >= a.num_heads) continue;
-    const std::int64_t part = (part_base + head) * a.num_splits + split;
-    if (warpgroup == 0 && lane % 4 == 0) {
-      a.partial_stats[2 * part] = m_run[h] == -INFINITY ? -INFINITY : m_run[h] * kLn2;
-      a.partial_stats[2 * part + 1] = l_run[h];
-    }
-    float* dst = a.partial_out + part * kRank + warpgroup * kPanelsPerGroup * kWgmmaPanelCols;
-#pragma unroll
-    for (int p = 0; p < kPanelsPerGroup; ++p)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int col = p * kWgmmaPanelCols + 8 * j + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(dst + col) = make_float2(o_acc[p][4 * j + 2 * h], o_acc[p][4 * j + 2 * h + 1]);
-      }
-  }
+  store_mla_partials(a, at, split, o_acc, m_run, l_run);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map() {

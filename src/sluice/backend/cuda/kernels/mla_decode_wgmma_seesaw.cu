@@ -56,6 +56,7 @@
 #include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/mla_common.cuh"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
+#include "sluice/backend/cuda/kernels/mla_wgmma_output.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 #include "sluice/backend/cuda/kernels/tma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
@@ -86,7 +87,6 @@ constexpr int kMaxEvenReady = 1;  // warpgroup 0's m_a is in shared memory
 constexpr int kPEvenReady = 2;    // warpgroup 0's P_e is in shared memory
 constexpr int kPOddReady = 3;     // warpgroup 1's m_b and P_o are; it has read P_e
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // What O and the sum are scaled by when the running max rises from m_old to
 // m_new: raise_running_max's expression, so both warpgroups agree with it.
@@ -423,49 +423,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_seesaw_kernel(StepDe
   }
   __syncthreads();
   const float l_run[2] = {s_max_even[row0] + s_max_odd[row0], s_max_even[row0 + 8] + s_max_odd[row0 + 8]};
-  const std::int64_t part_base = static_cast<std::int64_t>(i) * a.num_heads;
+  const MlaWgmmaOutputSite at{.first_head = first_head, .row0 = row0, .warpgroup = warpgroup, .lane = lane,
+                               .part_base = static_cast<std::int64_t>(i) * a.num_heads};
 
   if (a.num_splits == 1) {
     // The whole context in one block: O / l straight to o_latent (bf16), no
     // partials and no combine. Every row has a key, so l > 0.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int head = first_head + row0 + 8 * h;
-      if (head >= a.num_heads) continue;
-      const float inv_l = 1.0f / l_run[h];
-      auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + (part_base + head) * kRank +
-                  warpgroup * kPanelsPerGroup * kWgmmaPanelCols;
-#pragma unroll
-      for (int p = 0; p < kPanelsPerGroup; ++p)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = p * kWgmmaPanelCols + 8 * j + 2 * (lane % 4);
-          *reinterpret_cast<__nv_bfloat162*>(dst + col) =
-              __floats2bfloat162_rn(o_acc[p][4 * j + 2 * h] * inv_l, o_acc[p][4 * j + 2 * h + 1] * inv_l);
-        }
-    }
+    const float inv_l[2] = {1.0f / l_run[0], 1.0f / l_run[1]};
+    store_mla_o_latent(a, at, o_acc, inv_l);
     return;
   }
-  // Partials in the simple kernel's format: unnormalised O, (max, sum) with
-  // the max in natural-log units (the combine uses exp).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int head = first_head + row0 + 8 * h;
-    if (head >= a.num_heads) continue;
-    const std::int64_t part = (part_base + head) * a.num_splits + split;
-    if (warpgroup == 0 && lane % 4 == 0) {
-      a.partial_stats[2 * part] = m_run[h] == -INFINITY ? -INFINITY : m_run[h] * kLn2;
-      a.partial_stats[2 * part + 1] = l_run[h];
-    }
-    float* dst = a.partial_out + part * kRank + warpgroup * kPanelsPerGroup * kWgmmaPanelCols;
-#pragma unroll
-    for (int p = 0; p < kPanelsPerGroup; ++p)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int col = p * kWgmmaPanelCols + 8 * j + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(dst + col) = make_float2(o_acc[p][4 * j + 2 * h], o_acc[p][4 * j + 2 * h + 1]);
-      }
-  }
+  store_mla_partials(a, at, split, o_acc, m_run, l_run);
 }
 
 }  // namespace
