@@ -18,17 +18,20 @@ src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin
 t0=$(date +%s)
 timeout -s KILL 60 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
 echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
+grep -E "^\[  (PASSED|FAILED) " "$out/kernel_test.log"
 timeout -s KILL 60 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='*tf32*:*Engine*' >"$out/forward_test.log" 2>&1
 echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
 for run in 1 2; do
   timeout -s KILL 60 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels_$run.log" 2>&1
   echo "kernel bench $run rc $? at $(( $(date +%s) - t0 )) s"
+  grep -iE "indexer prefill chunk, 8192" "$out/kernels_$run.log" | grep -i "scores, warp" | cut -c1-150
 done
 for format in 2 12; do
   timeout 150 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
     "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 1 5 "$format" >"$out/ncu_$format.csv" 2>/dev/null
   python3 tools/device/ncu_layer_table.py "$out/ncu_$format.csv" 3 >"$out/layers_$format.txt" 2>&1
   echo "ncu $format at $(( $(date +%s) - t0 )) s"
+  grep -E "layer 1 attention" "$out/layers_$format.txt"
 done
 rm -f "$out"/ncu_*.csv
 timeout 200 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12 >"$out/model.log" 2>&1
