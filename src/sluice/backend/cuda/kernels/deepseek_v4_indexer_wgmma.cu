@@ -44,8 +44,12 @@
 // tensor cores instead: relu in place, then wgmma m64n8k8 in tf32 with the
 // score accumulator as A (its registers already are tf32 A fragments, heads
 // in a permuted order the B tile repeats) and the row's head factors as B.
-// Measured equal to the FMAs (5.04-5.23 against 5.11-5.15 ms at 8192 x 32k):
-// the epilogue's issue was not what bounds the kernel. Kept as the A/B.
+// With two consumer warpgroups it measured equal to the FMAs (5.04-5.23
+// against 5.11-5.15 ms at 8192 x 32k): the epilogue's issue was not the bound;
+// ncu showed one warp a scheduler a warpgroup, mostly waiting. Its keys in
+// shared memory and one accumulator leave room for a third warpgroup
+// (BlockShape): 4.80-4.85 against 5.11-5.14 ms (S26-5), 4% slower on
+// 1024-row chunks. Opt-in (coarser sums).
 //
 // Precision: the products of two e4m3 codes are exact, but Hopper's FP8 MMA
 // sums them with a narrower accumulator than f32 (DeepSeek-V3's report puts
