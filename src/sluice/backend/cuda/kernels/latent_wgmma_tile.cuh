@@ -83,6 +83,25 @@ static __device__ __forceinline__ void raise_running_max(float (&s)[kKeys / 2], 
   }
 }
 
+// exp2(s scale - m) of the tile's scores, packed as bf16 wgmma A fragments
+// for P V; each row's sum of the f32 values added to row_sum.
+template <int kKeys>
+static __device__ __forceinline__ void exponentiate_scores(const float (&s)[kKeys / 2], float scale_log2,
+                                                           const float (&m)[2], std::uint32_t (&p)[kKeys / 16][4],
+                                                           float (&row_sum)[2]) {
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j) {
+    float pr[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      pr[k] = exp2f(fmaf(s[4 * j + k], scale_log2, -m[k / 2]));
+      row_sum[k / 2] += pr[k];
+    }
+    p[j / 2][(j % 2) * 2 + 0] = pack_bf16(pr[0], pr[1]);
+    p[j / 2][(j % 2) * 2 + 1] = pack_bf16(pr[2], pr[3]);
+  }
+}
+
 // O (a warpgroup's panels of 64 columns, the accumulator layout) scaled by its
 // heads' correction; skipped, exactly, where no head of the warp raised its
 // max this tile (every factor 1): on most tiles once the max has settled.

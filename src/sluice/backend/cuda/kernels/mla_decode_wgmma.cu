@@ -245,17 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int valid_keys = block.range.end - (block.range.begin + tile * kBlockN);
       float correction[2], row_sum[2] = {0.0f, 0.0f};
       raise_running_max<kBlockN>(s, valid_keys, lane, scale_log2, m_run, correction);
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        float pr[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          pr[k] = exp2f(fmaf(s[4 * j + k], scale_log2, -m_run[k / 2]));
-          row_sum[k / 2] += pr[k];
-        }
-        pa[j / 2][(j % 2) * 2 + 0] = pack_bf16(pr[0], pr[1]);
-        pa[j / 2][(j % 2) * 2 + 1] = pack_bf16(pr[2], pr[3]);
-      }
+      exponentiate_scores<kBlockN>(s, scale_log2, m_run, pa, row_sum);
       if constexpr (kTma) {
         // The last tile's rows past the range, zeroed as V (P is 0 there, V
         // must be finite); S has read them already (its MMAs are waited for).

@@ -221,21 +221,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_seesaw_kernel(StepDe
         wgmma_m64n64k16_rs_tb(o_acc[panel], p[kk],
                               smem_desc(s_v + panel * kTilePanelBytes + kk * 16 * kWgmmaLineBytes, 1024, 1024));
   };
-  // exp2(s scale - m) packed as wgmma A fragments; the rows' sums of the f32 values added to row_sum.
-  auto exponentiate = [&](const float (&s)[32], const float (&m)[2], std::uint32_t (&p)[kBlockN / 16][4],
-                          float (&row_sum)[2]) {
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      float pr[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        pr[k] = exp2f(fmaf(s[4 * j + k], scale_log2, -m[k / 2]));
-        row_sum[k / 2] += pr[k];
-      }
-      p[j / 2][(j % 2) * 2 + 0] = pack_bf16(pr[0], pr[1]);
-      p[j / 2][(j % 2) * 2 + 1] = pack_bf16(pr[2], pr[3]);
-    }
-  };
   auto store_p = [&](const std::uint32_t (&p)[kBlockN / 16][4]) {
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
@@ -290,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_seesaw_kernel(StepDe
       }
       named_barrier_arrive(kMaxEvenReady, kThreads);
       float row_sum[2] = {0.0f, 0.0f};
-      exponentiate(s, m_even, p, row_sum);
+      exponentiate_scores<kBlockN>(s, scale_log2, m_even, p, row_sum);
       store_p(p);
       named_barrier_arrive(kPEvenReady, kThreads);
 #pragma unroll
@@ -367,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_seesaw_kernel(StepDe
           s_max_odd[row0] = m_pair[0];
           s_max_odd[row0 + 8] = m_pair[1];
         }
-        exponentiate(s, m_pair, p_odd, row_sum);
+        exponentiate_scores<kBlockN>(s, scale_log2, m_pair, p_odd, row_sum);
       }
       float c_both[2];
 #pragma unroll
