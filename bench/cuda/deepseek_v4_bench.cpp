@@ -209,6 +209,9 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_vector_sweep(false);
+  const double s_top_k_scalar = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_vector_sweep(true);
   cuda::set_v4_indexer_top_k_sampled(false);
   const double s_top_k_full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_sampled(true);
@@ -227,6 +230,8 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   const double score_bytes = static_cast<double>(rows) * visible * 4;
   row(what + ": top-512, sampled threshold", s_top_k, tbs(score_bytes, s_top_k),
       hbm_share(score_bytes, s_top_k) + " (the scores once)");
+  row(what + ": top-512, sampled threshold, a float a load (session 23)", s_top_k_scalar,
+      tbs(score_bytes, s_top_k_scalar), hbm_share(score_bytes, s_top_k_scalar) + " (the scores once)");
   row(what + ": top-512, full selection (session 22)", s_top_k_full, tbs(6 * score_bytes, s_top_k_full),
       hbm_share(6 * score_bytes, s_top_k_full) + " (6 reads of the scores)");
   for (void* p : {static_cast<void*>(dkeys), static_cast<void*>(dq), static_cast<void*>(dks), static_cast<void*>(dqs),
@@ -421,6 +426,9 @@ void bench_deepseek_v4_kernels() {
   bench_attention(8192, 1024, 1, "sparse attention prefill (HCA), 8192 rows x (128 + 1024) at 128k", true);
   bench_indexer(64, 64, 32768, "indexer decode, 64 seqs at 128k (32768 entries)");
   bench_indexer(1024, 1, 32768, "indexer prefill chunk, 1024 rows of one 128k seq");
+  // Where the tf32 head sum starts to win (1,024 rows: 4% slower; 8,192: 6% faster; S26-5).
+  bench_indexer(2048, 1, 32768, "indexer prefill chunk, 2048 rows of one 128k seq");
+  bench_indexer(4096, 1, 32768, "indexer prefill chunk, 4096 rows of one 128k seq");
   bench_indexer(8192, 1, 32768, "indexer prefill chunk, 8192 rows of one 128k seq");
   bench_compress(1, 131072, 0, 512, 1024, 4, "CSA compressor, 32768 entries (a 128k prefill)");
   bench_compress(1, 131072, 0, 512, 512, 128, "HCA compressor, 1024 entries (a 128k prefill)");

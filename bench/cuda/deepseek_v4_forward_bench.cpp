@@ -55,7 +55,8 @@
 //     the wgmma attention's two bf16 softmax terms, 9 with 4 and 6, 10 the
 //     default over f32 index keys (quantized at the gather, as to session
 //     24), 11 the default with fp8_ds_mla latents (--kv-cache-dtype fp8), 12
-//     the default with the indexer's heads summed by a tf32 MMA; the
+//     the default with the indexer's heads summed by a tf32 MMA, 13 that in
+//     steps of at least 4,096 rows only; the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -577,6 +578,9 @@ int flash_formats(int argc, char** argv) {
       // The default but for the indexer's heads summed by a tf32 MMA (session 26): its A/B.
       {"FP8 default, indexer heads summed by a tf32 MMA", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}},
+      // ... only in steps of >= kTf32HeadSumMinRows rows (the FMA head sum in shorter ones).
+      {"FP8 default, indexer heads summed by a tf32 MMA in chunks of >= 4096 rows", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks}},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

@@ -332,6 +332,23 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
 }
 
+// Rows read a float4 at a time where they start on 16 bytes, a float at a
+// time where they do not (a width not a multiple of 4), and slices whose last
+// group of four is partial.
+TEST(DeepseekV4CudaKernels, IndexerTopKSweepsAlignedAndUnalignedRowsAlike) {
+  check_indexer({.num_visible = {32768, 6001, 4999, 4097}, .seed = 28});
+  check_indexer({.num_visible = {6001, 4999, 32767}, .seed = 29});
+  check_indexer({.num_visible = {6002, 4101}, .top_k = 64, .prototypes = 8, .seed = 30});
+}
+
+// The same rows a float at a time everywhere (session 23's sweep, the float4 sweep's A/B).
+TEST(DeepseekV4CudaKernels, IndexerTopKReadingAFloatAtATimeSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_vector_sweep(false);
+  check_indexer({.num_visible = {32768, 6001, 4999, 4097}, .seed = 28});
+  check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
+  cuda::set_v4_indexer_top_k_vector_sweep(true);
+}
+
 // Every row through the full selection (the fallback of a sample that misses) on the same cases.
 TEST(DeepseekV4CudaKernels, IndexerTopKWithoutSamplingSelectsTheSameSets) {
   cuda::set_v4_indexer_top_k_sampled(false);

@@ -98,6 +98,8 @@ struct Case {
     if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_mma) n += "_session18_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill) n += "_tf32_head_sum_indexer";
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks)
+      n += "_tf32_head_sum_from_" + std::to_string(options.tf32_head_sum_min_rows) + "_rows_indexer";
     if (fp8_kv) n += "_fp8_kv";
     if (weights == DeepseekV4GoldenWeights::f32) return n;
     if (!keep_quantized) return n + "_host_bf16";
@@ -341,6 +343,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // The indexer's heads summed by a tf32 MMA at prefill (session 26).
                       Case{.weights = DeepseekV4GoldenWeights::f32,
                            .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}},
+                      // ... only in steps of >= 58 rows: the batched test's first prefill step (57 rows)
+                      // sums on FMAs, its second (58) on the tf32 MMA.
+                      Case{.weights = DeepseekV4GoldenWeights::f32,
+                           .options = {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks,
+                                       .tf32_head_sum_min_rows = 58}},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts},
                       Case{.weights = DeepseekV4GoldenWeights::fp8_fp4_experts, .keep_quantized = true,
                            .options = kBf16Activations},

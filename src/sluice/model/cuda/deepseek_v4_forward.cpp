@@ -1218,9 +1218,14 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       launch_v4_quantize_e4m3_rows(index_q, std::int64_t{n} * ih, ihd, q_e4m3, q_scale, s);
       // Prefill (rows sharing their sequence's keys) on warpgroup MMA, decode on mma.sync.
       constexpr std::int32_t kWgmmaRowsPerSequence = 4;
-      const bool tf32_head_sum = p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill;
+      const DeepseekV4IndexerKernels kernels = p.w.options.indexer;
+      const bool tf32_head_sum = kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill ||
+                                 (kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks &&
+                                  n >= p.w.options.tf32_head_sum_min_rows);
       const bool wgmma = !f32_pool &&
-                         (tf32_head_sum || p.w.options.indexer == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill) &&
+                         (kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill ||
+                          kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill ||
+                          kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks) &&
                          n >= kWgmmaRowsPerSequence * p.step.num_sequences();
       // The warpgroup-MMA scores read each head's q_scale x weight as one factor.
       float* head_factors = nullptr;
@@ -1228,12 +1233,14 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
         head_factors = p.alloc<float>(std::int64_t{n} * ih);
         launch_v4_multiply_f32(q_scale, weights, head_factors, std::int64_t{n} * ih, s);
       }
-      float* scores = p.alloc<float>(std::int64_t{n} * ix.plan.max_visible);
+      // Rows of scores start on 16 bytes, so the top-k reads them a float4 a load.
+      const std::int32_t score_width = static_cast<std::int32_t>(align_up(ix.plan.max_visible, 4));
+      float* scores = p.alloc<float>(std::int64_t{n} * score_width);
       const V4IndexerArgs args{.q = q_e4m3, .q_scale = q_scale, .weights = weights, .head_factors = head_factors,
                                .keys = keys_e4m3, .key_scale = key_scale, .key_begin = ints[ix.key_begin],
                                .num_visible = ints[ix.visible], .scores = scores, .selected = selected,
                                .num_selected = num_selected, .rows = n, .num_heads = ih,
-                               .max_visible = ix.plan.max_visible, .top_k = top_k};
+                               .max_visible = score_width, .top_k = top_k};
       if (f32_pool)
         launch_v4_indexer_scores(args, s);
       else if (wgmma && tf32_head_sum)

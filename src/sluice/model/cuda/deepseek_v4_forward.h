@@ -72,12 +72,16 @@ namespace sluice::cuda {
 // pick from the same records; the mma.sync scores differ from the CUDA-core
 // ones only in the order of their sums, the wgmma ones by FP8 accumulation.
 // e4m3_pool_wgmma_tf32_prefill: the warpgroup-MMA scores summed over heads by
-// a tf32 MMA (session 26), ~2^-9 of a score's terms coarser.
+// a tf32 MMA (session 26), ~2^-9 of a score's terms coarser: faster on a
+// chunk of 8,192 rows, slower on one of 1,024 (S26-5). So
+// e4m3_pool_wgmma_tf32_long_chunks takes it for steps of at least
+// DeepseekV4DeviceOptions::tf32_head_sum_min_rows rows, the FMA head sum below.
 enum class DeepseekV4IndexerKernels {
   f32_pool_cuda_cores,
   e4m3_pool_mma,
   e4m3_pool_wgmma_prefill,
-  e4m3_pool_wgmma_tf32_prefill
+  e4m3_pool_wgmma_tf32_prefill,
+  e4m3_pool_wgmma_tf32_long_chunks
 };
 
 // The sparse attention's kernel: CUDA cores (session 11, kept as the A/B and
@@ -93,6 +97,10 @@ struct DeepseekV4DeviceOptions {
   Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
   MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
   DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill;
+  // e4m3_pool_wgmma_tf32_long_chunks' cut. Not measured between 1,024 and
+  // 8,192 rows (cuda_bench --deepseek-v4-kernels has the rows at 2,048 and
+  // 4,096 that would place it).
+  std::int32_t tf32_head_sum_min_rows = 4096;
   DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::wgmma;
 };
 

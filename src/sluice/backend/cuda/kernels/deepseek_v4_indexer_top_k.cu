@@ -20,6 +20,11 @@
 // When the threshold was too high (fewer than k candidates) or a warp's list
 // overflows, the row falls back to session 22's selection over all of its
 // scores, so the result is exact either way; the sample only sets the speed.
+//
+// A row that starts on 16 bytes (the forward pads the scores' width to 4) is
+// sampled and swept 16 bytes a load: session 23's sweep, 4 scalar loads a
+// lane, kept ~32 KB a multiprocessor in flight and read the scores at ~2.2
+// TB/s; 4 float4 loads a lane keep 128 KB in flight.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,9 +37,11 @@ namespace sluice::cuda {
 namespace {
 
 // 512 threads and 28 KB of shared memory: 4 blocks a multiprocessor, so one
-// row's barrier-bound selection runs under the others' sweeps.
+// row's barrier-bound selection runs under the others' sweeps. The float4
+// sweep needs more than 32 registers (ptxas spills at any depth there), so
+// its kernel runs 3 blocks a multiprocessor at 40.
 constexpr int kThreads = 512;
-constexpr int kBlocksPerSm = 4;
+constexpr int blocks_per_sm(bool vector_sweep) { return vector_sweep ? 3 : 4; }
 constexpr int kWarps = kThreads / 32;
 constexpr int kWarpCandidates = 128;  // a warp's list (16 KB of keys and entries for the block)
 constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
@@ -42,7 +49,8 @@ constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
 // Rows shorter than this, or whose k is a large part of them, gain nothing from sampling.
 constexpr int kMinSampledRow = 4096;
-bool g_sampled = true;  // set_v4_indexer_top_k_sampled()
+bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
+bool g_vector_sweep = true;   // set_v4_indexer_top_k_vector_sweep()
 
 struct SelectScratch {
   int histogram[256];
@@ -150,12 +158,13 @@ __device__ void write_picks(Threshold t, int n_here, KeyAt key_at, EntryAt entry
   }
 }
 
-// Warp w's slice of n entries: [lo, lo + len), whole groups of 32 but the last.
+// Warp w's slice of n entries: [lo, lo + len), whole groups of `granule`
+// (32: a load a lane; 128: a float4 a lane) but the last.
 struct Slice {
   int lo, len;
 };
-__device__ __forceinline__ Slice warp_slice(int n) {
-  const int per_warp = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+__device__ __forceinline__ Slice warp_slice(int n, int granule = 32) {
+  const int per_warp = ((n + kWarps - 1) / kWarps + granule - 1) / granule * granule;
   const int lo = min(n, (threadIdx.x >> 5) * per_warp);
   return {lo, min(n, lo + per_warp) - lo};
 }
@@ -173,7 +182,9 @@ __device__ void select_from_scores(const float* scores, int n, int k, std::int32
       [&](int i) { return slice.lo + i; }, selected, s);
 }
 
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
+template <bool kVectorSweep>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
+    v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
   __shared__ SelectScratch scratch;
   __shared__ std::uint32_t sample[kMaxSample];
   __shared__ std::uint32_t candidate_key[kWarps][kWarpCandidates];
@@ -198,9 +209,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
     select_from_scores(scores, n, k, selected, scratch);
     return;
   }
+  const bool vector_row = kVectorSweep && (reinterpret_cast<std::uintptr_t>(scores) & 15u) == 0;
   // 1. The threshold from the sample.
-  for (int i = threadIdx.x; i < sampled; i += kThreads)
-    sample[i] = float_order_key(scores[i / kSampleRun * kSampleStride + i % kSampleRun]);
+  if (vector_row) {  // a run of 8 is two float4s
+    for (int j = threadIdx.x; j < sampled / 4; j += kThreads) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(scores + j / 2 * kSampleStride + j % 2 * 4));
+      sample[4 * j] = float_order_key(v.x);
+      sample[4 * j + 1] = float_order_key(v.y);
+      sample[4 * j + 2] = float_order_key(v.z);
+      sample[4 * j + 3] = float_order_key(v.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < sampled; i += kThreads)
+      sample[i] = float_order_key(scores[i / kSampleRun * kSampleStride + i % kSampleRun]);
+  }
   __syncthreads();
   // Its top 16 bits suffice: a lower bar only lists a few more candidates.
   const Threshold bar = radix_select<16>(
@@ -211,29 +233,75 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
   // 2. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const Slice slice = warp_slice(n);
+  const Slice slice = warp_slice(n, vector_row ? 128 : 32);
   int listed = 0;
-  // kSweepLoads loads a lane in flight before their keys are listed (one at
-  // a time, the sweep ran at a load's latency: 1.15 TB/s).
-  constexpr int kSweepLoads = 4;
-  for (int base = 0; base < slice.len; base += 32 * kSweepLoads) {
-    std::uint32_t keys[kSweepLoads];
+  // Lists what a lane holds: the first `count` of v's scores, consecutive
+  // entries from `entry`, after the candidates of the lanes below it.
+  auto list = [&](float4 v, int entry, int count) {
+    const std::uint32_t keys[4] = {float_order_key(v.x), float_order_key(v.y), float_order_key(v.z),
+                                   float_order_key(v.w)};
+    unsigned kept = 0;  // bit c: keys[c] is a candidate
 #pragma unroll
-    for (int u = 0; u < kSweepLoads; ++u) {
-      const int i = base + 32 * u + lane;
-      keys[u] = i < slice.len ? float_order_key(scores[slice.lo + i]) : 0u;
+    for (int c = 0; c < 4; ++c)
+      if (c < count && keys[c] >= bar.key) kept |= 1u << c;
+    int below = 0, all = 0;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const unsigned lanes = __ballot_sync(0xffffffffu, (kept >> c) & 1u);
+      below += __popc(lanes & lanes_below);
+      all += __popc(lanes);
     }
+    int at = listed + below;
 #pragma unroll
-    for (int u = 0; u < kSweepLoads; ++u) {
-      const int i = base + 32 * u + lane;
-      const bool keep = i < slice.len && keys[u] >= bar.key;
-      const unsigned keep_lanes = __ballot_sync(0xffffffffu, keep);
-      const int at = listed + __popc(keep_lanes & lanes_below);
-      if (keep && at < kWarpCandidates) {
-        candidate_key[warp][at] = keys[u];
-        candidate_entry[warp][at] = slice.lo + i;
+    for (int c = 0; c < 4; ++c) {
+      if ((kept >> c) & 1u) {
+        if (at < kWarpCandidates) {
+          candidate_key[warp][at] = keys[c];
+          candidate_entry[warp][at] = entry + c;
+        }
+        ++at;
       }
-      listed += __popc(keep_lanes);
+    }
+    listed += all;
+  };
+  // Loads a lane keeps in flight before their scores are listed (one at a
+  // time, the sweep ran at a load's latency: 1.15 TB/s): 48 or 16 bytes.
+  constexpr int kSweepLoads = kVectorSweep ? 3 : 4;
+  if (vector_row) {  // 128 consecutive entries a load of the warp, 4 a lane
+    for (int base = 0; base < slice.len; base += 128 * kSweepLoads) {
+      float4 v[kSweepLoads];
+#pragma unroll
+      for (int u = 0; u < kSweepLoads; ++u) {
+        const int i = base + 128 * u + 4 * lane;
+        const float* at = scores + slice.lo + i;
+        if (i + 4 <= slice.len) {
+          v[u] = __ldcs(reinterpret_cast<const float4*>(at));
+        } else {  // the row's last, partial group (slice.len - i < 4 scores, maybe none)
+          v[u].x = i < slice.len ? at[0] : 0.0f;
+          v[u].y = i + 1 < slice.len ? at[1] : 0.0f;
+          v[u].z = i + 2 < slice.len ? at[2] : 0.0f;
+          v[u].w = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kSweepLoads; ++u) {
+        const int i = base + 128 * u + 4 * lane;
+        list(v[u], slice.lo + i, min(4, max(0, slice.len - i)));
+      }
+    }
+  } else {  // 32 consecutive entries a load of the warp
+    for (int base = 0; base < slice.len; base += 32 * kSweepLoads) {
+      float v[kSweepLoads];
+#pragma unroll
+      for (int u = 0; u < kSweepLoads; ++u) {
+        const int i = base + 32 * u + lane;
+        v[u] = i < slice.len ? scores[slice.lo + i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kSweepLoads; ++u) {
+        const int i = base + 32 * u + lane;
+        list(make_float4(v[u], 0.0f, 0.0f, 0.0f), slice.lo + i, i < slice.len ? 1 : 0);
+      }
     }
   }
   if (lane == 0) candidate_count[warp] = listed;
@@ -264,13 +332,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) v4_indexer_top_k_kerne
 }  // namespace
 
 void set_v4_indexer_top_k_sampled(bool sampled) { g_sampled = sampled; }
+void set_v4_indexer_top_k_vector_sweep(bool vector_sweep) { g_vector_sweep = vector_sweep; }
 
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
   SLUICE_CHECK(args.scores != nullptr && args.selected != nullptr && args.num_selected != nullptr &&
                args.num_visible != nullptr);
   if (args.rows == 0) return;
-  v4_indexer_top_k_kernel<<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
+  if (g_vector_sweep)
+    v4_indexer_top_k_kernel<true><<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
+  else
+    v4_indexer_top_k_kernel<false><<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

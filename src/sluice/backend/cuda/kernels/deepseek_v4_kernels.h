@@ -136,6 +136,9 @@ void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
 // Tests and the bench: false sends every row through the full selection.
 void set_v4_indexer_top_k_sampled(bool sampled);
+// Tests and the bench: false samples and sweeps rows a float at a time (session
+// 23) even where they start on 16 bytes (the default reads those a float4 a load).
+void set_v4_indexer_top_k_vector_sweep(bool vector_sweep);
 
 // mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
 struct V4HcWeights {
