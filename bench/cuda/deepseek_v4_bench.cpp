@@ -240,6 +240,37 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
     cudaFree(p);
 }
 
+// The top-k alone on rows whose scores grow along the row (the top crowds
+// into the last entries, as recent tokens may): the sampled path must not
+// fall back to the full selection.
+void bench_top_k_recent_heavy(std::int32_t rows, std::int32_t visible) {
+  constexpr std::int32_t top_k = 512;
+  std::vector<float> host(static_cast<std::size_t>(rows) * visible);
+  SplitMix64 rng(11);
+  for (std::int32_t r = 0; r < rows; ++r)
+    for (std::int32_t t = 0; t < visible; ++t)
+      host[static_cast<std::size_t>(r) * visible + t] =
+          static_cast<float>((rng.uniform() - 0.3) * (1.0 + 8.0 * t / visible));
+  float* scores = upload(host);
+  std::int32_t* dvisible = upload(std::vector<std::int32_t>(rows, visible));
+  std::int32_t* selected = alloc<std::int32_t>(static_cast<std::size_t>(rows) * top_k);
+  std::int32_t* count = alloc<std::int32_t>(static_cast<std::size_t>(rows));
+  const cuda::V4IndexerArgs args{.num_visible = dvisible, .scores = scores, .selected = selected,
+                                 .num_selected = count, .rows = rows, .max_visible = visible, .top_k = top_k};
+  const double sampled = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_sampled(false);
+  const double full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_sampled(true);
+  const double bytes = static_cast<double>(rows) * visible * 4;
+  const std::string what = "top-512 of " + std::to_string(rows) + " rows x " + std::to_string(visible) +
+                           " scores growing 9x along the row";
+  row(what + ", sampled threshold", sampled, tbs(bytes, sampled), hbm_share(bytes, sampled) + " (the scores once)");
+  row(what + ", full selection", full, tbs(6 * bytes, full), hbm_share(6 * bytes, full) + " (6 reads)");
+  for (void* p : {static_cast<void*>(scores), static_cast<void*>(dvisible), static_cast<void*>(selected),
+                  static_cast<void*>(count)})
+    cudaFree(p);
+}
+
 // A compressor's step (DeepseekV4CompressPlan + launch_v4_compress): `sequences`
 // sequences of `tokens` rows each from `first` on, in blocks of 1024; each
 // sequence's positions map to two blocks (the last one apart), so the states
@@ -430,6 +461,7 @@ void bench_deepseek_v4_kernels() {
   bench_indexer(2048, 1, 32768, "indexer prefill chunk, 2048 rows of one 128k seq");
   bench_indexer(4096, 1, 32768, "indexer prefill chunk, 4096 rows of one 128k seq");
   bench_indexer(8192, 1, 32768, "indexer prefill chunk, 8192 rows of one 128k seq");
+  bench_top_k_recent_heavy(2048, 32768);
   bench_compress(1, 131072, 0, 512, 1024, 4, "CSA compressor, 32768 entries (a 128k prefill)");
   bench_compress(1, 131072, 0, 512, 512, 128, "HCA compressor, 1024 entries (a 128k prefill)");
   bench_compress(1, 131072, 0, 128, 256, 4, "indexer compressor, 32768 entries (a 128k prefill)");

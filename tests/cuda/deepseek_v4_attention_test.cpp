@@ -171,6 +171,9 @@ struct IndexerCase {
   // ... and sums over heads as a tf32 MMA (launch_v4_indexer_scores_wgmma_tf32):
   // kTf32HeadSumBound more.
   bool tf32_head_sum = false;
+  // Key scales grow 9x along each sequence, so the top scores crowd into its
+  // last entries (as recent tokens may in a real context).
+  bool recent_heavy = false;
 };
 
 // Hopper's FP8 MMA keeps about 14 bits while it sums (DeepSeek-V3's report,
@@ -219,6 +222,14 @@ void check_indexer(const IndexerCase& c) {
       key_scale[t] = static_cast<float>(0.001 + 0.01 * rng.uniform());
     }
   }
+  if (c.recent_heavy)
+    for (std::int32_t first = 0; first < rows; first += c.rows_per_sequence) {
+      std::int32_t keys_here = 0;
+      for (std::int32_t r = first; r < std::min(rows, first + c.rows_per_sequence); ++r)
+        keys_here = std::max(keys_here, c.num_visible[r]);
+      for (std::int32_t t = 0; t < keys_here; ++t)
+        key_scale[key_begin[first] + t] *= 1.0f + 8.0f * static_cast<float>(t) / static_cast<float>(keys_here);
+    }
   std::vector<std::uint8_t> q(static_cast<std::size_t>(rows) * c.heads * d);
   for (auto& b : q) b = random_e4m3(rng, 448.0f);
   const std::vector<float> q_scale = uniform(static_cast<std::size_t>(rows) * c.heads, c.seed + 1, 0.001f, 0.01f);
@@ -330,6 +341,11 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   // Rows long enough to sample: the ties among the candidates, 97 and 8 prototypes (a warp's list overflows).
   check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
   check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
+}
+
+// Rows whose top scores sit in their last entries: the lists' room follows the sample's hits.
+TEST(DeepseekV4CudaKernels, IndexerTopKSelectsRowsWhoseTopScoresCrowdTogether) {
+  check_indexer({.num_visible = {32768, 20000, 4100}, .seed = 31, .recent_heavy = true});
 }
 
 // Rows read a float4 at a time where they start on 16 bytes, a float at a

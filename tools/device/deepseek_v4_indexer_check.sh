@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root: issue 18's
 # indexer target (scores + top-k <= 25% of the CSA layer's prefill). The
-# indexer tests (the top-k's float4 sweep among them) and the tf32 forward
+# indexer tests (the top-k's float4 sweep and its pooled lists among them) and the tf32 forward
 # goldens; cuda_bench --deepseek-v4-kernels twice (the top-k a float4 against a
 # float a load; the FMA and tf32 head sums at 1,024-8,192 rows, which place
 # tf32_head_sum_min_rows); ncu's layer table of the last 8k chunk at 128k for
@@ -44,7 +44,8 @@ echo "model rc $? at $(( $(date +%s) - t0 )) s"
 for log in kernel_test forward_test; do
   echo "=== $log"; grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure|^\[  FAILED" "$out/$log.log" | head -20
 done
-echo "=== kernels (scores: FMA / tf32 head sum at 1,024-8,192 rows; top-k: float4 / float a load)"
+echo "=== kernels (scores: FMA / tf32 head sum at 1,024-8,192 rows; top-k: float4 / float a load; crowded rows)"
 grep -hiE "indexer prefill chunk" "$out"/kernels_*.log | grep -iE "scores, warp|top-512, sampled" | cut -c1-150
+grep -hiE "growing 9x" "$out"/kernels_*.log | cut -c1-150
 for format in $formats; do echo "=== layers $format"; head -1 "$out/layers_$format.txt"; grep -E "layer 1 attention|^layer 1" "$out/layers_$format.txt"; done
 echo "=== model"; grep -E "^\| FP8" "$out/model.log" | cut -c1-330

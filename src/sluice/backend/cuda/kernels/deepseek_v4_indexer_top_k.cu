@@ -14,11 +14,13 @@
 //      (2k n_sample / n)-th largest;
 //   2. one sweep keeps every score at or above it as a candidate, each warp
 //      in its own list over its own slice, so the lists hold the candidates
-//      in entry order;
+//      in entry order (a list's room in the shared pool follows its slice's
+//      share of the sample's hits, so top scores that crowd into a few
+//      slices, as recent tokens may, still fit);
 //   3. the same radix select over the candidates (in shared memory) finds
 //      the k-th largest, and an ordered walk of the lists writes the picks.
 // When the threshold was too high (fewer than k candidates) or a warp's list
-// overflows, the row falls back to session 22's selection over all of its
+// overflows its room, the row falls back to session 22's selection over all of its
 // scores, so the result is exact either way; the sample only sets the speed.
 //
 // A row that starts on 16 bytes (the forward pads the scores' width to 4) is
@@ -28,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -36,14 +39,16 @@
 namespace sluice::cuda {
 namespace {
 
-// 512 threads and 28 KB of shared memory: 4 blocks a multiprocessor, so one
+// 512 threads and 44 KB of shared memory: 4 blocks a multiprocessor, so one
 // row's barrier-bound selection runs under the others' sweeps. The float4
 // sweep needs more than 32 registers (ptxas spills at any depth there), so
 // its kernel runs 3 blocks a multiprocessor at 40.
 constexpr int kThreads = 512;
 constexpr int blocks_per_sm(bool vector_sweep) { return vector_sweep ? 3 : 4; }
 constexpr int kWarps = kThreads / 32;
-constexpr int kWarpCandidates = 128;  // a warp's list (16 KB of keys and entries for the block)
+// The candidates' pool (32 KB of keys and entries), shared by the warps' lists.
+constexpr int kPoolCandidates = 4096;
+constexpr int kMinListCandidates = 64;  // a list's room besides what its sample hits ask
 constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
 constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
@@ -163,8 +168,11 @@ __device__ void write_picks(Threshold t, int n_here, KeyAt key_at, EntryAt entry
 struct Slice {
   int lo, len;
 };
+__device__ __forceinline__ int warp_slice_length(int n, int granule) {
+  return ((n + kWarps - 1) / kWarps + granule - 1) / granule * granule;
+}
 __device__ __forceinline__ Slice warp_slice(int n, int granule = 32) {
-  const int per_warp = ((n + kWarps - 1) / kWarps + granule - 1) / granule * granule;
+  const int per_warp = warp_slice_length(n, granule);
   const int lo = min(n, (threadIdx.x >> 5) * per_warp);
   return {lo, min(n, lo + per_warp) - lo};
 }
@@ -187,9 +195,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
     v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
   __shared__ SelectScratch scratch;
   __shared__ std::uint32_t sample[kMaxSample];
-  __shared__ std::uint32_t candidate_key[kWarps][kWarpCandidates];
-  __shared__ std::int32_t candidate_entry[kWarps][kWarpCandidates];
+  __shared__ std::uint32_t candidate_key[kPoolCandidates];
+  __shared__ std::int32_t candidate_entry[kPoolCandidates];
   __shared__ int candidate_count[kWarps];
+  __shared__ int list_base[kWarps], list_size[kWarps];  // a warp's list: [base, base + size) of the pool
   __shared__ int fallback;
   const int row = blockIdx.x;
   const int n = args.num_visible[row];
@@ -230,39 +239,70 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
         for (int i = threadIdx.x; i < sampled; i += kThreads) f(sample[i]);
       },
       sample_rank, scratch);
-  // 2. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
+  // 2. The lists' rooms in the pool: a slice's sample hits times the
+  // sampling rate, half again and kMinListCandidates more (scaled down to the
+  // pool if they overrun it).
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const Slice slice = warp_slice(n, vector_row ? 128 : 32);
-  int listed = 0;
-  // Lists what a lane holds: the first `count` of v's scores, consecutive
-  // entries from `entry`, after the candidates of the lanes below it.
-  auto list = [&](float4 v, int entry, int count) {
+  const int granule = vector_row ? 128 : 32;
+  const int per_warp = warp_slice_length(n, granule);
+  if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < sampled; i += kThreads)
+    if (sample[i] >= bar.key) atomicAdd(&candidate_count[(i / kSampleRun * kSampleStride + i % kSampleRun) / per_warp], 1);
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int estimate = lane < kWarps ? candidate_count[lane] * (kSampleStride / kSampleRun) : 0;
+    int size = lane < kWarps ? estimate + estimate / 2 + kMinListCandidates : 0;
+    const int total = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(size)));
+    if (total > kPoolCandidates) size = static_cast<int>(static_cast<long long>(size) * kPoolCandidates / total);
+    int inclusive = size;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+      if (lane >= o) inclusive += v;
+    }
+    if (lane < kWarps) {
+      list_base[lane] = inclusive - size;
+      list_size[lane] = size;
+    }
+  }
+  __syncthreads();
+  // 3. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
+  const Slice slice = warp_slice(n, granule);
+  // The list's next free place in the pool, and where its room ends.
+  int cursor = list_base[warp];
+  const int list_end = cursor + list_size[warp];
+  // Lists what a lane holds: the first `count` of v's scores (at most
+  // `width`: 4, or 1 where only v.x is loaded), consecutive entries from
+  // `entry`, after the candidates of the lanes below it.
+  auto list = [&](float4 v, int entry, int count, auto width) {
+    constexpr int kWidth = decltype(width)::value;
     const std::uint32_t keys[4] = {float_order_key(v.x), float_order_key(v.y), float_order_key(v.z),
                                    float_order_key(v.w)};
     unsigned kept = 0;  // bit c: keys[c] is a candidate
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
+    for (int c = 0; c < kWidth; ++c)
       if (c < count && keys[c] >= bar.key) kept |= 1u << c;
     int below = 0, all = 0;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < kWidth; ++c) {
       const unsigned lanes = __ballot_sync(0xffffffffu, (kept >> c) & 1u);
       below += __popc(lanes & lanes_below);
       all += __popc(lanes);
     }
-    int at = listed + below;
+    int at = cursor + below;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < kWidth; ++c) {
       if ((kept >> c) & 1u) {
-        if (at < kWarpCandidates) {
-          candidate_key[warp][at] = keys[c];
-          candidate_entry[warp][at] = entry + c;
+        if (at < list_end) {
+          candidate_key[at] = keys[c];
+          candidate_entry[at] = entry + c;
         }
         ++at;
       }
     }
-    listed += all;
+    cursor += all;
   };
   // Loads a lane keeps in flight before their scores are listed (one at a
   // time, the sweep ran at a load's latency: 1.15 TB/s): 48 or 16 bytes.
@@ -286,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
 #pragma unroll
       for (int u = 0; u < kSweepLoads; ++u) {
         const int i = base + 128 * u + 4 * lane;
-        list(v[u], slice.lo + i, min(4, max(0, slice.len - i)));
+        list(v[u], slice.lo + i, min(4, max(0, slice.len - i)), std::integral_constant<int, 4>{});
       }
     }
   } else {  // 32 consecutive entries a load of the warp
@@ -300,17 +340,18 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
 #pragma unroll
       for (int u = 0; u < kSweepLoads; ++u) {
         const int i = base + 32 * u + lane;
-        list(make_float4(v[u], 0.0f, 0.0f, 0.0f), slice.lo + i, i < slice.len ? 1 : 0);
+        list(make_float4(v[u], 0.0f, 0.0f, 0.0f), slice.lo + i, i < slice.len ? 1 : 0, std::integral_constant<int, 1>{});
       }
     }
   }
+  const int list_at = list_base[warp], listed = cursor - list_at;
   if (lane == 0) candidate_count[warp] = listed;
   if (threadIdx.x == 0) fallback = 0;
   __syncthreads();
   if (threadIdx.x < 32) {
     const int c = threadIdx.x < kWarps ? candidate_count[threadIdx.x] : 0;
     const int total = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(c));
-    const bool overflow = __any_sync(0xffffffffu, c > kWarpCandidates);
+    const bool overflow = __any_sync(0xffffffffu, threadIdx.x < kWarps && c > list_size[threadIdx.x]);
     if (threadIdx.x == 0) fallback = overflow || total < k;
   }
   __syncthreads();
@@ -318,15 +359,15 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
     select_from_scores(scores, n, k, selected, scratch);
     return;
   }
-  // 3. The exact selection among the candidates, written in entry order.
+  // 4. The exact selection among the candidates, written in entry order.
   const Threshold t = radix_select(
       [&](auto&& f) {
-        for (int j = lane; j < candidate_count[warp]; j += 32) f(candidate_key[warp][j]);
+        for (int j = lane; j < listed; j += 32) f(candidate_key[list_at + j]);
       },
       k, scratch);
   write_picks(
-      t, candidate_count[warp], [&](int j) { return candidate_key[warp][j]; },
-      [&](int j) { return candidate_entry[warp][j]; }, selected, scratch);
+      t, listed, [&](int j) { return candidate_key[list_at + j]; },
+      [&](int j) { return candidate_entry[list_at + j]; }, selected, scratch);
 }
 
 }  // namespace
