@@ -4,9 +4,10 @@
 # indexer tests (the top-k's float4 sweep and its pooled lists among them) and the tf32 forward
 # goldens; cuda_bench --deepseek-v4-kernels twice (the top-k a float4 against a
 # float a load; the FMA and tf32 head sums at 1,024-8,192 rows, which place
-# tf32_head_sum_min_rows); ncu's layer table of the last 8k chunk at 128k for
-# formats 2 (FMA head sum), 12 (tf32) and 13 (tf32 from 4,096 rows); the model
-# rows of the three. Binaries (cuda_kernel_test,
+# tf32_head_sum_min_rows; the tf32 kernel with its keys in registers); ncu's
+# layer table of the last 8k chunk at 128k for formats 2 (FMA head sum), 12
+# (tf32), 13 (tf32 from 4,096 rows) and 14 (12, keys in registers); the model
+# rows of the four. Binaries (cuda_kernel_test,
 # cuda_deepseek_v4_forward_test, cuda_bench, deepseek_v4_forward_bench;
 # stripped, with their libraries) in CARRY_DIR/bin.tar.xz.
 #
@@ -18,7 +19,7 @@ mkdir -p $bin/u && tar -xJf $bin/bin.tar.xz -C $bin/u && bin=$bin/u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
 src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_kernel_test" | head -1 | sed 's|/build$||')
 [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ] && mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"
-formats="2 12 13"
+formats="2 12 13 14"
 t0=$(date +%s)
 timeout -s KILL 90 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
 echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
@@ -29,7 +30,7 @@ grep -E "^\[  (PASSED|FAILED) " "$out/forward_test.log"
 for run in 1 2; do
   timeout -s KILL 90 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels_$run.log" 2>&1
   echo "kernel bench $run rc $? at $(( $(date +%s) - t0 )) s"
-  grep -iE "indexer prefill chunk, 8192" "$out/kernels_$run.log" | grep -iE "scores, warp|top-512, sampled" | cut -c1-150
+  grep -iE "indexer prefill chunk, 8192" "$out/kernels_$run.log" | grep -iE "scores, warp|top-512, sampled" | cut -c1-160
 done
 for format in $formats; do
   timeout 150 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
@@ -39,7 +40,7 @@ for format in $formats; do
   grep -E "layer 1 attention" "$out/layers_$format.txt"
 done
 rm -f "$out"/ncu_*.csv
-timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12,13 >"$out/model.log" 2>&1
+timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12,13,14 >"$out/model.log" 2>&1
 echo "model rc $? at $(( $(date +%s) - t0 )) s"
 for log in kernel_test forward_test; do
   echo "=== $log"; grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure|^\[  FAILED" "$out/$log.log" | head -20

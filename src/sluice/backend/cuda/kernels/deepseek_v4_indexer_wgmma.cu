@@ -49,7 +49,11 @@
 // ncu showed one warp a scheduler a warpgroup, mostly waiting. Its keys in
 // shared memory and one accumulator leave room for a third warpgroup
 // (BlockShape): 4.80-4.85 against 5.11-5.14 ms (S26-5), 4% slower on
-// 1024-row chunks. Opt-in (coarser sums).
+// 1024-row chunks. Opt-in (coarser sums). Its form with the keys back in
+// registers (HeadSum::tf32_register_keys, session 27: four consumer
+// warpgroups of one 64-key tile) halves the shared-memory bytes an MMA
+// reads, which with both operands in shared memory equal what the SM
+// delivers in the MMA's time; built, not yet run on a device.
 //
 // Precision: the products of two e4m3 codes are exact, but Hopper's FP8 MMA
 // sums them with a narrower accumulator than f32 (DeepSeek-V3's report puts
@@ -73,8 +77,6 @@ constexpr int kDim = kV4IndexHeadDim;  // 128 codes: one swizzled line a record
 constexpr int kHeads = kV4MaxIndexHeads;
 static_assert(kDim == 128 && kHeads == 64, "one 128-byte line a record, N = 64 heads");
 constexpr int kTileKeys = 64;                               // wgmma's M
-constexpr int kTiles = 2;                                   // M tiles a warpgroup
-constexpr int kGroupKeys = kTiles * kTileKeys;              // 128
 constexpr int kQStageBytes = kHeads * kDim;                 // 8 KB: a row's queries
 constexpr int kProducerThreads = 128;  // a warpgroup: setmaxnreg works on whole warpgroups
 constexpr int kSlots = 8;
@@ -101,35 +103,54 @@ constexpr int kCoreBytes = 128;
 constexpr int kHeadSumStepBytes = 2 * kCoreBytes;
 constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
 
-// A block's shape. The FMA head sum: two consumer warpgroups, each holding its
-// keys as A fragments and two accumulators (~180 registers, given by the
-// producer through setmaxnreg). The tf32 head sum: the keys stay in shared
-// memory and one accumulator suffices (~100 registers), so three consumer
-// warpgroups fit and hide each other's MMA latency (ncu, S26-4: one warp a
-// scheduler a warpgroup, 71% of cycles with none eligible).
-template <bool kTf32HeadSum>
+// How a block sums the heads and where its consumers read the keys from.
+//   fma: two consumer warpgroups of two M tiles (128 keys) each, the keys as
+//     A fragments in registers, an FMA a head and key; two accumulators
+//     (~180 registers, given by the producer through setmaxnreg).
+//   tf32_shared_keys: the sum on a tf32 MMA; the keys stay in shared memory
+//     and one accumulator suffices (~100 registers), so three consumer
+//     warpgroups of two tiles fit and hide each other's MMA latency (ncu,
+//     S26-4: one warp a scheduler a warpgroup, 71% of cycles with none
+//     eligible).
+//   tf32_register_keys: the tf32 sum with the keys as A fragments again, four
+//     consumer warpgroups of one tile. A shared-memory m64n64k32 reads 4 KB
+//     (keys and queries) in the 32 cycles its MMA takes, which is all of
+//     shared memory's 128 B a cycle; from registers it reads the queries'
+//     2 KB. Same MMA work a key; the key tile is free once the fragments are
+//     loaded, as for fma.
+enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys };
+
+template <HeadSum kSum>
 struct BlockShape {
-  static constexpr int kConsumerGroups = kTf32HeadSum ? 3 : 2;
-  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256 or 384
-  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32 or 48 KB
+  static constexpr bool kTf32 = kSum != HeadSum::fma;
+  static constexpr bool kKeysInRegisters = kSum != HeadSum::tf32_shared_keys;
+  static constexpr int kTiles = kSum == HeadSum::tf32_register_keys ? 1 : 2;  // M tiles a warpgroup
+  static constexpr int kGroupKeys = kTiles * kTileKeys;                        // a warpgroup's keys
+  static constexpr int kConsumerGroups = kSum == HeadSum::fma ? 2 : kSum == HeadSum::tf32_shared_keys ? 3 : 4;
+  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256, 384, 256
+  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32, 48, 32 KB
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // setmaxnreg moves registers within the block's launch allocation (65536 /
-  // threads, rounded down to 8, a thread): FMA, the producer's 128 threads
-  // give 112 each to the 256 consumers; tf32, 64 each to the 384.
+  // threads, rounded down to 8, a thread): fma, the producer's 128 threads
+  // give 112 each to the 256 consumers; tf32_shared_keys, 64 each to the
+  // 384; tf32_register_keys, 32 each to the 512 (ptxas compiles every thread
+  // to the launch allocation, 96, so that is the consumers' real budget).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegisters = kTf32HeadSum ? 64 : 56;  // tf32: it also writes the B operands
-  static constexpr int kConsumerRegisters = kTf32HeadSum ? 144 : 224;
+  static constexpr int kProducerRegisters = kTf32 ? 64 : 56;  // tf32: it also writes the B operands
+  static constexpr int kConsumerRegisters =
+      kSum == HeadSum::fma ? 224 : kSum == HeadSum::tf32_shared_keys ? 144 : 104;
   static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
                     kLaunchRegisters * kThreads,
                 "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
   static constexpr int kSmemBytes = 1024 + kKeyTileBytes + kSlots * kQStageBytes + kBlockKeys * 4 +
                                     kSlots * kHeads * 4 + kSlots * static_cast<int>(sizeof(SlotInfo)) +
-                                    (2 * kSlots + 1) * 8 + (kTf32HeadSum ? 16 + kSlots * kHeadSumBBytes : 0);
+                                    (2 * kSlots + 1) * 8 + (kTf32 ? 16 + kSlots * kHeadSumBBytes : 0);
   static_assert(kSmemBytes <= 227 * 1024, "one block an SM: Hopper's opt-in shared memory");
 };
 
 int g_grid_limit = 0;  // set_v4_indexer_scores_wgmma_grid_limit(); 0: one block a multiprocessor
+bool g_tf32_register_keys = false;  // set_v4_indexer_scores_tf32_register_keys()
 
 // Copies `lines` 128-byte records from src (line i at src + i * 128; lines
 // from `valid` on are zeros) into a swizzled tile: producer thread p moves
@@ -143,12 +164,14 @@ __device__ __forceinline__ void copy_lines(unsigned char* tile, const std::uint8
   }
 }
 
-// kTf32HeadSum: the heads' relu'd scores are summed by a second MMA (tf32,
-// m64n8k8, the score accumulator as its A) instead of an FMA a head and key.
-template <bool kTf32HeadSum>
-__global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
+// The tf32 forms sum the heads' relu'd scores by a second MMA (tf32, m64n8k8,
+// the score accumulator as its A) instead of an FMA a head and key.
+template <HeadSum kSum>
+__global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     v4_indexer_scores_wgmma_kernel(V4IndexerArgs args, int key_blocks, int num_items) {
-  using Shape = BlockShape<kTf32HeadSum>;
+  using Shape = BlockShape<kSum>;
+  constexpr bool kTf32HeadSum = Shape::kTf32, kKeysInRegisters = Shape::kKeysInRegisters;
+  constexpr int kTiles = Shape::kTiles, kGroupKeys = Shape::kGroupKeys;
   constexpr int kBlockKeys = Shape::kBlockKeys, kKeyTileBytes = Shape::kKeyTileBytes;
   constexpr int kConsumerThreads = Shape::kConsumerThreads;
   extern __shared__ unsigned char smem_window[];
@@ -271,8 +294,11 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Shape::kConsumerRegisters));
   const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
   const int g8 = lane >> 2, tig = lane & 3;
-  // The key this lane stores once the quad's sums are reduced: tile tig / 2, row g8 + 8 (tig % 2).
-  const int my_key = wg * kGroupKeys + (tig >> 1) * kTileKeys + warp * 16 + g8 + 8 * (tig & 1);
+  // The key this lane stores once the quad's sums are reduced: tile tig / 2,
+  // row g8 + 8 (tig % 2). With one tile, lanes tig 0 and 1 store (the head
+  // sum's 8 columns are equal: lanes 2 and 3 hold the same sums).
+  const int my_key = wg * kGroupKeys + (kTiles == 2 ? (tig >> 1) * kTileKeys : 0) + warp * 16 + g8 + 8 * (tig & 1);
+  const bool stores = kTiles == 2 || tig < 2;
   auto release = [&](std::uint32_t bar) {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(bar);
@@ -282,12 +308,12 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
   const std::uint64_t desc0 = smem_desc(smem_addr(q_slot(0)), 16, 1024);
   // (tf32) the keys' A descriptor: this warpgroup's tiles of the key tile.
   const std::uint64_t keys_desc0 = smem_desc(smem_addr(key_tile + wg * kGroupKeys * kDim), 16, 1024);
-  // One M tile's four k32 steps: keys from registers (FMA) or from the key tile (tf32).
+  // One M tile's four k32 steps: keys from registers or from the key tile.
   auto issue_tile = [&](int slot, int mt, float (&tile)[32]) {
     const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(slot * (kQStageBytes >> 4));
 #pragma unroll
     for (int ks = 0; ks < kDim / 32; ++ks) {
-      if constexpr (kTf32HeadSum)
+      if constexpr (!kKeysInRegisters)
         wgmma_m64n64k32_e4m3(tile, keys_desc0 + static_cast<std::uint64_t>(mt * (kTileKeys * kDim >> 4) + ks * 2),
                              desc + static_cast<std::uint64_t>(ks * 2), ks > 0);
       else
@@ -302,7 +328,8 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
   };
   float key_factor = 0.0f;  // my_key's key scale x 128^-0.5
   // acc[mt][4 j + e] is key g8, head 8 j + 2 tig + e; acc[mt][4 j + 2 + e] key g8 + 8.
-  auto epilogue = [&](int slot, const float (&acc)[kTiles][32]) {
+  auto epilogue = [&](int slot, const auto& acc) {  // generic: instantiated for fma (two tiles) only
+    static_assert(sizeof(acc) == 2 * 32 * sizeof(float), "the quad's four sums are two tiles' two rows");
     const SlotInfo info = infos[slot];
     if (info.row < 0) return;
     // Two sums a key (even and odd heads): eight FMA chains, not four, so a
@@ -361,10 +388,11 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
     const SlotInfo info = infos[slot];
     if (info.row < 0) return;
     // Selects, not a pointer into the array: that would put the sums in local memory.
-    const float first = (tig & 1) ? sums[0][2] : sums[0][0], second = (tig & 1) ? sums[1][2] : sums[1][0];
-    const float sum = (tig & 2) ? second : first;
+    const float first = (tig & 1) ? sums[0][2] : sums[0][0];
+    float sum = first;
+    if constexpr (kTiles == 2) sum = (tig & 2) ? ((tig & 1) ? sums[1][2] : sums[1][0]) : first;
     const int t = info.t0 + my_key;
-    if (t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
+    if (stores && t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
   };
 
   float acc[2][kTiles][32];
@@ -376,7 +404,7 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
     // The key fragments (ldmatrix x4's matrices: rows g8 and g8 + 8 of k
     // [0, 16) and [16, 32)) and this lane's key scale, then the key tile is free.
     const int m = lane >> 3;
-    if constexpr (!kTf32HeadSum) {
+    if constexpr (kKeysInRegisters) {
 #pragma unroll
       for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
@@ -387,15 +415,15 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
         }
     }
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
-    // (tf32: the MMAs read the key tile itself, so it is freed at the epoch's end.)
-    if constexpr (!kTf32HeadSum) release(key_empty);
+    // (tf32_shared_keys: the MMAs read the key tile itself, so it is freed at the epoch's end.)
+    if constexpr (kKeysInRegisters) release(key_empty);
     if constexpr (kTf32HeadSum) {
       // One accumulator (ptxas keeps the consumers in 168 registers: a second
       // one, pinned as the head sum's A, would spill). Per row: its scores
-      // (FP8, both tiles), then tile by tile its relu and head sum (tf32),
+      // (FP8, every tile), then tile by tile its relu and head sum (tf32),
       // the next row's scores for a tile issued as soon as that tile's head
-      // sum has read it (groups retire in order: wait<1> is all but the
-      // latest). A row is stored at the next row's wait for everything: a
+      // sum has read it (groups retire in order: wait<kTiles - 1> leaves only
+      // the later tiles' groups in flight). A row is stored at the next row's wait for everything: a
       // read of the sums while any MMA is in flight serializes them (C7514).
       float (&scores)[kTiles][32] = acc[0];
       float sums[kTiles][4] = {};
@@ -423,10 +451,11 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
           for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
           if (i + 1 < kGroupRows) {
             wait_full(g + j + i + 1);
-            wgmma_wait<1>();
-            issue_mma_tile(next, 0, scores[0]);
-            wgmma_wait<1>();
-            issue_mma_tile(next, 1, scores[1]);
+#pragma unroll
+            for (int mt = 0; mt < kTiles; ++mt) {
+              wgmma_wait<kTiles - 1>();  // tile mt's head sum has read it
+              issue_mma_tile(next, mt, scores[mt]);
+            }
           }
         }
         wgmma_wait<0>();
@@ -435,7 +464,7 @@ __global__ void __launch_bounds__(BlockShape<kTf32HeadSum>::kThreads, 1)
         store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
         release(empty((g + j + kGroupRows - 1) % kSlots));
       }
-      release(key_empty);
+      if constexpr (!kKeysInRegisters) release(key_empty);
     } else {
       for (int j = 0; j < slots; j += kGroupRows) {
         wait_full(g + j);
@@ -467,7 +496,7 @@ void set_v4_indexer_scores_wgmma_grid_limit(int blocks) { g_grid_limit = std::ma
 
 namespace {
 
-void launch_scores(const V4IndexerArgs& args, bool tf32_head_sum, cudaStream_t stream) {
+void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) {
   SLUICE_CHECK(args.num_heads > 0 && args.num_heads <= kHeads);
   SLUICE_CHECK(args.max_visible >= 0);
   SLUICE_CHECK_MSG(args.head_factors != nullptr, "the warpgroup-MMA indexer reads head_factors (q_scale x weights)");
@@ -477,40 +506,46 @@ void launch_scores(const V4IndexerArgs& args, bool tf32_head_sum, cudaStream_t s
                reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0);
   if (args.rows == 0 || args.max_visible == 0) return;
   static const int sm_count = [] {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel<false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, BlockShape<false>::kSmemBytes));
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_scores_wgmma_kernel<true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, BlockShape<true>::kSmemBytes));
+    auto allow = [](auto kernel, int bytes) {
+      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    };
+    allow(v4_indexer_scores_wgmma_kernel<HeadSum::fma>, BlockShape<HeadSum::fma>::kSmemBytes);
+    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_shared_keys>, BlockShape<HeadSum::tf32_shared_keys>::kSmemBytes);
+    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_keys>,
+          BlockShape<HeadSum::tf32_register_keys>::kSmemBytes);
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return sms;
   }();
-  auto launch = [&]<bool kTf32HeadSum>() {
-    using Shape = BlockShape<kTf32HeadSum>;
+  auto launch = [&]<HeadSum kSum>() {
+    using Shape = BlockShape<kSum>;
     const std::int64_t key_blocks = (args.max_visible + Shape::kBlockKeys - 1) / Shape::kBlockKeys;
     const std::int64_t items = key_blocks * ((args.rows + kItemRows - 1) / kItemRows);
     SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "indexer scores: too many work items");
     const auto blocks =
         static_cast<unsigned>(std::min<std::int64_t>(items, g_grid_limit > 0 ? g_grid_limit : sm_count));
-    v4_indexer_scores_wgmma_kernel<kTf32HeadSum><<<blocks, Shape::kThreads, Shape::kSmemBytes, stream>>>(
+    v4_indexer_scores_wgmma_kernel<kSum><<<blocks, Shape::kThreads, Shape::kSmemBytes, stream>>>(
         args, static_cast<int>(key_blocks), static_cast<int>(items));
   };
-  if (tf32_head_sum)
-    launch.template operator()<true>();
-  else
-    launch.template operator()<false>();
+  switch (sum) {
+    case HeadSum::fma: launch.template operator()<HeadSum::fma>(); break;
+    case HeadSum::tf32_shared_keys: launch.template operator()<HeadSum::tf32_shared_keys>(); break;
+    case HeadSum::tf32_register_keys: launch.template operator()<HeadSum::tf32_register_keys>(); break;
+  }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stream) {
-  launch_scores(args, /*tf32_head_sum=*/false, stream);
+  launch_scores(args, HeadSum::fma, stream);
 }
 
+void set_v4_indexer_scores_tf32_register_keys(bool register_keys) { g_tf32_register_keys = register_keys; }
+
 void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream) {
-  launch_scores(args, /*tf32_head_sum=*/true, stream);
+  launch_scores(args, g_tf32_register_keys ? HeadSum::tf32_register_keys : HeadSum::tf32_shared_keys, stream);
 }
 
 }  // namespace sluice::cuda
