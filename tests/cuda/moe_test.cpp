@@ -629,8 +629,10 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
     const Tensor d_ids = ops->scratch({num_pairs}, DType::i32);
     upload_to(d_ids, expert_ids.data());
     const Tensor offsets = ops->scratch({num_experts + 1}, DType::i32);
-    const Tensor slot_of_pair = ops->scratch({num_pairs}, DType::i32), row_of_slot = ops->scratch({num_pairs}, DType::i32);
-    const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32), tile_first_slot = ops->scratch({max_tiles}, DType::i32);
+    const Tensor slot_of_pair = ops->scratch({num_pairs}, DType::i32);
+    const Tensor row_of_slot = ops->scratch({num_pairs}, DType::i32);
+    const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32);
+    const Tensor tile_first_slot = ops->scratch({max_tiles}, DType::i32);
     for (const cuda::MoeTileOrder order : {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired}) {
       const bool is_paired = order == cuda::MoeTileOrder::paired;
       SCOPED_TRACE(is_paired ? "paired" : "by expert");

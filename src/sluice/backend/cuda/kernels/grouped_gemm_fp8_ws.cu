@@ -340,7 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if constexpr (kTma) {
           // The weight tile's two boxes of 64 rows: the gate and up halves under swiglu.
-          const int w_box0 = static_cast<int>(w_row0), w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2);
+          const int w_box0 = static_cast<int>(w_row0);
+          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2);
           if (group_tid == 0 && tile.shares_weights) {
             // Box `rank` into both blocks of the cluster, at the same offsets.
             tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
