@@ -284,7 +284,8 @@ void bench_deepseek_moe(bool quick) {
   // steps only, so prefill; decode rows are the grouped kernel either way), then bf16.
   // fp8_wgmma under each kernel of its 128-slot tiles (prefill): the
   // warp-specialised ones (cp.async or TMA loads, A multicast to a cluster of
-  // two; one or two accumulators a consumer) and the ring kernel
+  // two or four, the weight tile multicast to a cluster of two on the paired
+  // plan; one or two accumulators a consumer) and the ring kernel
   // (grouped_gemm_fp8_kernel.h); decode's 64-slot tiles run the ring kernel under all.
   struct Variant {
     bool fp8;
@@ -300,6 +301,7 @@ void bench_deepseek_moe(bool quick) {
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped},
                     Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt}, Variant{false, cuda::MoeExpertGemm::grouped}}) {

@@ -459,7 +459,8 @@ TEST(CudaDeepseekV3Fp8, MatchesTheDequantizedCpuRun) {
 // kernels against the ring kernel, the whole CUDA run each (prefill and 8
 // greedy steps; decode's 64-slot tiles run the ring kernel under all; the
 // clusters of 4 are left out: this checkpoint's 2 column blocks a GEMM do not
-// split into them, so they would run the ring kernel). They
+// split into them, so they would run the ring kernel; tma_weight_multicast
+// runs the paired plan, here mostly two experts' tiles a cluster). They
 // issue the same MMAs and promotions in the same order, so the logits should
 // agree to the last bit; the bound leaves room only for a different
 // contraction of the promotion's multiply-add.
@@ -486,7 +487,8 @@ TEST(CudaDeepseekV3Fp8, WarpSpecializedExpertsMatchTheRingKernel) {
   for (const cuda::GroupedGemmFp8Kernel kernel :
        {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap,
         cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap}) {
+        cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
+        cuda::GroupedGemmFp8Kernel::tma_weight_multicast}) {
     SCOPED_TRACE(::testing::Message() << cuda::name_of(kernel));
     const GenerateResult got = run_cuda(kernel);
     ASSERT_FALSE(ring.logits.empty());

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
 #include <optional>
+#include <span>
 
 #include "sluice/backend/cpu/deepseek_ops.h"
 #include "sluice/backend/cpu/thread_pool.h"
@@ -426,33 +428,92 @@ TEST(CudaMoe, Fp8RowSliceKeepsItsScales) {
   EXPECT_LE(relative_error(download(out), matmul_f64(x, rows, m, n - begin, k)), kBf16Tolerance);
 }
 
-// One case of Fp8WgmmaExpertsUnderUnevenLoads (below).
-void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
-  ThreadPool pool(2);
-  constexpr std::int64_t kHidden = 1024, kInter = 256;
-  std::vector<std::int32_t> counts = {0, 1, 3, 63, 64, 65, 127, 128, 129, 200, 255, 1};  // slots an expert
-  counts.insert(counts.end(), static_cast<std::size_t>(empty_experts), 0);
-  const auto num_experts = static_cast<std::int32_t>(counts.size());
-  constexpr std::int32_t kTopK = 2;
-  // Pair i (expert sequence sorted by expert) goes to row i % rows, choice i / rows:
-  // a row's two experts differ because no expert holds more than `rows` pairs.
-  std::vector<std::int32_t> sequence;
-  for (std::int32_t e = 0; e < num_experts; ++e) sequence.insert(sequence.end(), counts[e], e);
-  ASSERT_EQ(sequence.size() % kTopK, 0u);
-  const auto rows = static_cast<std::int32_t>(sequence.size() / kTopK);
-  ASSERT_GT(rows, *std::max_element(counts.begin(), counts.end()));
-  std::vector<std::int32_t> ids(sequence.size());
-  std::vector<float> weights(ids.size());
-  SplitMix64 rng(9700);
-  for (std::size_t i = 0; i < sequence.size(); ++i) {
-    const std::size_t row = i % static_cast<std::size_t>(rows), choice = i / static_cast<std::size_t>(rows);
-    ids[row * kTopK + choice] = sequence[i];
-    weights[row * kTopK + choice] = static_cast<float>(0.1 + rng.uniform());
+// Expert loads for Fp8WgmmaExpertsUnderUnevenLoads and CudaMoeFp8Ws (below):
+// the slots of each expert, then empty_experts more with none.
+struct UnevenLoads {
+  std::vector<std::int32_t> counts = {0, 1, 3, 63, 64, 65, 127, 128, 129, 200, 255, 1};
+  std::int32_t empty_experts = 0;
+};
+
+std::int32_t total_slots(const UnevenLoads& loads) {
+  return std::accumulate(loads.counts.begin(), loads.counts.end(), std::int32_t{0});
+}
+
+// One UnevenLoads case on the host: two choices a row, random FP8 experts
+// (hidden 1024, moe_intermediate 256), bf16 activations and output.
+struct UnevenLoadsProblem {
+  static constexpr std::int64_t kHidden = 1024, kInter = 256;
+  static constexpr std::int32_t kTopK = 2;
+  std::int32_t num_experts, rows;
+  std::vector<std::int32_t> ids;  // [rows, kTopK]
+  std::vector<float> weights;     // [rows, kTopK]
+  HostFp8Weight gate_up, down;    // [experts * 2 * kInter, kHidden], [experts * kHidden, kInter]
+  std::vector<float> x, out;      // [rows, kHidden], bf16 values
+
+  explicit UnevenLoadsProblem(const UnevenLoads& loads)
+      : num_experts(static_cast<std::int32_t>(loads.counts.size()) + loads.empty_experts),
+        rows(total_slots(loads) / kTopK),
+        gate_up(num_experts * 2 * kInter, kHidden, 9701, 2e-3f),
+        down(num_experts * kHidden, kInter, 9702, 2e-3f),
+        x(random_bf16(static_cast<std::size_t>(rows * kHidden), 9703, 2.0f)),
+        out(random_bf16(x.size(), 9704, 1.0f)) {
+    // Pair i (expert sequence sorted by expert) goes to row i % rows, choice i / rows:
+    // a row's two experts differ because no expert holds more than `rows` pairs.
+    std::vector<std::int32_t> sequence;
+    for (std::size_t e = 0; e < loads.counts.size(); ++e)
+      sequence.insert(sequence.end(), loads.counts[e], static_cast<std::int32_t>(e));
+    SLUICE_CHECK_EQ(sequence.size() % kTopK, 0u);
+    SLUICE_CHECK(rows > *std::max_element(loads.counts.begin(), loads.counts.end()));
+    ids.resize(sequence.size());
+    weights.resize(ids.size());
+    SplitMix64 rng(9700);
+    for (std::size_t i = 0; i < sequence.size(); ++i) {
+      const std::size_t row = i % static_cast<std::size_t>(rows), choice = i / static_cast<std::size_t>(rows);
+      ids[row * kTopK + choice] = sequence[i];
+      weights[row * kTopK + choice] = static_cast<float>(0.1 + rng.uniform());
+    }
   }
-  HostFp8Weight fp8_gate_up(num_experts * 2 * kInter, kHidden, 9701, 2e-3f), fp8_down(num_experts * kHidden, kInter, 9702, 2e-3f);
-  const std::vector<float> gate_up = fp8_gate_up.dequantized(), down = fp8_down.dequantized();
-  const std::vector<float> x = random_bf16(static_cast<std::size_t>(rows * kHidden), 9703, 2.0f);
-  const std::vector<float> out = random_bf16(x.size(), 9704, 1.0f);
+};
+
+// The problem's routed experts on the CUDA backend (fp8_wgmma, the 128-slot
+// kernel grouped_gemm_fp8_kernel() names): routed = output - the output before.
+void run_fp8_wgmma_experts(UnevenLoadsProblem& p, std::vector<float>& routed) {
+  constexpr std::int64_t kHidden = UnevenLoadsProblem::kHidden;
+  constexpr std::int32_t kTopK = UnevenLoadsProblem::kTopK;
+  auto made = make_cuda_ops(
+      {.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma});
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  auto ops = std::move(made).value();
+  Tensor host_gate_up = p.gate_up.tensor();
+  auto d_gate_up = ops->upload_concatenated(std::span<const Tensor>(&host_gate_up, 1));
+  auto d_down = ops->upload_weight(p.down.tensor());
+  ASSERT_TRUE(d_gate_up.ok()) << d_gate_up.error_message();
+  ASSERT_TRUE(d_down.ok()) << d_down.error_message();
+  ASSERT_EQ(d_gate_up->dtype, DType::f8_e4m3);
+  DeviceArray d_x(p.x, DType::bf16, {p.rows, kHidden}), d_out(p.out, DType::bf16, {p.rows, kHidden});
+  DeviceArray d_weights(p.weights, DType::f32, {p.rows, kTopK});
+  ops->begin_step(layout_with_rows(p.rows));
+  const Tensor d_ids = ops->scratch({p.rows, kTopK}, DType::i32);
+  upload_to(d_ids, p.ids.data());
+  const Status status = ops->moe_experts(d_x.tensor(), {.gate_up = *d_gate_up, .down = *d_down},
+                                         {.expert_ids = d_ids, .expert_weights = d_weights.tensor()}, d_out.tensor());
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::vector<float> got = download(d_out.tensor());
+  routed.resize(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) routed[i] = got[i] - p.out[i];
+}
+
+// The routed output against the host with the kernel's numerics (float64
+// sums of the same e4m3 values: the bf16 bound) and against the CPU
+// reference's unquantized activations (the e4m3 bound); every row written.
+void check_against_the_host(UnevenLoadsProblem& p, const std::vector<float>& routed) {
+  ThreadPool pool(2);
+  constexpr std::int64_t kHidden = UnevenLoadsProblem::kHidden, kInter = UnevenLoadsProblem::kInter;
+  constexpr std::int32_t kTopK = UnevenLoadsProblem::kTopK;
+  const std::int32_t rows = p.rows, num_experts = p.num_experts;
+  const std::vector<std::int32_t>& ids = p.ids;
+  const std::vector<float>& x = p.x;
+  const std::vector<float> gate_up = p.gate_up.dequantized(), down = p.down.dequantized();
 
   // The host with the kernel's numerics (float64 sums of the same e4m3 values).
   const std::vector<float> x_q = fp8_quantized_rows(x, rows, kHidden);
@@ -472,7 +533,7 @@ void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
         act[static_cast<std::size_t>(c)] = round_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
       }
       const std::vector<float> act_q = fp8_quantized_rows(act, 1, kInter);
-      const double w = weights[static_cast<std::size_t>(r * kTopK + j)];
+      const double w = p.weights[static_cast<std::size_t>(r * kTopK + j)];
       for (std::int64_t c = 0; c < kHidden; ++c) {
         double y = 0.0;
         const float* wd = &down[static_cast<std::size_t>((e * kHidden + c) * kInter)];
@@ -481,38 +542,18 @@ void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
       }
     }
   // The CPU reference (unquantized activations), the routed part alone.
-  std::vector<float> ref_cpu = out;
-  std::vector<float> gate_up_copy = gate_up, down_copy = down, x_copy = x, weights_copy = weights;
+  std::vector<float> ref_cpu = p.out;
+  std::vector<float> gate_up_copy = gate_up, down_copy = down, x_copy = x, weights_copy = p.weights;
+  std::vector<std::int32_t> ids_copy = ids;
   cpu::moe_experts(pool, host_tensor(x_copy, {rows, kHidden}),
                    {.gate_up = host_tensor(gate_up_copy, {num_experts * 2 * kInter, kHidden}),
                     .down = host_tensor(down_copy, {num_experts * kHidden, kInter})},
-                   {.expert_ids = Tensor{ids.data(), DType::i32, Shape{rows, kTopK}},
+                   {.expert_ids = Tensor{ids_copy.data(), DType::i32, Shape{rows, kTopK}},
                     .expert_weights = host_tensor(weights_copy, {rows, kTopK})},
                    host_tensor(ref_cpu, {rows, kHidden}));
   std::vector<double> ref_unquantized(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) ref_unquantized[i] = double(ref_cpu[i]) - out[i];
+  for (std::size_t i = 0; i < x.size(); ++i) ref_unquantized[i] = double(ref_cpu[i]) - p.out[i];
 
-  auto made = make_cuda_ops(
-      {.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma});
-  ASSERT_TRUE(made.ok()) << made.error_message();
-  auto ops = std::move(made).value();
-  Tensor host_gate_up = fp8_gate_up.tensor();
-  auto d_gate_up = ops->upload_concatenated(std::span<const Tensor>(&host_gate_up, 1));
-  auto d_down = ops->upload_weight(fp8_down.tensor());
-  ASSERT_TRUE(d_gate_up.ok()) << d_gate_up.error_message();
-  ASSERT_TRUE(d_down.ok()) << d_down.error_message();
-  ASSERT_EQ(d_gate_up->dtype, DType::f8_e4m3);
-  DeviceArray d_x(x, DType::bf16, {rows, kHidden}), d_out(out, DType::bf16, {rows, kHidden});
-  DeviceArray d_weights(weights, DType::f32, {rows, kTopK});
-  ops->begin_step(layout_with_rows(rows));
-  const Tensor d_ids = ops->scratch({rows, kTopK}, DType::i32);
-  upload_to(d_ids, ids.data());
-  const Status status = ops->moe_experts(d_x.tensor(), {.gate_up = *d_gate_up, .down = *d_down},
-                                         {.expert_ids = d_ids, .expert_weights = d_weights.tensor()}, d_out.tensor());
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  const std::vector<float> got = download(d_out.tensor());
-  std::vector<float> routed(got.size());
-  for (std::size_t i = 0; i < got.size(); ++i) routed[i] = got[i] - out[i];
   EXPECT_LE(relative_error(routed, ref_quantized), kBf16Tolerance)
       << "against the host's quantized numerics: " << worst_difference(routed, ref_quantized).where(kHidden);
   EXPECT_LE(relative_error(routed, ref_unquantized), kFp8ActivationTolerance)
@@ -527,6 +568,109 @@ void fp8_wgmma_uneven_loads(std::int32_t empty_experts) {
   }
 }
 
+// One case of Fp8WgmmaExpertsUnderUnevenLoads (below).
+void fp8_wgmma_uneven_loads(const UnevenLoads& loads) {
+  UnevenLoadsProblem problem(loads);
+  std::vector<float> routed;
+  run_fp8_wgmma_experts(problem, routed);
+  if (::testing::Test::HasFatalFailure()) return;
+  check_against_the_host(problem, routed);
+}
+
+// The plan's tiles (launch_moe_plan) in both orders against the host's
+// reading of moe_kernels.h: by expert, each expert's tiles in turn; paired,
+// an expert's tiles two by two, then its odd tile beside the next odd one's
+// (after that expert's pairs), a lone last odd tile with -1 as its partner.
+// Experts of 0-3 tiles, full and partial; one routing with an even number
+// of odd tiles, one with a lone last odd tile (position `tiles` then holds
+// -1, inside max_tiles).
+TEST(CudaMoe, PlanPairsEachExpertsTiles) {
+  constexpr std::int32_t kTileRows = 128;
+  struct Tile {
+    std::int32_t expert, first_slot;
+    bool operator==(const Tile&) const = default;
+  };
+  for (const std::vector<std::int32_t>& counts :
+       {std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130},
+        std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7}}) {
+    const auto num_experts = static_cast<std::int32_t>(counts.size());
+    std::vector<std::int32_t> expert_ids;  // pair p (k = 1: row p) -> its expert, experts in turn
+    std::vector<Tile> by_expert;
+    std::vector<std::vector<Tile>> tiles_of(counts.size());
+    for (std::int32_t e = 0, slot = 0; e < num_experts; slot += counts[static_cast<std::size_t>(e)], ++e) {
+      expert_ids.insert(expert_ids.end(), counts[static_cast<std::size_t>(e)], e);
+      for (std::int32_t first = 0; first < counts[static_cast<std::size_t>(e)]; first += kTileRows)
+        tiles_of[static_cast<std::size_t>(e)].push_back({e, slot + first});
+      by_expert.insert(by_expert.end(), tiles_of[static_cast<std::size_t>(e)].begin(),
+                       tiles_of[static_cast<std::size_t>(e)].end());
+    }
+    std::vector<Tile> paired;
+    std::optional<Tile> waiting;
+    for (const std::vector<Tile>& tiles : tiles_of) {
+      paired.insert(paired.end(), tiles.begin(), tiles.begin() + static_cast<std::ptrdiff_t>(tiles.size() / 2 * 2));
+      if (tiles.size() % 2 == 0) continue;
+      if (!waiting) {
+        waiting = tiles.back();
+        continue;
+      }
+      paired.push_back(*waiting);
+      paired.push_back(tiles.back());
+      waiting.reset();
+    }
+    if (waiting) paired.push_back(*waiting);
+    ASSERT_EQ(paired.size(), by_expert.size());
+    SCOPED_TRACE(::testing::Message() << by_expert.size() << " tiles");
+
+    const auto num_pairs = static_cast<std::int32_t>(expert_ids.size());
+    const std::int32_t max_tiles = cuda::moe_max_tiles(num_pairs, num_experts, kTileRows);
+    ASSERT_GT(max_tiles, static_cast<std::int32_t>(by_expert.size()));
+    auto ops = make_test_ops();
+    ops->begin_step(layout_with_rows(num_pairs));
+    const Tensor d_ids = ops->scratch({num_pairs}, DType::i32);
+    upload_to(d_ids, expert_ids.data());
+    const Tensor offsets = ops->scratch({num_experts + 1}, DType::i32);
+    const Tensor slot_of_pair = ops->scratch({num_pairs}, DType::i32);
+    const Tensor row_of_slot = ops->scratch({num_pairs}, DType::i32);
+    const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32);
+    const Tensor tile_first_slot = ops->scratch({max_tiles}, DType::i32);
+    for (const cuda::MoeTileOrder order : {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired}) {
+      const bool is_paired = order == cuda::MoeTileOrder::paired;
+      SCOPED_TRACE(is_paired ? "paired" : "by expert");
+      cuda::launch_moe_plan({.expert_ids = d_ids.as<const std::int32_t>(),
+                             .num_pairs = num_pairs,
+                             .k = 1,
+                             .num_experts = num_experts,
+                             .tile_rows = kTileRows,
+                             .max_tiles = max_tiles,
+                             .tile_order = order,
+                             .expert_offsets = offsets.as<std::int32_t>(),
+                             .slot_of_pair = slot_of_pair.as<std::int32_t>(),
+                             .row_of_slot = row_of_slot.as<std::int32_t>(),
+                             .tile_expert = tile_expert.as<std::int32_t>(),
+                             .tile_first_slot = tile_first_slot.as<std::int32_t>()},
+                            cuda::Launch{.stream = nullptr, .programmatic = false});
+      const std::vector<std::int32_t> experts = download_i32(tile_expert), firsts = download_i32(tile_first_slot);
+      const std::vector<Tile>& want = is_paired ? paired : by_expert;
+      for (std::int32_t t = 0; t < max_tiles; ++t) {
+        const std::size_t i = static_cast<std::size_t>(t);
+        if (i < want.size()) {
+          EXPECT_EQ((Tile{experts[i], firsts[i]}), want[i]) << "tile " << t << ": expert " << experts[i]
+                                                             << ", first slot " << firsts[i];
+        } else {
+          EXPECT_EQ(experts[i], -1) << "tile " << t;
+        }
+      }
+      if (!is_paired) continue;
+      // The kernel's reading: tiles 2p and 2p + 1 of one expert wherever that expert has two left.
+      for (std::size_t e = 0; e < tiles_of.size(); ++e) {
+        std::size_t shared = 0;
+        for (std::size_t t = 0; t + 1 < want.size(); t += 2)
+          shared += experts[t] == static_cast<std::int32_t>(e) && experts[t + 1] == static_cast<std::int32_t>(e);
+        EXPECT_EQ(shared, tiles_of[e].size() / 2) << "expert " << e;
+      }
+    }
+  }
+}
 
 // The FP8 tensor-core experts (MoeExpertGemm::fp8_wgmma) under uneven expert
 // loads chosen to hit every edge of its 128-slot tiles and two 64-row
@@ -550,17 +694,18 @@ TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
   for (const std::int32_t empty_experts : {0, 20}) {
     SCOPED_TRACE(::testing::Message() << empty_experts << " more empty experts");
     cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
-    fp8_wgmma_uneven_loads(empty_experts);
+    fp8_wgmma_uneven_loads({.empty_experts = empty_experts});
   }
   cuda::set_grouped_gemm_fp8_kernel(before);
 }
 
 // The uneven loads' 128-slot tiles under one warp-specialised persistent
 // kernel (grouped_gemm_fp8_kernel.h: cp.async or TMA loads, A multicast to a
-// cluster of two, one or two accumulators), with a block an SM (one or two
-// work items a block at these sizes) and with 3 blocks (each block, or
-// cluster of 2, walks ~60 items, its copy ring wrapping across items). A
-// test each, so that a hang (a ring that never fills) names its kernel.
+// cluster of two or four, the weight tile multicast to a cluster of two on a
+// tile pair, one or two accumulators), with a block an SM (one or two work
+// items a block at these sizes) and with 3 blocks (each block, or cluster of
+// 2, walks ~60 items, its copy ring wrapping across items). A test each, so
+// that a hang (a ring that never fills) names its kernel.
 struct WsCase {
   cuda::GroupedGemmFp8Kernel kernel;
   int grid_limit;
@@ -577,9 +722,48 @@ TEST_P(CudaMoeFp8Ws, UnevenLoads) {
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
   cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
-  fp8_wgmma_uneven_loads(0);
+  fp8_wgmma_uneven_loads({});
   cuda::set_grouped_gemm_fp8_kernel(before);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
+}
+
+// The uneven loads with three experts of three tiles (256 + 44 slots, three
+// full tiles, 256 + 2) and four empty experts after them: 23 tiles, 11 experts
+// with an odd count. Under tma_weight_multicast the paired plan runs each
+// 2-tile expert on one cluster sharing its weight tiles, each 3-tile expert's
+// first two likewise, the odd tiles two experts to a cluster, and the last odd
+// tile beside a block with no rows. The output must be the ring kernel's bit
+// for bit: every kernel issues the same MMAs and promotions in the same order
+// (the DeepSeek golden's WarpSpecializedExpertsMatchTheRingKernel found
+// relative logit error 0 for each).
+TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
+  UnevenLoads loads;
+  loads.counts.insert(loads.counts.end(), {300, 384, 258});
+  loads.empty_experts = 4;
+  const auto num_experts = static_cast<std::int64_t>(loads.counts.size()) + loads.empty_experts;
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts), 128);
+  UnevenLoadsProblem problem(loads);
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  std::vector<float> ring, got;
+  cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
+  run_fp8_wgmma_experts(problem, ring);
+  cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
+  run_fp8_wgmma_experts(problem, got);
+  cuda::set_grouped_gemm_fp8_kernel(before);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
+  ASSERT_EQ(got.size(), ring.size());
+  std::size_t num_different = 0, first_different = 0;
+  for (std::size_t i = ring.size(); i-- > 0;)
+    if (got[i] != ring[i]) {
+      ++num_different;
+      first_different = i;
+    }
+  const std::int64_t hidden = UnevenLoadsProblem::kHidden;
+  EXPECT_EQ(num_different, 0u) << "first at row " << static_cast<std::int64_t>(first_different) / hidden
+                               << ", column " << static_cast<std::int64_t>(first_different) % hidden << ": "
+                               << (num_different > 0 ? got[first_different] : 0.0f) << " against the ring's "
+                               << (num_different > 0 ? ring[first_different] : 0.0f);
 }
 
 std::vector<WsCase> ws_cases() {
@@ -588,7 +772,8 @@ std::vector<WsCase> ws_cases() {
        {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap,
         cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
         cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap})
+        cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap,
+        cuda::GroupedGemmFp8Kernel::tma_weight_multicast})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
   return cases;
 }

@@ -309,6 +309,7 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
                    .num_experts = static_cast<std::int32_t>(num_experts),
                    .tile_rows = p.tile_rows,
                    .max_tiles = p.max_tiles,
+                   .tile_order = fp8_wgmma ? grouped_gemm_fp8_tile_order(p.tile_rows) : MoeTileOrder::by_expert,
                    .expert_offsets = p.expert_offsets,
                    .slot_of_pair = p.slot_of_pair,
                    .row_of_slot = p.row_of_slot,

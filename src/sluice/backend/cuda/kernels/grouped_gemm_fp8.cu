@@ -242,6 +242,11 @@ std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num
   return num_slots <= 64 * num_groups ? 64 : 128;
 }
 
+MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows) {
+  return tile_rows == 128 && g_kernel.load() == GroupedGemmFp8Kernel::tma_weight_multicast ? MoeTileOrder::paired
+                                                                                          : MoeTileOrder::by_expert;
+}
+
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {
   return n > 0 && k > 0 && n % kBlockN == 0 && k % kBlockK == 0;
 }

@@ -15,9 +15,10 @@ namespace sluice::cuda {
 
 // The warp-specialised kernels (grouped_gemm_fp8_ws.cu) differ in how the
 // producer moves A and W (cp.async; TMA; TMA with A multicast to a cluster of
-// two or four blocks on neighbouring column blocks) and in the consumer: one
-// accumulator, or two (`_overlap`: the next K block's MMAs run while it
-// promotes the last one).
+// two or four blocks on neighbouring column blocks; TMA with the weight tile
+// multicast to a cluster of two blocks holding two tiles of one expert) and in
+// the consumer: one accumulator, or two (`_overlap`: the next K block's MMAs
+// run while it promotes the last one).
 enum class GroupedGemmFp8Kernel {
   warp_specialized,
   warp_specialized_overlap,
@@ -27,6 +28,9 @@ enum class GroupedGemmFp8Kernel {
   tma_multicast_overlap,
   tma_multicast4,
   tma_multicast4_overlap,
+  // The plan pairs an expert's tiles (grouped_gemm_fp8_tile_order): each pair
+  // runs on a cluster of two, each block multicasting half the weight tile.
+  tma_weight_multicast,
   ring
 };
 
@@ -40,6 +44,7 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
     case GroupedGemmFp8Kernel::tma_multicast_overlap: return "tma-multicast-overlap";
     case GroupedGemmFp8Kernel::tma_multicast4: return "tma-multicast4";
     case GroupedGemmFp8Kernel::tma_multicast4_overlap: return "tma-multicast4-overlap";
+    case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }
   return "?";

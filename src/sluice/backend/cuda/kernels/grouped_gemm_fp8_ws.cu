@@ -41,6 +41,20 @@
 // 11). A stage is then refilled only once the consumers of every block of the
 // cluster released it: `empty` counts them all, each consumer warp arriving
 // on every block's barrier.
+//
+// WsLoads::tma_weight_multicast2: clusters of 2 take a pair of tiles (the
+// plan's tiles 2p and 2p + 1, MoeTileOrder::paired: two tiles of one expert
+// where it can) at one column block, rank r tile 2p + r. Tiles of one expert
+// read the same weight tile, so each block's producer loads one of its two
+// 64-row boxes and multicasts it into both blocks: a weight tile leaves L2
+// once a cluster, and an expert's two tiles read it together, not ~20 us
+// apart (round-robin tiles drifted that far and read each weight tile from
+// HBM twice; session 12). A stays per block (cp.async when gathered, one TMA
+// box otherwise). A pair of two experts' odd tiles loads each block's weight
+// tile alone; a lone last tile's partner block has no rows: it loads
+// nothing, but waits for and releases every stage as an idle consumer does,
+// so both blocks of a cluster always walk the same stages. `empty` counts the
+// cluster's consumers, as under A multicast.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -102,9 +116,20 @@ constexpr int kPasses = kBlockM / kRowsPerPass;  // the same for the A and the w
 static_assert(kBlockM == kBlockN && kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
 
 // How the producer moves A and W (the scales always go by cp.async).
-enum class WsLoads { cp_async, tma, tma_multicast2, tma_multicast4 };
+enum class WsLoads { cp_async, tma, tma_multicast2, tma_multicast4, tma_weight_multicast2 };
 template <WsLoads kLoads>
-constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 ? 2 : kLoads == WsLoads::tma_multicast4 ? 4 : 1;
+constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 || kLoads == WsLoads::tma_weight_multicast2 ? 2
+                             : kLoads == WsLoads::tma_multicast4                                          ? 4
+                                                                                                          : 1;
+// Whether the cluster shares A (its blocks take neighbouring column blocks of
+// one tile) or W (they take a pair of tiles at one column block).
+template <WsLoads kLoads>
+constexpr bool kMulticastA = kLoads == WsLoads::tma_multicast2 || kLoads == WsLoads::tma_multicast4;
+template <WsLoads kLoads>
+constexpr int kTilesPerItem = kLoads == WsLoads::tma_weight_multicast2 ? 2 : 1;
+template <WsLoads kLoads>
+constexpr int kColumnBlocksPerItem = kClusterSize<kLoads> / kTilesPerItem<kLoads>;
+constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
@@ -127,18 +152,48 @@ __device__ __forceinline__ TileWork tile_work(const GroupedGemmFp8Args& a, int t
   return {group, first_slot, min(kBlockM, a.expert_offsets[group + 1] - first_slot)};
 }
 
-// Work items: (tile, group of kCluster neighbouring column blocks), the
-// groups fastest; a cluster takes one item, its block of rank r the group's
-// column block r. items_per_tile = column blocks / kCluster.
+// This block's tile of the work item's tile unit u: tile u, or under weight
+// multicast tile 2u + rank of the pair (2u, 2u + 1). group < 0: past the
+// plan's last tile (every block of the cluster sees it at the same u and
+// stops). shares_weights: the pair is one expert's, each block multicasts
+// half the weight tile; otherwise each block loads its own (loads_weights),
+// except a lone last tile's partner: the first tile's group with no rows,
+// loading nothing.
+struct BlockTile {
+  TileWork work;
+  bool shares_weights, loads_weights;
+};
+template <WsLoads kLoads>
+__device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int unit, int rank) {
+  if constexpr (kTilesPerItem<kLoads> == 1) {
+    return {tile_work(a, unit), false, true};
+  } else {
+    const TileWork first = tile_work(a, 2 * unit);
+    if (first.group < 0) return {first, false, false};
+    const TileWork second = 2 * unit + 1 < a.max_tiles ? tile_work(a, 2 * unit + 1) : TileWork{-1, 0, 0};
+    const bool shares = second.group == first.group;
+    if (rank == 0) return {first, shares, true};
+    if (second.group < 0) return {{first.group, first.first_slot, 0}, false, false};
+    return {second, shares, true};
+  }
+}
+
+// Work items: (tile unit, group of kColumnBlocksPerItem neighbouring column
+// blocks), the groups fastest; a cluster takes one item. A tile unit is a
+// tile, or under weight multicast a pair of tiles (block_tile). Under A
+// multicast the block of rank r takes the group's column block r.
+// column_items = column blocks / kColumnBlocksPerItem.
 // map_a: a as [rows, k] bytes, boxes of 128 x 1 rows (row_of_slot set: a
-// gathered row a copy) or 128 x (kBlockM / kCluster) rows; map_w: w as
-// [rows, k], boxes of 128 x 64 rows. Both unused under WsLoads::cp_async.
+// gathered row a copy) or 128 x (kBlockM / the blocks sharing A) rows; map_w:
+// w as [rows, k], boxes of 128 x 64 rows. Both unused under WsLoads::cp_async.
 template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_w, int items_per_tile, int num_items) {
+                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
+  constexpr bool kShareA = kMulticastA<kLoads>;
+  constexpr int kARanks = kShareA ? kCluster : 1;  // blocks that each copy a share of A
   extern __shared__ unsigned char smem_window[];
   pdl_launch_dependents();
   pdl_wait();
@@ -153,6 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, tid / kGroupThreads, 0);
   const int group_tid = tid % kGroupThreads;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int a_rank = kShareA ? rank : 0;  // this block's share of A
   const int first_item = static_cast<int>(blockIdx.x) / kCluster, item_step = static_cast<int>(gridDim.x) / kCluster;
   if (tid == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
@@ -171,8 +227,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::int64_t group_rows = kSwiglu ? 2 * n : n;
   // Output columns [n0, n0 + 64) of each half under swiglu, [n0, n0 + 128) otherwise.
   const std::int64_t col_width = kSwiglu ? kBlockN / 2 : kBlockN;
-  auto item_n0 = [&](int item, int tile) {
-    return static_cast<std::int64_t>((item - tile * items_per_tile) * kCluster + rank) * col_width;
+  auto item_n0 = [&](int item) {
+    const int column_block = (item % column_items) * kColumnBlocksPerItem<kLoads> + (kShareA ? rank : 0);
+    return static_cast<std::int64_t>(column_block) * col_width;
   };
 
   if (warpgroup == 0) {
@@ -185,14 +242,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         static_cast<std::uint32_t>(row_base * kBlockK + ((chunk ^ (row_base & 7)) << 4));
     const auto* a_q = static_cast<const unsigned char*>(a.a);
     const auto* w_q = static_cast<const unsigned char*>(a.w);
-    // A by TMA: thread t < kBlockM / kCluster copies tile row rank * kBlockM /
-    // kCluster + t when A is gathered, thread 0 A's box when its rows are
+    // A by TMA: thread t < kBlockM / kARanks copies tile row a_rank * kBlockM /
+    // kARanks + t when A is gathered, thread 0 A's box when its rows are
     // consecutive; W by TMA: thread 0 the weight boxes.
-    constexpr int kRowsPerRank = kBlockM / kCluster;
+    constexpr int kRowsPerRank = kBlockM / kARanks;
     const bool gather = a.row_of_slot != nullptr;
-    // WsLoads::tma without a cluster gathers A rows by cp.async (a TMA copy a
+    // Without A multicast gathered A rows go by cp.async (a TMA copy a
     // 128-byte row costs more than the 16-byte copies; session 12, run 1).
-    const bool a_by_tma = kTma && (!gather || kCluster > 1);
+    const bool a_by_tma = kTma && (!gather || kShareA);
     int g = 0;  // stages filled so far, over all this block's items
     // Waits until stage g's last K block has been released by every consumer it feeds.
     auto wait_empty = [&](int stage) {
@@ -211,10 +268,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       ++g;
     };
     for (int item = first_item; item < num_items; item += item_step) {
-      const int tile = item / items_per_tile;
-      const TileWork w = tile_work(a, tile);
+      const BlockTile tile = block_tile<kLoads>(a, item / column_items, rank);
+      const TileWork w = tile.work;
       if (w.group < 0) break;  // the plan's unused tiles are the last ones
-      const std::int64_t n0 = item_n0(item, tile);
+      const std::int64_t n0 = item_n0(item);
       int a_row[kPasses];  // A by cp.async: -1 past the group's end: those A rows are left as they are (never stored)
       if (!a_by_tma) {
 #pragma unroll
@@ -223,13 +280,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           a_row[i] = r < w.num_rows ? (gather ? a.row_of_slot[w.first_slot + r] : w.first_slot + r) : -1;
         }
       }
-      const int my_row = rank * kRowsPerRank + group_tid;  // tma, gathered A
+      const int my_row = a_rank * kRowsPerRank + group_tid;  // tma, gathered A
       const bool copies_row = a_by_tma && gather && group_tid < kRowsPerRank && my_row < w.num_rows;
       const int my_src_row = copies_row ? a.row_of_slot[w.first_slot + my_row] : 0;
       // A rows past the group's end are not copied under tma when gathered
-      // (left as they are: an MMA row reads only its own A row, and they are never stored).
-      const std::uint32_t tx_bytes =
-          static_cast<std::uint32_t>((a_by_tma ? (gather ? w.num_rows * kBlockK : kATileBytes) : 0) + kBTileBytes);
+      // (left as they are: an MMA row reads only its own A row, and they are
+      // never stored); a tile without rows copies no A.
+      const bool a_box = a_by_tma && !gather && w.num_rows > 0;
+      const std::uint32_t tx_bytes = static_cast<std::uint32_t>(
+          (a_by_tma && gather ? w.num_rows * kBlockK : 0) + (a_box ? kATileBytes : 0) +
+          (tile.loads_weights ? kBTileBytes : 0));
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
@@ -257,18 +317,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         const std::uint32_t a_addr = smem.addr + stage * kStageBytes, b_addr = a_addr + kATileBytes;
         const std::uint32_t bar = full(stage);
         // Before this thread's lagged arrival: the phase cannot complete
-        // without it, whenever the copies' bytes land.
+        // without it, whenever the copies' bytes land (a peer's multicast
+        // may land first: the count dips below zero, the arrivals still hold
+        // the phase, as under A multicast).
         if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         if (a_by_tma) {
           auto load_a = [&](std::uint32_t dst, int row) {
-            if constexpr (kCluster > 1)
+            if constexpr (kShareA)
               tma_load_2d_multicast(dst, &map_a, static_cast<int>(k0), row, bar, (1u << kCluster) - 1);
             else
               tma_load_2d(dst, &map_a, static_cast<int>(k0), row, bar);
           };
           if (copies_row) load_a(a_addr + my_row * kBlockK, my_src_row);
-          if (!gather && group_tid == 0)
-            load_a(a_addr + kRowsPerRank * rank * kBlockK, w.first_slot + kRowsPerRank * rank);
+          if (a_box && group_tid == 0)
+            load_a(a_addr + kRowsPerRank * a_rank * kBlockK, w.first_slot + kRowsPerRank * a_rank);
         } else {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
@@ -277,10 +339,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                           a_q + static_cast<std::int64_t>(a_row[i]) * k + chunk * 16 + k0, true);
         }
         if constexpr (kTma) {
-          if (group_tid == 0) {
-            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), static_cast<int>(w_row0), bar);
-            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0),
-                        static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2), bar);
+          // The weight tile's two boxes of 64 rows: the gate and up halves under swiglu.
+          const int w_box0 = static_cast<int>(w_row0);
+          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2);
+          if (group_tid == 0 && tile.shares_weights) {
+            // Box `rank` into both blocks of the cluster, at the same offsets.
+            tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
+                                  rank == 0 ? w_box0 : w_box1, bar, kPairMask);
+          } else if (group_tid == 0 && tile.loads_weights) {
+            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), w_box0, bar);
+            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0), w_box1, bar);
           }
         } else {
 #pragma unroll
@@ -335,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int* tile_info = reinterpret_cast<const int*>(scales_s + first_stage * kScaleFloats) + kTileInfo;
     const int num_rows = tile_info[0], first_slot = tile_info[1];
     if (num_rows == kEndOfWork) break;
-    const std::int64_t n0 = item_n0(item, item / items_per_tile);
+    const std::int64_t n0 = item_n0(item);
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
     const bool active = num_rows > consumer * 64;
@@ -431,9 +499,10 @@ template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   constexpr int kCluster = kClusterSize<kLoads>;
   const std::int64_t col_blocks = a.n / (kSwiglu ? kBlockN / 2 : kBlockN);
-  SLUICE_CHECK(col_blocks % kCluster == 0);
-  const std::int64_t items_per_tile = col_blocks / kCluster;
-  const std::int64_t items = items_per_tile * a.max_tiles;
+  SLUICE_CHECK(col_blocks % kColumnBlocksPerItem<kLoads> == 0);
+  const std::int64_t column_items = col_blocks / kColumnBlocksPerItem<kLoads>;
+  const std::int64_t tile_units = (a.max_tiles + kTilesPerItem<kLoads> - 1) / kTilesPerItem<kLoads>;
+  const std::int64_t items = column_items * tile_units;
   SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "grouped FP8 GEMM: too many work items");
   int blocks = g_grid_limit > 0 ? g_grid_limit : g_sm_count;
   if (blocks <= 0) {  // not prepared (a test calling the launcher alone)
@@ -447,7 +516,8 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   CUtensorMap map_a{}, map_w{};
   if constexpr (kLoads != WsLoads::cp_async) {
     SLUICE_CHECK(a.w_rows > 0 && a.a_scale_stride > 0);
-    map_a = tensor_map_2d(a.a, a.a_scale_stride, a.k, a.row_of_slot != nullptr ? 1 : kBlockM / kCluster,
+    map_a = tensor_map_2d(a.a, a.a_scale_stride, a.k,
+                          a.row_of_slot != nullptr ? 1 : kBlockM / (kMulticastA<kLoads> ? kCluster : 1),
                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     map_w = tensor_map_2d(a.w, a.w_rows, a.k, kBlockN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
@@ -466,7 +536,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, a, map_a, map_w,
-                                       static_cast<int>(items_per_tile), static_cast<int>(items)));
+                                       static_cast<int>(column_items), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -518,6 +588,9 @@ void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::tma>();
   raise_smem_limits<WsLoads::tma_multicast2>();
   raise_smem_limits<WsLoads::tma_multicast4>();
+  // tma_weight_multicast: one accumulator only.
+  raise_smem_limit<false, false, WsLoads::tma_weight_multicast2>();
+  raise_smem_limit<true, false, WsLoads::tma_weight_multicast2>();
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -528,20 +601,22 @@ void prepare_grouped_gemm_fp8_ws() {
   SLUICE_CHECK_MSG(found == cudaDriverEntryPointSuccess && encode != nullptr,
                    "grouped FP8 GEMM: the driver has no cuTensorMapEncodeTiled");
   g_encode_tensor_map = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode);
+  // Also tma_weight_multicast2's: the same block size, shared memory and cluster.
   g_max_clusters[2] = max_active_clusters<WsLoads::tma_multicast2>();
   g_max_clusters[4] = max_active_clusters<WsLoads::tma_multicast4>();
 }
 
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& a) {
-  const int cluster = kernel == GroupedGemmFp8Kernel::tma_multicast ||
-                              kernel == GroupedGemmFp8Kernel::tma_multicast_overlap
-                          ? 2
-                      : kernel == GroupedGemmFp8Kernel::tma_multicast4 ||
-                              kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap
-                          ? 4
-                          : 1;
+  // The column blocks a work item takes (the weight multicast's cluster takes two tiles, one column block).
+  const int column_blocks_per_item = kernel == GroupedGemmFp8Kernel::tma_multicast ||
+                                             kernel == GroupedGemmFp8Kernel::tma_multicast_overlap
+                                         ? 2
+                                     : kernel == GroupedGemmFp8Kernel::tma_multicast4 ||
+                                             kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap
+                                         ? 4
+                                         : 1;
   const std::int64_t col_blocks = a.n / (a.epilogue == GroupedEpilogue::swiglu ? kBlockN / 2 : kBlockN);
-  return a.tile_rows == kBlockM && col_blocks % cluster == 0;
+  return a.tile_rows == kBlockM && col_blocks % column_blocks_per_item == 0;
 }
 
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kernel kernel, const Launch& launch) {
@@ -572,6 +647,10 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
     case GroupedGemmFp8Kernel::tma_multicast4_overlap:
       swiglu ? launch_loads<true, WsLoads::tma_multicast4>(a, overlap, launch)
              : launch_loads<false, WsLoads::tma_multicast4>(a, overlap, launch);
+      return;
+    case GroupedGemmFp8Kernel::tma_weight_multicast:
+      swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2>(a, launch)
+             : launch_variant<false, false, WsLoads::tma_weight_multicast2>(a, launch);
       return;
     case GroupedGemmFp8Kernel::ring: break;
   }

@@ -31,18 +31,33 @@ void launch_moe_route(const MoeRouteArgs& args, const Launch& launch);
 // and the slots are cut into tiles of tile_rows for the grouped GEMM. The
 // order of pairs within an expert is unspecified (atomics), which no result
 // depends on: every slot's GEMM row is computed alone.
+//
+// The order of the tiles: by expert (an expert's tiles consecutive, experts
+// in order), or in pairs for a kernel that runs tiles 2p and 2p + 1 on one
+// cluster (GroupedGemmFp8Kernel::tma_weight_multicast): an expert's tiles two
+// by two, and the odd tile of an expert with an odd count beside the odd tile
+// of the next such expert (a pair of two experts). Either way positions
+// [0, tiles) hold every tile once and the rest -1; in pairs, a lone last odd
+// tile leaves position `tiles` (-1) as its pair's second.
+enum class MoeTileOrder { by_expert, paired };
 struct MoePlanArgs {
   const std::int32_t* expert_ids = nullptr;  // [num_pairs], pair = row * k + choice
   std::int32_t num_pairs = 0, k = 0, num_experts = 0;
   std::int32_t tile_rows = 0;  // the grouped GEMM's tile rows (grouped_gemm_tile_rows)
   std::int32_t max_tiles = 0;  // moe_max_tiles(num_pairs, num_experts, tile_rows)
+  MoeTileOrder tile_order = MoeTileOrder::by_expert;
   std::int32_t* expert_offsets = nullptr;   // [num_experts + 1]
   std::int32_t* slot_of_pair = nullptr;     // [num_pairs]
   std::int32_t* row_of_slot = nullptr;      // [num_pairs]: the x row (pair / k)
   std::int32_t* tile_expert = nullptr;      // [max_tiles]; -1 past the last tile
   std::int32_t* tile_first_slot = nullptr;  // [max_tiles]
 };
-// An upper bound on the tiles of any routing: every expert adds at most one partial tile.
+// An upper bound on the tiles of any routing: every expert adds at most one
+// partial tile. It exceeds the tiles of any routing by at least one (tiles =
+// sum of floor(slots_e / tile_rows) + the partial ones; if all num_experts
+// have a partial one, the floors sum to (num_pairs - remainders) / tile_rows
+// with remainders > 0, under ceil(num_pairs / tile_rows)), so a paired plan's
+// lone last tile always has a position for its (empty) partner.
 constexpr std::int32_t moe_max_tiles(std::int32_t num_pairs, std::int32_t num_experts, std::int32_t tile_rows) {
   return (num_pairs + tile_rows - 1) / tile_rows + num_experts;
 }
@@ -130,6 +145,11 @@ void prepare_grouped_gemm_fp8();
 // two blocks an SM) while groups hold a few slots (decode: a weight stream),
 // 128 (two warpgroups sharing each weight tile) when they hold many.
 std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups);
+// The plan's tile order for launch_grouped_gemm_fp8 at these tile rows: paired
+// when the 128-slot kernel chosen (grouped_gemm_fp8_kernel.h) runs tile pairs,
+// by expert otherwise. Every kernel is correct on either order; this one is
+// what each is fast on.
+MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows);
 // Whether the kernel covers an n x k weight (per group, per half under swiglu).
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k);
 void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& args, const Launch& launch);

@@ -18,6 +18,31 @@ constexpr int kPlanThreads = 1024;
 constexpr int kCombineThreads = 256;
 constexpr int kMaxChoices = 64;
 
+// MoeTileOrder::paired, one thread: experts in order, each one's tiles two by
+// two from pair_position[e]; an expert with an odd count keeps its last tile
+// back until the next such expert, and the two go in the pair after that
+// expert's own pairs (odd_position). A last odd tile left over takes the
+// position before num_tiles, its partner num_tiles (-1). So positions
+// [0, num_tiles) are every tile once, in pairs (2p, 2p + 1).
+__device__ void paired_positions(const int* tile_offsets, int num_experts, int* pair_position, int* odd_position) {
+  int position = 0, waiting = -1;  // waiting: the expert whose odd tile has no partner yet
+  for (int e = 0; e < num_experts; ++e) {
+    const int num_expert_tiles = tile_offsets[e + 1] - tile_offsets[e];
+    pair_position[e] = position;
+    position += num_expert_tiles & ~1;
+    if ((num_expert_tiles & 1) == 0) continue;
+    if (waiting < 0) {
+      waiting = e;
+      continue;
+    }
+    odd_position[waiting] = position;
+    odd_position[e] = position + 1;
+    position += 2;
+    waiting = -1;
+  }
+  if (waiting >= 0) odd_position[waiting] = position;
+}
+
 __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(MoePlanArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -25,6 +50,9 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(MoePlanArgs a) {
   __shared__ int cursor[kMoeMaxExperts];
   __shared__ int offsets[kMoeMaxExperts + 1];
   __shared__ int tile_offsets[kMoeMaxExperts + 1];
+  // MoeTileOrder::paired: where expert e's first pair and its odd tile go.
+  __shared__ int pair_position[kMoeMaxExperts];
+  __shared__ int odd_position[kMoeMaxExperts];
   const int tid = threadIdx.x, num_experts = a.num_experts;
   for (int e = tid; e < num_experts; e += blockDim.x) {
     counts[e] = 0;
@@ -40,6 +68,7 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(MoePlanArgs a) {
       offsets[e + 1] = offsets[e] + counts[e];
       tile_offsets[e + 1] = tile_offsets[e] + (counts[e] + a.tile_rows - 1) / a.tile_rows;
     }
+    if (a.tile_order == MoeTileOrder::paired) paired_positions(tile_offsets, num_experts, pair_position, odd_position);
   }
   __syncthreads();
   for (int e = tid; e <= num_experts; e += blockDim.x) a.expert_offsets[e] = offsets[e];
@@ -50,6 +79,22 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(MoePlanArgs a) {
     a.row_of_slot[slot] = p / a.k;
   }
   const int num_tiles = tile_offsets[num_experts];
+  if (a.tile_order == MoeTileOrder::paired) {
+    for (int t = num_tiles + tid; t < a.max_tiles; t += blockDim.x) {
+      a.tile_expert[t] = -1;
+      a.tile_first_slot[t] = 0;
+    }
+    // A thread an expert writes its tiles where paired_positions put them.
+    for (int e = tid; e < num_experts; e += blockDim.x) {
+      const int num_expert_tiles = tile_offsets[e + 1] - tile_offsets[e];
+      for (int j = 0; j < num_expert_tiles; ++j) {
+        const int t = j < (num_expert_tiles & ~1) ? pair_position[e] + j : odd_position[e];
+        a.tile_expert[t] = e;
+        a.tile_first_slot[t] = offsets[e] + j * a.tile_rows;
+      }
+    }
+    return;
+  }
   for (int t = tid; t < a.max_tiles; t += blockDim.x) {
     if (t >= num_tiles) {
       a.tile_expert[t] = -1;

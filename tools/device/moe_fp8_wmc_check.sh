@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root: what the
+# weight-multicast FP8 expert kernel (issue 15; GroupedGemmFp8Kernel::
+# tma_weight_multicast, kernels/grouped_gemm_fp8_ws.cu, the paired plan of
+# moe_permute.cu) needs before it can become the default. Binaries come
+# prebuilt in CARRY_DIR: cuda_kernel_test, cuda_golden_test and cuda_bench with
+# their libraries (tools/device/build_carry.sh --no-cli), loose or packed as
+# CARRY_DIR/bin.tar.xz (unpacked into CARRY_DIR/u). Logs go to $OUT (and one
+# tarball of them); the last thing printed is the table.
+#
+#   CARRY_DIR=.devcarry/moe-wmc tools/device/moe_fp8_wmc_check.sh
+#
+# 1. CudaMoe.* (the plan in both tile orders, the ring kernel) and every
+#    CudaMoeFp8Ws test (each ws kernel, a block an SM and 3 blocks; UnevenLoads
+#    against the host, OddTileCountsMatchTheRingKernel bit for bit), a process
+#    and a timeout a kernel so that a hang names its kernel and the rest still
+#    run; tma-weight-multicast's first;
+# 2. the DeepSeek golden that compares every ws kernel with the ring kernel;
+# 3. cuda_bench --deepseek-moe-fp8 under tma (the default) and
+#    tma-weight-multicast (MoE layer, prefill 4096 tokens and decode batch 64);
+# 4. ncu of the first prefill layer's gate_up and down under both: time, DRAM
+#    bytes read, L2 hit rate and throughput.
+set -uo pipefail
+out=${OUT:-/tmp/moe-fp8-wmc}
+logs=$out/logs
+mkdir -p "$logs"
+bin=${CARRY_DIR:-.devcarry/moe-wmc}
+if [ -f "$bin/bin.tar.xz" ]; then
+  mkdir -p "$bin/u" && tar -xJf "$bin/bin.tar.xz" -C "$bin/u" && bin=$bin/u
+fi
+kernels=(tma tma-weight-multicast)  # the default, then the new kernel
+# The test binaries look for fixtures under the build's source dir (baked in as SOURCE/build).
+src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_golden_test" | head -1 | sed 's|/build$||')
+if [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
+mkdir -p build
+. tools/device/cudnn_env.sh
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
+summary=$logs/summary.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
+finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/moe_fp8_wmc_logs.tgz" logs; }
+trap finish EXIT
+
+timeout 120 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 > "$logs/moe_test.log" 2>&1
+echo "CudaMoe.* rc $?" | tee -a "$summary"
+grep -E "^\[  FAILED  \]|Failure" "$logs/moe_test.log" | head -10
+# The suite's kernels (test names end in /KERNEL_grid3 or /KERNEL_grid_sms), the new one first; a
+# process a kernel (its 4 tests), so that a hang names its kernel.
+suite_kernels=$("$bin/cuda_kernel_test" --gtest_list_tests --gtest_filter='*CudaMoeFp8Ws*' |
+  awk '/^  /{print $1}' | sed -E 's#^.*/##; s/_grid.*$//' | sort -u |
+  awk '{print ($0 == "tma_weight_multicast" ? 0 : 1), $0}' | sort -s -k1,1 | cut -d' ' -f2)
+failed_kernels=" "
+for k in $suite_kernels; do
+  timeout 100 "$bin/cuda_kernel_test" --gtest_filter="*CudaMoeFp8Ws*/${k}_grid*" > "$logs/ws_$k.log" 2>&1
+  rc=$?
+  echo "CudaMoeFp8Ws $k rc $rc$([ $rc = 124 ] && echo ' (HUNG)') at ${SECONDS}s" | tee -a "$summary"
+  grep -E "^\[       OK \]|^\[  FAILED  \]" "$logs/ws_$k.log" | grep -v "tests, listed below" | tee -a "$summary"
+  [ $rc = 0 ] || grep -E "Failure|Expected|first at|error" "$logs/ws_$k.log" | head -4
+  [ $rc = 0 ] || failed_kernels="$failed_kernels$(echo "$k" | tr _ -) "
+done
+echo "ws kernels that failed or hung:${failed_kernels}" | tee -a "$summary"
+finish
+# A kernel that failed above could hang the runs below: leave it out of them.
+case "$failed_kernels" in
+  " ")
+    timeout 150 "$bin/cuda_golden_test" --gtest_filter='*WarpSpecializedExpertsMatchTheRingKernel*' --gtest_brief=1 \
+      > "$logs/golden.log" 2>&1
+    echo "golden (ws kernels vs the ring kernel) rc $?" | tee -a "$summary"
+    grep -E "Failure|FAILED" "$logs/golden.log" | head -6
+    grep -F "[ info ]" "$logs/golden.log" | grep -F "kernel vs the ring" | tee -a "$summary"
+    ;;
+  *) echo "golden: skipped (a ws kernel failed above)" | tee -a "$summary" ;;
+esac
+finish
+for kernel in "${kernels[@]}"; do
+  case "$failed_kernels" in *" $kernel "*) echo "bench/ncu $kernel: skipped (failed above)" | tee -a "$summary"; continue ;; esac
+  timeout 90 "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" > "$logs/bench_$kernel.log" 2>&1
+  echo "bench $kernel rc $?" | tee -a "$summary"
+  # The ws kernel's first two launches: the first prefill layer's gate_up and down
+  # (decode's 64-slot tiles run the ring kernel, grouped_gemm_fp8_kernel, not matched).
+  timeout 120 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -c 2 --csv --print-units base \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed \
+    "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" > "$logs/ncu_$kernel.csv" 2> "$logs/ncu_$kernel.err"
+  echo "ncu $kernel rc $?" | tee -a "$summary"
+  finish
+done
+echo
+echo "=== MoE layer (cuda_bench --deepseek-moe-fp8; weights moved once at best)"
+for kernel in "${kernels[@]}"; do
+  [ -f "$logs/bench_$kernel.log" ] && grep -h "MoE layer" "$logs/bench_$kernel.log" | cut -c1-260
+done
+echo "=== first prefill layer's grouped GEMMs (ncu)"
+for kernel in "${kernels[@]}"; do
+  [ -s "$logs/ncu_$kernel.csv" ] && python3 tools/device/ncu_metrics_table.py "$logs/ncu_$kernel.csv" "$kernel" gate_up down
+done
+grep -E "rc [1-9]|HUNG|failed or hung" "$summary"
