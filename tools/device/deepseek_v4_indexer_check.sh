@@ -15,10 +15,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/s27}; mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/cuda}
-mkdir -p $bin/u && tar -xJf $bin/bin.tar.xz -C $bin/u && bin=$bin/u
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
-src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_kernel_test" | head -1 | sed 's|/build$||')
-[ -n "$src" ] && [ ! -e "$src/tests/fixtures" ] && mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"
+. tools/device/carried_bin.sh
 formats="2 12 13 14"
 t0=$(date +%s)
 timeout -s KILL 90 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1

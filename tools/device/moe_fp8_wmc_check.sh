@@ -25,16 +25,8 @@ out=${OUT:-/tmp/moe-fp8-wmc}
 logs=$out/logs
 mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/moe-wmc}
-if [ -f "$bin/bin.tar.xz" ]; then
-  mkdir -p "$bin/u" && tar -xJf "$bin/bin.tar.xz" -C "$bin/u" && bin=$bin/u
-fi
+. tools/device/carried_bin.sh
 kernels=(tma tma-weight-multicast)  # the default, then the new kernel
-# The test binaries look for fixtures under the build's source dir (baked in as SOURCE/build).
-src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_golden_test" | head -1 | sed 's|/build$||')
-if [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
-mkdir -p build
-. tools/device/cudnn_env.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
 summary=$logs/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
 finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/moe_fp8_wmc_logs.tgz" logs; }

@@ -26,13 +26,7 @@ mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/cuda}
 ncu_kernels=("$@")
 [ ${#ncu_kernels[@]} = 0 ] && ncu_kernels=(tma-multicast)
-# The test binaries look for fixtures and scratch under the build's source dir.
-# (SLUICE_SOURCE_DIR, seen here through the binary dir SOURCE/build baked into the binary.)
-src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_golden_test" | head -1 | sed 's|/build$||')
-if [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
-mkdir -p build
-. tools/device/cudnn_env.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
+. tools/device/carried_bin.sh
 summary=$logs/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
 # The logs as one file (the device tool returns at most 8), rewritten after each step.
