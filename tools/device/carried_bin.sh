@@ -17,3 +17,14 @@ fi
 mkdir -p build
 . tools/device/cudnn_env.sh
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$bin:${LD_LIBRARY_PATH:-}
+
+# start_logs NAME: the summary file ($summary) in $logs, the GPU's name and
+# clock in $logs/gpu.txt, and on exit the logs as one file, $out/NAME_logs.tgz
+# (the device tool returns a handful of files, not a folder).
+start_logs() {
+  summary=$logs/summary.txt
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
+  finish_name=$1
+  finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/${finish_name}_logs.tgz" logs; }
+  trap finish EXIT
+}

@@ -27,10 +27,7 @@ mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/moe-wmc}
 . tools/device/carried_bin.sh
 kernels=(tma tma-weight-multicast)  # the default, then the new kernel
-summary=$logs/summary.txt
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
-finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/moe_fp8_wmc_logs.tgz" logs; }
-trap finish EXIT
+start_logs moe_fp8_wmc
 
 timeout 120 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 > "$logs/moe_test.log" 2>&1
 echo "CudaMoe.* rc $?" | tee -a "$summary"

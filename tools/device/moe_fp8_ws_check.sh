@@ -27,11 +27,7 @@ bin=${CARRY_DIR:-.devcarry/cuda}
 ncu_kernels=("$@")
 [ ${#ncu_kernels[@]} = 0 ] && ncu_kernels=(tma-multicast)
 . tools/device/carried_bin.sh
-summary=$logs/summary.txt
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$logs/gpu.txt"
-# The logs as one file (the device tool returns at most 8), rewritten after each step.
-finish() { echo "t=${SECONDS}s" >> "$summary"; tar -C "$out" -czf "$out/moe_fp8_ws_logs.tgz" logs; }
-trap finish EXIT
+start_logs moe_fp8_ws
 
 timeout 60 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 > "$logs/moe_test.log" 2>&1
 echo "CudaMoe.* rc $?" | tee -a "$summary"
