@@ -213,9 +213,9 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_vector_sweep(false);
-  const double s_top_k_scalar = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_vector_sweep(true);
+  cuda::set_v4_indexer_top_k_session27(true);
+  const double s_top_k_27 = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_session27(false);
   cuda::set_v4_indexer_top_k_sampled(false);
   const double s_top_k_full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_sampled(true);
@@ -237,8 +237,8 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   const double score_bytes = static_cast<double>(rows) * visible * 4;
   row(what + ": top-512, sampled threshold", s_top_k, tbs(score_bytes, s_top_k),
       hbm_share(score_bytes, s_top_k) + " (the scores once)");
-  row(what + ": top-512, sampled threshold, a float a load (session 23)", s_top_k_scalar,
-      tbs(score_bytes, s_top_k_scalar), hbm_share(score_bytes, s_top_k_scalar) + " (the scores once)");
+  row(what + ": top-512, sampled threshold, float4 loads, lists sized by the sample (session 27)", s_top_k_27,
+      tbs(score_bytes, s_top_k_27), hbm_share(score_bytes, s_top_k_27) + " (the scores once)");
   row(what + ": top-512, full selection (session 22)", s_top_k_full, tbs(6 * score_bytes, s_top_k_full),
       hbm_share(6 * score_bytes, s_top_k_full) + " (6 reads of the scores)");
   for (void* p : {static_cast<void*>(dkeys), static_cast<void*>(dq), static_cast<void*>(dks), static_cast<void*>(dqs),
@@ -265,6 +265,9 @@ void bench_top_k_recent_heavy(std::int32_t rows, std::int32_t visible) {
   const cuda::V4IndexerArgs args{.num_visible = dvisible, .scores = scores, .selected = selected,
                                  .num_selected = count, .rows = rows, .max_visible = visible, .top_k = top_k};
   const double sampled = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_session27(true);
+  const double sampled_27 = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_session27(false);
   cuda::set_v4_indexer_top_k_sampled(false);
   const double full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_sampled(true);
@@ -272,6 +275,8 @@ void bench_top_k_recent_heavy(std::int32_t rows, std::int32_t visible) {
   const std::string what = "top-512 of " + std::to_string(rows) + " rows x " + std::to_string(visible) +
                            " scores growing 9x along the row";
   row(what + ", sampled threshold", sampled, tbs(bytes, sampled), hbm_share(bytes, sampled) + " (the scores once)");
+  row(what + ", sampled threshold (session 27's form)", sampled_27, tbs(bytes, sampled_27),
+      hbm_share(bytes, sampled_27) + " (the scores once)");
   row(what + ", full selection", full, tbs(6 * bytes, full), hbm_share(6 * bytes, full) + " (6 reads)");
   for (void* p : {static_cast<void*>(scores), static_cast<void*>(dvisible), static_cast<void*>(selected),
                   static_cast<void*>(count)})

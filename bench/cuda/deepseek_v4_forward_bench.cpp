@@ -57,7 +57,7 @@
 //     24), 11 the default with fp8_ds_mla latents (--kv-cache-dtype fp8), 12
 //     the default with the indexer's heads summed by a tf32 MMA, 13 that in
 //     steps of at least 4,096 rows only, 14 12 with that kernel's keys in
-//     registers; the
+//     registers, 15 14 with session 27's top-k; the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -540,6 +540,7 @@ int flash_formats(int argc, char** argv) {
     cuda::DeepseekV4DeviceOptions options;
     DeepseekV4KvFormats kv = DeepseekV4KvFormats::cuda();
     bool tf32_register_keys = false;  // set_v4_indexer_scores_tf32_register_keys for this format
+    bool top_k_session27 = false;     // set_v4_indexer_top_k_session27 for this format
   };
   const Format formats[] = {
       {"bf16 (the FP8/FP4 values)", true, {}},
@@ -586,6 +587,10 @@ int flash_formats(int argc, char** argv) {
       // 12 with the tf32 kernel's keys in registers (four consumer warpgroups of 64 keys).
       {"FP8 default, indexer heads summed by a tf32 MMA, keys in registers", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(), true},
+      // 14 with session 27's top-k (float4 sweeps, lists sized by the sample).
+      {"FP8 default, indexer heads summed by a tf32 MMA, keys in registers, session-27 top-k", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(), true,
+       true},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;
@@ -603,6 +608,7 @@ int flash_formats(int argc, char** argv) {
   for (std::size_t fi = 0; fi < std::size(formats); ++fi) {
     const Format& f = formats[fi];
     cuda::set_v4_indexer_scores_tf32_register_keys(f.tf32_register_keys);
+    cuda::set_v4_indexer_top_k_session27(f.top_k_session27);
     if ((profile != 0 || argc > 6) && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end())
       continue;
     const auto t0 = Clock::now();

@@ -343,27 +343,30 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
 }
 
-// Rows whose top scores sit in their last entries: the lists' room follows the sample's hits.
-TEST(DeepseekV4CudaKernels, IndexerTopKSelectsRowsWhoseTopScoresCrowdTogether) {
-  check_indexer({.num_visible = {32768, 20000, 4100}, .seed = 31, .recent_heavy = true});
-}
-
-// Rows read a float4 at a time where they start on 16 bytes, a float at a
-// time where they do not (a width not a multiple of 4), and slices whose last
-// group of four is partial.
-TEST(DeepseekV4CudaKernels, IndexerTopKSweepsAlignedAndUnalignedRowsAlike) {
+// Session 27's top-k form (float4 sweeps, lists sized by the sample) on the
+// top-k cases above, then on rows that start on 16 bytes and rows that do not
+// (a width not a multiple of 4), slices whose last group of four is partial,
+// and rows whose top scores crowd into their last entries; the same rows under
+// the default form.
+void check_top_k_rows() {
   check_indexer({.num_visible = {32768, 6001, 4999, 4097}, .seed = 28});
   check_indexer({.num_visible = {6001, 4999, 32767}, .seed = 29});
   check_indexer({.num_visible = {6002, 4101}, .top_k = 64, .prototypes = 8, .seed = 30});
+  check_indexer({.num_visible = {32768, 20000, 4100}, .seed = 31, .recent_heavy = true});
 }
 
-// The same rows a float at a time everywhere (session 23's sweep, the float4 sweep's A/B).
-TEST(DeepseekV4CudaKernels, IndexerTopKReadingAFloatAtATimeSelectsTheSameSets) {
-  cuda::set_v4_indexer_top_k_vector_sweep(false);
-  check_indexer({.num_visible = {32768, 6001, 4999, 4097}, .seed = 28});
+TEST(DeepseekV4CudaKernels, IndexerTopKInSession27sFormSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_session27(true);
+  check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
+  check_indexer({.num_visible = {41000, 513}, .seed = 25});
+  check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22});
   check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
-  cuda::set_v4_indexer_top_k_vector_sweep(true);
+  check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
+  check_top_k_rows();
+  cuda::set_v4_indexer_top_k_session27(false);
 }
+
+TEST(DeepseekV4CudaKernels, IndexerTopKSelectsAlignedUnalignedAndCrowdedRows) { check_top_k_rows(); }
 
 // Every row through the full selection (the fallback of a sample that misses) on the same cases.
 TEST(DeepseekV4CudaKernels, IndexerTopKWithoutSamplingSelectsTheSameSets) {

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root: issue 18's
-# indexer target (scores + top-k <= 25% of the CSA layer's prefill). The
-# indexer tests (the top-k's float4 sweep and its pooled lists among them) and the tf32 forward
-# goldens; cuda_bench --deepseek-v4-kernels twice (the top-k a float4 against a
-# float a load; the FMA and tf32 head sums at 1,024-8,192 rows, which place
-# tf32_head_sum_min_rows; the tf32 kernel with its keys in registers); ncu's
-# layer table of the last 8k chunk at 128k for formats 2 (FMA head sum), 12
-# (tf32), 13 (tf32 from 4,096 rows) and 14 (12, keys in registers); the model
-# rows of the four. Binaries (cuda_kernel_test,
-# cuda_deepseek_v4_forward_test, cuda_bench, deepseek_v4_forward_bench;
-# stripped, with their libraries) in CARRY_DIR/bin.tar.xz.
+# indexer target (scores + top-k <= 25% of the CSA layer's prefill).
+# - the indexer tests (session 27's top-k form among them) and the tf32
+#   forward goldens;
+# - cuda_bench --deepseek-v4-kernels twice: the top-k in session 23's and 27's
+#   forms; the scores with the FMA, the tf32 and the register-key tf32 head
+#   sums at 1,024-8,192 rows (where tf32_head_sum_min_rows belongs);
+# - ncu's layer table of the last 8k chunk at 128k for formats 2 (FMA head
+#   sum), 12 (tf32), 14 (12, keys in registers), 15 (14 with session 27's
+#   top-k); the model rows of those and 13 (tf32 from 4,096 rows).
+# Binaries (cuda_kernel_test, cuda_deepseek_v4_forward_test, cuda_bench,
+# deepseek_v4_forward_bench; stripped, with their libraries) in
+# CARRY_DIR/bin.tar.xz.
 #
 #   CARRY_DIR=.devcarry/s27 tools/device/deepseek_v4_indexer_check.sh
 set -uo pipefail
 out=${OUT:-/tmp/s27}; mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/cuda}
 . tools/device/carried_bin.sh
-formats="2 12 13 14"
+formats="2 12 14 15"
 t0=$(date +%s)
 timeout -s KILL 90 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
 echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
@@ -37,12 +39,12 @@ for format in $formats; do
   grep -E "layer 1 attention" "$out/layers_$format.txt"
 done
 rm -f "$out"/ncu_*.csv
-timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12,13,14 >"$out/model.log" 2>&1
+timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12,13,14,15 >"$out/model.log" 2>&1
 echo "model rc $? at $(( $(date +%s) - t0 )) s"
 for log in kernel_test forward_test; do
   echo "=== $log"; grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure|^\[  FAILED" "$out/$log.log" | head -20
 done
-echo "=== kernels (scores: FMA / tf32 head sum at 1,024-8,192 rows; top-k: float4 / float a load; crowded rows)"
+echo "=== kernels (scores: FMA / tf32 head sum at 1,024-8,192 rows; top-k: session 23 / 27; crowded rows)"
 grep -hiE "indexer prefill chunk" "$out"/kernels_*.log | grep -iE "scores, warp|top-512, sampled" | cut -c1-150
 grep -hiE "growing 9x" "$out"/kernels_*.log | cut -c1-150
 for format in $formats; do echo "=== layers $format"; head -1 "$out/layers_$format.txt"; grep -E "layer 1 attention|^layer 1" "$out/layers_$format.txt"; done

@@ -14,19 +14,20 @@
 //      (2k n_sample / n)-th largest;
 //   2. one sweep keeps every score at or above it as a candidate, each warp
 //      in its own list over its own slice, so the lists hold the candidates
-//      in entry order (a list's room in the shared pool follows its slice's
-//      share of the sample's hits, so top scores that crowd into a few
-//      slices, as recent tokens may, still fit);
+//      in entry order;
 //   3. the same radix select over the candidates (in shared memory) finds
 //      the k-th largest, and an ordered walk of the lists writes the picks.
 // When the threshold was too high (fewer than k candidates) or a warp's list
 // overflows its room, the row falls back to session 22's selection over all of its
 // scores, so the result is exact either way; the sample only sets the speed.
 //
-// A row that starts on 16 bytes (the forward pads the scores' width to 4) is
-// sampled and swept 16 bytes a load: session 23's sweep, 4 scalar loads a
-// lane, kept ~32 KB a multiprocessor in flight and read the scores at ~2.2
-// TB/s; 4 float4 loads a lane keep 128 KB in flight.
+// Session 27's form (set_v4_indexer_top_k_session27; not yet run on a device,
+// so session 23's stays the default): a row that starts on 16 bytes (the
+// forward pads the scores' width to 4) is sampled and swept 16 bytes a load
+// (session 23's 4 scalar loads a lane kept ~32 KB a multiprocessor in flight
+// and read the scores at ~2.2 TB/s; 3 float4s a lane keep 72 KB), and the
+// lists share one pool, each sized by its slice's sample hits (session 23's
+// have 128 places each).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,23 +40,25 @@
 namespace sluice::cuda {
 namespace {
 
-// 512 threads and 44 KB of shared memory: 4 blocks a multiprocessor, so one
-// row's barrier-bound selection runs under the others' sweeps. The float4
-// sweep needs more than 32 registers (ptxas spills at any depth there), so
-// its kernel runs 3 blocks a multiprocessor at 40.
+// 512 threads and 28 KB (session 27: 44 KB) of shared memory: 4 blocks a
+// multiprocessor, so one row's barrier-bound selection runs under the others'
+// sweeps. The float4 sweep needs more than 32 registers (ptxas spills at any
+// depth there), so session 27's form runs 3 blocks a multiprocessor at 40.
 constexpr int kThreads = 512;
-constexpr int blocks_per_sm(bool vector_sweep) { return vector_sweep ? 3 : 4; }
+constexpr int blocks_per_sm(bool session27) { return session27 ? 3 : 4; }
 constexpr int kWarps = kThreads / 32;
-// The candidates' pool (32 KB of keys and entries), shared by the warps' lists.
-constexpr int kPoolCandidates = 4096;
-constexpr int kMinListCandidates = 64;  // a list's room besides what its sample hits ask
+// The candidates' pool: session 23's 128 places a warp, or session 27's 4,096
+// (32 KB of keys and entries) shared by the warps' lists.
+constexpr int kWarpCandidates = 128;
+constexpr int pool_candidates(bool session27) { return session27 ? 4096 : kWarps * kWarpCandidates; }
+constexpr int kMinListCandidates = 64;  // session 27: a list's room besides what its sample hits ask
 constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
 constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
 // Rows shorter than this, or whose k is a large part of them, gain nothing from sampling.
 constexpr int kMinSampledRow = 4096;
 bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
-bool g_vector_sweep = true;   // set_v4_indexer_top_k_vector_sweep()
+bool g_session27 = false;     // set_v4_indexer_top_k_session27()
 
 struct SelectScratch {
   int histogram[256];
@@ -190,9 +193,11 @@ __device__ void select_from_scores(const float* scores, int n, int k, std::int32
       [&](int i) { return slice.lo + i; }, selected, s);
 }
 
-template <bool kVectorSweep>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
+// kSession27: the float4 sweep and the lists sized by the sample (above).
+template <bool kSession27>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
     v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
+  constexpr int kPoolCandidates = pool_candidates(kSession27);
   __shared__ SelectScratch scratch;
   __shared__ std::uint32_t sample[kMaxSample];
   __shared__ std::uint32_t candidate_key[kPoolCandidates];
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
     select_from_scores(scores, n, k, selected, scratch);
     return;
   }
-  const bool vector_row = kVectorSweep && (reinterpret_cast<std::uintptr_t>(scores) & 15u) == 0;
+  const bool vector_row = kSession27 && (reinterpret_cast<std::uintptr_t>(scores) & 15u) == 0;
   // 1. The threshold from the sample.
   if (vector_row) {  // a run of 8 is two float4s
     for (int j = threadIdx.x; j < sampled / 4; j += kThreads) {
@@ -239,33 +244,39 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
         for (int i = threadIdx.x; i < sampled; i += kThreads) f(sample[i]);
       },
       sample_rank, scratch);
-  // 2. The lists' rooms in the pool: a slice's sample hits times the
-  // sampling rate, half again and kMinListCandidates more (scaled down to the
-  // pool if they overrun it).
+  // 2. The lists' rooms in the pool. Session 27: a slice's sample hits times
+  // the sampling rate, half again and kMinListCandidates more (scaled down to
+  // the pool if they overrun it); session 23: kWarpCandidates each.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
   const int granule = vector_row ? 128 : 32;
-  const int per_warp = warp_slice_length(n, granule);
-  if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < sampled; i += kThreads)
-    if (sample[i] >= bar.key) atomicAdd(&candidate_count[(i / kSampleRun * kSampleStride + i % kSampleRun) / per_warp], 1);
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int estimate = lane < kWarps ? candidate_count[lane] * (kSampleStride / kSampleRun) : 0;
-    int size = lane < kWarps ? estimate + estimate / 2 + kMinListCandidates : 0;
-    const int total = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(size)));
-    if (total > kPoolCandidates) size = static_cast<int>(static_cast<long long>(size) * kPoolCandidates / total);
-    int inclusive = size;
+  if constexpr (kSession27) {
+    const int per_warp = warp_slice_length(n, granule);
+    if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < sampled; i += kThreads)
+      if (sample[i] >= bar.key)
+        atomicAdd(&candidate_count[(i / kSampleRun * kSampleStride + i % kSampleRun) / per_warp], 1);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const int estimate = lane < kWarps ? candidate_count[lane] * (kSampleStride / kSampleRun) : 0;
+      int size = lane < kWarps ? estimate + estimate / 2 + kMinListCandidates : 0;
+      const int total = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(size)));
+      if (total > kPoolCandidates) size = static_cast<int>(static_cast<long long>(size) * kPoolCandidates / total);
+      int inclusive = size;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (lane >= o) inclusive += v;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += v;
+      }
+      if (lane < kWarps) {
+        list_base[lane] = inclusive - size;
+        list_size[lane] = size;
+      }
     }
-    if (lane < kWarps) {
-      list_base[lane] = inclusive - size;
-      list_size[lane] = size;
-    }
+  } else if (threadIdx.x < kWarps) {
+    list_base[threadIdx.x] = threadIdx.x * kWarpCandidates;
+    list_size[threadIdx.x] = kWarpCandidates;
   }
   __syncthreads();
   // 3. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
@@ -306,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
   };
   // Loads a lane keeps in flight before their scores are listed (one at a
   // time, the sweep ran at a load's latency: 1.15 TB/s): 48 or 16 bytes.
-  constexpr int kSweepLoads = kVectorSweep ? 3 : 4;
+  constexpr int kSweepLoads = kSession27 ? 3 : 4;
   if (vector_row) {  // 128 consecutive entries a load of the warp, 4 a lane
     for (int base = 0; base < slice.len; base += 128 * kSweepLoads) {
       float4 v[kSweepLoads];
@@ -373,14 +384,14 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kVectorSweep))
 }  // namespace
 
 void set_v4_indexer_top_k_sampled(bool sampled) { g_sampled = sampled; }
-void set_v4_indexer_top_k_vector_sweep(bool vector_sweep) { g_vector_sweep = vector_sweep; }
+void set_v4_indexer_top_k_session27(bool session27) { g_session27 = session27; }
 
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
   SLUICE_CHECK(args.scores != nullptr && args.selected != nullptr && args.num_selected != nullptr &&
                args.num_visible != nullptr);
   if (args.rows == 0) return;
-  if (g_vector_sweep)
+  if (g_session27)
     v4_indexer_top_k_kernel<true><<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
   else
     v4_indexer_top_k_kernel<false><<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);

@@ -141,9 +141,10 @@ void set_v4_indexer_scores_tf32_register_keys(bool register_keys);
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream);
 // Tests and the bench: false sends every row through the full selection.
 void set_v4_indexer_top_k_sampled(bool sampled);
-// Tests and the bench: false samples and sweeps rows a float at a time (session
-// 23) even where they start on 16 bytes (the default reads those a float4 a load).
-void set_v4_indexer_top_k_vector_sweep(bool vector_sweep);
+// Tests and the bench: true takes session 27's form (rows that start on 16
+// bytes read a float4 a load; the candidate lists sized by the sample's hits),
+// not yet run on a device; false (the default) session 23's.
+void set_v4_indexer_top_k_session27(bool session27);
 
 // mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
 struct V4HcWeights {
