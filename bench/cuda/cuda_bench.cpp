@@ -840,7 +840,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     options.mla_kernels = kernel;
     const std::string label(kernel_name);
     const bool wgmma_decode = kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma ||
-                              kernel == cuda::MlaKernels::wgmma_seesaw;
+                              kernel == cuda::MlaKernels::wgmma_seesaw || kernel == cuda::MlaKernels::wgmma_keys_m;
     if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
       const double t = time_decode(options, batch, context, false, kHeads);
@@ -883,6 +883,13 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
               hbm_shares(attention_bytes / (t_tp8 - t_tp8_fixed)) + "; fixed " +
                   std::to_string(static_cast<int>(t_tp8_fixed * 1e6)) + " of " +
                   std::to_string(static_cast<int>(t_tp8 * 1e6)) + " us");
+          if (wgmma_decode) {
+            const double t_tp8_shared = time_decode(options, batch, context, /*shared_pages=*/true, kTp8Heads);
+            std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 16 heads, L2-resident, attention only",
+                          label.c_str(), batch, context / 1024);
+            row(name, attention_bytes / (t_tp8_shared - t_tp8_fixed) / 1e12, "TB/s",
+                "the same work read from L2: near the 16-head row above, the kernel's own chain bounds it");
+          }
         }
         const std::int32_t long_context = quick ? 8192 : 32768;
         const double t_long = time_decode(options, 1, long_context, false, kHeads);

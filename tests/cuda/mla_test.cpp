@@ -6,7 +6,9 @@
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
 // (the simple kernels' generic path). Every MLA case runs under every kernel
 // set (CudaOptions::mla_kernels, the suite's parameter: .../simple,
-// .../tensor_core, .../wgmma, .../wgmma_tma and .../wgmma_seesaw).
+// .../tensor_core, .../wgmma, .../wgmma_tma, .../wgmma_seesaw and
+// .../wgmma_keys_m; the last takes its keys-as-M kernel at <= 16 heads and
+// block sizes that are multiples of 8, wgmma's kernel elsewhere).
 //
 // Tolerances. The CPU runs in f32; CUDA keeps bf16 (8 significant bits,
 // relative rounding <= 2^-9) at each of: the decompressed K/V (prefill) or the
@@ -368,6 +370,40 @@ TEST_P(CudaMlaAttention, DecodeWithOtherBlockSizes) {
   run(many, 8950);
 }
 
+// Decode at the head counts of tensor parallel shares of DeepSeek-V3's 128
+// (16 under TP8, 8 under TP16) and one that is not a multiple of 8 (12: the
+// keys-as-M kernel pads the MMA's N with zero queries), at contexts on both
+// sides of its 64-key tiles (1, 63, 64, 65, 128, 129, and 701), and at 16
+// heads over the block sizes whose pages its TMA boxes cover (8, 16, 48,
+// 128): a few rows take many splits, several of them empty. Then 70 rows in
+// one split (its blocks write o_latent themselves) over up to 12 tiles, so
+// its 25-panel ring wraps around several times. Block size 12 is not a
+// multiple of 8: wgmma_keys_m takes wgmma's kernel there.
+TEST_P(CudaMlaAttention, DecodeWithFewHeads) {
+  struct Shape {
+    std::int32_t heads, block_size;
+  };
+  for (const Shape shape : {Shape{16, 16}, Shape{16, 8}, Shape{16, 48}, Shape{16, 128}, Shape{8, 16}, Shape{12, 48},
+                            Shape{16, 12}}) {
+    run({.name = "decode, " + std::to_string(shape.heads) + " heads, block size " + std::to_string(shape.block_size),
+         .num_heads = shape.heads,
+         .block_size = shape.block_size,
+         .seqs = {{.prefix_tokens = 0, .num_rows = 1},
+                  {.prefix_tokens = 62, .num_rows = 1},
+                  {.prefix_tokens = 63, .num_rows = 1},
+                  {.prefix_tokens = 64, .num_rows = 1},
+                  {.prefix_tokens = 127, .num_rows = 1},
+                  {.prefix_tokens = 128, .num_rows = 1},
+                  {.prefix_tokens = 700, .num_rows = 1}}},
+        9400 + static_cast<std::uint64_t>(shape.heads * 1000 + shape.block_size));
+  }
+  for (const std::int32_t heads : {16, 12}) {
+    MlaCase many{.name = "decode, " + std::to_string(heads) + " heads, 70 rows", .num_heads = heads, .seqs = {}};
+    for (std::int32_t r = 0; r < 70; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 760, .num_rows = 1});
+    run(many, 9500 + static_cast<std::uint64_t>(heads));
+  }
+}
+
 // Prefill chunks and decodes in one step, decodes between and after prefills.
 TEST_P(CudaMlaAttention, MixedBatch) {
   run({.name = "mixed",
@@ -443,7 +479,7 @@ TEST_F(CudaMlaCudnnPrefill, AllHeadsLongerPrefix) {
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
                                            cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma,
-                                           cuda::MlaKernels::wgmma_seesaw),
+                                           cuda::MlaKernels::wgmma_seesaw, cuda::MlaKernels::wgmma_keys_m),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
                            switch (info.param) {
                              case cuda::MlaKernels::simple: return std::string("simple");
@@ -451,6 +487,7 @@ INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                              case cuda::MlaKernels::wgmma: return std::string("wgmma");
                              case cuda::MlaKernels::wgmma_tma: return std::string("wgmma_tma");
                              case cuda::MlaKernels::wgmma_seesaw: return std::string("wgmma_seesaw");
+                             case cuda::MlaKernels::wgmma_keys_m: return std::string("wgmma_keys_m");
                            }
                            return std::string("unknown");
                          });

@@ -176,6 +176,13 @@ enum class MlaKernels {
   // loads on per-panel mbarriers, any block size. Compiled, not yet run on a
   // device: opt-in until the MLA suite passes under it and it beats wgmma.
   wgmma_seesaw,
+  // wgmma's decode with the keys as the MMA's M (kernels/mla_decode_keys_m.cu)
+  // where a decode row has at most 16 heads (DeepSeek-V3 under tensor
+  // parallel 8) and the block size is a multiple of 8: S^T = K Q^T and
+  // O^T = V^T P^T on m64n16k16, no MMA rows spent on padding heads, TMA
+  // loads into a 25-panel ring. wgmma's kernel elsewhere (more heads, other
+  // block sizes); prefill as tensor_core. Compiled, not yet run on a device.
+  wgmma_keys_m,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
@@ -321,12 +328,13 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitTiles>, 2> kD
     {{"keys-as-rows", DecodeSplitTiles::keys_as_rows}, {"heads-as-rows", DecodeSplitTiles::heads_as_rows}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 5> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 6> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
      {"wgmma-tma", MlaKernels::wgmma_tma},
-     {"wgmma-seesaw", MlaKernels::wgmma_seesaw}}};
+     {"wgmma-seesaw", MlaKernels::wgmma_seesaw},
+     {"wgmma-keys-m", MlaKernels::wgmma_keys_m}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {

@@ -1,20 +1,58 @@
 // What the latent-attention kernels on warpgroup MMA (mla_decode_wgmma.cu,
-// deepseek_v4_attention_wgmma.cu) share: the gather of a tile's latent rows
-// into wgmma's 128-byte swizzle, and the online softmax's bookkeeping. A
-// block's 64 heads are wgmma's M, a tile's keys its N, so S sits in the
-// accumulator layout: s[4j + i] is head row0 + 8 (i / 2), key
-// 8j + 2 (lane % 4) + (i % 2) of the tile, the four lanes of a head together.
+// mla_decode_keys_m.cu, deepseek_v4_attention_wgmma.cu) share: the gather of
+// a tile's latent rows into wgmma's 128-byte swizzle, its TMA boxes, and the
+// online softmax's bookkeeping. Where a block's 64 heads are wgmma's M and a
+// tile's keys its N, S sits in the accumulator layout: s[4j + i] is head
+// row0 + 8 (i / 2), key 8j + 2 (lane % 4) + (i % 2) of the tile, the four
+// lanes of a head together.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "sluice/backend/cuda/kernels/mla_kernels.h"
 #include "sluice/backend/cuda/kernels/mma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda {
+
+// (host; mla_decode_wgmma.cu) The layer's latent cache as a 2D TMA map over
+// rows of cache.width bf16 (one a slot), boxes of box_rows rows x 64 columns
+// in wgmma's 128-byte swizzle: a box lands exactly as the cp.async gathers
+// write a panel's rows.
+CUtensorMap mla_latent_cache_map(const LatentCache& cache, int box_rows);
+
+// (TMA loads) The first cache rows of a 64-key tile's boxes: box b holds
+// keys first_key + b box_rows on, inside one page, since box_rows divides
+// both the block size and the tile and first_key is a multiple of the tile.
+// Boxes from num_boxes on hold no key of the range (slot 0, never loaded).
+template <int kMaxBoxes>
+static __device__ __forceinline__ void latent_box_slots(const std::int32_t* table, int block_size, int first_key,
+                                                        int box_rows, int num_boxes, int (&slot)[kMaxBoxes]) {
+#pragma unroll
+  for (int box = 0; box < kMaxBoxes; ++box) {
+    const int key = first_key + box * box_rows;
+    slot[box] = box < num_boxes ? table[key / block_size] * block_size + key % block_size : 0;
+  }
+}
+
+// (TMA loads) Rows [valid_keys, kTileRows) of a tile's kVPanels value panels
+// set to zero by `threads` threads (this one `thread`): the rows past the
+// range hold stale shared memory, and P V multiplies them by P = 0, which
+// gives NaN unless V is finite. panel(p) is the generic address of panel p.
+// The caller fences (fence_proxy_async) before wgmma reads them.
+template <int kTileRows, int kVPanels, class PanelPtr>
+static __device__ __forceinline__ void zero_latent_rows_past(int valid_keys, int thread, int threads,
+                                                             PanelPtr panel) {
+  constexpr int kChunksPerRow = kVPanels * kWgmmaLineBytes / 16;
+  for (int c = thread; c < (kTileRows - valid_keys) * kChunksPerRow; c += threads) {
+    const int row = valid_keys + c / kChunksPerRow, p = c % kChunksPerRow / 8, chunk = c % 8;
+    *reinterpret_cast<uint4*>(panel(p) + row * kWgmmaLineBytes + chunk * 16) = make_uint4(0, 0, 0, 0);
+  }
+}
 
 // A block's queries [kHeads, kWidth] (q: its first head's) by cp.async into
 // the swizzled tile at dst, all kThreads threads; heads from `heads` on are

@@ -260,13 +260,14 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   // Blocks of one split: the simple kernel runs one a (row, head), the
   // tensor-core kernels one a (row, 64 heads). Enough splits for ~2 waves of
   // the SMs, but at least kMinKeysPerSplit keys each so the combine stays
-  // small; the wgmma kernels (all three share the block shape) by their own
-  // cost (above).
+  // small; the wgmma kernels by their own cost (above): the keys-as-M kernel
+  // is one block a (row, split) at <= 16 heads, as the others' one 64-head group.
   constexpr std::int32_t kMinKeysPerSplit = 256;
   constexpr std::int32_t kMaxSplits = 64;
   const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
-  if (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw)
+  if (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw ||
+      kernels == MlaKernels::wgmma_keys_m)
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
@@ -303,6 +304,13 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
   if (latent_dims && (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma)) {
     launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
+    if (args.num_splits == 1) return;  // it wrote o_latent itself
+  } else if (latent_dims && kernels == MlaKernels::wgmma_keys_m) {
+    if (mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
+      launch_mla_decode_attention_keys_m(step, args, launch);
+    else
+      launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(MlaKernels::wgmma, args.cache.block_size),
+                                        launch);
     if (args.num_splits == 1) return;  // it wrote o_latent itself
   } else if (latent_dims && kernels == MlaKernels::wgmma_seesaw) {
     launch_mla_decode_attention_wgmma_seesaw(step, args, launch);

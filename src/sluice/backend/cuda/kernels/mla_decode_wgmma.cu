@@ -155,11 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int first_key = block.range.begin + tile * kBlockN;
     const int num_boxes = (min(kBlockN, block.range.end - first_key) + box_rows - 1) / box_rows;
     int slot[kMaxBoxes];  // the boxes' first cache rows, looked up once a tile
-#pragma unroll
-    for (int box = 0; box < kMaxBoxes; ++box) {
-      const int key = first_key + box * box_rows;
-      slot[box] = box < num_boxes ? block.table[key / block_size] * block_size + key % block_size : 0;
-    }
+    latent_box_slots(block.table, block_size, first_key, box_rows, num_boxes, slot);
 #pragma unroll
     for (int p = 0; p < kPanels; ++p) {
       const std::uint32_t bar = panel_full(stage, p);
@@ -251,12 +247,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // must be finite); S has read them already (its MMAs are waited for).
         if (valid_keys < kBlockN) {
           unsigned char* tile_bytes = smem + kQBytes + stage * kTileBytes;
-          constexpr int kChunksPerRow = kVPanels * kWgmmaLineBytes / 16;
-          for (int c = tid; c < (kBlockN - valid_keys) * kChunksPerRow; c += 128) {
-            const int row = valid_keys + c / kChunksPerRow, panel = c % kChunksPerRow / 8, chunk = c % 8;
-            *reinterpret_cast<uint4*>(tile_bytes + panel * kTilePanelBytes + row * kWgmmaLineBytes + chunk * 16) =
-                make_uint4(0, 0, 0, 0);
-          }
+          zero_latent_rows_past<kBlockN, kVPanels>(valid_keys, tid, 128,
+                                                   [&](int p) { return tile_bytes + p * kTilePanelBytes; });
           fence_proxy_async();
         }
         if (tile > 0) named_barrier_sync(kPConsumedBarrier, kThreads);
@@ -350,9 +342,9 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map() {
   return encode;
 }
 
-// The layer's cache as rows of kWidth bf16 (one a slot), boxes of box_rows
-// rows x 64 columns in wgmma's 128-byte swizzle.
-CUtensorMap latent_cache_map(const LatentCache& cache, int box_rows) {
+}  // namespace
+
+CUtensorMap mla_latent_cache_map(const LatentCache& cache, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {kWidth, static_cast<cuuint64_t>(cache.num_blocks) * cache.block_size};
   const cuuint64_t strides[1] = {kWidth * sizeof(__nv_bfloat16)};
@@ -365,6 +357,8 @@ CUtensorMap latent_cache_map(const LatentCache& cache, int box_rows) {
   SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "MLA decode: cuTensorMapEncodeTiled failed");
   return map;
 }
+
+namespace {
 
 template <MlaTileLoads kLoads>
 void launch_variant(const StepDeviceView& step, const MlaDecodeArgs& args, const CUtensorMap& map, int box_rows,
@@ -392,7 +386,7 @@ void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDeco
   // Boxes of whole 8-row lines of the swizzle that never cross a page or a tile.
   const int box_rows = std::gcd(args.cache.block_size, kBlockN);
   SLUICE_CHECK(box_rows % 8 == 0 && args.cache.num_blocks > 0);
-  launch_variant<MlaTileLoads::tma>(step, args, latent_cache_map(args.cache, box_rows), box_rows, launch);
+  launch_variant<MlaTileLoads::tma>(step, args, mla_latent_cache_map(args.cache, box_rows), box_rows, launch);
 }
 
 }  // namespace sluice::cuda

@@ -127,6 +127,15 @@ void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDeco
 // splits and one-split o_latent as the wgmma kernel's.
 void launch_mla_decode_attention_wgmma_seesaw(const StepDeviceView& step, const MlaDecodeArgs& args,
                                               const Launch& launch);
+// The keys-as-M kernel (mla_decode_keys_m.cu, MlaKernels::wgmma_keys_m):
+// a tile's 64 keys are wgmma's M and a row's heads (at most 16, zero-padded)
+// its N, for one GPU's share of DeepSeek-V3's heads under tensor parallel 8;
+// TMA loads, so pages of a multiple of 8 rows. The same splits, partials and
+// one-split o_latent as the wgmma kernel's. Other shapes take the wgmma
+// kernel (mla_decode_keys_m_supports says which).
+inline constexpr std::int32_t kMlaKeysMMaxHeads = 16;
+bool mla_decode_keys_m_supports(std::int32_t num_heads, std::int32_t block_size);
+void launch_mla_decode_attention_keys_m(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 

@@ -199,6 +199,22 @@ static __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], std::u
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// d (+)= A B for one m64n16k16 step, A and B from shared memory. B is
+// K-major; A is K-major, or MN-major (kTransA: the descriptor's matrix read
+// transposed, which wgmma allows for 16-bit types from shared memory only).
+// The keys-as-M MLA decode's two products: S^T = K Q^T (A the latent tile,
+// K-major) and O^T += V^T P^T (A = V^T, the same tile read MN-major).
+template <bool kTransA>
+static __device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], std::uint64_t desc_a, std::uint64_t desc_b,
+                                                          bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA ? 1 : 0));
+}
+
 // d += A B for one m64n64k16 step, A from registers (the mma.sync m16n8k16
 // A-fragment layout, one 16-row slice per warp), B from shared memory,
 // MN-major (transposed). The scale-d predicate (accumulate) is always set.
