@@ -164,6 +164,23 @@ void bench_attention(std::int32_t rows, std::int32_t entries, std::int32_t seque
     cudaFree(p);
 }
 
+// The top-k's forms on the scores in `args`: session 23's sampled threshold
+// (the default), session 27's, and every row through the full selection.
+struct TopKTimes {
+  double sampled, session27, full;
+};
+TopKTimes time_top_k(const cuda::V4IndexerArgs& args) {
+  TopKTimes t{};
+  t.sampled = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_session27(true);
+  t.session27 = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_session27(false);
+  cuda::set_v4_indexer_top_k_sampled(false);
+  t.full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_sampled(true);
+  return t;
+}
+
 // The indexer: `rows` query rows of `sequences` sequences, each seeing `visible` FP8 keys.
 void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visible, const std::string& what) {
   constexpr std::int32_t heads = 64, d = cuda::kV4IndexHeadDim, top_k = 512;
@@ -212,13 +229,8 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   cuda::set_v4_indexer_scores_tf32_register_keys(false);
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
-  const double s_top_k = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_session27(true);
-  const double s_top_k_27 = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_session27(false);
-  cuda::set_v4_indexer_top_k_sampled(false);
-  const double s_top_k_full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_sampled(true);
+  const TopKTimes top_k_times = time_top_k(args);
+  const double s_top_k = top_k_times.sampled, s_top_k_27 = top_k_times.session27, s_top_k_full = top_k_times.full;
   const double flops = 2.0 * rows * static_cast<double>(visible) * heads * d;
   const double bytes = static_cast<double>(sequences) * visible * (d + 4) + static_cast<double>(rows) * visible * 4;
   row(what + ": FP8 scores, warpgroup MMA (e4m3)", s_scores_wgmma,
@@ -264,13 +276,8 @@ void bench_top_k_recent_heavy(std::int32_t rows, std::int32_t visible) {
   std::int32_t* count = alloc<std::int32_t>(static_cast<std::size_t>(rows));
   const cuda::V4IndexerArgs args{.num_visible = dvisible, .scores = scores, .selected = selected,
                                  .num_selected = count, .rows = rows, .max_visible = visible, .top_k = top_k};
-  const double sampled = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_session27(true);
-  const double sampled_27 = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_session27(false);
-  cuda::set_v4_indexer_top_k_sampled(false);
-  const double full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_sampled(true);
+  const TopKTimes times = time_top_k(args);
+  const double sampled = times.sampled, sampled_27 = times.session27, full = times.full;
   const double bytes = static_cast<double>(rows) * visible * 4;
   const std::string what = "top-512 of " + std::to_string(rows) + " rows x " + std::to_string(visible) +
                            " scores growing 9x along the row";

@@ -22,12 +22,7 @@ set -uo pipefail
 out=${OUT:-/tmp/mla-keys-m-check}
 mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/mla-keys}
-if [ -f "$bin/bin.tar.xz" ]; then mkdir -p "$bin/bin" && tar -xJf "$bin/bin.tar.xz" -C "$bin/bin" && bin=$bin/bin; fi
-# The tests read fixtures at the build checkout's path.
-src=$(grep -a -o -m1 -E '/work/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/build' "$bin/cuda_kernel_test" | head -1 | sed 's|/build$||')
-if [ -n "$src" ] && [ ! -e "$src/tests/fixtures" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
-. tools/device/cudnn_env.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/$bin:${LD_LIBRARY_PATH:-}
+. tools/device/carried_bin.sh
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/gpu.txt"
 summary() { grep -E "^\[  (PASSED|FAILED) |FAILED  \]|invariant|max \|delta\||error" "$1" | head -30; }
