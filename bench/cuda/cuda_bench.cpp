@@ -36,8 +36,9 @@
 // --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
 // --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout;
 // --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts;
-// --decode-sweep-loads [CASE]: the sweep's default beside its keys-as-rows kernel under TMA loads
-// (CudaOptions::decode_split_loads), pages of 16 and 64, two rounds in alternation).
+// --decode-sweep-loads [CASE [LOADS]]: the sweep's default beside its keys-as-rows kernel under TMA loads
+// (CudaOptions::decode_split_loads), pages of 16 and 64, two rounds in alternation; with LOADS
+// ("cp-async" or "tma") that one only, one round, for ncu).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -547,7 +548,8 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // in alternation (--decode-sweep-loads).
 enum class SweepRows { all, default_and_tiles, split_counts, loads };
 
-void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all) {
+void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all,
+                        std::string_view only_loads = {}) {
   constexpr std::int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
   const std::int32_t kBlock = block;
   struct Case {
@@ -588,15 +590,14 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
        cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel, other_tiles},
       {"adaptive, combine kernel", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::combine_kernel},
       {"adaptive, keys-as-rows, 3 stages", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
-       cuda::DecodeSplitTiles::keys_as_rows, 0, 3},
-      {"adaptive, keys-as-rows, TMA loads", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
-       cuda::DecodeSplitTiles::keys_as_rows, 0, 2, cuda::DecodeSplitLoads::tma}};
+       cuda::DecodeSplitTiles::keys_as_rows, 0, 3}};
   if (rows == SweepRows::default_and_tiles) variants.resize(2);
   if (rows == SweepRows::loads) {
     variants.clear();
-    for (int round = 0; round < 2; ++round)
+    for (int round = 0; round < (only_loads.empty() ? 2 : 1); ++round)
       for (const auto& [loads_name, loads] : cuda::kDecodeSplitLoadsNames)
-        variants.push_back({"adaptive, keys-as-rows, loads " + std::string(loads_name) + ", round " +
+        if (only_loads.empty() || only_loads == loads_name)
+          variants.push_back({"adaptive, keys-as-rows, loads " + std::string(loads_name) + ", round " +
                                 std::to_string(round + 1),
                             cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
                             cuda::DecodeSplitTiles::keys_as_rows, 0, 2, loads});
@@ -1473,10 +1474,15 @@ int main(int argc, char** argv) {
       sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::default_and_tiles);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-loads") == 0) {  // [CASE]: cp.async against TMA loads
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-loads") == 0) {  // [CASE [LOADS]]: cp.async against TMA loads
+    const std::string_view only_loads = argc > 3 ? argv[3] : "";
+    if (!only_loads.empty() && !sluice::cuda::parse_name(only_loads, sluice::cuda::kDecodeSplitLoadsNames)) {
+      std::fprintf(stderr, "--decode-sweep-loads: LOADS is cp-async or tma\n");
+      return 2;
+    }
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     for (const std::int32_t block : {16, 64})
-      sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::loads);
+      sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::loads, only_loads);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode-split-counts") == 0) {  // [CASE], "8 x 8k" if none
