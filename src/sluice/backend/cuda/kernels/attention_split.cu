@@ -974,21 +974,32 @@ __global__ void __launch_bounds__(kW * 32)
 // instruction issue (session 10's ncu); here half as many mma a key, half the
 // softmax, and O in D / 4 registers instead of D / 2. P^T's accumulator
 // fragment becomes the PV mma's B operand by two movmatrix transposes.
-// `maps`: none (the ring filled by cp.async, MmaRing), or the K and V
-// caches' tensor maps (TMA, TmaKvRing). One kernel body for both, in the
-// kernel itself: the cp.async instance's code is the one the kernel had
-// before TMA loads existed (a device-function wrapper changed its loop).
-template <int D, int kW, int kRing, class... Maps>
+// The keys-as-rows kernel's tensor maps of the K and V caches under TMA
+// loads; 8 unused bytes under cp.async (with an empty struct there nvcc
+// loaded SplitParams' first pointer byte by byte; with 8 bytes the
+// instance's PTX is main's but for this parameter's declaration).
+template <bool kTma>
+struct KvMaps {
+  std::uint64_t unused;
+};
+template <>
+struct KvMaps<true> {
+  CUtensorMap k, v;
+};
+
+// kTma: the ring filled by TMA (TmaKvRing, `maps`), else by cp.async
+// (MmaRing). One kernel body for both, in the kernel itself: a
+// device-function wrapper changed the cp.async instance's loop, and a
+// parameter pack of maps, which kept its code intact, does not compile on
+// the host (GCC cannot take the address of such an instance).
+template <int D, int kW, int kRing, bool kTma>
 __global__ void __launch_bounds__(kW * 32)
-    split_mma_keys_kernel(StepDeviceView step, SplitParams p, const __grid_constant__ Maps... maps) {
-  constexpr bool kTma = sizeof...(Maps) == 2;
-  static_assert(sizeof...(Maps) == 0 || kTma, "no maps, or K's and V's");
+    split_mma_keys_kernel(StepDeviceView step, SplitParams p, const __grid_constant__ KvMaps<kTma> maps) {
   const CUtensorMap* k_map = nullptr;
   const CUtensorMap* v_map = nullptr;
   if constexpr (kTma) {
-    const CUtensorMap* both[] = {&maps...};
-    k_map = both[0];
-    v_map = both[1];
+    k_map = &maps.k;
+    v_map = &maps.v;
   }
   pdl_launch_dependents();
   using Ring = std::conditional_t<kTma, TmaKvRing<D, kW, kRing>, MmaRing<D, kW, 8, kRing>>;
@@ -1149,10 +1160,8 @@ __global__ void __launch_bounds__(kW * 32)
 template <int D, bool kKeysAsRows, int kRing, bool kTma = false>
 constexpr auto* split_mma_kernel_for() {
   static_assert(kKeysAsRows || !kTma, "TMA loads: the keys-as-rows kernel only");
-  if constexpr (kTma)
-    return &split_mma_keys_kernel<D, kMmaWarps, kRing, CUtensorMap, CUtensorMap>;
-  else if constexpr (kKeysAsRows)
-    return &split_mma_keys_kernel<D, kMmaWarps, kRing>;
+  if constexpr (kKeysAsRows)
+    return &split_mma_keys_kernel<D, kMmaWarps, kRing, kTma>;
   else
     return &split_mma_kernel<D, kMmaWarps>;
 }
@@ -1164,7 +1173,7 @@ constexpr int split_mma_smem_bytes() {
     return MmaRing<D, kMmaWarps, kKeysAsRows ? 8 : 16, kRing>::kSmemBytes;
 }
 
-// `maps`: the TMA kernel's K and V cache maps.
+// `maps`: the TMA kernel's K and V cache maps (none for the others).
 template <int D, bool kKeysAsRows, int kRing, bool kTma = false, class... Maps>
 void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p,
                       const Maps&... maps) {
@@ -1176,8 +1185,12 @@ void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& ste
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(), grid, dim3(kMmaWarps * 32), kSmemBytes, launch,
-                step, p, maps...);
+  if constexpr (kKeysAsRows)
+    launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(), grid, dim3(kMmaWarps * 32), kSmemBytes,
+                  launch, step, p, KvMaps<kTma>{maps...});
+  else
+    launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(), grid, dim3(kMmaWarps * 32), kSmemBytes,
+                  launch, step, p);
 }
 
 // Blocks of a tensor-core kernel resident on the whole GPU (its shared
