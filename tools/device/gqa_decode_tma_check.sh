@@ -8,7 +8,11 @@
 # CARRY_DIR/bin.tar.xz (unpacked into CARRY_DIR/u). Logs go to $OUT (and one
 # tarball of them); the last thing printed is the table.
 #
-#   CARRY_DIR=.devcarry/gqa-tma tools/device/gqa_decode_tma_check.sh [--no-ncu]
+#   CARRY_DIR=.devcarry/gqa-tma tools/device/gqa_decode_tma_check.sh
+#
+# PARTS (default "tests sweep ncu") picks the parts below, so that a call that
+# would pass the device tool's 10 minutes can be split in two:
+# PARTS=tests, then PARTS="sweep ncu".
 #
 # 1. CudaDecodeAttention.*, a process and a timeout a test (an mbarrier that
 #    never completes hangs its test, not the rest), the TMA-specific tests
@@ -18,7 +22,7 @@
 # 2. cuda_bench --decode-sweep-loads: every sweep case (8-64 x 8k-128k, the
 #    burst's step, mixed 64) at pages of 16 and 64, cp.async and TMA in
 #    alternation, two rounds;
-# 3. ncu (unless --no-ncu) of the split kernel at 8 x 8k, pages of 16, under
+# 3. ncu (where installed) of the split kernel at 8 x 8k, pages of 16, under
 #    each loader: duration, DRAM bytes and throughput, issue, eligible warps
 #    and the main warp stall reasons (CSV), and the SpeedOfLight /
 #    WarpStateStats / Occupancy / SchedulerStats sections of one launch.
@@ -27,10 +31,12 @@ out=${OUT:-/tmp/gqa-tma}
 logs=$out/logs
 mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/gqa-tma}
+parts=" ${PARTS:-tests sweep ncu} "
 . tools/device/carried_bin.sh
 start_logs gqa_decode_tma
 
 # 1. Tests.
+case $parts in *" tests "*)
 tests=$("$bin/cuda_kernel_test" --gtest_list_tests --gtest_filter='CudaDecodeAttention.*' |
   awk '/^  /{print $1}' | awk '{print (/Tma|Nan/ ? 0 : 1), $0}' | sort -s -k1,1 | cut -d' ' -f2)
 for t in $tests; do
@@ -47,11 +53,14 @@ done
 timeout -s KILL 180 "$bin/cuda_kernel_test" --gtest_filter="${filter#:}" --gtest_brief=1 > "$logs/attention_test.log" 2>&1
 echo "CudaAttention decode cases rc $? at ${SECONDS}s" | tee -a "$summary"
 finish
+;; esac
 
 # 2. The sweep, cp.async against TMA.
+case $parts in *" sweep "*)
 timeout -s KILL 300 "$bin/cuda_bench" --decode-sweep-loads > "$logs/sweep_loads.md" 2>&1
 echo "sweep rc $? at ${SECONDS}s" | tee -a "$summary"
 finish
+;; esac
 
 # 3. ncu at 8 x 8k, pages of 16 (the mode runs pages of 16 first): launches 4-6 of each loader's kernel.
 stalls=""
@@ -63,7 +72,7 @@ metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of
 metrics="$metrics,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active"
 metrics="$metrics,sm__warps_active.avg.pct_of_peak_sustained_active$stalls"
 loaders="cp-async tma"
-if [ "${1:-}" != --no-ncu ] && command -v ncu > /dev/null; then
+if [[ $parts == *" ncu "* ]] && command -v ncu > /dev/null; then
   for loads in $loaders; do
     timeout -s KILL 120 ncu --clock-control none -k regex:split_mma_keys -s 3 -c 3 --csv --print-units base \
       --metrics "$metrics" "$bin/cuda_bench" --decode-sweep-loads "8 x 8k" "$loads" \
@@ -75,6 +84,8 @@ if [ "${1:-}" != --no-ncu ] && command -v ncu > /dev/null; then
     echo "ncu sections $loads rc $? at ${SECONDS}s" | tee -a "$summary"
     finish
   done
+elif [[ $parts == *" ncu "* ]]; then
+  echo "ncu: not installed, skipped" | tee -a "$summary"
 fi
 
 echo
@@ -90,7 +101,7 @@ for loads in $loaders; do
     sed -E 's/smsp__average_warps_issue_stalled_([a-z_]+)_per_issue_active.ratio/\1/g'
 done
 echo "=== sweep (kernels only, % of HBM; rounds 1 and 2)"
-python3 - "$logs/sweep_loads.md" <<'PY'
+[ -f "$logs/sweep_loads.md" ] && python3 - "$logs/sweep_loads.md" <<'PY'
 import collections, re, sys
 cells = collections.OrderedDict()  # (case, pages) -> {loads: [pct, ...]}
 for line in open(sys.argv[1]):
