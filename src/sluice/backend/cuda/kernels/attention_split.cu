@@ -1025,10 +1025,16 @@ __global__ void __launch_bounds__(kW * 32)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < b.num_tiles; ++tile) {
-    if constexpr (kTma)
+    // TMA: lane 0's slot of the tile kRing past this one, read from the
+    // page table before the wait so that the read's latency passes under the
+    // wait and the QK mma; its K and V copies start below.
+    int refill_slot = -1;
+    if constexpr (kTma) {
+      if (lane == 0 && tile + kRing < b.num_tiles) refill_slot = Ring::first_slot(p, b, tile + kRing, warp);
       ring.wait(b, tile, warp, lane);
-    else
+    } else {
       next_tile(p, b, ring, tile);
+    }
     if (tile == 0) {  // Q^T as B: a head's dims are a B column
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ks += 2) {
@@ -1047,9 +1053,6 @@ __global__ void __launch_bounds__(kW * 32)
       sv = ring.v_rows(tile, warp);
     }
     const int key0 = b.key_begin + tile * kTileKeys + warp * 16 + lane / 4;
-    // TMA: lane 0's slot of the tile kRing past this one, found when its K
-    // starts and kept for its V.
-    int refill_slot = -1;
 
     // Two accumulators over alternate k-steps: two independent mma chains.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -1064,10 +1067,7 @@ __global__ void __launch_bounds__(kW * 32)
     }
     if constexpr (kTma) {  // every lane's K reads are done (their mma issued): refill the stage's K
       __syncwarp();
-      if (lane == 0 && tile + kRing < b.num_tiles) {
-        refill_slot = Ring::first_slot(p, b, tile + kRing, warp);
-        ring.start_k(k_map, b, tile + kRing, warp, refill_slot);
-      }
+      if (lane == 0 && tile + kRing < b.num_tiles) ring.start_k(k_map, b, tile + kRing, warp, refill_slot);
     }
     float col_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
