@@ -35,7 +35,10 @@
 // chats' decode step on a lane's SMs at 1-8 rows, GEMV against cuBLASLt;
 // --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
 // --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout;
-// --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts).
+// --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts;
+// --decode-sweep-loads [CASE [LOADS]]: the sweep's default beside its keys-as-rows kernel under TMA loads
+// (CudaOptions::decode_split_loads), pages of 16 and 64, two rounds in alternation; with LOADS
+// ("cp-async" or "tma") that one only, one round, for ncu).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -541,10 +544,12 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // Which rows bench_decode_sweep() runs: every variant (--decode-sweep), the
 // default beside the other tile layout (--decode-sweep-pages), or the
 // uniform plan's splits fixed at several counts, twice over, under both tile
-// layouts (--decode-split-counts).
-enum class SweepRows { all, default_and_tiles, split_counts };
+// layouts (--decode-split-counts), or the default beside TMA loads, twice
+// in alternation (--decode-sweep-loads).
+enum class SweepRows { all, default_and_tiles, split_counts, loads };
 
-void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all) {
+void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all,
+                        std::string_view only_loads = {}) {
   constexpr std::int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
   const std::int32_t kBlock = block;
   struct Case {
@@ -574,6 +579,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     cuda::DecodeSplitTiles tiles = CudaOptions{}.decode_split_tiles;
     std::int32_t split_count = 0;
     std::int32_t stages = 2;
+    cuda::DecodeSplitLoads loads = CudaOptions{}.decode_split_loads;
   };
   const cuda::DecodeSplitTiles other_tiles = CudaOptions{}.decode_split_tiles == cuda::DecodeSplitTiles::keys_as_rows
                                                  ? cuda::DecodeSplitTiles::heads_as_rows
@@ -586,6 +592,16 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
       {"adaptive, keys-as-rows, 3 stages", cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
        cuda::DecodeSplitTiles::keys_as_rows, 0, 3}};
   if (rows == SweepRows::default_and_tiles) variants.resize(2);
+  if (rows == SweepRows::loads) {
+    variants.clear();
+    for (int round = 0; round < (only_loads.empty() ? 2 : 1); ++round)
+      for (const auto& [loads_name, loads] : cuda::kDecodeSplitLoadsNames)
+        if (only_loads.empty() || only_loads == loads_name)
+          variants.push_back({"adaptive, keys-as-rows, loads " + std::string(loads_name) + ", round " +
+                                std::to_string(round + 1),
+                            cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
+                            cuda::DecodeSplitTiles::keys_as_rows, 0, 2, loads});
+  }
   if (rows == SweepRows::split_counts) {
     variants.clear();
     for (int round = 0; round < 2; ++round)
@@ -614,6 +630,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     options.decode_split_tiles = variant.tiles;
     options.decode_split_count = variant.split_count;
     options.decode_split_stages = variant.stages;
+    options.decode_split_loads = variant.loads;
     auto ops = new_ops(options);
     std::int32_t total_blocks = 0;
     double keys = 0;
@@ -1455,6 +1472,17 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     for (const std::int32_t block : {16, 64})
       sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::default_and_tiles);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-loads") == 0) {  // [CASE [LOADS]]: cp.async against TMA loads
+    const std::string_view only_loads = argc > 3 ? argv[3] : "";
+    if (!only_loads.empty() && !sluice::cuda::parse_name(only_loads, sluice::cuda::kDecodeSplitLoadsNames)) {
+      std::fprintf(stderr, "--decode-sweep-loads: LOADS is cp-async or tma\n");
+      return 2;
+    }
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    for (const std::int32_t block : {16, 64})
+      sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::loads, only_loads);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode-split-counts") == 0) {  // [CASE], "8 x 8k" if none

@@ -46,6 +46,10 @@ struct AttentionCase {
   cuda::PrefillAttention prefill_attention = cuda::PrefillAttention::mma;
   cuda::DecodeSplitTiles decode_split_tiles = CudaOptions{}.decode_split_tiles;
   std::int32_t decode_split_stages = CudaOptions{}.decode_split_stages;
+  cuda::DecodeSplitLoads decode_split_loads = CudaOptions{}.decode_split_loads;
+  // The whole cache NaN before the first step: slots no step wrote (a
+  // sequence's last page past its keys) must not reach any output.
+  bool nan_kv_cache = false;
   // cuDNN plans on the builder thread: the steps run once before their plans
   // exist (declined: our kernels), then again after they are built.
   bool cudnn_plans_in_background = false;
@@ -103,6 +107,7 @@ class AttentionHarness {
     options.prefill_attention = c.prefill_attention;
     options.decode_split_tiles = c.decode_split_tiles;
     options.decode_split_stages = c.decode_split_stages;
+    options.decode_split_loads = c.decode_split_loads;
     options.cudnn_plans_in_background = c.cudnn_plans_in_background;
     options.cudnn_serving_bounds = c.cudnn_serving_bounds;
     options.cudnn_serving_wait_s = 600.0;  // every class built before the first step
@@ -113,6 +118,10 @@ class AttentionHarness {
                                                    .block_size_tokens = c.block_size,
                                                    .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim});
     SLUICE_CHECK_MSG(status.ok(), status.error_message());
+    if (c.nan_kv_cache) {
+      const Status filled = cuda_fill_kv_cache_nan(*ops_);
+      SLUICE_CHECK_MSG(filled.ok(), filled.error_message());
+    }
   }
 
   // Runs rows [begin_i, end_i) of each sequence as one step on `layer`; returns
@@ -482,23 +491,35 @@ TEST(CudnnPlansBeforeServing, StepsWithinTheBoundsRunOnCudnnFromTheFirst) {
 
 // Decode rows on the default prefill kernel, aimed at the tensor-core
 // split-KV kernels (each case under both tile layouts, CudaOptions::
-// decode_split_tiles; DecodeSplitRingOfThree below takes the 3-tile ring):
+// decode_split_tiles, and the keys-as-rows kernel under TMA loads,
+// decode_split_loads, which falls back to cp.async where its shape rules do
+// not hold: pages of 7, groups of 16; DecodeSplitRingOfThree below takes the
+// 3-tile ring):
 // groups of 4, 7 and 16 heads at head_dim 128 and 64, uneven batches
 // (by-step-work splits), contexts on both sides of its 64-key tile and of a
 // page (of 16 keys, found by shift and mask, and of 7, by division), splits at
 // their edges, and graph replays.
-void run_decode_case(AttentionCase c, std::uint64_t seed, std::int32_t stages_of_keys_kernel = 2) {
-  c.prefill_attention = CudaOptions{}.prefill_attention;
-  const std::pair<cuda::DecodeSplitTiles, std::int32_t> kernels[] = {
-      {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel}, {cuda::DecodeSplitTiles::heads_as_rows, 2}};
-  for (const auto& [tiles, stages] : kernels) {
+void run_decode_case(AttentionCase c, std::uint64_t seed, std::int32_t stages_of_keys_kernel = 2,
+                     bool default_prefill = true) {
+  if (default_prefill) c.prefill_attention = CudaOptions{}.prefill_attention;
+  struct Kernel {
+    cuda::DecodeSplitTiles tiles;
+    std::int32_t stages;
+    cuda::DecodeSplitLoads loads;
+  };
+  const Kernel kernels[] = {
+      {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel, cuda::DecodeSplitLoads::cp_async},
+      {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel, cuda::DecodeSplitLoads::tma},
+      {cuda::DecodeSplitTiles::heads_as_rows, 2, cuda::DecodeSplitLoads::cp_async}};
+  for (const auto& [tiles, stages, loads] : kernels) {
     if (stages_of_keys_kernel != 2 && tiles == cuda::DecodeSplitTiles::heads_as_rows) continue;  // run above
     c.decode_split_tiles = tiles;
     c.decode_split_stages = stages;
+    c.decode_split_loads = loads;
     SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " head_dim "
                                       << c.head_dim << " block " << c.block_size << " tiles "
                                       << cuda::name_of(tiles, cuda::kDecodeSplitTilesNames) << ", " << stages
-                                      << " stages");
+                                      << " stages, loads " << cuda::name_of(loads, cuda::kDecodeSplitLoadsNames));
     AttentionHarness(c, seed).run_case();
   }
 }
@@ -536,6 +557,68 @@ TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
   AttentionCase c{32, 8, 128, 16, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
   c.decode_steps_with_graphs = true;
   run_decode_case(c, 56);
+}
+
+// The TMA loads' other page sizes: pages of 128 (a 64-key tile is half a
+// page: boxes at slot offsets inside it) and of 32 at head_dim 64 (one
+// 128-byte line a key), at tile, page and split edges, and a graph replay
+// at pages of 64.
+TEST(CudaDecodeAttention, TmaLoadsPagesOf32And128) {
+  run_decode_case({32, 8, 128, 128, kDecodeTileEdges, 64}, 63);
+  run_decode_case({16, 4, 64, 32, kSplitEdges}, 64);
+  AttentionCase c{32, 8, 128, 64, {{8189, 6}, {128, 3}, {4095, 2}, {30, 5}}};
+  c.decode_steps_with_graphs = true;
+  run_decode_case(c, 65);
+}
+
+// A NaN cache: each sequence's last page holds NaN past its keys (and a
+// split's last tile may take a warp's keys entirely past them), which the
+// loaders must turn into zeros, since P = 0 times NaN is NaN. The prefix
+// steps run on the mma prefill kernel, whose loads zero such keys too.
+TEST(CudaDecodeAttention, StaleNanSlotsStayOut) {
+  AttentionCase c{32, 8, 128, 16, kDecodeTileEdges, 64};
+  c.nan_kv_cache = true;
+  c.prefill_attention = cuda::PrefillAttention::mma;
+  run_decode_case(c, 66, 2, /*default_prefill=*/false);
+  AttentionCase pages_of_64{16, 4, 64, 64, {{0, 1}, {63, 1}, {64, 1}, {100, 1}, {5000, 1}, {130, 2}}};
+  pages_of_64.nan_kv_cache = true;
+  pages_of_64.prefill_attention = cuda::PrefillAttention::mma;
+  run_decode_case(pages_of_64, 67, 2, /*default_prefill=*/false);
+}
+
+// Where the TMA loads apply (split_tma_loads_apply) and where the cp.async
+// ring runs instead.
+TEST(CudaDecodeAttention, TmaLoadsShapeRules) {
+  alignas(16) static std::uint16_t cache[16];
+  cuda::AttentionArgs args;
+  args.k_cache = cache;
+  args.v_cache = cache;
+  args.num_q_heads = 32;
+  args.num_kv_heads = 8;
+  args.head_dim = 128;
+  args.block_size_tokens = 16;
+  args.kv_cache_slots = 1 << 20;
+  args.decode_split_tiles = cuda::DecodeSplitTiles::keys_as_rows;
+  args.decode_split_loads = cuda::DecodeSplitLoads::tma;
+  EXPECT_TRUE(cuda::split_tma_loads_apply(args));
+  auto with = [&](auto change) {
+    cuda::AttentionArgs a = args;
+    change(a);
+    return cuda::split_tma_loads_apply(a);
+  };
+  for (const std::int32_t block : {16, 32, 64, 128, 256})
+    EXPECT_TRUE(with([&](cuda::AttentionArgs& a) { a.block_size_tokens = block; })) << block;
+  for (const std::int32_t block : {1, 7, 8, 13, 24, 48})
+    EXPECT_FALSE(with([&](cuda::AttentionArgs& a) { a.block_size_tokens = block; })) << block;
+  EXPECT_TRUE(with([](cuda::AttentionArgs& a) { a.head_dim = 64; }));
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.head_dim = 256; }));
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.num_kv_heads = 2; }));   // groups of 16: heads as rows
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.num_kv_heads = 32; }));  // no GQA: CUDA cores
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.decode_split_tiles = cuda::DecodeSplitTiles::heads_as_rows; }));
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.decode_split_loads = cuda::DecodeSplitLoads::cp_async; }));
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.kv_cache_slots = 0; }));
+  EXPECT_FALSE(with([](cuda::AttentionArgs& a) { a.kv_cache_slots = 1LL << 31; }));
+  EXPECT_FALSE(with([&](cuda::AttentionArgs& a) { a.v_cache = cache + 1; }));
 }
 
 // The q|k|v GEMV with RoPE and the KV page write as its epilogue

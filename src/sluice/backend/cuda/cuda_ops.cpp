@@ -403,6 +403,7 @@ class CudaOps final : public Ops {
     args.decode_split_tiles = options_.decode_split_tiles;
     args.decode_split_count = options_.decode_split_count;
     args.decode_split_stages = options_.decode_split_stages;
+    args.decode_split_loads = options_.decode_split_loads;
     // Allocated when replaying too: later scratch must land where it was captured.
     if (view_.num_split_rows > 0)
       args.workspace = scratch_.allocate(cuda::split_workspace_bytes(view_, args));
@@ -515,6 +516,14 @@ class CudaOps final : public Ops {
                                .block_size = kv_spec_.block_size_tokens};
   }
 
+  Status fill_kv_cache_nan() {
+    if (kv_cache_ == nullptr) return Error{"cuda_fill_kv_cache_nan: no KV cache yet"};
+    SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0xff, kv_spec_.bytes_per_block(DType::bf16) * kv_spec_.num_blocks,
+                                      stream_));
+    SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Ok{};
+  }
+
   Status fill_kv_cache_random(std::uint64_t seed) {
     if (kv_cache_ == nullptr) return Error{"cuda_fill_kv_cache_random: no KV cache yet"};
     if (kv_spec_.layout == KvCacheLayout::model_defined)
@@ -581,6 +590,7 @@ class CudaOps final : public Ops {
     args.num_kv_heads = kv_spec_.num_kv_heads;
     args.head_dim = kv_spec_.head_dim;
     args.block_size_tokens = kv_spec_.block_size_tokens;
+    args.kv_cache_slots = static_cast<std::int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size_tokens;
     args.scale = scale;
     return args;
   }
@@ -897,6 +907,12 @@ Result<cuda::V4PagedBlocks> cuda_model_defined_kv(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_model_defined_kv: not a CUDA Ops"};
   return cuda_ops->model_defined_kv_device();
+}
+
+Status cuda_fill_kv_cache_nan(Ops& ops) {
+  auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
+  if (cuda_ops == nullptr) return Error{"cuda_fill_kv_cache_nan: not a CUDA Ops"};
+  return cuda_ops->fill_kv_cache_nan();
 }
 
 Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed) {

@@ -46,6 +46,9 @@ namespace sluice {
 // Fills the whole KV cache with random bf16 values in [-1, 1), so benchmarks
 // can time long-context decode without prefilling every sequence first.
 [[nodiscard]] Status cuda_fill_kv_cache_random(Ops& ops, std::uint64_t seed);
+// Fills the whole KV cache with bf16 NaN (every byte 0xff): a test's stale
+// slots, which a kernel must keep out of every row's output.
+[[nodiscard]] Status cuda_fill_kv_cache_nan(Ops& ops);
 
 // The device blocks of a KvCacheLayout::model_defined cache (DeepSeek-V4's
 // paged layout, f32 areas byte-equal to the CPU's), for the V4 kernels that

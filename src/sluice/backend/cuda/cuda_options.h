@@ -117,6 +117,20 @@ enum class DecodeSplitTiles {
   heads_as_rows,
 };
 
+// How the keys-as-rows split-KV decode kernel fills its K/V ring
+// (attention_split.cu).
+enum class DecodeSplitLoads {
+  // cp.async: every thread copies 16-byte pieces of the tile's rows (16 a
+  // thread a 64-key tile), then the block waits and synchronises per tile.
+  cp_async,
+  // TMA boxes of a warp's 16 keys (one page's head slice, or a quarter of a
+  // page of 64) completing on that warp's mbarrier: four instructions a warp
+  // a tile at head_dim 128, no block-wide barrier in the loop. Pages of a
+  // power of two >= 16 keys only; other shapes keep cp_async. Not yet the
+  // default: built in session 28 without a device.
+  tma,
+};
+
 // Where the split-KV decode kernel's partials are merged (attention_split.cu).
 enum class DecodeSplitMerge {
   // In the split kernel: the last block of a row's splits to finish merges
@@ -238,7 +252,7 @@ struct CudaOptions {
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
   // decode_split_merge, decode_split_tiles, decode_split_count,
-  // decode_split_stages, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
+  // decode_split_stages, decode_split_loads, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
   // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
@@ -282,6 +296,8 @@ struct CudaOptions {
   std::int32_t decode_split_count = 0;
   // Tiles in the keys-as-rows split kernel's ring: 2, or 3. Benchmark-only.
   std::int32_t decode_split_stages = 2;
+  // How that kernel's ring is filled: cp.async or TMA. Benchmark-only.
+  cuda::DecodeSplitLoads decode_split_loads = cuda::DecodeSplitLoads::cp_async;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
@@ -326,6 +342,8 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitMerge>, 2> kD
     {{"in-split-kernel", DecodeSplitMerge::in_split_kernel}, {"combine-kernel", DecodeSplitMerge::combine_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitTiles>, 2> kDecodeSplitTilesNames = {
     {{"keys-as-rows", DecodeSplitTiles::keys_as_rows}, {"heads-as-rows", DecodeSplitTiles::heads_as_rows}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 2> kDecodeSplitLoadsNames = {
+    {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 6> kMlaKernelsNames = {
@@ -379,6 +397,8 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.decode_split_tiles, cuda::kDecodeSplitTilesNames);
   if (options.decode_split_count > 0) out += ", " + std::to_string(options.decode_split_count) + " splits a row";
   out += ", decode split ring of " + std::to_string(options.decode_split_stages) + " tiles";
+  out += ", decode split loads ";
+  out += cuda::name_of(options.decode_split_loads, cuda::kDecodeSplitLoadsNames);
   out += ", decode RoPE fusion ";
   out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
   out += ", MLA kernels ";

@@ -18,12 +18,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/tma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -630,10 +634,12 @@ struct MmaBlock {
   RowSplit split;
   const std::int32_t* table;
 };
-template <int D, int kW, int kQRows, int kRing>
-__device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
-                                                    const MmaRing<D, kW, kQRows, kRing>& ring) {
-  constexpr int kTileKeys = MmaRing<D, kW, kQRows, kRing>::kTileKeys;
+// The part both loaders share: the block's place, an L2 prefetch of its
+// first `prefetch_keys` old keys, pdl_wait(), then `start_loads(b)` (the
+// loader's first copies) where the block has keys.
+template <int D, int kQRows, int kTileKeys, class StartLoads>
+__device__ __forceinline__ MmaBlock place_mma_block(const StepDeviceView& step, const SplitParams& p,
+                                                    int prefetch_keys, const StartLoads& start_loads) {
   MmaBlock b;
   b.row = step.split_rows[blockIdx.z];
   const int seq = step.row_sequence[b.row];
@@ -652,15 +658,23 @@ __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, 
   b.key_end = min(b.key_begin + b.split.split_tokens, kv_len);
   b.table = step.block_tables + step.seq_block_offset[seq];
   b.num_tiles = (b.key_end - b.key_begin + kTileKeys - 1) / kTileKeys;
-  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kRing - 1) * kTileKeys);
+  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, prefetch_keys);
   pdl_wait();
-  copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, ring.q);
-#pragma unroll
-  for (int t = 0; t < kRing - 1; ++t) {
-    if (t < b.num_tiles) ring.load(p, b.table, b.kv_head, b.key_begin, b.key_end, t);
-    cp_async_commit();
-  }
+  start_loads(b);
   return b;
+}
+template <int D, int kW, int kQRows, int kRing>
+__device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
+                                                    const MmaRing<D, kW, kQRows, kRing>& ring) {
+  constexpr int kTileKeys = MmaRing<D, kW, kQRows, kRing>::kTileKeys;
+  return place_mma_block<D, kQRows, kTileKeys>(step, p, (kRing - 1) * kTileKeys, [&](const MmaBlock& b) {
+    copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, ring.q);
+#pragma unroll
+    for (int t = 0; t < kRing - 1; ++t) {
+      if (t < b.num_tiles) ring.load(p, b.table, b.kv_head, b.key_begin, b.key_end, t);
+      cp_async_commit();
+    }
+  });
 }
 template <int D, int kW, int kQRows, int kRing>
 __device__ __forceinline__ void next_tile(const SplitParams& p, const MmaBlock& b,
@@ -669,6 +683,155 @@ __device__ __forceinline__ void next_tile(const SplitParams& p, const MmaBlock& 
   cp_async_commit();
   cp_async_wait<kRing - 1>();
   __syncthreads();
+}
+
+// The keys-as-rows kernel's ring under TMA loads (DecodeSplitLoads::tma).
+// Each warp owns its 16 keys of every tile, so each warp fills its own
+// slices: lane 0 issues one box a 64-dim line of K and of V (a page's head
+// slice, or 16 keys of a larger page: split and tile starts are multiples of
+// 64 keys and pages a power of two >= 16, so a slice never crosses a page),
+// completing on the warp's mbarrier for that stage; the warp waits on it, and
+// refills the stage's K once its QK mma have read it and its V after the PV
+// mma. No block-wide barrier in the loop.
+//
+// Layout: a stage's K (then V) is kLines blocks of [kTileKeys keys][128 B],
+// line l holding dims [64 l, 64 l + 64) of each key, written by the TMA's
+// 128-byte swizzle: the 16-byte piece c of a key's line sits at c ^ (key %
+// 8) (every box starts at a 1024-byte boundary), so the 8 rows an ldmatrix
+// reads fall in 8 different bank groups, as the cp.async ring's padded rows
+// do. Then Q ([8][D + 8], cp.async as there) and the kRing x kW mbarriers.
+constexpr int kTmaBoxKeys = 16;   // a warp's keys of a tile: the box's slots
+constexpr int kTmaLineDims = 64;  // a box's dims: 128 bytes, the swizzle's span
+template <int D, int kW, int kRing>
+struct TmaKvRing {
+  static constexpr int kTileKeys = kTmaBoxKeys * kW;
+  static constexpr int kStride = D + 8;  // Q's rows
+  static constexpr int kLineBytes = kTmaLineDims * 2;
+  static constexpr int kLines = D / kTmaLineDims;
+  static constexpr int kBoxBytes = kTmaBoxKeys * kLineBytes;
+  static constexpr int kLineTileBytes = kTileKeys * kLineBytes;  // one line of a tile's keys
+  static constexpr int kStageBytes = kLines * kLineTileBytes;    // K (or V) of a tile
+  static constexpr int kWarpTxBytes = 2 * kLines * kBoxBytes;    // K and V of a warp's slice
+  static_assert(D % kTmaLineDims == 0, "whole 128-byte lines");
+  // 1 KB to align the ring to the swizzle's 1024 bytes, the ring, Q, the
+  // barriers; the warps' partial states reuse the ring at the end.
+  static constexpr int kSmemBytes = 1024 + 2 * kRing * kStageBytes + 8 * kStride * 2 + kRing * kW * 8;
+  static_assert(kW * 8 * D * 4 + 2 * kW * 8 * 4 <= 2 * kRing * kStageBytes, "the merge must fit the ring");
+  unsigned char* k;
+  unsigned char* v;
+  __nv_bfloat16* q;
+  std::uint64_t* full;  // [kRing][kW]: stage s of warp w's slice has landed
+
+  __device__ explicit TmaKvRing(unsigned char* smem)
+      : k(smem + ((1024 - (smem_addr(smem) & 1023)) & 1023)),
+        v(k + kRing * kStageBytes),
+        q(reinterpret_cast<__nv_bfloat16*>(v + kRing * kStageBytes)),
+        full(reinterpret_cast<std::uint64_t*>(q + 8 * kStride)) {}
+
+  // The 16 bytes of row `row` of warp `warp`'s keys, 16-byte piece `chunk`
+  // of the key's D * 2 bytes, in tile `tile`'s K (or V) stage.
+  __device__ static const void* piece(const unsigned char* stage, int warp, int row, int chunk) {
+    return stage + (chunk / 8) * kLineTileBytes + (warp * kTmaBoxKeys + row) * kLineBytes +
+           ((chunk % 8) ^ (row % 8)) * 16;
+  }
+  __device__ const void* k_piece(int tile, int warp, int row, int chunk) const {
+    return piece(k + (tile % kRing) * kStageBytes, warp, row, chunk);
+  }
+  __device__ const void* v_piece(int tile, int warp, int row, int chunk) const {
+    return piece(v + (tile % kRing) * kStageBytes, warp, row, chunk);
+  }
+  __device__ std::uint32_t bar(int tile, int warp) const { return smem_addr(full + (tile % kRing) * kW + warp); }
+
+  // Lane 0 of each warp, before its first copy: its kRing barriers, one
+  // arrival (its own) a phase.
+  __device__ void init(int warp) const {
+    for (int s = 0; s < kRing; ++s) mbarrier_init(smem_addr(full + s * kW + warp), 1);
+    fence_mbarrier_init_cluster();
+  }
+  // Lane 0: the cache slot of warp `warp`'s first key of tile `tile`, or -1
+  // where all its keys are past the split (no copy: its page may be past the
+  // sequence's table). The slice's other keys are the next slots of that page.
+  __device__ static int first_slot(const SplitParams& p, const MmaBlock& b, int tile, int warp) {
+    const int key = b.key_begin + tile * kTileKeys + warp * kTmaBoxKeys;
+    return key < b.key_end ? static_cast<int>(slot_of(b.table, key, p)) : -1;
+  }
+  // Lane 0: the phase of tile `tile`'s barrier expects the slice's K and V
+  // bytes (none at slot -1) and gets its one arrival; the K boxes start.
+  __device__ void start_k(const CUtensorMap* map, const MmaBlock& b, int tile, int warp, int slot) const {
+    const std::uint32_t full_bar = bar(tile, warp);
+    if (slot >= 0) {
+      mbarrier_expect_tx(full_bar, kWarpTxBytes);
+#pragma unroll
+      for (int line = 0; line < kLines; ++line)
+        tma_load_3d(smem_addr(k + (tile % kRing) * kStageBytes + line * kLineTileBytes + warp * kBoxBytes), map,
+                    line * kTmaLineDims, b.kv_head, slot, full_bar);
+    }
+    mbarrier_arrive(full_bar);
+  }
+  // Lane 0, after start_k of the same tile: the V boxes (the phase cannot
+  // complete before they land: it expects their bytes).
+  __device__ void start_v(const CUtensorMap* map, const MmaBlock& b, int tile, int warp, int slot) const {
+    if (slot < 0) return;
+#pragma unroll
+    for (int line = 0; line < kLines; ++line)
+      tma_load_3d(smem_addr(v + (tile % kRing) * kStageBytes + line * kLineTileBytes + warp * kBoxBytes), map,
+                  line * kTmaLineDims, b.kv_head, slot, bar(tile, warp));
+  }
+  // The whole warp: waits for its slice of tile `tile`. Rows of keys past the
+  // split get zero V (the box brought the page's stale slots, or nothing: a
+  // stage's bytes from an older tile or never written), since P = 0 times a
+  // NaN is NaN; K needs none (its scores are masked by a select). The zeros
+  // are generic-proxy writes that the stage's next TMA write must follow:
+  // each lane fences the proxies before the warp syncs.
+  __device__ void wait(const MmaBlock& b, int tile, int warp, int lane) const {
+    mbarrier_wait(bar(tile, warp), (tile / kRing) & 1);
+    const int valid = b.key_end - (b.key_begin + tile * kTileKeys + warp * kTmaBoxKeys);
+    if (valid >= kTmaBoxKeys) return;  // warp-uniform
+    const int first_row = max(valid, 0);
+    unsigned char* stage = v + (tile % kRing) * kStageBytes;
+    for (int i = lane; i < (kTmaBoxKeys - first_row) * kLines * 8; i += 32) {
+      const int row = first_row + i / (kLines * 8), line = (i / 8) % kLines;
+      *reinterpret_cast<uint4*>(stage + line * kLineTileBytes + (warp * kTmaBoxKeys + row) * kLineBytes +
+                                (i % 8) * 16) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async();
+    __syncwarp();
+  }
+};
+
+// The keys-as-rows kernel's start under either loader.
+template <int D, int kW, int kRing>
+__device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step, const SplitParams& p,
+                                                     const MmaRing<D, kW, 8, kRing>& ring, const CUtensorMap*,
+                                                     const CUtensorMap*) {
+  return start_mma_block(step, p, ring);
+}
+// start_mma_block() for the TMA ring: each warp's lane 0 sets up its
+// barriers and starts its slices of the first kRing tiles; then Q.
+template <int D, int kW, int kRing>
+__device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step, const SplitParams& p,
+                                                     const TmaKvRing<D, kW, kRing>& ring, const CUtensorMap* k_map,
+                                                     const CUtensorMap* v_map) {
+  using Ring = TmaKvRing<D, kW, kRing>;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(k_map);
+    prefetch_tensor_map(v_map);
+  }
+  return place_mma_block<D, 8, Ring::kTileKeys>(step, p, (kRing - 1) * Ring::kTileKeys, [&](const MmaBlock& b) {
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) {
+      ring.init(warp);
+      for (int t = 0; t < kRing && t < b.num_tiles; ++t) {
+        const int slot = Ring::first_slot(p, b, t, warp);
+        ring.start_k(k_map, b, t, warp, slot);
+        ring.start_v(v_map, b, t, warp, slot);
+      }
+    }
+    copy_q_rows<D, kW * 32, 8>(p, b.row, b.head_begin, b.num_heads, ring.q);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();  // Q, and each warp's barriers initialised before its other lanes wait on them
+  });
 }
 
 template <int D, int kW>
@@ -811,11 +974,35 @@ __global__ void __launch_bounds__(kW * 32)
 // instruction issue (session 10's ncu); here half as many mma a key, half the
 // softmax, and O in D / 4 registers instead of D / 2. P^T's accumulator
 // fragment becomes the PV mma's B operand by two movmatrix transposes.
-template <int D, int kW, int kRing>
+// The keys-as-rows kernel's tensor maps of the K and V caches under TMA
+// loads; 8 unused bytes under cp.async (with an empty struct there nvcc
+// loaded SplitParams' first pointer byte by byte; with 8 bytes the
+// instance's PTX is main's but for this parameter's declaration).
+template <bool kTma>
+struct KvMaps {
+  std::uint64_t unused;
+};
+template <>
+struct KvMaps<true> {
+  CUtensorMap k, v;
+};
+
+// kTma: the ring filled by TMA (TmaKvRing, `maps`), else by cp.async
+// (MmaRing). One kernel body for both, in the kernel itself: a
+// device-function wrapper changed the cp.async instance's loop, and a
+// parameter pack of maps, which kept its code intact, does not compile on
+// the host (GCC cannot take the address of such an instance).
+template <int D, int kW, int kRing, bool kTma>
 __global__ void __launch_bounds__(kW * 32)
-    split_mma_keys_kernel(StepDeviceView step, SplitParams p) {
+    split_mma_keys_kernel(StepDeviceView step, SplitParams p, const __grid_constant__ KvMaps<kTma> maps) {
+  const CUtensorMap* k_map = nullptr;
+  const CUtensorMap* v_map = nullptr;
+  if constexpr (kTma) {
+    k_map = &maps.k;
+    v_map = &maps.v;
+  }
   pdl_launch_dependents();
-  using Ring = MmaRing<D, kW, 8, kRing>;
+  using Ring = std::conditional_t<kTma, TmaKvRing<D, kW, kRing>, MmaRing<D, kW, 8, kRing>>;
   constexpr int kTileKeys = Ring::kTileKeys;
   constexpr int kStride = Ring::kStride;
   constexpr int kKSteps = D / 16;
@@ -823,7 +1010,7 @@ __global__ void __launch_bounds__(kW * 32)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const Ring ring(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MmaBlock b = start_mma_block(step, p, ring);
+  const MmaBlock b = start_keys_block(step, p, ring, k_map, v_map);
   if (b.num_tiles < 0) return;
 
   // This thread's accumulator columns are heads 2 (lane % 4) and + 1; its
@@ -838,7 +1025,16 @@ __global__ void __launch_bounds__(kW * 32)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < b.num_tiles; ++tile) {
-    next_tile(p, b, ring, tile);
+    // TMA: lane 0's slot of the tile kRing past this one, read from the
+    // page table before the wait so that the read's latency passes under the
+    // wait and the QK mma; its K and V copies start below.
+    int refill_slot = -1;
+    if constexpr (kTma) {
+      if (lane == 0 && tile + kRing < b.num_tiles) refill_slot = Ring::first_slot(p, b, tile + kRing, warp);
+      ring.wait(b, tile, warp, lane);
+    } else {
+      next_tile(p, b, ring, tile);
+    }
     if (tile == 0) {  // Q^T as B: a head's dims are a B column
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ks += 2) {
@@ -850,8 +1046,12 @@ __global__ void __launch_bounds__(kW * 32)
         q_frag[ks + 1][1] = r[3];
       }
     }
-    const __nv_bfloat16* sk = ring.k_rows(tile, warp);
-    const __nv_bfloat16* sv = ring.v_rows(tile, warp);
+    const __nv_bfloat16* sk = nullptr;
+    const __nv_bfloat16* sv = nullptr;
+    if constexpr (!kTma) {
+      sk = ring.k_rows(tile, warp);
+      sv = ring.v_rows(tile, warp);
+    }
     const int key0 = b.key_begin + tile * kTileKeys + warp * 16 + lane / 4;
 
     // Two accumulators over alternate k-steps: two independent mma chains.
@@ -859,8 +1059,15 @@ __global__ void __launch_bounds__(kW * 32)
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       std::uint32_t a[4];
-      ldmatrix_x4(a, sk + ((lane % 8) + ((lane / 8) % 2) * 8) * kStride + ks * 16 + (lane / 16) * 8);
+      if constexpr (kTma)
+        ldmatrix_x4(a, ring.k_piece(tile, warp, (lane % 8) + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+      else
+        ldmatrix_x4(a, sk + ((lane % 8) + ((lane / 8) % 2) * 8) * kStride + ks * 16 + (lane / 16) * 8);
       mma_16816(s[ks % 2], a, q_frag[ks][0], q_frag[ks][1]);
+    }
+    if constexpr (kTma) {  // every lane's K reads are done (their mma issued): refill the stage's K
+      __syncwarp();
+      if (lane == 0 && tile + kRing < b.num_tiles) ring.start_k(k_map, b, tile + kRing, warp, refill_slot);
     }
     float col_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -907,10 +1114,18 @@ __global__ void __launch_bounds__(kW * 32)
 #pragma unroll
     for (int n = 0; n < kDimTiles; ++n) {  // V^T as A: ldmatrix's transpose of V's [key][dim] rows
       std::uint32_t a[4];
-      ldmatrix_x4_trans(a, sv + ((lane % 8) + (lane / 16) * 8) * kStride + n * 16 + ((lane / 8) % 2) * 8);
+      if constexpr (kTma)
+        ldmatrix_x4_trans(a, ring.v_piece(tile, warp, (lane % 8) + (lane / 16) * 8, 2 * n + (lane / 8) % 2));
+      else
+        ldmatrix_x4_trans(a, sv + ((lane % 8) + (lane / 16) * 8) * kStride + n * 16 + ((lane / 8) % 2) * 8);
       mma_16816(o_acc[n], a, p_lo, p_hi);
     }
-    __syncthreads();  // the stage is rewritten kRing - 1 tiles later
+    if constexpr (kTma) {  // and its V, once every lane's V reads are done
+      __syncwarp();
+      if (lane == 0 && tile + kRing < b.num_tiles) ring.start_v(v_map, b, tile + kRing, warp, refill_slot);
+    } else {
+      __syncthreads();  // the stage is rewritten kRing - 1 tiles later
+    }
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -941,44 +1156,55 @@ __global__ void __launch_bounds__(kW * 32)
 }
 
 // The tensor-core kernels: heads as the mma's rows (groups of up to 16) or
-// keys (up to 8, with a ring of kRing tiles).
-template <int D, bool kKeysAsRows, int kRing>
+// keys (up to 8, with a ring of kRing tiles, filled by cp.async or TMA).
+template <int D, bool kKeysAsRows, int kRing, bool kTma = false>
 constexpr auto* split_mma_kernel_for() {
+  static_assert(kKeysAsRows || !kTma, "TMA loads: the keys-as-rows kernel only");
   if constexpr (kKeysAsRows)
-    return &split_mma_keys_kernel<D, kMmaWarps, kRing>;
+    return &split_mma_keys_kernel<D, kMmaWarps, kRing, kTma>;
   else
     return &split_mma_kernel<D, kMmaWarps>;
 }
-template <int D, bool kKeysAsRows, int kRing>
+template <int D, bool kKeysAsRows, int kRing, bool kTma = false>
 constexpr int split_mma_smem_bytes() {
-  return MmaRing<D, kMmaWarps, kKeysAsRows ? 8 : 16, kRing>::kSmemBytes;
+  if constexpr (kTma)
+    return TmaKvRing<D, kMmaWarps, kRing>::kSmemBytes;
+  else
+    return MmaRing<D, kMmaWarps, kKeysAsRows ? 8 : 16, kRing>::kSmemBytes;
 }
 
-template <int D, bool kKeysAsRows, int kRing>
-void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p) {
-  constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows, kRing>();
+// `maps`: the TMA kernel's K and V cache maps (none for the others).
+template <int D, bool kKeysAsRows, int kRing, bool kTma = false, class... Maps>
+void launch_split_mma(dim3 grid, const Launch& launch, const StepDeviceView& step, const SplitParams& p,
+                      const Maps&... maps) {
+  constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows, kRing, kTma>();
   static_assert(kSmemBytes <= 227 * 1024, "one block must fit a multiprocessor");
   static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows, kRing>(),
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
-  launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing>(), grid, dim3(kMmaWarps * 32), kSmemBytes, launch,
-                step, p);
+  if constexpr (kKeysAsRows)
+    launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(), grid, dim3(kMmaWarps * 32), kSmemBytes,
+                  launch, step, p, KvMaps<kTma>{maps...});
+  else
+    launch_kernel(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(), grid, dim3(kMmaWarps * 32), kSmemBytes,
+                  launch, step, p);
 }
 
 // Blocks of a tensor-core kernel resident on the whole GPU (its shared
-// memory bounds them: 3 a multiprocessor at head_dim 128 with 2 stages).
-template <int D, bool kKeysAsRows, int kRing>
+// memory bounds them: 3 a multiprocessor at head_dim 128 with 2 stages,
+// either loader).
+template <int D, bool kKeysAsRows, int kRing, bool kTma>
 int mma_resident_blocks() {
   static const int blocks = [] {
-    constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows, kRing>();
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows, kRing>(),
+    constexpr int kSmemBytes = split_mma_smem_bytes<D, kKeysAsRows, kRing, kTma>();
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     int per_sm = 0, device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, split_mma_kernel_for<D, kKeysAsRows, kRing>(), kMmaWarps * 32, kSmemBytes));
+        &per_sm, split_mma_kernel_for<D, kKeysAsRows, kRing, kTma>(), kMmaWarps * 32, kSmemBytes));
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return std::max(1, per_sm * sms);
@@ -986,11 +1212,35 @@ int mma_resident_blocks() {
   return blocks;
 }
 
-int mma_resident_blocks(int head_dim, bool keys_as_rows, int stages) {
-  if (!keys_as_rows) return head_dim == 64 ? mma_resident_blocks<64, false, kMmaStages>()
-                                           : mma_resident_blocks<128, false, kMmaStages>();
-  if (stages == 3) return head_dim == 64 ? mma_resident_blocks<64, true, 3>() : mma_resident_blocks<128, true, 3>();
-  return head_dim == 64 ? mma_resident_blocks<64, true, kMmaStages>() : mma_resident_blocks<128, true, kMmaStages>();
+template <int D>
+int mma_resident_blocks(bool keys_as_rows, int stages, bool tma) {
+  if (!keys_as_rows) return mma_resident_blocks<D, false, kMmaStages, false>();
+  if (tma) return stages == 3 ? mma_resident_blocks<D, true, 3, true>() : mma_resident_blocks<D, true, kMmaStages, true>();
+  return stages == 3 ? mma_resident_blocks<D, true, 3, false>() : mma_resident_blocks<D, true, kMmaStages, false>();
+}
+int mma_resident_blocks(int head_dim, bool keys_as_rows, int stages, bool tma) {
+  return head_dim == 64 ? mma_resident_blocks<64>(keys_as_rows, stages, tma)
+                        : mma_resident_blocks<128>(keys_as_rows, stages, tma);
+}
+
+// The TMA ring's tensor map over one layer's K (or V) cache, [slots][kv
+// heads][D] bf16 as three dimensions (dim, kv head, slot): boxes of 64 dims
+// of one head at 16 consecutive slots, in the 128-byte swizzle TmaKvRing
+// reads.
+CUtensorMap kv_cache_tensor_map(const void* cache, const AttentionArgs& args) {
+  CUtensorMap map{};
+  const auto dim = static_cast<cuuint64_t>(args.head_dim);
+  const cuuint64_t dims[3] = {dim, static_cast<cuuint64_t>(args.num_kv_heads),
+                              static_cast<cuuint64_t>(args.kv_cache_slots)};
+  const cuuint64_t strides[2] = {dim * 2, dim * 2 * static_cast<cuuint64_t>(args.num_kv_heads)};
+  const cuuint32_t box[3] = {kTmaLineDims, 1, kTmaBoxKeys};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result = encode_tensor_map()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(cache),
+                                              dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "split attention: cuTensorMapEncodeTiled failed for the KV cache");
+  return map;
 }
 
 // One block per (row, query head): merges the splits. kParts groups of D
@@ -1071,6 +1321,14 @@ int splits_by_waves(std::int64_t pairs, int by_len, int resident_blocks) {
   return best;
 }
 
+// Whether the split-KV decode runs split_mma_keys_kernel: tensor cores
+// (head_dim 64 or 128, groups of 2..8) and keys_as_rows asked for.
+bool runs_keys_as_rows(const AttentionArgs& args) {
+  const int group_size = args.num_q_heads / args.num_kv_heads;
+  return group_size >= 2 && group_size <= 8 && (args.head_dim == 64 || args.head_dim == 128) &&
+         args.decode_split_tiles == DecodeSplitTiles::keys_as_rows;
+}
+
 // The grid's splits come from the longest key range the launch must cover
 // (the bucket under graphs, so the grid is fixed while the graph replays);
 // each row then cuts its own keys (split_of()), by the step's work or by the
@@ -1080,8 +1338,8 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const bool tensor_cores = group_size >= 2 && (args.head_dim == 64 || args.head_dim == 128);
   SLUICE_CHECK_MSG(args.decode_split_stages == 2 || args.decode_split_stages == 3,
                    "split attention: the keys-as-rows ring holds 2 or 3 tiles");
-  const bool keys_as_rows =
-      tensor_cores && group_size <= 8 && args.decode_split_tiles == DecodeSplitTiles::keys_as_rows;
+  const bool keys_as_rows = runs_keys_as_rows(args);
+  const bool tma = split_tma_loads_apply(args);
   const int kernel_group = keys_as_rows  ? 8
                            : tensor_cores ? 16
                            : group_size <= 1 ? 1
@@ -1099,7 +1357,8 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   const int by_len = (max_kv + min_split_tokens - 1) / min_split_tokens;
   int uniform_splits = 1;
   if (tensor_cores) {
-    uniform_splits = splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, keys_as_rows, args.decode_split_stages));
+    uniform_splits =
+        splits_by_waves(pairs, by_len, mma_resident_blocks(args.head_dim, keys_as_rows, args.decode_split_stages, tma));
   } else {
     // The CUDA-core kernel: enough blocks to fill the GPU about four times over.
     constexpr int kTargetBlocks = 132 * 4;
@@ -1114,7 +1373,8 @@ SplitPlan plan_split(const StepDeviceView& step, const AttentionArgs& args) {
   // Uneven steps: the step's keys over about four waves of tensor-core blocks
   // (or four CUDA-core blocks per multiprocessor), however they are spread
   // over rows.
-  const int target_blocks = tensor_cores ? 4 * mma_resident_blocks(args.head_dim, keys_as_rows, args.decode_split_stages) : 132 * 4;
+  const int target_blocks =
+      tensor_cores ? 4 * mma_resident_blocks(args.head_dim, keys_as_rows, args.decode_split_stages, tma) : 132 * 4;
   int by_work = std::max(1, std::min(by_len, (target_blocks + pairs_per_row - 1) / pairs_per_row));
   if (step.total_split_kv_tokens > 0) {
     // An eager step: the longest row's splits under step_split()'s length are
@@ -1164,7 +1424,14 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
   p.arrivals = fused_merge ? args.split_arrivals : nullptr;
   if (plan.keys_as_rows) {
     if constexpr (D == 64 || D == 128) {
-      if (args.decode_split_stages == 3)
+      if (split_tma_loads_apply(args)) {
+        const CUtensorMap k_map = kv_cache_tensor_map(args.k_cache, args);
+        const CUtensorMap v_map = kv_cache_tensor_map(args.v_cache, args);
+        if (args.decode_split_stages == 3)
+          launch_split_mma<D, true, 3, true>(grid, launch, step, p, k_map, v_map);
+        else
+          launch_split_mma<D, true, kMmaStages, true>(grid, launch, step, p, k_map, v_map);
+      } else if (args.decode_split_stages == 3)
         launch_split_mma<D, true, 3>(grid, launch, step, p);
       else
         launch_split_mma<D, true, kMmaStages>(grid, launch, step, p);
@@ -1189,6 +1456,15 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
 }
 
 }  // namespace
+
+bool split_tma_loads_apply(const AttentionArgs& args) {
+  const std::int32_t block = args.block_size_tokens;
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  // Slots fit the boxes' int32 coordinate; a 16-key box never crosses a page.
+  return args.decode_split_loads == DecodeSplitLoads::tma && runs_keys_as_rows(args) && block >= kTmaBoxKeys &&
+         (block & (block - 1)) == 0 && args.kv_cache_slots > 0 && args.kv_cache_slots <= INT32_MAX &&
+         aligned(args.k_cache) && aligned(args.v_cache);
+}
 
 bool split_kernel_supports(std::int32_t head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;

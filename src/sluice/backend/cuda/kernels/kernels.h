@@ -103,6 +103,12 @@ struct AttentionArgs {
   // Tiles in the keys-as-rows kernel's K/V ring: 2, or 3 (two blocks a
   // multiprocessor instead of three).
   std::int32_t decode_split_stages = 2;
+  // How the keys-as-rows kernel fills that ring (DecodeSplitLoads::tma where
+  // its shape rules hold: split_tma_loads_apply()).
+  DecodeSplitLoads decode_split_loads = DecodeSplitLoads::cp_async;
+  // Slots (num_blocks * block_size_tokens) of each of k_cache and v_cache:
+  // the TMA loads' tensor maps span them. 0: unknown (cp.async loads).
+  std::int64_t kv_cache_slots = 0;
 };
 
 // The step's split prefill pieces and their merge (after launch_attention_prefill).
@@ -110,6 +116,12 @@ void launch_attention_prefill_split(const StepDeviceView& step, const AttentionA
 // Workspace bytes the split prefill pieces of this step need (0 without any).
 std::int64_t prefill_split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
 // (Which tiles are split, and where: backend/prefill_split_plan.h.)
+
+// Whether the split-KV decode runs the keys-as-rows kernel with TMA loads
+// for these arguments: asked for (decode_split_loads), the keys-as-rows
+// kernel chosen, pages of a power of two >= 16 keys, the cache's slots known
+// and its rows 16-byte aligned. Otherwise the cp.async ring runs.
+bool split_tma_loads_apply(const AttentionArgs& args);
 
 // Workspace bytes the split-KV kernel needs for this step.
 std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);

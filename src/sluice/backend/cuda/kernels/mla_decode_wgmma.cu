@@ -329,6 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_mla_partials(a, at, split, o_acc, m_run, l_run);
 }
 
+}  // namespace
+
 PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     cudaDriverEntryPointQueryResult found{};
@@ -336,13 +338,11 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map() {
     SLUICE_CUDA_CHECK(
         cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
     SLUICE_CHECK_MSG(found == cudaDriverEntryPointSuccess && fn != nullptr,
-                     "MLA decode: the driver has no cuTensorMapEncodeTiled");
+                     "TMA: the driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   return encode;
 }
-
-}  // namespace
 
 CUtensorMap mla_latent_cache_map(const LatentCache& cache, int box_rows) {
   CUtensorMap map{};

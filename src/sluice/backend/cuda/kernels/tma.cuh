@@ -4,14 +4,20 @@
 // block of the cluster named in a mask (the same shared offset in each), and
 // the cluster's barrier and remote mbarrier arrivals that such a ring needs.
 // The tensor maps come from make_tensor_map_2d (tma.h, host side) and reach
-// the kernel as __grid_constant__ parameters. Users: grouped_gemm_fp8_ws.cu.
+// the kernel as __grid_constant__ parameters. Users: grouped_gemm_fp8_ws.cu,
+// the MLA decode kernels, attention_split.cu (3D boxes of the paged K/V cache).
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 
 namespace sluice::cuda {
+
+// Host: the driver's cuTensorMapEncodeTiled, looked up once (the runtime
+// does not export it). Defined in mla_decode_wgmma.cu.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map();
 
 __device__ __forceinline__ std::uint32_t cluster_ctarank() {
   std::uint32_t rank;
@@ -62,6 +68,23 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
           "r"(dst),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
+}
+
+// The box at (x, y, z) of a 3D tensor map (x the inner coordinate, in
+// elements) into shared memory at `dst`, completing its bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, int x, int y, int z,
+                                            std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+
+// Brings a __grid_constant__ tensor map's descriptor into the cache ahead of
+// the first copy that uses it.
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }
 
 // The same box into every block of the cluster in `cta_mask`, at the same
