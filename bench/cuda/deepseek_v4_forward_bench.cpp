@@ -581,7 +581,7 @@ int flash_formats(int argc, char** argv) {
       // The default but for the indexer's heads summed by a tf32 MMA (session 26): its A/B.
       {"FP8 default, indexer heads summed by a tf32 MMA", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}},
-      // ... only in steps of >= kTf32HeadSumMinRows rows (the FMA head sum in shorter ones).
+      // ... only in steps of >= tf32_head_sum_min_rows (4,096) rows, the FMA head sum in shorter ones.
       {"FP8 default, indexer heads summed by a tf32 MMA in chunks of >= 4096 rows", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks}},
       // 12 with the tf32 kernel's keys in registers (four consumer warpgroups of 64 keys).

@@ -516,21 +516,26 @@ class CudaOps final : public Ops {
                                .block_size = kv_spec_.block_size_tokens};
   }
 
+  // The bytes of a bf16 K/V cache that a test or benchmark may overwrite.
+  Result<std::int64_t> fillable_kv_bytes(const char* what) const {
+    if (kv_cache_ == nullptr) return Error{fmt::format("{}: no KV cache yet", what)};
+    if (kv_spec_.layout == KvCacheLayout::model_defined)
+      return Error{fmt::format("{}: a model-defined cache's bytes mean what its model says; bf16 values in it "
+                               "are not a state",
+                               what)};
+    return kv_spec_.bytes_per_block(DType::bf16) * kv_spec_.num_blocks;
+  }
+
   Status fill_kv_cache_nan() {
-    if (kv_cache_ == nullptr) return Error{"cuda_fill_kv_cache_nan: no KV cache yet"};
-    SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0xff, kv_spec_.bytes_per_block(DType::bf16) * kv_spec_.num_blocks,
-                                      stream_));
+    SLUICE_TRY_ASSIGN(bytes, fillable_kv_bytes("cuda_fill_kv_cache_nan"));
+    SLUICE_CUDA_CHECK(cudaMemsetAsync(kv_cache_, 0xff, static_cast<std::size_t>(bytes), stream_));
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return Ok{};
   }
 
   Status fill_kv_cache_random(std::uint64_t seed) {
-    if (kv_cache_ == nullptr) return Error{"cuda_fill_kv_cache_random: no KV cache yet"};
-    if (kv_spec_.layout == KvCacheLayout::model_defined)
-      return Error{"cuda_fill_kv_cache_random: a model-defined cache's bytes mean what its model says; "
-                   "random bf16 in it is not a state"};
-    const std::int64_t elems = kv_spec_.bytes_per_block(DType::bf16) * kv_spec_.num_blocks / 2;
-    cuda::launch_random_fill(kv_cache_, dt_of(DType::bf16), elems, seed, 1.0f, stream_);
+    SLUICE_TRY_ASSIGN(bytes, fillable_kv_bytes("cuda_fill_kv_cache_random"));
+    cuda::launch_random_fill(kv_cache_, dt_of(DType::bf16), bytes / 2, seed, 1.0f, stream_);
     SLUICE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return Ok{};
   }

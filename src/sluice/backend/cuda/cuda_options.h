@@ -127,7 +127,7 @@ enum class DecodeSplitLoads {
   // page of 64) completing on that warp's mbarrier: four instructions a warp
   // a tile at head_dim 128, no block-wide barrier in the loop. Pages of a
   // power of two >= 16 keys only; other shapes keep cp_async. Not yet the
-  // default: built in session 28 without a device.
+  // default: built in session 27 without a device.
   tma,
 };
 

@@ -1222,10 +1222,8 @@ void attention(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16,
       const bool tf32_head_sum = kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill ||
                                  (kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks &&
                                   n >= p.w.options.tf32_head_sum_min_rows);
-      const bool wgmma = !f32_pool &&
-                         (kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill ||
-                          kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill ||
-                          kernels == DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks) &&
+      // Every e4m3 form but the mma.sync one scores prefill on warpgroup MMA.
+      const bool wgmma = !f32_pool && kernels != DeepseekV4IndexerKernels::e4m3_pool_mma &&
                          n >= kWgmmaRowsPerSequence * p.step.num_sequences();
       // The warpgroup-MMA scores read each head's q_scale x weight as one factor.
       float* head_factors = nullptr;

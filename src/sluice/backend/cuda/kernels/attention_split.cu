@@ -723,7 +723,7 @@ struct TmaKvRing {
   std::uint64_t* full;  // [kRing][kW]: stage s of warp w's slice has landed
 
   __device__ explicit TmaKvRing(unsigned char* smem)
-      : k(smem + ((1024 - (smem_addr(smem) & 1023)) & 1023)),
+      : k(align_smem_1024(smem).ptr),
         v(k + kRing * kStageBytes),
         q(reinterpret_cast<__nv_bfloat16*>(v + kRing * kStageBytes)),
         full(reinterpret_cast<std::uint64_t*>(q + 8 * kStride)) {}

@@ -57,6 +57,8 @@ constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
 // Rows shorter than this, or whose k is a large part of them, gain nothing from sampling.
 constexpr int kMinSampledRow = 4096;
+// The row entry that sample i reads.
+__device__ __forceinline__ int sample_entry(int i) { return i / kSampleRun * kSampleStride + i % kSampleRun; }
 bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
 bool g_session27 = false;     // set_v4_indexer_top_k_session27()
 
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
     }
   } else {
     for (int i = threadIdx.x; i < sampled; i += kThreads)
-      sample[i] = float_order_key(scores[i / kSampleRun * kSampleStride + i % kSampleRun]);
+      sample[i] = float_order_key(scores[sample_entry(i)]);
   }
   __syncthreads();
   // Its top 16 bits suffice: a lower bar only lists a few more candidates.
@@ -255,8 +257,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
     if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < sampled; i += kThreads)
-      if (sample[i] >= bar.key)
-        atomicAdd(&candidate_count[(i / kSampleRun * kSampleStride + i % kSampleRun) / per_warp], 1);
+      if (sample[i] >= bar.key) atomicAdd(&candidate_count[sample_entry(i) / per_warp], 1);
     __syncthreads();
     if (threadIdx.x < 32) {
       const int estimate = lane < kWarps ? candidate_count[lane] * (kSampleStride / kSampleRun) : 0;
@@ -351,7 +352,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
 #pragma unroll
       for (int u = 0; u < kSweepLoads; ++u) {
         const int i = base + 32 * u + lane;
-        list(make_float4(v[u], 0.0f, 0.0f, 0.0f), slice.lo + i, i < slice.len ? 1 : 0, std::integral_constant<int, 1>{});
+        list(make_float4(v[u], 0.0f, 0.0f, 0.0f), slice.lo + i, i < slice.len ? 1 : 0,
+             std::integral_constant<int, 1>{});
       }
     }
   }

@@ -392,7 +392,8 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     float sum = first;
     if constexpr (kTiles == 2) sum = (tig & 2) ? ((tig & 1) ? sums[1][2] : sums[1][0]) : first;
     const int t = info.t0 + my_key;
-    if (stores && t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
+    if (stores && t < info.visible)
+      args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
   };
 
   float acc[2][kTiles][32];
@@ -423,8 +424,9 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
       // (FP8, every tile), then tile by tile its relu and head sum (tf32),
       // the next row's scores for a tile issued as soon as that tile's head
       // sum has read it (groups retire in order: wait<kTiles - 1> leaves only
-      // the later tiles' groups in flight). A row is stored at the next row's wait for everything: a
-      // read of the sums while any MMA is in flight serializes them (C7514).
+      // the later tiles' groups in flight). A row is stored at the next row's
+      // wait for everything: a read of the sums while any MMA is in flight
+      // serializes them (C7514).
       float (&scores)[kTiles][32] = acc[0];
       float sums[kTiles][4] = {};
       for (int j = 0; j < slots; j += kGroupRows) {

@@ -134,7 +134,6 @@ constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
-PFN_cuTensorMapEncodeTiled_v12000 g_encode_tensor_map = nullptr;
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -482,13 +481,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // swizzled in 128-byte lines as the wgmma descriptors read them.
 CUtensorMap tensor_map_2d(const void* base, std::int64_t rows, std::int64_t cols, int box_rows,
                           CUtensorMapL2promotion promotion) {
-  SLUICE_CHECK_MSG(g_encode_tensor_map != nullptr, "grouped FP8 GEMM: TMA used before prepare_grouped_gemm_fp8()");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols)};
   const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = g_encode_tensor_map(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
+  const CUresult result = encode_tensor_map()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
                                               strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                               CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "grouped FP8 GEMM: cuTensorMapEncodeTiled failed");
@@ -594,13 +592,7 @@ void prepare_grouped_gemm_fp8_ws() {
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
-  cudaDriverEntryPointQueryResult found{};
-  void* encode = nullptr;
-  SLUICE_CUDA_CHECK(
-      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode, 12000, cudaEnableDefault, &found));
-  SLUICE_CHECK_MSG(found == cudaDriverEntryPointSuccess && encode != nullptr,
-                   "grouped FP8 GEMM: the driver has no cuTensorMapEncodeTiled");
-  g_encode_tensor_map = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode);
+  encode_tensor_map();  // the driver's entry point, looked up before any step needs it
   // Also tma_weight_multicast2's: the same block size, shared memory and cluster.
   g_max_clusters[2] = max_active_clusters<WsLoads::tma_multicast2>();
   g_max_clusters[4] = max_active_clusters<WsLoads::tma_multicast4>();

@@ -331,19 +331,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    cudaDriverEntryPointQueryResult found{};
-    void* fn = nullptr;
-    SLUICE_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    SLUICE_CHECK_MSG(found == cudaDriverEntryPointSuccess && fn != nullptr,
-                     "TMA: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
 CUtensorMap mla_latent_cache_map(const LatentCache& cache, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {kWidth, static_cast<cuuint64_t>(cache.num_blocks) * cache.block_size};

@@ -3,8 +3,8 @@
 // complete on an mbarrier's transaction count, optionally multicast to every
 // block of the cluster named in a mask (the same shared offset in each), and
 // the cluster's barrier and remote mbarrier arrivals that such a ring needs.
-// The tensor maps come from make_tensor_map_2d (tma.h, host side) and reach
-// the kernel as __grid_constant__ parameters. Users: grouped_gemm_fp8_ws.cu,
+// The tensor maps are encoded on the host (encode_tensor_map) and reach the
+// kernel as __grid_constant__ parameters. Users: grouped_gemm_fp8_ws.cu,
 // the MLA decode kernels, attention_split.cu (3D boxes of the paged K/V cache).
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace sluice::cuda {
 
 // Host: the driver's cuTensorMapEncodeTiled, looked up once (the runtime
-// does not export it). Defined in mla_decode_wgmma.cu.
+// does not export it). Defined in tensor_map_encode.cu.
 PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map();
 
 __device__ __forceinline__ std::uint32_t cluster_ctarank() {
