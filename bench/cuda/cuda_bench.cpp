@@ -8,7 +8,7 @@
 //                   --decode1 | --chunk | --decode-sweep[-plans] [CASE] | --mla | --mla-decode [KERNELS] | --deepseek |
 //                   --deepseek-moe-fp8 | --burst-step |
 //                   --profile-burst | --gemm-rows | --overlap | --lane-decode | --chunk-pages |
-//                   --deepseek-v4-kernels | --fp8-gemv]
+//                   --deepseek-v4-kernels | --fp8-gemv | --fp8-dense]
 // (--quick: smaller sizes, for a smoke run; --profile: a few eager steps for
 // ncu; --sampling: the sampling rows only; --attention: the attention and model
 // rows only; --prefill-attention [NAMES]: prefill attention alone under each
@@ -28,6 +28,7 @@
 // decode, then prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --fp8-gemv: decode-size FP8 block-scaled GEMMs of V4-Flash and V3 (fp8_gemv_bench.cpp);
+// --fp8-dense: prefill-size ones, cuBLASLt against the MoE's ws kernels as one group (fp8_dense_bench.cpp);
 // --burst-step: the burst's mixed steps and their parts; --profile-burst [N]: the
 // same steps eagerly, twice each (or only shape N's mixed step), for ncu; --gemm-rows: Llama-3-8B's layer GEMMs
 // at decode and mixed-step row counts; --overlap: the chats' decodes beside a
@@ -1452,6 +1453,7 @@ void bench_lane_decode() {
 namespace sluice {
 void bench_deepseek_v4_kernels();  // deepseek_v4_bench.cpp
 void bench_fp8_gemv();             // fp8_gemv_bench.cpp
+void bench_fp8_dense();            // fp8_dense_bench.cpp
 }  // namespace sluice
 
 int main(int argc, char** argv) {
@@ -1462,7 +1464,11 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--fp8-gemv") == 0) {  // decode-size FP8 GEMMs: GEMV, grouped, cuBLASLt
     sluice::bench_fp8_gemv();
     return 0;
+  }  if (argc > 1 && std::strcmp(argv[1], "--fp8-dense") == 0) {  // prefill-size FP8 GEMMs: cuBLASLt, our ws kernels
+    sluice::bench_fp8_dense();
+    return 0;
   }
+
   if (argc > 1 && std::strcmp(argv[1], "--lane-decode") == 0) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_lane_decode();

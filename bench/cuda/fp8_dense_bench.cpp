@@ -1,0 +1,172 @@
+// cuda_bench --fp8-dense: issue 15's dense FP8 block-scaled GEMM target
+// (>= 1.6x our bf16 GEMM at M >= 4096) on DeepSeek-V3's dense MLP shapes and
+// V4-Flash's largest dense ones, side by side in one run:
+// - bf16 cuBLASLt (the ratio's denominator);
+// - cuBLASLt's block-scaled FP8 GEMM (the rows quantized per 1x128 block
+//   first, timed with it, as Fp8Matmul runs both);
+// - the MoE's warp-specialised FP8 kernels (grouped_gemm_fp8_ws.cu) as one
+//   group: a plan of M / 128 tiles of group 0, the same quantized rows.
+//   Whether our own kernel's main loop gets nearer DeepGEMM's rates on a
+//   dense shape than it does on the MoE's ~128-row experts (26% of the FP8
+//   peak there) says whether it can replace cuBLASLt here.
+// Timing: the median of 7 launches after 2 (events); compute-bound shapes, so
+// L2 reuse between launches does not matter.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/backend/cuda/cuda_dtype.h"
+#include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
+#include "sluice/backend/cuda/kernels/moe_kernels.h"
+#include "sluice/backend/cuda/lt_gemm.h"
+#include "bench_must.h"
+
+namespace sluice {
+namespace {
+
+constexpr double kFp8Peak = 1979e12, kBf16Peak = 790e12;  // FP8 spec; bf16 as measured (DEVICE.md)
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+double median_seconds(cudaStream_t stream, const std::function<void()>& enqueue) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms;
+  for (int rep = 0; rep < 9; ++rep) {
+    check(cudaEventRecord(start, stream), "record");
+    enqueue();
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float t = 0.0f;
+    cudaEventElapsedTime(&t, start, stop);
+    if (rep >= 2) ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e-3;
+}
+
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  T* p = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&p), host.size() * sizeof(T)), "cudaMalloc");
+  check(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  return p;
+}
+
+struct DenseShape {
+  const char* name;
+  std::int64_t n, k;
+};
+
+}  // namespace
+
+void bench_fp8_dense() {
+  const DenseShape shapes[] = {{"V3 dense gate|up", 18432, 7168}, {"V3 dense down", 7168, 18432},
+                               {"V4 wq_b", 32768, 1024},          {"V4 wo_b", 4096, 8192}};
+  const cuda::GroupedGemmFp8Kernel kernels[] = {
+      cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
+      cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
+      cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_weight_multicast};
+  const std::unique_ptr<Ops> ops = must(make_cuda_ops(CudaOptions{}));  // prepares the kernels' shared memory
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cuda::LtGemm lt(stream, 32LL << 20);
+  const cuda::Launch launch{.stream = stream, .programmatic = false};
+  std::printf("| shape (m x n x k) | bf16 cuBLASLt | FP8 cuBLASLt (quantize + GEMM) |");
+  for (auto kernel : kernels) std::printf(" ws %s |", std::string(cuda::name_of(kernel)).c_str());
+  std::printf("\n|---|---|---|");
+  for (std::size_t i = 0; i < std::size(kernels); ++i) std::printf("---|");
+  std::printf("\n");
+  std::uint64_t seed = 900;
+  for (std::int64_t m : {4096, 8192}) {
+    for (const DenseShape& s : shapes) {
+      const double flops = 2.0 * m * s.n * s.k;
+      const Tensor w16 = must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.02f));
+      const Tensor w8 = must(cuda_random_fp8_weight(*ops, {s.n, s.k}, ++seed, 1e-3f));
+      const Tensor x = must(cuda_random_weight(*ops, {m, s.k}, DType::bf16, ++seed, 1.0f));
+      const Tensor out = must(cuda_random_weight(*ops, {m, s.n}, DType::bf16, ++seed, 1.0f));
+      check(cudaDeviceSynchronize(), "operands made on the Ops' stream");
+      void* q = nullptr;
+      float* q_scales = nullptr;
+      check(cudaMalloc(&q, m * s.k), "q");
+      check(cudaMalloc(reinterpret_cast<void**>(&q_scales), static_cast<std::size_t>(m * (s.k / 128) * 4)), "scales");
+      auto quantize = [&] {
+        cuda::launch_quantize_fp8_rows({.x = x.data, .rows = m, .padded_rows = m, .k = s.k, .q = q,
+                                        .scales = q_scales},
+                                       launch);
+      };
+      // One group: tiles of 128 rows in order (consecutive pairs share the
+      // group, as the paired order of tma_weight_multicast wants).
+      const auto tiles = static_cast<std::int32_t>(m / 128);
+      std::int32_t* tile_expert = device_copy(std::vector<std::int32_t>(tiles, 0));
+      std::vector<std::int32_t> firsts(tiles);
+      for (std::int32_t t = 0; t < tiles; ++t) firsts[t] = t * 128;
+      std::int32_t* tile_first_slot = device_copy(firsts);
+      std::int32_t* offsets = device_copy(std::vector<std::int32_t>{0, static_cast<std::int32_t>(m)});
+      const cuda::GroupedGemmFp8Args args{.a = q, .a_scales = q_scales, .a_scale_stride = m,
+                                          .w = w8.data, .w_rows = s.n, .w_scales = w8.scales.data,
+                                          .w_scale_row_stride = w8.scales.row_stride, .tile_expert = tile_expert,
+                                          .tile_first_slot = tile_first_slot, .expert_offsets = offsets,
+                                          .max_tiles = tiles, .tile_rows = 128, .n = s.n, .k = s.k,
+                                          .epilogue = cuda::GroupedEpilogue::store, .out = out.data};
+      auto cell = [&](double t, double peak, const char* of) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%.0f TFLOP/s (%.0f%% of %s), %.3f ms", flops / t / 1e12,
+                      100.0 * flops / t / peak, of, t * 1e3);
+        return std::string(buf);
+      };
+      const double t_bf16 = median_seconds(stream, [&] {
+        lt.run(x.data, w16.data, out.data, DType::bf16, m, s.n, s.k);
+      });
+      bool lt_ran = true;
+      const double t_lt = median_seconds(stream, [&] {
+        quantize();
+        lt_ran = lt_ran && lt.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w8.data,
+                                                    .w_scales = w8.scales.data, .out = out.data,
+                                                    .out_dtype = DType::bf16, .m = m, .n = s.n, .k = s.k});
+      });
+      std::printf("| %s %lldx%lldx%lld | %s | %s, %.2fx bf16 |", s.name, static_cast<long long>(m),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), cell(t_bf16, kBf16Peak, "790").c_str(),
+                  lt_ran ? cell(t_lt, kFp8Peak, "1979").c_str() : "refused", t_bf16 / t_lt);
+      for (auto kernel : kernels) {
+        if (!cuda::grouped_gemm_fp8_ws_supports(kernel, args)) {
+          std::printf(" not taken |");
+          continue;
+        }
+        const double t = median_seconds(stream, [&] {
+          quantize();
+          cuda::launch_grouped_gemm_fp8_ws(args, kernel, launch);
+        });
+        std::printf(" %s, %.2fx bf16 |", cell(t, kFp8Peak, "1979").c_str(), t_bf16 / t);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      check(cudaStreamSynchronize(stream), "the shape's launches");
+      cudaFree(q);
+      cudaFree(q_scales);
+      cudaFree(tile_expert);
+      cudaFree(tile_first_slot);
+      cudaFree(offsets);
+    }
+  }
+  if (!lt.fp8_counts().last_refusal.empty())
+    std::fprintf(stderr, "cuBLASLt's last refusal: %s\n", lt.fp8_counts().last_refusal.c_str());
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace sluice
