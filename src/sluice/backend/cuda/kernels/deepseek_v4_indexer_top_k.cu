@@ -51,7 +51,14 @@ constexpr int kWarps = kThreads / 32;
 // (32 KB of keys and entries) shared by the warps' lists.
 constexpr int kWarpCandidates = 128;
 constexpr int pool_candidates(bool session27) { return session27 ? 4096 : kWarps * kWarpCandidates; }
-constexpr int kMinListCandidates = 64;  // session 27: a list's room besides what its sample hits ask
+// Session 27: a list's room besides what its sample hits ask. A slice's hits
+// are few (k 512 at 32k: ~4 of its 128 sampled scores), so the estimate is
+// noisy where it is small: with 64, a slice with no hit (~2% of slices) gets
+// 64 places for ~64 candidates, and ~9% of rows of i.i.d. scores overflowed a
+// list and fell back to the six reads (host simulation of this sizing); with
+// 128 (session 23's fixed room) none did, and the crowded rows' still fit:
+// 16 x 128 + 1.5 x ~1,100 < the pool's 4,096 at k 512.
+constexpr int kMinListCandidates = 128;
 constexpr int kSampleRun = 8;         // scores a sample takes together (32 bytes: one sector)
 constexpr int kSampleStride = 128;    // ... of every 128
 constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer ones take the fallback
