@@ -20,7 +20,7 @@ bin=${CARRY_DIR:-.devcarry/cuda}
 . tools/device/carried_bin.sh
 formats="2 12 14 15"
 t0=$(date +%s)
-timeout -s KILL 90 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
+timeout -s KILL 150 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
 echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
 grep -E "^\[  (PASSED|FAILED) " "$out/kernel_test.log"
 timeout -s KILL 90 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='*tf32*:*Engine*' >"$out/forward_test.log" 2>&1

@@ -419,8 +419,9 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     // (tf32_shared_keys: the MMAs read the key tile itself, so it is freed at the epoch's end.)
     if constexpr (kKeysInRegisters) release(key_empty);
     if constexpr (kTf32HeadSum) {
-      // One accumulator (ptxas keeps the consumers in 168 registers: a second
-      // one, pinned as the head sum's A, would spill). Per row: its scores
+      // One accumulator (ptxas keeps the shared-keys form's consumers in 168
+      // registers, the register-keys form's in 96: a second one, pinned as the
+      // head sum's A, would spill). Per row: its scores
       // (FP8, every tile), then tile by tile its relu and head sum (tf32),
       // the next row's scores for a tile issued as soon as that tile's head
       // sum has read it (groups retire in order: wait<kTiles - 1> leaves only
