@@ -146,6 +146,9 @@ struct MlaCase {
   // The rows under test as one decode step each (every sequence one row),
   // through CUDA graphs: captured at one context, replayed at the others.
   bool decode_steps_with_graphs = false;
+  // The CUDA cache filled with NaN before the first step: every kernel must
+  // keep the slots past a row's context (a block's tail) out of its result.
+  bool nan_kv_cache = false;
 };
 
 class MlaHarness {
@@ -188,6 +191,7 @@ class MlaHarness {
                            .layout = KvCacheLayout::latent};
     SLUICE_CHECK(cpu_->allocate_kv_cache(spec).ok());
     SLUICE_CHECK(cuda_->allocate_kv_cache(spec).ok());
+    if (c.nan_kv_cache) SLUICE_CHECK(cuda_fill_kv_cache_nan(*cuda_).ok());
 
     const std::int64_t kv_b_rows = static_cast<std::int64_t>(c.num_heads) * (c.qk_nope_head_dim + c.v_head_dim);
     kv_b_proj_ = random_bf16(static_cast<std::size_t>(kv_b_rows * c.kv_lora_rank), ++seed_, 0.1f);
@@ -401,6 +405,26 @@ TEST_P(CudaMlaAttention, DecodeWithFewHeads) {
     MlaCase many{.name = "decode, " + std::to_string(heads) + " heads, 70 rows", .num_heads = heads, .seqs = {}};
     for (std::int32_t r = 0; r < 70; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 760, .num_rows = 1});
     run(many, 9500 + static_cast<std::uint64_t>(heads));
+  }
+}
+
+// A cache that starts as NaN: the slots past each context (the tails of
+// partial blocks and 64-key tiles, at 16 and 128 heads) hold NaN, so a kernel
+// that lets a stale key or value into its sums fails here, where a zeroed or
+// finite cache would hide it.
+TEST_P(CudaMlaAttention, StaleNanSlotsStayOut) {
+  for (const std::int32_t heads : {16, 128}) {
+    run({.name = "NaN cache, " + std::to_string(heads) + " heads",
+         .num_heads = heads,
+         .block_size = 48,
+         .seqs = {{.prefix_tokens = 0, .num_rows = 1},
+                  {.prefix_tokens = 62, .num_rows = 1},
+                  {.prefix_tokens = 64, .num_rows = 1},
+                  {.prefix_tokens = 100, .num_rows = 1},
+                  {.prefix_tokens = 700, .num_rows = 1},
+                  {.prefix_tokens = 30, .num_rows = 20}},
+         .nan_kv_cache = true},
+        9600 + static_cast<std::uint64_t>(heads));
   }
 }
 
