@@ -24,6 +24,7 @@
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
 #include "sluice/common/rng.h"
 #include "sluice/model/deepseek_v4_step_plan.h"
+#include "bench_cuda.h"
 
 namespace sluice {
 namespace {
@@ -34,13 +35,6 @@ constexpr double kBf16Peak = 989e12;        // H200 dense bf16 (spec)
 constexpr double kFp8Peak = 1979e12;                // H200 dense FP8, the spec sheet
 constexpr double kFlashMlaSparsePrefill = 640e12;  // FlashMLA sparse prefill on H800 (same dense peak as H200)
 constexpr double kFlashMlaSparseDecode = 410e12;   // FlashMLA sparse decode, FP8 KV, H800
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 template <class T>
 T* alloc(std::size_t n, int fill_byte = 0) {

@@ -26,39 +26,13 @@
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
+#include "bench_cuda.h"
 #include "bench_must.h"
 
 namespace sluice {
 namespace {
 
 constexpr double kFp8Peak = 1979e12, kBf16Peak = 790e12;  // FP8 spec; bf16 as measured (DEVICE.md)
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-double median_seconds(cudaStream_t stream, const std::function<void()>& enqueue) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 9; ++rep) {
-    check(cudaEventRecord(start, stream), "record");
-    enqueue();
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, start, stop);
-    if (rep >= 2) ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e-3;
-}
 
 template <typename T>
 T* device_copy(const std::vector<T>& host) {
@@ -92,8 +66,22 @@ void bench_fp8_dense() {
   std::printf("\n|---|---|---|");
   for (std::size_t i = 0; i < std::size(kernels); ++i) std::printf("---|");
   std::printf("\n");
+  // The quantized rows and the one-group plan, sized for the largest shape.
+  constexpr std::int64_t kMaxRows = 8192, kMaxK = 18432;
+  void* q = nullptr;
+  float* q_scales = nullptr;
+  check(cudaMalloc(&q, kMaxRows * kMaxK), "q");
+  check(cudaMalloc(reinterpret_cast<void**>(&q_scales), static_cast<std::size_t>(kMaxRows * (kMaxK / 128) * 4)),
+        "q scales");
+  // One group: tiles of 128 rows in order (consecutive pairs share the group,
+  // as the paired order of tma_weight_multicast wants).
+  std::vector<std::int32_t> firsts(kMaxRows / 128);
+  for (std::size_t t = 0; t < firsts.size(); ++t) firsts[t] = static_cast<std::int32_t>(t) * 128;
+  std::int32_t* tile_expert = device_copy(std::vector<std::int32_t>(firsts.size(), 0));
+  std::int32_t* tile_first_slot = device_copy(firsts);
   std::uint64_t seed = 900;
   for (std::int64_t m : {4096, 8192}) {
+    std::int32_t* offsets = device_copy(std::vector<std::int32_t>{0, static_cast<std::int32_t>(m)});
     for (const DenseShape& s : shapes) {
       const double flops = 2.0 * m * s.n * s.k;
       const Tensor w16 = must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.02f));
@@ -101,23 +89,12 @@ void bench_fp8_dense() {
       const Tensor x = must(cuda_random_weight(*ops, {m, s.k}, DType::bf16, ++seed, 1.0f));
       const Tensor out = must(cuda_random_weight(*ops, {m, s.n}, DType::bf16, ++seed, 1.0f));
       check(cudaDeviceSynchronize(), "operands made on the Ops' stream");
-      void* q = nullptr;
-      float* q_scales = nullptr;
-      check(cudaMalloc(&q, m * s.k), "q");
-      check(cudaMalloc(reinterpret_cast<void**>(&q_scales), static_cast<std::size_t>(m * (s.k / 128) * 4)), "scales");
       auto quantize = [&] {
         cuda::launch_quantize_fp8_rows({.x = x.data, .rows = m, .padded_rows = m, .k = s.k, .q = q,
                                         .scales = q_scales},
                                        launch);
       };
-      // One group: tiles of 128 rows in order (consecutive pairs share the
-      // group, as the paired order of tma_weight_multicast wants).
       const auto tiles = static_cast<std::int32_t>(m / 128);
-      std::int32_t* tile_expert = device_copy(std::vector<std::int32_t>(tiles, 0));
-      std::vector<std::int32_t> firsts(tiles);
-      for (std::int32_t t = 0; t < tiles; ++t) firsts[t] = t * 128;
-      std::int32_t* tile_first_slot = device_copy(firsts);
-      std::int32_t* offsets = device_copy(std::vector<std::int32_t>{0, static_cast<std::int32_t>(m)});
       const cuda::GroupedGemmFp8Args args{.a = q, .a_scales = q_scales, .a_scale_stride = m,
                                           .w = w8.data, .w_rows = s.n, .w_scales = w8.scales.data,
                                           .w_scale_row_stride = w8.scales.row_stride, .tile_expert = tile_expert,
@@ -156,16 +133,14 @@ void bench_fp8_dense() {
       }
       std::printf("\n");
       std::fflush(stdout);
-      check(cudaStreamSynchronize(stream), "the shape's launches");
-      cudaFree(q);
-      cudaFree(q_scales);
-      cudaFree(tile_expert);
-      cudaFree(tile_first_slot);
-      cudaFree(offsets);
     }
+    check(cudaStreamSynchronize(stream), "the launches at this m");
+    cudaFree(offsets);
   }
-  if (!lt.fp8_counts().last_refusal.empty())
-    std::fprintf(stderr, "cuBLASLt's last refusal: %s\n", lt.fp8_counts().last_refusal.c_str());
+  for (void* p : {q, static_cast<void*>(q_scales), static_cast<void*>(tile_expert), static_cast<void*>(tile_first_slot)})
+    cudaFree(p);
+  const std::string& refusal = lt.fp8_counts().last_refusal;
+  if (!refusal.empty()) std::fprintf(stderr, "cuBLASLt's last refusal: %s\n", refusal.c_str());
   cudaStreamDestroy(stream);
 }
 

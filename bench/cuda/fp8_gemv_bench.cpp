@@ -28,6 +28,7 @@
 #include "sluice/backend/cuda/kernels/fp8_gemv.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
+#include "bench_cuda.h"
 #include "bench_must.h"
 
 namespace sluice {
@@ -35,13 +36,6 @@ namespace {
 
 constexpr double kHbmBytesPerSecond = 4.31e12;  // device copy, read + write counted (DEVICE.md)
 constexpr int kLaunches = 64;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 // Median seconds per launch of `enqueue(copy)` over a graph of kLaunches launches.
 double time_per_launch(cudaStream_t stream, int copies, const std::function<void(int)>& enqueue) {
@@ -53,25 +47,10 @@ double time_per_launch(cudaStream_t stream, int copies, const std::function<void
   check(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaGraphExec_t exec = nullptr;
   check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 9; ++rep) {
-    check(cudaEventRecord(start, stream), "record");
-    check(cudaGraphLaunch(exec, stream), "replay");
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "replay sync");
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, start, stop);
-    if (rep >= 2) ms.push_back(t);  // two warm-up replays
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const double seconds = median_seconds(stream, [&] { check(cudaGraphLaunch(exec, stream), "replay"); });
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e-3 / kLaunches;
+  return seconds / kLaunches;
 }
 
 struct GemvShape {

@@ -22,15 +22,10 @@
 #include <vector>
 
 #include "sluice/backend/cuda/host_kv_tier.h"
+#include "bench_cuda.h"
 
 namespace sluice {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
