@@ -3,7 +3,9 @@
 // V4-Flash's largest dense ones, side by side in one run:
 // - bf16 cuBLASLt (the ratio's denominator);
 // - cuBLASLt's block-scaled FP8 GEMM (the rows quantized per 1x128 block
-//   first, timed with it, as Fp8Matmul runs both);
+//   first, timed with it, as Fp8Matmul runs both), as Fp8Matmul asks it and
+//   with the operands' roles swapped (LtGemm::Fp8Operands::activations_as_a:
+//   out^T, which cuBLASLt may tile differently);
 // - the MoE's warp-specialised FP8 kernels (grouped_gemm_fp8_ws.cu) as one
 //   group: a plan of M / 128 tiles of group 0, the same quantized rows.
 //   Whether our own kernel's main loop gets nearer DeepGEMM's rates on a
@@ -14,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -26,6 +29,7 @@
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
 #include "sluice/backend/cuda/lt_gemm.h"
+#include "sluice/backend/float_convert.h"
 #include "bench_cuda.h"
 #include "bench_must.h"
 
@@ -40,6 +44,14 @@ T* device_copy(const std::vector<T>& host) {
   check(cudaMalloc(reinterpret_cast<void**>(&p), host.size() * sizeof(T)), "cudaMalloc");
   check(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
   return p;
+}
+
+std::vector<float> download_bf16(const void* device, std::int64_t count) {
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(count));
+  check(cudaMemcpy(bits.data(), device, bits.size() * 2, cudaMemcpyDeviceToHost), "download");
+  std::vector<float> values(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_f32(bits[i]);
+  return values;
 }
 
 struct DenseShape {
@@ -61,9 +73,10 @@ void bench_fp8_dense() {
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   cuda::LtGemm lt(stream, 32LL << 20);
   const cuda::Launch launch{.stream = stream, .programmatic = false};
-  std::printf("| shape (m x n x k) | bf16 cuBLASLt | FP8 cuBLASLt (quantize + GEMM) |");
+  std::printf("| shape (m x n x k) | bf16 cuBLASLt | FP8 cuBLASLt (quantize + GEMM) | FP8 cuBLASLt, roles swapped "
+              "(out^T) |");
   for (auto kernel : kernels) std::printf(" ws %s |", std::string(cuda::name_of(kernel)).c_str());
-  std::printf("\n|---|---|---|");
+  std::printf("\n|---|---|---|---|");
   for (std::size_t i = 0; i < std::size(kernels); ++i) std::printf("---|");
   std::printf("\n");
   // The quantized rows and the one-group plan, sized for the largest shape.
@@ -110,16 +123,40 @@ void bench_fp8_dense() {
       const double t_bf16 = median_seconds(stream, [&] {
         lt.run(x.data, w16.data, out.data, DType::bf16, m, s.n, s.k);
       });
-      bool lt_ran = true;
-      const double t_lt = median_seconds(stream, [&] {
-        quantize();
-        lt_ran = lt_ran && lt.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w8.data,
-                                                    .w_scales = w8.scales.data, .out = out.data,
-                                                    .out_dtype = DType::bf16, .m = m, .n = s.n, .k = s.k});
-      });
-      std::printf("| %s %lldx%lldx%lld | %s | %s, %.2fx bf16 |", s.name, static_cast<long long>(m),
-                  static_cast<long long>(s.n), static_cast<long long>(s.k), cell(t_bf16, kBf16Peak, "790").c_str(),
-                  lt_ran ? cell(t_lt, kFp8Peak, "1979").c_str() : "refused", t_bf16 / t_lt);
+      // The swapped product's out^T against the plain one's out, entry by entry.
+      std::vector<float> plain;
+      const auto swapped_matches = [&](std::int64_t rows, std::int64_t cols) {
+        check(cudaStreamSynchronize(stream), "the swapped FP8 GEMM");
+        const std::vector<float> transposed = download_bf16(out.data, rows * cols);
+        double worst = 0.0;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            worst = std::max(worst, static_cast<double>(std::fabs(plain[r * cols + c] - transposed[c * rows + r])));
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "; out^T vs out: max |d| %.3g", worst);
+        return std::string(buf);
+      };
+      std::printf("| %s %lldx%lldx%lld | %s |", s.name, static_cast<long long>(m), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), cell(t_bf16, kBf16Peak, "790").c_str());
+      for (const bool swapped : {false, true}) {
+        bool lt_ran = true;
+        const double t_lt = median_seconds(stream, [&] {
+          quantize();
+          lt_ran = lt_ran && lt.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w8.data,
+                                                      .w_scales = w8.scales.data, .out = out.data,
+                                                      .out_dtype = DType::bf16, .m = m, .n = s.n, .k = s.k,
+                                                      .activations_as_a = swapped});
+        });
+        if (lt_ran)
+          std::printf(" %s, %.2fx bf16%s |", cell(t_lt, kFp8Peak, "1979").c_str(), t_bf16 / t_lt,
+                      swapped ? swapped_matches(m, s.n).c_str() : "");
+        else
+          std::printf(" refused |");
+        if (!swapped) {  // the plain product, kept for the swapped one's check
+          check(cudaStreamSynchronize(stream), "the FP8 GEMM");
+          plain = download_bf16(out.data, m * s.n);
+        }
+      }
       for (auto kernel : kernels) {
         if (!cuda::grouped_gemm_fp8_ws_supports(kernel, args)) {
           std::printf(" not taken |");

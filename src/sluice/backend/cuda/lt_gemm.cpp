@@ -41,7 +41,8 @@ std::string describe(const LtGemm::Fp8Operands& o) {
       fmt::arg("w", o.w), fmt::arg("ws", static_cast<const void*>(o.w_scales)),
       fmt::arg("nb", num_scale_blocks(o.n, kScaleBlock)), fmt::arg("l4", round_up(l, kLtWeightScaleRowAlignment)),
       fmt::arg("q", o.q), fmt::arg("qs", static_cast<const void*>(o.q_scales)), fmt::arg("l", l),
-      fmt::arg("out", o.out), fmt::arg("v", lt_runtime_version()));
+      fmt::arg("out", o.out), fmt::arg("v", lt_runtime_version())) +
+         (o.activations_as_a ? " (asked with the roles swapped: A = x, B = w, D = out^T [n, m] in out)" : "");
 }
 
 // Where cuBLASLt's logger writes while lt_log_of runs its query.
@@ -83,6 +84,8 @@ std::optional<std::string> lt_block_scaled_rule_broken(const LtGemm::Fp8Operands
     return fmt::format("k = {}: e4m3 rows of {} bytes are not 16-byte multiples", o.k, o.k);
   if (o.n * out_bytes % kLtAlignmentBytes != 0)
     return fmt::format("n = {}: output rows of {} bytes are not 16-byte multiples", o.n, o.n * out_bytes);
+  if (o.activations_as_a && o.m * out_bytes % kLtAlignmentBytes != 0)
+    return fmt::format("m = {}: out^T's rows of {} bytes are not 16-byte multiples", o.m, o.m * out_bytes);
   const std::pair<const char*, const void*> pointers[] = {
       {"x (e4m3)", o.q}, {"x's scales", o.q_scales}, {"w", o.w}, {"w's scales", o.w_scales}, {"out", o.out}};
   for (const auto& [name, p] : pointers)
@@ -109,7 +112,8 @@ LtGemm::~LtGemm() {
 
 LtGemm::Plan& LtGemm::plan_for(Kind kind, std::int64_t m, std::int64_t n, std::int64_t k, DType out_dtype,
                                const Fp8Operands* fp8_operands) {
-  const Key key{kind, m, n, k, out_dtype};
+  const bool swapped = fp8_operands != nullptr && fp8_operands->activations_as_a;
+  const Key key{kind, m, n, k, out_dtype, swapped};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan plan;
   SLUICE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -119,24 +123,24 @@ LtGemm::Plan& LtGemm::plan_for(Kind kind, std::int64_t m, std::int64_t n, std::i
   const bool fp8 = kind == Kind::fp8_block_scaled;
   SLUICE_CHECK(fp8 == (fp8_operands != nullptr));
   if (fp8) {
-    // A is the weight (128x128 blocks), B the activations (1x128 blocks).
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                  static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                  static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
+    // A is the weight (128x128 blocks), B the activations (1x128 blocks); swapped, the other way round.
+    const auto weight_mode = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    const auto activation_mode = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, swapped ? activation_mode : weight_mode);
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, swapped ? weight_mode : activation_mode);
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<std::int8_t>(0));
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(fp8_operands->w_scales));
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(fp8_operands->q_scales));
+    set_scale_pointers(plan, *fp8_operands);
   }
   const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const cudaDataType_t c_type = out_dtype == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   // A = W stored column-major [k, n] (ld k), used transposed; B = X^T [k, m]; C = out^T [n, m].
-  SLUICE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, ab_type, static_cast<std::uint64_t>(k),
-                                                 static_cast<std::uint64_t>(n), k));
-  SLUICE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, ab_type, static_cast<std::uint64_t>(k),
-                                                 static_cast<std::uint64_t>(m), k));
-  SLUICE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, c_type, static_cast<std::uint64_t>(n),
-                                                 static_cast<std::uint64_t>(m), n));
+  // Swapped: A = X, B = W^T, C = out [m, n] column-major (out^T row-major).
+  const std::uint64_t a_cols = static_cast<std::uint64_t>(swapped ? m : n);
+  const std::uint64_t b_cols = static_cast<std::uint64_t>(swapped ? n : m);
+  SLUICE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, ab_type, static_cast<std::uint64_t>(k), a_cols, k));
+  SLUICE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, ab_type, static_cast<std::uint64_t>(k), b_cols, k));
+  SLUICE_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.c, c_type, a_cols, b_cols, static_cast<std::int64_t>(a_cols)));
   cublasLtMatmulPreference_t pref = nullptr;
   SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const std::uint64_t ws = static_cast<std::uint64_t>(workspace_bytes_);
@@ -174,6 +178,13 @@ void LtGemm::run(const void* x, const void* w, void* out, DType out_dtype, std::
                                      static_cast<std::size_t>(workspace_bytes_), stream_));
 }
 
+void LtGemm::set_scale_pointers(Plan& plan, const Fp8Operands& o) {
+  const void* weight = o.w_scales;
+  const void* activation = o.q_scales;
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, o.activations_as_a ? activation : weight);
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, o.activations_as_a ? weight : activation);
+}
+
 bool LtGemm::refuse(const std::string& reason) {
   ++fp8_counts_.num_refused;
   fp8_counts_.last_refusal = reason;
@@ -193,12 +204,13 @@ bool LtGemm::run_fp8_block_scaled(const Fp8Operands& o) {
   if (auto broken = lt_block_scaled_rule_broken(o)) return refuse(*broken + ": " + describe(o));
   Plan& plan = plan_for(Kind::fp8_block_scaled, o.m, o.n, o.k, o.out_dtype, &o);
   if (!plan.algo) return refuse(plan.refusal);
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(o.w_scales));
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(o.q_scales));
+  set_scale_pointers(plan, o);
   const float alpha = 1.0f, beta = 0.0f;
+  const void* a = o.activations_as_a ? o.q : o.w;
+  const void* b = o.activations_as_a ? o.w : o.q;
   const auto matmul = [&] {
-    return cublasLtMatmul(handle_, plan.desc, &alpha, o.w, plan.a, o.q, plan.b, &beta, o.out, plan.c, o.out,
-                          plan.c, &*plan.algo, workspace_, static_cast<std::size_t>(workspace_bytes_), stream_);
+    return cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, o.out, plan.c, o.out, plan.c,
+                          &*plan.algo, workspace_, static_cast<std::size_t>(workspace_bytes_), stream_);
   };
   // cuBLASLt checks some block-scaled operands only here; a refusal enqueues
   // nothing and sends this shape to the caller's fallback from now on.

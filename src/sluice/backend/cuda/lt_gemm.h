@@ -74,6 +74,11 @@ class LtGemm {
     void* out = nullptr;              // [m, n]
     DType out_dtype = DType::bf16;    // bf16 or f32
     std::int64_t m = 0, n = 0, k = 0;
+    // The roles swapped (a benchmark's A/B, cuda_bench --fp8-dense): cuBLAS's
+    // A is x (VEC128) and its B the weight (BLK128x128), the second of the
+    // three supported pairs, so out holds out^T, [n, m]. cuBLASLt picks its
+    // kernels by the problem as it sees it, and M and N trade places here.
+    bool activations_as_a = false;
   };
   // Enqueues the FP8 block-scaled GEMM; false (nothing enqueued) when the
   // operands break cuBLAS's rules above or cuBLASLt has no algorithm for
@@ -94,11 +99,13 @@ class LtGemm {
     std::optional<cublasLtMatmulAlgo_t> algo;  // none: cuBLASLt has no kernel for it
     std::string refusal;                       // why not, when algo is none
   };
-  using Key = std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, DType>;
+  using Key = std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, DType, bool>;
   // fp8 (kind fp8_block_scaled only): the operands whose scale pointers the
   // heuristic query sees.
   Plan& plan_for(Kind kind, std::int64_t m, std::int64_t n, std::int64_t k, DType out_dtype,
                  const Fp8Operands* fp8 = nullptr);
+  // The block scales' pointers on the plan's descriptor, by the operands' roles.
+  static void set_scale_pointers(Plan& plan, const Fp8Operands& o);
   // Counts a refusal and keeps its reason; returns false.
   bool refuse(const std::string& reason);
 
