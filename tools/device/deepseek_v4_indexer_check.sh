@@ -18,7 +18,10 @@ set -uo pipefail
 out=${OUT:-/tmp/s27}; mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/cuda}
 . tools/device/carried_bin.sh
-formats="2 12 14 15"
+# FORMATS, BENCH_RUNS and MODEL_FORMATS trim the call when device time is short.
+formats=${FORMATS:-2 12 14 15}
+bench_runs=${BENCH_RUNS:-2}
+model_formats=${MODEL_FORMATS:-2,12,13,14,15}
 t0=$(date +%s)
 timeout -s KILL 150 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
 echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
@@ -26,7 +29,7 @@ grep -E "^\[  (PASSED|FAILED) " "$out/kernel_test.log"
 timeout -s KILL 90 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='*tf32*:*Engine*' >"$out/forward_test.log" 2>&1
 echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
 grep -E "^\[  (PASSED|FAILED) " "$out/forward_test.log"
-for run in 1 2; do
+for run in $(seq 1 "$bench_runs"); do
   timeout -s KILL 90 "$bin/cuda_bench" --deepseek-v4-kernels >"$out/kernels_$run.log" 2>&1
   echo "kernel bench $run rc $? at $(( $(date +%s) - t0 )) s"
   grep -iE "indexer prefill chunk, 8192" "$out/kernels_$run.log" | grep -iE "scores, warp|top-512, sampled" | cut -c1-160
@@ -39,7 +42,7 @@ for format in $formats; do
   grep -E "layer 1 attention" "$out/layers_$format.txt"
 done
 rm -f "$out"/ncu_*.csv
-timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 2,12,13,14,15 >"$out/model.log" 2>&1
+timeout 240 "$bin/deepseek_v4_forward_bench" --flash-formats 3 131072 64 0 "$model_formats" >"$out/model.log" 2>&1
 echo "model rc $? at $(( $(date +%s) - t0 )) s"
 for log in kernel_test forward_test; do
   echo "=== $log"; grep -E "^\[  (PASSED|FAILED) |FAILED TEST|Failure|^\[  FAILED" "$out/$log.log" | head -20
