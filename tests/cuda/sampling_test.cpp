@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -59,6 +60,7 @@ struct Case {
   SamplingParams params;
   bool history = false;  // penalties need one
   bool mask = false;
+  bool bias = false;  // a logit_bias over the row's favourite, history and other ids
 };
 
 std::vector<Case> cases() {
@@ -91,6 +93,10 @@ std::vector<Case> cases() {
       {.name = "greedy + mask", .params = {}, .mask = true},
       {.name = "greedy + top logprobs 5", .params = {.num_top_logprobs = 5}},
       {.name = "combined", .params = combined, .history = true, .mask = true},
+      {.name = "logit bias", .params = {.temperature = 1.0f}, .bias = true},
+      {.name = "greedy + logit bias", .params = {}, .bias = true},
+      {.name = "logit bias + penalties", .params = penalties, .history = true, .bias = true},
+      {.name = "combined + logit bias", .params = combined, .history = true, .mask = true, .bias = true},
       {.name = "combined wide", .params = {.temperature = 1.3f, .top_k = 5000, .top_p = 0.95f, .min_p = 0.01f}},
       {.name = "top_k + min_p + top_p ties",
        .params = {.temperature = 1.0f, .top_k = 300, .top_p = 0.7f, .min_p = 0.2f}},
@@ -111,6 +117,7 @@ struct Decision {
 Decision reference_decision(std::span<const float> raw, const SampleRequest& request) {
   const SamplingParams& params = request.params;
   std::vector<float> logits(raw.begin(), raw.end());
+  for (const auto& [t, bias] : params.logit_bias) logits[t] += bias;
   if (params.has_penalties()) {
     std::unordered_map<TokenId, int> counts;
     for (std::size_t i = static_cast<std::size_t>(request.num_prompt_tokens); i < request.tokens.size(); ++i)
@@ -224,6 +231,19 @@ void check_call(Ops& ops, std::int64_t vocab, Shape shape, std::uint64_t seed, D
     const Case& c = all[static_cast<std::size_t>(r)];
     SamplingParams params = c.params;
     params.seed = seed * 7919 + static_cast<std::uint64_t>(r);
+    if (c.bias) {
+      // The favourite pushed out (even rows) or up, a generated id, a prompt
+      // id, the last id and one nothing else touches.
+      const float* row = logits.data() + r * vocab;
+      const auto top = static_cast<TokenId>(std::max_element(row, row + vocab) - row);
+      const auto& h = histories[static_cast<std::size_t>(r)];
+      std::map<TokenId, float> bias{{top, r % 2 == 0 ? -100.0f : 1.5f},
+                                    {h[num_prompt + 1], 4.0f},
+                                    {h[3], 2.0f},
+                                    {static_cast<TokenId>(vocab - 1), 6.0f},
+                                    {1, -3.0f}};
+      params.logit_bias.assign(bias.begin(), bias.end());
+    }
     requests.push_back({.params = params,
                         .tokens = c.history ? std::span<const TokenId>(histories[r]) : std::span<const TokenId>(),
                         .num_prompt_tokens = num_prompt,

@@ -3,7 +3,7 @@
 // engine or the server) and against the wire-format rules gateways rely on.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { client, raw, sseData } from './helpers.mjs';
+import { assertErrorEnvelope, client, raw, sseData } from './helpers.mjs';
 
 const messages = [{ role: 'user', content: 'Say something.' }];
 
@@ -143,6 +143,32 @@ export const tests = {
       assert.ok(e.logprob <= 0);
       assert.equal(e.top_logprobs.length, 2);
       assert.ok(Array.isArray(e.bytes));
+    }
+  },
+
+  async 'logit_bias forbids and forces tokens, and the logprobs follow it'(ctx) {
+    const ids = [5, 17, 300, 42, 7];
+    const greedy = execFileSync(ctx.sluice, ['generate', '--model', ctx.modelDir, '--prompt-ids', ids.join(','),
+      '--max-tokens', '1', '--ignore-eos', '--threads', '1']).toString().trim().split(',').map(Number);
+    const text = async (tokens) => (await raw(ctx, '/detokenize', { body: JSON.stringify({ tokens }) })).json.prompt;
+    const base = { model: ctx.model, prompt: ids, temperature: 0, ignore_eos: true, skip_special_tokens: false };
+    const plain = await client(ctx).completions.create({ ...base, max_tokens: 1 });
+    assert.equal(plain.choices[0].text, await text(greedy));
+    // -100 on the greedy token: another one comes.
+    const banned = await client(ctx).completions.create({ ...base, max_tokens: 1, logit_bias: { [greedy[0]]: -100 } });
+    assert.notEqual(banned.choices[0].text, plain.choices[0].text);
+    // +100 on one id: greedy takes it at every step, with a logprob near 0.
+    const forcedId = greedy[0] === 42 ? 43 : 42;
+    const forced = await client(ctx).completions.create({ ...base, max_tokens: 4, logprobs: 1,
+      logit_bias: { [forcedId]: 100 } });
+    assert.equal(forced.choices[0].text, await text([forcedId, forcedId, forcedId, forcedId]));
+    for (const lp of forced.choices[0].logprobs.token_logprobs) assert.ok(lp > -1e-3, `logprob ${lp}`);
+    // An id outside the vocabulary, a bias past 100, a key that is no id: a 400 naming the field.
+    for (const logit_bias of [{ 99999999: 1 }, { 5: 101 }, { x: 1 }]) {
+      const r = await raw(ctx, '/v1/chat/completions',
+        { body: JSON.stringify({ model: ctx.model, messages, max_tokens: 2, logit_bias }) });
+      assertErrorEnvelope(r, 400);
+      assert.equal(r.json.error.param, 'logit_bias', r.text);
     }
   },
 

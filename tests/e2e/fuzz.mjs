@@ -76,6 +76,7 @@ function validChat() {
   if (chance(0.2)) body.n = 1 + int(3);
   if (chance(0.1)) { body.logprobs = true; body.top_logprobs = int(5); }
   if (chance(0.1)) body.stop = [text()];
+  if (chance(0.1)) body.logit_bias = { [int(500)]: random() * 200 - 100, [int(500)]: -100 };
   if (chance(0.1)) { body.tools = tools(); body.tool_choice = pick(['none', 'required']); }
   if (chance(0.1)) body.response_format = { type: 'json_object' };
   if (chance(0.05)) body.response_format = { type: 'json_schema',

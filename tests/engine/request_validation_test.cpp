@@ -107,6 +107,11 @@ std::vector<RejectionCase> rejection_cases() {
   min_over_rest.min_tokens = 83;
   add("min_tokens over the rest of the KV cache", min_over_rest, ErrorCode::kInvalidArgument,
       RequestField::kMinTokens, "min_tokens (83) must not exceed max_tokens (82: the rest of the context or KV cache)");
+  EngineRequest bias_past_vocab = with_max_tokens(4, 1);
+  bias_past_vocab.sampling.logit_bias = {{3, 1.0f}, {kVocab, -5.0f}};
+  add("logit_bias token id = vocab size", bias_past_vocab, ErrorCode::kInvalidArgument, RequestField::kLogitBias,
+      "logit_bias names token id " + std::to_string(kVocab) + ", outside this model's vocabulary of " +
+          std::to_string(kVocab));
   return cases;
 }
 

@@ -1,5 +1,5 @@
 // The reference sampler: greedy, seeded draws that follow the distribution,
-// top-k/top-p/min-p truncation, penalties, logprobs.
+// top-k/top-p/min-p truncation, penalties, the logit bias, logprobs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +77,34 @@ TEST(Sampler, Penalties) {
   EXPECT_EQ(sample_logits(logits, req).token, 0);
 }
 
+TEST(Sampler, LogitBiasMovesTheChoiceAndTheLogprobs) {
+  const std::vector<float> logits = {2.0f, 1.9f, -1.0f};
+  SamplingParams params{.num_top_logprobs = 3, .logit_bias = {{0, -100.0f}, {2, 3.5f}}};
+  const SampleResult biased = sample_logits(logits, request(params));
+  EXPECT_EQ(biased.token, 2);  // -1 + 3.5 beats 1.9; token 0 at -98 is out of reach
+  const double log_sum = std::log(std::exp(-98.0) + std::exp(1.9) + std::exp(2.5));
+  EXPECT_NEAR(biased.logprob, 2.5 - log_sum, 1e-5);  // the logprobs are of the biased distribution
+  ASSERT_EQ(biased.top_logprobs.size(), 3u);
+  EXPECT_EQ(biased.top_logprobs[2].token, 0);
+  EXPECT_NEAR(biased.top_logprobs[2].logprob, -98.0 - log_sum, 1e-4);
+  // A sampled row draws from the biased distribution: token 0 never comes.
+  params.temperature = 1.0f;
+  params.num_top_logprobs = 0;
+  for (int i = 0; i < 200; ++i) EXPECT_NE(sample_logits(logits, request(params, i)).token, 0);
+}
+
+TEST(Sampler, LogitBiasComesBeforeTheRepetitionPenalty) {
+  // vLLM's order: the bias, then the penalty scales the biased logit. Token
+  // 0 (in the history) is 1 + 1 = 2, halved to 1: token 1's 1.4 wins. The
+  // other order (1 / 2 + 1 = 1.5) would pick token 0.
+  const std::vector<float> logits = {1.0f, 1.4f};
+  const std::vector<TokenId> history = {0};
+  const SampleRequest req{.params = {.repetition_penalty = 2.0f, .logit_bias = {{0, 1.0f}}},
+                          .tokens = history,
+                          .num_prompt_tokens = 1};
+  EXPECT_EQ(sample_logits(logits, req).token, 1);
+}
+
 TEST(Sampler, TopLogprobsAreSortedAndNormalised) {
   auto result = sample_logits(kLogits, request({.num_top_logprobs = 2}));
   ASSERT_EQ(result.top_logprobs.size(), 2u);
@@ -92,7 +120,10 @@ TEST(SamplingParams, ValidateNamesTheField) {
                                {SamplingParams{.min_p = 1.5f}, "min_p"},
                                {SamplingParams{.top_k = -2}, "top_k"},
                                {SamplingParams{.presence_penalty = 3.0f}, "presence_penalty"},
-                               {SamplingParams{.repetition_penalty = 0.0f}, "repetition_penalty"}}) {
+                               {SamplingParams{.repetition_penalty = 0.0f}, "repetition_penalty"},
+                               {SamplingParams{.logit_bias = {{3, 101.0f}}}, "logit_bias"},
+                               {SamplingParams{.logit_bias = {{-1, 1.0f}}}, "logit_bias"},
+                               {SamplingParams{.logit_bias = {{4, 1.0f}, {4, 2.0f}}}, "logit_bias"}}) {
     auto status = params.validate();
     ASSERT_FALSE(status.ok()) << field;
     EXPECT_NE(status.error().message.find(field), std::string::npos) << status.error().message;

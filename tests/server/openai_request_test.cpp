@@ -56,6 +56,18 @@ TEST(ChatRequest, DefaultsAndFields) {
   EXPECT_FLOAT_EQ(r.options.sampling.presence_penalty, 0.5f);
 }
 
+TEST(ChatRequest, LogitBiasBecomesSortedTokenBiases) {
+  Json body = chat_body();
+  body["logit_bias"] = {{"50256", -100}, {"7", 2.5}, {"12", 100}};
+  const ChatRequest r = chat_ok(body);
+  const std::vector<std::pair<TokenId, float>> want = {{7, 2.5f}, {12, 100.0f}, {50256, -100.0f}};
+  EXPECT_EQ(r.options.sampling.logit_bias, want);
+  body["logit_bias"] = Json::object();  // what some clients send for none
+  EXPECT_TRUE(chat_ok(body).options.sampling.logit_bias.empty());
+  body["logit_bias"] = nullptr;
+  EXPECT_TRUE(chat_ok(body).options.sampling.logit_bias.empty());
+}
+
 TEST(ChatRequest, OpenAiDefaultTemperatureIsOne) {
   EXPECT_FLOAT_EQ(chat_ok(chat_body()).options.sampling.temperature, 1.0f);
   EXPECT_FALSE(chat_ok(chat_body()).options.max_tokens.has_value());
@@ -129,7 +141,16 @@ TEST(ChatRequest, BadInputs) {
       {"response_format not an object", [](Json& b) { b["response_format"] = "json"; }, "response_format"},
       {"request template off", [](Json& b) { b["chat_template"] = "{{ messages }}"; }, "chat_template"},
       {"kwargs override messages", [](Json& b) { b["chat_template_kwargs"] = {{"messages", 1}}; }, "chat_template_kwargs"},
-      {"logit_bias", [](Json& b) { b["logit_bias"] = {{"5", 10}}; }, "logit_bias"},
+      {"logit_bias not an object", [](Json& b) { b["logit_bias"] = Json::array({5}); }, "logit_bias"},
+      {"logit_bias key not an id", [](Json& b) { b["logit_bias"] = {{"abc", 1}}; }, "logit_bias"},
+      {"logit_bias negative id", [](Json& b) { b["logit_bias"] = {{"-3", 1}}; }, "logit_bias"},
+      {"logit_bias fractional id", [](Json& b) { b["logit_bias"] = {{"1.5", 1}}; }, "logit_bias"},
+      {"logit_bias id past int32", [](Json& b) { b["logit_bias"] = {{"4294967296", 1}}; }, "logit_bias"},
+      {"logit_bias value too large", [](Json& b) { b["logit_bias"] = {{"5", 101}}; }, "logit_bias"},
+      {"logit_bias value not a number", [](Json& b) { b["logit_bias"] = {{"5", "high"}}; }, "logit_bias"},
+      {"logit_bias one id twice", [](Json& b) { b["logit_bias"] = {{"5", 1}, {"05", 2}}; }, "logit_bias"},
+      {"logit_bias too many", [](Json& b) {
+         for (int i = 0; i < 1025; ++i) b["logit_bias"][std::to_string(i)] = 1; }, "logit_bias"},
   };
   for (const Case& c : cases) {
     Json body = chat_body();

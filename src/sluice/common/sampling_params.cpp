@@ -22,6 +22,14 @@ Status SamplingParams::validate() const {
     return out_of_range("repetition_penalty", repetition_penalty, "must be > 0");
   if (num_top_logprobs < 0 || num_top_logprobs > 20)
     return out_of_range("top_logprobs", num_top_logprobs, "must be in [0, 20]");
+  for (std::size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto [token, bias] = logit_bias[i];
+    if (token < 0) return Error{fmt::format("logit_bias: token id {} is negative", token)};
+    if (i > 0 && token <= logit_bias[i - 1].first)
+      return Error{"logit_bias: token ids must be ascending and distinct"};
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias))
+      return out_of_range("logit_bias", bias, "each bias must be in [-100, 100]");
+  }
   return Ok{};
 }
 

@@ -76,6 +76,11 @@ std::optional<RequestRejection> check_request(const EngineRequest& request, cons
                    fmt::format("min_tokens ({}) must not exceed max_tokens ({}{})", request.min_tokens, max_tokens,
                                request.max_tokens ? "" : ": the rest of the context or KV cache"));
   }
+  for (const auto& [token, bias] : request.sampling.logit_bias)
+    if (token < 0 || token >= limits.vocab_size)
+      return invalid(RequestField::kLogitBias, fmt::format("logit_bias names token id {}, outside this model's "
+                                                           "vocabulary of {}",
+                                                           token, limits.vocab_size));
   return std::nullopt;
 }
 

@@ -27,7 +27,7 @@ struct EngineRequestLimits {
 
 // Which part of the request a rejection is about: the field a client changes
 // (the server reports it as the error's `param`).
-enum class RequestField { kRequestId, kPrompt, kMaxTokens, kMinTokens };
+enum class RequestField { kRequestId, kPrompt, kMaxTokens, kMinTokens, kLogitBias };
 
 struct RequestRejection {
   RequestField field = RequestField::kPrompt;
@@ -39,7 +39,7 @@ struct RequestRejection {
 // nullopt: the request can run. Checks, in order: the request id, the prompt
 // (empty, token ids, longer than the context, longer than the KV cache), then
 // max_tokens against what the prompt leaves of the context and of the KV
-// cache, then min_tokens.
+// cache, then min_tokens, then the logit bias's token ids.
 std::optional<RequestRejection> check_request(const EngineRequest& request, const EngineRequestLimits& limits);
 
 // The most tokens the request may generate: its max_tokens, or, when it has

@@ -1,5 +1,7 @@
 #include "sluice/server/openai_request.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -79,6 +81,40 @@ std::optional<std::string> read_string(const Json& body, const char* key) {
 }
 
 constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
+
+// Bounds the host's and the device sampler's work a row and step.
+constexpr std::size_t kMaxLogitBiasEntries = 1024;
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}, by ascending token.
+// The ids' range against the vocabulary is check_request's.
+std::vector<std::pair<TokenId, float>> parse_logit_bias(const Json& body) {
+  const Json* bias = find(body, "logit_bias");
+  if (!bias) return {};
+  if (!bias->is_object()) fail("'logit_bias' must be an object mapping token ids to numbers", "logit_bias");
+  if (bias->size() > kMaxLogitBiasEntries)
+    fail(fmt::format("'logit_bias' has {} entries; at most {} are allowed", bias->size(), kMaxLogitBiasEntries),
+         "logit_bias");
+  std::vector<std::pair<TokenId, float>> out;
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    TokenId token = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (error != std::errc{} || end != key.data() + key.size() || token < 0)
+      fail(fmt::format("'logit_bias' key '{}' is not a token id", key), "logit_bias");
+    if (!it.value().is_number()) fail(fmt::format("'logit_bias' value for token {} must be a number", key), "logit_bias");
+    const double value = it.value().get<double>();
+    if (!(value >= -kMaxLogitBias && value <= kMaxLogitBias))
+      fail(fmt::format("'logit_bias' value for token {} = {} is out of range: must be in [-100, 100]", key, value),
+           "logit_bias");
+    out.emplace_back(token, static_cast<float>(value));
+  }
+  std::sort(out.begin(), out.end());
+  // "5" and "05" name one token: the object's keys differ, the ids do not.
+  for (std::size_t i = 1; i < out.size(); ++i)
+    if (out[i].first == out[i - 1].first)
+      fail(fmt::format("'logit_bias' names token {} twice", out[i].first), "logit_bias");
+  return out;
+}
 
 void parse_stop(const Json& body, const RequestLimits& limits, GenerationOptions& options) {
   const Json* stop = find(body, "stop");
@@ -194,8 +230,7 @@ GenerationOptions parse_common(const Json& body, const RequestLimits& limits, co
   if (auto v = read_integer(body, "n", 1, limits.max_n)) options.n = static_cast<std::int32_t>(*v);
   if (auto v = read_integer(body, "best_of", 1, limits.max_n); v && *v != options.n)
     fail("'best_of' different from 'n' is not supported", "best_of");
-  if (const Json* bias = find(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    fail("'logit_bias' is not supported", "logit_bias");
+  s.logit_bias = parse_logit_bias(body);
   if (const Json* format = find(body, "response_format"); format && !format->is_null()) {
     if (!format->is_object()) fail("'response_format' must be an object", "response_format");
     const auto type = read_string(*format, "type");

@@ -45,6 +45,7 @@ ApiError rejection_error(const RequestRejection& rejection, const std::string& p
     case RequestField::kPrompt: error.param = prompt_param; break;
     case RequestField::kMaxTokens: error.param = "max_tokens"; break;
     case RequestField::kMinTokens: error.param = "min_tokens"; break;
+    case RequestField::kLogitBias: error.param = "logit_bias"; break;
   }
   if (rejection.error.code == ErrorCode::kOutOfRange)
     error.extra = {{"n_prompt_tokens", num_prompt_tokens}, {"n_ctx", limits.max_model_len_tokens}};

@@ -12,6 +12,13 @@
 namespace sluice {
 namespace {
 
+// OpenAI's logit_bias, added before the penalties as vLLM does (a repetition
+// penalty then scales the biased logit).
+void apply_logit_bias(std::vector<float>& logits, const SamplingParams& params) {
+  for (const auto& [token, bias] : params.logit_bias)
+    if (token >= 0 && static_cast<std::size_t>(token) < logits.size()) logits[token] += bias;
+}
+
 // presence/frequency penalties count generated tokens only (OpenAI semantics);
 // the repetition penalty covers prompt and output (the Hugging Face / vLLM one).
 void apply_penalties(std::vector<float>& logits, const SampleRequest& request) {
@@ -119,11 +126,12 @@ TokenId draw(const std::vector<float>& logits, const std::vector<float>& weight,
 
 SampleResult sample_logits(std::span<const float> raw_logits, const SampleRequest& request) {
   std::vector<float> logits(raw_logits.begin(), raw_logits.end());
+  apply_logit_bias(logits, request.params);
   apply_penalties(logits, request);
   apply_allowed_tokens(logits, request.allowed_tokens);
   SampleResult result;
-  // Logprobs are of the distribution at temperature 1 (after penalties and
-  // the structured-output mask), as OpenAI reports them.
+  // Logprobs are of the distribution at temperature 1 (after the bias, the
+  // penalties and the structured-output mask), as OpenAI reports them.
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   const std::vector<float> unit_weights = weights(logits, max_logit, 1.0f);
   if (request.params.is_greedy()) {

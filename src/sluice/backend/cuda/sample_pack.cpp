@@ -28,7 +28,11 @@ void DeviceSamplePack::add(const SampleRequest& request, std::int32_t logits_row
       .num_top_logprobs = params.num_top_logprobs,
       .penalty_begin = static_cast<std::int32_t>(penalties.size()),
   };
-  if (params.has_penalties()) add_history(request, vocab);
+  if (params.adjusts_logits()) {
+    begin_row(vocab);
+    if (params.has_penalties()) add_history(request, vocab);
+    add_logit_bias(params, vocab);
+  }
   row.num_penalties = static_cast<std::int32_t>(penalties.size()) - row.penalty_begin;
   if (!request.allowed_tokens.empty()) {
     row.mask_word_begin = static_cast<std::int64_t>(mask_words.size());
@@ -38,7 +42,7 @@ void DeviceSamplePack::add(const SampleRequest& request, std::int32_t logits_row
   rows.push_back(row);
 }
 
-void DeviceSamplePack::add_history(const SampleRequest& request, std::int64_t vocab) {
+void DeviceSamplePack::begin_row(std::int64_t vocab) {
   if (stamp_.size() != static_cast<std::size_t>(vocab)) {
     stamp_.assign(static_cast<std::size_t>(vocab), 0);
     entry_of_.assign(static_cast<std::size_t>(vocab), 0);
@@ -48,6 +52,9 @@ void DeviceSamplePack::add_history(const SampleRequest& request, std::int64_t vo
     std::fill(stamp_.begin(), stamp_.end(), 0);
     epoch_ = 1;
   }
+}
+
+void DeviceSamplePack::add_history(const SampleRequest& request, std::int64_t vocab) {
   const bool whole_history = request.params.repetition_penalty != 1.0f;
   for (std::size_t i = 0; i < request.tokens.size(); ++i) {
     const TokenId t = request.tokens[i];
@@ -56,9 +63,22 @@ void DeviceSamplePack::add_history(const SampleRequest& request, std::int64_t vo
     if (stamp_[t] != epoch_) {
       stamp_[t] = epoch_;
       entry_of_[t] = static_cast<std::int32_t>(penalties.size());
-      penalties.push_back({.token = t, .num_generated = 0});
+      penalties.push_back({.token = t, .num_generated = 0, .in_history = 1});
     }
     if (generated) ++penalties[entry_of_[t]].num_generated;
+  }
+}
+
+void DeviceSamplePack::add_logit_bias(const SamplingParams& params, std::int64_t vocab) {
+  for (const auto& [t, bias] : params.logit_bias) {
+    if (t < 0 || t >= vocab) continue;
+    if (stamp_[t] == epoch_) {
+      penalties[entry_of_[t]].bias = bias;
+    } else {
+      stamp_[t] = epoch_;
+      entry_of_[t] = static_cast<std::int32_t>(penalties.size());
+      penalties.push_back({.token = t, .num_generated = 0, .bias = bias, .in_history = 0});
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // What the device sampler (kernels/sampling_topk.cu) reads for a step's rows,
-// packed on the host: their parameters, each row's distinct history tokens
-// with generated counts (only when it has penalties) and its allowed-token
-// mask words. Rebuilt by every sample() call; the vectors keep their capacity.
+// packed on the host: their parameters, each row's adjusted tokens (distinct
+// history tokens with generated counts when it has penalties, its logit_bias
+// tokens) and its allowed-token mask words. Rebuilt by every sample() call; the vectors keep their capacity.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,15 @@ class DeviceSamplePack {
   std::vector<std::uint64_t> mask_words;
 
  private:
+  // Starts a row's entries: a new stamp epoch.
+  void begin_row(std::int64_t vocab);
   // One entry per distinct token in range: every history token when the
   // repetition penalty is on, else the generated ones (the only ones the
   // presence and frequency penalties touch). A stamp per vocabulary id finds
   // a token's entry without a hash map (O(history) a row).
   void add_history(const SampleRequest& request, std::int64_t vocab);
+  // The logit_bias tokens: on their history entry, or an entry of their own.
+  void add_logit_bias(const SamplingParams& params, std::int64_t vocab);
 
   std::vector<std::uint32_t> stamp_;    // [vocab] epoch_ when the token has an entry in this row
   std::vector<std::int32_t> entry_of_;  // [vocab] its index in penalties

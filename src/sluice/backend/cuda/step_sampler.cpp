@@ -18,7 +18,7 @@ std::vector<SampleResult> StepSampler::sample(const Tensor& logits, std::span<co
   pack_.clear();
   for (std::int32_t r = 0; r < rows; ++r) {
     const SampleRequest& req = requests[r];
-    const bool plain_greedy = req.params.is_greedy() && !req.params.has_penalties() &&
+    const bool plain_greedy = req.params.is_greedy() && !req.params.adjusts_logits() &&
                               req.params.num_top_logprobs == 0 && !req.return_logits && req.allowed_tokens.empty();
     if (plain_greedy) continue;
     if (!req.return_logits && req.params.num_top_logprobs <= kMaxDeviceTopLogprobs) {

@@ -246,11 +246,15 @@ struct DeviceSampleRow {
   std::int64_t mask_word_begin = -1;     // into the mask words; -1: every token allowed
   std::int32_t num_mask_words = 0;       // a token past them is not allowed
 };
-// A token of the row's history: every distinct prompt or output token (the
-// repetition penalty's set), with how often it was generated.
+// A token whose logit the row adjusts: a distinct token of its history
+// (every prompt or output token under the repetition penalty, else the output
+// ones), with how often it was generated, and/or a token of its logit_bias.
+// The bias is added first, then the penalties (the reference's order).
 struct DevicePenaltyEntry {
   std::int32_t token = 0;
   std::int32_t num_generated = 0;
+  float bias = 0.0f;
+  std::int32_t in_history = 0;  // 0: a logit_bias token the history does not hold (no repetition penalty)
 };
 struct DeviceSampleResult {
   std::int32_t token;

@@ -558,12 +558,12 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
     }
   }
   __syncthreads();
-  // Penalties after the mask: a masked token is -inf and stays -inf under
-  // them, as when the reference masks after penalising.
+  // The bias and penalties after the mask: a masked token is -inf and stays
+  // -inf under them, as when the reference masks after penalising.
   for (int e = threadIdx.x; e < p.num_penalties; e += kThreads) {
     const DevicePenaltyEntry entry = args.penalties[p.penalty_begin + e];
-    float l = work[entry.token];
-    if (p.repetition_penalty != 1.0f)
+    float l = __fadd_rn(work[entry.token], entry.bias);
+    if (entry.in_history && p.repetition_penalty != 1.0f)
       l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
     if (entry.num_generated > 0)
       l = __fsub_rn(l, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(entry.num_generated)),
