@@ -64,12 +64,14 @@
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "bench_must.h"
+#include "device_ceilings.h"
 
 namespace sluice {
 namespace {
 
-constexpr double kHbmBytesPerSecond = 4.31e12;  // device copy, read + write counted
-constexpr double kHbmSpecBytesPerSecond = 4.8e12;  // the H200's HBM3e, NVIDIA's figure
+// This card's HBM (device_ceilings.h): the copy timed at start, the driver's spec.
+double hbm_copy() { return device_ceilings().hbm_copy; }
+double hbm_spec() { return device_ceilings().hbm_spec; }
 constexpr double kBf16FlopsPerSecond = 790e12;  // cuBLASLt 8192^3, random data
 
 void sync() {
@@ -134,7 +136,7 @@ void bench_copy() {
   cudaMalloc(&b, bytes);
   cudaMemset(a, 1, bytes);
   const double s = time_median(2, 10, [&] { cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); });
-  row("device copy 2 GiB (read+write)", 2.0 * bytes / s / 1e12, "TB/s", pct(2.0 * bytes / s / kHbmBytesPerSecond) + " of 4.31 TB/s");
+  row("device copy 2 GiB (read+write)", 2.0 * bytes / s / 1e12, "TB/s", pct(2.0 * bytes / s / hbm_spec()) + " of HBM spec");
   cudaFree(a);
   cudaFree(b);
 }
@@ -172,7 +174,7 @@ void bench_gemm() {
     if (s.m >= 1024)
       row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
     else
-      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / hbm_copy()) + " of HBM");
   }
 }
 
@@ -211,7 +213,7 @@ void bench_gemm_rows() {
       std::snprintf(name, sizeof name, "GEMM %s %lldx%lldx%lld (%.3f ms)", s.what, static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), t * 1e3);
       row(name, bytes / t / 1e12, "TB/s",
-          pct(bytes / t / kHbmSpecBytesPerSecond) + " of 4.8 TB/s; " + pct(flops / t / kBf16FlopsPerSecond) +
+          pct(bytes / t / hbm_spec()) + " of HBM spec; " + pct(flops / t / kBf16FlopsPerSecond) +
               " of 790 TFLOP/s");
     }
   }
@@ -364,7 +366,7 @@ void bench_deepseek_moe(bool quick) {
         const double bytes = static_cast<double>(num_touched) * weight_bytes_per_expert;
         std::snprintf(name, sizeof name, "MoE layer %s decode batch 64 (%lld experts touched, routing included)",
                       dtype, static_cast<long long>(num_touched));
-        row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+        row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / hbm_copy()) + " of HBM");
       } else {
         // Prefill reads every touched expert's weights once at best: their
         // rate is the HBM side of this row (at 4096 x top 8, ~128 slots an
@@ -375,7 +377,7 @@ void bench_deepseek_moe(bool quick) {
                       dtype, rows, static_cast<long long>(num_touched), max_slots);
         char weights_rate[96];
         std::snprintf(weights_rate, sizeof weights_rate, "; weights %.2f TB/s, %s of HBM; %.3f ms", bytes / t / 1e12,
-                      pct(bytes / t / kHbmBytesPerSecond).c_str(), t * 1e3);
+                      pct(bytes / t / hbm_copy()).c_str(), t * 1e3);
         row(name, flops / t / 1e12, "TFLOP/s",
             fp8 ? pct(flops / t / kFp8FlopsPerSecond) + " of 1979" + weights_rate + lt_path_note(*ops)
                 : pct(flops / t / kBf16FlopsPerSecond) + " of 790" + weights_rate);
@@ -424,7 +426,7 @@ void bench_fused_gemv() {
              }) / inner;
     };
     auto row_hbm = [](const std::string& name, double bytes, double t) {
-      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+      row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / hbm_copy()) + " of HBM");
     };
     if (by_waves) {
       for (bool down : {false, true}) {
@@ -520,7 +522,7 @@ void bench_attention(bool quick, AttentionRows rows = AttentionRows::all) {
     char name[96];
     std::snprintf(name, sizeof name, "attention decode %d x %dk, %d/%d heads x 128 (K+V bytes)", batch,
                   context / 1024, kHeads, kv_heads);
-    row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / kHbmBytesPerSecond) + " of HBM");
+    row(name, bytes / t / 1e12, "TB/s", pct(bytes / t / hbm_copy()) + " of HBM");
   }
 }
 
@@ -671,10 +673,10 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     char us[32];
     std::snprintf(us, sizeof us, ", %.1f us", kernel_only * 1e6);
     row(what + ", kernels only (K+V bytes)", bytes / kernel_only / 1e12, "TB/s",
-        pct(bytes / kernel_only / kHbmBytesPerSecond) + " of HBM" + us);
+        pct(bytes / kernel_only / hbm_copy()) + " of HBM" + us);
     std::snprintf(us, sizeof us, ", %.1f us", with_metadata * 1e6);
     row(what + ", with begin_step", bytes / with_metadata / 1e12, "TB/s",
-        pct(bytes / with_metadata / kHbmBytesPerSecond) + " of HBM" + us);
+        pct(bytes / with_metadata / hbm_copy()) + " of HBM" + us);
   }
 }
 
@@ -764,7 +766,7 @@ StepLayout make_step(std::int32_t batch, std::int32_t context, std::int32_t new_
 // in decode), under each CudaOptions::mla_kernels. Decode at batch 64 x 8k
 // (and, for the tensor-core kernels, batch 1 x 32k and the op less its fixed
 // costs) counts the latent rows read (batch x context x 576 x 2 bytes)
-// against HBM: 4.8 TB/s and the 4.31 TB/s device copy;
+// against HBM: the card's spec rate and its device copy;
 // prefill of one prompt from zero counts the causal attention (QK 192 + V 128
 // multiply-adds per key a head) plus the K/V decompression GEMM against the
 // bf16 GEMM rate.
@@ -828,8 +830,8 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     return 2.0 * batch * static_cast<double>(context) * kWidth;
   };
   auto hbm_shares = [](double bytes_per_second) {
-    return pct(bytes_per_second / kHbmSpecBytesPerSecond) + " of 4.8 TB/s, " +
-           pct(bytes_per_second / kHbmBytesPerSecond) + " of the 4.31 copy";
+    return pct(bytes_per_second / hbm_spec()) + " of HBM spec, " +
+           pct(bytes_per_second / hbm_copy()) + " of the copy";
   };
   auto prefill_row = [&](const CudaOptions& options, const std::string& label, std::int32_t tokens) {
     auto ops = new_ops(options);
@@ -987,7 +989,7 @@ void bench_model(bool quick) {
       char name[96];
       std::snprintf(name, sizeof name, "Llama-3-8B decode step, batch %d at %d context", batch, context);
       row(std::string(name) + " [tok/s]", batch / t, "tok/s",
-          pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
+          pct(bytes / t / hbm_copy()) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
     }
     if (g_decode) return;
     bench_prefill_rows(*ops, model, {4096, long_prompt}, "");  // the default prefill attention (wgmma)
@@ -1090,7 +1092,7 @@ void bench_decode_variants(bool quick) {
       row("Llama-3-8B decode step, batch " + std::to_string(batch) + " at " + std::to_string(context) + " context, " +
               v.name + " [tok/s]",
           batch / t, "tok/s",
-          pct(bytes / t / kHbmBytesPerSecond) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
+          pct(bytes / t / hbm_copy()) + " of HBM (" + std::to_string(static_cast<int>(t * 1e6)) + " us/step)");
     }
   }
 }
@@ -1442,7 +1444,7 @@ void bench_lane_decode() {
         std::snprintf(name, sizeof name, "lane decode step, %d rows at 700, on %s, small batches on %s", rows,
                       sms > 0 ? (std::to_string(sms) + " SMs").c_str() : "every SM", gemv ? "GEMV" : "cuBLASLt");
         const double weight_bytes = 2.0 * 7.5e9;  // Llama-3-8B's bf16 weights a step reads, roughly
-        row(name, t * 1e3, "ms", pct(weight_bytes / t / kHbmSpecBytesPerSecond) + " of HBM");
+        row(name, t * 1e3, "ms", pct(weight_bytes / t / hbm_spec()) + " of HBM");
       }
     }
   }
@@ -1457,6 +1459,7 @@ void bench_fp8_dense();            // fp8_dense_bench.cpp
 }  // namespace sluice
 
 int main(int argc, char** argv) {
+  sluice::print_device_ceilings();
   if (argc > 1 && std::strcmp(argv[1], "--deepseek-v4-kernels") == 0) {  // issue 18 stage 3's kernels alone
     sluice::bench_deepseek_v4_kernels();
     return 0;
@@ -1464,7 +1467,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--fp8-gemv") == 0) {  // decode-size FP8 GEMMs: GEMV, grouped, cuBLASLt
     sluice::bench_fp8_gemv();
     return 0;
-  }  if (argc > 1 && std::strcmp(argv[1], "--fp8-dense") == 0) {  // prefill-size FP8 GEMMs: cuBLASLt, our ws kernels
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--fp8-dense") == 0) {  // prefill-size FP8 GEMMs: cuBLASLt, our ws kernels
     sluice::bench_fp8_dense();
     return 0;
   }

@@ -25,12 +25,11 @@
 #include "sluice/common/rng.h"
 #include "sluice/model/deepseek_v4_step_plan.h"
 #include "bench_cuda.h"
+#include "device_ceilings.h"
 
 namespace sluice {
 namespace {
 
-constexpr double kHbmSpec = 4.8e12;         // H200 HBM3e (NVIDIA)
-constexpr double kHbmCopy = 4.31e12;        // the measured device copy (../shared/DEVICE.md)
 constexpr double kBf16Peak = 989e12;        // H200 dense bf16 (spec)
 constexpr double kFp8Peak = 1979e12;                // H200 dense FP8, the spec sheet
 constexpr double kFlashMlaSparsePrefill = 640e12;  // FlashMLA sparse prefill on H800 (same dense peak as H200)
@@ -91,7 +90,8 @@ std::string tbs(double bytes, double s) {
   return buf;
 }
 std::string hbm_share(double bytes, double s) {
-  return pct(bytes / s / kHbmSpec) + " of 4.8 TB/s (" + pct(bytes / s / kHbmCopy) + " of the 4.31 copy)";
+  const DeviceCeilings& hbm = device_ceilings();
+  return pct(bytes / s / hbm.hbm_spec) + " of HBM spec (" + pct(bytes / s / hbm.hbm_copy) + " of the copy)";
 }
 std::string tflops(double flops, double s) {
   char buf[64];

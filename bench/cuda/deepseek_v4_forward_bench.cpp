@@ -20,7 +20,7 @@
 //     indexer's scores) over 790 TFLOP/s; decode as the bytes of the weights
 //     a step must read (dense, shared, and the routed experts a batch of
 //     that size touches on average under uniform routing; KV not counted)
-//     over 4.3 TB/s, the measured copy rate. With profile 1, one batch-1
+//     over the device copy timed at start. With profile 1, one batch-1
 //     decode step runs between cudaProfilerStart and cudaProfilerStop (for
 //     ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi);
 //     with profile 2, the first prefill chunk.
@@ -42,9 +42,9 @@
 //     batch 1 after it, and decode at `decode_batch` sequences at position
 //     `context` over KV blocks that were never written (the work of a step
 //     depends on positions, not values; prefilling 64 x 32k tokens would
-//     take minutes); shares of the H200's limits (prefill FLOPs over 790
+//     take minutes); shares of the card's limits (prefill FLOPs over 790
 //     bf16 / 1979 FP8 TFLOP/s; decode weight bytes, in each format's bytes,
-//     over 4.3 TB/s); the first chunk's and a batch-1 decode step's logits
+//     over the device copy timed at start); the first chunk's and a batch-1 decode step's logits
 //     against the bf16 format's (max |d| / max |logit|).
 //
 //   deepseek_v4_forward_bench --flash-formats LAYERS CONTEXT BATCH PROFILE [FORMATS]
@@ -99,6 +99,7 @@
 #include "sluice/model/deepseek_v4_kv_layout.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/safetensors.h"
+#include "device_ceilings.h"
 
 namespace {
 
@@ -106,7 +107,8 @@ using namespace sluice;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kBf16PeakFlops = 790e12;  // cuBLASLt bf16 on random data, docs/benchmarks.md
-constexpr double kHbmBytesPerS = 4.3e12;   // device memory copy, measured (spec 4.8)
+// This card's device copy, timed at start (device_ceilings.h).
+double hbm_copy() { return device_ceilings().hbm_copy; }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -432,8 +434,8 @@ int flash(int argc, char** argv) {
     cudaProfilerStop();
     std::printf("profiled decode step (batch 1): %.2f ms\n", s * 1e3);
   }
-  std::printf("| decode batch 1 at %d | %.2f ms/step | %.1f tok/s | %.1f%% of 4.3 TB/s (%.1f GB of weights a step) |\n",
-              prefill, decode1 * 1e3, 1 / decode1, 100.0 * decode_weight_bytes(*config, 1) / decode1 / kHbmBytesPerS,
+  std::printf("| decode batch 1 at %d | %.2f ms/step | %.1f tok/s | %.1f%% of the copy (%.1f GB of weights a step) |\n",
+              prefill, decode1 * 1e3, 1 / decode1, 100.0 * decode_weight_bytes(*config, 1) / decode1 / hbm_copy(),
               decode_weight_bytes(*config, 1) / 1e9);
   // `batch` sequences of kContext tokens, prefilled in groups of kChunk rows, then decode.
   const int per_chunk = std::max(1, kChunk / kContext);
@@ -448,9 +450,9 @@ int flash(int argc, char** argv) {
   for (int i = 0; i < kDecodeSteps; ++i)
     decode_b += h.timed(h.step_of(all, std::vector<int>(static_cast<std::size_t>(batch), kContext + i), 1));
   decode_b /= kDecodeSteps;
-  std::printf("| decode batch %d at %d | %.2f ms/step | %.0f tok/s | %.1f%% of 4.3 TB/s (%.1f GB of weights a step) |\n",
+  std::printf("| decode batch %d at %d | %.2f ms/step | %.0f tok/s | %.1f%% of the copy (%.1f GB of weights a step) |\n",
               batch, kContext, decode_b * 1e3, batch / decode_b,
-              100.0 * decode_weight_bytes(*config, batch) / decode_b / kHbmBytesPerS,
+              100.0 * decode_weight_bytes(*config, batch) / decode_b / hbm_copy(),
               decode_weight_bytes(*config, batch) / 1e9);
   return 0;
 }
@@ -656,8 +658,8 @@ int flash_formats(int argc, char** argv) {
                     "weights %.2f GB: %.1f%% of HBM | weights + KV read %.2f GB: %.1f%% of HBM | "
                     "logits to a host vector (forward()): %.2f ms |\n",
                     f.name, batch, context, layers, decode_b * 1e3, batch / decode_b, enqueue * 1e3, weights / 1e9,
-                    100 * weights / decode_b / kHbmBytesPerS, (weights + kv) / 1e9,
-                    100 * (weights + kv) / decode_b / kHbmBytesPerS, to_host * 1e3);
+                    100 * weights / decode_b / hbm_copy(), (weights + kv) / 1e9,
+                    100 * (weights + kv) / decode_b / hbm_copy(), to_host * 1e3);
         std::fflush(stdout);
         continue;
       }
@@ -727,8 +729,8 @@ int flash_formats(int argc, char** argv) {
                 std::min(kChunk, context) / prefill8k,
                 flops8k / prefill8k / 1e12, 100 * flops8k / prefill8k / kBf16PeakFlops,
                 100 * flops8k / prefill8k / kFp8PeakFlops, context / prefill_all, flops_all / prefill_all / 1e12,
-                decode1 * 1e3, 1 / decode1, 100 * bytes1 / decode1 / kHbmBytesPerS, bytes1 / 1e9, decode_b * 1e3,
-                batch / decode_b, 100 * bytesb / decode_b / kHbmBytesPerS, bytesb / 1e9, compare.c_str());
+                decode1 * 1e3, 1 / decode1, 100 * bytes1 / decode1 / hbm_copy(), bytes1 / 1e9, decode_b * 1e3,
+                batch / decode_b, 100 * bytesb / decode_b / hbm_copy(), bytesb / 1e9, compare.c_str());
     std::string chunks;
     for (double ms : chunk_ms) chunks += fmt::format(" {:.1f}", ms);
     std::printf("prefill chunks of %d (ms, in order):%s\n", kChunk, chunks.c_str());
@@ -754,4 +756,7 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return run(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc >= 2) sluice::print_device_ceilings();
+  return run(argc, argv);
+}

@@ -12,7 +12,7 @@
 // one launch to its next use), replayed; the median replay over the launches.
 // Launches are programmatic (PDL) as in a decode step, so the GEMV's first
 // weights load while the previous launch drains: what a step sees. Shares are
-// the weight and scale bytes over 4.31 TB/s (the device copy).
+// the weight and scale bytes over the device copy timed at start.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,11 +30,11 @@
 #include "sluice/backend/cuda/lt_gemm.h"
 #include "bench_cuda.h"
 #include "bench_must.h"
+#include "device_ceilings.h"
 
 namespace sluice {
 namespace {
 
-constexpr double kHbmBytesPerSecond = 4.31e12;  // device copy, read + write counted (DEVICE.md)
 constexpr int kLaunches = 64;
 
 // Median seconds per launch of `enqueue(copy)` over a graph of kLaunches launches.
@@ -162,7 +162,7 @@ void bench_fp8_gemv() {
       auto cell = [&](double t) {
         char buf[96];
         std::snprintf(buf, sizeof buf, "%.2f us, %.2f TB/s (%.0f%%)", t * 1e6, bytes / t / 1e12,
-                      100.0 * bytes / t / kHbmBytesPerSecond);
+                      100.0 * bytes / t / device_ceilings().hbm_copy);
         return std::string(buf);
       };
       std::printf("| %s %lldx%lld | %lld | %s, %dx%d | %dx%d: %s | %s | %s | %.2fx / %.2fx |\n", s.name,
