@@ -5,13 +5,13 @@
 # (cuda_kernel_test, cuda_deepseek_v4_forward_test, cuda_golden_test,
 # cuda_bench, deepseek_v4_forward_bench).
 #
-#   CARRY_DIR=.devcarry/s28 tools/device/waiting_checks.sh 1   # issue 18's indexer (formats 2, 14, 15),
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer (formats 2, 14, 15),
 #                                                              # MLA keys-as-M (issue 15), device sampling
-#   CARRY_DIR=.devcarry/s28 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
-#   CARRY_DIR=.devcarry/s28 tools/device/waiting_checks.sh 3   # the GQA decode's TMA loads (issue 14)
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode's TMA loads (issue 14)
 # Each part prints its summaries as it goes; full logs under $OUT.
 set -uo pipefail
-export CARRY_DIR=${CARRY_DIR:-.devcarry/s28}
+export CARRY_DIR=${CARRY_DIR:-.devcarry/s29}
 base=${OUT:-/tmp/waiting-checks}
 mkdir -p "$base"
 start=$(date +%s)
