@@ -580,12 +580,13 @@ int flash_formats(int argc, char** argv) {
       // The default with the latents and entries as fp8_ds_mla records (--kv-cache-dtype fp8): the
       // A/B of bf16 ones, in time and in logits against the bf16 format's.
       {"FP8 default, fp8_ds_mla KV records", false, {}, DeepseekV4KvFormats::cuda_fp8()},
-      // The default but for the indexer's heads summed by a tf32 MMA (session 26): its A/B.
-      {"FP8 default, indexer heads summed by a tf32 MMA", false,
+      // The default but for the indexer's heads summed by a tf32 MMA in every prefill step (session
+      // 26; the default takes it from tf32_head_sum_min_rows rows).
+      {"FP8 default, indexer heads summed by a tf32 MMA at every prefill size", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}},
-      // ... only in steps of >= tf32_head_sum_min_rows (4,096) rows, the FMA head sum in shorter ones.
-      {"FP8 default, indexer heads summed by a tf32 MMA in chunks of >= 4096 rows", false,
-       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks}},
+      // The default but for the FMA head sum at every size (the default until session 29): its A/B.
+      {"FP8 default, indexer heads summed on FMAs (the default until session 29)", false,
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill}},
       // 12 with the tf32 kernel's keys in registers (four consumer warpgroups of 64 keys).
       {"FP8 default, indexer heads summed by a tf32 MMA, keys in registers", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(), true},

@@ -98,7 +98,9 @@ struct Case {
     if (options.indexer == cuda::DeepseekV4IndexerKernels::f32_pool_cuda_cores) n += "_session17_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_mma) n += "_session18_indexer";
     if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill) n += "_tf32_head_sum_indexer";
-    if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks)
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill) n += "_fma_head_sum_indexer";
+    if (options.indexer == cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks &&
+        options.tf32_head_sum_min_rows != cuda::DeepseekV4DeviceOptions{}.tf32_head_sum_min_rows)
       n += "_tf32_head_sum_from_" + std::to_string(options.tf32_head_sum_min_rows) + "_rows_indexer";
     if (fp8_kv) n += "_fp8_kv";
     if (weights == DeepseekV4GoldenWeights::f32) return n;

@@ -6,9 +6,10 @@
 # - cuda_bench --deepseek-v4-kernels twice: the top-k in session 23's and 27's
 #   forms; the scores with the FMA, the tf32 and the register-key tf32 head
 #   sums at 1,024-8,192 rows (where tf32_head_sum_min_rows belongs);
-# - ncu's layer table of the last 8k chunk at 128k for formats 2 (FMA head
-#   sum), 12 (tf32), 14 (12, keys in registers), 15 (14 with session 27's
-#   top-k); the model rows of those and 13 (tf32 from 4,096 rows).
+# - ncu's layer table of the last 8k chunk at 128k for formats 2 (the
+#   default: tf32 head sum from 2,048 rows, since session 29), 12 (tf32 at
+#   every size), 13 (the FMA head sum, the default until session 29), 14 (12,
+#   keys in registers), 15 (14 with session 27's top-k); the model rows.
 # Binaries (cuda_kernel_test, cuda_deepseek_v4_forward_test, cuda_bench,
 # deepseek_v4_forward_bench; stripped, with their libraries) in
 # CARRY_DIR/bin.tar.xz.
@@ -19,7 +20,7 @@ out=${OUT:-/tmp/s27}; mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/cuda}
 . tools/device/carried_bin.sh
 # FORMATS, BENCH_RUNS and MODEL_FORMATS trim the call when device time is short.
-formats=${FORMATS:-2 12 14 15}
+formats=${FORMATS:-2 12 13 14 15}
 bench_runs=${BENCH_RUNS:-2}
 model_formats=${MODEL_FORMATS:-2,12,13,14,15}
 t0=$(date +%s)

@@ -1111,8 +1111,9 @@ void wo_a_grouped_fp8(const Pass& p, const Weights::Layer& L, const std::uint16_
   auto* tile_first_slot = p.alloc<std::int32_t>(max_tiles);
   launch_moe_plan({.expert_ids = p.step.ints[p.step.wo_a_group_of_pair], .num_pairs = pairs, .k = 1,
                    .num_experts = groups, .tile_rows = tile_rows, .max_tiles = max_tiles,
-                   .expert_offsets = expert_offsets, .slot_of_pair = slot_of_pair, .row_of_slot = row_of_slot,
-                   .tile_expert = tile_expert, .tile_first_slot = tile_first_slot},
+                   .tile_order = grouped_gemm_fp8_tile_order(tile_rows), .expert_offsets = expert_offsets,
+                   .slot_of_pair = slot_of_pair, .row_of_slot = row_of_slot, .tile_expert = tile_expert,
+                   .tile_first_slot = tile_first_slot},
                   launch);
   auto* a_q = p.alloc<std::uint8_t>(std::int64_t{pairs} * group_in);
   float* a_scales = p.alloc<float>(std::int64_t{pairs} * (group_in / Matrix::kFp8Block));
@@ -1377,9 +1378,12 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
   auto* row_of_slot = p.alloc<std::int32_t>(pairs);
   auto* tile_expert = p.alloc<std::int32_t>(max_tiles);
   auto* tile_first_slot = p.alloc<std::int32_t>(max_tiles);
+  // The FP8 grouped kernel's order (tile pairs under weight multicast); the mma.sync kernels' by expert.
   launch_moe_plan({.expert_ids = ids, .num_pairs = pairs, .k = k, .num_experts = experts, .tile_rows = tile_rows,
-                   .max_tiles = max_tiles, .expert_offsets = expert_offsets, .slot_of_pair = slot_of_pair,
-                   .row_of_slot = row_of_slot, .tile_expert = tile_expert, .tile_first_slot = tile_first_slot},
+                   .max_tiles = max_tiles,
+                   .tile_order = wgmma ? grouped_gemm_fp8_tile_order(tile_rows) : MoeTileOrder::by_expert,
+                   .expert_offsets = expert_offsets, .slot_of_pair = slot_of_pair, .row_of_slot = row_of_slot,
+                   .tile_expert = tile_expert, .tile_first_slot = tile_first_slot},
                   launch);
   if (wgmma) {
     // FP8 tensor cores (MoeExpertGemm::fp8_wgmma): activations in e4m3 per

@@ -96,11 +96,15 @@ enum class DeepseekV4AttentionKernel { cuda_cores, mma_sync, wgmma_two_terms, wg
 struct DeepseekV4DeviceOptions {
   Fp8DenseGemm fp8_dense_gemm = Fp8DenseGemm::cublaslt;
   MoeExpertGemm moe_expert_gemm = MoeExpertGemm::fp8_wgmma;
-  DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill;
-  // e4m3_pool_wgmma_tf32_long_chunks' cut. Not measured between 1,024 and
-  // 8,192 rows (cuda_bench --deepseek-v4-kernels has the rows at 2,048 and
-  // 4,096 that would place it).
-  std::int32_t tf32_head_sum_min_rows = 4096;
+  // The tf32 head sum from 2,048 rows (session 29, H100): the CSA layer's
+  // last 8k chunk at 128k 14.47 ms against the FMA sum's 14.62, the indexer
+  // 24.3% of the layer against 25.1%; on the H200 (S26-5) 25.6% against 26.7%.
+  // Its 2^-9 is far below the e4m3 scores' own 2^-4.
+  DeepseekV4IndexerKernels indexer = DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_long_chunks;
+  // e4m3_pool_wgmma_tf32_long_chunks' cut: the scores of 1,024 rows take
+  // 0.704 ms with the tf32 sum, 0.668 with the FMA sum; of 2,048 rows 1.261
+  // against 1.315 (session 29, H100, cuda_bench --deepseek-v4-kernels).
+  std::int32_t tf32_head_sum_min_rows = 2048;
   DeepseekV4AttentionKernel attention = DeepseekV4AttentionKernel::wgmma;
 };
 

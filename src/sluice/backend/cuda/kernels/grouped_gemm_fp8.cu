@@ -220,10 +220,12 @@ void raise_smem_limit() {
 }
 
 // The default for 128-slot tiles: the warp-specialised kernel with the weights
-// by TMA (session 12, run S12-moews-2: CudaMoe and the goldens pass, logits
-// bit-equal to the ring kernel's; prefill 4096 tokens the fastest of the
-// nine, down GEMM 1.40 ms against the ring's 1.85; docs/benchmarks.md).
-std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma};
+// by TMA, each weight tile multicast to the two blocks of an expert's tile
+// pair (session 29, H100: CudaMoe, CudaMoeFp8Ws and the golden pass, logits
+// bit-equal to the ring kernel's; prefill 4096 tokens 5.28 ms against tma's
+// 5.62, gate_up reading 6.4 GB from DRAM against 8.8; docs/benchmarks.md).
+// Session 12's tma before it.
+std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma_weight_multicast};
 
 }  // namespace
 
