@@ -305,6 +305,7 @@ class AttentionHarness {
     put(dk, k);
     put(dv, v);
     SLUICE_CHECK(cudaMemset(out.data, 0xff, out.size_bytes()) == cudaSuccess);
+    settle_default_stream();  // the copies and the fill, before the graph runs
     if (c_.rope) ops_->rope(dq, dk, rope_params());
     ops_->attention(layer, dq, dk, dv, scale, out);
     (void)ops_->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});
@@ -693,6 +694,7 @@ TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
                v = ops[i]->scratch({c.rows, kv_width}), out = ops[i]->scratch({c.rows, q_width});
         // Not poison(): no device-wide sync while the stream captures.
         ASSERT_EQ(cudaMemset(out.data, 0xff, out.size_bytes()), cudaSuccess);
+        settle_default_stream();
         const std::array<Tensor, 3> no_bias{};
         ops[i]->qkv_projection(x.tensor(), weight[i], no_bias, q, k, v);
         ops[i]->rope(q, k, rope);

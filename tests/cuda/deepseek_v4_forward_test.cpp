@@ -224,6 +224,8 @@ class DeepseekV4DeviceForwardTest : public ::testing::TestWithParam<Case> {
     const std::size_t bytes = static_cast<std::size_t>(kNumBlocks * floats_per_block_) * sizeof(float);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&blocks_), bytes), cudaSuccess);
     ASSERT_EQ(cudaMemset(blocks_, 0xff, bytes), cudaSuccess);  // NaN: a read of an unwritten place shows
+    // The fill runs on the legacy stream, which the backend's non-blocking streams do not wait for.
+    ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
   }
   void TearDown() override { cudaFree(blocks_); }
 

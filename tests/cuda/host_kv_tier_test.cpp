@@ -77,6 +77,8 @@ class CudaHostKvTier : public ::testing::TestWithParam<cuda::HostCopyMethod> {
     original_.resize(kCacheBytes);
     for (std::byte& b : original_) b = static_cast<std::byte>(rng.next() & 0xff);
     ASSERT_EQ(cudaMemcpy(device_kv_, original_.data(), kCacheBytes, cudaMemcpyHostToDevice), cudaSuccess);
+    // A pageable copy may return before its last bytes land; the tier's and compute_'s streams do not wait for it.
+    ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
     const Status allocated = tier_.allocate(8, kSpec, device_kv_);
     ASSERT_TRUE(allocated.ok()) << allocated.error_message();
   }

@@ -238,6 +238,7 @@ class MlaHarness {
     put(dl, latent);
     put(dr, k_rope);
     SLUICE_CHECK(cudaMemset(out.data, 0xff, out.size_bytes()) == cudaSuccess);
+    settle_default_stream();
     const Status status =
         cuda_->mla_attention(kLayer, {.q = dq, .latent = dl, .k_rope = dr, .kv_b_proj = cuda_kv_b_proj_}, shape_, out);
     ASSERT_TRUE(status.ok()) << status.error_message();

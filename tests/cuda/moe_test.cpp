@@ -38,6 +38,7 @@ std::vector<std::int32_t> download_i32(const Tensor& t) {
 void upload_to(const Tensor& device, const void* host) {
   sync();
   SLUICE_CHECK(cudaMemcpy(device.data, host, device.size_bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+  settle_default_stream();
 }
 
 StepLayout layout_with_rows(std::int32_t rows) {
@@ -810,6 +811,7 @@ void check_quantize(std::int64_t rows, std::int64_t padded_rows, std::int64_t k,
   SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dq), static_cast<std::size_t>(m * k)) == cudaSuccess);
   SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dscales), static_cast<std::size_t>(m * col_blocks) * 4) == cudaSuccess);
   SLUICE_CHECK(cudaMemset(dq, 0x7f, static_cast<std::size_t>(m * k)) == cudaSuccess);  // NaN codes: unwritten bytes show
+  settle_default_stream();
   if (!group_offsets.empty()) {
     SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&doffsets), group_offsets.size() * 4) == cudaSuccess);
     SLUICE_CHECK(cudaMemcpy(doffsets, group_offsets.data(), group_offsets.size() * 4, cudaMemcpyHostToDevice) ==

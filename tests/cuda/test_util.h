@@ -32,6 +32,13 @@ inline std::vector<float> random_bf16(std::size_t n, std::uint64_t seed, float s
   return out;
 }
 
+// Waits for the legacy default stream. cudaMemset and pageable cudaMemcpy
+// return before their work lands there, and the backend's streams are
+// non-blocking: without this, a kernel they run next may read the bytes
+// before the fill or copy (a rare failure under load, 2026-12-05). Unlike
+// sync(), it is legal while a backend stream captures a graph.
+inline void settle_default_stream() { SLUICE_CHECK(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess); }
+
 // Device memory owned by a test, in bf16 or f32.
 class DeviceArray {
  public:
@@ -49,6 +56,7 @@ class DeviceArray {
       }
     }
     SLUICE_CHECK(cudaMemcpy(data_, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    settle_default_stream();
   }
   ~DeviceArray() { cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
@@ -68,6 +76,7 @@ inline void sync() { SLUICE_CHECK(cudaDeviceSynchronize() == cudaSuccess); }
 inline void poison(const Tensor& t) {
   sync();
   SLUICE_CHECK(cudaMemset(t.data, 0xff, t.size_bytes()) == cudaSuccess);
+  settle_default_stream();
 }
 
 inline std::vector<float> download(const Tensor& t) {
