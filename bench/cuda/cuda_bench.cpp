@@ -772,6 +772,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
   const bool prefill_only = rows == MlaRows::prefill_only, decode_only = rows == MlaRows::decode_only;
   constexpr std::int32_t kBlock = 16, kHeads = 128, kNope = 128, kRope = 64, kV = 128, kRank = 512;
   constexpr std::int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
+  constexpr std::int32_t kGraphLayers = 8;  // the decode-graph rows' depth
   // 128 heads: one GPU holds the whole layer; 16: its share under tensor
   // parallel 8, the usual DeepSeek-V3 deployment (same latent bytes, 1/8 of the MMAs).
   auto shape_of = [&](std::int32_t heads) {
@@ -820,6 +821,30 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
       must_ok(ops->mla_attention(0, in, heads_shape, out));
     });
   };
+  // The decode op as the engine's decode step runs it: `layers` layers (each
+  // its own cache, so nothing of one layer's latents is in L2 for the next)
+  // captured in one CUDA graph and replayed, one begin_step a step. Seconds a
+  // layer. The eager rows above pay begin_step's host work and every launch a
+  // call; a 61-layer step pays begin_step once and launches one graph.
+  auto time_decode_graphed = [&](const CudaOptions& eager_options, std::int32_t batch, std::int32_t context,
+                                 std::int32_t heads, std::int32_t layers) {
+    CudaOptions options = eager_options;
+    options.use_cuda_graphs = true;
+    auto ops = new_ops(options);
+    const StepLayout layout = make_step(batch, context - 1, 1, kBlock);
+    must_ok(ops->allocate_kv_cache({.num_layers = layers, .num_blocks = batch * ((context + kBlock - 1) / kBlock),
+                                    .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
+                                    .layout = KvCacheLayout::latent}));
+    must_ok(cuda_fill_kv_cache_random(*ops, 5));
+    const MlaInputs in = random_inputs(*ops, batch, 31, heads);
+    const Tensor out = must(cuda_random_weight(*ops, {batch, heads * kV}, DType::bf16, 35, 1.0f));
+    const MlaShape heads_shape = shape_of(heads);
+    return time_median(3, 15, [&] {
+      ops->begin_step(layout);
+      for (std::int32_t layer = 0; layer < layers; ++layer) must_ok(ops->mla_attention(layer, in, heads_shape, out));
+      (void)ops->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});  // launches the step's graph
+    }) / layers;
+  };
   auto latent_bytes = [](std::int32_t batch, std::int32_t context) {
     return 2.0 * batch * static_cast<double>(context) * kWidth;
   };
@@ -863,6 +888,13 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
       std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads (latent bytes; whole op)", label.c_str(),
                     batch, context / 1024);
       row(name, bytes / t / 1e12, "TB/s", hbm_shares(bytes / t));
+      if (wgmma_decode) {
+        const double t_graphed = time_decode_graphed(options, batch, context, kHeads, kGraphLayers);
+        std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads, a layer of an %d-layer decode graph",
+                      label.c_str(), batch, context / 1024, kGraphLayers);
+        row(name, bytes / t_graphed / 1e12, "TB/s",
+            hbm_shares(bytes / t_graphed) + "; " + std::to_string(static_cast<int>(t_graphed * 1e6)) + " us a layer");
+      }
       if (kernel != cuda::MlaKernels::simple) {
         // The op's fixed costs (begin_step, the two batched GEMMs, gathers,
         // scatter, combine) measured at a 64-key context and taken off: what
@@ -897,6 +929,14 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
               hbm_shares(attention_bytes / (t_tp8 - t_tp8_fixed)) + "; fixed " +
                   std::to_string(static_cast<int>(t_tp8_fixed * 1e6)) + " of " +
                   std::to_string(static_cast<int>(t_tp8 * 1e6)) + " us");
+          // Per layer of a decode graph: the op less the eager call's overheads.
+          const double t_tp8_graphed = time_decode_graphed(options, batch, context, kTp8Heads, kGraphLayers);
+          std::snprintf(name, sizeof name,
+                        "MLA decode %s %d x %dk, 16 heads, a layer of an %d-layer decode graph (latent bytes)",
+                        label.c_str(), batch, context / 1024, kGraphLayers);
+          row(name, bytes / t_tp8_graphed / 1e12, "TB/s",
+              hbm_shares(bytes / t_tp8_graphed) + "; " + std::to_string(static_cast<int>(t_tp8_graphed * 1e6)) +
+                  " us a layer (eager whole op " + std::to_string(static_cast<int>(t_tp8 * 1e6)) + ")");
           if (wgmma_decode) {
             const double t_tp8_shared = time_decode(options, batch, context, /*shared_pages=*/true, kTp8Heads);
             std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 16 heads, L2-resident, attention only",
