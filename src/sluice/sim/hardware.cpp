@@ -117,8 +117,44 @@ HardwareSpec h200_sluice_cuda_deepseek_v4() {
   return spec;
 }
 
+HardwareSpec h200_sluice_cuda_deepseek_v3() {
+  HardwareSpec spec = h200_sluice_cuda();
+  spec.name = "H200 (sluice CUDA kernels on DeepSeek-V3, as measured)";
+  // Each factor from a kernel of the V3 forward measured on the H200 at full
+  // width (128 heads, 256 experts top-8, moe_intermediate 2048; FP8), against
+  // make_deepseek_v3_profile's FLOPs and bytes (docs/cost-model.md
+  // "DeepSeek-V3's kernels" says which are measured and which assumed):
+  //  - the MoE layer at 4,096 tokens, routing, permutation and combine
+  //    included: 5.6 ms (S12, 515 TFLOP/s; H100 5.3-5.6 ms, S29-S30): 0.33
+  //    of the 1,580 FP8 peak;
+  //  - dense FP8 linears: cuBLASLt's block-scaled GEMMs alone reach 1,112-1,268
+  //    TFLOP/s (0.70-0.80, S12); what runs per token around them (activation
+  //    quantization, norms, rope, the narrow q_a / kv_a GEMMs) is not split
+  //    for V3. V4's forward lost about half to that work outside mHC (S22-5):
+  //    assumed 0.45;
+  //  - decode attention, the absorbed MQA over the latent (the whole op,
+  //    eager): 128 heads at batch 64 x 8k, tensor-bound, 1.39-1.55 TB/s of
+  //    latent (S26-2/3) = 336-375 TFLOP/s: 0.45 of 790; 16 heads a GPU
+  //    (TP8), latent-bound, 2.21-2.34 TB/s: 0.53 of 4.3;
+  //  - a chunk of several rows (the decompressed form through cuDNN's SDPA,
+  //    the K/V decompression GEMM counted): 8k and 32k prompts 561.7 / 551.0
+  //    TFLOP/s (S9-C1): 0.70 of 790;
+  //  - decode's weights: the MoE layer at batch 64 read its touched experts
+  //    at 3.54-3.64 TB/s (S12): 0.83 of 4.3 (experts are nearly all of a
+  //    decode step's weight bytes).
+  spec.efficiency.moe_compute = 0.33;
+  spec.efficiency.gemm_compute = 0.45;
+  spec.efficiency.attention_compute = 0.45;
+  spec.efficiency.kv_bandwidth = 0.53;
+  spec.attention_long_chunk_rows = 2;
+  spec.attention_compute_long_chunks = 0.70;
+  spec.efficiency.weight_bandwidth = 0.83;
+  return spec;
+}
+
 HardwareSpec sluice_cuda_hardware(const ModelProfile& profile) {
-  return profile.deepseek_v4_kernels ? h200_sluice_cuda_deepseek_v4() : h200_sluice_cuda();
+  if (profile.deepseek_v4_kernels) return h200_sluice_cuda_deepseek_v4();
+  return profile.deepseek_v3_kernels ? h200_sluice_cuda_deepseek_v3() : h200_sluice_cuda();
 }
 
 }  // namespace sluice::sim

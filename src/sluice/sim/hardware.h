@@ -96,7 +96,10 @@ HardwareSpec h200_sluice_cuda();
 // The same H200 running DeepSeek-V4's kernels (the V4-Flash-width forward,
 // measured in session 22: docs/cost-model.md "DeepSeek-V4").
 HardwareSpec h200_sluice_cuda_deepseek_v4();
-// The measured spec for the kernels `profile` runs (the two above).
+// The same H200 running DeepSeek-V3's MLA and FP8 MoE kernels, each factor
+// from its kernel's measurement (docs/cost-model.md "DeepSeek-V3's kernels").
+HardwareSpec h200_sluice_cuda_deepseek_v3();
+// The measured spec for the kernels `profile` runs (the three above).
 HardwareSpec sluice_cuda_hardware(const ModelProfile& profile);
 
 }  // namespace sluice::sim

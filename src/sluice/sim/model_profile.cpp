@@ -119,6 +119,7 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape) {
   p.max_tensor_parallel = shape.num_attention_heads;
   p.weight_dtype_bytes = shape.linear_weight_bytes;
   p.gemm_uses_fp8 = shape.linear_weight_bytes < 2;
+  p.deepseek_v3_kernels = true;
 
   const std::int64_t hidden = shape.hidden_size, heads = shape.num_attention_heads;
   const std::int64_t qk_head = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
@@ -136,9 +137,14 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape) {
 
   // Absorbed MLA per query and context position: QK^T over the 576-wide
   // latent + rope key and PV over the 512-wide latent, for every head.
+  // A chunk of several rows (sluice's MLA prefill, as vLLM's) decompresses
+  // the context's K and V through kv_b_proj and runs QK 192 / V 128 a head.
   AttentionCost attention_per_layer;
   attention_per_layer.flops_per_query_context_token = 2.0 * heads * (latent + shape.kv_lora_rank);
   attention_per_layer.scan_bytes_per_context_token = static_cast<double>(latent) * shape.dtype_bytes;
+  attention_per_layer.chunk_flops_per_query_context_token = 2.0 * heads * (qk_head + shape.v_head_dim);
+  attention_per_layer.chunk_flops_per_context_token =
+      2.0 * heads * (shape.qk_nope_head_dim + shape.v_head_dim) * shape.kv_lora_rank;
   auto group = [&](std::string name, std::int32_t num_layers, std::int64_t linear_params,
                    std::int64_t other_params) {
     LayerGroup g;
@@ -150,6 +156,9 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape) {
                            num_layers;
     g.attention.flops_per_query_context_token = attention_per_layer.flops_per_query_context_token * num_layers;
     g.attention.scan_bytes_per_context_token = attention_per_layer.scan_bytes_per_context_token * num_layers;
+    g.attention.chunk_flops_per_query_context_token =
+        attention_per_layer.chunk_flops_per_query_context_token * num_layers;
+    g.attention.chunk_flops_per_context_token = attention_per_layer.chunk_flops_per_context_token * num_layers;
     return g;
   };
   const std::int32_t num_dense = std::min(shape.num_dense_layers, shape.num_layers);

@@ -40,6 +40,13 @@ struct AttentionCost {
   double gather_bytes_per_query = 0;          // KV entries fetched per query, fixed count
   double scan_bytes_per_context_token = 0;    // KV (dense) or index keys (sparse) read per position
   bool scan_uses_fp8 = false;                 // the position-dependent math runs on FP8 MMA
+  // A chunk of more than one row may run another form than decode's (MLA:
+  // K and V decompressed from the latent, QK 192 / V 128 a head, where decode
+  // runs the absorbed MQA over the 576-wide latent): its math per query and
+  // context position, and per context position once a chunk (the K/V
+  // decompression GEMM over the whole context). 0: the decode form throughout.
+  double chunk_flops_per_query_context_token = 0;
+  double chunk_flops_per_context_token = 0;
 };
 
 // A run of layers with the same cost. Totals are over the group's layers;
@@ -85,6 +92,9 @@ struct ModelProfile {
   // hash/sqrtsoftplus MoE): sluice_cuda_hardware() prices it with their
   // measured efficiencies, not the dense family's.
   bool deepseek_v4_kernels = false;
+  // Runs DeepSeek-V3's MLA and FP8 MoE kernels: priced with their measured
+  // efficiencies (h200_sluice_cuda_deepseek_v3()).
+  bool deepseek_v3_kernels = false;
 
   std::vector<LayerGroup> layer_groups;
   // CED decoder replay: a kReplayTail group runs on this many last tokens of
@@ -156,8 +166,10 @@ ModelProfile make_dense_profile(const DenseShape& shape);
 
 // A DeepSeek-V3 profile (MLA + DeepSeekMoE) from shape numbers. The KV cache
 // is the latent: (kv_lora_rank + qk_rope_head_dim) values per token per layer,
-// one copy shared by every head (and every TP rank). Attention costs are those
-// of the absorbed form; all efficiencies are assumed, none measured yet.
+// one copy shared by every head (and every TP rank). Decode's attention costs
+// the absorbed form, a chunk of several rows the decompressed one (as sluice's
+// MLA kernels run them); h200_sluice_cuda_deepseek_v3() holds the efficiencies
+// its CUDA kernels were measured at.
 struct DeepseekV3ProfileShape {
   std::string name;
   std::int32_t num_layers = 0;

@@ -88,11 +88,14 @@ StepCost RooflineCostModel::predict(const StepShape& shape) const {
       double& bf16_flops = long_chunk ? attn_flops_long_chunks : attn_flops;
       bf16_flops += q.num_queries * a.flops_per_query;
       const double first_query = double(seq.num_computed_tokens) + seq.num_new_tokens - q.num_queries;
-      (a.scan_uses_fp8 ? scan_flops_fp8 : bf16_flops) +=
-          a.flops_per_query_context_token * tiled_context_tokens(q, first_query, hw.attention_query_tile_rows);
       // The chunk's context is scanned once (flash-attention tiling reuses it
       // across the chunk's queries); gathered entries are bounded by what exists.
       const double context_tokens = double(seq.num_computed_tokens) + seq.num_new_tokens;
+      const bool chunk_form = q.num_queries > 1 && a.chunk_flops_per_query_context_token > 0;
+      (a.scan_uses_fp8 ? scan_flops_fp8 : bf16_flops) +=
+          (chunk_form ? a.chunk_flops_per_query_context_token : a.flops_per_query_context_token) *
+          tiled_context_tokens(q, first_query, hw.attention_query_tile_rows);
+      if (chunk_form) bf16_flops += a.chunk_flops_per_context_token * context_tokens;
       kv_bytes += a.scan_bytes_per_context_token * context_tokens;
       kv_bytes += std::min(q.num_queries * a.gather_bytes_per_query,
                            m.kv_bytes_per_token * context_tokens + m.kv_state_bytes_per_sequence);
