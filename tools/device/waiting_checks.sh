@@ -9,6 +9,8 @@
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 13)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA (issue 14)
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
+#   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
 # Session 29 ran 1-3 on an H100 (docs/benchmarks.md); the targets are stated on the H200.
 # Each part prints its summaries as it goes; full logs under $OUT.
 set -uo pipefail
@@ -50,5 +52,29 @@ case ${1:-1} in
     OUT=$base/gqa PARTS="sweep" bash tools/device/gqa_decode_tma_check.sh > "$base/gqa.txt" 2>&1
     echo "##### gqa done at $(elapsed) s"; tail -40 "$base/gqa.txt"
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3" >&2; exit 2 ;;
+  4)
+    # Issue 15's MLA decode on this card: the default wgmma kernel and keys-as-M (never run on an
+    # H200), each with session 30's rows of a layer in an 8-layer decode graph.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    for k in wgmma wgmma-keys-m; do
+      timeout 200 "$bin/cuda_bench" --mla-decode "$k" > "$base/mla_$k.md" 2> "$base/mla_$k.err"
+      echo "##### mla-decode $k rc $? at $(elapsed) s"; grep -E "^\| MLA|^device" "$base/mla_$k.md"
+    done
+    ;;
+  5)
+    # Issue 15's whole truncated DeepSeek-V3 (3 dense + MOE_LAYERS MoE, full width, random FP8) served
+    # with a step trace, then `sluice calibrate` of h200_sluice_cuda_deepseek_v3() on it: the first
+    # measurement of the whole model at today's kernels and the fit of its assumed gemm_compute.
+    # CARRY_DIR must hold the sluice binary (pack_carry.sh .devcarry/s30cli build/sluice).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    export SLUICE_BIN=$bin/sluice MOE_LAYERS=${MOE_LAYERS:-2}
+    OUT=$base/v3 SERVE_FLAGS="--step-trace $base/v3/steps.jsonl" bash tools/device/deepseek_serve.sh all \
+      > "$base/v3.txt" 2>&1
+    echo "##### deepseek_serve rc $? at $(elapsed) s"; tail -12 "$base/v3.txt"
+    "$bin/sluice" calibrate --model "${MODEL_DIR:-$HOME/sluice-deepseek-v3-fp8}" --trace "$base/v3/steps.jsonl" \
+      > "$base/v3_calibrate.txt" 2>&1
+    echo "##### calibrate rc $? at $(elapsed) s"; cat "$base/v3_calibrate.txt"
+    gzip -f "$base/v3/steps.jsonl"
+    ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5" >&2; exit 2 ;;
 esac

@@ -23,6 +23,10 @@ const float* RopeFrequencies::inverse_frequencies(const RopeParams& params) {
   float* device = nullptr;
   SLUICE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), host.size() * sizeof(float)));
   SLUICE_CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  // A pageable copy may return before its bytes land, and the caller's
+  // kernels run next on a non-blocking stream that does not wait for the
+  // legacy one. (Legal during a relaxed-mode capture of that stream.)
+  SLUICE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   tables_.emplace(key, device);
   return device;
 }
