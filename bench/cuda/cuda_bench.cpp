@@ -302,6 +302,8 @@ void bench_deepseek_moe(bool quick) {
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma,
+                            cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped},
                     Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt}, Variant{false, cuda::MoeExpertGemm::grouped}}) {

@@ -774,7 +774,7 @@ std::vector<WsCase> ws_cases() {
         cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
         cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
         cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_weight_multicast})
+        cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
   return cases;
 }

@@ -16,9 +16,10 @@
 #    and a timeout a kernel so that a hang names its kernel and the rest still
 #    run; tma-weight-multicast's first;
 # 2. the DeepSeek golden that compares every ws kernel with the ring kernel;
-# 3. cuda_bench --deepseek-moe-fp8 under tma (the default) and
-#    tma-weight-multicast (MoE layer, prefill 4096 tokens and decode batch 64);
-# 4. ncu of the first prefill layer's gate_up and down under both: time, DRAM
+# 3. cuda_bench --deepseek-moe-fp8 under tma, tma-weight-multicast (the
+#    default since session 29) and its two-accumulator form (session 30)
+#    (MoE layer, prefill 4096 tokens and decode batch 64);
+# 4. ncu of the first prefill layer's gate_up and down under each: time, DRAM
 #    bytes read, L2 hit rate and throughput.
 set -uo pipefail
 out=${OUT:-/tmp/moe-fp8-wmc}
@@ -26,7 +27,7 @@ logs=$out/logs
 mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/moe-wmc}
 . tools/device/carried_bin.sh
-kernels=(tma tma-weight-multicast)  # the default, then the new kernel
+kernels=(tma tma-weight-multicast tma-weight-multicast-overlap)  # the old default, the default, its two-accumulator form
 start_logs moe_fp8_wmc
 
 timeout 120 "$bin/cuda_kernel_test" --gtest_filter='CudaMoe.*' --gtest_brief=1 > "$logs/moe_test.log" 2>&1

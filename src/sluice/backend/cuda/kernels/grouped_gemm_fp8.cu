@@ -245,8 +245,10 @@ std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num
 }
 
 MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows) {
-  return tile_rows == 128 && g_kernel.load() == GroupedGemmFp8Kernel::tma_weight_multicast ? MoeTileOrder::paired
-                                                                                          : MoeTileOrder::by_expert;
+  const GroupedGemmFp8Kernel kernel = g_kernel.load();
+  const bool paired = kernel == GroupedGemmFp8Kernel::tma_weight_multicast ||
+                      kernel == GroupedGemmFp8Kernel::tma_weight_multicast_overlap;
+  return tile_rows == 128 && paired ? MoeTileOrder::paired : MoeTileOrder::by_expert;
 }
 
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {

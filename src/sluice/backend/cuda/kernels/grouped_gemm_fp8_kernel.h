@@ -31,6 +31,9 @@ enum class GroupedGemmFp8Kernel {
   // The plan pairs an expert's tiles (grouped_gemm_fp8_tile_order): each pair
   // runs on a cluster of two, each block multicasting half the weight tile.
   tma_weight_multicast,
+  // The same with two accumulators a consumer (K block kb + 1's MMAs run
+  // while kb is promoted), for where the consumers bound it.
+  tma_weight_multicast_overlap,
   ring
 };
 
@@ -45,6 +48,7 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
     case GroupedGemmFp8Kernel::tma_multicast4: return "tma-multicast4";
     case GroupedGemmFp8Kernel::tma_multicast4_overlap: return "tma-multicast4-overlap";
     case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
+    case GroupedGemmFp8Kernel::tma_weight_multicast_overlap: return "tma-weight-multicast-overlap";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }
   return "?";

@@ -586,9 +586,7 @@ void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::tma>();
   raise_smem_limits<WsLoads::tma_multicast2>();
   raise_smem_limits<WsLoads::tma_multicast4>();
-  // tma_weight_multicast: one accumulator only.
-  raise_smem_limit<false, false, WsLoads::tma_weight_multicast2>();
-  raise_smem_limit<true, false, WsLoads::tma_weight_multicast2>();
+  raise_smem_limits<WsLoads::tma_weight_multicast2>();
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -618,7 +616,8 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
   const bool overlap = kernel == GroupedGemmFp8Kernel::warp_specialized_overlap ||
                        kernel == GroupedGemmFp8Kernel::tma_overlap ||
                        kernel == GroupedGemmFp8Kernel::tma_multicast_overlap ||
-                       kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap;
+                       kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap ||
+                       kernel == GroupedGemmFp8Kernel::tma_weight_multicast_overlap;
   switch (kernel) {
     case GroupedGemmFp8Kernel::warp_specialized:
     case GroupedGemmFp8Kernel::warp_specialized_overlap:
@@ -641,8 +640,9 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
              : launch_loads<false, WsLoads::tma_multicast4>(a, overlap, launch);
       return;
     case GroupedGemmFp8Kernel::tma_weight_multicast:
-      swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2>(a, launch)
-             : launch_variant<false, false, WsLoads::tma_weight_multicast2>(a, launch);
+    case GroupedGemmFp8Kernel::tma_weight_multicast_overlap:
+      swiglu ? launch_loads<true, WsLoads::tma_weight_multicast2>(a, overlap, launch)
+             : launch_loads<false, WsLoads::tma_weight_multicast2>(a, overlap, launch);
       return;
     case GroupedGemmFp8Kernel::ring: break;
   }
