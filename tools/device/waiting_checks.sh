@@ -5,7 +5,7 @@
 # (cuda_kernel_test, cuda_deepseek_v4_forward_test, cuda_golden_test,
 # cuda_bench, deepseek_v4_forward_bench).
 #
-#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 0   # the goldens and whole suites at session 29's defaults
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 0   # the goldens, then the kernel suite in six shards
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 13)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA (issue 14)
@@ -21,16 +21,31 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 case ${1:-1} in
   0)
-    # Session 29's new defaults (TMA decode loads, MoE weight multicast, tf32 indexer head sum from
-    # 2,048 rows) under the whole suites, which ran only at the old defaults.
+    # The goldens and the whole kernel suite at today's defaults. One kernel-suite process needs
+    # more than a call's 600 s; six gtest shards side by side took 336 s on an H100 (S30-1). The
+    # goldens run first, alone.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
     for t in cuda_golden_test cuda_deepseek_v4_forward_test; do
       timeout -s KILL 120 "$bin/$t" --gtest_brief=1 > "$base/$t.txt" 2>&1
       echo "##### $t rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$base/$t.txt" | head -12
     done
-    # The rest of the call's 600 s, less a margin for the summaries and the transfer back.
-    timeout -s KILL $(( 580 - $(elapsed) )) "$bin/cuda_kernel_test" --gtest_brief=1 > "$base/cuda_kernel_test.txt" 2>&1
-    echo "##### cuda_kernel_test rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$base/cuda_kernel_test.txt" | head -12
+    limit=$(( 570 - $(elapsed) ))
+    for i in 0 1 2 3 4 5; do
+      GTEST_TOTAL_SHARDS=6 GTEST_SHARD_INDEX=$i timeout -s KILL $limit "$bin/cuda_kernel_test" \
+        > "$base/kernel_shard$i.txt" 2>&1 &
+    done
+    wait
+    for i in 0 1 2 3 4 5; do
+      echo "##### kernel shard $i: $(grep -c '^\[       OK' "$base/kernel_shard$i.txt") ok;" \
+        "$(grep -E '^\[  (PASSED|FAILED) ' "$base/kernel_shard$i.txt" | head -2 | tr '\n' ' ')"
+    done
+    for i in 0 1 2 3 4 5; do  # a shard that crashed or was killed: where it stopped
+      grep -qE '^\[  (PASSED|FAILED) ' "$base/kernel_shard$i.txt" || { echo "shard $i stopped:"; tail -3 "$base/kernel_shard$i.txt"; }
+    done
+    grep -h -A8 "Failure" "$base"/kernel_shard*.txt | head -40
+    grep -h "^\[  FAILED  \]" "$base"/kernel_shard*.txt | sort -u | head -20
+    tar -C "$base" -czf "$base/kernel_shards.tgz" $(cd "$base" && ls kernel_shard*.txt) && rm "$base"/kernel_shard*.txt
+    echo "##### done at $(elapsed) s"
     ;;
   1)
     # Issue 18's indexer share on this card: formats 2 (the default: tf32 from 2,048 rows) and 13
