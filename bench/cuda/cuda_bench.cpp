@@ -805,35 +805,20 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
   // sequence's latents, 9.4 MB at 8k, which stay in the 60 MB L2): the same
   // kernel work without HBM's latency and bandwidth, a probe of what bounds
   // the attention kernel. (The rows' new latents all go to one slot.)
-  auto time_decode = [&](const CudaOptions& options, std::int32_t batch, std::int32_t context,
-                         bool shared_pages, std::int32_t heads) {
+  // graph_layers > 0: the op as the engine's decode step runs it, that many
+  // layers (each its own cache, so nothing of one layer's latents is in L2 for
+  // the next) captured in one CUDA graph and replayed, one begin_step a step;
+  // seconds a layer. The eager calls pay begin_step's host work and every
+  // launch each time; a 61-layer step pays begin_step once and launches one graph.
+  auto time_decode = [&](const CudaOptions& eager_options, std::int32_t batch, std::int32_t context,
+                         bool shared_pages, std::int32_t heads, std::int32_t graph_layers = 0) {
+    CudaOptions options = eager_options;
+    options.use_cuda_graphs = graph_layers > 0;
+    const std::int32_t layers = std::max(graph_layers, 1);
     auto ops = new_ops(options);
     StepLayout layout = make_step(batch, context - 1, 1, kBlock);
     if (shared_pages)
       for (SequenceLayout& seq : layout.sequences) seq.block_table = layout.sequences.front().block_table;
-    must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = batch * ((context + kBlock - 1) / kBlock),
-                                    .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
-                                    .layout = KvCacheLayout::latent}));
-    must_ok(cuda_fill_kv_cache_random(*ops, 5));
-    const MlaInputs in = random_inputs(*ops, batch, 31, heads);
-    const Tensor out = must(cuda_random_weight(*ops, {batch, heads * kV}, DType::bf16, 35, 1.0f));
-    const MlaShape heads_shape = shape_of(heads);
-    return time_median(3, 15, [&] {
-      ops->begin_step(layout);
-      must_ok(ops->mla_attention(0, in, heads_shape, out));
-    });
-  };
-  // The decode op as the engine's decode step runs it: `layers` layers (each
-  // its own cache, so nothing of one layer's latents is in L2 for the next)
-  // captured in one CUDA graph and replayed, one begin_step a step. Seconds a
-  // layer. The eager rows above pay begin_step's host work and every launch a
-  // call; a 61-layer step pays begin_step once and launches one graph.
-  auto time_decode_graphed = [&](const CudaOptions& eager_options, std::int32_t batch, std::int32_t context,
-                                 std::int32_t heads, std::int32_t layers) {
-    CudaOptions options = eager_options;
-    options.use_cuda_graphs = true;
-    auto ops = new_ops(options);
-    const StepLayout layout = make_step(batch, context - 1, 1, kBlock);
     must_ok(ops->allocate_kv_cache({.num_layers = layers, .num_blocks = batch * ((context + kBlock - 1) / kBlock),
                                     .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
                                     .layout = KvCacheLayout::latent}));
@@ -844,7 +829,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     return time_median(3, 15, [&] {
       ops->begin_step(layout);
       for (std::int32_t layer = 0; layer < layers; ++layer) must_ok(ops->mla_attention(layer, in, heads_shape, out));
-      (void)ops->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});  // launches the step's graph
+      if (graph_layers > 0) (void)ops->sample(Tensor{nullptr, DType::bf16, Shape{0, 1}}, {});  // launches the graph
     }) / layers;
   };
   auto latent_bytes = [](std::int32_t batch, std::int32_t context) {
@@ -891,7 +876,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
                     batch, context / 1024);
       row(name, bytes / t / 1e12, "TB/s", hbm_shares(bytes / t));
       if (wgmma_decode) {
-        const double t_graphed = time_decode_graphed(options, batch, context, kHeads, kGraphLayers);
+        const double t_graphed = time_decode(options, batch, context, false, kHeads, kGraphLayers);
         std::snprintf(name, sizeof name, "MLA decode %s %d x %dk, 128 heads, a layer of an %d-layer decode graph",
                       label.c_str(), batch, context / 1024, kGraphLayers);
         row(name, bytes / t_graphed / 1e12, "TB/s",
@@ -932,7 +917,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
                   std::to_string(static_cast<int>(t_tp8_fixed * 1e6)) + " of " +
                   std::to_string(static_cast<int>(t_tp8 * 1e6)) + " us");
           // Per layer of a decode graph: the op less the eager call's overheads.
-          const double t_tp8_graphed = time_decode_graphed(options, batch, context, kTp8Heads, kGraphLayers);
+          const double t_tp8_graphed = time_decode(options, batch, context, false, kTp8Heads, kGraphLayers);
           std::snprintf(name, sizeof name,
                         "MLA decode %s %d x %dk, 16 heads, a layer of an %d-layer decode graph (latent bytes)",
                         label.c_str(), batch, context / 1024, kGraphLayers);
