@@ -53,6 +53,8 @@ case ${1:-1} in
     FORMATS="2 13" BENCH_RUNS=1 MODEL_FORMATS=2,13 OUT=$base/indexer \
       bash tools/device/deepseek_v4_indexer_check.sh > "$base/indexer.txt" 2>&1
     echo "##### indexer done at $(elapsed) s"; tail -30 "$base/indexer.txt"
+    # The per-kernel layer tables and logs as one file (the tool returns at most 8).
+    tar -C "$base" -czf "$base/indexer_logs.tgz" indexer && rm -rf "$base/indexer"
     ;;
   2)
     # Issue 15's dense FP8 and MoE rows: cuBLASLt against bf16; tma against the weight multicast.
