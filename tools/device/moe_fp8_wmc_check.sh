@@ -71,6 +71,12 @@ for kernel in "${kernels[@]}"; do
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed \
     "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" > "$logs/ncu_$kernel.csv" 2> "$logs/ncu_$kernel.err"
   echo "ncu $kernel rc $?" | tee -a "$summary"
+  # Where gate_up's consumers wait (session 29: bound by them under the weight multicast):
+  # the first launch's issue slots, pipe use and stall reasons.
+  timeout 120 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -c 1 --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" > "$logs/ncu_sections_$kernel.txt" 2>&1
+  echo "ncu sections $kernel rc $?" | tee -a "$summary"
   finish
 done
 echo
@@ -81,5 +87,11 @@ done
 echo "=== first prefill layer's grouped GEMMs (ncu)"
 for kernel in "${kernels[@]}"; do
   [ -s "$logs/ncu_$kernel.csv" ] && python3 tools/device/ncu_metrics_table.py "$logs/ncu_$kernel.csv" "$kernel" gate_up down
+done
+echo "=== gate_up's first launch (ncu sections; logs/ncu_sections_*.txt)"
+for kernel in "${kernels[@]}"; do
+  grep -v "^==PROF==" "$logs/ncu_sections_$kernel.txt" 2>/dev/null |
+    grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc Active|Issued Warp|No Eligible|Stall" |
+    sed "s/^/$kernel: /" | cut -c1-150
 done
 grep -E "rc [1-9]|HUNG|failed or hung" "$summary"
