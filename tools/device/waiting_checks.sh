@@ -8,7 +8,7 @@
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 0   # the goldens, then the kernel suite in six shards
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 13)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
-#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA (issue 14)
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
 # Session 29 ran 1-3 on an H100 (docs/benchmarks.md); the targets are stated on the H200.
@@ -68,6 +68,11 @@ case ${1:-1} in
     # Issue 14's GQA decode: cp.async against TMA loads over the sweep.
     OUT=$base/gqa PARTS="sweep" bash tools/device/gqa_decode_tma_check.sh > "$base/gqa.txt" 2>&1
     echo "##### gqa done at $(elapsed) s"; tail -40 "$base/gqa.txt"
+    # Issue 14's batch-1 decode at 4k (target 85% of HBM; 81.4-82.1% on the H200 in S20-2, before
+    # the TMA decode loads): the GEMV rows and the batch-1 steps.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout 200 "$bin/cuda_bench" --decode1 > "$base/decode1.md" 2> "$base/decode1.err"
+    echo "##### decode1 rc $? at $(elapsed) s"; grep -E "^device|batch 1|GEMV" "$base/decode1.md" | cut -c1-200
     ;;
   4)
     # Issue 15's MLA decode on this card: the default wgmma kernel and keys-as-M (never run on an
