@@ -374,6 +374,45 @@ TEST(Planner, AChunkEndingInAMostlyEmptyTileIsCutToItsFullTiles) {
   EXPECT_EQ(untiled.prefills[0].num_new_tokens, 272);
 }
 
+// A chunk of more than one row pays 40 ms whatever its rows (MLA's K/V
+// decompression over its prefix), then 0.1 ms a row; a decode 0.5 ms.
+class FixedChunkCost final : public CostModel {
+ public:
+  double predict_step_ms(const StepShape& shape) const override {
+    double ms = 1.0;
+    for (const auto& s : shape.sequences)
+      ms += s.num_new_tokens > 1 ? 40.0 + 0.1 * s.num_new_tokens : 0.5 * s.num_new_tokens;
+    return ms;
+  }
+};
+
+TEST(Planner, AChunkAloneGrowsUntilItsFixedCostIsAQuarterOfIt) {
+  Fixture f;
+  f.queue = {waiting(1, 100000)};
+  // Under 50 ms: 1 + 40 + 0.1 k <= 50 gives 90 rows (80 on block ends), 86%
+  // of the step fixed. Alone, it grows to 1 + 40 / 0.25 = 161 ms: 1,200 rows,
+  // the 40 ms a quarter of the chunk's 160.
+  const StepPlan alone = plan_step(f.state(), {.max_step_ms = 50.0}, FixedChunkCost{});
+  ASSERT_EQ(alone.prefills.size(), 1u);
+  EXPECT_EQ(alone.prefills[0].num_new_tokens, 1200);
+  // Never past 4 x max_step_ms: under 20 ms, 80 ms at most (390 rows, 384 on block ends).
+  const StepPlan bounded = plan_step(f.state(), {.max_step_ms = 20.0}, FixedChunkCost{});
+  ASSERT_EQ(bounded.prefills.size(), 1u);
+  EXPECT_EQ(bounded.prefills[0].num_new_tokens, 384);
+  // A decode in the step: its inter-token target holds (1.5 + 40 + 0.1 k <= 50: 80 rows).
+  f.running = {decoding(2, 1000)};
+  const StepPlan with_decode = plan_step(f.state(), {.max_step_ms = 50.0}, FixedChunkCost{});
+  ASSERT_EQ(with_decode.prefills.size(), 1u);
+  EXPECT_EQ(with_decode.prefills[0].num_new_tokens, 80);
+  // Nor with decodes on the other lane.
+  f.running.clear();
+  SchedState other_lane = f.state();
+  other_lane.num_other_lane_seqs = 1;
+  const StepPlan beside_lane = plan_step(other_lane, {.max_step_ms = 50.0}, FixedChunkCost{});
+  ASSERT_EQ(beside_lane.prefills.size(), 1u);
+  EXPECT_EQ(beside_lane.prefills[0].num_new_tokens, 80);
+}
+
 TEST(Planner, IsAPureFunction) {
   Fixture f;
   for (SequenceId i = 0; i < 50; ++i) f.running.push_back(decoding(i, 1000 + static_cast<std::int32_t>(i) * 37));

@@ -66,6 +66,8 @@ class PlanBuilder {
     return cost_model_.predict_step_ms({.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = start}}});
   }
   std::int32_t chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position, bool first_prefill);
+  template <class LargestWithin>
+  std::int32_t amortized_chunk(std::int32_t best, std::int32_t max_chunk, const LargestWithin& largest_within);
   // Host-tier tokens worth loading for this waiting request (0: recompute them).
   std::int32_t tokens_to_load(const SchedRequest& r);
   // Whether loading `tokens` tokens at positions [position, position + tokens)
@@ -200,6 +202,35 @@ std::vector<Candidate> PlanBuilder::prefill_candidates() const {
   return candidates;
 }
 
+// A chunk alone in its step (no decode, none on another lane: nobody's
+// inter-token latency is at stake) whose fixed cost takes most of the step:
+// the intercept of its cost line at `best` rows (MLA's K/V decompression over
+// the whole prefix, 408 rows' worth of its attention at any depth). Such a
+// chunk grows until that cost is at most kMaxFixedShare of the step, the step
+// bounded by kLoneStepCapFactor x max_step_ms (what a prompt arriving
+// meanwhile may wait for the step to end). The last chunk in shape_.
+template <class LargestWithin>
+std::int32_t PlanBuilder::amortized_chunk(std::int32_t best, std::int32_t max_chunk,
+                                          const LargestWithin& largest_within) {
+  constexpr double kMaxFixedShare = 0.25;
+  constexpr double kLoneStepCapFactor = 4.0;
+  // The cost line through two chunks of whole query tiles (a partial tile is
+  // a cost of its own, trimmed below), at least two blocks.
+  const std::int32_t unit = std::max({1, cost_model_.query_tile_rows(), block_size()});
+  const std::int32_t half = std::max(unit, best / 2 / unit * unit), upper = 2 * half;
+  if (upper > max_chunk) return best;
+  auto cost_at = [&](std::int32_t k) {
+    shape_.sequences.back().num_new_tokens = k;
+    return cost_model_.predict_step_ms(shape_);
+  };
+  const double without_ms = cost_at(0), upper_ms = cost_at(upper), half_ms = cost_at(half);
+  const double per_row_ms = std::max(0.0, (upper_ms - half_ms) / (upper - half));
+  const double fixed_ms = upper_ms - without_ms - upper * per_row_ms;
+  if (fixed_ms <= kMaxFixedShare * (upper_ms - without_ms)) return best;
+  const double cap_ms = std::min(kLoneStepCapFactor * config_.max_step_ms, without_ms + fixed_ms / kMaxFixedShare);
+  return cap_ms > step_cap_ms_ ? largest_within(best, cap_ms) : best;
+}
+
 // Largest k in [0, max_chunk] whose step (current shape + k tokens at
 // start_position) is predicted to take <= the step cap. Predicted time does
 // not decrease with k, so binary search. The first prefill of a step always
@@ -244,6 +275,8 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
     const double nearly_free_ms = liveness_ms + kNearlyFreeShare * std::max(0.0, liveness_ms - without_ms);
     best = std::max(liveness, block_aligned(largest_within(liveness, nearly_free_ms)));
   }
+  if (first_prefill && shape_.sequences.size() == 1 && state_.num_other_lane_seqs == 0 && best < max_chunk)
+    best = std::max(best, block_aligned(amortized_chunk(best, max_chunk, largest_within)));
   // A chunk whose last query tile is mostly empty pays for that whole tile
   // over its prefix (at 95k keys, 272 rows in 3 tiles took 51 ms where 256
   // rows took ~40: S11-lead-c). Cut it back to its last full tile when the
