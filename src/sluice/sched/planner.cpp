@@ -203,9 +203,10 @@ std::vector<Candidate> PlanBuilder::prefill_candidates() const {
 }
 
 // A chunk alone in its step (no decode, none on another lane: nobody's
-// inter-token latency is at stake) whose fixed cost takes most of the step:
-// the intercept of its cost line at `best` rows (MLA's K/V decompression over
-// the whole prefix, 408 rows' worth of its attention at any depth). Such a
+// inter-token latency is at stake) whose fixed cost takes more than
+// kMaxFixedShare of the step: the intercept of its cost line near `best` rows
+// (MLA's K/V decompression over the whole prefix, 408 rows' worth of its
+// attention at any depth). Such a
 // chunk grows until that cost is at most kMaxFixedShare of the step, the step
 // bounded by kLoneStepCapFactor x max_step_ms (what a prompt arriving
 // meanwhile may wait for the step to end). The last chunk in shape_.
