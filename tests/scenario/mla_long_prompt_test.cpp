@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "../support/deepseek_v3_profile_shape.h"
 #include "scenario_driver.h"
 
 namespace sluice::scenario {
@@ -16,25 +17,7 @@ constexpr std::int32_t kMaxModelLen = 131072;
 constexpr double kInterTokenTargetMs = 50.0;
 
 SimSetup deepseek_v3_8xh200() {
-  const sim::ModelProfile profile = sim::make_deepseek_v3_profile({.name = "deepseek-v3",
-                                                                   .num_layers = 61,
-                                                                   .num_dense_layers = 3,
-                                                                   .hidden_size = 7168,
-                                                                   .num_attention_heads = 128,
-                                                                   .q_lora_rank = 1536,
-                                                                   .kv_lora_rank = 512,
-                                                                   .qk_nope_head_dim = 128,
-                                                                   .qk_rope_head_dim = 64,
-                                                                   .v_head_dim = 128,
-                                                                   .intermediate_size = 18432,
-                                                                   .moe_intermediate_size = 2048,
-                                                                   .num_routed_experts = 256,
-                                                                   .num_experts_per_token = 8,
-                                                                   .num_shared_experts = 1,
-                                                                   .vocab_size = 129280,
-                                                                   .max_position_embeddings = 163840,
-                                                                   .linear_weight_bytes = 1,
-                                                                   .dtype_bytes = 2});
+  const sim::ModelProfile profile = sim::make_deepseek_v3_profile(testing::deepseek_v3_shape(61, 3));
   const sim::HardwareSpec hardware = sim::h200_sluice_cuda_deepseek_v3();
   const sim::Parallelism parallelism{.num_gpus = 8, .tensor_parallel = 8};
   sim::SimBackendOptions options;

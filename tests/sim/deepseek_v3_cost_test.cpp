@@ -12,6 +12,7 @@
 
 #include <cstdio>
 
+#include "../support/deepseek_v3_profile_shape.h"
 #include "sluice/sim/hardware.h"
 #include "sluice/sim/model_profile.h"
 #include "sluice/sim/roofline_cost_model.h"
@@ -20,27 +21,7 @@ namespace sluice::sim {
 namespace {
 
 // DeepSeek-V3's published shape, `layers` MoE layers deep (no dense layer).
-DeepseekV3ProfileShape v3_shape(std::int32_t layers) {
-  return {.name = "deepseek-v3-moe-layers",
-          .num_layers = layers,
-          .num_dense_layers = 0,
-          .hidden_size = 7168,
-          .num_attention_heads = 128,
-          .q_lora_rank = 1536,
-          .kv_lora_rank = 512,
-          .qk_nope_head_dim = 128,
-          .qk_rope_head_dim = 64,
-          .v_head_dim = 128,
-          .intermediate_size = 18432,
-          .moe_intermediate_size = 2048,
-          .num_routed_experts = 256,
-          .num_experts_per_token = 8,
-          .num_shared_experts = 1,
-          .vocab_size = 129280,
-          .max_position_embeddings = 163840,
-          .linear_weight_bytes = 1,
-          .dtype_bytes = 2};
-}
+DeepseekV3ProfileShape v3_shape(std::int32_t layers) { return testing::deepseek_v3_shape(layers, 0); }
 
 StepShape decode(int batch, std::int32_t context) {
   StepShape s;
