@@ -66,6 +66,11 @@ class PlanBuilder {
     return cost_model_.predict_step_ms({.sequences = {{.num_new_tokens = tokens, .num_computed_tokens = start}}});
   }
   std::int32_t chunk_under_time_cap(std::int32_t max_chunk, std::int32_t start_position, bool first_prefill);
+  // The step's predicted time with the chunk being sized (shape_'s last sequence) at k tokens.
+  double cost_with_chunk(std::int32_t k) {
+    shape_.sequences.back().num_new_tokens = k;
+    return cost_model_.predict_step_ms(shape_);
+  }
   template <class LargestWithin>
   std::int32_t amortized_chunk(std::int32_t best, std::int32_t max_chunk, const LargestWithin& largest_within);
   // Host-tier tokens worth loading for this waiting request (0: recompute them).
@@ -220,11 +225,7 @@ std::int32_t PlanBuilder::amortized_chunk(std::int32_t best, std::int32_t max_ch
   const std::int32_t unit = std::max({1, cost_model_.query_tile_rows(), block_size()});
   const std::int32_t half = std::max(unit, best / 2 / unit * unit), upper = 2 * half;
   if (upper > max_chunk) return best;
-  auto cost_at = [&](std::int32_t k) {
-    shape_.sequences.back().num_new_tokens = k;
-    return cost_model_.predict_step_ms(shape_);
-  };
-  const double without_ms = cost_at(0), upper_ms = cost_at(upper), half_ms = cost_at(half);
+  const double without_ms = cost_with_chunk(0), upper_ms = cost_with_chunk(upper), half_ms = cost_with_chunk(half);
   const double per_row_ms = std::max(0.0, (upper_ms - half_ms) / (upper - half));
   const double fixed_ms = upper_ms - without_ms - upper * per_row_ms;
   if (fixed_ms <= kMaxFixedShare * (upper_ms - without_ms)) return best;
@@ -243,10 +244,7 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   shape_.sequences.push_back({.num_new_tokens = max_chunk, .num_computed_tokens = start_position});
   // Largest k in (lo, max_chunk] with predicted time <= cap_ms, given fits_cap(lo).
   auto largest_within = [&](std::int32_t lo, double cap_ms) {
-    auto within = [&](std::int32_t k) {
-      shape_.sequences.back().num_new_tokens = k;
-      return cost_model_.predict_step_ms(shape_) <= cap_ms;
-    };
+    auto within = [&](std::int32_t k) { return cost_with_chunk(k) <= cap_ms; };
     if (within(max_chunk)) return max_chunk;
     std::int32_t hi = max_chunk;  // within(lo) assumed, !within(hi) known
     while (hi - lo > 1) {
@@ -269,10 +267,7 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
     // much for 16 rows as for 128 over a long prefix, so a short chunk would
     // waste most of its time; the tile's own rows add a fraction of a percent).
     constexpr double kNearlyFreeShare = 0.01;
-    shape_.sequences.back().num_new_tokens = 0;
-    const double without_ms = cost_model_.predict_step_ms(shape_);
-    shape_.sequences.back().num_new_tokens = liveness;
-    const double liveness_ms = cost_model_.predict_step_ms(shape_);
+    const double without_ms = cost_with_chunk(0), liveness_ms = cost_with_chunk(liveness);
     const double nearly_free_ms = liveness_ms + kNearlyFreeShare * std::max(0.0, liveness_ms - without_ms);
     best = std::max(liveness, block_aligned(largest_within(liveness, nearly_free_ms)));
   }
@@ -288,11 +283,7 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   const std::int32_t tile = cost_model_.query_tile_rows();
   if (tile > 1 && best > tile && best < max_chunk && best % tile != 0) {
     const std::int32_t full = block_aligned(best / tile * tile);
-    auto cost_at = [&](std::int32_t k) {
-      shape_.sequences.back().num_new_tokens = k;
-      return cost_model_.predict_step_ms(shape_);
-    };
-    const double without_ms = cost_at(0), full_ms = cost_at(full), best_ms = cost_at(best);
+    const double without_ms = cost_with_chunk(0), full_ms = cost_with_chunk(full), best_ms = cost_with_chunk(best);
     if ((best_ms - full_ms) / (best - full) > kPartialTileCostRatio * (full_ms - without_ms) / full) best = full;
   }
   shape_.sequences.pop_back();

@@ -154,11 +154,11 @@ ModelProfile make_deepseek_v3_profile(const DeepseekV3ProfileShape& shape) {
     g.dense_weight_bytes = (static_cast<double>(linear_params) * shape.linear_weight_bytes +
                             static_cast<double>(other_params) * shape.dtype_bytes) *
                            num_layers;
-    g.attention.flops_per_query_context_token = attention_per_layer.flops_per_query_context_token * num_layers;
-    g.attention.scan_bytes_per_context_token = attention_per_layer.scan_bytes_per_context_token * num_layers;
-    g.attention.chunk_flops_per_query_context_token =
-        attention_per_layer.chunk_flops_per_query_context_token * num_layers;
-    g.attention.chunk_flops_per_context_token = attention_per_layer.chunk_flops_per_context_token * num_layers;
+    // Every field of attention_per_layer is a per-layer cost: the group's is num_layers of them.
+    g.attention = attention_per_layer;
+    for (double* cost : {&g.attention.flops_per_query_context_token, &g.attention.scan_bytes_per_context_token,
+                         &g.attention.chunk_flops_per_query_context_token, &g.attention.chunk_flops_per_context_token})
+      *cost *= num_layers;
     return g;
   };
   const std::int32_t num_dense = std::min(shape.num_dense_layers, shape.num_layers);
