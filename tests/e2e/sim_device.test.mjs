@@ -107,6 +107,9 @@ export const tests = {
       // --decode-lane auto is one loop on the CPU: nothing to pace.
       [['--device', 'cpu', '--decode-lane-interval-ms', '40'], /--decode-lane-interval-ms .*it needs --decode-lane/],
       [['--device', 'cpu', '--decode-lane-max-context', '4096'], /--decode-lane-max-context .*it needs --decode-lane/],
+      [['--device', 'cpu', '--decode-lane', 'stream', '--max-token-gap-ms', '150'],
+        /--max-token-gap-ms has no effect with --decode-lane stream/],
+      [['--device', 'cpu', '--max-token-gap-ms', '20'], /--max-token-gap-ms must be 0 \(3 x --max-step-ms\) or >= --max-step-ms/],
       // The pace is device time: an unpaced sim has none on the wall clock.
       [['--device', 'sim', '--sim-profile', 'llama-3-8b', '--decode-lane', 'sms:16', '--sim-speed', '0',
         '--decode-lane-interval-ms', '40'], /the sim needs --sim-speed > 0/],

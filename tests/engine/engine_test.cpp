@@ -552,6 +552,15 @@ TEST(EngineConfigNames, ParseAndPrintRoundTrip) {
     bad_share.min_prefill_share = share;
     EXPECT_NE(validate(bad_share, info).error_message().find("--min-prefill-share"), std::string::npos) << share;
   }
+  // The token-gap bound: 0 (3x the target) or at least the target.
+  for (double gap : {-1.0, 49.0}) {
+    EngineConfig bad_gap;
+    bad_gap.max_token_gap_ms = gap;
+    EXPECT_NE(validate(bad_gap, info).error_message().find("--max-token-gap-ms"), std::string::npos) << gap;
+  }
+  EngineConfig no_long_steps;
+  no_long_steps.max_token_gap_ms = no_long_steps.max_step_ms;
+  EXPECT_TRUE(validate(no_long_steps, info).ok());
   EXPECT_TRUE(validate(EngineConfig{}, info).ok());
 
   // The host tier: only on a backend that has one, at least one block, any order but prefix-aware.

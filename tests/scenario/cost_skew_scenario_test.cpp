@@ -8,6 +8,7 @@
 // fast as the true costs allow.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -20,6 +21,7 @@ namespace {
 
 constexpr std::int32_t kMaxModelLen = 1 << 20;
 constexpr double kInterTokenTargetMs = 50.0;
+constexpr double kMaxTokenGapMs = 3.0 * kInterTokenTargetMs;  // --max-token-gap-ms's default
 // The correction starts from the prior: the first steps may be mis-sized. Gaps
 // ending in the first second of the run are not held to the target.
 constexpr double kWarmupMs = 1000.0;
@@ -85,6 +87,17 @@ double max_gap_after_ms(const sim::ReplayOutcome& run, double from_ms) {
   return gap;
 }
 
+// The slowest request's mean time between its tokens, over tokens after from_ms.
+double slowest_mean_itl_after_ms(const sim::ReplayOutcome& run, double from_ms) {
+  double slowest = 0.0;
+  for (const auto& [id, t] : run.timelines) {
+    const auto first = std::upper_bound(t.token_ms.begin(), t.token_ms.end(), from_ms);
+    if (t.token_ms.end() - first < 2) continue;
+    slowest = std::max(slowest, (t.token_ms.back() - *first) / static_cast<double>(t.token_ms.end() - first - 1));
+  }
+  return slowest;
+}
+
 double mean_ttft_ms(const sim::ReplayOutcome& run) {
   double total = 0.0;
   for (const auto& [id, t] : run.timelines) total += ttft_ms(t);
@@ -99,15 +112,20 @@ TEST_P(CostSkewScenario, PromisesHoldOnceTheCorrectionHasSeenAFewSteps) {
   const sim::ReplayOutcome& out = run.outcome;
   ASSERT_EQ(out.timelines.size(), sim::report_workload(kMaxModelLen).size());
   const double gap = max_gap_after_ms(out, kWarmupMs);
+  const double itl = slowest_mean_itl_after_ms(out, kWarmupMs);
   const auto& f = out.stats.cost_correction_factors;
-  std::printf("[%s] max gap after warm-up %.1f ms, longest step %.1f ms, mean TTFT %.0f ms, steps %lld, "
-              "learned factors %.2f %.2f %.2f %.2f %.2f\n",
-              c.name.c_str(), gap, out.max_step_ms, mean_ttft_ms(out), static_cast<long long>(out.stats.num_steps),
-              f[0], f[1], f[2], f[3], f[4]);
-  // Decodes: a token every step, and steps back under the target (10%: the
-  // chunk a correction sizes from the last steps' terms, when the truth is not
-  // linear in them).
-  EXPECT_LE(gap, 1.1 * kInterTokenTargetMs);
+  std::printf("[%s] max gap after warm-up %.1f ms, slowest mean ITL %.1f ms, longest step %.1f ms, mean TTFT "
+              "%.0f ms, steps %lld, learned factors %.2f %.2f %.2f %.2f %.2f\n",
+              c.name.c_str(), gap, itl, out.max_step_ms, mean_ttft_ms(out),
+              static_cast<long long>(out.stats.num_steps), f[0], f[1], f[2], f[3], f[4]);
+  // Decodes: a token every step, on average at the target's pace, and no gap
+  // past the token-gap bound (3x the target: a long step that amortizes a
+  // chunk's fixed cost, V4.1's expert reads when the GPU is 3x slower than
+  // believed, is paid back by the steps after it). 10%: the chunk a
+  // correction sizes from the last steps' terms, when the truth is not
+  // linear in them.
+  EXPECT_LE(itl, 1.1 * kInterTokenTargetMs);
+  EXPECT_LE(gap, 1.1 * kMaxTokenGapMs);
   EXPECT_EQ(num_zero_decode_windows(out.timelines), 0);
 }
 

@@ -2,7 +2,8 @@
 // (h200_sluice_cuda_deepseek_v3): a chunk over a long prefix pays the K/V
 // decompression of the whole prefix, whatever its rows. A long prompt alone
 // must still reach its first token near prefill-first's time (promise 2),
-// while chats that decode beside one keep the inter-token target (promise 1).
+// while chats that decode beside one keep the inter-token target on average
+// and no gap past the token-gap bound (promise 1).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -38,9 +39,11 @@ sim::TimedRequest request(const std::string& id, double arrival_ms, std::int32_t
   return r;
 }
 
-sim::ReplayOutcome run(SchedulingPolicy policy, std::vector<sim::TimedRequest> workload) {
+sim::ReplayOutcome run(SchedulingPolicy policy, std::vector<sim::TimedRequest> workload,
+                       double max_token_gap_ms = 0.0) {
   SimSetup setup = deepseek_v3_8xh200();
   EngineConfig c;
+  c.max_token_gap_ms = max_token_gap_ms;
   c.scheduling = policy;
   c.max_num_seqs = 64;
   c.max_num_batched_tokens = 8192;
@@ -65,19 +68,46 @@ TEST(MlaLongPrompt, AloneItsFirstTokenComesNearPrefillFirsts) {
   EXPECT_LE(sluice.max_step_ms, 4.0 * kInterTokenTargetMs + 1e-6);
 }
 
-TEST(MlaLongPrompt, ChatsDecodingBesideItKeepTheTarget) {
+struct BesideChats {
+  double long_ttft_ms = 0.0;
+  double chat_gap_ms = 0.0;          // the longest between two tokens of any chat
+  double slowest_chat_tok_s = 1e9;   // tokens over the time from a chat's first to its last
+};
+
+BesideChats beside_chats(double max_token_gap_ms) {
   std::vector<sim::TimedRequest> workload = {request("long", 0.0, 100000, 16, 1)};
   for (int i = 0; i < 4; ++i) workload.push_back(request("chat-" + std::to_string(i), 5.0, 1000, 200, 10 + i));
-  const sim::ReplayOutcome sluice = run(SchedulingPolicy::kSluice, std::move(workload));
-  double chat_gap = 0.0;
-  for (const auto& [id, t] : sluice.timelines)
-    if (id != "long") chat_gap = std::max(chat_gap, sim::max_token_gap_ms(t));
-  std::printf("[mla, beside chats] 100k prompt TTFT %.0f ms, chats' longest gap %.1f ms\n",
-              ttft_ms(sluice.timelines.at("long")), chat_gap);
-  // A step with a decode in it stays under the target, so no chat's gap
-  // passes it; the lone-chunk rule only applies once no decode runs. (The
-  // first chat token may wait for a lone step that started before it came.)
-  EXPECT_LE(chat_gap, kInterTokenTargetMs + 1e-6);
+  const sim::ReplayOutcome sluice = run(SchedulingPolicy::kSluice, std::move(workload), max_token_gap_ms);
+  BesideChats out{.long_ttft_ms = ttft_ms(sluice.timelines.at("long"))};
+  for (const auto& [id, t] : sluice.timelines) {
+    if (id == "long") continue;
+    EXPECT_EQ(t.token_ms.size(), 200u) << id;
+    out.chat_gap_ms = std::max(out.chat_gap_ms, sim::max_token_gap_ms(t));
+    const double span_ms = t.token_ms.back() - t.token_ms.front();
+    out.slowest_chat_tok_s = std::min(out.slowest_chat_tok_s, 1000.0 * (t.token_ms.size() - 1) / span_ms);
+    // Every chat token comes while the long prompt prefills: the rates are its.
+    EXPECT_LT(t.token_ms.back(), out.long_ttft_ms) << id;
+  }
+  std::printf("[mla, beside chats, token gap bound %.0f ms] 100k prompt TTFT %.0f ms; chats: longest gap %.1f ms, "
+              "slowest %.1f tok/s\n",
+              max_token_gap_ms > 0.0 ? max_token_gap_ms : 3.0 * kInterTokenTargetMs, out.long_ttft_ms,
+              out.chat_gap_ms, out.slowest_chat_tok_s);
+  return out;
+}
+
+TEST(MlaLongPrompt, ChatsDecodingBesideItKeepTheTarget) {
+  // With no long steps (the bound at the target) a step with a decode in it
+  // stays under the target, so each chunk pays the decompression of the
+  // whole prefix for a few rows: 17.4 s (session 30).
+  const BesideChats capped = beside_chats(kInterTokenTargetMs);
+  EXPECT_LE(capped.chat_gap_ms, kInterTokenTargetMs + 1e-6);
+  // The default bound, 3x the target: one long step amortizes the
+  // decompression over many rows, the steps after it run the decodes alone
+  // until the chats are back on pace: 11.6 s, the chats at 24 tok/s.
+  const BesideChats paced = beside_chats(0.0);
+  EXPECT_LE(paced.chat_gap_ms, 3.0 * kInterTokenTargetMs + 1e-6);
+  EXPECT_GE(paced.slowest_chat_tok_s, 1000.0 / kInterTokenTargetMs);
+  EXPECT_LT(paced.long_ttft_ms, 0.75 * capped.long_ttft_ms);
 }
 
 }  // namespace

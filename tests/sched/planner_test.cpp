@@ -399,11 +399,14 @@ TEST(Planner, AChunkAloneGrowsUntilItsFixedCostIsAQuarterOfIt) {
   const StepPlan bounded = plan_step(f.state(), {.max_step_ms = 20.0}, FixedChunkCost{});
   ASSERT_EQ(bounded.prefills.size(), 1u);
   EXPECT_EQ(bounded.prefills[0].num_new_tokens, 384);
-  // A decode in the step: its inter-token target holds (1.5 + 40 + 0.1 k <= 50: 80 rows).
+  // A decode in the step without long steps: its inter-token target holds
+  // (1.5 + 40 + 0.1 k <= 50: 80 rows).
   f.running = {decoding(2, 1000)};
-  const StepPlan with_decode = plan_step(f.state(), {.max_step_ms = 50.0}, FixedChunkCost{});
+  const StepPlan with_decode =
+      plan_step(f.state(), {.max_step_ms = 50.0, .max_token_gap_ms = 50.0}, FixedChunkCost{});
   ASSERT_EQ(with_decode.prefills.size(), 1u);
   EXPECT_EQ(with_decode.prefills[0].num_new_tokens, 80);
+  EXPECT_EQ(with_decode.decode_overrun_ms, 0.0);
   // Nor with decodes on the other lane.
   f.running.clear();
   SchedState other_lane = f.state();
@@ -411,6 +414,65 @@ TEST(Planner, AChunkAloneGrowsUntilItsFixedCostIsAQuarterOfIt) {
   const StepPlan beside_lane = plan_step(other_lane, {.max_step_ms = 50.0}, FixedChunkCost{});
   ASSERT_EQ(beside_lane.prefills.size(), 1u);
   EXPECT_EQ(beside_lane.prefills[0].num_new_tokens, 80);
+}
+
+// Beside decodes, a chunk that is mostly its fixed cost runs one long step of
+// up to max_token_gap_ms; the steps after it pay the overrun back, decodes
+// only, so the decodes keep max_step_ms on average.
+TEST(Planner, ALongStepBesideDecodesIsPaidBackBeforeTheNext) {
+  Fixture f;
+  f.queue = {waiting(1, 100000)};
+  f.running = {decoding(2, 1000)};
+  const SchedConfig config{.max_step_ms = 50.0, .max_token_gap_ms = 150.0};
+  // 1.5 + 40 + 0.1 k <= 150: 1,085 rows, 1,072 on block ends; 148.7 ms.
+  const StepPlan long_step = plan_step(f.state(), config, FixedChunkCost{});
+  ASSERT_EQ(long_step.decodes.size(), 1u);
+  ASSERT_EQ(long_step.prefills.size(), 1u);
+  EXPECT_EQ(long_step.prefills[0].num_new_tokens, 1072);
+  EXPECT_NEAR(long_step.predicted_step_ms, 148.7, 1e-9);
+  EXPECT_NEAR(long_step.decode_overrun_ms, 98.7, 1e-9);
+
+  // The prompt is running now; each payback step is its decode alone (1.5 ms
+  // pays 48.5), until the overrun is gone.
+  f.queue.clear();
+  const SchedRequest prompt{.seq_id = 1, .num_tokens = 100000, .num_computed_tokens = 1072,
+                            .num_allocated_blocks = 1072 / kBlock};
+  f.running = {decoding(2, 1001), prompt};
+  std::vector<double> overruns;
+  SchedState state = f.state();
+  state.decode_overrun_ms = long_step.decode_overrun_ms;
+  for (int step = 0; step < 3; ++step) {
+    const StepPlan payback = plan_step(state, config, FixedChunkCost{});
+    EXPECT_EQ(payback.decodes.size(), 1u);
+    EXPECT_TRUE(payback.prefills.empty()) << "step " << step;
+    overruns.push_back(payback.decode_overrun_ms);
+    state.decode_overrun_ms = payback.decode_overrun_ms;
+  }
+  ASSERT_EQ(overruns.size(), 3u);
+  EXPECT_NEAR(overruns[0], 50.2, 1e-9);
+  EXPECT_NEAR(overruns[1], 1.7, 1e-9);
+  EXPECT_EQ(overruns[2], 0.0);
+  // Paid back: the next long step. Four tokens in 153.2 ms, 26 tok/s.
+  const StepPlan next_long = plan_step(state, config, FixedChunkCost{});
+  ASSERT_EQ(next_long.prefills.size(), 1u);
+  EXPECT_EQ(next_long.prefills[0].num_new_tokens, 1072);
+  EXPECT_GT(next_long.decode_overrun_ms, 0.0);
+
+  // A chunk with no fixed cost never runs long, and the liveness block that
+  // takes its step past max_step_ms is no debt.
+  const StepPlan linear = plan_step(f.state(), {.max_step_ms = 1.05, .min_prefill_share = 0.0}, LinearCost{});
+  ASSERT_EQ(linear.prefills.size(), 1u);
+  EXPECT_EQ(linear.prefills[0].num_new_tokens, kBlock);
+  EXPECT_GT(linear.predicted_step_ms, 1.05);
+  EXPECT_EQ(linear.decode_overrun_ms, 0.0);
+  // Nor does any step when decodes alone nearly fill max_step_ms (the prefill
+  // share's regime): a debt carried in is dropped.
+  for (SequenceId i = 10; i < 110; ++i) f.running.push_back(decoding(i, 1000));
+  SchedState busy = f.state();
+  busy.decode_overrun_ms = 98.7;
+  const StepPlan share = plan_step(busy, config, FixedChunkCost{});
+  EXPECT_GT(share.predicted_step_ms, config.max_step_ms);
+  EXPECT_EQ(share.decode_overrun_ms, 0.0);
 }
 
 TEST(Planner, IsAPureFunction) {

@@ -54,7 +54,7 @@ struct ServeArgs {
   server::ServerConfig server;
   std::string scheduling_policy = "sluice";
   std::string decode_lane = "auto";
-  bool step_time_flags_given = false;  // --max-step-ms or --min-prefill-share on the command line
+  bool step_time_flags_given = false;  // --max-step-ms, --min-prefill-share or --max-token-gap-ms given
   std::optional<double> decode_lane_interval_ms;  // unset: kDefaultDecodeLaneIntervalMs with a decode lane
   std::string eviction_policy = "slru";
   double kv_offloading_size_gib = 0.0;         // vLLM's --kv-offloading-size (GiB)
@@ -95,9 +95,9 @@ std::string default_model_dir() {
 // every chat above 24 tok/s with no gap over 150 ms on both
 // (docs/benchmarks.md). High priority on shared SMs gave the chats 10 tok/s
 // beside deep prefixes (S13-lead-2).
-// --max-step-ms and --min-prefill-share size the steps of one loop (the
-// prefill lane's chunks go by --max-num-batched-tokens), so giving either
-// keeps auto at one loop.
+// --max-step-ms, --min-prefill-share and --max-token-gap-ms size the steps of
+// one loop (the prefill lane's chunks go by --max-num-batched-tokens), so
+// giving any keeps auto at one loop.
 // Whether auto may give two loops (the lane's size decides the rest). The
 // other policies emulate other engines' single loops.
 bool auto_may_give_two_loops(const ServeArgs& args, const std::string& model_type) {
@@ -433,6 +433,10 @@ Status check_inert_flags(const ServeArgs& args, const CLI::App& cmd) {
       if (given(flag)) errors.push_back(fmt::format("{} has no effect without --device sim", flag));
   if (!args.engine.enable_prefix_caching && args.eviction_policy != "slru")
     errors.push_back("--kv-eviction-policy has no effect with --no-enable-prefix-caching");
+  // An explicit lane (auto stays one loop when the flag is given).
+  if (given("--max-token-gap-ms") && args.decode_lane != "auto" && args.decode_lane != "off")
+    errors.push_back("--max-token-gap-ms has no effect with --decode-lane " + args.decode_lane +
+                     ": the decodes run on their own lane, beside chunks sized by --max-num-batched-tokens");
   if (args.kv_offloading_size_gib < 0)
     errors.push_back(fmt::format("--kv-offloading-size {} must be >= 0 (GiB)", args.kv_offloading_size_gib));
   if (args.kv_offloading_size_gib > 0 && !args.engine.enable_prefix_caching)
@@ -485,7 +489,8 @@ Status run_serve(ServeArgs args, CLI::App& cmd) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   log_flags(cmd);
   SLUICE_TRY(check_inert_flags(args, cmd));
-  args.step_time_flags_given = cmd.count("--max-step-ms") + cmd.count("--min-prefill-share") > 0;
+  args.step_time_flags_given =
+      cmd.count("--max-step-ms") + cmd.count("--min-prefill-share") + cmd.count("--max-token-gap-ms") > 0;
   if (!args.model_positional.empty()) {
     if (!args.model_dir.empty() && args.model_dir != args.model_positional)
       return Error{fmt::format("two models given: {} (positional) and --model {}", args.model_positional,
@@ -588,6 +593,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-step-ms", a.engine.max_step_ms, "predicted-time bound of one engine step");
   cmd->add_option("--min-prefill-share", a.engine.min_prefill_share,
                   "share of step time prefill keeps when decodes alone nearly fill --max-step-ms");
+  cmd->add_option("--max-token-gap-ms", a.engine.max_token_gap_ms,
+                  "the longest predicted step that carries decodes: a chunk whose fixed cost (MLA's K/V "
+                  "decompression over a long prefix) would fill most of a --max-step-ms step runs in one step "
+                  "up to this long, which the next steps pay back so decodes keep --max-step-ms on average "
+                  "(0 = 3 x --max-step-ms, the default; --max-step-ms: never)");
   cmd->add_option("--step-trace", a.engine.step_trace_path,
                   "write one JSON line per engine step (shape, measured and predicted ms) to this file, for "
                   "`sluice calibrate`");

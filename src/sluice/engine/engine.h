@@ -79,6 +79,9 @@ struct EngineConfig {
   // Share of each step's time that prefill keeps when decodes alone would
   // nearly fill max_step_ms (sched/sched_state.h, SchedConfig).
   double min_prefill_share = 0.25;
+  // The longest predicted step that carries decodes (SchedConfig::max_token_gap_ms);
+  // 0: 3 x max_step_ms.
+  double max_token_gap_ms = 0.0;
   // Correct the cost model from each step's measured time (sched/online_cost_model.h),
   // so chunks are sized by what steps really cost, not by the prior's guess.
   bool online_cost_correction = true;

@@ -130,6 +130,10 @@ Status validate(const EngineConfig& c, const BackendInfo& backend) {
   if (!(c.max_step_ms > 0.0)) return bad("--max-step-ms must be > 0, got " + std::to_string(c.max_step_ms));
   if (!(c.min_prefill_share >= 0.0 && c.min_prefill_share < 1.0))
     return bad("--min-prefill-share must be in [0, 1), got " + std::to_string(c.min_prefill_share));
+  if (!(c.max_token_gap_ms == 0.0 || c.max_token_gap_ms >= c.max_step_ms)) {
+    return bad("--max-token-gap-ms must be 0 (3 x --max-step-ms) or >= --max-step-ms (" +
+               std::to_string(c.max_step_ms) + "), got " + std::to_string(c.max_token_gap_ms));
+  }
   if (c.max_model_len_tokens < 0) return bad("--max-model-len must be >= 0 (0 = the model's)");
   if (backend.max_model_len_tokens > 0 && c.max_model_len_tokens > backend.max_model_len_tokens) {
     return bad("--max-model-len " + std::to_string(c.max_model_len_tokens) + " exceeds the backend's " +

@@ -46,6 +46,7 @@ SchedConfig sched_config(const EngineConfig& config, const BackendInfo& info) {
       .long_prefill_token_threshold = config.long_prefill_token_threshold,
       .max_step_ms = config.max_step_ms,
       .min_prefill_share = config.min_prefill_share,
+      .max_token_gap_ms = config.max_token_gap_ms > 0.0 ? config.max_token_gap_ms : 3.0 * config.max_step_ms,
       .aging_ms = config.aging_ms,
       .max_prefill_wait_ms = config.max_prefill_wait_ms,
       .reserve_blocks = static_cast<std::int32_t>(config.kv_reserve_fraction * info.num_kv_blocks),
@@ -285,6 +286,7 @@ bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock
     for (SequenceId id : plan.preempted) {
       preempt(id, std::find(plan.swapped.begin(), plan.swapped.end(), id) != plan.swapped.end());
     }
+    decode_overrun_ms_ = plan.decode_overrun_ms;
     next = NextStep{.record = {.predicted_step_ms = plan.predicted_step_ms,
                                .num_preempted = static_cast<std::int32_t>(plan.preempted.size()),
                                .lane = lane}};
@@ -417,7 +419,8 @@ SchedState EngineCore::build_sched_state(double now_ms, int lane) {
                     .num_total_blocks = kv_.num_blocks(),
                     .block_size_tokens = kv_.block_size_tokens(),
                     .now_ms = now_ms,
-                    .step_index = step_index_};
+                    .step_index = step_index_,
+                    .decode_overrun_ms = decode_overrun_ms_};
 }
 
 // Waiting requests' prefix probes, kept across steps: while nothing has been

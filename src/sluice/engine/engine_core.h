@@ -203,6 +203,8 @@ class EngineCore {
   std::deque<SequenceId> waiting_;   // arrival order
   std::vector<SequenceId> loading_;  // running, waiting for their prefix to load from the host tier
   std::uint64_t step_index_ = 0;
+  // The last plan's StepPlan::decode_overrun_ms, for the next plan's state.
+  double decode_overrun_ms_ = 0.0;
   // Per-step scratch, kept to reuse allocations.
   std::vector<SchedRequest> sched_running_;
   std::vector<SchedRequest> sched_waiting_;

@@ -49,10 +49,7 @@ class PlanBuilder {
   // The step's time cap: the target, or more when decodes alone nearly fill it
   // (SchedConfig::min_prefill_share). Read once the decodes are in shape_.
   double step_cap_ms() const;
-  StepPlan finish() {
-    plan_.predicted_step_ms = plan_.empty() ? 0.0 : cost_model_.predict_step_ms(shape_);
-    return std::move(plan_);
-  }
+  StepPlan finish();
 
  private:
   std::int32_t block_size() const { return state_.block_size_tokens; }
@@ -71,8 +68,7 @@ class PlanBuilder {
     shape_.sequences.back().num_new_tokens = k;
     return cost_model_.predict_step_ms(shape_);
   }
-  template <class LargestWithin>
-  std::int32_t amortized_chunk(std::int32_t best, std::int32_t max_chunk, const LargestWithin& largest_within);
+  double amortizing_step_ms(std::int32_t best, std::int32_t max_chunk);
   // Host-tier tokens worth loading for this waiting request (0: recompute them).
   std::int32_t tokens_to_load(const SchedRequest& r);
   // Whether loading `tokens` tokens at positions [position, position + tokens)
@@ -94,6 +90,12 @@ class PlanBuilder {
   // admission must leave them room.
   std::int32_t outstanding_prefill_blocks_ = 0;
   double step_cap_ms_ = 0.0;
+  // Decodes run and cost at most (1 - min_prefill_share) of max_step_ms: the
+  // regime in which decodes keep max_step_ms on average (long steps and their
+  // payback, SchedConfig::max_token_gap_ms).
+  bool inter_token_regime_ = false;
+  bool paying_back_ = false;  // the decodes are behind their pace: this step stays under it
+  bool long_step_ = false;    // a chunk beside decodes was grown past the cap to amortize its fixed cost
   double load_budget_ms_ = 0.0;  // copy time this step's loads may still take
   bool any_load_ = false;
   bool any_chunk_ = false;  // a prefill chunk that runs tokens is planned
@@ -207,30 +209,24 @@ std::vector<Candidate> PlanBuilder::prefill_candidates() const {
   return candidates;
 }
 
-// A chunk alone in its step (no decode, none on another lane: nobody's
-// inter-token latency is at stake) whose fixed cost takes more than
-// kMaxFixedShare of the step: the intercept of its cost line near `best` rows
-// (MLA's K/V decompression over the whole prefix, 408 rows' worth of its
-// attention at any depth). Such a
-// chunk grows until that cost is at most kMaxFixedShare of the step, the step
-// bounded by kLoneStepCapFactor x max_step_ms (what a prompt arriving
-// meanwhile may wait for the step to end). The last chunk in shape_.
-template <class LargestWithin>
-std::int32_t PlanBuilder::amortized_chunk(std::int32_t best, std::int32_t max_chunk,
-                                          const LargestWithin& largest_within) {
+// A chunk whose fixed cost takes more than kMaxFixedShare of its time near
+// `best` rows: the intercept of its cost line (MLA's K/V decompression over
+// the whole prefix, 408 rows' worth of its attention at any depth). Returns
+// the step time at which that cost is kMaxFixedShare of the chunk's, or 0 for
+// a chunk with no such cost (the dense family) or too few rows left to
+// measure it. The last chunk in shape_.
+double PlanBuilder::amortizing_step_ms(std::int32_t best, std::int32_t max_chunk) {
   constexpr double kMaxFixedShare = 0.25;
-  constexpr double kLoneStepCapFactor = 4.0;
   // The cost line through two chunks of whole query tiles (a partial tile is
   // a cost of its own, trimmed below), at least two blocks.
   const std::int32_t unit = std::max({1, cost_model_.query_tile_rows(), block_size()});
   const std::int32_t half = std::max(unit, best / 2 / unit * unit), upper = 2 * half;
-  if (upper > max_chunk) return best;
+  if (upper > max_chunk) return 0.0;
   const double without_ms = cost_with_chunk(0), upper_ms = cost_with_chunk(upper), half_ms = cost_with_chunk(half);
   const double per_row_ms = std::max(0.0, (upper_ms - half_ms) / (upper - half));
   const double fixed_ms = upper_ms - without_ms - upper * per_row_ms;
-  if (fixed_ms <= kMaxFixedShare * (upper_ms - without_ms)) return best;
-  const double cap_ms = std::min(kLoneStepCapFactor * config_.max_step_ms, without_ms + fixed_ms / kMaxFixedShare);
-  return cap_ms > step_cap_ms_ ? largest_within(best, cap_ms) : best;
+  if (fixed_ms <= kMaxFixedShare * (upper_ms - without_ms)) return 0.0;
+  return without_ms + fixed_ms / kMaxFixedShare;
 }
 
 // Largest k in [0, max_chunk] whose step (current shape + k tokens at
@@ -261,7 +257,7 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
   };
   std::int32_t best = block_aligned(largest_within(0, step_cap_ms_));
   const std::int32_t liveness = std::min(max_chunk, block_size());
-  if (first_prefill && best < liveness) {
+  if (first_prefill && best < liveness && !paying_back_) {
     // Over the cap anyway: take every token that adds next to nothing to the
     // minimum chunk's own cost (a prefill kernel's query tile costs about as
     // much for 16 rows as for 128 over a long prefix, so a short chunk would
@@ -271,8 +267,28 @@ std::int32_t PlanBuilder::chunk_under_time_cap(std::int32_t max_chunk, std::int3
     const double nearly_free_ms = liveness_ms + kNearlyFreeShare * std::max(0.0, liveness_ms - without_ms);
     best = std::max(liveness, block_aligned(largest_within(liveness, nearly_free_ms)));
   }
-  if (first_prefill && shape_.sequences.size() == 1 && state_.num_other_lane_seqs == 0 && best < max_chunk)
-    best = std::max(best, block_aligned(amortized_chunk(best, max_chunk, largest_within)));
+  if (first_prefill && state_.num_other_lane_seqs == 0 && best < max_chunk) {
+    // A chunk that is mostly its fixed cost grows until that cost is a
+    // quarter of it, up to a bound: alone in its step (nobody's inter-token
+    // latency at stake), what a prompt arriving meanwhile may wait for the
+    // step to end; beside decodes, the longest gap between two tokens, paid
+    // back by the steps after. While they pay back, it waits for the next
+    // long step rather than spend the time left on its fixed cost.
+    constexpr double kLoneStepCapFactor = 4.0;
+    const bool alone = shape_.sequences.size() == 1;
+    const bool may_run_long = inter_token_regime_ && config_.max_token_gap_ms > config_.max_step_ms;
+    if (alone || may_run_long) {
+      const double amortized_ms = amortizing_step_ms(best, max_chunk);
+      const double bound_ms = alone ? kLoneStepCapFactor * config_.max_step_ms : config_.max_token_gap_ms;
+      if (amortized_ms > step_cap_ms_ && paying_back_) {
+        best = 0;
+      } else if (amortized_ms > step_cap_ms_) {
+        const std::int32_t grown = block_aligned(largest_within(best, std::min(bound_ms, amortized_ms)));
+        long_step_ = !alone && grown > best;
+        best = std::max(best, grown);
+      }
+    }
+  }
   // A chunk whose last query tile is mostly empty pays for that whole tile
   // over its prefix (at 95k keys, 272 rows in 3 tiles took 51 ms where 256
   // rows took ~40: S11-lead-c). Cut it back to its last full tile when the
@@ -312,6 +328,17 @@ bool PlanBuilder::copy_beats_recompute(std::int32_t tokens, std::int32_t positio
   return copy_ms < cost_model_.predict_step_ms(recompute) - cost_model_.predict_step_ms(fixed);
 }
 
+StepPlan PlanBuilder::finish() {
+  plan_.predicted_step_ms = plan_.empty() ? 0.0 : cost_model_.predict_step_ms(shape_);
+  if (long_step_) {
+    plan_.decode_overrun_ms = state_.decode_overrun_ms + plan_.predicted_step_ms - config_.max_step_ms;
+  } else if (paying_back_) {
+    plan_.decode_overrun_ms =
+        std::max(0.0, state_.decode_overrun_ms - (config_.max_step_ms - plan_.predicted_step_ms));
+  }
+  return std::move(plan_);
+}
+
 double PlanBuilder::step_cap_ms() const {
   if (shape_.sequences.empty()) return config_.max_step_ms;
   const double decode_ms = cost_model_.predict_step_ms(shape_);
@@ -322,13 +349,19 @@ void PlanBuilder::schedule_prefills() {
   std::vector<Candidate> candidates = prefill_candidates();
   step_cap_ms_ = step_cap_ms();
   load_budget_ms_ = step_cap_ms_;
+  const bool cap_by_time = time_capped(config_.policy);
+  inter_token_regime_ = cap_by_time && !plan_.decodes.empty() && step_cap_ms_ <= config_.max_step_ms;
+  // After a long step the decodes are behind their pace: this step pays it
+  // back, running only the chunks that fit the time left under max_step_ms.
+  paying_back_ = inter_token_regime_ && state_.decode_overrun_ms > 0.0;
+  if (paying_back_)
+    step_cap_ms_ = std::max(cost_model_.predict_step_ms(shape_), config_.max_step_ms - state_.decode_overrun_ms);
   // Admitted prompts still to be allocated: admission must leave them room.
   for (const Candidate& c : candidates) {
     if (c.is_waiting) continue;
     const SchedRequest& r = *c.request;
     outstanding_prefill_blocks_ += std::max(0, ceil_div(r.num_tokens, block_size()) - r.num_allocated_blocks);
   }
-  const bool cap_by_time = time_capped(config_.policy);
   const bool cap_per_request = config_.long_prefill_token_threshold > 0 &&
                                config_.policy != SchedulingPolicy::kDecodeFirstTokenBudget;
   const std::int32_t round_robin_share =

@@ -17,10 +17,13 @@
 //      The cap is max_step_ms, or decodes / (1 - min_prefill_share) when the
 //      decodes alone nearly fill it: two regimes, an inter-token target while
 //      decodes are cheap and a guaranteed prefill share of GPU time when not.
-//      A chunk alone in its step (no decode waits on it) whose fixed cost
-//      (MLA's K/V decompression over its prefix) would take most of the step
-//      grows past the cap until that cost is a quarter of it, up to 4x
-//      max_step_ms.
+//      A first chunk whose fixed cost (MLA's K/V decompression over its
+//      prefix) would take most of the step grows past the cap until that
+//      cost is a quarter of it: alone in its step (no decode waits on it) up
+//      to 4x max_step_ms; beside decodes up to max_token_gap_ms, a long step
+//      whose time past max_step_ms the next steps pay back (decodes, and only
+//      chunks that fit the time left and are not mostly fixed cost), so
+//      decodes keep max_step_ms on average (StepPlan::decode_overrun_ms).
 //   sluice's order is shortest remaining prefill first, by the cost model's
 //   time for the rest of each prompt, aged (see aged_remaining_ms), with a
 //   hard bound: past max_prefill_wait_ms a request goes ahead of all that

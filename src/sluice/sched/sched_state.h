@@ -62,6 +62,10 @@ struct SchedState {
   std::int32_t block_size_tokens = 16;
   double now_ms = 0.0;
   std::uint64_t step_index = 0;  // rotates round-robin
+  // How far the decodes are behind their max_step_ms pace: the long steps the
+  // planner ran (SchedConfig::max_token_gap_ms) less what later steps paid
+  // back. The engine carries StepPlan::decode_overrun_ms from plan to plan.
+  double decode_overrun_ms = 0.0;
 };
 
 struct SchedConfig {
@@ -76,6 +80,14 @@ struct SchedConfig {
   // still gets this share of the GPU's time: decodes slow down by at most that
   // share, and long prompts are not starved for as long as the decodes run.
   double min_prefill_share = 0.25;
+  // The longest predicted step that carries decodes, the bound on the gap
+  // between two of a decode's tokens. When the first chunk's fixed cost (MLA's
+  // K/V decompression over its whole prefix) would take most of a
+  // max_step_ms step, one step may run up to this long with a chunk that
+  // amortizes it; the steps after it pay the overrun back (decodes, and only
+  // the chunks that fit the time left), so the decodes keep max_step_ms on
+  // average. Equal to max_step_ms: no long steps.
+  double max_token_gap_ms = 150.0;
   double aging_ms = 30000.0;
   // A prefill that has waited this long (since arrival) goes ahead of every
   // request that has not, in arrival order: under sustained overload, aging
@@ -108,6 +120,10 @@ struct StepPlan {
   // than recomputing their tokens.
   std::vector<SequenceId> swapped;
   double predicted_step_ms = 0.0;
+  // SchedState::decode_overrun_ms for the next plan: grows by a long step's
+  // time past max_step_ms, shrinks by what steps under it leave unused, and is
+  // 0 once no decode runs or decodes alone nearly fill the step.
+  double decode_overrun_ms = 0.0;
 
   bool empty() const { return decodes.empty() && prefills.empty(); }
   std::int64_t num_tokens() const;
