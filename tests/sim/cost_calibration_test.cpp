@@ -145,6 +145,22 @@ TEST(CostCalibration, EachStepKeepsTheLaneItRanOn) {
   EXPECT_EQ((*steps)[2].measured_ms, 12.0);
 }
 
+TEST(CostCalibration, AStepsSetupTimeIsKept) {
+  const std::string path = scratch_file("setup.jsonl");
+  const StepShape chunk{.sequences = {{.num_new_tokens = 1024, .num_computed_tokens = 0}}};
+  {
+    auto writer = StepTraceWriter::open(path);
+    ASSERT_TRUE(writer.ok()) << writer.error_message();
+    (*writer)->write(0.0, 1040.0, 30.0, chunk, nullptr, 1010.0);  // built a cuDNN plan
+    (*writer)->write(1040.0, 31.0, 30.0, chunk);
+  }
+  auto steps = read_step_trace(path);
+  ASSERT_TRUE(steps.ok()) << steps.error_message();
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[0].setup_ms, 1010.0);
+  EXPECT_EQ((*steps)[1].setup_ms, 0.0);
+}
+
 TEST(CostCalibration, ABadTraceLineIsNamed) {
   const std::string path = scratch_file("bad.jsonl");
   std::ofstream(path) << R"({"measured_ms":1,"seqs":[[1,2]]})" << "\n" << R"({"measured_ms":1,"seqs":[[1]]})" << "\n";

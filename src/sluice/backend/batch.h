@@ -86,6 +86,9 @@ struct SequenceOutput {
 struct StepOutput {
   std::vector<SequenceOutput> sequences;  // same order as Batch::sequences
   double step_time_ms = 0.0;              // measured (real backends) or predicted (sim)
+  // Of step_time_ms, one-time setup on the step's path (common/setup_time.h):
+  // a step with any is not timed as its shape costs.
+  double setup_ms = 0.0;
   // Copies of this or earlier batches that completed by the time execute()
   // returned, each reported once.
   std::vector<KvCopyCompletion> completed_copies;

@@ -51,6 +51,11 @@ Status run_calibrate(const CalibrateOptions& o) {
   if (num_decode_lane > 0)
     std::printf("sluice calibrate: %zu decode-lane steps left out (they shared the GPU with prefill chunks)\n",
                 static_cast<std::size_t>(num_decode_lane));
+  // As the engine's online correction does: their time is not their shape's.
+  const auto num_setup = std::erase_if(steps, [](const sim::TracedStep& s) { return s.setup_ms > 0; });
+  if (num_setup > 0)
+    std::printf("sluice calibrate: %zu steps left out that built a plan or captured a graph on their path\n",
+                static_cast<std::size_t>(num_setup));
   if (steps.empty()) return Error{o.trace_path + ": no steps"};
   // The prior `serve --device cuda` plans with: one GPU, our kernels' efficiencies.
   const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(profile);

@@ -311,7 +311,8 @@ bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock
   return submitted;
 }
 
-void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms, bool alone) {
+void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms, double setup_ms,
+                                 bool alone) {
   if ((!online_cost_model_ && !step_trace_) || step.entries.empty()) return;  // a wait for copies computes nothing
   StepShape shape;
   shape.sequences.reserve(step.entries.size());
@@ -319,8 +320,9 @@ void EngineCore::learn_step_cost(const InFlightStep& step, double start_ms, doub
     shape.sequences.push_back({.num_new_tokens = e.num_new_tokens, .num_computed_tokens = e.num_computed_tokens});
   if (step_trace_)
     step_trace_->write(start_ms, measured_ms, step.predicted_step_ms, shape,
-                       !has_decode_lane() ? nullptr : step.lane == kDecode ? "decode" : "main");
-  if (online_cost_model_ && alone) online_cost_model_->observe(shape, measured_ms);
+                       !has_decode_lane() ? nullptr : step.lane == kDecode ? "decode" : "main", setup_ms);
+  // A step that built a plan or captured a graph is not timed as its shape costs.
+  if (online_cost_model_ && alone && setup_ms <= 0.0) online_cost_model_->observe(shape, measured_ms);
 }
 
 StepPlan EngineCore::schedule(double now_ms, int lane) {
@@ -638,7 +640,7 @@ EngineCore::CollectedStep EngineCore::collect(const StepClock& clock, int lane) 
   // A decode lane's step shares the GPU with a prefill chunk that dominates
   // it: its time says nothing about the step alone (the trace keeps it). A
   // chunk beside decodes runs a few percent slow, which the model may learn.
-  learn_step_cost(step, begin_ms, executed.step_time_ms, /*alone=*/lane == kMain);
+  learn_step_cost(step, begin_ms, executed.step_time_ms, executed.setup_ms, /*alone=*/lane == kMain);
   for (const KvCopyCompletion& c : executed.completed_copies) kv_.complete_copy(c);
   settle_loads(end_ms);
   for (std::size_t i = 0; i < step.entries.size(); ++i) {

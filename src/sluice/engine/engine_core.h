@@ -156,8 +156,9 @@ class EngineCore {
   // Requests whose loads all landed start running (or fail, if one failed).
   void settle_loads(double now_ms);
   // Feeds the step's shape and the backend's measured time to the step trace,
-  // and to the online cost model when the step had the device alone.
-  void learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms, bool alone);
+  // and to the online cost model when the step had the device alone and did
+  // no one-time setup (StepOutput::setup_ms).
+  void learn_step_cost(const InFlightStep& step, double start_ms, double measured_ms, double setup_ms, bool alone);
 
   // Adds the request's next num_new_tokens to the step and advances its lengths.
   void add_to_step(RequestState& r, std::int32_t num_new_tokens, NextStep& next);

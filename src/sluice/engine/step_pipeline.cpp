@@ -183,6 +183,7 @@ ExecutedStep StepPipeline::run(SubmittedBatch& submitted) {
   ExecutedStep ran = runs ? run_isolating_failures(all_run ? batch : subset) : run_copies_alone(batch.copies);
   batch.late_masks = nullptr;  // it refers to this frame
   step.step_time_ms = ran.step_time_ms;
+  step.setup_ms = ran.setup_ms;
   step.completed_copies = std::move(ran.completed_copies);
   for (std::size_t k = 0; k < index.size(); ++k) {
     step.failures[index[k]] = std::move(ran.failures[k]);
@@ -250,6 +251,7 @@ ExecutedStep StepPipeline::run_isolating_failures(const Batch& batch) {
     SLUICE_CHECK_EQ(output->sequences.size(), n);
     step.outputs = std::move(output->sequences);
     step.step_time_ms = output->step_time_ms;
+    step.setup_ms = output->setup_ms;
     step.completed_copies = std::move(output->completed_copies);
     return step;
   }
@@ -271,6 +273,8 @@ ExecutedStep StepPipeline::run_isolating_failures(const Batch& batch) {
     }
     SLUICE_CHECK_EQ(alone->sequences.size(), 1u);
     step.step_time_ms += alone->step_time_ms;
+    // Not the batch's shape: its time teaches the cost model nothing.
+    step.setup_ms = step.step_time_ms;
     step.outputs[i] = std::move(alone->sequences[0]);
   }
   return step;

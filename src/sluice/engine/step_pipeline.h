@@ -75,6 +75,7 @@ struct ExecutedStep {
   std::vector<std::optional<std::string>> failures;
   std::vector<KvCopyCompletion> completed_copies;
   double step_time_ms = 0.0;  // the backend's: measured, or predicted (sim)
+  double setup_ms = 0.0;      // StepOutput::setup_ms; also set when failures split the batch
 };
 
 // Bumped by every pipeline that shares it when one of its batches is done, so

@@ -28,9 +28,10 @@ class StepTraceWriter {
   StepTraceWriter(const StepTraceWriter&) = delete;
   StepTraceWriter& operator=(const StepTraceWriter&) = delete;
 
-  // `lane`: nullptr with one step loop.
+  // `lane`: nullptr with one step loop. `setup_ms`: of measured_ms, one-time
+  // setup (StepOutput::setup_ms), written when there was any.
   void write(double start_ms, double measured_ms, double predicted_ms, const StepShape& shape,
-             const char* lane = nullptr);
+             const char* lane = nullptr, double setup_ms = 0.0);
 
  private:
   explicit StepTraceWriter(std::FILE* file) : file_(file) {}

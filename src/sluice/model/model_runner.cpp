@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "sluice/common/setup_time.h"
 #include "sluice/dist/cpu_communicator.h"
 #include "sluice/model/decoder_model.h"
 
@@ -67,6 +68,7 @@ class ModelRunner final : public Backend {
 
   Result<StepOutput> execute(const Batch& batch) override {
     const auto start = std::chrono::steady_clock::now();
+    const double setup_before_ms = total_setup_ms();
     // Copies first, on their own stream where the ops have one: they overlap the forward.
     std::vector<KvCopyCompletion> copied;
     if (!batch.copies.empty() || (batch.sequences.empty() && info_.kv_bytes_per_block > 0)) {
@@ -121,6 +123,7 @@ class ModelRunner final : public Backend {
       output.completed_copies.insert(output.completed_copies.end(), more.begin(), more.end());
     }
     output.step_time_ms = elapsed_ms(start);
+    output.setup_ms = total_setup_ms() - setup_before_ms;
     log_slow_decode_step(batch, output.step_time_ms, {launched_ms, masked_ms, sampled_ms});
     return output;
   }

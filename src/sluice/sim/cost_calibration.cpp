@@ -118,7 +118,8 @@ Result<std::vector<TracedStep>> read_step_trace(const std::string& path) {
                     .measured_ms = j["measured_ms"].get<double>(),
                     .predicted_ms = j.value("predicted_ms", 0.0),
                     .shape = {},
-                    .lane = j.value("lane", std::string())};
+                    .lane = j.value("lane", std::string()),
+                    .setup_ms = j.value("setup_ms", 0.0)};
     for (const auto& seq : j["seqs"]) {
       if (!seq.is_array() || seq.size() != 2 || !seq[0].is_number_integer() || !seq[1].is_number_integer())
         return bad("each of seqs is [new_tokens, computed_tokens]");

@@ -26,6 +26,9 @@ struct TracedStep {
   // "main" or "decode" with two step loops, empty with one. A decode lane's
   // step shares the GPU with a prefill chunk: its time is not the step's alone.
   std::string lane;
+  // Of measured_ms, one-time setup (a plan built, a graph captured): the step
+  // is not timed as its shape costs.
+  double setup_ms = 0;
 };
 
 // One TracedStep per line of `path`; the error names the line.

@@ -18,6 +18,7 @@
 #include "sluice/backend/cuda/cudnn_plan_classes.h"
 #include "sluice/backend/cuda/cudnn_split_plan.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/common/setup_time.h"
 
 namespace sluice::cuda {
 
@@ -724,6 +725,7 @@ Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& 
       s != CUDNN_STATUS_SUCCESS)
     return Error{api_->describe("plan workspace size", s)};
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (handle == handle_) add_setup_ms(ms);  // built on the step's path (not in the background)
   spdlog::info("cuDNN SDPA plan ({} K/V{}{}): {} sequences, rows <= {}, keys <= {}, {}/{} heads x {}/{}: {:.0f} ms{}, "
                "engine config {}, workspace {} bytes",
                sp.paged ? "paged" : "packed", sp.causal ? ", causal" : "", sp.stats ? ", stats" : "", sp.b, sp.sq,

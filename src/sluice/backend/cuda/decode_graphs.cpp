@@ -6,6 +6,7 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/common/setup_time.h"
 
 namespace sluice::cuda {
 
@@ -79,6 +80,7 @@ void DecodeGraphs::finish() {
     // A capture runs on the step's path: a slow one shows as a decode gap.
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - capture_start_).count();
+    add_setup_ms(ms);
     if (ms > kSlowCaptureMs)
       spdlog::info("decode graph of {} rows, context <= {}, captured and instantiated in {:.1f} ms ({} kept)",
                    capture_key_.num_rows, capture_key_.context_bucket, ms, graphs_.size());
