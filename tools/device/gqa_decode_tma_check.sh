@@ -105,15 +105,16 @@ echo "=== sweep (kernels only, % of HBM; rounds 1 and 2)"
 import collections, re, sys
 cells = collections.OrderedDict()  # (case, pages) -> {loads: [pct, ...]}
 for line in open(sys.argv[1]):
-    m = re.match(r"\| decode attention (.+?), 32/8 heads, pages of (\d+), split plan .*loads ([a-z-]+), round \d, "
-                 r"kernels only .*\| ([\d.]+)% of HBM, ([\d.]+) us", line)
+    m = re.match(r"\| decode attention (.+?), 32/8 heads, pages of (\d+), split plan .*loads ([a-z-]+(?:, 3 stages)?), "
+                 r"round \d, kernels only .*\| ([\d.]+)% of HBM, ([\d.]+) us", line)
     if m:
         case, pages, loads, pct, us = m.groups()
         cells.setdefault((case, pages), {}).setdefault(loads, []).append(f"{pct}% ({us} us)")
-print("| case | pages | cp-async | tma |")
-print("|---|---|---|---|")
+print("| case | pages | cp-async | tma | tma, 3 stages |")
+print("|---|---|---|---|---|")
 for (case, pages), by in cells.items():
-    print(f"| {case} | {pages} | {' / '.join(by.get('cp-async', []))} | {' / '.join(by.get('tma', []))} |")
+    print(f"| {case} | {pages} | {' / '.join(by.get('cp-async', []))} | {' / '.join(by.get('tma', []))} | "
+          f"{' / '.join(by.get('tma, 3 stages', []))} |")
 PY
 echo "=== runs"
 cat "$summary"

@@ -18,7 +18,8 @@
 # 2. the DeepSeek golden that compares every ws kernel with the ring kernel;
 # 3. cuda_bench --deepseek-moe-fp8 under tma, tma-weight-multicast (the
 #    default since session 29) and its two-accumulator form (session 30)
-#    (MoE layer, prefill 4096 tokens and decode batch 64);
+#    (MoE layer, prefill 4096 tokens and decode batch 64), then again in the
+#    reverse order;
 # 4. ncu of the first prefill layer's gate_up and down under each: time, DRAM
 #    bytes read, L2 hit rate and throughput.
 set -uo pipefail
@@ -79,10 +80,21 @@ for kernel in "${kernels[@]}"; do
   echo "ncu sections $kernel rc $?" | tee -a "$summary"
   finish
 done
+# A second round of the bench in the reverse order: on the H200 the first kernel run read 10%
+# faster than the next (S31-8), and S30-2 saw a 10% order effect between two rows of another bench.
+for ((i = ${#kernels[@]} - 1; i >= 0; i--)); do
+  kernel=${kernels[$i]}
+  case "$failed_kernels" in *" $kernel "*) continue ;; esac
+  timeout 90 "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" > "$logs/bench2_$kernel.log" 2>&1
+  echo "bench (reverse order) $kernel rc $?" | tee -a "$summary"
+done
+finish
 echo
-echo "=== MoE layer (cuda_bench --deepseek-moe-fp8; weights moved once at best)"
-for kernel in "${kernels[@]}"; do
-  [ -f "$logs/bench_$kernel.log" ] && grep -h "MoE layer" "$logs/bench_$kernel.log" | cut -c1-260
+echo "=== MoE layer (cuda_bench --deepseek-moe-fp8; weights moved once at best): in order, then reversed"
+for round in bench bench2; do
+  for kernel in "${kernels[@]}"; do
+    [ -f "$logs/${round}_$kernel.log" ] && grep -h "MoE layer" "$logs/${round}_$kernel.log" | sed "s/^/$round /" | cut -c1-266
+  done
 done
 echo "=== first prefill layer's grouped GEMMs (ncu)"
 for kernel in "${kernels[@]}"; do

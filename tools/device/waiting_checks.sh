@@ -11,7 +11,9 @@
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
-# Session 29 ran 1-3 on an H100 (docs/benchmarks.md); the targets are stated on the H200.
+# Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
+# are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
+# adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
 # Each part prints its summaries as it goes; full logs under $OUT.
 set -uo pipefail
 export CARRY_DIR=${CARRY_DIR:-.devcarry/s29}
@@ -96,7 +98,8 @@ case ${1:-1} in
     "$bin/sluice" calibrate --model "${MODEL_DIR:-$HOME/sluice-deepseek-v3-fp8}" --trace "$base/v3/steps.jsonl" \
       > "$base/v3_calibrate.txt" 2>&1
     echo "##### calibrate rc $? at $(elapsed) s"; cat "$base/v3_calibrate.txt"
-    gzip -f "$base/v3/steps.jsonl"
+    # One file back (the tool returns at most 8): the step trace, the bench reports, the server log.
+    tar -C "$base" -czf "$base/v3_logs.tgz" v3 && rm -rf "$base/v3"
     ;;
   *) echo "usage: waiting_checks.sh 0|1|2|3|4|5" >&2; exit 2 ;;
 esac
