@@ -60,6 +60,33 @@ TEST(RooflineCostModel, LlamaDecodeBatchOneIsWeightBandwidthBound) {
   EXPECT_LT(tokens_per_s, 250);
 }
 
+// The measured H200 spec moved to an H100 SXM as the runtime reports it
+// (3.35 TB/s by clock and bus, 80 GB, 132 SMs at 1,980 MHz): batch-1 decode
+// reads its weights at 4.3 x 3.35 / 4.8 = 3.0 TB/s, what the H100's copy
+// measures (2.97-2.99 TB/s, S30/S31), and prefill's FLOPs cost the same.
+TEST(RooflineCostModel, TheH200SpecMovesToTheCardItRunsOn) {
+  const HardwareSpec h200 = h200_sluice_cuda();
+  const HardwareSpec h100 = on_device(h200, {.name = "NVIDIA H100 80GB HBM3",
+                                             .hbm_spec_bytes_per_s = 3.352e12,
+                                             .memory_bytes = 85.0e9,
+                                             .num_sms = 132,
+                                             .sm_clock_hz = 1.98e9});
+  EXPECT_EQ(h100.name, "NVIDIA H100 80GB HBM3");
+  EXPECT_NEAR(h100.hbm_bytes_per_s, 3.0e12, 0.01e12);
+  EXPECT_EQ(h100.hbm_capacity_bytes, 85.0e9);
+  EXPECT_EQ(h100.peak_bf16_flops_per_s, h200.peak_bf16_flops_per_s);
+  EXPECT_EQ(h100.efficiency.weight_bandwidth, h200.efficiency.weight_bandwidth);
+  const RooflineCostModel on_h200(profile("llama-3-8b"), h200, {}), on_h100(profile("llama-3-8b"), h100, {});
+  const StepCost decode_h200 = on_h200.predict(decode_batch(1, 0)), decode_h100 = on_h100.predict(decode_batch(1, 0));
+  EXPECT_NEAR(decode_h100.gemm_ms / decode_h200.gemm_ms, 4.8 / 3.352, 1e-3);
+  EXPECT_NEAR(on_h100.predict(chunk(8192, 0)).gemm_ms, on_h200.predict(chunk(8192, 0)).gemm_ms, 1e-9);
+  // A card with fewer SMs at a lower clock computes less; facts not reported keep the H200's.
+  const HardwareSpec small = on_device(h200, {.num_sms = 66, .sm_clock_hz = 1.5e9});
+  EXPECT_NEAR(small.peak_fp8_flops_per_s / h200.peak_fp8_flops_per_s, 66 * 1.5 / (132 * 1.98), 1e-12);
+  EXPECT_EQ(small.hbm_bytes_per_s, h200.hbm_bytes_per_s);
+  EXPECT_EQ(small.name, h200.name);
+}
+
 TEST(RooflineCostModel, LlamaDecodeAtContextReadsTheWholeKv) {
   const RooflineCostModel model(profile("llama-3-8b"), h200(), {});
   // 2 (K,V) x 32 layers x 8 kv heads x 128 x 2 bytes per position.

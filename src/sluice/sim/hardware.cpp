@@ -157,4 +157,21 @@ HardwareSpec sluice_cuda_hardware(const ModelProfile& profile) {
   return profile.deepseek_v3_kernels ? h200_sluice_cuda_deepseek_v3() : h200_sluice_cuda();
 }
 
+HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts) {
+  // The H200 the specs were measured on, as the runtime reports it (cuda_bench's
+  // header line: 4.81 TB/s by clock and bus; 132 SMs at 1,980 MHz).
+  constexpr double kH200HbmSpec = 4.8e12, kH200SmClockHz = 1.98e9;
+  constexpr std::int32_t kH200Sms = 132;
+  if (!facts.name.empty()) spec.name = facts.name;
+  if (facts.hbm_spec_bytes_per_s > 0) spec.hbm_bytes_per_s *= facts.hbm_spec_bytes_per_s / kH200HbmSpec;
+  if (facts.memory_bytes > 0) spec.hbm_capacity_bytes = facts.memory_bytes;
+  if (facts.num_sms > 0 && facts.sm_clock_hz > 0) {
+    const double compute = facts.num_sms * facts.sm_clock_hz / (kH200Sms * kH200SmClockHz);
+    spec.peak_bf16_flops_per_s *= compute;
+    spec.peak_fp8_flops_per_s *= compute;
+  }
+  if (facts.num_sms > 0 && spec.num_sms > 0) spec.num_sms = facts.num_sms;
+  return spec;
+}
+
 }  // namespace sluice::sim

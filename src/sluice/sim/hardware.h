@@ -102,4 +102,22 @@ HardwareSpec h200_sluice_cuda_deepseek_v3();
 // The measured spec for the kernels `profile` runs (the three above).
 HardwareSpec sluice_cuda_hardware(const ModelProfile& profile);
 
+// What the CUDA runtime reports about the card a server runs on.
+struct DeviceFacts {
+  std::string name;
+  double hbm_spec_bytes_per_s = 0;  // 2 x peak memory clock x bus width
+  double memory_bytes = 0;
+  std::int32_t num_sms = 0;
+  double sm_clock_hz = 0;  // peak
+};
+
+// `spec`, measured on an H200, moved to the card `facts` describes: its HBM
+// rate scaled by the two cards' clock-and-bus rates (an H100 SXM's 3.35 TB/s
+// against the H200's 4.8 gives 3.0 TB/s, what its copy measures), its FLOP
+// peaks by SMs x clock (the same for both SXM cards), capacity, SM count and
+// name as reported. The efficiencies stay: they are the kernels', and the
+// online correction absorbs what differs. A fact not reported (0) keeps the
+// H200's number.
+HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts);
+
 }  // namespace sluice::sim
