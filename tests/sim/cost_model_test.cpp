@@ -71,7 +71,7 @@ TEST(RooflineCostModel, TheH200SpecMovesToTheCardItRunsOn) {
                                              .memory_bytes = 85.0e9,
                                              .num_sms = 132,
                                              .sm_clock_hz = 1.98e9});
-  EXPECT_EQ(h100.name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(h100.name, "NVIDIA H100 80GB HBM3, as " + h200.name + " scaled to it");
   EXPECT_NEAR(h100.hbm_bytes_per_s, 3.0e12, 0.01e12);
   EXPECT_EQ(h100.hbm_capacity_bytes, 85.0e9);
   EXPECT_EQ(h100.peak_bf16_flops_per_s, h200.peak_bf16_flops_per_s);

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "sluice/cli/commands.h"
+#include "sluice/cli/cuda_hardware.h"
 #include "sluice/sched/online_cost_model.h"
 #include "sluice/sim/cost_calibration.h"
 #include "sluice/sim/hardware.h"
@@ -57,8 +58,9 @@ Status run_calibrate(const CalibrateOptions& o) {
     std::printf("sluice calibrate: %zu steps left out that built a plan or captured a graph on their path\n",
                 static_cast<std::size_t>(num_setup));
   if (steps.empty()) return Error{o.trace_path + ": no steps"};
-  // The prior `serve --device cuda` plans with: one GPU, our kernels' efficiencies.
-  const sim::HardwareSpec hardware = sim::sluice_cuda_hardware(profile);
+  // The prior `serve --device cuda` plans with: one GPU, our kernels' efficiencies, on this
+  // machine's card where it has one (run it where the trace was made), else the H200's.
+  const sim::HardwareSpec hardware = cuda_hardware_or_h200(profile);
   const sim::RooflineCostModel model(profile, hardware, sim::Parallelism{});
   const sim::TermFactorFit fit = sim::fit_term_factors(model, steps);
 

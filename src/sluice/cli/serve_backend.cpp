@@ -8,6 +8,7 @@
 
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/cli/cpu_ranks.h"
+#include "sluice/cli/cuda_hardware.h"
 #include "sluice/cli/serve_sim_backend.h"
 #include "sluice/model/model_runner.h"
 #include "sluice/sim/hardware.h"
@@ -44,27 +45,6 @@ std::string describe(const sim::RooflineCostModel& model) {
                      par.num_gpus, model.hardware().name, par.tensor_parallel, par.expert_parallel);
 }
 
-#if SLUICE_HAVE_CUDA
-// The measured H200 spec for the kernels `profile` runs, moved to the card
-// `device` is (an H100 reads weights at 3.0 TB/s, not 4.3): the prior the
-// planner starts from before its online correction has seen a step.
-Result<sim::HardwareSpec> cuda_hardware(const sim::ModelProfile& profile, int device) {
-  cudaDeviceProp prop{};
-  int memory_khz = 0, bus_bits = 0, sm_khz = 0;
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess)
-    return Error{fmt::format("--device cuda: cannot read the properties of device {}", device)};
-  const sim::DeviceFacts facts{.name = prop.name,
-                               .hbm_spec_bytes_per_s = 2.0 * memory_khz * 1e3 * bus_bits / 8.0,
-                               .memory_bytes = static_cast<double>(prop.totalGlobalMem),
-                               .num_sms = prop.multiProcessorCount,
-                               .sm_clock_hz = sm_khz * 1e3};
-  return sim::on_device(sim::sluice_cuda_hardware(profile), facts);
-}
-#endif
-
 Result<ServeBackend> make_cpu(const ServeBackendOptions& options) {
   ModelRunnerOptions runner{.block_size_tokens = options.block_size_tokens,
                             .kv_cache_bytes = options.kv_cache_memory_bytes.value_or(kDefaultCpuKvCacheBytes),
@@ -86,9 +66,8 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   SLUICE_TRY_ASSIGN(hardware, cuda_hardware(profile, options.cuda.device_index));
   SLUICE_TRY_ASSIGN(cost_model, roofline_cost_model(profile, hardware, sim::Parallelism{}));
   spdlog::info("cuda: {}", describe(options.cuda));
-  spdlog::info("cuda: the planner's prior is sluice's kernels as measured on an H200, moved to this {}: weights "
-               "read at {:.2f} TB/s before efficiencies, {:.0f} dense bf16 TFLOP/s",
-               hardware.name, hardware.hbm_bytes_per_s / 1e12, hardware.peak_bf16_flops_per_s / 1e12);
+  spdlog::info("cuda: the planner's prior: {}; weights read at {:.2f} TB/s before efficiencies, {:.0f} dense "
+               "bf16 TFLOP/s", hardware.name, hardware.hbm_bytes_per_s / 1e12, hardware.peak_bf16_flops_per_s / 1e12);
   // cuDNN's prefill plans for every step this server can run, built before it
   // serves where asked (cuda_options.h): prefill rows up to
   // --max-num-batched-tokens, keys up to --max-model-len, up to 8 prompts a

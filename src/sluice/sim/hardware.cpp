@@ -162,7 +162,7 @@ HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts) {
   // header line: 4.81 TB/s by clock and bus; 132 SMs at 1,980 MHz).
   constexpr double kH200HbmSpec = 4.8e12, kH200SmClockHz = 1.98e9;
   constexpr std::int32_t kH200Sms = 132;
-  if (!facts.name.empty()) spec.name = facts.name;
+  if (!facts.name.empty()) spec.name = facts.name + ", as " + spec.name + " scaled to it";
   if (facts.hbm_spec_bytes_per_s > 0) spec.hbm_bytes_per_s *= facts.hbm_spec_bytes_per_s / kH200HbmSpec;
   if (facts.memory_bytes > 0) spec.hbm_capacity_bytes = facts.memory_bytes;
   if (facts.num_sms > 0 && facts.sm_clock_hz > 0) {

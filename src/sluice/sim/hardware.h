@@ -114,8 +114,8 @@ struct DeviceFacts {
 // `spec`, measured on an H200, moved to the card `facts` describes: its HBM
 // rate scaled by the two cards' clock-and-bus rates (an H100 SXM's 3.35 TB/s
 // against the H200's 4.8 gives 3.0 TB/s, what its copy measures), its FLOP
-// peaks by SMs x clock (the same for both SXM cards), capacity, SM count and
-// name as reported. The efficiencies stay: they are the kernels', and the
+// peaks by SMs x clock (the same for both SXM cards), capacity and SM count
+// as reported; named "CARD, as SPEC scaled to it". The efficiencies stay: they are the kernels', and the
 // online correction absorbs what differs. A fact not reported (0) keeps the
 // H200's number.
 HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts);
