@@ -28,7 +28,8 @@
 # Knobs (environment): POLICIES, MIN_LEN, MAX_LEN, NUM_PROMPTS, CHATS,
 # OUTPUT_LEN, CHAT_OUTPUT_LEN, PER_POLICY_S (cancel a policy's run after this
 # long), MODEL_DIR, SIM_SPEED (sim mode), SIM_KV_BYTES (sim mode),
-# SERVE_FLAGS (more `sluice serve` flags for every run, e.g. --async-scheduling).
+# SERVE_FLAGS (more `sluice serve` flags for every run, e.g. --async-scheduling), SLUICE_BIN (cuda
+# mode: the binary, .devcarry/cuda/sluice by default).
 set -uo pipefail
 
 policies=${POLICIES:-"sluice prefill-first decode-first-token-budget"}
@@ -65,7 +66,7 @@ fi
 # which the server checks prompts against (the ids' values cost nothing).
 if [ $mode = cuda ]; then
   out=${OUT:-/tmp/burst-bench}
-  bin=.devcarry/cuda/sluice
+  bin=${SLUICE_BIN:-.devcarry/cuda/sluice}
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:.devcarry/cuda:${LD_LIBRARY_PATH:-}
   model=${model_arg:-${MODEL_DIR:-$HOME/sluice-llama3-8b-random}}
 else

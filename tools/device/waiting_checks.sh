@@ -11,6 +11,7 @@
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
+#   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 6   # the burst against it (after 5, same machine)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -101,5 +102,18 @@ case ${1:-1} in
     # One file back (the tool returns at most 8): the step trace, the bench reports, the server log.
     tar -C "$base" -czf "$base/v3_logs.tgz" v3 && rm -rf "$base/v3"
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5" >&2; exit 2 ;;
+  6)
+    # Issue 15's end to end: the report's burst against part 5's truncated V3 (run 5 first on the
+    # same warm machine: the checkpoint stays in $HOME), sluice against prefill-first, prompts of
+    # 4k-32k (its max_position_embeddings); then calibrate on the sluice run's step trace.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    model=${MODEL_DIR:-$HOME/sluice-deepseek-v3-fp8}
+    SLUICE_BIN=$bin/sluice POLICIES="sluice prefill-first" PER_POLICY_S=${PER_POLICY_S:-200} OUT=$base/v3burst \
+      bash tools/device/burst_bench.sh --model "$model" > "$base/v3burst.txt" 2>&1
+    echo "##### burst rc $? at $(elapsed) s"; tail -14 "$base/v3burst.txt"
+    "$bin/sluice" calibrate --model "$model" --trace "$base/v3burst/steps-sluice.jsonl" > "$base/v3burst_calibrate.txt" 2>&1
+    echo "##### calibrate rc $? at $(elapsed) s"; cat "$base/v3burst_calibrate.txt"
+    tar -C "$base" -czf "$base/v3burst_logs.tgz" v3burst && rm -rf "$base/v3burst"
+    ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6" >&2; exit 2 ;;
 esac
