@@ -72,13 +72,14 @@ struct BesideChats {
   double long_ttft_ms = 0.0;
   double chat_gap_ms = 0.0;          // the longest between two tokens of any chat
   double slowest_chat_tok_s = 1e9;   // tokens over the time from a chat's first to its last
+  std::int64_t num_long_steps = 0;
 };
 
 BesideChats beside_chats(double max_token_gap_ms) {
   std::vector<sim::TimedRequest> workload = {request("long", 0.0, 100000, 16, 1)};
   for (int i = 0; i < 4; ++i) workload.push_back(request("chat-" + std::to_string(i), 5.0, 1000, 200, 10 + i));
   const sim::ReplayOutcome sluice = run(SchedulingPolicy::kSluice, std::move(workload), max_token_gap_ms);
-  BesideChats out{.long_ttft_ms = ttft_ms(sluice.timelines.at("long"))};
+  BesideChats out{.long_ttft_ms = ttft_ms(sluice.timelines.at("long")), .num_long_steps = sluice.stats.num_long_steps};
   for (const auto& [id, t] : sluice.timelines) {
     if (id == "long") continue;
     EXPECT_EQ(t.token_ms.size(), 200u) << id;
@@ -88,10 +89,10 @@ BesideChats beside_chats(double max_token_gap_ms) {
     // Every chat token comes while the long prompt prefills: the rates are its.
     EXPECT_LT(t.token_ms.back(), out.long_ttft_ms) << id;
   }
-  std::printf("[mla, beside chats, token gap bound %.0f ms] 100k prompt TTFT %.0f ms; chats: longest gap %.1f ms, "
-              "slowest %.1f tok/s\n",
+  std::printf("[mla, beside chats, token gap bound %.0f ms] 100k prompt TTFT %.0f ms (%lld long steps); chats: "
+              "longest gap %.1f ms, slowest %.1f tok/s\n",
               max_token_gap_ms > 0.0 ? max_token_gap_ms : 3.0 * kInterTokenTargetMs, out.long_ttft_ms,
-              out.chat_gap_ms, out.slowest_chat_tok_s);
+              static_cast<long long>(out.num_long_steps), out.chat_gap_ms, out.slowest_chat_tok_s);
   return out;
 }
 
@@ -101,6 +102,7 @@ TEST(MlaLongPrompt, ChatsDecodingBesideItKeepTheTarget) {
   // whole prefix for a few rows: 17.4 s (session 30).
   const BesideChats capped = beside_chats(kInterTokenTargetMs);
   EXPECT_LE(capped.chat_gap_ms, kInterTokenTargetMs + 1e-6);
+  EXPECT_EQ(capped.num_long_steps, 0);
   // The default bound, 3x the target: one long step amortizes the
   // decompression over many rows, the steps after it run the decodes alone
   // until the chats are back on pace: 11.6 s, the chats at 24 tok/s.
@@ -108,6 +110,7 @@ TEST(MlaLongPrompt, ChatsDecodingBesideItKeepTheTarget) {
   EXPECT_LE(paced.chat_gap_ms, 3.0 * kInterTokenTargetMs + 1e-6);
   EXPECT_GE(paced.slowest_chat_tok_s, 1000.0 / kInterTokenTargetMs);
   EXPECT_LT(paced.long_ttft_ms, 0.75 * capped.long_ttft_ms);
+  EXPECT_GT(paced.num_long_steps, 10);
 }
 
 }  // namespace

@@ -293,6 +293,9 @@ struct EngineStats {
   // that had to wait for the one in flight before planning (a preemption).
   std::int64_t num_dropped_sequence_steps = 0;
   std::int64_t num_pipeline_waits = 0;
+  // Steps planned past --max-step-ms beside decodes to amortize a chunk's
+  // fixed cost (SchedConfig::max_token_gap_ms), each paid back by the steps after.
+  std::int64_t num_long_steps = 0;
   // --decode-lane: of num_steps, those the decode lane ran, the decode-only
   // steps the main lane ran (it had nothing to prefill), and those (either
   // lane's) submitted while the other lane had a step in flight.

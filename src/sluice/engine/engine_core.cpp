@@ -268,6 +268,8 @@ int EngineCore::wait_for_a_lane_until(const StepClock& clock, double until_ms) {
 
 bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock, StepReport& report) {
   NextStep next;
+  // The plan's decode_overrun_ms, kept until the last attempt: a second attempt plans from the same one.
+  double planned_overrun_ms = 0.0;
   // A planned admission fails when the waiting request's prefix probe was
   // stale (its hit blocks were freed by their owners since: an extended probe
   // does not recount them). If that leaves the step with nothing to run (a
@@ -286,13 +288,15 @@ bool EngineCore::plan_and_submit(int lane, double now_ms, const StepClock& clock
     for (SequenceId id : plan.preempted) {
       preempt(id, std::find(plan.swapped.begin(), plan.swapped.end(), id) != plan.swapped.end());
     }
-    decode_overrun_ms_ = plan.decode_overrun_ms;
+    planned_overrun_ms = plan.decode_overrun_ms;
     next = NextStep{.record = {.predicted_step_ms = plan.predicted_step_ms,
                                .num_preempted = static_cast<std::int32_t>(plan.preempted.size()),
                                .lane = lane}};
     continue_running(plan, next);
     if (admit(plan, now_ms, next) == 0 || !next.batch.sequences.empty()) break;
   }
+  if (planned_overrun_ms > decode_overrun_ms_) ++num_long_steps_;  // only a long step adds to it
+  decode_overrun_ms_ = planned_overrun_ms;
   // Copies run on the main lane's backend (the decode lane's has no host tier).
   if (lane == kMain) next.batch.copies = kv_.take_new_copies();
   // Nothing to compute while copies run (a request waiting for its loads):
@@ -809,6 +813,7 @@ void EngineCore::fill_stats(EngineStats& stats, double now_ms) const {
   stats.host_swapped_out_blocks = kv.num_host_swapped_out_blocks;
   stats.num_dropped_sequence_steps = num_dropped_sequence_steps_;
   stats.num_pipeline_waits = num_pipeline_waits_;
+  stats.num_long_steps = num_long_steps_;
   stats.num_decode_lane_steps = num_decode_lane_steps_;
   stats.num_main_lane_decode_steps = num_main_lane_decode_steps_;
   stats.num_steps_beside_other_lane = num_steps_beside_other_lane_;

@@ -223,6 +223,7 @@ class EngineCore {
   std::int64_t num_swap_preemptions_ = 0;
   std::int64_t num_dropped_sequence_steps_ = 0;
   std::int64_t num_pipeline_waits_ = 0;
+  std::int64_t num_long_steps_ = 0;
   std::int64_t num_decode_lane_steps_ = 0;
   std::int64_t num_main_lane_decode_steps_ = 0;
   std::int64_t num_steps_beside_other_lane_ = 0;

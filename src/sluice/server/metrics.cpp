@@ -125,6 +125,10 @@ std::string ServerMetrics::render(const EngineStats& stats, const std::string& m
   counter("sluice:async_pipeline_waits_total",
           "Async scheduling: steps that waited for the step in flight before planning (preemptions).",
           static_cast<double>(stats.num_pipeline_waits));
+  counter("sluice:long_steps_total",
+          "Steps planned past --max-step-ms beside decodes (up to --max-token-gap-ms) to amortize a chunk's fixed "
+          "cost, each paid back by decode steps after it.",
+          static_cast<double>(stats.num_long_steps));
   counter("vllm:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_.load()));
   counter("vllm:generation_tokens_total", "Generated tokens of finished requests.",
           static_cast<double>(generation_tokens_.load()));
