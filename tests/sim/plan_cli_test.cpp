@@ -50,6 +50,30 @@ TEST(PlanCli, DeepSeekOnEightH200) {
       << r.output;
 }
 
+// The same question on H100s: 80 GB a card, so less KV beside the same
+// weights, and decode priced at its 3.35 TB/s.
+TEST(PlanCli, AnH100HoldsLessAndDecodesSlower) {
+  const RunResult h200_run = run("--profile llama-3-8b");
+  const RunResult h100_run = run("--profile llama-3-8b --gpu h100");
+  ASSERT_EQ(h200_run.exit_code, 0) << h200_run.output;
+  ASSERT_EQ(h100_run.exit_code, 0) << h100_run.output;
+  EXPECT_TRUE(contains(h100_run.output, "on 1 x H100 SXM, as H200 scaled to it")) << h100_run.output;
+  const HardwareSpec h100 = on_device(h200(), h100_sxm_facts());
+  const MemoryPlan on_h100 = plan_memory(*find_profile("llama-3-8b"), h100, {}, {});
+  const MemoryPlan on_h200 = plan_memory(*find_profile("llama-3-8b"), h200(), {}, {});
+  EXPECT_LT(on_h100.kv_capacity_tokens, on_h200.kv_capacity_tokens / 2);
+  EXPECT_TRUE(contains(h100_run.output, "KV capacity         " + std::to_string(on_h100.kv_capacity_tokens) + " tokens"))
+      << h100_run.output;
+  // Batch-1 decode: weight reads at 3.0 against 4.3 TB/s.
+  auto batch1_ms = [](const std::string& out) {
+    const std::string line = "decode, 1 sequence at position 0";
+    const std::size_t at = out.find(line);
+    return at == std::string::npos ? 0.0 : std::stod(out.substr(at + line.size()));
+  };
+  EXPECT_NEAR(batch1_ms(h100_run.output) / batch1_ms(h200_run.output), 4.8 / 3.35, 0.05) << h100_run.output;
+  EXPECT_NE(run("--profile llama-3-8b --gpu a100").exit_code, 0);
+}
+
 // A DeepSeek-V4 config: plan prints the KV layout's bytes (3850 B per token,
 // 3.7 MB of window rings and compressor state per sequence; hf_profile_test
 // derives them), sizes blocks by its compression windows, and refuses a block

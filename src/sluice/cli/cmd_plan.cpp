@@ -47,6 +47,7 @@ struct PlanOptions {
   std::string workload_path;
   std::int64_t num_requests = 0;
   double max_step_ms = 50;
+  std::string gpu = "h200";  // h200 | h100
   std::string decode_lane = "off";  // off | sms:N (serve's --decode-lane on the simulated device)
   std::int32_t decode_lane_max_context = 0;  // serve's --decode-lane-max-context
   std::optional<double> decode_lane_interval_ms;  // serve's --decode-lane-interval-ms
@@ -262,7 +263,7 @@ void run_plan(const PlanOptions& o) {
   if (o.num_requests > 0 && o.workload_path.empty()) fail(kExitBadInput, "--num-requests needs --workload");
 
   sim::ModelProfile profile = resolve_profile(o);
-  const sim::HardwareSpec hardware = sim::h200();
+  const sim::HardwareSpec hardware = o.gpu == "h100" ? sim::on_device(sim::h200(), sim::h100_sxm_facts()) : sim::h200();
   if (o.expert_parallel && !profile.is_moe()) {
     fail(kExitBadInput, "--expert-parallel: " + profile.name + " is a dense model, it has no experts");
   }
@@ -394,6 +395,10 @@ void add_plan_command(CLI::App& app) {
   model->excludes(profile);
   cmd->add_flag("--list-profiles", o->list_profiles, "name the built-in profiles and exit");
   cmd->add_option("--gpus", o->num_gpus, "GPUs in the instance")->check(CLI::Range(1, 1024));
+  cmd->add_option("--gpu", o->gpu,
+                  "h200 (default) or h100: an H100 SXM is the H200's measured spec at its 3.35 TB/s and 80 GB, the "
+                  "same compute")
+      ->check(CLI::IsMember({"h200", "h100"}));
   cmd->add_option("--tensor-parallel-size", o->tensor_parallel, "default: --gpus")->check(CLI::Range(1, 1024));
   cmd->add_flag("--expert-parallel,--enable-expert-parallel", o->expert_parallel,
                 "split routed experts over all GPUs (MoE models only)");

@@ -157,6 +157,11 @@ HardwareSpec sluice_cuda_hardware(const ModelProfile& profile) {
   return profile.deepseek_v3_kernels ? h200_sluice_cuda_deepseek_v3() : h200_sluice_cuda();
 }
 
+DeviceFacts h100_sxm_facts() {
+  return {.name = "H100 SXM", .hbm_spec_bytes_per_s = 3.35e12, .memory_bytes = 80e9, .num_sms = 132,
+          .sm_clock_hz = 1.98e9};
+}
+
 HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts) {
   // The H200 the specs were measured on, as the runtime reports it (cuda_bench's
   // header line: 4.81 TB/s by clock and bus; 132 SMs at 1,980 MHz).

@@ -120,4 +120,8 @@ struct DeviceFacts {
 // H200's number.
 HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts);
 
+// An H100 SXM as the runtime reports it: 3.35 TB/s by clock and bus, 80 GB,
+// 132 SMs at 1,980 MHz (the cards the device tool lends, S29-S31).
+DeviceFacts h100_sxm_facts();
+
 }  // namespace sluice::sim
