@@ -3,6 +3,7 @@
 // exit non-zero with a message naming the flag.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -53,10 +54,13 @@ TEST(PlanCli, DeepSeekOnEightH200) {
 // The same question on H100s: 80 GB a card, so less KV beside the same
 // weights, and decode priced at its 3.35 TB/s.
 TEST(PlanCli, AnH100HoldsLessAndDecodesSlower) {
-  const RunResult h200_run = run("--profile llama-3-8b");
-  const RunResult h100_run = run("--profile llama-3-8b --gpu h100");
-  ASSERT_EQ(h200_run.exit_code, 0) << h200_run.output;
-  ASSERT_EQ(h100_run.exit_code, 0) << h100_run.output;
+  std::array<RunResult, 2> runs;  // H200, H100
+  for (const std::size_t i : {0u, 1u}) {
+    runs[i] = run(i == 0 ? "--profile llama-3-8b" : "--profile llama-3-8b --gpu h100");
+    ASSERT_EQ(runs[i].exit_code, 0) << runs[i].output;
+  }
+  const RunResult& h200_run = runs[0];
+  const RunResult& h100_run = runs[1];
   EXPECT_TRUE(contains(h100_run.output, "on 1 x H100 SXM, as H200 scaled to it")) << h100_run.output;
   const HardwareSpec h100 = on_device(h200(), h100_sxm_facts());
   const MemoryPlan on_h100 = plan_memory(*find_profile("llama-3-8b"), h100, {}, {});
