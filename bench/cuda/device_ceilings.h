@@ -10,9 +10,11 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "bench_cuda.h"
+#include "sluice/backend/cuda/device_properties.h"
 
 namespace sluice {
 
@@ -29,13 +31,13 @@ inline const DeviceCeilings& device_ceilings() {
     DeviceCeilings c;
     int device = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-    c.name = prop.name;
-    int clock_khz = 0, bus_bits = 0;
-    check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device), "memory clock");
-    check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device), "memory bus width");
-    c.hbm_spec = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
+    const Result<CudaDeviceProperties> props = cuda_device_properties(device);
+    if (!props.ok()) {
+      std::fprintf(stderr, "%s\n", props.error_message().c_str());
+      std::exit(1);
+    }
+    c.name = props->name;
+    c.hbm_spec = props->hbm_spec_bytes_per_s;
     constexpr std::size_t kBytes = std::size_t{1} << 30;
     void *from = nullptr, *to = nullptr;
     check(cudaMalloc(&from, kBytes), "cudaMalloc (ceiling copy)");

@@ -55,7 +55,8 @@ Status run_calibrate(const CalibrateOptions& o) {
   // As the engine's online correction does: their time is not their shape's.
   const auto num_setup = std::erase_if(steps, [](const sim::TracedStep& s) { return s.setup_ms > 0; });
   if (num_setup > 0)
-    std::printf("sluice calibrate: %zu steps left out that built a plan or captured a graph on their path\n",
+    std::printf("sluice calibrate: %zu steps left out whose time is not their shape's (a plan built or a graph "
+                "captured on their path, a batch split by a failing sequence)\n",
                 static_cast<std::size_t>(num_setup));
   if (steps.empty()) return Error{o.trace_path + ": no steps"};
   // The prior `serve --device cuda` plans with: one GPU, our kernels' efficiencies, on this

@@ -1,9 +1,9 @@
 #include "sluice/cli/cuda_hardware.h"
 
-#include <fmt/format.h>
-
 #if SLUICE_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "sluice/backend/cuda/device_properties.h"
 #endif
 
 namespace sluice::cli {
@@ -11,19 +11,12 @@ namespace sluice::cli {
 Result<sim::HardwareSpec> cuda_hardware([[maybe_unused]] const sim::ModelProfile& profile,
                                         [[maybe_unused]] int device) {
 #if SLUICE_HAVE_CUDA
-  cudaDeviceProp prop{};
-  int memory_khz = 0, bus_bits = 0, sm_khz = 0;
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess)
-    return Error{fmt::format("cannot read the properties of CUDA device {}", device)};
-  const sim::DeviceFacts facts{.name = prop.name,
-                               .hbm_spec_bytes_per_s = 2.0 * memory_khz * 1e3 * bus_bits / 8.0,
-                               .memory_bytes = static_cast<double>(prop.totalGlobalMem),
-                               .num_sms = prop.multiProcessorCount,
-                               .sm_clock_hz = sm_khz * 1e3};
-  return sim::on_device(sim::sluice_cuda_hardware(profile), facts);
+  SLUICE_TRY_ASSIGN(props, cuda_device_properties(device));
+  return sim::on_device(sim::sluice_cuda_hardware(profile), {.name = props.name,
+                                                             .hbm_spec_bytes_per_s = props.hbm_spec_bytes_per_s,
+                                                             .memory_bytes = props.memory_bytes,
+                                                             .num_sms = props.num_sms,
+                                                             .sm_clock_hz = props.sm_clock_hz});
 #else
   return Error{"this build has no CUDA backend"};
 #endif

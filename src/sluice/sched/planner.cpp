@@ -46,9 +46,10 @@ class PlanBuilder {
   // ever change: the newest gives its blocks back so older ones can run. A
   // request alone always fits (request validation), so this ends.
   void preempt_newest_if_stuck();
-  // The step's time cap: the target, or more when decodes alone nearly fill it
-  // (SchedConfig::min_prefill_share). Read once the decodes are in shape_.
-  double step_cap_ms() const;
+  // The step's time cap: the target, or more when the decodes alone
+  // (decodes_ms, shape_ once they are in it) nearly fill it
+  // (SchedConfig::min_prefill_share).
+  double step_cap_ms(double decodes_ms) const;
   StepPlan finish();
 
  private:
@@ -339,15 +340,14 @@ StepPlan PlanBuilder::finish() {
   return std::move(plan_);
 }
 
-double PlanBuilder::step_cap_ms() const {
-  if (shape_.sequences.empty()) return config_.max_step_ms;
-  const double decode_ms = cost_model_.predict_step_ms(shape_);
-  return std::max(config_.max_step_ms, decode_ms / (1.0 - config_.min_prefill_share));
+double PlanBuilder::step_cap_ms(double decodes_ms) const {
+  return std::max(config_.max_step_ms, decodes_ms / (1.0 - config_.min_prefill_share));
 }
 
 void PlanBuilder::schedule_prefills() {
   std::vector<Candidate> candidates = prefill_candidates();
-  step_cap_ms_ = step_cap_ms();
+  const double decodes_ms = shape_.sequences.empty() ? 0.0 : cost_model_.predict_step_ms(shape_);
+  step_cap_ms_ = step_cap_ms(decodes_ms);
   load_budget_ms_ = step_cap_ms_;
   const bool cap_by_time = time_capped(config_.policy);
   inter_token_regime_ = cap_by_time && !plan_.decodes.empty() && step_cap_ms_ <= config_.max_step_ms;
@@ -355,7 +355,7 @@ void PlanBuilder::schedule_prefills() {
   // back, running only the chunks that fit the time left under max_step_ms.
   paying_back_ = inter_token_regime_ && state_.decode_overrun_ms > 0.0;
   if (paying_back_)
-    step_cap_ms_ = std::max(cost_model_.predict_step_ms(shape_), config_.max_step_ms - state_.decode_overrun_ms);
+    step_cap_ms_ = std::max(decodes_ms, config_.max_step_ms - state_.decode_overrun_ms);
   // Admitted prompts still to be allocated: admission must leave them room.
   for (const Candidate& c : candidates) {
     if (c.is_waiting) continue;

@@ -115,9 +115,9 @@ struct DeviceFacts {
 // rate scaled by the two cards' clock-and-bus rates (an H100 SXM's 3.35 TB/s
 // against the H200's 4.8 gives 3.0 TB/s, what its copy measures), its FLOP
 // peaks by SMs x clock (the same for both SXM cards), capacity and SM count
-// as reported; named "CARD, as SPEC scaled to it". The efficiencies stay: they are the kernels', and the
-// online correction absorbs what differs. A fact not reported (0) keeps the
-// H200's number.
+// as reported; named "CARD, as SPEC scaled to it". The efficiencies stay:
+// they are the kernels', and the online correction absorbs what differs. A
+// fact not reported (0) keeps the H200's number.
 HardwareSpec on_device(HardwareSpec spec, const DeviceFacts& facts);
 
 // An H100 SXM as the runtime reports it: 3.35 TB/s by clock and bus, 80 GB,
