@@ -210,5 +210,12 @@ TEST(Metrics, HostTierSeriesOnlyWithAHostTier) {
     EXPECT_NE(page.find(line), std::string::npos) << line;
 }
 
+TEST(Metrics, LongStepsAreCounted) {
+  ServerMetrics metrics;
+  EngineStats stats;
+  stats.num_long_steps = 54;
+  EXPECT_NE(metrics.render(stats, "m").find("sluice:long_steps_total{model_name=\"m\"} 54\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -44,5 +44,20 @@ TEST(CalibrateCli, DecodeLaneStepsAreLeftOutOfTheFit) {
   EXPECT_TRUE(contains(none.output, "no steps")) << none.output;
 }
 
+// A step that built a plan on its path (StepOutput::setup_ms) is left out too.
+TEST(CalibrateCli, SetupStepsAreLeftOutOfTheFit) {
+  const std::string path = scratch_file("calibrate-setup.jsonl");
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 6; ++i)
+      out << R"({"start_ms":)" << i * 400 << R"(,"measured_ms":)" << 300 + 10 * i
+          << (i < 2 ? R"(,"setup_ms":900)" : "") << R"(,"predicted_ms":280,"seqs":[[2048,)" << 2048 * i << "]]}\n";
+  }
+  const auto r = testing::run_sluice("calibrate --profile llama-3-8b --trace " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "2 steps left out whose time is not their shape's")) << r.output;
+  EXPECT_TRUE(contains(r.output, "4 steps from")) << r.output;
+}
+
 }  // namespace
 }  // namespace sluice::sim
