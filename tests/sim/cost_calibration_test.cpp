@@ -168,6 +168,11 @@ TEST(CostCalibration, ABadTraceLineIsNamed) {
   ASSERT_FALSE(steps.ok());
   EXPECT_NE(steps.error_message().find("bad.jsonl:2"), std::string::npos) << steps.error_message();
   EXPECT_FALSE(read_step_trace(scratch_file("missing.jsonl")).ok());
+  const std::string bad_setup = scratch_file("bad-setup.jsonl");
+  std::ofstream(bad_setup) << R"({"measured_ms":1,"setup_ms":"slow","seqs":[[1,2]]})" << "\n";
+  const auto setup = read_step_trace(bad_setup);
+  ASSERT_FALSE(setup.ok());
+  EXPECT_NE(setup.error_message().find("bad-setup.jsonl:1: setup_ms"), std::string::npos) << setup.error_message();
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ Result<std::vector<TracedStep>> read_step_trace(const std::string& path) {
     if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
     if (!j.contains("measured_ms") || !j["measured_ms"].is_number() || !j.contains("seqs") || !j["seqs"].is_array())
       return bad("needs measured_ms (a number) and seqs (an array)");
+    if (j.contains("setup_ms") && !j["setup_ms"].is_number()) return bad("setup_ms, where given, is a number");
     TracedStep step{.start_ms = j.value("start_ms", 0.0),
                     .measured_ms = j["measured_ms"].get<double>(),
                     .predicted_ms = j.value("predicted_ms", 0.0),
