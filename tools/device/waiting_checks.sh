@@ -6,7 +6,7 @@
 # cuda_bench, deepseek_v4_forward_bench).
 #
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 0   # the goldens, then the kernel suite in six shards
-#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 13)
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 16)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
@@ -51,9 +51,9 @@ case ${1:-1} in
     echo "##### done at $(elapsed) s"
     ;;
   1)
-    # Issue 18's indexer share on this card: formats 2 (the default: tf32 from 2,048 rows) and 13
-    # (the FMA head sum, the default until session 29).
-    FORMATS="2 13" BENCH_RUNS=1 MODEL_FORMATS=2,13 OUT=$base/indexer \
+    # Issue 18's indexer share on this card: formats 2 (the default: tf32 from 2,048 rows) and 16
+    # (the default with session 32's bulk-copy top-k sweep).
+    FORMATS=${FORMATS:-2 16} BENCH_RUNS=1 MODEL_FORMATS=${MODEL_FORMATS:-2,16} OUT=$base/indexer \
       bash tools/device/deepseek_v4_indexer_check.sh > "$base/indexer.txt" 2>&1
     echo "##### indexer done at $(elapsed) s"; tail -30 "$base/indexer.txt"
     # The per-kernel layer tables and logs as one file (the tool returns at most 8).

@@ -21,13 +21,22 @@
 // overflows its room, the row falls back to session 22's selection over all of its
 // scores, so the result is exact either way; the sample only sets the speed.
 //
-// Session 27's form (set_v4_indexer_top_k_session27; not yet run on a device,
-// so session 23's stays the default): a row that starts on 16 bytes (the
-// forward pads the scores' width to 4) is sampled and swept 16 bytes a load
-// (session 23's 4 scalar loads a lane kept ~32 KB a multiprocessor in flight
-// and read the scores at ~2.2 TB/s; 3 float4s a lane keep 72 KB), and the
-// lists share one pool, each sized by its slice's sample hits (session 23's
-// have 128 places each).
+// Session 27's form (set_v4_indexer_top_k_session27; 15-20% slower on i.i.d.
+// rows in S29, so session 23's stays the default): a row that starts on 16
+// bytes (the forward pads the scores' width to 4) is sampled and swept 16
+// bytes a load (session 23's 4 scalar loads a lane kept ~32 KB a
+// multiprocessor in flight and read the scores at ~2.2 TB/s; 3 float4s a lane
+// keep 72 KB), and the lists share one pool, each sized by its slice's sample
+// hits (session 23's have 128 places each).
+//
+// Session 32's bulk sweep (set_v4_indexer_top_k_bulk_sweep; not yet run on a
+// device): session 23's form, but each warp streams its slice through its own
+// ring of four 512-byte stages in shared memory, filled by TMA bulk copies
+// that lane 0 issues. The first four are issued before the sample is read,
+// so they land under the sample's selection, and a multiprocessor's three
+// blocks (40 registers) keep up to 96 KB in flight where session 23's four
+// kept 32 KB. Taken where every row starts on 16 bytes (a width that is a
+// multiple of 4 and an aligned buffer), else session 23's form runs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,6 +45,10 @@
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/deepseek_v4_kernels.h"
+#include "sluice/backend/cuda/kernels/mbarrier.cuh"
+#include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/tma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -45,7 +58,9 @@ namespace {
 // sweeps. The float4 sweep needs more than 32 registers (ptxas spills at any
 // depth there), so session 27's form runs 3 blocks a multiprocessor at 40.
 constexpr int kThreads = 512;
-constexpr int blocks_per_sm(bool session27) { return session27 ? 3 : 4; }
+// The bulk sweep's ring loop needs more than 32 registers too (32 bytes of
+// spills at 4 blocks), so it runs 3 blocks a multiprocessor at 40.
+constexpr int blocks_per_sm(bool session27, bool bulk = false) { return session27 || bulk ? 3 : 4; }
 constexpr int kWarps = kThreads / 32;
 // The candidates' pool: session 23's 128 places a warp, or session 27's 4,096
 // (32 KB of keys and entries) shared by the warps' lists.
@@ -66,8 +81,13 @@ constexpr int kMaxSample = 2560;      // rows up to 40,960 scores sample; longer
 constexpr int kMinSampledRow = 4096;
 // The row entry that sample i reads.
 __device__ __forceinline__ int sample_entry(int i) { return i / kSampleRun * kSampleStride + i % kSampleRun; }
+// The bulk sweep's ring: a warp's stages of 128 scores (a load of 4 scores a lane).
+constexpr int kRingStages = 4;
+constexpr int kStageEntries = 128;
+constexpr int kRingBytes = kWarps * kRingStages * kStageEntries * 4;  // 32 KB, dynamic shared memory
 bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
 bool g_session27 = false;     // set_v4_indexer_top_k_session27()
+bool g_bulk_sweep = false;    // set_v4_indexer_top_k_bulk_sweep()
 
 struct SelectScratch {
   int histogram[256];
@@ -202,11 +222,15 @@ __device__ void select_from_scores(const float* scores, int n, int k, std::int32
       [&](int i) { return slice.lo + i; }, selected, s);
 }
 
-// kSession27: the float4 sweep and the lists sized by the sample (above).
-template <bool kSession27>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
+// kSession27: the float4 sweep and the lists sized by the sample; kBulk
+// (session 23's lists, rows on 16 bytes): the bulk-copy ring (above).
+template <bool kSession27, bool kBulk>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
     v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
+  static_assert(!(kSession27 && kBulk));
   constexpr int kPoolCandidates = pool_candidates(kSession27);
+  extern __shared__ __align__(128) float ring_stages[];  // kBulk: [kWarps][kRingStages][kStageEntries]
+  __shared__ __align__(8) std::uint64_t ring_full[kBulk ? kWarps * kRingStages : 1];
   __shared__ SelectScratch scratch;
   __shared__ std::uint32_t sample[kMaxSample];
   __shared__ std::uint32_t candidate_key[kPoolCandidates];
@@ -233,6 +257,32 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
     return;
   }
   const bool vector_row = kSession27 && (reinterpret_cast<std::uintptr_t>(scores) & 15u) == 0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // The bulk sweep's ring: its first stages are issued now, to land under the sample.
+  auto ring_loads = [](const Slice& slice) { return (slice.len + kStageEntries - 1) / kStageEntries; };
+  auto ring_at = [&](int stage, int i) -> float& {
+    return ring_stages[(warp * kRingStages + stage) * kStageEntries + i];
+  };
+  auto ring_bar = [&](int stage) { return smem_addr(&ring_full[warp * kRingStages + stage]); };
+  // Lane 0: load j of the slice into its stage (a multiple of 4 scores: rows
+  // on 16 bytes end on 16 bytes, so the rounding stays inside the row).
+  auto issue_ring_load = [&](const Slice& slice, int j) {
+    const int stage = j % kRingStages;
+    const int count = min(kStageEntries, slice.len - kStageEntries * j);
+    const auto bytes = static_cast<std::uint32_t>((count + 3) / 4 * 16);
+    fence_proxy_async();  // the lanes' reads of this stage's last load before the copy's writes
+    mbarrier_arrive_expect_tx(ring_bar(stage), bytes);
+    bulk_load(smem_addr(&ring_at(stage, 0)), scores + slice.lo + kStageEntries * j, bytes, ring_bar(stage));
+  };
+  if constexpr (kBulk) {
+    if (lane == 0) {
+      for (int stage = 0; stage < kRingStages; ++stage) mbarrier_init(ring_bar(stage), 1);
+      fence_mbarrier_init_cluster();
+      const Slice slice = warp_slice(n, kStageEntries);  // recomputed at the sweep: nothing held across the sample
+      for (int j = 0; j < min(ring_loads(slice), kRingStages); ++j) issue_ring_load(slice, j);
+    }
+    __syncwarp();
+  }
   // 1. The threshold from the sample.
   if (vector_row) {  // a run of 8 is two float4s
     for (int j = threadIdx.x; j < sampled / 4; j += kThreads) {
@@ -256,9 +306,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
   // 2. The lists' rooms in the pool. Session 27: a slice's sample hits times
   // the sampling rate, half again and kMinListCandidates more (scaled down to
   // the pool if they overrun it); session 23: kWarpCandidates each.
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int granule = vector_row ? 128 : 32;
+  const int granule = vector_row || kBulk ? 128 : 32;  // the lists' rooms (session 27) by the same slices
   if constexpr (kSession27) {
     const int per_warp = warp_slice_length(n, granule);
     if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
@@ -326,7 +375,20 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
   // Loads a lane keeps in flight before their scores are listed (one at a
   // time, the sweep ran at a load's latency: 1.15 TB/s): 48 or 16 bytes.
   constexpr int kSweepLoads = kSession27 ? 3 : 4;
-  if (vector_row) {  // 128 consecutive entries a load of the warp, 4 a lane
+  if constexpr (kBulk) {  // 128 consecutive entries a stage, lane l's at l + 32 u (no bank conflicts)
+    for (int j = 0; j < ring_loads(slice); ++j) {
+      const int stage = j % kRingStages;
+      mbarrier_wait(ring_bar(stage), static_cast<std::uint32_t>(j / kRingStages) & 1u);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {  // a score at a time from shared memory: no registers held across
+        const int i = kStageEntries * j + 32 * u + lane;
+        list(make_float4(ring_at(stage, 32 * u + lane), 0.0f, 0.0f, 0.0f), slice.lo + i,
+             i < slice.len ? 1 : 0, std::integral_constant<int, 1>{});
+      }
+      __syncwarp();  // the stage is read: refill it
+      if (lane == 0 && j + kRingStages < ring_loads(slice)) issue_ring_load(slice, j + kRingStages);
+    }
+  } else if (vector_row) {  // 128 consecutive entries a load of the warp, 4 a lane
     for (int base = 0; base < slice.len; base += 128 * kSweepLoads) {
       float4 v[kSweepLoads];
 #pragma unroll
@@ -394,16 +456,32 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27))
 
 void set_v4_indexer_top_k_sampled(bool sampled) { g_sampled = sampled; }
 void set_v4_indexer_top_k_session27(bool session27) { g_session27 = session27; }
+void set_v4_indexer_top_k_bulk_sweep(bool bulk) { g_bulk_sweep = bulk; }
 
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
   SLUICE_CHECK(args.scores != nullptr && args.selected != nullptr && args.num_selected != nullptr &&
                args.num_visible != nullptr);
   if (args.rows == 0) return;
-  if (g_session27)
-    v4_indexer_top_k_kernel<true><<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
-  else
-    v4_indexer_top_k_kernel<false><<<static_cast<unsigned>(args.rows), kThreads, 0, stream>>>(args, g_sampled);
+  const bool rows_on_16_bytes =
+      args.max_visible % 4 == 0 && (reinterpret_cast<std::uintptr_t>(args.scores) & 15u) == 0;
+  const auto blocks = static_cast<unsigned>(args.rows);
+  if (g_session27) {
+    v4_indexer_top_k_kernel<true, false><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
+  } else if (g_bulk_sweep && rows_on_16_bytes) {
+    static const bool attributes_set = [] {
+      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
+      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true>,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared));
+      return true;
+    }();
+    (void)attributes_set;
+    v4_indexer_top_k_kernel<false, true><<<blocks, kThreads, kRingBytes, stream>>>(args, g_sampled);
+  } else {
+    v4_indexer_top_k_kernel<false, false><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
+  }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

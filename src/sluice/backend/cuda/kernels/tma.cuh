@@ -59,6 +59,19 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t bar, std::
       : "memory");
 }
 
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
+// memory into shared memory at `dst` as one bulk copy, completing them on
+// `bar` (whose phase must expect them: mbarrier_arrive_expect_tx).
+__device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes, std::uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// One arrival on `bar` that also adds `bytes` to the transactions its phase waits for.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // The box at (x, y) (x the inner coordinate, in elements) of a 2D tensor map
 // into shared memory at `dst`, completing `bytes of the box` on `bar`.
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
