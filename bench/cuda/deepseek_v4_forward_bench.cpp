@@ -543,7 +543,7 @@ int flash_formats(int argc, char** argv) {
     DeepseekV4KvFormats kv = DeepseekV4KvFormats::cuda();
     bool tf32_register_keys = false;  // set_v4_indexer_scores_tf32_register_keys for this format
     bool top_k_session27 = false;     // set_v4_indexer_top_k_session27 for this format
-    bool top_k_scalar = false;        // set_v4_indexer_top_k_bulk_sweep(false) for this format
+    bool top_k_bulk = false;          // set_v4_indexer_top_k_bulk_sweep for this format
   };
   const Format formats[] = {
       {"bf16 (the FP8/FP4 values)", true, {}},
@@ -595,10 +595,8 @@ int flash_formats(int argc, char** argv) {
       {"FP8 default, indexer heads summed by a tf32 MMA, keys in registers, session-27 top-k", false,
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(), true,
        true},
-      // The default with session 23's top-k sweep (scalar loads; the default until session 32): the
-      // A/B of the bulk-copy rings.
-      {"FP8 default, session-23 top-k sweep (scalar loads)", false, {}, DeepseekV4KvFormats::cuda(), false, false,
-       true},
+      // The default with session 32's top-k (a per-warp ring of bulk copies): its A/B.
+      {"FP8 default, bulk-copy top-k sweep", false, {}, DeepseekV4KvFormats::cuda(), false, false, true},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;
@@ -617,7 +615,7 @@ int flash_formats(int argc, char** argv) {
     const Format& f = formats[fi];
     cuda::set_v4_indexer_scores_tf32_register_keys(f.tf32_register_keys);
     cuda::set_v4_indexer_top_k_session27(f.top_k_session27);
-    cuda::set_v4_indexer_top_k_bulk_sweep(!f.top_k_scalar);
+    cuda::set_v4_indexer_top_k_bulk_sweep(f.top_k_bulk);
     if ((profile != 0 || argc > 6) && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end())
       continue;
     const auto t0 = Clock::now();

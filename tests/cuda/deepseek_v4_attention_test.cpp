@@ -368,18 +368,17 @@ TEST(DeepseekV4CudaKernels, IndexerTopKInSession27sFormSelectsTheSameSets) {
 
 TEST(DeepseekV4CudaKernels, IndexerTopKSelectsAlignedUnalignedAndCrowdedRows) { check_top_k_rows(); }
 
-// The default sweeps rows on 16 bytes through session 32's bulk-copy rings
-// (slices of 128-score stages, the last partial) and others (an odd width)
-// with scalar loads; session 23's scalar sweep for every row on the same
-// cases: ties, lists that overflow into the fallback.
-TEST(DeepseekV4CudaKernels, IndexerTopKWithScalarSweepsSelectsTheSameSets) {
-  cuda::set_v4_indexer_top_k_bulk_sweep(false);
+// Session 32's bulk sweep on the same cases: rows on 16 bytes stream through
+// the rings (slices of 128-score stages, the last partial), others (an odd
+// width) keep the scalar loads; ties, lists that overflow into the fallback.
+TEST(DeepseekV4CudaKernels, IndexerTopKWithBulkSweepsSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_bulk_sweep(true);
   check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
   check_indexer({.num_visible = {41000, 513}, .seed = 25});
   check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
   check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
   check_top_k_rows();
-  cuda::set_v4_indexer_top_k_bulk_sweep(true);
+  cuda::set_v4_indexer_top_k_bulk_sweep(false);
 }
 
 // Every row through the full selection (the fallback of a sample that misses) on the same cases.

@@ -10,7 +10,7 @@
 #   default: tf32 head sum from 2,048 rows, since session 29), 12 (tf32 at
 #   every size), 13 (the FMA head sum, the default until session 29), 14 (12,
 #   keys in registers), 15 (14 with session 27's top-k), 16 (2 with session
-#   23's scalar top-k sweep; the default is session 32's bulk-copy one); the model rows.
+#   32's bulk-copy top-k); the model rows.
 # Binaries (cuda_kernel_test, cuda_deepseek_v4_forward_test, cuda_bench,
 # deepseek_v4_forward_bench; stripped, with their libraries) in
 # CARRY_DIR/bin.tar.xz.

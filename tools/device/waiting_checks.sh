@@ -52,7 +52,7 @@ case ${1:-1} in
     ;;
   1)
     # Issue 18's indexer share on this card: formats 2 (the default: tf32 from 2,048 rows) and 16
-    # (the default with session 23's top-k sweep, scalar loads: the default until session 32).
+    # (the default with session 32's bulk-copy top-k sweep).
     FORMATS=${FORMATS:-2 16} BENCH_RUNS=1 MODEL_FORMATS=${MODEL_FORMATS:-2,16} OUT=$base/indexer \
       bash tools/device/deepseek_v4_indexer_check.sh > "$base/indexer.txt" 2>&1
     echo "##### indexer done at $(elapsed) s"; tail -30 "$base/indexer.txt"

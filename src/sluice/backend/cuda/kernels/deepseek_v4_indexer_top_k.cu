@@ -29,8 +29,8 @@
 // keep 72 KB), and the lists share one pool, each sized by its slice's sample
 // hits (session 23's have 128 places each).
 //
-// Session 32's bulk sweep (set_v4_indexer_top_k_bulk_sweep; the default from
-// session 32, before its first device run): session 23's form, but each warp streams its slice through its own
+// Session 32's bulk sweep (set_v4_indexer_top_k_bulk_sweep; not yet run on a
+// device): session 23's form, but each warp streams its slice through its own
 // ring of four 512-byte stages in shared memory, filled by TMA bulk copies
 // that lane 0 issues. The first four are issued before the sample is read,
 // so they land under the sample's selection, and a multiprocessor's three
@@ -87,7 +87,7 @@ constexpr int kStageEntries = 128;
 constexpr int kRingBytes = kWarps * kRingStages * kStageEntries * 4;  // 32 KB, dynamic shared memory
 bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
 bool g_session27 = false;     // set_v4_indexer_top_k_session27()
-bool g_bulk_sweep = true;     // set_v4_indexer_top_k_bulk_sweep()
+bool g_bulk_sweep = false;    // set_v4_indexer_top_k_bulk_sweep()
 
 struct SelectScratch {
   int histogram[256];

@@ -145,9 +145,9 @@ void set_v4_indexer_top_k_sampled(bool sampled);
 // bytes read a float4 a load; the candidate lists sized by the sample's hits),
 // slower than session 23's on i.i.d. rows (S29); false (the default) session 23's.
 void set_v4_indexer_top_k_session27(bool session27);
-// Tests and the bench: true (the default) sweeps rows that start on 16 bytes
-// through a per-warp ring of TMA bulk copies (session 32); false takes session
-// 23's scalar loads. Session 27's form wins if set.
+// Tests and the bench: true sweeps rows that start on 16 bytes through a
+// per-warp ring of TMA bulk copies (session 32; not yet run on a device);
+// false (the default) session 23's scalar loads. Session 27's form wins if set.
 void set_v4_indexer_top_k_bulk_sweep(bool bulk);
 
 // mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
