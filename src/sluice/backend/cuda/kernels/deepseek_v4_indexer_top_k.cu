@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
   // the sampling rate, half again and kMinListCandidates more (scaled down to
   // the pool if they overrun it); session 23: kWarpCandidates each.
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int granule = vector_row || kBulk ? 128 : 32;  // the lists' rooms (session 27) by the same slices
+  // The sweep's slices (the bulk ring's must be the ones its first loads were issued for).
+  const int granule = kBulk ? kStageEntries : vector_row ? 128 : 32;
   if constexpr (kSession27) {
     const int per_warp = warp_slice_length(n, granule);
     if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
@@ -469,7 +470,7 @@ void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
   if (g_session27) {
     v4_indexer_top_k_kernel<true, false><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
   } else if (g_bulk_sweep && rows_on_16_bytes) {
-    static const bool attributes_set = [] {
+    static const bool configured = [] {
       SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
       SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true>,
@@ -477,7 +478,7 @@ void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
                                              cudaSharedmemCarveoutMaxShared));
       return true;
     }();
-    (void)attributes_set;
+    (void)configured;
     v4_indexer_top_k_kernel<false, true><<<blocks, kThreads, kRingBytes, stream>>>(args, g_sampled);
   } else {
     v4_indexer_top_k_kernel<false, false><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
