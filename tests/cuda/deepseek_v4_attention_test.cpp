@@ -343,11 +343,10 @@ TEST(DeepseekV4CudaKernels, IndexerTopKBreaksTiesByTheLowerEntryAsTheReference) 
   check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
 }
 
-// Session 27's top-k form (float4 sweeps, lists sized by the sample) on the
-// top-k cases above, then on rows that start on 16 bytes and rows that do not
-// (a width not a multiple of 4), slices whose last group of four is partial,
-// and rows whose top scores crowd into their last entries; the same rows under
-// the default form.
+// Rows that start on 16 bytes and rows that do not (a width not a multiple of
+// 4), slices whose last group of four is partial, and rows whose top scores
+// crowd into their last entries: the edges of the vector sweeps (session 27's
+// float4 loads, session 32's bulk copies), under whichever form is set.
 void check_top_k_rows() {
   check_indexer({.num_visible = {32768, 6001, 4999, 4097}, .seed = 28});
   check_indexer({.num_visible = {6001, 4999, 32767}, .seed = 29});
@@ -355,14 +354,21 @@ void check_top_k_rows() {
   check_indexer({.num_visible = {32768, 20000, 4100}, .seed = 31, .recent_heavy = true});
 }
 
-TEST(DeepseekV4CudaKernels, IndexerTopKInSession27sFormSelectsTheSameSets) {
-  cuda::set_v4_indexer_top_k_session27(true);
+// The cases every alternative top-k form must select alike: the default's
+// top-k cases (short, long, in-place and tied rows, overflowing lists), then
+// check_top_k_rows().
+void check_top_k_form() {
   check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
   check_indexer({.num_visible = {41000, 513}, .seed = 25});
   check_indexer({.num_visible = {3000, 3000, 1500}, .prototypes = 37, .seed = 22});
   check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
   check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
   check_top_k_rows();
+}
+
+TEST(DeepseekV4CudaKernels, IndexerTopKInSession27sFormSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_session27(true);
+  check_top_k_form();
   cuda::set_v4_indexer_top_k_session27(false);
 }
 
@@ -373,11 +379,7 @@ TEST(DeepseekV4CudaKernels, IndexerTopKSelectsAlignedUnalignedAndCrowdedRows) { 
 // width) keep the scalar loads; ties, lists that overflow into the fallback.
 TEST(DeepseekV4CudaKernels, IndexerTopKWithBulkSweepsSelectsTheSameSets) {
   cuda::set_v4_indexer_top_k_bulk_sweep(true);
-  check_indexer({.num_visible = {32768, 511, 512, 513, 0, 2000}, .seed = 21});
-  check_indexer({.num_visible = {41000, 513}, .seed = 25});
-  check_indexer({.num_visible = {8000, 6000}, .prototypes = 97, .seed = 26});
-  check_indexer({.num_visible = {5000}, .top_k = 64, .prototypes = 8, .seed = 27});
-  check_top_k_rows();
+  check_top_k_form();
   cuda::set_v4_indexer_top_k_bulk_sweep(false);
 }
 
