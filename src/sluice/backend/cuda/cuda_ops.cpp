@@ -270,6 +270,7 @@ class CudaOps final : public Ops {
   void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor out) override {
     if (w.dtype == DType::f8_e4m3) {
       SLUICE_CHECK_MSG(bias.data == nullptr, "CUDA FP8 matmul takes no bias");
+      const cuda::ScratchScope temporaries(scratch_);  // the quantized rows and a padded result
       fp8_matmul_.run(x, w, out, scratch_, launching(), launch_);
       return;
     }
@@ -489,6 +490,7 @@ class CudaOps final : public Ops {
   }
   Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
                      Tensor out) override {
+    const cuda::ScratchScope temporaries(scratch_);  // the slots' buffers: ~170 KB a token at V3's width, 1.4 GB at 8k
     return cuda::moe_experts(x, experts, assignment, out, moe_context());
   }
 

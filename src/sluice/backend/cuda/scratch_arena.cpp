@@ -34,14 +34,22 @@ void* ScratchArena::allocate(std::int64_t bytes) {
   bytes = align_up(std::max<std::int64_t>(bytes, 1), kDeviceAlignBytes);
   if (chunks_.empty()) add_chunk(std::max(bytes, initial_bytes_));
   Chunk* c = &chunks_[current_];
-  if (c->used + bytes > c->capacity) {
-    add_chunk(std::max(bytes, initial_bytes_));
-    current_ = chunks_.size() - 1;
-    c = &chunks_[current_];
+  // Past a release the later chunks are empty: take the next that fits
+  // before adding one.
+  while (c->used + bytes > c->capacity) {
+    if (current_ + 1 == chunks_.size()) add_chunk(std::max(bytes, initial_bytes_));
+    c = &chunks_[++current_];
   }
   void* out = static_cast<std::byte*>(c->base) + c->used;
   c->used += bytes;
   return out;
+}
+
+void ScratchArena::release(const Mark& mark) {
+  if (chunks_.empty()) return;
+  for (std::size_t i = mark.chunk + 1; i < chunks_.size(); ++i) chunks_[i].used = 0;
+  chunks_[mark.chunk].used = mark.used;
+  current_ = mark.chunk;
 }
 
 void ScratchArena::add_chunk(std::int64_t bytes) {
