@@ -29,9 +29,9 @@
 // keep 72 KB), and the lists share one pool, each sized by its slice's sample
 // hits (session 23's have 128 places each).
 //
-// Session 32's bulk sweep (set_v4_indexer_top_k_bulk_sweep; not yet run on a
-// device): session 23's form, but each warp streams its slice through its own
-// ring of four 512-byte stages in shared memory, filled by TMA bulk copies
+// Session 32's bulk sweep (set_v4_indexer_top_k_bulk_sweep; 15-18% slower
+// than session 23's in S33-1, so opt-in): session 23's form, but each warp
+// streams its slice through its own ring of four 512-byte stages in shared memory, filled by TMA bulk copies
 // that lane 0 issues. The first four are issued before the sample is read,
 // so they land under the sample's selection, and a multiprocessor's three
 // blocks (40 registers) keep up to 96 KB in flight where session 23's four
