@@ -60,6 +60,36 @@ bool capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// The pool keeps what it is given back (keep_freed_memory_pooled), and a freed
+// block serves only allocations that fit inside it: a buffer that grew (the
+// scratch arena merging its chunks, a DeviceBuffer doubling) leaves its old
+// blocks reserved. On running out, hand those back to the driver and try once
+// more, as PyTorch's caching allocator does, instead of failing the step.
+// `settled` is a stream whose frees may still be pending: they complete first
+// (not under a capture, where waiting is not allowed).
+cudaError_t malloc_trimming_on_failure(void** data, std::int64_t bytes, cudaStream_t stream,
+                                       cudaStream_t settled) {
+  cudaError_t status = cudaMallocAsync(data, static_cast<std::size_t>(bytes), stream);
+  if (status != cudaErrorMemoryAllocation) return status;
+  cudaGetLastError();  // the failure is handled here
+  if (settled != nullptr) SLUICE_CUDA_CHECK(cudaStreamSynchronize(settled));
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  SLUICE_CUDA_CHECK(cudaGetDevice(&device));
+  SLUICE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t reserved = 0, used = 0;
+  SLUICE_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  SLUICE_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  SLUICE_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  status = cudaMallocAsync(data, static_cast<std::size_t>(bytes), stream);
+  if (status != cudaSuccess) cudaGetLastError();
+  spdlog::warn("device memory: an allocation of {:.2f} GiB failed with {:.2f} GiB reserved by the pool, {:.2f} GiB "
+               "of it in use; the unused rest handed back, the retry {}",
+               bytes / 1073741824.0, reserved / 1073741824.0, used / 1073741824.0,
+               status == cudaSuccess ? "succeeded" : "failed too");
+  return status;
+}
+
 }  // namespace
 
 PinnedBuffer::~PinnedBuffer() {
@@ -85,11 +115,11 @@ void* PinnedBuffer::ensure(std::int64_t bytes) {
 
 cudaError_t malloc_in_stream_order(void** data, std::int64_t bytes, cudaStream_t stream) {
   keep_freed_memory_pooled();
-  if (!capturing(stream)) return cudaMallocAsync(data, static_cast<std::size_t>(bytes), stream);
+  if (!capturing(stream)) return malloc_trimming_on_failure(data, bytes, stream, stream);
   // From the same pool, on the allocation stream, complete before the
   // captured kernels can use it.
   const auto start = std::chrono::steady_clock::now();
-  const cudaError_t status = cudaMallocAsync(data, static_cast<std::size_t>(bytes), allocation_stream());
+  const cudaError_t status = malloc_trimming_on_failure(data, bytes, allocation_stream(), nullptr);
   if (status != cudaSuccess) return status;
   const cudaError_t synced = cudaStreamSynchronize(allocation_stream());
   if (const double ms = ms_since(start); ms > kSlowGrowthMs)
@@ -124,7 +154,12 @@ bool DeviceBuffer::ensure(std::int64_t bytes, cudaStream_t stream) {
   } else {
     free_in_stream_order(data_, stream);
   }
-  capacity_ = std::max(bytes, 2 * capacity_);
+  // Doubling keeps growth rare; where twice the old size does not fit, the
+  // size asked for may.
+  const std::int64_t doubled = std::max(bytes, 2 * capacity_);
+  capacity_ = doubled;
+  if (doubled > bytes && malloc_in_stream_order(&data_, doubled, stream) == cudaSuccess) return true;
+  capacity_ = bytes;
   SLUICE_CUDA_CHECK(malloc_in_stream_order(&data_, capacity_, stream));
   return true;
 }

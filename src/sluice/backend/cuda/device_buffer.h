@@ -20,6 +20,8 @@ constexpr std::int64_t align_up(std::int64_t n, std::int64_t a) { return (n + a 
 // device, they never hold one lane's step behind another's (two step loops,
 // engine_core.h). Under a capture the allocation comes from the same pool on
 // a stream of its own, and a free is an error (DeviceBuffer frees after).
+// When the device is out of memory, the pool's unused blocks go back to the
+// driver and the allocation is tried once more (logged).
 cudaError_t malloc_in_stream_order(void** data, std::int64_t bytes, cudaStream_t stream);
 void free_in_stream_order(void* data, cudaStream_t stream);
 
@@ -47,9 +49,9 @@ class DeviceBuffer {
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // Makes it at least `bytes` (at least twice the old size when it grows;
-  // contents are not kept), the old one freed in `stream`'s order. True when
-  // the address changed.
+  // Makes it at least `bytes` (twice the old size when it grows and that
+  // fits, else `bytes`; contents are not kept), the old one freed in
+  // `stream`'s order. True when the address changed.
   bool ensure(std::int64_t bytes, cudaStream_t stream);
   void* data() const { return data_; }
 
