@@ -20,6 +20,7 @@
 #include "sluice/common/rng.h"
 #include "sluice/engine/decode_lane_warmup.h"
 #include "sluice/engine/engine.h"
+#include "sluice/engine/prefill_warmup.h"
 #include "sluice/model/generate.h"
 #include "sluice/model/make_model.h"
 #include "sluice/model/model_runner.h"
@@ -137,6 +138,13 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
   auto lane = make_decode_lane(*backend, config);
   EXPECT_TRUE(lane.ok()) << lane.error_message();
   if (warm_the_lane) {
+    // As serve warms: the largest prefill chunk on the main lane first, at
+    // the model's limit of 512 tokens (the cache holds 1,024).
+    auto prefill = warm_largest_prefill(*backend, max_num_batched_tokens);
+    EXPECT_TRUE(prefill.ok()) << prefill.error_message();
+    const std::int32_t chunk = std::min(max_num_batched_tokens, 512);
+    EXPECT_EQ(prefill->shape.num_computed_tokens, 512 - chunk);
+    EXPECT_EQ(prefill->shape.num_new_tokens, chunk);
     // Contexts 128, 256 and 512 (the model's limit) over 1,024 tokens of cache.
     EXPECT_EQ(backend->info().max_model_len_tokens, 512);
     auto warmed = warm_decode_lane(**lane, backend->info(), config.max_num_seqs, 512);
@@ -242,8 +250,9 @@ TEST(EngineOnCpu, DecodeLaneEqualsSingleSequenceGeneration) {
       << "decode lane, with prefix hits";
 }
 
-// The decode lane's warm-up before serving writes KV into free blocks: what
-// it leaves there is overwritten before any request reads it.
+// The warm-ups before serving (the largest prefill chunk, the decode lane's
+// steps) write KV into free blocks: what they leave there is overwritten
+// before any request reads it.
 TEST(EngineOnCpu, AWarmedDecodeLaneEqualsSingleSequenceGeneration) {
   const auto reference = single_sequence();
   EXPECT_EQ(through_engine(/*prefix_caching=*/true, /*max_num_batched_tokens=*/10, /*async_scheduling=*/false, {},
@@ -263,6 +272,23 @@ TEST(DecodeLaneWarmup, CoversEveryBatchSizeToSixteenThenHalfOctaves) {
   EXPECT_EQ(warmup_batch_sizes(20), with({20}));
   EXPECT_EQ(warmup_batch_sizes(256), with({24, 32, 48, 64, 96, 128, 192, 256}));
   EXPECT_EQ(warmup_batch_sizes(3), (std::vector<std::int32_t>{1, 2, 3}));
+}
+
+// The prefill warm-up's chunk: --max-num-batched-tokens (or the whole model
+// length) ending at the deepest position, the model's or the cache's.
+TEST(PrefillWarmup, TheLargestChunkEndsAtTheDeepestPosition) {
+  const BackendInfo info{.block_size_tokens = 16, .num_kv_blocks = 64, .max_model_len_tokens = 512};
+  auto shape = [&](const BackendInfo& i, std::int32_t batched) {
+    const PrefillWarmupShape s = largest_prefill_chunk(i, batched);
+    return std::pair(s.num_computed_tokens, s.num_new_tokens);
+  };
+  EXPECT_EQ(shape(info, 100), std::pair(412, 100));
+  EXPECT_EQ(shape(info, 8192), std::pair(0, 512));
+  BackendInfo small_cache = info;
+  small_cache.num_kv_blocks = 20;  // 320 tokens
+  EXPECT_EQ(shape(small_cache, 100), std::pair(220, 100));
+  small_cache.num_kv_blocks = 0;
+  EXPECT_EQ(shape(small_cache, 100), std::pair(0, 0));
 }
 
 // A prompt of `length` tokens that no case shares a prefix with.

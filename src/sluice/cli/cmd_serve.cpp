@@ -22,6 +22,7 @@
 #include "sluice/cli/vllm_flags.h"
 #include "sluice/common/io.h"
 #include "sluice/engine/decode_lane_warmup.h"
+#include "sluice/engine/prefill_warmup.h"
 #include "sluice/engine/engine.h"
 #include "sluice/engine/request_validation.h"
 #include "sluice/model/config.h"
@@ -281,6 +282,12 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   engine_config.kv_offloading_eviction = host_eviction;
   engine_config.kv_offloading_bytes = static_cast<std::int64_t>(args.kv_offloading_size_gib * 1073741824.0);
   SLUICE_TRY(validate(engine_config, backend->info()));
+  // The largest step's memory, taken before serving (prefill_warmup.h).
+  if (args.device == "cuda") {
+    SLUICE_TRY_ASSIGN(prefill, warm_largest_prefill(*backend, engine_config.max_num_batched_tokens));
+    spdlog::info("the largest prefill chunk ran before serving: {} tokens after {} in {:.1f} s",
+                 prefill.shape.num_new_tokens, prefill.shape.num_computed_tokens, prefill.seconds);
+  }
   SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
   // Kernels load lazily on a GPU only; the sim and the CPU have none to load.
   if (decode_lane && args.device == "cuda") {
