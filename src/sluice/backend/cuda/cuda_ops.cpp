@@ -474,6 +474,8 @@ class CudaOps final : public Ops {
                        graphs_.mode() == cuda::DecodeGraphs::Mode::eager &&
                        std::any_of(layout_->sequences.begin(), layout_->sequences.end(),
                                    [](const SequenceLayout& seq) { return seq.num_rows > 1; });
+    cuda::CudnnSdpa* sdpa = cudnn ? open_cudnn() : nullptr;
+    if (sdpa != nullptr && !mla_plans_asked_) SLUICE_TRY(build_mla_cudnn_plans_before_serving(*sdpa, shape));
     return mla_.run({.view = view_,
                      .layout = *layout_,
                      .cache = cache,
@@ -481,8 +483,33 @@ class CudaOps final : public Ops {
                      .kernels = options_.mla_kernels,
                      .num_sms = num_sms_,
                      .replaying = replay,
-                     .cudnn = cudnn ? open_cudnn() : nullptr},
+                     .cudnn = sdpa},
                     in, shape, out);
+  }
+
+  // MLA's cuDNN plans for every prefill chunk within the serving bounds, at
+  // the first MLA prefill (its shape is the model's, known from then on):
+  // serve's warm-up chunk (engine/prefill_warmup.h), before it serves. Built
+  // on the steps' path they cost 64-118 ms each, 33 of the burst's steps
+  // (S34-2). Without bounds (no server), plans are built where asked.
+  Status build_mla_cudnn_plans_before_serving(cuda::CudnnSdpa& sdpa, const MlaShape& shape) {
+    mla_plans_asked_ = true;
+    cuda::SdpaServingBounds bounds = options_.cudnn_serving_bounds;
+    if (!options_.cudnn_plans_in_background || bounds.max_step_rows <= 0 ||
+        !cuda::mla_cudnn_prefill_supported(shape, sdpa.version()))
+      return Ok{};
+    const std::int64_t capacity = kv_spec_.num_blocks * static_cast<std::int64_t>(kv_spec_.block_size_tokens);
+    const auto max_keys = static_cast<std::int32_t>(
+        bounds.max_keys > 0 ? std::min<std::int64_t>(bounds.max_keys, capacity) : std::min<std::int64_t>(capacity, 1 << 30));
+    const std::vector<cuda::SdpaPacked> calls = cuda::mla_cudnn_prefill_classes(shape, bounds.max_step_rows, max_keys);
+    SLUICE_TRY_ASSIGN(done, sdpa.build_packed_plans_before_serving(calls, options_.cudnn_serving_wait_s));
+    spdlog::info("MLA prefill attention cudnn: {} of {} plans built at the first prefill (chunks of <= {} rows over "
+                 "<= {} keys) in {:.1f} s; {} left to build while serving{}",
+                 done.num_built, done.num_classes, bounds.max_step_rows, max_keys, done.build_s, done.num_left,
+                 done.num_refused == 0 ? std::string()
+                                       : fmt::format("; {} refused, the first: {}", done.num_refused,
+                                                     done.first_refusal));
+    return Ok{};
   }
   Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
                    MoeAssignment out) override {
@@ -829,6 +856,7 @@ class CudaOps final : public Ops {
   cuda::StepSampler sampler_;
   const StepLayout* layout_ = nullptr;  // the step's, valid until the next begin_step()
   cuda::MlaAttention mla_;
+  bool mla_plans_asked_ = false;  // build_mla_cudnn_plans_before_serving ran
   cuda::HostKvTier host_tier_;  // after kv_cache_'s users: destroyed first, it drains its stream
   // PrefillAttention::cudnn: opened at the first prefill step that asks for it.
   std::unique_ptr<cuda::CudnnSdpa> cudnn_;

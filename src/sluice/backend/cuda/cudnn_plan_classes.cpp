@@ -7,11 +7,11 @@
 #include "sluice/backend/cuda/cudnn_split_plan.h"
 
 namespace sluice::cuda {
-namespace {
-
 std::int64_t pow2_at_least(std::int64_t n, std::int64_t floor) {
   return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max(n, floor))));
 }
+
+namespace {
 
 // Key classes: a call's keys are rounded up to a power of two of at least
 // 64 and a page.

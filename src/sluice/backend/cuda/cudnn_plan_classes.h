@@ -19,6 +19,9 @@ namespace sluice::cuda {
 // rows, the mask, whether it writes log-sum-exp, and the batch, query rows
 // and keys each rounded up to a power of two (the actual lengths travel in
 // seq_len tensors).
+// n rounded up to a power of two, at least `floor`: a class's rows or keys.
+std::int64_t pow2_at_least(std::int64_t n, std::int64_t floor);
+
 struct SdpaCallClass {
   bool paged = false, causal = true, stats = false;
   std::int64_t b = 0, sq = 0, skv = 0;

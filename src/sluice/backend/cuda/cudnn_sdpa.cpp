@@ -85,10 +85,6 @@ enum Uid : std::int64_t {
   kFirstVirtual = 100,
 };
 
-std::int64_t pow2_at_least(std::int64_t n, std::int64_t floor) {
-  return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max(n, floor))));
-}
-
 // Builds one graph's descriptors; the first failure is kept and every later
 // call is a no-op, so the graph reads as straight-line code.
 class GraphBuilder {
@@ -467,8 +463,16 @@ Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const GraphSpec& spec, bool m
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   // A shape class cuDNN refused is not asked again (a plan can take seconds).
   if (auto it = failed_.find(key); it != failed_.end()) return Error{it->second};
-  if (build_handle_ != nullptr && may_defer) {
-    std::lock_guard lock(mutex_);
+  if (build_handle_ != nullptr) {
+    std::unique_lock lock(mutex_);
+    // A call that cannot wait for the builder (may_defer false) waits for the
+    // plan it is building now; one still queued is taken off and built here.
+    if (!may_defer) {
+      progress_.wait(lock, [&] { return !building_ || building_key_ != key; });
+      if (auto it = std::find_if(queue_.begin(), queue_.end(), [&](const GraphSpec& g) { return g.key() == key; });
+          it != queue_.end())
+        queue_.erase(it);
+    }
     if (auto it = built_.find(key); it != built_.end()) {
       const Plan* plan = it->second.get();
       plans_.emplace(key, std::move(it->second));
@@ -479,11 +483,14 @@ Result<const CudnnSdpa::Plan*> CudnnSdpa::plan_for(const GraphSpec& spec, bool m
       failed_.emplace(key, it->second);
       return Error{it->second};
     }
-    if (asked_.insert(key).second) {
-      queue_.push_back(spec);
-      wake_.notify_one();
+    if (may_defer) {
+      if (asked_.insert(key).second) {
+        queue_.push_back(spec);
+        wake_.notify_one();
+      }
+      return nullptr;
     }
-    return nullptr;
+    asked_.insert(key);  // built below: the builder must not take it again
   }
   auto made = build_plan(spec, handle_);
   if (!made.ok()) {
@@ -503,6 +510,7 @@ void CudnnSdpa::build_queued_plans() {
     const GraphSpec spec = queue_.front();
     queue_.pop_front();
     building_ = true;
+    building_key_ = spec.key();
     lock.unlock();
     auto made = build_plan(spec, build_handle_);
     lock.lock();
@@ -511,6 +519,7 @@ void CudnnSdpa::build_queued_plans() {
       built_.emplace(spec.key(), std::move(made).value());
     else
       refused_.emplace(spec.key(), made.error_message());
+    progress_.notify_all();
     if (queue_.empty()) idle_.notify_all();
   }
 }
@@ -525,7 +534,6 @@ Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepSha
                                                               const SdpaServingBounds& bounds, double max_wait_s) {
   if (build_handle_ == nullptr)
     return Error{"cuDNN SDPA: plans before serving need the builder thread (open()'s background_plans)"};
-  const auto start = std::chrono::steady_clock::now();
   shape_ = shape;
   std::vector<GraphSpec> specs;
   for (const SdpaCallClass& c : sdpa_serving_classes(bounds, shape.block_size, shape.num_sms))
@@ -535,6 +543,11 @@ Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepSha
   // sequence), then the longest chunks.
   auto rank = [](const GraphSpec& g) { return std::pair{g.stats != 0 && g.causal == 0 ? g.b / 4 : g.b, -g.sq}; };
   std::stable_sort(specs.begin(), specs.end(), [&](const GraphSpec& a, const GraphSpec& b) { return rank(a) < rank(b); });
+  return queue_and_wait(specs, max_wait_s);
+}
+
+Result<SdpaServingPlans> CudnnSdpa::queue_and_wait(std::span<const GraphSpec> specs, double max_wait_s) {
+  const auto start = std::chrono::steady_clock::now();
   // The builder thread takes them in order; plan_for hands each over at its
   // first step. What is not built when the time is up is built while serving
   // (a step that needs it declines meanwhile).
@@ -557,6 +570,17 @@ Result<SdpaServingPlans> CudnnSdpa::build_plans_before_serving(const SdpaStepSha
     }
   }
   return result;
+}
+
+Result<SdpaServingPlans> CudnnSdpa::build_packed_plans_before_serving(std::span<const SdpaPacked> calls,
+                                                                     double max_wait_s) {
+  if (build_handle_ == nullptr)
+    return Error{"cuDNN SDPA: plans before serving need the builder thread (open()'s background_plans)"};
+  std::vector<GraphSpec> specs;
+  std::set<Key> seen;
+  for (const SdpaPacked& call : calls)
+    if (const GraphSpec spec = packed_spec(call); seen.insert(spec.key()).second) specs.push_back(spec);
+  return queue_and_wait(specs, max_wait_s);
 }
 
 Result<std::unique_ptr<CudnnSdpa::Plan>> CudnnSdpa::build_plan(const GraphSpec& sp, void* handle) {
@@ -851,30 +875,34 @@ Status CudnnSdpa::run(const SdpaLayer& l) {
   return Ok{};
 }
 
+CudnnSdpa::GraphSpec CudnnSdpa::packed_spec(const SdpaPacked& p) {
+  return {.paged = 0,
+          .causal = 1,
+          .b = 1,
+          .hq = p.num_heads,
+          .hk = p.num_heads,
+          .sq = pow2_at_least(p.num_rows, 64),
+          .skv = pow2_at_least(p.num_keys, 64),
+          .dqk = p.head_dim_qk,
+          .dv = p.head_dim_v,
+          .q_row = p.q_row,
+          .q_head = p.head_dim_qk,
+          .o_row = p.o_row,
+          .o_head = p.head_dim_v,
+          .k_row = p.k_row,
+          .k_head = p.k_head,
+          .v_row = p.v_row,
+          .v_head = p.v_head};
+}
+
 Status CudnnSdpa::run_packed(const SdpaPacked& p) {
   if (p.num_rows <= 0 || p.num_rows > p.num_keys) return Error{"cuDNN SDPA: packed rows out of range"};
   const std::int64_t q_end = p.num_rows * p.q_row, o_end = p.num_rows * p.o_row, k_end = p.num_keys * p.k_row,
                      v_end = p.num_keys * p.v_row;
   if (std::max({q_end, o_end, k_end, v_end}) > std::numeric_limits<std::int32_t>::max())
     return Error{"cuDNN SDPA: a packed sequence of more than 2^31 elements"};
-  const GraphSpec spec{.paged = 0,
-                       .causal = 1,
-                       .b = 1,
-                       .hq = p.num_heads,
-                       .hk = p.num_heads,
-                       .sq = pow2_at_least(p.num_rows, 64),
-                       .skv = pow2_at_least(p.num_keys, 64),
-                       .dqk = p.head_dim_qk,
-                       .dv = p.head_dim_v,
-                       .q_row = p.q_row,
-                       .q_head = p.head_dim_qk,
-                       .o_row = p.o_row,
-                       .o_head = p.head_dim_v,
-                       .k_row = p.k_row,
-                       .k_head = p.k_head,
-                       .v_row = p.v_row,
-                       .v_head = p.v_head};
-  SLUICE_TRY_ASSIGN(plan, plan_for(spec, /*may_defer=*/false));  // MLA has no other path to wait on
+  const GraphSpec spec = packed_spec(p);
+  SLUICE_TRY_ASSIGN(plan, plan_for(spec, /*may_defer=*/false));  // MLA has no other path: built or waited for
   // [seq_len_q][seq_len_kv][q offsets 2][o offsets 2][k offsets 2][v offsets 2], 16-byte sections.
   packed_host_ = {p.num_rows, 0, 0, 0, p.num_keys, 0, 0, 0, 0, static_cast<std::int32_t>(q_end), 0, 0,
                   0, static_cast<std::int32_t>(o_end), 0, 0, 0, static_cast<std::int32_t>(k_end), 0, 0,

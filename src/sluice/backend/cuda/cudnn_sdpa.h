@@ -155,6 +155,11 @@ class CudnnSdpa {
   // builds the rest in 45-71 ms (S14-lead-2: 288 plans in 24 s).
   Result<SdpaServingPlans> build_plans_before_serving(const SdpaStepShape& shape, const SdpaServingBounds& bounds,
                                                       double max_wait_s);
+  // The same for run_packed's calls of these dims (pointers unused; MLA's
+  // prefill classes, mla_attention.h). run_packed cannot decline: it takes a
+  // plan the builder made, waits for the one it is making, and builds one
+  // still queued in line.
+  Result<SdpaServingPlans> build_packed_plans_before_serving(std::span<const SdpaPacked> calls, double max_wait_s);
 
   struct Api;
   struct Plan;
@@ -190,6 +195,10 @@ class CudnnSdpa {
   Call add_call(std::span<const Entry> entries, bool paged, bool causal, bool stats);
   std::int64_t add_section(std::int64_t count);  // int32 elements, 16-byte aligned
   GraphSpec spec_of(const Call& call) const;
+  static GraphSpec packed_spec(const SdpaPacked& packed);
+  // Queues the specs not yet asked for on the builder thread and waits up to
+  // max_wait_s for it to be idle.
+  Result<SdpaServingPlans> queue_and_wait(std::span<const GraphSpec> specs, double max_wait_s);
   Status run_call(const Call& call, const SdpaLayer& l, void* out, void* stats);
 
   // The plan of a shape class; null while the builder thread makes it
@@ -211,12 +220,13 @@ class CudnnSdpa {
   void* build_handle_ = nullptr;  // the builder's cudnnHandle_t; null: plans are built in line
   std::thread builder_;
   std::mutex mutex_;
-  std::condition_variable wake_, idle_;
+  std::condition_variable wake_, idle_, progress_;  // progress_: after each build
   std::deque<GraphSpec> queue_;
   std::set<Key> asked_;
   std::map<Key, std::unique_ptr<Plan>> built_;
   std::map<Key, std::string> refused_;
   bool building_ = false, stopping_ = false;
+  Key building_key_{};  // while building_
 
   // The prepared step: one whole call, or a split (pieces, tails, combine).
   SdpaStepShape shape_;

@@ -153,23 +153,62 @@ void MlaAttention::run_prefill(const MlaStep& step, const SequenceLayout& seq, s
   });
 }
 
+bool mla_cudnn_prefill_supported(const MlaShape& s, std::int64_t cudnn_version) {
+  // QK 192 with V 128 arrived in cuDNN 9.19.
+  return cudnn_sdpa_unsupported(1, 1, s.qk_head_dim(), s.v_head_dim, 1).empty() &&
+         (s.qk_head_dim() == s.v_head_dim || cudnn_version >= 91900);
+}
+
+std::int64_t mla_cudnn_prefill_group(const MlaShape& s, std::int64_t context) {
+  const std::int64_t qk = s.qk_head_dim(), kv_width = s.qk_nope_head_dim + s.v_head_dim;
+  const auto bucket = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(context, 1))));
+  const auto fit = std::clamp<std::int64_t>(kPrefillKvBudgetBytes / (bucket * (kv_width + qk) * 2), 1, s.num_heads);
+  return static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(fit)));
+}
+
+SdpaPacked mla_cudnn_prefill_call(const MlaShape& s, std::int32_t group_heads, std::int32_t num_rows,
+                                  std::int32_t num_keys) {
+  const std::int64_t qk = s.qk_head_dim(), kv_width = s.qk_nope_head_dim + s.v_head_dim;
+  return SdpaPacked{.num_heads = group_heads,
+                    .head_dim_qk = static_cast<std::int32_t>(qk),
+                    .head_dim_v = s.v_head_dim,
+                    .q_row = s.num_heads * qk,
+                    .o_row = static_cast<std::int64_t>(s.num_heads) * s.v_head_dim,
+                    .k_row = group_heads * qk,
+                    .k_head = qk,
+                    .v_row = group_heads * kv_width,
+                    .v_head = kv_width,
+                    .num_rows = num_rows,
+                    .num_keys = num_keys,
+                    .scale = s.softmax_scale};
+}
+
+std::vector<SdpaPacked> mla_cudnn_prefill_classes(const MlaShape& s, std::int32_t max_rows, std::int32_t max_keys) {
+  std::vector<SdpaPacked> calls;
+  const std::int64_t last_keys = pow2_at_least(max_keys, 64), last_rows = pow2_at_least(max_rows, 64);
+  for (std::int64_t keys = 64; keys <= last_keys; keys *= 2) {
+    // Contexts of up to 64 keys share the 64 class; their groups may differ.
+    for (std::int64_t context = keys == 64 ? 1 : keys; context <= keys; context *= 2) {
+      const std::int64_t group = mla_cudnn_prefill_group(s, context);
+      for (std::int64_t rows = 64; rows <= std::min(keys, last_rows); rows *= 2)
+        for (std::int64_t g : {group, s.num_heads % group})  // the last group may be short
+          if (g > 0)
+            calls.push_back(mla_cudnn_prefill_call(s, static_cast<std::int32_t>(g), static_cast<std::int32_t>(rows),
+                                                   static_cast<std::int32_t>(keys)));
+    }
+  }
+  return calls;
+}
+
 bool MlaAttention::run_prefill_cudnn(const MlaStep& step, const SequenceLayout& seq, std::int32_t seq_index,
                                      const MlaInputs& in, Tensor out) {
   const MlaShape& s = *shape_;
   const std::int64_t nope = s.qk_nope_head_dim, rope = s.qk_rope_head_dim, v_dim = s.v_head_dim;
   const std::int64_t qk = nope + rope, kv_width = nope + v_dim;
-  // QK 192 with V 128 arrived in cuDNN 9.19; a refusal is remembered (and logged once).
-  if (cudnn_refused_ ||
-      !cudnn_sdpa_unsupported(1, 1, static_cast<std::int32_t>(qk), static_cast<std::int32_t>(v_dim), 1).empty() ||
-      (qk != v_dim && step.cudnn->version() < 91900))
-    return false;
+  // A refusal is remembered (and logged once).
+  if (cudnn_refused_ || !mla_cudnn_prefill_supported(s, step.cudnn->version())) return false;
   const std::int64_t context = static_cast<std::int64_t>(seq.num_computed_tokens) + seq.num_rows;
-  // Groups sized for the context's power-of-two bucket, a power of two of
-  // heads: the same few graph shapes (cuDNN plans) for every chunk of a prompt.
-  const auto bucket = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(context)));
-  const auto fit = std::clamp<std::int64_t>(kPrefillKvBudgetBytes / (bucket * (kv_width + qk) * 2), 1, s.num_heads);
-  const auto group = static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(fit)));
-  const std::int64_t heads = s.num_heads;
+  const std::int64_t group = mla_cudnn_prefill_group(s, context);
   // keys: the group's whole QK heads ([k_nope | k_rope], qk bf16 a head and position).
   return for_each_prefill_group(step, seq_index, context, group, qk * 2, in, [&](const PrefillGroup& pg) {
     const std::int64_t h0 = pg.h0, g = pg.g;
@@ -177,22 +216,12 @@ bool MlaAttention::run_prefill_cudnn(const MlaStep& step, const SequenceLayout& 
     launch_mla_concat_k(pg.kv, pg.k_rope, pg.keys, static_cast<std::int32_t>(context), static_cast<std::int32_t>(g),
                         static_cast<std::int32_t>(nope), static_cast<std::int32_t>(rope),
                         static_cast<std::int32_t>(kv_width), step.launch);
-    const SdpaPacked p{.q = static_cast<const std::uint16_t*>(in.q.data) + (seq.row_begin * heads + h0) * qk,
-                       .out = static_cast<std::uint16_t*>(out.data) + (seq.row_begin * heads + h0) * v_dim,
-                       .k = pg.keys,
-                       .v = kv + nope,
-                       .num_heads = static_cast<std::int32_t>(g),
-                       .head_dim_qk = static_cast<std::int32_t>(qk),
-                       .head_dim_v = static_cast<std::int32_t>(v_dim),
-                       .q_row = heads * qk,
-                       .o_row = heads * v_dim,
-                       .k_row = g * qk,
-                       .k_head = qk,
-                       .v_row = g * kv_width,
-                       .v_head = kv_width,
-                       .num_rows = seq.num_rows,
-                       .num_keys = static_cast<std::int32_t>(context),
-                       .scale = s.softmax_scale};
+    SdpaPacked p = mla_cudnn_prefill_call(s, static_cast<std::int32_t>(g), seq.num_rows,
+                                          static_cast<std::int32_t>(context));
+    p.q = static_cast<const std::uint16_t*>(in.q.data) + (seq.row_begin * s.num_heads + h0) * qk;
+    p.out = static_cast<std::uint16_t*>(out.data) + (seq.row_begin * s.num_heads + h0) * v_dim;
+    p.k = pg.keys;
+    p.v = kv + nope;
     if (const Status ran = step.cudnn->run_packed(p); !ran.ok()) {
       spdlog::warn("MLA prefill attention cudnn: {}; our kernels run MLA prefill from now on", ran.error_message());
       cudnn_refused_ = true;

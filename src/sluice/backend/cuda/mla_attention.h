@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "sluice/backend/cuda/batched_gemm.h"
 #include "sluice/backend/cuda/cudnn_sdpa.h"
@@ -102,5 +103,19 @@ class MlaAttention {
 
 // Ceiling on a prefill group's decompressed [k_nope | v] buffer.
 inline constexpr std::int64_t kPrefillKvBudgetBytes = 512LL << 20;
+
+// Whether cuDNN (of this cudnnGetVersion()) takes MLA prefill of these dims.
+bool mla_cudnn_prefill_supported(const MlaShape& shape, std::int64_t cudnn_version);
+// cuDNN prefill's heads a group for a sequence of `context` keys: sized for
+// the context's power-of-two bucket, a power of two, so every chunk of a
+// prompt asks for the same few graph shapes (cuDNN plans).
+std::int64_t mla_cudnn_prefill_group(const MlaShape& shape, std::int64_t context);
+// The dims of one group's cuDNN call (SdpaPacked without its pointers).
+SdpaPacked mla_cudnn_prefill_call(const MlaShape& shape, std::int32_t group_heads, std::int32_t num_rows,
+                                  std::int32_t num_keys);
+// One call of each shape class that prefill chunks of up to max_rows rows
+// over up to max_keys keys ask cuDNN for (build_packed_plans_before_serving).
+std::vector<SdpaPacked> mla_cudnn_prefill_classes(const MlaShape& shape, std::int32_t max_rows,
+                                                  std::int32_t max_keys);
 
 }  // namespace sluice::cuda
