@@ -127,11 +127,13 @@ HardwareSpec h200_sluice_cuda_deepseek_v3() {
   //  - the MoE layer at 4,096 tokens, routing, permutation and combine
   //    included: 5.6 ms (S12, 515 TFLOP/s; H100 5.3-5.6 ms, S29-S30): 0.33
   //    of the 1,580 FP8 peak;
-  //  - dense FP8 linears: cuBLASLt's block-scaled GEMMs alone reach 1,112-1,268
-  //    TFLOP/s (0.70-0.80, S12); what runs per token around them (activation
-  //    quantization, norms, rope, the narrow q_a / kv_a GEMMs) is not split
-  //    for V3. V4's forward lost about half to that work outside mHC (S22-5):
-  //    assumed 0.45;
+  //  - dense FP8 linears with what runs per token around them (activation
+  //    quantization, norms, rope, the narrow q_a / kv_a GEMMs): fitted by
+  //    `sluice calibrate` on three whole-model traces of the truncated V3
+  //    (3 dense + 2 MoE layers) on an H100, this profile scaled to it: 0.544
+  //    (S33-2's burst), 0.541 (S34-1's serve bench), 0.558 (S34-2's burst).
+  //    The H100 has the H200's SMs and tensor peaks, so the share carries
+  //    over: 0.55 (cuBLASLt's block-scaled GEMMs alone reach 0.70-0.80, S12);
   //  - decode attention, the absorbed MQA over the latent (the whole op,
   //    eager): 128 heads at batch 64 x 8k, tensor-bound, 1.39-1.55 TB/s of
   //    latent (S26-2/3) = 336-375 TFLOP/s: 0.45 of 790; 16 heads a GPU
@@ -143,7 +145,7 @@ HardwareSpec h200_sluice_cuda_deepseek_v3() {
   //    at 3.54-3.64 TB/s (S12): 0.83 of 4.3 (experts are nearly all of a
   //    decode step's weight bytes).
   spec.efficiency.moe_compute = 0.33;
-  spec.efficiency.gemm_compute = 0.45;
+  spec.efficiency.gemm_compute = 0.55;
   spec.efficiency.attention_compute = 0.45;
   spec.efficiency.kv_bandwidth = 0.53;
   spec.attention_long_chunk_rows = 2;
