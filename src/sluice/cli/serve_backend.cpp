@@ -71,9 +71,12 @@ Result<ServeBackend> make_cuda([[maybe_unused]] const ServeBackendOptions& optio
   // cuDNN's prefill plans for every step this server can run, built before it
   // serves where asked (cuda_options.h): prefill rows up to
   // --max-num-batched-tokens, keys up to --max-model-len, up to 8 prompts a
-  // step (more are rare; their plans are built in the background).
+  // step (more are rare; their plans are built in the background). MLA's
+  // prefill cannot decline a step whose plan is not built (cudnn_sdpa.h's
+  // run_packed), so an MLA server always builds its plans, at the warm-up
+  // chunk (S34-4: built in line while serving, 33 steps of the V3 burst).
   CudaOptions cuda = options.cuda;
-  if (cuda.cudnn_plans_before_serving)
+  if (cuda.cudnn_plans_before_serving || profile.deepseek_v3_kernels)
     cuda.cudnn_serving_bounds = {.num_q_heads = profile.num_attention_heads,
                                  .max_step_rows = options.max_num_batched_tokens,
                                  .max_keys = options.max_model_len_tokens,

@@ -271,7 +271,9 @@ struct CudaOptions {
   // runs no kernel beside the chunk, so it keeps the quick start.
   bool cudnn_plans_before_serving = false;
   // The steps that server will run (cudnn_plan_classes.h): where set,
-  // allocate_kv_cache builds every cuDNN plan they can ask for.
+  // allocate_kv_cache builds every cuDNN plan they can ask for (GQA), or the
+  // first MLA prefill does (MLA's classes, mla_attention.h; serve sets them
+  // for every MLA model, whose prefill cannot decline a step).
   cuda::SdpaServingBounds cudnn_serving_bounds;
   // How long start-up waits for them; the builder thread makes the rest
   // while serving (the likeliest classes come first).
