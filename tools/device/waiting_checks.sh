@@ -11,7 +11,8 @@
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
-#   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 6   # the burst against it (after 5, same machine)
+#   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 6   # the burst against it (after 5, same machine;
+#                                                                 # alone, it makes the checkpoint first: MOE_LAYERS=0 is quickest)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -112,11 +113,24 @@ case ${1:-1} in
     # 4k-32k (its max_position_embeddings); then calibrate on the sluice run's step trace.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
     model=${MODEL_DIR:-$HOME/sluice-deepseek-v3-fp8}
+    # Alone on a fresh machine: the checkpoint first (MOE_LAYERS=0, 3 dense layers: 77 s on an H100).
+    if [ ! -f "$model/config.json" ]; then
+      SLUICE_BIN=$bin/sluice MODEL_DIR=$model OUT=$base/make bash tools/device/deepseek_serve.sh make > "$base/make.txt" 2>&1
+      echo "##### make-model (MOE_LAYERS=${MOE_LAYERS:-3}) rc $? at $(elapsed) s"
+    fi
     SLUICE_BIN=$bin/sluice POLICIES="sluice prefill-first" PER_POLICY_S=${PER_POLICY_S:-200} OUT=$base/v3burst \
       bash tools/device/burst_bench.sh --model "$model" > "$base/v3burst.txt" 2>&1
     echo "##### burst rc $? at $(elapsed) s"; tail -14 "$base/v3burst.txt"
     "$bin/sluice" calibrate --model "$model" --trace "$base/v3burst/steps-sluice.jsonl" > "$base/v3burst_calibrate.txt" 2>&1
     echo "##### calibrate rc $? at $(elapsed) s"; cat "$base/v3burst_calibrate.txt"
+    # MLA's cuDNN plans before serving (S34-4): the log line, and the steps that still built one.
+    grep -h "MLA prefill attention cudnn\|largest prefill chunk" "$base/v3burst/logs.txt" | cut -c1-200
+    python3 - "$base/v3burst/steps-sluice.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+setup = [r for r in rows if r.get("setup_ms", 0) > 0]
+print(f"sluice steps with setup on their path: {len(setup)} of {len(rows)}, {sum(r['setup_ms'] for r in setup):.0f} ms")
+PY
     tar -C "$base" -czf "$base/v3burst_logs.tgz" v3burst && rm -rf "$base/v3burst"
     ;;
   *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6" >&2; exit 2 ;;
