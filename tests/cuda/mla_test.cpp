@@ -28,6 +28,7 @@
 
 #include "sluice/backend/cpu/cpu_ops.h"
 #include "sluice/backend/cuda/cudnn_sdpa.h"
+#include "sluice/common/setup_time.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -149,6 +150,9 @@ struct MlaCase {
   // The CUDA cache filled with NaN before the first step: every kernel must
   // keep the slots past a row's context (a block's tail) out of its result.
   bool nan_kv_cache = false;
+  // Set (max_step_rows > 0): a server's options, plans on the builder thread
+  // and MLA's classes within these bounds queued at the first prefill.
+  cuda::SdpaServingBounds cudnn_serving_bounds;
 };
 
 class MlaHarness {
@@ -162,10 +166,15 @@ class MlaHarness {
                       .v_head_dim = c.v_head_dim,
                       .kv_lora_rank = c.kv_lora_rank,
                       .softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.qk_nope_head_dim + c.qk_rope_head_dim))};
-    auto cuda = make_cuda_ops({.scratch_bytes = 256LL << 20,
-                               .use_cuda_graphs = c.decode_steps_with_graphs,
-                               .prefill_attention = prefill,
-                               .mla_kernels = kernels});
+    CudaOptions options{.scratch_bytes = 256LL << 20,
+                        .use_cuda_graphs = c.decode_steps_with_graphs,
+                        .prefill_attention = prefill,
+                        .mla_kernels = kernels};
+    if (c.cudnn_serving_bounds.max_step_rows > 0) {
+      options.cudnn_plans_in_background = true;
+      options.cudnn_serving_bounds = c.cudnn_serving_bounds;
+    }
+    auto cuda = make_cuda_ops(options);
     SLUICE_CHECK_MSG(cuda.ok(), cuda.error_message());
     cuda_ = std::move(cuda).value();
 
@@ -499,6 +508,27 @@ TEST_F(CudaMlaCudnnPrefill, ChunksOverPrefixesWithDecodes) {
 // DeepSeek-V3's 128 heads over a 1.5k prefix.
 TEST_F(CudaMlaCudnnPrefill, AllHeadsLongerPrefix) {
   run({.name = "cudnn 128 heads", .num_heads = 128, .seqs = {{.prefix_tokens = 1500, .num_rows = 200}}}, 9300);
+}
+
+// A server's MLA (serve's bounds, plans on the builder thread): the first
+// prefill queues every class within the bounds and waits for them, so a
+// later chunk of another class builds nothing on its path (S34-4: in line,
+// 45-150 ms a plan and 1.1 s for the first of a kind, the burst's longest gap).
+TEST(CudaMlaCudnnPlans, ChunksWithinTheBoundsBuildNoPlanOnTheirPath) {
+  const MlaCase c{.name = "cudnn plans before serving",
+                  .seqs = {{.prefix_tokens = 300, .num_rows = 200}, {.prefix_tokens = 40, .num_rows = 90}},
+                  .cudnn_serving_bounds = {.num_q_heads = 16, .max_step_rows = 512, .max_keys = 1024,
+                                           .max_sequences = 2}};
+  MlaHarness harness(c, cuda::MlaKernels::tensor_core, 9400, cuda::PrefillAttention::cudnn);
+  harness.run_step({{0, 300}, {0, 40}}, "the first prefill (plans queued)");
+  const double setup_before = total_setup_ms();
+  // Keys 500 and 130 with rows 200 and 90: classes the first step did not use.
+  harness.run_step({{300, 500}, {40, 130}}, "chunks of other classes");
+  auto probe = cuda::CudnnSdpa::open(nullptr);
+  if (probe.ok() && (*probe)->version() >= 91900) {
+    EXPECT_GT(harness.cudnn_runs(), 0);
+    EXPECT_EQ(total_setup_ms(), setup_before) << "a plan was built on the second step's path";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
