@@ -145,6 +145,7 @@ std::map<std::string, std::vector<TokenId>> through_engine(bool prefix_caching, 
     const std::int32_t chunk = std::min(max_num_batched_tokens, 512);
     EXPECT_EQ(prefill->shape.num_computed_tokens, 512 - chunk);
     EXPECT_EQ(prefill->shape.num_new_tokens, chunk);
+    EXPECT_FALSE(prefill->free_bytes_after.has_value()) << "the CPU backend has no device memory to report";
     // Contexts 128, 256 and 512 (the model's limit) over 1,024 tokens of cache.
     EXPECT_EQ(backend->info().max_model_len_tokens, 512);
     auto warmed = warm_decode_lane(**lane, backend->info(), config.max_num_seqs, 512);

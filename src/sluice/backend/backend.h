@@ -47,6 +47,9 @@ class Backend {
     (void)num_blocks;
     return Error{"the " + info().name + " backend has no host KV tier"};
   }
+  // (optional) Free device memory now (the first rank's device), for the
+  // start-up log; nullopt where the backend has no device memory.
+  virtual std::optional<std::int64_t> device_memory_free_bytes() const { return std::nullopt; }
   // (optional) A second backend over this one's weights and KV pages, with
   // its own stream, scratch and graphs: it may execute a batch while this one
   // executes another, on another thread, when the two batches' sequences are

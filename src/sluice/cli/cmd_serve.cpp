@@ -285,8 +285,12 @@ Result<std::shared_ptr<server::ModelContext>> load_model(const ServeArgs& args) 
   // The largest step's memory, taken before serving (prefill_warmup.h).
   if (args.device == "cuda") {
     SLUICE_TRY_ASSIGN(prefill, warm_largest_prefill(*backend, engine_config.max_num_batched_tokens));
-    spdlog::info("the largest prefill chunk ran before serving: {} tokens after {} in {:.1f} s",
-                 prefill.shape.num_new_tokens, prefill.shape.num_computed_tokens, prefill.seconds);
+    spdlog::info("the largest prefill chunk ran before serving: {} tokens after {} in {:.1f} s{}",
+                 prefill.shape.num_new_tokens, prefill.shape.num_computed_tokens, prefill.seconds,
+                 prefill.free_bytes_after
+                     ? fmt::format("; {:.2f} GiB of device memory free after it",
+                                   *prefill.free_bytes_after / 1073741824.0)
+                     : std::string());
   }
   SLUICE_TRY_ASSIGN(decode_lane, make_decode_lane(*backend, engine_config));
   // Kernels load lazily on a GPU only; the sim and the CPU have none to load.

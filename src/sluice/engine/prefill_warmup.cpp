@@ -40,7 +40,8 @@ Result<PrefillWarmup> warm_largest_prefill(Backend& backend, std::int32_t max_nu
   if (output->sequences.size() != 1 || !output->sequences.front().token)
     return Error{"a prefill warm-up step sampled no token"};
   return PrefillWarmup{.shape = shape,
-                       .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+                       .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                       .free_bytes_after = backend.device_memory_free_bytes()};
 }
 
 }  // namespace sluice

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "sluice/backend/backend.h"
 #include "sluice/common/backend_info.h"
@@ -31,6 +32,10 @@ PrefillWarmupShape largest_prefill_chunk(const BackendInfo& info, std::int32_t m
 struct PrefillWarmup {
   PrefillWarmupShape shape;
   double seconds = 0.0;
+  // Device memory free after it (Backend::device_memory_free_bytes): the
+  // headroom the largest step leaves, against the activation reserve the
+  // memory plan set aside.
+  std::optional<std::int64_t> free_bytes_after;
 };
 
 // Runs that chunk as one greedy step on `backend` (token id 0 throughout).

@@ -46,6 +46,8 @@ class ModelRunner final : public Backend {
     return fmt::format("the tensor-parallel group is down: {}", *reason);
   }
 
+  std::optional<std::int64_t> device_memory_free_bytes() const override { return ops_->device_memory_free_bytes(); }
+
   Status allocate_host_kv_cache(std::int32_t num_blocks) override {
     if (info_.kv_bytes_per_block == 0) return Error{"the " + info_.name + " ops have no host KV tier"};
     return ops_->allocate_host_kv_cache(num_blocks);
