@@ -113,6 +113,12 @@ case ${1:-1} in
     # 4k-32k (its max_position_embeddings); then calibrate on the sluice run's step trace.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
     model=${MODEL_DIR:-$HOME/sluice-deepseek-v3-fp8}
+    # MLA's plans before serving at the kernel level first, where the pack has the suite.
+    if [ -x "$bin/cuda_kernel_test" ]; then
+      timeout 120 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaMlaCudnnPlans.*:CudaMlaCudnnPrefill.*' \
+        > "$base/mla_plans_test.txt" 2>&1
+      echo "##### CudaMlaCudnnPlans rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |Failure" "$base/mla_plans_test.txt"
+    fi
     # Alone on a fresh machine: the checkpoint first (MOE_LAYERS=0, 3 dense layers: 77 s on an H100).
     if [ ! -f "$model/config.json" ]; then
       SLUICE_BIN=$bin/sluice MODEL_DIR=$model OUT=$base/make bash tools/device/deepseek_serve.sh make > "$base/make.txt" 2>&1
