@@ -155,6 +155,14 @@ class CudaOps final : public Ops {
     return Ok{};
   }
 
+  // The serving bounds' longest key range: no sequence holds more keys than the cache.
+  std::int32_t serving_max_keys() const {
+    const std::int64_t capacity = kv_spec_.num_blocks * static_cast<std::int64_t>(kv_spec_.block_size_tokens);
+    const std::int32_t asked = options_.cudnn_serving_bounds.max_keys;
+    return static_cast<std::int32_t>(asked > 0 ? std::min<std::int64_t>(asked, capacity)
+                                               : std::min<std::int64_t>(capacity, 1 << 30));
+  }
+
   // Every cuDNN plan the server's steps can ask for (cuda_options.h's
   // cudnn_serving_bounds), built now.
   Status build_cudnn_plans_before_serving() {
@@ -162,10 +170,7 @@ class CudaOps final : public Ops {
     if (cudnn_ == nullptr || !options_.cudnn_plans_in_background || bounds.max_step_rows <= 0 ||
         !cuda::prefill_kernel_supports(kv_spec_.head_dim))
       return Ok{};
-    // No sequence holds more keys than the cache.
-    const std::int64_t capacity = kv_spec_.num_blocks * static_cast<std::int64_t>(kv_spec_.block_size_tokens);
-    bounds.max_keys = static_cast<std::int32_t>(
-        bounds.max_keys > 0 ? std::min<std::int64_t>(bounds.max_keys, capacity) : std::min<std::int64_t>(capacity, 1 << 30));
+    bounds.max_keys = serving_max_keys();
     const std::int32_t hd = kv_spec_.head_dim, hk = kv_spec_.num_kv_heads;
     if (!cuda::cudnn_sdpa_unsupported(bounds.num_q_heads, hk, hd, hd, kv_spec_.block_size_tokens).empty()) return Ok{};
     const std::int64_t row_elems = static_cast<std::int64_t>(bounds.num_q_heads) * hd;
@@ -494,13 +499,11 @@ class CudaOps final : public Ops {
   // (S34-2). Without bounds (no server), plans are built where asked.
   Status build_mla_cudnn_plans_before_serving(cuda::CudnnSdpa& sdpa, const MlaShape& shape) {
     mla_plans_asked_ = true;
-    cuda::SdpaServingBounds bounds = options_.cudnn_serving_bounds;
+    const cuda::SdpaServingBounds& bounds = options_.cudnn_serving_bounds;
     if (!options_.cudnn_plans_in_background || bounds.max_step_rows <= 0 ||
         !cuda::mla_cudnn_prefill_supported(shape, sdpa.version()))
       return Ok{};
-    const std::int64_t capacity = kv_spec_.num_blocks * static_cast<std::int64_t>(kv_spec_.block_size_tokens);
-    const auto max_keys = static_cast<std::int32_t>(
-        bounds.max_keys > 0 ? std::min<std::int64_t>(bounds.max_keys, capacity) : std::min<std::int64_t>(capacity, 1 << 30));
+    const std::int32_t max_keys = serving_max_keys();
     const std::vector<cuda::SdpaPacked> calls = cuda::mla_cudnn_prefill_classes(shape, bounds.max_step_rows, max_keys);
     SLUICE_TRY_ASSIGN(done, sdpa.build_packed_plans_before_serving(calls, options_.cudnn_serving_wait_s));
     spdlog::info("MLA prefill attention cudnn: {} of {} plans built at the first prefill (chunks of <= {} rows over "

@@ -20,15 +20,21 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The current device's stream-order pool, where every allocation here comes from.
+cudaMemPool_t default_pool() {
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  SLUICE_CUDA_CHECK(cudaGetDevice(&device));
+  SLUICE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  return pool;
+}
+
 // Keeps what stream-ordered frees give back for the next allocation instead
 // of returning it to the driver at every synchronisation, without making
 // streams wait for each other.
 void keep_freed_memory_pooled() {
   static const bool done = [] {
-    int device = 0;
-    cudaMemPool_t pool = nullptr;
-    SLUICE_CUDA_CHECK(cudaGetDevice(&device));
-    SLUICE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    cudaMemPool_t pool = default_pool();
     std::uint64_t threshold = UINT64_MAX;
     SLUICE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     // Nor may one lane's allocation reuse memory that the other lane freed
@@ -73,10 +79,7 @@ cudaError_t malloc_trimming_on_failure(void** data, std::int64_t bytes, cudaStre
   if (status != cudaErrorMemoryAllocation) return status;
   cudaGetLastError();  // the failure is handled here
   if (settled != nullptr) SLUICE_CUDA_CHECK(cudaStreamSynchronize(settled));
-  int device = 0;
-  cudaMemPool_t pool = nullptr;
-  SLUICE_CUDA_CHECK(cudaGetDevice(&device));
-  SLUICE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  cudaMemPool_t pool = default_pool();
   std::uint64_t reserved = 0, used = 0;
   SLUICE_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
   SLUICE_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
@@ -157,10 +160,8 @@ bool DeviceBuffer::ensure(std::int64_t bytes, cudaStream_t stream) {
   // Doubling keeps growth rare; where twice the old size does not fit, the
   // size asked for may.
   const std::int64_t doubled = std::max(bytes, 2 * capacity_);
-  capacity_ = doubled;
-  if (doubled > bytes && malloc_in_stream_order(&data_, doubled, stream) == cudaSuccess) return true;
-  capacity_ = bytes;
-  SLUICE_CUDA_CHECK(malloc_in_stream_order(&data_, capacity_, stream));
+  capacity_ = doubled > bytes && malloc_in_stream_order(&data_, doubled, stream) == cudaSuccess ? doubled : bytes;
+  if (capacity_ == bytes) SLUICE_CUDA_CHECK(malloc_in_stream_order(&data_, bytes, stream));
   return true;
 }
 
