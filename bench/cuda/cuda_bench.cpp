@@ -1081,9 +1081,6 @@ void bench_decode_variants(bool quick) {
   // default row after them shows the effect.
   const Variant variants[] = {
       {"default", bench_options(), false, false, true},
-      // Session 35: the add_rms_norm before q|k|v and gate|up as those GEMVs' prologue.
-      {"norm in the GEMV prologue",
-       with([](CudaOptions& o) { o.decode_norm_fusion = cuda::DecodeNormFusion::gemv_prologue; }), false, true, true},
       // Session 12 (gqadec): both fusions off (session 11's kernels), then each alone.
       {"session 11 kernels (combine kernel, RoPE/KV write kernel)", session11, false, true, true},
       {"split-KV merge in a combine kernel",

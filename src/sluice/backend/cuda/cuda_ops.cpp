@@ -64,8 +64,6 @@ class CudaOps final : public Ops {
     cuda::prepare_grouped_gemm_fp8();
     split_arrivals_.ensure(kSplitArrivals * static_cast<std::int64_t>(sizeof(int)), stream_);
     SLUICE_CUDA_CHECK(cudaMemsetAsync(split_arrivals_.data(), 0, kSplitArrivals * sizeof(int), stream_));
-    norm_arrivals_.ensure(sizeof(unsigned), stream_);
-    SLUICE_CUDA_CHECK(cudaMemsetAsync(norm_arrivals_.data(), 0, sizeof(unsigned), stream_));
   }
   ~CudaOps() override {
     graphs_.abort_capture();
@@ -269,15 +267,6 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(residual.numel(), out.numel());
     SLUICE_CHECK_EQ(weight.numel(), x.cols());
     if (!launching()) return;
-    if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing &&
-        options_.decode_norm_fusion == cuda::DecodeNormFusion::gemv_prologue && gemv_takes(x.rows()) &&
-        cuda::gemv_norm_fits(x.rows(), x.cols()) && residual.dtype == DType::bf16 && x.dtype == DType::bf16 &&
-        out.dtype == DType::bf16 && residual.data != out.data && x.data != out.data && residual.data != x.data) {
-      deferred_norm_ = DeferredNorm{.residual = residual.data, .x = x.data, .weight = weight.data,
-                                    .w_dt = dt_of(weight.dtype), .eps = eps, .out = out.data, .rows = x.rows(),
-                                    .cols = x.cols()};
-      return;  // the prologue of the GEMV that reads `out`, or its own kernel before the next op
-    }
     cuda::launch_add_rms_norm(residual.data, dt_of(residual.dtype), x.data, dt_of(x.dtype),
                               weight.data, dt_of(weight.dtype), eps, x.rows(), x.cols(), out.data,
                               dt_of(out.dtype), launch_);
@@ -332,18 +321,12 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(w_qkv.rows(), q.cols() + k.cols() + v.cols());
     for (const Tensor* t : {&q, &k, &v}) SLUICE_CHECK_EQ(t->rows(), x.rows());
     SLUICE_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f32);
-    if (replaying()) return;
-    const bool defer = graphs_.mode() == cuda::DecodeGraphs::Mode::capturing &&
-                       options_.decode_rope_fusion == cuda::DecodeRopeFusion::qkv_epilogue && q.dtype == DType::bf16 &&
-                       k.cols() == v.cols() && biases[0].data == nullptr && biases[1].data == nullptr &&
-                       biases[2].data == nullptr;
-    // Taken before launching() would launch it as its own kernel.
-    const std::optional<cuda::GemvNorm> norm = defer ? take_deferred_norm(x) : std::nullopt;
     if (!launching()) return;
-    if (defer) {
+    if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing &&
+        options_.decode_rope_fusion == cuda::DecodeRopeFusion::qkv_epilogue && q.dtype == DType::bf16 &&
+        k.cols() == v.cols() && biases[0].data == nullptr && biases[1].data == nullptr && biases[2].data == nullptr) {
       deferred_qkv_ = DeferredQkv{.x = x.data, .w = w_qkv.data, .q = q.data, .k = k.data, .v = v.data,
-                                  .rows = x.rows(), .cols = x.cols(), .q_cols = q.cols(), .kv_cols = k.cols(),
-                                  .norm = norm};
+                                  .rows = x.rows(), .cols = x.cols(), .q_cols = q.cols(), .kv_cols = k.cols()};
       return;  // launched by attention() (with RoPE and the page write) or the next op
     }
     cuda::GemvOutputs outs;
@@ -376,12 +359,9 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(x.cols(), w_gate_up.cols());
     SLUICE_CHECK_EQ(w_gate_up.rows(), 2 * out.cols());
     SLUICE_CHECK_EQ(out.rows(), x.rows());
-    if (replaying()) return;
-    const std::optional<cuda::GemvNorm> norm = take_deferred_norm(x);  // before launching() launches it
     if (!launching()) return;
     SLUICE_CHECK(cuda::launch_gemv_swiglu(x.data, w_gate_up.data, out.data, dt_of(out.dtype), x.rows(),
-                                          out.cols(), x.cols(), launch_, norm.value_or(cuda::GemvNorm{})));
-    if (norm) ++norm_prologue_launches_;
+                                          out.cols(), x.cols(), launch_));
   }
 
   void rope(Tensor q, Tensor k, const RopeParams& params) override {
@@ -392,7 +372,6 @@ class CudaOps final : public Ops {
     SLUICE_CHECK_EQ(q.cols() % head_dim, std::int64_t{0});
     SLUICE_CHECK_EQ(k.cols() % head_dim, std::int64_t{0});
     if (replaying()) return;
-    flush_deferred_norm();
     // A deferred q|k|v GEMV that wrote these q and k stays deferred: the
     // attention op after this may run it with this RoPE as its epilogue.
     if (!(deferred_qkv_ && deferred_qkv_->q == q.data && deferred_qkv_->k == k.data)) flush_deferred_qkv();
@@ -442,7 +421,6 @@ class CudaOps final : public Ops {
       args.prefill_split_workspace = scratch_.allocate(cuda::prefill_split_workspace_bytes(view_, args));
     attention_q_heads_ = num_q_heads;
     if (replaying()) return;
-    flush_deferred_norm();
     if (!launch_deferred_qkv_rope(args, q, k, v)) write_kv_pages(args, q, k, v);
     if (!cuda::uses_cudnn(args.prefill_attention) || !cudnn_prefill(args, k, v)) {
       cuda::launch_attention_prefill(view_, args, launch_);
@@ -605,7 +583,6 @@ class CudaOps final : public Ops {
   cuda::Fp8GemmCounts fp8_gemm_counts() const { return gemm_.fp8_counts(); }
   const CudaOptions& options() const { return options_; }
   std::int64_t qkv_rope_epilogue_launches() const { return qkv_rope_epilogue_launches_; }
-  std::int64_t norm_prologue_launches() const { return norm_prologue_launches_; }
   std::int64_t cudnn_sdpa_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_runs(); }
   std::int64_t cudnn_sdpa_split_runs() const { return cudnn_ == nullptr ? 0 : cudnn_->num_split_runs(); }
   void cudnn_wait_for_plans() {
@@ -741,48 +718,9 @@ class CudaOps final : public Ops {
   // them); first launches a deferred RoPE, whose q and k the op may read.
   bool launching() {
     if (replaying()) return false;
-    flush_deferred_norm();
     flush_deferred_qkv();
     flush_deferred_rope();
     return true;
-  }
-
-  // Under capture (DecodeNormFusion::gemv_prologue), add_rms_norm on a
-  // decode batch defers: if the next op is the q|k|v GEMV (deferred in turn)
-  // or the gate|up GEMV reading its output, that GEMV computes it in its
-  // prologue (kernels/gemv_norm_prologue.cuh), else it runs as its own kernel
-  // first. The residual, x and the norm's output are the op's, untouched
-  // until then.
-  struct DeferredNorm {
-    void* residual;
-    const void* x;
-    const void* weight;
-    cuda::Dt w_dt;
-    float eps;
-    void* out;
-    std::int64_t rows, cols;
-  };
-  // The deferred norm as a GEMV prologue, if it writes `x` (the GEMV's input).
-  std::optional<cuda::GemvNorm> take_deferred_norm(const Tensor& x) {
-    if (!deferred_norm_ || deferred_norm_->out != x.data || deferred_norm_->rows != x.rows() ||
-        deferred_norm_->cols != x.cols())
-      return std::nullopt;
-    const DeferredNorm d = *deferred_norm_;
-    deferred_norm_.reset();
-    return cuda::GemvNorm{.residual = d.residual, .x = d.x, .weight = d.weight, .w_dt = d.w_dt, .eps = d.eps,
-                          .out = d.out, .arrivals = static_cast<unsigned*>(norm_arrivals_.data())};
-  }
-  void launch_norm_kernel(const cuda::GemvNorm& n, std::int64_t rows, std::int64_t cols) {
-    cuda::launch_add_rms_norm(n.residual, dt_of(DType::bf16), n.x, dt_of(DType::bf16), n.weight, n.w_dt, n.eps, rows, cols,
-                              n.out, dt_of(DType::bf16), launch_);
-  }
-  void flush_deferred_norm() {
-    if (!deferred_norm_) return;
-    const DeferredNorm d = *deferred_norm_;
-    deferred_norm_.reset();
-    launch_norm_kernel({.residual = d.residual, .x = d.x, .weight = d.weight, .w_dt = d.w_dt, .eps = d.eps,
-                        .out = d.out},
-                       d.rows, d.cols);
   }
 
   // Under capture (DecodeRopeFusion::qkv_epilogue), qkv_projection defers
@@ -795,13 +733,11 @@ class CudaOps final : public Ops {
     const void* w;
     void *q, *k, *v;
     std::int64_t rows, cols, q_cols, kv_cols;
-    std::optional<cuda::GemvNorm> norm;  // the add_rms_norm that makes x, taken into the prologue
   };
   void flush_deferred_qkv() {
     if (!deferred_qkv_) return;
     const DeferredQkv d = *deferred_qkv_;
     deferred_qkv_.reset();
-    if (d.norm) launch_norm_kernel(*d.norm, d.rows, d.cols);
     cuda::GemvOutputs outs;
     outs.num_parts = 3;
     outs.dt = dt_of(DType::bf16);
@@ -849,11 +785,9 @@ class CudaOps final : public Ops {
                                       .k_cache = const_cast<void*>(args.k_cache),
                                       .v_cache = const_cast<void*>(args.v_cache), .inv_freq = r.inv_freq,
                                       .num_q_heads = r.num_q_heads, .num_kv_heads = r.num_kv_heads,
-                                      .head_dim = r.head_dim, .block_size = kv_spec_.block_size_tokens,
-                                      .norm = d.norm.value_or(cuda::GemvNorm{})};
+                                      .head_dim = r.head_dim, .block_size = kv_spec_.block_size_tokens};
     if (!cuda::launch_gemv_qkv_rope(view_, fused, d.rows, d.cols, options_.gemv_split_k, launch_)) return false;
     ++qkv_rope_epilogue_launches_;
-    if (d.norm) ++norm_prologue_launches_;
     deferred_qkv_.reset();
     deferred_rope_.reset();
     return true;
@@ -889,7 +823,6 @@ class CudaOps final : public Ops {
   // the step's graph; a no-op for eager steps.
   void finish_step_graph() {
     if (graphs_.mode() == cuda::DecodeGraphs::Mode::capturing) {
-      flush_deferred_norm();
       flush_deferred_qkv();
       flush_deferred_rope();
     }
@@ -917,12 +850,7 @@ class CudaOps final : public Ops {
   cuda::DecodeGraphs graphs_;
   std::optional<DeferredRope> deferred_rope_;
   std::optional<DeferredQkv> deferred_qkv_;
-  std::optional<DeferredNorm> deferred_norm_;
   std::int64_t qkv_rope_epilogue_launches_ = 0;
-  std::int64_t norm_prologue_launches_ = 0;
-  // The norm prologue's arrival counter (GemvNorm::arrivals): zeroed once,
-  // left zeroed by every launch.
-  cuda::DeviceBuffer norm_arrivals_;
   // The split-KV kernels' arrival counters (AttentionArgs::split_arrivals):
   // zeroed once, left zeroed by every launch. 64k covers 8192 decode rows of
   // 8 kv heads; a step needing more merges in the combine kernel.
@@ -998,12 +926,6 @@ Result<std::int64_t> cuda_qkv_rope_epilogue_launches(const Ops& ops) {
   const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
   if (cuda_ops == nullptr) return Error{"cuda_qkv_rope_epilogue_launches: not a CUDA Ops"};
   return cuda_ops->qkv_rope_epilogue_launches();
-}
-
-Result<std::int64_t> cuda_norm_prologue_launches(const Ops& ops) {
-  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
-  if (cuda_ops == nullptr) return Error{"cuda_norm_prologue_launches: not a CUDA Ops"};
-  return cuda_ops->norm_prologue_launches();
 }
 
 Status cuda_cudnn_wait_for_plans(Ops& ops) {

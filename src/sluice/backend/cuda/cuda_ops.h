@@ -76,9 +76,6 @@ namespace sluice {
 // their epilogue (DecodeRopeFusion::qkv_epilogue; launches, not graph
 // replays): tests say the fused path ran instead of inferring it.
 [[nodiscard]] Result<std::int64_t> cuda_qkv_rope_epilogue_launches(const Ops& ops);
-// GEMVs that ran the add_rms_norm before them as their prologue
-// (CudaOptions::decode_norm_fusion); tests check that the fused path ran.
-[[nodiscard]] Result<std::int64_t> cuda_norm_prologue_launches(const Ops& ops);
 // Blocks until the cuDNN plans asked for so far are built
 // (CudaOptions::cudnn_plans_in_background); Ok at once where none are.
 [[nodiscard]] Status cuda_cudnn_wait_for_plans(Ops& ops);

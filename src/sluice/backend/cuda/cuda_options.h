@@ -144,16 +144,6 @@ enum class DecodeSplitMerge {
   combine_kernel,
 };
 
-// The add_rms_norm before the q|k|v and gate|up GEMVs of a decode step
-// captured as a graph (batches of at most gemv_max_rows rows, bf16).
-enum class DecodeNormFusion {
-  // Its own kernel (elementwise.cu's norm_bf16_kernel), as in eager steps.
-  kernel,
-  // The GEMV's prologue (kernels/gemv_norm_prologue.cuh): two kernels fewer
-  // a layer on the critical path of a batch-1 step; the same bits by test.
-  gemv_prologue,
-};
-
 // RoPE and the KV page write of a decode step captured as a graph.
 enum class DecodeRopeFusion {
   // The q|k|v GEMV's epilogue rotates q and k and writes k and v to their
@@ -262,7 +252,7 @@ struct CudaOptions {
   // --cuda-decode-split-plan.
   // Benchmark-only (cuda_bench's A/B rows): graph_buckets, gemv_split_k,
   // decode_split_merge, decode_split_tiles, decode_split_count,
-  // decode_split_stages, decode_split_loads, decode_rope_fusion, decode_norm_fusion, mla_kernels, fp8_dense_gemm,
+  // decode_split_stages, decode_split_loads, decode_rope_fusion, mla_kernels, fp8_dense_gemm,
   // moe_expert_gemm.
   // wgmma: the attention suite passed under both kernels on the H200 (S7-2);
   // wgmma runs chunks over long prefixes 1.18-1.27x faster, and the burst in
@@ -314,7 +304,6 @@ struct CudaOptions {
   // decode sweep (8 x 8k: 99.8 against 106.2 us; session 29, H100).
   cuda::DecodeSplitLoads decode_split_loads = cuda::DecodeSplitLoads::tma;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
-  cuda::DecodeNormFusion decode_norm_fusion = cuda::DecodeNormFusion::kernel;
   cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   // fp8_wgmma since session 10: the DeepSeek goldens pass under it (S10-2, 14/14), the FP8 one
@@ -362,8 +351,6 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 2> kD
     {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, DecodeNormFusion>, 2> kDecodeNormFusionNames = {
-    {{"kernel", DecodeNormFusion::kernel}, {"gemv-prologue", DecodeNormFusion::gemv_prologue}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 6> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
@@ -419,8 +406,6 @@ inline std::string describe(const CudaOptions& options) {
   out += cuda::name_of(options.decode_split_loads, cuda::kDecodeSplitLoadsNames);
   out += ", decode RoPE fusion ";
   out += cuda::name_of(options.decode_rope_fusion, cuda::kDecodeRopeFusionNames);
-  out += ", decode norm fusion ";
-  out += cuda::name_of(options.decode_norm_fusion, cuda::kDecodeNormFusionNames);
   out += ", MLA kernels ";
   out += cuda::name_of(options.mla_kernels, cuda::kMlaKernelsNames);
   out += ", FP8 dense GEMM ";

@@ -9,7 +9,6 @@
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
-#include "sluice/backend/cuda/kernels/rms_norm_row.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -69,8 +68,7 @@ __global__ void add_rms_norm_kernel(void* residual, Dt r_dt, const void* x, Dt x
 // (kVecs 16-byte vectors a thread), so the residual is read once and written
 // once, with independent loads. The generic kernels above re-read through
 // possibly aliasing pointers, a chain of dependent accesses that took 22 us a
-// row at hidden 4096 (profiled on the H200). The arithmetic is
-// rms_norm_row.cuh's, which the decode GEMVs' norm prologue shares.
+// row at hidden 4096 (profiled on the H200).
 template <int kVecs, bool kAdd>
 __global__ void norm_bf16_kernel(uint4* residual, const uint4* x, const void* weight, Dt w_dt, float eps,
                                  int vecs_per_row, int cols, uint4* out) {
@@ -92,17 +90,37 @@ __global__ void norm_bf16_kernel(uint4* residual, const uint4* x, const void* we
   for (int k = 0; k < kVecs; ++k) {
     const int idx = threadIdx.x + k * blockDim.x;
     if (idx >= vecs_per_row) continue;
-    uint4 rr{};
+    const uint4 xr = x[base + idx];
+    const __nv_bfloat162* xh = reinterpret_cast<const __nv_bfloat162*>(&xr);
+    uint4 rr;
     if constexpr (kAdd) rr = residual[base + idx];
-    norm_row_vec<kAdd>(x[base + idx], rr, v[k], sum_sq);
+    __nv_bfloat162* rh = reinterpret_cast<__nv_bfloat162*>(&rr);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __bfloat1622float2(xh[i]);
+      if constexpr (kAdd) {
+        const float2 r = __bfloat1622float2(rh[i]);
+        rh[i] = __floats2bfloat162_rn(r.x + f.x, r.y + f.y);  // the residual as stored
+        f = __bfloat1622float2(rh[i]);
+      }
+      v[k][2 * i] = f.x;
+      v[k][2 * i + 1] = f.y;
+      sum_sq += f.x * f.x + f.y * f.y;
+    }
     if constexpr (kAdd) residual[base + idx] = rr;
   }
-  const float inv_rms = norm_row_inv_rms(block_sum(sum_sq, scratch), cols, eps);
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int idx = threadIdx.x + k * blockDim.x;
     if (idx >= vecs_per_row) continue;
-    out[base + idx] = norm_row_out(v[k], inv_rms, wgt[k]);
+    uint4 o;
+    __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      oh[i] = __floats2bfloat162_rn(v[k][2 * i] * inv_rms * wgt[k][2 * i],
+                                    v[k][2 * i + 1] * inv_rms * wgt[k][2 * i + 1]);
+    out[base + idx] = o;
   }
 }
 
@@ -112,7 +130,7 @@ bool launch_norm_bf16(void* residual, const void* x, const void* weight, Dt w_dt
                       std::int64_t rows, std::int64_t cols, void* out, const Launch& launch) {
   if (cols % 8 != 0) return false;
   const int vecs = static_cast<int>(cols / 8);
-  const int threads = norm_row_threads(vecs);
+  const int threads = std::min(256, (vecs + 31) / 32 * 32);
   const int per_thread = (vecs + threads - 1) / threads;
   auto* r = static_cast<uint4*>(residual);
   auto* xv = static_cast<const uint4*>(x);

@@ -35,7 +35,6 @@
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
-#include "sluice/backend/cuda/kernels/gemv_norm_prologue.cuh"
 #include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 
@@ -65,7 +64,6 @@ struct SwiGluParams {
   Dt out_dt;
   int inter;
   int k_vecs;
-  GemvNorm norm;  // kNorm: x is computed in the prologue
 };
 
 // The gate|up GEMV with the SwiGLU epilogue: one warp per intermediate column
@@ -80,8 +78,7 @@ struct SwiGluParams {
 // left each warp a round trip to L2 after the wait. Session 11 (gemv1): in
 // the stand-alone decode chain this alone took a step 4,550 -> 4,488 us and
 // the kernel 62 -> 56 us a layer (runs gemv1-2, gemv1-3).
-// kNorm: the add_rms_norm before it as its prologue (gemv_norm_prologue.cuh).
-template <int kRows, bool kNorm>
+template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_swiglu_kernel(SwiGluParams p) {
   constexpr int kU = 4;  // loads in flight per row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -102,12 +99,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
       for (int r = 0; r < 2; ++r) wv[r][u] = load_weight(wrow[r] + lane + 32 * u);
   }
   pdl_wait();
-  const uint4* x = p.x;
-  if constexpr (kNorm) {
-    extern __shared__ uint4 s_normed[];
-    gemv_norm_prologue<kRows>(p.norm, p.k_vecs, s_normed);
-    x = s_normed;
-  }
 
   float acc[2][kRows];
 #pragma unroll
@@ -121,7 +112,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
       for (int u = 0; u < kU; ++u)
 #pragma unroll
         for (int m = 0; m < kRows; ++m) {
-          const uint4 xv = x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
+          const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0 + 32 * u];
 #pragma unroll
           for (int r = 0; r < 2; ++r) acc[r][m] += dot8(wv[r][u], xv);
         }
@@ -139,7 +130,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows != 1 ? 1 : 4) gemv_
     for (int r = 0; r < 2; ++r) w1[r] = load_weight(wrow[r] + kv0);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
-      const uint4 xv = x[static_cast<std::int64_t>(m) * p.k_vecs + kv0];
+      const uint4 xv = p.x[static_cast<std::int64_t>(m) * p.k_vecs + kv0];
 #pragma unroll
       for (int r = 0; r < 2; ++r) acc[r][m] += dot8(w1[r], xv);
     }
@@ -319,11 +310,9 @@ struct QkvRopeParams {
   const std::int32_t* seq_block_offset;
   const std::int32_t* block_tables;
   int num_q_heads, num_kv_heads, head_dim, block_size, k_vecs;
-  GemvNorm norm;  // kNorm: x is computed in the prologue
 };
 
-// kNorm: the add_rms_norm before it as its prologue (gemv_norm_prologue.cuh).
-template <int kRows, int kParts, bool kNorm>
+template <int kRows, int kParts>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
     gemv_qkv_rope_kernel(QkvRopeParams p) {
   static_assert(kWarpsPerBlock % (2 * kParts) == 0);
@@ -345,14 +334,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   uint4 wv[4];
   const bool full = load_first_weights(wrow, begin + lane, end, wv);
   pdl_wait();
-  const uint4* x = p.x;
-  if constexpr (kNorm) {
-    extern __shared__ uint4 s_normed[];
-    gemv_norm_prologue<kRows>(p.norm, p.k_vecs, s_normed);
-    x = s_normed;
-  }
   float acc[kRows] = {};
-  accumulate_dot8<kRows>(wrow, x, p.k_vecs, begin + lane, end, full, wv, acc);
+  accumulate_dot8<kRows>(wrow, p.x, p.k_vecs, begin + lane, end, full, wv, acc);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
   if (lane == 0)
@@ -484,7 +467,6 @@ bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& arg
   const std::int64_t heads = args.num_q_heads + 2LL * args.num_kv_heads;
   const std::int64_t n = heads * args.head_dim;
   if (!covered(m, n, k) || m != step.num_rows || args.head_dim % 2 != 0) return false;
-  if (args.norm.enabled() && !gemv_norm_fits(m, k)) return false;
   const int parts = gemv_split_k_parts(n, k, split_k);
   const int pairs_per_block = kWarpsPerBlock / parts / 2;
   if ((args.head_dim / 2) % pairs_per_block != 0) return false;  // a block's pairs in one head
@@ -504,63 +486,44 @@ bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& arg
                         .num_kv_heads = args.num_kv_heads,
                         .head_dim = args.head_dim,
                         .block_size = args.block_size,
-                        .k_vecs = static_cast<int>(k / 8),
-                        .norm = args.norm};
+                        .k_vecs = static_cast<int>(k / 8)};
   const dim3 grid(static_cast<unsigned>(heads * (args.head_dim / 2) / pairs_per_block));
   const dim3 block(kWarpsPerBlock * 32);
-  const std::size_t smem = args.norm.enabled() ? static_cast<std::size_t>(m * k * 2) : 0;
-  auto launch_parts = [&](auto parts_c, auto norm_c) {
+  auto launch_parts = [&](auto parts_c) {
     constexpr int kP = decltype(parts_c)::value;
-    constexpr bool kN = decltype(norm_c)::value;
     switch (m) {
-      case 1: launch_kernel(gemv_qkv_rope_kernel<1, kP, kN>, grid, block, smem, launch, p); break;
-      case 2: launch_kernel(gemv_qkv_rope_kernel<2, kP, kN>, grid, block, smem, launch, p); break;
-      case 3: launch_kernel(gemv_qkv_rope_kernel<3, kP, kN>, grid, block, smem, launch, p); break;
-      default: launch_kernel(gemv_qkv_rope_kernel<4, kP, kN>, grid, block, smem, launch, p); break;
+      case 1: launch_kernel(gemv_qkv_rope_kernel<1, kP>, grid, block, 0, launch, p); break;
+      case 2: launch_kernel(gemv_qkv_rope_kernel<2, kP>, grid, block, 0, launch, p); break;
+      case 3: launch_kernel(gemv_qkv_rope_kernel<3, kP>, grid, block, 0, launch, p); break;
+      default: launch_kernel(gemv_qkv_rope_kernel<4, kP>, grid, block, 0, launch, p); break;
     }
   };
-  auto launch_norm = [&](auto parts_c) {
-    if (args.norm.enabled())
-      launch_parts(parts_c, std::true_type{});
-    else
-      launch_parts(parts_c, std::false_type{});
-  };
   switch (parts) {
-    case 4: launch_norm(std::integral_constant<int, 4>{}); break;
-    case 2: launch_norm(std::integral_constant<int, 2>{}); break;
-    default: launch_norm(std::integral_constant<int, 1>{}); break;
+    case 4: launch_parts(std::integral_constant<int, 4>{}); break;
+    case 2: launch_parts(std::integral_constant<int, 2>{}); break;
+    default: launch_parts(std::integral_constant<int, 1>{}); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
   return true;
 }
 
 bool launch_gemv_swiglu(const void* x, const void* w_gate_up, void* out, Dt out_dt, std::int64_t m,
-                        std::int64_t inter, std::int64_t k, const Launch& launch, const GemvNorm& norm) {
-  if (!covered(m, 2 * inter, k) || (norm.enabled() && !gemv_norm_fits(m, k))) return false;
+                        std::int64_t inter, std::int64_t k, const Launch& launch) {
+  if (!covered(m, 2 * inter, k)) return false;
   const SwiGluParams p{.x = static_cast<const uint4*>(x),
                        .w = static_cast<const uint4*>(w_gate_up),
                        .out = out,
                        .out_dt = out_dt,
                        .inter = static_cast<int>(inter),
-                       .k_vecs = static_cast<int>(k / 8),
-                       .norm = norm};
+                       .k_vecs = static_cast<int>(k / 8)};
   const dim3 grid(static_cast<unsigned>((p.inter + kWarpsPerBlock - 1) / kWarpsPerBlock));
   const dim3 block(kWarpsPerBlock * 32);
-  const std::size_t smem = norm.enabled() ? static_cast<std::size_t>(m * k * 2) : 0;
-  auto launch_rows = [&](auto norm_c) {
-    constexpr bool kN = decltype(norm_c)::value;
-    switch (m) {
-      case 1: launch_kernel(gemv_swiglu_kernel<1, kN>, grid, block, smem, launch, p); break;
-      case 2: launch_kernel(gemv_swiglu_kernel<2, kN>, grid, block, smem, launch, p); break;
-      case 3: launch_kernel(gemv_swiglu_kernel<3, kN>, grid, block, smem, launch, p); break;
-      default: launch_kernel(gemv_swiglu_kernel<4, kN>, grid, block, smem, launch, p); break;
-    }
-  };
-  if (norm.enabled())
-    launch_rows(std::true_type{});
-  else
-    launch_rows(std::false_type{});
-  SLUICE_CUDA_CHECK_LAUNCH();
+  switch (m) {
+    case 1: launch_kernel(gemv_swiglu_kernel<1>, grid, block, 0, launch, p); break;
+    case 2: launch_kernel(gemv_swiglu_kernel<2>, grid, block, 0, launch, p); break;
+    case 3: launch_kernel(gemv_swiglu_kernel<3>, grid, block, 0, launch, p); break;
+    default: launch_kernel(gemv_swiglu_kernel<4>, grid, block, 0, launch, p); break;
+  }
   return true;
 }
 

@@ -196,28 +196,6 @@ struct GemvOutputs {
 };
 bool launch_gemv(const void* x, const void* w, const GemvOutputs& out, std::int64_t m, std::int64_t k,
                  GemvSplitK split_k, const Launch& launch);
-// The add_rms_norm before a decode GEMV, taken over as the GEMV's prologue
-// (launch_gemv_qkv_rope, launch_gemv_swiglu): residual += x, and the GEMV's
-// input is rms_norm(residual) * weight in bf16, the bits launch_add_rms_norm()
-// writes to `out`. Each block computes the rows into its shared memory; the
-// grid's last block (counted on `arrivals`: zero before the launch, zero
-// after it) also writes the residual and `out`, so every output of the norm
-// is there when the kernel ends. All bf16; residual, x and out distinct.
-struct GemvNorm {
-  void* residual = nullptr;      // [rows, cols]
-  const void* x = nullptr;       // [rows, cols]
-  const void* weight = nullptr;  // [cols], w_dt
-  Dt w_dt{};
-  float eps = 0.0f;
-  void* out = nullptr;  // [rows, cols]
-  unsigned* arrivals = nullptr;
-  bool enabled() const { return residual != nullptr; }
-};
-// Whether rows x cols fit the prologue: whole 16-byte vectors, and the normed
-// rows in the 48 KB of shared memory a launch has without opting in.
-inline bool gemv_norm_fits(std::int64_t rows, std::int64_t cols) {
-  return rows >= 1 && rows <= kGemvMaxRows && cols % 8 == 0 && rows * cols * 2 <= 48 * 1024;
-}
 // The q|k|v GEMV of a decode step (rows = the step's rows, at most
 // kGemvMaxRows) with RoPE and the KV page write as its epilogue: q and k
 // rotated, k and v also in their pages, the bits launch_gemv() then
@@ -233,16 +211,14 @@ struct GemvQkvRopeArgs {
   void* v_cache = nullptr;
   const float* inv_freq = nullptr;  // [head_dim / 2]
   std::int32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
-  GemvNorm norm;  // enabled: x is its `out`, computed in the prologue
 };
 bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& args, std::int64_t m, std::int64_t k,
                           GemvSplitK split_k, const Launch& launch);
 // out[m, i] = silu(x·w[i]) * (x·w[inter + i]) for the stacked gate|up weight
 // [2 * inter, k], with gate and up rounded to bf16 first, as the unfused
-// matmul + silu_mul computes it. With `norm` enabled, x is its `out`,
-// computed in the prologue.
+// matmul + silu_mul computes it.
 bool launch_gemv_swiglu(const void* x, const void* w_gate_up, void* out, Dt out_dt, std::int64_t m,
-                        std::int64_t inter, std::int64_t k, const Launch& launch, const GemvNorm& norm = {});
+                        std::int64_t inter, std::int64_t k, const Launch& launch);
 
 // Per row of logits [rows, vocab]: the argmax token, its logit and the row's
 // log-sum-exp (so logprob = logit - lse). out_token [rows], out_stats [rows, 2].
