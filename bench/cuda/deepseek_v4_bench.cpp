@@ -159,10 +159,10 @@ void bench_attention(std::int32_t rows, std::int32_t entries, std::int32_t seque
 }
 
 // The top-k's forms on the scores in `args`: session 23's sampled threshold
-// (the default), session 27's, session 32's bulk sweep, and every row through
-// the full selection.
+// (the default), session 27's, session 32's bulk sweep, session 35's narrow
+// blocks, and every row through the full selection.
 struct TopKTimes {
-  double sampled, session27, bulk, full;
+  double sampled, session27, bulk, narrow, full;
 };
 TopKTimes time_top_k(const cuda::V4IndexerArgs& args) {
   TopKTimes t{};
@@ -173,6 +173,9 @@ TopKTimes time_top_k(const cuda::V4IndexerArgs& args) {
   cuda::set_v4_indexer_top_k_bulk_sweep(true);
   t.bulk = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_bulk_sweep(false);
+  cuda::set_v4_indexer_top_k_narrow_blocks(true);
+  t.narrow = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
+  cuda::set_v4_indexer_top_k_narrow_blocks(false);
   cuda::set_v4_indexer_top_k_sampled(false);
   t.full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_sampled(true);
@@ -251,6 +254,8 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
       tbs(score_bytes, s_top_k_27), hbm_share(score_bytes, s_top_k_27) + " (the scores once)");
   row(what + ": top-512, sampled threshold, bulk-copy sweep (session 32)", top_k_times.bulk,
       tbs(score_bytes, top_k_times.bulk), hbm_share(score_bytes, top_k_times.bulk) + " (the scores once)");
+  row(what + ": top-512, sampled threshold, 256-thread blocks, 8 a multiprocessor (session 35)", top_k_times.narrow,
+      tbs(score_bytes, top_k_times.narrow), hbm_share(score_bytes, top_k_times.narrow) + " (the scores once)");
   row(what + ": top-512, full selection (session 22)", s_top_k_full, tbs(6 * score_bytes, s_top_k_full),
       hbm_share(6 * score_bytes, s_top_k_full) + " (6 reads of the scores)");
   for (void* p : {static_cast<void*>(dkeys), static_cast<void*>(dq), static_cast<void*>(dks), static_cast<void*>(dqs),
@@ -286,6 +291,8 @@ void bench_top_k_recent_heavy(std::int32_t rows, std::int32_t visible) {
       hbm_share(bytes, sampled_27) + " (the scores once)");
   row(what + ", sampled threshold (session 32's bulk sweep)", times.bulk, tbs(bytes, times.bulk),
       hbm_share(bytes, times.bulk) + " (the scores once)");
+  row(what + ", sampled threshold (session 35's 256-thread blocks)", times.narrow, tbs(bytes, times.narrow),
+      hbm_share(bytes, times.narrow) + " (the scores once)");
   row(what + ", full selection", full, tbs(6 * bytes, full), hbm_share(6 * bytes, full) + " (6 reads)");
   for (void* p : {static_cast<void*>(scores), static_cast<void*>(dvisible), static_cast<void*>(selected),
                   static_cast<void*>(count)})

@@ -383,6 +383,14 @@ TEST(DeepseekV4CudaKernels, IndexerTopKWithBulkSweepsSelectsTheSameSets) {
   cuda::set_v4_indexer_top_k_bulk_sweep(false);
 }
 
+// Session 35's 256-thread blocks on the same cases: half the warps, each with
+// twice the slice and the list room (the fallback when a list overflows).
+TEST(DeepseekV4CudaKernels, IndexerTopKInNarrowBlocksSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_narrow_blocks(true);
+  check_top_k_form();
+  cuda::set_v4_indexer_top_k_narrow_blocks(false);
+}
+
 // Every row through the full selection (the fallback of a sample that misses) on the same cases.
 TEST(DeepseekV4CudaKernels, IndexerTopKWithoutSamplingSelectsTheSameSets) {
   cuda::set_v4_indexer_top_k_sampled(false);

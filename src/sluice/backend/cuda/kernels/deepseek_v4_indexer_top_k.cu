@@ -58,14 +58,24 @@ namespace {
 // sweeps. The float4 sweep needs more than 32 registers (ptxas spills at any
 // depth there), so session 27's form runs 3 blocks a multiprocessor at 40.
 constexpr int kThreads = 512;
+// Session 35's narrow form (set_v4_indexer_top_k_narrow_blocks): 256 threads,
+// 8 blocks (rows) a multiprocessor at the same 32 registers, so twice the
+// rows' barrier-bound phases (the radix selects, the picks) overlap others'
+// sweeps; the pool keeps its 2,048 places (256 a warp), so 8 blocks take
+// ~225 KB of shared memory.
+constexpr int kNarrowThreads = 256;
 // The bulk sweep's ring loop needs more than 32 registers too (32 bytes of
 // spills at 4 blocks), so it runs 3 blocks a multiprocessor at 40.
-constexpr int blocks_per_sm(bool session27, bool bulk = false) { return session27 || bulk ? 3 : 4; }
+constexpr int blocks_per_sm(bool session27, bool bulk, int threads) {
+  return threads == kNarrowThreads ? 8 : session27 || bulk ? 3 : 4;
+}
 constexpr int kWarps = kThreads / 32;
 // The candidates' pool: session 23's 128 places a warp, or session 27's 4,096
 // (32 KB of keys and entries) shared by the warps' lists.
-constexpr int kWarpCandidates = 128;
-constexpr int pool_candidates(bool session27) { return session27 ? 4096 : kWarps * kWarpCandidates; }
+constexpr int warp_candidates(int threads) { return 128 * kThreads / threads; }
+constexpr int pool_candidates(bool session27, int threads) {
+  return session27 ? 4096 : threads / 32 * warp_candidates(threads);
+}
 // Session 27: a list's room besides what its sample hits ask. A slice's hits
 // are few (k 512 at 32k: ~4 of its 128 sampled scores), so the estimate is
 // noisy where it is small: with 64, a slice with no hit (~2% of slices) gets
@@ -88,10 +98,12 @@ constexpr int kRingBytes = kWarps * kRingStages * kStageEntries * 4;  // 32 KB, 
 bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
 bool g_session27 = false;     // set_v4_indexer_top_k_session27()
 bool g_bulk_sweep = false;    // set_v4_indexer_top_k_bulk_sweep()
+bool g_narrow_blocks = false; // set_v4_indexer_top_k_narrow_blocks()
 
+template <int kT>  // the block's threads
 struct SelectScratch {
   int histogram[256];
-  int warp_sums[kWarps];
+  int warp_sums[kT / 32];
   std::uint32_t prefix;
   int remaining;
 };
@@ -106,12 +118,12 @@ struct Threshold {
 };
 // kLastShift 16 stops after the top 16 bits: `key` is then the k-th largest
 // key's top half (low bits 0), a bound at or below it, and ties_taken moot.
-template <int kLastShift = 0, typename ForEachKey>
-__device__ Threshold radix_select(ForEachKey for_each_key, int k, SelectScratch& s) {
+template <int kLastShift = 0, int kT, typename ForEachKey>
+__device__ Threshold radix_select(ForEachKey for_each_key, int k, SelectScratch<kT>& s) {
   std::uint32_t prefix = 0, prefix_mask = 0;
   int remaining = k;  // how many of the keys matching prefix still to take, from the top
   for (int shift = 24; shift >= kLastShift; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += kThreads) s.histogram[i] = 0;
+    for (int i = threadIdx.x; i < 256; i += kT) s.histogram[i] = 0;
     __syncthreads();
     for_each_key([&](std::uint32_t key) {
       if ((key & prefix_mask) == prefix) atomicAdd(&s.histogram[(key >> shift) & 0xffu], 1);
@@ -159,9 +171,9 @@ __device__ Threshold radix_select(ForEachKey for_each_key, int k, SelectScratch&
 // n_here keys in entry order (key_at(i), their entries entry_at(i), i <
 // n_here; warp w's all before warp w + 1's) and walks them twice, 32 at a
 // time: to count, then, with the counts of the warps before it, to write.
-template <typename KeyAt, typename EntryAt>
+template <int kT, typename KeyAt, typename EntryAt>
 __device__ void write_picks(Threshold t, int n_here, KeyAt key_at, EntryAt entry_at, std::int32_t* selected,
-                            SelectScratch& s) {
+                            SelectScratch<kT>& s) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned lanes_below = (1u << lane) - 1u;
   int greater = 0, ties = 0;
@@ -200,23 +212,27 @@ __device__ void write_picks(Threshold t, int n_here, KeyAt key_at, EntryAt entry
 struct Slice {
   int lo, len;
 };
+template <int kT>
 __device__ __forceinline__ int warp_slice_length(int n, int granule) {
-  return ((n + kWarps - 1) / kWarps + granule - 1) / granule * granule;
+  constexpr int kW = kT / 32;
+  return ((n + kW - 1) / kW + granule - 1) / granule * granule;
 }
+template <int kT>
 __device__ __forceinline__ Slice warp_slice(int n, int granule = 32) {
-  const int per_warp = warp_slice_length(n, granule);
+  const int per_warp = warp_slice_length<kT>(n, granule);
   const int lo = min(n, (threadIdx.x >> 5) * per_warp);
   return {lo, min(n, lo + per_warp) - lo};
 }
 
 // Session 22's selection over all of a row's scores in global memory.
-__device__ void select_from_scores(const float* scores, int n, int k, std::int32_t* selected, SelectScratch& s) {
+template <int kT>
+__device__ void select_from_scores(const float* scores, int n, int k, std::int32_t* selected, SelectScratch<kT>& s) {
   const Threshold t = radix_select(
       [&](auto&& f) {
-        for (int i = threadIdx.x; i < n; i += kThreads) f(float_order_key(scores[i]));
+        for (int i = threadIdx.x; i < n; i += kT) f(float_order_key(scores[i]));
       },
       k, s);
-  const Slice slice = warp_slice(n);
+  const Slice slice = warp_slice<kT>(n);
   write_picks(
       t, slice.len, [&](int i) { return float_order_key(scores[slice.lo + i]); },
       [&](int i) { return slice.lo + i; }, selected, s);
@@ -224,29 +240,31 @@ __device__ void select_from_scores(const float* scores, int n, int k, std::int32
 
 // kSession27: the float4 sweep and the lists sized by the sample; kBulk
 // (session 23's lists, rows on 16 bytes): the bulk-copy ring (above).
-template <bool kSession27, bool kBulk>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
+template <bool kSession27, bool kBulk, int kT>  // kT: the block's threads
+__global__ void __launch_bounds__(kT, blocks_per_sm(kSession27, kBulk, kT))
     v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
   static_assert(!(kSession27 && kBulk));
-  constexpr int kPoolCandidates = pool_candidates(kSession27);
-  extern __shared__ __align__(128) float ring_stages[];  // kBulk: [kWarps][kRingStages][kStageEntries]
-  __shared__ __align__(8) std::uint64_t ring_full[kBulk ? kWarps * kRingStages : 1];
-  __shared__ SelectScratch scratch;
+  static_assert(kT == kT || (!kSession27 && !kBulk), "sessions 27 and 32's forms run 512 threads");
+  constexpr int kW = kT / 32;
+  constexpr int kPoolCandidates = pool_candidates(kSession27, kT);
+  extern __shared__ __align__(128) float ring_stages[];  // kBulk: [kW][kRingStages][kStageEntries]
+  __shared__ __align__(8) std::uint64_t ring_full[kBulk ? kW * kRingStages : 1];
+  __shared__ SelectScratch<kT> scratch;
   __shared__ std::uint32_t sample[kMaxSample];
   __shared__ std::uint32_t candidate_key[kPoolCandidates];
   __shared__ std::int32_t candidate_entry[kPoolCandidates];
-  __shared__ int candidate_count[kWarps];
-  __shared__ int list_base[kWarps], list_size[kWarps];  // a warp's list: [base, base + size) of the pool
+  __shared__ int candidate_count[kW];
+  __shared__ int list_base[kW], list_size[kW];  // a warp's list: [base, base + size) of the pool
   __shared__ int fallback;
   const int row = blockIdx.x;
   const int n = args.num_visible[row];
   const int k = min(args.top_k, n);
   const float* scores = args.scores + static_cast<std::int64_t>(row) * args.max_visible;
   std::int32_t* selected = args.selected + static_cast<std::int64_t>(row) * args.top_k;
-  for (int i = k + threadIdx.x; i < args.top_k; i += kThreads) selected[i] = -1;
+  for (int i = k + threadIdx.x; i < args.top_k; i += kT) selected[i] = -1;
   if (threadIdx.x == 0) args.num_selected[row] = k;
   if (k == n) {  // every visible entry
-    for (int i = threadIdx.x; i < n; i += kThreads) selected[i] = i;
+    for (int i = threadIdx.x; i < n; i += kT) selected[i] = i;
     return;
   }
   const int sampled = n / kSampleStride * kSampleRun;
@@ -278,14 +296,14 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
     if (lane == 0) {
       for (int stage = 0; stage < kRingStages; ++stage) mbarrier_init(ring_bar(stage), 1);
       fence_mbarrier_init_cluster();
-      const Slice slice = warp_slice(n, kStageEntries);  // recomputed at the sweep: nothing held across the sample
+      const Slice slice = warp_slice<kT>(n, kStageEntries);  // recomputed at the sweep: nothing held across the sample
       for (int j = 0; j < min(ring_loads(slice), kRingStages); ++j) issue_ring_load(slice, j);
     }
     __syncwarp();
   }
   // 1. The threshold from the sample.
   if (vector_row) {  // a run of 8 is two float4s
-    for (int j = threadIdx.x; j < sampled / 4; j += kThreads) {
+    for (int j = threadIdx.x; j < sampled / 4; j += kT) {
       const float4 v = __ldg(reinterpret_cast<const float4*>(scores + j / 2 * kSampleStride + j % 2 * 4));
       sample[4 * j] = float_order_key(v.x);
       sample[4 * j + 1] = float_order_key(v.y);
@@ -293,32 +311,32 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
       sample[4 * j + 3] = float_order_key(v.w);
     }
   } else {
-    for (int i = threadIdx.x; i < sampled; i += kThreads)
+    for (int i = threadIdx.x; i < sampled; i += kT)
       sample[i] = float_order_key(scores[sample_entry(i)]);
   }
   __syncthreads();
   // Its top 16 bits suffice: a lower bar only lists a few more candidates.
   const Threshold bar = radix_select<16>(
       [&](auto&& f) {
-        for (int i = threadIdx.x; i < sampled; i += kThreads) f(sample[i]);
+        for (int i = threadIdx.x; i < sampled; i += kT) f(sample[i]);
       },
       sample_rank, scratch);
   // 2. The lists' rooms in the pool. Session 27: a slice's sample hits times
   // the sampling rate, half again and kMinListCandidates more (scaled down to
-  // the pool if they overrun it); session 23: kWarpCandidates each.
+  // the pool if they overrun it); session 23: warp_candidates(kT) each.
   const unsigned lanes_below = (1u << lane) - 1u;
   // The sweep's slices (the bulk ring's must be the ones its first loads were issued for).
   const int granule = kBulk ? kStageEntries : vector_row ? 128 : 32;
   if constexpr (kSession27) {
-    const int per_warp = warp_slice_length(n, granule);
-    if (threadIdx.x < kWarps) candidate_count[threadIdx.x] = 0;
+    const int per_warp = warp_slice_length<kT>(n, granule);
+    if (threadIdx.x < kW) candidate_count[threadIdx.x] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < sampled; i += kThreads)
+    for (int i = threadIdx.x; i < sampled; i += kT)
       if (sample[i] >= bar.key) atomicAdd(&candidate_count[sample_entry(i) / per_warp], 1);
     __syncthreads();
     if (threadIdx.x < 32) {
-      const int estimate = lane < kWarps ? candidate_count[lane] * (kSampleStride / kSampleRun) : 0;
-      int size = lane < kWarps ? estimate + estimate / 2 + kMinListCandidates : 0;
+      const int estimate = lane < kW ? candidate_count[lane] * (kSampleStride / kSampleRun) : 0;
+      int size = lane < kW ? estimate + estimate / 2 + kMinListCandidates : 0;
       const int total = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(size)));
       if (total > kPoolCandidates) size = static_cast<int>(static_cast<long long>(size) * kPoolCandidates / total);
       int inclusive = size;
@@ -327,18 +345,18 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
         const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
         if (lane >= o) inclusive += v;
       }
-      if (lane < kWarps) {
+      if (lane < kW) {
         list_base[lane] = inclusive - size;
         list_size[lane] = size;
       }
     }
-  } else if (threadIdx.x < kWarps) {
-    list_base[threadIdx.x] = threadIdx.x * kWarpCandidates;
-    list_size[threadIdx.x] = kWarpCandidates;
+  } else if (threadIdx.x < kW) {
+    list_base[threadIdx.x] = threadIdx.x * warp_candidates(kT);
+    list_size[threadIdx.x] = warp_candidates(kT);
   }
   __syncthreads();
   // 3. One sweep: each warp lists its slice's scores >= the threshold, in entry order.
-  const Slice slice = warp_slice(n, granule);
+  const Slice slice = warp_slice<kT>(n, granule);
   // The list's next free place in the pool, and where its room ends.
   int cursor = list_base[warp];
   const int list_end = cursor + list_size[warp];
@@ -432,9 +450,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
   if (threadIdx.x == 0) fallback = 0;
   __syncthreads();
   if (threadIdx.x < 32) {
-    const int c = threadIdx.x < kWarps ? candidate_count[threadIdx.x] : 0;
+    const int c = threadIdx.x < kW ? candidate_count[threadIdx.x] : 0;
     const int total = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(c));
-    const bool overflow = __any_sync(0xffffffffu, threadIdx.x < kWarps && c > list_size[threadIdx.x]);
+    const bool overflow = __any_sync(0xffffffffu, threadIdx.x < kW && c > list_size[threadIdx.x]);
     if (threadIdx.x == 0) fallback = overflow || total < k;
   }
   __syncthreads();
@@ -458,6 +476,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kSession27, kBulk))
 void set_v4_indexer_top_k_sampled(bool sampled) { g_sampled = sampled; }
 void set_v4_indexer_top_k_session27(bool session27) { g_session27 = session27; }
 void set_v4_indexer_top_k_bulk_sweep(bool bulk) { g_bulk_sweep = bulk; }
+void set_v4_indexer_top_k_narrow_blocks(bool narrow) { g_narrow_blocks = narrow; }
 
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
@@ -468,20 +487,29 @@ void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
       args.max_visible % 4 == 0 && (reinterpret_cast<std::uintptr_t>(args.scores) & 15u) == 0;
   const auto blocks = static_cast<unsigned>(args.rows);
   if (g_session27) {
-    v4_indexer_top_k_kernel<true, false><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
+    v4_indexer_top_k_kernel<true, false, kThreads><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
   } else if (g_bulk_sweep && rows_on_16_bytes) {
     static const bool configured = [] {
-      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true>,
+      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true, kThreads>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
-      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true>,
+      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, true, kThreads>,
                                              cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared));
       return true;
     }();
     (void)configured;
-    v4_indexer_top_k_kernel<false, true><<<blocks, kThreads, kRingBytes, stream>>>(args, g_sampled);
+    v4_indexer_top_k_kernel<false, true, kThreads><<<blocks, kThreads, kRingBytes, stream>>>(args, g_sampled);
+  } else if (g_narrow_blocks) {
+    static const bool configured = [] {  // 8 blocks of ~28 KB: all of the multiprocessor's shared memory
+      SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, false, kNarrowThreads>,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared));
+      return true;
+    }();
+    (void)configured;
+    v4_indexer_top_k_kernel<false, false, kNarrowThreads><<<blocks, kNarrowThreads, 0, stream>>>(args, g_sampled);
   } else {
-    v4_indexer_top_k_kernel<false, false><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
+    v4_indexer_top_k_kernel<false, false, kThreads><<<blocks, kThreads, 0, stream>>>(args, g_sampled);
   }
   SLUICE_CUDA_CHECK_LAUNCH();
 }

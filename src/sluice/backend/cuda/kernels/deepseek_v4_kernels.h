@@ -149,6 +149,9 @@ void set_v4_indexer_top_k_session27(bool session27);
 // per-warp ring of TMA bulk copies (session 32; 15-18% slower in S33-1);
 // false (the default) session 23's scalar loads. Session 27's form wins if set.
 void set_v4_indexer_top_k_bulk_sweep(bool bulk);
+// Tests and the bench: true runs session 23's form in blocks of 256 threads,
+// 8 rows a multiprocessor instead of 4 (session 35); the forms above win if set.
+void set_v4_indexer_top_k_narrow_blocks(bool narrow);
 
 // mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
 struct V4HcWeights {
