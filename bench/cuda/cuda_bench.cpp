@@ -63,6 +63,7 @@
 
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
+#include "sluice/backend/cuda/moe.h"
 #include "bench_must.h"
 #include "device_ceilings.h"
 
@@ -325,8 +326,12 @@ void bench_deepseek_moe(bool quick) {
     const Tensor bias = must(cuda_random_weight(*ops, {kExperts}, DType::f32, 43, 0.1f));
     const double weight_bytes_per_expert = 3.0 * kInter * kHidden * (fp8 ? 1.0 : 2.0);
     const bool per_expert = v.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
+    // fp8_wgmma: x gathered by gate_up, then x quantized into slot order (session 35).
+    const bool wgmma = fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma;
+    for (const bool by_slot : {false, true})
     for (std::int32_t rows : {64, quick ? 1024 : 4096}) {
-      if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64)) continue;
+      if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64) || (by_slot && !wgmma)) continue;
+      cuda::set_moe_fp8_x_by_slot(by_slot);
       StepLayout layout;
       layout.token_ids.assign(static_cast<std::size_t>(rows), 0);
       layout.positions.assign(static_cast<std::size_t>(rows), 0);
@@ -353,7 +358,8 @@ void bench_deepseek_moe(bool quick) {
       const std::int32_t max_slots = *std::max_element(slots.begin(), slots.end());
       const double t = time_median(2, 7, [&] { layer(false); });
       char name[192];
-      const std::string wgmma_name = "FP8 wgmma grouped kernel (" + std::string(cuda::name_of(v.kernel)) + ")";
+      const std::string wgmma_name = "FP8 wgmma grouped kernel (" + std::string(cuda::name_of(v.kernel)) +
+                                     (by_slot ? ", x in slot order)" : ")");
       const char* dtype = !fp8                                       ? "bf16"
                           : per_expert                               ? "FP8 per-expert cuBLASLt"
                           : v.gemm == cuda::MoeExpertGemm::fp8_wgmma ? wgmma_name.c_str()
@@ -381,6 +387,7 @@ void bench_deepseek_moe(bool quick) {
     }
   }
   cuda::set_grouped_gemm_fp8_kernel(default_kernel);
+  cuda::set_moe_fp8_x_by_slot(false);
 }
 
 // The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer

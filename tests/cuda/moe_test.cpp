@@ -17,6 +17,7 @@
 #include "sluice/backend/cuda/fp8_matmul.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
+#include "sluice/backend/cuda/moe.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -697,6 +698,34 @@ TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
     cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
     fp8_wgmma_uneven_loads({.empty_experts = empty_experts});
   }
+  cuda::set_grouped_gemm_fp8_kernel(before);
+}
+
+// x quantized into slot order (set_moe_fp8_x_by_slot: gate_up reads its A
+// tiles as consecutive rows, a TMA box under the TMA kernels) against x
+// quantized once a token and gathered through row_of_slot: the same bits,
+// under the default 128-slot kernel, the ring kernel, and (20 more empty
+// experts) the 64-slot tiles; the by-slot run also against the host.
+TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  for (const cuda::GroupedGemmFp8Kernel kernel : {before, cuda::GroupedGemmFp8Kernel::ring})
+    for (const std::int32_t empty_experts : {0, 20}) {
+      SCOPED_TRACE(::testing::Message() << cuda::name_of(kernel) << ", " << empty_experts << " more empty experts");
+      cuda::set_grouped_gemm_fp8_kernel(kernel);
+      std::vector<float> routed[2];
+      for (const bool by_slot : {false, true}) {
+        UnevenLoadsProblem problem({.empty_experts = empty_experts});
+        cuda::set_moe_fp8_x_by_slot(by_slot);
+        run_fp8_wgmma_experts(problem, routed[by_slot ? 1 : 0]);
+        cuda::set_moe_fp8_x_by_slot(false);
+        if (::testing::Test::HasFatalFailure()) break;
+        if (by_slot) check_against_the_host(problem, routed[1]);
+      }
+      ASSERT_EQ(routed[0].size(), routed[1].size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < routed[0].size(); ++i) differ += routed[0][i] != routed[1][i];
+      EXPECT_EQ(differ, 0u) << "of " << routed[0].size() << " outputs";
+    }
   cuda::set_grouped_gemm_fp8_kernel(before);
 }
 

@@ -64,6 +64,8 @@ Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, con
 
 namespace {
 
+bool g_fp8_x_by_slot = false;  // set_moe_fp8_x_by_slot()
+
 // The device buffers of one moe_experts call.
 struct ExpertsPlan {
   std::int64_t rows = 0, hidden = 0, inter = 0, k = 0, num_experts = 0;
@@ -77,8 +79,9 @@ struct ExpertsPlan {
   void* act = nullptr;                      // bf16 [num_pairs, inter], by slot
   void* y = nullptr;                        // bf16 [num_pairs, hidden], by slot
   // MoeExpertGemm::fp8_wgmma only: activations in e4m3 with their 1x128 scales.
-  void* x_q = nullptr;           // e4m3 [rows, hidden]
-  float* x_scales = nullptr;     // [hidden / 128, rows]
+  std::int64_t x_q_rows = 0;     // rows (gate_up gathers them), or num_pairs (by slot: g_fp8_x_by_slot)
+  void* x_q = nullptr;           // e4m3 [x_q_rows, hidden]
+  float* x_scales = nullptr;     // [hidden / 128, x_q_rows]
   void* act_q = nullptr;         // e4m3 [num_pairs, inter], by slot
   float* act_scales = nullptr;   // [inter / 128, num_pairs]
 };
@@ -206,9 +209,10 @@ void per_expert_cublaslt(const ExpertsPlan& p, const Tensor& x, const MoeExpertW
   grouped_expert_fallback(refused_down, experts.down, h, inter, p.act, GroupedEpilogue::store, p.y, launch);
 }
 
-// MoeExpertGemm::fp8_wgmma: x quantized once per token (the gate_up GEMM
-// gathers its rows through row_of_slot), gate_up with the SwiGLU epilogue into
-// p.act (bf16), act quantized per slot, down into p.y; no host sync, so graphs
+// MoeExpertGemm::fp8_wgmma: x quantized once per token and written to each of
+// its slots (set_moe_fp8_x_by_slot; else once, and the gate_up GEMM gathers its
+// rows through row_of_slot), gate_up with the SwiGLU epilogue into p.act
+// (bf16), act quantized per slot, down into p.y; no host sync, so graphs
 // capture it. The e4m3 buffers are the plan's (taken before any early return).
 void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWeights& experts,
                        const MoeContext& context) {
@@ -236,13 +240,19 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                              .out = out},
                             launch);
   };
-  launch_quantize_fp8_rows({.x = x.data, .rows = rows, .k = h, .q = p.x_q, .scales = p.x_scales}, launch);
-  gemm(experts.gate_up, p.x_q, p.x_scales, rows, p.row_of_slot, inter, h, GroupedEpilogue::swiglu, p.act);
+  const bool by_slot = p.x_q_rows == pairs;
+  launch_quantize_fp8_rows({.x = x.data, .rows = rows, .k = h, .q = p.x_q, .scales = p.x_scales,
+                            .slot_of_pair = by_slot ? p.slot_of_pair : nullptr, .copies = static_cast<std::int32_t>(p.k)},
+                           launch);
+  gemm(experts.gate_up, p.x_q, p.x_scales, p.x_q_rows, by_slot ? nullptr : p.row_of_slot, inter, h,
+       GroupedEpilogue::swiglu, p.act);
   launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = p.act_q, .scales = p.act_scales}, launch);
   gemm(experts.down, p.act_q, p.act_scales, pairs, nullptr, h, inter, GroupedEpilogue::store, p.y);
 }
 
 }  // namespace
+
+void set_moe_fp8_x_by_slot(bool by_slot) { g_fp8_x_by_slot = by_slot; }
 
 Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
                    const Tensor& out, const MoeContext& context) {
@@ -295,8 +305,9 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   p.act = scratch.allocate(std::int64_t{p.num_pairs} * inter * 2);
   p.y = scratch.allocate(std::int64_t{p.num_pairs} * hidden * 2);
   if (fp8_wgmma) {
-    p.x_q = scratch.allocate(rows * hidden);
-    p.x_scales = allocate<float>(scratch, rows * num_scale_blocks(hidden, kScaleBlock));
+    p.x_q_rows = g_fp8_x_by_slot ? p.num_pairs : rows;
+    p.x_q = scratch.allocate(p.x_q_rows * hidden);
+    p.x_scales = allocate<float>(scratch, p.x_q_rows * num_scale_blocks(hidden, kScaleBlock));
     p.act_q = scratch.allocate(std::int64_t{p.num_pairs} * inter);
     p.act_scales = allocate<float>(scratch, std::int64_t{p.num_pairs} * num_scale_blocks(inter, kScaleBlock));
   }

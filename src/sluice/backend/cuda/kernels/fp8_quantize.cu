@@ -41,13 +41,15 @@ __device__ __forceinline__ std::int64_t scale_index(std::int64_t row, std::int64
 // a lane (one 16-byte load, one 8-byte store), kPassesPerWarp blocks a
 // half-warp with every load issued before any block is reduced: a warp of
 // one block and 8 bytes a lane kept too few bytes in flight (session 22).
-// Rows in [rows, m) are padding: zeros, scale 1.
+// Rows in [rows, m) are padding: zeros, scale 1. With slot_of_pair, row r's
+// quantized blocks go to rows slot_of_pair[r * copies + j] (j < copies) of q
+// and of the scales' [k / 128, rows * copies] (QuantizeFp8Args).
 constexpr int kPassesPerWarp = 2;
 constexpr int kItemsPerWarp = 2 * kPassesPerWarp;
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     quantize_fp8_whole_blocks_kernel(const __nv_bfloat16* x, std::int64_t rows, std::int64_t m, std::int64_t k,
                                      __nv_fp8_storage_t* q, float* scales, const std::int32_t* group_offsets,
-                                     std::int32_t num_groups) {
+                                     std::int32_t num_groups, const std::int32_t* slot_of_pair, int copies) {
   pdl_launch_dependents();
   pdl_wait();
   const std::int64_t num_col_blocks = k / kBlockCols, items = m * num_col_blocks;
@@ -86,8 +88,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int i = 0; i < 8; ++i)
       packed[i / 4] |= static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3))
                        << (8 * (i % 4));
-    *reinterpret_cast<uint2*>(q + row * k + col_block * kBlockCols + 8 * part) = make_uint2(packed[0], packed[1]);
-    if (part == 0) scales[scale_index(row, col_block, m, num_col_blocks, group_offsets, num_groups)] = scale;
+    if (slot_of_pair == nullptr) {
+      *reinterpret_cast<uint2*>(q + row * k + col_block * kBlockCols + 8 * part) = make_uint2(packed[0], packed[1]);
+      if (part == 0) scales[scale_index(row, col_block, m, num_col_blocks, group_offsets, num_groups)] = scale;
+      continue;
+    }
+    for (int j = 0; j < copies; ++j) {
+      const std::int64_t slot = slot_of_pair[row * copies + j];
+      *reinterpret_cast<uint2*>(q + slot * k + col_block * kBlockCols + 8 * part) = make_uint2(packed[0], packed[1]);
+      if (part == 0) scales[col_block * m * copies + slot] = scale;
+    }
   }
 }
 
@@ -131,11 +141,18 @@ void launch_quantize_fp8_rows(const QuantizeFp8Args& a, const Launch& launch) {
   const std::int64_t items = padded_rows * ((a.k + kBlockCols - 1) / kBlockCols);
   if (items == 0) return;
   const bool whole = a.k % kBlockCols == 0;
+  SLUICE_CHECK(a.slot_of_pair == nullptr ||
+               (whole && padded_rows == a.rows && a.group_offsets == nullptr && a.copies >= 1));
   const std::int64_t warps = whole ? (items + kItemsPerWarp - 1) / kItemsPerWarp : items;
-  launch_kernel(whole ? quantize_fp8_whole_blocks_kernel : quantize_fp8_rows_kernel,
-                dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock)), dim3(kWarpsPerBlock * 32), 0,
-                launch, static_cast<const __nv_bfloat16*>(a.x), a.rows, padded_rows, a.k,
-                static_cast<__nv_fp8_storage_t*>(a.q), a.scales, a.group_offsets, a.num_groups);
+  const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock)), block(kWarpsPerBlock * 32);
+  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  auto* q = static_cast<__nv_fp8_storage_t*>(a.q);
+  if (whole)
+    launch_kernel(quantize_fp8_whole_blocks_kernel, grid, block, 0, launch, x, a.rows, padded_rows, a.k, q, a.scales,
+                  a.group_offsets, a.num_groups, a.slot_of_pair, a.slot_of_pair == nullptr ? 1 : a.copies);
+  else
+    launch_kernel(quantize_fp8_rows_kernel, grid, block, 0, launch, x, a.rows, padded_rows, a.k, q, a.scales,
+                  a.group_offsets, a.num_groups);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

@@ -171,6 +171,13 @@ struct QuantizeFp8Args {
   float* scales = nullptr;   // [ceil(k / 128), padded_rows]
   const std::int32_t* group_offsets = nullptr;
   std::int32_t num_groups = 0;
+  // Scatter (k a multiple of 128; no padding, no groups): row r's quantized
+  // row is written to rows slot_of_pair[r * copies + j], j < copies, of q
+  // ([rows * copies, k]) and its scales to [k / 128, rows * copies]. The MoE
+  // experts' x in slot order, so gate_up reads consecutive rows (a TMA box)
+  // instead of gathering them; each copy is the same bits as the row's.
+  const std::int32_t* slot_of_pair = nullptr;
+  std::int32_t copies = 1;
 };
 void launch_quantize_fp8_rows(const QuantizeFp8Args& args, const Launch& launch);
 
