@@ -294,6 +294,7 @@ void bench_deepseek_moe(bool quick) {
     cuda::GroupedGemmFp8Kernel kernel = cuda::GroupedGemmFp8Kernel::warp_specialized;
   };
   const cuda::GroupedGemmFp8Kernel default_kernel = cuda::grouped_gemm_fp8_kernel();
+  const bool default_by_slot = cuda::moe_fp8_x_by_slot();
   for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma},
@@ -387,7 +388,7 @@ void bench_deepseek_moe(bool quick) {
     }
   }
   cuda::set_grouped_gemm_fp8_kernel(default_kernel);
-  cuda::set_moe_fp8_x_by_slot(false);
+  cuda::set_moe_fp8_x_by_slot(default_by_slot);
 }
 
 // The decode GEMVs at batch 1 on Llama-3-8B shapes, through the ops a layer

@@ -708,6 +708,7 @@ TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
 // experts) the 64-slot tiles; the by-slot run also against the host.
 TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  const bool by_slot_before = cuda::moe_fp8_x_by_slot();
   for (const cuda::GroupedGemmFp8Kernel kernel : {before, cuda::GroupedGemmFp8Kernel::ring})
     for (const std::int32_t empty_experts : {0, 20}) {
       SCOPED_TRACE(::testing::Message() << cuda::name_of(kernel) << ", " << empty_experts << " more empty experts");
@@ -717,7 +718,7 @@ TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
         UnevenLoadsProblem problem({.empty_experts = empty_experts});
         cuda::set_moe_fp8_x_by_slot(by_slot);
         run_fp8_wgmma_experts(problem, routed[by_slot ? 1 : 0]);
-        cuda::set_moe_fp8_x_by_slot(false);
+        cuda::set_moe_fp8_x_by_slot(by_slot_before);
         if (::testing::Test::HasFatalFailure()) break;
         if (by_slot) check_against_the_host(problem, routed[1]);
       }

@@ -64,7 +64,7 @@ Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, con
 
 namespace {
 
-bool g_fp8_x_by_slot = false;  // set_moe_fp8_x_by_slot()
+bool g_fp8_x_by_slot = true;  // set_moe_fp8_x_by_slot()
 
 // The device buffers of one moe_experts call.
 struct ExpertsPlan {
@@ -253,6 +253,7 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
 }  // namespace
 
 void set_moe_fp8_x_by_slot(bool by_slot) { g_fp8_x_by_slot = by_slot; }
+bool moe_fp8_x_by_slot() { return g_fp8_x_by_slot; }
 
 Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAssignment& assignment,
                    const Tensor& out, const MoeContext& context) {

@@ -18,6 +18,7 @@
 #include "sluice/backend/cuda/kernels/deepseek_v4_quantized.h"
 #include "sluice/backend/cuda/kernels/deepseek_v4_forward_kernels.h"
 #include "sluice/backend/cuda/kernels/moe_kernels.h"
+#include "sluice/backend/cuda/moe.h"
 #include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/float_convert.h"
@@ -1389,10 +1390,16 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
     // FP8 tensor cores (MoeExpertGemm::fp8_wgmma): activations in e4m3 per
     // 1x128 block, outputs bf16: gate/up [pairs, 2 * inter] (store epilogue:
     // V4's SwiGLU is clamped), then down over the quantized activations.
+    // x in slot order (each token's row written to its k slots: gate/up
+    // reads consecutive rows, moe.h's set_moe_fp8_x_by_slot), or once a token.
     const std::int64_t kb = Matrix::kFp8Block;
-    auto* x_q = p.alloc<std::uint8_t>(std::int64_t{n} * hidden);
-    float* x_scales = p.alloc<float>(std::int64_t{n} * (hidden / kb));
-    launch_quantize_fp8_rows({.x = x16, .rows = n, .k = hidden, .q = x_q, .scales = x_scales}, launch);
+    const bool by_slot = moe_fp8_x_by_slot();
+    const std::int64_t x_q_rows = by_slot ? pairs : n;
+    auto* x_q = p.alloc<std::uint8_t>(x_q_rows * hidden);
+    float* x_scales = p.alloc<float>(x_q_rows * (hidden / kb));
+    launch_quantize_fp8_rows({.x = x16, .rows = n, .k = hidden, .q = x_q, .scales = x_scales,
+                              .slot_of_pair = by_slot ? slot_of_pair : nullptr, .copies = k},
+                             launch);
     const auto fp8_gemm = [&](const Matrix& w, const void* a, const float* a_scales, std::int64_t a_rows,
                               const std::int32_t* rows_of_slot, std::int64_t n_out, std::int64_t k_in, void* y_out) {
       launch_grouped_gemm_fp8({.a = a, .a_scales = a_scales, .a_scale_stride = a_rows, .row_of_slot = rows_of_slot,
@@ -1404,7 +1411,8 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
                               launch);
     };
     auto* gate_up16 = p.alloc<std::uint16_t>(std::int64_t{pairs} * 2 * inter);
-    fp8_gemm(L.experts_gate_up, x_q, x_scales, n, row_of_slot, 2 * inter, hidden, gate_up16);
+    fp8_gemm(L.experts_gate_up, x_q, x_scales, x_q_rows, by_slot ? nullptr : row_of_slot, 2 * inter, hidden,
+             gate_up16);
     auto* act = p.alloc<std::uint16_t>(std::int64_t{pairs} * inter);
     launch_v4_clamped_swiglu({.in = gate_up16, .in_dt = kBf16Dt, .out = act, .out_dt = kBf16Dt, .rows = pairs,
                               .inter = inter, .limit = ds.swiglu_limit},
