@@ -878,6 +878,63 @@ void check_quantize(std::int64_t rows, std::int64_t padded_rows, std::int64_t k,
   }
 }
 
+// The scatter form (QuantizeFp8Args::slot_of_pair, the MoE experts' x in
+// slot order): row r's blocks land in rows slot_of_pair[r * copies + j] of q
+// and of the [k / 128, rows * copies] scales, each the host's rule bit for bit,
+// every slot written once; slots a random permutation.
+void check_quantize_scatter(std::int64_t rows, std::int32_t copies, std::int64_t k) {
+  const std::vector<float> x = random_bf16(static_cast<std::size_t>(rows * k), 37, 3.0f);
+  DeviceArray dx(x, DType::bf16, Shape{rows, k});
+  const std::int64_t slots = rows * copies, col_blocks = k / 128;
+  std::vector<std::int32_t> slot_of_pair(static_cast<std::size_t>(slots));
+  std::iota(slot_of_pair.begin(), slot_of_pair.end(), 0);
+  SplitMix64 rng(41);
+  for (std::size_t i = slot_of_pair.size(); i > 1; --i)
+    std::swap(slot_of_pair[i - 1], slot_of_pair[static_cast<std::size_t>(rng.next() % i)]);
+  std::uint8_t* dq = nullptr;
+  float* dscales = nullptr;
+  std::int32_t* dslots = nullptr;
+  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dq), static_cast<std::size_t>(slots * k)) == cudaSuccess);
+  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dscales), static_cast<std::size_t>(slots * col_blocks) * 4) ==
+               cudaSuccess);
+  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dslots), slot_of_pair.size() * 4) == cudaSuccess);
+  SLUICE_CHECK(cudaMemset(dq, 0x7f, static_cast<std::size_t>(slots * k)) == cudaSuccess);  // NaN codes: unwritten bytes show
+  SLUICE_CHECK(cudaMemset(dscales, 0xff, static_cast<std::size_t>(slots * col_blocks) * 4) == cudaSuccess);
+  SLUICE_CHECK(cudaMemcpy(dslots, slot_of_pair.data(), slot_of_pair.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  settle_default_stream();
+  cuda::launch_quantize_fp8_rows({.x = dx.tensor().data, .rows = rows, .k = k, .q = dq, .scales = dscales,
+                                  .slot_of_pair = dslots, .copies = copies},
+                                 {});
+  sync();
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(slots * k));
+  std::vector<float> scales(static_cast<std::size_t>(slots * col_blocks));
+  SLUICE_CHECK(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  SLUICE_CHECK(cudaMemcpy(scales.data(), dscales, scales.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaFree(dq);
+  cudaFree(dscales);
+  cudaFree(dslots);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int32_t j = 0; j < copies; ++j) {
+      const std::int64_t slot = slot_of_pair[static_cast<std::size_t>(r * copies + j)];
+      for (std::int64_t b = 0; b < col_blocks; ++b) {
+        float amax = 0.0f;
+        for (std::int64_t c = b * 128; c < (b + 1) * 128; ++c)
+          amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * k + c)]));
+        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+        ASSERT_EQ(scales[static_cast<std::size_t>(b * slots + slot)], scale) << "row " << r << " copy " << j << " block " << b;
+        for (std::int64_t c = b * 128; c < (b + 1) * 128; ++c)
+          ASSERT_EQ(q[static_cast<std::size_t>(slot * k + c)], f32_to_fp8_e4m3(x[static_cast<std::size_t>(r * k + c)] / scale))
+              << "row " << r << " copy " << j << " col " << c;
+      }
+    }
+}
+
+TEST(CudaFp8Quantize, ScattersEachRowToItsSlots) {
+  check_quantize_scatter(37, 3, 1152);  // 9 blocks a row: a warp's pairs across rows; odd copies
+  check_quantize_scatter(16, 8, 4096);  // DeepSeek-V3's top 8
+  check_quantize_scatter(1, 6, 128);    // one block, V4's top 6
+}
+
 TEST(CudaFp8Quantize, MatchesTheHostsRuleBitForBit) {
   check_quantize(37, 40, 4096, {});  // whole blocks, padding rows, an odd number of blocks' pairs at the end
   check_quantize(5, 5, 1152, {});    // 9 blocks a row: pairs across rows
