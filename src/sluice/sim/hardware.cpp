@@ -125,8 +125,12 @@ HardwareSpec h200_sluice_cuda_deepseek_v3() {
   // make_deepseek_v3_profile's FLOPs and bytes (docs/cost-model.md
   // "DeepSeek-V3's kernels" says which are measured and which assumed):
   //  - the MoE layer at 4,096 tokens, routing, permutation and combine
-  //    included: 5.6 ms (S12, 515 TFLOP/s; H100 5.3-5.6 ms, S29-S30): 0.33
-  //    of the 1,580 FP8 peak;
+  //    included, with x quantized into slot order (session 35): 4.52-4.85 ms
+  //    on H100s (S35-5..7), ~4.65 ms = 621 TFLOP/s: 0.39 of the 1,580 FP8
+  //    peak. Measured on H100s only: the same calls' gathered form took
+  //    5.28-5.54 ms there, and the H200 took 5.475 ms for that form (S31-8),
+  //    so the H100's time stands for the H200's until it is measured there
+  //    (S12's kernels: 5.6 ms, 0.33);
   //  - dense FP8 linears with what runs per token around them (activation
   //    quantization, norms, rope, the narrow q_a / kv_a GEMMs): fitted by
   //    `sluice calibrate` on three whole-model traces of the truncated V3
@@ -144,7 +148,7 @@ HardwareSpec h200_sluice_cuda_deepseek_v3() {
   //  - decode's weights: the MoE layer at batch 64 read its touched experts
   //    at 3.54-3.64 TB/s (S12): 0.83 of 4.3 (experts are nearly all of a
   //    decode step's weight bytes).
-  spec.efficiency.moe_compute = 0.33;
+  spec.efficiency.moe_compute = 0.39;
   spec.efficiency.gemm_compute = 0.55;
   spec.efficiency.attention_compute = 0.45;
   spec.efficiency.kv_bandwidth = 0.53;
