@@ -79,7 +79,8 @@ struct ExpertsPlan {
   void* act = nullptr;                      // bf16 [num_pairs, inter], by slot
   void* y = nullptr;                        // bf16 [num_pairs, hidden], by slot
   // MoeExpertGemm::fp8_wgmma only: activations in e4m3 with their 1x128 scales.
-  std::int64_t x_q_rows = 0;     // rows (gate_up gathers them), or num_pairs (by slot: g_fp8_x_by_slot)
+  bool x_by_slot = false;        // x_q in slot order (g_fp8_x_by_slot), else a row a token gate_up gathers
+  std::int64_t x_q_rows = 0;     // num_pairs by slot, else rows
   void* x_q = nullptr;           // e4m3 [x_q_rows, hidden]
   float* x_scales = nullptr;     // [hidden / 128, x_q_rows]
   void* act_q = nullptr;         // e4m3 [num_pairs, inter], by slot
@@ -240,11 +241,11 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                              .out = out},
                             launch);
   };
-  const bool by_slot = p.x_q_rows == pairs;
   launch_quantize_fp8_rows({.x = x.data, .rows = rows, .k = h, .q = p.x_q, .scales = p.x_scales,
-                            .slot_of_pair = by_slot ? p.slot_of_pair : nullptr, .copies = static_cast<std::int32_t>(p.k)},
+                            .slot_of_pair = p.x_by_slot ? p.slot_of_pair : nullptr,
+                            .copies = static_cast<std::int32_t>(p.k)},
                            launch);
-  gemm(experts.gate_up, p.x_q, p.x_scales, p.x_q_rows, by_slot ? nullptr : p.row_of_slot, inter, h,
+  gemm(experts.gate_up, p.x_q, p.x_scales, p.x_q_rows, p.x_by_slot ? nullptr : p.row_of_slot, inter, h,
        GroupedEpilogue::swiglu, p.act);
   launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = p.act_q, .scales = p.act_scales}, launch);
   gemm(experts.down, p.act_q, p.act_scales, pairs, nullptr, h, inter, GroupedEpilogue::store, p.y);
@@ -306,7 +307,8 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   p.act = scratch.allocate(std::int64_t{p.num_pairs} * inter * 2);
   p.y = scratch.allocate(std::int64_t{p.num_pairs} * hidden * 2);
   if (fp8_wgmma) {
-    p.x_q_rows = g_fp8_x_by_slot ? p.num_pairs : rows;
+    p.x_by_slot = g_fp8_x_by_slot;
+    p.x_q_rows = p.x_by_slot ? p.num_pairs : rows;
     p.x_q = scratch.allocate(p.x_q_rows * hidden);
     p.x_scales = allocate<float>(scratch, p.x_q_rows * num_scale_blocks(hidden, kScaleBlock));
     p.act_q = scratch.allocate(std::int64_t{p.num_pairs} * inter);
