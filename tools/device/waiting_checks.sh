@@ -13,6 +13,7 @@
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 6   # the burst against it (after 5, same machine;
 #                                                                 # alone, it makes the checkpoint first: MOE_LAYERS=0 is quickest)
+#   CARRY_DIR=.devcarry/s35 tools/device/waiting_checks.sh 7      # the MoE layer at 4,096 tokens, x gathered / in slot order
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -139,5 +140,18 @@ print(f"sluice steps with setup on their path: {len(setup)} of {len(rows)}, {sum
 PY
     tar -C "$base" -czf "$base/v3burst_logs.tgz" v3burst && rm -rf "$base/v3burst"
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6" >&2; exit 2 ;;
+  7)
+    # Issue 15's MoE prefill on this card (S35-5): the layer with x gathered, then in slot order (the
+    # default since session 35), twice in one call; the MoE tests first.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaMoe*:CudaFp8Quantize.*' \
+      > "$base/moe_tests.txt" 2>&1
+    echo "##### MoE tests rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$base/moe_tests.txt" | head
+    for round in 1 2; do
+      timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast > "$base/moe_$round.md" 2>&1
+      echo "##### MoE bench $round rc $? at $(elapsed) s"
+      grep "prefill" "$base/moe_$round.md" | sed -E 's/\| MoE layer FP8 wgmma grouped kernel //' | cut -c1-200
+    done
+    ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7" >&2; exit 2 ;;
 esac
