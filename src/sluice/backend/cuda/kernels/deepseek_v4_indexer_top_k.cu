@@ -250,7 +250,7 @@ template <bool kSession27, bool kBulk, int kT>  // kT: the block's threads
 __global__ void __launch_bounds__(kT, blocks_per_sm(kSession27, kBulk, kT))
     v4_indexer_top_k_kernel(V4IndexerArgs args, bool sampled_rows) {
   static_assert(!(kSession27 && kBulk));
-  static_assert(kT == kT || (!kSession27 && !kBulk), "sessions 27 and 32's forms run 512 threads");
+  static_assert(kT == kThreads || (!kSession27 && !kBulk), "sessions 27 and 32's forms run 512 threads");
   constexpr int kW = kT / 32;
   constexpr int kPoolCandidates = pool_candidates(kSession27, kT);
   extern __shared__ __align__(128) float ring_stages[];  // kBulk: [kW][kRingStages][kStageEntries]
