@@ -159,13 +159,16 @@ void bench_attention(std::int32_t rows, std::int32_t entries, std::int32_t seque
 }
 
 // The top-k's forms on the scores in `args`: session 23's sampled threshold
-// (the default), session 27's, session 32's bulk sweep, session 35's narrow
+// (in its 512-thread blocks), session 27's, session 32's bulk sweep, session 35's narrow
 // blocks, and every row through the full selection.
 struct TopKTimes {
   double sampled, session27, bulk, narrow, full;
 };
 TopKTimes time_top_k(const cuda::V4IndexerArgs& args) {
   TopKTimes t{};
+  // Session 23's form in its 512-thread blocks at every row count: the
+  // default takes the narrow ones from kV4TopKNarrowFromRows rows.
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::wide);
   t.sampled = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_session27(true);
   t.session27 = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
@@ -173,9 +176,9 @@ TopKTimes time_top_k(const cuda::V4IndexerArgs& args) {
   cuda::set_v4_indexer_top_k_bulk_sweep(true);
   t.bulk = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_bulk_sweep(false);
-  cuda::set_v4_indexer_top_k_narrow_blocks(true);
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::narrow);
   t.narrow = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
-  cuda::set_v4_indexer_top_k_narrow_blocks(false);
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::by_rows);
   cuda::set_v4_indexer_top_k_sampled(false);
   t.full = time_median(5, [&] { cuda::launch_v4_indexer_top_k(args, nullptr); });
   cuda::set_v4_indexer_top_k_sampled(true);

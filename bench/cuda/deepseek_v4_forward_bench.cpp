@@ -58,7 +58,9 @@
 //     the default with the indexer's heads summed by a tf32 MMA, 13 that in
 //     steps of at least 4,096 rows only, 14 12 with that kernel's keys in
 //     registers, 15 14 with session 27's top-k, 16 the default with session
-//     32's bulk-copy top-k, 17 with session 35's 256-thread top-k; the
+//     32's bulk-copy top-k, 17 with the top-k in 512-thread blocks at
+//     every row count (sessions 35's 17 was the 256-thread top-k, today's
+//     default from 2,048 rows); the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -545,7 +547,7 @@ int flash_formats(int argc, char** argv) {
     bool tf32_register_keys = false;  // set_v4_indexer_scores_tf32_register_keys for this format
     bool top_k_session27 = false;     // set_v4_indexer_top_k_session27 for this format
     bool top_k_bulk = false;          // set_v4_indexer_top_k_bulk_sweep for this format
-    bool top_k_narrow = false;        // set_v4_indexer_top_k_narrow_blocks for this format
+    cuda::V4TopKBlocks top_k_blocks = cuda::V4TopKBlocks::by_rows;  // set_v4_indexer_top_k_blocks for this format
   };
   const Format formats[] = {
       {"bf16 (the FP8/FP4 values)", true, {}},
@@ -599,8 +601,10 @@ int flash_formats(int argc, char** argv) {
        true},
       // The default with session 32's top-k (a per-warp ring of bulk copies): its A/B.
       {"FP8 default, bulk-copy top-k sweep", false, {}, DeepseekV4KvFormats::cuda(), false, false, true},
-      // The default with session 35's top-k in 256-thread blocks (8 rows a multiprocessor): its A/B.
-      {"FP8 default, top-k in 256-thread blocks", false, {}, DeepseekV4KvFormats::cuda(), false, false, false, true},
+      // The default with the top-k in 512-thread blocks at every row count (the default before
+      // session 36, which takes 256-thread blocks from 2,048 rows): its A/B.
+      {"FP8 default, top-k in 512-thread blocks", false, {}, DeepseekV4KvFormats::cuda(), false, false, false,
+       cuda::V4TopKBlocks::wide},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;
@@ -620,7 +624,7 @@ int flash_formats(int argc, char** argv) {
     cuda::set_v4_indexer_scores_tf32_register_keys(f.tf32_register_keys);
     cuda::set_v4_indexer_top_k_session27(f.top_k_session27);
     cuda::set_v4_indexer_top_k_bulk_sweep(f.top_k_bulk);
-    cuda::set_v4_indexer_top_k_narrow_blocks(f.top_k_narrow);
+    cuda::set_v4_indexer_top_k_blocks(f.top_k_blocks);
     if ((profile != 0 || argc > 6) && std::ranges::find(only_formats, static_cast<int>(fi)) == only_formats.end())
       continue;
     const auto t0 = Clock::now();

@@ -386,9 +386,17 @@ TEST(DeepseekV4CudaKernels, IndexerTopKWithBulkSweepsSelectsTheSameSets) {
 // Session 35's 256-thread blocks on the same cases: half the warps, each with
 // twice the slice and the list room (the fallback when a list overflows).
 TEST(DeepseekV4CudaKernels, IndexerTopKInNarrowBlocksSelectsTheSameSets) {
-  cuda::set_v4_indexer_top_k_narrow_blocks(true);
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::narrow);
   check_top_k_form();
-  cuda::set_v4_indexer_top_k_narrow_blocks(false);
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::by_rows);
+}
+
+// Session 23's 512-thread blocks, which the default takes below
+// kV4TopKNarrowFromRows rows, forced at every row count.
+TEST(DeepseekV4CudaKernels, IndexerTopKInWideBlocksSelectsTheSameSets) {
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::wide);
+  check_top_k_form();
+  cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::by_rows);
 }
 
 // Every row through the full selection (the fallback of a sample that misses) on the same cases.

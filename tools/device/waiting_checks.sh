@@ -14,6 +14,7 @@
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 6   # the burst against it (after 5, same machine;
 #                                                                 # alone, it makes the checkpoint first: MOE_LAYERS=0 is quickest)
 #   CARRY_DIR=.devcarry/s35 tools/device/waiting_checks.sh 7      # the MoE layer at 4,096 tokens, x gathered / in slot order
+#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 8      # every 128-slot loader in slot order; ncu of three
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -153,5 +154,27 @@ PY
       grep "prefill" "$base/moe_$round.md" | sed -E 's/\| MoE layer FP8 wgmma grouped kernel //' | cut -c1-200
     done
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7" >&2; exit 2 ;;
+  8)
+    # Issue 15's MoE prefill on this card: every 128-slot loader with x in slot order, twice; then
+    # ncu of gate_up and down (the slot-order layer's first: launches 21-22 of the ws kernel) under
+    # three of them: time, DRAM read, L2 hit rate and throughput. Which stream bounds the layer now.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    kernels="tma tma-multicast tma-multicast4 tma-weight-multicast tma-weight-multicast-overlap"
+    for round in 1 2; do
+      for k in $kernels; do
+        timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 "$k" > "$base/moe8_${k}_$round.md" 2>&1
+        echo "$k: $(grep 'slot order) prefill' "$base/moe8_${k}_$round.md" | grep -oE '[0-9.]+% of 1979|[0-9.]+ ms' | tr '\n' ' ')"
+      done
+      echo "##### round $round at $(elapsed) s"
+    done
+    for k in tma tma-multicast4 tma-weight-multicast; do
+      timeout 120 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 20 -c 2 --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed \
+        "$bin/cuda_bench" --deepseek-moe-fp8 "$k" > "$base/ncu8_$k.csv" 2> "$base/ncu8_$k.err"
+      python3 tools/device/ncu_metrics_table.py "$base/ncu8_$k.csv" "$k" gate_up down
+    done
+    echo "##### ncu at $(elapsed) s"
+    tar -C "$base" -czf "$base/moe_loaders.tgz" $(cd "$base" && ls moe8_* ncu8_*) && rm "$base"/moe8_* "$base"/ncu8_*
+    ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8" >&2; exit 2 ;;
 esac

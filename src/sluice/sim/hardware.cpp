@@ -125,19 +125,16 @@ HardwareSpec h200_sluice_cuda_deepseek_v3() {
   // make_deepseek_v3_profile's FLOPs and bytes (docs/cost-model.md
   // "DeepSeek-V3's kernels" says which are measured and which assumed):
   //  - the MoE layer at 4,096 tokens, routing, permutation and combine
-  //    included, with x quantized into slot order (session 35): 4.52-4.85 ms
-  //    on H100s (S35-5..7), ~4.65 ms = 621 TFLOP/s: 0.39 of the 1,580 FP8
-  //    peak. Measured on H100s only: the same calls' gathered form took
-  //    5.28-5.54 ms there, and the H200 took 5.475 ms for that form (S31-8),
-  //    so the H100's time stands for the H200's until it is measured there
-  //    (S12's kernels: 5.6 ms, 0.33);
+  //    included, with x quantized into slot order (session 35): 4.45-4.54 ms
+  //    on the H200 (S36-1; H100s 4.52-4.85), ~4.50 ms = 642 TFLOP/s: 0.40 of
+  //    the 1,580 FP8 peak (S12's kernels: 5.6 ms, 0.33);
   //  - dense FP8 linears with what runs per token around them (activation
   //    quantization, norms, rope, the narrow q_a / kv_a GEMMs): fitted by
-  //    `sluice calibrate` on three whole-model traces of the truncated V3
-  //    (3 dense + 2 MoE layers) on an H100, this profile scaled to it: 0.544
-  //    (S33-2's burst), 0.541 (S34-1's serve bench), 0.558 (S34-2's burst).
-  //    The H100 has the H200's SMs and tensor peaks, so the share carries
-  //    over: 0.55 (cuBLASLt's block-scaled GEMMs alone reach 0.70-0.80, S12);
+  //    `sluice calibrate` on whole-model traces of the truncated V3 (3 dense
+  //    + 2 MoE layers): on an H100, this profile scaled to it, 0.544 (S33-2's
+  //    burst), 0.541 (S34-1's serve bench), 0.558 (S34-2's burst); on the
+  //    H200 0.510 (S36-2's serve bench) and 0.602 (S36-3's burst): 0.55
+  //    (cuBLASLt's block-scaled GEMMs alone reach 0.70-0.80, S12);
   //  - decode attention, the absorbed MQA over the latent (the whole op,
   //    eager): 128 heads at batch 64 x 8k, tensor-bound, 1.39-1.55 TB/s of
   //    latent (S26-2/3) = 336-375 TFLOP/s: 0.45 of 790; 16 heads a GPU
@@ -148,7 +145,7 @@ HardwareSpec h200_sluice_cuda_deepseek_v3() {
   //  - decode's weights: the MoE layer at batch 64 read its touched experts
   //    at 3.54-3.64 TB/s (S12): 0.83 of 4.3 (experts are nearly all of a
   //    decode step's weight bytes).
-  spec.efficiency.moe_compute = 0.39;
+  spec.efficiency.moe_compute = 0.40;
   spec.efficiency.gemm_compute = 0.55;
   spec.efficiency.attention_compute = 0.45;
   spec.efficiency.kv_bandwidth = 0.53;

@@ -38,11 +38,12 @@
 // kept 32 KB. Taken where every row starts on 16 bytes (a width that is a
 // multiple of 4 and an aligned buffer), else session 23's form runs.
 //
-// Session 35's narrow blocks (set_v4_indexer_top_k_narrow_blocks; opt-in):
-// session 23's form in 256-thread blocks, 8 rows a multiprocessor instead of
-// 4, each warp with twice the slice and list room. On an H100 3-7% faster on
-// prefill chunks, 26% slower at decode's 64 rows, 6% slower on crowded rows
-// (S35-4).
+// Session 35's narrow blocks (set_v4_indexer_top_k_blocks; the default from
+// kV4TopKNarrowFromRows rows since session 36): session 23's form in
+// 256-thread blocks, 8 rows a multiprocessor instead of 4, each warp with
+// twice the slice and list room. On an H100 3-7% faster on prefill chunks,
+// 26% slower at decode's 64 rows, 6% slower on crowded rows (S35-4); on the
+// H200 4-10% faster from 2,048 rows, equal at 1,024 (S36-1).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -64,7 +65,7 @@ namespace {
 // sweeps. The float4 sweep needs more than 32 registers (ptxas spills at any
 // depth there), so session 27's form runs 3 blocks a multiprocessor at 40.
 constexpr int kThreads = 512;
-// Session 35's narrow form (set_v4_indexer_top_k_narrow_blocks): 256 threads,
+// Session 35's narrow form (set_v4_indexer_top_k_blocks): 256 threads,
 // 8 blocks (rows) a multiprocessor at the same 32 registers, so twice the
 // rows' barrier-bound phases (the radix selects, the picks) overlap others'
 // sweeps; the pool keeps its 2,048 places (256 a warp), so 8 blocks take
@@ -104,7 +105,7 @@ constexpr int kRingBytes = kWarps * kRingStages * kStageEntries * 4;  // 32 KB, 
 bool g_sampled = true;        // set_v4_indexer_top_k_sampled()
 bool g_session27 = false;     // set_v4_indexer_top_k_session27()
 bool g_bulk_sweep = false;    // set_v4_indexer_top_k_bulk_sweep()
-bool g_narrow_blocks = false; // set_v4_indexer_top_k_narrow_blocks()
+V4TopKBlocks g_blocks = V4TopKBlocks::by_rows;  // set_v4_indexer_top_k_blocks()
 
 template <int kT>  // the block's threads
 struct SelectScratch {
@@ -482,7 +483,7 @@ __global__ void __launch_bounds__(kT, blocks_per_sm(kSession27, kBulk, kT))
 void set_v4_indexer_top_k_sampled(bool sampled) { g_sampled = sampled; }
 void set_v4_indexer_top_k_session27(bool session27) { g_session27 = session27; }
 void set_v4_indexer_top_k_bulk_sweep(bool bulk) { g_bulk_sweep = bulk; }
-void set_v4_indexer_top_k_narrow_blocks(bool narrow) { g_narrow_blocks = narrow; }
+void set_v4_indexer_top_k_blocks(V4TopKBlocks blocks) { g_blocks = blocks; }
 
 void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
   SLUICE_CHECK(args.top_k > 0 && args.max_visible >= 0);
@@ -505,7 +506,8 @@ void launch_v4_indexer_top_k(const V4IndexerArgs& args, cudaStream_t stream) {
     }();
     (void)configured;
     v4_indexer_top_k_kernel<false, true, kThreads><<<blocks, kThreads, kRingBytes, stream>>>(args, g_sampled);
-  } else if (g_narrow_blocks) {
+  } else if (g_blocks == V4TopKBlocks::narrow ||
+             (g_blocks == V4TopKBlocks::by_rows && args.rows >= kV4TopKNarrowFromRows)) {
     static const bool configured = [] {  // 8 blocks of ~28 KB: all of the multiprocessor's shared memory
       SLUICE_CUDA_CHECK(cudaFuncSetAttribute(v4_indexer_top_k_kernel<false, false, kNarrowThreads>,
                                              cudaFuncAttributePreferredSharedMemoryCarveout,

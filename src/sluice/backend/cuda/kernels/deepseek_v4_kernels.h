@@ -149,9 +149,15 @@ void set_v4_indexer_top_k_session27(bool session27);
 // per-warp ring of TMA bulk copies (session 32; 15-18% slower in S33-1);
 // false (the default) session 23's scalar loads. Session 27's form wins if set.
 void set_v4_indexer_top_k_bulk_sweep(bool bulk);
-// Tests and the bench: true runs session 23's form in blocks of 256 threads,
-// 8 rows a multiprocessor instead of 4 (session 35); the forms above win if set.
-void set_v4_indexer_top_k_narrow_blocks(bool narrow);
+// Session 23's form runs in blocks of 512 threads (wide: 4 rows a
+// multiprocessor) or of 256 (narrow: 8 rows, session 35). by_rows, the
+// default, takes the narrow blocks from kV4TopKNarrowFromRows rows: on the
+// H200 they are 4-10% faster on prefill chunks of 2,048-8,192 rows, equal at
+// 1,024, and slower at decode's 64 (26% on an H100) and on crowded rows
+// (12%; S36-1). Tests and the bench force either; the forms above win if set.
+enum class V4TopKBlocks { by_rows, wide, narrow };
+inline constexpr int kV4TopKNarrowFromRows = 2048;
+void set_v4_indexer_top_k_blocks(V4TopKBlocks blocks);
 
 // mHC (DeepseekV4Kernels::hc_pre / hc_post / hc_head), a row per block.
 struct V4HcWeights {
