@@ -4,7 +4,8 @@
 # intermediate 2048; 3 dense + MOE_LAYERS MoE layers) served by
 # `sluice serve --device cuda`, then: `sluice plan` on it, a chat completion, a
 # streamed one, a tool-call request (tools + tool_choice auto through the
-# deepseek_v3 parser), and short timings with `sluice bench serve` (decode at
+# deepseek_v3 parser), the same and more through the official openai npm
+# client where node is (openai_client_check.mjs), and short timings with `sluice bench serve` (decode at
 # concurrency 1 and 64, prefill of 8k-token prompts). Prints a table last.
 #
 # On the GPU machine (through the device tool), from the repository root,
@@ -182,6 +183,17 @@ PY
 requests_status=$?
 tee -a "$log" <"$out/requests.txt"
 
+# The same through the official openai npm client, where node and
+# node_modules/openai are (waiting_checks.sh part 5 unpacks both from CARRY_DIR).
+if command -v node >/dev/null && [ -d node_modules/openai ]; then
+  node tools/device/openai_client_check.mjs "$port" deepseek-v3-random >"$out/openai_client.txt" 2>&1
+  openai_status=$?
+else
+  echo "openai npm client: not run (no node or node_modules/openai here)" >"$out/openai_client.txt"
+  openai_status=none
+fi
+tee -a "$log" <"$out/openai_client.txt"
+
 # Timings through the server: decode at concurrency 1 and 64 (1k-token
 # prompts, 128 tokens out), prefill of 8k-token prompts (1 token out). The
 # prefill run draws its own prompts (seed 2): with seed 1 their first 1k
@@ -201,16 +213,17 @@ bench prefill-8k 2 --num-prompts "${PREFILL_PROMPTS:-16}" --input-len 8192 --out
 stop_server
 cat "$out/serve.log" >>"$log"
 
-python3 - "$out" "$make_seconds" "$load_seconds" "$requests_status" "$model" <<'PY' | tee "$out/table.md"
+python3 - "$out" "$make_seconds" "$load_seconds" "$requests_status" "$model" "$openai_status" <<'PY' | tee "$out/table.md"
 import json, os, sys
-out, make_s, load_s, requests_status, model = sys.argv[1:6]
+out, make_s, load_s, requests_status, model, openai_status = sys.argv[1:7]
 c = json.load(open(os.path.join(model, "config.json")))
 layers, dense = c["num_hidden_layers"], c.get("first_k_dense_replace", 0)
 quant = c.get("quantization_config", {}).get("quant_method", "bf16")
 made = "made earlier" if make_s == "(made earlier)" else f"{make_s} s"
 print(f"DeepSeek-V3 {quant}, hidden {c['hidden_size']}, {c['num_attention_heads']} heads, "
       f"{c.get('n_routed_experts')} experts top-{c.get('num_experts_per_tok')}, {dense} dense + {layers - dense} MoE "
-      f"layers: make-model {made}, load {load_s} s, requests {'ok' if requests_status == '0' else 'FAILED'}")
+      f"layers: make-model {made}, load {load_s} s, requests {'ok' if requests_status == '0' else 'FAILED'}, "
+      f"openai npm client {dict(none='not run').get(openai_status, 'ok' if openai_status == '0' else 'FAILED')}")
 print("| run | output tok/s | total tok/s | TTFT p50 (ms) | TPOT p50 (ms) | completed |")
 print("|---|---|---|---|---|---|")
 for name in ["decode-c1", "decode-c64", "prefill-8k"]:

@@ -15,6 +15,7 @@
 #                                                                 # alone, it makes the checkpoint first: MOE_LAYERS=0 is quickest)
 #   CARRY_DIR=.devcarry/s35 tools/device/waiting_checks.sh 7      # the MoE layer at 4,096 tokens, x gathered / in slot order
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 8      # every 128-slot loader in slot order; ncu of three
+#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 9      # GQA decode: the split kernel alone (ncu) beside the op
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -99,6 +100,14 @@ case ${1:-1} in
     # measurement of the whole model at today's kernels and the fit of its assumed gemm_compute.
     # CARRY_DIR must hold the sluice binary (pack_carry.sh .devcarry/s30cli build/sluice).
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    # The official openai npm client's check needs node and node_modules/openai: carried as
+    # CARRY_DIR/node.xz and CARRY_DIR/openai.tar.xz where this machine lacks them.
+    if ! command -v node >/dev/null && [ -f "$CARRY_DIR/node.xz" ]; then
+      mkdir -p "$HOME/bin" && xz -dc "$CARRY_DIR/node.xz" >"$HOME/bin/node" && chmod +x "$HOME/bin/node"
+      export PATH=$HOME/bin:$PATH
+    fi
+    [ -d node_modules/openai ] || [ ! -f "$CARRY_DIR/openai.tar.xz" ] || tar -xJf "$CARRY_DIR/openai.tar.xz"
+    echo "node: $(command -v node || echo none) $(node --version 2>/dev/null)"
     export SLUICE_BIN=$bin/sluice MOE_LAYERS=${MOE_LAYERS:-2}
     OUT=$base/v3 SERVE_FLAGS="--step-trace $base/v3/steps.jsonl" bash tools/device/deepseek_serve.sh all \
       > "$base/v3.txt" 2>&1
@@ -176,5 +185,22 @@ PY
     echo "##### ncu at $(elapsed) s"
     tar -C "$base" -czf "$base/moe_loaders.tgz" $(cd "$base" && ls moe8_* ncu8_*) && rm "$base"/moe8_* "$base"/ncu8_*
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8" >&2; exit 2 ;;
+  9)
+    # Issue 14's GQA decode on this card: the split kernel's own time (ncu) beside the op the sweep
+    # times, which adds a standalone KV-write kernel (a served decode graph writes K/V in the RoPE
+    # or q|k|v GEMV epilogue instead, cuda_ops.cpp write_kv_pages). TMA loads (the default).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    for c in "8 x 8k" "16 x 8k" "8 x 32k"; do
+      f="$base/ncu9_$(echo "$c" | tr -d ' ').csv"
+      timeout 120 ncu --clock-control none -k 'regex:split_mma_keys|kv_write' -s 8 -c 8 --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum "$bin/cuda_bench" --decode-sweep-loads "$c" tma \
+        > "$f" 2> "$f.err"
+      python3 tools/device/ncu_metrics_table.py "$f" "$c (ncu)" kv_write split
+      timeout 120 "$bin/cuda_bench" --decode-sweep-loads "$c" tma 2>&1 | grep "kernels only" | grep -v "3 stages" |
+        sed -E 's/.*split plan //' | cut -c1-160
+    done
+    echo "##### done at $(elapsed) s"
+    tar -C "$base" -czf "$base/gqa_ncu.tgz" $(cd "$base" && ls ncu9_*) && rm "$base"/ncu9_*
+    ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9" >&2; exit 2 ;;
 esac
