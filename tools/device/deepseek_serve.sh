@@ -160,7 +160,7 @@ def openai_client(messages):
     try:
         import openai
     except ImportError:
-        print("openai client: not installed here (urllib only)")
+        print("python openai package: not here (urllib only; openai_client_check.mjs runs the npm client)")
         return True
     out = openai.OpenAI(base_url=base, api_key="none").chat.completions.create(
         model=model, messages=messages, max_tokens=8)
