@@ -25,7 +25,8 @@
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes; --deepseek-gemm: the FP8 GEMM rows only;
 // --deepseek-moe-fp8 [KERNEL]: its MoE layer rows under fp8_wgmma only, under
 // every 128-slot kernel or the one named (grouped_gemm_fp8_kernel.h's name_of;
-// decode, then prefill: 20 grouped_gemm_fp8 launches, then the prefill's, for ncu);
+// x gathered, then in slot order; each: decode (20 grouped_gemm_fp8 ring launches), then
+// prefill of 4,096 and of 16,384 tokens (20 ws launches each), for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
 // --fp8-gemv: decode-size FP8 block-scaled GEMMs of V4-Flash and V3 (fp8_gemv_bench.cpp);
 // --fp8-dense: prefill-size ones, cuBLASLt against the MoE's ws kernels as one group (fp8_dense_bench.cpp);
@@ -330,7 +331,10 @@ void bench_deepseek_moe(bool quick) {
     // fp8_wgmma: x gathered by gate_up, then x quantized into slot order (session 35).
     const bool wgmma = fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma;
     for (const bool by_slot : {false, true})
-    for (std::int32_t rows : {64, quick ? 1024 : 4096}) {
+    // 16,384 tokens (wgmma only): ~4x the rows an expert, where the tiles fill and each weight
+    // tile serves more of them; the row is 4,096.
+    for (std::int32_t rows : {64, quick ? 1024 : 4096, quick ? 0 : 16384}) {
+      if (rows == 0 || (rows == 16384 && !wgmma)) continue;
       if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64) || (by_slot && !wgmma)) continue;
       cuda::set_moe_fp8_x_by_slot(by_slot);
       StepLayout layout;

@@ -165,7 +165,8 @@ PY
     ;;
   8)
     # Issue 15's MoE prefill on this card: every 128-slot loader with x in slot order, twice; then
-    # ncu of gate_up and down (the slot-order layer's first: launches 21-22 of the ws kernel) under
+    # ncu of gate_up and down (the slot-order layer's first: launches 41-42 of the ws kernel, after
+    # the gathered layer's 20 at 4,096 tokens and 20 at 16,384) under
     # three of them: time, DRAM read, L2 hit rate and throughput. Which stream bounds the layer now.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
     kernels="tma tma-multicast tma-multicast4 tma-weight-multicast tma-weight-multicast-overlap"
@@ -177,7 +178,7 @@ PY
       echo "##### round $round at $(elapsed) s"
     done
     for k in tma tma-multicast4 tma-weight-multicast; do
-      timeout 120 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 20 -c 2 --csv --print-units base \
+      timeout 120 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --print-units base \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed \
         "$bin/cuda_bench" --deepseek-moe-fp8 "$k" > "$base/ncu8_$k.csv" 2> "$base/ncu8_$k.err"
       python3 tools/device/ncu_metrics_table.py "$base/ncu8_$k.csv" "$k" gate_up down
