@@ -16,6 +16,7 @@
 #   CARRY_DIR=.devcarry/s35 tools/device/waiting_checks.sh 7      # the MoE layer at 4,096 tokens, x gathered / in slot order
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 8      # every 128-slot loader in slot order; ncu of three
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 9      # GQA decode: the split kernel alone (ncu) beside the op
+#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -203,5 +204,37 @@ PY
     echo "##### done at $(elapsed) s"
     tar -C "$base" -czf "$base/gqa_ncu.tgz" $(cd "$base" && ls ncu9_*) && rm "$base"/ncu9_*
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9" >&2; exit 2 ;;
+  targets)
+    # Every H200 target of issues 14, 15 and 18 in one call (~200 s on an H200 in session 36's
+    # parts), each part's output to its own file and a short summary printed last: the device
+    # tool returns only the last 12,000 characters of a call's output (S36-1 lost its first parts).
+    # Needs the pack of parts 1-9 (cuda_kernel_test, cuda_bench, cuda_deepseek_v4_forward_test,
+    # deepseek_v4_forward_bench).
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    echo "GPU: $gpu"
+    for p in 7 4 3 9 1; do
+      if [ "$p" = 1 ]; then
+        FORMATS="2 17" MODEL_FORMATS=2,17 OUT=$base/p$p bash "$0" 1 > "$base/part$p.txt" 2>&1
+      else
+        OUT=$base/p$p bash "$0" "$p" > "$base/part$p.txt" 2>&1
+      fi
+      echo "part $p rc $? at $(elapsed) s"
+    done
+    tar -C "$base" -czf "$base/targets_logs.tgz" p7 p4 p3 p9 p1 2>/dev/null && rm -rf "$base"/p[0-9]
+    echo "=== summary ($gpu)"
+    echo "-- 15 MoE prefill 4,096 / 16,384 tokens, x in slot order (target 50% of 1979):"
+    grep -E "PASSED|FAILED" "$base/part7.txt" | head -3
+    grep "slot order) prefill" "$base/part7.txt" | while read -r line; do
+      echo "$line" | grep -oE "prefill [0-9]+ tokens|[0-9.]+% of 1979|[0-9.]+ ms|[0-9.]+% filled" | paste -sd' '
+    done
+    echo "-- 15 MLA decode 64 x 8k, 16 heads, a layer of a decode graph (target 80% of the copy):"
+    grep -h "16 heads, a layer of an 8-layer decode graph" "$base/part4.txt" | cut -d'|' -f2,4 | cut -c1-140
+    echo "-- 14 GQA decode 8 x 8k and 16 x 8k (target 85%), batch-1 decode at 4k (target 85%):"
+    grep -E "^\| (8|16) x 8k " "$base/part3.txt" | cut -c1-160
+    grep -E "batch 1 at (0|4096) context, default" "$base/part3.txt" | head -4 | cut -d'|' -f2,4 | cut -c1-120
+    grep -E "^\| split|kernels only" "$base/part9.txt" | head -12 | cut -c1-120
+    echo "-- 18 indexer share of the CSA layer (formats 2, 17; target <= 25%):"
+    grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
+    ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|targets" >&2; exit 2 ;;
 esac
