@@ -19,7 +19,8 @@
 // named: "8 x 8k"), merged in the split kernel and in the combine kernel; --decode-sweep-plans:
 // the same under every split plan;
 // --mla: DeepSeek-V3's MLA decode and prefill under each kernel choice;
-// --mla-prefill: its prefill rows on tensor_core and through cuDNN;
+// --mla-prefill: its prefill rows on tensor_core and through cuDNN (prompts of 8k
+// and 32k; through cuDNN also chunks of 512-2,560 rows over 8k / 24k cached);
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes; --deepseek-gemm: the FP8 GEMM rows only;
@@ -861,22 +862,36 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     return pct(bytes_per_second / hbm_spec()) + " of HBM spec, " +
            pct(bytes_per_second / hbm_copy()) + " of the copy";
   };
-  auto prefill_row = [&](const CudaOptions& options, const std::string& label, std::int32_t tokens) {
+  // A prompt of `tokens` from zero, or a chunk of `tokens` rows after `prefix`
+  // cached tokens (random latents): every row's keys (causal within the
+  // chunk) and the decompression of the whole context's K/V, as the
+  // simulator's chunk form prices them (docs/cost-model.md).
+  auto prefill_row = [&](const CudaOptions& options, const std::string& label, std::int32_t tokens,
+                         std::int32_t prefix = 0) {
     auto ops = new_ops(options);
-    const StepLayout layout = make_step(1, 0, tokens, kBlock);
-    must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = tokens / kBlock, .block_size_tokens = kBlock,
-                                    .num_kv_heads = 1, .head_dim = kWidth, .layout = KvCacheLayout::latent}));
+    const StepLayout layout = make_step(1, prefix, tokens, kBlock);
+    must_ok(ops->allocate_kv_cache({.num_layers = 1, .num_blocks = (prefix + tokens) / kBlock + 1,
+                                    .block_size_tokens = kBlock, .num_kv_heads = 1, .head_dim = kWidth,
+                                    .layout = KvCacheLayout::latent}));
+    if (prefix > 0) must_ok(cuda_fill_kv_cache_random(*ops, 5));
     const MlaInputs in = random_inputs(*ops, tokens, 41, kHeads);
     const Tensor out = must(cuda_random_weight(*ops, {tokens, kHeads * kV}, DType::bf16, 45, 1.0f));
     ops->begin_step(layout);
     const double t = time_median(1, 5, [&] { must_ok(ops->mla_attention(0, in, shape, out)); });
     if (options.prefill_attention == cuda::PrefillAttention::cudnn && must(cuda_cudnn_sdpa_runs(*ops)) == 0)
       std::printf("| (cudnn row below: cuDNN did not run, tensor_core did) | | |\n");
-    const double keys = static_cast<double>(tokens) * (tokens + 1) / 2;
-    const double flops = 2.0 * kHeads * keys * (kQk + kV) + 2.0 * tokens * kHeads * (kNope + kV) * kRank;
-    char name[128];
-    std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression, %.1f ms)",
-                  label.c_str(), tokens / 1024, t * 1e3);
+    const double keys = static_cast<double>(tokens) * prefix + static_cast<double>(tokens) * (tokens + 1) / 2;
+    const double flops = 2.0 * kHeads * keys * (kQk + kV) +
+                         2.0 * (static_cast<double>(prefix) + tokens) * kHeads * (kNope + kV) * kRank;
+    char name[160];
+    if (prefix == 0)
+      std::snprintf(name, sizeof name, "MLA prefill %s %dk, 128 heads (attention + K/V decompression, %.1f ms)",
+                    label.c_str(), tokens / 1024, t * 1e3);
+    else
+      std::snprintf(name, sizeof name,
+                    "MLA prefill %s chunk of %d rows after %dk cached, 128 heads (attention + K/V decompression, "
+                    "%.1f ms)",
+                    label.c_str(), tokens, prefix / 1024, t * 1e3);
     row(name, flops / t / 1e12, "TFLOP/s", pct(flops / t / kBf16FlopsPerSecond) + " of 790");
   };
   for (const auto& [kernel_name, kernel] : cuda::kMlaKernelsNames) {
@@ -979,6 +994,18 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     options.prefill_attention = cuda::PrefillAttention::cudnn;
     prefill_row(options, "cudnn", tokens);
   }
+  // Chunks over cached prefixes, as a long prompt's later chunks run: the
+  // cost model's chunk form is measured on whole prompts only, and V3's
+  // traces put these at 1.3-1.5x its price (docs/cost-model.md).
+  if (quick) return;
+  for (std::int32_t prefix : {8192, 24576})
+    for (std::int32_t chunk : {512, 1280, 2560}) {
+      CudaOptions options = bench_options();
+      options.use_cuda_graphs = false;
+      options.mla_kernels = cuda::MlaKernels::tensor_core;
+      options.prefill_attention = cuda::PrefillAttention::cudnn;
+      prefill_row(options, "cudnn", chunk, prefix);
+    }
 }
 
 // One step of the model: begin_step, forward, greedy sample (which reads the

@@ -16,7 +16,8 @@
 #   CARRY_DIR=.devcarry/s35 tools/device/waiting_checks.sh 7      # the MoE layer at 4,096 tokens, x gathered / in slot order
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 8      # every 128-slot loader in slot order; ncu of three
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 9      # GQA decode: the split kernel alone (ncu) beside the op
-#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9 and 1 with a summary last (one H200 call)
+#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 10     # MLA prefill through cuDNN: prompts, chunks over cached prefixes
+#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
 # adds TMA with a ring of 3 tiles; part 5 returns its logs and step trace as v3_logs.tgz.
@@ -204,15 +205,22 @@ PY
     echo "##### done at $(elapsed) s"
     tar -C "$base" -czf "$base/gqa_ncu.tgz" $(cd "$base" && ls ncu9_*) && rm "$base"/ncu9_*
     ;;
+  10)
+    # Issue 15's cost model: MLA prefill through cuDNN on whole prompts and on chunks over cached
+    # prefixes (the V3 traces put the latter at 1.3-1.5x the simulator's price; docs/cost-model.md).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout 300 "$bin/cuda_bench" --mla-prefill > "$base/mla_prefill.md" 2> "$base/mla_prefill.err"
+    echo "##### mla-prefill rc $? at $(elapsed) s"; grep -E "^\| MLA prefill" "$base/mla_prefill.md" | cut -c1-170
+    ;;
   targets)
-    # Every H200 target of issues 14, 15 and 18 in one call (~200 s on an H200 in session 36's
-    # parts), each part's output to its own file and a short summary printed last: the device
-    # tool returns only the last 12,000 characters of a call's output (S36-1 lost its first parts).
-    # Needs the pack of parts 1-9 (cuda_kernel_test, cuda_bench, cuda_deepseek_v4_forward_test,
-    # deepseek_v4_forward_bench).
+    # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
+    # session 36's H200; part 10 is new), each part's output to its own file and a short summary
+    # printed last: the device tool returns only the last 12,000 characters of a call's output
+    # (S36-1 lost its first parts). Needs the pack of parts 1-10 (cuda_kernel_test, cuda_bench,
+    # cuda_deepseek_v4_forward_test, deepseek_v4_forward_bench).
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     echo "GPU: $gpu"
-    for p in 7 4 3 9 1; do
+    for p in 7 4 3 9 10 1; do
       if [ "$p" = 1 ]; then
         FORMATS="2 17" MODEL_FORMATS=2,17 OUT=$base/p$p bash "$0" 1 > "$base/part$p.txt" 2>&1
       else
@@ -220,7 +228,7 @@ PY
       fi
       echo "part $p rc $? at $(elapsed) s"
     done
-    tar -C "$base" -czf "$base/targets_logs.tgz" p7 p4 p3 p9 p1 2>/dev/null && rm -rf "$base"/p[0-9]
+    tar -C "$base" -czf "$base/targets_logs.tgz" p7 p4 p3 p9 p10 p1 2>/dev/null && rm -rf "$base"/p[0-9] "$base"/p10
     echo "=== summary ($gpu)"
     echo "-- 15 MoE prefill 4,096 / 16,384 tokens, x in slot order (target 50% of 1979):"
     grep -E "PASSED|FAILED" "$base/part7.txt" | head -3
@@ -233,8 +241,10 @@ PY
     grep -E "^\| (8|16) x 8k " "$base/part3.txt" | cut -c1-160
     grep -E "batch 1 at (0|4096) context, default" "$base/part3.txt" | head -4 | cut -d'|' -f2,4 | cut -c1-120
     grep -E "^\| split|kernels only" "$base/part9.txt" | head -12 | cut -c1-120
+    echo "-- 15 cost model: MLA prefill through cuDNN, prompts and chunks over cached prefixes:"
+    grep -E "MLA prefill cudnn" "$base/part10.txt" | cut -d'|' -f2,3,4 | cut -c1-150
     echo "-- 18 indexer share of the CSA layer (formats 2, 17; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|targets" >&2; exit 2 ;;
 esac
