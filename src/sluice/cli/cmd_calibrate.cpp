@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -33,6 +35,39 @@ struct CalibrateOptions {
 void print_errors(const char* label, const sim::RelativeErrorStats& e) {
   std::printf("  %-26s median %5.1f%%, p90 %5.1f%%, mean signed %+6.1f%% over %lld steps\n", label, 100 * e.median,
               100 * e.p90, 100 * e.mean_signed, static_cast<long long>(e.num_steps));
+}
+
+// Steps with a prefill chunk, by the deepest cached prefix one of their
+// chunks runs over: the median of measured / the prior's whole-step time. A
+// shape-dependent error the per-term factors cannot absorb shows here (V3's
+// MLA chunks over long prefixes: docs/cost-model.md).
+void print_prefix_depth_ratios(const sim::RooflineCostModel& model, const std::vector<sim::TracedStep>& steps) {
+  struct Bucket {
+    const char* name;
+    std::int64_t below;  // deepest prefix < this (the first bucket: no prefix at all)
+    std::vector<double> ratios;
+  };
+  std::array<Bucket, 5> buckets = {Bucket{"none", 1, {}}, Bucket{"<8k", 8192, {}}, Bucket{"8-16k", 16384, {}},
+                                   Bucket{"16-32k", 32768, {}}, Bucket{">=32k", INT64_MAX, {}}};
+  for (const sim::TracedStep& s : steps) {
+    std::int64_t deepest = -1;
+    for (const auto& q : s.shape.sequences)
+      if (q.num_new_tokens > 1) deepest = std::max<std::int64_t>(deepest, q.num_computed_tokens);
+    const double prior = model.predict_step_ms(s.shape);
+    if (deepest < 0 || !(prior > 0.0)) continue;
+    for (Bucket& b : buckets)
+      if (deepest < b.below) {
+        b.ratios.push_back(s.measured_ms / prior);
+        break;
+      }
+  }
+  std::printf("  prefill steps by their deepest cached prefix, measured / prior (median, steps):");
+  for (Bucket& b : buckets) {
+    if (b.ratios.empty()) continue;
+    std::sort(b.ratios.begin(), b.ratios.end());
+    std::printf(" %s %.2f (%zu)", b.name, b.ratios[b.ratios.size() / 2], b.ratios.size());
+  }
+  std::printf("\n");
 }
 
 Status run_calibrate(const CalibrateOptions& o) {
@@ -97,6 +132,7 @@ Status run_calibrate(const CalibrateOptions& o) {
   print_errors("fitted, steps kept:", fit.fitted);
   std::printf("  %lld steps left out of the fit as outliers (warm-up, graph capture)\n",
               static_cast<long long>(fit.num_outliers));
+  print_prefix_depth_ratios(model, steps);
 
   // The engine's online correction replayed over the trace, step by step: what
   // it predicts for each step's decodes alone (the planner's step cap is
