@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -824,6 +825,37 @@ namespace {
 
 using namespace sluice::testing;
 
+// Device memory of `count` T with every byte `fill` (0x7f / 0xff: NaN codes
+// and floats, so entries the kernel leaves unwritten show), freed with it.
+template <typename T>
+std::unique_ptr<T, cudaError_t (*)(void*)> device_filled(std::int64_t count, int fill) {
+  T* p = nullptr;
+  const auto bytes = static_cast<std::size_t>(std::max<std::int64_t>(count, 1)) * sizeof(T);
+  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), bytes) == cudaSuccess);
+  SLUICE_CHECK(cudaMemset(p, fill, bytes) == cudaSuccess);
+  return {p, cudaFree};
+}
+template <typename T>
+std::unique_ptr<T, cudaError_t (*)(void*)> device_copy(const std::vector<T>& host) {
+  auto d = device_filled<T>(static_cast<std::int64_t>(host.size()), 0);
+  SLUICE_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  return d;
+}
+template <typename T>
+std::vector<T> host_copy(const T* device, std::int64_t count) {
+  std::vector<T> out(static_cast<std::size_t>(count));
+  SLUICE_CHECK(cudaMemcpy(out.data(), device, out.size() * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return out;
+}
+
+// The host's rule for one 1x128 block, values [begin, end) of `row`: scale =
+// amax / 448 (1 for an all-zero block); a value's code is e4m3(v / scale).
+float host_fp8_scale(const float* row, std::int64_t begin, std::int64_t end) {
+  float amax = 0.0f;
+  for (std::int64_t c = begin; c < end; ++c) amax = std::max(amax, std::fabs(row[c]));
+  return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
 // The activations' FP8 quantization against the host's rule, bit for bit:
 // scale = amax / 448 a 1x128 block (1 for an all-zero block), q =
 // e4m3(x / scale) rounded to nearest even and saturated. k whole blocks (the
@@ -835,45 +867,30 @@ void check_quantize(std::int64_t rows, std::int64_t padded_rows, std::int64_t k,
   for (std::int64_t c = 0; c < std::min<std::int64_t>(k, 128); ++c) x[static_cast<std::size_t>(c)] = 0.0f;  // a zero block
   DeviceArray dx(x, DType::bf16, Shape{rows, k});
   const std::int64_t col_blocks = (k + 127) / 128, m = padded_rows;
-  std::uint8_t* dq = nullptr;
-  float* dscales = nullptr;
-  std::int32_t* doffsets = nullptr;
-  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dq), static_cast<std::size_t>(m * k)) == cudaSuccess);
-  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dscales), static_cast<std::size_t>(m * col_blocks) * 4) == cudaSuccess);
-  SLUICE_CHECK(cudaMemset(dq, 0x7f, static_cast<std::size_t>(m * k)) == cudaSuccess);  // NaN codes: unwritten bytes show
+  const auto dq = device_filled<std::uint8_t>(m * k, 0x7f);
+  const auto dscales = device_filled<float>(m * col_blocks, 0);
+  const auto doffsets = device_copy(group_offsets);
   settle_default_stream();
-  if (!group_offsets.empty()) {
-    SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&doffsets), group_offsets.size() * 4) == cudaSuccess);
-    SLUICE_CHECK(cudaMemcpy(doffsets, group_offsets.data(), group_offsets.size() * 4, cudaMemcpyHostToDevice) ==
-                 cudaSuccess);
-  }
-  cuda::launch_quantize_fp8_rows({.x = dx.tensor().data, .rows = rows, .padded_rows = padded_rows, .k = k, .q = dq,
-                                  .scales = dscales, .group_offsets = doffsets,
+  cuda::launch_quantize_fp8_rows({.x = dx.tensor().data, .rows = rows, .padded_rows = padded_rows, .k = k, .q = dq.get(),
+                                  .scales = dscales.get(), .group_offsets = group_offsets.empty() ? nullptr : doffsets.get(),
                                   .num_groups = static_cast<std::int32_t>(group_offsets.empty() ? 0 : group_offsets.size() - 1)},
                                  {});
   sync();
-  std::vector<std::uint8_t> q(static_cast<std::size_t>(m * k));
-  std::vector<float> scales(static_cast<std::size_t>(m * col_blocks));
-  SLUICE_CHECK(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
-  SLUICE_CHECK(cudaMemcpy(scales.data(), dscales, scales.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-  cudaFree(dq);
-  cudaFree(dscales);
-  cudaFree(doffsets);
+  const std::vector<std::uint8_t> q = host_copy(dq.get(), m * k);
+  const std::vector<float> scales = host_copy(dscales.get(), m * col_blocks);
+  const std::vector<float> zeros(static_cast<std::size_t>(k), 0.0f);  // a padding row
   for (std::int64_t r = 0; r < m; ++r) {
     std::int64_t first = 0, count = m;
     for (std::size_t g = 0; g + 1 < group_offsets.size(); ++g)
       if (group_offsets[g] <= r && r < group_offsets[g + 1]) first = group_offsets[g], count = group_offsets[g + 1] - first;
+    const float* row = r < rows ? x.data() + r * k : zeros.data();
     for (std::int64_t b = 0; b < col_blocks; ++b) {
-      float amax = 0.0f;
-      for (std::int64_t c = b * 128; c < std::min(k, (b + 1) * 128); ++c)
-        if (r < rows) amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * k + c)]));
-      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      const std::int64_t end = std::min(k, (b + 1) * 128);
+      const float scale = host_fp8_scale(row, b * 128, end);
       ASSERT_EQ(scales[static_cast<std::size_t>(col_blocks * first + b * count + (r - first))], scale)
           << "row " << r << " block " << b << " k " << k;
-      for (std::int64_t c = b * 128; c < std::min(k, (b + 1) * 128); ++c) {
-        const float v = r < rows ? x[static_cast<std::size_t>(r * k + c)] : 0.0f;
-        ASSERT_EQ(q[static_cast<std::size_t>(r * k + c)], f32_to_fp8_e4m3(v / scale)) << "row " << r << " col " << c;
-      }
+      for (std::int64_t c = b * 128; c < end; ++c)
+        ASSERT_EQ(q[static_cast<std::size_t>(r * k + c)], f32_to_fp8_e4m3(row[c] / scale)) << "row " << r << " col " << c;
     }
   }
 }
@@ -891,39 +908,25 @@ void check_quantize_scatter(std::int64_t rows, std::int32_t copies, std::int64_t
   SplitMix64 rng(41);
   for (std::size_t i = slot_of_pair.size(); i > 1; --i)
     std::swap(slot_of_pair[i - 1], slot_of_pair[static_cast<std::size_t>(rng.next() % i)]);
-  std::uint8_t* dq = nullptr;
-  float* dscales = nullptr;
-  std::int32_t* dslots = nullptr;
-  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dq), static_cast<std::size_t>(slots * k)) == cudaSuccess);
-  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dscales), static_cast<std::size_t>(slots * col_blocks) * 4) ==
-               cudaSuccess);
-  SLUICE_CHECK(cudaMalloc(reinterpret_cast<void**>(&dslots), slot_of_pair.size() * 4) == cudaSuccess);
-  SLUICE_CHECK(cudaMemset(dq, 0x7f, static_cast<std::size_t>(slots * k)) == cudaSuccess);  // NaN codes: unwritten bytes show
-  SLUICE_CHECK(cudaMemset(dscales, 0xff, static_cast<std::size_t>(slots * col_blocks) * 4) == cudaSuccess);
-  SLUICE_CHECK(cudaMemcpy(dslots, slot_of_pair.data(), slot_of_pair.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  const auto dq = device_filled<std::uint8_t>(slots * k, 0x7f);
+  const auto dscales = device_filled<float>(slots * col_blocks, 0xff);
+  const auto dslots = device_copy(slot_of_pair);
   settle_default_stream();
-  cuda::launch_quantize_fp8_rows({.x = dx.tensor().data, .rows = rows, .k = k, .q = dq, .scales = dscales,
-                                  .slot_of_pair = dslots, .copies = copies},
+  cuda::launch_quantize_fp8_rows({.x = dx.tensor().data, .rows = rows, .k = k, .q = dq.get(), .scales = dscales.get(),
+                                  .slot_of_pair = dslots.get(), .copies = copies},
                                  {});
   sync();
-  std::vector<std::uint8_t> q(static_cast<std::size_t>(slots * k));
-  std::vector<float> scales(static_cast<std::size_t>(slots * col_blocks));
-  SLUICE_CHECK(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
-  SLUICE_CHECK(cudaMemcpy(scales.data(), dscales, scales.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-  cudaFree(dq);
-  cudaFree(dscales);
-  cudaFree(dslots);
+  const std::vector<std::uint8_t> q = host_copy(dq.get(), slots * k);
+  const std::vector<float> scales = host_copy(dscales.get(), slots * col_blocks);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int32_t j = 0; j < copies; ++j) {
       const std::int64_t slot = slot_of_pair[static_cast<std::size_t>(r * copies + j)];
+      const float* row = x.data() + r * k;
       for (std::int64_t b = 0; b < col_blocks; ++b) {
-        float amax = 0.0f;
-        for (std::int64_t c = b * 128; c < (b + 1) * 128; ++c)
-          amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * k + c)]));
-        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+        const float scale = host_fp8_scale(row, b * 128, (b + 1) * 128);
         ASSERT_EQ(scales[static_cast<std::size_t>(b * slots + slot)], scale) << "row " << r << " copy " << j << " block " << b;
         for (std::int64_t c = b * 128; c < (b + 1) * 128; ++c)
-          ASSERT_EQ(q[static_cast<std::size_t>(slot * k + c)], f32_to_fp8_e4m3(x[static_cast<std::size_t>(r * k + c)] / scale))
+          ASSERT_EQ(q[static_cast<std::size_t>(slot * k + c)], f32_to_fp8_e4m3(row[c] / scale))
               << "row " << r << " copy " << j << " col " << c;
       }
     }
