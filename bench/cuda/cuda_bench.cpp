@@ -334,8 +334,8 @@ void bench_deepseek_moe(bool quick) {
     for (const bool by_slot : {false, true})
     // 16,384 tokens (wgmma only): ~4x the rows an expert, where the tiles fill and each weight
     // tile serves more of them; the row is 4,096.
-    for (std::int32_t rows : {64, quick ? 1024 : 4096, quick ? 0 : 16384}) {
-      if (rows == 0 || (rows == 16384 && !wgmma)) continue;
+    for (std::int32_t rows : quick ? std::vector<std::int32_t>{64, 1024} : std::vector<std::int32_t>{64, 4096, 16384}) {
+      if (rows == 16384 && !wgmma) continue;
       if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64) || (by_slot && !wgmma)) continue;
       cuda::set_moe_fp8_x_by_slot(by_slot);
       StepLayout layout;
@@ -987,25 +987,18 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
   }
   // Prefill attention through cuDNN's SDPA (PrefillAttention::cudnn, QK 192 / V 128: cuDNN 9.19+).
   if (decode_only) return;
-  for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768}) {
-    CudaOptions options = bench_options();
-    options.use_cuda_graphs = false;
-    options.mla_kernels = cuda::MlaKernels::tensor_core;
-    options.prefill_attention = cuda::PrefillAttention::cudnn;
-    prefill_row(options, "cudnn", tokens);
-  }
+  CudaOptions cudnn = bench_options();
+  cudnn.use_cuda_graphs = false;
+  cudnn.mla_kernels = cuda::MlaKernels::tensor_core;
+  cudnn.prefill_attention = cuda::PrefillAttention::cudnn;
+  for (std::int32_t tokens : quick ? std::vector<std::int32_t>{4096} : std::vector<std::int32_t>{8192, 32768})
+    prefill_row(cudnn, "cudnn", tokens);
   // Chunks over cached prefixes, as a long prompt's later chunks run: the
   // cost model's chunk form is measured on whole prompts only, and V3's
   // traces put these at 1.3-1.5x its price (docs/cost-model.md).
   if (quick) return;
   for (std::int32_t prefix : {8192, 24576})
-    for (std::int32_t chunk : {512, 1280, 2560}) {
-      CudaOptions options = bench_options();
-      options.use_cuda_graphs = false;
-      options.mla_kernels = cuda::MlaKernels::tensor_core;
-      options.prefill_attention = cuda::PrefillAttention::cudnn;
-      prefill_row(options, "cudnn", chunk, prefix);
-    }
+    for (std::int32_t chunk : {512, 1280, 2560}) prefill_row(cudnn, "cudnn", chunk, prefix);
 }
 
 // One step of the model: begin_step, forward, greedy sample (which reads the
