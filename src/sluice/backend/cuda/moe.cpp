@@ -80,11 +80,11 @@ struct ExpertsPlan {
   void* y = nullptr;                        // bf16 [num_pairs, hidden], by slot
   // MoeExpertGemm::fp8_wgmma only: activations in e4m3 with their 1x128 scales.
   bool x_by_slot = false;        // x_q in slot order (g_fp8_x_by_slot), else a row a token gate_up gathers
-  std::int64_t x_q_rows = 0;     // num_pairs by slot, else rows
-  void* x_q = nullptr;           // e4m3 [x_q_rows, hidden]
-  float* x_scales = nullptr;     // [hidden / 128, x_q_rows]
+  void* x_q = nullptr;           // e4m3 [x_q_rows(), hidden]
+  float* x_scales = nullptr;     // [hidden / 128, x_q_rows()]
   void* act_q = nullptr;         // e4m3 [num_pairs, inter], by slot
   float* act_scales = nullptr;   // [inter / 128, num_pairs]
+  std::int64_t x_q_rows() const { return x_by_slot ? num_pairs : rows; }
 };
 
 // One expert GEMM over the plan's tiles (all experts at once).
@@ -245,7 +245,7 @@ void fp8_wgmma_experts(const ExpertsPlan& p, const Tensor& x, const MoeExpertWei
                             .slot_of_pair = p.x_by_slot ? p.slot_of_pair : nullptr,
                             .copies = static_cast<std::int32_t>(p.k)},
                            launch);
-  gemm(experts.gate_up, p.x_q, p.x_scales, p.x_q_rows, p.x_by_slot ? nullptr : p.row_of_slot, inter, h,
+  gemm(experts.gate_up, p.x_q, p.x_scales, p.x_q_rows(), p.x_by_slot ? nullptr : p.row_of_slot, inter, h,
        GroupedEpilogue::swiglu, p.act);
   launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = p.act_q, .scales = p.act_scales}, launch);
   gemm(experts.down, p.act_q, p.act_scales, pairs, nullptr, h, inter, GroupedEpilogue::store, p.y);
@@ -308,9 +308,8 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   p.y = scratch.allocate(std::int64_t{p.num_pairs} * hidden * 2);
   if (fp8_wgmma) {
     p.x_by_slot = g_fp8_x_by_slot;
-    p.x_q_rows = p.x_by_slot ? p.num_pairs : rows;
-    p.x_q = scratch.allocate(p.x_q_rows * hidden);
-    p.x_scales = allocate<float>(scratch, p.x_q_rows * num_scale_blocks(hidden, kScaleBlock));
+    p.x_q = scratch.allocate(p.x_q_rows() * hidden);
+    p.x_scales = allocate<float>(scratch, p.x_q_rows() * num_scale_blocks(hidden, kScaleBlock));
     p.act_q = scratch.allocate(std::int64_t{p.num_pairs} * inter);
     p.act_scales = allocate<float>(scratch, std::int64_t{p.num_pairs} * num_scale_blocks(inter, kScaleBlock));
   }
