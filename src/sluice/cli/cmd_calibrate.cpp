@@ -37,6 +37,13 @@ void print_errors(const char* label, const sim::RelativeErrorStats& e) {
               100 * e.p90, 100 * e.mean_signed, static_cast<long long>(e.num_steps));
 }
 
+// The q-quantile of v (the lower of two middles); 0 for none.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
 // Steps with a prefill chunk, by the deepest cached prefix one of their
 // chunks runs over: the median of measured / the prior's whole-step time. A
 // shape-dependent error the per-term factors cannot absorb shows here (V3's
@@ -62,11 +69,8 @@ void print_prefix_depth_ratios(const sim::RooflineCostModel& model, const std::v
       }
   }
   std::printf("  prefill steps by their deepest cached prefix, measured / prior (median, steps):");
-  for (Bucket& b : buckets) {
-    if (b.ratios.empty()) continue;
-    std::sort(b.ratios.begin(), b.ratios.end());
-    std::printf(" %s %.2f (%zu)", b.name, b.ratios[b.ratios.size() / 2], b.ratios.size());
-  }
+  for (const Bucket& b : buckets)
+    if (!b.ratios.empty()) std::printf(" %s %.2f (%zu)", b.name, quantile(b.ratios, 0.5), b.ratios.size());
   std::printf("\n");
 }
 
@@ -156,11 +160,6 @@ Status run_calibrate(const CalibrateOptions& o) {
     online.observe(s.shape, s.measured_ms);
     for (std::size_t i = 0; i < max_factors.size(); ++i) max_factors[i] = std::max(max_factors[i], online.factors()[i]);
   }
-  auto quantile = [](std::vector<double> v, double q) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-  };
   std::printf("  online correction replayed: factors at the end");
   for (double f : online.factors()) std::printf(" %.2f", f);
   std::printf(", largest on the way");
