@@ -391,6 +391,15 @@ TEST(DeepseekV4CudaKernels, IndexerTopKInNarrowBlocksSelectsTheSameSets) {
   cuda::set_v4_indexer_top_k_blocks(cuda::V4TopKBlocks::by_rows);
 }
 
+// The default (V4TopKBlocks::by_rows) at a prefill chunk's row count, where
+// it takes the 256-thread blocks: kV4TopKNarrowFromRows rows of one sequence
+// seeing 520-1,031 keys (4 index heads keep the host's reference short).
+TEST(DeepseekV4CudaKernels, IndexerTopKByRowsSelectsTheReferenceSetsAtAChunksRows) {
+  std::vector<std::int32_t> chunk;
+  for (std::int32_t i = 0; i < cuda::kV4TopKNarrowFromRows; ++i) chunk.push_back(520 + i / 4);
+  check_indexer({.heads = 4, .num_visible = chunk, .seed = 34, .rows_per_sequence = cuda::kV4TopKNarrowFromRows});
+}
+
 // Session 23's 512-thread blocks, which the default takes below
 // kV4TopKNarrowFromRows rows, forced at every row count.
 TEST(DeepseekV4CudaKernels, IndexerTopKInWideBlocksSelectsTheSameSets) {
