@@ -227,10 +227,13 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
                                  .top_k = top_k};
   const double s_scores_wgmma = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma(args, nullptr); });
   const double s_scores_tf32 = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
-  cuda::set_v4_indexer_scores_tf32_register_keys(true);
+  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers);
   const double s_scores_tf32_registers =
       time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
-  cuda::set_v4_indexer_scores_tf32_register_keys(false);
+  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers_in_pairs);
+  const double s_scores_tf32_register_pairs =
+      time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
+  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::shared);
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
   const TopKTimes top_k_times = time_top_k(args);
@@ -246,6 +249,9 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA, keys in registers", s_scores_tf32_registers,
       tflops(flops, s_scores_tf32_registers) + ", " + tbs(bytes, s_scores_tf32_registers),
       pct(flops / s_scores_tf32_registers / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
+  row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA, keys in registers, 128 a warpgroup",
+      s_scores_tf32_register_pairs, tflops(flops, s_scores_tf32_register_pairs) + ", " + tbs(bytes, s_scores_tf32_register_pairs),
+      pct(flops / s_scores_tf32_register_pairs / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
   row(what + ": FP8 scores, tensor cores", s_scores_mma, tflops(flops, s_scores_mma) + ", " + tbs(bytes, s_scores_mma),
       pct(flops / s_scores_mma / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores_mma));
   row(what + ": FP8 scores, CUDA cores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),

@@ -544,7 +544,7 @@ int flash_formats(int argc, char** argv) {
     bool as_bf16;
     cuda::DeepseekV4DeviceOptions options;
     DeepseekV4KvFormats kv = DeepseekV4KvFormats::cuda();
-    bool tf32_register_keys = false;  // set_v4_indexer_scores_tf32_register_keys for this format
+    cuda::V4IndexerTf32Keys tf32_keys = cuda::V4IndexerTf32Keys::shared;  // set_v4_indexer_scores_tf32_keys
     bool top_k_session27 = false;     // set_v4_indexer_top_k_session27 for this format
     bool top_k_bulk = false;          // set_v4_indexer_top_k_bulk_sweep for this format
     cuda::V4TopKBlocks top_k_blocks = cuda::V4TopKBlocks::by_rows;  // set_v4_indexer_top_k_blocks for this format
@@ -594,17 +594,23 @@ int flash_formats(int argc, char** argv) {
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_prefill}},
       // 12 with the tf32 kernel's keys in registers (four consumer warpgroups of 64 keys).
       {"FP8 default, indexer heads summed by a tf32 MMA, keys in registers", false,
-       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(), true},
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(),
+       cuda::V4IndexerTf32Keys::registers},
       // 14 with session 27's top-k (float4 sweeps, lists sized by the sample).
       {"FP8 default, indexer heads summed by a tf32 MMA, keys in registers, session-27 top-k", false,
-       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(), true,
-       true},
+       {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(),
+       cuda::V4IndexerTf32Keys::registers, true},
       // The default with session 32's top-k (a per-warp ring of bulk copies): its A/B.
-      {"FP8 default, bulk-copy top-k sweep", false, {}, DeepseekV4KvFormats::cuda(), false, false, true},
+      {"FP8 default, bulk-copy top-k sweep", false, {}, DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared,
+       false, true},
       // The default with the top-k in 512-thread blocks at every row count (the default before
       // session 36, which takes 256-thread blocks from 2,048 rows): its A/B.
-      {"FP8 default, top-k in 512-thread blocks", false, {}, DeepseekV4KvFormats::cuda(), false, false, false,
-       cuda::V4TopKBlocks::wide},
+      {"FP8 default, top-k in 512-thread blocks", false, {}, DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared,
+       false, false, cuda::V4TopKBlocks::wide},
+      // The default with the tf32 scores' keys in registers, three consumer warpgroups of 128 keys
+      // (session 37): its A/B.
+      {"FP8 default, indexer tf32 scores over keys in registers, 128 a warpgroup", false, {},
+       DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_in_pairs},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;
@@ -621,7 +627,7 @@ int flash_formats(int argc, char** argv) {
               context, context, batch, context);
   for (std::size_t fi = 0; fi < std::size(formats); ++fi) {
     const Format& f = formats[fi];
-    cuda::set_v4_indexer_scores_tf32_register_keys(f.tf32_register_keys);
+    cuda::set_v4_indexer_scores_tf32_keys(f.tf32_keys);
     cuda::set_v4_indexer_top_k_session27(f.top_k_session27);
     cuda::set_v4_indexer_top_k_bulk_sweep(f.top_k_bulk);
     cuda::set_v4_indexer_top_k_blocks(f.top_k_blocks);

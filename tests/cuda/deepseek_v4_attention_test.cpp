@@ -476,17 +476,20 @@ TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumSelectWithinItsBounds
 }
 
 // ... and its form with the keys in registers (four consumer warpgroups of 64
-// keys, the key tile freed once they are loaded), over the whole grid, one
-// block and three.
+// keys, the key tile freed once they are loaded; or three of 128), over the
+// whole grid, one block and three.
 TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumOverKeysInRegistersSelectWithinItsBounds) {
-  cuda::set_v4_indexer_scores_tf32_register_keys(true);
-  for (const int blocks : {0, 1, 3}) {
-    SCOPED_TRACE(blocks);
-    cuda::set_v4_indexer_scores_wgmma_grid_limit(blocks);
-    check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma_tf32);
+  for (const auto keys : {cuda::V4IndexerTf32Keys::registers, cuda::V4IndexerTf32Keys::registers_in_pairs}) {
+    SCOPED_TRACE(static_cast<int>(keys));
+    cuda::set_v4_indexer_scores_tf32_keys(keys);
+    for (const int blocks : {0, 1, 3}) {
+      SCOPED_TRACE(blocks);
+      cuda::set_v4_indexer_scores_wgmma_grid_limit(blocks);
+      check_indexer_on_warpgroup_mma(cuda::launch_v4_indexer_scores_wgmma_tf32);
+    }
   }
   cuda::set_v4_indexer_scores_wgmma_grid_limit(0);
-  cuda::set_v4_indexer_scores_tf32_register_keys(false);
+  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::shared);
 }
 
 }  // namespace

@@ -118,7 +118,12 @@ constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
 //     shared memory's 128 B a cycle; from registers it reads the queries'
 //     2 KB. Same MMA work a key; the key tile is free once the fragments are
 //     loaded, as for fma.
-enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys };
+//   tf32_register_key_pairs: the tf32 sum with the keys as A fragments in
+//     three consumer warpgroups of two tiles (384 keys a block, as
+//     tf32_shared_keys): the MMAs read only the queries from shared memory,
+//     and a row's fixed work is spread over two tiles, not one as in
+//     tf32_register_keys (which ran ~20% slower than the shared keys, S27).
+enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs };
 
 template <HeadSum kSum>
 struct BlockShape {
@@ -126,9 +131,9 @@ struct BlockShape {
   static constexpr bool kKeysInRegisters = kSum != HeadSum::tf32_shared_keys;
   static constexpr int kTiles = kSum == HeadSum::tf32_register_keys ? 1 : 2;  // M tiles a warpgroup
   static constexpr int kGroupKeys = kTiles * kTileKeys;                        // a warpgroup's keys
-  static constexpr int kConsumerGroups = kSum == HeadSum::fma ? 2 : kSum == HeadSum::tf32_shared_keys ? 3 : 4;
-  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256, 384, 256
-  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32, 48, 32 KB
+  static constexpr int kConsumerGroups = kSum == HeadSum::fma ? 2 : kSum == HeadSum::tf32_register_keys ? 4 : 3;
+  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256, 384, 256, 384
+  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32, 48, 32, 48 KB
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // setmaxnreg moves registers within the block's launch allocation (65536 /
@@ -138,8 +143,7 @@ struct BlockShape {
   // to the launch allocation, 96, so that is the consumers' real budget).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegisters = kTf32 ? 64 : 56;  // tf32: it also writes the B operands
-  static constexpr int kConsumerRegisters =
-      kSum == HeadSum::fma ? 224 : kSum == HeadSum::tf32_shared_keys ? 144 : 104;
+  static constexpr int kConsumerRegisters = kSum == HeadSum::fma ? 224 : kSum == HeadSum::tf32_register_keys ? 104 : 144;
   static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
                     kLaunchRegisters * kThreads,
                 "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
@@ -150,7 +154,7 @@ struct BlockShape {
 };
 
 int g_grid_limit = 0;  // set_v4_indexer_scores_wgmma_grid_limit(); 0: one block a multiprocessor
-bool g_tf32_register_keys = false;  // set_v4_indexer_scores_tf32_register_keys()
+V4IndexerTf32Keys g_tf32_keys = V4IndexerTf32Keys::shared;  // set_v4_indexer_scores_tf32_keys()
 
 // Copies `lines` 128-byte records from src (line i at src + i * 128; lines
 // from `valid` on are zeros) into a swizzled tile: producer thread p moves
@@ -516,6 +520,8 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
     allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_shared_keys>, BlockShape<HeadSum::tf32_shared_keys>::kSmemBytes);
     allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_keys>,
           BlockShape<HeadSum::tf32_register_keys>::kSmemBytes);
+    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_key_pairs>,
+          BlockShape<HeadSum::tf32_register_key_pairs>::kSmemBytes);
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -535,6 +541,7 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
     case HeadSum::fma: launch.template operator()<HeadSum::fma>(); break;
     case HeadSum::tf32_shared_keys: launch.template operator()<HeadSum::tf32_shared_keys>(); break;
     case HeadSum::tf32_register_keys: launch.template operator()<HeadSum::tf32_register_keys>(); break;
+    case HeadSum::tf32_register_key_pairs: launch.template operator()<HeadSum::tf32_register_key_pairs>(); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
@@ -545,10 +552,13 @@ void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stre
   launch_scores(args, HeadSum::fma, stream);
 }
 
-void set_v4_indexer_scores_tf32_register_keys(bool register_keys) { g_tf32_register_keys = register_keys; }
+void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys) { g_tf32_keys = keys; }
 
 void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream) {
-  launch_scores(args, g_tf32_register_keys ? HeadSum::tf32_register_keys : HeadSum::tf32_shared_keys, stream);
+  const HeadSum sum = g_tf32_keys == V4IndexerTf32Keys::registers            ? HeadSum::tf32_register_keys
+                      : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs ? HeadSum::tf32_register_key_pairs
+                                                                             : HeadSum::tf32_shared_keys;
+  launch_scores(args, sum, stream);
 }
 
 }  // namespace sluice::cuda

@@ -129,11 +129,14 @@ void set_v4_indexer_scores_wgmma_grid_limit(int blocks);
 // issue (session 23). tf32 keeps 10 mantissa bits of each term and factor, so
 // scores may differ by ~2^-9 of the sum of |w relu(q . k)| more.
 void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream);
-// Its form (process-wide, for the tests' and the bench's A/B): false (the
-// default, S26-5's) reads the keys from shared memory in three consumer
-// warpgroups of 128 keys; true holds them in registers in four of 64, half the
-// shared-memory bytes an MMA (not yet run on a device).
-void set_v4_indexer_scores_tf32_register_keys(bool register_keys);
+// Its form (process-wide, for the tests' and the bench's A/B): where its
+// consumer warpgroups read the keys from.
+enum class V4IndexerTf32Keys {
+  shared,              // the default (S26-5): shared memory, three warpgroups of 128 keys
+  registers,           // registers, four of 64: half the shared-memory bytes an MMA (S27: ~20% slower)
+  registers_in_pairs,  // registers, three of 128 (two tiles a warpgroup)
+};
+void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys);
 // The exact top-k of the scores above (deepseek_v4_indexer_top_k.cu): rows
 // of 4,096 to 40,960 scores are read about once (a sampled threshold, then
 // one sweep keeping the candidates above it), others and rows whose sample
