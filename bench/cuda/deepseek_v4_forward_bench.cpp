@@ -60,7 +60,8 @@
 //     registers, 15 14 with session 27's top-k, 16 the default with session
 //     32's bulk-copy top-k, 17 with the top-k in 512-thread blocks at
 //     every row count (sessions 35's 17 was the 256-thread top-k, today's
-//     default from 2,048 rows); the
+//     default from 2,048 rows), 18 with the tf32 scores' keys in registers in
+//     three warpgroups of 128, 19 18 with half the head sums on FMAs; the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -611,6 +612,9 @@ int flash_formats(int argc, char** argv) {
       // (session 37): its A/B.
       {"FP8 default, indexer tf32 scores over keys in registers, 128 a warpgroup", false, {},
        DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_in_pairs},
+      // 18 with half the heads' sums on FMAs (each warpgroup's second tile of keys).
+      {"FP8 default, indexer tf32 scores over keys in registers, 128 a warpgroup, half the sums on FMAs", false, {},
+       DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_in_pairs_half_fma},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

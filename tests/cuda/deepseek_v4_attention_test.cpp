@@ -476,10 +476,11 @@ TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumSelectWithinItsBounds
 }
 
 // ... and its form with the keys in registers (four consumer warpgroups of 64
-// keys, the key tile freed once they are loaded; or three of 128), over the
-// whole grid, one block and three.
+// keys, the key tile freed once they are loaded; or three of 128, half their
+// head sums on FMAs or none), over the whole grid, one block and three.
 TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumOverKeysInRegistersSelectWithinItsBounds) {
-  for (const auto keys : {cuda::V4IndexerTf32Keys::registers, cuda::V4IndexerTf32Keys::registers_in_pairs}) {
+  for (const auto keys : {cuda::V4IndexerTf32Keys::registers, cuda::V4IndexerTf32Keys::registers_in_pairs,
+                          cuda::V4IndexerTf32Keys::registers_in_pairs_half_fma}) {
     SCOPED_TRACE(static_cast<int>(keys));
     cuda::set_v4_indexer_scores_tf32_keys(keys);
     for (const int blocks : {0, 1, 3}) {

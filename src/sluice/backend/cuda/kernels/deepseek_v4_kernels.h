@@ -135,6 +135,10 @@ enum class V4IndexerTf32Keys {
   shared,              // the default (S26-5): shared memory, three warpgroups of 128 keys
   registers,           // registers, four of 64: half the shared-memory bytes an MMA (S27: ~20% slower)
   registers_in_pairs,  // registers, three of 128 (two tiles a warpgroup)
+  // registers_in_pairs with the second tile's head sum on FMAs: the tensor
+  // and FMA pipes share the sum (same scores bit for bit as the FMA kernel's
+  // on those keys, the tf32 kernel's on the others).
+  registers_in_pairs_half_fma,
 };
 void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys);
 // The exact top-k of the scores above (deepseek_v4_indexer_top_k.cu): rows
