@@ -60,8 +60,9 @@
 //     registers, 15 14 with session 27's top-k, 16 the default with session
 //     32's bulk-copy top-k, 17 with the top-k in 512-thread blocks at
 //     every row count (sessions 35's 17 was the 256-thread top-k, today's
-//     default from 2,048 rows), 18 with the tf32 scores' keys in registers in
-//     three warpgroups of 128, 19 18 with half the head sums on FMAs; the
+//     default from 2,048 rows), 18 with the tf32 scores' keys in shared
+//     memory (the default until session 37), 19 with half the head sums on
+//     FMAs (session 37's 18 was today's default); the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -545,7 +546,7 @@ int flash_formats(int argc, char** argv) {
     bool as_bf16;
     cuda::DeepseekV4DeviceOptions options;
     DeepseekV4KvFormats kv = DeepseekV4KvFormats::cuda();
-    cuda::V4IndexerTf32Keys tf32_keys = cuda::V4IndexerTf32Keys::shared;  // set_v4_indexer_scores_tf32_keys
+    cuda::V4IndexerTf32Keys tf32_keys = cuda::V4IndexerTf32Keys::registers_in_pairs;  // set_v4_indexer_scores_tf32_keys
     bool top_k_session27 = false;     // set_v4_indexer_top_k_session27 for this format
     bool top_k_bulk = false;          // set_v4_indexer_top_k_bulk_sweep for this format
     cuda::V4TopKBlocks top_k_blocks = cuda::V4TopKBlocks::by_rows;  // set_v4_indexer_top_k_blocks for this format
@@ -602,18 +603,20 @@ int flash_formats(int argc, char** argv) {
        {.indexer = cuda::DeepseekV4IndexerKernels::e4m3_pool_wgmma_tf32_prefill}, DeepseekV4KvFormats::cuda(),
        cuda::V4IndexerTf32Keys::registers, true},
       // The default with session 32's top-k (a per-warp ring of bulk copies): its A/B.
-      {"FP8 default, bulk-copy top-k sweep", false, {}, DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared,
+      {"FP8 default, bulk-copy top-k sweep", false, {}, DeepseekV4KvFormats::cuda(),
+       cuda::V4IndexerTf32Keys::registers_in_pairs,
        false, true},
       // The default with the top-k in 512-thread blocks at every row count (the default before
       // session 36, which takes 256-thread blocks from 2,048 rows): its A/B.
-      {"FP8 default, top-k in 512-thread blocks", false, {}, DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared,
+      {"FP8 default, top-k in 512-thread blocks", false, {}, DeepseekV4KvFormats::cuda(),
+       cuda::V4IndexerTf32Keys::registers_in_pairs,
        false, false, cuda::V4TopKBlocks::wide},
-      // The default with the tf32 scores' keys in registers, three consumer warpgroups of 128 keys
-      // (session 37): its A/B.
-      {"FP8 default, indexer tf32 scores over keys in registers, 128 a warpgroup", false, {},
-       DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_in_pairs},
-      // 18 with half the heads' sums on FMAs (each warpgroup's second tile of keys).
-      {"FP8 default, indexer tf32 scores over keys in registers, 128 a warpgroup, half the sums on FMAs", false, {},
+      // The default with the tf32 scores' keys in shared memory (the default until session 37, which
+      // holds them in registers in three consumer warpgroups of 128): its A/B.
+      {"FP8 default, indexer tf32 scores over keys in shared memory (until session 37)", false, {},
+       DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared},
+      // The default with half the heads' sums on FMAs (each warpgroup's second tile of keys).
+      {"FP8 default, indexer tf32 scores with half the head sums on FMAs", false, {},
        DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_in_pairs_half_fma},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {

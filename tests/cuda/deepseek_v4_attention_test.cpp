@@ -475,11 +475,12 @@ TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumSelectWithinItsBounds
   cuda::set_v4_indexer_scores_wgmma_grid_limit(0);
 }
 
-// ... and its form with the keys in registers (four consumer warpgroups of 64
-// keys, the key tile freed once they are loaded; or three of 128, half their
-// head sums on FMAs or none), over the whole grid, one block and three.
-TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumOverKeysInRegistersSelectWithinItsBounds) {
-  for (const auto keys : {cuda::V4IndexerTf32Keys::registers, cuda::V4IndexerTf32Keys::registers_in_pairs,
+// ... and its other forms (the default holds the keys in registers in three
+// consumer warpgroups of 128): the keys in shared memory, in registers in four
+// warpgroups of 64, or the default's with half the head sums on FMAs; over the
+// whole grid, one block and three.
+TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumInItsOtherFormsSelectWithinItsBounds) {
+  for (const auto keys : {cuda::V4IndexerTf32Keys::shared, cuda::V4IndexerTf32Keys::registers,
                           cuda::V4IndexerTf32Keys::registers_in_pairs_half_fma}) {
     SCOPED_TRACE(static_cast<int>(keys));
     cuda::set_v4_indexer_scores_tf32_keys(keys);
@@ -490,7 +491,7 @@ TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumOverKeysInRegistersSe
     }
   }
   cuda::set_v4_indexer_scores_wgmma_grid_limit(0);
-  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::shared);
+  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers_in_pairs);
 }
 
 }  // namespace

@@ -160,7 +160,7 @@ struct BlockShape {
 };
 
 int g_grid_limit = 0;  // set_v4_indexer_scores_wgmma_grid_limit(); 0: one block a multiprocessor
-V4IndexerTf32Keys g_tf32_keys = V4IndexerTf32Keys::shared;  // set_v4_indexer_scores_tf32_keys()
+V4IndexerTf32Keys g_tf32_keys = V4IndexerTf32Keys::registers_in_pairs;  // set_v4_indexer_scores_tf32_keys()
 
 // Copies `lines` 128-byte records from src (line i at src + i * 128; lines
 // from `valid` on are zeros) into a swizzled tile: producer thread p moves

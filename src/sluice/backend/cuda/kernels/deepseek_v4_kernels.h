@@ -132,9 +132,9 @@ void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t
 // Its form (process-wide, for the tests' and the bench's A/B): where its
 // consumer warpgroups read the keys from.
 enum class V4IndexerTf32Keys {
-  shared,              // the default (S26-5): shared memory, three warpgroups of 128 keys
+  shared,              // shared memory, three warpgroups of 128 keys (S26-5; the default until session 37)
   registers,           // registers, four of 64: half the shared-memory bytes an MMA (S27: ~20% slower)
-  registers_in_pairs,  // registers, three of 128 (two tiles a warpgroup)
+  registers_in_pairs,  // the default: registers, three of 128 (two tiles a warpgroup; S37-1: 3-7% faster)
   // registers_in_pairs with the second tile's head sum on FMAs: the tensor
   // and FMA pipes share the sum (same scores bit for bit as the FMA kernel's
   // on those keys, the tf32 kernel's on the others).
