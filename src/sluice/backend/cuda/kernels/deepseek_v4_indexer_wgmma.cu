@@ -123,17 +123,17 @@ constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
 //     tf32_shared_keys): the MMAs read only the queries from shared memory,
 //     and a row's fixed work is spread over two tiles, not one as in
 //     tf32_register_keys (which ran ~20% slower than the shared keys, S27).
-//   tf32_fma_register_key_pairs: tf32_register_key_pairs with the head sum
-//     split between the pipes: a warpgroup's first tile on the tf32 MMA, its
-//     second on FMAs as `fma` does. An m64n8k8 does 1/16 of an m64n64k32's
-//     work; if it costs the tensor pipe more than that (small-N MMAs do not
-//     reach the peak rate), the tf32 sums take pipe time from the scores.
-enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs, tf32_fma_register_key_pairs };
+//   tf32_register_key_pairs_chains: tf32_register_key_pairs with its two
+//     tiles' head sums issued step by step in turn (one commit group), where
+//     the default runs a tile's eight dependent k8 steps, then the other
+//     tile's: sixteen MMAs in a row before the next row's second tile may
+//     start, if dependent small MMAs cost their latency each. (Session 37 also tried the second tile's
+//     sum on FMAs: 2-5% slower, S37-2.)
+enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs, tf32_register_key_pairs_chains };
 
 template <HeadSum kSum>
 struct BlockShape {
   static constexpr bool kTf32 = kSum != HeadSum::fma;
-  static constexpr bool kSplitSum = kSum == HeadSum::tf32_fma_register_key_pairs;  // the second tile's sum on FMAs
   static constexpr bool kKeysInRegisters = kSum != HeadSum::tf32_shared_keys;
   static constexpr int kTiles = kSum == HeadSum::tf32_register_keys ? 1 : 2;  // M tiles a warpgroup
   static constexpr int kGroupKeys = kTiles * kTileKeys;                        // a warpgroup's keys
@@ -181,6 +181,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     v4_indexer_scores_wgmma_kernel(V4IndexerArgs args, int key_blocks, int num_items) {
   using Shape = BlockShape<kSum>;
   constexpr bool kTf32HeadSum = Shape::kTf32, kKeysInRegisters = Shape::kKeysInRegisters;
+  constexpr bool kChains = kSum == HeadSum::tf32_register_key_pairs_chains;  // the tiles' head sums interleaved
   constexpr int kTiles = Shape::kTiles, kGroupKeys = Shape::kGroupKeys;
   constexpr int kBlockKeys = Shape::kBlockKeys, kKeyTileBytes = Shape::kKeyTileBytes;
   constexpr int kConsumerThreads = Shape::kConsumerThreads;
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
                 for (int i = 0; i < 4; ++i) cp_async_4(dst + 4 * i, src + (h0 + 2 * i < heads ? h0 + 2 * i : 0),
                                                        h0 + 2 * i < heads);
               }
-              if ((!kTf32HeadSum || Shape::kSplitSum) && p < kHeads) {  // the FMA sums' factors
+              if (!kTf32HeadSum && p < kHeads) {
                 const bool valid = p < heads;
                 cp_async_4(factors + slot * kHeads + p,
                            args.head_factors + (valid ? static_cast<std::int64_t>(row) * heads + p : 0), valid);
@@ -389,6 +390,22 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
                             desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)), j > 0);
     wgmma_commit();
   };
+  // (tf32, kChains) issue_head_sum for every tile in one commit group, the
+  // tiles' k8 steps in turn: two independent chains side by side instead of
+  // one after the other. (Four chains, each tile's even and odd steps apart,
+  // need 8 more registers: ptxas then serializes the wgmma, C7511.)
+  auto issue_head_sum_chains = [&](int slot, float (&tiles)[kTiles][32], float (&sums)[kTiles][4]) {
+    const std::uint64_t desc = head_sum_desc0 + static_cast<std::uint64_t>(slot * (kHeadSumBBytes >> 4));
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kHeads / 8; ++j)
+#pragma unroll
+      for (int mt = 0; mt < kTiles; ++mt)
+        wgmma_m64n8k8_tf32_rs(sums[mt], tiles[mt][4 * j], tiles[mt][4 * j + 2], tiles[mt][4 * j + 1],
+                              tiles[mt][4 * j + 3], desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)),
+                              j > 0);
+    wgmma_commit();
+  };
   // (tf32) one tile's scores of the row in `slot`, a commit group of its own.
   auto issue_mma_tile = [&](int slot, int mt, float (&tile)[32]) {
     wgmma_fence();
@@ -405,34 +422,6 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     const int t = info.t0 + my_key;
     if (stores && t < info.visible)
       args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
-  };
-
-  // (tf32_fma_register_key_pairs) tile 1's sum for this lane's key on FMAs
-  // (the `fma` epilogue's, for one tile): lane tig ends with key g8 + 8 (tig % 2).
-  auto fma_tile_sum = [&](int slot, const float (&tile)[32]) {
-    float partial[2][2] = {};
-    const float* f = factors + slot * kHeads + 2 * tig;
-#pragma unroll
-    for (int j = 0; j < kHeads / 8; ++j) {
-      const float2 fj = *reinterpret_cast<const float2*>(f + 8 * j);
-      partial[0][0] = fmaf(fmaxf(tile[4 * j], 0.0f), fj.x, partial[0][0]);
-      partial[0][1] = fmaf(fmaxf(tile[4 * j + 1], 0.0f), fj.y, partial[0][1]);
-      partial[1][0] = fmaf(fmaxf(tile[4 * j + 2], 0.0f), fj.x, partial[1][0]);
-      partial[1][1] = fmaf(fmaxf(tile[4 * j + 3], 0.0f), fj.y, partial[1][1]);
-    }
-    const float lo = partial[0][0] + partial[0][1], hi = partial[1][0] + partial[1][1];
-    const bool odd = tig & 1;
-    float keep = odd ? hi : lo;
-    keep += __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
-    return keep + __shfl_xor_sync(0xffffffffu, keep, 2);
-  };
-  // Lanes tig 0, 1 store tile 0's keys (the tf32 sums), lanes 2, 3 tile 1's (the FMA sum).
-  auto store_split_sum = [&](int slot, const float (&sums)[kTiles][4], float fma_sum) {
-    const SlotInfo info = infos[slot];
-    if (info.row < 0) return;
-    const float sum = (tig & 2) ? fma_sum : (tig & 1) ? sums[0][2] : sums[0][0];
-    const int t = info.t0 + my_key;
-    if (t < info.visible) args.scores[static_cast<std::int64_t>(info.row) * args.max_visible + t] = sum * key_factor;
   };
 
   float acc[2][kTiles][32];
@@ -457,46 +446,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
     // (tf32_shared_keys: the MMAs read the key tile itself, so it is freed at the epoch's end.)
     if constexpr (kKeysInRegisters) release(key_empty);
-    if constexpr (Shape::kSplitSum) {
-      // Per row: wait for everything; store the previous row (its tile-0 sum
-      // from the tf32 MMA, its tile-1 sum from the FMAs, kept in a register);
-      // relu tile 0 and start its head sum; sum tile 1 on FMAs meanwhile;
-      // then the next row's tile 1 (free once summed), and its tile 0 once
-      // the head sum has read it (wait<1>: only tile 1's group may remain).
-      float (&scores)[kTiles][32] = acc[0];
-      float sums[kTiles][4] = {};
-      float fma_sum = 0.0f;
-      for (int j = 0; j < slots; j += kGroupRows) {
-        wait_full(g + j);
-        issue_mma((g + j) % kSlots, scores);
-#pragma unroll
-        for (int i = 0; i < kGroupRows; ++i) {
-          const int slot = (g + j + i) % kSlots, next = (g + j + i + 1) % kSlots;
-          wgmma_wait<0>();
-          fence_registers(scores[0]);
-          fence_registers(scores[1]);
-          fence_registers(sums[0]);
-          if (i > 0) {
-            store_split_sum((g + j + i - 1) % kSlots, sums, fma_sum);
-            release(empty((g + j + i - 1) % kSlots));
-          }
-#pragma unroll
-          for (int e = 0; e < 32; ++e) scores[0][e] = fmaxf(scores[0][e], 0.0f);
-          issue_head_sum(slot, scores[0], sums[0]);
-          fma_sum = fma_tile_sum(slot, scores[1]);
-          if (i + 1 < kGroupRows) {
-            wait_full(g + j + i + 1);
-            issue_mma_tile(next, 1, scores[1]);
-            wgmma_wait<1>();  // tile 0's head sum has read it
-            issue_mma_tile(next, 0, scores[0]);
-          }
-        }
-        wgmma_wait<0>();
-        fence_registers(sums[0]);
-        store_split_sum((g + j + kGroupRows - 1) % kSlots, sums, fma_sum);
-        release(empty((g + j + kGroupRows - 1) % kSlots));
-      }
-    } else if constexpr (kTf32HeadSum) {
+    if constexpr (kTf32HeadSum) {
       // One accumulator (ptxas keeps the shared-keys form's consumers in 168
       // registers, the register-keys form's in 96: a second one, pinned as the
       // head sum's A, would spill). Per row: its scores
@@ -528,14 +478,23 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
           for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
             for (int e = 0; e < 32; ++e) scores[mt][e] = fmaxf(scores[mt][e], 0.0f);
+          if constexpr (kChains) {
+            issue_head_sum_chains(slot, scores, sums);
+            if (i + 1 < kGroupRows) {
+              wait_full(g + j + i + 1);
+              wgmma_wait<0>();  // the head sums have read both tiles
+              issue_mma(next, scores);
+            }
+          } else {
 #pragma unroll
-          for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
-          if (i + 1 < kGroupRows) {
-            wait_full(g + j + i + 1);
+            for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
+            if (i + 1 < kGroupRows) {
+              wait_full(g + j + i + 1);
 #pragma unroll
-            for (int mt = 0; mt < kTiles; ++mt) {
-              wgmma_wait<kTiles - 1>();  // tile mt's head sum has read it
-              issue_mma_tile(next, mt, scores[mt]);
+              for (int mt = 0; mt < kTiles; ++mt) {
+                wgmma_wait<kTiles - 1>();  // tile mt's head sum has read it
+                issue_mma_tile(next, mt, scores[mt]);
+              }
             }
           }
         }
@@ -596,8 +555,8 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
           BlockShape<HeadSum::tf32_register_keys>::kSmemBytes);
     allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_key_pairs>,
           BlockShape<HeadSum::tf32_register_key_pairs>::kSmemBytes);
-    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_fma_register_key_pairs>,
-          BlockShape<HeadSum::tf32_fma_register_key_pairs>::kSmemBytes);
+    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_key_pairs_chains>,
+          BlockShape<HeadSum::tf32_register_key_pairs_chains>::kSmemBytes);
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -618,8 +577,8 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
     case HeadSum::tf32_shared_keys: launch.template operator()<HeadSum::tf32_shared_keys>(); break;
     case HeadSum::tf32_register_keys: launch.template operator()<HeadSum::tf32_register_keys>(); break;
     case HeadSum::tf32_register_key_pairs: launch.template operator()<HeadSum::tf32_register_key_pairs>(); break;
-    case HeadSum::tf32_fma_register_key_pairs:
-      launch.template operator()<HeadSum::tf32_fma_register_key_pairs>();
+    case HeadSum::tf32_register_key_pairs_chains:
+      launch.template operator()<HeadSum::tf32_register_key_pairs_chains>();
       break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -636,8 +595,8 @@ void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys) { g_tf32_keys = key
 void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream) {
   const HeadSum sum = g_tf32_keys == V4IndexerTf32Keys::registers            ? HeadSum::tf32_register_keys
                       : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs ? HeadSum::tf32_register_key_pairs
-                      : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs_half_fma
-                          ? HeadSum::tf32_fma_register_key_pairs
+                      : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs_chains
+                          ? HeadSum::tf32_register_key_pairs_chains
                           : HeadSum::tf32_shared_keys;
   launch_scores(args, sum, stream);
 }
