@@ -230,8 +230,6 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers);
   const double s_scores_tf32_registers =
       time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
-  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers_in_pairs_chains);
-  const double s_scores_chains = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
   cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::shared);
   const double s_scores_tf32_shared = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
   cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers_in_pairs);
@@ -252,9 +250,6 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
       s_scores_tf32_registers,
       tflops(flops, s_scores_tf32_registers) + ", " + tbs(bytes, s_scores_tf32_registers),
       pct(flops / s_scores_tf32_registers / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
-  row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA, the two tiles' sums interleaved",
-      s_scores_chains, tflops(flops, s_scores_chains) + ", " + tbs(bytes, s_scores_chains),
-      pct(flops / s_scores_chains / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
   row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA, keys in shared memory (session 26)",
       s_scores_tf32_shared, tflops(flops, s_scores_tf32_shared) + ", " + tbs(bytes, s_scores_tf32_shared),
       pct(flops / s_scores_tf32_shared / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");

@@ -61,9 +61,8 @@
 //     32's bulk-copy top-k, 17 with the top-k in 512-thread blocks at
 //     every row count (sessions 35's 17 was the 256-thread top-k, today's
 //     default from 2,048 rows), 18 with the tf32 scores' keys in shared
-//     memory (the default until session 37), 19 with the two tiles' head
-//     sums interleaved (session 37's first 18 was today's default, its
-//     first 19 half the head sums on FMAs); the
+//     memory (the default until session 37; that session's first 18 was
+//     today's default, and its 19 two forms not kept); the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -616,9 +615,6 @@ int flash_formats(int argc, char** argv) {
       // holds them in registers in three consumer warpgroups of 128): its A/B.
       {"FP8 default, indexer tf32 scores over keys in shared memory (until session 37)", false, {},
        DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared},
-      // The default with the two tiles' head-sum MMAs issued in turn, one group (session 37).
-      {"FP8 default, indexer tf32 head sums of both tiles interleaved", false, {},
-       DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_in_pairs_chains},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

@@ -123,13 +123,11 @@ constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
 //     tf32_shared_keys): the MMAs read only the queries from shared memory,
 //     and a row's fixed work is spread over two tiles, not one as in
 //     tf32_register_keys (which ran ~20% slower than the shared keys, S27).
-//   tf32_register_key_pairs_chains: tf32_register_key_pairs with its two
-//     tiles' head sums issued step by step in turn (one commit group), where
-//     the default runs a tile's eight dependent k8 steps, then the other
-//     tile's: sixteen MMAs in a row before the next row's second tile may
-//     start, if dependent small MMAs cost their latency each. (Session 37 also tried the second tile's
-//     sum on FMAs: 2-5% slower, S37-2.)
-enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs, tf32_register_key_pairs_chains };
+//   (Session 37 also tried two variants of tf32_register_key_pairs: the
+//   second tile's head sum on FMAs, 2-5% slower, and the two tiles' head-sum
+//   MMAs issued in turn in one group, 2% faster at 8,192 rows but slower at
+//   1,024-4,096 and in the layer; S37-2, S37-3. Neither was kept.)
+enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs };
 
 template <HeadSum kSum>
 struct BlockShape {
@@ -181,7 +179,6 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     v4_indexer_scores_wgmma_kernel(V4IndexerArgs args, int key_blocks, int num_items) {
   using Shape = BlockShape<kSum>;
   constexpr bool kTf32HeadSum = Shape::kTf32, kKeysInRegisters = Shape::kKeysInRegisters;
-  constexpr bool kChains = kSum == HeadSum::tf32_register_key_pairs_chains;  // the tiles' head sums interleaved
   constexpr int kTiles = Shape::kTiles, kGroupKeys = Shape::kGroupKeys;
   constexpr int kBlockKeys = Shape::kBlockKeys, kKeyTileBytes = Shape::kKeyTileBytes;
   constexpr int kConsumerThreads = Shape::kConsumerThreads;
@@ -281,8 +278,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) cp_async_4(dst + 4 * i, src + (h0 + 2 * i < heads ? h0 + 2 * i : 0),
                                                        h0 + 2 * i < heads);
-              }
-              if (!kTf32HeadSum && p < kHeads) {
+              } else if (p < kHeads) {
                 const bool valid = p < heads;
                 cp_async_4(factors + slot * kHeads + p,
                            args.head_factors + (valid ? static_cast<std::int64_t>(row) * heads + p : 0), valid);
@@ -390,22 +386,6 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
                             desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)), j > 0);
     wgmma_commit();
   };
-  // (tf32, kChains) issue_head_sum for every tile in one commit group, the
-  // tiles' k8 steps in turn: two independent chains side by side instead of
-  // one after the other. (Four chains, each tile's even and odd steps apart,
-  // need 8 more registers: ptxas then serializes the wgmma, C7511.)
-  auto issue_head_sum_chains = [&](int slot, float (&tiles)[kTiles][32], float (&sums)[kTiles][4]) {
-    const std::uint64_t desc = head_sum_desc0 + static_cast<std::uint64_t>(slot * (kHeadSumBBytes >> 4));
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kHeads / 8; ++j)
-#pragma unroll
-      for (int mt = 0; mt < kTiles; ++mt)
-        wgmma_m64n8k8_tf32_rs(sums[mt], tiles[mt][4 * j], tiles[mt][4 * j + 2], tiles[mt][4 * j + 1],
-                              tiles[mt][4 * j + 3], desc + static_cast<std::uint64_t>(j * (kHeadSumStepBytes >> 4)),
-                              j > 0);
-    wgmma_commit();
-  };
   // (tf32) one tile's scores of the row in `slot`, a commit group of its own.
   auto issue_mma_tile = [&](int slot, int mt, float (&tile)[32]) {
     wgmma_fence();
@@ -478,23 +458,14 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
           for (int mt = 0; mt < kTiles; ++mt)
 #pragma unroll
             for (int e = 0; e < 32; ++e) scores[mt][e] = fmaxf(scores[mt][e], 0.0f);
-          if constexpr (kChains) {
-            issue_head_sum_chains(slot, scores, sums);
-            if (i + 1 < kGroupRows) {
-              wait_full(g + j + i + 1);
-              wgmma_wait<0>();  // the head sums have read both tiles
-              issue_mma(next, scores);
-            }
-          } else {
 #pragma unroll
-            for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
-            if (i + 1 < kGroupRows) {
-              wait_full(g + j + i + 1);
+          for (int mt = 0; mt < kTiles; ++mt) issue_head_sum(slot, scores[mt], sums[mt]);
+          if (i + 1 < kGroupRows) {
+            wait_full(g + j + i + 1);
 #pragma unroll
-              for (int mt = 0; mt < kTiles; ++mt) {
-                wgmma_wait<kTiles - 1>();  // tile mt's head sum has read it
-                issue_mma_tile(next, mt, scores[mt]);
-              }
+            for (int mt = 0; mt < kTiles; ++mt) {
+              wgmma_wait<kTiles - 1>();  // tile mt's head sum has read it
+              issue_mma_tile(next, mt, scores[mt]);
             }
           }
         }
@@ -555,8 +526,6 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
           BlockShape<HeadSum::tf32_register_keys>::kSmemBytes);
     allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_key_pairs>,
           BlockShape<HeadSum::tf32_register_key_pairs>::kSmemBytes);
-    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_key_pairs_chains>,
-          BlockShape<HeadSum::tf32_register_key_pairs_chains>::kSmemBytes);
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -577,9 +546,6 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
     case HeadSum::tf32_shared_keys: launch.template operator()<HeadSum::tf32_shared_keys>(); break;
     case HeadSum::tf32_register_keys: launch.template operator()<HeadSum::tf32_register_keys>(); break;
     case HeadSum::tf32_register_key_pairs: launch.template operator()<HeadSum::tf32_register_key_pairs>(); break;
-    case HeadSum::tf32_register_key_pairs_chains:
-      launch.template operator()<HeadSum::tf32_register_key_pairs_chains>();
-      break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
@@ -595,9 +561,7 @@ void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys) { g_tf32_keys = key
 void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream) {
   const HeadSum sum = g_tf32_keys == V4IndexerTf32Keys::registers            ? HeadSum::tf32_register_keys
                       : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs ? HeadSum::tf32_register_key_pairs
-                      : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs_chains
-                          ? HeadSum::tf32_register_key_pairs_chains
-                          : HeadSum::tf32_shared_keys;
+                                                                             : HeadSum::tf32_shared_keys;
   launch_scores(args, sum, stream);
 }
 
