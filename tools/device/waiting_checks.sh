@@ -6,7 +6,7 @@
 # cuda_bench, deepseek_v4_forward_bench).
 #
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 0   # the goldens, then the kernel suite in six shards
-#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 16)
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 18)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
@@ -61,9 +61,9 @@ case ${1:-1} in
     echo "##### done at $(elapsed) s"
     ;;
   1)
-    # Issue 18's indexer share on this card: formats 2 (the default: tf32 from 2,048 rows) and 16
-    # (the default with session 32's bulk-copy top-k sweep).
-    FORMATS=${FORMATS:-2 16} BENCH_RUNS=1 MODEL_FORMATS=${MODEL_FORMATS:-2,16} OUT=$base/indexer \
+    # Issue 18's indexer share on this card: formats 2 (the default: tf32 from 2,048 rows, its keys
+    # in registers since session 37) and 18 (the keys in shared memory, the default before it).
+    FORMATS=${FORMATS:-2 18} BENCH_RUNS=1 MODEL_FORMATS=${MODEL_FORMATS:-2,18} OUT=$base/indexer \
       bash tools/device/deepseek_v4_indexer_check.sh > "$base/indexer.txt" 2>&1
     echo "##### indexer done at $(elapsed) s"; tail -30 "$base/indexer.txt"
     # The per-kernel layer tables and logs as one file (the tool returns at most 8).
@@ -222,7 +222,7 @@ PY
     echo "GPU: $gpu"
     for p in 7 4 3 9 10 1; do
       if [ "$p" = 1 ]; then
-        FORMATS="2 17" MODEL_FORMATS=2,17 OUT=$base/p$p bash "$0" 1 > "$base/part$p.txt" 2>&1
+        FORMATS="2 18" MODEL_FORMATS=2,18 OUT=$base/p$p bash "$0" 1 > "$base/part$p.txt" 2>&1
       else
         OUT=$base/p$p bash "$0" "$p" > "$base/part$p.txt" 2>&1
       fi
@@ -243,7 +243,7 @@ PY
     grep -E "^\| split|kernels only" "$base/part9.txt" | head -12 | cut -c1-120
     echo "-- 15 cost model: MLA prefill through cuDNN, prompts and chunks over cached prefixes:"
     grep -E "MLA prefill cudnn" "$base/part10.txt" | cut -d'|' -f2,3,4 | cut -c1-150
-    echo "-- 18 indexer share of the CSA layer (formats 2, 17; target <= 25%):"
+    echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
   *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|targets" >&2; exit 2 ;;
