@@ -413,6 +413,14 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
   };
 
   float acc[2][kTiles][32];
+  // An epoch's rows from g + j, kGroupRows of them: the first row's MMAs into
+  // acc[0], then body(i, slot) for each (i a constant once unrolled).
+  auto for_group_rows = [&](int g, int j, auto&& body) {
+    wait_full(g + j);
+    issue_mma((g + j) % kSlots, acc[0]);
+#pragma unroll
+    for (int i = 0; i < kGroupRows; ++i) body(i, (g + j + i) % kSlots);
+  };
   for (int g = 0;;) {
     wait_full(g);
     const int first = g % kSlots;
@@ -441,11 +449,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
       // issue its head sum. Row i + 1's MMAs run under all of that.
       float sums[kTiles][4] = {};
       for (int j = 0; j < slots; j += kGroupRows) {
-        wait_full(g + j);
-        issue_mma((g + j) % kSlots, acc[0]);
-#pragma unroll
-        for (int i = 0; i < kGroupRows; ++i) {
-          const int slot = (g + j + i) % kSlots;
+        for_group_rows(g, j, [&](int i, int slot) {
           float (&cur)[kTiles][32] = acc[i % 2];
           wgmma_wait<0>();
           fence_registers(cur[0]);
@@ -461,7 +465,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 32; ++e) cur[0][e] = fmaxf(cur[0][e], 0.0f);
           issue_head_sum(slot, cur[0], sums[0]);
-        }
+        });
         wgmma_wait<0>();
         fence_registers(sums[0]);
         store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
@@ -519,11 +523,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
       if constexpr (!kKeysInRegisters) release(key_empty);
     } else {
       for (int j = 0; j < slots; j += kGroupRows) {
-        wait_full(g + j);
-        issue_mma((g + j) % kSlots, acc[0]);
-#pragma unroll
-        for (int i = 0; i < kGroupRows; ++i) {
-          const int slot = (g + j + i) % kSlots;
+        for_group_rows(g, j, [&](int i, int slot) {
           if (i + 1 < kGroupRows) {
             wait_full(g + j + i + 1);
             issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
           for (int mt = 0; mt < kTiles; ++mt) fence_registers(acc[i % 2][mt]);
           epilogue(slot, acc[i % 2]);
           release(empty(slot));
-        }
+        });
       }
     }
     g += slots;
