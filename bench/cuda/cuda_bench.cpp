@@ -41,7 +41,10 @@
 // --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts;
 // --decode-sweep-loads [CASE [LOADS]]: the sweep's default beside its keys-as-rows kernel under TMA loads
 // (CudaOptions::decode_split_loads), pages of 16 and 64, two rounds in alternation; with LOADS
-// ("cp-async" or "tma") that one only, one round, for ncu).
+// ("cp-async" or "tma") that one only, one round, for ncu);
+// --decode-timeline [CASE]: one case ("8 x 8k") under the default, pages of 16, TMA and cp.async loads:
+// the op timed, then one launch with the split kernel's blocks stamping %globaltimer (when each block
+// started, its loads began, its first tile landed, its keys were done, it left).
 //
 // Every setting is a CudaOptions field set here, per row: the A/B rows name
 // the option they change (cuda_options.h), each in a fresh Ops so no graph
@@ -65,6 +68,7 @@
 
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/cuda/moe.h"
 #include "bench_must.h"
 #include "device_ceilings.h"
@@ -563,7 +567,67 @@ double time_back_to_back(int reps, const std::function<void()>& fn) {
 // uniform plan's splits fixed at several counts, twice over, under both tile
 // layouts (--decode-split-counts), or the default beside TMA loads, twice
 // in alternation (--decode-sweep-loads).
-enum class SweepRows { all, default_and_tiles, split_counts, loads };
+enum class SweepRows { all, default_and_tiles, split_counts, loads, timeline };
+
+// One launch of the op with the keys-as-rows kernel's blocks stamping the
+// moments of cuda::DecodeSplitMoment: per moment, the spread over the blocks
+// that had keys (min / median / max, us after the first block's entry), then
+// the steps between moments (medians and maxima over those blocks) and how
+// long the kernel ran, first entry to last exit.
+void print_decode_timeline(const std::string& what, const std::function<void()>& launch_op) {
+  constexpr std::int64_t kBlocks = 1 << 16;
+  constexpr int kMoments = cuda::kDecodeSplitMoments;
+  std::uint64_t* stamps = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&stamps), kBlocks * kMoments * sizeof(std::uint64_t)) != cudaSuccess)
+    std::exit(1);
+  cudaMemset(stamps, 0, kBlocks * kMoments * sizeof(std::uint64_t));
+  cudaDeviceSynchronize();
+  cuda::set_decode_split_timeline(stamps, kBlocks);
+  launch_op();
+  cudaDeviceSynchronize();
+  cuda::set_decode_split_timeline(nullptr, 0);
+  std::vector<std::uint64_t> host(kBlocks * kMoments);
+  cudaMemcpy(host.data(), stamps, host.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost);
+  cudaFree(stamps);
+  std::vector<std::array<std::uint64_t, kMoments>> blocks;  // those that had keys: every moment stamped
+  std::uint64_t first = UINT64_MAX, last = 0;
+  for (std::int64_t b = 0; b < kBlocks; ++b) {
+    std::array<std::uint64_t, kMoments> m{};
+    for (int i = 0; i < kMoments; ++i) m[i] = host[b * kMoments + i];
+    if (m[0] == 0) continue;
+    first = std::min(first, m[0]);
+    last = std::max(last, m[kMoments - 1]);
+    if (std::all_of(m.begin(), m.end(), [](std::uint64_t t) { return t != 0; })) blocks.push_back(m);
+  }
+  if (blocks.empty()) {
+    std::printf("| %s: no block stamped (not the keys-as-rows kernel?) | | |\n", what.c_str());
+    return;
+  }
+  auto quantiles = [&](auto value) {  // min, median, max over the blocks, in us
+    std::vector<double> v;
+    for (const auto& m : blocks) v.push_back(value(m) * 1e-3);
+    std::sort(v.begin(), v.end());
+    return std::array<double, 3>{v.front(), v[v.size() / 2], v.back()};
+  };
+  static constexpr const char* kNames[kMoments] = {"entry", "loads started", "first tile", "keys done", "exit"};
+  std::string at, steps;
+  char buf[160];
+  for (int i = 0; i < kMoments; ++i) {
+    const auto q = quantiles([&](const auto& m) { return static_cast<double>(m[i] - first); });
+    std::snprintf(buf, sizeof buf, "%s%s %.1f/%.1f/%.1f", i ? "; " : "", kNames[i], q[0], q[1], q[2]);
+    at += buf;
+  }
+  for (int i = 1; i < kMoments; ++i) {
+    const auto q = quantiles([&](const auto& m) { return static_cast<double>(m[i] - m[i - 1]); });
+    std::snprintf(buf, sizeof buf, "%s%s %.1f (max %.1f)", i > 1 ? "; " : "", kNames[i], q[1], q[2]);
+    steps += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%zu blocks with keys, %.1f us first entry to last exit", blocks.size(),
+                (last - first) * 1e-3);
+  std::printf("| %s: timeline, us after the first entry (min/median/max) | %s | %s |\n", what.c_str(), buf,
+              at.c_str());
+  std::printf("| %s: steps between moments, us (median, max) | | %s |\n", what.c_str(), steps.c_str());
+}
 
 void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, SweepRows rows = SweepRows::all,
                         std::string_view only_loads = {}) {
@@ -623,6 +687,12 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
                                 cuda::DecodeSplitPlan::adaptive, cuda::DecodeSplitMerge::in_split_kernel,
                                 cuda::DecodeSplitTiles::keys_as_rows, 0, stages, loads});
           }
+  }
+  if (rows == SweepRows::timeline) {
+    variants.clear();
+    for (const auto& [loads_name, loads] : cuda::kDecodeSplitLoadsNames)
+      variants.push_back({"adaptive, keys-as-rows, loads " + std::string(loads_name), cuda::DecodeSplitPlan::adaptive,
+                          cuda::DecodeSplitMerge::in_split_kernel, cuda::DecodeSplitTiles::keys_as_rows, 0, 2, loads});
   }
   if (rows == SweepRows::split_counts) {
     variants.clear();
@@ -696,6 +766,7 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     std::snprintf(us, sizeof us, ", %.1f us", with_metadata * 1e6);
     row(what + ", with begin_step", bytes / with_metadata / 1e12, "TB/s",
         pct(bytes / with_metadata / hbm_copy()) + " of HBM" + us);
+    if (rows == SweepRows::timeline) print_decode_timeline(what, [&] { ops->attention(0, q, k, v, 0.0884f, out); });
   }
 }
 
@@ -1556,6 +1627,11 @@ int main(int argc, char** argv) {
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     for (const std::int32_t block : {16, 64})
       sluice::bench_decode_sweep(argc > 2 ? argv[2] : "", block, sluice::SweepRows::loads, only_loads);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--decode-timeline") == 0) {  // [CASE], "8 x 8k" if none
+    std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
+    sluice::bench_decode_sweep(argc > 2 ? argv[2] : "8 x 8k", 16, sluice::SweepRows::timeline);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--decode-split-counts") == 0) {  // [CASE], "8 x 8k" if none

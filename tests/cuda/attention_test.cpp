@@ -560,6 +560,45 @@ TEST(CudaDecodeAttention, GraphReplayedDecodeSteps) {
   run_decode_case(c, 56);
 }
 
+// The benchmarks' timeline (cuda::set_decode_split_timeline, cuda_bench
+// --decode-timeline): every block of the keys-as-rows kernel that had keys
+// stamps the five moments in order, and one that stamped no start of loads
+// (a block past its row's splits) stamps nothing after its entry. Rows of
+// uneven lengths (split by the step's work), TMA loads, two launches of the
+// same shape (layers 1 and 0) over one timeline.
+TEST(CudaDecodeAttention, SplitTimelineStampsEachBlocksMomentsInOrder) {
+  constexpr std::int64_t kBlocks = 4096;
+  constexpr int kMoments = cuda::kDecodeSplitMoments;
+  std::uint64_t* stamps = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&stamps), kBlocks * kMoments * sizeof(std::uint64_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(stamps, 0, kBlocks * kMoments * sizeof(std::uint64_t)), cudaSuccess);
+  cuda::set_decode_split_timeline(stamps, kBlocks);
+  AttentionCase c{32, 8, 128, 16, {{9000, 1}, {9001, 1}, {3000, 1}, {200, 1}}};
+  c.prefill_attention = CudaOptions{}.prefill_attention;
+  c.decode_split_tiles = cuda::DecodeSplitTiles::keys_as_rows;
+  c.decode_split_loads = cuda::DecodeSplitLoads::tma;
+  AttentionHarness(c, 66).run_case();
+  cuda::set_decode_split_timeline(nullptr, 0);
+  std::vector<std::uint64_t> host(kBlocks * kMoments);
+  ASSERT_EQ(cudaMemcpy(host.data(), stamps, host.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaFree(stamps), cudaSuccess);
+  int with_keys = 0;
+  for (std::int64_t b = 0; b < kBlocks; ++b) {
+    const std::uint64_t* m = host.data() + b * kMoments;
+    if (m[0] == 0) {
+      for (int i = 1; i < kMoments; ++i) EXPECT_EQ(m[i], 0u) << "block " << b << " moment " << i << " without an entry";
+      continue;
+    }
+    if (m[1] == 0) {
+      for (int i = 2; i < kMoments; ++i) EXPECT_EQ(m[i], 0u) << "block " << b << " moment " << i << " without keys";
+      continue;
+    }
+    ++with_keys;
+    for (int i = 1; i < kMoments; ++i) EXPECT_LE(m[i - 1], m[i]) << "block " << b << " moment " << i;
+  }
+  EXPECT_GT(with_keys, 8) << "too few blocks stamped: was the keys-as-rows kernel run?";
+}
+
 // The TMA loads' other page sizes: pages of 128 (a 64-key tile is half a
 // page: boxes at slot offsets inside it) and of 32 at head_dim 64 (one
 // 128-byte line a key), at tile, page and split edges, and a graph replay

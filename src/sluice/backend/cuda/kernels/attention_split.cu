@@ -72,7 +72,25 @@ struct SplitParams {
   // arrive merges the partials (merge_splits()), so no combine kernel runs.
   // Null: the combine kernel merges.
   int* arrivals;
+  // Benchmarks (set_decode_split_timeline): where the keys-as-rows kernel's
+  // blocks stamp %globaltimer, and for how many blocks; null: off.
+  std::uint64_t* timeline;
+  long long timeline_blocks;
 };
+
+std::uint64_t* g_timeline = nullptr;  // set_decode_split_timeline()
+long long g_timeline_blocks = 0;
+
+// Thread 0 stamps moment `i` of this block (DecodeSplitMoment) where a timeline is set.
+__device__ __forceinline__ void stamp(const SplitParams& p, DecodeSplitMoment i) {
+  if (p.timeline == nullptr || threadIdx.x != 0) return;
+  const long long block =
+      blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  if (block >= p.timeline_blocks) return;
+  std::uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  p.timeline[block * kDecodeSplitMoments + static_cast<int>(i)] = now;
+}
 
 // One row's splits, from the row's own key count, not the longest the grid
 // was sized for: under a graph captured for the 16384 bucket, 8193 keys were
@@ -1002,6 +1020,7 @@ __global__ void __launch_bounds__(kW * 32)
     v_map = &maps.v;
   }
   pdl_launch_dependents();
+  stamp(p, DecodeSplitMoment::entry);
   using Ring = std::conditional_t<kTma, TmaKvRing<D, kW, kRing>, MmaRing<D, kW, 8, kRing>>;
   constexpr int kTileKeys = Ring::kTileKeys;
   constexpr int kStride = Ring::kStride;
@@ -1012,6 +1031,7 @@ __global__ void __launch_bounds__(kW * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const MmaBlock b = start_keys_block(step, p, ring, k_map, v_map);
   if (b.num_tiles < 0) return;
+  stamp(p, DecodeSplitMoment::loads_started);
 
   // This thread's accumulator columns are heads 2 (lane % 4) and + 1; its
   // rows keys lane / 4 and + 8 of the warp's 16 (S^T), dims lane / 4 and + 8
@@ -1036,6 +1056,7 @@ __global__ void __launch_bounds__(kW * 32)
       next_tile(p, b, ring, tile);
     }
     if (tile == 0) {  // Q^T as B: a head's dims are a B column
+      stamp(p, DecodeSplitMoment::first_tile);
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ks += 2) {
         std::uint32_t r[4];
@@ -1128,6 +1149,7 @@ __global__ void __launch_bounds__(kW * 32)
     }
   }
   cp_async_wait<0>();
+  stamp(p, DecodeSplitMoment::keys_done);
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -1153,6 +1175,7 @@ __global__ void __launch_bounds__(kW * 32)
   __syncthreads();
   finish_split_block<D, kW, 8>(p, b.row, blockIdx.z, b.head_begin, b.num_heads, b.split.num_splits, sm_o, sm_m,
                                sm_l);
+  stamp(p, DecodeSplitMoment::exit);
 }
 
 // The tensor-core kernels: heads as the mma's rows (groups of up to 16) or
@@ -1422,6 +1445,8 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
                            plan.max_splits <= kFusedMergeMaxSplits &&
                            static_cast<std::int64_t>(grid.y) * grid.z <= args.split_arrivals_capacity;
   p.arrivals = fused_merge ? args.split_arrivals : nullptr;
+  p.timeline = g_timeline;
+  p.timeline_blocks = g_timeline_blocks;
   if (plan.keys_as_rows) {
     if constexpr (D == 64 || D == 128) {
       if (split_tma_loads_apply(args)) {
@@ -1464,6 +1489,11 @@ bool split_tma_loads_apply(const AttentionArgs& args) {
   return args.decode_split_loads == DecodeSplitLoads::tma && runs_keys_as_rows(args) && block >= kTmaBoxKeys &&
          (block & (block - 1)) == 0 && args.kv_cache_slots > 0 && args.kv_cache_slots <= INT32_MAX &&
          aligned(args.k_cache) && aligned(args.v_cache);
+}
+
+void set_decode_split_timeline(std::uint64_t* stamps, std::int64_t blocks) {
+  g_timeline = blocks > 0 ? stamps : nullptr;
+  g_timeline_blocks = g_timeline != nullptr ? blocks : 0;
 }
 
 bool split_kernel_supports(std::int32_t head_dim) {

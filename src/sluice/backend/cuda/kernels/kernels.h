@@ -126,6 +126,21 @@ bool split_tma_loads_apply(const AttentionArgs& args);
 // Workspace bytes the split-KV kernel needs for this step.
 std::int64_t split_workspace_bytes(const StepDeviceView& step, const AttentionArgs& args);
 
+// Benchmarks: where the keys-as-rows split kernel's time goes. Thread 0 of
+// block b stamps %globaltimer (ns) at stamps[b * kDecodeSplitMoments + m]
+// for each moment m it reaches, blocks b < `blocks` (b = blockIdx.x +
+// gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)); blocks with no keys stamp
+// only their entry. Process-wide; null or 0 blocks turns it off.
+enum class DecodeSplitMoment {
+  entry,          // after the launch
+  loads_started,  // placed, the previous kernel waited for, Q and the first tiles' loads started
+  first_tile,     // warp 0's first tile landed
+  keys_done,      // the block's last tile done
+  exit,           // its partial stored (and, the last of a row's splits, the row merged)
+};
+constexpr int kDecodeSplitMoments = 5;
+void set_decode_split_timeline(std::uint64_t* stamps, std::int64_t blocks);
+
 void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, void* k_cache,
                      void* v_cache, std::int32_t num_kv_heads, std::int32_t head_dim,
                      std::int32_t block_size_tokens, const Launch& launch);
