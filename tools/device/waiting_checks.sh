@@ -15,7 +15,7 @@
 #                                                                 # alone, it makes the checkpoint first: MOE_LAYERS=0 is quickest)
 #   CARRY_DIR=.devcarry/s35 tools/device/waiting_checks.sh 7      # the MoE layer at 4,096 tokens, x gathered / in slot order
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 8      # every 128-slot loader in slot order; ncu of three
-#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 9      # GQA decode: the split kernel alone (ncu) beside the op
+#   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 9      # GQA decode: the split kernel alone (ncu) beside the op, its timeline
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 10     # MLA prefill through cuDNN: prompts, chunks over cached prefixes
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
@@ -201,6 +201,9 @@ PY
       python3 tools/device/ncu_metrics_table.py "$f" "$c (ncu)" kv_write split
       timeout 120 "$bin/cuda_bench" --decode-sweep-loads "$c" tma 2>&1 | grep "kernels only" | grep -v "3 stages" |
         sed -E 's/.*split plan //' | cut -c1-160
+      # Where the split kernel's ~12 us of fixed time goes (session 37): each block's moments, one launch.
+      timeout 60 "$bin/cuda_bench" --decode-timeline "$c" 2>&1 | grep -E "kernels only|timeline|steps between" |
+        sed -E 's/.*split plan //' | cut -c1-400
     done
     echo "##### done at $(elapsed) s"
     tar -C "$base" -czf "$base/gqa_ncu.tgz" $(cd "$base" && ls ncu9_*) && rm "$base"/ncu9_*
@@ -241,6 +244,7 @@ PY
     grep -E "^\| (8|16) x 8k " "$base/part3.txt" | cut -c1-160
     grep -E "batch 1 at (0|4096) context, default" "$base/part3.txt" | head -4 | cut -d'|' -f2,4 | cut -c1-120
     grep -E "^\| split|kernels only" "$base/part9.txt" | head -12 | cut -c1-120
+    grep -E "timeline|steps between" "$base/part9.txt" | head -12 | cut -c1-300
     echo "-- 15 cost model: MLA prefill through cuDNN, prompts and chunks over cached prefixes:"
     grep -E "MLA prefill cudnn" "$base/part10.txt" | cut -d'|' -f2,3,4 | cut -c1-150
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers / in shared memory; target <= 25%):"
