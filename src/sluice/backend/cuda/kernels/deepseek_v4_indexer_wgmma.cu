@@ -155,7 +155,8 @@ struct BlockShape {
   // to the launch allocation, 96, so that is the consumers' real budget).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegisters = kTf32 ? 64 : 56;  // tf32: it also writes the B operands
-  static constexpr int kConsumerRegisters = kSum == HeadSum::fma ? 224 : kSum == HeadSum::tf32_register_keys ? 104 : 144;
+  static constexpr int kConsumerRegisters =
+      kSum == HeadSum::fma ? 224 : kSum == HeadSum::tf32_register_keys ? 104 : 144;
   static_assert(kProducerRegisters * kProducerThreads + kConsumerRegisters * kConsumerThreads <=
                     kLaunchRegisters * kThreads,
                 "the consumers can only take what the producer gives back (else setmaxnreg.inc waits forever)");
