@@ -20,13 +20,25 @@ set -uo pipefail
 out=${OUT:-/tmp/s27}; mkdir -p "$out"
 bin=${CARRY_DIR:-.devcarry/cuda}
 . tools/device/carried_bin.sh
-# FORMATS, BENCH_RUNS and MODEL_FORMATS trim the call when device time is short.
+# FORMATS, BENCH_RUNS, MODEL_FORMATS and INDEXER_TESTS trim the call when device time is short.
 formats=${FORMATS:-2 12 13 14 15}
 bench_runs=${BENCH_RUNS:-2}
 model_formats=${MODEL_FORMATS:-2,12,13,14,15}
 t0=$(date +%s)
-timeout -s KILL 150 "$bin/cuda_kernel_test" --gtest_filter='DeepseekV4*Indexer*' >"$out/kernel_test.log" 2>&1
-echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
+# The indexer tests take ~150 s on an H100 (the scores kernels' alone over 60 s, S37-3):
+# INDEXER_TESTS=all (the default), scores or none.
+case ${INDEXER_TESTS:-all} in
+  all) test_filter='DeepseekV4*Indexer*' ;;
+  scores) test_filter='DeepseekV4*IndexerScores*' ;;
+  none) test_filter='' ;;
+  *) echo "INDEXER_TESTS is all, scores or none" >&2; exit 2 ;;
+esac
+if [ -n "$test_filter" ]; then
+  timeout -s KILL 150 "$bin/cuda_kernel_test" --gtest_filter="$test_filter" >"$out/kernel_test.log" 2>&1
+  echo "kernel tests ($test_filter) rc $? at $(( $(date +%s) - t0 )) s"
+else
+  : >"$out/kernel_test.log"
+fi
 grep -E "^\[  (PASSED|FAILED) " "$out/kernel_test.log"
 timeout -s KILL 90 "$bin/cuda_deepseek_v4_forward_test" --gtest_filter='*tf32*:*Engine*' >"$out/forward_test.log" 2>&1
 echo "forward test rc $? at $(( $(date +%s) - t0 )) s"
