@@ -37,13 +37,6 @@ void print_errors(const char* label, const sim::RelativeErrorStats& e) {
               100 * e.p90, 100 * e.mean_signed, static_cast<long long>(e.num_steps));
 }
 
-// The q-quantile of v (the lower of two middles); 0 for none.
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-}
-
 // Steps with a prefill chunk, by the deepest cached prefix one of their
 // chunks runs over: the median of measured / the prior's whole-step time. A
 // shape-dependent error the per-term factors cannot absorb shows here (V3's
@@ -70,7 +63,7 @@ void print_prefix_depth_ratios(const sim::RooflineCostModel& model, const std::v
   }
   std::printf("  prefill steps by their deepest cached prefix, measured / prior (median, steps):");
   for (const Bucket& b : buckets)
-    if (!b.ratios.empty()) std::printf(" %s %.2f (%zu)", b.name, quantile(b.ratios, 0.5), b.ratios.size());
+    if (!b.ratios.empty()) std::printf(" %s %.2f (%zu)", b.name, sim::quantile(b.ratios, 0.5), b.ratios.size());
   std::printf("\n");
 }
 
@@ -166,12 +159,14 @@ Status run_calibrate(const CalibrateOptions& o) {
   for (double f : max_factors) std::printf(" %.2f", f);
   std::printf("\n  decode-only steps: %zu, measured median %.1f ms; online prediction / measured: median %.2f, "
               "p90 %.2f, max %.2f\n",
-              decode_only_ms.size(), quantile(decode_only_ms, 0.5), quantile(decodes_predicted_ratio, 0.5),
-              quantile(decodes_predicted_ratio, 0.9), quantile(decodes_predicted_ratio, 1.0));
+              decode_only_ms.size(), sim::quantile(decode_only_ms, 0.5),
+              sim::quantile(decodes_predicted_ratio, 0.5), sim::quantile(decodes_predicted_ratio, 0.9),
+              sim::quantile(decodes_predicted_ratio, 1.0));
   std::printf("  mixed steps: their decodes alone predicted at median %.1f ms, p90 %.1f ms, max %.1f ms; the whole "
               "step's online error median %.1f%%, p90 %.1f%%\n",
-              quantile(mixed_decodes_ms, 0.5), quantile(mixed_decodes_ms, 0.9), quantile(mixed_decodes_ms, 1.0),
-              100 * quantile(mixed_error, 0.5), 100 * quantile(mixed_error, 0.9));
+              sim::quantile(mixed_decodes_ms, 0.5), sim::quantile(mixed_decodes_ms, 0.9),
+              sim::quantile(mixed_decodes_ms, 1.0), 100 * sim::quantile(mixed_error, 0.5),
+              100 * sim::quantile(mixed_error, 0.9));
   return Ok{};
 }
 

@@ -93,14 +93,14 @@ TermFactorFit::Factors nnls(const std::vector<std::array<double, kTerms>>& rows,
   return best;
 }
 
+}  // namespace
+
 double quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   const auto k = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1));
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
   return values[k];
 }
-
-}  // namespace
 
 Result<std::vector<TracedStep>> read_step_trace(const std::string& path) {
   std::ifstream in(path);

@@ -34,6 +34,10 @@ struct TracedStep {
 // One TracedStep per line of `path`; the error names the line.
 Result<std::vector<TracedStep>> read_step_trace(const std::string& path);
 
+// The q-quantile of `values` (the element at floor(q (n - 1)) in sorted
+// order: the lower of two middles for the median); 0 for none.
+double quantile(std::vector<double> values, double q);
+
 // |predicted / measured - 1| over a set of steps.
 struct RelativeErrorStats {
   std::int64_t num_steps = 0;
