@@ -712,6 +712,14 @@ void bench_decode_sweep(std::string_view case_filter, std::int32_t block = 16, S
     for (const auto& [plan_name, plan] : cuda::kDecodeSplitPlanNames)
       if (plan != cuda::DecodeSplitPlan::adaptive)
         variants.push_back({std::string(plan_name), plan, cuda::DecodeSplitMerge::in_split_kernel});
+  const auto named = [&](const Case& c) { return c.name == case_filter; };
+  if (!case_filter.empty() && std::none_of(cases.begin(), cases.end(), named)) {
+    std::fprintf(stderr, "decode sweep: no case \"%.*s\"; the cases:", static_cast<int>(case_filter.size()),
+                 case_filter.data());
+    for (const Case& c : cases) std::fprintf(stderr, " \"%s\"", c.name.c_str());
+    std::fprintf(stderr, "\n");
+    std::exit(2);
+  }
   for (const Case& c : cases)
   for (const Variant& variant : variants) {
     if (!case_filter.empty() && c.name != case_filter) continue;
