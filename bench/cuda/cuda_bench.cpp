@@ -982,7 +982,8 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     options.mla_kernels = kernel;
     const std::string label(kernel_name);
     const bool wgmma_decode = kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma ||
-                              kernel == cuda::MlaKernels::wgmma_seesaw || kernel == cuda::MlaKernels::wgmma_keys_m;
+                              kernel == cuda::MlaKernels::wgmma_seesaw || kernel == cuda::MlaKernels::wgmma_keys_m ||
+                              kernel == cuda::MlaKernels::mma_16_heads;
     if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
       const double t = time_decode(options, batch, context, false, kHeads);

@@ -6,9 +6,10 @@
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
 // (the simple kernels' generic path). Every MLA case runs under every kernel
 // set (CudaOptions::mla_kernels, the suite's parameter: .../simple,
-// .../tensor_core, .../wgmma, .../wgmma_tma, .../wgmma_seesaw and
-// .../wgmma_keys_m; the last takes its keys-as-M kernel at <= 16 heads and
-// block sizes that are multiples of 8, wgmma's kernel elsewhere).
+// .../tensor_core, .../wgmma, .../wgmma_tma, .../wgmma_seesaw,
+// .../wgmma_keys_m and .../mma_16_heads; the last two take their own kernels
+// at <= 16 heads and block sizes that are multiples of 8, wgmma's kernel
+// elsewhere).
 //
 // Tolerances. The CPU runs in f32; CUDA keeps bf16 (8 significant bits,
 // relative rounding <= 2^-9) at each of: the decompressed K/V (prefill) or the
@@ -534,7 +535,8 @@ TEST(CudaMlaCudnnPlans, ChunksWithinTheBoundsBuildNoPlanOnTheirPath) {
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
                                            cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma,
-                                           cuda::MlaKernels::wgmma_seesaw, cuda::MlaKernels::wgmma_keys_m),
+                                           cuda::MlaKernels::wgmma_seesaw, cuda::MlaKernels::wgmma_keys_m,
+                                           cuda::MlaKernels::mma_16_heads),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
                            switch (info.param) {
                              case cuda::MlaKernels::simple: return std::string("simple");
@@ -543,6 +545,7 @@ INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                              case cuda::MlaKernels::wgmma_tma: return std::string("wgmma_tma");
                              case cuda::MlaKernels::wgmma_seesaw: return std::string("wgmma_seesaw");
                              case cuda::MlaKernels::wgmma_keys_m: return std::string("wgmma_keys_m");
+                             case cuda::MlaKernels::mma_16_heads: return std::string("mma_16_heads");
                            }
                            return std::string("unknown");
                          });

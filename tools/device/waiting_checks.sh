@@ -9,7 +9,7 @@
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 1   # issue 18's indexer share (formats 2 and 18)
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 2   # cuda_bench --fp8-dense, the MoE weight multicast
 #   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 3   # the GQA decode sweep, cp.async against TMA; batch-1 decode (issue 14)
-#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma and keys-as-M, eager and in a graph
+#   CARRY_DIR=.devcarry/s29 tools/device/waiting_checks.sh 4   # MLA decode: wgmma, keys-as-M, 16 heads on mma.sync (MLA_KERNELS)
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 5   # DeepSeek-V3 served whole, then sluice calibrate
 #   CARRY_DIR=.devcarry/s30cli tools/device/waiting_checks.sh 6   # the burst against it (after 5, same machine;
 #                                                                 # alone, it makes the checkpoint first: MOE_LAYERS=0 is quickest)
@@ -88,10 +88,15 @@ case ${1:-1} in
     echo "##### decode1 rc $? at $(elapsed) s"; grep -E "^device|batch 1|GEMV" "$base/decode1.md" | cut -c1-200
     ;;
   4)
-    # Issue 15's MLA decode on this card: the default wgmma kernel and keys-as-M (never run on an
-    # H200), each with session 30's rows of a layer in an 8-layer decode graph.
+    # Issue 15's MLA decode on this card: the default wgmma kernel, keys-as-M and the 16-head
+    # mma.sync kernel (session 38; its MLA suite first), each with session 30's rows of a layer in
+    # an 8-layer decode graph.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    for k in wgmma wgmma-keys-m; do
+    timeout 200 "$bin/cuda_kernel_test" --gtest_filter='*CudaMlaAttention*/mma_16_heads' \
+      > "$base/mla_16_heads_tests.txt" 2>&1
+    echo "##### MLA suite under mma_16_heads rc $? at $(elapsed) s"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/mla_16_heads_tests.txt" | head -12
+    for k in ${MLA_KERNELS:-wgmma wgmma-keys-m mma-16-heads}; do
       timeout 200 "$bin/cuda_bench" --mla-decode "$k" > "$base/mla_$k.md" 2> "$base/mla_$k.err"
       echo "##### mla-decode $k rc $? at $(elapsed) s"; grep -E "^\| MLA|^device" "$base/mla_$k.md"
     done

@@ -197,6 +197,13 @@ enum class MlaKernels {
   // loads into a 25-panel ring. wgmma's kernel elsewhere (more heads, other
   // block sizes); prefill as tensor_core. Compiled, not yet run on a device.
   wgmma_keys_m,
+  // mma.sync decode with a row's heads as the MMA's M of 16
+  // (kernels/mla_decode_16_heads.cu) where a decode row has at most 16 heads
+  // and the block size is a multiple of 8: no MMA rows on padding, eight
+  // warps splitting each 32-key tile's S by keys and P V by latent dims, TMA
+  // loads into a 5-tile ring. wgmma's kernel elsewhere; prefill as
+  // tensor_core. Compiled, not yet run on a device.
+  mma_16_heads,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
@@ -351,13 +358,14 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 2> kD
     {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 6> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 7> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
      {"wgmma-tma", MlaKernels::wgmma_tma},
      {"wgmma-seesaw", MlaKernels::wgmma_seesaw},
-     {"wgmma-keys-m", MlaKernels::wgmma_keys_m}}};
+     {"wgmma-keys-m", MlaKernels::wgmma_keys_m},
+     {"mma-16-heads", MlaKernels::mma_16_heads}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {

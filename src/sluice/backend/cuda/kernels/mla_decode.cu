@@ -235,16 +235,17 @@ namespace {
 // tile) and its 128 KB of f32 partials written and combined. Batch 64 x 8k
 // on 132 SMs: 1 split (128 blocks, one wave of 128 tiles); batch 1 x 32k: 64
 // splits (128 blocks of 8 tiles).
+// The 16-head kernel (one block an SM too, 32-key tiles) by the same cost,
+// its fixed cost the same 128 keys: batch 64 x 8k, 2 splits (128 blocks).
 std::int32_t wgmma_decode_splits(std::int32_t blocks_per_split, std::int32_t max_context_tokens,
-                                 std::int32_t num_sms, std::int32_t max_splits) {
-  constexpr std::int64_t kTileKeys = 64;
-  constexpr std::int64_t kFixedCostTiles = 2;
-  const std::int64_t tiles = std::max<std::int64_t>(1, (max_context_tokens + kTileKeys - 1) / kTileKeys);
+                                 std::int32_t num_sms, std::int32_t max_splits, std::int64_t tile_keys = 64) {
+  const std::int64_t fixed_cost_tiles = 128 / tile_keys;
+  const std::int64_t tiles = std::max<std::int64_t>(1, (max_context_tokens + tile_keys - 1) / tile_keys);
   std::int32_t best = 1;
   std::int64_t best_cost = -1;
   for (std::int32_t s = 1; s <= max_splits && s <= tiles; ++s) {
     const std::int64_t waves = (static_cast<std::int64_t>(blocks_per_split) * s + num_sms - 1) / num_sms;
-    const std::int64_t cost = waves * ((tiles + s - 1) / s + kFixedCostTiles);
+    const std::int64_t cost = waves * ((tiles + s - 1) / s + fixed_cost_tiles);
     if (best_cost < 0 || cost < best_cost) {
       best = s;
       best_cost = cost;
@@ -266,8 +267,10 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   constexpr std::int32_t kMaxSplits = 64;
   const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
+  if (kernels == MlaKernels::mma_16_heads && num_heads <= kMla16HeadsMaxHeads)
+    return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits, /*tile_keys=*/32);
   if (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw ||
-      kernels == MlaKernels::wgmma_keys_m)
+      kernels == MlaKernels::wgmma_keys_m || kernels == MlaKernels::mma_16_heads)
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
@@ -308,6 +311,13 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   } else if (latent_dims && kernels == MlaKernels::wgmma_keys_m) {
     if (mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_keys_m(step, args, launch);
+    else
+      launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(MlaKernels::wgmma, args.cache.block_size),
+                                        launch);
+    if (args.num_splits == 1) return;  // it wrote o_latent itself
+  } else if (latent_dims && kernels == MlaKernels::mma_16_heads) {
+    if (mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
+      launch_mla_decode_attention_16_heads(step, args, launch);
     else
       launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(MlaKernels::wgmma, args.cache.block_size),
                                         launch);

@@ -136,6 +136,15 @@ void launch_mla_decode_attention_wgmma_seesaw(const StepDeviceView& step, const 
 inline constexpr std::int32_t kMlaKeysMMaxHeads = 16;
 bool mla_decode_keys_m_supports(std::int32_t num_heads, std::int32_t block_size);
 void launch_mla_decode_attention_keys_m(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
+// The 16-head kernel (mla_decode_16_heads.cu, MlaKernels::mma_16_heads):
+// mma.sync with a row's heads (at most 16, zero-padded) as the MMA's M of 16,
+// 32-key tiles, TMA loads, so pages of a multiple of 8 rows. The same
+// partials and one-split o_latent as the wgmma kernel's; its own splits
+// (mla_decode_splits). Other shapes take the wgmma kernel.
+inline constexpr std::int32_t kMla16HeadsMaxHeads = 16;
+bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_size);
+void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args,
+                                          const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
 void launch_mla_decode_scatter_out(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 

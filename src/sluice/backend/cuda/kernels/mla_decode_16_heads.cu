@@ -1,0 +1,308 @@
+// MLA decode attention for at most 16 heads a decode row on mma.sync
+// (CudaOptions::mla_kernels = mma_16_heads; latent 512 + rope 64, pages of a
+// multiple of 8 rows): one GPU's share of DeepSeek-V3's 128 heads under
+// tensor parallel 8, the regime where the latent stream, not the MMAs, should
+// bound. The wgmma kernels spend 75% of their MMA rows on padding there
+// (wgmma's M is 64: S26-3, 58-60% of HBM) or run a chain of m64n16 MMAs and
+// cross-warp maxima (the keys-as-M kernel, slower still: S36-1). mma.sync's
+// M is 16, the heads exactly, and its MMAs are small enough to spread a
+// tile's work over eight warps that each keep their own operands:
+//
+//   S = Q K^T [16 heads, 32 keys]: warp w takes keys 8 (w % 4) over the
+//     latent's half w / 4 (288 dims, 18 k-steps), its Q fragments held in
+//     registers for the whole split (72 registers), K by ldmatrix from the
+//     tile; the two halves' sums meet in shared memory.
+//   softmax: 16 threads a head, two keys each; the running max and sum live
+//     in those threads' registers; P (bf16) and the rescale factor go to
+//     shared memory.
+//   O += P V [16, 512]: warp w owns latent dims 64 w (one panel of the tile,
+//     32 f32 accumulators a thread), V by ldmatrix.trans.
+//
+// So no warp ever waits on another's MMAs except at the two block barriers a
+// tile, and each tile's MMAs are 1/4 of the padded kernels'.
+//
+// Loads: thread 0 issues each 32-key tile's TMA boxes (mla_latent_cache_map,
+// latent_box_slots: the wgmma-tma kernel's boxes of one page, already in the
+// 128-byte swizzle) into a ring of kStages tiles, each stage's bytes counted
+// on its mbarrier. Tile t - 1's stage is refilled (with tile t - 1 +
+// kStages) once tile t's scores are in, the first barrier every warp reaches
+// after its P V of t - 1. (A ninth warp to load would put three warps on one
+// of the SM's four schedulers, whose quarter of the register file then caps
+// every thread at 168 registers: the Q fragments spilled.)
+//
+// Output as the wgmma kernels': O / l to o_latent in bf16 when one split
+// covers the context, else unnormalised partials and (max, sum) for
+// mla_decode.cu's combine.
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <numeric>
+
+#include "sluice/backend/cuda/cuda_check.h"
+#include "sluice/backend/cuda/kernels/common.cuh"
+#include "sluice/backend/cuda/kernels/latent_wgmma_tile.cuh"
+#include "sluice/backend/cuda/kernels/launch.cuh"
+#include "sluice/backend/cuda/kernels/mbarrier.cuh"
+#include "sluice/backend/cuda/kernels/mla_common.cuh"
+#include "sluice/backend/cuda/kernels/mla_kernels.h"
+#include "sluice/backend/cuda/kernels/mma.cuh"
+#include "sluice/backend/cuda/kernels/tma.cuh"
+#include "sluice/backend/cuda/kernels/wgmma.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kComputeWarps = 8;
+constexpr int kThreads = 32 * kComputeWarps;
+constexpr int kHeads = 16;                      // mma.sync's M
+constexpr int kTileKeys = 32;
+constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
+constexpr int kPanels = kWidth / kWgmmaPanelCols;  // 9 panels of 64 dims
+constexpr int kPanelBytes = kTileKeys * kWgmmaLineBytes;
+constexpr int kTileBytes = kPanels * kPanelBytes;
+constexpr int kHalfDims = kWidth / 2;       // a warp's share of S's dims
+constexpr int kHalfSteps = kHalfDims / 16;  // 18 k-steps
+constexpr int kKeyGroups = kComputeWarps / 2;
+static_assert(kKeyGroups * 8 == kTileKeys && kComputeWarps * kWgmmaPanelCols == kRank, "a warp's keys and dims");
+constexpr int kSAccumulators = 4;  // S's k-steps round-robin over them: shorter MMA chains
+constexpr int kScoreStride = kTileKeys + 4;  // f32
+constexpr int kPStride = kTileKeys + 8;      // bf16: conflict-free ldmatrix rows
+constexpr int kQStride = kWidth + 8;         // bf16
+constexpr int kMaxBoxes = kTileKeys / 8;     // TMA boxes a tile at the smallest box, 8 rows
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The ring: 5 tiles of 36 KB, 4 of them loading while one is multiplied
+// (~147 KB in flight an SM, one block an SM: the Q fragments take 72
+// registers a thread, so two blocks would not fit the register file).
+constexpr int kStages = 5;
+// Shared memory after the 1024-aligned ring: the queries (read once into
+// registers), both halves' partial scores, P, the rescale factors, then each
+// head's final (max, sum), then the mbarriers.
+struct Layout {
+  static constexpr int kQ = kStages * kTileBytes;
+  static constexpr int kScores = kQ + kHeads * kQStride * 2;
+  static constexpr int kP = kScores + 2 * kHeads * kScoreStride * 4;
+  static constexpr int kCorrection = kP + kHeads * kPStride * 2;
+  static constexpr int kFinal = kCorrection + kHeads * 4;
+  static constexpr int kBarriers = kFinal + 2 * kHeads * 4;
+  static constexpr int kBytes = 1024 + kBarriers + kStages * 8;
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_16_heads_kernel(StepDeviceView step, MlaDecodeArgs a, const __grid_constant__ CUtensorMap cache_map,
+                           int box_rows) {
+  using L = Layout;
+  pdl_launch_dependents();
+  pdl_wait();
+  extern __shared__ unsigned char smem_raw[];
+  const auto [base, smem] = align_smem_1024(smem_raw);
+  auto full = [&](int stage) { return base + L::kBarriers + 8 * stage; };
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
+  auto* s_scores = reinterpret_cast<float*>(smem + L::kScores);  // [half][head][key]
+  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + L::kP);
+  auto* s_correction = reinterpret_cast<float*>(smem + L::kCorrection);
+  auto* s_final = reinterpret_cast<float*>(smem + L::kFinal);  // [head]: max (log2 units), then [head]: sum
+
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
+  const int first_head = blockIdx.x * kHeads, i = blockIdx.y, split = blockIdx.z;
+  const int heads = min(kHeads, a.num_heads - first_head);
+  const MlaDecodeBlock block = mla_decode_block(step, a, i, split, first_head, kTileKeys);
+  const int num_tiles = (block.range.end - block.range.begin + kTileKeys - 1) / kTileKeys;
+  // (thread 0) Tile t into stage t % kStages.
+  auto issue_tile = [&](int t) {
+    const int first_key = block.range.begin + t * kTileKeys;
+    const int num_boxes = (min(kTileKeys, block.range.end - first_key) + box_rows - 1) / box_rows;
+    int slot[kMaxBoxes];
+    latent_box_slots(block.table, a.cache.block_size, first_key, box_rows, num_boxes, slot);
+    const std::uint32_t bar = full(t % kStages), tile = base + (t % kStages) * kTileBytes;
+    mbarrier_arrive_expect_tx(bar, num_boxes * box_rows * kWgmmaLineBytes * kPanels);
+#pragma unroll
+    for (int p = 0; p < kPanels; ++p)
+#pragma unroll
+      for (int box = 0; box < kMaxBoxes; ++box)
+        if (box < num_boxes)
+          tma_load_2d(tile + p * kPanelBytes + box * box_rows * kWgmmaLineBytes, &cache_map, p * kWgmmaPanelCols,
+                      slot[box], bar);
+  };
+  if (tid == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&cache_map) : "memory");
+    for (int s = 0; s < kStages; ++s) mbarrier_init(full(s), 1);
+    fence_mbarrier_init_cluster();
+    for (int t = 0; t < min(kStages, num_tiles); ++t) issue_tile(t);
+  }
+
+  // The queries: heads past the row's are zeros (finite scores, never written).
+  for (int c = tid; c < kHeads * (kWidth / 8); c += kThreads) {
+    const int r = c / (kWidth / 8), col = (c % (kWidth / 8)) * 8;
+    const bool valid = r < heads;
+    cp_async_16(s_q + r * kQStride + col, block.q + (valid ? static_cast<std::int64_t>(r) * kWidth + col : 0), valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();  // also: the barriers' init before any wait
+  const int half = warp / kKeyGroups, key_group = warp % kKeyGroups;
+  std::uint32_t q_frag[kHalfSteps][4];  // A fragments of this warp's half of the dims
+#pragma unroll
+  for (int ks = 0; ks < kHalfSteps; ++ks)
+    ldmatrix_x4(q_frag[ks], s_q + (lane % 16) * kQStride + half * kHalfDims + ks * 16 + (lane / 16) * 8);
+
+  // Softmax roles: head sm_head, keys 2 sm_part and + 1; its running max
+  // (log2 units, the scale folded in) and sum, the same in all 16 threads.
+  const int sm_head = tid / 16, sm_part = tid % 16;
+  float m_run = -INFINITY, l_run = 0.0f;
+  const float scale_log2 = a.scale * kLog2e;
+  float o_acc[kWgmmaPanelCols / 8][4] = {};  // this warp's panel of O: heads lane / 4 and + 8
+
+  for (int t = 0; t < num_tiles; ++t) {
+    const int stage = t % kStages;
+    const unsigned char* tile = smem + stage * kTileBytes;
+    mbarrier_wait(full(stage), (t / kStages) & 1);
+
+    // S over this warp's 8 keys and half of the dims. ldmatrix x4 reads the
+    // keys' 8-dim chunks c .. c + 3 (two k-steps); the tile's row r keeps chunk
+    // c of its panel at (c ^ r % 8) x 16 bytes, and r % 8 is the lane's row.
+    {
+      float s_acc[kSAccumulators][4] = {};
+      const int key = key_group * 8 + lane % 8;
+#pragma unroll
+      for (int j = 0; j < kHalfSteps / 2; ++j) {
+        const int chunk = half * (kHalfDims / 8) + 4 * j + lane / 8;
+        std::uint32_t b[4];
+        ldmatrix_x4(b, tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
+        mma_16816(s_acc[(2 * j) % kSAccumulators], q_frag[2 * j], b[0], b[1]);
+        mma_16816(s_acc[(2 * j + 1) % kSAccumulators], q_frag[2 * j + 1], b[2], b[3]);
+      }
+      float* dst = s_scores + half * kHeads * kScoreStride;
+      const int col = key_group * 8 + 2 * (lane % 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 v = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < kSAccumulators; ++k) {
+          v.x += s_acc[k][2 * h];
+          v.y += s_acc[k][2 * h + 1];
+        }
+        *reinterpret_cast<float2*>(dst + (lane / 4 + 8 * h) * kScoreStride + col) = v;
+      }
+    }
+    __syncthreads();
+    if (tid == 0 && t > 0 && t - 1 + kStages < num_tiles) issue_tile(t - 1 + kStages);
+
+    // The online softmax. Keys past the range are -inf; the last tile's rows
+    // there are zeroed as V (stale or another page's: P is 0 but V must be
+    // finite), now that every warp's S has read them.
+    const int valid_keys = block.range.end - (block.range.begin + t * kTileKeys);
+    if (valid_keys < kTileKeys)
+      zero_latent_rows_past<kTileKeys, kRank / kWgmmaPanelCols>(
+          valid_keys, tid, kThreads,
+          [&](int p) { return smem + stage * kTileBytes + p * kPanelBytes; });
+    {
+      float x[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int key = 2 * sm_part + k, at = sm_head * kScoreStride + key;
+        x[k] = key < valid_keys ? (s_scores[at] + s_scores[kHeads * kScoreStride + at]) * scale_log2 : -INFINITY;
+      }
+      float tile_max = fmaxf(x[0], x[1]);
+#pragma unroll
+      for (int d = 1; d < 16; d *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, d));
+      const float m_new = fmaxf(m_run, tile_max);  // finite: every tile holds a key of the range
+      const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(x[0] - m_new), exp2f(x[1] - m_new));
+      *reinterpret_cast<__nv_bfloat162*>(s_p + sm_head * kPStride + 2 * sm_part) = p;
+      float sum = __low2float(p) + __high2float(p);  // the sum of what P V adds up
+#pragma unroll
+      for (int d = 1; d < 16; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+      const float correction = exp2f(m_run - m_new);  // 0 at the first tile (m_run -inf)
+      l_run = l_run * correction + sum;
+      m_run = m_new;
+      if (sm_part == 0) s_correction[sm_head] = correction;
+    }
+    __syncthreads();
+
+    // O [16, this warp's 64 dims] += P [16, 32] V [32, 64]: V is panel `warp`
+    // of the tile, read transposed; rows kk 16 + (lane % 8) + 8 ((lane / 8) % 2).
+    const float correction[2] = {s_correction[lane / 4], s_correction[lane / 4 + 8]};
+#pragma unroll
+    for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o_acc[n][k] *= correction[k / 2];
+#pragma unroll
+    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+      std::uint32_t pf[4];
+      ldmatrix_x4(pf, s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
+      const int key = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int n = 0; n < kWgmmaPanelCols / 8; n += 2) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, tile + warp * kPanelBytes + key * kWgmmaLineBytes + (((n + lane / 16) ^ (key % 8)) << 4));
+        mma_16816(o_acc[n], pf, b[0], b[1]);
+        mma_16816(o_acc[n + 1], pf, b[2], b[3]);
+      }
+    }
+  }
+
+  // Each head's (max, sum) from its softmax threads to the warps holding its O.
+  if (sm_part == 0) {
+    s_final[sm_head] = m_run;
+    s_final[kHeads + sm_head] = l_run;
+  }
+  __syncthreads();
+  const std::int64_t part_base = static_cast<std::int64_t>(i) * a.num_heads;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = lane / 4 + 8 * h;
+    if (row >= heads) continue;
+    const int head = first_head + row;
+    const int col = warp * kWgmmaPanelCols + 2 * (lane % 4);
+    if (a.num_splits == 1) {
+      // One split covers the context: every head has a key, so l > 0.
+      const float inv_l = 1.0f / s_final[kHeads + row];
+      auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + (part_base + head) * kRank + col;
+#pragma unroll
+      for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n) =
+            __floats2bfloat162_rn(o_acc[n][2 * h] * inv_l, o_acc[n][2 * h + 1] * inv_l);
+      continue;
+    }
+    const std::int64_t part = (part_base + head) * a.num_splits + split;
+    if (warp == 0 && lane % 4 == 0) {
+      const float m = s_final[row];
+      a.partial_stats[2 * part] = m == -INFINITY ? -INFINITY : m * kLn2;
+      a.partial_stats[2 * part + 1] = s_final[kHeads + row];
+    }
+    float* dst = a.partial_out + part * kRank + col;
+#pragma unroll
+    for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
+      *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o_acc[n][2 * h], o_acc[n][2 * h + 1]);
+  }
+}
+
+}  // namespace
+
+bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_size) {
+  return num_heads <= kMla16HeadsMaxHeads && block_size % 8 == 0;
+}
+
+void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args,
+                                          const Launch& launch) {
+  SLUICE_CHECK(args.kv_lora_rank == kRank && args.cache.width == kWidth &&
+               mla_decode_16_heads_supports(args.num_heads, args.cache.block_size) && args.cache.num_blocks > 0);
+  // Boxes of whole 8-row lines of the swizzle that never cross a page or a tile.
+  const int box_rows = std::gcd(args.cache.block_size, kTileKeys);
+  static_assert(Layout::kBytes <= 227 * 1024, "Hopper's opt-in shared memory");
+  static bool attribute_set = false;  // once per process: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(
+        cudaFuncSetAttribute(decode_16_heads_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kBytes));
+    attribute_set = true;
+  }
+  const dim3 grid((args.num_heads + kHeads - 1) / kHeads, args.num_decode, args.num_splits);
+  launch_kernel(decode_16_heads_kernel, grid, dim3(kThreads), Layout::kBytes, launch, step, args,
+                mla_latent_cache_map(args.cache, box_rows), box_rows);
+  SLUICE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda
