@@ -305,25 +305,21 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   if (args.num_decode == 0) return;
   SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
-  if (latent_dims && (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma)) {
-    launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
-    if (args.num_splits == 1) return;  // it wrote o_latent itself
-  } else if (latent_dims && kernels == MlaKernels::wgmma_keys_m) {
-    if (mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
+  // The wgmma-era kernels: each writes o_latent itself when one split covers
+  // the context; keys-as-M and 16-head take wgmma's kernel where their shapes
+  // do not fit.
+  const bool wgmma_family = kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma ||
+                            kernels == MlaKernels::wgmma_keys_m || kernels == MlaKernels::mma_16_heads ||
+                            kernels == MlaKernels::wgmma_seesaw;
+  if (latent_dims && wgmma_family) {
+    if (kernels == MlaKernels::wgmma_keys_m && mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_keys_m(step, args, launch);
-    else
-      launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(MlaKernels::wgmma, args.cache.block_size),
-                                        launch);
-    if (args.num_splits == 1) return;  // it wrote o_latent itself
-  } else if (latent_dims && kernels == MlaKernels::mma_16_heads) {
-    if (mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
+    else if (kernels == MlaKernels::mma_16_heads && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_16_heads(step, args, launch);
+    else if (kernels == MlaKernels::wgmma_seesaw)
+      launch_mla_decode_attention_wgmma_seesaw(step, args, launch);
     else
-      launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(MlaKernels::wgmma, args.cache.block_size),
-                                        launch);
-    if (args.num_splits == 1) return;  // it wrote o_latent itself
-  } else if (latent_dims && kernels == MlaKernels::wgmma_seesaw) {
-    launch_mla_decode_attention_wgmma_seesaw(step, args, launch);
+      launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
     if (args.num_splits == 1) return;  // it wrote o_latent itself
   } else if (latent_dims && kernels == MlaKernels::tensor_core) {
     launch_mla_decode_attention_mma(step, args, launch);
