@@ -21,12 +21,11 @@
 // So no warp ever waits on another's MMAs except at the two block barriers a
 // tile, and each tile's MMAs are 1/4 of the padded kernels'.
 //
-// Loads: thread 0 issues each 32-key tile's TMA boxes (mla_latent_cache_map,
-// latent_box_slots: the wgmma-tma kernel's boxes of one page, already in the
-// 128-byte swizzle) into a ring of kStages tiles, each stage's bytes counted
-// on its mbarrier. Tile t - 1's stage is refilled (with tile t - 1 +
-// kStages) once tile t's scores are in, the first barrier every warp reaches
-// after its P V of t - 1. (A ninth warp to load would put three warps on one
+// Loads: warp 0 issues each 32-key tile's TMA boxes (mla_latent_cache_map's
+// boxes of one page, already in the 128-byte swizzle; a lane a panel) into a
+// ring of kStages tiles, each stage's bytes counted on its mbarrier. Tile
+// t - 1's stage is refilled (with tile t - 1 + kStages) once tile t's scores
+// are in, the first barrier every warp reaches after its P V of t - 1. (A ninth warp to load would put three warps on one
 // of the SM's four schedulers, whose quarter of the register file then caps
 // every thread at 168 registers: the Q fragments spilled.)
 //
@@ -111,27 +110,41 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int heads = min(kHeads, a.num_heads - first_head);
   const MlaDecodeBlock block = mla_decode_block(step, a, i, split, first_head, kTileKeys);
   const int num_tiles = (block.range.end - block.range.begin + kTileKeys - 1) / kTileKeys;
-  // (thread 0) Tile t into stage t % kStages.
-  auto issue_tile = [&](int t) {
+  // (warp 0) Tile t into stage t % kStages: lane b < kMaxBoxes holds box b's
+  // first cache row in `slot` (box_slot), lane p < kPanels issues panel p's
+  // boxes, so a tile costs warp 0 a few instructions, not 9-36 TMA issues
+  // and a block-table read in one thread on the way to the softmax.
+  auto box_slot = [&](int t) {
+    const int first_key = block.range.begin + t * kTileKeys;
+    const int key = first_key + lane * box_rows;
+    return lane < kMaxBoxes && key < block.range.end
+               ? block.table[key / a.cache.block_size] * a.cache.block_size + key % a.cache.block_size
+               : 0;
+  };
+  auto issue_tile = [&](int t, int slot) {
     const int first_key = block.range.begin + t * kTileKeys;
     const int num_boxes = (min(kTileKeys, block.range.end - first_key) + box_rows - 1) / box_rows;
-    int slot[kMaxBoxes];
-    latent_box_slots(block.table, a.cache.block_size, first_key, box_rows, num_boxes, slot);
     const std::uint32_t bar = full(t % kStages), tile = base + (t % kStages) * kTileBytes;
-    mbarrier_arrive_expect_tx(bar, num_boxes * box_rows * kWgmmaLineBytes * kPanels);
+    if (lane == 0) mbarrier_arrive_expect_tx(bar, num_boxes * box_rows * kWgmmaLineBytes * kPanels);
+    __syncwarp();
 #pragma unroll
-    for (int p = 0; p < kPanels; ++p)
-#pragma unroll
-      for (int box = 0; box < kMaxBoxes; ++box)
-        if (box < num_boxes)
-          tma_load_2d(tile + p * kPanelBytes + box * box_rows * kWgmmaLineBytes, &cache_map, p * kWgmmaPanelCols,
-                      slot[box], bar);
+    for (int box = 0; box < kMaxBoxes; ++box) {
+      const int box_first_row = __shfl_sync(0xffffffffu, slot, box);
+      if (lane < kPanels && box < num_boxes)
+        tma_load_2d(tile + lane * kPanelBytes + box * box_rows * kWgmmaLineBytes, &cache_map,
+                    lane * kWgmmaPanelCols, box_first_row, bar);
+    }
   };
-  if (tid == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&cache_map) : "memory");
-    for (int s = 0; s < kStages; ++s) mbarrier_init(full(s), 1);
-    fence_mbarrier_init_cluster();
-    for (int t = 0; t < min(kStages, num_tiles); ++t) issue_tile(t);
+  int next_slot = 0;  // (warp 0) tile kStages's boxes, then each next refill's, read a tile ahead
+  if (warp == 0) {
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(&cache_map) : "memory");
+      for (int s = 0; s < kStages; ++s) mbarrier_init(full(s), 1);
+      fence_mbarrier_init_cluster();
+    }
+    __syncwarp();
+    for (int t = 0; t < min(kStages, num_tiles); ++t) issue_tile(t, box_slot(t));
+    if (kStages < num_tiles) next_slot = box_slot(kStages);
   }
 
   // The queries: heads past the row's are zeros (finite scores, never written).
@@ -167,13 +180,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       float s_acc[kSAccumulators][4] = {};
       const int key = key_group * 8 + lane % 8;
+      // Every fragment loaded before the first MMA: the asm statements keep
+      // their program order, so interleaved, each MMA waited out its load.
+      std::uint32_t b[kHalfSteps / 2][4];
 #pragma unroll
       for (int j = 0; j < kHalfSteps / 2; ++j) {
         const int chunk = half * (kHalfDims / 8) + 4 * j + lane / 8;
-        std::uint32_t b[4];
-        ldmatrix_x4(b, tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
-        mma_16816(s_acc[(2 * j) % kSAccumulators], q_frag[2 * j], b[0], b[1]);
-        mma_16816(s_acc[(2 * j + 1) % kSAccumulators], q_frag[2 * j + 1], b[2], b[3]);
+        ldmatrix_x4(b[j], tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
+      }
+#pragma unroll
+      for (int j = 0; j < kHalfSteps / 2; ++j) {
+        mma_16816(s_acc[(2 * j) % kSAccumulators], q_frag[2 * j], b[j][0], b[j][1]);
+        mma_16816(s_acc[(2 * j + 1) % kSAccumulators], q_frag[2 * j + 1], b[j][2], b[j][3]);
       }
       float* dst = s_scores + half * kHeads * kScoreStride;
       const int col = key_group * 8 + 2 * (lane % 4);
@@ -189,7 +207,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncthreads();
-    if (tid == 0 && t > 0 && t - 1 + kStages < num_tiles) issue_tile(t - 1 + kStages);
+    if (warp == 0 && t > 0 && t - 1 + kStages < num_tiles) {
+      issue_tile(t - 1 + kStages, next_slot);
+      if (t + kStages < num_tiles) next_slot = box_slot(t + kStages);  // used a tile from now
+    }
 
     // The online softmax. Keys past the range are -inf; the last tile's rows
     // there are zeroed as V (stale or another page's: P is 0 but V must be
@@ -229,19 +250,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
 #pragma unroll
       for (int k = 0; k < 4; ++k) o_acc[n][k] *= correction[k / 2];
+    std::uint32_t pf[kTileKeys / 16][4], v[kTileKeys / 16][kWgmmaPanelCols / 16][4];  // loads first, as in S
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-      std::uint32_t pf[4];
-      ldmatrix_x4(pf, s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
+      ldmatrix_x4(pf[kk], s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
       const int key = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
 #pragma unroll
-      for (int n = 0; n < kWgmmaPanelCols / 8; n += 2) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, tile + warp * kPanelBytes + key * kWgmmaLineBytes + (((n + lane / 16) ^ (key % 8)) << 4));
-        mma_16816(o_acc[n], pf, b[0], b[1]);
-        mma_16816(o_acc[n + 1], pf, b[2], b[3]);
-      }
+      for (int n = 0; n < kWgmmaPanelCols / 8; n += 2)
+        ldmatrix_x4_trans(v[kk][n / 2],
+                          tile + warp * kPanelBytes + key * kWgmmaLineBytes + (((n + lane / 16) ^ (key % 8)) << 4));
     }
+#pragma unroll
+    for (int kk = 0; kk < kTileKeys / 16; ++kk)
+#pragma unroll
+      for (int n = 0; n < kWgmmaPanelCols / 8; n += 2) {
+        mma_16816(o_acc[n], pf[kk], v[kk][n / 2][0], v[kk][n / 2][1]);
+        mma_16816(o_acc[n + 1], pf[kk], v[kk][n / 2][2], v[kk][n / 2][3]);
+      }
   }
 
   // Each head's (max, sum) from its softmax threads to the warps holding its O.
