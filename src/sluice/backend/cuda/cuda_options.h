@@ -202,7 +202,10 @@ enum class MlaKernels {
   // and the block size is a multiple of 8: no MMA rows on padding, eight
   // warps splitting each 32-key tile's S by keys and P V by latent dims, TMA
   // loads into a 5-tile ring. wgmma's kernel elsewhere; prefill as
-  // tensor_core. Compiled, not yet run on a device.
+  // tensor_core. S38-1 (H100): the MLA suite passes under it, but its first
+  // form was bound by its own chain (2.30 TB/s from L2 or HBM; 72.9% of the
+  // copy in a decode graph, where wgmma read 78.2% in S31); the form with
+  // the TMA issue off the softmax's path is not yet run. Opt-in.
   mma_16_heads,
 };
 
