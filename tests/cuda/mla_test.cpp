@@ -392,8 +392,10 @@ TEST_P(CudaMlaAttention, DecodeWithOtherBlockSizes) {
 // heads over the block sizes whose pages its TMA boxes cover (8, 16, 48,
 // 128): a few rows take many splits, several of them empty. Then 70 rows in
 // one split (its blocks write o_latent themselves) over up to 12 tiles, so
-// its 25-panel ring wraps around several times. Block size 12 is not a
-// multiple of 8: wgmma_keys_m takes wgmma's kernel there.
+// its 25-panel ring wraps around several times (the 16-head kernel's 5-tile
+// ring too, over up to 24 tiles of 32 keys; again at pages of 8 rows, four
+// boxes a tile). Block size 12 is not a multiple of 8: wgmma_keys_m and
+// mma_16_heads take wgmma's kernel there.
 TEST_P(CudaMlaAttention, DecodeWithFewHeads) {
   struct Shape {
     std::int32_t heads, block_size;
@@ -412,10 +414,15 @@ TEST_P(CudaMlaAttention, DecodeWithFewHeads) {
                   {.prefix_tokens = 700, .num_rows = 1}}},
         9400 + static_cast<std::uint64_t>(shape.heads * 1000 + shape.block_size));
   }
-  for (const std::int32_t heads : {16, 12}) {
-    MlaCase many{.name = "decode, " + std::to_string(heads) + " heads, 70 rows", .num_heads = heads, .seqs = {}};
+  // And at pages of 8 rows, a tile of 32 keys is four boxes of four pages.
+  for (const Shape shape : {Shape{16, 16}, Shape{12, 16}, Shape{16, 8}}) {
+    MlaCase many{.name = "decode, " + std::to_string(shape.heads) + " heads, 70 rows, block size " +
+                         std::to_string(shape.block_size),
+                 .num_heads = shape.heads,
+                 .block_size = shape.block_size,
+                 .seqs = {}};
     for (std::int32_t r = 0; r < 70; ++r) many.seqs.push_back({.prefix_tokens = (r * 37) % 760, .num_rows = 1});
-    run(many, 9500 + static_cast<std::uint64_t>(heads));
+    run(many, 9500 + static_cast<std::uint64_t>(shape.heads) + (shape.block_size == 8 ? 100 : 0));
   }
 }
 
