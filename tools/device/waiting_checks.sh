@@ -230,7 +230,8 @@ PY
     echo "GPU: $gpu"
     for p in 7 4 3 9 10 1; do
       if [ "$p" = 1 ]; then
-        FORMATS="2 18" MODEL_FORMATS=2,18 OUT=$base/p$p bash "$0" 1 > "$base/part$p.txt" 2>&1
+        FORMATS="2 18 19" MODEL_FORMATS=2,18,19 INDEXER_TESTS=${INDEXER_TESTS:-scores} OUT=$base/p$p \
+          bash "$0" 1 > "$base/part$p.txt" 2>&1
       else
         OUT=$base/p$p bash "$0" "$p" > "$base/part$p.txt" 2>&1
       fi
@@ -243,7 +244,8 @@ PY
     grep "slot order) prefill" "$base/part7.txt" | while read -r line; do
       echo "$line" | grep -oE "prefill [0-9]+ tokens|[0-9.]+% of 1979|[0-9.]+ ms|[0-9.]+% filled" | paste -sd' '
     done
-    echo "-- 15 MLA decode 64 x 8k, 16 heads, a layer of a decode graph (target 80% of the copy):"
+    echo "-- 15 MLA decode 64 x 8k, 16 heads, a layer of a decode graph (target 80% of the copy; the suite under mma_16_heads first):"
+    grep -A1 "MLA suite under mma_16_heads" "$base/part4.txt" | head -2
     grep -h "16 heads, a layer of an 8-layer decode graph" "$base/part4.txt" | cut -d'|' -f2,4 | cut -c1-140
     echo "-- 14 GQA decode 8 x 8k and 16 x 8k (target 85%), batch-1 decode at 4k (target 85%):"
     grep -E "^\| (8|16) x 8k " "$base/part3.txt" | cut -c1-160
@@ -252,7 +254,7 @@ PY
     grep -E "timeline|steps between" "$base/part9.txt" | head -12 | cut -c1-300
     echo "-- 15 cost model: MLA prefill through cuDNN, prompts and chunks over cached prefixes:"
     grep -E "MLA prefill cudnn" "$base/part10.txt" | cut -d'|' -f2,3,4 | cut -c1-150
-    echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers / in shared memory; target <= 25%):"
+    echo "-- 18 indexer share of the CSA layer (formats 2, 18, 19: keys in registers in pairs / in shared memory / two rows in flight; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
   *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|targets" >&2; exit 2 ;;
