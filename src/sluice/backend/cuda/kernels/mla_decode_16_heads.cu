@@ -19,7 +19,10 @@
 //     32 f32 accumulators a thread), V by ldmatrix.trans.
 //
 // So no warp ever waits on another's MMAs except at the two block barriers a
-// tile, and each tile's MMAs are 1/4 of the padded kernels'.
+// tile, and each tile's MMAs are 1/4 of the padded kernels'. The phases are
+// pipelined over tiles: tile t's P V and tile t + 1's S run between the same
+// two barriers, then tile t + 1's softmax (S38-1: the first form, one phase
+// each, was bound by its own chain at 2.30 TB/s on an H100).
 //
 // Loads: warp 0 issues each 32-key tile's TMA boxes (mla_latent_cache_map's
 // boxes of one page, already in the 128-byte swizzle; a lane a panel) into a
@@ -169,82 +172,75 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = a.scale * kLog2e;
   float o_acc[kWgmmaPanelCols / 8][4] = {};  // this warp's panel of O: heads lane / 4 and + 8
 
-  for (int t = 0; t < num_tiles; ++t) {
-    const int stage = t % kStages;
-    const unsigned char* tile = smem + stage * kTileBytes;
-    mbarrier_wait(full(stage), (t / kStages) & 1);
-
-    // S over this warp's 8 keys and half of the dims. ldmatrix x4 reads the
-    // keys' 8-dim chunks c .. c + 3 (two k-steps); the tile's row r keeps chunk
-    // c of its panel at (c ^ r % 8) x 16 bytes, and r % 8 is the lane's row.
-    {
-      float s_acc[kSAccumulators][4] = {};
-      const int key = key_group * 8 + lane % 8;
-      // Every fragment loaded before the first MMA: the asm statements keep
-      // their program order, so interleaved, each MMA waited out its load.
-      std::uint32_t b[kHalfSteps / 2][4];
+  // Tile t's scores into s_scores: S over this warp's 8 keys and half of the
+  // dims. ldmatrix x4 reads the keys' 8-dim chunks c .. c + 3 (two k-steps);
+  // the tile's row r keeps chunk c of its panel at (c ^ r % 8) x 16 bytes,
+  // and r % 8 is the lane's row.
+  auto scores = [&](int t) {
+    const unsigned char* tile = smem + (t % kStages) * kTileBytes;
+    mbarrier_wait(full(t % kStages), (t / kStages) & 1);
+    float s_acc[kSAccumulators][4] = {};
+    const int key = key_group * 8 + lane % 8;
+    // Every fragment loaded before the first MMA: the asm statements keep
+    // their program order, so interleaved, each MMA waited out its load.
+    std::uint32_t b[kHalfSteps / 2][4];
 #pragma unroll
-      for (int j = 0; j < kHalfSteps / 2; ++j) {
-        const int chunk = half * (kHalfDims / 8) + 4 * j + lane / 8;
-        ldmatrix_x4(b[j], tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
-      }
-#pragma unroll
-      for (int j = 0; j < kHalfSteps / 2; ++j) {
-        mma_16816(s_acc[(2 * j) % kSAccumulators], q_frag[2 * j], b[j][0], b[j][1]);
-        mma_16816(s_acc[(2 * j + 1) % kSAccumulators], q_frag[2 * j + 1], b[j][2], b[j][3]);
-      }
-      float* dst = s_scores + half * kHeads * kScoreStride;
-      const int col = key_group * 8 + 2 * (lane % 4);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float2 v = make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int k = 0; k < kSAccumulators; ++k) {
-          v.x += s_acc[k][2 * h];
-          v.y += s_acc[k][2 * h + 1];
-        }
-        *reinterpret_cast<float2*>(dst + (lane / 4 + 8 * h) * kScoreStride + col) = v;
-      }
+    for (int j = 0; j < kHalfSteps / 2; ++j) {
+      const int chunk = half * (kHalfDims / 8) + 4 * j + lane / 8;
+      ldmatrix_x4(b[j], tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
     }
-    __syncthreads();
-    if (warp == 0 && t > 0 && t - 1 + kStages < num_tiles) {
-      issue_tile(t - 1 + kStages, next_slot);
-      if (t + kStages < num_tiles) next_slot = box_slot(t + kStages);  // used a tile from now
+#pragma unroll
+    for (int j = 0; j < kHalfSteps / 2; ++j) {
+      mma_16816(s_acc[(2 * j) % kSAccumulators], q_frag[2 * j], b[j][0], b[j][1]);
+      mma_16816(s_acc[(2 * j + 1) % kSAccumulators], q_frag[2 * j + 1], b[j][2], b[j][3]);
     }
-
-    // The online softmax. Keys past the range are -inf; the last tile's rows
-    // there are zeroed as V (stale or another page's: P is 0 but V must be
-    // finite), now that every warp's S has read them.
+    float* dst = s_scores + half * kHeads * kScoreStride;
+    const int col = key_group * 8 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float2 v = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int k = 0; k < kSAccumulators; ++k) {
+        v.x += s_acc[k][2 * h];
+        v.y += s_acc[k][2 * h + 1];
+      }
+      *reinterpret_cast<float2*>(dst + (lane / 4 + 8 * h) * kScoreStride + col) = v;
+    }
+  };
+  // Tile t's online softmax over s_scores: P and the rescale factors to shared
+  // memory. Keys past the range are -inf; the last tile's rows there are
+  // zeroed as V (stale or another page's: P is 0 but V must be finite), once
+  // every warp's S has read them.
+  auto softmax = [&](int t) {
     const int valid_keys = block.range.end - (block.range.begin + t * kTileKeys);
     if (valid_keys < kTileKeys)
       zero_latent_rows_past<kTileKeys, kRank / kWgmmaPanelCols>(
-          valid_keys, tid, kThreads,
-          [&](int p) { return smem + stage * kTileBytes + p * kPanelBytes; });
-    {
-      float x[2];
+          valid_keys, tid, kThreads, [&](int p) { return smem + (t % kStages) * kTileBytes + p * kPanelBytes; });
+    float x[2];
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int key = 2 * sm_part + k, at = sm_head * kScoreStride + key;
-        x[k] = key < valid_keys ? (s_scores[at] + s_scores[kHeads * kScoreStride + at]) * scale_log2 : -INFINITY;
-      }
-      float tile_max = fmaxf(x[0], x[1]);
-#pragma unroll
-      for (int d = 1; d < 16; d *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, d));
-      const float m_new = fmaxf(m_run, tile_max);  // finite: every tile holds a key of the range
-      const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(x[0] - m_new), exp2f(x[1] - m_new));
-      *reinterpret_cast<__nv_bfloat162*>(s_p + sm_head * kPStride + 2 * sm_part) = p;
-      float sum = __low2float(p) + __high2float(p);  // the sum of what P V adds up
-#pragma unroll
-      for (int d = 1; d < 16; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-      const float correction = exp2f(m_run - m_new);  // 0 at the first tile (m_run -inf)
-      l_run = l_run * correction + sum;
-      m_run = m_new;
-      if (sm_part == 0) s_correction[sm_head] = correction;
+    for (int k = 0; k < 2; ++k) {
+      const int key = 2 * sm_part + k, at = sm_head * kScoreStride + key;
+      x[k] = key < valid_keys ? (s_scores[at] + s_scores[kHeads * kScoreStride + at]) * scale_log2 : -INFINITY;
     }
-    __syncthreads();
-
-    // O [16, this warp's 64 dims] += P [16, 32] V [32, 64]: V is panel `warp`
-    // of the tile, read transposed; rows kk 16 + (lane % 8) + 8 ((lane / 8) % 2).
+    float tile_max = fmaxf(x[0], x[1]);
+#pragma unroll
+    for (int d = 1; d < 16; d *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, d));
+    const float m_new = fmaxf(m_run, tile_max);  // finite: every tile holds a key of the range
+    const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(x[0] - m_new), exp2f(x[1] - m_new));
+    *reinterpret_cast<__nv_bfloat162*>(s_p + sm_head * kPStride + 2 * sm_part) = p;
+    float sum = __low2float(p) + __high2float(p);  // the sum of what P V adds up
+#pragma unroll
+    for (int d = 1; d < 16; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    const float correction = exp2f(m_run - m_new);  // 0 at the first tile (m_run -inf)
+    l_run = l_run * correction + sum;
+    m_run = m_new;
+    if (sm_part == 0) s_correction[sm_head] = correction;
+  };
+  // O [16, this warp's 64 dims] += P [16, 32] V [32, 64] of tile t: V is
+  // panel `warp` of the tile, read transposed; rows kk 16 + (lane % 8) + 8
+  // ((lane / 8) % 2).
+  auto pv = [&](int t) {
+    const unsigned char* tile = smem + (t % kStages) * kTileBytes;
     const float correction[2] = {s_correction[lane / 4], s_correction[lane / 4 + 8]};
 #pragma unroll
     for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
@@ -267,6 +263,28 @@ __global__ void __launch_bounds__(kThreads, 1)
         mma_16816(o_acc[n], pf[kk], v[kk][n / 2][0], v[kk][n / 2][1]);
         mma_16816(o_acc[n + 1], pf[kk], v[kk][n / 2][2], v[kk][n / 2][3]);
       }
+  };
+
+  // Two phases a tile, between block barriers: tile t's P V with tile t + 1's
+  // scores (independent MMAs in one stream, so their latencies overlap), then
+  // tile t + 1's softmax. After the first barrier every warp is done with
+  // tile t's stage: warp 0 refills it with tile t + kStages.
+  if (num_tiles > 0) {
+    scores(0);
+    __syncthreads();
+    softmax(0);
+    __syncthreads();
+  }
+  for (int t = 0; t < num_tiles; ++t) {
+    pv(t);
+    if (t + 1 < num_tiles) scores(t + 1);
+    __syncthreads();
+    if (warp == 0 && t + kStages < num_tiles) {
+      issue_tile(t + kStages, next_slot);
+      if (t + 1 + kStages < num_tiles) next_slot = box_slot(t + 1 + kStages);  // used a tile from now
+    }
+    if (t + 1 < num_tiles) softmax(t + 1);
+    __syncthreads();
   }
 
   // Each head's (max, sum) from its softmax threads to the warps holding its O.
