@@ -69,6 +69,7 @@
 #include "sluice/backend/cuda/cuda_ops.h"
 #include "sluice/backend/cuda/kernels/grouped_gemm_fp8_kernel.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
+#include "sluice/backend/cuda/kernels/mla_kernels.h"
 #include "sluice/backend/cuda/moe.h"
 #include "bench_must.h"
 #include "device_ceilings.h"
@@ -578,8 +579,10 @@ void print_decode_timeline(const std::string& what, const std::function<void()>&
   constexpr std::int64_t kBlocks = 1 << 16;
   constexpr int kMoments = cuda::kDecodeSplitMoments;
   std::uint64_t* stamps = nullptr;
-  if (cudaMalloc(reinterpret_cast<void**>(&stamps), kBlocks * kMoments * sizeof(std::uint64_t)) != cudaSuccess)
+  if (cudaMalloc(reinterpret_cast<void**>(&stamps), kBlocks * kMoments * sizeof(std::uint64_t)) != cudaSuccess) {
+    std::fprintf(stderr, "decode timeline: cannot allocate the %lld blocks' stamps\n", static_cast<long long>(kBlocks));
     std::exit(1);
+  }
   cudaMemset(stamps, 0, kBlocks * kMoments * sizeof(std::uint64_t));
   cudaDeviceSynchronize();
   cuda::set_decode_split_timeline(stamps, kBlocks);
@@ -981,9 +984,7 @@ void bench_mla(bool quick, MlaRows rows = MlaRows::all, std::string_view only = 
     options.use_cuda_graphs = false;
     options.mla_kernels = kernel;
     const std::string label(kernel_name);
-    const bool wgmma_decode = kernel == cuda::MlaKernels::wgmma || kernel == cuda::MlaKernels::wgmma_tma ||
-                              kernel == cuda::MlaKernels::wgmma_seesaw || kernel == cuda::MlaKernels::wgmma_keys_m ||
-                              kernel == cuda::MlaKernels::mma_16_heads;
+    const bool wgmma_decode = cuda::mla_decode_wgmma_era(kernel);
     if (!prefill_only) {
       const std::int32_t batch = 64, context = quick ? 2048 : 8192;
       const double t = time_decode(options, batch, context, false, kHeads);

@@ -226,6 +226,11 @@ bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim) {
   return kv_lora_rank == 512 && rope_dim == 64;
 }
 
+bool mla_decode_wgmma_era(MlaKernels kernels) {
+  return kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw ||
+         kernels == MlaKernels::wgmma_keys_m || kernels == MlaKernels::mma_16_heads;
+}
+
 namespace {
 
 // The wgmma kernel runs one block an SM (225 KB of shared memory) over
@@ -269,8 +274,7 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
   if (kernels == MlaKernels::mma_16_heads && num_heads <= kMla16HeadsMaxHeads)
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits, /*tile_keys=*/32);
-  if (kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw ||
-      kernels == MlaKernels::wgmma_keys_m || kernels == MlaKernels::mma_16_heads)
+  if (mla_decode_wgmma_era(kernels))
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
   const std::int32_t by_length = (max_context_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
@@ -305,13 +309,8 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   if (args.num_decode == 0) return;
   SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
-  // The wgmma-era kernels: each writes o_latent itself when one split covers
-  // the context; keys-as-M and 16-head take wgmma's kernel where their shapes
-  // do not fit.
-  const bool wgmma_family = kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma ||
-                            kernels == MlaKernels::wgmma_keys_m || kernels == MlaKernels::mma_16_heads ||
-                            kernels == MlaKernels::wgmma_seesaw;
-  if (latent_dims && wgmma_family) {
+  // Keys-as-M and 16-head take wgmma's kernel where their shapes do not fit.
+  if (latent_dims && mla_decode_wgmma_era(kernels)) {
     if (kernels == MlaKernels::wgmma_keys_m && mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_keys_m(step, args, launch);
     else if (kernels == MlaKernels::mma_16_heads && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))

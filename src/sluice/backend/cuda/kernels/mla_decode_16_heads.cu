@@ -95,17 +95,16 @@ struct Layout {
 __global__ void __launch_bounds__(kThreads, 1)
     decode_16_heads_kernel(StepDeviceView step, MlaDecodeArgs a, const __grid_constant__ CUtensorMap cache_map,
                            int box_rows) {
-  using L = Layout;
   pdl_launch_dependents();
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
   const auto [base, smem] = align_smem_1024(smem_raw);
-  auto full = [&](int stage) { return base + L::kBarriers + 8 * stage; };
-  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
-  auto* s_scores = reinterpret_cast<float*>(smem + L::kScores);  // [half][head][key]
-  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + L::kP);
-  auto* s_correction = reinterpret_cast<float*>(smem + L::kCorrection);
-  auto* s_final = reinterpret_cast<float*>(smem + L::kFinal);  // [head]: max (log2 units), then [head]: sum
+  auto full = [&](int stage) { return base + Layout::kBarriers + 8 * stage; };
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem + Layout::kQ);
+  auto* s_scores = reinterpret_cast<float*>(smem + Layout::kScores);  // [half][head][key]
+  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + Layout::kP);
+  auto* s_correction = reinterpret_cast<float*>(smem + Layout::kCorrection);
+  auto* s_final = reinterpret_cast<float*>(smem + Layout::kFinal);  // [head]: max (log2 units), then [head]: sum
 
   const int tid = threadIdx.x, lane = tid % 32;
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);

@@ -103,6 +103,11 @@ inline constexpr std::int32_t kMlaDecodeMaxWidth = 1024;
 inline constexpr std::int32_t kMlaDecodeMaxRank = 512;
 // The tensor-core and wgmma decode kernels' dims: rank 512 + rope 64 (DeepSeek-V3's).
 bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim);
+// The wgmma-era decode sets (wgmma, wgmma_tma, wgmma_seesaw, wgmma_keys_m,
+// mma_16_heads): one block a (row, split, head group) over latent tiles,
+// splits by wgmma_decode_splits' cost, and o_latent written by the block
+// itself when one split covers the context (no combine).
+bool mla_decode_wgmma_era(MlaKernels kernels);
 // Splits of each (row, head)'s keys for a longest context of max_context_tokens
 // (the graph bucket's under graphs): a pure function of the launch shape.
 std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, std::int32_t max_context_tokens,
