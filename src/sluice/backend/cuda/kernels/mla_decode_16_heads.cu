@@ -112,20 +112,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int heads = min(kHeads, a.num_heads - first_head);
   const MlaDecodeBlock block = mla_decode_block(step, a, i, split, first_head, kTileKeys);
   const int num_tiles = (block.range.end - block.range.begin + kTileKeys - 1) / kTileKeys;
-  // (warp 0) Tile t into stage t % kStages: lane b < kMaxBoxes holds box b's
-  // first cache row in `slot` (box_slot), lane p < kPanels issues panel p's
-  // boxes, so a tile costs warp 0 a few instructions, not 9-36 TMA issues
-  // and a block-table read in one thread on the way to the softmax.
-  auto box_slot = [&](int t) {
-    const int first_key = block.range.begin + t * kTileKeys;
-    const int key = first_key + lane * box_rows;
-    return lane < kMaxBoxes && key < block.range.end
-               ? block.table[key / a.cache.block_size] * a.cache.block_size + key % a.cache.block_size
-               : 0;
+  // (warp 0) Tile t into stage t % kStages: lane b < kMaxBoxes holds the
+  // page of box b (box_page), lane p < kPanels issues panel p's boxes, so a
+  // tile costs warp 0 a few instructions, not 9-36 TMA issues and a
+  // block-table read in one thread on the way to the softmax. The page is
+  // loaded a tile before issue_tile() turns it into a cache row: an
+  // expression using it where it is loaded would wait out the L2 round trip
+  // there, in the barrier's path (S39-1).
+  auto box_page = [&](int t) {
+    const int key = block.range.begin + t * kTileKeys + lane * box_rows;
+    return lane < kMaxBoxes && key < block.range.end ? block.table[key / a.cache.block_size] : 0;
   };
-  auto issue_tile = [&](int t, int slot) {
+  auto issue_tile = [&](int t, int page) {
     const int first_key = block.range.begin + t * kTileKeys;
     const int num_boxes = (min(kTileKeys, block.range.end - first_key) + box_rows - 1) / box_rows;
+    const int slot = page * a.cache.block_size + (first_key + lane * box_rows) % a.cache.block_size;
     const std::uint32_t bar = full(t % kStages), tile = base + (t % kStages) * kTileBytes;
     if (lane == 0) mbarrier_arrive_expect_tx(bar, num_boxes * box_rows * kWgmmaLineBytes * kPanels);
     __syncwarp();
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     lane * kWgmmaPanelCols, box_first_row, bar);
     }
   };
-  int next_slot = 0;  // (warp 0) tile kStages's boxes, then each next refill's, read a tile ahead
+  int next_page = 0;  // (warp 0) tile kStages's pages, then each next refill's, loaded a tile ahead
   if (warp == 0) {
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(&cache_map) : "memory");
@@ -145,8 +146,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_mbarrier_init_cluster();
     }
     __syncwarp();
-    for (int t = 0; t < min(kStages, num_tiles); ++t) issue_tile(t, box_slot(t));
-    if (kStages < num_tiles) next_slot = box_slot(kStages);
+    for (int t = 0; t < min(kStages, num_tiles); ++t) issue_tile(t, box_page(t));
+    if (kStages < num_tiles) next_page = box_page(kStages);
   }
 
   // The queries: heads past the row's are zeros (finite scores, never written).
@@ -279,8 +280,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t + 1 < num_tiles) scores(t + 1);
     __syncthreads();
     if (warp == 0 && t + kStages < num_tiles) {
-      issue_tile(t + kStages, next_slot);
-      if (t + 1 + kStages < num_tiles) next_slot = box_slot(t + 1 + kStages);  // used a tile from now
+      issue_tile(t + kStages, next_page);
+      if (t + 1 + kStages < num_tiles) next_page = box_page(t + 1 + kStages);  // used a tile from now
     }
     if (t + 1 < num_tiles) softmax(t + 1);
     __syncthreads();
