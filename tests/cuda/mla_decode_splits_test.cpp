@@ -1,7 +1,7 @@
 // How mla_decode_splits cuts a decode row's keys for the wgmma-era kernels
 // (kernels/mla_decode.cu): by wgmma_decode_splits' cost over each kernel's
-// own tiles, 64 keys for wgmma's, 32 for the 16-head kernel's, which only
-// takes rows of at most 16 heads (wgmma's pricing above that, as its launch
+// own tiles, 64 keys for wgmma's, 32 for the 16-head kernels', which only
+// take rows of at most 16 heads (the pairs form over two blocks an SM) (wgmma's pricing above that, as its launch
 // falls back to wgmma's kernel). Host logic only: runs in CI without a GPU.
 #include <gtest/gtest.h>
 
@@ -22,6 +22,17 @@ TEST(MlaDecodeSplits, SixteenHeadsFillOneWaveUnderEitherKernel) {
   EXPECT_EQ(mla_decode_splits(1, 16, 32768, kSms, MlaKernels::mma_16_heads), 64);
 }
 
+TEST(MlaDecodeSplits, ThePairsFormFillsTwoBlocksAnSm) {
+  // 64 rows x 8k: 4 splits make one wave of 256 blocks on 264 slots; 5 would take two.
+  EXPECT_EQ(mla_decode_splits(64, 16, 8192, kSms, MlaKernels::mma_16_heads_pairs), 4);
+  // 16 rows x 8k: 16 splits (256 blocks of 512 keys) against 8 for one block an SM.
+  EXPECT_EQ(mla_decode_splits(16, 16, 8192, kSms, MlaKernels::mma_16_heads), 8);
+  EXPECT_EQ(mla_decode_splits(16, 16, 8192, kSms, MlaKernels::mma_16_heads_pairs), 16);
+  // Past 16 heads, wgmma's kernel and its splits.
+  EXPECT_EQ(mla_decode_splits(64, 128, 8192, kSms, MlaKernels::mma_16_heads_pairs),
+            mla_decode_splits(64, 128, 8192, kSms, MlaKernels::wgmma));
+}
+
 TEST(MlaDecodeSplits, TheSixteenHeadKernelPricesItsOwnTiles) {
   // One row of 1,000 keys fills no wave: each kernel cuts it into one-tile
   // splits, 16 of wgmma's 64 keys and 32 of the 16-head kernel's 32.
@@ -36,7 +47,7 @@ TEST(MlaDecodeSplits, TheSixteenHeadKernelPricesItsOwnTiles) {
 
 TEST(MlaDecodeSplits, TheWgmmaEraSetsAreNamedOnce) {
   for (const MlaKernels k : {MlaKernels::wgmma, MlaKernels::wgmma_tma, MlaKernels::wgmma_seesaw,
-                             MlaKernels::wgmma_keys_m, MlaKernels::mma_16_heads})
+                             MlaKernels::wgmma_keys_m, MlaKernels::mma_16_heads, MlaKernels::mma_16_heads_pairs})
     EXPECT_TRUE(mla_decode_wgmma_era(k)) << static_cast<int>(k);
   EXPECT_FALSE(mla_decode_wgmma_era(MlaKernels::simple));
   EXPECT_FALSE(mla_decode_wgmma_era(MlaKernels::tensor_core));

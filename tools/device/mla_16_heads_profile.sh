@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root: where the
-# 16-head MLA decode kernel (MlaKernels::mma_16_heads) spends its time. One
-# 64 x 8k launch at 16 heads under ncu's full set, its warp-state summary, and
-# its SASS with the stall samples of each instruction (the development machine
-# has neither ncu nor cuobjdump). CARRY_DIR holds bin.tar.xz with cuda_bench.
+# 16-head MLA decode kernels spend their time. The pairs form's bench rows
+# (MlaKernels::mma_16_heads_pairs, two 4-warp blocks an SM), then one 64 x 8k
+# launch at 16 heads of PROFILE_SET (default: the pairs form) under ncu's full
+# set, its warp-state summary, and its SASS with the stall samples of each
+# instruction (the development machine has neither ncu nor cuobjdump).
+# CARRY_DIR holds bin.tar.xz with cuda_bench.
 #
 #   CARRY_DIR=.devcarry/s39 tools/device/mla_16_heads_profile.sh
 #
@@ -17,10 +19,14 @@ bin=${CARRY_DIR:-.devcarry/s39}
 . tools/device/carried_bin.sh
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
+set_name=${PROFILE_SET:-mma-16-heads-pairs}
+timeout -s KILL 100 "$bin/cuda_bench" --mla-decode mma-16-heads-pairs > "$out/bench_pairs.md" 2>&1
+echo "bench mma-16-heads-pairs exit $? ($(($(date +%s) - t0)) s)"
+grep -E "16 heads" "$out/bench_pairs.md" | cut -d'|' -f2-4
 # The bench's first 16-head launches are the 64 x 8k op (a warm-up, then the timed runs); -s 2 skips
 # two of them.
 timeout -s KILL 240 ncu --clock-control none -k regex:decode_16_heads -s 2 -c 1 --set full \
-  --import-source no -f -o "$out/mla16" "$bin/cuda_bench" --mla-decode mma-16-heads > "$out/ncu_run.log" 2>&1
+  --import-source no -f -o "$out/mla16" "$bin/cuda_bench" --mla-decode "$set_name" > "$out/ncu_run.log" 2>&1
 echo "ncu exit $? ($(($(date +%s) - t0)) s)"
 ncu -i "$out/mla16.ncu-rep" --page details > "$out/details.txt" 2>&1
 ncu -i "$out/mla16.ncu-rep" --page source --csv --print-source sass > "$out/source_sass.csv" 2>&1

@@ -89,14 +89,14 @@ case ${1:-1} in
     ;;
   4)
     # Issue 15's MLA decode on this card: the default wgmma kernel, keys-as-M and the 16-head
-    # mma.sync kernel (session 38; its MLA suite first), each with session 30's rows of a layer in
-    # an 8-layer decode graph.
+    # mma.sync kernels (session 38, and its pairs form of session 39; the MLA suite under both
+    # first), each with session 30's rows of a layer in an 8-layer decode graph.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    timeout 200 "$bin/cuda_kernel_test" --gtest_filter='*CudaMlaAttention*/mma_16_heads' \
+    timeout 200 "$bin/cuda_kernel_test" --gtest_filter='*CudaMlaAttention*/mma_16_heads*' \
       > "$base/mla_16_heads_tests.txt" 2>&1
     echo "##### MLA suite under mma_16_heads rc $? at $(elapsed) s"
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/mla_16_heads_tests.txt" | head -12
-    for k in ${MLA_KERNELS:-wgmma wgmma-keys-m mma-16-heads}; do
+    for k in ${MLA_KERNELS:-wgmma wgmma-keys-m mma-16-heads mma-16-heads-pairs}; do
       timeout 200 "$bin/cuda_bench" --mla-decode "$k" > "$base/mla_$k.md" 2> "$base/mla_$k.err"
       echo "##### mla-decode $k rc $? at $(elapsed) s"; grep -E "^\| MLA|^device" "$base/mla_$k.md"
     done

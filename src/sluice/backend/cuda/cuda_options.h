@@ -202,11 +202,16 @@ enum class MlaKernels {
   // and the block size is a multiple of 8: no MMA rows on padding, eight
   // warps splitting each 32-key tile's S by keys and P V by latent dims, TMA
   // loads into a 5-tile ring. wgmma's kernel elsewhere; prefill as
-  // tensor_core. S38-1 (H100): the MLA suite passes under it, but its first
-  // form was bound by its own chain (2.30 TB/s from L2 or HBM; 72.9% of the
-  // copy in a decode graph, where wgmma read 78.2% in S31); the form with
-  // the TMA issue off the softmax's path is not yet run. Opt-in.
+  // tensor_core. The MLA suite passes under it (S38-1, S39-1, H100), but it
+  // is bound by its own chain: the pipelined form streams 2.5 TB/s from L2
+  // as from HBM, 76.9% of the copy in a decode graph against wgmma's 80.3%
+  // in the same call (S39-1). Opt-in.
   mma_16_heads,
+  // The same kernel in blocks of 4 warps, two an SM (each warp twice the
+  // keys of S and two panels of O; a 2-tile ring a block): two independent
+  // chains of barriers and softmax an SM, for a kernel bound by its chain
+  // (S39-1: mma_16_heads streams 2.5 TB/s from L2 as from HBM). Opt-in.
+  mma_16_heads_pairs,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
@@ -361,14 +366,15 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 2> kD
     {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 7> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 8> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
      {"wgmma-tma", MlaKernels::wgmma_tma},
      {"wgmma-seesaw", MlaKernels::wgmma_seesaw},
      {"wgmma-keys-m", MlaKernels::wgmma_keys_m},
-     {"mma-16-heads", MlaKernels::mma_16_heads}}};
+     {"mma-16-heads", MlaKernels::mma_16_heads},
+     {"mma-16-heads-pairs", MlaKernels::mma_16_heads_pairs}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {

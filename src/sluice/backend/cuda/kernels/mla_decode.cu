@@ -228,7 +228,7 @@ bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim) {
 
 bool mla_decode_wgmma_era(MlaKernels kernels) {
   return kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw ||
-         kernels == MlaKernels::wgmma_keys_m || kernels == MlaKernels::mma_16_heads;
+         kernels == MlaKernels::wgmma_keys_m || mla_decode_16_heads_kernels(kernels);
 }
 
 namespace {
@@ -272,8 +272,11 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   constexpr std::int32_t kMaxSplits = 64;
   const std::int32_t head_blocks = kernels == MlaKernels::simple ? num_heads : (num_heads + 63) / 64;
   const std::int32_t blocks_per_split = std::max(1, num_decode * head_blocks);
-  if (kernels == MlaKernels::mma_16_heads && num_heads <= kMla16HeadsMaxHeads)
-    return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits, /*tile_keys=*/32);
+  // The 16-head kernels' tiles are 32 keys; the pairs form runs two blocks an SM.
+  if (mla_decode_16_heads_kernels(kernels) && num_heads <= kMla16HeadsMaxHeads)
+    return wgmma_decode_splits(blocks_per_split, max_context_tokens,
+                               kernels == MlaKernels::mma_16_heads_pairs ? 2 * num_sms : num_sms, kMaxSplits,
+                               /*tile_keys=*/32);
   if (mla_decode_wgmma_era(kernels))
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;
@@ -313,8 +316,8 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   if (latent_dims && mla_decode_wgmma_era(kernels)) {
     if (kernels == MlaKernels::wgmma_keys_m && mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_keys_m(step, args, launch);
-    else if (kernels == MlaKernels::mma_16_heads && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
-      launch_mla_decode_attention_16_heads(step, args, launch);
+    else if (mla_decode_16_heads_kernels(kernels) && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
+      launch_mla_decode_attention_16_heads(step, args, kernels, launch);
     else if (kernels == MlaKernels::wgmma_seesaw)
       launch_mla_decode_attention_wgmma_seesaw(step, args, launch);
     else

@@ -55,8 +55,6 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr int kComputeWarps = 8;
-constexpr int kThreads = 32 * kComputeWarps;
 constexpr int kHeads = 16;                      // mma.sync's M
 constexpr int kTileKeys = 32;
 constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
@@ -65,9 +63,6 @@ constexpr int kPanelBytes = kTileKeys * kWgmmaLineBytes;
 constexpr int kTileBytes = kPanels * kPanelBytes;
 constexpr int kHalfDims = kWidth / 2;       // a warp's share of S's dims
 constexpr int kHalfSteps = kHalfDims / 16;  // 18 k-steps
-constexpr int kKeyGroups = kComputeWarps / 2;
-static_assert(kKeyGroups * 8 == kTileKeys && kComputeWarps * kWgmmaPanelCols == kRank, "a warp's keys and dims");
-constexpr int kSAccumulators = 4;  // S's k-steps round-robin over them: shorter MMA chains
 constexpr int kScoreStride = kTileKeys + 4;  // f32
 constexpr int kPStride = kTileKeys + 8;      // bf16: conflict-free ldmatrix rows
 constexpr int kQStride = kWidth + 8;         // bf16
@@ -75,14 +70,33 @@ constexpr int kMaxBoxes = kTileKeys / 8;     // TMA boxes a tile at the smallest
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// The ring: 5 tiles of 36 KB, 4 of them loading while one is multiplied
-// (~147 KB in flight an SM, one block an SM: the Q fragments take 72
-// registers a thread, so two blocks would not fit the register file).
-constexpr int kStages = 5;
-// Shared memory after the 1024-aligned ring: the queries (read once into
-// registers), both halves' partial scores, P, the rescale factors, then each
-// head's final (max, sum), then the mbarriers.
-struct Layout {
+// A block's shape by its warps: 8 (one block an SM) or 4 (two an SM, the
+// `pairs` form). Each warp takes kWarpKeys keys of a tile's S over half of
+// the dims and kWarpPanels 64-dim panels of O; kHeadThreads threads a head
+// run the softmax, kHeadKeys keys each.
+//   8 warps: a 5-tile ring (~147 KB in flight an SM). The Q fragments take
+//     72 registers a thread, so two such blocks would not fit the register
+//     file.
+//   4 warps: two blocks an SM, each with its own chain of barriers and
+//     softmax, so one block's MMAs run while the other waits (S39-1: the
+//     8-warp block was bound by its own chain, 2.5 TB/s from L2 on an H100).
+//     Shared memory holds two tiles a block.
+template <int kWarps>
+struct Shape {
+  static_assert(kWarps == 8 || kWarps == 4, "8 warps, one block an SM, or 4, two");
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlocksPerSm = 8 / kWarps;
+  static constexpr int kKeyGroups = kWarps / 2;
+  static constexpr int kWarpKeys = kTileKeys / kKeyGroups;  // 8 or 16
+  static constexpr int kSTiles = kWarpKeys / 8;             // S's n8 tiles a warp
+  static constexpr int kSChains = 4 / kSTiles;              // S's k-steps round-robin over them: shorter MMA chains
+  static constexpr int kWarpPanels = kRank / kWgmmaPanelCols / kWarps;
+  static constexpr int kHeadThreads = kThreads / kHeads;    // 16 or 8
+  static constexpr int kHeadKeys = kTileKeys / kHeadThreads;  // 2 or 4
+  static constexpr int kStages = kWarps == 8 ? 5 : 2;
+  // Shared memory after the 1024-aligned ring: the queries (read once into
+  // registers), both halves' partial scores, P, the rescale factors, then
+  // each head's final (max, sum), then the mbarriers.
   static constexpr int kQ = kStages * kTileBytes;
   static constexpr int kScores = kQ + kHeads * kQStride * 2;
   static constexpr int kP = kScores + 2 * kHeads * kScoreStride * 4;
@@ -90,21 +104,29 @@ struct Layout {
   static constexpr int kFinal = kCorrection + kHeads * 4;
   static constexpr int kBarriers = kFinal + 2 * kHeads * 4;
   static constexpr int kBytes = 1024 + kBarriers + kStages * 8;
+  static_assert(kKeyGroups * kWarpKeys == kTileKeys && kWarps * kWarpPanels * kWgmmaPanelCols == kRank,
+                "a warp's keys and dims");
+  static_assert(kHeadKeys % 2 == 0, "P is stored in bf16 pairs");
+  // Hopper: 228 KB an SM, 1 KB of it reserved a block.
+  static_assert(kBlocksPerSm * (kBytes + 1024) <= 228 * 1024, "the blocks of an SM fit its shared memory");
 };
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kWarps>
+__global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlocksPerSm)
     decode_16_heads_kernel(StepDeviceView step, MlaDecodeArgs a, const __grid_constant__ CUtensorMap cache_map,
                            int box_rows) {
+  using Sh = Shape<kWarps>;
+  constexpr int kThreads = Sh::kThreads, kStages = Sh::kStages, kKeyGroups = Sh::kKeyGroups;
   pdl_launch_dependents();
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
   const auto [base, smem] = align_smem_1024(smem_raw);
-  auto full = [&](int stage) { return base + Layout::kBarriers + 8 * stage; };
-  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem + Layout::kQ);
-  auto* s_scores = reinterpret_cast<float*>(smem + Layout::kScores);  // [half][head][key]
-  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + Layout::kP);
-  auto* s_correction = reinterpret_cast<float*>(smem + Layout::kCorrection);
-  auto* s_final = reinterpret_cast<float*>(smem + Layout::kFinal);  // [head]: max (log2 units), then [head]: sum
+  auto full = [&](int stage) { return base + Sh::kBarriers + 8 * stage; };
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem + Sh::kQ);
+  auto* s_scores = reinterpret_cast<float*>(smem + Sh::kScores);  // [half][head][key]
+  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + Sh::kP);
+  auto* s_correction = reinterpret_cast<float*>(smem + Sh::kCorrection);
+  auto* s_final = reinterpret_cast<float*>(smem + Sh::kFinal);  // [head]: max (log2 units), then [head]: sum
 
   const int tid = threadIdx.x, lane = tid % 32;
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
@@ -165,46 +187,52 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int ks = 0; ks < kHalfSteps; ++ks)
     ldmatrix_x4(q_frag[ks], s_q + (lane % 16) * kQStride + half * kHalfDims + ks * 16 + (lane / 16) * 8);
 
-  // Softmax roles: head sm_head, keys 2 sm_part and + 1; its running max
-  // (log2 units, the scale folded in) and sum, the same in all 16 threads.
-  const int sm_head = tid / 16, sm_part = tid % 16;
+  // Softmax roles: head sm_head, keys kHeadKeys sm_part .. + kHeadKeys - 1;
+  // its running max (log2 units, the scale folded in) and sum, the same in
+  // all kHeadThreads threads of the head.
+  const int sm_head = tid / Sh::kHeadThreads, sm_part = tid % Sh::kHeadThreads;
   float m_run = -INFINITY, l_run = 0.0f;
   const float scale_log2 = a.scale * kLog2e;
-  float o_acc[kWgmmaPanelCols / 8][4] = {};  // this warp's panel of O: heads lane / 4 and + 8
+  // This warp's panels of O (panel kWarpPanels warp + p): heads lane / 4 and + 8.
+  float o_acc[Sh::kWarpPanels][kWgmmaPanelCols / 8][4] = {};
 
-  // Tile t's scores into s_scores: S over this warp's 8 keys and half of the
+  // Tile t's scores into s_scores: S over this warp's kWarpKeys keys and half of the
   // dims. ldmatrix x4 reads the keys' 8-dim chunks c .. c + 3 (two k-steps);
   // the tile's row r keeps chunk c of its panel at (c ^ r % 8) x 16 bytes,
   // and r % 8 is the lane's row.
   auto scores = [&](int t) {
     const unsigned char* tile = smem + (t % kStages) * kTileBytes;
     mbarrier_wait(full(t % kStages), (t / kStages) & 1);
-    float s_acc[kSAccumulators][4] = {};
-    const int key = key_group * 8 + lane % 8;
-    // Every fragment loaded before the first MMA: the asm statements keep
-    // their program order, so interleaved, each MMA waited out its load.
-    std::uint32_t b[kHalfSteps / 2][4];
-#pragma unroll
-    for (int j = 0; j < kHalfSteps / 2; ++j) {
-      const int chunk = half * (kHalfDims / 8) + 4 * j + lane / 8;
-      ldmatrix_x4(b[j], tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
-    }
-#pragma unroll
-    for (int j = 0; j < kHalfSteps / 2; ++j) {
-      mma_16816(s_acc[(2 * j) % kSAccumulators], q_frag[2 * j], b[j][0], b[j][1]);
-      mma_16816(s_acc[(2 * j + 1) % kSAccumulators], q_frag[2 * j + 1], b[j][2], b[j][3]);
-    }
     float* dst = s_scores + half * kHeads * kScoreStride;
-    const int col = key_group * 8 + 2 * (lane % 4);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float2 v = make_float2(0.0f, 0.0f);
+    for (int n = 0; n < Sh::kSTiles; ++n) {
+      float s_acc[Sh::kSChains][4] = {};
+      const int key = key_group * Sh::kWarpKeys + 8 * n + lane % 8;
+      // Every fragment of the n8 tile loaded before its first MMA: the asm
+      // statements keep their program order, so interleaved, each MMA
+      // waited out its load.
+      std::uint32_t b[kHalfSteps / 2][4];
 #pragma unroll
-      for (int k = 0; k < kSAccumulators; ++k) {
-        v.x += s_acc[k][2 * h];
-        v.y += s_acc[k][2 * h + 1];
+      for (int j = 0; j < kHalfSteps / 2; ++j) {
+        const int chunk = half * (kHalfDims / 8) + 4 * j + lane / 8;
+        ldmatrix_x4(b[j], tile + (chunk / 8) * kPanelBytes + key * kWgmmaLineBytes + (((chunk % 8) ^ (lane % 8)) << 4));
       }
-      *reinterpret_cast<float2*>(dst + (lane / 4 + 8 * h) * kScoreStride + col) = v;
+#pragma unroll
+      for (int j = 0; j < kHalfSteps / 2; ++j) {
+        mma_16816(s_acc[(2 * j) % Sh::kSChains], q_frag[2 * j], b[j][0], b[j][1]);
+        mma_16816(s_acc[(2 * j + 1) % Sh::kSChains], q_frag[2 * j + 1], b[j][2], b[j][3]);
+      }
+      const int col = key_group * Sh::kWarpKeys + 8 * n + 2 * (lane % 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 v = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < Sh::kSChains; ++k) {
+          v.x += s_acc[k][2 * h];
+          v.y += s_acc[k][2 * h + 1];
+        }
+        *reinterpret_cast<float2*>(dst + (lane / 4 + 8 * h) * kScoreStride + col) = v;
+      }
     }
   };
   // Tile t's online softmax over s_scores: P and the rescale factors to shared
@@ -216,53 +244,68 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (valid_keys < kTileKeys)
       zero_latent_rows_past<kTileKeys, kRank / kWgmmaPanelCols>(
           valid_keys, tid, kThreads, [&](int p) { return smem + (t % kStages) * kTileBytes + p * kPanelBytes; });
-    float x[2];
+    constexpr int kKeys = Sh::kHeadKeys;
+    float x[kKeys];
+    float tile_max = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int key = 2 * sm_part + k, at = sm_head * kScoreStride + key;
+    for (int k = 0; k < kKeys; ++k) {
+      const int key = kKeys * sm_part + k, at = sm_head * kScoreStride + key;
       x[k] = key < valid_keys ? (s_scores[at] + s_scores[kHeads * kScoreStride + at]) * scale_log2 : -INFINITY;
+      tile_max = fmaxf(tile_max, x[k]);
     }
-    float tile_max = fmaxf(x[0], x[1]);
 #pragma unroll
-    for (int d = 1; d < 16; d *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, d));
+    for (int d = 1; d < Sh::kHeadThreads; d *= 2)
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, d));
     const float m_new = fmaxf(m_run, tile_max);  // finite: every tile holds a key of the range
-    const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(x[0] - m_new), exp2f(x[1] - m_new));
-    *reinterpret_cast<__nv_bfloat162*>(s_p + sm_head * kPStride + 2 * sm_part) = p;
-    float sum = __low2float(p) + __high2float(p);  // the sum of what P V adds up
+    float sum = 0.0f;  // the sum of what P V adds up: P's bf16 values
 #pragma unroll
-    for (int d = 1; d < 16; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    for (int k = 0; k < kKeys; k += 2) {
+      const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(x[k] - m_new), exp2f(x[k + 1] - m_new));
+      *reinterpret_cast<__nv_bfloat162*>(s_p + sm_head * kPStride + kKeys * sm_part + k) = p;
+      sum += __low2float(p) + __high2float(p);
+    }
+#pragma unroll
+    for (int d = 1; d < Sh::kHeadThreads; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
     const float correction = exp2f(m_run - m_new);  // 0 at the first tile (m_run -inf)
     l_run = l_run * correction + sum;
     m_run = m_new;
     if (sm_part == 0) s_correction[sm_head] = correction;
   };
-  // O [16, this warp's 64 dims] += P [16, 32] V [32, 64] of tile t: V is
-  // panel `warp` of the tile, read transposed; rows kk 16 + (lane % 8) + 8
-  // ((lane / 8) % 2).
+  // O [16, this warp's 64-dim panels] += P [16, 32] V [32, 64] of tile t:
+  // V is panel kWarpPanels warp + p of the tile, read transposed; rows kk 16
+  // + (lane % 8) + 8 ((lane / 8) % 2).
   auto pv = [&](int t) {
     const unsigned char* tile = smem + (t % kStages) * kTileBytes;
     const float correction[2] = {s_correction[lane / 4], s_correction[lane / 4 + 8]};
 #pragma unroll
-    for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
+    for (int p = 0; p < Sh::kWarpPanels; ++p)
 #pragma unroll
-      for (int k = 0; k < 4; ++k) o_acc[n][k] *= correction[k / 2];
-    std::uint32_t pf[kTileKeys / 16][4], v[kTileKeys / 16][kWgmmaPanelCols / 16][4];  // loads first, as in S
+      for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
 #pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-      ldmatrix_x4(pf[kk], s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
-      const int key = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
-#pragma unroll
-      for (int n = 0; n < kWgmmaPanelCols / 8; n += 2)
-        ldmatrix_x4_trans(v[kk][n / 2],
-                          tile + warp * kPanelBytes + key * kWgmmaLineBytes + (((n + lane / 16) ^ (key % 8)) << 4));
-    }
+        for (int k = 0; k < 4; ++k) o_acc[p][n][k] *= correction[k / 2];
+    std::uint32_t pf[kTileKeys / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk)
+      ldmatrix_x4(pf[kk], s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-      for (int n = 0; n < kWgmmaPanelCols / 8; n += 2) {
-        mma_16816(o_acc[n], pf[kk], v[kk][n / 2][0], v[kk][n / 2][1]);
-        mma_16816(o_acc[n + 1], pf[kk], v[kk][n / 2][2], v[kk][n / 2][3]);
+    for (int p = 0; p < Sh::kWarpPanels; ++p) {
+      const unsigned char* panel = tile + (Sh::kWarpPanels * warp + p) * kPanelBytes;
+      std::uint32_t v[kTileKeys / 16][kWgmmaPanelCols / 16][4];  // a panel's loads first, as in S
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+        const int key = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
+#pragma unroll
+        for (int n = 0; n < kWgmmaPanelCols / 8; n += 2)
+          ldmatrix_x4_trans(v[kk][n / 2], panel + key * kWgmmaLineBytes + (((n + lane / 16) ^ (key % 8)) << 4));
       }
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+#pragma unroll
+        for (int n = 0; n < kWgmmaPanelCols / 8; n += 2) {
+          mma_16816(o_acc[p][n], pf[kk], v[kk][n / 2][0], v[kk][n / 2][1]);
+          mma_16816(o_acc[p][n + 1], pf[kk], v[kk][n / 2][2], v[kk][n / 2][3]);
+        }
+    }
   };
 
   // Two phases a tile, between block barriers: tile t's P V with tile t + 1's
@@ -299,15 +342,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row = lane / 4 + 8 * h;
     if (row >= heads) continue;
     const int head = first_head + row;
-    const int col = warp * kWgmmaPanelCols + 2 * (lane % 4);
     if (a.num_splits == 1) {
       // One split covers the context: every head has a key, so l > 0.
       const float inv_l = 1.0f / s_final[kHeads + row];
-      auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + (part_base + head) * kRank + col;
 #pragma unroll
-      for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
-        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n) =
-            __floats2bfloat162_rn(o_acc[n][2 * h] * inv_l, o_acc[n][2 * h + 1] * inv_l);
+      for (int p = 0; p < Sh::kWarpPanels; ++p) {
+        const int col = (Sh::kWarpPanels * warp + p) * kWgmmaPanelCols + 2 * (lane % 4);
+        auto* dst = static_cast<__nv_bfloat16*>(a.o_latent) + (part_base + head) * kRank + col;
+#pragma unroll
+        for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
+          *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n) =
+              __floats2bfloat162_rn(o_acc[p][n][2 * h] * inv_l, o_acc[p][n][2 * h + 1] * inv_l);
+      }
       continue;
     }
     const std::int64_t part = (part_base + head) * a.num_splits + split;
@@ -316,11 +362,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       a.partial_stats[2 * part] = m == -INFINITY ? -INFINITY : m * kLn2;
       a.partial_stats[2 * part + 1] = s_final[kHeads + row];
     }
-    float* dst = a.partial_out + part * kRank + col;
 #pragma unroll
-    for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
-      *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o_acc[n][2 * h], o_acc[n][2 * h + 1]);
+    for (int p = 0; p < Sh::kWarpPanels; ++p) {
+      const int col = (Sh::kWarpPanels * warp + p) * kWgmmaPanelCols + 2 * (lane % 4);
+      float* dst = a.partial_out + part * kRank + col;
+#pragma unroll
+      for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
+        *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o_acc[p][n][2 * h], o_acc[p][n][2 * h + 1]);
+    }
   }
+}
+
+template <int kWarps>
+void launch_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args, int box_rows, const Launch& launch) {
+  using Sh = Shape<kWarps>;
+  static bool attribute_set = false;  // once per process and instance: the limit is per kernel
+  if (!attribute_set) {
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(decode_16_heads_kernel<kWarps>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kBytes));
+    attribute_set = true;
+  }
+  const dim3 grid((args.num_heads + kHeads - 1) / kHeads, args.num_decode, args.num_splits);
+  launch_kernel(decode_16_heads_kernel<kWarps>, grid, dim3(Sh::kThreads), Sh::kBytes, launch, step, args,
+                mla_latent_cache_map(args.cache, box_rows), box_rows);
 }
 
 }  // namespace
@@ -329,22 +393,17 @@ bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_siz
   return num_heads <= kMla16HeadsMaxHeads && block_size % 8 == 0;
 }
 
-void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args,
+void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args, MlaKernels kernels,
                                           const Launch& launch) {
   SLUICE_CHECK(args.kv_lora_rank == kRank && args.cache.width == kWidth &&
-               mla_decode_16_heads_supports(args.num_heads, args.cache.block_size) && args.cache.num_blocks > 0);
+               mla_decode_16_heads_supports(args.num_heads, args.cache.block_size) && args.cache.num_blocks > 0 &&
+               (kernels == MlaKernels::mma_16_heads || kernels == MlaKernels::mma_16_heads_pairs));
   // Boxes of whole 8-row lines of the swizzle that never cross a page or a tile.
   const int box_rows = std::gcd(args.cache.block_size, kTileKeys);
-  static_assert(Layout::kBytes <= 227 * 1024, "Hopper's opt-in shared memory");
-  static bool attribute_set = false;  // once per process: the limit is per kernel
-  if (!attribute_set) {
-    SLUICE_CUDA_CHECK(
-        cudaFuncSetAttribute(decode_16_heads_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kBytes));
-    attribute_set = true;
-  }
-  const dim3 grid((args.num_heads + kHeads - 1) / kHeads, args.num_decode, args.num_splits);
-  launch_kernel(decode_16_heads_kernel, grid, dim3(kThreads), Layout::kBytes, launch, step, args,
-                mla_latent_cache_map(args.cache, box_rows), box_rows);
+  if (kernels == MlaKernels::mma_16_heads_pairs)
+    launch_16_heads<4>(step, args, box_rows, launch);
+  else
+    launch_16_heads<8>(step, args, box_rows, launch);
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
