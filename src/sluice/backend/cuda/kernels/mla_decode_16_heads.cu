@@ -32,6 +32,11 @@
 // of the SM's four schedulers, whose quarter of the register file then caps
 // every thread at 168 registers: the Q fragments spilled.)
 //
+// The pairs form (MlaKernels::mma_16_heads_pairs, Shape<4>) runs the same
+// phases in blocks of 4 warps, two blocks an SM: each warp takes 16 keys of
+// S and two panels of O, each block a ring of 2 tiles, and the two blocks'
+// chains interleave on the SM's schedulers.
+//
 // Output as the wgmma kernels': O / l to o_latent in bf16 when one split
 // covers the context, else unnormalised partials and (max, sum) for
 // mla_decode.cu's combine.
