@@ -319,7 +319,11 @@ struct CudaOptions {
   // decode sweep (8 x 8k: 99.8 against 106.2 us; session 29, H100).
   cuda::DecodeSplitLoads decode_split_loads = cuda::DecodeSplitLoads::tma;
   cuda::DecodeRopeFusion decode_rope_fusion = cuda::DecodeRopeFusion::qkv_epilogue;
-  cuda::MlaKernels mla_kernels = cuda::MlaKernels::wgmma;
+  // mma_16_heads_pairs since session 39: where a decode row has at most 16
+  // heads (DeepSeek-V3 under tensor parallel 8) its kernel, 85.4% of the
+  // copy in a decode graph against wgmma's 79.3% in the same call (S39-2,
+  // H100), and everywhere else exactly wgmma's kernels and splits.
+  cuda::MlaKernels mla_kernels = cuda::MlaKernels::mma_16_heads_pairs;
   cuda::Fp8DenseGemm fp8_dense_gemm = cuda::Fp8DenseGemm::cublaslt;
   // fp8_wgmma since session 10: the DeepSeek goldens pass under it (S10-2, 14/14), the FP8 one
   // against the CPU with and without e4m3 activations within bounds derived from the bf16
