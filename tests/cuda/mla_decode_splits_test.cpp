@@ -1,8 +1,9 @@
 // How mla_decode_splits cuts a decode row's keys for the wgmma-era kernels
 // (kernels/mla_decode.cu): by wgmma_decode_splits' cost over each kernel's
-// own tiles, 64 keys for wgmma's, 32 for the 16-head kernels', which only
-// take rows of at most 16 heads (the pairs form over two blocks an SM) (wgmma's pricing above that, as its launch
-// falls back to wgmma's kernel). Host logic only: runs in CI without a GPU.
+// own tiles, 64 keys for wgmma's, 32 for the 16-head kernels' (the pairs
+// form over two blocks an SM). Those take only rows of at most 16 heads:
+// above that the pricing is wgmma's, as their launch falls back to wgmma's
+// kernel. Host logic only: runs in CI without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>

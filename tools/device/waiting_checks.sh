@@ -88,7 +88,7 @@ case ${1:-1} in
     echo "##### decode1 rc $? at $(elapsed) s"; grep -E "^device|batch 1|GEMV" "$base/decode1.md" | cut -c1-200
     ;;
   4)
-    # Issue 15's MLA decode on this card: the default wgmma kernel, keys-as-M and the 16-head
+    # Issue 15's MLA decode on this card: wgmma's kernel, keys-as-M and the 16-head
     # mma.sync kernels (session 38, and its pairs form of session 39; the MLA suite under both
     # first), each with session 30's rows of a layer in an 8-layer decode graph.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh

@@ -275,8 +275,7 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   // The 16-head kernels' tiles are 32 keys; the pairs form runs two blocks an SM.
   if (mla_decode_16_heads_kernels(kernels) && num_heads <= kMla16HeadsMaxHeads)
     return wgmma_decode_splits(blocks_per_split, max_context_tokens,
-                               kernels == MlaKernels::mma_16_heads_pairs ? 2 * num_sms : num_sms, kMaxSplits,
-                               /*tile_keys=*/32);
+                               num_sms * mla_decode_16_heads_blocks_per_sm(kernels), kMaxSplits, /*tile_keys=*/32);
   if (mla_decode_wgmma_era(kernels))
     return wgmma_decode_splits(blocks_per_split, max_context_tokens, num_sms, kMaxSplits);
   const std::int32_t for_waves = (2 * num_sms + blocks_per_split - 1) / blocks_per_split;

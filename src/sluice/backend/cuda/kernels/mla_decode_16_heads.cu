@@ -394,6 +394,10 @@ void launch_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args, int 
 
 }  // namespace
 
+std::int32_t mla_decode_16_heads_blocks_per_sm(MlaKernels kernels) {
+  return kernels == MlaKernels::mma_16_heads_pairs ? Shape<4>::kBlocksPerSm : Shape<8>::kBlocksPerSm;
+}
+
 bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_size) {
   return num_heads <= kMla16HeadsMaxHeads && block_size % 8 == 0;
 }

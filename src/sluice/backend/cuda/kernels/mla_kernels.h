@@ -152,6 +152,8 @@ inline constexpr bool mla_decode_16_heads_kernels(MlaKernels kernels) {
   return kernels == MlaKernels::mma_16_heads || kernels == MlaKernels::mma_16_heads_pairs;
 }
 bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_size);
+// Blocks of the set's kernel resident on an SM (its launch bounds): 1 or 2.
+std::int32_t mla_decode_16_heads_blocks_per_sm(MlaKernels kernels);
 void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args, MlaKernels kernels,
                                           const Launch& launch);
 // Copies o_decode's rows to the decode rows of out.
