@@ -29,6 +29,9 @@ TEST(MlaDecodeSplits, ThePairsFormFillsTwoBlocksAnSm) {
   // 16 rows x 8k: 16 splits (256 blocks of 512 keys) against 8 for one block an SM.
   EXPECT_EQ(mla_decode_splits(16, 16, 8192, kSms, MlaKernels::mma_16_heads), 8);
   EXPECT_EQ(mla_decode_splits(16, 16, 8192, kSms, MlaKernels::mma_16_heads_pairs), 16);
+  // The one-barrier form has the pairs form's shape, and its splits.
+  EXPECT_EQ(mla_decode_splits(64, 16, 8192, kSms, MlaKernels::mma_16_heads_one_barrier), 4);
+  EXPECT_EQ(mla_decode_splits(16, 16, 8192, kSms, MlaKernels::mma_16_heads_one_barrier), 16);
   // Past 16 heads, wgmma's kernel and its splits.
   EXPECT_EQ(mla_decode_splits(64, 128, 8192, kSms, MlaKernels::mma_16_heads_pairs),
             mla_decode_splits(64, 128, 8192, kSms, MlaKernels::wgmma));
@@ -48,7 +51,8 @@ TEST(MlaDecodeSplits, TheSixteenHeadKernelPricesItsOwnTiles) {
 
 TEST(MlaDecodeSplits, TheWgmmaEraSetsAreNamedOnce) {
   for (const MlaKernels k : {MlaKernels::wgmma, MlaKernels::wgmma_tma, MlaKernels::wgmma_seesaw,
-                             MlaKernels::wgmma_keys_m, MlaKernels::mma_16_heads, MlaKernels::mma_16_heads_pairs})
+                             MlaKernels::wgmma_keys_m, MlaKernels::mma_16_heads, MlaKernels::mma_16_heads_pairs,
+                             MlaKernels::mma_16_heads_one_barrier})
     EXPECT_TRUE(mla_decode_wgmma_era(k)) << static_cast<int>(k);
   EXPECT_FALSE(mla_decode_wgmma_era(MlaKernels::simple));
   EXPECT_FALSE(mla_decode_wgmma_era(MlaKernels::tensor_core));

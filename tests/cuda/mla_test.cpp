@@ -543,7 +543,8 @@ INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
                                            cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma,
                                            cuda::MlaKernels::wgmma_seesaw, cuda::MlaKernels::wgmma_keys_m,
-                                           cuda::MlaKernels::mma_16_heads, cuda::MlaKernels::mma_16_heads_pairs),
+                                           cuda::MlaKernels::mma_16_heads, cuda::MlaKernels::mma_16_heads_pairs,
+                                           cuda::MlaKernels::mma_16_heads_one_barrier),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
                            switch (info.param) {
                              case cuda::MlaKernels::simple: return std::string("simple");
@@ -554,6 +555,8 @@ INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                              case cuda::MlaKernels::wgmma_keys_m: return std::string("wgmma_keys_m");
                              case cuda::MlaKernels::mma_16_heads: return std::string("mma_16_heads");
                              case cuda::MlaKernels::mma_16_heads_pairs: return std::string("mma_16_heads_pairs");
+                             case cuda::MlaKernels::mma_16_heads_one_barrier:
+                               return std::string("mma_16_heads_one_barrier");
                            }
                            return std::string("unknown");
                          });

@@ -88,15 +88,16 @@ case ${1:-1} in
     echo "##### decode1 rc $? at $(elapsed) s"; grep -E "^device|batch 1|GEMV" "$base/decode1.md" | cut -c1-200
     ;;
   4)
-    # Issue 15's MLA decode on this card: wgmma's kernel, keys-as-M and the 16-head
-    # mma.sync kernels (session 38, and its pairs form of session 39; the MLA suite under both
-    # first), each with session 30's rows of a layer in an 8-layer decode graph.
+    # Issue 15's MLA decode on this card: wgmma's kernel and the 16-head mma.sync kernels
+    # (session 38's, its pairs form of session 39, the default, and session 40's one-barrier form;
+    # the MLA suite under all three first), each with session 30's rows of a layer in an 8-layer
+    # decode graph.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
     timeout 200 "$bin/cuda_kernel_test" --gtest_filter='*CudaMlaAttention*/mma_16_heads*' \
       > "$base/mla_16_heads_tests.txt" 2>&1
     echo "##### MLA suite under mma_16_heads rc $? at $(elapsed) s"
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/mla_16_heads_tests.txt" | head -12
-    for k in ${MLA_KERNELS:-wgmma wgmma-keys-m mma-16-heads mma-16-heads-pairs}; do
+    for k in ${MLA_KERNELS:-wgmma mma-16-heads-pairs mma-16-heads-one-barrier mma-16-heads}; do
       timeout 200 "$bin/cuda_bench" --mla-decode "$k" > "$base/mla_$k.md" 2> "$base/mla_$k.err"
       echo "##### mla-decode $k rc $? at $(elapsed) s"; grep -E "^\| MLA|^device" "$base/mla_$k.md"
     done

@@ -210,8 +210,14 @@ enum class MlaKernels {
   // The same kernel in blocks of 4 warps, two an SM (each warp twice the
   // keys of S and two panels of O; a 2-tile ring a block): two independent
   // chains of barriers and softmax an SM, for a kernel bound by its chain
-  // (S39-1: mma_16_heads streams 2.5 TB/s from L2 as from HBM). Opt-in.
+  // (S39-1: mma_16_heads streams 2.5 TB/s from L2 as from HBM). The default
+  // since session 39.
   mma_16_heads_pairs,
+  // The pairs shape with one block barrier a tile, not two: every warp runs
+  // the tile's softmax itself in registers, P stays in registers as the
+  // A operand of P V (the barrier after the softmax held 22% of the pairs
+  // form's stall samples, S39-2). Opt-in.
+  mma_16_heads_one_barrier,
 };
 
 // Dense matmuls whose weight is FP8 with 128x128 block scales. Up to
@@ -370,7 +376,7 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 2> kD
     {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 8> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 9> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
@@ -378,7 +384,8 @@ inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 8> kMlaKern
      {"wgmma-seesaw", MlaKernels::wgmma_seesaw},
      {"wgmma-keys-m", MlaKernels::wgmma_keys_m},
      {"mma-16-heads", MlaKernels::mma_16_heads},
-     {"mma-16-heads-pairs", MlaKernels::mma_16_heads_pairs}}};
+     {"mma-16-heads-pairs", MlaKernels::mma_16_heads_pairs},
+     {"mma-16-heads-one-barrier", MlaKernels::mma_16_heads_one_barrier}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {

@@ -37,6 +37,17 @@
 // S and two panels of O, each block a ring of 2 tiles, and the two blocks'
 // chains interleave on the SM's schedulers.
 //
+// The one-barrier form (MlaKernels::mma_16_heads_one_barrier, the pairs
+// shape): the barrier after the softmax held 22% of the pairs form's stall
+// samples (S39-2, ncu). Here every warp computes tile t's softmax itself,
+// redundantly, at the positions of its own P A-fragments (rows lane / 4 and
+// + 8, 8 keys each; a quad's two shuffles give a row's max and sum): P stays
+// in registers as the P V MMA's A operand, the rescale factors are those
+// rows' (the rows of the lane's O accumulators), and only S goes through
+// shared memory, double-buffered so that one barrier a tile orders it. The
+// warps compute identical values from the same inputs, so their running
+// maxima agree. The cost: 16 exponentials a lane a tile, not 4.
+//
 // Output as the wgmma kernels': O / l to o_latent in bf16 when one split
 // covers the context, else unnormalised partials and (max, sum) for
 // mla_decode.cu's combine.
@@ -86,7 +97,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 //     softmax, so one block's MMAs run while the other waits (S39-1: the
 //     8-warp block was bound by its own chain, 2.5 TB/s from L2 on an H100).
 //     Shared memory holds two tiles a block.
-template <int kWarps>
+// kOneBarrier: the one-barrier form (S double-buffered; P, the rescale
+// factors and the final (max, sum) stay in registers).
+template <int kWarps, bool kOneBarrier = false>
 struct Shape {
   static_assert(kWarps == 8 || kWarps == 4, "8 warps, one block an SM, or 4, two");
   static constexpr int kThreads = 32 * kWarps;
@@ -99,12 +112,15 @@ struct Shape {
   static constexpr int kHeadThreads = kThreads / kHeads;    // 16 or 8
   static constexpr int kHeadKeys = kTileKeys / kHeadThreads;  // 2 or 4
   static constexpr int kStages = kWarps == 8 ? 5 : 2;
+  static constexpr int kScoreBuffers = kOneBarrier ? 2 : 1;
   // Shared memory after the 1024-aligned ring: the queries (read once into
-  // registers), both halves' partial scores, P, the rescale factors, then
-  // each head's final (max, sum), then the mbarriers.
+  // registers), both halves' partial scores (a buffer each of the tiles in
+  // flight), P, the rescale factors, then each head's final (max, sum),
+  // then the mbarriers.
   static constexpr int kQ = kStages * kTileBytes;
   static constexpr int kScores = kQ + kHeads * kQStride * 2;
-  static constexpr int kP = kScores + 2 * kHeads * kScoreStride * 4;
+  static constexpr int kScoreBufferFloats = 2 * kHeads * kScoreStride;
+  static constexpr int kP = kScores + kScoreBuffers * kScoreBufferFloats * 4;
   static constexpr int kCorrection = kP + kHeads * kPStride * 2;
   static constexpr int kFinal = kCorrection + kHeads * 4;
   static constexpr int kBarriers = kFinal + 2 * kHeads * 4;
@@ -116,11 +132,11 @@ struct Shape {
   static_assert(kBlocksPerSm * (kBytes + 1024) <= 228 * 1024, "the blocks of an SM fit its shared memory");
 };
 
-template <int kWarps>
-__global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlocksPerSm)
+template <int kWarps, bool kOneBarrier>
+__global__ void __launch_bounds__(Shape<kWarps, kOneBarrier>::kThreads, Shape<kWarps, kOneBarrier>::kBlocksPerSm)
     decode_16_heads_kernel(StepDeviceView step, MlaDecodeArgs a, const __grid_constant__ CUtensorMap cache_map,
                            int box_rows) {
-  using Sh = Shape<kWarps>;
+  using Sh = Shape<kWarps, kOneBarrier>;
   constexpr int kThreads = Sh::kThreads, kStages = Sh::kStages, kKeyGroups = Sh::kKeyGroups;
   pdl_launch_dependents();
   pdl_wait();
@@ -128,7 +144,7 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
   const auto [base, smem] = align_smem_1024(smem_raw);
   auto full = [&](int stage) { return base + Sh::kBarriers + 8 * stage; };
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem + Sh::kQ);
-  auto* s_scores = reinterpret_cast<float*>(smem + Sh::kScores);  // [half][head][key]
+  auto* s_scores = reinterpret_cast<float*>(smem + Sh::kScores);  // [buffer][half][head][key]
   auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + Sh::kP);
   auto* s_correction = reinterpret_cast<float*>(smem + Sh::kCorrection);
   auto* s_final = reinterpret_cast<float*>(smem + Sh::kFinal);  // [head]: max (log2 units), then [head]: sum
@@ -197,6 +213,9 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
   // all kHeadThreads threads of the head.
   const int sm_head = tid / Sh::kHeadThreads, sm_part = tid % Sh::kHeadThreads;
   float m_run = -INFINITY, l_run = 0.0f;
+  // The one-barrier form's: the running max and sum of the lane's rows
+  // lane / 4 and + 8, the same in every warp.
+  float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
   const float scale_log2 = a.scale * kLog2e;
   // This warp's panels of O (panel kWarpPanels warp + p): heads lane / 4 and + 8.
   float o_acc[Sh::kWarpPanels][kWgmmaPanelCols / 8][4] = {};
@@ -208,7 +227,7 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
   auto scores = [&](int t) {
     const unsigned char* tile = smem + (t % kStages) * kTileBytes;
     mbarrier_wait(full(t % kStages), (t / kStages) & 1);
-    float* dst = s_scores + half * kHeads * kScoreStride;
+    float* dst = s_scores + (t % Sh::kScoreBuffers) * Sh::kScoreBufferFloats + half * kHeads * kScoreStride;
 #pragma unroll
     for (int n = 0; n < Sh::kSTiles; ++n) {
       float s_acc[Sh::kSChains][4] = {};
@@ -240,15 +259,19 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
       }
     }
   };
+  // Keys past the range are -inf in the softmax; the last tile's rows there
+  // are zeroed as V (stale or another page's: P is 0 but V must be finite),
+  // once every warp's S has read them and before any warp's P V.
+  auto valid_keys_of = [&](int t) { return block.range.end - (block.range.begin + t * kTileKeys); };
+  auto zero_rows_past_range = [&](int t) {
+    zero_latent_rows_past<kTileKeys, kRank / kWgmmaPanelCols>(
+        valid_keys_of(t), tid, kThreads, [&](int p) { return smem + (t % kStages) * kTileBytes + p * kPanelBytes; });
+  };
   // Tile t's online softmax over s_scores: P and the rescale factors to shared
-  // memory. Keys past the range are -inf; the last tile's rows there are
-  // zeroed as V (stale or another page's: P is 0 but V must be finite), once
-  // every warp's S has read them.
+  // memory.
   auto softmax = [&](int t) {
-    const int valid_keys = block.range.end - (block.range.begin + t * kTileKeys);
-    if (valid_keys < kTileKeys)
-      zero_latent_rows_past<kTileKeys, kRank / kWgmmaPanelCols>(
-          valid_keys, tid, kThreads, [&](int p) { return smem + (t % kStages) * kTileBytes + p * kPanelBytes; });
+    const int valid_keys = valid_keys_of(t);
+    if (valid_keys < kTileKeys) zero_rows_past_range(t);
     constexpr int kKeys = Sh::kHeadKeys;
     float x[kKeys];
     float tile_max = -INFINITY;
@@ -276,22 +299,60 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
     m_run = m_new;
     if (sm_part == 0) s_correction[sm_head] = correction;
   };
-  // O [16, this warp's 64-dim panels] += P [16, 32] V [32, 64] of tile t:
+  // The one-barrier form's softmax of tile t, in this warp's registers: P as
+  // the A fragments of P V (pf[kk][h + 2 j] holds row lane / 4 + 8 h, keys 16
+  // kk + 8 j + 2 (lane % 4) and + 1) and the rescale factors of the lane's
+  // two rows.
+  auto softmax_in_registers = [&](int t, std::uint32_t(&pf)[kTileKeys / 16][4], float(&correction)[2]) {
+    const float* s = s_scores + (t % Sh::kScoreBuffers) * Sh::kScoreBufferFloats;
+    const int valid_keys = valid_keys_of(t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      float x[kTileKeys / 16][2][2];
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int key = 16 * kk + 8 * j + 2 * (lane % 4), at = row * kScoreStride + key;
+          const float2 s0 = *reinterpret_cast<const float2*>(s + at);
+          const float2 s1 = *reinterpret_cast<const float2*>(s + kHeads * kScoreStride + at);
+          x[kk][j][0] = key < valid_keys ? (s0.x + s1.x) * scale_log2 : -INFINITY;
+          x[kk][j][1] = key + 1 < valid_keys ? (s0.y + s1.y) * scale_log2 : -INFINITY;
+          tile_max = fmaxf(tile_max, fmaxf(x[kk][j][0], x[kk][j][1]));
+        }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m_new = fmaxf(m_row[h], tile_max);  // finite: every tile holds a key of the range
+      float sum = 0.0f;  // the sum of what P V adds up: P's bf16 values
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(x[kk][j][0] - m_new), exp2f(x[kk][j][1] - m_new));
+          sum += __low2float(p) + __high2float(p);
+          pf[kk][h + 2 * j] = *reinterpret_cast<const std::uint32_t*>(&p);
+        }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      correction[h] = exp2f(m_row[h] - m_new);  // 0 at the first tile (m_row -inf)
+      l_row[h] = l_row[h] * correction[h] + sum;
+      m_row[h] = m_new;
+    }
+  };
+  // O [16, this warp's 64-dim panels] += P [16, 32] V [32, 64] of tile t,
+  // with P's A fragments pf and the rescale factors of rows lane / 4 and + 8:
   // V is panel kWarpPanels warp + p of the tile, read transposed; rows kk 16
   // + (lane % 8) + 8 ((lane / 8) % 2).
-  auto pv = [&](int t) {
+  auto pv = [&](int t, const std::uint32_t(&pf)[kTileKeys / 16][4], const float(&correction)[2]) {
     const unsigned char* tile = smem + (t % kStages) * kTileBytes;
-    const float correction[2] = {s_correction[lane / 4], s_correction[lane / 4 + 8]};
 #pragma unroll
     for (int p = 0; p < Sh::kWarpPanels; ++p)
 #pragma unroll
       for (int n = 0; n < kWgmmaPanelCols / 8; ++n)
 #pragma unroll
         for (int k = 0; k < 4; ++k) o_acc[p][n][k] *= correction[k / 2];
-    std::uint32_t pf[kTileKeys / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk)
-      ldmatrix_x4(pf[kk], s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
 #pragma unroll
     for (int p = 0; p < Sh::kWarpPanels; ++p) {
       const unsigned char* panel = tile + (Sh::kWarpPanels * warp + p) * kPanelBytes;
@@ -313,34 +374,70 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
     }
   };
 
-  // Two phases a tile, between block barriers: tile t's P V with tile t + 1's
-  // scores (independent MMAs in one stream, so their latencies overlap), then
-  // tile t + 1's softmax. After the first barrier every warp is done with
-  // tile t's stage: warp 0 refills it with tile t + kStages.
-  if (num_tiles > 0) {
-    scores(0);
-    __syncthreads();
-    softmax(0);
-    __syncthreads();
-  }
-  for (int t = 0; t < num_tiles; ++t) {
-    pv(t);
-    if (t + 1 < num_tiles) scores(t + 1);
-    __syncthreads();
+  // After the barrier that follows tile t's P V every warp is done with tile
+  // t's stage: warp 0 refills it with tile t + kStages.
+  auto refill_after = [&](int t) {
     if (warp == 0 && t + kStages < num_tiles) {
       issue_tile(t + kStages, next_page);
       if (t + 1 + kStages < num_tiles) next_page = box_page(t + 1 + kStages);  // used a tile from now
     }
-    if (t + 1 < num_tiles) softmax(t + 1);
+  };
+  if constexpr (kOneBarrier) {
+    // One barrier a tile: tile t's softmax (in registers, from the S the
+    // last barrier published) and P V, then tile t + 1's scores into the
+    // other S buffer. The last tile's rows past the range are zeroed behind
+    // a barrier of their own.
+    if (num_tiles > 0) {
+      scores(0);
+      __syncthreads();
+    }
+    for (int t = 0; t < num_tiles; ++t) {
+      if (valid_keys_of(t) < kTileKeys) {
+        zero_rows_past_range(t);
+        __syncthreads();
+      }
+      std::uint32_t pf[kTileKeys / 16][4];
+      float correction[2];
+      softmax_in_registers(t, pf, correction);
+      pv(t, pf, correction);
+      if (t + 1 < num_tiles) scores(t + 1);
+      __syncthreads();
+      refill_after(t);
+    }
+  } else {
+    // Two phases a tile, between block barriers: tile t's P V with tile t +
+    // 1's scores (independent MMAs in one stream, so their latencies
+    // overlap), then tile t + 1's softmax.
+    if (num_tiles > 0) {
+      scores(0);
+      __syncthreads();
+      softmax(0);
+      __syncthreads();
+    }
+    for (int t = 0; t < num_tiles; ++t) {
+      std::uint32_t pf[kTileKeys / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+        ldmatrix_x4(pf[kk], s_p + (lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
+      const float correction[2] = {s_correction[lane / 4], s_correction[lane / 4 + 8]};
+      pv(t, pf, correction);
+      if (t + 1 < num_tiles) scores(t + 1);
+      __syncthreads();
+      refill_after(t);
+      if (t + 1 < num_tiles) softmax(t + 1);
+      __syncthreads();
+    }
+    // Each head's (max, sum) from its softmax threads to the warps holding its O.
+    if (sm_part == 0) {
+      s_final[sm_head] = m_run;
+      s_final[kHeads + sm_head] = l_run;
+    }
     __syncthreads();
   }
+  // The (max, sum) of row lane / 4 + 8 h.
+  auto row_max = [&](int h) { return kOneBarrier ? m_row[h] : s_final[lane / 4 + 8 * h]; };
+  auto row_sum = [&](int h) { return kOneBarrier ? l_row[h] : s_final[kHeads + lane / 4 + 8 * h]; };
 
-  // Each head's (max, sum) from its softmax threads to the warps holding its O.
-  if (sm_part == 0) {
-    s_final[sm_head] = m_run;
-    s_final[kHeads + sm_head] = l_run;
-  }
-  __syncthreads();
   const std::int64_t part_base = static_cast<std::int64_t>(i) * a.num_heads;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -349,7 +446,7 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
     const int head = first_head + row;
     if (a.num_splits == 1) {
       // One split covers the context: every head has a key, so l > 0.
-      const float inv_l = 1.0f / s_final[kHeads + row];
+      const float inv_l = 1.0f / row_sum(h);
 #pragma unroll
       for (int p = 0; p < Sh::kWarpPanels; ++p) {
         const int col = (Sh::kWarpPanels * warp + p) * kWgmmaPanelCols + 2 * (lane % 4);
@@ -363,9 +460,9 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
     }
     const std::int64_t part = (part_base + head) * a.num_splits + split;
     if (warp == 0 && lane % 4 == 0) {
-      const float m = s_final[row];
+      const float m = row_max(h);
       a.partial_stats[2 * part] = m == -INFINITY ? -INFINITY : m * kLn2;
-      a.partial_stats[2 * part + 1] = s_final[kHeads + row];
+      a.partial_stats[2 * part + 1] = row_sum(h);
     }
 #pragma unroll
     for (int p = 0; p < Sh::kWarpPanels; ++p) {
@@ -378,24 +475,24 @@ __global__ void __launch_bounds__(Shape<kWarps>::kThreads, Shape<kWarps>::kBlock
   }
 }
 
-template <int kWarps>
+template <int kWarps, bool kOneBarrier>
 void launch_16_heads(const StepDeviceView& step, const MlaDecodeArgs& args, int box_rows, const Launch& launch) {
-  using Sh = Shape<kWarps>;
+  using Sh = Shape<kWarps, kOneBarrier>;
+  constexpr auto kernel = decode_16_heads_kernel<kWarps, kOneBarrier>;
   static bool attribute_set = false;  // once per process and instance: the limit is per kernel
   if (!attribute_set) {
-    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(decode_16_heads_kernel<kWarps>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kBytes));
+    SLUICE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kBytes));
     attribute_set = true;
   }
   const dim3 grid((args.num_heads + kHeads - 1) / kHeads, args.num_decode, args.num_splits);
-  launch_kernel(decode_16_heads_kernel<kWarps>, grid, dim3(Sh::kThreads), Sh::kBytes, launch, step, args,
+  launch_kernel(kernel, grid, dim3(Sh::kThreads), Sh::kBytes, launch, step, args,
                 mla_latent_cache_map(args.cache, box_rows), box_rows);
 }
 
 }  // namespace
 
 std::int32_t mla_decode_16_heads_blocks_per_sm(MlaKernels kernels) {
-  return kernels == MlaKernels::mma_16_heads_pairs ? Shape<4>::kBlocksPerSm : Shape<8>::kBlocksPerSm;
+  return kernels == MlaKernels::mma_16_heads ? Shape<8>::kBlocksPerSm : Shape<4>::kBlocksPerSm;
 }
 
 bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_size) {
@@ -406,13 +503,14 @@ void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaD
                                           const Launch& launch) {
   SLUICE_CHECK(args.kv_lora_rank == kRank && args.cache.width == kWidth &&
                mla_decode_16_heads_supports(args.num_heads, args.cache.block_size) && args.cache.num_blocks > 0 &&
-               (kernels == MlaKernels::mma_16_heads || kernels == MlaKernels::mma_16_heads_pairs));
+               mla_decode_16_heads_kernels(kernels));
   // Boxes of whole 8-row lines of the swizzle that never cross a page or a tile.
   const int box_rows = std::gcd(args.cache.block_size, kTileKeys);
-  if (kernels == MlaKernels::mma_16_heads_pairs)
-    launch_16_heads<4>(step, args, box_rows, launch);
-  else
-    launch_16_heads<8>(step, args, box_rows, launch);
+  switch (kernels) {
+    case MlaKernels::mma_16_heads: launch_16_heads<8, false>(step, args, box_rows, launch); break;
+    case MlaKernels::mma_16_heads_pairs: launch_16_heads<4, false>(step, args, box_rows, launch); break;
+    default: launch_16_heads<4, true>(step, args, box_rows, launch); break;
+  }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

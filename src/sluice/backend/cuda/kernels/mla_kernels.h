@@ -104,7 +104,7 @@ inline constexpr std::int32_t kMlaDecodeMaxRank = 512;
 // The tensor-core and wgmma decode kernels' dims: rank 512 + rope 64 (DeepSeek-V3's).
 bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim);
 // The wgmma-era decode sets (wgmma, wgmma_tma, wgmma_seesaw, wgmma_keys_m,
-// mma_16_heads, mma_16_heads_pairs): one block a (row, split, head group) over latent tiles,
+// mma_16_heads, mma_16_heads_pairs, mma_16_heads_one_barrier): one block a (row, split, head group) over latent tiles,
 // splits by wgmma_decode_splits' cost, and o_latent written by the block
 // itself when one split covers the context (no combine).
 bool mla_decode_wgmma_era(MlaKernels kernels);
@@ -142,14 +142,15 @@ inline constexpr std::int32_t kMlaKeysMMaxHeads = 16;
 bool mla_decode_keys_m_supports(std::int32_t num_heads, std::int32_t block_size);
 void launch_mla_decode_attention_keys_m(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // The 16-head kernels (mla_decode_16_heads.cu, MlaKernels::mma_16_heads: one
-// block of 8 warps an SM; mma_16_heads_pairs: two blocks of 4 warps):
+// block of 8 warps an SM; mma_16_heads_pairs and _one_barrier: two blocks of 4 warps):
 // mma.sync with a row's heads (at most 16, zero-padded) as the MMA's M of 16,
 // 32-key tiles, TMA loads, so pages of a multiple of 8 rows. The same
 // partials and one-split o_latent as the wgmma kernel's; their own splits
 // (mla_decode_splits). Other shapes take the wgmma kernel.
 inline constexpr std::int32_t kMla16HeadsMaxHeads = 16;
 inline constexpr bool mla_decode_16_heads_kernels(MlaKernels kernels) {
-  return kernels == MlaKernels::mma_16_heads || kernels == MlaKernels::mma_16_heads_pairs;
+  return kernels == MlaKernels::mma_16_heads || kernels == MlaKernels::mma_16_heads_pairs ||
+         kernels == MlaKernels::mma_16_heads_one_barrier;
 }
 bool mla_decode_16_heads_supports(std::int32_t num_heads, std::int32_t block_size);
 // Blocks of the set's kernel resident on an SM (its launch bounds): 1 or 2.
