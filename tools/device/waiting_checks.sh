@@ -17,6 +17,8 @@
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 8      # every 128-slot loader in slot order; ncu of three
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 9      # GQA decode: the split kernel alone (ncu) beside the op, its timeline
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 10     # MLA prefill through cuDNN: prompts, chunks over cached prefixes
+#   CARRY_DIR=.devcarry/s40c BASE_DIR=.devcarry/s40base tools/device/waiting_checks.sh 11  # this build's decode rows
+#                                                                 # against a base cuda_bench, alternated
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -221,6 +223,38 @@ PY
     timeout 300 "$bin/cuda_bench" --mla-prefill > "$base/mla_prefill.md" 2> "$base/mla_prefill.err"
     echo "##### mla-prefill rc $? at $(elapsed) s"; grep -E "^\| MLA prefill" "$base/mla_prefill.md" | cut -c1-170
     ;;
+  11)
+    # A change's rows against the binary before it, alternated in one call (session 40: Q's copy
+    # ahead of the first tiles' loads in the GQA split kernel under TMA and the 16-head MLA
+    # kernels). BASE_DIR holds bin.tar.xz with the base cuda_bench alone (the libraries come from
+    # CARRY_DIR's pack). The tests of what changed first, under this build.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    base_bin=${BASE_DIR:?BASE_DIR: the base cuda_bench}/u
+    mkdir -p "$base_bin" && tar -xJf "$BASE_DIR/bin.tar.xz" -C "$base_bin"
+    timeout 200 "$bin/cuda_kernel_test" --gtest_brief=1 \
+      --gtest_filter='*CudaMlaAttention*/mma_16_heads*:CudaDecodeAttention.*' \
+      > "$base/ab_tests.txt" 2>&1
+    echo "##### tests rc $? at $(elapsed) s"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/ab_tests.txt" | head -12
+    for round in 1 2; do
+      for which in base new; do
+        b=$bin; [ $which = base ] && b=$base_bin
+        for c in "8 x 8k" "16 x 8k"; do
+          timeout 120 "$b/cuda_bench" --decode-sweep-loads "$c" tma 2>&1 | grep "kernels only" | grep -v "3 stages" |
+            sed -E "s/.*split plan /$which r$round: /" | cut -c1-170
+        done
+        timeout 120 "$b/cuda_bench" --mla-decode "${AB_MLA:-mma-16-heads-pairs}" > "$base/ab_mla_${which}_$round.md" 2>&1
+        grep -E "16 heads, a layer of an 8-layer decode graph" "$base/ab_mla_${which}_$round.md" |
+          sed "s/^/$which r$round: /" | cut -d'|' -f1,2,4 | cut -c1-170
+      done
+    done
+    for which in base new; do
+      b=$bin; [ $which = base ] && b=$base_bin
+      timeout 60 "$b/cuda_bench" --decode-timeline "8 x 8k" 2>&1 | grep -E "timeline|steps between" |
+        sed -E "s/.*split plan /$which: /" | cut -c1-400
+    done
+    echo "##### done at $(elapsed) s"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new), each part's output to its own file and a short summary
@@ -258,5 +292,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18, 19: keys in registers in pairs / in shared memory / two rows in flight; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|11|targets" >&2; exit 2 ;;
 esac

@@ -181,6 +181,16 @@ __global__ void __launch_bounds__(Shape<kWarps, kOneBarrier>::kThreads, Shape<kW
                     lane * kWgmmaPanelCols, box_first_row, bar);
     }
   };
+  // The queries first: heads past the row's are zeros (finite scores, never
+  // written). Issued after the ring, their few bytes would queue behind
+  // every block's first kStages tiles, and the first tile, long landed,
+  // would wait for them (as the GQA split kernel's did, S39-1).
+  for (int c = tid; c < kHeads * (kWidth / 8); c += kThreads) {
+    const int r = c / (kWidth / 8), col = (c % (kWidth / 8)) * 8;
+    const bool valid = r < heads;
+    cp_async_16(s_q + r * kQStride + col, block.q + (valid ? static_cast<std::int64_t>(r) * kWidth + col : 0), valid);
+  }
+  cp_async_commit();
   int next_page = 0;  // (warp 0) tile kStages's pages, then each next refill's, loaded a tile ahead
   if (warp == 0) {
     if (lane == 0) {
@@ -192,14 +202,6 @@ __global__ void __launch_bounds__(Shape<kWarps, kOneBarrier>::kThreads, Shape<kW
     for (int t = 0; t < min(kStages, num_tiles); ++t) issue_tile(t, box_page(t));
     if (kStages < num_tiles) next_page = box_page(kStages);
   }
-
-  // The queries: heads past the row's are zeros (finite scores, never written).
-  for (int c = tid; c < kHeads * (kWidth / 8); c += kThreads) {
-    const int r = c / (kWidth / 8), col = (c % (kWidth / 8)) * 8;
-    const bool valid = r < heads;
-    cp_async_16(s_q + r * kQStride + col, block.q + (valid ? static_cast<std::int64_t>(r) * kWidth + col : 0), valid);
-  }
-  cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();  // also: the barriers' init before any wait
   const int half = warp / kKeyGroups, key_group = warp % kKeyGroups;
