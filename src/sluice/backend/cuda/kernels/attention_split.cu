@@ -829,7 +829,8 @@ __device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step,
 // Q goes first because it is what the first tile waits on: issued after the
 // ring, its few bytes queued behind every block's first kRing tiles (~25 MB
 // at 8 x 8k), and the median block began its keys 9.1 us into the launch,
-// its first tile long landed (S39-1, H100).
+// its first tile long landed (S39-1, H100). Q first, the keys start 1.7 us
+// earlier but end as late (S40-2): HBM was busy with the first fill anyway.
 template <int D, int kW, int kRing>
 __device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step, const SplitParams& p,
                                                      const TmaKvRing<D, kW, kRing>& ring, const CUtensorMap* k_map,
