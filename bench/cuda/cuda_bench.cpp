@@ -39,10 +39,10 @@
 // --chunk-pages: the burst's 8k-row chunks' attention by KV page size;
 // --decode-sweep-pages [CASE]: the decode sweep's default plan at 16 and 64 tokens a page, beside the other tile layout;
 // --decode-split-counts [CASE]: one case ("8 x 8k") with the uniform plan's splits fixed at 4-24, both layouts;
-// --decode-sweep-loads [CASE [LOADS]]: the sweep's default beside its keys-as-rows kernel under TMA loads
-// (CudaOptions::decode_split_loads), pages of 16 and 64, two rounds in alternation; with LOADS
-// ("cp-async" or "tma") that one only, one round, for ncu);
-// --decode-timeline [CASE]: one case ("8 x 8k") under the default, pages of 16, TMA and cp.async loads:
+// --decode-sweep-loads [CASE [LOADS]]: the sweep's default beside its keys-as-rows kernel under each
+// loader (CudaOptions::decode_split_loads), pages of 16 and 64, two rounds in alternation; with LOADS
+// ("cp-async", "tma" or "tma-steal") that one only, one round, for ncu);
+// --decode-timeline [CASE]: one case ("8 x 8k") under the default, pages of 16, each loader:
 // the op timed, then one launch with the split kernel's blocks stamping %globaltimer (when each block
 // started, its loads began, its first tile landed, its keys were done, it left).
 //
@@ -1631,7 +1631,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--decode-sweep-loads") == 0) {  // [CASE [LOADS]]: cp.async against TMA loads
     const std::string_view only_loads = argc > 3 ? argv[3] : "";
     if (!only_loads.empty() && !sluice::cuda::parse_name(only_loads, sluice::cuda::kDecodeSplitLoadsNames)) {
-      std::fprintf(stderr, "--decode-sweep-loads: LOADS is cp-async or tma\n");
+      std::fprintf(stderr, "--decode-sweep-loads: LOADS is cp-async, tma or tma-steal\n");
       return 2;
     }
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");

@@ -511,6 +511,7 @@ void run_decode_case(AttentionCase c, std::uint64_t seed, std::int32_t stages_of
   const Kernel kernels[] = {
       {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel, cuda::DecodeSplitLoads::cp_async},
       {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel, cuda::DecodeSplitLoads::tma},
+      {cuda::DecodeSplitTiles::keys_as_rows, stages_of_keys_kernel, cuda::DecodeSplitLoads::tma_steal},
       {cuda::DecodeSplitTiles::heads_as_rows, 2, cuda::DecodeSplitLoads::cp_async}};
   for (const auto& [tiles, stages, loads] : kernels) {
     if (stages_of_keys_kernel != 2 && tiles == cuda::DecodeSplitTiles::heads_as_rows) continue;  // run above
@@ -641,6 +642,9 @@ TEST(CudaDecodeAttention, TmaLoadsShapeRules) {
   args.decode_split_tiles = cuda::DecodeSplitTiles::keys_as_rows;
   args.decode_split_loads = cuda::DecodeSplitLoads::tma;
   EXPECT_TRUE(cuda::split_tma_loads_apply(args));
+  args.decode_split_loads = cuda::DecodeSplitLoads::tma_steal;  // the same ring, its slices claimed
+  EXPECT_TRUE(cuda::split_tma_loads_apply(args));
+  args.decode_split_loads = cuda::DecodeSplitLoads::tma;
   auto with = [&](auto change) {
     cuda::AttentionArgs a = args;
     change(a);

@@ -19,6 +19,7 @@
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh 10     # MLA prefill through cuDNN: prompts, chunks over cached prefixes
 #   CARRY_DIR=.devcarry/s40c BASE_DIR=.devcarry/s40base tools/device/waiting_checks.sh 11  # this build's decode rows
 #                                                                 # against a base cuda_bench, alternated
+#   CARRY_DIR=.devcarry/s40d tools/device/waiting_checks.sh 12  # GQA decode: work stealing against tma, cp.async
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -256,6 +257,23 @@ PY
     done
     echo "##### done at $(elapsed) s"
     ;;
+  12)
+    # Session 40's work stealing in the GQA split kernel (DecodeSplitLoads::tma_steal) against
+    # tma and cp.async in one binary: the decode tests that run every loader, then the sweep's
+    # rows (two rounds, alternated) and the timeline at 8 x 8k.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout 240 "$bin/cuda_kernel_test" --gtest_filter="${STEAL_TESTS:-CudaDecodeAttention.Tma*:CudaDecodeAttention.StaleNanSlotsStayOut:CudaDecodeAttention.GraphReplayedDecodeSteps:CudaDecodeAttention.EvenBatchSplitsGroupOfFour}" \
+      > "$base/steal_tests.txt" 2>&1
+    echo "##### tests rc $? at $(elapsed) s: $(grep -c '^\[       OK' "$base/steal_tests.txt") ok"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|Expected|Which is" "$base/steal_tests.txt" | head -16
+    for c in "8 x 8k" "16 x 8k"; do
+      timeout 120 "$bin/cuda_bench" --decode-sweep-loads "$c" 2>&1 | grep "kernels only" | grep -v "3 stages" |
+        sed -E "s/.*split plan //" | cut -c1-170
+    done
+    timeout 60 "$bin/cuda_bench" --decode-timeline "8 x 8k" 2>&1 | grep -E "timeline|steps between" |
+      sed -E "s/.*split plan //" | cut -c1-400
+    echo "##### done at $(elapsed) s"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new), each part's output to its own file and a short summary
@@ -293,5 +311,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18, 19: keys in registers in pairs / in shared memory / two rows in flight; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|11|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|11|12|targets" >&2; exit 2 ;;
 esac

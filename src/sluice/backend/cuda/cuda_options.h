@@ -126,9 +126,15 @@ enum class DecodeSplitLoads {
   // TMA boxes of a warp's 16 keys (one page's head slice, or a quarter of a
   // page of 64) completing on that warp's mbarrier: four instructions a warp
   // a tile at head_dim 128, no block-wide barrier in the loop. Pages of a
-  // power of two >= 16 keys only; other shapes keep cp_async. Not yet the
-  // default: built in session 27 without a device.
+  // power of two >= 16 keys only; other shapes keep cp_async. The default
+  // since session 29.
   tma,
+  // TMA, and each warp claims its next 16-key slice of the row from a
+  // counter the row's splits share (work stealing) once its first two are
+  // taken, so the splits of a row end together instead of when their own
+  // ranges do (attention_split.cu, WarpSlices). Where the split kernel merges
+  // its own splits; elsewhere as `tma`. Opt-in (session 40).
+  tma_steal,
 };
 
 // Where the split-KV decode kernel's partials are merged (attention_split.cu).
@@ -374,8 +380,8 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitMerge>, 2> kD
     {{"in-split-kernel", DecodeSplitMerge::in_split_kernel}, {"combine-kernel", DecodeSplitMerge::combine_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitTiles>, 2> kDecodeSplitTilesNames = {
     {{"keys-as-rows", DecodeSplitTiles::keys_as_rows}, {"heads-as-rows", DecodeSplitTiles::heads_as_rows}}};
-inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 2> kDecodeSplitLoadsNames = {
-    {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}}};
+inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 3> kDecodeSplitLoadsNames = {
+    {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}, {"tma-steal", DecodeSplitLoads::tma_steal}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 9> kMlaKernelsNames = {

@@ -72,6 +72,11 @@ struct SplitParams {
   // arrive merges the partials (merge_splits()), so no combine kernel runs.
   // Null: the combine kernel merges.
   int* arrivals;
+  // DecodeSplitLoads::tma_steal with the fused merge: a counter per (split
+  // row, blockIdx.y), zero between launches, from which the TMA kernel's
+  // warps claim a row's 16-key slices (WarpSlices); the last block to arrive
+  // resets it. Null: each block takes its own split's keys.
+  int* steal_counters;
   // Benchmarks (set_decode_split_timeline): where the keys-as-rows kernel's
   // blocks stamp %globaltimer, and for how many blocks; null: off.
   std::uint64_t* timeline;
@@ -207,7 +212,10 @@ __device__ __forceinline__ bool last_to_arrive(const SplitParams& p, int row_ind
   if (threadIdx.x == 0) {
     int* counter = p.arrivals + static_cast<std::int64_t>(row_index) * gridDim.y + blockIdx.y;
     const bool last = atomicAdd(counter, 1) == num_splits - 1;
-    if (last) *counter = 0;  // every split has arrived: nothing else touches it this launch
+    if (last) {  // every split has arrived: nothing else touches either counter this launch
+      *counter = 0;
+      if (p.steal_counters != nullptr) p.steal_counters[static_cast<std::int64_t>(row_index) * gridDim.y + blockIdx.y] = 0;
+    }
     s_last = last;
   }
   __syncthreads();
@@ -652,12 +660,12 @@ struct MmaBlock {
   RowSplit split;
   const std::int32_t* table;
 };
-// The part both loaders share: the block's place, an L2 prefetch of its
-// first `prefetch_keys` old keys, pdl_wait(), then `start_loads(b)` (the
-// loader's first copies) where the block has keys.
-template <int D, int kQRows, int kTileKeys, class StartLoads>
+// The part both loaders share: the block's place, `prefetch(b, seq)` (an L2
+// prefetch of the old keys it reads first), pdl_wait(), then
+// `start_loads(b)` (the loader's first copies) where the block has keys.
+template <int D, int kQRows, int kTileKeys, class Prefetch, class StartLoads>
 __device__ __forceinline__ MmaBlock place_mma_block(const StepDeviceView& step, const SplitParams& p,
-                                                    int prefetch_keys, const StartLoads& start_loads) {
+                                                    const Prefetch& prefetch, const StartLoads& start_loads) {
   MmaBlock b;
   b.row = step.split_rows[blockIdx.z];
   const int seq = step.row_sequence[b.row];
@@ -676,7 +684,7 @@ __device__ __forceinline__ MmaBlock place_mma_block(const StepDeviceView& step, 
   b.key_end = min(b.key_begin + b.split.split_tokens, kv_len);
   b.table = step.block_tables + step.seq_block_offset[seq];
   b.num_tiles = (b.key_end - b.key_begin + kTileKeys - 1) / kTileKeys;
-  prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, prefetch_keys);
+  prefetch(b, seq);
   pdl_wait();
   start_loads(b);
   return b;
@@ -685,7 +693,10 @@ template <int D, int kW, int kQRows, int kRing>
 __device__ __forceinline__ MmaBlock start_mma_block(const StepDeviceView& step, const SplitParams& p,
                                                     const MmaRing<D, kW, kQRows, kRing>& ring) {
   constexpr int kTileKeys = MmaRing<D, kW, kQRows, kRing>::kTileKeys;
-  return place_mma_block<D, kQRows, kTileKeys>(step, p, (kRing - 1) * kTileKeys, [&](const MmaBlock& b) {
+  const auto prefetch = [&](const MmaBlock& b, int seq) {
+    prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kRing - 1) * kTileKeys);
+  };
+  return place_mma_block<D, kQRows, kTileKeys>(step, p, prefetch, [&](const MmaBlock& b) {
     copy_q_rows<D, kW * 32, kQRows>(p, b.row, b.head_begin, b.num_heads, ring.q);
 #pragma unroll
     for (int t = 0; t < kRing - 1; ++t) {
@@ -766,13 +777,6 @@ struct TmaKvRing {
     for (int s = 0; s < kRing; ++s) mbarrier_init(smem_addr(full + s * kW + warp), 1);
     fence_mbarrier_init_cluster();
   }
-  // Lane 0: the cache slot of warp `warp`'s first key of tile `tile`, or -1
-  // where all its keys are past the split (no copy: its page may be past the
-  // sequence's table). The slice's other keys are the next slots of that page.
-  __device__ static int first_slot(const SplitParams& p, const MmaBlock& b, int tile, int warp) {
-    const int key = b.key_begin + tile * kTileKeys + warp * kTmaBoxKeys;
-    return key < b.key_end ? static_cast<int>(slot_of(b.table, key, p)) : -1;
-  }
   // Lane 0: the phase of tile `tile`'s barrier expects the slice's K and V
   // bytes (none at slot -1) and gets its one arrival; the K boxes start.
   __device__ void start_k(const CUtensorMap* map, const MmaBlock& b, int tile, int warp, int slot) const {
@@ -795,15 +799,15 @@ struct TmaKvRing {
       tma_load_3d(smem_addr(v + (tile % kRing) * kStageBytes + line * kLineTileBytes + warp * kBoxBytes), map,
                   line * kTmaLineDims, b.kv_head, slot, bar(tile, warp));
   }
-  // The whole warp: waits for its slice of tile `tile`. Rows of keys past the
-  // split get zero V (the box brought the page's stale slots, or nothing: a
-  // stage's bytes from an older tile or never written), since P = 0 times a
-  // NaN is NaN; K needs none (its scores are masked by a select). The zeros
-  // are generic-proxy writes that the stage's next TMA write must follow:
-  // each lane fences the proxies before the warp syncs.
-  __device__ void wait(const MmaBlock& b, int tile, int warp, int lane) const {
+  // The whole warp: waits for its slice of tile `tile`, whose first `valid`
+  // keys are in range. Rows of keys past it get zero V (the box brought the
+  // page's stale slots, or nothing: a stage's bytes from an older tile or
+  // never written), since P = 0 times a NaN is NaN; K needs none (its scores
+  // are masked by a select). The zeros are generic-proxy writes that the
+  // stage's next TMA write must follow: each lane fences the proxies before
+  // the warp syncs.
+  __device__ void wait(int tile, int warp, int lane, int valid) const {
     mbarrier_wait(bar(tile, warp), (tile / kRing) & 1);
-    const int valid = b.key_end - (b.key_begin + tile * kTileKeys + warp * kTmaBoxKeys);
     if (valid >= kTmaBoxKeys) return;  // warp-uniform
     const int first_row = max(valid, 0);
     unsigned char* stage = v + (tile % kRing) * kStageBytes;
@@ -817,11 +821,67 @@ struct TmaKvRing {
   }
 };
 
+// (TMA) The keys a warp takes, iteration by iteration: the first key of its
+// 16-key slice at this iteration and at the kRing after it (the same in
+// every lane), and the bound past which keys are masked.
+//   Its split's keys (steal_counters null, or a row of one split): slice
+//     `warp` of the block's tiles in turn, as the cp.async ring takes them.
+//   Stealing (DecodeSplitLoads::tma_steal): a row's slices go to the W =
+//     num_splits x kW warps of all its splits, the first kRing of each by a
+//     fixed interleave (slice g + j W, g the warp's place among them), then
+//     one at a time from the row's counter. So the warps on a slow SM take
+//     fewer, and all end within a slice of each other: under split ranges
+//     the median block's keys ended 86 us into a 98-us launch at 8 x 8k, the
+//     first block's at 54 (S40-1, H100). Lane 0 claims a slice an iteration
+//     before its copies start, so the atomic's latency passes under that
+//     iteration.
+template <int kW, int kRing>
+struct WarpSlices {
+  int first[kRing + 1];
+  int end;
+  int stride;              // own split: keys from one iteration's slice to the next
+  int* counter = nullptr;  // stealing: the row's counter
+  int claimed_from = 0;    // stealing: the first slice claims hand out (kRing W)
+  int pending = 0;         // stealing, lane 0: the slice claimed for kRing + 1 iterations on
+
+  __device__ __forceinline__ void start(const SplitParams& p, const MmaBlock& b, int warp, int kv_len, int tile_keys,
+                                        bool steal) {
+    if (!steal) {
+#pragma unroll
+      for (int j = 0; j <= kRing; ++j) first[j] = b.key_begin + j * tile_keys + warp * kTmaBoxKeys;
+      end = b.key_end;
+      stride = tile_keys;
+      return;
+    }
+    const int warps = b.split.num_splits * kW, g = static_cast<int>(blockIdx.x) * kW + warp;
+#pragma unroll
+    for (int j = 0; j < kRing; ++j) first[j] = (g + j * warps) * kTmaBoxKeys;
+    end = kv_len;
+    counter = p.steal_counters + static_cast<std::int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    claimed_from = kRing * warps;
+    claim();
+    first[kRing] = (claimed_from + __shfl_sync(0xffffffffu, pending, 0)) * kTmaBoxKeys;
+  }
+  __device__ __forceinline__ bool has_keys() const { return first[0] < end; }
+  __device__ __forceinline__ int valid() const { return end - first[0]; }
+  // Lane 0 only (under stealing): the next claim, used by advance().
+  __device__ __forceinline__ void claim() {
+    if (counter != nullptr && (threadIdx.x & 31) == 0) pending = atomicAdd(counter, 1);
+  }
+  // The whole warp, at the end of an iteration.
+  __device__ __forceinline__ void advance() {
+#pragma unroll
+    for (int j = 0; j < kRing; ++j) first[j] = first[j + 1];
+    first[kRing] = counter != nullptr ? (claimed_from + __shfl_sync(0xffffffffu, pending, 0)) * kTmaBoxKeys
+                                      : first[kRing - 1] + stride;
+  }
+};
+
 // The keys-as-rows kernel's start under either loader.
 template <int D, int kW, int kRing>
 __device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step, const SplitParams& p,
                                                      const MmaRing<D, kW, 8, kRing>& ring, const CUtensorMap*,
-                                                     const CUtensorMap*) {
+                                                     const CUtensorMap*, WarpSlices<kW, kRing>&) {
   return start_mma_block(step, p, ring);
 }
 // start_mma_block() for the TMA ring: Q's copy first, then each warp's lane
@@ -831,23 +891,41 @@ __device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step,
 // at 8 x 8k), and the median block began its keys 9.1 us into the launch,
 // its first tile long landed (S39-1, H100). Q first, the keys start 1.7 us
 // earlier but end as late (S40-2): HBM was busy with the first fill anyway.
+// `slices`: the warp's keys (WarpSlices), set here.
 template <int D, int kW, int kRing>
 __device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step, const SplitParams& p,
                                                      const TmaKvRing<D, kW, kRing>& ring, const CUtensorMap* k_map,
-                                                     const CUtensorMap* v_map) {
+                                                     const CUtensorMap* v_map, WarpSlices<kW, kRing>& slices) {
   using Ring = TmaKvRing<D, kW, kRing>;
   if (threadIdx.x == 0) {
     prefetch_tensor_map(k_map);
     prefetch_tensor_map(v_map);
   }
-  return place_mma_block<D, 8, Ring::kTileKeys>(step, p, (kRing - 1) * Ring::kTileKeys, [&](const MmaBlock& b) {
-    const int warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5;
+  const auto stealing = [&](const MmaBlock& b) { return p.steal_counters != nullptr && b.split.num_splits > 1; };
+  // The old keys of the block's first kRing - 1 tiles: its split's, or
+  // under stealing its warps' first slices.
+  const auto prefetch = [&](const MmaBlock& b, int seq) {
+    if (!stealing(b)) {
+      prefetch_old_keys(step, p, seq, b.kv_head * D, D, b.key_begin, b.key_end, (kRing - 1) * Ring::kTileKeys);
+      return;
+    }
+    const int kv_len = step.positions[b.row] + 1, warps = b.split.num_splits * kW;
+    for (int j = 0; j < kRing - 1; ++j)
+      for (int w = 0; w < kW; ++w) {
+        const int first = (static_cast<int>(blockIdx.x) * kW + w + j * warps) * kTmaBoxKeys;
+        prefetch_old_keys(step, p, seq, b.kv_head * D, D, first, min(first + kTmaBoxKeys, kv_len), kTmaBoxKeys);
+      }
+  };
+  return place_mma_block<D, 8, Ring::kTileKeys>(step, p, prefetch, [&](const MmaBlock& b) {
     copy_q_rows<D, kW * 32, 8>(p, b.row, b.head_begin, b.num_heads, ring.q);
     cp_async_commit();
+    slices.start(p, b, warp, step.positions[b.row] + 1, Ring::kTileKeys, stealing(b));
     if ((threadIdx.x & 31) == 0) {
       ring.init(warp);
-      for (int t = 0; t < kRing && t < b.num_tiles; ++t) {
-        const int slot = Ring::first_slot(p, b, t, warp);
+#pragma unroll
+      for (int t = 0; t < kRing; ++t) {  // a slice past the keys: its stage's phase completes empty
+        const int slot = slices.first[t] < slices.end ? static_cast<int>(slot_of(b.table, slices.first[t], p)) : -1;
         ring.start_k(k_map, b, t, warp, slot);
         ring.start_v(v_map, b, t, warp, slot);
       }
@@ -1034,7 +1112,8 @@ __global__ void __launch_bounds__(kW * 32)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const Ring ring(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MmaBlock b = start_keys_block(step, p, ring, k_map, v_map);
+  WarpSlices<kW, kRing> slices;  // TMA: each warp walks its own slices, no block barrier in the loop
+  const MmaBlock b = start_keys_block(step, p, ring, k_map, v_map, slices);
   if (b.num_tiles < 0) return;
   stamp(p, DecodeSplitMoment::loads_started);
 
@@ -1049,14 +1128,16 @@ __global__ void __launch_bounds__(kW * 32)
     for (int i = 0; i < 4; ++i) o_acc[n][i] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
-  for (int tile = 0; tile < b.num_tiles; ++tile) {
-    // TMA: lane 0's slot of the tile kRing past this one, read from the
+  for (int tile = 0; kTma ? slices.has_keys() : tile < b.num_tiles; ++tile) {
+    // TMA: lane 0's slot of the slice kRing iterations on, read from the
     // page table before the wait so that the read's latency passes under the
-    // wait and the QK mma; its K and V copies start below.
+    // wait and the QK mma (-1: past the keys); its K and V copies start below.
     int refill_slot = -1;
     if constexpr (kTma) {
-      if (lane == 0 && tile + kRing < b.num_tiles) refill_slot = Ring::first_slot(p, b, tile + kRing, warp);
-      ring.wait(b, tile, warp, lane);
+      slices.claim();
+      if (lane == 0 && slices.first[kRing] < slices.end)
+        refill_slot = static_cast<int>(slot_of(b.table, slices.first[kRing], p));
+      ring.wait(tile, warp, lane, slices.valid());
     } else {
       next_tile(p, b, ring, tile);
     }
@@ -1078,7 +1159,8 @@ __global__ void __launch_bounds__(kW * 32)
       sk = ring.k_rows(tile, warp);
       sv = ring.v_rows(tile, warp);
     }
-    const int key0 = b.key_begin + tile * kTileKeys + warp * 16 + lane / 4;
+    const int key0 = (kTma ? slices.first[0] : b.key_begin + tile * kTileKeys + warp * 16) + lane / 4;
+    const int key_end = kTma ? slices.end : b.key_end;
 
     // Two accumulators over alternate k-steps: two independent mma chains.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -1093,13 +1175,13 @@ __global__ void __launch_bounds__(kW * 32)
     }
     if constexpr (kTma) {  // every lane's K reads are done (their mma issued): refill the stage's K
       __syncwarp();
-      if (lane == 0 && tile + kRing < b.num_tiles) ring.start_k(k_map, b, tile + kRing, warp, refill_slot);
+      if (lane == 0) ring.start_k(k_map, b, tile + kRing, warp, refill_slot);
     }
     float col_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = key0 + (i / 2) * 8;
-      const float v = key < b.key_end ? (s[0][i] + s[1][i]) * p.scale_log2 : -INFINITY;
+      const float v = key < key_end ? (s[0][i] + s[1][i]) * p.scale_log2 : -INFINITY;
       s[0][i] = v;
       col_max[i % 2] = fmaxf(col_max[i % 2], v);
     }
@@ -1148,7 +1230,8 @@ __global__ void __launch_bounds__(kW * 32)
     }
     if constexpr (kTma) {  // and its V, once every lane's V reads are done
       __syncwarp();
-      if (lane == 0 && tile + kRing < b.num_tiles) ring.start_v(v_map, b, tile + kRing, warp, refill_slot);
+      if (lane == 0) ring.start_v(v_map, b, tile + kRing, warp, refill_slot);
+      slices.advance();
     } else {
       __syncthreads();  // the stage is rewritten kRing - 1 tiles later
     }
@@ -1450,6 +1533,12 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
                            plan.max_splits <= kFusedMergeMaxSplits &&
                            static_cast<std::int64_t>(grid.y) * grid.z <= args.split_arrivals_capacity;
   p.arrivals = fused_merge ? args.split_arrivals : nullptr;
+  // Work stealing's counters after the arrival counters, in the same buffer.
+  const std::int64_t counters = static_cast<std::int64_t>(grid.y) * grid.z;
+  p.steal_counters = fused_merge && args.decode_split_loads == DecodeSplitLoads::tma_steal &&
+                             2 * counters <= args.split_arrivals_capacity
+                         ? args.split_arrivals + counters
+                         : nullptr;
   p.timeline = g_timeline;
   p.timeline_blocks = g_timeline_blocks;
   if (plan.keys_as_rows) {
@@ -1491,7 +1580,8 @@ bool split_tma_loads_apply(const AttentionArgs& args) {
   const std::int32_t block = args.block_size_tokens;
   const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
   // Slots fit the boxes' int32 coordinate; a 16-key box never crosses a page.
-  return args.decode_split_loads == DecodeSplitLoads::tma && runs_keys_as_rows(args) && block >= kTmaBoxKeys &&
+  return (args.decode_split_loads == DecodeSplitLoads::tma || args.decode_split_loads == DecodeSplitLoads::tma_steal) &&
+         runs_keys_as_rows(args) && block >= kTmaBoxKeys &&
          (block & (block - 1)) == 0 && args.kv_cache_slots > 0 && args.kv_cache_slots <= INT32_MAX &&
          aligned(args.k_cache) && aligned(args.v_cache);
 }
