@@ -110,11 +110,11 @@ for line in open(sys.argv[1]):
     if m:
         case, pages, loads, pct, us = m.groups()
         cells.setdefault((case, pages), {}).setdefault(loads, []).append(f"{pct}% ({us} us)")
-print("| case | pages | cp-async | tma | tma, 3 stages |")
-print("|---|---|---|---|---|")
+print("| case | pages | cp-async | tma | tma, 3 stages | tma-steal |")
+print("|---|---|---|---|---|---|")
 for (case, pages), by in cells.items():
     print(f"| {case} | {pages} | {' / '.join(by.get('cp-async', []))} | {' / '.join(by.get('tma', []))} | "
-          f"{' / '.join(by.get('tma, 3 stages', []))} |")
+          f"{' / '.join(by.get('tma, 3 stages', []))} | {' / '.join(by.get('tma-steal', []))} |")
 PY
 echo "=== runs"
 cat "$summary"

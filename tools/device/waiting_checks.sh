@@ -276,23 +276,29 @@ PY
     ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
-    # session 36's H200; part 10 is new), each part's output to its own file and a short summary
+    # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
+    # part's output to its own file and a short summary
     # printed last: the device tool returns only the last 12,000 characters of a call's output
     # (S36-1 lost its first parts). Needs the pack of parts 1-10 (cuda_kernel_test, cuda_bench,
     # cuda_deepseek_v4_forward_test, deepseek_v4_forward_bench).
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     echo "GPU: $gpu"
-    for p in 7 4 3 9 10 1; do
+    for p in 12 7 4 3 9 10 1; do
       if [ "$p" = 1 ]; then
         FORMATS="2 18 19" MODEL_FORMATS=2,18,19 INDEXER_TESTS=${INDEXER_TESTS:-scores} OUT=$base/p$p \
           bash "$0" 1 > "$base/part$p.txt" 2>&1
+      elif [ "$p" = 12 ]; then
+        STEAL_TESTS=${STEAL_TESTS:-CudaDecodeAttention.Tma*:CudaDecodeAttention.StaleNanSlotsStayOut:CudaDecodeAttention.GraphReplayedDecodeSteps} \
+          OUT=$base/p$p bash "$0" 12 > "$base/part$p.txt" 2>&1
       else
         OUT=$base/p$p bash "$0" "$p" > "$base/part$p.txt" 2>&1
       fi
       echo "part $p rc $? at $(elapsed) s"
     done
-    tar -C "$base" -czf "$base/targets_logs.tgz" p7 p4 p3 p9 p10 p1 2>/dev/null && rm -rf "$base"/p[0-9] "$base"/p10
+    tar -C "$base" -czf "$base/targets_logs.tgz" p12 p7 p4 p3 p9 p10 p1 2>/dev/null && rm -rf "$base"/p[0-9] "$base"/p1[02]
     echo "=== summary ($gpu)"
+    echo "-- 14 GQA decode: the decode tests under every loader (work stealing, session 40, first):"
+    grep -E "##### tests|^\[  (PASSED|FAILED) |^\[  FAILED" "$base/part12.txt" | head -6
     echo "-- 15 MoE prefill 4,096 / 16,384 tokens, x in slot order (target 50% of 1979):"
     grep -E "PASSED|FAILED" "$base/part7.txt" | head -3
     grep "slot order) prefill" "$base/part7.txt" | while read -r line; do
