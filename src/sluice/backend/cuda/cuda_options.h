@@ -381,7 +381,9 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitMerge>, 2> kD
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitTiles>, 2> kDecodeSplitTilesNames = {
     {{"keys-as-rows", DecodeSplitTiles::keys_as_rows}, {"heads-as-rows", DecodeSplitTiles::heads_as_rows}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 3> kDecodeSplitLoadsNames = {
-    {{"cp-async", DecodeSplitLoads::cp_async}, {"tma", DecodeSplitLoads::tma}, {"tma-steal", DecodeSplitLoads::tma_steal}}};
+    {{"cp-async", DecodeSplitLoads::cp_async},
+     {"tma", DecodeSplitLoads::tma},
+     {"tma-steal", DecodeSplitLoads::tma_steal}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
 inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 9> kMlaKernelsNames = {

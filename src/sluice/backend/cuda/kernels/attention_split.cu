@@ -214,7 +214,8 @@ __device__ __forceinline__ bool last_to_arrive(const SplitParams& p, int row_ind
     const bool last = atomicAdd(counter, 1) == num_splits - 1;
     if (last) {  // every split has arrived: nothing else touches either counter this launch
       *counter = 0;
-      if (p.steal_counters != nullptr) p.steal_counters[static_cast<std::int64_t>(row_index) * gridDim.y + blockIdx.y] = 0;
+      if (p.steal_counters != nullptr)
+        p.steal_counters[static_cast<std::int64_t>(row_index) * gridDim.y + blockIdx.y] = 0;
     }
     s_last = last;
   }

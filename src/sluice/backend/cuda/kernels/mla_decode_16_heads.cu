@@ -28,9 +28,10 @@
 // boxes of one page, already in the 128-byte swizzle; a lane a panel) into a
 // ring of kStages tiles, each stage's bytes counted on its mbarrier. Tile
 // t - 1's stage is refilled (with tile t - 1 + kStages) once tile t's scores
-// are in, the first barrier every warp reaches after its P V of t - 1. (A ninth warp to load would put three warps on one
-// of the SM's four schedulers, whose quarter of the register file then caps
-// every thread at 168 registers: the Q fragments spilled.)
+// are in, the first barrier every warp reaches after its P V of t - 1. (A
+// ninth warp to load would put three warps on one of the SM's four
+// schedulers, whose quarter of the register file then caps every thread at
+// 168 registers: the Q fragments spilled.)
 //
 // The pairs form (MlaKernels::mma_16_heads_pairs, Shape<4>) runs the same
 // phases in blocks of 4 warps, two blocks an SM: each warp takes 16 keys of
