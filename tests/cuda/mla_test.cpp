@@ -546,19 +546,10 @@ INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                                            cuda::MlaKernels::mma_16_heads, cuda::MlaKernels::mma_16_heads_pairs,
                                            cuda::MlaKernels::mma_16_heads_one_barrier),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
-                           switch (info.param) {
-                             case cuda::MlaKernels::simple: return std::string("simple");
-                             case cuda::MlaKernels::tensor_core: return std::string("tensor_core");
-                             case cuda::MlaKernels::wgmma: return std::string("wgmma");
-                             case cuda::MlaKernels::wgmma_tma: return std::string("wgmma_tma");
-                             case cuda::MlaKernels::wgmma_seesaw: return std::string("wgmma_seesaw");
-                             case cuda::MlaKernels::wgmma_keys_m: return std::string("wgmma_keys_m");
-                             case cuda::MlaKernels::mma_16_heads: return std::string("mma_16_heads");
-                             case cuda::MlaKernels::mma_16_heads_pairs: return std::string("mma_16_heads_pairs");
-                             case cuda::MlaKernels::mma_16_heads_one_barrier:
-                               return std::string("mma_16_heads_one_barrier");
-                           }
-                           return std::string("unknown");
+                           // The set's option name, as gtest names take it ("mma-16-heads" -> "mma_16_heads").
+                           std::string name(cuda::name_of(info.param, cuda::kMlaKernelsNames));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
                          });
 
 }  // namespace

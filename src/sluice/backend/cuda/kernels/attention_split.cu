@@ -839,19 +839,17 @@ struct TmaKvRing {
 template <int kW, int kRing>
 struct WarpSlices {
   int first[kRing + 1];
+  static constexpr int kTileKeys = kW * kTmaBoxKeys;  // own split: keys from one iteration's slice to the next
   int end;
-  int stride;              // own split: keys from one iteration's slice to the next
   int* counter = nullptr;  // stealing: the row's counter
   int claimed_from = 0;    // stealing: the first slice claims hand out (kRing W)
   int pending = 0;         // stealing, lane 0: the slice claimed for kRing + 1 iterations on
 
-  __device__ __forceinline__ void start(const SplitParams& p, const MmaBlock& b, int warp, int kv_len, int tile_keys,
-                                        bool steal) {
+  __device__ __forceinline__ void start(const SplitParams& p, const MmaBlock& b, int warp, int kv_len, bool steal) {
     if (!steal) {
 #pragma unroll
-      for (int j = 0; j <= kRing; ++j) first[j] = b.key_begin + j * tile_keys + warp * kTmaBoxKeys;
+      for (int j = 0; j <= kRing; ++j) first[j] = b.key_begin + j * kTileKeys + warp * kTmaBoxKeys;
       end = b.key_end;
-      stride = tile_keys;
       return;
     }
     const int warps = b.split.num_splits * kW, g = static_cast<int>(blockIdx.x) * kW + warp;
@@ -874,7 +872,7 @@ struct WarpSlices {
 #pragma unroll
     for (int j = 0; j < kRing; ++j) first[j] = first[j + 1];
     first[kRing] = counter != nullptr ? (claimed_from + __shfl_sync(0xffffffffu, pending, 0)) * kTmaBoxKeys
-                                      : first[kRing - 1] + stride;
+                                      : first[kRing - 1] + kTileKeys;
   }
 };
 
@@ -921,7 +919,8 @@ __device__ __forceinline__ MmaBlock start_keys_block(const StepDeviceView& step,
   return place_mma_block<D, 8, Ring::kTileKeys>(step, p, prefetch, [&](const MmaBlock& b) {
     copy_q_rows<D, kW * 32, 8>(p, b.row, b.head_begin, b.num_heads, ring.q);
     cp_async_commit();
-    slices.start(p, b, warp, step.positions[b.row] + 1, Ring::kTileKeys, stealing(b));
+    static_assert(WarpSlices<kW, kRing>::kTileKeys == Ring::kTileKeys, "a slice a warp a tile");
+    slices.start(p, b, warp, step.positions[b.row] + 1, stealing(b));
     if ((threadIdx.x & 31) == 0) {
       ring.init(warp);
 #pragma unroll
@@ -1534,10 +1533,11 @@ void launch_for_dim(const StepDeviceView& step, const AttentionArgs& args, const
                            plan.max_splits <= kFusedMergeMaxSplits &&
                            static_cast<std::int64_t>(grid.y) * grid.z <= args.split_arrivals_capacity;
   p.arrivals = fused_merge ? args.split_arrivals : nullptr;
-  // Work stealing's counters after the arrival counters, in the same buffer.
+  // Work stealing's counters after the arrival counters, in the same
+  // buffer, only where the TMA keys-as-rows kernel runs (the one that claims).
   const std::int64_t counters = static_cast<std::int64_t>(grid.y) * grid.z;
-  p.steal_counters = fused_merge && args.decode_split_loads == DecodeSplitLoads::tma_steal &&
-                             2 * counters <= args.split_arrivals_capacity
+  p.steal_counters = fused_merge && args.decode_split_loads == DecodeSplitLoads::tma_steal && plan.keys_as_rows &&
+                             split_tma_loads_apply(args) && 2 * counters <= args.split_arrivals_capacity
                          ? args.split_arrivals + counters
                          : nullptr;
   p.timeline = g_timeline;

@@ -114,17 +114,18 @@ struct Shape {
   static constexpr int kHeadKeys = kTileKeys / kHeadThreads;  // 2 or 4
   static constexpr int kStages = kWarps == 8 ? 5 : 2;
   static constexpr int kScoreBuffers = kOneBarrier ? 2 : 1;
+  static constexpr int kSharedSoftmax = kOneBarrier ? 0 : 1;  // P, the rescale factors and (max, sum) in smem
   // Shared memory after the 1024-aligned ring: the queries (read once into
   // registers), both halves' partial scores (a buffer each of the tiles in
-  // flight), P, the rescale factors, then each head's final (max, sum),
-  // then the mbarriers.
+  // flight), then (two-barrier forms) P, the rescale factors and each
+  // head's final (max, sum), then the mbarriers.
   static constexpr int kQ = kStages * kTileBytes;
   static constexpr int kScores = kQ + kHeads * kQStride * 2;
   static constexpr int kScoreBufferFloats = 2 * kHeads * kScoreStride;
   static constexpr int kP = kScores + kScoreBuffers * kScoreBufferFloats * 4;
-  static constexpr int kCorrection = kP + kHeads * kPStride * 2;
-  static constexpr int kFinal = kCorrection + kHeads * 4;
-  static constexpr int kBarriers = kFinal + 2 * kHeads * 4;
+  static constexpr int kCorrection = kP + kSharedSoftmax * kHeads * kPStride * 2;
+  static constexpr int kFinal = kCorrection + kSharedSoftmax * kHeads * 4;
+  static constexpr int kBarriers = kFinal + kSharedSoftmax * 2 * kHeads * 4;
   static constexpr int kBytes = 1024 + kBarriers + kStages * 8;
   static_assert(kKeyGroups * kWarpKeys == kTileKeys && kWarps * kWarpPanels * kWgmmaPanelCols == kRank,
                 "a warp's keys and dims");

@@ -103,10 +103,10 @@ inline constexpr std::int32_t kMlaDecodeMaxWidth = 1024;
 inline constexpr std::int32_t kMlaDecodeMaxRank = 512;
 // The tensor-core and wgmma decode kernels' dims: rank 512 + rope 64 (DeepSeek-V3's).
 bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim);
-// The wgmma-era decode sets (wgmma, wgmma_tma, wgmma_seesaw, wgmma_keys_m,
-// mma_16_heads, mma_16_heads_pairs, mma_16_heads_one_barrier): one block a (row, split, head group) over latent tiles,
-// splits by wgmma_decode_splits' cost, and o_latent written by the block
-// itself when one split covers the context (no combine).
+// The wgmma-era decode sets (wgmma, wgmma_tma, wgmma_seesaw, wgmma_keys_m
+// and the 16-head sets): one block a (row, split, head group) over latent
+// tiles, splits by wgmma_decode_splits' cost, and o_latent written by the
+// block itself when one split covers the context (no combine).
 bool mla_decode_wgmma_era(MlaKernels kernels);
 // Splits of each (row, head)'s keys for a longest context of max_context_tokens
 // (the graph bucket's under graphs): a pure function of the launch shape.
@@ -142,7 +142,8 @@ inline constexpr std::int32_t kMlaKeysMMaxHeads = 16;
 bool mla_decode_keys_m_supports(std::int32_t num_heads, std::int32_t block_size);
 void launch_mla_decode_attention_keys_m(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // The 16-head kernels (mla_decode_16_heads.cu, MlaKernels::mma_16_heads: one
-// block of 8 warps an SM; mma_16_heads_pairs and _one_barrier: two blocks of 4 warps):
+// block of 8 warps an SM; mma_16_heads_pairs and _one_barrier: two blocks of
+// 4 warps):
 // mma.sync with a row's heads (at most 16, zero-padded) as the MMA's M of 16,
 // 32-key tiles, TMA loads, so pages of a multiple of 8 rows. The same
 // partials and one-split o_latent as the wgmma kernel's; their own splits
