@@ -31,6 +31,17 @@ base=${OUT:-/tmp/waiting-checks}
 mkdir -p "$base"
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
+# The GQA decode's rows of one cuda_bench binary, each line led by PREFIX:
+#   sweep_rows BIN CASE [LOADS] PREFIX: the sweep's kernels-only rows (the 2-tile rings);
+#   timeline_rows BIN CASE PREFIX: the split kernel's timeline, one launch a loader.
+sweep_rows() {
+  timeout 120 "$1/cuda_bench" --decode-sweep-loads "$2" ${3:+"$3"} 2>&1 | grep "kernels only" | grep -v "3 stages" |
+    sed -E "s/.*split plan /$4/" | cut -c1-170
+}
+timeline_rows() {
+  timeout 60 "$1/cuda_bench" --decode-timeline "$2" 2>&1 | grep -E "kernels only|timeline|steps between" |
+    sed -E "s/.*split plan /$3/" | cut -c1-400
+}
 case ${1:-1} in
   0)
     # The goldens and the whole kernel suite at today's defaults. One kernel-suite process needs
@@ -208,11 +219,9 @@ PY
         --metrics gpu__time_duration.sum,dram__bytes_read.sum "$bin/cuda_bench" --decode-sweep-loads "$c" tma \
         > "$f" 2> "$f.err"
       python3 tools/device/ncu_metrics_table.py "$f" "$c (ncu)" kv_write split
-      timeout 120 "$bin/cuda_bench" --decode-sweep-loads "$c" tma 2>&1 | grep "kernels only" | grep -v "3 stages" |
-        sed -E 's/.*split plan //' | cut -c1-160
+      sweep_rows "$bin" "$c" tma ""
       # Where the split kernel's ~12 us of fixed time goes (session 37): each block's moments, one launch.
-      timeout 60 "$bin/cuda_bench" --decode-timeline "$c" 2>&1 | grep -E "kernels only|timeline|steps between" |
-        sed -E 's/.*split plan //' | cut -c1-400
+      timeline_rows "$bin" "$c" ""
     done
     echo "##### done at $(elapsed) s"
     tar -C "$base" -czf "$base/gqa_ncu.tgz" $(cd "$base" && ls ncu9_*) && rm "$base"/ncu9_*
@@ -242,8 +251,7 @@ PY
       for which in base new; do
         b=$bin; [ $which = base ] && b=$base_bin
         for c in "8 x 8k" "16 x 8k"; do
-          timeout 120 "$b/cuda_bench" --decode-sweep-loads "$c" tma 2>&1 | grep "kernels only" | grep -v "3 stages" |
-            sed -E "s/.*split plan /$which r$round: /" | cut -c1-170
+          sweep_rows "$b" "$c" tma "$which r$round: "
         done
         timeout 120 "$b/cuda_bench" --mla-decode "${AB_MLA:-mma-16-heads-pairs}" > "$base/ab_mla_${which}_$round.md" 2>&1
         grep -E "16 heads, a layer of an 8-layer decode graph" "$base/ab_mla_${which}_$round.md" |
@@ -252,8 +260,7 @@ PY
     done
     for which in base new; do
       b=$bin; [ $which = base ] && b=$base_bin
-      timeout 60 "$b/cuda_bench" --decode-timeline "8 x 8k" 2>&1 | grep -E "timeline|steps between" |
-        sed -E "s/.*split plan /$which: /" | cut -c1-400
+      timeline_rows "$b" "8 x 8k" "$which: "
     done
     echo "##### done at $(elapsed) s"
     ;;
@@ -266,12 +273,8 @@ PY
       > "$base/steal_tests.txt" 2>&1
     echo "##### tests rc $? at $(elapsed) s: $(grep -c '^\[       OK' "$base/steal_tests.txt") ok"
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|Expected|Which is" "$base/steal_tests.txt" | head -16
-    for c in "8 x 8k" "16 x 8k"; do
-      timeout 120 "$bin/cuda_bench" --decode-sweep-loads "$c" 2>&1 | grep "kernels only" | grep -v "3 stages" |
-        sed -E "s/.*split plan //" | cut -c1-170
-    done
-    timeout 60 "$bin/cuda_bench" --decode-timeline "8 x 8k" 2>&1 | grep -E "timeline|steps between" |
-      sed -E "s/.*split plan //" | cut -c1-400
+    for c in "8 x 8k" "16 x 8k"; do sweep_rows "$bin" "$c" "" ""; done
+    timeline_rows "$bin" "8 x 8k" ""
     echo "##### done at $(elapsed) s"
     ;;
   targets)
