@@ -595,7 +595,9 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
   };
   for (const std::vector<std::int32_t>& counts :
        {std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130},
-        std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7}}) {
+        std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7},
+        // More pairs than the kernel's threads load in one pass (8,192), and a partial last pass.
+        std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7, 9000, 8001, 3}}) {
     const auto num_experts = static_cast<std::int32_t>(counts.size());
     std::vector<std::int32_t> expert_ids;  // pair p (k = 1: row p) -> its expert, experts in turn
     std::vector<Tile> by_expert;
@@ -653,6 +655,23 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
                              .tile_first_slot = tile_first_slot.as<std::int32_t>()},
                             cuda::Launch{.stream = nullptr, .programmatic = false});
       const std::vector<std::int32_t> experts = download_i32(tile_expert), firsts = download_i32(tile_first_slot);
+      // Every pair in a slot of its expert's, every slot once, naming its pair's row.
+      const std::vector<std::int32_t> got_offsets = download_i32(offsets), slots = download_i32(slot_of_pair),
+                                      rows = download_i32(row_of_slot);
+      for (std::int32_t e = 0, slot = 0; e <= num_experts; ++e) {
+        ASSERT_EQ(got_offsets[static_cast<std::size_t>(e)], slot) << "expert " << e;
+        if (e < num_experts) slot += counts[static_cast<std::size_t>(e)];
+      }
+      std::vector<bool> slot_used(slots.size(), false);
+      for (std::size_t p = 0; p < slots.size(); ++p) {
+        const auto e = static_cast<std::size_t>(expert_ids[p]);
+        const std::int32_t slot = slots[p];
+        ASSERT_GE(slot, got_offsets[e]) << "pair " << p;
+        ASSERT_LT(slot, got_offsets[e + 1]) << "pair " << p;
+        ASSERT_FALSE(slot_used[static_cast<std::size_t>(slot)]) << "slot " << slot << " twice";
+        slot_used[static_cast<std::size_t>(slot)] = true;
+        EXPECT_EQ(rows[static_cast<std::size_t>(slot)], static_cast<std::int32_t>(p)) << "slot " << slot;
+      }
       const std::vector<Tile>& want = is_paired ? paired : by_expert;
       for (std::int32_t t = 0; t < max_tiles; ++t) {
         const std::size_t i = static_cast<std::size_t>(t);

@@ -20,6 +20,8 @@
 #   CARRY_DIR=.devcarry/s40c BASE_DIR=.devcarry/s40base tools/device/waiting_checks.sh 11  # this build's decode rows
 #                                                                 # against a base cuda_bench, alternated
 #   CARRY_DIR=.devcarry/s40d tools/device/waiting_checks.sh 12  # GQA decode: work stealing against tma, cp.async
+#   CARRY_DIR=.devcarry/s41b BASE_DIR=.devcarry/s41 tools/device/waiting_checks.sh 13  # the MoE routing and plan
+#                                                                 # kernels against a base cuda_bench, alternated
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -275,6 +277,33 @@ PY
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|Expected|Which is" "$base/steal_tests.txt" | head -16
     for c in "8 x 8k" "16 x 8k"; do sweep_rows "$bin" "$c" "" ""; done
     timeline_rows "$bin" "8 x 8k" ""
+    echo "##### done at $(elapsed) s"
+    ;;
+  13)
+    # Issue 15's MoE prefill: the routing (a warp a row) and the plan (a block-wide scan, loads
+    # ahead of their atomics) of session 41 against the base binary, alternated in one call: the
+    # MoE tests under this build, the layer at 4,096 tokens twice each, then ncu of both kernels
+    # (the first 16 launches, route and plan in turn) in either binary. BASE_DIR as in part 11.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    base_bin=${BASE_DIR:?BASE_DIR: the base cuda_bench}/u
+    mkdir -p "$base_bin" && tar -xJf "$BASE_DIR/bin.tar.xz" -C "$base_bin"
+    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaMoe*' > "$base/moe_tests.txt" 2>&1
+    echo "##### MoE tests rc $? at $(elapsed) s: $(grep -c '^\[       OK' "$base/moe_tests.txt") ok"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/moe_tests.txt" | head -12
+    for round in 1 2; do
+      for which in base new; do
+        b=$bin; [ $which = base ] && b=$base_bin
+        timeout 120 "$b/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast > "$base/moe13_${which}_$round.md" 2>&1
+        echo "$which r$round: $(grep 'slot order) prefill' "$base/moe13_${which}_$round.md" | grep -oE '[0-9.]+% of 1979|[0-9.]+ ms' | tr '\n' ' ')"
+      done
+    done
+    for which in base new; do
+      b=$bin; [ $which = base ] && b=$base_bin
+      timeout 120 ncu --clock-control none -k 'regex:moe_route|moe_plan' -c 16 --csv --print-units base \
+        --metrics gpu__time_duration.sum "$b/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast \
+        > "$base/ncu13_$which.csv" 2> "$base/ncu13_$which.err"
+      python3 tools/device/ncu_metrics_table.py "$base/ncu13_$which.csv" "$which (ncu)" route plan
+    done
     echo "##### done at $(elapsed) s"
     ;;
   targets)

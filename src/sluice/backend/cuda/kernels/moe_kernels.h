@@ -13,7 +13,7 @@ namespace sluice::cuda {
 // The most experts the routing and permutation kernels hold in shared memory.
 inline constexpr std::int32_t kMoeMaxExperts = 1024;
 
-// DeepSeekMoE routing, as Ops::moe_route states it; one block a row.
+// DeepSeekMoE routing, as Ops::moe_route states it; one warp a row.
 struct MoeRouteArgs {
   const float* logits = nullptr;  // [rows, num_experts]
   const void* bias = nullptr;     // [num_experts] e_score_correction_bias, bias_dt

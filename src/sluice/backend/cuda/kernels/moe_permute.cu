@@ -15,84 +15,157 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kPlanThreads = 1024;
+static_assert(kPlanThreads >= kMoeMaxExperts, "the plan's scan takes a thread an expert");
+constexpr int kPlanChunk = 8;  // pairs a thread loads before it uses them
 constexpr int kCombineThreads = 256;
 constexpr int kMaxChoices = 64;
 
-// MoeTileOrder::paired, one thread: experts in order, each one's tiles two by
-// two from pair_position[e]; an expert with an odd count keeps its last tile
-// back until the next such expert, and the two go in the pair after that
-// expert's own pairs (odd_position). A last odd tile left over takes the
-// position before num_tiles, its partner num_tiles (-1). So positions
-// [0, num_tiles) are every tile once, in pairs (2p, 2p + 1).
-__device__ void paired_positions(const int* tile_offsets, int num_experts, int* pair_position, int* odd_position) {
-  int position = 0, waiting = -1;  // waiting: the expert whose odd tile has no partner yet
-  for (int e = 0; e < num_experts; ++e) {
-    const int num_expert_tiles = tile_offsets[e + 1] - tile_offsets[e];
-    pair_position[e] = position;
-    position += num_expert_tiles & ~1;
-    if ((num_expert_tiles & 1) == 0) continue;
-    if (waiting < 0) {
-      waiting = e;
-      continue;
-    }
-    odd_position[waiting] = position;
-    odd_position[e] = position + 1;
-    position += 2;
-    waiting = -1;
+// An expert's place in the plan, as sums over the experts before it: its
+// slots, its tiles, its tiles two by two (MoeTileOrder::paired) and whether
+// it has an odd tile.
+struct ExpertSums {
+  int slots, tiles, even_tiles, odd;
+};
+__device__ __forceinline__ ExpertSums operator+(ExpertSums a, ExpertSums b) {
+  return {a.slots + b.slots, a.tiles + b.tiles, a.even_tiles + b.even_tiles, a.odd + b.odd};
+}
+__device__ __forceinline__ ExpertSums shfl_up(ExpertSums v, int delta) {
+  return {__shfl_up_sync(0xffffffffu, v.slots, delta), __shfl_up_sync(0xffffffffu, v.tiles, delta),
+          __shfl_up_sync(0xffffffffu, v.even_tiles, delta), __shfl_up_sync(0xffffffffu, v.odd, delta)};
+}
+// The sums over the threads before this one (expert tid's), and over all of
+// them into *total. Every thread of the block calls it.
+__device__ ExpertSums exclusive_sums(ExpertSums mine, ExpertSums* warp_totals, ExpertSums* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  ExpertSums inclusive = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const ExpertSums up = shfl_up(inclusive, d);
+    if (lane >= d) inclusive = inclusive + up;
   }
-  if (waiting >= 0) odd_position[waiting] = position;
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    ExpertSums t = lane < warps ? warp_totals[lane] : ExpertSums{};
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const ExpertSums up = shfl_up(t, d);
+      if (lane >= d) t = t + up;
+    }
+    if (lane < warps) warp_totals[lane] = t;  // inclusive over warps
+    if (lane == warps - 1) *total = t;
+  }
+  __syncthreads();
+  const ExpertSums before_warp = warp > 0 ? warp_totals[warp - 1] : ExpertSums{};
+  const ExpertSums exclusive = before_warp + inclusive;
+  return {exclusive.slots - mine.slots, exclusive.tiles - mine.tiles, exclusive.even_tiles - mine.even_tiles,
+          exclusive.odd - mine.odd};
 }
 
-__global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(MoePlanArgs a) {
+// One block, a thread an expert: a histogram of the pairs, the experts'
+// places by a block-wide scan, a scatter of the pairs into slots and the
+// tiles. The pairs' loads go kPlanChunk at a time ahead of their atomics and
+// stores, so a thread waits for memory a few times, not once a pair (one
+// pair at a time, 4,096 tokens x 8 took ~70 us, S35-7).
+//
+// MoeTileOrder::paired: experts in order, each one's tiles two by two from
+// pair_position[e]; an expert with an odd count keeps its last tile back
+// until the next such expert, and the two go in the pair after that
+// expert's own pairs (odd_position). A last odd tile left over takes the
+// position before num_tiles, its partner num_tiles (-1). So positions
+// [0, num_tiles) are every tile once, in pairs (2p, 2p + 1). As sums: the
+// pairs before expert e take its even tiles before it plus two a pair of
+// odd experts before it.
+__global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ int counts[kMoeMaxExperts];
   __shared__ int cursor[kMoeMaxExperts];
   __shared__ int offsets[kMoeMaxExperts + 1];
   __shared__ int tile_offsets[kMoeMaxExperts + 1];
-  // MoeTileOrder::paired: where expert e's first pair and its odd tile go.
-  __shared__ int pair_position[kMoeMaxExperts];
-  __shared__ int odd_position[kMoeMaxExperts];
+  __shared__ int odd_expert[kMoeMaxExperts];  // paired: the experts with an odd tile, in order
+  __shared__ ExpertSums warp_totals[kPlanThreads / 32];
+  __shared__ ExpertSums total;
   const int tid = threadIdx.x, num_experts = a.num_experts;
-  for (int e = tid; e < num_experts; e += blockDim.x) {
-    counts[e] = 0;
-    cursor[e] = 0;
+  if (tid < num_experts) {
+    counts[tid] = 0;
+    cursor[tid] = 0;
   }
   __syncthreads();
-  for (int p = tid; p < a.num_pairs; p += blockDim.x) atomicAdd(&counts[a.expert_ids[p]], 1);
-  __syncthreads();
-  if (tid == 0) {
-    offsets[0] = 0;
-    tile_offsets[0] = 0;
-    for (int e = 0; e < num_experts; ++e) {
-      offsets[e + 1] = offsets[e] + counts[e];
-      tile_offsets[e + 1] = tile_offsets[e] + (counts[e] + a.tile_rows - 1) / a.tile_rows;
+  constexpr int kPass = kPlanThreads * kPlanChunk;
+  for (int base = 0; base < a.num_pairs; base += kPass) {
+    int e[kPlanChunk];
+#pragma unroll
+    for (int j = 0; j < kPlanChunk; ++j) {
+      const int p = base + j * kPlanThreads + tid;
+      e[j] = p < a.num_pairs ? a.expert_ids[p] : -1;
     }
-    if (a.tile_order == MoeTileOrder::paired) paired_positions(tile_offsets, num_experts, pair_position, odd_position);
+#pragma unroll
+    for (int j = 0; j < kPlanChunk; ++j)
+      if (e[j] >= 0) atomicAdd(&counts[e[j]], 1);
   }
+  __syncthreads();
+  const int count = tid < num_experts ? counts[tid] : 0;
+  const int tiles = (count + a.tile_rows - 1) / a.tile_rows;
+  const ExpertSums before =
+      exclusive_sums({count, tiles, tiles & ~1, tiles & 1}, warp_totals, &total);
+  if (tid < num_experts) {
+    offsets[tid] = before.slots;
+    tile_offsets[tid] = before.tiles;
+  }
+  if (tid == 0) {
+    offsets[num_experts] = total.slots;
+    tile_offsets[num_experts] = total.tiles;
+  }
+  const bool paired = a.tile_order == MoeTileOrder::paired;
+  if (paired && tid < num_experts && (tiles & 1)) odd_expert[before.odd] = tid;
   __syncthreads();
   for (int e = tid; e <= num_experts; e += blockDim.x) a.expert_offsets[e] = offsets[e];
-  for (int p = tid; p < a.num_pairs; p += blockDim.x) {
-    const int e = a.expert_ids[p];
-    const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
-    a.slot_of_pair[p] = slot;
-    a.row_of_slot[slot] = p / a.k;
+  for (int base = 0; base < a.num_pairs; base += kPass) {
+    int e[kPlanChunk];
+#pragma unroll
+    for (int j = 0; j < kPlanChunk; ++j) {
+      const int p = base + j * kPlanThreads + tid;
+      e[j] = p < a.num_pairs ? a.expert_ids[p] : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kPlanChunk; ++j) {
+      if (e[j] < 0) continue;
+      const int p = base + j * kPlanThreads + tid;
+      const int slot = offsets[e[j]] + atomicAdd(&cursor[e[j]], 1);
+      a.slot_of_pair[p] = slot;
+      a.row_of_slot[slot] = p / a.k;
+    }
   }
-  const int num_tiles = tile_offsets[num_experts];
-  if (a.tile_order == MoeTileOrder::paired) {
+  const int num_tiles = total.tiles;
+  if (paired) {
     for (int t = num_tiles + tid; t < a.max_tiles; t += blockDim.x) {
       a.tile_expert[t] = -1;
       a.tile_first_slot[t] = 0;
     }
-    // A thread an expert writes its tiles where paired_positions put them.
-    for (int e = tid; e < num_experts; e += blockDim.x) {
-      const int num_expert_tiles = tile_offsets[e + 1] - tile_offsets[e];
-      for (int j = 0; j < num_expert_tiles; ++j) {
-        const int t = j < (num_expert_tiles & ~1) ? pair_position[e] + j : odd_position[e];
-        a.tile_expert[t] = e;
-        a.tile_first_slot[t] = offsets[e] + j * a.tile_rows;
-      }
+    if (tid >= num_experts || tiles == 0) return;
+    const int pair_position = before.even_tiles + 2 * (before.odd / 2);
+    const int own_pairs_end = pair_position + (tiles & ~1);
+    for (int j = 0; j < (tiles & ~1); ++j) {
+      a.tile_expert[pair_position + j] = tid;
+      a.tile_first_slot[pair_position + j] = offsets[tid] + j * a.tile_rows;
     }
+    if ((tiles & 1) == 0) return;
+    const int odd_first_slot = offsets[tid] + (tiles - 1) * a.tile_rows;
+    if (before.odd & 1) {
+      // This expert closes a pair: the waiting expert's odd tile first, its own second.
+      const int waiting = odd_expert[before.odd - 1];
+      const int waiting_tiles = (counts[waiting] + a.tile_rows - 1) / a.tile_rows;
+      a.tile_expert[own_pairs_end] = waiting;
+      a.tile_first_slot[own_pairs_end] = offsets[waiting] + (waiting_tiles - 1) * a.tile_rows;
+      a.tile_expert[own_pairs_end + 1] = tid;
+      a.tile_first_slot[own_pairs_end + 1] = odd_first_slot;
+    } else if (before.odd + 1 == total.odd) {
+      // The lone last odd tile, after every pair.
+      const int position = total.even_tiles + 2 * (total.odd / 2);
+      a.tile_expert[position] = tid;
+      a.tile_first_slot[position] = odd_first_slot;
+    }  // else the next odd expert places this one's odd tile
     return;
   }
   for (int t = tid; t < a.max_tiles; t += blockDim.x) {
