@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -133,6 +134,46 @@ TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
       ASSERT_EQ(ids[i], ref_ids[i]) << "row " << i / c.k << " choice " << i % c.k;
       EXPECT_NEAR(weights[i], ref_weights[i], 1e-5 * std::max(1.0f, std::fabs(ref_weights[i])))
           << "row " << i / c.k << " choice " << i % c.k;
+    }
+  }
+}
+
+// A row of NaN router logits (a model gone wrong, or poisoned input) ranks
+// no expert before another: its choices must still name experts that exist,
+// and the rows beside it keep the reference's choices.
+TEST(CudaMoe, RouteKeepsNanRowsInBounds) {
+  constexpr std::int32_t kRows = 6, kExperts = 64, kK = 6;
+  auto ops = make_test_ops();
+  ThreadPool pool(2);
+  SplitMix64 rng(7100);
+  std::vector<float> logits(static_cast<std::size_t>(kRows) * kExperts), bias(kExperts, 0.0f);
+  for (float& v : logits) v = static_cast<float>((2.0 * rng.uniform() - 1.0) * 2.0);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::fill_n(logits.begin() + 1 * kExperts, kExperts, nan);  // row 1: every logit NaN
+  for (std::int32_t e = 0; e < kExperts; e += 2) logits[3 * kExperts + e] = nan;  // row 3: half
+  const MoeRouting routing{.num_experts = kExperts, .num_experts_per_token = kK, .num_groups = 8,
+                           .num_groups_selected = 4, .normalize = true, .scale = 1.0f};
+  // The reference for the other rows (rows are routed alone): the NaN rows zeroed.
+  std::vector<float> finite = logits;
+  for (float& v : finite) v = std::isnan(v) ? 0.0f : v;
+  std::vector<std::int32_t> ref_ids(static_cast<std::size_t>(kRows) * kK);
+  std::vector<float> ref_weights(ref_ids.size());
+  cpu::moe_route(pool, host_tensor(finite, {kRows, kExperts}), host_tensor(bias, {kExperts}), routing,
+                 {.expert_ids = Tensor{ref_ids.data(), DType::i32, Shape{kRows, kK}},
+                  .expert_weights = host_tensor(ref_weights, {kRows, kK})});
+  DeviceArray d_logits(logits, DType::f32, {kRows, kExperts}), d_bias(bias, DType::f32, {kExperts});
+  ops->begin_step(layout_with_rows(kRows));
+  const MoeAssignment out{.expert_ids = ops->scratch({kRows, kK}, DType::i32),
+                          .expert_weights = ops->scratch({kRows, kK}, DType::f32)};
+  poison(out.expert_ids);
+  ASSERT_TRUE(ops->moe_route(d_logits.tensor(), d_bias.tensor(), routing, out).ok());
+  const std::vector<std::int32_t> ids = download_i32(out.expert_ids);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::size_t row = i / kK;
+    EXPECT_GE(ids[i], 0) << "row " << row;
+    EXPECT_LT(ids[i], kExperts) << "row " << row;
+    if (row != 1 && row != 3) {
+      EXPECT_EQ(ids[i], ref_ids[i]) << "row " << row << " choice " << i % kK;
     }
   }
 }

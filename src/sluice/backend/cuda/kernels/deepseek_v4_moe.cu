@@ -68,6 +68,8 @@ __global__ void v4_route_kernel(V4RouteArgs a) {
           best_e = oe;
         }
       }
+      // NaN choices rank before nothing: if every one left is NaN, expert 0 (in bounds, not a fault).
+      if (best_e >= a.num_experts) best_e = 0;
       picked[i] = best_e;
       __syncwarp();
       if (lane == 0) choice[best_e] = -INFINITY;
