@@ -93,13 +93,17 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
   }
   __syncthreads();
   constexpr int kPass = kPlanThreads * kPlanChunk;
-  for (int base = 0; base < a.num_pairs; base += kPass) {
-    int e[kPlanChunk];
+  // This thread's pairs of the pass at `base`: pair base + j kPlanThreads + tid's expert, -1 past the last.
+  const auto load_pass = [&](int base, int (&e)[kPlanChunk]) {
 #pragma unroll
     for (int j = 0; j < kPlanChunk; ++j) {
       const int p = base + j * kPlanThreads + tid;
       e[j] = p < a.num_pairs ? a.expert_ids[p] : -1;
     }
+  };
+  for (int base = 0; base < a.num_pairs; base += kPass) {
+    int e[kPlanChunk];
+    load_pass(base, e);
 #pragma unroll
     for (int j = 0; j < kPlanChunk; ++j)
       if (e[j] >= 0) atomicAdd(&counts[e[j]], 1);
@@ -123,11 +127,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
   for (int e = tid; e <= num_experts; e += blockDim.x) a.expert_offsets[e] = offsets[e];
   for (int base = 0; base < a.num_pairs; base += kPass) {
     int e[kPlanChunk];
-#pragma unroll
-    for (int j = 0; j < kPlanChunk; ++j) {
-      const int p = base + j * kPlanThreads + tid;
-      e[j] = p < a.num_pairs ? a.expert_ids[p] : -1;
-    }
+    load_pass(base, e);
 #pragma unroll
     for (int j = 0; j < kPlanChunk; ++j) {
       if (e[j] < 0) continue;
