@@ -93,9 +93,38 @@ struct RouteCase {
   bool ties;  // logits from a handful of values: many exact ties
 };
 
+// The CPU reference's routing of `logits` ([rows, experts]): ids and weights.
+struct RouteResult {
+  std::vector<std::int32_t> ids;
+  std::vector<float> weights;
+};
+RouteResult route_on_cpu(std::vector<float>& logits, std::vector<float>& bias, const MoeRouting& routing,
+                         std::int32_t rows) {
+  ThreadPool pool(2);
+  const std::int32_t experts = routing.num_experts, k = routing.num_experts_per_token;
+  RouteResult ref{std::vector<std::int32_t>(static_cast<std::size_t>(rows) * k),
+                  std::vector<float>(static_cast<std::size_t>(rows) * k)};
+  cpu::moe_route(pool, host_tensor(logits, {rows, experts}), host_tensor(bias, {experts}), routing,
+                 {.expert_ids = Tensor{ref.ids.data(), DType::i32, Shape{rows, k}},
+                  .expert_weights = host_tensor(ref.weights, {rows, k})});
+  return ref;
+}
+// The same on the device, its outputs poisoned first.
+RouteResult route_on_device(Ops& ops, const std::vector<float>& logits, const std::vector<float>& bias,
+                            const MoeRouting& routing, std::int32_t rows) {
+  const std::int32_t experts = routing.num_experts, k = routing.num_experts_per_token;
+  DeviceArray d_logits(logits, DType::f32, {rows, experts}), d_bias(bias, DType::f32, {experts});
+  ops.begin_step(layout_with_rows(rows));
+  const MoeAssignment out{.expert_ids = ops.scratch({rows, k}, DType::i32),
+                          .expert_weights = ops.scratch({rows, k}, DType::f32)};
+  poison(out.expert_ids);
+  poison(out.expert_weights);
+  EXPECT_TRUE(ops.moe_route(d_logits.tensor(), d_bias.tensor(), routing, out).ok());
+  return {download_i32(out.expert_ids), download(out.expert_weights)};
+}
+
 TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
   auto ops = make_test_ops();
-  ThreadPool pool(2);
   std::uint64_t seed = 7000;
   for (const RouteCase& c : {RouteCase{64, 256, 8, 8, 4, true, 2.5f, false},
                              RouteCase{300, 256, 8, 8, 4, true, 2.5f, true},
@@ -115,24 +144,11 @@ TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
     for (float& v : bias) v = c.ties ? 0.0f : static_cast<float>((2.0 * rng.uniform() - 1.0) * 0.5);
     const MoeRouting routing{.num_experts = c.experts, .num_experts_per_token = c.k, .num_groups = c.groups,
                              .num_groups_selected = c.groups_selected, .normalize = c.normalize, .scale = c.scale};
-    std::vector<std::int32_t> ref_ids(static_cast<std::size_t>(c.rows) * c.k);
-    std::vector<float> ref_weights(ref_ids.size());
-    cpu::moe_route(pool, host_tensor(logits, {c.rows, c.experts}), host_tensor(bias, {c.experts}), routing,
-                   {.expert_ids = Tensor{ref_ids.data(), DType::i32, Shape{c.rows, c.k}},
-                    .expert_weights = host_tensor(ref_weights, {c.rows, c.k})});
-
-    DeviceArray d_logits(logits, DType::f32, {c.rows, c.experts}), d_bias(bias, DType::f32, {c.experts});
-    ops->begin_step(layout_with_rows(c.rows));
-    const MoeAssignment out{.expert_ids = ops->scratch({c.rows, c.k}, DType::i32),
-                            .expert_weights = ops->scratch({c.rows, c.k}, DType::f32)};
-    poison(out.expert_ids);
-    poison(out.expert_weights);
-    ASSERT_TRUE(ops->moe_route(d_logits.tensor(), d_bias.tensor(), routing, out).ok());
-    const std::vector<std::int32_t> ids = download_i32(out.expert_ids);
-    const std::vector<float> weights = download(out.expert_weights);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      ASSERT_EQ(ids[i], ref_ids[i]) << "row " << i / c.k << " choice " << i % c.k;
-      EXPECT_NEAR(weights[i], ref_weights[i], 1e-5 * std::max(1.0f, std::fabs(ref_weights[i])))
+    const RouteResult ref = route_on_cpu(logits, bias, routing, c.rows);
+    const RouteResult got = route_on_device(*ops, logits, bias, routing, c.rows);
+    for (std::size_t i = 0; i < got.ids.size(); ++i) {
+      ASSERT_EQ(got.ids[i], ref.ids[i]) << "row " << i / c.k << " choice " << i % c.k;
+      EXPECT_NEAR(got.weights[i], ref.weights[i], 1e-5 * std::max(1.0f, std::fabs(ref.weights[i])))
           << "row " << i / c.k << " choice " << i % c.k;
     }
   }
@@ -144,7 +160,6 @@ TEST(CudaMoe, RouteChoosesTheCpuReferencesExperts) {
 TEST(CudaMoe, RouteKeepsNanRowsInBounds) {
   constexpr std::int32_t kRows = 6, kExperts = 64, kK = 6;
   auto ops = make_test_ops();
-  ThreadPool pool(2);
   SplitMix64 rng(7100);
   std::vector<float> logits(static_cast<std::size_t>(kRows) * kExperts), bias(kExperts, 0.0f);
   for (float& v : logits) v = static_cast<float>((2.0 * rng.uniform() - 1.0) * 2.0);
@@ -156,18 +171,8 @@ TEST(CudaMoe, RouteKeepsNanRowsInBounds) {
   // The reference for the other rows (rows are routed alone): the NaN rows zeroed.
   std::vector<float> finite = logits;
   for (float& v : finite) v = std::isnan(v) ? 0.0f : v;
-  std::vector<std::int32_t> ref_ids(static_cast<std::size_t>(kRows) * kK);
-  std::vector<float> ref_weights(ref_ids.size());
-  cpu::moe_route(pool, host_tensor(finite, {kRows, kExperts}), host_tensor(bias, {kExperts}), routing,
-                 {.expert_ids = Tensor{ref_ids.data(), DType::i32, Shape{kRows, kK}},
-                  .expert_weights = host_tensor(ref_weights, {kRows, kK})});
-  DeviceArray d_logits(logits, DType::f32, {kRows, kExperts}), d_bias(bias, DType::f32, {kExperts});
-  ops->begin_step(layout_with_rows(kRows));
-  const MoeAssignment out{.expert_ids = ops->scratch({kRows, kK}, DType::i32),
-                          .expert_weights = ops->scratch({kRows, kK}, DType::f32)};
-  poison(out.expert_ids);
-  ASSERT_TRUE(ops->moe_route(d_logits.tensor(), d_bias.tensor(), routing, out).ok());
-  const std::vector<std::int32_t> ids = download_i32(out.expert_ids);
+  const std::vector<std::int32_t> ref_ids = route_on_cpu(finite, bias, routing, kRows).ids;
+  const std::vector<std::int32_t> ids = route_on_device(*ops, logits, bias, routing, kRows).ids;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::size_t row = i / kK;
     EXPECT_GE(ids[i], 0) << "row " << row;

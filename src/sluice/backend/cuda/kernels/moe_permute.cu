@@ -151,20 +151,17 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
       a.tile_first_slot[pair_position + j] = offsets[tid] + j * a.tile_rows;
     }
     if ((tiles & 1) == 0) return;
-    const int odd_first_slot = offsets[tid] + (tiles - 1) * a.tile_rows;
+    // Expert e's odd tile (its last) at position t.
+    const auto place_odd_tile = [&](int e, int t) {
+      a.tile_expert[t] = e;
+      a.tile_first_slot[t] = offsets[e] + (tile_offsets[e + 1] - tile_offsets[e] - 1) * a.tile_rows;
+    };
     if (before.odd & 1) {
       // This expert closes a pair: the waiting expert's odd tile first, its own second.
-      const int waiting = odd_expert[before.odd - 1];
-      const int waiting_tiles = (counts[waiting] + a.tile_rows - 1) / a.tile_rows;
-      a.tile_expert[own_pairs_end] = waiting;
-      a.tile_first_slot[own_pairs_end] = offsets[waiting] + (waiting_tiles - 1) * a.tile_rows;
-      a.tile_expert[own_pairs_end + 1] = tid;
-      a.tile_first_slot[own_pairs_end + 1] = odd_first_slot;
+      place_odd_tile(odd_expert[before.odd - 1], own_pairs_end);
+      place_odd_tile(tid, own_pairs_end + 1);
     } else if (before.odd + 1 == total.odd) {
-      // The lone last odd tile, after every pair.
-      const int position = total.even_tiles + 2 * (total.odd / 2);
-      a.tile_expert[position] = tid;
-      a.tile_first_slot[position] = odd_first_slot;
+      place_odd_tile(tid, total.even_tiles + 2 * (total.odd / 2));  // the lone last one, after every pair
     }  // else the next odd expert places this one's odd tile
     return;
   }

@@ -76,7 +76,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) moe_route_kernel(MoeRouteA
     r.scores[e] = s;
     r.choice[e] = s + load_f(a.bias, a.bias_dt, e);
   }
-  for (int g = lane; g < num_groups; g += 32) r.group_kept[g] = 0;
   __syncwarp();
   // A group's score: the sum of its two best choices.
   for (int g = lane; g < num_groups; g += 32) {
@@ -92,6 +91,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) moe_route_kernel(MoeRouteA
       }
     }
     r.group_scores[g] = best.value + second.value;
+    r.group_kept[g] = 0;
   }
   __syncwarp();
   for (int s = 0; s < a.num_groups_selected; ++s) {
