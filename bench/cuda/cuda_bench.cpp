@@ -288,8 +288,8 @@ void bench_deepseek_moe(bool quick) {
   constexpr std::int64_t kHidden = 7168, kInter = 2048;
   const MoeRouting routing{.num_experts = kExperts, .num_experts_per_token = kTopK, .num_groups = kGroups,
                            .num_groups_selected = kGroupsSelected, .normalize = true, .scale = 2.5f};
-  // FP8 under both expert GEMMs (the per-expert cuBLASLt path runs in eager
-  // steps only, so prefill; decode rows are the grouped kernel either way), then bf16.
+  // FP8 under both expert GEMMs (the grouped kernel on bf16-dequantized
+  // weights, and fp8_wgmma), then bf16.
   // fp8_wgmma under each kernel of its 128-slot tiles (prefill): the
   // warp-specialised ones (cp.async or TMA loads, A multicast to a cluster of
   // two or four, the weight tile multicast to a cluster of two on the paired
@@ -314,8 +314,7 @@ void bench_deepseek_moe(bool quick) {
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma,
                             cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
-                    Variant{true, cuda::MoeExpertGemm::grouped},
-                    Variant{true, cuda::MoeExpertGemm::per_expert_cublaslt}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
+                    Variant{true, cuda::MoeExpertGemm::grouped}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
     if (g_moe_fp8_wgmma_only && !(v.fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma)) continue;
     if (!g_moe_fp8_kernel.empty() && cuda::name_of(v.kernel) != g_moe_fp8_kernel) continue;
     const bool fp8 = v.fp8;
@@ -333,7 +332,6 @@ void bench_deepseek_moe(bool quick) {
                                    .down = weight({kExperts * kHidden, kInter}, 42)};
     const Tensor bias = must(cuda_random_weight(*ops, {kExperts}, DType::f32, 43, 0.1f));
     const double weight_bytes_per_expert = 3.0 * kInter * kHidden * (fp8 ? 1.0 : 2.0);
-    const bool per_expert = v.gemm == cuda::MoeExpertGemm::per_expert_cublaslt;
     // fp8_wgmma: x gathered by gate_up, then x quantized into slot order (session 35).
     const bool wgmma = fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma;
     for (const bool by_slot : {false, true})
@@ -341,7 +339,7 @@ void bench_deepseek_moe(bool quick) {
     // tile serves more of them; the row is 4,096.
     for (std::int32_t rows : quick ? std::vector<std::int32_t>{64, 1024} : std::vector<std::int32_t>{64, 4096, 16384}) {
       if (rows == 16384 && !wgmma) continue;
-      if ((!fp8 && rows > 64 && quick) || (per_expert && rows == 64) || (by_slot && !wgmma)) continue;
+      if ((!fp8 && rows > 64 && quick) || (by_slot && !wgmma)) continue;
       cuda::set_moe_fp8_x_by_slot(by_slot);
       StepLayout layout;
       layout.token_ids.assign(static_cast<std::size_t>(rows), 0);
@@ -372,7 +370,6 @@ void bench_deepseek_moe(bool quick) {
       const std::string wgmma_name = "FP8 wgmma grouped kernel (" + std::string(cuda::name_of(v.kernel)) +
                                      (by_slot ? ", x in slot order)" : ")");
       const char* dtype = !fp8                                       ? "bf16"
-                          : per_expert                               ? "FP8 per-expert cuBLASLt"
                           : v.gemm == cuda::MoeExpertGemm::fp8_wgmma ? wgmma_name.c_str()
                                                                      : "FP8 grouped kernel";
       if (rows == 64) {

@@ -6,10 +6,10 @@
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
 // (the simple kernels' generic path). Every MLA case runs under every kernel
 // set (CudaOptions::mla_kernels, the suite's parameter: .../simple,
-// .../tensor_core, .../wgmma, .../wgmma_tma, .../wgmma_seesaw,
-// .../wgmma_keys_m and .../mma_16_heads; the last two take their own kernels
-// at <= 16 heads and block sizes that are multiples of 8, wgmma's kernel
-// elsewhere).
+// .../tensor_core, .../wgmma, .../wgmma_tma and the 16-head sets
+// .../mma_16_heads, .../mma_16_heads_pairs and .../mma_16_heads_one_barrier,
+// which take their own kernels at <= 16 heads and block sizes that are
+// multiples of 8, wgmma's kernel elsewhere).
 //
 // Tolerances. The CPU runs in f32; CUDA keeps bf16 (8 significant bits,
 // relative rounding <= 2^-9) at each of: the decompressed K/V (prefill) or the
@@ -349,8 +349,7 @@ TEST_P(CudaMlaAttention, DecodeWith128Heads) {
 // their blocks write o_latent themselves (no combine): 128 heads at contexts
 // within one 64-key tile, and 70 rows (>= 66 blocks: half the H200's SMs or
 // more, where a second split would cost a second wave) at contexts across
-// several tiles and block boundaries (the seesaw kernel's pairs of tiles:
-// 1 to 4 tiles, an odd count ending on a pair without its odd tile).
+// several tiles and block boundaries (1 to 4 tiles, odd counts and even).
 TEST_P(CudaMlaAttention, DecodeInOneSplit) {
   run({.name = "decode, one tile",
        .num_heads = 128,
@@ -387,15 +386,14 @@ TEST_P(CudaMlaAttention, DecodeWithOtherBlockSizes) {
 
 // Decode at the head counts of tensor parallel shares of DeepSeek-V3's 128
 // (16 under TP8, 8 under TP16) and one that is not a multiple of 8 (12: the
-// keys-as-M kernel pads the MMA's N with zero queries), at contexts on both
-// sides of its 64-key tiles (1, 63, 64, 65, 128, 129, and 701), and at 16
-// heads over the block sizes whose pages its TMA boxes cover (8, 16, 48,
-// 128): a few rows take many splits, several of them empty. Then 70 rows in
-// one split (its blocks write o_latent themselves) over up to 12 tiles, so
-// its 25-panel ring wraps around several times (the 16-head kernel's 5-tile
-// ring too, over up to 24 tiles of 32 keys; again at pages of 8 rows, four
-// boxes a tile). Block size 12 is not a multiple of 8: wgmma_keys_m and
-// mma_16_heads take wgmma's kernel there.
+// 16-head kernels pad the MMA's M with zero queries), at contexts on both
+// sides of their 32-key tiles and wgmma's 64-key ones (1, 63, 64, 65, 128,
+// 129, and 701), and at 16 heads over the block sizes whose pages their TMA
+// boxes cover (8, 16, 48, 128): a few rows take many splits, several of them
+// empty. Then 70 rows in one split (its blocks write o_latent themselves)
+// over up to 24 tiles of 32 keys, so the 16-head kernels' rings wrap around
+// several times (again at pages of 8 rows, four boxes a tile). Block size 12
+// is not a multiple of 8: the 16-head sets take wgmma's kernel there.
 TEST_P(CudaMlaAttention, DecodeWithFewHeads) {
   struct Shape {
     std::int32_t heads, block_size;
@@ -542,7 +540,6 @@ TEST(CudaMlaCudnnPlans, ChunksWithinTheBoundsBuildNoPlanOnTheirPath) {
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
                                            cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma,
-                                           cuda::MlaKernels::wgmma_seesaw, cuda::MlaKernels::wgmma_keys_m,
                                            cuda::MlaKernels::mma_16_heads, cuda::MlaKernels::mma_16_heads_pairs,
                                            cuda::MlaKernels::mma_16_heads_one_barrier),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {

@@ -207,9 +207,6 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
            ExpertsCase{512, 64, 6, 128, 64, false, false},
            ExpertsCase{3, 4, 2, 256, 128, false, true},      // FP8 experts, decode-like
            ExpertsCase{200, 4, 2, 384, 256, true, true},     // FP8 experts, prefill-like
-           // Per-expert cuBLASLt (1x128 scale groups of 4 floats: widths of 512).
-           ExpertsCase{200, 4, 2, 512, 512, true, true, cuda::MoeExpertGemm::per_expert_cublaslt},
-           ExpertsCase{3, 8, 2, 512, 512, false, true, cuda::MoeExpertGemm::per_expert_cublaslt},
            // FP8 tensor cores (widths multiples of 128): decode-like, and experts over several 128-slot tiles.
            ExpertsCase{64, 256, 8, 256, 128, false, true, cuda::MoeExpertGemm::fp8_wgmma},
            ExpertsCase{300, 8, 2, 384, 256, true, true, cuda::MoeExpertGemm::fp8_wgmma},
@@ -287,8 +284,7 @@ TEST(CudaMoe, ExpertsMatchTheCpuReference) {
       routed[i] = got[i] - out[i];
       ref_routed[i] = double(ref[i]) - out[i];
     }
-    const bool quantized =
-        c.fp8 && (c.gemm == cuda::MoeExpertGemm::per_expert_cublaslt || c.gemm == cuda::MoeExpertGemm::fp8_wgmma);
+    const bool quantized = c.fp8 && c.gemm == cuda::MoeExpertGemm::fp8_wgmma;
     EXPECT_LE(relative_error(routed, ref_routed), quantized ? kFp8ActivationTolerance : kBf16Tolerance);
   }
 }

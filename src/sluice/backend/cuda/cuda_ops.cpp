@@ -708,10 +708,8 @@ class CudaOps final : public Ops {
   bool replaying() const { return graphs_.mode() == cuda::DecodeGraphs::Mode::replaying; }
   cuda::MoeContext moe_context() {
     return {.scratch = scratch_,
-            .gemm = gemm_,
             .launch = launch_,
             .launch_kernels = launching(),
-            .eager = graphs_.mode() == cuda::DecodeGraphs::Mode::eager,
             .expert_gemm = options_.moe_expert_gemm};
   }
   // Whether an op launches its kernels (not while replaying: the graph has

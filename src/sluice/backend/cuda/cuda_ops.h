@@ -57,7 +57,7 @@ namespace sluice {
 [[nodiscard]] Result<cuda::V4PagedBlocks> cuda_model_defined_kv(const Ops& ops);
 
 // The FP8 block-scaled GEMMs this Ops asked cuBLASLt for so far (dense FP8
-// matmuls above kFp8KernelMaxRows rows, per-expert MoE GEMMs): how many ran
+// matmuls above kFp8KernelMaxRows rows): how many ran
 // there, how many fell back to the grouped kernel, and the last reason. Lets
 // tests and benchmarks say which path ran instead of inferring it.
 [[nodiscard]] Result<cuda::Fp8GemmCounts> cuda_fp8_gemm_counts(const Ops& ops);

@@ -189,20 +189,10 @@ enum class MlaKernels {
   // it runs at wgmma's speed (64 x 8k whole op 1.398 vs 1.400 TB/s, run
   // S17-mla-2), so it is not the default; the base for per-panel barriers.
   wgmma_tma,
-  // wgmma's decode with FlashMLA's "seesaw" schedule: both warpgroups
-  // compute S, on alternating tiles (warpgroup 0 the even, 1 the odd), each
-  // multiplies both tiles' P by its half of V, the two maxima exchanged
-  // through shared memory (kernels/mla_decode_wgmma_seesaw.cu); cp.async
-  // loads on per-panel mbarriers, any block size. Compiled, not yet run on a
-  // device: opt-in until the MLA suite passes under it and it beats wgmma.
-  wgmma_seesaw,
-  // wgmma's decode with the keys as the MMA's M (kernels/mla_decode_keys_m.cu)
-  // where a decode row has at most 16 heads (DeepSeek-V3 under tensor
-  // parallel 8) and the block size is a multiple of 8: S^T = K Q^T and
-  // O^T = V^T P^T on m64n16k16, no MMA rows spent on padding heads, TMA
-  // loads into a 25-panel ring. wgmma's kernel elsewhere (more heads, other
-  // block sizes); prefill as tensor_core. Compiled, not yet run on a device.
-  wgmma_keys_m,
+  // (Deleted in session 42 after losing their rows: wgmma_seesaw, FlashMLA's
+  // seesaw schedule on wgmma, no faster than wgmma (S26-2, S26-3); and
+  // wgmma_keys_m, the keys as wgmma's M at 16 heads, slower than wgmma in a
+  // decode graph on both cards (S36-1: 57.4% against 65.0% on the H200).)
   // mma.sync decode with a row's heads as the MMA's M of 16
   // (kernels/mla_decode_16_heads.cu) where a decode row has at most 16 heads
   // and the block size is a multiple of 8: no MMA rows on padding, eight
@@ -249,11 +239,9 @@ enum class MoeExpertGemm {
   // registers, bf16 activations, mma.sync. S9-2 (docs/benchmarks.md): decode
   // batch 64 48.0% of HBM, prefill 4096 tokens 145 TFLOP/s.
   grouped,
-  // Eager steps only: expert counts read back to the host (one sync a MoE
-  // layer), then per expert a cuBLASLt block-scaled GEMM on activations
-  // quantized per 1x128 block; the grouped kernel for an expert cuBLASLt
-  // refuses (rows not a multiple of 4). S9-1: prefill 73 TFLOP/s.
-  per_expert_cublaslt,
+  // (per_expert_cublaslt, a cuBLASLt call an expert after a host sync, was
+  // deleted in session 42: 73 TFLOP/s at prefill (S9-1) against fp8_wgmma's
+  // 480 (S10-2), and eager steps only.)
   // grouped_gemm_fp8.cu at every size, graphs included: activations quantized
   // per 1x128 block (e4m3, the checkpoints' "dynamic" activation scheme) and
   // wgmma e4m3 x e4m3 with the block scales promoted per 128-wide K block.
@@ -386,21 +374,18 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 3> kD
      {"tma-steal", DecodeSplitLoads::tma_steal}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 9> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 7> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
      {"wgmma-tma", MlaKernels::wgmma_tma},
-     {"wgmma-seesaw", MlaKernels::wgmma_seesaw},
-     {"wgmma-keys-m", MlaKernels::wgmma_keys_m},
      {"mma-16-heads", MlaKernels::mma_16_heads},
      {"mma-16-heads-pairs", MlaKernels::mma_16_heads_pairs},
      {"mma-16-heads-one-barrier", MlaKernels::mma_16_heads_one_barrier}}};
 inline constexpr std::array<std::pair<std::string_view, Fp8DenseGemm>, 2> kFp8DenseGemmNames = {
     {{"cublaslt", Fp8DenseGemm::cublaslt}, {"kernel", Fp8DenseGemm::kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 3> kMoeExpertGemmNames = {
+inline constexpr std::array<std::pair<std::string_view, MoeExpertGemm>, 2> kMoeExpertGemmNames = {
     {{"grouped", MoeExpertGemm::grouped},
-     {"per-expert-cublaslt", MoeExpertGemm::per_expert_cublaslt},
      {"fp8-wgmma", MoeExpertGemm::fp8_wgmma}}};
 
 template <class Enum, std::size_t N>

@@ -1,7 +1,6 @@
 #include "sluice/backend/cuda/moe.h"
 
 #include <algorithm>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -108,106 +107,6 @@ void grouped_expert_gemm(const ExpertsPlan& p, const Tensor& w, const void* in, 
                        .out = result,
                        .out_dt = dt_of(DType::bf16)},
                       launch);
-}
-
-std::byte* at_byte(void* base, std::int64_t offset) { return static_cast<std::byte*>(base) + offset; }
-
-// One expert's slots [first, first + count) through one of its weights.
-struct ExpertSlots {
-  std::int64_t expert, first, count;
-};
-
-// cuBLASLt block-scaled: out = (q, q_scales) . w^T for every expert with
-// slots; returns the experts cuBLASLt refused (none where it has the shapes).
-std::vector<ExpertSlots> cublaslt_expert_gemms(const std::vector<ExpertSlots>& experts, const Tensor& w,
-                                               std::int64_t n, std::int64_t k, void* q, const float* q_scales,
-                                               void* out, LtGemm& gemm) {
-  std::vector<ExpertSlots> refused;
-  for (const ExpertSlots& e : experts) {
-    const Tensor w_e = w.row_slice(e.expert * n, n);
-    const bool ran = gemm.run_fp8_block_scaled({.q = at_byte(q, e.first * k),
-                                                .q_scales = q_scales + num_scale_blocks(k, kScaleBlock) * e.first,
-                                                .w = w_e.data,
-                                                .w_scales = w_e.scales.data,
-                                                .out = at_byte(out, e.first * n * 2),
-                                                .out_dtype = DType::bf16,
-                                                .m = e.count,
-                                                .n = n,
-                                                .k = k});
-    if (!ran) refused.push_back(e);
-  }
-  return refused;
-}
-
-// The grouped kernel in its one-group form for experts cuBLASLt refused, on
-// the bf16 slots: out = epilogue(x . w^T), n output columns (swiglu: w has 2n rows).
-void grouped_expert_fallback(const std::vector<ExpertSlots>& experts, const Tensor& w, std::int64_t n,
-                             std::int64_t k, const void* x, GroupedEpilogue epilogue, void* out,
-                             const Launch& launch) {
-  const std::int64_t w_rows = epilogue == GroupedEpilogue::swiglu ? 2 * n : n;
-  for (const ExpertSlots& e : experts) {
-    const Tensor w_e = w.row_slice(e.expert * w_rows, w_rows);
-    launch_grouped_gemm({.x = at_byte(const_cast<void*>(x), e.first * k * 2),
-                         .w = w_e.data,
-                         .w_fp8 = true,
-                         .w_scales = w_e.scales.data,
-                         .w_scale_row_stride = w_e.scales.row_stride,
-                         .num_slots = static_cast<std::int32_t>(e.count),
-                         .tile_rows = grouped_gemm_tile_rows(e.count, 1),
-                         .n = n,
-                         .k = k,
-                         .epilogue = epilogue,
-                         .out = at_byte(out, e.first * n * 2),
-                         .out_dt = dt_of(DType::bf16)},
-                        launch);
-  }
-}
-
-// Whether per-expert cuBLASLt can take these experts: FP8, and 1x128 scale
-// blocks of whole 16-byte groups at every expert's offset.
-bool per_expert_cublaslt_fits(const ExpertsPlan& p) {
-  return p.fp8 && num_scale_blocks(p.hidden, kScaleBlock) % 4 == 0 && num_scale_blocks(p.inter, kScaleBlock) % 4 == 0;
-}
-
-// MoeExpertGemm::per_expert_cublaslt (eager FP8 steps): the slots gathered
-// and quantized per expert, a cuBLASLt block-scaled GEMM per expert and
-// weight, SwiGLU between them; written into p.y as the grouped path does.
-void per_expert_cublaslt(const ExpertsPlan& p, const Tensor& x, const MoeExpertWeights& experts,
-                         const MoeContext& context) {
-  const Launch& launch = context.launch;
-  const std::int64_t pairs = p.num_pairs, h = p.hidden, inter = p.inter;
-  const std::int64_t widest = std::max(h, inter);
-  void* x_slots = context.scratch.allocate(pairs * h * 2);  // bf16 [pairs, H]
-  void* q = context.scratch.allocate(pairs * widest);         // e4m3 [pairs, H], then [pairs, I]
-  auto* q_scales = static_cast<float*>(context.scratch.allocate(pairs * num_scale_blocks(widest, kScaleBlock) * 4));
-  void* gate_up = context.scratch.allocate(pairs * 2 * inter * 2);  // bf16 [pairs, 2I]
-  // The one host sync: which slots each expert owns.
-  std::vector<std::int32_t> offsets(static_cast<std::size_t>(p.num_experts + 1));
-  SLUICE_CUDA_CHECK(cudaMemcpyAsync(offsets.data(), p.expert_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost,
-                                    launch.stream));
-  SLUICE_CUDA_CHECK(cudaStreamSynchronize(launch.stream));
-  std::vector<ExpertSlots> used;
-  for (std::int64_t e = 0; e < p.num_experts; ++e)
-    if (offsets[e + 1] > offsets[e]) used.push_back({e, offsets[e], offsets[e + 1] - offsets[e]});
-  const auto num_experts = static_cast<std::int32_t>(p.num_experts);
-
-  launch_gather_rows(x.data, dt_of(DType::bf16), h, p.row_of_slot, p.num_pairs, x_slots, launch);
-  launch_quantize_fp8_rows({.x = x_slots, .rows = pairs, .k = h, .q = q, .scales = q_scales,
-                            .group_offsets = p.expert_offsets, .num_groups = num_experts},
-                           launch);
-  const std::vector<ExpertSlots> refused_gate_up =
-      cublaslt_expert_gemms(used, experts.gate_up, 2 * inter, h, q, q_scales, gate_up, context.gemm);
-  launch_silu_mul(gate_up, dt_of(DType::bf16), pairs, inter, p.act, dt_of(DType::bf16), launch);
-  // After silu_mul, which wrote every slot (garbage where cuBLASLt refused).
-  grouped_expert_fallback(refused_gate_up, experts.gate_up, inter, h, x_slots, GroupedEpilogue::swiglu, p.act,
-                          launch);
-
-  launch_quantize_fp8_rows({.x = p.act, .rows = pairs, .k = inter, .q = q, .scales = q_scales,
-                            .group_offsets = p.expert_offsets, .num_groups = num_experts},
-                           launch);
-  const std::vector<ExpertSlots> refused_down =
-      cublaslt_expert_gemms(used, experts.down, h, inter, q, q_scales, p.y, context.gemm);
-  grouped_expert_fallback(refused_down, experts.down, h, inter, p.act, GroupedEpilogue::store, p.y, launch);
 }
 
 // MoeExpertGemm::fp8_wgmma: x quantized once per token and written to each of
@@ -331,8 +230,6 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
                   launch);
   if (fp8_wgmma) {
     fp8_wgmma_experts(p, x, experts, context);
-  } else if (context.expert_gemm == MoeExpertGemm::per_expert_cublaslt && context.eager && per_expert_cublaslt_fits(p)) {
-    per_expert_cublaslt(p, x, experts, context);
   } else {
     grouped_expert_gemm(p, gate_up, x.data, p.row_of_slot, inter, hidden, GroupedEpilogue::swiglu, p.act, launch);
     grouped_expert_gemm(p, down, p.act, nullptr, hidden, inter, GroupedEpilogue::store, p.y, launch);  // by slot

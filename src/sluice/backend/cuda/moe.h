@@ -11,7 +11,6 @@
 
 #include "sluice/backend/cuda/cuda_options.h"
 #include "sluice/backend/cuda/kernels/kernels.h"
-#include "sluice/backend/cuda/lt_gemm.h"
 #include "sluice/backend/cuda/scratch_arena.h"
 #include "sluice/backend/ops.h"
 #include "sluice/common/result.h"
@@ -22,19 +21,13 @@ namespace sluice::cuda {
 // same addresses) and enqueue only if launch_kernels.
 struct MoeContext {
   ScratchArena& scratch;
-  LtGemm& gemm;
   const Launch& launch;
   bool launch_kernels = true;
-  // Outside graph capture and replay: the host may wait for the stream.
-  bool eager = true;
   MoeExpertGemm expert_gemm = MoeExpertGemm::grouped;
 };
 
 [[nodiscard]] Status moe_route(const Tensor& router_logits, const Tensor& correction_bias, const MoeRouting& routing,
                                const MoeAssignment& out, const MoeContext& context);
-// With MoeExpertGemm::per_expert_cublaslt, FP8 experts and an eager step, the
-// expert GEMMs are per-expert cuBLASLt calls (counts read back first: one
-// host sync); otherwise the grouped kernel.
 // MoeExpertGemm::fp8_wgmma (here and in DeepSeek-V4's forward): x is
 // quantized into slot order (each token's row written to its k slots), so
 // gate_up loads its A tiles as consecutive rows (one TMA box a stage)

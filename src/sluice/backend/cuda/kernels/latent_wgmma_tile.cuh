@@ -1,5 +1,5 @@
 // What the latent-attention kernels on warpgroup MMA (mla_decode_wgmma.cu,
-// mla_decode_keys_m.cu, deepseek_v4_attention_wgmma.cu) share: the gather of
+// deepseek_v4_attention_wgmma.cu) share: the gather of
 // a tile's latent rows into wgmma's 128-byte swizzle, its TMA boxes, and the
 // online softmax's bookkeeping. Where a block's 64 heads are wgmma's M and a
 // tile's keys its N, S sits in the accumulator layout: s[4j + i] is head

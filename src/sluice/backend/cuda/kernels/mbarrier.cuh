@@ -1,7 +1,7 @@
 // Shared-memory mbarriers for producer/consumer rings (the warp-specialised
-// kernels: attention_prefill_wgmma_ws.cu, grouped_gemm_fp8_ws.cu; the
-// cp.async ring of mla_decode_wgmma_seesaw.cu). `bar` is a
-// shared-memory address (smem_addr / cvta).
+// kernels: attention_prefill_wgmma_ws.cu, grouped_gemm_fp8_ws.cu; the TMA
+// rings of the decode kernels). `bar` is a shared-memory address
+// (smem_addr / cvta).
 #pragma once
 
 #include <cstdint>
@@ -13,12 +13,6 @@ __device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t c
 }
 __device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// One of the arrivals the barrier was initialised to count, made once every
-// cp.async this thread issued before it has landed (noinc: the copies add
-// no arrival of their own). Readers that wait on the barrier see the copies.
-__device__ __forceinline__ void cp_async_mbarrier_arrive(std::uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits until the barrier's phase of this parity has completed.
 __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {

@@ -227,8 +227,7 @@ bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim) {
 }
 
 bool mla_decode_wgmma_era(MlaKernels kernels) {
-  return kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || kernels == MlaKernels::wgmma_seesaw ||
-         kernels == MlaKernels::wgmma_keys_m || mla_decode_16_heads_kernels(kernels);
+  return kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || mla_decode_16_heads_kernels(kernels);
 }
 
 namespace {
@@ -311,14 +310,10 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
   if (args.num_decode == 0) return;
   SLUICE_CHECK(args.cache.width <= kMlaDecodeMaxWidth && args.kv_lora_rank <= kMlaDecodeMaxRank);
   const bool latent_dims = mla_decode_mma_supports(args.kv_lora_rank, args.rope_dim);
-  // Keys-as-M and 16-head take wgmma's kernel where their shapes do not fit.
+  // The 16-head sets take wgmma's kernel where their shapes do not fit.
   if (latent_dims && mla_decode_wgmma_era(kernels)) {
-    if (kernels == MlaKernels::wgmma_keys_m && mla_decode_keys_m_supports(args.num_heads, args.cache.block_size))
-      launch_mla_decode_attention_keys_m(step, args, launch);
-    else if (mla_decode_16_heads_kernels(kernels) && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
+    if (mla_decode_16_heads_kernels(kernels) && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_16_heads(step, args, kernels, launch);
-    else if (kernels == MlaKernels::wgmma_seesaw)
-      launch_mla_decode_attention_wgmma_seesaw(step, args, launch);
     else
       launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
     if (args.num_splits == 1) return;  // it wrote o_latent itself

@@ -103,8 +103,7 @@ inline constexpr std::int32_t kMlaDecodeMaxWidth = 1024;
 inline constexpr std::int32_t kMlaDecodeMaxRank = 512;
 // The tensor-core and wgmma decode kernels' dims: rank 512 + rope 64 (DeepSeek-V3's).
 bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim);
-// The wgmma-era decode sets (wgmma, wgmma_tma, wgmma_seesaw, wgmma_keys_m
-// and the 16-head sets): one block a (row, split, head group) over latent
+// The wgmma-era decode sets (wgmma, wgmma_tma and the 16-head sets): one block a (row, split, head group) over latent
 // tiles, splits by wgmma_decode_splits' cost, and o_latent written by the
 // block itself when one split covers the context (no combine).
 bool mla_decode_wgmma_era(MlaKernels kernels);
@@ -128,19 +127,6 @@ MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size);
 // with num_splits 1, o_latent itself (no combine needed).
 void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, MlaTileLoads loads,
                                        const Launch& launch);
-// The seesaw wgmma kernel (mla_decode_wgmma_seesaw.cu): the same partials,
-// splits and one-split o_latent as the wgmma kernel's.
-void launch_mla_decode_attention_wgmma_seesaw(const StepDeviceView& step, const MlaDecodeArgs& args,
-                                              const Launch& launch);
-// The keys-as-M kernel (mla_decode_keys_m.cu, MlaKernels::wgmma_keys_m):
-// a tile's 64 keys are wgmma's M and a row's heads (at most 16, zero-padded)
-// its N, for one GPU's share of DeepSeek-V3's heads under tensor parallel 8;
-// TMA loads, so pages of a multiple of 8 rows. The same splits, partials and
-// one-split o_latent as the wgmma kernel's. Other shapes take the wgmma
-// kernel (mla_decode_keys_m_supports says which).
-inline constexpr std::int32_t kMlaKeysMMaxHeads = 16;
-bool mla_decode_keys_m_supports(std::int32_t num_heads, std::int32_t block_size);
-void launch_mla_decode_attention_keys_m(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // The 16-head kernels (mla_decode_16_heads.cu, MlaKernels::mma_16_heads: one
 // block of 8 warps an SM; mma_16_heads_pairs and _one_barrier: two blocks of
 // 4 warps):

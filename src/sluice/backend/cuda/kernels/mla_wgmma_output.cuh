@@ -1,7 +1,7 @@
-// What the wgmma MLA decode kernels (mla_decode_wgmma.cu,
-// mla_decode_wgmma_seesaw.cu) write at a split's end, from a warpgroup's half
-// of O ([64 heads][256 latent dims] as four m64n64 accumulators: its panels
-// of 64 columns) for the two rows a thread holds, row0 and row0 + 8: O / l
+// What the wgmma MLA decode kernel (mla_decode_wgmma.cu) writes at a
+// split's end, from a warpgroup's half of O ([64 heads][256 latent dims] as
+// four m64n64 accumulators: its panels of 64 columns) for the two rows a
+// thread holds, row0 and row0 + 8: O / l
 // straight to o_latent in bf16 when one split covers the context, or the
 // simple kernel's partials (unnormalised O and (max, sum), the max in
 // natural-log units: the combine uses exp).
