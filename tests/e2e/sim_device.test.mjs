@@ -88,7 +88,7 @@ export const tests = {
       [['--device', 'cpu', '--sim-speed', '2'], /--sim-speed has no effect without --device sim/],
       [['--device', 'sim', '--threads', '2'], /--threads has no effect with --device sim/],
       [['--device', 'sim', '--sim-profile', 'no-such-model'], /--sim-profile no-such-model: unknown/],
-      [['--device', 'sim', '--cuda-prefill-attention', 'wgmma'],
+      [['--device', 'sim', '--cuda-prefill-attention', 'wgmma-ws'],
         /--cuda-prefill-attention has no effect with --device sim/],
       [['--device', 'cpu', '--no-cuda-pdl'], /--cuda-pdl has no effect with --device cpu/],
       [['--device', 'cpu', '--cuda-prefill-attention', 'v1'], /--cuda-prefill-attention/],

@@ -15,8 +15,8 @@ void add_cuda_flags(CLI::App& cmd, CudaFlags& flags) {
                  "cuda: kernel for prefill attention: auto (the default: cuDNN's SDPA through libcudnn.so.9 where the "
                  "step fills the GPU or splits over keys, wgmma-ws elsewhere and wherever cuDNN does not load), "
                  "cudnn (cuDNN for every step it can take; a short chunk over a long prefix split over keys), "
-                 "wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 style; head_dim 128, others run on mma), "
-                 "wgmma (two warpgroups in phase) or mma (mma.sync)")
+                 "wgmma-ws (warp-specialised warpgroup MMA, FlashAttention-3 style; head_dim 128, others run on mma) "
+                 "or mma (mma.sync)")
       ->check(CLI::IsMember(kernels));
   cmd.add_flag("--cuda-pdl,!--no-cuda-pdl", flags.programmatic_launch,
                "cuda: programmatic dependent launch (a kernel starts while the previous one drains)");

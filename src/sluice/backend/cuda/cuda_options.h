@@ -25,13 +25,13 @@ enum class PrefillAttention {
   // mma.sync, FlashAttention-2 style, 64-key tiles (attention_prefill.cu):
   // head_dim 64 and 128; 255 TFLOP/s at 32k (run 9).
   mma,
-  // wgmma, two warpgroups, 128-key tiles (attention_prefill_wgmma.cu): head_dim
-  // 128 (other head_dims keep mma); 320 TFLOP/s at 32k, 1.26x mma (S8-3).
-  wgmma,
+  // (wgmma, two warpgroups loading and multiplying in phase, 320 TFLOP/s at
+  // 32k, was deleted in session 42: wgmma_ws runs 1.13-1.23x faster, S8-3.)
   // wgmma, warp specialised (attention_prefill_wgmma_ws.cu): a producer
   // warpgroup loads K/V into an mbarrier ring, two consumer warpgroups take
   // turns to issue S = Q K^T and the previous tile's P V, each one's softmax
-  // under the other's MMAs (FlashAttention-3's structure); head_dim 128.
+  // under the other's MMAs (FlashAttention-3's structure); head_dim 128
+  // (other head_dims keep mma).
   // The default from S8-5 to session 10, and auto's fallback: the whole attention suite passes under it on the H200 (S8-5);
   // 364-392 TFLOP/s at 8k/32k causal, 1.13-1.23x wgmma (S8-3); the burst ends
   // at 87.3 s against 105.6 s on wgmma (S8-4, S8-5).
@@ -350,9 +350,8 @@ struct CudaOptions {
 namespace cuda {
 
 // Names for flags and logs; parse_* return nullopt for an unknown name.
-inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 5> kPrefillAttentionNames = {
+inline constexpr std::array<std::pair<std::string_view, PrefillAttention>, 4> kPrefillAttentionNames = {
     {{"mma", PrefillAttention::mma},
-     {"wgmma", PrefillAttention::wgmma},
      {"wgmma-ws", PrefillAttention::wgmma_ws},
      {"cudnn", PrefillAttention::cudnn},
      {"auto", PrefillAttention::automatic}}};

@@ -9,9 +9,9 @@
 // gathered page by page with cp.async into padded shared memory (row stride
 // D + 8 keeps ldmatrix conflict-free), double-buffered. Keys past the last
 // query are zero-filled, never read from unwritten pages (which may hold NaN).
-// The warpgroup-MMA kernels for head_dim 128 (attention_prefill_wgmma.cu,
-// attention_prefill_wgmma_ws.cu) run whole tiles and split pieces instead
-// when CudaOptions::prefill_attention asks for one.
+// The warp-specialised warpgroup-MMA kernel for head_dim 128
+// (attention_prefill_wgmma_ws.cu) runs whole tiles and split pieces instead
+// when CudaOptions::prefill_attention asks for it.
 //
 // Split pieces (kSplit): a short chunk over a long cached prefix has few tiles,
 // each walking the whole prefix on one SM. Such a tile's keys are cut into
@@ -277,7 +277,6 @@ PrefillAttention prefill_kernel_for(PrefillAttention asked, std::int32_t head_di
 void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch) {
   if (step.num_prefill_tiles == 0) return;
   switch (prefill_kernel_for(args.prefill_attention, args.head_dim)) {
-    case PrefillAttention::wgmma: launch_attention_prefill_wgmma(step, args, launch); return;
     case PrefillAttention::wgmma_ws: launch_attention_prefill_wgmma_ws(step, args, launch); return;
     case PrefillAttention::mma: break;
     case PrefillAttention::cudnn:
@@ -295,10 +294,6 @@ void launch_attention_prefill_split(const StepDeviceView& step, const AttentionA
   if (step.num_prefill_split_pieces == 0) return;
   SLUICE_CHECK_MSG(args.prefill_split_workspace != nullptr, "split prefill: no workspace");
   switch (prefill_kernel_for(args.prefill_attention, args.head_dim)) {
-    case PrefillAttention::wgmma:
-      launch_attention_prefill_wgmma_split(step, args, launch);
-      launch_merge<128>(step, args, launch);
-      return;
     case PrefillAttention::wgmma_ws:
       launch_attention_prefill_wgmma_ws_split(step, args, launch);
       launch_merge<128>(step, args, launch);

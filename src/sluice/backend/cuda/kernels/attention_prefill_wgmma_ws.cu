@@ -276,6 +276,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_ws_kernel(StepDevic
 
 }  // namespace
 
+bool prefill_wgmma_supports(std::int32_t head_dim) { return head_dim == kD; }
+
 void launch_attention_prefill_wgmma_ws(const StepDeviceView& step, const AttentionArgs& args,
                                        const Launch& launch) {
   SLUICE_CHECK_MSG(prefill_wgmma_supports(args.head_dim), "wgmma_ws prefill attention: head_dim must be 128");

@@ -147,15 +147,10 @@ void launch_kv_write(const StepDeviceView& step, const void* k, const void* v, v
 // Whole prefill tiles, on the kernel prefill_kernel_for() picks.
 void launch_attention_prefill(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
 void launch_attention_split(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
-// Prefill attention on warpgroup MMA (sm_90a), head_dim 128 bf16 only
-// (attention_prefill_wgmma.cu); launch_attention_prefill() dispatches to it.
+// Prefill attention on warpgroup MMA (sm_90a), warp specialised
+// (attention_prefill_wgmma_ws.cu), head_dim 128 bf16 only;
+// launch_attention_prefill() dispatches to it.
 bool prefill_wgmma_supports(std::int32_t head_dim);
-void launch_attention_prefill_wgmma(const StepDeviceView& step, const AttentionArgs& args, const Launch& launch);
-// Its split pieces (partials for the merge in launch_attention_prefill_split).
-void launch_attention_prefill_wgmma_split(const StepDeviceView& step, const AttentionArgs& args,
-                                          const Launch& launch);
-// The warp-specialised wgmma kernel (attention_prefill_wgmma_ws.cu), the same
-// tiles and pieces and the same contract.
 void launch_attention_prefill_wgmma_ws(const StepDeviceView& step, const AttentionArgs& args,
                                        const Launch& launch);
 void launch_attention_prefill_wgmma_ws_split(const StepDeviceView& step, const AttentionArgs& args,

@@ -1,11 +1,9 @@
-// What the two Hopper prefill attention kernels share (sm_90a, head_dim 128,
-// bf16 with f32 accumulation), over wgmma.cuh's panels and instructions: the S = Q K^T and O += P V issue for a
-// 64-row warpgroup, and the output epilogue (bf16 rows, or a split piece's
-// f32 partials and log2-sum-exp for attention_prefill.cu's merge kernel).
-//   attention_prefill_wgmma.cu     `PrefillAttention::wgmma`: two warpgroups
-//                                  load and multiply in phase;
-//   attention_prefill_wgmma_ws.cu  `PrefillAttention::wgmma_ws`: a producer
-//                                  warpgroup loads, two consumers pingpong.
+// The Hopper prefill attention kernel's parts (attention_prefill_wgmma_ws.cu,
+// `PrefillAttention::wgmma_ws`; sm_90a, head_dim 128, bf16 with f32
+// accumulation), over wgmma.cuh's panels and instructions: the S = Q K^T and
+// O += P V issue for a 64-row warpgroup, and the output epilogue (bf16 rows,
+// or a split piece's f32 partials and log2-sum-exp for attention_prefill.cu's
+// merge kernel).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,7 +22,6 @@ namespace sluice::cuda::wgmma_prefill {
 inline constexpr int kD = 128;       // head_dim
 inline constexpr int kGroupRows = 64;  // query rows a warpgroup (wgmma's M)
 inline constexpr int kBlockN = 128;  // keys per tile
-inline constexpr float kLog2e = 1.4426950408889634f;
 
 // Tiles of [rows][128] bf16 are two swizzled panels of [rows][64] (wgmma.cuh).
 inline constexpr int kPanelCols = kWgmmaPanelCols;
