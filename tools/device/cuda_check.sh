@@ -38,12 +38,12 @@ if [ $tests = 1 ]; then
     echo "$t exit $rc"
     [ "$rc" = 0 ] || status=1
   done
-  # cuda_kernel_test runs every CudaAttention case under both prefill kernels
-  # (PrefillKernels/CudaAttention.*/mma and .../wgmma, the default since S7-2).
+  # cuda_kernel_test runs every CudaAttention case under each prefill choice
+  # (PrefillKernels/CudaAttention.*/mma, .../wgmma_ws, .../cudnn, .../auto).
 fi
 # End to end through the CLI: the same greedy generation on the CPU reference
 # and on CUDA (tiny random llamas: head_dim 64, so the tensor-core paths run,
-# and head_dim 128, whose prefill runs on the default wgmma kernel).
+# and head_dim 128, whose prefill runs on cuDNN or the wgmma_ws kernel).
 if [ $tests = 1 ] && [ -x "$bin/sluice" ]; then
   ids=$(seq -s, 1 3 300)
   : >"$out/generate.txt"
