@@ -1178,6 +1178,7 @@ void bench_decode_variants(bool quick) {
     bool big;      // also batch 64 at 8k (--decode: and batch 8)
     bool decode;   // in the --decode run
     bool decode1;  // in the --decode1 run
+    int gemv_one_row_blocks = 8;  // cuda::set_gemv_one_row_blocks
   };
   auto with = [](auto change) {
     CudaOptions options = bench_options();
@@ -1207,6 +1208,8 @@ void bench_decode_variants(bool quick) {
        with([](CudaOptions& o) { o.gemv_split_k = cuda::GemvSplitK::by_waves; }), false, true, true},
       {"split-KV with heads as the mma's rows (session 19's tiles)",
        with([](CudaOptions& o) { o.decode_split_tiles = cuda::DecodeSplitTiles::heads_as_rows; }), false, true, true},
+      // Session 42: the one-row GEMVs under 40 registers (6 blocks an SM), where ptxas spills nothing.
+      {"one-row GEMVs at 6 blocks an SM (40 registers)", bench_options(), false, true, true, 6},
       {"default, again", bench_options(), false, false, true},
       {"session 11 kernels, again", session11, false, false, true},
       {"eighth-octave graph buckets", with([](CudaOptions& o) { o.graph_buckets = cuda::GraphBuckets::eighth_octave; }),
@@ -1220,6 +1223,7 @@ void bench_decode_variants(bool quick) {
   for (const Variant& v : variants) {
     // The full run has the default above.
     if (g_decode1 ? !v.decode1 : g_decode ? !v.decode : std::strncmp(v.name, "default", 7) == 0) continue;
+    cuda::set_gemv_one_row_blocks(v.gemv_one_row_blocks);
     auto ops = new_ops(v.options);
     const Llama8B model(*ops);
     allocate_model_kv(*ops, v.big ? big_batch * ((big_context + kBlock) / kBlock + 1) : 4096 / kBlock + 2);

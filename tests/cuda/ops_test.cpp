@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "sluice/backend/cpu/sampler.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/rope.h"
 #include "test_util.h"
 
@@ -140,6 +142,42 @@ TEST_P(CudaOpsSplitK, MatmulMatchesFloat64) {
         ref[i * c.n + j] = acc;
       }
     EXPECT_LE(relative_error(download(out), ref), c.out == DType::f32 ? 1e-4 : kBf16Tolerance);
+  }
+}
+
+// The one-row GEMVs compiled for 6 blocks a multiprocessor (40 registers, the
+// benchmarks' A/B: cuda::set_gemv_one_row_blocks) give the default's bits, in
+// the plain loop (n above the split-K limit) and split K in 2 and 4 parts.
+TEST(CudaOps, OneRowGemvsAtSixBlocksGiveTheSameBits) {
+  CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = false};
+  options.gemv_split_k = cuda::GemvSplitK::by_waves;
+  auto made = make_cuda_ops(options);
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  auto ops = std::move(made).value();
+  std::uint64_t seed = 350;
+  struct Case {
+    std::int64_t n, k;
+  };
+  // 9000 x 520: one warp a row; 4096 x 4096: two parts; 6144 x 4096: four.
+  for (Case c : {Case{9000, 520}, Case{4096, 4096}, Case{6144, 4096}}) {
+    SCOPED_TRACE(::testing::Message() << "1x" << c.n << "x" << c.k);
+    const auto x = random_bf16(static_cast<std::size_t>(c.k), ++seed);
+    const auto w = random_bf16(static_cast<std::size_t>(c.n * c.k), ++seed);
+    DeviceArray dx(x, DType::bf16, {1, c.k});
+    auto dw = ops->upload_weight(Tensor{const_cast<float*>(w.data()), DType::f32, Shape{c.n, c.k}});
+    ASSERT_TRUE(dw.ok());
+    std::vector<float> outs[2];
+    for (int i = 0; i < 2; ++i) {
+      cuda::set_gemv_one_row_blocks(i == 0 ? 8 : 6);
+      ops->begin_step(layout_with_rows(1, seed));
+      Tensor out = ops->scratch({1, c.n}, DType::f32);
+      poison(out);
+      ops->matmul(dx.tensor(), *dw, Tensor{}, out);
+      outs[i] = download(out);
+    }
+    cuda::set_gemv_one_row_blocks(8);
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0);
   }
 }
 

@@ -43,6 +43,15 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
+// Blocks a multiprocessor for the plain, split-K and q|k|v kernels at kRows
+// rows; one row takes kOneRowBlocks (set_gemv_one_row_blocks).
+constexpr int min_blocks(int rows, int one_row_blocks) {
+  return rows == 1 ? one_row_blocks : rows == 2 ? 6 : rows == 3 ? 3 : 4;
+}
+constexpr int kOneRowBlocks = 8;
+constexpr int kOneRowBlocksWide = 6;
+int g_one_row_blocks = kOneRowBlocks;
+
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&a);
   const __nv_bfloat162* hb = reinterpret_cast<const __nv_bfloat162*>(&b);
@@ -205,8 +214,8 @@ __device__ __forceinline__ void accumulate_dot8(const uint4* __restrict__ wrow, 
 // warps a multiprocessor) and read 91-100% of HBM; a rewrite that took 40-66
 // registers for the same loop (5-6 blocks) read 66-77% (runs 9, 10).
 // The parts cost only the store's part choice, made once per column.
-template <int kRows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
+template <int kRows, int kOneRow = kOneRowBlocks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, min_blocks(kRows, kOneRow))
     gemv_plain_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
                       int k_vecs) {
   const int lane = threadIdx.x & 31;
@@ -219,7 +228,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
   const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
   // The first iteration's weights go to registers before the wait. With the
   // rotated loop they cost no occupancy (still 32 registers; at one row ptxas
-  // spills 12-20 bytes, SASS not yet read). The L2 prefetch of 2 KB a warp
+  // spills 12-20 bytes, SASS not yet read: set_gemv_one_row_blocks(6) gives the
+  // 40-register form, no spill, for the A/B). The L2 prefetch of 2 KB a warp
   // they replaced left a round trip to L2 after the wait.
   uint4 wv[4];
   const bool full = load_first_weights(wrow, lane, k_vecs, wv);
@@ -245,8 +255,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
 // at 4096), whose one-warp-a-row grid fills under one wave of warp slots:
 // o_proj read 62% of HBM that way, down_proj 82%, q|k|v 66% (run 11); two
 // parts gave 71%, 89% and 74% (session 3).
-template <int kRows, int kParts>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
+template <int kRows, int kParts, int kOneRow = kOneRowBlocks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, min_blocks(kRows, kOneRow))
     gemv_split_k_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, PlainOutputs out, int n,
                         int k_vecs) {
   static_assert(kParts >= 2 && kWarpsPerBlock % kParts == 0);
@@ -312,8 +322,8 @@ struct QkvRopeParams {
   int num_q_heads, num_kv_heads, head_dim, block_size, k_vecs;
 };
 
-template <int kRows, int kParts>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows == 2 ? 6 : kRows == 3 ? 3 : 4)
+template <int kRows, int kParts, int kOneRow = kOneRowBlocks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, min_blocks(kRows, kOneRow))
     gemv_qkv_rope_kernel(QkvRopeParams p) {
   static_assert(kWarpsPerBlock % (2 * kParts) == 0);
   constexpr int kItems = kWarpsPerBlock / kParts;  // columns a block
@@ -384,7 +394,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows == 1 ? 8 : kRows ==
 }
 
 // Launches the instance of a row-count-templated single-output kernel for m
-// rows (1-4): kernel_of(std::integral_constant<int, R>{}) names it.
+// rows (1-4): kernel_of(rows, one_row_blocks), both std::integral_constants,
+// names it.
+template <int kRows>
+constexpr std::integral_constant<int, kRows> rows_c{};
+template <int kBlocks>
+constexpr std::integral_constant<int, kBlocks> blocks_c{};
+
 template <class KernelOf>
 void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const void* x, const void* w,
                      const PlainOutputs& out, std::int64_t n, std::int64_t k, const Launch& launch) {
@@ -393,10 +409,15 @@ void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const
   const auto* wv = static_cast<const uint4*>(w);
   const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
   switch (m) {
-    case 1: launch_kernel(kernel_of(std::integral_constant<int, 1>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
-    case 2: launch_kernel(kernel_of(std::integral_constant<int, 2>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
-    case 3: launch_kernel(kernel_of(std::integral_constant<int, 3>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
-    default: launch_kernel(kernel_of(std::integral_constant<int, 4>{}), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    case 1:
+      if (g_one_row_blocks == kOneRowBlocksWide)
+        launch_kernel(kernel_of(rows_c<1>, blocks_c<kOneRowBlocksWide>), grid, block, 0, launch, xv, wv, out, nn, kv);
+      else
+        launch_kernel(kernel_of(rows_c<1>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv);
+      break;
+    case 2: launch_kernel(kernel_of(rows_c<2>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    case 3: launch_kernel(kernel_of(rows_c<3>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    default: launch_kernel(kernel_of(rows_c<4>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv); break;
   }
 }
 
@@ -404,13 +425,16 @@ template <int kParts>
 void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
                     std::int64_t k, const Launch& launch) {
   constexpr int kItems = kWarpsPerBlock / kParts;
-  launch_for_rows([](auto rows) { return gemv_split_k_kernel<decltype(rows)::value, kParts>; }, m,
+  launch_for_rows(
+      [](auto rows, auto blocks) { return gemv_split_k_kernel<decltype(rows)::value, kParts, decltype(blocks)::value>; },
+      m,
                   dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, launch);
 }
 
 void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
                   std::int64_t k, const Launch& launch) {
-  launch_for_rows([](auto rows) { return gemv_plain_kernel<decltype(rows)::value>; }, m,
+  launch_for_rows([](auto rows, auto blocks) { return gemv_plain_kernel<decltype(rows)::value, decltype(blocks)::value>; },
+                  m,
                   dim3(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), x, w, out, n, k, launch);
 }
 
@@ -438,6 +462,11 @@ bool covered(std::int64_t m, std::int64_t n, std::int64_t k) {
 }
 
 }  // namespace
+
+void set_gemv_one_row_blocks(int blocks) {
+  SLUICE_CHECK_MSG(blocks == kOneRowBlocks || blocks == kOneRowBlocksWide, "set_gemv_one_row_blocks: 8 or 6");
+  g_one_row_blocks = blocks;
+}
 
 bool launch_gemv(const void* x, const void* w, const GemvOutputs& out, std::int64_t m, std::int64_t k,
                  GemvSplitK split_k, const Launch& launch) {
@@ -492,7 +521,12 @@ bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& arg
   auto launch_parts = [&](auto parts_c) {
     constexpr int kP = decltype(parts_c)::value;
     switch (m) {
-      case 1: launch_kernel(gemv_qkv_rope_kernel<1, kP>, grid, block, 0, launch, p); break;
+      case 1:
+        if (g_one_row_blocks == kOneRowBlocksWide)
+          launch_kernel(gemv_qkv_rope_kernel<1, kP, kOneRowBlocksWide>, grid, block, 0, launch, p);
+        else
+          launch_kernel(gemv_qkv_rope_kernel<1, kP>, grid, block, 0, launch, p);
+        break;
       case 2: launch_kernel(gemv_qkv_rope_kernel<2, kP>, grid, block, 0, launch, p); break;
       case 3: launch_kernel(gemv_qkv_rope_kernel<3, kP>, grid, block, 0, launch, p); break;
       default: launch_kernel(gemv_qkv_rope_kernel<4, kP>, grid, block, 0, launch, p); break;
