@@ -22,6 +22,8 @@
 #   CARRY_DIR=.devcarry/s40d tools/device/waiting_checks.sh 12  # GQA decode: work stealing against tma, cp.async
 #   CARRY_DIR=.devcarry/s41b BASE_DIR=.devcarry/s41 tools/device/waiting_checks.sh 13  # the MoE routing and plan
 #                                                                 # kernels against a base cuda_bench, alternated
+#   CARRY_DIR=.devcarry/s42 BASE_DIR=.devcarry/s41c tools/device/waiting_checks.sh 14  # every test not yet run
+#                                                                 # on a GPU, the MoE layer against a base, --decode1
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -306,6 +308,28 @@ PY
     done
     echo "##### done at $(elapsed) s"
     ;;
+  14)
+    # Session 42's short call (~5 min): every test of the kernels not yet run on a GPU (session
+    # 41's MoE routing and plan, session 40's per-warp TMA loop and stealing, session 42's
+    # 6-block one-row GEMVs), the MoE layer at 4,096 tokens against BASE_DIR's cuda_bench (part
+    # 13's rows, one round), then cuda_bench --decode1 (the one-row GEMVs at 8 and 6 blocks).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    base_bin=${BASE_DIR:?BASE_DIR: the base cuda_bench}/u
+    mkdir -p "$base_bin" && tar -xJf "$BASE_DIR/bin.tar.xz" -C "$base_bin"
+    timeout -s KILL 240 "$bin/cuda_kernel_test" --gtest_brief=1 \
+      --gtest_filter='CudaMoe*:CudaOps.OneRowGemvs*:CudaDecodeAttention.Tma*:CudaDecodeAttention.StaleNanSlotsStayOut:CudaDecodeAttention.GraphReplayedDecodeSteps' \
+      > "$base/tests14.txt" 2>&1
+    echo "##### tests rc $? at $(elapsed) s: $(grep -c '^\[       OK' "$base/tests14.txt") ok"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/tests14.txt" | head -12
+    for which in base new; do
+      b=$bin; [ $which = base ] && b=$base_bin
+      timeout 120 "$b/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast > "$base/moe14_$which.md" 2>&1
+      echo "$which: $(grep 'slot order) prefill' "$base/moe14_$which.md" | grep -oE '[0-9.]+% of 1979|[0-9.]+ ms' | tr '\n' ' ')"
+    done
+    timeout 150 "$bin/cuda_bench" --decode1 > "$base/decode1.md" 2>&1
+    grep -E "decode step, batch 1 at" "$base/decode1.md" | cut -d'|' -f2,4 | cut -c1-150
+    echo "##### done at $(elapsed) s"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -349,5 +373,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18, 19: keys in registers in pairs / in shared memory / two rows in flight; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|11|12|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|11|12|13|14|targets" >&2; exit 2 ;;
 esac
