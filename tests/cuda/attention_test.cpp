@@ -672,20 +672,25 @@ TEST(CudaDecodeAttention, TmaLoadsShapeRules) {
 // wrote, and rows at a few keys weigh the new key heavily, so a wrong or
 // missing page write shows in that row's output. Shapes: the GEMV's split K
 // in 4, 2 and 1 parts (hidden 4096 under GemvSplitK::by_waves, 4096 and 2048
-// under two_parts, 256), 1 to 4 rows, pages of 16 and 7.
+// under two_parts, 256), 1 to 4 rows, pages of 16 and 7; one row again with
+// the one-row GEMVs at 6 blocks a multiprocessor (cuda::set_gemv_one_row_blocks).
 TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
   struct Case {
     std::int32_t num_q_heads, num_kv_heads, head_dim, block_size, hidden, rows;
     cuda::GemvSplitK split_k = cuda::GemvSplitK::two_parts;
+    int one_row_blocks = 8;
   };
   constexpr std::int32_t kSteps = 4;
   const std::int32_t first_positions[4] = {2, 4000, 17, 0};
   std::uint64_t seed = 700;
   for (const Case c : {Case{32, 8, 128, 16, 4096, 1}, Case{32, 8, 128, 16, 4096, 3, cuda::GemvSplitK::by_waves},
-                       Case{16, 4, 128, 16, 2048, 2}, Case{8, 2, 64, 7, 256, 4}}) {
+                       Case{16, 4, 128, 16, 2048, 2}, Case{8, 2, 64, 7, 256, 4},
+                       Case{32, 8, 128, 16, 4096, 1, cuda::GemvSplitK::two_parts, 6},
+                       Case{32, 8, 128, 16, 4096, 1, cuda::GemvSplitK::by_waves, 6}, Case{8, 2, 64, 7, 256, 1, cuda::GemvSplitK::two_parts, 6}}) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " x " << c.head_dim
                                       << ", hidden " << c.hidden << ", " << c.rows << " rows, pages of "
-                                      << c.block_size);
+                                      << c.block_size << ", one-row GEMVs at " << c.one_row_blocks << " blocks");
+    const ScopedGemvOneRowBlocks one_row_blocks(c.one_row_blocks);  // the graphs captured below keep it
     const std::int64_t q_width = static_cast<std::int64_t>(c.num_q_heads) * c.head_dim;
     const std::int64_t kv_width = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
     const std::int64_t n = q_width + 2 * kv_width;

@@ -9,7 +9,6 @@
 #include <numeric>
 
 #include "sluice/backend/cpu/sampler.h"
-#include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/rope.h"
 #include "test_util.h"
 
@@ -168,14 +167,13 @@ TEST(CudaOps, OneRowGemvsAtSixBlocksGiveTheSameBits) {
     ASSERT_TRUE(dw.ok());
     std::vector<float> outs[2];
     for (int i = 0; i < 2; ++i) {
-      cuda::set_gemv_one_row_blocks(i == 0 ? 8 : 6);
+      const ScopedGemvOneRowBlocks one_row_blocks(i == 0 ? 8 : 6);
       ops->begin_step(layout_with_rows(1, seed));
       Tensor out = ops->scratch({1, c.n}, DType::f32);
       poison(out);
       ops->matmul(dx.tensor(), *dw, Tensor{}, out);
       outs[i] = download(out);
     }
-    cuda::set_gemv_one_row_blocks(8);
     ASSERT_EQ(outs[0].size(), outs[1].size());
     EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0);
   }

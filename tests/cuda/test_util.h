@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sluice/backend/cuda/cuda_ops.h"
+#include "sluice/backend/cuda/kernels/kernels.h"
 #include "sluice/backend/float_convert.h"
 #include "sluice/common/rng.h"
 
@@ -23,6 +24,16 @@ inline std::unique_ptr<Ops> make_test_ops() {
 }
 
 inline float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+// The one-row GEMVs' blocks a multiprocessor (cuda::set_gemv_one_row_blocks)
+// for a scope, back to the default 8 when it ends, a failed ASSERT included.
+class ScopedGemvOneRowBlocks {
+ public:
+  explicit ScopedGemvOneRowBlocks(int blocks) { cuda::set_gemv_one_row_blocks(blocks); }
+  ~ScopedGemvOneRowBlocks() { cuda::set_gemv_one_row_blocks(8); }
+  ScopedGemvOneRowBlocks(const ScopedGemvOneRowBlocks&) = delete;
+  ScopedGemvOneRowBlocks& operator=(const ScopedGemvOneRowBlocks&) = delete;
+};
 
 // Uniform in [-scale, scale), rounded to bf16 so the device sees the same values.
 inline std::vector<float> random_bf16(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
