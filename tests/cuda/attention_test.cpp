@@ -686,7 +686,8 @@ TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
   for (const Case c : {Case{32, 8, 128, 16, 4096, 1}, Case{32, 8, 128, 16, 4096, 3, cuda::GemvSplitK::by_waves},
                        Case{16, 4, 128, 16, 2048, 2}, Case{8, 2, 64, 7, 256, 4},
                        Case{32, 8, 128, 16, 4096, 1, cuda::GemvSplitK::two_parts, 6},
-                       Case{32, 8, 128, 16, 4096, 1, cuda::GemvSplitK::by_waves, 6}, Case{8, 2, 64, 7, 256, 1, cuda::GemvSplitK::two_parts, 6}}) {
+                       Case{32, 8, 128, 16, 4096, 1, cuda::GemvSplitK::by_waves, 6},
+                       Case{8, 2, 64, 7, 256, 1, cuda::GemvSplitK::two_parts, 6}}) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.num_q_heads << "/" << c.num_kv_heads << " x " << c.head_dim
                                       << ", hidden " << c.hidden << ", " << c.rows << " rows, pages of "
                                       << c.block_size << ", one-row GEMVs at " << c.one_row_blocks << " blocks");
