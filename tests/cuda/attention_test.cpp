@@ -366,8 +366,8 @@ class CudaAttention : public ::testing::TestWithParam<cuda::PrefillAttention> {
 };
 
 INSTANTIATE_TEST_SUITE_P(PrefillKernels, CudaAttention,
-                         ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma_ws, cuda::PrefillAttention::cudnn,
-                                           cuda::PrefillAttention::automatic),
+                         ::testing::Values(cuda::PrefillAttention::mma, cuda::PrefillAttention::wgmma_ws,
+                                           cuda::PrefillAttention::cudnn, cuda::PrefillAttention::automatic),
                          [](const ::testing::TestParamInfo<cuda::PrefillAttention>& info) {
                            // gtest names take no '-' (the flag's "wgmma-ws" is wgmma_ws here).
                            std::string name(cuda::name_of(info.param, cuda::kPrefillAttentionNames));

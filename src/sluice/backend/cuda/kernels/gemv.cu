@@ -408,16 +408,17 @@ void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const
   const auto* xv = static_cast<const uint4*>(x);
   const auto* wv = static_cast<const uint4*>(w);
   const int nn = static_cast<int>(n), kv = static_cast<int>(k / 8);
+  const auto run = [&](auto rows, auto blocks) {
+    launch_kernel(kernel_of(rows, blocks), grid, block, 0, launch, xv, wv, out, nn, kv);
+  };
   switch (m) {
     case 1:
-      if (g_one_row_blocks == kOneRowBlocksWide)
-        launch_kernel(kernel_of(rows_c<1>, blocks_c<kOneRowBlocksWide>), grid, block, 0, launch, xv, wv, out, nn, kv);
-      else
-        launch_kernel(kernel_of(rows_c<1>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv);
+      if (g_one_row_blocks == kOneRowBlocksWide) run(rows_c<1>, blocks_c<kOneRowBlocksWide>);
+      else run(rows_c<1>, blocks_c<kOneRowBlocks>);
       break;
-    case 2: launch_kernel(kernel_of(rows_c<2>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv); break;
-    case 3: launch_kernel(kernel_of(rows_c<3>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv); break;
-    default: launch_kernel(kernel_of(rows_c<4>, blocks_c<kOneRowBlocks>), grid, block, 0, launch, xv, wv, out, nn, kv); break;
+    case 2: run(rows_c<2>, blocks_c<kOneRowBlocks>); break;
+    case 3: run(rows_c<3>, blocks_c<kOneRowBlocks>); break;
+    default: run(rows_c<4>, blocks_c<kOneRowBlocks>); break;
   }
 }
 
@@ -425,17 +426,19 @@ template <int kParts>
 void launch_split_k(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
                     std::int64_t k, const Launch& launch) {
   constexpr int kItems = kWarpsPerBlock / kParts;
-  launch_for_rows(
-      [](auto rows, auto blocks) { return gemv_split_k_kernel<decltype(rows)::value, kParts, decltype(blocks)::value>; },
-      m,
-                  dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, launch);
+  const auto kernel_of = [](auto rows, auto blocks) {
+    return gemv_split_k_kernel<decltype(rows)::value, kParts, decltype(blocks)::value>;
+  };
+  launch_for_rows(kernel_of, m, dim3(static_cast<unsigned>((n + kItems - 1) / kItems)), x, w, out, n, k, launch);
 }
 
 void launch_plain(const void* x, const void* w, const PlainOutputs& out, std::int64_t m, std::int64_t n,
                   std::int64_t k, const Launch& launch) {
-  launch_for_rows([](auto rows, auto blocks) { return gemv_plain_kernel<decltype(rows)::value, decltype(blocks)::value>; },
-                  m,
-                  dim3(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), x, w, out, n, k, launch);
+  const auto kernel_of = [](auto rows, auto blocks) {
+    return gemv_plain_kernel<decltype(rows)::value, decltype(blocks)::value>;
+  };
+  launch_for_rows(kernel_of, m, dim3(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock)), x, w, out, n,
+                  k, launch);
 }
 
 // Warps a row for the plain loop (1: no split). Split K when one warp a row
