@@ -26,11 +26,11 @@ inline std::unique_ptr<Ops> make_test_ops() {
 inline float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
 // The one-row GEMVs' blocks a multiprocessor (cuda::set_gemv_one_row_blocks)
-// for a scope, back to the default 8 when it ends, a failed ASSERT included.
+// for a scope, back to the default when it ends, a failed ASSERT included.
 class ScopedGemvOneRowBlocks {
  public:
   explicit ScopedGemvOneRowBlocks(int blocks) { cuda::set_gemv_one_row_blocks(blocks); }
-  ~ScopedGemvOneRowBlocks() { cuda::set_gemv_one_row_blocks(8); }
+  ~ScopedGemvOneRowBlocks() { cuda::set_gemv_one_row_blocks(cuda::kGemvOneRowBlocksDefault); }
   ScopedGemvOneRowBlocks(const ScopedGemvOneRowBlocks&) = delete;
   ScopedGemvOneRowBlocks& operator=(const ScopedGemvOneRowBlocks&) = delete;
 };

@@ -1,7 +1,5 @@
 #include "sluice/backend/cuda/moe.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "sluice/backend/block_scales.h"

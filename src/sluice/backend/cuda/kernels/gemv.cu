@@ -48,9 +48,20 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int min_blocks(int rows, int one_row_blocks) {
   return rows == 1 ? one_row_blocks : rows == 2 ? 6 : rows == 3 ? 3 : 4;
 }
-constexpr int kOneRowBlocks = 8;
+constexpr int kOneRowBlocks = kGemvOneRowBlocksDefault;
 constexpr int kOneRowBlocksWide = 6;
 int g_one_row_blocks = kOneRowBlocks;
+
+template <int kRows>
+constexpr std::integral_constant<int, kRows> rows_c{};
+template <int kBlocks>
+constexpr std::integral_constant<int, kBlocks> blocks_c{};
+// Calls run(blocks_c<B>) with the one-row kernels' blocks an SM set now.
+template <class Run>
+void with_one_row_blocks(const Run& run) {
+  if (g_one_row_blocks == kOneRowBlocksWide) run(blocks_c<kOneRowBlocksWide>);
+  else run(blocks_c<kOneRowBlocks>);
+}
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&a);
@@ -396,11 +407,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, min_blocks(kRows, kOneRow
 // Launches the instance of a row-count-templated single-output kernel for m
 // rows (1-4): kernel_of(rows, one_row_blocks), both std::integral_constants,
 // names it.
-template <int kRows>
-constexpr std::integral_constant<int, kRows> rows_c{};
-template <int kBlocks>
-constexpr std::integral_constant<int, kBlocks> blocks_c{};
-
 template <class KernelOf>
 void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const void* x, const void* w,
                      const PlainOutputs& out, std::int64_t n, std::int64_t k, const Launch& launch) {
@@ -412,10 +418,7 @@ void launch_for_rows(const KernelOf& kernel_of, std::int64_t m, dim3 grid, const
     launch_kernel(kernel_of(rows, blocks), grid, block, 0, launch, xv, wv, out, nn, kv);
   };
   switch (m) {
-    case 1:
-      if (g_one_row_blocks == kOneRowBlocksWide) run(rows_c<1>, blocks_c<kOneRowBlocksWide>);
-      else run(rows_c<1>, blocks_c<kOneRowBlocks>);
-      break;
+    case 1: with_one_row_blocks([&](auto blocks) { run(rows_c<1>, blocks); }); break;
     case 2: run(rows_c<2>, blocks_c<kOneRowBlocks>); break;
     case 3: run(rows_c<3>, blocks_c<kOneRowBlocks>); break;
     default: run(rows_c<4>, blocks_c<kOneRowBlocks>); break;
@@ -525,10 +528,9 @@ bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& arg
     constexpr int kP = decltype(parts_c)::value;
     switch (m) {
       case 1:
-        if (g_one_row_blocks == kOneRowBlocksWide)
-          launch_kernel(gemv_qkv_rope_kernel<1, kP, kOneRowBlocksWide>, grid, block, 0, launch, p);
-        else
-          launch_kernel(gemv_qkv_rope_kernel<1, kP>, grid, block, 0, launch, p);
+        with_one_row_blocks([&](auto blocks) {
+          launch_kernel(gemv_qkv_rope_kernel<1, kP, decltype(blocks)::value>, grid, block, 0, launch, p);
+        });
         break;
       case 2: launch_kernel(gemv_qkv_rope_kernel<2, kP>, grid, block, 0, launch, p); break;
       case 3: launch_kernel(gemv_qkv_rope_kernel<3, kP>, grid, block, 0, launch, p); break;

@@ -228,6 +228,7 @@ bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& arg
 // q|k|v GEMVs are compiled for (__launch_bounds__): 8 (the default: 32
 // registers, where ptxas spills 12-20 bytes) or 6 (40 registers, no spill).
 // Launches after the call take it; captured graphs keep theirs.
+inline constexpr int kGemvOneRowBlocksDefault = 8;
 void set_gemv_one_row_blocks(int blocks);
 // out[m, i] = silu(x·w[i]) * (x·w[inter + i]) for the stacked gate|up weight
 // [2 * inter, k], with gate and up rounded to bf16 first, as the unfused
