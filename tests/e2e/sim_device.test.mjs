@@ -92,6 +92,9 @@ export const tests = {
         /--cuda-prefill-attention has no effect with --device sim/],
       [['--device', 'cpu', '--no-cuda-pdl'], /--cuda-pdl has no effect with --device cpu/],
       [['--device', 'cpu', '--cuda-prefill-attention', 'v1'], /--cuda-prefill-attention/],
+      // Deleted in session 42 (wgmma_ws replaced it): refused at start, not silently mapped.
+      [['--device', 'cpu', '--cuda-prefill-attention', 'wgmma'],
+        /--cuda-prefill-attention: wgmma not in \{mma,wgmma-ws,cudnn,auto\}/],
       [['--device', 'sim', '--cuda-decode-split-plan', 'by-step-work'],
         /--cuda-decode-split-plan has no effect with --device sim/],
       [['--device', 'cpu', '--cuda-gemm-sm-count-target'], /--cuda-gemm-sm-count-target has no effect with --device cpu/],
