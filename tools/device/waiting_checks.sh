@@ -24,6 +24,7 @@
 #                                                                 # kernels against a base cuda_bench, alternated
 #   CARRY_DIR=.devcarry/s42 BASE_DIR=.devcarry/s41c tools/device/waiting_checks.sh 14  # every test not yet run
 #                                                                 # on a GPU, the MoE layer against a base, --decode1
+#   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -330,6 +331,33 @@ PY
     grep -E "decode step, batch 1 at" "$base/decode1.md" | cut -d'|' -f2,4 | cut -c1-150
     echo "##### done at $(elapsed) s"
     ;;
+  15)
+    # Session 43's wide tiles for the MoE's grouped FP8 GEMM (~3 min): their tests (bit-equal to
+    # the ring kernel, uneven loads, odd tile counts, the DeepSeek-V3 FP8 golden), then the MoE
+    # layer at 4,096 and 16,384 tokens under 128, 160 and 192 columns, twice, the second round
+    # reversed, then the dense rows (cuda_bench --fp8-dense: the kernels on one group).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaMoeFp8Ws.*tma_weight_multicast*' \
+      > "$base/tests15.txt" 2>&1
+    echo "##### kernel tests rc $? at $(elapsed) s: $(grep -c '^\[       OK' "$base/tests15.txt") ok"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/tests15.txt" | head -12
+    timeout -s KILL 200 "$bin/cuda_golden_test" --gtest_filter='*WarpSpecializedExpertsMatchTheRingKernel*' \
+      > "$base/golden15.txt" 2>&1
+    echo "##### golden rc $? at $(elapsed) s"
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|\[ info \]" "$base/golden15.txt" | cut -c1-200 | head -16
+    for round in 1 2; do
+      kernels="tma-weight-multicast tma-weight-multicast-n160 tma-weight-multicast-n192"
+      [ $round = 2 ] && kernels="tma-weight-multicast-n192 tma-weight-multicast-n160 tma-weight-multicast"
+      for kern in $kernels; do
+        timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 "$kern" > "$base/moe15_${kern}_$round.md" 2>&1
+        grep 'slot order) prefill' "$base/moe15_${kern}_$round.md" | while read -r line; do
+          echo "$round $kern: $(echo "$line" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+% of 1979|[0-9.]+ ms' | paste -sd' ')"
+        done
+      done
+    done
+    timeout 200 "$bin/cuda_bench" --fp8-dense > "$base/fp8_dense15.md" 2> "$base/fp8_dense15.err"
+    echo "##### fp8-dense rc $? at $(elapsed) s"; cut -c1-400 "$base/fp8_dense15.md"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -339,7 +367,8 @@ PY
     # cuda_deepseek_v4_forward_test, deepseek_v4_forward_bench).
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     echo "GPU: $gpu"
-    for p in 12 7 4 3 9 10 1; do
+    # PARTS: a subset, to split the call in two where one would pass 600 s.
+    for p in ${PARTS:-12 7 4 3 9 10 1}; do
       if [ "$p" = 1 ]; then
         FORMATS="2 18 19" MODEL_FORMATS=2,18,19 INDEXER_TESTS=${INDEXER_TESTS:-scores} OUT=$base/p$p \
           bash "$0" 1 > "$base/part$p.txt" 2>&1
@@ -351,8 +380,9 @@ PY
       fi
       echo "part $p rc $? at $(elapsed) s"
     done
-    tar -C "$base" -czf "$base/targets_logs.tgz" p12 p7 p4 p3 p9 p10 p1 2>/dev/null && rm -rf "$base"/p[0-9] "$base"/p1[02]
+    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] 2>/dev/null)) && rm -rf "$base"/p[0-9] "$base"/p1[02]
     echo "=== summary ($gpu)"
+    exec 2>/dev/null  # the parts PARTS left out have no files
     echo "-- 14 GQA decode: the decode tests under every loader (work stealing, session 40, first):"
     grep -E "##### tests|^\[  (PASSED|FAILED) |^\[  FAILED" "$base/part12.txt" | head -6
     echo "-- 15 MoE prefill 4,096 / 16,384 tokens, x in slot order (target 50% of 1979):"
@@ -365,7 +395,7 @@ PY
     grep -h "16 heads, a layer of an 8-layer decode graph" "$base/part4.txt" | cut -d'|' -f2,4 | cut -c1-140
     echo "-- 14 GQA decode 8 x 8k and 16 x 8k (target 85%), batch-1 decode at 4k (target 85%):"
     grep -E "^\| (8|16) x 8k " "$base/part3.txt" | cut -c1-160
-    grep -E "batch 1 at (0|4096) context, default" "$base/part3.txt" | head -4 | cut -d'|' -f2,4 | cut -c1-120
+    grep -E "batch 1 at (0|4096) context" "$base/part3.txt" | head -8 | cut -d'|' -f2,4 | cut -c1-150
     grep -E "^\| split|kernels only" "$base/part9.txt" | head -12 | cut -c1-120
     grep -E "timeline|steps between" "$base/part9.txt" | head -12 | cut -c1-300
     echo "-- 15 cost model: MLA prefill through cuDNN, prompts and chunks over cached prefixes:"
@@ -373,5 +403,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18, 19: keys in registers in pairs / in shared memory / two rows in flight; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|2|3|4|5|6|7|8|9|10|11|12|13|14|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|15|targets" >&2; exit 2 ;;
 esac

@@ -193,7 +193,8 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     const float w0 = stage_scales[C::kBlockM], w1 = kSwiglu ? stage_scales[C::kBlockM + 1] : w0;
     wgmma_wait<0>();
     fence_registers(acc);
-    promote_fp8_k_block(total, acc, a_lo, a_hi, w0, w1);
+    const float w[2] = {w0, w1};
+    promote_fp8_k_block<128>(total, acc, a_lo, a_hi, w);
   }
   cp_async_wait<0>();
   if (!active) return;
@@ -247,7 +248,9 @@ std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num
 MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows) {
   const GroupedGemmFp8Kernel kernel = g_kernel.load();
   const bool paired = kernel == GroupedGemmFp8Kernel::tma_weight_multicast ||
-                      kernel == GroupedGemmFp8Kernel::tma_weight_multicast_overlap;
+                      kernel == GroupedGemmFp8Kernel::tma_weight_multicast_overlap ||
+                      kernel == GroupedGemmFp8Kernel::tma_weight_multicast_n160 ||
+                      kernel == GroupedGemmFp8Kernel::tma_weight_multicast_n192;
   return tile_rows == 128 && paired ? MoeTileOrder::paired : MoeTileOrder::by_expert;
 }
 

@@ -55,6 +55,14 @@
 // nothing, but waits for and releases every stage as an idle consumer does,
 // so both blocks of a cluster always walk the same stages. `empty` counts the
 // cluster's consumers, as under A multicast.
+//
+// Wide tiles (kN = 160 or 192 weight rows, WsTile; under the weight multicast
+// only): each consumer issues m64n160 / m64n192 MMAs over the same 64 A rows,
+// so a stage's A tile serves more columns. Their column blocks start on
+// multiples of 16 or 32, not of 128, so one weight scale covers a column
+// group of 16 or 32 (kFp8ScaleGroupCols), and the last block may pass n:
+// its extra columns are computed from whatever rows follow (TMA fills zeros
+// past the tensor) and never stored.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -77,22 +85,12 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kBlockM = 128;  // tile slots: two consumers of 64 rows
-constexpr int kBlockN = 128;  // weight rows a block reads (swiglu: 64 gate + 64 up)
 constexpr int kBlockK = 128;  // one e4m3 line of 128 bytes = one scale block
 constexpr int kGroupThreads = 128;
 constexpr int kConsumers = 2;
 constexpr int kThreads = kGroupThreads * (1 + kConsumers);
 constexpr int kATileBytes = kBlockM * kBlockK;
-constexpr int kBTileBytes = kBlockN * kBlockK;
-constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32 KB
-// A stage's scales, after the stages: each tile row's A scale, then the
-// weight block's (gate, up under swiglu), then the item's tile as two ints
-// (its rows, kEndOfWork after the block's last item; its first slot): the
-// consumers learn their work from the ring, not from global memory.
-constexpr int kScaleFloats = kBlockM + 4;
-constexpr int kTileInfo = kBlockM + 2;  // float index of the tile's rows, then its first slot
 constexpr int kEndOfWork = -1;
-constexpr int kStages = 6;
 // Copy groups a producer thread keeps in flight before it signals the oldest
 // (4 stages, 128 KB an SM, cover L2's latency at the MMA rate). The
 // producer signals K block j only after issuing j + kLag, which waits for
@@ -100,20 +98,44 @@ constexpr int kStages = 6;
 // j while holding j - 1, so kStages >= kLag + 2 (a model of the protocol
 // deadlocks at kStages = kLag + 1).
 constexpr int kLag = 3;
-static_assert(kStages >= kLag + 2, "the consumers must be able to free a stage the producer waits for");
-constexpr int kBarrierBytes = 2 * kStages * 8;  // full and empty, a stage
-constexpr int kSmemBytes = kStages * (kStageBytes + kScaleFloats * 4) + kBarrierBytes + 1024;  // + alignment slack
-static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
+constexpr int kRowsPerPass = kGroupThreads / 8;  // a copy pass: 8 threads a 128-byte row
+constexpr int kPasses = kBlockM / kRowsPerPass;  // the same for the A and the (128-row) weight tile
+static_assert(kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
+
+// The ring's shape for kN weight rows a block reads: 128 (64 gate + 64 up
+// under swiglu), or the wide tiles' 160 and 192 (session 43): each consumer's
+// m64nNk32 reads its A rows once for kN columns, so the shared-memory and L2
+// bytes a flop fall by (64 + kN) / kN (1.50 at 128, 1.40 at 160, 1.33 at
+// 192), for kN / 2 more accumulator registers and sum registers a thread.
+template <int kN>
+struct WsTile {
+  static constexpr int kBTileBytes = kN * kBlockK;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32, 36 or 40 KB
+  // A stage's scales, after the stages: each tile row's A scale, then the
+  // weight blocks' (one a column group, kFp8ScaleGroups), then the item's
+  // tile as two ints (its rows, kEndOfWork after the block's last item; its
+  // first slot): the consumers learn their work from the ring, not from
+  // global memory.
+  static constexpr int kScaleGroups = kFp8ScaleGroups<kN>;
+  static constexpr int kTileInfo = kBlockM + kScaleGroups;  // float index of the tile's rows, then its first slot
+  static constexpr int kScaleFloats = kTileInfo + 2;
+  static constexpr int kStages = kN == 192 ? 5 : 6;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;  // full and empty, a stage
+  static constexpr int kSmemBytes =
+      kStages * (kStageBytes + kScaleFloats * 4) + kBarrierBytes + 1024;  // + alignment slack
+  static_assert(kStages >= kLag + 2, "the consumers must be able to free a stage the producer waits for");
+  static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
+  static_assert(kScaleGroups <= kGroupThreads, "a producer thread a weight scale");
+};
 // __launch_bounds__(kThreads, 1) caps every thread at 168 registers (64K /
-// 384, rounded down to 8); the block's 64,512 are redistributed.
+// 384, rounded down to 8); the block's 64,512 are redistributed. 224 hold
+// the 192-column tile's 96 + 96 sums without spills (ptxas, session 43); a
+// producer at 40, to give the consumers 232, spilled.
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = 224;
 static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupThreads * kConsumers <=
                   (65536 / kThreads) / 8 * 8 * kThreads,
               "the registers redistributed must fit the block's allocation");
-constexpr int kRowsPerPass = kGroupThreads / 8;  // a copy pass: 8 threads a 128-byte row
-constexpr int kPasses = kBlockM / kRowsPerPass;  // the same for the A and the weight tile
-static_assert(kBlockM == kBlockN && kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
 
 // How the producer moves A and W (the scales always go by cp.async).
 enum class WsLoads { cp_async, tma, tma_multicast2, tma_multicast4, tma_weight_multicast2 };
@@ -184,8 +206,8 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
 // column_items = column blocks / kColumnBlocksPerItem.
 // map_a: a as [rows, k] bytes, boxes of 128 x 1 rows (row_of_slot set: a
 // gathered row a copy) or 128 x (kBlockM / the blocks sharing A) rows; map_w:
-// w as [rows, k], boxes of 128 x 64 rows. Both unused under WsLoads::cp_async.
-template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
+// w as [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
+template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
                                const __grid_constant__ CUtensorMap map_w, int column_items, int num_items) {
@@ -193,6 +215,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kCluster = kClusterSize<kLoads>;
   constexpr bool kShareA = kMulticastA<kLoads>;
   constexpr int kARanks = kShareA ? kCluster : 1;  // blocks that each copy a share of A
+  using Tile = WsTile<kN>;
+  constexpr int kBTileBytes = Tile::kBTileBytes, kStageBytes = Tile::kStageBytes, kStages = Tile::kStages;
+  constexpr int kScaleFloats = Tile::kScaleFloats, kTileInfo = Tile::kTileInfo, kScaleGroups = Tile::kScaleGroups;
+  static_assert(kTma || kN == kBlockM, "cp.async copies weight tiles of kBlockM rows");
+  static_assert(!kOverlap || kN == 128, "two accumulators a consumer fit the registers at 128 columns only");
   extern __shared__ unsigned char smem_window[];
   pdl_launch_dependents();
   pdl_wait();
@@ -224,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::int64_t n = a.n, k = a.k;
   const int num_k_blocks = static_cast<int>(k / kBlockK);
   const std::int64_t group_rows = kSwiglu ? 2 * n : n;
-  // Output columns [n0, n0 + 64) of each half under swiglu, [n0, n0 + 128) otherwise.
-  const std::int64_t col_width = kSwiglu ? kBlockN / 2 : kBlockN;
+  // Output columns [n0, n0 + kN / 2) of each half under swiglu, [n0, n0 + kN) otherwise.
+  const std::int64_t col_width = kSwiglu ? kN / 2 : kN;
   auto item_n0 = [&](int item) {
     const int column_block = (item % column_items) * kColumnBlocksPerItem<kLoads> + (kShareA ? rank : 0);
     return static_cast<std::int64_t>(column_block) * col_width;
@@ -294,9 +321,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
       const std::int64_t w_row0 = w.group * group_rows + n0;  // first weight row (of the gate half)
       const std::int64_t w_row1 = w_row0 + n;                 // first weight row of the up half
-      const float* w_scale_src = group_tid == 0 ? a.w_scales + (w_row0 / kBlockK) * a.w_scale_row_stride
-                                 : kSwiglu && group_tid == 1 ? a.w_scales + (w_row1 / kBlockK) * a.w_scale_row_stride
-                                                             : nullptr;
+      // Thread g < kScaleGroups copies column group g's weight scale (gate
+      // groups, then up groups under swiglu): the 128-row block of the
+      // group's first weight row, held within this expert's half (a wide
+      // tile's last column block may pass n: those columns are never stored).
+      const float* w_scale_src = nullptr;
+      if (group_tid < kScaleGroups) {
+        constexpr int kGroupsPerHalf = kSwiglu ? kScaleGroups / 2 : kScaleGroups;
+        const bool up = group_tid >= kGroupsPerHalf;
+        const std::int64_t half_last = w.group * group_rows + (up ? 2 * n : n) - 1;
+        const std::int64_t row = (up ? w_row1 : w_row0) + (group_tid % kGroupsPerHalf) * kFp8ScaleGroupCols<kN>;
+        w_scale_src = a.w_scales + ((row < half_last ? row : half_last) / kBlockK) * a.w_scale_row_stride;
+      }
       // Pass i's weight row: under swiglu passes [0, kPasses / 2) are gate rows, the rest up rows.
       const unsigned char* w_gate = w_q + (w_row0 + row_base) * k + chunk * 16;
       const unsigned char* w_up = w_q + (w_row1 + row_base) * k + chunk * 16;
@@ -338,9 +374,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                           a_q + static_cast<std::int64_t>(a_row[i]) * k + chunk * 16 + k0, true);
         }
         if constexpr (kTma) {
-          // The weight tile's two boxes of 64 rows: the gate and up halves under swiglu.
+          // The weight tile's two boxes of kN / 2 rows: the gate and up halves under swiglu.
           const int w_box0 = static_cast<int>(w_row0);
-          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kBlockN / 2);
+          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kN / 2);
           if (group_tid == 0 && tile.shares_weights) {
             // Box `rank` into both blocks of the cluster, at the same offsets.
             tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
@@ -406,11 +442,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
     const bool active = num_rows > consumer * 64;
-    float total[64];
+    constexpr int kAcc = kN / 2;  // accumulator registers a thread
+    float total[kAcc];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
     // K block kb's stage: wait until it has landed, issue its four MMAs.
-    auto issue = [&](float(&acc)[64], int kb) {
+    auto issue = [&](float(&acc)[kAcc], int kb) {
       const int stage = (g + kb) % kStages;
       mbarrier_wait(full(stage), ((g + kb) / kStages) & 1);
       const std::uint32_t a_s = smem.addr + stage * kStageBytes + consumer * 64 * kBlockK;
@@ -418,18 +455,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockK / 32; ++ks)
-        wgmma_m64n128k32_e4m3(acc, smem_desc(a_s + ks * 32, 16, 1024), smem_desc(b_s + ks * 32, 16, 1024), ks > 0);
+        wgmma_m64nNk32_e4m3<kN>(acc, smem_desc(a_s + ks * 32, 16, 1024), smem_desc(b_s + ks * 32, 16, 1024),
+                                ks > 0);
       wgmma_commit();
     };
     // K block kb's MMAs are done: read its scales, release its stage, promote.
-    auto finish = [&](float(&acc)[64], int kb) {
+    auto finish = [&](float(&acc)[kAcc], int kb) {
       fence_registers(acc);
       const int stage = (g + kb) % kStages;
       const float* stage_scales = scales_s + stage * kScaleFloats;
       const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
-      const float w0 = stage_scales[kBlockM], w1 = kSwiglu ? stage_scales[kBlockM + 1] : w0;
+      float w[kScaleGroups];
+#pragma unroll
+      for (int i = 0; i < kScaleGroups; ++i) w[i] = stage_scales[kBlockM + i];
       release(stage);
-      promote_fp8_k_block(total, acc, a_lo, a_hi, w0, w1);
+      promote_fp8_k_block<kN>(total, acc, a_lo, a_hi, w);
     };
     if (!active) {
       // Keep the ring's phases: wait for each stage, release it.
@@ -440,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else if constexpr (kOverlap) {
       // Two accumulators: K block kb + 1's MMAs run while kb is promoted.
-      float acc0[64], acc1[64];
+      float acc0[kAcc], acc1[kAcc];
       issue(acc0, 0);
       int kb = 0;
       for (; kb + 2 < num_k_blocks; kb += 2) {
@@ -463,7 +503,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         finish(acc0, kb);
       }
     } else {
-      float acc[64];
+      float acc[kAcc];
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         issue(acc, kb);
         wgmma_wait<0>();
@@ -472,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     g += num_k_blocks;
     if (!active) continue;
-    store_fp8_tile_rows<kSwiglu>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
+    store_fp8_tile_rows<kSwiglu, kN>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
   }
   if constexpr (kCluster > 1) cluster_sync();
 }
@@ -493,10 +533,17 @@ CUtensorMap tensor_map_2d(const void* base, std::int64_t rows, std::int64_t cols
   return map;
 }
 
-template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
+// Column blocks of a kN-row weight tile over n output columns (the wide
+// tiles' last one may pass n).
+std::int64_t column_blocks(std::int64_t n, bool swiglu, int tile_n) {
+  const std::int64_t width = swiglu ? tile_n / 2 : tile_n;
+  return (n + width - 1) / width;
+}
+
+template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN = 128>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   constexpr int kCluster = kClusterSize<kLoads>;
-  const std::int64_t col_blocks = a.n / (kSwiglu ? kBlockN / 2 : kBlockN);
+  const std::int64_t col_blocks = column_blocks(a.n, kSwiglu, kN);
   SLUICE_CHECK(col_blocks % kColumnBlocksPerItem<kLoads> == 0);
   const std::int64_t column_items = col_blocks / kColumnBlocksPerItem<kLoads>;
   const std::int64_t tile_units = (a.max_tiles + kTilesPerItem<kLoads> - 1) / kTilesPerItem<kLoads>;
@@ -517,7 +564,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     map_a = tensor_map_2d(a.a, a.a_scale_stride, a.k,
                           a.row_of_slot != nullptr ? 1 : kBlockM / (kMulticastA<kLoads> ? kCluster : 1),
                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-    map_w = tensor_map_2d(a.w, a.w_rows, a.k, kBlockN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    map_w = tensor_map_2d(a.w, a.w_rows, a.k, kN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
   cudaLaunchAttribute attributes[2];
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -529,19 +576,20 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.dynamicSmemBytes = WsTile<kN>::kSmemBytes;
   config.stream = launch.stream;
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
-  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>, a, map_a, map_w,
+  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads, kN>, a, map_a,
+                                       map_w,
                                        static_cast<int>(column_items), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kSwiglu, bool kOverlap, WsLoads kLoads>
+template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN = 128>
 void raise_smem_limit() {
-  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads, kN>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, WsTile<kN>::kSmemBytes));
 }
 
 template <WsLoads kLoads>
@@ -568,12 +616,12 @@ int max_active_clusters() {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(kClusterSize<kLoads> * g_sm_count));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.dynamicSmemBytes = WsTile<128>::kSmemBytes;
   config.attrs = &cluster;
   config.numAttrs = 1;
   int clusters = 0;
   SLUICE_CUDA_CHECK(
-      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, false, kLoads>, &config));
+      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, false, kLoads, 128>, &config));
   return clusters;
 }
 
@@ -587,6 +635,10 @@ void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::tma_multicast2>();
   raise_smem_limits<WsLoads::tma_multicast4>();
   raise_smem_limits<WsLoads::tma_weight_multicast2>();
+  raise_smem_limit<false, false, WsLoads::tma_weight_multicast2, 160>();
+  raise_smem_limit<true, false, WsLoads::tma_weight_multicast2, 160>();
+  raise_smem_limit<false, false, WsLoads::tma_weight_multicast2, 192>();
+  raise_smem_limit<true, false, WsLoads::tma_weight_multicast2, 192>();
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -605,8 +657,9 @@ bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemm
                                              kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap
                                          ? 4
                                          : 1;
-  const std::int64_t col_blocks = a.n / (a.epilogue == GroupedEpilogue::swiglu ? kBlockN / 2 : kBlockN);
-  return a.tile_rows == kBlockM && col_blocks % column_blocks_per_item == 0;
+  const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
+  const std::int64_t col_blocks = column_blocks(a.n, swiglu, 128);
+  return a.tile_rows == kBlockM && a.n % (swiglu ? 64 : 128) == 0 && col_blocks % column_blocks_per_item == 0;
 }
 
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kernel kernel, const Launch& launch) {
@@ -643,6 +696,14 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
     case GroupedGemmFp8Kernel::tma_weight_multicast_overlap:
       swiglu ? launch_loads<true, WsLoads::tma_weight_multicast2>(a, overlap, launch)
              : launch_loads<false, WsLoads::tma_weight_multicast2>(a, overlap, launch);
+      return;
+    case GroupedGemmFp8Kernel::tma_weight_multicast_n160:
+      swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2, 160>(a, launch)
+             : launch_variant<false, false, WsLoads::tma_weight_multicast2, 160>(a, launch);
+      return;
+    case GroupedGemmFp8Kernel::tma_weight_multicast_n192:
+      swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2, 192>(a, launch)
+             : launch_variant<false, false, WsLoads::tma_weight_multicast2, 192>(a, launch);
       return;
     case GroupedGemmFp8Kernel::ring: break;
   }
