@@ -179,13 +179,14 @@ PY
     ;;
   7)
     # Issue 15's MoE prefill on this card (S35-5): the layer with x gathered, then in slot order (the
-    # default since session 35), twice in one call; the MoE tests first.
+    # default since session 35), under the default kernel (192-row tiles since session 43), twice in
+    # one call; the MoE tests first (the leading * takes the parameterised Kernels/CudaMoeFp8Ws too).
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaMoe*:CudaFp8Quantize.*' \
+    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoe*:CudaFp8Quantize.*' \
       > "$base/moe_tests.txt" 2>&1
     echo "##### MoE tests rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$base/moe_tests.txt" | head
     for round in 1 2; do
-      timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast > "$base/moe_$round.md" 2>&1
+      timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast-n192 > "$base/moe_$round.md" 2>&1
       echo "##### MoE bench $round rc $? at $(elapsed) s"
       grep "prefill" "$base/moe_$round.md" | sed -E 's/\| MoE layer FP8 wgmma grouped kernel //' | cut -c1-200
     done
@@ -337,7 +338,7 @@ PY
     # layer at 4,096 and 16,384 tokens under 128, 160 and 192 columns, twice, the second round
     # reversed, then the dense rows (cuda_bench --fp8-dense: the kernels on one group).
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='CudaMoeFp8Ws.*tma_weight_multicast*' \
+    timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*tma_weight_multicast*' \
       > "$base/tests15.txt" 2>&1
     echo "##### kernel tests rc $? at $(elapsed) s: $(grep -c '^\[       OK' "$base/tests15.txt") ok"
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/tests15.txt" | head -12

@@ -222,11 +222,13 @@ void raise_smem_limit() {
 
 // The default for 128-slot tiles: the warp-specialised kernel with the weights
 // by TMA, each weight tile multicast to the two blocks of an expert's tile
-// pair (session 29, H100: CudaMoe, CudaMoeFp8Ws and the golden pass, logits
-// bit-equal to the ring kernel's; prefill 4096 tokens 5.28 ms against tma's
-// 5.62, gate_up reading 6.4 GB from DRAM against 8.8; docs/benchmarks.md).
-// Session 12's tma before it.
-std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma_weight_multicast};
+// pair, in tiles of 192 weight rows (session 43, H100: CudaMoe, CudaMoeFp8Ws
+// and the golden pass, logits bit-equal to the ring kernel's; the MoE layer
+// at 4,096 tokens 4.546 ms against 4.688 at 128 rows, medians of five, and
+// 1,030-1,070 TFLOP/s as a dense GEMM against 984-1,007; docs/benchmarks.md
+// S43-1). Session 29's 128-row tiles before it (5.28 ms against tma's 5.62),
+// session 12's tma before that.
+std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma_weight_multicast_n192};
 
 }  // namespace
 
