@@ -25,6 +25,7 @@
 #   CARRY_DIR=.devcarry/s42 BASE_DIR=.devcarry/s41c tools/device/waiting_checks.sh 14  # every test not yet run
 #                                                                 # on a GPU, the MoE layer against a base, --decode1
 #   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
+#   CARRY_DIR=.devcarry/s43c tools/device/waiting_checks.sh 16     # goldens + V4 suite, ncu of the MoE GEMMs
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -358,6 +359,24 @@ PY
     done
     timeout 200 "$bin/cuda_bench" --fp8-dense > "$base/fp8_dense15.md" 2> "$base/fp8_dense15.err"
     echo "##### fp8-dense rc $? at $(elapsed) s"; cut -c1-400 "$base/fp8_dense15.md"
+    ;;
+  16)
+    # Session 43's new MoE default (192-row tiles) under the whole golden suite and the V4 forward
+    # suite, then ncu's sections for gate_up and down (the slot-order layer's first, launches 41-42)
+    # under 128 and 192 rows: where the wide tiles' time goes (tensor pipe, stalls, L2, shared memory).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    for t in cuda_golden_test cuda_deepseek_v4_forward_test; do
+      timeout -s KILL 150 "$bin/$t" --gtest_brief=1 > "$base/$t.txt" 2>&1
+      echo "##### $t rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$base/$t.txt" | head -8
+    done
+    for k in tma-weight-multicast tma-weight-multicast-n192; do
+      timeout 150 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section SchedulerStats "$bin/cuda_bench" --deepseek-moe-fp8 "$k" > "$base/ncu16_$k.txt" 2>&1
+      echo "##### ncu $k rc $? at $(elapsed) s"
+      grep -E "^  [a-z_].*kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" \
+        "$base/ncu16_$k.txt" | sed -E 's/  +/ /g' | cut -c1-120 | head -24
+    done
     ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
