@@ -49,7 +49,7 @@ constexpr int min_blocks(int rows, int one_row_blocks) {
   return rows == 1 ? one_row_blocks : rows == 2 ? 6 : rows == 3 ? 3 : 4;
 }
 constexpr int kOneRowBlocks = kGemvOneRowBlocksDefault;
-constexpr int kOneRowBlocksWide = 6;
+constexpr int kOneRowBlocksOther = 8;  // the 32-register form, the default until session 43
 int g_one_row_blocks = kOneRowBlocks;
 
 template <int kRows>
@@ -59,7 +59,7 @@ constexpr std::integral_constant<int, kBlocks> blocks_c{};
 // Calls run(blocks_c<B>) with the one-row kernels' blocks an SM set now.
 template <class Run>
 void with_one_row_blocks(const Run& run) {
-  if (g_one_row_blocks == kOneRowBlocksWide) run(blocks_c<kOneRowBlocksWide>);
+  if (g_one_row_blocks == kOneRowBlocksOther) run(blocks_c<kOneRowBlocksOther>);
   else run(blocks_c<kOneRowBlocks>);
 }
 
@@ -238,10 +238,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, min_blocks(kRows, kOneRow
   }
   const uint4* wrow = w + static_cast<std::int64_t>(col) * k_vecs;
   // The first iteration's weights go to registers before the wait. With the
-  // rotated loop they cost no occupancy (still 32 registers; at one row ptxas
-  // spills 12-20 bytes, SASS not yet read: set_gemv_one_row_blocks(6) gives the
-  // 40-register form, no spill, for the A/B). The L2 prefetch of 2 KB a warp
-  // they replaced left a round trip to L2 after the wait.
+  // rotated loop they cost no occupancy (32 registers at 8 blocks an SM, where
+  // ptxas spills 12-20 bytes at one row; the one-row default since session 43
+  // is 6 blocks, 40 registers, no spill). The L2 prefetch of 2 KB a warp they
+  // replaced left a round trip to L2 after the wait.
   uint4 wv[4];
   const bool full = load_first_weights(wrow, lane, k_vecs, wv);
   pdl_wait();
@@ -470,7 +470,7 @@ bool covered(std::int64_t m, std::int64_t n, std::int64_t k) {
 }  // namespace
 
 void set_gemv_one_row_blocks(int blocks) {
-  SLUICE_CHECK_MSG(blocks == kOneRowBlocks || blocks == kOneRowBlocksWide, "set_gemv_one_row_blocks: 8 or 6");
+  SLUICE_CHECK_MSG(blocks == kOneRowBlocks || blocks == kOneRowBlocksOther, "set_gemv_one_row_blocks: 6 or 8");
   g_one_row_blocks = blocks;
 }
 

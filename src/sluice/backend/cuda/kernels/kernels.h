@@ -225,10 +225,11 @@ struct GemvQkvRopeArgs {
 bool launch_gemv_qkv_rope(const StepDeviceView& step, const GemvQkvRopeArgs& args, std::int64_t m, std::int64_t k,
                           GemvSplitK split_k, const Launch& launch);
 // Benchmarks: the blocks a multiprocessor the one-row plain, split-K and
-// q|k|v GEMVs are compiled for (__launch_bounds__): 8 (the default: 32
-// registers, where ptxas spills 12-20 bytes) or 6 (40 registers, no spill).
-// Launches after the call take it; captured graphs keep theirs.
-inline constexpr int kGemvOneRowBlocksDefault = 8;
+// q|k|v GEMVs are compiled for (__launch_bounds__): 6 (the default since
+// session 43: 40 registers, no spill) or 8 (32 registers, where ptxas spills
+// 12-20 bytes; the default before). Both give the same bits. Launches after
+// the call take it; captured graphs keep theirs.
+inline constexpr int kGemvOneRowBlocksDefault = 6;
 void set_gemv_one_row_blocks(int blocks);
 // out[m, i] = silu(x·w[i]) * (x·w[inter + i]) for the stacked gate|up weight
 // [2 * inter, k], with gate and up rounded to bf16 first, as the unfused
