@@ -313,7 +313,6 @@ void bench_deepseek_moe(bool quick) {
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma,
                             cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n160},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped}, Variant{false, cuda::MoeExpertGemm::grouped}}) {

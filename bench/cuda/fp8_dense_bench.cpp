@@ -69,8 +69,7 @@ void bench_fp8_dense() {
       cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
       cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
       cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_weight_multicast,
-      cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n160,
-      cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192};
+      cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192};
   const std::unique_ptr<Ops> ops = must(make_cuda_ops(CudaOptions{}));  // prepares the kernels' shared memory
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

@@ -867,7 +867,7 @@ std::vector<WsCase> ws_cases() {
         cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
         cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap,
         cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n160, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
+        cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
   return cases;
 }

@@ -14,10 +14,9 @@ namespace sluice::cuda {
 // The columns one weight scale covers in a tile of kCols output columns, so
 // that no group straddles two 128-row scale blocks: each half (64) at 128,
 // whose column blocks start on multiples of 64; 32 at 192 (blocks and halves
-// of 96 start on multiples of 32) and 16 at 160 (halves of 80 start on
-// multiples of 16): the wide tiles of grouped_gemm_fp8_ws.cu.
+// of 96 start on multiples of 32: the wide tiles of grouped_gemm_fp8_ws.cu).
 template <int kCols>
-inline constexpr int kFp8ScaleGroupCols = kCols == 128 ? 64 : kCols == 160 ? 16 : 32;
+inline constexpr int kFp8ScaleGroupCols = kCols == 128 ? 64 : 32;
 template <int kCols>
 inline constexpr int kFp8ScaleGroups = kCols / kFp8ScaleGroupCols<kCols>;
 

@@ -34,10 +34,10 @@ enum class GroupedGemmFp8Kernel {
   // The same with two accumulators a consumer (K block kb + 1's MMAs run
   // while kb is promoted), for where the consumers bound it.
   tma_weight_multicast_overlap,
-  // tma_weight_multicast with wide tiles (session 43): each block reads 160 or
-  // 192 weight rows (80 or 96 gate + as many up under swiglu), one m64n160 or
-  // m64n192 MMA a consumer a step, for fewer shared-memory and L2 bytes a flop.
-  tma_weight_multicast_n160,
+  // tma_weight_multicast with wide tiles (session 43, the default): each block
+  // reads 192 weight rows (96 gate + 96 up under swiglu), one m64n192 MMA a
+  // consumer a step, for fewer shared-memory and L2 bytes a flop. (160 rows
+  // measured no faster than 128 and was removed, S43-1.)
   tma_weight_multicast_n192,
   ring
 };
@@ -54,7 +54,6 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
     case GroupedGemmFp8Kernel::tma_multicast4_overlap: return "tma-multicast4-overlap";
     case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
     case GroupedGemmFp8Kernel::tma_weight_multicast_overlap: return "tma-weight-multicast-overlap";
-    case GroupedGemmFp8Kernel::tma_weight_multicast_n160: return "tma-weight-multicast-n160";
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return "tma-weight-multicast-n192";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }

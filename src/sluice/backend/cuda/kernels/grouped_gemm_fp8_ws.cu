@@ -56,11 +56,11 @@
 // so both blocks of a cluster always walk the same stages. `empty` counts the
 // cluster's consumers, as under A multicast.
 //
-// Wide tiles (kN = 160 or 192 weight rows, WsTile; under the weight multicast
-// only): each consumer issues m64n160 / m64n192 MMAs over the same 64 A rows,
-// so a stage's A tile serves more columns. Their column blocks start on
-// multiples of 16 or 32, not of 128, so one weight scale covers a column
-// group of 16 or 32 (kFp8ScaleGroupCols), and the last block may pass n:
+// Wide tiles (kN = 192 weight rows, WsTile; under the weight multicast only,
+// the default since session 43): each consumer issues m64n192 MMAs over the
+// same 64 A rows, so a stage's A tile serves more columns. Their column
+// blocks start on multiples of 32, not of 128, so one weight scale covers a
+// column group of 32 (kFp8ScaleGroupCols), and the last block may pass n:
 // its extra columns are computed from whatever rows follow (TMA fills zeros
 // past the tensor) and never stored.
 #include <cuda.h>
@@ -103,14 +103,15 @@ constexpr int kPasses = kBlockM / kRowsPerPass;  // the same for the A and the (
 static_assert(kRowsPerPass % 8 == 0, "every pass keeps a thread's swizzle row (row % 8)");
 
 // The ring's shape for kN weight rows a block reads: 128 (64 gate + 64 up
-// under swiglu), or the wide tiles' 160 and 192 (session 43): each consumer's
+// under swiglu), or the wide tiles' 192 (session 43): each consumer's
 // m64nNk32 reads its A rows once for kN columns, so the shared-memory and L2
-// bytes a flop fall by (64 + kN) / kN (1.50 at 128, 1.40 at 160, 1.33 at
-// 192), for kN / 2 more accumulator registers and sum registers a thread.
+// bytes a flop go as (64 + kN) / kN (1.50 at 128, 1.33 at 192), for kN / 2
+// accumulator registers and as many sum registers a thread. (160 rows, with
+// scales in groups of 16, measured no faster than 128: removed, S43-1.)
 template <int kN>
 struct WsTile {
   static constexpr int kBTileBytes = kN * kBlockK;
-  static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32, 36 or 40 KB
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // 32 or 40 KB
   // A stage's scales, after the stages: each tile row's A scale, then the
   // weight blocks' (one a column group, kFp8ScaleGroups), then the item's
   // tile as two ints (its rows, kEndOfWork after the block's last item; its
@@ -119,6 +120,7 @@ struct WsTile {
   static constexpr int kScaleGroups = kFp8ScaleGroups<kN>;
   static constexpr int kTileInfo = kBlockM + kScaleGroups;  // float index of the tile's rows, then its first slot
   static constexpr int kScaleFloats = kTileInfo + 2;
+  static_assert(kN == 128 || kN == 192, "tiles of 128 or 192 weight rows");
   static constexpr int kStages = kN == 192 ? 5 : 6;
   static constexpr int kBarrierBytes = 2 * kStages * 8;  // full and empty, a stage
   static constexpr int kSmemBytes =
@@ -635,8 +637,6 @@ void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::tma_multicast2>();
   raise_smem_limits<WsLoads::tma_multicast4>();
   raise_smem_limits<WsLoads::tma_weight_multicast2>();
-  raise_smem_limit<false, false, WsLoads::tma_weight_multicast2, 160>();
-  raise_smem_limit<true, false, WsLoads::tma_weight_multicast2, 160>();
   raise_smem_limit<false, false, WsLoads::tma_weight_multicast2, 192>();
   raise_smem_limit<true, false, WsLoads::tma_weight_multicast2, 192>();
   int device = 0;
@@ -696,10 +696,6 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
     case GroupedGemmFp8Kernel::tma_weight_multicast_overlap:
       swiglu ? launch_loads<true, WsLoads::tma_weight_multicast2>(a, overlap, launch)
              : launch_loads<false, WsLoads::tma_weight_multicast2>(a, overlap, launch);
-      return;
-    case GroupedGemmFp8Kernel::tma_weight_multicast_n160:
-      swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2, 160>(a, launch)
-             : launch_variant<false, false, WsLoads::tma_weight_multicast2, 160>(a, launch);
       return;
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192:
       swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2, 192>(a, launch)
