@@ -336,7 +336,7 @@ PY
   15)
     # Session 43's wide tiles for the MoE's grouped FP8 GEMM (~3 min): their tests (bit-equal to
     # the ring kernel, uneven loads, odd tile counts, the DeepSeek-V3 FP8 golden), then the MoE
-    # layer at 4,096 and 16,384 tokens under 128, 160 and 192 columns, twice, the second round
+    # layer at 4,096 and 16,384 tokens under 128 and 192 rows (160 until S43-1), twice, the second round
     # reversed, then the dense rows (cuda_bench --fp8-dense: the kernels on one group).
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
     timeout -s KILL 200 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*tma_weight_multicast*' \
@@ -348,8 +348,8 @@ PY
     echo "##### golden rc $? at $(elapsed) s"
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|\[ info \]" "$base/golden15.txt" | cut -c1-200 | head -16
     for round in 1 2; do
-      kernels="tma-weight-multicast tma-weight-multicast-n160 tma-weight-multicast-n192"
-      [ $round = 2 ] && kernels="tma-weight-multicast-n192 tma-weight-multicast-n160 tma-weight-multicast"
+      kernels="tma-weight-multicast tma-weight-multicast-n192"  # (160 rows: removed after S43-1)
+      [ $round = 2 ] && kernels="tma-weight-multicast-n192 tma-weight-multicast"
       for kern in $kernels; do
         timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 "$kern" > "$base/moe15_${kern}_$round.md" 2>&1
         grep 'slot order) prefill' "$base/moe15_${kern}_$round.md" | while read -r line; do
