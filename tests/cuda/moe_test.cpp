@@ -802,7 +802,6 @@ TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
 struct WsCase {
   cuda::GroupedGemmFp8Kernel kernel;
   int grid_limit;
-  int unit_window = 1;  // cuda::set_grouped_gemm_fp8_ws_unit_window
 };
 class CudaMoeFp8Ws : public ::testing::TestWithParam<WsCase> {};
 
@@ -816,11 +815,9 @@ TEST_P(CudaMoeFp8Ws, UnevenLoads) {
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
   cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
-  cuda::set_grouped_gemm_fp8_ws_unit_window(GetParam().unit_window);
   fp8_wgmma_uneven_loads({});
   cuda::set_grouped_gemm_fp8_kernel(before);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
-  cuda::set_grouped_gemm_fp8_ws_unit_window(1);
 }
 
 // The uneven loads with three experts of three tiles (256 + 44 slots, three
@@ -845,11 +842,9 @@ TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
   run_fp8_wgmma_experts(problem, ring);
   cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
-  cuda::set_grouped_gemm_fp8_ws_unit_window(GetParam().unit_window);
   run_fp8_wgmma_experts(problem, got);
   cuda::set_grouped_gemm_fp8_kernel(before);
   cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
-  cuda::set_grouped_gemm_fp8_ws_unit_window(1);
   ASSERT_EQ(got.size(), ring.size());
   std::size_t num_different = 0, first_different = 0;
   for (std::size_t i = ring.size(); i-- > 0;)
@@ -874,11 +869,6 @@ std::vector<WsCase> ws_cases() {
         cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap,
         cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
-  // Column items walked over windows of 3 tile units (the last window
-  // partial), under the default kernel and under tma's single tiles.
-  for (const cuda::GroupedGemmFp8Kernel kernel :
-       {cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
-    for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit, 3});
   return cases;
 }
 
@@ -886,11 +876,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
                          [](const ::testing::TestParamInfo<WsCase>& info) {
                            std::string name(cuda::name_of(info.param.kernel));
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name +
-                                  (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
-                                                             : std::string("_grid_sms")) +
-                                  (info.param.unit_window > 1 ? "_window" + std::to_string(info.param.unit_window)
-                                                              : std::string());
+                           return name + (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
+                                                                    : std::string("_grid_sms"));
                          });
 }  // namespace
 }  // namespace sluice

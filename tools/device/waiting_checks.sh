@@ -26,7 +26,6 @@
 #                                                                 # on a GPU, the MoE layer against a base, --decode1
 #   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
 #   CARRY_DIR=.devcarry/s43c tools/device/waiting_checks.sh 16     # goldens + V4 suite, ncu of the MoE GEMMs
-#   CARRY_DIR=.devcarry/s43f tools/device/waiting_checks.sh 17     # the MoE GEMM's unit window: tests, layer, ncu
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -378,29 +377,6 @@ PY
       grep -E "^  [a-z_].*kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" \
         "$base/ncu16_$k.txt" | sed -E 's/  +/ /g' | cut -c1-120 | head -24
     done
-    ;;
-  17)
-    # Session 43's unit window for the grouped FP8 GEMM's work items (~2 min): its tests, then the
-    # MoE layer under the default kernel at windows of 1 (as before), 2, 4 and 8 tile units,
-    # twice, the second round reversed; then DRAM bytes of gate_up and down at 1 and 4 (ncu).
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    timeout -s KILL 120 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*window*:*CudaMoeFp8Ws.*n192*' \
-      > "$base/tests17.txt" 2>&1
-    echo "##### tests rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/tests17.txt" | head -8
-    for round in 1 2; do
-      windows="1 2 4 8"; [ $round = 2 ] && windows="8 4 2 1"
-      for w in $windows; do
-        timeout 60 "$bin/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast-n192 "$w" > "$base/moe17_${w}_$round.md" 2>&1
-        echo "$round window $w: $(grep 'slot order) prefill' "$base/moe17_${w}_$round.md" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms;' | paste -sd' ')"
-      done
-    done
-    for w in 1 4; do
-      timeout 100 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --print-units base \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed \
-        "$bin/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast-n192 "$w" > "$base/ncu17_$w.csv" 2> "$base/ncu17_$w.err"
-      python3 tools/device/ncu_metrics_table.py "$base/ncu17_$w.csv" "window $w" gate_up down
-    done
-    echo "##### done at $(elapsed) s"
     ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on

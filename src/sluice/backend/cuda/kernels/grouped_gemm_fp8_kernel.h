@@ -69,10 +69,6 @@ void prepare_grouped_gemm_fp8_ws();
 // The most blocks the persistent kernels launch (0: one an SM, the default).
 // Tests set a few so that every block walks many work items.
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
-// The tile units (tiles, or pairs under the weight multicast) whose work
-// items go column item by column item, the units fastest (1, the default:
-// each unit's column items in turn). For the benchmark's and the tests' A/B.
-void set_grouped_gemm_fp8_ws_unit_window(int units);
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);
 

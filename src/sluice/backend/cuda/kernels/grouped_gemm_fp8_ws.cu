@@ -157,7 +157,6 @@ constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
-int g_unit_window = 1;      // set_grouped_gemm_fp8_ws_unit_window()
 int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
@@ -206,20 +205,14 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
 // blocks), the groups fastest; a cluster takes one item. A tile unit is a
 // tile, or under weight multicast a pair of tiles (block_tile). Under A
 // multicast the block of rank r takes the group's column block r.
-// column_items = column blocks / kColumnBlocksPerItem. unit_window: the
-// items of unit_window consecutive tile units go column item by column item,
-// the units fastest (1: each unit's column items in turn, as before session
-// 43), so the blocks running at once read the same weight tile for an
-// expert's several tiles, and one window's A tiles stay in L2 across its
-// column items.
+// column_items = column blocks / kColumnBlocksPerItem.
 // map_a: a as [rows, k] bytes, boxes of 128 x 1 rows (row_of_slot set: a
 // gathered row a copy) or 128 x (kBlockM / the blocks sharing A) rows; map_w:
 // w as [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
 template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items,
-                               int unit_window) {
+                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
   constexpr bool kShareA = kMulticastA<kLoads>;
@@ -262,18 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::int64_t group_rows = kSwiglu ? 2 * n : n;
   // Output columns [n0, n0 + kN / 2) of each half under swiglu, [n0, n0 + kN) otherwise.
   const std::int64_t col_width = kSwiglu ? kN / 2 : kN;
-  // Work item -> its tile unit and column item (unit_window above).
-  const int tile_units = num_items / column_items;
-  auto item_unit = [&](int item) {
-    const int group = item / (unit_window * column_items);
-    const int units = min(unit_window, tile_units - group * unit_window);
-    return group * unit_window + (item - group * unit_window * column_items) % units;
-  };
   auto item_n0 = [&](int item) {
-    const int group = item / (unit_window * column_items);
-    const int units = min(unit_window, tile_units - group * unit_window);
-    const int column_item = (item - group * unit_window * column_items) / units;
-    const int column_block = column_item * kColumnBlocksPerItem<kLoads> + (kShareA ? rank : 0);
+    const int column_block = (item % column_items) * kColumnBlocksPerItem<kLoads> + (kShareA ? rank : 0);
     return static_cast<std::int64_t>(column_block) * col_width;
   };
 
@@ -313,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ++g;
     };
     for (int item = first_item; item < num_items; item += item_step) {
-      const BlockTile tile = block_tile<kLoads>(a, item_unit(item), rank);
+      const BlockTile tile = block_tile<kLoads>(a, item / column_items, rank);
       const TileWork w = tile.work;
       if (w.group < 0) break;  // the plan's unused tiles are the last ones
       const std::int64_t n0 = item_n0(item);
@@ -600,8 +583,8 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads, kN>, a, map_a,
-                                       map_w, static_cast<int>(column_items), static_cast<int>(items),
-                                       g_unit_window));
+                                       map_w,
+                                       static_cast<int>(column_items), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -647,7 +630,6 @@ int max_active_clusters() {
 }  // namespace
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
-void set_grouped_gemm_fp8_ws_unit_window(int units) { g_unit_window = std::max(units, 1); }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
