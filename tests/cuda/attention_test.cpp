@@ -672,13 +672,14 @@ TEST(CudaDecodeAttention, TmaLoadsShapeRules) {
 // wrote, and rows at a few keys weigh the new key heavily, so a wrong or
 // missing page write shows in that row's output. Shapes: the GEMV's split K
 // in 4, 2 and 1 parts (hidden 4096 under GemvSplitK::by_waves, 4096 and 2048
-// under two_parts, 256), 1 to 4 rows, pages of 16 and 7; one row again with
-// the one-row GEMVs at 6 blocks a multiprocessor (cuda::set_gemv_one_row_blocks).
+// under two_parts, 256), 1 to 4 rows, pages of 16 and 7, with the one-row
+// GEMVs at 8 blocks a multiprocessor (the 32-register form); one row again at
+// 6 blocks, the default since session 43 (cuda::set_gemv_one_row_blocks).
 TEST(CudaDecodeAttention, QkvGemvRopeEpilogueMatchesSeparateKernels) {
   struct Case {
     std::int32_t num_q_heads, num_kv_heads, head_dim, block_size, hidden, rows;
     cuda::GemvSplitK split_k = cuda::GemvSplitK::two_parts;
-    int one_row_blocks = 8;
+    int one_row_blocks = 8;  // the form before session 43; the 6-block cases name theirs
   };
   constexpr std::int32_t kSteps = 4;
   const std::int32_t first_positions[4] = {2, 4000, 17, 0};

@@ -146,8 +146,8 @@ TEST_P(CudaOpsSplitK, MatmulMatchesFloat64) {
 
 // The one-row GEMVs compiled for 8 blocks a multiprocessor (32 registers, the
 // default before session 43; cuda::set_gemv_one_row_blocks) and 6 (40, the
-// default now) give the same bits, in
-// the plain loop (n above the split-K limit) and split K in 2 and 4 parts.
+// default now) give the same bits, in the plain loop (n above the split-K
+// limit) and split K in 2 and 4 parts.
 TEST(CudaOps, OneRowGemvsAtSixBlocksGiveTheSameBits) {
   CudaOptions options{.scratch_bytes = 256LL << 20, .use_cuda_graphs = false};
   options.gemv_split_k = cuda::GemvSplitK::by_waves;

@@ -583,8 +583,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads, kN>, a, map_a,
-                                       map_w,
-                                       static_cast<int>(column_items), static_cast<int>(items)));
+                                       map_w, static_cast<int>(column_items), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
