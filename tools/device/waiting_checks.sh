@@ -26,6 +26,7 @@
 #                                                                 # on a GPU, the MoE layer against a base, --decode1
 #   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
 #   CARRY_DIR=.devcarry/s43c tools/device/waiting_checks.sh 16     # goldens + V4 suite, ncu of the MoE GEMMs
+#   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -376,6 +377,22 @@ PY
       echo "##### ncu $k rc $? at $(elapsed) s"
       grep -E "^  [a-z_].*kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" \
         "$base/ncu16_$k.txt" | sed -E 's/  +/ /g' | cut -c1-120 | head -24
+    done
+    ;;
+  17)
+    # Where gate_up's extra DRAM bytes come from (S43-2: 6.6 GB read for 4.4 GB of touched weights):
+    # ncu's DRAM and L2 counters of the slot-order layer's gate_up and down at 4,096 tokens (launches
+    # 41-42) with the weights' tensor map cut to one expert, A's to one tile, both, or neither
+    # (set_grouped_gemm_fp8_ws_bytes_probe: boxes out of bounds read no memory).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum
+    metrics=$metrics,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
+    for probe in none weights a both; do
+      timeout 150 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --metrics "$metrics" --csv \
+        "$bin/cuda_bench" --deepseek-moe-fp8 tma-weight-multicast-n192 "$probe" > "$base/ncu17_$probe.csv" 2>&1
+      echo "##### probe $probe rc $? at $(elapsed) s"
+      grep -E '^"[0-9]' "$base/ncu17_$probe.csv" | awk -F'","' '{print $5 "|" $(NF-2) "|" $NF}' |
+        sed -E 's/grouped_gemm_fp8_ws_kernel<([a-z]+), .*/gemm swiglu=\1/' | tr -d '"' | cut -c1-120
     done
     ;;
   targets)

@@ -69,6 +69,13 @@ void prepare_grouped_gemm_fp8_ws();
 // The most blocks the persistent kernels launch (0: one an SM, the default).
 // Tests set a few so that every block walks many work items.
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
+// Benchmarks only (cuda_bench --deepseek-moe-fp8 KERNEL PROBE): the TMA
+// loaders' tensor map of the weights cut to the first expert's rows, or of A
+// to the first tile's, so that every other box lands out of bounds (zeros,
+// no memory read) and ncu's DRAM bytes say which operand reads the rest. The
+// products are wrong under a probe; never set it outside a benchmark.
+enum class GroupedGemmFp8BytesProbe { none, one_expert_weights, one_tile_a, both };
+void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe);
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);
 

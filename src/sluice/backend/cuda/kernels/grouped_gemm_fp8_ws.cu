@@ -158,6 +158,7 @@ constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
+GroupedGemmFp8BytesProbe g_bytes_probe = GroupedGemmFp8BytesProbe::none;  // benchmarks only
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -563,10 +564,16 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   CUtensorMap map_a{}, map_w{};
   if constexpr (kLoads != WsLoads::cp_async) {
     SLUICE_CHECK(a.w_rows > 0 && a.a_scale_stride > 0);
-    map_a = tensor_map_2d(a.a, a.a_scale_stride, a.k,
+    const bool probe_w = g_bytes_probe == GroupedGemmFp8BytesProbe::one_expert_weights ||
+                         g_bytes_probe == GroupedGemmFp8BytesProbe::both;
+    const bool probe_a =
+        g_bytes_probe == GroupedGemmFp8BytesProbe::one_tile_a || g_bytes_probe == GroupedGemmFp8BytesProbe::both;
+    const std::int64_t group_rows = kSwiglu ? 2 * a.n : a.n;
+    map_a = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride, a.k,
                           a.row_of_slot != nullptr ? 1 : kBlockM / (kMulticastA<kLoads> ? kCluster : 1),
                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-    map_w = tensor_map_2d(a.w, a.w_rows, a.k, kN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / 2,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
   cudaLaunchAttribute attributes[2];
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -629,6 +636,7 @@ int max_active_clusters() {
 }  // namespace
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
+void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe) { g_bytes_probe = probe; }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
