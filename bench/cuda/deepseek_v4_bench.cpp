@@ -232,8 +232,6 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
       time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
   cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::shared);
   const double s_scores_tf32_shared = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
-  cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers_two_rows);
-  const double s_scores_two_rows = time_median(5, [&] { cuda::launch_v4_indexer_scores_wgmma_tf32(args, nullptr); });
   cuda::set_v4_indexer_scores_tf32_keys(cuda::V4IndexerTf32Keys::registers_in_pairs);
   const double s_scores_mma = time_median(5, [&] { cuda::launch_v4_indexer_scores_mma(args, nullptr); });
   const double s_scores = time_median(5, [&] { cuda::launch_v4_indexer_scores(args, nullptr); });
@@ -255,9 +253,6 @@ void bench_indexer(std::int32_t rows, std::int32_t sequences, std::int32_t visib
   row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA, keys in shared memory (session 26)",
       s_scores_tf32_shared, tflops(flops, s_scores_tf32_shared) + ", " + tbs(bytes, s_scores_tf32_shared),
       pct(flops / s_scores_tf32_shared / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
-  row(what + ": FP8 scores, warpgroup MMA, heads summed by a tf32 MMA, keys in registers, two rows in flight",
-      s_scores_two_rows, tflops(flops, s_scores_two_rows) + ", " + tbs(bytes, s_scores_two_rows),
-      pct(flops / s_scores_two_rows / kFp8Peak) + " of FP8 peak (the head sum's tf32 not counted)");
   row(what + ": FP8 scores, tensor cores", s_scores_mma, tflops(flops, s_scores_mma) + ", " + tbs(bytes, s_scores_mma),
       pct(flops / s_scores_mma / kBf16Peak) + " of bf16 peak (FP8 peak is 2x); " + hbm_share(bytes, s_scores_mma));
   row(what + ": FP8 scores, CUDA cores", s_scores, tflops(flops, s_scores) + ", " + tbs(bytes, s_scores),

@@ -62,8 +62,8 @@
 //     every row count (sessions 35's 17 was the 256-thread top-k, today's
 //     default from 2,048 rows), 18 with the tf32 scores' keys in shared
 //     memory (the default until session 37; that session's first 18 was
-//     today's default), 19 with two rows in flight a warpgroup (session 37's
-//     earlier 19s were two forms not kept); the
+//     today's default; 19 was removed in session 44: two rows in flight a
+//     warpgroup, 30.3-30.8% of the CSA layer against the default's 24%); the
 //     default 2; up to session 20, 5 and 6 were today's 6 and 9, in session
 //     21 7 was today's 9), one step between cudaProfilerStart and
 //     cudaProfilerStop after a warm-up step of the same shape (for ncu
@@ -616,9 +616,6 @@ int flash_formats(int argc, char** argv) {
       // holds them in registers in three consumer warpgroups of 128): its A/B.
       {"FP8 default, indexer tf32 scores over keys in shared memory (until session 37)", false, {},
        DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::shared},
-      // The default with the tf32 scores in three warpgroups of 64 keys, two rows in flight each.
-      {"FP8 default, indexer tf32 scores with two rows in flight a warpgroup", false, {},
-       DeepseekV4KvFormats::cuda(), cuda::V4IndexerTf32Keys::registers_two_rows},
   };
   auto flops_of = [&](std::int64_t from, std::int64_t to) {
     double total = 0;

@@ -476,12 +476,10 @@ TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumSelectWithinItsBounds
 }
 
 // ... and its other forms (the default holds the keys in registers in three
-// consumer warpgroups of 128): the keys in shared memory, in registers in four
-// warpgroups of 64, or in three of 64 with two rows in flight each; over the
-// whole grid, one block and three.
+// consumer warpgroups of 128): the keys in shared memory, or in registers in
+// four warpgroups of 64; over the whole grid, one block and three.
 TEST(DeepseekV4CudaKernels, IndexerScoresWithTheTf32HeadSumInItsOtherFormsSelectWithinItsBounds) {
-  for (const auto keys : {cuda::V4IndexerTf32Keys::shared, cuda::V4IndexerTf32Keys::registers,
-                          cuda::V4IndexerTf32Keys::registers_two_rows}) {
+  for (const auto keys : {cuda::V4IndexerTf32Keys::shared, cuda::V4IndexerTf32Keys::registers}) {
     SCOPED_TRACE(static_cast<int>(keys));
     cuda::set_v4_indexer_scores_tf32_keys(keys);
     for (const int blocks : {0, 1, 3}) {

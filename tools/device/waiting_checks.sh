@@ -407,7 +407,7 @@ PY
     # PARTS: a subset, to split the call in two where one would pass 600 s.
     for p in ${PARTS:-12 7 4 3 9 10 1}; do
       if [ "$p" = 1 ]; then
-        FORMATS="2 18 19" MODEL_FORMATS=2,18,19 INDEXER_TESTS=${INDEXER_TESTS:-scores} OUT=$base/p$p \
+        FORMATS="2 18" MODEL_FORMATS=2,18 INDEXER_TESTS=${INDEXER_TESTS:-scores} OUT=$base/p$p \
           bash "$0" 1 > "$base/part$p.txt" 2>&1
       elif [ "$p" = 12 ]; then
         STEAL_TESTS=${STEAL_TESTS:-CudaDecodeAttention.Tma*:CudaDecodeAttention.StaleNanSlotsStayOut:CudaDecodeAttention.GraphReplayedDecodeSteps} \
@@ -437,7 +437,7 @@ PY
     grep -E "timeline|steps between" "$base/part9.txt" | head -12 | cut -c1-300
     echo "-- 15 cost model: MLA prefill through cuDNN, prompts and chunks over cached prefixes:"
     grep -E "MLA prefill cudnn" "$base/part10.txt" | cut -d'|' -f2,3,4 | cut -c1-150
-    echo "-- 18 indexer share of the CSA layer (formats 2, 18, 19: keys in registers in pairs / in shared memory / two rows in flight; target <= 25%):"
+    echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
   *) echo "usage: waiting_checks.sh 0|1|...|15|targets" >&2; exit 2 ;;

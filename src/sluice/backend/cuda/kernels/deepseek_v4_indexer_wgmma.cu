@@ -127,25 +127,22 @@ constexpr int kHeadSumBBytes = kHeads / 8 * kHeadSumStepBytes;  // 2 KB
 //   second tile's head sum on FMAs, 2-5% slower, and the two tiles' head-sum
 //   MMAs issued in turn in one group, 2% faster at 8,192 rows but slower at
 //   1,024-4,096 and in the layer; S37-2, S37-3. Neither was kept.)
-//   tf32_register_keys_double: three consumer warpgroups of one 64-key tile
-//     (192 keys a block), keys in registers, two score accumulators: row i +
-//     1's MMAs are issued before row i's relu and head sum, so a warpgroup's
-//     tensor work runs under its own epilogue instead of after it (ncu, S37-2:
-//     the default is latency bound, 0.7 eligible warps a scheduler, the
-//     tensor pipe 62-65% busy). Two accumulators of two tiles would not fit
-//     128 registers.
-enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs, tf32_register_keys_double };
+//   (A fifth form, three consumer warpgroups of one 64-key tile with two
+//   score accumulators, row i + 1's MMAs issued before row i's relu and head
+//   sum, put the indexer at 30.3-30.8% of the CSA layer against 23.9-24.2%
+//   for tf32_register_key_pairs in three H100 runs, S39-1, S40-1, S44-1: it
+//   was removed in session 44.)
+enum class HeadSum { fma, tf32_shared_keys, tf32_register_keys, tf32_register_key_pairs };
 
 template <HeadSum kSum>
 struct BlockShape {
   static constexpr bool kTf32 = kSum != HeadSum::fma;
   static constexpr bool kKeysInRegisters = kSum != HeadSum::tf32_shared_keys;
-  static constexpr bool kDoubleBuffered = kSum == HeadSum::tf32_register_keys_double;
-  static constexpr int kTiles = kSum == HeadSum::tf32_register_keys || kDoubleBuffered ? 1 : 2;  // M tiles a warpgroup
+  static constexpr int kTiles = kSum == HeadSum::tf32_register_keys ? 1 : 2;  // M tiles a warpgroup
   static constexpr int kGroupKeys = kTiles * kTileKeys;                        // a warpgroup's keys
   static constexpr int kConsumerGroups = kSum == HeadSum::fma ? 2 : kSum == HeadSum::tf32_register_keys ? 4 : 3;
-  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256, 384, 256, 384, 192
-  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32, 48, 32, 48, 24 KB
+  static constexpr int kBlockKeys = kConsumerGroups * kGroupKeys;  // 256, 384, 256, 384
+  static constexpr int kKeyTileBytes = kBlockKeys * kDim;          // 32, 48, 32, 48 KB
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // setmaxnreg moves registers within the block's launch allocation (65536 /
@@ -443,36 +440,7 @@ __global__ void __launch_bounds__(BlockShape<kSum>::kThreads, 1)
     key_factor = key_scales[my_key] * rsqrtf(static_cast<float>(kDim));
     // (tf32_shared_keys: the MMAs read the key tile itself, so it is freed at the epoch's end.)
     if constexpr (kKeysInRegisters) release(key_empty);
-    if constexpr (Shape::kDoubleBuffered) {
-      // Per row i (in acc[i % 2]): wait for its scores and row i - 1's head
-      // sum; issue row i + 1's scores into the other accumulator (row i - 1's
-      // head sum, its last reader, is done); store row i - 1; relu row i and
-      // issue its head sum. Row i + 1's MMAs run under all of that.
-      float sums[kTiles][4] = {};
-      for (int j = 0; j < slots; j += kGroupRows) {
-        for_group_rows(g, j, [&](int i, int slot) {
-          float (&cur)[kTiles][32] = acc[i % 2];
-          wgmma_wait<0>();
-          fence_registers(cur[0]);
-          fence_registers(sums[0]);
-          if (i + 1 < kGroupRows) {
-            wait_full(g + j + i + 1);
-            issue_mma((g + j + i + 1) % kSlots, acc[(i + 1) % 2]);
-          }
-          if (i > 0) {
-            store_head_sum((g + j + i - 1) % kSlots, sums);
-            release(empty((g + j + i - 1) % kSlots));
-          }
-#pragma unroll
-          for (int e = 0; e < 32; ++e) cur[0][e] = fmaxf(cur[0][e], 0.0f);
-          issue_head_sum(slot, cur[0], sums[0]);
-        });
-        wgmma_wait<0>();
-        fence_registers(sums[0]);
-        store_head_sum((g + j + kGroupRows - 1) % kSlots, sums);
-        release(empty((g + j + kGroupRows - 1) % kSlots));
-      }
-    } else if constexpr (kTf32HeadSum) {
+    if constexpr (kTf32HeadSum) {
       // One accumulator (ptxas keeps the shared-keys form's consumers in 168
       // registers, the register-keys form's in 96: a second one, pinned as the
       // head sum's A, would spill). Per row: its scores
@@ -568,8 +536,6 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
           BlockShape<HeadSum::tf32_register_keys>::kSmemBytes);
     allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_key_pairs>,
           BlockShape<HeadSum::tf32_register_key_pairs>::kSmemBytes);
-    allow(v4_indexer_scores_wgmma_kernel<HeadSum::tf32_register_keys_double>,
-          BlockShape<HeadSum::tf32_register_keys_double>::kSmemBytes);
     int device = 0, sms = 0;
     SLUICE_CUDA_CHECK(cudaGetDevice(&device));
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -590,7 +556,6 @@ void launch_scores(const V4IndexerArgs& args, HeadSum sum, cudaStream_t stream) 
     case HeadSum::tf32_shared_keys: launch.template operator()<HeadSum::tf32_shared_keys>(); break;
     case HeadSum::tf32_register_keys: launch.template operator()<HeadSum::tf32_register_keys>(); break;
     case HeadSum::tf32_register_key_pairs: launch.template operator()<HeadSum::tf32_register_key_pairs>(); break;
-    case HeadSum::tf32_register_keys_double: launch.template operator()<HeadSum::tf32_register_keys_double>(); break;
   }
   SLUICE_CUDA_CHECK_LAUNCH();
 }
@@ -604,10 +569,9 @@ void launch_v4_indexer_scores_wgmma(const V4IndexerArgs& args, cudaStream_t stre
 void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys) { g_tf32_keys = keys; }
 
 void launch_v4_indexer_scores_wgmma_tf32(const V4IndexerArgs& args, cudaStream_t stream) {
-  const HeadSum sum = g_tf32_keys == V4IndexerTf32Keys::registers              ? HeadSum::tf32_register_keys
-                      : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs   ? HeadSum::tf32_register_key_pairs
-                      : g_tf32_keys == V4IndexerTf32Keys::registers_two_rows ? HeadSum::tf32_register_keys_double
-                                                                               : HeadSum::tf32_shared_keys;
+  const HeadSum sum = g_tf32_keys == V4IndexerTf32Keys::registers            ? HeadSum::tf32_register_keys
+                      : g_tf32_keys == V4IndexerTf32Keys::registers_in_pairs ? HeadSum::tf32_register_key_pairs
+                                                                             : HeadSum::tf32_shared_keys;
   launch_scores(args, sum, stream);
 }
 

@@ -135,7 +135,6 @@ enum class V4IndexerTf32Keys {
   shared,              // shared memory, three warpgroups of 128 keys (S26-5; the default until session 37)
   registers,           // registers, four of 64: half the shared-memory bytes an MMA (S27: ~20% slower)
   registers_in_pairs,  // the default: registers, three of 128 (two tiles a warpgroup; S37-1: 3-7% faster)
-  registers_two_rows,  // registers, three of 64, two rows in flight a warpgroup (not yet run on a device)
 };
 void set_v4_indexer_scores_tf32_keys(V4IndexerTf32Keys keys);
 // The exact top-k of the scores above (deepseek_v4_indexer_top_k.cu): rows
