@@ -292,9 +292,8 @@ void bench_deepseek_moe(bool quick) {
   // FP8 under both expert GEMMs (the grouped kernel on bf16-dequantized
   // weights, and fp8_wgmma), then bf16.
   // fp8_wgmma under each kernel of its 128-slot tiles (prefill): the
-  // warp-specialised ones (cp.async or TMA loads, A multicast to a cluster of
-  // two or four, the weight tile multicast to a cluster of two on the paired
-  // plan; one or two accumulators a consumer) and the ring kernel
+  // warp-specialised ones (cp.async or TMA loads, the weight tile multicast to
+  // a cluster of two on the paired plan, at 128 or 192 weight rows) and the ring kernel
   // (grouped_gemm_fp8_kernel.h); decode's 64-slot tiles run the ring kernel under all.
   struct Variant {
     bool fp8;
@@ -304,16 +303,8 @@ void bench_deepseek_moe(bool quick) {
   const cuda::GroupedGemmFp8Kernel default_kernel = cuda::grouped_gemm_fp8_kernel();
   const bool default_by_slot = cuda::moe_fp8_x_by_slot();
   for (Variant v : {Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_overlap},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma,
-                            cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped}, Variant{false, cuda::MoeExpertGemm::grouped}}) {

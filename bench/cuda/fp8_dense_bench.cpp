@@ -65,11 +65,9 @@ struct DenseShape {
 void bench_fp8_dense() {
   const DenseShape shapes[] = {{"V3 dense gate|up", 18432, 7168}, {"V3 dense down", 7168, 18432},
                                {"V4 wq_b", 32768, 1024},          {"V4 wo_b", 4096, 8192}};
-  const cuda::GroupedGemmFp8Kernel kernels[] = {
-      cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
-      cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
-      cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_weight_multicast,
-      cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192};
+  const cuda::GroupedGemmFp8Kernel kernels[] = {cuda::GroupedGemmFp8Kernel::tma,
+                                                cuda::GroupedGemmFp8Kernel::tma_weight_multicast,
+                                                cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192};
   const std::unique_ptr<Ops> ops = must(make_cuda_ops(CudaOptions{}));  // prepares the kernels' shared memory
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

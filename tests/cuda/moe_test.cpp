@@ -793,11 +793,11 @@ TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
 }
 
 // The uneven loads' 128-slot tiles under one warp-specialised persistent
-// kernel (grouped_gemm_fp8_kernel.h: cp.async or TMA loads, A multicast to a
-// cluster of two or four, the weight tile multicast to a cluster of two on a
-// tile pair, one or two accumulators), with a block an SM (one or two work
-// items a block at these sizes) and with 3 blocks (each block, or cluster of
-// 2, walks ~60 items, its copy ring wrapping across items). A test each, so
+// kernel (grouped_gemm_fp8_kernel.h: cp.async or TMA loads, the weight tile
+// multicast to a cluster of two on a tile pair, at 128 or 192 weight rows),
+// with a block an SM (one or two work items a block at these sizes) and with 3
+// blocks (each block, or cluster of 2, walks ~60 items, its copy ring
+// wrapping across items). A test each, so
 // that a hang (a ring that never fills) names its kernel.
 struct WsCase {
   cuda::GroupedGemmFp8Kernel kernel;
@@ -862,12 +862,8 @@ TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
 std::vector<WsCase> ws_cases() {
   std::vector<WsCase> cases;
   for (const cuda::GroupedGemmFp8Kernel kernel :
-       {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::warp_specialized_overlap,
-        cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_multicast, cuda::GroupedGemmFp8Kernel::tma_multicast_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_multicast4, cuda::GroupedGemmFp8Kernel::tma_multicast4_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_overlap,
-        cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
+       {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::tma,
+        cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
   return cases;
 }

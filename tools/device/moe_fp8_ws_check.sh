@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root: the checks
 # and measurements the warp-specialised FP8 expert kernels (issue 15,
-# kernels/grouped_gemm_fp8_ws.cu: cp.async, TMA, TMA with A multicast) need
+# kernels/grouped_gemm_fp8_ws.cu: cp.async, TMA, TMA with the weight multicast) need
 # before one becomes the default. Binaries come prebuilt in CARRY_DIR
 # (tools/device/build_carry.sh --no-cli, or any directory holding
 # cuda_kernel_test, cuda_golden_test and cuda_bench with their libraries).
@@ -17,7 +17,7 @@
 # 3. cuda_bench --deepseek (MoE prefill 4096 tokens and decode batch 64 under
 #    each kernel side by side, the dense FP8 GEMM anchor);
 # 4. ncu of the prefill gate_up and down under each NCU_KERNEL named
-#    (grouped_gemm_fp8_kernel.h's name_of; default: tma-multicast), and every
+#    (grouped_gemm_fp8_kernel.h's name_of; default: tma-weight-multicast-n192), and every
 #    kernel's duration in the MoE layer under the first.
 set -uo pipefail
 out=${OUT:-/tmp/moe-fp8-ws}
@@ -25,7 +25,7 @@ logs=$out/logs
 mkdir -p "$logs"
 bin=${CARRY_DIR:-.devcarry/cuda}
 ncu_kernels=("$@")
-[ ${#ncu_kernels[@]} = 0 ] && ncu_kernels=(tma-multicast)
+[ ${#ncu_kernels[@]} = 0 ] && ncu_kernels=(tma-weight-multicast-n192)
 . tools/device/carried_bin.sh
 start_logs moe_fp8_ws
 
@@ -37,7 +37,7 @@ for t in $tests; do
   timeout 20 "$bin/cuda_kernel_test" --gtest_filter="$t" --gtest_brief=1 > "$logs/ws_$(echo "$t" | tr '/' '_').log" 2>&1
   rc=$?
   echo "$t rc $rc$([ $rc = 124 ] && echo ' (HUNG)')" | tee -a "$summary"
-  # UnevenLoads/tma_multicast_overlap_grid3 -> tma-multicast-overlap
+  # UnevenLoads/tma_weight_multicast_grid3 -> tma-weight-multicast
   [ $rc = 0 ] || failed_kernels="$failed_kernels$(echo "${t##*/}" | sed -E 's/_grid.*$//; s/_/-/g') "
 done
 echo "ws kernels that failed or hung:${failed_kernels}" | tee -a "$summary"
@@ -54,8 +54,7 @@ if [ "$failed_kernels" = " " ]; then
   timeout 150 "$bin/cuda_bench" --deepseek > "$logs/bench.log" 2>&1
   echo "bench rc $?" | tee -a "$summary"
 else
-  for kernel in ring warp-specialized warp-specialized-overlap tma tma-overlap tma-multicast tma-multicast-overlap \
-    tma-multicast4 tma-multicast4-overlap; do
+  for kernel in ring warp-specialized tma tma-weight-multicast tma-weight-multicast-n192; do
     case "$failed_kernels" in *" $kernel "*) continue ;; esac
     timeout 60 "$bin/cuda_bench" --deepseek-moe-fp8 "$kernel" >> "$logs/bench.log" 2>&1
     echo "bench $kernel rc $?" | tee -a "$summary"

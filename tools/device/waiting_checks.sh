@@ -199,7 +199,7 @@ PY
     # the gathered layer's 20 at 4,096 tokens and 20 at 16,384) under
     # three of them: time, DRAM read, L2 hit rate and throughput. Which stream bounds the layer now.
     bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    kernels="tma tma-multicast tma-multicast4 tma-weight-multicast tma-weight-multicast-overlap"
+    kernels="tma tma-weight-multicast tma-weight-multicast-n192"
     for round in 1 2; do
       for k in $kernels; do
         timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 "$k" > "$base/moe8_${k}_$round.md" 2>&1
@@ -207,7 +207,7 @@ PY
       done
       echo "##### round $round at $(elapsed) s"
     done
-    for k in tma tma-multicast4 tma-weight-multicast; do
+    for k in tma tma-weight-multicast tma-weight-multicast-n192; do
       timeout 120 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --print-units base \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed \
         "$bin/cuda_bench" --deepseek-moe-fp8 "$k" > "$base/ncu8_$k.csv" 2> "$base/ncu8_$k.err"

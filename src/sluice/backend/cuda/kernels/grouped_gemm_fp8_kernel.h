@@ -14,26 +14,16 @@
 namespace sluice::cuda {
 
 // The warp-specialised kernels (grouped_gemm_fp8_ws.cu) differ in how the
-// producer moves A and W (cp.async; TMA; TMA with A multicast to a cluster of
-// two or four blocks on neighbouring column blocks; TMA with the weight tile
-// multicast to a cluster of two blocks holding two tiles of one expert) and in
-// the consumer: one accumulator, or two (`_overlap`: the next K block's MMAs
-// run while it promotes the last one).
+// producer moves A and W: cp.async; TMA; TMA with the weight tile multicast
+// to a cluster of two blocks holding two tiles of one expert. (A multicast to
+// neighbouring column blocks and the consumers' two-accumulator forms measured
+// slower and were removed in session 44.)
 enum class GroupedGemmFp8Kernel {
   warp_specialized,
-  warp_specialized_overlap,
   tma,
-  tma_overlap,
-  tma_multicast,
-  tma_multicast_overlap,
-  tma_multicast4,
-  tma_multicast4_overlap,
   // The plan pairs an expert's tiles (grouped_gemm_fp8_tile_order): each pair
   // runs on a cluster of two, each block multicasting half the weight tile.
   tma_weight_multicast,
-  // The same with two accumulators a consumer (K block kb + 1's MMAs run
-  // while kb is promoted), for where the consumers bound it.
-  tma_weight_multicast_overlap,
   // tma_weight_multicast with wide tiles (session 43, the default): each block
   // reads 192 weight rows (96 gate + 96 up under swiglu), one m64n192 MMA a
   // consumer a step, for fewer shared-memory and L2 bytes a flop. (160 rows
@@ -45,15 +35,8 @@ enum class GroupedGemmFp8Kernel {
 inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
   switch (kernel) {
     case GroupedGemmFp8Kernel::warp_specialized: return "warp-specialized";
-    case GroupedGemmFp8Kernel::warp_specialized_overlap: return "warp-specialized-overlap";
     case GroupedGemmFp8Kernel::tma: return "tma";
-    case GroupedGemmFp8Kernel::tma_overlap: return "tma-overlap";
-    case GroupedGemmFp8Kernel::tma_multicast: return "tma-multicast";
-    case GroupedGemmFp8Kernel::tma_multicast_overlap: return "tma-multicast-overlap";
-    case GroupedGemmFp8Kernel::tma_multicast4: return "tma-multicast4";
-    case GroupedGemmFp8Kernel::tma_multicast4_overlap: return "tma-multicast4-overlap";
     case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
-    case GroupedGemmFp8Kernel::tma_weight_multicast_overlap: return "tma-weight-multicast-overlap";
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return "tma-weight-multicast-n192";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }

@@ -17,12 +17,11 @@
 //                WsLoads::cp_async, go by cp.async: each thread keeps kLag
 //                copy groups in flight, then waits for its oldest, fences it
 //                for the async proxy and arrives on that stage's `full`
-//                mbarrier. Under WsLoads::tma, W goes by TMA (two boxes of 64
-//                weight rows) completing bytes on the same `full` barrier, and
-//                A too when its rows are consecutive (one box; gathered rows
-//                stay on cp.async); under WsLoads::tma_multicast*, A always
-//                goes by TMA (one copy a gathered row). Before refilling a
-//                stage it waits on its `empty`.
+//                mbarrier. Under the TMA loaders W goes by TMA (two boxes of
+//                kN / 2 weight rows) completing bytes on the same `full`
+//                barrier, and A too when its rows are consecutive (one box;
+//                gathered rows stay on cp.async). Before refilling a stage it
+//                waits on its `empty`.
 //   consumers    (setmaxnreg up) 64 tile rows each: wait `full`, issue four
 //                wgmma, read the stage's scales, wait for the MMAs, release the
 //                stage (one arrival a warp on `empty`), promote. No block-wide
@@ -32,15 +31,6 @@
 // blocks fastest as the ring kernel's grid; producer and consumers walk the
 // same items and count K blocks on through them, so the producer fills the
 // next item's stages while the consumers run this one's epilogue.
-//
-// WsLoads::tma_multicast2 / 4: blocks in clusters of 2 (4) take neighbouring
-// column blocks of one tile, which read the same A tile: each block's
-// producer copies half (a quarter) of its rows and multicasts them into every
-// block of the cluster, so a block reads 8 (4) + 16 KB from L2 a K block
-// instead of 16 + 16 (128x128 tiles were L2-bound near 46% of peak, Session
-// 11). A stage is then refilled only once the consumers of every block of the
-// cluster released it: `empty` counts them all, each consumer warp arriving
-// on every block's barrier.
 //
 // WsLoads::tma_weight_multicast2: clusters of 2 take a pair of tiles (the
 // plan's tiles 2p and 2p + 1, MoeTileOrder::paired: two tiles of one expert
@@ -53,8 +43,14 @@
 // box otherwise). A pair of two experts' odd tiles loads each block's weight
 // tile alone; a lone last tile's partner block has no rows: it loads
 // nothing, but waits for and releases every stage as an idle consumer does,
-// so both blocks of a cluster always walk the same stages. `empty` counts the
-// cluster's consumers, as under A multicast.
+// so both blocks of a cluster always walk the same stages. A stage is refilled
+// only once the consumers of both blocks released it: `empty` counts them
+// all, each consumer warp arriving on both blocks' barriers.
+//
+// Removed after measuring slower (session 44): A multicast to clusters of 2
+// or 4 blocks on neighbouring column blocks (S36-4: 4.82 / 4.94 ms for the
+// layer at 4,096 tokens against the weight multicast's 4.66) and the
+// consumers' two-accumulator form (4.88; S30 and S36-4).
 //
 // Wide tiles (kN = 192 weight rows, WsTile; under the weight multicast only,
 // the default since session 43): each consumer issues m64n192 MMAs over the
@@ -94,9 +90,9 @@ constexpr int kEndOfWork = -1;
 // Copy groups a producer thread keeps in flight before it signals the oldest
 // (4 stages, 128 KB an SM, cover L2's latency at the MMA rate). The
 // producer signals K block j only after issuing j + kLag, which waits for
-// j + kLag - kStages to be released; a two-accumulator consumer waits for
-// j while holding j - 1, so kStages >= kLag + 2 (a model of the protocol
-// deadlocks at kStages = kLag + 1).
+// j + kLag - kStages to be released, so kStages >= kLag + 1; the rings keep
+// kLag + 2 (a consumer holding two K blocks, as the removed two-accumulator
+// form did, deadlocks at kStages = kLag + 1).
 constexpr int kLag = 3;
 constexpr int kRowsPerPass = kGroupThreads / 8;  // a copy pass: 8 threads a 128-byte row
 constexpr int kPasses = kBlockM / kRowsPerPass;  // the same for the A and the (128-row) weight tile
@@ -140,24 +136,17 @@ static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupTh
               "the registers redistributed must fit the block's allocation");
 
 // How the producer moves A and W (the scales always go by cp.async).
-enum class WsLoads { cp_async, tma, tma_multicast2, tma_multicast4, tma_weight_multicast2 };
+enum class WsLoads { cp_async, tma, tma_weight_multicast2 };
+// The weight multicast's clusters of two take a pair of tiles at one column block.
 template <WsLoads kLoads>
-constexpr int kClusterSize = kLoads == WsLoads::tma_multicast2 || kLoads == WsLoads::tma_weight_multicast2 ? 2
-                             : kLoads == WsLoads::tma_multicast4                                          ? 4
-                                                                                                          : 1;
-// Whether the cluster shares A (its blocks take neighbouring column blocks of
-// one tile) or W (they take a pair of tiles at one column block).
+constexpr int kClusterSize = kLoads == WsLoads::tma_weight_multicast2 ? 2 : 1;
 template <WsLoads kLoads>
-constexpr bool kMulticastA = kLoads == WsLoads::tma_multicast2 || kLoads == WsLoads::tma_multicast4;
-template <WsLoads kLoads>
-constexpr int kTilesPerItem = kLoads == WsLoads::tma_weight_multicast2 ? 2 : 1;
-template <WsLoads kLoads>
-constexpr int kColumnBlocksPerItem = kClusterSize<kLoads> / kTilesPerItem<kLoads>;
+constexpr int kTilesPerItem = kClusterSize<kLoads>;
 constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
-int g_max_clusters[5] = {};  // [cluster size]: clusters resident at once (prepare); 0: not known
+int g_max_pairs = 0;        // clusters of two resident at once (prepare); 0: not known
 GroupedGemmFp8BytesProbe g_bytes_probe = GroupedGemmFp8BytesProbe::none;  // benchmarks only
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
@@ -202,27 +191,21 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
   }
 }
 
-// Work items: (tile unit, group of kColumnBlocksPerItem neighbouring column
-// blocks), the groups fastest; a cluster takes one item. A tile unit is a
-// tile, or under weight multicast a pair of tiles (block_tile). Under A
-// multicast the block of rank r takes the group's column block r.
-// column_items = column blocks / kColumnBlocksPerItem.
-// map_a: a as [rows, k] bytes, boxes of 128 x 1 rows (row_of_slot set: a
-// gathered row a copy) or 128 x (kBlockM / the blocks sharing A) rows; map_w:
-// w as [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
-template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN>
+// Work items: (tile unit, column block), the column blocks fastest; a
+// cluster takes one item. A tile unit is a tile, or under weight multicast a
+// pair of tiles (block_tile). column_items = column blocks.
+// map_a: a as [rows, k] bytes, boxes of 128 x kBlockM rows; map_w: w as
+// [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
+template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
                                const __grid_constant__ CUtensorMap map_w, int column_items, int num_items) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
-  constexpr bool kShareA = kMulticastA<kLoads>;
-  constexpr int kARanks = kShareA ? kCluster : 1;  // blocks that each copy a share of A
   using Tile = WsTile<kN>;
   constexpr int kBTileBytes = Tile::kBTileBytes, kStageBytes = Tile::kStageBytes, kStages = Tile::kStages;
   constexpr int kScaleFloats = Tile::kScaleFloats, kTileInfo = Tile::kTileInfo, kScaleGroups = Tile::kScaleGroups;
   static_assert(kTma || kN == kBlockM, "cp.async copies weight tiles of kBlockM rows");
-  static_assert(!kOverlap || kN == 128, "two accumulators a consumer fit the registers at 128 columns only");
   extern __shared__ unsigned char smem_window[];
   pdl_launch_dependents();
   pdl_wait();
@@ -237,7 +220,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, tid / kGroupThreads, 0);
   const int group_tid = tid % kGroupThreads;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
-  const int a_rank = kShareA ? rank : 0;  // this block's share of A
   const int first_item = static_cast<int>(blockIdx.x) / kCluster, item_step = static_cast<int>(gridDim.x) / kCluster;
   if (tid == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
@@ -257,8 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Output columns [n0, n0 + kN / 2) of each half under swiglu, [n0, n0 + kN) otherwise.
   const std::int64_t col_width = kSwiglu ? kN / 2 : kN;
   auto item_n0 = [&](int item) {
-    const int column_block = (item % column_items) * kColumnBlocksPerItem<kLoads> + (kShareA ? rank : 0);
-    return static_cast<std::int64_t>(column_block) * col_width;
+    return static_cast<std::int64_t>(item % column_items) * col_width;
   };
 
   if (warpgroup == 0) {
@@ -271,14 +252,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         static_cast<std::uint32_t>(row_base * kBlockK + ((chunk ^ (row_base & 7)) << 4));
     const auto* a_q = static_cast<const unsigned char*>(a.a);
     const auto* w_q = static_cast<const unsigned char*>(a.w);
-    // A by TMA: thread t < kBlockM / kARanks copies tile row a_rank * kBlockM /
-    // kARanks + t when A is gathered, thread 0 A's box when its rows are
-    // consecutive; W by TMA: thread 0 the weight boxes.
-    constexpr int kRowsPerRank = kBlockM / kARanks;
+    // A by TMA when its rows are consecutive (thread 0 copies the tile's
+    // box); gathered A rows go by cp.async (a TMA copy a 128-byte row costs
+    // more than the 16-byte copies; session 12, run 1). W by TMA: thread 0
+    // the weight boxes.
     const bool gather = a.row_of_slot != nullptr;
-    // Without A multicast gathered A rows go by cp.async (a TMA copy a
-    // 128-byte row costs more than the 16-byte copies; session 12, run 1).
-    const bool a_by_tma = kTma && (!gather || kShareA);
+    const bool a_by_tma = kTma && !gather;
     int g = 0;  // stages filled so far, over all this block's items
     // Waits until stage g's last K block has been released by every consumer it feeds.
     auto wait_empty = [&](int stage) {
@@ -309,16 +288,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           a_row[i] = r < w.num_rows ? (gather ? a.row_of_slot[w.first_slot + r] : w.first_slot + r) : -1;
         }
       }
-      const int my_row = a_rank * kRowsPerRank + group_tid;  // tma, gathered A
-      const bool copies_row = a_by_tma && gather && group_tid < kRowsPerRank && my_row < w.num_rows;
-      const int my_src_row = copies_row ? a.row_of_slot[w.first_slot + my_row] : 0;
-      // A rows past the group's end are not copied under tma when gathered
-      // (left as they are: an MMA row reads only its own A row, and they are
-      // never stored); a tile without rows copies no A.
-      const bool a_box = a_by_tma && !gather && w.num_rows > 0;
-      const std::uint32_t tx_bytes = static_cast<std::uint32_t>(
-          (a_by_tma && gather ? w.num_rows * kBlockK : 0) + (a_box ? kATileBytes : 0) +
-          (tile.loads_weights ? kBTileBytes : 0));
+      // A tile without rows copies no A.
+      const bool a_box = a_by_tma && w.num_rows > 0;
+      const std::uint32_t tx_bytes =
+          static_cast<std::uint32_t>((a_box ? kATileBytes : 0) + (tile.loads_weights ? kBTileBytes : 0));
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
@@ -357,18 +330,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Before this thread's lagged arrival: the phase cannot complete
         // without it, whenever the copies' bytes land (a peer's multicast
         // may land first: the count dips below zero, the arrivals still hold
-        // the phase, as under A multicast).
+        // the phase).
         if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         if (a_by_tma) {
-          auto load_a = [&](std::uint32_t dst, int row) {
-            if constexpr (kShareA)
-              tma_load_2d_multicast(dst, &map_a, static_cast<int>(k0), row, bar, (1u << kCluster) - 1);
-            else
-              tma_load_2d(dst, &map_a, static_cast<int>(k0), row, bar);
-          };
-          if (copies_row) load_a(a_addr + my_row * kBlockK, my_src_row);
-          if (a_box && group_tid == 0)
-            load_a(a_addr + kRowsPerRank * a_rank * kBlockK, w.first_slot + kRowsPerRank * a_rank);
+          if (a_box && group_tid == 0) tma_load_2d(a_addr, &map_a, static_cast<int>(k0), w.first_slot, bar);
         } else {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
@@ -481,30 +446,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbarrier_wait(full(stage), ((g + kb) / kStages) & 1);
         release(stage);
       }
-    } else if constexpr (kOverlap) {
-      // Two accumulators: K block kb + 1's MMAs run while kb is promoted.
-      float acc0[kAcc], acc1[kAcc];
-      issue(acc0, 0);
-      int kb = 0;
-      for (; kb + 2 < num_k_blocks; kb += 2) {
-        issue(acc1, kb + 1);
-        wgmma_wait<1>();
-        finish(acc0, kb);
-        issue(acc0, kb + 2);
-        wgmma_wait<1>();
-        finish(acc1, kb + 1);
-      }
-      // acc0 holds K block kb, the last or the one before it.
-      if (kb + 1 < num_k_blocks) {
-        issue(acc1, kb + 1);
-        wgmma_wait<1>();
-        finish(acc0, kb);
-        wgmma_wait<0>();
-        finish(acc1, kb + 1);
-      } else {
-        wgmma_wait<0>();
-        finish(acc0, kb);
-      }
     } else {
       float acc[kAcc];
       for (int kb = 0; kb < num_k_blocks; ++kb) {
@@ -543,12 +484,11 @@ std::int64_t column_blocks(std::int64_t n, bool swiglu, int tile_n) {
   return (n + width - 1) / width;
 }
 
-template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN = 128>
+template <bool kSwiglu, WsLoads kLoads, int kN = 128>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   constexpr int kCluster = kClusterSize<kLoads>;
   const std::int64_t col_blocks = column_blocks(a.n, kSwiglu, kN);
-  SLUICE_CHECK(col_blocks % kColumnBlocksPerItem<kLoads> == 0);
-  const std::int64_t column_items = col_blocks / kColumnBlocksPerItem<kLoads>;
+  const std::int64_t column_items = col_blocks;
   const std::int64_t tile_units = (a.max_tiles + kTilesPerItem<kLoads> - 1) / kTilesPerItem<kLoads>;
   const std::int64_t items = column_items * tile_units;
   SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "grouped FP8 GEMM: too many work items");
@@ -559,7 +499,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
   }
   // Clusters: as many as are resident at once (SMs left out of GPCs of sizes not a multiple), whole.
-  if (kCluster > 1 && g_grid_limit == 0 && g_max_clusters[kCluster] > 0) blocks = g_max_clusters[kCluster] * kCluster;
+  if (kCluster > 1 && g_grid_limit == 0 && g_max_pairs > 0) blocks = g_max_pairs * kCluster;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks / kCluster, items));
   CUtensorMap map_a{}, map_w{};
   if constexpr (kLoads != WsLoads::cp_async) {
@@ -570,7 +510,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
         g_bytes_probe == GroupedGemmFp8BytesProbe::one_tile_a || g_bytes_probe == GroupedGemmFp8BytesProbe::both;
     const std::int64_t group_rows = kSwiglu ? 2 * a.n : a.n;
     map_a = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride, a.k,
-                          a.row_of_slot != nullptr ? 1 : kBlockM / (kMulticastA<kLoads> ? kCluster : 1),
+                          kBlockM,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / 2,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
@@ -589,31 +529,34 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.stream = launch.stream;
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
-  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads, kN>, a, map_a,
+  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>, a, map_a,
                                        map_w, static_cast<int>(column_items), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kSwiglu, bool kOverlap, WsLoads kLoads, int kN = 128>
+template <bool kSwiglu, WsLoads kLoads, int kN = 128>
 void raise_smem_limit() {
-  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_ws_kernel<kSwiglu, kOverlap, kLoads, kN>,
+  SLUICE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, WsTile<kN>::kSmemBytes));
 }
 
-template <WsLoads kLoads>
+template <WsLoads kLoads, int kN = 128>
 void raise_smem_limits() {
-  raise_smem_limit<false, false, kLoads>();
-  raise_smem_limit<true, false, kLoads>();
-  raise_smem_limit<false, true, kLoads>();
-  raise_smem_limit<true, true, kLoads>();
+  raise_smem_limit<false, kLoads, kN>();
+  raise_smem_limit<true, kLoads, kN>();
 }
 
-template <bool kSwiglu, WsLoads kLoads>
-void launch_loads(const GroupedGemmFp8Args& a, bool overlap, const Launch& launch) {
-  overlap ? launch_variant<kSwiglu, true, kLoads>(a, launch) : launch_variant<kSwiglu, false, kLoads>(a, launch);
+// The 128-row tiles under each loader.
+template <bool kSwiglu>
+void launch_loads(const GroupedGemmFp8Args& a, WsLoads loads, const Launch& launch) {
+  switch (loads) {
+    case WsLoads::cp_async: launch_variant<kSwiglu, WsLoads::cp_async>(a, launch); return;
+    case WsLoads::tma: launch_variant<kSwiglu, WsLoads::tma>(a, launch); return;
+    case WsLoads::tma_weight_multicast2: launch_variant<kSwiglu, WsLoads::tma_weight_multicast2>(a, launch); return;
+  }
 }
 
-// How many clusters of this kernel fit on the device at once.
+// How many clusters of two of this kernel fit on the device at once.
 template <WsLoads kLoads>
 int max_active_clusters() {
   cudaLaunchAttribute cluster{};
@@ -629,7 +572,7 @@ int max_active_clusters() {
   config.numAttrs = 1;
   int clusters = 0;
   SLUICE_CUDA_CHECK(
-      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, false, kLoads, 128>, &config));
+      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, kLoads, 128>, &config));
   return clusters;
 }
 
@@ -641,76 +584,44 @@ void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe) { g_byt
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
   raise_smem_limits<WsLoads::tma>();
-  raise_smem_limits<WsLoads::tma_multicast2>();
-  raise_smem_limits<WsLoads::tma_multicast4>();
   raise_smem_limits<WsLoads::tma_weight_multicast2>();
-  raise_smem_limit<false, false, WsLoads::tma_weight_multicast2, 192>();
-  raise_smem_limit<true, false, WsLoads::tma_weight_multicast2, 192>();
+  raise_smem_limits<WsLoads::tma_weight_multicast2, 192>();
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
   encode_tensor_map();  // the driver's entry point, looked up before any step needs it
-  // Also tma_weight_multicast2's: the same block size, shared memory and cluster.
-  g_max_clusters[2] = max_active_clusters<WsLoads::tma_multicast2>();
-  g_max_clusters[4] = max_active_clusters<WsLoads::tma_multicast4>();
+  // The 192-row tiles' too: the same block size and cluster, no more shared memory an SM.
+  g_max_pairs = max_active_clusters<WsLoads::tma_weight_multicast2>();
 }
 
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& a) {
-  // The column blocks a work item takes (the weight multicast's cluster takes two tiles, one column block).
-  const int column_blocks_per_item = kernel == GroupedGemmFp8Kernel::tma_multicast ||
-                                             kernel == GroupedGemmFp8Kernel::tma_multicast_overlap
-                                         ? 2
-                                     : kernel == GroupedGemmFp8Kernel::tma_multicast4 ||
-                                             kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap
-                                         ? 4
-                                         : 1;
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
-  const std::int64_t col_blocks = column_blocks(a.n, swiglu, 128);
-  return a.tile_rows == kBlockM && a.n % (swiglu ? 64 : 128) == 0 && col_blocks % column_blocks_per_item == 0;
+  return kernel != GroupedGemmFp8Kernel::ring && a.tile_rows == kBlockM && a.n % (swiglu ? 64 : 128) == 0;
 }
 
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kernel kernel, const Launch& launch) {
-  SLUICE_CHECK(grouped_gemm_fp8_ws_supports(kernel, a));
+  SLUICE_CHECK_MSG(grouped_gemm_fp8_ws_supports(kernel, a),
+                   "launch_grouped_gemm_fp8_ws: 128-slot tiles, n a multiple of 64 (swiglu) or 128; the ring kernel is "
+                   "grouped_gemm_fp8.cu's");
   if (a.max_tiles == 0) return;
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
-  const bool overlap = kernel == GroupedGemmFp8Kernel::warp_specialized_overlap ||
-                       kernel == GroupedGemmFp8Kernel::tma_overlap ||
-                       kernel == GroupedGemmFp8Kernel::tma_multicast_overlap ||
-                       kernel == GroupedGemmFp8Kernel::tma_multicast4_overlap ||
-                       kernel == GroupedGemmFp8Kernel::tma_weight_multicast_overlap;
   switch (kernel) {
     case GroupedGemmFp8Kernel::warp_specialized:
-    case GroupedGemmFp8Kernel::warp_specialized_overlap:
-      swiglu ? launch_loads<true, WsLoads::cp_async>(a, overlap, launch)
-             : launch_loads<false, WsLoads::cp_async>(a, overlap, launch);
+      swiglu ? launch_loads<true>(a, WsLoads::cp_async, launch) : launch_loads<false>(a, WsLoads::cp_async, launch);
       return;
     case GroupedGemmFp8Kernel::tma:
-    case GroupedGemmFp8Kernel::tma_overlap:
-      swiglu ? launch_loads<true, WsLoads::tma>(a, overlap, launch)
-             : launch_loads<false, WsLoads::tma>(a, overlap, launch);
-      return;
-    case GroupedGemmFp8Kernel::tma_multicast:
-    case GroupedGemmFp8Kernel::tma_multicast_overlap:
-      swiglu ? launch_loads<true, WsLoads::tma_multicast2>(a, overlap, launch)
-             : launch_loads<false, WsLoads::tma_multicast2>(a, overlap, launch);
-      return;
-    case GroupedGemmFp8Kernel::tma_multicast4:
-    case GroupedGemmFp8Kernel::tma_multicast4_overlap:
-      swiglu ? launch_loads<true, WsLoads::tma_multicast4>(a, overlap, launch)
-             : launch_loads<false, WsLoads::tma_multicast4>(a, overlap, launch);
+      swiglu ? launch_loads<true>(a, WsLoads::tma, launch) : launch_loads<false>(a, WsLoads::tma, launch);
       return;
     case GroupedGemmFp8Kernel::tma_weight_multicast:
-    case GroupedGemmFp8Kernel::tma_weight_multicast_overlap:
-      swiglu ? launch_loads<true, WsLoads::tma_weight_multicast2>(a, overlap, launch)
-             : launch_loads<false, WsLoads::tma_weight_multicast2>(a, overlap, launch);
+      swiglu ? launch_loads<true>(a, WsLoads::tma_weight_multicast2, launch)
+             : launch_loads<false>(a, WsLoads::tma_weight_multicast2, launch);
       return;
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192:
-      swiglu ? launch_variant<true, false, WsLoads::tma_weight_multicast2, 192>(a, launch)
-             : launch_variant<false, false, WsLoads::tma_weight_multicast2, 192>(a, launch);
+      swiglu ? launch_variant<true, WsLoads::tma_weight_multicast2, 192>(a, launch)
+             : launch_variant<false, WsLoads::tma_weight_multicast2, 192>(a, launch);
       return;
     case GroupedGemmFp8Kernel::ring: break;
   }
-  SLUICE_CHECK_MSG(false, "launch_grouped_gemm_fp8_ws: the ring kernel is grouped_gemm_fp8.cu's");
 }
 
 }  // namespace sluice::cuda
