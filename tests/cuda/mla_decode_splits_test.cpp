@@ -50,8 +50,8 @@ TEST(MlaDecodeSplits, TheSixteenHeadKernelPricesItsOwnTiles) {
 }
 
 TEST(MlaDecodeSplits, TheWgmmaEraSetsAreNamedOnce) {
-  for (const MlaKernels k : {MlaKernels::wgmma, MlaKernels::wgmma_tma, MlaKernels::mma_16_heads,
-                             MlaKernels::mma_16_heads_pairs, MlaKernels::mma_16_heads_one_barrier})
+  for (const MlaKernels k : {MlaKernels::wgmma, MlaKernels::mma_16_heads, MlaKernels::mma_16_heads_pairs,
+                             MlaKernels::mma_16_heads_one_barrier})
     EXPECT_TRUE(mla_decode_wgmma_era(k)) << static_cast<int>(k);
   EXPECT_FALSE(mla_decode_wgmma_era(MlaKernels::simple));
   EXPECT_FALSE(mla_decode_wgmma_era(MlaKernels::tensor_core));

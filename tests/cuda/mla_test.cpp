@@ -6,7 +6,7 @@
 // captured and replayed as CUDA graphs, and dims other than DeepSeek-V3's
 // (the simple kernels' generic path). Every MLA case runs under every kernel
 // set (CudaOptions::mla_kernels, the suite's parameter: .../simple,
-// .../tensor_core, .../wgmma, .../wgmma_tma and the 16-head sets
+// .../tensor_core, .../wgmma and the 16-head sets
 // .../mma_16_heads, .../mma_16_heads_pairs and .../mma_16_heads_one_barrier,
 // which take their own kernels at <= 16 heads and block sizes that are
 // multiples of 8, wgmma's kernel elsewhere).
@@ -539,8 +539,8 @@ TEST(CudaMlaCudnnPlans, ChunksWithinTheBoundsBuildNoPlanOnTheirPath) {
 
 INSTANTIATE_TEST_SUITE_P(MlaKernels, CudaMlaAttention,
                          ::testing::Values(cuda::MlaKernels::simple, cuda::MlaKernels::tensor_core,
-                                           cuda::MlaKernels::wgmma, cuda::MlaKernels::wgmma_tma,
-                                           cuda::MlaKernels::mma_16_heads, cuda::MlaKernels::mma_16_heads_pairs,
+                                           cuda::MlaKernels::wgmma, cuda::MlaKernels::mma_16_heads,
+                                           cuda::MlaKernels::mma_16_heads_pairs,
                                            cuda::MlaKernels::mma_16_heads_one_barrier),
                          [](const ::testing::TestParamInfo<cuda::MlaKernels>& info) {
                            // The set's option name, as gtest names take it ("mma-16-heads" -> "mma_16_heads").

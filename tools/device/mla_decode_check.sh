@@ -10,10 +10,10 @@
 #
 # 1. cuda_kernel_test 'CudaMla*:*CudaMlaAttention*' (every MLA kernel set);
 # 2. cuda_golden_test '*Deepseek*';
-# 3. cuda_bench --mla-decode: tensor-core, wgmma and wgmma-tma side by side;
+# 3. cuda_bench --mla-decode: every decode set side by side;
 # 4. ncu: each kernel's GPU time over the first op calls of
-#    `cuda_bench --mla-decode wgmma-tma` (the op's fixed kernels) and the
-#    warp states of one TMA decode launch at 64 x 8k.
+#    `cuda_bench --mla-decode mma-16-heads-pairs` (the op's fixed kernels) and
+#    the warp states of one of its decode launches at 64 x 8k.
 # Every step has a time limit (KILL): a hang in a kernel cannot eat the call.
 set -uo pipefail
 out=${OUT:-/tmp/mla-decode-check}
@@ -39,11 +39,11 @@ bench_rc=$?
 echo "cuda_bench exit $bench_rc ($(($(date +%s) - t0)) s)"
 if [ "${1:-}" != --no-ncu ] && [ $bench_rc = 0 ]; then
   timeout -s KILL 45 ncu --clock-control none --metrics gpu__time_duration.sum -c 80 \
-    "$bin/cuda_bench" --mla-decode wgmma-tma > "$out/ncu_times.log" 2>&1
+    "$bin/cuda_bench" --mla-decode mma-16-heads-pairs > "$out/ncu_times.log" 2>&1
   echo "ncu times exit $? ($(($(date +%s) - t0)) s)"
-  timeout -s KILL 45 ncu --clock-control none -k regex:decode_wgmma -s 3 -c 1 --section SpeedOfLight \
+  timeout -s KILL 45 ncu --clock-control none -k regex:16_heads -s 3 -c 1 --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats --section Occupancy \
-    "$bin/cuda_bench" --mla-decode wgmma-tma > "$out/ncu_tma.log" 2>&1
+    "$bin/cuda_bench" --mla-decode mma-16-heads-pairs > "$out/ncu_tma.log" 2>&1
   echo "ncu stalls exit $? ($(($(date +%s) - t0)) s)"
   grep -E "Duration|SM Frequency|DRAM Throughput|Compute \(SM\)|Issued Warp" "$out/ncu_tma.log" | head -8
   # Mean GPU time a launch, by kernel, in launch order.

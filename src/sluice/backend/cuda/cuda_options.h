@@ -182,13 +182,9 @@ enum class MlaKernels {
   // warpgroup, O's 512 columns split between two, the latent tile read once
   // a block for K and V; prefill as tensor_core. The default.
   wgmma,
-  // wgmma's decode with the latent tiles loaded by TMA (one thread issues a
-  // tile's page boxes; mbarriers and named barriers in place of the block's
-  // barrier a tile), where the cache's block size is a multiple of 8 (else
-  // wgmma's cp.async loads). Session 17: the MLA suite passes under it, but
-  // it runs at wgmma's speed (64 x 8k whole op 1.398 vs 1.400 TB/s, run
-  // S17-mla-2), so it is not the default; the base for per-panel barriers.
-  wgmma_tma,
+  // (Deleted in session 44: wgmma_tma, wgmma's decode with the latent tiles
+  // loaded by TMA, equal to cp.async with a barrier a stage and 30% slower
+  // with one a panel, S17-S18.)
   // (Deleted in session 42 after losing their rows: wgmma_seesaw, FlashMLA's
   // seesaw schedule on wgmma, no faster than wgmma (S26-2, S26-3); and
   // wgmma_keys_m, the keys as wgmma's M at 16 heads, slower than wgmma in a
@@ -373,11 +369,10 @@ inline constexpr std::array<std::pair<std::string_view, DecodeSplitLoads>, 3> kD
      {"tma-steal", DecodeSplitLoads::tma_steal}}};
 inline constexpr std::array<std::pair<std::string_view, DecodeRopeFusion>, 2> kDecodeRopeFusionNames = {
     {{"qkv-epilogue", DecodeRopeFusion::qkv_epilogue}, {"kv-write-kernel", DecodeRopeFusion::kv_write_kernel}}};
-inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 7> kMlaKernelsNames = {
+inline constexpr std::array<std::pair<std::string_view, MlaKernels>, 6> kMlaKernelsNames = {
     {{"simple", MlaKernels::simple},
      {"tensor-core", MlaKernels::tensor_core},
      {"wgmma", MlaKernels::wgmma},
-     {"wgmma-tma", MlaKernels::wgmma_tma},
      {"mma-16-heads", MlaKernels::mma_16_heads},
      {"mma-16-heads-pairs", MlaKernels::mma_16_heads_pairs},
      {"mma-16-heads-one-barrier", MlaKernels::mma_16_heads_one_barrier}}};

@@ -19,7 +19,7 @@
 
 namespace sluice::cuda {
 
-// (host; mla_decode_wgmma.cu) The layer's latent cache as a 2D TMA map over
+// (host; mla_decode_16_heads.cu) The layer's latent cache as a 2D TMA map over
 // rows of cache.width bf16 (one a slot), boxes of box_rows rows x 64 columns
 // in wgmma's 128-byte swizzle: a box lands exactly as the cp.async gathers
 // write a panel's rows.

@@ -227,7 +227,7 @@ bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim) {
 }
 
 bool mla_decode_wgmma_era(MlaKernels kernels) {
-  return kernels == MlaKernels::wgmma || kernels == MlaKernels::wgmma_tma || mla_decode_16_heads_kernels(kernels);
+  return kernels == MlaKernels::wgmma || mla_decode_16_heads_kernels(kernels);
 }
 
 namespace {
@@ -282,12 +282,6 @@ std::int32_t mla_decode_splits(std::int32_t num_decode, std::int32_t num_heads, 
   return std::clamp(std::min(for_waves, by_length), 1, kMaxSplits);
 }
 
-MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size) {
-  // A TMA box is 8 to 64 rows of one page starting on a 1024-byte line of the
-  // swizzled tile (the swizzle's period): pages of a multiple of 8 rows.
-  return kernels == MlaKernels::wgmma_tma && block_size % 8 == 0 ? MlaTileLoads::tma : MlaTileLoads::cp_async;
-}
-
 void launch_mla_decode_list(const StepDeviceView& step, std::int32_t* decode_seqs, const Launch& launch) {
   launch_kernel(decode_list_kernel, dim3(1), dim3(32), 0, launch, step, decode_seqs);
   SLUICE_CUDA_CHECK_LAUNCH();
@@ -315,7 +309,7 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
     if (mla_decode_16_heads_kernels(kernels) && mla_decode_16_heads_supports(args.num_heads, args.cache.block_size))
       launch_mla_decode_attention_16_heads(step, args, kernels, launch);
     else
-      launch_mla_decode_attention_wgmma(step, args, mla_decode_tile_loads(kernels, args.cache.block_size), launch);
+      launch_mla_decode_attention_wgmma(step, args, launch);
     if (args.num_splits == 1) return;  // it wrote o_latent itself
   } else if (latent_dims && kernels == MlaKernels::tensor_core) {
     launch_mla_decode_attention_mma(step, args, launch);

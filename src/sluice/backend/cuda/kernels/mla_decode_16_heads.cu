@@ -518,4 +518,18 @@ void launch_mla_decode_attention_16_heads(const StepDeviceView& step, const MlaD
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
+CUtensorMap mla_latent_cache_map(const LatentCache& cache, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {kWidth, static_cast<cuuint64_t>(cache.num_blocks) * cache.block_size};
+  const cuuint64_t strides[1] = {kWidth * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {kWgmmaPanelCols, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = encode_tensor_map()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, cache.data, dims, strides,
+                                              box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "MLA decode: cuTensorMapEncodeTiled failed");
+  return map;
+}
+
 }  // namespace sluice::cuda

@@ -18,38 +18,27 @@
 //   warpgroup 1: waits for P (a named barrier), O[:, 256:512] += P V with P
 //     loaded by ldmatrix. V is the tile's first 8 panels read as an MN-major
 //     B operand, so the latent tile in shared memory is both K and V.
-// Tile loads (MlaTileLoads, chosen by mla_decode_tile_loads): cp.async by
-// warpgroup 1, one __syncthreads a tile (the ring); or TMA (session 17): one
-// thread of warpgroup 1 issues a tile's boxes (8-64 rows of one page x 64
-// columns, already in the swizzle) completing on the stage's mbarrier, and
-// the warpgroups hand over with named barriers only: warpgroup 0 starts
-// S of the next tile without waiting for warpgroup 1's P V, and warpgroup 1
-// no longer issues ~430 copy instructions a warp a tile (run S9-3: 31% of
-// the stall samples). Measured equal to cp.async (run S17-mla-2: 341.5 vs
-// 342 us at 64 x 8k): the copies were not on warpgroup 0's critical path.
-// Since then each panel of a stage lands on its own mbarrier and S waits
-// panel by panel (not yet run on a device: cuda/NOTES.md, Session 17).
+// Tile loads: cp.async by warpgroup 1, one __syncthreads a tile (the ring).
+// (A TMA form, one thread issuing a tile's page boxes onto mbarriers a panel
+// and named barriers between the warpgroups, measured equal to cp.async with
+// one barrier a stage and 30% slower with one a panel (sessions 17-18); it
+// was removed in session 44. The 16-head kernels load by TMA.)
 // The split's unnormalised O and (max, sum) go to the partials that
 // mla_decode.cu's combine merges, in the simple kernel's format; with one
 // split (batch 64 x 8k on 132 SMs) the block writes O / l to o_latent itself
 // and the combine is skipped.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <numeric>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
 #include "sluice/backend/cuda/kernels/latent_wgmma_tile.cuh"
 #include "sluice/backend/cuda/kernels/launch.cuh"
 #include "sluice/backend/cuda/kernels/mla_common.cuh"
-#include "sluice/backend/cuda/kernels/mbarrier.cuh"
 #include "sluice/backend/cuda/kernels/mla_kernels.h"
 #include "sluice/backend/cuda/kernels/mla_wgmma_output.cuh"
 #include "sluice/backend/cuda/kernels/mma.cuh"
-#include "sluice/backend/cuda/kernels/tma.cuh"
 #include "sluice/backend/cuda/kernels/wgmma.cuh"
 
 namespace sluice::cuda {
@@ -68,26 +57,15 @@ constexpr int kQBytes = kPanels * kQPanelBytes;
 constexpr int kTileBytes = kPanels * kTilePanelBytes;
 constexpr int kPStride = kBlockN + 8;  // bf16: padded rows, conflict-free stores and ldmatrix
 constexpr int kPBytes = kHeads * kPStride * 2;
-constexpr int kVPanels = kRank / kWgmmaPanelCols;  // 8: the tile's panels P V reads
-constexpr int kMaxBoxes = kBlockN / 8;  // (tma) boxes a tile at the smallest box, 8 rows
-// 1024: alignment slack; the TMA loads' mbarriers (one a stage and panel) at the end.
-constexpr int kSmemBytes = 1024 + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4 + kStages * kPanels * 8;
+// 1024: alignment slack.
+constexpr int kSmemBytes = 1024 + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4;
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM: Hopper's opt-in shared memory");
-// Named barriers (warpgroup 0 and 1, one side arrives, the other syncs).
-constexpr int kPReadyBarrier = 1;     // warpgroup 0's P and rescale factors are in shared memory
-constexpr int kPConsumedBarrier = 2;  // (tma) warpgroup 1 has read them: P may be overwritten
-constexpr int kStageFreeBarrier = 3;  // (tma) + tile % 2: warpgroup 0's P V of the tile is done
-constexpr int kProducerThread = 128;  // (tma) warpgroup 1's first thread issues the tile loads
+// Named barrier: warpgroup 0's P and rescale factors are in shared memory
+// (warpgroup 0 arrives, warpgroup 1 syncs).
+constexpr int kPReadyBarrier = 1;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// cache_map and box_rows: the TMA loads' tensor map over the layer's cache
-// (launch_mla_decode_attention_wgmma) and its box height, gcd(block size,
-// kBlockN); unused by the cp.async loads.
-template <MlaTileLoads kLoads>
-__global__ void __launch_bounds__(kThreads, 1)
-    decode_wgmma_kernel(StepDeviceView step, MlaDecodeArgs a, const __grid_constant__ CUtensorMap cache_map,
-                        int box_rows) {
-  constexpr bool kTma = kLoads == MlaTileLoads::tma;
+__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(StepDeviceView step, MlaDecodeArgs a) {
   pdl_launch_dependents();
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
@@ -96,9 +74,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t s_tiles = smem_base + kQBytes;  // [kStages][kPanels][kBlockN][64]
   auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem + kQBytes + kStages * kTileBytes);  // [kHeads][kPStride]
   auto* s_correction = reinterpret_cast<float*>(smem + kQBytes + kStages * kTileBytes + kPBytes);  // [kHeads]
-  // (tma) [kStages][kPanels] mbarriers: panel p of the stage's tile has landed.
-  const std::uint32_t s_full = smem_base + kQBytes + kStages * kTileBytes + kPBytes + kHeads * 4;
-  auto panel_full = [&](int stage, int panel) { return s_full + 8 * (stage * kPanels + panel); };
 
   const int tid = threadIdx.x, lane = tid % 32;
   // Through a shuffle so the compiler knows it is uniform across the warp
@@ -109,15 +84,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const MlaDecodeBlock block = mla_decode_block(step, a, i, split, first_head, kBlockN);
   const auto* cache = static_cast<const __nv_bfloat16*>(a.cache.data);
   const int block_size = a.cache.block_size;
-  if constexpr (kTma) {
-    if (tid == 0) {
-#pragma unroll
-      for (int b = 0; b < kStages * kPanels; ++b) mbarrier_init(s_full + 8 * b, 1);
-      fence_mbarrier_init_cluster();
-    }
-    if (tid == kProducerThread) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&cache_map) : "memory");
-    __syncthreads();  // the barriers' init before any wait or TMA completion
-  }
 
   load_latent_queries<kHeads, kWidth, kThreads>(smem, block.q, a.num_heads - first_head);
   const int num_tiles = (block.range.end - block.range.begin + kBlockN - 1) / kBlockN;
@@ -143,42 +109,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     gather_latent_rows<kBlockN, kRowsPerWarp, kWidth, 12>(smem + kQBytes + (tile % kStages) * kTileBytes, cache,
                                                           first_row, slot, lane);
   };
-  // (tma, kProducerThread only) Tile `tile` into its stage: a box of
-  // box_rows keys of one page (the split starts on a multiple of kBlockN, so
-  // on one of box_rows) a panel, only the boxes that hold a key of the range.
-  // Rows past the range's end are stale (the rest of the page, or an earlier
-  // tile): warpgroup 0 zeroes them before P V reads them as V. Panel by
-  // panel, each on its own mbarrier, so S can start on panel 0 while the
-  // later panels land (FlashMLA's order).
-  auto issue_tile_tma = [&](int tile) {
-    const int stage = tile % kStages;
-    const int first_key = block.range.begin + tile * kBlockN;
-    const int num_boxes = (min(kBlockN, block.range.end - first_key) + box_rows - 1) / box_rows;
-    int slot[kMaxBoxes];  // the boxes' first cache rows, looked up once a tile
-    latent_box_slots(block.table, block_size, first_key, box_rows, num_boxes, slot);
-#pragma unroll
-    for (int p = 0; p < kPanels; ++p) {
-      const std::uint32_t bar = panel_full(stage, p);
-      mbarrier_expect_tx(bar, num_boxes * box_rows * kWgmmaLineBytes);
-#pragma unroll
-      for (int box = 0; box < kMaxBoxes; ++box)
-        if (box < num_boxes)
-          tma_load_2d(s_tiles + stage * kTileBytes + p * kTilePanelBytes + box * box_rows * kWgmmaLineBytes,
-                      &cache_map, p * kWgmmaPanelCols, slot[box], bar);
-      mbarrier_arrive(bar);
-    }
-  };
-  if constexpr (kTma) {
-    if (tid == kProducerThread && num_tiles > 0) issue_tile_tma(0);
-    cp_async_commit();
-    cp_async_wait<0>();  // Q
-    fence_proxy_async();
-    __syncthreads();
-  } else {
-    // One commit group a tile (the first carries Q too), empty past the end.
-    load_tile(0);
-    cp_async_commit();
-  }
+  // One commit group a tile (the first carries Q too), empty past the end.
+  load_tile(0);
+  cp_async_commit();
 
   // This thread's heads (the accumulator layout: a warp's 16 rows, lane / 4 and + 8).
   const int row0 = warp_in_group * 16 + lane / 4;
@@ -205,31 +138,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
-    const std::uint32_t full_parity = (tile / kStages) & 1;  // the stage's use count, mod 2
-    const bool more = tile + 1 < num_tiles;
-    if constexpr (!kTma) {
-      cp_async_wait<0>();
-      fence_proxy_async();
-      // Also: both warpgroups are done with tile - 1 (their MMAs waited for),
-      // whose stage the next load reuses, and warpgroup 1 has read P.
-      __syncthreads();
-      load_tile(tile + 1);
-      cp_async_commit();
-    }
+    cp_async_wait<0>();
+    fence_proxy_async();
+    // Also: both warpgroups are done with tile - 1 (their MMAs waited for),
+    // whose stage the next load reuses, and warpgroup 1 has read P.
+    __syncthreads();
+    load_tile(tile + 1);
+    cp_async_commit();
     const std::uint32_t s_k = s_tiles + stage * kTileBytes;
 
     if (warpgroup == 0) {
       // S = Q K^T: 36 k-steps of 16 dims; within a 128-byte line a k-step is
       // a 32-byte advance of the start address (the swizzle uses address bits).
-      // (tma) Each panel's MMAs wait for that panel only.
       float s[32];
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kWidth / 16; ++ks) {
         const int panel = ks / 4, within = (ks % 4) * 32;
-        if constexpr (kTma) {
-          if (ks % 4 == 0) mbarrier_wait(panel_full(stage, panel), full_parity);
-        }
         wgmma_m64n64k16_ss(s, smem_desc(s_q + panel * kQPanelBytes + within, 16, 1024),
                            smem_desc(s_k + panel * kTilePanelBytes + within, 16, 1024), ks > 0);
       }
@@ -242,17 +167,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       float correction[2], row_sum[2] = {0.0f, 0.0f};
       raise_running_max<kBlockN>(s, valid_keys, lane, scale_log2, m_run, correction);
       exponentiate_scores<kBlockN>(s, scale_log2, m_run, pa, row_sum);
-      if constexpr (kTma) {
-        // The last tile's rows past the range, zeroed as V (P is 0 there, V
-        // must be finite); S has read them already (its MMAs are waited for).
-        if (valid_keys < kBlockN) {
-          unsigned char* tile_bytes = smem + kQBytes + stage * kTileBytes;
-          zero_latent_rows_past<kBlockN, kVPanels>(valid_keys, tid, 128,
-                                                   [&](int p) { return tile_bytes + p * kTilePanelBytes; });
-          fence_proxy_async();
-        }
-        if (tile > 0) named_barrier_sync(kPConsumedBarrier, kThreads);
-      }
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         const int key = 8 * j + 2 * (lane % 4);
@@ -269,23 +183,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The 128 multiplies sit between the softmax and the P V MMAs, where the tensor cores idle.
       rescale_panels(o_acc, correction);
     } else {
-      if constexpr (kTma) {
-        // The next tile goes to the stage of tile - 1 once warpgroup 0's
-        // P V of it is done (this warpgroup's own is waited for).
-        if (tile > 0 && more) named_barrier_sync(kStageFreeBarrier + (tile - 1) % 2, kThreads);
-        if (tid == kProducerThread && more) issue_tile_tma(tile + 1);
-        // The TMA's writes of this warpgroup's V panels, seen by its MMAs.
-#pragma unroll
-        for (int p = 0; p < kPanelsPerGroup; ++p) mbarrier_wait(panel_full(stage, kPanelsPerGroup + p), full_parity);
-      }
       named_barrier_sync(kPReadyBarrier, kThreads);
       const float correction[2] = {s_correction[row0], s_correction[row0 + 8]};
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
         ldmatrix_x4(pa[kk], s_p + (warp_in_group * 16 + lane % 16) * kPStride + kk * 16 + (lane / 16) * 8);
-      if constexpr (kTma) {
-        if (more) named_barrier_arrive(kPConsumedBarrier, kThreads);
-      }
       rescale_panels(o_acc, correction);
     }
 #pragma unroll
@@ -295,12 +197,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
 #pragma unroll
     for (int p = 0; p < kPanelsPerGroup; ++p) fence_registers(o_acc[p]);
-    if constexpr (kTma) {
-      // Barrier ids alternate by tile: warpgroup 0 may finish tile + 1's P V
-      // before warpgroup 1 syncs on this one's, never tile + 2's (that needs
-      // the load warpgroup 1 issues after the sync).
-      if (warpgroup == 0 && tile + 2 < num_tiles) named_barrier_arrive(kStageFreeBarrier + tile % 2, kThreads);
-    }
   }
   cp_async_wait<0>();  // an empty split's queries
 #pragma unroll
@@ -331,49 +227,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-CUtensorMap mla_latent_cache_map(const LatentCache& cache, int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {kWidth, static_cast<cuuint64_t>(cache.num_blocks) * cache.block_size};
-  const cuuint64_t strides[1] = {kWidth * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {kWgmmaPanelCols, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = encode_tensor_map()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, cache.data, dims, strides,
-                                              box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "MLA decode: cuTensorMapEncodeTiled failed");
-  return map;
-}
-
-namespace {
-
-template <MlaTileLoads kLoads>
-void launch_variant(const StepDeviceView& step, const MlaDecodeArgs& args, const CUtensorMap& map, int box_rows,
-                    const Launch& launch) {
-  static bool attribute_set = false;  // once per process and variant: the limit is per kernel
+void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch) {
+  SLUICE_CHECK(args.kv_lora_rank == kRank && args.cache.width == kWidth);
+  static bool attribute_set = false;  // once per process: the limit is per kernel
   if (!attribute_set) {
     SLUICE_CUDA_CHECK(
-        cudaFuncSetAttribute(decode_wgmma_kernel<kLoads>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        cudaFuncSetAttribute(decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     attribute_set = true;
   }
   const dim3 grid((args.num_heads + kHeads - 1) / kHeads, args.num_decode, args.num_splits);
-  launch_kernel(decode_wgmma_kernel<kLoads>, grid, dim3(kThreads), kSmemBytes, launch, step, args, map, box_rows);
+  launch_kernel(decode_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, launch, step, args);
   SLUICE_CUDA_CHECK_LAUNCH();
-}
-
-}  // namespace
-
-void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, MlaTileLoads loads,
-                                       const Launch& launch) {
-  SLUICE_CHECK(args.kv_lora_rank == kRank && args.cache.width == kWidth);
-  if (loads == MlaTileLoads::cp_async) {
-    launch_variant<MlaTileLoads::cp_async>(step, args, CUtensorMap{}, 0, launch);
-    return;
-  }
-  // Boxes of whole 8-row lines of the swizzle that never cross a page or a tile.
-  const int box_rows = std::gcd(args.cache.block_size, kBlockN);
-  SLUICE_CHECK(box_rows % 8 == 0 && args.cache.num_blocks > 0);
-  launch_variant<MlaTileLoads::tma>(step, args, mla_latent_cache_map(args.cache, box_rows), box_rows, launch);
 }
 
 }  // namespace sluice::cuda

@@ -103,7 +103,7 @@ inline constexpr std::int32_t kMlaDecodeMaxWidth = 1024;
 inline constexpr std::int32_t kMlaDecodeMaxRank = 512;
 // The tensor-core and wgmma decode kernels' dims: rank 512 + rope 64 (DeepSeek-V3's).
 bool mla_decode_mma_supports(std::int32_t kv_lora_rank, std::int32_t rope_dim);
-// The wgmma-era decode sets (wgmma, wgmma_tma and the 16-head sets): one block a (row, split, head group) over latent
+// The wgmma-era decode sets (wgmma and the 16-head sets): one block a (row, split, head group) over latent
 // tiles, splits by wgmma_decode_splits' cost, and o_latent written by the
 // block itself when one split covers the context (no combine).
 bool mla_decode_wgmma_era(MlaKernels kernels);
@@ -118,15 +118,9 @@ void launch_mla_decode_attention(const StepDeviceView& step, const MlaDecodeArgs
                                  const Launch& launch);
 // The tensor-core kernel's partials (mla_decode_mma.cu), where mla_decode_mma_supports().
 void launch_mla_decode_attention_mma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
-// How the wgmma decode fills its latent tiles: cp.async by a warpgroup
-// (MlaKernels::wgmma, and any block size), or TMA boxes of whole 8-row
-// groups (MlaKernels::wgmma_tma where the block size is a multiple of 8).
-enum class MlaTileLoads { cp_async, tma };
-MlaTileLoads mla_decode_tile_loads(MlaKernels kernels, std::int32_t block_size);
 // The wgmma kernel's partials (mla_decode_wgmma.cu), where mla_decode_mma_supports();
 // with num_splits 1, o_latent itself (no combine needed).
-void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, MlaTileLoads loads,
-                                       const Launch& launch);
+void launch_mla_decode_attention_wgmma(const StepDeviceView& step, const MlaDecodeArgs& args, const Launch& launch);
 // The 16-head kernels (mla_decode_16_heads.cu, MlaKernels::mma_16_heads: one
 // block of 8 warps an SM; mma_16_heads_pairs and _one_barrier: two blocks of
 // 4 warps):
