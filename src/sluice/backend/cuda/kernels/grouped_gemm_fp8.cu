@@ -267,8 +267,7 @@ void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& a, const Launch& launch) 
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
   if (a.tile_rows == 64)
     swiglu ? launch_variant<1, true>(a, launch) : launch_variant<1, false>(a, launch);
-  else if (const GroupedGemmFp8Kernel kernel = g_kernel.load();
-           kernel != GroupedGemmFp8Kernel::ring && grouped_gemm_fp8_ws_supports(kernel, a))
+  else if (const GroupedGemmFp8Kernel kernel = g_kernel.load(); grouped_gemm_fp8_ws_supports(kernel, a))
     launch_grouped_gemm_fp8_ws(a, kernel, launch);
   else
     swiglu ? launch_variant<2, true>(a, launch) : launch_variant<2, false>(a, launch);

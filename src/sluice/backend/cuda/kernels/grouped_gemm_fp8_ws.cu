@@ -487,8 +487,7 @@ std::int64_t column_blocks(std::int64_t n, bool swiglu, int tile_n) {
 template <bool kSwiglu, WsLoads kLoads, int kN = 128>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   constexpr int kCluster = kClusterSize<kLoads>;
-  const std::int64_t col_blocks = column_blocks(a.n, kSwiglu, kN);
-  const std::int64_t column_items = col_blocks;
+  const std::int64_t column_items = column_blocks(a.n, kSwiglu, kN);
   const std::int64_t tile_units = (a.max_tiles + kTilesPerItem<kLoads> - 1) / kTilesPerItem<kLoads>;
   const std::int64_t items = column_items * tile_units;
   SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "grouped FP8 GEMM: too many work items");
@@ -546,16 +545,6 @@ void raise_smem_limits() {
   raise_smem_limit<true, kLoads, kN>();
 }
 
-// The 128-row tiles under each loader.
-template <bool kSwiglu>
-void launch_loads(const GroupedGemmFp8Args& a, WsLoads loads, const Launch& launch) {
-  switch (loads) {
-    case WsLoads::cp_async: launch_variant<kSwiglu, WsLoads::cp_async>(a, launch); return;
-    case WsLoads::tma: launch_variant<kSwiglu, WsLoads::tma>(a, launch); return;
-    case WsLoads::tma_weight_multicast2: launch_variant<kSwiglu, WsLoads::tma_weight_multicast2>(a, launch); return;
-  }
-}
-
 // How many clusters of two of this kernel fit on the device at once.
 template <WsLoads kLoads>
 int max_active_clusters() {
@@ -607,14 +596,14 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
   switch (kernel) {
     case GroupedGemmFp8Kernel::warp_specialized:
-      swiglu ? launch_loads<true>(a, WsLoads::cp_async, launch) : launch_loads<false>(a, WsLoads::cp_async, launch);
+      swiglu ? launch_variant<true, WsLoads::cp_async>(a, launch) : launch_variant<false, WsLoads::cp_async>(a, launch);
       return;
     case GroupedGemmFp8Kernel::tma:
-      swiglu ? launch_loads<true>(a, WsLoads::tma, launch) : launch_loads<false>(a, WsLoads::tma, launch);
+      swiglu ? launch_variant<true, WsLoads::tma>(a, launch) : launch_variant<false, WsLoads::tma>(a, launch);
       return;
     case GroupedGemmFp8Kernel::tma_weight_multicast:
-      swiglu ? launch_loads<true>(a, WsLoads::tma_weight_multicast2, launch)
-             : launch_loads<false>(a, WsLoads::tma_weight_multicast2, launch);
+      swiglu ? launch_variant<true, WsLoads::tma_weight_multicast2>(a, launch)
+             : launch_variant<false, WsLoads::tma_weight_multicast2>(a, launch);
       return;
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192:
       swiglu ? launch_variant<true, WsLoads::tma_weight_multicast2, 192>(a, launch)
