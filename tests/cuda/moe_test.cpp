@@ -797,35 +797,11 @@ TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
 // multicast to a cluster of two on a tile pair, at 128 or 192 weight rows),
 // with a block an SM (one or two work items a block at these sizes) and with 3
 // blocks (each block, or cluster of 2, walks ~60 items, its copy ring
-// wrapping across items); and with the consumers taking turns to issue
-// (set_grouped_gemm_fp8_ws_ordered_issue: the turns pass through items where
-// the second consumer has no rows). A test each, so that a hang (a ring that
-// never fills, a turn never passed) names its kernel.
+// wrapping across items). A test each, so
+// that a hang (a ring that never fills) names its kernel.
 struct WsCase {
   cuda::GroupedGemmFp8Kernel kernel;
   int grid_limit;
-  bool ordered_issue = false;
-};
-// Sets a case's kernel, grid and issue order for a scope; puts the defaults back.
-class WsCaseScope {
- public:
-  explicit WsCaseScope(const WsCase& c)
-      : kernel_(cuda::grouped_gemm_fp8_kernel()), ordered_(cuda::grouped_gemm_fp8_ws_ordered_issue()) {
-    cuda::set_grouped_gemm_fp8_kernel(c.kernel);
-    cuda::set_grouped_gemm_fp8_ws_grid_limit(c.grid_limit);
-    cuda::set_grouped_gemm_fp8_ws_ordered_issue(c.ordered_issue);
-  }
-  ~WsCaseScope() {
-    cuda::set_grouped_gemm_fp8_kernel(kernel_);
-    cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
-    cuda::set_grouped_gemm_fp8_ws_ordered_issue(ordered_);
-  }
-  WsCaseScope(const WsCaseScope&) = delete;
-  WsCaseScope& operator=(const WsCaseScope&) = delete;
-
- private:
-  cuda::GroupedGemmFp8Kernel kernel_;
-  bool ordered_;
 };
 class CudaMoeFp8Ws : public ::testing::TestWithParam<WsCase> {};
 
@@ -836,8 +812,12 @@ TEST_P(CudaMoeFp8Ws, UnevenLoads) {
     ASSERT_TRUE(cuda::grouped_gemm_fp8_ws_supports(
         GetParam().kernel, {.tile_rows = 128, .n = epilogue == cuda::GroupedEpilogue::swiglu ? 256 : 1024,
                             .epilogue = epilogue}));
-  const WsCaseScope scope(GetParam());
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+  cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
   fp8_wgmma_uneven_loads({});
+  cuda::set_grouped_gemm_fp8_kernel(before);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
 }
 
 // The uneven loads with three experts of three tiles (256 + 44 slots, three
@@ -856,15 +836,15 @@ TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
   const auto num_experts = static_cast<std::int64_t>(loads.counts.size()) + loads.empty_experts;
   ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts), 128);
   UnevenLoadsProblem problem(loads);
+  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
   std::vector<float> ring, got;
-  {
-    const WsCaseScope scope({.kernel = cuda::GroupedGemmFp8Kernel::ring, .grid_limit = 0});
-    run_fp8_wgmma_experts(problem, ring);
-  }
-  {
-    const WsCaseScope scope(GetParam());
-    run_fp8_wgmma_experts(problem, got);
-  }
+  cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
+  run_fp8_wgmma_experts(problem, ring);
+  cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
+  run_fp8_wgmma_experts(problem, got);
+  cuda::set_grouped_gemm_fp8_kernel(before);
+  cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
   ASSERT_EQ(got.size(), ring.size());
   std::size_t num_different = 0, first_different = 0;
   for (std::size_t i = ring.size(); i-- > 0;)
@@ -885,9 +865,6 @@ std::vector<WsCase> ws_cases() {
        {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::tma,
         cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
-  for (const cuda::GroupedGemmFp8Kernel kernel :
-       {cuda::GroupedGemmFp8Kernel::tma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
-    for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit, true});
   return cases;
 }
 
@@ -895,10 +872,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
                          [](const ::testing::TestParamInfo<WsCase>& info) {
                            std::string name(cuda::name_of(info.param.kernel));
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name +
-                                  (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
-                                                             : std::string("_grid_sms")) +
-                                  (info.param.ordered_issue ? "_ordered_issue" : "");
+                           return name + (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
+                                                                    : std::string("_grid_sms"));
                          });
 }  // namespace
 }  // namespace sluice

@@ -59,15 +59,6 @@ void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
 // products are wrong under a probe; never set it outside a benchmark.
 enum class GroupedGemmFp8BytesProbe { none, one_expert_weights, one_tile_a, both };
 void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe);
-// Whether the two consumer warpgroups take turns to issue each K block's
-// MMAs (false, the default: each issues as soon as its stage has landed).
-// Why try turns: a consumer waits for its MMAs and then promotes them, and
-// the tensor pipe idles unless the other's MMAs are queued meanwhile; two
-// consumers that start a K block together also promote together (session 45:
-// the kernel is neither HBM- nor, alone, L2-bound, and its tensor pipe is
-// half busy). Process-wide; tests and benchmarks set it.
-void set_grouped_gemm_fp8_ws_ordered_issue(bool ordered);
-bool grouped_gemm_fp8_ws_ordered_issue();
 // Whether a warp-specialised kernel takes this shape (never for the ring kernel).
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);

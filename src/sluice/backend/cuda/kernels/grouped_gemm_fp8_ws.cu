@@ -143,12 +143,10 @@ constexpr int kClusterSize = kLoads == WsLoads::tma_weight_multicast2 ? 2 : 1;
 template <WsLoads kLoads>
 constexpr int kTilesPerItem = kClusterSize<kLoads>;
 constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
-constexpr int kTurnBarrier = 2;            // the consumers' turns: named barriers 2 and 3 (0: __syncthreads)
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 int g_max_pairs = 0;        // clusters of two resident at once (prepare); 0: not known
-bool g_ordered_issue = false;  // set_grouped_gemm_fp8_ws_ordered_issue()
 GroupedGemmFp8BytesProbe g_bytes_probe = GroupedGemmFp8BytesProbe::none;  // benchmarks only
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
@@ -198,14 +196,10 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
 // pair of tiles (block_tile). column_items = column blocks.
 // map_a: a as [rows, k] bytes, boxes of 128 x kBlockM rows; map_w: w as
 // [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
-// ordered_issue: the consumers take turns to issue a K block's MMAs (named
-// barriers kTurnBarrier + consumer), so that one promotes while the other's
-// MMAs run (grouped_gemm_fp8_kernel.h says why).
 template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items,
-                               bool ordered_issue) {
+                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
   using Tile = WsTile<kN>;
@@ -404,17 +398,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  // Turns (ordered_issue): consumer c waits for its turn before issuing a K
-  // block's MMAs (consumer 0's first excepted) and passes the turn on after.
-  const int my_turn = kTurnBarrier + consumer, next_turn = kTurnBarrier + 1 - consumer;
-  bool first_turn = consumer == 0;
-  auto take_turn = [&] {
-    if (ordered_issue && !first_turn) named_barrier_sync(my_turn, kConsumers * kGroupThreads);
-    first_turn = false;
-  };
-  auto pass_turn = [&] {
-    if (ordered_issue) named_barrier_arrive(next_turn, kConsumers * kGroupThreads);
-  };
   int g = 0;
   for (int item = first_item;; item += item_step) {
     // The item's tile, from its first stage (the producer's end mark after the last).
@@ -461,16 +444,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         const int stage = (g + kb) % kStages;
         mbarrier_wait(full(stage), ((g + kb) / kStages) & 1);
-        take_turn();  // the turns go on without MMAs
-        pass_turn();
         release(stage);
       }
     } else {
       float acc[kAcc];
       for (int kb = 0; kb < num_k_blocks; ++kb) {
-        take_turn();
         issue(acc, kb);
-        pass_turn();
         wgmma_wait<0>();
         finish(acc, kb);
       }
@@ -479,8 +458,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!active) continue;
     store_fp8_tile_rows<kSwiglu, kN>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
   }
-  // Consumer 1 passed consumer 0 a last turn: take it, so no arrival is left pending.
-  if (consumer == 0 && !first_turn) take_turn();
   if constexpr (kCluster > 1) cluster_sync();
 }
 
@@ -552,8 +529,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>, a, map_a,
-                                       map_w, static_cast<int>(column_items), static_cast<int>(items),
-                                       g_ordered_issue));
+                                       map_w, static_cast<int>(column_items), static_cast<int>(items)));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -593,8 +569,6 @@ int max_active_clusters() {
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
 void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe) { g_bytes_probe = probe; }
-void set_grouped_gemm_fp8_ws_ordered_issue(bool ordered) { g_ordered_issue = ordered; }
-bool grouped_gemm_fp8_ws_ordered_issue() { return g_ordered_issue; }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
