@@ -29,6 +29,12 @@ enum class GroupedGemmFp8Kernel {
   // consumer a step, for fewer shared-memory and L2 bytes a flop. (160 rows
   // measured no faster than 128 and was removed, S43-1.)
   tma_weight_multicast_n192,
+  // tma_weight_multicast_n192 on clusters of four (session 45): a tile pair at
+  // two neighbouring column blocks, the weight tile multicast over the pair's
+  // two tiles and the A tile over the two column blocks, so a block reads 20
+  // KB a K block from L2 where the pairs read 28 (S45-3: L2 bounds the MoE
+  // GEMMs, at 89% of its throughput).
+  tma_2x2_n192,
   ring
 };
 
@@ -38,6 +44,7 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
     case GroupedGemmFp8Kernel::tma: return "tma";
     case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return "tma-weight-multicast-n192";
+    case GroupedGemmFp8Kernel::tma_2x2_n192: return "tma-2x2-n192";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }
   return "?";
