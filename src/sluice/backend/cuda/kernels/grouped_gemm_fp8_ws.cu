@@ -141,11 +141,11 @@ enum class WsLoads { cp_async, tma, tma_weight_multicast2, tma_2x2 };
 // block; tma_2x2's clusters of four a pair of tiles at two neighbouring column
 // blocks: rank r holds tile r % 2 of the pair at column block r / 2 of the two.
 template <WsLoads kLoads>
-constexpr int kClusterSize = kLoads == WsLoads::tma_weight_multicast2 ? 2 : kLoads == WsLoads::tma_2x2 ? 4 : 1;
-template <WsLoads kLoads>
 constexpr int kTilesPerItem = kLoads == WsLoads::tma_weight_multicast2 || kLoads == WsLoads::tma_2x2 ? 2 : 1;
 template <WsLoads kLoads>
 constexpr int kColumnsPerItem = kLoads == WsLoads::tma_2x2 ? 2 : 1;
+template <WsLoads kLoads>
+constexpr int kClusterSize = kTilesPerItem<kLoads> * kColumnsPerItem<kLoads>;  // a block a (tile, column block)
 // The blocks of a cluster that read the same weight tile (one column block,
 // both tiles of the pair) and the same A tile (one tile, both column blocks).
 __device__ __forceinline__ std::uint16_t weight_sharers(int rank) {
@@ -255,8 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Output columns [n0, n0 + kN / 2) of each half under swiglu, [n0, n0 + kN) otherwise.
   const std::int64_t col_width = kSwiglu ? kN / 2 : kN;
   auto item_n0 = [&](int item) {
-    const int column_block = (item % column_items) * kColumnsPerItem<kLoads> +
-                             (kColumnsPerItem<kLoads> > 1 ? rank / 2 : 0);
+    const int column_block = (item % column_items) * kColumnsPerItem<kLoads> + rank / kTilesPerItem<kLoads>;
     return static_cast<std::int64_t>(column_block) * col_width;
   };
 
