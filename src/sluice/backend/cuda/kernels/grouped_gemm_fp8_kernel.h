@@ -66,6 +66,8 @@ void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
 // products are wrong under a probe; never set it outside a benchmark.
 enum class GroupedGemmFp8BytesProbe { none, one_expert_weights, one_tile_a, both };
 void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe);
+// Whether the kernel runs the plan's tiles in pairs (MoeTileOrder::paired).
+bool grouped_gemm_fp8_ws_pairs_tiles(GroupedGemmFp8Kernel kernel);
 // Whether a warp-specialised kernel takes this shape (never for the ring kernel).
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);

@@ -612,6 +612,18 @@ void prepare_grouped_gemm_fp8_ws() {
   g_max_quads = max_active_clusters<WsLoads::tma_2x2, 192>();
 }
 
+bool grouped_gemm_fp8_ws_pairs_tiles(GroupedGemmFp8Kernel kernel) {
+  switch (kernel) {
+    case GroupedGemmFp8Kernel::tma_weight_multicast:
+    case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return kTilesPerItem<WsLoads::tma_weight_multicast2> == 2;
+    case GroupedGemmFp8Kernel::tma_2x2_n192: return kTilesPerItem<WsLoads::tma_2x2> == 2;
+    case GroupedGemmFp8Kernel::warp_specialized:
+    case GroupedGemmFp8Kernel::tma:
+    case GroupedGemmFp8Kernel::ring: return false;
+  }
+  return false;
+}
+
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& a) {
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
   return kernel != GroupedGemmFp8Kernel::ring && a.tile_rows == kBlockM && a.n % (swiglu ? 64 : 128) == 0;
