@@ -27,7 +27,6 @@
 #   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
 #   CARRY_DIR=.devcarry/s43c tools/device/waiting_checks.sh 16     # goldens + V4 suite, ncu of the MoE GEMMs
 #   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
-#   CARRY_DIR=.devcarry/s48 tools/device/waiting_checks.sh 20      # the MoE GEMM on clusters of four against the default
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -394,32 +393,6 @@ PY
       echo "##### probe $probe rc $? at $(elapsed) s"
       grep -E '^"[0-9]' "$base/ncu17_$probe.csv" | awk -F'","' '{print $5 "|" $(NF-2) "|" $NF}' |
         sed -E 's/grouped_gemm_fp8_ws_kernel<([a-z]+), .*/gemm swiglu=\1/' | tr -d '"' | cut -c1-120
-    done
-    ;;
-  20)
-    # Session 45's clusters of four for the MoE GEMM (tma-2x2-n192, opt-in): the MoE tests and the
-    # golden (bit-equal to the ring kernel), the layer against the 192-row default alternated, and
-    # ncu's time, DRAM bytes and L2 reads of gate_up and down (launches 41-42). Needs the pack of
-    # cuda_kernel_test, cuda_golden_test and cuda_bench.
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    timeout -s KILL 150 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
-      > "$base/tests20.txt" 2>&1
-    echo "##### kernel tests rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$base/tests20.txt" | head -12
-    timeout -s KILL 150 "$bin/cuda_golden_test" --gtest_brief=1 \
-      --gtest_filter='*WarpSpecializedExpertsMatchTheRingKernel*' > "$base/golden20.txt" 2>&1
-    echo "##### golden rc $? at $(elapsed) s"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$base/golden20.txt" | head -4
-    for kern in tma-weight-multicast-n192 tma-2x2-n192 tma-2x2-n192 tma-weight-multicast-n192; do
-      timeout 120 "$bin/cuda_bench" --deepseek-moe-fp8 "$kern" > "$base/moe20_$kern.md" 2>&1
-      grep 'slot order) prefill' "$base/moe20_$kern.md" | while read -r line; do
-        echo "$kern: $(echo "$line" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+% of 1979|[0-9.]+ ms' | paste -sd' ')"
-      done
-    done
-    for kern in tma-weight-multicast-n192 tma-2x2-n192; do
-      timeout 100 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum \
-        "$bin/cuda_bench" --deepseek-moe-fp8 "$kern" > "$base/ncu20_$kern.csv" 2>&1
-      echo "##### ncu $kern rc $? at $(elapsed) s"
-      grep -E '^"[0-9]' "$base/ncu20_$kern.csv" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' | paste -sd' '
     done
     ;;
   targets)
