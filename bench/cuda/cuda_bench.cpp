@@ -26,7 +26,8 @@
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes; --deepseek-gemm: the FP8 GEMM rows only;
 // --deepseek-moe-fp8 [KERNEL [PROBE]]: its MoE layer rows under fp8_wgmma only, under
 // every 128-slot kernel or the one named (grouped_gemm_fp8_kernel.h's name_of; PROBE: none,
-// weights, a or both, set_grouped_gemm_fp8_ws_bytes_probe, for ncu's DRAM bytes;
+// weights, a or both, set_grouped_gemm_fp8_ws_bytes_probe, for ncu's DRAM bytes; loads-only or
+// mmas-only, set_grouped_gemm_fp8_ws_path_probe, to time one side of the ring alone;
 // x gathered, then in slot order; each: decode (20 grouped_gemm_fp8 ring launches), then
 // prefill of 4,096 and of 16,384 tokens (20 ws launches each), for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
@@ -1674,16 +1675,22 @@ int main(int argc, char** argv) {
     if (argc > 2) sluice::g_moe_fp8_kernel = argv[2];
     if (argc > 3) {  // the bytes probe (grouped_gemm_fp8_kernel.h): its products are wrong, its bytes tell
       using Probe = sluice::cuda::GroupedGemmFp8BytesProbe;
+      using PathProbe = sluice::cuda::GroupedGemmFp8PathProbe;
       const std::string_view probe = argv[3];
       const Probe chosen = probe == "weights" ? Probe::one_expert_weights
                            : probe == "a"     ? Probe::one_tile_a
                            : probe == "both"  ? Probe::both
                                               : Probe::none;
-      if (chosen == Probe::none && probe != "none") {
-        std::fprintf(stderr, "--deepseek-moe-fp8: PROBE is none, weights, a or both, not %s\n", argv[3]);
+      const PathProbe path = probe == "loads-only"  ? PathProbe::loads_only
+                             : probe == "mmas-only" ? PathProbe::mmas_only
+                                                    : PathProbe::none;
+      if (chosen == Probe::none && path == PathProbe::none && probe != "none") {
+        std::fprintf(stderr, "--deepseek-moe-fp8: PROBE is none, weights, a, both, loads-only or mmas-only, not %s\n",
+                     argv[3]);
         return 2;
       }
       sluice::cuda::set_grouped_gemm_fp8_ws_bytes_probe(chosen);
+      sluice::cuda::set_grouped_gemm_fp8_ws_path_probe(path);
     }
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_deepseek_moe(false);

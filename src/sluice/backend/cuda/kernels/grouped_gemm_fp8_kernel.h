@@ -59,6 +59,13 @@ void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
 // products are wrong under a probe; never set it outside a benchmark.
 enum class GroupedGemmFp8BytesProbe { none, one_expert_weights, one_tile_a, both };
 void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe);
+// Benchmarks only (cuda_bench --deepseek-moe-fp8 KERNEL loads-only|mmas-only):
+// the ws kernels with one side of the ring removed, to time the other alone.
+// loads_only: the consumers release each stage as it lands (no MMAs, no
+// epilogue); mmas_only: the producer copies no A or W tiles (the MMAs read
+// whatever the stages hold; only the scales are copied). Wrong products.
+enum class GroupedGemmFp8PathProbe { none, loads_only, mmas_only };
+void set_grouped_gemm_fp8_ws_path_probe(GroupedGemmFp8PathProbe probe);
 // Whether a warp-specialised kernel takes this shape (never for the ring kernel).
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);

@@ -151,6 +151,7 @@ int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 int g_max_pairs = 0;        // clusters of two resident at once (prepare); 0: not known
 GroupedGemmFp8BytesProbe g_bytes_probe = GroupedGemmFp8BytesProbe::none;  // benchmarks only
+GroupedGemmFp8PathProbe g_path_probe = GroupedGemmFp8PathProbe::none;     // benchmarks only
 
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -202,7 +203,8 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
 template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items) {
+                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items,
+                               GroupedGemmFp8PathProbe probe) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
   using Tile = WsTile<kN>;
@@ -292,9 +294,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // A tile without rows copies no A.
-      const bool a_box = a_by_tma && w.num_rows > 0;
+      const bool copies = probe != GroupedGemmFp8PathProbe::mmas_only;
+      const bool a_box = a_by_tma && w.num_rows > 0 && copies;
+      const bool w_boxes = tile.loads_weights && copies;
       const std::uint32_t tx_bytes =
-          static_cast<std::uint32_t>((a_box ? kATileBytes : 0) + (tile.loads_weights ? kBTileBytes : 0));
+          static_cast<std::uint32_t>((a_box ? kATileBytes : 0) + (w_boxes ? kBTileBytes : 0));
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         if (a_by_tma) {
           if (a_box && group_tid == 0) tma_load_2d(a_addr, &map_a, static_cast<int>(k0), w.first_slot, bar);
-        } else {
+        } else if (copies) {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
             if (a_row[i] >= 0)
@@ -348,15 +352,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           // The weight tile's two boxes of kN / 2 rows: the gate and up halves under swiglu.
           const int w_box0 = static_cast<int>(w_row0);
           const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kN / 2);
-          if (group_tid == 0 && tile.shares_weights) {
+          if (group_tid == 0 && tile.shares_weights && copies) {
             // Box `rank` into both blocks of the cluster, at the same offsets.
             tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
                                   rank == 0 ? w_box0 : w_box1, bar, kPairMask);
-          } else if (group_tid == 0 && tile.loads_weights) {
+          } else if (group_tid == 0 && w_boxes) {
             tma_load_2d(b_addr, &map_w, static_cast<int>(k0), w_box0, bar);
             tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0), w_box1, bar);
           }
-        } else {
+        } else if (copies) {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i) {
             const unsigned char* src = kSwiglu && i >= kPasses / 2 ? w_up + (i - kPasses / 2) * kRowsPerPass * k
@@ -412,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::int64_t n0 = item_n0(item);
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
-    const bool active = num_rows > consumer * 64;
+    const bool active = num_rows > consumer * 64 && probe != GroupedGemmFp8PathProbe::loads_only;
     constexpr int kAcc = kN / 2;  // accumulator registers a thread
     float total[kAcc];
 #pragma unroll
@@ -532,7 +536,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>, a, map_a,
-                                       map_w, static_cast<int>(column_items), static_cast<int>(items)));
+                                       map_w, static_cast<int>(column_items), static_cast<int>(items), g_path_probe));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 
@@ -572,6 +576,7 @@ int max_active_clusters() {
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
 void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe) { g_bytes_probe = probe; }
+void set_grouped_gemm_fp8_ws_path_probe(GroupedGemmFp8PathProbe probe) { g_path_probe = probe; }
 
 void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::cp_async>();
