@@ -405,12 +405,30 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  int g = 0;
+  // The ring position of the next K block: its stage and the parity of that
+  // stage's phase, advanced by one a K block over all of this block's items
+  // (no division by kStages on the path between one K block's MMAs and the
+  // next's: session 46 counted ~45 of the loop's ~190 instructions a K block
+  // in index and descriptor arithmetic).
+  int stage = 0;
+  std::uint32_t phase = 0;
+  auto advance = [&] {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  };
+  // Stage 0's descriptors of this consumer's 64 A rows and of the weight
+  // tile. A stage lies kStageBytes further and a k32 step 32 bytes: both add
+  // to the descriptor's start-address field (address / 16), which holds any
+  // shared-memory address, so the sums never carry out of it.
+  const std::uint64_t desc_a0 = smem_desc(smem.addr + consumer * 64 * kBlockK, 16, 1024);
+  const std::uint64_t desc_b0 = smem_desc(smem.addr + kATileBytes, 16, 1024);
+  constexpr std::uint64_t kStageDesc = kStageBytes >> 4, kStepDesc = 32 >> 4;
   for (int item = first_item;; item += item_step) {
     // The item's tile, from its first stage (the producer's end mark after the last).
-    const int first_stage = g % kStages;
-    mbarrier_wait(full(first_stage), (g / kStages) & 1);
-    const int* tile_info = reinterpret_cast<const int*>(scales_s + first_stage * kScaleFloats) + kTileInfo;
+    mbarrier_wait(full(stage), phase);
+    const int* tile_info = reinterpret_cast<const int*>(scales_s + stage * kScaleFloats) + kTileInfo;
     const int num_rows = tile_info[0], first_slot = tile_info[1];
     if (num_rows == kEndOfWork) break;
     const std::int64_t n0 = item_n0(item);
@@ -421,48 +439,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     float total[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
-    // K block kb's stage: wait until it has landed, issue its four MMAs.
-    auto issue = [&](float(&acc)[kAcc], int kb) {
-      const int stage = (g + kb) % kStages;
-      mbarrier_wait(full(stage), ((g + kb) / kStages) & 1);
-      const std::uint32_t a_s = smem.addr + stage * kStageBytes + consumer * 64 * kBlockK;
-      const std::uint32_t b_s = smem.addr + stage * kStageBytes + kATileBytes;
+    if (!active) {
+      // Keep the ring's phases: wait for each stage, release it.
+      for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
+        mbarrier_wait(full(stage), phase);
+        release(stage);
+      }
+      continue;
+    }
+    float acc[kAcc];
+    for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
+      // Wait until the stage has landed, issue its four MMAs.
+      mbarrier_wait(full(stage), phase);
+      const std::uint64_t desc_a = desc_a0 + stage * kStageDesc, desc_b = desc_b0 + stage * kStageDesc;
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockK / 32; ++ks)
-        wgmma_m64nNk32_e4m3<kN>(acc, smem_desc(a_s + ks * 32, 16, 1024), smem_desc(b_s + ks * 32, 16, 1024),
-                                ks > 0);
+        wgmma_m64nNk32_e4m3<kN>(acc, desc_a + ks * kStepDesc, desc_b + ks * kStepDesc, ks > 0);
       wgmma_commit();
-    };
-    // K block kb's MMAs are done: read its scales, release its stage, promote.
-    auto finish = [&](float(&acc)[kAcc], int kb) {
-      fence_registers(acc);
-      const int stage = (g + kb) % kStages;
+      // The stage's scales, read while the MMAs run.
       const float* stage_scales = scales_s + stage * kScaleFloats;
       const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
       float w[kScaleGroups];
 #pragma unroll
       for (int i = 0; i < kScaleGroups; ++i) w[i] = stage_scales[kBlockM + i];
+      wgmma_wait<0>();
+      fence_registers(acc);
       release(stage);
       promote_fp8_k_block<kN>(total, acc, a_lo, a_hi, w);
-    };
-    if (!active) {
-      // Keep the ring's phases: wait for each stage, release it.
-      for (int kb = 0; kb < num_k_blocks; ++kb) {
-        const int stage = (g + kb) % kStages;
-        mbarrier_wait(full(stage), ((g + kb) / kStages) & 1);
-        release(stage);
-      }
-    } else {
-      float acc[kAcc];
-      for (int kb = 0; kb < num_k_blocks; ++kb) {
-        issue(acc, kb);
-        wgmma_wait<0>();
-        finish(acc, kb);
-      }
     }
-    g += num_k_blocks;
-    if (!active) continue;
     store_fp8_tile_rows<kSwiglu, kN>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
   }
   if constexpr (kCluster > 1) cluster_sync();
