@@ -27,6 +27,8 @@
 #   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
 #   CARRY_DIR=.devcarry/s43c tools/device/waiting_checks.sh 16     # goldens + V4 suite, ncu of the MoE GEMMs
 #   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
+#   MAIN_DIR=.devcarry/s55b ASYNC_DIR=.devcarry/s58g ONEWARP_DIR=.devcarry/s59 tools/device/waiting_checks.sh 21
+#                                                                 # session 46's MoE GEMM branches: suites, layer, probes
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -393,6 +395,42 @@ PY
       echo "##### probe $probe rc $? at $(elapsed) s"
       grep -E '^"[0-9]' "$base/ncu17_$probe.csv" | awk -F'","' '{print $5 "|" $(NF-2) "|" $NF}' |
         sed -E 's/grouped_gemm_fp8_ws_kernel<([a-z]+), .*/gemm swiglu=\1/' | tr -d '"' | cut -c1-120
+    done
+    ;;
+  21)
+    # Session 46's MoE GEMM branches against main's kernel (MAIN_DIR: cuda_bench of the lean loop,
+    # 86978a1): lean-async (ASYNC_DIR: cuda_golden_test, cuda_deepseek_v4_forward_test, cuda_bench)
+    # and one-warp-producer (ONEWARP_DIR: cuda_kernel_test, cuda_golden_test, cuda_bench,
+    # cuda_deepseek_v4_forward_test). The suites first, then the layer alternated, then ncu of
+    # gate_up and down whole, MMAs only and loads only (cuda_bench --deepseek-moe-fp8 KERNEL PROBE).
+    for d in "$ONEWARP_DIR" "$ASYNC_DIR" "$MAIN_DIR"; do bin=$d; . tools/device/carried_bin.sh 2> /dev/null; done
+    M=$MAIN_DIR/u; A=$ASYNC_DIR/u; W=$ONEWARP_DIR/u
+    timeout -s KILL 100 $W/cuda_kernel_test --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
+      > "$base/tests_w.txt" 2>&1 &
+    timeout -s KILL 100 $W/cuda_golden_test --gtest_brief=1 > "$base/golden_w.txt" 2>&1 &
+    timeout -s KILL 100 $A/cuda_golden_test --gtest_brief=1 > "$base/golden_a.txt" 2>&1 &
+    wait
+    timeout -s KILL 100 $W/cuda_deepseek_v4_forward_test --gtest_brief=1 > "$base/v4_w.txt" 2>&1
+    timeout -s KILL 100 $A/cuda_deepseek_v4_forward_test --gtest_brief=1 > "$base/v4_a.txt" 2>&1
+    for t in tests_w golden_w golden_a v4_w v4_a; do
+      echo "##### $t: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$t.txt" | tr '\n' ' ')"
+      grep -E "^\[  FAILED|Failure" "$base/$t.txt" | head -6
+    done
+    for v in m a w w a m m a w; do
+      case $v in m) B=$M ;; a) B=$A ;; w) B=$W ;; esac
+      o="$base/moe21_$v.$RANDOM.md"
+      timeout 60 $B/cuda_bench --deepseek-moe-fp8 tma-weight-multicast-n192 > "$o" 2>&1
+      echo "$v: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
+    done
+    m=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+    for v in m a w; do
+      case $v in m) B=$M ;; a) B=$A ;; w) B=$W ;; esac
+      for p in none mmas-only loads-only; do
+        timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --metrics $m \
+          $B/cuda_bench --deepseek-moe-fp8 tma-weight-multicast-n192 $p > "$base/ncu21_${v}_$p.csv" 2>&1
+        echo "##### ncu $v $p: $(grep -E '^"[0-9]' "$base/ncu21_${v}_$p.csv" | awk -F'","' '{print $(NF-2) "=" $NF}' |
+          tr -d '"' | sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/; s/smsp__inst_executed.sum/inst/' | paste -sd' ')"
+      done
     done
     ;;
   targets)
