@@ -29,6 +29,7 @@
 #   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
 #   MAIN_DIR=.devcarry/s55b ASYNC_DIR=.devcarry/s58g ONEWARP_DIR=.devcarry/s59 tools/device/waiting_checks.sh 21
 #                                                                 # session 46's MoE GEMM branches: suites, layer, probes
+#   CARRY_DIR=.devcarry/s60 tools/device/waiting_checks.sh 22       # the two-accumulator MoE GEMM (branch two-acc)
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -430,6 +431,36 @@ PY
           $B/cuda_bench --deepseek-moe-fp8 tma-weight-multicast-n192 $p > "$base/ncu21_${v}_$p.csv" 2>&1
         echo "##### ncu $v $p: $(grep -E '^"[0-9]' "$base/ncu21_${v}_$p.csv" | awk -F'","' '{print $(NF-2) "=" $NF}' |
           tr -d '"' | sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/; s/smsp__inst_executed.sum/inst/' | paste -sd' ')"
+      done
+    done
+    ;;
+  22)
+    # Session 46's two accumulators a consumer (branch two-acc, tma-weight-multicast-2acc; CARRY_DIR:
+    # cuda_kernel_test, cuda_golden_test, cuda_bench of that branch, which has main's kernels too):
+    # the MoE tests and the golden, the layer against the default (n192) and the one-accumulator
+    # 128-column kernel alternated, and ncu's whole / MMAs-only / loads-only times of each.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout -s KILL 100 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
+      > "$base/tests22.txt" 2>&1 &
+    timeout -s KILL 100 "$bin/cuda_golden_test" --gtest_brief=1 > "$base/golden22.txt" 2>&1 &
+    wait
+    for t in tests22 golden22; do
+      echo "##### $t: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$t.txt" | tr '\n' ' ')"
+      grep -E "^\[  FAILED|Failure" "$base/$t.txt" | head -6
+    done
+    for kern in tma-weight-multicast-n192 tma-weight-multicast-2acc tma-weight-multicast tma-weight-multicast-2acc \
+                tma-weight-multicast-n192 tma-weight-multicast tma-weight-multicast-n192 tma-weight-multicast-2acc; do
+      o="$base/moe22_$kern.$RANDOM.md"
+      timeout 60 "$bin/cuda_bench" --deepseek-moe-fp8 $kern > "$o" 2>&1
+      echo "$kern: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
+    done
+    m=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    for kern in tma-weight-multicast-n192 tma-weight-multicast-2acc tma-weight-multicast; do
+      for p in none mmas-only loads-only; do
+        timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --metrics $m \
+          "$bin/cuda_bench" --deepseek-moe-fp8 $kern $p > "$base/ncu22_${kern}_$p.csv" 2>&1
+        echo "##### ncu $kern $p: $(grep -E '^"[0-9]' "$base/ncu22_${kern}_$p.csv" | awk -F'","' '{print $(NF-2) "=" $NF}' |
+          tr -d '"' | sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/' | paste -sd' ')"
       done
     done
     ;;
