@@ -52,6 +52,30 @@ timeline_rows() {
   timeout 60 "$1/cuda_bench" --decode-timeline "$2" 2>&1 | grep -E "kernels only|timeline|steps between" |
     sed -E "s/.*split plan /$3/" | cut -c1-400
 }
+# The MoE GEMM's rows (parts 21, 22), each line led by TAG:
+#   suite_result NAME: a gtest log's verdict ($base/NAME.txt) and its first failures;
+#   moe_layer_row BIN KERNEL TAG: cuda_bench --deepseek-moe-fp8's slot-order layer times;
+#   moe_gemm_ncu BIN KERNEL PROBE TAG: ncu's time, tensor pipe and instructions of gate_up and down at 4,096
+#   tokens (launches 41-42) under the path probe (none, mmas-only, loads-only).
+suite_result() {
+  echo "##### $1: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$1.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" "$base/$1.txt" | head -6
+}
+moe_layer_row() {
+  local o="$base/moe_$3.$RANDOM.md"
+  timeout 60 "$1/cuda_bench" --deepseek-moe-fp8 "$2" > "$o" 2>&1
+  echo "$3: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
+}
+moe_gemm_ncu() {
+  local csv="$base/ncu_$4_$3.csv"
+  timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv \
+    --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
+    "$1/cuda_bench" --deepseek-moe-fp8 "$2" "$3" > "$csv" 2>&1
+  echo "##### ncu $4 $3: $(grep -E '^"[0-9]' "$csv" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' |
+    sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/;
+      s/smsp__inst_executed.sum/inst/' |
+    paste -sd' ')"
+}
 case ${1:-1} in
   0)
     # The goldens and the whole kernel suite at today's defaults. One kernel-suite process needs
@@ -413,25 +437,11 @@ PY
     wait
     timeout -s KILL 100 $W/cuda_deepseek_v4_forward_test --gtest_brief=1 > "$base/v4_w.txt" 2>&1
     timeout -s KILL 100 $A/cuda_deepseek_v4_forward_test --gtest_brief=1 > "$base/v4_a.txt" 2>&1
-    for t in tests_w golden_w golden_a v4_w v4_a; do
-      echo "##### $t: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$t.txt" | tr '\n' ' ')"
-      grep -E "^\[  FAILED|Failure" "$base/$t.txt" | head -6
-    done
-    for v in m a w w a m m a w; do
-      case $v in m) B=$M ;; a) B=$A ;; w) B=$W ;; esac
-      o="$base/moe21_$v.$RANDOM.md"
-      timeout 60 $B/cuda_bench --deepseek-moe-fp8 tma-weight-multicast-n192 > "$o" 2>&1
-      echo "$v: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
-    done
-    m=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+    for t in tests_w golden_w golden_a v4_w v4_a; do suite_result $t; done
+    dir_of() { case $1 in m) echo "$M" ;; a) echo "$A" ;; w) echo "$W" ;; esac; }
+    for v in m a w w a m m a w; do moe_layer_row "$(dir_of $v)" tma-weight-multicast-n192 $v; done
     for v in m a w; do
-      case $v in m) B=$M ;; a) B=$A ;; w) B=$W ;; esac
-      for p in none mmas-only loads-only; do
-        timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --metrics $m \
-          $B/cuda_bench --deepseek-moe-fp8 tma-weight-multicast-n192 $p > "$base/ncu21_${v}_$p.csv" 2>&1
-        echo "##### ncu $v $p: $(grep -E '^"[0-9]' "$base/ncu21_${v}_$p.csv" | awk -F'","' '{print $(NF-2) "=" $NF}' |
-          tr -d '"' | sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/; s/smsp__inst_executed.sum/inst/' | paste -sd' ')"
-      done
+      for p in none mmas-only loads-only; do moe_gemm_ncu "$(dir_of $v)" tma-weight-multicast-n192 $p $v; done
     done
     ;;
   22)
@@ -444,24 +454,13 @@ PY
       > "$base/tests22.txt" 2>&1 &
     timeout -s KILL 100 "$bin/cuda_golden_test" --gtest_brief=1 > "$base/golden22.txt" 2>&1 &
     wait
-    for t in tests22 golden22; do
-      echo "##### $t: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$t.txt" | tr '\n' ' ')"
-      grep -E "^\[  FAILED|Failure" "$base/$t.txt" | head -6
-    done
+    for t in tests22 golden22; do suite_result $t; done
     for kern in tma-weight-multicast-n192 tma-weight-multicast-2acc tma-weight-multicast tma-weight-multicast-2acc \
                 tma-weight-multicast-n192 tma-weight-multicast tma-weight-multicast-n192 tma-weight-multicast-2acc; do
-      o="$base/moe22_$kern.$RANDOM.md"
-      timeout 60 "$bin/cuda_bench" --deepseek-moe-fp8 $kern > "$o" 2>&1
-      echo "$kern: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
+      moe_layer_row "$bin" $kern $kern
     done
-    m=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     for kern in tma-weight-multicast-n192 tma-weight-multicast-2acc tma-weight-multicast; do
-      for p in none mmas-only loads-only; do
-        timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv --metrics $m \
-          "$bin/cuda_bench" --deepseek-moe-fp8 $kern $p > "$base/ncu22_${kern}_$p.csv" 2>&1
-        echo "##### ncu $kern $p: $(grep -E '^"[0-9]' "$base/ncu22_${kern}_$p.csv" | awk -F'","' '{print $(NF-2) "=" $NF}' |
-          tr -d '"' | sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/' | paste -sd' ')"
-      done
+      for p in none mmas-only loads-only; do moe_gemm_ncu "$bin" $kern $p $kern; done
     done
     ;;
   targets)

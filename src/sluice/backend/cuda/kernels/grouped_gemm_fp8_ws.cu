@@ -263,6 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the weight boxes.
     const bool gather = a.row_of_slot != nullptr;
     const bool a_by_tma = kTma && !gather;
+    const bool copies = probe != GroupedGemmFp8PathProbe::mmas_only;  // A and W tiles (benchmarks' path probe)
     int g = 0;  // stages filled so far, over all this block's items
     // Waits until stage g's last K block has been released by every consumer it feeds.
     auto wait_empty = [&](int stage) {
@@ -294,7 +295,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // A tile without rows copies no A.
-      const bool copies = probe != GroupedGemmFp8PathProbe::mmas_only;
       const bool a_box = a_by_tma && w.num_rows > 0 && copies;
       const bool w_boxes = tile.loads_weights && copies;
       const std::uint32_t tx_bytes =
