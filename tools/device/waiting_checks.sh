@@ -30,6 +30,8 @@
 #   MAIN_DIR=.devcarry/s55b ASYNC_DIR=.devcarry/s58g ONEWARP_DIR=.devcarry/s59 tools/device/waiting_checks.sh 21
 #                                                                 # session 46's MoE GEMM branches: suites, layer, probes
 #   CARRY_DIR=.devcarry/s60 tools/device/waiting_checks.sh 22       # the two-accumulator MoE GEMM (branch two-acc)
+#   CARRY_DIR=.devcarry/s62 MAIN_DIR=.devcarry/s60b tools/device/waiting_checks.sh 23
+#                                                                 # two-acc-async against main: suites, layer, probes
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -463,6 +465,36 @@ PY
       for p in none mmas-only loads-only; do moe_gemm_ncu "$bin" $kern $p $kern; done
     done
     ;;
+  23)
+    # Session 47: the two accumulators on top of the scales' async arrivals (branch two-acc-async;
+    # CARRY_DIR: its cuda_kernel_test, cuda_golden_test, cuda_bench, cuda_deepseek_v4_forward_test)
+    # against main's kernel (MAIN_DIR: main's cuda_bench). The branch's suites (the MoE tests, the
+    # goldens, the V4 forward suite), then the layer alternated: main's n192 (m), the branch's n192
+    # (a: main + async arrivals), 2acc (t) and n128 (o); then ncu's whole / MMAs-only / loads-only.
+    bin=$MAIN_DIR; . tools/device/carried_bin.sh; M=$bin
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh; B=$bin
+    timeout -s KILL 100 "$B/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
+      > "$base/tests23.txt" 2>&1 &
+    timeout -s KILL 100 "$B/cuda_golden_test" --gtest_brief=1 > "$base/golden23.txt" 2>&1 &
+    wait
+    timeout -s KILL 100 "$B/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_23.txt" 2>&1
+    for t in tests23 golden23 v4_23; do suite_result $t; done
+    row23() {
+      case $1 in
+        m) moe_layer_row "$M" tma-weight-multicast-n192 m ;;
+        a) moe_layer_row "$B" tma-weight-multicast-n192 a ;;
+        t) moe_layer_row "$B" tma-weight-multicast-2acc t ;;
+        o) moe_layer_row "$B" tma-weight-multicast o ;;
+      esac
+    }
+    for v in m a t o o t a m m a t o; do row23 $v; done
+    for p in none mmas-only loads-only; do
+      moe_gemm_ncu "$M" tma-weight-multicast-n192 $p m
+      moe_gemm_ncu "$B" tma-weight-multicast-n192 $p a
+      moe_gemm_ncu "$B" tma-weight-multicast-2acc $p t
+      moe_gemm_ncu "$B" tma-weight-multicast $p o
+    done
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -508,5 +540,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|15|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|23|targets" >&2; exit 2 ;;
 esac
