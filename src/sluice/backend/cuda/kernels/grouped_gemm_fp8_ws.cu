@@ -270,9 +270,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (g < kStages) return;
       mbarrier_wait(empty(stage), (g / kStages - 1) & 1);
     };
+    // When wgmma reads nothing that came by cp.async (A and W by TMA), the
+    // scales' copies signal their stage themselves as they land: a stage is
+    // full once its bytes are in, not kLag stages of copies later (session
+    // 46: the lag tied a stage's signal to the release of an older one).
+    // Thread 2 also stores the stage's tile info: its copies hold the phase
+    // open and its own arrival publishes the store.
+    const bool async_arrivals = a_by_tma;
+    auto signal_stage = [&] {
+      const std::uint32_t bar = full(g % kStages);
+      if (group_tid != 2) {
+        cp_async_mbarrier_arrive_noinc(bar);
+      } else {
+        cp_async_mbarrier_arrive(bar);
+        mbarrier_arrive(bar);
+      }
+      ++g;
+    };
     // Commits this thread's copies of stage g and signals stage g - kLag,
     // whose copies have landed.
     auto commit_stage = [&] {
+      if (async_arrivals) return signal_stage();
       cp_async_commit();
       if (g >= kLag) {
         cp_async_wait<kLag>();
@@ -375,11 +393,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int stage = g % kStages;
     wait_empty(stage);
     if (group_tid == 2) reinterpret_cast<int*>(scales_s + stage * kScaleFloats)[kTileInfo] = kEndOfWork;
-    commit_stage();
-    // The last (up to kLag) stages still in flight.
-    cp_async_wait<0>();
-    fence_proxy_async();
-    for (int j = max(g - kLag, 0); j < g; ++j) mbarrier_arrive(full(j % kStages));
+    if (async_arrivals) {
+      mbarrier_arrive(full(stage));
+      cp_async_wait<0>();
+    } else {
+      commit_stage();
+      // The last (up to kLag) stages still in flight.
+      cp_async_wait<0>();
+      fence_proxy_async();
+      for (int j = max(g - kLag, 0); j < g; ++j) mbarrier_arrive(full(j % kStages));
+    }
     // No block of the cluster leaves while another may still signal its barriers.
     if constexpr (kCluster > 1) cluster_sync();
     return;

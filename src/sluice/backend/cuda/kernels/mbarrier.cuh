@@ -14,6 +14,16 @@ __device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t c
 __device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// An arrival on `bar` once every cp.async this thread issued so far has
+// landed, without waiting for them here. noinc: the arrival counts against
+// the barrier's expected count; otherwise the pending count is raised first,
+// so the copies hold the phase open and another arrival must complete it.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 // Waits until the barrier's phase of this parity has completed.
 __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 0;
