@@ -17,7 +17,9 @@
 //                WsLoads::cp_async, go by cp.async: each thread keeps kLag
 //                copy groups in flight, then waits for its oldest, fences it
 //                for the async proxy and arrives on that stage's `full`
-//                mbarrier. Under the TMA loaders W goes by TMA (two boxes of
+//                mbarrier (when A and W both come by TMA, the scales' copies
+//                arrive on it themselves as they land: session 47). Under
+//                the TMA loaders W goes by TMA (two boxes of
 //                kN / 2 weight rows) completing bytes on the same `full`
 //                barrier, and A too when its rows are consecutive (one box;
 //                gathered rows stay on cp.async). Before refilling a stage it
@@ -53,7 +55,10 @@
 // consumers' two-accumulator form (4.88; S30 and S36-4). Removed in session
 // 46: clusters of four, the weight tile multicast over a tile pair and the A
 // tile over two column blocks (S46-1, S46-2: 21% fewer L2 reads, the layer
-// 1-8% slower than the pairs').
+// 1-8% slower than the pairs'). Measured and not merged in session 47: two
+// accumulators a consumer at 128 columns again (the MMAs alone no faster than
+// n192's, the layer 6-8% slower; S47-1) and a producer of one warp (fewer
+// instructions, the layer 10% slower: its stages land later; S47-2).
 //
 // Wide tiles (kN = 192 weight rows, WsTile; under the weight multicast only,
 // the default since session 43): each consumer issues m64n192 MMAs over the
