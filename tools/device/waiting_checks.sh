@@ -34,6 +34,8 @@
 #                                                                 # two-acc-async against main: suites, layer, probes
 #   CARRY_DIR=.devcarry/s63 BASE_DIR=.devcarry/s62 tools/device/waiting_checks.sh 24
 #                                                                 # fast-swiglu against main: tests, goldens, layer
+#   BASE_DIR=.devcarry/s62b SWIGLU_DIR=.devcarry/s63 SPLIT_DIR=.devcarry/s64 tools/device/waiting_checks.sh 25
+#                                                                 # fast-swiglu and split-half-tiles against main
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -517,6 +519,28 @@ PY
       moe_gemm_ncu "$F" tma-weight-multicast-n192 $p f
     done
     ;;
+  25)
+    # Session 47's two MoE GEMM branches against main's kernel (BASE_DIR: a cuda_bench of main, e.g.
+    # .devcarry/s62b): fast-swiglu (SWIGLU_DIR) and split-half-tiles (SPLIT_DIR), each with its
+    # cuda_kernel_test, cuda_golden_test and cuda_bench. Each branch's MoE and V3 FP8 tests and
+    # goldens, then the layer alternated (m, f, s), then ncu's gate_up and down, whole and MMAs only.
+    bin=$BASE_DIR; . tools/device/carried_bin.sh; M=$bin
+    bin=$SWIGLU_DIR; . tools/device/carried_bin.sh; F=$bin
+    bin=$SPLIT_DIR; . tools/device/carried_bin.sh; S=$bin
+    for v in f s; do
+      d=$F; [ $v = s ] && d=$S
+      timeout -s KILL 100 "$d/cuda_kernel_test" --gtest_brief=1 \
+        --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*' > "$base/tests25$v.txt" 2>&1 &
+      timeout -s KILL 100 "$d/cuda_golden_test" --gtest_brief=1 > "$base/golden25$v.txt" 2>&1 &
+      wait
+    done
+    for t in tests25f golden25f tests25s golden25s; do suite_result $t; done
+    dir25() { case $1 in m) echo "$M" ;; f) echo "$F" ;; s) echo "$S" ;; esac; }
+    for v in m f s s f m m f s; do moe_layer_row "$(dir25 $v)" tma-weight-multicast-n192 $v; done
+    for p in none mmas-only; do
+      for v in m f s; do moe_gemm_ncu "$(dir25 $v)" tma-weight-multicast-n192 $p $v; done
+    done
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -562,5 +586,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|24|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|25|targets" >&2; exit 2 ;;
 esac
