@@ -32,8 +32,6 @@
 #   CARRY_DIR=.devcarry/s60 tools/device/waiting_checks.sh 22       # the two-accumulator MoE GEMM (branch two-acc)
 #   CARRY_DIR=.devcarry/s62 MAIN_DIR=.devcarry/s60b tools/device/waiting_checks.sh 23
 #                                                                 # two-acc-async against main: suites, layer, probes
-#   CARRY_DIR=.devcarry/s63 BASE_DIR=.devcarry/s62 tools/device/waiting_checks.sh 24
-#                                                                 # fast-swiglu against main: tests, goldens, layer
 #   BASE_DIR=.devcarry/s62b SWIGLU_DIR=.devcarry/s63 SPLIT_DIR=.devcarry/s64 tools/device/waiting_checks.sh 25
 #                                                                 # fast-swiglu and split-half-tiles against main
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
@@ -499,26 +497,6 @@ PY
       moe_gemm_ncu "$B" tma-weight-multicast $p o
     done
     ;;
-  24)
-    # Session 47's SwiGLU epilogue on __expf / __fdividef (branch fast-swiglu; CARRY_DIR: its
-    # cuda_kernel_test, cuda_golden_test, cuda_bench) against main's (BASE_DIR: a cuda_bench of
-    # main, e.g. .devcarry/s62's): the MoE and V3 FP8 tests and the goldens, the layer alternated,
-    # ncu's whole and MMAs-only times of gate_up and down.
-    bin=$BASE_DIR; . tools/device/carried_bin.sh; M=$bin
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh; F=$bin
-    timeout -s KILL 100 "$F/cuda_kernel_test" --gtest_brief=1 \
-      --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*' > "$base/tests24.txt" 2>&1 &
-    timeout -s KILL 100 "$F/cuda_golden_test" --gtest_brief=1 > "$base/golden24.txt" 2>&1 &
-    wait
-    for t in tests24 golden24; do suite_result $t; done
-    for v in m f f m m f f m; do
-      if [ $v = m ]; then moe_layer_row "$M" tma-weight-multicast-n192 m; else moe_layer_row "$F" tma-weight-multicast-n192 f; fi
-    done
-    for p in none mmas-only; do
-      moe_gemm_ncu "$M" tma-weight-multicast-n192 $p m
-      moe_gemm_ncu "$F" tma-weight-multicast-n192 $p f
-    done
-    ;;
   25)
     # Session 47's two MoE GEMM branches against main's kernel (BASE_DIR: a cuda_bench of main, e.g.
     # .devcarry/s62b): fast-swiglu (SWIGLU_DIR) and split-half-tiles (SPLIT_DIR), each with its
@@ -586,5 +564,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|25|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|23, 25|targets" >&2; exit 2 ;;
 esac
