@@ -27,9 +27,6 @@
 #   CARRY_DIR=.devcarry/s43b tools/device/waiting_checks.sh 15     # the MoE GEMM's wide tiles: tests, layer, dense
 #   CARRY_DIR=.devcarry/s43c tools/device/waiting_checks.sh 16     # goldens + V4 suite, ncu of the MoE GEMMs
 #   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
-#   MAIN_DIR=.devcarry/s55b ASYNC_DIR=.devcarry/s58g ONEWARP_DIR=.devcarry/s59 tools/device/waiting_checks.sh 21
-#                                                                 # session 46's MoE GEMM branches: suites, layer, probes
-#   CARRY_DIR=.devcarry/s60 tools/device/waiting_checks.sh 22       # the two-accumulator MoE GEMM (branch two-acc)
 #   CARRY_DIR=.devcarry/s62 MAIN_DIR=.devcarry/s60b tools/device/waiting_checks.sh 23
 #                                                                 # two-acc-async against main: suites, layer, probes
 #   BASE_DIR=.devcarry/s62b SWIGLU_DIR=.devcarry/s63 SPLIT_DIR=.devcarry/s64 tools/device/waiting_checks.sh 25
@@ -56,14 +53,32 @@ timeline_rows() {
   timeout 60 "$1/cuda_bench" --decode-timeline "$2" 2>&1 | grep -E "kernels only|timeline|steps between" |
     sed -E "s/.*split plan /$3/" | cut -c1-400
 }
-# The MoE GEMM's rows (parts 21, 22), each line led by TAG:
+# The MoE GEMM's rows (parts 23, 25), each line led by TAG:
 #   suite_result NAME: a gtest log's verdict ($base/NAME.txt) and its first failures;
+#   moe_suites BIN NAME FILTER: BIN's cuda_kernel_test (FILTER) and cuda_golden_test side by side
+#   ($base/testsNAME.txt, goldenNAME.txt), then their verdicts;
+#   moe_compare ORDER PROBES: the layer of each tag in ORDER (alternated as written), then ncu's rows
+#   of each probe in PROBES for each tag once; the part defines tag_bin TAG and tag_kernel TAG;
 #   moe_layer_row BIN KERNEL TAG: cuda_bench --deepseek-moe-fp8's slot-order layer times;
 #   moe_gemm_ncu BIN KERNEL PROBE TAG: ncu's time, tensor pipe and instructions of gate_up and down at 4,096
 #   tokens (launches 41-42) under the path probe (none, mmas-only, loads-only).
 suite_result() {
   echo "##### $1: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$1.txt" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" "$base/$1.txt" | head -6
+}
+moe_suites() {
+  timeout -s KILL 100 "$1/cuda_kernel_test" --gtest_brief=1 --gtest_filter="$3" > "$base/tests$2.txt" 2>&1 &
+  timeout -s KILL 100 "$1/cuda_golden_test" --gtest_brief=1 > "$base/golden$2.txt" 2>&1 &
+  wait
+  suite_result "tests$2"
+  suite_result "golden$2"
+}
+moe_compare() {
+  local v p
+  for v in $1; do moe_layer_row "$(tag_bin "$v")" "$(tag_kernel "$v")" "$v"; done
+  for p in $2; do
+    for v in $(printf '%s\n' $1 | awk '!seen[$0]++'); do moe_gemm_ncu "$(tag_bin "$v")" "$(tag_kernel "$v")" "$p" "$v"; done
+  done
 }
 moe_layer_row() {
   local o="$base/moe_$3.$RANDOM.md"
@@ -426,47 +441,6 @@ PY
         sed -E 's/grouped_gemm_fp8_ws_kernel<([a-z]+), .*/gemm swiglu=\1/' | tr -d '"' | cut -c1-120
     done
     ;;
-  21)
-    # Session 46's MoE GEMM branches against main's kernel (MAIN_DIR: cuda_bench of the lean loop,
-    # 86978a1): lean-async (ASYNC_DIR: cuda_golden_test, cuda_deepseek_v4_forward_test, cuda_bench)
-    # and one-warp-producer (ONEWARP_DIR: cuda_kernel_test, cuda_golden_test, cuda_bench,
-    # cuda_deepseek_v4_forward_test). The suites first, then the layer alternated, then ncu of
-    # gate_up and down whole, MMAs only and loads only (cuda_bench --deepseek-moe-fp8 KERNEL PROBE).
-    for d in "$ONEWARP_DIR" "$ASYNC_DIR" "$MAIN_DIR"; do bin=$d; . tools/device/carried_bin.sh 2> /dev/null; done
-    M=$MAIN_DIR/u; A=$ASYNC_DIR/u; W=$ONEWARP_DIR/u
-    timeout -s KILL 100 $W/cuda_kernel_test --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
-      > "$base/tests_w.txt" 2>&1 &
-    timeout -s KILL 100 $W/cuda_golden_test --gtest_brief=1 > "$base/golden_w.txt" 2>&1 &
-    timeout -s KILL 100 $A/cuda_golden_test --gtest_brief=1 > "$base/golden_a.txt" 2>&1 &
-    wait
-    timeout -s KILL 100 $W/cuda_deepseek_v4_forward_test --gtest_brief=1 > "$base/v4_w.txt" 2>&1
-    timeout -s KILL 100 $A/cuda_deepseek_v4_forward_test --gtest_brief=1 > "$base/v4_a.txt" 2>&1
-    for t in tests_w golden_w golden_a v4_w v4_a; do suite_result $t; done
-    dir_of() { case $1 in m) echo "$M" ;; a) echo "$A" ;; w) echo "$W" ;; esac; }
-    for v in m a w w a m m a w; do moe_layer_row "$(dir_of $v)" tma-weight-multicast-n192 $v; done
-    for v in m a w; do
-      for p in none mmas-only loads-only; do moe_gemm_ncu "$(dir_of $v)" tma-weight-multicast-n192 $p $v; done
-    done
-    ;;
-  22)
-    # Session 46's two accumulators a consumer (branch two-acc, tma-weight-multicast-2acc; CARRY_DIR:
-    # cuda_kernel_test, cuda_golden_test, cuda_bench of that branch, which has main's kernels too):
-    # the MoE tests and the golden, the layer against the default (n192) and the one-accumulator
-    # 128-column kernel alternated, and ncu's whole / MMAs-only / loads-only times of each.
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh
-    timeout -s KILL 100 "$bin/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
-      > "$base/tests22.txt" 2>&1 &
-    timeout -s KILL 100 "$bin/cuda_golden_test" --gtest_brief=1 > "$base/golden22.txt" 2>&1 &
-    wait
-    for t in tests22 golden22; do suite_result $t; done
-    for kern in tma-weight-multicast-n192 tma-weight-multicast-2acc tma-weight-multicast tma-weight-multicast-2acc \
-                tma-weight-multicast-n192 tma-weight-multicast tma-weight-multicast-n192 tma-weight-multicast-2acc; do
-      moe_layer_row "$bin" $kern $kern
-    done
-    for kern in tma-weight-multicast-n192 tma-weight-multicast-2acc tma-weight-multicast; do
-      for p in none mmas-only loads-only; do moe_gemm_ncu "$bin" $kern $p $kern; done
-    done
-    ;;
   23)
     # Session 47: the two accumulators on top of the scales' async arrivals (branch two-acc-async;
     # CARRY_DIR: its cuda_kernel_test, cuda_golden_test, cuda_bench, cuda_deepseek_v4_forward_test)
@@ -475,27 +449,18 @@ PY
     # (a: main + async arrivals), 2acc (t) and n128 (o); then ncu's whole / MMAs-only / loads-only.
     bin=$MAIN_DIR; . tools/device/carried_bin.sh; M=$bin
     bin=$CARRY_DIR; . tools/device/carried_bin.sh; B=$bin
-    timeout -s KILL 100 "$B/cuda_kernel_test" --gtest_brief=1 --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*' \
-      > "$base/tests23.txt" 2>&1 &
-    timeout -s KILL 100 "$B/cuda_golden_test" --gtest_brief=1 > "$base/golden23.txt" 2>&1 &
-    wait
+    moe_suites "$B" 23 '*CudaMoeFp8Ws.*:CudaMoe.*'
     timeout -s KILL 100 "$B/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_23.txt" 2>&1
-    for t in tests23 golden23 v4_23; do suite_result $t; done
-    row23() {
+    suite_result v4_23
+    tag_bin() { if [ "$1" = m ]; then echo "$M"; else echo "$B"; fi; }
+    tag_kernel() {
       case $1 in
-        m) moe_layer_row "$M" tma-weight-multicast-n192 m ;;
-        a) moe_layer_row "$B" tma-weight-multicast-n192 a ;;
-        t) moe_layer_row "$B" tma-weight-multicast-2acc t ;;
-        o) moe_layer_row "$B" tma-weight-multicast o ;;
+        m | a) echo tma-weight-multicast-n192 ;;
+        t) echo tma-weight-multicast-2acc ;;
+        o) echo tma-weight-multicast ;;
       esac
     }
-    for v in m a t o o t a m m a t o; do row23 $v; done
-    for p in none mmas-only loads-only; do
-      moe_gemm_ncu "$M" tma-weight-multicast-n192 $p m
-      moe_gemm_ncu "$B" tma-weight-multicast-n192 $p a
-      moe_gemm_ncu "$B" tma-weight-multicast-2acc $p t
-      moe_gemm_ncu "$B" tma-weight-multicast $p o
-    done
+    moe_compare "m a t o o t a m m a t o" "none mmas-only loads-only"
     ;;
   25)
     # Session 47's two MoE GEMM branches against main's kernel (BASE_DIR: a cuda_bench of main, e.g.
@@ -505,19 +470,11 @@ PY
     bin=$BASE_DIR; . tools/device/carried_bin.sh; M=$bin
     bin=$SWIGLU_DIR; . tools/device/carried_bin.sh; F=$bin
     bin=$SPLIT_DIR; . tools/device/carried_bin.sh; S=$bin
-    for v in f s; do
-      d=$F; [ $v = s ] && d=$S
-      timeout -s KILL 100 "$d/cuda_kernel_test" --gtest_brief=1 \
-        --gtest_filter='*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*' > "$base/tests25$v.txt" 2>&1 &
-      timeout -s KILL 100 "$d/cuda_golden_test" --gtest_brief=1 > "$base/golden25$v.txt" 2>&1 &
-      wait
-    done
-    for t in tests25f golden25f tests25s golden25s; do suite_result $t; done
-    dir25() { case $1 in m) echo "$M" ;; f) echo "$F" ;; s) echo "$S" ;; esac; }
-    for v in m f s s f m m f s; do moe_layer_row "$(dir25 $v)" tma-weight-multicast-n192 $v; done
-    for p in none mmas-only; do
-      for v in m f s; do moe_gemm_ncu "$(dir25 $v)" tma-weight-multicast-n192 $p $v; done
-    done
+    moe_suites "$F" 25f '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+    moe_suites "$S" 25s '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+    tag_bin() { case $1 in m) echo "$M" ;; f) echo "$F" ;; s) echo "$S" ;; esac; }
+    tag_kernel() { echo tma-weight-multicast-n192; }
+    moe_compare "m f s s f m m f s" "none mmas-only"
     ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
@@ -564,5 +521,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|23, 25|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|targets" >&2; exit 2 ;;
 esac
