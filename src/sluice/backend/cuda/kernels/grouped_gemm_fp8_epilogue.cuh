@@ -67,7 +67,10 @@ __device__ __forceinline__ void store_fp8_tile_rows(const float (&total)[kCols /
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const float gate = total[c * 4 + 2 * h + j], up = total[kCols / 4 + c * 4 + 2 * h + j];
-          v[j] = gate / (1.0f + expf(-gate)) * up;
+          // The fast intrinsics: expf's and the IEEE division's slow paths
+          // took ~3-7% of gate_up's samples (S47-3); their error is far under
+          // bf16's. A very negative gate gives 1 + inf and so -0, as silu does.
+          v[j] = __fdividef(gate, 1.0f + __expf(-gate)) * up;
         }
         *reinterpret_cast<__nv_bfloat162*>(out + slot * n + col) = __floats2bfloat162_rn(v[0], v[1]);
       }
