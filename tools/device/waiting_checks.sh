@@ -29,8 +29,8 @@
 #   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
 #   CARRY_DIR=.devcarry/s62 MAIN_DIR=.devcarry/s60b tools/device/waiting_checks.sh 23
 #                                                                 # two-acc-async against main: suites, layer, probes
-#   BASE_DIR=.devcarry/s62b SWIGLU_DIR=.devcarry/s63 SPLIT_DIR=.devcarry/s64 tools/device/waiting_checks.sh 25
-#                                                                 # fast-swiglu and split-half-tiles against main
+#   BASE_DIR=.devcarry/m SWIGLU_DIR=.devcarry/f SPLIT_DIR=.devcarry/s tools/device/waiting_checks.sh 25
+#                                                                 # the fast SwiGLU and the split tiles against main
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -463,15 +463,18 @@ PY
     moe_compare "m a t o o t a m m a t o" "none mmas-only loads-only"
     ;;
   25)
-    # Session 47's two MoE GEMM branches against main's kernel (BASE_DIR: a cuda_bench of main, e.g.
-    # .devcarry/s62b): fast-swiglu (SWIGLU_DIR) and split-half-tiles (SPLIT_DIR), each with its
-    # cuda_kernel_test, cuda_golden_test and cuda_bench. Each branch's MoE and V3 FP8 tests and
-    # goldens, then the layer alternated (m, f, s), then ncu's gate_up and down, whole and MMAs only.
+    # Session 48's two MoE GEMM changes against main's kernel (BASE_DIR: a cuda_bench of main):
+    # the fast SwiGLU (SWIGLU_DIR) and, on top of it, the split tiles (SPLIT_DIR), each with its
+    # cuda_kernel_test, cuda_golden_test and cuda_bench (SPLIT_DIR also the V4 forward test). Each
+    # build's MoE and V3 FP8 tests and goldens, the split build's V4 suite, then the layer
+    # alternated (m, f, s), then ncu's gate_up and down, whole and MMAs only.
     bin=$BASE_DIR; . tools/device/carried_bin.sh; M=$bin
     bin=$SWIGLU_DIR; . tools/device/carried_bin.sh; F=$bin
     bin=$SPLIT_DIR; . tools/device/carried_bin.sh; S=$bin
     moe_suites "$F" 25f '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
     moe_suites "$S" 25s '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+    timeout -s KILL 100 "$S/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_25s.txt" 2>&1
+    suite_result v4_25s
     tag_bin() { case $1 in m) echo "$M" ;; f) echo "$F" ;; s) echo "$S" ;; esac; }
     tag_kernel() { echo tma-weight-multicast-n192; }
     moe_compare "m f s s f m m f s" "none mmas-only"
