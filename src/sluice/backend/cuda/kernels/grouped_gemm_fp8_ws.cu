@@ -67,14 +67,6 @@
 // column group of 32 (kFp8ScaleGroupCols), and the last block may pass n:
 // its extra columns are computed from whatever rows follow (TMA fills zeros
 // past the tensor) and never stored.
-//
-// Split tiles (at 192, session 48): a tile of at most 64 rows (an expert's
-// last, ~a fifth of the tiles at 4,096 tokens) used to leave the second
-// consumer idle. Both consumers now take its 64 A rows, each half of the
-// weight tile's columns (m64n96k32). Under swiglu the weight tile is
-// interleaved in boxes of 48 rows, [gate 0-47 | up 0-47 | gate 48-95 |
-// up 48-95], so each half holds whole gate / up pairs and each consumer
-// stores its own 48 outputs (grouped_gemm_fp8_epilogue.cuh).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
