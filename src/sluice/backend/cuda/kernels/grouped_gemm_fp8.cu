@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     wgmma_wait<0>();
     fence_registers(acc);
     const float w[2] = {w0, w1};
-    promote_fp8_k_block<128, kSwiglu>(total, acc, a_lo, a_hi, w);
+    promote_fp8_k_block<128>(total, acc, a_lo, a_hi, w);
   }
   cp_async_wait<0>();
   if (!active) return;

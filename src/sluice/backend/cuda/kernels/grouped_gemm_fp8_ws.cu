@@ -143,13 +143,6 @@ static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupTh
                   (65536 / kThreads) / 8 * 8 * kThreads,
               "the registers redistributed must fit the block's allocation");
 
-// The weight tile's TMA boxes: the gate and up halves (or the two halves of
-// the columns) at 128 and without swiglu; under swiglu at 192, four of 48
-// rows, gate and up in turn, for the interleaved layout whose halves the
-// split tiles' consumers take (grouped_gemm_fp8_epilogue.cuh).
-template <bool kSwiglu, int kN>
-constexpr int kWeightBoxes = kSwiglu && kN == 192 ? 4 : 2;
-
 // How the producer moves A and W (the scales always go by cp.async).
 enum class WsLoads { cp_async, tma, tma_weight_multicast2 };
 // The weight multicast's clusters of two take a pair of tiles at one column block.
@@ -223,10 +216,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kBTileBytes = Tile::kBTileBytes, kStageBytes = Tile::kStageBytes, kStages = Tile::kStages;
   constexpr int kScaleFloats = Tile::kScaleFloats, kTileInfo = Tile::kTileInfo, kScaleGroups = Tile::kScaleGroups;
   static_assert(kTma || kN == kBlockM, "cp.async copies weight tiles of kBlockM rows");
-  // Tiles of at most 64 rows split by columns between the consumers (at 192:
-  // halves of 96, whole 32-column scale groups and, under swiglu, whole
-  // gate / up pairs).
-  constexpr bool kSplitSmallTiles = kN == 192;
   extern __shared__ unsigned char smem_window[];
   pdl_launch_dependents();
   pdl_wait();
@@ -353,19 +342,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Pass i's weight row: under swiglu passes [0, kPasses / 2) are gate rows, the rest up rows.
       const unsigned char* w_gate = w_q + (w_row0 + row_base) * k + chunk * 16;
       const unsigned char* w_up = w_q + (w_row1 + row_base) * k + chunk * 16;
-      // The weight tile's TMA boxes (kWeightBoxes): the first weight row of
-      // box i of the tile's half h (its kN / 2 rows), in the tile's layout
-      // (grouped_gemm_fp8_epilogue.cuh); 32-bit, as the tensor map's
-      // coordinates are (the producer holds 56 registers).
-      constexpr int kHalfBoxes = kWeightBoxes<kSwiglu, kN> / 2, kBoxRows = kN / 2 / kHalfBoxes;
-      const int gate_row = static_cast<int>(w_row0), up_row = static_cast<int>(kSwiglu ? w_row1 : w_row0);
-      auto box_row = [&](int h, int i) {
-        if constexpr (kHalfBoxes == 2) return (i == 0 ? gate_row : up_row) + h * kBoxRows;
-        return kSwiglu ? (h == 0 ? gate_row : up_row) : gate_row + h * kBoxRows;
-      };
-      auto box_smem = [&](std::uint32_t b_addr, int h, int i) {
-        return b_addr + static_cast<std::uint32_t>((h * kHalfBoxes + i) * kBoxRows * kBlockK);
-      };
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         const int stage = g % kStages;
         wait_empty(stage);
@@ -396,18 +372,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                           a_q + static_cast<std::int64_t>(a_row[i]) * k + chunk * 16 + k0, true);
         }
         if constexpr (kTma) {
+          // The weight tile's two boxes of kN / 2 rows: the gate and up halves under swiglu.
+          const int w_box0 = static_cast<int>(w_row0);
+          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kN / 2);
           if (group_tid == 0 && tile.shares_weights && copies) {
-            // Half `rank` of the tile into both blocks of the cluster, at the same offsets.
-#pragma unroll
-            for (int i = 0; i < kHalfBoxes; ++i)
-              tma_load_2d_multicast(box_smem(b_addr, rank, i), &map_w, static_cast<int>(k0), box_row(rank, i), bar,
-                                    kPairMask);
+            // Box `rank` into both blocks of the cluster, at the same offsets.
+            tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
+                                  rank == 0 ? w_box0 : w_box1, bar, kPairMask);
           } else if (group_tid == 0 && w_boxes) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int i = 0; i < kHalfBoxes; ++i)
-                tma_load_2d(box_smem(b_addr, h, i), &map_w, static_cast<int>(k0), box_row(h, i), bar);
+            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), w_box0, bar);
+            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0), w_box1, bar);
           }
         } else if (copies) {
 #pragma unroll
@@ -486,13 +460,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int num_rows = tile_info[0], first_slot = tile_info[1];
     if (num_rows == kEndOfWork) break;
     const std::int64_t n0 = item_n0(item);
-    // A tile of at most 64 rows at 192 columns is split: both consumers take
-    // its 64 A rows, each half of the weight tile's columns (S47-3: the
-    // second consumer idled through ~20% of its time on such tiles).
-    // Elsewhere a consumer whose 64 rows hold no slot skips its MMAs but
-    // still takes part in the ring.
-    const bool split = kSplitSmallTiles && num_rows > 0 && num_rows <= 64;
-    const bool active = (split || num_rows > consumer * 64) && probe != GroupedGemmFp8PathProbe::loads_only;
+    // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
+    // tile of a few rows costs one warpgroup) but still takes part in the ring.
+    const bool active = num_rows > consumer * 64 && probe != GroupedGemmFp8PathProbe::loads_only;
+    constexpr int kAcc = kN / 2;  // accumulator registers a thread
+    float total[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
     if (!active) {
       // Keep the ring's phases: wait for each stage, release it.
       for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
@@ -501,51 +475,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       continue;
     }
-    // The K blocks of a part of the tile (grouped_gemm_fp8_epilogue.cuh):
-    // kCols columns of the weight tile from chunk kFirstChunk on, over the
-    // 64 A rows at desc_a_0 (stage 0); r_lo / r_hi the thread's tile rows.
-    auto k_blocks = [&]<int kCols, int kFirstChunk>(std::uint64_t desc_a_0, int r_lo, int r_hi) {
-      constexpr std::uint64_t kPartDesc = (kFirstChunk * 8 * kBlockK) >> 4;  // the part's first weight row
-      float total[kCols / 2], acc[kCols / 2];
+    float acc[kAcc];
+    for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
+      // Wait until the stage has landed, issue its four MMAs.
+      mbarrier_wait(full(stage), phase);
+      const std::uint64_t desc_a = desc_a0 + stage * kStageDesc, desc_b = desc_b0 + stage * kStageDesc;
+      wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < kCols / 2; ++i) total[i] = 0.0f;
-      for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
-        // Wait until the stage has landed, issue its four MMAs.
-        mbarrier_wait(full(stage), phase);
-        const std::uint64_t desc_a = desc_a_0 + stage * kStageDesc;
-        const std::uint64_t desc_b = desc_b0 + kPartDesc + stage * kStageDesc;
-        wgmma_fence();
+      for (int ks = 0; ks < kBlockK / 32; ++ks)
+        wgmma_m64nNk32_e4m3<kN>(acc, desc_a + ks * kStepDesc, desc_b + ks * kStepDesc, ks > 0);
+      wgmma_commit();
+      // The stage's scales, read while the MMAs run.
+      const float* stage_scales = scales_s + stage * kScaleFloats;
+      const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
+      float w[kScaleGroups];
 #pragma unroll
-        for (int ks = 0; ks < kBlockK / 32; ++ks)
-          wgmma_m64nNk32_e4m3<kCols>(acc, desc_a + ks * kStepDesc, desc_b + ks * kStepDesc, ks > 0);
-        wgmma_commit();
-        // The stage's scales, read while the MMAs run.
-        const float* stage_scales = scales_s + stage * kScaleFloats;
-        const float a_lo = stage_scales[r_lo], a_hi = stage_scales[r_hi];
-        float w[kScaleGroups];
-#pragma unroll
-        for (int i = 0; i < kScaleGroups; ++i) w[i] = stage_scales[kBlockM + i];
-        wgmma_wait<0>();
-        fence_registers(acc);
-        release(stage);
-        promote_fp8_k_block<kN, kSwiglu, kCols, kFirstChunk>(total, acc, a_lo, a_hi, w);
-      }
-      store_fp8_tile_rows<kSwiglu, kN, kCols, kFirstChunk>(total, r_lo, r_hi, num_rows, first_slot, n0,
-                                                            col_in_chunk, n, out);
-    };
-    if constexpr (kSplitSmallTiles) {
-      if (split) {
-        // Consumer 0's A rows (the tile's 64) for both, each its half of the columns.
-        const int r_lo = row_lo - consumer * 64, r_hi = r_lo + 8;
-        const std::uint64_t desc_a_split = smem_desc(smem.addr, 16, 1024);
-        if (consumer == 0)
-          k_blocks.template operator()<kN / 2, 0>(desc_a_split, r_lo, r_hi);
-        else
-          k_blocks.template operator()<kN / 2, kN / 16>(desc_a_split, r_lo, r_hi);
-        continue;
-      }
+      for (int i = 0; i < kScaleGroups; ++i) w[i] = stage_scales[kBlockM + i];
+      wgmma_wait<0>();
+      fence_registers(acc);
+      release(stage);
+      promote_fp8_k_block<kN>(total, acc, a_lo, a_hi, w);
     }
-    k_blocks.template operator()<kN, 0>(desc_a0, row_lo, row_hi);
+    store_fp8_tile_rows<kSwiglu, kN>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
   }
   if constexpr (kCluster > 1) cluster_sync();
 }
@@ -600,7 +551,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     map_a = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride, a.k,
                           kBlockM,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-    map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / kWeightBoxes<kSwiglu, kN>,
+    map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / 2,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
   cudaLaunchAttribute attributes[2];

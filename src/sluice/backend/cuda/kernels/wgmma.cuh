@@ -142,27 +142,12 @@ static __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], std
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
-// d (+)= A B^T for one m64n96k32 step, e4m3 operands from shared memory (both
-// K-major): half a wide tile's columns (the split tiles of grouped_gemm_fp8_ws.cu).
-static __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], std::uint64_t desc_a, std::uint64_t desc_b,
-                                                     bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
-      "{" SLUICE_WGMMA_REGS_0_31 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
-      "%48, %49, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D8(d, 32), SLUICE_WGMMA_D8(d, 40)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
 // The m64nNk32 e4m3 step of one of the widths above.
 template <int N>
 static __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[N / 2], std::uint64_t desc_a,
                                                           std::uint64_t desc_b, bool accumulate) {
-  static_assert(N == 96 || N == 128 || N == 192, "m64nNk32 e4m3: 96, 128 or 192 columns");
-  if constexpr (N == 96)
-    wgmma_m64n96k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 128)
+  static_assert(N == 128 || N == 192, "m64nNk32 e4m3: 128 or 192 columns");
+  if constexpr (N == 128)
     wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
   else
     wgmma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
