@@ -58,7 +58,10 @@
 // 1-8% slower than the pairs'). Measured and not merged in session 47: two
 // accumulators a consumer at 128 columns again (the MMAs alone no faster than
 // n192's, the layer 6-8% slower; S47-1) and a producer of one warp (fewer
-// instructions, the layer 10% slower: its stages land later; S47-2).
+// instructions, the layer 10% slower: its stages land later; S47-2). Session
+// 48: tiles of at most 64 rows split by columns between the two consumers
+// (m64n96k32 halves, the SwiGLU weight tile interleaved so that each half
+// holds whole gate / up pairs): both GEMMs 0.5-3.5% slower (S48-1).
 //
 // Wide tiles (kN = 192 weight rows, WsTile; under the weight multicast only,
 // the default since session 43): each consumer issues m64n192 MMAs over the
