@@ -307,7 +307,6 @@ void bench_deepseek_moe(bool quick) {
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192},
-                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_2x2_n192},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
     if (g_moe_fp8_wgmma_only && !(v.fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma)) continue;

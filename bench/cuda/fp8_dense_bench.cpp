@@ -67,8 +67,7 @@ void bench_fp8_dense() {
                                {"V4 wq_b", 32768, 1024},          {"V4 wo_b", 4096, 8192}};
   const cuda::GroupedGemmFp8Kernel kernels[] = {cuda::GroupedGemmFp8Kernel::tma,
                                                 cuda::GroupedGemmFp8Kernel::tma_weight_multicast,
-                                                cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192,
-                                                cuda::GroupedGemmFp8Kernel::tma_2x2_n192};
+                                                cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192};
   const std::unique_ptr<Ops> ops = must(make_cuda_ops(CudaOptions{}));  // prepares the kernels' shared memory
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

@@ -863,8 +863,7 @@ std::vector<WsCase> ws_cases() {
   std::vector<WsCase> cases;
   for (const cuda::GroupedGemmFp8Kernel kernel :
        {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::tma,
-        cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192,
-        cuda::GroupedGemmFp8Kernel::tma_2x2_n192})
+        cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
   return cases;
 }

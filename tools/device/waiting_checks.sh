@@ -31,7 +31,6 @@
 #                                                                 # two-acc-async against main: suites, layer, probes
 #   BASE_DIR=.devcarry/m SWIGLU_DIR=.devcarry/f SPLIT_DIR=.devcarry/s tools/device/waiting_checks.sh 25
 #                                                                 # the fast SwiGLU and the split tiles against main
-#   CARRY_DIR=.devcarry/q tools/device/waiting_checks.sh 26       # clusters of four against the pairs, one build
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -480,20 +479,6 @@ PY
     tag_kernel() { echo tma-weight-multicast-n192; }
     moe_compare "m f s s f m m f s" "none mmas-only"
     ;;
-  26)
-    # Session 48: clusters of four (tma-2x2-n192, brought back) against the pairs (n192) now that
-    # the fast SwiGLU leaves gate_up bound by its loads; both kernels in one build (CARRY_DIR:
-    # cuda_kernel_test, cuda_golden_test, cuda_bench, cuda_deepseek_v4_forward_test). The MoE
-    # tests and goldens (both run every kernel), the V4 suite, the layer alternated, then ncu's
-    # gate_up and down whole, MMAs only and loads only.
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh; B=$bin
-    moe_suites "$B" 26 '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
-    timeout -s KILL 100 "$B/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_26.txt" 2>&1
-    suite_result v4_26
-    tag_bin() { echo "$B"; }
-    tag_kernel() { case $1 in p) echo tma-weight-multicast-n192 ;; q) echo tma-2x2-n192 ;; esac; }
-    moe_compare "p q q p p q q p" "none mmas-only loads-only"
-    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -539,5 +524,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|26|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|targets" >&2; exit 2 ;;
 esac

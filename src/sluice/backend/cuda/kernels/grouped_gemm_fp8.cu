@@ -248,7 +248,9 @@ std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num
 }
 
 MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows) {
-  const bool paired = grouped_gemm_fp8_ws_pairs_tiles(g_kernel.load());
+  const GroupedGemmFp8Kernel kernel = g_kernel.load();
+  const bool paired =
+      kernel == GroupedGemmFp8Kernel::tma_weight_multicast || kernel == GroupedGemmFp8Kernel::tma_weight_multicast_n192;
   return tile_rows == 128 && paired ? MoeTileOrder::paired : MoeTileOrder::by_expert;
 }
 

@@ -29,12 +29,6 @@ enum class GroupedGemmFp8Kernel {
   // consumer a step, for fewer shared-memory and L2 bytes a flop. (160 rows
   // measured no faster than 128 and was removed, S43-1.)
   tma_weight_multicast_n192,
-  // tma_weight_multicast_n192 on clusters of four (session 45): a tile pair at
-  // two neighbouring column blocks, the weight tile multicast over the pair's
-  // two tiles and the A tile over the two column blocks, so a block reads 20
-  // KB a K block from L2 where the pairs read 28 (S45-3: L2 bounds the MoE
-  // GEMMs, at 89% of its throughput).
-  tma_2x2_n192,
   ring
 };
 
@@ -44,7 +38,6 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
     case GroupedGemmFp8Kernel::tma: return "tma";
     case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return "tma-weight-multicast-n192";
-    case GroupedGemmFp8Kernel::tma_2x2_n192: return "tma-2x2-n192";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }
   return "?";
@@ -73,8 +66,6 @@ void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe);
 // whatever the stages hold; only the scales are copied). Wrong products.
 enum class GroupedGemmFp8PathProbe { none, loads_only, mmas_only };
 void set_grouped_gemm_fp8_ws_path_probe(GroupedGemmFp8PathProbe probe);
-// Whether the kernel runs the plan's tiles in pairs (MoeTileOrder::paired).
-bool grouped_gemm_fp8_ws_pairs_tiles(GroupedGemmFp8Kernel kernel);
 // Whether a warp-specialised kernel takes this shape (never for the ring kernel).
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);

@@ -52,11 +52,10 @@
 // Removed after measuring slower (session 44): A multicast to clusters of 2
 // or 4 blocks on neighbouring column blocks (S36-4: 4.82 / 4.94 ms for the
 // layer at 4,096 tokens against the weight multicast's 4.66) and the
-// consumers' two-accumulator form (4.88; S30 and S36-4). Clusters of four
-// (tma_2x2, below) were removed in session 46 (S46-1, S46-2: 21% fewer L2
-// reads, the layer 1-8% slower than the pairs') and brought back in session
-// 48, once the fast SwiGLU had left gate_up bound by its loads. Measured and
-// not merged in session 47: two
+// consumers' two-accumulator form (4.88; S30 and S36-4). Removed in session
+// 46: clusters of four, the weight tile multicast over a tile pair and the A
+// tile over two column blocks (S46-1, S46-2: 21% fewer L2 reads, the layer
+// 1-8% slower than the pairs'). Measured and not merged in session 47: two
 // accumulators a consumer at 128 columns again (the MMAs alone no faster than
 // n192's, the layer 6-8% slower; S47-1) and a producer of one warp (fewer
 // instructions, the layer 10% slower: its stages land later; S47-2). Session
@@ -148,29 +147,17 @@ static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupTh
               "the registers redistributed must fit the block's allocation");
 
 // How the producer moves A and W (the scales always go by cp.async).
-enum class WsLoads { cp_async, tma, tma_weight_multicast2, tma_2x2 };
-// The weight multicast's clusters of two take a pair of tiles at one column
-// block; tma_2x2's clusters of four a pair of tiles at two neighbouring column
-// blocks: rank r holds tile r % 2 of the pair at column block r / 2 of the two.
+enum class WsLoads { cp_async, tma, tma_weight_multicast2 };
+// The weight multicast's clusters of two take a pair of tiles at one column block.
 template <WsLoads kLoads>
-constexpr int kTilesPerItem = kLoads == WsLoads::tma_weight_multicast2 || kLoads == WsLoads::tma_2x2 ? 2 : 1;
+constexpr int kClusterSize = kLoads == WsLoads::tma_weight_multicast2 ? 2 : 1;
 template <WsLoads kLoads>
-constexpr int kColumnsPerItem = kLoads == WsLoads::tma_2x2 ? 2 : 1;
-template <WsLoads kLoads>
-constexpr int kClusterSize = kTilesPerItem<kLoads> * kColumnsPerItem<kLoads>;  // a block a (tile, column block)
-// The blocks of a cluster that read the same weight tile (one column block,
-// both tiles of the pair) and the same A tile (one tile, both column blocks).
-__device__ __forceinline__ std::uint16_t weight_sharers(int rank) {
-  return static_cast<std::uint16_t>(0b11 << (rank & ~1));
-}
-__device__ __forceinline__ std::uint16_t a_sharers(int rank) {
-  return static_cast<std::uint16_t>(0b101 << (rank & 1));
-}
+constexpr int kTilesPerItem = kClusterSize<kLoads>;
+constexpr std::uint16_t kPairMask = 0b11;  // both blocks of a cluster of two
 
 int g_sm_count = 0;         // prepare_grouped_gemm_fp8_ws()
 int g_grid_limit = 0;       // set_grouped_gemm_fp8_ws_grid_limit(); 0: one block an SM
 int g_max_pairs = 0;        // clusters of two resident at once (prepare); 0: not known
-int g_max_quads = 0;        // clusters of four (tma_2x2) resident at once (prepare); 0: not known
 GroupedGemmFp8BytesProbe g_bytes_probe = GroupedGemmFp8BytesProbe::none;  // benchmarks only
 GroupedGemmFp8PathProbe g_path_probe = GroupedGemmFp8PathProbe::none;     // benchmarks only
 
@@ -216,15 +203,11 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
   }
 }
 
-// Work items: (tile unit, column item), the column items fastest; a cluster
-// takes one item. A tile unit is a tile, or under weight multicast a pair of
-// tiles (block_tile). A column item is a column block, or under tma_2x2 two
-// neighbouring ones (the second may lie past n: its columns are computed and
-// never stored).
-// map_a: a as [rows, k] bytes, boxes of 128 x kBlockM rows (x kBlockM / 2
-// under tma_2x2: each block of an A tile's two loads half and multicasts
-// it); map_w: w as [rows, k], boxes of 128 x kN / 2 rows. Both unused under
-// WsLoads::cp_async.
+// Work items: (tile unit, column block), the column blocks fastest; a
+// cluster takes one item. A tile unit is a tile, or under weight multicast a
+// pair of tiles (block_tile). column_items = column blocks.
+// map_a: a as [rows, k] bytes, boxes of 128 x kBlockM rows; map_w: w as
+// [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
 template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
@@ -269,8 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Output columns [n0, n0 + kN / 2) of each half under swiglu, [n0, n0 + kN) otherwise.
   const std::int64_t col_width = kSwiglu ? kN / 2 : kN;
   auto item_n0 = [&](int item) {
-    const int column_block = (item % column_items) * kColumnsPerItem<kLoads> + rank / kTilesPerItem<kLoads>;
-    return static_cast<std::int64_t>(column_block) * col_width;
+    return static_cast<std::int64_t>(item % column_items) * col_width;
   };
 
   if (warpgroup == 0) {
@@ -326,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ++g;
     };
     for (int item = first_item; item < num_items; item += item_step) {
-      const BlockTile tile = block_tile<kLoads>(a, item / column_items, rank & 1);
+      const BlockTile tile = block_tile<kLoads>(a, item / column_items, rank);
       const TileWork w = tile.work;
       if (w.group < 0) break;  // the plan's unused tiles are the last ones
       const std::int64_t n0 = item_n0(item);
@@ -384,14 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // the phase).
         if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         if (a_by_tma) {
-          if constexpr (kLoads == WsLoads::tma_2x2) {
-            // Half `rank / 2` of the A tile into both blocks of this tile (the other half comes from the other).
-            if (a_box && group_tid == 0)
-              tma_load_2d_multicast(a_addr + (rank / 2) * (kATileBytes / 2), &map_a, static_cast<int>(k0),
-                                    w.first_slot + (rank / 2) * (kBlockM / 2), bar, a_sharers(rank));
-          } else if (a_box && group_tid == 0) {
-            tma_load_2d(a_addr, &map_a, static_cast<int>(k0), w.first_slot, bar);
-          }
+          if (a_box && group_tid == 0) tma_load_2d(a_addr, &map_a, static_cast<int>(k0), w.first_slot, bar);
         } else if (copies) {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
@@ -404,10 +379,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int w_box0 = static_cast<int>(w_row0);
           const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kN / 2);
           if (group_tid == 0 && tile.shares_weights && copies) {
-            // Box `rank % 2` into both blocks of the pair, at the same offsets.
-            const int box = rank & 1;
-            tma_load_2d_multicast(b_addr + box * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
-                                  box == 0 ? w_box0 : w_box1, bar, weight_sharers(rank));
+            // Box `rank` into both blocks of the cluster, at the same offsets.
+            tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
+                                  rank == 0 ? w_box0 : w_box1, bar, kPairMask);
           } else if (group_tid == 0 && w_boxes) {
             tma_load_2d(b_addr, &map_w, static_cast<int>(k0), w_box0, bar);
             tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0), w_box1, bar);
@@ -556,8 +530,7 @@ std::int64_t column_blocks(std::int64_t n, bool swiglu, int tile_n) {
 template <bool kSwiglu, WsLoads kLoads, int kN = 128>
 void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   constexpr int kCluster = kClusterSize<kLoads>;
-  const std::int64_t column_items = (column_blocks(a.n, kSwiglu, kN) + kColumnsPerItem<kLoads> - 1) /
-                                    kColumnsPerItem<kLoads>;
+  const std::int64_t column_items = column_blocks(a.n, kSwiglu, kN);
   const std::int64_t tile_units = (a.max_tiles + kTilesPerItem<kLoads> - 1) / kTilesPerItem<kLoads>;
   const std::int64_t items = column_items * tile_units;
   SLUICE_CHECK_MSG(items < (std::int64_t{1} << 31), "grouped FP8 GEMM: too many work items");
@@ -568,8 +541,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
   }
   // Clusters: as many as are resident at once (SMs left out of GPCs of sizes not a multiple), whole.
-  const int max_clusters = kCluster == 4 ? g_max_quads : g_max_pairs;
-  if (kCluster > 1 && g_grid_limit == 0 && max_clusters > 0) blocks = max_clusters * kCluster;
+  if (kCluster > 1 && g_grid_limit == 0 && g_max_pairs > 0) blocks = g_max_pairs * kCluster;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks / kCluster, items));
   CUtensorMap map_a{}, map_w{};
   if constexpr (kLoads != WsLoads::cp_async) {
@@ -580,7 +552,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
         g_bytes_probe == GroupedGemmFp8BytesProbe::one_tile_a || g_bytes_probe == GroupedGemmFp8BytesProbe::both;
     const std::int64_t group_rows = kSwiglu ? 2 * a.n : a.n;
     map_a = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride, a.k,
-                          kLoads == WsLoads::tma_2x2 ? kBlockM / 2 : kBlockM,
+                          kBlockM,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / 2,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
@@ -616,8 +588,8 @@ void raise_smem_limits() {
   raise_smem_limit<true, kLoads, kN>();
 }
 
-// How many clusters of this kernel fit on the device at once.
-template <WsLoads kLoads, int kN = 128>
+// How many clusters of two of this kernel fit on the device at once.
+template <WsLoads kLoads>
 int max_active_clusters() {
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -627,12 +599,12 @@ int max_active_clusters() {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(kClusterSize<kLoads> * g_sm_count));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = WsTile<kN>::kSmemBytes;
+  config.dynamicSmemBytes = WsTile<128>::kSmemBytes;
   config.attrs = &cluster;
   config.numAttrs = 1;
   int clusters = 0;
   SLUICE_CUDA_CHECK(
-      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, kLoads, kN>, &config));
+      cudaOccupancyMaxActiveClusters(&clusters, grouped_gemm_fp8_ws_kernel<true, kLoads, 128>, &config));
   return clusters;
 }
 
@@ -647,26 +619,12 @@ void prepare_grouped_gemm_fp8_ws() {
   raise_smem_limits<WsLoads::tma>();
   raise_smem_limits<WsLoads::tma_weight_multicast2>();
   raise_smem_limits<WsLoads::tma_weight_multicast2, 192>();
-  raise_smem_limits<WsLoads::tma_2x2, 192>();
   int device = 0;
   SLUICE_CUDA_CHECK(cudaGetDevice(&device));
   SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, device));
   encode_tensor_map();  // the driver's entry point, looked up before any step needs it
   // The 192-row tiles' too: the same block size and cluster, no more shared memory an SM.
   g_max_pairs = max_active_clusters<WsLoads::tma_weight_multicast2>();
-  g_max_quads = max_active_clusters<WsLoads::tma_2x2, 192>();
-}
-
-bool grouped_gemm_fp8_ws_pairs_tiles(GroupedGemmFp8Kernel kernel) {
-  switch (kernel) {
-    case GroupedGemmFp8Kernel::tma_weight_multicast:
-    case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return kTilesPerItem<WsLoads::tma_weight_multicast2> == 2;
-    case GroupedGemmFp8Kernel::tma_2x2_n192: return kTilesPerItem<WsLoads::tma_2x2> == 2;
-    case GroupedGemmFp8Kernel::warp_specialized:
-    case GroupedGemmFp8Kernel::tma:
-    case GroupedGemmFp8Kernel::ring: return false;
-  }
-  return false;
 }
 
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& a) {
@@ -694,10 +652,6 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192:
       swiglu ? launch_variant<true, WsLoads::tma_weight_multicast2, 192>(a, launch)
              : launch_variant<false, WsLoads::tma_weight_multicast2, 192>(a, launch);
-      return;
-    case GroupedGemmFp8Kernel::tma_2x2_n192:
-      swiglu ? launch_variant<true, WsLoads::tma_2x2, 192>(a, launch)
-             : launch_variant<false, WsLoads::tma_2x2, 192>(a, launch);
       return;
     case GroupedGemmFp8Kernel::ring: break;
   }
