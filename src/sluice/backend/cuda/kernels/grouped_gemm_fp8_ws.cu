@@ -61,7 +61,9 @@
 // instructions, the layer 10% slower: its stages land later; S47-2). Session
 // 48: tiles of at most 64 rows split by columns between the two consumers
 // (m64n96k32 halves, the SwiGLU weight tile interleaved so that each half
-// holds whole gate / up pairs): both GEMMs 0.5-3.5% slower (S48-1).
+// holds whole gate / up pairs): both GEMMs 0.5-3.5% slower (S48-1); and the
+// clusters of four again, after the fast SwiGLU: gate_up 4%, down 6% slower,
+// their loads alone 13% slower than the pairs' (S48-2).
 //
 // Wide tiles (kN = 192 weight rows, WsTile; under the weight multicast only,
 // the default since session 43): each consumer issues m64n192 MMAs over the
