@@ -380,13 +380,21 @@ void bench_deepseek_moe(bool quick) {
         std::snprintf(name, sizeof name, "MoE layer %s prefill %d tokens (%lld experts, at most %d slots; routing included)",
                       dtype, rows, static_cast<long long>(num_touched), max_slots);
         // The 128-slot tiles the experts' rows fill: the tensor work the
-        // grouped kernels run is the tiles', not the rows'.
-        std::int64_t tiles = 0;
-        for (std::int32_t c : slots) tiles += (c + 127) / 128;
-        char weights_rate[160];
-        std::snprintf(weights_rate, sizeof weights_rate, "; weights %.2f TB/s, %s of HBM; %.3f ms; %lld tiles, %s filled",
+        // grouped kernels run is the tiles', not the rows'. A consumer whose
+        // 64 rows of a tile hold no slot skips its MMAs, so the rows issued
+        // go by 64.
+        std::int64_t tiles = 0, halves = 0;
+        for (std::int32_t c : slots) {
+          tiles += (c + 127) / 128;
+          halves += (c + 63) / 64;
+        }
+        const double routed = static_cast<double>(rows) * kTopK;
+        char weights_rate[200];
+        std::snprintf(weights_rate, sizeof weights_rate,
+                      "; weights %.2f TB/s, %s of HBM; %.3f ms; %lld tiles, %s filled (%s of the 64-row halves issued)",
                       bytes / t / 1e12, pct(bytes / t / hbm_copy()).c_str(), t * 1e3, static_cast<long long>(tiles),
-                      pct(static_cast<double>(rows) * kTopK / (128.0 * static_cast<double>(tiles))).c_str());
+                      pct(routed / (128.0 * static_cast<double>(tiles))).c_str(),
+                      pct(routed / (64.0 * static_cast<double>(halves))).c_str());
         row(name, flops / t / 1e12, "TFLOP/s",
             fp8 ? pct(flops / t / kFp8FlopsPerSecond) + " of 1979" + weights_rate + lt_path_note(*ops)
                 : pct(flops / t / kBf16FlopsPerSecond) + " of 790" + weights_rate);
