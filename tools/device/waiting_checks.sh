@@ -29,8 +29,8 @@
 #   CARRY_DIR=.devcarry/s44b tools/device/waiting_checks.sh 17     # which operand reads gate_up's extra DRAM bytes
 #   CARRY_DIR=.devcarry/s62 MAIN_DIR=.devcarry/s60b tools/device/waiting_checks.sh 23
 #                                                                 # two-acc-async against main: suites, layer, probes
-#   BASE_DIR=.devcarry/m SWIGLU_DIR=.devcarry/f SPLIT_DIR=.devcarry/s tools/device/waiting_checks.sh 25
-#                                                                 # the fast SwiGLU and the split tiles against main
+#   BASE_DIR=.devcarry/mb SWIGLU_DIR=.devcarry/f SPLIT_DIR=.devcarry/s tools/device/waiting_checks.sh 25
+#                                                                 # S48-1: the fast SwiGLU and the split tiles (since reverted) against main
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
