@@ -205,14 +205,50 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
   }
 }
 
+// A's tensor maps (a as [rows, k] bytes): box[i] holds kBlockM >> i rows
+// (128, 64, 32, 16). A tile copies only its rows rounded up to 16 (session
+// 49): an expert's last tile holds ~half its 128 rows on average, and the
+// rows past them (the next expert's) cost L2 bytes that gate_up, bound by its
+// loads, pays for. The rows not copied are never stored: a row's products
+// depend on that row of A alone.
+constexpr int kABoxes = 4;
+constexpr int kABoxRows = 16;  // the smallest box; an A tile's rows copied go by 16
+struct ATileMaps {
+  CUtensorMap box[kABoxes];
+};
+// The A rows a tile of num_rows copies: all kBlockM, or num_rows rounded up to kABoxRows.
+__device__ __forceinline__ int a_rows_copied(int num_rows) {
+  return min(kBlockM, (num_rows + kABoxRows - 1) / kABoxRows * kABoxRows);
+}
+// Rows [first_row, first_row + rows) of a at column k0 into the A tile at
+// dst: one box of 128, or one each of 64, 32 and 16 as rows' bits say (rows
+// a multiple of 16 under 128). Every box starts on a multiple of 16 rows
+// (2 KB), so the 128-byte swizzle runs as in a whole tile.
+__device__ __forceinline__ void tma_load_a_rows(std::uint32_t dst, const ATileMaps& maps, int k0, int first_row,
+                                                int rows, std::uint32_t bar) {
+  if (rows == kBlockM) {
+    tma_load_2d(dst, &maps.box[0], k0, first_row, bar);
+    return;
+  }
+#pragma unroll
+  for (int i = 1; i < kABoxes; ++i) {
+    const int box_rows = kBlockM >> i;
+    if (rows & box_rows) {
+      tma_load_2d(dst, &maps.box[i], k0, first_row, bar);
+      dst += box_rows * kBlockK;
+      first_row += box_rows;
+    }
+  }
+}
+
 // Work items: (tile unit, column block), the column blocks fastest; a
 // cluster takes one item. A tile unit is a tile, or under weight multicast a
 // pair of tiles (block_tile). column_items = column blocks.
-// map_a: a as [rows, k] bytes, boxes of 128 x kBlockM rows; map_w: w as
-// [rows, k], boxes of 128 x kN / 2 rows. Both unused under WsLoads::cp_async.
+// maps_a: A's boxes (ATileMaps); map_w: w as [rows, k], boxes of 128 x
+// kN / 2 rows. Both unused under WsLoads::cp_async.
 template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
-    grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ CUtensorMap map_a,
+    grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ ATileMaps maps_a,
                                const __grid_constant__ CUtensorMap map_w, int column_items, int num_items,
                                GroupedGemmFp8PathProbe probe) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
@@ -324,9 +360,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // A tile without rows copies no A.
       const bool a_box = a_by_tma && w.num_rows > 0 && copies;
+      const int a_rows = a_box ? a_rows_copied(w.num_rows) : 0;
       const bool w_boxes = tile.loads_weights && copies;
-      const std::uint32_t tx_bytes =
-          static_cast<std::uint32_t>((a_box ? kATileBytes : 0) + (w_boxes ? kBTileBytes : 0));
+      const std::uint32_t tx_bytes = static_cast<std::uint32_t>(a_rows * kBlockK + (w_boxes ? kBTileBytes : 0));
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
@@ -368,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // the phase).
         if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         if (a_by_tma) {
-          if (a_box && group_tid == 0) tma_load_2d(a_addr, &map_a, static_cast<int>(k0), w.first_slot, bar);
+          if (a_box && group_tid == 0) tma_load_a_rows(a_addr, maps_a, static_cast<int>(k0), w.first_slot, a_rows, bar);
         } else if (copies) {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
@@ -545,7 +581,8 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   // Clusters: as many as are resident at once (SMs left out of GPCs of sizes not a multiple), whole.
   if (kCluster > 1 && g_grid_limit == 0 && g_max_pairs > 0) blocks = g_max_pairs * kCluster;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks / kCluster, items));
-  CUtensorMap map_a{}, map_w{};
+  ATileMaps maps_a{};
+  CUtensorMap map_w{};
   if constexpr (kLoads != WsLoads::cp_async) {
     SLUICE_CHECK(a.w_rows > 0 && a.a_scale_stride > 0);
     const bool probe_w = g_bytes_probe == GroupedGemmFp8BytesProbe::one_expert_weights ||
@@ -553,9 +590,9 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     const bool probe_a =
         g_bytes_probe == GroupedGemmFp8BytesProbe::one_tile_a || g_bytes_probe == GroupedGemmFp8BytesProbe::both;
     const std::int64_t group_rows = kSwiglu ? 2 * a.n : a.n;
-    map_a = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride, a.k,
-                          kBlockM,
-                          CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+    for (int i = 0; i < kABoxes; ++i)
+      maps_a.box[i] = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride,
+                                    a.k, kBlockM >> i, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / 2,
                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
@@ -573,7 +610,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.stream = launch.stream;
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
-  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>, a, map_a,
+  SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>, a, maps_a,
                                        map_w, static_cast<int>(column_items), static_cast<int>(items), g_path_probe));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
