@@ -478,6 +478,7 @@ TEST(CudaMoe, Fp8RowSliceKeepsItsScales) {
 struct UnevenLoads {
   std::vector<std::int32_t> counts = {0, 1, 3, 63, 64, 65, 127, 128, 129, 200, 255, 1};
   std::int32_t empty_experts = 0;
+  std::int64_t hidden = 1024, inter = 256;  // multiples of 128
 };
 
 std::int32_t total_slots(const UnevenLoads& loads) {
@@ -485,22 +486,24 @@ std::int32_t total_slots(const UnevenLoads& loads) {
 }
 
 // One UnevenLoads case on the host: two choices a row, random FP8 experts
-// (hidden 1024, moe_intermediate 256), bf16 activations and output.
+// (hidden and moe_intermediate as the loads say), bf16 activations and output.
 struct UnevenLoadsProblem {
-  static constexpr std::int64_t kHidden = 1024, kInter = 256;
   static constexpr std::int32_t kTopK = 2;
+  std::int64_t hidden, inter;
   std::int32_t num_experts, rows;
   std::vector<std::int32_t> ids;  // [rows, kTopK]
   std::vector<float> weights;     // [rows, kTopK]
-  HostFp8Weight gate_up, down;    // [experts * 2 * kInter, kHidden], [experts * kHidden, kInter]
-  std::vector<float> x, out;      // [rows, kHidden], bf16 values
+  HostFp8Weight gate_up, down;    // [experts * 2 * inter, hidden], [experts * hidden, inter]
+  std::vector<float> x, out;      // [rows, hidden], bf16 values
 
   explicit UnevenLoadsProblem(const UnevenLoads& loads)
-      : num_experts(static_cast<std::int32_t>(loads.counts.size()) + loads.empty_experts),
+      : hidden(loads.hidden),
+        inter(loads.inter),
+        num_experts(static_cast<std::int32_t>(loads.counts.size()) + loads.empty_experts),
         rows(total_slots(loads) / kTopK),
-        gate_up(num_experts * 2 * kInter, kHidden, 9701, 2e-3f),
-        down(num_experts * kHidden, kInter, 9702, 2e-3f),
-        x(random_bf16(static_cast<std::size_t>(rows * kHidden), 9703, 2.0f)),
+        gate_up(num_experts * 2 * inter, hidden, 9701, 2e-3f),
+        down(num_experts * hidden, inter, 9702, 2e-3f),
+        x(random_bf16(static_cast<std::size_t>(rows * hidden), 9703, 2.0f)),
         out(random_bf16(x.size(), 9704, 1.0f)) {
     // Pair i (expert sequence sorted by expert) goes to row i % rows, choice i / rows:
     // a row's two experts differ because no expert holds more than `rows` pairs.
@@ -523,7 +526,7 @@ struct UnevenLoadsProblem {
 // The problem's routed experts on the CUDA backend (fp8_wgmma, the 128-slot
 // kernel grouped_gemm_fp8_kernel() names): routed = output - the output before.
 void run_fp8_wgmma_experts(UnevenLoadsProblem& p, std::vector<float>& routed) {
-  constexpr std::int64_t kHidden = UnevenLoadsProblem::kHidden;
+  const std::int64_t hidden = p.hidden;
   constexpr std::int32_t kTopK = UnevenLoadsProblem::kTopK;
   auto made = make_cuda_ops(
       {.scratch_bytes = 256LL << 20, .use_cuda_graphs = false, .moe_expert_gemm = cuda::MoeExpertGemm::fp8_wgmma});
@@ -535,7 +538,7 @@ void run_fp8_wgmma_experts(UnevenLoadsProblem& p, std::vector<float>& routed) {
   ASSERT_TRUE(d_gate_up.ok()) << d_gate_up.error_message();
   ASSERT_TRUE(d_down.ok()) << d_down.error_message();
   ASSERT_EQ(d_gate_up->dtype, DType::f8_e4m3);
-  DeviceArray d_x(p.x, DType::bf16, {p.rows, kHidden}), d_out(p.out, DType::bf16, {p.rows, kHidden});
+  DeviceArray d_x(p.x, DType::bf16, {p.rows, hidden}), d_out(p.out, DType::bf16, {p.rows, hidden});
   DeviceArray d_weights(p.weights, DType::f32, {p.rows, kTopK});
   ops->begin_step(layout_with_rows(p.rows));
   const Tensor d_ids = ops->scratch({p.rows, kTopK}, DType::i32);
@@ -553,7 +556,7 @@ void run_fp8_wgmma_experts(UnevenLoadsProblem& p, std::vector<float>& routed) {
 // reference's unquantized activations (the e4m3 bound); every row written.
 void check_against_the_host(UnevenLoadsProblem& p, const std::vector<float>& routed) {
   ThreadPool pool(2);
-  constexpr std::int64_t kHidden = UnevenLoadsProblem::kHidden, kInter = UnevenLoadsProblem::kInter;
+  const std::int64_t hidden = p.hidden, inter = p.inter;
   constexpr std::int32_t kTopK = UnevenLoadsProblem::kTopK;
   const std::int32_t rows = p.rows, num_experts = p.num_experts;
   const std::vector<std::int32_t>& ids = p.ids;
@@ -561,52 +564,52 @@ void check_against_the_host(UnevenLoadsProblem& p, const std::vector<float>& rou
   const std::vector<float> gate_up = p.gate_up.dequantized(), down = p.down.dequantized();
 
   // The host with the kernel's numerics (float64 sums of the same e4m3 values).
-  const std::vector<float> x_q = fp8_quantized_rows(x, rows, kHidden);
+  const std::vector<float> x_q = fp8_quantized_rows(x, rows, hidden);
   std::vector<double> ref_quantized(x.size(), 0.0);
   for (std::int32_t r = 0; r < rows; ++r)
     for (std::int32_t j = 0; j < kTopK; ++j) {
       const std::int64_t e = ids[static_cast<std::size_t>(r * kTopK + j)];
-      std::vector<float> act(static_cast<std::size_t>(kInter));
-      for (std::int64_t c = 0; c < kInter; ++c) {
+      std::vector<float> act(static_cast<std::size_t>(inter));
+      for (std::int64_t c = 0; c < inter; ++c) {
         double g = 0.0, u = 0.0;
-        const float* wg = &gate_up[static_cast<std::size_t>((e * 2 * kInter + c) * kHidden)];
-        const float* wu = &gate_up[static_cast<std::size_t>((e * 2 * kInter + kInter + c) * kHidden)];
-        for (std::int64_t kk = 0; kk < kHidden; ++kk) {
-          g += double(x_q[static_cast<std::size_t>(r * kHidden + kk)]) * wg[kk];
-          u += double(x_q[static_cast<std::size_t>(r * kHidden + kk)]) * wu[kk];
+        const float* wg = &gate_up[static_cast<std::size_t>((e * 2 * inter + c) * hidden)];
+        const float* wu = &gate_up[static_cast<std::size_t>((e * 2 * inter + inter + c) * hidden)];
+        for (std::int64_t kk = 0; kk < hidden; ++kk) {
+          g += double(x_q[static_cast<std::size_t>(r * hidden + kk)]) * wg[kk];
+          u += double(x_q[static_cast<std::size_t>(r * hidden + kk)]) * wu[kk];
         }
         act[static_cast<std::size_t>(c)] = round_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
       }
-      const std::vector<float> act_q = fp8_quantized_rows(act, 1, kInter);
+      const std::vector<float> act_q = fp8_quantized_rows(act, 1, inter);
       const double w = p.weights[static_cast<std::size_t>(r * kTopK + j)];
-      for (std::int64_t c = 0; c < kHidden; ++c) {
+      for (std::int64_t c = 0; c < hidden; ++c) {
         double y = 0.0;
-        const float* wd = &down[static_cast<std::size_t>((e * kHidden + c) * kInter)];
-        for (std::int64_t kk = 0; kk < kInter; ++kk) y += double(act_q[static_cast<std::size_t>(kk)]) * wd[kk];
-        ref_quantized[static_cast<std::size_t>(r * kHidden + c)] += w * y;
+        const float* wd = &down[static_cast<std::size_t>((e * hidden + c) * inter)];
+        for (std::int64_t kk = 0; kk < inter; ++kk) y += double(act_q[static_cast<std::size_t>(kk)]) * wd[kk];
+        ref_quantized[static_cast<std::size_t>(r * hidden + c)] += w * y;
       }
     }
   // The CPU reference (unquantized activations), the routed part alone.
   std::vector<float> ref_cpu = p.out;
   std::vector<float> gate_up_copy = gate_up, down_copy = down, x_copy = x, weights_copy = p.weights;
   std::vector<std::int32_t> ids_copy = ids;
-  cpu::moe_experts(pool, host_tensor(x_copy, {rows, kHidden}),
-                   {.gate_up = host_tensor(gate_up_copy, {num_experts * 2 * kInter, kHidden}),
-                    .down = host_tensor(down_copy, {num_experts * kHidden, kInter})},
+  cpu::moe_experts(pool, host_tensor(x_copy, {rows, hidden}),
+                   {.gate_up = host_tensor(gate_up_copy, {num_experts * 2 * inter, hidden}),
+                    .down = host_tensor(down_copy, {num_experts * hidden, inter})},
                    {.expert_ids = Tensor{ids_copy.data(), DType::i32, Shape{rows, kTopK}},
                     .expert_weights = host_tensor(weights_copy, {rows, kTopK})},
-                   host_tensor(ref_cpu, {rows, kHidden}));
+                   host_tensor(ref_cpu, {rows, hidden}));
   std::vector<double> ref_unquantized(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) ref_unquantized[i] = double(ref_cpu[i]) - p.out[i];
 
   EXPECT_LE(relative_error(routed, ref_quantized), kBf16Tolerance)
-      << "against the host's quantized numerics: " << worst_difference(routed, ref_quantized).where(kHidden);
+      << "against the host's quantized numerics: " << worst_difference(routed, ref_quantized).where(hidden);
   EXPECT_LE(relative_error(routed, ref_unquantized), kFp8ActivationTolerance)
-      << "against the CPU reference: " << worst_difference(routed, ref_unquantized).where(kHidden);
+      << "against the CPU reference: " << worst_difference(routed, ref_unquantized).where(hidden);
   // Every row, the lone slots and the spill tiles included, was written.
   for (std::int32_t r = 0; r < rows; ++r) {
-    std::vector<float> got_row(routed.begin() + r * kHidden, routed.begin() + (r + 1) * kHidden);
-    std::vector<double> ref_row(ref_quantized.begin() + r * kHidden, ref_quantized.begin() + (r + 1) * kHidden);
+    std::vector<float> got_row(routed.begin() + r * hidden, routed.begin() + (r + 1) * hidden);
+    std::vector<double> ref_row(ref_quantized.begin() + r * hidden, ref_quantized.begin() + (r + 1) * hidden);
     ASSERT_LE(relative_error(got_row, ref_row), 4 * kBf16Tolerance)
         << "row " << r << " (experts " << ids[static_cast<std::size_t>(r * kTopK)] << ", "
         << ids[static_cast<std::size_t>(r * kTopK + 1)] << ")";
@@ -828,35 +831,41 @@ TEST_P(CudaMoeFp8Ws, UnevenLoads) {
 // tile beside a block with no rows. The output must be the ring kernel's bit
 // for bit: every kernel issues the same MMAs and promotions in the same order
 // (the DeepSeek golden's WarpSpecializedExpertsMatchTheRingKernel found
-// relative logit error 0 for each).
+// relative logit error 0 for each). In two shapes, so that under the 192-row
+// tiles each GEMM's last column block is once a narrow tail (64 weight rows:
+// gate_up at moe_intermediate 512, down at hidden 1024) and once a wide block
+// whose columns pass n (gate_up at 256, down at 896).
 TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
-  UnevenLoads loads;
-  loads.counts.insert(loads.counts.end(), {300, 384, 258});
-  loads.empty_experts = 4;
-  const auto num_experts = static_cast<std::int64_t>(loads.counts.size()) + loads.empty_experts;
-  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts), 128);
-  UnevenLoadsProblem problem(loads);
-  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
-  std::vector<float> ring, got;
-  cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
-  run_fp8_wgmma_experts(problem, ring);
-  cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
-  cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
-  run_fp8_wgmma_experts(problem, got);
-  cuda::set_grouped_gemm_fp8_kernel(before);
-  cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
-  ASSERT_EQ(got.size(), ring.size());
-  std::size_t num_different = 0, first_different = 0;
-  for (std::size_t i = ring.size(); i-- > 0;)
-    if (got[i] != ring[i]) {
-      ++num_different;
-      first_different = i;
-    }
-  const std::int64_t hidden = UnevenLoadsProblem::kHidden;
-  EXPECT_EQ(num_different, 0u) << "first at row " << static_cast<std::int64_t>(first_different) / hidden
-                               << ", column " << static_cast<std::int64_t>(first_different) % hidden << ": "
-                               << (num_different > 0 ? got[first_different] : 0.0f) << " against the ring's "
-                               << (num_different > 0 ? ring[first_different] : 0.0f);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1024, 256}, {896, 512}};
+  for (const auto& [hidden, inter] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "hidden " << hidden << ", moe_intermediate " << inter);
+    UnevenLoads loads{.hidden = hidden, .inter = inter};
+    loads.counts.insert(loads.counts.end(), {300, 384, 258});
+    loads.empty_experts = 4;
+    const auto num_experts = static_cast<std::int64_t>(loads.counts.size()) + loads.empty_experts;
+    ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts), 128);
+    UnevenLoadsProblem problem(loads);
+    const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
+    std::vector<float> ring, got;
+    cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
+    run_fp8_wgmma_experts(problem, ring);
+    cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
+    cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
+    run_fp8_wgmma_experts(problem, got);
+    cuda::set_grouped_gemm_fp8_kernel(before);
+    cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
+    ASSERT_EQ(got.size(), ring.size());
+    std::size_t num_different = 0, first_different = 0;
+    for (std::size_t i = ring.size(); i-- > 0;)
+      if (got[i] != ring[i]) {
+        ++num_different;
+        first_different = i;
+      }
+    EXPECT_EQ(num_different, 0u) << "first at row " << static_cast<std::int64_t>(first_different) / hidden
+                                 << ", column " << static_cast<std::int64_t>(first_different) % hidden << ": "
+                                 << (num_different > 0 ? got[first_different] : 0.0f) << " against the ring's "
+                                 << (num_different > 0 ? ring[first_different] : 0.0f);
+  }
 }
 
 std::vector<WsCase> ws_cases() {

@@ -31,8 +31,8 @@
 #                                                                 # two-acc-async against main: suites, layer, probes
 #   BASE_DIR=.devcarry/mb SWIGLU_DIR=.devcarry/f SPLIT_DIR=.devcarry/s tools/device/waiting_checks.sh 25
 #                                                                 # S48-1: the fast SwiGLU and the split tiles (since reverted) against main
-#   BASE_DIR=.devcarry/t CARRY_DIR=.devcarry/h tools/device/waiting_checks.sh 27
-#                                                                 # S49-1: A boxes cut to a tile's rows against main
+#   BASE_DIR=.devcarry/mb0 TRIM_DIR=.devcarry/hb CARRY_DIR=.devcarry/n tools/device/waiting_checks.sh 27
+#                                                                 # S49-1: A boxes cut to a tile's rows, the narrow tail
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -482,18 +482,20 @@ PY
     moe_compare "m f s s f m m f s" "none mmas-only"
     ;;
   27)
-    # S49-1: A's boxes cut to a tile's rows (by 16; BASE_DIR main's cuda_bench, CARRY_DIR the change's
-    # cuda_kernel_test, cuda_golden_test, cuda_bench, cuda_deepseek_v4_forward_test): suites, the
-    # layer alternated, ncu's gate_up and down whole and with no MMA.
+    # S49-1: A's boxes cut to a tile's rows (by 16) and the narrow tail of the 192-row tiles, against
+    # main: BASE_DIR main's cuda_bench, TRIM_DIR the A boxes alone (cuda_bench), CARRY_DIR both
+    # (cuda_kernel_test, cuda_golden_test, cuda_bench, cuda_deepseek_v4_forward_test). Suites under
+    # both, the layer alternated, ncu's gate_up and down whole and with no MMA.
     bin=$BASE_DIR; . tools/device/carried_bin.sh; M=$bin
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh; H=$bin
-    moe_suites "$H" 27h '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
-    timeout -s KILL 100 "$H/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_27h.txt" 2>&1
-    suite_result v4_27h
-    tag_bin() { case $1 in m) echo "$M" ;; h) echo "$H" ;; esac; }
+    bin=$TRIM_DIR; . tools/device/carried_bin.sh; H=$bin
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh; N=$bin
+    moe_suites "$N" 27n '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+    timeout -s KILL 100 "$N/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_27n.txt" 2>&1
+    suite_result v4_27n
+    tag_bin() { case $1 in m) echo "$M" ;; h) echo "$H" ;; n) echo "$N" ;; esac; }
     tag_kernel() { echo tma-weight-multicast-n192; }
-    moe_compare "m h h m m h h m" "none loads-only"
-    grep -h "slot order) prefill" "$base"/moe_h.*.md | head -2 | grep -oE "prefill [0-9]+ tokens|[0-9.]+% filled.*issued\)"
+    moe_compare "m h n n h m m h n" "none loads-only"
+    grep -h "slot order) prefill" "$base"/moe_n.*.md | head -2 | grep -oE "prefill [0-9]+ tokens|[0-9.]+% filled.*issued\)"
     ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on

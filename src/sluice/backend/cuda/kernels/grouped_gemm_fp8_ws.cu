@@ -79,6 +79,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "sluice/backend/cuda/cuda_check.h"
 #include "sluice/backend/cuda/kernels/common.cuh"
@@ -241,16 +242,29 @@ __device__ __forceinline__ void tma_load_a_rows(std::uint32_t dst, const ATileMa
   }
 }
 
+// The narrow tail of the wide tiles (session 49): when n leaves 64 weight
+// rows to the last column block (gate_up at n = 2048: 32 gate and 32 up
+// columns of its 96; down at 7168 or 4096: 64 of 192), that block's items
+// copy those rows alone, in two boxes of 32 ([gate | up] under swiglu), and
+// issue m64n64 MMAs: a third of a wide item's weight bytes and MMAs, where it
+// multiplied rows past n and dropped them.
+constexpr int kTailRows = 64;
+bool has_narrow_tail(std::int64_t n, bool swiglu, int tile_n) {
+  return tile_n == 192 && (swiglu ? n % 96 == kTailRows / 2 : n % 192 == kTailRows);
+}
+
 // Work items: (tile unit, column block), the column blocks fastest; a
 // cluster takes one item. A tile unit is a tile, or under weight multicast a
 // pair of tiles (block_tile). column_items = column blocks.
 // maps_a: A's boxes (ATileMaps); map_w: w as [rows, k], boxes of 128 x
-// kN / 2 rows. Both unused under WsLoads::cp_async.
+// kN / 2 rows, map_w_tail of kTailRows / 2 (used where narrow_tail). All
+// unused under WsLoads::cp_async.
 template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ ATileMaps maps_a,
-                               const __grid_constant__ CUtensorMap map_w, int column_items, int num_items,
-                               GroupedGemmFp8PathProbe probe) {
+                               const __grid_constant__ CUtensorMap map_w,
+                               const __grid_constant__ CUtensorMap map_w_tail, bool narrow_tail, int column_items,
+                               int num_items, GroupedGemmFp8PathProbe probe) {
   constexpr bool kTma = kLoads != WsLoads::cp_async;
   constexpr int kCluster = kClusterSize<kLoads>;
   using Tile = WsTile<kN>;
@@ -291,6 +305,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::int64_t col_width = kSwiglu ? kN / 2 : kN;
   auto item_n0 = [&](int item) {
     return static_cast<std::int64_t>(item % column_items) * col_width;
+  };
+  // Whether an item is its tile's narrow tail (kTailRows weight rows).
+  auto narrow_item = [&](int item) {
+    return kN == 192 && narrow_tail && item % column_items == column_items - 1;
   };
 
   if (warpgroup == 0) {
@@ -362,7 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool a_box = a_by_tma && w.num_rows > 0 && copies;
       const int a_rows = a_box ? a_rows_copied(w.num_rows) : 0;
       const bool w_boxes = tile.loads_weights && copies;
-      const std::uint32_t tx_bytes = static_cast<std::uint32_t>(a_rows * kBlockK + (w_boxes ? kBTileBytes : 0));
+      const bool narrow = narrow_item(item);
+      const int w_bytes = narrow ? kTailRows * kBlockK : kBTileBytes;
+      const std::uint32_t tx_bytes = static_cast<std::uint32_t>(a_rows * kBlockK + (w_boxes ? w_bytes : 0));
       // This thread copies tile row group_tid's A scale (rows past the end: row 0's, never used).
       const int scale_slot = w.first_slot + (group_tid < w.num_rows ? group_tid : 0);
       const float* a_scale_src = a.a_scales + (gather ? a.row_of_slot[scale_slot] : scale_slot);
@@ -413,16 +433,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                           a_q + static_cast<std::int64_t>(a_row[i]) * k + chunk * 16 + k0, true);
         }
         if constexpr (kTma) {
-          // The weight tile's two boxes of kN / 2 rows: the gate and up halves under swiglu.
+          // The weight tile's two boxes of kN / 2 rows (kTailRows / 2 in a
+          // narrow tail): the gate and up halves under swiglu.
+          const CUtensorMap* w_map = narrow ? &map_w_tail : &map_w;
+          const int box_rows = narrow ? kTailRows / 2 : kN / 2;
           const int w_box0 = static_cast<int>(w_row0);
-          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + kN / 2);
+          const int w_box1 = static_cast<int>(kSwiglu ? w_row1 : w_row0 + box_rows);
           if (group_tid == 0 && tile.shares_weights && copies) {
             // Box `rank` into both blocks of the cluster, at the same offsets.
-            tma_load_2d_multicast(b_addr + rank * (kBTileBytes / 2), &map_w, static_cast<int>(k0),
+            tma_load_2d_multicast(b_addr + rank * box_rows * kBlockK, w_map, static_cast<int>(k0),
                                   rank == 0 ? w_box0 : w_box1, bar, kPairMask);
           } else if (group_tid == 0 && w_boxes) {
-            tma_load_2d(b_addr, &map_w, static_cast<int>(k0), w_box0, bar);
-            tma_load_2d(b_addr + kBTileBytes / 2, &map_w, static_cast<int>(k0), w_box1, bar);
+            tma_load_2d(b_addr, w_map, static_cast<int>(k0), w_box0, bar);
+            tma_load_2d(b_addr + box_rows * kBlockK, w_map, static_cast<int>(k0), w_box1, bar);
           }
         } else if (copies) {
 #pragma unroll
@@ -504,10 +527,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A consumer whose 64 rows hold no slot skips its MMAs (an expert's spill
     // tile of a few rows costs one warpgroup) but still takes part in the ring.
     const bool active = num_rows > consumer * 64 && probe != GroupedGemmFp8PathProbe::loads_only;
-    constexpr int kAcc = kN / 2;  // accumulator registers a thread
-    float total[kAcc];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
     if (!active) {
       // Keep the ring's phases: wait for each stage, release it.
       for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
@@ -516,28 +535,50 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       continue;
     }
-    float acc[kAcc];
-    for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
-      // Wait until the stage has landed, issue its four MMAs.
-      mbarrier_wait(full(stage), phase);
-      const std::uint64_t desc_a = desc_a0 + stage * kStageDesc, desc_b = desc_b0 + stage * kStageDesc;
-      wgmma_fence();
+    // The item's K blocks on an m64 x kCols tile: kN columns, or a narrow tail's kTailRows.
+    auto run_item = [&](auto cols) {
+      constexpr int kCols = decltype(cols)::value;
+      constexpr int kAcc = kCols / 2;  // accumulator registers a thread
+      float total[kAcc];
 #pragma unroll
-      for (int ks = 0; ks < kBlockK / 32; ++ks)
-        wgmma_m64nNk32_e4m3<kN>(acc, desc_a + ks * kStepDesc, desc_b + ks * kStepDesc, ks > 0);
-      wgmma_commit();
-      // The stage's scales, read while the MMAs run.
-      const float* stage_scales = scales_s + stage * kScaleFloats;
-      const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
-      float w[kScaleGroups];
+      for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
+      float acc[kAcc];
+      for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
+        // Wait until the stage has landed, issue its four MMAs.
+        mbarrier_wait(full(stage), phase);
+        const std::uint64_t desc_a = desc_a0 + stage * kStageDesc, desc_b = desc_b0 + stage * kStageDesc;
+        wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < kScaleGroups; ++i) w[i] = stage_scales[kBlockM + i];
-      wgmma_wait<0>();
-      fence_registers(acc);
-      release(stage);
-      promote_fp8_k_block<kN>(total, acc, a_lo, a_hi, w);
+        for (int ks = 0; ks < kBlockK / 32; ++ks)
+          wgmma_m64nNk32_e4m3<kCols>(acc, desc_a + ks * kStepDesc, desc_b + ks * kStepDesc, ks > 0);
+        wgmma_commit();
+        // The stage's scales, read while the MMAs run; a narrow tail's two
+        // groups are the wide tile's first gate and first up group (its
+        // first two under store).
+        const float* stage_scales = scales_s + stage * kScaleFloats;
+        const float a_lo = stage_scales[row_lo], a_hi = stage_scales[row_hi];
+        float w[kFp8ScaleGroups<kCols>];
+        if constexpr (kCols == kN) {
+#pragma unroll
+          for (int i = 0; i < kScaleGroups; ++i) w[i] = stage_scales[kBlockM + i];
+        } else {
+          w[0] = stage_scales[kBlockM];
+          w[1] = stage_scales[kBlockM + (kSwiglu ? kScaleGroups / 2 : 1)];
+        }
+        wgmma_wait<0>();
+        fence_registers(acc);
+        release(stage);
+        promote_fp8_k_block<kCols>(total, acc, a_lo, a_hi, w);
+      }
+      store_fp8_tile_rows<kSwiglu, kCols>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
+    };
+    if constexpr (kN == 192) {
+      if (narrow_item(item)) {
+        run_item(std::integral_constant<int, kTailRows>{});
+        continue;
+      }
     }
-    store_fp8_tile_rows<kSwiglu, kN>(total, row_lo, row_hi, num_rows, first_slot, n0, col_in_chunk, n, out);
+    run_item(std::integral_constant<int, kN>{});
   }
   if constexpr (kCluster > 1) cluster_sync();
 }
@@ -582,7 +623,8 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   if (kCluster > 1 && g_grid_limit == 0 && g_max_pairs > 0) blocks = g_max_pairs * kCluster;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks / kCluster, items));
   ATileMaps maps_a{};
-  CUtensorMap map_w{};
+  CUtensorMap map_w{}, map_w_tail{};
+  const bool narrow_tail = kLoads != WsLoads::cp_async && has_narrow_tail(a.n, kSwiglu, kN);
   if constexpr (kLoads != WsLoads::cp_async) {
     SLUICE_CHECK(a.w_rows > 0 && a.a_scale_stride > 0);
     const bool probe_w = g_bytes_probe == GroupedGemmFp8BytesProbe::one_expert_weights ||
@@ -593,8 +635,9 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     for (int i = 0; i < kABoxes; ++i)
       maps_a.box[i] = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride,
                                     a.k, kBlockM >> i, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-    map_w = tensor_map_2d(a.w, probe_w ? std::min(group_rows, a.w_rows) : a.w_rows, a.k, kN / 2,
-                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    const std::int64_t w_rows = probe_w ? std::min(group_rows, a.w_rows) : a.w_rows;
+    map_w = tensor_map_2d(a.w, w_rows, a.k, kN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    if (narrow_tail) map_w_tail = tensor_map_2d(a.w, w_rows, a.k, kTailRows / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
   cudaLaunchAttribute attributes[2];
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -611,7 +654,8 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   config.attrs = attributes;
   config.numAttrs = kCluster > 1 ? 2 : 1;
   SLUICE_CUDA_CHECK(cudaLaunchKernelEx(&config, grouped_gemm_fp8_ws_kernel<kSwiglu, kLoads, kN>, a, maps_a,
-                                       map_w, static_cast<int>(column_items), static_cast<int>(items), g_path_probe));
+                                       map_w, map_w_tail, narrow_tail, static_cast<int>(column_items),
+                                       static_cast<int>(items), g_path_probe));
   SLUICE_CUDA_CHECK_LAUNCH();
 }
 

@@ -142,17 +142,6 @@ static __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], std
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
-// The m64nNk32 e4m3 step of one of the widths above.
-template <int N>
-static __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[N / 2], std::uint64_t desc_a,
-                                                          std::uint64_t desc_b, bool accumulate) {
-  static_assert(N == 128 || N == 192, "m64nNk32 e4m3: 128 or 192 columns");
-  if constexpr (N == 128)
-    wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
-  else
-    wgmma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
-}
-
 // d (+)= A B^T for one m64n64k32 step, e4m3 operands from shared memory (both K-major).
 static __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b,
                                                      bool accumulate) {
@@ -163,6 +152,19 @@ static __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], std:
       "%32, %33, p, 1, 1;\n}\n"
       : SLUICE_WGMMA_D32(d, 0)
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// The m64nNk32 e4m3 step of one of the widths above.
+template <int N>
+static __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[N / 2], std::uint64_t desc_a,
+                                                          std::uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128 || N == 192, "m64nNk32 e4m3: 64, 128 or 192 columns");
+  if constexpr (N == 64)
+    wgmma_m64n64k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 128)
+    wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
+  else
+    wgmma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
 }
 
 // d (+)= A B^T for one m64n64k32 step, e4m3: A from registers (the mma.sync
