@@ -33,6 +33,7 @@
 #                                                                 # S48-1: the fast SwiGLU and the split tiles (since reverted) against main
 #   BASE_DIR=.devcarry/mb0 TRIM_DIR=.devcarry/hb CARRY_DIR=.devcarry/n tools/device/waiting_checks.sh 27
 #                                                                 # S49-1: A boxes cut to a tile's rows, the narrow tail
+#   BASE_DIR=.devcarry/nb CARRY_DIR=.devcarry/o tools/device/waiting_checks.sh 28   # S49-2: the plan's odd couples
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -90,11 +91,11 @@ moe_layer_row() {
 moe_gemm_ncu() {
   local csv="$base/ncu_$4_$3.csv"
   timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv \
-    --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
+    --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,dram__bytes_read.sum \
     "$1/cuda_bench" --deepseek-moe-fp8 "$2" "$3" > "$csv" 2>&1
   echo "##### ncu $4 $3: $(grep -E '^"[0-9]' "$csv" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' |
     sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/;
-      s/smsp__inst_executed.sum/inst/' |
+      s/smsp__inst_executed.sum/inst/; s/dram__bytes_read.sum/dram/' |
     paste -sd' ')"
 }
 case ${1:-1} in
@@ -497,6 +498,19 @@ PY
     moe_compare "m h n n h m m h n" "none loads-only"
     grep -h "slot order) prefill" "$base"/moe_n.*.md | head -2 | grep -oE "prefill [0-9]+ tokens|[0-9.]+% filled.*issued\)"
     ;;
+  28)
+    # S49-2: the paired plan's new order (even experts first, then the odd ones in couples, each
+    # couple's odd tiles between its two experts' pairs) against main before it: BASE_DIR main's
+    # cuda_bench, CARRY_DIR the change's four binaries. Suites, the layer alternated, ncu with DRAM bytes.
+    bin=$BASE_DIR; . tools/device/carried_bin.sh; N=$bin
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh; O=$bin
+    moe_suites "$O" 28o '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+    timeout -s KILL 100 "$O/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_28o.txt" 2>&1
+    suite_result v4_28o
+    tag_bin() { case $1 in n) echo "$N" ;; o) echo "$O" ;; esac; }
+    tag_kernel() { echo tma-weight-multicast-n192; }
+    moe_compare "n o o n n o o n" "none loads-only"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -542,5 +556,5 @@ PY
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|28|targets" >&2; exit 2 ;;
 esac
