@@ -76,6 +76,12 @@ moe_suites() {
   suite_result "tests$2"
   suite_result "golden$2"
 }
+# moe_candidate BIN NAME: moe_suites under BIN, then its V4 forward suite ($base/v4_NAME.txt).
+moe_candidate() {
+  moe_suites "$1" "$2" '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+  timeout -s KILL 100 "$1/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_$2.txt" 2>&1
+  suite_result "v4_$2"
+}
 moe_compare() {
   local v p
   for v in $1; do moe_layer_row "$(tag_bin "$v")" "$(tag_kernel "$v")" "$v"; done
@@ -490,9 +496,7 @@ PY
     bin=$BASE_DIR; . tools/device/carried_bin.sh; M=$bin
     bin=$TRIM_DIR; . tools/device/carried_bin.sh; H=$bin
     bin=$CARRY_DIR; . tools/device/carried_bin.sh; N=$bin
-    moe_suites "$N" 27n '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
-    timeout -s KILL 100 "$N/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_27n.txt" 2>&1
-    suite_result v4_27n
+    moe_candidate "$N" 27n
     tag_bin() { case $1 in m) echo "$M" ;; h) echo "$H" ;; n) echo "$N" ;; esac; }
     tag_kernel() { echo tma-weight-multicast-n192; }
     moe_compare "m h n n h m m h n" "none loads-only"
@@ -504,9 +508,7 @@ PY
     # cuda_bench, CARRY_DIR the change's four binaries. Suites, the layer alternated, ncu with DRAM bytes.
     bin=$BASE_DIR; . tools/device/carried_bin.sh; N=$bin
     bin=$CARRY_DIR; . tools/device/carried_bin.sh; O=$bin
-    moe_suites "$O" 28o '*CudaMoeFp8Ws.*:CudaMoe.*:CudaDeepseekV3Fp8*'
-    timeout -s KILL 100 "$O/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_28o.txt" 2>&1
-    suite_result v4_28o
+    moe_candidate "$O" 28o
     tag_bin() { case $1 in n) echo "$N" ;; o) echo "$O" ;; esac; }
     tag_kernel() { echo tma-weight-multicast-n192; }
     moe_compare "n o o n n o o n" "none loads-only"
