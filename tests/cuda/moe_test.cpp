@@ -627,9 +627,8 @@ void fp8_wgmma_uneven_loads(const UnevenLoads& loads) {
 
 // The plan's tiles (launch_moe_plan) in both orders against the host's
 // reading of moe_kernels.h: by expert, each expert's tiles in turn; paired,
-// the experts of even tile counts, then the odd ones in couples whose two
-// last tiles make a pair between them, a lone last odd tile with -1 as its
-// partner.
+// an expert's tiles two by two, then its odd tile beside the next odd one's
+// (after that expert's pairs), a lone last odd tile with -1 as its partner.
 // Experts of 0-3 tiles, full and partial; one routing with an even number
 // of odd tiles, one with a lone last odd tile (position `tiles` then holds
 // -1, inside max_tiles).
@@ -655,18 +654,20 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
       by_expert.insert(by_expert.end(), tiles_of[static_cast<std::size_t>(e)].begin(),
                        tiles_of[static_cast<std::size_t>(e)].end());
     }
-    // Paired: the experts of even tile counts, then the odd ones in couples, the
-    // second's last tile first (beside the first's last).
     std::vector<Tile> paired;
-    for (const std::vector<Tile>& tiles : tiles_of)
-      if (tiles.size() % 2 == 0) paired.insert(paired.end(), tiles.begin(), tiles.end());
-    bool second_of_couple = false;
+    std::optional<Tile> waiting;
     for (const std::vector<Tile>& tiles : tiles_of) {
+      paired.insert(paired.end(), tiles.begin(), tiles.begin() + static_cast<std::ptrdiff_t>(tiles.size() / 2 * 2));
       if (tiles.size() % 2 == 0) continue;
-      if (second_of_couple) paired.push_back(tiles.back());
-      paired.insert(paired.end(), tiles.begin(), tiles.end() - (second_of_couple ? 1 : 0));
-      second_of_couple = !second_of_couple;
+      if (!waiting) {
+        waiting = tiles.back();
+        continue;
+      }
+      paired.push_back(*waiting);
+      paired.push_back(tiles.back());
+      waiting.reset();
     }
+    if (waiting) paired.push_back(*waiting);
     ASSERT_EQ(paired.size(), by_expert.size());
     SCOPED_TRACE(::testing::Message() << by_expert.size() << " tiles");
 

@@ -33,7 +33,7 @@
 #                                                                 # S48-1: the fast SwiGLU and the split tiles (since reverted) against main
 #   BASE_DIR=.devcarry/mb0 TRIM_DIR=.devcarry/hb CARRY_DIR=.devcarry/n tools/device/waiting_checks.sh 27
 #                                                                 # S49-1: A boxes cut to a tile's rows, the narrow tail
-#   BASE_DIR=.devcarry/nb CARRY_DIR=.devcarry/o tools/device/waiting_checks.sh 28   # S49-2: the plan's odd couples
+#   BASE_DIR=.devcarry/nb CARRY_DIR=.devcarry/o tools/device/waiting_checks.sh 28   # S49-2: the plan's odd couples (not run)
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -503,9 +503,11 @@ PY
     grep -h "slot order) prefill" "$base"/moe_n.*.md | head -2 | grep -oE "prefill [0-9]+ tokens|[0-9.]+% filled.*issued\)"
     ;;
   28)
-    # S49-2: the paired plan's new order (even experts first, then the odd ones in couples, each
-    # couple's odd tiles between its two experts' pairs) against main before it: BASE_DIR main's
-    # cuda_bench, CARRY_DIR the change's four binaries. Suites, the layer alternated, ncu with DRAM bytes.
+    # S49-2 (not run: no device time was left): the paired plan's new order (even experts first,
+    # then the odd ones in couples, each couple's odd tiles between its two experts' pairs; 303f44f,
+    # reverted until measured: bring it back with `git revert` of its revert) against main without
+    # it: BASE_DIR main's cuda_bench, CARRY_DIR the change's four binaries. Suites, the layer
+    # alternated, ncu with DRAM bytes.
     bin=$BASE_DIR; . tools/device/carried_bin.sh; N=$bin
     bin=$CARRY_DIR; . tools/device/carried_bin.sh; O=$bin
     moe_candidate "$O" 28o

@@ -35,11 +35,10 @@ void launch_moe_route(const MoeRouteArgs& args, const Launch& launch);
 // The order of the tiles: by expert (an expert's tiles consecutive, experts
 // in order), or in pairs for a kernel that runs tiles 2p and 2p + 1 on one
 // cluster (GroupedGemmFp8Kernel::tma_weight_multicast): an expert's tiles two
-// by two, the experts with an even count first, then those with an odd count
-// in couples, each couple's two odd (last) tiles a pair between the first
-// one's pairs and the second one's. Either way positions [0, tiles) hold
-// every tile once and the rest -1; in pairs, a lone last odd tile leaves
-// position `tiles` (-1) as its pair's second.
+// by two, and the odd tile of an expert with an odd count beside the odd tile
+// of the next such expert (a pair of two experts). Either way positions
+// [0, tiles) hold every tile once and the rest -1; in pairs, a lone last odd
+// tile leaves position `tiles` (-1) as its pair's second.
 enum class MoeTileOrder { by_expert, paired };
 struct MoePlanArgs {
   const std::int32_t* expert_ids = nullptr;  // [num_pairs], pair = row * k + choice

@@ -21,17 +21,17 @@ constexpr int kCombineThreads = 256;
 constexpr int kMaxChoices = 64;
 
 // An expert's place in the plan, as sums over the experts before it: its
-// slots, its tiles, and for MoeTileOrder::paired whether its tile count is
-// odd and its tiles if so.
+// slots, its tiles, its tiles two by two (MoeTileOrder::paired) and whether
+// it has an odd tile.
 struct ExpertSums {
-  int slots, tiles, odd, odd_tiles;
+  int slots, tiles, even_tiles, odd;
 };
 __device__ __forceinline__ ExpertSums operator+(ExpertSums a, ExpertSums b) {
-  return {a.slots + b.slots, a.tiles + b.tiles, a.odd + b.odd, a.odd_tiles + b.odd_tiles};
+  return {a.slots + b.slots, a.tiles + b.tiles, a.even_tiles + b.even_tiles, a.odd + b.odd};
 }
 __device__ __forceinline__ ExpertSums shfl_up(ExpertSums v, int delta) {
   return {__shfl_up_sync(0xffffffffu, v.slots, delta), __shfl_up_sync(0xffffffffu, v.tiles, delta),
-          __shfl_up_sync(0xffffffffu, v.odd, delta), __shfl_up_sync(0xffffffffu, v.odd_tiles, delta)};
+          __shfl_up_sync(0xffffffffu, v.even_tiles, delta), __shfl_up_sync(0xffffffffu, v.odd, delta)};
 }
 // The sums over the threads before this one (expert tid's), and over all of
 // them into *total. Every thread of the block calls it.
@@ -58,8 +58,8 @@ __device__ ExpertSums exclusive_sums(ExpertSums mine, ExpertSums* warp_totals, E
   __syncthreads();
   const ExpertSums before_warp = warp > 0 ? warp_totals[warp - 1] : ExpertSums{};
   const ExpertSums exclusive = before_warp + inclusive;
-  return {exclusive.slots - mine.slots, exclusive.tiles - mine.tiles, exclusive.odd - mine.odd,
-          exclusive.odd_tiles - mine.odd_tiles};
+  return {exclusive.slots - mine.slots, exclusive.tiles - mine.tiles, exclusive.even_tiles - mine.even_tiles,
+          exclusive.odd - mine.odd};
 }
 
 // One block, a thread an expert: a histogram of the pairs, the experts'
@@ -68,17 +68,14 @@ __device__ ExpertSums exclusive_sums(ExpertSums mine, ExpertSums* warp_totals, E
 // stores, so a thread waits for memory a few times, not once a pair (one
 // pair at a time, 4,096 tokens x 8 took ~70 us, S35-7).
 //
-// MoeTileOrder::paired: first the experts with an even tile count, in order,
-// each one's tiles two by two; then those with an odd count, in couples: the
-// first one's tiles (its last, partial one at an even position), then the
-// second one's last tile beside it and its other tiles. So an odd tile reads
-// its weight tiles while its own expert's pairs do (session 49: when it ran
-// after the even experts between the two, its weight tiles came from HBM
-// again). A last odd expert without a partner ends the list, its partner
-// position num_tiles (-1). Positions [0, num_tiles) hold every tile once, in
-// pairs (2p, 2p + 1); as sums, an even expert's tiles start after the even
-// experts' before it, an odd expert's after every even expert's and the odd
-// experts' before it.
+// MoeTileOrder::paired: experts in order, each one's tiles two by two from
+// pair_position[e]; an expert with an odd count keeps its last tile back
+// until the next such expert, and the two go in the pair after that
+// expert's own pairs (odd_position). A last odd tile left over takes the
+// position before num_tiles, its partner num_tiles (-1). So positions
+// [0, num_tiles) are every tile once, in pairs (2p, 2p + 1). As sums: the
+// pairs before expert e take its even tiles before it plus two a pair of
+// odd experts before it.
 __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -86,6 +83,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
   __shared__ int cursor[kMoeMaxExperts];
   __shared__ int offsets[kMoeMaxExperts + 1];
   __shared__ int tile_offsets[kMoeMaxExperts + 1];
+  __shared__ int odd_expert[kMoeMaxExperts];  // paired: the experts with an odd tile, in order
   __shared__ ExpertSums warp_totals[kPlanThreads / 32];
   __shared__ ExpertSums total;
   const int tid = threadIdx.x, num_experts = a.num_experts;
@@ -113,7 +111,8 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
   __syncthreads();
   const int count = tid < num_experts ? counts[tid] : 0;
   const int tiles = (count + a.tile_rows - 1) / a.tile_rows;
-  const ExpertSums before = exclusive_sums({count, tiles, tiles & 1, (tiles & 1) ? tiles : 0}, warp_totals, &total);
+  const ExpertSums before =
+      exclusive_sums({count, tiles, tiles & ~1, tiles & 1}, warp_totals, &total);
   if (tid < num_experts) {
     offsets[tid] = before.slots;
     tile_offsets[tid] = before.tiles;
@@ -123,6 +122,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
     tile_offsets[num_experts] = total.tiles;
   }
   const bool paired = a.tile_order == MoeTileOrder::paired;
+  if (paired && tid < num_experts && (tiles & 1)) odd_expert[before.odd] = tid;
   __syncthreads();
   for (int e = tid; e <= num_experts; e += blockDim.x) a.expert_offsets[e] = offsets[e];
   for (int base = 0; base < a.num_pairs; base += kPass) {
@@ -144,16 +144,25 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
       a.tile_first_slot[t] = 0;
     }
     if (tid >= num_experts || tiles == 0) return;
-    const bool odd = tiles & 1;
-    const int even_experts_tiles = total.tiles - total.odd_tiles;
-    const int base = odd ? even_experts_tiles + before.odd_tiles : before.tiles - before.odd_tiles;
-    // The second of an odd couple puts its last tile first, beside the first one's.
-    const bool last_first = odd && (before.odd & 1);
-    for (int j = 0; j < tiles; ++j) {
-      const int position = base + (!last_first ? j : j == tiles - 1 ? 0 : j + 1);
-      a.tile_expert[position] = tid;
-      a.tile_first_slot[position] = offsets[tid] + j * a.tile_rows;
+    const int pair_position = before.even_tiles + 2 * (before.odd / 2);
+    const int own_pairs_end = pair_position + (tiles & ~1);
+    for (int j = 0; j < (tiles & ~1); ++j) {
+      a.tile_expert[pair_position + j] = tid;
+      a.tile_first_slot[pair_position + j] = offsets[tid] + j * a.tile_rows;
     }
+    if ((tiles & 1) == 0) return;
+    // Expert e's odd tile (its last) at position t.
+    const auto place_odd_tile = [&](int e, int t) {
+      a.tile_expert[t] = e;
+      a.tile_first_slot[t] = offsets[e] + (tile_offsets[e + 1] - tile_offsets[e] - 1) * a.tile_rows;
+    };
+    if (before.odd & 1) {
+      // This expert closes a pair: the waiting expert's odd tile first, its own second.
+      place_odd_tile(odd_expert[before.odd - 1], own_pairs_end);
+      place_odd_tile(tid, own_pairs_end + 1);
+    } else if (before.odd + 1 == total.odd) {
+      place_odd_tile(tid, total.even_tiles + 2 * (total.odd / 2));  // the lone last one, after every pair
+    }  // else the next odd expert places this one's odd tile
     return;
   }
   for (int t = tid; t < a.max_tiles; t += blockDim.x) {
