@@ -209,9 +209,10 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
 // A's tensor maps (a as [rows, k] bytes): box[i] holds kBlockM >> i rows
 // (128, 64, 32, 16). A tile copies only its rows rounded up to 16 (session
 // 49): an expert's last tile holds ~half its 128 rows on average, and the
-// rows past them (the next expert's) cost L2 bytes that gate_up, bound by its
-// loads, pays for. The rows not copied are never stored: a row's products
-// depend on that row of A alone.
+// rows past them are the next expert's. Measured (S49-1, H100): down's loads
+// 6% faster; gate_up's unchanged, since HBM, not these L2 bytes, bounds them.
+// The rows not copied are never stored: a row's products depend on that row
+// of A alone.
 constexpr int kABoxes = 4;
 constexpr int kABoxRows = 16;  // the smallest box; an A tile's rows copied go by 16
 struct ATileMaps {
