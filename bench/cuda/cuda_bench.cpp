@@ -24,10 +24,11 @@
 // --mla-decode [KERNELS]: its decode rows only (every tensor-core set, or the one named);
 // --prefill-model [NAMES]: Llama-3-8B prefill of 4k/32k under wgmma-ws and cudnn (or those named);
 // --deepseek: the FP8 GEMM and MoE layer rows of DeepSeek-V3's shapes; --deepseek-gemm: the FP8 GEMM rows only;
-// --deepseek-moe-fp8 [KERNEL [PROBE]]: its MoE layer rows under fp8_wgmma only, under
+// --deepseek-moe-fp8 [KERNEL [PROBE [ORDER]]]: its MoE layer rows under fp8_wgmma only, under
 // every 128-slot kernel or the one named (grouped_gemm_fp8_kernel.h's name_of; PROBE: none,
 // weights, a or both, set_grouped_gemm_fp8_ws_bytes_probe, for ncu's DRAM bytes; loads-only or
 // mmas-only, set_grouped_gemm_fp8_ws_path_probe, to time one side of the ring alone;
+// ORDER: pairs, or couples for set_grouped_gemm_fp8_odd_couples;
 // x gathered, then in slot order; each: decode (20 grouped_gemm_fp8 ring launches), then
 // prefill of 4,096 and of 16,384 tokens (20 ws launches each), for ncu);
 // --deepseek-v4-kernels: DeepSeek-V4's stage-3 kernels alone (deepseek_v4_bench.cpp);
@@ -1699,6 +1700,14 @@ int main(int argc, char** argv) {
       }
       sluice::cuda::set_grouped_gemm_fp8_ws_bytes_probe(chosen);
       sluice::cuda::set_grouped_gemm_fp8_ws_path_probe(path);
+    }
+    if (argc > 4) {  // the paired plan's order
+      const std::string_view order = argv[4];
+      if (order != "pairs" && order != "couples") {
+        std::fprintf(stderr, "--deepseek-moe-fp8: ORDER is pairs or couples, not %s\n", argv[4]);
+        return 2;
+      }
+      sluice::cuda::set_grouped_gemm_fp8_odd_couples(order == "couples");
     }
     std::printf("| what (sluice CUDA backend) | value | share of the ceiling |\n| --- | --- | --- |\n");
     sluice::bench_deepseek_moe(false);

@@ -625,10 +625,13 @@ void fp8_wgmma_uneven_loads(const UnevenLoads& loads) {
   check_against_the_host(problem, routed);
 }
 
-// The plan's tiles (launch_moe_plan) in both orders against the host's
+// The plan's tiles (launch_moe_plan) in each order against the host's
 // reading of moe_kernels.h: by expert, each expert's tiles in turn; paired,
 // an expert's tiles two by two, then its odd tile beside the next odd one's
-// (after that expert's pairs), a lone last odd tile with -1 as its partner.
+// (after that expert's pairs), a lone last odd tile with -1 as its partner;
+// paired_odd_couples, the experts of even tile counts, then the odd ones in
+// couples, the second's last tile first (beside the first's last), a lone
+// last odd tile with -1 as its partner.
 // Experts of 0-3 tiles, full and partial; one routing with an even number
 // of odd tiles, one with a lone last odd tile (position `tiles` then holds
 // -1, inside max_tiles).
@@ -669,6 +672,17 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
     }
     if (waiting) paired.push_back(*waiting);
     ASSERT_EQ(paired.size(), by_expert.size());
+    std::vector<Tile> couples;
+    for (const std::vector<Tile>& tiles : tiles_of)
+      if (tiles.size() % 2 == 0) couples.insert(couples.end(), tiles.begin(), tiles.end());
+    bool second_of_couple = false;
+    for (const std::vector<Tile>& tiles : tiles_of) {
+      if (tiles.size() % 2 == 0) continue;
+      if (second_of_couple) couples.push_back(tiles.back());
+      couples.insert(couples.end(), tiles.begin(), tiles.end() - (second_of_couple ? 1 : 0));
+      second_of_couple = !second_of_couple;
+    }
+    ASSERT_EQ(couples.size(), by_expert.size());
     SCOPED_TRACE(::testing::Message() << by_expert.size() << " tiles");
 
     const auto num_pairs = static_cast<std::int32_t>(expert_ids.size());
@@ -683,9 +697,10 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
     const Tensor row_of_slot = ops->scratch({num_pairs}, DType::i32);
     const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32);
     const Tensor tile_first_slot = ops->scratch({max_tiles}, DType::i32);
-    for (const cuda::MoeTileOrder order : {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired}) {
-      const bool is_paired = order == cuda::MoeTileOrder::paired;
-      SCOPED_TRACE(is_paired ? "paired" : "by expert");
+    for (const cuda::MoeTileOrder order :
+         {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired, cuda::MoeTileOrder::paired_odd_couples}) {
+      const bool is_paired = order != cuda::MoeTileOrder::by_expert;
+      SCOPED_TRACE(order == cuda::MoeTileOrder::paired ? "paired" : is_paired ? "odd couples" : "by expert");
       cuda::launch_moe_plan({.expert_ids = d_ids.as<const std::int32_t>(),
                              .num_pairs = num_pairs,
                              .k = 1,
@@ -717,7 +732,9 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
         slot_used[static_cast<std::size_t>(slot)] = true;
         EXPECT_EQ(rows[static_cast<std::size_t>(slot)], static_cast<std::int32_t>(p)) << "slot " << slot;
       }
-      const std::vector<Tile>& want = is_paired ? paired : by_expert;
+      const std::vector<Tile>& want = order == cuda::MoeTileOrder::paired ? paired
+                                      : is_paired                          ? couples
+                                                                           : by_expert;
       for (std::int32_t t = 0; t < max_tiles; ++t) {
         const std::size_t i = static_cast<std::size_t>(t);
         if (i < want.size()) {
@@ -800,13 +817,34 @@ TEST(CudaMoe, Fp8ExpertsWithXInSlotOrderGiveTheGatheredBits) {
 // multicast to a cluster of two on a tile pair, at 128 or 192 weight rows),
 // with a block an SM (one or two work items a block at these sizes) and with 3
 // blocks (each block, or cluster of 2, walks ~60 items, its copy ring
-// wrapping across items). A test each, so
+// wrapping across items); the 192-row kernel also under the plan's odd
+// couples (set_grouped_gemm_fp8_odd_couples). A test each, so
 // that a hang (a ring that never fills) names its kernel.
 struct WsCase {
   cuda::GroupedGemmFp8Kernel kernel;
   int grid_limit;
+  bool odd_couples = false;
 };
 class CudaMoeFp8Ws : public ::testing::TestWithParam<WsCase> {};
+// The case's kernel, grid and plan order while in scope; the defaults after.
+class WsCaseScope {
+ public:
+  explicit WsCaseScope(const WsCase& c) : before_(cuda::grouped_gemm_fp8_kernel()) {
+    cuda::set_grouped_gemm_fp8_kernel(c.kernel);
+    cuda::set_grouped_gemm_fp8_ws_grid_limit(c.grid_limit);
+    cuda::set_grouped_gemm_fp8_odd_couples(c.odd_couples);
+  }
+  ~WsCaseScope() {
+    cuda::set_grouped_gemm_fp8_kernel(before_);
+    cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
+    cuda::set_grouped_gemm_fp8_odd_couples(false);
+  }
+  WsCaseScope(const WsCaseScope&) = delete;
+  WsCaseScope& operator=(const WsCaseScope&) = delete;
+
+ private:
+  cuda::GroupedGemmFp8Kernel before_;
+};
 
 TEST_P(CudaMoeFp8Ws, UnevenLoads) {
   // Both GEMMs' column blocks (gate_up 256 / 64, down 1024 / 128) split into
@@ -815,12 +853,8 @@ TEST_P(CudaMoeFp8Ws, UnevenLoads) {
     ASSERT_TRUE(cuda::grouped_gemm_fp8_ws_supports(
         GetParam().kernel, {.tile_rows = 128, .n = epilogue == cuda::GroupedEpilogue::swiglu ? 256 : 1024,
                             .epilogue = epilogue}));
-  const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
-  cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
-  cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
+  const WsCaseScope scope(GetParam());
   fp8_wgmma_uneven_loads({});
-  cuda::set_grouped_gemm_fp8_kernel(before);
-  cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
 }
 
 // The uneven loads with three experts of three tiles (256 + 44 slots, three
@@ -845,15 +879,15 @@ TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
     const auto num_experts = static_cast<std::int64_t>(loads.counts.size()) + loads.empty_experts;
     ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts), 128);
     UnevenLoadsProblem problem(loads);
-    const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
     std::vector<float> ring, got;
-    cuda::set_grouped_gemm_fp8_kernel(cuda::GroupedGemmFp8Kernel::ring);
-    run_fp8_wgmma_experts(problem, ring);
-    cuda::set_grouped_gemm_fp8_kernel(GetParam().kernel);
-    cuda::set_grouped_gemm_fp8_ws_grid_limit(GetParam().grid_limit);
-    run_fp8_wgmma_experts(problem, got);
-    cuda::set_grouped_gemm_fp8_kernel(before);
-    cuda::set_grouped_gemm_fp8_ws_grid_limit(0);
+    {
+      const WsCaseScope scope({.kernel = cuda::GroupedGemmFp8Kernel::ring, .grid_limit = 0});
+      run_fp8_wgmma_experts(problem, ring);
+    }
+    {
+      const WsCaseScope scope(GetParam());
+      run_fp8_wgmma_experts(problem, got);
+    }
     ASSERT_EQ(got.size(), ring.size());
     std::size_t num_different = 0, first_different = 0;
     for (std::size_t i = ring.size(); i-- > 0;)
@@ -874,6 +908,8 @@ std::vector<WsCase> ws_cases() {
        {cuda::GroupedGemmFp8Kernel::warp_specialized, cuda::GroupedGemmFp8Kernel::tma,
         cuda::GroupedGemmFp8Kernel::tma_weight_multicast, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192})
     for (const int grid_limit : {0, 3}) cases.push_back({kernel, grid_limit});
+  for (const int grid_limit : {0, 3})
+    cases.push_back({cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192, grid_limit, true});
   return cases;
 }
 
@@ -881,8 +917,9 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
                          [](const ::testing::TestParamInfo<WsCase>& info) {
                            std::string name(cuda::name_of(info.param.kernel));
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name + (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
-                                                                    : std::string("_grid_sms"));
+                           return name + (info.param.odd_couples ? "_odd_couples" : "") +
+                                  (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
+                                                             : std::string("_grid_sms"));
                          });
 }  // namespace
 }  // namespace sluice

@@ -33,7 +33,7 @@
 #                                                                 # S48-1: the fast SwiGLU and the split tiles (since reverted) against main
 #   BASE_DIR=.devcarry/mb0 TRIM_DIR=.devcarry/hb CARRY_DIR=.devcarry/n tools/device/waiting_checks.sh 27
 #                                                                 # S49-1: A boxes cut to a tile's rows, the narrow tail
-#   BASE_DIR=.devcarry/nb CARRY_DIR=.devcarry/o tools/device/waiting_checks.sh 28   # S49-2: the plan's odd couples (not run)
+#   CARRY_DIR=.devcarry/c tools/device/waiting_checks.sh 28   # the plan's odd couples against its pairs, one binary
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -61,10 +61,12 @@ timeline_rows() {
 #   moe_suites BIN NAME FILTER: BIN's cuda_kernel_test (FILTER) and cuda_golden_test side by side
 #   ($base/testsNAME.txt, goldenNAME.txt), then their verdicts;
 #   moe_compare ORDER PROBES: the layer of each tag in ORDER (alternated as written), then ncu's rows
-#   of each probe in PROBES for each tag once; the part defines tag_bin TAG and tag_kernel TAG;
+#   of each probe in PROBES for each tag once; the part defines tag_bin TAG and tag_kernel TAG, and may
+#   define tag_order TAG (the paired plan's order, cuda_bench's ORDER: pairs or couples);
 #   moe_layer_row BIN KERNEL TAG: cuda_bench --deepseek-moe-fp8's slot-order layer times;
 #   moe_gemm_ncu BIN KERNEL PROBE TAG: ncu's time, tensor pipe and instructions of gate_up and down at 4,096
 #   tokens (launches 41-42) under the path probe (none, mmas-only, loads-only).
+# Both pass MOE_ORDER, when set, as cuda_bench's ORDER.
 suite_result() {
   echo "##### $1: $(grep -E '^\[  (PASSED|FAILED) ' "$base/$1.txt" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" "$base/$1.txt" | head -6
@@ -82,23 +84,26 @@ moe_candidate() {
   timeout -s KILL 100 "$1/cuda_deepseek_v4_forward_test" --gtest_brief=1 > "$base/v4_$2.txt" 2>&1
   suite_result "v4_$2"
 }
+tag_order() { :; }
 moe_compare() {
   local v p
-  for v in $1; do moe_layer_row "$(tag_bin "$v")" "$(tag_kernel "$v")" "$v"; done
+  for v in $1; do MOE_ORDER=$(tag_order "$v") moe_layer_row "$(tag_bin "$v")" "$(tag_kernel "$v")" "$v"; done
   for p in $2; do
-    for v in $(printf '%s\n' $1 | awk '!seen[$0]++'); do moe_gemm_ncu "$(tag_bin "$v")" "$(tag_kernel "$v")" "$p" "$v"; done
+    for v in $(printf '%s\n' $1 | awk '!seen[$0]++'); do
+      MOE_ORDER=$(tag_order "$v") moe_gemm_ncu "$(tag_bin "$v")" "$(tag_kernel "$v")" "$p" "$v"
+    done
   done
 }
 moe_layer_row() {
   local o="$base/moe_$3.$RANDOM.md"
-  timeout 60 "$1/cuda_bench" --deepseek-moe-fp8 "$2" > "$o" 2>&1
+  timeout 60 "$1/cuda_bench" --deepseek-moe-fp8 "$2" ${MOE_ORDER:+none "$MOE_ORDER"} > "$o" 2>&1
   echo "$3: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
 }
 moe_gemm_ncu() {
   local csv="$base/ncu_$4_$3.csv"
   timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv \
     --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,dram__bytes_read.sum \
-    "$1/cuda_bench" --deepseek-moe-fp8 "$2" "$3" > "$csv" 2>&1
+    "$1/cuda_bench" --deepseek-moe-fp8 "$2" "$3" ${MOE_ORDER:+"$MOE_ORDER"} > "$csv" 2>&1
   echo "##### ncu $4 $3: $(grep -E '^"[0-9]' "$csv" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' |
     sed -E 's/gpu__time_duration.sum/ns/; s/sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active/tensor%/;
       s/smsp__inst_executed.sum/inst/; s/dram__bytes_read.sum/dram/' |
@@ -503,17 +508,17 @@ PY
     grep -h "slot order) prefill" "$base"/moe_n.*.md | head -2 | grep -oE "prefill [0-9]+ tokens|[0-9.]+% filled.*issued\)"
     ;;
   28)
-    # S49-2 (not run: no device time was left): the paired plan's new order (even experts first,
-    # then the odd ones in couples, each couple's odd tiles between its two experts' pairs; 303f44f,
-    # reverted until measured: bring it back with `git revert` of its revert) against main without
-    # it: BASE_DIR main's cuda_bench, CARRY_DIR the change's four binaries. Suites, the layer
-    # alternated, ncu with DRAM bytes.
-    bin=$BASE_DIR; . tools/device/carried_bin.sh; N=$bin
-    bin=$CARRY_DIR; . tools/device/carried_bin.sh; O=$bin
-    moe_candidate "$O" 28o
-    tag_bin() { case $1 in n) echo "$N" ;; o) echo "$O" ;; esac; }
+    # The paired plan's odd couples (MoeTileOrder::paired_odd_couples, opt-in: even experts first,
+    # then the odd ones in couples, each couple's odd tiles between its two experts' pairs) against
+    # its pairs, in one binary (CARRY_DIR: cuda_kernel_test, cuda_golden_test, cuda_bench,
+    # cuda_deepseek_v4_forward_test). The suites (the MoE tests run the couples' cases), the layer
+    # alternated (p pairs, c couples), ncu with DRAM bytes. Keep it if gate_up reads less and runs faster.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh; C=$bin
+    moe_candidate "$C" 28
+    tag_bin() { echo "$C"; }
     tag_kernel() { echo tma-weight-multicast-n192; }
-    moe_compare "n o o n n o o n" "none loads-only"
+    tag_order() { case $1 in p) echo pairs ;; c) echo couples ;; esac; }
+    moe_compare "p c c p p c c p" "none loads-only"
     ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
@@ -537,7 +542,8 @@ PY
       fi
       echo "part $p rc $? at $(elapsed) s"
     done
-    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] 2>/dev/null)) && rm -rf "$base"/p[0-9] "$base"/p1[02]
+    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] p28 2>/dev/null)) &&
+      rm -rf "$base"/p[0-9] "$base"/p1[02] "$base"/p28
     echo "=== summary ($gpu)"
     exec 2>/dev/null  # the parts PARTS left out have no files
     echo "-- 14 GQA decode: the decode tests under every loader (work stealing, session 40, first):"
@@ -559,6 +565,8 @@ PY
     grep -E "MLA prefill cudnn" "$base/part10.txt" | cut -d'|' -f2,3,4 | cut -c1-150
     echo "-- 18 indexer share of the CSA layer (formats 2, 18: keys in registers in pairs / in shared memory; target <= 25%):"
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
+    echo "-- 15 MoE plan order, part 28 (p pairs, c odd couples: layer ms, then ncu's gate_up / down):"
+    grep -E "^#####|^[pc]: " "$base/part28.txt" | cut -c1-200
     ;;
   *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|28|targets" >&2; exit 2 ;;
 esac

@@ -229,11 +229,13 @@ void raise_smem_limit() {
 // S43-1). Session 29's 128-row tiles before it (5.28 ms against tma's 5.62),
 // session 12's tma before that.
 std::atomic<GroupedGemmFp8Kernel> g_kernel{GroupedGemmFp8Kernel::tma_weight_multicast_n192};
+std::atomic<bool> g_odd_couples{false};
 
 }  // namespace
 
 void set_grouped_gemm_fp8_kernel(GroupedGemmFp8Kernel kernel) { g_kernel.store(kernel); }
 GroupedGemmFp8Kernel grouped_gemm_fp8_kernel() { return g_kernel.load(); }
+void set_grouped_gemm_fp8_odd_couples(bool on) { g_odd_couples.store(on); }
 
 void prepare_grouped_gemm_fp8() {
   prepare_grouped_gemm_fp8_ws();
@@ -251,7 +253,8 @@ MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows) {
   const GroupedGemmFp8Kernel kernel = g_kernel.load();
   const bool paired =
       kernel == GroupedGemmFp8Kernel::tma_weight_multicast || kernel == GroupedGemmFp8Kernel::tma_weight_multicast_n192;
-  return tile_rows == 128 && paired ? MoeTileOrder::paired : MoeTileOrder::by_expert;
+  if (tile_rows != 128 || !paired) return MoeTileOrder::by_expert;
+  return g_odd_couples.load() ? MoeTileOrder::paired_odd_couples : MoeTileOrder::paired;
 }
 
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {

@@ -45,6 +45,9 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
 
 void set_grouped_gemm_fp8_kernel(GroupedGemmFp8Kernel kernel);
 GroupedGemmFp8Kernel grouped_gemm_fp8_kernel();
+// Opt-in until a device measures it: the paired kernels' plan in
+// MoeTileOrder::paired_odd_couples instead of paired (grouped_gemm_fp8_tile_order).
+void set_grouped_gemm_fp8_odd_couples(bool on);
 
 // The warp-specialised kernels for 128-slot tiles (grouped_gemm_fp8_ws.cu);
 // launch_grouped_gemm_fp8 dispatches to them when they take the shape.

@@ -39,7 +39,12 @@ void launch_moe_route(const MoeRouteArgs& args, const Launch& launch);
 // of the next such expert (a pair of two experts). Either way positions
 // [0, tiles) hold every tile once and the rest -1; in pairs, a lone last odd
 // tile leaves position `tiles` (-1) as its pair's second.
-enum class MoeTileOrder { by_expert, paired };
+// paired_odd_couples (opt-in, set_grouped_gemm_fp8_odd_couples): pairs as
+// paired, the experts with an even count first, then those with an odd count
+// in couples, each couple's two odd (last) tiles a pair between the first
+// one's pairs and the second one's, so that no odd tile waits for the even
+// experts between the two (built in session 49; not yet measured).
+enum class MoeTileOrder { by_expert, paired, paired_odd_couples };
 struct MoePlanArgs {
   const std::int32_t* expert_ids = nullptr;  // [num_pairs], pair = row * k + choice
   std::int32_t num_pairs = 0, k = 0, num_experts = 0;

@@ -21,17 +21,19 @@ constexpr int kCombineThreads = 256;
 constexpr int kMaxChoices = 64;
 
 // An expert's place in the plan, as sums over the experts before it: its
-// slots, its tiles, its tiles two by two (MoeTileOrder::paired) and whether
-// it has an odd tile.
+// slots, its tiles, its tiles two by two (MoeTileOrder::paired), whether its
+// tile count is odd, and its tiles if so (MoeTileOrder::paired_odd_couples).
 struct ExpertSums {
-  int slots, tiles, even_tiles, odd;
+  int slots, tiles, even_tiles, odd, odd_tiles;
 };
 __device__ __forceinline__ ExpertSums operator+(ExpertSums a, ExpertSums b) {
-  return {a.slots + b.slots, a.tiles + b.tiles, a.even_tiles + b.even_tiles, a.odd + b.odd};
+  return {a.slots + b.slots, a.tiles + b.tiles, a.even_tiles + b.even_tiles, a.odd + b.odd,
+          a.odd_tiles + b.odd_tiles};
 }
 __device__ __forceinline__ ExpertSums shfl_up(ExpertSums v, int delta) {
   return {__shfl_up_sync(0xffffffffu, v.slots, delta), __shfl_up_sync(0xffffffffu, v.tiles, delta),
-          __shfl_up_sync(0xffffffffu, v.even_tiles, delta), __shfl_up_sync(0xffffffffu, v.odd, delta)};
+          __shfl_up_sync(0xffffffffu, v.even_tiles, delta), __shfl_up_sync(0xffffffffu, v.odd, delta),
+          __shfl_up_sync(0xffffffffu, v.odd_tiles, delta)};
 }
 // The sums over the threads before this one (expert tid's), and over all of
 // them into *total. Every thread of the block calls it.
@@ -59,7 +61,7 @@ __device__ ExpertSums exclusive_sums(ExpertSums mine, ExpertSums* warp_totals, E
   const ExpertSums before_warp = warp > 0 ? warp_totals[warp - 1] : ExpertSums{};
   const ExpertSums exclusive = before_warp + inclusive;
   return {exclusive.slots - mine.slots, exclusive.tiles - mine.tiles, exclusive.even_tiles - mine.even_tiles,
-          exclusive.odd - mine.odd};
+          exclusive.odd - mine.odd, exclusive.odd_tiles - mine.odd_tiles};
 }
 
 // One block, a thread an expert: a histogram of the pairs, the experts'
@@ -76,6 +78,17 @@ __device__ ExpertSums exclusive_sums(ExpertSums mine, ExpertSums* warp_totals, E
 // [0, num_tiles) are every tile once, in pairs (2p, 2p + 1). As sums: the
 // pairs before expert e take its even tiles before it plus two a pair of
 // odd experts before it.
+//
+// MoeTileOrder::paired_odd_couples: first the experts with an even tile
+// count, in order, each one's tiles two by two; then those with an odd count,
+// in couples: the first one's tiles (its last, partial one at an even
+// position), then the second one's last tile beside it and its other tiles.
+// So an odd tile reads its weight tiles while its own expert's pairs do
+// (under paired it runs after every even expert between the couple, by when
+// its weight tiles have left L2: session 49). A last odd expert without a
+// partner ends the list, its partner position num_tiles (-1). As sums: an
+// even expert's tiles start after the even experts' tiles before it, an odd
+// expert's after every even expert's and the odd experts' tiles before it.
 __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -111,8 +124,8 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
   __syncthreads();
   const int count = tid < num_experts ? counts[tid] : 0;
   const int tiles = (count + a.tile_rows - 1) / a.tile_rows;
-  const ExpertSums before =
-      exclusive_sums({count, tiles, tiles & ~1, tiles & 1}, warp_totals, &total);
+  const bool odd = tiles & 1;
+  const ExpertSums before = exclusive_sums({count, tiles, tiles & ~1, odd, odd ? tiles : 0}, warp_totals, &total);
   if (tid < num_experts) {
     offsets[tid] = before.slots;
     tile_offsets[tid] = before.tiles;
@@ -121,8 +134,9 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
     offsets[num_experts] = total.slots;
     tile_offsets[num_experts] = total.tiles;
   }
-  const bool paired = a.tile_order == MoeTileOrder::paired;
-  if (paired && tid < num_experts && (tiles & 1)) odd_expert[before.odd] = tid;
+  const bool couples = a.tile_order == MoeTileOrder::paired_odd_couples;
+  const bool paired = a.tile_order == MoeTileOrder::paired || couples;
+  if (a.tile_order == MoeTileOrder::paired && tid < num_experts && odd) odd_expert[before.odd] = tid;
   __syncthreads();
   for (int e = tid; e <= num_experts; e += blockDim.x) a.expert_offsets[e] = offsets[e];
   for (int base = 0; base < a.num_pairs; base += kPass) {
@@ -144,13 +158,24 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
       a.tile_first_slot[t] = 0;
     }
     if (tid >= num_experts || tiles == 0) return;
+    if (couples) {
+      const int even_experts_tiles = total.tiles - total.odd_tiles;
+      const int first = odd ? even_experts_tiles + before.odd_tiles : before.tiles - before.odd_tiles;
+      const bool last_first = odd && (before.odd & 1);  // the couple's second: its last tile first
+      for (int j = 0; j < tiles; ++j) {
+        const int position = first + (!last_first ? j : j == tiles - 1 ? 0 : j + 1);
+        a.tile_expert[position] = tid;
+        a.tile_first_slot[position] = offsets[tid] + j * a.tile_rows;
+      }
+      return;
+    }
     const int pair_position = before.even_tiles + 2 * (before.odd / 2);
     const int own_pairs_end = pair_position + (tiles & ~1);
     for (int j = 0; j < (tiles & ~1); ++j) {
       a.tile_expert[pair_position + j] = tid;
       a.tile_first_slot[pair_position + j] = offsets[tid] + j * a.tile_rows;
     }
-    if ((tiles & 1) == 0) return;
+    if (!odd) return;
     // Expert e's odd tile (its last) at position t.
     const auto place_odd_tile = [&](int e, int t) {
       a.tile_expert[t] = e;
