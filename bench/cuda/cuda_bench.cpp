@@ -295,7 +295,8 @@ void bench_deepseek_moe(bool quick) {
   // weights, and fp8_wgmma), then bf16.
   // fp8_wgmma under each kernel of its 128-slot tiles (prefill): the
   // warp-specialised ones (cp.async or TMA loads, the weight tile multicast to
-  // a cluster of two on the paired plan, at 128 or 192 weight rows) and the ring kernel
+  // a cluster of two on the paired plan, at 128 or 192 weight rows), the swapped one
+  // (its balanced tiles of up to 192 slots; with x gathered it runs the ring kernel) and the ring kernel
   // (grouped_gemm_fp8_kernel.h); decode's 64-slot tiles run the ring kernel under all.
   struct Variant {
     bool fp8;
@@ -308,6 +309,7 @@ void bench_deepseek_moe(bool quick) {
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::tma_weight_multicast_n192},
+                    Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::swap_ab},
                     Variant{true, cuda::MoeExpertGemm::fp8_wgmma, cuda::GroupedGemmFp8Kernel::ring},
                     Variant{true, cuda::MoeExpertGemm::grouped}, Variant{false, cuda::MoeExpertGemm::grouped}}) {
     if (g_moe_fp8_wgmma_only && !(v.fp8 && v.gemm == cuda::MoeExpertGemm::fp8_wgmma)) continue;
@@ -383,19 +385,25 @@ void bench_deepseek_moe(bool quick) {
         // The 128-slot tiles the experts' rows fill: the tensor work the
         // grouped kernels run is the tiles', not the rows'. A consumer whose
         // 64 rows of a tile hold no slot skips its MMAs, so the rows issued
-        // go by 64.
-        std::int64_t tiles = 0, halves = 0;
+        // go by 64. The swapped kernel's columns go by 32 tokens of each
+        // balanced tile of up to 192.
+        std::int64_t tiles = 0, halves = 0, swap_columns = 0;
         for (std::int32_t c : slots) {
           tiles += (c + 127) / 128;
           halves += (c + 63) / 64;
+          const std::int32_t tile_rows = cuda::balanced_tile_rows(c, cuda::kSwapTileRows);
+          for (std::int32_t first = 0; first < c; first += tile_rows)
+            swap_columns += (std::min(tile_rows, c - first) + 31) / 32 * 32;
         }
         const double routed = static_cast<double>(rows) * kTopK;
-        char weights_rate[200];
+        char weights_rate[240];
         std::snprintf(weights_rate, sizeof weights_rate,
-                      "; weights %.2f TB/s, %s of HBM; %.3f ms; %lld tiles, %s filled (%s of the 64-row halves issued)",
+                      "; weights %.2f TB/s, %s of HBM; %.3f ms; %lld tiles, %s filled (%s of the 64-row halves issued; "
+                      "%s of the swapped kernel's token columns)",
                       bytes / t / 1e12, pct(bytes / t / hbm_copy()).c_str(), t * 1e3, static_cast<long long>(tiles),
                       pct(routed / (128.0 * static_cast<double>(tiles))).c_str(),
-                      pct(routed / (64.0 * static_cast<double>(halves))).c_str());
+                      pct(routed / (64.0 * static_cast<double>(halves))).c_str(),
+                      pct(routed / static_cast<double>(swap_columns)).c_str());
         row(name, flops / t / 1e12, "TFLOP/s",
             fp8 ? pct(flops / t / kFp8FlopsPerSecond) + " of 1979" + weights_rate + lt_path_note(*ops)
                 : pct(flops / t / kBf16FlopsPerSecond) + " of 790" + weights_rate);

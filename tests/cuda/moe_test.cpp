@@ -632,6 +632,7 @@ void fp8_wgmma_uneven_loads(const UnevenLoads& loads) {
 // paired_odd_couples, the experts of even tile counts, then the odd ones in
 // couples, the second's last tile first (beside the first's last), a lone
 // last odd tile with -1 as its partner.
+// by_expert_balanced, each expert's slots in equal tiles (balanced_tile_rows).
 // Experts of 0-3 tiles, full and partial; one routing with an even number
 // of odd tiles, one with a lone last odd tile (position `tiles` then holds
 // -1, inside max_tiles).
@@ -683,6 +684,19 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
       second_of_couple = !second_of_couple;
     }
     ASSERT_EQ(couples.size(), by_expert.size());
+    std::vector<Tile> balanced;  // each expert's slots in tiles of balanced_tile_rows
+    for (std::int32_t e = 0, slot = 0; e < num_experts; slot += counts[static_cast<std::size_t>(e)], ++e) {
+      const std::int32_t count = counts[static_cast<std::size_t>(e)];
+      const std::int32_t rows = cuda::balanced_tile_rows(count, kTileRows);
+      ASSERT_LE(rows, kTileRows);
+      ASSERT_EQ(rows % 16, 0);
+      for (std::int32_t first = 0; first < count; first += rows) balanced.push_back({e, slot + first});
+      // Never more tiles than the fixed cut (moe_max_tiles' bound), none empty.
+      ASSERT_LE(cuda::balanced_tiles(count, kTileRows), (count + kTileRows - 1) / kTileRows) << "expert " << e;
+      if (count > 0) {
+        ASSERT_LT((cuda::balanced_tiles(count, kTileRows) - 1) * rows, count) << "expert " << e;
+      }
+    }
     SCOPED_TRACE(::testing::Message() << by_expert.size() << " tiles");
 
     const auto num_pairs = static_cast<std::int32_t>(expert_ids.size());
@@ -697,10 +711,15 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
     const Tensor row_of_slot = ops->scratch({num_pairs}, DType::i32);
     const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32);
     const Tensor tile_first_slot = ops->scratch({max_tiles}, DType::i32);
-    for (const cuda::MoeTileOrder order :
-         {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired, cuda::MoeTileOrder::paired_odd_couples}) {
-      const bool is_paired = order != cuda::MoeTileOrder::by_expert;
-      SCOPED_TRACE(order == cuda::MoeTileOrder::paired ? "paired" : is_paired ? "odd couples" : "by expert");
+    for (const cuda::MoeTileOrder order : {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired,
+                                           cuda::MoeTileOrder::paired_odd_couples,
+                                           cuda::MoeTileOrder::by_expert_balanced}) {
+      const bool is_paired =
+          order == cuda::MoeTileOrder::paired || order == cuda::MoeTileOrder::paired_odd_couples;
+      SCOPED_TRACE(order == cuda::MoeTileOrder::paired              ? "paired"
+                   : order == cuda::MoeTileOrder::paired_odd_couples ? "odd couples"
+                   : order == cuda::MoeTileOrder::by_expert_balanced ? "balanced"
+                                                                     : "by expert");
       cuda::launch_moe_plan({.expert_ids = d_ids.as<const std::int32_t>(),
                              .num_pairs = num_pairs,
                              .k = 1,
@@ -732,9 +751,10 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
         slot_used[static_cast<std::size_t>(slot)] = true;
         EXPECT_EQ(rows[static_cast<std::size_t>(slot)], static_cast<std::int32_t>(p)) << "slot " << slot;
       }
-      const std::vector<Tile>& want = order == cuda::MoeTileOrder::paired ? paired
-                                      : is_paired                          ? couples
-                                                                           : by_expert;
+      const std::vector<Tile>& want = order == cuda::MoeTileOrder::paired              ? paired
+                                      : order == cuda::MoeTileOrder::paired_odd_couples ? couples
+                                      : order == cuda::MoeTileOrder::by_expert_balanced ? balanced
+                                                                                        : by_expert;
       for (std::int32_t t = 0; t < max_tiles; ++t) {
         const std::size_t i = static_cast<std::size_t>(t);
         if (i < want.size()) {
@@ -772,8 +792,8 @@ TEST(CudaMoe, PlanPairsEachExpertsTiles) {
 // warp-specialised kernel in CudaMoeFp8Ws below.
 TEST(CudaMoe, Fp8WgmmaExpertsUnderUnevenLoads) {
   // The two tile shapes the cases below are meant to reach.
-  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 12), 128);
-  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 32), 64);
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 12, false), 128);
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(1036, 32, false), 64);
   const cuda::GroupedGemmFp8Kernel before = cuda::grouped_gemm_fp8_kernel();
   for (const std::int32_t empty_experts : {0, 20}) {
     SCOPED_TRACE(::testing::Message() << empty_experts << " more empty experts");
@@ -877,7 +897,7 @@ TEST_P(CudaMoeFp8Ws, OddTileCountsMatchTheRingKernel) {
     loads.counts.insert(loads.counts.end(), {300, 384, 258});
     loads.empty_experts = 4;
     const auto num_experts = static_cast<std::int64_t>(loads.counts.size()) + loads.empty_experts;
-    ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts), 128);
+    ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), num_experts, false), 128);
     UnevenLoadsProblem problem(loads);
     std::vector<float> ring, got;
     {
@@ -920,6 +940,36 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
                            return name + (info.param.odd_couples ? "_odd_couples" : "") +
                                   (info.param.grid_limit > 0 ? "_grid" + std::to_string(info.param.grid_limit)
                                                              : std::string("_grid_sms"));
+                         });
+
+// The swapped kernel (GroupedGemmFp8Kernel::swap_ab: weight rows as wgmma's M,
+// an expert's tokens as its N over the plan's balanced tiles of up to 192
+// slots) against the host, as the 128-slot kernels above: the uneven loads
+// (experts of 1 to 255 slots: every width from 32 to 192 tokens, and two
+// tiles at 200 and 255), then the odd-tile loads (300, 384 and 258 slots: two
+// balanced tiles each) in both of that test's shapes. With a block an SM,
+// and with 3 blocks (each walking many items, its ring wrapping across them).
+class CudaMoeFp8Swap : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaMoeFp8Swap, UnevenLoadsMatchTheHost) {
+  const WsCaseScope scope({.kernel = cuda::GroupedGemmFp8Kernel::swap_ab, .grid_limit = GetParam()});
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(UnevenLoads{}), 12, false), cuda::kSwapTileRows);
+  ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(UnevenLoads{}), 12, true), 128);
+  {
+    SCOPED_TRACE("uneven loads");
+    fp8_wgmma_uneven_loads({});
+  }
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1024, 256}, {896, 512}};
+  for (const auto& [hidden, inter] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "odd-tile loads, hidden " << hidden << ", moe_intermediate " << inter);
+    UnevenLoads loads{.counts = {300, 384, 258}, .empty_experts = 4, .hidden = hidden, .inter = inter};
+    fp8_wgmma_uneven_loads(loads);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, CudaMoeFp8Swap, ::testing::Values(0, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param > 0 ? "grid" + std::to_string(info.param) : std::string("grid_sms");
                          });
 }  // namespace
 }  // namespace sluice

@@ -34,6 +34,7 @@
 #   BASE_DIR=.devcarry/mb0 TRIM_DIR=.devcarry/hb CARRY_DIR=.devcarry/n tools/device/waiting_checks.sh 27
 #                                                                 # S49-1: A boxes cut to a tile's rows, the narrow tail
 #   CARRY_DIR=.devcarry/c tools/device/waiting_checks.sh 28   # the plan's odd couples against its pairs, one binary
+#   CARRY_DIR=.devcarry/c tools/device/waiting_checks.sh 29   # the swapped MoE GEMM (swap-ab) against the default
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -100,8 +101,10 @@ moe_layer_row() {
   echo "$3: $(grep 'slot order) prefill' "$o" | grep -oE 'prefill [0-9]+ tokens|[0-9.]+ ms' | paste -sd' ')"
 }
 moe_gemm_ncu() {
-  local csv="$base/ncu_$4_$3.csv"
-  timeout 60 ncu --clock-control none -k regex:grouped_gemm_fp8_ws -s 40 -c 2 --csv \
+  local csv="$base/ncu_$4_$3.csv" regex=grouped_gemm_fp8_ws skip=40
+  # The swapped kernel runs only in the slot-order rows (gathered x takes the ring kernel): its first two.
+  if [ "$2" = swap-ab ]; then regex=grouped_gemm_fp8_swap; skip=0; fi
+  timeout 60 ncu --clock-control none -k regex:$regex -s $skip -c 2 --csv \
     --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,dram__bytes_read.sum \
     "$1/cuda_bench" --deepseek-moe-fp8 "$2" "$3" ${MOE_ORDER:+"$MOE_ORDER"} > "$csv" 2>&1
   echo "##### ncu $4 $3: $(grep -E '^"[0-9]' "$csv" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' |
@@ -520,13 +523,29 @@ PY
     tag_order() { case $1 in p) echo pairs ;; c) echo couples ;; esac; }
     moe_compare "p c c p p c c p" "none loads-only"
     ;;
+  29)
+    # The swapped grouped FP8 GEMM (GroupedGemmFp8Kernel::swap_ab, session 50, never run before:
+    # weight rows as wgmma's M, an expert's tokens as its N over balanced tiles of up to 192 slots)
+    # against the default (tma-weight-multicast-n192), in one binary (CARRY_DIR as part 28's). Its
+    # tests against the host and the V3 goldens under it first; then the layer alternated (d the
+    # default, s swapped) and ncu's gate_up / down with DRAM bytes. Only if the tests pass do the
+    # times mean anything.
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh; S=$bin
+    moe_suites "$S" 29 '*CudaMoeFp8Swap.*:CudaMoe.*:CudaDeepseekV3Fp8*'
+    tag_bin() { echo "$S"; }
+    tag_kernel() { case $1 in d) echo tma-weight-multicast-n192 ;; s) echo swap-ab ;; esac; }
+    moe_compare "d s s d d s s d" "none"
+    grep -h "slot order) prefill" "$base"/moe_s.*.md | head -2 |
+      grep -oE "prefill [0-9]+ tokens|[0-9.]+% of the swapped kernel's token columns"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
     # part's output to its own file and a short summary
     # printed last: the device tool returns only the last 12,000 characters of a call's output
     # (S36-1 lost its first parts). Needs the pack of parts 1-10 (cuda_kernel_test, cuda_bench,
-    # cuda_deepseek_v4_forward_test, deepseek_v4_forward_bench).
+    # cuda_deepseek_v4_forward_test, deepseek_v4_forward_bench; cuda_golden_test too for 28 and 29).
+    # Session 50's call: PARTS="3 4 1 28 29" (~350 s): the H200 rows and the two MoE candidates.
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     echo "GPU: $gpu"
     # PARTS: a subset, to split the call in two where one would pass 600 s.
@@ -542,8 +561,8 @@ PY
       fi
       echo "part $p rc $? at $(elapsed) s"
     done
-    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] p28 2>/dev/null)) &&
-      rm -rf "$base"/p[0-9] "$base"/p1[02] "$base"/p28
+    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] p2[89] 2>/dev/null)) &&
+      rm -rf "$base"/p[0-9] "$base"/p1[02] "$base"/p2[89]
     echo "=== summary ($gpu)"
     exec 2>/dev/null  # the parts PARTS left out have no files
     echo "-- 14 GQA decode: the decode tests under every loader (work stealing, session 40, first):"
@@ -567,6 +586,8 @@ PY
     grep -E "PASSED|FAILED|layer 1 attention" "$base/part1.txt" | head -8
     echo "-- 15 MoE plan order, part 28 (p pairs, c odd couples: layer ms, then ncu's gate_up / down):"
     grep -E "^#####|^[pc]: " "$base/part28.txt" | cut -c1-200
+    echo "-- 15 MoE swapped GEMM, part 29 (d default, s swap-ab: suites, layer ms, ncu's gate_up / down):"
+    grep -E "^#####|^[ds]: |token columns" "$base/part29.txt" | cut -c1-200
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|28|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|28|29|targets" >&2; exit 2 ;;
 esac

@@ -193,7 +193,7 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const MoeAs
   ExpertsPlan p{.rows = rows, .hidden = hidden, .inter = inter, .k = k, .num_experts = num_experts, .fp8 = fp8};
   ScratchArena& scratch = context.scratch;
   p.num_pairs = static_cast<std::int32_t>(rows * k);
-  p.tile_rows = fp8_wgmma ? grouped_gemm_fp8_tile_rows(p.num_pairs, num_experts)
+  p.tile_rows = fp8_wgmma ? grouped_gemm_fp8_tile_rows(p.num_pairs, num_experts, !g_fp8_x_by_slot)
                           : grouped_gemm_tile_rows(p.num_pairs, num_experts);
   p.max_tiles = moe_max_tiles(p.num_pairs, static_cast<std::int32_t>(num_experts), p.tile_rows);
   p.expert_offsets = allocate<std::int32_t>(scratch, num_experts + 1);

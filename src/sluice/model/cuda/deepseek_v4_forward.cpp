@@ -1103,7 +1103,7 @@ void wo_a_grouped_fp8(const Pass& p, const Weights::Layer& L, const std::uint16_
   const std::int32_t group_in = p.w.config.num_heads * p.w.config.head_dim / groups;
   const std::int32_t pairs = p.n * groups;
   const Launch launch{.stream = p.s, .programmatic = false};
-  const std::int32_t tile_rows = grouped_gemm_fp8_tile_rows(pairs, groups);
+  const std::int32_t tile_rows = grouped_gemm_fp8_tile_rows(pairs, groups, /*a_gathered=*/true);
   const std::int32_t max_tiles = moe_max_tiles(pairs, groups, tile_rows);
   auto* expert_offsets = p.alloc<std::int32_t>(groups + 1);
   auto* slot_of_pair = p.alloc<std::int32_t>(pairs);
@@ -1372,7 +1372,7 @@ void moe(const Pass& p, const Weights::Layer& L, const std::uint16_t* x16, float
   const std::int32_t pairs = n * k;
   const bool wgmma = L.experts_gate_up.fp8() && p.w.options.moe_expert_gemm == MoeExpertGemm::fp8_wgmma;
   const std::int32_t tile_rows =
-      wgmma ? grouped_gemm_fp8_tile_rows(pairs, experts) : grouped_gemm_tile_rows(pairs, experts);
+      wgmma ? grouped_gemm_fp8_tile_rows(pairs, experts, !moe_fp8_x_by_slot()) : grouped_gemm_tile_rows(pairs, experts);
   const std::int32_t max_tiles = moe_max_tiles(pairs, experts, tile_rows);
   auto* expert_offsets = p.alloc<std::int32_t>(experts + 1);
   auto* slot_of_pair = p.alloc<std::int32_t>(pairs);

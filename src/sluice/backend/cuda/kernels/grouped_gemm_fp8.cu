@@ -239,17 +239,20 @@ void set_grouped_gemm_fp8_odd_couples(bool on) { g_odd_couples.store(on); }
 
 void prepare_grouped_gemm_fp8() {
   prepare_grouped_gemm_fp8_ws();
+  prepare_grouped_gemm_fp8_swap();
   raise_smem_limit<1, false>();
   raise_smem_limit<1, true>();
   raise_smem_limit<2, false>();
   raise_smem_limit<2, true>();
 }
 
-std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups) {
-  return num_slots <= 64 * num_groups ? 64 : 128;
+std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups, bool a_gathered) {
+  if (num_slots <= 64 * num_groups) return 64;
+  return g_kernel.load() == GroupedGemmFp8Kernel::swap_ab && !a_gathered ? kSwapTileRows : 128;
 }
 
 MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows) {
+  if (tile_rows == kSwapTileRows) return MoeTileOrder::by_expert_balanced;
   const GroupedGemmFp8Kernel kernel = g_kernel.load();
   const bool paired =
       kernel == GroupedGemmFp8Kernel::tma_weight_multicast || kernel == GroupedGemmFp8Kernel::tma_weight_multicast_n192;
@@ -263,12 +266,14 @@ bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k) {
 
 void launch_grouped_gemm_fp8(const GroupedGemmFp8Args& a, const Launch& launch) {
   SLUICE_CHECK_MSG(grouped_gemm_fp8_supports(a.n, a.k), "grouped FP8 GEMM: n and k must be multiples of 128");
-  SLUICE_CHECK(a.tile_rows == 64 || a.tile_rows == 128);
+  SLUICE_CHECK(a.tile_rows == 64 || a.tile_rows == 128 || a.tile_rows == kSwapTileRows);
   SLUICE_CHECK(a.tile_expert != nullptr && a.tile_first_slot != nullptr && a.expert_offsets != nullptr);
   SLUICE_CHECK(a.a_scales != nullptr && a.w_scales != nullptr && a.a_scale_stride > 0);
   if (a.max_tiles == 0) return;
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
-  if (a.tile_rows == 64)
+  if (a.tile_rows == kSwapTileRows)
+    launch_grouped_gemm_fp8_swap(a, launch);
+  else if (a.tile_rows == 64)
     swiglu ? launch_variant<1, true>(a, launch) : launch_variant<1, false>(a, launch);
   else if (const GroupedGemmFp8Kernel kernel = g_kernel.load(); grouped_gemm_fp8_ws_supports(kernel, a))
     launch_grouped_gemm_fp8_ws(a, kernel, launch);

@@ -29,6 +29,11 @@ enum class GroupedGemmFp8Kernel {
   // consumer a step, for fewer shared-memory and L2 bytes a flop. (160 rows
   // measured no faster than 128 and was removed, S43-1.)
   tma_weight_multicast_n192,
+  // The operands swapped (grouped_gemm_fp8_swap.cu, session 50; opt-in, not
+  // yet run): weight rows as wgmma's M, an expert's tokens (up to 192, the
+  // plan's balanced tiles) as its N, so tiles follow the tokens. Where A is
+  // gathered, its 128-slot tiles run the ring kernel.
+  swap_ab,
   ring
 };
 
@@ -38,6 +43,7 @@ inline std::string_view name_of(GroupedGemmFp8Kernel kernel) {
     case GroupedGemmFp8Kernel::tma: return "tma";
     case GroupedGemmFp8Kernel::tma_weight_multicast: return "tma-weight-multicast";
     case GroupedGemmFp8Kernel::tma_weight_multicast_n192: return "tma-weight-multicast-n192";
+    case GroupedGemmFp8Kernel::swap_ab: return "swap-ab";
     case GroupedGemmFp8Kernel::ring: return "ring";
   }
   return "?";
@@ -52,9 +58,10 @@ void set_grouped_gemm_fp8_odd_couples(bool on);
 // The warp-specialised kernels for 128-slot tiles (grouped_gemm_fp8_ws.cu);
 // launch_grouped_gemm_fp8 dispatches to them when they take the shape.
 void prepare_grouped_gemm_fp8_ws();
-// The most blocks the persistent kernels launch (0: one an SM, the default).
-// Tests set a few so that every block walks many work items.
+// The most blocks the persistent kernels launch (0: one an SM, the default),
+// the swapped one's too. Tests set a few so that every block walks many work items.
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks);
+int grouped_gemm_fp8_ws_grid_limit();
 // Benchmarks only (cuda_bench --deepseek-moe-fp8 KERNEL PROBE): the TMA
 // loaders' tensor map of the weights cut to the first expert's rows, or of A
 // to the first tile's, so that every other box lands out of bounds (zeros,
@@ -69,7 +76,12 @@ void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe);
 // whatever the stages hold; only the scales are copied). Wrong products.
 enum class GroupedGemmFp8PathProbe { none, loads_only, mmas_only };
 void set_grouped_gemm_fp8_ws_path_probe(GroupedGemmFp8PathProbe probe);
-// Whether a warp-specialised kernel takes this shape (never for the ring kernel).
+// The swapped kernel (grouped_gemm_fp8_swap.cu): its shared-memory limit, and
+// whether it takes these args (tile_rows kSwapTileRows, A consecutive).
+void prepare_grouped_gemm_fp8_swap();
+bool grouped_gemm_fp8_swap_supports(const GroupedGemmFp8Args& args);
+void launch_grouped_gemm_fp8_swap(const GroupedGemmFp8Args& args, const Launch& launch);
+// Whether a warp-specialised kernel takes this shape (never for the ring or swapped kernel).
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& args);
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& args, GroupedGemmFp8Kernel kernel, const Launch& launch);
 

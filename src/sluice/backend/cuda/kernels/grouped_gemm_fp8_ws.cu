@@ -584,22 +584,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kCluster > 1) cluster_sync();
 }
 
-// a as [rows, cols] bytes (cols a multiple of 16), boxes of 128 x box_rows,
-// swizzled in 128-byte lines as the wgmma descriptors read them.
-CUtensorMap tensor_map_2d(const void* base, std::int64_t rows, std::int64_t cols, int box_rows,
-                          CUtensorMapL2promotion promotion) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols)};
-  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = encode_tensor_map()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
-                                              strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                              CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SLUICE_CHECK_MSG(result == CUDA_SUCCESS, "grouped FP8 GEMM: cuTensorMapEncodeTiled failed");
-  return map;
-}
-
 // Column blocks of a kN-row weight tile over n output columns (the wide
 // tiles' last one may pass n).
 std::int64_t column_blocks(std::int64_t n, bool swiglu, int tile_n) {
@@ -633,12 +617,13 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     const bool probe_a =
         g_bytes_probe == GroupedGemmFp8BytesProbe::one_tile_a || g_bytes_probe == GroupedGemmFp8BytesProbe::both;
     const std::int64_t group_rows = kSwiglu ? 2 * a.n : a.n;
+    const std::int64_t a_rows = probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride;
     for (int i = 0; i < kABoxes; ++i)
-      maps_a.box[i] = tensor_map_2d(a.a, probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride,
-                                    a.k, kBlockM >> i, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+      maps_a.box[i] = e4m3_rows_tensor_map(a.a, a_rows, a.k, kBlockM >> i, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     const std::int64_t w_rows = probe_w ? std::min(group_rows, a.w_rows) : a.w_rows;
-    map_w = tensor_map_2d(a.w, w_rows, a.k, kN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-    if (narrow_tail) map_w_tail = tensor_map_2d(a.w, w_rows, a.k, kTailRows / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    map_w = e4m3_rows_tensor_map(a.w, w_rows, a.k, kN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    if (narrow_tail)
+      map_w_tail = e4m3_rows_tensor_map(a.w, w_rows, a.k, kTailRows / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   }
   cudaLaunchAttribute attributes[2];
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -695,6 +680,7 @@ int max_active_clusters() {
 }  // namespace
 
 void set_grouped_gemm_fp8_ws_grid_limit(int blocks) { g_grid_limit = std::max(blocks, 0); }
+int grouped_gemm_fp8_ws_grid_limit() { return g_grid_limit; }
 void set_grouped_gemm_fp8_ws_bytes_probe(GroupedGemmFp8BytesProbe probe) { g_bytes_probe = probe; }
 void set_grouped_gemm_fp8_ws_path_probe(GroupedGemmFp8PathProbe probe) { g_path_probe = probe; }
 
@@ -713,7 +699,8 @@ void prepare_grouped_gemm_fp8_ws() {
 
 bool grouped_gemm_fp8_ws_supports(GroupedGemmFp8Kernel kernel, const GroupedGemmFp8Args& a) {
   const bool swiglu = a.epilogue == GroupedEpilogue::swiglu;
-  return kernel != GroupedGemmFp8Kernel::ring && a.tile_rows == kBlockM && a.n % (swiglu ? 64 : 128) == 0;
+  return kernel != GroupedGemmFp8Kernel::ring && kernel != GroupedGemmFp8Kernel::swap_ab && a.tile_rows == kBlockM &&
+         a.n % (swiglu ? 64 : 128) == 0;
 }
 
 void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kernel kernel, const Launch& launch) {
@@ -737,6 +724,7 @@ void launch_grouped_gemm_fp8_ws(const GroupedGemmFp8Args& a, GroupedGemmFp8Kerne
       swiglu ? launch_variant<true, WsLoads::tma_weight_multicast2, 192>(a, launch)
              : launch_variant<false, WsLoads::tma_weight_multicast2, 192>(a, launch);
       return;
+    case GroupedGemmFp8Kernel::swap_ab:
     case GroupedGemmFp8Kernel::ring: break;
   }
 }

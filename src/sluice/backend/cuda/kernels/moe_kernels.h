@@ -44,7 +44,27 @@ void launch_moe_route(const MoeRouteArgs& args, const Launch& launch);
 // in couples, each couple's two odd (last) tiles a pair between the first
 // one's pairs and the second one's, so that no odd tile waits for the even
 // experts between the two (built in session 49; not yet measured).
-enum class MoeTileOrder { by_expert, paired, paired_odd_couples };
+// by_expert_balanced (the swapped kernel, grouped_gemm_fp8_swap.cu): by
+// expert, each expert's slots cut into tiles of equal rows (balanced_tile_rows),
+// not into full tiles and a remainder: an expert of 200 slots takes two tiles
+// of 112 and 88 rows at tile_rows = 192, not 192 and 8.
+enum class MoeTileOrder { by_expert, paired, paired_odd_couples, by_expert_balanced };
+// The tile rows of the swapped kernel's plan (by_expert_balanced): its widest
+// token tile, wgmma's N.
+inline constexpr std::int32_t kSwapTileRows = 192;
+// The rows of each of an expert's tiles under by_expert_balanced (its last
+// one holds the rest): `count` slots over ceil(count / max_rows) tiles,
+// rounded up to 16 (the kernel's copies go by 16 rows), so at most max_rows
+// (a multiple of 16) and never more tiles than ceil(count / max_rows).
+constexpr std::int32_t balanced_tile_rows(std::int32_t count, std::int32_t max_rows) {
+  const std::int32_t tiles = (count + max_rows - 1) / max_rows;
+  return tiles <= 1 ? max_rows : ((count + tiles - 1) / tiles + 15) / 16 * 16;
+}
+// An expert's tiles under by_expert_balanced.
+constexpr std::int32_t balanced_tiles(std::int32_t count, std::int32_t max_rows) {
+  const std::int32_t rows = balanced_tile_rows(count, max_rows);
+  return (count + rows - 1) / rows;
+}
 struct MoePlanArgs {
   const std::int32_t* expert_ids = nullptr;  // [num_pairs], pair = row * k + choice
   std::int32_t num_pairs = 0, k = 0, num_experts = 0;
@@ -148,11 +168,13 @@ struct GroupedGemmFp8Args {
 void prepare_grouped_gemm_fp8();
 // Slots a tile for this many slots over this many groups: 64 (one warpgroup,
 // two blocks an SM) while groups hold a few slots (decode: a weight stream),
-// 128 (two warpgroups sharing each weight tile) when they hold many.
-std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups);
+// 128 (two warpgroups sharing each weight tile) when they hold many, or
+// kSwapTileRows there under GroupedGemmFp8Kernel::swap_ab when A's rows are
+// consecutive (a_gathered false: x in slot order).
+std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups, bool a_gathered);
 // The plan's tile order for launch_grouped_gemm_fp8 at these tile rows: paired
 // when the 128-slot kernel chosen (grouped_gemm_fp8_kernel.h) runs tile pairs,
-// by expert otherwise. Every kernel is correct on either order; this one is
+// by_expert_balanced at kSwapTileRows, by expert otherwise. Every kernel is correct on either order; this one is
 // what each is fast on.
 MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows);
 // Whether the kernel covers an n x k weight (per group, per half under swiglu).

@@ -79,6 +79,9 @@ __device__ ExpertSums exclusive_sums(ExpertSums mine, ExpertSums* warp_totals, E
 // pairs before expert e take its even tiles before it plus two a pair of
 // odd experts before it.
 //
+// MoeTileOrder::by_expert_balanced: as by_expert, each expert's tiles of
+// balanced_tile_rows(count, tile_rows) rows.
+//
 // MoeTileOrder::paired_odd_couples: first the experts with an even tile
 // count, in order, each one's tiles two by two; then those with an odd count,
 // in couples: the first one's tiles (its last, partial one at an even
@@ -123,7 +126,8 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
   }
   __syncthreads();
   const int count = tid < num_experts ? counts[tid] : 0;
-  const int tiles = (count + a.tile_rows - 1) / a.tile_rows;
+  const bool balanced = a.tile_order == MoeTileOrder::by_expert_balanced;
+  const int tiles = balanced ? balanced_tiles(count, a.tile_rows) : (count + a.tile_rows - 1) / a.tile_rows;
   const bool odd = tiles & 1;
   const ExpertSums before = exclusive_sums({count, tiles, tiles & ~1, odd, odd ? tiles : 0}, warp_totals, &total);
   if (tid < num_experts) {
@@ -203,8 +207,9 @@ __global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanArgs a
       const int mid = (lo + hi + 1) / 2;
       if (tile_offsets[mid] <= t) lo = mid; else hi = mid - 1;
     }
+    const int rows = balanced ? balanced_tile_rows(counts[lo], a.tile_rows) : a.tile_rows;
     a.tile_expert[t] = lo;
-    a.tile_first_slot[t] = offsets[lo] + (t - tile_offsets[lo]) * a.tile_rows;
+    a.tile_first_slot[t] = offsets[lo] + (t - tile_offsets[lo]) * rows;
   }
 }
 

@@ -18,6 +18,12 @@ namespace sluice::cuda {
 // Host: the driver's cuTensorMapEncodeTiled, looked up once (the runtime
 // does not export it). Defined in tensor_map_encode.cu.
 PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map();
+// Host: e4m3 rows as [rows, cols] bytes (cols a multiple of 16), boxes of
+// 128 bytes x box_rows swizzled in 128-byte lines as the wgmma descriptors
+// read them (the grouped FP8 GEMMs' A, x and weight tiles).
+inline constexpr unsigned kE4m3RowBoxBytes = 128;
+CUtensorMap e4m3_rows_tensor_map(const void* base, std::int64_t rows, std::int64_t cols, int box_rows,
+                                 CUtensorMapL2promotion promotion);
 
 __device__ __forceinline__ std::uint32_t cluster_ctarank() {
   std::uint32_t rank;
