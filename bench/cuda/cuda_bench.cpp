@@ -385,7 +385,7 @@ void bench_deepseek_moe(bool quick) {
         // The 128-slot tiles the experts' rows fill: the tensor work the
         // grouped kernels run is the tiles', not the rows'. A consumer whose
         // 64 rows of a tile hold no slot skips its MMAs, so the rows issued
-        // go by 64. The swapped kernel's columns go by 32 tokens of each
+        // go by 64. The swapped kernel's columns go by 16 tokens of each
         // balanced tile of up to 192.
         std::int64_t tiles = 0, halves = 0, swap_columns = 0;
         for (std::int32_t c : slots) {
@@ -393,7 +393,7 @@ void bench_deepseek_moe(bool quick) {
           halves += (c + 63) / 64;
           const std::int32_t tile_rows = cuda::balanced_tile_rows(c, cuda::kSwapTileRows);
           for (std::int32_t first = 0; first < c; first += tile_rows)
-            swap_columns += (std::min(tile_rows, c - first) + 31) / 32 * 32;
+            swap_columns += (std::min(tile_rows, c - first) + 15) / 16 * 16;
         }
         const double routed = static_cast<double>(rows) * kTopK;
         char weights_rate[240];

@@ -945,10 +945,11 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaMoeFp8Ws, ::testing::ValuesIn(ws_cases()),
 // The swapped kernel (GroupedGemmFp8Kernel::swap_ab: weight rows as wgmma's M,
 // an expert's tokens as its N over the plan's balanced tiles of up to 192
 // slots) against the host, as the 128-slot kernels above: the uneven loads
-// (experts of 1 to 255 slots: every width from 32 to 192 tokens, and two
-// tiles at 200 and 255), then the odd-tile loads (300, 384 and 258 slots: two
-// balanced tiles each) in both of that test's shapes. With a block an SM,
-// and with 3 blocks (each walking many items, its ring wrapping across them).
+// (experts of 1 to 255 slots, two tiles at 200 and 255), loads for the
+// widths those miss (32, 48, 176 tokens), then the odd-tile loads (300, 384
+// and 258 slots: two balanced tiles each) in both of that test's shapes:
+// together every width from 16 to 192 tokens by 16. With a block an SM, and
+// with 3 blocks (each walking many items, its ring wrapping across them).
 class CudaMoeFp8Swap : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaMoeFp8Swap, UnevenLoadsMatchTheHost) {
@@ -958,6 +959,12 @@ TEST_P(CudaMoeFp8Swap, UnevenLoadsMatchTheHost) {
   {
     SCOPED_TRACE("uneven loads");
     fp8_wgmma_uneven_loads({});
+  }
+  {
+    SCOPED_TRACE("the other widths");
+    const UnevenLoads loads{.counts = {20, 40, 170, 33, 47, 30, 50, 6, 180, 160}};
+    ASSERT_EQ(cuda::grouped_gemm_fp8_tile_rows(total_slots(loads), 10, false), cuda::kSwapTileRows);
+    fp8_wgmma_uneven_loads(loads);
   }
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1024, 256}, {896, 512}};
   for (const auto& [hidden, inter] : shapes) {

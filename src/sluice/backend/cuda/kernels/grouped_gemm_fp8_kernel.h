@@ -30,7 +30,7 @@ enum class GroupedGemmFp8Kernel {
   // measured no faster than 128 and was removed, S43-1.)
   tma_weight_multicast_n192,
   // The operands swapped (grouped_gemm_fp8_swap.cu, session 50; opt-in, not
-  // yet run): weight rows as wgmma's M, an expert's tokens (up to 192, the
+  // yet run): weight rows as wgmma's M, an expert's tokens (up to 192 by 16, the
   // plan's balanced tiles) as its N, so tiles follow the tokens. Where A is
   // gathered, its 128-slot tiles run the ring kernel.
   swap_ab,

@@ -9,8 +9,8 @@
 // a few rows, streams the expert's weights again (the paired plan shares them
 // across a cluster; S49-1: gate_up read 6.3 GB from HBM for 4.4 GB of weights
 // touched). Here a work item is (an expert's tokens, 128 weight rows): the
-// tokens, up to 192, are wgmma's N in steps of 32, so the columns issued
-// follow the tokens (~90% full), each weight row is read once an item, and
+// tokens, up to 192, are wgmma's N in steps of 16, so the columns issued
+// follow the tokens (~94% full), each weight row is read once an item, and
 // an expert of up to 192 slots streams its weights once. Both consumers
 // always have work: each takes 64 of the item's weight rows over all its
 // tokens.
@@ -62,8 +62,7 @@ namespace {
 constexpr int kBlockK = 128;      // one e4m3 line = one scale block of K
 constexpr int kWRows = 128;       // weight rows an item: two consumers of 64
 constexpr int kMaxTokens = kSwapTileRows;
-constexpr int kTokenStep = 32;    // wgmma N in steps of 32 (6 widths to compile)
-constexpr int kCopyRows = 16;     // the token tile's rows copied go by 16
+constexpr int kTokenStep = 16;    // wgmma N in steps of 16 (12 widths to compile), as the rows copied
 constexpr int kGateUpUnit = 8;    // swiglu: weight rows alternate gate / up every 8
 constexpr int kGroupThreads = 128;
 constexpr int kConsumers = 2;
@@ -121,6 +120,27 @@ __device__ __forceinline__ void tma_load_x_rows(std::uint32_t dst, const XTileMa
       dst += box_rows * kBlockK;
       first_row += box_rows;
     }
+  }
+}
+
+// run(std::integral_constant<int, N>{}) at the narrowest N (by kTokenStep) that holds `tokens`
+// (1 to kMaxTokens), as one flat switch (a chain of nested ifs spilled: ptxas, session 50).
+template <typename Run>
+__device__ __forceinline__ void with_token_width(int tokens, Run& run) {
+  static_assert(kMaxTokens == 12 * kTokenStep, "a case a width");
+  switch ((tokens + kTokenStep - 1) / kTokenStep) {
+    case 1: run(std::integral_constant<int, 16>{}); break;
+    case 2: run(std::integral_constant<int, 32>{}); break;
+    case 3: run(std::integral_constant<int, 48>{}); break;
+    case 4: run(std::integral_constant<int, 64>{}); break;
+    case 5: run(std::integral_constant<int, 80>{}); break;
+    case 6: run(std::integral_constant<int, 96>{}); break;
+    case 7: run(std::integral_constant<int, 112>{}); break;
+    case 8: run(std::integral_constant<int, 128>{}); break;
+    case 9: run(std::integral_constant<int, 144>{}); break;
+    case 10: run(std::integral_constant<int, 160>{}); break;
+    case 11: run(std::integral_constant<int, 176>{}); break;
+    default: run(std::integral_constant<int, 192>{}); break;
   }
 }
 
@@ -247,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const SwapTile tile = swap_tile(a, item / w_blocks);
       if (tile.expert < 0) break;  // the plan's unused tiles are the last ones
       const std::int64_t col0 = static_cast<std::int64_t>(item % w_blocks) * kItemCols;
-      const int x_rows = (tile.num_rows + kCopyRows - 1) / kCopyRows * kCopyRows;
+      const int x_rows = (tile.num_rows + kTokenStep - 1) / kTokenStep * kTokenStep;
       const std::uint32_t tx_bytes = static_cast<std::uint32_t>(kWTileBytes + x_rows * kBlockK);
       const std::int64_t w_row0 = tile.expert * expert_rows + col0;  // the gate (or only) rows
       const std::int64_t w_row1 = w_row0 + n;                         // the up rows (swiglu)
@@ -362,14 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       store_swapped<kSwiglu, kN>(sum, num_rows, first_slot, col_lo, lane, n, out);
     };
-    switch ((num_rows + kTokenStep - 1) / kTokenStep) {
-      case 1: run_item(std::integral_constant<int, 32>{}); break;
-      case 2: run_item(std::integral_constant<int, 64>{}); break;
-      case 3: run_item(std::integral_constant<int, 96>{}); break;
-      case 4: run_item(std::integral_constant<int, 128>{}); break;
-      case 5: run_item(std::integral_constant<int, 160>{}); break;
-      default: run_item(std::integral_constant<int, 192>{}); break;
-    }
+    with_token_width(num_rows, run_item);
   }
 }
 

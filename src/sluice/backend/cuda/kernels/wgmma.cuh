@@ -86,12 +86,9 @@ static __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The asm pieces of the wrappers below with 16 to 96 f32 accumulators a
-// thread: their register placeholders, and "+f" operands for d[i..i+15] and
-// d[i..i+31].
-#define SLUICE_WGMMA_REGS_0_15 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define SLUICE_WGMMA_REGS_32_47 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-#define SLUICE_WGMMA_REGS_64_79 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+// The asm pieces of the wrappers below with 32, 64 or 96 f32 accumulators
+// a thread: their register placeholders, and "+f" operands for d[i..i+7],
+// d[i..i+15] and d[i..i+31].
 #define SLUICE_WGMMA_REGS_0_31                                                                                   \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31"
@@ -159,54 +156,148 @@ static __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], std:
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
-// The narrower e4m3 steps of the swapped grouped GEMM (grouped_gemm_fp8_swap.cu),
-// whose columns are an expert's tokens: m64n32k32, m64n96k32 and m64n160k32.
-static __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], std::uint64_t desc_a, std::uint64_t desc_b,
-                                                            bool accumulate) {
+// The other e4m3 widths of the swapped grouped GEMM (grouped_gemm_fp8_swap.cu),
+// whose columns are an expert's tokens: m64nNk32 for N = 16 to 176 by 16
+// (64, 128 and 192 are above), d holding N / 2 f32 a thread.
+static __device__ __forceinline__ void wgmma_m64n16k32_e4m3(float (&d)[8], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7"
+      "}, %8, %9, p, 1, 1;\n}\n"
+      : SLUICE_WGMMA_D8(d, 0)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+static __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-      "{" SLUICE_WGMMA_REGS_0_15 "}, "
-      "%16, %17, p, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1;\n}\n"
       : SLUICE_WGMMA_D16(d, 0)
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
-static __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], std::uint64_t desc_a, std::uint64_t desc_b,
-                                                            bool accumulate) {
+static __device__ __forceinline__ void wgmma_m64n48k32_e4m3(float (&d)[24], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23"
+      "}, %24, %25, p, 1, 1;\n}\n"
+      : SLUICE_WGMMA_D16(d, 0), SLUICE_WGMMA_D8(d, 16)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+static __device__ __forceinline__ void wgmma_m64n80k32_e4m3(float (&d)[40], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39"
+      "}, %40, %41, p, 1, 1;\n}\n"
+      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D8(d, 32)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+static __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
-      "{" SLUICE_WGMMA_REGS_0_31 ", " SLUICE_WGMMA_REGS_32_47 "}, "
-      "%48, %49, p, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+      "}, %48, %49, p, 1, 1;\n}\n"
       : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D16(d, 32)
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
+static __device__ __forceinline__ void wgmma_m64n112k32_e4m3(float (&d)[56], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55"
+      "}, %56, %57, p, 1, 1;\n}\n"
+      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D16(d, 32), SLUICE_WGMMA_D8(d, 48)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+static __device__ __forceinline__ void wgmma_m64n144k32_e4m3(float (&d)[72], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71"
+      "}, %72, %73, p, 1, 1;\n}\n"
+      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D32(d, 32), SLUICE_WGMMA_D8(d, 64)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
 static __device__ __forceinline__ void wgmma_m64n160k32_e4m3(float (&d)[80], std::uint64_t desc_a,
-                                                             std::uint64_t desc_b, bool accumulate) {
+                                                            std::uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 "
-      "{" SLUICE_WGMMA_REGS_0_31 ", " SLUICE_WGMMA_REGS_32_63 ", " SLUICE_WGMMA_REGS_64_79 "}, "
-      "%80, %81, p, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+      "}, %80, %81, p, 1, 1;\n}\n"
       : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D32(d, 32), SLUICE_WGMMA_D16(d, 64)
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
+static __device__ __forceinline__ void wgmma_m64n176k32_e4m3(float (&d)[88], std::uint64_t desc_a,
+                                                            std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n176k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87"
+      "}, %88, %89, p, 1, 1;\n}\n"
+      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D32(d, 32), SLUICE_WGMMA_D16(d, 64), SLUICE_WGMMA_D8(d, 80)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
 
-// The m64nNk32 e4m3 step of one of the widths above (N a multiple of 32, at most 192).
+// The m64nNk32 e4m3 step of one of the widths above (N a multiple of 16, at most 192).
 template <int N>
 static __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[N / 2], std::uint64_t desc_a,
                                                           std::uint64_t desc_b, bool accumulate) {
-  static_assert(N % 32 == 0 && N >= 32 && N <= 192, "m64nNk32 e4m3: 32 to 192 columns by 32");
-  if constexpr (N == 32)
+  static_assert(N % 16 == 0 && N >= 16 && N <= 192, "m64nNk32 e4m3: 16 to 192 columns by 16");
+  if constexpr (N == 16)
+    wgmma_m64n16k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 32)
     wgmma_m64n32k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 48)
+    wgmma_m64n48k32_e4m3(d, desc_a, desc_b, accumulate);
   else if constexpr (N == 64)
     wgmma_m64n64k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 80)
+    wgmma_m64n80k32_e4m3(d, desc_a, desc_b, accumulate);
   else if constexpr (N == 96)
     wgmma_m64n96k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 112)
+    wgmma_m64n112k32_e4m3(d, desc_a, desc_b, accumulate);
   else if constexpr (N == 128)
     wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 144)
+    wgmma_m64n144k32_e4m3(d, desc_a, desc_b, accumulate);
   else if constexpr (N == 160)
     wgmma_m64n160k32_e4m3(d, desc_a, desc_b, accumulate);
+  else if constexpr (N == 176)
+    wgmma_m64n176k32_e4m3(d, desc_a, desc_b, accumulate);
   else
     wgmma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
 }
