@@ -7,7 +7,9 @@
 //   with the operands' roles swapped (LtGemm::Fp8Operands::activations_as_a:
 //   out^T, which cuBLASLt may tile differently);
 // - the MoE's warp-specialised FP8 kernels (grouped_gemm_fp8_ws.cu) as one
-//   group: a plan of M / 128 tiles of group 0, the same quantized rows.
+//   group: a plan of M / 128 tiles of group 0, the same quantized rows;
+//   and the swapped one (grouped_gemm_fp8_swap.cu) over the balanced tiles
+//   of up to 192 rows its plan would cut the group into.
 //   Whether our own kernel's main loop gets nearer DeepGEMM's rates on a
 //   dense shape than it does on the MoE's ~128-row experts (26% of the FP8
 //   peak there) says whether it can replace cuBLASLt here.
@@ -76,7 +78,7 @@ void bench_fp8_dense() {
   std::printf("| shape (m x n x k) | bf16 cuBLASLt | FP8 cuBLASLt (quantize + GEMM) | FP8 cuBLASLt, roles swapped "
               "(out^T) |");
   for (auto kernel : kernels) std::printf(" ws %s |", std::string(cuda::name_of(kernel)).c_str());
-  std::printf("\n|---|---|---|---|");
+  std::printf(" swap-ab |\n|---|---|---|---|---|");
   for (std::size_t i = 0; i < std::size(kernels); ++i) std::printf("---|");
   std::printf("\n");
   // The quantized rows and the one-group plan, sized for the largest shape.
@@ -95,6 +97,13 @@ void bench_fp8_dense() {
   std::uint64_t seed = 900;
   for (std::int64_t m : {4096, 8192}) {
     std::int32_t* offsets = device_copy(std::vector<std::int32_t>{0, static_cast<std::int32_t>(m)});
+    // The swapped kernel's plan of the group (MoeTileOrder::by_expert_balanced).
+    const std::int32_t swap_rows = cuda::balanced_tile_rows(static_cast<std::int32_t>(m), cuda::kSwapTileRows);
+    const std::int32_t swap_tiles = cuda::balanced_tiles(static_cast<std::int32_t>(m), cuda::kSwapTileRows);
+    std::vector<std::int32_t> swap_firsts(static_cast<std::size_t>(swap_tiles));
+    for (std::int32_t t = 0; t < swap_tiles; ++t) swap_firsts[static_cast<std::size_t>(t)] = t * swap_rows;
+    std::int32_t* swap_expert = device_copy(std::vector<std::int32_t>(swap_firsts.size(), 0));
+    std::int32_t* swap_first_slot = device_copy(swap_firsts);
     for (const DenseShape& s : shapes) {
       const double flops = 2.0 * m * s.n * s.k;
       const Tensor w16 = must(cuda_random_weight(*ops, {s.n, s.k}, DType::bf16, ++seed, 0.02f));
@@ -173,11 +182,27 @@ void bench_fp8_dense() {
         std::printf(" %s, %.2fx bf16%s |", cell(t, kFp8Peak, "1979").c_str(), t_bf16 / t,
                     matches_plain(false).c_str());
       }
+      cuda::GroupedGemmFp8Args swap_args = args;
+      swap_args.tile_expert = swap_expert;
+      swap_args.tile_first_slot = swap_first_slot;
+      swap_args.max_tiles = swap_tiles;
+      swap_args.tile_rows = cuda::kSwapTileRows;
+      if (cuda::grouped_gemm_fp8_swap_supports(swap_args)) {
+        const double t = median_seconds(stream, [&] {
+          quantize();
+          cuda::launch_grouped_gemm_fp8_swap(swap_args, launch);
+        });
+        std::printf(" %s, %.2fx bf16%s |", cell(t, kFp8Peak, "1979").c_str(), t_bf16 / t,
+                    matches_plain(false).c_str());
+      } else {
+        std::printf(" not taken |");
+      }
       std::printf("\n");
       std::fflush(stdout);
     }
     check(cudaStreamSynchronize(stream), "the launches at this m");
-    cudaFree(offsets);
+    for (void* p : {static_cast<void*>(offsets), static_cast<void*>(swap_expert), static_cast<void*>(swap_first_slot)})
+      cudaFree(p);
   }
   for (void* p : {q, static_cast<void*>(q_scales), static_cast<void*>(tile_expert), static_cast<void*>(tile_first_slot)})
     cudaFree(p);
