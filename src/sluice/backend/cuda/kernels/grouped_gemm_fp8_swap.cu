@@ -77,6 +77,7 @@ constexpr int kStages = 5;
 constexpr int kWScales = kMaxTokens;
 constexpr int kTileInfo = kMaxTokens + 2;
 constexpr int kScaleFloats = kTileInfo + 2;
+static_assert(kTileInfo % 2 == 0 && kScaleFloats % 2 == 0, "the tile info is one 8-byte store");
 constexpr int kEndOfWork = -1;
 constexpr int kBarrierBytes = 2 * kStages * 8;
 constexpr int kSmemBytes = kStages * (kStageBytes + kScaleFloats * 4) + kBarrierBytes + 1024;
@@ -224,18 +225,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();
   const AlignedSmem smem = align_smem_1024(smem_window);
   float* const scales_s = reinterpret_cast<float*>(smem.ptr + kStages * kStageBytes);
-  const std::uint32_t barriers = smem.addr + kStages * (kStageBytes + kScaleFloats * 4);
-  auto full = [&](int stage) { return barriers + 8 * stage; };
-  auto empty = [&](int stage) { return barriers + 8 * (kStages + stage); };
+  const RingBarriers<kStages> ring_barriers{smem.addr + kStages * (kStageBytes + kScaleFloats * 4)};
+  auto full = [&](int stage) { return ring_barriers.full(stage); };
+  auto empty = [&](int stage) { return ring_barriers.empty(stage); };
   const int tid = threadIdx.x;
+  // Through a shuffle so the compiler knows it is uniform across the warp.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / kGroupThreads, 0);
   const int group_tid = tid % kGroupThreads;
-  if (tid == 0) {
-    for (int stage = 0; stage < kStages; ++stage) {
-      mbarrier_init(full(stage), kGroupThreads);
-      mbarrier_init(empty(stage), kConsumers * 4);  // one arrival a consumer warp
-    }
-  }
+  if (tid == 0) ring_barriers.init(kGroupThreads, kConsumers * 4);  // empty: one arrival a consumer warp
   __syncthreads();
   const std::int64_t n = a.n, k = a.k;
   const int num_k_blocks = static_cast<int>(k / kBlockK);
@@ -250,19 +247,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (g < kStages) return;
       mbarrier_wait(empty(stage), (g / kStages - 1) & 1);
     };
-    // The scales' copies arrive on the stage as they land (thread 2 also
-    // publishes the tile info it stored: its copies hold the phase open and
-    // its own arrival completes it).
-    auto signal_stage = [&] {
-      const std::uint32_t bar = full(g % kStages);
-      if (group_tid != 2) {
-        cp_async_mbarrier_arrive_noinc(bar);
-      } else {
-        cp_async_mbarrier_arrive(bar);
-        mbarrier_arrive(bar);
-      }
-      ++g;
-    };
+    // The scales' copies arrive on the stage as they land; thread 2 also
+    // publishes the tile info it stored.
+    auto signal_stage = [&] { arrive_when_copies_land(full(g++ % kStages), group_tid == 2); };
     for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
       const SwapTile tile = swap_tile(a, item / w_blocks);
       if (tile.expert < 0) break;  // the plan's unused tiles are the last ones
@@ -292,10 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (x_scale_src[i] != nullptr)
             cp_async_4(stage_scales + group_tid + i * kGroupThreads, x_scale_src[i] + scale_k);
         if (w_scale_src != nullptr) cp_async_4(stage_scales + kWScales + group_tid, w_scale_src + kb);
-        if (group_tid == 2) {
-          reinterpret_cast<int*>(stage_scales)[kTileInfo] = tile.num_rows;
-          reinterpret_cast<int*>(stage_scales)[kTileInfo + 1] = tile.first_slot;
-        }
+        if (group_tid == 2)
+          *reinterpret_cast<int2*>(stage_scales + kTileInfo) = make_int2(tile.num_rows, tile.first_slot);
         const std::uint32_t w_addr = smem.addr + stage * kStageBytes, x_addr = w_addr + kWTileBytes;
         const std::uint32_t bar = full(stage);
         const int k0 = kb * kBlockK;
@@ -330,32 +315,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = warpgroup - 1;
   const int lane = tid & 31, warp_in_group = group_tid >> 5;
   auto* out = static_cast<__nv_bfloat16*>(a.out);
-  auto release = [&](int stage) {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty(stage));
-  };
-  int stage = 0;
-  std::uint32_t phase = 0;
-  auto advance = [&] {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
-  };
+  RingCursor<kStages> ring;
   // This consumer's 64 weight rows and the token tile, at stage 0; a stage
-  // lies kStageBytes further and a k32 step 32 bytes (the descriptor's
-  // start-address field, address / 16).
+  // lies kStageBytes further (the descriptor's start-address field, address / 16).
   const std::uint64_t desc_w0 = smem_desc(smem.addr + consumer * 64 * kBlockK, 16, 1024);
   const std::uint64_t desc_x0 = smem_desc(smem.addr + kWTileBytes, 16, 1024);
-  constexpr std::uint64_t kStageDesc = kStageBytes >> 4, kStepDesc = 32 >> 4;
+  constexpr std::uint64_t kStageDesc = kStageBytes >> 4;
+  static_assert(kBlockK == 128, "wgmma_e4m3_k128's K block");
   // The output column of this thread's first accumulator row: under swiglu
   // its rows are unit pairs (gate, up) of 8 columns, a warp's 16 rows one pair.
   const int row_in_group = warp_in_group * 16 + lane / 4;
   const std::int64_t col_in_item =
       kSwiglu ? consumer * 32 + warp_in_group * 8 + lane / 4 : consumer * 64 + row_in_group;
   for (int item = blockIdx.x;; item += gridDim.x) {
-    mbarrier_wait(full(stage), phase);
-    const int* tile_info = reinterpret_cast<const int*>(scales_s + stage * kScaleFloats) + kTileInfo;
+    mbarrier_wait(full(ring.stage), ring.phase);
+    const int* tile_info = reinterpret_cast<const int*>(scales_s + ring.stage * kScaleFloats) + kTileInfo;
     const int num_rows = tile_info[0], first_slot = tile_info[1];
     if (num_rows == kEndOfWork) break;
     const std::int64_t col_lo = static_cast<std::int64_t>(item % w_blocks) * kItemCols + col_in_item;
@@ -365,20 +339,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) sum[i] = 0.0f;
       float acc[kN / 2];
-      for (int kb = 0; kb < num_k_blocks; ++kb, advance()) {
-        mbarrier_wait(full(stage), phase);
-        const std::uint64_t desc_w = desc_w0 + stage * kStageDesc, desc_x = desc_x0 + stage * kStageDesc;
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kBlockK / 32; ++ks)
-          wgmma_m64nNk32_e4m3<kN>(acc, desc_w + ks * kStepDesc, desc_x + ks * kStepDesc, ks > 0);
-        wgmma_commit();
+      for (int kb = 0; kb < num_k_blocks; ++kb, ring.advance()) {
+        const int stage = ring.stage;
+        mbarrier_wait(full(stage), ring.phase);
+        wgmma_e4m3_k128<kN>(acc, desc_w0 + stage * kStageDesc, desc_x0 + stage * kStageDesc);
         const float* stage_scales = scales_s + stage * kScaleFloats;
         const float w_lo = stage_scales[kWScales], w_hi = stage_scales[kWScales + (kSwiglu ? 1 : 0)];
         wgmma_wait<0>();
         fence_registers(acc);
         promote_swapped<kN>(sum, acc, w_lo, w_hi, stage_scales, lane);
-        release(stage);  // after the promotion: it reads the stage's token scales
+        // Released after the promotion, which reads the stage's token scales: one arrival a warp.
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(empty(stage));
       }
       store_swapped<kSwiglu, kN>(sum, num_rows, first_slot, col_lo, lane, n, out);
     };

@@ -158,148 +158,89 @@ static __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], std:
 
 // The other e4m3 widths of the swapped grouped GEMM (grouped_gemm_fp8_swap.cu),
 // whose columns are an expert's tokens: m64nNk32 for N = 16 to 176 by 16
-// (64, 128 and 192 are above), d holding N / 2 f32 a thread.
-static __device__ __forceinline__ void wgmma_m64n16k32_e4m3(float (&d)[8], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7"
-      "}, %8, %9, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D8(d, 0)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D16(d, 0)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n48k32_e4m3(float (&d)[24], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23"
-      "}, %24, %25, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D16(d, 0), SLUICE_WGMMA_D8(d, 16)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n80k32_e4m3(float (&d)[40], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39"
-      "}, %40, %41, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D8(d, 32)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-      "}, %48, %49, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D16(d, 32)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n112k32_e4m3(float (&d)[56], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55"
-      "}, %56, %57, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D16(d, 32), SLUICE_WGMMA_D8(d, 48)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n144k32_e4m3(float (&d)[72], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71"
-      "}, %72, %73, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D32(d, 32), SLUICE_WGMMA_D8(d, 64)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n160k32_e4m3(float (&d)[80], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-      "}, %80, %81, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D32(d, 32), SLUICE_WGMMA_D16(d, 64)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-static __device__ __forceinline__ void wgmma_m64n176k32_e4m3(float (&d)[88], std::uint64_t desc_a,
-                                                            std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n176k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87"
-      "}, %88, %89, p, 1, 1;\n}\n"
-      : SLUICE_WGMMA_D32(d, 0), SLUICE_WGMMA_D32(d, 32), SLUICE_WGMMA_D16(d, 64), SLUICE_WGMMA_D8(d, 80)
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
+// (64, 128 and 192 are above), d holding R = N / 2 f32 a thread. REGS lists
+// the placeholders %0..%(R-1) (SLUICE_WGMMA_R_<R>), DESC_A, DESC_B and PRED
+// are %R, %(R+1) and %(R+2), then d's "+f" operands (SLUICE_WGMMA_OPS_<R>).
+#define SLUICE_WGMMA_R_8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define SLUICE_WGMMA_OPS_8(d) SLUICE_WGMMA_D8(d, 0)
+#define SLUICE_WGMMA_R_16 SLUICE_WGMMA_R_8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define SLUICE_WGMMA_OPS_16(d) SLUICE_WGMMA_OPS_8(d), SLUICE_WGMMA_D8(d, 8)
+#define SLUICE_WGMMA_R_24 SLUICE_WGMMA_R_16 ", %16, %17, %18, %19, %20, %21, %22, %23"
+#define SLUICE_WGMMA_OPS_24(d) SLUICE_WGMMA_OPS_16(d), SLUICE_WGMMA_D8(d, 16)
+#define SLUICE_WGMMA_R_32 SLUICE_WGMMA_R_24 ", %24, %25, %26, %27, %28, %29, %30, %31"
+#define SLUICE_WGMMA_OPS_32(d) SLUICE_WGMMA_OPS_24(d), SLUICE_WGMMA_D8(d, 24)
+#define SLUICE_WGMMA_R_40 SLUICE_WGMMA_R_32 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define SLUICE_WGMMA_OPS_40(d) SLUICE_WGMMA_OPS_32(d), SLUICE_WGMMA_D8(d, 32)
+#define SLUICE_WGMMA_R_48 SLUICE_WGMMA_R_40 ", %40, %41, %42, %43, %44, %45, %46, %47"
+#define SLUICE_WGMMA_OPS_48(d) SLUICE_WGMMA_OPS_40(d), SLUICE_WGMMA_D8(d, 40)
+#define SLUICE_WGMMA_R_56 SLUICE_WGMMA_R_48 ", %48, %49, %50, %51, %52, %53, %54, %55"
+#define SLUICE_WGMMA_OPS_56(d) SLUICE_WGMMA_OPS_48(d), SLUICE_WGMMA_D8(d, 48)
+#define SLUICE_WGMMA_R_64 SLUICE_WGMMA_R_56 ", %56, %57, %58, %59, %60, %61, %62, %63"
+#define SLUICE_WGMMA_OPS_64(d) SLUICE_WGMMA_OPS_56(d), SLUICE_WGMMA_D8(d, 56)
+#define SLUICE_WGMMA_R_72 SLUICE_WGMMA_R_64 ", %64, %65, %66, %67, %68, %69, %70, %71"
+#define SLUICE_WGMMA_OPS_72(d) SLUICE_WGMMA_OPS_64(d), SLUICE_WGMMA_D8(d, 64)
+#define SLUICE_WGMMA_R_80 SLUICE_WGMMA_R_72 ", %72, %73, %74, %75, %76, %77, %78, %79"
+#define SLUICE_WGMMA_OPS_80(d) SLUICE_WGMMA_OPS_72(d), SLUICE_WGMMA_D8(d, 72)
+#define SLUICE_WGMMA_R_88 SLUICE_WGMMA_R_80 ", %80, %81, %82, %83, %84, %85, %86, %87"
+#define SLUICE_WGMMA_OPS_88(d) SLUICE_WGMMA_OPS_80(d), SLUICE_WGMMA_D8(d, 80)
+#define SLUICE_WGMMA_E4M3_SS(N, R, REGS, DESC_A, DESC_B, PRED, ...)                                        \
+  static __device__ __forceinline__ void wgmma_m64n##N##k32_e4m3(float (&d)[R], std::uint64_t desc_a,         \
+                                                                 std::uint64_t desc_b, bool accumulate) {     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n"                                           \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, " DESC_A ", " DESC_B     \
+                 ", p, 1, 1;\n}\n"                                                                           \
+                 : __VA_ARGS__                                                                              \
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));                            \
+  }
+SLUICE_WGMMA_E4M3_SS(16, 8, SLUICE_WGMMA_R_8, "%8", "%9", "%10", SLUICE_WGMMA_OPS_8(d))
+SLUICE_WGMMA_E4M3_SS(32, 16, SLUICE_WGMMA_R_16, "%16", "%17", "%18", SLUICE_WGMMA_OPS_16(d))
+SLUICE_WGMMA_E4M3_SS(48, 24, SLUICE_WGMMA_R_24, "%24", "%25", "%26", SLUICE_WGMMA_OPS_24(d))
+SLUICE_WGMMA_E4M3_SS(80, 40, SLUICE_WGMMA_R_40, "%40", "%41", "%42", SLUICE_WGMMA_OPS_40(d))
+SLUICE_WGMMA_E4M3_SS(96, 48, SLUICE_WGMMA_R_48, "%48", "%49", "%50", SLUICE_WGMMA_OPS_48(d))
+SLUICE_WGMMA_E4M3_SS(112, 56, SLUICE_WGMMA_R_56, "%56", "%57", "%58", SLUICE_WGMMA_OPS_56(d))
+SLUICE_WGMMA_E4M3_SS(144, 72, SLUICE_WGMMA_R_72, "%72", "%73", "%74", SLUICE_WGMMA_OPS_72(d))
+SLUICE_WGMMA_E4M3_SS(160, 80, SLUICE_WGMMA_R_80, "%80", "%81", "%82", SLUICE_WGMMA_OPS_80(d))
+SLUICE_WGMMA_E4M3_SS(176, 88, SLUICE_WGMMA_R_88, "%88", "%89", "%90", SLUICE_WGMMA_OPS_88(d))
 
 // The m64nNk32 e4m3 step of one of the widths above (N a multiple of 16, at most 192).
 template <int N>
+struct WgmmaE4m3Step;
+#define SLUICE_WGMMA_E4M3_STEP(N)                                                                                \
+  template <>                                                                                                 \
+  struct WgmmaE4m3Step<N> {                                                                                   \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, bool acc) { \
+      wgmma_m64n##N##k32_e4m3(d, a, b, acc);                                                                   \
+    }                                                                                                         \
+  };
+SLUICE_WGMMA_E4M3_STEP(16)
+SLUICE_WGMMA_E4M3_STEP(32)
+SLUICE_WGMMA_E4M3_STEP(48)
+SLUICE_WGMMA_E4M3_STEP(64)
+SLUICE_WGMMA_E4M3_STEP(80)
+SLUICE_WGMMA_E4M3_STEP(96)
+SLUICE_WGMMA_E4M3_STEP(112)
+SLUICE_WGMMA_E4M3_STEP(128)
+SLUICE_WGMMA_E4M3_STEP(144)
+SLUICE_WGMMA_E4M3_STEP(160)
+SLUICE_WGMMA_E4M3_STEP(176)
+SLUICE_WGMMA_E4M3_STEP(192)
+template <int N>
 static __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[N / 2], std::uint64_t desc_a,
                                                           std::uint64_t desc_b, bool accumulate) {
-  static_assert(N % 16 == 0 && N >= 16 && N <= 192, "m64nNk32 e4m3: 16 to 192 columns by 16");
-  if constexpr (N == 16)
-    wgmma_m64n16k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 32)
-    wgmma_m64n32k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 48)
-    wgmma_m64n48k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 64)
-    wgmma_m64n64k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 80)
-    wgmma_m64n80k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 96)
-    wgmma_m64n96k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 112)
-    wgmma_m64n112k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 128)
-    wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 144)
-    wgmma_m64n144k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 160)
-    wgmma_m64n160k32_e4m3(d, desc_a, desc_b, accumulate);
-  else if constexpr (N == 176)
-    wgmma_m64n176k32_e4m3(d, desc_a, desc_b, accumulate);
-  else
-    wgmma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
+  WgmmaE4m3Step<N>::run(d, desc_a, desc_b, accumulate);
+}
+
+// A 128-byte K block (one e4m3 scale block) of m64nNk32 steps into d, which
+// it overwrites: A and B K-major with the 128-byte swizzle, their descriptors
+// at the block's first byte; fenced and committed as one group.
+template <int N>
+static __device__ __forceinline__ void wgmma_e4m3_k128(float (&d)[N / 2], std::uint64_t desc_a,
+                                                       std::uint64_t desc_b) {
+  constexpr std::uint64_t kStep = 32 >> 4;  // 32 bytes of K, in the descriptor's address units
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma_m64nNk32_e4m3<N>(d, desc_a + ks * kStep, desc_b + ks * kStep, ks > 0);
+  wgmma_commit();
 }
 
 // d (+)= A B^T for one m64n64k32 step, e4m3: A from registers (the mma.sync
