@@ -633,144 +633,146 @@ void fp8_wgmma_uneven_loads(const UnevenLoads& loads) {
 // couples, the second's last tile first (beside the first's last), a lone
 // last odd tile with -1 as its partner.
 // by_expert_balanced, each expert's slots in equal tiles (balanced_tile_rows).
+// At the 128-slot kernels' tile rows and at the swapped kernel's 192.
 // Experts of 0-3 tiles, full and partial; one routing with an even number
 // of odd tiles, one with a lone last odd tile (position `tiles` then holds
 // -1, inside max_tiles).
 TEST(CudaMoe, PlanPairsEachExpertsTiles) {
-  constexpr std::int32_t kTileRows = 128;
   struct Tile {
     std::int32_t expert, first_slot;
     bool operator==(const Tile&) const = default;
   };
-  for (const std::vector<std::int32_t>& counts :
-       {std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130},
-        std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7},
-        // More pairs than the kernel's threads load in one pass (8,192), and a partial last pass.
-        std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7, 9000, 8001, 3}}) {
-    const auto num_experts = static_cast<std::int32_t>(counts.size());
-    std::vector<std::int32_t> expert_ids;  // pair p (k = 1: row p) -> its expert, experts in turn
-    std::vector<Tile> by_expert;
-    std::vector<std::vector<Tile>> tiles_of(counts.size());
-    for (std::int32_t e = 0, slot = 0; e < num_experts; slot += counts[static_cast<std::size_t>(e)], ++e) {
-      expert_ids.insert(expert_ids.end(), counts[static_cast<std::size_t>(e)], e);
-      for (std::int32_t first = 0; first < counts[static_cast<std::size_t>(e)]; first += kTileRows)
-        tiles_of[static_cast<std::size_t>(e)].push_back({e, slot + first});
-      by_expert.insert(by_expert.end(), tiles_of[static_cast<std::size_t>(e)].begin(),
-                       tiles_of[static_cast<std::size_t>(e)].end());
-    }
-    std::vector<Tile> paired;
-    std::optional<Tile> waiting;
-    for (const std::vector<Tile>& tiles : tiles_of) {
-      paired.insert(paired.end(), tiles.begin(), tiles.begin() + static_cast<std::ptrdiff_t>(tiles.size() / 2 * 2));
-      if (tiles.size() % 2 == 0) continue;
-      if (!waiting) {
-        waiting = tiles.back();
-        continue;
+  for (const std::int32_t tile_rows : {128, cuda::kSwapTileRows}) {
+    for (const std::vector<std::int32_t>& counts :
+         {std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130},
+          std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7},
+          // More pairs than the kernel's threads load in one pass (8,192), and a partial last pass.
+          std::vector<std::int32_t>{0, 129, 300, 1, 256, 0, 5, 384, 130, 7, 9000, 8001, 3}}) {
+      const auto num_experts = static_cast<std::int32_t>(counts.size());
+      std::vector<std::int32_t> expert_ids;  // pair p (k = 1: row p) -> its expert, experts in turn
+      std::vector<Tile> by_expert;
+      std::vector<std::vector<Tile>> tiles_of(counts.size());
+      for (std::int32_t e = 0, slot = 0; e < num_experts; slot += counts[static_cast<std::size_t>(e)], ++e) {
+        expert_ids.insert(expert_ids.end(), counts[static_cast<std::size_t>(e)], e);
+        for (std::int32_t first = 0; first < counts[static_cast<std::size_t>(e)]; first += tile_rows)
+          tiles_of[static_cast<std::size_t>(e)].push_back({e, slot + first});
+        by_expert.insert(by_expert.end(), tiles_of[static_cast<std::size_t>(e)].begin(),
+                         tiles_of[static_cast<std::size_t>(e)].end());
       }
-      paired.push_back(*waiting);
-      paired.push_back(tiles.back());
-      waiting.reset();
-    }
-    if (waiting) paired.push_back(*waiting);
-    ASSERT_EQ(paired.size(), by_expert.size());
-    std::vector<Tile> couples;
-    for (const std::vector<Tile>& tiles : tiles_of)
-      if (tiles.size() % 2 == 0) couples.insert(couples.end(), tiles.begin(), tiles.end());
-    bool second_of_couple = false;
-    for (const std::vector<Tile>& tiles : tiles_of) {
-      if (tiles.size() % 2 == 0) continue;
-      if (second_of_couple) couples.push_back(tiles.back());
-      couples.insert(couples.end(), tiles.begin(), tiles.end() - (second_of_couple ? 1 : 0));
-      second_of_couple = !second_of_couple;
-    }
-    ASSERT_EQ(couples.size(), by_expert.size());
-    std::vector<Tile> balanced;  // each expert's slots in tiles of balanced_tile_rows
-    for (std::int32_t e = 0, slot = 0; e < num_experts; slot += counts[static_cast<std::size_t>(e)], ++e) {
-      const std::int32_t count = counts[static_cast<std::size_t>(e)];
-      const std::int32_t rows = cuda::balanced_tile_rows(count, kTileRows);
-      ASSERT_LE(rows, kTileRows);
-      ASSERT_EQ(rows % 16, 0);
-      for (std::int32_t first = 0; first < count; first += rows) balanced.push_back({e, slot + first});
-      // Never more tiles than the fixed cut (moe_max_tiles' bound), none empty.
-      ASSERT_LE(cuda::balanced_tiles(count, kTileRows), (count + kTileRows - 1) / kTileRows) << "expert " << e;
-      if (count > 0) {
-        ASSERT_LT((cuda::balanced_tiles(count, kTileRows) - 1) * rows, count) << "expert " << e;
+      std::vector<Tile> paired;
+      std::optional<Tile> waiting;
+      for (const std::vector<Tile>& tiles : tiles_of) {
+        paired.insert(paired.end(), tiles.begin(), tiles.begin() + static_cast<std::ptrdiff_t>(tiles.size() / 2 * 2));
+        if (tiles.size() % 2 == 0) continue;
+        if (!waiting) {
+          waiting = tiles.back();
+          continue;
+        }
+        paired.push_back(*waiting);
+        paired.push_back(tiles.back());
+        waiting.reset();
       }
-    }
-    SCOPED_TRACE(::testing::Message() << by_expert.size() << " tiles");
-
-    const auto num_pairs = static_cast<std::int32_t>(expert_ids.size());
-    const std::int32_t max_tiles = cuda::moe_max_tiles(num_pairs, num_experts, kTileRows);
-    ASSERT_GT(max_tiles, static_cast<std::int32_t>(by_expert.size()));
-    auto ops = make_test_ops();
-    ops->begin_step(layout_with_rows(num_pairs));
-    const Tensor d_ids = ops->scratch({num_pairs}, DType::i32);
-    upload_to(d_ids, expert_ids.data());
-    const Tensor offsets = ops->scratch({num_experts + 1}, DType::i32);
-    const Tensor slot_of_pair = ops->scratch({num_pairs}, DType::i32);
-    const Tensor row_of_slot = ops->scratch({num_pairs}, DType::i32);
-    const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32);
-    const Tensor tile_first_slot = ops->scratch({max_tiles}, DType::i32);
-    for (const cuda::MoeTileOrder order : {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired,
-                                           cuda::MoeTileOrder::paired_odd_couples,
-                                           cuda::MoeTileOrder::by_expert_balanced}) {
-      const bool is_paired =
-          order == cuda::MoeTileOrder::paired || order == cuda::MoeTileOrder::paired_odd_couples;
-      SCOPED_TRACE(order == cuda::MoeTileOrder::paired              ? "paired"
-                   : order == cuda::MoeTileOrder::paired_odd_couples ? "odd couples"
-                   : order == cuda::MoeTileOrder::by_expert_balanced ? "balanced"
-                                                                     : "by expert");
-      cuda::launch_moe_plan({.expert_ids = d_ids.as<const std::int32_t>(),
-                             .num_pairs = num_pairs,
-                             .k = 1,
-                             .num_experts = num_experts,
-                             .tile_rows = kTileRows,
-                             .max_tiles = max_tiles,
-                             .tile_order = order,
-                             .expert_offsets = offsets.as<std::int32_t>(),
-                             .slot_of_pair = slot_of_pair.as<std::int32_t>(),
-                             .row_of_slot = row_of_slot.as<std::int32_t>(),
-                             .tile_expert = tile_expert.as<std::int32_t>(),
-                             .tile_first_slot = tile_first_slot.as<std::int32_t>()},
-                            cuda::Launch{.stream = nullptr, .programmatic = false});
-      const std::vector<std::int32_t> experts = download_i32(tile_expert), firsts = download_i32(tile_first_slot);
-      // Every pair in a slot of its expert's, every slot once, naming its pair's row.
-      const std::vector<std::int32_t> got_offsets = download_i32(offsets), slots = download_i32(slot_of_pair),
-                                      rows = download_i32(row_of_slot);
-      for (std::int32_t e = 0, slot = 0; e <= num_experts; ++e) {
-        ASSERT_EQ(got_offsets[static_cast<std::size_t>(e)], slot) << "expert " << e;
-        if (e < num_experts) slot += counts[static_cast<std::size_t>(e)];
+      if (waiting) paired.push_back(*waiting);
+      ASSERT_EQ(paired.size(), by_expert.size());
+      std::vector<Tile> couples;
+      for (const std::vector<Tile>& tiles : tiles_of)
+        if (tiles.size() % 2 == 0) couples.insert(couples.end(), tiles.begin(), tiles.end());
+      bool second_of_couple = false;
+      for (const std::vector<Tile>& tiles : tiles_of) {
+        if (tiles.size() % 2 == 0) continue;
+        if (second_of_couple) couples.push_back(tiles.back());
+        couples.insert(couples.end(), tiles.begin(), tiles.end() - (second_of_couple ? 1 : 0));
+        second_of_couple = !second_of_couple;
       }
-      std::vector<bool> slot_used(slots.size(), false);
-      for (std::size_t p = 0; p < slots.size(); ++p) {
-        const auto e = static_cast<std::size_t>(expert_ids[p]);
-        const std::int32_t slot = slots[p];
-        ASSERT_GE(slot, got_offsets[e]) << "pair " << p;
-        ASSERT_LT(slot, got_offsets[e + 1]) << "pair " << p;
-        ASSERT_FALSE(slot_used[static_cast<std::size_t>(slot)]) << "slot " << slot << " twice";
-        slot_used[static_cast<std::size_t>(slot)] = true;
-        EXPECT_EQ(rows[static_cast<std::size_t>(slot)], static_cast<std::int32_t>(p)) << "slot " << slot;
-      }
-      const std::vector<Tile>& want = order == cuda::MoeTileOrder::paired              ? paired
-                                      : order == cuda::MoeTileOrder::paired_odd_couples ? couples
-                                      : order == cuda::MoeTileOrder::by_expert_balanced ? balanced
-                                                                                        : by_expert;
-      for (std::int32_t t = 0; t < max_tiles; ++t) {
-        const std::size_t i = static_cast<std::size_t>(t);
-        if (i < want.size()) {
-          EXPECT_EQ((Tile{experts[i], firsts[i]}), want[i]) << "tile " << t << ": expert " << experts[i]
-                                                             << ", first slot " << firsts[i];
-        } else {
-          EXPECT_EQ(experts[i], -1) << "tile " << t;
+      ASSERT_EQ(couples.size(), by_expert.size());
+      std::vector<Tile> balanced;  // each expert's slots in tiles of balanced_tile_rows
+      for (std::int32_t e = 0, slot = 0; e < num_experts; slot += counts[static_cast<std::size_t>(e)], ++e) {
+        const std::int32_t count = counts[static_cast<std::size_t>(e)];
+        const std::int32_t rows = cuda::balanced_tile_rows(count, tile_rows);
+        ASSERT_LE(rows, tile_rows);
+        ASSERT_EQ(rows % 16, 0);
+        for (std::int32_t first = 0; first < count; first += rows) balanced.push_back({e, slot + first});
+        // Never more tiles than the fixed cut (moe_max_tiles' bound), none empty.
+        ASSERT_LE(cuda::balanced_tiles(count, tile_rows), (count + tile_rows - 1) / tile_rows) << "expert " << e;
+        if (count > 0) {
+          ASSERT_LT((cuda::balanced_tiles(count, tile_rows) - 1) * rows, count) << "expert " << e;
         }
       }
-      if (!is_paired) continue;
-      // The kernel's reading: tiles 2p and 2p + 1 of one expert wherever that expert has two left.
-      for (std::size_t e = 0; e < tiles_of.size(); ++e) {
-        std::size_t shared = 0;
-        for (std::size_t t = 0; t + 1 < want.size(); t += 2)
-          shared += experts[t] == static_cast<std::int32_t>(e) && experts[t + 1] == static_cast<std::int32_t>(e);
-        EXPECT_EQ(shared, tiles_of[e].size() / 2) << "expert " << e;
+      SCOPED_TRACE(::testing::Message() << by_expert.size() << " tiles of " << tile_rows);
+
+      const auto num_pairs = static_cast<std::int32_t>(expert_ids.size());
+      const std::int32_t max_tiles = cuda::moe_max_tiles(num_pairs, num_experts, tile_rows);
+      ASSERT_GT(max_tiles, static_cast<std::int32_t>(by_expert.size()));
+      auto ops = make_test_ops();
+      ops->begin_step(layout_with_rows(num_pairs));
+      const Tensor d_ids = ops->scratch({num_pairs}, DType::i32);
+      upload_to(d_ids, expert_ids.data());
+      const Tensor offsets = ops->scratch({num_experts + 1}, DType::i32);
+      const Tensor slot_of_pair = ops->scratch({num_pairs}, DType::i32);
+      const Tensor row_of_slot = ops->scratch({num_pairs}, DType::i32);
+      const Tensor tile_expert = ops->scratch({max_tiles}, DType::i32);
+      const Tensor tile_first_slot = ops->scratch({max_tiles}, DType::i32);
+      for (const cuda::MoeTileOrder order : {cuda::MoeTileOrder::by_expert, cuda::MoeTileOrder::paired,
+                                             cuda::MoeTileOrder::paired_odd_couples,
+                                             cuda::MoeTileOrder::by_expert_balanced}) {
+        const bool is_paired =
+            order == cuda::MoeTileOrder::paired || order == cuda::MoeTileOrder::paired_odd_couples;
+        SCOPED_TRACE(order == cuda::MoeTileOrder::paired              ? "paired"
+                     : order == cuda::MoeTileOrder::paired_odd_couples ? "odd couples"
+                     : order == cuda::MoeTileOrder::by_expert_balanced ? "balanced"
+                                                                       : "by expert");
+        cuda::launch_moe_plan({.expert_ids = d_ids.as<const std::int32_t>(),
+                               .num_pairs = num_pairs,
+                               .k = 1,
+                               .num_experts = num_experts,
+                               .tile_rows = tile_rows,
+                               .max_tiles = max_tiles,
+                               .tile_order = order,
+                               .expert_offsets = offsets.as<std::int32_t>(),
+                               .slot_of_pair = slot_of_pair.as<std::int32_t>(),
+                               .row_of_slot = row_of_slot.as<std::int32_t>(),
+                               .tile_expert = tile_expert.as<std::int32_t>(),
+                               .tile_first_slot = tile_first_slot.as<std::int32_t>()},
+                              cuda::Launch{.stream = nullptr, .programmatic = false});
+        const std::vector<std::int32_t> experts = download_i32(tile_expert), firsts = download_i32(tile_first_slot);
+        // Every pair in a slot of its expert's, every slot once, naming its pair's row.
+        const std::vector<std::int32_t> got_offsets = download_i32(offsets), slots = download_i32(slot_of_pair),
+                                        rows = download_i32(row_of_slot);
+        for (std::int32_t e = 0, slot = 0; e <= num_experts; ++e) {
+          ASSERT_EQ(got_offsets[static_cast<std::size_t>(e)], slot) << "expert " << e;
+          if (e < num_experts) slot += counts[static_cast<std::size_t>(e)];
+        }
+        std::vector<bool> slot_used(slots.size(), false);
+        for (std::size_t p = 0; p < slots.size(); ++p) {
+          const auto e = static_cast<std::size_t>(expert_ids[p]);
+          const std::int32_t slot = slots[p];
+          ASSERT_GE(slot, got_offsets[e]) << "pair " << p;
+          ASSERT_LT(slot, got_offsets[e + 1]) << "pair " << p;
+          ASSERT_FALSE(slot_used[static_cast<std::size_t>(slot)]) << "slot " << slot << " twice";
+          slot_used[static_cast<std::size_t>(slot)] = true;
+          EXPECT_EQ(rows[static_cast<std::size_t>(slot)], static_cast<std::int32_t>(p)) << "slot " << slot;
+        }
+        const std::vector<Tile>& want = order == cuda::MoeTileOrder::paired              ? paired
+                                        : order == cuda::MoeTileOrder::paired_odd_couples ? couples
+                                        : order == cuda::MoeTileOrder::by_expert_balanced ? balanced
+                                                                                          : by_expert;
+        for (std::int32_t t = 0; t < max_tiles; ++t) {
+          const std::size_t i = static_cast<std::size_t>(t);
+          if (i < want.size()) {
+            EXPECT_EQ((Tile{experts[i], firsts[i]}), want[i]) << "tile " << t << ": expert " << experts[i]
+                                                               << ", first slot " << firsts[i];
+          } else {
+            EXPECT_EQ(experts[i], -1) << "tile " << t;
+          }
+        }
+        if (!is_paired) continue;
+        // The kernel's reading: tiles 2p and 2p + 1 of one expert wherever that expert has two left.
+        for (std::size_t e = 0; e < tiles_of.size(); ++e) {
+          std::size_t shared = 0;
+          for (std::size_t t = 0; t + 1 < want.size(); t += 2)
+            shared += experts[t] == static_cast<std::int32_t>(e) && experts[t + 1] == static_cast<std::int32_t>(e);
+          EXPECT_EQ(shared, tiles_of[e].size() / 2) << "expert " << e;
+        }
       }
     }
   }

@@ -16,10 +16,12 @@
 // tokens.
 //
 // Layout, per stage: the weight tile (128 rows x 128 bytes of K), the token
-// tile (up to 192 rows x 128 bytes, the x rows of consecutive slots; rows past
-// the tile's tokens hold whatever the stage held and give columns that are
-// never stored), then the scales: each token's, the weight block's (two under
-// swiglu: gate and up), the tile's rows and first slot.
+// tile (up to 192 rows x 128 bytes: the x rows of consecutive slots, copied
+// and multiplied by 16, so up to 15 rows past the tile's tokens are the next
+// slots' or TMA's zeros), then the scales: each token's (past the tile's
+// tokens, whatever the stage held), the weight block's (two under swiglu:
+// gate and up), the tile's rows and first slot. Columns past the tile's
+// tokens are computed and never stored.
 //
 // Under swiglu an item covers 64 output columns: their 64 gate rows and 64 up
 // rows, copied in 8-row boxes alternately (gate 8, up 8, ...). wgmma's
@@ -284,11 +286,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const std::uint32_t w_addr = smem.addr + stage * kStageBytes, x_addr = w_addr + kWTileBytes;
         const std::uint32_t bar = full(stage);
         const int k0 = kb * kBlockK;
-        // Before this thread's arrival, so the phase cannot complete without these bytes.
-        if (group_tid == 0) {
-          mbarrier_expect_tx(bar, tx_bytes);
-          tma_load_x_rows(x_addr, maps_x, k0, tile.first_slot, x_rows, bar);
-        }
+        // Before this thread's arrival, so the phase cannot complete without
+        // these bytes; and before warp 0's other lanes issue their weight boxes,
+        // so no copy completes bytes the phase does not expect yet.
+        if (group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
+        __syncwarp();
+        if (group_tid == 0) tma_load_x_rows(x_addr, maps_x, k0, tile.first_slot, x_rows, bar);
         if constexpr (kSwiglu) {
           // Box u (lane u < 16 of warp 0): 8 gate rows (u even) or 8 up rows (u odd) of units u / 2.
           if (group_tid < kWRows / kGateUpUnit) {
@@ -307,7 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait_empty(stage);
     if (group_tid == 2) reinterpret_cast<int*>(scales_s + stage * kScaleFloats)[kTileInfo] = kEndOfWork;
     mbarrier_arrive(full(stage));
-    cp_async_wait<0>();
+    // No wait for the scale copies here: the consumers waited for every data
+    // stage's arrivals, which come only once its copies have landed.
     return;
   }
 
