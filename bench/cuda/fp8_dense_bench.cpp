@@ -9,7 +9,10 @@
 // - the MoE's warp-specialised FP8 kernels (grouped_gemm_fp8_ws.cu) as one
 //   group: a plan of M / 128 tiles of group 0, the same quantized rows;
 //   and the swapped one (grouped_gemm_fp8_swap.cu) over the balanced tiles
-//   of up to 192 rows its plan would cut the group into.
+//   of up to 192 rows its plan would cut the group into;
+// - the best of the heuristic's first 8 algorithms for bf16 and for FP8
+//   (LtGemm::set_algo_rank; the engine takes the first), and their ratio:
+//   whether choosing among them would reach the 1.6x.
 //   Whether our own kernel's main loop gets nearer DeepGEMM's rates on a
 //   dense shape than it does on the MoE's ~128-row experts (26% of the FP8
 //   peak there) says whether it can replace cuBLASLt here.
@@ -78,7 +81,8 @@ void bench_fp8_dense() {
   std::printf("| shape (m x n x k) | bf16 cuBLASLt | FP8 cuBLASLt (quantize + GEMM) | FP8 cuBLASLt, roles swapped "
               "(out^T) |");
   for (auto kernel : kernels) std::printf(" ws %s |", std::string(cuda::name_of(kernel)).c_str());
-  std::printf(" swap-ab |\n|---|---|---|---|---|");
+  std::printf(" swap-ab | bf16 cuBLASLt, best of its algorithms | FP8 cuBLASLt, best of its algorithms |"
+              "\n|---|---|---|---|---|---|---|");
   for (std::size_t i = 0; i < std::size(kernels); ++i) std::printf("---|");
   std::printf("\n");
   // The quantized rows and the one-group plan, sized for the largest shape.
@@ -196,6 +200,52 @@ void bench_fp8_dense() {
                     matches_plain(false).c_str());
       } else {
         std::printf(" not taken |");
+      }
+      // The heuristic's other algorithms: rank 1 asks for all of them (found),
+      // each rank timed alone; the best against rank 0's time (t_rank0). ran,
+      // where given, is cleared by a run its algorithm refused (FP8: nothing
+      // enqueued, so its time says nothing).
+      struct Best {
+        double seconds;
+        int rank, found;
+      };
+      const auto best_of_ranks = [&](const std::function<void()>& run, double t_rank0, bool* ran) {
+        Best best{t_rank0, 0, 1};
+        for (int rank = 1; rank < cuda::LtGemm::kHeuristicAlgos; ++rank) {
+          lt.set_algo_rank(rank);
+          if (ran != nullptr) *ran = true;
+          const double t = median_seconds(stream, run);
+          if (rank == 1) best.found = lt.heuristic_found();
+          if (rank >= best.found) break;  // the plan repeated the last algorithm
+          if ((ran == nullptr || *ran) && t < best.seconds) best = {t, rank, best.found};
+        }
+        lt.set_algo_rank(0);
+        return best;
+      };
+      const Best bf16_best = best_of_ranks([&] { lt.run(x.data, w16.data, out.data, DType::bf16, m, s.n, s.k); },
+                                           t_bf16, nullptr);
+      std::printf(" %s (rank %d of %d) |", cell(bf16_best.seconds, kBf16Peak, "790").c_str(), bf16_best.rank,
+                  bf16_best.found);
+      bool fp8_ran = true;
+      const auto fp8_plain = [&] {
+        quantize();
+        fp8_ran = fp8_ran && lt.run_fp8_block_scaled({.q = q, .q_scales = q_scales, .w = w8.data,
+                                                      .w_scales = w8.scales.data, .out = out.data,
+                                                      .out_dtype = DType::bf16, .m = m, .n = s.n, .k = s.k});
+      };
+      const double t_fp8_rank0 = median_seconds(stream, fp8_plain);
+      const bool rank0_ran = fp8_ran;
+      const Best fp8_best = rank0_ran ? best_of_ranks(fp8_plain, t_fp8_rank0, &fp8_ran) : Best{0.0, 0, 0};
+      if (!rank0_ran) {
+        std::printf(" refused |");
+      } else {
+        // The best rank's product against the plain one (rank 0's).
+        lt.set_algo_rank(fp8_best.rank);
+        fp8_ran = true;
+        fp8_plain();
+        lt.set_algo_rank(0);
+        std::printf(" %s (rank %d of %d), %.2fx the best bf16%s |", cell(fp8_best.seconds, kFp8Peak, "1979").c_str(),
+                    fp8_best.rank, fp8_best.found, bf16_best.seconds / fp8_best.seconds, matches_plain(false).c_str());
       }
       std::printf("\n");
       std::fflush(stdout);

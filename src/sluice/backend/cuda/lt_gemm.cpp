@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -113,7 +114,7 @@ LtGemm::~LtGemm() {
 LtGemm::Plan& LtGemm::plan_for(Kind kind, std::int64_t m, std::int64_t n, std::int64_t k, DType out_dtype,
                                const Fp8Operands* fp8_operands) {
   const bool swapped = fp8_operands != nullptr && fp8_operands->activations_as_a;
-  const Key key{kind, m, n, k, out_dtype, swapped};
+  const Key key{kind, m, n, k, out_dtype, swapped, algo_rank_};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan plan;
   SLUICE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -146,16 +147,19 @@ LtGemm::Plan& LtGemm::plan_for(Kind kind, std::int64_t m, std::int64_t n, std::i
   const std::uint64_t ws = static_cast<std::uint64_t>(workspace_bytes_);
   SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kHeuristicAlgos]{};
   int found = 0;
+  // The default plan asks for one algorithm, as it always has; a benchmark's rank asks for more.
+  const int wanted = algo_rank_ > 0 ? kHeuristicAlgos : 1;
   const auto query = [&] {
-    return cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result,
-                                          &found);
+    return cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, wanted,
+                                          results, &found);
   };
   // An unsupported FP8 combination is a status, not an invariant: the caller falls back.
   const cublasStatus_t status = query();
+  heuristic_found_ = status == CUBLAS_STATUS_SUCCESS ? found : 0;
   if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-    plan.algo = result.algo;
+    plan.algo = results[std::min(algo_rank_, found - 1)].algo;
   } else if (fp8) {
     plan.refusal = fmt::format("cublasLtMatmulAlgoGetHeuristic returned {} with {} algorithms (workspace {} bytes): {}",
                                cublasLtGetStatusName(status), found, workspace_bytes_, describe(*fp8_operands));

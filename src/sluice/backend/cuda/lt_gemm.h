@@ -62,6 +62,15 @@ class LtGemm {
   // from now on; 0: the device's count (CudaOptions::gemm_sm_count_target).
   void set_sm_count_target(std::int32_t num_sms) { sm_count_target_ = num_sms; }
 
+  // Benchmarks only (cuda_bench --fp8-dense): plans made from now on take the
+  // heuristic's algorithm of this rank (0, the default: its first), or its
+  // last where it returns fewer; heuristic_found() is how many the latest
+  // plan's query returned (at most kHeuristicAlgos; at rank 0 the query asks
+  // for one, as the engine's plans always have).
+  static constexpr int kHeuristicAlgos = 8;
+  void set_algo_rank(int rank) { algo_rank_ = rank; }
+  int heuristic_found() const { return heuristic_found_; }
+
   // x: bf16 [m, k], w: bf16 [n, k], out: bf16 or f32 [m, n].
   void run(const void* x, const void* w, void* out, DType out_dtype, std::int64_t m,
            std::int64_t n, std::int64_t k);
@@ -99,7 +108,7 @@ class LtGemm {
     std::optional<cublasLtMatmulAlgo_t> algo;  // none: cuBLASLt has no kernel for it
     std::string refusal;                       // why not, when algo is none
   };
-  using Key = std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, DType, bool>;
+  using Key = std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, DType, bool, int>;  // ..., algo rank
   // fp8 (kind fp8_block_scaled only): the operands whose scale pointers the
   // heuristic query sees.
   Plan& plan_for(Kind kind, std::int64_t m, std::int64_t n, std::int64_t k, DType out_dtype,
@@ -114,6 +123,8 @@ class LtGemm {
   void* workspace_ = nullptr;
   std::int64_t workspace_bytes_;
   std::int32_t sm_count_target_ = 0;
+  int algo_rank_ = 0;
+  int heuristic_found_ = 0;
   std::map<Key, Plan> plans_;
   Fp8GemmCounts fp8_counts_;
 };
