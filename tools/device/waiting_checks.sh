@@ -35,6 +35,7 @@
 #                                                                 # S49-1: A boxes cut to a tile's rows, the narrow tail
 #   CARRY_DIR=.devcarry/c tools/device/waiting_checks.sh 28   # the plan's odd couples against its pairs, one binary
 #   CARRY_DIR=.devcarry/c tools/device/waiting_checks.sh 29   # the swapped MoE GEMM (swap-ab) against the default
+#   CARRY_DIR=.devcarry/c tools/device/waiting_checks.sh 30   # cuda_bench --fp8-dense alone (cuBLASLt's best algorithms)
 #   CARRY_DIR=.devcarry/s36 tools/device/waiting_checks.sh targets  # 7, 4, 3, 9, 10 and 1 with a summary last (one H200 call)
 # Sessions 29-31 ran every part on an H100, and 1-4 once on an H200 (S31-6..S31-8); the targets
 # are stated on the H200. Part 2 now times the MoE kernels twice, the second round reversed; part 3
@@ -538,6 +539,14 @@ PY
     grep -h "slot order) prefill" "$base"/moe_s.*.md | head -2 |
       grep -oE "prefill [0-9]+ tokens|[0-9.]+% of the swapped kernel's token columns"
     ;;
+  30)
+    # Issue 15's dense FP8 row alone: cuda_bench --fp8-dense (bf16 and FP8 cuBLASLt, the best of
+    # the heuristic's first 8 algorithms of each and their ratio, our grouped kernels as one group,
+    # the swapped one among them).
+    bin=$CARRY_DIR; . tools/device/carried_bin.sh
+    timeout 240 "$bin/cuda_bench" --fp8-dense > "$base/fp8_dense.md" 2> "$base/fp8_dense.err"
+    echo "##### fp8-dense rc $? at $(elapsed) s"; cat "$base/fp8_dense.md"; tail -3 "$base/fp8_dense.err"
+    ;;
   targets)
     # Every H200 target of issues 14, 15 and 18 in one call (parts 7, 4, 3, 9 and 1 took ~200 s on
     # session 36's H200; part 10 is new; part 12, session 40's stealing tests, ~150 s), each
@@ -545,7 +554,8 @@ PY
     # printed last: the device tool returns only the last 12,000 characters of a call's output
     # (S36-1 lost its first parts). Needs the pack of parts 1-10 (cuda_kernel_test, cuda_bench,
     # cuda_deepseek_v4_forward_test, deepseek_v4_forward_bench; cuda_golden_test too for 28 and 29).
-    # Session 50's call: PARTS="3 4 1 28 29" (~350 s): the H200 rows and the two MoE candidates.
+    # Session 50's call: PARTS="3 4 1 28 29 30" (~400 s): the H200 rows, the two MoE candidates
+    # and the dense FP8 row with cuBLASLt's other algorithms.
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     echo "GPU: $gpu"
     # PARTS: a subset, to split the call in two where one would pass 600 s.
@@ -561,8 +571,8 @@ PY
       fi
       echo "part $p rc $? at $(elapsed) s"
     done
-    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] p2[89] 2>/dev/null)) &&
-      rm -rf "$base"/p[0-9] "$base"/p1[02] "$base"/p2[89]
+    (cd "$base" && tar -czf targets_logs.tgz $(ls -d p[0-9] p1[02] p2[89] p30 2>/dev/null)) &&
+      rm -rf "$base"/p[0-9] "$base"/p1[02] "$base"/p2[89] "$base"/p30
     echo "=== summary ($gpu)"
     exec 2>/dev/null  # the parts PARTS left out have no files
     echo "-- 14 GQA decode: the decode tests under every loader (work stealing, session 40, first):"
@@ -588,6 +598,10 @@ PY
     grep -E "^#####|^[pc]: " "$base/part28.txt" | cut -c1-200
     echo "-- 15 MoE swapped GEMM, part 29 (d default, s swap-ab: suites, layer ms, ncu's gate_up / down):"
     grep -E "^#####|^[ds]: |token columns" "$base/part29.txt" | cut -c1-200
+    echo "-- 15 dense FP8 (target 1.6x bf16 at M >= 4096), part 30: the first algorithms' and the best ones' ratios:"
+    # Shape, bf16, FP8 (the first algorithms), swap-ab, the best bf16, the best FP8 with its ratio.
+    grep -E "^\| V[34]" "$base/part30.txt" | sed 's/gate|up/gate+up/' |
+      awk -F'|' '{print $2 "|" $3 "|" $4 "|" $(NF-3) "|" $(NF-2) "|" $(NF-1)}' | sed -E 's/ TFLOP\/s//g'
     ;;
-  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|28|29|targets" >&2; exit 2 ;;
+  *) echo "usage: waiting_checks.sh 0|1|...|17|23|25|27|28|29|30|targets" >&2; exit 2 ;;
 esac
