@@ -95,36 +95,8 @@ static_assert(kProducerRegisters * kGroupThreads + kConsumerRegisters * kGroupTh
 
 int g_sm_count = 0;
 
-__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-
-// The token tile's rows [first_row, first_row + rows) of x at column k0 into
-// dst (rows a multiple of 16, at most 192): a box of 128, then boxes of 64,
-// 32 and 16 as the rest's bits say; every box starts on a multiple of 16 rows
-// (2 KB), so the 128-byte swizzle runs as in a whole tile.
-struct XTileMaps {
-  CUtensorMap box128, box64, box32, box16;
-};
-__device__ __forceinline__ void tma_load_x_rows(std::uint32_t dst, const XTileMaps& maps, int k0, int first_row,
-                                                int rows, std::uint32_t bar) {
-  if (rows >= 128) {
-    tma_load_2d(dst, &maps.box128, k0, first_row, bar);
-    dst += 128 * kBlockK;
-    first_row += 128;
-    rows -= 128;
-  }
-  const CUtensorMap* boxes[3] = {&maps.box64, &maps.box32, &maps.box16};
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const int box_rows = 64 >> i;
-    if (rows & box_rows) {
-      tma_load_2d(dst, boxes[i], k0, first_row, bar);
-      dst += box_rows * kBlockK;
-      first_row += box_rows;
-    }
-  }
-}
+static_assert(kTokenStep == E4m3RowBoxes::kMinRows && kE4m3RowBoxBytes == kBlockK,
+              "the token tile's copies go by tma_load_rows_by_16's rows");
 
 // run(std::integral_constant<int, N>{}) at the narrowest N (by kTokenStep) that holds `tokens`
 // (1 to kMaxTokens), as one flat switch (a chain of nested ifs spilled: ptxas, session 50).
@@ -220,7 +192,7 @@ __device__ __forceinline__ void store_swapped(const float (&sum)[kN / 2], int nu
 // (swiglu) or 128 (store); maps_x: x's boxes.
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1)
-    grouped_gemm_fp8_swap_kernel(GroupedGemmFp8Args a, const __grid_constant__ XTileMaps maps_x,
+    grouped_gemm_fp8_swap_kernel(GroupedGemmFp8Args a, const __grid_constant__ E4m3RowBoxes maps_x,
                                  const __grid_constant__ CUtensorMap map_w, int w_blocks, int num_items) {
   extern __shared__ unsigned char smem_window[];
   pdl_launch_dependents();
@@ -279,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 2; ++i)
           if (x_scale_src[i] != nullptr)
-            cp_async_4(stage_scales + group_tid + i * kGroupThreads, x_scale_src[i] + scale_k);
-        if (w_scale_src != nullptr) cp_async_4(stage_scales + kWScales + group_tid, w_scale_src + kb);
+            cp_async_4(stage_scales + group_tid + i * kGroupThreads, x_scale_src[i] + scale_k, true);
+        if (w_scale_src != nullptr) cp_async_4(stage_scales + kWScales + group_tid, w_scale_src + kb, true);
         if (group_tid == 2)
           *reinterpret_cast<int2*>(stage_scales + kTileInfo) = make_int2(tile.num_rows, tile.first_slot);
         const std::uint32_t w_addr = smem.addr + stage * kStageBytes, x_addr = w_addr + kWTileBytes;
@@ -291,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // so no copy completes bytes the phase does not expect yet.
         if (group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         __syncwarp();
-        if (group_tid == 0) tma_load_x_rows(x_addr, maps_x, k0, tile.first_slot, x_rows, bar);
+        if (group_tid == 0) tma_load_rows_by_16(x_addr, maps_x, k0, tile.first_slot, x_rows, bar);
         if constexpr (kSwiglu) {
           // Box u (lane u < 16 of warp 0): 8 gate rows (u even) or 8 up rows (u odd) of units u / 2.
           if (group_tid < kWRows / kGateUpUnit) {
@@ -374,11 +346,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
     SLUICE_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
   }
   blocks = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(blocks, items)));
-  XTileMaps maps_x{};
-  maps_x.box128 = e4m3_rows_tensor_map(a.a, a.a_scale_stride, a.k, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  maps_x.box64 = e4m3_rows_tensor_map(a.a, a.a_scale_stride, a.k, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  maps_x.box32 = e4m3_rows_tensor_map(a.a, a.a_scale_stride, a.k, 32, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  maps_x.box16 = e4m3_rows_tensor_map(a.a, a.a_scale_stride, a.k, 16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const E4m3RowBoxes maps_x = e4m3_row_boxes(a.a, a.a_scale_stride, a.k, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
   const CUtensorMap map_w =
       e4m3_rows_tensor_map(a.w, a.w_rows, a.k, kSwiglu ? kGateUpUnit : kWRows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   cudaLaunchAttribute attributes[1];

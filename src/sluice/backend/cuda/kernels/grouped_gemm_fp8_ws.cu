@@ -206,41 +206,17 @@ __device__ __forceinline__ BlockTile block_tile(const GroupedGemmFp8Args& a, int
   }
 }
 
-// A's tensor maps (a as [rows, k] bytes): box[i] holds kBlockM >> i rows
-// (128, 64, 32, 16). A tile copies only its rows rounded up to 16 (session
-// 49): an expert's last tile holds ~half its 128 rows on average, and the
-// rows past them are the next expert's. Measured (S49-1, H100): down's loads
-// 6% faster; gate_up's unchanged, since HBM, not these L2 bytes, bounds them.
-// The rows not copied are never stored: a row's products depend on that row
-// of A alone.
-constexpr int kABoxes = 4;
-constexpr int kABoxRows = 16;  // the smallest box; an A tile's rows copied go by 16
-struct ATileMaps {
-  CUtensorMap box[kABoxes];
-};
-// The A rows a tile of num_rows copies: all kBlockM, or num_rows rounded up to kABoxRows.
+// A's tensor maps (a as [rows, k] bytes, E4m3RowBoxes). A tile copies only
+// its rows rounded up to 16 (session 49, tma_load_rows_by_16): an expert's
+// last tile holds ~half its 128 rows on average, and the rows past them are
+// the next expert's. Measured (S49-1, H100): down's loads 6% faster;
+// gate_up's unchanged, since HBM, not these L2 bytes, bounds them. The rows
+// not copied are never stored: a row's products depend on that row of A alone.
+static_assert(E4m3RowBoxes::kMaxRows == kBlockM && kE4m3RowBoxBytes == kBlockK, "A's boxes are the tile's");
+// The A rows a tile of num_rows copies: all kBlockM, or num_rows rounded up to 16.
 __device__ __forceinline__ int a_rows_copied(int num_rows) {
-  return min(kBlockM, (num_rows + kABoxRows - 1) / kABoxRows * kABoxRows);
-}
-// Rows [first_row, first_row + rows) of a at column k0 into the A tile at
-// dst: one box of 128, or one each of 64, 32 and 16 as rows' bits say (rows
-// a multiple of 16 under 128). Every box starts on a multiple of 16 rows
-// (2 KB), so the 128-byte swizzle runs as in a whole tile.
-__device__ __forceinline__ void tma_load_a_rows(std::uint32_t dst, const ATileMaps& maps, int k0, int first_row,
-                                                int rows, std::uint32_t bar) {
-  if (rows == kBlockM) {
-    tma_load_2d(dst, &maps.box[0], k0, first_row, bar);
-    return;
-  }
-#pragma unroll
-  for (int i = 1; i < kABoxes; ++i) {
-    const int box_rows = kBlockM >> i;
-    if (rows & box_rows) {
-      tma_load_2d(dst, &maps.box[i], k0, first_row, bar);
-      dst += box_rows * kBlockK;
-      first_row += box_rows;
-    }
-  }
+  constexpr int kBy = E4m3RowBoxes::kMinRows;
+  return min(kBlockM, (num_rows + kBy - 1) / kBy * kBy);
 }
 
 // The narrow tail of the wide tiles (session 49): when n leaves 64 weight
@@ -257,12 +233,12 @@ bool has_narrow_tail(std::int64_t n, bool swiglu, int tile_n) {
 // Work items: (tile unit, column block), the column blocks fastest; a
 // cluster takes one item. A tile unit is a tile, or under weight multicast a
 // pair of tiles (block_tile). column_items = column blocks.
-// maps_a: A's boxes (ATileMaps); map_w: w as [rows, k], boxes of 128 x
+// maps_a: A's boxes (E4m3RowBoxes); map_w: w as [rows, k], boxes of 128 x
 // kN / 2 rows, map_w_tail of kTailRows / 2 (used where narrow_tail). All
 // unused under WsLoads::cp_async.
 template <bool kSwiglu, WsLoads kLoads, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
-    grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ ATileMaps maps_a,
+    grouped_gemm_fp8_ws_kernel(GroupedGemmFp8Args a, const __grid_constant__ E4m3RowBoxes maps_a,
                                const __grid_constant__ CUtensorMap map_w,
                                const __grid_constant__ CUtensorMap map_w_tail, bool narrow_tail, int column_items,
                                int num_items, GroupedGemmFp8PathProbe probe) {
@@ -425,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // the phase).
         if (kTma && group_tid == 0) mbarrier_expect_tx(bar, tx_bytes);
         if (a_by_tma) {
-          if (a_box && group_tid == 0) tma_load_a_rows(a_addr, maps_a, static_cast<int>(k0), w.first_slot, a_rows, bar);
+          if (a_box && group_tid == 0) tma_load_rows_by_16(a_addr, maps_a, static_cast<int>(k0), w.first_slot, a_rows, bar);
         } else if (copies) {
 #pragma unroll
           for (int i = 0; i < kPasses; ++i)
@@ -607,7 +583,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
   // Clusters: as many as are resident at once (SMs left out of GPCs of sizes not a multiple), whole.
   if (kCluster > 1 && g_grid_limit == 0 && g_max_pairs > 0) blocks = g_max_pairs * kCluster;
   const std::int64_t clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks / kCluster, items));
-  ATileMaps maps_a{};
+  E4m3RowBoxes maps_a{};
   CUtensorMap map_w{}, map_w_tail{};
   const bool narrow_tail = kLoads != WsLoads::cp_async && has_narrow_tail(a.n, kSwiglu, kN);
   if constexpr (kLoads != WsLoads::cp_async) {
@@ -618,8 +594,7 @@ void launch_variant(const GroupedGemmFp8Args& a, const Launch& launch) {
         g_bytes_probe == GroupedGemmFp8BytesProbe::one_tile_a || g_bytes_probe == GroupedGemmFp8BytesProbe::both;
     const std::int64_t group_rows = kSwiglu ? 2 * a.n : a.n;
     const std::int64_t a_rows = probe_a ? std::min<std::int64_t>(kBlockM, a.a_scale_stride) : a.a_scale_stride;
-    for (int i = 0; i < kABoxes; ++i)
-      maps_a.box[i] = e4m3_rows_tensor_map(a.a, a_rows, a.k, kBlockM >> i, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+    maps_a = e4m3_row_boxes(a.a, a_rows, a.k, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     const std::int64_t w_rows = probe_w ? std::min(group_rows, a.w_rows) : a.w_rows;
     map_w = e4m3_rows_tensor_map(a.w, w_rows, a.k, kN / 2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
     if (narrow_tail)

@@ -174,8 +174,8 @@ void prepare_grouped_gemm_fp8();
 std::int32_t grouped_gemm_fp8_tile_rows(std::int64_t num_slots, std::int64_t num_groups, bool a_gathered);
 // The plan's tile order for launch_grouped_gemm_fp8 at these tile rows: paired
 // when the 128-slot kernel chosen (grouped_gemm_fp8_kernel.h) runs tile pairs,
-// by_expert_balanced at kSwapTileRows, by expert otherwise. Every kernel is correct on either order; this one is
-// what each is fast on.
+// by_expert_balanced at kSwapTileRows, by expert otherwise. Every kernel is
+// correct on either order; this one is what each is fast on.
 MoeTileOrder grouped_gemm_fp8_tile_order(std::int32_t tile_rows);
 // Whether the kernel covers an n x k weight (per group, per half under swiglu).
 bool grouped_gemm_fp8_supports(std::int64_t n, std::int64_t k);

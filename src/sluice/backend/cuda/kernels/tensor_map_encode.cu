@@ -37,4 +37,11 @@ CUtensorMap e4m3_rows_tensor_map(const void* base, std::int64_t rows, std::int64
   return map;
 }
 
+E4m3RowBoxes e4m3_row_boxes(const void* base, std::int64_t rows, std::int64_t cols, CUtensorMapL2promotion promotion) {
+  E4m3RowBoxes boxes{};
+  for (int i = 0; i < E4m3RowBoxes::kBoxes; ++i)
+    boxes.box[i] = e4m3_rows_tensor_map(base, rows, cols, E4m3RowBoxes::kMaxRows >> i, promotion);
+  return boxes;
+}
+
 }  // namespace sluice::cuda

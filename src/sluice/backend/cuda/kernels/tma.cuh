@@ -24,6 +24,16 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tensor_map();
 inline constexpr unsigned kE4m3RowBoxBytes = 128;
 CUtensorMap e4m3_rows_tensor_map(const void* base, std::int64_t rows, std::int64_t cols, int box_rows,
                                  CUtensorMapL2promotion promotion);
+// The same rows as four maps whose boxes hold 128, 64, 32 and 16 rows
+// (box[i]: 128 >> i), so a tile copies only its rows rounded up to 16
+// (tma_load_rows_by_16).
+struct E4m3RowBoxes {
+  static constexpr int kBoxes = 4;
+  static constexpr int kMaxRows = 128;
+  static constexpr int kMinRows = kMaxRows >> (kBoxes - 1);  // 16: the rows a copy goes by
+  CUtensorMap box[kBoxes];
+};
+E4m3RowBoxes e4m3_row_boxes(const void* base, std::int64_t rows, std::int64_t cols, CUtensorMapL2promotion promotion);
 
 __device__ __forceinline__ std::uint32_t cluster_ctarank() {
   std::uint32_t rank;
@@ -98,6 +108,30 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap
           "r"(dst),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
       : "memory");
+}
+
+// Rows [first_row, first_row + rows) at column x into shared memory at dst
+// (rows a multiple of 16): boxes of 128 while 128 rows are left, then one each
+// of 64, 32 and 16 as the rest's bits say. Every box starts on a multiple of
+// 16 rows (2 KB), so the 128-byte swizzle runs as in a whole tile. Completes
+// its bytes (rows x 128) on bar.
+__device__ __forceinline__ void tma_load_rows_by_16(std::uint32_t dst, const E4m3RowBoxes& boxes, int x,
+                                                    int first_row, int rows, std::uint32_t bar) {
+  constexpr int kLine = static_cast<int>(kE4m3RowBoxBytes);
+  for (; rows >= E4m3RowBoxes::kMaxRows; rows -= E4m3RowBoxes::kMaxRows) {
+    tma_load_2d(dst, &boxes.box[0], x, first_row, bar);
+    dst += E4m3RowBoxes::kMaxRows * kLine;
+    first_row += E4m3RowBoxes::kMaxRows;
+  }
+#pragma unroll
+  for (int i = 1; i < E4m3RowBoxes::kBoxes; ++i) {
+    const int box_rows = E4m3RowBoxes::kMaxRows >> i;
+    if (rows & box_rows) {
+      tma_load_2d(dst, &boxes.box[i], x, first_row, bar);
+      dst += box_rows * kLine;
+      first_row += box_rows;
+    }
+  }
 }
 
 // Brings a __grid_constant__ tensor map's descriptor into the cache ahead of
